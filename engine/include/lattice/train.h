@@ -1,0 +1,96 @@
+// The training loop of one process (world size 1 until the parallelism issue), and the
+// MetricsSink interface through which it reports (console now; the run store later).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "lattice/status.h"
+#include "lattice/train_options.h"
+
+namespace lattice {
+
+struct IterationMetrics {
+  int iteration = 0, train_iters = 0;
+  int64_t consumed_samples = 0;
+  int global_batch_size = 0;
+  double lm_loss = 0;           // mean over the iteration's tokens
+  double learning_rate = 0;
+  double grad_norm = 0;         // before clipping
+  double loss_scale = 1.0;      // fp32: always 1
+  int skipped_iterations = 0;   // cumulative
+  int nan_iterations = 0;       // cumulative
+  double step_seconds = 0;      // wall time of this iteration
+  double tokens_per_second = 0;
+  double tflops_per_device = 0; // achieved, Megatron's FLOP count
+  double mfu = 0;               // achieved / peak (measured SGEMM rate on CPU)
+};
+
+struct MemoryReport {
+  size_t weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
+  size_t peak_rss = 0;  // the process's high-water mark
+  size_t accounted() const { return weights + grads + optimizer + activations + workspace; }
+};
+
+struct OpTime {
+  std::string name;
+  double seconds = 0;
+  int64_t calls = 0;
+};
+
+struct RunStart {
+  std::string description;  // model, batch, threads
+  int64_t parameters = 0;
+  int threads = 0;
+  double peak_gflops = 0;   // measured SGEMM rate used for MFU
+  std::string blas_core;
+};
+
+struct TrainSummary {
+  std::vector<double> losses;    // per iteration, in order
+  std::vector<double> grad_norms;
+  double tokens_per_second = 0;  // over iterations after the first
+  double gflops = 0;             // achieved, same window
+  double peak_gflops = 0;
+  MemoryReport memory;
+  std::vector<OpTime> op_times;  // where the time went, whole run
+  double total_seconds = 0;
+};
+
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  virtual void on_start(const RunStart&) {}
+  virtual void on_iteration(const IterationMetrics&) {}
+  virtual void on_message(const std::string&) {}
+  virtual void on_end(const TrainSummary&) {}
+};
+
+// Prints Megatron's progress line every log_interval iterations (loss averaged over the
+// interval, as Megatron does) and a summary at the end.
+class ConsoleSink : public MetricsSink {
+ public:
+  ConsoleSink(std::ostream& out, int log_interval, bool print_profile);
+  void on_start(const RunStart& start) override;
+  void on_iteration(const IterationMetrics& m) override;
+  void on_message(const std::string& message) override;
+  void on_end(const TrainSummary& summary) override;
+
+ private:
+  std::ostream& out_;
+  int log_interval_;
+  bool print_profile_;
+  double loss_sum_ = 0, seconds_sum_ = 0;
+  int count_ = 0;
+};
+
+// Measures this machine's float GEMM rate (GFLOP/s) with the given threads: the CPU "peak"
+// that MFU is reported against. Takes about 0.3 s.
+double measure_sgemm_gflops(int threads);
+
+// Trains as `options` says. Errors (bad weights file, ...) come back as a Status.
+Result<TrainSummary> train(const TrainOptions& options, MetricsSink& sink);
+
+}  // namespace lattice

@@ -1,0 +1,62 @@
+// Everything `lattice train` accepts, under Megatron's flag names. The same keys work in a
+// `--config run.json` file (hyphens or underscores); flags given on the command line win.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lattice/model_config.h"
+#include "lattice/status.h"
+
+namespace lattice {
+
+struct OptimizerConfig {
+  float lr = 1.5e-4f;                     // --lr (peak)
+  float min_lr = 0.0f;                    // --min-lr
+  std::string lr_decay_style = "linear";  // --lr-decay-style constant|linear|cosine
+  int lr_warmup_iters = 0;                // --lr-warmup-iters
+  int lr_decay_iters = 0;                 // --lr-decay-iters (0: --train-iters)
+  float weight_decay = 0.01f;             // --weight-decay
+  float adam_beta1 = 0.9f;                // --adam-beta1
+  float adam_beta2 = 0.999f;              // --adam-beta2
+  float adam_eps = 1e-8f;                 // --adam-eps
+  float clip_grad = 1.0f;                 // --clip-grad (0 disables)
+};
+
+struct TrainOptions {
+  ModelConfig model;
+  OptimizerConfig optim;
+  int micro_batch_size = 4;      // --micro-batch-size
+  int global_batch_size = 0;     // --global-batch-size (0: micro batch size)
+  int train_iters = 100;         // --train-iters
+  int log_interval = 10;         // --log-interval
+  uint64_t seed = 1234;          // --seed
+  bool mock_data = false;        // --mock-data
+  std::string tokenizer_type = "NullTokenizer";  // --tokenizer-type
+  int threads = 0;               // --threads (0: all cores)
+  std::string load_hf;           // --load-hf FILE (GPT-2 safetensors to start from)
+  std::string save_hf;           // --save-hf FILE (final weights as GPT-2 safetensors)
+  bool profile = false;          // --profile: per-op time table at the end
+  std::string config_path;       // --config FILE (recorded, already applied)
+
+  int num_micro_batches() const { return global_batch_size / micro_batch_size; }
+  // Every violated rule, one sentence each naming the flag; empty when valid.
+  std::vector<std::string> validate() const;
+};
+
+// Parses `lattice train` arguments (without the subcommand). A --config file is read first,
+// then the other flags override it. Unknown flags, malformed values and files, and every
+// validation failure come back as one Status listing each problem on its own line.
+Result<TrainOptions> parse_train_options(const std::vector<std::string>& args);
+// Same, starting from a JSON text whose keys are flag names (an embedded default), with
+// `overrides` (command-line flags) applied on top.
+Result<TrainOptions> parse_train_options_json(const std::string& json_text,
+                                              const std::string& source_name,
+                                              const std::vector<std::string>& overrides = {});
+// The flag reference printed by `lattice train --help`.
+std::string train_options_help();
+// All settings as a flat JSON object keyed by flag name (for the run record).
+std::string train_options_json(const TrainOptions& options);
+
+}  // namespace lattice

@@ -1,0 +1,33 @@
+// Import and export of Hugging Face GPT-2 weights (`model.safetensors` of the `gpt2` family)
+// to and from Lattice's flat parameter arena. Only the weights move: no tokenizer, no
+// config.json, no optimizer state. The name mapping and layout changes are in hf_gpt2.cpp.
+#pragma once
+
+#include <string>
+
+#include "lattice/model_config.h"
+#include "lattice/status.h"
+#include "model/param_layout.h"
+
+namespace lattice {
+
+// Reads the HF GPT-2 safetensors file at `path` into `params` (layout.total_numel() floats,
+// laid out by `layout`, which must be ParamLayout(config)). Names may carry the
+// "transformer." prefix; F32, F16 and BF16 are accepted. The causal-mask buffers
+// (h.N.attn.bias, h.N.attn.masked_bias) are ignored; lm_head.weight, when present, must equal
+// wte.weight because Lattice ties the output layer to the word embeddings. The word
+// embedding's padding rows [--vocab-size, padded vocab) are set to zero.
+// Every mismatch (missing, unexpected, wrong shape or dtype) is reported at once in one
+// invalid_argument message naming the file, the tensor and the flags that fix the expected
+// shape; corrupt/io_error come from the file itself. On error `params` is left untouched.
+Status import_hf_gpt2(const std::string& path, const ModelConfig& config,
+                      const ParamLayout& layout, float* params);
+
+// Writes `params` as an HF GPT-2 safetensors file at `path` (atomically, see
+// safetensors::write): F32, names without the "transformer." prefix, Conv1D weights
+// transposed, c_attn in GPT-2's [Q | K | V] order, wte without the padding rows, and
+// metadata {"format": "pt"} as transformers writes it.
+Status export_hf_gpt2(const std::string& path, const ModelConfig& config,
+                      const ParamLayout& layout, const float* params);
+
+}  // namespace lattice

@@ -1,0 +1,42 @@
+// AdamW over the flat arena with Megatron's parameter groups (no weight decay on biases and
+// norms), global-norm gradient clipping, and the learning-rate schedule.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lattice/train_options.h"
+#include "model/param_layout.h"
+
+namespace lattice {
+
+
+// Megatron's OptimizerParamScheduler over iterations (1-based: the LR used by iteration i):
+// linear warm-up to lr over lr_warmup_iters, then decay to min_lr at lr_decay_iters, min_lr after.
+double learning_rate(const OptimizerConfig& config, int iteration, int decay_iters);
+
+template <typename T>
+class AdamW {
+ public:
+  AdamW(const ParamLayout& layout, const OptimizerConfig& config);
+
+  // Clips grads (n = arena size) to clip_grad by global L2 norm, steps, and returns the norm
+  // measured before clipping.
+  double step(T* params, T* grads, double lr);
+  int steps_taken() const { return step_; }
+  size_t bytes() const { return (m_.size() + v_.size()) * sizeof(T); }
+  const std::vector<T>& exp_avg() const { return m_; }
+  const std::vector<T>& exp_avg_sq() const { return v_; }
+
+ private:
+  struct Group {
+    size_t offset, numel;
+    bool decay;
+  };
+  std::vector<Group> groups_;  // contiguous runs of tensors sharing the decay flag
+  OptimizerConfig config_;
+  std::vector<T> m_, v_;        // (arena) first and second moments
+  int step_ = 0;
+};
+
+}  // namespace lattice

@@ -1,0 +1,88 @@
+// Megatron's console format, so that log parsers written for Megatron read Lattice's logs.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <ostream>
+
+#include "lattice/train.h"
+
+namespace lattice {
+
+namespace {
+std::string timestamp() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  return buf;
+}
+std::string format(const char* fmt, auto... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+double mib(size_t bytes) { return bytes / 1048576.0; }
+}  // namespace
+
+ConsoleSink::ConsoleSink(std::ostream& out, int log_interval, bool print_profile)
+    : out_(out), log_interval_(log_interval), print_profile_(print_profile) {}
+
+void ConsoleSink::on_start(const RunStart& s) {
+  out_ << "> " << s.description << "\n"
+       << "> parameters: " << s.parameters << " (" << format("%.2f", s.parameters / 1e6)
+       << " M)\n"
+       << "> measured SGEMM peak: " << format("%.1f", s.peak_gflops) << " GFLOP/s on "
+       << s.threads << " threads (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n"
+       << std::flush;
+}
+
+void ConsoleSink::on_iteration(const IterationMetrics& m) {
+  loss_sum_ += m.lm_loss;
+  seconds_sum_ += m.step_seconds;
+  count_++;
+  if (m.iteration % log_interval_ != 0 && m.iteration != m.train_iters) return;
+  const double seconds = seconds_sum_ / count_;
+  out_ << " [" << timestamp() << "] iteration " << format("%8d/%8d", m.iteration, m.train_iters)
+       << " | consumed samples: " << format("%12lld", static_cast<long long>(m.consumed_samples))
+       << " | elapsed time per iteration (ms): " << format("%.1f", seconds * 1e3)
+       << " | throughput per GPU (TFLOP/s/GPU): " << format("%.3f", m.tflops_per_device)
+       << " | tokens per second: " << format("%.1f", m.tokens_per_second)
+       << " | MFU: " << format("%.1f%%", 100.0 * m.mfu)
+       << " | learning rate: " << format("%E", m.learning_rate)
+       << " | global batch size: " << format("%5d", m.global_batch_size)
+       << " | lm loss: " << format("%E", loss_sum_ / count_)
+       << " | loss scale: " << format("%.1f", m.loss_scale)
+       << " | grad norm: " << format("%.3f", m.grad_norm)
+       << " | number of skipped iterations: " << format("%3d", m.skipped_iterations)
+       << " | number of nan iterations: " << format("%3d", m.nan_iterations) << " |\n"
+       << std::flush;
+  loss_sum_ = seconds_sum_ = 0;
+  count_ = 0;
+}
+
+void ConsoleSink::on_message(const std::string& message) { out_ << "> " << message << "\n"; }
+
+void ConsoleSink::on_end(const TrainSummary& s) {
+  const MemoryReport& m = s.memory;
+  out_ << "> done: " << s.losses.size() << " iterations in " << format("%.1f", s.total_seconds)
+       << " s; " << format("%.1f", s.tokens_per_second) << " tokens/s, "
+       << format("%.1f", s.gflops) << " GFLOP/s = "
+       << format("%.1f%%", 100.0 * s.gflops / s.peak_gflops) << " of the measured SGEMM peak\n"
+       << "> memory (MiB): weights " << format("%.1f", mib(m.weights)) << " | grads "
+       << format("%.1f", mib(m.grads)) << " | optimizer state " << format("%.1f", mib(m.optimizer))
+       << " | activations " << format("%.1f", mib(m.activations)) << " | workspace "
+       << format("%.1f", mib(m.workspace)) << " | accounted " << format("%.1f", mib(m.accounted()))
+       << " | peak RSS " << format("%.1f", mib(m.peak_rss)) << "\n";
+  if (print_profile_) {
+    double total = 0;
+    for (const OpTime& t : s.op_times) total += t.seconds;
+    out_ << "> time per op (whole run):\n";
+    for (const OpTime& t : s.op_times) {
+      if (t.calls == 0) continue;
+      out_ << format("    %-24s %9.3f s  %5.1f%%  %8lld calls\n", t.name.c_str(), t.seconds,
+                     100.0 * t.seconds / total, static_cast<long long>(t.calls));
+    }
+  }
+  out_ << std::flush;
+}
+
+}  // namespace lattice

@@ -1,0 +1,381 @@
+// One table of options drives the command line, --config files, --help and the JSON record,
+// so the four can never disagree about a flag's name, type or meaning.
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <variant>
+
+#include "lattice/train_options.h"
+
+namespace lattice {
+
+namespace {
+
+using Target = std::variant<int*, float*, uint64_t*, std::string*, bool*>;
+
+struct OptionSpec {
+  const char* name;  // without the leading "--"
+  const char* help;
+  Target target;
+};
+
+std::vector<OptionSpec> option_table(TrainOptions& o) {
+  ModelConfig& m = o.model;
+  OptimizerConfig& p = o.optim;
+  return {
+      {"num-layers", "transformer layers", &m.num_layers},
+      {"hidden-size", "hidden size (C)", &m.hidden_size},
+      {"ffn-hidden-size", "MLP hidden size (default 4 * hidden size)", &m.ffn_hidden_size},
+      {"num-attention-heads", "attention heads", &m.num_attention_heads},
+      {"seq-length", "sequence length in tokens", &m.seq_length},
+      {"max-position-embeddings", "position table size (default seq length)",
+       &m.max_position_embeddings},
+      {"vocab-size", "tokenizer vocabulary size (NullTokenizer; EOD = vocab size - 1)",
+       &m.vocab_size},
+      {"make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this (128)",
+       &m.make_vocab_size_divisible_by},
+      {"attention-dropout", "dropout on attention probabilities (0.1; 0 disables)",
+       &m.attention_dropout},
+      {"hidden-dropout", "dropout on hidden states (0.1; 0 disables)", &m.hidden_dropout},
+      {"init-method-std", "standard deviation of the weight initialisation (0.02)",
+       &m.init_method_std},
+      {"micro-batch-size", "samples per micro-batch", &o.micro_batch_size},
+      {"global-batch-size", "samples per iteration (default micro batch size)",
+       &o.global_batch_size},
+      {"train-iters", "iterations to train", &o.train_iters},
+      {"lr", "peak learning rate", &p.lr},
+      {"min-lr", "learning rate at the end of decay", &p.min_lr},
+      {"lr-decay-style", "constant | linear | cosine", &p.lr_decay_style},
+      {"lr-warmup-iters", "linear warm-up iterations", &p.lr_warmup_iters},
+      {"lr-decay-iters", "iterations over which to decay (default train iters)",
+       &p.lr_decay_iters},
+      {"weight-decay", "AdamW weight decay, not applied to biases and norms (0.01)",
+       &p.weight_decay},
+      {"adam-beta1", "AdamW beta1 (0.9)", &p.adam_beta1},
+      {"adam-beta2", "AdamW beta2 (0.999)", &p.adam_beta2},
+      {"adam-eps", "AdamW epsilon (1e-8)", &p.adam_eps},
+      {"clip-grad", "clip the global gradient L2 norm to this (1.0; 0 disables)",
+       &p.clip_grad},
+      {"seed", "random seed for initialisation, data and dropout (1234)", &o.seed},
+      {"log-interval", "print a progress line every N iterations", &o.log_interval},
+      {"mock-data", "train on synthetic documents (Megatron's --mock-data)", &o.mock_data},
+      {"tokenizer-type", "NullTokenizer (others arrive with the data pipeline)",
+       &o.tokenizer_type},
+      {"threads", "CPU threads (default: all cores)", &o.threads},
+      {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
+      {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
+      {"profile", "print where the time went, per op, at the end", &o.profile},
+  };
+}
+
+// Levenshtein distance for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); j++) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_message(const std::string& what, const std::string& name,
+                            const std::vector<OptionSpec>& table) {
+  std::string best;
+  size_t best_distance = 4;
+  for (const OptionSpec& s : table) {
+    const size_t d = edit_distance(name, s.name);
+    if (d < best_distance) best_distance = d, best = s.name;
+  }
+  std::string msg = what + " --" + name;
+  if (!best.empty()) msg += " (did you mean --" + best + "?)";
+  return msg + "; `lattice train --help` lists every flag";
+}
+
+std::string normalise(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return key;
+}
+
+const OptionSpec* find(const std::vector<OptionSpec>& table, const std::string& name) {
+  for (const OptionSpec& s : table)
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+bool is_flag(const OptionSpec& s) { return std::holds_alternative<bool*>(s.target); }
+
+template <typename N>
+bool parse_number(const std::string& text, N& out) {
+  const char* end = text.data() + text.size();
+  if constexpr (std::is_floating_point_v<N>) {
+    // from_chars for float is available in GCC 11+; it rejects "1e" and trailing junk.
+    auto [ptr, ec] = std::from_chars(text.data(), end, out);
+    return ec == std::errc() && ptr == end && !text.empty();
+  } else {
+    auto [ptr, ec] = std::from_chars(text.data(), end, out);
+    return ec == std::errc() && ptr == end && !text.empty();
+  }
+}
+
+// Sets the option from its command-line text; returns an error sentence or "".
+std::string assign_text(const OptionSpec& s, const std::string& text) {
+  const std::string flag = std::string("--") + s.name;
+  return std::visit(
+      [&](auto* target) -> std::string {
+        using V = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          *target = text;
+        } else if constexpr (std::is_same_v<V, bool>) {
+          if (text == "true" || text == "1") *target = true;
+          else if (text == "false" || text == "0") *target = false;
+          else return flag + " expects true or false, got '" + text + "'";
+        } else if constexpr (std::is_same_v<V, int>) {
+          if (!parse_number(text, *target)) return flag + " expects an integer, got '" + text + "'";
+        } else if constexpr (std::is_same_v<V, uint64_t>) {
+          if (!parse_number(text, *target))
+            return flag + " expects a non-negative integer, got '" + text + "'";
+        } else {
+          if (!parse_number(text, *target)) return flag + " expects a number, got '" + text + "'";
+        }
+        return "";
+      },
+      s.target);
+}
+
+std::string assign_json(const OptionSpec& s, const nlohmann::json& v, const std::string& where) {
+  const std::string key = where + ": key \"" + s.name + "\"";
+  return std::visit(
+      [&](auto* target) -> std::string {
+        using V = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          if (!v.is_string()) return key + " expects a string, got " + v.dump();
+          *target = v.get<std::string>();
+        } else if constexpr (std::is_same_v<V, bool>) {
+          if (!v.is_boolean()) return key + " expects true or false, got " + v.dump();
+          *target = v.get<bool>();
+        } else if constexpr (std::is_same_v<V, int> || std::is_same_v<V, uint64_t>) {
+          if (!v.is_number_integer() || (std::is_same_v<V, uint64_t> && v.get<int64_t>() < 0))
+            return key + " expects an integer, got " + v.dump();
+          *target = v.get<V>();
+        } else {
+          if (!v.is_number()) return key + " expects a number, got " + v.dump();
+          *target = v.get<V>();
+        }
+        return "";
+      },
+      s.target);
+}
+
+std::string join_errors(const std::vector<std::string>& errors) {
+  std::string out;
+  for (const std::string& e : errors) out += (out.empty() ? "" : "\n") + e;
+  return out;
+}
+
+// Applies a JSON config object onto `o`; appends errors.
+void apply_json(TrainOptions& o, const std::string& text, const std::string& source,
+                std::vector<std::string>& errors) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    const size_t byte = std::min<size_t>(e.byte, text.size());
+    const size_t line = 1 + std::count(text.begin(), text.begin() + byte, '\n');
+    errors.push_back(source + ":" + std::to_string(line) + ": not valid JSON (" +
+                     std::string(e.what()).substr(std::string(e.what()).find(':') + 2) + ")");
+    return;
+  }
+  if (!doc.is_object()) {
+    errors.push_back(source + ": expected a JSON object of flag names to values");
+    return;
+  }
+  const std::vector<OptionSpec> table = option_table(o);
+  for (auto& [raw_key, value] : doc.items()) {
+    const std::string key = normalise(raw_key);
+    const OptionSpec* s = find(table, key);
+    if (!s) {
+      errors.push_back(source + ": " + unknown_message("unknown key", key, table).substr(0));
+      continue;
+    }
+    if (std::string e = assign_json(*s, value, source); !e.empty()) errors.push_back(e);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> TrainOptions::validate() const {
+  std::vector<std::string> errors = model.validate();
+  auto positive = [&](const char* flag, int64_t v) {
+    if (v <= 0) errors.push_back(std::string(flag) + " must be positive, got " + std::to_string(v));
+  };
+  positive("--micro-batch-size", micro_batch_size);
+  positive("--train-iters", train_iters);
+  positive("--log-interval", log_interval);
+  if (global_batch_size < 0) errors.push_back("--global-batch-size must be positive");
+  if (micro_batch_size > 0 && global_batch_size % micro_batch_size != 0)
+    errors.push_back("--global-batch-size " + std::to_string(global_batch_size) +
+                     " is not a multiple of --micro-batch-size " +
+                     std::to_string(micro_batch_size));
+  if (!(optim.lr >= 0)) errors.push_back("--lr must not be negative");
+  if (!(optim.min_lr >= 0) || optim.min_lr > optim.lr)
+    errors.push_back("--min-lr " + std::to_string(optim.min_lr) + " must lie in [0, --lr " +
+                     std::to_string(optim.lr) + "]");
+  if (optim.lr_decay_style != "constant" && optim.lr_decay_style != "linear" &&
+      optim.lr_decay_style != "cosine")
+    errors.push_back("--lr-decay-style '" + optim.lr_decay_style +
+                     "' is not one of constant, linear, cosine");
+  if (optim.lr_warmup_iters < 0) errors.push_back("--lr-warmup-iters must not be negative");
+  if (optim.lr_decay_iters < 0) errors.push_back("--lr-decay-iters must not be negative");
+  const int decay = optim.lr_decay_iters > 0 ? optim.lr_decay_iters : train_iters;
+  if (optim.lr_warmup_iters > decay && optim.lr_decay_style != "constant")
+    errors.push_back("--lr-warmup-iters " + std::to_string(optim.lr_warmup_iters) +
+                     " exceeds the decay length (--lr-decay-iters or --train-iters) " +
+                     std::to_string(decay));
+  if (!(optim.weight_decay >= 0)) errors.push_back("--weight-decay must not be negative");
+  if (!(optim.adam_beta1 >= 0 && optim.adam_beta1 < 1))
+    errors.push_back("--adam-beta1 must lie in [0, 1)");
+  if (!(optim.adam_beta2 >= 0 && optim.adam_beta2 < 1))
+    errors.push_back("--adam-beta2 must lie in [0, 1)");
+  if (!(optim.adam_eps > 0)) errors.push_back("--adam-eps must be positive");
+  if (!(optim.clip_grad >= 0)) errors.push_back("--clip-grad must not be negative");
+  if (threads < 0) errors.push_back("--threads must not be negative");
+  if (tokenizer_type != "NullTokenizer")
+    errors.push_back("--tokenizer-type " + tokenizer_type +
+                     " is not available yet; this build trains with NullTokenizer");
+  if (!mock_data)
+    errors.push_back("no training data: pass --mock-data (real datasets via --data-path arrive "
+                     "with the data pipeline)");
+  if (model.vocab_size > 0 && model.vocab_size < 3)
+    errors.push_back("--vocab-size must be at least 3 for --mock-data");
+  return errors;
+}
+
+namespace {
+
+// base_json (may be null): settings applied first, as if from a config file named base_source.
+Result<TrainOptions> parse(const std::vector<std::string>& args, const std::string* base_json,
+                           const std::string& base_source) {
+  TrainOptions o;
+  std::vector<std::string> errors;
+  const std::vector<OptionSpec> table = option_table(o);
+  if (base_json) apply_json(o, *base_json, base_source, errors);
+
+  // Pass 1: the config file, so that flags override it.
+  for (size_t i = 0; i < args.size(); i++) {
+    std::string path;
+    if (args[i] == "--config") {
+      if (i + 1 >= args.size()) {
+        errors.push_back("--config expects a file name");
+        break;
+      }
+      path = args[i + 1];
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      path = args[i].substr(9);
+    } else {
+      continue;
+    }
+    std::ifstream in(path);
+    if (!in) {
+      errors.push_back("--config " + path + ": cannot open the file");
+    } else {
+      std::stringstream ss;
+      ss << in.rdbuf();
+      apply_json(o, ss.str(), path, errors);
+      o.config_path = path;
+    }
+    break;
+  }
+
+  // Pass 2: every other flag.
+  for (size_t i = 0; i < args.size(); i++) {
+    std::string arg = args[i];
+    if (arg == "--config") {
+      i++;
+      continue;
+    }
+    if (arg.rfind("--config=", 0) == 0) continue;
+    if (arg.rfind("--", 0) != 0) {
+      errors.push_back("unexpected argument '" + arg + "': every setting is a --flag");
+      continue;
+    }
+    std::string name = arg.substr(2), value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const OptionSpec* s = find(table, name);
+    if (!s) {
+      errors.push_back(unknown_message("unknown flag", name, table));
+      if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) i++;
+      continue;
+    }
+    if (is_flag(*s) && !has_value) {
+      *std::get<bool*>(s->target) = true;
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) {
+        errors.push_back("--" + name + " expects a value");
+        continue;
+      }
+      value = args[++i];
+    }
+    if (std::string e = assign_text(*s, value); !e.empty()) errors.push_back(e);
+  }
+  if (!errors.empty()) return Status::invalid_argument(join_errors(errors));
+  if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
+  if (std::vector<std::string> v = o.validate(); !v.empty())
+    return Status::invalid_argument(join_errors(v));
+  return o;
+}
+
+}  // namespace
+
+Result<TrainOptions> parse_train_options(const std::vector<std::string>& args) {
+  return parse(args, nullptr, "");
+}
+
+Result<TrainOptions> parse_train_options_json(const std::string& json_text,
+                                              const std::string& source_name,
+                                              const std::vector<std::string>& overrides) {
+  return parse(overrides, &json_text, source_name);
+}
+
+std::string train_options_help() {
+  TrainOptions defaults;
+  std::ostringstream out;
+  out << "usage: lattice train [--config run.json] [flags]\n\n"
+         "Trains a GPT-2-style model. Flags use Megatron-LM's names; a --config JSON file\n"
+         "holds the same keys (\"num-layers\" or \"num_layers\"), and flags override it.\n\n";
+  nlohmann::json values = nlohmann::json::parse(train_options_json(defaults));
+  for (const OptionSpec& s : option_table(defaults)) {
+    std::string left = std::string("  --") + s.name + (is_flag(s) ? "" : " V");
+    left.resize(std::max<size_t>(left.size() + 1, 34), ' ');
+    out << left << s.help;
+    if (!is_flag(s)) out << "  [" << values[s.name].dump() << "]";
+    out << "\n";
+  }
+  out << "  --config FILE                   read flags from a JSON file first\n";
+  return out.str();
+}
+
+std::string train_options_json(const TrainOptions& options) {
+  TrainOptions copy = options;
+  nlohmann::json out = nlohmann::json::object();
+  for (const OptionSpec& s : option_table(copy))
+    std::visit([&](auto* target) { out[s.name] = *target; }, s.target);
+  return out.dump();
+}
+
+}  // namespace lattice

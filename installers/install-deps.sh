@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every Debian/Ubuntu package that Lattice's build, tests, benchmarks and main job
+# need. Idempotent: packages already present are left alone and nothing is re-downloaded.
+# Usage: installers/install-deps.sh [--with-bench]   (run as root, or with sudo available)
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  # engine: BLAS, OpenMP (libgomp ships with gcc), MPI
+  libopenblas-dev openmpi-bin libopenmpi-dev
+  # storage, data, command line
+  libsqlite3-dev sqlite3 libsentencepiece-dev sentencepiece nlohmann-json3-dev libcli11-dev
+  # studio (Qt 6 Widgets + Test, QCustomPlot for Qt 6) and offscreen / virtual display
+  qt6-base-dev qt6-base-dev-tools libqcustomplot-dev libgl-dev xvfb xauth
+  # demo corpus
+  fortunes fortunes-min
+)
+bench_packages=(
+  # the peer the CPU benchmark compares against
+  python3-torch python3-numpy
+)
+if [[ "${1:-}" == "--with-bench" ]]; then packages+=("${bench_packages[@]}"); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,157 @@
+// Causal multi-head self-attention, one (batch, head) pair per task, GEMMs through BLAS.
+// Rows are processed in blocks of kRowBlock so that the upper (masked) triangle is mostly
+// skipped: block [i0, i1) only multiplies against keys/values [0, i1).
+// Non-goal here: a flash-style kernel that never stores probs (the GPU issue's concern).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "gemm.h"
+#include "lattice/dropout_hash.h"
+#include "lattice/kernels.h"
+#include "vec_math.h"
+
+namespace lattice::kernels {
+
+namespace {
+constexpr int kRowBlock = 64;
+
+// Pd = dropout(P) into `dst` (T, T) for one head, zero above the diagonal; the element index
+// that keys the mask is the element's global index in probs.
+template <typename T>
+void apply_dropout(T* dst, const T* P, int T_, size_t base, float p, uint64_t key) {
+  const uint32_t threshold = dropout_threshold(p);
+  const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
+  for (int i = 0; i < T_; i++) {
+    const size_t row = base + static_cast<size_t>(i) * T_;
+#pragma omp simd
+    for (int j = 0; j <= i; j++)
+      dst[i * T_ + j] = dropout_keep(key, row + j, threshold) ? P[i * T_ + j] * keep_scale : T(0);
+    std::fill(dst + static_cast<size_t>(i) * T_ + i + 1, dst + static_cast<size_t>(i + 1) * T_, T(0));
+  }
+}
+}  // namespace
+
+size_t attention_workspace_elems(int T) { return 2 * static_cast<size_t>(T) * T; }
+
+template <typename T>
+void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH,
+                       float dropout_p, uint64_t dropout_key, T* workspace) {
+  const int HS = C / NH, ld = 3 * C;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    const int b = bh / NH, h = bh % NH;
+    const T* q = qkv + static_cast<size_t>(b) * T_ * ld + h * 3 * HS;
+    const T* k = q + HS;
+    const T* v = q + 2 * HS;
+    T* P = probs + static_cast<size_t>(bh) * T_ * T_;
+    T* o = out + static_cast<size_t>(b) * T_ * C + h * HS;
+    for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
+      const int i1 = std::min(T_, i0 + kRowBlock);
+      cpu::gemm(false, true, i1 - i0, i1, HS, scale, q + static_cast<size_t>(i0) * ld, ld, k, ld,
+                T(0), P + static_cast<size_t>(i0) * T_, T_);
+    }
+    for (int i = 0; i < T_; i++) {
+      T* row = P + static_cast<size_t>(i) * T_;
+      T maxv = row[0];
+      for (int j = 1; j <= i; j++) maxv = std::max(maxv, row[j]);
+      T sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j <= i; j++) {
+        row[j] = cpu::exp_approx(row[j] - maxv);
+        sum += row[j];
+      }
+      const T inv = T(1) / sum;
+#pragma omp simd
+      for (int j = 0; j <= i; j++) row[j] *= inv;
+      std::fill(row + i + 1, row + T_, T(0));
+    }
+    const T* Pd = P;
+    if (dropout_p > 0.0f) {
+      T* tmp = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
+      apply_dropout(tmp, P, T_, static_cast<size_t>(bh) * T_ * T_, dropout_p, dropout_key);
+      Pd = tmp;
+    }
+    for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
+      const int i1 = std::min(T_, i0 + kRowBlock);
+      cpu::gemm(false, false, i1 - i0, HS, i1, T(1), Pd + static_cast<size_t>(i0) * T_, T_, v, ld,
+                T(0), o + static_cast<size_t>(i0) * C, C);
+    }
+  }
+}
+
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,
+                        int NH, float dropout_p, uint64_t dropout_key, T* workspace) {
+  const int HS = C / NH, ld = 3 * C;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const T keep_scale = static_cast<T>(dropout_p > 0.0f ? 1.0 / (1.0 - dropout_p) : 1.0);
+  const uint32_t threshold = dropout_threshold(dropout_p);
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    const int b = bh / NH, h = bh % NH;
+    const size_t base = static_cast<size_t>(bh) * T_ * T_;
+    const T* q = qkv + static_cast<size_t>(b) * T_ * ld + h * 3 * HS;
+    const T* k = q + HS;
+    const T* v = q + 2 * HS;
+    T* dq = dqkv + static_cast<size_t>(b) * T_ * ld + h * 3 * HS;
+    T* dk = dq + HS;
+    T* dv = dq + 2 * HS;
+    const T* P = probs + base;
+    const T* dO = dout + static_cast<size_t>(b) * T_ * C + h * HS;
+    T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
+    T* dP = ws;                                     // (T, T)
+    T* Pd = ws + static_cast<size_t>(T_) * T_;      // (T, T), dropout(P)
+    const T* Pused = P;
+    if (dropout_p > 0.0f) {
+      apply_dropout(Pd, P, T_, base, dropout_p, dropout_key);
+      Pused = Pd;
+    }
+    // dV = Pd^T dO: all T rows of dV, contributions only from rows i >= j (Pd is lower).
+    cpu::gemm(true, false, T_, HS, T_, T(1), Pused, T_, dO, C, T(0), dv, ld);
+    // dPd = dO V^T, lower triangle by row blocks.
+    for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
+      const int i1 = std::min(T_, i0 + kRowBlock);
+      cpu::gemm(false, true, i1 - i0, i1, HS, T(1), dO + static_cast<size_t>(i0) * C, C, v, ld,
+                T(0), dP + static_cast<size_t>(i0) * T_, T_);
+    }
+    // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p).
+    for (int i = 0; i < T_; i++) {
+      const T* prow = P + static_cast<size_t>(i) * T_;
+      T* drow = dP + static_cast<size_t>(i) * T_;
+      if (dropout_p > 0.0f) {
+        const size_t row = base + static_cast<size_t>(i) * T_;
+#pragma omp simd
+        for (int j = 0; j <= i; j++)
+          drow[j] = dropout_keep(dropout_key, row + j, threshold) ? drow[j] * keep_scale : T(0);
+      }
+      T dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int j = 0; j <= i; j++) dot += prow[j] * drow[j];
+#pragma omp simd
+      for (int j = 0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
+      std::fill(drow + i + 1, drow + T_, T(0));
+    }
+    // dQ = dS K (rows i use keys [0, i]); dK = dS^T Q.
+    for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
+      const int i1 = std::min(T_, i0 + kRowBlock);
+      cpu::gemm(false, false, i1 - i0, HS, i1, T(1), dP + static_cast<size_t>(i0) * T_, T_, k, ld,
+                T(0), dq + static_cast<size_t>(i0) * ld, ld);
+    }
+    cpu::gemm(true, false, T_, HS, T_, T(1), dP, T_, q, ld, T(0), dk, ld);
+  }
+}
+
+template void attention_forward(float*, float*, const float*, int, int, int, int, float, uint64_t,
+                                float*);
+template void attention_forward(double*, double*, const double*, int, int, int, int, float,
+                                uint64_t, double*);
+template void attention_backward(float*, const float*, const float*, const float*, int, int, int,
+                                 int, float, uint64_t, float*);
+template void attention_backward(double*, const double*, const double*, const double*, int, int,
+                                 int, int, float, uint64_t, double*);
+
+}  // namespace lattice::kernels

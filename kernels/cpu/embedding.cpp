@@ -1,0 +1,49 @@
+// Token + learned position embedding (GPT-2). The backward scatter is split by channel
+// ranges across threads, so every gradient element is summed in token order: deterministic.
+#include <omp.h>
+
+#include "lattice/kernels.h"
+
+namespace lattice::kernels {
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
+                       int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T_; bt++) {
+    const T* w = wte + static_cast<size_t>(tokens[bt]) * C;
+    const T* p = wpe + static_cast<size_t>(bt % T_) * C;
+    T* o = out + static_cast<size_t>(bt) * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = w[c] + p[c];
+  }
+}
+
+template <typename T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_,
+                        int C) {
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int c0 = static_cast<int>(static_cast<long>(C) * id / nt);
+    const int c1 = static_cast<int>(static_cast<long>(C) * (id + 1) / nt);
+    for (int bt = 0; bt < B * T_; bt++) {
+      const T* d = dout + static_cast<size_t>(bt) * C;
+      T* w = dwte + static_cast<size_t>(tokens[bt]) * C;
+      T* p = dwpe + static_cast<size_t>(bt % T_) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; c++) {
+        w[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+  }
+}
+
+template void embedding_forward(float*, const int32_t*, const float*, const float*, int, int, int);
+template void embedding_forward(double*, const int32_t*, const double*, const double*, int, int,
+                                int);
+template void embedding_backward(float*, float*, const float*, const int32_t*, int, int, int);
+template void embedding_backward(double*, double*, const double*, const int32_t*, int, int, int);
+
+}  // namespace lattice::kernels

@@ -1,0 +1,41 @@
+// Linear layers as GEMM: out = inp @ weight^T + bias, weights stored (out, in) as Megatron.
+#include <algorithm>
+#include <vector>
+
+#include "gemm.h"
+#include "lattice/kernels.h"
+
+namespace lattice::kernels {
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
+  T beta = 0;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) std::copy(bias, bias + OC, out + static_cast<size_t>(n) * OC);
+    beta = 1;
+  }
+  cpu::gemm(false, true, N, OC, C, T(1), inp, C, weight, C, beta, out, OC);
+}
+
+template <typename T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                     const T* weight, int N, int C, int OC) {
+  if (dinp) cpu::gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
+  cpu::gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+  if (dbias) {
+    thread_local std::vector<T> ones;
+    if (ones.size() < static_cast<size_t>(N)) ones.assign(N, T(1));
+    cpu::gemv(true, N, OC, T(1), dout, OC, ones.data(), T(1), dbias);
+  }
+}
+
+template void matmul_forward(float*, const float*, const float*, const float*, int, int, int);
+template void matmul_forward(double*, const double*, const double*, const double*, int, int,
+                             int);
+template void matmul_backward(float*, float*, float*, const float*, const float*, const float*,
+                              int, int, int);
+template void matmul_backward(double*, double*, double*, const double*, const double*,
+                              const double*, int, int, int);
+
+}  // namespace lattice::kernels

@@ -1,0 +1,106 @@
+// The one list of compute operations. Every backend implements this list with these
+// signatures (CPU: kernels/cpu/, OpenBLAS + OpenMP; CUDA: kernels/cuda/, issue 10).
+// Names used in shape comments: B batch, T sequence, C channels, NH heads, HS = C / NH,
+// N = B*T rows, V vocabulary (padded), F feed-forward width, OC output channels.
+//
+// Gradient convention: parameter gradients are ACCUMULATED (+=) so that micro-batches add
+// up; activation gradients are WRITTEN (=) unless the comment says "+=" (layernorm writes
+// into the residual stream's gradient, which it adds to). All ops are deterministic for a
+// fixed thread count. Templates are instantiated for float (training) and double
+// (gradient checks against finite differences); S is the scalar type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lattice::kernels {
+
+// Threads used by OpenMP loops and by BLAS. Defaults to the machine's cores.
+void set_num_threads(int threads);
+int num_threads();
+// The BLAS library's own description of the kernel it runs ("SkylakeX", "Haswell", ...).
+const char* blas_core_name();
+
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
+template <typename S>
+void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C, int OC);
+// dinp (N, C) = dout (N, OC) @ weight (OC, C)      (skipped when dinp is null)
+// dweight (OC, C) += dout^T @ inp;  dbias (OC) += column sums of dout (skipped when null)
+template <typename S>
+void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                     const S* weight, int N, int C, int OC);
+
+// out (B, T, C) = wte[tokens[b, t]] + wpe[t];  tokens (B, T) index rows of wte (V, C).
+template <typename S>
+void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
+                       int C);
+// dwte (V, C) += scatter of dout by token;  dwpe (T, C) += dout summed over the batch.
+template <typename S>
+void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
+                        int C);
+
+// out (N, C) = (inp - mean) * rstd * weight + bias, per row; mean, rstd (N) are saved.
+inline constexpr double kLayerNormEps = 1e-5;
+template <typename S>
+void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
+                       int N, int C);
+// dinp (N, C) += ..., dweight (C) += ..., dbias (C) += ...
+template <typename S>
+void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                        const S* weight, const S* mean, const S* rstd, int N, int C);
+
+// GELU, tanh approximation (GPT-2, Megatron's default bias-gelu). out (n) may alias inp.
+template <typename S>
+void gelu_forward(S* out, const S* inp, size_t n);
+// dinp (n) = dout * gelu'(inp); dinp may alias dout.
+template <typename S>
+void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n);
+
+// Dropout masks are not stored: element i of a tensor is kept when a counter-based hash of
+// (key, i) falls below 1 - p, so forward, backward and recomputation regenerate the same
+// mask on any thread count. Kept elements are scaled by 1 / (1 - p). p == 0 is identity.
+// out (n) = residual (n) + dropout(x (n)); out may alias residual or x; residual may be null.
+template <typename S>
+void residual_dropout_forward(S* out, const S* residual, const S* x, size_t n, float p,
+                              uint64_t key);
+// dx (n) = dropout mask applied to dout (n); dx may alias dout.
+template <typename S>
+void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key);
+
+// Causal self-attention over qkv (B, T, 3C) in Megatron's per-head layout: head h owns
+// columns [h*3*HS, h*3*HS + 3*HS) holding q, k, v. out (B, T, C), head h at columns h*HS.
+// probs (B, NH, T, T) keeps softmax(q k^T / sqrt(HS)) before dropout (masked part zero).
+// workspace: attention_workspace_elems(T) elements per thread (num_threads() of them).
+size_t attention_workspace_elems(int T);
+template <typename S>
+void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH,
+                       float dropout_p, uint64_t dropout_key, S* workspace);
+// dqkv (B, T, 3C) = gradient of the attention inputs given dout (B, T, C).
+template <typename S>
+void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
+                        int NH, float dropout_p, uint64_t dropout_key, S* workspace);
+
+// Fused softmax + cross-entropy over logits (N, V): losses (N) = -log softmax(row)[target].
+// When dlogits is non-null it receives (softmax - onehot(target)) * grad_scale and may alias
+// logits (the logits are then consumed). Targets must lie in [0, V).
+template <typename S>
+void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets,
+                           int N, int V, float grad_scale);
+
+// AdamW (decoupled weight decay, Megatron / apex FusedAdam): step counts from 1.
+// m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr (m^ / (sqrt(v^) + eps) + wd p).
+struct AdamWParams {
+  float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+  int step = 1;
+};
+template <typename S>
+void adamw_update(S* param, const S* grad, S* m, S* v, size_t n, const AdamWParams& p);
+
+// sum of x^2 accumulated in double, in a fixed order for a fixed thread count.
+template <typename S>
+double sum_squares(const S* x, size_t n);
+// x (n) *= s
+template <typename S>
+void scale(S* x, size_t n, S s);
+
+}  // namespace lattice::kernels
