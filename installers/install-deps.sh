@@ -8,9 +8,9 @@ packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
   # engine: BLAS, OpenMP (libgomp ships with gcc), MPI
-  libopenblas-dev openmpi-bin libopenmpi-dev
+  libopenblas-dev libopenblas-openmp-dev openmpi-bin libopenmpi-dev
   # storage, data, command line
-  libsqlite3-dev sqlite3 libsentencepiece-dev sentencepiece nlohmann-json3-dev libcli11-dev
+  libsqlite3-dev sqlite3 libsentencepiece-dev sentencepiece nlohmann-json3-dev
   # studio (Qt 6 Widgets + Test, QCustomPlot for Qt 6) and offscreen / virtual display
   qt6-base-dev qt6-base-dev-tools libqcustomplot-dev libgl-dev xvfb xauth
   # demo corpus

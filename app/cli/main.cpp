@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
                 << kDemoConfig;
       return 0;
     }
-    return run_training(lattice::parse_train_options_json(kDemoConfig, "embedded demo config",
-                                                          args));
+    return run_training(
+        lattice::parse_train_options_json(kDemoConfig, "embedded demo config", args));
   }
   if (command == "version") {
     std::cout << "lattice " << LATTICE_VERSION << " (OpenBLAS kernel "

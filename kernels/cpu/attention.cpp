@@ -29,12 +29,15 @@ void apply_dropout(T* dst, const T* P, int T_, size_t base, float p, uint64_t ke
 #pragma omp simd
     for (int j = 0; j <= i; j++)
       dst[i * T_ + j] = dropout_keep(key, row + j, threshold) ? P[i * T_ + j] * keep_scale : T(0);
-    std::fill(dst + static_cast<size_t>(i) * T_ + i + 1, dst + static_cast<size_t>(i + 1) * T_, T(0));
+    std::fill(dst + static_cast<size_t>(i) * T_ + i + 1, dst + static_cast<size_t>(i + 1) * T_,
+              T(0));
   }
 }
 }  // namespace
 
-size_t attention_workspace_elems(int T) { return 2 * static_cast<size_t>(T) * T; }
+size_t attention_workspace_elems(int T) {
+  return 2 * static_cast<size_t>(T) * T;
+}
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH,
@@ -71,7 +74,8 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
     }
     const T* Pd = P;
     if (dropout_p > 0.0f) {
-      T* tmp = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
+      T* tmp =
+          workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
       apply_dropout(tmp, P, T_, static_cast<size_t>(bh) * T_ * T_, dropout_p, dropout_key);
       Pd = tmp;
     }
@@ -103,8 +107,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
     const T* P = probs + base;
     const T* dO = dout + static_cast<size_t>(b) * T_ * C + h * HS;
     T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
-    T* dP = ws;                                     // (T, T)
-    T* Pd = ws + static_cast<size_t>(T_) * T_;      // (T, T), dropout(P)
+    T* dP = ws;                                 // (T, T)
+    T* Pd = ws + static_cast<size_t>(T_) * T_;  // (T, T), dropout(P)
     const T* Pused = P;
     if (dropout_p > 0.0f) {
       apply_dropout(Pd, P, T_, base, dropout_p, dropout_key);

@@ -33,8 +33,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int N, int C) {
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C) {
   const int threads = num_threads();
   std::vector<T> partial(static_cast<size_t>(threads) * 2 * C, T(0));  // (threads, 2, C)
 #pragma omp parallel num_threads(threads)

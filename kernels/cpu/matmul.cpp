@@ -19,8 +19,8 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 }
 
 template <typename T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                     const T* weight, int N, int C, int OC) {
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC) {
   if (dinp) cpu::gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
   cpu::gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
   if (dbias) {
@@ -31,10 +31,9 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 }
 
 template void matmul_forward(float*, const float*, const float*, const float*, int, int, int);
-template void matmul_forward(double*, const double*, const double*, const double*, int, int,
-                             int);
-template void matmul_backward(float*, float*, float*, const float*, const float*, const float*,
-                              int, int, int);
+template void matmul_forward(double*, const double*, const double*, const double*, int, int, int);
+template void matmul_backward(float*, float*, float*, const float*, const float*, const float*, int,
+                              int, int);
 template void matmul_backward(double*, double*, double*, const double*, const double*,
                               const double*, int, int, int);
 

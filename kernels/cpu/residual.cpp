@@ -34,11 +34,11 @@ void dropout_backward(T* dx, const T* dout, size_t n, float p, uint64_t key) {
   const uint32_t threshold = dropout_threshold(p);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) dx[i] = dropout_keep(key, i, threshold) ? dout[i] * keep_scale : T(0);
+  for (size_t i = 0; i < n; i++)
+    dx[i] = dropout_keep(key, i, threshold) ? dout[i] * keep_scale : T(0);
 }
 
-template void residual_dropout_forward(float*, const float*, const float*, size_t, float,
-                                       uint64_t);
+template void residual_dropout_forward(float*, const float*, const float*, size_t, float, uint64_t);
 template void residual_dropout_forward(double*, const double*, const double*, size_t, float,
                                        uint64_t);
 template void dropout_backward(float*, const float*, size_t, float, uint64_t);

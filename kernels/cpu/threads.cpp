@@ -18,8 +18,12 @@ void set_num_threads(int threads) {
   openblas_set_num_threads(threads);
 }
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 
-const char* blas_core_name() { return openblas_get_corename(); }
+const char* blas_core_name() {
+  return openblas_get_corename();
+}
 
 }  // namespace lattice::kernels

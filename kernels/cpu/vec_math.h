@@ -25,13 +25,17 @@ inline float exp_approx(float x) {
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
 }
-inline double exp_approx(double x) { return std::exp(x); }
+inline double exp_approx(double x) {
+  return std::exp(x);
+}
 
 inline float tanh_approx(float x) {
   const float a = x > 9.0f ? 9.0f : (x < -9.0f ? -9.0f : x);
   const float e = exp_approx(2.0f * a);
   return (e - 1.0f) / (e + 1.0f);
 }
-inline double tanh_approx(double x) { return std::tanh(x); }
+inline double tanh_approx(double x) {
+  return std::tanh(x);
+}
 
 }  // namespace lattice::kernels::cpu

@@ -94,9 +94,10 @@ class TestSafetensors : public QObject {
       const st::TensorInfo* t = file.find(e.name);
       QVERIFY2(t, (std::string("tensor ") + e.name + " is missing after the round trip").c_str());
       QVERIFY2(t->dtype == st::Dtype::kF32, e.name);
-      QVERIFY2(t->shape == e.shape, (std::string(e.name) + " has shape " +
-                                     st::shape_to_string(t->shape) + ", wrote " +
-                                     st::shape_to_string(e.shape)).c_str());
+      QVERIFY2(t->shape == e.shape,
+               (std::string(e.name) + " has shape " + st::shape_to_string(t->shape) + ", wrote " +
+                st::shape_to_string(e.shape))
+                   .c_str());
       QCOMPARE(t->numel, e.numel);
       const auto bytes = file.bytes(*t);
       QCOMPARE(bytes.size(), e.numel * sizeof(float));
@@ -122,7 +123,8 @@ class TestSafetensors : public QObject {
     QVERIFY2(bytes == slurp(b), "the same tensors in another order gave different files");
 
     const uint64_t n = header_length(bytes);
-    QVERIFY2(n % 8 == 0, ("header length " + std::to_string(n) + " is not a multiple of 8").c_str());
+    QVERIFY2(n % 8 == 0,
+             ("header length " + std::to_string(n) + " is not a multiple of 8").c_str());
     QCOMPARE(bytes.size(), 8 + n + (6 + 4 + 1) * sizeof(float));
     const std::string header = bytes.substr(8, n);
     QVERIFY2(header.front() == '{', header.c_str());
@@ -140,10 +142,10 @@ class TestSafetensors : public QObject {
 
   void fill_function_supplies_data_when_there_is_no_pointer() {
     const std::string p = path("fill.safetensors");
-    std::vector<st::TensorSource> sources = {
-        {"t", {2, 2}, nullptr, [](float* out) {
-           for (int i = 0; i < 4; i++) out[i] = 10.0f + static_cast<float>(i);
-         }}};
+    std::vector<st::TensorSource> sources = {{"t", {2, 2}, nullptr, [](float* out) {
+                                                for (int i = 0; i < 4; i++)
+                                                  out[i] = 10.0f + static_cast<float>(i);
+                                              }}};
     QVERIFY(st::write(p, sources));
     auto file = st::File::open(p);
     QVERIFY2(file, file.status().message().c_str());
@@ -227,8 +229,8 @@ class TestSafetensors : public QObject {
         {"tensor 'w' has data_offsets [0, 64] past the end of the data (8 bytes"});
     row("offsets reversed", raw_file("{\"w\":" + entry("F32", "[2]", "[8,0]") + "}", zeros8),
         {"tensor 'w' has data_offsets [8, 0] that end before they begin"});
-    row("size does not match shape", raw_file("{\"w\":" + entry("F32", "[3]", "[0,8]") + "}",
-                                              zeros8),
+    row("size does not match shape",
+        raw_file("{\"w\":" + entry("F32", "[3]", "[0,8]") + "}", zeros8),
         {"tensor 'w' has shape [3] and dtype F32, which is 3 x 4 bytes", "span 8 bytes"});
     row("overlapping tensors",
         raw_file("{\"a\":" + w8 + ",\"b\":" + entry("F32", "[2]", "[4,12]") + "}", zeros12),
@@ -252,8 +254,8 @@ class TestSafetensors : public QObject {
     auto file = st::File::open(p);
     QVERIFY2(!file, "a corrupt file was accepted");
     const std::string& message = file.status().message();
-    QVERIFY2(message.find(p) != std::string::npos, ("message does not name the file: " +
-                                                     message).c_str());
+    QVERIFY2(message.find(p) != std::string::npos,
+             ("message does not name the file: " + message).c_str());
     for (const QString& part : expected)
       QVERIFY2(message.find(part.toStdString()) != std::string::npos,
                ("message lacks '" + part.toStdString() + "': " + message).c_str());
@@ -264,26 +266,28 @@ class TestSafetensors : public QObject {
       uint16_t bits;
       float value;
     };
-    const Case f16[] = {{0x3C00, 1.0f},         {0xC000, -2.0f},  {0x3800, 0.5f},
-                        {0x7BFF, 65504.0f},     {0x0400, 0x1p-14f},  // smallest normal
-                        {0x0001, 0x1p-24f},     {0x03FF, 1023 * 0x1p-24f},  // subnormals
-                        {0x3555, 0x1.554p-2f},  {0x0000, 0.0f}};
+    const Case f16[] = {{0x3C00, 1.0f},        {0xC000, -2.0f},
+                        {0x3800, 0.5f},        {0x7BFF, 65504.0f},
+                        {0x0400, 0x1p-14f},                                // smallest normal
+                        {0x0001, 0x1p-24f},    {0x03FF, 1023 * 0x1p-24f},  // subnormals
+                        {0x3555, 0x1.554p-2f}, {0x0000, 0.0f}};
     for (const Case& c : f16)
       QVERIFY2(st::f16_to_float(c.bits) == c.value,
-               ("f16 " + std::to_string(c.bits) + " gave " + std::to_string(st::f16_to_float(c.bits)) +
-                ", expected " + std::to_string(c.value)).c_str());
+               ("f16 " + std::to_string(c.bits) + " gave " +
+                std::to_string(st::f16_to_float(c.bits)) + ", expected " + std::to_string(c.value))
+                   .c_str());
     QVERIFY2(std::signbit(st::f16_to_float(0x8000)) && st::f16_to_float(0x8000) == 0.0f, "f16 -0");
     QVERIFY2(std::isinf(st::f16_to_float(0x7C00)) && st::f16_to_float(0x7C00) > 0, "f16 +inf");
     QVERIFY2(std::isinf(st::f16_to_float(0xFC00)) && st::f16_to_float(0xFC00) < 0, "f16 -inf");
     QVERIFY2(std::isnan(st::f16_to_float(0x7E00)), "f16 nan");
 
-    const Case bf16[] = {{0x3F80, 1.0f},      {0xC000, -2.0f},   {0x4049, 3.140625f},
+    const Case bf16[] = {{0x3F80, 1.0f},      {0xC000, -2.0f},       {0x4049, 3.140625f},
                          {0x0001, 0x1p-133f}, {0x7F7F, 0x1.FEp127f}, {0x0000, 0.0f}};
     for (const Case& c : bf16)
       QVERIFY2(st::bf16_to_float(c.bits) == c.value,
                ("bf16 " + std::to_string(c.bits) + " gave " +
-                std::to_string(st::bf16_to_float(c.bits)) + ", expected " +
-                std::to_string(c.value)).c_str());
+                std::to_string(st::bf16_to_float(c.bits)) + ", expected " + std::to_string(c.value))
+                   .c_str());
     QVERIFY2(std::isinf(st::bf16_to_float(0xFF80)) && st::bf16_to_float(0xFF80) < 0, "bf16 -inf");
     QVERIFY2(std::isnan(st::bf16_to_float(0x7FC0)), "bf16 nan");
   }
@@ -305,7 +309,8 @@ class TestSafetensors : public QObject {
     QCOMPARE(out[0], -1.0f);
     out[0] = 5.0f;
     QVERIFY2(!st::to_float(st::Dtype::kI32, reinterpret_cast<const std::byte*>(f32_bytes), 1,
-                           out.data()) && out[0] == 5.0f,
+                           out.data()) &&
+                 out[0] == 5.0f,
              "I32 must be refused without writing");
   }
 

@@ -29,7 +29,8 @@ class KernelGradients : public QObject {
     std::vector<double> dinp(N * C), dw(OC * C, 0.0), db(OC, 0.0);
     k::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
                        OC);
-    for (auto [name, x, g] : {std::tuple{"inp", &inp, &dinp}, {"weight", &w, &dw}, {"bias", &b, &db}}) {
+    for (auto [name, x, g] :
+         {std::tuple{"inp", &inp, &dinp}, {"weight", &w, &dw}, {"bias", &b, &db}}) {
       const std::string err = check_gradient(std::string("matmul ") + name, *x, *g, loss);
       QVERIFY2(err.empty(), err.c_str());
     }
@@ -39,11 +40,14 @@ class KernelGradients : public QObject {
     const int N = 3, C = 4, OC = 2;
     auto inp = random_vector(N * C, 5), w = random_vector(OC * C, 6);
     const auto dout = random_vector(N * OC, 7);
-    std::vector<double> dinp(N * C), dw_once(OC * C, 0.0), dw_twice(OC * C, 0.0),
-        db(OC, 0.0), db2(OC, 0.0);
-    k::matmul_backward(dinp.data(), dw_once.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
-    k::matmul_backward(dinp.data(), dw_twice.data(), db2.data(), dout.data(), inp.data(), w.data(), N, C, OC);
-    k::matmul_backward(dinp.data(), dw_twice.data(), db2.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    std::vector<double> dinp(N * C), dw_once(OC * C, 0.0), dw_twice(OC * C, 0.0), db(OC, 0.0),
+        db2(OC, 0.0);
+    k::matmul_backward(dinp.data(), dw_once.data(), db.data(), dout.data(), inp.data(), w.data(), N,
+                       C, OC);
+    k::matmul_backward(dinp.data(), dw_twice.data(), db2.data(), dout.data(), inp.data(), w.data(),
+                       N, C, OC);
+    k::matmul_backward(dinp.data(), dw_twice.data(), db2.data(), dout.data(), inp.data(), w.data(),
+                       N, C, OC);
     for (int i = 0; i < OC * C; i++)
       QVERIFY2(std::abs(dw_twice[i] - 2 * dw_once[i]) < 1e-12,
                qPrintable(QString("dweight[%1] did not accumulate").arg(i)));
@@ -55,14 +59,16 @@ class KernelGradients : public QObject {
     const auto dout = random_vector(N * C, 14);
     std::vector<double> out(N * C), mean(N), rstd(N);
     auto loss = [&] {
-      k::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+      k::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N,
+                           C);
       return dot(out, dout);
     };
     loss();
     std::vector<double> dinp(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
     k::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
                           mean.data(), rstd.data(), N, C);
-    for (auto [name, x, g] : {std::tuple{"inp", &inp, &dinp}, {"weight", &w, &dw}, {"bias", &b, &db}}) {
+    for (auto [name, x, g] :
+         {std::tuple{"inp", &inp, &dinp}, {"weight", &w, &dw}, {"bias", &b, &db}}) {
       const std::string err = check_gradient(std::string("layernorm ") + name, *x, *g, loss);
       QVERIFY2(err.empty(), err.c_str());
     }
@@ -93,7 +99,8 @@ class KernelGradients : public QObject {
         return dot(out, dout);
       };
       k::dropout_backward(dx.data(), dout.data(), n, p, 99);
-      std::string err = check_gradient("residual_dropout x (p=" + std::to_string(p) + ")", x, dx, loss);
+      std::string err =
+          check_gradient("residual_dropout x (p=" + std::to_string(p) + ")", x, dx, loss);
       QVERIFY2(err.empty(), err.c_str());
       err = check_gradient("residual_dropout residual", res, dout, loss);
       QVERIFY2(err.empty(), err.c_str());
@@ -155,12 +162,14 @@ class KernelGradients : public QObject {
     const float scale = 0.25f;
     std::vector<double> losses(N), dlogits(N * V);
     auto loss = [&] {
-      k::softmax_cross_entropy<double>(losses.data(), nullptr, logits.data(), targets.data(), N, V, 0);
+      k::softmax_cross_entropy<double>(losses.data(), nullptr, logits.data(), targets.data(), N, V,
+                                       0);
       double s = 0;
       for (double l : losses) s += l;
       return s * scale;
     };
-    k::softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, scale);
+    k::softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V,
+                             scale);
     const std::string err = check_gradient("cross_entropy logits", logits, dlogits, loss);
     QVERIFY2(err.empty(), err.c_str());
     // The loss itself: -log softmax at the target, computed directly.
@@ -179,7 +188,8 @@ class KernelGradients : public QObject {
     const std::vector<int32_t> targets = {1, 2, 6};
     std::vector<double> losses(N), d(N * V), losses2(N);
     k::softmax_cross_entropy(losses.data(), d.data(), logits.data(), targets.data(), N, V, 1.0f);
-    k::softmax_cross_entropy(losses2.data(), logits.data(), logits.data(), targets.data(), N, V, 1.0f);
+    k::softmax_cross_entropy(losses2.data(), logits.data(), logits.data(), targets.data(), N, V,
+                             1.0f);
     for (int i = 0; i < N * V; i++) QCOMPARE(logits[i], d[i]);
     for (int n = 0; n < N; n++) QCOMPARE(losses2[n], losses[n]);
   }
@@ -217,8 +227,10 @@ class KernelGradients : public QObject {
       for (size_t i = 0; i < n; i++) {
         m_ref[i] = b1 * m_ref[i] + (1 - b1) * g[i];
         v_ref[i] = b2 * v_ref[i] + (1 - b2) * g[i] * g[i];
-        const double mh = m_ref[i] / (1 - std::pow(b1, step)), vh = v_ref[i] / (1 - std::pow(b2, step));
-        p_ref[i] -= double(hp.lr) * (mh / (std::sqrt(vh) + double(hp.eps)) + double(hp.weight_decay) * p_ref[i]);
+        const double mh = m_ref[i] / (1 - std::pow(b1, step)),
+                     vh = v_ref[i] / (1 - std::pow(b2, step));
+        p_ref[i] -= double(hp.lr) *
+                    (mh / (std::sqrt(vh) + double(hp.eps)) + double(hp.weight_decay) * p_ref[i]);
       }
     }
     for (size_t i = 0; i < n; i++)
@@ -231,27 +243,36 @@ class KernelGradients : public QObject {
     const int B = 2, T = 70, C = 16, NH = 2, N = B * T, V = 300;
     const auto qkv_d = random_vector(N * 3 * C, 81);
     std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end());
-    std::vector<double> out_d(N * C), probs_d(B * NH * T * T), ws_d(k::attention_workspace_elems(T) * k::num_threads());
+    std::vector<double> out_d(N * C), probs_d(B * NH * T * T),
+        ws_d(k::attention_workspace_elems(T) * k::num_threads());
     std::vector<float> out_f(N * C), probs_f(B * NH * T * T), ws_f(ws_d.size());
-    k::attention_forward(out_d.data(), probs_d.data(), qkv_d.data(), B, T, C, NH, 0.1f, 3, ws_d.data());
-    k::attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, C, NH, 0.1f, 3, ws_f.data());
+    k::attention_forward(out_d.data(), probs_d.data(), qkv_d.data(), B, T, C, NH, 0.1f, 3,
+                         ws_d.data());
+    k::attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, C, NH, 0.1f, 3,
+                         ws_f.data());
     for (int i = 0; i < N * C; i++)
-      QVERIFY2(std::abs(out_f[i] - out_d[i]) <= 1e-5 * (1 + std::abs(out_d[i])),
-               qPrintable(QString("attention out[%1]: float %2 double %3").arg(i).arg(out_f[i]).arg(out_d[i])));
+      QVERIFY2(
+          std::abs(out_f[i] - out_d[i]) <= 1e-5 * (1 + std::abs(out_d[i])),
+          qPrintable(
+              QString("attention out[%1]: float %2 double %3").arg(i).arg(out_f[i]).arg(out_d[i])));
     const auto logits_d = random_vector(N * V, 82, 4.0);
     std::vector<float> logits_f(logits_d.begin(), logits_d.end());
     std::vector<int32_t> targets(N);
     for (int i = 0; i < N; i++) targets[i] = (i * 37) % V;
     std::vector<double> loss_d(N), dl_d(N * V);
     std::vector<float> loss_f(N), dl_f(N * V);
-    k::softmax_cross_entropy(loss_d.data(), dl_d.data(), logits_d.data(), targets.data(), N, V, 1.0f);
-    k::softmax_cross_entropy(loss_f.data(), dl_f.data(), logits_f.data(), targets.data(), N, V, 1.0f);
+    k::softmax_cross_entropy(loss_d.data(), dl_d.data(), logits_d.data(), targets.data(), N, V,
+                             1.0f);
+    k::softmax_cross_entropy(loss_f.data(), dl_f.data(), logits_f.data(), targets.data(), N, V,
+                             1.0f);
     for (int i = 0; i < N; i++)
-      QVERIFY2(std::abs(loss_f[i] - loss_d[i]) <= 1e-5 * (1 + std::abs(loss_d[i])),
-               qPrintable(QString("loss[%1]: float %2 double %3").arg(i).arg(loss_f[i]).arg(loss_d[i])));
+      QVERIFY2(
+          std::abs(loss_f[i] - loss_d[i]) <= 1e-5 * (1 + std::abs(loss_d[i])),
+          qPrintable(QString("loss[%1]: float %2 double %3").arg(i).arg(loss_f[i]).arg(loss_d[i])));
     for (int i = 0; i < N * V; i++)
-      QVERIFY2(std::abs(dl_f[i] - dl_d[i]) <= 1e-6,
-               qPrintable(QString("dlogits[%1]: float %2 double %3").arg(i).arg(dl_f[i]).arg(dl_d[i])));
+      QVERIFY2(
+          std::abs(dl_f[i] - dl_d[i]) <= 1e-6,
+          qPrintable(QString("dlogits[%1]: float %2 double %3").arg(i).arg(dl_f[i]).arg(dl_d[i])));
     const auto x_d = random_vector(4096, 83, 3.0);
     std::vector<float> x_f(x_d.begin(), x_d.end()), g_f(x_d.size());
     std::vector<double> g_d(x_d.size());

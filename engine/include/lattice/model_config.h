@@ -9,18 +9,18 @@
 namespace lattice {
 
 struct ModelConfig {
-  int num_layers = 2;                  // --num-layers
-  int hidden_size = 64;                // --hidden-size (C)
-  int ffn_hidden_size = 0;             // --ffn-hidden-size (F); 0 means 4 * hidden
-  int num_attention_heads = 4;         // --num-attention-heads (NH)
-  int seq_length = 64;                 // --seq-length (T)
-  int max_position_embeddings = 0;     // --max-position-embeddings; 0 means seq-length
-  int vocab_size = 512;                // --vocab-size (tokenizer's vocabulary)
+  int num_layers = 2;                      // --num-layers
+  int hidden_size = 64;                    // --hidden-size (C)
+  int ffn_hidden_size = 0;                 // --ffn-hidden-size (F); 0 means 4 * hidden
+  int num_attention_heads = 4;             // --num-attention-heads (NH)
+  int seq_length = 64;                     // --seq-length (T)
+  int max_position_embeddings = 0;         // --max-position-embeddings; 0 means seq-length
+  int vocab_size = 512;                    // --vocab-size (tokenizer's vocabulary)
   int make_vocab_size_divisible_by = 128;  // --make-vocab-size-divisible-by
-  int tensor_model_parallel_size = 1;  // padding rule uses it (ARCHITECTURE.md)
-  float attention_dropout = 0.1f;      // --attention-dropout
-  float hidden_dropout = 0.1f;         // --hidden-dropout
-  float init_method_std = 0.02f;       // --init-method-std
+  int tensor_model_parallel_size = 1;      // padding rule uses it (ARCHITECTURE.md)
+  float attention_dropout = 0.1f;          // --attention-dropout
+  float hidden_dropout = 0.1f;             // --hidden-dropout
+  float init_method_std = 0.02f;           // --init-method-std
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int max_positions() const {

@@ -12,7 +12,9 @@ class Status {
  public:
   Status() = default;
   static Status ok() { return Status(); }
-  static Status invalid_argument(std::string msg) { return Status(Code::kInvalidArgument, std::move(msg)); }
+  static Status invalid_argument(std::string msg) {
+    return Status(Code::kInvalidArgument, std::move(msg));
+  }
   static Status io_error(std::string msg) { return Status(Code::kIoError, std::move(msg)); }
   static Status corrupt(std::string msg) { return Status(Code::kCorrupt, std::move(msg)); }
   static Status internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
@@ -31,7 +33,7 @@ class Status {
 template <typename T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}       // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: must not be ok
   bool is_ok() const { return value_.has_value(); }
   explicit operator bool() const { return is_ok(); }

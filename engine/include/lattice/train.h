@@ -16,16 +16,16 @@ struct IterationMetrics {
   int iteration = 0, train_iters = 0;
   int64_t consumed_samples = 0;
   int global_batch_size = 0;
-  double lm_loss = 0;           // mean over the iteration's tokens
+  double lm_loss = 0;  // mean over the iteration's tokens
   double learning_rate = 0;
-  double grad_norm = 0;         // before clipping
-  double loss_scale = 1.0;      // fp32: always 1
-  int skipped_iterations = 0;   // cumulative
-  int nan_iterations = 0;       // cumulative
-  double step_seconds = 0;      // wall time of this iteration
+  double grad_norm = 0;        // before clipping
+  double loss_scale = 1.0;     // fp32: always 1
+  int skipped_iterations = 0;  // cumulative
+  int nan_iterations = 0;      // cumulative
+  double step_seconds = 0;     // wall time of this iteration
   double tokens_per_second = 0;
-  double tflops_per_device = 0; // achieved, Megatron's FLOP count
-  double mfu = 0;               // achieved / peak (measured SGEMM rate on CPU)
+  double tflops_per_device = 0;  // achieved, Megatron's FLOP count
+  double mfu = 0;                // achieved / peak (measured SGEMM rate on CPU)
 };
 
 struct MemoryReport {
@@ -44,12 +44,12 @@ struct RunStart {
   std::string description;  // model, batch, threads
   int64_t parameters = 0;
   int threads = 0;
-  double peak_gflops = 0;   // measured SGEMM rate used for MFU
+  double peak_gflops = 0;  // measured SGEMM rate used for MFU
   std::string blas_core;
 };
 
 struct TrainSummary {
-  std::vector<double> losses;    // per iteration, in order
+  std::vector<double> losses;  // per iteration, in order
   std::vector<double> grad_norms;
   double tokens_per_second = 0;  // over iterations after the first
   double gflops = 0;             // achieved, same window

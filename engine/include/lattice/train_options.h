@@ -27,18 +27,18 @@ struct OptimizerConfig {
 struct TrainOptions {
   ModelConfig model;
   OptimizerConfig optim;
-  int micro_batch_size = 4;      // --micro-batch-size
-  int global_batch_size = 0;     // --global-batch-size (0: micro batch size)
-  int train_iters = 100;         // --train-iters
-  int log_interval = 10;         // --log-interval
-  uint64_t seed = 1234;          // --seed
-  bool mock_data = false;        // --mock-data
+  int micro_batch_size = 4;                      // --micro-batch-size
+  int global_batch_size = 0;                     // --global-batch-size (0: micro batch size)
+  int train_iters = 100;                         // --train-iters
+  int log_interval = 10;                         // --log-interval
+  uint64_t seed = 1234;                          // --seed
+  bool mock_data = false;                        // --mock-data
   std::string tokenizer_type = "NullTokenizer";  // --tokenizer-type
-  int threads = 0;               // --threads (0: all cores)
-  std::string load_hf;           // --load-hf FILE (GPT-2 safetensors to start from)
-  std::string save_hf;           // --save-hf FILE (final weights as GPT-2 safetensors)
-  bool profile = false;          // --profile: per-op time table at the end
-  std::string config_path;       // --config FILE (recorded, already applied)
+  int threads = 0;                               // --threads (0: all cores)
+  std::string load_hf;                           // --load-hf FILE (GPT-2 safetensors to start from)
+  std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
+  bool profile = false;     // --profile: per-op time table at the end
+  std::string config_path;  // --config FILE (recorded, already applied)
 
   int num_micro_batches() const { return global_batch_size / micro_batch_size; }
   // Every violated rule, one sentence each naming the flag; empty when valid.

@@ -38,7 +38,7 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   const std::string positions =
       c.max_position_embeddings > 0
           ? "--max-position-embeddings " + std::to_string(c.max_position_embeddings)
-          : "--seq-length " + std::to_string(c.seq_length) + ", no --max-position-embeddings";
+          : "--seq-length " + std::to_string(c.seq_length) + "; no --max-position-embeddings";
   std::vector<HfTensor> out;
   auto add = [&](std::string hf_name, std::vector<int64_t> shape, const std::string& our_name,
                  Mapping mapping, std::string flags) {
@@ -49,7 +49,7 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   add("wte.weight", {V, C}, "embedding.word_embeddings.weight", Mapping::kCopy,
       "--vocab-size " + std::to_string(V) + " " + hidden);
   add("wpe.weight", {P, C}, "embedding.position_embeddings.weight", Mapping::kCopy,
-      positions + " " + hidden);
+      hidden + " " + positions);
   for (int l = 0; l < c.num_layers; l++) {
     const std::string h = "h." + std::to_string(l) + ".";
     const std::string d = "decoder.layers." + std::to_string(l) + ".";
@@ -57,12 +57,11 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
     add(h + "ln_1.bias", {C}, d + "input_layernorm.bias", Mapping::kCopy, hidden);
     add(h + "attn.c_attn.weight", {C, 3 * C}, d + "self_attention.linear_qkv.weight",
         Mapping::kQkvWeight, hidden);
-    add(h + "attn.c_attn.bias", {3 * C}, d + "self_attention.linear_qkv.bias",
-        Mapping::kQkvBias, hidden);
+    add(h + "attn.c_attn.bias", {3 * C}, d + "self_attention.linear_qkv.bias", Mapping::kQkvBias,
+        hidden);
     add(h + "attn.c_proj.weight", {C, C}, d + "self_attention.linear_proj.weight",
         Mapping::kTranspose, hidden);
-    add(h + "attn.c_proj.bias", {C}, d + "self_attention.linear_proj.bias", Mapping::kCopy,
-        hidden);
+    add(h + "attn.c_proj.bias", {C}, d + "self_attention.linear_proj.bias", Mapping::kCopy, hidden);
     add(h + "ln_2.weight", {C}, d + "pre_mlp_layernorm.weight", Mapping::kCopy, hidden);
     add(h + "ln_2.bias", {C}, d + "pre_mlp_layernorm.bias", Mapping::kCopy, hidden);
     add(h + "mlp.c_fc.weight", {C, F}, d + "mlp.linear_fc1.weight", Mapping::kTranspose, ffn);
@@ -109,12 +108,6 @@ void for_each_element(const HfTensor& t, int64_t head_size, Visit&& visit) {
   }
 }
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // The N of "h.N.<...>", or -1.
 int layer_of(const std::string& name) {
   if (name.rfind("h.", 0) != 0) return -1;
@@ -146,15 +139,13 @@ std::vector<std::string> match_tensors(const safetensors::File& file,
                                        const std::vector<HfTensor>& expected,
                                        const ModelConfig& config,
                                        std::vector<const safetensors::TensorInfo*>* found) {
-  const std::string& path = file.path();
   std::vector<std::string> problems;
   std::map<std::string, const safetensors::TensorInfo*> by_name;  // prefix stripped
   const safetensors::TensorInfo* lm_head = nullptr;
   int file_layers = 0;
   for (const safetensors::TensorInfo& t : file.tensors()) {
     const std::string prefix = "transformer.";
-    const std::string name =
-        t.name.rfind(prefix, 0) == 0 ? t.name.substr(prefix.size()) : t.name;
+    const std::string name = t.name.rfind(prefix, 0) == 0 ? t.name.substr(prefix.size()) : t.name;
     if (is_mask_buffer(name)) continue;
     if (name == "lm_head.weight") {
       lm_head = &t;
@@ -162,12 +153,11 @@ std::vector<std::string> match_tensors(const safetensors::File& file,
     }
     file_layers = std::max(file_layers, layer_of(name) + 1);
     const auto [it, inserted] = by_name.emplace(name, &t);
-    if (!inserted)
-      problems.push_back(path + " holds both " + it->second->name + " and " + t.name);
+    if (!inserted) problems.push_back("the file holds both " + it->second->name + " and " + t.name);
   }
   if (file_layers != config.num_layers)
     problems.insert(problems.begin(),
-                    path + " holds " +
+                    "the file holds " +
                         (file_layers == 0 ? std::string("no layers (h.N.*)")
                                           : std::to_string(file_layers) + " layers (h.0 to h." +
                                                 std::to_string(file_layers - 1) + ")") +
@@ -178,23 +168,23 @@ std::vector<std::string> match_tensors(const safetensors::File& file,
     const safetensors::TensorInfo* t = it == by_name.end() ? nullptr : it->second;
     found->push_back(t);
     if (!t) {
-      problems.push_back(e.name + " is missing from " + path + " (the model (" + e.flags +
-                         ") expects " + safetensors::shape_to_string(e.shape) + ")");
+      problems.push_back(e.name + " is missing (the model (" + e.flags + ") expects " +
+                         safetensors::shape_to_string(e.shape) + ")");
       continue;
     }
     by_name.erase(it);
     if (t->shape != e.shape)
-      problems.push_back(t->name + " has shape " + safetensors::shape_to_string(t->shape) +
-                         " in " + path + " but the model (" + e.flags + ") expects " +
-                         safetensors::shape_to_string(e.shape) +
-                         (e.name == "wpe.weight" ? " (the position table must match exactly)"
-                                                 : ""));
+      problems.push_back(
+          t->name + " has shape " + safetensors::shape_to_string(t->shape) +
+          " in the file but the model (" + e.flags + ") expects " +
+          safetensors::shape_to_string(e.shape) +
+          (e.name == "wpe.weight" ? " (the position table must match exactly)" : ""));
     else if (!is_float_dtype(t->dtype))
-      problems.push_back(t->name + " has dtype " + safetensors::dtype_name(t->dtype) + " in " +
-                         path + "; only F32, F16 and BF16 can be imported");
+      problems.push_back(t->name + " has dtype " + safetensors::dtype_name(t->dtype) +
+                         "; only F32, F16 and BF16 can be imported");
   }
   for (const auto& [name, t] : by_name)
-    problems.push_back(path + " holds " + t->name + " " + safetensors::shape_to_string(t->shape) +
+    problems.push_back("the file holds " + t->name + " " + safetensors::shape_to_string(t->shape) +
                        ", which GPT-2 has no place for");
 
   // The output layer is tied to wte; a file whose lm_head differs would lose it silently.
@@ -204,7 +194,7 @@ std::vector<std::string> match_tensors(const safetensors::File& file,
     const auto a = file.bytes(*lm_head), b = file.bytes(*wte);
     if (lm_head->dtype != wte->dtype || lm_head->shape != wte->shape ||
         !std::equal(a.begin(), a.end(), b.begin(), b.end()))
-      problems.push_back(lm_head->name + " differs from " + wte->name + " in " + path +
+      problems.push_back(lm_head->name + " differs from " + wte->name +
                          "; Lattice ties the output layer to the word embeddings and cannot "
                          "load a separate one");
   }
@@ -219,18 +209,31 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 
 }  // namespace
 
-Status import_hf_gpt2(const std::string& path, const ModelConfig& config,
-                      const ParamLayout& layout, float* params) {
+Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
+                      float* params) {
   Result<safetensors::File> opened = safetensors::File::open(path);
   if (!opened) return opened.status();
   const safetensors::File& file = opened.value();
   const std::vector<HfTensor> expected = hf_tensors(config, layout);
   std::vector<const safetensors::TensorInfo*> found;
   const std::vector<std::string> problems = match_tensors(file, expected, config, &found);
-  if (!problems.empty())
+  if (!problems.empty()) {
+    // One problem per line; a wholly different model would list hundreds, so the first
+    // kMaxListed say what is wrong and a count says how much more there is.
+    // Wrong dtypes and shapes say more than the missing tensors that follow from them.
+    constexpr size_t kMaxListed = 12;
+    std::vector<std::string> ordered = problems;
+    std::stable_partition(ordered.begin(), ordered.end(), [](const std::string& p) {
+      return p.find(" is missing (") == std::string::npos;
+    });
+    std::vector<std::string> listed(ordered.begin(),
+                                    ordered.begin() + std::min(ordered.size(), kMaxListed));
+    if (problems.size() > kMaxListed)
+      listed.push_back("... and " + std::to_string(problems.size() - kMaxListed) + " more");
     return Status::invalid_argument(
         "cannot import " + path + " as GPT-2: " + std::to_string(problems.size()) +
-        (problems.size() == 1 ? " problem: " : " problems: ") + join(problems, "; "));
+        (problems.size() == 1 ? " problem: " : " problems:\n  ") + join(listed, "\n  "));
+  }
 
   std::vector<float> scratch;  // one HF tensor at a time, for the reordered ones
   for (size_t i = 0; i < expected.size(); i++) {
@@ -240,7 +243,7 @@ Status import_hf_gpt2(const std::string& path, const ModelConfig& config,
     if (e.mapping == Mapping::kCopy) {
       s = file.read_float(*found[i], ours);
     } else {
-      scratch.resize(static_cast<size_t>(numel(e.shape)));
+      scratch.resize(e.param->numel);  // reordered tensors have the same size on both sides
       s = file.read_float(*found[i], scratch.data());
       for_each_element(e, config.head_size(),
                        [&](int64_t hf, int64_t our) { ours[our] = scratch[hf]; });
@@ -254,8 +257,8 @@ Status import_hf_gpt2(const std::string& path, const ModelConfig& config,
   return Status::ok();
 }
 
-Status export_hf_gpt2(const std::string& path, const ModelConfig& config,
-                      const ParamLayout& layout, const float* params) {
+Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
+                      const float* params) {
   const std::vector<HfTensor> expected = hf_tensors(config, layout);
   const int64_t head_size = config.head_size();
   std::vector<safetensors::TensorSource> sources;

@@ -20,14 +20,14 @@ namespace lattice {
 // Every mismatch (missing, unexpected, wrong shape or dtype) is reported at once in one
 // invalid_argument message naming the file, the tensor and the flags that fix the expected
 // shape; corrupt/io_error come from the file itself. On error `params` is left untouched.
-Status import_hf_gpt2(const std::string& path, const ModelConfig& config,
-                      const ParamLayout& layout, float* params);
+Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
+                      float* params);
 
 // Writes `params` as an HF GPT-2 safetensors file at `path` (atomically, see
 // safetensors::write): F32, names without the "transformer." prefix, Conv1D weights
 // transposed, c_attn in GPT-2's [Q | K | V] order, wte without the padding rows, and
 // metadata {"format": "pt"} as transformers writes it.
-Status export_hf_gpt2(const std::string& path, const ModelConfig& config,
-                      const ParamLayout& layout, const float* params);
+Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
+                      const float* params);
 
 }  // namespace lattice

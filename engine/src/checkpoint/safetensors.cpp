@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 namespace lattice::safetensors {
 
@@ -32,11 +34,11 @@ struct DtypeInfo {
   size_t size;
 };
 constexpr DtypeInfo kDtypes[] = {
-    {Dtype::kBool, "BOOL", 1}, {Dtype::kU8, "U8", 1},   {Dtype::kI8, "I8", 1},
+    {Dtype::kBool, "BOOL", 1},      {Dtype::kU8, "U8", 1},          {Dtype::kI8, "I8", 1},
     {Dtype::kF8E5M2, "F8_E5M2", 1}, {Dtype::kF8E4M3, "F8_E4M3", 1}, {Dtype::kI16, "I16", 2},
-    {Dtype::kU16, "U16", 2},   {Dtype::kF16, "F16", 2}, {Dtype::kBF16, "BF16", 2},
-    {Dtype::kI32, "I32", 4},   {Dtype::kU32, "U32", 4}, {Dtype::kF32, "F32", 4},
-    {Dtype::kF64, "F64", 8},   {Dtype::kI64, "I64", 8}, {Dtype::kU64, "U64", 8},
+    {Dtype::kU16, "U16", 2},        {Dtype::kF16, "F16", 2},        {Dtype::kBF16, "BF16", 2},
+    {Dtype::kI32, "I32", 4},        {Dtype::kU32, "U32", 4},        {Dtype::kF32, "F32", 4},
+    {Dtype::kF64, "F64", 8},        {Dtype::kI64, "I64", 8},        {Dtype::kU64, "U64", 8},
 };
 
 const DtypeInfo* find_dtype(const std::string& name) {
@@ -52,7 +54,12 @@ std::string known_dtype_names() {
 }
 
 std::string range_string(size_t begin, size_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  // Appended piece by piece: `"[" + std::to_string(...)` trips GCC 12's -Wrestrict (bug 105329).
+  std::string s = "[";
+  s += std::to_string(begin);
+  s += ", ";
+  s += std::to_string(end);
+  return s + "]";
 }
 
 // A non-negative integer that fits size_t, or false.
@@ -80,8 +87,8 @@ std::string parse_entry(const json& entry, size_t data_size, TensorInfo* t) {
   if (!dtype.is_string()) return who + " has a non-string dtype " + dtype.dump();
   const DtypeInfo* info = find_dtype(dtype.get<std::string>());
   if (!info)
-    return who + " has unknown dtype '" + dtype.get<std::string>() + "' (known: " +
-           known_dtype_names() + ")";
+    return who + " has unknown dtype '" + dtype.get<std::string>() +
+           "' (known: " + known_dtype_names() + ")";
   t->dtype = info->dtype;
 
   const json& shape = entry["shape"];
@@ -90,7 +97,8 @@ std::string parse_entry(const json& entry, size_t data_size, TensorInfo* t) {
   for (const json& d : shape) {
     size_t dim = 0;
     if (!as_size(d, &dim))
-      return who + " has shape " + shape.dump() + " with a dimension that is not a "
+      return who + " has shape " + shape.dump() +
+             " with a dimension that is not a "
              "non-negative integer";
     if (__builtin_mul_overflow(numel, dim, &numel))
       return who + " has shape " + shape.dump() + " whose element count overflows";
@@ -104,7 +112,8 @@ std::string parse_entry(const json& entry, size_t data_size, TensorInfo* t) {
     return who + " has data_offsets " + offsets.dump() +
            "; expected two non-negative integers [begin, end]";
   if (t->end < t->begin)
-    return who + " has data_offsets " + range_string(t->begin, t->end) + " that end before they "
+    return who + " has data_offsets " + range_string(t->begin, t->end) +
+           " that end before they "
            "begin";
   if (t->end > data_size)
     return who + " has data_offsets " + range_string(t->begin, t->end) +
@@ -185,7 +194,9 @@ float f16_to_float(uint16_t bits) {
   return std::bit_cast<float>(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
 }
 
-float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+float bf16_to_float(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
 
 bool to_float(Dtype dtype, const std::byte* src, size_t numel, float* out) {
   switch (dtype) {
@@ -261,8 +272,10 @@ Result<File> File::open(const std::string& path) {
   try {
     root = json::parse(header, header + header_size, on_event);
   } catch (const json::parse_error& e) {
+    const std::string what = e.what();  // "[json.exception.parse_error.101] parse error at ..."
     return corrupt("the " + std::to_string(header_size) + "-byte header is not valid JSON (" +
-                   e.what() + ")");
+                   what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2) +
+                   ")");
   }
   if (!root.is_object()) return corrupt("the header must be a JSON object, got " + root.dump());
   if (!duplicate.empty()) return corrupt("tensor '" + duplicate + "' appears twice in the header");
@@ -293,7 +306,9 @@ Result<File> File::open(const std::string& path) {
   return Result<File>(std::move(file));
 }
 
-File::File(File&& other) noexcept { *this = std::move(other); }
+File::File(File&& other) noexcept {
+  *this = std::move(other);
+}
 
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {

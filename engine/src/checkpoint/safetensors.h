@@ -17,8 +17,23 @@
 namespace lattice::safetensors {
 
 // Every dtype the format defines; only F32, F16 and BF16 convert to float.
-enum class Dtype { kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16, kI32, kU32, kF32,
-                   kF64, kI64, kU64 };
+enum class Dtype {
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64
+};
 
 const char* dtype_name(Dtype dtype);  // "F32", "BF16", ...
 size_t dtype_size(Dtype dtype);       // bytes per element

@@ -9,9 +9,21 @@
 namespace lattice {
 
 enum class Op : int {
-  kEmbedding, kLayerNorm, kMatmulForward, kMatmulBackward, kAttentionForward,
-  kAttentionBackward, kGelu, kResidualDropout, kLmHeadForward, kLmHeadBackward,
-  kCrossEntropy, kOptimizer, kGradNorm, kData, kCount
+  kEmbedding,
+  kLayerNorm,
+  kMatmulForward,
+  kMatmulBackward,
+  kAttentionForward,
+  kAttentionBackward,
+  kGelu,
+  kResidualDropout,
+  kLmHeadForward,
+  kLmHeadBackward,
+  kCrossEntropy,
+  kOptimizer,
+  kGradNorm,
+  kData,
+  kCount
 };
 const char* op_name(Op op);
 
@@ -38,7 +50,8 @@ class ScopedOp {
       : profiler_(profiler), op_(op), start_(std::chrono::steady_clock::now()) {}
   ~ScopedOp() {
     if (profiler_)
-      profiler_->add(op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+      profiler_->add(
+          op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }
   ScopedOp(const ScopedOp&) = delete;
   ScopedOp& operator=(const ScopedOp&) = delete;

@@ -18,7 +18,8 @@ void MockGptData::sample(int64_t index, int32_t* tokens) {
   const int64_t begin = index * seq_length_, end = begin + seq_length_ + 1;
   while (doc_start_.back() < end)
     doc_start_.push_back(doc_start_.back() + document_length(doc_start_.size() - 1));
-  int64_t doc = std::upper_bound(doc_start_.begin(), doc_start_.end(), begin) - doc_start_.begin() - 1;
+  int64_t doc =
+      std::upper_bound(doc_start_.begin(), doc_start_.end(), begin) - doc_start_.begin() - 1;
   for (int64_t pos = begin; pos < end; pos++) {
     while (pos >= doc_start_[doc + 1]) doc++;
     const int64_t j = pos - doc_start_[doc], length = doc_start_[doc + 1] - doc_start_[doc];

@@ -20,11 +20,27 @@ GptActivations<T>::GptActivations(const ModelConfig& c, int micro_batch)
     : B(micro_batch), T_(c.seq_length) {
   const size_t L = c.num_layers, C = c.hidden_size, F = c.ffn(), NH = c.num_attention_heads,
                V = c.padded_vocab_size(), N = static_cast<size_t>(B) * T_;
-  const size_t sizes[] = {(L + 1) * N * C, L * N * C, L * N, L * N, L * N * 3 * C, L * N * C,
-                          L * B * NH * T_ * T_, L * N * C, L * N * C, L * N, L * N, L * N * F,
-                          L * N * F, N * C, N, N, N * V, N};
-  T** ptrs[] = {&residual, &ln1, &ln1_mean, &ln1_rstd, &qkv, &atty, &probs, &res_mid, &ln2,
-                &ln2_mean, &ln2_rstd, &fc1, &gelu, &lnf, &lnf_mean, &lnf_rstd, &logits, &losses};
+  const size_t sizes[] = {(L + 1) * N * C,
+                          L * N * C,
+                          L * N,
+                          L * N,
+                          L * N * 3 * C,
+                          L * N * C,
+                          L * B * NH * T_ * T_,
+                          L * N * C,
+                          L * N * C,
+                          L * N,
+                          L * N,
+                          L * N * F,
+                          L * N * F,
+                          N * C,
+                          N,
+                          N,
+                          N * V,
+                          N};
+  T** ptrs[] = {&residual, &ln1,     &ln1_mean, &ln1_rstd, &qkv,      &atty,
+                &probs,    &res_mid, &ln2,      &ln2_mean, &ln2_rstd, &fc1,
+                &gelu,     &lnf,     &lnf_mean, &lnf_rstd, &logits,   &losses};
   size_t total = 0;
   for (size_t s : sizes) total += (s + 15) / 16 * 16;
   storage.assign(total, T(0));
@@ -41,15 +57,20 @@ GptModel<T>::GptModel(const ModelConfig& config, int micro_batch)
     : config_(config), layout_(config), micro_batch_(micro_batch) {
   params_.assign(layout_.total_numel(), T(0));
   grads_.assign(layout_.total_numel(), T(0));
-  const size_t N = static_cast<size_t>(micro_batch) * config.seq_length,
-               C = config.hidden_size, F = config.ffn();
+  const size_t N = static_cast<size_t>(micro_batch) * config.seq_length, C = config.hidden_size,
+               F = config.ffn();
   scratch_.assign(N * (4 * C + F + 3 * C), T(0));
   T* p = scratch_.data();
-  d_residual_ = p; p += N * C;
-  d_c_a_ = p; p += N * C;
-  d_c_b_ = p; p += N * C;
-  fwd_c_ = p; p += N * C;
-  d_f_ = p; p += N * F;
+  d_residual_ = p;
+  p += N * C;
+  d_c_a_ = p;
+  p += N * C;
+  d_c_b_ = p;
+  p += N * C;
+  fwd_c_ = p;
+  p += N * C;
+  d_f_ = p;
+  p += N * F;
   d_qkv_ = p;
   attention_ws_.assign(k::attention_workspace_elems(config.seq_length) * k::num_threads(), T(0));
 }
@@ -250,7 +271,8 @@ void GptModel<T>::backward(GptActivations<T>& a) {
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))).
     {
       ScopedOp op(&profiler_, Op::kResidualDropout);
-      k::dropout_backward(d_c_a_, d_residual_, NC, p_hidden, dropout_site_key(seed, l, kFc2Dropout));
+      k::dropout_backward(d_c_a_, d_residual_, NC, p_hidden,
+                          dropout_site_key(seed, l, kFc2Dropout));
     }
     {
       ScopedOp op(&profiler_, Op::kMatmulBackward);
@@ -272,7 +294,8 @@ void GptModel<T>::backward(GptActivations<T>& a) {
     // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))).
     {
       ScopedOp op(&profiler_, Op::kResidualDropout);
-      k::dropout_backward(d_c_a_, d_residual_, NC, p_hidden, dropout_site_key(seed, l, kProjDropout));
+      k::dropout_backward(d_c_a_, d_residual_, NC, p_hidden,
+                          dropout_site_key(seed, l, kProjDropout));
     }
     {
       ScopedOp op(&profiler_, Op::kMatmulBackward);

@@ -22,27 +22,27 @@ struct GptActivations {
 
   int B, T_;
   std::vector<T> storage;  // one allocation; the pointers below index into it
-  T* residual;    // (L+1, B, T, C): residual[0] = embeddings, residual[l+1] = layer l output
-  T* ln1;         // (L, B, T, C)
-  T* ln1_mean;    // (L, B, T)
-  T* ln1_rstd;    // (L, B, T)
-  T* qkv;         // (L, B, T, 3C)
-  T* atty;        // (L, B, T, C) attention output before the projection
-  T* probs;       // (L, B, NH, T, T) softmax before dropout
-  T* res_mid;     // (L, B, T, C) residual after the attention block
-  T* ln2;         // (L, B, T, C)
-  T* ln2_mean;    // (L, B, T)
-  T* ln2_rstd;    // (L, B, T)
-  T* fc1;         // (L, B, T, F) before GELU
-  T* gelu;        // (L, B, T, F)
-  T* lnf;         // (B, T, C)
-  T* lnf_mean;    // (B, T)
-  T* lnf_rstd;    // (B, T)
-  T* logits;      // (B, T, Vp); after a training forward it holds d loss / d logits
-  T* losses;      // (B, T)
+  T* residual;  // (L+1, B, T, C): residual[0] = embeddings, residual[l+1] = layer l output
+  T* ln1;       // (L, B, T, C)
+  T* ln1_mean;  // (L, B, T)
+  T* ln1_rstd;  // (L, B, T)
+  T* qkv;       // (L, B, T, 3C)
+  T* atty;      // (L, B, T, C) attention output before the projection
+  T* probs;     // (L, B, NH, T, T) softmax before dropout
+  T* res_mid;   // (L, B, T, C) residual after the attention block
+  T* ln2;       // (L, B, T, C)
+  T* ln2_mean;  // (L, B, T)
+  T* ln2_rstd;  // (L, B, T)
+  T* fc1;       // (L, B, T, F) before GELU
+  T* gelu;      // (L, B, T, F)
+  T* lnf;       // (B, T, C)
+  T* lnf_mean;  // (B, T)
+  T* lnf_rstd;  // (B, T)
+  T* logits;    // (B, T, Vp); after a training forward it holds d loss / d logits
+  T* losses;    // (B, T)
   std::vector<int32_t> tokens;  // (B, T)
   uint64_t dropout_seed = 0;
-  bool has_grad = false;        // logits hold gradients: backward may run
+  bool has_grad = false;  // logits hold gradients: backward may run
 };
 
 struct MemoryBreakdown {
@@ -93,12 +93,12 @@ class GptModel {
   std::vector<T> grads_;   // same shape as params_
   // Backward scratch, shared by all micro-batches (backward runs one at a time).
   std::vector<T> scratch_;
-  T* d_residual_;  // (B, T, C) gradient flowing down the residual stream
-  T* d_c_a_;       // (B, T, C)
-  T* d_c_b_;       // (B, T, C)
-  T* d_f_;         // (B, T, F)
-  T* d_qkv_;       // (B, T, 3C)
-  T* fwd_c_;       // (B, T, C) forward temporary (projection outputs)
+  T* d_residual_;                // (B, T, C) gradient flowing down the residual stream
+  T* d_c_a_;                     // (B, T, C)
+  T* d_c_b_;                     // (B, T, C)
+  T* d_f_;                       // (B, T, F)
+  T* d_qkv_;                     // (B, T, 3C)
+  T* fwd_c_;                     // (B, T, C) forward temporary (projection outputs)
   std::vector<T> attention_ws_;  // threads * attention_workspace_elems(T)
   Profiler profiler_;
 };

@@ -14,8 +14,8 @@ int ModelConfig::padded_vocab_size() const {
 
 int64_t ModelConfig::num_parameters() const {
   const int64_t C = hidden_size, F = ffn(), L = num_layers;
-  const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) +
-                            (C * F + C);
+  const int64_t per_layer =
+      2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (C * F + C);
   return static_cast<int64_t>(padded_vocab_size()) * C + max_positions() * C + L * per_layer +
          2 * C;
 }

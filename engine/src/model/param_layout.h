@@ -15,26 +15,26 @@ namespace lattice {
 struct ParamTensor {
   std::string name;
   std::vector<int64_t> shape;
-  size_t offset = 0;   // in elements from the arena's start
+  size_t offset = 0;  // in elements from the arena's start
   size_t numel = 0;
-  bool decay = true;   // weight decay applies (false for biases, norms)
+  bool decay = true;  // weight decay applies (false for biases, norms)
 };
 
 // Pointers into one arena for one transformer layer, shapes in comments.
 template <typename T>
 struct LayerParams {
-  T* ln1_w;    // (C)
-  T* ln1_b;    // (C)
-  T* qkv_w;    // (3C, C), per-head [q|k|v]
-  T* qkv_b;    // (3C)
-  T* proj_w;   // (C, C)
-  T* proj_b;   // (C)
-  T* ln2_w;    // (C)
-  T* ln2_b;    // (C)
-  T* fc1_w;    // (F, C)
-  T* fc1_b;    // (F)
-  T* fc2_w;    // (C, F)
-  T* fc2_b;    // (C)
+  T* ln1_w;   // (C)
+  T* ln1_b;   // (C)
+  T* qkv_w;   // (3C, C), per-head [q|k|v]
+  T* qkv_b;   // (3C)
+  T* proj_w;  // (C, C)
+  T* proj_b;  // (C)
+  T* ln2_w;   // (C)
+  T* ln2_b;   // (C)
+  T* fc1_w;   // (F, C)
+  T* fc1_b;   // (F)
+  T* fc2_w;   // (C, F)
+  T* fc2_b;   // (C)
 };
 
 class ParamLayout {

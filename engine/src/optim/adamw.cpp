@@ -15,8 +15,10 @@ double learning_rate(const OptimizerConfig& c, int iteration, int decay_iters) {
   const double span = decay_iters - c.lr_warmup_iters;
   const double ratio = span > 0 ? (iteration - c.lr_warmup_iters) / span : 1.0;
   double coeff = 0;
-  if (c.lr_decay_style == "linear") coeff = 1.0 - ratio;
-  else if (c.lr_decay_style == "cosine") coeff = 0.5 * (std::cos(M_PI * ratio) + 1.0);
+  if (c.lr_decay_style == "linear")
+    coeff = 1.0 - ratio;
+  else if (c.lr_decay_style == "cosine")
+    coeff = 0.5 * (std::cos(M_PI * ratio) + 1.0);
   return min_lr + coeff * (max_lr - min_lr);
 }
 

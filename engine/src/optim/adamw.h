@@ -10,7 +10,6 @@
 
 namespace lattice {
 
-
 // Megatron's OptimizerParamScheduler over iterations (1-based: the LR used by iteration i):
 // linear warm-up to lr over lr_warmup_iters, then decay to min_lr at lr_decay_iters, min_lr after.
 double learning_rate(const OptimizerConfig& config, int iteration, int decay_iters);
@@ -35,7 +34,7 @@ class AdamW {
   };
   std::vector<Group> groups_;  // contiguous runs of tensors sharing the decay flag
   OptimizerConfig config_;
-  std::vector<T> m_, v_;        // (arena) first and second moments
+  std::vector<T> m_, v_;  // (arena) first and second moments
   int step_ = 0;
 };
 

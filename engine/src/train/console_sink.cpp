@@ -20,7 +20,9 @@ std::string format(const char* fmt, auto... args) {
   std::snprintf(buf, sizeof buf, fmt, args...);
   return buf;
 }
-double mib(size_t bytes) { return bytes / 1048576.0; }
+double mib(size_t bytes) {
+  return bytes / 1048576.0;
+}
 }  // namespace
 
 ConsoleSink::ConsoleSink(std::ostream& out, int log_interval, bool print_profile)
@@ -28,10 +30,9 @@ ConsoleSink::ConsoleSink(std::ostream& out, int log_interval, bool print_profile
 
 void ConsoleSink::on_start(const RunStart& s) {
   out_ << "> " << s.description << "\n"
-       << "> parameters: " << s.parameters << " (" << format("%.2f", s.parameters / 1e6)
-       << " M)\n"
-       << "> measured SGEMM peak: " << format("%.1f", s.peak_gflops) << " GFLOP/s on "
-       << s.threads << " threads (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n"
+       << "> parameters: " << s.parameters << " (" << format("%.2f", s.parameters / 1e6) << " M)\n"
+       << "> measured SGEMM peak: " << format("%.1f", s.peak_gflops) << " GFLOP/s on " << s.threads
+       << " threads (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n"
        << std::flush;
 }
 
@@ -59,14 +60,16 @@ void ConsoleSink::on_iteration(const IterationMetrics& m) {
   count_ = 0;
 }
 
-void ConsoleSink::on_message(const std::string& message) { out_ << "> " << message << "\n"; }
+void ConsoleSink::on_message(const std::string& message) {
+  out_ << "> " << message << "\n";
+}
 
 void ConsoleSink::on_end(const TrainSummary& s) {
   const MemoryReport& m = s.memory;
   out_ << "> done: " << s.losses.size() << " iterations in " << format("%.1f", s.total_seconds)
-       << " s; " << format("%.1f", s.tokens_per_second) << " tokens/s, "
-       << format("%.1f", s.gflops) << " GFLOP/s = "
-       << format("%.1f%%", 100.0 * s.gflops / s.peak_gflops) << " of the measured SGEMM peak\n"
+       << " s; " << format("%.1f", s.tokens_per_second) << " tokens/s, " << format("%.1f", s.gflops)
+       << " GFLOP/s = " << format("%.1f%%", 100.0 * s.gflops / s.peak_gflops)
+       << " of the measured SGEMM peak\n"
        << "> memory (MiB): weights " << format("%.1f", mib(m.weights)) << " | grads "
        << format("%.1f", mib(m.grads)) << " | optimizer state " << format("%.1f", mib(m.optimizer))
        << " | activations " << format("%.1f", mib(m.activations)) << " | workspace "

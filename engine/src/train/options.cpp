@@ -50,20 +50,17 @@ std::vector<OptionSpec> option_table(TrainOptions& o) {
       {"min-lr", "learning rate at the end of decay", &p.min_lr},
       {"lr-decay-style", "constant | linear | cosine", &p.lr_decay_style},
       {"lr-warmup-iters", "linear warm-up iterations", &p.lr_warmup_iters},
-      {"lr-decay-iters", "iterations over which to decay (default train iters)",
-       &p.lr_decay_iters},
+      {"lr-decay-iters", "iterations over which to decay (default train iters)", &p.lr_decay_iters},
       {"weight-decay", "AdamW weight decay, not applied to biases and norms (0.01)",
        &p.weight_decay},
       {"adam-beta1", "AdamW beta1 (0.9)", &p.adam_beta1},
       {"adam-beta2", "AdamW beta2 (0.999)", &p.adam_beta2},
       {"adam-eps", "AdamW epsilon (1e-8)", &p.adam_eps},
-      {"clip-grad", "clip the global gradient L2 norm to this (1.0; 0 disables)",
-       &p.clip_grad},
+      {"clip-grad", "clip the global gradient L2 norm to this (1.0; 0 disables)", &p.clip_grad},
       {"seed", "random seed for initialisation, data and dropout (1234)", &o.seed},
       {"log-interval", "print a progress line every N iterations", &o.log_interval},
       {"mock-data", "train on synthetic documents (Megatron's --mock-data)", &o.mock_data},
-      {"tokenizer-type", "NullTokenizer (others arrive with the data pipeline)",
-       &o.tokenizer_type},
+      {"tokenizer-type", "NullTokenizer (others arrive with the data pipeline)", &o.tokenizer_type},
       {"threads", "CPU threads (default: all cores)", &o.threads},
       {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
       {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
@@ -111,7 +108,9 @@ const OptionSpec* find(const std::vector<OptionSpec>& table, const std::string& 
   return nullptr;
 }
 
-bool is_flag(const OptionSpec& s) { return std::holds_alternative<bool*>(s.target); }
+bool is_flag(const OptionSpec& s) {
+  return std::holds_alternative<bool*>(s.target);
+}
 
 template <typename N>
 bool parse_number(const std::string& text, N& out) {
@@ -135,9 +134,12 @@ std::string assign_text(const OptionSpec& s, const std::string& text) {
         if constexpr (std::is_same_v<V, std::string>) {
           *target = text;
         } else if constexpr (std::is_same_v<V, bool>) {
-          if (text == "true" || text == "1") *target = true;
-          else if (text == "false" || text == "0") *target = false;
-          else return flag + " expects true or false, got '" + text + "'";
+          if (text == "true" || text == "1")
+            *target = true;
+          else if (text == "false" || text == "0")
+            *target = false;
+          else
+            return flag + " expects true or false, got '" + text + "'";
         } else if constexpr (std::is_same_v<V, int>) {
           if (!parse_number(text, *target)) return flag + " expects an integer, got '" + text + "'";
         } else if constexpr (std::is_same_v<V, uint64_t>) {
@@ -252,8 +254,9 @@ std::vector<std::string> TrainOptions::validate() const {
     errors.push_back("--tokenizer-type " + tokenizer_type +
                      " is not available yet; this build trains with NullTokenizer");
   if (!mock_data)
-    errors.push_back("no training data: pass --mock-data (real datasets via --data-path arrive "
-                     "with the data pipeline)");
+    errors.push_back(
+        "no training data: pass --mock-data (real datasets via --data-path arrive "
+        "with the data pipeline)");
   if (model.vocab_size > 0 && model.vocab_size < 3)
     errors.push_back("--vocab-size must be at least 3 for --mock-data");
   return errors;
@@ -373,8 +376,20 @@ std::string train_options_help() {
 std::string train_options_json(const TrainOptions& options) {
   TrainOptions copy = options;
   nlohmann::json out = nlohmann::json::object();
-  for (const OptionSpec& s : option_table(copy))
-    std::visit([&](auto* target) { out[s.name] = *target; }, s.target);
+  for (const OptionSpec& s : option_table(copy)) {
+    std::visit(
+        [&](auto* target) {
+          if constexpr (std::is_same_v<std::remove_pointer_t<decltype(target)>, float>) {
+            // The shortest text that reads back as the same float: 0.1f prints as 0.1.
+            char buf[32];
+            auto [end, ec] = std::to_chars(buf, buf + sizeof buf, *target);
+            out[s.name] = std::stod(std::string(buf, end));
+          } else {
+            out[s.name] = *target;
+          }
+        },
+        s.target);
+  }
   return out.dump();
 }
 

@@ -28,11 +28,11 @@ size_t peak_rss_bytes() {
 std::string describe(const TrainOptions& o, int threads) {
   const ModelConfig& m = o.model;
   std::ostringstream s;
-  s << "GPT " << m.num_layers << " layers, hidden " << m.hidden_size << ", ffn " << m.ffn()
-    << ", " << m.num_attention_heads << " heads, seq " << m.seq_length << ", vocab "
-    << m.vocab_size << " (padded " << m.padded_vocab_size() << "); micro batch "
-    << o.micro_batch_size << " x " << o.num_micro_batches() << " = global batch "
-    << o.global_batch_size << "; " << threads << " threads";
+  s << "GPT " << m.num_layers << " layers, hidden " << m.hidden_size << ", ffn " << m.ffn() << ", "
+    << m.num_attention_heads << " heads, seq " << m.seq_length << ", vocab " << m.vocab_size
+    << " (padded " << m.padded_vocab_size() << "); micro batch " << o.micro_batch_size << " x "
+    << o.num_micro_batches() << " = global batch " << o.global_batch_size << "; " << threads
+    << " threads";
   return s.str();
 }
 
@@ -102,7 +102,8 @@ Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
         ScopedOp op(&model.profiler(), Op::kData);
         for (int b = 0; b < B; b++) {
           data.sample(consumed + static_cast<int64_t>(mb) * B + b, sample.data());
-          std::copy(sample.begin(), sample.begin() + T, inputs.begin() + static_cast<size_t>(b) * T);
+          std::copy(sample.begin(), sample.begin() + T,
+                    inputs.begin() + static_cast<size_t>(b) * T);
           std::copy(sample.begin() + 1, sample.end(), targets.begin() + static_cast<size_t>(b) * T);
         }
       }
@@ -161,7 +162,8 @@ Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
   summary.memory.peak_rss = peak_rss_bytes();
   for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
     const Op op = static_cast<Op>(i);
-    summary.op_times.push_back({op_name(op), model.profiler().seconds(op), model.profiler().calls(op)});
+    summary.op_times.push_back(
+        {op_name(op), model.profiler().seconds(op), model.profiler().calls(op)});
   }
   if (!o.save_hf.empty()) {
     if (Status s = export_hf_gpt2(o.save_hf, mc, model.layout(), model.params()); !s)

@@ -27,8 +27,8 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N,
 // dinp (N, C) = dout (N, OC) @ weight (OC, C)      (skipped when dinp is null)
 // dweight (OC, C) += dout^T @ inp;  dbias (OC) += column sums of dout (skipped when null)
 template <typename S>
-void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
-                     const S* weight, int N, int C, int OC);
+void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
+                     int N, int C, int OC);
 
 // out (B, T, C) = wte[tokens[b, t]] + wpe[t];  tokens (B, T) index rows of wte (V, C).
 template <typename S>
@@ -46,8 +46,8 @@ void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, 
                        int N, int C);
 // dinp (N, C) += ..., dweight (C) += ..., dbias (C) += ...
 template <typename S>
-void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
-                        const S* weight, const S* mean, const S* rstd, int N, int C);
+void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
+                        const S* mean, const S* rstd, int N, int C);
 
 // GELU, tanh approximation (GPT-2, Megatron's default bias-gelu). out (n) may alias inp.
 template <typename S>
@@ -73,8 +73,8 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key);
 // workspace: attention_workspace_elems(T) elements per thread (num_threads() of them).
 size_t attention_workspace_elems(int T);
 template <typename S>
-void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH,
-                       float dropout_p, uint64_t dropout_key, S* workspace);
+void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
+                       uint64_t dropout_key, S* workspace);
 // dqkv (B, T, 3C) = gradient of the attention inputs given dout (B, T, C).
 template <typename S>
 void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
@@ -84,8 +84,8 @@ void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, in
 // When dlogits is non-null it receives (softmax - onehot(target)) * grad_scale and may alias
 // logits (the logits are then consumed). Targets must lie in [0, V).
 template <typename S>
-void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets,
-                           int N, int V, float grad_scale);
+void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets, int N,
+                           int V, float grad_scale);
 
 // AdamW (decoupled weight decay, Megatron / apex FusedAdam): step counts from 1.
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr (m^ / (sqrt(v^) + eps) + wd p).

@@ -1,0 +1,136 @@
+// lattice-bench-train: training throughput of the spine issue's configs A and B on this
+// CPU, as a table, with the per-op profile and memory, and a final RESULT line in JSON for
+// train_vs_pytorch.sh. A program, not a test: figures go to docs/benchmarks.md.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lattice/kernels.h"
+#include "lattice/train.h"
+
+using namespace lattice;
+
+namespace {
+
+class StepTimes : public MetricsSink {
+ public:
+  void on_iteration(const IterationMetrics& m) override {
+    seconds.push_back(m.step_seconds);
+    std::fprintf(stderr, "  step %d: %.1f ms, loss %.4f\n", m.iteration, m.step_seconds * 1e3,
+                 m.lm_loss);
+  }
+  std::vector<double> seconds;
+};
+
+bool preset(const std::string& name, TrainOptions& o) {
+  ModelConfig& m = o.model;
+  if (name == "A") {
+    m.num_layers = 4, m.hidden_size = 256, m.num_attention_heads = 4, m.vocab_size = 8192;
+    m.seq_length = 128, o.micro_batch_size = 8;
+  } else if (name == "B") {
+    m.num_layers = 12, m.hidden_size = 768, m.num_attention_heads = 12, m.vocab_size = 50304;
+    m.seq_length = 256, o.micro_batch_size = 4;
+  } else {
+    return false;
+  }
+  o.global_batch_size = o.micro_batch_size;
+  return true;
+}
+
+double mib(size_t bytes) {
+  return bytes / 1048576.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config = "A";
+  int threads = 2, steps = 0;
+  float dropout = 0.1f;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--config")
+      config = next();
+    else if (a == "--threads")
+      threads = std::atoi(next());
+    else if (a == "--steps")
+      steps = std::atoi(next());
+    else if (a == "--dropout")
+      dropout = std::strtof(next(), nullptr);
+    else {
+      std::fprintf(stderr,
+                   "usage: lattice-bench-train [--config A|B] [--threads N] [--steps N] "
+                   "[--dropout P]\n");
+      return 2;
+    }
+  }
+  TrainOptions o;
+  if (!preset(config, o)) {
+    std::fprintf(stderr, "lattice-bench-train: --config %s is not A or B\n", config.c_str());
+    return 2;
+  }
+  o.model.attention_dropout = o.model.hidden_dropout = dropout;
+  o.train_iters = steps > 0 ? steps : (config == "A" ? 10 : 4);
+  o.threads = threads;
+  o.mock_data = true;
+  o.optim.lr = 1e-4f;
+  o.log_interval = 1000000;
+  o.seed = 1;
+  if (auto errors = o.validate(); !errors.empty()) {
+    std::fprintf(stderr, "lattice-bench-train: %s\n", errors.front().c_str());
+    return 2;
+  }
+
+  StepTimes times;
+  Result<TrainSummary> r = train(o, times);
+  if (!r) {
+    std::fprintf(stderr, "lattice-bench-train: %s\n", r.status().message().c_str());
+    return 1;
+  }
+  const TrainSummary& s = *r;
+  // Median over steps after the first (which pays for page faults and warm-up).
+  std::vector<double> timed(times.seconds.begin() + (times.seconds.size() > 1 ? 1 : 0),
+                            times.seconds.end());
+  std::sort(timed.begin(), timed.end());
+  const double median = timed[timed.size() / 2];
+  const double tokens = static_cast<double>(o.global_batch_size) * o.model.seq_length;
+  const double gflops = flops_per_iteration(o.model, o.global_batch_size) / median / 1e9;
+  const MemoryReport& m = s.memory;
+  const size_t needed = m.weights + m.grads + m.optimizer + m.activations;
+
+  std::printf(
+      "config %s: %d layers, hidden %d, %d heads, vocab %d, seq %d, micro batch %d, "
+      "fp32, dropout %.2f, %d threads\n",
+      config.c_str(), o.model.num_layers, o.model.hidden_size, o.model.num_attention_heads,
+      o.model.vocab_size, o.model.seq_length, o.micro_batch_size, dropout, threads);
+  std::printf("%-34s %12s\n", "metric", "value");
+  std::printf("%-34s %12.1f\n", "median step (ms)", median * 1e3);
+  std::printf("%-34s %12.1f\n", "tokens/s", tokens / median);
+  std::printf("%-34s %12.1f\n", "achieved GFLOP/s", gflops);
+  std::printf("%-34s %12.1f\n", "measured SGEMM GFLOP/s", s.peak_gflops);
+  std::printf("%-34s %11.1f%%\n", "fraction of SGEMM", 100.0 * gflops / s.peak_gflops);
+  std::printf("%-34s %12.1f\n", "weights (MiB)", mib(m.weights));
+  std::printf("%-34s %12.1f\n", "grads (MiB)", mib(m.grads));
+  std::printf("%-34s %12.1f\n", "Adam state (MiB)", mib(m.optimizer));
+  std::printf("%-34s %12.1f\n", "stored activations (MiB)", mib(m.activations));
+  std::printf("%-34s %12.1f\n", "workspace (MiB)", mib(m.workspace));
+  std::printf("%-34s %12.1f\n", "peak RSS (MiB)", mib(m.peak_rss));
+  std::printf("%-34s %12.2f\n", "peak RSS / needed", static_cast<double>(m.peak_rss) / needed);
+  std::printf("\nper-op profile (all %d steps):\n", o.train_iters);
+  double total = 0;
+  for (const OpTime& t : s.op_times) total += t.seconds;
+  for (const OpTime& t : s.op_times)
+    if (t.calls > 0)
+      std::printf("  %-24s %9.3f s %6.1f%%\n", t.name.c_str(), t.seconds,
+                  100.0 * t.seconds / total);
+  std::printf(
+      "RESULT {\"impl\":\"lattice\",\"config\":\"%s\",\"threads\":%d,\"tokens_per_s\":%.2f,"
+      "\"step_ms_median\":%.2f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.4f,"
+      "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\"}\n",
+      config.c_str(), threads, tokens / median, median * 1e3, gflops, s.peak_gflops,
+      gflops / s.peak_gflops, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name());
+  return 0;
+}

@@ -1,0 +1,162 @@
+// The `lattice` program as a user runs it: real processes, their exit codes and output.
+#include <QtTest/QtTest>
+
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  QString out, err;
+};
+
+Run lattice(const QStringList& args, int timeout_ms = 240000) {
+  QProcess p;
+  p.start(LATTICE_CLI_PATH, args);
+  Run r;
+  if (!p.waitForFinished(timeout_ms)) {
+    p.kill();
+    r.err = "timed out";
+    return r;
+  }
+  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+  r.out = QString::fromUtf8(p.readAllStandardOutput());
+  r.err = QString::fromUtf8(p.readAllStandardError());
+  return r;
+}
+
+QList<double> lm_losses(const QString& out) {
+  QList<double> losses;
+  static const QRegularExpression re(R"(lm loss: ([0-9.E+-]+) \|)");
+  for (auto it = re.globalMatch(out); it.hasNext();)
+    losses.append(it.next().captured(1).toDouble());
+  return losses;
+}
+
+const QStringList kTinyModel = {"--num-layers",          "2",   "--hidden-size", "64",
+                                "--num-attention-heads", "4",   "--seq-length",  "64",
+                                "--vocab-size",          "512", "--threads",     "2"};
+
+}  // namespace
+
+class Cli : public QObject {
+  Q_OBJECT
+ private slots:
+  void mock_data_training_lowers_the_loss_steadily() {
+    Run r = lattice(QStringList{"train", "--mock-data", "--micro-batch-size", "4",
+                                "--global-batch-size", "8", "--train-iters", "200",
+                                "--log-interval", "20", "--lr", "1e-3", "--min-lr", "1e-4",
+                                "--lr-warmup-iters", "10", "--lr-decay-style", "cosine"} +
+                    kTinyModel);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    const QList<double> losses = lm_losses(r.out);
+    QCOMPARE(losses.size(), 10);  // one averaged value per 20 iterations
+    for (int i = 1; i < losses.size(); i++)
+      QVERIFY2(losses[i] < losses[i - 1],
+               qPrintable(QString("interval %1 loss %2 did not fall below %3")
+                              .arg(i + 1)
+                              .arg(losses[i])
+                              .arg(losses[i - 1])));
+    QVERIFY2(losses.last() < 0.5 * losses.first(),
+             qPrintable(QString("loss %1 -> %2").arg(losses.first()).arg(losses.last())));
+  }
+
+  void progress_line_has_megatrons_fields() {
+    Run r =
+        lattice(QStringList{"train", "--mock-data", "--train-iters", "2", "--log-interval", "1"} +
+                kTinyModel);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    for (const char* field :
+         {"iteration        2/       2", "consumed samples:", "elapsed time per iteration (ms):",
+          "throughput per GPU (TFLOP/s/GPU):", "learning rate:", "global batch size:", "lm loss:",
+          "loss scale: 1.0", "grad norm:", "number of skipped iterations:",
+          "number of nan iterations:", "tokens per second:", "MFU:"})
+      QVERIFY2(r.out.contains(field), field);
+  }
+
+  void same_seed_same_output_across_processes() {
+    const QStringList args = QStringList{"train",          "--mock-data", "--train-iters", "5",
+                                         "--log-interval", "1",           "--seed",        "77"} +
+                             kTinyModel;
+    const QList<double> a = lm_losses(lattice(args).out), b = lm_losses(lattice(args).out);
+    QCOMPARE(a.size(), 5);
+    QCOMPARE(a, b);
+  }
+
+  void unknown_flag_is_refused_before_training() {
+    Run r = lattice({"train", "--mock-data", "--num-layer", "2"});
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains("unknown flag --num-layer (did you mean --num-layers?)"),
+             qPrintable(r.err));
+    QVERIFY(!r.out.contains("iteration"));
+  }
+
+  void impossible_layout_is_refused_with_every_reason() {
+    Run r = lattice({"train", "--mock-data", "--hidden-size", "30", "--num-attention-heads", "4",
+                     "--micro-batch-size", "3", "--global-batch-size", "8"});
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains("--num-attention-heads 4 does not divide --hidden-size 30"),
+             qPrintable(r.err));
+    QVERIFY2(r.err.contains("--global-batch-size 8 is not a multiple of --micro-batch-size 3"),
+             qPrintable(r.err));
+  }
+
+  void demo_runs_the_embedded_default() {
+    Run help = lattice({"demo", "--help"});
+    QCOMPARE(help.exit_code, 0);
+    QVERIFY(help.out.contains("\"mock-data\": true"));
+    Run r = lattice({"demo", "--train-iters", "3", "--log-interval", "1", "--threads", "2"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QCOMPARE(lm_losses(r.out).size(), 3);
+  }
+
+  void hf_weights_round_trip_through_training() {
+    QTemporaryDir dir;
+    const QString file = dir.filePath("gpt2.safetensors");
+    Run save = lattice(
+        QStringList{"train", "--mock-data", "--train-iters", "2", "--save-hf", file} + kTinyModel);
+    QVERIFY2(save.exit_code == 0, qPrintable(save.err));
+    QVERIFY(QFileInfo(file).size() > 0);
+    // lr 0 leaves the weights as loaded, so saving them again must give the same bytes.
+    const QString again = dir.filePath("again.safetensors");
+    const QStringList frozen = {"train", "--mock-data", "--train-iters", "1", "--log-interval", "1",
+                                "--lr",  "0",           "--min-lr",      "0"};
+    Run loaded = lattice(frozen + kTinyModel + QStringList{"--load-hf", file, "--save-hf", again});
+    QVERIFY2(loaded.exit_code == 0, qPrintable(loaded.err));
+    QVERIFY(loaded.out.contains("loaded GPT-2 weights from"));
+    QFile a(file), b(again);
+    QVERIFY(a.open(QIODevice::ReadOnly) && b.open(QIODevice::ReadOnly));
+    QVERIFY2(a.readAll() == b.readAll(), "load-hf then save-hf changed the weights file");
+    // ... and the trained weights score better on mock data than a fresh initialisation.
+    Run fresh = lattice(frozen + kTinyModel);
+    QVERIFY2(lm_losses(loaded.out).first() < lm_losses(fresh.out).first(),
+             qPrintable(loaded.out + fresh.out));
+  }
+
+  void hf_shape_mismatch_names_tensor_and_flags() {
+    QTemporaryDir dir;
+    const QString file = dir.filePath("gpt2.safetensors");
+    QCOMPARE(lattice(QStringList{"train", "--mock-data", "--train-iters", "1", "--save-hf", file} +
+                     kTinyModel)
+                 .exit_code,
+             0);
+    QStringList wider = kTinyModel;
+    wider[wider.indexOf("--hidden-size") + 1] = "128";
+    Run r = lattice(QStringList{"train", "--mock-data", "--train-iters", "1", "--load-hf", file} +
+                    wider);
+    QVERIFY(r.exit_code != 0);
+    QVERIFY2(r.err.contains("--load-hf") && r.err.contains("wte.weight") &&
+                 r.err.contains("--hidden-size"),
+             qPrintable(r.err));
+    Run missing =
+        lattice(QStringList{"train", "--mock-data", "--load-hf", dir.filePath("nope.safetensors")} +
+                kTinyModel);
+    QVERIFY(missing.exit_code != 0);
+    QVERIFY2(missing.err.contains("nope.safetensors"), qPrintable(missing.err));
+  }
+};
+
+QTEST_GUILESS_MAIN(Cli)
+#include "test_cli.moc"

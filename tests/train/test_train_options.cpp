@@ -1,0 +1,163 @@
+// `lattice train` flags: Megatron's names, --config files with flags overriding them, and
+// one sentence per problem that names the flag (or the file and line).
+#include <QtTest/QtTest>
+
+#include <QTemporaryDir>
+#include <fstream>
+
+#include "lattice/train_options.h"
+
+using lattice::parse_train_options;
+
+namespace {
+std::vector<std::string> base() {
+  return {"--mock-data"};
+}
+std::vector<std::string> with(std::vector<std::string> extra) {
+  std::vector<std::string> args = base();
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+bool mentions(const lattice::Status& s, const std::string& text) {
+  return s.message().find(text) != std::string::npos;
+}
+}  // namespace
+
+class TrainOptionsTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void megatron_flags_set_the_model() {
+    auto r = parse_train_options(
+        with({"--num-layers", "3", "--hidden-size=48", "--num-attention-heads", "6", "--seq-length",
+              "16", "--lr", "3e-4", "--lr-decay-style", "cosine", "--global-batch-size", "8",
+              "--micro-batch-size", "2", "--hidden-dropout", "0", "--seed", "99"}));
+    QVERIFY2(r.is_ok(), r.status().message().c_str());
+    QCOMPARE(r->model.num_layers, 3);
+    QCOMPARE(r->model.hidden_size, 48);
+    QCOMPARE(r->model.num_attention_heads, 6);
+    QCOMPARE(r->optim.lr, 3e-4f);
+    QCOMPARE(r->optim.lr_decay_style, std::string("cosine"));
+    QCOMPARE(r->num_micro_batches(), 4);
+    QCOMPARE(r->model.hidden_dropout, 0.0f);
+    QCOMPARE(r->seed, uint64_t(99));
+  }
+
+  void megatron_defaults() {
+    auto r = parse_train_options(base());
+    QVERIFY(r.is_ok());
+    QCOMPARE(r->model.attention_dropout, 0.1f);
+    QCOMPARE(r->model.hidden_dropout, 0.1f);
+    QCOMPARE(r->optim.weight_decay, 0.01f);
+    QCOMPARE(r->optim.adam_beta2, 0.999f);
+    QCOMPARE(r->optim.clip_grad, 1.0f);
+    QCOMPARE(r->model.make_vocab_size_divisible_by, 128);
+    QCOMPARE(r->global_batch_size, r->micro_batch_size);
+  }
+
+  void vocabulary_is_padded_as_megatron() {
+    auto r = parse_train_options(with({"--vocab-size", "50257"}));
+    QVERIFY(r.is_ok());
+    QCOMPARE(r->model.padded_vocab_size(), 50304);
+    r = parse_train_options(with({"--vocab-size", "1000", "--make-vocab-size-divisible-by", "64"}));
+    QCOMPARE(r->model.padded_vocab_size(), 1024);
+  }
+
+  void unknown_flag_is_named_with_a_suggestion() {
+    auto r = parse_train_options(with({"--num-layer", "4"}));
+    QVERIFY(!r.is_ok());
+    QVERIFY2(mentions(r.status(), "unknown flag --num-layer (did you mean --num-layers?)"),
+             r.status().message().c_str());
+  }
+
+  void malformed_values_name_the_flag() {
+    auto r = parse_train_options(with({"--num-layers", "four", "--lr", "fast"}));
+    QVERIFY(!r.is_ok());
+    QVERIFY2(mentions(r.status(), "--num-layers expects an integer, got 'four'"),
+             r.status().message().c_str());
+    QVERIFY2(mentions(r.status(), "--lr expects a number, got 'fast'"),
+             r.status().message().c_str());
+  }
+
+  void impossible_values_are_all_reported() {
+    auto r = parse_train_options(with({"--hidden-size", "100", "--num-attention-heads", "3",
+                                       "--global-batch-size", "10", "--micro-batch-size", "4",
+                                       "--attention-dropout", "1.5", "--lr-decay-style", "steep"}));
+    QVERIFY(!r.is_ok());
+    const auto& s = r.status();
+    QVERIFY2(mentions(s, "--num-attention-heads 3 does not divide --hidden-size 100"),
+             s.message().c_str());
+    QVERIFY2(mentions(s, "--global-batch-size 10 is not a multiple of --micro-batch-size 4"),
+             s.message().c_str());
+    QVERIFY2(mentions(s, "--attention-dropout must lie in [0, 1)"), s.message().c_str());
+    QVERIFY2(mentions(s, "--lr-decay-style 'steep' is not one of constant, linear, cosine"),
+             s.message().c_str());
+  }
+
+  void training_needs_data() {
+    auto r = parse_train_options({});
+    QVERIFY(!r.is_ok());
+    QVERIFY2(mentions(r.status(), "--mock-data"), r.status().message().c_str());
+  }
+
+  void config_file_is_read_and_flags_override_it() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("run.json").toStdString();
+    std::ofstream(path) << R"({"num-layers": 6, "hidden_size": 96, "num-attention-heads": 4,
+                              "mock-data": true, "lr": 0.002})";
+    auto r = parse_train_options({"--config", path, "--num-layers", "2"});
+    QVERIFY2(r.is_ok(), r.status().message().c_str());
+    QCOMPARE(r->model.num_layers, 2);    // flag wins
+    QCOMPARE(r->model.hidden_size, 96);  // underscore key accepted
+    QCOMPARE(r->optim.lr, 0.002f);
+    QCOMPARE(r->config_path, path);
+  }
+
+  void malformed_config_names_file_and_line() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("bad.json").toStdString();
+    std::ofstream(path) << "{\n  \"num-layers\": 4,\n  \"lr\": ,\n}\n";
+    auto r = parse_train_options({"--config", path});
+    QVERIFY(!r.is_ok());
+    QVERIFY2(mentions(r.status(), path + ":3: not valid JSON"), r.status().message().c_str());
+  }
+
+  void config_keys_are_checked() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("keys.json").toStdString();
+    std::ofstream(path) << R"({"mock-data": true, "num-layres": 4, "lr": "high"})";
+    auto r = parse_train_options({"--config", path});
+    QVERIFY(!r.is_ok());
+    QVERIFY2(mentions(r.status(), "unknown key --num-layres (did you mean --num-layers?)"),
+             r.status().message().c_str());
+    QVERIFY2(mentions(r.status(), "key \"lr\" expects a number, got \"high\""),
+             r.status().message().c_str());
+  }
+
+  void missing_config_file_is_named() {
+    auto r = parse_train_options({"--config", "/nonexistent/run.json"});
+    QVERIFY(!r.is_ok());
+    QVERIFY2(mentions(r.status(), "--config /nonexistent/run.json: cannot open the file"),
+             r.status().message().c_str());
+  }
+
+  void settings_round_trip_through_json() {
+    auto r = parse_train_options(
+        with({"--num-layers", "3", "--lr", "0.5", "--lr-decay-style", "cosine"}));
+    QVERIFY(r.is_ok());
+    auto again = lattice::parse_train_options_json(lattice::train_options_json(*r), "record");
+    QVERIFY2(again.is_ok(), again.status().message().c_str());
+    QCOMPARE(lattice::train_options_json(*again), lattice::train_options_json(*r));
+  }
+
+  void help_lists_every_flag_with_its_default() {
+    const std::string help = lattice::train_options_help();
+    for (const char* flag : {"--num-layers", "--ffn-hidden-size", "--max-position-embeddings",
+                             "--global-batch-size", "--lr-warmup-iters", "--adam-eps",
+                             "--clip-grad", "--make-vocab-size-divisible-by", "--load-hf"})
+      QVERIFY2(help.find(flag) != std::string::npos, flag);
+    QVERIFY(help.find("[0.1]") != std::string::npos);
+  }
+};
+
+QTEST_APPLESS_MAIN(TrainOptionsTest)
+#include "test_train_options.moc"
