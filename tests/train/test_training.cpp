@@ -111,7 +111,9 @@ class Training : public QObject {
     c.min_lr = 0.1f;
     c.lr_warmup_iters = 10;
     c.lr_decay_style = "linear";
-    QCOMPARE(learning_rate(c, 5, 110), 0.5);  // warm-up: lr * it / warmup
+    // Arguments are optimizer steps already taken: iteration 1 trains at learning_rate(c, 0).
+    QCOMPARE(learning_rate(c, 0, 110), 0.0);  // Megatron's first warm-up iteration: lr 0
+    QCOMPARE(learning_rate(c, 5, 110), 0.5);  // warm-up: lr * steps / warmup
     QCOMPARE(learning_rate(c, 10, 110), 1.0);
     QVERIFY(std::abs(learning_rate(c, 60, 110) - 0.55) < 1e-6);  // halfway down
     QVERIFY(std::abs(learning_rate(c, 110, 110) - 0.1) < 1e-6);

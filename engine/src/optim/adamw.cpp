@@ -6,14 +6,14 @@
 
 namespace lattice {
 
-double learning_rate(const OptimizerConfig& c, int iteration, int decay_iters) {
+double learning_rate(const OptimizerConfig& c, int steps_taken, int decay_iters) {
   const double max_lr = c.lr, min_lr = c.min_lr;
-  if (c.lr_warmup_iters > 0 && iteration <= c.lr_warmup_iters)
-    return max_lr * iteration / c.lr_warmup_iters;
+  if (c.lr_warmup_iters > 0 && steps_taken <= c.lr_warmup_iters)
+    return max_lr * steps_taken / c.lr_warmup_iters;
   if (c.lr_decay_style == "constant") return max_lr;
-  if (iteration > decay_iters) return min_lr;
+  if (steps_taken > decay_iters) return min_lr;
   const double span = decay_iters - c.lr_warmup_iters;
-  const double ratio = span > 0 ? (iteration - c.lr_warmup_iters) / span : 1.0;
+  const double ratio = span > 0 ? (steps_taken - c.lr_warmup_iters) / span : 1.0;
   double coeff = 0;
   if (c.lr_decay_style == "linear")
     coeff = 1.0 - ratio;

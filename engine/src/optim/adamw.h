@@ -10,9 +10,11 @@
 
 namespace lattice {
 
-// Megatron's OptimizerParamScheduler over iterations (1-based: the LR used by iteration i):
-// linear warm-up to lr over lr_warmup_iters, then decay to min_lr at lr_decay_iters, min_lr after.
-double learning_rate(const OptimizerConfig& config, int iteration, int decay_iters);
+// Megatron's OptimizerParamScheduler, counted in optimizer steps already taken: iteration i
+// (1-based) trains with learning_rate(config, i - 1, ...). Linear warm-up from 0 to lr over
+// lr_warmup_iters (so with warm-up the first iteration's lr is 0, as in Megatron), then decay
+// to min_lr at decay_iters, min_lr after.
+double learning_rate(const OptimizerConfig& config, int steps_taken, int decay_iters);
 
 template <typename T>
 class AdamW {

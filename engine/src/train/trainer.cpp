@@ -111,7 +111,7 @@ Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
       loss += model.forward(acts, inputs.data(), targets.data(), key, grad_scale) / M;
       model.backward(acts);
     }
-    const double lr = learning_rate(o.optim, it, decay_iters);
+    const double lr = learning_rate(o.optim, it - 1, decay_iters);
     double norm;
     {
       ScopedOp op(&model.profiler(), Op::kOptimizer);
