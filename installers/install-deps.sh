@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian/Ubuntu package that Lattice's build, tests, benchmarks and main job
 # need. Idempotent: packages already present are left alone and nothing is re-downloaded.
-# Usage: installers/install-deps.sh [--with-bench]   (run as root, or with sudo available)
+# Usage: installers/install-deps.sh [--tests] [--bench]   (as root, or with sudo available)
 set -euo pipefail
 
 packages=(
@@ -16,11 +16,17 @@ packages=(
   # demo corpus
   fortunes fortunes-min
 )
-bench_packages=(
-  # the peer the CPU benchmark compares against
-  python3-torch python3-numpy
-)
-if [[ "${1:-}" == "--with-bench" ]]; then packages+=("${bench_packages[@]}"); fi
+# --tests: the independent PyTorch GPT-2 that test_torch_parity checks the model against.
+test_packages=(python3-torch python3-numpy)
+# --bench: the benchmark peers (PyTorch) and the other BLAS libraries the GEMM benchmark compares.
+bench_packages=(python3-torch python3-numpy libblis-openmp-dev libdnnl-dev)
+for arg in "$@"; do
+  case "$arg" in
+    --tests) packages+=("${test_packages[@]}") ;;
+    --bench) packages+=("${bench_packages[@]}") ;;
+    *) echo "usage: installers/install-deps.sh [--tests] [--bench]" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -11,7 +11,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 jobs="$(nproc 2>/dev/null || echo 2)"
 
-bash installers/install-deps.sh
+if [[ "$mode" == test ]]; then
+  bash installers/install-deps.sh --tests
+else
+  bash installers/install-deps.sh
+fi
 cmake --preset release >/dev/null
 case "$mode" in
   run)

@@ -1,5 +1,6 @@
 // Fused softmax + cross-entropy: the probabilities are never stored separately; with
-// dlogits aliasing logits the (N, V) logits buffer becomes its own gradient.
+// dlogits aliasing logits the (N, V) logits buffer becomes its own gradient. Row sums are
+// accumulated in double whatever the element type.
 #include <algorithm>
 #include <cmath>
 
@@ -22,7 +23,7 @@ void softmax_cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t
     double sum = 0;
     if (dlogits) {
       T* d = dlogits + static_cast<size_t>(n) * V;
-      T partial = 0;
+      double partial = 0;  // double: the float sum over ~50k terms would lose ~1e-5
 #pragma omp simd reduction(+ : partial)
       for (int i = 0; i < V; i++) {
         d[i] = cpu::exp_approx(x[i] - maxv);
@@ -34,7 +35,7 @@ void softmax_cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t
       for (int i = 0; i < V; i++) d[i] *= g;
       d[target] -= static_cast<T>(grad_scale);
     } else {
-      T partial = 0;
+      double partial = 0;
 #pragma omp simd reduction(+ : partial)
       for (int i = 0; i < V; i++) partial += cpu::exp_approx(x[i] - maxv);
       sum = partial;

@@ -55,7 +55,7 @@ if [[ ! -x "$lattice_bench" ]]; then
   exit 2
 fi
 if ! "$python" -c 'import torch' 2>/dev/null; then
-  echo "error: $python cannot import torch (install Debian's python3-torch)" >&2
+  echo "error: $python cannot import torch (run installers/install-deps.sh --bench)" >&2
   exit 2
 fi
 

@@ -146,6 +146,25 @@ class Training : public QObject {
     QVERIFY(std::abs(grads[0] - 3.0 / (5.0 + 1e-6)) < 1e-12);
   }
 
+  void non_finite_gradients_skip_the_step() {
+    ModelConfig c;
+    c.num_layers = 1;
+    c.hidden_size = 8;
+    c.num_attention_heads = 2;
+    c.seq_length = 4;
+    c.vocab_size = 16;
+    ParamLayout layout(c);
+    AdamW<float> opt(layout, OptimizerConfig{});
+    std::vector<float> params(layout.total_numel(), 1.0f), grads(layout.total_numel(), 0.5f);
+    grads[3] = std::nanf("");
+    const double norm = opt.step(params.data(), grads.data(), 0.1);
+    QVERIFY(std::isnan(norm));
+    QCOMPARE(opt.steps_taken(), 0);
+    for (size_t i = 0; i < params.size(); i++)
+      QVERIFY2(params[i] == 1.0f, qPrintable(QString("param[%1] changed by a skipped step").arg(i)));
+    for (float m : opt.exp_avg()) QCOMPARE(m, 0.0f);
+  }
+
   void no_weight_decay_on_biases_and_norms() {
     ModelConfig c;
     c.num_layers = 1;

@@ -39,6 +39,7 @@ template <typename T>
 double AdamW<T>::step(T* params, T* grads, double lr) {
   const size_t n = m_.size();
   const double norm = std::sqrt(kernels::sum_squares(grads, n));
+  if (!std::isfinite(norm)) return norm;  // inf/NaN gradients: skip the update entirely
   if (config_.clip_grad > 0.0f) {
     const double coeff = config_.clip_grad / (norm + 1e-6);  // Megatron's clip_grad_norm
     if (coeff < 1.0) kernels::scale(grads, n, static_cast<T>(coeff));

@@ -22,7 +22,8 @@ class AdamW {
   AdamW(const ParamLayout& layout, const OptimizerConfig& config);
 
   // Clips grads (n = arena size) to clip_grad by global L2 norm, steps, and returns the norm
-  // measured before clipping.
+  // measured before clipping. A non-finite norm (inf/NaN gradients) skips the step: params
+  // and moments stay as they were and steps_taken() does not advance.
   double step(T* params, T* grads, double lr);
   int steps_taken() const { return step_; }
   size_t bytes() const { return (m_.size() + v_.size()) * sizeof(T); }

@@ -117,10 +117,8 @@ Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
       ScopedOp op(&model.profiler(), Op::kOptimizer);
       norm = optimizer.step(model.params(), model.grads(), lr);
     }
-    if (!std::isfinite(norm) || !std::isfinite(loss)) {
-      nan_iterations++;
-      skipped++;
-    }
+    if (!std::isfinite(norm)) skipped++;  // the optimizer did not step
+    if (!std::isfinite(loss)) nan_iterations++;
     consumed += o.global_batch_size;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,0 +1,120 @@
+// lattice-bench-gemm: float GEMM rates of the shapes config B trains with (N = 1024 tokens,
+// C = 768, F = 3072, V = 50304), for each BLAS library present, side by side in one run.
+// Libraries are loaded with dlopen(RTLD_LOCAL) so that their cblas symbols cannot collide:
+// OpenBLAS (OpenMP and pthread builds), BLIS (OpenMP build) and oneDNN's dnnl_sgemm.
+// This is how Lattice picked its CPU GEMM (docs/benchmarks.md). Row-major throughout.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Every backend is driven through one row-major signature.
+using Gemm = void (*)(void* fn, bool ta, bool tb, int M, int N, int K, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc);
+
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;  // CBLAS enum values
+using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                            int, float, float*, int);
+void call_cblas(void* fn, bool ta, bool tb, int M, int N, int K, const float* A, int lda,
+                const float* B, int ldb, float beta, float* C, int ldc) {
+  reinterpret_cast<CblasSgemm>(fn)(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, M,
+                                   N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+using DnnlSgemm = int (*)(char, char, long, long, long, float, const float*, long, const float*,
+                          long, float, float*, long);
+void call_dnnl(void* fn, bool ta, bool tb, int M, int N, int K, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
+  reinterpret_cast<DnnlSgemm>(fn)(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb,
+                                  beta, C, ldc);
+}
+
+struct Backend {
+  std::string name, library, symbol, threads_symbol;
+  Gemm call;
+  void* fn = nullptr;
+};
+
+struct Shape {
+  const char* name;
+  bool ta, tb;
+  int M, N, K;
+  float beta;
+};
+
+double rate(const Backend& b, const Shape& s) {
+  std::vector<float> A(static_cast<size_t>(s.M) * s.K, 0.01f), B(static_cast<size_t>(s.K) * s.N, 0.02f),
+      C(static_cast<size_t>(s.M) * s.N, 0.0f);
+  const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+  std::vector<double> rates;
+  for (int rep = 0; rep < 6; rep++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.call(b.fn, s.ta, s.tb, s.M, s.N, s.K, A.data(), lda, B.data(), ldb, s.beta, C.data(), s.N);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) rates.push_back(2.0 * s.M * s.N * s.K / sec / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];  // median of 5 after one warm-up
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const std::string dir = "/usr/lib/x86_64-linux-gnu/";
+  std::vector<Backend> backends = {
+      {"OpenBLAS (OpenMP)", dir + "openblas-openmp/libopenblas.so.0", "cblas_sgemm",
+       "openblas_set_num_threads", call_cblas},
+      {"OpenBLAS (pthread)", dir + "openblas-pthread/libopenblas.so.0", "cblas_sgemm",
+       "openblas_set_num_threads", call_cblas},
+      {"BLIS (OpenMP)", dir + "blis-openmp/libblis.so.4", "cblas_sgemm",
+       "bli_thread_set_num_threads", call_cblas},
+      {"oneDNN", dir + "libdnnl.so.2", "dnnl_sgemm", "", call_dnnl},
+  };
+  const int N = 1024, C = 768, F = 3072, V = 50304;
+  const Shape shapes[] = {
+      {"qkv forward", false, true, N, 3 * C, C, 1}, {"fc1 forward", false, true, N, F, C, 1},
+      {"fc2 forward", false, true, N, C, F, 1},     {"fc1 dinput", false, false, N, C, F, 0},
+      {"fc1 dweight", true, false, F, C, N, 1},     {"lm head forward", false, true, N, V, C, 0},
+      {"lm head dinput", false, false, N, C, V, 0}, {"lm head dweight", true, false, V, C, N, 1},
+  };
+  std::vector<Backend*> present;
+  for (Backend& b : backends) {
+    void* h = dlopen(b.library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      std::printf("%-20s not installed (%s)\n", b.name.c_str(), b.library.c_str());
+      continue;
+    }
+    b.fn = dlsym(h, b.symbol.c_str());
+    if (!b.fn) continue;
+    if (!b.threads_symbol.empty())
+      if (auto set = reinterpret_cast<void (*)(long)>(dlsym(h, b.threads_symbol.c_str()))) set(threads);
+    present.push_back(&b);
+  }
+  std::printf("float GEMM, GFLOP/s (median of 5), %d threads, OMP_NUM_THREADS=%s\n", threads,
+              std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset");
+  std::printf("%-18s %-22s", "shape", "M x N x K");
+  for (Backend* b : present) std::printf(" %20s", b->name.c_str());
+  std::printf("\n");
+  std::vector<double> sums(present.size(), 0.0);
+  for (const Shape& s : shapes) {
+    char dims[64];
+    std::snprintf(dims, sizeof dims, "%dx%dx%d%s", s.M, s.N, s.K, s.ta ? " (A^T)" : s.tb ? " (B^T)" : "");
+    std::printf("%-18s %-22s", s.name, dims);
+    for (size_t i = 0; i < present.size(); i++) {
+      const double r = rate(*present[i], s);
+      sums[i] += r;
+      std::printf(" %20.1f", r);
+    }
+    std::printf("\n");
+  }
+  std::printf("%-18s %-22s", "mean", "");
+  for (double s : sums) std::printf(" %20.1f", s / std::size(shapes));
+  std::printf("\n");
+  return 0;
+}
