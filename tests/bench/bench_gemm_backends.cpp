@@ -23,8 +23,8 @@ using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, i
                             int, float, float*, int);
 void call_cblas(void* fn, bool ta, bool tb, int M, int N, int K, const float* A, int lda,
                 const float* B, int ldb, float beta, float* C, int ldc) {
-  reinterpret_cast<CblasSgemm>(fn)(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, M,
-                                   N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  reinterpret_cast<CblasSgemm>(fn)(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, M, N,
+                                   K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 using DnnlSgemm = int (*)(char, char, long, long, long, float, const float*, long, const float*,
                           long, float, float*, long);
@@ -48,8 +48,8 @@ struct Shape {
 };
 
 double rate(const Backend& b, const Shape& s) {
-  std::vector<float> A(static_cast<size_t>(s.M) * s.K, 0.01f), B(static_cast<size_t>(s.K) * s.N, 0.02f),
-      C(static_cast<size_t>(s.M) * s.N, 0.0f);
+  std::vector<float> A(static_cast<size_t>(s.M) * s.K, 0.01f),
+      B(static_cast<size_t>(s.K) * s.N, 0.02f), C(static_cast<size_t>(s.M) * s.N, 0.0f);
   const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
   std::vector<double> rates;
   for (int rep = 0; rep < 6; rep++) {
@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
     b.fn = dlsym(h, b.symbol.c_str());
     if (!b.fn) continue;
     if (!b.threads_symbol.empty())
-      if (auto set = reinterpret_cast<void (*)(long)>(dlsym(h, b.threads_symbol.c_str()))) set(threads);
+      if (auto set = reinterpret_cast<void (*)(long)>(dlsym(h, b.threads_symbol.c_str())))
+        set(threads);
     present.push_back(&b);
   }
   std::printf("float GEMM, GFLOP/s (median of 5), %d threads, OMP_NUM_THREADS=%s\n", threads,
@@ -104,7 +105,10 @@ int main(int argc, char** argv) {
   std::vector<double> sums(present.size(), 0.0);
   for (const Shape& s : shapes) {
     char dims[64];
-    std::snprintf(dims, sizeof dims, "%dx%dx%d%s", s.M, s.N, s.K, s.ta ? " (A^T)" : s.tb ? " (B^T)" : "");
+    std::snprintf(dims, sizeof dims, "%dx%dx%d%s", s.M, s.N, s.K,
+                  s.ta   ? " (A^T)"
+                  : s.tb ? " (B^T)"
+                         : "");
     std::printf("%-18s %-22s", s.name, dims);
     for (size_t i = 0; i < present.size(); i++) {
       const double r = rate(*present[i], s);

@@ -49,9 +49,11 @@ class TorchParity : public QObject {
     GptModel<float> model(c, B);
     model.init_weights(21);
     const auto noise = testing::random_vector(model.arena_size(), 22, 0.05);
-    for (size_t i = 0; i < model.arena_size(); i++) model.params()[i] += static_cast<float>(noise[i]);
+    for (size_t i = 0; i < model.arena_size(); i++)
+      model.params()[i] += static_cast<float>(noise[i]);
     std::vector<int32_t> tokens(N), targets(N);
-    for (int i = 0; i < N; i++) tokens[i] = (i * 37 + 11) % c.vocab_size, targets[i] = (i * 53 + 7) % c.vocab_size;
+    for (int i = 0; i < N; i++)
+      tokens[i] = (i * 37 + 11) % c.vocab_size, targets[i] = (i * 53 + 7) % c.vocab_size;
 
     // Lattice in double from exactly the float weights that the file holds.
     GptModel<double> exact(c, B);
@@ -76,13 +78,15 @@ class TorchParity : public QObject {
       out << "{\"heads\": " << c.num_attention_heads << ", \"tokens\": [";
       for (int b = 0; b < B; b++) {
         out << (b ? "," : "") << "[";
-        for (int t = 0; t < c.seq_length; t++) out << (t ? "," : "") << tokens[b * c.seq_length + t];
+        for (int t = 0; t < c.seq_length; t++)
+          out << (t ? "," : "") << tokens[b * c.seq_length + t];
         out << "]";
       }
       out << "], \"targets\": [";
       for (int b = 0; b < B; b++) {
         out << (b ? "," : "") << "[";
-        for (int t = 0; t < c.seq_length; t++) out << (t ? "," : "") << targets[b * c.seq_length + t];
+        for (int t = 0; t < c.seq_length; t++)
+          out << (t ? "," : "") << targets[b * c.seq_length + t];
         out << "]";
       }
       out << "]}";
@@ -96,9 +100,13 @@ class TorchParity : public QObject {
     const QJsonObject result = QJsonDocument::fromJson(p.readAllStandardOutput()).object();
     const double torch_loss = result["loss"].toDouble();
     QVERIFY2(std::abs(loss - torch_loss) <= 1e-9 * torch_loss,
-             qPrintable(QString("loss: lattice (double) %1, pytorch %2").arg(loss, 0, 'g', 17).arg(torch_loss, 0, 'g', 17)));
+             qPrintable(QString("loss: lattice (double) %1, pytorch %2")
+                            .arg(loss, 0, 'g', 17)
+                            .arg(torch_loss, 0, 'g', 17)));
     QVERIFY2(std::abs(loss_f - torch_loss) <= 1e-5 * torch_loss,
-             qPrintable(QString("loss: lattice (float) %1, pytorch %2").arg(loss_f, 0, 'g', 10).arg(torch_loss, 0, 'g', 10)));
+             qPrintable(QString("loss: lattice (float) %1, pytorch %2")
+                            .arg(loss_f, 0, 'g', 10)
+                            .arg(torch_loss, 0, 'g', 10)));
 
     auto a = safetensors::File::open(ours), b = safetensors::File::open(theirs);
     QVERIFY2(a.is_ok() && b.is_ok(), "cannot read the gradient files");
@@ -115,8 +123,11 @@ class TorchParity : public QObject {
         const double tol = 1e-5 * scale + 1e-9;
         QVERIFY2(std::abs(ga[i] - gb[i]) <= tol,
                  qPrintable(QString("d loss / d %1[%2]: lattice %3, pytorch %4 (tolerance %5)")
-                                .arg(QString::fromStdString(t.name)).arg(i).arg(ga[i], 0, 'g', 9)
-                                .arg(gb[i], 0, 'g', 9).arg(tol)));
+                                .arg(QString::fromStdString(t.name))
+                                .arg(i)
+                                .arg(ga[i], 0, 'g', 9)
+                                .arg(gb[i], 0, 'g', 9)
+                                .arg(tol)));
       }
       compared++;
     }

@@ -161,7 +161,8 @@ class Training : public QObject {
     QVERIFY(std::isnan(norm));
     QCOMPARE(opt.steps_taken(), 0);
     for (size_t i = 0; i < params.size(); i++)
-      QVERIFY2(params[i] == 1.0f, qPrintable(QString("param[%1] changed by a skipped step").arg(i)));
+      QVERIFY2(params[i] == 1.0f,
+               qPrintable(QString("param[%1] changed by a skipped step").arg(i)));
     for (float m : opt.exp_avg()) QCOMPARE(m, 0.0f);
   }
 
