@@ -3,6 +3,7 @@
 #include <QtTest/QtTest>
 
 #include "common/grad_check.h"
+#include "common/tiny_model.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
 
@@ -16,14 +17,9 @@ class GptGradients : public QObject {
   void initTestCase() { lattice::kernels::set_num_threads(2); }
 
   void every_parameter_gradient_matches_finite_differences() {
-    ModelConfig c;
-    c.num_layers = 2;
-    c.hidden_size = 8;
-    c.num_attention_heads = 2;
+    ModelConfig c = lattice::testing::tiny_config(2, 8, 2, 5, 13);
     c.ffn_hidden_size = 12;
-    c.seq_length = 5;
     c.max_position_embeddings = 6;
-    c.vocab_size = 13;
     c.make_vocab_size_divisible_by = 8;  // padded to 16: padding rows get gradients too
     c.attention_dropout = 0.2f;
     c.hidden_dropout = 0.1f;
@@ -62,13 +58,9 @@ class GptGradients : public QObject {
   }
 
   void evaluation_forward_has_no_dropout_and_matches_training_without_it() {
-    ModelConfig c;
-    c.num_layers = 1;
-    c.hidden_size = 8;
-    c.num_attention_heads = 2;
-    c.seq_length = 4;
-    c.vocab_size = 10;
+    ModelConfig c = lattice::testing::tiny_config(1, 8, 2, 4, 10);
     c.make_vocab_size_divisible_by = 1;
+    c.attention_dropout = 0.1f;  // the training forward must apply it
     GptModel<double> model(c, 1);
     model.init_weights(3);
     GptActivations<double> acts(c, 1);

@@ -14,6 +14,7 @@
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
 #include "common/grad_check.h"
+#include "common/tiny_model.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
 
@@ -36,14 +37,8 @@ class TorchParity : public QObject {
     if (!torch_available())
       QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
     kernels::set_num_threads(2);
-    ModelConfig c;
-    c.num_layers = 2;
-    c.hidden_size = 32;
-    c.num_attention_heads = 4;
-    c.seq_length = 16;
-    c.vocab_size = 128;  // a multiple of 128: no padding rows, which GPT-2 files do not hold
-    c.attention_dropout = 0.0f;
-    c.hidden_dropout = 0.0f;
+    // Vocabulary 128, a multiple of 128: no padding rows, which GPT-2 files do not hold.
+    ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
     c.init_method_std = 0.1f;
     const int B = 2, N = B * c.seq_length;
     GptModel<float> model(c, B);
@@ -74,22 +69,19 @@ class TorchParity : public QObject {
     std::vector<float> grads(exact.grads(), exact.grads() + exact.arena_size());
     QVERIFY(export_hf_gpt2(ours, c, model.layout(), grads.data()).is_ok());
     {
-      std::ofstream out(spec);
-      out << "{\"heads\": " << c.num_attention_heads << ", \"tokens\": [";
-      for (int b = 0; b < B; b++) {
-        out << (b ? "," : "") << "[";
-        for (int t = 0; t < c.seq_length; t++)
-          out << (t ? "," : "") << tokens[b * c.seq_length + t];
-        out << "]";
-      }
-      out << "], \"targets\": [";
-      for (int b = 0; b < B; b++) {
-        out << (b ? "," : "") << "[";
-        for (int t = 0; t < c.seq_length; t++)
-          out << (t ? "," : "") << targets[b * c.seq_length + t];
-        out << "]";
-      }
-      out << "]}";
+      auto rows = [&](const std::vector<int32_t>& ids) {
+        std::string text = "[";
+        for (int b = 0; b < B; b++) {
+          text += b ? ",[" : "[";
+          for (int t = 0; t < c.seq_length; t++)
+            text += (t ? "," : "") + std::to_string(ids[b * c.seq_length + t]);
+          text += "]";
+        }
+        return text + "]";
+      };
+      std::ofstream(spec) << "{\"heads\": " << c.num_attention_heads
+                          << ", \"tokens\": " << rows(tokens) << ", \"targets\": " << rows(targets)
+                          << "}";
     }
     QProcess p;
     p.start(kPython, {QString(LATTICE_SOURCE_DIR) + "/tests/train/gpt2_reference.py",

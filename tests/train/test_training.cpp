@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/tiny_model.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
 #include "model/gpt.h"
@@ -53,14 +54,7 @@ class Training : public QObject {
  private slots:
   void tiny_model_overfits_one_batch() {
     kernels::set_num_threads(2);
-    ModelConfig c;
-    c.num_layers = 2;
-    c.hidden_size = 32;
-    c.num_attention_heads = 4;
-    c.seq_length = 16;
-    c.vocab_size = 64;
-    c.attention_dropout = 0.0f;
-    c.hidden_dropout = 0.0f;
+    const ModelConfig c = testing::tiny_config(2, 32, 4, 16, 64);
     const int B = 4, N = B * c.seq_length;
     GptModel<float> model(c, B);
     model.init_weights(1);
@@ -127,12 +121,7 @@ class Training : public QObject {
   }
 
   void gradients_are_clipped_to_the_global_norm() {
-    ModelConfig c;
-    c.num_layers = 1;
-    c.hidden_size = 8;
-    c.num_attention_heads = 2;
-    c.seq_length = 4;
-    c.vocab_size = 16;
+    const ModelConfig c = testing::tiny_config(1, 8, 2, 4, 16);
     ParamLayout layout(c);
     OptimizerConfig oc;
     oc.clip_grad = 1.0f;
@@ -147,12 +136,7 @@ class Training : public QObject {
   }
 
   void non_finite_gradients_skip_the_step() {
-    ModelConfig c;
-    c.num_layers = 1;
-    c.hidden_size = 8;
-    c.num_attention_heads = 2;
-    c.seq_length = 4;
-    c.vocab_size = 16;
+    const ModelConfig c = testing::tiny_config(1, 8, 2, 4, 16);
     ParamLayout layout(c);
     AdamW<float> opt(layout, OptimizerConfig{});
     std::vector<float> params(layout.total_numel(), 1.0f), grads(layout.total_numel(), 0.5f);
@@ -167,12 +151,7 @@ class Training : public QObject {
   }
 
   void no_weight_decay_on_biases_and_norms() {
-    ModelConfig c;
-    c.num_layers = 1;
-    c.hidden_size = 8;
-    c.num_attention_heads = 2;
-    c.seq_length = 4;
-    c.vocab_size = 16;
+    const ModelConfig c = testing::tiny_config(1, 8, 2, 4, 16);
     ParamLayout layout(c);
     OptimizerConfig oc;
     oc.lr = 0.1f;
