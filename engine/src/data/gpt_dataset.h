@@ -1,0 +1,62 @@
+// Megatron-core's GPTDataset and BlendedDataset: which tokens make up training sample i.
+// Documents are shuffled per epoch, packed into samples of seq_length + 1 tokens across
+// document boundaries, and the sample order shuffled, all from the seed with numpy's legacy
+// RandomState algorithm, so that the same data, seed and flags give Megatron's sample order.
+// The index arrays are cached on disk, keyed by a hash of everything they depend on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/indexed_dataset.h"
+#include "lattice/status.h"
+
+namespace lattice {
+
+// Anything that yields samples of seq_length + 1 tokens by index.
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual int64_t size() const = 0;
+  virtual int seq_length() const = 0;
+  // tokens (seq_length + 1) of sample `index`, 0 <= index < size().
+  virtual void sample(int64_t index, int32_t* tokens) const = 0;
+};
+
+struct GptDatasetOptions {
+  int seq_length = 0;
+  uint64_t seed = 1234;         // --seed
+  std::string cache_dir;        // --data-cache-path; empty: `{dirname(prefix)}/cache`
+};
+
+// One split (documents [doc_begin, doc_end) of `data`) of at least `num_samples` samples.
+// `split_name` ("train", "valid", "test") enters the cache key and file names.
+Result<std::unique_ptr<SampleSource>> build_gpt_dataset(
+    std::shared_ptr<const IndexedDataset> data, size_t doc_begin, size_t doc_end,
+    int64_t num_samples, const std::string& split_name, const GptDatasetOptions& options);
+
+// Megatron's BlendedDataset: `num_samples` samples drawn from `sources` so that after every
+// prefix the share of each source is as close as possible to its normalised weight.
+Result<std::unique_ptr<SampleSource>> blend_datasets(
+    std::vector<std::pair<double, std::unique_ptr<SampleSource>>> sources, int64_t num_samples);
+
+// --split "969,30,1" -> document boundaries [0, a, b, n] for train / valid / test, computed as
+// Megatron's get_split_indices. Errors name the flag.
+Result<std::vector<size_t>> split_boundaries(const std::string& split, size_t num_documents);
+
+struct DataSplits {
+  std::unique_ptr<SampleSource> train, valid, test;  // null where that split is empty
+};
+
+// The whole of --data-path [W1] P1 [W2 P2 ...] --split S: each prefix is split, each split
+// built as a GPTDataset, and blended by weight when there are several prefixes (each with
+// ceil(1.005 * weight * n) samples, as Megatron sizes them).
+Result<DataSplits> build_gpt_splits(const std::vector<std::pair<double, std::string>>& blend,
+                                    const std::string& split, int64_t train_samples,
+                                    int64_t valid_samples, int64_t test_samples,
+                                    const GptDatasetOptions& options);
+
+}  // namespace lattice
