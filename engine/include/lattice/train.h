@@ -28,6 +28,15 @@ struct IterationMetrics {
   double mfu = 0;                // achieved / peak (measured SGEMM rate on CPU)
 };
 
+// One validation run: the mean loss over eval_iters global batches of a held-out split.
+struct ValidationMetrics {
+  int iteration = 0;
+  std::string split;  // "valid" or "test"
+  bool end_of_training = false;
+  double lm_loss = 0;
+  double perplexity = 0;  // exp(min(20, loss)), as Megatron
+};
+
 struct MemoryReport {
   size_t weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
   size_t peak_rss = 0;  // the process's high-water mark
@@ -51,6 +60,7 @@ struct RunStart {
 struct TrainSummary {
   std::vector<double> losses;  // per iteration, in order
   std::vector<double> grad_norms;
+  std::vector<ValidationMetrics> validations;
   double tokens_per_second = 0;  // over iterations after the first
   double gflops = 0;             // achieved, same window
   double peak_gflops = 0;
@@ -64,6 +74,7 @@ class MetricsSink {
   virtual ~MetricsSink() = default;
   virtual void on_start(const RunStart&) {}
   virtual void on_iteration(const IterationMetrics&) {}
+  virtual void on_validation(const ValidationMetrics&) {}
   virtual void on_message(const std::string&) {}
   virtual void on_end(const TrainSummary&) {}
 };
@@ -75,6 +86,7 @@ class ConsoleSink : public MetricsSink {
   ConsoleSink(std::ostream& out, int log_interval, bool print_profile);
   void on_start(const RunStart& start) override;
   void on_iteration(const IterationMetrics& m) override;
+  void on_validation(const ValidationMetrics& v) override;
   void on_message(const std::string& message) override;
   void on_end(const TrainSummary& summary) override;
 
@@ -92,5 +104,14 @@ double measure_sgemm_gflops(int threads);
 
 // Trains as `options` says. Errors (bad weights file, ...) come back as a Status.
 Result<TrainSummary> train(const TrainOptions& options, MetricsSink& sink);
+
+// `lattice eval`: the mean loss of the model (from --load-hf, else initialised from --seed)
+// over the first `num_samples` samples of --data-path taken in order, without shuffling:
+// sample i is tokens [i*S, i*S + S] of the documents concatenated in index order.
+struct EvalResult {
+  double lm_loss = 0, perplexity = 0;
+  int64_t samples = 0, tokens = 0;
+};
+Result<EvalResult> evaluate_sequential(const TrainOptions& options, int64_t num_samples);
 
 }  // namespace lattice

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lattice/model_config.h"
 #include "lattice/status.h"
+#include "lattice/tokenizer.h"
 
 namespace lattice {
 
@@ -33,7 +35,15 @@ struct TrainOptions {
   int log_interval = 10;                         // --log-interval
   uint64_t seed = 1234;                          // --seed
   bool mock_data = false;                        // --mock-data
-  std::string tokenizer_type = "NullTokenizer";  // --tokenizer-type
+  // --data-path P or --data-path W1 P1 W2 P2 ...: indexed-dataset prefixes, optionally weighted.
+  std::vector<std::string> data_path;
+  std::string split = "969,30,1";  // --split: train,valid,test weights over documents
+  std::string data_cache_path;     // --data-cache-path (default: beside the data)
+  int eval_interval = 1000;        // --eval-interval: iterations between validations
+  int eval_iters = 100;            // --eval-iters: global batches per validation
+  // --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model, --vocab-size. With
+  // NullTokenizer the model's vocabulary is --vocab-size + 1 (EOD = --vocab-size), as Megatron.
+  TokenizerOptions tokenizer = null_tokenizer(512);
   int threads = 0;                               // --threads (0: all cores)
   std::string load_hf;                           // --load-hf FILE (GPT-2 safetensors to start from)
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
@@ -41,6 +51,8 @@ struct TrainOptions {
   std::string config_path;  // --config FILE (recorded, already applied)
 
   int num_micro_batches() const { return global_batch_size / micro_batch_size; }
+  // --data-path as (weight, prefix) pairs; a lone prefix has weight 1.
+  Result<std::vector<std::pair<double, std::string>>> data_blend() const;
   // Every violated rule, one sentence each naming the flag; empty when valid.
   std::vector<std::string> validate() const;
 };

@@ -28,15 +28,20 @@ class SampleSource {
 
 struct GptDatasetOptions {
   int seq_length = 0;
-  uint64_t seed = 1234;         // --seed
-  std::string cache_dir;        // --data-cache-path; empty: `{dirname(prefix)}/cache`
+  uint64_t seed = 1234;   // --seed
+  std::string cache_dir;  // --data-cache-path; empty: `{dirname(prefix)}/cache`
 };
 
 // One split (documents [doc_begin, doc_end) of `data`) of at least `num_samples` samples.
 // `split_name` ("train", "valid", "test") enters the cache key and file names.
-Result<std::unique_ptr<SampleSource>> build_gpt_dataset(
-    std::shared_ptr<const IndexedDataset> data, size_t doc_begin, size_t doc_end,
-    int64_t num_samples, const std::string& split_name, const GptDatasetOptions& options);
+// "Documents" are the dataset's sequences, as Megatron-core splits them (identical unless
+// the data was preprocessed with --split-sentences). Prints one line to stderr saying
+// whether the indices were loaded from the cache, built and saved, or built in memory.
+Result<std::unique_ptr<SampleSource>> build_gpt_dataset(std::shared_ptr<const IndexedDataset> data,
+                                                        size_t doc_begin, size_t doc_end,
+                                                        int64_t num_samples,
+                                                        const std::string& split_name,
+                                                        const GptDatasetOptions& options);
 
 // Megatron's BlendedDataset: `num_samples` samples drawn from `sources` so that after every
 // prefix the share of each source is as close as possible to its normalised weight.
@@ -52,8 +57,10 @@ struct DataSplits {
 };
 
 // The whole of --data-path [W1] P1 [W2 P2 ...] --split S: each prefix is split, each split
-// built as a GPTDataset, and blended by weight when there are several prefixes (each with
-// ceil(1.005 * weight * n) samples, as Megatron sizes them).
+// built as a GPTDataset, and blended by weight when there are several prefixes (as current
+// Megatron-core sizes them: each prefix serves ceil(weight * n) samples and is built with
+// ceil(ceil(weight * n) * 1.005); the blend has the sum of the former). A single prefix is
+// built as Megatron builds an unweighted `--data-path P`; its weight is ignored.
 Result<DataSplits> build_gpt_splits(const std::vector<std::pair<double, std::string>>& blend,
                                     const std::string& split, int64_t train_samples,
                                     int64_t valid_samples, int64_t test_samples,

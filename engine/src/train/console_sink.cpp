@@ -60,6 +60,19 @@ void ConsoleSink::on_iteration(const IterationMetrics& m) {
   count_ = 0;
 }
 
+void ConsoleSink::on_validation(const ValidationMetrics& v) {
+  // Megatron's evaluate_and_print_results, framed by dashes.
+  const std::string where =
+      v.end_of_training
+          ? std::string("the end of training for ") + (v.split == "test" ? "test" : "val") + " data"
+          : "iteration " + std::to_string(v.iteration);
+  const std::string line = " validation loss at " + where + " | lm loss value: " +
+                           format("%E", v.lm_loss) + " | lm loss PPL: " +
+                           format("%E", v.perplexity) + " | ";
+  const std::string rule(line.size() + 1, '-');
+  out_ << rule << "\n" << line << "\n" << rule << "\n" << std::flush;
+}
+
 void ConsoleSink::on_message(const std::string& message) {
   out_ << "> " << message << "\n";
 }

@@ -8,21 +8,14 @@
 #include <sstream>
 #include <variant>
 
+#include "lattice/flags.h"
 #include "lattice/train_options.h"
 
 namespace lattice {
 
 namespace {
 
-using Target = std::variant<int*, float*, uint64_t*, std::string*, bool*>;
-
-struct OptionSpec {
-  const char* name;  // without the leading "--"
-  const char* help;
-  Target target;
-};
-
-std::vector<OptionSpec> option_table(TrainOptions& o) {
+std::vector<FlagSpec> option_table(TrainOptions& o) {
   ModelConfig& m = o.model;
   OptimizerConfig& p = o.optim;
   return {
@@ -33,8 +26,8 @@ std::vector<OptionSpec> option_table(TrainOptions& o) {
       {"seq-length", "sequence length in tokens", &m.seq_length},
       {"max-position-embeddings", "position table size (default seq length)",
        &m.max_position_embeddings},
-      {"vocab-size", "tokenizer vocabulary size (NullTokenizer; EOD = vocab size - 1)",
-       &m.vocab_size},
+      {"vocab-size", "NullTokenizer's vocabulary; EOD is this id, so the model has one more",
+       &o.tokenizer.vocab_size},
       {"make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this (128)",
        &m.make_vocab_size_divisible_by},
       {"attention-dropout", "dropout on attention probabilities (0.1; 0 disables)",
@@ -60,7 +53,18 @@ std::vector<OptionSpec> option_table(TrainOptions& o) {
       {"seed", "random seed for initialisation, data and dropout (1234)", &o.seed},
       {"log-interval", "print a progress line every N iterations", &o.log_interval},
       {"mock-data", "train on synthetic documents (Megatron's --mock-data)", &o.mock_data},
-      {"tokenizer-type", "NullTokenizer (others arrive with the data pipeline)", &o.tokenizer_type},
+      {"data-path", "dataset prefix(es): P, or W1 P1 W2 P2 ... blended by weight", &o.data_path},
+      {"split", "train,valid,test weights over the documents", &o.split},
+      {"data-cache-path", "where sample indices are cached (default: beside the data)",
+       &o.data_cache_path},
+      {"eval-interval", "iterations between validation runs", &o.eval_interval},
+      {"eval-iters", "global batches per validation run", &o.eval_iters},
+      {"tokenizer-type",
+       "NullTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | GPTSentencePieceTokenizer",
+       &o.tokenizer.type},
+      {"vocab-file", "GPT2BPETokenizer vocabulary (vocab.json)", &o.tokenizer.vocab_file},
+      {"merge-file", "GPT2BPETokenizer merges (merges.txt)", &o.tokenizer.merge_file},
+      {"tokenizer-model", "SentencePiece model file", &o.tokenizer.model_file},
       {"threads", "CPU threads (default: all cores)", &o.threads},
       {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
       {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
@@ -68,97 +72,27 @@ std::vector<OptionSpec> option_table(TrainOptions& o) {
   };
 }
 
-// Levenshtein distance for "did you mean" suggestions.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
-  for (size_t i = 1; i <= a.size(); i++) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); j++) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string unknown_message(const std::string& what, const std::string& name,
-                            const std::vector<OptionSpec>& table) {
-  std::string best;
-  size_t best_distance = 4;
-  for (const OptionSpec& s : table) {
-    const size_t d = edit_distance(name, s.name);
-    if (d < best_distance) best_distance = d, best = s.name;
-  }
-  std::string msg = what + " --" + name;
-  if (!best.empty()) msg += " (did you mean --" + best + "?)";
-  return msg + "; `lattice train --help` lists every flag";
-}
-
 std::string normalise(std::string key) {
   std::replace(key.begin(), key.end(), '_', '-');
   return key;
 }
 
-const OptionSpec* find(const std::vector<OptionSpec>& table, const std::string& name) {
-  for (const OptionSpec& s : table)
-    if (name == s.name) return &s;
-  return nullptr;
-}
+constexpr const char* kCommand = "lattice train";
 
-bool is_flag(const OptionSpec& s) {
-  return std::holds_alternative<bool*>(s.target);
-}
-
-template <typename N>
-bool parse_number(const std::string& text, N& out) {
-  const char* end = text.data() + text.size();
-  if constexpr (std::is_floating_point_v<N>) {
-    // from_chars for float is available in GCC 11+; it rejects "1e" and trailing junk.
-    auto [ptr, ec] = std::from_chars(text.data(), end, out);
-    return ec == std::errc() && ptr == end && !text.empty();
-  } else {
-    auto [ptr, ec] = std::from_chars(text.data(), end, out);
-    return ec == std::errc() && ptr == end && !text.empty();
-  }
-}
-
-// Sets the option from its command-line text; returns an error sentence or "".
-std::string assign_text(const OptionSpec& s, const std::string& text) {
-  const std::string flag = std::string("--") + s.name;
-  return std::visit(
-      [&](auto* target) -> std::string {
-        using V = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<V, std::string>) {
-          *target = text;
-        } else if constexpr (std::is_same_v<V, bool>) {
-          if (text == "true" || text == "1")
-            *target = true;
-          else if (text == "false" || text == "0")
-            *target = false;
-          else
-            return flag + " expects true or false, got '" + text + "'";
-        } else if constexpr (std::is_same_v<V, int>) {
-          if (!parse_number(text, *target)) return flag + " expects an integer, got '" + text + "'";
-        } else if constexpr (std::is_same_v<V, uint64_t>) {
-          if (!parse_number(text, *target))
-            return flag + " expects a non-negative integer, got '" + text + "'";
-        } else {
-          if (!parse_number(text, *target)) return flag + " expects a number, got '" + text + "'";
-        }
-        return "";
-      },
-      s.target);
-}
-
-std::string assign_json(const OptionSpec& s, const nlohmann::json& v, const std::string& where) {
+std::string assign_json(const FlagSpec& s, const nlohmann::json& v, const std::string& where) {
   const std::string key = where + ": key \"" + s.name + "\"";
   return std::visit(
       [&](auto* target) -> std::string {
         using V = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<V, std::string>) {
+        if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+          target->clear();
+          const nlohmann::json items = v.is_array() ? v : nlohmann::json::array({v});
+          for (const auto& item : items) {
+            if (!item.is_string() && !item.is_number())
+              return key + " expects a list of strings, got " + v.dump();
+            target->push_back(item.is_string() ? item.get<std::string>() : item.dump());
+          }
+        } else if constexpr (std::is_same_v<V, std::string>) {
           if (!v.is_string()) return key + " expects a string, got " + v.dump();
           *target = v.get<std::string>();
         } else if constexpr (std::is_same_v<V, bool>) {
@@ -200,12 +134,12 @@ void apply_json(TrainOptions& o, const std::string& text, const std::string& sou
     errors.push_back(source + ": expected a JSON object of flag names to values");
     return;
   }
-  const std::vector<OptionSpec> table = option_table(o);
+  const std::vector<FlagSpec> table = option_table(o);
   for (auto& [raw_key, value] : doc.items()) {
     const std::string key = normalise(raw_key);
-    const OptionSpec* s = find(table, key);
+    const FlagSpec* s = find_flag(table, key);
     if (!s) {
-      errors.push_back(source + ": " + unknown_message("unknown key", key, table).substr(0));
+      errors.push_back(source + ": " + unknown_flag_message("unknown key", key, table, kCommand));
       continue;
     }
     if (std::string e = assign_json(*s, value, source); !e.empty()) errors.push_back(e);
@@ -214,8 +148,32 @@ void apply_json(TrainOptions& o, const std::string& text, const std::string& sou
 
 }  // namespace
 
+Result<std::vector<std::pair<double, std::string>>> TrainOptions::data_blend() const {
+  std::vector<std::pair<double, std::string>> blend;
+  if (data_path.size() == 1) {
+    blend.emplace_back(1.0, data_path[0]);
+    return blend;
+  }
+  if (data_path.size() % 2 != 0)
+    return Status::invalid_argument("--data-path takes one prefix or weight-prefix pairs, got " +
+                                    std::to_string(data_path.size()) + " values");
+  for (size_t i = 0; i < data_path.size(); i += 2) {
+    const std::string& text = data_path[i];
+    double w = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), w);
+    if (ec != std::errc() || p != text.data() + text.size() || !(w > 0))
+      return Status::invalid_argument("--data-path weight '" + text + "' (before " +
+                                      data_path[i + 1] + ") is not a positive number");
+    blend.emplace_back(w, data_path[i + 1]);
+  }
+  return blend;
+}
+
 std::vector<std::string> TrainOptions::validate() const {
-  std::vector<std::string> errors = model.validate();
+  // A file-based tokenizer's vocabulary is known once train() loads it.
+  ModelConfig known = model;
+  if (known.vocab_size == 0 && tokenizer.type != "NullTokenizer") known.vocab_size = 1;
+  std::vector<std::string> errors = known.validate();
   auto positive = [&](const char* flag, int64_t v) {
     if (v <= 0) errors.push_back(std::string(flag) + " must be positive, got " + std::to_string(v));
   };
@@ -250,15 +208,21 @@ std::vector<std::string> TrainOptions::validate() const {
   if (!(optim.adam_eps > 0)) errors.push_back("--adam-eps must be positive");
   if (!(optim.clip_grad >= 0)) errors.push_back("--clip-grad must not be negative");
   if (threads < 0) errors.push_back("--threads must not be negative");
-  if (tokenizer_type != "NullTokenizer")
-    errors.push_back("--tokenizer-type " + tokenizer_type +
-                     " is not available yet; this build trains with NullTokenizer");
-  if (!mock_data)
+  if (mock_data && !data_path.empty())
+    errors.push_back("--mock-data and --data-path exclude each other");
+  if (!mock_data && data_path.empty())
     errors.push_back(
-        "no training data: pass --mock-data (real datasets via --data-path arrive "
-        "with the data pipeline)");
-  if (model.vocab_size > 0 && model.vocab_size < 3)
-    errors.push_back("--vocab-size must be at least 3 for --mock-data");
+        "no training data: pass --data-path PREFIX (see `lattice data preprocess`) or "
+        "--mock-data");
+  if (!data_path.empty())
+    if (auto blend = data_blend(); !blend) errors.push_back(blend.status().message());
+  if (eval_interval <= 0) errors.push_back("--eval-interval must be positive");
+  if (eval_iters < 0) errors.push_back("--eval-iters must not be negative");
+  if (tokenizer.type == "NullTokenizer" && tokenizer.vocab_size <= 0)
+    errors.push_back("--tokenizer-type NullTokenizer needs a positive --vocab-size");
+  if (mock_data && tokenizer.type != "NullTokenizer")
+    errors.push_back("--mock-data generates NullTokenizer ids; drop --tokenizer-type " +
+                     tokenizer.type);
   return errors;
 }
 
@@ -269,7 +233,7 @@ Result<TrainOptions> parse(const std::vector<std::string>& args, const std::stri
                            const std::string& base_source) {
   TrainOptions o;
   std::vector<std::string> errors;
-  const std::vector<OptionSpec> table = option_table(o);
+  const std::vector<FlagSpec> table = option_table(o);
   if (base_json) apply_json(o, *base_json, base_source, errors);
 
   // Pass 1: the config file, so that flags override it.
@@ -298,46 +262,21 @@ Result<TrainOptions> parse(const std::vector<std::string>& args, const std::stri
     break;
   }
 
-  // Pass 2: every other flag.
+  // Pass 2: every other flag (--config was applied first).
+  std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); i++) {
-    std::string arg = args[i];
-    if (arg == "--config") {
+    if (args[i] == "--config") {
       i++;
       continue;
     }
-    if (arg.rfind("--config=", 0) == 0) continue;
-    if (arg.rfind("--", 0) != 0) {
-      errors.push_back("unexpected argument '" + arg + "': every setting is a --flag");
-      continue;
-    }
-    std::string name = arg.substr(2), value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    const OptionSpec* s = find(table, name);
-    if (!s) {
-      errors.push_back(unknown_message("unknown flag", name, table));
-      if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) i++;
-      continue;
-    }
-    if (is_flag(*s) && !has_value) {
-      *std::get<bool*>(s->target) = true;
-      continue;
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) {
-        errors.push_back("--" + name + " expects a value");
-        continue;
-      }
-      value = args[++i];
-    }
-    if (std::string e = assign_text(*s, value); !e.empty()) errors.push_back(e);
+    if (args[i].rfind("--config=", 0) != 0) rest.push_back(args[i]);
   }
+  std::vector<std::string> flag_errors = parse_flags(rest, table, nullptr, kCommand);
+  errors.insert(errors.end(), flag_errors.begin(), flag_errors.end());
   if (!errors.empty()) return Status::invalid_argument(join_errors(errors));
   if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
+  // NullTokenizer's EOD is --vocab-size itself (Megatron), so the model needs one more id.
+  o.model.vocab_size = o.tokenizer.type == "NullTokenizer" ? o.tokenizer.vocab_size + 1 : 0;
   if (std::vector<std::string> v = o.validate(); !v.empty())
     return Status::invalid_argument(join_errors(v));
   return o;
@@ -361,14 +300,7 @@ std::string train_options_help() {
   out << "usage: lattice train [--config run.json] [flags]\n\n"
          "Trains a GPT-2-style model. Flags use Megatron-LM's names; a --config JSON file\n"
          "holds the same keys (\"num-layers\" or \"num_layers\"), and flags override it.\n\n";
-  nlohmann::json values = nlohmann::json::parse(train_options_json(defaults));
-  for (const OptionSpec& s : option_table(defaults)) {
-    std::string left = std::string("  --") + s.name + (is_flag(s) ? "" : " V");
-    left.resize(std::max<size_t>(left.size() + 1, 34), ' ');
-    out << left << s.help;
-    if (!is_flag(s)) out << "  [" << values[s.name].dump() << "]";
-    out << "\n";
-  }
+  out << flags_help(option_table(defaults));
   out << "  --config FILE                   read flags from a JSON file first\n";
   return out.str();
 }
@@ -376,7 +308,7 @@ std::string train_options_help() {
 std::string train_options_json(const TrainOptions& options) {
   TrainOptions copy = options;
   nlohmann::json out = nlohmann::json::object();
-  for (const OptionSpec& s : option_table(copy)) {
+  for (const FlagSpec& s : option_table(copy)) {
     std::visit(
         [&](auto* target) {
           if constexpr (std::is_same_v<std::remove_pointer_t<decltype(target)>, float>) {

@@ -1,0 +1,225 @@
+// lattice data preprocess | inspect | train-tokenizer | demo.
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "data/documents.h"
+#include "data/indexed_dataset.h"
+#include "data/preprocess.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "lattice/data.h"
+#include "lattice/flags.h"
+
+namespace lattice::cli {
+
+namespace {
+
+std::vector<FlagSpec> tokenizer_flags(TokenizerOptions& t) {
+  return {{"tokenizer-type",
+           "NullTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | GPTSentencePieceTokenizer",
+           &t.type},
+          {"vocab-file", "GPT2BPETokenizer vocabulary (vocab.json)", &t.vocab_file},
+          {"merge-file", "GPT2BPETokenizer merges (merges.txt)", &t.merge_file},
+          {"tokenizer-model", "SentencePiece model file", &t.model_file},
+          {"vocab-size", "NullTokenizer vocabulary (EOD is this id)", &t.vocab_size}};
+}
+
+// Parses flags; prints help or errors. Returns -1 to continue, else the exit code.
+int parse_or_report(const std::string& command, const std::string& usage,
+                    const std::vector<std::string>& args, const std::vector<FlagSpec>& specs,
+                    std::vector<std::string>* positional) {
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: lattice data " << usage << "\n\n" << flags_help(specs);
+      return 0;
+    }
+  std::vector<std::string> errors = parse_flags(args, specs, positional, "lattice data " + command);
+  for (const std::string& e : errors) print_error("data " + command, e);
+  return errors.empty() ? -1 : 2;
+}
+
+int preprocess_command(const std::vector<std::string>& args) {
+  PreprocessOptions o;
+  std::string format = "auto";
+  std::vector<FlagSpec> specs = {
+      {"input", "input file(s): JSONL, plain text or fortune files", &o.inputs},
+      {"input-format", "auto | jsonl | lines | paragraphs | fortune", &format},
+      {"json-keys", "JSONL keys to extract, one output per key", &o.json_keys},
+      {"output-prefix", "writes {prefix}_{key}_document.bin/.idx", &o.output_prefix},
+      {"append-eod", "append the tokenizer's EOD to every document", &o.append_eod},
+      {"workers", "encoding threads", &o.workers},
+      {"log-interval", "documents between progress lines", &o.log_interval}};
+  for (const FlagSpec& f : tokenizer_flags(o.tokenizer)) specs.push_back(f);
+  if (int rc = parse_or_report("preprocess", "preprocess --input FILE --output-prefix PREFIX "
+                               "--tokenizer-type T [flags]", args, specs, nullptr); rc >= 0)
+    return rc;
+  Result<InputFormat> f = parse_input_format(format);
+  if (!f) {
+    print_error("data preprocess", f.status().message());
+    return 2;
+  }
+  o.format = *f;
+  Result<PreprocessReport> r = preprocess(o, &std::cerr);
+  if (!r) {
+    print_error("data preprocess", r.status().message());
+    return 1;
+  }
+  std::printf("processed %zu documents, %zu tokens, %.1f MB in %.2f s (%.1f docs/s, %.2f MB/s)\n",
+              r->documents, r->tokens, r->bytes / 1048576.0, r->seconds,
+              r->documents / r->seconds, r->bytes / 1048576.0 / r->seconds);
+  for (const std::string& out : r->outputs) std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
+  return 0;
+}
+
+int inspect_command(const std::vector<std::string>& args) {
+  TokenizerOptions t;
+  t.type = "";
+  int64_t document = -1;
+  std::vector<FlagSpec> specs = {{"document", "decode (or list the ids of) this document", &document}};
+  for (const FlagSpec& f : tokenizer_flags(t)) specs.push_back(f);
+  std::vector<std::string> positional;
+  if (int rc = parse_or_report("inspect", "inspect PREFIX [--document N] [tokenizer flags]", args,
+                               specs, &positional); rc >= 0)
+    return rc;
+  if (positional.size() != 1) {
+    print_error("data inspect", "expects one dataset PREFIX (the path without .bin/.idx)");
+    return 2;
+  }
+  Result<std::unique_ptr<IndexedDataset>> data = IndexedDataset::open(positional[0]);
+  if (!data) {
+    print_error("data inspect", data.status().message());
+    return 1;
+  }
+  const IndexedDataset& d = **data;
+  std::printf("%s\n  documents: %zu\n  sequences: %zu\n  tokens:    %zu\n  dtype:     %s\n",
+              positional[0].c_str(), d.num_documents(), d.num_sequences(), d.num_tokens(),
+              token_dtype_name(d.dtype()));
+  if (document < 0) return 0;
+  if (static_cast<size_t>(document) >= d.num_documents()) {
+    print_error("data inspect", "--document " + std::to_string(document) + " is beyond the " +
+                                    std::to_string(d.num_documents()) + " documents");
+    return 2;
+  }
+  std::vector<int32_t> ids;
+  const auto index = d.document_index();
+  for (int64_t s = index[document]; s < index[document + 1]; s++) {
+    const size_t n = static_cast<size_t>(d.sequence_lengths()[s]);
+    const size_t at = ids.size();
+    ids.resize(at + n);
+    d.read(static_cast<size_t>(s), 0, n, ids.data() + at);
+  }
+  std::printf("document %lld: %zu tokens\n", static_cast<long long>(document), ids.size());
+  if (t.type.empty()) {
+    for (size_t i = 0; i < ids.size(); i++) std::printf("%s%d", i ? " " : "", ids[i]);
+    std::printf("\n(pass --tokenizer-type and its files to decode)\n");
+    return 0;
+  }
+  Result<std::unique_ptr<Tokenizer>> tok = make_tokenizer(t);
+  if (!tok) {
+    print_error("data inspect", tok.status().message());
+    return 2;
+  }
+  std::cout << (*tok)->decode(ids) << "\n";
+  return 0;
+}
+
+int train_tokenizer_command(const std::vector<std::string>& args) {
+  SentencePieceTrainOptions o;
+  std::vector<std::string> inputs, keys = {"text"};
+  std::string format = "auto";
+  const std::vector<FlagSpec> specs = {
+      {"input", "training text: JSONL, plain text or fortune files", &inputs},
+      {"input-format", "auto | jsonl | lines | paragraphs | fortune", &format},
+      {"json-keys", "JSONL keys whose text is used", &keys},
+      {"model-prefix", "writes {prefix}.model and {prefix}.vocab", &o.model_prefix},
+      {"vocab-size", "pieces in the vocabulary", &o.vocab_size},
+      {"model-type", "bpe | unigram", &o.model_type},
+      {"character-coverage", "share of characters the vocabulary must cover", &o.character_coverage},
+      {"seed", "sampling seed", &o.seed}};
+  if (int rc = parse_or_report("train-tokenizer", "train-tokenizer --input FILE --model-prefix P "
+                               "--vocab-size N [--model-type bpe|unigram]", args, specs, nullptr);
+      rc >= 0)
+    return rc;
+  if (inputs.empty() || o.model_prefix.empty()) {
+    print_error("data train-tokenizer", "--input and --model-prefix are required");
+    return 2;
+  }
+  Result<InputFormat> f = parse_input_format(format);
+  if (!f) {
+    print_error("data train-tokenizer", f.status().message());
+    return 2;
+  }
+  std::vector<std::string> texts;
+  for (const std::string& input : inputs) {
+    Result<DocumentReader> reader = DocumentReader::open(input, *f, keys);
+    if (!reader) {
+      print_error("data train-tokenizer", reader.status().message());
+      return 1;
+    }
+    std::vector<Document> docs;
+    while (true) {
+      Result<size_t> n = reader->read(4096, docs);
+      if (!n) {
+        print_error("data train-tokenizer", n.status().message());
+        return 1;
+      }
+      if (*n == 0) break;
+    }
+    for (Document& d : docs)
+      for (std::string& field : d.fields) texts.push_back(std::move(field));
+  }
+  if (Status s = train_sentencepiece(texts, o); !s) {
+    print_error("data train-tokenizer", s.message());
+    return 1;
+  }
+  std::printf("wrote %s.model and %s.vocab (%d pieces, %s) from %zu texts\n", o.model_prefix.c_str(),
+              o.model_prefix.c_str(), o.vocab_size, o.model_type.c_str(), texts.size());
+  return 0;
+}
+
+int demo_data_command(const std::vector<std::string>& args) {
+  std::string dir = default_data_dir();
+  int vocab = 4096;
+  bool rebuild = false;
+  const std::vector<FlagSpec> specs = {
+      {"data-dir", "where the demo corpus goes", &dir},
+      {"vocab-size", "SentencePiece vocabulary of the demo tokenizer", &vocab},
+      {"rebuild", "rebuild even if the files exist", &rebuild}};
+  if (int rc = parse_or_report("demo", "demo [--data-dir DIR] [--vocab-size N] [--rebuild]", args,
+                               specs, nullptr); rc >= 0)
+    return rc;
+  Result<DemoCorpus> c = build_demo_corpus(dir, vocab, rebuild, std::cout);
+  if (!c) {
+    print_error("data demo", c.status().message());
+    return 1;
+  }
+  std::printf("demo corpus: %s (.bin/.idx), tokenizer %s\n  %zu documents, %zu tokens, "
+              "vocabulary %d, unigram entropy %.4f nats/token\n",
+              c->data_prefix.c_str(), c->tokenizer_model.c_str(), c->documents, c->tokens,
+              c->vocab_size, c->unigram_entropy);
+  return 0;
+}
+
+}  // namespace
+
+int data_command(const std::vector<std::string>& args) {
+  const std::string usage =
+      "usage: lattice data <preprocess|inspect|train-tokenizer|demo> [flags]\n"
+      "  preprocess        documents -> Megatron .bin/.idx (Megatron's preprocess_data.py flags)\n"
+      "  inspect           counts, dtype, and one document decoded\n"
+      "  train-tokenizer   train a SentencePiece BPE or unigram model\n"
+      "  demo              build the fortunes demo corpus and its tokenizer\n";
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    (args.empty() ? std::cerr : std::cout) << usage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "preprocess") return preprocess_command(rest);
+  if (args[0] == "inspect") return inspect_command(rest);
+  if (args[0] == "train-tokenizer") return train_tokenizer_command(rest);
+  if (args[0] == "demo") return demo_data_command(rest);
+  std::cerr << "lattice data: unknown command '" << args[0] << "'\n" << usage;
+  return 2;
+}
+
+}  // namespace lattice::cli

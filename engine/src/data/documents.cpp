@@ -1,0 +1,149 @@
+#include "data/documents.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "data/jsonl.h"
+
+namespace lattice {
+
+Result<InputFormat> parse_input_format(const std::string& name) {
+  if (name == "auto") return InputFormat::kAuto;
+  if (name == "jsonl") return InputFormat::kJsonl;
+  if (name == "lines") return InputFormat::kLines;
+  if (name == "paragraphs") return InputFormat::kParagraphs;
+  if (name == "fortune") return InputFormat::kFortune;
+  return Status::invalid_argument("--input-format '" + name +
+                                  "' is not one of auto, jsonl, lines, paragraphs, fortune");
+}
+
+const char* input_format_name(InputFormat format) {
+  switch (format) {
+    case InputFormat::kAuto: return "auto";
+    case InputFormat::kJsonl: return "jsonl";
+    case InputFormat::kLines: return "lines";
+    case InputFormat::kParagraphs: return "paragraphs";
+    case InputFormat::kFortune: return "fortune";
+  }
+  return "?";
+}
+
+Result<InputFormat> detect_input_format(const std::string& path) {
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".jsonl" || ext == ".json") return InputFormat::kJsonl;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return Status::io_error(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::string head(65536, '\0');
+  head.resize(std::fread(head.data(), 1, head.size(), f));
+  std::fclose(f);
+  if (head.rfind("%\n", 0) == 0 || head.find("\n%\n") != std::string::npos)
+    return InputFormat::kFortune;
+  return InputFormat::kLines;
+}
+
+Result<DocumentReader> DocumentReader::open(const std::string& path, InputFormat format,
+                                            std::vector<std::string> json_keys) {
+  if (format == InputFormat::kAuto) {
+    Result<InputFormat> detected = detect_input_format(path);
+    if (!detected) return detected.status();
+    format = *detected;
+  }
+  DocumentReader r;
+  r.file_ = std::fopen(path.c_str(), "rb");
+  if (!r.file_) return Status::io_error(path + ": cannot open (" + std::strerror(errno) + ")");
+  r.path_ = path;
+  r.format_ = format;
+  r.keys_ = format == InputFormat::kJsonl ? std::move(json_keys) : std::vector<std::string>{"text"};
+  if (r.keys_.empty()) r.keys_ = {"text"};
+  return r;
+}
+
+DocumentReader::DocumentReader(DocumentReader&& o) noexcept
+    : file_(o.file_), path_(std::move(o.path_)), format_(o.format_), keys_(std::move(o.keys_)),
+      line_number_(o.line_number_), bytes_read_(o.bytes_read_), eof_(o.eof_) {
+  o.file_ = nullptr;
+}
+
+DocumentReader::~DocumentReader() {
+  if (file_) std::fclose(file_);
+}
+
+bool DocumentReader::next_line(std::string& line) {
+  line.clear();
+  if (eof_) return false;
+  char buf[65536];
+  while (std::fgets(buf, sizeof buf, file_)) {
+    const size_t n = std::strlen(buf);
+    bytes_read_ += n;
+    line.append(buf, n);
+    if (n > 0 && buf[n - 1] == '\n') {
+      line.pop_back();
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      line_number_++;
+      return true;
+    }
+  }
+  eof_ = true;
+  if (line.empty()) return false;
+  line_number_++;
+  return true;  // a last line without '\n'
+}
+
+Result<size_t> DocumentReader::read(size_t max_documents, std::vector<Document>& out) {
+  size_t count = 0;
+  std::string line;
+  while (count < max_documents) {
+    if (format_ == InputFormat::kJsonl || format_ == InputFormat::kLines) {
+      if (!next_line(line)) break;
+      Document doc;
+      if (format_ == InputFormat::kLines) {
+        doc.fields.push_back(line);
+      } else {
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
+        for (const std::string& key : keys_) {
+          Result<std::string> text = jsonl_field(line, key);
+          if (!text)
+            return Status::invalid_argument(path_ + ":" + std::to_string(line_number_) + ": " +
+                                            text.status().message());
+          doc.fields.push_back(std::move(*text));
+        }
+      }
+      out.push_back(std::move(doc));
+      count++;
+      continue;
+    }
+    // Paragraphs and fortunes: gather lines up to a separator.
+    std::string text;
+    bool any = false;
+    while (next_line(line)) {
+      const bool separator = format_ == InputFormat::kFortune ? line == "%" : line.empty();
+      if (separator) {
+        if (any) break;
+        continue;
+      }
+      if (any) text += '\n';
+      text += line;
+      any = true;
+    }
+    if (!any) break;
+    out.push_back(Document{{std::move(text)}});
+    count++;
+  }
+  return count;
+}
+
+std::vector<std::string> fortune_files(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::filesystem::path p = entry.path();
+    if (p.has_extension()) continue;  // .dat indexes and .u8 links
+    if (std::filesystem::exists(p.string() + ".dat") && std::filesystem::is_regular_file(p))
+      files.push_back(p.string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace lattice
