@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian/Ubuntu package that Lattice's build, tests, benchmarks and main job
 # need. Idempotent: packages already present are left alone and nothing is re-downloaded.
-# Usage: installers/install-deps.sh [--tests] [--bench]   (as root, or with sudo available)
+# Usage: installers/install-deps.sh [--tests] [--bench] [--fuzz]   (as root, or with sudo)
 set -euo pipefail
 
 packages=(
@@ -29,7 +29,7 @@ for arg in "$@"; do
     --tests) packages+=("${test_packages[@]}") ;;
     --bench) packages+=("${bench_packages[@]}") ;;
     --fuzz) packages+=("${fuzz_packages[@]}") ;;
-    *) echo "usage: installers/install-deps.sh [--tests] [--bench]" >&2; exit 2 ;;
+    *) echo "usage: installers/install-deps.sh [--tests] [--bench] [--fuzz]" >&2; exit 2 ;;
   esac
 done
 
