@@ -33,11 +33,19 @@ for arg in "$@"; do
   esac
 done
 
+# A package counts as present when dpkg has it installed, or, for the tools below, when the
+# command already works: Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts
+# with Debian's npm package) must not make the install fail.
+present() {
+  case "$1" in
+    nodejs) command -v node >/dev/null 2>&1 && return 0 ;;
+    npm) command -v npm >/dev/null 2>&1 && return 0 ;;
+  esac
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
 missing=()
 for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
+  present "$p" || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages present"
