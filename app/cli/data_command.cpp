@@ -65,8 +65,8 @@ int preprocess_command(const std::vector<std::string>& args) {
     return 1;
   }
   std::printf("processed %zu documents, %zu tokens, %.1f MB in %.2f s (%.1f docs/s, %.2f MB/s)\n",
-              r->documents, r->tokens, r->bytes / 1048576.0, r->seconds,
-              r->documents / r->seconds, r->bytes / 1048576.0 / r->seconds);
+              r->documents, r->tokens, r->bytes / 1e6, r->seconds,
+              r->documents / r->seconds, r->bytes / 1e6 / r->seconds);
   for (const std::string& out : r->outputs) std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
   return 0;
 }

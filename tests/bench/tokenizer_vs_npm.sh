@@ -118,3 +118,24 @@ echo "GPT-2 BPE encode, MB/s of UTF-8 input (best of ${repeat}); $(nproc) CPUs, 
 printf '%-20s %8s %10s %10s %8s %10s %8s %8s %9s %9s %6s\n' corpus MB gpt-tok lattice-1T \
   ratio lattice-2T ratio 2T/1T Mtok/s-1T Mtok/s-2T same
 for row in "${rows[@]}"; do echo "$row"; done
+
+# End to end: `lattice data preprocess` (read, encode, write .bin/.idx) on the same files.
+lattice_cli="$(dirname "$(dirname "$(dirname "$lattice_bench")")")/lattice"
+vocab_dir="${LATTICE_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/lattice}/gpt2"
+if [[ -x "$lattice_cli" ]]; then
+  echo
+  echo "lattice data preprocess --tokenizer-type GPT2BPETokenizer --input-format lines, MB/s"
+  printf '%-20s %10s %10s %8s\n' corpus 1-worker 2-workers 2w/1w
+  for corpus in "$fortunes" "$synthetic"; do
+    rates=()
+    for workers in 1 2; do
+      out="$("$lattice_cli" data preprocess --input "$corpus" --input-format lines \
+             --output-prefix "${data_dir}/preprocess-w${workers}" --tokenizer-type GPT2BPETokenizer \
+             --vocab-file "${vocab_dir}/vocab.json" --merge-file "${vocab_dir}/merges.txt" \
+             --append-eod --workers "$workers" --log-interval 100000000 2>/dev/null)"
+      rates+=("$(echo "$out" | sed -n 's/.*, \([0-9.]*\) MB\/s).*/\1/p')")
+    done
+    python3 -c 'import sys; n, a, b = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]); print(f"{n:<20} {a:10.2f} {b:10.2f} {b / a:7.2f}x")' \
+      "$(basename "$corpus")" "${rates[0]}" "${rates[1]}"
+  done
+fi

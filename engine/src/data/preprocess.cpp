@@ -85,7 +85,7 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         char line[160];
         std::snprintf(line, sizeof line, "Processed %zu documents (%.1f docs/s, %.2f MB/s).\n",
-                      report.documents, report.documents / s, report.bytes / 1048576.0 / s);
+                      report.documents, report.documents / s, report.bytes / 1e6 / s);
         *log << line << std::flush;
         while (next_log <= report.documents) next_log += o.log_interval;
       }
