@@ -1,6 +1,7 @@
 #include "data/documents.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -61,33 +62,35 @@ Result<DocumentReader> DocumentReader::open(const std::string& path, InputFormat
 
 DocumentReader::DocumentReader(DocumentReader&& o) noexcept
     : file_(o.file_), path_(std::move(o.path_)), format_(o.format_), keys_(std::move(o.keys_)),
-      line_number_(o.line_number_), bytes_read_(o.bytes_read_), eof_(o.eof_) {
+      line_number_(o.line_number_), bytes_read_(o.bytes_read_), eof_(o.eof_),
+      line_buffer_(o.line_buffer_), line_capacity_(o.line_capacity_) {
   o.file_ = nullptr;
+  o.line_buffer_ = nullptr;
+  o.line_capacity_ = 0;
 }
 
 DocumentReader::~DocumentReader() {
   if (file_) std::fclose(file_);
+  std::free(line_buffer_);
 }
 
 bool DocumentReader::next_line(std::string& line) {
   line.clear();
   if (eof_) return false;
-  char buf[65536];
-  while (std::fgets(buf, sizeof buf, file_)) {
-    const size_t n = std::strlen(buf);
-    bytes_read_ += n;
-    line.append(buf, n);
-    if (n > 0 && buf[n - 1] == '\n') {
-      line.pop_back();
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      line_number_++;
-      return true;
-    }
+  const ssize_t n = getline(&line_buffer_, &line_capacity_, file_);
+  if (n < 0) {
+    eof_ = true;
+    return false;
   }
-  eof_ = true;
-  if (line.empty()) return false;
+  bytes_read_ += static_cast<size_t>(n);
+  size_t length = static_cast<size_t>(n);
+  if (length > 0 && line_buffer_[length - 1] == '\n') {
+    length--;
+    if (length > 0 && line_buffer_[length - 1] == '\r') length--;
+  }
+  line.assign(line_buffer_, length);
   line_number_++;
-  return true;  // a last line without '\n'
+  return true;
 }
 
 Result<size_t> DocumentReader::read(size_t max_documents, std::vector<Document>& out) {

@@ -50,6 +50,8 @@ class DocumentReader {
   std::vector<std::string> keys_;
   size_t line_number_ = 0, bytes_read_ = 0;
   bool eof_ = false;
+  char* line_buffer_ = nullptr;  // getline()'s buffer, grown as needed
+  size_t line_capacity_ = 0;
 };
 
 // Every fortune file of Debian's `fortunes` package (the files with a `.dat` index beside

@@ -25,8 +25,17 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
   bool keys_fixed = false;
   const auto start = std::chrono::steady_clock::now();
   size_t next_log = o.log_interval;
-  std::vector<Document> batch;
-  std::vector<std::vector<std::vector<int32_t>>> ids;  // (documents, keys, tokens)
+
+  // One batch in flight per stage. See the note "preprocess-pipeline" below.
+  struct Batch {
+    std::vector<Document> docs;
+    std::vector<std::vector<std::vector<int32_t>>> ids;  // (documents, keys, tokens)
+    std::vector<int32_t> bad_id;  // (documents): an id outside the vocabulary, or 0
+    size_t bytes_after = 0;       // reader position once this batch was read
+  };
+  Batch slots[2];
+  const int32_t vocab = tokenizer.vocab_size();
+  std::vector<int32_t> with_eod;  // the writer's buffer for a document plus its EOD
 
   for (const std::string& input : o.inputs) {
     Result<DocumentReader> reader = DocumentReader::open(input, o.format, o.json_keys);
@@ -36,7 +45,8 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
       if (reader->format() != InputFormat::kJsonl) keys = {"text"};
       for (const std::string& key : keys) {
         const std::string prefix = o.output_prefix + "_" + key + "_document";
-        Result<std::unique_ptr<IndexedDatasetBuilder>> b = IndexedDatasetBuilder::create(prefix, dtype);
+        Result<std::unique_ptr<IndexedDatasetBuilder>> b =
+            IndexedDatasetBuilder::create(prefix, dtype);
         if (!b) return b.status();
         builders.push_back(std::move(*b));
         report.outputs.push_back(prefix);
@@ -44,45 +54,86 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
       keys_fixed = true;
     }
     const size_t bytes_before = report.bytes;
-    while (true) {
-      batch.clear();
-      Result<size_t> n = reader->read(4096, batch);
+
+    auto read_into = [&](Batch& batch) -> Status {
+      batch.docs.clear();
+      Result<size_t> n = reader->read(4096, batch.docs);
       if (!n) return n.status();
-      if (*n == 0) break;
-      for (const Document& d : batch)
+      for (const Document& d : batch.docs)
         if (d.fields.size() != keys.size())
           return Status::invalid_argument(input + ": documents have " +
-                                          std::to_string(d.fields.size()) + " fields, expected " +
-                                          std::to_string(keys.size()));
-      ids.assign(batch.size(), {});
-#pragma omp parallel for schedule(dynamic, 16) num_threads(o.workers)
-      for (size_t i = 0; i < batch.size(); i++) {
-        ids[i].resize(keys.size());
-        for (size_t k = 0; k < keys.size(); k++) {
-          ids[i][k] = tokenizer.encode(batch[i].fields[k]);
-          // Megatron appends EOD only to non-empty documents.
-          if (o.append_eod && !ids[i][k].empty()) ids[i][k].push_back(tokenizer.eod());
-        }
+                                          std::to_string(d.fields.size()) +
+                                          " fields, expected " + std::to_string(keys.size()));
+      batch.bytes_after = reader->bytes_read();
+      return Status::ok();
+    };
+    auto encode_one = [&](Batch& batch, size_t i) {
+      batch.ids[i].resize(keys.size());
+      batch.bad_id[i] = 0;
+      for (size_t k = 0; k < keys.size(); k++) {
+        std::vector<int32_t>& ids = batch.ids[i][k];
+        ids = tokenizer.encode(batch.docs[i].fields[k]);
+        for (int32_t id : ids)
+          if (id < 0 || id >= vocab) batch.bad_id[i] = id == 0 ? -1 : id;
       }
-      for (size_t i = 0; i < batch.size(); i++) {
+    };
+    auto write_out = [&](Batch& batch, size_t bytes_after) -> Status {
+      if (batch.ids.empty()) return Status::ok();
+      for (size_t i = 0; i < batch.ids.size(); i++) {
+        if (batch.bad_id[i] != 0)
+          return Status::invalid_argument(
+              input + ": document " + std::to_string(report.documents + 1) + " encodes to id " +
+              std::to_string(batch.bad_id[i]) + ", outside " + tokenizer.type() +
+              "'s vocabulary of " + std::to_string(vocab));
         for (size_t k = 0; k < keys.size(); k++) {
-          if (!ids[i][k].empty()) {
-            for (int32_t id : ids[i][k])
-              if (id < 0 || id >= tokenizer.vocab_size())
-                return Status::invalid_argument(
-                    input + ": document " + std::to_string(report.documents + 1) +
-                    " encodes to id " + std::to_string(id) + ", outside " + tokenizer.type() +
-                    "'s vocabulary of " + std::to_string(tokenizer.vocab_size()));
-            if (Status s = builders[k]->add_sequence(ids[i][k]); !s) return s;
-            report.tokens += ids[i][k].size();
+          const std::vector<int32_t>& ids = batch.ids[i][k];
+          if (!ids.empty()) {
+            std::span<const int32_t> sequence(ids);
+            if (o.append_eod) {  // Megatron appends EOD only to non-empty documents
+              with_eod.assign(ids.begin(), ids.end());
+              with_eod.push_back(tokenizer.eod());
+              sequence = with_eod;
+            }
+            if (Status s = builders[k]->add_sequence(sequence); !s) return s;
+            report.tokens += sequence.size();
           }
           builders[k]->end_document();
         }
         report.documents++;
       }
-      report.bytes = bytes_before + reader->bytes_read();
+      report.bytes = bytes_before + bytes_after;
+      batch.ids.clear();
+      return Status::ok();
+    };
+
+    // Note "preprocess-pipeline": batch k is encoded by every worker while one worker reads
+    // batch k+1 and another writes batch k-1, so reading and writing overlap encoding and
+    // the output stays in input order. Two slots alternate between the stages.
+    if (Status s = read_into(slots[0]); !s) return s;
+    for (int cur = 0; !slots[cur].docs.empty() || !slots[cur ^ 1].ids.empty(); cur ^= 1) {
+      Batch& encoding = slots[cur];
+      Batch& other = slots[cur ^ 1];  // holds batch k-1's ids; receives batch k+1's docs
+      encoding.ids.assign(encoding.docs.size(), {});
+      encoding.bad_id.assign(encoding.docs.size(), 0);
+      Status read_status, write_status;
+      const size_t written_bytes = other.bytes_after;  // read_into replaces it concurrently
+#pragma omp parallel num_threads(o.workers)
+      {
+        // One thread writes then reads (both touch `other`, so in this order) while the
+        // rest start encoding; it joins the encoding when done (dynamic schedule).
+#pragma omp single nowait
+        {
+          write_status = write_out(other, written_bytes);
+          if (write_status) read_status = read_into(other);
+        }
+#pragma omp for schedule(dynamic, 16)
+        for (size_t i = 0; i < encoding.docs.size(); i++) encode_one(encoding, i);
+      }
+      if (!write_status) return write_status;
+      if (!read_status) return read_status;
       if (log && report.documents >= next_log) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         char line[160];
         std::snprintf(line, sizeof line, "Processed %zu documents (%.1f docs/s, %.2f MB/s).\n",
                       report.documents, report.documents / s, report.bytes / 1e6 / s);

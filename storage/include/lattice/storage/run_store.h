@@ -1,0 +1,175 @@
+// The run store: every run, its metrics, memory samples, timeline, logs and checkpoints in
+// one SQLite database (WAL) that the Studio tails live and compares later. One writer per
+// run (the engine's rank 0), any number of reader processes. Not a metrics server: no
+// network, no retention policy, no aggregation beyond the plot down-sampling below.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lattice/status.h"
+
+namespace lattice::storage {
+
+// PRAGMA user_version this build writes; a database with a larger one is refused.
+inline constexpr int kSchemaVersion = 1;
+// PRAGMA application_id of every Lattice run database ("LATT").
+inline constexpr std::int32_t kApplicationId = 0x4C415454;
+
+// Stored statuses are created, running, finished, failed and killed. kCrashed is never
+// stored: readers report it for a running run whose heartbeat is older than the filter's
+// stale_after_s.
+enum class RunStatus { kCreated, kRunning, kFinished, kFailed, kKilled, kCrashed };
+const char* run_status_name(RunStatus status);
+std::optional<RunStatus> parse_run_status(std::string_view name);
+
+struct Layout {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+};
+
+struct NewRun {
+  std::string name;  // unique within the database
+  std::string host;
+  std::string command_line;
+  std::string config_json = "{}";  // the full resolved configuration
+  Layout layout;
+  int world_size = 1;
+  std::int64_t parameter_count = 0;
+  std::vector<std::string> tags;
+  std::string notes;
+};
+
+// One rank's memory at a step, bytes by category (ARCHITECTURE.md "Metrics").
+struct MemorySample {
+  int rank = 0;
+  std::int64_t weights = 0;
+  std::int64_t grads = 0;
+  std::int64_t optimizer_state = 0;
+  std::int64_t activations = 0;
+  std::int64_t workspace = 0;
+  std::int64_t peak = 0;
+};
+
+// One box of the pipeline timeline; times in seconds from the step's start.
+struct TimelineEvent {
+  int rank = 0;
+  int stage = 0;
+  int microbatch = 0;
+  std::string kind;  // "forward", "backward", "send", "recv", "optimizer", ...
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct CheckpointRecord {
+  std::int64_t step = 0;
+  std::string path;
+  std::int64_t bytes = 0;
+};
+
+struct RunInfo {
+  std::int64_t id = 0;
+  std::string name;
+  RunStatus status = RunStatus::kCreated;  // kCrashed when running with a stale heartbeat
+  double created_at = 0;                   // Unix seconds
+  std::optional<double> started_at, ended_at, heartbeat_at;
+  std::string host, command_line, config_json;
+  Layout layout;
+  int world_size = 1;
+  std::int64_t parameter_count = 0;
+  std::vector<std::string> tags;  // sorted
+  std::string notes, error;
+  std::map<std::string, double> latest;  // latest value of every metric key
+  std::optional<std::int64_t> latest_step;
+};
+
+struct RunFilter {
+  std::string name_contains;            // empty: any name
+  std::string tag;                      // empty: any tag
+  std::optional<RunStatus> status;      // kCrashed selects stale running runs
+  double stale_after_s = 60;            // heartbeat age that turns running into crashed
+  std::optional<double> now;            // Unix seconds; the system clock when unset
+};
+
+struct MetricRow {
+  std::int64_t id = 0;  // increasing in commit order: tail with rows_after(last id)
+  std::int64_t run_id = 0;
+  std::int64_t step = 0;
+  std::string key;
+  double value = 0;
+  double wall_time = 0;  // Unix seconds of the log_step call
+};
+
+struct StepValue {
+  std::int64_t step = 0;
+  double value = 0;
+};
+
+// One plot bucket: the extremes and the last value of the points whose steps fall in it.
+struct Bucket {
+  std::int64_t first_step = 0, last_step = 0;
+  double min = 0, max = 0, last = 0;
+  std::int64_t count = 0;
+};
+
+// A connection to one run database. Opening creates the file when it is missing or empty,
+// migrates an older schema, and refuses (leaving the file untouched) a file that is not a
+// Lattice run database or was written by a newer Lattice. Each call is one transaction, so
+// readers see a step's keys all together or not at all. Not thread-safe: use one RunStore
+// per thread or process; SQLite's WAL lets them read while one of them writes.
+class RunStore {
+ public:
+  static Result<std::unique_ptr<RunStore>> open(const std::string& path);
+  ~RunStore();
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+
+  const std::string& path() const;
+
+  // ---- writer (rank 0) ----------------------------------------------------------------
+  // Lifecycle: created -> running -> finished | failed | killed; created -> failed | killed.
+  Result<std::int64_t> create_run(const NewRun& run);
+  Status mark_running(std::int64_t run_id);
+  Status heartbeat(std::int64_t run_id);  // also implied by log_step
+  // All values (and memory rows) of one step in one transaction; the run must be running.
+  Status log_step(std::int64_t run_id, std::int64_t step,
+                  const std::map<std::string, double>& values,
+                  const std::vector<MemorySample>& memory = {});
+  Status log_timeline(std::int64_t run_id, std::int64_t step,
+                      const std::vector<TimelineEvent>& events);
+  Status log_message(std::int64_t run_id, std::string_view level, int rank,
+                     std::string_view message);
+  Status record_checkpoint(std::int64_t run_id, const CheckpointRecord& checkpoint);
+  // status is kFinished, kFailed or kKilled; error is kept for the two last.
+  Status finish(std::int64_t run_id, RunStatus status, std::string_view error = {});
+
+  // ---- readers ------------------------------------------------------------------------
+  Result<std::vector<RunInfo>> list_runs(const RunFilter& filter = {});
+  // Metric rows with id > after_id in id order, of one run or all. max_rows > 0 caps the
+  // answer but never splits a step (unless a single step is larger than the cap).
+  Result<std::vector<MetricRow>> rows_after(std::int64_t after_id,
+                                            std::optional<std::int64_t> run_id = {},
+                                            std::size_t max_rows = 0);
+  // Every point of a key with first_step <= step <= last_step, in step order.
+  Result<std::vector<StepValue>> series(std::int64_t run_id, std::string_view key,
+                                        std::int64_t first_step, std::int64_t last_step);
+  // The same range cut into `buckets` equal step intervals; empty intervals are omitted.
+  Result<std::vector<Bucket>> downsample(std::int64_t run_id, std::string_view key,
+                                         std::int64_t first_step, std::int64_t last_step,
+                                         int buckets);
+  Result<std::vector<MemorySample>> memory_at(std::int64_t run_id, std::int64_t step);
+  Status check_integrity();  // PRAGMA integrity_check
+
+ private:
+  struct Impl;
+  explicit RunStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lattice::storage

@@ -1,0 +1,368 @@
+// RunStore: opening, the run lifecycle and the writer side (one transaction per call).
+#include "lattice/storage/run_store.h"
+
+#include <chrono>
+#include <utility>
+
+#include "run_store_impl.h"
+#include "schema.h"
+
+namespace lattice::storage {
+
+double unix_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+constexpr const char* kStatusNames[] = {"created", "running", "finished",
+                                        "failed",  "killed",  "crashed"};
+}  // namespace
+
+const char* run_status_name(RunStatus status) {
+  return kStatusNames[static_cast<int>(status)];
+}
+
+std::optional<RunStatus> parse_run_status(std::string_view name) {
+  for (int i = 0; i < static_cast<int>(std::size(kStatusNames)); ++i) {
+    if (name == kStatusNames[i]) return static_cast<RunStatus>(i);
+  }
+  return std::nullopt;
+}
+
+Status RunStore::Impl::run_status_of(std::int64_t run_id, std::string* status) {
+  if (Status s = statement(&run_status, "SELECT status FROM runs WHERE id = ?1"); !s) return s;
+  StatementUse use(run_status);
+  use.bind(1, run_id);
+  const int rc = use.step();
+  if (rc == SQLITE_DONE) {
+    return Status::invalid_argument(db.path() + ": no run with id " + std::to_string(run_id));
+  }
+  if (rc != SQLITE_ROW) return db.error("cannot read the status of a run");
+  *status = use.text(0);
+  return Status::ok();
+}
+
+Status RunStore::Impl::key_id(std::string_view name, bool create, std::int64_t* id) {
+  if (auto it = key_ids.find(std::string(name)); it != key_ids.end()) {
+    *id = it->second;
+    return Status::ok();
+  }
+  if (create) {
+    if (Status s = statement(&insert_key, "INSERT OR IGNORE INTO metric_keys(name) VALUES (?1)");
+        !s) {
+      return s;
+    }
+    StatementUse use(insert_key);
+    use.bind(1, name);
+    if (use.step() != SQLITE_DONE) return db.error("cannot add a metric key");
+  }
+  if (Status s = statement(&select_key, "SELECT id FROM metric_keys WHERE name = ?1"); !s) {
+    return s;
+  }
+  StatementUse use(select_key);
+  use.bind(1, name);
+  const int rc = use.step();
+  if (rc == SQLITE_DONE) {
+    *id = 0;  // unknown and not created: not cached, it may appear later
+    return Status::ok();
+  }
+  if (rc != SQLITE_ROW) return db.error("cannot read a metric key");
+  *id = use.int64(0);
+  key_ids.emplace(std::string(name), *id);
+  return Status::ok();
+}
+
+RunStore::RunStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RunStore::~RunStore() = default;
+
+Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
+  Result<Database> db = open_run_database(path);
+  if (!db) return db.status();
+  auto impl = std::make_unique<Impl>();
+  impl->db = std::move(db.value());
+  return std::unique_ptr<RunStore>(new RunStore(std::move(impl)));
+}
+
+const std::string& RunStore::path() const { return impl_->db.path(); }
+
+Result<std::int64_t> RunStore::create_run(const NewRun& run) {
+  Database& db = impl_->db;
+  if (run.name.empty()) return Status::invalid_argument(db.path() + ": a run needs a name");
+  Transaction txn(db);
+  if (!txn.begin_status()) return txn.begin_status();
+  Statement insert;
+  if (Status s = db.prepare(
+          "INSERT INTO runs(name, status, created_at, host, command_line, config_json, tp, pp, "
+          "dp, world_size, parameter_count, notes) "
+          "VALUES (?1, 'created', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+          &insert);
+      !s) {
+    return s;
+  }
+  {
+    StatementUse use(insert);
+    use.bind(1, run.name);
+    use.bind(2, unix_now());
+    use.bind(3, run.host);
+    use.bind(4, run.command_line);
+    use.bind(5, run.config_json);
+    use.bind(6, run.layout.tp);
+    use.bind(7, run.layout.pp);
+    use.bind(8, run.layout.dp);
+    use.bind(9, run.world_size);
+    use.bind(10, run.parameter_count);
+    use.bind(11, run.notes);
+    const int rc = use.step();
+    if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+      return Status::invalid_argument(db.path() + ": a run named '" + run.name +
+                                      "' already exists; choose another --run-name");
+    }
+    if (rc != SQLITE_DONE) return db.error("cannot create run '" + run.name + "'");
+  }
+  const std::int64_t id = sqlite3_last_insert_rowid(db.handle());
+  Statement tag;
+  if (Status s = db.prepare("INSERT OR IGNORE INTO run_tags(run_id, tag) VALUES (?1, ?2)", &tag);
+      !s) {
+    return s;
+  }
+  for (const std::string& t : run.tags) {
+    StatementUse use(tag);
+    use.bind(1, id);
+    use.bind(2, t);
+    if (use.step() != SQLITE_DONE) return db.error("cannot tag run '" + run.name + "'");
+  }
+  if (Status s = txn.commit(); !s) return s;
+  return id;
+}
+
+namespace {
+
+// One guarded UPDATE of a run's status: from must match or the transition is refused.
+Status transition(RunStore::Impl& impl, std::int64_t run_id, const char* sql,
+                  std::initializer_list<std::string_view> allowed_from, std::string_view to,
+                  std::string_view error) {
+  Database& db = impl.db;
+  Transaction txn(db);
+  if (!txn.begin_status()) return txn.begin_status();
+  std::string from;
+  if (Status s = impl.run_status_of(run_id, &from); !s) return s;
+  bool allowed = false;
+  for (std::string_view a : allowed_from) allowed = allowed || from == a;
+  if (!allowed) {
+    return Status::invalid_argument(db.path() + ": run " + std::to_string(run_id) + " is " +
+                                    from + "; it cannot become " + std::string(to));
+  }
+  Statement update;
+  if (Status s = db.prepare(sql, &update); !s) return s;
+  {
+    StatementUse use(update);
+    use.bind(1, run_id);
+    use.bind(2, unix_now());
+    use.bind(3, to);
+    use.bind(4, error);
+    if (use.step() != SQLITE_DONE) return db.error("cannot update run " + std::to_string(run_id));
+  }
+  return txn.commit();
+}
+
+}  // namespace
+
+Status RunStore::mark_running(std::int64_t run_id) {
+  return transition(*impl_, run_id,
+                    "UPDATE runs SET status = ?3, started_at = ?2, heartbeat_at = ?2, "
+                    "error = ?4 WHERE id = ?1",
+                    {"created"}, "running", "");
+}
+
+Status RunStore::finish(std::int64_t run_id, RunStatus status, std::string_view error) {
+  if (status != RunStatus::kFinished && status != RunStatus::kFailed &&
+      status != RunStatus::kKilled) {
+    return Status::invalid_argument(path() + ": a run ends finished, failed or killed, not " +
+                                    run_status_name(status));
+  }
+  if (status == RunStatus::kFinished) {
+    return transition(*impl_, run_id,
+                      "UPDATE runs SET status = ?3, ended_at = ?2, heartbeat_at = ?2, "
+                      "error = ?4 WHERE id = ?1",
+                      {"running"}, "finished", error);
+  }
+  return transition(*impl_, run_id,
+                    "UPDATE runs SET status = ?3, ended_at = ?2, error = ?4 WHERE id = ?1",
+                    {"created", "running"}, run_status_name(status), error);
+}
+
+Status RunStore::heartbeat(std::int64_t run_id) {
+  Impl& impl = *impl_;
+  if (Status s = impl.statement(&impl.heartbeat,
+                                "UPDATE runs SET heartbeat_at = ?2 WHERE id = ?1 AND "
+                                "status = 'running'");
+      !s) {
+    return s;
+  }
+  StatementUse use(impl.heartbeat);
+  use.bind(1, run_id);
+  use.bind(2, unix_now());
+  if (use.step() != SQLITE_DONE) return impl.db.error("cannot record a heartbeat");
+  if (sqlite3_changes(impl.db.handle()) != 1) {
+    return Status::invalid_argument(path() + ": run " + std::to_string(run_id) +
+                                    " is not running; no heartbeat recorded");
+  }
+  return Status::ok();
+}
+
+Status RunStore::log_step(std::int64_t run_id, std::int64_t step,
+                          const std::map<std::string, double>& values,
+                          const std::vector<MemorySample>& memory) {
+  Impl& impl = *impl_;
+  Database& db = impl.db;
+  if (Status s = impl.statement(&impl.insert_metric,
+                                "INSERT INTO metrics(run_id, key_id, step, value, wall_time) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5)");
+      !s) {
+    return s;
+  }
+  if (Status s = impl.statement(
+          &impl.upsert_latest,
+          "INSERT INTO latest_metrics(run_id, key_id, step, value) VALUES (?1, ?2, ?3, ?4) "
+          "ON CONFLICT(run_id, key_id) DO UPDATE SET step = excluded.step, value = "
+          "excluded.value WHERE excluded.step >= latest_metrics.step");
+      !s) {
+    return s;
+  }
+  Transaction txn(db);
+  if (!txn.begin_status()) return txn.begin_status();
+  // The heartbeat doubles as the "is it running" check, inside the same transaction.
+  if (Status s = heartbeat(run_id); !s) return s;
+  const double now = unix_now();
+  for (const auto& [key, value] : values) {
+    std::int64_t key_id = 0;
+    if (Status s = impl.key_id(key, /*create=*/true, &key_id); !s) return s;
+    {
+      StatementUse use(impl.insert_metric);
+      use.bind(1, run_id);
+      use.bind(2, key_id);
+      use.bind(3, step);
+      use.bind(4, value);
+      use.bind(5, now);
+      if (use.step() != SQLITE_DONE) return db.error("cannot log metric '" + key + "'");
+    }
+    StatementUse use(impl.upsert_latest);
+    use.bind(1, run_id);
+    use.bind(2, key_id);
+    use.bind(3, step);
+    use.bind(4, value);
+    if (use.step() != SQLITE_DONE) return db.error("cannot update latest '" + key + "'");
+  }
+  if (!memory.empty()) {
+    if (Status s = impl.statement(&impl.insert_memory,
+                                  "INSERT INTO memory_samples(run_id, step, rank, weights, "
+                                  "grads, optimizer_state, activations, workspace, peak) "
+                                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+        !s) {
+      return s;
+    }
+    for (const MemorySample& m : memory) {
+      StatementUse use(impl.insert_memory);
+      use.bind(1, run_id);
+      use.bind(2, step);
+      use.bind(3, m.rank);
+      use.bind(4, m.weights);
+      use.bind(5, m.grads);
+      use.bind(6, m.optimizer_state);
+      use.bind(7, m.activations);
+      use.bind(8, m.workspace);
+      use.bind(9, m.peak);
+      if (use.step() != SQLITE_DONE) return db.error("cannot log a memory sample");
+    }
+  }
+  if (Status s = txn.commit(); !s) {
+    impl.key_ids.clear();  // keys inserted by the rolled-back transaction are gone
+    return s;
+  }
+  return Status::ok();
+}
+
+Status RunStore::log_timeline(std::int64_t run_id, std::int64_t step,
+                              const std::vector<TimelineEvent>& events) {
+  Database& db = impl_->db;
+  Transaction txn(db);
+  if (!txn.begin_status()) return txn.begin_status();
+  Statement insert;
+  if (Status s = db.prepare(
+          "INSERT INTO timeline_events(run_id, step, rank, stage, microbatch, kind, start_s, "
+          "end_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+          &insert);
+      !s) {
+    return s;
+  }
+  for (const TimelineEvent& e : events) {
+    StatementUse use(insert);
+    use.bind(1, run_id);
+    use.bind(2, step);
+    use.bind(3, e.rank);
+    use.bind(4, e.stage);
+    use.bind(5, e.microbatch);
+    use.bind(6, e.kind);
+    use.bind(7, e.start_s);
+    use.bind(8, e.end_s);
+    if (use.step() != SQLITE_DONE) return db.error("cannot log a timeline event");
+  }
+  return txn.commit();
+}
+
+Status RunStore::log_message(std::int64_t run_id, std::string_view level, int rank,
+                             std::string_view message) {
+  Database& db = impl_->db;
+  Statement insert;
+  if (Status s = db.prepare(
+          "INSERT INTO log_events(run_id, time, level, rank, message) VALUES (?1, ?2, ?3, ?4, "
+          "?5)",
+          &insert);
+      !s) {
+    return s;
+  }
+  StatementUse use(insert);
+  use.bind(1, run_id);
+  use.bind(2, unix_now());
+  use.bind(3, level);
+  use.bind(4, rank);
+  use.bind(5, message);
+  if (use.step() != SQLITE_DONE) return db.error("cannot log a message");
+  return Status::ok();
+}
+
+Status RunStore::record_checkpoint(std::int64_t run_id, const CheckpointRecord& checkpoint) {
+  Database& db = impl_->db;
+  Statement insert;
+  if (Status s = db.prepare(
+          "INSERT INTO checkpoints(run_id, step, path, bytes, created_at) VALUES (?1, ?2, ?3, "
+          "?4, ?5)",
+          &insert);
+      !s) {
+    return s;
+  }
+  StatementUse use(insert);
+  use.bind(1, run_id);
+  use.bind(2, checkpoint.step);
+  use.bind(3, checkpoint.path);
+  use.bind(4, checkpoint.bytes);
+  use.bind(5, unix_now());
+  if (use.step() != SQLITE_DONE) return db.error("cannot record a checkpoint");
+  return Status::ok();
+}
+
+Status RunStore::check_integrity() {
+  Database& db = impl_->db;
+  Statement check;
+  if (Status s = db.prepare("PRAGMA integrity_check", &check); !s) return s;
+  StatementUse use(check);
+  std::string report;
+  int rc;
+  while ((rc = use.step()) == SQLITE_ROW) report += use.text(0) + "; ";
+  if (rc != SQLITE_DONE) return db.error("integrity check failed to run");
+  if (report != "ok; ") return Status::corrupt(db.path() + ": integrity check: " + report);
+  return Status::ok();
+}
+
+}  // namespace lattice::storage

@@ -1,0 +1,230 @@
+// Schema and migrations of the run store. Note "refuse before touching": a file is judged
+// from its raw 100-byte SQLite header before SQLite opens it, because even a read through
+// SQLite may replay a foreign WAL into it; only a file that is absent, empty or already
+// carries our application_id (and a user_version we know) is opened. The PRAGMAs are
+// checked again once open, since a newer header may still sit in the WAL.
+#include "schema.h"
+
+#include <sqlite3.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+
+#include "lattice/storage/run_store.h"
+
+namespace lattice::storage {
+namespace {
+
+// kMigrations[i] brings user_version i to i + 1. Append only; never edit a shipped entry.
+constexpr const char* kMigrations[] = {
+    // 0 -> 1: the first schema.
+    R"sql(
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  status TEXT NOT NULL DEFAULT 'created'
+    CHECK (status IN ('created', 'running', 'finished', 'failed', 'killed')),
+  created_at REAL NOT NULL,
+  started_at REAL,
+  ended_at REAL,
+  heartbeat_at REAL,
+  host TEXT NOT NULL DEFAULT '',
+  command_line TEXT NOT NULL DEFAULT '',
+  config_json TEXT NOT NULL DEFAULT '{}',
+  tp INTEGER NOT NULL DEFAULT 1,
+  pp INTEGER NOT NULL DEFAULT 1,
+  dp INTEGER NOT NULL DEFAULT 1,
+  world_size INTEGER NOT NULL DEFAULT 1,
+  parameter_count INTEGER NOT NULL DEFAULT 0,
+  notes TEXT NOT NULL DEFAULT '',
+  error TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE run_tags (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  tag TEXT NOT NULL,
+  PRIMARY KEY (run_id, tag)
+) WITHOUT ROWID;
+CREATE INDEX run_tags_tag ON run_tags(tag);
+CREATE TABLE metric_keys (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+);
+-- Narrow and append-only: id is the tailing cursor (id > last seen).
+CREATE TABLE metrics (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  key_id INTEGER NOT NULL REFERENCES metric_keys(id),
+  step INTEGER NOT NULL,
+  value REAL,
+  wall_time REAL NOT NULL
+);
+-- value is in the index so that series and down-sampling never visit the table.
+CREATE INDEX metrics_run_key_step ON metrics(run_id, key_id, step, value);
+CREATE TABLE latest_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  key_id INTEGER NOT NULL REFERENCES metric_keys(id),
+  step INTEGER NOT NULL,
+  value REAL,
+  PRIMARY KEY (run_id, key_id)
+) WITHOUT ROWID;
+CREATE TABLE memory_samples (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  weights INTEGER NOT NULL, grads INTEGER NOT NULL, optimizer_state INTEGER NOT NULL,
+  activations INTEGER NOT NULL, workspace INTEGER NOT NULL, peak INTEGER NOT NULL
+);
+CREATE INDEX memory_samples_run_step ON memory_samples(run_id, step, rank);
+CREATE TABLE timeline_events (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  stage INTEGER NOT NULL,
+  microbatch INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  start_s REAL NOT NULL,
+  end_s REAL NOT NULL
+);
+CREATE INDEX timeline_events_run_step ON timeline_events(run_id, step);
+CREATE TABLE log_events (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  time REAL NOT NULL,
+  level TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX log_events_run ON log_events(run_id, id);
+CREATE TABLE checkpoints (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  created_at REAL NOT NULL
+);
+CREATE INDEX checkpoints_run_step ON checkpoints(run_id, step);
+)sql",
+};
+constexpr int kMigrationCount = static_cast<int>(std::size(kMigrations));
+static_assert(kMigrationCount == kSchemaVersion, "one migration per schema version");
+
+std::int32_t big_endian_32(const unsigned char* p) {
+  return static_cast<std::int32_t>((std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) |
+                                   (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]});
+}
+
+std::string not_ours(const std::string& path, const std::string& why) {
+  return path + " is not a Lattice run database (" + why +
+         "); it was left unchanged. Choose another --db file.";
+}
+
+std::string too_new(const std::string& path, std::int64_t version) {
+  return path + " was written by a newer Lattice (run-store schema " + std::to_string(version) +
+         ", this build reads up to " + std::to_string(kSchemaVersion) +
+         "); it was left unchanged. Upgrade Lattice to open it.";
+}
+
+// The file-header verdict: ok for absent, empty, or ours with a known version.
+Status check_file_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::ok();  // absent: SQLite creates it
+  std::array<unsigned char, 100> header{};
+  in.read(reinterpret_cast<char*>(header.data()), header.size());
+  const auto got = in.gcount();
+  if (got == 0) return Status::ok();  // empty: ours to initialise
+  if (got < 100 || std::memcmp(header.data(), "SQLite format 3", 16) != 0) {
+    return Status::invalid_argument(not_ours(path, "not an SQLite file"));
+  }
+  const std::int32_t user_version = big_endian_32(&header[60]);
+  const std::int32_t application_id = big_endian_32(&header[68]);
+  if (application_id != kApplicationId) {
+    return Status::invalid_argument(not_ours(path, "another application's SQLite database"));
+  }
+  if (user_version > kSchemaVersion) return Status::invalid_argument(too_new(path, user_version));
+  return Status::ok();
+}
+
+Status query_int(Database& db, const char* sql, std::int64_t* out) {
+  Statement stmt;
+  if (Status s = db.prepare(sql, &stmt); !s) return s;
+  StatementUse use(stmt);
+  if (use.step() != SQLITE_ROW) return db.error(std::string("cannot run ") + sql);
+  *out = use.int64(0);
+  return Status::ok();
+}
+
+struct DatabaseState {
+  std::int64_t version = 0, application_id = 0, tables = 0;
+};
+
+Status read_state(Database& db, DatabaseState* state) {
+  if (Status s = query_int(db, "PRAGMA user_version", &state->version); !s) return s;
+  if (Status s = query_int(db, "PRAGMA application_id", &state->application_id); !s) return s;
+  return query_int(db, "SELECT count(*) FROM sqlite_schema", &state->tables);
+}
+
+// Ok when the database is ours at this version; false in *needs_migration when it is ours
+// but older or still empty; an error for foreign and newer ones.
+Status judge(const Database& db, const DatabaseState& state, bool* needs_migration) {
+  const bool empty = state.application_id == 0 && state.version == 0 && state.tables == 0;
+  if (state.application_id != kApplicationId && !empty) {
+    return Status::invalid_argument(not_ours(db.path(), "another application's SQLite database"));
+  }
+  if (state.version > kSchemaVersion) {
+    return Status::invalid_argument(too_new(db.path(), state.version));
+  }
+  *needs_migration = state.version < kSchemaVersion;
+  return Status::ok();
+}
+
+// A reader of an up-to-date database takes no write lock. Otherwise the version is read
+// again under an IMMEDIATE transaction, so two processes opening a new file at once do not
+// both create it.
+Status migrate(Database& db) {
+  DatabaseState state;
+  bool needs_migration = false;
+  if (Status s = read_state(db, &state); !s) return s;
+  if (Status s = judge(db, state, &needs_migration); !s || !needs_migration) return s;
+  Transaction txn(db);
+  if (!txn.begin_status()) return txn.begin_status();
+  if (Status s = read_state(db, &state); !s) return s;
+  if (Status s = judge(db, state, &needs_migration); !s || !needs_migration) return s;
+  for (int v = static_cast<int>(state.version); v < kMigrationCount; ++v) {
+    if (Status s = db.exec(kMigrations[v]); !s) return s;
+  }
+  const std::string stamp = "PRAGMA application_id = " + std::to_string(kApplicationId) +
+                            "; PRAGMA user_version = " + std::to_string(kSchemaVersion) + ";";
+  if (Status s = db.exec(stamp.c_str()); !s) return s;
+  return txn.commit();
+}
+
+}  // namespace
+
+Result<Database> open_run_database(const std::string& path) {
+  if (Status s = check_file_header(path); !s) return s;
+  sqlite3* handle = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &handle,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 nullptr);
+  Database db(handle, path);
+  if (rc != SQLITE_OK) return db.error("cannot open the run database");
+  // Readers and the writer wait for each other's short locks instead of failing.
+  sqlite3_busy_timeout(handle, 10000);
+  sqlite3_extended_result_codes(handle, 1);
+  if (Status s = migrate(db); !s) return s;
+  // WAL after the schema exists: the first commit above went through the rollback journal,
+  // so the main file's header already names us for the next process's header check.
+  if (Status s = db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
+                         "PRAGMA foreign_keys = ON;");
+      !s) {
+    return s;
+  }
+  return db;
+}
+
+}  // namespace lattice::storage
