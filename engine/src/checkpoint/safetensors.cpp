@@ -3,7 +3,6 @@
 #include "checkpoint/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -219,32 +218,17 @@ bool to_float(Dtype dtype, const std::byte* src, size_t numel, float* out) {
 }
 
 Result<File> File::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::io_error("cannot open " + path + ": " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::io_error("cannot stat " + path + ": " + std::strerror(err));
-  }
-  const size_t file_size = static_cast<size_t>(st.st_size);
-  if (file_size < 8) {
-    ::close(fd);
+  Result<MappedFile> mapped = MappedFile::open(path);
+  if (!mapped) return mapped.status();
+  const size_t file_size = mapped->size();
+  if (file_size < 8)
     return Status::corrupt(path + " is " + std::to_string(file_size) +
                            " bytes long, too short for a safetensors file (which starts with "
                            "an 8-byte header length)");
-  }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (map == MAP_FAILED)
-    return Status::io_error("cannot map " + path + ": " + std::strerror(map_errno));
-
-  File file;  // owns the mapping from here on, also on the error paths below
+  File file;  // owns the mapping from here on
   file.path_ = path;
-  file.map_ = map;
-  file.map_size_ = file_size;
-  const auto* bytes = static_cast<const std::byte*>(map);
+  file.map_ = std::move(*mapped);
+  const std::byte* bytes = file.map_.bytes().data();
   auto corrupt = [&](const std::string& what) { return Status::corrupt(path + ": " + what); };
 
   uint64_t header_size = 0;
@@ -312,10 +296,8 @@ File::File(File&& other) noexcept {
 
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
-    if (map_) ::munmap(map_, map_size_);
     path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_size_ = std::exchange(other.map_size_, 0);
+    map_ = std::move(other.map_);
     data_ = std::exchange(other.data_, nullptr);
     tensors_ = std::move(other.tensors_);
     metadata_ = std::move(other.metadata_);
@@ -323,9 +305,7 @@ File& File::operator=(File&& other) noexcept {
   return *this;
 }
 
-File::~File() {
-  if (map_) ::munmap(map_, map_size_);
-}
+File::~File() = default;
 
 const TensorInfo* File::find(std::string_view name) const {
   for (const TensorInfo& t : tensors_)

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "lattice/status.h"
 
 namespace lattice::safetensors {
@@ -90,8 +91,7 @@ class File {
  private:
   File() = default;
   std::string path_;
-  void* map_ = nullptr;  // the whole file, read-only
-  size_t map_size_ = 0;
+  MappedFile map_;                   // the whole file, read-only
   const std::byte* data_ = nullptr;  // first byte after the header
   std::vector<TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
