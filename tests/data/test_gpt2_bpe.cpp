@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/files.h"
 #include "data/gpt2_bpe.h"
 
 using lattice::Gpt2BpeTokenizer;
@@ -29,10 +30,7 @@ namespace {
 const std::string kSamplePath = LATTICE_SOURCE_DIR "/tests/data/gpt2_sample.txt";
 const std::string kExpectedPath = LATTICE_SOURCE_DIR "/tests/data/gpt2_sample_ids.json";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using lattice::testing::slurp;
 
 std::string write_file(const QTemporaryDir& dir, const char* name, const std::string& text) {
   const std::string path = dir.filePath(name).toStdString();

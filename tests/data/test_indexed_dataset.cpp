@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/files.h"
 #include "data/indexed_dataset.h"
 
 using lattice::IndexedDataset;
@@ -20,14 +21,8 @@ using lattice::TokenDtype;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::ssize(bytes));
-}
+using lattice::testing::slurp;
+using lattice::testing::spit;
 
 // Little-endian integers appended byte by byte, independent of the host and of the engine.
 struct Bytes {

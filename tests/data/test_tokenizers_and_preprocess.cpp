@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/files.h"
 #include "data/batch_sampler.h"
 #include "data/documents.h"
 #include "data/indexed_dataset.h"
@@ -75,26 +76,33 @@ class TokenizersAndPreprocess : public QObject {
   void tokenizer_errors_name_the_flag() {
     auto a = make_tokenizer(tokenizer("GPT2BPETokenizer"));
     QVERIFY(!a.is_ok());
-    QVERIFY2(a.status().message().find("--vocab-file") != std::string::npos, a.status().message().c_str());
+    QVERIFY2(a.status().message().find("--vocab-file") != std::string::npos,
+             a.status().message().c_str());
     auto b = make_tokenizer(tokenizer("SentencePieceTokenizer", 0, "/nonexistent.model"));
     QVERIFY(!b.is_ok());
-    QVERIFY2(b.status().message().find("/nonexistent.model") != std::string::npos, b.status().message().c_str());
+    QVERIFY2(b.status().message().find("/nonexistent.model") != std::string::npos,
+             b.status().message().c_str());
     auto c = make_tokenizer(tokenizer("WordPiece"));
     QVERIFY(!c.is_ok());
-    QVERIFY2(c.status().message().find("--tokenizer-type 'WordPiece'") != std::string::npos, c.status().message().c_str());
+    QVERIFY2(c.status().message().find("--tokenizer-type 'WordPiece'") != std::string::npos,
+             c.status().message().c_str());
   }
 
   void document_formats() {
     QTemporaryDir dir;
     const auto lines = write_file(dir, "a.txt", "one\ntwo words\r\n\nthree");
-    QCOMPARE(read_all(lines, InputFormat::kLines), (std::vector<std::string>{"one", "two words", "", "three"}));
+    QCOMPARE(read_all(lines, InputFormat::kLines),
+             (std::vector<std::string>{"one", "two words", "", "three"}));
     const auto paras = write_file(dir, "b.txt", "p1 l1\np1 l2\n\n\np2\n");
-    QCOMPARE(read_all(paras, InputFormat::kParagraphs), (std::vector<std::string>{"p1 l1\np1 l2", "p2"}));
+    QCOMPARE(read_all(paras, InputFormat::kParagraphs),
+             (std::vector<std::string>{"p1 l1\np1 l2", "p2"}));
     const auto fortune = write_file(dir, "c", "first\nfortune\n%\nsecond\n%\n");
-    QCOMPARE(read_all(fortune, InputFormat::kFortune), (std::vector<std::string>{"first\nfortune", "second"}));
+    QCOMPARE(read_all(fortune, InputFormat::kFortune),
+             (std::vector<std::string>{"first\nfortune", "second"}));
     QCOMPARE(*detect_input_format(fortune), InputFormat::kFortune);
-    const auto jsonl = write_file(dir, "d.jsonl",
-                                  "{\"text\": \"a\\nb\", \"title\": \"T\"}\n{\"title\": \"U\", \"text\": \"c\"}\n");
+    const auto jsonl = write_file(
+        dir, "d.jsonl",
+        "{\"text\": \"a\\nb\", \"title\": \"T\"}\n{\"title\": \"U\", \"text\": \"c\"}\n");
     QCOMPARE(*detect_input_format(jsonl), InputFormat::kJsonl);
     QCOMPARE(read_all(jsonl, InputFormat::kJsonl, {"text", "title"}),
              (std::vector<std::string>{"a\nb", "T", "c", "U"}));
@@ -102,13 +110,15 @@ class TokenizersAndPreprocess : public QObject {
 
   void bad_jsonl_line_names_file_and_line() {
     QTemporaryDir dir;
-    const auto jsonl = write_file(dir, "bad.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"no text\"}\n");
+    const auto jsonl =
+        write_file(dir, "bad.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"no text\"}\n");
     Result<DocumentReader> r = DocumentReader::open(jsonl, InputFormat::kJsonl, {"text"});
     QVERIFY(r.is_ok());
     std::vector<Document> docs;
     Result<size_t> n = r->read(10, docs);
     QVERIFY(!n.is_ok());
-    QVERIFY2(n.status().message().find(jsonl + ":2:") != std::string::npos, n.status().message().c_str());
+    QVERIFY2(n.status().message().find(jsonl + ":2:") != std::string::npos,
+             n.status().message().c_str());
   }
 
   void sentencepiece_trains_and_round_trips() {
@@ -141,8 +151,8 @@ class TokenizersAndPreprocess : public QObject {
     QTemporaryDir dir;
     std::string jsonl;
     for (int i = 0; i < 300; i++)
-      jsonl += "{\"text\": \"" + std::to_string(i) + " " + std::to_string(i % 7) + "\", \"id\": \"" +
-               std::to_string(i) + "\"}\n";
+      jsonl += "{\"text\": \"" + std::to_string(i) + " " + std::to_string(i % 7) +
+               "\", \"id\": \"" + std::to_string(i) + "\"}\n";
     jsonl += "{\"text\": \"\", \"id\": \"300\"}\n";  // an empty document: no tokens, no EOD
     const auto input = write_file(dir, "in.jsonl", jsonl);
     PreprocessOptions o;
@@ -167,8 +177,7 @@ class TokenizersAndPreprocess : public QObject {
       auto ids = IndexedDataset::open(o.output_prefix + "_id_document");
       QVERIFY(ids.is_ok());
       QCOMPARE(document_tokens(**ids, 42), (std::vector<int32_t>{42, 1000}));
-      std::ifstream in(o.output_prefix + "_text_document.bin", std::ios::binary);
-      bytes.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      bytes.push_back(testing::slurp(o.output_prefix + "_text_document.bin"));
     }
     QVERIFY2(bytes[0] == bytes[1], "two workers wrote different bytes than one");
   }
@@ -182,7 +191,8 @@ class TokenizersAndPreprocess : public QObject {
     o.tokenizer = tokenizer("NullTokenizer", 100);
     Result<PreprocessReport> r = preprocess(o, nullptr);
     QVERIFY(!r.is_ok());
-    QVERIFY2(r.status().message().find("document 2 encodes to id 5000") != std::string::npos, r.status().message().c_str());
+    QVERIFY2(r.status().message().find("document 2 encodes to id 5000") != std::string::npos,
+             r.status().message().c_str());
   }
 
   void data_parallel_slices_are_disjoint_and_cover_the_global_batch() {

@@ -14,6 +14,7 @@
 
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
+#include "common/files.h"
 
 using lattice::ModelConfig;
 using lattice::ParamLayout;
@@ -43,10 +44,7 @@ std::vector<float> indexed_params(const ParamLayout& layout) {
   return params;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using lattice::testing::slurp;
 
 // Element `index` of an F32 tensor in `file`.
 float file_at(const st::File& file, const std::string& name, int64_t index) {

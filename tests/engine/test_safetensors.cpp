@@ -14,19 +14,14 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "common/files.h"
 
 namespace st = lattice::safetensors;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::ssize(bytes));
-}
+using lattice::testing::slurp;
+using lattice::testing::spit;
 
 // A file from its parts: the 8-byte little-endian header length, the header, the data.
 std::string raw_file(const std::string& header, const std::string& data) {
