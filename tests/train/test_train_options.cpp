@@ -155,7 +155,7 @@ class TrainOptionsTest : public QObject {
                              "--global-batch-size", "--lr-warmup-iters", "--adam-eps",
                              "--clip-grad", "--make-vocab-size-divisible-by", "--load-hf"})
       QVERIFY2(help.find(flag) != std::string::npos, flag);
-    QVERIFY(help.find("[0.1]") != std::string::npos);
+    QVERIFY(help.find("(default 0.1)") != std::string::npos);
   }
 };
 

@@ -39,7 +39,7 @@ std::string unknown_flag_message(const std::string& what, const std::string& nam
 std::string assign_flag_text(const FlagSpec& spec, const std::string& text);
 // The current value as text ("0.1", "\"cosine\"", "[]"): the defaults column of --help.
 std::string flag_value_text(const FlagSpec& spec);
-// Aligned "  --name V    help  [default]" lines.
+// Aligned "  --name V    help  (default X)" lines; empty defaults are left out.
 std::string flags_help(const std::vector<FlagSpec>& specs);
 
 }  // namespace lattice

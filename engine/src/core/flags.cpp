@@ -159,7 +159,8 @@ std::string flags_help(const std::vector<FlagSpec>& specs) {
     std::string left = std::string("  --") + s.name + (is_switch(s) ? "" : " V");
     left.resize(std::max<size_t>(left.size() + 1, 34), ' ');
     out += left + s.help;
-    if (!is_switch(s)) out += "  [" + flag_value_text(s) + "]";
+    const std::string value = flag_value_text(s);
+    if (!is_switch(s) && value != "\"\"" && value != "[]") out += "  (default " + value + ")";
     out += "\n";
   }
   return out;
