@@ -21,11 +21,16 @@ Result<InputFormat> parse_input_format(const std::string& name) {
 
 const char* input_format_name(InputFormat format) {
   switch (format) {
-    case InputFormat::kAuto: return "auto";
-    case InputFormat::kJsonl: return "jsonl";
-    case InputFormat::kLines: return "lines";
-    case InputFormat::kParagraphs: return "paragraphs";
-    case InputFormat::kFortune: return "fortune";
+    case InputFormat::kAuto:
+      return "auto";
+    case InputFormat::kJsonl:
+      return "jsonl";
+    case InputFormat::kLines:
+      return "lines";
+    case InputFormat::kParagraphs:
+      return "paragraphs";
+    case InputFormat::kFortune:
+      return "fortune";
   }
   return "?";
 }
@@ -61,9 +66,15 @@ Result<DocumentReader> DocumentReader::open(const std::string& path, InputFormat
 }
 
 DocumentReader::DocumentReader(DocumentReader&& o) noexcept
-    : file_(o.file_), path_(std::move(o.path_)), format_(o.format_), keys_(std::move(o.keys_)),
-      line_number_(o.line_number_), bytes_read_(o.bytes_read_), eof_(o.eof_),
-      line_buffer_(o.line_buffer_), line_capacity_(o.line_capacity_) {
+    : file_(o.file_),
+      path_(std::move(o.path_)),
+      format_(o.format_),
+      keys_(std::move(o.keys_)),
+      line_number_(o.line_number_),
+      bytes_read_(o.bytes_read_),
+      eof_(o.eof_),
+      line_buffer_(o.line_buffer_),
+      line_capacity_(o.line_capacity_) {
   o.file_ = nullptr;
   o.line_buffer_ = nullptr;
   o.line_capacity_ = 0;
@@ -94,45 +105,61 @@ bool DocumentReader::next_line(std::string& line) {
 }
 
 Result<size_t> DocumentReader::read(size_t max_documents, std::vector<Document>& out) {
+  return read_from(max_documents, out, out.size());
+}
+
+Result<size_t> DocumentReader::read_batch(size_t max_documents, std::vector<Document>& out) {
+  return read_from(max_documents, out, 0);
+}
+
+Result<size_t> DocumentReader::read_from(size_t max_documents, std::vector<Document>& out,
+                                         size_t first) {
+  // Documents land in out[first], out[first + 1], ...; existing elements keep their
+  // strings' storage, so a reused batch allocates nothing once warm.
+  auto slot = [&](size_t i, size_t fields) -> Document& {
+    if (first + i >= out.size()) out.emplace_back();
+    Document& d = out[first + i];
+    d.fields.resize(fields);
+    return d;
+  };
   size_t count = 0;
-  std::string line;
   while (count < max_documents) {
     if (format_ == InputFormat::kJsonl || format_ == InputFormat::kLines) {
-      if (!next_line(line)) break;
-      Document doc;
+      if (!next_line(line_)) break;
       if (format_ == InputFormat::kLines) {
-        doc.fields.push_back(line);
+        slot(count, 1).fields[0].assign(line_);
       } else {
-        if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
-        for (const std::string& key : keys_) {
-          Result<std::string> text = jsonl_field(line, key);
+        if (line_.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
+        Document& doc = slot(count, keys_.size());
+        for (size_t k = 0; k < keys_.size(); k++) {
+          Result<std::string> text = jsonl_field(line_, keys_[k]);
           if (!text)
             return Status::invalid_argument(path_ + ":" + std::to_string(line_number_) + ": " +
                                             text.status().message());
-          doc.fields.push_back(std::move(*text));
+          doc.fields[k] = std::move(*text);
         }
       }
-      out.push_back(std::move(doc));
       count++;
       continue;
     }
     // Paragraphs and fortunes: gather lines up to a separator.
-    std::string text;
+    std::string& text = slot(count, 1).fields[0];
+    text.clear();
     bool any = false;
-    while (next_line(line)) {
-      const bool separator = format_ == InputFormat::kFortune ? line == "%" : line.empty();
+    while (next_line(line_)) {
+      const bool separator = format_ == InputFormat::kFortune ? line_ == "%" : line_.empty();
       if (separator) {
         if (any) break;
         continue;
       }
       if (any) text += '\n';
-      text += line;
+      text += line_;
       any = true;
     }
     if (!any) break;
-    out.push_back(Document{{std::move(text)}});
     count++;
   }
+  out.resize(first + count);  // drops a slot taken for a document that did not arrive
   return count;
 }
 

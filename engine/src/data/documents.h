@@ -37,12 +37,15 @@ class DocumentReader {
   // Reads up to `max_documents` documents (appended to out). Returns the number read; 0 at
   // end of input. A malformed JSONL line is an error naming the file and line.
   Result<size_t> read(size_t max_documents, std::vector<Document>& out);
+  // Same, but replaces out's contents, reusing its elements' storage (for batch loops).
+  Result<size_t> read_batch(size_t max_documents, std::vector<Document>& out);
   size_t bytes_read() const { return bytes_read_; }
   InputFormat format() const { return format_; }
 
  private:
   DocumentReader() = default;
   bool next_line(std::string& line);  // false at EOF; strips the trailing '\n' (and '\r')
+  Result<size_t> read_from(size_t max_documents, std::vector<Document>& out, size_t first);
 
   std::FILE* file_ = nullptr;
   std::string path_;
@@ -50,6 +53,7 @@ class DocumentReader {
   std::vector<std::string> keys_;
   size_t line_number_ = 0, bytes_read_ = 0;
   bool eof_ = false;
+  std::string line_;             // the current line
   char* line_buffer_ = nullptr;  // getline()'s buffer, grown as needed
   size_t line_capacity_ = 0;
 };

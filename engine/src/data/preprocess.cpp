@@ -32,6 +32,7 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
     std::vector<std::vector<std::vector<int32_t>>> ids;  // (documents, keys, tokens)
     std::vector<int32_t> bad_id;  // (documents): an id outside the vocabulary, or 0
     size_t bytes_after = 0;       // reader position once this batch was read
+    bool written = true;          // ids written out (or none yet)
   };
   Batch slots[2];
   const int32_t vocab = tokenizer.vocab_size();
@@ -56,14 +57,13 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
     const size_t bytes_before = report.bytes;
 
     auto read_into = [&](Batch& batch) -> Status {
-      batch.docs.clear();
-      Result<size_t> n = reader->read(4096, batch.docs);
+      Result<size_t> n = reader->read_batch(4096, batch.docs);
       if (!n) return n.status();
       for (const Document& d : batch.docs)
         if (d.fields.size() != keys.size())
           return Status::invalid_argument(input + ": documents have " +
-                                          std::to_string(d.fields.size()) +
-                                          " fields, expected " + std::to_string(keys.size()));
+                                          std::to_string(d.fields.size()) + " fields, expected " +
+                                          std::to_string(keys.size()));
       batch.bytes_after = reader->bytes_read();
       return Status::ok();
     };
@@ -78,7 +78,7 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
       }
     };
     auto write_out = [&](Batch& batch, size_t bytes_after) -> Status {
-      if (batch.ids.empty()) return Status::ok();
+      if (batch.written) return Status::ok();
       for (size_t i = 0; i < batch.ids.size(); i++) {
         if (batch.bad_id[i] != 0)
           return Status::invalid_argument(
@@ -102,7 +102,7 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
         report.documents++;
       }
       report.bytes = bytes_before + bytes_after;
-      batch.ids.clear();
+      batch.written = true;
       return Status::ok();
     };
 
@@ -110,11 +110,12 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
     // batch k+1 and another writes batch k-1, so reading and writing overlap encoding and
     // the output stays in input order. Two slots alternate between the stages.
     if (Status s = read_into(slots[0]); !s) return s;
-    for (int cur = 0; !slots[cur].docs.empty() || !slots[cur ^ 1].ids.empty(); cur ^= 1) {
+    for (int cur = 0; !slots[cur].docs.empty() || !slots[cur ^ 1].written; cur ^= 1) {
       Batch& encoding = slots[cur];
       Batch& other = slots[cur ^ 1];  // holds batch k-1's ids; receives batch k+1's docs
-      encoding.ids.assign(encoding.docs.size(), {});
+      encoding.ids.resize(encoding.docs.size());  // inner vectors keep their storage
       encoding.bad_id.assign(encoding.docs.size(), 0);
+      encoding.written = encoding.docs.empty();
       Status read_status, write_status;
       const size_t written_bytes = other.bytes_after;  // read_into replaces it concurrently
 #pragma omp parallel num_threads(o.workers)
