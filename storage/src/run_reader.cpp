@@ -72,8 +72,7 @@ Result<std::vector<RunInfo>> RunStore::list_runs(const RunFilter& filter) {
     if (rc != SQLITE_DONE) return db.error("cannot list runs");
   }
   Statement tags, latest;
-  if (Status s = db.prepare("SELECT tag FROM run_tags WHERE run_id = ?1 ORDER BY tag", &tags);
-      !s) {
+  if (Status s = db.prepare("SELECT tag FROM run_tags WHERE run_id = ?1 ORDER BY tag", &tags); !s) {
     return s;
   }
   if (Status s = db.prepare(
@@ -103,13 +102,15 @@ Result<std::vector<MetricRow>> RunStore::rows_after(std::int64_t after_id,
                                                     std::optional<std::int64_t> run_id,
                                                     std::size_t max_rows) {
   Impl& impl = *impl_;
-  // LIMIT -1 is no limit; one row past the cap tells whether the last step was cut.
+  // LIMIT -1 is no limit; one row past the cap tells whether the last step was cut. The
+  // unary + keeps the planner on the primary key: the (run, key, step) index would make it
+  // sort the whole run to answer a tail of a few rows.
   constexpr const char* kColumns =
       "SELECT m.id, m.run_id, m.step, k.name, m.value, m.wall_time FROM metrics m JOIN "
       "metric_keys k ON k.id = m.key_id ";
   Statement* stmt = run_id ? &impl.tail_run : &impl.tail_all;
   const std::string sql = std::string(kColumns) +
-                          (run_id ? "WHERE m.id > ?1 AND m.run_id = ?3 " : "WHERE m.id > ?1 ") +
+                          (run_id ? "WHERE m.id > ?1 AND +m.run_id = ?3 " : "WHERE m.id > ?1 ") +
                           "ORDER BY m.id LIMIT ?2";
   if (Status s = impl.statement(stmt, sql.c_str()); !s) return s;
   StatementUse use(*stmt);
@@ -119,8 +120,8 @@ Result<std::vector<MetricRow>> RunStore::rows_after(std::int64_t after_id,
   std::vector<MetricRow> rows;
   int rc;
   while ((rc = use.step()) == SQLITE_ROW) {
-    rows.push_back({use.int64(0), use.int64(1), use.int64(2), use.text(3), use.real(4),
-                    use.real(5)});
+    rows.push_back(
+        {use.int64(0), use.int64(1), use.int64(2), use.text(3), use.real(4), use.real(5)});
   }
   if (rc != SQLITE_DONE) return impl.db.error("cannot read metric rows");
   if (max_rows > 0 && rows.size() > max_rows) {
@@ -138,8 +139,7 @@ Result<std::vector<MetricRow>> RunStore::rows_after(std::int64_t after_id,
 }
 
 Result<std::vector<StepValue>> RunStore::series(std::int64_t run_id, std::string_view key,
-                                                std::int64_t first_step,
-                                                std::int64_t last_step) {
+                                                std::int64_t first_step, std::int64_t last_step) {
   Impl& impl = *impl_;
   std::int64_t key_id = 0;
   if (Status s = impl.key_id(key, /*create=*/false, &key_id); !s) return s;

@@ -84,7 +84,9 @@ Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
   return std::unique_ptr<RunStore>(new RunStore(std::move(impl)));
 }
 
-const std::string& RunStore::path() const { return impl_->db.path(); }
+const std::string& RunStore::path() const {
+  return impl_->db.path();
+}
 
 Result<std::int64_t> RunStore::create_run(const NewRun& run) {
   Database& db = impl_->db;
@@ -136,22 +138,18 @@ Result<std::int64_t> RunStore::create_run(const NewRun& run) {
   return id;
 }
 
-namespace {
-
-// One guarded UPDATE of a run's status: from must match or the transition is refused.
-Status transition(RunStore::Impl& impl, std::int64_t run_id, const char* sql,
-                  std::initializer_list<std::string_view> allowed_from, std::string_view to,
-                  std::string_view error) {
-  Database& db = impl.db;
+Status RunStore::Impl::transition(std::int64_t run_id, const char* sql,
+                                  std::initializer_list<std::string_view> allowed_from,
+                                  std::string_view to, std::string_view error) {
   Transaction txn(db);
   if (!txn.begin_status()) return txn.begin_status();
   std::string from;
-  if (Status s = impl.run_status_of(run_id, &from); !s) return s;
+  if (Status s = run_status_of(run_id, &from); !s) return s;
   bool allowed = false;
   for (std::string_view a : allowed_from) allowed = allowed || from == a;
   if (!allowed) {
-    return Status::invalid_argument(db.path() + ": run " + std::to_string(run_id) + " is " +
-                                    from + "; it cannot become " + std::string(to));
+    return Status::invalid_argument(db.path() + ": run " + std::to_string(run_id) + " is " + from +
+                                    "; it cannot become " + std::string(to));
   }
   Statement update;
   if (Status s = db.prepare(sql, &update); !s) return s;
@@ -166,13 +164,11 @@ Status transition(RunStore::Impl& impl, std::int64_t run_id, const char* sql,
   return txn.commit();
 }
 
-}  // namespace
-
 Status RunStore::mark_running(std::int64_t run_id) {
-  return transition(*impl_, run_id,
-                    "UPDATE runs SET status = ?3, started_at = ?2, heartbeat_at = ?2, "
-                    "error = ?4 WHERE id = ?1",
-                    {"created"}, "running", "");
+  return impl_->transition(run_id,
+                           "UPDATE runs SET status = ?3, started_at = ?2, heartbeat_at = ?2, "
+                           "error = ?4 WHERE id = ?1",
+                           {"created"}, "running", "");
 }
 
 Status RunStore::finish(std::int64_t run_id, RunStatus status, std::string_view error) {
@@ -182,14 +178,14 @@ Status RunStore::finish(std::int64_t run_id, RunStatus status, std::string_view 
                                     run_status_name(status));
   }
   if (status == RunStatus::kFinished) {
-    return transition(*impl_, run_id,
-                      "UPDATE runs SET status = ?3, ended_at = ?2, heartbeat_at = ?2, "
-                      "error = ?4 WHERE id = ?1",
-                      {"running"}, "finished", error);
+    return impl_->transition(run_id,
+                             "UPDATE runs SET status = ?3, ended_at = ?2, heartbeat_at = ?2, "
+                             "error = ?4 WHERE id = ?1",
+                             {"running"}, "finished", error);
   }
-  return transition(*impl_, run_id,
-                    "UPDATE runs SET status = ?3, ended_at = ?2, error = ?4 WHERE id = ?1",
-                    {"created", "running"}, run_status_name(status), error);
+  return impl_->transition(run_id,
+                           "UPDATE runs SET status = ?3, ended_at = ?2, error = ?4 WHERE id = ?1",
+                           {"created", "running"}, run_status_name(status), error);
 }
 
 Status RunStore::heartbeat(std::int64_t run_id) {
@@ -211,59 +207,52 @@ Status RunStore::heartbeat(std::int64_t run_id) {
   return Status::ok();
 }
 
-Status RunStore::log_step(std::int64_t run_id, std::int64_t step,
-                          const std::map<std::string, double>& values,
-                          const std::vector<MemorySample>& memory) {
-  Impl& impl = *impl_;
-  Database& db = impl.db;
-  if (Status s = impl.statement(&impl.insert_metric,
-                                "INSERT INTO metrics(run_id, key_id, step, value, wall_time) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5)");
+Status RunStore::Impl::append_step(std::int64_t run_id, std::int64_t step,
+                                   const std::map<std::string, double>& values,
+                                   const std::vector<MemorySample>& memory, double now) {
+  if (Status s = statement(&insert_metric,
+                           "INSERT INTO metrics(run_id, key_id, step, value, wall_time) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5)");
       !s) {
     return s;
   }
-  if (Status s = impl.statement(
-          &impl.upsert_latest,
+  if (Status s = statement(
+          &upsert_latest,
           "INSERT INTO latest_metrics(run_id, key_id, step, value) VALUES (?1, ?2, ?3, ?4) "
           "ON CONFLICT(run_id, key_id) DO UPDATE SET step = excluded.step, value = "
           "excluded.value WHERE excluded.step >= latest_metrics.step");
       !s) {
     return s;
   }
-  Transaction txn(db);
-  if (!txn.begin_status()) return txn.begin_status();
-  // The heartbeat doubles as the "is it running" check, inside the same transaction.
-  if (Status s = heartbeat(run_id); !s) return s;
-  const double now = unix_now();
   for (const auto& [key, value] : values) {
-    std::int64_t key_id = 0;
-    if (Status s = impl.key_id(key, /*create=*/true, &key_id); !s) return s;
+    std::int64_t id = 0;
+    if (Status s = key_id(key, /*create=*/true, &id); !s) return s;
     {
-      StatementUse use(impl.insert_metric);
+      StatementUse use(insert_metric);
       use.bind(1, run_id);
-      use.bind(2, key_id);
+      use.bind(2, id);
       use.bind(3, step);
       use.bind(4, value);
       use.bind(5, now);
       if (use.step() != SQLITE_DONE) return db.error("cannot log metric '" + key + "'");
     }
-    StatementUse use(impl.upsert_latest);
+    StatementUse use(upsert_latest);
     use.bind(1, run_id);
-    use.bind(2, key_id);
+    use.bind(2, id);
     use.bind(3, step);
     use.bind(4, value);
     if (use.step() != SQLITE_DONE) return db.error("cannot update latest '" + key + "'");
   }
   if (!memory.empty()) {
-    if (Status s = impl.statement(&impl.insert_memory,
-                                  "INSERT INTO memory_samples(run_id, step, rank, weights, "
-                                  "grads, optimizer_state, activations, workspace, peak) "
-                                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+    if (Status s = statement(&insert_memory,
+                             "INSERT INTO memory_samples(run_id, step, rank, weights, "
+                             "grads, optimizer_state, activations, workspace, peak) "
+                             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
         !s) {
       return s;
     }
     for (const MemorySample& m : memory) {
-      StatementUse use(impl.insert_memory);
+      StatementUse use(insert_memory);
       use.bind(1, run_id);
       use.bind(2, step);
       use.bind(3, m.rank);
@@ -276,10 +265,35 @@ Status RunStore::log_step(std::int64_t run_id, std::int64_t step,
       if (use.step() != SQLITE_DONE) return db.error("cannot log a memory sample");
     }
   }
-  if (Status s = txn.commit(); !s) {
-    impl.key_ids.clear();  // keys inserted by the rolled-back transaction are gone
-    return s;
+  return Status::ok();
+}
+
+Status RunStore::log_step(std::int64_t run_id, std::int64_t step,
+                          const std::map<std::string, double>& values,
+                          const std::vector<MemorySample>& memory) {
+  return log_steps(run_id, {{step, values, memory}});
+}
+
+Status RunStore::log_steps(std::int64_t run_id, const std::vector<StepRecord>& steps) {
+  Impl& impl = *impl_;
+  Transaction txn(impl.db);
+  // Keys created by a transaction that rolls back are gone: forget the cache then.
+  struct ForgetKeysUnlessCommitted {
+    Impl& impl;
+    bool committed = false;
+    ~ForgetKeysUnlessCommitted() {
+      if (!committed) impl.key_ids.clear();
+    }
+  } forget{impl, false};
+  if (!txn.begin_status()) return txn.begin_status();
+  // The heartbeat doubles as the "is it running" check, inside the same transaction.
+  if (Status s = heartbeat(run_id); !s) return s;
+  const double now = unix_now();
+  for (const StepRecord& r : steps) {
+    if (Status s = impl.append_step(run_id, r.step, r.values, r.memory, now); !s) return s;
   }
+  if (Status s = txn.commit(); !s) return s;
+  forget.committed = true;
   return Status::ok();
 }
 

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "lattice/storage/run_store.h"
@@ -23,6 +25,15 @@ struct RunStore::Impl {
   Status statement(Statement* stmt, const char* sql) {
     return *stmt ? Status::ok() : db.prepare(sql, stmt);
   }
+  // One guarded UPDATE of a run's status (?1 id, ?2 now, ?3 to, ?4 error): refused unless
+  // the current status is one of allowed_from.
+  Status transition(std::int64_t run_id, const char* sql,
+                    std::initializer_list<std::string_view> allowed_from, std::string_view to,
+                    std::string_view error);
+  // Inserts one step's rows inside the caller's transaction.
+  Status append_step(std::int64_t run_id, std::int64_t step,
+                     const std::map<std::string, double>& values,
+                     const std::vector<MemorySample>& memory, double now);
   Status run_status_of(std::int64_t run_id, std::string* status);
   // The id of a metric key; creates it when create is set, else 0 when unknown.
   Status key_id(std::string_view name, bool create, std::int64_t* id);

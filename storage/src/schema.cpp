@@ -208,9 +208,9 @@ Status migrate(Database& db) {
 Result<Database> open_run_database(const std::string& path) {
   if (Status s = check_file_header(path); !s) return s;
   sqlite3* handle = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &handle,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &handle,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   Database db(handle, path);
   if (rc != SQLITE_OK) return db.error("cannot open the run database");
   // Readers and the writer wait for each other's short locks instead of failing.
@@ -220,7 +220,7 @@ Result<Database> open_run_database(const std::string& path) {
   // WAL after the schema exists: the first commit above went through the rollback journal,
   // so the main file's header already names us for the next process's header check.
   if (Status s = db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
-                         "PRAGMA foreign_keys = ON;");
+                         "PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 10000;");
       !s) {
     return s;
   }

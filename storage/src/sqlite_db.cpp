@@ -31,7 +31,9 @@ Database& Database::operator=(Database&& other) noexcept {
   return *this;
 }
 
-Database::~Database() { sqlite3_close_v2(db_); }
+Database::~Database() {
+  sqlite3_close_v2(db_);
+}
 
 Status Database::exec(const char* sql) {
   char* msg = nullptr;

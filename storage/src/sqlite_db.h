@@ -39,8 +39,9 @@ class StatementUse {
   void bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void bind(int i, int v) { sqlite3_bind_int64(stmt_, i, v); }
   void bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
-  void bind(int i, std::string_view v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  void bind(int i, std::string_view v) {  // an empty view binds '', never NULL
+    sqlite3_bind_text(stmt_, i, v.empty() ? "" : v.data(), static_cast<int>(v.size()),
+                      SQLITE_TRANSIENT);
   }
   void bind_null(int i) { sqlite3_bind_null(stmt_, i); }
   int step() { return sqlite3_step(stmt_); }  // SQLITE_ROW, SQLITE_DONE or an error

@@ -67,6 +67,13 @@ struct TimelineEvent {
   double end_s = 0;
 };
 
+// One step's metrics, for log_steps.
+struct StepRecord {
+  std::int64_t step = 0;
+  std::map<std::string, double> values;
+  std::vector<MemorySample> memory;
+};
+
 struct CheckpointRecord {
   std::int64_t step = 0;
   std::string path;
@@ -90,11 +97,11 @@ struct RunInfo {
 };
 
 struct RunFilter {
-  std::string name_contains;            // empty: any name
-  std::string tag;                      // empty: any tag
-  std::optional<RunStatus> status;      // kCrashed selects stale running runs
-  double stale_after_s = 60;            // heartbeat age that turns running into crashed
-  std::optional<double> now;            // Unix seconds; the system clock when unset
+  std::string name_contains;        // empty: any name
+  std::string tag;                  // empty: any tag
+  std::optional<RunStatus> status;  // kCrashed selects stale running runs
+  double stale_after_s = 60;        // heartbeat age that turns running into crashed
+  std::optional<double> now;        // Unix seconds; the system clock when unset
 };
 
 struct MetricRow {
@@ -141,6 +148,9 @@ class RunStore {
   Status log_step(std::int64_t run_id, std::int64_t step,
                   const std::map<std::string, double>& values,
                   const std::vector<MemorySample>& memory = {});
+  // Group commit: several steps in one transaction (each still seen whole by readers), for
+  // a sink that buffers steps arriving faster than every few milliseconds.
+  Status log_steps(std::int64_t run_id, const std::vector<StepRecord>& steps);
   Status log_timeline(std::int64_t run_id, std::int64_t step,
                       const std::vector<TimelineEvent>& events);
   Status log_message(std::int64_t run_id, std::string_view level, int rank,
