@@ -35,7 +35,10 @@ class NullTokenizer : public Tokenizer {
   }
   std::string decode(std::span<const int32_t> ids) const override {
     std::string out;
-    for (size_t i = 0; i < ids.size(); i++) out += (i ? " " : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < ids.size(); i++) {
+      if (i) out += ' ';
+      out += std::to_string(ids[i]);
+    }
     return out;
   }
   int vocab_size() const override { return vocab_size_ + 1; }
