@@ -50,8 +50,11 @@ int preprocess_command(const std::vector<std::string>& args) {
       {"workers", "encoding threads", &o.workers},
       {"log-interval", "documents between progress lines", &o.log_interval}};
   for (const FlagSpec& f : tokenizer_flags(o.tokenizer)) specs.push_back(f);
-  if (int rc = parse_or_report("preprocess", "preprocess --input FILE --output-prefix PREFIX "
-                               "--tokenizer-type T [flags]", args, specs, nullptr); rc >= 0)
+  if (int rc = parse_or_report("preprocess",
+                               "preprocess --input FILE --output-prefix PREFIX "
+                               "--tokenizer-type T [flags]",
+                               args, specs, nullptr);
+      rc >= 0)
     return rc;
   Result<InputFormat> f = parse_input_format(format);
   if (!f) {
@@ -65,9 +68,10 @@ int preprocess_command(const std::vector<std::string>& args) {
     return 1;
   }
   std::printf("processed %zu documents, %zu tokens, %.1f MB in %.2f s (%.1f docs/s, %.2f MB/s)\n",
-              r->documents, r->tokens, r->bytes / 1e6, r->seconds,
-              r->documents / r->seconds, r->bytes / 1e6 / r->seconds);
-  for (const std::string& out : r->outputs) std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
+              r->documents, r->tokens, r->bytes / 1e6, r->seconds, r->documents / r->seconds,
+              r->bytes / 1e6 / r->seconds);
+  for (const std::string& out : r->outputs)
+    std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
   return 0;
 }
 
@@ -75,11 +79,13 @@ int inspect_command(const std::vector<std::string>& args) {
   TokenizerOptions t;
   t.type = "";
   int64_t document = -1;
-  std::vector<FlagSpec> specs = {{"document", "decode (or list the ids of) this document", &document}};
+  std::vector<FlagSpec> specs = {
+      {"document", "decode (or list the ids of) this document", &document}};
   for (const FlagSpec& f : tokenizer_flags(t)) specs.push_back(f);
   std::vector<std::string> positional;
   if (int rc = parse_or_report("inspect", "inspect PREFIX [--document N] [tokenizer flags]", args,
-                               specs, &positional); rc >= 0)
+                               specs, &positional);
+      rc >= 0)
     return rc;
   if (positional.size() != 1) {
     print_error("data inspect", "expects one dataset PREFIX (the path without .bin/.idx)");
@@ -134,10 +140,13 @@ int train_tokenizer_command(const std::vector<std::string>& args) {
       {"model-prefix", "writes {prefix}.model and {prefix}.vocab", &o.model_prefix},
       {"vocab-size", "pieces in the vocabulary", &o.vocab_size},
       {"model-type", "bpe | unigram", &o.model_type},
-      {"character-coverage", "share of characters the vocabulary must cover", &o.character_coverage},
+      {"character-coverage", "share of characters the vocabulary must cover",
+       &o.character_coverage},
       {"seed", "sampling seed", &o.seed}};
-  if (int rc = parse_or_report("train-tokenizer", "train-tokenizer --input FILE --model-prefix P "
-                               "--vocab-size N [--model-type bpe|unigram]", args, specs, nullptr);
+  if (int rc = parse_or_report("train-tokenizer",
+                               "train-tokenizer --input FILE --model-prefix P "
+                               "--vocab-size N [--model-type bpe|unigram]",
+                               args, specs, nullptr);
       rc >= 0)
     return rc;
   if (inputs.empty() || o.model_prefix.empty()) {
@@ -172,8 +181,9 @@ int train_tokenizer_command(const std::vector<std::string>& args) {
     print_error("data train-tokenizer", s.message());
     return 1;
   }
-  std::printf("wrote %s.model and %s.vocab (%d pieces, %s) from %zu texts\n", o.model_prefix.c_str(),
-              o.model_prefix.c_str(), o.vocab_size, o.model_type.c_str(), texts.size());
+  std::printf("wrote %s.model and %s.vocab (%d pieces, %s) from %zu texts\n",
+              o.model_prefix.c_str(), o.model_prefix.c_str(), o.vocab_size, o.model_type.c_str(),
+              texts.size());
   return 0;
 }
 
@@ -186,17 +196,19 @@ int demo_data_command(const std::vector<std::string>& args) {
       {"vocab-size", "SentencePiece vocabulary of the demo tokenizer", &vocab},
       {"rebuild", "rebuild even if the files exist", &rebuild}};
   if (int rc = parse_or_report("demo", "demo [--data-dir DIR] [--vocab-size N] [--rebuild]", args,
-                               specs, nullptr); rc >= 0)
+                               specs, nullptr);
+      rc >= 0)
     return rc;
   Result<DemoCorpus> c = build_demo_corpus(dir, vocab, rebuild, std::cout);
   if (!c) {
     print_error("data demo", c.status().message());
     return 1;
   }
-  std::printf("demo corpus: %s (.bin/.idx), tokenizer %s\n  %zu documents, %zu tokens, "
-              "vocabulary %d, unigram entropy %.4f nats/token\n",
-              c->data_prefix.c_str(), c->tokenizer_model.c_str(), c->documents, c->tokens,
-              c->vocab_size, c->unigram_entropy);
+  std::printf(
+      "demo corpus: %s (.bin/.idx), tokenizer %s\n  %zu documents, %zu tokens, "
+      "vocabulary %d, unigram entropy %.4f nats/token\n",
+      c->data_prefix.c_str(), c->tokenizer_model.c_str(), c->documents, c->tokens, c->vocab_size,
+      c->unigram_entropy);
   return 0;
 }
 

@@ -1,8 +1,10 @@
 // lattice train | demo | eval: the training loop with Megatron's flags.
+#include <csignal>
 #include <iostream>
 
 #include "commands.h"
 #include "lattice/data.h"
+#include "lattice/run_record.h"
 #include "lattice/train.h"
 #include "lattice/train_options.h"
 
@@ -20,18 +22,57 @@ bool wants_help(const std::vector<std::string>& args) {
   return false;
 }
 
-int run_training(const std::string& command, Result<TrainOptions> options) {
+void on_signal(int) {
+  request_stop();
+}
+
+// The model's parameter count as the run record states it (a file tokenizer sets the vocabulary).
+int64_t parameter_count(const TrainOptions& o) {
+  ModelConfig m = o.model;
+  if (o.tokenizer.type != "NullTokenizer")
+    if (Result<std::unique_ptr<Tokenizer>> t = make_tokenizer(o.tokenizer); t)
+      m.vocab_size = (*t)->vocab_size();
+  return m.num_parameters();
+}
+
+int run_training(const std::string& command, Result<TrainOptions> options,
+                 const std::string& command_line) {
   if (!options) {
     print_error(command, options.status().message());
     return 2;
   }
-  ConsoleSink console(std::cout, options->log_interval, options->profile);
-  Result<TrainSummary> result = train(*options, console);
-  if (!result) {
-    print_error(command, result.status().message());
-    return 1;
+  const std::string db = options->db.empty() ? default_run_db() : options->db;
+  const std::string name = options->run_name.empty() ? default_run_name() : options->run_name;
+  Result<std::unique_ptr<RunRecorder>> recorder =
+      RunRecorder::open(db, name, options->tags, command_line, train_options_json(*options),
+                        parameter_count(*options));
+  if (!recorder) {
+    print_error(command, recorder.status().message());
+    return 2;
   }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  ConsoleSink console(std::cout, options->log_interval, options->profile);
+  console.on_message("recording run " + name + " in " + db);
+  TeeSink sinks({&console, recorder->get()});
+  Result<TrainSummary> result = train(*options, sinks);
+  if (!result) {
+    if (stop_requested())
+      (*recorder)->killed();
+    else
+      (*recorder)->fail(result.status().message());
+    print_error(command, result.status().message());
+    return stop_requested() ? 130 : 1;
+  }
+  if (!(*recorder)->status())
+    print_error(command, "the run record is incomplete: " + (*recorder)->status().message());
   return 0;
+}
+
+std::string join_command_line(const std::string& command, const std::vector<std::string>& args) {
+  std::string line = "lattice " + command;
+  for (const std::string& a : args) line += " " + a;
+  return line;
 }
 
 }  // namespace
@@ -51,7 +92,7 @@ int train_command(const std::vector<std::string>& args) {
     std::cout << train_options_help();
     return 0;
   }
-  return run_training("train", parse_train_options(args));
+  return run_training("train", parse_train_options(args), join_command_line("train", args));
 }
 
 int demo_command(const std::vector<std::string>& args) {
@@ -71,12 +112,13 @@ int demo_command(const std::vector<std::string>& args) {
   std::cout << "> demo corpus: " << corpus->documents << " fortunes, " << corpus->tokens
             << " tokens; unigram entropy " << corpus->unigram_entropy
             << " nats/token (the loss of a model that knows only token frequencies)\n";
-  std::vector<std::string> overrides = {"--data-path", corpus->data_prefix,
-                                        "--tokenizer-type", "GPTSentencePieceTokenizer",
+  std::vector<std::string> overrides = {"--data-path",       corpus->data_prefix,
+                                        "--tokenizer-type",  "GPTSentencePieceTokenizer",
                                         "--tokenizer-model", corpus->tokenizer_model};
   overrides.insert(overrides.end(), args.begin(), args.end());
-  return run_training("demo", parse_train_options_json(kDemoConfig, "embedded demo config",
-                                                       overrides));
+  return run_training("demo",
+                      parse_train_options_json(kDemoConfig, "embedded demo config", overrides),
+                      join_command_line("demo", args));
 }
 
 int eval_command(const std::vector<std::string>& args) {

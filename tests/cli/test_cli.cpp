@@ -148,23 +148,42 @@ class Cli : public QObject {
              qPrintable(inspect.out));
     QVERIFY2(inspect.out.contains("1 2 3 4 5"), qPrintable(inspect.out));
 
-    Run train = lattice(QStringList{"train", "--data-path", data, "--vocab-size", "100",
-                                    "--split", "90,10,0", "--train-iters", "20", "--eval-interval",
-                                    "10", "--eval-iters", "2", "--log-interval", "5", "--lr",
-                                    "3e-3", "--seq-length", "32", "--data-cache-path",
+    Run train = lattice(QStringList{"train",
+                                    "--data-path",
+                                    data,
+                                    "--vocab-size",
+                                    "100",
+                                    "--split",
+                                    "90,10,0",
+                                    "--train-iters",
+                                    "20",
+                                    "--eval-interval",
+                                    "10",
+                                    "--eval-iters",
+                                    "2",
+                                    "--log-interval",
+                                    "5",
+                                    "--lr",
+                                    "3e-3",
+                                    "--seq-length",
+                                    "32",
+                                    "--data-cache-path",
                                     dir.filePath("cache")} +
                         kTinyModel.mid(0, 6) + QStringList{"--threads", "2"});
     QVERIFY2(train.exit_code == 0, qPrintable(train.err));
-    QVERIFY2(train.out.contains("validation loss at iteration 10 | lm loss value:"), qPrintable(train.out));
-    QVERIFY2(train.out.contains("validation loss at iteration 20 | lm loss value:"), qPrintable(train.out));
+    QVERIFY2(train.out.contains("validation loss at iteration 10 | lm loss value:"),
+             qPrintable(train.out));
+    QVERIFY2(train.out.contains("validation loss at iteration 20 | lm loss value:"),
+             qPrintable(train.out));
     QVERIFY(QDir(dir.filePath("cache")).entryList(QDir::Files).size() > 0);
 
     Run eval = lattice({"eval", "--data-path", data, "--vocab-size", "100", "--seq-length", "32",
                         "--eval-iters", "10", "--num-layers", "1", "--hidden-size", "32",
                         "--num-attention-heads", "2"});
     QVERIFY2(eval.exit_code == 0, qPrintable(eval.err));
-    QVERIFY2(eval.out.contains("evaluated 10 samples (320 tokens)") && eval.out.contains("lm loss PPL:"),
-             qPrintable(eval.out));
+    QVERIFY2(
+        eval.out.contains("evaluated 10 samples (320 tokens)") && eval.out.contains("lm loss PPL:"),
+        qPrintable(eval.out));
   }
 
   void corrupt_dataset_is_refused_with_its_name() {
@@ -178,11 +197,71 @@ class Cli : public QObject {
     Run r = lattice({"train", "--data-path", prefix, "--vocab-size", "100", "--train-iters", "1"});
     QVERIFY(r.exit_code != 0);
     QVERIFY2(r.err.contains("broken.idx"), qPrintable(r.err));
-    Run bad = lattice({"data", "preprocess", "--input", dir.filePath("missing.jsonl"),
-                       "--output-prefix", prefix, "--tokenizer-type", "NullTokenizer",
-                       "--vocab-size", "10"});
+    Run bad =
+        lattice({"data", "preprocess", "--input", dir.filePath("missing.jsonl"), "--output-prefix",
+                 prefix, "--tokenizer-type", "NullTokenizer", "--vocab-size", "10"});
     QVERIFY(bad.exit_code != 0);
     QVERIFY2(bad.err.contains("missing.jsonl"), qPrintable(bad.err));
+  }
+
+  void runs_are_recorded_in_the_run_store() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.sqlite");
+    Run r = lattice(QStringList{"train", "--mock-data", "--train-iters", "4", "--db", db,
+                                "--run-name", "tiny-1", "--tag", "smoke", "--eval-iters", "1",
+                                "--eval-interval", "2"} +
+                    kTinyModel);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    Run list = lattice({"runs", "list", "--db", db, "--tag", "smoke"});
+    QVERIFY2(list.exit_code == 0, qPrintable(list.err));
+    QVERIFY2(list.out.contains("tiny-1") && list.out.contains("finished"), qPrintable(list.out));
+    Run show = lattice({"runs", "show", "tiny-1", "--db", db});
+    QVERIFY2(show.exit_code == 0, qPrintable(show.err));
+    for (const char* field : {"status:      finished", "latest metrics (step 4)", "lm loss",
+                              "validation lm loss", "\"run-name\":\"tiny-1\""})
+      QVERIFY2(show.out.contains(field), qPrintable(field + QString(" missing in ") + show.out));
+    // The same name again is refused before any training.
+    Run again = lattice(QStringList{"train", "--mock-data", "--train-iters", "2", "--db", db,
+                                    "--run-name", "tiny-1"} +
+                        kTinyModel);
+    QCOMPARE(again.exit_code, 2);
+    QVERIFY2(again.err.contains("--run-name tiny-1"), qPrintable(again.err));
+    QVERIFY(!again.out.contains("iteration"));
+  }
+
+  void a_foreign_database_is_refused_untouched() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("notes.txt");
+    QFile f(db);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("my notes, not a database\n");
+    f.close();
+    Run r =
+        lattice(QStringList{"train", "--mock-data", "--train-iters", "2", "--db", db} + kTinyModel);
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains("--db " + db), qPrintable(r.err));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(f.readAll(), QByteArray("my notes, not a database\n"));
+  }
+
+  void sigterm_marks_the_run_killed() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.sqlite");
+    QProcess p;
+    p.start(LATTICE_CLI_PATH,
+            QStringList{"train", "--mock-data", "--train-iters", "1000000", "--log-interval", "1",
+                        "--db", db, "--run-name", "endless"} +
+                kTinyModel);
+    QVERIFY(p.waitForStarted());
+    QByteArray out;
+    while (!out.contains("iteration") && p.waitForReadyRead(60000))
+      out += p.readAllStandardOutput();
+    QVERIFY2(out.contains("iteration"), out.constData());
+    p.terminate();  // SIGTERM
+    QVERIFY(p.waitForFinished(30000));
+    QCOMPARE(p.exitCode(), 130);
+    Run show = lattice({"runs", "show", "endless", "--db", db});
+    QVERIFY2(show.out.contains("status:      killed"), qPrintable(show.out + show.err));
   }
 
   void hf_weights_round_trip_through_training() {

@@ -102,6 +102,11 @@ class ConsoleSink : public MetricsSink {
 // that MFU is reported against. Takes about 0.3 s.
 double measure_sgemm_gflops(int threads);
 
+// Asks a running train() to stop before its next iteration (async-signal-safe: a
+// SIGINT/SIGTERM handler may call it). train() then returns an error saying so.
+void request_stop();
+bool stop_requested();
+
 // Trains as `options` says. Errors (bad weights file, ...) come back as a Status.
 Result<TrainSummary> train(const TrainOptions& options, MetricsSink& sink);
 

@@ -48,6 +48,9 @@ struct TrainOptions {
   std::string load_hf;                           // --load-hf FILE (GPT-2 safetensors to start from)
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
   bool profile = false;     // --profile: per-op time table at the end
+  std::string db;                 // --db: the run store (empty: $LATTICE_DATA_DIR/runs.sqlite)
+  std::string run_name;           // --run-name (empty: run-<date>-<time>-<random>)
+  std::vector<std::string> tags;  // --tag T ...
   std::string config_path;  // --config FILE (recorded, already applied)
 
   int num_micro_batches() const { return global_batch_size / micro_batch_size; }

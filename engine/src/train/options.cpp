@@ -67,6 +67,11 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
       {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
       {"profile", "print where the time went, per op, at the end", &o.profile},
+      {"db", "run database to record this run in; empty means $LATTICE_DATA_DIR/runs.sqlite",
+       &o.db},
+      {"run-name", "the run's unique name in the database; empty means run-<date>-<time>-<id>",
+       &o.run_name},
+      {"tag", "tags for the run record", &o.tags},
   };
 }
 

@@ -3,6 +3,7 @@
 // kernel reduces in a fixed order for a fixed thread count.
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -107,6 +108,13 @@ Status fill_micro_batch(const SampleSource& source, int64_t consumed, int micro_
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_stop{false};
+}  // namespace
+
+void request_stop() { g_stop.store(true, std::memory_order_relaxed); }
+bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
+
 double measure_sgemm_gflops(int threads) {
   kernels::set_num_threads(threads);
   const int n = 1536;
@@ -197,6 +205,8 @@ Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
 
   const auto run_start = std::chrono::steady_clock::now();
   for (int it = 1; it <= o.train_iters; it++) {
+    if (stop_requested())
+      return Status::internal("stopped by a signal before iteration " + std::to_string(it));
     const auto t0 = std::chrono::steady_clock::now();
     model.zero_grads();
     double loss = 0;

@@ -1,0 +1,129 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "lattice/data.h"
+#include "lattice/run_record.h"
+#include "lattice/storage/run_store.h"
+
+namespace lattice {
+
+void TeeSink::on_start(const RunStart& s) {
+  for (MetricsSink* k : sinks_) k->on_start(s);
+}
+void TeeSink::on_iteration(const IterationMetrics& m) {
+  for (MetricsSink* k : sinks_) k->on_iteration(m);
+}
+void TeeSink::on_validation(const ValidationMetrics& v) {
+  for (MetricsSink* k : sinks_) k->on_validation(v);
+}
+void TeeSink::on_message(const std::string& m) {
+  for (MetricsSink* k : sinks_) k->on_message(m);
+}
+void TeeSink::on_end(const TrainSummary& s) {
+  for (MetricsSink* k : sinks_) k->on_end(s);
+}
+
+struct RunRecorder::Impl {
+  std::unique_ptr<storage::RunStore> store;
+  int64_t run_id = 0;
+  bool done = false;
+};
+
+RunRecorder::RunRecorder(std::unique_ptr<Impl> impl, std::string run_name)
+    : impl_(std::move(impl)), run_name_(std::move(run_name)) {}
+
+RunRecorder::~RunRecorder() = default;
+
+Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
+    const std::string& db_path, const std::string& run_name, const std::vector<std::string>& tags,
+    const std::string& command_line, const std::string& config_json, int64_t parameters) {
+  Result<std::unique_ptr<storage::RunStore>> store = storage::RunStore::open(db_path);
+  if (!store) return Status::invalid_argument("--db " + db_path + ": " + store.status().message());
+  auto impl = std::make_unique<Impl>();
+  impl->store = std::move(*store);
+  storage::NewRun run;
+  run.name = run_name;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  run.host = host;
+  run.command_line = command_line;
+  run.config_json = config_json;
+  run.parameter_count = parameters;
+  run.tags = tags;
+  Result<int64_t> id = impl->store->create_run(run);
+  if (!id) return Status::invalid_argument("--run-name " + run_name + ": " + id.status().message());
+  impl->run_id = *id;
+  if (Status s = impl->store->mark_running(impl->run_id); !s) return s;
+  return std::unique_ptr<RunRecorder>(new RunRecorder(std::move(impl), run_name));
+}
+
+void RunRecorder::keep(const Status& s) {
+  if (!s && status_) status_ = s;
+}
+
+void RunRecorder::on_iteration(const IterationMetrics& m) {
+  keep(impl_->store->log_step(impl_->run_id, m.iteration,
+                              {{"lm loss", m.lm_loss},
+                               {"learning rate", m.learning_rate},
+                               {"grad norm", m.grad_norm},
+                               {"loss scale", m.loss_scale},
+                               {"skipped iterations", m.skipped_iterations},
+                               {"nan iterations", m.nan_iterations},
+                               {"consumed samples", static_cast<double>(m.consumed_samples)},
+                               {"step time", m.step_seconds},
+                               {"tokens per second", m.tokens_per_second},
+                               {"TFLOP/s per device", m.tflops_per_device},
+                               {"MFU", m.mfu}}));
+}
+
+void RunRecorder::on_validation(const ValidationMetrics& v) {
+  const std::string split = v.split == "test" ? "test" : "validation";
+  keep(impl_->store->log_step(
+      impl_->run_id, v.iteration,
+      {{split + " lm loss", v.lm_loss}, {split + " lm loss PPL", v.perplexity}}));
+}
+
+void RunRecorder::on_end(const TrainSummary& s) {
+  storage::MemorySample m;
+  m.weights = static_cast<int64_t>(s.memory.weights);
+  m.grads = static_cast<int64_t>(s.memory.grads);
+  m.optimizer_state = static_cast<int64_t>(s.memory.optimizer);
+  m.activations = static_cast<int64_t>(s.memory.activations);
+  m.workspace = static_cast<int64_t>(s.memory.workspace);
+  m.peak = static_cast<int64_t>(s.memory.peak_rss);
+  keep(impl_->store->log_step(impl_->run_id, static_cast<int64_t>(s.losses.size()),
+                              {{"tokens per second (run)", s.tokens_per_second}}, {m}));
+  keep(impl_->store->finish(impl_->run_id, storage::RunStatus::kFinished));
+  impl_->done = true;
+}
+
+void RunRecorder::fail(const std::string& error) {
+  if (impl_->done) return;
+  keep(impl_->store->finish(impl_->run_id, storage::RunStatus::kFailed, error));
+  impl_->done = true;
+}
+
+void RunRecorder::killed() {
+  if (impl_->done) return;
+  keep(impl_->store->finish(impl_->run_id, storage::RunStatus::kKilled, "interrupted by a signal"));
+  impl_->done = true;
+}
+
+std::string default_run_db() {
+  return default_data_dir() + "/runs.sqlite";
+}
+
+std::string default_run_name() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  std::random_device rd;
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%04x", static_cast<unsigned>(rd() & 0xffff));
+  return std::string("run-") + stamp + "-" + suffix;
+}
+
+}  // namespace lattice
