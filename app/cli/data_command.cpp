@@ -158,25 +158,12 @@ int train_tokenizer_command(const std::vector<std::string>& args) {
     print_error("data train-tokenizer", f.status().message());
     return 2;
   }
-  std::vector<std::string> texts;
-  for (const std::string& input : inputs) {
-    Result<DocumentReader> reader = DocumentReader::open(input, *f, keys);
-    if (!reader) {
-      print_error("data train-tokenizer", reader.status().message());
-      return 1;
-    }
-    std::vector<Document> docs;
-    while (true) {
-      Result<size_t> n = reader->read(4096, docs);
-      if (!n) {
-        print_error("data train-tokenizer", n.status().message());
-        return 1;
-      }
-      if (*n == 0) break;
-    }
-    for (Document& d : docs)
-      for (std::string& field : d.fields) texts.push_back(std::move(field));
+  Result<std::vector<std::string>> read = read_all_texts(inputs, *f, keys);
+  if (!read) {
+    print_error("data train-tokenizer", read.status().message());
+    return 1;
   }
+  const std::vector<std::string>& texts = *read;
   if (Status s = train_sentencepiece(texts, o); !s) {
     print_error("data train-tokenizer", s.message());
     return 1;

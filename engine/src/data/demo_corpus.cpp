@@ -41,20 +41,12 @@ Result<DemoCorpus> build_demo_corpus(const std::string& data_dir, int vocab_size
   if (ec) return Status::io_error(data_dir + "/demo: cannot create (" + ec.message() + ")");
 
   if (rebuild || !fs::exists(c.tokenizer_model)) {
-    std::vector<std::string> texts;
-    for (const std::string& f : files) {
-      Result<DocumentReader> reader = DocumentReader::open(f, InputFormat::kFortune, {});
-      if (!reader) return reader.status();
-      std::vector<Document> docs;
-      while (true) {
-        Result<size_t> n = reader->read(4096, docs);
-        if (!n) return n.status();
-        if (*n == 0) break;
-      }
-      for (Document& d : docs) texts.push_back(std::move(d.fields[0]));
-    }
+    Result<std::vector<std::string>> read = read_all_texts(files, InputFormat::kFortune, {});
+    if (!read) return read.status();
+    const std::vector<std::string>& texts = *read;
     log << "> training a SentencePiece BPE tokenizer (vocabulary " << vocab_size << ") on "
-        << texts.size() << " fortunes from " << files.size() << " files\n" << std::flush;
+        << texts.size() << " fortunes from " << files.size() << " files\n"
+        << std::flush;
     SentencePieceTrainOptions t;
     t.model_prefix = data_dir + "/demo/fortunes";
     t.vocab_size = vocab_size;

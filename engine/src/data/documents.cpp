@@ -163,6 +163,25 @@ Result<size_t> DocumentReader::read_from(size_t max_documents, std::vector<Docum
   return count;
 }
 
+Result<std::vector<std::string>> read_all_texts(const std::vector<std::string>& paths,
+                                                InputFormat format,
+                                                const std::vector<std::string>& json_keys) {
+  std::vector<std::string> texts;
+  for (const std::string& path : paths) {
+    Result<DocumentReader> reader = DocumentReader::open(path, format, json_keys);
+    if (!reader) return reader.status();
+    std::vector<Document> docs;
+    while (true) {
+      Result<size_t> n = reader->read(4096, docs);
+      if (!n) return n.status();
+      if (*n == 0) break;
+    }
+    for (Document& d : docs)
+      for (std::string& field : d.fields) texts.push_back(std::move(field));
+  }
+  return texts;
+}
+
 std::vector<std::string> fortune_files(const std::string& dir) {
   std::vector<std::string> files;
   std::error_code ec;

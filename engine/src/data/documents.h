@@ -58,6 +58,11 @@ class DocumentReader {
   size_t line_capacity_ = 0;
 };
 
+// Every field of every document of `paths`, in order (the texts a tokenizer trains on).
+Result<std::vector<std::string>> read_all_texts(const std::vector<std::string>& paths,
+                                                InputFormat format,
+                                                const std::vector<std::string>& json_keys);
+
 // Every fortune file of Debian's `fortunes` package (the files with a `.dat` index beside
 // them in /usr/share/games/fortunes), sorted; empty when the package is not installed.
 std::vector<std::string> fortune_files(const std::string& dir = "/usr/share/games/fortunes");
