@@ -26,9 +26,24 @@ struct OptimizerConfig {
   float clip_grad = 1.0f;                 // --clip-grad (0 disables)
 };
 
+// How the model is split over ranks (docs/design-notes.md#parallelism). Tensor-parallel size
+// lives in ModelConfig (the vocabulary padding depends on it); data-parallel size is what the
+// world leaves: world / (TP * PP).
+struct ParallelOptions {
+  int pipeline_model_parallel_size = 1;           // --pipeline-model-parallel-size
+  int num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage
+  bool sequence_parallel = false;                 // --sequence-parallel
+  bool use_distributed_optimizer = false;         // --use-distributed-optimizer
+  int ddp_bucket_size = 0;  // --ddp-bucket-size, elements (0: max(40M, 1M * DP), Megatron)
+  std::string recompute_granularity;  // --recompute-granularity full | selective ("" = none)
+  std::string recompute_method;       // --recompute-method uniform | block (full only)
+  int recompute_num_layers = 0;       // --recompute-num-layers
+};
+
 struct TrainOptions {
   ModelConfig model;
   OptimizerConfig optim;
+  ParallelOptions parallel;
   int micro_batch_size = 4;                      // --micro-batch-size
   int global_batch_size = 0;                     // --global-batch-size (0: micro batch size)
   int train_iters = 100;                         // --train-iters
@@ -48,6 +63,8 @@ struct TrainOptions {
   std::string load_hf;                           // --load-hf FILE (GPT-2 safetensors to start from)
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
   bool profile = false;     // --profile: per-op time table at the end
+  bool log_memory = false;  // --log-memory: every rank's memory by category after iteration 1
+  int timing_log_level = 0;  // --timing-log-level: 1 prints per-phase times per rank
   std::string db;                 // --db: the run store (empty: $LATTICE_DATA_DIR/runs.sqlite)
   std::string run_name;           // --run-name (empty: run-<date>-<time>-<random>)
   std::vector<std::string> tags;  // --tag T ...

@@ -48,6 +48,26 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"adam-beta2", "AdamW beta2", &p.adam_beta2},
       {"adam-eps", "AdamW epsilon", &p.adam_eps},
       {"clip-grad", "clip the global gradient L2 norm to this; 0 disables", &p.clip_grad},
+      {"tensor-model-parallel-size", "ranks that split every layer (TP)",
+       &m.tensor_model_parallel_size},
+      {"pipeline-model-parallel-size", "ranks that split the layers into stages (PP)",
+       &o.parallel.pipeline_model_parallel_size},
+      {"num-layers-per-virtual-pipeline-stage",
+       "layers per virtual stage for interleaved 1F1B; 0 means no interleaving",
+       &o.parallel.num_layers_per_virtual_pipeline_stage},
+      {"sequence-parallel", "split LayerNorm and dropout along the sequence over TP ranks",
+       &o.parallel.sequence_parallel},
+      {"use-distributed-optimizer", "shard optimizer state over data-parallel ranks (ZeRO-1)",
+       &o.parallel.use_distributed_optimizer},
+      {"ddp-bucket-size", "gradient elements per data-parallel bucket; 0 means max(40M, 1M * DP)",
+       &o.parallel.ddp_bucket_size},
+      {"recompute-granularity", "recompute activations in backward: full | selective",
+       &o.parallel.recompute_granularity},
+      {"recompute-method", "with full recomputation: uniform | block",
+       &o.parallel.recompute_method},
+      {"recompute-num-layers",
+       "uniform: layers per recomputed chunk; block: recomputed layers per stage",
+       &o.parallel.recompute_num_layers},
       {"seed", "random seed for initialisation, data and dropout", &o.seed},
       {"log-interval", "print a progress line every N iterations", &o.log_interval},
       {"mock-data", "train on synthetic documents (Megatron's --mock-data)", &o.mock_data},
@@ -67,6 +87,10 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
       {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
       {"profile", "print where the time went, per op, at the end", &o.profile},
+      {"log-memory", "print every rank's memory by category after the first iteration",
+       &o.log_memory},
+      {"timing-log-level", "1: print every rank's time per phase at each log line",
+       &o.timing_log_level},
       {"db", "run database to record this run in; empty means $LATTICE_DATA_DIR/runs.sqlite",
        &o.db},
       {"run-name", "the run's unique name in the database; empty means run-<date>-<time>-<id>",
@@ -221,6 +245,25 @@ std::vector<std::string> TrainOptions::validate() const {
     if (auto blend = data_blend(); !blend) errors.push_back(blend.status().message());
   if (eval_interval <= 0) errors.push_back("--eval-interval must be positive");
   if (eval_iters < 0) errors.push_back("--eval-iters must not be negative");
+  const ParallelOptions& par = parallel;
+  if (!par.recompute_granularity.empty() && par.recompute_granularity != "full" &&
+      par.recompute_granularity != "selective")
+    errors.push_back("--recompute-granularity '" + par.recompute_granularity +
+                     "' is not one of full, selective");
+  if (!par.recompute_method.empty() && par.recompute_method != "uniform" &&
+      par.recompute_method != "block")
+    errors.push_back("--recompute-method '" + par.recompute_method +
+                     "' is not one of uniform, block");
+  if (par.recompute_granularity == "full" && par.recompute_method.empty())
+    errors.push_back("--recompute-granularity full needs --recompute-method uniform or block");
+  if (par.recompute_granularity != "full" && !par.recompute_method.empty())
+    errors.push_back("--recompute-method applies only with --recompute-granularity full");
+  if (par.recompute_granularity == "full" && par.recompute_num_layers <= 0)
+    errors.push_back("--recompute-granularity full needs a positive --recompute-num-layers");
+  if (par.recompute_num_layers < 0) errors.push_back("--recompute-num-layers must not be negative");
+  if (par.ddp_bucket_size < 0) errors.push_back("--ddp-bucket-size must not be negative");
+  if (timing_log_level < 0 || timing_log_level > 2)
+    errors.push_back("--timing-log-level must be 0, 1 or 2");
   if (tokenizer.type == "NullTokenizer" && tokenizer.vocab_size <= 0)
     errors.push_back("--tokenizer-type NullTokenizer needs a positive --vocab-size");
   if (mock_data && tokenizer.type != "NullTokenizer")

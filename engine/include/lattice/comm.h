@@ -1,0 +1,127 @@
+// The communicator (ARCHITECTURE.md "Communicator"): the one narrow interface through which
+// tensor, pipeline and data parallelism move bytes. LocalComm is a world of one (no MPI);
+// MpiComm wraps an MPI communicator over CPU buffers. Non-goal: GPU buffers (NcclComm, issue 10).
+//
+// Ordering contract: collectives (blocking or async) are called in the same order on every
+// rank of a communicator, with the same counts and types. Point-to-point messages match by
+// (peer, tag). Buffers handed to an async call must stay alive and untouched until its
+// request completes. A Comm is used by one thread at a time.
+//
+// Errors: every call returns a Status; a failing MPI call becomes a Status naming the
+// operation and the rank. A rank that cannot go on calls abort(), which ends the whole job
+// (every rank, no hang) after printing its message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lattice/status.h"
+
+namespace lattice {
+
+enum class DType { kFloat32, kFloat64, kInt32, kInt64, kUInt8 };
+size_t dtype_size(DType type);
+
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::kFloat32; }
+template <>
+constexpr DType dtype_of<double>() { return DType::kFloat64; }
+template <>
+constexpr DType dtype_of<int32_t>() { return DType::kInt32; }
+template <>
+constexpr DType dtype_of<int64_t>() { return DType::kInt64; }
+template <>
+constexpr DType dtype_of<uint8_t>() { return DType::kUInt8; }
+
+enum class ReduceOp { kSum, kMax };
+
+// What this communicator was asked to move, in bytes of the caller's buffers (the logical
+// payload: for all_reduce the buffer once; a benchmark converts to wire bytes), and how long
+// the caller spent blocked inside it.
+struct CommStats {
+  uint64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0;
+  uint64_t broadcast_bytes = 0, gather_bytes = 0, send_bytes = 0, recv_bytes = 0;
+  uint64_t calls = 0;
+  double wait_seconds = 0;  // blocking calls and wait() together
+};
+
+// An operation in flight. test() makes progress and says whether it has completed; wait()
+// blocks until it has. Destroying an unfinished request waits for it.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual Status wait() = 0;
+  virtual bool test() = 0;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Ranks of this communicator on this machine (1 for LocalComm): the thread budget divides
+  // the cores among them.
+  virtual int node_local_size() const = 0;
+
+  // data (count) is reduced in place over all ranks.
+  virtual Status all_reduce(void* data, size_t count, DType type, ReduceOp op) = 0;
+  // send (sum of counts) summed over ranks; rank r receives block r (counts[r]) into recv.
+  virtual Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
+                                DType type) = 0;
+  // recv (sum of counts) = every rank's send (counts[r]) concatenated in rank order.
+  // send may point into recv at this rank's block (in place).
+  virtual Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
+                            DType type) = 0;
+  virtual Status broadcast(void* data, size_t count, DType type, int root) = 0;
+  // recv (size() * count, root only) = every rank's send (count) in rank order.
+  virtual Status gather(const void* send, void* recv, size_t count, DType type, int root) = 0;
+  virtual Status send(const void* data, size_t count, DType type, int peer, int tag) = 0;
+  virtual Status recv(void* data, size_t count, DType type, int peer, int tag) = 0;
+  virtual Status barrier() = 0;
+
+  virtual std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
+                                                        ReduceOp op) = 0;
+  virtual std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv,
+                                                            const std::vector<size_t>& counts,
+                                                            DType type) = 0;
+  virtual std::unique_ptr<CommRequest> all_gather_async(const void* send, void* recv,
+                                                        const std::vector<size_t>& counts,
+                                                        DType type) = 0;
+  virtual std::unique_ptr<CommRequest> isend(const void* data, size_t count, DType type, int peer,
+                                             int tag) = 0;
+  virtual std::unique_ptr<CommRequest> irecv(void* data, size_t count, DType type, int peer,
+                                             int tag) = 0;
+
+  // Collective over this communicator: the ranks passing the same color form a new
+  // communicator, ordered by key (then by rank here). MPI_Comm_split underneath.
+  virtual Result<std::unique_ptr<Comm>> split(int color, int key) = 0;
+
+  // Ends the whole job: prints "lattice: rank R: <message>" to stderr and terminates every
+  // rank (MPI_Abort). Never returns.
+  [[noreturn]] virtual void abort(const std::string& message, int exit_code) = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ protected:
+  CommStats stats_;
+};
+
+// A world of one process: collectives copy or do nothing, point-to-point is an error.
+std::unique_ptr<Comm> make_local_comm();
+
+// True when this process was started by mpirun / srun (their environment variables are set).
+bool launched_by_mpi_launcher();
+// The world: MpiComm when started by a launcher and MPI is built in (initialises MPI on the
+// first call), LocalComm otherwise. Fails with a clear message when launched by mpirun but
+// this build has no MPI.
+Result<std::unique_ptr<Comm>> make_world_comm();
+// Finalises MPI if make_world_comm initialised it; call once before main returns.
+void finalize_comm();
+
+}  // namespace lattice

@@ -1,0 +1,51 @@
+// The parallel layout (ARCHITECTURE.md "Parallel layout"): world = TP x PP x DP, ranks in
+// Megatron's order (tp fastest, then dp, then pp): rank = tp + TP * (dp + DP * pp).
+// Pure arithmetic, no communication: `lattice plan`, the Studio and the trainer share it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lattice/status.h"
+#include "lattice/train_options.h"
+
+namespace lattice {
+
+struct ParallelLayout {
+  int world = 1;
+  int tp = 1, pp = 1, dp = 1;
+  int vpp = 1;         // model chunks (virtual stages) per pipeline rank; 1 without interleaving
+  int num_layers = 0;  // of the whole model
+
+  struct Coord {
+    int tp = 0, dp = 0, pp = 0;
+  };
+  int rank(Coord c) const { return c.tp + tp * (c.dp + dp * c.pp); }
+  Coord coord(int rank) const;
+
+  // Groups as lists of world ranks, each sorted ascending, in Megatron's group order.
+  std::vector<std::vector<int>> tensor_groups() const;    // same dp, pp
+  std::vector<std::vector<int>> data_groups() const;      // same tp, pp
+  std::vector<std::vector<int>> pipeline_groups() const;  // same tp, dp
+  std::vector<std::vector<int>> model_groups() const;     // same dp (TP x PP ranks)
+  // First and last stage of each pipeline group (one rank when pp == 1): the ranks holding
+  // the word embedding, whose gradients are summed between them.
+  std::vector<std::vector<int>> embedding_groups() const;
+
+  // Layers [begin, end) of model chunk `chunk` (0 .. vpp-1) on pipeline rank `pp_rank`:
+  // virtual stage chunk * pp + pp_rank holds num_layers / (pp * vpp) consecutive layers.
+  struct LayerRange {
+    int begin = 0, end = 0;
+  };
+  LayerRange stage_layers(int pp_rank, int chunk) const;
+};
+
+// Every rule the options break for this world size, one sentence each naming the flag
+// (ARCHITECTURE.md lists the rules); empty when the layout is valid.
+std::vector<std::string> layout_errors(const TrainOptions& options, int world_size);
+// The layout, or a Status listing every broken rule on its own line.
+Result<ParallelLayout> make_layout(const TrainOptions& options, int world_size);
+// Every group's ranks and every stage's layers as a JSON object (`lattice plan --json`).
+std::string layout_json(const ParallelLayout& layout);
+
+}  // namespace lattice
