@@ -3,7 +3,9 @@
 #include <iostream>
 
 #include "commands.h"
+#include "lattice/comm.h"
 #include "lattice/data.h"
+#include "lattice/layout.h"
 #include "lattice/run_record.h"
 #include "lattice/train.h"
 #include "lattice/train_options.h"
@@ -35,38 +37,86 @@ int64_t parameter_count(const TrainOptions& o) {
   return m.num_parameters();
 }
 
+// Runs on every rank: rank 0 records the run and prints; the others train silently. A
+// failure every rank sees alike (a bad flag or layout) exits normally on all of them; one met
+// by a single rank (a bad file on its node, a crashed peer) ends the whole job with that
+// rank's message, so no rank waits forever.
 int run_training(const std::string& command, Result<TrainOptions> options,
                  const std::string& command_line) {
-  if (!options) {
-    print_error(command, options.status().message());
+  Result<std::unique_ptr<Comm>> world = make_world_comm();
+  if (!world) {
+    print_error(command, world.status().message());
     return 2;
   }
-  const std::string db = options->db.empty() ? default_run_db() : options->db;
-  const std::string name = options->run_name.empty() ? default_run_name() : options->run_name;
-  Result<std::unique_ptr<RunRecorder>> recorder =
-      RunRecorder::open(db, name, options->tags, command_line, train_options_json(*options),
-                        parameter_count(*options));
-  if (!recorder) {
-    print_error(command, recorder.status().message());
-    return 2;
+  Comm& comm = **world;
+  const bool rank0 = comm.rank() == 0;
+  auto finish = [&](int code) {
+    finalize_comm();
+    return code;
+  };
+  if (!options) {
+    if (rank0) print_error(command, options.status().message());
+    return finish(2);
+  }
+  if (Result<ParallelLayout> layout = make_layout(*options, comm.size()); !layout) {
+    if (rank0) print_error(command, layout.status().message());
+    return finish(2);
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  ConsoleSink console(std::cout, options->log_interval, options->profile);
-  console.on_message("recording run " + name + " in " + db);
-  TeeSink sinks({&console, recorder->get()});
-  Result<TrainSummary> result = train(*options, sinks);
-  if (!result) {
-    if (stop_requested())
-      (*recorder)->killed();
+  std::unique_ptr<RunRecorder> recorder;
+  const std::string db = options->db.empty() ? default_run_db() : options->db;
+  const std::string name = options->run_name.empty() ? default_run_name() : options->run_name;
+  Status opened = Status::ok();
+  if (rank0) {
+    Result<std::unique_ptr<RunRecorder>> r =
+        RunRecorder::open(db, name, options->tags, command_line, train_options_json(*options),
+                          parameter_count(*options), comm.size(),
+                          options->model.tensor_model_parallel_size,
+                          options->parallel.pipeline_model_parallel_size,
+                          comm.size() / (options->model.tensor_model_parallel_size *
+                                         options->parallel.pipeline_model_parallel_size));
+    if (r)
+      recorder = std::move(*r);
     else
-      (*recorder)->fail(result.status().message());
-    print_error(command, result.status().message());
-    return stop_requested() ? 130 : 1;
+      opened = r.status();
   }
-  if (!(*recorder)->status())
-    print_error(command, "the run record is incomplete: " + (*recorder)->status().message());
-  return 0;
+  // Every rank learns whether the record could be opened.
+  int ok = opened.is_ok() ? 1 : 0;
+  if (comm.size() > 1 && !comm.all_reduce(&ok, 1, DType::kInt32, ReduceOp::kMax).is_ok())
+    comm.abort("could not start the job", 1);
+  if (!opened.is_ok() || (comm.size() > 1 && rank0 == false && ok == 0)) {
+    if (rank0) print_error(command, opened.message());
+    return finish(2);
+  }
+  ConsoleSink console(std::cout, options->log_interval, options->profile, options->log_memory,
+                      options->timing_log_level);
+  MetricsSink silent;
+  std::vector<MetricsSink*> sinks;
+  if (rank0) {
+    console.on_message("recording run " + name + " in " + db);
+    sinks = {&console, recorder.get()};
+  }
+  TeeSink tee(sinks);
+  Result<TrainSummary> result = train(*options, comm, rank0 ? static_cast<MetricsSink&>(tee) : silent);
+  if (!result) {
+    if (recorder) {
+      if (stop_requested())
+        recorder->killed();
+      else
+        recorder->fail(result.status().message());
+    }
+    if (stop_requested()) {
+      if (rank0) print_error(command, result.status().message());
+      return finish(130);
+    }
+    if (comm.size() > 1) comm.abort(result.status().message(), 1);
+    print_error(command, result.status().message());
+    return finish(1);
+  }
+  if (recorder && !recorder->status())
+    print_error(command, "the run record is incomplete: " + recorder->status().message());
+  return finish(0);
 }
 
 std::string join_command_line(const std::string& command, const std::vector<std::string>& args) {

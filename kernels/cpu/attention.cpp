@@ -41,7 +41,9 @@ size_t attention_workspace_elems(int T) {
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH,
-                       float dropout_p, uint64_t dropout_key, T* workspace) {
+                       float dropout_p, uint64_t dropout_key, T* workspace, int head_offset,
+                       int total_heads) {
+  if (total_heads <= 0) total_heads = NH;
   const int HS = C / NH, ld = 3 * C;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
 #pragma omp parallel for schedule(static)
@@ -76,7 +78,8 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
     if (dropout_p > 0.0f) {
       T* tmp =
           workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
-      apply_dropout(tmp, P, T_, static_cast<size_t>(bh) * T_ * T_, dropout_p, dropout_key);
+      const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
+      apply_dropout(tmp, P, T_, mask_base, dropout_p, dropout_key);
       Pd = tmp;
     }
     for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
@@ -89,7 +92,9 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,
-                        int NH, float dropout_p, uint64_t dropout_key, T* workspace) {
+                        int NH, float dropout_p, uint64_t dropout_key, T* workspace,
+                        int head_offset, int total_heads) {
+  if (total_heads <= 0) total_heads = NH;
   const int HS = C / NH, ld = 3 * C;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T keep_scale = static_cast<T>(dropout_p > 0.0f ? 1.0 / (1.0 - dropout_p) : 1.0);
@@ -98,6 +103,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
     const size_t base = static_cast<size_t>(bh) * T_ * T_;
+    const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
     const T* q = qkv + static_cast<size_t>(b) * T_ * ld + h * 3 * HS;
     const T* k = q + HS;
     const T* v = q + 2 * HS;
@@ -111,7 +117,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
     T* Pd = ws + static_cast<size_t>(T_) * T_;  // (T, T), dropout(P)
     const T* Pused = P;
     if (dropout_p > 0.0f) {
-      apply_dropout(Pd, P, T_, base, dropout_p, dropout_key);
+      apply_dropout(Pd, P, T_, mask_base, dropout_p, dropout_key);
       Pused = Pd;
     }
     // dV = Pd^T dO: all T rows of dV, contributions only from rows i >= j (Pd is lower).
@@ -127,7 +133,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
       const T* prow = P + static_cast<size_t>(i) * T_;
       T* drow = dP + static_cast<size_t>(i) * T_;
       if (dropout_p > 0.0f) {
-        const size_t row = base + static_cast<size_t>(i) * T_;
+        const size_t row = mask_base + static_cast<size_t>(i) * T_;
 #pragma omp simd
         for (int j = 0; j <= i; j++)
           drow[j] = dropout_keep(dropout_key, row + j, threshold) ? drow[j] * keep_scale : T(0);
@@ -150,12 +156,12 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
 }
 
 template void attention_forward(float*, float*, const float*, int, int, int, int, float, uint64_t,
-                                float*);
+                                float*, int, int);
 template void attention_forward(double*, double*, const double*, int, int, int, int, float,
-                                uint64_t, double*);
+                                uint64_t, double*, int, int);
 template void attention_backward(float*, const float*, const float*, const float*, int, int, int,
-                                 int, float, uint64_t, float*);
+                                 int, float, uint64_t, float*, int, int);
 template void attention_backward(double*, const double*, const double*, const double*, int, int,
-                                 int, int, float, uint64_t, double*);
+                                 int, int, float, uint64_t, double*, int, int);
 
 }  // namespace lattice::kernels

@@ -22,7 +22,7 @@ template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC) {
   if (dinp) cpu::gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
-  cpu::gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+  if (dweight) cpu::gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
   if (dbias) {
     thread_local std::vector<T> ones;
     if (ones.size() < static_cast<size_t>(N)) ones.assign(N, T(1));
@@ -30,6 +30,18 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   }
 }
 
+template <typename T>
+void add_bias(T* out, const T* bias, int N, int OC) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    T* o = out + static_cast<size_t>(n) * OC;
+#pragma omp simd
+    for (int i = 0; i < OC; i++) o[i] += bias[i];
+  }
+}
+
+template void add_bias(float*, const float*, int, int);
+template void add_bias(double*, const double*, int, int);
 template void matmul_forward(float*, const float*, const float*, const float*, int, int, int);
 template void matmul_forward(double*, const double*, const double*, const double*, int, int, int);
 template void matmul_backward(float*, float*, float*, const float*, const float*, const float*, int,

@@ -7,7 +7,7 @@ namespace lattice::kernels {
 
 template <typename T>
 void residual_dropout_forward(T* out, const T* residual, const T* x, size_t n, float p,
-                              uint64_t key) {
+                              uint64_t key, size_t index_offset) {
   if (p == 0.0f) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = (residual ? residual[i] : T(0)) + x[i];
@@ -17,13 +17,13 @@ void residual_dropout_forward(T* out, const T* residual, const T* x, size_t n, f
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
-    const T kept = dropout_keep(key, i, threshold) ? x[i] * keep_scale : T(0);
+    const T kept = dropout_keep(key, index_offset + i, threshold) ? x[i] * keep_scale : T(0);
     out[i] = (residual ? residual[i] : T(0)) + kept;
   }
 }
 
 template <typename T>
-void dropout_backward(T* dx, const T* dout, size_t n, float p, uint64_t key) {
+void dropout_backward(T* dx, const T* dout, size_t n, float p, uint64_t key, size_t index_offset) {
   if (p == 0.0f) {
     if (dx != dout) {
 #pragma omp parallel for simd schedule(static)
@@ -35,13 +35,14 @@ void dropout_backward(T* dx, const T* dout, size_t n, float p, uint64_t key) {
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++)
-    dx[i] = dropout_keep(key, i, threshold) ? dout[i] * keep_scale : T(0);
+    dx[i] = dropout_keep(key, index_offset + i, threshold) ? dout[i] * keep_scale : T(0);
 }
 
-template void residual_dropout_forward(float*, const float*, const float*, size_t, float, uint64_t);
+template void residual_dropout_forward(float*, const float*, const float*, size_t, float, uint64_t,
+                                       size_t);
 template void residual_dropout_forward(double*, const double*, const double*, size_t, float,
-                                       uint64_t);
-template void dropout_backward(float*, const float*, size_t, float, uint64_t);
-template void dropout_backward(double*, const double*, size_t, float, uint64_t);
+                                       uint64_t, size_t);
+template void dropout_backward(float*, const float*, size_t, float, uint64_t, size_t);
+template void dropout_backward(double*, const double*, size_t, float, uint64_t, size_t);
 
 }  // namespace lattice::kernels

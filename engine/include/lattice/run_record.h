@@ -19,6 +19,7 @@ class TeeSink : public MetricsSink {
   void on_iteration(const IterationMetrics& m) override;
   void on_validation(const ValidationMetrics& v) override;
   void on_message(const std::string& m) override;
+  void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
   void on_end(const TrainSummary& s) override;
 
  private:
@@ -35,10 +36,13 @@ class RunRecorder : public MetricsSink {
   // file (a foreign or newer database is refused untouched) or the duplicate run name.
   static Result<std::unique_ptr<RunRecorder>> open(
       const std::string& db_path, const std::string& run_name, const std::vector<std::string>& tags,
-      const std::string& command_line, const std::string& config_json, int64_t parameters);
+      const std::string& command_line, const std::string& config_json, int64_t parameters,
+      int world_size = 1, int tp = 1, int pp = 1, int dp = 1);
   ~RunRecorder() override;
   void on_iteration(const IterationMetrics& m) override;
   void on_validation(const ValidationMetrics& v) override;
+  // Every rank's memory (memory samples) and phase times (metrics "rank R <phase> time").
+  void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
   void on_end(const TrainSummary& s) override;
   void fail(const std::string& error);
   void killed();

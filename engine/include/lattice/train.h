@@ -1,5 +1,5 @@
-// The training loop of one process (world size 1 until the parallelism issue), and the
-// MetricsSink interface through which it reports (console now; the run store later).
+// The training loop (one process, or one rank of a tensor x pipeline x data parallel job),
+// and the MetricsSink interface through which rank 0 reports (console, run store).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lattice/comm.h"
 #include "lattice/status.h"
 #include "lattice/train_options.h"
 
@@ -39,8 +40,29 @@ struct ValidationMetrics {
 
 struct MemoryReport {
   size_t weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
-  size_t peak_rss = 0;  // the process's high-water mark
-  size_t accounted() const { return weights + grads + optimizer + activations + workspace; }
+  size_t comm_buffers = 0;  // pipeline send/receive and data-parallel shard buffers
+  size_t peak_rss = 0;      // the process's high-water mark
+  size_t accounted() const {
+    return weights + grads + optimizer + activations + workspace + comm_buffers;
+  }
+};
+
+// Where one rank's time went since the previous report, in seconds, and what it sent.
+struct PhaseTimes {
+  double forward = 0, backward = 0;  // compute, including tensor-parallel collectives
+  double pipeline_wait = 0;          // blocked on pipeline receives and sends
+  double dp_comm = 0;                // waiting for data-parallel reductions and gathers
+  double optimizer = 0;              // norm, clipping, AdamW
+  double tp_comm = 0;                // tensor-parallel collectives (part of forward/backward)
+};
+
+// One rank's accounting (ARCHITECTURE.md "Metrics, memory, FLOPs").
+struct RankReport {
+  int rank = 0, tp = 0, dp = 0, pp = 0;
+  MemoryReport memory;
+  PhaseTimes times;
+  // Bytes handed to each group's collectives and sends (CommStats, logical payload).
+  double tp_bytes = 0, dp_bytes = 0, pp_bytes = 0, embedding_bytes = 0;
 };
 
 struct OpTime {
@@ -65,8 +87,9 @@ struct TrainSummary {
   double gflops = 0;             // achieved, same window
   double peak_gflops = 0;
   MemoryReport memory;
-  std::vector<OpTime> op_times;  // where the time went, whole run
+  std::vector<OpTime> op_times;  // where the time went, whole run (rank 0's ops)
   double total_seconds = 0;
+  std::vector<RankReport> ranks;  // every rank, whole run (on rank 0)
 };
 
 class MetricsSink {
@@ -76,6 +99,9 @@ class MetricsSink {
   virtual void on_iteration(const IterationMetrics&) {}
   virtual void on_validation(const ValidationMetrics&) {}
   virtual void on_message(const std::string&) {}
+  // Every rank's memory and phase times since the previous report: after iteration 1 and at
+  // every log interval (in rank order).
+  virtual void on_rank_reports(int /*iteration*/, const std::vector<RankReport>&) {}
   virtual void on_end(const TrainSummary&) {}
 };
 
@@ -83,17 +109,22 @@ class MetricsSink {
 // interval, as Megatron does) and a summary at the end.
 class ConsoleSink : public MetricsSink {
  public:
-  ConsoleSink(std::ostream& out, int log_interval, bool print_profile);
+  // log_memory: every rank's memory after iteration 1 (--log-memory); timing_log_level 1:
+  // every rank's phase times at each log line (--timing-log-level).
+  ConsoleSink(std::ostream& out, int log_interval, bool print_profile, bool log_memory = false,
+              int timing_log_level = 0);
   void on_start(const RunStart& start) override;
   void on_iteration(const IterationMetrics& m) override;
   void on_validation(const ValidationMetrics& v) override;
   void on_message(const std::string& message) override;
+  void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
   void on_end(const TrainSummary& summary) override;
 
  private:
   std::ostream& out_;
   int log_interval_;
-  bool print_profile_;
+  bool print_profile_, log_memory_;
+  int timing_log_level_;
   double loss_sum_ = 0, seconds_sum_ = 0;
   int count_ = 0;
 };
@@ -107,7 +138,12 @@ double measure_sgemm_gflops(int threads);
 void request_stop();
 bool stop_requested();
 
-// Trains as `options` says. Errors (bad weights file, ...) come back as a Status.
+// Trains as `options` says on the ranks of `world` (every rank calls it; the layout comes from
+// the options and world.size()). Only rank 0 reports to `sink`. Errors (a bad layout, weights
+// file, dataset) come back as a Status on the rank that met them; the caller ends the job
+// (Comm::abort) so that no other rank waits for it.
+Result<TrainSummary> train(const TrainOptions& options, Comm& world, MetricsSink& sink);
+// One process.
 Result<TrainSummary> train(const TrainOptions& options, MetricsSink& sink);
 
 // `lattice eval`: the mean loss of the model (from --load-hf, else initialised from --seed)

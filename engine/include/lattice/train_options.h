@@ -63,6 +63,7 @@ struct TrainOptions {
   std::string load_hf;                           // --load-hf FILE (GPT-2 safetensors to start from)
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
   bool profile = false;     // --profile: per-op time table at the end
+  bool fp64 = false;        // --fp64: train in double precision (verification; slow)
   bool log_memory = false;  // --log-memory: every rank's memory by category after iteration 1
   int timing_log_level = 0;  // --timing-log-level: 1 prints per-phase times per rank
   std::string db;                 // --db: the run store (empty: $LATTICE_DATA_DIR/runs.sqlite)
@@ -73,16 +74,21 @@ struct TrainOptions {
   int num_micro_batches() const { return global_batch_size / micro_batch_size; }
   // --data-path as (weight, prefix) pairs; a lone prefix has weight 1.
   Result<std::vector<std::pair<double, std::string>>> data_blend() const;
-  // Every violated rule, one sentence each naming the flag; empty when valid.
-  std::vector<std::string> validate() const;
+  // Every violated rule, one sentence each naming the flag; empty when valid. Without
+  // `require_data`, neither --data-path nor --mock-data is needed (`lattice plan`).
+  std::vector<std::string> validate(bool require_data = true) const;
 };
 
 // Parses `lattice train` arguments (without the subcommand). A --config file is read first,
 // then the other flags override it. Unknown flags, malformed values and files, and every
 // validation failure come back as one Status listing each problem on its own line.
 Result<TrainOptions> parse_train_options(const std::vector<std::string>& args);
-// Same, starting from a JSON text whose keys are flag names (an embedded default), with
-// `overrides` (command-line flags) applied on top.
+// Reads the flags and --config as parse_train_options does, but fails only on what cannot be
+// read (unknown flags, malformed values and files); the caller runs validate() and adds its
+// own rules, so that every problem is reported at once (`lattice plan` adds the layout's).
+Result<TrainOptions> parse_train_flags(const std::vector<std::string>& args);
+// Same as parse_train_options, starting from a JSON text whose keys are flag names (an embedded
+// default), with `overrides` (command-line flags) applied on top.
 Result<TrainOptions> parse_train_options_json(const std::string& json_text,
                                               const std::string& source_name,
                                               const std::vector<std::string>& overrides = {});

@@ -30,6 +30,8 @@ const char* op_name(Op op) {
       return "adamw";
     case Op::kGradNorm:
       return "grad norm + clip";
+    case Op::kTensorParallelComm:
+      return "tensor-parallel comm";
     case Op::kData:
       return "data";
     case Op::kCount:

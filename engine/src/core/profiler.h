@@ -22,6 +22,7 @@ enum class Op : int {
   kCrossEntropy,
   kOptimizer,
   kGradNorm,
+  kTensorParallelComm,
   kData,
   kCount
 };

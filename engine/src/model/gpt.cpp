@@ -1,8 +1,6 @@
-// GPT-2 forward and backward over the kernel op list (kernels/include/lattice/kernels.h).
-// Per layer: x -> LN1 -> QKV -> attention -> proj -> dropout + residual -> LN2 -> FC1 ->
-// GELU -> FC2 -> dropout + residual. Head: final LN -> logits = x wte^T -> cross-entropy.
-#include "model/gpt.h"
-
+// GPT-2 chunk: construction, initialisation, the stage drivers, and the two ends of the model
+// (embedding; final LayerNorm + LM head + cross-entropy). The transformer layers and the
+// tensor-parallel plumbing are in gpt_layer.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,69 +8,168 @@
 
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
+#include "model/gpt.h"
 
 namespace lattice {
 
 namespace k = kernels;
 
+namespace {
+size_t padded(size_t n) { return (n + 15) / 16 * 16; }
+
+enum Site { kEmbeddingDropout = 0 };
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// Carves one layer's saved tensors from `p`, advancing it.
 template <typename T>
-GptActivations<T>::GptActivations(const ModelConfig& c, int micro_batch)
-    : B(micro_batch), T_(c.seq_length) {
-  const size_t L = c.num_layers, C = c.hidden_size, F = c.ffn(), NH = c.num_attention_heads,
-               V = c.padded_vocab_size(), N = static_cast<size_t>(B) * T_;
-  const size_t sizes[] = {(L + 1) * N * C,
-                          L * N * C,
-                          L * N,
-                          L * N,
-                          L * N * 3 * C,
-                          L * N * C,
-                          L * B * NH * T_ * T_,
-                          L * N * C,
-                          L * N * C,
-                          L * N,
-                          L * N,
-                          L * N * F,
-                          L * N * F,
-                          N * C,
-                          N,
-                          N,
-                          N * V,
-                          N};
-  T** ptrs[] = {&residual, &ln1,     &ln1_mean, &ln1_rstd, &qkv,      &atty,
-                &probs,    &res_mid, &ln2,      &ln2_mean, &ln2_rstd, &fc1,
-                &gelu,     &lnf,     &lnf_mean, &lnf_rstd, &logits,   &losses};
-  size_t total = 0;
-  for (size_t s : sizes) total += (s + 15) / 16 * 16;
-  storage.assign(total, T(0));
-  size_t offset = 0;
-  for (size_t i = 0; i < std::size(sizes); i++) {
-    *ptrs[i] = storage.data() + offset;
-    offset += (sizes[i] + 15) / 16 * 16;
+LayerActivations<T> carve_layer(T*& p, const ChunkDims& d, bool with_probs) {
+  auto take = [&p](size_t n) {
+    T* out = p;
+    p += padded(n);
+    return out;
+  };
+  const size_t N = d.N, R = d.R, C = d.C;
+  LayerActivations<T> la{};
+  la.ln1 = take(R * C);
+  la.ln1_mean = take(R);
+  la.ln1_rstd = take(R);
+  la.qkv = take(N * 3 * d.Ct);
+  la.atty = take(N * d.Ct);
+  la.probs = with_probs ? take(static_cast<size_t>(d.B) * d.Ht * d.T * d.T) : nullptr;
+  la.res_mid = take(R * C);
+  la.ln2 = take(R * C);
+  la.ln2_mean = take(R);
+  la.ln2_rstd = take(R);
+  la.fc1 = take(N * d.Ft);
+  la.gelu = take(N * d.Ft);
+  return la;
+}
+}  // namespace
+
+RecomputePlan RecomputePlan::make(const std::string& granularity, const std::string& method,
+                                  int n, int num_local_layers) {
+  RecomputePlan plan;
+  if (granularity == "selective") plan.selective = true;
+  if (granularity != "full") return plan;
+  plan.group_start.assign(num_local_layers, -1);
+  if (method == "uniform") {
+    // Megatron's uniform method: the chunk's layers in groups of n, each group recomputed
+    // from its input.
+    for (int l = 0; l < num_local_layers; l++) plan.group_start[l] = l / n * n;
+    plan.max_group = std::min(n, num_local_layers);
+  } else {
+    // block: the first n layers of the chunk recomputed one by one, the rest kept.
+    for (int l = 0; l < std::min(n, num_local_layers); l++) plan.group_start[l] = l;
+    plan.max_group = std::min(n, num_local_layers) > 0 ? 1 : 0;
   }
-  tokens.assign(N, 0);
+  return plan;
+}
+
+ChunkDims::ChunkDims(const ModelConfig& c, const ModelShard& s, int micro_batch)
+    : B(micro_batch),
+      T(c.seq_length),
+      C(c.hidden_size),
+      F(c.ffn()),
+      NH(c.num_attention_heads),
+      V(c.padded_vocab_size()),
+      t(s.tp_size),
+      tp_rank(s.tp_rank),
+      L(s.num_layers(c)) {
+  N = B * T;
+  R = s.sequence_parallel ? N / t : N;
+  Ct = C / t;
+  Ft = F / t;
+  Ht = NH / t;
+  Vt = V / t;
+  row0 = s.sequence_parallel ? static_cast<size_t>(tp_rank) * R : 0;
+}
+
+size_t ChunkDims::layer_elems(bool with_probs) const {
+  const size_t n = N, r = R, c = C;
+  return padded(r * c) * 4 + padded(r) * 4 + padded(n * 3 * Ct) + padded(n * Ct) +
+         (with_probs ? padded(static_cast<size_t>(B) * Ht * T * T) : 0) + padded(n * Ft) * 2;
+}
+
+template <typename T>
+GptActivations<T>::GptActivations(const ModelConfig& config, int micro_batch)
+    : GptActivations(config, ModelShard{}, micro_batch, RecomputePlan{}) {}
+
+template <typename T>
+GptActivations<T>::GptActivations(const ModelConfig& c, const ModelShard& s, int micro_batch,
+                                  const RecomputePlan& plan)
+    : B(micro_batch), T_(c.seq_length) {
+  const ChunkDims d(c, s, micro_batch);
+  const size_t R = d.R, C = d.C;
+  size_t total = padded((d.L + 1) * R * C);
+  for (int l = 0; l < d.L; l++)
+    if (!plan.recomputed(l)) total += d.layer_elems(!plan.selective);
+  if (s.post) total += padded(R * C) + 2 * padded(R) + padded(d.N * size_t{d.Vt}) + padded(d.N);
+  storage.assign(total, T(0));
+  T* p = storage.data();
+  residual = p;
+  p += padded((d.L + 1) * R * C);
+  layers.resize(d.L);
+  for (int l = 0; l < d.L; l++)
+    if (!plan.recomputed(l)) layers[l] = carve_layer(p, d, !plan.selective);
+  if (s.post) {
+    lnf = p;
+    p += padded(R * C);
+    lnf_mean = p;
+    p += padded(R);
+    lnf_rstd = p;
+    p += padded(R);
+    logits = p;
+    p += padded(d.N * size_t{d.Vt});
+    losses = p;
+  }
+  if (s.pre) tokens.assign(d.N, 0);
 }
 
 template <typename T>
 GptModel<T>::GptModel(const ModelConfig& config, int micro_batch)
-    : config_(config), layout_(config), micro_batch_(micro_batch) {
+    : GptModel(config, ModelShard{}, micro_batch, nullptr, RecomputePlan{}) {}
+
+template <typename T>
+GptModel<T>::GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch,
+                      Comm* tp, const RecomputePlan& recompute)
+    : config_(config),
+      shard_(shard),
+      layout_(config, shard),
+      dims_(config, layout_.shard(), micro_batch),
+      tp_(tp),
+      recompute_(recompute) {
+  shard_ = layout_.shard();
   params_.assign(layout_.total_numel(), T(0));
   grads_.assign(layout_.total_numel(), T(0));
-  const size_t N = static_cast<size_t>(micro_batch) * config.seq_length, C = config.hidden_size,
-               F = config.ffn();
-  scratch_.assign(N * (4 * C + F + 3 * C), T(0));
+  const ChunkDims& d = dims_;
+  const size_t R = d.R, N = d.N, C = d.C;
+  const size_t sizes[] = {R * C, R * C, R * C, R * C, N * C, N * C, N * d.Ft, N * 3 * d.Ct,
+                          N * d.Ct};
+  T** ptrs[] = {&d_residual_, &d_c_a_, &d_c_b_, &fwd_c_, &full_, &gathered_, &d_f_, &d_qkv_,
+                &d_atty_};
+  size_t total = 0;
+  for (size_t s : sizes) total += padded(s);
+  const size_t probs_elems = static_cast<size_t>(d.B) * d.Ht * d.T * d.T;
+  if (recompute_.selective) total += padded(probs_elems);
+  scratch_.assign(total, T(0));
   T* p = scratch_.data();
-  d_residual_ = p;
-  p += N * C;
-  d_c_a_ = p;
-  p += N * C;
-  d_c_b_ = p;
-  p += N * C;
-  fwd_c_ = p;
-  p += N * C;
-  d_f_ = p;
-  p += N * F;
-  d_qkv_ = p;
-  attention_ws_.assign(k::attention_workspace_elems(config.seq_length) * k::num_threads(), T(0));
+  for (size_t i = 0; i < std::size(sizes); i++) {
+    *ptrs[i] = p;
+    p += padded(sizes[i]);
+  }
+  probs_ = recompute_.selective ? p : nullptr;
+  recompute_storage_.assign(recompute_.max_group * d.layer_elems(true), T(0));
+  if (d.t > 1) {
+    row_max_.assign(N, T(0));
+    target_logit_.assign(N, T(0));
+    sum_exp_.assign(N, 0.0);
+  }
+  attention_ws_.assign(k::attention_workspace_elems(d.T) * k::num_threads(), T(0));
 }
 
 template <typename T>
@@ -80,22 +177,18 @@ MemoryBreakdown GptModel<T>::memory() const {
   MemoryBreakdown m;
   m.weights = params_.size() * sizeof(T);
   m.grads = grads_.size() * sizeof(T);
-  m.workspace = (scratch_.size() + attention_ws_.size()) * sizeof(T);
+  m.workspace = (scratch_.size() + recompute_storage_.size() + attention_ws_.size() +
+                 row_max_.size() + target_logit_.size() + pack_.size()) *
+                    sizeof(T) +
+                sum_exp_.size() * sizeof(double);
   return m;
 }
-
-namespace {
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  return h;
-}
-}  // namespace
 
 template <typename T>
 void GptModel<T>::init_weights(uint64_t seed) {
   const double out_std = config_.init_method_std / std::sqrt(2.0 * config_.num_layers);
   std::fill(params_.begin(), params_.end(), T(0));
+  std::vector<T> global;
   for (const ParamTensor& t : layout_.tensors()) {
     T* w = params_.data() + t.offset;
     const bool is_norm = t.name.find("layernorm") != std::string::npos;
@@ -109,7 +202,21 @@ void GptModel<T>::init_weights(uint64_t seed) {
                            t.name.find("linear_fc2.weight") != std::string::npos;
     std::mt19937_64 rng(k::dropout_hash(seed, fnv1a(t.name)));
     std::normal_distribution<double> normal(0.0, is_output ? out_std : config_.init_method_std);
-    for (size_t i = 0; i < t.numel; i++) w[i] = static_cast<T>(normal(rng));
+    size_t global_numel = 1;
+    for (int64_t dim : t.global_shape) global_numel *= static_cast<size_t>(dim);
+    global.resize(global_numel);
+    for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(normal(rng));
+    const size_t cols = static_cast<size_t>(t.global_shape.back());
+    if (t.split_dim < 0) {
+      std::copy(global.begin(), global.end(), w);
+    } else if (t.split_dim == 0) {
+      const size_t row_elems = t.global_shape.size() > 1 ? cols : 1;
+      std::copy_n(global.begin() + t.split_begin * row_elems, t.numel, w);
+    } else {  // columns of a 2-D tensor
+      const size_t rows = static_cast<size_t>(t.global_shape[0]), width = t.shape[1];
+      for (size_t r = 0; r < rows; r++)
+        std::copy_n(global.begin() + r * cols + t.split_begin, width, w + r * width);
+    }
   }
 }
 
@@ -123,206 +230,196 @@ uint64_t GptModel<T>::dropout_site_key(uint64_t seed, int layer, int site) const
   return k::dropout_hash(seed, static_cast<uint64_t>(layer + 1) * 4 + site);
 }
 
-namespace {
-enum Site { kEmbeddingDropout = 0, kAttentionDropout = 1, kProjDropout = 2, kFc2Dropout = 3 };
+template <typename T>
+LayerActivations<T> GptModel<T>::recompute_slot(int slot) const {
+  T* p = const_cast<T*>(recompute_storage_.data()) + slot * dims_.layer_elems(true);
+  return carve_layer(p, dims_, true);
+}
+
+template <typename T>
+const T* GptModel<T>::output(const GptActivations<T>& a) const {
+  return a.residual + static_cast<size_t>(dims_.L) * dims_.R * dims_.C;
 }
 
 template <typename T>
 double GptModel<T>::forward(GptActivations<T>& a, const int32_t* tokens, const int32_t* targets,
                             uint64_t dropout_seed, float grad_scale) {
-  const ModelConfig& c = config_;
-  const int B = a.B, Tn = a.T_, C = c.hidden_size, F = c.ffn(), NH = c.num_attention_heads,
-            V = c.padded_vocab_size(), L = c.num_layers, N = B * Tn;
-  const bool training = grad_scale > 0.0f;
-  const float p_hidden = training ? c.hidden_dropout : 0.0f;
-  const float p_attn = training ? c.attention_dropout : 0.0f;
-  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
-  a.dropout_seed = dropout_seed;
-  std::copy(tokens, tokens + N, a.tokens.begin());
-  T* P = params_.data();
-  const auto& tensors = layout_.tensors();
-  const T* wte = P + tensors[layout_.word_embedding_index()].offset;
-  const T* wpe = P + tensors[layout_.position_embedding_index()].offset;
-
-  {
-    ScopedOp op(&profiler_, Op::kEmbedding);
-    k::embedding_forward(a.residual, tokens, wte, wpe, B, Tn, C);
-    k::residual_dropout_forward<T>(a.residual, nullptr, a.residual, NC, p_hidden,
-                                   dropout_site_key(dropout_seed, -1, kEmbeddingDropout));
-  }
-  for (int l = 0; l < L; l++) {
-    const LayerParams<T> w = layout_.layer(P, l);
-    const size_t lNC = l * NC, lN = static_cast<size_t>(l) * N;
-    T* x = a.residual + lNC;
-    T* ln1 = a.ln1 + lNC;
-    T* qkv = a.qkv + 3 * lNC;
-    T* atty = a.atty + lNC;
-    T* probs = a.probs + static_cast<size_t>(l) * B * NH * Tn * Tn;
-    T* res_mid = a.res_mid + lNC;
-    T* ln2 = a.ln2 + lNC;
-    T* fc1 = a.fc1 + l * NF;
-    T* gelu = a.gelu + l * NF;
-    T* out = a.residual + lNC + NC;
-    {
-      ScopedOp op(&profiler_, Op::kLayerNorm);
-      k::layernorm_forward(ln1, a.ln1_mean + lN, a.ln1_rstd + lN, x, w.ln1_w, w.ln1_b, N, C);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kMatmulForward);
-      k::matmul_forward(qkv, ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kAttentionForward);
-      k::attention_forward(atty, probs, qkv, B, Tn, C, NH, p_attn,
-                           dropout_site_key(dropout_seed, l, kAttentionDropout),
-                           attention_ws_.data());
-    }
-    {
-      ScopedOp op(&profiler_, Op::kMatmulForward);
-      k::matmul_forward(fwd_c_, atty, w.proj_w, w.proj_b, N, C, C);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kResidualDropout);
-      k::residual_dropout_forward<T>(res_mid, x, fwd_c_, NC, p_hidden,
-                                     dropout_site_key(dropout_seed, l, kProjDropout));
-    }
-    {
-      ScopedOp op(&profiler_, Op::kLayerNorm);
-      k::layernorm_forward(ln2, a.ln2_mean + lN, a.ln2_rstd + lN, res_mid, w.ln2_w, w.ln2_b, N, C);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kMatmulForward);
-      k::matmul_forward(fc1, ln2, w.fc1_w, w.fc1_b, N, C, F);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kGelu);
-      k::gelu_forward(gelu, fc1, NF);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kMatmulForward);
-      k::matmul_forward(fwd_c_, gelu, w.fc2_w, w.fc2_b, N, F, C);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kResidualDropout);
-      k::residual_dropout_forward<T>(out, res_mid, fwd_c_, NC, p_hidden,
-                                     dropout_site_key(dropout_seed, l, kFc2Dropout));
-    }
-  }
-  const ParamTensor& lnf = tensors[layout_.final_norm_index()];
-  {
-    ScopedOp op(&profiler_, Op::kLayerNorm);
-    k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual + L * NC, P + lnf.offset,
-                         P + lnf.offset + C, N, C);
-  }
-  {
-    ScopedOp op(&profiler_, Op::kLmHeadForward);
-    k::matmul_forward<T>(a.logits, a.lnf, wte, nullptr, N, C, V);
-  }
-  {
-    ScopedOp op(&profiler_, Op::kCrossEntropy);
-    k::softmax_cross_entropy<T>(a.losses, training ? a.logits : nullptr, a.logits, targets, N, V,
-                                grad_scale);
-  }
-  a.has_grad = training;
-  double sum = 0;
-  for (int i = 0; i < N; i++) sum += a.losses[i];
-  return sum / N;
+  return forward_stage(a, tokens, nullptr, targets, dropout_seed, grad_scale);
 }
 
 template <typename T>
 void GptModel<T>::backward(GptActivations<T>& a) {
-  const ModelConfig& c = config_;
-  const int B = a.B, Tn = a.T_, C = c.hidden_size, F = c.ffn(), NH = c.num_attention_heads,
-            V = c.padded_vocab_size(), L = c.num_layers, N = B * Tn;
-  const float p_hidden = c.hidden_dropout, p_attn = c.attention_dropout;
-  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
-  const uint64_t seed = a.dropout_seed;
-  T* P = params_.data();
-  T* G = grads_.data();
-  const auto& tensors = layout_.tensors();
-  const size_t wte_off = tensors[layout_.word_embedding_index()].offset;
-  const size_t wpe_off = tensors[layout_.position_embedding_index()].offset;
-  const ParamTensor& lnf = tensors[layout_.final_norm_index()];
+  backward_stage(a, nullptr);
+}
 
-  // Head: dlnf = dlogits wte; dwte += dlogits^T lnf; then the final LayerNorm.
-  {
-    ScopedOp op(&profiler_, Op::kLmHeadBackward);
-    k::matmul_backward<T>(d_c_a_, G + wte_off, nullptr, a.logits, a.lnf, P + wte_off, N, C, V);
+template <typename T>
+double GptModel<T>::forward_stage(GptActivations<T>& a, const int32_t* tokens, const T* input,
+                                  const int32_t* targets, uint64_t dropout_seed,
+                                  float grad_scale) {
+  const ChunkDims& d = dims_;
+  const bool training = grad_scale > 0.0f;
+  const size_t RC = static_cast<size_t>(d.R) * d.C;
+  a.dropout_seed = dropout_seed;
+  current_seed_ = dropout_seed;
+  if (shard_.pre) {
+    embedding_forward(a, tokens, training ? config_.hidden_dropout : 0.0f);
+  } else {
+    if (input != a.residual) std::copy(input, input + RC, a.residual);
   }
+  for (int l = 0; l < d.L; l++) {
+    LayerActivations<T> la =
+        recompute_.recomputed(l) ? recompute_slot(l - recompute_.group_start[l]) : a.layers[l];
+    if (recompute_.selective) la.probs = probs_;
+    layer_forward(l, la, a.residual + l * RC, a.residual + (l + 1) * RC, training);
+  }
+  a.has_grad = training;
+  return shard_.post ? head_forward(a, targets, grad_scale) : 0.0;
+}
+
+template <typename T>
+void GptModel<T>::backward_stage(GptActivations<T>& a, const T* output_grad) {
+  const ChunkDims& d = dims_;
+  const size_t RC = static_cast<size_t>(d.R) * d.C;
+  current_seed_ = a.dropout_seed;
+  if (shard_.post) {
+    head_backward(a);
+  } else {
+    std::copy(output_grad, output_grad + RC, d_residual_);
+  }
+  for (int l = d.L - 1; l >= 0; l--) {
+    LayerActivations<T> la = a.layers[l];
+    if (recompute_.recomputed(l)) {
+      const int first = recompute_.group_start[l];
+      const bool top = l == d.L - 1 || recompute_.group_start[l + 1] != first;
+      if (top) recompute_group(a, first, l + 1);
+      la = recompute_slot(l - first);
+    }
+    if (recompute_.selective) la.probs = probs_;
+    layer_backward(l, la, a.residual + l * RC, true);
+    notify_ready(layout_.layer_index(l), layout_.layer_index(l + 1));
+  }
+  if (shard_.pre) embedding_backward(a);
+  a.has_grad = false;
+}
+
+template <typename T>
+void GptModel<T>::recompute_group(GptActivations<T>& a, int first, int last) {
+  const size_t RC = static_cast<size_t>(dims_.R) * dims_.C;
+  for (int l = first; l < last; l++)
+    layer_forward(l, recompute_slot(l - first), a.residual + l * RC, a.residual + (l + 1) * RC,
+                  true);
+}
+
+template <typename T>
+void GptModel<T>::embedding_forward(GptActivations<T>& a, const int32_t* tokens, float p_hidden) {
+  ScopedOp op(&profiler_, Op::kEmbedding);
+  const ChunkDims& d = dims_;
+  const auto& tensors = layout_.tensors();
+  const T* wte = params_.data() + tensors[layout_.word_embedding_index()].offset;
+  const T* wpe = params_.data() + tensors[layout_.position_embedding_index()].offset;
+  std::copy(tokens, tokens + d.N, a.tokens.begin());
+  if (d.t == 1) {
+    k::embedding_forward(a.residual, tokens, wte, wpe, d.B, d.T, d.C);
+  } else {
+    // Vocabulary-parallel: each rank looks up the tokens it holds, the sum over ranks is the
+    // embedding; positions are added once after the sum.
+    const int v0 = d.tp_rank * d.Vt;
+    T* whole = shard_.sequence_parallel ? full_ : a.residual;
+    k::embedding_forward<T>(whole, tokens, wte, nullptr, d.B, d.T, d.C, v0, v0 + d.Vt);
+    {
+      ScopedOp comm(&profiler_, Op::kTensorParallelComm);
+      check(tp_->all_reduce(whole, static_cast<size_t>(d.N) * d.C, dtype_of<T>(), ReduceOp::kSum));
+    }
+    k::position_embedding_forward(whole, wpe, d.B, d.T, d.C);
+    if (shard_.sequence_parallel)
+      std::copy_n(whole + d.row0 * d.C, static_cast<size_t>(d.R) * d.C, a.residual);
+  }
+  k::residual_dropout_forward<T>(a.residual, nullptr, a.residual, static_cast<size_t>(d.R) * d.C,
+                                 p_hidden, dropout_site_key(current_seed_, -1, kEmbeddingDropout),
+                                 d.row0 * d.C);
+}
+
+template <typename T>
+void GptModel<T>::embedding_backward(GptActivations<T>& a) {
+  ScopedOp op(&profiler_, Op::kEmbedding);
+  const ChunkDims& d = dims_;
+  const auto& tensors = layout_.tensors();
+  T* dwte = grads_.data() + tensors[layout_.word_embedding_index()].offset;
+  T* dwpe = grads_.data() + tensors[layout_.position_embedding_index()].offset;
+  k::dropout_backward(d_residual_, d_residual_, static_cast<size_t>(d.R) * d.C,
+                      config_.hidden_dropout,
+                      dropout_site_key(current_seed_, -1, kEmbeddingDropout), d.row0 * d.C);
+  const T* dout = gather_rows(d_residual_, full_);
+  const int v0 = d.tp_rank * d.Vt;
+  k::embedding_backward(dwte, dwpe, dout, a.tokens.data(), d.B, d.T, d.C, v0, v0 + d.Vt);
+  notify_ready(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);
+}
+
+template <typename T>
+double GptModel<T>::head_forward(GptActivations<T>& a, const int32_t* targets, float grad_scale) {
+  const ChunkDims& d = dims_;
+  const bool training = grad_scale > 0.0f;
+  const auto& tensors = layout_.tensors();
+  const T* P = params_.data();
+  const ParamTensor& lnf = tensors[layout_.final_norm_index()];
+  const T* wte = P + tensors[layout_.word_embedding_index()].offset;
+  const T* x = output(a);
   {
     ScopedOp op(&profiler_, Op::kLayerNorm);
-    std::memset(d_residual_, 0, NC * sizeof(T));
-    k::layernorm_backward(d_residual_, G + lnf.offset, G + lnf.offset + C, d_c_a_,
-                          a.residual + L * NC, P + lnf.offset, a.lnf_mean, a.lnf_rstd, N, C);
+    k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, P + lnf.offset, P + lnf.offset + d.C,
+                         d.R, d.C);
   }
-  for (int l = L - 1; l >= 0; l--) {
-    const LayerParams<T> w = layout_.layer(P, l);
-    const LayerParams<T> g = layout_.layer(G, l);
-    const size_t lNC = l * NC, lN = static_cast<size_t>(l) * N;
-    const T* x = a.residual + lNC;
-    const T* ln1 = a.ln1 + lNC;
-    const T* qkv = a.qkv + 3 * lNC;
-    const T* atty = a.atty + lNC;
-    const T* probs = a.probs + static_cast<size_t>(l) * B * NH * Tn * Tn;
-    const T* res_mid = a.res_mid + lNC;
-    const T* ln2 = a.ln2 + lNC;
-    const T* fc1 = a.fc1 + l * NF;
-    const T* gelu = a.gelu + l * NF;
-    // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))).
-    {
-      ScopedOp op(&profiler_, Op::kResidualDropout);
-      k::dropout_backward(d_c_a_, d_residual_, NC, p_hidden,
-                          dropout_site_key(seed, l, kFc2Dropout));
-    }
-    {
-      ScopedOp op(&profiler_, Op::kMatmulBackward);
-      k::matmul_backward(d_f_, g.fc2_w, g.fc2_b, d_c_a_, gelu, w.fc2_w, N, F, C);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kGelu);
-      k::gelu_backward(d_f_, fc1, d_f_, NF);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kMatmulBackward);
-      k::matmul_backward(d_c_b_, g.fc1_w, g.fc1_b, d_f_, ln2, w.fc1_w, N, C, F);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kLayerNorm);
-      k::layernorm_backward(d_residual_, g.ln2_w, g.ln2_b, d_c_b_, res_mid, w.ln2_w,
-                            a.ln2_mean + lN, a.ln2_rstd + lN, N, C);
-    }
-    // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))).
-    {
-      ScopedOp op(&profiler_, Op::kResidualDropout);
-      k::dropout_backward(d_c_a_, d_residual_, NC, p_hidden,
-                          dropout_site_key(seed, l, kProjDropout));
-    }
-    {
-      ScopedOp op(&profiler_, Op::kMatmulBackward);
-      k::matmul_backward(d_c_b_, g.proj_w, g.proj_b, d_c_a_, atty, w.proj_w, N, C, C);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kAttentionBackward);
-      k::attention_backward(d_qkv_, d_c_b_, qkv, probs, B, Tn, C, NH, p_attn,
-                            dropout_site_key(seed, l, kAttentionDropout), attention_ws_.data());
-    }
-    {
-      ScopedOp op(&profiler_, Op::kMatmulBackward);
-      k::matmul_backward(d_c_a_, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, N, C, 3 * C);
-    }
-    {
-      ScopedOp op(&profiler_, Op::kLayerNorm);
-      k::layernorm_backward(d_residual_, g.ln1_w, g.ln1_b, d_c_a_, x, w.ln1_w, a.ln1_mean + lN,
-                            a.ln1_rstd + lN, N, C);
-    }
-  }
+  const T* lnf_full = gather_rows(a.lnf, gathered_);
   {
-    ScopedOp op(&profiler_, Op::kEmbedding);
-    k::dropout_backward(d_residual_, d_residual_, NC, p_hidden,
-                        dropout_site_key(seed, -1, kEmbeddingDropout));
-    k::embedding_backward(G + wte_off, G + wpe_off, d_residual_, a.tokens.data(), B, Tn, C);
+    ScopedOp op(&profiler_, Op::kLmHeadForward);
+    k::matmul_forward<T>(a.logits, lnf_full, wte, nullptr, d.N, d.C, d.Vt);
   }
-  a.has_grad = false;
+  T* dlogits = training ? a.logits : nullptr;
+  if (d.t == 1) {
+    ScopedOp op(&profiler_, Op::kCrossEntropy);
+    k::softmax_cross_entropy<T>(a.losses, dlogits, a.logits, targets, d.N, d.V, grad_scale);
+  } else {
+    // Vocabulary-parallel: the row max, the sum of exponentials and the target's logit are
+    // reduced over the TP group; the (N, V) logits are never gathered.
+    const int v0 = d.tp_rank * d.Vt;
+    ScopedOp op(&profiler_, Op::kCrossEntropy);
+    k::cross_entropy_shard_max(row_max_.data(), a.logits, d.N, d.Vt);
+    check(tp_->all_reduce(row_max_.data(), d.N, dtype_of<T>(), ReduceOp::kMax));
+    k::cross_entropy_shard_sums(sum_exp_.data(), target_logit_.data(), a.logits, row_max_.data(),
+                                targets, v0, d.N, d.Vt);
+    check(tp_->all_reduce(sum_exp_.data(), d.N, DType::kFloat64, ReduceOp::kSum));
+    check(tp_->all_reduce(target_logit_.data(), d.N, dtype_of<T>(), ReduceOp::kSum));
+    k::cross_entropy_shard_finish(a.losses, dlogits, a.logits, row_max_.data(), sum_exp_.data(),
+                                  target_logit_.data(), targets, v0, d.N, d.Vt, grad_scale);
+  }
+  double sum = 0;
+  for (int i = 0; i < d.N; i++) sum += a.losses[i];
+  return sum / d.N;
+}
+
+template <typename T>
+void GptModel<T>::head_backward(GptActivations<T>& a) {
+  const ChunkDims& d = dims_;
+  const auto& tensors = layout_.tensors();
+  T* P = params_.data();
+  T* G = grads_.data();
+  const ParamTensor& lnf = tensors[layout_.final_norm_index()];
+  const size_t wte_off = tensors[layout_.word_embedding_index()].offset;
+  // dlnf = dlogits wte (partial over TP ranks); dwte += dlogits^T lnf.
+  const T* lnf_full = gather_rows(a.lnf, gathered_);
+  {
+    ScopedOp op(&profiler_, Op::kLmHeadBackward);
+    k::matmul_backward<T>(d.t == 1 ? d_c_a_ : full_, G + wte_off, nullptr, a.logits, lnf_full,
+                          P + wte_off, d.N, d.C, d.Vt);
+  }
+  if (d.t > 1) reduce_rows(full_, d_c_a_);
+  {
+    ScopedOp op(&profiler_, Op::kLayerNorm);
+    std::memset(d_residual_, 0, static_cast<size_t>(d.R) * d.C * sizeof(T));
+    k::layernorm_backward(d_residual_, G + lnf.offset, G + lnf.offset + d.C, d_c_a_, output(a),
+                          P + lnf.offset, a.lnf_mean, a.lnf_rstd, d.R, d.C);
+  }
+  notify_ready(layout_.final_norm_index(), static_cast<int>(tensors.size()));
 }
 
 template struct GptActivations<float>;

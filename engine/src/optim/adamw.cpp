@@ -1,5 +1,6 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lattice/kernels.h"
@@ -22,28 +23,39 @@ double learning_rate(const OptimizerConfig& c, int steps_taken, int decay_iters)
   return min_lr + coeff * (max_lr - min_lr);
 }
 
-template <typename T>
-AdamW<T>::AdamW(const ParamLayout& layout, const OptimizerConfig& config)
-    : config_(config), m_(layout.total_numel(), T(0)), v_(layout.total_numel(), T(0)) {
-  for (const ParamTensor& t : layout.tensors()) {
-    if (!groups_.empty() && groups_.back().decay == t.decay &&
-        groups_.back().offset + groups_.back().numel <= t.offset) {
-      groups_.back().numel = t.offset + t.numel - groups_.back().offset;
-    } else {
-      groups_.push_back({t.offset, t.numel, t.decay});
-    }
-  }
+double clip_coefficient(double norm, float clip_grad) {
+  if (clip_grad <= 0.0f) return 1.0;
+  return std::min(1.0, clip_grad / (norm + 1e-6));
 }
 
 template <typename T>
-double AdamW<T>::step(T* params, T* grads, double lr) {
-  const size_t n = m_.size();
-  const double norm = std::sqrt(kernels::sum_squares(grads, n));
-  if (!std::isfinite(norm)) return norm;  // inf/NaN gradients: skip the update entirely
-  if (config_.clip_grad > 0.0f) {
-    const double coeff = config_.clip_grad / (norm + 1e-6);  // Megatron's clip_grad_norm
-    if (coeff < 1.0) kernels::scale(grads, n, static_cast<T>(coeff));
-  }
+AdamW<T>::AdamW(const ParamLayout& layout, const OptimizerConfig& config,
+                const std::vector<ArenaRange>& owned)
+    : config_(config) {
+  std::vector<ArenaRange> ranges = owned;
+  if (ranges.empty()) ranges.push_back({0, layout.total_numel()});
+  size_t state = 0;
+  for (const ParamTensor& t : layout.tensors())
+    for (const ArenaRange& r : ranges) {
+      const size_t begin = std::max(r.first, t.offset), end = std::min(r.second, t.offset + t.numel);
+      if (begin >= end) continue;
+      segments_.push_back({begin, end - begin, state, t.decay, t.counts_in_norm});
+      state += end - begin;
+    }
+  m_.assign(state, T(0));
+  v_.assign(state, T(0));
+}
+
+template <typename T>
+double AdamW<T>::sum_squares(const T* grads) const {
+  double sum = 0;
+  for (const Segment& s : segments_)
+    if (s.counts_in_norm) sum += kernels::sum_squares(grads + s.offset, s.numel);
+  return sum;
+}
+
+template <typename T>
+void AdamW<T>::update(T* params, T* grads, double lr, double clip_coeff) {
   step_++;
   kernels::AdamWParams p;
   p.lr = static_cast<float>(lr);
@@ -51,11 +63,19 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
   p.beta2 = config_.adam_beta2;
   p.eps = config_.adam_eps;
   p.step = step_;
-  for (const Group& g : groups_) {
-    p.weight_decay = g.decay ? config_.weight_decay : 0.0f;
-    kernels::adamw_update(params + g.offset, grads + g.offset, m_.data() + g.offset,
-                          v_.data() + g.offset, g.numel, p);
+  for (const Segment& s : segments_) {
+    if (clip_coeff < 1.0) kernels::scale(grads + s.offset, s.numel, static_cast<T>(clip_coeff));
+    p.weight_decay = s.decay ? config_.weight_decay : 0.0f;
+    kernels::adamw_update(params + s.offset, grads + s.offset, m_.data() + s.state,
+                          v_.data() + s.state, s.numel, p);
   }
+}
+
+template <typename T>
+double AdamW<T>::step(T* params, T* grads, double lr) {
+  const double norm = std::sqrt(sum_squares(grads));
+  if (!std::isfinite(norm)) return norm;  // inf/NaN gradients: skip the update entirely
+  update(params, grads, lr, clip_coefficient(norm, config_.clip_grad));
   return norm;
 }
 

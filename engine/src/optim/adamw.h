@@ -1,8 +1,12 @@
-// AdamW over the flat arena with Megatron's parameter groups (no weight decay on biases and
-// norms), global-norm gradient clipping, and the learning-rate schedule.
+// AdamW over a model chunk's flat arena with Megatron's parameter groups (no weight decay on
+// biases and norms), the learning-rate schedule, and global-norm clipping. With the
+// distributed optimizer an AdamW owns only this data-parallel rank's ranges of the arena
+// (optim/grad_buckets.h hands them out) and keeps moments for those alone.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lattice/train_options.h"
@@ -16,28 +20,41 @@ namespace lattice {
 // to min_lr at decay_iters, min_lr after.
 double learning_rate(const OptimizerConfig& config, int steps_taken, int decay_iters);
 
+// Megatron's clip_grad_norm: the factor gradients are scaled by (1 when no clipping applies).
+double clip_coefficient(double norm, float clip_grad);
+
+using ArenaRange = std::pair<size_t, size_t>;  // [begin, end) in elements
+
 template <typename T>
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, const OptimizerConfig& config);
+  // owned: the arena ranges this optimizer updates; empty means the whole arena.
+  AdamW(const ParamLayout& layout, const OptimizerConfig& config,
+        const std::vector<ArenaRange>& owned = {});
 
-  // Clips grads (n = arena size) to clip_grad by global L2 norm, steps, and returns the norm
-  // measured before clipping. A non-finite norm (inf/NaN gradients) skips the step: params
-  // and moments stay as they were and steps_taken() does not advance.
+  // Sum of squared gradients over the owned elements that count in the global norm (each
+  // parameter once over the model-parallel group; ParamTensor::counts_in_norm).
+  double sum_squares(const T* grads) const;
+  // Scales the owned gradients by clip_coeff (when < 1) and takes one AdamW step on them.
+  void update(T* params, T* grads, double lr, double clip_coeff);
+  // One process holding everything: norm, clip, step. Returns the norm before clipping; a
+  // non-finite norm (inf/NaN gradients) skips the step: nothing changes.
   double step(T* params, T* grads, double lr);
+
   int steps_taken() const { return step_; }
   size_t bytes() const { return (m_.size() + v_.size()) * sizeof(T); }
   const std::vector<T>& exp_avg() const { return m_; }
   const std::vector<T>& exp_avg_sq() const { return v_; }
 
  private:
-  struct Group {
-    size_t offset, numel;
-    bool decay;
+  struct Segment {
+    size_t offset, numel;  // in the arena
+    size_t state;          // offset into m_ / v_
+    bool decay, counts_in_norm;
   };
-  std::vector<Group> groups_;  // contiguous runs of tensors sharing the decay flag
+  std::vector<Segment> segments_;
   OptimizerConfig config_;
-  std::vector<T> m_, v_;  // (arena) first and second moments
+  std::vector<T> m_, v_;  // first and second moments of the owned elements
   int step_ = 0;
 };
 

@@ -25,8 +25,46 @@ double mib(size_t bytes) {
 }
 }  // namespace
 
-ConsoleSink::ConsoleSink(std::ostream& out, int log_interval, bool print_profile)
-    : out_(out), log_interval_(log_interval), print_profile_(print_profile) {}
+ConsoleSink::ConsoleSink(std::ostream& out, int log_interval, bool print_profile, bool log_memory,
+                         int timing_log_level)
+    : out_(out),
+      log_interval_(log_interval),
+      print_profile_(print_profile),
+      log_memory_(log_memory),
+      timing_log_level_(timing_log_level) {}
+
+void ConsoleSink::on_rank_reports(int iteration, const std::vector<RankReport>& ranks) {
+  if (log_memory_ && iteration == 1) {
+    // Megatron's report_memory after the first iteration, by category, one line per rank.
+    for (const RankReport& r : ranks) {
+      const MemoryReport& m = r.memory;
+      out_ << format("[Rank %d] (tp %d, pp %d, dp %d) (after %d iterations) memory (MiB)", r.rank,
+                     r.tp, r.pp, r.dp, iteration)
+           << " | weights: " << format("%.2f", mib(m.weights))
+           << " | grads: " << format("%.2f", mib(m.grads))
+           << " | optimizer state: " << format("%.2f", mib(m.optimizer))
+           << " | activations: " << format("%.2f", mib(m.activations))
+           << " | comm buffers: " << format("%.2f", mib(m.comm_buffers))
+           << " | workspace: " << format("%.2f", mib(m.workspace))
+           << " | accounted: " << format("%.2f", mib(m.accounted()))
+           << " | peak RSS: " << format("%.2f", mib(m.peak_rss)) << " |\n";
+    }
+  }
+  if (timing_log_level_ >= 1 && (iteration % log_interval_ == 0)) {
+    // Per rank, milliseconds spent in each phase since the previous report.
+    for (const RankReport& r : ranks) {
+      const PhaseTimes& t = r.times;
+      out_ << format("[Rank %d] (tp %d, pp %d, dp %d) times (ms)", r.rank, r.tp, r.pp, r.dp)
+           << " | forward: " << format("%.1f", t.forward * 1e3)
+           << " | backward: " << format("%.1f", t.backward * 1e3)
+           << " | of which tp-comm: " << format("%.1f", t.tp_comm * 1e3)
+           << " | pipeline-wait: " << format("%.1f", t.pipeline_wait * 1e3)
+           << " | dp-comm: " << format("%.1f", t.dp_comm * 1e3)
+           << " | optimizer: " << format("%.1f", t.optimizer * 1e3) << " |\n";
+    }
+  }
+  out_ << std::flush;
+}
 
 void ConsoleSink::on_start(const RunStart& s) {
   out_ << "> " << s.description << "\n"

@@ -87,6 +87,10 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
       {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
       {"profile", "print where the time went, per op, at the end", &o.profile},
+      {"fp64",
+       "train in double precision: checks a parallel layout against one process without "
+       "float rounding (slow)",
+       &o.fp64},
       {"log-memory", "print every rank's memory by category after the first iteration",
        &o.log_memory},
       {"timing-log-level", "1: print every rank's time per phase at each log line",
@@ -196,7 +200,7 @@ Result<std::vector<std::pair<double, std::string>>> TrainOptions::data_blend() c
   return blend;
 }
 
-std::vector<std::string> TrainOptions::validate() const {
+std::vector<std::string> TrainOptions::validate(bool require_data) const {
   // A file-based tokenizer's vocabulary is known once train() loads it.
   ModelConfig known = model;
   if (known.vocab_size == 0 && tokenizer.type != "NullTokenizer") known.vocab_size = 1;
@@ -237,7 +241,7 @@ std::vector<std::string> TrainOptions::validate() const {
   if (threads < 0) errors.push_back("--threads must not be negative");
   if (mock_data && !data_path.empty())
     errors.push_back("--mock-data and --data-path exclude each other");
-  if (!mock_data && data_path.empty())
+  if (require_data && !mock_data && data_path.empty())
     errors.push_back(
         "no training data: pass --data-path PREFIX (see `lattice data preprocess`) or "
         "--mock-data");
@@ -275,8 +279,9 @@ std::vector<std::string> TrainOptions::validate() const {
 namespace {
 
 // base_json (may be null): settings applied first, as if from a config file named base_source.
-Result<TrainOptions> parse(const std::vector<std::string>& args, const std::string* base_json,
-                           const std::string& base_source) {
+// Fails only on what could not be read (unknown flags and keys, malformed values and files).
+Result<TrainOptions> parse_unchecked(const std::vector<std::string>& args,
+                                     const std::string* base_json, const std::string& base_source) {
   TrainOptions o;
   std::vector<std::string> errors;
   const std::vector<FlagSpec> table = option_table(o);
@@ -323,7 +328,14 @@ Result<TrainOptions> parse(const std::vector<std::string>& args, const std::stri
   if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
   // NullTokenizer's EOD is --vocab-size itself (Megatron), so the model needs one more id.
   o.model.vocab_size = o.tokenizer.type == "NullTokenizer" ? o.tokenizer.vocab_size + 1 : 0;
-  if (std::vector<std::string> v = o.validate(); !v.empty())
+  return o;
+}
+
+Result<TrainOptions> parse(const std::vector<std::string>& args, const std::string* base_json,
+                           const std::string& base_source) {
+  Result<TrainOptions> o = parse_unchecked(args, base_json, base_source);
+  if (!o) return o;
+  if (std::vector<std::string> v = o->validate(); !v.empty())
     return Status::invalid_argument(join_errors(v));
   return o;
 }
@@ -332,6 +344,10 @@ Result<TrainOptions> parse(const std::vector<std::string>& args, const std::stri
 
 Result<TrainOptions> parse_train_options(const std::vector<std::string>& args) {
   return parse(args, nullptr, "");
+}
+
+Result<TrainOptions> parse_train_flags(const std::vector<std::string>& args) {
+  return parse_unchecked(args, nullptr, "");
 }
 
 Result<TrainOptions> parse_train_options_json(const std::string& json_text,

@@ -1,5 +1,7 @@
 #include <unistd.h>
 
+#include <map>
+
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -22,6 +24,9 @@ void TeeSink::on_validation(const ValidationMetrics& v) {
 void TeeSink::on_message(const std::string& m) {
   for (MetricsSink* k : sinks_) k->on_message(m);
 }
+void TeeSink::on_rank_reports(int iteration, const std::vector<RankReport>& ranks) {
+  for (MetricsSink* k : sinks_) k->on_rank_reports(iteration, ranks);
+}
 void TeeSink::on_end(const TrainSummary& s) {
   for (MetricsSink* k : sinks_) k->on_end(s);
 }
@@ -29,6 +34,7 @@ void TeeSink::on_end(const TrainSummary& s) {
 struct RunRecorder::Impl {
   std::unique_ptr<storage::RunStore> store;
   int64_t run_id = 0;
+  int64_t memory_step = -1;  // step of the last memory samples written
   bool done = false;
 };
 
@@ -39,7 +45,8 @@ RunRecorder::~RunRecorder() = default;
 
 Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
     const std::string& db_path, const std::string& run_name, const std::vector<std::string>& tags,
-    const std::string& command_line, const std::string& config_json, int64_t parameters) {
+    const std::string& command_line, const std::string& config_json, int64_t parameters,
+    int world_size, int tp, int pp, int dp) {
   Result<std::unique_ptr<storage::RunStore>> store = storage::RunStore::open(db_path);
   if (!store) return Status::invalid_argument("--db " + db_path + ": " + store.status().message());
   auto impl = std::make_unique<Impl>();
@@ -53,6 +60,8 @@ Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
   run.config_json = config_json;
   run.parameter_count = parameters;
   run.tags = tags;
+  run.world_size = world_size;
+  run.layout = {tp, pp, dp};
   Result<int64_t> id = impl->store->create_run(run);
   if (!id) return Status::invalid_argument("--run-name " + run_name + ": " + id.status().message());
   impl->run_id = *id;
@@ -86,16 +95,44 @@ void RunRecorder::on_validation(const ValidationMetrics& v) {
       {{split + " lm loss", v.lm_loss}, {split + " lm loss PPL", v.perplexity}}));
 }
 
-void RunRecorder::on_end(const TrainSummary& s) {
+namespace {
+storage::MemorySample memory_sample(int rank, const MemoryReport& r) {
   storage::MemorySample m;
-  m.weights = static_cast<int64_t>(s.memory.weights);
-  m.grads = static_cast<int64_t>(s.memory.grads);
-  m.optimizer_state = static_cast<int64_t>(s.memory.optimizer);
-  m.activations = static_cast<int64_t>(s.memory.activations);
-  m.workspace = static_cast<int64_t>(s.memory.workspace);
-  m.peak = static_cast<int64_t>(s.memory.peak_rss);
+  m.rank = rank;
+  m.weights = static_cast<int64_t>(r.weights);
+  m.grads = static_cast<int64_t>(r.grads);
+  m.optimizer_state = static_cast<int64_t>(r.optimizer);
+  m.activations = static_cast<int64_t>(r.activations);
+  m.workspace = static_cast<int64_t>(r.workspace + r.comm_buffers);
+  m.peak = static_cast<int64_t>(r.peak_rss);
+  return m;
+}
+}  // namespace
+
+void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& ranks) {
+  std::map<std::string, double> values;
+  std::vector<storage::MemorySample> memory;
+  for (const RankReport& r : ranks) {
+    memory.push_back(memory_sample(r.rank, r.memory));
+    const std::string p = "rank " + std::to_string(r.rank) + " ";
+    values[p + "forward time"] = r.times.forward;
+    values[p + "backward time"] = r.times.backward;
+    values[p + "pipeline wait time"] = r.times.pipeline_wait;
+    values[p + "data-parallel comm time"] = r.times.dp_comm;
+    values[p + "optimizer time"] = r.times.optimizer;
+  }
+  keep(impl_->store->log_step(impl_->run_id, iteration, values, memory));
+  impl_->memory_step = iteration;
+}
+
+void RunRecorder::on_end(const TrainSummary& s) {
+  std::vector<storage::MemorySample> memory;
+  for (const RankReport& r : s.ranks) memory.push_back(memory_sample(r.rank, r.memory));
+  if (s.ranks.empty()) memory.push_back(memory_sample(0, s.memory));
+  // The last rank report may already hold this step's memory: one sample per rank and step.
+  if (impl_->memory_step == static_cast<int64_t>(s.losses.size())) memory.clear();
   keep(impl_->store->log_step(impl_->run_id, static_cast<int64_t>(s.losses.size()),
-                              {{"tokens per second (run)", s.tokens_per_second}}, {m}));
+                              {{"tokens per second (run)", s.tokens_per_second}}, memory));
   keep(impl_->store->finish(impl_->run_id, storage::RunStatus::kFinished));
   impl_->done = true;
 }

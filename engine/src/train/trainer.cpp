@@ -1,27 +1,39 @@
-// One process's training loop: micro-batches accumulate gradients, then one AdamW step.
-// Deterministic: data, dropout and initialisation derive from --seed alone, and every
-// kernel reduces in a fixed order for a fixed thread count.
+// The training loop of one rank: its model chunks run the pipeline schedule over its
+// data-parallel slice of each global batch, gradients are summed over the data-parallel group
+// in buckets, the gradient norm is taken over the model-parallel group, and every rank steps
+// the same way. With one rank this is plain gradient accumulation. Deterministic: data,
+// dropout and initialisation derive from --seed alone, and every kernel reduces in a fixed
+// order for a fixed thread count.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 #include "checkpoint/hf_gpt2.h"
-#include "data/batch_sampler.h"
-#include "data/gpt_dataset.h"
-#include "data/indexed_dataset.h"
-#include "data/mock_data.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
+#include "lattice/layout.h"
 #include "lattice/train.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "optim/grad_buckets.h"
+#include "parallel/groups.h"
+#include "parallel/model_chunks.h"
+#include "pipeline/executor.h"
+#include "train/data_feed.h"
 
 namespace lattice {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 size_t peak_rss_bytes() {
   rusage usage{};
@@ -29,81 +41,461 @@ size_t peak_rss_bytes() {
   return static_cast<size_t>(usage.ru_maxrss) * 1024;
 }
 
-std::string describe(const TrainOptions& o, int threads) {
+std::string describe(const TrainOptions& o, const ParallelLayout& layout, int threads) {
   const ModelConfig& m = o.model;
   std::ostringstream s;
   s << "GPT " << m.num_layers << " layers, hidden " << m.hidden_size << ", ffn " << m.ffn() << ", "
     << m.num_attention_heads << " heads, seq " << m.seq_length << ", vocab " << m.vocab_size
     << " (padded " << m.padded_vocab_size() << "); micro batch " << o.micro_batch_size << " x "
-    << o.num_micro_batches() << " = global batch " << o.global_batch_size << "; " << threads
-    << " threads";
+    << o.num_micro_batches() / layout.dp << " x DP " << layout.dp << " = global batch "
+    << o.global_batch_size << "; ";
+  if (layout.world > 1) {
+    s << layout.world << " ranks (TP " << layout.tp << ", PP " << layout.pp;
+    if (layout.vpp > 1) s << " x " << layout.vpp << " virtual";
+    s << ", DP " << layout.dp << (o.parallel.sequence_parallel ? ", sequence parallel" : "")
+      << (o.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << "), ";
+  }
+  if (!o.parallel.recompute_granularity.empty())
+    s << o.parallel.recompute_granularity << " recomputation, ";
+  s << threads << " threads per rank" << (o.fp64 ? ", fp64" : "");
   return s.str();
 }
 
-// --mock-data as a SampleSource: an endless stream.
-class MockSource : public SampleSource {
- public:
-  MockSource(uint64_t seed, int vocab_size, int seq_length)
-      : data_(seed, vocab_size, seq_length), seq_length_(seq_length) {}
-  int64_t size() const override { return INT64_MAX / 4; }
-  int seq_length() const override { return seq_length_; }
-  void sample(int64_t index, int32_t* tokens) const override { data_.sample(index, tokens); }
-
- private:
-  mutable MockGptData data_;  // grows its document table lazily
-  int seq_length_;
-};
-
-struct DataSources {
-  std::unique_ptr<SampleSource> train, valid, test;
-};
-
-Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
-  DataSources d;
-  if (o.mock_data) {
-    d.train = std::make_unique<MockSource>(o.seed, mc.vocab_size, mc.seq_length);
-    // Held-out mock samples: another seed's stream.
-    d.valid = std::make_unique<MockSource>(o.seed + 1, mc.vocab_size, mc.seq_length);
-    return d;
-  }
-  Result<std::vector<std::pair<double, std::string>>> blend = o.data_blend();
-  if (!blend) return blend.status();
-  const int64_t gb = o.global_batch_size;
-  const int64_t valid = (o.train_iters / o.eval_interval + 1) * int64_t{o.eval_iters} * gb;
-  GptDatasetOptions options;
-  options.seq_length = mc.seq_length;
-  options.seed = o.seed;
-  options.cache_dir = o.data_cache_path;
-  Result<DataSplits> splits = build_gpt_splits(*blend, o.split, int64_t{o.train_iters} * gb, valid,
-                                               int64_t{o.eval_iters} * gb, options);
-  if (!splits) return splits.status();
-  if (!splits->train)
-    return Status::invalid_argument("--split " + o.split + " leaves no documents for training");
-  d.train = std::move(splits->train);
-  d.valid = std::move(splits->valid);
-  d.test = std::move(splits->test);
-  return d;
+// Threads per rank: --threads, else this process's cores shared among the ranks on its node.
+int threads_per_rank(const TrainOptions& o, const Comm& world) {
+  if (o.threads > 0) return o.threads;
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  kernels::set_num_threads(0);  // all the cores this process may run on (its affinity)
+  const int allowed = kernels::num_threads();
+  return std::max(1, std::min(allowed, machine / std::max(1, world.node_local_size())));
 }
 
-// Fills inputs and targets (B, T) with micro-batch `micro_index` of the global batch that
-// starts at `consumed`; checks every id against the vocabulary.
-Status fill_micro_batch(const SampleSource& source, int64_t consumed, int micro_index, int B,
-                        int vocab_size, std::vector<int32_t>& sample, std::vector<int32_t>& inputs,
-                        std::vector<int32_t>& targets) {
-  const int T = source.seq_length();
-  for (int b = 0; b < B; b++) {
-    const int64_t index = sample_index(consumed, B, 1, 0, micro_index, b);
-    source.sample(index % source.size(), sample.data());
-    for (int t = 0; t <= T; t++)
-      if (sample[t] < 0 || sample[t] >= vocab_size)
-        return Status::invalid_argument(
-            "sample " + std::to_string(index) + " holds token id " + std::to_string(sample[t]) +
-            ", outside the model's vocabulary of " + std::to_string(vocab_size) +
-            " (was the dataset made with another tokenizer?)");
-    std::copy(sample.begin(), sample.begin() + T, inputs.begin() + static_cast<size_t>(b) * T);
-    std::copy(sample.begin() + 1, sample.end(), targets.begin() + static_cast<size_t>(b) * T);
+// Everything one rank holds: its chunks and their optimizers and buckets.
+template <typename T>
+struct RankModel {
+  std::vector<std::unique_ptr<GptModel<T>>> chunks;
+  std::vector<std::unique_ptr<GradBuckets<T>>> buckets;
+  std::vector<std::unique_ptr<AdamW<T>>> optimizers;
+  std::vector<const GptModel<T>*> views() const {
+    std::vector<const GptModel<T>*> v;
+    for (const auto& c : chunks) v.push_back(c.get());
+    return v;
   }
+};
+
+constexpr double kCommStatsFields = 4;
+
+template <typename T>
+class Trainer {
+ public:
+  Trainer(const TrainOptions& o, ModelConfig mc, ProcessGroups& g, MetricsSink& sink)
+      : o_(o), mc_(std::move(mc)), g_(g), sink_(sink) {}
+  Result<TrainSummary> run();
+
+ private:
+  Status build_model();
+  Status step(int it, double& loss, double& norm, double lr);
+  Status finish_gradients();
+  Result<double> validate(const SampleSource& source, int64_t& position);
+  std::vector<RankReport> gather_reports();
+  double all_reduce_scalar(double value, Comm& comm, ReduceOp op = ReduceOp::kSum);
+  void fail_collectively(const Status& s);
+
+  const TrainOptions& o_;
+  ModelConfig mc_;
+  ProcessGroups& g_;
+  MetricsSink& sink_;
+  RankModel<T> rank_;
+  std::unique_ptr<PipelineExecutor<T>> executor_;
+  DataSources data_;
+  std::vector<int32_t> sample_;
+  int64_t consumed_ = 0;
+  double optimizer_seconds_ = 0;
+  PhaseTimes reported_;  // totals at the previous report
+  PhaseTimes totals_;
+};
+
+template <typename T>
+double Trainer<T>::all_reduce_scalar(double value, Comm& comm, ReduceOp op) {
+  if (comm.size() > 1)
+    if (Status s = comm.all_reduce(&value, 1, DType::kFloat64, op); !s)
+      comm.abort("could not reduce a scalar: " + s.message(), 1);
+  return value;
+}
+
+template <typename T>
+Status Trainer<T>::build_model() {
+  const ParallelLayout& L = g_.layout;
+  const ParallelOptions& par = o_.parallel;
+  const size_t bucket = par.ddp_bucket_size > 0
+                            ? static_cast<size_t>(par.ddp_bucket_size)
+                            : std::max<size_t>(40000000, 1000000 * static_cast<size_t>(L.dp));
+  for (int c = 0; c < L.vpp; c++) {
+    const ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
+    const RecomputePlan plan =
+        RecomputePlan::make(par.recompute_granularity, par.recompute_method,
+                            par.recompute_num_layers, shard.num_layers(mc_));
+    rank_.chunks.push_back(
+        std::make_unique<GptModel<T>>(mc_, shard, o_.micro_batch_size, g_.tp.get(), plan));
+  }
+  for (auto& chunk : rank_.chunks) {
+    if (!o_.load_hf.empty()) {
+      std::vector<float> full(ParamLayout(mc_).total_numel());
+      if (Status s = import_hf_gpt2(o_.load_hf, mc_, ParamLayout(mc_), full.data()); !s)
+        return Status::invalid_argument("--load-hf: " + s.message());
+      // Take this chunk's slices of the whole model.
+      const ParamLayout whole(mc_);
+      for (const ParamTensor& t : chunk->layout().tensors()) {
+        const ParamTensor& src = *whole.find(t.name);
+        T* dst = chunk->params() + t.offset;
+        const float* from = full.data() + src.offset;
+        if (t.split_dim < 0) {
+          std::copy_n(from, t.numel, dst);
+        } else if (t.split_dim == 0) {
+          const size_t row = t.shape.size() > 1 ? static_cast<size_t>(t.shape[1]) : 1;
+          std::copy_n(from + t.split_begin * row, t.numel, dst);
+        } else {
+          for (int64_t r = 0; r < t.shape[0]; r++)
+            std::copy_n(from + r * src.shape[1] + t.split_begin, t.shape[1], dst + r * t.shape[1]);
+        }
+      }
+    } else {
+      chunk->init_weights(o_.seed);
+    }
+    auto buckets = std::make_unique<GradBuckets<T>>(chunk->layout(), g_.dp.get(),
+                                                    par.use_distributed_optimizer, bucket,
+                                                    chunk->grads(), chunk->params());
+    rank_.optimizers.push_back(
+        std::make_unique<AdamW<T>>(chunk->layout(), o_.optim, buckets->owned_ranges()));
+    // The tied word embedding of a multi-stage pipeline is summed over the embedding group
+    // first (finish_gradients), so backward does not release its bucket.
+    const int skip = g_.in_embedding_group() ? chunk->layout().word_embedding_index() : -1;
+    GradBuckets<T>* b = buckets.get();
+    Comm* world = g_.world;
+    chunk->set_grads_ready([b, skip, world](int first, int last) {
+      for (int i = first; i < last; i++)
+        if (i != skip)
+          if (Status s = b->mark_ready(i, i + 1); !s)
+            world->abort("data-parallel gradient reduction failed: " + s.message(), 1);
+    });
+    rank_.buckets.push_back(std::move(buckets));
+  }
+  std::vector<GptModel<T>*> chunks;
+  for (auto& c : rank_.chunks) chunks.push_back(c.get());
+  executor_ = std::make_unique<PipelineExecutor<T>>(chunks, g_.pp.get(), L.pp, g_.coord.pp,
+                                                    o_.micro_batch_size);
   return Status::ok();
+}
+
+template <typename T>
+Status Trainer<T>::finish_gradients() {
+  if (g_.in_embedding_group()) {
+    // Sum the word-embedding gradient of the first and last stage (they are one tensor).
+    GptModel<T>& chunk = g_.first_stage() ? *rank_.chunks.front() : *rank_.chunks.back();
+    const int index = chunk.layout().word_embedding_index();
+    const ParamTensor& t = chunk.layout().tensors()[index];
+    const auto t0 = Clock::now();
+    if (Status s = g_.embedding->all_reduce(chunk.grads() + t.offset, t.numel, dtype_of<T>(),
+                                            ReduceOp::kSum);
+        !s)
+      return s;
+    totals_.dp_comm += seconds_since(t0);
+    GradBuckets<T>& b = g_.first_stage() ? *rank_.buckets.front() : *rank_.buckets.back();
+    if (Status s = b.mark_ready(index, index + 1); !s) return s;
+  }
+  const auto t0 = Clock::now();
+  for (auto& b : rank_.buckets)
+    if (Status s = b->finish(); !s) return s;
+  totals_.dp_comm += seconds_since(t0);
+  return Status::ok();
+}
+
+template <typename T>
+Status Trainer<T>::step(int it, double& loss, double& norm, double lr) {
+  const ParallelLayout& L = g_.layout;
+  const int M = o_.num_micro_batches() / L.dp, B = o_.micro_batch_size;
+  const float grad_scale = 1.0f / (static_cast<float>(B) * mc_.seq_length * M * L.dp);
+  for (size_t c = 0; c < rank_.chunks.size(); c++) {
+    rank_.chunks[c]->zero_grads();
+    rank_.buckets[c]->start_iteration();
+  }
+  const int dp_rank = g_.coord.dp;
+  auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
+    return fill_micro_batch(*data_.train, consumed_, mb, B, L.dp, dp_rank, mc_.vocab_size,
+                            sample_, tokens, targets);
+  };
+  // Dropout masks follow the micro-batch's place in the global batch, so they match one
+  // process running the whole batch (data-parallel rank r's micro-batch m is global m*DP+r).
+  auto seed = [&](int mb) { return kernels::dropout_key(o_.seed, it, mb * L.dp + dp_rank, 0); };
+  Result<double> loss_sum = executor_->train(M, load, seed, grad_scale);
+  if (!loss_sum) return loss_sum.status();
+  if (Status s = finish_gradients(); !s) return s;
+
+  const auto t0 = Clock::now();
+  // Global norm: each parameter counted once over the model-parallel group; with the
+  // distributed optimizer each data-parallel rank holds a shard, so sum over the world.
+  double squares = 0;
+  for (size_t c = 0; c < rank_.chunks.size(); c++)
+    squares += rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads());
+  Comm& norm_group = o_.parallel.use_distributed_optimizer ? *g_.world : *g_.model;
+  norm = std::sqrt(all_reduce_scalar(squares, norm_group));
+  if (std::isfinite(norm)) {
+    const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
+    for (size_t c = 0; c < rank_.chunks.size(); c++)
+      rank_.optimizers[c]->update(rank_.chunks[c]->params(), rank_.chunks[c]->grads(), lr, coeff);
+  }
+  totals_.optimizer += seconds_since(t0);
+  const auto t1 = Clock::now();
+  if (std::isfinite(norm))
+    for (auto& b : rank_.buckets)
+      if (Status s = b->gather_params(); !s) return s;
+  totals_.dp_comm += seconds_since(t1);
+  // The loss lives on the last stage: its tensor-parallel rank 0 of every data-parallel
+  // replica contributes its share, and every rank learns the mean.
+  const bool reports = g_.last_stage() && g_.coord.tp == 0;
+  loss = all_reduce_scalar(reports ? *loss_sum / (static_cast<double>(M) * L.dp) : 0.0, *g_.world);
+  return Status::ok();
+}
+
+template <typename T>
+Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& position) {
+  const ParallelLayout& L = g_.layout;
+  const int M = o_.num_micro_batches() / L.dp, B = o_.micro_batch_size;
+  double sum = 0;
+  for (int it = 0; it < o_.eval_iters; it++) {
+    auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
+      return fill_micro_batch(source, position, mb, B, L.dp, g_.coord.dp, mc_.vocab_size, sample_,
+                              tokens, targets);
+    };
+    Result<double> s = executor_->evaluate(M, load);
+    if (!s) return s.status();
+    sum += *s;
+    position += o_.global_batch_size;
+  }
+  const bool reports = g_.last_stage() && g_.coord.tp == 0;
+  return all_reduce_scalar(reports ? sum / (static_cast<double>(o_.eval_iters) * M * L.dp) : 0.0,
+                           *g_.world);
+}
+
+template <typename T>
+std::vector<RankReport> Trainer<T>::gather_reports() {
+  // Phase times since the previous report, memory now, bytes so far: a fixed-size record of
+  // doubles per rank, gathered to rank 0.
+  const PipelineTimes& pt = executor_->times();
+  totals_.forward = pt.forward;
+  totals_.backward = pt.backward;
+  totals_.pipeline_wait = pt.wait;
+  double tp_comm = 0;
+  for (auto& c : rank_.chunks) tp_comm += c->profiler().seconds(Op::kTensorParallelComm);
+  totals_.tp_comm = tp_comm;
+  MemoryReport mem;
+  for (size_t c = 0; c < rank_.chunks.size(); c++) {
+    const MemoryBreakdown m = rank_.chunks[c]->memory();
+    mem.weights += m.weights;
+    mem.grads += m.grads;
+    mem.workspace += m.workspace;
+    mem.optimizer += rank_.optimizers[c]->bytes();
+    mem.comm_buffers += rank_.buckets[c]->stats().buffer_bytes;
+  }
+  mem.activations = executor_->peak_activation_bytes();
+  mem.comm_buffers += executor_->buffer_bytes();
+  mem.peak_rss = peak_rss_bytes();
+  auto bytes = [](const Comm* c) {
+    if (!c) return 0.0;
+    const CommStats& s = c->stats();
+    return static_cast<double>(s.all_reduce_bytes + s.reduce_scatter_bytes + s.all_gather_bytes +
+                               s.broadcast_bytes + s.gather_bytes + s.send_bytes);
+  };
+  const PhaseTimes d{totals_.forward - reported_.forward, totals_.backward - reported_.backward,
+                     totals_.pipeline_wait - reported_.pipeline_wait,
+                     totals_.dp_comm - reported_.dp_comm, totals_.optimizer - reported_.optimizer,
+                     totals_.tp_comm - reported_.tp_comm};
+  reported_ = totals_;
+  const double record[] = {static_cast<double>(mem.weights), static_cast<double>(mem.grads),
+                           static_cast<double>(mem.optimizer), static_cast<double>(mem.activations),
+                           static_cast<double>(mem.workspace), static_cast<double>(mem.comm_buffers),
+                           static_cast<double>(mem.peak_rss), d.forward, d.backward,
+                           d.pipeline_wait, d.dp_comm, d.optimizer, d.tp_comm,
+                           bytes(g_.tp.get()), bytes(g_.dp.get()), bytes(g_.pp.get()),
+                           bytes(g_.embedding.get())};
+  constexpr size_t kFields = std::size(record);
+  static_assert(kFields == 13 + kCommStatsFields);
+  std::vector<double> all(kFields * g_.world->size());
+  if (g_.world->size() == 1) {
+    std::copy(std::begin(record), std::end(record), all.begin());
+  } else if (Status s = g_.world->gather(record, all.data(), kFields, DType::kFloat64, 0); !s) {
+    g_.world->abort("could not gather the ranks' reports: " + s.message(), 1);
+  }
+  std::vector<RankReport> out;
+  if (g_.world->rank() != 0) return out;
+  for (int r = 0; r < g_.world->size(); r++) {
+    const double* x = all.data() + r * kFields;
+    RankReport rep;
+    const ParallelLayout::Coord c = g_.layout.coord(r);
+    rep.rank = r;
+    rep.tp = c.tp;
+    rep.dp = c.dp;
+    rep.pp = c.pp;
+    size_t* m[] = {&rep.memory.weights,     &rep.memory.grads,        &rep.memory.optimizer,
+                   &rep.memory.activations, &rep.memory.workspace, &rep.memory.comm_buffers,
+                   &rep.memory.peak_rss};
+    for (size_t i = 0; i < std::size(m); i++) *m[i] = static_cast<size_t>(x[i]);
+    rep.times = {x[7], x[8], x[9], x[10], x[11], x[12]};
+    rep.tp_bytes = x[13];
+    rep.dp_bytes = x[14];
+    rep.pp_bytes = x[15];
+    rep.embedding_bytes = x[16];
+    out.push_back(rep);
+  }
+  return out;
+}
+
+template <typename T>
+Result<TrainSummary> Trainer<T>::run() {
+  const ParallelLayout& L = g_.layout;
+  Comm& world = *g_.world;
+  const bool rank0 = world.rank() == 0;
+  const int threads = threads_per_rank(o_, world);
+  kernels::set_num_threads(threads);
+
+  // Rank 0 builds the cached sample indices first; the others then read them.
+  if (!rank0) world.barrier();
+  Result<DataSources> data = open_data(o_, mc_);
+  if (rank0) world.barrier();
+  if (!data) return data.status();
+  data_ = std::move(*data);
+  sample_.assign(mc_.seq_length + 1, 0);
+
+  RunStart start;
+  start.description = describe(o_, L, threads);
+  start.parameters = mc_.num_parameters();
+  start.threads = threads;
+  start.peak_gflops = measure_sgemm_gflops(threads);
+  start.blas_core = kernels::blas_core_name();
+  if (rank0) sink_.on_start(start);
+
+  if (Status s = build_model(); !s) return s;
+  if (rank0 && !o_.load_hf.empty()) sink_.on_message("loaded GPT-2 weights from " + o_.load_hf);
+
+  const int T_ = mc_.seq_length;
+  const int decay_iters = o_.optim.lr_decay_iters > 0 ? o_.optim.lr_decay_iters : o_.train_iters;
+  // Megatron's FLOPs of the global batch, per rank for the per-device figures.
+  const double flops = flops_per_iteration(mc_, o_.global_batch_size) / L.world;
+
+  TrainSummary summary;
+  summary.peak_gflops = start.peak_gflops;
+  int64_t valid_consumed = 0;
+  int nan_iterations = 0, skipped = 0, steps = 0;
+  double timed_seconds = 0;
+  int timed_iterations = 0;
+
+  auto report_validation = [&](const SampleSource* source, int64_t& position, const char* split,
+                               int iteration, bool at_end) -> Status {
+    Result<double> loss = validate(*source, position);
+    if (!loss) return loss.status();
+    ValidationMetrics v;
+    v.iteration = iteration;
+    v.split = split;
+    v.end_of_training = at_end;
+    v.lm_loss = *loss;
+    v.perplexity = std::exp(std::min(20.0, v.lm_loss));
+    summary.validations.push_back(v);
+    if (rank0) sink_.on_validation(v);
+    return Status::ok();
+  };
+
+  const auto run_start = Clock::now();
+  for (int it = 1; it <= o_.train_iters; it++) {
+    // A signal on any rank stops every rank at the same iteration.
+    if (all_reduce_scalar(stop_requested() ? 1.0 : 0.0, world, ReduceOp::kMax) > 0)
+      return Status::internal("stopped by a signal before iteration " + std::to_string(it));
+    const auto t0 = Clock::now();
+    const double lr = learning_rate(o_.optim, steps, decay_iters);
+    double loss = 0, norm = 0;
+    if (Status s = step(it, loss, norm, lr); !s) return s;
+    if (std::isfinite(norm))
+      steps++;
+    else
+      skipped++;  // the optimizer did not step
+    if (!std::isfinite(loss)) nan_iterations++;
+    consumed_ += o_.global_batch_size;
+    const double seconds = seconds_since(t0);
+    if (it > 1 || o_.train_iters == 1) {
+      timed_seconds += seconds;
+      timed_iterations++;
+    }
+    IterationMetrics m;
+    m.iteration = it;
+    m.train_iters = o_.train_iters;
+    m.consumed_samples = consumed_;
+    m.global_batch_size = o_.global_batch_size;
+    m.lm_loss = loss;
+    m.learning_rate = lr;
+    m.grad_norm = norm;
+    m.skipped_iterations = skipped;
+    m.nan_iterations = nan_iterations;
+    m.step_seconds = seconds;
+    m.tokens_per_second = static_cast<double>(o_.global_batch_size) * T_ / seconds;
+    m.tflops_per_device = flops / seconds / 1e12;
+    m.mfu = flops / seconds / 1e9 / start.peak_gflops;
+    summary.losses.push_back(loss);
+    summary.grad_norms.push_back(norm);
+    if (rank0) sink_.on_iteration(m);
+    if (it == 1 || it % o_.log_interval == 0) {
+      std::vector<RankReport> reports = gather_reports();
+      if (rank0) sink_.on_rank_reports(it, reports);
+    }
+    if (data_.valid && o_.eval_iters > 0 && it % o_.eval_interval == 0)
+      if (Status s = report_validation(data_.valid.get(), valid_consumed, "valid", it, false); !s)
+        return s;
+  }
+  summary.total_seconds = seconds_since(run_start);
+  if (o_.eval_iters > 0) {
+    if (data_.valid && o_.train_iters % o_.eval_interval != 0)
+      if (Status s = report_validation(data_.valid.get(), valid_consumed, "valid", o_.train_iters,
+                                       true);
+          !s)
+        return s;
+    int64_t test_position = 0;
+    if (data_.test)
+      if (Status s = report_validation(data_.test.get(), test_position, "test", o_.train_iters,
+                                       true);
+          !s)
+        return s;
+  }
+  if (timed_iterations > 0) {
+    summary.tokens_per_second =
+        static_cast<double>(o_.global_batch_size) * T_ * timed_iterations / timed_seconds;
+    summary.gflops = flops * L.world * timed_iterations / timed_seconds / 1e9;
+  }
+  reported_ = PhaseTimes{};
+  summary.ranks = gather_reports();
+  if (rank0) summary.memory = summary.ranks[0].memory;
+  Profiler& profiler = rank_.chunks[0]->profiler();
+  for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
+    const Op op = static_cast<Op>(i);
+    double seconds = 0;
+    int64_t calls = 0;
+    for (auto& c : rank_.chunks) {
+      seconds += c->profiler().seconds(op);
+      calls += c->profiler().calls(op);
+    }
+    (void)profiler;
+    summary.op_times.push_back({op_name(op), seconds, calls});
+  }
+  if (!o_.save_hf.empty()) {
+    Result<std::vector<T>> full = gather_full_params<T>(world, L, mc_, o_.parallel.sequence_parallel,
+                                                        rank_.views());
+    if (!full) return full.status();
+    if (rank0) {
+      std::vector<float> as_float(full->begin(), full->end());
+      if (Status s = export_hf_gpt2(o_.save_hf, mc_, ParamLayout(mc_), as_float.data()); !s)
+        return Status::io_error("--save-hf: " + s.message());
+      sink_.on_message("saved GPT-2 weights to " + o_.save_hf);
+    }
+  }
+  if (rank0) sink_.on_end(summary);
+  return summary;
 }
 
 }  // namespace
@@ -130,239 +522,26 @@ double measure_sgemm_gflops(int threads) {
   return best;
 }
 
-Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
+Result<TrainSummary> train(const TrainOptions& o, Comm& world, MetricsSink& sink) {
   ModelConfig mc = o.model;
   if (o.tokenizer.type != "NullTokenizer") {
     Result<std::unique_ptr<Tokenizer>> tokenizer = make_tokenizer(o.tokenizer);
     if (!tokenizer) return tokenizer.status();
     mc.vocab_size = (*tokenizer)->vocab_size();
   }
-  const int threads = o.threads > 0 ? o.threads : 0;
-  kernels::set_num_threads(threads);
-  const int used_threads = kernels::num_threads();
-
-  Result<DataSources> data = open_data(o, mc);
-  if (!data) return data.status();
-
-  RunStart start;
-  TrainOptions described = o;
-  described.model = mc;
-  start.description = describe(described, used_threads);
-  start.parameters = mc.num_parameters();
-  start.threads = used_threads;
-  start.peak_gflops = measure_sgemm_gflops(used_threads);
-  start.blas_core = kernels::blas_core_name();
-  sink.on_start(start);
-
-  GptModel<float> model(mc, o.micro_batch_size);
-  if (!o.load_hf.empty()) {
-    if (Status s = import_hf_gpt2(o.load_hf, mc, model.layout(), model.params()); !s)
-      return Status::invalid_argument("--load-hf: " + s.message());
-    sink.on_message("loaded GPT-2 weights from " + o.load_hf);
-  } else {
-    model.init_weights(o.seed);
-  }
-  AdamW<float> optimizer(model.layout(), o.optim);
-  GptActivations<float> acts(mc, o.micro_batch_size);
-
-  const int B = o.micro_batch_size, T = mc.seq_length, M = o.num_micro_batches();
-  const int decay_iters = o.optim.lr_decay_iters > 0 ? o.optim.lr_decay_iters : o.train_iters;
-  const double flops = flops_per_iteration(mc, o.global_batch_size);
-  std::vector<int32_t> sample(T + 1), inputs(static_cast<size_t>(B) * T),
-      targets(static_cast<size_t>(B) * T);
-  const float grad_scale = 1.0f / (static_cast<float>(B) * T * M);
-
-  TrainSummary summary;
-  summary.peak_gflops = start.peak_gflops;
-  int64_t consumed = 0, valid_consumed = 0;
-  int nan_iterations = 0, skipped = 0;
-  double timed_seconds = 0;
-  int timed_iterations = 0;
-
-  // Megatron's evaluate(): eval_iters global batches, forward only, continuing through the
-  // split from where the previous validation stopped.
-  auto validate = [&](const SampleSource& source, int64_t& position, const char* split,
-                      int iteration, bool at_end) -> Status {
-    double sum = 0;
-    for (int it = 0; it < o.eval_iters; it++) {
-      for (int mb = 0; mb < M; mb++) {
-        if (Status s = fill_micro_batch(source, position, mb, B, mc.vocab_size, sample, inputs, targets); !s)
-          return s;
-        sum += model.forward(acts, inputs.data(), targets.data(), 0, 0.0f);
-      }
-      position += o.global_batch_size;
-    }
-    ValidationMetrics v;
-    v.iteration = iteration;
-    v.split = split;
-    v.end_of_training = at_end;
-    v.lm_loss = sum / (static_cast<double>(o.eval_iters) * M);
-    v.perplexity = std::exp(std::min(20.0, v.lm_loss));
-    summary.validations.push_back(v);
-    sink.on_validation(v);
-    return Status::ok();
-  };
-
-  const auto run_start = std::chrono::steady_clock::now();
-  for (int it = 1; it <= o.train_iters; it++) {
-    if (stop_requested())
-      return Status::internal("stopped by a signal before iteration " + std::to_string(it));
-    const auto t0 = std::chrono::steady_clock::now();
-    model.zero_grads();
-    double loss = 0;
-    for (int mb = 0; mb < M; mb++) {
-      {
-        ScopedOp op(&model.profiler(), Op::kData);
-        if (Status s = fill_micro_batch(*data->train, consumed, mb, B, mc.vocab_size, sample, inputs, targets); !s)
-          return s;
-      }
-      const uint64_t key = kernels::dropout_key(o.seed, it, mb, 0);
-      loss += model.forward(acts, inputs.data(), targets.data(), key, grad_scale) / M;
-      model.backward(acts);
-    }
-    const double lr = learning_rate(o.optim, it - 1, decay_iters);
-    double norm;
-    {
-      ScopedOp op(&model.profiler(), Op::kOptimizer);
-      norm = optimizer.step(model.params(), model.grads(), lr);
-    }
-    if (!std::isfinite(norm)) skipped++;  // the optimizer did not step
-    if (!std::isfinite(loss)) nan_iterations++;
-    consumed += o.global_batch_size;
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (it > 1 || o.train_iters == 1) {
-      timed_seconds += seconds;
-      timed_iterations++;
-    }
-    IterationMetrics m;
-    m.iteration = it;
-    m.train_iters = o.train_iters;
-    m.consumed_samples = consumed;
-    m.global_batch_size = o.global_batch_size;
-    m.lm_loss = loss;
-    m.learning_rate = lr;
-    m.grad_norm = norm;
-    m.skipped_iterations = skipped;
-    m.nan_iterations = nan_iterations;
-    m.step_seconds = seconds;
-    m.tokens_per_second = static_cast<double>(o.global_batch_size) * T / seconds;
-    m.tflops_per_device = flops / seconds / 1e12;
-    m.mfu = flops / seconds / 1e9 / start.peak_gflops;
-    summary.losses.push_back(loss);
-    summary.grad_norms.push_back(norm);
-    sink.on_iteration(m);
-    if (data->valid && o.eval_iters > 0 && it % o.eval_interval == 0)
-      if (Status s = validate(*data->valid, valid_consumed, "valid", it, false); !s) return s;
-  }
-  summary.total_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  if (o.eval_iters > 0) {
-    if (data->valid && o.train_iters % o.eval_interval != 0)
-      if (Status s = validate(*data->valid, valid_consumed, "valid", o.train_iters, true); !s)
-        return s;
-    int64_t test_position = 0;
-    if (data->test)
-      if (Status s = validate(*data->test, test_position, "test", o.train_iters, true); !s)
-        return s;
-  }
-  if (timed_iterations > 0) {
-    summary.tokens_per_second =
-        static_cast<double>(o.global_batch_size) * T * timed_iterations / timed_seconds;
-    summary.gflops = flops * timed_iterations / timed_seconds / 1e9;
-  }
-  const MemoryBreakdown mem = model.memory();
-  summary.memory.weights = mem.weights;
-  summary.memory.grads = mem.grads;
-  summary.memory.workspace = mem.workspace;
-  summary.memory.optimizer = optimizer.bytes();
-  summary.memory.activations = acts.bytes();
-  summary.memory.peak_rss = peak_rss_bytes();
-  for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
-    const Op op = static_cast<Op>(i);
-    summary.op_times.push_back(
-        {op_name(op), model.profiler().seconds(op), model.profiler().calls(op)});
-  }
-  if (!o.save_hf.empty()) {
-    if (Status s = export_hf_gpt2(o.save_hf, mc, model.layout(), model.params()); !s)
-      return Status::io_error("--save-hf: " + s.message());
-    sink.on_message("saved GPT-2 weights to " + o.save_hf);
-  }
-  sink.on_end(summary);
-  return summary;
+  TrainOptions options = o;
+  options.model = mc;
+  Result<ParallelLayout> layout = make_layout(options, world.size());
+  if (!layout) return layout.status();
+  Result<ProcessGroups> groups = make_process_groups(world, *layout);
+  if (!groups) return groups.status();
+  if (o.fp64) return Trainer<double>(options, mc, *groups, sink).run();
+  return Trainer<float>(options, mc, *groups, sink).run();
 }
 
-}  // namespace lattice
-
-namespace lattice {
-
-Result<EvalResult> evaluate_sequential(const TrainOptions& o, int64_t num_samples) {
-  ModelConfig mc = o.model;
-  if (o.tokenizer.type != "NullTokenizer") {
-    Result<std::unique_ptr<Tokenizer>> tokenizer = make_tokenizer(o.tokenizer);
-    if (!tokenizer) return tokenizer.status();
-    mc.vocab_size = (*tokenizer)->vocab_size();
-  }
-  if (o.data_path.size() != 1)
-    return Status::invalid_argument("lattice eval takes exactly one --data-path PREFIX");
-  Result<std::unique_ptr<IndexedDataset>> opened = IndexedDataset::open(o.data_path[0]);
-  if (!opened) return opened.status();
-  const IndexedDataset& data = **opened;
-  const int T = mc.seq_length, B = o.micro_batch_size;
-  // Sample i covers tokens [i*T, i*T + T] of the concatenation, so n samples need n*T + 1.
-  const int64_t available = data.num_tokens() > 0 ? (static_cast<int64_t>(data.num_tokens()) - 1) / T : 0;
-  if (num_samples > available)
-    return Status::invalid_argument("--eval-iters " + std::to_string(num_samples) + " asks for " +
-                                    std::to_string(num_samples) + " samples of " +
-                                    std::to_string(T + 1) + " tokens but " + o.data_path[0] +
-                                    " holds only " + std::to_string(available));
-  kernels::set_num_threads(o.threads > 0 ? o.threads : 0);
-  GptModel<float> model(mc, B);
-  if (!o.load_hf.empty()) {
-    if (Status s = import_hf_gpt2(o.load_hf, mc, model.layout(), model.params()); !s)
-      return Status::invalid_argument("--load-hf: " + s.message());
-  } else {
-    model.init_weights(o.seed);
-  }
-  GptActivations<float> acts(mc, B);
-  std::vector<int32_t> window(static_cast<size_t>(T) + 1), inputs(static_cast<size_t>(B) * T, 0),
-      targets(static_cast<size_t>(B) * T, 0);
-  // Walks the sequences in index order; `seq`/`offset` is the read position.
-  size_t seq = 0, offset = 0;
-  const auto lengths = data.sequence_lengths();
-  auto read_tokens = [&](int32_t* out, size_t count) {
-    while (count > 0) {
-      while (offset == static_cast<size_t>(lengths[seq])) seq++, offset = 0;
-      const size_t take = std::min(count, static_cast<size_t>(lengths[seq]) - offset);
-      data.read(seq, offset, take, out);
-      out += take, offset += take, count -= take;
-    }
-  };
-  read_tokens(window.data(), 1);
-  EvalResult r;
-  double sum = 0;
-  for (int64_t done = 0; done < num_samples;) {
-    const int n = static_cast<int>(std::min<int64_t>(B, num_samples - done));
-    for (int b = 0; b < n; b++) {
-      read_tokens(window.data() + 1, T);  // window[0] is the previous sample's last token
-      for (int t = 0; t <= T; t++)
-        if (window[t] < 0 || window[t] >= mc.vocab_size)
-          return Status::invalid_argument(o.data_path[0] + " holds token id " +
-                                          std::to_string(window[t]) + ", outside the model's "
-                                          "vocabulary of " + std::to_string(mc.vocab_size));
-      std::copy(window.begin(), window.begin() + T, inputs.begin() + static_cast<size_t>(b) * T);
-      std::copy(window.begin() + 1, window.end(), targets.begin() + static_cast<size_t>(b) * T);
-      window[0] = window[T];
-    }
-    model.forward(acts, inputs.data(), targets.data(), 0, 0.0f);
-    for (int i = 0; i < n * T; i++) sum += acts.losses[i];
-    done += n;
-    r.tokens += static_cast<int64_t>(n) * T;
-  }
-  r.samples = num_samples;
-  r.lm_loss = r.tokens > 0 ? sum / r.tokens : 0.0;
-  r.perplexity = std::exp(std::min(20.0, r.lm_loss));
-  return r;
+Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
+  std::unique_ptr<Comm> local = make_local_comm();
+  return train(o, *local, sink);
 }
 
 }  // namespace lattice

@@ -24,20 +24,29 @@ const char* blas_core_name();
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
 template <typename S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C, int OC);
+// out (N, OC) += bias (OC) on every row (row-parallel layers add it after the reduction).
+template <typename S>
+void add_bias(S* out, const S* bias, int N, int OC);
 // dinp (N, C) = dout (N, OC) @ weight (OC, C)      (skipped when dinp is null)
-// dweight (OC, C) += dout^T @ inp;  dbias (OC) += column sums of dout (skipped when null)
+// dweight (OC, C) += dout^T @ inp;  dbias (OC) += column sums of dout (each skipped when null)
 template <typename S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                      int N, int C, int OC);
 
 // out (B, T, C) = wte[tokens[b, t]] + wpe[t];  tokens (B, T) index rows of wte (V, C).
+// Vocabulary-parallel: wte holds rows [vocab_begin, vocab_end) only; other tokens give zero
+// rows (summed over tensor-parallel ranks afterwards). wpe may be null (added later).
 template <typename S>
 void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
-                       int C);
-// dwte (V, C) += scatter of dout by token;  dwpe (T, C) += dout summed over the batch.
+                       int C, int vocab_begin = 0, int vocab_end = 1 << 30);
+// out (B, T, C) += wpe[t]
+template <typename S>
+void position_embedding_forward(S* out, const S* wpe, int B, int T, int C);
+// dwte (V, C) += scatter of dout by token (rows [vocab_begin, vocab_end) as above);
+// dwpe (T, C) += dout summed over the batch. Either may be null.
 template <typename S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
-                        int C);
+                        int C, int vocab_begin = 0, int vocab_end = 1 << 30);
 
 // out (N, C) = (inp - mean) * rstd * weight + bias, per row; mean, rstd (N) are saved.
 inline constexpr double kLayerNormEps = 1e-5;
@@ -59,26 +68,33 @@ void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n);
 // Dropout masks are not stored: element i of a tensor is kept when a counter-based hash of
 // (key, i) falls below 1 - p, so forward, backward and recomputation regenerate the same
 // mask on any thread count. Kept elements are scaled by 1 / (1 - p). p == 0 is identity.
+// index_offset: the tensor's first element in the whole (unsplit) tensor, so that a rank
+// holding a sequence slice draws the same mask as one process holding all of it.
 // out (n) = residual (n) + dropout(x (n)); out may alias residual or x; residual may be null.
 template <typename S>
 void residual_dropout_forward(S* out, const S* residual, const S* x, size_t n, float p,
-                              uint64_t key);
+                              uint64_t key, size_t index_offset = 0);
 // dx (n) = dropout mask applied to dout (n); dx may alias dout.
 template <typename S>
-void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key);
+void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key,
+                      size_t index_offset = 0);
 
 // Causal self-attention over qkv (B, T, 3C) in Megatron's per-head layout: head h owns
 // columns [h*3*HS, h*3*HS + 3*HS) holding q, k, v. out (B, T, C), head h at columns h*HS.
 // probs (B, NH, T, T) keeps softmax(q k^T / sqrt(HS)) before dropout (masked part zero).
 // workspace: attention_workspace_elems(T) elements per thread (num_threads() of them).
+// Tensor-parallel ranks hold heads [head_offset, head_offset + NH) of total_heads (0: NH);
+// the dropout mask of probability (b, h, i, j) is keyed by its index among all heads.
 size_t attention_workspace_elems(int T);
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
-                       uint64_t dropout_key, S* workspace);
+                       uint64_t dropout_key, S* workspace, int head_offset = 0,
+                       int total_heads = 0);
 // dqkv (B, T, 3C) = gradient of the attention inputs given dout (B, T, C).
 template <typename S>
 void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
-                        int NH, float dropout_p, uint64_t dropout_key, S* workspace);
+                        int NH, float dropout_p, uint64_t dropout_key, S* workspace,
+                        int head_offset = 0, int total_heads = 0);
 
 // Fused softmax + cross-entropy over logits (N, V): losses (N) = -log softmax(row)[target].
 // When dlogits is non-null it receives (softmax - onehot(target)) * grad_scale and may alias
@@ -86,6 +102,25 @@ void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, in
 template <typename S>
 void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets, int N,
                            int V, float grad_scale);
+
+// Vocabulary-parallel cross-entropy (Megatron's VocabParallelCrossEntropy): this rank holds
+// logits (N, V) of vocabulary [vocab_begin, vocab_begin + V); the full rows are never
+// gathered. Between the passes the caller reduces over the tensor-parallel ranks:
+// 1) row_max (N) = max of each row               -> all-reduce max
+// 2) sum_exp (N) = sum of exp(x - row_max); target_logit (N) = the target's logit when this
+//    rank holds it, else 0                         -> all-reduce sum of both
+// 3) losses (N) = log(sum_exp) - (target_logit - row_max); dlogits (optional, may alias
+//    logits) = (softmax - onehot) * grad_scale over this rank's columns.
+template <typename S>
+void cross_entropy_shard_max(S* row_max, const S* logits, int N, int V);
+template <typename S>
+void cross_entropy_shard_sums(double* sum_exp, S* target_logit, const S* logits, const S* row_max,
+                              const int32_t* targets, int vocab_begin, int N, int V);
+template <typename S>
+void cross_entropy_shard_finish(S* losses, S* dlogits, const S* logits, const S* row_max,
+                                const double* sum_exp, const S* target_logit,
+                                const int32_t* targets, int vocab_begin, int N, int V,
+                                float grad_scale);
 
 // AdamW (decoupled weight decay, Megatron / apex FusedAdam): step counts from 1.
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr (m^ / (sqrt(v^) + eps) + wd p).

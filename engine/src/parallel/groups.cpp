@@ -1,0 +1,34 @@
+#include "parallel/groups.h"
+
+namespace lattice {
+
+Result<ProcessGroups> make_process_groups(Comm& world, const ParallelLayout& layout) {
+  ProcessGroups g;
+  g.layout = layout;
+  g.world = &world;
+  const int rank = world.rank();
+  const ParallelLayout::Coord c = layout.coord(rank);
+  g.coord = c;
+  const int TP = layout.tp, DP = layout.dp;
+  struct Split {
+    std::unique_ptr<Comm>* out;
+    int color, key;
+  };
+  // Ranks outside the embedding group get a communicator of their own (never used).
+  const bool embedding = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
+  const Split splits[] = {
+      {&g.tp, c.dp + DP * c.pp, c.tp},
+      {&g.dp, c.tp + TP * c.pp, c.dp},
+      {&g.pp, c.tp + TP * c.dp, c.pp},
+      {&g.model, c.dp, rank},
+      {&g.embedding, embedding ? c.tp + TP * c.dp : TP * DP + rank, c.pp},
+  };
+  for (const Split& s : splits) {
+    Result<std::unique_ptr<Comm>> comm = world.split(s.color, s.key);
+    if (!comm) return comm.status();
+    *s.out = std::move(*comm);
+  }
+  return g;
+}
+
+}  // namespace lattice

@@ -1,0 +1,206 @@
+#include "pipeline/executor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "pipeline/schedule.h"
+
+namespace lattice {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+enum Direction { kActivation = 0, kGradient = 1 };
+}  // namespace
+
+template <typename T>
+PipelineExecutor<T>::PipelineExecutor(std::vector<GptModel<T>*> chunks, Comm* pp, int stages,
+                                      int stage, int micro_batch)
+    : chunks_(std::move(chunks)), pp_(pp), stages_(stages), stage_(stage), micro_batch_(micro_batch) {
+  pools_.resize(chunks_.size());
+  const ChunkDims& d = chunks_[0]->dims();
+  grad_in_.assign(static_cast<size_t>(d.R) * d.C, T(0));
+  tokens_.assign(static_cast<size_t>(d.N), 0);
+  targets_.assign(static_cast<size_t>(d.N), 0);
+}
+
+template <typename T>
+int PipelineExecutor<T>::tag(int virtual_stage, int micro_batch, int direction) const {
+  const int virtual_stages = stages_ * static_cast<int>(chunks_.size());
+  return (micro_batch * virtual_stages + virtual_stage) * 2 + direction;
+}
+
+template <typename T>
+GptActivations<T>* PipelineExecutor<T>::acquire(int chunk) {
+  Pool& pool = pools_[chunk];
+  if (pool.free.empty()) {
+    const GptModel<T>& m = *chunks_[chunk];
+    pool.all.push_back(std::make_unique<GptActivations<T>>(m.config(), m.layout().shard(),
+                                                           micro_batch_, m.recompute()));
+    pool.free.push_back(pool.all.back().get());
+  }
+  GptActivations<T>* acts = pool.free.back();
+  pool.free.pop_back();
+  live_activation_bytes_ += acts->bytes();
+  peak_activation_bytes_ = std::max(peak_activation_bytes_, live_activation_bytes_);
+  return acts;
+}
+
+template <typename T>
+void PipelineExecutor<T>::release(int chunk, GptActivations<T>* acts) {
+  live_activation_bytes_ -= acts->bytes();
+  pools_[chunk].free.push_back(acts);
+}
+
+template <typename T>
+size_t PipelineExecutor<T>::buffer_bytes() const {
+  size_t bytes = grad_in_.size() * sizeof(T);
+  for (const auto& o : outgoing_) bytes += o->data.capacity() * sizeof(T);
+  return bytes;
+}
+
+template <typename T>
+Status PipelineExecutor<T>::send(const T* data, size_t count, int peer, int tag) {
+  // Reuse a buffer whose send has completed; keep the others alive until they do.
+  Outgoing* slot = nullptr;
+  for (auto& o : outgoing_)
+    if (!o->request || o->request->test()) {
+      if (o->request) {
+        if (Status s = o->request->wait(); !s) return s;
+        o->request.reset();
+      }
+      slot = o.get();
+      break;
+    }
+  if (!slot) {
+    outgoing_.push_back(std::make_unique<Outgoing>());
+    slot = outgoing_.back().get();
+  }
+  slot->data.assign(data, data + count);
+  slot->request = pp_->isend(slot->data.data(), count, dtype_of<T>(), peer, tag);
+  return Status::ok();
+}
+
+template <typename T>
+Status PipelineExecutor<T>::receive(T* data, size_t count, int peer, int tag) {
+  const auto t0 = Clock::now();
+  Status s = pp_->recv(data, count, dtype_of<T>(), peer, tag);
+  times_.wait += seconds_since(t0);
+  return s;
+}
+
+template <typename T>
+Status PipelineExecutor<T>::drain_sends() {
+  const auto t0 = Clock::now();
+  for (auto& o : outgoing_)
+    if (o->request) {
+      if (Status s = o->request->wait(); !s) return s;
+      o->request.reset();
+    }
+  times_.wait += seconds_since(t0);
+  return Status::ok();
+}
+
+template <typename T>
+Status PipelineExecutor<T>::forward_one(int c, int mb, const Loader& load, uint64_t seed,
+                                        float grad_scale, double& loss_sum,
+                                        GptActivations<T>* acts) {
+  GptModel<T>& model = *chunks_[c];
+  const int virtual_stage = c * stages_ + stage_;
+  const int prev = (stage_ + stages_ - 1) % stages_, next = (stage_ + 1) % stages_;
+  if (first_virtual(c) || last_virtual(c)) {
+    ScopedOp op(&model.profiler(), Op::kData);
+    if (Status s = load(mb, tokens_.data(), targets_.data()); !s) return s;
+  }
+  const T* input = nullptr;
+  if (!first_virtual(c)) {
+    if (Status s = receive(acts->residual, model.boundary_elems(), prev,
+                           tag(virtual_stage, mb, kActivation));
+        !s)
+      return s;
+    input = acts->residual;
+  }
+  const auto t0 = Clock::now();
+  const double loss = model.forward_stage(*acts, tokens_.data(), input, targets_.data(), seed,
+                                          grad_scale);
+  times_.forward += seconds_since(t0);
+  if (last_virtual(c)) {
+    loss_sum += loss;
+  } else if (Status s = send(model.output(*acts), model.boundary_elems(), next,
+                             tag(virtual_stage + 1, mb, kActivation));
+             !s) {
+    return s;
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Result<double> PipelineExecutor<T>::train(int micro_batches, const Loader& load,
+                                          const std::function<uint64_t(int)>& dropout_seed,
+                                          float grad_scale) {
+  const int chunks = static_cast<int>(chunks_.size());
+  in_flight_.assign(chunks, std::vector<GptActivations<T>*>(micro_batches, nullptr));
+  double loss_sum = 0;
+  const int prev = (stage_ + stages_ - 1) % stages_, next = (stage_ + 1) % stages_;
+  for (const PipelineAction& a : pipeline_schedule(stages_, stage_, chunks, micro_batches)) {
+    const int c = a.chunk, mb = a.micro_batch;
+    GptModel<T>& model = *chunks_[c];
+    const int virtual_stage = c * stages_ + stage_;
+    if (a.kind == PipelineAction::kForward) {
+      GptActivations<T>* acts = acquire(c);
+      in_flight_[c][mb] = acts;
+      if (Status s = forward_one(c, mb, load, dropout_seed(mb), grad_scale, loss_sum, acts); !s)
+        return s;
+      continue;
+    }
+    GptActivations<T>* acts = in_flight_[c][mb];
+    const T* output_grad = nullptr;
+    if (!last_virtual(c)) {
+      if (Status s = receive(grad_in_.data(), grad_in_.size(), next,
+                             tag(virtual_stage, mb, kGradient));
+          !s)
+        return s;
+      output_grad = grad_in_.data();
+    }
+    // Gradients of a chunk are final after its last micro-batch's backward: only then may
+    // data-parallel buckets start (the schedule runs each chunk's backwards in order).
+    model.set_final_backward(mb == micro_batches - 1);
+    const auto t0 = Clock::now();
+    model.backward_stage(*acts, output_grad);
+    times_.backward += seconds_since(t0);
+    model.set_final_backward(false);
+    if (!first_virtual(c))
+      if (Status s = send(model.input_grad(), model.boundary_elems(), prev,
+                          tag(virtual_stage - 1, mb, kGradient));
+          !s)
+        return s;
+    release(c, acts);
+    in_flight_[c][mb] = nullptr;
+  }
+  if (Status s = drain_sends(); !s) return s;
+  return loss_sum;
+}
+
+template <typename T>
+Result<double> PipelineExecutor<T>::evaluate(int micro_batches, const Loader& load) {
+  double loss_sum = 0;
+  const int chunks = static_cast<int>(chunks_.size());
+  // Micro-batch by micro-batch, chunk by chunk: a valid order on every rank, since a chunk's
+  // input comes from a lower virtual stage of the same micro-batch.
+  for (int mb = 0; mb < micro_batches; mb++)
+    for (int c = 0; c < chunks; c++) {
+      GptActivations<T>* acts = acquire(c);
+      Status s = forward_one(c, mb, load, 0, 0.0f, loss_sum, acts);
+      release(c, acts);
+      if (!s) return s;
+    }
+  if (Status s = drain_sends(); !s) return s;
+  return loss_sum;
+}
+
+template class PipelineExecutor<float>;
+template class PipelineExecutor<double>;
+
+}  // namespace lattice

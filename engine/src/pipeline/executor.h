@@ -1,0 +1,81 @@
+// Runs one rank's pipeline schedule (pipeline/schedule.h) over its model chunks: loads the
+// micro-batches the first and last virtual stages need, receives activations and gradients
+// from the neighbouring stages, runs forward and backward, and sends results on. Sends are
+// non-blocking (the buffer is kept until the send completes) and receives block only when
+// their data is needed, so the schedule's order alone decides progress: no rank waits on a
+// send (docs/design-notes.md#pipeline-schedules).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lattice/comm.h"
+#include "model/gpt.h"
+
+namespace lattice {
+
+struct PipelineTimes {
+  double forward = 0, backward = 0, wait = 0;  // seconds; wait = blocked on receives
+};
+
+template <typename T>
+class PipelineExecutor {
+ public:
+  // Fills micro-batch `micro_batch`'s tokens and targets (B*T each).
+  using Loader = std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets)>;
+
+  // chunks[c] holds virtual stage c * stages + stage. pp may be null when stages == 1.
+  PipelineExecutor(std::vector<GptModel<T>*> chunks, Comm* pp, int stages, int stage,
+                   int micro_batch);
+
+  // One training iteration: every micro-batch forward and backward in schedule order,
+  // gradients accumulated into each chunk's arena (scaled by grad_scale per token).
+  // dropout_seed(mb) keys micro-batch mb's masks. Returns the sum of the micro-batches' mean
+  // losses on the last virtual stage's rank, 0 elsewhere.
+  Result<double> train(int micro_batches, const Loader& load,
+                       const std::function<uint64_t(int)>& dropout_seed, float grad_scale);
+  // Forward only, no dropout: the sum of the micro-batches' mean losses (last stage), else 0.
+  Result<double> evaluate(int micro_batches, const Loader& load);
+
+  const PipelineTimes& times() const { return times_; }
+  void reset_times() { times_ = PipelineTimes{}; }
+  // Activation bytes at the high-water mark (micro-batches in flight) and p2p buffers.
+  size_t peak_activation_bytes() const { return peak_activation_bytes_; }
+  size_t buffer_bytes() const;
+
+ private:
+  struct Pool {
+    std::vector<std::unique_ptr<GptActivations<T>>> all;
+    std::vector<GptActivations<T>*> free;
+  };
+  struct Outgoing {
+    std::vector<T> data;
+    std::unique_ptr<CommRequest> request;
+  };
+  bool first_virtual(int chunk) const { return chunk == 0 && stage_ == 0; }
+  bool last_virtual(int chunk) const {
+    return chunk == static_cast<int>(chunks_.size()) - 1 && stage_ == stages_ - 1;
+  }
+  int tag(int virtual_stage, int micro_batch, int direction) const;
+  GptActivations<T>* acquire(int chunk);
+  void release(int chunk, GptActivations<T>* acts);
+  Status send(const T* data, size_t count, int peer, int tag);
+  Status receive(T* data, size_t count, int peer, int tag);
+  Status drain_sends();
+  Status forward_one(int chunk, int micro_batch, const Loader& load, uint64_t seed,
+                     float grad_scale, double& loss_sum, GptActivations<T>* acts);
+
+  std::vector<GptModel<T>*> chunks_;
+  Comm* pp_;
+  int stages_, stage_, micro_batch_;
+  std::vector<Pool> pools_;
+  std::vector<std::vector<GptActivations<T>*>> in_flight_;  // [chunk][micro_batch]
+  std::vector<std::unique_ptr<Outgoing>> outgoing_;
+  std::vector<T> grad_in_;           // (R, C) received output gradient
+  std::vector<int32_t> tokens_, targets_;  // (B, T)
+  size_t peak_activation_bytes_ = 0, live_activation_bytes_ = 0;
+  PipelineTimes times_;
+};
+
+}  // namespace lattice
