@@ -1,5 +1,5 @@
 // `lattice`: the command-line face of the engine. Subcommands: train, demo, eval, data,
-// runs, version. Plan, ckpt, generate and serve arrive with their issues.
+// plan, runs, version. Ckpt, generate and serve arrive with their issues.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -16,6 +16,7 @@ void print_usage(std::ostream& out) {
          "  demo      train the demo model on the fortunes corpus (built on first use)\n"
          "  eval      score a model on a dataset in document order\n"
          "  data      tokenizers and datasets: preprocess, inspect, train-tokenizer, demo\n"
+         "  plan      check a parallel layout and estimate its memory per pipeline stage\n"
          "  runs      the run database: list, show\n"
          "  version   print the version and the BLAS kernel in use\n";
 }
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   if (command == "demo") return lattice::cli::demo_command(args);
   if (command == "eval") return lattice::cli::eval_command(args);
   if (command == "data") return lattice::cli::data_command(args);
+  if (command == "plan") return lattice::cli::plan_command(args);
   if (command == "runs") return lattice::cli::runs_command(args);
   if (command == "version") {
     std::cout << "lattice " << LATTICE_VERSION << " (OpenBLAS kernel "

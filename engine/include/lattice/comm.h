@@ -5,7 +5,8 @@
 // Ordering contract: collectives (blocking or async) are called in the same order on every
 // rank of a communicator, with the same counts and types. Point-to-point messages match by
 // (peer, tag). Buffers handed to an async call must stay alive and untouched until its
-// request completes. A Comm is used by one thread at a time.
+// request completes; a request must not outlive its Comm. A Comm is used by one thread at a
+// time.
 //
 // Errors: every call returns a Status; a failing MPI call becomes a Status naming the
 // operation and the rank. A rank that cannot go on calls abort(), which ends the whole job
@@ -38,6 +39,7 @@ constexpr DType dtype_of<int64_t>() { return DType::kInt64; }
 template <>
 constexpr DType dtype_of<uint8_t>() { return DType::kUInt8; }
 
+// Integer sums must not overflow: Open MPI 4.1 saturates where the CPU would wrap.
 enum class ReduceOp { kSum, kMax };
 
 // What this communicator was asked to move, in bytes of the caller's buffers (the logical
@@ -97,7 +99,7 @@ class Comm {
   virtual std::unique_ptr<CommRequest> irecv(void* data, size_t count, DType type, int peer,
                                              int tag) = 0;
 
-  // Collective over this communicator: the ranks passing the same color form a new
+  // Collective over this communicator: the ranks passing the same color (>= 0) form a new
   // communicator, ordered by key (then by rank here). MPI_Comm_split underneath.
   virtual Result<std::unique_ptr<Comm>> split(int color, int key) = 0;
 

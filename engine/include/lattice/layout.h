@@ -38,14 +38,25 @@ struct ParallelLayout {
     int begin = 0, end = 0;
   };
   LayerRange stage_layers(int pp_rank, int chunk) const;
+  int layers_per_chunk() const { return num_layers / (pp * vpp); }
+  // The first stage holds the word and position embeddings; the last holds the final
+  // LayerNorm and the LM head, which is a tied copy of the word embedding when pp > 1.
+  bool is_first_stage(int pp_rank) const { return pp_rank == 0; }
+  bool is_last_stage(int pp_rank) const { return pp_rank == pp - 1; }
 };
 
 // Every rule the options break for this world size, one sentence each naming the flag
-// (ARCHITECTURE.md lists the rules); empty when the layout is valid.
+// (ARCHITECTURE.md lists the rules); empty when the layout is valid. Rules that need no
+// layout (--hidden-size % --num-attention-heads, --global-batch-size % --micro-batch-size)
+// are TrainOptions::validate's and not repeated here: check both.
 std::vector<std::string> layout_errors(const TrainOptions& options, int world_size);
 // The layout, or a Status listing every broken rule on its own line.
 Result<ParallelLayout> make_layout(const TrainOptions& options, int world_size);
-// Every group's ranks and every stage's layers as a JSON object (`lattice plan --json`).
+// Every group's ranks and every stage's layers as a JSON object (`lattice plan --json`):
+//   {"world", "tp", "pp", "dp", "vpp", "num_layers",
+//    "groups": {"tensor", "data", "pipeline", "model", "embedding"}: lists of rank lists,
+//    "stages": [{"pp_rank", "ranks", "chunks": [{"chunk", "virtual_stage",
+//                "layers": [begin, end)}], "holds_embedding", "holds_head"}]}
 std::string layout_json(const ParallelLayout& layout);
 
 }  // namespace lattice

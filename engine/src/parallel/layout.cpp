@@ -1,1 +1,220 @@
-// placeholder: being written
+// ParallelLayout: Megatron's rank order and process groups, the layers each pipeline stage
+// holds, and every rule a TP x PP x DP layout must keep
+// (docs/design-notes.md#parallel-layout-and-the-planner). Non-goals: context and expert
+// parallelism, uneven pipeline splits.
+#include "lattice/layout.h"
+
+#include <cassert>
+#include <nlohmann/json.hpp>
+
+namespace lattice {
+
+namespace {
+
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& line : lines) out += (out.empty() ? "" : "\n") + line;
+  return out;
+}
+
+// Rules on the pipeline split: layers per stage, and what interleaving (virtual stages) needs.
+void pipeline_errors(const TrainOptions& o, int dp, std::vector<std::string>& errors) {
+  const int L = o.model.num_layers, pp = o.parallel.pipeline_model_parallel_size;
+  const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
+  if (pp >= 1 && L > 0 && L % pp != 0)
+    errors.push_back("--pipeline-model-parallel-size " + str(pp) +
+                     " does not divide --num-layers " + str(L));
+  if (v < 0)
+    errors.push_back("--num-layers-per-virtual-pipeline-stage must not be negative, got " + str(v));
+  if (v <= 0) return;
+  if (pp == 1)
+    errors.push_back(
+        "--num-layers-per-virtual-pipeline-stage " + str(v) +
+        " interleaves pipeline stages, which needs --pipeline-model-parallel-size > 1");
+  if (pp >= 1 && L > 0 && L % pp == 0 && (L / pp) % v != 0)
+    errors.push_back("--num-layers-per-virtual-pipeline-stage " + str(v) + " does not divide the " +
+                     str(L / pp) + " layers of each pipeline stage (--num-layers " + str(L) +
+                     " / --pipeline-model-parallel-size " + str(pp) + ")");
+  // Interleaved 1F1B runs the micro-batches in rounds of PP per model chunk (Megatron asserts
+  // the same); checked only when the micro-batch count per data-parallel rank is whole.
+  const int mb = o.micro_batch_size, gb = o.global_batch_size;
+  if (pp > 1 && dp > 0 && mb > 0 && gb > 0 && gb % (static_cast<int64_t>(mb) * dp) == 0) {
+    const int64_t micro_batches = gb / (static_cast<int64_t>(mb) * dp);
+    if (micro_batches % pp != 0)
+      errors.push_back("--num-layers-per-virtual-pipeline-stage (interleaved 1F1B) needs the " +
+                       str(micro_batches) +
+                       " micro-batches per data-parallel rank (--global-batch-size " + str(gb) +
+                       " / (--micro-batch-size " + str(mb) + " x data-parallel size " + str(dp) +
+                       ")) to be a multiple of --pipeline-model-parallel-size " + str(pp));
+  }
+}
+
+}  // namespace
+
+ParallelLayout::Coord ParallelLayout::coord(int r) const {
+  assert(r >= 0 && r < world);
+  Coord c;
+  c.tp = r % tp;
+  c.dp = (r / tp) % dp;
+  c.pp = r / (tp * dp);
+  return c;
+}
+
+// Megatron's initialize_model_parallel builds each kind of group in this order.
+std::vector<std::vector<int>> ParallelLayout::tensor_groups() const {
+  std::vector<std::vector<int>> groups;
+  for (int p = 0; p < pp; p++)
+    for (int d = 0; d < dp; d++) {
+      std::vector<int>& g = groups.emplace_back();
+      for (int t = 0; t < tp; t++) g.push_back(rank({t, d, p}));
+    }
+  return groups;
+}
+
+std::vector<std::vector<int>> ParallelLayout::data_groups() const {
+  std::vector<std::vector<int>> groups;
+  for (int p = 0; p < pp; p++)
+    for (int t = 0; t < tp; t++) {
+      std::vector<int>& g = groups.emplace_back();
+      for (int d = 0; d < dp; d++) g.push_back(rank({t, d, p}));
+    }
+  return groups;
+}
+
+std::vector<std::vector<int>> ParallelLayout::pipeline_groups() const {
+  std::vector<std::vector<int>> groups;
+  for (int d = 0; d < dp; d++)
+    for (int t = 0; t < tp; t++) {
+      std::vector<int>& g = groups.emplace_back();
+      for (int p = 0; p < pp; p++) g.push_back(rank({t, d, p}));
+    }
+  return groups;
+}
+
+std::vector<std::vector<int>> ParallelLayout::model_groups() const {
+  std::vector<std::vector<int>> groups;
+  for (int d = 0; d < dp; d++) {
+    std::vector<int>& g = groups.emplace_back();
+    for (int p = 0; p < pp; p++)
+      for (int t = 0; t < tp; t++) g.push_back(rank({t, d, p}));
+  }
+  return groups;
+}
+
+std::vector<std::vector<int>> ParallelLayout::embedding_groups() const {
+  std::vector<std::vector<int>> groups;
+  for (const std::vector<int>& g : pipeline_groups())
+    groups.push_back(g.size() > 1 ? std::vector<int>{g.front(), g.back()} : g);
+  return groups;
+}
+
+ParallelLayout::LayerRange ParallelLayout::stage_layers(int pp_rank, int chunk) const {
+  assert(pp_rank >= 0 && pp_rank < pp && chunk >= 0 && chunk < vpp);
+  const int per_chunk = layers_per_chunk();
+  const int virtual_stage = chunk * pp + pp_rank;
+  return {virtual_stage * per_chunk, (virtual_stage + 1) * per_chunk};
+}
+
+std::vector<std::string> layout_errors(const TrainOptions& o, int world) {
+  std::vector<std::string> errors;
+  const int tp = o.model.tensor_model_parallel_size, pp = o.parallel.pipeline_model_parallel_size;
+  if (world < 1)
+    errors.push_back("world size " + str(world) +
+                     " (--world-size, or the ranks started) must be positive");
+  if (tp < 1) errors.push_back("--tensor-model-parallel-size must be positive, got " + str(tp));
+  if (pp < 1) errors.push_back("--pipeline-model-parallel-size must be positive, got " + str(pp));
+  int dp = 0;  // unknown until the world divides evenly
+  if (world >= 1 && tp >= 1 && pp >= 1) {
+    if (world % (static_cast<int64_t>(tp) * pp) != 0)
+      errors.push_back("world size " + str(world) +
+                       " (--world-size, or the ranks started) is not a multiple of "
+                       "--tensor-model-parallel-size " +
+                       str(tp) + " x --pipeline-model-parallel-size " + str(pp) + " = " +
+                       str(static_cast<int64_t>(tp) * pp));
+    else
+      dp = world / (tp * pp);
+  }
+  if (tp >= 1) {
+    const ModelConfig& m = o.model;
+    if (m.num_attention_heads > 0 && m.num_attention_heads % tp != 0)
+      errors.push_back("--tensor-model-parallel-size " + str(tp) +
+                       " does not divide --num-attention-heads " + str(m.num_attention_heads));
+    if (m.hidden_size > 0 && m.ffn() > 0 && m.ffn() % tp != 0)
+      errors.push_back("--tensor-model-parallel-size " + str(tp) +
+                       " does not divide the MLP hidden size " + str(m.ffn()) +
+                       (m.ffn_hidden_size > 0 ? " (--ffn-hidden-size)" : " (4 x --hidden-size)"));
+    if (o.parallel.sequence_parallel && tp == 1)
+      errors.push_back(
+          "--sequence-parallel splits the sequence over tensor-parallel ranks, which needs "
+          "--tensor-model-parallel-size > 1");
+    if (o.parallel.sequence_parallel && tp > 1 && m.seq_length > 0 && m.seq_length % tp != 0)
+      errors.push_back("--tensor-model-parallel-size " + str(tp) +
+                       " does not divide --seq-length " + str(m.seq_length) +
+                       ", which --sequence-parallel splits");
+  }
+  pipeline_errors(o, dp, errors);
+  // --global-batch-size % --micro-batch-size alone is TrainOptions::validate's rule; this is
+  // the data-parallel part of it.
+  const int mb = o.micro_batch_size, gb = o.global_batch_size;
+  if (dp > 1 && mb > 0 && gb > 0 && gb % mb == 0 && gb % (static_cast<int64_t>(mb) * dp) != 0)
+    errors.push_back("--global-batch-size " + str(gb) +
+                     " is not a multiple of --micro-batch-size " + str(mb) +
+                     " x data-parallel size " + str(dp) + " = " +
+                     str(static_cast<int64_t>(mb) * dp) + " (data-parallel size = world size " +
+                     str(world) + " / (TP " + str(tp) + " x PP " + str(pp) + "))");
+  return errors;
+}
+
+Result<ParallelLayout> make_layout(const TrainOptions& o, int world) {
+  if (std::vector<std::string> errors = layout_errors(o, world); !errors.empty())
+    return Status::invalid_argument(join_lines(errors));
+  ParallelLayout layout;
+  layout.world = world;
+  layout.tp = o.model.tensor_model_parallel_size;
+  layout.pp = o.parallel.pipeline_model_parallel_size;
+  layout.dp = world / (layout.tp * layout.pp);
+  layout.num_layers = o.model.num_layers;
+  const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
+  layout.vpp = v > 0 ? o.model.num_layers / layout.pp / v : 1;
+  return layout;
+}
+
+std::string layout_json(const ParallelLayout& layout) {
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (int p = 0; p < layout.pp; p++) {
+    nlohmann::ordered_json chunks = nlohmann::ordered_json::array();
+    for (int c = 0; c < layout.vpp; c++) {
+      const ParallelLayout::LayerRange r = layout.stage_layers(p, c);
+      chunks.push_back(
+          {{"chunk", c}, {"virtual_stage", c * layout.pp + p}, {"layers", {r.begin, r.end}}});
+    }
+    std::vector<int> ranks;  // pp is the slowest-varying coordinate: one contiguous block
+    for (int r = p * layout.tp * layout.dp; r < (p + 1) * layout.tp * layout.dp; r++)
+      ranks.push_back(r);
+    stages.push_back({{"pp_rank", p},
+                      {"ranks", ranks},
+                      {"chunks", chunks},
+                      {"holds_embedding", layout.is_first_stage(p)},
+                      {"holds_head", layout.is_last_stage(p)}});
+  }
+  nlohmann::ordered_json out = {{"world", layout.world},
+                                {"tp", layout.tp},
+                                {"pp", layout.pp},
+                                {"dp", layout.dp},
+                                {"vpp", layout.vpp},
+                                {"num_layers", layout.num_layers},
+                                {"groups",
+                                 {{"tensor", layout.tensor_groups()},
+                                  {"data", layout.data_groups()},
+                                  {"pipeline", layout.pipeline_groups()},
+                                  {"model", layout.model_groups()},
+                                  {"embedding", layout.embedding_groups()}}},
+                                {"stages", stages}};
+  return out.dump();
+}
+
+}  // namespace lattice

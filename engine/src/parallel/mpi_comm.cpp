@@ -1,0 +1,535 @@
+// MpiComm: comm.h over MPI for CPU buffers, and the only file that includes <mpi.h>. Every
+// MPI call returns its error (MPI_ERRORS_RETURN) and a failure becomes a Status naming the
+// call and the rank. Non-goals: GPU buffers, MPI_THREAD_MULTIPLE, one-sided communication.
+#define OMPI_SKIP_MPICXX 1  // the C API only: no C++ bindings, no warnings from them
+#define MPICH_SKIP_MPICXX 1
+#include "parallel/mpi_comm.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lattice {
+namespace {
+
+// Note "counts above INT_MAX": MPI counts and displacements are int (Open MPI 4 has no MPI-4
+// large-count calls). all_reduce, broadcast and point-to-point therefore go in pieces of at
+// most g_max_count elements: the pieces of one message stay in order because MPI never lets
+// a message overtake an earlier one with the same (source, tag, communicator), and
+// collectives match in the order they are issued. reduce_scatter and all_gather whose total
+// (hence a displacement) exceeds the limit become one MPI_Reduce / MPI_Bcast per rank's block
+// and piece, and a gather whose result exceeds it one MPI_Gather per piece through a staging
+// buffer: slower, but correct, and only for buffers of more than 2^31 elements.
+size_t g_max_count = INT_MAX;
+bool g_we_initialised = false;
+
+MPI_Datatype mpi_type(DType type) {
+  switch (type) {
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kFloat64:
+      return MPI_DOUBLE;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    case DType::kUInt8:
+      return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// An integer sum that overflows has no defined result: Open MPI 4.1's AVX reductions saturate
+// where the CPU would wrap (open-mpi/ompi#8045, "wontfix").
+MPI_Op mpi_op(ReduceOp op) {
+  return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+}
+
+std::string mpi_error_string(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+Status mpi_failure(const char* call, int rc, int rank, int size) {
+  return Status::internal(std::string(call) + " failed on rank " + std::to_string(rank) + " of " +
+                          std::to_string(size) + ": " + mpi_error_string(rc));
+}
+
+// Element `offset` of a buffer of `type`.
+char* at(void* data, size_t offset, DType type) {
+  return static_cast<char*>(data) + offset * dtype_size(type);
+}
+const char* at(const void* data, size_t offset, DType type) {
+  return static_cast<const char*>(data) + offset * dtype_size(type);
+}
+
+// Calls piece(offset, n) for consecutive pieces of at most g_max_count elements covering
+// [0, count), once with n = 0 when count is 0 (a message still goes, so sends and receives
+// pair up one to one); stops at the first MPI error and returns it.
+template <typename Piece>
+int for_each_piece(size_t count, Piece piece) {
+  const size_t max = g_max_count;
+  size_t offset = 0;
+  do {
+    const int rc = piece(offset, static_cast<int>(std::min(max, count - offset)));
+    if (rc != MPI_SUCCESS) return rc;
+    offset += max;
+  } while (offset < count);
+  return MPI_SUCCESS;
+}
+
+size_t total_of(const std::vector<size_t>& counts) {
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  return total;
+}
+
+std::vector<size_t> displacements_of(const std::vector<size_t>& counts) {
+  std::vector<size_t> displs(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); r++) displs[r] = displs[r - 1] + counts[r - 1];
+  return displs;
+}
+
+std::vector<int> ints_of(const std::vector<size_t>& values) {
+  return std::vector<int>(values.begin(), values.end());
+}
+
+// Adds the time the caller spends blocked to CommStats::wait_seconds.
+class BlockedTimer {
+ public:
+  explicit BlockedTimer(CommStats& stats)
+      : stats_(stats), start_(std::chrono::steady_clock::now()) {}
+  ~BlockedTimer() {
+    stats_.wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  BlockedTimer(const BlockedTimer&) = delete;
+  BlockedTimer& operator=(const BlockedTimer&) = delete;
+
+ private:
+  CommStats& stats_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// One async operation: the MPI requests of its pieces, the int arrays the MPI_I*v calls read
+// until they complete, and the first error met while issuing them. It updates the stats of
+// the communicator that made it, so it must not outlive that communicator.
+class MpiRequest final : public CommRequest {
+ public:
+  MpiRequest(CommStats& stats, int rank, int size) : stats_(stats), rank_(rank), size_(size) {}
+  ~MpiRequest() override {
+    if (!done_) wait();
+  }
+
+  // A slot for the next piece's MPI_Request.
+  MPI_Request* slot() {
+    requests_.push_back(MPI_REQUEST_NULL);
+    return &requests_.back();
+  }
+  void issued(const char* call, int rc) {
+    if (rc != MPI_SUCCESS && status_.is_ok()) status_ = mpi_failure(call, rc, rank_, size_);
+  }
+  void fail(Status status) { status_ = std::move(status); }
+  bool failed() const { return !status_.is_ok(); }
+  std::vector<int>& counts() { return counts_; }
+  std::vector<int>& displs() { return displs_; }
+
+  Status wait() override {
+    if (done_) return status_;
+    BlockedTimer timer(stats_);
+    finish(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    return status_;
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
+                               MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS || flag) finish(rc);
+    return done_;
+  }
+
+ private:
+  void finish(int rc) {
+    done_ = true;
+    if (rc != MPI_SUCCESS && status_.is_ok())
+      status_ = mpi_failure("MPI_Waitall", rc, rank_, size_);
+  }
+
+  CommStats& stats_;
+  int rank_, size_;
+  std::vector<MPI_Request> requests_;
+  std::vector<int> counts_, displs_;  // (size) for MPI_Ireduce_scatter / MPI_Iallgatherv
+  Status status_;
+  bool done_ = false;
+};
+
+[[noreturn]] void abort_job(const std::string& message, int exit_code, int fallback_rank) {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  const bool live = initialised && !finalised;
+  int world_rank = fallback_rank;
+  if (live) MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::fprintf(stderr, "lattice: rank %d: %s\n", world_rank, message.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (live) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; this is for the compiler and no-MPI
+}
+
+class MpiComm final : public Comm {
+ public:
+  // Takes ownership of comm. Collective over comm.
+  static Result<std::unique_ptr<Comm>> create(MPI_Comm comm);
+  ~MpiComm() override {
+    int finalised = 0;
+    MPI_Finalized(&finalised);
+    if (!finalised) MPI_Comm_free(&comm_);
+  }
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int node_local_size() const override { return node_local_size_; }
+
+  Status all_reduce(void* data, size_t count, DType type, ReduceOp op) override {
+    note(stats_.all_reduce_bytes, count, type);
+    BlockedTimer timer(stats_);
+    return check("MPI_Allreduce", for_each_piece(count, [&](size_t offset, int n) {
+                   return MPI_Allreduce(MPI_IN_PLACE, at(data, offset, type), n, mpi_type(type),
+                                        mpi_op(op), comm_);
+                 }));
+  }
+
+  Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
+                        DType type) override {
+    if (Status s = check_counts("reduce_scatter", counts); !s) return s;
+    const size_t total = total_of(counts);
+    note(stats_.reduce_scatter_bytes, total, type);
+    BlockedTimer timer(stats_);
+    if (total <= g_max_count) {
+      std::vector<int> icounts = ints_of(counts);
+      return check("MPI_Reduce_scatter",
+                   MPI_Reduce_scatter(send, recv, icounts.data(), mpi_type(type), MPI_SUM, comm_));
+    }
+    const std::vector<size_t> displs = displacements_of(counts);
+    for (int r = 0; r < size_; r++) {
+      const int rc = for_each_piece(counts[r], [&](size_t offset, int n) {
+        return MPI_Reduce(at(send, displs[r] + offset, type),
+                          r == rank_ ? at(recv, offset, type) : nullptr, n, mpi_type(type), MPI_SUM,
+                          r, comm_);
+      });
+      if (rc != MPI_SUCCESS) return failure("MPI_Reduce", rc);
+    }
+    return Status::ok();
+  }
+
+  Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
+                    DType type) override {
+    if (Status s = check_counts("all_gather", counts); !s) return s;
+    const size_t total = total_of(counts);
+    const std::vector<size_t> displs = displacements_of(counts);
+    char* own = at(recv, displs[rank_], type);
+    note(stats_.all_gather_bytes, total, type);
+    BlockedTimer timer(stats_);
+    if (total <= g_max_count) {
+      std::vector<int> icounts = ints_of(counts), idispls = ints_of(displs);
+      return check("MPI_Allgatherv",
+                   MPI_Allgatherv(send == own ? MPI_IN_PLACE : send, icounts[rank_], mpi_type(type),
+                                  recv, icounts.data(), idispls.data(), mpi_type(type), comm_));
+    }
+    if (send != own && counts[rank_] > 0) std::memcpy(own, send, counts[rank_] * dtype_size(type));
+    for (int r = 0; r < size_; r++) {
+      const int rc = for_each_piece(counts[r], [&](size_t offset, int n) {
+        return MPI_Bcast(at(recv, displs[r] + offset, type), n, mpi_type(type), r, comm_);
+      });
+      if (rc != MPI_SUCCESS) return failure("MPI_Bcast", rc);
+    }
+    return Status::ok();
+  }
+
+  Status broadcast(void* data, size_t count, DType type, int root) override {
+    if (Status s = check_rank("broadcast", "root", root); !s) return s;
+    note(stats_.broadcast_bytes, count, type);
+    BlockedTimer timer(stats_);
+    return check("MPI_Bcast", for_each_piece(count, [&](size_t offset, int n) {
+                   return MPI_Bcast(at(data, offset, type), n, mpi_type(type), root, comm_);
+                 }));
+  }
+
+  Status gather(const void* send, void* recv, size_t count, DType type, int root) override {
+    if (Status s = check_rank("gather", "root", root); !s) return s;
+    note(stats_.gather_bytes, count, type);
+    BlockedTimer timer(stats_);
+    if (count <= g_max_count / static_cast<size_t>(size_)) {
+      const int n = static_cast<int>(count);
+      return check("MPI_Gather",
+                   MPI_Gather(send, n, mpi_type(type), recv, n, mpi_type(type), root, comm_));
+    }
+    const size_t piece = std::max<size_t>(1, g_max_count / static_cast<size_t>(size_));
+    const size_t bytes = dtype_size(type);
+    std::vector<char> staging(rank_ == root ? static_cast<size_t>(size_) * piece * bytes : 0);
+    for (size_t offset = 0; offset < count; offset += piece) {
+      const size_t n = std::min(piece, count - offset);
+      const int rc = MPI_Gather(at(send, offset, type), static_cast<int>(n), mpi_type(type),
+                                staging.data(), static_cast<int>(n), mpi_type(type), root, comm_);
+      if (rc != MPI_SUCCESS) return failure("MPI_Gather", rc);
+      if (rank_ != root) continue;
+      for (int r = 0; r < size_; r++)
+        std::memcpy(at(recv, r * count + offset, type), staging.data() + r * n * bytes, n * bytes);
+    }
+    return Status::ok();
+  }
+
+  Status send(const void* data, size_t count, DType type, int peer, int tag) override {
+    if (Status s = check_rank("send", "peer", peer); !s) return s;
+    note(stats_.send_bytes, count, type);
+    BlockedTimer timer(stats_);
+    return check("MPI_Send", for_each_piece(count, [&](size_t offset, int n) {
+                   return MPI_Send(at(data, offset, type), n, mpi_type(type), peer, tag, comm_);
+                 }));
+  }
+
+  Status recv(void* data, size_t count, DType type, int peer, int tag) override {
+    if (Status s = check_rank("recv", "peer", peer); !s) return s;
+    note(stats_.recv_bytes, count, type);
+    BlockedTimer timer(stats_);
+    return check("MPI_Recv", for_each_piece(count, [&](size_t offset, int n) {
+                   return MPI_Recv(at(data, offset, type), n, mpi_type(type), peer, tag, comm_,
+                                   MPI_STATUS_IGNORE);
+                 }));
+  }
+
+  Status barrier() override {
+    stats_.calls++;
+    BlockedTimer timer(stats_);
+    return check("MPI_Barrier", MPI_Barrier(comm_));
+  }
+
+  std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
+                                                ReduceOp op) override {
+    auto request = make_request();
+    note(stats_.all_reduce_bytes, count, type);
+    request->issued("MPI_Iallreduce", for_each_piece(count, [&](size_t offset, int n) {
+                      return MPI_Iallreduce(MPI_IN_PLACE, at(data, offset, type), n, mpi_type(type),
+                                            mpi_op(op), comm_, request->slot());
+                    }));
+    return request;
+  }
+
+  std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv,
+                                                    const std::vector<size_t>& counts,
+                                                    DType type) override {
+    auto request = make_request();
+    if (Status s = check_counts("reduce_scatter_async", counts); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    const size_t total = total_of(counts);
+    note(stats_.reduce_scatter_bytes, total, type);
+    if (total <= g_max_count) {
+      request->counts() = ints_of(counts);
+      request->issued("MPI_Ireduce_scatter",
+                      MPI_Ireduce_scatter(send, recv, request->counts().data(), mpi_type(type),
+                                          MPI_SUM, comm_, request->slot()));
+      return request;
+    }
+    const std::vector<size_t> displs = displacements_of(counts);
+    for (int r = 0; r < size_ && !request->failed(); r++) {
+      request->issued("MPI_Ireduce", for_each_piece(counts[r], [&](size_t offset, int n) {
+                        return MPI_Ireduce(at(send, displs[r] + offset, type),
+                                           r == rank_ ? at(recv, offset, type) : nullptr, n,
+                                           mpi_type(type), MPI_SUM, r, comm_, request->slot());
+                      }));
+    }
+    return request;
+  }
+
+  std::unique_ptr<CommRequest> all_gather_async(const void* send, void* recv,
+                                                const std::vector<size_t>& counts,
+                                                DType type) override {
+    auto request = make_request();
+    if (Status s = check_counts("all_gather_async", counts); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    const size_t total = total_of(counts);
+    const std::vector<size_t> displs = displacements_of(counts);
+    char* own = at(recv, displs[rank_], type);
+    note(stats_.all_gather_bytes, total, type);
+    if (total <= g_max_count) {
+      request->counts() = ints_of(counts);
+      request->displs() = ints_of(displs);
+      request->issued(
+          "MPI_Iallgatherv",
+          MPI_Iallgatherv(send == own ? MPI_IN_PLACE : send, request->counts()[rank_],
+                          mpi_type(type), recv, request->counts().data(), request->displs().data(),
+                          mpi_type(type), comm_, request->slot()));
+      return request;
+    }
+    if (send != own && counts[rank_] > 0) std::memcpy(own, send, counts[rank_] * dtype_size(type));
+    for (int r = 0; r < size_ && !request->failed(); r++) {
+      request->issued("MPI_Ibcast", for_each_piece(counts[r], [&](size_t offset, int n) {
+                        return MPI_Ibcast(at(recv, displs[r] + offset, type), n, mpi_type(type), r,
+                                          comm_, request->slot());
+                      }));
+    }
+    return request;
+  }
+
+  std::unique_ptr<CommRequest> isend(const void* data, size_t count, DType type, int peer,
+                                     int tag) override {
+    auto request = make_request();
+    if (Status s = check_rank("isend", "peer", peer); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    note(stats_.send_bytes, count, type);
+    request->issued("MPI_Isend", for_each_piece(count, [&](size_t offset, int n) {
+                      return MPI_Isend(at(data, offset, type), n, mpi_type(type), peer, tag, comm_,
+                                       request->slot());
+                    }));
+    return request;
+  }
+
+  std::unique_ptr<CommRequest> irecv(void* data, size_t count, DType type, int peer,
+                                     int tag) override {
+    auto request = make_request();
+    if (Status s = check_rank("irecv", "peer", peer); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    note(stats_.recv_bytes, count, type);
+    request->issued("MPI_Irecv", for_each_piece(count, [&](size_t offset, int n) {
+                      return MPI_Irecv(at(data, offset, type), n, mpi_type(type), peer, tag, comm_,
+                                       request->slot());
+                    }));
+    return request;
+  }
+
+  Result<std::unique_ptr<Comm>> split(int color, int key) override {
+    if (color < 0) {
+      return Status::invalid_argument("split: color " + std::to_string(color) + " on rank " +
+                                      std::to_string(rank_) + " is negative; colors are >= 0");
+    }
+    stats_.calls++;
+    MPI_Comm part = MPI_COMM_NULL;
+    {
+      BlockedTimer timer(stats_);
+      if (int rc = MPI_Comm_split(comm_, color, key, &part); rc != MPI_SUCCESS)
+        return failure("MPI_Comm_split", rc);
+    }
+    return create(part);
+  }
+
+  [[noreturn]] void abort(const std::string& message, int exit_code) override {
+    abort_job(message, exit_code, rank_);
+  }
+
+ private:
+  MpiComm(MPI_Comm comm, int rank, int size, int node_local_size)
+      : comm_(comm), rank_(rank), size_(size), node_local_size_(node_local_size) {}
+
+  Status failure(const char* call, int rc) const { return mpi_failure(call, rc, rank_, size_); }
+  Status check(const char* call, int rc) const {
+    return rc == MPI_SUCCESS ? Status::ok() : failure(call, rc);
+  }
+  Status check_rank(const char* op, const char* role, int rank) const {
+    if (rank >= 0 && rank < size_) return Status::ok();
+    return Status::invalid_argument(std::string(op) + ": " + role + " " + std::to_string(rank) +
+                                    " is not a rank of this communicator of " +
+                                    std::to_string(size_) + " (on rank " + std::to_string(rank_) +
+                                    ")");
+  }
+  Status check_counts(const char* op, const std::vector<size_t>& counts) const {
+    if (counts.size() == static_cast<size_t>(size_)) return Status::ok();
+    return Status::invalid_argument(std::string(op) + ": " + std::to_string(counts.size()) +
+                                    " counts given for a communicator of " + std::to_string(size_) +
+                                    " ranks (on rank " + std::to_string(rank_) + ")");
+  }
+  // CommStats bytes: the caller's larger buffer (reduce_scatter's send, all_gather's recv),
+  // gather's send, and the buffer itself for the rest.
+  void note(uint64_t& bytes, size_t count, DType type) {
+    stats_.calls++;
+    bytes += count * dtype_size(type);
+  }
+  std::unique_ptr<MpiRequest> make_request() {
+    return std::make_unique<MpiRequest>(stats_, rank_, size_);
+  }
+
+  MPI_Comm comm_;
+  int rank_, size_;
+  int node_local_size_;  // ranks of comm_ sharing this machine's memory
+};
+
+Result<std::unique_ptr<Comm>> MpiComm::create(MPI_Comm comm) {
+  int rank = 0, size = 0, local_size = 0;
+  MPI_Comm local = MPI_COMM_NULL;
+  int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(comm, &rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &size);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(local, &local_size);
+  if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&comm);
+    return mpi_failure("MPI_Comm_split_type", rc, rank, size);
+  }
+  return std::unique_ptr<Comm>(new MpiComm(comm, rank, size, local_size));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Comm>> make_mpi_world_comm() {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (finalised) {
+    return Status::internal(
+        "make_world_comm: MPI was already finalised (finalize_comm) in this process and cannot "
+        "start again");
+  }
+  if (!initialised) {
+    int provided = 0;
+    if (int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+        rc != MPI_SUCCESS)
+      return Status::internal("MPI_Init_thread failed: " + mpi_error_string(rc));
+    g_we_initialised = true;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  // A duplicate keeps Lattice's messages apart from any other library's on MPI_COMM_WORLD.
+  MPI_Comm world = MPI_COMM_NULL;
+  if (int rc = MPI_Comm_dup(MPI_COMM_WORLD, &world); rc != MPI_SUCCESS) {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return mpi_failure("MPI_Comm_dup", rc, rank, size);
+  }
+  return MpiComm::create(world);
+}
+
+void finalize_mpi() {
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (g_we_initialised && !finalised) MPI_Finalize();
+}
+
+void set_mpi_max_count_for_testing(size_t count) {
+  g_max_count = count == 0 ? INT_MAX : count;
+}
+
+}  // namespace lattice

@@ -1,0 +1,421 @@
+// comm_worker: started by mpirun (tests/comm/CMakeLists.txt, test_comm.cpp). Mode `check` runs
+// every Comm operation on values each rank can compute alone and names the op, rank, index,
+// expected and got of any mismatch; `abort` and `sigkill` make rank 1 fail while the others
+// block in a collective. Non-goal: performance (see the benchmarks).
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "lattice/comm.h"
+#include "parallel/mpi_comm.h"
+
+namespace {
+
+using lattice::Comm;
+using lattice::DType;
+using lattice::ReduceOp;
+using lattice::Status;
+
+class Checker {
+ public:
+  explicit Checker(Comm& comm) : comm_(comm) {}
+
+  // A failed call leaves the ranks out of step, so the whole job ends at once.
+  void ok(const std::string& op, const Status& status) {
+    checks_++;
+    if (!status) comm_.abort("comm_worker: " + op + " failed: " + status.message(), 1);
+  }
+
+  template <typename T>
+  void equal(const std::string& op, size_t index, T expected, T got) {
+    checks_++;
+    if (expected == got) return;
+    if (++failures_ > 20) return;  // the first ones tell the story
+    std::ostringstream out;
+    out << "comm_worker: FAIL " << op << ": rank " << comm_.rank() << " index " << index
+        << ": expected " << +expected << " got " << +got << "\n";
+    std::fputs(out.str().c_str(), stderr);
+  }
+
+  template <typename T>
+  void equal_all(const std::string& op, const std::vector<T>& expected, const std::vector<T>& got,
+                 size_t offset = 0) {
+    for (size_t i = 0; i < expected.size(); i++)
+      equal(op, offset + i, expected[i], got[offset + i]);
+  }
+
+  void truth(const std::string& op, bool condition, const std::string& detail) {
+    checks_++;
+    if (condition) return;
+    failures_++;
+    std::fprintf(stderr, "comm_worker: FAIL %s: rank %d: %s\n", op.c_str(), comm_.rank(),
+                 detail.c_str());
+  }
+
+  int failures() const { return failures_; }
+  int checks() const { return checks_; }
+
+ private:
+  Comm& comm_;
+  int failures_ = 0, checks_ = 0;
+};
+
+// Small integers, exact in every type. uint8 sums stay below 256 up to 4 ranks: an integer
+// sum that overflows is undefined here (Open MPI 4.1's AVX reductions saturate instead of
+// wrapping, open-mpi/ompi#8045).
+template <typename T>
+T value(int rank, size_t i) {
+  const int modulus = std::is_same_v<T, uint8_t> ? 61 : 101;
+  return static_cast<T>((static_cast<int>(i) * 7 + rank * 13) % modulus);
+}
+
+template <typename T>
+void check_all_reduce(Comm& comm, Checker& c, const char* type_name, size_t n) {
+  const int size = comm.size(), rank = comm.rank();
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+    const std::string name =
+        std::string("all_reduce ") + (op == ReduceOp::kSum ? "sum " : "max ") + type_name;
+    std::vector<T> data(n), expected(n, T(0));
+    for (size_t i = 0; i < n; i++) data[i] = value<T>(rank, i);
+    for (int q = 0; q < size; q++) {
+      for (size_t i = 0; i < n; i++) {
+        const T v = value<T>(q, i);
+        expected[i] = op == ReduceOp::kSum ? T(expected[i] + v) : std::max(expected[i], v);
+      }
+    }
+    c.ok(name, comm.all_reduce(data.data(), n, lattice::dtype_of<T>(), op));
+    c.equal_all(name, expected, data);
+  }
+}
+
+std::vector<size_t> uneven_counts(int size, size_t base) {
+  std::vector<size_t> counts(size);
+  for (int q = 0; q < size; q++) counts[q] = base + q * 3 + (q % 2) * 5;
+  return counts;
+}
+
+size_t offset_of(const std::vector<size_t>& counts, int rank) {
+  size_t offset = 0;
+  for (int q = 0; q < rank; q++) offset += counts[q];
+  return offset;
+}
+
+void check_reduce_scatter(Comm& comm, Checker& c, const std::vector<size_t>& counts, bool async) {
+  const int size = comm.size(), rank = comm.rank();
+  const std::string name = async ? "reduce_scatter_async" : "reduce_scatter";
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  std::vector<float> send(total), recv(counts[rank], -1.0f), expected(counts[rank], 0.0f);
+  for (size_t j = 0; j < total; j++) send[j] = value<float>(rank, j);
+  const size_t own = offset_of(counts, rank);
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < counts[rank]; i++) expected[i] += value<float>(q, own + i);
+  if (async) {
+    c.ok(name,
+         comm.reduce_scatter_async(send.data(), recv.data(), counts, DType::kFloat32)->wait());
+  } else {
+    c.ok(name, comm.reduce_scatter(send.data(), recv.data(), counts, DType::kFloat32));
+  }
+  c.equal_all(name, expected, recv);
+}
+
+void check_all_gather(Comm& comm, Checker& c, const std::vector<size_t>& counts, bool in_place,
+                      bool async) {
+  const int size = comm.size(), rank = comm.rank();
+  const std::string name =
+      std::string(async ? "all_gather_async" : "all_gather") + (in_place ? " in place" : "");
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  const size_t own = offset_of(counts, rank);
+  std::vector<int32_t> send(counts[rank]), recv(total, -1), expected(total);
+  for (size_t i = 0; i < counts[rank]; i++) send[i] = rank * 1000 + static_cast<int32_t>(i);
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < counts[q]; i++)
+      expected[offset_of(counts, q) + i] = q * 1000 + static_cast<int32_t>(i);
+  const int32_t* from = send.data();
+  if (in_place) {
+    std::copy(send.begin(), send.end(), recv.begin() + own);
+    from = recv.data() + own;
+  }
+  if (async) {
+    c.ok(name, comm.all_gather_async(from, recv.data(), counts, DType::kInt32)->wait());
+  } else {
+    c.ok(name, comm.all_gather(from, recv.data(), counts, DType::kInt32));
+  }
+  c.equal_all(name, expected, recv);
+}
+
+void check_broadcast_and_gather(Comm& comm, Checker& c, size_t n) {
+  const int size = comm.size(), rank = comm.rank(), root = size - 1;
+  std::vector<double> data(n, 0.0), expected(n);
+  for (size_t i = 0; i < n; i++) expected[i] = 3.0 * i + 7;
+  if (rank == root) data = expected;
+  c.ok("broadcast", comm.broadcast(data.data(), n, DType::kFloat64, root));
+  c.equal_all("broadcast", expected, data);
+
+  std::vector<int64_t> send(n), recv(rank == 0 ? n * size : 0, -1), all(n * size);
+  for (size_t i = 0; i < n; i++) send[i] = (int64_t{1} << 40) + rank * 100 + int64_t(i);
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < n; i++) all[q * n + i] = (int64_t{1} << 40) + q * 100 + int64_t(i);
+  c.ok("gather", comm.gather(send.data(), recv.data(), n, DType::kInt64, 0));
+  if (rank == 0) c.equal_all("gather", all, recv);
+}
+
+// A ring: rank 0 sends first, every other rank receives first, so blocking calls never wait
+// on each other in a circle.
+void check_send_recv(Comm& comm, Checker& c, size_t n) {
+  const int size = comm.size(), rank = comm.rank();
+  if (size < 2) return;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  std::vector<float> out(n), in(n, -1.0f), expected(n);
+  for (size_t i = 0; i < n; i++) {
+    out[i] = value<float>(rank, i);
+    expected[i] = value<float>(prev, i);
+  }
+  if (rank == 0) c.ok("send", comm.send(out.data(), n, DType::kFloat32, next, 5));
+  c.ok("recv", comm.recv(in.data(), n, DType::kFloat32, prev, 5));
+  if (rank != 0) c.ok("send", comm.send(out.data(), n, DType::kFloat32, next, 5));
+  c.equal_all("send/recv", expected, in);
+}
+
+// Partners (0,1), (2,3), ...: each posts its receives for tag 2 then tag 1 before sending tag 1
+// then tag 2, large enough to need the receiver. With blocking calls both partners would wait
+// in recv(tag 2) forever; async, the tags sort the messages out.
+void check_isend_irecv(Comm& comm, Checker& c, size_t n) {
+  const int rank = comm.rank(), peer = rank ^ 1;
+  if (peer >= comm.size()) return;
+  std::vector<float> out1(n), out2(n), in1(n, -1.0f), in2(n, -1.0f), expected1(n), expected2(n);
+  for (size_t i = 0; i < n; i++) {
+    out1[i] = value<float>(rank, i);
+    out2[i] = value<float>(rank, i + 1) + 200.0f;
+    expected1[i] = value<float>(peer, i);
+    expected2[i] = value<float>(peer, i + 1) + 200.0f;
+  }
+  auto r2 = comm.irecv(in2.data(), n, DType::kFloat32, peer, 2);
+  auto r1 = comm.irecv(in1.data(), n, DType::kFloat32, peer, 1);
+  auto s1 = comm.isend(out1.data(), n, DType::kFloat32, peer, 1);
+  auto s2 = comm.isend(out2.data(), n, DType::kFloat32, peer, 2);
+  while (!r1->test()) std::this_thread::yield();
+  c.ok("irecv tag 1", r1->wait());
+  c.ok("isend tag 2", s2->wait());
+  c.ok("isend tag 1", s1->wait());
+  c.ok("irecv tag 2", r2->wait());
+  c.equal_all("irecv tag 1", expected1, in1);
+  c.equal_all("irecv tag 2", expected2, in2);
+}
+
+// Three async collectives in flight at once, completed in reverse order.
+void check_overlapped_async(Comm& comm, Checker& c) {
+  const int size = comm.size(), rank = comm.rank();
+  const size_t n = 4096;
+  std::vector<double> a(n), a_expected(n, 0.0);
+  for (size_t i = 0; i < n; i++) a[i] = value<double>(rank, i);
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < n; i++) a_expected[i] += value<double>(q, i);
+  const std::vector<size_t> counts = uneven_counts(size, 300);
+  size_t total = 0;
+  for (size_t m : counts) total += m;
+  std::vector<float> rs_send(total), rs_recv(counts[rank]), rs_expected(counts[rank], 0.0f);
+  for (size_t j = 0; j < total; j++) rs_send[j] = value<float>(rank, j);
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < counts[rank]; i++)
+      rs_expected[i] += value<float>(q, offset_of(counts, rank) + i);
+  std::vector<uint8_t> ag_send(counts[rank], static_cast<uint8_t>(rank + 1)), ag_recv(total, 0),
+      ag_expected(total);
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < counts[q]; i++) ag_expected[offset_of(counts, q) + i] = uint8_t(q + 1);
+
+  auto ar = comm.all_reduce_async(a.data(), n, DType::kFloat64, ReduceOp::kSum);
+  auto rs = comm.reduce_scatter_async(rs_send.data(), rs_recv.data(), counts, DType::kFloat32);
+  auto ag = comm.all_gather_async(ag_send.data(), ag_recv.data(), counts, DType::kUInt8);
+  c.ok("overlapped all_gather_async", ag->wait());
+  c.ok("overlapped reduce_scatter_async", rs->wait());
+  while (!ar->test()) std::this_thread::yield();
+  c.ok("overlapped all_reduce_async", ar->wait());
+  c.equal_all("overlapped all_reduce_async", a_expected, a);
+  c.equal_all("overlapped reduce_scatter_async", rs_expected, rs_recv);
+  c.equal_all("overlapped all_gather_async", ag_expected, ag_recv);
+}
+
+// Megatron-style groups: tensor-parallel pairs of consecutive ranks (color rank / 2) and the
+// data-parallel groups across them (color rank % 2), the latter ordered by a reversed key.
+void check_split(Comm& comm, Checker& c) {
+  const int size = comm.size(), rank = comm.rank();
+  const int t = size % 2 == 0 ? 2 : 1;
+  auto tp = comm.split(rank / t, rank);
+  c.ok("split tensor-parallel", tp.status());
+  if (!tp) return;
+  Comm& pair = *tp.value();
+  c.equal("split tensor-parallel size", 0, t, pair.size());
+  c.equal("split tensor-parallel rank", 0, rank % t, pair.rank());
+  c.equal("split tensor-parallel node_local_size", 0, t, pair.node_local_size());
+  int32_t sum = rank;
+  c.ok("all_reduce over tensor-parallel group",
+       pair.all_reduce(&sum, 1, DType::kInt32, ReduceOp::kSum));
+  int32_t expected = 0;
+  for (int q = (rank / t) * t; q < (rank / t + 1) * t; q++) expected += q;
+  c.equal("all_reduce over tensor-parallel group", 0, expected, sum);
+
+  auto dp = comm.split(rank % t, -rank);
+  c.ok("split data-parallel", dp.status());
+  if (!dp) return;
+  const int d = size / t;
+  c.equal("split data-parallel size", 0, d, dp.value()->size());
+  c.equal("split data-parallel rank (key -rank)", 0, d - 1 - rank / t, dp.value()->rank());
+  int32_t max = rank;
+  c.ok("all_reduce max over data-parallel group",
+       dp.value()->all_reduce(&max, 1, DType::kInt32, ReduceOp::kMax));
+  c.equal("all_reduce max over data-parallel group", 0, (d - 1) * t + rank % t, max);
+}
+
+// Rank 0 arrives 200 ms late: nobody may leave the barrier much before that (the margin is
+// for ranks leaving the first barrier at different times), and the wait shows in the stats.
+void check_barrier_and_stats(Comm& comm, Checker& c) {
+  const int size = comm.size(), rank = comm.rank();
+  c.ok("barrier", comm.barrier());
+  comm.reset_stats();
+  const auto start = std::chrono::steady_clock::now();
+  if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  c.ok("barrier", comm.barrier());
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (size > 1 && rank != 0) {
+    c.truth("barrier", waited > 0.1, "left after " + std::to_string(waited) + " s");
+    c.truth("stats wait_seconds", comm.stats().wait_seconds > 0.1,
+            "wait_seconds " + std::to_string(comm.stats().wait_seconds));
+  }
+  comm.reset_stats();
+  std::vector<float> data(1000, 1.0f);
+  c.ok("all_reduce", comm.all_reduce(data.data(), data.size(), DType::kFloat32, ReduceOp::kSum));
+  const std::vector<size_t> counts = uneven_counts(size, 10);
+  size_t total = 0;
+  for (size_t m : counts) total += m;
+  std::vector<float> big(total, 1.0f), small(counts[rank]);
+  c.ok("reduce_scatter", comm.reduce_scatter(big.data(), small.data(), counts, DType::kFloat32));
+  c.ok("all_gather", comm.all_gather(small.data(), big.data(), counts, DType::kFloat32));
+  c.equal("stats all_reduce_bytes", 0, uint64_t{4000}, comm.stats().all_reduce_bytes);
+  c.equal("stats reduce_scatter_bytes", 0, uint64_t{total * 4}, comm.stats().reduce_scatter_bytes);
+  c.equal("stats all_gather_bytes", 0, uint64_t{total * 4}, comm.stats().all_gather_bytes);
+  c.equal("stats calls", 0, uint64_t{3}, comm.stats().calls);
+}
+
+// Arguments a rank can check alone are refused on that rank, before any MPI call.
+void check_refusals(Comm& comm, Checker& c) {
+  const int size = comm.size();
+  float x = 0;
+  const Status to_nobody = comm.send(&x, 1, DType::kFloat32, size, 0);
+  c.truth("send to rank size()",
+          !to_nobody && to_nobody.message().find("peer") != std::string::npos,
+          "status: " + to_nobody.message());
+  const Status wrong_counts =
+      comm.all_gather(&x, &x, std::vector<size_t>(size + 1, 1), DType::kFloat32);
+  c.truth("all_gather with size()+1 counts", !wrong_counts, "was accepted");
+  const Status bad_root = comm.broadcast(&x, 1, DType::kFloat32, -1);
+  c.truth("broadcast from root -1", !bad_root, "was accepted");
+}
+
+// Every operation again with MPI calls limited to 7 elements: the pieces and fallbacks that
+// otherwise only buffers above INT_MAX elements reach.
+void check_pieces(Comm& comm, Checker& c) {
+  lattice::set_mpi_max_count_for_testing(7);
+  check_all_reduce<float>(comm, c, "float (pieces of 7)", 100);
+  check_all_reduce<int64_t>(comm, c, "int64 (pieces of 7)", 15);
+  const std::vector<size_t> counts = uneven_counts(comm.size(), 4);
+  for (bool async : {false, true}) {
+    check_reduce_scatter(comm, c, counts, async);
+    for (bool in_place : {false, true}) check_all_gather(comm, c, counts, in_place, async);
+  }
+  check_broadcast_and_gather(comm, c, 9);
+  check_send_recv(comm, c, 50);
+  check_isend_irecv(comm, c, 23);
+  check_isend_irecv(comm, c, 0);
+  lattice::set_mpi_max_count_for_testing(0);
+}
+
+int run_checks(Comm& comm) {
+  Checker c(comm);
+  const int size = comm.size();
+  c.equal("node_local_size (one machine)", 0, size, comm.node_local_size());
+  check_all_reduce<float>(comm, c, "float", 1001);
+  check_all_reduce<double>(comm, c, "double", 257);
+  check_all_reduce<int32_t>(comm, c, "int32", 64);
+  check_all_reduce<int64_t>(comm, c, "int64", 3);
+  check_all_reduce<uint8_t>(comm, c, "uint8", 17);
+  for (size_t base : {size_t{1}, size_t{1000}}) {
+    const std::vector<size_t> counts = uneven_counts(size, base);
+    for (bool async : {false, true}) {
+      check_reduce_scatter(comm, c, counts, async);
+      for (bool in_place : {false, true}) check_all_gather(comm, c, counts, in_place, async);
+    }
+  }
+  std::vector<size_t> with_empty = uneven_counts(size, 2);
+  with_empty[0] = 0;
+  check_reduce_scatter(comm, c, with_empty, false);
+  check_all_gather(comm, c, with_empty, false, false);
+  check_broadcast_and_gather(comm, c, 300);
+  check_send_recv(comm, c, 100000);
+  check_isend_irecv(comm, c, size_t{1} << 20);
+  check_overlapped_async(comm, c);
+  check_split(comm, c);
+  check_barrier_and_stats(comm, c);
+  check_refusals(comm, c);
+  check_pieces(comm, c);
+
+  int failures = c.failures();
+  c.ok("all_reduce of failure counts",
+       comm.all_reduce(&failures, 1, DType::kInt32, ReduceOp::kSum));
+  if (failures > 0) {
+    std::fprintf(stderr, "comm_worker: rank %d of %d: %d check(s) failed (%d here)\n", comm.rank(),
+                 size, failures, c.failures());
+    return 1;
+  }
+  std::printf("comm_worker: rank %d of %d: %d checks passed\n", comm.rank(), size, c.checks());
+  return 0;
+}
+
+// Rank 1 fails (abort or SIGKILL) while every other rank waits in an all_reduce it never
+// joins: the launcher must end the whole job.
+int run_failure(Comm& comm, const std::string& mode) {
+  if (comm.size() < 2) {
+    std::fprintf(stderr, "comm_worker %s: needs at least 2 ranks\n", mode.c_str());
+    return 2;
+  }
+  if (comm.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (mode == "abort") comm.abort("disk full on rank 1", 3);
+    std::raise(SIGKILL);
+  }
+  float x = 1;
+  const Status s = comm.all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
+  std::fprintf(stderr, "comm_worker: rank %d: all_reduce returned (%s) though rank 1 is gone\n",
+               comm.rank(), s ? "ok" : s.message().c_str());
+  return 4;
+}
+
+}  // namespace
+
+// comm_worker check | abort [marker] | sigkill [marker]  (marker: ignored, for pgrep)
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode != "check" && mode != "abort" && mode != "sigkill") {
+    std::fprintf(stderr, "usage: comm_worker check | abort [marker] | sigkill [marker]\n");
+    return 2;
+  }
+  auto world = lattice::make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "comm_worker: %s\n", world.status().message().c_str());
+    return 2;
+  }
+  const int code = mode == "check" ? run_checks(*world.value()) : run_failure(*world.value(), mode);
+  world.value().reset();
+  lattice::finalize_comm();
+  return code;
+}

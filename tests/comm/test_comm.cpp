@@ -1,0 +1,264 @@
+// The communicator's contract (comm.h): LocalComm's world of one in-process, and, where MPI
+// is built in, that one failing rank ends a whole mpirun job (message, exit code, no process
+// left behind). Every collective under MPI is checked by comm_worker (tests/comm/CMakeLists.txt).
+#include <QtTest/QtTest>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <QDir>
+#include <QFile>
+#include <QProcess>
+#include <QRandomGenerator>
+#include <QThread>
+
+#include <csignal>
+#include <cstdlib>
+#include <vector>
+
+#include "lattice/comm.h"
+
+using lattice::Comm;
+using lattice::DType;
+using lattice::ReduceOp;
+
+namespace {
+
+struct Job {
+  bool finished = false;
+  int exit_code = -1;
+  QString out, err;
+};
+
+// Process ids whose command line contains marker, as pgrep -f finds them (read from /proc so
+// that no procps is needed).
+QStringList processes_with(const QString& marker) {
+  QStringList pids;
+  const QString self = QString::number(QCoreApplication::applicationPid());
+  for (const QString& pid : QDir("/proc").entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+    if (pid.toInt() <= 0 || pid == self) continue;
+    QFile cmdline("/proc/" + pid + "/cmdline");
+    if (!cmdline.open(QIODevice::ReadOnly)) continue;
+    if (QString::fromUtf8(cmdline.readAll().replace('\0', ' ')).contains(marker)) pids << pid;
+  }
+  return pids;
+}
+
+#ifdef LATTICE_MPIEXEC
+// Runs `mpiexec -n <ranks> comm_worker <args>` with the container settings from CMake.
+Job run_mpi(int ranks, const QStringList& worker_args, int timeout_ms) {
+  QProcess p;
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  for (const QString& pair : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
+    env.insert(pair.section('=', 0, 0), pair.section('=', 1));
+  p.setProcessEnvironment(env);
+  p.start(LATTICE_MPIEXEC,
+          QStringList{"--oversubscribe", "-n", QString::number(ranks), LATTICE_COMM_WORKER} +
+              worker_args);
+  Job job;
+  job.finished = p.waitForFinished(timeout_ms);
+  if (!job.finished) {
+    p.kill();
+    p.waitForFinished(5000);
+  }
+  job.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+  job.out = QString::fromUtf8(p.readAllStandardOutput());
+  job.err = QString::fromUtf8(p.readAllStandardError());
+  return job;
+}
+
+// processes_with(marker) after giving the launcher up to 3 s to reap its children. Leftovers
+// are killed so that one failure does not leak into the next test.
+QStringList processes_left(const QString& marker) {
+  QStringList pids;
+  for (int attempt = 0; attempt < 30; attempt++) {
+    pids = processes_with(marker);
+    if (pids.isEmpty()) return pids;
+    QThread::msleep(100);
+  }
+  for (const QString& pid : pids) ::kill(pid.toInt(), SIGKILL);
+  return pids;
+}
+
+QString unique_marker(const char* what) {
+  return QString("lattice-comm-%1-%2-%3")
+      .arg(what)
+      .arg(QCoreApplication::applicationPid())
+      .arg(QRandomGenerator::global()->generate());
+}
+#endif
+
+}  // namespace
+
+class CommTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void local_comm_is_a_world_of_one() {
+    auto comm = lattice::make_local_comm();
+    QCOMPARE(comm->rank(), 0);
+    QCOMPARE(comm->size(), 1);
+    QCOMPARE(comm->node_local_size(), 1);
+    std::vector<float> data = {1.5f, -2.0f, 3.0f};
+    QVERIFY(comm->all_reduce(data.data(), 3, DType::kFloat32, ReduceOp::kSum));
+    QVERIFY(comm->all_reduce(data.data(), 3, DType::kFloat32, ReduceOp::kMax));
+    QVERIFY(comm->broadcast(data.data(), 3, DType::kFloat32, 0));
+    QVERIFY(comm->barrier());
+    QCOMPARE(data, (std::vector<float>{1.5f, -2.0f, 3.0f}));
+  }
+
+  void local_collectives_copy_the_one_block() {
+    auto comm = lattice::make_local_comm();
+    const std::vector<int64_t> send = {7, 8, 9, 10};
+    std::vector<int64_t> recv(4, -1);
+    QVERIFY(comm->reduce_scatter(send.data(), recv.data(), {4}, DType::kInt64));
+    QCOMPARE(recv, send);
+    recv.assign(4, -1);
+    QVERIFY(comm->all_gather(send.data(), recv.data(), {4}, DType::kInt64));
+    QCOMPARE(recv, send);
+    QVERIFY(comm->all_gather(recv.data(), recv.data(), {4}, DType::kInt64));  // in place
+    QCOMPARE(recv, send);
+    recv.assign(4, -1);
+    QVERIFY(comm->gather(send.data(), recv.data(), 4, DType::kInt64, 0));
+    QCOMPARE(recv, send);
+  }
+
+  void local_async_calls_are_complete_when_made() {
+    auto comm = lattice::make_local_comm();
+    std::vector<double> data = {1, 2}, out(2, 0);
+    auto a = comm->all_reduce_async(data.data(), 2, DType::kFloat64, ReduceOp::kSum);
+    auto b = comm->reduce_scatter_async(data.data(), out.data(), {2}, DType::kFloat64);
+    auto c = comm->all_gather_async(data.data(), out.data(), {2}, DType::kFloat64);
+    QVERIFY(a->test() && b->test() && c->test());
+    QVERIFY(a->wait() && b->wait() && c->wait());
+    QCOMPARE(out, data);
+  }
+
+  void local_arguments_beyond_one_rank_are_errors() {
+    auto comm = lattice::make_local_comm();
+    float x = 0;
+    const lattice::Status sent = comm->send(&x, 1, DType::kFloat32, 1, 4);
+    QVERIFY(!sent);
+    QVERIFY2(sent.message().find("rank 1") != std::string::npos &&
+                 sent.message().find("mpirun") != std::string::npos,
+             sent.message().c_str());
+    QVERIFY(!comm->recv(&x, 1, DType::kFloat32, 0, 0));
+    auto s = comm->isend(&x, 1, DType::kFloat32, 1, 0);
+    auto r = comm->irecv(&x, 1, DType::kFloat32, 1, 0);
+    QVERIFY(s->test() && r->test());
+    QVERIFY(!s->wait() && !r->wait());
+    QVERIFY(!comm->broadcast(&x, 1, DType::kFloat32, 1));
+    QVERIFY(!comm->gather(&x, &x, 1, DType::kFloat32, 2));
+    QVERIFY(!comm->reduce_scatter(&x, &x, {1, 1}, DType::kFloat32));
+    QVERIFY(!comm->all_gather(&x, &x, {}, DType::kFloat32));
+  }
+
+  void local_split_and_stats() {
+    auto comm = lattice::make_local_comm();
+    auto part = comm->split(3, 9);
+    QVERIFY(part);
+    QCOMPARE(part.value()->size(), 1);
+    QCOMPARE(part.value()->rank(), 0);
+    QVERIFY(!comm->split(-1, 0));
+    comm->reset_stats();
+    std::vector<float> data(10);
+    QVERIFY(comm->all_reduce(data.data(), 10, DType::kFloat32, ReduceOp::kSum));
+    QVERIFY(comm->all_gather(data.data(), data.data(), {10}, DType::kFloat32));
+    QCOMPARE(comm->stats().all_reduce_bytes, uint64_t{40});
+    QCOMPARE(comm->stats().all_gather_bytes, uint64_t{40});
+    QCOMPARE(comm->stats().calls, uint64_t{2});
+    comm->reset_stats();
+    QCOMPARE(comm->stats().calls, uint64_t{0});
+  }
+
+  // abort() ends the process: run it in a child and read what it leaves.
+  void local_abort_prints_and_exits_with_the_code() {
+    int pipe_fds[2];
+    QVERIFY(::pipe(pipe_fds) == 0);
+    const pid_t child = ::fork();
+    QVERIFY(child >= 0);
+    if (child == 0) {
+      ::dup2(pipe_fds[1], STDERR_FILENO);
+      lattice::make_local_comm()->abort("out of memory", 7);
+    }
+    ::close(pipe_fds[1]);
+    QByteArray err;
+    char buffer[256];
+    for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) err.append(buffer, n);
+    ::close(pipe_fds[0]);
+    int status = 0;
+    QCOMPARE(::waitpid(child, &status, 0), child);
+    QVERIFY(WIFEXITED(status));
+    QCOMPARE(WEXITSTATUS(status), 7);
+    QCOMPARE(err, QByteArray("lattice: rank 0: out of memory\n"));
+  }
+
+  // The leak check below must see a live process, or "nothing left behind" proves nothing.
+  void leak_check_sees_a_running_process() {
+    const QString marker = QString("lattice-comm-probe-%1").arg(QCoreApplication::applicationPid());
+    QProcess probe;
+    probe.start("/bin/sh", {"-c", "sleep 5; true", marker});  // no exec: sh keeps the marker
+    QVERIFY(probe.waitForStarted(5000));
+    const QString pid = QString::number(probe.processId());
+    const QStringList found = processes_with(marker);
+    probe.kill();
+    probe.waitForFinished(5000);
+    QCOMPARE(found, QStringList{pid});
+  }
+
+  void standalone_process_gets_a_world_of_one() {
+    if (lattice::launched_by_mpi_launcher()) QSKIP("this test itself runs under an MPI launcher");
+    auto world = lattice::make_world_comm();
+    QVERIFY2(world, world.status().message().c_str());
+    QCOMPARE(world.value()->size(), 1);
+    lattice::finalize_comm();
+  }
+
+  void launched_by_mpirun_without_mpi_says_how_to_get_it() {
+#ifdef LATTICE_MPIEXEC
+    QSKIP("this build has MPI");
+#else
+    qputenv("OMPI_COMM_WORLD_SIZE", "2");
+    const bool launched = lattice::launched_by_mpi_launcher();
+    auto world = lattice::make_world_comm();
+    qunsetenv("OMPI_COMM_WORLD_SIZE");
+    QVERIFY(launched);
+    QVERIFY(!world);
+    const std::string& message = world.status().message();
+    QVERIFY2(message.find("installers/install-deps.sh") != std::string::npos &&
+                 message.find("-DLATTICE_WITH_MPI=ON") != std::string::npos,
+             message.c_str());
+#endif
+  }
+
+  void abort_on_one_rank_ends_the_whole_job() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#else
+    const QString marker = unique_marker("abort");
+    const Job job = run_mpi(2, {"abort", marker}, 30000);
+    const QStringList left = processes_left(marker);
+    QVERIFY2(job.finished, "mpirun still running after 30 s: rank 0 hangs in all_reduce");
+    QVERIFY2(job.exit_code != 0, qPrintable(job.err));
+    QVERIFY2(job.err.contains("lattice: rank 1: disk full"), qPrintable(job.err));
+    QVERIFY2(left.isEmpty(), qPrintable("left behind: " + left.join(' ')));
+#endif
+  }
+
+  void killed_rank_ends_the_whole_job() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#else
+    const QString marker = unique_marker("sigkill");
+    const Job job = run_mpi(2, {"sigkill", marker}, 30000);
+    const QStringList left = processes_left(marker);
+    QVERIFY2(job.finished, "mpirun still running after 30 s: rank 0 hangs in all_reduce");
+    QVERIFY2(job.exit_code != 0, qPrintable(job.err));
+    QVERIFY2(job.err.contains("rank 1") && job.err.contains("signal 9"),
+             qPrintable(job.out + job.err));
+    QVERIFY2(left.isEmpty(), qPrintable("left behind: " + left.join(' ')));
+#endif
+  }
+};
+
+QTEST_GUILESS_MAIN(CommTest)
+#include "test_comm.moc"

@@ -1,0 +1,82 @@
+// What each rank of a TP 2 x PP 2 job really holds, against the planner's analytical count
+// (ARCHITECTURE.md "Memory estimate"): weights, gradients and optimizer state per rank within
+// 10 %. The trainer measures its arenas; the run store receives every rank's memory through
+// the communicator; the planner computes from the config alone.
+#include <QtTest/QtTest>
+
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include "lattice/layout.h"
+#include "lattice/plan.h"
+#include "lattice/storage/run_store.h"
+#include "lattice/train_options.h"
+
+class ParallelMemory : public QObject {
+  Q_OBJECT
+ private slots:
+  void tp2_pp2_ranks_hold_what_the_planner_says() {
+    QTemporaryDir dir;
+    const QStringList flags = {
+        "--mock-data",         "--num-layers",          "4",    "--hidden-size", "128",
+        "--num-attention-heads", "4",                   "--seq-length", "64",    "--vocab-size",
+        "2047",                "--micro-batch-size",    "2",    "--global-batch-size", "8",
+        "--train-iters",       "2",                     "--eval-iters", "0",     "--threads",
+        "1",                   "--tensor-model-parallel-size", "2",
+        "--pipeline-model-parallel-size", "2",          "--use-distributed-optimizer"};
+    QProcess mpirun;
+    QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+    for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
+      e.insert(kv.section('=', 0, 0), kv.section('=', 1));
+    mpirun.setProcessEnvironment(e);
+    mpirun.start(LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", "8", LATTICE_CLI_PATH,
+                                              "train", "--log-memory", "--db",
+                                              dir.filePath("runs.sqlite"), "--run-name", "mem"} +
+                                      flags);
+    QVERIFY(mpirun.waitForFinished(240000));
+    const QString out = QString::fromUtf8(mpirun.readAllStandardOutput());
+    QVERIFY2(mpirun.exitCode() == 0, qPrintable(out + mpirun.readAllStandardError()));
+    QVERIFY2(out.contains("[Rank 7] (tp 1, pp 1, dp 1) (after 1 iterations) memory (MiB)"),
+             qPrintable(out));
+
+    std::vector<std::string> args;
+    for (const QString& f : flags) args.push_back(f.toStdString());
+    auto options = lattice::parse_train_options(args);
+    QVERIFY2(options, options.status().message().c_str());
+    auto layout = lattice::make_layout(*options, 8);
+    QVERIFY2(layout, layout.status().message().c_str());
+    const lattice::MemoryEstimate estimate = lattice::estimate_memory(*options, *layout);
+
+    auto store = lattice::storage::RunStore::open(dir.filePath("runs.sqlite").toStdString());
+    QVERIFY(store);
+    auto run = (*store)->find_run("mem");
+    QVERIFY(run);
+    auto samples = (*store)->memory_at(run->id, 1);
+    QVERIFY(samples);
+    QCOMPARE(static_cast<int>(samples->size()), 8);
+    for (const auto& s : *samples) {
+      const lattice::StageEstimate& want = estimate.stages[layout->coord(s.rank).pp];
+      const struct {
+        const char* what;
+        double got, expected;
+      } rows[] = {{"weights", double(s.weights), double(want.weight_bytes)},
+                  {"grads", double(s.grads), double(want.grad_bytes)},
+                  {"optimizer state", double(s.optimizer_state), double(want.optimizer_bytes)}};
+      for (const auto& row : rows) {
+        const double rel = std::abs(row.got - row.expected) / row.expected;
+        qInfo("rank %d %s: measured %.0f bytes, planner %.0f (%.1f %%)", s.rank, row.what, row.got,
+              row.expected, 100 * rel);
+        QVERIFY2(rel <= 0.10, qPrintable(QString("rank %1 %2: measured %3 bytes, planner %4")
+                                             .arg(s.rank)
+                                             .arg(row.what)
+                                             .arg(row.got)
+                                             .arg(row.expected)));
+      }
+      qInfo("rank %d activations: measured %lld bytes, planner %zu", s.rank,
+            static_cast<long long>(s.activations), want.activation_bytes);
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(ParallelMemory)
+#include "test_parallel_memory.moc"
