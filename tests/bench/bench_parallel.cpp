@@ -74,11 +74,13 @@ int main(int argc, char** argv) {
     auto next = [&]() { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
     if (a == "--tp") m.tensor_model_parallel_size = next();
     else if (a == "--pp") o.parallel.pipeline_model_parallel_size = next();
+    else if (a == "--first-stage-layers")
+      o.parallel.decoder_first_pipeline_num_layers = next();
     else if (a == "--threads") o.threads = next();
     else if (a == "--steps") o.train_iters = next();
     else if (a == "--label") label = i + 1 < argc ? argv[++i] : label;
     else {
-      std::fprintf(stderr, "usage: lattice-bench-parallel [--tp N] [--pp N] [--threads N] "
+      std::fprintf(stderr, "usage: lattice-bench-parallel [--tp N] [--pp N] [--first-stage-layers N] [--threads N] "
                            "[--steps N] [--label TEXT]  (under mpirun for several ranks)\n");
       return 2;
     }

@@ -150,6 +150,23 @@ class LayoutTest : public QObject {
     }
   }
 
+  void uneven_split_gives_first_and_last_their_layers() {
+    // 9 layers on 4 stages: 3 on the first, 2 on the last (it also holds the LM head), the
+    // two between share 4.
+    lattice::Result<ParallelLayout> l = lattice::make_layout(
+        options({"--num-layers", "9", "--pipeline-model-parallel-size", "4",
+                 "--decoder-first-pipeline-num-layers", "3", "--decoder-last-pipeline-num-layers",
+                 "2"}),
+        4);
+    QVERIFY2(l.is_ok(), l.status().message().c_str());
+    const int begins[] = {0, 3, 5, 7}, ends[] = {3, 5, 7, 9};
+    for (int p = 0; p < 4; p++) {
+      QCOMPARE(l->stage_layers(p, 0).begin, begins[p]);
+      QCOMPARE(l->stage_layers(p, 0).end, ends[p]);
+      QCOMPARE(l->stage_num_layers(p), ends[p] - begins[p]);
+    }
+  }
+
   void virtual_stages_interleave_layers() {
     // 8 layers, PP 2, 2 layers per virtual stage: virtual stage c * PP + p on rank p.
     lattice::Result<ParallelLayout> l = lattice::make_layout(
@@ -212,7 +229,26 @@ class LayoutTest : public QObject {
     QTest::newRow("layers") << QStringList{"--pipeline-model-parallel-size", "4", "--num-layers",
                                            "6"}
                             << 4
-                            << "--pipeline-model-parallel-size 4 does not divide --num-layers 6";
+                            << "--pipeline-model-parallel-size 4 does not divide --num-layers 6 "
+                               "(or set --decoder-first-pipeline-num-layers / "
+                               "--decoder-last-pipeline-num-layers)";
+    QTest::newRow("uneven split needs pp")
+        << QStringList{"--decoder-first-pipeline-num-layers", "1"} << 1
+        << "--decoder-first-pipeline-num-layers 1 split the pipeline unevenly, which needs "
+           "--pipeline-model-parallel-size > 1";
+    QTest::newRow("uneven split shares")
+        << QStringList{"--pipeline-model-parallel-size", "3", "--num-layers", "8",
+                       "--decoder-last-pipeline-num-layers", "1"}
+        << 3
+        << "--decoder-last-pipeline-num-layers 1 leave 7 of --num-layers 8 for 2 other pipeline "
+           "stage(s), which must share them evenly (at least one each)";
+    QTest::newRow("uneven split not interleaved")
+        << QStringList{"--pipeline-model-parallel-size", "2", "--num-layers", "8",
+                       "--decoder-first-pipeline-num-layers", "5",
+                       "--num-layers-per-virtual-pipeline-stage", "1"}
+        << 2
+        << "--decoder-first-pipeline-num-layers 5 cannot be combined with "
+           "--num-layers-per-virtual-pipeline-stage";
     QTest::newRow("virtual negative")
         << QStringList{"--num-layers-per-virtual-pipeline-stage", "-1"} << 1
         << "--num-layers-per-virtual-pipeline-stage must not be negative, got -1";

@@ -157,7 +157,12 @@ class ParallelEquivalence : public QObject {
   }
 
   void tensor_parallel_2() { check_layout("tp2", 2, {"--tensor-model-parallel-size", "2"}); }
-  void pipeline_parallel_2() { check_layout("pp2", 2, {"--pipeline-model-parallel-size", "2"}); }
+  void pipeline_parallel_2() {
+    check_layout("pp2", 2, {"--pipeline-model-parallel-size", "2"});
+    check_layout("pp2-uneven", 2,
+                 {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
+                  "5"});
+  }
   void pipeline_4_interleaved() {
     check_layout("pp4-vpp2", 4,
                  {"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage",

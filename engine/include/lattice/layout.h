@@ -16,6 +16,9 @@ struct ParallelLayout {
   int tp = 1, pp = 1, dp = 1;
   int vpp = 1;         // model chunks (virtual stages) per pipeline rank; 1 without interleaving
   int num_layers = 0;  // of the whole model
+  // Uneven pipeline split (Megatron's --decoder-first/last-pipeline-num-layers, vpp 1 only):
+  // layers on the first / last stage, 0 for an even share; the stages between share the rest.
+  int first_stage_layers = 0, last_stage_layers = 0;
 
   struct Coord {
     int tp = 0, dp = 0, pp = 0;
@@ -33,12 +36,15 @@ struct ParallelLayout {
   std::vector<std::vector<int>> embedding_groups() const;
 
   // Layers [begin, end) of model chunk `chunk` (0 .. vpp-1) on pipeline rank `pp_rank`:
-  // virtual stage chunk * pp + pp_rank holds num_layers / (pp * vpp) consecutive layers.
+  // virtual stage chunk * pp + pp_rank holds num_layers / (pp * vpp) consecutive layers
+  // (with an uneven split, the first and last stages hold what the layout says).
   struct LayerRange {
     int begin = 0, end = 0;
   };
   LayerRange stage_layers(int pp_rank, int chunk) const;
-  int layers_per_chunk() const { return num_layers / (pp * vpp); }
+  int layers_per_chunk() const { return num_layers / (pp * vpp); }  // even splits only
+  // Layers pipeline rank pp_rank holds over all its chunks.
+  int stage_num_layers(int pp_rank) const;
   // The first stage holds the word and position embeddings; the last holds the final
   // LayerNorm and the LM head, which is a tied copy of the word embedding when pp > 1.
   bool is_first_stage(int pp_rank) const { return pp_rank == 0; }

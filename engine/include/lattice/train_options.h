@@ -32,6 +32,8 @@ struct OptimizerConfig {
 struct ParallelOptions {
   int pipeline_model_parallel_size = 1;           // --pipeline-model-parallel-size
   int num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage
+  int decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
+  int decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
   bool sequence_parallel = false;                 // --sequence-parallel
   bool use_distributed_optimizer = false;         // --use-distributed-optimizer
   int ddp_bucket_size = 0;  // --ddp-bucket-size, elements (0: max(40M, 1M * DP), Megatron)

@@ -108,7 +108,7 @@ GptActivations<T>::GptActivations(const ModelConfig& c, const ModelShard& s, int
   size_t total = padded((d.L + 1) * R * C);
   for (int l = 0; l < d.L; l++)
     if (!plan.recomputed(l)) total += d.layer_elems(!plan.selective);
-  if (s.post) total += padded(R * C) + 2 * padded(R) + padded(d.N * size_t{d.Vt}) + padded(d.N);
+  if (s.post) total += padded(R * C) + 2 * padded(R) + padded(d.N * static_cast<size_t>(d.Vt)) + padded(d.N);
   storage.assign(total, T(0));
   T* p = storage.data();
   residual = p;
@@ -124,7 +124,7 @@ GptActivations<T>::GptActivations(const ModelConfig& c, const ModelShard& s, int
     lnf_rstd = p;
     p += padded(R);
     logits = p;
-    p += padded(d.N * size_t{d.Vt});
+    p += padded(d.N * static_cast<size_t>(d.Vt));
     losses = p;
   }
   if (s.pre) tokens.assign(d.N, 0);
@@ -271,6 +271,7 @@ double GptModel<T>::forward_stage(GptActivations<T>& a, const int32_t* tokens, c
         recompute_.recomputed(l) ? recompute_slot(l - recompute_.group_start[l]) : a.layers[l];
     if (recompute_.selective) la.probs = probs_;
     layer_forward(l, la, a.residual + l * RC, a.residual + (l + 1) * RC, training);
+    if (progress_) progress_();
   }
   a.has_grad = training;
   return shard_.post ? head_forward(a, targets, grad_scale) : 0.0;
@@ -295,8 +296,9 @@ void GptModel<T>::backward_stage(GptActivations<T>& a, const T* output_grad) {
       la = recompute_slot(l - first);
     }
     if (recompute_.selective) la.probs = probs_;
-    layer_backward(l, la, a.residual + l * RC, true);
+    layer_backward(l, la, a.residual + l * RC);
     notify_ready(layout_.layer_index(l), layout_.layer_index(l + 1));
+    if (progress_) progress_();
   }
   if (shard_.pre) embedding_backward(a);
   a.has_grad = false;

@@ -149,6 +149,9 @@ class GptModel {
     grads_ready_ = std::move(callback);
   }
   void set_final_backward(bool final) { final_backward_ = final; }
+  // Called after every layer's forward and backward: lets the caller progress communication
+  // in flight (MPI moves a large non-blocking message only inside MPI calls).
+  void set_progress(std::function<void()> callback) { progress_ = std::move(callback); }
 
   Profiler& profiler() { return profiler_; }
   // Bytes of weights, grads and workspace held by the model (activations are per object).
@@ -162,7 +165,7 @@ class GptModel {
   double head_forward(GptActivations<T>& a, const int32_t* targets, float grad_scale);
   void head_backward(GptActivations<T>& a);
   void layer_forward(int l, const LayerActivations<T>& la, const T* x, T* out, bool training);
-  void layer_backward(int l, const LayerActivations<T>& la, const T* x, bool training);
+  void layer_backward(int l, const LayerActivations<T>& la, const T* x);
   void recompute_group(GptActivations<T>& a, int first, int last);
   void notify_ready(int first, int last);
 
@@ -199,6 +202,7 @@ class GptModel {
   std::vector<T> attention_ws_;            // threads * attention_workspace_elems(T)
   uint64_t current_seed_ = 0;  // dropout seed of the micro-batch being run
   std::function<void(int, int)> grads_ready_;
+  std::function<void()> progress_;
   bool final_backward_ = false;
   Profiler profiler_;
 };

@@ -146,7 +146,7 @@ void GptModel<T>::layer_forward(int l, const LayerActivations<T>& la, const T* x
 }
 
 template <typename T>
-void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* x, bool) {
+void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* x) {
   const ChunkDims& d = dims_;
   const LayerParams<T> w = layout_.layer(params_.data(), l);
   const LayerParams<T> g = layout_.layer(grads_.data(), l);
@@ -232,7 +232,7 @@ void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* 
   template void GptModel<T>::row_parallel_forward(T*, const T*, const T*, const T*, int);       \
   template void GptModel<T>::notify_ready(int, int);                                            \
   template void GptModel<T>::layer_forward(int, const LayerActivations<T>&, const T*, T*, bool); \
-  template void GptModel<T>::layer_backward(int, const LayerActivations<T>&, const T*, bool);
+  template void GptModel<T>::layer_backward(int, const LayerActivations<T>&, const T*);
 LATTICE_GPT_LAYER(float)
 LATTICE_GPT_LAYER(double)
 #undef LATTICE_GPT_LAYER

@@ -1,9 +1,10 @@
 // ParallelLayout: Megatron's rank order and process groups, the layers each pipeline stage
 // holds, and every rule a TP x PP x DP layout must keep
 // (docs/design-notes.md#parallel-layout-and-the-planner). Non-goals: context and expert
-// parallelism, uneven pipeline splits.
+// parallelism, uneven splits with virtual stages.
 #include "lattice/layout.h"
 
+#include <algorithm>
 #include <cassert>
 #include <nlohmann/json.hpp>
 
@@ -25,9 +26,36 @@ std::string join_lines(const std::vector<std::string>& lines) {
 void pipeline_errors(const TrainOptions& o, int dp, std::vector<std::string>& errors) {
   const int L = o.model.num_layers, pp = o.parallel.pipeline_model_parallel_size;
   const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
+  const int first = o.parallel.decoder_first_pipeline_num_layers,
+            last = o.parallel.decoder_last_pipeline_num_layers;
+  if (first < 0 || last < 0)
+    errors.push_back("--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers "
+                     "must not be negative");
+  if (first > 0 || last > 0) {
+    const std::string flags = first > 0 && last > 0 ? "--decoder-first-pipeline-num-layers " +
+                                                          str(first) +
+                                                          " and --decoder-last-pipeline-num-layers " +
+                                                          str(last)
+                              : first > 0 ? "--decoder-first-pipeline-num-layers " + str(first)
+                                          : "--decoder-last-pipeline-num-layers " + str(last);
+    const int others = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+    const int rest = L - std::max(first, 0) - std::max(last, 0);
+    if (pp < 2)
+      errors.push_back(flags + " split the pipeline unevenly, which needs "
+                               "--pipeline-model-parallel-size > 1");
+    else if (v > 0)
+      errors.push_back(flags + " cannot be combined with --num-layers-per-virtual-pipeline-stage");
+    else if (rest < 0 || (others == 0 && rest != 0) || (others > 0 && (rest <= 0 || rest % others != 0)))
+      errors.push_back(flags + " leave " + str(rest) + " of --num-layers " + str(L) + " for " +
+                       str(others) + " other pipeline stage(s), which must share them evenly " +
+                       "(at least one each)");
+    return;
+  }
   if (pp >= 1 && L > 0 && L % pp != 0)
     errors.push_back("--pipeline-model-parallel-size " + str(pp) +
-                     " does not divide --num-layers " + str(L));
+                     " does not divide --num-layers " + str(L) +
+                     " (or set --decoder-first-pipeline-num-layers / "
+                     "--decoder-last-pipeline-num-layers)");
   if (v < 0)
     errors.push_back("--num-layers-per-virtual-pipeline-stage must not be negative, got " + str(v));
   if (v <= 0) return;
@@ -114,9 +142,31 @@ std::vector<std::vector<int>> ParallelLayout::embedding_groups() const {
 
 ParallelLayout::LayerRange ParallelLayout::stage_layers(int pp_rank, int chunk) const {
   assert(pp_rank >= 0 && pp_rank < pp && chunk >= 0 && chunk < vpp);
+  if (first_stage_layers > 0 || last_stage_layers > 0) {
+    // Uneven: the first and last stages as given (or an even share of what the set ones
+    // leave), the stages between sharing the rest evenly.
+    const int first = first_stage_layers, last = last_stage_layers;
+    const int others = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+    const int share = others > 0 ? (num_layers - first - last) / others : 0;
+    int begin = 0;
+    for (int p = 0; p < pp; p++) {
+      const int n = p == 0 && first > 0 ? first : p == pp - 1 && last > 0 ? last : share;
+      if (p == pp_rank) return {begin, begin + n};
+      begin += n;
+    }
+  }
   const int per_chunk = layers_per_chunk();
   const int virtual_stage = chunk * pp + pp_rank;
   return {virtual_stage * per_chunk, (virtual_stage + 1) * per_chunk};
+}
+
+int ParallelLayout::stage_num_layers(int pp_rank) const {
+  int n = 0;
+  for (int c = 0; c < vpp; c++) {
+    const LayerRange r = stage_layers(pp_rank, c);
+    n += r.end - r.begin;
+  }
+  return n;
 }
 
 std::vector<std::string> layout_errors(const TrainOptions& o, int world) {
@@ -180,6 +230,8 @@ Result<ParallelLayout> make_layout(const TrainOptions& o, int world) {
   layout.num_layers = o.model.num_layers;
   const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
   layout.vpp = v > 0 ? o.model.num_layers / layout.pp / v : 1;
+  layout.first_stage_layers = o.parallel.decoder_first_pipeline_num_layers;
+  layout.last_stage_layers = o.parallel.decoder_last_pipeline_num_layers;
   return layout;
 }
 

@@ -20,6 +20,13 @@ PipelineExecutor<T>::PipelineExecutor(std::vector<GptModel<T>*> chunks, Comm* pp
                                       int stage, int micro_batch)
     : chunks_(std::move(chunks)), pp_(pp), stages_(stages), stage_(stage), micro_batch_(micro_batch) {
   pools_.resize(chunks_.size());
+  // Sends in flight progress while the next layers compute (docs/design-notes.md
+  // #pipeline-schedules).
+  for (GptModel<T>* chunk : chunks_)
+    chunk->set_progress([this] {
+      for (auto& o : outgoing_)
+        if (o->request && o->request->test()) o->request.reset();
+    });
   const ChunkDims& d = chunks_[0]->dims();
   grad_in_.assign(static_cast<size_t>(d.R) * d.C, T(0));
   tokens_.assign(static_cast<size_t>(d.N), 0);

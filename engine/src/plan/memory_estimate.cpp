@@ -28,7 +28,7 @@ struct ParamCount {
 ParamCount stage_parameters(const ModelConfig& m, const ParallelLayout& layout, int p) {
   const int64_t C = m.hidden_size, F = m.ffn(), t = layout.tp;
   const int64_t split = 3 * C * C + 3 * C + C * C + F * C + F + C * F;
-  const int64_t layers = static_cast<int64_t>(layout.layers_per_chunk()) * layout.vpp;
+  const int64_t layers = layout.stage_num_layers(p);
   ParamCount n;
   n.replicated = layers * 6 * C;
   n.total = layers * split / t + n.replicated;
@@ -73,8 +73,8 @@ struct ChunkActivations {
 
 // Full recomputation: `uniform` keeps the input of every group of N layers and recomputes one
 // group at a time; `block` recomputes the first N layers of the chunk and stores the rest.
-ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& layout) {
-  const int layers = layout.layers_per_chunk(), t = layout.tp;
+ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& layout, int p) {
+  const int layers = layout.stage_num_layers(p) / layout.vpp, t = layout.tp;
   const double full = layer_bytes(o, t);
   const ParallelOptions& par = o.parallel;
   if (par.recompute_granularity != "full") return {layers * full, 0};
@@ -108,7 +108,6 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelLayout& layo
   est.flops_per_iteration = flops_per_iteration(m, o.global_batch_size);
   est.flops_per_rank = est.flops_per_iteration / layout.world;
 
-  const ChunkActivations chunk = chunk_activations(o, layout);
   const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size, t = layout.tp;
   const bool sp = o.parallel.sequence_parallel;
   // First stage: the embedding dropout mask (sbh). Last stage: the final LayerNorm's and the
@@ -131,6 +130,7 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelLayout& layo
                                : params;
     st.optimizer_bytes = sharded * kAdamBytes;
 
+    const ChunkActivations chunk = chunk_activations(o, layout, p);
     double per_micro_batch = layout.vpp * chunk.per_micro_batch;
     if (layout.is_first_stage(p)) per_micro_batch += embedding_extra;
     st.micro_batches_in_flight = in_flight(layout, p, est.micro_batches);

@@ -83,8 +83,6 @@ struct RankModel {
   }
 };
 
-constexpr double kCommStatsFields = 4;
-
 template <typename T>
 class Trainer {
  public:
@@ -319,7 +317,6 @@ std::vector<RankReport> Trainer<T>::gather_reports() {
                            bytes(g_.tp.get()), bytes(g_.dp.get()), bytes(g_.pp.get()),
                            bytes(g_.embedding.get())};
   constexpr size_t kFields = std::size(record);
-  static_assert(kFields == 13 + kCommStatsFields);
   std::vector<double> all(kFields * g_.world->size());
   if (g_.world->size() == 1) {
     std::copy(std::begin(record), std::end(record), all.begin());
@@ -471,7 +468,6 @@ Result<TrainSummary> Trainer<T>::run() {
   reported_ = PhaseTimes{};
   summary.ranks = gather_reports();
   if (rank0) summary.memory = summary.ranks[0].memory;
-  Profiler& profiler = rank_.chunks[0]->profiler();
   for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
     const Op op = static_cast<Op>(i);
     double seconds = 0;
@@ -480,7 +476,6 @@ Result<TrainSummary> Trainer<T>::run() {
       seconds += c->profiler().seconds(op);
       calls += c->profiler().calls(op);
     }
-    (void)profiler;
     summary.op_times.push_back({op_name(op), seconds, calls});
   }
   if (!o_.save_hf.empty()) {
