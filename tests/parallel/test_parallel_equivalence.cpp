@@ -67,8 +67,12 @@ class ParallelEquivalence : public QObject {
 
   // Trains `name` on `ranks` processes (1: without mpirun) and reads back its trace.
   Trace train(const QString& name, int ranks, const QStringList& layout) {
+    return train_with(name, ranks, kModel, layout);
+  }
+  Trace train_with(const QString& name, int ranks, const QStringList& model,
+                   const QStringList& layout) {
     const QString weights = dir_.filePath(name + ".safetensors");
-    QStringList args = QStringList{"train"} + kModel + layout +
+    QStringList args = QStringList{"train"} + model + layout +
                        QStringList{"--db", db(), "--run-name", name, "--save-hf", weights};
     const Run r = ranks == 1 ? start(LATTICE_CLI_PATH, args)
                              : start(LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n",
@@ -184,6 +188,33 @@ class ParallelEquivalence : public QObject {
                  {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                   "--use-distributed-optimizer"});
   }
+  // The float path (what users train with): losses and grad norms within 1e-5 of one float
+  // process; parameters are equal only up to reduction order in float (see the file comment).
+  void float_losses_match() {
+    auto float_flags = [](QStringList flags) {
+      flags.removeAll("--fp64");
+      return flags;
+    };
+    const Trace one = train_with("float-one-process", 1, float_flags(kModel), {});
+    const Trace many = train_with("float-tp2-pp2-dp2", 8, float_flags(kModel),
+                                  {"--tensor-model-parallel-size", "2",
+                                   "--pipeline-model-parallel-size", "2"});
+    QCOMPARE(one.losses.size(), 10);
+    QCOMPARE(many.losses.size(), 10);
+    for (int i = 0; i < 10; i++) {
+      QVERIFY2(std::abs(many.losses[i] - one.losses[i]) <= 1e-5 * one.losses[i],
+               qPrintable(QString("step %1: loss %2 vs one float process %3")
+                              .arg(i + 1)
+                              .arg(many.losses[i], 0, 'g', 9)
+                              .arg(one.losses[i], 0, 'g', 9)));
+      QVERIFY2(std::abs(many.norms[i] - one.norms[i]) <= 1e-5 * one.norms[i],
+               qPrintable(QString("step %1: grad norm %2 vs one float process %3")
+                              .arg(i + 1)
+                              .arg(many.norms[i], 0, 'g', 9)
+                              .arg(one.norms[i], 0, 'g', 9)));
+    }
+  }
+
   void full_recomputation() {
     check_layout("recompute-full-uniform", 1,
                  {"--recompute-granularity", "full", "--recompute-method", "uniform",
