@@ -64,4 +64,51 @@ MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelLayout
 std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& estimate,
                       int indent = -1);
 
+// ---- Step time and layout search (Studio issue, part 1) ---------------------------------
+// A device kind: memory and peak dense rate in the training precision, and the bandwidth one
+// device gets to its peers inside a node and across nodes.
+struct DeviceSpec {
+  std::string name;  // "H100 SXM 80GB", "this machine's CPU", ...
+  double memory_bytes = 0;
+  double peak_flops = 0;               // per device, in the precision the options train in
+  double intra_node_bandwidth = 0;     // bytes/s per device (NVLink, shared memory)
+  double inter_node_bandwidth = 0;     // bytes/s per device (InfiniBand, Ethernet)
+};
+// The built-in table (H100, H200, A100 80GB / 40GB) for `precision` ("bf16", "fp16", "fp32").
+std::vector<DeviceSpec> known_devices(const std::string& precision);
+// This machine's CPU: its memory, the measured SGEMM rate (GFLOP/s) as the peak.
+DeviceSpec this_machine_cpu(double measured_sgemm_gflops);
+
+struct ClusterSpec {
+  int nodes = 1, devices_per_node = 1;
+  DeviceSpec device;
+  double compute_efficiency = 0.5;  // achieved / peak on the model's GEMMs
+};
+
+// One training step's time by term, for the most loaded pipeline stage.
+struct StepEstimate {
+  double compute_s = 0;     // model FLOPs per rank / (peak * efficiency)
+  double tp_comm_s = 0;     // TP collectives per step (inter-node bandwidth if a TP group spans nodes)
+  double pp_bubble_s = 0;   // 1F1B bubble: (PP - 1) / (VPP * M) of the pipeline's compute
+  double dp_comm_s = 0;     // gradient reduction not hidden behind backward
+  double total_s = 0;
+  double tokens_per_second = 0;  // global batch tokens / total_s
+  double mfu = 0;                // model FLOPs / (total_s * peak * devices)
+};
+StepEstimate estimate_step(const TrainOptions& options, const ParallelLayout& layout,
+                           const ClusterSpec& cluster);
+
+// Every valid layout of options' model and global batch on the cluster's devices (TP, PP,
+// virtual stages, micro batch, recomputation, distributed optimizer), with its estimates and
+// whether it fits in device memory; fitting ones first, by estimated tokens/s.
+struct LayoutCandidate {
+  TrainOptions options;  // the base options with the candidate's layout and batch flags
+  ParallelLayout layout;
+  MemoryEstimate memory;
+  StepEstimate step;
+  bool fits = false;
+};
+std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& base, const ClusterSpec& cluster,
+                                             int max_results = 50);
+
 }  // namespace lattice

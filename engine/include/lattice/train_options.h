@@ -66,6 +66,9 @@ struct TrainOptions {
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
   bool profile = false;     // --profile: per-op time table at the end
   bool fp64 = false;        // --fp64: train in double precision (verification; slow)
+  // --bf16 / --fp16: 16-bit training (GPU build, issue 10). The planner sizes them already;
+  // the CPU engine refuses them with a message.
+  bool bf16 = false, fp16 = false;
   bool log_memory = false;  // --log-memory: every rank's memory by category after iteration 1
   int timing_log_level = 0;  // --timing-log-level: 1 prints per-phase times per rank
   std::string db;                 // --db: the run store (empty: $LATTICE_DATA_DIR/runs.sqlite)

@@ -97,6 +97,8 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "train in double precision: checks a parallel layout against one process without "
        "float rounding (slow)",
        &o.fp64},
+      {"bf16", "train in bfloat16 with fp32 master weights (needs the CUDA build)", &o.bf16},
+      {"fp16", "train in float16 with loss scaling (needs the CUDA build)", &o.fp16},
       {"log-memory", "print every rank's memory by category after the first iteration",
        &o.log_memory},
       {"timing-log-level", "1: print every rank's time per phase at each log line",
@@ -272,6 +274,8 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
     errors.push_back("--recompute-granularity full needs a positive --recompute-num-layers");
   if (par.recompute_num_layers < 0) errors.push_back("--recompute-num-layers must not be negative");
   if (par.ddp_bucket_size < 0) errors.push_back("--ddp-bucket-size must not be negative");
+  if (int(bf16) + int(fp16) + int(fp64) > 1)
+    errors.push_back("--bf16, --fp16 and --fp64 exclude each other");
   if (timing_log_level < 0 || timing_log_level > 2)
     errors.push_back("--timing-log-level must be 0, 1 or 2");
   if (tokenizer.type == "NullTokenizer" && tokenizer.vocab_size <= 0)

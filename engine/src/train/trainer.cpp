@@ -524,6 +524,10 @@ Result<TrainSummary> train(const TrainOptions& o, Comm& world, MetricsSink& sink
     if (!tokenizer) return tokenizer.status();
     mc.vocab_size = (*tokenizer)->vocab_size();
   }
+  if (o.bf16 || o.fp16)
+    return Status::invalid_argument(std::string(o.bf16 ? "--bf16" : "--fp16") +
+                                    " needs the GPU engine, which this build does not have; the "
+                                    "CPU engine trains in fp32 (drop the flag)");
   TrainOptions options = o;
   options.model = mc;
   Result<ParallelLayout> layout = make_layout(options, world.size());
