@@ -102,6 +102,9 @@ class MetricsSink {
   // Every rank's memory and phase times since the previous report: after iteration 1 and at
   // every log interval (in rank order).
   virtual void on_rank_reports(int /*iteration*/, const std::vector<RankReport>&) {}
+  // A checkpoint of `iteration` was saved (bytes of all ranks, wall seconds) or loaded.
+  virtual void on_checkpoint(int /*iteration*/, const std::string& /*path*/, int64_t /*bytes*/,
+                             double /*seconds*/) {}
   virtual void on_end(const TrainSummary&) {}
 };
 
@@ -118,6 +121,8 @@ class ConsoleSink : public MetricsSink {
   void on_validation(const ValidationMetrics& v) override;
   void on_message(const std::string& message) override;
   void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
+  void on_checkpoint(int iteration, const std::string& path, int64_t bytes,
+                     double seconds) override;
   void on_end(const TrainSummary& summary) override;
 
  private:

@@ -63,6 +63,13 @@ struct TrainOptions {
   TokenizerOptions tokenizer = null_tokenizer(512);
   int threads = 0;                               // --threads (0: all cores)
   std::string load_hf;                           // --load-hf FILE (GPT-2 safetensors to start from)
+  std::string save;        // --save DIR: checkpoints (docs/design-notes.md#checkpoints)
+  int save_interval = 0;   // --save-interval N: also every N iterations (0: only at the end)
+  int save_retain = 0;     // --save-retain K: keep the newest K (0: all)
+  std::string load;        // --load DIR: resume (any layout) from its latest checkpoint
+  int ckpt_step = 0;       // --ckpt-step N: load iteration N instead of the latest
+  bool finetune = false;   // --finetune: weights only; iteration and optimizer start afresh
+  int exit_interval = 0;   // --exit-interval N: save and stop after an iteration divisible by N
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
   bool profile = false;     // --profile: per-op time table at the end
   bool fp64 = false;        // --fp64: train in double precision (verification; slow)

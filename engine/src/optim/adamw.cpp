@@ -79,6 +79,14 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
   return norm;
 }
 
+template <typename T>
+std::vector<typename AdamW<T>::StateView> AdamW<T>::state_views() {
+  std::vector<StateView> out;
+  for (const Segment& s : segments_)
+    out.push_back({s.offset, s.numel, m_.data() + s.state, v_.data() + s.state});
+  return out;
+}
+
 template class AdamW<float>;
 template class AdamW<double>;
 

@@ -42,6 +42,15 @@ class AdamW {
   double step(T* params, T* grads, double lr);
 
   int steps_taken() const { return step_; }
+  void set_steps_taken(int steps) { step_ = steps; }  // restoring a checkpoint
+  // The owned part of each tensor: arena [offset, offset + numel) and its moments, for
+  // checkpoints. Segments never span two tensors.
+  struct StateView {
+    size_t offset, numel;
+    T* exp_avg;     // (numel)
+    T* exp_avg_sq;  // (numel)
+  };
+  std::vector<StateView> state_views();
   size_t bytes() const { return (m_.size() + v_.size()) * sizeof(T); }
   const std::vector<T>& exp_avg() const { return m_; }
   const std::vector<T>& exp_avg_sq() const { return v_; }

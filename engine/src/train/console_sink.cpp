@@ -111,6 +111,14 @@ void ConsoleSink::on_validation(const ValidationMetrics& v) {
   out_ << rule << "\n" << line << "\n" << rule << "\n" << std::flush;
 }
 
+void ConsoleSink::on_checkpoint(int iteration, const std::string& path, int64_t bytes,
+                                double seconds) {
+  out_ << "> saved checkpoint of iteration " << iteration << " to " << path << " ("
+       << format("%.1f", bytes / 1e6) << " MB in " << format("%.2f", seconds) << " s, "
+       << format("%.0f", seconds > 0 ? bytes / 1e6 / seconds : 0.0) << " MB/s)\n"
+       << std::flush;
+}
+
 void ConsoleSink::on_message(const std::string& message) {
   out_ << "> " << message << "\n";
 }

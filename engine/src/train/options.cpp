@@ -91,6 +91,18 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"tokenizer-model", "SentencePiece model file", &o.tokenizer.model_file},
       {"threads", "CPU threads; 0 means all cores", &o.threads},
       {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
+      {"save", "directory for checkpoints (saved at the end, on SIGTERM and every --save-interval)",
+       &o.save},
+      {"save-interval", "save a checkpoint every N iterations; 0 means only at the end",
+       &o.save_interval},
+      {"save-retain", "keep only the newest K checkpoints; 0 keeps all", &o.save_retain},
+      {"load", "resume from the latest checkpoint in this directory (any parallel layout)",
+       &o.load},
+      {"ckpt-step", "with --load: the iteration to load instead of the latest", &o.ckpt_step},
+      {"finetune", "with --load: take the weights only; iteration and optimizer start afresh",
+       &o.finetune},
+      {"exit-interval", "save (with --save) and exit after an iteration divisible by N",
+       &o.exit_interval},
       {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
       {"profile", "print where the time went, per op, at the end", &o.profile},
       {"fp64",
@@ -274,6 +286,16 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
     errors.push_back("--recompute-granularity full needs a positive --recompute-num-layers");
   if (par.recompute_num_layers < 0) errors.push_back("--recompute-num-layers must not be negative");
   if (par.ddp_bucket_size < 0) errors.push_back("--ddp-bucket-size must not be negative");
+  if (save_interval < 0 || save_retain < 0 || ckpt_step < 0 || exit_interval < 0)
+    errors.push_back("--save-interval, --save-retain, --ckpt-step and --exit-interval must not be "
+                     "negative");
+  if (fp64 && (!save.empty() || !load.empty()))
+    errors.push_back("--save and --load keep fp32 state; they do not combine with --fp64");
+  if (!load.empty() && !load_hf.empty())
+    errors.push_back("--load and --load-hf exclude each other (use `lattice ckpt import-hf` to "
+                     "turn GPT-2 weights into a checkpoint)");
+  if (load.empty() && (ckpt_step > 0 || finetune))
+    errors.push_back("--ckpt-step and --finetune apply to --load, which is not given");
   if (int(bf16) + int(fp16) + int(fp64) > 1)
     errors.push_back("--bf16, --fp16 and --fp64 exclude each other");
   if (timing_log_level < 0 || timing_log_level > 2)

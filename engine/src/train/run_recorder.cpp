@@ -27,6 +27,10 @@ void TeeSink::on_message(const std::string& m) {
 void TeeSink::on_rank_reports(int iteration, const std::vector<RankReport>& ranks) {
   for (MetricsSink* k : sinks_) k->on_rank_reports(iteration, ranks);
 }
+void TeeSink::on_checkpoint(int iteration, const std::string& path, int64_t bytes,
+                            double seconds) {
+  for (MetricsSink* k : sinks_) k->on_checkpoint(iteration, path, bytes, seconds);
+}
 void TeeSink::on_end(const TrainSummary& s) {
   for (MetricsSink* k : sinks_) k->on_end(s);
 }
@@ -51,6 +55,9 @@ Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
   if (!store) return Status::invalid_argument("--db " + db_path + ": " + store.status().message());
   auto impl = std::make_unique<Impl>();
   impl->store = std::move(*store);
+  // Steps under 2 ms apart (tiny models) share a commit, each still whole to readers; slower
+  // steps commit one by one. on_end, fail and killed commit what is held (finish() does).
+  impl->store->set_commit_window(std::chrono::milliseconds(2));
   storage::NewRun run;
   run.name = run_name;
   char host[256] = {};
@@ -123,6 +130,14 @@ void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& 
   }
   keep(impl_->store->log_step(impl_->run_id, iteration, values, memory));
   impl_->memory_step = iteration;
+}
+
+void RunRecorder::on_checkpoint(int iteration, const std::string& path, int64_t bytes, double) {
+  storage::CheckpointRecord c;
+  c.step = iteration;
+  c.path = path;
+  c.bytes = bytes;
+  keep(impl_->store->record_checkpoint(impl_->run_id, c));
 }
 
 void RunRecorder::on_end(const TrainSummary& s) {

@@ -12,7 +12,9 @@
 #include <cmath>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_gpt2.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
@@ -95,6 +97,9 @@ class Trainer {
   Status step(int it, double& loss, double& norm, double lr);
   Status finish_gradients();
   Result<double> validate(const SampleSource& source, int64_t& position);
+  RankParts parts();
+  Status load(TrainState& state);
+  Status save(const TrainState& state);
   std::vector<RankReport> gather_reports();
   double all_reduce_scalar(double value, Comm& comm, ReduceOp op = ReduceOp::kSum);
   void fail_collectively(const Status& s);
@@ -348,6 +353,44 @@ std::vector<RankReport> Trainer<T>::gather_reports() {
 }
 
 template <typename T>
+RankParts Trainer<T>::parts() {
+  RankParts p;
+  p.layout = &g_.layout;
+  p.sequence_parallel = o_.parallel.sequence_parallel;
+  p.distributed_optimizer = o_.parallel.use_distributed_optimizer;
+  if constexpr (std::is_same_v<T, float>) {
+    for (auto& c : rank_.chunks) p.chunks.push_back(c.get());
+    for (auto& a : rank_.optimizers) p.optimizers.push_back(a.get());
+  }
+  return p;
+}
+
+// --load: any layout's checkpoint into this one (checkpoint.h); every rank reads what it needs.
+template <typename T>
+Status Trainer<T>::load(TrainState& state) {
+  Result<CheckpointRef> ref = find_checkpoint(o_.load, o_.ckpt_step);
+  if (!ref) return ref.status();
+  if (Status s = load_checkpoint(*ref, parts(), o_.finetune, &state); !s) return s;
+  if (o_.finetune) state = TrainState{};
+  if (g_.world->rank() == 0) {
+    for (const std::string& note : ref->notes) sink_.on_message("--load: " + note);
+    sink_.on_message("loaded " + ref->path + (o_.finetune ? " (weights only: --finetune)" : "") +
+                     "; continuing after iteration " + std::to_string(state.iteration));
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status Trainer<T>::save(const TrainState& state) {
+  Result<SavedCheckpoint> saved = save_checkpoint(*g_.world, o_.save, state, mc_,
+                                                  train_options_json(o_), parts(), o_.save_retain);
+  if (!saved) return saved.status();
+  if (g_.world->rank() == 0)
+    sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
+  return Status::ok();
+}
+
+template <typename T>
 Result<TrainSummary> Trainer<T>::run() {
   const ParallelLayout& L = g_.layout;
   Comm& world = *g_.world;
@@ -373,6 +416,9 @@ Result<TrainSummary> Trainer<T>::run() {
 
   if (Status s = build_model(); !s) return s;
   if (rank0 && !o_.load_hf.empty()) sink_.on_message("loaded GPT-2 weights from " + o_.load_hf);
+  TrainState state;
+  if (!o_.load.empty())
+    if (Status s = load(state); !s) return s;
 
   const int T_ = mc_.seq_length;
   const int decay_iters = o_.optim.lr_decay_iters > 0 ? o_.optim.lr_decay_iters : o_.train_iters;
@@ -381,8 +427,14 @@ Result<TrainSummary> Trainer<T>::run() {
 
   TrainSummary summary;
   summary.peak_gflops = start.peak_gflops;
-  int64_t valid_consumed = 0;
-  int nan_iterations = 0, skipped = 0, steps = 0;
+  consumed_ = state.consumed_samples;
+  int64_t valid_consumed = state.valid_consumed;
+  int nan_iterations = state.nan_iterations, skipped = state.skipped_iterations,
+      steps = state.steps_taken;
+  int saved_iteration = -1;
+  auto progress = [&](int iteration) {
+    return TrainState{iteration, consumed_, valid_consumed, steps, skipped, nan_iterations};
+  };
   double timed_seconds = 0;
   int timed_iterations = 0;
 
@@ -402,10 +454,14 @@ Result<TrainSummary> Trainer<T>::run() {
   };
 
   const auto run_start = Clock::now();
-  for (int it = 1; it <= o_.train_iters; it++) {
-    // A signal on any rank stops every rank at the same iteration.
-    if (all_reduce_scalar(stop_requested() ? 1.0 : 0.0, world, ReduceOp::kMax) > 0)
+  int last = state.iteration;
+  for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
+    // A signal on any rank stops every rank at the same iteration, after saving.
+    if (all_reduce_scalar(stop_requested() ? 1.0 : 0.0, world, ReduceOp::kMax) > 0) {
+      if (!o_.save.empty() && saved_iteration != it - 1)
+        if (Status s = save(progress(it - 1)); !s) return s;
       return Status::internal("stopped by a signal before iteration " + std::to_string(it));
+    }
     const auto t0 = Clock::now();
     const double lr = learning_rate(o_.optim, steps, decay_iters);
     double loss = 0, norm = 0;
@@ -445,10 +501,24 @@ Result<TrainSummary> Trainer<T>::run() {
     if (data_.valid && o_.eval_iters > 0 && it % o_.eval_interval == 0)
       if (Status s = report_validation(data_.valid.get(), valid_consumed, "valid", it, false); !s)
         return s;
+    last = it;
+    const bool exiting = o_.exit_interval > 0 && it % o_.exit_interval == 0 && it < o_.train_iters;
+    if (!o_.save.empty() && ((o_.save_interval > 0 && it % o_.save_interval == 0) || exiting)) {
+      if (Status s = save(progress(it)); !s) return s;
+      saved_iteration = it;
+    }
+    if (exiting) {
+      if (rank0) sink_.on_message("exiting after iteration " + std::to_string(it) +
+                                  " (--exit-interval " + std::to_string(o_.exit_interval) + ")");
+      break;
+    }
   }
   summary.total_seconds = seconds_since(run_start);
-  if (o_.eval_iters > 0) {
-    if (data_.valid && o_.train_iters % o_.eval_interval != 0)
+  const bool finished = last == o_.train_iters;
+  if (!o_.save.empty() && saved_iteration != last && last > state.iteration)
+    if (Status s = save(progress(last)); !s) return s;
+  if (finished && o_.eval_iters > 0) {
+    if (data_.valid && o_.train_iters % o_.eval_interval != 0 && last > state.iteration)
       if (Status s = report_validation(data_.valid.get(), valid_consumed, "valid", o_.train_iters,
                                        true);
           !s)

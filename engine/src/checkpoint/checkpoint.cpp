@@ -1,0 +1,525 @@
+// Saving and loading distributed checkpoints (checkpoint.h). Saving: each rank writes its own
+// pieces and a sidecar describing them; rank 0 merges the sidecars into metadata.json, renames
+// the directory into place and moves the pointer. Loading: any rank assembles each global
+// tensor it needs from the pieces and takes its slice.
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoint/crc32c.h"
+
+namespace lattice {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kPointer = "latest_checkpointed_iteration.txt";
+
+std::string iteration_name(int iteration) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "iter_%07d", iteration);
+  return buf;
+}
+
+std::string rank_file(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank_%05d", rank);
+  return buf;
+}
+
+Status fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Status::io_error(path + ": cannot open to sync");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? Status::ok() : Status::io_error(path + ": fsync failed");
+}
+
+// Writes `text` to `path` atomically (temporary file, fsync, rename).
+Status write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out.write(text.data(), static_cast<std::streamsize>(text.size())) || !out.flush())
+      return Status::io_error(tmp + ": cannot write");
+  }
+  if (Status s = fsync_path(tmp); !s) return s;
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::io_error(path + ": cannot rename into place: " + ec.message());
+  return Status::ok();
+}
+
+Result<uint32_t> file_crc(const std::string& path, int64_t* bytes) {
+  Result<MappedFile> map = MappedFile::open(path);
+  if (!map) return map.status();
+  *bytes = static_cast<int64_t>(map->size());
+  return crc32c(0, map->bytes().data(), map->size());
+}
+
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// Slice <-> global index maps for a tensor split along split_dim (see ParamTensor).
+struct SliceMap {
+  std::vector<int64_t> global_shape;
+  int split_dim;
+  int64_t split_begin, split_size;
+  size_t slice_numel() const {
+    size_t n = 1;
+    for (size_t d = 0; d < global_shape.size(); d++)
+      n *= static_cast<size_t>(static_cast<int>(d) == split_dim ? split_size : global_shape[d]);
+    return n;
+  }
+  // Global index of element i of the slice (row-major).
+  size_t global_index(size_t i) const {
+    if (split_dim < 0) return i;
+    if (split_dim == 0) {
+      size_t row = 1;
+      for (size_t d = 1; d < global_shape.size(); d++) row *= global_shape[d];
+      return split_begin * row + i;
+    }
+    const size_t width = split_size, cols = global_shape[1];
+    return (i / width) * cols + split_begin + i % width;
+  }
+};
+
+json model_json(const ModelConfig& m) {
+  return {{"num_layers", m.num_layers},
+          {"hidden_size", m.hidden_size},
+          {"ffn_hidden_size", m.ffn()},
+          {"num_attention_heads", m.num_attention_heads},
+          {"seq_length", m.seq_length},
+          {"max_position_embeddings", m.max_positions()},
+          {"vocab_size", m.vocab_size},
+          {"padded_vocab_size", m.padded_vocab_size()}};
+}
+
+}  // namespace
+
+Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
+                                        const TrainState& state, const ModelConfig& model,
+                                        const std::string& config_json, const RankParts& parts,
+                                        int retain) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rank = world.rank();
+  const ParallelLayout& L = *parts.layout;
+  const ParallelLayout::Coord me = L.coord(rank);
+  const std::string final_dir = dir + "/" + iteration_name(state.iteration);
+  const std::string tmp_dir = final_dir + ".tmp";
+  // Every rank must learn of a failure on any rank before going on.
+  auto agree = [&](Status s) -> Status {
+    int bad = s ? 0 : 1;
+    if (world.size() > 1)
+      if (Status c = world.all_reduce(&bad, 1, DType::kInt32, ReduceOp::kMax); !c) return c;
+    if (!s) return s;
+    return bad ? Status::io_error("checkpoint " + final_dir + ": another rank failed to save")
+               : Status::ok();
+  };
+  Status prepared = Status::ok();
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::remove_all(tmp_dir, ec);
+    if (!fs::create_directories(tmp_dir, ec))
+      prepared = Status::io_error("--save " + dir + ": cannot create " + tmp_dir + ": " +
+                                  ec.message());
+  }
+  if (Status s = agree(prepared); !s) return s;
+
+  // This rank's pieces: the model from data-parallel rank 0 (replicas are equal), optimizer
+  // state from every rank that owns a shard of it; one copy of each slice (counts_in_norm).
+  std::vector<safetensors::TensorSource> sources;
+  json pieces = json::array();
+  const std::string file = rank_file(rank) + ".safetensors";
+  auto add = [&](const std::string& kind, const ParamTensor& t, const float* data, int64_t begin,
+                 int64_t end) {
+    const std::string key = kind + "/" + t.name;
+    sources.push_back({key, {end - begin}, data, nullptr});
+    pieces.push_back({{"file", file},
+                      {"key", key},
+                      {"kind", kind},
+                      {"name", t.name},
+                      {"global_shape", t.global_shape},
+                      {"split_dim", t.split_dim},
+                      {"split_begin", t.split_begin},
+                      {"split_size", t.split_dim >= 0 ? t.shape[t.split_dim] : 0},
+                      {"flat_begin", begin},
+                      {"flat_end", end}});
+  };
+  for (size_t c = 0; c < parts.chunks.size(); c++) {
+    GptModel<float>& chunk = *parts.chunks[c];
+    const auto& tensors = chunk.layout().tensors();
+    if (me.dp == 0)
+      for (const ParamTensor& t : tensors)
+        if (t.counts_in_norm)
+          add("model", t, chunk.params() + t.offset, 0, static_cast<int64_t>(t.numel));
+    if (c >= parts.optimizers.size()) continue;
+    const bool owner = parts.distributed_optimizer || me.dp == 0;
+    if (!owner) continue;
+    for (const auto& view : parts.optimizers[c]->state_views()) {
+      const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const ParamTensor& t) {
+        return view.offset >= t.offset && view.offset < t.offset + t.numel;
+      });
+      if (it == tensors.end() || !it->counts_in_norm) continue;
+      const int64_t begin = static_cast<int64_t>(view.offset - it->offset);
+      const int64_t end = begin + static_cast<int64_t>(view.numel);
+      add("exp_avg", *it, view.exp_avg, begin, end);
+      add("exp_avg_sq", *it, view.exp_avg_sq, begin, end);
+    }
+  }
+  Status wrote = Status::ok();
+  if (!sources.empty()) {
+    const std::string path = tmp_dir + "/" + file;
+    wrote = safetensors::write(path, sources, {{"format", "lattice-checkpoint-shard"}});
+    int64_t bytes = 0;
+    uint32_t crc = 0;
+    if (wrote) {
+      Result<uint32_t> c = file_crc(path, &bytes);
+      if (c)
+        crc = *c;
+      else
+        wrote = c.status();
+    }
+    if (wrote) {
+      const json sidecar = {{"file", file}, {"bytes", bytes}, {"crc32c", hex(crc)},
+                            {"pieces", pieces}};
+      wrote = write_file_atomic(tmp_dir + "/" + rank_file(rank) + ".json", sidecar.dump());
+    }
+  }
+  if (Status s = agree(wrote); !s) return s;
+
+  SavedCheckpoint saved;
+  saved.path = final_dir;
+  Status finished = Status::ok();
+  if (rank == 0) {
+    json files = json::array(), all_pieces = json::array();
+    for (int r = 0; r < world.size() && finished; r++) {
+      const std::string sidecar = tmp_dir + "/" + rank_file(r) + ".json";
+      if (!fs::exists(sidecar)) continue;  // a rank with nothing of its own
+      std::ifstream in(sidecar);
+      json j = json::parse(in, nullptr, false);
+      if (j.is_discarded()) {
+        finished = Status::corrupt(sidecar + ": unreadable piece list");
+        break;
+      }
+      files.push_back({{"name", j["file"]}, {"bytes", j["bytes"]}, {"crc32c", j["crc32c"]}});
+      saved.bytes += j["bytes"].get<int64_t>();
+      for (auto& p : j["pieces"]) all_pieces.push_back(p);
+      fs::remove(sidecar);
+    }
+    json config = json::parse(config_json, nullptr, false);
+    const json meta = {{"format", "lattice-checkpoint"},
+                       {"format_version", 1},
+                       {"iteration", state.iteration},
+                       {"consumed_samples", state.consumed_samples},
+                       {"valid_consumed_samples", state.valid_consumed},
+                       {"steps_taken", state.steps_taken},
+                       {"skipped_iterations", state.skipped_iterations},
+                       {"nan_iterations", state.nan_iterations},
+                       {"model", model_json(model)},
+                       {"layout",
+                        {{"world", L.world},
+                         {"tp", L.tp},
+                         {"pp", L.pp},
+                         {"dp", L.dp},
+                         {"vpp", L.vpp},
+                         {"sequence_parallel", parts.sequence_parallel},
+                         {"distributed_optimizer", parts.distributed_optimizer}}},
+                       {"optimizer_state", !parts.optimizers.empty()},
+                       {"config", config.is_discarded() ? json::object() : config},
+                       {"files", files},
+                       {"pieces", all_pieces}};
+    if (finished) finished = write_file_atomic(tmp_dir + "/metadata.json", meta.dump(1));
+    if (finished) finished = fsync_path(tmp_dir);
+    if (finished) {
+      std::error_code ec;
+      fs::remove_all(final_dir, ec);  // an older save of the same iteration
+      fs::rename(tmp_dir, final_dir, ec);
+      if (ec) finished = Status::io_error(final_dir + ": cannot rename into place: " + ec.message());
+    }
+    if (finished) finished = fsync_path(dir);
+    if (finished)
+      finished = write_file_atomic(dir + "/" + kPointer, std::to_string(state.iteration) + "\n");
+    if (finished && retain > 0) {
+      std::vector<int> iterations;
+      for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string n = e.path().filename().string();
+        if (n.size() == 12 && n.rfind("iter_", 0) == 0) iterations.push_back(std::stoi(n.substr(5)));
+      }
+      std::sort(iterations.rbegin(), iterations.rend());
+      for (size_t i = static_cast<size_t>(retain); i < iterations.size(); i++) {
+        std::error_code ec;
+        fs::remove_all(dir + "/" + iteration_name(iterations[i]), ec);
+      }
+    }
+  }
+  if (Status s = agree(finished); !s) return s;
+  saved.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return saved;
+}
+
+int previous_checkpoint(const std::string& dir, int iteration) {
+  int best = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() != 12 || n.rfind("iter_", 0) != 0) continue;
+    const int it = std::atoi(n.c_str() + 5);
+    if (it < iteration && it > best && fs::exists(e.path() / "metadata.json")) best = it;
+  }
+  return best;
+}
+
+Result<CheckpointRef> find_checkpoint(const std::string& dir, int step) {
+  CheckpointRef ref;
+  ref.dir = dir;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return Status::invalid_argument("--load " + dir + ": no such directory");
+  if (step > 0) {
+    ref.iteration = step;
+  } else {
+    std::ifstream in(dir + "/" + kPointer);
+    if (!(in >> ref.iteration))
+      return Status::invalid_argument("--load " + dir + ": no " + kPointer +
+                                      " (not a checkpoint directory, or nothing saved yet)");
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0 && n.rfind("iter_", 0) == 0)
+      ref.notes.push_back("skipped " + n + ", a save that was interrupted before it completed");
+  }
+  ref.path = dir + "/" + iteration_name(ref.iteration);
+  if (!fs::exists(ref.path + "/metadata.json")) {
+    const int previous = previous_checkpoint(dir, ref.iteration);
+    return Status::invalid_argument(
+        "--load " + dir + ": checkpoint " + iteration_name(ref.iteration) + " is missing or "
+        "incomplete" +
+        (previous > 0 ? "; the previous complete one is " + iteration_name(previous) +
+                            " (--ckpt-step " + std::to_string(previous) + ")"
+                      : ""));
+  }
+  return ref;
+}
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string& path) {
+  auto r = std::unique_ptr<CheckpointReader>(new CheckpointReader());
+  r->path_ = path;
+  const std::string meta_path = path + "/metadata.json";
+  std::ifstream in(meta_path, std::ios::binary);
+  if (!in) return Status::io_error(meta_path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r->metadata_text_ = ss.str();
+  const json j = json::parse(r->metadata_text_, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "lattice-checkpoint")
+    return Status::corrupt(meta_path + ": not a Lattice checkpoint's metadata");
+  try {
+    const json& m = j.at("model");
+    r->model_.num_layers = m.at("num_layers");
+    r->model_.hidden_size = m.at("hidden_size");
+    r->model_.ffn_hidden_size = m.at("ffn_hidden_size");
+    r->model_.num_attention_heads = m.at("num_attention_heads");
+    r->model_.seq_length = m.at("seq_length");
+    r->model_.max_position_embeddings = m.at("max_position_embeddings");
+    r->model_.vocab_size = m.at("vocab_size");
+    r->state_.iteration = j.at("iteration");
+    r->state_.consumed_samples = j.at("consumed_samples");
+    r->state_.valid_consumed = j.at("valid_consumed_samples");
+    r->state_.steps_taken = j.at("steps_taken");
+    r->state_.skipped_iterations = j.at("skipped_iterations");
+    r->state_.nan_iterations = j.at("nan_iterations");
+    const json& l = j.at("layout");
+    r->tp_ = l.at("tp"), r->pp_ = l.at("pp"), r->dp_ = l.at("dp"), r->vpp_ = l.at("vpp");
+    r->distributed_ = l.at("distributed_optimizer");
+    r->has_optimizer_ = j.at("optimizer_state");
+    for (const json& f : j.at("files"))
+      r->files_.push_back({f.at("name"), f.at("bytes"),
+                           static_cast<uint32_t>(std::stoul(f.at("crc32c").get<std::string>(),
+                                                            nullptr, 16))});
+    for (const json& p : j.at("pieces")) {
+      CheckpointPiece c;
+      c.file = p.at("file"), c.key = p.at("key"), c.kind = p.at("kind"), c.name = p.at("name");
+      c.global_shape = p.at("global_shape").get<std::vector<int64_t>>();
+      c.split_dim = p.at("split_dim"), c.split_begin = p.at("split_begin");
+      c.split_size = p.at("split_size");
+      c.flat_begin = p.at("flat_begin"), c.flat_end = p.at("flat_end");
+      r->by_tensor_[c.kind + "/" + c.name].push_back(r->pieces_.size());
+      r->pieces_.push_back(std::move(c));
+    }
+  } catch (const json::exception& e) {
+    return Status::corrupt(meta_path + ": malformed metadata (" + e.what() + ")");
+  }
+  return r;
+}
+
+std::string CheckpointReader::layout_summary() const {
+  return "TP " + std::to_string(tp_) + ", PP " + std::to_string(pp_) +
+         (vpp_ > 1 ? " x " + std::to_string(vpp_) + " virtual" : "") + ", DP " +
+         std::to_string(dp_) + (distributed_ ? ", distributed optimizer" : "");
+}
+
+Result<const safetensors::File*> CheckpointReader::file(const std::string& name) {
+  if (auto it = open_.find(name); it != open_.end()) return it->second.get();
+  const auto info = std::find_if(files_.begin(), files_.end(),
+                                 [&](const FileInfo& f) { return f.name == name; });
+  const std::string path = path_ + "/" + name;
+  if (info == files_.end()) return Status::corrupt(path + ": not listed in metadata.json");
+  int64_t bytes = 0;
+  Result<uint32_t> crc = file_crc(path, &bytes);
+  if (!crc) return Status::corrupt(path + ": missing or unreadable (" + crc.status().message() + ")");
+  if (bytes != info->bytes)
+    return Status::corrupt(path + ": " + std::to_string(bytes) + " bytes, metadata.json says " +
+                           std::to_string(info->bytes) + " (truncated?)");
+  if (*crc != info->crc32c)
+    return Status::corrupt(path + ": checksum " + hex(*crc) + " differs from metadata.json's " +
+                           hex(info->crc32c) + " (the file is corrupt)");
+  Result<safetensors::File> f = safetensors::File::open(path);
+  if (!f) return f.status();
+  auto owned = std::make_unique<safetensors::File>(std::move(*f));
+  const safetensors::File* raw = owned.get();
+  open_[name] = std::move(owned);
+  return raw;
+}
+
+Status CheckpointReader::verify_all() {
+  for (const FileInfo& f : files_)
+    if (Result<const safetensors::File*> r = file(f.name); !r) return r.status();
+  return Status::ok();
+}
+
+Status CheckpointReader::read_global(const std::string& kind, const std::string& name,
+                                     std::vector<int64_t>& shape, std::vector<float>& out) {
+  const auto it = by_tensor_.find(kind + "/" + name);
+  if (it == by_tensor_.end())
+    return Status::corrupt(path_ + ": holds no " + kind + " of tensor " + name);
+  const CheckpointPiece& first = pieces_[it->second.front()];
+  shape = first.global_shape;
+  size_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<size_t>(d);
+  out.assign(numel, 0.0f);
+  size_t covered = 0;
+  std::vector<float> data;
+  for (size_t index : it->second) {
+    const CheckpointPiece& p = pieces_[index];
+    Result<const safetensors::File*> f = file(p.file);
+    if (!f) return Status::corrupt(f.status().message() + " (reading tensor " + name + ")");
+    const safetensors::TensorInfo* info = (*f)->find(p.key);
+    const size_t n = static_cast<size_t>(p.flat_end - p.flat_begin);
+    if (!info || info->numel != n)
+      return Status::corrupt(path_ + "/" + p.file + ": entry " + p.key + " is missing or has the "
+                             "wrong size");
+    data.resize(n);
+    if (Status s = (*f)->read_float(*info, data.data()); !s) return s;
+    const SliceMap map{p.global_shape, p.split_dim, p.split_begin, p.split_size};
+    for (size_t i = 0; i < n; i++) out[map.global_index(p.flat_begin + i)] = data[i];
+    covered += n;
+  }
+  if (covered != numel)
+    return Status::corrupt(path_ + ": the pieces of " + kind + " " + name + " cover " +
+                           std::to_string(covered) + " of its " + std::to_string(numel) +
+                           " elements");
+  return Status::ok();
+}
+
+namespace {
+
+// Copies this rank's slice of `t` (flat range [begin, end) of it) out of the global tensor.
+// The word embedding may be padded differently under another TP size: rows beyond the saved
+// ones start at zero, extra saved rows (padding) are dropped.
+Status take_slice(const ParamTensor& t, const std::vector<int64_t>& saved_shape,
+                  const std::vector<float>& global, size_t begin, size_t end, float* out,
+                  const std::string& where) {
+  std::vector<int64_t> shape = saved_shape;
+  const bool vocabulary = t.name == "embedding.word_embeddings.weight";
+  if (vocabulary && shape.size() == 2 && shape[1] == t.global_shape[1]) shape[0] = t.global_shape[0];
+  if (shape != t.global_shape)
+    return Status::invalid_argument(where + " holds " + t.name + " with shape " +
+                                    safetensors::shape_to_string(saved_shape) +
+                                    "; this model's is " +
+                                    safetensors::shape_to_string(t.global_shape));
+  const SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                     t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+  const size_t saved_numel = global.size();
+  for (size_t i = begin; i < end; i++) {
+    const size_t g = map.global_index(i);
+    out[i - begin] = g < saved_numel ? global[g] : 0.0f;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool weights_only,
+                       TrainState* state) {
+  Result<std::unique_ptr<CheckpointReader>> opened = CheckpointReader::open(ref.path);
+  if (!opened) return opened.status();
+  CheckpointReader& reader = **opened;
+  if (!weights_only && !reader.has_optimizer_state())
+    return Status::invalid_argument(ref.path + " holds weights only (no optimizer state); load "
+                                    "it with --finetune");
+  const int previous = previous_checkpoint(ref.dir, ref.iteration);
+  auto explain = [&](const Status& s) {
+    if (s) return s;
+    return Status::corrupt(s.message() + (previous > 0 ? "; the previous complete checkpoint is " +
+                                                             iteration_name(previous) +
+                                                             " (--ckpt-step " +
+                                                             std::to_string(previous) + ")"
+                                                       : ""));
+  };
+  std::vector<int64_t> shape;
+  std::vector<float> global;
+  std::string cached;
+  auto fetch = [&](const std::string& kind, const std::string& name) -> Status {
+    if (cached == kind + "/" + name) return Status::ok();
+    cached.clear();
+    if (Status s = reader.read_global(kind, name, shape, global); !s) return s;
+    cached = kind + "/" + name;
+    return Status::ok();
+  };
+  for (size_t c = 0; c < parts.chunks.size(); c++) {
+    GptModel<float>& chunk = *parts.chunks[c];
+    const auto& tensors = chunk.layout().tensors();
+    for (const ParamTensor& t : tensors) {
+      if (Status s = fetch("model", t.name); !s) return explain(s);
+      if (Status s = take_slice(t, shape, global, 0, t.numel, chunk.params() + t.offset, ref.path);
+          !s)
+        return s;
+    }
+    if (weights_only || c >= parts.optimizers.size()) continue;
+    for (const auto& view : parts.optimizers[c]->state_views()) {
+      const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const ParamTensor& t) {
+        return view.offset >= t.offset && view.offset < t.offset + t.numel;
+      });
+      if (it == tensors.end()) continue;
+      const size_t begin = view.offset - it->offset, end = begin + view.numel;
+      if (Status s = fetch("exp_avg", it->name); !s) return explain(s);
+      if (Status s = take_slice(*it, shape, global, begin, end, view.exp_avg, ref.path); !s)
+        return s;
+      if (Status s = fetch("exp_avg_sq", it->name); !s) return explain(s);
+      if (Status s = take_slice(*it, shape, global, begin, end, view.exp_avg_sq, ref.path); !s)
+        return s;
+    }
+    parts.optimizers[c]->set_steps_taken(reader.state().steps_taken);
+  }
+  if (state) *state = reader.state();
+  return Status::ok();
+}
+
+}  // namespace lattice

@@ -1,0 +1,126 @@
+// Distributed checkpoints (ARCHITECTURE.md "Checkpoints", docs/design-notes.md#checkpoints):
+// <save>/latest_checkpointed_iteration.txt and <save>/iter_0000100/ holding metadata.json and
+// one safetensors file per rank that has something of its own to store. Every stored piece
+// names its global tensor, the global shape and the slice it holds (the tensor-parallel split,
+// and with the distributed optimizer the flat range of a shard), so any layout can load it:
+// a loader assembles each global tensor from its pieces and takes the slice it needs.
+// Saving is atomic: files go to iter_N.tmp/, are fsynced, the directory is renamed, then the
+// pointer file is replaced. Non-goals: async saving, 16-bit or fp64 state (fp32 only).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+#include "lattice/comm.h"
+#include "lattice/layout.h"
+#include "lattice/model_config.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+
+namespace lattice {
+
+// Where training stands: everything besides tensors that an exact resume needs. Dropout
+// masks and data order derive from the seed, the iteration and the consumed samples, so no
+// random-generator state is needed beyond these.
+struct TrainState {
+  int iteration = 0;  // iterations completed
+  int64_t consumed_samples = 0, valid_consumed = 0;
+  int steps_taken = 0, skipped_iterations = 0, nan_iterations = 0;
+};
+
+// One rank's share of the model and optimizer (optimizers may be empty: weights only).
+struct RankParts {
+  const ParallelLayout* layout = nullptr;
+  bool sequence_parallel = false, distributed_optimizer = false;
+  std::vector<GptModel<float>*> chunks;
+  std::vector<AdamW<float>*> optimizers;
+};
+
+struct SavedCheckpoint {
+  std::string path;       // the iteration directory
+  int64_t bytes = 0;      // all ranks' files (known on rank 0)
+  double seconds = 0;     // wall time of the save
+};
+
+// Collective over `world`. config_json: the run's settings (train_options_json). retain > 0
+// keeps only the newest `retain` checkpoints in `dir`.
+Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
+                                        const TrainState& state, const ModelConfig& model,
+                                        const std::string& config_json, const RankParts& parts,
+                                        int retain);
+
+struct CheckpointRef {
+  std::string dir;             // the --load / --save directory
+  std::string path;            // its iter_NNNNNNN directory
+  int iteration = 0;
+  std::vector<std::string> notes;  // e.g. an interrupted save that was skipped
+};
+// The checkpoint `step` of `dir`, or (step 0) the one latest_checkpointed_iteration.txt names.
+Result<CheckpointRef> find_checkpoint(const std::string& dir, int step);
+
+// One piece of a global tensor stored in one file.
+struct CheckpointPiece {
+  std::string file, key;  // the safetensors file (in the iteration directory) and its entry
+  std::string kind;       // "model", "exp_avg" or "exp_avg_sq"
+  std::string name;       // the global tensor's name
+  std::vector<int64_t> global_shape;
+  int split_dim = -1;  // tensor-parallel split of the slice, as ParamTensor
+  int64_t split_begin = 0, split_size = 0;
+  int64_t flat_begin = 0, flat_end = 0;  // the piece's range in the slice, flattened
+};
+
+// A checkpoint opened for reading: its metadata and a lookup of every piece. Files are mapped
+// and their checksums verified the first time a piece of them is read.
+class CheckpointReader {
+ public:
+  static Result<std::unique_ptr<CheckpointReader>> open(const std::string& iteration_dir);
+
+  const std::string& path() const { return path_; }
+  const std::string& metadata_json() const { return metadata_text_; }
+  const ModelConfig& model() const { return model_; }
+  const TrainState& state() const { return state_; }
+  bool has_optimizer_state() const { return has_optimizer_; }
+  std::string layout_summary() const;  // "TP 2, PP 2, DP 2, distributed optimizer"
+  const std::vector<CheckpointPiece>& pieces() const { return pieces_; }
+  struct FileInfo {
+    std::string name;
+    int64_t bytes = 0;
+    uint32_t crc32c = 0;
+  };
+  const std::vector<FileInfo>& files() const { return files_; }
+
+  // Every file's size and checksum against the metadata.
+  Status verify_all();
+  // The global tensor `kind`/`name` assembled from its pieces into out (global numel).
+  Status read_global(const std::string& kind, const std::string& name,
+                     std::vector<int64_t>& shape, std::vector<float>& out);
+
+ private:
+  Result<const safetensors::File*> file(const std::string& name);
+
+  std::string path_, metadata_text_;
+  ModelConfig model_;
+  TrainState state_;
+  int tp_ = 1, pp_ = 1, dp_ = 1, vpp_ = 1;
+  bool distributed_ = false, has_optimizer_ = false;
+  std::vector<FileInfo> files_;
+  std::vector<CheckpointPiece> pieces_;
+  std::map<std::string, std::vector<size_t>> by_tensor_;  // kind + "/" + name -> pieces
+  std::map<std::string, std::unique_ptr<safetensors::File>> open_;
+};
+
+// Loads a checkpoint into this rank's parts, whatever layout saved it. weights_only (for
+// --finetune) skips optimizer state and training progress. Refuses a checkpoint of another
+// model shape, a file whose size or checksum is wrong, or a missing piece, naming the file and
+// tensor; `state` receives the training progress.
+Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool weights_only,
+                       TrainState* state);
+
+// The newest complete checkpoint of `dir` older than `iteration`, or 0.
+int previous_checkpoint(const std::string& dir, int iteration);
+
+}  // namespace lattice
