@@ -13,6 +13,7 @@ int eval_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
 int runs_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
+int ckpt_command(const std::vector<std::string>& args);
 
 // Prints "lattice <command>: <message>" for each line of `message` to stderr.
 void print_error(const std::string& command, const std::string& message);

@@ -17,7 +17,8 @@ void print_usage(std::ostream& out) {
          "  eval      score a model on a dataset in document order\n"
          "  data      tokenizers and datasets: preprocess, inspect, train-tokenizer, demo\n"
          "  plan      check a parallel layout and estimate its memory per pipeline stage\n"
-         "  runs      the run database: list, show\n"
+         "  runs      the run database: list, show, export, compare, tag, rename, delete\n"
+         "  ckpt      checkpoints: inspect, export-hf, import-hf, reshard\n"
          "  version   print the version and the BLAS kernel in use\n";
 }
 
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   if (command == "eval") return lattice::cli::eval_command(args);
   if (command == "data") return lattice::cli::data_command(args);
   if (command == "plan") return lattice::cli::plan_command(args);
+  if (command == "ckpt") return lattice::cli::ckpt_command(args);
   if (command == "runs") return lattice::cli::runs_command(args);
   if (command == "version") {
     std::cout << "lattice " << LATTICE_VERSION << " (OpenBLAS kernel "

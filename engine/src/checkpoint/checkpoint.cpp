@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "checkpoint/crc32c.h"
 
@@ -111,36 +113,8 @@ json model_json(const ModelConfig& m) {
 
 }  // namespace
 
-Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
-                                        const TrainState& state, const ModelConfig& model,
-                                        const std::string& config_json, const RankParts& parts,
-                                        int retain) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int rank = world.rank();
-  const ParallelLayout& L = *parts.layout;
-  const ParallelLayout::Coord me = L.coord(rank);
-  const std::string final_dir = dir + "/" + iteration_name(state.iteration);
-  const std::string tmp_dir = final_dir + ".tmp";
-  // Every rank must learn of a failure on any rank before going on.
-  auto agree = [&](Status s) -> Status {
-    int bad = s ? 0 : 1;
-    if (world.size() > 1)
-      if (Status c = world.all_reduce(&bad, 1, DType::kInt32, ReduceOp::kMax); !c) return c;
-    if (!s) return s;
-    return bad ? Status::io_error("checkpoint " + final_dir + ": another rank failed to save")
-               : Status::ok();
-  };
-  Status prepared = Status::ok();
-  if (rank == 0) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    fs::remove_all(tmp_dir, ec);
-    if (!fs::create_directories(tmp_dir, ec))
-      prepared = Status::io_error("--save " + dir + ": cannot create " + tmp_dir + ": " +
-                                  ec.message());
-  }
-  if (Status s = agree(prepared); !s) return s;
-
+Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::Coord& me,
+                   const RankParts& parts) {
   // This rank's pieces: the model from data-parallel rank 0 (replicas are equal), optimizer
   // state from every rank that owns a shard of it; one copy of each slice (counts_in_norm).
   std::vector<safetensors::TensorSource> sources;
@@ -201,14 +175,21 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
       wrote = write_file_atomic(tmp_dir + "/" + rank_file(rank) + ".json", sidecar.dump());
     }
   }
-  if (Status s = agree(wrote); !s) return s;
+  return wrote;
+}
 
-  SavedCheckpoint saved;
-  saved.path = final_dir;
+Status finalize_checkpoint(const std::string& dir, int iteration, int world_size,
+                           const TrainState& state, const ModelConfig& model,
+                           const std::string& config_json, const SavedLayout& saved, int retain,
+                           int64_t* total_bytes) {
+  const std::string final_dir = dir + "/" + iteration_name(iteration);
+  const std::string tmp_dir = final_dir + ".tmp";
+  const ParallelLayout& L = saved.layout;
   Status finished = Status::ok();
-  if (rank == 0) {
+  *total_bytes = 0;
+  {
     json files = json::array(), all_pieces = json::array();
-    for (int r = 0; r < world.size() && finished; r++) {
+    for (int r = 0; r < world_size && finished; r++) {
       const std::string sidecar = tmp_dir + "/" + rank_file(r) + ".json";
       if (!fs::exists(sidecar)) continue;  // a rank with nothing of its own
       std::ifstream in(sidecar);
@@ -218,7 +199,7 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
         break;
       }
       files.push_back({{"name", j["file"]}, {"bytes", j["bytes"]}, {"crc32c", j["crc32c"]}});
-      saved.bytes += j["bytes"].get<int64_t>();
+      *total_bytes += j["bytes"].get<int64_t>();
       for (auto& p : j["pieces"]) all_pieces.push_back(p);
       fs::remove(sidecar);
     }
@@ -238,9 +219,9 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
                          {"pp", L.pp},
                          {"dp", L.dp},
                          {"vpp", L.vpp},
-                         {"sequence_parallel", parts.sequence_parallel},
-                         {"distributed_optimizer", parts.distributed_optimizer}}},
-                       {"optimizer_state", !parts.optimizers.empty()},
+                         {"sequence_parallel", saved.sequence_parallel},
+                         {"distributed_optimizer", saved.distributed_optimizer}}},
+                       {"optimizer_state", saved.optimizer_state},
                        {"config", config.is_discarded() ? json::object() : config},
                        {"files", files},
                        {"pieces", all_pieces}};
@@ -268,11 +249,61 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
       }
     }
   }
+  return finished;
+}
+
+Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
+                                        const TrainState& state, const ModelConfig& model,
+                                        const std::string& config_json, const RankParts& parts,
+                                        int retain) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rank = world.rank();
+  const ParallelLayout& L = *parts.layout;
+  const ParallelLayout::Coord me = L.coord(rank);
+  const std::string final_dir = dir + "/" + iteration_name(state.iteration);
+  const std::string tmp_dir = final_dir + ".tmp";
+  // Every rank must learn of a failure on any rank before going on.
+  auto agree = [&](Status s) -> Status {
+    int bad = s ? 0 : 1;
+    if (world.size() > 1)
+      if (Status c = world.all_reduce(&bad, 1, DType::kInt32, ReduceOp::kMax); !c) return c;
+    if (!s) return s;
+    return bad ? Status::io_error("checkpoint " + final_dir + ": another rank failed to save")
+               : Status::ok();
+  };
+  Status prepared = Status::ok();
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::remove_all(tmp_dir, ec);
+    if (!fs::create_directories(tmp_dir, ec))
+      prepared = Status::io_error("--save " + dir + ": cannot create " + tmp_dir + ": " +
+                                  ec.message());
+  }
+  if (Status s = agree(prepared); !s) return s;
+
+  Status wrote = write_shard(tmp_dir, rank, me, parts);
+  if (Status s = agree(wrote); !s) return s;
+  // Fault injection for the crash-during-save test: LATTICE_CHECKPOINT_STALL_AT=N holds the
+  // save of iteration N between the shards and the metadata, where a kill leaves iter_N.tmp.
+  if (const char* at = std::getenv("LATTICE_CHECKPOINT_STALL_AT"); at && std::atoi(at) == state.iteration)
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+
+  SavedCheckpoint saved;
+  saved.path = final_dir;
+  Status finished = Status::ok();
+  if (rank == 0)
+    finished = finalize_checkpoint(
+        dir, state.iteration, world.size(), state, model, config_json,
+        {L, parts.sequence_parallel, parts.distributed_optimizer, !parts.optimizers.empty()},
+        retain, &saved.bytes);
   if (Status s = agree(finished); !s) return s;
   saved.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return saved;
 }
+
+std::string checkpoint_directory_name(int iteration) { return iteration_name(iteration); }
 
 int previous_checkpoint(const std::string& dir, int iteration) {
   int best = 0;

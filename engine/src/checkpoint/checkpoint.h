@@ -53,6 +53,21 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
                                         const std::string& config_json, const RankParts& parts,
                                         int retain);
 
+// The two halves of a save, for offline tools (`lattice ckpt reshard`, `import-hf`) that write
+// every rank's shard from one process: each rank's pieces into iter_N.tmp/, then rank 0's
+// metadata, rename and pointer. save_checkpoint is both, collectively.
+Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::Coord& coord,
+                   const RankParts& parts);
+struct SavedLayout {
+  ParallelLayout layout;
+  bool sequence_parallel = false, distributed_optimizer = false, optimizer_state = false;
+};
+Status finalize_checkpoint(const std::string& dir, int iteration, int world_size,
+                           const TrainState& state, const ModelConfig& model,
+                           const std::string& config_json, const SavedLayout& saved, int retain,
+                           int64_t* total_bytes);
+std::string checkpoint_directory_name(int iteration);  // "iter_0000100"
+
 struct CheckpointRef {
   std::string dir;             // the --load / --save directory
   std::string path;            // its iter_NNNNNNN directory

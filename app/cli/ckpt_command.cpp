@@ -1,0 +1,286 @@
+// lattice ckpt inspect | export-hf | import-hf | reshard: checkpoints without training.
+// Offline tools write every rank's shard from this one process through the same two halves a
+// distributed save uses (checkpoint.h), so what they write loads like a training save.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_gpt2.h"
+#include "commands.h"
+#include "lattice/layout.h"
+#include "lattice/train_options.h"
+#include "parallel/model_chunks.h"
+
+namespace lattice::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "usage: lattice ckpt <command> ...\n\n"
+    "  inspect DIR                  iteration, layout, model, files (checksums verified), tensors\n"
+    "  export-hf DIR FILE           the model as GPT-2 Hugging Face safetensors\n"
+    "  import-hf FILE DIR [flags]   GPT-2 safetensors as a weights-only checkpoint (iteration 0;\n"
+    "                               train from it with --load DIR --finetune); flags: the model's\n"
+    "                               (--num-layers, --hidden-size, --vocab-size / tokenizer, ...)\n"
+    "  reshard DIR OUT --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
+    "          [--num-layers-per-virtual-pipeline-stage V]\n"
+    "                               the checkpoint as that layout saves it (any layout also loads\n"
+    "                               any checkpoint directly: resharding is optional)\n\n"
+    "DIR is a --save directory (its latest checkpoint) or one iter_NNNNNNN directory in it.\n";
+
+// DIR as given: an iteration directory, or a save directory's latest checkpoint.
+Result<CheckpointRef> resolve(const std::string& path) {
+  if (fs::exists(path + "/metadata.json")) {
+    CheckpointRef ref;
+    ref.path = path;
+    ref.dir = fs::path(path).parent_path().string();
+    const std::string name = fs::path(path).filename().string();
+    ref.iteration = name.rfind("iter_", 0) == 0 ? std::atoi(name.c_str() + 5) : 0;
+    return ref;
+  }
+  return find_checkpoint(path, 0);
+}
+
+Result<std::unique_ptr<CheckpointReader>> open_reader(const std::string& path) {
+  Result<CheckpointRef> ref = resolve(path);
+  if (!ref) return ref.status();
+  return CheckpointReader::open(ref->path);
+}
+
+int inspect(const std::vector<std::string>& args) {
+  if (args.size() != 1) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  Result<std::unique_ptr<CheckpointReader>> r = open_reader(args[0]);
+  if (!r) {
+    print_error("ckpt inspect", r.status().message());
+    return 1;
+  }
+  CheckpointReader& c = **r;
+  const ModelConfig& m = c.model();
+  const TrainState& s = c.state();
+  std::printf("checkpoint  %s\n", c.path().c_str());
+  std::printf("iteration   %d (consumed samples %lld, optimizer steps %d, skipped %d)\n",
+              s.iteration, static_cast<long long>(s.consumed_samples), s.steps_taken,
+              s.skipped_iterations);
+  std::printf("layout      %s\n", c.layout_summary().c_str());
+  std::printf("model       %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (%.2f M "
+              "parameters)\n",
+              m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn(), m.seq_length,
+              m.vocab_size, m.num_parameters() / 1e6);
+  std::printf("contents    weights%s\n",
+              c.has_optimizer_state() ? ", AdamW moments, training progress" : " only");
+  int bad = 0;
+  int64_t total = 0;
+  std::printf("files\n");
+  for (const CheckpointReader::FileInfo& f : c.files()) {
+    total += f.bytes;
+    std::printf("  %-28s %12lld bytes  crc32c %08x\n", f.name.c_str(),
+                static_cast<long long>(f.bytes), f.crc32c);
+  }
+  const Status integrity = c.verify_all();
+  if (!integrity) bad++;
+  std::printf("integrity   %s\n", integrity ? "every file's size and checksum match"
+                                              : integrity.message().c_str());
+  std::map<std::string, std::pair<std::vector<int64_t>, int>> tensors;  // name -> shape, pieces
+  for (const CheckpointPiece& p : c.pieces())
+    if (p.kind == "model") {
+      tensors[p.name].first = p.global_shape;
+      tensors[p.name].second++;
+    }
+  std::printf("tensors     %zu global tensors in %zu pieces, %.1f MB on disk\n", tensors.size(),
+              c.pieces().size(), total / 1e6);
+  for (const auto& [name, info] : tensors)
+    std::printf("  %-56s %-14s %d piece%s\n", name.c_str(),
+                safetensors::shape_to_string(info.first).c_str(), info.second,
+                info.second == 1 ? "" : "s");
+  return bad ? 1 : 0;
+}
+
+int export_hf(const std::vector<std::string>& args) {
+  if (args.size() != 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  Result<std::unique_ptr<CheckpointReader>> r = open_reader(args[0]);
+  if (!r) {
+    print_error("ckpt export-hf", r.status().message());
+    return 1;
+  }
+  ModelConfig m = (*r)->model();
+  const ParamLayout layout(m);
+  std::vector<float> params(layout.total_numel(), 0.0f), global;
+  std::vector<int64_t> shape;
+  for (const ParamTensor& t : layout.tensors()) {
+    if (Status s = (*r)->read_global("model", t.name, shape, global); !s) {
+      print_error("ckpt export-hf", s.message());
+      return 1;
+    }
+    // The saved word embedding may carry other padding rows (another TP size): the rows of
+    // the real vocabulary are what export keeps.
+    std::copy_n(global.begin(), std::min(global.size(), t.numel), params.begin() + t.offset);
+  }
+  if (Status s = export_hf_gpt2(args[1], m, layout, params.data()); !s) {
+    print_error("ckpt export-hf", s.message());
+    return 1;
+  }
+  std::printf("wrote %s from %s\n", args[1].c_str(), (*r)->path().c_str());
+  return 0;
+}
+
+// A one-rank layout for offline writers.
+ParallelLayout single_layout(int num_layers) {
+  ParallelLayout l;
+  l.num_layers = num_layers;
+  return l;
+}
+
+int import_hf(const std::vector<std::string>& args) {
+  if (args.size() < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::vector<std::string> flags(args.begin() + 2, args.end());
+  Result<TrainOptions> o = parse_train_flags(flags);
+  if (!o) {
+    print_error("ckpt import-hf", o.status().message());
+    return 2;
+  }
+  ModelConfig m = o->model;
+  m.tensor_model_parallel_size = 1;
+  if (o->tokenizer.type != "NullTokenizer") {
+    Result<std::unique_ptr<Tokenizer>> t = make_tokenizer(o->tokenizer);
+    if (!t) {
+      print_error("ckpt import-hf", t.status().message());
+      return 2;
+    }
+    m.vocab_size = (*t)->vocab_size();
+  }
+  GptModel<float> model(m, 1);
+  if (Status s = import_hf_gpt2(args[0], m, model.layout(), model.params()); !s) {
+    print_error("ckpt import-hf", s.message());
+    return 1;
+  }
+  const ParallelLayout layout = single_layout(m.num_layers);
+  RankParts parts;
+  parts.layout = &layout;
+  parts.chunks = {&model};
+  const std::string dir = args[1];
+  const std::string tmp = dir + "/" + checkpoint_directory_name(0) + ".tmp";
+  std::error_code ec;
+  fs::create_directories(tmp, ec);
+  int64_t bytes = 0;
+  Status s = write_shard(tmp, 0, {}, parts);
+  if (s)
+    s = finalize_checkpoint(dir, 0, 1, TrainState{}, m, train_options_json(*o),
+                            {layout, false, false, false}, 0, &bytes);
+  if (!s) {
+    print_error("ckpt import-hf", s.message());
+    return 1;
+  }
+  std::printf("wrote %s/%s (weights only, %.1f MB); train from it with --load %s --finetune\n",
+              dir.c_str(), checkpoint_directory_name(0).c_str(), bytes / 1e6, dir.c_str());
+  return 0;
+}
+
+int reshard(const std::vector<std::string>& args) {
+  if (args.size() < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  Result<CheckpointRef> ref = resolve(args[0]);
+  if (!ref) {
+    print_error("ckpt reshard", ref.status().message());
+    return 1;
+  }
+  Result<std::unique_ptr<CheckpointReader>> r = CheckpointReader::open(ref->path);
+  if (!r) {
+    print_error("ckpt reshard", r.status().message());
+    return 1;
+  }
+  // The saved run's settings with the new layout flags on top.
+  const std::vector<std::string> flags(args.begin() + 2, args.end());
+  Result<TrainOptions> o = parse_train_flags(flags);
+  if (!o) {
+    print_error("ckpt reshard", o.status().message());
+    return 2;
+  }
+  ModelConfig m = (*r)->model();
+  m.tensor_model_parallel_size = o->model.tensor_model_parallel_size;
+  TrainOptions target = *o;
+  target.model = m;
+  const int world = m.tensor_model_parallel_size * o->parallel.pipeline_model_parallel_size;
+  // The batch does not matter offline; one that every layout rule accepts.
+  target.global_batch_size = target.micro_batch_size * o->parallel.pipeline_model_parallel_size;
+  Result<ParallelLayout> layout = make_layout(target, world);
+  if (!layout) {
+    print_error("ckpt reshard", layout.status().message());
+    return 2;
+  }
+  const bool optimizer = (*r)->has_optimizer_state();
+  const std::string out = args[1];
+  const int iteration = (*r)->state().iteration;
+  const std::string tmp = out + "/" + checkpoint_directory_name(iteration) + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  for (int rank = 0; rank < world; rank++) {
+    const ParallelLayout::Coord c = layout->coord(rank);
+    std::vector<std::unique_ptr<GptModel<float>>> chunks;
+    std::vector<std::unique_ptr<AdamW<float>>> optimizers;
+    RankParts parts;
+    parts.layout = &*layout;
+    for (int chunk = 0; chunk < layout->vpp; chunk++) {
+      chunks.push_back(std::make_unique<GptModel<float>>(
+          m, shard_of(*layout, c, chunk, false), 1, nullptr, RecomputePlan{}));
+      parts.chunks.push_back(chunks.back().get());
+      if (optimizer) {
+        optimizers.push_back(std::make_unique<AdamW<float>>(chunks.back()->layout(), target.optim));
+        parts.optimizers.push_back(optimizers.back().get());
+      }
+    }
+    if (Status s = load_checkpoint(*ref, parts, !optimizer, nullptr); !s) {
+      print_error("ckpt reshard", s.message());
+      return 1;
+    }
+    if (Status s = write_shard(tmp, rank, c, parts); !s) {
+      print_error("ckpt reshard", s.message());
+      return 1;
+    }
+  }
+  int64_t bytes = 0;
+  if (Status s = finalize_checkpoint(out, iteration, world, (*r)->state(), m,
+                                     train_options_json(target), {*layout, false, false, optimizer},
+                                     0, &bytes);
+      !s) {
+    print_error("ckpt reshard", s.message());
+    return 1;
+  }
+  std::printf("wrote %s/%s for TP %d, PP %d (%.1f MB)\n", out.c_str(),
+              checkpoint_directory_name(iteration).c_str(), layout->tp, layout->pp, bytes / 1e6);
+  return 0;
+}
+
+}  // namespace
+
+int ckpt_command(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "inspect") return inspect(rest);
+  if (args[0] == "export-hf") return export_hf(rest);
+  if (args[0] == "import-hf") return import_hf(rest);
+  if (args[0] == "reshard") return reshard(rest);
+  print_error("ckpt", "unknown command '" + args[0] + "'");
+  std::cerr << kUsage;
+  return 2;
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,260 @@
+// Checkpoints as a user meets them, with real MPI jobs: a run stopped and resumed continues
+// bit for bit; a checkpoint saved under one layout continues under others; a job killed while
+// saving resumes from the previous complete checkpoint and says so; a corrupt or truncated
+// shard is refused by name; GPT-2 weights survive import and export unchanged.
+#include <QtTest/QtTest>
+
+#include <QDir>
+#include <QFile>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <csignal>
+
+#include "checkpoint/safetensors.h"
+#include "lattice/storage/run_store.h"
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  QString out, err;
+};
+
+QProcessEnvironment mpi_environment() {
+  QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+  for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
+    e.insert(kv.section('=', 0, 0), kv.section('=', 1));
+  return e;
+}
+
+Run run_lattice(int ranks, const QStringList& args) {
+  QProcess p;
+  p.setProcessEnvironment(mpi_environment());
+  if (ranks == 1)
+    p.start(LATTICE_CLI_PATH, args);
+  else
+    p.start(LATTICE_MPIEXEC,
+            QStringList{"--oversubscribe", "-n", QString::number(ranks), LATTICE_CLI_PATH} + args);
+  Run r;
+  if (!p.waitForFinished(240000)) {
+    p.kill();
+    r.err = "timed out";
+    return r;
+  }
+  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+  r.out = QString::fromUtf8(p.readAllStandardOutput());
+  r.err = QString::fromUtf8(p.readAllStandardError());
+  return r;
+}
+
+// 20 iterations planned (the learning-rate schedule depends on it); runs stop early with
+// --exit-interval.
+const QStringList kModel = {
+    "train", "--mock-data", "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads",
+    "8", "--seq-length", "32", "--vocab-size", "511", "--micro-batch-size", "2",
+    "--global-batch-size", "8", "--train-iters", "20", "--lr", "1e-3", "--lr-warmup-iters", "2",
+    "--lr-decay-style", "cosine", "--eval-iters", "0", "--log-interval", "5", "--threads", "1"};
+const QStringList kTp2Pp2Dp2 = {"--tensor-model-parallel-size", "2",
+                                "--pipeline-model-parallel-size", "2",
+                                "--use-distributed-optimizer"};
+
+}  // namespace
+
+class Checkpoints : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir dir_;
+  QString db() const { return dir_.filePath("runs.sqlite"); }
+  QString ckpt() const { return dir_.filePath("ckpt"); }
+
+  // Every logged step's loss of run `name`, by step.
+  std::map<int64_t, double> losses(const QString& name) {
+    std::map<int64_t, double> out;
+    auto store = lattice::storage::RunStore::open(db().toStdString());
+    if (!store) return out;
+    auto run = (*store)->find_run(name.toStdString());
+    if (!run) return out;
+    auto history = (*store)->history(run->id);
+    if (!history) return out;
+    for (const auto& series : history->metrics)
+      if (series.key == "lm loss")
+        for (const auto& p : series.points) out[p.step] = p.value;
+    return out;
+  }
+
+  Run train(const QString& name, int ranks, const QStringList& extra) {
+    return run_lattice(ranks, kModel + QStringList{"--db", db(), "--run-name", name} + extra);
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    // The unchanged continuation, and a run stopped after 10 iterations with a checkpoint.
+    Run straight = train("straight", 8, kTp2Pp2Dp2);
+    QVERIFY2(straight.exit_code == 0, qPrintable(straight.err));
+    Run first = train("first-10", 8,
+                      kTp2Pp2Dp2 + QStringList{"--save", ckpt(), "--exit-interval", "10"});
+    QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+    QVERIFY2(first.out.contains("saved checkpoint of iteration 10"), qPrintable(first.out));
+    QCOMPARE(losses("first-10").size(), size_t{10});
+  }
+
+  void resume_is_bit_identical() {
+    Run resumed = train("resumed", 8, kTp2Pp2Dp2 + QStringList{"--load", ckpt()});
+    QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err));
+    QVERIFY2(resumed.out.contains("continuing after iteration 10"), qPrintable(resumed.out));
+    const auto want = losses("straight"), got = losses("resumed");
+    QCOMPARE(got.size(), size_t{10});
+    for (int step = 11; step <= 20; step++)
+      QVERIFY2(got.at(step) == want.at(step),
+               qPrintable(QString("step %1: resumed loss %2, uninterrupted %3")
+                              .arg(step)
+                              .arg(got.at(step), 0, 'g', 17)
+                              .arg(want.at(step), 0, 'g', 17)));
+  }
+
+  void another_layout_continues_the_run() {
+    const auto want = losses("straight");
+    const struct {
+      const char* name;
+      int ranks;
+      QStringList layout;
+    } cases[] = {{"resharded-pp4-dp2", 8, {"--pipeline-model-parallel-size", "4"}},
+                 {"resharded-one-process", 1, {}}};
+    for (const auto& c : cases) {
+      Run r = train(c.name, c.ranks,
+                    c.layout + QStringList{"--load", ckpt(), "--exit-interval", "15"});
+      QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+      const auto got = losses(c.name);
+      QCOMPARE(got.size(), size_t{5});
+      for (int step = 11; step <= 15; step++) {
+        const double rel = std::abs(got.at(step) - want.at(step)) / want.at(step);
+        QVERIFY2(rel <= 1e-5, qPrintable(QString("%1 step %2: loss %3, uninterrupted %4")
+                                             .arg(c.name)
+                                             .arg(step)
+                                             .arg(got.at(step), 0, 'g', 17)
+                                             .arg(want.at(step), 0, 'g', 17)));
+      }
+    }
+  }
+
+  void offline_reshard_loads_like_a_save() {
+    const QString out = dir_.filePath("resharded");
+    Run r = run_lattice(1, {"ckpt", "reshard", ckpt(), out, "--tensor-model-parallel-size", "1",
+                        "--pipeline-model-parallel-size", "2"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    Run inspect = run_lattice(1, {"ckpt", "inspect", out});
+    QVERIFY2(inspect.exit_code == 0, qPrintable(inspect.out + inspect.err));
+    QVERIFY2(inspect.out.contains("layout      TP 1, PP 2, DP 1"), qPrintable(inspect.out));
+    QVERIFY2(inspect.out.contains("every file's size and checksum match"), qPrintable(inspect.out));
+    // Same weights either way.
+    QVERIFY(run_lattice(1, {"ckpt", "export-hf", ckpt(), dir_.filePath("a.st")}).exit_code == 0);
+    QVERIFY(run_lattice(1, {"ckpt", "export-hf", out, dir_.filePath("b.st")}).exit_code == 0);
+    QFile a(dir_.filePath("a.st")), b(dir_.filePath("b.st"));
+    QVERIFY(a.open(QIODevice::ReadOnly) && b.open(QIODevice::ReadOnly));
+    QVERIFY2(a.readAll() == b.readAll(), "export of the resharded checkpoint differs");
+  }
+
+  void killed_during_save_resumes_from_previous() {
+    const QString save = dir_.filePath("crash");
+    QProcess job;
+    QProcessEnvironment e = mpi_environment();
+    e.insert("LATTICE_CHECKPOINT_STALL_AT", "4");
+    job.setProcessEnvironment(e);
+    job.start(LATTICE_MPIEXEC,
+              QStringList{"--oversubscribe", "-n", "2", LATTICE_CLI_PATH} + kModel +
+                  QStringList{"--db", db(), "--run-name", "crash", "--save", save,
+                              "--save-interval", "2"});
+    QVERIFY(job.waitForStarted());
+    // Wait for iteration 4's shards to be written (the save then stalls), then kill -9.
+    QElapsedTimer waited;
+    waited.start();
+    const QString tmp = save + "/iter_0000004.tmp";
+    // (Data-parallel rank 1 holds a replica and writes nothing of its own.)
+    while (!QFile::exists(tmp + "/rank_00000.json") && waited.elapsed() < 120000)
+      QTest::qWait(100);
+    QVERIFY2(QFile::exists(tmp + "/rank_00000.json"), "the save of iteration 4 never started");
+    for (const QString& entry : QDir("/proc").entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+      QFile cmdline("/proc/" + entry + "/cmdline");
+      if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().contains(save.toUtf8()) &&
+          entry.toInt() != QCoreApplication::applicationPid())
+        ::kill(entry.toInt(), SIGKILL);
+    }
+    job.waitForFinished(30000);
+    QVERIFY(QFile::exists(save + "/iter_0000002/metadata.json"));
+    QVERIFY(!QFile::exists(save + "/iter_0000004/metadata.json"));
+    Run resumed = train("after-crash", 2, {"--load", save, "--save", save, "--exit-interval", "6"});
+    QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err));
+    QVERIFY2(resumed.out.contains("skipped iter_0000004.tmp"), qPrintable(resumed.out));
+    QVERIFY2(resumed.out.contains("continuing after iteration 2"), qPrintable(resumed.out));
+    QVERIFY(QFile::exists(save + "/iter_0000006/metadata.json"));
+  }
+
+  void corrupt_or_truncated_shards_are_refused() {
+    const QString save = dir_.filePath("crash");  // iterations 2 and 6 (4 was interrupted)
+    QVERIFY(QFile::exists(save + "/iter_0000006/metadata.json"));
+    const QString shard = save + "/iter_0000006/rank_00000.safetensors";
+    QFile f(shard);
+    QVERIFY(f.exists() && f.open(QIODevice::ReadWrite));
+    QByteArray bytes = f.readAll();
+    QVERIFY(bytes.size() > 1024);
+    bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x5a);
+    f.seek(0);
+    f.write(bytes);
+    f.close();
+    Run corrupt = train("corrupt", 1, {"--load", save});
+    QCOMPARE(corrupt.exit_code, 1);
+    QVERIFY2(corrupt.err.contains("rank_00000.safetensors") && corrupt.err.contains("checksum") &&
+                 corrupt.err.contains("the previous complete checkpoint is iter_0000002"),
+             qPrintable(corrupt.err));
+    QVERIFY(f.resize(bytes.size() / 2));
+    Run truncated = train("truncated", 1, {"--load", save});
+    QCOMPARE(truncated.exit_code, 1);
+    QVERIFY2(truncated.err.contains("truncated"), qPrintable(truncated.err));
+    Run inspect = run_lattice(1, {"ckpt", "inspect", save});
+    QCOMPARE(inspect.exit_code, 1);
+    QVERIFY2(inspect.out.contains("rank_00000.safetensors"), qPrintable(inspect.out));
+  }
+
+  void gpt2_weights_round_trip_unchanged() {
+    const QString hf = dir_.filePath("gpt2.safetensors"), back = dir_.filePath("back.safetensors");
+    const QStringList model = {"--num-layers", "2", "--hidden-size", "64",
+                               "--num-attention-heads", "4", "--seq-length", "32",
+                               "--vocab-size", "300"};
+    Run made = run_lattice(1, QStringList{"train", "--mock-data", "--train-iters", "2", "--eval-iters",
+                                      "0", "--threads", "1", "--db", db(), "--save-hf", hf} +
+                              model);
+    QVERIFY2(made.exit_code == 0, qPrintable(made.err));
+    const QString ck = dir_.filePath("imported");
+    Run imported = run_lattice(1, QStringList{"ckpt", "import-hf", hf, ck} + model);
+    QVERIFY2(imported.exit_code == 0, qPrintable(imported.err));
+    Run exported = run_lattice(1, {"ckpt", "export-hf", ck, back});
+    QVERIFY2(exported.exit_code == 0, qPrintable(exported.err));
+    auto a = lattice::safetensors::File::open(hf.toStdString());
+    auto b = lattice::safetensors::File::open(back.toStdString());
+    QVERIFY(a && b);
+    QCOMPARE(a->tensors().size(), b->tensors().size());
+    for (const auto& t : a->tensors()) {
+      const auto* u = b->find(t.name);
+      QVERIFY2(u, t.name.c_str());
+      const auto x = a->bytes(t), y = b->bytes(*u);
+      QVERIFY2(x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin()),
+               qPrintable(QString("tensor %1 changed").arg(t.name.c_str())));
+    }
+    // Fine-tuning starts from it.
+    Run tuned = run_lattice(1, QStringList{"train", "--mock-data", "--train-iters", "2",
+                                       "--eval-iters", "0", "--threads", "1", "--db", db(),
+                                       "--load", ck, "--finetune"} +
+                               model);
+    QVERIFY2(tuned.exit_code == 0, qPrintable(tuned.err));
+    Run no_optimizer = run_lattice(1, QStringList{"train", "--mock-data", "--train-iters", "2",
+                                              "--eval-iters", "0", "--threads", "1", "--db", db(),
+                                              "--load", ck} +
+                                      model);
+    QVERIFY2(no_optimizer.exit_code != 0 && no_optimizer.err.contains("--finetune"),
+             qPrintable(no_optimizer.err));
+  }
+};
+
+QTEST_GUILESS_MAIN(Checkpoints)
+#include "test_checkpoint.moc"
