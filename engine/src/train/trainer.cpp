@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 #include <type_traits>
@@ -370,11 +372,23 @@ template <typename T>
 Status Trainer<T>::load(TrainState& state) {
   Result<CheckpointRef> ref = find_checkpoint(o_.load, o_.ckpt_step);
   if (!ref) return ref.status();
+  const auto t0 = Clock::now();
   if (Status s = load_checkpoint(*ref, parts(), o_.finetune, &state); !s) return s;
+  // Every rank has its state once the slowest has: the figure is the job's load time.
+  g_.world->barrier();
+  const double seconds = seconds_since(t0);
   if (o_.finetune) state = TrainState{};
   if (g_.world->rank() == 0) {
     for (const std::string& note : ref->notes) sink_.on_message("--load: " + note);
-    sink_.on_message("loaded " + ref->path + (o_.finetune ? " (weights only: --finetune)" : "") +
+    int64_t bytes = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(ref->path, ec))
+      bytes += static_cast<int64_t>(e.file_size(ec));
+    char rate[96];
+    std::snprintf(rate, sizeof rate, " (%.1f MB in %.2f s, %.0f MB/s)", bytes / 1e6, seconds,
+                  seconds > 0 ? bytes / 1e6 / seconds : 0.0);
+    sink_.on_message("loaded " + ref->path + rate +
+                     (o_.finetune ? " (weights only: --finetune)" : "") +
                      "; continuing after iteration " + std::to_string(state.iteration));
   }
   return Status::ok();

@@ -1,0 +1,193 @@
+// CheckpointReader (checkpoint.h): metadata.json parsed and checked, every piece indexed by
+// its global tensor, files mapped and checksummed on first use. Kept apart from the writer so
+// that the fuzz target can build it alone.
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/crc32c.h"
+#include "core/mapped_file.h"
+
+namespace lattice {
+
+using json = nlohmann::json;
+using checkpoint_format::file_crc;
+using checkpoint_format::hex;
+using checkpoint_format::SliceMap;
+
+namespace {
+
+// Why a piece's description cannot be right, or "" (so that reading never leaves its tensor).
+std::string check_piece(const CheckpointPiece& p) {
+  const int rank = static_cast<int>(p.global_shape.size());
+  int64_t numel = 1;
+  for (int64_t d : p.global_shape) {
+    if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d)) return "impossible global shape";
+    numel *= d;
+  }
+  if (p.split_dim < -1 || p.split_dim >= rank || (p.split_dim == 1 && rank != 2))
+    return "split dimension " + std::to_string(p.split_dim) + " of a rank-" +
+           std::to_string(rank) + " tensor";
+  int64_t slice = numel;
+  if (p.split_dim >= 0) {
+    const int64_t dim = p.global_shape[p.split_dim];
+    if (p.split_begin < 0 || p.split_size < 0 || p.split_begin > dim - p.split_size)
+      return "slice [" + std::to_string(p.split_begin) + ", +" + std::to_string(p.split_size) +
+             ") outside dimension " + std::to_string(dim);
+    slice = dim > 0 ? numel / dim * p.split_size : 0;
+  }
+  if (p.flat_begin < 0 || p.flat_begin > p.flat_end || p.flat_end > slice)
+    return "range [" + std::to_string(p.flat_begin) + ", " + std::to_string(p.flat_end) +
+           ") outside the slice's " + std::to_string(slice) + " elements";
+  return "";
+}
+
+}  // namespace
+
+namespace checkpoint_format {
+
+Result<uint32_t> file_crc(const std::string& path, int64_t* bytes) {
+  Result<MappedFile> map = MappedFile::open(path);
+  if (!map) return map.status();
+  *bytes = static_cast<int64_t>(map->size());
+  return crc32c(0, map->bytes().data(), map->size());
+}
+
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+}  // namespace checkpoint_format
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string& path) {
+  auto r = std::unique_ptr<CheckpointReader>(new CheckpointReader());
+  r->path_ = path;
+  const std::string meta_path = path + "/metadata.json";
+  std::ifstream in(meta_path, std::ios::binary);
+  if (!in) return Status::io_error(meta_path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r->metadata_text_ = ss.str();
+  const json j = json::parse(r->metadata_text_, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "lattice-checkpoint")
+    return Status::corrupt(meta_path + ": not a Lattice checkpoint's metadata");
+  try {
+    const json& m = j.at("model");
+    r->model_.num_layers = m.at("num_layers");
+    r->model_.hidden_size = m.at("hidden_size");
+    r->model_.ffn_hidden_size = m.at("ffn_hidden_size");
+    r->model_.num_attention_heads = m.at("num_attention_heads");
+    r->model_.seq_length = m.at("seq_length");
+    r->model_.max_position_embeddings = m.at("max_position_embeddings");
+    r->model_.vocab_size = m.at("vocab_size");
+    r->state_.iteration = j.at("iteration");
+    r->state_.consumed_samples = j.at("consumed_samples");
+    r->state_.valid_consumed = j.at("valid_consumed_samples");
+    r->state_.steps_taken = j.at("steps_taken");
+    r->state_.skipped_iterations = j.at("skipped_iterations");
+    r->state_.nan_iterations = j.at("nan_iterations");
+    const json& l = j.at("layout");
+    r->tp_ = l.at("tp"), r->pp_ = l.at("pp"), r->dp_ = l.at("dp"), r->vpp_ = l.at("vpp");
+    r->distributed_ = l.at("distributed_optimizer");
+    r->has_optimizer_ = j.at("optimizer_state");
+    for (const json& f : j.at("files"))
+      r->files_.push_back({f.at("name"), f.at("bytes"),
+                           static_cast<uint32_t>(std::stoul(f.at("crc32c").get<std::string>(),
+                                                            nullptr, 16))});
+    for (const json& p : j.at("pieces")) {
+      CheckpointPiece c;
+      c.file = p.at("file"), c.key = p.at("key"), c.kind = p.at("kind"), c.name = p.at("name");
+      c.global_shape = p.at("global_shape").get<std::vector<int64_t>>();
+      c.split_dim = p.at("split_dim"), c.split_begin = p.at("split_begin");
+      c.split_size = p.at("split_size");
+      c.flat_begin = p.at("flat_begin"), c.flat_end = p.at("flat_end");
+      if (std::string why = check_piece(c); !why.empty())
+        return Status::corrupt(meta_path + ": piece " + c.key + " of " + c.file + ": " + why);
+      auto& same = r->by_tensor_[c.kind + "/" + c.name];
+      if (!same.empty() && r->pieces_[same.front()].global_shape != c.global_shape)
+        return Status::corrupt(meta_path + ": the pieces of " + c.name +
+                               " disagree on its global shape");
+      same.push_back(r->pieces_.size());
+      r->pieces_.push_back(std::move(c));
+    }
+  } catch (const json::exception& e) {
+    return Status::corrupt(meta_path + ": malformed metadata (" + e.what() + ")");
+  }
+  return r;
+}
+
+std::string CheckpointReader::layout_summary() const {
+  return "TP " + std::to_string(tp_) + ", PP " + std::to_string(pp_) +
+         (vpp_ > 1 ? " x " + std::to_string(vpp_) + " virtual" : "") + ", DP " +
+         std::to_string(dp_) + (distributed_ ? ", distributed optimizer" : "");
+}
+
+Result<const safetensors::File*> CheckpointReader::file(const std::string& name) {
+  if (auto it = open_.find(name); it != open_.end()) return it->second.get();
+  const auto info = std::find_if(files_.begin(), files_.end(),
+                                 [&](const FileInfo& f) { return f.name == name; });
+  const std::string path = path_ + "/" + name;
+  if (info == files_.end()) return Status::corrupt(path + ": not listed in metadata.json");
+  int64_t bytes = 0;
+  Result<uint32_t> crc = file_crc(path, &bytes);
+  if (!crc) return Status::corrupt(path + ": missing or unreadable (" + crc.status().message() + ")");
+  if (bytes != info->bytes)
+    return Status::corrupt(path + ": " + std::to_string(bytes) + " bytes, metadata.json says " +
+                           std::to_string(info->bytes) + " (truncated?)");
+  if (*crc != info->crc32c)
+    return Status::corrupt(path + ": checksum " + hex(*crc) + " differs from metadata.json's " +
+                           hex(info->crc32c) + " (the file is corrupt)");
+  Result<safetensors::File> f = safetensors::File::open(path);
+  if (!f) return f.status();
+  auto owned = std::make_unique<safetensors::File>(std::move(*f));
+  const safetensors::File* raw = owned.get();
+  open_[name] = std::move(owned);
+  return raw;
+}
+
+Status CheckpointReader::verify_all() {
+  for (const FileInfo& f : files_)
+    if (Result<const safetensors::File*> r = file(f.name); !r) return r.status();
+  return Status::ok();
+}
+
+Status CheckpointReader::read_global(const std::string& kind, const std::string& name,
+                                     std::vector<int64_t>& shape, std::vector<float>& out) {
+  const auto it = by_tensor_.find(kind + "/" + name);
+  if (it == by_tensor_.end())
+    return Status::corrupt(path_ + ": holds no " + kind + " of tensor " + name);
+  const CheckpointPiece& first = pieces_[it->second.front()];
+  shape = first.global_shape;
+  size_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<size_t>(d);
+  out.assign(numel, 0.0f);
+  size_t covered = 0;
+  std::vector<float> data;
+  for (size_t index : it->second) {
+    const CheckpointPiece& p = pieces_[index];
+    Result<const safetensors::File*> f = file(p.file);
+    if (!f) return Status::corrupt(f.status().message() + " (reading tensor " + name + ")");
+    const safetensors::TensorInfo* info = (*f)->find(p.key);
+    const size_t n = static_cast<size_t>(p.flat_end - p.flat_begin);
+    if (!info || info->numel != n)
+      return Status::corrupt(path_ + "/" + p.file + ": entry " + p.key + " is missing or has the "
+                             "wrong size");
+    data.resize(n);
+    if (Status s = (*f)->read_float(*info, data.data()); !s) return s;
+    const SliceMap map{p.global_shape, p.split_dim, p.split_begin, p.split_size};
+    for (size_t i = 0; i < n; i++) out[map.global_index(p.flat_begin + i)] = data[i];
+    covered += n;
+  }
+  if (covered != numel)
+    return Status::corrupt(path_ + ": the pieces of " + kind + " " + name + " cover " +
+                           std::to_string(covered) + " of its " + std::to_string(numel) +
+                           " elements");
+  return Status::ok();
+}
+
+}  // namespace lattice
