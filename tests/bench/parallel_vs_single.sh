@@ -11,7 +11,7 @@ rounds=${2:-2}
 bench="$build/tests/bench/lattice-bench-parallel"
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe=1
 mpi=(mpirun --oversubscribe --bind-to none -n 2)
 declare -A best line
 run() {  # label, command...
