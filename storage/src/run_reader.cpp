@@ -1,6 +1,9 @@
-// RunStore's reader side: the runs list, tailing, series and plot down-sampling. Each call
-// is one statement (or one read transaction), so it sees whole steps only.
+// RunStore's reader side: the runs list, finding a run, tailing, series, plot down-sampling
+// and a run's whole history. Each call is one statement or one read transaction, so it sees
+// whole steps only.
 #include <algorithm>
+#include <cctype>
+#include <limits>
 
 #include "lattice/storage/run_store.h"
 #include "run_store_impl.h"
@@ -11,6 +14,11 @@ namespace {
 std::optional<double> optional_real(const StatementUse& use, int col) {
   if (use.is_null(col)) return std::nullopt;
   return use.real(col);
+}
+
+// SQLite stores a NaN as NULL; it reads back as NaN.
+double real_or_nan(const StatementUse& use, int col) {
+  return use.is_null(col) ? std::numeric_limits<double>::quiet_NaN() : use.real(col);
 }
 
 RunInfo read_run(const StatementUse& use, double now, double stale_after_s) {
@@ -40,23 +48,20 @@ RunInfo read_run(const StatementUse& use, double now, double stale_after_s) {
 
 }  // namespace
 
-Result<std::vector<RunInfo>> RunStore::list_runs(const RunFilter& filter) {
-  Database& db = impl_->db;
+Status RunStore::Impl::load_runs(const RunFilter& filter, std::optional<std::int64_t> id,
+                                 std::vector<RunInfo>* runs) {
   // One read transaction: the runs, their tags and latest values from the same snapshot.
-  if (Status s = db.exec("BEGIN"); !s) return s;
-  struct EndRead {
-    Database& db;
-    ~EndRead() { db.exec("COMMIT"); }
-  } end_read{db};
+  ReadTransaction read(db);
+  if (!read.begin_status()) return read.begin_status();
   const double now = filter.now.value_or(unix_now());
-  std::vector<RunInfo> runs;
   {
     Statement select;
     if (Status s = db.prepare(
             "SELECT id, name, status, created_at, started_at, ended_at, heartbeat_at, host, "
             "command_line, config_json, tp, pp, dp, world_size, parameter_count, notes, error "
             "FROM runs WHERE instr(name, ?1) > 0 AND (?2 = '' OR EXISTS (SELECT 1 FROM "
-            "run_tags t WHERE t.run_id = runs.id AND t.tag = ?2)) ORDER BY id",
+            "run_tags t WHERE t.run_id = runs.id AND t.tag = ?2)) AND (?3 IS NULL OR id = ?3) "
+            "ORDER BY id",
             &select);
         !s) {
       return s;
@@ -64,10 +69,11 @@ Result<std::vector<RunInfo>> RunStore::list_runs(const RunFilter& filter) {
     StatementUse use(select);
     use.bind(1, filter.name_contains);
     use.bind(2, filter.tag);
+    if (id) use.bind(3, *id);
     int rc;
     while ((rc = use.step()) == SQLITE_ROW) {
       RunInfo r = read_run(use, now, filter.stale_after_s);
-      if (!filter.status || *filter.status == r.status) runs.push_back(std::move(r));
+      if (!filter.status || *filter.status == r.status) runs->push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return db.error("cannot list runs");
   }
@@ -82,7 +88,7 @@ Result<std::vector<RunInfo>> RunStore::list_runs(const RunFilter& filter) {
       !s) {
     return s;
   }
-  for (RunInfo& r : runs) {
+  for (RunInfo& r : *runs) {
     {
       StatementUse use(tags);
       use.bind(1, r.id);
@@ -91,11 +97,39 @@ Result<std::vector<RunInfo>> RunStore::list_runs(const RunFilter& filter) {
     StatementUse use(latest);
     use.bind(1, r.id);
     while (use.step() == SQLITE_ROW) {
-      r.latest[use.text(0)] = use.real(1);
+      r.latest[use.text(0)] = real_or_nan(use, 1);
       r.latest_step = std::max(r.latest_step.value_or(use.int64(2)), use.int64(2));
     }
   }
+  return Status::ok();
+}
+
+Result<std::vector<RunInfo>> RunStore::list_runs(const RunFilter& filter) {
+  std::vector<RunInfo> runs;
+  if (Status s = impl_->load_runs(filter, std::nullopt, &runs); !s) return s;
   return runs;
+}
+
+Result<RunInfo> RunStore::find_run(std::string_view run) {
+  Result<std::vector<RunInfo>> runs = list_runs();
+  if (!runs) return runs.status();
+  const bool digits = !run.empty() && std::all_of(run.begin(), run.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+  const RunInfo *by_id = nullptr, *by_name = nullptr;
+  for (const RunInfo& r : *runs) {
+    if (digits && std::to_string(r.id) == run) by_id = &r;
+    if (r.name == run) by_name = &r;
+  }
+  if (by_id && by_name && by_id != by_name) {
+    return Status::invalid_argument(
+        path() + ": '" + std::string(run) + "' is both the id of run '" + by_id->name +
+        "' and the name of run " + std::to_string(by_name->id) + "; say '" + by_id->name + "' or " +
+        std::to_string(by_name->id) + " instead");
+  }
+  if (by_id || by_name) return by_id ? *by_id : *by_name;
+  return Status::invalid_argument(path() + ": no run has the id or name '" + std::string(run) +
+                                  "'");
 }
 
 Result<std::vector<MetricRow>> RunStore::rows_after(std::int64_t after_id,
@@ -121,7 +155,7 @@ Result<std::vector<MetricRow>> RunStore::rows_after(std::int64_t after_id,
   int rc;
   while ((rc = use.step()) == SQLITE_ROW) {
     rows.push_back(
-        {use.int64(0), use.int64(1), use.int64(2), use.text(3), use.real(4), use.real(5)});
+        {use.int64(0), use.int64(1), use.int64(2), use.text(3), real_or_nan(use, 4), use.real(5)});
   }
   if (rc != SQLITE_DONE) return impl.db.error("cannot read metric rows");
   if (max_rows > 0 && rows.size() > max_rows) {
@@ -157,7 +191,7 @@ Result<std::vector<StepValue>> RunStore::series(std::int64_t run_id, std::string
   use.bind(3, first_step);
   use.bind(4, last_step);
   int rc;
-  while ((rc = use.step()) == SQLITE_ROW) points.push_back({use.int64(0), use.real(1)});
+  while ((rc = use.step()) == SQLITE_ROW) points.push_back({use.int64(0), real_or_nan(use, 1)});
   if (rc != SQLITE_DONE) return impl.db.error("cannot read a metric series");
   return points;
 }
@@ -176,33 +210,13 @@ Result<std::vector<Bucket>> RunStore::downsample(std::int64_t run_id, std::strin
   if (Status s = impl.key_id(key, /*create=*/false, &key_id); !s) return s;
   std::vector<Bucket> out;
   if (key_id == 0) return out;
-  // Bucket b holds steps in [first + b*width, first + (b+1)*width) with width = span / n,
-  // computed exactly in integers. The scan walks the covering index in step order; the
-  // last value is the one at the bucket's largest step (latest row when a step repeats).
-  if (Status s = impl.statement(
-          &impl.downsample,
-          "WITH points AS (SELECT step, value, ((step - ?3) * ?5) / (?4 - ?3 + 1) AS bucket "
-          "FROM metrics WHERE run_id = ?1 AND key_id = ?2 AND step BETWEEN ?3 AND ?4), "
-          "groups AS (SELECT bucket, min(step) AS first_step, max(step) AS last_step, "
-          "min(value) AS lo, max(value) AS hi, count(*) AS n FROM points GROUP BY bucket) "
-          "SELECT first_step, last_step, lo, hi, (SELECT value FROM metrics m WHERE m.run_id = "
-          "?1 AND m.key_id = ?2 AND m.step = groups.last_step ORDER BY m.id DESC LIMIT 1), n "
-          "FROM groups ORDER BY bucket");
+  ReadTransaction read(impl.db);  // the summaries and the points from one snapshot
+  if (!read.begin_status()) return read.begin_status();
+  if (Status s =
+          impl.blocks.downsample(impl.db, run_id, key_id, first_step, last_step, buckets, &out);
       !s) {
     return s;
   }
-  StatementUse use(impl.downsample);
-  use.bind(1, run_id);
-  use.bind(2, key_id);
-  use.bind(3, first_step);
-  use.bind(4, last_step);
-  use.bind(5, static_cast<std::int64_t>(buckets));
-  int rc;
-  while ((rc = use.step()) == SQLITE_ROW) {
-    out.push_back(
-        {use.int64(0), use.int64(1), use.real(2), use.real(3), use.real(4), use.int64(5)});
-  }
-  if (rc != SQLITE_DONE) return impl.db.error("cannot down-sample a metric series");
   return out;
 }
 
@@ -226,6 +240,108 @@ Result<std::vector<MemorySample>> RunStore::memory_at(std::int64_t run_id, std::
   }
   if (rc != SQLITE_DONE) return impl.db.error("cannot read memory samples");
   return out;
+}
+
+Result<std::int64_t> RunStore::logged_steps(std::int64_t run_id) {
+  Impl& impl = *impl_;
+  ReadTransaction read(impl.db);
+  if (!read.begin_status()) return read.begin_status();
+  std::vector<std::int64_t> keys;
+  {
+    Statement select;
+    if (Status s = impl.db.prepare("SELECT key_id FROM latest_metrics WHERE run_id = ?1", &select);
+        !s) {
+      return s;
+    }
+    StatementUse use(select);
+    use.bind(1, run_id);
+    int rc;
+    while ((rc = use.step()) == SQLITE_ROW) keys.push_back(use.int64(0));
+    if (rc != SQLITE_DONE) return impl.db.error("cannot list the metric keys of a run");
+  }
+  std::int64_t most = 0;
+  for (std::int64_t key_id : keys) {
+    std::int64_t points = 0;
+    if (Status s = impl.blocks.count(impl.db, run_id, key_id, &points); !s) return s;
+    most = std::max(most, points);
+  }
+  return most;
+}
+
+Result<RunHistory> RunStore::history(std::int64_t run_id) {
+  Impl& impl = *impl_;
+  Database& db = impl.db;
+  ReadTransaction read(db);
+  if (!read.begin_status()) return read.begin_status();
+  std::vector<RunInfo> runs;
+  if (Status s = impl.load_runs({}, run_id, &runs); !s) return s;
+  if (runs.empty()) {
+    return Status::invalid_argument(path() + ": no run with id " + std::to_string(run_id));
+  }
+  RunHistory h;
+  h.run = std::move(runs[0]);
+  Statement keys, points, memory, checkpoints;
+  if (Status s = db.prepare(
+          "SELECT k.id, k.name FROM latest_metrics l JOIN metric_keys k ON k.id = l.key_id "
+          "WHERE l.run_id = ?1 ORDER BY k.name",
+          &keys);
+      !s) {
+    return s;
+  }
+  if (Status s = db.prepare("SELECT step, value FROM metrics WHERE run_id = ?1 AND key_id = ?2 "
+                            "ORDER BY step, id",
+                            &points);
+      !s) {
+    return s;
+  }
+  {
+    StatementUse each(keys);
+    each.bind(1, run_id);
+    while (each.step() == SQLITE_ROW) {
+      KeySeries series{each.text(1), {}};
+      StatementUse use(points);
+      use.bind(1, run_id);
+      use.bind(2, each.int64(0));
+      int rc;
+      while ((rc = use.step()) == SQLITE_ROW) {
+        series.points.push_back({use.int64(0), real_or_nan(use, 1)});
+      }
+      if (rc != SQLITE_DONE) return db.error("cannot read the series '" + series.key + "'");
+      h.metrics.push_back(std::move(series));
+    }
+  }
+  if (Status s = db.prepare("SELECT step, rank, weights, grads, optimizer_state, activations, "
+                            "workspace, peak FROM memory_samples WHERE run_id = ?1 ORDER BY "
+                            "step, rank, id",
+                            &memory);
+      !s) {
+    return s;
+  }
+  {
+    StatementUse use(memory);
+    use.bind(1, run_id);
+    int rc;
+    while ((rc = use.step()) == SQLITE_ROW) {
+      h.memory.push_back({use.int64(0),
+                          {static_cast<int>(use.int64(1)), use.int64(2), use.int64(3), use.int64(4),
+                           use.int64(5), use.int64(6), use.int64(7)}});
+    }
+    if (rc != SQLITE_DONE) return db.error("cannot read memory samples");
+  }
+  if (Status s = db.prepare("SELECT step, path, bytes, created_at FROM checkpoints WHERE "
+                            "run_id = ?1 ORDER BY step, id",
+                            &checkpoints);
+      !s) {
+    return s;
+  }
+  StatementUse use(checkpoints);
+  use.bind(1, run_id);
+  int rc;
+  while ((rc = use.step()) == SQLITE_ROW) {
+    h.checkpoints.push_back({use.int64(0), use.text(1), use.int64(2), use.real(3)});
+  }
+  if (rc != SQLITE_DONE) return db.error("cannot read checkpoints");
+  return h;
 }
 
 }  // namespace lattice::storage

@@ -74,7 +74,9 @@ Status RunStore::Impl::key_id(std::string_view name, bool create, std::int64_t* 
 }
 
 RunStore::RunStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-RunStore::~RunStore() = default;
+RunStore::~RunStore() {
+  if (impl_) flush();  // errors have no one to go to here; finish() reports them
+}
 
 Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
   Result<Database> db = open_run_database(path);
@@ -172,6 +174,7 @@ Status RunStore::mark_running(std::int64_t run_id) {
 }
 
 Status RunStore::finish(std::int64_t run_id, RunStatus status, std::string_view error) {
+  if (Status s = flush(); !s) return s;  // a run ends after its last step
   if (status != RunStatus::kFinished && status != RunStatus::kFailed &&
       status != RunStatus::kKilled) {
     return Status::invalid_argument(path() + ": a run ends finished, failed or killed, not " +
@@ -189,22 +192,38 @@ Status RunStore::finish(std::int64_t run_id, RunStatus status, std::string_view 
 }
 
 Status RunStore::heartbeat(std::int64_t run_id) {
-  Impl& impl = *impl_;
-  if (Status s = impl.statement(&impl.heartbeat,
-                                "UPDATE runs SET heartbeat_at = ?2 WHERE id = ?1 AND "
-                                "status = 'running'");
+  return impl_->write_heartbeat(run_id, unix_now());
+}
+
+Status RunStore::Impl::write_heartbeat(std::int64_t run_id, double now) {
+  if (Status s = statement(&heartbeat,
+                           "UPDATE runs SET heartbeat_at = ?2 WHERE id = ?1 AND "
+                           "status = 'running'");
       !s) {
     return s;
   }
-  StatementUse use(impl.heartbeat);
+  StatementUse use(heartbeat);
   use.bind(1, run_id);
-  use.bind(2, unix_now());
-  if (use.step() != SQLITE_DONE) return impl.db.error("cannot record a heartbeat");
-  if (sqlite3_changes(impl.db.handle()) != 1) {
-    return Status::invalid_argument(path() + ": run " + std::to_string(run_id) +
+  use.bind(2, now);
+  if (use.step() != SQLITE_DONE) return db.error("cannot record a heartbeat");
+  if (sqlite3_changes(db.handle()) != 1) {
+    return Status::invalid_argument(db.path() + ": run " + std::to_string(run_id) +
                                     " is not running; no heartbeat recorded");
   }
+  heartbeat_written[run_id] = now;
   return Status::ok();
+}
+
+Status RunStore::Impl::check_running(std::int64_t run_id, double now) {
+  auto written = heartbeat_written.find(run_id);
+  if (written == heartbeat_written.end() || now - written->second >= 1.0) {
+    return write_heartbeat(run_id, now);  // also the "is it running" check
+  }
+  std::string status;
+  if (Status s = run_status_of(run_id, &status); !s) return s;
+  if (status == "running") return Status::ok();
+  return Status::invalid_argument(db.path() + ": run " + std::to_string(run_id) + " is " + status +
+                                  ", not running; no step recorded");
 }
 
 Status RunStore::Impl::append_step(std::int64_t run_id, std::int64_t step,
@@ -213,14 +232,6 @@ Status RunStore::Impl::append_step(std::int64_t run_id, std::int64_t step,
   if (Status s = statement(&insert_metric,
                            "INSERT INTO metrics(run_id, key_id, step, value, wall_time) "
                            "VALUES (?1, ?2, ?3, ?4, ?5)");
-      !s) {
-    return s;
-  }
-  if (Status s = statement(
-          &upsert_latest,
-          "INSERT INTO latest_metrics(run_id, key_id, step, value) VALUES (?1, ?2, ?3, ?4) "
-          "ON CONFLICT(run_id, key_id) DO UPDATE SET step = excluded.step, value = "
-          "excluded.value WHERE excluded.step >= latest_metrics.step");
       !s) {
     return s;
   }
@@ -236,12 +247,9 @@ Status RunStore::Impl::append_step(std::int64_t run_id, std::int64_t step,
       use.bind(5, now);
       if (use.step() != SQLITE_DONE) return db.error("cannot log metric '" + key + "'");
     }
-    StatementUse use(upsert_latest);
-    use.bind(1, run_id);
-    use.bind(2, id);
-    use.bind(3, step);
-    use.bind(4, value);
-    if (use.step() != SQLITE_DONE) return db.error("cannot update latest '" + key + "'");
+    if (Status s = blocks.after_insert(db, run_id, id, step); !s) return s;
+    auto [latest, fresh] = latest_pending.try_emplace(id, StepValue{step, value});
+    if (!fresh && step >= latest->second.step) latest->second = {step, value};
   }
   if (!memory.empty()) {
     if (Status s = statement(&insert_memory,
@@ -268,37 +276,103 @@ Status RunStore::Impl::append_step(std::int64_t run_id, std::int64_t step,
   return Status::ok();
 }
 
+Status RunStore::Impl::write_latest(std::int64_t run_id) {
+  if (Status s = statement(
+          &upsert_latest,
+          "INSERT INTO latest_metrics(run_id, key_id, step, value) VALUES (?1, ?2, ?3, ?4) "
+          "ON CONFLICT(run_id, key_id) DO UPDATE SET step = excluded.step, value = "
+          "excluded.value WHERE excluded.step >= latest_metrics.step");
+      !s) {
+    return s;
+  }
+  for (const auto& [key_id, latest] : latest_pending) {
+    StatementUse use(upsert_latest);
+    use.bind(1, run_id);
+    use.bind(2, key_id);
+    use.bind(3, latest.step);
+    use.bind(4, latest.value);
+    if (use.step() != SQLITE_DONE) return db.error("cannot update the latest metric values");
+  }
+  latest_pending.clear();
+  return Status::ok();
+}
+
 Status RunStore::log_step(std::int64_t run_id, std::int64_t step,
                           const std::map<std::string, double>& values,
                           const std::vector<MemorySample>& memory) {
-  return log_steps(run_id, {{step, values, memory}});
+  Impl& impl = *impl_;
+  if (impl.commit_window.count() <= 0) return impl.commit_steps(run_id, {{step, values, memory}});
+  const auto now = std::chrono::steady_clock::now();
+  if (impl.held.empty()) impl.oldest_held = now;
+  impl.held.push_back({run_id, {step, values, memory}});
+  const bool recent_commit = impl.last_commit != std::chrono::steady_clock::time_point{} &&
+                             now - impl.last_commit < impl.commit_window;
+  if (recent_commit && now - impl.oldest_held < impl.commit_window) {
+    return Status::ok();  // this step goes with the next ones
+  }
+  return flush();
 }
 
 Status RunStore::log_steps(std::int64_t run_id, const std::vector<StepRecord>& steps) {
+  if (Status s = flush(); !s) return s;
+  return impl_->commit_steps(run_id, steps);
+}
+
+void RunStore::set_commit_window(std::chrono::microseconds window) {
+  impl_->commit_window = window;
+}
+
+Status RunStore::flush() {
   Impl& impl = *impl_;
-  Transaction txn(impl.db);
-  // Keys created by a transaction that rolls back are gone: forget the cache then.
-  struct ForgetKeysUnlessCommitted {
+  std::vector<Impl::HeldStep> held = std::move(impl.held);
+  impl.held.clear();
+  Status first_error;
+  for (std::size_t i = 0; i < held.size();) {
+    std::vector<StepRecord> steps;  // consecutive steps of one run: one transaction
+    std::size_t end = i;
+    for (; end < held.size() && held[end].run_id == held[i].run_id; ++end) {
+      steps.push_back(std::move(held[end].record));
+    }
+    if (Status s = impl.commit_steps(held[i].run_id, steps); !s && first_error.is_ok()) {
+      first_error = s;
+    }
+    i = end;
+  }
+  return first_error;
+}
+
+Status RunStore::Impl::commit_steps(std::int64_t run_id, const std::vector<StepRecord>& steps) {
+  Transaction txn(db);
+  // Keys created, blocks closed and heartbeats written by a transaction that rolls back are
+  // gone: forget what this connection believes about them then.
+  struct ForgetUnlessCommitted {
     Impl& impl;
     bool committed = false;
-    ~ForgetKeysUnlessCommitted() {
-      if (!committed) impl.key_ids.clear();
+    ~ForgetUnlessCommitted() {
+      if (committed) return;
+      impl.key_ids.clear();
+      impl.blocks.forget();
+      impl.heartbeat_written.clear();
     }
-  } forget{impl, false};
+  } forget{*this, false};
   if (!txn.begin_status()) return txn.begin_status();
-  // The heartbeat doubles as the "is it running" check, inside the same transaction.
-  if (Status s = heartbeat(run_id); !s) return s;
   const double now = unix_now();
+  if (Status s = check_running(run_id, now); !s) return s;
+  if (Status s = blocks.begin_write(db, run_id); !s) return s;
+  latest_pending.clear();
   for (const StepRecord& r : steps) {
-    if (Status s = impl.append_step(run_id, r.step, r.values, r.memory, now); !s) return s;
+    if (Status s = append_step(run_id, r.step, r.values, r.memory, now); !s) return s;
   }
+  if (Status s = write_latest(run_id); !s) return s;
   if (Status s = txn.commit(); !s) return s;
   forget.committed = true;
+  last_commit = std::chrono::steady_clock::now();
   return Status::ok();
 }
 
 Status RunStore::log_timeline(std::int64_t run_id, std::int64_t step,
                               const std::vector<TimelineEvent>& events) {
+  if (Status s = flush(); !s) return s;  // in call order after held steps
   Database& db = impl_->db;
   Transaction txn(db);
   if (!txn.begin_status()) return txn.begin_status();
@@ -327,6 +401,7 @@ Status RunStore::log_timeline(std::int64_t run_id, std::int64_t step,
 
 Status RunStore::log_message(std::int64_t run_id, std::string_view level, int rank,
                              std::string_view message) {
+  if (Status s = flush(); !s) return s;  // in call order after held steps
   Database& db = impl_->db;
   Statement insert;
   if (Status s = db.prepare(
@@ -347,6 +422,7 @@ Status RunStore::log_message(std::int64_t run_id, std::string_view level, int ra
 }
 
 Status RunStore::record_checkpoint(std::int64_t run_id, const CheckpointRecord& checkpoint) {
+  if (Status s = flush(); !s) return s;  // in call order after held steps
   Database& db = impl_->db;
   Statement insert;
   if (Status s = db.prepare(

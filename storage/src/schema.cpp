@@ -13,14 +13,20 @@
 #include <fstream>
 
 #include "lattice/storage/run_store.h"
+#include "metric_blocks.h"
 
 namespace lattice::storage {
 namespace {
 
-// kMigrations[i] brings user_version i to i + 1. Append only; never edit a shipped entry.
-constexpr const char* kMigrations[] = {
+// kMigrations[i] brings user_version i to i + 1: its SQL, then (when set) a function that
+// fills what the SQL created, in the same transaction. Append only; never edit a shipped entry.
+struct Migration {
+  const char* sql;
+  Status (*fill)(Database& db);
+};
+constexpr Migration kMigrations[] = {
     // 0 -> 1: the first schema.
-    R"sql(
+    {R"sql(
 CREATE TABLE runs (
   id INTEGER PRIMARY KEY,
   name TEXT NOT NULL UNIQUE,
@@ -109,6 +115,25 @@ CREATE TABLE checkpoints (
 );
 CREATE INDEX checkpoints_run_step ON checkpoints(run_id, step);
 )sql",
+     nullptr},
+    // 1 -> 2: per-block summaries of every series, for downsample() (note "block summaries"
+    // in metric_blocks.h); filled from the points already stored.
+    {R"sql(
+CREATE TABLE metric_blocks (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  key_id INTEGER NOT NULL REFERENCES metric_keys(id),
+  level INTEGER NOT NULL,
+  block INTEGER NOT NULL,  -- step >> (4 * (level + 1))
+  first_step INTEGER NOT NULL,
+  last_step INTEGER NOT NULL,
+  min_value REAL,  -- NULL when every point is NaN
+  max_value REAL,
+  last_value REAL,
+  count INTEGER NOT NULL,
+  PRIMARY KEY (run_id, key_id, level, block)
+) WITHOUT ROWID;
+)sql",
+     &MetricBlocks::rebuild_all},
 };
 constexpr int kMigrationCount = static_cast<int>(std::size(kMigrations));
 static_assert(kMigrationCount == kSchemaVersion, "one migration per schema version");
@@ -195,7 +220,10 @@ Status migrate(Database& db) {
   if (Status s = read_state(db, &state); !s) return s;
   if (Status s = judge(db, state, &needs_migration); !s || !needs_migration) return s;
   for (int v = static_cast<int>(state.version); v < kMigrationCount; ++v) {
-    if (Status s = db.exec(kMigrations[v]); !s) return s;
+    if (Status s = db.exec(kMigrations[v].sql); !s) return s;
+    if (kMigrations[v].fill) {
+      if (Status filled = kMigrations[v].fill(db); !filled) return filled;
+    }
   }
   const std::string stamp = "PRAGMA application_id = " + std::to_string(kApplicationId) +
                             "; PRAGMA user_version = " + std::to_string(kSchemaVersion) + ";";
@@ -220,7 +248,8 @@ Result<Database> open_run_database(const std::string& path) {
   // WAL after the schema exists: the first commit above went through the rollback journal,
   // so the main file's header already names us for the next process's header check.
   if (Status s = db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
-                         "PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 10000;");
+                         "PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 10000; "
+                         "PRAGMA cache_size = -65536;");
       !s) {
     return s;
   }

@@ -20,11 +20,24 @@ std::string StatementUse::text(int col) const {
 }
 
 Database::Database(Database&& other) noexcept
-    : db_(std::exchange(other.db_, nullptr)), path_(std::move(other.path_)) {}
+    : begin_immediate_(std::move(other.begin_immediate_)),
+      begin_read_(std::move(other.begin_read_)),
+      commit_(std::move(other.commit_)),
+      rollback_(std::move(other.rollback_)),
+      db_(std::exchange(other.db_, nullptr)),
+      path_(std::move(other.path_)) {}
 
 Database& Database::operator=(Database&& other) noexcept {
   if (this != &other) {
+    begin_immediate_ = Statement();
+    begin_read_ = Statement();
+    commit_ = Statement();
+    rollback_ = Statement();
     sqlite3_close_v2(db_);
+    begin_immediate_ = std::move(other.begin_immediate_);
+    begin_read_ = std::move(other.begin_read_);
+    commit_ = std::move(other.commit_);
+    rollback_ = std::move(other.rollback_);
     db_ = std::exchange(other.db_, nullptr);
     path_ = std::move(other.path_);
   }
@@ -50,6 +63,15 @@ Status Database::prepare(const char* sql, Statement* out) {
   }
   *out = Statement(stmt);
   return Status::ok();
+}
+
+Status Database::run_cached(Statement* stmt, const char* sql) {
+  if (!*stmt) {
+    if (Status s = prepare(sql, stmt); !s) return s;
+  }
+  StatementUse use(*stmt);
+  if (use.step() == SQLITE_DONE) return Status::ok();
+  return error(std::string("cannot ") + sql);
 }
 
 Status Database::error(std::string_view what) const {

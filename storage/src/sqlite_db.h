@@ -67,10 +67,20 @@ class Database {
   const std::string& path() const { return path_; }
   Status exec(const char* sql);
   Status prepare(const char* sql, Statement* out);
+  // BEGIN IMMEDIATE, BEGIN (deferred), COMMIT and ROLLBACK through statements prepared once:
+  // a writer logging thousands of steps a second would otherwise parse them every time.
+  Status begin_immediate() { return run_cached(&begin_immediate_, "BEGIN IMMEDIATE"); }
+  Status begin_read() { return run_cached(&begin_read_, "BEGIN"); }
+  Status commit() { return run_cached(&commit_, "COMMIT"); }
+  Status rollback() { return run_cached(&rollback_, "ROLLBACK"); }
+  bool in_transaction() const { return db_ && sqlite3_get_autocommit(db_) == 0; }
   // "<path>: <what>: <sqlite message>"
   Status error(std::string_view what) const;
 
  private:
+  Status run_cached(Statement* stmt, const char* sql);
+  // Declared before db_ would finalize them after sqlite3_close_v2; close_v2 waits for that.
+  Statement begin_immediate_, begin_read_, commit_, rollback_;
   sqlite3* db_ = nullptr;
   std::string path_;
 };
@@ -79,13 +89,15 @@ class Database {
 // upgrade a read lock and hit SQLITE_BUSY); ROLLBACK unless commit() succeeded.
 class Transaction {
  public:
-  explicit Transaction(Database& db) : db_(db) { status_ = db_.exec("BEGIN IMMEDIATE"); }
+  explicit Transaction(Database& db) : db_(db) { status_ = db_.begin_immediate(); }
   ~Transaction() {
-    if (status_.is_ok() && !committed_) db_.exec("ROLLBACK");
+    if (status_.is_ok() && !committed_) db_.rollback();
   }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
   const Status& begin_status() const { return status_; }
   Status commit() {
-    Status s = db_.exec("COMMIT");
+    Status s = db_.commit();
     committed_ = s.is_ok();
     return s;
   }
@@ -94,6 +106,29 @@ class Transaction {
   Database& db_;
   Status status_;
   bool committed_ = false;
+};
+
+// A read transaction: every statement until it ends reads one snapshot, so a reader never
+// mixes two of the writer's steps. Nests: inside another transaction it does nothing.
+class ReadTransaction {
+ public:
+  explicit ReadTransaction(Database& db) : db_(db) {
+    if (!db_.in_transaction()) {
+      status_ = db_.begin_read();
+      owns_ = status_.is_ok();
+    }
+  }
+  ~ReadTransaction() {
+    if (owns_) db_.commit();
+  }
+  ReadTransaction(const ReadTransaction&) = delete;
+  ReadTransaction& operator=(const ReadTransaction&) = delete;
+  const Status& begin_status() const { return status_; }
+
+ private:
+  Database& db_;
+  Status status_;
+  bool owns_ = false;
 };
 
 }  // namespace lattice::storage

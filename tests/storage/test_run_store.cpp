@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lattice/storage/run_store.h"
+#include "storage/run_store_testing.h"
 
 using lattice::storage::Bucket;
 using lattice::storage::MemorySample;
@@ -27,14 +28,9 @@ using lattice::storage::RunFilter;
 using lattice::storage::RunInfo;
 using lattice::storage::RunStatus;
 using lattice::storage::RunStore;
+using lattice::storage::testing::open_or_fail;
 
 namespace {
-
-std::unique_ptr<RunStore> open_or_fail(const std::string& path) {
-  auto store = RunStore::open(path);
-  if (!store) qFatal("cannot open %s: %s", path.c_str(), store.status().message().c_str());
-  return std::move(store.value());
-}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -340,6 +336,33 @@ class TestRunStore : public QObject {
     QVERIFY(store->log_steps(id, batch).is_ok());
     QCOMPARE(store->rows_after(0, id)->size(), std::size_t{15});
     QCOMPARE(*store->list_runs()->at(0).latest_step, 4);
+  }
+
+  void a_commit_window_groups_tiny_steps_and_readers_still_see_whole_steps() {
+    const std::string path = db_path("window.db");
+    auto writer = open_or_fail(path);
+    auto reader = open_or_fail(path);
+    const std::int64_t id = writer->create_run(named("windowed")).value();
+    QVERIFY(writer->mark_running(id).is_ok());
+    // A window far longer than this test: only the first step commits by itself.
+    writer->set_commit_window(std::chrono::seconds(3600));
+    for (int s = 0; s < 6; ++s) QVERIFY(writer->log_step(id, s, step_values(s, 4)).is_ok());
+    QCOMPARE(reader->rows_after(0, id)->size(), std::size_t{4});  // step 0 only
+    QVERIFY(writer->flush().is_ok());
+    QCOMPARE(reader->rows_after(0, id)->size(), std::size_t{24});  // steps 0..5, whole
+    QVERIFY(writer->log_step(id, 6, step_values(6, 4)).is_ok());   // held: committed just now
+    QCOMPARE(reader->rows_after(0, id)->size(), std::size_t{24});
+    QVERIFY2(writer->finish(id, RunStatus::kFinished).is_ok(), "finish commits held steps first");
+    QCOMPARE(reader->rows_after(0, id)->size(), std::size_t{28});
+    QCOMPARE(*reader->list_runs()->at(0).latest_step, 6);
+    QCOMPARE(reader->list_runs()->at(0).status, RunStatus::kFinished);
+
+    const std::int64_t second = writer->create_run(named("closed")).value();
+    QVERIFY(writer->mark_running(second).is_ok());
+    QVERIFY(writer->log_step(second, 0, step_values(0, 2)).is_ok());
+    QVERIFY(writer->log_step(second, 1, step_values(1, 2)).is_ok());  // held
+    writer.reset();  // destruction commits what is held
+    QCOMPARE(reader->rows_after(0, second)->size(), std::size_t{4});
   }
 
   void reader_tails_another_process_writing_and_sees_whole_steps() {

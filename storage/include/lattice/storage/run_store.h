@@ -4,6 +4,7 @@
 // network, no retention policy, no aggregation beyond the plot down-sampling below.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -16,8 +17,9 @@
 
 namespace lattice::storage {
 
-// PRAGMA user_version this build writes; a database with a larger one is refused.
-inline constexpr int kSchemaVersion = 1;
+// PRAGMA user_version this build writes; a database with a larger one is refused. Version 2
+// added the metric_blocks summaries behind downsample().
+inline constexpr int kSchemaVersion = 2;
 // PRAGMA application_id of every Lattice run database ("LATT").
 inline constexpr std::int32_t kApplicationId = 0x4C415454;
 
@@ -113,16 +115,44 @@ struct MetricRow {
   double wall_time = 0;  // Unix seconds of the log_step call
 };
 
+// A logged NaN reads back as NaN (SQLite stores it as NULL).
 struct StepValue {
   std::int64_t step = 0;
   double value = 0;
 };
 
 // One plot bucket: the extremes and the last value of the points whose steps fall in it.
+// min and max skip NaN points (NaN only when every point is NaN); count includes them; last
+// is the value at last_step, the latest one logged when a step repeats.
 struct Bucket {
   std::int64_t first_step = 0, last_step = 0;
   double min = 0, max = 0, last = 0;
   std::int64_t count = 0;
+};
+
+struct KeySeries {
+  std::string key;
+  std::vector<StepValue> points;  // in step order
+};
+
+struct StepMemory {
+  std::int64_t step = 0;
+  MemorySample sample;
+};
+
+struct CheckpointInfo {
+  std::int64_t step = 0;
+  std::string path;
+  std::int64_t bytes = 0;
+  double created_at = 0;  // Unix seconds
+};
+
+// Everything a run recorded that an export shows, read from one snapshot.
+struct RunHistory {
+  RunInfo run;
+  std::vector<KeySeries> metrics;           // every key the run logged, sorted by name
+  std::vector<StepMemory> memory;           // by step, then rank
+  std::vector<CheckpointInfo> checkpoints;  // by step
 };
 
 // A connection to one run database. Opening creates the file when it is missing or empty,
@@ -143,14 +173,26 @@ class RunStore {
   // Lifecycle: created -> running -> finished | failed | killed; created -> failed | killed.
   Result<std::int64_t> create_run(const NewRun& run);
   Status mark_running(std::int64_t run_id);
-  Status heartbeat(std::int64_t run_id);  // also implied by log_step
+  Status heartbeat(std::int64_t run_id);  // log_step writes one at most once a second
   // All values (and memory rows) of one step in one transaction; the run must be running.
+  // With a commit window (below) the step may be held and committed with later ones.
   Status log_step(std::int64_t run_id, std::int64_t step,
                   const std::map<std::string, double>& values,
                   const std::vector<MemorySample>& memory = {});
   // Group commit: several steps in one transaction (each still seen whole by readers), for
   // a sink that buffers steps arriving faster than every few milliseconds.
   Status log_steps(std::int64_t run_id, const std::vector<StepRecord>& steps);
+  // Group commit for tiny steps. With a window > 0, log_step() commits at once when the
+  // previous commit is at least `window` old, and otherwise holds the step: held steps are
+  // committed together (one transaction) by the log_step() that finds the oldest of them
+  // `window` old, by any other writer call, by flush(), or on destruction. Readers still see
+  // whole steps only, and steps slower than the window commit one by one as before; but a
+  // held step is not in the database yet (a crash loses it) and its error, if any, is
+  // returned by the call that commits it. Readers on this RunStore do not see held steps.
+  // Zero (the default): every log_step() is its own transaction.
+  void set_commit_window(std::chrono::microseconds window);
+  // Commits the held steps now; ok when none are held.
+  Status flush();
   Status log_timeline(std::int64_t run_id, std::int64_t step,
                       const std::vector<TimelineEvent>& events);
   Status log_message(std::int64_t run_id, std::string_view level, int rank,
@@ -159,8 +201,28 @@ class RunStore {
   // status is kFinished, kFailed or kKilled; error is kept for the two last.
   Status finish(std::int64_t run_id, RunStatus status, std::string_view error = {});
 
+  // ---- editing runs afterwards (lattice runs tag | rename | delete) --------------------
+  // Tags already present (or, for remove_tags, absent) are skipped; empty tags are refused.
+  Status add_tags(std::int64_t run_id, const std::vector<std::string>& tags);
+  Status remove_tags(std::int64_t run_id, const std::vector<std::string>& tags);
+  // Refused, naming the other run, when another run already has new_name.
+  Status rename_run(std::int64_t run_id, std::string_view new_name);
+  // Removes the run's rows from every table in one transaction (metric keys, shared by all
+  // runs, stay). A running run whose heartbeat is younger than stale_after_s is refused: its
+  // writer is probably alive and would fail on its next step.
+  Status delete_run(std::int64_t run_id, double stale_after_s = 60);
+
   // ---- readers ------------------------------------------------------------------------
   Result<std::vector<RunInfo>> list_runs(const RunFilter& filter = {});
+  // The run whose id or name is `run` (the way users name runs on the command line). An
+  // unknown name, or digits that are one run's id and another run's name, is an error that
+  // says what was looked for.
+  Result<RunInfo> find_run(std::string_view run);
+  // The run record, every metric series, memory samples and checkpoints, in one snapshot.
+  Result<RunHistory> history(std::int64_t run_id);
+  // How many steps the run logged: the point count of its most-logged key. Reads block
+  // summaries, so it is fast for runs of millions of steps.
+  Result<std::int64_t> logged_steps(std::int64_t run_id);
   // Metric rows with id > after_id in id order, of one run or all. max_rows > 0 caps the
   // answer but never splits a step (unless a single step is larger than the cap).
   Result<std::vector<MetricRow>> rows_after(std::int64_t after_id,
@@ -170,6 +232,9 @@ class RunStore {
   Result<std::vector<StepValue>> series(std::int64_t run_id, std::string_view key,
                                         std::int64_t first_step, std::int64_t last_step);
   // The same range cut into `buckets` equal step intervals; empty intervals are omitted.
+  // Bucket b holds the steps s with (s - first_step) * buckets / (last_step - first_step + 1)
+  // == b. Exact (equal to folding series() by that rule), but reads per-block summaries
+  // where a block lies inside one bucket, so 2000 buckets over 10M points stay fast.
   Result<std::vector<Bucket>> downsample(std::int64_t run_id, std::string_view key,
                                          std::int64_t first_step, std::int64_t last_step,
                                          int buckets);

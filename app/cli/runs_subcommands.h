@@ -1,0 +1,55 @@
+// The `lattice runs` subcommands, split over runs_command.cpp (dispatch, list, show, tag,
+// rename, delete) and runs_export.cpp (export, compare); the helpers they share. Private to
+// app/cli.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lattice/flags.h"
+#include "lattice/status.h"
+#include "lattice/storage/run_store.h"
+
+namespace lattice::cli::runs {
+
+struct Subcommand {
+  const char* name;
+  const char* usage;    // after "lattice runs "
+  const char* summary;  // one line for `lattice runs --help`
+  const char* details;  // paragraphs for `lattice runs NAME --help`
+  int (*run)(const Subcommand& self, const std::vector<std::string>& args);
+};
+
+// What every subcommand gets from its command line.
+struct Invocation {
+  std::string db;
+  std::vector<std::string> positional;
+};
+
+// Parses `args` against `flags` plus --db; prints help for --help / -h, or each error.
+// Returns an exit code to stop with (0 after help, 2 for bad usage), or nullopt to go on.
+std::optional<int> parse_invocation(const Subcommand& command, const std::vector<std::string>& args,
+                                    std::vector<FlagSpec> flags, Invocation* out);
+
+// "lattice runs <name>: <message>" on stderr; returns `code`.
+int fail(const Subcommand& command, const std::string& message, int code = 1);
+// fail() with the command's usage line appended; returns 2.
+int usage_error(const Subcommand& command, const std::string& message);
+
+// The store at --db; errors name the flag and the file.
+Result<std::unique_ptr<storage::RunStore>> open_store(const std::string& db);
+
+// The run a RUN argument names (id or unique name); an error says what was looked for and
+// how to list the runs.
+Result<storage::RunInfo> resolve_run(storage::RunStore& store, const std::string& run,
+                                     const std::string& db);
+
+// "run 3 ('gpt-small')"
+std::string describe(const storage::RunInfo& run);
+
+int export_command(const Subcommand& self, const std::vector<std::string>& args);
+int compare_command(const Subcommand& self, const std::vector<std::string>& args);
+
+}  // namespace lattice::cli::runs
