@@ -1,16 +1,21 @@
-// lattice plan: check a TP x PP x DP layout against `lattice train`'s flags and estimate what
-// each pipeline stage's ranks hold, as a table or JSON, without training data or a device.
-// Non-goals: measuring anything (see `lattice train --log-memory`), throughput on real devices.
+// lattice plan: check a TP x PP x DP layout against `lattice train`'s flags, estimate what each
+// pipeline stage's ranks hold and how long a step takes on a cluster, or search every layout
+// (--suggest); as tables or JSON, without training data or a device.
+// Non-goals: measuring a run (see `lattice train --log-memory`), launching anything.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "commands.h"
 #include "lattice/flags.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "lattice/tokenizer.h"
+#include "lattice/train.h"
 #include "lattice/train_options.h"
 
 namespace lattice::cli {
@@ -42,7 +47,10 @@ std::string relevant_train_flags_help() {
                                                  "tokenizer-type",
                                                  "vocab-file",
                                                  "merge-file",
-                                                 "tokenizer-model"};
+                                                 "tokenizer-model",
+                                                 "bf16",
+                                                 "fp16",
+                                                 "threads"};
   std::istringstream in(train_options_help());
   std::string line, out;
   while (std::getline(in, line)) {
@@ -53,14 +61,54 @@ std::string relevant_train_flags_help() {
   return out;
 }
 
+// The planner's own flags (the rest are `lattice train`'s). --suggest takes an optional count.
+struct PlanFlags {
+  int world_size = 0;        // 0: nodes x devices per node, or TP x PP
+  int nodes = 0;             // 0: world size / devices per node
+  int devices_per_node = 0;  // 0: world size / nodes, or 8 GPUs / all CPU ranks per node
+  std::string device = "cpu";
+  double peak_gflops = 0;  // 0: measure this CPU's SGEMM rate
+  double efficiency = 0.5;
+  double headroom = 0.05;
+  bool json = false, help = false;
+  int suggest = 0;  // candidates to print; 0: no search
+  std::vector<std::string> train_args;
+};
+
+constexpr int kDefaultSuggestions = 10;
+
+std::vector<FlagSpec> plan_flag_specs(PlanFlags& f) {
+  return {
+      {"world-size", "ranks in the job; 0: nodes x devices per node, else TP x PP", &f.world_size},
+      {"nodes", "machines in the cluster; 0: world size / devices per node", &f.nodes},
+      {"devices-per-node", "GPUs (or CPU ranks) per machine; 0: world / nodes, else 8 GPUs or all",
+       &f.devices_per_node},
+      {"device", "h100, h200, a100-80gb, a100-40gb, or cpu (this machine)", &f.device},
+      {"peak-gflops", "CPU peak per machine; 0: measure SGEMM on all cores", &f.peak_gflops},
+      {"efficiency", "achieved / peak FLOP rate of the GEMMs, in (0, 1]", &f.efficiency},
+      {"memory-headroom", "share of device memory kept free (workspace, buffers)", &f.headroom},
+      {"json", "print the layout and estimates (or the candidates) as JSON", &f.json},
+  };
+}
+
 std::string usage() {
-  return "usage: lattice plan [--world-size N] [--json] [--config run.json] [train flags]\n\n"
-         "Checks a tensor x pipeline x data parallel layout against `lattice train`'s flags and\n"
-         "estimates the memory of one rank of every pipeline stage. Every rule the layout breaks\n"
-         "is listed (exit 2). Accepts every `lattice train` flag; no training data is needed.\n\n"
-         "  --world-size N                  ranks in the job; default TP x PP (data-parallel 1)\n"
-         "  --json                          print the layout and the estimate as JSON\n\n"
-         "flags that shape the layout and its memory (`lattice train --help` lists all):\n" +
+  PlanFlags defaults;
+  return "usage: lattice plan [--world-size N | --nodes N --devices-per-node N] [--device D]\n"
+         "                    [--suggest [N]] [--json] [--config run.json] [train flags]\n\n"
+         "Checks a tensor x pipeline x data parallel layout against `lattice train`'s flags,\n"
+         "estimates the memory of one rank of every pipeline stage and the time of one step on\n"
+         "the cluster (compute, TP collectives, pipeline sends and bubble, data-parallel\n"
+         "reduction not hidden behind backward, optimizer; tokens/s and MFU). Every rule the\n"
+         "layout breaks is listed (exit 2). Accepts every `lattice train` flag; no training data\n"
+         "is needed. --bf16 / --fp16 size 16-bit training (18 bytes per parameter).\n\n"
+         "  --suggest [N]                   search every valid layout (TP, PP, virtual stages,\n"
+         "                                  micro batch, recomputation, distributed optimizer;\n"
+         "                                  sequence parallel with TP > 1) of the model and\n"
+         "                                  global batch on the cluster; print the best N\n"
+         "                                  (default " +
+         std::to_string(kDefaultSuggestions) + "), those that fit first, by tokens/s\n" +
+         flags_help(plan_flag_specs(defaults)) +
+         "\nflags that shape the layout and its memory (`lattice train --help` lists all):\n" +
          relevant_train_flags_help();
 }
 
@@ -157,8 +205,12 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
     out << "\n";
   }
 
-  out << "\nmemory per rank (estimate; fp32: weights 4 + grads 4 + AdamW 8 bytes per parameter"
-      << (o.parallel.use_distributed_optimizer ? ", AdamW / DP" : "") << ")\n";
+  const std::string precision = training_precision(o);
+  const ParameterBytes per_param = bytes_per_parameter(precision);
+  out << "\nmemory per rank (estimate; " << precision << ": weights " << per_param.weights
+      << " + grads " << per_param.grads << " + optimizer " << per_param.optimizer
+      << " bytes per parameter" << (o.parallel.use_distributed_optimizer ? ", optimizer / DP" : "")
+      << ")\n";
   char row[200];
   std::snprintf(row, sizeof row, "  %-4s %12s %12s %12s %12s %12s %9s %12s %12s\n", "pp",
                 "parameters", "weights", "grads", "optimizer", "act/micro", "in flight",
@@ -186,38 +238,215 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
   out << flops;
 }
 
-// Takes --world-size, --json and --help out of `args`; the rest are `lattice train`'s flags.
-struct PlanFlags {
-  int world_size = 0;  // 0: TP x PP
-  bool json = false, help = false;
-  std::vector<std::string> train_args;
-};
-
+// Takes the planner's flags out of `args`; the rest are `lattice train`'s.
 std::vector<std::string> split_plan_flags(const std::vector<std::string>& args, PlanFlags& f) {
   std::vector<std::string> errors;
-  const FlagSpec world{"world-size", "ranks in the job", &f.world_size};
+  const std::vector<FlagSpec> specs = plan_flag_specs(f);
   for (size_t i = 0; i < args.size(); i++) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       f.help = true;
-    } else if (a == "--json") {
-      f.json = true;
-    } else if (a == "--world-size" || a.rfind("--world-size=", 0) == 0) {
-      std::string value;
-      if (a != "--world-size") {
-        value = a.substr(a.find('=') + 1);
-      } else if (i + 1 < args.size()) {
-        value = args[++i];
-      } else {
-        errors.push_back("--world-size expects a number of ranks");
-        continue;
-      }
-      if (std::string e = assign_flag_text(world, value); !e.empty()) errors.push_back(e);
-    } else {
-      f.train_args.push_back(a);
+      continue;
     }
+    if (a == "--suggest" || a.rfind("--suggest=", 0) == 0) {
+      std::string count = a == "--suggest" ? "" : a.substr(10);
+      if (count.empty() && i + 1 < args.size() && !args[i + 1].empty() &&
+          args[i + 1].find_first_not_of("0123456789") == std::string::npos)
+        count = args[++i];
+      f.suggest = kDefaultSuggestions;
+      const FlagSpec spec{"suggest", "", &f.suggest};
+      if (!count.empty())
+        if (std::string e = assign_flag_text(spec, count); !e.empty()) errors.push_back(e);
+      if (f.suggest < 1) errors.push_back("--suggest expects a positive number of layouts");
+      continue;
+    }
+    const size_t eq = a.find('=');
+    const FlagSpec* spec =
+        a.rfind("--", 0) == 0 ? find_flag(specs, a.substr(2, eq == std::string::npos ? eq : eq - 2))
+                              : nullptr;
+    if (!spec) {
+      f.train_args.push_back(a);
+      continue;
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+    } else if (is_switch(*spec)) {
+      value = "true";
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      errors.push_back(a + " expects a value");
+      continue;
+    }
+    if (std::string e = assign_flag_text(*spec, value); !e.empty()) errors.push_back(e);
   }
   return errors;
+}
+
+// The world size and the cluster's shape from --world-size, --nodes, --devices-per-node
+// (0 when they disagree; the reasons go to `errors`). Without either of the last two, GPUs come
+// 8 to a node (HGX / DGX) and CPU ranks share this one machine.
+int resolve_world(const PlanFlags& f, const TrainOptions& o, ClusterSpec& cluster,
+                  std::vector<std::string>& errors) {
+  if (f.nodes < 0) errors.push_back("--nodes must be positive, got " + std::to_string(f.nodes));
+  if (f.devices_per_node < 0)
+    errors.push_back("--devices-per-node must be positive, got " +
+                     std::to_string(f.devices_per_node));
+  if (f.nodes < 0 || f.devices_per_node < 0) return 0;
+  int world = f.world_size;
+  if (world == 0)
+    world = f.devices_per_node > 0
+                ? std::max(f.nodes, 1) * f.devices_per_node
+                : o.model.tensor_model_parallel_size * o.parallel.pipeline_model_parallel_size;
+  int nodes = f.nodes, per_node = f.devices_per_node;
+  if (nodes == 0 && per_node == 0) {
+    constexpr int kGpusPerNode = 8;
+    const bool cpu = f.device == "cpu" || f.device == "CPU";
+    per_node = !cpu && world > kGpusPerNode && world % kGpusPerNode == 0 ? kGpusPerNode : world;
+  }
+  if (per_node == 0) {
+    if (world % nodes != 0) {
+      errors.push_back("world size " + std::to_string(world) + " does not split over --nodes " +
+                       std::to_string(nodes) + ": pass --devices-per-node");
+      return 0;
+    }
+    per_node = world / nodes;
+  }
+  if (nodes == 0) nodes = std::max(world / per_node, 1);
+  if (nodes * per_node != world) {
+    errors.push_back("world size " + std::to_string(world) + " is not --nodes " +
+                     std::to_string(nodes) + " x --devices-per-node " + std::to_string(per_node));
+    return 0;
+  }
+  cluster.nodes = nodes;
+  cluster.devices_per_node = per_node;
+  return world;
+}
+
+// The device from --device (the table, or this CPU with a measured or given SGEMM rate).
+void resolve_device(const PlanFlags& f, const TrainOptions& o, ClusterSpec& cluster,
+                    std::vector<std::string>& errors) {
+  if (!(f.efficiency > 0 && f.efficiency <= 1))
+    errors.push_back("--efficiency must lie in (0, 1], got " + std::to_string(f.efficiency));
+  if (!(f.headroom >= 0 && f.headroom < 1))
+    errors.push_back("--memory-headroom must lie in [0, 1), got " + std::to_string(f.headroom));
+  if (f.peak_gflops < 0) errors.push_back("--peak-gflops must not be negative");
+  cluster.compute_efficiency = f.efficiency;
+  cluster.memory_headroom = f.headroom;
+  const std::string precision = training_precision(o);
+  if (f.device == "cpu" || f.device == "CPU") {
+    const int threads =
+        o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+    const double gflops =
+        f.peak_gflops > 0 ? f.peak_gflops : measure_sgemm_gflops(std::max(threads, 1));
+    cluster.device = this_machine_cpu(gflops, std::max(cluster.devices_per_node, 1));
+    return;
+  }
+  if (std::optional<DeviceSpec> d = find_device(f.device, precision)) {
+    cluster.device = *d;
+    return;
+  }
+  std::string known;
+  for (const DeviceSpec& d : known_devices(precision)) known += d.key + ", ";
+  errors.push_back("--device " + f.device + " is not one of " + known + "cpu");
+}
+
+std::string rate_text(double bytes_per_second) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GB/s", bytes_per_second / 1e9);
+  return buf;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  if (s >= 1)
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  return buf;
+}
+
+std::string cluster_line(const ClusterSpec& c, const std::string& precision) {
+  const bool tera = c.device.peak_flops >= 1e12;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%d x %d %s, %s each, peak %.4g %s %s x efficiency %.2f; links %s in a node, %s "
+                "between nodes",
+                c.nodes, c.devices_per_node, c.device.name.c_str(),
+                human_bytes(c.device.memory_bytes).c_str(),
+                c.device.peak_flops / (tera ? 1e12 : 1e9), tera ? "TFLOP/s" : "GFLOP/s",
+                precision.c_str(), c.compute_efficiency,
+                rate_text(c.device.intra_node_bandwidth).c_str(),
+                rate_text(c.device.inter_node_bandwidth).c_str());
+  return buf;
+}
+
+void print_step(std::ostream& out, const TrainOptions& o, const MemoryEstimate& est,
+                const ClusterSpec& c, const StepEstimate& s) {
+  out << "\nstep time (estimate) on " << cluster_line(c, training_precision(o)) << "\n";
+  const struct {
+    const char* what;
+    double seconds;
+    std::string note;
+  } rows[] = {
+      {"compute", s.compute_s, "pp rank " + std::to_string(s.slowest_stage) + ", the slowest"},
+      {"TP collectives", s.tp_comm_s, ""},
+      {"PP sends", s.pp_comm_s, ""},
+      {"PP bubble", s.pp_bubble_s, ""},
+      {"DP not hidden", s.dp_comm_s, "of " + seconds_text(s.dp_comm_total_s) + " in all"},
+      {"optimizer", s.optimizer_s, ""},
+      {"total", s.total_s, ""},
+  };
+  for (const auto& r : rows) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-15s %10s", r.what, seconds_text(r.seconds).c_str());
+    out << line << (r.note.empty() ? "" : "   (" + r.note + ")") << "\n";
+  }
+  char line[200];
+  std::snprintf(line, sizeof line, "  %.4g tokens/s, MFU %.1f %%\n", s.tokens_per_second,
+                100 * s.mfu);
+  out << line;
+  const double need = static_cast<double>(est.stages[est.most_loaded].total_bytes());
+  out << "fits: " << (fits_in_memory(est, c) ? "yes" : "NO") << ", most loaded rank "
+      << human_bytes(need) << " of " << human_bytes(c.usable_memory_bytes()) << " usable ("
+      << static_cast<int>(c.memory_headroom * 100 + 0.5) << " % of the device kept free)\n";
+}
+
+void print_suggestions(std::ostream& out, const TrainOptions& o, const ClusterSpec& c,
+                       const std::vector<LayoutCandidate>& list, const SuggestStats& stats,
+                       double seconds) {
+  out << "model: " << o.model.num_layers << " layers, hidden " << o.model.hidden_size << ", "
+      << o.model.num_attention_heads << " heads, sequence " << o.model.seq_length << ", vocabulary "
+      << o.model.vocab_size << ", " << human_count(static_cast<double>(o.model.num_parameters()))
+      << " parameters; global batch " << o.global_batch_size << "\n";
+  out << "cluster: " << cluster_line(c, training_precision(o)) << "\n";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);
+  out << "searched " << stats.valid << " valid layouts in " << buf << ", " << stats.fitting
+      << " fit; best " << list.size() << " (those that fit first, by estimated tokens/s)\n\n";
+  char row[240];
+  std::snprintf(row, sizeof row, "  %3s %4s %4s %4s %5s %4s %6s %-9s %-7s %-3s %23s %12s %6s %4s\n",
+                "#", "TP", "PP", "VPP", "DP", "MB", "M", "recompute", "distopt", "SP",
+                "memory / usable", "tokens/s", "MFU", "fits");
+  out << row;
+  for (size_t i = 0; i < list.size(); i++) {
+    const LayoutCandidate& k = list[i];
+    const ParallelOptions& par = k.options.parallel;
+    const std::string memory =
+        human_bytes(static_cast<double>(k.memory.stages[k.memory.most_loaded].total_bytes())) +
+        " / " + human_bytes(c.usable_memory_bytes());
+    std::snprintf(row, sizeof row,
+                  "  %3zu %4d %4d %4d %5d %4d %6lld %-9s %-7s %-3s %23s %12.4g %5.1f%% %4s\n",
+                  i + 1, k.layout.tp, k.layout.pp, k.layout.vpp, k.layout.dp,
+                  k.options.micro_batch_size, static_cast<long long>(k.memory.micro_batches),
+                  par.recompute_granularity.empty() ? "none" : par.recompute_granularity.c_str(),
+                  par.use_distributed_optimizer ? "yes" : "no",
+                  par.sequence_parallel ? "yes" : "no", memory.c_str(), k.step.tokens_per_second,
+                  100 * k.step.mfu, k.fits ? "yes" : "NO");
+    out << row;
+  }
+  if (!list.empty()) out << "\n#1 as flags: " << layout_flags(list[0].options) << "\n";
 }
 
 // A file tokenizer's vocabulary comes from its files (as `lattice train` reads them).
@@ -245,29 +474,52 @@ int plan_command(const std::vector<std::string>& args) {
     return 2;
   }
   TrainOptions& o = *parsed;
-  const int world = flags.world_size != 0 ? flags.world_size
-                                          : o.model.tensor_model_parallel_size *
-                                                o.parallel.pipeline_model_parallel_size;
+  ClusterSpec cluster;
+  const int world = resolve_world(flags, o, cluster, errors);
   std::vector<std::string> invalid = o.validate(/*require_data=*/false);
   errors.insert(errors.end(), invalid.begin(), invalid.end());
-  invalid = layout_errors(o, world);
-  errors.insert(errors.end(), invalid.begin(), invalid.end());
+  if (world > 0 && flags.suggest == 0) {  // a search ignores the given layout
+    invalid = layout_errors(o, world);
+    errors.insert(errors.end(), invalid.begin(), invalid.end());
+  }
   if (errors.empty())
     if (Status s = resolve_vocabulary(o); !s) errors.push_back(s.message());
+  if (errors.empty()) resolve_device(flags, o, cluster, errors);
   if (!errors.empty()) {
     for (const std::string& e : errors) print_error(kCommand, e);
     return 2;
   }
+
+  if (flags.suggest > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    SuggestStats stats;
+    const std::vector<LayoutCandidate> list = suggest_layouts(o, cluster, flags.suggest, &stats);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (flags.json)
+      std::cout << suggest_json(list, cluster) << "\n";
+    else
+      print_suggestions(std::cout, o, cluster, list, stats, seconds);
+    if (list.empty()) {
+      print_error(kCommand, "no valid layout of this model and global batch on " +
+                                std::to_string(world) + " devices");
+      return 1;
+    }
+    return 0;
+  }
+
   Result<ParallelLayout> layout = make_layout(o, world);
   if (!layout) {  // layout_errors found nothing above, so this cannot happen
     print_error(kCommand, layout.status().message());
     return 1;
   }
   const MemoryEstimate est = estimate_memory(o, *layout);
+  const StepEstimate step = estimate_step(o, *layout, cluster, est);
   if (flags.json) {
-    std::cout << plan_json(*layout, est) << "\n";
+    std::cout << plan_json(*layout, est, cluster, step) << "\n";
   } else {
     print_table(std::cout, o, *layout, est);
+    print_step(std::cout, o, est, cluster, step);
   }
   return 0;
 }

@@ -1,12 +1,14 @@
 // The planner's analytical memory estimate (ARCHITECTURE.md "Memory estimate (the planner)",
 // docs/design-notes.md#parallel-layout-and-the-planner): what one rank of each pipeline stage
 // holds, from the model config and the layout alone. Pure arithmetic, shared by `lattice plan` and
-// the Studio. Non-goals: workspace and communication buffers, allocator overheads (the trainer
-// measures those), 16-bit training (the engine trains in fp32).
+// the Studio. Also the step-time model and the layout search built on it
+// (docs/design-notes.md#planner-step-time-and-layout-search). Non-goals: workspace and
+// communication buffers, allocator overheads (the trainer measures those).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,12 +26,17 @@ struct StageEstimate {
   // this is ModelConfig::num_parameters() plus the last stage's tied word embedding (pp > 1).
   int64_t parameters = 0;
   int64_t replicated_parameters = 0;
-  size_t weight_bytes = 0;  // fp32: 4 per parameter
-  size_t grad_bytes = 0;    // fp32: 4 per parameter
-  size_t optimizer_bytes =
-      0;  // AdamW m and v, 8 per parameter; / DP with the distributed optimizer
+  // Bytes per parameter by training precision (bytes_per_parameter()):
+  //   fp32: weights 4, grads 4, AdamW m and v 8            (16; 8 + 8/DP distributed)
+  //   bf16 / fp16: weights 2, fp32 main grads 4, fp32 master weights + m + v 12
+  //                                                         (18; 6 + 12/DP distributed)
+  //   fp64 (verification runs): twice fp32                 (32; 16 + 16/DP distributed)
+  size_t weight_bytes = 0;
+  size_t grad_bytes = 0;
+  size_t optimizer_bytes = 0;  // / DP (rounded up) with the distributed optimizer
   // Activations one micro-batch keeps for its backward on this rank (all its model chunks),
-  // Korthikanti et al.'s per-layer formula for the recompute setting, doubled for fp32.
+  // Korthikanti et al.'s per-layer formula for the recompute setting: as published for 16-bit
+  // training, doubled for fp32, four times for fp64.
   size_t activation_bytes_per_micro_batch = 0;
   // Micro-batches whose activations are alive at once at the schedule's peak: 1 without
   // pipelining, min(M, PP - pp_rank) with 1F1B, the interleaved warm-up / VPP with virtual
@@ -53,6 +60,15 @@ struct MemoryEstimate {
   double flops_per_rank = 0;
 };
 
+// "bf16", "fp16", "fp64" or "fp32" (the default): the precision `options` train in.
+std::string training_precision(const TrainOptions& options);
+// Bytes per parameter a rank keeps by category for `precision` (the table above, before the
+// distributed optimizer's division of `optimizer`).
+struct ParameterBytes {
+  int weights = 4, grads = 4, optimizer = 8;
+};
+ParameterBytes bytes_per_parameter(const std::string& precision);
+
 // Requires a valid layout for `options` (make_layout) and a known vocabulary
 // (options.model.vocab_size > 0: resolve a file tokenizer first).
 MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelLayout& layout);
@@ -66,41 +82,80 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& estima
 
 // ---- Step time and layout search (Studio issue, part 1) ---------------------------------
 // A device kind: memory and peak dense rate in the training precision, and the bandwidth one
-// device gets to its peers inside a node and across nodes.
+// device gets to its peers inside a node and across nodes (one direction, as a ring
+// collective uses it). Sources and assumptions: docs/design-notes.md#planner-step-time-and-
+// layout-search.
 struct DeviceSpec {
   std::string name;  // "H100 SXM 80GB", "this machine's CPU", ...
+  std::string key;   // short name for `lattice plan --device`: "h100", "a100-40gb", "cpu"
   double memory_bytes = 0;
-  double peak_flops = 0;               // per device, in the precision the options train in
-  double intra_node_bandwidth = 0;     // bytes/s per device (NVLink, shared memory)
-  double inter_node_bandwidth = 0;     // bytes/s per device (InfiniBand, Ethernet)
+  double peak_flops = 0;            // per device, in the precision the options train in
+  double intra_node_bandwidth = 0;  // bytes/s per device (NVLink, shared memory)
+  double inter_node_bandwidth = 0;  // bytes/s per device (InfiniBand, Ethernet)
+  double memory_bandwidth = 0;      // bytes/s (HBM, DRAM): the optimizer step's rate
 };
-// The built-in table (H100, H200, A100 80GB / 40GB) for `precision` ("bf16", "fp16", "fp32").
+// The built-in table (H100, H200, A100 80GB / 40GB) for `precision` ("bf16", "fp16", "fp32",
+// "fp64"): dense peak rates from NVIDIA's datasheets; fp32 is the CUDA-core rate, not TF32.
 std::vector<DeviceSpec> known_devices(const std::string& precision);
-// This machine's CPU: its memory, the measured SGEMM rate (GFLOP/s) as the peak.
-DeviceSpec this_machine_cpu(double measured_sgemm_gflops);
+// The entry of known_devices(precision) whose key or name equals `name` (case-insensitive);
+// nullopt when there is none.
+std::optional<DeviceSpec> find_device(const std::string& name, const std::string& precision);
+// This machine's CPU: its memory (sysconf), the measured SGEMM rate (GFLOP/s, all cores) as
+// the peak, and a memory-copy rate for shared-memory communication (measure_copy_bandwidth():
+// measured once per process, 0.03-0.25 s, so call it off a UI thread). With `ranks_per_node` > 1
+// each rank is one device with its share of the cores, memory, peak and memory bandwidth.
+// Between machines, 10 GbE is assumed.
+DeviceSpec this_machine_cpu(double measured_sgemm_gflops, int ranks_per_node = 1);
+// One thread's memcpy rate on this machine, bytes/s (bytes copied per second; a 32 MiB block,
+// best of 3 after a first pass that faults the pages in), cached after the first call.
+// Thread-safe.
+double measure_copy_bandwidth();
 
 struct ClusterSpec {
   int nodes = 1, devices_per_node = 1;
   DeviceSpec device;
   double compute_efficiency = 0.5;  // achieved / peak on the model's GEMMs
+  // Share of device memory kept free for the framework's workspace, communication buffers and
+  // allocator slack: a layout fits when its most loaded rank needs at most
+  // (1 - memory_headroom) * device.memory_bytes.
+  double memory_headroom = 0.05;
+  double usable_memory_bytes() const { return (1 - memory_headroom) * device.memory_bytes; }
+  int world() const { return nodes * devices_per_node; }
 };
+// The most loaded rank of `memory` fits the cluster's usable device memory.
+bool fits_in_memory(const MemoryEstimate& memory, const ClusterSpec& cluster);
 
-// One training step's time by term, for the most loaded pipeline stage.
+// One training step's time by term, for the slowest pipeline stage
+// (docs/design-notes.md#planner-step-time-and-layout-search states every rule).
 struct StepEstimate {
-  double compute_s = 0;     // model FLOPs per rank / (peak * efficiency)
-  double tp_comm_s = 0;     // TP collectives per step (inter-node bandwidth if a TP group spans nodes)
-  double pp_bubble_s = 0;   // 1F1B bubble: (PP - 1) / (VPP * M) of the pipeline's compute
-  double dp_comm_s = 0;     // gradient reduction not hidden behind backward
+  double compute_s = 0;  // FLOPs per rank with recomputation / (peak * efficiency)
+  double tp_comm_s = 0;  // TP collectives per step (inter-node bandwidth if a TP group spans nodes)
+  double pp_comm_s = 0;  // pipeline sends and receives between stages
+  double pp_bubble_s = 0;      // 1F1B bubble: (PP - 1) / (VPP * M) of the stage's time
+  double dp_comm_s = 0;        // gradient reduction (and parameter all-gather) not hidden
+  double dp_comm_total_s = 0;  // the whole data-parallel traffic's time, hidden or not
+  double optimizer_s = 0;      // AdamW step, memory bound
   double total_s = 0;
   double tokens_per_second = 0;  // global batch tokens / total_s
   double mfu = 0;                // model FLOPs / (total_s * peak * devices)
+  int slowest_stage = 0;         // pp rank whose time sets the pipeline's pace
 };
+// Requires a valid layout for `options` (make_layout), a known vocabulary and a device with
+// positive rates. The terms add up to total_s: compute, TP and PP communication of the slowest
+// stage, its bubble, then the data-parallel tail (dp_comm_s + optimizer_s) of the stage where it
+// is longest.
 StepEstimate estimate_step(const TrainOptions& options, const ParallelLayout& layout,
                            const ClusterSpec& cluster);
+// The same, reusing an estimate_memory() of the same options and layout.
+StepEstimate estimate_step(const TrainOptions& options, const ParallelLayout& layout,
+                           const ClusterSpec& cluster, const MemoryEstimate& memory);
 
 // Every valid layout of options' model and global batch on the cluster's devices (TP, PP,
 // virtual stages, micro batch, recomputation, distributed optimizer), with its estimates and
 // whether it fits in device memory; fitting ones first, by estimated tokens/s.
+// Sequence parallelism is on whenever TP > 1 (it saves memory at the same traffic); uneven
+// pipeline splits are not searched. At most max_results come back. Pure arithmetic: safe to
+// run on any thread (the Studio runs it off the UI thread).
 struct LayoutCandidate {
   TrainOptions options;  // the base options with the candidate's layout and batch flags
   ParallelLayout layout;
@@ -108,7 +163,29 @@ struct LayoutCandidate {
   StepEstimate step;
   bool fits = false;
 };
+// What a search went through: the valid layouts it estimated (it enumerates only choices that
+// keep the divisibility rules, then checks each with layout_errors and validate) and how many
+// of them fit.
+struct SuggestStats {
+  int64_t valid = 0, fitting = 0;
+};
 std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& base, const ClusterSpec& cluster,
-                                             int max_results = 50);
+                                             int max_results = 50, SuggestStats* stats = nullptr);
+
+// The `lattice train` flags that select a candidate's layout and batch:
+// "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 ...".
+std::string layout_flags(const TrainOptions& options);
+// plan_json()'s object plus "cluster": {"nodes", "devices_per_node", "device": {"name", "key",
+// "memory_bytes", "peak_flops", "intra_node_bandwidth", "inter_node_bandwidth",
+// "memory_bandwidth"}, "compute_efficiency", "memory_headroom", "usable_memory_bytes"},
+// "fits" and "step": {"compute_s", "tp_comm_s", "pp_comm_s", "pp_bubble_s", "dp_comm_s",
+// "dp_comm_total_s", "optimizer_s", "total_s", "tokens_per_second", "mfu", "slowest_stage"}.
+std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& estimate,
+                      const ClusterSpec& cluster, const StepEstimate& step, int indent = -1);
+// {"cluster": {...as above}, "candidates": [{"tp", "pp", "vpp", "dp", "micro_batch_size",
+// "micro_batches", "recompute", "distributed_optimizer", "sequence_parallel",
+// "most_loaded_bytes", "fits", "step": {...}, "flags"}]} (`lattice plan --suggest --json`).
+std::string suggest_json(const std::vector<LayoutCandidate>& candidates, const ClusterSpec& cluster,
+                         int indent = -1);
 
 }  // namespace lattice

@@ -1,8 +1,8 @@
 // The planner's memory estimate: exact parameter counts per pipeline stage, Korthikanti et al.'s
 // activation formula ("Reducing Activation Recomputation in Large Transformer Models", 2022)
 // and the schedule's micro-batches in flight
-// (docs/design-notes.md#parallel-layout-and-the-planner). Non-goals: measured figures (the
-// trainer's --log-memory), workspace, 16-bit training.
+// (docs/design-notes.md#parallel-layout-and-the-planner), for fp32, 16-bit and fp64 training.
+// Non-goals: measured figures (the trainer's --log-memory), workspace.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -14,9 +14,11 @@ namespace lattice {
 
 namespace {
 
-// The engine trains in fp32: every tensor of the 16-bit formula takes twice the bytes.
-constexpr double kActivationScale = 2.0;
-constexpr size_t kWeightBytes = 4, kGradBytes = 4, kAdamBytes = 8;
+// Korthikanti et al.'s formula counts 16-bit activations: fp32 takes twice the bytes, fp64
+// four times.
+double activation_scale(const std::string& precision) {
+  return precision == "fp32" ? 2.0 : precision == "fp64" ? 4.0 : 1.0;
+}
 
 struct ParamCount {
   int64_t total = 0, replicated = 0;
@@ -100,9 +102,24 @@ double in_flight(const ParallelLayout& layout, int p, int64_t micro_batches) {
 
 }  // namespace
 
+std::string training_precision(const TrainOptions& o) {
+  return o.bf16 ? "bf16" : o.fp16 ? "fp16" : o.fp64 ? "fp64" : "fp32";
+}
+
+// 16-bit training as Megatron's mixed precision: 16-bit weights, fp32 main grads (gradients
+// are accumulated and reduced in fp32), fp32 master weights and AdamW moments.
+ParameterBytes bytes_per_parameter(const std::string& precision) {
+  if (precision == "bf16" || precision == "fp16") return {2, 4, 12};
+  if (precision == "fp64") return {8, 8, 16};
+  return {4, 4, 8};
+}
+
 MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelLayout& layout) {
   const ModelConfig& m = o.model;
   assert(m.vocab_size > 0 && m.tensor_model_parallel_size == layout.tp);
+  const std::string precision = training_precision(o);
+  const ParameterBytes per_param = bytes_per_parameter(precision);
+  const double scale = activation_scale(precision);
   MemoryEstimate est;
   est.micro_batches = o.global_batch_size / (static_cast<int64_t>(o.micro_batch_size) * layout.dp);
   est.flops_per_iteration = flops_per_iteration(m, o.global_batch_size);
@@ -111,10 +128,11 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelLayout& layo
   const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size, t = layout.tp;
   const bool sp = o.parallel.sequence_parallel;
   // First stage: the embedding dropout mask (sbh). Last stage: the final LayerNorm's and the
-  // LM head's inputs (2 sbh each) in the formula's precision, and the logits in fp32 (4 sbV/t).
+  // LM head's inputs (2 sbh each) in the formula's precision, and the logits in fp32 (4 sbV/t:
+  // the cross-entropy keeps its softmax in fp32 whatever the training precision).
   const double embedding_extra = s * b * h / (sp ? t : 1);
   const double head_extra = 2 * s * b * h / (sp ? t : 1) + 2 * s * b * h;
-  const double logits_bytes = 4 * s * b * m.padded_vocab_size() / t;
+  const double logits_bytes = (precision == "fp64" ? 8 : 4) * s * b * m.padded_vocab_size() / t;
 
   for (int p = 0; p < layout.pp; p++) {
     StageEstimate st;
@@ -123,12 +141,12 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelLayout& layo
     st.parameters = n.total;
     st.replicated_parameters = n.replicated;
     const size_t params = static_cast<size_t>(n.total);
-    st.weight_bytes = params * kWeightBytes;
-    st.grad_bytes = params * kGradBytes;
+    st.weight_bytes = params * per_param.weights;
+    st.grad_bytes = params * per_param.grads;
     const size_t sharded = o.parallel.use_distributed_optimizer
                                ? (params + layout.dp - 1) / static_cast<size_t>(layout.dp)
                                : params;
-    st.optimizer_bytes = sharded * kAdamBytes;
+    st.optimizer_bytes = sharded * per_param.optimizer;
 
     const ChunkActivations chunk = chunk_activations(o, layout, p);
     double per_micro_batch = layout.vpp * chunk.per_micro_batch;
@@ -136,10 +154,10 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelLayout& layo
     st.micro_batches_in_flight = in_flight(layout, p, est.micro_batches);
     double peak = st.micro_batches_in_flight * per_micro_batch + chunk.transient;
     double once = 0;
-    if (layout.is_last_stage(p)) once = kActivationScale * head_extra + logits_bytes;
+    if (layout.is_last_stage(p)) once = scale * head_extra + logits_bytes;
     st.activation_bytes_per_micro_batch =
-        static_cast<size_t>(std::llround(kActivationScale * per_micro_batch + once));
-    st.activation_bytes = static_cast<size_t>(std::llround(kActivationScale * peak + once));
+        static_cast<size_t>(std::llround(scale * per_micro_batch + once));
+    st.activation_bytes = static_cast<size_t>(std::llround(scale * peak + once));
     est.stages.push_back(st);
   }
   for (size_t i = 1; i < est.stages.size(); i++)

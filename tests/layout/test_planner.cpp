@@ -1,0 +1,410 @@
+// The planner's step-time model and layout search as a user choosing a layout expects them:
+// 16-bit bytes per parameter, Megatron's published activation example, step terms that move
+// the right way with DP and with TP across nodes, and a search that returns only valid
+// layouts, fitting ones first by throughput, fast enough for GPT-3 175B on 1024 GPUs.
+#include <QtTest/QtTest>
+
+#include <QElapsedTimer>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+
+#include "lattice/layout.h"
+#include "lattice/plan.h"
+#include "lattice/train_options.h"
+
+namespace {
+
+lattice::TrainOptions options(const QStringList& flags) {
+  std::vector<std::string> args;
+  for (const QString& s : flags) args.push_back(s.toStdString());
+  lattice::Result<lattice::TrainOptions> o = lattice::parse_train_flags(args);
+  if (!o) qFatal("bad test flags: %s", o.status().message().c_str());
+  return *o;
+}
+
+lattice::ParallelLayout layout_of(const lattice::TrainOptions& o, int world) {
+  lattice::Result<lattice::ParallelLayout> l = lattice::make_layout(o, world);
+  if (!l) qFatal("bad test layout: %s", l.status().message().c_str());
+  return *l;
+}
+
+lattice::ClusterSpec cluster(const char* device, int nodes, int per_node,
+                             const std::string& precision = "bf16") {
+  lattice::ClusterSpec c;
+  c.nodes = nodes;
+  c.devices_per_node = per_node;
+  c.device = *lattice::find_device(device, precision);
+  return c;
+}
+
+// GPT-3 175B as Brown et al. and Narayanan et al. train it.
+const QStringList kGpt3_175B = {
+    "--num-layers", "96",   "--hidden-size", "12288", "--num-attention-heads", "96",
+    "--seq-length", "2048", "--vocab-size",  "50257", "--global-batch-size",   "1536",
+    "--bf16"};
+
+// A 1.3B-class model for step-time comparisons.
+QStringList gpt_1b(const QStringList& extra) {
+  return QStringList{
+             "--num-layers",        "24",   "--hidden-size", "2048",  "--num-attention-heads", "16",
+             "--seq-length",        "2048", "--vocab-size",  "50257", "--micro-batch-size",    "2",
+             "--global-batch-size", "512",  "--bf16"} +
+         extra;
+}
+
+struct Run {
+  int exit_code = -1;
+  QString out, err;
+};
+
+Run lattice_cli(const QStringList& args) {
+  QProcess p;
+  p.start(LATTICE_CLI_PATH, args);
+  Run r;
+  if (!p.waitForFinished(60000)) {
+    p.kill();
+    r.err = "timed out";
+    return r;
+  }
+  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+  r.out = QString::fromUtf8(p.readAllStandardOutput());
+  r.err = QString::fromUtf8(p.readAllStandardError());
+  return r;
+}
+
+}  // namespace
+
+class PlannerTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void bf16_training_keeps_18_bytes_per_parameter() {
+    const lattice::TrainOptions plain = options({"--global-batch-size", "16", "--bf16"});
+    const lattice::StageEstimate a = lattice::estimate_memory(plain, layout_of(plain, 4)).stages[0];
+    const size_t n = static_cast<size_t>(a.parameters);
+    QCOMPARE(a.weight_bytes, 2 * n);      // bf16 weights
+    QCOMPARE(a.grad_bytes, 4 * n);        // fp32 main grads
+    QCOMPARE(a.optimizer_bytes, 12 * n);  // fp32 master weights + AdamW m and v
+    QCOMPARE(a.weight_bytes + a.grad_bytes + a.optimizer_bytes, 18 * n);
+  }
+
+  void distributed_optimizer_keeps_6_plus_12_over_dp() {
+    const lattice::TrainOptions o =
+        options({"--global-batch-size", "16", "--fp16", "--use-distributed-optimizer"});
+    const lattice::StageEstimate a = lattice::estimate_memory(o, layout_of(o, 4)).stages[0];
+    const size_t n = static_cast<size_t>(a.parameters);
+    QCOMPARE(a.weight_bytes + a.grad_bytes, 6 * n);
+    QCOMPARE(a.optimizer_bytes, 12 * ((n + 3) / 4));  // sharded over DP 4
+  }
+
+  void sixteen_bit_activations_follow_the_published_formula_undoubled() {
+    // Two more layers add 2 * sbh (34 + 5as/h) bytes, as Korthikanti et al. count 16-bit.
+    auto per_micro_batch = [](const char* layers, const char* precision) {
+      QStringList flags = {"--num-layers", layers, "--micro-batch-size", "2"};
+      if (precision[0] != '\0') flags << precision;
+      const lattice::TrainOptions o = options(flags);
+      return static_cast<double>(
+          lattice::estimate_memory(o, layout_of(o, 1)).stages[0].activation_bytes_per_micro_batch);
+    };
+    const double s = 64, b = 2, h = 64, a = 4;
+    const double formula = 2 * s * b * h * (34 + 5 * a * s / h);
+    QCOMPARE(per_micro_batch("4", "--bf16") - per_micro_batch("2", "--bf16"), formula);
+    QCOMPARE(per_micro_batch("4", "") - per_micro_batch("2", ""), 2 * formula);  // fp32
+    QCOMPARE(per_micro_batch("4", "--fp64") - per_micro_batch("2", "--fp64"), 4 * formula);
+  }
+
+  void megatron_published_example_against_its_formula() {
+    // Korthikanti et al. 2022: TP 2, PP 2, DP 4, SP + selective recomputation, bf16.
+    const lattice::TrainOptions o = options({"--num-layers",
+                                             "32",
+                                             "--hidden-size",
+                                             "4096",
+                                             "--num-attention-heads",
+                                             "32",
+                                             "--vocab-size",
+                                             "32000",
+                                             "--seq-length",
+                                             "4096",
+                                             "--micro-batch-size",
+                                             "1",
+                                             "--global-batch-size",
+                                             "32",
+                                             "--tensor-model-parallel-size",
+                                             "2",
+                                             "--pipeline-model-parallel-size",
+                                             "2",
+                                             "--sequence-parallel",
+                                             "--recompute-granularity",
+                                             "selective",
+                                             "--bf16"});
+    const lattice::ParallelLayout l = layout_of(o, 16);
+    QCOMPARE(l.dp, 4);
+    const lattice::MemoryEstimate est = lattice::estimate_memory(o, l);
+    QCOMPARE(est.micro_batches, int64_t{8});
+    const double s = 4096, b = 1, h = 4096, t = 2, layers_per_stage = 16, pp = 2;
+    // Megatron's formula: sbh * 34 / t per layer with SP + selective; the first stage holds PP
+    // micro-batches of its L / PP layers (= L layers' worth, the paper's "first stage" total).
+    const double per_layer = s * b * h * 34 / t;
+    const double megatron_first_stage = per_layer * layers_per_stage * pp;
+    const lattice::StageEstimate& first = est.stages[0];
+    const lattice::StageEstimate& last = est.stages[1];
+    qInfo(
+        "Megatron example, activations per rank: Megatron's formula %.1f MiB (first stage: "
+        "%d micro-batches x 16 layers x %.1f MiB); planner first stage %.1f MiB (%.2f "
+        "micro-batches in flight), last stage %.1f MiB",
+        megatron_first_stage / (1 << 20), static_cast<int>(pp), per_layer / (1 << 20),
+        first.activation_bytes / double(1 << 20), first.micro_batches_in_flight,
+        last.activation_bytes / double(1 << 20));
+    QCOMPARE(first.micro_batches_in_flight, 2.0);
+    // The planner adds the embedding's dropout mask (sbh/t per micro-batch in flight) and
+    // nothing else on the first stage.
+    const double embedding = s * b * h / t;
+    QCOMPARE(static_cast<double>(first.activation_bytes), megatron_first_stage + pp * embedding);
+    const double rel = (first.activation_bytes - megatron_first_stage) / megatron_first_stage;
+    QVERIFY2(rel >= 0 && rel < 0.01,
+             qPrintable(QString("first stage differs by %1 %").arg(100 * rel)));
+    qInfo(
+        "Megatron example, most loaded rank: weights %.2f GiB, grads %.2f GiB, optimizer "
+        "%.2f GiB, activations %.2f GiB, total %.2f GiB (pp rank %d)",
+        est.stages[est.most_loaded].weight_bytes / double(1 << 30),
+        est.stages[est.most_loaded].grad_bytes / double(1 << 30),
+        est.stages[est.most_loaded].optimizer_bytes / double(1 << 30),
+        est.stages[est.most_loaded].activation_bytes / double(1 << 30),
+        est.stages[est.most_loaded].total_bytes() / double(1 << 30), est.most_loaded);
+  }
+
+  void device_table_uses_dense_published_rates() {
+    const lattice::DeviceSpec h100 = *lattice::find_device("h100", "bf16");
+    QCOMPARE(h100.peak_flops, 989e12);
+    QCOMPARE(h100.intra_node_bandwidth, 450e9);  // NVLink 900 GB/s both directions
+    QCOMPARE(h100.inter_node_bandwidth, 50e9);   // 400 Gb/s InfiniBand per GPU
+    QCOMPARE(lattice::find_device("H100 SXM 80GB", "fp32")->peak_flops, 67e12);  // not TF32
+    QVERIFY(lattice::find_device("h200", "bf16")->memory_bytes > 140e9);
+    QCOMPARE(lattice::known_devices("bf16").size(), size_t{4});
+    QVERIFY(!lattice::find_device("tpu", "bf16"));
+    const lattice::DeviceSpec cpu = lattice::this_machine_cpu(100, 2);
+    QCOMPARE(cpu.peak_flops, 50e9);  // each of 2 ranks gets half
+    QVERIFY(cpu.memory_bytes > 0 && cpu.intra_node_bandwidth > 0 && cpu.memory_bandwidth > 0);
+  }
+
+  void step_terms_add_up_and_the_bubble_follows_1f1b() {
+    const lattice::TrainOptions o =
+        options(gpt_1b({"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "4",
+                        "--num-layers-per-virtual-pipeline-stage", "3", "--sequence-parallel"}));
+    const lattice::ParallelLayout l = layout_of(o, 32);
+    const lattice::ClusterSpec c = cluster("h100", 4, 8);
+    const lattice::MemoryEstimate mem = lattice::estimate_memory(o, l);
+    const lattice::StepEstimate s = lattice::estimate_step(o, l, c, mem);
+    const double sum =
+        s.compute_s + s.tp_comm_s + s.pp_comm_s + s.pp_bubble_s + s.dp_comm_s + s.optimizer_s;
+    QVERIFY2(std::abs(sum - s.total_s) <= 1e-12 * s.total_s,
+             qPrintable(QString("terms %1 s vs total %2 s").arg(sum).arg(s.total_s)));
+    const double M = static_cast<double>(mem.micro_batches);  // 512 / (2 x 4) = 64
+    QCOMPARE(M, 64.0);
+    QCOMPARE(s.pp_bubble_s, 3 / (2 * M) * (s.compute_s + s.tp_comm_s + s.pp_comm_s));
+    QCOMPARE(s.tokens_per_second, 512 * 2048 / s.total_s);
+    QCOMPARE(s.mfu, mem.flops_per_iteration / (s.total_s * 989e12 * 32));
+    QVERIFY(s.mfu > 0 && s.mfu < c.compute_efficiency);
+  }
+
+  void recomputation_costs_compute() {
+    auto compute = [](const QStringList& extra) {
+      const lattice::TrainOptions o = options(gpt_1b(extra));
+      return lattice::estimate_step(o, layout_of(o, 8), cluster("h100", 1, 8)).compute_s;
+    };
+    const double none = compute({});
+    const double selective = compute({"--recompute-granularity", "selective"});
+    const double full = compute({"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                 "--recompute-num-layers", "1"});
+    QVERIFY2(none < selective && selective < full,
+             qPrintable(QString("%1 %2 %3").arg(none).arg(selective).arg(full)));
+    QVERIFY2(full < none * 4 / 3, "full recomputation repeats one forward of the layers only");
+  }
+
+  void more_data_parallelism_helps_until_communication_dominates() {
+    // TP 8 in a node, one node per data-parallel replica: compute per rank halves with each
+    // doubling of DP while the gradient all-reduce per rank stays nearly the same.
+    double previous_tokens = 0, previous_dp_total = 0;
+    for (int nodes : {1, 2, 4, 8}) {
+      const lattice::TrainOptions o =
+          options(gpt_1b({"--tensor-model-parallel-size", "8", "--sequence-parallel"}));
+      const lattice::StepEstimate s =
+          lattice::estimate_step(o, layout_of(o, 8 * nodes), cluster("h100", nodes, 8));
+      qInfo("DP %d: %.0f tokens/s, compute %.1f ms, DP %.1f ms of which %.1f ms not hidden", nodes,
+            s.tokens_per_second, 1e3 * s.compute_s, 1e3 * s.dp_comm_total_s, 1e3 * s.dp_comm_s);
+      QVERIFY2(s.tokens_per_second > previous_tokens,
+               qPrintable(QString("DP %1: %2 tokens/s after %3")
+                              .arg(nodes)
+                              .arg(s.tokens_per_second)
+                              .arg(previous_tokens)));
+      QVERIFY(s.dp_comm_total_s >= previous_dp_total);
+      previous_tokens = s.tokens_per_second;
+      previous_dp_total = s.dp_comm_total_s;
+    }
+    // A small global batch on many nodes: each rank computes little, the reduction is exposed.
+    const lattice::TrainOptions tiny =
+        options(gpt_1b({"--global-batch-size", "64", "--tensor-model-parallel-size", "8"}));
+    const lattice::StepEstimate few =
+        lattice::estimate_step(tiny, layout_of(tiny, 8 * 4), cluster("h100", 4, 8));
+    const lattice::StepEstimate many =
+        lattice::estimate_step(tiny, layout_of(tiny, 8 * 32), cluster("h100", 32, 8));
+    qInfo(
+        "global batch 64, DP 32: compute %.1f ms, DP %.1f ms not hidden; %.0f tokens/s vs "
+        "%.0f at DP 4",
+        1e3 * many.compute_s, 1e3 * many.dp_comm_s, many.tokens_per_second, few.tokens_per_second);
+    QVERIFY2(many.dp_comm_s > many.compute_s,
+             qPrintable(QString("DP 32: exposed %1 s vs compute %2 s")
+                            .arg(many.dp_comm_s)
+                            .arg(many.compute_s)));
+    QVERIFY(many.tokens_per_second < 8 * few.tokens_per_second);  // far from linear
+  }
+
+  void tensor_parallelism_across_nodes_is_slower_than_inside_one() {
+    const lattice::TrainOptions o =
+        options(gpt_1b({"--tensor-model-parallel-size", "8", "--sequence-parallel"}));
+    const lattice::ParallelLayout l = layout_of(o, 16);
+    const lattice::StepEstimate inside = lattice::estimate_step(o, l, cluster("h100", 2, 8));
+    const lattice::StepEstimate across = lattice::estimate_step(o, l, cluster("h100", 4, 4));
+    QCOMPARE(across.tp_comm_s / inside.tp_comm_s, 450.0 / 50.0);  // NVLink vs InfiniBand
+    QVERIFY(across.tokens_per_second < inside.tokens_per_second);
+  }
+
+  void suggest_returns_valid_layouts_fitting_first_by_throughput() {
+    const lattice::TrainOptions base = options(gpt_1b({}));
+    lattice::ClusterSpec c = cluster("a100-40gb", 2, 8);
+    const std::vector<lattice::LayoutCandidate> list = lattice::suggest_layouts(base, c, 500);
+    QVERIFY(list.size() > 20);
+    bool seen_misfit = false;
+    for (size_t i = 0; i < list.size(); i++) {
+      const lattice::LayoutCandidate& k = list[i];
+      const QString where = QString("candidate %1 (%2)")
+                                .arg(i)
+                                .arg(QString::fromStdString(lattice::layout_flags(k.options)));
+      const std::vector<std::string> layout_rules = lattice::layout_errors(k.options, 16);
+      const std::vector<std::string> rules = k.options.validate(false);
+      QVERIFY2(layout_rules.empty() && rules.empty(), qPrintable(where));
+      QCOMPARE(k.layout.world, 16);
+      QCOMPARE(k.fits, lattice::fits_in_memory(k.memory, c));
+      QCOMPARE(k.options.global_batch_size, 512);
+      QVERIFY2(!(seen_misfit && k.fits), qPrintable(where + " fits but follows one that does not"));
+      seen_misfit = seen_misfit || !k.fits;
+      if (i > 0 && k.fits == list[i - 1].fits)
+        QVERIFY2(k.step.tokens_per_second <= list[i - 1].step.tokens_per_second,
+                 qPrintable(where + " is faster than the one before"));
+    }
+    QVERIFY(list.front().fits);
+    // Only some layouts fit a 3 GiB device: they come first, the best of the rest follow.
+    c.device.memory_bytes = 3.0 * (1 << 30);
+    lattice::SuggestStats stats;
+    lattice::suggest_layouts(base, c, 1, &stats);
+    qInfo("3 GiB devices: %lld of %lld valid layouts fit", static_cast<long long>(stats.fitting),
+          static_cast<long long>(stats.valid));
+    QVERIFY(stats.fitting > 0 && stats.fitting + 10 < stats.valid);
+    const std::vector<lattice::LayoutCandidate> tight =
+        lattice::suggest_layouts(base, c, static_cast<int>(stats.fitting) + 10);
+    QCOMPARE(static_cast<int64_t>(tight.size()), stats.fitting + 10);
+    for (size_t i = 0; i < tight.size(); i++)
+      QCOMPARE(tight[i].fits, static_cast<int64_t>(i) < stats.fitting);
+  }
+
+  void suggest_searches_gpt3_175b_on_1024_gpus_quickly() {
+    const lattice::TrainOptions base = options(kGpt3_175B);
+    const lattice::ClusterSpec c = cluster("h100", 128, 8);
+    QElapsedTimer timer;
+    timer.start();
+    lattice::SuggestStats stats;
+    const std::vector<lattice::LayoutCandidate> list =
+        lattice::suggest_layouts(base, c, 20, &stats);
+    const qint64 ms = timer.elapsed();
+    qInfo("GPT-3 175B on 1024 H100: %lld valid layouts, %lld fit",
+          static_cast<long long>(stats.valid), static_cast<long long>(stats.fitting));
+    QVERIFY(!list.empty());
+    const lattice::LayoutCandidate& best = list.front();
+    qInfo(
+        "GPT-3 175B on 128 x 8 H100: searched in %lld ms; best %s: %.0f tokens/s, MFU %.1f %%, "
+        "%.1f GiB per rank",
+        static_cast<long long>(ms), lattice::layout_flags(best.options).c_str(),
+        best.step.tokens_per_second, 100 * best.step.mfu,
+        best.memory.stages[best.memory.most_loaded].total_bytes() / double(1 << 30));
+    QVERIFY(best.fits);
+    QVERIFY2(ms < 5000, qPrintable(QString("%1 ms").arg(ms)));  // the target is 1 s
+  }
+
+  void plan_prints_the_step_estimate_and_json() {
+    const QStringList model =
+        gpt_1b({"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                "--sequence-parallel"});
+    const Run r = lattice_cli(
+        QStringList{"plan", "--nodes", "2", "--devices-per-node", "8", "--device", "h100"} + model);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    for (const char* part :
+         {"world 16 = TP 2 x PP 2 x DP 4", "H100 SXM 80GB", "compute", "TP collectives",
+          "PP bubble", "DP not hidden", "tokens/s", "MFU", "fits: yes"})
+      QVERIFY2(r.out.contains(part), qPrintable(QString(part) + " missing from:\n" + r.out));
+    const Run j = lattice_cli(QStringList{"plan", "--nodes", "2", "--devices-per-node", "8",
+                                          "--device", "h100", "--json"} +
+                              model);
+    QVERIFY2(j.exit_code == 0, qPrintable(j.err));
+    const QJsonObject doc = QJsonDocument::fromJson(j.out.toUtf8()).object();
+    const QJsonObject step = doc["step"].toObject();
+    QVERIFY(step["total_s"].toDouble() > 0);
+    QVERIFY(step["tokens_per_second"].toDouble() > 0);
+    QCOMPARE(doc["cluster"].toObject()["device"].toObject()["key"].toString(), QString("h100"));
+    QVERIFY(doc["fits"].toBool());
+    QCOMPARE(doc["memory"].toObject()["stages"].toArray().size(), 2);
+  }
+
+  void plan_on_this_cpu_with_a_given_peak() {
+    const Run r = lattice_cli(
+        {"plan", "--world-size", "2", "--peak-gflops", "100", "--tensor-model-parallel-size", "2"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QVERIFY2(r.out.contains("this machine's CPU (1/2 per rank)"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("peak 50 GFLOP/s"), qPrintable(r.out));
+  }
+
+  void plan_suggest_prints_a_ranked_table_and_json() {
+    const QStringList model = gpt_1b({});
+    const Run r = lattice_cli(QStringList{"plan", "--suggest", "5", "--nodes", "2",
+                                          "--devices-per-node", "8", "--device", "a100-80gb"} +
+                              model);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    for (const char* part : {"TP", "PP", "VPP", "recompute", "distopt", "tokens/s", "MFU",
+                             "#1 as flags: --tensor-model-parallel-size", "valid layouts in"})
+      QVERIFY2(r.out.contains(part), qPrintable(QString(part) + " missing from:\n" + r.out));
+    const Run j = lattice_cli(QStringList{"plan", "--suggest", "5", "--json", "--nodes", "2",
+                                          "--devices-per-node", "8", "--device", "a100-80gb"} +
+                              model);
+    QVERIFY2(j.exit_code == 0, qPrintable(j.err));
+    const QJsonArray list =
+        QJsonDocument::fromJson(j.out.toUtf8()).object()["candidates"].toArray();
+    QCOMPARE(list.size(), 5);
+    const QJsonObject best = list[0].toObject();
+    QVERIFY(best["fits"].toBool());
+    QCOMPARE(best["tp"].toInt() * best["pp"].toInt() * best["dp"].toInt(), 16);
+    QVERIFY(best["step"].toObject()["tokens_per_second"].toDouble() >=
+            list[4].toObject()["step"].toObject()["tokens_per_second"].toDouble());
+    QVERIFY(best["flags"].toString().contains("--global-batch-size 512"));
+  }
+
+  void plan_reports_a_cluster_that_does_not_add_up() {
+    const Run r = lattice_cli({"plan", "--world-size", "16", "--nodes", "3", "--device", "h200"});
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains("world size 16 does not split over --nodes 3"), qPrintable(r.err));
+    const Run d = lattice_cli({"plan", "--device", "tpu-v5"});
+    QCOMPARE(d.exit_code, 2);
+    QVERIFY2(d.err.contains("--device tpu-v5 is not one of h100, h200"), qPrintable(d.err));
+  }
+
+  void plan_help_documents_the_cluster_and_the_search() {
+    const Run r = lattice_cli({"plan", "--help"});
+    QCOMPARE(r.exit_code, 0);
+    for (const char* part : {"--nodes", "--devices-per-node", "--device", "--peak-gflops",
+                             "--efficiency", "--suggest", "--bf16"})
+      QVERIFY2(r.out.contains(part), qPrintable(QString(part) + " missing from:\n" + r.out));
+  }
+};
+
+QTEST_GUILESS_MAIN(PlannerTest)
+#include "test_planner.moc"

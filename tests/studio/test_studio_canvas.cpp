@@ -1,0 +1,177 @@
+// The layout canvas draws every device with Megatron's coordinates (rank = tp + TP (dp + DP pp)),
+// outlines each TP group, flags TP groups that cross nodes, highlights a device's TP, PP and DP
+// groups, and folds identical nodes so 1024 devices stay a few dozen boxes.
+#include <QLabel>
+#include <QSignalSpy>
+#include <QtTest>
+
+#include "plan/layout_canvas.h"
+#include "plan/layout_geometry.h"
+#include "plan/layout_panel.h"
+#include "plan/plan_model.h"
+
+using namespace lattice;
+using namespace lattice::ui;
+
+namespace {
+
+ParallelLayout makeLayout(int tp, int pp, int dp, int layers = 4) {
+  ParallelLayout l;
+  l.tp = tp, l.pp = pp, l.dp = dp;
+  l.world = tp * pp * dp;
+  l.num_layers = layers;
+  return l;
+}
+
+const DeviceItem* itemOfRank(const LayoutCanvas& canvas, int rank) {
+  for (const DeviceItem* d : canvas.deviceItems())
+    if (d->tile().rank == rank) return d;
+  return nullptr;
+}
+
+}  // namespace
+
+class TestStudioCanvas : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void tp2pp2OnEightDevicesDrawsEightDevicesWithTheirCoordinatesAndGroups() {
+    PlanModel model;  // the demo model: 4 layers, 4 heads, global batch 16 of micro 8
+    model.edit("8 devices, TP 2, PP 2", [](Plan& p) {
+      p.cluster.devices_per_node = 8;
+      p.options.model.tensor_model_parallel_size = 2;
+      p.options.parallel.pipeline_model_parallel_size = 2;
+      p.options.micro_batch_size = 4;
+    });
+    QVERIFY2(model.isValid(),
+             qPrintable(model.isValid() ? QString() : model.analysis().errors[0].message));
+    LayoutPanel panel(&model);
+    const LayoutCanvas& canvas = *panel.canvas();
+    QCOMPARE(canvas.deviceItems().size(), 8);
+    // Megatron's order: tp fastest, then dp, then pp.
+    const int expected[8][3] = {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {1, 1, 0},
+                                {0, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1}};  // tp, dp, pp
+    for (int rank = 0; rank < 8; rank++) {
+      const DeviceItem* d = itemOfRank(canvas, rank);
+      QVERIFY2(d, qPrintable(QString("no tile for rank %1").arg(rank)));
+      const auto& c = d->tile().coord;
+      QVERIFY2(d->tile().hasCoord, "tiles of a valid plan carry coordinates");
+      QVERIFY2(c.tp == expected[rank][0] && c.dp == expected[rank][1] && c.pp == expected[rank][2],
+               qPrintable(QString("rank %1 drawn as (tp %2, dp %3, pp %4)")
+                              .arg(rank)
+                              .arg(c.tp)
+                              .arg(c.dp)
+                              .arg(c.pp)));
+    }
+    // One outline per TP group [0,1] [2,3] [4,5] [6,7], none across a node.
+    const CanvasGeometry& g = canvas.geometry();
+    QCOMPARE(g.outlines.size(), size_t{4});
+    for (size_t i = 0; i < g.outlines.size(); i++) {
+      QCOMPARE(g.outlines[i].firstRank, static_cast<int>(2 * i));
+      QVERIFY(!g.outlines[i].crossesNodes);
+    }
+  }
+
+  void selectingADeviceHighlightsItsGroups() {
+    PlanModel model;
+    model.edit("8 devices, TP 2, PP 2", [](Plan& p) {
+      p.cluster.devices_per_node = 8;
+      p.options.model.tensor_model_parallel_size = 2;
+      p.options.parallel.pipeline_model_parallel_size = 2;
+      p.options.micro_batch_size = 4;
+    });
+    LayoutPanel panel(&model);
+    LayoutCanvas& canvas = *panel.canvas();
+    canvas.selectRank(5);  // tp 1, dp 0, pp 1
+    auto role = [&](int rank) { return itemOfRank(canvas, rank)->role(); };
+    QCOMPARE(role(5), TileRole::kSelf);
+    QCOMPARE(role(4), TileRole::kTensorGroup);    // TP group [4, 5]
+    QCOMPARE(role(1), TileRole::kPipelineGroup);  // PP group [1, 5]
+    QCOMPARE(role(7), TileRole::kDataGroup);      // DP group [5, 7]
+    for (int other : {0, 2, 3, 6}) QCOMPARE(role(other), TileRole::kDimmed);
+    const QString text = panel.describe(itemOfRank(canvas, 5)->tile(), false);
+    QVERIFY2(text.contains("TP group [4, 5]") && text.contains("PP group [1, 5]") &&
+                 text.contains("DP group [5, 7]") && text.contains("memory:"),
+             qPrintable(text));
+    canvas.selectRank(-1);
+    QCOMPARE(role(5), TileRole::kNone);
+  }
+
+  void hoveringADeviceWithTheMouseHighlightsItsGroups() {
+    PlanModel model;
+    model.edit("8 devices, TP 2, PP 2", [](Plan& p) {
+      p.cluster.devices_per_node = 8;
+      p.options.model.tensor_model_parallel_size = 2;
+      p.options.parallel.pipeline_model_parallel_size = 2;
+      p.options.micro_batch_size = 4;
+    });
+    LayoutPanel panel(&model);
+    panel.resize(1000, 500);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    LayoutCanvas* canvas = panel.canvas();
+    QSignalSpy focus(canvas, &LayoutCanvas::focusChanged);
+    const QPoint at = canvas->mapFromScene(itemOfRank(*canvas, 6)->tile().rect.center());
+    QTest::mouseMove(canvas->viewport(), at);
+    QTRY_COMPARE(itemOfRank(*canvas, 6)->role(), TileRole::kSelf);
+    QCOMPARE(itemOfRank(*canvas, 7)->role(), TileRole::kTensorGroup);
+    QCOMPARE(itemOfRank(*canvas, 2)->role(), TileRole::kPipelineGroup);
+    QCOMPARE(itemOfRank(*canvas, 4)->role(), TileRole::kDataGroup);
+    QVERIFY(!focus.isEmpty());
+    auto* info = panel.findChild<QLabel*>("device-info");
+    QVERIFY2(info->text().startsWith("Rank 6 on node 0"), qPrintable(info->text()));
+  }
+
+  void aTpGroupAcrossTwoNodesGetsAWarningBadge() {
+    // 2 nodes x 3 devices, TP 2: the group [2, 3] has rank 2 on node 0 and rank 3 on node 1.
+    const CanvasGeometry g = canvasGeometry(makeLayout(2, 1, 3), 2, 3, false);
+    QCOMPARE(g.outlines.size(), size_t{4});  // [0,1], [2] on node 0, [3] on node 1, [4,5]
+    int crossing = 0;
+    for (const CanvasOutline& o : g.outlines)
+      if (o.crossesNodes) {
+        crossing++;
+        QCOMPARE(o.firstRank, 2);
+      }
+    QCOMPARE(crossing, 2);  // its piece on each node
+  }
+
+  void identicalNodesFoldSo1024DevicesStayLegible() {
+    // GPT-3 175B's layout: TP 8 within a node, PP 16, DP 8 on 128 nodes of 8.
+    const CanvasGeometry folded = canvasGeometry(makeLayout(8, 16, 8, 96), 128, 8, true);
+    QVERIFY(folded.folded);
+    QCOMPARE(folded.nodes.size(), size_t{16});  // one stack per pipeline stage
+    QCOMPARE(folded.tiles.size(), size_t{128});
+    for (const CanvasTile& t : folded.tiles) {
+      QCOMPARE(t.folded, 8);
+      QCOMPARE(t.dpLast - t.coord.dp, 7);
+    }
+    const CanvasGeometry flat = canvasGeometry(makeLayout(8, 16, 8, 96), 128, 8, false);
+    QCOMPARE(flat.tiles.size(), size_t{1024});
+    QCOMPARE(flat.outlines.size(), size_t{128});
+  }
+
+  void the1024DeviceCanvasBuildsUnfoldedToo() {
+    PlanModel model;
+    model.edit("1024 devices", [](Plan& p) {
+      p.cluster.nodes = 128;
+      p.cluster.devices_per_node = 8;
+      p.options.model.num_layers = 96;
+      p.options.model.num_attention_heads = 8;
+      p.options.model.tensor_model_parallel_size = 8;
+      p.options.parallel.pipeline_model_parallel_size = 16;
+      p.options.micro_batch_size = 1;
+      p.options.global_batch_size = 128;
+    });
+    QVERIFY2(model.isValid(),
+             qPrintable(model.isValid() ? QString() : model.analysis().errors[0].message));
+    LayoutPanel panel(&model);
+    QCOMPARE(panel.canvas()->deviceItems().size(), 128);  // folded by default
+    panel.canvas()->setFolding(false);
+    QCOMPARE(panel.canvas()->deviceItems().size(), 1024);
+    qInfo("1024-device scene rebuilt in %.1f ms (bench_studio_canvas measures the redraw)",
+          panel.canvas()->lastRebuildMs());
+  }
+};
+
+QTEST_MAIN(TestStudioCanvas)
+#include "test_studio_canvas.moc"

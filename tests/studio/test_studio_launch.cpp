@@ -1,0 +1,207 @@
+// The Launch view builds the exact `lattice train` command of a plan (mpirun for more than one
+// rank, the options this machine needs, every blocking problem listed), and, with MPI, runs a
+// tiny plan on 2 ranks to completion with the run appearing in the run store.
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "lattice/storage/run_store.h"
+#include "launch/launch_command.h"
+#include "launch/launch_form.h"
+#include "launch/launch_view.h"
+#include "launch/run_process.h"
+#include "plan/plan_model.h"
+
+using namespace lattice;
+using namespace lattice::ui;
+
+namespace {
+
+LaunchEnvironment testEnvironment(const QString& dir) {
+  LaunchEnvironment env;
+  env.lattice = LATTICE_CLI_PATH;
+#ifdef LATTICE_MPIEXEC
+  env.mpirun = LATTICE_MPIEXEC;
+#else
+  env.mpirun = "/usr/bin/mpirun";
+#endif
+  env.cores = 2;
+  env.root = false;
+  env.dataDir = dir;
+  env.defaultDatabase = dir + "/runs.sqlite";
+  return env;
+}
+
+LaunchSettings mockData(const QString& runName) {
+  LaunchSettings s;
+  s.data = DataSource::kMock;
+  s.runName = runName;
+  return s;
+}
+
+#ifdef LATTICE_MPI_ENV
+void useMpiEnvironment() {
+  for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
+    qputenv(kv.section('=', 0, 0).toUtf8(), kv.section('=', 1).toUtf8());
+}
+#endif
+
+// The demo model made tiny, on one node of 2 devices (DP 2).
+void tinyTwoRankPlan(PlanModel& model) {
+  model.edit("2 ranks", [](Plan& p) {
+    p.cluster.devices_per_node = 2;
+    p.options.model.num_layers = 2;
+    p.options.model.hidden_size = 64;
+    p.options.model.seq_length = 32;
+  });
+  QVERIFY(model.isValid());
+}
+
+}  // namespace
+
+class TestStudioLaunch : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+  void oneRankRunsLatticeDirectly() {
+    QTemporaryDir dir;
+    const Plan plan = defaultPlan();
+    const LaunchCommand cmd =
+        buildLaunchCommand(plan, analyzePlan(plan, 0), mockData("r1"), testEnvironment(dir.path()));
+    QVERIFY2(cmd.canStart(), qPrintable(cmd.errors.join('\n')));
+    QCOMPARE(cmd.steps.size(), size_t{1});
+    QCOMPARE(cmd.steps[0].program, QString(LATTICE_CLI_PATH));
+    const QStringList& args = cmd.steps[0].arguments;
+    QCOMPARE(args.front(), QString("train"));
+    QVERIFY(args.contains("--mock-data"));
+    QCOMPARE(args[args.indexOf("--run-name") + 1], QString("r1"));
+    QCOMPARE(args[args.indexOf("--num-layers") + 1], QString("4"));
+    QVERIFY2(!args.contains("--db"), "the default database needs no flag");
+  }
+
+  void moreRanksRunUnderMpirunWithWhatThisMachineNeeds() {
+    QTemporaryDir dir;
+    Plan plan = defaultPlan();
+    plan.cluster.devices_per_node = 4;
+    plan.options.micro_batch_size = 4;
+    LaunchEnvironment env = testEnvironment(dir.path());
+    env.root = true;
+    const LaunchCommand cmd = buildLaunchCommand(plan, analyzePlan(plan, 0), mockData("r4"), env);
+    QVERIFY2(cmd.canStart(), qPrintable(cmd.errors.join('\n')));
+    const LaunchStep& step = cmd.steps.back();
+    QCOMPARE(step.program, env.mpirun);
+    const QStringList& a = step.arguments;
+    QVERIFY(a.contains("--allow-run-as-root"));
+    QVERIFY2(a.contains("--oversubscribe"), "4 ranks on 2 cores need --oversubscribe");
+    QCOMPARE(a[a.indexOf("-n") + 1], QString("4"));
+    QCOMPARE(a[a.indexOf("-n") + 2], env.lattice);
+    QCOMPARE(a[a.indexOf("-n") + 3], QString("train"));
+    // What the view shows is what runs: every argument appears, quoted for a shell.
+    const QString text = cmd.displayText();
+    for (const QString& arg : a) QVERIFY2(text.contains(shellQuote(arg)), qPrintable(arg));
+  }
+
+  void everyBlockingProblemIsListed() {
+    QTemporaryDir dir;
+    Plan plan = defaultPlan();
+    plan.options.model.tensor_model_parallel_size = 3;  // does not divide 4 heads
+    setPrecision(plan.options, "bf16");
+    LaunchSettings s = mockData("bad");
+    s.data = DataSource::kDataset;
+    s.dataPath = dir.filePath("missing_text_document");
+    const LaunchCommand cmd =
+        buildLaunchCommand(plan, analyzePlan(plan, 0), s, testEnvironment(dir.path()));
+    QVERIFY(!cmd.canStart());
+    const QString all = cmd.errors.join('\n');
+    QVERIFY2(all.contains("The plan has"), qPrintable(all));
+    QVERIFY2(all.contains("bf16 needs the CUDA build"), qPrintable(all));
+    QVERIFY2(all.contains("missing_text_document.bin"), qPrintable(all));
+  }
+
+  void theDemoCorpusIsBuiltFirstWhenMissing() {
+    QTemporaryDir dir;
+    const Plan plan = defaultPlan();
+    LaunchSettings s;  // demo corpus
+    const LaunchCommand cmd =
+        buildLaunchCommand(plan, analyzePlan(plan, 0), s, testEnvironment(dir.path()));
+    QCOMPARE(cmd.steps.size(), size_t{2});
+    QCOMPARE(cmd.steps[0].arguments, QStringList({"data", "demo"}));
+    QVERIFY(cmd.steps[1].arguments.contains("GPTSentencePieceTokenizer"));
+  }
+
+  void aTinyPlanOnTwoRanksRunsToCompletionAndAppearsInTheStore() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#else
+    useMpiEnvironment();
+    QTemporaryDir dir;
+    PlanModel model;
+    tinyTwoRankPlan(model);
+    LaunchView view(&model, testEnvironment(dir.path()));
+    LaunchSettings s = mockData("studio-launch-test");
+    s.extraFlags = "--train-iters 4 --log-interval 1 --eval-iters 0";
+    s.database = dir.filePath("studio.sqlite");
+    view.form()->setSettings(s);
+    QVERIFY2(view.command().canStart(), qPrintable(view.command().errors.join('\n')));
+    QSignalSpy recorded(&view, &LaunchView::runRecorded);
+    QSignalSpy ended(&view, &LaunchView::runEnded);
+    view.startRun();
+    QVERIFY(view.isRunning());
+    QVERIFY2(ended.wait(240000), "the run did not end within 240 s");
+    auto* console = view.findChild<QPlainTextEdit*>("console");
+    QVERIFY2(ended.front().at(0).toBool(), qPrintable(console->toPlainText().right(3000)));
+    QVERIFY2(console->toPlainText().contains("iteration"), "the console shows training output");
+    if (recorded.isEmpty()) QVERIFY(recorded.wait(5000));
+    Result<std::unique_ptr<storage::RunStore> > store =
+        storage::RunStore::open(dir.filePath("studio.sqlite").toStdString());
+    QVERIFY(store);
+    Result<storage::RunInfo> run = (*store)->find_run("studio-launch-test");
+    QVERIFY2(run, "the run is in the store");
+    QCOMPARE(QString(storage::run_status_name(run->status)), QString("finished"));
+    QCOMPARE(run->world_size, 2);
+    QCOMPARE(run->layout.dp, 2);
+#endif
+  }
+
+  void stopEndsTheRunAndTheStoreSaysKilled() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#else
+    useMpiEnvironment();
+    QTemporaryDir dir;
+    PlanModel model;
+    tinyTwoRankPlan(model);
+    LaunchView view(&model, testEnvironment(dir.path()));
+    LaunchSettings s = mockData("studio-stop-test");
+    s.extraFlags = "--train-iters 1000000 --log-interval 1 --eval-iters 0";
+    s.database = dir.filePath("studio.sqlite");
+    view.form()->setSettings(s);
+    QSignalSpy recorded(&view, &LaunchView::runRecorded);
+    QSignalSpy ended(&view, &LaunchView::runEnded);
+    view.startRun();
+    QVERIFY2(recorded.wait(60000), "the run did not appear in the store within 60 s");
+    QTest::qWait(1500);  // a few iterations
+    QElapsedTimer stopping;
+    stopping.start();
+    view.stopRun();
+    QVERIFY2(ended.wait(RunProcess::kGraceMs + RunProcess::kKillMs + 10000), "Stop did not end it");
+    qInfo("stopped in %lld ms", static_cast<long long>(stopping.elapsed()));
+    QVERIFY(!view.isRunning());
+    Result<std::unique_ptr<storage::RunStore> > store =
+        storage::RunStore::open(dir.filePath("studio.sqlite").toStdString());
+    QVERIFY(store);
+    Result<storage::RunInfo> run = (*store)->find_run("studio-stop-test");
+    QVERIFY(run);
+    // The ranks got SIGTERM themselves, agreed on a stop and rank 0 marked the run killed.
+    QCOMPARE(QString(storage::run_status_name(run->status)), QString("killed"));
+#endif
+  }
+};
+
+QTEST_MAIN(TestStudioLaunch)
+#include "test_studio_launch.moc"

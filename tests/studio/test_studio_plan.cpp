@@ -1,0 +1,256 @@
+// The Plan view's model and form: validation messages land next to the field they concern and
+// block Launch; every edit is one undo step and undo restores the plan before it; presets,
+// configuration files and flags round-trip through the engine's parser.
+#include <QAction>
+#include <QLabel>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/main_window.h"
+#include "app/studio_settings.h"
+#include "launch/launch_form.h"
+#include "launch/launch_view.h"
+#include "plan/form_section.h"
+#include "plan/model_presets.h"
+#include "plan/plan_model.h"
+#include "plan/train_flags.h"
+
+using namespace lattice;
+using namespace lattice::ui;
+
+namespace {
+
+MainWindow::Options quietWindow() {
+  MainWindow::Options o;
+  o.useSettings = false;
+  o.measureCpu = false;
+  LaunchEnvironment env;
+  env.lattice = LATTICE_CLI_PATH;
+  env.mpirun = "/usr/bin/mpirun";
+  env.cores = 2;
+  env.dataDir = QDir::tempPath();
+  env.defaultDatabase = QDir::temp().filePath("runs.sqlite");
+  o.environment = env;
+  return o;
+}
+
+QString errorText(QWidget* root, const QString& field) {
+  auto* label = root->findChild<QLabel*>(FormSection::errorLabelName(field));
+  if (!label || !label->isVisibleTo(root)) return {};
+  return label->text();
+}
+
+}  // namespace
+
+class TestStudioPlan : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+  void defaultPlanIsTheDemoAndValid() {
+    PlanModel model;
+    QVERIFY2(model.isValid(),
+             qPrintable(model.analysis().errors.empty() ? QString()
+                                                        : model.analysis().errors.front().message));
+    QCOMPARE(presetIndexOf(model.plan().options), 0);
+    QCOMPARE(model.plan().options.model.vocab_size, 4096);
+    QVERIFY(model.analysis().memory.has_value());
+  }
+
+  void tpThatDoesNotDivideTheHeadsShowsTheErrorAndDisablesLaunch() {
+    MainWindow window(quietWindow());
+    window.show();
+    auto* tp = window.findChild<QSpinBox*>("tensor-model-parallel-size");
+    QVERIFY(tp);
+    QPushButton* start = window.launchView()->startButton();
+    QVERIFY2(start->isEnabled(), "the demo plan should be launchable");
+
+    tp->setValue(3);  // the demo model has 4 heads
+    const QString message = errorText(&window, "tensor-model-parallel-size");
+    QVERIFY2(message.contains("--tensor-model-parallel-size 3 does not divide "
+                              "--num-attention-heads 4"),
+             qPrintable("error label under TP says: '" + message + "'"));
+    QVERIFY2(!window.planModel()->isValid(), "the plan must be invalid");
+    QVERIFY2(!start->isEnabled(), "Start must be disabled while the plan is invalid");
+
+    tp->setValue(1);
+    QVERIFY(errorText(&window, "tensor-model-parallel-size").isEmpty());
+    QVERIFY(start->isEnabled());
+  }
+
+  void worldSizeErrorsGoToTheDevicesRow() {
+    MainWindow window(quietWindow());
+    window.show();
+    window.findChild<QSpinBox*>("pipeline-model-parallel-size")->setValue(2);
+    QVERIFY2(errorText(&window, "world").contains("is not a multiple of"),
+             qPrintable(errorText(&window, "world")));
+    window.findChild<QSpinBox*>("devices-per-node")->setValue(2);
+    QVERIFY(errorText(&window, "world").isEmpty());
+    QVERIFY(window.planModel()->isValid());
+  }
+
+  void undoRestoresThePreviousPlan() {
+    PlanModel model;
+    const Plan before = model.plan();
+    model.edit("Set TP", [](Plan& p) { p.options.model.tensor_model_parallel_size = 2; });
+    model.edit("Set devices", [](Plan& p) { p.cluster.devices_per_node = 8; });
+    QCOMPARE(model.undoStack()->count(), 2);
+    model.undoStack()->undo();
+    QCOMPARE(model.plan().cluster.devices_per_node, 1);
+    QCOMPARE(model.plan().options.model.tensor_model_parallel_size, 2);
+    model.undoStack()->undo();
+    QVERIFY2(samePlan(model.plan(), before), "two undos must give back the first plan");
+    model.undoStack()->redo();
+    QCOMPARE(model.plan().options.model.tensor_model_parallel_size, 2);
+  }
+
+  void undoAfterAPresetRestoresTheModel() {
+    PlanModel model;
+    const Plan before = model.plan();
+    Plan gpt3 = model.plan();
+    applyPreset(gpt3.options, modelPresets()[9]);
+    model.replacePlan(gpt3, "Preset GPT-3 175B");
+    QCOMPARE(model.plan().options.model.num_layers, 96);
+    model.undoStack()->undo();
+    QVERIFY(samePlan(model.plan(), before));
+  }
+
+  void quickEditsOfOneFieldAreOneUndoStep() {
+    PlanModel model;
+    for (int layers : {5, 6, 7})
+      model.edit(
+          "Set layers", [&](Plan& p) { p.options.model.num_layers = layers; }, "num-layers");
+    QCOMPARE(model.undoStack()->count(), 1);
+    model.undoStack()->undo();
+    QCOMPARE(model.plan().options.model.num_layers, 4);
+  }
+
+  void anEditThatChangesNothingIsNoUndoStep() {
+    PlanModel model;
+    model.edit("Set layers", [](Plan& p) { p.options.model.num_layers = 4; });
+    QCOMPARE(model.undoStack()->count(), 0);
+  }
+
+  void undoActionOfTheWindowUndoesAFormEdit() {
+    MainWindow window(quietWindow());
+    auto* heads = window.findChild<QSpinBox*>("num-attention-heads");
+    heads->setValue(8);
+    QCOMPARE(window.planModel()->plan().options.model.num_attention_heads, 8);
+    auto* undo = window.findChild<QAction*>("undo");
+    QVERIFY(undo && undo->isEnabled());
+    undo->trigger();
+    QCOMPARE(window.planModel()->plan().options.model.num_attention_heads, 4);
+    QCOMPARE(heads->value(), 4);  // the form follows the model
+  }
+
+  void everyMessageMapsToTheFlagItNames() {
+    QCOMPARE(fieldOfMessage("--tensor-model-parallel-size 3 does not divide "
+                            "--num-attention-heads 16"),
+             QString("tensor-model-parallel-size"));
+    QCOMPARE(fieldOfMessage("world size 6 (--world-size, or the ranks started) is not a multiple"),
+             QString("world"));
+    QCOMPARE(fieldOfMessage("--bf16, --fp16 and --fp64 exclude each other"), QString("precision"));
+    QCOMPARE(fieldOfMessage("no flag here"), QString());
+  }
+
+  void configFilesRoundTripThroughTheEngineParser() {
+    QTemporaryDir dir;
+    Plan plan = defaultPlan();
+    applyPreset(plan.options, modelPresets()[1]);
+    plan.options.model.tensor_model_parallel_size = 2;
+    plan.options.parallel.sequence_parallel = true;
+    plan.options.parallel.recompute_granularity = "selective";
+    setPrecision(plan.options, "bf16");
+    const QString path = dir.filePath("run.json");
+    QVERIFY(writeConfigFile(path, plan.options));
+    Result<TrainOptions> back = readConfigFile(path);
+    QVERIFY2(back, back ? "" : back.status().message().c_str());
+    QCOMPARE(QString::fromStdString(train_options_json(*back)),
+             QString::fromStdString(train_options_json(plan.options)));
+    // `lattice train --config` reads the same file (parse_train_flags is its parser).
+    Result<TrainOptions> engine = parse_train_flags({"--config", path.toStdString()});
+    QVERIFY(engine);
+    QCOMPARE(engine->model.hidden_size, 768);
+  }
+
+  void savedConfigTrainsWhatStartWouldAndOpensBack() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("plan.json");
+    {
+      MainWindow window(quietWindow());
+      window.findChild<QSpinBox*>("num-layers")->setValue(6);
+      LaunchSettings launch = window.launchView()->form()->settings();
+      launch.data = DataSource::kMock;
+      launch.extraFlags = "--train-iters 7";
+      window.launchView()->form()->setSettings(launch);
+      QString error;
+      QVERIFY2(window.saveConfigFile(path, &error), qPrintable(error));
+      QVERIFY(!window.isWindowModified());
+    }
+    // `lattice train --config` reads it: layers from the plan, data and flags from Launch.
+    Result<TrainOptions> engine = parse_train_flags({"--config", path.toStdString()});
+    QVERIFY(engine);
+    QCOMPARE(engine->model.num_layers, 6);
+    QVERIFY(engine->mock_data);
+    QCOMPARE(engine->train_iters, 7);
+    QVERIFY(engine->validate(/*require_data=*/true).empty());
+
+    MainWindow other(quietWindow());
+    QString error;
+    QVERIFY2(other.openConfigFile(path, &error), qPrintable(error));
+    QCOMPARE(other.planModel()->plan().options.model.num_layers, 6);
+    QCOMPARE(static_cast<int>(other.launchView()->form()->settings().data),
+             static_cast<int>(DataSource::kMock));
+    other.planModel()->undoStack()->undo();  // opening is one undoable step
+    QCOMPARE(other.planModel()->plan().options.model.num_layers, 4);
+  }
+
+  void thePlanAndTheLaunchSettingsSurviveARestart() {
+    QTemporaryDir dir;
+    QSettings settings(dir.filePath("studio.ini"), QSettings::IniFormat);
+    Plan plan = defaultPlan();
+    applyPreset(plan.options, modelPresets()[7]);
+    plan.cluster = {4, 8, "a100-80gb"};
+    plan.options.parallel.pipeline_model_parallel_size = 4;
+    savePlan(settings, plan);
+    LaunchSettings launch;
+    launch.data = DataSource::kDataset;
+    launch.dataPath = "/data/corpus_text_document";
+    launch.tags = {"baseline", "tp2"};
+    launch.extraFlags = "--train-iters 50";
+    saveLaunchSettings(settings, launch);
+    settings.sync();
+
+    QSettings reread(dir.filePath("studio.ini"), QSettings::IniFormat);
+    const std::optional<Plan> back = loadPlan(reread);
+    QVERIFY(back.has_value());
+    QVERIFY2(samePlan(*back, plan),
+             qPrintable(QString::fromStdString(train_options_json(back->options))));
+    const LaunchSettings l = loadLaunchSettings(reread);
+    QCOMPARE(static_cast<int>(l.data), static_cast<int>(DataSource::kDataset));
+    QCOMPARE(l.dataPath, launch.dataPath);
+    QCOMPARE(l.tags, launch.tags);
+    QCOMPARE(l.extraFlags, launch.extraFlags);
+  }
+
+  void changedFlagsParseBackToTheSameOptions() {
+    Plan plan = defaultPlan();
+    plan.options.parallel.pipeline_model_parallel_size = 2;
+    plan.options.parallel.use_distributed_optimizer = true;
+    plan.options.optim.lr = 3e-4f;
+    std::vector<std::string> args;
+    for (const QString& f : changedTrainFlags(plan.options)) args.push_back(f.toStdString());
+    Result<TrainOptions> back = parse_train_flags(args);
+    QVERIFY(back);
+    QCOMPARE(QString::fromStdString(train_options_json(*back)),
+             QString::fromStdString(train_options_json(plan.options)));
+  }
+};
+
+QTEST_MAIN(TestStudioPlan)
+#include "test_studio_plan.moc"

@@ -1,0 +1,215 @@
+// MainWindow: views, settings, status, close.
+#include "app/main_window.h"
+
+#include <QActionGroup>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QFileInfo>
+#include <QLabel>
+#include <QMessageBox>
+#include <QSettings>
+#include <QStackedWidget>
+#include <QStatusBar>
+#include <QThread>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include "app/icons.h"
+#include "app/placeholder_view.h"
+#include "app/studio_settings.h"
+#include "lattice/train.h"
+#include "launch/launch_form.h"
+#include "launch/launch_view.h"
+#include "plan/model_presets.h"
+#include "plan/plan_model.h"
+#include "plan/plan_view.h"
+#include "plan/text_format.h"
+
+namespace lattice::ui {
+
+namespace {
+
+const char* const kViewNames[] = {"plan", "launch", "dashboard", "history", "playground"};
+
+}  // namespace
+
+MainWindow::MainWindow(const Options& options, QWidget* parent)
+    : QMainWindow(parent),
+      options_(options),
+      model_(new PlanModel(this)),
+      stack_(new QStackedWidget(this)) {
+  setObjectName("main-window");
+  setWindowIcon(appIcon());
+  setCentralWidget(stack_);
+  createViews();
+  createActions();
+  createMenus();
+  createToolBar();
+  planSummary_ = new QLabel(this);
+  statusBar()->addPermanentWidget(planSummary_);
+  connect(model_, &PlanModel::planChanged, this, &MainWindow::updateStatus);
+  connect(model_->undoStack(), &QUndoStack::cleanChanged, this, &MainWindow::updateTitle);
+  connect(&cpuMeasure_, &QFutureWatcher<double>::finished, this, [this] {
+    const double gflops = cpuMeasure_.result();
+    model_->setCpuGflops(gflops);
+    if (options_.useSettings) {
+      QSettings settings;
+      saveCpuGflops(settings, gflops);
+    }
+    statusBar()->showMessage(tr("This machine's SGEMM rate: %1 GFLOP/s").arg(gflops, 0, 'f', 1),
+                             5000);
+  });
+  resize(1280, 800);
+  if (options_.useSettings) restoreSettings();
+  updateStatus();
+  updateTitle();
+  if (options_.measureCpu && model_->cpuGflops() <= 0) measureCpu();
+}
+
+MainWindow::~MainWindow() {
+  cpuMeasure_.waitForFinished();
+}
+
+void MainWindow::createViews() {
+  planView_ = new PlanView(model_, stack_);
+  launchView_ = new LaunchView(
+      model_, options_.environment ? *options_.environment : LaunchEnvironment::detect(), stack_);
+  dashboard_ = new PlaceholderView(
+      tr("Dashboard"),
+      tr("Live plots of a run arrive with the Studio's part 2: loss and validation loss, "
+         "learning rate, grad norm, throughput and MFU, memory per rank, the timer breakdown "
+         "and the pipeline timeline, read from the run store as the run writes it."),
+      stack_);
+  dashboard_->setContext(tr("Start a run in the Launch view; it opens here."));
+  auto* history = new PlaceholderView(
+      tr("History"),
+      tr("Every run of the run store comes with part 2: a filterable table, tags, delete, and "
+         "a comparison of selected runs (overlaid curves and the settings that differ). "
+         "Until then: lattice runs list."),
+      stack_);
+  auto* playground = new PlaceholderView(
+      tr("Playground"),
+      tr("Generating text from a checkpoint comes with the inference issue: pick a run's "
+         "checkpoint, type a prompt, set temperature and top-k, and read the sampled text."),
+      stack_);
+  for (QWidget* view : {static_cast<QWidget*>(planView_), static_cast<QWidget*>(launchView_),
+                        static_cast<QWidget*>(dashboard_), static_cast<QWidget*>(history),
+                        static_cast<QWidget*>(playground)})
+    stack_->addWidget(view);
+
+  connect(launchView_, &LaunchView::runRecorded, this,
+          [this](const QString& database, const RunSnapshot& run) {
+            dashboard_->setContext(tr("Run '%1' (#%2) is recorded in %3. Until the Dashboard "
+                                      "arrives: lattice runs show %1")
+                                       .arg(run.name)
+                                       .arg(run.id)
+                                       .arg(database));
+            statusBar()->showMessage(tr("Run '%1' is in the run store").arg(run.name), 5000);
+          });
+  connect(launchView_, &LaunchView::runEnded, this,
+          [this](bool, const QString& summary) { statusBar()->showMessage(summary, 8000); });
+}
+
+void MainWindow::showView(View view) {
+  const int index = static_cast<int>(view);
+  stack_->setCurrentIndex(index);
+  if (index < viewActions_.size()) viewActions_[index]->setChecked(true);
+}
+
+MainWindow::View MainWindow::currentView() const {
+  return static_cast<View>(stack_->currentIndex());
+}
+
+std::optional<MainWindow::View> MainWindow::viewFromName(const QString& name) {
+  for (int i = 0; i < kViewCount; i++)
+    if (name.compare(QLatin1String(kViewNames[i]), Qt::CaseInsensitive) == 0)
+      return static_cast<View>(i);
+  return std::nullopt;
+}
+
+QString MainWindow::viewName(View view) {
+  return QString::fromLatin1(kViewNames[static_cast<int>(view)]);
+}
+
+void MainWindow::setTheme(Theme theme) {
+  theme_ = theme;
+  applyTheme(theme);
+  if (themeGroup_) themeGroup_->actions()[theme == Theme::kDark ? 1 : 0]->setChecked(true);
+}
+
+void MainWindow::changeEvent(QEvent* event) {
+  QMainWindow::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) refreshIcons();
+}
+
+void MainWindow::restoreSettings() {
+  QSettings settings;
+  if (std::optional<Plan> plan = loadPlan(settings)) model_->resetPlan(*plan);
+  launchView_->form()->setSettings(loadLaunchSettings(settings));
+  model_->setCpuGflops(loadCpuGflops(settings));
+  setTheme(loadTheme(settings));
+  restoreGeometry(settings.value("window/geometry").toByteArray());
+  restoreState(settings.value("window/state").toByteArray());
+  planView_->restoreState(settings.value("window/plan_view").toByteArray());
+  configPath_ = settings.value("plan/config_path").toString();
+  if (const auto view = viewFromName(settings.value("window/view").toString())) showView(*view);
+}
+
+void MainWindow::saveSettings() {
+  QSettings settings;
+  savePlan(settings, model_->plan());
+  saveLaunchSettings(settings, launchView_->form()->settings());
+  saveTheme(settings, theme_);
+  settings.setValue("window/geometry", saveGeometry());
+  settings.setValue("window/state", saveState());
+  settings.setValue("window/plan_view", planView_->saveState());
+  settings.setValue("window/view", viewName(currentView()));
+  settings.setValue("plan/config_path", configPath_);
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (launchView_->isRunning()) {
+    const auto answer =
+        QMessageBox::question(this, tr("A run is in progress"),
+                              tr("Quitting stops the run (SIGTERM to its ranks). Quit anyway?"),
+                              QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+    if (answer != QMessageBox::Yes) {
+      event->ignore();
+      return;
+    }
+  }
+  if (options_.useSettings) saveSettings();
+  event->accept();
+}
+
+void MainWindow::measureCpu() {
+  if (cpuMeasure_.isRunning()) return;
+  const int threads = QThread::idealThreadCount();
+  statusBar()->showMessage(tr("Measuring this machine's SGEMM rate…"));
+  cpuMeasure_.setFuture(QtConcurrent::run([threads] { return measure_sgemm_gflops(threads); }));
+}
+
+void MainWindow::updateStatus() {
+  const Plan& plan = model_->plan();
+  const PlanAnalysis& a = model_->analysis();
+  const int preset = presetIndexOf(plan.options);
+  QString text = preset >= 0 ? modelPresets()[preset].name : tr("custom model");
+  if (a.parameters > 0) text += tr(" · %1 parameters").arg(humanCount(a.parameters));
+  text += " · " + plural(plan.cluster.world(), "device", "devices");
+  if (!a.valid()) {
+    text += " · " + plural(static_cast<long long>(a.errors.size()), "error", "errors");
+  } else if (a.layout) {
+    text += tr(" · TP %1 × PP %2 × DP %3").arg(a.layout->tp).arg(a.layout->pp).arg(a.layout->dp);
+    text += a.fits ? tr(" · fits") : tr(" · does not fit");
+  }
+  planSummary_->setText(text);
+  if (suggestAction_) suggestAction_->setEnabled(a.parameters > 0);
+}
+
+void MainWindow::updateTitle() {
+  const QString name =
+      configPath_.isEmpty() ? tr("untitled plan") : QFileInfo(configPath_).fileName();
+  setWindowTitle(tr("%1[*] — Lattice Studio").arg(name));
+  setWindowModified(!model_->undoStack()->isClean());
+}
+
+}  // namespace lattice::ui

@@ -1,0 +1,249 @@
+// buildLaunchCommand: the plan's flags, the data and run flags, the mpirun options this machine
+// needs, and every reason not to start, checked by the engine's own parser.
+#include "launch/launch_command.h"
+
+#include <unistd.h>
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QStandardPaths>
+#include <QThread>
+
+#include "lattice/data.h"
+#include "lattice/layout.h"
+#include "lattice/run_record.h"
+#include "lattice/train_options.h"
+#include "plan/text_format.h"
+#include "plan/train_flags.h"
+
+namespace lattice::ui {
+
+namespace {
+
+// More ranks than this on one machine is a plan for a cluster, not for "this machine".
+constexpr int kMaxLocalRanks = 64;
+
+// Flags the Launch view sets itself; the plan's values of these are not passed on.
+const std::set<std::string> kLaunchOwned = {
+    "data-path",       "mock-data",  "tokenizer-type", "vocab-file", "merge-file",
+    "tokenizer-model", "vocab-size", "run-name",       "tag",        "db"};
+
+bool fileExists(const QString& path) {
+  return QFileInfo(path).isFile();
+}
+
+void addDataFlags(const Plan& plan, const LaunchSettings& s, const LaunchEnvironment& env,
+                  QStringList& args, LaunchCommand& cmd) {
+  const QString vocab = QString::number(plan.options.tokenizer.vocab_size);
+  switch (s.data) {
+    case DataSource::kDemo: {
+      const DemoCorpus demo = demo_corpus_paths(env.dataDir.toStdString());
+      const QString prefix = QString::fromStdString(demo.data_prefix);
+      const QString model = QString::fromStdString(demo.tokenizer_model);
+      if (!fileExists(prefix + ".bin") || !fileExists(prefix + ".idx") || !fileExists(model))
+        cmd.steps.push_back(
+            {env.lattice, {"data", "demo"}, QObject::tr("build the demo corpus (first run only)")});
+      args << "--data-path" << prefix << "--tokenizer-type"
+           << "GPTSentencePieceTokenizer"
+           << "--tokenizer-model" << model;
+      if (plan.options.model.vocab_size != 4096)
+        cmd.notes << QObject::tr(
+                         "The demo tokenizer has 4096 token ids; the plan assumed %1, so "
+                         "the embedding differs from the plan's estimate.")
+                         .arg(plan.options.model.vocab_size);
+      return;
+    }
+    case DataSource::kDataset: {
+      // A prefix, or a blend "W1 P1 W2 P2 ..." (the engine checks the weights).
+      const QStringList words = QProcess::splitCommand(s.dataPath);
+      if (words.isEmpty())
+        cmd.errors << QObject::tr("Choose a dataset (--data-path), or use the demo corpus.");
+      for (int i = words.size() == 1 ? 0 : 1; i < words.size(); i += 2)
+        if (!fileExists(words[i] + ".bin") || !fileExists(words[i] + ".idx"))
+          cmd.errors << QObject::tr(
+                            "--data-path %1: no %1.bin and %1.idx (see `lattice data "
+                            "preprocess`).")
+                            .arg(words[i]);
+      args << "--data-path" << words << "--tokenizer-type" << s.tokenizerType;
+      QStringList files;  // (flag, path) pairs the tokenizer reads
+      if (s.tokenizerType == QLatin1String("NullTokenizer")) args << "--vocab-size" << vocab;
+      if (s.tokenizerType == QLatin1String("GPT2BPETokenizer"))
+        files << "--vocab-file" << s.vocabFile << "--merge-file" << s.mergeFile;
+      if (s.tokenizerType.contains(QLatin1String("SentencePiece")))
+        files << "--tokenizer-model" << s.tokenizerModel;
+      for (int i = 0; i + 1 < files.size(); i += 2) {
+        args << files[i] << files[i + 1];
+        if (!fileExists(files[i + 1]))
+          cmd.errors << QObject::tr("%1 '%2': no such file.").arg(files[i], files[i + 1]);
+      }
+      return;
+    }
+    case DataSource::kMock:
+      args << "--mock-data"
+           << "--vocab-size" << vocab;
+      return;
+  }
+}
+
+// The reasons the engine itself would refuse these flags, found before starting it.
+void checkWithEngine(const QStringList& trainArgs, int ranks, LaunchCommand& cmd) {
+  std::vector<std::string> args;
+  for (const QString& a : trainArgs) args.push_back(a.toStdString());
+  Result<TrainOptions> parsed = parse_train_flags(args);
+  if (!parsed) {
+    cmd.errors << QString::fromStdString(parsed.status().message()).split('\n');
+    return;
+  }
+  std::vector<std::string> errors = parsed->validate(/*require_data=*/true);
+  const std::vector<std::string> layout = layout_errors(*parsed, ranks);
+  errors.insert(errors.end(), layout.begin(), layout.end());
+  for (const std::string& e : errors) cmd.errors << QString::fromStdString(e);
+}
+
+}  // namespace
+
+Result<TrainOptions> runConfiguration(const Plan& plan, const LaunchSettings& s,
+                                      const LaunchEnvironment& env) {
+  LaunchCommand ignored;
+  QStringList flags = changedTrainFlags(plan.options, kLaunchOwned);
+  addDataFlags(plan, s, env, flags, ignored);
+  flags << QProcess::splitCommand(s.extraFlags);
+  std::vector<std::string> args;
+  for (const QString& f : flags) args.push_back(f.toStdString());
+  Result<TrainOptions> options = parse_train_flags(args);
+  if (!options) return options;
+  normalizeOptions(*options);
+  return options;
+}
+
+LaunchSettings launchSettingsFrom(const TrainOptions& o, LaunchSettings s) {
+  if (o.mock_data) {
+    s.data = DataSource::kMock;
+  } else if (!o.data_path.empty()) {
+    s.data = DataSource::kDataset;
+    QStringList words;
+    for (const std::string& p : o.data_path) words << QString::fromStdString(p);
+    s.dataPath = words.join(' ');  // a blend stays as written
+    s.tokenizerType = QString::fromStdString(o.tokenizer.type);
+    s.tokenizerModel = QString::fromStdString(o.tokenizer.model_file);
+    s.vocabFile = QString::fromStdString(o.tokenizer.vocab_file);
+    s.mergeFile = QString::fromStdString(o.tokenizer.merge_file);
+  }
+  return s;
+}
+
+LaunchEnvironment LaunchEnvironment::detect() {
+  LaunchEnvironment env;
+  const QString beside = QDir(QCoreApplication::applicationDirPath()).filePath("lattice");
+  env.lattice = fileExists(beside) ? beside : QStandardPaths::findExecutable("lattice");
+  if (env.lattice.isEmpty()) env.lattice = QStringLiteral("lattice");
+  env.mpirun = QStandardPaths::findExecutable("mpirun");
+  env.cores = std::max(QThread::idealThreadCount(), 1);
+  env.root = geteuid() == 0;
+  env.dataDir = QString::fromStdString(default_data_dir());
+  env.defaultDatabase = QString::fromStdString(default_run_db());
+  return env;
+}
+
+QString shellQuote(const QString& word) {
+  static const QRegularExpression plain(QStringLiteral("^[A-Za-z0-9_@%+=:,./-]+$"));
+  if (plain.match(word).hasMatch()) return word;
+  QString quoted = word;
+  quoted.replace('\'', QStringLiteral("'\\''"));
+  return '\'' + quoted + '\'';
+}
+
+QString commandLines(const QString& program, const QStringList& arguments, int width) {
+  // Groups: a flag with the values after it, so that a line never separates them.
+  QStringList groups{shellQuote(program)};
+  for (const QString& a : arguments) {
+    const QString word = shellQuote(a);
+    if (a.startsWith('-') || groups.size() == 1)
+      groups << word;
+    else
+      groups.back() += ' ' + word;
+  }
+  QStringList lines{groups.front()};
+  for (int i = 1; i < groups.size(); i++) {
+    if (lines.back().size() + 1 + groups[i].size() > width) {
+      lines.back() += QStringLiteral(" \\");
+      lines << QStringLiteral("    ") + groups[i];
+    } else {
+      lines.back() += ' ' + groups[i];
+    }
+  }
+  return lines.join('\n');
+}
+
+QString LaunchCommand::displayText(int width) const {
+  QStringList commands;
+  for (const LaunchStep& step : steps)
+    commands << commandLines(step.program, step.arguments, width);
+  return commands.join(QStringLiteral(" &&\n"));
+}
+
+LaunchCommand buildLaunchCommand(const Plan& plan, const PlanAnalysis& analysis,
+                                 const LaunchSettings& s, const LaunchEnvironment& env) {
+  LaunchCommand cmd;
+  cmd.ranks = plan.cluster.world();
+  cmd.runName = s.runName.trimmed().isEmpty() ? QString::fromStdString(default_run_name())
+                                              : s.runName.trimmed();
+  cmd.database = s.database.trimmed().isEmpty() ? env.defaultDatabase : s.database.trimmed();
+  if (!analysis.valid())
+    cmd.errors << QObject::tr("The plan has %1; fix them in the Plan view.")
+                      .arg(plural(static_cast<long long>(analysis.errors.size()), "error",
+                                  "errors"));
+  const QString precision = precisionOf(plan.options);
+  if (precision == QLatin1String("bf16") || precision == QLatin1String("fp16"))
+    cmd.errors << QObject::tr(
+                      "The CPU engine trains in fp32 (or fp64); %1 needs the CUDA "
+                      "build. Set the precision in the Plan view.")
+                      .arg(precision);
+  if (cmd.ranks > kMaxLocalRanks)
+    cmd.errors << QObject::tr(
+                      "%1 ranks are a plan for a cluster; this machine runs at most %2 "
+                      "(cluster launch comes with a later issue).")
+                      .arg(cmd.ranks)
+                      .arg(kMaxLocalRanks);
+  if (cmd.ranks > 1 && env.mpirun.isEmpty())
+    cmd.errors << QObject::tr(
+                      "mpirun is not installed (Debian: openmpi-bin); it starts the %1 "
+                      "ranks.")
+                      .arg(cmd.ranks);
+
+  QStringList train = changedTrainFlags(plan.options, kLaunchOwned);
+  addDataFlags(plan, s, env, train, cmd);
+  train << "--run-name" << cmd.runName;
+  for (const QString& t : s.tags)
+    if (!t.trimmed().isEmpty()) train << "--tag" << t.trimmed();
+  if (cmd.database != env.defaultDatabase) train << "--db" << cmd.database;
+  train << QProcess::splitCommand(s.extraFlags);
+  checkWithEngine(train, cmd.ranks, cmd);
+  train.prepend(QStringLiteral("train"));
+
+  if (cmd.ranks == 1) {
+    cmd.steps.push_back({env.lattice, train, QObject::tr("train")});
+    return cmd;
+  }
+  QStringList mpi;
+  if (env.root) mpi << "--allow-run-as-root";
+  if (cmd.ranks > env.cores) {
+    mpi << "--oversubscribe";
+    cmd.notes << QObject::tr(
+                     "%1 ranks on %2 cores: mpirun oversubscribes them and each rank "
+                     "gets one thread.")
+                     .arg(cmd.ranks)
+                     .arg(env.cores);
+  }
+  mpi << "--bind-to"
+      << "none"
+      << "-n" << QString::number(cmd.ranks) << env.lattice << train;
+  cmd.steps.push_back(
+      {env.mpirun.isEmpty() ? QStringLiteral("mpirun") : env.mpirun, mpi, QObject::tr("train")});
+  return cmd;
+}
+
+}  // namespace lattice::ui

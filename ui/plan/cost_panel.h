@@ -1,0 +1,45 @@
+// What the plan costs: per pipeline stage, a stacked bar of weights, grads, optimizer state
+// and activations of one rank against the device's memory, with the headroom or overflow in
+// GiB; the estimated step time, tokens/s and MFU with their terms; the Suggest button.
+#pragma once
+
+#include <QWidget>
+
+class QCustomPlot;
+class QCPBars;
+class QLabel;
+class QPushButton;
+
+namespace lattice::ui {
+
+class PlanModel;
+
+class CostPanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit CostPanel(PlanModel* model, QWidget* parent = nullptr);
+  QCustomPlot* plot() const { return plot_; }
+
+ signals:
+  void suggestRequested();
+
+ protected:
+  void changeEvent(QEvent* event) override;
+
+ private:
+  void refresh();
+  void refreshPlot();
+  void refreshStep();
+  void applyPalette();
+
+  PlanModel* model_;
+  QCustomPlot* plot_;
+  QList<QCPBars*> bars_;  // weights, grads, optimizer, activations (stacked in that order)
+  QLabel* fit_;
+  QLabel* step_;
+  QLabel* terms_;
+  QPushButton* suggest_;
+};
+
+}  // namespace lattice::ui

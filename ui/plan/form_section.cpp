@@ -1,0 +1,141 @@
+// FormSection: bound editors, error rows, refresh with signals blocked (so that showing a value
+// never records an edit).
+#include "plan/form_section.h"
+
+#include <QCheckBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSignalBlocker>
+#include <QSpinBox>
+
+namespace lattice::ui {
+
+QColor errorColor(const QPalette& palette) {
+  return palette.color(QPalette::Window).lightness() < 128 ? QColor(0xff, 0x8a, 0x80)
+                                                           : QColor(0xc6, 0x28, 0x28);
+}
+
+FormSection::FormSection(const QString& title, PlanModel* model, QWidget* parent)
+    : QGroupBox(title, parent), model_(model), form_(new QFormLayout(this)) {
+  form_->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  form_->setRowWrapPolicy(QFormLayout::DontWrapRows);
+  form_->setLabelAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+  form_->setVerticalSpacing(4);
+  form_->setContentsMargins(8, 6, 8, 6);
+}
+
+void FormSection::addRow(const QString& label, QWidget* editor, const QStringList& fields,
+                         const QString& toolTip) {
+  form_->addRow(label, editor);
+  if (!toolTip.isEmpty()) {
+    editor->setToolTip(toolTip);
+    if (auto* l = qobject_cast<QLabel*>(form_->labelForField(editor))) l->setToolTip(toolTip);
+  }
+  if (fields.isEmpty()) return;
+  auto* error = new QLabel(this);
+  error->setObjectName(errorLabelName(fields.front()));
+  error->setWordWrap(true);
+  error->setTextFormat(Qt::PlainText);
+  error->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  form_->addRow(error);
+  form_->setRowVisible(error, false);
+  errorRows_.push_back({fields, error});
+  fields_ << fields;
+}
+
+QWidget* FormSection::pair(QWidget* first, const QString& between, QWidget* second) {
+  auto* box = new QWidget(this);
+  auto* row = new QHBoxLayout(box);
+  row->setContentsMargins(0, 0, 0, 0);
+  row->addWidget(first, 1);
+  row->addWidget(new QLabel(between, box));
+  row->addWidget(second, 1);
+  return box;
+}
+
+QLabel* FormSection::addNote() {
+  auto* note = new QLabel(this);
+  note->setWordWrap(true);
+  note->setForegroundRole(QPalette::PlaceholderText);
+  form_->addRow(note);
+  return note;
+}
+
+void FormSection::setRowVisible(QWidget* editor, bool visible) {
+  form_->setRowVisible(editor, visible);
+}
+
+QSpinBox* FormSection::intEditor(int min, int max, const QString& field, const QString& text,
+                                 std::function<int(const Plan&)> get,
+                                 std::function<void(Plan&, int)> set) {
+  auto* spin = new QSpinBox(this);
+  spin->setRange(min, max);
+  spin->setKeyboardTracking(false);  // typing "12" is one edit, not "1" then "12"
+  spin->setAccelerated(true);
+  spin->setObjectName(field);
+  connect(spin, &QSpinBox::valueChanged, this, [this, text, field, set](int v) {
+    model_->edit(
+        text, [&](Plan& p) { set(p, v); }, field);
+  });
+  onRefresh([spin, get](const Plan& p, const PlanAnalysis&) { spin->setValue(get(p)); });
+  return spin;
+}
+
+QCheckBox* FormSection::boolEditor(const QString& label, const QString& field, const QString& text,
+                                   std::function<bool(const Plan&)> get,
+                                   std::function<void(Plan&, bool)> set) {
+  auto* box = new QCheckBox(label, this);
+  box->setObjectName(field);
+  connect(box, &QCheckBox::toggled, this,
+          [this, text, set](bool on) { model_->edit(text, [&](Plan& p) { set(p, on); }); });
+  onRefresh([box, get](const Plan& p, const PlanAnalysis&) { box->setChecked(get(p)); });
+  return box;
+}
+
+QDoubleSpinBox* FormSection::doubleEditor(double min, double max, int decimals,
+                                          const QString& suffix, const QString& field,
+                                          const QString& text,
+                                          std::function<double(const Plan&)> get,
+                                          std::function<void(Plan&, double)> set) {
+  auto* spin = new QDoubleSpinBox(this);
+  spin->setRange(min, max);
+  spin->setDecimals(decimals);
+  spin->setSuffix(suffix);
+  spin->setKeyboardTracking(false);
+  spin->setObjectName(field);
+  connect(spin, &QDoubleSpinBox::valueChanged, this, [this, text, field, set](double v) {
+    model_->edit(
+        text, [&](Plan& p) { set(p, v); }, field);
+  });
+  onRefresh([spin, get](const Plan& p, const PlanAnalysis&) { spin->setValue(get(p)); });
+  return spin;
+}
+
+void FormSection::onRefresh(std::function<void(const Plan&, const PlanAnalysis&)> update) {
+  refreshers_.push_back(std::move(update));
+}
+
+void FormSection::refresh() {
+  const Plan& plan = model_->plan();
+  const PlanAnalysis& analysis = model_->analysis();
+  {
+    const QList<QWidget*> editors = findChildren<QWidget*>();
+    std::vector<QSignalBlocker> blockers;
+    blockers.reserve(editors.size());
+    for (QWidget* w : editors) blockers.emplace_back(w);
+    for (const auto& r : refreshers_) r(plan, analysis);
+  }
+  QPalette palette = this->palette();
+  palette.setColor(QPalette::WindowText, errorColor(palette));
+  for (const ErrorRow& row : errorRows_) {
+    QStringList messages;
+    for (const QString& f : row.fields) messages << analysis.messagesFor(f);
+    row.label->setPalette(palette);
+    row.label->setText(messages.join('\n'));
+    form_->setRowVisible(row.label, !messages.isEmpty());
+  }
+}
+
+}  // namespace lattice::ui

@@ -1,0 +1,75 @@
+// Base of the Plan view's form sections (model, cluster, parallelism): a group box whose rows
+// are bound to the PlanModel. Each row names the fields (flags) it edits; the validation
+// messages of those fields appear in plain words right under the row.
+#pragma once
+
+#include <QGroupBox>
+#include <QStringList>
+#include <functional>
+#include <vector>
+
+#include "plan/plan_model.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QFormLayout;
+class QLabel;
+class QSpinBox;
+
+namespace lattice::ui {
+
+class FormSection : public QGroupBox {
+  Q_OBJECT
+
+ public:
+  FormSection(const QString& title, PlanModel* model, QWidget* parent = nullptr);
+
+  // Fields of this section (for the form's list of messages no row claims).
+  const QStringList& fields() const { return fields_; }
+  // Re-reads every editor's value and the errors from the model (signals blocked).
+  void refresh();
+
+  // Object name of the error label of `field`'s row (tests look it up).
+  static QString errorLabelName(const QString& field) { return "error:" + field; }
+
+ protected:
+  // A row: label, editor, and an error label for the messages of `fields`.
+  void addRow(const QString& label, QWidget* editor, const QStringList& fields,
+              const QString& toolTip = {});
+  // Two editors on one row with a short word between them ("256 MLP 1024").
+  QWidget* pair(QWidget* first, const QString& between, QWidget* second);
+  // Derived information under the rows (a grey line: parameter count, DP, ...).
+  QLabel* addNote();
+  void setRowVisible(QWidget* editor, bool visible);
+
+  // Editors bound to an int / bool / double in the plan. `field` names the flag (the merge key
+  // of the undo step) and `text` the undo step ("Set tensor parallel size").
+  QSpinBox* intEditor(int min, int max, const QString& field, const QString& text,
+                      std::function<int(const Plan&)> get, std::function<void(Plan&, int)> set);
+  QCheckBox* boolEditor(const QString& label, const QString& field, const QString& text,
+                        std::function<bool(const Plan&)> get, std::function<void(Plan&, bool)> set);
+  QDoubleSpinBox* doubleEditor(double min, double max, int decimals, const QString& suffix,
+                               const QString& field, const QString& text,
+                               std::function<double(const Plan&)> get,
+                               std::function<void(Plan&, double)> set);
+  // Runs on every refresh, after the editors are updated.
+  void onRefresh(std::function<void(const Plan&, const PlanAnalysis&)> update);
+
+  PlanModel* model_;
+  QFormLayout* form_;
+
+ private:
+  struct ErrorRow {
+    QStringList fields;
+    QLabel* label;
+  };
+  std::vector<ErrorRow> errorRows_;
+  std::vector<std::function<void(const Plan&, const PlanAnalysis&)>> refreshers_;
+  QStringList fields_;
+};
+
+// Red for error text, readable on the light and the dark palette.
+QColor errorColor(const QPalette& palette);
+
+}  // namespace lattice::ui

@@ -1,0 +1,42 @@
+// The Plan view: the form on the left; the layout canvas above the cost panel on the right.
+#pragma once
+
+#include <QByteArray>
+#include <QWidget>
+
+class QSplitter;
+
+namespace lattice::ui {
+
+class CostPanel;
+class LayoutPanel;
+class PlanForm;
+class PlanModel;
+
+class PlanView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit PlanView(PlanModel* model, QWidget* parent = nullptr);
+
+  LayoutPanel* layoutPanel() const { return layout_; }
+  CostPanel* costPanel() const { return cost_; }
+  PlanForm* form() const { return form_; }
+
+  // Splitter positions, for QSettings.
+  QByteArray saveState() const;
+  void restoreState(const QByteArray& state);
+
+ public slots:
+  void openSuggest();
+
+ private:
+  PlanModel* model_;
+  PlanForm* form_;
+  LayoutPanel* layout_;
+  CostPanel* cost_;
+  QSplitter* columns_;
+  QSplitter* right_;
+};
+
+}  // namespace lattice::ui
