@@ -1,6 +1,6 @@
-// What each rank of a TP 2 x PP 2 job really holds, against the planner's analytical count
+// What each rank of five layouts really holds, against the planner's analytical count
 // (ARCHITECTURE.md "Memory estimate"): weights, gradients and optimizer state per rank within
-// 10 %. The trainer measures its arenas; the run store receives every rank's memory through
+// 10 %, activations within 15 %. The trainer measures its arenas; the run store receives every rank's memory through
 // the communicator; the planner computes from the config alone.
 #include <QtTest/QtTest>
 
@@ -15,37 +15,64 @@
 class ParallelMemory : public QObject {
   Q_OBJECT
  private slots:
-  void tp2_pp2_ranks_hold_what_the_planner_says() {
+  void ranks_hold_what_the_planner_says_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<QStringList>("layout");
+    QTest::newRow("tp2 pp2 dp2 distributed optimizer")
+        << 8
+        << QStringList{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                       "--use-distributed-optimizer"};
+    QTest::newRow("dp2") << 2 << QStringList{};
+    QTest::newRow("pp2 interleaved")
+        << 2
+        << QStringList{"--pipeline-model-parallel-size", "2",
+                       "--num-layers-per-virtual-pipeline-stage", "1"};
+    QTest::newRow("tp2 sequence parallel selective")
+        << 2
+        << QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                       "--recompute-granularity", "selective"};
+    QTest::newRow("pp2 full recompute")
+        << 2
+        << QStringList{"--pipeline-model-parallel-size", "2", "--recompute-granularity", "full",
+                       "--recompute-method", "uniform", "--recompute-num-layers", "1"};
+  }
+
+  // Weights, grads and optimizer state within 10 % (ARCHITECTURE.md's count), activations at
+  // the schedule's peak within 15 % (the Studio issue's bound).
+  void ranks_hold_what_the_planner_says() {
+    QFETCH(int, ranks);
+    QFETCH(QStringList, layout);
     QTemporaryDir dir;
-    const QStringList flags = {
-        "--mock-data",         "--num-layers",          "4",    "--hidden-size", "128",
-        "--num-attention-heads", "4",                   "--seq-length", "64",    "--vocab-size",
-        "2047",                "--micro-batch-size",    "2",    "--global-batch-size", "8",
-        "--train-iters",       "2",                     "--eval-iters", "0",     "--threads",
-        "1",                   "--tensor-model-parallel-size", "2",
-        "--pipeline-model-parallel-size", "2",          "--use-distributed-optimizer"};
+    const QStringList flags = QStringList{"--mock-data", "--num-layers", "4", "--hidden-size",
+                                          "128", "--num-attention-heads", "4", "--seq-length",
+                                          "64", "--vocab-size", "2047", "--micro-batch-size", "2",
+                                          "--global-batch-size", "8", "--train-iters", "2",
+                                          "--eval-iters", "0", "--threads", "1"} +
+                              layout;
     QProcess mpirun;
     QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
     for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
       e.insert(kv.section('=', 0, 0), kv.section('=', 1));
     mpirun.setProcessEnvironment(e);
-    mpirun.start(LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", "8", LATTICE_CLI_PATH,
+    mpirun.start(LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", QString::number(ranks),
+                                              LATTICE_CLI_PATH,
                                               "train", "--log-memory", "--db",
                                               dir.filePath("runs.sqlite"), "--run-name", "mem"} +
                                       flags);
     QVERIFY(mpirun.waitForFinished(240000));
     const QString out = QString::fromUtf8(mpirun.readAllStandardOutput());
     QVERIFY2(mpirun.exitCode() == 0, qPrintable(out + mpirun.readAllStandardError()));
-    QVERIFY2(out.contains("[Rank 7] (tp 1, pp 1, dp 1) (after 1 iterations) memory (MiB)"),
+    QVERIFY2(out.contains(QString("[Rank %1] ").arg(ranks - 1)) &&
+                 out.contains("(after 1 iterations) memory (MiB)"),
              qPrintable(out));
 
     std::vector<std::string> args;
     for (const QString& f : flags) args.push_back(f.toStdString());
     auto options = lattice::parse_train_options(args);
     QVERIFY2(options, options.status().message().c_str());
-    auto layout = lattice::make_layout(*options, 8);
-    QVERIFY2(layout, layout.status().message().c_str());
-    const lattice::MemoryEstimate estimate = lattice::estimate_memory(*options, *layout);
+    auto parallel = lattice::make_layout(*options, ranks);
+    QVERIFY2(parallel, parallel.status().message().c_str());
+    const lattice::MemoryEstimate estimate = lattice::estimate_memory(*options, *parallel);
 
     auto store = lattice::storage::RunStore::open(dir.filePath("runs.sqlite").toStdString());
     QVERIFY(store);
@@ -53,9 +80,9 @@ class ParallelMemory : public QObject {
     QVERIFY(run);
     auto samples = (*store)->memory_at(run->id, 1);
     QVERIFY(samples);
-    QCOMPARE(static_cast<int>(samples->size()), 8);
+    QCOMPARE(static_cast<int>(samples->size()), ranks);
     for (const auto& s : *samples) {
-      const lattice::StageEstimate& want = estimate.stages[layout->coord(s.rank).pp];
+      const lattice::StageEstimate& want = estimate.stages[parallel->coord(s.rank).pp];
       const struct {
         const char* what;
         double got, expected;
@@ -72,8 +99,15 @@ class ParallelMemory : public QObject {
                                              .arg(row.got)
                                              .arg(row.expected)));
       }
-      qInfo("rank %d activations: measured %lld bytes, planner %zu", s.rank,
-            static_cast<long long>(s.activations), want.activation_bytes);
+      const double act_rel = std::abs(double(s.activations) - double(want.activation_bytes)) /
+                             double(want.activation_bytes);
+      qInfo("rank %d activations: measured %lld bytes, planner %zu (%.1f %%)", s.rank,
+            static_cast<long long>(s.activations), want.activation_bytes, 100 * act_rel);
+      QVERIFY2(act_rel <= 0.15, qPrintable(QString("rank %1 activations: measured %2 bytes, "
+                                                   "planner %3")
+                                               .arg(s.rank)
+                                               .arg(s.activations)
+                                               .arg(want.activation_bytes)));
     }
   }
 };

@@ -177,10 +177,12 @@ MemoryBreakdown GptModel<T>::memory() const {
   MemoryBreakdown m;
   m.weights = params_.size() * sizeof(T);
   m.grads = grads_.size() * sizeof(T);
-  m.workspace = (scratch_.size() + recompute_storage_.size() + attention_ws_.size() +
-                 row_max_.size() + target_logit_.size() + pack_.size()) *
+  m.workspace = (scratch_.size() + attention_ws_.size() + row_max_.size() +
+                 target_logit_.size() + pack_.size()) *
                     sizeof(T) +
                 sum_exp_.size() * sizeof(double);
+  // Full recomputation's layer slots hold activations during one backward.
+  m.activations = recompute_storage_.size() * sizeof(T);
   return m;
 }
 

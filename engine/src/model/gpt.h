@@ -154,7 +154,8 @@ class GptModel {
   void set_progress(std::function<void()> callback) { progress_ = std::move(callback); }
 
   Profiler& profiler() { return profiler_; }
-  // Bytes of weights, grads and workspace held by the model (activations are per object).
+  // Bytes of weights, grads and workspace held by the model; activations: only the layers
+  // full recomputation rebuilds during backward (the kept ones are per GptActivations).
   MemoryBreakdown memory() const;
 
  private:

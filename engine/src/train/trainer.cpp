@@ -299,10 +299,11 @@ std::vector<RankReport> Trainer<T>::gather_reports() {
     mem.weights += m.weights;
     mem.grads += m.grads;
     mem.workspace += m.workspace;
+    mem.activations += m.activations;
     mem.optimizer += rank_.optimizers[c]->bytes();
     mem.comm_buffers += rank_.buckets[c]->stats().buffer_bytes;
   }
-  mem.activations = executor_->peak_activation_bytes();
+  mem.activations += executor_->peak_activation_bytes();
   mem.comm_buffers += executor_->buffer_bytes();
   mem.peak_rss = peak_rss_bytes();
   auto bytes = [](const Comm* c) {
