@@ -108,6 +108,9 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     }
     if (stop_requested()) {
       if (rank0) print_error(command, result.status().message());
+      // Every rank stopped at the same iteration; none may exit (non-zero, which makes mpirun
+      // end the others) before rank 0 has marked the run killed.
+      if (comm.size() > 1) (void)comm.barrier();
       return finish(130);
     }
     if (comm.size() > 1) comm.abort(result.status().message(), 1);
