@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <QDir>
+#include <QFileInfo>
 #include <QFile>
 
 namespace lattice::ui {
@@ -122,7 +123,11 @@ void RunProcess::escalate() {
   if (!isRunning()) return;
   const qint64 pid = process_.processId();
   const std::vector<qint64> children = childProcesses(pid);
-  const bool launcher = steps_[current_].program.endsWith(QLatin1String("mpirun"));
+  // mpirun, mpiexec and orterun are the same launcher (tests and some systems use mpiexec).
+  const QString program = QFileInfo(steps_[current_].program).fileName();
+  const bool launcher = program == QLatin1String("mpirun") ||
+                        program == QLatin1String("mpiexec") ||
+                        program == QLatin1String("orterun");
   if (stopStage_ == 0 && launcher && !children.empty()) {
     for (qint64 child : children) ::kill(static_cast<pid_t>(child), SIGTERM);
     emit output(tr("\n[studio] SIGTERM sent to the %1 ranks\n").arg(children.size()));
