@@ -88,6 +88,25 @@ Status RunStore::rename_run(std::int64_t run_id, std::string_view new_name) {
   return txn.commit();
 }
 
+Status RunStore::set_notes(std::int64_t run_id, std::string_view notes) {
+  Database& db = impl_->db;
+  Transaction txn(db);
+  if (!txn.begin_status()) return txn.begin_status();
+  std::string status;
+  if (Status s = impl_->run_status_of(run_id, &status); !s) return s;
+  Statement stmt;
+  if (Status s = db.prepare("UPDATE runs SET notes = ?2 WHERE id = ?1", &stmt); !s) return s;
+  {
+    StatementUse use(stmt);
+    use.bind(1, run_id);
+    use.bind(2, notes);
+    if (use.step() != SQLITE_DONE) {
+      return db.error("cannot change the notes of run " + std::to_string(run_id));
+    }
+  }
+  return txn.commit();
+}
+
 Status RunStore::delete_run(std::int64_t run_id, double stale_after_s) {
   if (Status s = flush(); !s) return s;  // held steps of this run would fail after it
   Impl& impl = *impl_;

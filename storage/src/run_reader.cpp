@@ -242,6 +242,52 @@ Result<std::vector<MemorySample>> RunStore::memory_at(std::int64_t run_id, std::
   return out;
 }
 
+Result<std::vector<std::int64_t>> RunStore::timeline_steps(std::int64_t run_id) {
+  Impl& impl = *impl_;
+  Statement select;
+  if (Status s = impl.db.prepare(
+          "SELECT DISTINCT step FROM timeline_events WHERE run_id = ?1 ORDER BY step", &select);
+      !s) {
+    return s;
+  }
+  StatementUse use(select);
+  use.bind(1, run_id);
+  std::vector<std::int64_t> out;
+  int rc;
+  while ((rc = use.step()) == SQLITE_ROW) out.push_back(use.int64(0));
+  if (rc != SQLITE_DONE) return impl.db.error("cannot list the timeline steps of a run");
+  return out;
+}
+
+Result<std::vector<TimelineEvent>> RunStore::timeline(std::int64_t run_id, std::int64_t step) {
+  Impl& impl = *impl_;
+  Statement select;
+  if (Status s = impl.db.prepare("SELECT rank, stage, microbatch, kind, start_s, end_s FROM "
+                                 "timeline_events WHERE run_id = ?1 AND step = ?2 ORDER BY "
+                                 "rank, start_s, id",
+                                 &select);
+      !s) {
+    return s;
+  }
+  StatementUse use(select);
+  use.bind(1, run_id);
+  use.bind(2, step);
+  std::vector<TimelineEvent> out;
+  int rc;
+  while ((rc = use.step()) == SQLITE_ROW) {
+    TimelineEvent e;
+    e.rank = static_cast<int>(use.int64(0));
+    e.stage = static_cast<int>(use.int64(1));
+    e.microbatch = static_cast<int>(use.int64(2));
+    e.kind = use.text(3);
+    e.start_s = use.real(4);
+    e.end_s = use.real(5);
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) return impl.db.error("cannot read the timeline of a run");
+  return out;
+}
+
 Result<std::int64_t> RunStore::logged_steps(std::int64_t run_id) {
   Impl& impl = *impl_;
   ReadTransaction read(impl.db);

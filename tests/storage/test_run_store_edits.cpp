@@ -109,6 +109,39 @@ class TestRunStoreEdits : public QObject {
     QVERIFY(!store->rename_run(first, "").is_ok());
   }
 
+  void notes_are_replaced_and_cleared() {
+    auto store = open_or_fail(db_path("notes.db"));
+    const std::int64_t run = create(*store, "noted");
+    QVERIFY(store->set_notes(run, "lr too high; diverged at 3k").is_ok());
+    QCOMPARE(store->find_run("noted")->notes, std::string("lr too high; diverged at 3k"));
+    QVERIFY(store->set_notes(run, "").is_ok());
+    QCOMPARE(store->find_run("noted")->notes, std::string());
+    QVERIFY2(!store->set_notes(run + 1, "x").is_ok(), "an unknown run is refused");
+  }
+
+  void the_timeline_reads_back_by_step_rank_and_start() {
+    auto store = open_or_fail(db_path("timeline.db"));
+    const std::int64_t run = create(*store, "timed");
+    const std::int64_t other = create(*store, "other");
+    QVERIFY(store->log_timeline(run, 10, {{1, 1, 0, "forward", 0.2, 0.3},
+                                          {0, 0, 1, "forward", 0.1, 0.2},
+                                          {0, 0, 0, "forward", 0.0, 0.1}}).is_ok());
+    QVERIFY(store->log_timeline(run, 5, {{0, 0, 0, "backward", 0.5, 0.9}}).is_ok());
+    QVERIFY(store->log_timeline(other, 7, {{0, 0, 0, "forward", 0.0, 1.0}}).is_ok());
+    QCOMPARE(store->timeline_steps(run).value(), (std::vector<std::int64_t>{5, 10}));
+    const auto events = store->timeline(run, 10).value();
+    QCOMPARE(events.size(), std::size_t{3});
+    QCOMPARE(events[0].rank, 0);
+    QCOMPARE(events[0].microbatch, 0);
+    QCOMPARE(events[1].microbatch, 1);
+    QCOMPARE(events[2].rank, 1);
+    QCOMPARE(events[2].stage, 1);
+    QCOMPARE(events[2].kind, std::string("forward"));
+    QCOMPARE(events[2].start_s, 0.2);
+    QCOMPARE(events[2].end_s, 0.3);
+    QVERIFY(store->timeline(run, 11).value().empty());
+  }
+
   void delete_removes_every_row_of_the_run_and_nothing_else() {
     const std::string path = db_path("delete.db");
     auto store = open_or_fail(path);

@@ -207,6 +207,8 @@ class RunStore {
   Status remove_tags(std::int64_t run_id, const std::vector<std::string>& tags);
   // Refused, naming the other run, when another run already has new_name.
   Status rename_run(std::int64_t run_id, std::string_view new_name);
+  // Replaces the run's free-text notes (empty clears them).
+  Status set_notes(std::int64_t run_id, std::string_view notes);
   // Removes the run's rows from every table in one transaction (metric keys, shared by all
   // runs, stay). A running run whose heartbeat is younger than stale_after_s is refused: its
   // writer is probably alive and would fail on its next step.
@@ -239,6 +241,10 @@ class RunStore {
                                          std::int64_t first_step, std::int64_t last_step,
                                          int buckets);
   Result<std::vector<MemorySample>> memory_at(std::int64_t run_id, std::int64_t step);
+  // The steps of a run that logged timeline events, ascending.
+  Result<std::vector<std::int64_t>> timeline_steps(std::int64_t run_id);
+  // Every timeline event of one step, by rank, then start time.
+  Result<std::vector<TimelineEvent>> timeline(std::int64_t run_id, std::int64_t step);
   Status check_integrity();  // PRAGMA integrity_check
 
  private:
