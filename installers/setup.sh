@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's two commands in one script, for a fresh Debian 12 / Ubuntu machine:
-#   installers/setup.sh run    install what is missing, build, train the embedded demo
+#   installers/setup.sh run    install what is missing, build, train the embedded demo: in the
+#                              Studio when there is a display, headless otherwise
 #   installers/setup.sh test   install what is missing, build everything, run every test
-# Extra arguments after `run` go to `lattice demo` (e.g. --train-iters 50).
+# Extra arguments after `run` are `lattice train` flags for the demo (e.g. --train-iters 50).
+# LATTICE_HEADLESS=1 runs the demo without the Studio even where there is a display.
 set -euo pipefail
 
 mode="${1:-run}"
@@ -20,7 +22,19 @@ fi
 cmake --preset release >/dev/null
 case "$mode" in
   run)
-    cmake --build --preset release --target lattice -j "$jobs"
+    studio=build/release/lattice-studio
+    if [[ -z "${LATTICE_HEADLESS:-}" && ( -n "${DISPLAY:-}" || -n "${WAYLAND_DISPLAY:-}" ) ]]; then
+      cmake --build --preset release --target lattice lattice-studio -j "$jobs"
+    else
+      cmake --build --preset release --target lattice -j "$jobs"
+    fi
+    if [[ -x "$studio" && -z "${LATTICE_HEADLESS:-}" &&
+          ( -n "${DISPLAY:-}" || -n "${WAYLAND_DISPLAY:-}" ) ]]; then
+      # The demo plan on this machine, the demo corpus, the default run store; started at once.
+      # The Studio exits with status 1 when it cannot open the display: then run headless.
+      if "$studio" --fresh --start ${*:+--flags "$*"}; then exit 0; fi
+      echo "setup: the Studio could not start; running the demo headless" >&2
+    fi
     exec build/release/lattice demo "$@"
     ;;
   test)
