@@ -56,6 +56,19 @@ struct PhaseTimes {
   double tp_comm = 0;                // tensor-parallel collectives (part of forward/backward)
 };
 
+// One box of the pipeline timeline of a reported iteration (docs/design-notes.md
+// #pipeline-timeline). stage is the virtual pipeline stage (chunk * PP + pp rank) of forward,
+// backward and pipeline-wait boxes and the pp rank otherwise; micro_batch is -1 for boxes that
+// are not per micro-batch. Seconds from the iteration's start on this machine's steady clock.
+struct TimelineBox {
+  enum Kind { kForward, kBackward, kPipelineWait, kDpComm, kOptimizer, kKinds };
+  Kind kind = kForward;
+  int stage = 0, micro_batch = -1;
+  double start = 0, end = 0;
+};
+// "forward", "backward", "pipeline wait", "dp comm", "optimizer": the run store's kinds.
+const char* timeline_kind_name(TimelineBox::Kind kind);
+
 // One rank's accounting (ARCHITECTURE.md "Metrics, memory, FLOPs").
 struct RankReport {
   int rank = 0, tp = 0, dp = 0, pp = 0;
@@ -63,6 +76,8 @@ struct RankReport {
   PhaseTimes times;
   // Bytes handed to each group's collectives and sends (CommStats, logical payload).
   double tp_bytes = 0, dp_bytes = 0, pp_bytes = 0, embedding_bytes = 0;
+  // The reported iteration's boxes, in the order the rank ran them (empty in the summary).
+  std::vector<TimelineBox> timeline;
 };
 
 struct OpTime {
@@ -99,8 +114,8 @@ class MetricsSink {
   virtual void on_iteration(const IterationMetrics&) {}
   virtual void on_validation(const ValidationMetrics&) {}
   virtual void on_message(const std::string&) {}
-  // Every rank's memory and phase times since the previous report: after iteration 1 and at
-  // every log interval (in rank order).
+  // Every rank's memory and phase times since the previous report, and the timeline of the
+  // reported iteration itself: after iteration 1 and at every log interval (in rank order).
   virtual void on_rank_reports(int /*iteration*/, const std::vector<RankReport>&) {}
   // A checkpoint of `iteration` was saved (bytes of all ranks, wall seconds) or loaded.
   virtual void on_checkpoint(int /*iteration*/, const std::string& /*path*/, int64_t /*bytes*/,

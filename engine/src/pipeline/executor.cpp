@@ -9,11 +9,18 @@ namespace lattice {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+double seconds_between(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
 }
 enum Direction { kActivation = 0, kGradient = 1 };
 }  // namespace
+
+const char* timeline_kind_name(TimelineBox::Kind kind) {
+  static const char* const names[TimelineBox::kKinds] = {"forward", "backward", "pipeline wait",
+                                                         "dp comm", "optimizer"};
+  assert(kind >= 0 && kind < TimelineBox::kKinds);
+  return names[kind];
+}
 
 template <typename T>
 PipelineExecutor<T>::PipelineExecutor(std::vector<GptModel<T>*> chunks, Comm* pp, int stages,
@@ -91,10 +98,14 @@ Status PipelineExecutor<T>::send(const T* data, size_t count, int peer, int tag)
 }
 
 template <typename T>
-Status PipelineExecutor<T>::receive(T* data, size_t count, int peer, int tag) {
+Status PipelineExecutor<T>::receive(T* data, size_t count, int peer, int virtual_stage,
+                                    int micro_batch, int direction) {
   const auto t0 = Clock::now();
-  Status s = pp_->recv(data, count, dtype_of<T>(), peer, tag);
-  times_.wait += seconds_since(t0);
+  Status s =
+      pp_->recv(data, count, dtype_of<T>(), peer, tag(virtual_stage, micro_batch, direction));
+  const auto t1 = Clock::now();
+  times_.wait += seconds_between(t0, t1);
+  if (recording()) timeline_->add(TimelineBox::kPipelineWait, virtual_stage, micro_batch, t0, t1);
   return s;
 }
 
@@ -106,7 +117,9 @@ Status PipelineExecutor<T>::drain_sends() {
       if (Status s = o->request->wait(); !s) return s;
       o->request.reset();
     }
-  times_.wait += seconds_since(t0);
+  const auto t1 = Clock::now();
+  times_.wait += seconds_between(t0, t1);
+  if (recording() && stages_ > 1) timeline_->add(TimelineBox::kPipelineWait, stage_, -1, t0, t1);
   return Status::ok();
 }
 
@@ -123,8 +136,8 @@ Status PipelineExecutor<T>::forward_one(int c, int mb, const Loader& load, uint6
   }
   const T* input = nullptr;
   if (!first_virtual(c)) {
-    if (Status s = receive(acts->residual, model.boundary_elems(), prev,
-                           tag(virtual_stage, mb, kActivation));
+    if (Status s =
+            receive(acts->residual, model.boundary_elems(), prev, virtual_stage, mb, kActivation);
         !s)
       return s;
     input = acts->residual;
@@ -132,7 +145,9 @@ Status PipelineExecutor<T>::forward_one(int c, int mb, const Loader& load, uint6
   const auto t0 = Clock::now();
   const double loss = model.forward_stage(*acts, tokens_.data(), input, targets_.data(), seed,
                                           grad_scale);
-  times_.forward += seconds_since(t0);
+  const auto t1 = Clock::now();
+  times_.forward += seconds_between(t0, t1);
+  if (recording()) timeline_->add(TimelineBox::kForward, virtual_stage, mb, t0, t1);
   if (last_virtual(c)) {
     loss_sum += loss;
   } else if (Status s = send(model.output(*acts), model.boundary_elems(), next,
@@ -165,8 +180,7 @@ Result<double> PipelineExecutor<T>::train(int micro_batches, const Loader& load,
     GptActivations<T>* acts = in_flight_[c][mb];
     const T* output_grad = nullptr;
     if (!last_virtual(c)) {
-      if (Status s = receive(grad_in_.data(), grad_in_.size(), next,
-                             tag(virtual_stage, mb, kGradient));
+      if (Status s = receive(grad_in_.data(), grad_in_.size(), next, virtual_stage, mb, kGradient);
           !s)
         return s;
       output_grad = grad_in_.data();
@@ -176,7 +190,9 @@ Result<double> PipelineExecutor<T>::train(int micro_batches, const Loader& load,
     model.set_final_backward(mb == micro_batches - 1);
     const auto t0 = Clock::now();
     model.backward_stage(*acts, output_grad);
-    times_.backward += seconds_since(t0);
+    const auto t1 = Clock::now();
+    times_.backward += seconds_between(t0, t1);
+    if (recording()) timeline_->add(TimelineBox::kBackward, virtual_stage, mb, t0, t1);
     model.set_final_backward(false);
     if (!first_virtual(c))
       if (Status s = send(model.input_grad(), model.boundary_elems(), prev,

@@ -6,17 +6,58 @@
 // send (docs/design-notes.md#pipeline-schedules).
 #pragma once
 
+#include <cassert>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "lattice/comm.h"
+#include "lattice/train.h"
 #include "model/gpt.h"
 
 namespace lattice {
 
 struct PipelineTimes {
   double forward = 0, backward = 0, wait = 0;  // seconds; wait = blocked on receives
+};
+
+// The boxes one rank ran in one recorded iteration (docs/design-notes.md#pipeline-timeline).
+// Off until begin(); callers test on() before add(), so an iteration that is not recorded costs
+// a branch per op and allocates nothing. begin() reserves room for every box the iteration can
+// have, so recording allocates once per iteration, not per op. Not thread-safe.
+class IterationTimeline {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Forward, backward and at most one receive wait per chunk and micro-batch, the final send
+  // drain, the data-parallel waits and the optimizer step.
+  static size_t capacity(int chunks, int micro_batches) {
+    return 4 * static_cast<size_t>(chunks) * micro_batches + 8;
+  }
+  // Starts recording; times are seconds from `origin` (the iteration's start).
+  void begin(Clock::time_point origin, size_t capacity) {
+    origin_ = origin;
+    boxes_.clear();
+    boxes_.reserve(capacity);
+    on_ = true;
+  }
+  void end() { on_ = false; }
+  bool on() const { return on_; }
+  Clock::time_point origin() const { return origin_; }
+  void add(TimelineBox::Kind kind, int stage, int micro_batch, Clock::time_point t0,
+           Clock::time_point t1) {
+    assert(boxes_.size() < boxes_.capacity() && "IterationTimeline::capacity() too small");
+    boxes_.push_back({kind, stage, micro_batch, seconds_from_origin(t0), seconds_from_origin(t1)});
+  }
+  const std::vector<TimelineBox>& boxes() const { return boxes_; }
+
+ private:
+  double seconds_from_origin(Clock::time_point t) const {
+    return std::chrono::duration<double>(t - origin_).count();
+  }
+  bool on_ = false;
+  Clock::time_point origin_;
+  std::vector<TimelineBox> boxes_;
 };
 
 template <typename T>
@@ -38,6 +79,8 @@ class PipelineExecutor {
   // Forward only, no dropout: the sum of the micro-batches' mean losses (last stage), else 0.
   Result<double> evaluate(int micro_batches, const Loader& load);
 
+  // Boxes of forward, backward and receive waits go to `timeline` while it is on (may be null).
+  void set_timeline(IterationTimeline* timeline) { timeline_ = timeline; }
   const PipelineTimes& times() const { return times_; }
   void reset_times() { times_ = PipelineTimes{}; }
   // Activation bytes at the high-water mark (micro-batches in flight) and p2p buffers.
@@ -61,7 +104,10 @@ class PipelineExecutor {
   GptActivations<T>* acquire(int chunk);
   void release(int chunk, GptActivations<T>* acts);
   Status send(const T* data, size_t count, int peer, int tag);
-  Status receive(T* data, size_t count, int peer, int tag);
+  // Blocks for (virtual_stage, micro_batch)'s activation or gradient from `peer`.
+  Status receive(T* data, size_t count, int peer, int virtual_stage, int micro_batch,
+                 int direction);
+  bool recording() const { return timeline_ && timeline_->on(); }
   Status drain_sends();
   Status forward_one(int chunk, int micro_batch, const Loader& load, uint64_t seed,
                      float grad_scale, double& loss_sum, GptActivations<T>* acts);
@@ -76,6 +122,7 @@ class PipelineExecutor {
   std::vector<int32_t> tokens_, targets_;  // (B, T)
   size_t peak_activation_bytes_ = 0, live_activation_bytes_ = 0;
   PipelineTimes times_;
+  IterationTimeline* timeline_ = nullptr;
 };
 
 }  // namespace lattice

@@ -130,6 +130,14 @@ void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& 
   }
   keep(impl_->store->log_step(impl_->run_id, iteration, values, memory));
   impl_->memory_step = iteration;
+  // The reported iteration's pipeline timeline, every rank's boxes (docs/design-notes.md
+  // #pipeline-timeline).
+  std::vector<storage::TimelineEvent> timeline;
+  for (const RankReport& r : ranks)
+    for (const TimelineBox& b : r.timeline)
+      timeline.push_back(
+          {r.rank, b.stage, b.micro_batch, timeline_kind_name(b.kind), b.start, b.end});
+  if (!timeline.empty()) keep(impl_->store->log_timeline(impl_->run_id, iteration, timeline));
 }
 
 void RunRecorder::on_checkpoint(int iteration, const std::string& path, int64_t bytes, double) {

@@ -5,13 +5,17 @@
 // dropout and initialisation derive from --seed alone, and every kernel reduces in a fixed
 // order for a fixed thread count.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <span>
 #include <sstream>
 #include <thread>
 #include <type_traits>
@@ -37,6 +41,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// This machine's name as a number a double holds exactly (FNV-1a, 52 bits): ranks that report
+// the same one share a steady clock (docs/design-notes.md#pipeline-timeline).
+double host_id() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  uint64_t h = 1469598103934665603ull;
+  for (const char* c = host; *c; c++) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  return static_cast<double>(h & ((uint64_t{1} << 52) - 1));
 }
 
 size_t peak_rss_bytes() {
@@ -102,7 +116,12 @@ class Trainer {
   RankParts parts();
   Status load(TrainState& state);
   Status save(const TrainState& state);
-  std::vector<RankReport> gather_reports();
+  // Iterations whose rank reports (and pipeline timeline) rank 0 gathers.
+  bool reported(int it) const { return it == 1 || it % o_.log_interval == 0; }
+  std::vector<RankReport> gather_reports(bool with_timeline);
+  void add_box(TimelineBox::Kind kind, Clock::time_point t0, Clock::time_point t1) {
+    if (timeline_.on()) timeline_.add(kind, g_.coord.pp, -1, t0, t1);
+  }
   double all_reduce_scalar(double value, Comm& comm, ReduceOp op = ReduceOp::kSum);
   void fail_collectively(const Status& s);
 
@@ -112,6 +131,7 @@ class Trainer {
   MetricsSink& sink_;
   RankModel<T> rank_;
   std::unique_ptr<PipelineExecutor<T>> executor_;
+  IterationTimeline timeline_;  // on during reported iterations
   DataSources data_;
   std::vector<int32_t> sample_;
   int64_t consumed_ = 0;
@@ -189,6 +209,7 @@ Status Trainer<T>::build_model() {
   for (auto& c : rank_.chunks) chunks.push_back(c.get());
   executor_ = std::make_unique<PipelineExecutor<T>>(chunks, g_.pp.get(), L.pp, g_.coord.pp,
                                                     o_.micro_batch_size);
+  executor_->set_timeline(&timeline_);
   return Status::ok();
 }
 
@@ -205,6 +226,7 @@ Status Trainer<T>::finish_gradients() {
         !s)
       return s;
     totals_.dp_comm += seconds_since(t0);
+    add_box(TimelineBox::kDpComm, t0, Clock::now());
     GradBuckets<T>& b = g_.first_stage() ? *rank_.buckets.front() : *rank_.buckets.back();
     if (Status s = b.mark_ready(index, index + 1); !s) return s;
   }
@@ -212,6 +234,7 @@ Status Trainer<T>::finish_gradients() {
   for (auto& b : rank_.buckets)
     if (Status s = b->finish(); !s) return s;
   totals_.dp_comm += seconds_since(t0);
+  if (g_.layout.dp > 1) add_box(TimelineBox::kDpComm, t0, Clock::now());
   return Status::ok();
 }
 
@@ -251,10 +274,13 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr) {
   }
   totals_.optimizer += seconds_since(t0);
   const auto t1 = Clock::now();
+  add_box(TimelineBox::kOptimizer, t0, t1);
   if (std::isfinite(norm))
     for (auto& b : rank_.buckets)
       if (Status s = b->gather_params(); !s) return s;
   totals_.dp_comm += seconds_since(t1);
+  if (g_.layout.dp > 1 && o_.parallel.use_distributed_optimizer)
+    add_box(TimelineBox::kDpComm, t1, Clock::now());
   // The loss lives on the last stage: its tensor-parallel rank 0 of every data-parallel
   // replica contributes its share, and every rank learns the mean.
   const bool reports = g_.last_stage() && g_.coord.tp == 0;
@@ -283,9 +309,11 @@ Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& positio
 }
 
 template <typename T>
-std::vector<RankReport> Trainer<T>::gather_reports() {
-  // Phase times since the previous report, memory now, bytes so far: a fixed-size record of
-  // doubles per rank, gathered to rank 0.
+std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline) {
+  // Phase times since the previous report, memory now, bytes so far and, with_timeline, the
+  // boxes of the iteration just run: a fixed-size record of doubles per rank (the timeline part
+  // sized for the most boxes an iteration can have, so every rank sends the same count),
+  // gathered to rank 0.
   const PipelineTimes& pt = executor_->times();
   totals_.forward = pt.forward;
   totals_.backward = pt.backward;
@@ -324,17 +352,48 @@ std::vector<RankReport> Trainer<T>::gather_reports() {
                            d.pipeline_wait, d.dp_comm, d.optimizer, d.tp_comm,
                            bytes(g_.tp.get()), bytes(g_.dp.get()), bytes(g_.pp.get()),
                            bytes(g_.embedding.get())};
-  constexpr size_t kFields = std::size(record);
-  std::vector<double> all(kFields * g_.world->size());
+  constexpr size_t kFields = std::size(record), kTimelineHeader = 3, kBoxFields = 5;
+  std::vector<double> sent(std::begin(record), std::end(record));
+  // Timeline part: iteration start (steady clock, seconds), host id, box count, then
+  // (kind, stage, micro-batch, start, end) per box, zero-padded to the capacity.
+  const size_t capacity = with_timeline ? IterationTimeline::capacity(
+                                              g_.layout.vpp, o_.num_micro_batches() / g_.layout.dp)
+                                        : 0;
+  if (with_timeline) {
+    sent.reserve(kFields + kTimelineHeader + capacity * kBoxFields);
+    const std::vector<TimelineBox>& boxes = timeline_.boxes();
+    assert(boxes.size() <= capacity);
+    const size_t count = std::min(boxes.size(), capacity);
+    sent.push_back(std::chrono::duration<double>(timeline_.origin().time_since_epoch()).count());
+    sent.push_back(host_id());
+    sent.push_back(static_cast<double>(count));
+    for (const TimelineBox& b : std::span(boxes.data(), count))
+      sent.insert(sent.end(), {static_cast<double>(b.kind), static_cast<double>(b.stage),
+                               static_cast<double>(b.micro_batch), b.start, b.end});
+    sent.resize(kFields + kTimelineHeader + capacity * kBoxFields, 0.0);
+  }
+  const size_t fields = sent.size();
+  std::vector<double> all(fields * g_.world->size());
   if (g_.world->size() == 1) {
-    std::copy(std::begin(record), std::end(record), all.begin());
-  } else if (Status s = g_.world->gather(record, all.data(), kFields, DType::kFloat64, 0); !s) {
+    std::copy(sent.begin(), sent.end(), all.begin());
+  } else if (Status s = g_.world->gather(sent.data(), all.data(), fields, DType::kFloat64, 0); !s) {
     g_.world->abort("could not gather the ranks' reports: " + s.message(), 1);
   }
   std::vector<RankReport> out;
   if (g_.world->rank() != 0) return out;
+  // Ranks of one machine share its steady clock: their boxes are put on one axis, from the
+  // earliest iteration start among them. Machines do not share a clock; each machine's lanes
+  // start at its own earliest rank's iteration start (every rank starts an iteration right
+  // after the same world all-reduce, so machines line up to within that collective's skew).
+  std::map<double, double> machine_origin;  // host id -> earliest iteration start
+  if (with_timeline)
+    for (int r = 0; r < g_.world->size(); r++) {
+      const double* h = all.data() + r * fields + kFields;
+      auto [slot, fresh] = machine_origin.emplace(h[1], h[0]);
+      if (!fresh) slot->second = std::min(slot->second, h[0]);
+    }
   for (int r = 0; r < g_.world->size(); r++) {
-    const double* x = all.data() + r * kFields;
+    const double* x = all.data() + r * fields;
     RankReport rep;
     const ParallelLayout::Coord c = g_.layout.coord(r);
     rep.rank = r;
@@ -350,7 +409,18 @@ std::vector<RankReport> Trainer<T>::gather_reports() {
     rep.dp_bytes = x[14];
     rep.pp_bytes = x[15];
     rep.embedding_bytes = x[16];
-    out.push_back(rep);
+    if (with_timeline) {
+      const double* h = x + kFields;
+      const double shift = h[0] - machine_origin.at(h[1]);
+      const size_t count = static_cast<size_t>(h[2]);
+      rep.timeline.reserve(count);
+      for (size_t i = 0; i < count; i++) {
+        const double* b = h + kTimelineHeader + i * kBoxFields;
+        rep.timeline.push_back({static_cast<TimelineBox::Kind>(b[0]), static_cast<int>(b[1]),
+                                static_cast<int>(b[2]), b[3] + shift, b[4] + shift});
+      }
+    }
+    out.push_back(std::move(rep));
   }
   return out;
 }
@@ -478,9 +548,13 @@ Result<TrainSummary> Trainer<T>::run() {
       return Status::internal("stopped by a signal before iteration " + std::to_string(it));
     }
     const auto t0 = Clock::now();
+    if (reported(it))
+      timeline_.begin(t0, IterationTimeline::capacity(L.vpp, o_.num_micro_batches() / L.dp));
     const double lr = learning_rate(o_.optim, steps, decay_iters);
     double loss = 0, norm = 0;
-    if (Status s = step(it, loss, norm, lr); !s) return s;
+    const Status stepped = step(it, loss, norm, lr);
+    timeline_.end();
+    if (!stepped) return stepped;
     if (std::isfinite(norm))
       steps++;
     else
@@ -509,8 +583,8 @@ Result<TrainSummary> Trainer<T>::run() {
     summary.losses.push_back(loss);
     summary.grad_norms.push_back(norm);
     if (rank0) sink_.on_iteration(m);
-    if (it == 1 || it % o_.log_interval == 0) {
-      std::vector<RankReport> reports = gather_reports();
+    if (reported(it)) {
+      std::vector<RankReport> reports = gather_reports(true);
       if (rank0) sink_.on_rank_reports(it, reports);
     }
     if (data_.valid && o_.eval_iters > 0 && it % o_.eval_interval == 0)
@@ -551,7 +625,7 @@ Result<TrainSummary> Trainer<T>::run() {
     summary.gflops = flops * L.world * timed_iterations / timed_seconds / 1e9;
   }
   reported_ = PhaseTimes{};
-  summary.ranks = gather_reports();
+  summary.ranks = gather_reports(false);
   if (rank0) summary.memory = summary.ranks[0].memory;
   for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
     const Op op = static_cast<Op>(i);
