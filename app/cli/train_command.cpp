@@ -1,5 +1,6 @@
 // lattice train | demo | eval: the training loop with Megatron's flags.
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "commands.h"
@@ -26,6 +27,19 @@ bool wants_help(const std::vector<std::string>& args) {
 
 void on_signal(int) {
   request_stop();
+}
+
+// Open MPI's mpirun passes SIGTERM and SIGINT on to the ranks and kills them
+// odls_base_sigkill_timeout seconds later (1 by default): too soon to finish the iteration, save
+// a last checkpoint and record the run as killed. The ranks see mpirun's MCA settings in their
+// environment; srun and direct launches set no orte_hnp_uri and are not affected.
+std::string mpirun_kill_timeout_note(int world_size) {
+  if (world_size < 2 || std::getenv("OMPI_MCA_orte_hnp_uri") == nullptr) return {};
+  const char* timeout = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+  if (timeout != nullptr && std::atoi(timeout) >= 10) return {};
+  return "note: mpirun kills the ranks " + std::string(timeout ? timeout : "1") +
+         " s after it passes on SIGTERM or Ctrl-C, too soon to save a last checkpoint and "
+         "record the run as killed; start it with --mca odls_base_sigkill_timeout 60";
 }
 
 // The model's parameter count as the run record states it (a file tokenizer sets the vocabulary).
@@ -95,6 +109,8 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   std::vector<MetricsSink*> sinks;
   if (rank0) {
     console.on_message("recording run " + name + " in " + db);
+    if (const std::string note = mpirun_kill_timeout_note(comm.size()); !note.empty())
+      console.on_message(note);
     sinks = {&console, recorder.get()};
   }
   TeeSink tee(sinks);

@@ -98,6 +98,10 @@ class TestStudioLaunch : public QObject {
     const QStringList& a = step.arguments;
     QVERIFY(a.contains("--allow-run-as-root"));
     QVERIFY2(a.contains("--oversubscribe"), "4 ranks on 2 cores need --oversubscribe");
+    QVERIFY2(a.indexOf("odls_base_sigkill_timeout") > 0 &&
+                 a[a.indexOf("odls_base_sigkill_timeout") - 1] == "--mca" &&
+                 a[a.indexOf("odls_base_sigkill_timeout") + 1].toInt() >= 30,
+             "ranks need time to save and record the run after a stop");
     QCOMPARE(a[a.indexOf("-n") + 1], QString("4"));
     QCOMPARE(a[a.indexOf("-n") + 2], env.lattice);
     QCOMPARE(a[a.indexOf("-n") + 3], QString("train"));

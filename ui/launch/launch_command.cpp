@@ -238,7 +238,12 @@ LaunchCommand buildLaunchCommand(const Plan& plan, const PlanAnalysis& analysis,
                      .arg(cmd.ranks)
                      .arg(env.cores);
   }
-  mpi << "--bind-to"
+  // mpirun kills the ranks 1 s after passing on a SIGTERM by default: too soon for them to
+  // finish the iteration, save a last checkpoint and record the run as killed.
+  mpi << "--mca"
+      << "odls_base_sigkill_timeout"
+      << "60"
+      << "--bind-to"
       << "none"
       << "-n" << QString::number(cmd.ranks) << env.lattice << train;
   cmd.steps.push_back(
