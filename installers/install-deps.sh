@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian/Ubuntu package that Lattice's build, tests, benchmarks and main job
 # need. Idempotent: packages already present are left alone and nothing is re-downloaded.
-# Usage: installers/install-deps.sh [--tests] [--bench] [--fuzz]   (as root, or with sudo)
+# Usage: installers/install-deps.sh [--tests] [--bench] [--fuzz] [--package]   (as root, or sudo)
 set -euo pipefail
 
 packages=(
@@ -28,12 +28,18 @@ test_packages=(python3-torch python3-numpy)
 bench_packages=(python3-torch python3-numpy libblis-openmp-dev libdnnl-dev)
 # --fuzz: clang with libFuzzer and the sanitizers, and clang's OpenMP (tests/fuzz/README.md).
 fuzz_packages=(clang-14 libclang-rt-14-dev libomp-14-dev)
+# --package: a bare Debian root to install the .deb into (tests/packaging/install_in_chroot.sh).
+package_packages=(mmdebstrap)
 for arg in "$@"; do
   case "$arg" in
     --tests) packages+=("${test_packages[@]}") ;;
     --bench) packages+=("${bench_packages[@]}") ;;
     --fuzz) packages+=("${fuzz_packages[@]}") ;;
-    *) echo "usage: installers/install-deps.sh [--tests] [--bench] [--fuzz]" >&2; exit 2 ;;
+    --package) packages+=("${package_packages[@]}") ;;
+    *)
+      echo "usage: installers/install-deps.sh [--tests] [--bench] [--fuzz] [--package]" >&2
+      exit 2
+      ;;
   esac
 done
 

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Draws resources/icons/lattice.png (256x256), the Studio's application icon, with the
-standard library only: a 3x3 lattice of devices coloured by pipeline stage, one tensor-parallel
-group outlined, as the Plan view's canvas draws them. Run it after changing the design."""
+"""Draws the Studio's application icon with the standard library only: a 3x3 lattice of
+devices coloured by pipeline stage, one tensor-parallel group outlined, as the Plan view's
+canvas draws them. Run it after changing the design; it writes resources/icons/lattice.png
+(256x256, embedded in the Studio and installed) and lattice-128.png, lattice-48.png (installed
+in the hicolor icon theme). `make_icon.py OUT [SIZE]` writes one PNG of SIZE (default 256)."""
+import math
 import struct
 import sys
 import zlib
 
-SIZE, SS = 256, 4  # output size, supersampling factor per axis
+DESIGN, SS = 256, 4  # the design's coordinate grid, supersampling factor per axis
 
 
 def rounded(x0, y0, x1, y1, r):
@@ -39,31 +42,38 @@ g0, g1 = origin - 8, origin + 2 * cell + gap + 8
 shapes.append((ring(rounded(g0, g0, g1, origin + cell + 8, 18),
                     rounded(g0 + 5, g0 + 5, g1 - 5, origin + cell + 3, 13)), OUTLINE))
 
-rows = []
-for y in range(SIZE):
-    line = bytearray([0])  # filter type 0
-    for x in range(SIZE):
-        acc = [0, 0, 0, 0]
-        for sy in range(SS):
-            for sx in range(SS):
-                px, py = x + (sx + 0.5) / SS, y + (sy + 0.5) / SS
-                colour = None
-                for inside, c in shapes:
-                    if inside(px, py):
-                        colour = c
-                if colour:
-                    acc[0] += colour[0]
-                    acc[1] += colour[1]
-                    acc[2] += colour[2]
-                    acc[3] += 255
-        n = SS * SS
-        alpha = acc[3] / n
-        if alpha > 0:
-            line += bytes([round(acc[0] * 255 / acc[3]), round(acc[1] * 255 / acc[3]),
-                           round(acc[2] * 255 / acc[3]), round(alpha)])
-        else:
-            line += bytes(4)
-    rows.append(bytes(line))
+
+def render(size):
+    """The icon as PNG bytes, size x size pixels, drawn from the 256-unit design."""
+    scale = DESIGN / size
+    ss = SS * math.ceil(scale)  # samples per axis: as many per design unit at every size
+    rows = []
+    for y in range(size):
+        line = bytearray([0])  # filter type 0
+        for x in range(size):
+            acc = [0, 0, 0, 0]
+            for sy in range(ss):
+                for sx in range(ss):
+                    px, py = (x + (sx + 0.5) / ss) * scale, (y + (sy + 0.5) / ss) * scale
+                    colour = None
+                    for inside, c in shapes:
+                        if inside(px, py):
+                            colour = c
+                    if colour:
+                        acc[0] += colour[0]
+                        acc[1] += colour[1]
+                        acc[2] += colour[2]
+                        acc[3] += 255
+            n = ss * ss
+            alpha = acc[3] / n
+            if alpha > 0:
+                line += bytes([round(acc[0] * 255 / acc[3]), round(acc[1] * 255 / acc[3]),
+                               round(acc[2] * 255 / acc[3]), round(alpha)])
+            else:
+                line += bytes(4)
+        rows.append(bytes(line))
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 6, 0, 0, 0))
+    return png + chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b"")
 
 
 def chunk(kind, data):
@@ -71,8 +81,15 @@ def chunk(kind, data):
     return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
 
 
-png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", SIZE, SIZE, 8, 6, 0, 0, 0))
-png += chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b"")
-out = sys.argv[1] if len(sys.argv) > 1 else __file__.rsplit("/", 1)[0] + "/lattice.png"
-with open(out, "wb") as f:
-    f.write(png)
+def write(path, size):
+    with open(path, "wb") as f:
+        f.write(render(size))
+
+
+if len(sys.argv) > 1:
+    write(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else DESIGN)
+else:
+    here = __file__.rsplit("/", 1)[0]
+    write(here + "/lattice.png", 256)
+    write(here + "/lattice-128.png", 128)
+    write(here + "/lattice-48.png", 48)
