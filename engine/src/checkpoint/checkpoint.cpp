@@ -18,13 +18,11 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_format.h"
-#include "checkpoint/crc32c.h"
 
 namespace lattice {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using checkpoint_format::file_crc;
 using checkpoint_format::hex;
 using checkpoint_format::SliceMap;
 
@@ -125,19 +123,14 @@ Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::C
   }
   Status wrote = Status::ok();
   if (!sources.empty()) {
-    const std::string path = tmp_dir + "/" + file;
-    wrote = safetensors::write(path, sources, {{"format", "lattice-checkpoint-shard"}});
-    int64_t bytes = 0;
-    uint32_t crc = 0;
+    // The checksum is taken while the file is written (safetensors::write), not re-read.
+    safetensors::Written written;
+    wrote = safetensors::write(tmp_dir + "/" + file, sources,
+                               {{"format", "lattice-checkpoint-shard"}}, &written);
     if (wrote) {
-      Result<uint32_t> c = file_crc(path, &bytes);
-      if (c)
-        crc = *c;
-      else
-        wrote = c.status();
-    }
-    if (wrote) {
-      const json sidecar = {{"file", file}, {"bytes", bytes}, {"crc32c", hex(crc)},
+      const json sidecar = {{"file", file},
+                            {"bytes", written.bytes},
+                            {"crc32c", hex(written.crc32c)},
                             {"pieces", pieces}};
       wrote = write_file_atomic(tmp_dir + "/" + rank_file(rank) + ".json", sidecar.dump());
     }

@@ -107,12 +107,21 @@ struct TensorSource {
   std::function<void(float* out)> fill;  // writes (numel) floats; used when data is null
 };
 
+// What write() produced: the file's length and the CRC-32C of all its bytes, computed while
+// writing (no second pass over the file).
+struct Written {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
 // Writes `tensors` as F32 plus `metadata` to `path`: tensors in name order (so the same input
-// gives the same bytes), header padded with spaces to a multiple of 8 bytes, data written
-// straight from each source. The file goes to `path.tmp`, is fsynced and renamed over `path`,
-// so readers see the old file or the complete new one. invalid_argument for an empty,
+// gives the same bytes), header padded with spaces to a multiple of 8 bytes. The bytes stream
+// through two staging buffers written with O_DIRECT where the filesystem allows it (Note
+// [checkpoint writes] in safetensors.cpp), bypassing the page cache. The file goes to
+// `path.tmp`, is fsynced and renamed over `path`, so readers see the old file or the complete
+// new one; `written`, when set, receives its size and checksum. invalid_argument for an empty,
 // reserved or repeated name or a negative dimension; io_error naming the file otherwise.
 Status write(const std::string& path, const std::vector<TensorSource>& tensors,
-             const std::map<std::string, std::string>& metadata = {});
+             const std::map<std::string, std::string>& metadata = {}, Written* written = nullptr);
 
 }  // namespace lattice::safetensors
