@@ -1,4 +1,7 @@
 // lattice train | demo | eval: the training loop with Megatron's flags.
+#include <fcntl.h>
+#include <unistd.h>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -25,21 +28,38 @@ bool wants_help(const std::vector<std::string>& args) {
   return false;
 }
 
+// Note [stopping under mpirun]. A stop signal (SIGINT, SIGTERM, SIGUSR1) makes every rank stop
+// at the next iteration boundary, save (with --save) and record the run as killed. Open MPI's
+// mpirun forwards SIGUSR1 to every rank at once. On SIGINT or SIGTERM it instead sends the ranks
+// SIGCONT, sleeps odls_base_sigkill_timeout seconds (1 by default), sends SIGTERM, sleeps
+// again, then SIGKILL, and reads none of their output meanwhile: a rank that prints would block
+// on its full stdout pipe and never reach the save. So under mpirun the handler makes stdout
+// and stderr non-blocking (output that does not fit is dropped; the run store keeps it all).
+bool g_under_mpirun = false;
+
 void on_signal(int) {
+  const int saved_errno = errno;
   request_stop();
+  if (g_under_mpirun)
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+      const int flags = fcntl(fd, F_GETFL);  // async-signal-safe
+      if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    }
+  errno = saved_errno;
 }
 
-// Open MPI's mpirun passes SIGTERM and SIGINT on to the ranks and kills them
-// odls_base_sigkill_timeout seconds later (1 by default): too soon to finish the iteration, save
-// a last checkpoint and record the run as killed. The ranks see mpirun's MCA settings in their
-// environment; srun and direct launches set no orte_hnp_uri and are not affected.
+// Ranks see mpirun's MCA settings in their environment; srun and direct launches set no
+// orte_hnp_uri. With mpirun's default kill timeout a SIGTERM or Ctrl-C leaves the ranks one
+// second, too little for most saves.
 std::string mpirun_kill_timeout_note(int world_size) {
-  if (world_size < 2 || std::getenv("OMPI_MCA_orte_hnp_uri") == nullptr) return {};
+  if (world_size < 2 || !g_under_mpirun) return {};
   const char* timeout = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
   if (timeout != nullptr && std::atoi(timeout) >= 10) return {};
-  return "note: mpirun kills the ranks " + std::string(timeout ? timeout : "1") +
-         " s after it passes on SIGTERM or Ctrl-C, too soon to save a last checkpoint and "
-         "record the run as killed; start it with --mca odls_base_sigkill_timeout 60";
+  return "note: to stop this job with a last checkpoint, send mpirun SIGUSR1 (kill -USR1 " +
+         std::to_string(getppid()) +
+         "; it reaches every rank at once); SIGTERM and Ctrl-C give the ranks " +
+         std::string(timeout ? timeout : "1") +
+         " s unless mpirun has --mca odls_base_sigkill_timeout 30";
 }
 
 // The model's parameter count as the run record states it (a file tokenizer sets the vocabulary).
@@ -76,8 +96,10 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     if (rank0) print_error(command, layout.status().message());
     return finish(2);
   }
+  g_under_mpirun = std::getenv("OMPI_MCA_orte_hnp_uri") != nullptr;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGUSR1, on_signal);
   std::unique_ptr<RunRecorder> recorder;
   const std::string db = options->db.empty() ? default_run_db() : options->db;
   const std::string name = options->run_name.empty() ? default_run_name() : options->run_name;

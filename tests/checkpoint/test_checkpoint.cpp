@@ -190,6 +190,52 @@ class Checkpoints : public QObject {
     QVERIFY(QFile::exists(save + "/iter_0000006/metadata.json"));
   }
 
+  // A job stopped through mpirun saves and is recorded as killed (Note [stopping under mpirun]
+  // in app/cli/train_command.cpp). Each save is held 3 s, longer than mpirun's default kill
+  // timeout, and rank 0 prints every iteration, so a rank blocked on its output pipe would
+  // never save.
+  void stop_through_mpirun(const QString& name, const QStringList& mpirun_options, int signal) {
+    const QString save = dir_.filePath(name);
+    QProcess job;
+    QProcessEnvironment e = mpi_environment();
+    e.insert("LATTICE_CHECKPOINT_STALL_AT", "*:3");
+    job.setProcessEnvironment(e);
+    job.start(LATTICE_MPIEXEC,
+              mpirun_options + QStringList{"--oversubscribe", "-n", "2", LATTICE_CLI_PATH} +
+                  kModel +
+                  QStringList{"--train-iters", "100000", "--log-interval", "1", "--db", db(),
+                              "--run-name", name, "--save", save});
+    QVERIFY(job.waitForStarted());
+    QElapsedTimer waited;
+    waited.start();
+    while (losses(name).size() < 2 && waited.elapsed() < 120000) QTest::qWait(100);
+    QVERIFY2(losses(name).size() >= 2, "the job never logged two iterations");
+    ::kill(static_cast<pid_t>(job.processId()), signal);
+    QVERIFY2(job.waitForFinished(90000), "the job did not end within 90 s of the signal");
+    QFile latest(save + "/latest_checkpointed_iteration.txt");
+    QVERIFY2(latest.open(QIODevice::ReadOnly), "no complete checkpoint after the stop");
+    const int iteration = latest.readAll().trimmed().toInt();
+    QVERIFY2(iteration >= 2, qPrintable(QString("checkpoint of iteration %1").arg(iteration)));
+    QVERIFY(QFile::exists(save + QString("/iter_%1/metadata.json").arg(iteration, 7, 10, QChar('0'))));
+    auto store = lattice::storage::RunStore::open(db().toStdString());
+    QVERIFY(store.is_ok());
+    auto run = (*store)->find_run(name.toStdString());
+    QVERIFY(run.is_ok());
+    QCOMPARE(QString(lattice::storage::run_status_name(run->status)), QString("killed"));
+    QCOMPARE(run->latest_step.value_or(-1), static_cast<int64_t>(iteration));
+  }
+
+  // mpirun forwards SIGUSR1 to every rank at once: no kill timeout is involved.
+  void sigusr1_to_mpirun_saves_and_records_killed() {
+    stop_through_mpirun("usr1", {}, SIGUSR1);
+  }
+
+  // SIGTERM (or Ctrl-C) to mpirun reaches the ranks only after mpirun's kill timeout, and they
+  // have that long again before SIGKILL; meanwhile mpirun reads none of their output.
+  void sigterm_to_mpirun_with_a_kill_timeout_saves_and_records_killed() {
+    stop_through_mpirun("term", {"--mca", "odls_base_sigkill_timeout", "8"}, SIGTERM);
+  }
+
   void corrupt_or_truncated_shards_are_refused() {
     const QString save = dir_.filePath("crash");  // iterations 2 and 6 (4 was interrupted)
     QVERIFY(QFile::exists(save + "/iter_0000006/metadata.json"));

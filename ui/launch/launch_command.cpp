@@ -238,11 +238,12 @@ LaunchCommand buildLaunchCommand(const Plan& plan, const PlanAnalysis& analysis,
                      .arg(cmd.ranks)
                      .arg(env.cores);
   }
-  // mpirun kills the ranks 1 s after passing on a SIGTERM by default: too soon for them to
-  // finish the iteration, save a last checkpoint and record the run as killed.
+  // Stop signals the ranks themselves (RunProcess); should mpirun get a SIGTERM, its default
+  // leaves them 1 s to finish the iteration, save and record the run as killed (Note
+  // [stopping under mpirun] in app/cli/train_command.cpp).
   mpi << "--mca"
       << "odls_base_sigkill_timeout"
-      << "60"
+      << "30"
       << "--bind-to"
       << "none"
       << "-n" << QString::number(cmd.ranks) << env.lattice << train;

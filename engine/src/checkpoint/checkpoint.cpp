@@ -244,10 +244,18 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
 
   Status wrote = write_shard(tmp_dir, rank, me, parts);
   if (Status s = agree(wrote); !s) return s;
-  // Fault injection for the crash-during-save test: LATTICE_CHECKPOINT_STALL_AT=N holds the
-  // save of iteration N between the shards and the metadata, where a kill leaves iter_N.tmp.
-  if (const char* at = std::getenv("LATTICE_CHECKPOINT_STALL_AT"); at && std::atoi(at) == state.iteration)
-    std::this_thread::sleep_for(std::chrono::seconds(60));
+  // Fault injection for the crash and stop tests: LATTICE_CHECKPOINT_STALL_AT=N[:SECONDS] holds
+  // the save of iteration N (`*`: every save) between the shards and the metadata, where a kill
+  // leaves iter_N.tmp, for SECONDS (default 60).
+  if (const char* at = std::getenv("LATTICE_CHECKPOINT_STALL_AT")) {
+    const std::string spec = at;
+    const size_t colon = spec.find(':');
+    const std::string which = spec.substr(0, colon);
+    if (which == "*" || std::atoi(which.c_str()) == state.iteration) {
+      const int seconds = colon == std::string::npos ? 60 : std::atoi(spec.c_str() + colon + 1);
+      std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    }
+  }
 
   SavedCheckpoint saved;
   saved.path = final_dir;
