@@ -209,7 +209,7 @@ class Cli : public QObject {
     const QString db = dir.filePath("runs.sqlite");
     Run r = lattice(QStringList{"train", "--mock-data", "--train-iters", "4", "--db", db,
                                 "--run-name", "tiny-1", "--tag", "smoke", "--eval-iters", "1",
-                                "--eval-interval", "2"} +
+                                "--eval-interval", "2", "--tag", "cpu", "tiny"} +
                     kTinyModel);
     QVERIFY2(r.exit_code == 0, qPrintable(r.err));
     Run list = lattice({"runs", "list", "--db", db, "--tag", "smoke"});
@@ -217,7 +217,9 @@ class Cli : public QObject {
     QVERIFY2(list.out.contains("tiny-1") && list.out.contains("finished"), qPrintable(list.out));
     Run show = lattice({"runs", "show", "tiny-1", "--db", db});
     QVERIFY2(show.exit_code == 0, qPrintable(show.err));
-    for (const char* field : {"status:      finished", "latest metrics (step 4)", "lm loss",
+    // A repeated list flag adds to the list.
+    for (const char* field : {"tags:        cpu, smoke, tiny", "status:      finished",
+                              "latest metrics (step 4)", "lm loss",
                               "validation lm loss", "\"run-name\":\"tiny-1\""})
       QVERIFY2(show.out.contains(field), qPrintable(field + QString(" missing in ") + show.out));
     // The same name again is refused before any training.

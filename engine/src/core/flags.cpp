@@ -87,6 +87,7 @@ std::vector<std::string> parse_flags(const std::vector<std::string>& args,
                                      std::vector<std::string>* positional,
                                      const std::string& command) {
   std::vector<std::string> errors;
+  std::vector<std::vector<std::string>*> lists_seen;
   for (size_t i = 0; i < args.size(); i++) {
     const std::string& arg = args[i];
     if (arg.rfind("--", 0) != 0) {
@@ -114,7 +115,12 @@ std::vector<std::string> parse_flags(const std::vector<std::string>& args,
       continue;
     }
     if (auto* list = std::get_if<std::vector<std::string>*>(&s->target)) {
-      (*list)->clear();  // the command line replaces a config file's list
+      // The command line replaces a config file's list; repeating the flag adds to it
+      // (`--tag a --tag b` is `--tag a b`).
+      if (std::find(lists_seen.begin(), lists_seen.end(), *list) == lists_seen.end()) {
+        (*list)->clear();
+        lists_seen.push_back(*list);
+      }
       if (has_value) (*list)->push_back(value);
       while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) (*list)->push_back(args[++i]);
       if ((*list)->empty()) errors.push_back("--" + name + " expects at least one value");
