@@ -12,6 +12,8 @@
 #include "app/main_window.h"
 #include "app/screenshot.h"
 #include "app/startup_options.h"
+#include "dashboard/dashboard_view.h"
+#include "lattice/storage/run_store.h"
 #include "launch/launch_view.h"
 #include "plan/layout_canvas.h"
 #include "plan/layout_panel.h"
@@ -64,6 +66,20 @@ int printHelp(int argc, char** argv) {
   return 0;
 }
 
+// The ids of --run RUN (ids or names) in the Studio's run store; an unknown run is an error.
+lattice::Result<QList<qint64>> findRuns(const QString& database, const QStringList& runs) {
+  QList<qint64> ids;
+  if (runs.isEmpty()) return ids;
+  auto store = lattice::storage::RunStore::open(database.toStdString());
+  if (!store) return store.status();
+  for (const QString& run : runs) {
+    lattice::Result<lattice::storage::RunInfo> info = (*store)->find_run(run.toStdString());
+    if (!info) return lattice::Status::invalid_argument("--run: " + info.status().message());
+    ids << info->id;
+  }
+  return ids;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +123,7 @@ int main(int argc, char** argv) {
   const bool headless = !o.screenshot.isEmpty();
   options.useSettings = !headless && !o.fresh;
   options.measureCpu = !headless && !o.exitAfterStart;
+  options.database = o.database;
   lattice::ui::MainWindow window(options);
   if (!o.theme.isEmpty() || !options.useSettings)
     window.setTheme(lattice::ui::themeFromName(o.theme));
@@ -120,6 +137,18 @@ int main(int argc, char** argv) {
     window.planModel()->resetPlan(*plan);
   }
   if (o.selectRank >= 0) window.planView()->layoutPanel()->canvas()->selectRank(o.selectRank);
+  if (!o.runs.isEmpty()) {
+    lattice::Result<QList<qint64>> ids = findRuns(window.database(), o.runs);
+    if (!ids) {
+      std::fprintf(stderr, "lattice-studio: %s\n", ids.status().message().c_str());
+      return 2;
+    }
+    window.showRuns(*ids);
+  }
+  if (o.dashboardPage == QLatin1String("throughput"))
+    window.dashboardView()->setCurrentPage(lattice::ui::DashboardView::kThroughputPage);
+  else if (o.dashboardPage == QLatin1String("system"))
+    window.dashboardView()->setCurrentPage(lattice::ui::DashboardView::kSystemPage);
 
   if (headless) {
     if (o.start) runForScreenshot(window, o.waitSeconds);

@@ -191,7 +191,7 @@ void write_run_json(const RunHistory& h, std::ostream& out) {
   out << (h.checkpoints.empty() ? "]\n}\n" : "\n  ]\n}\n");
 }
 
-ConfigComparison compare_configs(const std::vector<RunInfo>& runs) {
+ConfigComparison compare_configs(const std::vector<RunInfo>& runs, const CompareOptions& options) {
   std::vector<std::map<std::string, std::string>> settings;
   std::set<std::string> paths;
   for (const RunInfo& run : runs) {
@@ -206,9 +206,9 @@ ConfigComparison compare_configs(const std::vector<RunInfo>& runs) {
       auto it = s.find(path);
       d.values.push_back(it == s.end() ? std::nullopt : std::optional<std::string>(it->second));
     }
-    const bool same = std::all_of(d.values.begin(), d.values.end(),
-                                  [&](const auto& v) { return v == d.values.front(); });
-    if (!same) comparison.differences.push_back(std::move(d));
+    d.differs = !std::all_of(d.values.begin(), d.values.end(),
+                             [&](const auto& v) { return v == d.values.front(); });
+    if (d.differs || options.include_equal) comparison.differences.push_back(std::move(d));
   }
   return comparison;
 }

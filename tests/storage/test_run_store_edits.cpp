@@ -1,8 +1,9 @@
 // Specification of looking runs up and editing them afterwards: finding a run by id or name,
 // tags, renaming under unique names, deleting every row of a run (and nothing else) in one
-// transaction, and reading a run's whole history for export.
+// transaction, reading a run's whole history for export, and comparing run configs.
 #include <sqlite3.h>
 
+#include <QStringList>
 #include <QTemporaryDir>
 #include <QTest>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "lattice/storage/run_export.h"
 #include "lattice/storage/run_store.h"
 #include "storage/run_store_testing.h"
 
@@ -203,6 +205,32 @@ class TestRunStoreEdits : public QObject {
     QCOMPARE(h.checkpoints.at(0).path, std::string("/ckpt/3"));
     QCOMPARE(store->logged_steps(run).value(), 3);
     QVERIFY(!store->history(run + 100).is_ok());
+  }
+
+  void compare_configs_lists_the_differences_or_with_include_equal_every_setting() {
+    lattice::storage::RunInfo a, b;
+    a.config_json = R"({"lr": 0.1, "seed": 1, "model": {"layers": 2, "heads": 4}})";
+    b.config_json = R"({"lr": 0.2, "seed": 1, "model": {"layers": 2, "heads": 8}, "fp64": true})";
+    // Each listed setting as "path" (differs) or "path (same)".
+    auto listed = [](const lattice::storage::ConfigComparison& c) {
+      QStringList out;
+      for (const auto& d : c.differences) {
+        out << QString::fromStdString(d.setting) + (d.differs ? "" : " (same)");
+      }
+      return out;
+    };
+    const auto differing = lattice::storage::compare_configs({a, b});
+    QCOMPARE(differing.compared, std::size_t{5});
+    QCOMPARE(listed(differing), (QStringList{"fp64", "lr", "model.heads"}));
+    QVERIFY2(!differing.differences[0].values[0].has_value(), "a lacks fp64: nullopt");
+    QCOMPARE(*differing.differences[0].values[1], std::string("true"));
+
+    const auto all = lattice::storage::compare_configs({a, b}, {/*include_equal=*/true});
+    QCOMPARE(all.compared, std::size_t{5});
+    QCOMPARE(listed(all),
+             (QStringList{"fp64", "lr", "model.heads", "model.layers (same)", "seed (same)"}));
+    QCOMPARE(*all.differences[4].values[0], std::string("1"));
+    QCOMPARE(*all.differences[4].values[1], std::string("1"));
   }
 };
 

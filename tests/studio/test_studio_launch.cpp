@@ -8,6 +8,10 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "app/main_window.h"
+#include "dashboard/dashboard_view.h"
+#include "history/history_view.h"
+#include "history/run_table_model.h"
 #include "lattice/storage/run_store.h"
 #include "launch/launch_command.h"
 #include "launch/launch_form.h"
@@ -144,9 +148,14 @@ class TestStudioLaunch : public QObject {
 #else
     useMpiEnvironment();
     QTemporaryDir dir;
-    PlanModel model;
-    tinyTwoRankPlan(model);
-    LaunchView view(&model, testEnvironment(dir.path()));
+    // The whole window: the launched run must open in the Dashboard and appear in History.
+    MainWindow::Options options;
+    options.useSettings = false;
+    options.measureCpu = false;
+    options.environment = testEnvironment(dir.path());
+    MainWindow window(options);
+    tinyTwoRankPlan(*window.planModel());
+    LaunchView& view = *window.launchView();
     LaunchSettings s = mockData("studio-launch-test");
     s.extraFlags = "--train-iters 4 --log-interval 1 --eval-iters 0";
     s.database = dir.filePath("studio.sqlite");
@@ -169,6 +178,12 @@ class TestStudioLaunch : public QObject {
     QCOMPARE(QString(storage::run_status_name(run->status)), QString("finished"));
     QCOMPARE(run->world_size, 2);
     QCOMPARE(run->layout.dp, 2);
+    QCOMPARE(window.currentView(), MainWindow::View::kDashboard);
+    QCOMPARE(window.dashboardView()->runs(), QList<qint64>{run->id});
+    QCOMPARE(window.dashboardView()->database(), dir.filePath("studio.sqlite"));
+    window.historyView()->refresh();
+    QTRY_VERIFY_WITH_TIMEOUT(window.historyView()->tableModel()->rowOfRun(run->id) >= 0, 10000);
+    QCOMPARE(window.historyView()->selectedRuns(), QList<qint64>{run->id});
 #endif
   }
 

@@ -15,6 +15,8 @@
 
 #include "app/icons.h"
 #include "app/placeholder_view.h"
+#include "dashboard/dashboard_view.h"
+#include "history/history_view.h"
 #include "app/studio_settings.h"
 #include "lattice/train.h"
 #include "launch/launch_form.h"
@@ -60,6 +62,12 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
   });
   resize(1280, 800);
   if (options_.useSettings) restoreSettings();
+  if (!options_.database.isEmpty()) {
+    LaunchSettings launch = launchView_->form()->settings();
+    launch.database = options_.database;
+    launchView_->form()->setSettings(launch);
+  }
+  useDatabase(database());
   updateStatus();
   updateTitle();
   if (options_.measureCpu && model_->cpuGflops() <= 0) measureCpu();
@@ -73,40 +81,53 @@ void MainWindow::createViews() {
   planView_ = new PlanView(model_, stack_);
   launchView_ = new LaunchView(
       model_, options_.environment ? *options_.environment : LaunchEnvironment::detect(), stack_);
-  dashboard_ = new PlaceholderView(
-      tr("Dashboard"),
-      tr("Live plots of a run arrive with the Studio's part 2: loss and validation loss, "
-         "learning rate, grad norm, throughput and MFU, memory per rank, the timer breakdown "
-         "and the pipeline timeline, read from the run store as the run writes it."),
-      stack_);
-  dashboard_->setContext(tr("Start a run in the Launch view; it opens here."));
-  auto* history = new PlaceholderView(
-      tr("History"),
-      tr("Every run of the run store comes with part 2: a filterable table, tags, delete, and "
-         "a comparison of selected runs (overlaid curves and the settings that differ). "
-         "Until then: lattice runs list."),
-      stack_);
+  dashboard_ = new DashboardView(stack_);
+  history_ = new HistoryView(stack_);
   auto* playground = new PlaceholderView(
       tr("Playground"),
       tr("Generating text from a checkpoint comes with the inference issue: pick a run's "
          "checkpoint, type a prompt, set temperature and top-k, and read the sampled text."),
       stack_);
   for (QWidget* view : {static_cast<QWidget*>(planView_), static_cast<QWidget*>(launchView_),
-                        static_cast<QWidget*>(dashboard_), static_cast<QWidget*>(history),
+                        static_cast<QWidget*>(dashboard_), static_cast<QWidget*>(history_),
                         static_cast<QWidget*>(playground)})
     stack_->addWidget(view);
 
+  // A launched run opens in the Dashboard as soon as the store has it (the Launch view's
+  // console stays one Ctrl+2 away) and appears in History.
   connect(launchView_, &LaunchView::runRecorded, this,
           [this](const QString& database, const RunSnapshot& run) {
-            dashboard_->setContext(tr("Run '%1' (#%2) is recorded in %3. Until the Dashboard "
-                                      "arrives: lattice runs show %1")
-                                       .arg(run.name)
-                                       .arg(run.id)
-                                       .arg(database));
+            useDatabase(database);
+            showRuns({run.id});
+            showView(View::kDashboard);
             statusBar()->showMessage(tr("Run '%1' is in the run store").arg(run.name), 5000);
           });
+  connect(history_, &HistoryView::openInDashboard, this, [this](const QList<qint64>& ids) {
+    dashboard_->showRuns(ids);
+    showView(View::kDashboard);
+  });
+  connect(dashboard_, &DashboardView::problem, this,
+          [this](const QString& message) { statusBar()->showMessage(message, 8000); });
   connect(launchView_, &LaunchView::runEnded, this,
           [this](bool, const QString& summary) { statusBar()->showMessage(summary, 8000); });
+}
+
+QString MainWindow::database() const {
+  if (!options_.database.isEmpty()) return options_.database;
+  const QString field = launchView_->form()->settings().database;
+  if (!field.isEmpty()) return field;
+  return options_.environment ? options_.environment->defaultDatabase
+                              : LaunchEnvironment::detect().defaultDatabase;
+}
+
+void MainWindow::useDatabase(const QString& path) {
+  if (dashboard_->database() != path) dashboard_->setDatabase(path);
+  if (history_->database() != path) history_->setDatabase(path);
+}
+
+void MainWindow::showRuns(const QList<qint64>& runIds) {
+  dashboard_->showRuns(runIds);
+  history_->selectRuns(runIds);
 }
 
 void MainWindow::showView(View view) {

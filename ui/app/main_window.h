@@ -16,8 +16,9 @@ class QStackedWidget;
 
 namespace lattice::ui {
 
+class DashboardView;
+class HistoryView;
 class LaunchView;
-class PlaceholderView;
 class PlanModel;
 class PlanView;
 
@@ -32,6 +33,7 @@ class MainWindow : public QMainWindow {
     bool useSettings = true;  // false: neither read nor write QSettings (screenshots, tests)
     bool measureCpu = true;   // measure this machine's SGEMM rate once, in the background
     std::optional<LaunchEnvironment> environment;  // default: LaunchEnvironment::detect()
+    QString database;  // the run store to read and launch into; empty: the default one
   };
 
   explicit MainWindow(const Options& options, QWidget* parent = nullptr);
@@ -41,6 +43,14 @@ class MainWindow : public QMainWindow {
   PlanModel* planModel() const { return model_; }
   PlanView* planView() const { return planView_; }
   LaunchView* launchView() const { return launchView_; }
+  DashboardView* dashboardView() const { return dashboard_; }
+  HistoryView* historyView() const { return history_; }
+
+  // The run store the Dashboard and History read: --db, else the Launch view's database
+  // field, else `lattice train`'s default.
+  QString database() const;
+  // Shows these runs in the Dashboard (overlaid) and selects them in History.
+  void showRuns(const QList<qint64>& runIds);
 
   void showView(View view);
   View currentView() const;
@@ -72,13 +82,15 @@ class MainWindow : public QMainWindow {
   void measureCpu();
   void updateStatus();
   void updateTitle();
+  void useDatabase(const QString& path);
 
   Options options_;
   PlanModel* model_;
   QStackedWidget* stack_;
   PlanView* planView_ = nullptr;
   LaunchView* launchView_ = nullptr;
-  PlaceholderView* dashboard_ = nullptr;
+  DashboardView* dashboard_ = nullptr;
+  HistoryView* history_ = nullptr;
   QList<QAction*> viewActions_;
   QActionGroup* viewGroup_ = nullptr;
   QActionGroup* themeGroup_ = nullptr;

@@ -59,10 +59,20 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
                                 "this many seconds.",
                                 "SECONDS", "20");
   const QCommandLineOption fresh("fresh", "Ignore the saved plan and settings (and keep them).");
+  const QCommandLineOption db("db",
+                              "The run store to read and launch into (default: "
+                              "$LATTICE_DATA_DIR/runs.sqlite).",
+                              "PATH");
+  const QCommandLineOption run("run",
+                               "A run (id or name) to show in the Dashboard and select in "
+                               "History; repeat for several.",
+                               "RUN");
+  const QCommandLineOption page("dashboard-page",
+                                "The Dashboard's page: training, throughput or system.", "PAGE");
   const QCommandLineOption exitAfterStart(
       "exit-after-start", "Print the time from process start to an interactive window, quit.");
   parser.addOptions({screenshot, view, size, theme, config, preset, cluster, flags, select, start,
-                     wait, fresh, exitAfterStart});
+                     wait, fresh, db, run, page, exitAfterStart});
   if (!parser.parse(arguments)) return Status::invalid_argument(parser.errorText().toStdString());
 
   StartupOptions o;
@@ -92,6 +102,13 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
   o.start = parser.isSet(start);
   o.waitSeconds = parser.value(wait).toInt();
   o.fresh = parser.isSet(fresh);
+  o.database = parser.value(db);
+  o.runs = parser.values(run);
+  o.dashboardPage = parser.value(page);
+  if (!o.dashboardPage.isEmpty() && o.dashboardPage != QLatin1String("training") &&
+      o.dashboardPage != QLatin1String("throughput") && o.dashboardPage != QLatin1String("system"))
+    return Status::invalid_argument("--dashboard-page '" + o.dashboardPage.toStdString() +
+                                    "' is not training, throughput or system");
   o.exitAfterStart = parser.isSet(exitAfterStart);
   return o;
 }

@@ -24,6 +24,9 @@ struct StartupOptions {
   bool start = false;    // start the plan's run (Launch view) once the window is up
   int waitSeconds = 20;  // --screenshot with --start: grab after the run ends or this long
   bool fresh = false;    // ignore and keep the saved settings
+  QString database;      // --db: the run store the Studio reads and launches into
+  QStringList runs;      // --run: runs (ids or names) the Dashboard shows / History selects
+  QString dashboardPage;  // --dashboard-page: training | throughput | system; empty: training
   bool exitAfterStart = false;  // print the start-up time and quit (measurements)
   bool help = false;
   QString helpText;

@@ -26,9 +26,11 @@ void write_run_json(const RunHistory& history, std::ostream& out);
 
 // A setting that is not the same in every run: its dotted path in the config JSON
 // ("optimizer.lr") and each run's value as JSON text, nullopt where that run's config lacks it.
+// With CompareOptions::include_equal the list holds equal settings too, with differs false.
 struct SettingDifference {
   std::string setting;
   std::vector<std::optional<std::string>> values;  // one per run, in the order given
+  bool differs = true;
 };
 
 struct ConfigComparison {
@@ -36,8 +38,14 @@ struct ConfigComparison {
   std::vector<SettingDifference> differences;  // sorted by path
 };
 
+struct CompareOptions {
+  // Also list the settings every run has alike (the Studio's "Show all settings").
+  bool include_equal = false;
+};
+
 // Compares the runs' configs: objects key by key at any depth, arrays and scalars as whole
 // values. A config that is not valid JSON counts as one setting "(config)" holding its text.
-ConfigComparison compare_configs(const std::vector<RunInfo>& runs);
+ConfigComparison compare_configs(const std::vector<RunInfo>& runs,
+                                 const CompareOptions& options = {});
 
 }  // namespace lattice::storage

@@ -1,0 +1,342 @@
+// DashboardView: the toolbar, the pages and the coalescing replot.
+#include "dashboard/dashboard_view.h"
+
+#include <qcustomplot.h>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSlider>
+#include <QStackedWidget>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+#include "dashboard/dashboard_feed.h"
+#include "dashboard/rank_bars_chart.h"
+#include "dashboard/series_store.h"
+#include "dashboard/timeline_chart.h"
+
+namespace lattice::ui {
+
+DashboardView::DashboardView(QWidget* parent)
+    : QWidget(parent), store_(new SeriesStore(this)), feed_(new DashboardFeed(store_, this)) {
+  auto* column = new QVBoxLayout(this);
+  column->addWidget(buildToolbar());
+  problem_ = new QLabel(this);
+  problem_->setObjectName("dashboard-problem");
+  problem_->setWordWrap(true);
+  problem_->setVisible(false);
+  column->addWidget(problem_);
+  stack_ = new QStackedWidget(this);
+  auto* empty = new QLabel(tr("No run shown. Start one from the Launch view, or pick runs in "
+                              "History to compare them here."),
+                           this);
+  empty->setAlignment(Qt::AlignCenter);
+  empty->setWordWrap(true);
+  empty->setForegroundRole(QPalette::PlaceholderText);
+  stack_->addWidget(empty);
+  stack_->addWidget(buildPages());
+  column->addWidget(stack_, 1);
+
+  replotTimer_.setSingleShot(true);
+  replotTimer_.setInterval(kReplotMs);
+  connect(&replotTimer_, &QTimer::timeout, this, &DashboardView::replotNow);
+  connect(store_, &SeriesStore::changed, this, &DashboardView::scheduleReplot);
+  connect(store_, &SeriesStore::timelineStepsChanged, this, [this](qint64 run) {
+    if (run == systemRun_->currentData().toLongLong()) refreshTimelineSteps();
+  });
+  connect(feed_, &DashboardFeed::problem, this, [this](const QString& message) {
+    problem_->setText(tr("Cannot read the run store: %1").arg(message));
+    problem_->setVisible(true);
+    emit problem(message);
+  });
+  setSmoothing(smoothing_);
+}
+
+DashboardView::~DashboardView() = default;
+
+QWidget* DashboardView::buildToolbar() {
+  auto* bar = new QWidget(this);
+  auto* row = new QHBoxLayout(bar);
+  row->setContentsMargins(0, 0, 0, 0);
+  runLabel_ = new QLabel(bar);
+  runLabel_->setObjectName("dashboard-runs");
+  runLabel_->setTextFormat(Qt::RichText);
+  row->addWidget(runLabel_, 1);
+  row->addWidget(new QLabel(tr("X axis"), bar));
+  xMode_ = new QComboBox(bar);
+  xMode_->addItem(tr("Step"), int(XAxisMode::kStep));
+  xMode_->addItem(tr("Tokens"), int(XAxisMode::kTokens));
+  xMode_->addItem(tr("Time"), int(XAxisMode::kTime));
+  xMode_->setToolTip(
+      tr("Tokens: consumed samples × sequence length. Time: since the run started."));
+  row->addWidget(xMode_);
+  row->addSpacing(12);
+  row->addWidget(new QLabel(tr("Smoothing"), bar));
+  smoothSlider_ = new QSlider(Qt::Horizontal, bar);
+  smoothSlider_->setRange(0, 999);
+  smoothSlider_->setFixedWidth(140);
+  smoothSlider_->setToolTip(
+      tr("TensorBoard's debiased exponential moving average; raw values "
+         "are drawn faint behind"));
+  row->addWidget(smoothSlider_);
+  smoothValue_ = new QLabel(bar);
+  smoothValue_->setMinimumWidth(QFontMetrics(font()).horizontalAdvance("0.999") + 4);
+  row->addWidget(smoothValue_);
+  row->addSpacing(12);
+  log_ = new QCheckBox(tr("Log scale"), bar);
+  row->addWidget(log_);
+  follow_ = new QCheckBox(tr("Follow"), bar);
+  follow_->setChecked(true);
+  follow_->setToolTip(
+      tr("The x axis tracks the newest step; zooming or panning a chart stops "
+         "it for that chart (double-click the chart to follow again)"));
+  row->addWidget(follow_);
+
+  connect(xMode_, &QComboBox::currentIndexChanged, this,
+          [this] { setXAxisMode(XAxisMode(xMode_->currentData().toInt())); });
+  connect(smoothSlider_, &QSlider::valueChanged, this, [this](int v) { setSmoothing(v / 1000.0); });
+  connect(log_, &QCheckBox::toggled, this, &DashboardView::setLogScale);
+  connect(follow_, &QCheckBox::clicked, this, &DashboardView::setFollow);
+  return bar;
+}
+
+MetricChart* DashboardView::addChart(const QString& title, const QList<ChartSeriesSpec>& series) {
+  auto* c = new MetricChart(charts_.size(), title, series, store_, feed_, this);
+  connect(c, &MetricChart::replotWanted, this, &DashboardView::scheduleReplot);
+  connect(c, &MetricChart::followChanged, this, [this] {
+    bool all = true;
+    for (MetricChart* m : charts_) all &= m->following();
+    const QSignalBlocker block(follow_);
+    follow_->setChecked(all);
+  });
+  charts_ << c;
+  return c;
+}
+
+QWidget* DashboardView::buildPages() {
+  tabs_ = new QTabWidget(this);
+  tabs_->setDocumentMode(true);
+  auto grid = [this](const QString& name) {
+    auto* page = new QWidget(tabs_);
+    auto* g = new QGridLayout(page);
+    g->setContentsMargins(4, 6, 4, 4);
+    g->setSpacing(10);
+    tabs_->addTab(page, name);
+    return g;
+  };
+  auto place = [this](QGridLayout* g, MetricChart* c, int row, int col, int span = 1) {
+    g->addWidget(c, row, col, 1, span);
+    pageOf_ << g->parentWidget();
+  };
+  QGridLayout* training = grid(tr("Training"));
+  place(training,
+        addChart(tr("Loss"),
+                 {{"lm loss", tr("lm loss")}, {"validation lm loss", tr("validation"), true}}),
+        0, 0);
+  place(training, addChart(tr("Learning rate"), {{"learning rate", tr("learning rate")}}), 0, 1);
+  place(training, addChart(tr("Grad norm"), {{"grad norm", tr("grad norm")}}), 1, 0);
+  place(training,
+        addChart(tr("Loss scale and skipped iterations"),
+                 {{"loss scale", tr("loss scale")},
+                  {"skipped iterations", tr("skipped iterations"), false, true}}),
+        1, 1);
+  QGridLayout* throughput = grid(tr("Throughput"));
+  place(throughput, addChart(tr("Tokens per second"), {{"tokens per second", tr("tokens/s")}}), 0,
+        0);
+  place(throughput, addChart(tr("TFLOP/s per device"), {{"TFLOP/s per device", tr("TFLOP/s")}}), 0,
+        1);
+  place(throughput, addChart(tr("MFU (fraction of peak)"), {{"MFU", tr("MFU")}}), 1, 0);
+  place(throughput, addChart(tr("Step time (s)"), {{"step time", tr("step time")}}), 1, 1);
+
+  auto* system = new QWidget(tabs_);
+  auto* sys = new QGridLayout(system);
+  sys->setContentsMargins(4, 6, 4, 4);
+  sys->setSpacing(10);
+  auto* pick = new QHBoxLayout;
+  pick->addWidget(new QLabel(tr("Run"), system));
+  systemRun_ = new QComboBox(system);
+  systemRun_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  pick->addWidget(systemRun_);
+  pick->addSpacing(12);
+  pick->addWidget(new QLabel(tr("Timeline iteration"), system));
+  iteration_ = new QComboBox(system);
+  iteration_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  iteration_->setToolTip(tr("The iterations that recorded pipeline timeline events"));
+  pick->addWidget(iteration_);
+  pick->addStretch(1);
+  sys->addLayout(pick, 0, 0, 1, 2);
+  memory_ = new RankBarsChart(RankBarsChart::Kind::kMemory, store_, system);
+  phases_ = new RankBarsChart(RankBarsChart::Kind::kPhases, store_, system);
+  timeline_ = new TimelineChart(store_, system);
+  sys->addWidget(memory_, 1, 0);
+  sys->addWidget(phases_, 1, 1);
+  sys->addWidget(timeline_, 2, 0, 1, 2);
+  sys->setRowStretch(1, 1);
+  sys->setRowStretch(2, 1);
+  tabs_->addTab(system, tr("Memory and timers"));
+
+  connect(tabs_, &QTabWidget::currentChanged, this, &DashboardView::scheduleReplot);
+  connect(systemRun_, &QComboBox::currentIndexChanged, this, [this] {
+    refreshSystemRun();
+    refreshTimelineSteps();
+    scheduleReplot();
+  });
+  connect(iteration_, &QComboBox::activated, this, [this] {
+    const qint64 step = iteration_->currentData().toLongLong();
+    feed_->requestTimeline(systemRun_->currentData().toLongLong(), step);
+  });
+  return tabs_;
+}
+
+void DashboardView::setDatabase(const QString& path) {
+  database_ = path;
+  problem_->setVisible(false);
+  feed_->setDatabase(path);
+  if (!store_->runs().isEmpty()) showRuns(store_->runs());
+}
+
+void DashboardView::showRuns(const QList<qint64>& runIds) {
+  feed_->showRuns(runIds);
+  for (MetricChart* c : charts_) {
+    c->forgetReads();
+    c->setFollow(true);
+  }
+  {
+    const QSignalBlocker block(systemRun_);
+    systemRun_->clear();
+    for (qint64 r : runIds) systemRun_->addItem(tr("run %1").arg(r), r);
+  }
+  refreshSystemRun();
+  refreshTimelineSteps();
+  stack_->setCurrentIndex(runIds.isEmpty() ? 0 : 1);
+  scheduleReplot();
+}
+
+QList<qint64> DashboardView::runs() const {
+  return store_->runs();
+}
+
+void DashboardView::setSmoothing(double weight) {
+  smoothing_ = std::clamp(weight, 0.0, 0.999);
+  {
+    const QSignalBlocker block(smoothSlider_);
+    smoothSlider_->setValue(static_cast<int>(std::lround(smoothing_ * 1000)));
+  }
+  smoothValue_->setText(QString::number(smoothing_, 'f', 3));
+  for (MetricChart* c : charts_) c->setSmoothing(smoothing_);
+  scheduleReplot();
+}
+
+void DashboardView::setLogScale(bool on) {
+  {
+    const QSignalBlocker block(log_);
+    log_->setChecked(on);
+  }
+  for (MetricChart* c : charts_) c->setLogScale(on);
+  scheduleReplot();
+}
+
+void DashboardView::setXAxisMode(XAxisMode mode) {
+  {
+    const QSignalBlocker block(xMode_);
+    xMode_->setCurrentIndex(xMode_->findData(int(mode)));
+  }
+  for (MetricChart* c : charts_) c->setXAxisMode(mode);
+  scheduleReplot();
+}
+
+void DashboardView::setFollow(bool on) {
+  {
+    const QSignalBlocker block(follow_);
+    follow_->setChecked(on);
+  }
+  if (on)
+    for (MetricChart* c : charts_) c->setFollow(true);
+  scheduleReplot();
+}
+
+void DashboardView::setCurrentPage(Page page) {
+  tabs_->setCurrentIndex(page);
+}
+
+void DashboardView::selectTimelineStep(qint64 step) {
+  const int i = iteration_->findData(step);
+  if (i >= 0) iteration_->setCurrentIndex(i);
+  feed_->requestTimeline(systemRun_->currentData().toLongLong(), step);
+}
+
+MetricChart* DashboardView::chart(const QString& key) const {
+  for (MetricChart* c : charts_)
+    if (c->firstKey() == key) return c;
+  return nullptr;
+}
+
+void DashboardView::scheduleReplot() {
+  if (!replotTimer_.isActive()) replotTimer_.start();
+}
+
+void DashboardView::replotNow() {
+  replotTimer_.stop();
+  refreshRunLabel();
+  QWidget* page = tabs_->currentWidget();
+  for (int i = 0; i < charts_.size(); i++) {
+    if (pageOf_[i] != page) continue;
+    charts_[i]->refresh();
+    charts_[i]->plot()->replot();
+  }
+  if (page == memory_->parentWidget()) {
+    // Names arrive with the first batch; keep the run picker's texts current.
+    for (int i = 0; i < systemRun_->count(); i++) {
+      const RunMeta* m = store_->meta(systemRun_->itemData(i).toLongLong());
+      if (m && !m->name.isEmpty()) systemRun_->setItemText(i, m->name);
+    }
+    for (ChartCard* c : {static_cast<ChartCard*>(memory_), static_cast<ChartCard*>(phases_)}) {
+      static_cast<RankBarsChart*>(c)->refresh();
+      c->plot()->replot();
+    }
+    timeline_->refresh();
+    timeline_->plot()->replot();
+  }
+  replots_++;
+  emit replotted();
+}
+
+void DashboardView::refreshRunLabel() {
+  QStringList parts;
+  const QList<qint64>& runs = store_->runs();
+  for (int i = 0; i < runs.size(); i++) {
+    const RunMeta* m = store_->meta(runs[i]);
+    const QString name = m && !m->name.isEmpty() ? m->name : tr("run %1").arg(runs[i]);
+    QString state = m && !m->status.isEmpty() ? m->status : tr("loading");
+    const qint64 step = store_->lastStep(runs[i]);
+    if (step >= 0) state += tr(", step %1").arg(step);
+    parts << QStringLiteral("<span style='color:%1'>■</span> <b>%2</b> (%3)")
+                 .arg(ChartCard::runColor(i, palette()).name(), name.toHtmlEscaped(), state);
+  }
+  runLabel_->setText(parts.join("&nbsp;&nbsp; "));
+}
+
+void DashboardView::refreshSystemRun() {
+  const qint64 run = systemRun_->currentIndex() >= 0 ? systemRun_->currentData().toLongLong() : -1;
+  memory_->setRun(run);
+  phases_->setRun(run);
+  timeline_->setRun(run);
+}
+
+void DashboardView::refreshTimelineSteps() {
+  const qint64 run = systemRun_->currentIndex() >= 0 ? systemRun_->currentData().toLongLong() : -1;
+  const TimelineSnapshot* t = run >= 0 ? store_->timeline(run) : nullptr;
+  const qint64 chosen =
+      iteration_->currentIndex() >= 0 ? iteration_->currentData().toLongLong() : -1;
+  const QSignalBlocker block(iteration_);
+  iteration_->clear();
+  iteration_->addItem(tr("newest"), qint64(-1));
+  if (t)
+    for (auto it = t->steps.rbegin(); it != t->steps.rend(); ++it)
+      iteration_->addItem(QString::number(*it), *it);
+  iteration_->setCurrentIndex(std::max(0, iteration_->findData(chosen)));
+}
+
+}  // namespace lattice::ui

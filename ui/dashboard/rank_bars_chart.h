@@ -1,0 +1,57 @@
+// Per-rank stacked bars of one run: memory by category (weights, grads, optimizer state,
+// activations, workspace, with peak RSS marked and the device capacity where it is known)
+// or time per phase (forward, backward, pipeline wait, data-parallel comm, optimizer) at the
+// latest step that logged them. For a CPU run on this host the capacity is the physical RAM.
+#pragma once
+
+#include <QList>
+
+#include "dashboard/chart_card.h"
+
+class QCPBars;
+class QCPGraph;
+
+namespace lattice::ui {
+
+class SeriesStore;
+
+class RankBarsChart : public ChartCard {
+  Q_OBJECT
+
+ public:
+  enum class Kind { kMemory, kPhases };
+  RankBarsChart(Kind kind, SeriesStore* store, QWidget* parent = nullptr);
+
+  void setRun(qint64 run);
+  qint64 run() const { return run_; }
+  void refresh();  // does not replot
+
+  const QList<QCPBars*>& bars() const { return bars_; }
+  int rankCount() const { return ranks_.size(); }
+  double capacityBytes() const { return capacity_; }  // 0 when unknown
+  QString capacityText() const { return capacityText_; }
+  static double physicalMemoryBytes();
+
+ protected:
+  void writeCsv(QTextStream& out) const override;
+  void applyPalette() override;
+
+ private:
+  void refreshMemory();
+  void refreshPhases();
+
+  Kind kind_;
+  SeriesStore* store_;
+  qint64 run_ = -1;
+  QList<QCPBars*> bars_;
+  QCPGraph* peak_ = nullptr;
+  QList<int> ranks_;
+  QList<QList<double>> values_;  // [category][rank index], in the plot's unit
+  double unit_ = 1;
+  QString unitName_;
+  double capacity_ = 0;
+  QString capacityText_;
+  qint64 step_ = -1;
+};
+
+}  // namespace lattice::ui

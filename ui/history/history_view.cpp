@@ -1,0 +1,369 @@
+// HistoryView: the toolbar, the runs table, the compare panel, and the background reads that
+// feed them (the edits are in history_view_edits.cpp).
+#include "history/history_view.h"
+
+#include <QAction>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTableView>
+#include <QToolButton>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+#include <algorithm>
+
+#include "history/compare_panel.h"
+#include "history/run_filter_model.h"
+#include "history/run_text.h"
+#include "plan/text_format.h"
+
+namespace lattice::ui {
+
+namespace {
+
+constexpr storage::RunStatus kStatuses[] = {
+    storage::RunStatus::kCreated, storage::RunStatus::kRunning, storage::RunStatus::kFinished,
+    storage::RunStatus::kFailed,  storage::RunStatus::kKilled,  storage::RunStatus::kCrashed};
+
+}  // namespace
+
+HistoryView::HistoryView(QWidget* parent)
+    : QWidget(parent),
+      model_(new RunTableModel(this)),
+      proxy_(new RunFilterModel(this)),
+      compare_(new ComparePanel(this)) {
+  proxy_->setSourceModel(model_);
+  buildToolbar();
+  buildTable();
+
+  auto* errorBar = new QWidget(this);
+  error_ = new QLabel(errorBar);
+  error_->setObjectName(QStringLiteral("historyError"));
+  error_->setWordWrap(true);
+  error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  error_->setStyleSheet(QStringLiteral("color: #d9453a;"));
+  errorClose_ = new QToolButton(errorBar);
+  errorClose_->setText(QStringLiteral("×"));
+  errorClose_->setAutoRaise(true);
+  errorClose_->setToolTip(tr("Dismiss"));
+  connect(errorClose_, &QToolButton::clicked, this, [this] { showError({}); });
+  auto* errorRow = new QHBoxLayout(errorBar);
+  errorRow->setContentsMargins(0, 0, 0, 0);
+  errorRow->addWidget(error_, 1);
+  errorRow->addWidget(errorClose_, 0, Qt::AlignTop);
+  errorBar->hide();
+
+  statusLine_ = new QLabel(this);
+  statusLine_->setObjectName(QStringLiteral("historyStatusLine"));
+  statusLine_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  splitter_ = new QSplitter(Qt::Vertical, this);
+  splitter_->setChildrenCollapsible(false);
+  splitter_->addWidget(table_);
+  splitter_->addWidget(compare_);
+  splitter_->setStretchFactor(0, 3);
+  splitter_->setStretchFactor(1, 2);
+  compare_->hide();
+  connect(compare_, &ComparePanel::compareCurvesClicked, this,
+          [this] { emit openInDashboard(selectedRuns()); });
+
+  auto* toolbar = new QHBoxLayout;
+  toolbar->addWidget(filterText_, 2);
+  toolbar->addWidget(tagFilter_);
+  toolbar->addWidget(statusFilter_);
+  toolbar->addSpacing(12);
+  for (QPushButton* b :
+       {openButton_, renameButton_, addTagButton_, removeTagButton_, notesButton_, deleteButton_}) {
+    toolbar->addWidget(b);
+  }
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(toolbar);
+  layout->addWidget(errorBar);
+  layout->addWidget(splitter_, 1);
+  layout->addWidget(statusLine_);
+
+  connect(model_, &RunTableModel::editRequested, this, &HistoryView::queueEdits);
+  connect(&reader_, &QFutureWatcher<RunsRead>::finished, this, &HistoryView::onRead);
+  connect(&writer_, &QFutureWatcher<QStringList>::finished, this, &HistoryView::onWritten);
+  timer_.setInterval(kRefreshMs);
+  connect(&timer_, &QTimer::timeout, this, [this] {
+    if (isVisible()) refresh();
+  });
+  timer_.start();
+  updateSelectionDependents();
+  updateStatusLine();
+}
+
+void HistoryView::buildToolbar() {
+  filterText_ = new QLineEdit(this);
+  filterText_->setObjectName(QStringLiteral("historyFilter"));
+  filterText_->setPlaceholderText(tr("Filter by name, tag or notes"));
+  filterText_->setClearButtonEnabled(true);
+  filterText_->setMinimumWidth(180);
+  connect(filterText_, &QLineEdit::textChanged, proxy_, &RunFilterModel::setText);
+
+  tagFilter_ = new QComboBox(this);
+  tagFilter_->setObjectName(QStringLiteral("historyTagFilter"));
+  tagFilter_->setToolTip(tr("Only runs with this tag"));
+  tagFilter_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  tagFilter_->addItem(tr("All tags"), QString());
+  connect(tagFilter_, &QComboBox::currentIndexChanged, this,
+          [this] { proxy_->setTag(tagFilter_->currentData().toString()); });
+
+  statusFilter_ = new QComboBox(this);
+  statusFilter_->setObjectName(QStringLiteral("historyStatusFilter"));
+  statusFilter_->setToolTip(tr("Only runs with this status"));
+  statusFilter_->addItem(tr("Any status"), QString());
+  for (storage::RunStatus s : kStatuses) statusFilter_->addItem(runStatusText(s), runStatusText(s));
+  connect(statusFilter_, &QComboBox::currentIndexChanged, this,
+          [this] { proxy_->setStatus(statusFilter_->currentData().toString()); });
+
+  auto button = [this](const QString& text, const QString& tip, void (HistoryView::*slot)()) {
+    auto* b = new QPushButton(text, this);
+    b->setToolTip(tip);
+    connect(b, &QPushButton::clicked, this, slot);
+    return b;
+  };
+  openButton_ = button(tr("Open in Dashboard"),
+                       tr("Show the selected runs' curves in the Dashboard (Enter, double click)"),
+                       &HistoryView::openSelected);
+  renameButton_ = button(tr("Rename"), tr("Rename the run (F2)"), &HistoryView::renameCurrent);
+  addTagButton_ =
+      button(tr("Add tag…"), tr("Add tags to the selected runs"), &HistoryView::askAddTags);
+  removeTagButton_ = button(tr("Remove tag…"), tr("Remove a tag from the selected runs"),
+                            &HistoryView::askRemoveTag);
+  notesButton_ = button(tr("Notes…"), tr("Edit the run's notes"), &HistoryView::editNotesOfCurrent);
+  deleteButton_ = button(tr("Delete…"), tr("Delete the selected runs after asking (Delete)"),
+                         &HistoryView::askDelete);
+  deleteButton_->setObjectName(QStringLiteral("historyDelete"));
+}
+
+void HistoryView::buildTable() {
+  table_ = new QTableView(this);
+  table_->setObjectName(QStringLiteral("historyTable"));
+  table_->setModel(proxy_);
+  table_->setSortingEnabled(true);
+  table_->sortByColumn(RunTableModel::kId, Qt::DescendingOrder);  // newest first
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
+  // A click on a selected name, tags or notes cell edits it; a double click opens the run.
+  table_->setEditTriggers(QAbstractItemView::SelectedClicked | QAbstractItemView::EditKeyPressed);
+  table_->setAlternatingRowColors(true);
+  table_->setWordWrap(false);
+  table_->verticalHeader()->hide();
+  table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 8);
+  QHeaderView* header = table_->horizontalHeader();
+  header->setHighlightSections(false);
+  header->setStretchLastSection(true);
+  header->setMinimumSectionSize(40);
+  for (int c = 0; c < RunTableModel::kColumnCount; ++c) {
+    const bool free =
+        c == RunTableModel::kName || c == RunTableModel::kTags || c == RunTableModel::kNotes;
+    header->setSectionResizeMode(c,
+                                 free ? QHeaderView::Interactive : QHeaderView::ResizeToContents);
+  }
+  header->resizeSection(RunTableModel::kName, 220);
+  header->resizeSection(RunTableModel::kTags, 140);
+  connect(table_, &QTableView::doubleClicked, this, [this] { openSelected(); });
+  connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
+          &HistoryView::updateSelectionDependents);
+
+  auto action = [this](const QString& text, const QKeySequence& keys, void (HistoryView::*slot)()) {
+    auto* a = new QAction(text, table_);
+    a->setShortcut(keys);
+    a->setShortcutContext(Qt::WidgetShortcut);  // not while a cell editor has the keys
+    connect(a, &QAction::triggered, this, slot);
+    table_->addAction(a);
+    return a;
+  };
+  action(tr("Open in Dashboard"), QKeySequence(Qt::Key_Return), &HistoryView::openSelected);
+  action(tr("Rename"), QKeySequence(Qt::Key_F2), &HistoryView::renameCurrent);
+  QAction* separator = new QAction(table_);
+  separator->setSeparator(true);
+  table_->addAction(separator);
+  action(tr("Add tag…"), {}, &HistoryView::askAddTags);
+  action(tr("Remove tag…"), {}, &HistoryView::askRemoveTag);
+  action(tr("Notes…"), {}, &HistoryView::editNotesOfCurrent);
+  action(tr("Delete…"), QKeySequence::Delete, &HistoryView::askDelete);
+  table_->setContextMenuPolicy(Qt::ActionsContextMenu);
+}
+
+void HistoryView::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  refresh();
+}
+
+// ---- reads -----------------------------------------------------------------------------
+
+void HistoryView::setDatabase(const QString& path) {
+  if (path != database_) {
+    database_ = path;
+    ++generation_;
+    pendingSelection_.clear();
+    model_->clear();
+    last_ = {};
+  }
+  refresh();
+}
+
+void HistoryView::refresh() {
+  if (reader_.isRunning()) {
+    rereadWanted_ = true;  // the read under way may predate what the caller knows changed
+    return;
+  }
+  readGeneration_ = generation_;
+  const QString database = database_;
+  reader_.setFuture(QtConcurrent::run([database] { return readRuns(database); }));
+}
+
+void HistoryView::onRead() {
+  RunsRead read = reader_.result();
+  const bool current = readGeneration_ == generation_;
+  const bool again = rereadWanted_ || !current;
+  rereadWanted_ = false;
+  if (current) {
+    last_.now = read.now;
+    last_.missing = read.missing;
+    last_.problem = read.problem;
+    if (read.problem.isEmpty()) model_->setRuns(std::move(read.runs), read.now);
+    if (!columnsSized_ && model_->rowCount() > 0) {
+      columnsSized_ = true;
+      table_->resizeColumnToContents(RunTableModel::kTags);
+      const QAbstractItemView* view = table_;  // sizeHintForColumn is public there
+      QHeaderView* header = table_->horizontalHeader();
+      header->resizeSection(RunTableModel::kName,
+                            std::clamp(view->sizeHintForColumn(RunTableModel::kName), 120, 280));
+      header->resizeSection(RunTableModel::kTags,
+                            std::clamp(header->sectionSize(RunTableModel::kTags), 80, 220));
+    }
+    updateTagChoices();
+    applyPendingSelection();
+    updateSelectionDependents();
+    updateStatusLine();
+  }
+  if (again) {
+    refresh();
+    return;
+  }
+  emit refreshed();
+}
+
+void HistoryView::updateTagChoices() {
+  const QStringList tags = model_->allTags();
+  QStringList shown;
+  for (int i = 1; i < tagFilter_->count(); ++i) shown << tagFilter_->itemData(i).toString();
+  if (tags == shown) return;
+  const QString chosen = tagFilter_->currentData().toString();
+  {
+    const QSignalBlocker block(tagFilter_);
+    while (tagFilter_->count() > 1) tagFilter_->removeItem(1);
+    for (const QString& t : tags) tagFilter_->addItem(t, t);
+    const int at = tagFilter_->findData(chosen);
+    tagFilter_->setCurrentIndex(std::max(at, 0));
+  }
+  proxy_->setTag(tagFilter_->currentData().toString());  // a tag no run has any more: all
+}
+
+void HistoryView::updateStatusLine() {
+  if (!last_.problem.isEmpty()) {
+    statusLine_->setText(tr("Cannot read the runs: %1").arg(last_.problem));
+    statusLine_->setStyleSheet(QStringLiteral("color: #d9453a;"));
+    return;
+  }
+  statusLine_->setStyleSheet({});
+  if (database_.isEmpty()) {
+    statusLine_->setText(tr("No run database"));
+  } else if (last_.missing) {
+    statusLine_->setText(tr("No runs yet: %1 is created by the first run").arg(database_));
+  } else {
+    const int all = model_->rowCount(), shown = proxy_->rowCount();
+    QString text = plural(all, "run", "runs");
+    if (shown != all) text += tr(", %1 shown").arg(shown);
+    const int selected = static_cast<int>(selectedRuns().size());
+    if (selected > 0) text += tr(", %1 selected").arg(selected);
+    statusLine_->setText(text + QStringLiteral(" · ") + database_);
+  }
+}
+
+// ---- selection ---------------------------------------------------------------------------
+
+QList<qint64> HistoryView::selectedRuns() const {
+  QModelIndexList rows = table_->selectionModel()->selectedRows();
+  std::sort(rows.begin(), rows.end(),
+            [](const QModelIndex& a, const QModelIndex& b) { return a.row() < b.row(); });
+  QList<qint64> ids;
+  for (const QModelIndex& i : rows) ids << i.data(RunTableModel::kRunIdRole).toLongLong();
+  return ids;
+}
+
+void HistoryView::selectRuns(const QList<qint64>& ids) {
+  pendingSelection_ = ids;
+  table_->selectionModel()->clearSelection();
+  applyPendingSelection();
+}
+
+void HistoryView::applyPendingSelection() {
+  if (pendingSelection_.isEmpty()) return;
+  QItemSelection selection;
+  QList<qint64> notYet;
+  QModelIndex first;
+  for (qint64 id : pendingSelection_) {
+    const int sourceRow = model_->rowOfRun(id);
+    const QModelIndex at =
+        sourceRow < 0 ? QModelIndex() : proxy_->mapFromSource(model_->index(sourceRow, 0));
+    if (!at.isValid()) {
+      if (sourceRow < 0) notYet << id;  // filtered-out runs stay unselected
+      continue;
+    }
+    selection.select(at, at);
+    if (!first.isValid()) first = at;
+  }
+  pendingSelection_ = notYet;
+  if (selection.isEmpty()) return;
+  table_->selectionModel()->select(selection,
+                                   QItemSelectionModel::Select | QItemSelectionModel::Rows);
+  table_->selectionModel()->setCurrentIndex(first, QItemSelectionModel::NoUpdate);
+  table_->scrollTo(first);
+}
+
+QList<qint64> HistoryView::selectedOrCurrent() const {
+  QList<qint64> ids = selectedRuns();
+  const QModelIndex current = table_->currentIndex();
+  if (ids.isEmpty() && current.isValid())
+    ids << current.data(RunTableModel::kRunIdRole).toLongLong();
+  return ids;
+}
+
+void HistoryView::updateSelectionDependents() {
+  const QList<qint64> ids = selectedRuns();
+  openButton_->setEnabled(!ids.isEmpty());
+  renameButton_->setEnabled(ids.size() == 1);
+  notesButton_->setEnabled(ids.size() == 1);
+  addTagButton_->setEnabled(!ids.isEmpty());
+  deleteButton_->setEnabled(!ids.isEmpty());
+  bool anyTags = false;
+  std::vector<storage::RunInfo> runs;
+  for (qint64 id : ids) {
+    if (const storage::RunInfo* r = model_->run(id)) {
+      anyTags = anyTags || !r->tags.empty();
+      runs.push_back(*r);
+    }
+  }
+  removeTagButton_->setEnabled(anyTags);
+  // Oldest first, as `lattice runs compare` lists them: columns stay put when the table re-sorts.
+  std::sort(runs.begin(), runs.end(),
+            [](const storage::RunInfo& x, const storage::RunInfo& y) { return x.id < y.id; });
+  if (runs.size() >= 2) {
+    compare_->setRuns(runs, last_.now);
+    compare_->show();
+  } else {
+    compare_->hide();
+  }
+  updateStatusLine();
+}
+
+}  // namespace lattice::ui

@@ -1,0 +1,124 @@
+// The History view: every run of the run store in a sortable, filterable table (RunTableModel
+// behind RunFilterModel), edited in place (rename, tags, notes, delete after asking), and a
+// ComparePanel for two or more selected runs. Reads and writes run off the UI thread
+// (history_io.h); a visible view re-reads every kRefreshMs. Owns no plots: "Open in Dashboard"
+// and "Compare curves" hand the selected run ids to whoever shows curves.
+#pragma once
+
+#include <QFutureWatcher>
+#include <QList>
+#include <QStringList>
+#include <QTimer>
+#include <QWidget>
+
+#include "history/history_io.h"
+#include "history/run_table_model.h"
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSplitter;
+class QTableView;
+class QToolButton;
+
+namespace lattice::ui {
+
+class ComparePanel;
+class RunFilterModel;
+
+class HistoryView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit HistoryView(QWidget* parent = nullptr);
+
+  static constexpr int kRefreshMs = 2000;
+
+  // The run database to show (an absent file shows no runs until a run creates it).
+  void setDatabase(const QString& path);
+  const QString& database() const { return database_; }
+  // Re-reads now, off the UI thread; refreshed() follows.
+  void refresh();
+  QList<qint64> selectedRuns() const;  // in the table's order
+  // Selects exactly these runs (those not read yet are selected when they appear).
+  void selectRuns(const QList<qint64>& ids);
+
+  // Edits, written off the UI thread in the order asked; editsApplied() then refreshed()
+  // follow. A refused edit leaves the store as it was and shows the store's message.
+  void renameRun(qint64 id, const QString& name);
+  void addTags(const QList<qint64>& ids, const QStringList& tags);
+  void removeTags(const QList<qint64>& ids, const QStringList& tags);
+  void setNotes(qint64 id, const QString& notes);
+  // Asks first (a dialog naming the runs); false when the user declined.
+  bool deleteRuns(const QList<qint64>& ids);
+
+  QString errorText() const;  // the message shown above the table; empty when none
+  RunTableModel* tableModel() const { return model_; }
+  RunFilterModel* filterModel() const { return proxy_; }
+  QTableView* tableView() const { return table_; }
+  ComparePanel* comparePanel() const { return compare_; }
+
+ signals:
+  void openInDashboard(const QList<qint64>& runIds);
+  void refreshed();  // a read is shown, no newer one pending
+  // Every queued edit is written (refreshed() follows); the store's messages for those refused.
+  void editsApplied(const QStringList& errors);
+
+ protected:
+  void showEvent(QShowEvent* event) override;
+
+ private:
+  void buildToolbar();
+  void buildTable();
+  void onRead();
+  void queueEdits(const QList<RunEdit>& edits);
+  void startWrites();
+  void onWritten();
+  void showError(const QString& text);
+  void updateTagChoices();
+  void updateSelectionDependents();
+  void updateStatusLine();
+  void applyPendingSelection();
+  void openSelected();
+  void renameCurrent();
+  void editNotesOfCurrent();
+  void askAddTags();
+  void askRemoveTag();
+  void askDelete();
+  QList<qint64> selectedOrCurrent() const;
+
+  QString database_;
+  quint64 generation_ = 0;  // bumped by setDatabase: a read of the old file is dropped
+  RunTableModel* model_;
+  RunFilterModel* proxy_;
+  QTableView* table_ = nullptr;
+  ComparePanel* compare_;
+  QSplitter* splitter_ = nullptr;
+  QLineEdit* filterText_ = nullptr;
+  QComboBox* tagFilter_ = nullptr;
+  QComboBox* statusFilter_ = nullptr;
+  QPushButton* openButton_ = nullptr;
+  QPushButton* renameButton_ = nullptr;
+  QPushButton* addTagButton_ = nullptr;
+  QPushButton* removeTagButton_ = nullptr;
+  QPushButton* notesButton_ = nullptr;
+  QPushButton* deleteButton_ = nullptr;
+  QLabel* error_ = nullptr;
+  QToolButton* errorClose_ = nullptr;
+  QLabel* statusLine_ = nullptr;
+  QTimer timer_;
+
+  QFutureWatcher<RunsRead> reader_;
+  quint64 readGeneration_ = 0;
+  bool rereadWanted_ = false;
+  RunsRead last_;  // the last read shown (its runs moved into the model)
+
+  QFutureWatcher<QStringList> writer_;
+  QList<RunEdit> queuedEdits_;
+  QStringList writeErrors_;  // of the batches written since the queue was last empty
+  QList<qint64> pendingSelection_;
+  bool columnsSized_ = false;
+};
+
+}  // namespace lattice::ui

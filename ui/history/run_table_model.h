@@ -1,0 +1,88 @@
+// The History view's runs table: one row per run of RunStore::list_runs, in the store's order
+// (by id). setRuns() merges a fresh read into the rows in place (dataChanged for changed rows,
+// insert/remove for runs that appeared or went), so a periodic refresh keeps the view's
+// selection and scroll position. Edits in the name, tags and notes cells are requests
+// (editRequested): the store is written elsewhere and the next read shows the result.
+#pragma once
+
+#include <QAbstractTableModel>
+#include <QStringList>
+#include <vector>
+
+#include "lattice/storage/run_store.h"
+
+namespace lattice::ui {
+
+// A change a user asked for; HistoryView applies it to the store off the UI thread.
+struct RunEdit {
+  enum class Kind { kRename, kAddTags, kRemoveTags, kNotes, kDelete };
+  Kind kind = Kind::kRename;
+  qint64 runId = 0;
+  QString text;      // kRename: the new name; kNotes: the notes
+  QStringList tags;  // kAddTags, kRemoveTags
+};
+
+class RunTableModel : public QAbstractTableModel {
+  Q_OBJECT
+
+ public:
+  enum Column {
+    kId,
+    kName,
+    kStatus,
+    kLayout,
+    kModelSize,
+    kSteps,
+    kLoss,
+    kTokens,
+    kStarted,
+    kDuration,
+    kTags,
+    kNotes,
+    kColumnCount
+  };
+  // kSortRole: numbers as numbers (steps, loss, size, times), text otherwise; runs missing a
+  // value sort first. kRunIdRole: the run's id (any column). kTagsRole: its tags (QStringList).
+  // kStatusRole: its status name ("crashed" included). kSearchRole: name, tags and notes.
+  static constexpr int kSortRole = Qt::UserRole + 1;
+  static constexpr int kRunIdRole = Qt::UserRole + 2;
+  static constexpr int kTagsRole = Qt::UserRole + 3;
+  static constexpr int kStatusRole = Qt::UserRole + 4;
+  static constexpr int kSearchRole = Qt::UserRole + 5;
+
+  explicit RunTableModel(QObject* parent = nullptr);
+
+  // `runs` in the store's order (ascending id); `now` (Unix seconds) dates running runs.
+  void setRuns(std::vector<storage::RunInfo> runs, double now);
+  void clear();
+  const std::vector<storage::RunInfo>& runs() const { return runs_; }
+  int rowOfRun(qint64 id) const;  // -1 when absent
+  const storage::RunInfo* run(qint64 id) const;
+  QStringList allTags() const;  // sorted, once each
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation,
+                      int role = Qt::DisplayRole) const override;
+  Qt::ItemFlags flags(const QModelIndex& index) const override;
+  // Name, tags ("a, b") and notes cells: emits editRequested and returns false (the row shows
+  // the store's value until the next read).
+  bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
+
+ signals:
+  void editRequested(const QList<lattice::ui::RunEdit>& edits);
+
+ private:
+  QVariant display(const storage::RunInfo& r, int column) const;
+  QVariant sortValue(const storage::RunInfo& r, int column) const;
+  QVariant foreground(const storage::RunInfo& r, int column) const;
+
+  std::vector<storage::RunInfo> runs_;
+  double now_ = 0;
+};
+
+// "a, b, c" -> {"a", "b", "c"}: trimmed, empty parts dropped, duplicates once.
+QStringList parseTags(const QString& text);
+
+}  // namespace lattice::ui
