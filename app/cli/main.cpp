@@ -1,5 +1,5 @@
 // `lattice`: the command-line face of the engine. Subcommands: train, demo, eval, data,
-// plan, runs, version. Ckpt, generate and serve arrive with their issues.
+// plan, runs, ckpt, generate, serve, version.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -19,6 +19,8 @@ void print_usage(std::ostream& out) {
          "  plan      check a parallel layout and estimate its memory per pipeline stage\n"
          "  runs      the run database: list, show, export, compare, tag, rename, delete\n"
          "  ckpt      checkpoints: inspect, export-hf, import-hf, reshard\n"
+         "  generate  continue prompts with a trained model (sampling, streaming, log-probs)\n"
+         "  serve     the model over HTTP: Megatron's PUT /api and OpenAI's /v1/completions\n"
          "  version   print the version and the BLAS kernel in use\n";
 }
 
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
   if (command == "plan") return lattice::cli::plan_command(args);
   if (command == "ckpt") return lattice::cli::ckpt_command(args);
   if (command == "runs") return lattice::cli::runs_command(args);
+  if (command == "generate") return lattice::cli::generate_command(args);
+  if (command == "serve") return lattice::cli::serve_command(args);
   if (command == "version") {
     std::cout << "lattice " << LATTICE_VERSION << " (OpenBLAS kernel "
               << lattice::kernels::blas_core_name() << ")\n";

@@ -5,13 +5,14 @@
 #include <algorithm>
 
 #include "lattice/kernels.h"
+#include "parallel.h"
 
 namespace lattice::kernels {
 
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
                        int C, int vocab_begin, int vocab_end) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(B) * T_ * C >= cpu::kMinParallelWork)
   for (int bt = 0; bt < B * T_; bt++) {
     const int token = tokens[bt];
     T* o = out + static_cast<size_t>(bt) * C;

@@ -1,5 +1,6 @@
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 #include "lattice/kernels.h"
+#include "parallel.h"
 #include "vec_math.h"
 
 namespace lattice::kernels {
@@ -12,7 +13,7 @@ constexpr double kCubic = 0.044715;
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n) {
   const T a = static_cast<T>(kSqrt2OverPi), b = static_cast<T>(kCubic);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kMinParallelWork)
   for (size_t i = 0; i < n; i++) {
     const T x = inp[i];
     out[i] = T(0.5) * x * (T(1) + cpu::tanh_approx(a * (x + b * x * x * x)));

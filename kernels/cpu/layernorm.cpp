@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "lattice/kernels.h"
+#include "parallel.h"
 
 namespace lattice::kernels {
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(N) * C >= cpu::kMinParallelWork)
   for (int n = 0; n < N; n++) {
     const T* x = inp + static_cast<size_t>(n) * C;
     double sum = 0;

@@ -2,6 +2,7 @@
 // bias, which the linear layer already added), and its backward.
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
+#include "parallel.h"
 
 namespace lattice::kernels {
 
@@ -9,7 +10,7 @@ template <typename T>
 void residual_dropout_forward(T* out, const T* residual, const T* x, size_t n, float p,
                               uint64_t key, size_t index_offset) {
   if (p == 0.0f) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kMinParallelWork)
     for (size_t i = 0; i < n; i++) out[i] = (residual ? residual[i] : T(0)) + x[i];
     return;
   }

@@ -4,10 +4,17 @@
 
 #include <cstdint>
 
+// The CUDA kernels (kernels/cuda/) draw the same masks from device code.
+#ifdef __CUDACC__
+#define LATTICE_HOST_DEVICE __host__ __device__
+#else
+#define LATTICE_HOST_DEVICE
+#endif
+
 namespace lattice::kernels {
 
 // splitmix64's finaliser over (key, index): well mixed, cheap, vectorisable.
-inline uint64_t dropout_hash(uint64_t key, uint64_t index) {
+LATTICE_HOST_DEVICE inline uint64_t dropout_hash(uint64_t key, uint64_t index) {
   uint64_t z = key + (index + 1) * 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -15,17 +22,17 @@ inline uint64_t dropout_hash(uint64_t key, uint64_t index) {
 }
 
 // Keep threshold on the top 32 bits of the hash: kept when hash32 >= drop_threshold(p).
-inline uint32_t dropout_threshold(float p) {
+LATTICE_HOST_DEVICE inline uint32_t dropout_threshold(float p) {
   return static_cast<uint32_t>(static_cast<double>(p) * 4294967296.0);
 }
 
-inline bool dropout_keep(uint64_t key, uint64_t index, uint32_t threshold) {
+LATTICE_HOST_DEVICE inline bool dropout_keep(uint64_t key, uint64_t index, uint32_t threshold) {
   return static_cast<uint32_t>(dropout_hash(key, index) >> 32) >= threshold;
 }
 
 // Keys for the independent dropout sites of one forward pass.
-inline uint64_t dropout_key(uint64_t seed, uint64_t iteration, uint64_t micro_batch,
-                            uint64_t site) {
+LATTICE_HOST_DEVICE inline uint64_t dropout_key(uint64_t seed, uint64_t iteration,
+                                                uint64_t micro_batch, uint64_t site) {
   return dropout_hash(dropout_hash(dropout_hash(seed, iteration), micro_batch), site);
 }
 

@@ -96,6 +96,17 @@ void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, in
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,
                         int head_offset = 0, int total_heads = 0);
 
+// Incremental decoding (inference): M query rows, row m belonging to cache slot slots[m] at
+// position positions[m]. qkv (M, 3*NH*HS) in the per-head layout above. Each row's key and
+// value are first stored in k_cache, v_cache (slots, NH, max_T, HS) at (slot, head, position);
+// then out (M, NH*HS) = softmax(q k^T / sqrt(HS)) v over positions [0, positions[m]] of the
+// row's slot (rows of one call may read each other's keys: a whole prompt at once).
+// workspace: max_T elements per thread (num_threads() of them). No dropout.
+template <typename S>
+void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const int32_t* slots,
+                          const int32_t* positions, int M, int NH, int HS, int max_T,
+                          S* workspace);
+
 // Fused softmax + cross-entropy over logits (N, V): losses (N) = -log softmax(row)[target].
 // When dlogits is non-null it receives (softmax - onehot(target)) * grad_scale and may alias
 // logits (the logits are then consumed). Targets must lie in [0, V).

@@ -1,0 +1,266 @@
+// lattice serve: the model behind HTTP (serve_api.h). Rank 0 runs the HTTP server on a
+// background thread pool; its main thread is the one generation worker: it takes every request
+// waiting in the queue, runs them as one batch (sampling settings are per sequence), and
+// hands each caller its results. Under tensor parallelism the other ranks loop on
+// broadcast_requests and generate alongside; an empty batch tells them to stop. All MPI calls
+// stay on the main thread.
+#include <httplib.h>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <deque>
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "commands.h"
+#include "infer_setup.h"
+#include "serve_api.h"
+
+namespace lattice::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop = true;
+}
+
+struct ServeFlags {
+  std::string host = "127.0.0.1";
+  int port = 5000;
+  int max_batch_size = 64;
+  int threads_http = 128;
+};
+
+constexpr const char* kUsage =
+    "usage: lattice serve (--load DIR | --load-hf FILE [model flags]) [--host H] [--port P]\n\n"
+    "Serves the model over HTTP: Megatron-LM's PUT /api ({\"prompts\": [...],\n"
+    "\"tokens_to_generate\": N, ...}) and OpenAI's POST /v1/completions. Concurrent requests\n"
+    "are batched. Under `mpirun -n T` with --tensor-model-parallel-size T, rank 0 serves.\n"
+    "Stop it with Ctrl-C or SIGTERM.\n\n";
+
+// One HTTP call's prompts, waiting for the worker.
+struct Job {
+  std::vector<GenerationRequest> requests;
+  std::promise<Result<std::vector<GenerationResult>>> done;
+};
+
+class JobQueue {
+ public:
+  std::future<Result<std::vector<GenerationResult>>> push(std::vector<GenerationRequest> r) {
+    auto job = std::make_shared<Job>();
+    job->requests = std::move(r);
+    auto f = job->done.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    ready_.notify_one();
+    return f;
+  }
+  // Waits up to `wait` for work; takes waiting jobs while their prompts fit `max_prompts`
+  // (always at least one job).
+  std::vector<std::shared_ptr<Job>> take(size_t max_prompts, std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_.wait_for(lock, wait, [&] { return !jobs_.empty(); });
+    std::vector<std::shared_ptr<Job>> out;
+    size_t prompts = 0;
+    while (!jobs_.empty() &&
+           (out.empty() || prompts + jobs_.front()->requests.size() <= max_prompts)) {
+      prompts += jobs_.front()->requests.size();
+      out.push_back(std::move(jobs_.front()));
+      jobs_.pop_front();
+    }
+    return out;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+};
+
+// Seeds for requests that name none: fresh per call, as Megatron's random_seed -1.
+uint64_t fresh_seed() {
+  static std::mutex m;
+  static std::mt19937_64 rng(std::random_device{}());
+  std::lock_guard<std::mutex> lock(m);
+  return rng() >> 1;
+}
+
+void reply(httplib::Response& res, int status, const std::string& body) {
+  res.status = status;
+  res.set_content(body, "application/json");
+}
+
+// Rank 0's worker loop: batches from the queue until a stop signal.
+void serve_batches(Comm& comm, Generator& gen, JobQueue& queue, size_t max_prompts) {
+  while (!g_stop) {
+    std::vector<std::shared_ptr<Job>> jobs =
+        queue.take(max_prompts, std::chrono::milliseconds(100));
+    if (jobs.empty()) continue;
+    std::vector<GenerationRequest> batch;
+    for (const auto& j : jobs) batch.insert(batch.end(), j->requests.begin(), j->requests.end());
+    if (comm.size() > 1)
+      if (Status s = broadcast_requests(comm, batch, 0); !s) comm.abort(s.message(), 1);
+    Result<std::vector<GenerationResult>> results = gen.generate(batch);
+    size_t at = 0;
+    for (const auto& j : jobs) {
+      if (!results) {
+        j->done.set_value(results.status());
+        continue;
+      }
+      std::vector<GenerationResult> mine(
+          std::make_move_iterator(results->begin() + at),
+          std::make_move_iterator(results->begin() + at + j->requests.size()));
+      at += j->requests.size();
+      j->done.set_value(std::move(mine));
+    }
+  }
+  if (comm.size() > 1) {
+    std::vector<GenerationRequest> none;
+    (void)broadcast_requests(comm, none, 0);
+  }
+}
+
+// The other tensor-parallel ranks: generate whatever rank 0 sends until it sends nothing.
+void follow_batches(Comm& comm, Generator& gen) {
+  for (;;) {
+    std::vector<GenerationRequest> batch;
+    if (Status s = broadcast_requests(comm, batch, 0); !s) comm.abort(s.message(), 1);
+    if (batch.empty()) return;
+    (void)gen.generate(batch);
+  }
+}
+
+}  // namespace
+
+int serve_command(const std::vector<std::string>& args) {
+  ServeFlags f;
+  const std::vector<FlagSpec> specs = {
+      {"host", "address to listen on", &f.host},
+      {"port", "port to listen on", &f.port},
+      {"max-batch-size", "sequences decoded together", &f.max_batch_size},
+      {"http-threads", "connections served at once", &f.threads_http},
+  };
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage << flags_help(specs) << "\n" << kModelFlagsHelp;
+      return 0;
+    }
+  std::vector<std::string> rest;
+  std::vector<std::string> errors = take_flags(args, specs, {}, rest);
+  if (f.port < 0 || f.port > 65535) errors.push_back("--port must lie in [0, 65535]");
+  if (f.max_batch_size < 1) errors.push_back("--max-batch-size must be 1 or more");
+  if (f.threads_http < 1) errors.push_back("--http-threads must be 1 or more");
+  if (!errors.empty()) {
+    std::string all;
+    for (const std::string& e : errors) all += (all.empty() ? "" : "\n") + e;
+    print_error("serve", all);
+    return 2;
+  }
+  int code = 0;
+  std::unique_ptr<InferenceSetup> setup = setup_inference("serve", rest, f.max_batch_size, &code);
+  if (!setup) {
+    finalize_comm();
+    return code;
+  }
+  Comm& comm = *setup->world;
+  Generator& gen = *setup->generator;
+  const Tokenizer& tok = *setup->tokenizer;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  if (!setup->rank0()) {
+    follow_batches(comm, gen);
+    setup.reset();
+    finalize_comm();
+    return 0;
+  }
+
+  JobQueue queue;
+  httplib::Server server;
+  const int http_threads = f.threads_http;
+  server.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  server.set_payload_max_length(16 << 20);
+  // Clients wait for a whole batch to generate: generous timeouts, and keep-alive connections
+  // that are not closed every few requests (cpp-httplib's default is 5 requests, 5 s).
+  server.set_keep_alive_max_count(100000);
+  server.set_keep_alive_timeout(120);
+  server.set_read_timeout(120, 0);
+  server.set_write_timeout(120, 0);
+  std::atomic<uint64_t> counter{0};
+  server.Put("/api", [&](const httplib::Request& req, httplib::Response& res) {
+    ApiCall call = parse_megatron_api(req.body, tok, gen, fresh_seed());
+    if (!call.ok) return reply(res, 400, megatron_error(call.error));
+    Result<std::vector<GenerationResult>> r = queue.push(call.requests).get();
+    if (!r) return reply(res, 400, megatron_error(r.status().message()));
+    reply(res, 200, megatron_response(call, *r, tok));
+  });
+  server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
+    ApiCall call = parse_completions(req.body, tok, gen, fresh_seed());
+    if (!call.ok) return reply(res, 400, openai_error(call.error));
+    Result<std::vector<GenerationResult>> r = queue.push(call.requests).get();
+    if (!r) return reply(res, 400, openai_error(r.status().message()));
+    const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+    reply(res, 200,
+          completions_response(call, *r, tok, "cmpl-" + std::to_string(++counter), created));
+  });
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.status == 404)
+      res.set_content(megatron_error("no route " + req.method + " " + req.path +
+                                     "; the API is PUT /api and POST /v1/completions"),
+                      "application/json");
+    else if (res.body.empty())
+      res.set_content(megatron_error("HTTP error " + std::to_string(res.status)),
+                      "application/json");
+  });
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        reply(res, 500, megatron_error(what));
+      });
+  int port = f.port;
+  if (port == 0) {
+    port = server.bind_to_any_port(f.host);
+  } else if (!server.bind_to_port(f.host, port)) {
+    port = -1;
+  }
+  if (port < 0) {
+    print_error("serve", "cannot listen on " + f.host + ":" + std::to_string(f.port) +
+                             " (--host / --port: in use, or not an address of this machine)");
+    g_stop = true;
+    serve_batches(comm, gen, queue, kMaxPrompts);  // releases the other ranks
+    setup.reset();
+    finalize_comm();
+    return 1;
+  }
+  std::thread http([&] { server.listen_after_bind(); });
+  const ModelConfig& m = gen.config();
+  std::printf(
+      "serving %d layers, hidden %d, vocab %d (%s) on http://%s:%d  (PUT /api, POST "
+      "/v1/completions; TP %d)\n",
+      m.num_layers, m.hidden_size, m.vocab_size, tok.type().c_str(), f.host.c_str(), port,
+      comm.size());
+  std::fflush(stdout);
+  serve_batches(comm, gen, queue, std::max<size_t>(kMaxPrompts, f.max_batch_size));
+  server.stop();
+  http.join();
+  std::printf("stopped\n");
+  setup.reset();
+  finalize_comm();
+  return 0;
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,356 @@
+// Generator (infer.h): loading a model for inference and the generation loop. A group of
+// sequences shares one key/value cache (one slot each): first every prompt token is run
+// (prefill, in chunks of max_prefill_rows rows), then one row per live sequence per step until
+// each has its tokens, its EOD or a stop string.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/hf_gpt2.h"
+#include "infer/infer_model.h"
+#include "infer/sampling.h"
+#include "lattice/infer.h"
+#include "model/gpt.h"
+
+namespace lattice {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// --load as given: an iteration directory, or a save directory's latest (or --ckpt-step).
+Result<CheckpointRef> resolve_checkpoint(const std::string& path, int step) {
+  std::error_code ec;
+  if (fs::exists(path + "/metadata.json", ec)) {
+    CheckpointRef ref;
+    ref.path = path;
+    ref.dir = fs::path(path).parent_path().string();
+    return ref;
+  }
+  return find_checkpoint(path, step);
+}
+
+// Copies this shard's slice of tensor `t` out of the global tensor `global` (saved_shape).
+// The word embedding may be padded to another length (another TP size saved it): missing
+// rows are zero, extra ones dropped.
+Status take_slice(const ParamTensor& t, std::vector<int64_t> shape,
+                  const std::vector<float>& global, float* out, const std::string& where) {
+  if (t.name == "embedding.word_embeddings.weight" && shape.size() == 2 &&
+      shape[1] == t.global_shape[1])
+    shape[0] = t.global_shape[0];
+  if (shape != t.global_shape)
+    return Status::invalid_argument(where + " holds " + t.name + " with another shape than " +
+                                    "this model's");
+  const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                        t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+  for (size_t i = 0; i < t.numel; i++) {
+    const size_t g = map.global_index(i);
+    out[i] = g < global.size() ? global[g] : 0.0f;
+  }
+  return Status::ok();
+}
+
+Status load_checkpoint_weights(CheckpointReader& reader, InferenceModel& model) {
+  std::vector<int64_t> shape;
+  std::vector<float> global;
+  for (const ParamTensor& t : model.layout().tensors()) {
+    if (Status s = reader.read_global("model", t.name, shape, global); !s) return s;
+    if (Status s = take_slice(t, shape, global, model.params() + t.offset, reader.path()); !s)
+      return s;
+  }
+  return Status::ok();
+}
+
+Status load_hf_weights(const std::string& path, const ModelConfig& config, InferenceModel& model) {
+  const ParamLayout full(config);
+  std::vector<float> params(full.total_numel(), 0.0f);
+  if (Status s = import_hf_gpt2(path, config, full, params.data()); !s) return s;
+  std::vector<float> global;
+  for (const ParamTensor& t : model.layout().tensors()) {
+    const ParamTensor* whole = full.find(t.name);
+    global.assign(params.begin() + whole->offset, params.begin() + whole->offset + whole->numel);
+    if (Status s = take_slice(t, whole->global_shape, global, model.params() + t.offset, path); !s)
+      return s;
+  }
+  return Status::ok();
+}
+
+// The rules a model must meet to be split over `t` ranks, one sentence each.
+Status check_tensor_parallel(const ModelConfig& m, int t) {
+  std::string errors;
+  for (const std::string& e : m.validate()) errors += (errors.empty() ? "" : "\n") + e;
+  if (m.num_attention_heads % t != 0)
+    errors += (errors.empty() ? "" : "\n") + std::string("--tensor-model-parallel-size ") +
+              std::to_string(t) + " does not divide the model's " +
+              std::to_string(m.num_attention_heads) + " attention heads";
+  if (m.ffn() % t != 0)
+    errors += (errors.empty() ? "" : "\n") + std::string("--tensor-model-parallel-size ") +
+              std::to_string(t) + " does not divide the model's FFN width " +
+              std::to_string(m.ffn());
+  return errors.empty() ? Status::ok() : Status::invalid_argument(errors);
+}
+
+// Where one sequence of a group stands.
+struct Live {
+  int index = 0;   // into the request list
+  int length = 0;  // tokens so far (prompt + generated)
+  bool done = false;
+  size_t stop_at = std::string::npos;  // where a stop string starts in the generated text
+  std::mt19937_64 rng;
+};
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEod:
+      return "eod";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      break;
+  }
+  return "length";
+}
+
+Generator::Generator(std::unique_ptr<InferenceModel> model, int max_batch, int max_rows)
+    : model_(std::move(model)),
+      max_batch_(std::max(1, max_batch)),
+      max_rows_(std::max({1, max_rows, max_batch})) {
+  eod_ = model_->config().vocab_size - 1;
+}
+
+Generator::~Generator() = default;
+
+const ModelConfig& Generator::config() const {
+  return model_->config();
+}
+int Generator::context_length() const {
+  return model_->config().max_positions();
+}
+
+void Generator::set_tokenizer(const Tokenizer* tokenizer) {
+  tokenizer_ = tokenizer;
+  eod_ = tokenizer ? tokenizer->eod() : model_->config().vocab_size - 1;
+}
+
+Result<std::unique_ptr<Generator>> Generator::load(const InferenceOptions& o, Comm* tp) {
+  const int t = tp ? tp->size() : 1;
+  if (!o.load.empty() && !o.load_hf.empty())
+    return Status::invalid_argument("--load and --load-hf both name a model; give one");
+  if (o.load.empty() && o.load_hf.empty())
+    return Status::invalid_argument(
+        "no model: give --load DIR (a Lattice checkpoint) or --load-hf FILE (GPT-2 safetensors)");
+  ModelConfig m = o.model;
+  std::unique_ptr<CheckpointReader> reader;
+  if (!o.load.empty()) {
+    Result<CheckpointRef> ref = resolve_checkpoint(o.load, o.ckpt_step);
+    if (!ref) return ref.status();
+    Result<std::unique_ptr<CheckpointReader>> opened = CheckpointReader::open(ref->path);
+    if (!opened) return opened.status();
+    reader = std::move(*opened);
+    m = reader->model();
+  } else {
+    std::error_code ec;
+    if (!fs::is_regular_file(o.load_hf, ec))
+      return Status::invalid_argument("--load-hf " + o.load_hf + ": no such file");
+  }
+  m.tensor_model_parallel_size = t;
+  m.attention_dropout = m.hidden_dropout = 0.0f;
+  if (Status s = check_tensor_parallel(m, t); !s) return s;
+  auto model = std::make_unique<InferenceModel>(m, tp);
+  const Status loaded =
+      reader ? load_checkpoint_weights(*reader, *model) : load_hf_weights(o.load_hf, m, *model);
+  if (!loaded) return loaded;
+  return std::unique_ptr<Generator>(
+      new Generator(std::move(model), o.max_batch_size, o.max_prefill_rows));
+}
+
+std::unique_ptr<Generator> Generator::random(const ModelConfig& config, uint64_t seed, Comm* tp,
+                                             int max_batch_size) {
+  ModelConfig m = config;
+  m.tensor_model_parallel_size = tp ? tp->size() : 1;
+  m.attention_dropout = m.hidden_dropout = 0.0f;
+  auto model = std::make_unique<InferenceModel>(m, tp);
+  // The training model's initialisation of the same shard: the same weights whatever the
+  // layout (gpt.h init_weights).
+  GptModel<float> init(m, model->layout().shard(), 1, nullptr, RecomputePlan{});
+  init.init_weights(seed);
+  std::copy_n(init.params(), init.arena_size(), model->params());
+  return std::unique_ptr<Generator>(new Generator(std::move(model), max_batch_size, 256));
+}
+
+Status Generator::check(const GenerationRequest& r) const {
+  const int T = context_length(), V = config().vocab_size;
+  if (r.prompt.empty()) return Status::invalid_argument("the prompt is empty (no tokens)");
+  if (static_cast<int>(r.prompt.size()) > T)
+    return Status::invalid_argument("the prompt has " + std::to_string(r.prompt.size()) +
+                                    " tokens; the model's context is " + std::to_string(T));
+  for (int32_t id : r.prompt)
+    if (id < 0 || id >= V)
+      return Status::invalid_argument("token id " + std::to_string(id) +
+                                      " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  if (r.tokens_to_generate < 0)
+    return Status::invalid_argument("tokens to generate must be 0 or more, not " +
+                                    std::to_string(r.tokens_to_generate));
+  const SamplingParams& p = r.sampling;
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+    return Status::invalid_argument("temperature must be a finite number >= 0 (0: greedy)");
+  if (p.top_k < 0) return Status::invalid_argument("top-k must be >= 0 (0: off, 1: greedy)");
+  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f))
+    return Status::invalid_argument("top-p must lie in [0, 1] (0: off)");
+  if (!r.stop.empty() && !tokenizer_)
+    return Status::invalid_argument("stop strings need a tokenizer");
+  for (const std::string& s : r.stop)
+    if (s.empty()) return Status::invalid_argument("a stop string is empty");
+  return Status::ok();
+}
+
+Result<std::vector<GenerationResult>> Generator::generate(
+    const std::vector<GenerationRequest>& requests, const OnToken& on_token) {
+  for (size_t i = 0; i < requests.size(); i++)
+    if (Status s = check(requests[i]); !s)
+      return Status::invalid_argument(
+          (requests.size() > 1 ? "prompt " + std::to_string(i + 1) + ": " : std::string()) +
+          s.message());
+  std::vector<GenerationResult> results(requests.size());
+  for (size_t first = 0; first < requests.size(); first += max_batch_) {
+    const size_t count = std::min(requests.size() - first, static_cast<size_t>(max_batch_));
+    if (Status s = generate_group(requests, first, count, results, on_token); !s) return s;
+  }
+  return results;
+}
+
+Status Generator::generate_group(const std::vector<GenerationRequest>& requests, size_t first,
+                                 size_t count, std::vector<GenerationResult>& results,
+                                 const OnToken& on_token) {
+  InferenceModel& model = *model_;
+  model.reserve(static_cast<int>(count), max_rows_);
+  const int V = config().vocab_size, T = context_length();
+  std::vector<Live> live(count);
+  SamplingScratch scratch;
+  for (size_t s = 0; s < count; s++) {
+    live[s].index = static_cast<int>(first + s);
+    live[s].length = static_cast<int>(requests[first + s].prompt.size());
+    live[s].rng.seed(requests[first + s].sampling.seed);
+    GenerationResult& res = results[first + s];
+    res = GenerationResult{};
+    if (requests[first + s].prompt_logprobs)
+      res.prompt_logprobs.assign(requests[first + s].prompt.size() - 1, 0.0f);
+    if (requests[first + s].tokens_to_generate == 0) live[s].done = true;
+  }
+  // Takes the next token of slot s from its logits (padded V; only real ids are drawn).
+  auto advance = [&](size_t s, const float* logits) {
+    Live& q = live[s];
+    const GenerationRequest& req = requests[q.index];
+    GenerationResult& res = results[q.index];
+    const int32_t token = sample_token(logits, V, req.sampling, q.rng, scratch);
+    const float logprob = req.logprobs ? token_logprob(logits, V, token) : 0.0f;
+    res.tokens.push_back(token);
+    if (req.logprobs) res.logprobs.push_back(logprob);
+    q.length++;
+    if (on_token) on_token(q.index, token, logprob);
+    if (req.stop_at_eod && token == eod_) {
+      res.finish = FinishReason::kEod;
+      q.done = true;
+    } else if (!req.stop.empty()) {
+      const std::string text = tokenizer_->decode(res.tokens);
+      for (const std::string& stop : req.stop)
+        if (size_t at = text.find(stop); at != std::string::npos) {
+          q.stop_at = std::min(q.stop_at, at);
+          res.finish = FinishReason::kStop;
+          q.done = true;
+        }
+    }
+    // Length: asked-for tokens, or the context is full (the new token has no position).
+    if (!q.done && (static_cast<int>(res.tokens.size()) >= req.tokens_to_generate || q.length >= T))
+      q.done = true;
+  };
+
+  // Prefill: every prompt token as a row, in chunks; logits for each prompt's last row (and
+  // every row when its prompt's log-probabilities are wanted).
+  std::vector<int32_t> tokens, slots, positions, logit_rows;
+  struct Origin {
+    int slot, position;
+  };
+  std::vector<Origin> origins;
+  auto flush = [&]() {
+    const float* logits = model.forward(tokens.data(), slots.data(), positions.data(),
+                                        static_cast<int>(tokens.size()), logit_rows.data(),
+                                        static_cast<int>(logit_rows.size()));
+    for (size_t i = 0; i < logit_rows.size(); i++) {
+      const float* row = logits + i * static_cast<size_t>(model.padded_vocab());
+      const Origin o = origins[i];
+      const GenerationRequest& req = requests[first + o.slot];
+      const int n = static_cast<int>(req.prompt.size());
+      if (req.prompt_logprobs && o.position + 1 < n)
+        results[first + o.slot].prompt_logprobs[o.position] =
+            token_logprob(row, V, req.prompt[o.position + 1]);
+      if (o.position == n - 1 && !live[o.slot].done) advance(o.slot, row);
+    }
+    tokens.clear();
+    slots.clear();
+    positions.clear();
+    logit_rows.clear();
+    origins.clear();
+  };
+  for (size_t s = 0; s < count; s++) {
+    const GenerationRequest& req = requests[first + s];
+    const int n = static_cast<int>(req.prompt.size());
+    for (int p = 0; p < n; p++) {
+      if (static_cast<int>(tokens.size()) == max_rows_) flush();
+      if (req.prompt_logprobs || p == n - 1) {
+        logit_rows.push_back(static_cast<int32_t>(tokens.size()));
+        origins.push_back({static_cast<int>(s), p});
+      }
+      tokens.push_back(req.prompt[p]);
+      slots.push_back(static_cast<int32_t>(s));
+      positions.push_back(p);
+    }
+  }
+  if (!tokens.empty()) flush();
+
+  // Decoding: one row per live sequence, its newest token at the next position.
+  std::vector<size_t> active;
+  for (;;) {
+    active.clear();
+    for (size_t s = 0; s < count; s++)
+      if (!live[s].done) active.push_back(s);
+    if (active.empty()) break;
+    tokens.resize(active.size());
+    slots.resize(active.size());
+    positions.resize(active.size());
+    logit_rows.resize(active.size());
+    for (size_t i = 0; i < active.size(); i++) {
+      const size_t s = active[i];
+      tokens[i] = results[first + s].tokens.back();
+      slots[i] = static_cast<int32_t>(s);
+      positions[i] = live[s].length - 1;
+      logit_rows[i] = static_cast<int32_t>(i);
+    }
+    const float* logits = model.forward(tokens.data(), slots.data(), positions.data(),
+                                        static_cast<int>(active.size()), logit_rows.data(),
+                                        static_cast<int>(active.size()));
+    for (size_t i = 0; i < active.size(); i++)
+      advance(active[i], logits + i * static_cast<size_t>(model.padded_vocab()));
+  }
+  tokens.clear();
+  slots.clear();
+  positions.clear();
+  logit_rows.clear();
+
+  if (tokenizer_)
+    for (size_t s = 0; s < count; s++) {
+      GenerationResult& res = results[first + s];
+      std::vector<int32_t> ids = res.tokens;
+      if (res.finish == FinishReason::kEod && !ids.empty()) ids.pop_back();
+      res.text = tokenizer_->decode(ids);
+      if (live[s].stop_at != std::string::npos) res.text.resize(live[s].stop_at);
+    }
+  return Status::ok();
+}
+
+}  // namespace lattice

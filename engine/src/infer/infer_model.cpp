@@ -1,0 +1,152 @@
+// InferenceModel (infer_model.h): the forward of GptModel's layers (gpt_layer.cpp) restated
+// for rows and a key/value cache, through the same kernels.
+#include "infer/infer_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "lattice/kernels.h"
+
+namespace lattice {
+
+namespace k = kernels;
+
+namespace {
+size_t padded(size_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+ModelShard whole_model_shard(int tp_rank, int tp_size) {
+  ModelShard s;
+  s.tp_rank = tp_rank;
+  s.tp_size = tp_size;
+  return s;
+}
+}  // namespace
+
+InferenceModel::InferenceModel(const ModelConfig& config, Comm* tp)
+    : config_(config),
+      tp_(tp),
+      t_(tp ? tp->size() : 1),
+      tp_rank_(tp ? tp->rank() : 0),
+      L_(config.num_layers),
+      C_(config.hidden_size),
+      F_(config.ffn()),
+      NH_(config.num_attention_heads),
+      HS_(config.head_size()),
+      T_(config.max_positions()),
+      V_(config.padded_vocab_size()),
+      Ct_(C_ / t_),
+      Ft_(F_ / t_),
+      Ht_(NH_ / t_),
+      Vt_(V_ / t_),
+      layout_(config, whole_model_shard(tp_rank_, t_)) {
+  params_.assign(layout_.total_numel(), 0.0f);
+}
+
+void InferenceModel::reserve(int slots, int max_rows) {
+  if (slots > slots_) {
+    slots_ = slots;
+    const size_t per_layer = 2 * static_cast<size_t>(slots_) * Ht_ * T_ * HS_;
+    // Old cache contents are not kept: reserve() is called between generations.
+    cache_.assign(0, 0.0f);
+    cache_.resize(per_layer * L_);
+  }
+  if (max_rows > max_rows_) {
+    max_rows_ = max_rows;
+    const size_t R = max_rows_;
+    const size_t sizes[] = {R * C_, R * C_, R, R, R * 3 * Ct_, R * Ct_, R * C_, R * Ft_};
+    float** ptrs[] = {&x_, &ln_, &mean_, &rstd_, &qkv_, &att_, &proj_, &fc_};
+    size_t total = 0;
+    for (size_t s : sizes) total += padded(s);
+    scratch_.assign(total, 0.0f);
+    float* p = scratch_.data();
+    for (size_t i = 0; i < std::size(sizes); i++) {
+      *ptrs[i] = p;
+      p += padded(sizes[i]);
+    }
+  }
+}
+
+void InferenceModel::all_reduce(float* data, size_t n) {
+  if (t_ == 1) return;
+  if (Status s = tp_->all_reduce(data, n, DType::kFloat32, ReduceOp::kSum); !s)
+    tp_->abort("tensor-parallel communication failed during generation: " + s.message(), 1);
+}
+
+// x (M, C) += inp (M, K) @ weight (C, K)^T summed over TP ranks, + bias (C).
+void InferenceModel::row_parallel(float* x, const float* inp, const float* weight,
+                                  const float* bias, int M, int K) {
+  const size_t MC = static_cast<size_t>(M) * C_;
+  if (t_ == 1) {
+    k::matmul_forward(proj_, inp, weight, bias, M, K, C_);
+  } else {
+    k::matmul_forward<float>(proj_, inp, weight, nullptr, M, K, C_);
+    all_reduce(proj_, MC);
+    k::add_bias(proj_, bias, M, C_);
+  }
+  k::residual_dropout_forward<float>(x, x, proj_, MC, 0.0f, 0);
+}
+
+const float* InferenceModel::forward(const int32_t* tokens, const int32_t* slots,
+                                     const int32_t* positions, int M, const int32_t* logit_rows,
+                                     int K) {
+  const auto& tensors = layout_.tensors();
+  const float* P = params_.data();
+  const float* wte = P + tensors[layout_.word_embedding_index()].offset;
+  const float* wpe = P + tensors[layout_.position_embedding_index()].offset;
+  const size_t MC = static_cast<size_t>(M) * C_;
+  // Embedding: vocabulary-parallel lookup summed over ranks, then the positions.
+  const int v0 = tp_rank_ * Vt_;
+  k::embedding_forward<float>(x_, tokens, wte, nullptr, M, 1, C_, v0, v0 + Vt_);
+  all_reduce(x_, MC);
+  for (int m = 0; m < M; m++) {
+    float* row = x_ + static_cast<size_t>(m) * C_;
+    const float* pos = wpe + static_cast<size_t>(positions[m]) * C_;
+#pragma omp simd
+    for (int c = 0; c < C_; c++) row[c] += pos[c];
+  }
+  const size_t cache_layer = 2 * static_cast<size_t>(slots_) * Ht_ * T_ * HS_;
+  const size_t ws = static_cast<size_t>(k::num_threads()) * T_;
+  if (attn_ws_.size() < ws) attn_ws_.resize(ws);
+  for (int l = 0; l < L_; l++) {
+    const LayerParams<const float> w = layout_.layer(P, l);
+    float* k_cache = cache_.data() + l * cache_layer;
+    float* v_cache = k_cache + cache_layer / 2;
+    k::layernorm_forward(ln_, mean_, rstd_, x_, w.ln1_w, w.ln1_b, M, C_);
+    k::matmul_forward(qkv_, ln_, w.qkv_w, w.qkv_b, M, C_, 3 * Ct_);
+    k::attention_kv_forward(att_, k_cache, v_cache, qkv_, slots, positions, M, Ht_, HS_, T_,
+                            attn_ws_.data());
+    row_parallel(x_, att_, w.proj_w, w.proj_b, M, Ct_);
+    k::layernorm_forward(ln_, mean_, rstd_, x_, w.ln2_w, w.ln2_b, M, C_);
+    k::matmul_forward(fc_, ln_, w.fc1_w, w.fc1_b, M, C_, Ft_);
+    k::gelu_forward(fc_, fc_, static_cast<size_t>(M) * Ft_);
+    row_parallel(x_, fc_, w.fc2_w, w.fc2_b, M, Ft_);
+  }
+  if (K == 0) return nullptr;
+  // Final LayerNorm and the tied LM head on the wanted rows only.
+  const ParamTensor& lnf = tensors[layout_.final_norm_index()];
+  for (int i = 0; i < K; i++)
+    std::copy_n(x_ + static_cast<size_t>(logit_rows[i]) * C_, C_,
+                proj_ + static_cast<size_t>(i) * C_);
+  k::layernorm_forward(ln_, mean_, rstd_, proj_, P + lnf.offset, P + lnf.offset + C_, K, C_);
+  const size_t local = static_cast<size_t>(K) * Vt_;
+  if (logits_local_.size() < local) logits_local_.resize(local);
+  k::matmul_forward<float>(logits_local_.data(), ln_, wte, nullptr, K, C_, Vt_);
+  if (t_ == 1) return logits_local_.data();
+  if (logits_gathered_.size() < local * t_) logits_gathered_.resize(local * t_);
+  if (logits_.size() < local * t_) logits_.resize(local * t_);
+  const std::vector<size_t> counts(t_, local);
+  if (Status s =
+          tp_->all_gather(logits_local_.data(), logits_gathered_.data(), counts, DType::kFloat32);
+      !s)
+    tp_->abort("tensor-parallel communication failed during generation: " + s.message(), 1);
+  // (t, K, V/t) -> (K, V): rank r holds vocabulary [r V/t, (r+1) V/t).
+  for (int r = 0; r < t_; r++)
+    for (int i = 0; i < K; i++)
+      std::copy_n(logits_gathered_.data() + (static_cast<size_t>(r) * K + i) * Vt_, Vt_,
+                  logits_.data() + static_cast<size_t>(i) * V_ + static_cast<size_t>(r) * Vt_);
+  return logits_.data();
+}
+
+}  // namespace lattice

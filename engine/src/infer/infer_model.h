@@ -1,0 +1,75 @@
+// The GPT-2 forward for inference: one tensor-parallel shard of the whole model (all layers,
+// embeddings and head) with a key/value cache, run on "rows" (one token of one sequence at a
+// known position) rather than on (B, T) blocks. A prompt is its rows all at once (prefill), a
+// decoding step is one row per live sequence, so sequences of different lengths share every
+// matrix product. Tensor parallelism as in training (docs/design-notes.md#tensor-parallelism):
+// QKV and FC1 column-parallel, the projections row-parallel (all-reduce, then the bias), the
+// embedding and LM head vocabulary-parallel; the logits are all-gathered so every rank samples
+// the same token. Non-goals: pipeline stages, sequence parallelism, dropout. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lattice/comm.h"
+#include "lattice/model_config.h"
+#include "model/param_layout.h"
+
+namespace lattice {
+
+class InferenceModel {
+ public:
+  // `tp` may be null (one process); otherwise this is rank tp->rank() of tp->size(), and
+  // config.tensor_model_parallel_size must equal tp->size() (the vocabulary padding).
+  InferenceModel(const ModelConfig& config, Comm* tp);
+
+  const ModelConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  float* params() { return params_.data(); }
+  int padded_vocab() const { return V_; }
+
+  // Sizes the key/value cache for `slots` sequences of up to max_positions tokens and the
+  // scratch for `max_rows` rows per forward; grows only (buffers are reused across calls).
+  void reserve(int slots, int max_rows);
+  int num_slots() const { return slots_; }
+  int max_rows() const { return max_rows_; }
+
+  // Runs M rows: tokens, slots, positions (M); a slot's rows in increasing position order, its
+  // earlier positions already in the cache. Returns the full-vocabulary logits (K, padded V) of
+  // the rows listed in logit_rows (K indices into [0, M)), valid until the next call; null when
+  // K == 0. M <= max_rows(), K <= M. Collective over the TP group.
+  const float* forward(const int32_t* tokens, const int32_t* slot_ids, const int32_t* positions,
+                       int M, const int32_t* logit_rows, int K);
+
+  // Bytes held: weights, and cache + scratch.
+  size_t weight_bytes() const { return params_.size() * sizeof(float); }
+  size_t cache_bytes() const { return (cache_.size() + scratch_.size()) * sizeof(float); }
+
+ private:
+  void row_parallel(float* x, const float* inp, const float* weight, const float* bias, int M,
+                    int K);
+  void all_reduce(float* data, size_t n);
+
+  ModelConfig config_;
+  Comm* tp_;
+  int t_ = 1, tp_rank_ = 0;
+  int L_, C_, F_, NH_, HS_, T_, V_;  // layers, channels, ffn, heads, head size, positions, padded V
+  int Ct_, Ft_, Ht_, Vt_;            // per-rank C/t, F/t, heads, V/t
+  ParamLayout layout_;
+  std::vector<float> params_;  // layout_'s arena
+  int slots_ = 0, max_rows_ = 0;
+  std::vector<float> cache_;  // (L, 2, slots, Ht, T, HS): keys then values of each layer
+  std::vector<float> scratch_;
+  float* x_ = nullptr;          // (max_rows, C) residual stream
+  float* ln_ = nullptr;         // (max_rows, C) LayerNorm output
+  float* mean_ = nullptr;       // (max_rows)
+  float* rstd_ = nullptr;       // (max_rows)
+  float* qkv_ = nullptr;        // (max_rows, 3C/t)
+  float* att_ = nullptr;        // (max_rows, C/t)
+  float* proj_ = nullptr;       // (max_rows, C) row-parallel output (partial sums before reduce)
+  float* fc_ = nullptr;         // (max_rows, F/t)
+  std::vector<float> attn_ws_;  // (threads, T), sized to the thread count of each call
+  std::vector<float> logits_local_, logits_gathered_, logits_;  // (K, V/t), (t, K, V/t), (K, V)
+};
+
+}  // namespace lattice

@@ -1,0 +1,347 @@
+// NcclComm: comm.h over NCCL for device buffers, and the only file that includes <nccl.h>.
+// The ncclUniqueId travels over the bootstrap CPU communicator (MPI), so a sub-communicator
+// is a split of the bootstrap followed by a new NCCL communicator over the split. Unequal
+// reduce_scatter / all_gather counts become grouped ncclReduce / ncclBroadcast calls, one
+// per rank's block. Compiled only when CUDA, MPI and NCCL are all present.
+#include "parallel/nccl_comm.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device/local_rank.h"
+
+namespace lattice {
+namespace {
+
+ncclDataType_t nccl_type(DType type) {
+  switch (type) {
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kUInt8:
+      return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  return op == ReduceOp::kSum ? ncclSum : ncclMax;
+}
+
+char* at(void* data, size_t offset, DType type) {
+  return static_cast<char*>(data) + offset * dtype_size(type);
+}
+const char* at(const void* data, size_t offset, DType type) {
+  return static_cast<const char*>(data) + offset * dtype_size(type);
+}
+
+bool all_equal(const std::vector<size_t>& counts) {
+  for (size_t c : counts)
+    if (c != counts[0]) return false;
+  return true;
+}
+
+// Completes when the event recorded after the operation has passed on the stream.
+class NcclRequest final : public CommRequest {
+ public:
+  NcclRequest(CommStats& stats, cudaEvent_t event, Status status)
+      : stats_(stats), event_(event), status_(std::move(status)) {}
+  ~NcclRequest() override {
+    if (!done_) wait();
+    if (event_) cudaEventDestroy(event_);
+  }
+  Status wait() override {
+    if (done_ || !event_) return finish(cudaSuccess);
+    const auto start = std::chrono::steady_clock::now();
+    const cudaError_t rc = cudaEventSynchronize(event_);
+    stats_.wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return finish(rc);
+  }
+  bool test() override {
+    if (done_ || !event_) return finish(cudaSuccess), true;
+    const cudaError_t rc = cudaEventQuery(event_);
+    if (rc == cudaErrorNotReady) return false;
+    finish(rc);
+    return true;
+  }
+
+ private:
+  Status finish(cudaError_t rc) {
+    done_ = true;
+    if (rc != cudaSuccess && status_.is_ok())
+      status_ = Status::internal(std::string("NcclComm request: ") + cudaGetErrorString(rc));
+    return status_;
+  }
+  CommStats& stats_;
+  cudaEvent_t event_;
+  Status status_;
+  bool done_ = false;
+};
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(std::unique_ptr<Comm> bootstrap, ncclComm_t comm, cudaStream_t stream, int* scratch)
+      : bootstrap_(std::move(bootstrap)), comm_(comm), stream_(stream), scratch_(scratch) {}
+  ~NcclComm() override {
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+    cudaFree(scratch_);
+    cudaStreamDestroy(stream_);
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return bootstrap_->rank(); }
+  int size() const override { return bootstrap_->size(); }
+  int node_local_size() const override { return bootstrap_->node_local_size(); }
+
+  Status all_reduce(void* data, size_t count, DType type, ReduceOp op) override {
+    return blocking(all_reduce_enqueue(data, count, type, op));
+  }
+  Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
+                        DType type) override {
+    return blocking(reduce_scatter_enqueue(send, recv, counts, type));
+  }
+  Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
+                    DType type) override {
+    return blocking(all_gather_enqueue(send, recv, counts, type));
+  }
+  Status broadcast(void* data, size_t count, DType type, int root) override {
+    if (Status s = check_rank("broadcast", "root", root); !s) return s;
+    note(stats_.broadcast_bytes, count, type);
+    return blocking(check("ncclBroadcast",
+                          ncclBroadcast(data, data, count, nccl_type(type), root, comm_, stream_)));
+  }
+  Status gather(const void* send, void* recv, size_t count, DType type, int root) override {
+    if (Status s = check_rank("gather", "root", root); !s) return s;
+    note(stats_.gather_bytes, count, type);
+    ncclResult_t rc = ncclGroupStart();
+    if (rank() == root) {
+      for (int r = 0; r < size() && rc == ncclSuccess; r++) {
+        if (r == root) {
+          cudaMemcpyAsync(at(recv, r * count, type), send, count * dtype_size(type),
+                          cudaMemcpyDeviceToDevice, stream_);
+        } else {
+          rc = ncclRecv(at(recv, r * count, type), count, nccl_type(type), r, comm_, stream_);
+        }
+      }
+    } else {
+      rc = ncclSend(send, count, nccl_type(type), root, comm_, stream_);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return blocking(check("gather (ncclSend / ncclRecv)", rc != ncclSuccess ? rc : end));
+  }
+  Status send(const void* data, size_t count, DType type, int peer, int /*tag*/) override {
+    return blocking(send_enqueue(data, count, type, peer));
+  }
+  Status recv(void* data, size_t count, DType type, int peer, int /*tag*/) override {
+    return blocking(recv_enqueue(data, count, type, peer));
+  }
+  Status barrier() override {
+    stats_.calls++;
+    return blocking(check("barrier (ncclAllReduce)", ncclAllReduce(scratch_, scratch_, 1, ncclInt32,
+                                                                   ncclSum, comm_, stream_)));
+  }
+
+  std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
+                                                ReduceOp op) override {
+    return request(all_reduce_enqueue(data, count, type, op));
+  }
+  std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv,
+                                                    const std::vector<size_t>& counts,
+                                                    DType type) override {
+    return request(reduce_scatter_enqueue(send, recv, counts, type));
+  }
+  std::unique_ptr<CommRequest> all_gather_async(const void* send, void* recv,
+                                                const std::vector<size_t>& counts,
+                                                DType type) override {
+    return request(all_gather_enqueue(send, recv, counts, type));
+  }
+  std::unique_ptr<CommRequest> isend(const void* data, size_t count, DType type, int peer,
+                                     int /*tag*/) override {
+    return request(send_enqueue(data, count, type, peer));
+  }
+  std::unique_ptr<CommRequest> irecv(void* data, size_t count, DType type, int peer,
+                                     int /*tag*/) override {
+    return request(recv_enqueue(data, count, type, peer));
+  }
+
+  Result<std::unique_ptr<Comm>> split(int color, int key) override {
+    auto part = bootstrap_->split(color, key);
+    if (!part) return part.status();
+    return make_nccl_comm(std::move(part.value()));
+  }
+
+  [[noreturn]] void abort(const std::string& message, int exit_code) override {
+    ncclCommAbort(comm_);  // unblocks kernels waiting for a peer that will never come
+    bootstrap_->abort(message, exit_code);
+    std::_Exit(exit_code);  // not reached: Comm::abort never returns
+  }
+
+ private:
+  Status check(const char* call, ncclResult_t rc) const {
+    if (rc == ncclSuccess) return Status::ok();
+    std::string detail = ncclGetErrorString(rc);
+    if (const char* last = ncclGetLastError(comm_); last && *last)
+      detail += std::string(": ") + last;
+    return Status::internal(std::string(call) + " failed on rank " + std::to_string(rank()) +
+                            " of " + std::to_string(size()) + ": " + detail);
+  }
+  Status check_rank(const char* op, const char* role, int r) const {
+    if (r >= 0 && r < size()) return Status::ok();
+    return Status::invalid_argument(std::string("NcclComm::") + op + ": " + role + " " +
+                                    std::to_string(r) + " is not a rank of this communicator of " +
+                                    std::to_string(size()));
+  }
+  Status check_counts(const char* op, const std::vector<size_t>& counts) const {
+    if (counts.size() == static_cast<size_t>(size())) return Status::ok();
+    return Status::invalid_argument(
+        std::string("NcclComm::") + op + ": " + std::to_string(counts.size()) +
+        " counts given for a communicator of " + std::to_string(size()) + " ranks");
+  }
+  void note(uint64_t& bytes, size_t count, DType type) {
+    stats_.calls++;
+    bytes += count * dtype_size(type);
+  }
+
+  Status all_reduce_enqueue(void* data, size_t count, DType type, ReduceOp op) {
+    note(stats_.all_reduce_bytes, count, type);
+    return check("ncclAllReduce",
+                 ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, stream_));
+  }
+  Status reduce_scatter_enqueue(const void* send, void* recv, const std::vector<size_t>& counts,
+                                DType type) {
+    if (Status s = check_counts("reduce_scatter", counts); !s) return s;
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    note(stats_.reduce_scatter_bytes, total, type);
+    if (all_equal(counts))
+      return check("ncclReduceScatter", ncclReduceScatter(send, recv, counts[0], nccl_type(type),
+                                                          ncclSum, comm_, stream_));
+    ncclResult_t rc = ncclGroupStart();
+    size_t offset = 0;
+    for (int r = 0; r < size() && rc == ncclSuccess; offset += counts[r], r++)
+      rc = ncclReduce(at(send, offset, type), r == rank() ? recv : nullptr, counts[r],
+                      nccl_type(type), ncclSum, r, comm_, stream_);
+    const ncclResult_t end = ncclGroupEnd();
+    return check("reduce_scatter (ncclReduce)", rc != ncclSuccess ? rc : end);
+  }
+  Status all_gather_enqueue(const void* send, void* recv, const std::vector<size_t>& counts,
+                            DType type) {
+    if (Status s = check_counts("all_gather", counts); !s) return s;
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    note(stats_.all_gather_bytes, total, type);
+    if (all_equal(counts))  // in place when send is this rank's block of recv
+      return check("ncclAllGather",
+                   ncclAllGather(send, recv, counts[0], nccl_type(type), comm_, stream_));
+    ncclResult_t rc = ncclGroupStart();
+    size_t offset = 0;
+    for (int r = 0; r < size() && rc == ncclSuccess; offset += counts[r], r++)
+      rc = ncclBroadcast(r == rank() ? send : at(recv, offset, type), at(recv, offset, type),
+                         counts[r], nccl_type(type), r, comm_, stream_);
+    const ncclResult_t end = ncclGroupEnd();
+    return check("all_gather (ncclBroadcast)", rc != ncclSuccess ? rc : end);
+  }
+  Status send_enqueue(const void* data, size_t count, DType type, int peer) {
+    if (Status s = check_rank("send", "peer", peer); !s) return s;
+    note(stats_.send_bytes, count, type);
+    return check("ncclSend", ncclSend(data, count, nccl_type(type), peer, comm_, stream_));
+  }
+  Status recv_enqueue(void* data, size_t count, DType type, int peer) {
+    if (Status s = check_rank("recv", "peer", peer); !s) return s;
+    note(stats_.recv_bytes, count, type);
+    return check("ncclRecv", ncclRecv(data, count, nccl_type(type), peer, comm_, stream_));
+  }
+
+  // Waits for the stream after an enqueued operation.
+  Status blocking(Status enqueued) {
+    if (!enqueued) return enqueued;
+    const auto start = std::chrono::steady_clock::now();
+    const cudaError_t rc = cudaStreamSynchronize(stream_);
+    stats_.wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rc != cudaSuccess)
+      return Status::internal("NcclComm: cudaStreamSynchronize on rank " + std::to_string(rank()) +
+                              ": " + cudaGetErrorString(rc));
+    return Status::ok();
+  }
+  std::unique_ptr<CommRequest> request(Status enqueued) {
+    cudaEvent_t event = nullptr;
+    if (enqueued) {
+      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess)
+        cudaEventRecord(event, stream_);
+      else
+        enqueued = Status::internal("NcclComm: cudaEventCreate failed");
+    }
+    return std::make_unique<NcclRequest>(stats_, event, std::move(enqueued));
+  }
+
+  std::unique_ptr<Comm> bootstrap_;
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  int* scratch_;  // (1) device int for barrier()
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap) {
+  ncclUniqueId id{};
+  if (bootstrap->rank() == 0) {
+    if (ncclResult_t rc = ncclGetUniqueId(&id); rc != ncclSuccess)
+      return Status::internal(std::string("ncclGetUniqueId failed on rank 0: ") +
+                              ncclGetErrorString(rc));
+  }
+  if (Status s = bootstrap->broadcast(&id, sizeof id, DType::kUInt8, 0); !s) return s;
+  cudaStream_t stream = nullptr;
+  int* scratch = nullptr;
+  const std::string where =
+      " on rank " + std::to_string(bootstrap->rank()) + " of " + std::to_string(bootstrap->size());
+  if (cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); rc != cudaSuccess)
+    return Status::internal("NcclComm: cudaStreamCreate failed" + where + ": " +
+                            cudaGetErrorString(rc));
+  if (cudaError_t rc = cudaMalloc(&scratch, sizeof(int)); rc != cudaSuccess) {
+    cudaStreamDestroy(stream);
+    return Status::internal("NcclComm: cudaMalloc failed" + where + ": " + cudaGetErrorString(rc));
+  }
+  cudaMemset(scratch, 0, sizeof(int));
+  ncclComm_t comm = nullptr;
+  if (ncclResult_t rc = ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank());
+      rc != ncclSuccess) {
+    cudaFree(scratch);
+    cudaStreamDestroy(stream);
+    return Status::internal("ncclCommInitRank failed" + where + ": " + ncclGetErrorString(rc) +
+                            " (is every rank on its own GPU? see select_device_for_rank)");
+  }
+  return std::unique_ptr<Comm>(new NcclComm(std::move(bootstrap), comm, stream, scratch));
+}
+
+Result<int> select_device_for_rank() {
+  int devices = 0;
+  if (cudaError_t rc = cudaGetDeviceCount(&devices); rc != cudaSuccess || devices == 0)
+    return Status::internal(std::string("no CUDA device visible to this process (") +
+                            (rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices") +
+                            "); check CUDA_VISIBLE_DEVICES");
+  const int local_rank = local_rank_from_environment();
+  const int device = device_for_local_rank(local_rank, devices);
+  if (cudaError_t rc = cudaSetDevice(device); rc != cudaSuccess)
+    return Status::internal("cudaSetDevice(" + std::to_string(device) + ") for local rank " +
+                            std::to_string(local_rank) + " of " + std::to_string(devices) +
+                            " devices: " + cudaGetErrorString(rc));
+  return device;
+}
+
+}  // namespace lattice

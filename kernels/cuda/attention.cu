@@ -1,0 +1,138 @@
+// Causal self-attention, flash-style: scores are formed one 32-key tile at a time in shared
+// memory with an online softmax, so nothing of size T x T is ever stored; the forward keeps
+// each row's log-sum-exp (lse) and the backward recomputes the probabilities from it
+// (FlashAttention-2's recipe). See the note "attention tiles" below.
+// Non-goals: tensor-core MMA (this is fp32 CUDA-core arithmetic; cuDNN 9's fused attention
+// or an MMA kernel is the next step once a GPU run has measured this one), head sizes other
+// than 64 and 128, sliding windows.
+//
+// Note "attention tiles": a block owns 32 rows (queries in the forward and the dq pass, keys
+// in the dk/dv pass) with 8 warps of 4 rows each. The other side is streamed through shared
+// memory in tiles of 32, lane j of a warp handling element j of the tile: its score is a dot
+// product of a broadcast row against a padded (HS + 1) shared row, so the 32 lanes hit 32
+// banks. Products with the value / key tiles then broadcast each lane's weight with a
+// shuffle, each lane owning HS / 32 output dimensions. Everything is computed in fp32; bf16
+// tensors are widened when loaded. The dq pass and the dk/dv pass are separate kernels, so
+// every gradient element is written by one thread: deterministic, no atomics.
+#include <cmath>
+
+#include "attention_kernels.cuh"
+#include "common.cuh"
+
+namespace lattice::kernels::cuda {
+namespace {
+
+AttentionArgs make_args(int B, int T_, int NH, int HS, float dropout_p, uint64_t key,
+                        int head_offset, int total_heads) {
+  AttentionArgs a{};
+  a.B = B, a.T = T_, a.NH = NH;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
+  a.dropout = dropout_p > 0.0f;
+  a.threshold = dropout_threshold(dropout_p);
+  a.keep_scale = a.dropout ? static_cast<float>(1.0 / (1.0 - dropout_p)) : 1.0f;
+  a.key = key;
+  a.head_offset = head_offset;
+  a.total_heads = total_heads > 0 ? total_heads : NH;
+  return a;
+}
+
+// Launches kernel with `floats` of dynamic shared memory (above the 48 KiB default: opt in).
+template <typename Kernel, typename... Args>
+void launch(Context& ctx, const char* op, Kernel kernel, dim3 grid, size_t floats, Args... args) {
+  const size_t bytes = floats * sizeof(float);
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(bytes));
+  kernel<<<grid, kWarps * 32, bytes, stream_of(ctx)>>>(args...);
+  check_launch(ctx, op);
+}
+
+bool supported(Context& ctx, const char* op, int C, int NH) {
+  const int HS = C / NH;
+  if (C % NH == 0 && (HS == 64 || HS == 128)) return true;
+  ctx.record_error(std::string(op) + ": head size " + std::to_string(HS) + " (C " +
+                   std::to_string(C) + " / NH " + std::to_string(NH) +
+                   ") is not supported; the CUDA attention handles 64 and 128");
+  return false;
+}
+
+template <typename T, int HS>
+void forward(Context& ctx, T* out, float* lse, const T* qkv, const AttentionArgs& a) {
+  const dim3 grid((a.T + kRows - 1) / kRows, a.B * a.NH);
+  launch(ctx, "attention_forward", attention_forward_kernel<typename Device<T>::type, HS>, grid,
+         kRows * HS + kTile * (HS + 1) + kTile * HS, dev(out), lse, dev(qkv), a);
+}
+
+template <typename T, int HS>
+void backward(Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+              float* delta, const AttentionArgs& a) {
+  using DT = typename Device<T>::type;
+  const int rows = a.B * a.NH * a.T;
+  attention_delta_kernel<DT, HS><<<(rows + kWarps - 1) / kWarps, kWarps * 32, 0, stream_of(ctx)>>>(
+      delta, dev(dout), dev(out), a.B, a.T, a.NH);
+  check_launch(ctx, "attention_backward (delta)");
+  const dim3 grid((a.T + kRows - 1) / kRows, a.B * a.NH);
+  launch(ctx, "attention_backward (dq)", attention_backward_dq_kernel<DT, HS>, grid,
+         2 * kRows * HS + 2 * kTile * (HS + 1), dev(dqkv), dev(dout), dev(qkv), lse,
+         static_cast<const float*>(delta), a);
+  launch(ctx, "attention_backward (dk, dv)", attention_backward_dkv_kernel<DT, HS>, grid,
+         2 * kRows * HS + 2 * kTile * (HS + 1) + 2 * kTile, dev(dqkv), dev(dout), dev(qkv), lse,
+         static_cast<const float*>(delta), a);
+}
+
+template <typename T>
+void forward_any(Context& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                 float dropout_p, uint64_t key, int head_offset, int total_heads) {
+  if (!supported(ctx, "attention_forward", C, NH)) return;
+  const int HS = C / NH;
+  const AttentionArgs a = make_args(B, T_, NH, HS, dropout_p, key, head_offset, total_heads);
+  if (HS == 64)
+    forward<T, 64>(ctx, out, lse, qkv, a);
+  else
+    forward<T, 128>(ctx, out, lse, qkv, a);
+}
+
+template <typename T>
+void backward_any(Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out,
+                  const float* lse, float* workspace, int B, int T_, int C, int NH, float dropout_p,
+                  uint64_t key, int head_offset, int total_heads) {
+  if (!supported(ctx, "attention_backward", C, NH)) return;
+  const int HS = C / NH;
+  const AttentionArgs a = make_args(B, T_, NH, HS, dropout_p, key, head_offset, total_heads);
+  if (HS == 64)
+    backward<T, 64>(ctx, dqkv, dout, qkv, out, lse, workspace, a);
+  else
+    backward<T, 128>(ctx, dqkv, dout, qkv, out, lse, workspace, a);
+}
+
+}  // namespace
+
+size_t attention_workspace_floats(int B, int T, int NH) {
+  return static_cast<size_t>(B) * NH * T;
+}
+
+void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
+                       int NH, float dropout_p, uint64_t dropout_key, int head_offset,
+                       int total_heads) {
+  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads);
+}
+void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
+                       int NH, float dropout_p, uint64_t dropout_key, int head_offset,
+                       int total_heads) {
+  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads);
+}
+void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
+                        const float* out, const float* lse, float* workspace, int B, int T, int C,
+                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
+                        int total_heads) {
+  backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
+               head_offset, total_heads);
+}
+void attention_backward(Context& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
+                        const bf16* out, const float* lse, float* workspace, int B, int T, int C,
+                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
+                        int total_heads) {
+  backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
+               head_offset, total_heads);
+}
+
+}  // namespace lattice::kernels::cuda

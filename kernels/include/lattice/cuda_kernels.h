@@ -1,0 +1,257 @@
+// The op list of kernels.h on a CUDA device (kernels/cuda/, one .cu file per op, kernels first,
+// launchers last). Same shapes, layouts and gradient conventions as kernels.h: parameter
+// gradients are ACCUMULATED (+=), activation gradients WRITTEN (=) except layernorm's dinp
+// (+=, the residual stream). Every op is checked against its CPU op by tests/cuda/.
+// No CUDA header is needed to include this file (CPU code includes it): a stream is the
+// opaque CUstream_st* that cudaStream_t names, bf16 is a 16-bit storage type.
+//
+// Precision: the float ops compute in fp32 (no TF32). The bf16 ops read and write bf16
+// activations and compute in fp32; parameter gradients of bf16 ops are fp32 (Megatron's
+// fp32 main grads). Non-goals here: fp16 ops (the fp16 path keeps fp32 kernels plus loss
+// scaling for now), attention_kv_forward (inference), head sizes other than 64 and 128.
+//
+// Errors: ops are asynchronous on the Context's stream and return nothing. A failed launch,
+// a cuBLASLt error or a violated precondition (unsupported head size) is recorded in the
+// Context (the first one wins); Context::synchronize() waits and returns it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "lattice/kernels.h"
+
+struct CUstream_st;
+
+namespace lattice::kernels::cuda {
+
+using Stream = CUstream_st*;  // == cudaStream_t
+
+// bfloat16 storage, bit-identical to __nv_bfloat16.
+struct bf16 {
+  uint16_t bits;
+};
+// Host conversions: round to nearest even; NaN stays NaN.
+inline bf16 to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{static_cast<uint16_t>(u >> 16)};
+}
+inline float from_bf16(bf16 x) {
+  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// ---- runtime -----------------------------------------------------------------------------
+// Devices this process can use; 0 when there is no driver, no device or no permission
+// (never throws, never aborts).
+int device_count();
+std::string device_name(int device);
+// Selects the device for the calling thread; returns an error message or "".
+std::string set_device(int device);
+
+// Plain device memory for tests and benchmarks (the engine uses the caching allocator).
+// The copies and the fill synchronise the whole device: complete when they return.
+void* device_malloc(size_t bytes);  // nullptr when out of memory
+void device_free(void* ptr);
+void copy_to_device(void* dst, const void* host_src, size_t bytes);
+void copy_to_host(void* host_dst, const void* src, size_t bytes);
+// Fills bytes with 0xff: every float, double and bf16 element reads as NaN (test poisoning).
+void fill_nan(void* ptr, size_t bytes);
+// (free, total) bytes of the current device.
+void memory_info(size_t* free_bytes, size_t* total_bytes);
+
+// Everything an op needs besides its tensors: a stream, a cuBLASLt handle with its workspace,
+// and a scratch buffer for two-pass reductions. Thread safety: a Context is used by one
+// thread at a time; ops on one Context run in call order.
+class Context {
+ public:
+  // A new non-blocking stream on the current device. Returns null and sets *error on failure.
+  static std::unique_ptr<Context> create(std::string* error);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Stream stream() const;
+  // Waits for every op issued so far; returns the first recorded error or "" .
+  std::string synchronize();
+  // The first error recorded by an op since creation (does not wait).
+  const std::string& error() const { return error_; }
+  void record_error(const std::string& message) {
+    if (error_.empty()) error_ = message;
+  }
+
+  struct Impl;  // kernels/cuda/context.cuh
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit Context(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::string error_;
+};
+
+// Milliseconds between two points on ctx's stream, for benchmarks.
+class StreamTimer {
+ public:
+  explicit StreamTimer(Context& ctx);
+  ~StreamTimer();
+  void start();
+  float stop_ms();  // waits for the stream
+
+ private:
+  Context& ctx_;
+  void* start_ = nullptr;  // cudaEvent_t
+  void* stop_ = nullptr;
+};
+
+// ---- matmul.cu (cuBLASLt, fp32 accumulate) -------------------------------------------------
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be null. With gelu the
+// GELU (tanh) epilogue is fused; pre_gelu (N, OC), when non-null, receives its input for the
+// backward (gelu_backward(dinp, pre_gelu, dout)). Requires OC % 8 == 0 when pre_gelu is set.
+void matmul_forward(Context& ctx, float* out, float* pre_gelu, const float* inp,
+                    const float* weight, const float* bias, int N, int C, int OC, bool gelu);
+void matmul_forward(Context& ctx, bf16* out, bf16* pre_gelu, const bf16* inp, const bf16* weight,
+                    const bf16* bias, int N, int C, int OC, bool gelu);
+// dinp (N, C) = dout (N, OC) @ weight (OC, C)      (skipped when dinp is null)
+// dweight (OC, C) += dout^T @ inp;  dbias (OC) += column sums of dout (each skipped when null)
+void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC);
+void matmul_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC);
+// out (N, OC) += bias (OC) on every row.
+void add_bias(Context& ctx, float* out, const float* bias, int N, int OC);
+void add_bias(Context& ctx, bf16* out, const bf16* bias, int N, int OC);
+
+// ---- layernorm.cu ---------------------------------------------------------------------------
+// out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) fp32 are saved.
+void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C);
+void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
+                       const bf16* weight, const bf16* bias, int N, int C);
+// Fused residual add + LayerNorm: residual_out (N, C) = residual (N, C) + x (N, C), then
+// out = layernorm(residual_out). residual_out may alias residual.
+void residual_layernorm_forward(Context& ctx, float* residual_out, float* out, float* mean,
+                                float* rstd, const float* residual, const float* x,
+                                const float* weight, const float* bias, int N, int C);
+void residual_layernorm_forward(Context& ctx, bf16* residual_out, bf16* out, float* mean,
+                                float* rstd, const bf16* residual, const bf16* x,
+                                const bf16* weight, const bf16* bias, int N, int C);
+// dinp (N, C) += ... (the residual stream's gradient: the residual add's backward is this
+// accumulation), dweight (C) += ..., dbias (C) += ...
+void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
+void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                        const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
+                        int N, int C);
+
+// ---- gelu.cu --------------------------------------------------------------------------------
+// out (n) = gelu(inp) (tanh form); out may alias inp. dinp (n) = dout * gelu'(inp), may alias.
+void gelu_forward(Context& ctx, float* out, const float* inp, size_t n);
+void gelu_forward(Context& ctx, bf16* out, const bf16* inp, size_t n);
+void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dout, size_t n);
+void gelu_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, size_t n);
+
+// ---- embedding.cu ---------------------------------------------------------------------------
+// out (B, T, C) = wte[tokens] + wpe[t]; vocabulary-parallel rows as kernels.h; wpe may be null.
+void embedding_forward(Context& ctx, float* out, const int32_t* tokens, const float* wte,
+                       const float* wpe, int B, int T, int C, int vocab_begin = 0,
+                       int vocab_end = 1 << 30);
+void embedding_forward(Context& ctx, bf16* out, const int32_t* tokens, const bf16* wte,
+                       const bf16* wpe, int B, int T, int C, int vocab_begin = 0,
+                       int vocab_end = 1 << 30);
+// out (B, T, C) += wpe[t]
+void position_embedding_forward(Context& ctx, float* out, const float* wpe, int B, int T, int C);
+// dwte (V, C) += scatter of dout by token, dwpe (T, C) += dout summed over the batch; either
+// may be null. Deterministic: every element sums its tokens in token order, as on the CPU.
+void embedding_backward(Context& ctx, float* dwte, float* dwpe, const float* dout,
+                        const int32_t* tokens, int B, int T, int C, int vocab_begin = 0,
+                        int vocab_end = 1 << 30);
+void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
+                        const int32_t* tokens, int B, int T, int C, int vocab_begin = 0,
+                        int vocab_end = 1 << 30);
+
+// ---- residual.cu ----------------------------------------------------------------------------
+// kernels.h's residual_dropout_forward / dropout_backward with the same counter-based mask.
+void residual_dropout_forward(Context& ctx, float* out, const float* residual, const float* x,
+                              size_t n, float p, uint64_t key, size_t index_offset = 0);
+void dropout_backward(Context& ctx, float* dx, const float* dout, size_t n, float p, uint64_t key,
+                      size_t index_offset = 0);
+
+// ---- attention.cu (flash-style: online softmax over key tiles in shared memory) -------------
+// Causal self-attention over qkv (B, T, 3C) in kernels.h's per-head layout; out (B, T, C).
+// lse (B, NH, T) fp32 receives each row's log-sum-exp of the scaled scores; together with
+// out it replaces kernels.h's probs (B, NH, T, T), which is never formed. Dropout on the
+// probabilities draws kernels.h's mask (keyed by the element's index in the full probs).
+// HS = C / NH must be 64 or 128 (else an error is recorded).
+void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
+                       int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
+                       int total_heads = 0);
+void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
+                       int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
+                       int total_heads = 0);
+// dqkv (B, T, 3C) = gradient of qkv given dout (B, T, C), the forward's out and lse.
+// workspace: attention_workspace_floats(B, T, NH) floats.
+size_t attention_workspace_floats(int B, int T, int NH);
+void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
+                        const float* out, const float* lse, float* workspace, int B, int T, int C,
+                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
+                        int total_heads = 0);
+void attention_backward(Context& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
+                        const bf16* out, const float* lse, float* workspace, int B, int T, int C,
+                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
+                        int total_heads = 0);
+
+// ---- cross_entropy.cu (fp32 logits) ---------------------------------------------------------
+// kernels.h's fused softmax + cross-entropy and its vocabulary-parallel passes; the caller
+// all-reduces row_max (max) and sum_exp, target_logit (sum) between the passes. Row sums in
+// double, as on the CPU.
+void softmax_cross_entropy(Context& ctx, float* losses, float* dlogits, const float* logits,
+                           const int32_t* targets, int N, int V, float grad_scale);
+void cross_entropy_shard_max(Context& ctx, float* row_max, const float* logits, int N, int V);
+void cross_entropy_shard_sums(Context& ctx, double* sum_exp, float* target_logit,
+                              const float* logits, const float* row_max, const int32_t* targets,
+                              int vocab_begin, int N, int V);
+void cross_entropy_shard_finish(Context& ctx, float* losses, float* dlogits, const float* logits,
+                                const float* row_max, const double* sum_exp,
+                                const float* target_logit, const int32_t* targets, int vocab_begin,
+                                int N, int V, float grad_scale);
+
+// ---- adamw.cu (multi-tensor AdamW, global norm, scaling) -------------------------------------
+// One parameter tensor of a multi-tensor step: fp32 master param, grad and moments (n each);
+// param_bf16 (n), when set, receives the updated parameter rounded to bf16 (the compute copy).
+// decay false: no weight decay (biases and norms, as Megatron).
+struct AdamWTensor {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  bf16* param_bf16 = nullptr;
+  size_t n = 0;
+  bool decay = true;
+};
+// kernels.h's adamw_update on every tensor (host array of count descriptors) in few launches;
+// each grad is multiplied by grad_scale first (loss-scale unscaling and clipping in one).
+void adamw_update(Context& ctx, const AdamWTensor* tensors, int count, const AdamWParams& p,
+                  float grad_scale = 1.0f);
+// result (1 double, device) = sum of x^2 over every tensor (host arrays of count pointers and
+// sizes), in a fixed order: deterministic for a given device.
+void sum_squares(Context& ctx, double* result, const float* const* tensors, const size_t* sizes,
+                 int count);
+// Convenience: one tensor, waits and returns the sum to the host.
+double sum_squares(Context& ctx, const float* x, size_t n);
+// x (n) *= s
+void scale(Context& ctx, float* x, size_t n, float s);
+
+// ---- convert.cu -----------------------------------------------------------------------------
+// dst (n) = src rounded to bf16 / widened to fp32.
+void convert(Context& ctx, bf16* dst, const float* src, size_t n);
+void convert(Context& ctx, float* dst, const bf16* src, size_t n);
+
+}  // namespace lattice::kernels::cuda

@@ -1,0 +1,128 @@
+// Parity-test support for the CUDA ops (tests/cuda/): device buffers that are poisoned with
+// NaN before every run, random host data, bf16 rounding, and the error measure
+//   max_i |gpu_i - cpu_i| / max_i |cpu_i|      (normwise relative error, NaN -> infinity)
+// with the tolerances of the GPU issue: 1e-5 for fp32 ops, 1e-2 for bf16 ops.
+#pragma once
+
+#include <QtTest/QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lattice/cuda_kernels.h"
+
+namespace lattice::testing {
+
+namespace cu = lattice::kernels::cuda;
+
+inline constexpr double kFp32Tolerance = 1e-5;
+inline constexpr double kBf16Tolerance = 1e-2;
+
+// The message ctest's SKIP_REGULAR_EXPRESSION matches (tests/cuda/CMakeLists.txt).
+inline constexpr const char* kNoDeviceMessage = "no CUDA device: cuda-labelled test skipped";
+
+// QSKIPs the whole test case when this machine has no usable device.
+#define LATTICE_REQUIRE_CUDA_DEVICE()                                                           \
+  do {                                                                                          \
+    if (lattice::kernels::cuda::device_count() == 0) QSKIP(lattice::testing::kNoDeviceMessage); \
+  } while (0)
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n), ptr_(static_cast<T*>(cu::device_malloc(n * sizeof(T)))) {
+    poison();
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { cu::device_free(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  void poison() { cu::fill_nan(ptr_, n_ * sizeof(T)); }
+  void upload(const std::vector<T>& host) { cu::copy_to_device(ptr_, host.data(), n_ * sizeof(T)); }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    cu::copy_to_host(host.data(), ptr_, n_ * sizeof(T));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_;
+};
+
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+inline std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, V - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = pick(rng);
+  return v;
+}
+
+// Rounds every element to bf16 in place (the CPU reference then sees what the GPU sees).
+inline std::vector<float>& round_to_bf16(std::vector<float>& v) {
+  for (float& x : v) x = cu::from_bf16(cu::to_bf16(x));
+  return v;
+}
+inline std::vector<cu::bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<cu::bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = cu::to_bf16(v[i]);
+  return out;
+}
+inline std::vector<float> to_float(const std::vector<cu::bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = cu::from_bf16(v[i]);
+  return out;
+}
+inline std::vector<float> to_float(const std::vector<float>& v) {
+  return v;
+}
+inline std::vector<float> to_float(const std::vector<double>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
+
+// "" when the normwise relative error of gpu against cpu is within tolerance, else a message
+// naming the tensor, the worst index, both values, the error and the tolerance.
+template <typename G>
+std::string compare(const std::string& tensor, const std::vector<G>& gpu_raw,
+                    const std::vector<float>& cpu, double tolerance) {
+  const std::vector<float> gpu = to_float(gpu_raw);
+  if (gpu.size() != cpu.size())
+    return tensor + ": " + std::to_string(gpu.size()) + " GPU elements, " +
+           std::to_string(cpu.size()) + " CPU elements";
+  double scale = 0.0, worst = 0.0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < cpu.size(); i++) scale = std::max(scale, std::abs(double(cpu[i])));
+  for (size_t i = 0; i < cpu.size(); i++) {
+    double diff = std::abs(double(gpu[i]) - double(cpu[i]));
+    if (std::isnan(diff)) diff = std::numeric_limits<double>::infinity();
+    if (diff > worst || (i == 0 && std::isinf(diff))) worst = diff, worst_at = i;
+  }
+  const double error = worst / std::max(scale, 1e-30);
+  if (error <= tolerance) return "";
+  return tensor + "[" + std::to_string(worst_at) + "]: GPU " + std::to_string(gpu[worst_at]) +
+         ", CPU " + std::to_string(cpu[worst_at]) + ", relative error " + std::to_string(error) +
+         " > tolerance " + std::to_string(tolerance) + " (max |CPU| " + std::to_string(scale) + ")";
+}
+
+#define LATTICE_COMPARE(tensor, gpu, cpu, tol)                                          \
+  do {                                                                                  \
+    const std::string lattice_error = lattice::testing::compare(tensor, gpu, cpu, tol); \
+    QVERIFY2(lattice_error.empty(), lattice_error.c_str());                             \
+  } while (0)
+
+}  // namespace lattice::testing

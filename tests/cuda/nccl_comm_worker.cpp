@@ -1,0 +1,151 @@
+// NcclComm on device buffers, one process per GPU under mpirun (ctest: test_nccl_comm, labels
+// cuda and mpi). Every rank checks every comm.h operation against values it can compute
+// itself, with receive buffers NaN-poisoned first; point-to-point and unequal counts need two
+// or more ranks (`mpirun -n <GPUs>`). Prints kNoDeviceMessage and exits 0 without a device
+// (ctest reports SKIPPED by SKIP_REGULAR_EXPRESSION), 1 on the first disagreement.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_test_support.h"
+#include "lattice/comm.h"
+#include "parallel/nccl_comm.h"
+
+namespace cu = lattice::kernels::cuda;
+using lattice::DType;
+using lattice::ReduceOp;
+using lattice::testing::DeviceBuffer;
+
+namespace {
+
+int g_rank = 0;
+
+bool expect(bool ok, const std::string& what) {
+  if (!ok) std::fprintf(stderr, "rank %d: FAIL %s\n", g_rank, what.c_str());
+  return ok;
+}
+
+bool ok(const lattice::Status& s, const std::string& what) {
+  return expect(s.is_ok(), what + ": " + s.message());
+}
+
+// Every element of got equals want (exact: sums of small integers are exact in fp32).
+bool same_values(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::string& what) {
+  if (got.size() != want.size()) return expect(false, what + ": size");
+  for (size_t i = 0; i < got.size(); i++)
+    if (!(got[i] == want[i]))
+      return expect(false, what + "[" + std::to_string(i) + "] = " + std::to_string(got[i]) +
+                               ", expected " + std::to_string(want[i]));
+  return true;
+}
+
+bool run(lattice::Comm& comm) {
+  const int rank = comm.rank(), size = comm.size();
+  bool good = true;
+  const size_t n = 1000;
+  {  // all_reduce sum and max, blocking and async
+    std::vector<float> mine(n), sum(n, 0.0f), max(n);
+    for (size_t i = 0; i < n; i++) mine[i] = float(rank + 1) * float(i % 7);
+    for (int r = 0; r < size; r++)
+      for (size_t i = 0; i < n; i++) sum[i] += float(r + 1) * float(i % 7);
+    for (size_t i = 0; i < n; i++) max[i] = float(size) * float(i % 7);
+    DeviceBuffer<float> a(mine), b(mine);
+    good &= ok(comm.all_reduce(a.get(), n, DType::kFloat32, ReduceOp::kSum), "all_reduce sum");
+    good &= same_values(a.download(), sum, "all_reduce sum");
+    auto request = comm.all_reduce_async(b.get(), n, DType::kFloat32, ReduceOp::kMax);
+    good &= ok(request->wait(), "all_reduce_async max");
+    good &= same_values(b.download(), max, "all_reduce_async max");
+  }
+  for (bool unequal : {false, true}) {  // reduce_scatter and all_gather, equal and unequal counts
+    std::vector<size_t> counts(size);
+    size_t total = 0;
+    for (int r = 0; r < size; r++) total += counts[r] = unequal ? 10 + 3 * r : 16;
+    std::vector<float> send(total);
+    for (size_t i = 0; i < total; i++) send[i] = float(i);
+    DeviceBuffer<float> d_send(send), d_recv(counts[rank]);
+    const std::string tag = unequal ? " (unequal counts)" : "";
+    good &= ok(comm.reduce_scatter(d_send.get(), d_recv.get(), counts, DType::kFloat32),
+               "reduce_scatter" + tag);
+    size_t offset = 0;
+    for (int r = 0; r < rank; r++) offset += counts[r];
+    std::vector<float> want(counts[rank]);
+    for (size_t i = 0; i < want.size(); i++) want[i] = float(size) * float(offset + i);
+    good &= same_values(d_recv.download(), want, "reduce_scatter" + tag);
+
+    std::vector<float> block(counts[rank], float(rank)), gathered;
+    for (int r = 0; r < size; r++) gathered.insert(gathered.end(), counts[r], float(r));
+    DeviceBuffer<float> d_block(block), d_all(total);
+    auto request = comm.all_gather_async(d_block.get(), d_all.get(), counts, DType::kFloat32);
+    good &= ok(request->wait(), "all_gather_async" + tag);
+    good &= same_values(d_all.download(), gathered, "all_gather" + tag);
+  }
+  {  // broadcast from the last rank, gather to rank 0, barrier
+    std::vector<float> mine(n, float(rank)), root_value(n, float(size - 1));
+    DeviceBuffer<float> d(mine);
+    good &= ok(comm.broadcast(d.get(), n, DType::kFloat32, size - 1), "broadcast");
+    good &= same_values(d.download(), root_value, "broadcast");
+    DeviceBuffer<float> one(std::vector<float>(3, float(rank))), all(3 * size);
+    good &= ok(comm.gather(one.get(), all.get(), 3, DType::kFloat32, 0), "gather");
+    if (rank == 0) {
+      std::vector<float> want;
+      for (int r = 0; r < size; r++) want.insert(want.end(), 3, float(r));
+      good &= same_values(all.download(), want, "gather");
+    }
+    good &= ok(comm.barrier(), "barrier");
+  }
+  if (size >= 2) {  // a ring of sends: rank r sends r to r + 1
+    DeviceBuffer<float> out(std::vector<float>(n, float(rank))), in(n);
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    auto r = comm.irecv(in.get(), n, DType::kFloat32, prev, 7);
+    auto s = comm.isend(out.get(), n, DType::kFloat32, next, 7);
+    good &= ok(s->wait(), "isend") & ok(r->wait(), "irecv");
+    good &= same_values(in.download(), std::vector<float>(n, float(prev)), "send/recv ring");
+  }
+  {  // sub-communicators: even and odd ranks
+    auto part = comm.split(rank % 2, rank);
+    good &= ok(part.status(), "split");
+    if (part) {
+      lattice::Comm& sub = *part.value();
+      DeviceBuffer<float> d(std::vector<float>(4, 1.0f));
+      good &= ok(sub.all_reduce(d.get(), 4, DType::kFloat32, ReduceOp::kSum), "split all_reduce");
+      const float members = float((size - rank % 2 + 1) / 2);
+      good &= same_values(d.download(), std::vector<float>(4, members), "split all_reduce");
+    }
+  }
+  return good;
+}
+
+}  // namespace
+
+int main() {
+  auto world = lattice::make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "%s\n", world.status().message().c_str());
+    return 1;
+  }
+  g_rank = world.value()->rank();
+  if (cu::device_count() == 0) {
+    if (g_rank == 0) std::printf("%s\n", lattice::testing::kNoDeviceMessage);
+    lattice::finalize_comm();
+    return 0;
+  }
+  auto device = lattice::select_device_for_rank();
+  if (!device) {
+    std::fprintf(stderr, "rank %d: %s\n", g_rank, device.status().message().c_str());
+    return 1;
+  }
+  bool good = false;
+  {
+    auto nccl = lattice::make_nccl_comm(std::move(world.value()));
+    if (!nccl) {
+      std::fprintf(stderr, "rank %d: %s\n", g_rank, nccl.status().message().c_str());
+      return 1;
+    }
+    good = run(*nccl.value());
+  }
+  std::printf("rank %d: NcclComm checks %s\n", g_rank, good ? "passed" : "FAILED");
+  lattice::finalize_comm();
+  return good ? 0 : 1;
+}

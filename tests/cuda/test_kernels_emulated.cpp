@@ -1,0 +1,227 @@
+// CUDA kernels run on the CPU under tests/cuda/host_emulation.h (no GPU needed) agree with
+// their CPU ops within 1e-5: the flash-style attention forward and backward (tiling, online
+// softmax, causal and ragged-T edges, dq apart from dk/dv, the dropout mask), LayerNorm with
+// the fused residual and its backward, and the fused and vocabulary-parallel cross-entropy.
+// What emulation cannot check (bf16, cuBLASLt, shared-memory limits, real scheduling,
+// speed) is test_cuda_ops' and test_cuda_attention's, on a GPU.
+#include <QtTest/QtTest>
+
+#include <random>
+#include <vector>
+
+#include "cuda/host_emulation.h"
+// The emulation above must come first: it supplies what the kernels take from CUDA.
+#include "attention_kernels.cuh"  // kernels/cuda/
+#include "cross_entropy_kernels.cuh"
+#include "lattice/kernels.h"
+#include "layernorm_kernels.cuh"
+
+namespace cu = lattice::kernels::cuda;
+namespace emu = lattice::emulation;
+namespace k = lattice::kernels;
+
+namespace {
+
+struct Case {
+  int B, T, NH, HS;
+  float dropout = 0.0f;
+  int head_offset = 0, total_heads = 0;
+};
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// max |a - b| / max |b| within tolerance, else a message naming the worst element.
+template <typename G, typename W>
+QString mismatch(const char* tensor, const std::vector<G>& got, const std::vector<W>& want) {
+  double scale = 0, worst = 0;
+  size_t at = 0;
+  for (W w : want) scale = std::max(scale, std::abs(double(w)));
+  for (size_t i = 0; i < want.size(); i++) {
+    double d = std::abs(double(got[i]) - want[i]);
+    if (std::isnan(d)) d = INFINITY;
+    if (d > worst) worst = d, at = i;
+  }
+  if (worst / scale <= 1e-5) return {};
+  return QString("%1[%2]: emulated GPU %3, CPU %4, relative error %5 > 1e-5")
+      .arg(tensor)
+      .arg(at)
+      .arg(double(got[at]))
+      .arg(double(want[at]))
+      .arg(worst / scale);
+}
+
+template <int HS>
+void check(const Case& c) {
+  const int C = c.NH * HS;
+  const size_t rows = static_cast<size_t>(c.B) * c.T;
+  const uint64_t key = 0xa77e;
+  const auto qkv = random_floats(rows * 3 * C, 1), dout = random_floats(rows * C, 2);
+
+  std::vector<float> out(rows * C), dqkv(qkv.size()), probs(size_t(c.B) * c.NH * c.T * c.T);
+  std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
+  k::attention_forward(out.data(), probs.data(), qkv.data(), c.B, c.T, C, c.NH, c.dropout, key,
+                       ws.data(), c.head_offset, c.total_heads);
+  k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), c.B, c.T, C, c.NH,
+                        c.dropout, key, ws.data(), c.head_offset, c.total_heads);
+
+  cu::AttentionArgs a{};
+  a.B = c.B, a.T = c.T, a.NH = c.NH;
+  a.scale = static_cast<float>(1.0 / std::sqrt(double(HS)));
+  a.dropout = c.dropout > 0.0f;
+  a.threshold = k::dropout_threshold(c.dropout);
+  a.keep_scale = a.dropout ? static_cast<float>(1.0 / (1.0 - c.dropout)) : 1.0f;
+  a.key = key;
+  a.head_offset = c.head_offset;
+  a.total_heads = c.total_heads > 0 ? c.total_heads : c.NH;
+  const float nan = std::nanf("");
+  std::vector<float> g_out(out.size(), nan), g_lse(size_t(c.B) * c.NH * c.T, nan),
+      g_delta(g_lse.size(), nan), g_dqkv(dqkv.size(), nan);
+  const dim3 grid((c.T + cu::kRows - 1) / cu::kRows, c.B * c.NH), block(cu::kWarps * 32);
+  emu::launch(grid, block, cu::attention_forward_kernel<float, HS>, g_out.data(), g_lse.data(),
+              qkv.data(), a);
+  const unsigned delta_blocks = (c.B * c.NH * c.T + cu::kWarps - 1) / cu::kWarps;
+  emu::launch(dim3(delta_blocks), block, cu::attention_delta_kernel<float, HS>, g_delta.data(),
+              dout.data(), g_out.data(), c.B, c.T, c.NH);
+  emu::launch(grid, block, cu::attention_backward_dq_kernel<float, HS>, g_dqkv.data(), dout.data(),
+              qkv.data(), static_cast<const float*>(g_lse.data()),
+              static_cast<const float*>(g_delta.data()), a);
+  emu::launch(grid, block, cu::attention_backward_dkv_kernel<float, HS>, g_dqkv.data(), dout.data(),
+              qkv.data(), static_cast<const float*>(g_lse.data()),
+              static_cast<const float*>(g_delta.data()), a);
+
+  QString error = mismatch("attention out", g_out, out);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = mismatch("attention dqkv", g_dqkv, dqkv);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+}
+
+#define EXPECT_CLOSE(tensor, got, want)                \
+  do {                                                 \
+    const QString error = mismatch(tensor, got, want); \
+    QVERIFY2(error.isEmpty(), qPrintable(error));      \
+  } while (0)
+
+void check_layernorm(int N, int C) {
+  const auto res = random_floats(size_t(N) * C, 11), x = random_floats(size_t(N) * C, 12),
+             w = random_floats(C, 13), b = random_floats(C, 14),
+             dout = random_floats(size_t(N) * C, 15);
+  std::vector<float> sum(res.size()), out(res.size()), mean(N), rstd(N);
+  std::vector<float> dinp = random_floats(res.size(), 16), dw = random_floats(C, 17),
+                     db = random_floats(C, 18);
+  k::residual_dropout_forward(sum.data(), res.data(), x.data(), sum.size(), 0.0f, 0);
+  k::layernorm_forward(out.data(), mean.data(), rstd.data(), sum.data(), w.data(), b.data(), N, C);
+  const std::vector<float> g_dinp0 = dinp, g_dw0 = dw, g_db0 = db;
+  k::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), sum.data(), w.data(),
+                        mean.data(), rstd.data(), N, C);
+
+  const float nan = std::nanf("");
+  std::vector<float> g_res = res, g_out(out.size(), nan), g_mean(N, nan), g_rstd(N, nan);
+  std::vector<float> g_dinp = g_dinp0, g_dw = g_dw0, g_db = g_db0;
+  const dim3 rows_grid((N + cu::kRowsPerBlock - 1) / cu::kRowsPerBlock),
+      rows_block(32, cu::kRowsPerBlock);
+  emu::launch(rows_grid, rows_block, cu::layernorm_forward_kernel<float>, g_res.data(),
+              g_out.data(), g_mean.data(), g_rstd.data(), static_cast<const float*>(g_res.data()),
+              x.data(), w.data(), b.data(), N, C);  // residual_out aliases residual
+  emu::launch(rows_grid, rows_block, cu::layernorm_backward_input_kernel<float>, g_dinp.data(),
+              dout.data(), static_cast<const float*>(g_res.data()), w.data(),
+              static_cast<const float*>(g_mean.data()), static_cast<const float*>(g_rstd.data()), N,
+              C);
+  emu::launch(dim3((C + 31) / 32), dim3(32, 8), cu::layernorm_backward_params_kernel<float>,
+              g_dw.data(), g_db.data(), dout.data(), static_cast<const float*>(g_res.data()),
+              static_cast<const float*>(g_mean.data()), static_cast<const float*>(g_rstd.data()), N,
+              C);
+  EXPECT_CLOSE("residual_layernorm residual", g_res, sum);
+  EXPECT_CLOSE("layernorm out", g_out, out);
+  EXPECT_CLOSE("layernorm mean", g_mean, mean);
+  EXPECT_CLOSE("layernorm rstd", g_rstd, rstd);
+  EXPECT_CLOSE("layernorm dinp (+=)", g_dinp, dinp);
+  EXPECT_CLOSE("layernorm dweight (+=)", g_dw, dw);
+  EXPECT_CLOSE("layernorm dbias (+=)", g_db, db);
+}
+
+std::vector<int32_t> random_targets(int N, int V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, V - 1);
+  std::vector<int32_t> t(N);
+  for (auto& x : t) x = pick(rng);
+  return t;
+}
+
+}  // namespace
+
+class KernelsEmulated : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() { k::set_num_threads(2); }
+  void ragged_sequence_head64_matches_cpu() { check<64>({1, 40, 1, 64}); }
+  void dropout_on_tensor_parallel_heads_matches_cpu() {
+    check<64>({1, 64, 2, 64, 0.1f, /*head_offset=*/1, /*total_heads=*/4});
+  }
+  void head128_two_sequences_match_cpu() { check<128>({2, 33, 1, 128}); }
+
+  void residual_layernorm_forward_and_backward_match_cpu() { check_layernorm(19, 72); }
+
+  void softmax_cross_entropy_matches_cpu() {
+    const int N = 3, V = 1003;
+    const auto logits = random_floats(size_t(N) * V, 21);
+    const auto targets = random_targets(N, V, 22);
+    std::vector<float> losses(N), dlogits(logits.size());
+    k::softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V,
+                             0.5f);
+    std::vector<float> g_logits = logits, g_losses(N, std::nanf(""));
+    emu::launch(dim3(N), dim3(cu::kThreads), cu::softmax_cross_entropy_kernel, g_losses.data(),
+                g_logits.data(), static_cast<const float*>(g_logits.data()), targets.data(), V,
+                0.5f);  // dlogits aliases logits
+    EXPECT_CLOSE("cross_entropy losses", g_losses, losses);
+    EXPECT_CLOSE("cross_entropy dlogits", g_logits, dlogits);
+  }
+
+  void vocab_parallel_cross_entropy_matches_cpu() {
+    const int N = 2, V = 640, half = V / 2;
+    const auto logits = random_floats(size_t(N) * V, 31);
+    const auto targets = random_targets(N, V, 32);
+    std::vector<float> losses(N), dlogits(logits.size());
+    k::softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V,
+                             1.0f);
+    std::vector<std::vector<float>> shard(2, std::vector<float>(size_t(N) * half));
+    for (int s = 0; s < 2; s++)
+      for (int n = 0; n < N; n++)
+        std::copy_n(logits.begin() + n * V + s * half, half, shard[s].begin() + n * half);
+    std::vector<std::vector<float>> max(2, std::vector<float>(N)), tl(2, std::vector<float>(N));
+    std::vector<std::vector<double>> sums(2, std::vector<double>(N));
+    const dim3 grid(N), block(cu::kThreads);
+    for (int s = 0; s < 2; s++)
+      emu::launch(grid, block, cu::shard_max_kernel, max[s].data(),
+                  static_cast<const float*>(shard[s].data()), half);
+    for (int n = 0; n < N; n++) max[0][n] = max[1][n] = std::max(max[0][n], max[1][n]);
+    for (int s = 0; s < 2; s++)
+      emu::launch(grid, block, cu::shard_sums_kernel, sums[s].data(), tl[s].data(),
+                  static_cast<const float*>(shard[s].data()),
+                  static_cast<const float*>(max[s].data()), targets.data(), s * half, half);
+    for (int n = 0; n < N; n++) {
+      sums[0][n] = sums[1][n] = sums[0][n] + sums[1][n];
+      tl[0][n] = tl[1][n] = tl[0][n] + tl[1][n];
+    }
+    for (int s = 0; s < 2; s++) {
+      std::vector<float> g_losses(N, std::nanf("")), want(size_t(N) * half);
+      emu::launch(grid, block, cu::shard_finish_kernel, g_losses.data(), shard[s].data(),
+                  static_cast<const float*>(shard[s].data()),
+                  static_cast<const float*>(max[s].data()),
+                  static_cast<const double*>(sums[s].data()),
+                  static_cast<const float*>(tl[s].data()), targets.data(), s * half, half, 1.0f);
+      for (int n = 0; n < N; n++)
+        std::copy_n(dlogits.begin() + n * V + s * half, half, want.begin() + n * half);
+      EXPECT_CLOSE("vocab-parallel losses", g_losses, losses);
+      EXPECT_CLOSE("vocab-parallel dlogits", shard[s], want);
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(KernelsEmulated)
+#include "test_kernels_emulated.moc"

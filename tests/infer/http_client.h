@@ -1,0 +1,17 @@
+// A blocking loopback HTTP call for the server tests (cpp-httplib kept out of the Qt sources,
+// whose moc cannot parse it).
+#pragma once
+
+#include <string>
+
+namespace lattice::testing {
+
+struct HttpAnswer {
+  int status = -1;  // -1: no answer (connection failed)
+  std::string body;
+};
+
+HttpAnswer http_call(int port, const std::string& method, const std::string& path,
+                     const std::string& body);
+
+}  // namespace lattice::testing

@@ -1,0 +1,259 @@
+// Specification of generation on a tiny random model (Megatron's initialisation with a large
+// std so that the next token is clear-cut): decoding with the key/value cache is the training
+// forward recomputed over the whole sequence at every step; sampling is a function of the
+// seed alone; top-k 1 and a tiny top-p are greedy; batching prompts of different lengths
+// changes nothing; EOD and stop strings end a sequence where they appear.
+#include <QTest>
+
+#include <cmath>
+#include <span>
+
+#include "common/tiny_model.h"
+#include "infer/infer_model.h"
+#include "infer/sampling.h"
+#include "lattice/infer.h"
+#include "lattice/kernels.h"
+#include "model/gpt.h"
+
+using namespace lattice;
+
+namespace {
+
+constexpr uint64_t kSeed = 42;
+
+ModelConfig test_config() {
+  ModelConfig c = testing::tiny_config(2, 64, 4, 48, 200);
+  c.init_method_std = 0.3f;
+  return c;
+}
+
+GenerationRequest request(std::vector<int32_t> prompt, int n, SamplingParams s = {0.0f}) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.tokens_to_generate = n;
+  r.sampling = s;
+  r.stop_at_eod = false;
+  return r;
+}
+
+std::vector<int32_t> generate_one(Generator& g, const GenerationRequest& r) {
+  auto out = g.generate({r});
+  if (!out) qFatal("%s", out.status().message().c_str());
+  return (*out)[0].tokens;
+}
+
+QString ids(const std::vector<int32_t>& v) {
+  QStringList s;
+  for (int32_t x : v) s << QString::number(x);
+  return s.join(' ');
+}
+
+// Decodes id i as "[i]", so that stop strings can name a token exactly.
+class BracketTokenizer : public Tokenizer {
+ public:
+  BracketTokenizer(int vocab, int32_t eod) : vocab_(vocab), eod_(eod) {}
+  std::vector<int32_t> encode(std::string_view) const override { return {}; }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string s;
+    for (int32_t i : ids) s += "[" + std::to_string(i) + "]";
+    return s;
+  }
+  int vocab_size() const override { return vocab_; }
+  int32_t eod() const override { return eod_; }
+  std::string type() const override { return "Bracket"; }
+
+ private:
+  int vocab_;
+  int32_t eod_;
+};
+
+}  // namespace
+
+class Generation : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() { kernels::set_num_threads(2); }
+
+  // Greedy decoding with the cache against the training model's forward over the whole
+  // sequence at every step: the same tokens, and logits within 1e-5 relative (max norm).
+  void kv_cache_equals_full_recompute() {
+    const ModelConfig c = test_config();
+    GptModel<float> full(c, 1);
+    full.init_weights(kSeed);
+    GptActivations<float> acts(c, 1);
+    std::unique_ptr<Generator> gen = Generator::random(c, kSeed, nullptr);
+    InferenceModel& m = gen->model();
+    const int T = c.seq_length, V = c.vocab_size, Vp = c.padded_vocab_size();
+    m.reserve(1, 64);
+
+    std::vector<int32_t> seq = {3, 17, 101, 5, 64};
+    const std::vector<int32_t> prompt = seq;
+    std::vector<int32_t> positions(seq.size()), slot_ids(seq.size(), 0);
+    for (size_t i = 0; i < seq.size(); i++) positions[i] = static_cast<int32_t>(i);
+    int32_t last = static_cast<int32_t>(seq.size()) - 1;
+    const float* logits = m.forward(seq.data(), slot_ids.data(), positions.data(),
+                                    static_cast<int>(seq.size()), &last, 1);
+    std::vector<int32_t> tokens(T, 0), targets(T, 0);
+    while (static_cast<int>(seq.size()) < T) {
+      std::copy(seq.begin(), seq.end(), tokens.begin());
+      full.forward(acts, tokens.data(), targets.data(), 0, 0.0f);
+      const float* want = acts.logits + (seq.size() - 1) * static_cast<size_t>(Vp);
+      double max_diff = 0, max_ref = 0;
+      int worst = 0;
+      for (int v = 0; v < V; v++) {
+        const double d = std::abs(double(logits[v]) - want[v]);
+        if (d > max_diff) max_diff = d, worst = v;
+        max_ref = std::max(max_ref, std::abs(double(want[v])));
+      }
+      QVERIFY2(max_diff <= 1e-5 * max_ref,
+               qPrintable(QString("step %1: logit %2 is %3 with the cache, %4 recomputed "
+                                  "(max |diff| %5 > 1e-5 x max |logit| %6)")
+                              .arg(seq.size())
+                              .arg(worst)
+                              .arg(logits[worst], 0, 'g', 9)
+                              .arg(want[worst], 0, 'g', 9)
+                              .arg(max_diff)
+                              .arg(max_ref)));
+      const int32_t a = argmax_token(logits, V), b = argmax_token(want, V);
+      QVERIFY2(a == b, qPrintable(QString("step %1: cached greedy token %2, recomputed %3")
+                                      .arg(seq.size())
+                                      .arg(a)
+                                      .arg(b)));
+      seq.push_back(a);
+      int32_t pos = static_cast<int32_t>(seq.size()) - 1, slot = 0, row = 0;
+      logits = m.forward(&a, &slot, &pos, 1, &row, 1);
+    }
+    // The generator's own loop gives the same continuation (the context fills up).
+    const std::vector<int32_t> generated = generate_one(*gen, request(prompt, 1000));
+    const std::vector<int32_t> want(seq.begin() + prompt.size(), seq.end() - 0);
+    // The last token chosen above came from the full context and was fed; the generator stops
+    // when the context is full, having chosen T - prompt tokens.
+    QCOMPARE(ids(generated), ids(std::vector<int32_t>(seq.begin() + prompt.size(), seq.end())));
+    QCOMPARE(int(generated.size()), T - int(prompt.size()));
+    (void)want;
+  }
+
+  void same_seed_same_sample_other_seed_other_sample() {
+    std::unique_ptr<Generator> gen = Generator::random(test_config(), kSeed, nullptr);
+    const SamplingParams a{2.0f, 0, 0.0f, 7}, b{2.0f, 0, 0.0f, 8};
+    const auto first = generate_one(*gen, request({1, 2, 3}, 24, a));
+    const auto again = generate_one(*gen, request({1, 2, 3}, 24, a));
+    const auto other = generate_one(*gen, request({1, 2, 3}, 24, b));
+    QCOMPARE(ids(again), ids(first));
+    QVERIFY2(ids(other) != ids(first),
+             qPrintable("seeds 7 and 8 drew the same 24 tokens: " + ids(first)));
+    const auto greedy = generate_one(*gen, request({1, 2, 3}, 24));
+    QVERIFY2(ids(first) != ids(greedy), "temperature 2 sampling drew the greedy continuation");
+  }
+
+  void top_k_1_and_tiny_top_p_are_greedy() {
+    std::unique_ptr<Generator> gen = Generator::random(test_config(), kSeed, nullptr);
+    const auto greedy = generate_one(*gen, request({9, 8, 7}, 20));
+    QCOMPARE(ids(generate_one(*gen, request({9, 8, 7}, 20, {1.0f, 1, 0.0f, 5}))), ids(greedy));
+    QCOMPARE(ids(generate_one(*gen, request({9, 8, 7}, 20, {1.0f, 0, 1e-6f, 5}))), ids(greedy));
+    // On hand-made logits too, including a tie (the lower id wins).
+    const float logits[] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f};
+    std::mt19937_64 rng(1);
+    SamplingScratch scratch;
+    QCOMPARE(sample_token(logits, 5, {1.0f, 1, 0.0f, 1}, rng, scratch), 1);
+    QCOMPARE(sample_token(logits, 5, {1.0f, 0, 1e-6f, 1}, rng, scratch), 1);
+    QCOMPARE(sample_token(logits, 5, {0.0f, 0, 0.0f, 1}, rng, scratch), 1);
+    // top-k 2 never draws outside {1, 3}.
+    for (int i = 0; i < 200; i++) {
+      const int32_t t = sample_token(logits, 5, {1.0f, 2, 0.0f, 1}, rng, scratch);
+      QVERIFY2(t == 1 || t == 3, qPrintable(QString("top-k 2 drew %1").arg(t)));
+    }
+    const double lse = std::log(std::exp(0.5) + 2 * std::exp(3.0) + std::exp(-1.0) + std::exp(2.9));
+    QVERIFY(std::abs(token_logprob(logits, 5, 4) - (2.9 - lse)) < 1e-6);
+  }
+
+  void batched_prompts_of_different_lengths_match_one_at_a_time() {
+    std::unique_ptr<Generator> gen = Generator::random(test_config(), kSeed, nullptr, 4);
+    std::vector<GenerationRequest> batch = {
+        request({5}, 12),
+        request({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 9, {1.0f, 0, 0.9f, 3}),
+        request({40, 41, 42}, 15, {0.8f, 5, 0.0f, 11}),
+        request({7, 7}, 0),
+        request({100, 99, 98, 97, 96, 95}, 20, {1.5f, 0, 0.0f, 12}),
+        request({60, 61}, 30)};  // six requests: two groups of max_batch_size 4
+    batch[1].prompt_logprobs = true;
+    auto together = gen->generate(batch);
+    QVERIFY2(together.is_ok(), qPrintable(QString::fromStdString(together.status().message())));
+    for (size_t i = 0; i < batch.size(); i++) {
+      auto alone = gen->generate({batch[i]});
+      QVERIFY(alone.is_ok());
+      QVERIFY2(ids((*alone)[0].tokens) == ids((*together)[i].tokens),
+               qPrintable(QString("prompt %1 alone: %2; batched: %3")
+                              .arg(i)
+                              .arg(ids((*alone)[0].tokens))
+                              .arg(ids((*together)[i].tokens))));
+      QCOMPARE((*together)[i].logprobs.size(), (*together)[i].tokens.size());
+      for (size_t k = 0; k < (*alone)[0].logprobs.size(); k++)
+        QVERIFY(std::abs((*alone)[0].logprobs[k] - (*together)[i].logprobs[k]) < 1e-4);
+    }
+    QCOMPARE((*together)[3].tokens.size(), size_t{0});
+    QCOMPARE((*together)[1].prompt_logprobs.size(), batch[1].prompt.size() - 1);
+  }
+
+  void stops_at_eod_and_at_a_stop_string() {
+    const ModelConfig c = test_config();
+    std::unique_ptr<Generator> gen = Generator::random(c, kSeed, nullptr);
+    const auto greedy = generate_one(*gen, request({11, 12, 13}, 20));
+    QCOMPARE(int(greedy.size()), 20);
+    // EOD: the tokenizer's end-of-document id is the greedy continuation's 5th token.
+    const int32_t eod = greedy[4];
+    size_t first_eod = 0;
+    while (greedy[first_eod] != eod) first_eod++;
+    BracketTokenizer tok(c.vocab_size, eod);
+    gen->set_tokenizer(&tok);
+    GenerationRequest r = request({11, 12, 13}, 20);
+    r.stop_at_eod = true;
+    auto out = gen->generate({r});
+    QVERIFY(out.is_ok());
+    QCOMPARE(ids((*out)[0].tokens),
+             ids(std::vector<int32_t>(greedy.begin(), greedy.begin() + first_eod + 1)));
+    QCOMPARE((*out)[0].finish, FinishReason::kEod);
+    QCOMPARE((*out)[0].text, tok.decode(std::span(greedy.data(), first_eod)));
+    // A stop string: the 8th token's text; the text ends before it.
+    const int32_t stop_id = greedy[7];
+    size_t first_stop = 0;
+    while (greedy[first_stop] != stop_id) first_stop++;
+    r.stop_at_eod = false;
+    r.stop = {"[" + std::to_string(stop_id) + "]"};
+    out = gen->generate({r});
+    QVERIFY(out.is_ok());
+    QCOMPARE((*out)[0].finish, FinishReason::kStop);
+    QCOMPARE(int((*out)[0].tokens.size()), int(first_stop) + 1);
+    QCOMPARE((*out)[0].text, tok.decode(std::span(greedy.data(), first_stop)));
+    // Without either, the length ends it.
+    r.stop.clear();
+    out = gen->generate({r});
+    QCOMPARE((*out)[0].finish, FinishReason::kLength);
+  }
+
+  void bad_requests_name_the_problem() {
+    const ModelConfig c = test_config();
+    std::unique_ptr<Generator> gen = Generator::random(c, kSeed, nullptr);
+    struct Case {
+      GenerationRequest r;
+      const char* says;
+    };
+    std::vector<int32_t> too_long(c.seq_length + 1, 1);
+    const Case cases[] = {{request({}, 5), "empty"},
+                          {request(too_long, 5), "context is 48"},
+                          {request({1, 500}, 5), "token id 500"},
+                          {request({1}, -1), "0 or more"},
+                          {request({1}, 5, {-1.0f, 0, 0.0f, 0}), "temperature"},
+                          {request({1}, 5, {1.0f, 0, 2.0f, 0}), "top-p"}};
+    for (const Case& k : cases) {
+      auto out = gen->generate({k.r});
+      QVERIFY(!out.is_ok());
+      QVERIFY2(out.status().message().find(k.says) != std::string::npos,
+               out.status().message().c_str());
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(Generation)
+#include "test_generation.moc"

@@ -1,0 +1,221 @@
+// `lattice serve` over loopback HTTP: both APIs answer with the documented shapes; every bad
+// request gets a 400 (404 for an unknown route) with a JSON message and the server keeps
+// serving; concurrent requests are batched without changing any answer; SIGTERM stops it.
+#include <QtTest/QtTest>
+
+#include <QProcess>
+#include <QTemporaryDir>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "http_client.h"
+
+using json = nlohmann::json;
+
+namespace {
+
+int run(const QStringList& args) {
+  QProcess p;
+  p.start(LATTICE_CLI_PATH, args);
+  if (!p.waitForFinished(240000)) return -1;
+  if (p.exitCode() != 0) qWarning("%s", p.readAllStandardError().constData());
+  return p.exitCode();
+}
+
+}  // namespace
+
+class Serve : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir dir_;
+  QProcess server_;
+  int port_ = 0;
+
+  // Answers as a pointer-like optional: null when the connection failed.
+  std::optional<lattice::testing::HttpAnswer> call(const std::string& method,
+                                                   const std::string& path,
+                                                   const std::string& body) {
+    lattice::testing::HttpAnswer a = lattice::testing::http_call(port_, method, path, body);
+    if (a.status < 0) return std::nullopt;
+    return a;
+  }
+
+  // A good request still works: the server survived whatever came before.
+  void expect_alive() {
+    auto r = call("PUT", "/api", R"({"prompts": ["1 2"], "tokens_to_generate": 2, "top_k": 1})");
+    QVERIFY(r);
+    QCOMPARE(r->status, 200);
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    QCOMPARE(run({"train",
+                  "--mock-data",
+                  "--num-layers",
+                  "2",
+                  "--hidden-size",
+                  "64",
+                  "--num-attention-heads",
+                  "4",
+                  "--seq-length",
+                  "32",
+                  "--vocab-size",
+                  "300",
+                  "--micro-batch-size",
+                  "2",
+                  "--train-iters",
+                  "2",
+                  "--eval-iters",
+                  "0",
+                  "--save",
+                  dir_.filePath("ckpt"),
+                  "--db",
+                  dir_.filePath("runs.sqlite")}),
+             0);
+    server_.start(LATTICE_CLI_PATH, {"serve", "--load", dir_.filePath("ckpt"), "--port", "0"});
+    QVERIFY(server_.waitForReadyRead(60000));
+    const QString line = QString::fromUtf8(server_.readLine());
+    const QRegularExpressionMatch m =
+        QRegularExpression("http://127\\.0\\.0\\.1:(\\d+)").match(line);
+    QVERIFY2(m.hasMatch(), qPrintable(line));
+    port_ = m.captured(1).toInt();
+  }
+
+  void megatron_api_shapes() {
+    auto r = call("PUT", "/api",
+                  R"({"prompts": ["1 2 3", "7"], "tokens_to_generate": 4, "logprobs": true,
+                      "temperature": 1.0, "top_k": 1, "random_seed": 3})");
+    QVERIFY(r);
+    QCOMPARE(r->status, 200);
+    const json j = json::parse(r->body);
+    QCOMPARE(j["text"].size(), size_t{2});
+    QCOMPARE(j["segments"].size(), size_t{2});
+    QCOMPARE(j["logprobs"].size(), size_t{2});
+    // Prompt + 4 generated tokens (EOD is unlikely to be greedy here; if it were, fewer).
+    QCOMPARE(j["segments"][0].size(), size_t{7});
+    QCOMPARE(j["segments"][1].size(), size_t{5});
+    QCOMPARE(j["logprobs"][0].size(), j["segments"][0].size() - 1);
+    QCOMPARE(j["logprobs"][1].size(), j["segments"][1].size() - 1);
+    QVERIFY(j["text"][0].get<std::string>().rfind("1 2 3 ", 0) == 0);
+    for (const json& v : j["logprobs"][0]) QVERIFY(v.get<double>() <= 0.0);
+    // Without logprobs the field is null (as Megatron).
+    auto plain = call("PUT", "/api", R"({"prompts": ["1"], "tokens_to_generate": 1})");
+    QVERIFY(json::parse(plain->body)["logprobs"].is_null());
+  }
+
+  void openai_completions_shapes() {
+    auto r = call("POST", "/v1/completions",
+                  R"({"model": "tiny", "prompt": "1 2 3", "max_tokens": 5, "temperature": 0,
+                      "logprobs": 1})");
+    QVERIFY(r);
+    QCOMPARE(r->status, 200);
+    const json j = json::parse(r->body);
+    QCOMPARE(j["object"], "text_completion");
+    QCOMPARE(j["model"], "tiny");
+    QVERIFY(j["id"].get<std::string>().rfind("cmpl-", 0) == 0);
+    QCOMPARE(j["choices"].size(), size_t{1});
+    const json& c = j["choices"][0];
+    QCOMPARE(c["index"], 0);
+    QVERIFY(c["finish_reason"] == "length" || c["finish_reason"] == "stop");
+    QVERIFY(c["text"].is_string());
+    QCOMPARE(c["logprobs"]["tokens"].size(), c["logprobs"]["token_logprobs"].size());
+    QCOMPARE(j["usage"]["prompt_tokens"], 3);
+    QCOMPARE(j["usage"]["total_tokens"].get<int>(), 3 + j["usage"]["completion_tokens"].get<int>());
+    auto list = call("POST", "/v1/completions",
+                     R"({"prompt": ["1", "2 3", "4 5 6"], "max_tokens": 2, "top_p": 0.5})");
+    QCOMPARE(list->status, 200);
+    const json l = json::parse(list->body);
+    QCOMPARE(l["choices"].size(), size_t{3});
+    QCOMPARE(l["choices"][2]["index"], 2);
+    QVERIFY(l["choices"][0]["logprobs"].is_null());
+  }
+
+  void bad_requests_get_400_and_the_server_keeps_serving() {
+    json many = {{"prompts", json::array()}};
+    for (int i = 0; i < 129; i++) many["prompts"].push_back("1");
+    std::string long_prompt;
+    for (int i = 0; i < 40; i++) long_prompt += (i ? " " : "") + std::to_string(i % 9 + 1);
+    const struct {
+      const char* method;
+      const char* path;
+      std::string body;
+      int status;
+      const char* says;
+    } cases[] = {
+        {"PUT", "/api", "{not json", 400, "not a JSON object"},
+        {"PUT", "/api", "[1, 2]", 400, "not a JSON object"},
+        {"PUT", "/api", R"({"prompt": ["1"]})", 400, "prompts argument required"},
+        {"PUT", "/api", R"({"prompts": "1 2"})", 400, "not a list of strings"},
+        {"PUT", "/api", R"({"prompts": [1, 2]})", 400, "not a list of strings"},
+        {"PUT", "/api", R"({"prompts": ["1"], "tokens_to_generate": "5"})", 400,
+         "tokens_to_generate"},
+        {"PUT", "/api", R"({"prompts": ["1"], "temperature": "hot"})", 400, "temperature"},
+        {"PUT", "/api", R"({"prompts": ["1"], "top_k": 1, "top_p": 0.5})", 400, "both"},
+        {"PUT", "/api", R"({"prompts": ["1"], "logprobs": 1})", 400, "logprobs"},
+        {"PUT", "/api", many.dump(), 400, "Maximum number of prompts is 128"},
+        {"PUT", "/api", "{\"prompts\": [\"" + long_prompt + "\"]}", 400, "context is 32"},
+        {"POST", "/v1/completions", "{}", 400, "prompt is required"},
+        {"POST", "/v1/completions", R"({"prompt": 5})", 400, "prompt must be"},
+        {"POST", "/v1/completions", R"({"prompt": "1", "max_tokens": -1})", 400, "max_tokens"},
+        {"POST", "/v1/completions", R"({"prompt": "1", "n": 2})", 400, "n must be 1"},
+        {"POST", "/v1/completions", R"({"prompt": "1", "stream": true})", 400, "stream"},
+        {"POST", "/v1/completions", "{\"prompt\": \"" + long_prompt + "\"}", 400, "context is 32"},
+        {"GET", "/nowhere", "", 404, "no route"},
+        {"POST", "/api", "{}", 404, "no route"},
+    };
+    for (const auto& c : cases) {
+      auto r = call(c.method, c.path, c.body);
+      QVERIFY2(r, c.path);
+      QVERIFY2(r->status == c.status,
+               qPrintable(QString("%1 %2 %3: status %4 (%5)")
+                              .arg(c.method, c.path, QString::fromStdString(c.body.substr(0, 60)))
+                              .arg(r->status)
+                              .arg(QString::fromStdString(r->body))));
+      const json j = json::parse(r->body, nullptr, false);
+      QVERIFY2(!j.is_discarded() && j.contains("message"), r->body.c_str());
+      QVERIFY2(j["message"].get<std::string>().find(c.says) != std::string::npos,
+               qPrintable(QString("%1: %2").arg(c.says, QString::fromStdString(r->body))));
+      expect_alive();
+    }
+  }
+
+  // Sixteen callers at once get exactly what each gets alone (greedy and seeded sampling).
+  void concurrent_requests_are_batched_without_changing_answers() {
+    std::vector<std::string> bodies, alone;
+    for (int i = 0; i < 16; i++) {
+      json b = {{"prompts", {std::to_string(i + 1) + " " + std::to_string(2 * i + 1)}},
+                {"tokens_to_generate", 3 + i % 5},
+                {"random_seed", i}};
+      if (i % 2) b["top_k"] = 1;
+      bodies.push_back(b.dump());
+    }
+    for (const std::string& b : bodies) {
+      auto r = call("PUT", "/api", b);
+      QVERIFY(r && r->status == 200);
+      alone.push_back(r->body);
+    }
+    std::vector<std::future<std::pair<int, std::string>>> futures;
+    for (const std::string& b : bodies)
+      futures.push_back(std::async(std::launch::async, [this, b] {
+        auto r = call("PUT", "/api", b);
+        return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
+      }));
+    for (size_t i = 0; i < futures.size(); i++) {
+      auto [status, body] = futures[i].get();
+      QCOMPARE(status, 200);
+      QCOMPARE(QString::fromStdString(body), QString::fromStdString(alone[i]));
+    }
+  }
+
+  void cleanupTestCase() {
+    server_.terminate();
+    QVERIFY(server_.waitForFinished(30000));
+    QCOMPARE(server_.exitCode(), 0);
+    QVERIFY(server_.readAllStandardOutput().contains("stopped"));
+  }
+};
+
+QTEST_GUILESS_MAIN(Serve)
+#include "test_serve.moc"
