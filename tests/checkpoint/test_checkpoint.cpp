@@ -11,49 +11,46 @@
 #include <csignal>
 
 #include "checkpoint/safetensors.h"
+#include "common/process.h"
 #include "lattice/storage/run_store.h"
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  QString out, err;
-};
-
-QProcessEnvironment mpi_environment() {
-  QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
-  for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-    e.insert(kv.section('=', 0, 0), kv.section('=', 1));
-  return e;
-}
-
-Run run_lattice(int ranks, const QStringList& args) {
-  QProcess p;
-  p.setProcessEnvironment(mpi_environment());
-  if (ranks == 1)
-    p.start(LATTICE_CLI_PATH, args);
-  else
-    p.start(LATTICE_MPIEXEC,
-            QStringList{"--oversubscribe", "-n", QString::number(ranks), LATTICE_CLI_PATH} + args);
-  Run r;
-  if (!p.waitForFinished(240000)) {
-    p.kill();
-    r.err = "timed out";
-    return r;
-  }
-  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
-}
+using lattice::testing::Run;
+using lattice::testing::run_lattice;
 
 // 20 iterations planned (the learning-rate schedule depends on it); runs stop early with
 // --exit-interval.
-const QStringList kModel = {
-    "train", "--mock-data", "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads",
-    "8", "--seq-length", "32", "--vocab-size", "511", "--micro-batch-size", "2",
-    "--global-batch-size", "8", "--train-iters", "20", "--lr", "1e-3", "--lr-warmup-iters", "2",
-    "--lr-decay-style", "cosine", "--eval-iters", "0", "--log-interval", "5", "--threads", "1"};
+const QStringList kModel = {"train",
+                            "--mock-data",
+                            "--num-layers",
+                            "4",
+                            "--hidden-size",
+                            "64",
+                            "--num-attention-heads",
+                            "8",
+                            "--seq-length",
+                            "32",
+                            "--vocab-size",
+                            "511",
+                            "--micro-batch-size",
+                            "2",
+                            "--global-batch-size",
+                            "8",
+                            "--train-iters",
+                            "20",
+                            "--lr",
+                            "1e-3",
+                            "--lr-warmup-iters",
+                            "2",
+                            "--lr-decay-style",
+                            "cosine",
+                            "--eval-iters",
+                            "0",
+                            "--log-interval",
+                            "5",
+                            "--threads",
+                            "1"};
 const QStringList kTp2Pp2Dp2 = {"--tensor-model-parallel-size", "2",
                                 "--pipeline-model-parallel-size", "2",
                                 "--use-distributed-optimizer"};
@@ -92,8 +89,8 @@ class Checkpoints : public QObject {
     // The unchanged continuation, and a run stopped after 10 iterations with a checkpoint.
     Run straight = train("straight", 8, kTp2Pp2Dp2);
     QVERIFY2(straight.exit_code == 0, qPrintable(straight.err));
-    Run first = train("first-10", 8,
-                      kTp2Pp2Dp2 + QStringList{"--save", ckpt(), "--exit-interval", "10"});
+    Run first =
+        train("first-10", 8, kTp2Pp2Dp2 + QStringList{"--save", ckpt(), "--exit-interval", "10"});
     QVERIFY2(first.exit_code == 0, qPrintable(first.err));
     QVERIFY2(first.out.contains("saved checkpoint of iteration 10"), qPrintable(first.out));
     QCOMPARE(losses("first-10").size(), size_t{10});
@@ -122,8 +119,8 @@ class Checkpoints : public QObject {
     } cases[] = {{"resharded-pp4-dp2", 8, {"--pipeline-model-parallel-size", "4"}},
                  {"resharded-one-process", 1, {}}};
     for (const auto& c : cases) {
-      Run r = train(c.name, c.ranks,
-                    c.layout + QStringList{"--load", ckpt(), "--exit-interval", "15"});
+      Run r =
+          train(c.name, c.ranks, c.layout + QStringList{"--load", ckpt(), "--exit-interval", "15"});
       QVERIFY2(r.exit_code == 0, qPrintable(r.err));
       const auto got = losses(c.name);
       QCOMPARE(got.size(), size_t{5});
@@ -141,7 +138,7 @@ class Checkpoints : public QObject {
   void offline_reshard_loads_like_a_save() {
     const QString out = dir_.filePath("resharded");
     Run r = run_lattice(1, {"ckpt", "reshard", ckpt(), out, "--tensor-model-parallel-size", "1",
-                        "--pipeline-model-parallel-size", "2"});
+                            "--pipeline-model-parallel-size", "2"});
     QVERIFY2(r.exit_code == 0, qPrintable(r.err));
     Run inspect = run_lattice(1, {"ckpt", "inspect", out});
     QVERIFY2(inspect.exit_code == 0, qPrintable(inspect.out + inspect.err));
@@ -158,21 +155,20 @@ class Checkpoints : public QObject {
   void killed_during_save_resumes_from_previous() {
     const QString save = dir_.filePath("crash");
     QProcess job;
-    QProcessEnvironment e = mpi_environment();
+    QProcessEnvironment e = lattice::testing::test_environment();
     e.insert("LATTICE_CHECKPOINT_STALL_AT", "4");
     job.setProcessEnvironment(e);
-    job.start(LATTICE_MPIEXEC,
-              QStringList{"--oversubscribe", "-n", "2", LATTICE_CLI_PATH} + kModel +
-                  QStringList{"--db", db(), "--run-name", "crash", "--save", save,
-                              "--save-interval", "2"});
+    job.start(LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", "2", LATTICE_CLI_PATH} +
+                                   kModel +
+                                   QStringList{"--db", db(), "--run-name", "crash", "--save", save,
+                                               "--save-interval", "2"});
     QVERIFY(job.waitForStarted());
     // Wait for iteration 4's shards to be written (the save then stalls), then kill -9.
     QElapsedTimer waited;
     waited.start();
     const QString tmp = save + "/iter_0000004.tmp";
     // (Data-parallel rank 1 holds a replica and writes nothing of its own.)
-    while (!QFile::exists(tmp + "/rank_00000.json") && waited.elapsed() < 120000)
-      QTest::qWait(100);
+    while (!QFile::exists(tmp + "/rank_00000.json") && waited.elapsed() < 120000) QTest::qWait(100);
     QVERIFY2(QFile::exists(tmp + "/rank_00000.json"), "the save of iteration 4 never started");
     for (const QString& entry : QDir("/proc").entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
       QFile cmdline("/proc/" + entry + "/cmdline");
@@ -197,14 +193,14 @@ class Checkpoints : public QObject {
   void stop_through_mpirun(const QString& name, const QStringList& mpirun_options, int signal) {
     const QString save = dir_.filePath(name);
     QProcess job;
-    QProcessEnvironment e = mpi_environment();
+    QProcessEnvironment e = lattice::testing::test_environment();
     e.insert("LATTICE_CHECKPOINT_STALL_AT", "*:3");
     job.setProcessEnvironment(e);
-    job.start(LATTICE_MPIEXEC,
-              mpirun_options + QStringList{"--oversubscribe", "-n", "2", LATTICE_CLI_PATH} +
-                  kModel +
-                  QStringList{"--train-iters", "100000", "--log-interval", "1", "--db", db(),
-                              "--run-name", name, "--save", save});
+    job.start(LATTICE_MPIEXEC, mpirun_options +
+                                   QStringList{"--oversubscribe", "-n", "2", LATTICE_CLI_PATH} +
+                                   kModel +
+                                   QStringList{"--train-iters", "100000", "--log-interval", "1",
+                                               "--db", db(), "--run-name", name, "--save", save});
     QVERIFY(job.waitForStarted());
     QElapsedTimer waited;
     waited.start();
@@ -216,7 +212,8 @@ class Checkpoints : public QObject {
     QVERIFY2(latest.open(QIODevice::ReadOnly), "no complete checkpoint after the stop");
     const int iteration = latest.readAll().trimmed().toInt();
     QVERIFY2(iteration >= 2, qPrintable(QString("checkpoint of iteration %1").arg(iteration)));
-    QVERIFY(QFile::exists(save + QString("/iter_%1/metadata.json").arg(iteration, 7, 10, QChar('0'))));
+    QVERIFY(
+        QFile::exists(save + QString("/iter_%1/metadata.json").arg(iteration, 7, 10, QChar('0'))));
     auto store = lattice::storage::RunStore::open(db().toStdString());
     QVERIFY(store.is_ok());
     auto run = (*store)->find_run(name.toStdString());
@@ -226,9 +223,7 @@ class Checkpoints : public QObject {
   }
 
   // mpirun forwards SIGUSR1 to every rank at once: no kill timeout is involved.
-  void sigusr1_to_mpirun_saves_and_records_killed() {
-    stop_through_mpirun("usr1", {}, SIGUSR1);
-  }
+  void sigusr1_to_mpirun_saves_and_records_killed() { stop_through_mpirun("usr1", {}, SIGUSR1); }
 
   // SIGTERM (or Ctrl-C) to mpirun reaches the ranks only after mpirun's kill timeout, and they
   // have that long again before SIGKILL; meanwhile mpirun reads none of their output.
@@ -264,12 +259,13 @@ class Checkpoints : public QObject {
 
   void gpt2_weights_round_trip_unchanged() {
     const QString hf = dir_.filePath("gpt2.safetensors"), back = dir_.filePath("back.safetensors");
-    const QStringList model = {"--num-layers", "2", "--hidden-size", "64",
-                               "--num-attention-heads", "4", "--seq-length", "32",
-                               "--vocab-size", "300"};
-    Run made = run_lattice(1, QStringList{"train", "--mock-data", "--train-iters", "2", "--eval-iters",
-                                      "0", "--threads", "1", "--db", db(), "--save-hf", hf} +
-                              model);
+    const QStringList model = {"--num-layers",          "2",  "--hidden-size", "64",
+                               "--num-attention-heads", "4",  "--seq-length",  "32",
+                               "--vocab-size",          "300"};
+    Run made =
+        run_lattice(1, QStringList{"train", "--mock-data", "--train-iters", "2", "--eval-iters",
+                                   "0", "--threads", "1", "--db", db(), "--save-hf", hf} +
+                           model);
     QVERIFY2(made.exit_code == 0, qPrintable(made.err));
     const QString ck = dir_.filePath("imported");
     Run imported = run_lattice(1, QStringList{"ckpt", "import-hf", hf, ck} + model);
@@ -288,15 +284,15 @@ class Checkpoints : public QObject {
                qPrintable(QString("tensor %1 changed").arg(t.name.c_str())));
     }
     // Fine-tuning starts from it.
-    Run tuned = run_lattice(1, QStringList{"train", "--mock-data", "--train-iters", "2",
-                                       "--eval-iters", "0", "--threads", "1", "--db", db(),
-                                       "--load", ck, "--finetune"} +
-                               model);
+    Run tuned = run_lattice(
+        1, QStringList{"train", "--mock-data", "--train-iters", "2", "--eval-iters", "0",
+                       "--threads", "1", "--db", db(), "--load", ck, "--finetune"} +
+               model);
     QVERIFY2(tuned.exit_code == 0, qPrintable(tuned.err));
-    Run no_optimizer = run_lattice(1, QStringList{"train", "--mock-data", "--train-iters", "2",
-                                              "--eval-iters", "0", "--threads", "1", "--db", db(),
-                                              "--load", ck} +
-                                      model);
+    Run no_optimizer =
+        run_lattice(1, QStringList{"train", "--mock-data", "--train-iters", "2", "--eval-iters",
+                                   "0", "--threads", "1", "--db", db(), "--load", ck} +
+                           model);
     QVERIFY2(no_optimizer.exit_code != 0 && no_optimizer.err.contains("--finetune"),
              qPrintable(no_optimizer.err));
   }

@@ -4,44 +4,14 @@
 // tensor-parallel ranks; bad input gets one sentence naming the flag or file.
 #include <QtTest/QtTest>
 
-#include <QProcess>
 #include <QTemporaryDir>
+
+#include "common/process.h"
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  QString out, err;
-};
-
-QProcessEnvironment mpi_environment() {
-  QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
-  for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-    e.insert(kv.section('=', 0, 0), kv.section('=', 1));
-  return e;
-}
-
-Run run_lattice(int ranks, const QStringList& args, const QByteArray& input = {}) {
-  QProcess p;
-  p.setProcessEnvironment(mpi_environment());
-  if (ranks == 1)
-    p.start(LATTICE_CLI_PATH, args);
-  else
-    p.start(LATTICE_MPIEXEC,
-            QStringList{"--oversubscribe", "-n", QString::number(ranks), LATTICE_CLI_PATH} + args);
-  p.write(input);
-  p.closeWriteChannel();
-  Run r;
-  if (!p.waitForFinished(240000)) {
-    p.kill();
-    r.err = "timed out";
-    return r;
-  }
-  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
-}
+using lattice::testing::Run;
+using lattice::testing::run_lattice;
 
 const QStringList kArch = {"--num-layers",          "2", "--hidden-size", "64",
                            "--num-attention-heads", "4", "--seq-length",  "32"};

@@ -8,47 +8,36 @@
 // #parallel-equivalence). The float path is the same code with T = float.
 #include <QtTest/QtTest>
 
-#include <QProcess>
 #include <QTemporaryDir>
 #include <cmath>
 
 #include "checkpoint/safetensors.h"
+#include "common/process.h"
 #include "lattice/storage/run_store.h"
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  QString out, err;
-};
-
-Run start(const QString& program, const QStringList& args, int timeout_ms = 240000) {
-  QProcess p;
-  QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
-  for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-    e.insert(kv.section('=', 0, 0), kv.section('=', 1));
-  p.setProcessEnvironment(e);
-  p.start(program, args);
-  Run r;
-  if (!p.waitForFinished(timeout_ms)) {
-    p.kill();
-    r.err = "timed out";
-    return r;
-  }
-  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
-}
+using lattice::testing::Run;
 
 // 8 layers so that 4 pipeline stages can hold 2 virtual stages each; vocabulary 511 + EOD =
 // 512; 16 samples per step = 8 micro-batches of 2 (4 per data-parallel rank at DP 2).
-const QStringList kModel = {
-    "--mock-data", "--num-layers", "8", "--hidden-size", "64", "--num-attention-heads", "8",
-    "--seq-length", "32", "--vocab-size", "511", "--micro-batch-size", "2",
-    "--global-batch-size", "16", "--train-iters", "10", "--lr", "1e-3", "--lr-warmup-iters",
-    "2", "--lr-decay-style", "cosine", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
-    "--eval-iters", "0", "--log-interval", "5", "--threads", "1", "--fp64"};
+const QStringList kModel = {"--mock-data", "--num-layers",
+                            "8",           "--hidden-size",
+                            "64",          "--num-attention-heads",
+                            "8",           "--seq-length",
+                            "32",          "--vocab-size",
+                            "511",         "--micro-batch-size",
+                            "2",           "--global-batch-size",
+                            "16",          "--train-iters",
+                            "10",          "--lr",
+                            "1e-3",        "--lr-warmup-iters",
+                            "2",           "--lr-decay-style",
+                            "cosine",      "--hidden-dropout",
+                            "0.1",         "--attention-dropout",
+                            "0.1",         "--eval-iters",
+                            "0",           "--log-interval",
+                            "5",           "--threads",
+                            "1",           "--fp64"};
 
 struct Trace {
   QList<double> losses, norms;
@@ -74,11 +63,7 @@ class ParallelEquivalence : public QObject {
     const QString weights = dir_.filePath(name + ".safetensors");
     QStringList args = QStringList{"train"} + model + layout +
                        QStringList{"--db", db(), "--run-name", name, "--save-hf", weights};
-    const Run r = ranks == 1 ? start(LATTICE_CLI_PATH, args)
-                             : start(LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n",
-                                                                  QString::number(ranks),
-                                                                  LATTICE_CLI_PATH} +
-                                                          args);
+    const Run r = lattice::testing::run_lattice(ranks, args);
     Trace t;
     if (r.exit_code != 0) {
       qWarning("%s failed (%d):\n%s\n%s", qPrintable(name), r.exit_code, qPrintable(r.out),
@@ -163,14 +148,14 @@ class ParallelEquivalence : public QObject {
   void tensor_parallel_2() { check_layout("tp2", 2, {"--tensor-model-parallel-size", "2"}); }
   void pipeline_parallel_2() {
     check_layout("pp2", 2, {"--pipeline-model-parallel-size", "2"});
-    check_layout("pp2-uneven", 2,
-                 {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
-                  "5"});
+    check_layout(
+        "pp2-uneven", 2,
+        {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "5"});
   }
   void pipeline_4_interleaved() {
-    check_layout("pp4-vpp2", 4,
-                 {"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage",
-                  "1"});
+    check_layout(
+        "pp4-vpp2", 4,
+        {"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "1"});
   }
   void data_parallel_2() { check_layout("dp2", 2, {}); }
   void data_parallel_2_distributed_optimizer() {
@@ -196,9 +181,9 @@ class ParallelEquivalence : public QObject {
       return flags;
     };
     const Trace one = train_with("float-one-process", 1, float_flags(kModel), {});
-    const Trace many = train_with("float-tp2-pp2-dp2", 8, float_flags(kModel),
-                                  {"--tensor-model-parallel-size", "2",
-                                   "--pipeline-model-parallel-size", "2"});
+    const Trace many =
+        train_with("float-tp2-pp2-dp2", 8, float_flags(kModel),
+                   {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"});
     QCOMPARE(one.losses.size(), 10);
     QCOMPARE(many.losses.size(), 10);
     for (int i = 0; i < 10; i++) {

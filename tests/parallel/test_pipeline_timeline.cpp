@@ -5,12 +5,12 @@
 // across stages on the shared clock of one machine; plus the optimizer step.
 #include <QtTest/QtTest>
 
-#include <QProcess>
 #include <QTemporaryDir>
 #include <algorithm>
 #include <map>
 #include <tuple>
 
+#include "common/process.h"
 #include "lattice/storage/run_store.h"
 #include "pipeline/schedule.h"
 
@@ -18,32 +18,7 @@ using lattice::storage::TimelineEvent;
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  QString out, err;
-};
-
-// Runs `program` with the MPI test environment (harmless without mpirun).
-Run start(const QString& program, const QStringList& args, int timeout_ms = 240000) {
-  QProcess p;
-  QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
-#ifdef LATTICE_MPI_ENV
-  for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-    e.insert(kv.section('=', 0, 0), kv.section('=', 1));
-#endif
-  p.setProcessEnvironment(e);
-  p.start(program, args);
-  Run r;
-  if (!p.waitForFinished(timeout_ms)) {
-    p.kill();
-    r.err = "timed out";
-    return r;
-  }
-  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
-}
+using lattice::testing::Run;
 
 // Micro batch 1, so --global-batch-size is the number of micro-batches (DP 1).
 const QStringList kModel = {"--mock-data", "--hidden-size",      "32", "--num-attention-heads",
@@ -86,12 +61,10 @@ class PipelineTimeline : public QObject {
                              QStringList{"--db", dir_.filePath("runs.sqlite"), "--run-name", name};
     Run r;
     if (ranks == 1) {
-      r = start(LATTICE_CLI_PATH, args);
+      r = lattice::testing::run_process(LATTICE_CLI_PATH, args);
     } else {
 #ifdef LATTICE_MPIEXEC
-      r = start(
-          LATTICE_MPIEXEC,
-          QStringList{"--oversubscribe", "-n", QString::number(ranks), LATTICE_CLI_PATH} + args);
+      r = lattice::testing::run_lattice(ranks, args);
 #endif
     }
     QVERIFY2(r.exit_code == 0,
