@@ -15,9 +15,9 @@
 
 #include "app/icons.h"
 #include "app/placeholder_view.h"
+#include "app/studio_settings.h"
 #include "dashboard/dashboard_view.h"
 #include "history/history_view.h"
-#include "app/studio_settings.h"
 #include "lattice/train.h"
 #include "launch/launch_form.h"
 #include "launch/launch_view.h"
@@ -37,6 +37,7 @@ const char* const kViewNames[] = {"plan", "launch", "dashboard", "history", "pla
 MainWindow::MainWindow(const Options& options, QWidget* parent)
     : QMainWindow(parent),
       options_(options),
+      environment_(options.environment ? *options.environment : LaunchEnvironment::detect()),
       model_(new PlanModel(this)),
       stack_(new QStackedWidget(this)) {
   setObjectName("main-window");
@@ -79,8 +80,7 @@ MainWindow::~MainWindow() {
 
 void MainWindow::createViews() {
   planView_ = new PlanView(model_, stack_);
-  launchView_ = new LaunchView(
-      model_, options_.environment ? *options_.environment : LaunchEnvironment::detect(), stack_);
+  launchView_ = new LaunchView(model_, environment_, stack_);
   dashboard_ = new DashboardView(stack_);
   history_ = new HistoryView(stack_);
   auto* playground = new PlaceholderView(
@@ -116,8 +116,7 @@ QString MainWindow::database() const {
   if (!options_.database.isEmpty()) return options_.database;
   const QString field = launchView_->form()->settings().database;
   if (!field.isEmpty()) return field;
-  return options_.environment ? options_.environment->defaultDatabase
-                              : LaunchEnvironment::detect().defaultDatabase;
+  return environment_.defaultDatabase;
 }
 
 void MainWindow::useDatabase(const QString& path) {

@@ -85,6 +85,7 @@ class MainWindow : public QMainWindow {
   void useDatabase(const QString& path);
 
   Options options_;
+  LaunchEnvironment environment_;  // options_.environment, or this machine's, detected once
   PlanModel* model_;
   QStackedWidget* stack_;
   PlanView* planView_ = nullptr;
