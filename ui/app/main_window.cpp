@@ -14,7 +14,6 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "app/icons.h"
-#include "app/placeholder_view.h"
 #include "app/studio_settings.h"
 #include "dashboard/dashboard_view.h"
 #include "history/history_view.h"
@@ -25,6 +24,8 @@
 #include "plan/plan_model.h"
 #include "plan/plan_view.h"
 #include "plan/text_format.h"
+#include "playground/playground_io.h"
+#include "playground/playground_view.h"
 
 namespace lattice::ui {
 
@@ -83,14 +84,10 @@ void MainWindow::createViews() {
   launchView_ = new LaunchView(model_, environment_, stack_);
   dashboard_ = new DashboardView(stack_);
   history_ = new HistoryView(stack_);
-  auto* playground = new PlaceholderView(
-      tr("Playground"),
-      tr("Generating text from a checkpoint comes with the inference issue: pick a run's "
-         "checkpoint, type a prompt, set temperature and top-k, and read the sampled text."),
-      stack_);
+  playground_ = new PlaygroundView(stack_);
   for (QWidget* view : {static_cast<QWidget*>(planView_), static_cast<QWidget*>(launchView_),
                         static_cast<QWidget*>(dashboard_), static_cast<QWidget*>(history_),
-                        static_cast<QWidget*>(playground)})
+                        static_cast<QWidget*>(playground_)})
     stack_->addWidget(view);
 
   // A launched run opens in the Dashboard as soon as the store has it (the Launch view's
@@ -105,6 +102,10 @@ void MainWindow::createViews() {
   connect(history_, &HistoryView::openInDashboard, this, [this](const QList<qint64>& ids) {
     dashboard_->showRuns(ids);
     showView(View::kDashboard);
+  });
+  connect(history_, &HistoryView::openInPlayground, this, [this](qint64 id) {
+    playground_->openRun(id);
+    showView(View::kPlayground);
   });
   connect(dashboard_, &DashboardView::problem, this,
           [this](const QString& message) { statusBar()->showMessage(message, 8000); });
@@ -122,6 +123,7 @@ QString MainWindow::database() const {
 void MainWindow::useDatabase(const QString& path) {
   if (dashboard_->database() != path) dashboard_->setDatabase(path);
   if (history_->database() != path) history_->setDatabase(path);
+  if (playground_->database() != path) playground_->setDatabase(path);
 }
 
 void MainWindow::showRuns(const QList<qint64>& runIds) {
@@ -165,6 +167,7 @@ void MainWindow::restoreSettings() {
   QSettings settings;
   if (std::optional<Plan> plan = loadPlan(settings)) model_->resetPlan(*plan);
   launchView_->form()->setSettings(loadLaunchSettings(settings));
+  playground_->setSettings(loadPlaygroundSettings(settings));
   model_->setCpuGflops(loadCpuGflops(settings));
   setTheme(loadTheme(settings));
   restoreGeometry(settings.value("window/geometry").toByteArray());
@@ -178,6 +181,7 @@ void MainWindow::saveSettings() {
   QSettings settings;
   savePlan(settings, model_->plan());
   saveLaunchSettings(settings, launchView_->form()->settings());
+  savePlaygroundSettings(settings, playground_->settings());
   saveTheme(settings, theme_);
   settings.setValue("window/geometry", saveGeometry());
   settings.setValue("window/state", saveState());

@@ -21,6 +21,7 @@ class HistoryView;
 class LaunchView;
 class PlanModel;
 class PlanView;
+class PlaygroundView;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -45,6 +46,7 @@ class MainWindow : public QMainWindow {
   LaunchView* launchView() const { return launchView_; }
   DashboardView* dashboardView() const { return dashboard_; }
   HistoryView* historyView() const { return history_; }
+  PlaygroundView* playgroundView() const { return playground_; }
 
   // The run store the Dashboard and History read: --db, else the Launch view's database
   // field, else `lattice train`'s default.
@@ -92,6 +94,7 @@ class MainWindow : public QMainWindow {
   LaunchView* launchView_ = nullptr;
   DashboardView* dashboard_ = nullptr;
   HistoryView* history_ = nullptr;
+  PlaygroundView* playground_ = nullptr;
   QList<QAction*> viewActions_;
   QActionGroup* viewGroup_ = nullptr;
   QActionGroup* themeGroup_ = nullptr;

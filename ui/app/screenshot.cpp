@@ -26,9 +26,11 @@ Status saveScreenshot(MainWindow& window, MainWindow::View view, QSize size, con
   window.showView(view);
   window.resize(size);
   window.show();
-  // The Dashboard and History read the run store off the UI thread (a poll every few hundred
-  // ms, then a coalesced replot): give them time to show what the store holds.
-  const bool readsStore = view == MainWindow::View::kDashboard || view == MainWindow::View::kHistory;
+  // The Dashboard, History and the Playground's run list read the run store off the UI thread
+  // (a poll every few hundred ms, then a coalesced replot): give them time to show it.
+  const bool readsStore = view == MainWindow::View::kDashboard ||
+                          view == MainWindow::View::kHistory ||
+                          view == MainWindow::View::kPlayground;
   settle(readsStore ? 2000 : 300);
   window.resize(size);  // a window manager (xvfb) may have changed it on show
   settle(200);

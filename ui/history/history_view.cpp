@@ -20,6 +20,7 @@
 #include "history/run_filter_model.h"
 #include "history/run_text.h"
 #include "plan/text_format.h"
+#include "playground/playground_io.h"
 
 namespace lattice::ui {
 
@@ -181,6 +182,12 @@ void HistoryView::buildTable() {
     return a;
   };
   action(tr("Open in Dashboard"), QKeySequence(Qt::Key_Return), &HistoryView::openSelected);
+  playgroundAction_ = new QAction(tr("Open in Playground"), table_);
+  playgroundAction_->setToolTip(tr("Generate text from the run's latest checkpoint"));
+  connect(playgroundAction_, &QAction::triggered, this, [this] {
+    if (const QList<qint64> ids = selectedRuns(); ids.size() == 1) emit openInPlayground(ids[0]);
+  });
+  table_->addAction(playgroundAction_);
   action(tr("Rename"), QKeySequence(Qt::Key_F2), &HistoryView::renameCurrent);
   QAction* separator = new QAction(table_);
   separator->setSeparator(true);
@@ -354,6 +361,7 @@ void HistoryView::updateSelectionDependents() {
     }
   }
   removeTagButton_->setEnabled(anyTags);
+  playgroundAction_->setEnabled(runs.size() == 1 && !runSaveDir(runs[0]).isEmpty());
   // Oldest first, as `lattice runs compare` lists them: columns stay put when the table re-sorts.
   std::sort(runs.begin(), runs.end(),
             [](const storage::RunInfo& x, const storage::RunInfo& y) { return x.id < y.id; });

@@ -14,6 +14,7 @@
 #include "history/history_io.h"
 #include "history/run_table_model.h"
 
+class QAction;
 class QComboBox;
 class QLabel;
 class QLineEdit;
@@ -61,6 +62,8 @@ class HistoryView : public QWidget {
 
  signals:
   void openInDashboard(const QList<qint64>& runIds);
+  // "Open in Playground" on a run that saved checkpoints (its --save is recorded).
+  void openInPlayground(qint64 runId);
   void refreshed();  // a read is shown, no newer one pending
   // Every queued edit is written (refreshed() follows); the store's messages for those refused.
   void editsApplied(const QStringList& errors);
@@ -99,6 +102,7 @@ class HistoryView : public QWidget {
   QComboBox* tagFilter_ = nullptr;
   QComboBox* statusFilter_ = nullptr;
   QPushButton* openButton_ = nullptr;
+  QAction* playgroundAction_ = nullptr;
   QPushButton* renameButton_ = nullptr;
   QPushButton* addTagButton_ = nullptr;
   QPushButton* removeTagButton_ = nullptr;

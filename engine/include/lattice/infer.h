@@ -8,6 +8,7 @@
 // on every rank. Non-goals: pipeline-parallel inference, beam search, paged caches.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,8 +45,9 @@ struct GenerationRequest {
   bool prompt_logprobs = false;   // also the log-probability of prompt tokens 1..n-1
 };
 
-enum class FinishReason { kLength, kEod, kStop };
-const char* finish_reason_name(FinishReason reason);  // "length", "eod", "stop"
+// kCancelled: generate()'s cancel flag was raised before the sequence ended otherwise.
+enum class FinishReason { kLength, kEod, kStop, kCancelled };
+const char* finish_reason_name(FinishReason reason);  // "length", "eod", "stop", "cancelled"
 
 struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (an ending EOD included)
@@ -92,8 +94,12 @@ class Generator {
   // Called for each new token of sequence `index` as soon as it is chosen (streaming).
   using OnToken = std::function<void(int index, int32_t token, float logprob)>;
   // Generates every request (in groups of max_batch_size). Collective under TP.
+  // `cancel` (may be raised from any thread): once true, every unfinished sequence ends before
+  // its next decoding step with FinishReason::kCancelled and the tokens it has; requests not
+  // started get none. One process only: under TP the ranks could see it at different steps.
   Result<std::vector<GenerationResult>> generate(const std::vector<GenerationRequest>& requests,
-                                                 const OnToken& on_token = {});
+                                                 const OnToken& on_token = {},
+                                                 const std::atomic<bool>* cancel = nullptr);
 
   // The model behind the generator (its weights and forward), for tests and benchmarks.
   InferenceModel& model() { return *model_; }
@@ -101,7 +107,8 @@ class Generator {
  private:
   Generator(std::unique_ptr<InferenceModel> model, int max_batch, int max_rows);
   Status generate_group(const std::vector<GenerationRequest>& requests, size_t first, size_t count,
-                        std::vector<GenerationResult>& results, const OnToken& on_token);
+                        std::vector<GenerationResult>& results, const OnToken& on_token,
+                        const std::atomic<bool>* cancel);
 
   std::unique_ptr<InferenceModel> model_;
   const Tokenizer* tokenizer_ = nullptr;

@@ -110,6 +110,8 @@ const char* finish_reason_name(FinishReason reason) {
       return "eod";
     case FinishReason::kStop:
       return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
     case FinishReason::kLength:
       break;
   }
@@ -210,7 +212,8 @@ Status Generator::check(const GenerationRequest& r) const {
 }
 
 Result<std::vector<GenerationResult>> Generator::generate(
-    const std::vector<GenerationRequest>& requests, const OnToken& on_token) {
+    const std::vector<GenerationRequest>& requests, const OnToken& on_token,
+    const std::atomic<bool>* cancel) {
   for (size_t i = 0; i < requests.size(); i++)
     if (Status s = check(requests[i]); !s)
       return Status::invalid_argument(
@@ -219,14 +222,18 @@ Result<std::vector<GenerationResult>> Generator::generate(
   std::vector<GenerationResult> results(requests.size());
   for (size_t first = 0; first < requests.size(); first += max_batch_) {
     const size_t count = std::min(requests.size() - first, static_cast<size_t>(max_batch_));
-    if (Status s = generate_group(requests, first, count, results, on_token); !s) return s;
+    if (cancel && cancel->load()) {
+      for (size_t i = first; i < requests.size(); i++) results[i].finish = FinishReason::kCancelled;
+      break;
+    }
+    if (Status s = generate_group(requests, first, count, results, on_token, cancel); !s) return s;
   }
   return results;
 }
 
 Status Generator::generate_group(const std::vector<GenerationRequest>& requests, size_t first,
                                  size_t count, std::vector<GenerationResult>& results,
-                                 const OnToken& on_token) {
+                                 const OnToken& on_token, const std::atomic<bool>* cancel) {
   InferenceModel& model = *model_;
   model.reserve(static_cast<int>(count), max_rows_);
   const int V = config().vocab_size, T = context_length();
@@ -316,6 +323,12 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
   // Decoding: one row per live sequence, its newest token at the next position.
   std::vector<size_t> active;
   for (;;) {
+    if (cancel && cancel->load())
+      for (size_t s = 0; s < count; s++)
+        if (!live[s].done) {
+          results[first + s].finish = FinishReason::kCancelled;
+          live[s].done = true;
+        }
     active.clear();
     for (size_t s = 0; s < count; s++)
       if (!live[s].done) active.push_back(s);

@@ -1,0 +1,197 @@
+// PlaygroundSession: loading and generating on the worker thread.
+#include "playground/playground_session.h"
+
+#include <QElapsedTimer>
+#include <QThread>
+#include <algorithm>
+#include <span>
+
+#include "lattice/infer.h"
+#include "lattice/kernels.h"
+#include "lattice/tokenizer.h"
+#include "playground/playground_io.h"
+
+namespace lattice::ui {
+
+struct PlaygroundSession::State {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Generator> generator;
+};
+
+namespace {
+
+QString text(const std::string& s) {
+  return QString::fromStdString(s);
+}
+
+// The checkpoint's recorded tokenizer and the model, as `lattice generate --load` sets them
+// up on one process (app/cli/infer_setup.cpp).
+Result<ModelSummary> loadModel(const QString& path, std::unique_ptr<Tokenizer>& tokenizer,
+                               std::unique_ptr<Generator>& generator) {
+  QElapsedTimer timer;
+  timer.start();
+  const std::string load = path.toStdString();
+  Result<TokenizerOptions> recorded = checkpoint_tokenizer(load, 0);
+  if (!recorded) return recorded.status();
+  Result<std::unique_ptr<Tokenizer>> tok = make_tokenizer(*recorded);
+  if (!tok)
+    return Status::invalid_argument("the checkpoint's tokenizer (" + recorded->type +
+                                    ") cannot be opened: " + tok.status().message());
+  InferenceOptions io;
+  io.load = load;
+  io.max_batch_size = 1;
+  Result<std::unique_ptr<Generator>> gen = Generator::load(io, nullptr);
+  if (!gen) return gen.status();
+  const ModelConfig& m = (*gen)->config();
+  if ((*tok)->vocab_size() > m.vocab_size)
+    return Status::invalid_argument(
+        "the tokenizer (" + (*tok)->type() + ") has " + std::to_string((*tok)->vocab_size()) +
+        " ids; the model's vocabulary has " + std::to_string(m.vocab_size));
+  tokenizer = std::move(*tok);
+  generator = std::move(*gen);
+  generator->set_tokenizer(tokenizer.get());
+  ModelSummary s;
+  s.path = path;
+  s.iteration = checkpointIteration(path);
+  s.layers = m.num_layers;
+  s.hidden = m.hidden_size;
+  s.heads = m.num_attention_heads;
+  s.context = generator->context_length();
+  s.vocab = m.vocab_size;
+  s.parameters = m.num_parameters();
+  s.tokenizer = text(tokenizer->type());
+  s.seconds = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
+  return s;
+}
+
+// Threads for the model: one core is left to the UI thread, which wakes for every token. With
+// all cores, OpenMP's spinning workers starve it, and on a loaded 2-core machine decoding
+// ran 5-20x slower (docs/studio.md "Playground"). Per thread (OpenMP's setting is the
+// calling thread's), so every task sets it.
+void useModelThreads() {
+  kernels::set_num_threads(std::max(1, QThread::idealThreadCount() - 1));
+}
+
+}  // namespace
+
+size_t completeUtf8Length(const std::string& s) {
+  // Back up over continuation bytes to the last lead byte; keep it when its sequence is whole.
+  size_t i = s.size(), back = 0;
+  while (i > 0 && back < 4 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) i--, back++;
+  if (i == 0) return s.size();
+  const unsigned char lead = static_cast<unsigned char>(s[i - 1]);
+  const size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  return back + 1 >= need ? s.size() : i - 1;
+}
+
+PlaygroundSession::PlaygroundSession(QObject* parent)
+    : QObject(parent), state_(std::make_shared<State>()) {
+  pool_.setMaxThreadCount(1);
+  pool_.setExpiryTimeout(-1);  // keep the thread: OpenMP's workers stay with it
+}
+
+PlaygroundSession::~PlaygroundSession() {
+  stop();
+  pool_.clear();
+  pool_.waitForDone();
+}
+
+void PlaygroundSession::load(const QString& path) {
+  stop();
+  std::shared_ptr<State> state = state_;
+  pool_.start([this, state, path] {
+    useModelThreads();
+    state->generator.reset();
+    state->tokenizer.reset();
+    Result<ModelSummary> summary = loadModel(path, state->tokenizer, state->generator);
+    if (summary)
+      emit loaded(*summary);
+    else
+      emit loadFailed(path, text(summary.status().message()));
+  });
+}
+
+quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
+  const quint64 number = ++generations_;
+  cancel_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> cancel = cancel_;
+  std::shared_ptr<State> state = state_;
+  pool_.start([this, state, cancel, request, number] {
+    useModelThreads();
+    if (!state->generator) {
+      emit generationFailed(number, tr("No checkpoint is loaded."));
+      return;
+    }
+    Generator& gen = *state->generator;
+    const Tokenizer& tok = *state->tokenizer;
+    GenerationRequest r;
+    r.prompt = tok.encode(request.prompt.toStdString());
+    r.tokens_to_generate = request.tokens;
+    r.sampling = {static_cast<float>(request.temperature), request.topK,
+                  static_cast<float>(request.topP), request.seed};
+    r.stop_at_eod = request.stopAtEod;
+    if (!request.stop.isEmpty()) r.stop = {request.stop.toStdString()};
+    if (Status s = gen.check(r); !s) {
+      emit generationFailed(number, text(s.message()));
+      return;
+    }
+    QElapsedTimer timer;
+    timer.start();
+    std::vector<int32_t> ids = r.prompt;
+    const std::string promptText = tok.decode(ids);
+    std::string shown = promptText;  // the decoded sequence as far as it was signalled
+    emit started(number, text(promptText), static_cast<int>(r.prompt.size()));
+    double firstMs = -1;
+    auto onToken = [&](int, int32_t id, float logprob) {
+      const double ms = static_cast<double>(timer.nsecsElapsed()) * 1e-6;
+      if (firstMs < 0) firstMs = ms;
+      std::string piece;
+      if (!(r.stop_at_eod && id == gen.eod())) {
+        ids.push_back(id);
+        const std::string now = tok.decode(ids);
+        const size_t whole = completeUtf8Length(now);
+        // A decoding that rewrote what was shown (rare) waits for the final text.
+        if (whole > shown.size() && now.compare(0, shown.size(), shown) == 0) {
+          piece = now.substr(shown.size(), whole - shown.size());
+          shown = now.substr(0, whole);
+        }
+      }
+      emit tokenGenerated(number, text(piece), id, logprob, ms);
+    };
+    Result<std::vector<GenerationResult>> out = gen.generate({r}, onToken, cancel.get());
+    if (!out) {
+      emit generationFailed(number, text(out.status().message()));
+      return;
+    }
+    const GenerationResult& res = (*out)[0];
+    GenerationSummary s;
+    s.promptText = text(promptText);
+    std::vector<int32_t> all = r.prompt;
+    all.insert(all.end(), res.tokens.begin(), res.tokens.end());
+    if (res.finish == FinishReason::kEod) all.pop_back();
+    std::string full = tok.decode(all);
+    if (res.finish == FinishReason::kStop) {
+      // res.text is the continuation's own text cut before the stop text; cut the whole text
+      // at the same place (a tokenizer may join prompt and continuation with a separator).
+      const std::string generated = tok.decode(res.tokens);
+      full = full.size() >= generated.size() &&
+                     full.compare(full.size() - generated.size(), generated.size(), generated) == 0
+                 ? full.substr(0, full.size() - generated.size() + res.text.size())
+                 : promptText + res.text;
+    }
+    s.text = text(full);
+    s.tokens = static_cast<int>(res.tokens.size());
+    s.promptTokens = static_cast<int>(r.prompt.size());
+    s.firstTokenMs = std::max(0.0, firstMs);
+    s.elapsedMs = static_cast<double>(timer.nsecsElapsed()) * 1e-6;
+    s.finish = QString::fromLatin1(finish_reason_name(res.finish));
+    emit generated(number, s);
+  });
+  return number;
+}
+
+void PlaygroundSession::stop() {
+  if (cancel_) cancel_->store(true);
+}
+
+}  // namespace lattice::ui

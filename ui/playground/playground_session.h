@@ -1,0 +1,86 @@
+// The Playground's model and its worker thread: a Generator (engine/include/lattice/infer.h,
+// one process, TP 1) with the tokenizer the checkpoint recorded, loaded once and kept while
+// the same checkpoint stays selected. Loads and generations run off the UI thread, one at a
+// time in the order asked; each generated token is signalled as soon as it is chosen, with
+// the text it adds (whole UTF-8 characters only) and its log-probability. Signals arrive
+// queued on the thread that owns the session.
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <QThreadPool>
+#include <atomic>
+#include <memory>
+
+namespace lattice::ui {
+
+// What a load brought: the checkpoint, its model shape and tokenizer.
+struct ModelSummary {
+  QString path;        // as asked: a save directory or an iter_NNNNNNN directory
+  int iteration = -1;  // the checkpoint's iteration (-1: unknown)
+  int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
+  qint64 parameters = 0;
+  QString tokenizer;   // its --tokenizer-type
+  double seconds = 0;  // time to load
+};
+
+struct PlaygroundRequest {
+  QString prompt;
+  int tokens = 64;           // tokens to generate (fewer at EOD, the stop text, the context end)
+  double temperature = 1.0;  // 0: greedy
+  int topK = 0;              // 0: off; 1: greedy
+  double topP = 0.0;         // 0: off
+  quint64 seed = 1234;
+  bool stopAtEod = true;
+  QString stop;  // end at this text; empty: none
+};
+
+struct GenerationSummary {
+  QString promptText;  // the prompt as the tokenizer decodes it
+  QString text;        // the prompt's text and the continuation, as `lattice generate` prints it
+  int tokens = 0;      // generated ids, an ending EOD included
+  int promptTokens = 0;
+  double firstTokenMs = 0;  // from the start to the first token (the prompt's prefill)
+  double elapsedMs = 0;
+  QString finish;  // "length", "eod", "stop" or "cancelled"
+};
+
+class PlaygroundSession : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit PlaygroundSession(QObject* parent = nullptr);
+  ~PlaygroundSession() override;  // cancels a generation and waits for the worker
+
+  // Loads a checkpoint in place of the current model (a generation under way is stopped);
+  // loaded() or loadFailed() follow.
+  void load(const QString& path);
+  // Starts a generation with the model loaded by then; returns its number, which every
+  // following signal of it carries: started(), tokenGenerated() per token, then generated()
+  // or generationFailed().
+  quint64 generate(const PlaygroundRequest& request);
+  // Ends the running generation before its next token (generated() follows, "cancelled").
+  void stop();
+
+ signals:
+  void loaded(const lattice::ui::ModelSummary& model);
+  void loadFailed(const QString& path, const QString& message);
+  void started(quint64 generation, const QString& promptText, int promptTokens);
+  // `text`: what the token adds to the output (may be empty: part of a UTF-8 character, or
+  // the end-of-document token); `ms`: since the generation started.
+  void tokenGenerated(quint64 generation, const QString& text, int id, double logprob, double ms);
+  void generated(quint64 generation, const lattice::ui::GenerationSummary& summary);
+  void generationFailed(quint64 generation, const QString& message);
+
+ private:
+  struct State;  // the generator and tokenizer; touched by the worker thread only
+  std::shared_ptr<State> state_;
+  std::shared_ptr<std::atomic<bool>> cancel_;  // the latest generation's
+  quint64 generations_ = 0;
+  QThreadPool pool_;  // one thread: tasks run in the order they were asked
+};
+
+// The length of the longest prefix of `text` that ends on a whole UTF-8 character.
+size_t completeUtf8Length(const std::string& text);
+
+}  // namespace lattice::ui

@@ -1,0 +1,124 @@
+// The Playground view: pick a checkpoint (a run of the run store that saved one, or a
+// directory), type a prompt, set the sampling, and read the continuation as it is generated
+// with its token count, tokens/s and time to the first token. The model is loaded and run by
+// a PlaygroundSession off the UI thread and kept while the same checkpoint stays selected;
+// what was loaded, and why a checkpoint could not be, is shown above the prompt.
+#pragma once
+
+#include <QFutureWatcher>
+#include <QWidget>
+
+#include "playground/playground_io.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QSpinBox;
+
+namespace lattice::ui {
+
+class TokenOutput;
+
+class PlaygroundView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit PlaygroundView(QWidget* parent = nullptr);
+
+  // The run store whose runs' checkpoints the list offers; re-read now, off the UI thread.
+  void setDatabase(const QString& path);
+  const QString& database() const { return database_; }
+  void refreshRuns();
+  // Loads a save directory or an iter_NNNNNNN directory (added to the list when new).
+  void openCheckpoint(const QString& path);
+  // Selects and loads the run's checkpoint (once the run list has it).
+  void openRun(qint64 runId);
+
+  PlaygroundSettings settings() const;
+  // Applies the settings; the checkpoint is loaded when the view is first shown.
+  void setSettings(const PlaygroundSettings& settings);
+  PlaygroundRequest request() const;
+
+  void generate();
+  void stop();
+  bool isGenerating() const { return generating_; }
+  bool isLoading() const { return loads_ > 0; }
+
+  QString loadedCheckpoint() const { return loaded_; }  // empty: none
+  QString modelText() const;                            // what was loaded
+  QString errorText() const;                            // empty: none
+  QString statsText() const;
+  TokenOutput* output() const { return output_; }
+  QComboBox* checkpointList() const { return checkpoints_; }
+  QPlainTextEdit* promptEdit() const { return prompt_; }
+  QPushButton* generateButton() const { return generateButton_; }
+  QPushButton* stopButton() const { return stopButton_; }
+
+ signals:
+  void modelLoaded(const QString& path);
+  void modelFailed(const QString& message);
+  void runsRead();
+  // A generation ended: "length", "eod", "stop", "cancelled", or "error".
+  void generationEnded(const QString& finish);
+
+ protected:
+  void showEvent(QShowEvent* event) override;
+  void changeEvent(QEvent* event) override;
+
+ private:
+  QWidget* buildCheckpointBar();
+  QWidget* buildSamplingPanel();
+  QWidget* buildPromptPanel();
+  void connectSession();
+  void onRunsRead();
+  void onSelectionChanged();
+  void loadPath(const QString& path);
+  void showError(const QString& text);
+  void updateButtons();
+  void updateStats();
+  void updateLegend();
+  int indexOfPath(const QString& path) const;
+
+  PlaygroundSession* session_;
+  QString database_;
+  QString loaded_;   // the checkpoint the session holds
+  QString asked_;    // the checkpoint last asked for
+  QString pending_;  // a checkpoint to load when the view is first shown
+  qint64 pendingRun_ = 0;
+  int loads_ = 0;  // loads asked for and not answered yet
+  bool generating_ = false;
+  quint64 generation_ = 0;  // the generation whose signals are shown
+  QFutureWatcher<RunCheckpointsRead> runsReader_;
+  bool rereadWanted_ = false;
+  QList<RunCheckpoint> runs_;
+  QStringList directories_;  // opened by hand, shown after the runs
+
+  // The live figures of the generation shown.
+  int tokens_ = 0, promptTokens_ = 0;
+  double firstMs_ = -1, lastMs_ = 0;
+  QString finish_;
+
+  QComboBox* checkpoints_ = nullptr;
+  QLabel* model_ = nullptr;
+  QLabel* error_ = nullptr;
+  QSpinBox* tokensToGenerate_ = nullptr;
+  QDoubleSpinBox* temperature_ = nullptr;
+  QSpinBox* topK_ = nullptr;
+  QDoubleSpinBox* topP_ = nullptr;
+  QLineEdit* seed_ = nullptr;
+  QCheckBox* stopAtEod_ = nullptr;
+  QLineEdit* stopText_ = nullptr;
+  QCheckBox* colour_ = nullptr;
+  QLabel* legend_ = nullptr;
+  QPlainTextEdit* prompt_ = nullptr;
+  QPushButton* generateButton_ = nullptr;
+  QPushButton* stopButton_ = nullptr;
+  TokenOutput* output_ = nullptr;
+  QLabel* stats_ = nullptr;
+};
+
+}  // namespace lattice::ui
