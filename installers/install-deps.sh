@@ -22,8 +22,10 @@ packages=(
   # demo corpus
   fortunes fortunes-min
 )
-# --tests: the independent PyTorch GPT-2 that test_torch_parity checks the model against.
-test_packages=(python3-torch python3-numpy)
+# --tests: the independent PyTorch GPT-2 that test_torch_parity checks the model against; a
+# real single-node Slurm cluster (slurmctld, slurmd, the client commands, munge for its
+# authentication) that tests/cluster/slurm_cluster.sh configures and starts itself.
+test_packages=(python3-torch python3-numpy slurm-wlm slurmctld slurmd slurm-client munge)
 # --bench: the benchmark peers (PyTorch) and the other BLAS libraries the GEMM benchmark compares.
 bench_packages=(python3-torch python3-numpy libblis-openmp-dev libdnnl-dev)
 # --fuzz: clang with libFuzzer and the sanitizers, and clang's OpenMP (tests/fuzz/README.md).

@@ -16,6 +16,7 @@ int plan_command(const std::vector<std::string>& args);
 int ckpt_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
+int launch_command(const std::vector<std::string>& args);
 
 // Prints "lattice <command>: <message>" for each line of `message` to stderr.
 void print_error(const std::string& command, const std::string& message);

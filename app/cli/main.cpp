@@ -1,5 +1,5 @@
 // `lattice`: the command-line face of the engine. Subcommands: train, demo, eval, data,
-// plan, runs, ckpt, generate, serve, version.
+// plan, runs, ckpt, generate, serve, launch, version.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -21,6 +21,7 @@ void print_usage(std::ostream& out) {
          "  ckpt      checkpoints: inspect, export-hf, import-hf, reshard\n"
          "  generate  continue prompts with a trained model (sampling, streaming, log-probs)\n"
          "  serve     the model over HTTP: Megatron's PUT /api and OpenAI's /v1/completions\n"
+         "  launch    start training on this machine, a hostfile's hosts or a Slurm cluster\n"
          "  version   print the version and the BLAS kernel in use\n";
 }
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   if (command == "runs") return lattice::cli::runs_command(args);
   if (command == "generate") return lattice::cli::generate_command(args);
   if (command == "serve") return lattice::cli::serve_command(args);
+  if (command == "launch") return lattice::cli::launch_command(args);
   if (command == "version") {
     std::cout << "lattice " << LATTICE_VERSION << " (OpenBLAS kernel "
               << lattice::kernels::blas_core_name() << ")\n";

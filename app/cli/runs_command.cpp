@@ -274,6 +274,13 @@ constexpr Subcommand kSubcommands[] = {
      "Compares the configurations of two or more runs and prints the settings that differ,\n"
      "then every run's final (latest) metrics side by side.",
      compare_command},
+    {"import", "import PATH... [--db DB]", "merge another run database's runs into this one",
+     "Copies every run of each PATH (a cluster job's runs.sqlite, another machine's history)\n"
+     "into the run database with everything it logged: metrics, memory, timeline, log events,\n"
+     "checkpoints, tags and configuration. Importing the same file again keeps one copy of\n"
+     "each run, and updates a copy whose run progressed since (more steps, a new status). A\n"
+     "run whose name is taken here is imported as 'name (2)'. PATH is only read.",
+     import_command},
     {"tag", "tag RUN TAG... [--remove]", "add tags to a run (or remove them)",
      "Adds the tags to the run (tags it already has are kept once), or with --remove takes\n"
      "them off. Prints the run's tags afterwards.",

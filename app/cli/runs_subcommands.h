@@ -51,5 +51,7 @@ std::string describe(const storage::RunInfo& run);
 
 int export_command(const Subcommand& self, const std::vector<std::string>& args);
 int compare_command(const Subcommand& self, const std::vector<std::string>& args);
+// runs_import.cpp
+int import_command(const Subcommand& self, const std::vector<std::string>& args);
 
 }  // namespace lattice::cli::runs

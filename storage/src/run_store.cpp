@@ -78,8 +78,9 @@ RunStore::~RunStore() {
   if (impl_) flush();  // errors have no one to go to here; finish() reports them
 }
 
-Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
-  Result<Database> db = open_run_database(path);
+Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path,
+                                                 const OpenOptions& options) {
+  Result<Database> db = open_run_database(path, options.journal);
   if (!db) return db.status();
   auto impl = std::make_unique<Impl>();
   impl->db = std::move(db.value());

@@ -6,7 +6,9 @@
 #include "schema.h"
 
 #include <sqlite3.h>
+#include <sys/vfs.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -233,8 +235,63 @@ Status migrate(Database& db) {
 
 }  // namespace
 
-Result<Database> open_run_database(const std::string& path) {
+std::optional<JournalMode> parse_journal_mode(std::string_view name) {
+  if (name == "auto") return JournalMode::kAuto;
+  if (name == "wal") return JournalMode::kWal;
+  if (name == "delete") return JournalMode::kDelete;
+  return std::nullopt;
+}
+
+bool on_network_filesystem(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  struct statfs fs {};
+  if (statfs(dir.c_str(), &fs) != 0) return false;
+  // linux/magic.h and the filesystems' own sources.
+  constexpr std::uint32_t kNetworkMagic[] = {
+      0x6969,      // NFS
+      0x0BD00BD0,  // Lustre
+      0x47504653,  // GPFS (IBM Spectrum Scale)
+      0xFF534D42,  // CIFS
+      0xFE534D42,  // SMB2
+      0x517B,      // SMB
+      0x00C36400,  // CephFS
+      0x19830326,  // BeeGFS
+      0x01021997,  // 9P
+      0x5346414F,  // AFS
+      0x7461636F,  // OCFS2
+      0x01161970,  // GFS2
+  };
+  const auto magic = static_cast<std::uint32_t>(fs.f_type);
+  return std::find(std::begin(kNetworkMagic), std::end(kNetworkMagic), magic) !=
+         std::end(kNetworkMagic);
+}
+
+namespace {
+
+// The journal a database file uses now: byte 18 of its header is 2 in WAL mode; nullopt
+// for an absent or empty file.
+std::optional<JournalMode> current_journal(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::array<unsigned char, 20> header{};
+  if (!in || !in.read(reinterpret_cast<char*>(header.data()), header.size())) return std::nullopt;
+  return header[18] == 2 ? JournalMode::kWal : JournalMode::kDelete;
+}
+
+}  // namespace
+
+Status check_run_database_header(const std::string& path) {
+  return check_file_header(path);
+}
+
+Result<Database> open_run_database(const std::string& path, JournalMode journal) {
   if (Status s = check_file_header(path); !s) return s;
+  if (journal == JournalMode::kAuto) {
+    const std::optional<JournalMode> now = current_journal(path);
+    journal = now ? *now : on_network_filesystem(path) ? JournalMode::kDelete : JournalMode::kWal;
+  }
   sqlite3* handle = nullptr;
   const int rc =
       sqlite3_open_v2(path.c_str(), &handle,
@@ -246,13 +303,15 @@ Result<Database> open_run_database(const std::string& path) {
   sqlite3_extended_result_codes(handle, 1);
   if (Status s = migrate(db); !s) return s;
   // WAL after the schema exists: the first commit above went through the rollback journal,
-  // so the main file's header already names us for the next process's header check.
-  if (Status s = db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
-                         "PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 10000; "
-                         "PRAGMA cache_size = -65536;");
-      !s) {
-    return s;
-  }
+  // so the main file's header already names us for the next process's header check. In
+  // rollback mode synchronous=FULL: NORMAL is only durable with WAL.
+  const char* settings = journal == JournalMode::kWal
+                             ? "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
+                               "PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 10000; "
+                               "PRAGMA cache_size = -65536;"
+                             : "PRAGMA journal_mode = DELETE; PRAGMA synchronous = FULL; "
+                               "PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536;";
+  if (Status s = db.exec(settings); !s) return s;
   return db;
 }
 

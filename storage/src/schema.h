@@ -5,10 +5,16 @@
 #include <string>
 
 #include "lattice/status.h"
+#include "lattice/storage/run_store.h"
 #include "sqlite_db.h"
 
 namespace lattice::storage {
 
-Result<Database> open_run_database(const std::string& path);
+Result<Database> open_run_database(const std::string& path,
+                                   JournalMode journal = JournalMode::kAuto);
+
+// Ok when `path` is absent, empty, or a Lattice run database this build can read; judged from
+// the raw header without opening it through SQLite (Note "refuse before touching").
+Status check_run_database_header(const std::string& path);
 
 }  // namespace lattice::storage

@@ -30,6 +30,30 @@ enum class RunStatus { kCreated, kRunning, kFinished, kFailed, kKilled, kCrashed
 const char* run_status_name(RunStatus status);
 std::optional<RunStatus> parse_run_status(std::string_view name);
 
+// How the database keeps its journal. WAL (the default) lets readers and the writer work at
+// once, but needs shared memory between them, so it is unsafe when they sit on different
+// hosts of a network filesystem (a cluster job and the Studio following it): there the
+// rollback journal (kDelete) is the safe choice. kAuto keeps the mode an existing database
+// has, and gives a new one kDelete on a network filesystem (on_network_filesystem) and kWal
+// elsewhere.
+enum class JournalMode { kAuto, kWal, kDelete };
+std::optional<JournalMode> parse_journal_mode(std::string_view name);  // auto, wal, delete
+// Whether the directory holding `path` is on NFS, Lustre, GPFS, CIFS/SMB, CephFS, BeeGFS and
+// the like (statfs magic numbers); false when it cannot tell.
+bool on_network_filesystem(const std::string& path);
+
+struct OpenOptions {
+  JournalMode journal = JournalMode::kAuto;
+};
+
+// What import_runs did with each run of the other database.
+struct ImportReport {
+  int added = 0;      // runs this database did not have
+  int updated = 0;    // runs it had, replaced because they progressed since the last import
+  int unchanged = 0;  // runs it already had as they are
+  std::vector<std::string> renamed;  // "'a' as 'a (2)'": name taken by another run here
+};
+
 struct Layout {
   int tp = 1;
   int pp = 1;
@@ -162,7 +186,8 @@ struct RunHistory {
 // per thread or process; SQLite's WAL lets them read while one of them writes.
 class RunStore {
  public:
-  static Result<std::unique_ptr<RunStore>> open(const std::string& path);
+  static Result<std::unique_ptr<RunStore>> open(const std::string& path,
+                                                const OpenOptions& options = {});
   ~RunStore();
   RunStore(const RunStore&) = delete;
   RunStore& operator=(const RunStore&) = delete;
@@ -213,6 +238,13 @@ class RunStore {
   // runs, stay). A running run whose heartbeat is younger than stale_after_s is refused: its
   // writer is probably alive and would fail on its next step.
   Status delete_run(std::int64_t run_id, double stale_after_s = 60);
+  // Merges every run of the database at `source` (a cluster job's, say) into this one, with
+  // everything it logged: metrics, memory, timeline, log events, checkpoints, tags, config.
+  // Idempotent: a run is known by its creation time, host and command line, so importing
+  // the same file twice keeps one copy, and a run that progressed since (more steps, a new
+  // status) replaces the earlier copy, in one transaction per run. A run whose name another
+  // run here has is imported as "name (2)". The source is only read.
+  Result<ImportReport> import_runs(const std::string& source);
 
   // ---- readers ------------------------------------------------------------------------
   Result<std::vector<RunInfo>> list_runs(const RunFilter& filter = {});
