@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "commands.h"
@@ -105,13 +106,13 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   const std::string name = options->run_name.empty() ? default_run_name() : options->run_name;
   Status opened = Status::ok();
   if (rank0) {
-    Result<std::unique_ptr<RunRecorder>> r =
-        RunRecorder::open(db, name, options->tags, command_line, train_options_json(*options),
-                          parameter_count(*options), comm.size(),
-                          options->model.tensor_model_parallel_size,
-                          options->parallel.pipeline_model_parallel_size,
-                          comm.size() / (options->model.tensor_model_parallel_size *
-                                         options->parallel.pipeline_model_parallel_size));
+    Result<std::unique_ptr<RunRecorder>> r = RunRecorder::open(
+        db, name, options->tags, command_line, train_options_json(*options),
+        parameter_count(*options), comm.size(), options->model.tensor_model_parallel_size,
+        options->parallel.pipeline_model_parallel_size,
+        comm.size() / (options->model.tensor_model_parallel_size *
+                       options->parallel.pipeline_model_parallel_size),
+        options->db_journal_mode);
     if (r)
       recorder = std::move(*r);
     else
@@ -160,6 +161,34 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   return finish(0);
 }
 
+// `--device cuda|auto` in the CPU-only `lattice`: replace this process by lattice-gpu from the
+// same directory with the same arguments (docs/gpu.md#how-lattice-train-reaches-the-gpu).
+// Before MPI is initialised, so under mpirun each rank becomes a lattice-gpu rank in place.
+// Returns only when there is no lattice-gpu: 2 with a message when `required` (--device cuda),
+// 0 (train on the CPU) for --device auto.
+int exec_gpu_trainer(const std::vector<std::string>& args, bool required) {
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+  dir = dir.substr(0, dir.find_last_of('/') + 1);
+  const std::string gpu = dir + "lattice-gpu";
+  if (!dir.empty() && access(gpu.c_str(), X_OK) == 0) {
+    std::vector<std::string> argv_strings = {gpu, "train"};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_strings) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(gpu.c_str(), argv.data());
+    print_error("train", "--device: could not start " + gpu + ": " + std::strerror(errno));
+    return 1;
+  }
+  if (!required) return 0;
+  print_error("train", "--device cuda: " + gpu +
+                           " not found; this build has no GPU trainer (configure with "
+                           "-DLATTICE_WITH_CUDA=ON where nvcc is installed; docs/gpu.md)");
+  return 2;
+}
+
 std::string join_command_line(const std::string& command, const std::vector<std::string>& args) {
   std::string line = "lattice " + command;
   for (const std::string& a : args) line += " " + a;
@@ -183,7 +212,10 @@ int train_command(const std::vector<std::string>& args) {
     std::cout << train_options_help();
     return 0;
   }
-  return run_training("train", parse_train_options(args), join_command_line("train", args));
+  Result<TrainOptions> options = parse_train_options(args);
+  if (options && options->device != "cpu" && gpu_trainer() == nullptr)
+    if (int code = exec_gpu_trainer(args, options->device == "cuda"); code != 0) return code;
+  return run_training("train", std::move(options), join_command_line("train", args));
 }
 
 int demo_command(const std::vector<std::string>& args) {

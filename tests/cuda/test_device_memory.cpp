@@ -126,6 +126,7 @@ class DeviceMemory : public QObject {
     QCOMPARE(r.comm_buffers, size_t{6000});
     QCOMPARE(r.accounted(), size_t{21000});
     QCOMPARE(r.peak_rss, allocator.stats().peak_reserved);  // rounded to size classes
+    QCOMPARE(r.fragmentation, allocator.stats().fragmentation());  // into the run store
   }
 
   void fragmentation_is_reserved_minus_in_use() {

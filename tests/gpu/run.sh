@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with an NVIDIA GPU and the CUDA toolkit (nvcc, cuBLASLt, NCCL),
-# configure build/gpu with CUDA on, build only the CUDA parity tests and the CUDA benchmark,
-# run `ctest -L cuda`, run the benchmark, and print a short table. Works from a fresh copy of
+# configure build/gpu with CUDA on, build only the CUDA tests (op parity, the training step
+# against the CPU engine and the fp16 loss-scaler path) and the benchmarks, run
+# `ctest -L cuda`, the op benchmark, the training benchmark (GPT-2 124M / 355M / 1.3B in bf16)
+# beside PyTorch bf16 training of the same models (tests/bench/train_torch_gpu.py, where a
+# CUDA-enabled PyTorch is installed), and print short tables. Works from a fresh copy of
 # the tree (no build outputs needed) and stays under 8 minutes on one H200 with 16 cores: the
 # device code is built for this machine's GPU only (CUDA_ARCHITECTURES native), the Qt
 # applications are not built (the engine only for NcclComm's test, where MPI and NCCL are
@@ -15,7 +18,7 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$(pwd)
-build="$root/build/gpu"
+build="${LATTICE_GPU_CHECK_BUILD_DIR:-$root/build/gpu}"  # override: reuse another build tree
 jobs=$(nproc)
 quick=""
 [[ "${1:-}" == "--quick" ]] && quick="--quick"
@@ -29,7 +32,8 @@ if ! command -v nvcc >/dev/null; then
 fi
 # LATTICE_GPU_CHECK_DRY_RUN=1 runs every step on a machine without a GPU (the tests then
 # report SKIPPED): a check of this script itself. LATTICE_GPU_CHECK_ARCH overrides "native";
-# LATTICE_GPU_CHECK_TIMEOUT (470 s) and LATTICE_GPU_CHECK_BUILD_TIMEOUT (300 s) the limits,
+# LATTICE_GPU_CHECK_BUILD_DIR build/gpu, LATTICE_GPU_CHECK_TIMEOUT (470 s) and
+# LATTICE_GPU_CHECK_BUILD_TIMEOUT (300 s) the limits,
 # for slow machines (a 2-core CI machine needs ~10 min for the build).
 arch=${LATTICE_GPU_CHECK_ARCH:-native}
 if [[ -n "${LATTICE_GPU_CHECK_DRY_RUN:-}" ]]; then
@@ -55,7 +59,8 @@ if ! timeout 150 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
   exit 1
 fi
 
-targets=(test_cuda_ops test_cuda_attention lattice-bench-cuda-ops)
+targets=(test_cuda_ops test_cuda_attention test_gpu_training lattice-bench-cuda-ops
+         lattice-bench-train-gpu)
 # NcclComm's test exists where MPI and NCCL were found (it builds the engine too).
 # (grep without -q reads all of its input: with pipefail, -q's early exit would fail the pipe)
 if cmake --build "$build" --target help 2>/dev/null | grep test_nccl_comm_worker >/dev/null; then
@@ -82,17 +87,72 @@ if [[ -z "${LATTICE_GPU_CHECK_DRY_RUN:-}" ]] && grep -q "no CUDA device" "$build
 fi
 
 say "benchmark"
-timeout 120 "$build/tests/bench/lattice-bench-cuda-ops" $quick
+timeout 100 "$build/tests/bench/lattice-bench-cuda-ops" $quick
 bench_rc=$?
 bench_result=$([[ $bench_rc == 0 ]] && echo ran || echo "FAILED ($bench_rc)")
 if [[ -n "${LATTICE_GPU_CHECK_DRY_RUN:-}" && $bench_rc == 77 ]]; then
   bench_rc=0 bench_result="no GPU"
 fi
 
+# Training throughput: Lattice's GPU trainer, then PyTorch on the same models. Few steps each
+# (2 warm-up + 2 or 4 timed); the 1.3B model at micro-batch 4 x seq 2048.
+steps=6
+[[ -n "$quick" ]] && steps=4
+say "training benchmark (lattice-bench-train-gpu --steps $steps)"
+timeout 150 "$build/tests/bench/lattice-bench-train-gpu" --steps $steps \
+  >"$build/gpu-check-train.log" 2>"$build/gpu-check-train.err"
+train_rc=$?
+cat "$build/gpu-check-train.log" | grep -v '^RESULT' || true
+train_result=$([[ $train_rc == 0 ]] && echo ran || echo "FAILED ($train_rc)")
+if [[ $train_rc != 0 ]]; then
+  tail -5 "$build/gpu-check-train.err"
+fi
+if [[ -n "${LATTICE_GPU_CHECK_DRY_RUN:-}" && $train_rc == 77 ]]; then
+  train_rc=0 train_result="no GPU"
+fi
+# PyTorch: the first python3 (PATH, then Debian's) whose torch sees a GPU; none is not a
+# failure of this check, only an empty column.
+torch_result="no CUDA PyTorch"
+for py in python3 /usr/bin/python3; do
+  if timeout 60 "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+      >/dev/null 2>&1; then
+    say "PyTorch bf16 peer ($py tests/bench/train_torch_gpu.py --steps $steps)"
+    timeout 150 "$py" "$root/tests/bench/train_torch_gpu.py" --steps $steps \
+      >"$build/gpu-check-torch.log" 2>"$build/gpu-check-torch.err"
+    torch_rc=$?
+    torch_result=$([[ $torch_rc == 0 ]] && echo ran || echo "FAILED ($torch_rc)")
+    [[ $torch_rc != 0 ]] && tail -5 "$build/gpu-check-torch.err"
+    break
+  fi
+done
+[[ "$torch_result" == "no CUDA PyTorch" ]] && say "no python3 with a CUDA-enabled torch: PyTorch column left empty"
+# Side by side: tokens/s, TFLOP/s and MFU of both, and Lattice / PyTorch.
+python3 - "$build/gpu-check-train.log" "$build/gpu-check-torch.log" <<'PY'
+import json, sys
+def results(path):
+    try:
+        return {r["model"]: r for r in (json.loads(l[7:]) for l in open(path) if l.startswith("RESULT "))}
+    except OSError:
+        return {}
+ours, torch = results(sys.argv[1]), results(sys.argv[2])
+if not ours and not torch:
+    sys.exit(0)
+print()
+print("| model | Lattice tokens/s | TFLOP/s | MFU | PyTorch tokens/s | TFLOP/s | MFU | Lattice / PyTorch |")
+print("|---|---|---|---|---|---|---|---|")
+for m in ["124m", "355m", "1.3b"]:
+    a, b = ours.get(m), torch.get(m)
+    cell = lambda r, k, f: (f % (r[k] * (100 if k == "mfu" else 1))) if r else "-"
+    ratio = "%.2f" % (a["tokens_per_s"] / b["tokens_per_s"]) if a and b else "-"
+    print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        m, cell(a, "tokens_per_s", "%.0f"), cell(a, "tflops", "%.1f"), cell(a, "mfu", "%.1f %%"),
+        cell(b, "tokens_per_s", "%.0f"), cell(b, "tflops", "%.1f"), cell(b, "mfu", "%.1f %%"), ratio))
+PY
+
 echo
 echo "| check                                 | result  |"
 echo "|---------------------------------------|---------|"
-for test in test_cuda_ops test_cuda_attention test_nccl_comm; do
+for test in test_cuda_ops test_cuda_attention test_gpu_training test_nccl_comm; do
   line=$(grep -E "Test +#[0-9]+: $test " "$build/gpu-check-ctest.log" | head -1)
   result="not run"
   [[ "$line" == *Passed* ]] && result="passed"
@@ -101,5 +161,7 @@ for test in test_cuda_ops test_cuda_attention test_nccl_comm; do
   printf '| %-37s | %-7s |\n' "$test (ctest -L cuda)" "$result"
 done
 printf '| %-37s | %-7s |\n' "lattice-bench-cuda-ops" "$bench_result"
+printf '| %-37s | %-7s |\n' "lattice-bench-train-gpu" "$train_result"
+printf '| %-37s | %-7s |\n' "train_torch_gpu.py (PyTorch bf16)" "$torch_result"
 say "done"
-[[ $ctest_rc == 0 && $bench_rc == 0 ]] || exit 1
+[[ $ctest_rc == 0 && $bench_rc == 0 && $train_rc == 0 ]] || exit 1

@@ -54,6 +54,33 @@ class TrainOptionsTest : public QObject {
     QCOMPARE(r->global_batch_size, r->micro_batch_size);
   }
 
+  void loss_scaler_and_device_flags() {
+    auto r = parse_train_options(
+        with({"--fp16", "--initial-loss-scale", "65536", "--min-loss-scale", "2",
+              "--loss-scale-window", "500", "--hysteresis", "3", "--device", "auto"}));
+    QVERIFY2(r.is_ok(), r.status().message().c_str());
+    QVERIFY(r->fp16);
+    QCOMPARE(r->initial_loss_scale, 65536.0);
+    QCOMPARE(r->min_loss_scale, 2.0);
+    QCOMPARE(r->loss_scale_window, 500);
+    QCOMPARE(r->hysteresis, 3);
+    QCOMPARE(r->device, std::string("auto"));
+    auto defaults = parse_train_options(base());
+    QVERIFY(defaults.is_ok());
+    QCOMPARE(defaults->initial_loss_scale, 4294967296.0);  // Megatron: 2^32
+    QCOMPARE(defaults->loss_scale_window, 1000);
+    QCOMPARE(defaults->hysteresis, 2);
+    QCOMPARE(defaults->device, std::string("cpu"));
+    auto both = parse_train_options(with({"--fp16", "--bf16"}));
+    QVERIFY(!both.is_ok() && mentions(both.status(), "exclude each other"));
+    auto stray = parse_train_options(with({"--loss-scale", "1024"}));
+    QVERIFY(!stray.is_ok() && mentions(stray.status(), "--loss-scale applies only with"));
+    auto device = parse_train_options(with({"--device", "tpu"}));
+    QVERIFY(!device.is_ok() && mentions(device.status(), "--device 'tpu'"));
+    auto hysteresis = parse_train_options(with({"--fp16", "--hysteresis", "0"}));
+    QVERIFY(!hysteresis.is_ok() && mentions(hysteresis.status(), "--hysteresis"));
+  }
+
   void vocabulary_is_padded_as_megatron() {
     auto r = parse_train_options(with({"--vocab-size", "50257"}));
     QVERIFY(r.is_ok());

@@ -39,7 +39,8 @@ class RunRecorder : public MetricsSink {
   static Result<std::unique_ptr<RunRecorder>> open(
       const std::string& db_path, const std::string& run_name, const std::vector<std::string>& tags,
       const std::string& command_line, const std::string& config_json, int64_t parameters,
-      int world_size = 1, int tp = 1, int pp = 1, int dp = 1);
+      int world_size = 1, int tp = 1, int pp = 1, int dp = 1,
+      const std::string& journal_mode = "auto");  // --db-journal-mode: auto | wal | delete
   ~RunRecorder() override;
   void on_iteration(const IterationMetrics& m) override;
   void on_validation(const ValidationMetrics& v) override;

@@ -42,6 +42,9 @@ struct MemoryReport {
   size_t weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
   size_t comm_buffers = 0;  // pipeline send/receive and data-parallel shard buffers
   size_t peak_rss = 0;      // the process's high-water mark
+  // GPU ranks: the caching allocator's reserved - in-use bytes (peak_rss then holds the peak
+  // reserved device bytes); 0 on the CPU.
+  size_t fragmentation = 0;
   size_t accounted() const {
     return weights + grads + optimizer + activations + workspace + comm_buffers;
   }
@@ -165,6 +168,21 @@ bool stop_requested();
 Result<TrainSummary> train(const TrainOptions& options, Comm& world, MetricsSink& sink);
 // One process.
 Result<TrainSummary> train(const TrainOptions& options, MetricsSink& sink);
+
+// The GPU trainer (engine/src/gpu/, library lattice_engine_gpu) as train() sees it. Only the
+// lattice-gpu executable links it and registers it at start-up; the CPU `lattice` has none and
+// hands `--device cuda` runs to lattice-gpu (docs/gpu.md#how-lattice-train-reaches-the-gpu).
+// With one registered, train() sends --device cuda runs to it (which refuses unsupported flags,
+// then a missing device), and --device auto runs when unavailable() returns "" (else the CPU
+// trains, and rank 0 says why).
+struct GpuTrainer {
+  // "" when this run can train on a GPU here (a device, options it supports), else why not.
+  std::string (*unavailable)(const TrainOptions& options, int world_size);
+  Result<TrainSummary> (*train)(const TrainOptions& options, const ModelConfig& model, Comm& world,
+                                MetricsSink& sink);
+};
+void set_gpu_trainer(const GpuTrainer* trainer);  // the pointer must outlive every train()
+const GpuTrainer* gpu_trainer();                  // null in the CPU-only `lattice`
 
 // `lattice eval`: the mean loss of the model (from --load-hf, else initialised from --seed)
 // over the first `num_samples` samples of --data-path taken in order, without shuffling:

@@ -73,12 +73,25 @@ struct TrainOptions {
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
   bool profile = false;     // --profile: per-op time table at the end
   bool fp64 = false;        // --fp64: train in double precision (verification; slow)
-  // --bf16 / --fp16: 16-bit training (GPU build, issue 10). The planner sizes them already;
-  // the CPU engine refuses them with a message.
+  // --bf16 / --fp16: 16-bit training (docs/gpu.md). --bf16 needs the GPU trainer; --fp16 on
+  // the CPU keeps fp32 arithmetic but runs Megatron's loss scaler (scaled loss gradient,
+  // unscale, inf/NaN agreement over every rank, skipped steps), so that path is tested here.
   bool bf16 = false, fp16 = false;
+  // Megatron's loss-scaler flags: --loss-scale (static; 0 = dynamic with --fp16),
+  // --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis.
+  double loss_scale = 0.0;
+  double initial_loss_scale = 4294967296.0;  // 2^32
+  double min_loss_scale = 1.0;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  // --device cpu | cuda | auto: where `lattice train` runs (cuda hands the run to the
+  // lattice-gpu executable, docs/gpu.md#how-lattice-train-reaches-the-gpu).
+  std::string device = "cpu";
   bool log_memory = false;  // --log-memory: every rank's memory by category after iteration 1
   int timing_log_level = 0;  // --timing-log-level: 1 prints per-phase times per rank
   std::string db;                 // --db: the run store (empty: $LATTICE_DATA_DIR/runs.sqlite)
+  std::string db_journal_mode = "auto";  // --db-journal-mode auto | wal | delete
+  bool exit_signal_handler = false;      // --exit-signal-handler (Megatron's; always on here)
   std::string run_name;           // --run-name (empty: run-<date>-<time>-<random>)
   std::vector<std::string> tags;  // --tag T ...
   std::string config_path;  // --config FILE (recorded, already applied)

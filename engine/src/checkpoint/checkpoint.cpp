@@ -164,7 +164,7 @@ Status finalize_checkpoint(const std::string& dir, int iteration, int world_size
       fs::remove(sidecar);
     }
     json config = json::parse(config_json, nullptr, false);
-    const json meta = {{"format", "lattice-checkpoint"},
+    json meta = {{"format", "lattice-checkpoint"},
                        {"format_version", 1},
                        {"iteration", state.iteration},
                        {"consumed_samples", state.consumed_samples},
@@ -185,6 +185,10 @@ Status finalize_checkpoint(const std::string& dir, int iteration, int world_size
                        {"config", config.is_discarded() ? json::object() : config},
                        {"files", files},
                        {"pieces", all_pieces}};
+    if (state.loss_scale > 0)
+      meta["grad_scaler"] = {{"scale", state.loss_scale},
+                             {"growth_tracker", state.loss_scale_growth_tracker},
+                             {"hysteresis_tracker", state.loss_scale_hysteresis_tracker}};
     if (finished) finished = write_file_atomic(tmp_dir + "/metadata.json", meta.dump(1));
     if (finished) finished = fsync_path(tmp_dir);
     if (finished) {

@@ -30,6 +30,9 @@ struct TrainState {
   int iteration = 0;  // iterations completed
   int64_t consumed_samples = 0, valid_consumed = 0;
   int steps_taken = 0, skipped_iterations = 0, nan_iterations = 0;
+  // The --fp16 loss scaler (Megatron keeps it with the optimizer state); loss_scale 0: none.
+  double loss_scale = 0;
+  int loss_scale_growth_tracker = 0, loss_scale_hysteresis_tracker = 0;
 };
 
 // One rank's share of the model and optimizer (optimizers may be empty: weights only).

@@ -91,6 +91,12 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     r->state_.steps_taken = j.at("steps_taken");
     r->state_.skipped_iterations = j.at("skipped_iterations");
     r->state_.nan_iterations = j.at("nan_iterations");
+    if (j.contains("grad_scaler")) {  // written by --fp16 runs
+      const json& g = j.at("grad_scaler");
+      r->state_.loss_scale = g.at("scale");
+      r->state_.loss_scale_growth_tracker = g.at("growth_tracker");
+      r->state_.loss_scale_hysteresis_tracker = g.at("hysteresis_tracker");
+    }
     const json& l = j.at("layout");
     r->tp_ = l.at("tp"), r->pp_ = l.at("pp"), r->dp_ = l.at("dp"), r->vpp_ = l.at("vpp");
     r->distributed_ = l.at("distributed_optimizer");

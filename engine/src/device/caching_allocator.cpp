@@ -106,6 +106,7 @@ MemoryReport memory_report_of(const AllocatorStats& stats) {
   report.workspace = stats.of(MemoryCategory::kWorkspace).current;
   report.comm_buffers = stats.of(MemoryCategory::kCommBuffers).current;
   report.peak_rss = stats.peak_reserved;
+  report.fragmentation = stats.fragmentation();
   return report;
 }
 

@@ -190,8 +190,13 @@ template <typename T>
 void GptModel<T>::init_weights(uint64_t seed) {
   const double out_std = config_.init_method_std / std::sqrt(2.0 * config_.num_layers);
   std::fill(params_.begin(), params_.end(), T(0));
-  std::vector<T> global;
-  for (const ParamTensor& t : layout_.tensors()) {
+  // Tensors draw from independent streams, so they are filled in parallel (the result does not
+  // depend on the thread count; a 1.3B model takes seconds, not a minute).
+  const std::vector<ParamTensor>& tensors = layout_.tensors();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t index = 0; index < tensors.size(); index++) {
+    const ParamTensor& t = tensors[index];
+    std::vector<T> global;
     T* w = params_.data() + t.offset;
     const bool is_norm = t.name.find("layernorm") != std::string::npos;
     const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;

@@ -30,6 +30,18 @@ class LossScaler {
   // Returns true when the optimizer step must be skipped (found_inf), and updates the scale.
   bool update(bool found_inf);
   uint64_t skipped_steps() const { return skipped_; }
+  // Checkpointed state (Megatron's DynamicGradScaler.state_dict).
+  struct State {
+    double scale;
+    int growth_tracker, hysteresis_tracker;
+  };
+  State state() const { return {scale_, growth_tracker_, hysteresis_tracker_}; }
+  void restore(const State& s) {  // a static --loss-scale stays as given
+    if (options_.static_scale > 0) return;
+    scale_ = s.scale;
+    growth_tracker_ = s.growth_tracker;
+    hysteresis_tracker_ = s.hysteresis_tracker;
+  }
 
  private:
   LossScalerOptions options_;

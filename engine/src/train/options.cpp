@@ -109,14 +109,35 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "train in double precision: checks a parallel layout against one process without "
        "float rounding (slow)",
        &o.fp64},
-      {"bf16", "train in bfloat16 with fp32 master weights (needs the CUDA build)", &o.bf16},
-      {"fp16", "train in float16 with loss scaling (needs the CUDA build)", &o.fp16},
+      {"bf16", "bfloat16 weights and activations, fp32 master weights (needs --device cuda)",
+       &o.bf16},
+      {"fp16",
+       "float16 training with loss scaling; on the CPU: fp32 arithmetic with the loss scaler",
+       &o.fp16},
+      {"loss-scale", "static loss scale (fp16, or bf16 as Megatron); 0 means dynamic for --fp16",
+       &o.loss_scale},
+      {"initial-loss-scale", "dynamic loss scaler: starting scale", &o.initial_loss_scale},
+      {"min-loss-scale", "dynamic loss scaler: the scale never goes below this", &o.min_loss_scale},
+      {"loss-scale-window", "dynamic loss scaler: clean iterations before the scale doubles",
+       &o.loss_scale_window},
+      {"hysteresis", "dynamic loss scaler: overflowing iterations before the scale halves",
+       &o.hysteresis},
+      {"device", "cpu | cuda | auto (cuda when this build has the GPU trainer and a GPU)",
+       &o.device},
       {"log-memory", "print every rank's memory by category after the first iteration",
        &o.log_memory},
       {"timing-log-level", "1: print every rank's time per phase at each log line",
        &o.timing_log_level},
       {"db", "run database to record this run in; empty means $LATTICE_DATA_DIR/runs.sqlite",
        &o.db},
+      {"db-journal-mode",
+       "auto | wal | delete: the run database's journal; auto uses delete (rollback) on network "
+       "filesystems (NFS, Lustre, ...) where WAL is unsafe, else wal",
+       &o.db_journal_mode},
+      {"exit-signal-handler",
+       "Megatron's flag, accepted: SIGTERM, SIGINT and SIGUSR1 always save (with --save) and stop "
+       "at the next iteration",
+       &o.exit_signal_handler},
       {"run-name", "the run's unique name in the database; empty means run-<date>-<time>-<id>",
        &o.run_name},
       {"tag", "tags for the run record", &o.tags},
@@ -298,8 +319,20 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
     errors.push_back("--ckpt-step and --finetune apply to --load, which is not given");
   if (int(bf16) + int(fp16) + int(fp64) > 1)
     errors.push_back("--bf16, --fp16 and --fp64 exclude each other");
+  if (!(loss_scale >= 0)) errors.push_back("--loss-scale must not be negative");
+  if (loss_scale > 0 && !fp16 && !bf16)
+    errors.push_back("--loss-scale applies only with --fp16 or --bf16");
+  if (!(initial_loss_scale > 0)) errors.push_back("--initial-loss-scale must be positive");
+  if (!(min_loss_scale > 0) || min_loss_scale > initial_loss_scale)
+    errors.push_back("--min-loss-scale must lie in (0, --initial-loss-scale]");
+  if (loss_scale_window <= 0) errors.push_back("--loss-scale-window must be positive");
+  if (hysteresis <= 0) errors.push_back("--hysteresis must be positive");
+  if (device != "cpu" && device != "cuda" && device != "auto")
+    errors.push_back("--device '" + device + "' is not one of cpu, cuda, auto");
   if (timing_log_level < 0 || timing_log_level > 2)
     errors.push_back("--timing-log-level must be 0, 1 or 2");
+  if (db_journal_mode != "auto" && db_journal_mode != "wal" && db_journal_mode != "delete")
+    errors.push_back("--db-journal-mode '" + db_journal_mode + "' must be auto, wal or delete");
   if (tokenizer.type == "NullTokenizer" && tokenizer.vocab_size <= 0)
     errors.push_back("--tokenizer-type NullTokenizer needs a positive --vocab-size");
   if (mock_data && tokenizer.type != "NullTokenizer")

@@ -50,8 +50,13 @@ RunRecorder::~RunRecorder() = default;
 Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
     const std::string& db_path, const std::string& run_name, const std::vector<std::string>& tags,
     const std::string& command_line, const std::string& config_json, int64_t parameters,
-    int world_size, int tp, int pp, int dp) {
-  Result<std::unique_ptr<storage::RunStore>> store = storage::RunStore::open(db_path);
+    int world_size, int tp, int pp, int dp, const std::string& journal_mode) {
+  const std::optional<storage::JournalMode> journal = storage::parse_journal_mode(journal_mode);
+  if (!journal)
+    return Status::invalid_argument("--db-journal-mode '" + journal_mode +
+                                    "' must be auto, wal or delete");
+  Result<std::unique_ptr<storage::RunStore>> store =
+      storage::RunStore::open(db_path, storage::OpenOptions{*journal});
   if (!store) return Status::invalid_argument("--db " + db_path + ": " + store.status().message());
   auto impl = std::make_unique<Impl>();
   impl->store = std::move(*store);
@@ -127,6 +132,9 @@ void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& 
     values[p + "pipeline wait time"] = r.times.pipeline_wait;
     values[p + "data-parallel comm time"] = r.times.dp_comm;
     values[p + "optimizer time"] = r.times.optimizer;
+    // GPU ranks (docs/gpu.md#memory): the caching allocator's reserved - in-use bytes.
+    if (r.memory.fragmentation > 0)
+      values[p + "memory fragmentation"] = static_cast<double>(r.memory.fragmentation);
   }
   keep(impl_->store->log_step(impl_->run_id, iteration, values, memory));
   impl_->memory_step = iteration;

@@ -29,6 +29,7 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
+#include "optim/grad_scaling.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
 #include "pipeline/executor.h"
@@ -75,7 +76,8 @@ std::string describe(const TrainOptions& o, const ParallelLayout& layout, int th
   }
   if (!o.parallel.recompute_granularity.empty())
     s << o.parallel.recompute_granularity << " recomputation, ";
-  s << threads << " threads per rank" << (o.fp64 ? ", fp64" : "");
+  s << threads << " threads per rank" << (o.fp64 ? ", fp64" : "")
+    << (o.fp16 ? ", fp16 loss scaling over fp32 arithmetic" : "");
   return s.str();
 }
 
@@ -105,12 +107,13 @@ template <typename T>
 class Trainer {
  public:
   Trainer(const TrainOptions& o, ModelConfig mc, ProcessGroups& g, MetricsSink& sink)
-      : o_(o), mc_(std::move(mc)), g_(g), sink_(sink) {}
+      : o_(o), mc_(std::move(mc)), g_(g), sink_(sink), scaling_(o) {}
   Result<TrainSummary> run();
 
  private:
   Status build_model();
-  Status step(int it, double& loss, double& norm, double lr);
+  // skipped: the optimizer did not step (inf/NaN gradients on some rank).
+  Status step(int it, double& loss, double& norm, double lr, bool& skipped);
   Status finish_gradients();
   Result<double> validate(const SampleSource& source, int64_t& position);
   RankParts parts();
@@ -129,6 +132,7 @@ class Trainer {
   ModelConfig mc_;
   ProcessGroups& g_;
   MetricsSink& sink_;
+  GradScaling scaling_;  // --fp16's loss scaler (disabled: scale 1)
   RankModel<T> rank_;
   std::unique_ptr<PipelineExecutor<T>> executor_;
   IterationTimeline timeline_;  // on during reported iterations
@@ -239,10 +243,15 @@ Status Trainer<T>::finish_gradients() {
 }
 
 template <typename T>
-Status Trainer<T>::step(int it, double& loss, double& norm, double lr) {
+Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& skipped) {
   const ParallelLayout& L = g_.layout;
   const int M = o_.num_micro_batches() / L.dp, B = o_.micro_batch_size;
-  const float grad_scale = 1.0f / (static_cast<float>(B) * mc_.seq_length * M * L.dp);
+  // The loss scale is a power of two (dynamic) or the user's --loss-scale: with fp32
+  // arithmetic a power of two scales every gradient exactly, so --fp16 on the CPU trains as
+  // fp32 does until an overflow.
+  const double loss_scale = scaling_.loss_scale();
+  const float grad_scale =
+      static_cast<float>(loss_scale / (static_cast<double>(B) * mc_.seq_length * M * L.dp));
   for (size_t c = 0; c < rank_.chunks.size(); c++) {
     rank_.chunks[c]->zero_grads();
     rank_.buckets[c]->start_iteration();
@@ -260,6 +269,15 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr) {
   if (Status s = finish_gradients(); !s) return s;
 
   const auto t0 = Clock::now();
+  skipped = false;
+  if (scaling_.enabled()) {
+    bool found_inf = false;
+    for (auto& c : rank_.chunks)
+      found_inf = unscale_and_check(c->grads(), c->arena_size(), 1.0 / loss_scale) || found_inf;
+    Result<bool> skip = scaling_.agree(found_inf, *g_.world);
+    if (!skip) return skip.status();
+    skipped = *skip;
+  }
   // Global norm: each parameter counted once over the model-parallel group; with the
   // distributed optimizer each data-parallel rank holds a shard, so sum over the world.
   double squares = 0;
@@ -267,7 +285,10 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr) {
     squares += rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads());
   Comm& norm_group = o_.parallel.use_distributed_optimizer ? *g_.world : *g_.model;
   norm = std::sqrt(all_reduce_scalar(squares, norm_group));
-  if (std::isfinite(norm)) {
+  // fp32 without a scaler: a non-finite norm skips the step as well (every rank sees the
+  // same all-reduced norm).
+  skipped = skipped || !std::isfinite(norm);
+  if (!skipped) {
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
     for (size_t c = 0; c < rank_.chunks.size(); c++)
       rank_.optimizers[c]->update(rank_.chunks[c]->params(), rank_.chunks[c]->grads(), lr, coeff);
@@ -275,7 +296,7 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr) {
   totals_.optimizer += seconds_since(t0);
   const auto t1 = Clock::now();
   add_box(TimelineBox::kOptimizer, t0, t1);
-  if (std::isfinite(norm))
+  if (!skipped)
     for (auto& b : rank_.buckets)
       if (Status s = b->gather_params(); !s) return s;
   totals_.dp_comm += seconds_since(t1);
@@ -517,8 +538,16 @@ Result<TrainSummary> Trainer<T>::run() {
   int nan_iterations = state.nan_iterations, skipped = state.skipped_iterations,
       steps = state.steps_taken;
   int saved_iteration = -1;
+  // A checkpoint of an --fp16 run carries the scaler (none: state.loss_scale is 0).
+  scaling_.restore(
+      {state.loss_scale, state.loss_scale_growth_tracker, state.loss_scale_hysteresis_tracker});
   auto progress = [&](int iteration) {
-    return TrainState{iteration, consumed_, valid_consumed, steps, skipped, nan_iterations};
+    TrainState s{iteration, consumed_, valid_consumed, steps, skipped, nan_iterations};
+    const LossScaler::State scaler = scaling_.state();
+    s.loss_scale = scaler.scale;
+    s.loss_scale_growth_tracker = scaler.growth_tracker;
+    s.loss_scale_hysteresis_tracker = scaler.hysteresis_tracker;
+    return s;
   };
   double timed_seconds = 0;
   int timed_iterations = 0;
@@ -552,10 +581,11 @@ Result<TrainSummary> Trainer<T>::run() {
       timeline_.begin(t0, IterationTimeline::capacity(L.vpp, o_.num_micro_batches() / L.dp));
     const double lr = learning_rate(o_.optim, steps, decay_iters);
     double loss = 0, norm = 0;
-    const Status stepped = step(it, loss, norm, lr);
+    bool skipped_step = false;
+    const Status stepped = step(it, loss, norm, lr, skipped_step);
     timeline_.end();
     if (!stepped) return stepped;
-    if (std::isfinite(norm))
+    if (!skipped_step)
       steps++;
     else
       skipped++;  // the optimizer did not step
@@ -575,6 +605,7 @@ Result<TrainSummary> Trainer<T>::run() {
     m.learning_rate = lr;
     m.grad_norm = norm;
     m.skipped_iterations = skipped;
+    m.loss_scale = scaling_.loss_scale();  // after this iteration's update, as Megatron logs
     m.nan_iterations = nan_iterations;
     m.step_seconds = seconds;
     m.tokens_per_second = static_cast<double>(o_.global_batch_size) * T_ / seconds;
@@ -656,7 +687,11 @@ Result<TrainSummary> Trainer<T>::run() {
 
 namespace {
 std::atomic<bool> g_stop{false};
+const GpuTrainer* g_gpu_trainer = nullptr;
 }  // namespace
+
+void set_gpu_trainer(const GpuTrainer* trainer) { g_gpu_trainer = trainer; }
+const GpuTrainer* gpu_trainer() { return g_gpu_trainer; }
 
 void request_stop() { g_stop.store(true, std::memory_order_relaxed); }
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
@@ -683,10 +718,33 @@ Result<TrainSummary> train(const TrainOptions& o, Comm& world, MetricsSink& sink
     if (!tokenizer) return tokenizer.status();
     mc.vocab_size = (*tokenizer)->vocab_size();
   }
-  if (o.bf16 || o.fp16)
-    return Status::invalid_argument(std::string(o.bf16 ? "--bf16" : "--fp16") +
-                                    " needs the GPU engine, which this build does not have; the "
-                                    "CPU engine trains in fp32 (drop the flag)");
+  if (o.device != "cpu") {
+    const GpuTrainer* gpu = gpu_trainer();
+    // --device cuda goes to the GPU trainer even without a device: it reports unsupported
+    // flags first, then the missing device.
+    const std::string why = !gpu                 ? "this program has no GPU trainer"
+                            : o.device == "cuda" ? ""
+                                                 : gpu->unavailable(o, world.size());
+    if (why.empty()) {
+      TrainOptions options = o;
+      options.model = mc;
+      return gpu->train(options, mc, world, sink);
+    }
+    if (o.device == "cuda")
+      return Status::invalid_argument(
+          "--device cuda: " + why +
+          " (`lattice train --device cuda` runs lattice-gpu, built with -DLATTICE_WITH_CUDA=ON; "
+          "docs/gpu.md)");
+    if (gpu && world.rank() == 0) sink.on_message("--device auto: training on the CPU: " + why);
+  }
+  // --fp16 on the CPU: fp32 arithmetic with the loss scaler (train_options.h). --bf16 has no
+  // CPU emulation: rounding fp32 kernels' inputs would be slow and still not what the GPU
+  // computes, so it asks for the GPU trainer instead.
+  if (o.bf16)
+    return Status::invalid_argument(
+        "--bf16 trains on the GPU only: add --device cuda (the lattice-gpu trainer, built with "
+        "CUDA); the CPU engine computes in fp32, and --fp16 on the CPU runs fp32 arithmetic "
+        "with the loss scaler");
   TrainOptions options = o;
   options.model = mc;
   Result<ParallelLayout> layout = make_layout(options, world.size());

@@ -1,0 +1,135 @@
+// GPT-2 on one CUDA device for the GPU trainer (gpu_trainer.cpp), llm.c style: one flat fp32
+// master-parameter arena in the CPU model's ParamLayout order (so initialisation, checkpoints
+// and the parity test line up with GptModel), one fp32 gradient arena (Megatron's main grads,
+// accumulated over micro-batches), and the compute copy of the parameters and every activation
+// in A: float (fp32 and --fp16 runs: the fp16 path keeps fp32 kernels plus loss scaling) or
+// bf16 (--bf16). Every buffer comes from the caching allocator under its memory category.
+// Scope: the whole model on one device (TP 1, PP 1), no dropout, no recomputation; the trainer
+// rejects the rest with a message. One micro-batch's activations (gradient accumulation runs
+// micro-batches one after another). Not thread-safe; every op is queued on the Context's
+// stream and nothing here waits for it unless its comment says so.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "device/caching_allocator.h"
+#include "lattice/cuda_kernels.h"
+#include "lattice/model_config.h"
+#include "lattice/status.h"
+#include "model/param_layout.h"
+
+namespace lattice::gpu {
+
+namespace cu = kernels::cuda;
+
+// Saved tensors of one layer (N = B*T rows, C hidden, F = ffn, NH heads).
+template <typename A>
+struct GpuLayerActs {
+  A* ln1;           // (N, C)
+  float* ln1_mean;  // (N)
+  float* ln1_rstd;  // (N)
+  A* qkv;           // (N, 3C) per-head [q|k|v]
+  A* atty;          // (N, C) attention output
+  float* lse;       // (B, NH, T) log-sum-exp of each attention row
+  A* res_mid;       // (N, C) residual after the attention block
+  A* ln2;           // (N, C)
+  float* ln2_mean;  // (N)
+  float* ln2_rstd;  // (N)
+  A* fc1;           // (N, F) before GELU
+  A* gelu;          // (N, F)
+};
+
+template <typename A>
+class GpuGpt {
+ public:
+  // Allocates everything for micro-batches of `micro_batch` sequences; an out-of-memory names
+  // the category and the bytes.
+  static Result<std::unique_ptr<GpuGpt>> create(const ModelConfig& config, int micro_batch,
+                                                cu::Context& ctx, CachingAllocator& memory);
+  ~GpuGpt();
+  GpuGpt(const GpuGpt&) = delete;
+  GpuGpt& operator=(const GpuGpt&) = delete;
+
+  const ParamLayout& layout() const { return layout_; }
+  size_t numel() const { return layout_.total_numel(); }
+  float* master() { return master_; }  // (numel) fp32 master parameters
+  float* grads() { return grads_; }    // (numel) fp32 gradients
+  // The parameters the kernels read: master() itself for float, a bf16 copy otherwise.
+  A* compute_params() { return compute_; }
+  cu::bf16* bf16_copy() { return bf16_copy_; }  // null for float
+
+  // Host fp32 parameters (numel, layout order) -> master and compute copy. Waits.
+  void upload(const float* host);
+  // master -> host. Waits.
+  void download(float* host);
+  void zero_grads();
+
+  // tokens, targets: device (B, T) int32. Training (grad_scale > 0): the logits buffer is
+  // left holding d(grad_scale * sum of token losses) / d logits for backward().
+  void forward(const int32_t* tokens, const int32_t* targets, float grad_scale);
+  const float* losses() const { return losses_; }  // (N) of the last forward
+  // Accumulates this micro-batch's parameter gradients into grads(). tokens: the forward's.
+  void backward(const int32_t* tokens);
+  // Called during backward with each range [first, last) of layout().tensors() whose gradients
+  // are complete once the work queued so far has run (a data-parallel reducer waits for an
+  // event recorded at that point). Only when final_backward is set (last micro-batch).
+  void set_grads_ready(std::function<void(int first, int last)> f) { grads_ready_ = std::move(f); }
+  void set_final_backward(bool final) { final_backward_ = final; }
+
+  int B() const { return B_; }
+  int T() const { return T_; }
+
+ private:
+  GpuGpt(const ModelConfig& config, int micro_batch, cu::Context& ctx, CachingAllocator& memory);
+  Status allocate();
+  template <typename X>
+  X* take(size_t n, MemoryCategory category);
+  void notify(int first, int last) {
+    if (final_backward_ && grads_ready_) grads_ready_(first, last);
+  }
+
+  ModelConfig config_;
+  ParamLayout layout_;
+  cu::Context& ctx_;
+  CachingAllocator& memory_;
+  std::vector<void*> blocks_;  // everything taken from memory_, freed in the destructor
+  size_t failed_bytes_ = 0;    // first allocation that failed
+  MemoryCategory failed_category_ = MemoryCategory::kWeights;
+  int B_, T_, C_, F_, NH_, L_, Vp_, N_;
+
+  float* master_ = nullptr;        // (numel)
+  float* grads_ = nullptr;         // (numel)
+  cu::bf16* bf16_copy_ = nullptr;  // (numel) bf16 runs only
+  A* compute_ = nullptr;           // master_ or bf16_copy_
+  A* residual_ = nullptr;          // (L+1, N, C): [0] embeddings, [l+1] layer l's output
+  std::vector<GpuLayerActs<A>> layers_;
+  A* lnf_ = nullptr;             // (N, C)
+  float* lnf_mean_ = nullptr;    // (N)
+  float* lnf_rstd_ = nullptr;    // (N)
+  A* logits_ = nullptr;          // (N, Vp) bf16 runs: the GEMM's output, then dlogits
+  float* logits_f32_ = nullptr;  // (N, Vp) fp32 logits, then fp32 dlogits
+  float* losses_ = nullptr;      // (N)
+  // Scratch shared by forward and backward.
+  A* proj_out_ = nullptr;          // (N, C) attention projection output (forward)
+  A* fc2_out_ = nullptr;           // (N, C) MLP output, added by the next LayerNorm (forward)
+  A* d_res_ = nullptr;             // (N, C) gradient of the residual stream
+  A* d_c_ = nullptr;               // (N, C)
+  A* d_f_ = nullptr;               // (N, F)
+  A* d_qkv_ = nullptr;             // (N, 3C)
+  A* d_atty_ = nullptr;            // (N, C)
+  float* attention_ws_ = nullptr;  // attention_workspace_floats(B, T, NH)
+  std::function<void(int, int)> grads_ready_;
+  bool final_backward_ = false;
+};
+
+// Queues dst (bytes) = 0 on ctx's stream.
+void zero_async(cu::Context& ctx, void* dst, size_t bytes);
+// Queues a host -> device copy of bytes on ctx's stream (pageable source: it is read before
+// this returns, so the caller may reuse it).
+void copy_to_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes);
+// Queues a device -> device copy on ctx's stream.
+void copy_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes);
+
+}  // namespace lattice::gpu

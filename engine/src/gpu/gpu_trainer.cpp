@@ -1,0 +1,532 @@
+// The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
+// (train/data_feed.h), GpuGpt forward/backward per micro-batch with gradient accumulation,
+// data-parallel reduction overlapped with backward (grad_reducer.h), the loss scaler shared
+// with the CPU trainer (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW
+// step on the fp32 master weights that also writes the bf16 compute copy. Metrics and memory
+// go to the same MetricsSink as a CPU run (same keys in the run store).
+// Nothing here has run on a GPU yet (docs/gpu.md).
+#include "gpu/gpu_trainer.h"
+
+#include <cuda_runtime_api.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <sstream>
+
+#include "device/caching_allocator.h"
+#include "device/local_rank.h"
+#include "gpu/gpu_model.h"
+#include "gpu/grad_reducer.h"
+#include "lattice/layout.h"
+#include "lattice/plan.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "optim/grad_scaling.h"
+#include "train/data_feed.h"
+#if LATTICE_HAVE_NCCL
+#include "parallel/nccl_comm.h"
+#endif
+
+namespace lattice::gpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Dense bf16 peak of the device (the MFU denominator, as Megatron reports it for bf16 and
+// fp16 runs alike): the planner's table entry whose key names the device; 0 when unknown.
+double peak_flops_of(const std::string& device_name) {
+  std::string lower = device_name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  for (const DeviceSpec& d : known_devices("bf16")) {
+    const std::string family = d.key.substr(0, d.key.find('-'));
+    if (lower.find(family) != std::string::npos) return d.peak_flops;
+  }
+  return 0;
+}
+
+double all_reduce_scalar(Comm& comm, double value, ReduceOp op = ReduceOp::kSum) {
+  if (comm.size() > 1)
+    if (Status s = comm.all_reduce(&value, 1, DType::kFloat64, op); !s)
+      comm.abort("could not reduce a scalar: " + s.message(), 1);
+  return value;
+}
+
+// AdamW over the whole fp32 arena in one multi-tensor launch per step: Megatron's parameter
+// groups (no decay on biases and norms), moments in fp32, the bf16 compute copy written from
+// the updated master weights.
+class GpuAdamW {
+ public:
+  GpuAdamW(const ParamLayout& layout, float* master, const float* grads, cu::bf16* bf16_copy,
+           CachingAllocator& memory)
+      : memory_(memory) {
+    const size_t n = layout.total_numel();
+    m_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
+    v_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
+    norm_ = static_cast<double*>(memory.allocate(sizeof(double), MemoryCategory::kWorkspace));
+    for (const ParamTensor& t : layout.tensors()) {
+      cu::AdamWTensor a;
+      a.param = master + t.offset;
+      a.grad = grads + t.offset;
+      a.m = m_ ? m_ + t.offset : nullptr;
+      a.v = v_ ? v_ + t.offset : nullptr;
+      a.param_bf16 = bf16_copy ? bf16_copy + t.offset : nullptr;
+      a.n = t.numel;
+      a.decay = t.decay;
+      tensors_.push_back(a);
+    }
+    grads_ = grads;
+    numel_ = n;
+  }
+  ~GpuAdamW() {
+    memory_.free(m_);
+    memory_.free(v_);
+    memory_.free(norm_);
+  }
+  bool ok() const { return m_ && v_ && norm_; }
+  void zero_state(cu::Context& ctx) {
+    zero_async(ctx, m_, numel_ * sizeof(float));
+    zero_async(ctx, v_, numel_ * sizeof(float));
+  }
+  // Sum of squared gradients (every tensor counts once: TP 1). Waits for the stream.
+  double sum_squares(cu::Context& ctx) {
+    const float* ptr = grads_;
+    cu::sum_squares(ctx, norm_, &ptr, &numel_, 1);
+    double host = 0;
+    if (cudaMemcpyAsync(&host, norm_, sizeof host, cudaMemcpyDeviceToHost, ctx.stream()) !=
+        cudaSuccess)
+      ctx.record_error("cudaMemcpyAsync (norm) failed");
+    (void)ctx.synchronize();
+    return host;
+  }
+  void step(cu::Context& ctx, const OptimizerConfig& c, double lr, int step, float grad_scale) {
+    kernels::AdamWParams p;
+    p.lr = static_cast<float>(lr);
+    p.beta1 = c.adam_beta1;
+    p.beta2 = c.adam_beta2;
+    p.eps = c.adam_eps;
+    p.weight_decay = c.weight_decay;
+    p.step = step;
+    cu::adamw_update(ctx, tensors_.data(), static_cast<int>(tensors_.size()), p, grad_scale);
+  }
+
+ private:
+  CachingAllocator& memory_;
+  float* m_ = nullptr;      // (numel)
+  float* v_ = nullptr;      // (numel)
+  double* norm_ = nullptr;  // (1)
+  const float* grads_ = nullptr;
+  size_t numel_ = 0;
+  std::vector<cu::AdamWTensor> tensors_;
+};
+
+struct Device {
+  int index = 0;
+  std::string name;
+  std::unique_ptr<cu::Context> ctx;
+  std::unique_ptr<CachingAllocator> memory;
+};
+
+Result<Device> open_device() {
+  const int count = cu::device_count();
+  if (count == 0) return Status::internal("no CUDA device visible to this process");
+  Device d;
+  d.index = device_for_local_rank(local_rank_from_environment(), count);
+  if (std::string e = cu::set_device(d.index); !e.empty())
+    return Status::internal("device " + std::to_string(d.index) + ": " + e);
+  d.name = cu::device_name(d.index);
+  std::string error;
+  d.ctx = cu::Context::create(&error);
+  if (!d.ctx)
+    return Status::internal("CUDA context on device " + std::to_string(d.index) + ": " + error);
+  d.memory = std::make_unique<CachingAllocator>(make_cuda_memory_backend());
+  return d;
+}
+
+// The training loop, templated on the compute type (float: fp32 and --fp16; bf16: --bf16).
+template <typename A>
+class GpuLoop {
+ public:
+  GpuLoop(const TrainOptions& o, const ModelConfig& mc, Comm& world, MetricsSink& sink,
+          Device& device)
+      : o_(o), mc_(mc), world_(world), sink_(sink), dev_(device), scaling_(o) {}
+  Result<TrainSummary> run();
+
+ private:
+  Status setup();
+  Status load_micro_batch(const SampleSource& source, int64_t position, int mb);
+  Result<double> validate(const SampleSource& source, int64_t& position);
+  Status step(int it, double lr, double& loss, double& norm, bool& skipped);
+  RankReport report() const;
+
+  const TrainOptions& o_;
+  ModelConfig mc_;
+  Comm& world_;
+  MetricsSink& sink_;
+  Device& dev_;
+  GradScaling scaling_;
+  std::unique_ptr<GpuGpt<A>> model_;
+  std::unique_ptr<GpuAdamW> adam_;
+  std::unique_ptr<Comm> dp_;  // NcclComm over the world (DP = world: TP 1, PP 1)
+  std::unique_ptr<GradReducer> reducer_;
+  DataSources data_;
+  std::vector<int32_t> sample_, tokens_, targets_;  // host staging
+  int32_t* d_tokens_ = nullptr;                     // (B, T) device
+  int32_t* d_targets_ = nullptr;                    // (B, T) device
+  float* d_losses_ = nullptr;  // (M, N) every micro-batch's token losses of one iteration
+  std::vector<float> losses_host_;
+  int64_t consumed_ = 0;
+  int steps_ = 0;
+  PhaseTimes totals_;
+};
+
+template <typename A>
+Status GpuLoop<A>::setup() {
+  Result<DataSources> data = open_data(o_, mc_);
+  if (!data) return data.status();
+  data_ = std::move(*data);
+  auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory);
+  if (!model) return model.status();
+  model_ = std::move(*model);
+  {
+    // Megatron's initialisation, drawn exactly as the CPU model draws it (GptModel with one
+    // sequence of scratch), so a GPU run starts from the CPU run's weights.
+    GptModel<float> host(mc_, 1);
+    host.init_weights(o_.seed);
+    model_->upload(host.params());
+  }
+  adam_ = std::make_unique<GpuAdamW>(model_->layout(), model_->master(), model_->grads(),
+                                     model_->bf16_copy(), *dev_.memory);
+  if (!adam_->ok()) return Status::internal("out of device memory for the AdamW moments");
+  adam_->zero_state(*dev_.ctx);
+  const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
+  const int M = o_.num_micro_batches() / world_.size();
+  d_tokens_ =
+      static_cast<int32_t*>(dev_.memory->allocate(N * sizeof(int32_t), MemoryCategory::kWorkspace));
+  d_targets_ =
+      static_cast<int32_t*>(dev_.memory->allocate(N * sizeof(int32_t), MemoryCategory::kWorkspace));
+  d_losses_ =
+      static_cast<float*>(dev_.memory->allocate(N * M * sizeof(float), MemoryCategory::kWorkspace));
+  if (!d_tokens_ || !d_targets_ || !d_losses_)
+    return Status::internal("out of device memory for the micro-batch buffers");
+  tokens_.resize(N);
+  targets_.resize(N);
+  losses_host_.resize(N * M);
+  sample_.assign(mc_.seq_length + 1, 0);
+  if (world_.size() > 1) {
+#if LATTICE_HAVE_NCCL
+    Result<std::unique_ptr<Comm>> bootstrap = world_.split(0, world_.rank());
+    if (!bootstrap) return bootstrap.status();
+    Result<std::unique_ptr<Comm>> nccl = make_nccl_comm(std::move(*bootstrap));
+    if (!nccl) return nccl.status();
+    dp_ = std::move(*nccl);
+    reducer_ = std::make_unique<GradReducer>(*dp_, *dev_.ctx, dev_.index, model_->grads(),
+                                             model_->layout());
+    GradReducer* r = reducer_.get();
+    model_->set_grads_ready([r](int first, int last) { r->ready(first, last); });
+#else
+    return Status::invalid_argument("data parallelism on GPUs needs NCCL and MPI in the build");
+#endif
+  }
+  if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
+  return Status::ok();
+}
+
+template <typename A>
+Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position, int mb) {
+  const int dp = world_.size();
+  if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, dp, world_.rank(),
+                                  mc_.vocab_size, sample_, tokens_.data(), targets_.data());
+      !s)
+    return s;
+  copy_to_device_async(*dev_.ctx, d_tokens_, tokens_.data(), tokens_.size() * sizeof(int32_t));
+  copy_to_device_async(*dev_.ctx, d_targets_, targets_.data(), targets_.size() * sizeof(int32_t));
+  return Status::ok();
+}
+
+template <typename A>
+Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& skipped) {
+  (void)it;
+  cu::Context& ctx = *dev_.ctx;
+  const int dp = world_.size(), M = o_.num_micro_batches() / dp;
+  const size_t N = tokens_.size();
+  const double loss_scale = scaling_.loss_scale();
+  // Mean over the global batch's tokens, times the loss scale (a power of two for --fp16).
+  const float grad_scale = static_cast<float>(loss_scale / (static_cast<double>(N) * M * dp));
+  model_->zero_grads();
+  auto t0 = Clock::now();
+  for (int mb = 0; mb < M; mb++) {
+    if (Status s = load_micro_batch(*data_.train, consumed_, mb); !s) return s;
+    model_->set_final_backward(mb == M - 1);
+    model_->forward(d_tokens_, d_targets_, grad_scale);
+    copy_device_async(ctx, d_losses_ + mb * N, model_->losses(), N * sizeof(float));
+    model_->backward(d_tokens_);
+  }
+  if (reducer_)
+    if (Status s = reducer_->finish(); !s) return s;
+  if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
+  totals_.forward += seconds_since(t0);  // forward and backward are one queue on the device
+  t0 = Clock::now();
+  // Global norm of the unscaled gradients; an inf or NaN anywhere is the loss scaler's
+  // overflow (every rank agrees: the gradients are all-reduced, and agree() takes the max).
+  const double squares = adam_->sum_squares(ctx);
+  norm = std::sqrt(squares) / loss_scale;
+  skipped = false;
+  if (scaling_.enabled()) {
+    Result<bool> skip = scaling_.agree(!std::isfinite(norm), world_);
+    if (!skip) return skip.status();
+    skipped = *skip;
+  }
+  skipped = skipped || !std::isfinite(norm);
+  if (!skipped) {
+    const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
+    adam_->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
+    steps_++;
+  }
+  cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
+  if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
+  totals_.optimizer += seconds_since(t0);
+  double sum = 0;
+  for (float l : losses_host_) sum += l;
+  loss = all_reduce_scalar(world_, sum / (static_cast<double>(N) * M)) / dp;
+  return Status::ok();
+}
+
+template <typename A>
+Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& position) {
+  const int dp = world_.size(), M = o_.num_micro_batches() / dp;
+  const size_t N = tokens_.size();
+  double sum = 0;
+  std::vector<float> losses(N);
+  for (int it = 0; it < o_.eval_iters; it++) {
+    for (int mb = 0; mb < M; mb++) {
+      if (Status s = load_micro_batch(source, position, mb); !s) return s;
+      model_->forward(d_tokens_, d_targets_, 0.0f);
+      cu::copy_to_host(losses.data(), model_->losses(), N * sizeof(float));
+      for (float l : losses) sum += l;
+    }
+    position += o_.global_batch_size;
+  }
+  if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
+  return all_reduce_scalar(world_, sum / (static_cast<double>(N) * M * o_.eval_iters)) / dp;
+}
+
+template <typename A>
+RankReport GpuLoop<A>::report() const {
+  RankReport r;
+  r.rank = world_.rank();
+  r.dp = world_.rank();
+  r.memory = memory_report_of(dev_.memory->stats());
+  r.times = totals_;
+  if (reducer_) r.times.dp_comm = reducer_->seconds_waiting();
+  if (dp_) {
+    const CommStats& s = dp_->stats();
+    r.dp_bytes = static_cast<double>(s.all_reduce_bytes);
+  }
+  return r;
+}
+
+template <typename A>
+Result<TrainSummary> GpuLoop<A>::run() {
+  const bool rank0 = world_.rank() == 0;
+  const double peak = peak_flops_of(dev_.name);
+  RunStart start;
+  std::ostringstream d;
+  d << "GPT " << mc_.num_layers << " layers, hidden " << mc_.hidden_size << ", "
+    << mc_.num_attention_heads << " heads, seq " << mc_.seq_length << ", vocab " << mc_.vocab_size
+    << " (padded " << mc_.padded_vocab_size() << "); micro batch " << o_.micro_batch_size
+    << ", global batch " << o_.global_batch_size << "; GPU " << dev_.name << " x " << world_.size()
+    << " (DP " << world_.size() << "), "
+    << (std::is_same_v<A, float> ? (o_.fp16 ? "fp32 kernels with fp16 loss scaling" : "fp32")
+                                 : "bf16 with fp32 master weights and grads");
+  start.description = d.str();
+  start.parameters = mc_.num_parameters();
+  start.peak_gflops = peak / 1e9;
+  start.blas_core = "cuBLASLt";
+  if (rank0) sink_.on_start(start);
+  if (peak == 0 && rank0)
+    sink_.on_message("no peak rate known for " + dev_.name + ": MFU is reported as 0");
+  if (Status s = setup(); !s) return s;
+
+  const int decay_iters = o_.optim.lr_decay_iters > 0 ? o_.optim.lr_decay_iters : o_.train_iters;
+  const double flops = flops_per_iteration(mc_, o_.global_batch_size) / world_.size();
+  const int T = mc_.seq_length;
+  TrainSummary summary;
+  summary.peak_gflops = start.peak_gflops;
+  int skipped_total = 0, nan_iterations = 0;
+  int64_t valid_consumed = 0;
+  double timed_seconds = 0;
+  int timed_iterations = 0;
+  const auto run_start = Clock::now();
+  for (int it = 1; it <= o_.train_iters; it++) {
+    if (all_reduce_scalar(world_, stop_requested() ? 1.0 : 0.0, ReduceOp::kMax) > 0)
+      return Status::internal("stopped by a signal before iteration " + std::to_string(it));
+    const auto t0 = Clock::now();
+    const double lr = learning_rate(o_.optim, steps_, decay_iters);
+    double loss = 0, norm = 0;
+    bool skipped = false;
+    if (Status s = step(it, lr, loss, norm, skipped); !s) return s;
+    if (skipped) skipped_total++;
+    if (!std::isfinite(loss)) nan_iterations++;
+    consumed_ += o_.global_batch_size;
+    const double seconds = seconds_since(t0);
+    if (it > 1 || o_.train_iters == 1) {
+      timed_seconds += seconds;
+      timed_iterations++;
+    }
+    IterationMetrics m;
+    m.iteration = it;
+    m.train_iters = o_.train_iters;
+    m.consumed_samples = consumed_;
+    m.global_batch_size = o_.global_batch_size;
+    m.lm_loss = loss;
+    m.learning_rate = lr;
+    m.grad_norm = norm;
+    m.loss_scale = scaling_.loss_scale();
+    m.skipped_iterations = skipped_total;
+    m.nan_iterations = nan_iterations;
+    m.step_seconds = seconds;
+    m.tokens_per_second = static_cast<double>(o_.global_batch_size) * T / seconds;
+    m.tflops_per_device = flops / seconds / 1e12;
+    m.mfu = peak > 0 ? flops / seconds / peak : 0;
+    summary.losses.push_back(loss);
+    summary.grad_norms.push_back(norm);
+    if (rank0) sink_.on_iteration(m);
+    if (it == 1 || it % o_.log_interval == 0) {
+      // Every rank's device memory and times, gathered to rank 0 as the CPU trainer does.
+      const RankReport mine = report();
+      const MemoryReport& mm = mine.memory;
+      std::vector<double> sent = {
+          double(mm.weights),     double(mm.grads),     double(mm.optimizer),
+          double(mm.activations), double(mm.workspace), double(mm.comm_buffers),
+          double(mm.peak_rss),    mine.times.forward,   mine.times.dp_comm,
+          mine.times.optimizer,   mine.dp_bytes,        double(mm.fragmentation)};
+      std::vector<double> all(sent.size() * world_.size());
+      if (world_.size() == 1)
+        all = sent;
+      else if (Status s = world_.gather(sent.data(), all.data(), sent.size(), DType::kFloat64, 0);
+               !s)
+        world_.abort("could not gather the ranks' reports: " + s.message(), 1);
+      if (rank0) {
+        std::vector<RankReport> reports;
+        for (int r = 0; r < world_.size(); r++) {
+          const double* x = all.data() + r * sent.size();
+          RankReport rep;
+          rep.rank = rep.dp = r;
+          size_t* f[] = {&rep.memory.weights,     &rep.memory.grads,     &rep.memory.optimizer,
+                         &rep.memory.activations, &rep.memory.workspace, &rep.memory.comm_buffers,
+                         &rep.memory.peak_rss};
+          for (size_t i = 0; i < std::size(f); i++) *f[i] = static_cast<size_t>(x[i]);
+          rep.times.forward = x[7];
+          rep.times.dp_comm = x[8];
+          rep.times.optimizer = x[9];
+          rep.dp_bytes = x[10];
+          rep.memory.fragmentation = static_cast<size_t>(x[11]);
+          reports.push_back(rep);
+        }
+        sink_.on_rank_reports(it, reports);
+        if (it == 1) {
+          const AllocatorStats st = dev_.memory->stats();
+          char line[256];
+          std::snprintf(line, sizeof line,
+                        "device memory (rank 0): in use %.2f GiB, peak in use %.2f GiB, "
+                        "reserved %.2f GiB (peak %.2f GiB), fragmentation %.1f MiB, "
+                        "%llu allocations (%llu from the cache)",
+                        st.in_use / 1073741824.0, st.peak_in_use / 1073741824.0,
+                        st.reserved / 1073741824.0, st.peak_reserved / 1073741824.0,
+                        st.fragmentation() / 1048576.0,
+                        static_cast<unsigned long long>(st.allocations),
+                        static_cast<unsigned long long>(st.cache_hits));
+          sink_.on_message(line);
+        }
+      }
+    }
+    if (data_.valid && o_.eval_iters > 0 && it % o_.eval_interval == 0) {
+      Result<double> v = validate(*data_.valid, valid_consumed);
+      if (!v) return v.status();
+      ValidationMetrics vm{it, "valid", false, *v, std::exp(std::min(20.0, *v))};
+      summary.validations.push_back(vm);
+      if (rank0) sink_.on_validation(vm);
+    }
+  }
+  summary.total_seconds = seconds_since(run_start);
+  if (timed_iterations > 0) {
+    summary.tokens_per_second =
+        static_cast<double>(o_.global_batch_size) * T * timed_iterations / timed_seconds;
+    summary.gflops = flops * world_.size() * timed_iterations / timed_seconds / 1e9;
+  }
+  summary.ranks = {report()};
+  summary.memory = summary.ranks[0].memory;
+  if (rank0) sink_.on_end(summary);
+  return summary;
+}
+
+}  // namespace
+
+std::string gpu_unavailable(const TrainOptions& options, int world_size) {
+  std::string why;
+  for (const std::string& e : unsupported_on_gpu(options, world_size))
+    why += (why.empty() ? "" : "; ") + e;
+  if (why.empty() && cu::device_count() == 0) why = "no CUDA device visible to this process";
+  return why;
+}
+
+std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_size) {
+  std::vector<std::string> e;
+  const char* why = " is not supported by the GPU trainer yet (docs/gpu.md#scope)";
+  if (o.model.tensor_model_parallel_size != 1)
+    e.push_back("--tensor-model-parallel-size " +
+                std::to_string(o.model.tensor_model_parallel_size) + why);
+  if (o.parallel.pipeline_model_parallel_size != 1)
+    e.push_back("--pipeline-model-parallel-size " +
+                std::to_string(o.parallel.pipeline_model_parallel_size) + why);
+  if (o.parallel.sequence_parallel) e.push_back(std::string("--sequence-parallel") + why);
+  if (o.parallel.use_distributed_optimizer)
+    e.push_back(std::string("--use-distributed-optimizer") + why);
+  if (!o.parallel.recompute_granularity.empty())
+    e.push_back("--recompute-granularity " + o.parallel.recompute_granularity + why);
+  if (o.model.hidden_dropout != 0 || o.model.attention_dropout != 0)
+    e.push_back("dropout" + std::string(why) + ": pass --hidden-dropout 0 --attention-dropout 0");
+  if (o.fp64) e.push_back(std::string("--fp64") + why);
+  if (!o.load.empty() || !o.save.empty() || !o.load_hf.empty() || !o.save_hf.empty())
+    e.push_back(std::string("checkpoints (--load, --save, --load-hf, --save-hf)") + why);
+  const int heads = o.model.num_attention_heads;
+  const int hs = heads > 0 ? o.model.hidden_size / heads : 0;
+  if (hs != 64 && hs != 128)
+    e.push_back("head size --hidden-size / --num-attention-heads = " + std::to_string(hs) +
+                ": the GPU attention kernel takes 64 or 128");
+  if (o.model.ffn() % 8 != 0) e.push_back("the GPU MLP needs --ffn-hidden-size % 8 == 0");
+  if (world_size > 0 && o.num_micro_batches() % world_size != 0)
+    e.push_back(
+        "--global-batch-size must be a multiple of --micro-batch-size x data-parallel "
+        "ranks");
+  return e;
+}
+
+Result<TrainSummary> train_on_gpu(const TrainOptions& o, const ModelConfig& mc, Comm& world,
+                                  MetricsSink& sink) {
+  if (std::vector<std::string> e = unsupported_on_gpu(o, world.size()); !e.empty()) {
+    std::string text;
+    for (const std::string& line : e) text += (text.empty() ? "" : "\n") + line;
+    return Status::invalid_argument(text);
+  }
+  Result<Device> device = open_device();
+  if (!device) return device.status();
+  Result<TrainSummary> r = Status::internal("unreachable");
+  if (o.bf16)
+    r = GpuLoop<cu::bf16>(o, mc, world, sink, *device).run();
+  else
+    r = GpuLoop<float>(o, mc, world, sink, *device).run();
+  return r;
+}
+
+void register_gpu_trainer() {
+  static const lattice::GpuTrainer entry{&gpu_unavailable, &train_on_gpu};
+  set_gpu_trainer(&entry);
+}
+
+}  // namespace lattice::gpu

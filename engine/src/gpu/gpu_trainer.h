@@ -1,0 +1,26 @@
+// The GPU trainer: what train() (lattice/train.h) runs for --device cuda in the lattice-gpu
+// executable, which registers register_gpu_trainer() at start-up. docs/gpu.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lattice/train.h"
+
+namespace lattice::gpu {
+
+// "" when this run can train on a GPU here, else why not: the options it does not support
+// (unsupported_on_gpu), then a missing device.
+std::string gpu_unavailable(const TrainOptions& options, int world_size);
+// One rank's training on its GPU (device = local rank % devices). Supported: TP 1, PP 1, data
+// parallelism over NCCL (builds with MPI and NCCL), fp32 / --fp16 (fp32 kernels with the loss
+// scaler) / --bf16 (bf16 compute, fp32 master weights and gradients); no dropout, no
+// recomputation, no checkpoints yet. Anything else is refused with a message naming the flag.
+Result<TrainSummary> train_on_gpu(const TrainOptions& options, const ModelConfig& model,
+                                  Comm& world, MetricsSink& sink);
+// The problems with `options` for the GPU trainer, one sentence each (empty: supported).
+std::vector<std::string> unsupported_on_gpu(const TrainOptions& options, int world_size);
+// set_gpu_trainer() with the two functions above.
+void register_gpu_trainer();
+
+}  // namespace lattice::gpu

@@ -1,0 +1,98 @@
+// What the GPU trainer refuses, checked without a device (label unit, CUDA builds): every
+// unsupported option is named in one sentence, before the trainer looks for a GPU, and a
+// supported run reaches the device check (docs/gpu.md#scope).
+#include <QtTest/QtTest>
+
+#include "gpu/gpu_trainer.h"
+#include "lattice/cuda_kernels.h"
+#include "lattice/train.h"
+
+using namespace lattice;
+
+namespace {
+
+TrainOptions supported() {
+  TrainOptions o;
+  o.model.num_layers = 2;
+  o.model.hidden_size = 128;
+  o.model.num_attention_heads = 2;  // head size 64
+  o.model.seq_length = 64;
+  o.model.attention_dropout = o.model.hidden_dropout = 0.0f;
+  o.tokenizer.vocab_size = 255;
+  o.model.vocab_size = 256;
+  o.micro_batch_size = 2;
+  o.global_batch_size = 4;
+  o.train_iters = 1;
+  o.mock_data = true;
+  o.eval_iters = 0;
+  o.device = "cuda";
+  return o;
+}
+
+bool names(const std::vector<std::string>& errors, const std::string& text) {
+  for (const std::string& e : errors)
+    if (e.find(text) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+class GpuOptionsTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void a_plain_data_parallel_run_is_supported() {
+    QVERIFY(gpu::unsupported_on_gpu(supported(), 1).empty());
+    QVERIFY(gpu::unsupported_on_gpu(supported(), 2).empty());  // 2 micro-batches over DP 2
+  }
+
+  void each_unsupported_option_is_named() {
+    TrainOptions o = supported();
+    o.model.tensor_model_parallel_size = 2;
+    o.parallel.pipeline_model_parallel_size = 2;
+    o.parallel.use_distributed_optimizer = true;
+    o.model.hidden_dropout = 0.1f;
+    o.save = "/tmp/x";
+    o.model.num_attention_heads = 4;  // head size 32
+    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
+    QVERIFY(names(e, "--tensor-model-parallel-size 2"));
+    QVERIFY(names(e, "--pipeline-model-parallel-size 2"));
+    QVERIFY(names(e, "--use-distributed-optimizer"));
+    QVERIFY(names(e, "--hidden-dropout 0 --attention-dropout 0"));
+    QVERIFY(names(e, "checkpoints"));
+    QVERIFY(names(e, "head size"));
+    QVERIFY(names(gpu::unsupported_on_gpu(supported(), 3), "--global-batch-size"));
+  }
+
+  void train_refuses_unsupported_flags_before_looking_for_a_device() {
+    gpu::register_gpu_trainer();
+    TrainOptions o = supported();
+    o.model.hidden_dropout = 0.1f;
+    MetricsSink sink;
+    Result<TrainSummary> r = train(o, sink);
+    QVERIFY(!r);
+    QVERIFY2(r.status().message().find("--hidden-dropout 0") != std::string::npos,
+             r.status().message().c_str());
+    // --device auto with options the GPU trainer refuses trains on the CPU, device or not.
+    TrainOptions fallback = supported();
+    fallback.device = "auto";
+    fallback.model.hidden_dropout = 0.1f;
+    QVERIFY(!gpu::gpu_unavailable(fallback, 1).empty());
+    Result<TrainSummary> on_cpu = train(fallback, sink);
+    QVERIFY2(on_cpu.is_ok(), on_cpu.is_ok() ? "" : on_cpu.status().message().c_str());
+    if (kernels::cuda::device_count() == 0) {
+      Result<TrainSummary> plain = train(supported(), sink);
+      QVERIFY(!plain);
+      QVERIFY2(plain.status().message().find("no CUDA device") != std::string::npos,
+               plain.status().message().c_str());
+      // --device auto without a device trains on the CPU.
+      TrainOptions automatic = supported();
+      automatic.device = "auto";
+      Result<TrainSummary> cpu = train(automatic, sink);
+      QVERIFY2(cpu.is_ok(), cpu.is_ok() ? "" : cpu.status().message().c_str());
+      QCOMPARE(cpu->losses.size(), size_t{1});
+    }
+  }
+};
+
+QTEST_APPLESS_MAIN(GpuOptionsTest)
+#include "test_gpu_options.moc"
