@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_gpt2.h"
@@ -188,6 +189,27 @@ int import_hf(const std::vector<std::string>& args) {
   return 0;
 }
 
+// The settings a resharded checkpoint records: the saved run's (its tokenizer, data, schedule),
+// with the new layout's flags in place of the old ones. Only the layout changes offline; the
+// flags given to reshard are not the run's (a checkpoint from before runs recorded their
+// settings falls back to them).
+std::string resharded_config(const CheckpointReader& reader, const TrainOptions& target) {
+  const nlohmann::json metadata = nlohmann::json::parse(reader.metadata_json(), nullptr, false);
+  const nlohmann::json* saved = nullptr;
+  if (metadata.is_object() && metadata.contains("config") && metadata["config"].is_object() &&
+      !metadata["config"].empty())
+    saved = &metadata["config"];
+  if (!saved) return train_options_json(target);
+  nlohmann::json config = *saved;
+  const nlohmann::json fresh = nlohmann::json::parse(train_options_json(target));
+  for (const char* key : {"tensor-model-parallel-size", "pipeline-model-parallel-size",
+                          "num-layers-per-virtual-pipeline-stage"})
+    if (fresh.contains(key)) config[key] = fresh[key];
+  // Sequence parallelism splits over TP ranks: one rank has nothing to split.
+  if (target.model.tensor_model_parallel_size == 1) config["sequence-parallel"] = false;
+  return config.dump();
+}
+
 int reshard(const std::vector<std::string>& args) {
   if (args.size() < 2) {
     std::cerr << kUsage;
@@ -255,7 +277,7 @@ int reshard(const std::vector<std::string>& args) {
   }
   int64_t bytes = 0;
   if (Status s = finalize_checkpoint(out, iteration, world, (*r)->state(), m,
-                                     train_options_json(target), {*layout, false, false, optimizer},
+                                     resharded_config(**r, target), {*layout, false, false, optimizer},
                                      0, &bytes);
       !s) {
     print_error("ckpt reshard", s.message());

@@ -6,6 +6,8 @@
 
 #include <QDir>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <csignal>
@@ -144,6 +146,16 @@ class Checkpoints : public QObject {
     QVERIFY2(inspect.exit_code == 0, qPrintable(inspect.out + inspect.err));
     QVERIFY2(inspect.out.contains("layout      TP 1, PP 2, DP 1"), qPrintable(inspect.out));
     QVERIFY2(inspect.out.contains("every file's size and checksum match"), qPrintable(inspect.out));
+    // The run's own settings travel with the weights; only the layout is the new one.
+    QFile meta(out + "/iter_0000010/metadata.json");
+    QVERIFY2(meta.open(QIODevice::ReadOnly), qPrintable(meta.fileName()));
+    const QJsonObject config = QJsonDocument::fromJson(meta.readAll()).object()["config"].toObject();
+    QCOMPARE(config["global-batch-size"].toInt(), 8);
+    QCOMPARE(config["lr"].toDouble(), 1e-3);
+    QCOMPARE(config["mock-data"].toBool(), true);
+    QCOMPARE(config["use-distributed-optimizer"].toBool(), true);
+    QCOMPARE(config["tensor-model-parallel-size"].toInt(), 1);
+    QCOMPARE(config["pipeline-model-parallel-size"].toInt(), 2);
     // Same weights either way.
     QVERIFY(run_lattice(1, {"ckpt", "export-hf", ckpt(), dir_.filePath("a.st")}).exit_code == 0);
     QVERIFY(run_lattice(1, {"ckpt", "export-hf", out, dir_.filePath("b.st")}).exit_code == 0);
