@@ -14,6 +14,7 @@
 #include "app/startup_options.h"
 #include "dashboard/dashboard_view.h"
 #include "lattice/storage/run_store.h"
+#include "launch/launch_form.h"
 #include "launch/launch_view.h"
 #include "plan/layout_canvas.h"
 #include "plan/layout_panel.h"
@@ -135,6 +136,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     window.planModel()->resetPlan(*plan);
+  }
+  if (!o.target.isEmpty()) {
+    lattice::ui::LaunchSettings launch = window.launchView()->form()->settings();
+    launch.target = *lattice::launch::parse_target(o.target.toStdString());
+    window.launchView()->form()->setSettings(launch);
   }
   if (o.selectRank >= 0) window.planView()->layoutPanel()->canvas()->selectRank(o.selectRank);
   if (!o.runs.isEmpty()) {

@@ -127,8 +127,71 @@ class TestStudioLaunch : public QObject {
     QVERIFY(!cmd.canStart());
     const QString all = cmd.errors.join('\n');
     QVERIFY2(all.contains("The plan has"), qPrintable(all));
-    QVERIFY2(all.contains("bf16 needs the CUDA build"), qPrintable(all));
+    QVERIFY2(all.contains("bf16 needs a GPU"), qPrintable(all));
     QVERIFY2(all.contains("missing_text_document.bin"), qPrintable(all));
+  }
+
+  void aSlurmTargetSubmitsThroughLatticeLaunchAndShowsTheScript() {
+    QTemporaryDir dir;
+    Plan plan = defaultPlan();
+    plan.cluster.nodes = 4;
+    plan.cluster.devices_per_node = 8;
+    plan.cluster.device = "h100";
+    plan.options.micro_batch_size = 1;
+    plan.options.global_batch_size = 32;
+    LaunchSettings s = mockData("big");
+    s.target = launch::Target::kSlurm;
+    s.outputDir = dir.filePath("job");
+    s.partition = "gpu";
+    s.timeLimit = "12:00:00";
+    const LaunchCommand cmd =
+        buildLaunchCommand(plan, analyzePlan(plan, 0), s, testEnvironment(dir.path()));
+    QVERIFY2(cmd.canStart(), qPrintable(cmd.errors.join('\n')));
+    QCOMPARE(cmd.steps.size(), size_t{1});
+    const QStringList& a = cmd.steps[0].arguments;
+    QCOMPARE(cmd.steps[0].program, QString(LATTICE_CLI_PATH));
+    QCOMPARE(a.mid(0, 3), (QStringList{"launch", "--target", "slurm"}));
+    QCOMPARE(a[a.indexOf("--world-size") + 1], QString("32"));
+    QCOMPARE(a[a.indexOf("--device") + 1], QString("cuda"));
+    QVERIFY2(!a.contains("--db"), "the job records its run in its own output directory");
+    for (const char* line :
+         {"#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8",
+          "#SBATCH --partition=gpu", "#SBATCH --time=12:00:00"})
+      QVERIFY2(cmd.script.contains(line), qPrintable(line + QString("\n") + cmd.script));
+    QCOMPARE(cmd.database, dir.filePath("job/runs.sqlite"));
+    QCOMPARE(cmd.importInto, dir.filePath("runs.sqlite"));
+
+    s.timeLimit = "twelve hours";
+    s.outputDir.clear();
+    plan.cluster.nodes = 3;  // 24 ranks: the layout no longer fits the batch
+    const LaunchCommand bad =
+        buildLaunchCommand(plan, analyzePlan(plan, 0), s, testEnvironment(dir.path()));
+    QVERIFY(!bad.canStart());
+    QVERIFY2(bad.errors.join('\n').contains("--time"), qPrintable(bad.errors.join('\n')));
+  }
+
+  void aHostfileTargetNeedsTheFileAndSlotsForItsRanks() {
+    QTemporaryDir dir;
+    Plan plan = defaultPlan();
+    plan.cluster.nodes = 2;
+    plan.cluster.devices_per_node = 2;
+    plan.options.micro_batch_size = 4;
+    LaunchSettings s = mockData("hosts");
+    s.target = launch::Target::kHostfile;
+    s.hostfile = dir.filePath("missing-hosts");
+    LaunchCommand cmd =
+        buildLaunchCommand(plan, analyzePlan(plan, 0), s, testEnvironment(dir.path()));
+    QVERIFY2(cmd.errors.join('\n').contains("missing-hosts"), qPrintable(cmd.errors.join('\n')));
+    QFile hosts(dir.filePath("hosts"));
+    QVERIFY(hosts.open(QIODevice::WriteOnly));
+    hosts.write("node1 slots=2\nnode2 slots=2\n");
+    hosts.close();
+    s.hostfile = hosts.fileName();
+    cmd = buildLaunchCommand(plan, analyzePlan(plan, 0), s, testEnvironment(dir.path()));
+    QVERIFY2(cmd.canStart(), qPrintable(cmd.errors.join('\n')));
+    const QStringList& a = cmd.steps.back().arguments;
+    QCOMPARE(a[a.indexOf("--hostfile") + 1], hosts.fileName());
+    QVERIFY2(a.contains("train"), qPrintable(a.join(' ')));
   }
 
   void theDemoCorpusIsBuiltFirstWhenMissing() {

@@ -5,6 +5,7 @@
 #include <QProcess>
 #include <QRegularExpression>
 
+#include "lattice/launch.h"
 #include "plan/model_presets.h"
 #include "plan/train_flags.h"
 
@@ -54,6 +55,8 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
   const QCommandLineOption select("select-rank", "Highlight a rank's groups on the canvas.",
                                   "RANK");
   const QCommandLineOption start("start", "Start the plan's run on this machine (Launch view).");
+  const QCommandLineOption target(
+      "target", "Where the Launch view runs the plan: local, slurm or hostfile.", "TARGET");
   const QCommandLineOption wait("wait",
                                 "With --screenshot and --start: grab when the run ends or after "
                                 "this many seconds.",
@@ -72,7 +75,7 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
   const QCommandLineOption exitAfterStart(
       "exit-after-start", "Print the time from process start to an interactive window, quit.");
   parser.addOptions({screenshot, view, size, theme, config, preset, cluster, flags, select, start,
-                     wait, fresh, db, run, page, exitAfterStart});
+                     wait, fresh, db, run, page, exitAfterStart, target});
   if (!parser.parse(arguments)) return Status::invalid_argument(parser.errorText().toStdString());
 
   StartupOptions o;
@@ -100,6 +103,10 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
                                       "' is not a rank");
   }
   o.start = parser.isSet(start);
+  o.target = parser.value(target);
+  if (!o.target.isEmpty() && !launch::parse_target(o.target.toStdString()))
+    return Status::invalid_argument("--target '" + o.target.toStdString() +
+                                    "' is not local, slurm or hostfile");
   o.waitSeconds = parser.value(wait).toInt();
   o.fresh = parser.isSet(fresh);
   o.database = parser.value(db);

@@ -65,6 +65,16 @@ void saveLaunchSettings(QSettings& s, const LaunchSettings& l) {
   s.setValue("tags", l.tags);
   s.setValue("database", l.database);
   s.setValue("extra_flags", l.extraFlags);
+  s.setValue("target", launch::target_name(l.target));
+  s.setValue("hostfile", l.hostfile);
+  s.setValue("network", launch::network_name(l.network));
+  s.setValue("network_interface", l.networkInterface);
+  s.setValue("partition", l.partition);
+  s.setValue("account", l.account);
+  s.setValue("time_limit", l.timeLimit);
+  s.setValue("output_dir", l.outputDir);
+  s.setValue("launcher", launch::launcher_name(l.launcher));
+  s.setValue("cpus_per_task", l.cpusPerTask);
   s.endGroup();
 }
 
@@ -82,6 +92,18 @@ LaunchSettings loadLaunchSettings(QSettings& s) {
   l.tags = s.value("tags").toStringList();
   l.database = s.value("database").toString();
   l.extraFlags = s.value("extra_flags").toString();
+  l.target = launch::parse_target(s.value("target").toString().toStdString()).value_or(l.target);
+  l.hostfile = s.value("hostfile").toString();
+  l.network =
+      launch::parse_network(s.value("network").toString().toStdString()).value_or(l.network);
+  l.networkInterface = s.value("network_interface").toString();
+  l.partition = s.value("partition").toString();
+  l.account = s.value("account").toString();
+  l.timeLimit = s.value("time_limit").toString();
+  l.outputDir = s.value("output_dir").toString();
+  l.launcher =
+      launch::parse_launcher(s.value("launcher").toString().toStdString()).value_or(l.launcher);
+  l.cpusPerTask = std::max(s.value("cpus_per_task", 0).toInt(), 0);
   s.endGroup();
   return l;
 }

@@ -196,19 +196,20 @@ LaunchCommand buildLaunchCommand(const Plan& plan, const PlanAnalysis& analysis,
     cmd.errors << QObject::tr("The plan has %1; fix them in the Plan view.")
                       .arg(plural(static_cast<long long>(analysis.errors.size()), "error",
                                   "errors"));
-  const QString precision = precisionOf(plan.options);
-  if (precision == QLatin1String("bf16") || precision == QLatin1String("fp16"))
+  cmd.target = s.target;
+  const bool local = s.target == launch::Target::kLocal;
+  const bool gpu = plan.cluster.device != QLatin1String(kDeviceCpu);
+  if (precisionOf(plan.options) == QLatin1String("bf16") && !gpu)
     cmd.errors << QObject::tr(
-                      "The CPU engine trains in fp32 (or fp64); %1 needs the CUDA "
-                      "build. Set the precision in the Plan view.")
-                      .arg(precision);
-  if (cmd.ranks > kMaxLocalRanks)
+        "bf16 needs a GPU: choose a GPU device in the Plan view's cluster, or "
+        "fp32 / fp16 precision for the CPU engine.");
+  if (local && cmd.ranks > kMaxLocalRanks)
     cmd.errors << QObject::tr(
                       "%1 ranks are a plan for a cluster; this machine runs at most %2 "
-                      "(cluster launch comes with a later issue).")
+                      "(choose the Slurm or hostfile target).")
                       .arg(cmd.ranks)
                       .arg(kMaxLocalRanks);
-  if (cmd.ranks > 1 && env.mpirun.isEmpty())
+  if (local && cmd.ranks > 1 && env.mpirun.isEmpty())
     cmd.errors << QObject::tr(
                       "mpirun is not installed (Debian: openmpi-bin); it starts the %1 "
                       "ranks.")
@@ -219,8 +220,17 @@ LaunchCommand buildLaunchCommand(const Plan& plan, const PlanAnalysis& analysis,
   train << "--run-name" << cmd.runName;
   for (const QString& t : s.tags)
     if (!t.trimmed().isEmpty()) train << "--tag" << t.trimmed();
-  if (cmd.database != env.defaultDatabase) train << "--db" << cmd.database;
+  // A Slurm job records its run in its own output directory (imported when it ends).
+  if (cmd.database != env.defaultDatabase && s.target != launch::Target::kSlurm)
+    train << "--db" << cmd.database;
+  if (gpu)
+    train << "--device"
+          << "cuda";
   train << QProcess::splitCommand(s.extraFlags);
+  if (!local) {
+    addClusterSteps(plan, s, env, train, cmd);
+    return cmd;
+  }
   checkWithEngine(train, cmd.ranks, cmd);
   train.prepend(QStringLiteral("train"));
 

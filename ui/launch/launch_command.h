@@ -1,13 +1,17 @@
-// What the Launch view runs for a plan on this machine: `lattice train <the plan's flags>`
-// directly for one rank, under `mpirun -n N` for more; before it, `lattice data demo` when the
-// demo corpus is not built yet. Pure: the same inputs give the same argument lists, which the
-// view shows verbatim and RunProcess starts without a shell.
+// What the Launch view runs for a plan: on this machine `lattice train <the plan's flags>`
+// directly for one rank, under `mpirun -n N` for more; on the hosts of a hostfile, mpirun
+// --hostfile; on Slurm, `lattice launch --target slurm`, which submits the batch script and
+// follows the job (the script itself comes from the same launch library, lattice/launch.h,
+// for review). Before it, `lattice data demo` when the demo corpus is not built yet. Pure:
+// the same inputs give the same argument lists, which the view shows verbatim and RunProcess
+// starts without a shell.
 #pragma once
 
 #include <QString>
 #include <QStringList>
 #include <vector>
 
+#include "lattice/launch.h"
 #include "plan/plan.h"
 #include "plan/plan_analysis.h"
 
@@ -24,6 +28,15 @@ struct LaunchSettings {
   QStringList tags;
   QString database;    // empty: the default run database
   QString extraFlags;  // more `lattice train` flags, appended last (they win)
+
+  launch::Target target = launch::Target::kLocal;
+  QString hostfile;  // kHostfile
+  launch::Network network = launch::Network::kTcp;
+  QString networkInterface;               // kHostfile: interface, subnet or UCX device
+  QString partition, account, timeLimit;  // kSlurm; empty: the cluster's defaults
+  QString outputDir;                      // kSlurm; empty: ~/lattice-jobs/<run name>
+  launch::Launcher launcher = launch::Launcher::kSrun;
+  int cpusPerTask = 0;  // kSlurm; 0: left to Slurm
 };
 
 // Facts about this machine the command depends on.
@@ -47,7 +60,12 @@ struct LaunchStep {
 struct LaunchCommand {
   std::vector<LaunchStep> steps;  // run in order; the last one trains
   int ranks = 1;
+  launch::Target target = launch::Target::kLocal;
+  // The store the run is recorded in; for Slurm the job's own (in its output directory),
+  // merged into importInto (the local store) when the job ends.
   QString runName, database;
+  QString importInto;
+  QString script;      // kSlurm: the batch script the job runs, for review
   QStringList errors;  // Start stays disabled while there are any
   QStringList notes;   // worth knowing, not blocking
 
@@ -73,5 +91,10 @@ LaunchSettings launchSettingsFrom(const TrainOptions& options, LaunchSettings ba
 QString shellQuote(const QString& word);
 // One command, wrapped as displayText() does.
 QString commandLines(const QString& program, const QStringList& arguments, int width);
+
+// The hostfile and Slurm steps (cluster_command.cpp): `train` holds the train flags without
+// "train"; errors and notes go into `cmd`.
+void addClusterSteps(const Plan& plan, const LaunchSettings& settings, const LaunchEnvironment& env,
+                     const QStringList& train, LaunchCommand& cmd);
 
 }  // namespace lattice::ui

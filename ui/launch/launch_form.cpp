@@ -11,7 +11,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QRadioButton>
-#include <QStandardItemModel>
+#include <QSpinBox>
 #include <QToolButton>
 #include <QVBoxLayout>
 
@@ -33,19 +33,79 @@ LaunchForm::LaunchForm(QWidget* parent) : QWidget(parent) {
 QWidget* LaunchForm::targetGroup() {
   auto* group = new QGroupBox(tr("Target"), this);
   auto* form = new QFormLayout(group);
-  auto* target = new QComboBox(group);
-  target->setObjectName("target");
-  target->addItem(tr("This machine (mpirun)"));
-  target->addItem(tr("Slurm batch script (later issue)"));
-  target->addItem(tr("Hostfile (later issue)"));
-  auto* items = qobject_cast<QStandardItemModel*>(target->model());
-  for (int row : {1, 2}) items->item(row)->setEnabled(false);
-  form->addRow(tr("Run on"), target);
+  target_ = new QComboBox(group);
+  target_->setObjectName("target");
+  target_->addItem(tr("This machine (mpirun)"), static_cast<int>(launch::Target::kLocal));
+  target_->addItem(tr("Slurm batch job (sbatch)"), static_cast<int>(launch::Target::kSlurm));
+  target_->addItem(tr("Hosts of a hostfile (mpirun --hostfile)"),
+                   static_cast<int>(launch::Target::kHostfile));
+  connect(target_, &QComboBox::currentIndexChanged, this, [this] {
+    updateTargetRows();
+    emit settingsChanged();
+  });
+  form->addRow(tr("Run on"), target_);
+  form->addRow(clusterRows(group));
   targetSummary_ = new QLabel(group);
   targetSummary_->setWordWrap(true);
   targetSummary_->setForegroundRole(QPalette::PlaceholderText);
   form->addRow(targetSummary_);
   return group;
+}
+
+// The fields of the Slurm and hostfile targets; only the chosen target's are shown.
+QWidget* LaunchForm::clusterRows(QWidget* parent) {
+  auto* box = new QWidget(parent);
+  auto* column = new QVBoxLayout(box);
+  column->setContentsMargins(0, 0, 0, 0);
+  auto combo = [this](const QString& name, const QStringList& items) {
+    auto* c = new QComboBox(this);
+    c->setObjectName(name);
+    c->addItems(items);
+    connect(c, &QComboBox::currentIndexChanged, this, &LaunchForm::settingsChanged);
+    return c;
+  };
+
+  slurmRows_ = new QWidget(box);
+  auto* slurm = new QFormLayout(slurmRows_);
+  slurm->setContentsMargins(0, 0, 0, 0);
+  partition_ = pathEdit("partition", tr("the cluster's default"));
+  account_ = pathEdit("account", tr("the user's default"));
+  timeLimit_ = pathEdit("time-limit", tr("HH:MM:SS or D-HH:MM:SS; empty: the partition's"));
+  outputDir_ = pathEdit("output-dir", tr("shared storage; default ~/lattice-jobs/<run name>"));
+  outputDir_->setToolTip(
+      tr("The job's script, logs, run store and checkpoints, on storage every node sees"));
+  launcher_ = combo("launcher", {tr("srun --mpi=pmix"), tr("mpirun inside the allocation")});
+  cpusPerTask_ = new QSpinBox(slurmRows_);
+  cpusPerTask_->setObjectName("cpus-per-task");
+  cpusPerTask_->setRange(0, 1024);
+  cpusPerTask_->setSpecialValueText(tr("Slurm's default"));
+  connect(cpusPerTask_, &QSpinBox::valueChanged, this, &LaunchForm::settingsChanged);
+  slurm->addRow(tr("Partition"), partition_);
+  slurm->addRow(tr("Account"), account_);
+  slurm->addRow(tr("Time limit"), timeLimit_);
+  slurm->addRow(tr("Output"), outputDir_);
+  slurm->addRow(tr("Ranks start by"), launcher_);
+  slurm->addRow(tr("CPUs per rank"), cpusPerTask_);
+  column->addWidget(slurmRows_);
+
+  hostfileRows_ = new QWidget(box);
+  auto* hosts = new QFormLayout(hostfileRows_);
+  hosts->setContentsMargins(0, 0, 0, 0);
+  hostfile_ = pathEdit("hostfile", tr("lines of \"host slots=N\""));
+  network_ = combo("network", {tr("TCP (Ethernet)"), tr("InfiniBand (UCX)")});
+  networkInterface_ = pathEdit("network-interface", tr("eth0, 10.0.0.0/24 or mlx5_0:1"));
+  hosts->addRow(tr("Hostfile"), withBrowse(hostfile_, tr("Hostfile (*)"), false));
+  hosts->addRow(tr("Network"), network_);
+  hosts->addRow(tr("Interface"), networkInterface_);
+  column->addWidget(hostfileRows_);
+  updateTargetRows();
+  return box;
+}
+
+void LaunchForm::updateTargetRows() {
+  const auto target = static_cast<launch::Target>(target_->currentData().toInt());
+  slurmRows_->setVisible(target == launch::Target::kSlurm);
+  hostfileRows_->setVisible(target == launch::Target::kHostfile);
 }
 
 QLineEdit* LaunchForm::pathEdit(const QString& objectName, const QString& placeholder) {
@@ -176,6 +236,16 @@ LaunchSettings LaunchForm::settings() const {
     if (!t.trimmed().isEmpty()) s.tags << t.trimmed();
   s.database = database_->text();
   s.extraFlags = extraFlags_->text();
+  s.target = static_cast<launch::Target>(target_->currentData().toInt());
+  s.hostfile = hostfile_->text();
+  s.network = network_->currentIndex() == 1 ? launch::Network::kInfiniband : launch::Network::kTcp;
+  s.networkInterface = networkInterface_->text();
+  s.partition = partition_->text();
+  s.account = account_->text();
+  s.timeLimit = timeLimit_->text();
+  s.outputDir = outputDir_->text();
+  s.launcher = launcher_->currentIndex() == 1 ? launch::Launcher::kMpirun : launch::Launcher::kSrun;
+  s.cpusPerTask = cpusPerTask_->value();
   return s;
 }
 
@@ -190,6 +260,17 @@ void LaunchForm::setSettings(const LaunchSettings& s) {
   tags_->setText(s.tags.join(", "));
   database_->setText(s.database);
   extraFlags_->setText(s.extraFlags);
+  target_->setCurrentIndex(std::max(target_->findData(static_cast<int>(s.target)), 0));
+  hostfile_->setText(s.hostfile);
+  network_->setCurrentIndex(s.network == launch::Network::kInfiniband ? 1 : 0);
+  networkInterface_->setText(s.networkInterface);
+  partition_->setText(s.partition);
+  account_->setText(s.account);
+  timeLimit_->setText(s.timeLimit);
+  outputDir_->setText(s.outputDir);
+  launcher_->setCurrentIndex(s.launcher == launch::Launcher::kMpirun ? 1 : 0);
+  cpusPerTask_->setValue(s.cpusPerTask);
+  updateTargetRows();
   updateDataRows();
 }
 

@@ -10,6 +10,7 @@ class QButtonGroup;
 class QComboBox;
 class QLabel;
 class QLineEdit;
+class QSpinBox;
 
 namespace lattice::ui {
 
@@ -31,6 +32,8 @@ class LaunchForm : public QWidget {
 
  private:
   QWidget* targetGroup();
+  QWidget* clusterRows(QWidget* parent);
+  void updateTargetRows();
   QWidget* dataGroup();
   QWidget* runGroup();
   void updateDataRows();
@@ -38,6 +41,18 @@ class LaunchForm : public QWidget {
   QWidget* withBrowse(QLineEdit* edit, const QString& filter, bool prefix);
 
   QLabel* targetSummary_;
+  QComboBox* target_;
+  QWidget* hostfileRows_;
+  QLineEdit* hostfile_;
+  QComboBox* network_;
+  QLineEdit* networkInterface_;
+  QWidget* slurmRows_;
+  QLineEdit* partition_;
+  QLineEdit* account_;
+  QLineEdit* timeLimit_;
+  QLineEdit* outputDir_;
+  QComboBox* launcher_;
+  QSpinBox* cpusPerTask_;
   QButtonGroup* source_;
   QLineEdit* dataPath_;
   QComboBox* tokenizer_;

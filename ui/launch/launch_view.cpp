@@ -4,19 +4,26 @@
 
 #include <QClipboard>
 #include <QEvent>
+#include <QFileInfo>
 #include <QFontDatabase>
+#include <QFutureWatcher>
 #include <QGroupBox>
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTextDocument>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
 
+#include "lattice/storage/run_store.h"
 #include "launch/launch_form.h"
 #include "launch/run_process.h"
 #include "plan/form_section.h"
@@ -63,13 +70,20 @@ LaunchView::LaunchView(PlanModel* model, LaunchEnvironment env, QWidget* parent)
   connect(form_, &LaunchForm::settingsChanged, this, &LaunchView::rebuild);
   connect(start_, &QPushButton::clicked, this, &LaunchView::startRun);
   connect(stop_, &QPushButton::clicked, this, &LaunchView::stopRun);
-  connect(process_, &RunProcess::output, this, &LaunchView::appendConsole);
+  connect(process_, &RunProcess::output, this, [this](const QString& text) {
+    static const QRegularExpression submitted(QStringLiteral("submitted batch job (\\d+)"));
+    if (const QRegularExpressionMatch m = submitted.match(text); m.hasMatch())
+      jobId_ = m.captured(1);
+    appendConsole(text);
+  });
   connect(process_, &RunProcess::stepStarted, this,
           [this](int, const QString& line) { appendConsole("$ " + line + "\n"); });
   connect(process_, &RunProcess::finished, this, [this](int, bool ok, const QString& summary) {
     state_->setText(summary);
     appendConsole("[studio] " + summary + "\n");
     watcher_.finish();
+    importJobStore();
+    jobId_.clear();
     form_->newRunName();
     rebuild();
     emit runningChanged(false);
@@ -133,7 +147,18 @@ QWidget* LaunchView::consoleBox() {
   console_->setLineWrapMode(QPlainTextEdit::WidgetWidth);  // Megatron's lines are long
   console_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   console_->setPlaceholderText(tr("Output of lattice train appears here."));
-  column->addWidget(console_, 1);
+  script_ = new QPlainTextEdit(group);
+  script_->setObjectName("batch-script");
+  script_->setReadOnly(true);
+  script_->setLineWrapMode(QPlainTextEdit::NoWrap);
+  script_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  tabs_ = new QTabWidget(group);
+  tabs_->setDocumentMode(true);
+  tabs_->addTab(console_, tr("Output"));
+  tabs_->addTab(script_, tr("Batch script"));
+  tabs_->setTabToolTip(1, tr("The script lattice launch writes into the output directory and "
+                             "submits with sbatch"));
+  column->addWidget(tabs_, 1);
   return group;
 }
 
@@ -151,6 +176,12 @@ void LaunchView::rebuild() {
   LaunchSettings settings = form_->settings();
   command_ = buildLaunchCommand(plan, model_->analysis(), settings, env_);
   preview_->setPlainText(command_.displayText());
+  if (script_->toPlainText() != command_.script) {
+    script_->setPlainText(command_.script);
+    // A new script is worth a look before Start; the output matters again once running.
+    if (!command_.script.isEmpty() && !process_->isRunning()) tabs_->setCurrentWidget(script_);
+  }
+  tabs_->setTabVisible(tabs_->indexOf(script_), !command_.script.isEmpty());
   // As tall as the command, up to kPreviewLines; the console takes the rest.
   const int shown = std::min(preview_->document()->lineCount(), kPreviewLines);
   preview_->setFixedHeight(
@@ -170,20 +201,33 @@ void LaunchView::rebuild() {
   start_->setToolTip(command_.canStart() ? tr("Start the run (Ctrl+R)")
                                          : tr("Fix the problems listed above first"));
   stop_->setEnabled(running);
-  form_->setTargetSummary(
-      command_.ranks == 1
-          ? tr("1 rank: lattice runs directly, on all %1 cores.").arg(env_.cores)
-          : tr("%1 ranks (the plan's %2 × %3) under mpirun on this machine's %4 cores.")
-                .arg(command_.ranks)
-                .arg(plural(plan.cluster.nodes, "node", "nodes"),
-                     plural(plan.cluster.devices_per_node, "device", "devices"))
-                .arg(env_.cores));
+  if (command_.target == launch::Target::kSlurm)
+    form_->setTargetSummary(
+        tr("%1 ranks as one Slurm job on %2 (%3).")
+            .arg(command_.ranks)
+            .arg(plural(plan.cluster.nodes, "node", "nodes"),
+                 plural(plan.cluster.devices_per_node, "rank", "ranks") + tr(" per node")));
+  else if (command_.target == launch::Target::kHostfile)
+    form_->setTargetSummary(tr("%1 ranks on the first %2 of the hostfile, %3 each.")
+                                .arg(command_.ranks)
+                                .arg(plural(plan.cluster.nodes, "host", "hosts"),
+                                     plural(plan.cluster.devices_per_node, "rank", "ranks")));
+  else
+    form_->setTargetSummary(
+        command_.ranks == 1
+            ? tr("1 rank: lattice runs directly, on all %1 cores.").arg(env_.cores)
+            : tr("%1 ranks (the plan's %2 × %3) under mpirun on this machine's %4 cores.")
+                  .arg(command_.ranks)
+                  .arg(plural(plan.cluster.nodes, "node", "nodes"),
+                       plural(plan.cluster.devices_per_node, "device", "devices"))
+                  .arg(env_.cores));
 }
 
 void LaunchView::startRun() {
   rebuild();
   if (!command_.canStart() || process_->isRunning()) return;
   console_->clear();
+  tabs_->setCurrentWidget(console_);
   record_->setText(tr("Waiting for run '%1' in %2…").arg(command_.runName, command_.database));
   state_->setText(tr("Running…"));
   process_->start(command_);
@@ -195,7 +239,47 @@ void LaunchView::startRun() {
 
 void LaunchView::stopRun() {
   state_->setText(tr("Stopping…"));
+  if (command_.target == launch::Target::kSlurm && !jobId_.isEmpty()) {
+    cancelJob();  // lattice launch keeps following the job to its end
+    return;
+  }
   process_->stop();
+}
+
+void LaunchView::cancelJob() {
+  auto* cancel = new QProcess(this);
+  cancel->setProcessChannelMode(QProcess::MergedChannels);
+  connect(cancel, &QProcess::finished, this, [this, cancel] {
+    appendConsole("[studio] " + QString::fromLocal8Bit(cancel->readAll()));
+    cancel->deleteLater();
+  });
+  appendConsole(QStringLiteral("$ %1 launch cancel %2\n").arg(shellQuote(env_.lattice), jobId_));
+  cancel->start(env_.lattice, {"launch", "cancel", jobId_});
+}
+
+// The job's run store into the local one, off the UI thread (History shows it on its next
+// refresh). Importing twice keeps one copy, so a job imported by hand is no problem.
+void LaunchView::importJobStore() {
+  if (command_.importInto.isEmpty() || !QFileInfo::exists(command_.database)) return;
+  const std::string source = command_.database.toStdString();
+  const std::string target = command_.importInto.toStdString();
+  auto* watcher = new QFutureWatcher<QString>(this);
+  connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher] {
+    appendConsole("[studio] " + watcher->result() + "\n");
+    emit jobImported();
+    watcher->deleteLater();
+  });
+  watcher->setFuture(QtConcurrent::run([source, target]() -> QString {
+    Result<std::unique_ptr<storage::RunStore>> store = storage::RunStore::open(target);
+    if (!store) return tr("Not imported: %1").arg(QString::fromStdString(store.status().message()));
+    Result<storage::ImportReport> r = (*store)->import_runs(source);
+    if (!r) return tr("Not imported: %1").arg(QString::fromStdString(r.status().message()));
+    return tr("Imported the job's runs into %1: %2 added, %3 updated, %4 unchanged.")
+        .arg(QString::fromStdString(target))
+        .arg(r->added)
+        .arg(r->updated)
+        .arg(r->unchanged);
+  }));
 }
 
 void LaunchView::appendConsole(const QString& text) {

@@ -1,5 +1,7 @@
-// The Launch view: settings on the left; on the right the exact command (copyable), what
-// blocks a start, Start / Stop, the run's record in the store, and the live console.
+// The Launch view: settings on the left; on the right the exact command (copyable), the Slurm
+// batch script, what blocks a start, Start / Stop, the run's record in the store, and the
+// live console. A Slurm job is stopped with scancel (its ranks save and record the run as
+// killed) and its run store is merged into the local one when the job ends.
 #pragma once
 
 #include <QWidget>
@@ -10,6 +12,7 @@
 class QLabel;
 class QPlainTextEdit;
 class QPushButton;
+class QTabWidget;
 
 namespace lattice::ui {
 
@@ -39,12 +42,16 @@ class LaunchView : public QWidget {
   // The process sequence ended; `ok` when the last step exited 0.
   void runEnded(bool ok, const QString& summary);
   void runningChanged(bool running);
+  // A Slurm job's store was merged into the local one (History may refresh).
+  void jobImported();
 
  protected:
   void changeEvent(QEvent* event) override;  // a new palette: new error colours
 
  private:
   void rebuild();
+  void cancelJob();
+  void importJobStore();
   void appendConsole(const QString& text);
   void showRun(const RunSnapshot& run);
   QWidget* commandBox();
@@ -57,6 +64,9 @@ class LaunchView : public QWidget {
   RunProcess* process_;
   RunWatcher watcher_;
   QPlainTextEdit* preview_;
+  QPlainTextEdit* script_;  // the Slurm batch script, for review (a tab beside the output)
+  QTabWidget* tabs_;
+  QString jobId_;  // the Slurm job of the running command, once submitted
   QLabel* problems_;
   QPushButton* start_;
   QPushButton* stop_;

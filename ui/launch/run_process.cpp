@@ -4,8 +4,8 @@
 #include <signal.h>
 
 #include <QDir>
-#include <QFileInfo>
 #include <QFile>
+#include <QFileInfo>
 
 namespace lattice::ui {
 
@@ -125,8 +125,7 @@ void RunProcess::escalate() {
   const std::vector<qint64> children = childProcesses(pid);
   // mpirun, mpiexec and orterun are the same launcher (tests and some systems use mpiexec).
   const QString program = QFileInfo(steps_[current_].program).fileName();
-  const bool launcher = program == QLatin1String("mpirun") ||
-                        program == QLatin1String("mpiexec") ||
+  const bool launcher = program == QLatin1String("mpirun") || program == QLatin1String("mpiexec") ||
                         program == QLatin1String("orterun");
   if (stopStage_ == 0 && launcher && !children.empty()) {
     for (qint64 child : children) ::kill(static_cast<pid_t>(child), SIGTERM);
