@@ -1,6 +1,7 @@
 // lattice generate: continuations of prompts from a checkpoint or GPT-2 safetensors file,
 // printed at the end or streamed token by token. Under mpirun the model is split by tensor
 // parallelism; rank 0 reads the prompts and prints, every rank computes.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -74,13 +75,46 @@ std::string join_lines(const std::vector<std::string>& lines) {
 }
 
 // The text of prompt + continuation, as Megatron's text field: the whole sequence decoded.
+// The generated text as it reads after the prompt (decoded together with it, so that the
+// tokenizer's spacing at the boundary is the one the whole text has), cut before the first
+// stop string; *stopped tells whether one was found.
+std::string continuation(const Tokenizer& tok, const GenerationRequest& req,
+                         const std::vector<int32_t>& generated, bool* stopped = nullptr) {
+  std::vector<int32_t> ids = req.prompt;
+  ids.insert(ids.end(), generated.begin(), generated.end());
+  const std::string prefix = tok.decode(req.prompt), whole = tok.decode(ids);
+  std::string text = whole.compare(0, prefix.size(), prefix) == 0 ? whole.substr(prefix.size())
+                                                                  : tok.decode(generated);
+  size_t cut = std::string::npos;
+  for (const std::string& stop : req.stop)
+    if (!stop.empty()) cut = std::min(cut, text.find(stop));
+  if (stopped) *stopped = cut != std::string::npos;
+  if (cut != std::string::npos) text.resize(cut);
+  return text;
+}
+
+// How much of `text` (a continuation not yet stopped) may be shown while streaming: all but
+// a tail that could still grow into a stop string.
+size_t shown_length(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& stop : stops)
+    for (size_t n = std::min(stop.size() - (stop.empty() ? 0 : 1), text.size()); n > hold; n--)
+      if (text.compare(text.size() - n, n, stop, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+  return text.size() - hold;
+}
+
+std::vector<int32_t> without_eod(const GenerationResult& res) {
+  std::vector<int32_t> ids = res.tokens;
+  if (res.finish == FinishReason::kEod && !ids.empty()) ids.pop_back();
+  return ids;
+}
+
 std::string full_text(const Tokenizer& tok, const GenerationRequest& req,
                       const GenerationResult& res) {
-  if (res.finish == FinishReason::kStop) return tok.decode(req.prompt) + res.text;
-  std::vector<int32_t> ids = req.prompt;
-  ids.insert(ids.end(), res.tokens.begin(), res.tokens.end());
-  if (res.finish == FinishReason::kEod) ids.pop_back();
-  return tok.decode(ids);
+  return tok.decode(req.prompt) + continuation(tok, req, without_eod(res));
 }
 
 void print_logprobs(const Tokenizer& tok, const GenerationResult& res) {
@@ -159,26 +193,35 @@ int generate_command(const std::vector<std::string>& args) {
   if (f.stream) {
     // One prompt at a time so that its tokens print as a readable line.
     for (const GenerationRequest& req : requests) {
-      std::vector<int32_t> ids = req.prompt;
-      std::string printed = tok.decode(ids);
-      if (rank0) std::fputs(printed.c_str(), stdout), std::fflush(stdout);
-      auto on_token = [&](int, int32_t token, float logprob) {
-        if (!rank0) return;
-        if (req.stop_at_eod && token == gen.eod()) return;
-        ids.push_back(token);
-        const std::string text = tok.decode(ids);
-        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0)
+      // What is printed of the continuation; text that could begin a stop string waits.
+      std::vector<int32_t> generated;
+      std::string printed;
+      bool stopped = false;
+      auto show = [&](const std::string& text) {
+        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
           std::fputs(text.c_str() + printed.size(), stdout);
-        printed = text;
-        if (f.logprobs) std::fprintf(stderr, "[%d %.5f]", token, logprob);
+          printed = text;
+        }
         std::fflush(stdout);
+      };
+      if (rank0) std::fputs(tok.decode(req.prompt).c_str(), stdout);
+      auto on_token = [&](int, int32_t token, float logprob) {
+        if (!rank0 || stopped) return;
+        if (req.stop_at_eod && token == gen.eod()) return;
+        generated.push_back(token);
+        const std::string text = continuation(tok, req, generated, &stopped);
+        show(stopped ? text : text.substr(0, shown_length(text, req.stop)));
+        if (f.logprobs) std::fprintf(stderr, "[%d %.5f]", token, logprob);
       };
       Result<std::vector<GenerationResult>> r = gen.generate({req}, on_token);
       if (!r) {
         if (rank0) print_error("generate", r.status().message());
         return finish(1);
       }
-      if (rank0) std::printf("\n");
+      if (rank0) {
+        show(continuation(tok, req, without_eod(r->front())));  // a held-back tail
+        std::printf("\n");
+      }
     }
     return finish(0);
   }

@@ -107,6 +107,28 @@ class GenerateCli : public QObject {
     QCOMPARE(s.out, r.out.section('\n', 0, 0).mid(4) + "\n");
   }
 
+  // A stop string ends the text where it starts, streamed or not, with the prompt's spacing
+  // kept (the NullTokenizer puts a space between ids) and nothing of the stop string printed.
+  void a_stop_string_cuts_the_text_streamed_or_not() {
+    const QStringList base{"generate", "--load",   ckpt(), "--top-k", "1", "--tokens-to-generate",
+                           "8",        "--prompt", "1 2 3"};
+    Run full = run_lattice(1, base);
+    QVERIFY2(full.exit_code == 0, qPrintable(full.err));
+    const QStringList words = full.out.trimmed().split(' ');
+    QCOMPARE(words.size(), 3 + 8);
+    // The 5th and 6th generated ids, as the text shows them.
+    const QString stop = " " + words[7] + " " + words[8];
+    const int at = full.out.indexOf(stop, QString("1 2 3").size());
+    QVERIFY(at > 0);
+    const QString want = full.out.left(at) + "\n";
+    for (const QStringList& extra : {QStringList{}, QStringList{"--stream"}}) {
+      Run r = run_lattice(1, base + QStringList{"--stop", stop} + extra);
+      QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+      QVERIFY2(r.out == want, qPrintable(extra.join(' ') + ": got '" + r.out + "', want '" + want +
+                                         "' (stop '" + stop + "')"));
+    }
+  }
+
   void bad_input_is_one_sentence_naming_the_flag_or_file() {
     const struct {
       QStringList args;
