@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -76,6 +77,20 @@ int64_t parameter_count(const TrainOptions& o) {
 // failure every rank sees alike (a bad flag or layout) exits normally on all of them; one met
 // by a single rank (a bad file on its node, a crashed peer) ends the whole job with that
 // rank's message, so no rank waits forever.
+// The settings as the run store records them: checkpoint directories made absolute, since
+// their readers (the Studio's Playground, `lattice generate --load`) do not share this
+// process's working directory. The run itself uses the paths as given.
+TrainOptions recorded(TrainOptions o) {
+  for (std::string* path : {&o.save, &o.load}) {
+    std::error_code ec;
+    if (!path->empty()) {
+      const std::filesystem::path absolute = std::filesystem::absolute(*path, ec);
+      if (!ec) *path = absolute.lexically_normal().string();
+    }
+  }
+  return o;
+}
+
 int run_training(const std::string& command, Result<TrainOptions> options,
                  const std::string& command_line) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
@@ -107,7 +122,7 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   Status opened = Status::ok();
   if (rank0) {
     Result<std::unique_ptr<RunRecorder>> r = RunRecorder::open(
-        db, name, options->tags, command_line, train_options_json(*options),
+        db, name, options->tags, command_line, train_options_json(recorded(*options)),
         parameter_count(*options), comm.size(), options->model.tensor_model_parallel_size,
         options->parallel.pipeline_model_parallel_size,
         comm.size() / (options->model.tensor_model_parallel_size *
