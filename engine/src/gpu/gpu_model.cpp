@@ -126,7 +126,8 @@ Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, 
 
 template <typename A>
 void GpuGpt<A>::upload(const float* host) {
-  cu::copy_to_device(master_, host, numel() * sizeof(float));
+  // On the Context's stream, so that a failed copy is recorded there like every other op.
+  copy_to_device_async(ctx_, master_, host, numel() * sizeof(float));
   if constexpr (!std::is_same_v<A, float>) cu::convert(ctx_, bf16_copy_, master_, numel());
   (void)ctx_.synchronize();  // an error stays recorded in the Context
 }

@@ -182,6 +182,7 @@ class GpuLoop {
   int64_t consumed_ = 0;
   int steps_ = 0;
   PhaseTimes totals_;
+  PhaseTimes reported_;  // totals_ (and the reducer's wait) at the previous rank report
 };
 
 template <typename A>
@@ -359,8 +360,18 @@ Result<TrainSummary> GpuLoop<A>::run() {
   summary.peak_gflops = start.peak_gflops;
   int skipped_total = 0, nan_iterations = 0;
   int64_t valid_consumed = 0;
+  int last = 0;  // the last iteration run (--exit-interval may stop early)
   double timed_seconds = 0;
   int timed_iterations = 0;
+  auto report_validation = [&](const SampleSource& source, int64_t& position, const char* split,
+                               int iteration, bool at_end) -> Status {
+    Result<double> v = validate(source, position);
+    if (!v) return v.status();
+    ValidationMetrics vm{iteration, split, at_end, *v, std::exp(std::min(20.0, *v))};
+    summary.validations.push_back(vm);
+    if (rank0) sink_.on_validation(vm);
+    return Status::ok();
+  };
   const auto run_start = Clock::now();
   for (int it = 1; it <= o_.train_iters; it++) {
     if (all_reduce_scalar(world_, stop_requested() ? 1.0 : 0.0, ReduceOp::kMax) > 0)
@@ -397,8 +408,14 @@ Result<TrainSummary> GpuLoop<A>::run() {
     summary.grad_norms.push_back(norm);
     if (rank0) sink_.on_iteration(m);
     if (it == 1 || it % o_.log_interval == 0) {
-      // Every rank's device memory and times, gathered to rank 0 as the CPU trainer does.
-      const RankReport mine = report();
+      // Every rank's device memory and its times since the previous report (as the CPU
+      // trainer reports them), gathered to rank 0.
+      RankReport mine = report();
+      const PhaseTimes totals = mine.times;
+      mine.times.forward -= reported_.forward;
+      mine.times.dp_comm -= reported_.dp_comm;
+      mine.times.optimizer -= reported_.optimizer;
+      reported_ = totals;
       const MemoryReport& mm = mine.memory;
       std::vector<double> sent = {
           double(mm.weights),     double(mm.grads),     double(mm.optimizer),
@@ -445,15 +462,31 @@ Result<TrainSummary> GpuLoop<A>::run() {
         }
       }
     }
-    if (data_.valid && o_.eval_iters > 0 && it % o_.eval_interval == 0) {
-      Result<double> v = validate(*data_.valid, valid_consumed);
-      if (!v) return v.status();
-      ValidationMetrics vm{it, "valid", false, *v, std::exp(std::min(20.0, *v))};
-      summary.validations.push_back(vm);
-      if (rank0) sink_.on_validation(vm);
+    if (data_.valid && o_.eval_iters > 0 && it % o_.eval_interval == 0)
+      if (Status s = report_validation(*data_.valid, valid_consumed, "valid", it, false); !s)
+        return s;
+    last = it;
+    if (o_.exit_interval > 0 && it % o_.exit_interval == 0 && it < o_.train_iters) {
+      if (rank0)
+        sink_.on_message("exiting after iteration " + std::to_string(it) + " (--exit-interval " +
+                         std::to_string(o_.exit_interval) + ")");
+      break;
     }
   }
   summary.total_seconds = seconds_since(run_start);
+  // After the last iteration, as the CPU trainer: the validation split unless the last
+  // iteration just ran it, then the test split from its start.
+  if (last == o_.train_iters && o_.eval_iters > 0) {
+    if (data_.valid && last > 0 && o_.train_iters % o_.eval_interval != 0)
+      if (Status s = report_validation(*data_.valid, valid_consumed, "valid", o_.train_iters, true);
+          !s)
+        return s;
+    int64_t test_position = 0;
+    if (data_.test)
+      if (Status s = report_validation(*data_.test, test_position, "test", o_.train_iters, true);
+          !s)
+        return s;
+  }
   if (timed_iterations > 0) {
     summary.tokens_per_second =
         static_cast<double>(o_.global_batch_size) * T * timed_iterations / timed_seconds;
