@@ -80,7 +80,8 @@ RunStore::~RunStore() {
 
 Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path,
                                                  const OpenOptions& options) {
-  Result<Database> db = open_run_database(path, options.journal);
+  Result<Database> db = options.read_only ? open_run_database_read_only(path)
+                                          : open_run_database(path, options.journal);
   if (!db) return db.status();
   auto impl = std::make_unique<Impl>();
   impl->db = std::move(db.value());

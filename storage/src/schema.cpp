@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "lattice/storage/run_store.h"
@@ -312,6 +313,33 @@ Result<Database> open_run_database(const std::string& path, JournalMode journal)
                              : "PRAGMA journal_mode = DELETE; PRAGMA synchronous = FULL; "
                                "PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536;";
   if (Status s = db.exec(settings); !s) return s;
+  return db;
+}
+
+Result<Database> open_run_database_read_only(const std::string& path) {
+  if (Status s = check_file_header(path); !s) return s;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return Status::io_error(path + ": no such run database to read");
+  if (size == 0) return Status::invalid_argument(path + " is empty: its run has not started yet");
+  sqlite3* handle = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  Database db(handle, path);
+  if (rc != SQLITE_OK) return db.error("cannot open the run database read-only");
+  sqlite3_busy_timeout(handle, 10000);
+  sqlite3_extended_result_codes(handle, 1);
+  DatabaseState state;
+  bool needs_migration = false;
+  if (Status s = read_state(db, &state); !s) return s;
+  if (Status s = judge(db, state, &needs_migration); !s) return s;
+  if (needs_migration)
+    return Status::invalid_argument(
+        path + " has run-store schema " + std::to_string(state.version) + ", this build " +
+        std::to_string(kSchemaVersion) + "; it is opened read-only, so open it once with " +
+        "`lattice runs list --db " + path + "` (which upgrades it)");
+  // query_only as well: a statement that would write fails at once, whatever the file's mode.
+  if (Status s = db.exec("PRAGMA query_only = ON; PRAGMA cache_size = -65536;"); !s) return s;
   return db;
 }
 

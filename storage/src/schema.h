@@ -12,6 +12,8 @@ namespace lattice::storage {
 
 Result<Database> open_run_database(const std::string& path,
                                    JournalMode journal = JournalMode::kAuto);
+// OpenOptions::read_only: the file must exist and carry this build's schema.
+Result<Database> open_run_database_read_only(const std::string& path);
 
 // Ok when `path` is absent, empty, or a Lattice run database this build can read; judged from
 // the raw header without opening it through SQLite (Note "refuse before touching").

@@ -4,7 +4,8 @@
 # --mpi=pmix and through mpirun inside the allocation, each followed to completion and
 # giving the same losses, bit for bit, as `mpirun -n 2` run directly; scancel mid-run leaves
 # a checkpoint and a run recorded as killed; `scontrol requeue` mid-run makes the job resume
-# from its checkpoint as run <name>-r1, continuing the first attempt's losses exactly;
+# from its checkpoint as run <name>-r1, continuing the first attempt's losses exactly; so does
+# SIGUSR1 to the batch shell (the time-limit warning), after which the job requeues itself;
 # `lattice runs import` of the job's store twice keeps one copy.
 # Usage: test_slurm.sh LATTICE MPIRUN   (exit 77: skipped, not root or Slurm not installed)
 set -euo pipefail
@@ -124,44 +125,79 @@ saved=$(cat "$out/checkpoints/latest_checkpointed_iteration.txt")
 [[ $saved == "$last" ]] || fail "checkpoint of iteration $saved, but the run logged up to $last"
 echo "killed at iteration $saved with a checkpoint of it"
 
-step "scontrol requeue mid-run: the job resumes from its checkpoint"
-# The reference: the same flags run directly, stopped after 60 iterations (--exit-interval).
+# The reference for the requeue cases: the same flags run directly, stopped after 60
+# iterations (--exit-interval).
 timeout 120 "$mpirun" --oversubscribe -n 2 "$lattice" train "${flags[@]}" --train-iters 3000 \
   --exit-interval 60 --db "$work/direct.sqlite" --run-name reference >"$work/reference.log" 2>&1 ||
   fail "the reference run failed: $(tail -n 5 "$work/reference.log")"
+reference=$(losses "$work/direct.sqlite" reference)
+submit() {  # JOB_NAME [FLAGS...]: a 3000-iteration job, not followed; prints its id
+  local name=$1
+  shift
+  "$lattice" launch --target slurm --world-size 2 --job-name "$name" --output-dir "$out" \
+    --no-follow "${flags[@]}" --train-iters 3000 "$@" 2>/dev/null | awk '/submitted batch job/ {print $4}'
+}
+# Slurm holds a requeued job back for a while (Reason=BeginTime); let it start now, but not
+# before the previous attempt's step daemons are gone (the new step would find its PMIx
+# socket still bound: Slurm's own hold is what prevents that on a real cluster).
+release() {
+  [[ $(job_state "$id") == PENDING ]] && ! pgrep -f "slurmstepd: \[$id\." >/dev/null &&
+    scontrol update JobId="$id" StartTime=now
+}
+# The job NAME-ID was requeued: its second attempt NAME-ID-r1 loads the checkpoint and
+# continues where the first stopped, both with the uninterrupted reference's losses.
+check_resumed() {  # NAME
+  local first=$1-$id second=$1-$id-r1
+  wait_until 30 release || fail "job $id could not be released: $(job_state "$id")"
+  second_logging() { [[ $(steps_of "$out/runs.sqlite" "$second") -ge 3 ]]; }
+  wait_until 120 second_logging ||
+    fail "no second attempt $second logging ($(job_state "$id")): $(tail -n 5 "$out"/*.err)"
+  scancel "$id"
+  wait_until 60 cancelled || fail "job $id not cancelled"
+  [[ $(run_status "$first") == killed ]] || fail "the first attempt is '$(run_status "$first")', not killed"
+  grep -q "^> loaded .*checkpoints" "$out/$first.out" || fail "the second attempt did not load"
+  local first_end second_start got missing
+  first_end=$(sqlite3 "$out/runs.sqlite" "SELECT max(m.step) FROM metrics m JOIN runs r ON
+    r.id = m.run_id WHERE r.name = '$first'")
+  second_start=$(sqlite3 "$out/runs.sqlite" "SELECT min(m.step) FROM metrics m JOIN runs r ON
+    r.id = m.run_id WHERE r.name = '$second'")
+  [[ $second_start == $((first_end + 1)) ]] ||
+    fail "the first attempt ended at step $first_end, the second began at $second_start"
+  # Both attempts' losses equal the uninterrupted reference, bit for bit, where it has them.
+  for run in "$first" "$second"; do
+    got=$(losses "$out/runs.sqlite" "$run" | awk -F'|' '$1 <= 60')
+    [[ -n $got ]] || fail "$run logged no step up to 60 to compare"
+    missing=$(comm -23 <(sort <<<"$got") <(sort <<<"$reference"))
+    [[ -z $missing ]] || fail "$run's losses differ from the uninterrupted run: $missing"
+  done
+  echo "attempt 1 ran steps 1-$first_end, attempt 2 resumed at $second_start; losses as uninterrupted"
+}
+
+step "scontrol requeue mid-run: the job resumes from its checkpoint"
 out=$work/requeue
-id=$("$lattice" launch --target slurm --world-size 2 --job-name rq --output-dir "$out" --no-follow \
-  "${flags[@]}" --train-iters 3000 --save-interval 10 2>/dev/null |
-  awk '/submitted batch job/ {print $4}')
+id=$(submit rq --save-interval 10)
 [[ -n $id ]] || fail "no job id"
 saved() { [[ -f $out/checkpoints/latest_checkpointed_iteration.txt ]]; }
 wait_until 60 saved || fail "job $id saved no checkpoint"
 scontrol requeue "$id" || fail "scontrol requeue $id"
-# Slurm holds a requeued job back for a while (Reason=BeginTime); let it start now.
-requeued() { [[ $(job_state "$id") == PENDING ]] && scontrol update JobId="$id" StartTime=now; }
-wait_until 30 requeued || fail "job $id could not be released: $(job_state "$id")"
-second() { [[ $(steps_of "$out/runs.sqlite" "rq-$id-r1") -ge 3 ]]; }
-wait_until 120 second ||
-  fail "no second attempt rq-$id-r1 logging ($(job_state "$id")): $(tail -n 5 "$out"/*.err)"
-scancel "$id"
-wait_until 60 cancelled || fail "job $id not cancelled"
-[[ $(run_status "rq-$id") == killed ]] || fail "the first attempt is '$(run_status "rq-$id")', not killed"
-grep -q "^> loaded .*checkpoints" "$out/rq-$id.out" || fail "the second attempt did not load"
-first_end=$(sqlite3 "$out/runs.sqlite" "SELECT max(m.step) FROM metrics m JOIN runs r ON
-  r.id = m.run_id WHERE r.name = 'rq-$id'")
-second_start=$(sqlite3 "$out/runs.sqlite" "SELECT min(m.step) FROM metrics m JOIN runs r ON
-  r.id = m.run_id WHERE r.name = 'rq-$id-r1'")
-[[ $second_start == $((first_end + 1)) ]] ||
-  fail "the first attempt ended at step $first_end, the second began at $second_start"
-# Both attempts' losses equal the uninterrupted reference, bit for bit, where it has them.
-reference=$(losses "$work/direct.sqlite" reference)
-for run in "rq-$id" "rq-$id-r1"; do
-  got=$(losses "$out/runs.sqlite" "$run" | awk -F'|' '$1 <= 60')
-  [[ -n $got ]] || fail "$run logged no step up to 60 to compare"
-  missing=$(comm -23 <(sort <<<"$got") <(sort <<<"$reference"))
-  [[ -z $missing ]] || fail "$run's losses differ from the uninterrupted run: $missing"
-done
-echo "attempt 1 ran steps 1-$first_end, attempt 2 resumed at $second_start; losses as uninterrupted"
+check_resumed rq
+
+step "the time-limit warning (SIGUSR1 to the batch shell): save, requeue itself, resume"
+# What #SBATCH --signal=B:USR1@120 sends 120 s before the limit, sent now. No
+# --save-interval: the only checkpoint is the one the signal makes.
+out=$work/timelimit
+id=$(submit tl)
+[[ -n $id ]] || fail "no job id"
+logging() { [[ $(steps_of "$out/runs.sqlite" "tl-$id") -ge 5 ]]; }
+wait_until 60 logging || fail "job $id logged no steps: $(tail -n 5 "$out"/*.err 2>/dev/null)"
+scancel --signal=USR1 --batch "$id" || fail "scancel --signal=USR1 --batch $id"
+requeueing() { grep -q "saved before the time limit; requeueing job $id" "$out/tl-$id.err"; }
+wait_until 60 requeueing || fail "job $id did not requeue itself: $(tail -n 5 "$out/tl-$id.err")"
+saved_at=$(cat "$out/checkpoints/latest_checkpointed_iteration.txt")
+last=$(sqlite3 "$out/runs.sqlite" "SELECT max(m.step) FROM metrics m JOIN runs r ON
+  r.id = m.run_id WHERE r.name = 'tl-$id'")
+[[ $saved_at == "$last" ]] || fail "checkpoint of iteration $saved_at, but the run logged up to $last"
+check_resumed tl
 
 ok=1
 step "all cases passed"

@@ -123,6 +123,17 @@ class TestStudioSlurm : public QObject {
     const lattice::testing::Run r = lattice::testing::run_lattice(2, args);
     QVERIFY2(r.exit_code == 0, qPrintable(r.err.right(2000)));
 
+    // The import names the local store and the launched run's id there (the views come back).
+    QCOMPARE(imported.front().at(0).toString(), dir.filePath("home.sqlite"));
+    {
+      Result<std::unique_ptr<storage::RunStore>> home =
+          storage::RunStore::open(dir.filePath("home.sqlite").toStdString());
+      QVERIFY(home);
+      Result<storage::RunInfo> run = (*home)->find_run("studio-slurm");
+      QVERIFY(run);
+      QCOMPARE(imported.front().at(1).toLongLong(), run->id);
+    }
+
     const auto want = losses(dir.filePath("direct.sqlite"), "direct");
     const auto got = losses(dir.filePath("home.sqlite"), "studio-slurm");
     QCOMPARE(want.size(), size_t{6});

@@ -1,6 +1,6 @@
 // Specification of the SQLite run store on real database files: schema and migrations,
 // refusal of foreign and newer files, the run lifecycle, plot down-sampling, tailing while
-// another process writes, and crash safety under SIGKILL.
+// another process writes (read-write and read-only), and crash safety under SIGKILL.
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -408,6 +408,83 @@ class TestRunStore : public QObject {
     QCOMPARE(next_step, steps);
     QVERIFY2(polls > 10, "the reader should have polled while the writer was writing");
     QCOMPARE(store->list_runs()->at(0).status, RunStatus::kFinished);
+  }
+
+  // The Studio following a cluster job's store: read-only, in the rollback journal the job
+  // uses on shared storage, while the job writes.
+  void read_only_follower_tails_a_rollback_journal_writer_and_never_writes() {
+    lattice::storage::OpenOptions read_only;
+    read_only.read_only = true;
+    const std::string missing = db_path("ro-missing.db");
+    QVERIFY(!RunStore::open(missing, read_only).is_ok());
+    QVERIFY2(!std::filesystem::exists(missing), "a read-only open created the file");
+    const std::string empty = db_path("ro-empty.db");
+    std::ofstream(empty).close();
+    auto not_yet = RunStore::open(empty, read_only);
+    QVERIFY(!not_yet.is_ok());
+    QVERIFY2(not_yet.status().message().find("has not started") != std::string::npos,
+             not_yet.status().message().c_str());
+    QCOMPARE(std::filesystem::file_size(empty), std::uintmax_t{0});
+
+    const std::string path = db_path("ro-follow.db");
+    {
+      lattice::storage::OpenOptions rollback;
+      rollback.journal = lattice::storage::JournalMode::kDelete;
+      auto created = RunStore::open(path, rollback);
+      QVERIFY(created.is_ok());
+    }
+    const std::int64_t steps = 1500;
+    const int keys = 5;
+    int ready[2];
+    QCOMPARE(pipe(ready), 0);
+    const pid_t child = fork();
+    QVERIFY(child >= 0);
+    if (child == 0) {
+      close(ready[0]);
+      _exit(write_run(path, "followed", steps, keys, ready[1], -1));
+    }
+    close(ready[1]);
+    char c = 0;
+    QCOMPARE(read(ready[0], &c, 1), ssize_t{1});
+    close(ready[0]);
+    auto follower = RunStore::open(path, read_only);
+    QVERIFY2(follower.is_ok(), follower.status().message().c_str());
+    RunStore& store = **follower;
+    auto write = store.create_run(named("from the follower"));
+    QVERIFY2(!write.is_ok(), "a read-only store accepted a new run");
+    std::int64_t last_id = 0, next_step = 0;
+    int child_status = -1;
+    bool child_done = false;
+    while (true) {
+      auto rows = store.rows_after(last_id);
+      QVERIFY2(rows.is_ok(), rows.status().message().c_str());
+      for (std::size_t i = 0; i < rows->size(); i += keys) {
+        QVERIFY2(i + keys <= rows->size(), "a step arrived without all of its keys");
+        QCOMPARE((*rows)[i].step, next_step++);
+      }
+      if (!rows->empty()) last_id = rows->back().id;
+      if (child_done && rows->empty()) break;
+      if (!child_done && waitpid(child, &child_status, WNOHANG) == child) child_done = true;
+    }
+    QVERIFY2(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0, "writer process failed");
+    QCOMPARE(next_step, steps);
+    QCOMPARE(store.list_runs()->at(0).status, RunStatus::kFinished);
+    QCOMPARE(static_cast<int>(read_bytes(path)[18]), 1);  // still the rollback journal
+
+    // A database of an older schema is not upgraded by a read-only open: refused, untouched.
+    {
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(60);
+      const char version[4] = {0, 0, 0, 1};
+      f.write(version, 4);
+    }
+    const Snapshot before = snapshot(path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto older = RunStore::open(path, read_only);
+    QVERIFY(!older.is_ok());
+    QVERIFY2(older.status().message().find("run-store schema 1") != std::string::npos,
+             older.status().message().c_str());
+    QVERIFY(snapshot(path) == before);
   }
 
   void writer_killed_mid_run_leaves_every_committed_step() {

@@ -109,6 +109,13 @@ void MainWindow::createViews() {
   });
   connect(dashboard_, &DashboardView::problem, this,
           [this](const QString& message) { statusBar()->showMessage(message, 8000); });
+  // A cluster job's views follow its own store while it runs; once its runs are merged into
+  // the local history, the views come back to it.
+  connect(launchView_, &LaunchView::jobImported, this,
+          [this](const QString& database, qint64 runId) {
+            useDatabase(database);
+            if (runId > 0) showRuns({runId});
+          });
   connect(launchView_, &LaunchView::runEnded, this,
           [this](bool, const QString& summary) { statusBar()->showMessage(summary, 8000); });
 }

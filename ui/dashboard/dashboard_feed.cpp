@@ -116,8 +116,13 @@ class FeedWorker : public QObject {
 
   bool open() {
     if (db_) return true;
-    if (path_.isEmpty() || !QFileInfo::exists(path_)) return false;
-    Result<std::unique_ptr<storage::RunStore>> store = storage::RunStore::open(path_.toStdString());
+    // Read-only: the file may be a cluster job's store that its job is writing. An empty file
+    // is a run still creating it: not a problem to report, just not yet.
+    if (path_.isEmpty() || QFileInfo(path_).size() == 0) return false;
+    storage::OpenOptions options;
+    options.read_only = true;
+    Result<std::unique_ptr<storage::RunStore>> store =
+        storage::RunStore::open(path_.toStdString(), options);
     if (!store) {
       report(QString::fromStdString(store.status().message()));
       return false;

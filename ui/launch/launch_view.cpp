@@ -263,22 +263,36 @@ void LaunchView::importJobStore() {
   if (command_.importInto.isEmpty() || !QFileInfo::exists(command_.database)) return;
   const std::string source = command_.database.toStdString();
   const std::string target = command_.importInto.toStdString();
-  auto* watcher = new QFutureWatcher<QString>(this);
-  connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher] {
-    appendConsole("[studio] " + watcher->result() + "\n");
-    emit jobImported();
+  const std::string name = command_.runName.toStdString();
+  struct Imported {
+    QString message;
+    qint64 runId = 0;
+  };
+  auto* watcher = new QFutureWatcher<Imported>(this);
+  connect(watcher, &QFutureWatcher<Imported>::finished, this, [this, watcher, target] {
+    const Imported imported = watcher->result();
+    appendConsole("[studio] " + imported.message + "\n");
+    emit jobImported(QString::fromStdString(target), imported.runId);
     watcher->deleteLater();
   });
-  watcher->setFuture(QtConcurrent::run([source, target]() -> QString {
+  watcher->setFuture(QtConcurrent::run([source, target, name]() -> Imported {
     Result<std::unique_ptr<storage::RunStore>> store = storage::RunStore::open(target);
-    if (!store) return tr("Not imported: %1").arg(QString::fromStdString(store.status().message()));
+    if (!store)
+      return {tr("Not imported: %1").arg(QString::fromStdString(store.status().message()))};
     Result<storage::ImportReport> r = (*store)->import_runs(source);
-    if (!r) return tr("Not imported: %1").arg(QString::fromStdString(r.status().message()));
-    return tr("Imported the job's runs into %1: %2 added, %3 updated, %4 unchanged.")
-        .arg(QString::fromStdString(target))
-        .arg(r->added)
-        .arg(r->updated)
-        .arg(r->unchanged);
+    if (!r) return {tr("Not imported: %1").arg(QString::fromStdString(r.status().message()))};
+    // The launched run under the name it has here ("'a' as 'a (2)'" when 'a' was taken).
+    std::string local = name;
+    const std::string prefix = "'" + name + "' as '";
+    for (const std::string& renamed : r->renamed)
+      if (renamed.starts_with(prefix)) local = renamed.substr(prefix.size(), renamed.size() - prefix.size() - 1);
+    Result<storage::RunInfo> run = (*store)->find_run(local);
+    return {tr("Imported the job's runs into %1: %2 added, %3 updated, %4 unchanged.")
+                .arg(QString::fromStdString(target))
+                .arg(r->added)
+                .arg(r->updated)
+                .arg(r->unchanged),
+            run ? run->id : 0};
   }));
 }
 

@@ -42,8 +42,9 @@ class LaunchView : public QWidget {
   // The process sequence ended; `ok` when the last step exited 0.
   void runEnded(bool ok, const QString& summary);
   void runningChanged(bool running);
-  // A Slurm job's store was merged into the local one (History may refresh).
-  void jobImported();
+  // A Slurm job's store was merged into `database`, the local one; `runId` is the launched
+  // run's id there (0 when it is not found).
+  void jobImported(const QString& database, qint64 runId);
 
  protected:
   void changeEvent(QEvent* event) override;  // a new palette: new error colours

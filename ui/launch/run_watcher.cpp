@@ -17,9 +17,11 @@ RunWatcher::RunWatcher(QObject* parent) : QObject(parent) {
 RunSnapshot RunWatcher::read(const QString& database, const QString& runName) {
   RunSnapshot snap;
   snap.name = runName;
-  if (!QFileInfo::exists(database)) return snap;  // the run creates it; do not race it
+  if (QFileInfo(database).size() == 0) return snap;  // the run creates it; do not race it
+  storage::OpenOptions options;
+  options.read_only = true;  // the run (or its cluster job) is the writer
   Result<std::unique_ptr<storage::RunStore>> store =
-      storage::RunStore::open(database.toStdString());
+      storage::RunStore::open(database.toStdString(), options);
   if (!store) {
     snap.problem = QString::fromStdString(store.status().message());
     return snap;

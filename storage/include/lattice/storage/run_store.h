@@ -44,6 +44,11 @@ bool on_network_filesystem(const std::string& path);
 
 struct OpenOptions {
   JournalMode journal = JournalMode::kAuto;
+  // For following a database another process writes (a cluster job's store on shared
+  // storage): SQLite opens the file read-only and nothing is created, migrated or
+  // re-journaled (journal is ignored). A missing or empty file, or one of an older schema,
+  // is an error; every writer call fails.
+  bool read_only = false;
 };
 
 // What import_runs did with each run of the other database.
