@@ -9,6 +9,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <csignal>
 
@@ -135,6 +136,29 @@ class Checkpoints : public QObject {
                                              .arg(want.at(step), 0, 'g', 17)));
       }
     }
+  }
+
+  // Megatron's wall-clock budget: every rank stops at the same iteration, which is saved and
+  // recorded; the run exits 0 (a time budget is not a failure).
+  void exit_duration_saves_and_stops_every_rank_at_one_iteration() {
+    const QString save = dir_.filePath("duration");
+    Run r = train("duration", 2,
+                  {"--train-iters", "1000000", "--exit-duration-in-mins", "0.1", "--save", save});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    const QRegularExpressionMatch m =
+        QRegularExpression(R"(exiting after iteration (\d+) \(--exit-duration-in-mins 0.1\))")
+            .match(r.out);
+    QVERIFY2(m.hasMatch(), qPrintable(r.out.right(2000)));
+    const int stopped = m.captured(1).toInt();
+    QVERIFY2(stopped > 0 && stopped < 1000000, qPrintable(m.captured(0)));
+    QVERIFY2(r.out.contains(QString("saved checkpoint of iteration %1").arg(stopped)),
+             qPrintable(r.out.right(2000)));
+    QFile latest(save + "/latest_checkpointed_iteration.txt");
+    QVERIFY(latest.open(QIODevice::ReadOnly));
+    QCOMPARE(latest.readAll().trimmed().toInt(), stopped);
+    const auto logged = losses("duration");
+    QCOMPARE(logged.size(), size_t(stopped));
+    QCOMPARE(logged.rbegin()->first, int64_t{stopped});
   }
 
   void offline_reshard_loads_like_a_save() {

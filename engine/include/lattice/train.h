@@ -161,6 +161,13 @@ double measure_sgemm_gflops(int threads);
 void request_stop();
 bool stop_requested();
 
+// Why training stops before the next iteration, as one rank sees it: a signal (the run ends
+// killed, after saving) or --exit-duration-in-mins minutes since the process started (a clean
+// exit after saving, as --exit-interval). Trainers take the kMax of it over every rank, so
+// that all of them stop at the same iteration.
+enum class EarlyStop { kNone = 0, kExitDuration = 1, kSignal = 2 };
+EarlyStop early_stop(const TrainOptions& options);
+
 // Trains as `options` says on the ranks of `world` (every rank calls it; the layout comes from
 // the options and world.size()). Only rank 0 reports to `sink`. Errors (a bad layout, weights
 // file, dataset) come back as a Status on the rank that met them; the caller ends the job

@@ -70,6 +70,9 @@ struct TrainOptions {
   int ckpt_step = 0;       // --ckpt-step N: load iteration N instead of the latest
   bool finetune = false;   // --finetune: weights only; iteration and optimizer start afresh
   int exit_interval = 0;   // --exit-interval N: save and stop after an iteration divisible by N
+  // --exit-duration-in-mins M: save and stop once M minutes have passed since the process
+  // started (checked before every iteration; 0: never).
+  double exit_duration_in_mins = 0;
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
   bool profile = false;     // --profile: per-op time table at the end
   bool fp64 = false;        // --fp64: train in double precision (verification; slow)

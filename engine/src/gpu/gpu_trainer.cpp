@@ -374,8 +374,20 @@ Result<TrainSummary> GpuLoop<A>::run() {
   };
   const auto run_start = Clock::now();
   for (int it = 1; it <= o_.train_iters; it++) {
-    if (all_reduce_scalar(world_, stop_requested() ? 1.0 : 0.0, ReduceOp::kMax) > 0)
+    // A signal or the time limit on any rank stops every rank at the same iteration.
+    const auto stop = static_cast<EarlyStop>(
+        all_reduce_scalar(world_, double(early_stop(o_)), ReduceOp::kMax));
+    if (stop == EarlyStop::kSignal)
       return Status::internal("stopped by a signal before iteration " + std::to_string(it));
+    if (stop == EarlyStop::kExitDuration) {
+      if (rank0) {
+        std::ostringstream m;
+        m << "exiting after iteration " << it - 1 << " (--exit-duration-in-mins "
+          << o_.exit_duration_in_mins << ")";
+        sink_.on_message(m.str());
+      }
+      break;
+    }
     const auto t0 = Clock::now();
     const double lr = learning_rate(o_.optim, steps_, decay_iters);
     double loss = 0, norm = 0;

@@ -103,6 +103,9 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &o.finetune},
       {"exit-interval", "save (with --save) and exit after an iteration divisible by N",
        &o.exit_interval},
+      {"exit-duration-in-mins",
+       "save (with --save) and exit once this many minutes have passed since the start",
+       &o.exit_duration_in_mins},
       {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
       {"profile", "print where the time went, per op, at the end", &o.profile},
       {"fp64",
@@ -307,9 +310,10 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
     errors.push_back("--recompute-granularity full needs a positive --recompute-num-layers");
   if (par.recompute_num_layers < 0) errors.push_back("--recompute-num-layers must not be negative");
   if (par.ddp_bucket_size < 0) errors.push_back("--ddp-bucket-size must not be negative");
-  if (save_interval < 0 || save_retain < 0 || ckpt_step < 0 || exit_interval < 0)
-    errors.push_back("--save-interval, --save-retain, --ckpt-step and --exit-interval must not be "
-                     "negative");
+  if (save_interval < 0 || save_retain < 0 || ckpt_step < 0 || exit_interval < 0 ||
+      !(exit_duration_in_mins >= 0))
+    errors.push_back("--save-interval, --save-retain, --ckpt-step, --exit-interval and "
+                     "--exit-duration-in-mins must not be negative");
   if (fp64 && (!save.empty() || !load.empty()))
     errors.push_back("--save and --load keep fp32 state; they do not combine with --fp64");
   if (!load.empty() && !load_hf.empty())

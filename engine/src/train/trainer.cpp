@@ -44,6 +44,12 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+std::string exit_duration_message(int iteration, double minutes) {
+  std::ostringstream s;
+  s << "exiting after iteration " << iteration << " (--exit-duration-in-mins " << minutes << ")";
+  return s.str();
+}
+
 // This machine's name as a number a double holds exactly (FNV-1a, 52 bits): ranks that report
 // the same one share a steady clock (docs/design-notes.md#pipeline-timeline).
 double host_id() {
@@ -570,11 +576,17 @@ Result<TrainSummary> Trainer<T>::run() {
   const auto run_start = Clock::now();
   int last = state.iteration;
   for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
-    // A signal on any rank stops every rank at the same iteration, after saving.
-    if (all_reduce_scalar(stop_requested() ? 1.0 : 0.0, world, ReduceOp::kMax) > 0) {
+    // A signal or the time limit on any rank stops every rank at the same iteration.
+    const auto stop = static_cast<EarlyStop>(
+        all_reduce_scalar(double(early_stop(o_)), world, ReduceOp::kMax));
+    if (stop == EarlyStop::kSignal) {
       if (!o_.save.empty() && saved_iteration != it - 1)
         if (Status s = save(progress(it - 1)); !s) return s;
       return Status::internal("stopped by a signal before iteration " + std::to_string(it));
+    }
+    if (stop == EarlyStop::kExitDuration) {  // saved after the loop, as for --exit-interval
+      if (rank0) sink_.on_message(exit_duration_message(it - 1, o_.exit_duration_in_mins));
+      break;
     }
     const auto t0 = Clock::now();
     if (reported(it))
@@ -687,6 +699,9 @@ Result<TrainSummary> Trainer<T>::run() {
 
 namespace {
 std::atomic<bool> g_stop{false};
+// At static initialisation: the process's start, which --exit-duration-in-mins counts from
+// (as Megatron, so that setup and checkpoint loading count against a job's time).
+const Clock::time_point g_process_start = Clock::now();
 const GpuTrainer* g_gpu_trainer = nullptr;
 }  // namespace
 
@@ -695,6 +710,14 @@ const GpuTrainer* gpu_trainer() { return g_gpu_trainer; }
 
 void request_stop() { g_stop.store(true, std::memory_order_relaxed); }
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
+
+EarlyStop early_stop(const TrainOptions& options) {
+  if (stop_requested()) return EarlyStop::kSignal;
+  if (options.exit_duration_in_mins > 0 &&
+      seconds_since(g_process_start) >= options.exit_duration_in_mins * 60)
+    return EarlyStop::kExitDuration;
+  return EarlyStop::kNone;
+}
 
 double measure_sgemm_gflops(int threads) {
   kernels::set_num_threads(threads);
