@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "infer_setup.h"
+#include "text_stream.h"
 
 namespace lattice::cli {
 
@@ -91,19 +92,6 @@ std::string continuation(const Tokenizer& tok, const GenerationRequest& req,
   if (stopped) *stopped = cut != std::string::npos;
   if (cut != std::string::npos) text.resize(cut);
   return text;
-}
-
-// How much of `text` (a continuation not yet stopped) may be shown while streaming: all but
-// a tail that could still grow into a stop string.
-size_t shown_length(const std::string& text, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const std::string& stop : stops)
-    for (size_t n = std::min(stop.size() - (stop.empty() ? 0 : 1), text.size()); n > hold; n--)
-      if (text.compare(text.size() - n, n, stop, 0, n) == 0) {
-        hold = n;
-        break;
-      }
-  return text.size() - hold;
 }
 
 std::vector<int32_t> without_eod(const GenerationResult& res) {
@@ -193,24 +181,19 @@ int generate_command(const std::vector<std::string>& args) {
   if (f.stream) {
     // One prompt at a time so that its tokens print as a readable line.
     for (const GenerationRequest& req : requests) {
-      // What is printed of the continuation; text that could begin a stop string waits.
-      std::vector<int32_t> generated;
-      std::string printed;
-      bool stopped = false;
-      auto show = [&](const std::string& text) {
-        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-          std::fputs(text.c_str() + printed.size(), stdout);
-          printed = text;
-        }
+      // The continuation as it reads after the prompt; text that could begin a stop string
+      // waits.
+      TextStream text([&](const std::vector<int32_t>& ids) { return continuation(tok, req, ids); },
+                      req.stop);
+      auto show = [](const std::string& piece) {
+        std::fputs(piece.c_str(), stdout);
         std::fflush(stdout);
       };
       if (rank0) std::fputs(tok.decode(req.prompt).c_str(), stdout);
       auto on_token = [&](int, int32_t token, float logprob) {
-        if (!rank0 || stopped) return;
+        if (!rank0 || text.stopped()) return;
         if (req.stop_at_eod && token == gen.eod()) return;
-        generated.push_back(token);
-        const std::string text = continuation(tok, req, generated, &stopped);
-        show(stopped ? text : text.substr(0, shown_length(text, req.stop)));
+        show(text.push(token));
         if (f.logprobs) std::fprintf(stderr, "[%d %.5f]", token, logprob);
       };
       Result<std::vector<GenerationResult>> r = gen.generate({req}, on_token);
@@ -219,7 +202,7 @@ int generate_command(const std::vector<std::string>& args) {
         return finish(1);
       }
       if (rank0) {
-        show(continuation(tok, req, without_eod(r->front())));  // a held-back tail
+        show(text.finish(continuation(tok, req, without_eod(r->front()))));  // a held-back tail
         std::printf("\n");
       }
     }

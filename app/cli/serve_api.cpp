@@ -2,6 +2,7 @@
 #include "serve_api.h"
 
 #include <cmath>
+#include <span>
 #include <nlohmann/json.hpp>
 
 namespace lattice::cli {
@@ -35,6 +36,10 @@ bool add_prompts(ApiCall& call, const std::vector<std::string>& prompts,
     call.requests.push_back(std::move(r));
   }
   return true;
+}
+
+const char* finish_reason(const GenerationResult& res) {
+  return res.finish == FinishReason::kLength ? "length" : "stop";
 }
 
 bool is_int(const json& v) {
@@ -176,7 +181,7 @@ ApiCall parse_completions(const std::string& body, const Tokenizer& tokenizer,
   }
   if (j.contains("stream") && !j["stream"].is_null()) {
     if (!j["stream"].is_boolean()) return failed("stream must be a boolean");
-    if (j["stream"].get<bool>()) return failed("stream=true is not supported; use stream=false");
+    call.stream = j["stream"].get<bool>();
   }
   if (j.contains("logprobs") && !j["logprobs"].is_null()) {
     const json& v = j["logprobs"];
@@ -249,7 +254,7 @@ std::string completions_response(const ApiCall& call, const std::vector<Generati
     prompt_tokens += static_cast<int64_t>(call.requests[i].prompt.size());
     completion_tokens += static_cast<int64_t>(res.tokens.size());
     json choice = {{"text", res.text}, {"index", i}};
-    choice["finish_reason"] = res.finish == FinishReason::kLength ? "length" : "stop";
+    choice["finish_reason"] = finish_reason(res);
     if (call.logprobs >= 0) {
       json tokens = json::array(), token_logprobs = json::array(), offsets = json::array();
       size_t offset = 0;
@@ -293,6 +298,60 @@ std::string openai_error(const std::string& message) {
                      {"param", nullptr},
                      {"code", nullptr}}},
                    {"message", message}});
+}
+
+CompletionStream::CompletionStream(const ApiCall& call, const Tokenizer& tokenizer, int32_t eod,
+                                   std::string id, int64_t created)
+    : call_(call), tokenizer_(tokenizer), eod_(eod), id_(std::move(id)), created_(created),
+      offsets_(call.requests.size(), 0) {
+  // The text as the generator writes it (GenerationResult::text): the generated tokens decoded
+  // alone, cut at the first stop string.
+  for (const GenerationRequest& r : call.requests)
+    texts_.emplace_back(
+        [&tokenizer](const std::vector<int32_t>& ids) { return tokenizer.decode(ids); }, r.stop);
+}
+
+std::string CompletionStream::token(size_t index, int32_t token, float logprob) {
+  const GenerationRequest& req = call_.requests.at(index);
+  if (texts_[index].stopped() || (req.stop_at_eod && token == eod_)) return {};
+  const std::string text = texts_[index].push(token);
+  if (call_.logprobs < 0)
+    return text.empty() ? std::string() : event(index, text, nullptr, 0, nullptr);
+  const std::string piece = tokenizer_.decode(std::span<const int32_t>(&token, 1));
+  std::string e = event(index, text, &piece, logprob, nullptr);
+  offsets_[index] += piece.size();
+  return e;
+}
+
+std::string CompletionStream::finish(const std::vector<GenerationResult>& results) {
+  std::string out;
+  for (size_t i = 0; i < results.size() && i < texts_.size(); i++)
+    out += event(i, texts_[i].finish(results[i].text), nullptr, 0, finish_reason(results[i]));
+  return out + "data: [DONE]\n\n";
+}
+
+std::string CompletionStream::error(const std::string& message) {
+  return "data: " + openai_error(message) + "\n\ndata: [DONE]\n\n";
+}
+
+std::string CompletionStream::event(size_t index, const std::string& text,
+                                    const std::string* piece, float logprob,
+                                    const char* finish_reason) {
+  json choice = {{"text", text}, {"index", index}};
+  if (piece)
+    choice["logprobs"] = {{"tokens", json::array({*piece})},
+                          {"token_logprobs", json::array({logprob})},
+                          {"top_logprobs", nullptr},
+                          {"text_offset", json::array({offsets_[index]})}};
+  else
+    choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
+  const json chunk = {{"id", id_},
+                      {"object", "text_completion"},
+                      {"created", created_},
+                      {"model", call_.model.empty() ? "lattice" : call_.model},
+                      {"choices", json::array({choice})}};
+  return "data: " + dump(chunk) + "\n\n";
 }
 
 }  // namespace lattice::cli

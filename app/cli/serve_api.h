@@ -11,6 +11,7 @@
 
 #include "lattice/infer.h"
 #include "lattice/tokenizer.h"
+#include "text_stream.h"
 
 namespace lattice::cli {
 
@@ -21,6 +22,7 @@ struct ApiCall {
   std::vector<GenerationRequest> requests;
   std::string model;  // OpenAI: echoed back
   int logprobs = -1;  // OpenAI: -1 none, else the number asked for; /api: 0 or 1
+  bool stream = false;  // OpenAI: server-sent events (CompletionStream)
   bool ok = false;
   std::string error;  // when !ok: one sentence for the 400 answer
 };
@@ -38,6 +40,35 @@ std::string megatron_response(const ApiCall& call, const std::vector<GenerationR
 std::string completions_response(const ApiCall& call, const std::vector<GenerationResult>& results,
                                  const Tokenizer& tokenizer, const std::string& id,
                                  int64_t created);
+
+// OpenAI's stream=true: the answer as server-sent events. Each piece of a choice's text is one
+// `data: {chunk}` event (with logprobs: one event per token, its text possibly empty while a
+// tail is held back); each choice's last chunk carries its finish_reason; `data: [DONE]` ends
+// the stream. The pieces of a choice add up to the text stream=false answers. token() runs on
+// the generation thread, finish() after the results are in.
+class CompletionStream {
+ public:
+  CompletionStream(const ApiCall& call, const Tokenizer& tokenizer, int32_t eod, std::string id,
+                   int64_t created);
+  // The event for token `token` of choice `index`, or "" when there is nothing to send yet.
+  std::string token(size_t index, int32_t token, float logprob);
+  // The rest of every choice's text with its finish_reason, then [DONE].
+  std::string finish(const std::vector<GenerationResult>& results);
+  // A failure after the stream began: an error event, then [DONE].
+  static std::string error(const std::string& message);
+
+ private:
+  std::string event(size_t index, const std::string& text, const std::string* piece,
+                    float logprob, const char* finish_reason);
+
+  ApiCall call_;
+  const Tokenizer& tokenizer_;
+  int32_t eod_;
+  std::string id_;
+  int64_t created_;
+  std::vector<TextStream> texts_;
+  std::vector<size_t> offsets_;  // per choice: bytes of token text so far (text_offset)
+};
 
 // Error bodies: {"message": ...} for /api (what Megatron's client reads), OpenAI's
 // {"error": {"message", "type", ...}} for /v1.

@@ -5,16 +5,20 @@
 // broadcast_requests and generate alongside; an empty batch tells them to stop. All MPI calls
 // stay on the main thread.
 #include <httplib.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <deque>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "commands.h"
 #include "infer_setup.h"
@@ -43,17 +47,23 @@ constexpr const char* kUsage =
     "are batched. Under `mpirun -n T` with --tensor-model-parallel-size T, rank 0 serves.\n"
     "Stop it with Ctrl-C or SIGTERM.\n\n";
 
+// Called on the worker thread with each new token of the job's prompt `index` (streaming).
+using JobTokens = std::function<void(size_t index, int32_t token, float logprob)>;
+
 // One HTTP call's prompts, waiting for the worker.
 struct Job {
   std::vector<GenerationRequest> requests;
+  JobTokens on_token;  // empty unless the call streams
   std::promise<Result<std::vector<GenerationResult>>> done;
 };
 
 class JobQueue {
  public:
-  std::future<Result<std::vector<GenerationResult>>> push(std::vector<GenerationRequest> r) {
+  std::future<Result<std::vector<GenerationResult>>> push(std::vector<GenerationRequest> r,
+                                                          JobTokens on_token = {}) {
     auto job = std::make_shared<Job>();
     job->requests = std::move(r);
+    job->on_token = std::move(on_token);
     auto f = job->done.get_future();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -97,6 +107,64 @@ void reply(httplib::Response& res, int status, const std::string& body) {
   res.set_content(body, "application/json");
 }
 
+// A stream=true call between the worker, which posts events as tokens come, and the HTTP
+// thread, which writes them to the client.
+class EventChannel {
+ public:
+  explicit EventChannel(CompletionStream stream) : stream_(std::move(stream)) {}
+  // Worker thread.
+  void token(size_t index, int32_t token, float logprob) {
+    std::string e = stream_.token(index, token, logprob);
+    if (e.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      events_ += e;
+    }
+    ready_.notify_one();
+  }
+  // HTTP thread: what was posted, waiting up to `wait` for something.
+  std::string take(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_.wait_for(lock, wait, [&] { return !events_.empty(); });
+    return std::exchange(events_, {});
+  }
+  // HTTP thread, once the results are in (every token() happened before).
+  CompletionStream& stream() { return stream_; }
+
+ private:
+  CompletionStream stream_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::string events_;
+};
+
+// Answers a stream=true call: events while the worker generates, then each choice's end.
+void stream_reply(httplib::Response& res, JobQueue& queue, const ApiCall& call,
+                  std::shared_ptr<EventChannel> channel) {
+  auto results = std::make_shared<std::shared_future<Result<std::vector<GenerationResult>>>>(
+      queue
+          .push(call.requests,
+                [channel](size_t i, int32_t token, float lp) { channel->token(i, token, lp); })
+          .share());
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [channel, results](size_t, httplib::DataSink& sink) {
+        // Ready first: every event was posted before the results were set.
+        const bool ready =
+            results->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+        const std::string events = channel->take(std::chrono::milliseconds(ready ? 0 : 100));
+        if (!events.empty() && !sink.write(events.data(), events.size()))
+          return false;  // the client left; the batch still finishes
+        if (!ready) return true;
+        const Result<std::vector<GenerationResult>>& r = results->get();
+        const std::string end = r ? channel->stream().finish(r.value())
+                                  : CompletionStream::error(r.status().message());
+        if (!sink.write(end.data(), end.size())) return false;
+        sink.done();
+        return true;
+      });
+}
+
 // Rank 0's worker loop: batches from the queue until a stop signal.
 void serve_batches(Comm& comm, Generator& gen, JobQueue& queue, size_t max_prompts) {
   while (!g_stop) {
@@ -104,10 +172,23 @@ void serve_batches(Comm& comm, Generator& gen, JobQueue& queue, size_t max_promp
         queue.take(max_prompts, std::chrono::milliseconds(100));
     if (jobs.empty()) continue;
     std::vector<GenerationRequest> batch;
-    for (const auto& j : jobs) batch.insert(batch.end(), j->requests.begin(), j->requests.end());
+    std::vector<size_t> first;  // each job's first sequence in the batch
+    bool streaming = false;
+    for (const auto& j : jobs) {
+      first.push_back(batch.size());
+      batch.insert(batch.end(), j->requests.begin(), j->requests.end());
+      streaming = streaming || bool(j->on_token);
+    }
     if (comm.size() > 1)
       if (Status s = broadcast_requests(comm, batch, 0); !s) comm.abort(s.message(), 1);
-    Result<std::vector<GenerationResult>> results = gen.generate(batch);
+    Generator::OnToken on_token;
+    if (streaming)
+      on_token = [&](int index, int32_t token, float logprob) {
+        const size_t i = static_cast<size_t>(index);
+        const size_t j = std::upper_bound(first.begin(), first.end(), i) - first.begin() - 1;
+        if (jobs[j]->on_token) jobs[j]->on_token(i - first[j], token, logprob);
+      };
+    Result<std::vector<GenerationResult>> results = gen.generate(batch, on_token);
     size_t at = 0;
     for (const auto& j : jobs) {
       if (!results) {
@@ -203,13 +284,17 @@ int serve_command(const std::vector<std::string>& args) {
   server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
     ApiCall call = parse_completions(req.body, tok, gen, fresh_seed());
     if (!call.ok) return reply(res, 400, openai_error(call.error));
-    Result<std::vector<GenerationResult>> r = queue.push(call.requests).get();
-    if (!r) return reply(res, 400, openai_error(r.status().message()));
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
-    reply(res, 200,
-          completions_response(call, *r, tok, "cmpl-" + std::to_string(++counter), created));
+    const std::string id = "cmpl-" + std::to_string(++counter);
+    if (call.stream)
+      return stream_reply(res, queue, call,
+                          std::make_shared<EventChannel>(
+                              CompletionStream(call, tok, gen.eod(), id, created)));
+    Result<std::vector<GenerationResult>> r = queue.push(call.requests).get();
+    if (!r) return reply(res, 400, openai_error(r.status().message()));
+    reply(res, 200, completions_response(call, *r, tok, id, created));
   });
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404)

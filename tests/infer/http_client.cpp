@@ -12,7 +12,7 @@ HttpAnswer http_call(int port, const std::string& method, const std::string& pat
                       : method == "POST" ? c.Post(path, body, "application/json")
                                          : c.Get(path);
   if (!r) return {};
-  return {r->status, r->body};
+  return {r->status, r->body, r->get_header_value("Content-Type")};
 }
 
 }  // namespace lattice::testing

@@ -9,6 +9,7 @@ namespace lattice::testing {
 struct HttpAnswer {
   int status = -1;  // -1: no answer (connection failed)
   std::string body;
+  std::string content_type;
 };
 
 HttpAnswer http_call(int port, const std::string& method, const std::string& path,

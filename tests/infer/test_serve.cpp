@@ -1,6 +1,7 @@
-// `lattice serve` over loopback HTTP: both APIs answer with the documented shapes; every bad
-// request gets a 400 (404 for an unknown route) with a JSON message and the server keeps
-// serving; concurrent requests are batched without changing any answer; SIGTERM stops it.
+// `lattice serve` over loopback HTTP: both APIs answer with the documented shapes; OpenAI's
+// stream=true adds up to the plain answer; every bad request gets a 400 (404 for an unknown
+// route) with a JSON message and the server keeps serving; concurrent requests are batched
+// without changing any answer; SIGTERM stops it.
 #include <QtTest/QtTest>
 
 #include <QProcess>
@@ -10,6 +11,7 @@
 #include <optional>
 
 #include "http_client.h"
+#include "text_stream.h"
 
 using json = nlohmann::json;
 
@@ -132,11 +134,108 @@ class Serve : public QObject {
     QVERIFY(l["choices"][0]["logprobs"].is_null());
   }
 
+  // The pieces a client is shown: never a tail that may still become a stop string, never
+  // half of a UTF-8 character, and together exactly the final text.
+  void text_stream_holds_back_partial_stops_and_characters() {
+    const std::vector<std::string> pieces = {"Hello", " wo", "rld", " \xC3", "\xA9t\xC3\xA9", " E",
+                                             "N", "D!"};
+    auto text_of = [&](const std::vector<int32_t>& ids) {
+      std::string t;
+      for (int32_t id : ids) t += pieces[static_cast<size_t>(id)];
+      return t;
+    };
+    lattice::cli::TextStream s(text_of, {" END"});
+    std::vector<std::string> shown;
+    for (int32_t id = 0; id < int32_t(pieces.size()); id++) shown.push_back(s.push(id));
+    const std::vector<std::string> want = {"Hello", " wo", "rld", " ", "\xC3\xA9t\xC3\xA9", "",
+                                           "", ""};
+    for (size_t i = 0; i < want.size(); i++)
+      QVERIFY2(shown[i] == want[i], qPrintable(QString("piece %1: '%2', want '%3'")
+                                                   .arg(i)
+                                                   .arg(QString::fromStdString(shown[i]),
+                                                        QString::fromStdString(want[i]))));
+    QVERIFY(s.stopped());
+    QCOMPARE(s.finish("Hello world \xC3\xA9t\xC3\xA9"), std::string());
+    // Without a stop: the held-back " E" comes out at the end.
+    lattice::cli::TextStream open(text_of, {" EX"});
+    std::string all;
+    for (int32_t id = 0; id < 6; id++) all += open.push(id);
+    QCOMPARE(all, std::string("Hello world \xC3\xA9t\xC3\xA9"));
+    all += open.finish(text_of({0, 1, 2, 3, 4, 5}));
+    QCOMPARE(all, text_of({0, 1, 2, 3, 4, 5}));
+  }
+
+  // stream=true sends server-sent events whose pieces add up, choice by choice, to what
+  // stream=false answers (same seed), with the same finish reasons and logprobs; streamed and
+  // plain calls are batched together without changing either.
+  void openai_stream_adds_up_to_the_plain_answer() {
+    const std::vector<json> bodies = {
+        {{"prompt", {"1 2 3", "4", "5 6"}}, {"max_tokens", 6}, {"temperature", 0}},
+        {{"prompt", "7 8"}, {"max_tokens", 8}, {"temperature", 0.9}, {"seed", 11},
+         {"logprobs", 0}},
+        {{"prompt", "1 2 3"}, {"max_tokens", 8}, {"temperature", 0}, {"stop", " 3"}},
+    };
+    for (const json& body : bodies) {
+      json streamed = body;
+      streamed["stream"] = true;
+      auto plain_call = std::async(std::launch::async, [&] {
+        return call("POST", "/v1/completions", body.dump());
+      });
+      auto s = call("POST", "/v1/completions", streamed.dump());
+      auto p = plain_call.get();
+      QVERIFY(s && p);
+      QCOMPARE(s->status, 200);
+      QCOMPARE(p->status, 200);
+      QCOMPARE(QString::fromStdString(s->content_type), QString("text/event-stream"));
+      const json plain = json::parse(p->body);
+      const size_t n = plain["choices"].size();
+      std::vector<std::string> text(n);
+      std::vector<json> finish(n), tokens(n, json::array()), logprobs(n, json::array());
+      std::vector<std::string> events;
+      for (size_t at = 0; at < s->body.size();) {
+        const size_t end = s->body.find("\n\n", at);
+        QVERIFY2(end != std::string::npos, "an event without its blank line");
+        events.push_back(s->body.substr(at, end - at));
+        at = end + 2;
+      }
+      QVERIFY(!events.empty());
+      QCOMPARE(QString::fromStdString(events.back()), QString("data: [DONE]"));
+      for (size_t e = 0; e + 1 < events.size(); e++) {
+        QVERIFY2(events[e].rfind("data: ", 0) == 0, events[e].c_str());
+        const json chunk = json::parse(events[e].substr(6));
+        QCOMPARE(chunk["object"], "text_completion");
+        QCOMPARE(chunk["choices"].size(), size_t{1});
+        const json& c = chunk["choices"][0];
+        const size_t i = c["index"].get<size_t>();
+        QVERIFY(i < n);
+        QVERIFY2(finish[i].is_null(), "a piece after the choice's finish_reason");
+        text[i] += c["text"].get<std::string>();
+        finish[i] = c["finish_reason"];
+        if (c["logprobs"].is_object()) {
+          tokens[i].push_back(c["logprobs"]["tokens"][0]);
+          logprobs[i].push_back(c["logprobs"]["token_logprobs"][0]);
+        }
+      }
+      for (size_t i = 0; i < n; i++) {
+        const json& want = plain["choices"][i];
+        QCOMPARE(QString::fromStdString(text[i]), QString::fromStdString(want["text"]));
+        QCOMPARE(finish[i], want["finish_reason"]);
+        if (want["logprobs"].is_object()) {
+          QCOMPARE(tokens[i], want["logprobs"]["tokens"]);
+          QCOMPARE(logprobs[i], want["logprobs"]["token_logprobs"]);
+        }
+      }
+    }
+  }
+
   void bad_requests_get_400_and_the_server_keeps_serving() {
     json many = {{"prompts", json::array()}};
     for (int i = 0; i < 129; i++) many["prompts"].push_back("1");
     std::string long_prompt;
-    for (int i = 0; i < 40; i++) long_prompt += (i ? " " : "") + std::to_string(i % 9 + 1);
+    for (int i = 0; i < 40; i++) {
+      if (i > 0) long_prompt += ' ';
+      long_prompt += std::to_string(i % 9 + 1);
+    }
     const struct {
       const char* method;
       const char* path;
@@ -155,13 +254,13 @@ class Serve : public QObject {
         {"PUT", "/api", R"({"prompts": ["1"], "top_k": 1, "top_p": 0.5})", 400, "both"},
         {"PUT", "/api", R"({"prompts": ["1"], "logprobs": 1})", 400, "logprobs"},
         {"PUT", "/api", many.dump(), 400, "Maximum number of prompts is 128"},
-        {"PUT", "/api", "{\"prompts\": [\"" + long_prompt + "\"]}", 400, "context is 32"},
+        {"PUT", "/api", json{{"prompts", json::array({long_prompt})}}.dump(), 400, "context is 32"},
         {"POST", "/v1/completions", "{}", 400, "prompt is required"},
         {"POST", "/v1/completions", R"({"prompt": 5})", 400, "prompt must be"},
         {"POST", "/v1/completions", R"({"prompt": "1", "max_tokens": -1})", 400, "max_tokens"},
         {"POST", "/v1/completions", R"({"prompt": "1", "n": 2})", 400, "n must be 1"},
-        {"POST", "/v1/completions", R"({"prompt": "1", "stream": true})", 400, "stream"},
-        {"POST", "/v1/completions", "{\"prompt\": \"" + long_prompt + "\"}", 400, "context is 32"},
+        {"POST", "/v1/completions", R"({"prompt": "1", "stream": "yes"})", 400, "stream"},
+        {"POST", "/v1/completions", json{{"prompt", long_prompt}}.dump(), 400, "context is 32"},
         {"GET", "/nowhere", "", 404, "no route"},
         {"POST", "/api", "{}", 404, "no route"},
     };
