@@ -85,6 +85,23 @@ int write_run(const std::string& path, const char* name, std::int64_t steps, int
   return (*store)->finish(*run, RunStatus::kFinished) ? 0 : 7;
 }
 
+// Forks a process running write_run without reporting steps; returns its pid once its run is
+// running, or -1.
+pid_t start_writer(const std::string& path, const char* name, std::int64_t steps, int keys) {
+  int ready[2];
+  if (pipe(ready) != 0) return -1;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(ready[0]);
+    _exit(write_run(path, name, steps, keys, ready[1], -1));
+  }
+  close(ready[1]);
+  char c = 0;
+  const bool started = child > 0 && read(ready[0], &c, 1) == 1;
+  close(ready[0]);
+  return started ? child : -1;
+}
+
 }  // namespace
 
 class TestRunStore : public QObject {
@@ -93,6 +110,33 @@ class TestRunStore : public QObject {
  private:
   QTemporaryDir dir_;
   std::string db_path(const char* name) const { return dir_.filePath(name).toStdString(); }
+
+  // Reads `store` while the writer process `child` (start_writer) runs and until its last row:
+  // every step must arrive whole (all `keys`, values as write_run writes them) and in order,
+  // and the writer must exit 0. Counts the steps read and the reads.
+  void tail_writer(RunStore& store, pid_t child, int keys, std::int64_t* steps_read, int* polls) {
+    std::int64_t last_id = 0, next_step = 0;
+    int child_status = -1;
+    bool child_done = false;
+    for (*polls = 0;; ++*polls) {
+      auto rows = store.rows_after(last_id);
+      QVERIFY2(rows.is_ok(), rows.status().message().c_str());  // never SQLITE_BUSY
+      for (std::size_t i = 0; i < rows->size(); i += keys) {
+        QVERIFY2(i + keys <= rows->size(), "a step arrived without all of its keys");
+        for (int k = 0; k < keys; ++k) {
+          const auto& row = (*rows)[i + k];
+          QCOMPARE(row.step, next_step);
+          QCOMPARE(row.value, next_step * 100.0 + std::stoi(row.key.substr(3)));
+        }
+        ++next_step;
+      }
+      *steps_read = next_step;
+      if (!rows->empty()) last_id = rows->back().id;
+      if (child_done && rows->empty()) break;
+      if (!child_done && waitpid(child, &child_status, WNOHANG) == child) child_done = true;
+    }
+    QVERIFY2(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0, "writer process failed");
+  }
 
  private slots:
   void initTestCase() { QVERIFY(dir_.isValid()); }
@@ -368,44 +412,14 @@ class TestRunStore : public QObject {
   void reader_tails_another_process_writing_and_sees_whole_steps() {
     const std::string path = db_path("tail.db");
     const std::int64_t steps = 3000;
-    const int keys = 20;
-    int ready[2];
-    QCOMPARE(pipe(ready), 0);
-    const pid_t child = fork();
-    QVERIFY(child >= 0);
-    if (child == 0) {
-      close(ready[0]);
-      _exit(write_run(path, "tailed", steps, keys, ready[1], -1));
-    }
-    close(ready[1]);
-    char c = 0;
-    QCOMPARE(read(ready[0], &c, 1), ssize_t{1});
-    close(ready[0]);
-
+    const pid_t child = start_writer(path, "tailed", steps, 20);
+    QVERIFY(child > 0);
     auto store = open_or_fail(path);
-    std::int64_t last_id = 0, next_step = 0;
-    int polls = 0, child_status = -1;
-    bool child_done = false;
-    while (next_step < steps) {
-      auto rows = store->rows_after(last_id);
-      QVERIFY2(rows.is_ok(), rows.status().message().c_str());  // never SQLITE_BUSY
-      ++polls;
-      for (std::size_t i = 0; i < rows->size(); i += keys) {
-        QVERIFY2(i + keys <= rows->size(), "a step arrived without all of its keys");
-        for (int k = 0; k < keys; ++k) {
-          const auto& row = (*rows)[i + k];
-          QCOMPARE(row.step, next_step);
-          QCOMPARE(row.value, next_step * 100.0 + std::stoi(row.key.substr(3)));
-        }
-        ++next_step;
-      }
-      if (!rows->empty()) last_id = rows->back().id;
-      if (child_done && rows->empty()) break;
-      if (!child_done && waitpid(child, &child_status, WNOHANG) == child) child_done = true;
-    }
-    if (!child_done) QCOMPARE(waitpid(child, &child_status, 0), child);
-    QVERIFY2(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0, "writer process failed");
-    QCOMPARE(next_step, steps);
+    std::int64_t read_steps = 0;
+    int polls = 0;
+    tail_writer(*store, child, 20, &read_steps, &polls);
+    if (QTest::currentTestFailed()) return;
+    QCOMPARE(read_steps, steps);
     QVERIFY2(polls > 10, "the reader should have polled while the writer was writing");
     QCOMPARE(store->list_runs()->at(0).status, RunStatus::kFinished);
   }
@@ -434,40 +448,18 @@ class TestRunStore : public QObject {
       QVERIFY(created.is_ok());
     }
     const std::int64_t steps = 1500;
-    const int keys = 5;
-    int ready[2];
-    QCOMPARE(pipe(ready), 0);
-    const pid_t child = fork();
-    QVERIFY(child >= 0);
-    if (child == 0) {
-      close(ready[0]);
-      _exit(write_run(path, "followed", steps, keys, ready[1], -1));
-    }
-    close(ready[1]);
-    char c = 0;
-    QCOMPARE(read(ready[0], &c, 1), ssize_t{1});
-    close(ready[0]);
+    const pid_t child = start_writer(path, "followed", steps, 5);
+    QVERIFY(child > 0);
     auto follower = RunStore::open(path, read_only);
     QVERIFY2(follower.is_ok(), follower.status().message().c_str());
     RunStore& store = **follower;
     auto write = store.create_run(named("from the follower"));
     QVERIFY2(!write.is_ok(), "a read-only store accepted a new run");
-    std::int64_t last_id = 0, next_step = 0;
-    int child_status = -1;
-    bool child_done = false;
-    while (true) {
-      auto rows = store.rows_after(last_id);
-      QVERIFY2(rows.is_ok(), rows.status().message().c_str());
-      for (std::size_t i = 0; i < rows->size(); i += keys) {
-        QVERIFY2(i + keys <= rows->size(), "a step arrived without all of its keys");
-        QCOMPARE((*rows)[i].step, next_step++);
-      }
-      if (!rows->empty()) last_id = rows->back().id;
-      if (child_done && rows->empty()) break;
-      if (!child_done && waitpid(child, &child_status, WNOHANG) == child) child_done = true;
-    }
-    QVERIFY2(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0, "writer process failed");
-    QCOMPARE(next_step, steps);
+    std::int64_t read_steps = 0;
+    int polls = 0;
+    tail_writer(store, child, 5, &read_steps, &polls);
+    if (QTest::currentTestFailed()) return;
+    QCOMPARE(read_steps, steps);
     QCOMPARE(store.list_runs()->at(0).status, RunStatus::kFinished);
     QCOMPARE(static_cast<int>(read_bytes(path)[18]), 1);  // still the rollback journal
 
