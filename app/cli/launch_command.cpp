@@ -100,13 +100,20 @@ void tail_file(const std::string& path, std::streamoff* offset, std::ostream& ou
   out << chunk << std::flush;
 }
 
+// slurmctld's view of the job; once it has forgotten a finished job (MinJobAge, 300 s by
+// default), the accounting database's (sacct), where the cluster keeps one.
 Result<JobInfo> job_info(const std::string& id) {
   const Captured c = run_capture({"scontrol", "show", "job", "-o", id});
-  if (c.exit_code != 0)
-    return Status::invalid_argument("scontrol show job " + id + ": " +
-                                    (c.output.empty() ? std::string("cannot run scontrol")
-                                                      : c.output.substr(0, c.output.find('\n'))));
-  return launch::parse_scontrol_job(c.output);
+  if (c.exit_code == 0) return launch::parse_scontrol_job(c.output);
+  std::vector<std::string> sacct = {"sacct", "--jobs=" + id};
+  sacct.insert(sacct.end(), std::begin(launch::kSacctArgs), std::end(launch::kSacctArgs));
+  const Captured a = run_capture(sacct);
+  if (a.exit_code == 0)
+    if (Result<JobInfo> job = launch::parse_sacct_job(a.output, id); job) return job;
+  return Status::invalid_argument("scontrol show job " + id + ": " +
+                                  (c.output.empty() ? std::string("cannot run scontrol")
+                                                    : c.output.substr(0, c.output.find('\n'))) +
+                                  " (and sacct has no record of it)");
 }
 
 std::string describe_state(const JobInfo& job) {

@@ -311,6 +311,28 @@ class LaunchTest : public QObject {
     QVERIFY(!pending.ended());
     QVERIFY(!lattice::launch::parse_scontrol_job("slurm_load_jobs error: Invalid job id").is_ok());
   }
+
+  // What `sacct --jobs=ID` with kSacctArgs prints (Slurm 22.05): one row per attempt of a
+  // requeued job, the latest last; a cancelled job's state carries who cancelled it.
+  void sacct_rows_give_the_latest_attempt() {
+    const std::string rows =
+        "57|REQUEUED|0:0|None\n"
+        "57|CANCELLED by 0|0:15|None\n";
+    auto job = lattice::launch::parse_sacct_job(rows, "57");
+    QVERIFY2(job.is_ok(), job.status().message().c_str());
+    QCOMPARE(job->id, std::string("57"));
+    QCOMPARE(job->state, std::string("CANCELLED"));
+    QCOMPARE(job->exit_code, std::string("0:15"));
+    QCOMPARE(job->restarts, 1);
+    QVERIFY(job->ended());
+    auto failed = lattice::launch::parse_sacct_job("58|FAILED|1:0|NonZeroExitCode\n", "58");
+    QVERIFY(failed.is_ok());
+    QCOMPARE(failed->state, std::string("FAILED"));
+    QCOMPARE(failed->reason, std::string("NonZeroExitCode"));
+    QCOMPARE(failed->restarts, 0);
+    QVERIFY(!lattice::launch::parse_sacct_job("", "59").is_ok());
+    QVERIFY(!lattice::launch::parse_sacct_job("57|COMPLETED|0:0|None\n", "59").is_ok());
+  }
 };
 
 QTEST_GUILESS_MAIN(LaunchTest)

@@ -113,6 +113,12 @@ struct JobInfo {
 // One job from `scontrol show job -o ID` (key=value words on one line; StdOut and StdErr
 // may hold spaces only as the last words, which scontrol does not quote).
 Result<JobInfo> parse_scontrol_job(const std::string& text);
+// The accounting database's words on a job that slurmctld has forgotten (after MinJobAge):
+// the columns that kSacctArgs asks for, one row per attempt (--duplicates), the latest last.
+// No log paths: sacct of Slurm 22.05 has none.
+inline constexpr const char* kSacctArgs[] = {"--allocations", "--duplicates", "--noheader",
+                                             "--parsable2", "--format=JobID,State,ExitCode,Reason"};
+Result<JobInfo> parse_sacct_job(const std::string& text, const std::string& id);
 
 // `word` quoted for a POSIX shell only where needed; a command's words joined so.
 std::string shell_quote(const std::string& word);

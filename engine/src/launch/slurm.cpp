@@ -243,4 +243,27 @@ Result<JobInfo> parse_scontrol_job(const std::string& text) {
   return job;
 }
 
+Result<JobInfo> parse_sacct_job(const std::string& text, const std::string& id) {
+  std::istringstream lines(text);
+  JobInfo job;
+  int attempts = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cols;
+    std::istringstream row(line);
+    for (std::string c; std::getline(row, c, '|');) cols.push_back(c);
+    if (cols.size() < 4 || cols[0] != id) continue;
+    attempts++;
+    job.id = cols[0];
+    job.state = cols[1].substr(0, cols[1].find(' '));  // "CANCELLED by 0": the state alone
+    job.exit_code = cols[2];
+    job.reason = cols[3];
+  }
+  if (attempts == 0)
+    return Status::invalid_argument("sacct knows no job " + id +
+                                    (text.empty() ? std::string()
+                                                  : ": '" + text.substr(0, text.find('\n')) + "'"));
+  job.restarts = attempts - 1;
+  return job;
+}
+
 }  // namespace lattice::launch
