@@ -7,10 +7,16 @@
 //     grad norms within 1e-4; bf16 losses within 2e-2);
 //   - the fp16 loss-scaler path on the GPU: without overflow the losses equal the fp32 GPU
 //     run's (power-of-two scale), and a scale of 2^140 overflows, skips, and halves after the
-//     hysteresis exactly as on the CPU (tests/train/test_loss_scaling.cpp).
+//     hysteresis exactly as on the CPU (tests/train/test_loss_scaling.cpp);
+//   - checkpoints (engine/src/gpu/gpu_checkpoint.h): a GPU run saved at --exit-interval 3 and
+//     resumed with --load continues bit for bit (fp32, bf16, the fp16 scaler's state); a GPU
+//     checkpoint continues on the CPU and a CPU one on the GPU within the CPU-vs-GPU tolerance;
+//     --save-hf from the GPU loads with --load-hf on either engine.
 #include <QtTest/QtTest>
 
+#include <QTemporaryDir>
 #include <cmath>
+#include <filesystem>
 
 #include "common/tiny_model.h"
 #include "cuda/cuda_test_support.h"
@@ -28,14 +34,24 @@ namespace {
 struct Row {
   double loss, norm, scale;
   int skipped;
+  int iteration;
+  double lr;
+  int64_t consumed;
 };
 
 class RecordingSink : public MetricsSink {
  public:
   void on_iteration(const IterationMetrics& m) override {
-    rows.push_back({m.lm_loss, m.grad_norm, m.loss_scale, m.skipped_iterations});
+    rows.push_back({m.lm_loss, m.grad_norm, m.loss_scale, m.skipped_iterations, m.iteration,
+                    m.learning_rate, m.consumed_samples});
+  }
+  void on_message(const std::string& m) override { messages += m + "\n"; }
+  void on_checkpoint(int iteration, const std::string&, int64_t, double) override {
+    checkpoints.push_back(iteration);
   }
   std::vector<Row> rows;
+  std::string messages;
+  std::vector<int> checkpoints;  // iterations saved
 };
 
 TrainOptions small_run() {
@@ -53,16 +69,121 @@ TrainOptions small_run() {
   return o;
 }
 
-std::vector<Row> run(TrainOptions o, const std::string& device) {
+struct Outcome {
+  std::vector<Row> rows;
+  std::string messages;
+  std::vector<int> checkpoints;  // iterations saved
+  std::string error;             // "" when train() succeeded
+};
+
+Outcome train_on(TrainOptions o, const std::string& device) {
   o.device = device;
   RecordingSink sink;
   Result<TrainSummary> r = train(o, sink);
-  if (!r) qWarning("train (%s) failed: %s", device.c_str(), r.status().message().c_str());
-  return sink.rows;
+  Outcome out{sink.rows, sink.messages, sink.checkpoints, r ? "" : r.status().message()};
+  if (!r) qWarning("train (%s) failed: %s", device.c_str(), out.error.c_str());
+  return out;
+}
+
+std::vector<Row> run(TrainOptions o, const std::string& device) {
+  return train_on(std::move(o), device).rows;
 }
 
 double relative(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-30);
+}
+
+// Six iterations with warm-up and cosine decay, so that a resumed run must continue the
+// learning-rate schedule as well as the data and the optimizer.
+TrainOptions resumable_run() {
+  TrainOptions o = small_run();
+  o.train_iters = 6;
+  o.optim.lr_warmup_iters = 2;
+  o.optim.lr_decay_style = "cosine";
+  return o;
+}
+
+// Iterations 1-3 of `o` on `device`, stopped by --exit-interval 3 with a checkpoint in `dir`.
+// "" or what went wrong.
+QString save_after_3(TrainOptions o, const std::string& device, const std::string& dir) {
+  o.save = dir;
+  o.exit_interval = 3;
+  const Outcome r = train_on(o, device);
+  if (!r.error.empty())
+    return QString("saving run on %1 failed: %2").arg(device.c_str(), r.error.c_str());
+  if (r.rows.size() != 3)
+    return QString("%1 iterations ran before --exit-interval 3").arg(r.rows.size());
+  if (r.checkpoints != std::vector<int>{3})
+    return QString("%1 checkpoints reported, want one of iteration 3").arg(r.checkpoints.size());
+  if (!std::filesystem::exists(dir + "/iter_0000003/metadata.json"))
+    return QString::fromStdString(dir + "/iter_0000003/metadata.json is missing");
+  return {};
+}
+
+// Bit for bit, NaN included (an overflowing --fp16 step reports a NaN or inf grad norm).
+bool same(double a, double b) {
+  return a == b || (std::isnan(a) && std::isnan(b));
+}
+
+// The rows of a run resumed after iteration 3 against the uninterrupted run's iterations 4 on:
+// same iterations, consumed samples and learning rates; losses within `tolerance` (relative),
+// or with tolerance 0 bit for bit, grad norms, loss scales and skipped counts too.
+QString compare_continuation(const std::vector<Row>& resumed, const std::vector<Row>& straight,
+                             double tolerance) {
+  if (straight.size() < 3 || resumed.size() != straight.size() - 3)
+    return QString("%1 iterations after the resume, want %2")
+        .arg(resumed.size())
+        .arg(straight.size() >= 3 ? straight.size() - 3 : 0);
+  for (size_t i = 0; i < resumed.size(); i++) {
+    const Row& got = resumed[i];
+    const Row& want = straight[i + 3];
+    const QString at = QString("iteration %1: ").arg(want.iteration);
+    if (got.iteration != want.iteration)
+      return at + QString("the resumed run reports iteration %1").arg(got.iteration);
+    if (got.consumed != want.consumed)
+      return at + QString("consumed samples %1, want %2").arg(got.consumed).arg(want.consumed);
+    if (got.lr != want.lr)
+      return at +
+             QString("learning rate %1, want %2").arg(got.lr, 0, 'g', 17).arg(want.lr, 0, 'g', 17);
+    const bool loss_ok =
+        tolerance == 0 ? same(got.loss, want.loss) : relative(got.loss, want.loss) < tolerance;
+    if (!loss_ok)
+      return at + QString("loss %1, uninterrupted %2 (tolerance %3)")
+                      .arg(got.loss, 0, 'g', 17)
+                      .arg(want.loss, 0, 'g', 17)
+                      .arg(tolerance);
+    if (tolerance == 0 &&
+        (!same(got.norm, want.norm) || got.scale != want.scale || got.skipped != want.skipped))
+      return at + QString("grad norm %1 / loss scale %2 / skipped %3, uninterrupted %4 / %5 / %6")
+                      .arg(got.norm, 0, 'g', 17)
+                      .arg(got.scale)
+                      .arg(got.skipped)
+                      .arg(want.norm, 0, 'g', 17)
+                      .arg(want.scale)
+                      .arg(want.skipped);
+  }
+  return {};
+}
+
+// `o` saved after iteration 3 on `saver`, resumed with --load on `loader`, against the
+// uninterrupted run on `loader` (compare_continuation): "" or the first difference.
+QString resume_and_compare(const TrainOptions& o, const std::string& saver,
+                           const std::string& loader, double tolerance) {
+  QTemporaryDir dir;
+  if (!dir.isValid()) return "no temporary directory";
+  const std::string ckpt = dir.filePath("ckpt").toStdString();
+  const Outcome straight = train_on(o, loader);
+  if (!straight.error.empty())
+    return QString("uninterrupted run on %1: %2").arg(loader.c_str(), straight.error.c_str());
+  if (const QString e = save_after_3(o, saver, ckpt); !e.isEmpty()) return e;
+  TrainOptions resume = o;
+  resume.load = ckpt;
+  const Outcome resumed = train_on(resume, loader);
+  if (!resumed.error.empty())
+    return QString("resumed run on %1: %2").arg(loader.c_str(), resumed.error.c_str());
+  if (resumed.messages.find("continuing after iteration 3") == std::string::npos)
+    return QString("no \"continuing after iteration 3\" in: %1").arg(resumed.messages.c_str());
+  return compare_continuation(resumed.rows, straight.rows, tolerance);
 }
 
 }  // namespace
@@ -181,6 +302,95 @@ class GpuTraining : public QObject {
       QCOMPARE(rows[i].scale, skipped ? rows[i - 1].scale / 2 : rows[i - 1].scale);
     }
     QVERIFY2(rows.back().skipped < 24, "the scale came down far enough for steps to be taken");
+  }
+
+  void a_gpu_checkpoint_resumes_bit_for_bit() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::string ckpt = dir.filePath("ckpt").toStdString();
+    const Outcome straight = train_on(resumable_run(), "cuda");
+    QVERIFY2(straight.error.empty(), straight.error.c_str());
+    QCOMPARE(straight.rows.size(), size_t{6});
+    const QString saved = save_after_3(resumable_run(), "cuda", ckpt);
+    QVERIFY2(saved.isEmpty(), qPrintable(saved));
+    // Resumed, saving at --save-interval 4 and at the end into the same directory, keeping one.
+    TrainOptions o = resumable_run();
+    o.load = o.save = ckpt;
+    o.save_interval = 4;
+    o.save_retain = 1;
+    const Outcome resumed = train_on(o, "cuda");
+    QVERIFY2(resumed.error.empty(), resumed.error.c_str());
+    QVERIFY2(resumed.messages.find("continuing after iteration 3") != std::string::npos,
+             resumed.messages.c_str());
+    const QString d = compare_continuation(resumed.rows, straight.rows, 0);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    QVERIFY2(resumed.checkpoints == (std::vector<int>{4, 6}),
+             qPrintable(QString("%1 checkpoints reported, want iterations 4 and 6")
+                            .arg(resumed.checkpoints.size())));
+    QVERIFY(std::filesystem::exists(ckpt + "/iter_0000006/metadata.json"));
+    QVERIFY2(!std::filesystem::exists(ckpt + "/iter_0000004"), "--save-retain 1 keeps one");
+  }
+
+  void a_gpu_checkpoint_continues_on_the_cpu() {
+    const QString d = resume_and_compare(resumable_run(), "cuda", "cpu", 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable("GPU checkpoint, CPU continuation: " + d));
+  }
+
+  void a_cpu_checkpoint_continues_on_the_gpu() {
+    const QString d = resume_and_compare(resumable_run(), "cpu", "cuda", 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable("CPU checkpoint, GPU continuation: " + d));
+  }
+
+  void a_bf16_checkpoint_resumes_with_the_bf16_copy_refreshed() {
+    // The bf16 compute copy is not stored: upload() rounds it from the loaded fp32 master
+    // weights exactly as the AdamW step writes it, so the resumed run is bit for bit too.
+    TrainOptions o = resumable_run();
+    o.bf16 = true;
+    const QString d = resume_and_compare(o, "cuda", "cuda", 0);
+    QVERIFY2(d.isEmpty(), qPrintable("bf16: " + d));
+  }
+
+  void the_fp16_loss_scaler_state_survives_a_gpu_checkpoint() {
+    // 2^140 overflows every iteration here: a resumed run that restarted the scaler would
+    // report a scale of 2^140 and 1 skipped iteration at iteration 4, the uninterrupted run
+    // a halved scale and 4.
+    TrainOptions o = resumable_run();
+    o.fp16 = true;
+    o.initial_loss_scale = std::ldexp(1.0, 140);
+    const QString d = resume_and_compare(o, "cuda", "cuda", 0);
+    QVERIFY2(d.isEmpty(), qPrintable("fp16: " + d));
+  }
+
+  void gpt2_weights_saved_on_the_gpu_load_on_both_engines() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    TrainOptions o = resumable_run();
+    o.train_iters = 3;
+    o.save_hf = dir.filePath("gpt2.safetensors").toStdString();
+    const Outcome saved = train_on(o, "cuda");
+    QVERIFY2(saved.error.empty(), saved.error.c_str());
+    QVERIFY2(saved.messages.find("saved GPT-2 weights to") != std::string::npos,
+             saved.messages.c_str());
+    TrainOptions from = small_run();
+    from.train_iters = 2;
+    from.load_hf = o.save_hf;
+    const Outcome cpu = train_on(from, "cpu");
+    const Outcome gpu = train_on(from, "cuda");
+    QVERIFY2(gpu.error.empty(), gpu.error.c_str());
+    QVERIFY2(gpu.messages.find("loaded GPT-2 weights from") != std::string::npos,
+             gpu.messages.c_str());
+    QCOMPARE(gpu.rows.size(), size_t{2});
+    QCOMPARE(cpu.rows.size(), size_t{2});
+    for (size_t i = 0; i < 2; i++)
+      QVERIFY2(relative(gpu.rows[i].loss, cpu.rows[i].loss) < 1e-4,
+               qPrintable(QString("--load-hf iteration %1 loss: GPU %2, CPU %3")
+                              .arg(i + 1)
+                              .arg(gpu.rows[i].loss, 0, 'g', 9)
+                              .arg(cpu.rows[i].loss, 0, 'g', 9)));
+    // The trained weights, not a fresh initialisation.
+    const std::vector<Row> fresh = run(small_run(), "cuda");
+    QVERIFY(!fresh.empty());
+    QVERIFY2(gpu.rows[0].loss != fresh[0].loss, "--load-hf started from the initial weights");
   }
 };
 

@@ -22,6 +22,11 @@ void copy_to_device_async(cu::Context& ctx, void* dst, const void* src, size_t b
     ctx.record_error("cudaMemcpyAsync (host to device) failed");
 }
 
+void copy_to_host_async(cu::Context& ctx, void* dst, const void* src, size_t bytes) {
+  if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx.stream()) != cudaSuccess)
+    ctx.record_error("cudaMemcpyAsync (device to host) failed");
+}
+
 void copy_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes) {
   if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx.stream()) != cudaSuccess)
     ctx.record_error("cudaMemcpyAsync (device to device) failed");
@@ -134,8 +139,8 @@ void GpuGpt<A>::upload(const float* host) {
 
 template <typename A>
 void GpuGpt<A>::download(float* host) {
-  (void)ctx_.synchronize();
-  cu::copy_to_host(host, master_, numel() * sizeof(float));
+  copy_to_host_async(ctx_, host, master_, numel() * sizeof(float));
+  (void)ctx_.synchronize();  // an error stays recorded in the Context
 }
 
 template <typename A>

@@ -60,9 +60,10 @@ class GpuGpt {
   A* compute_params() { return compute_; }
   cu::bf16* bf16_copy() { return bf16_copy_; }  // null for float
 
-  // Host fp32 parameters (numel, layout order) -> master and compute copy. Waits.
+  // Host fp32 parameters (numel, layout order) -> master and compute copy. Waits; a failed
+  // copy stays recorded in the Context (its synchronize() returns it).
   void upload(const float* host);
-  // master -> host. Waits.
+  // master -> host (numel, layout order). Waits; errors as upload().
   void download(float* host);
   void zero_grads();
 
@@ -129,6 +130,9 @@ void zero_async(cu::Context& ctx, void* dst, size_t bytes);
 // Queues a host -> device copy of bytes on ctx's stream (pageable source: it is read before
 // this returns, so the caller may reuse it).
 void copy_to_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes);
+// Queues a device -> host copy of bytes on ctx's stream; dst holds the data once the stream has
+// been synchronised.
+void copy_to_host_async(cu::Context& ctx, void* dst, const void* src, size_t bytes);
 // Queues a device -> device copy on ctx's stream.
 void copy_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes);
 

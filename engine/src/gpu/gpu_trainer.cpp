@@ -2,8 +2,9 @@
 // (train/data_feed.h), GpuGpt forward/backward per micro-batch with gradient accumulation,
 // data-parallel reduction overlapped with backward (grad_reducer.h), the loss scaler shared
 // with the CPU trainer (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW
-// step on the fp32 master weights that also writes the bf16 compute copy. Metrics and memory
-// go to the same MetricsSink as a CPU run (same keys in the run store).
+// step on the fp32 master weights that also writes the bf16 compute copy. Metrics, memory and
+// checkpoints go to the same MetricsSink as a CPU run (same keys in the run store); checkpoints
+// are the CPU engine's (gpu_checkpoint.h), saved when the CPU trainer saves.
 // Nothing here has run on a GPU yet (docs/gpu.md).
 #include "gpu/gpu_trainer.h"
 
@@ -16,11 +17,11 @@
 
 #include "device/caching_allocator.h"
 #include "device/local_rank.h"
+#include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
 #include "gpu/grad_reducer.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
-#include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_scaling.h"
 #include "train/data_feed.h"
@@ -88,6 +89,9 @@ class GpuAdamW {
     memory_.free(norm_);
   }
   bool ok() const { return m_ && v_ && norm_; }
+  // The moments, indexed like the parameter arena (the gaps between tensors unused).
+  float* exp_avg() { return m_; }     // (numel)
+  float* exp_avg_sq() { return v_; }  // (numel)
   void zero_state(cu::Context& ctx) {
     zero_async(ctx, m_, numel_ * sizeof(float));
     zero_async(ctx, v_, numel_ * sizeof(float));
@@ -122,6 +126,43 @@ class GpuAdamW {
   const float* grads_ = nullptr;
   size_t numel_ = 0;
   std::vector<cu::AdamWTensor> tensors_;
+};
+
+// DeviceState (gpu_checkpoint.h) over the loop's model and AdamW: copies on the Context's
+// stream, each waited for.
+template <typename A>
+class LoopState final : public DeviceState {
+ public:
+  LoopState(cu::Context& ctx, GpuGpt<A>& model, GpuAdamW& adam)
+      : ctx_(ctx), model_(model), adam_(adam) {}
+  Status download_params(float* host) override {
+    model_.download(host);
+    return waited();
+  }
+  Status upload_params(const float* host) override {
+    model_.upload(host);  // and the bf16 copy
+    return waited();
+  }
+  Status download_moments(size_t offset, size_t n, float* exp_avg, float* exp_avg_sq) override {
+    copy_to_host_async(ctx_, exp_avg, adam_.exp_avg() + offset, n * sizeof(float));
+    copy_to_host_async(ctx_, exp_avg_sq, adam_.exp_avg_sq() + offset, n * sizeof(float));
+    return waited();
+  }
+  Status upload_moments(size_t offset, size_t n, const float* exp_avg,
+                        const float* exp_avg_sq) override {
+    copy_to_device_async(ctx_, adam_.exp_avg() + offset, exp_avg, n * sizeof(float));
+    copy_to_device_async(ctx_, adam_.exp_avg_sq() + offset, exp_avg_sq, n * sizeof(float));
+    return waited();
+  }
+
+ private:
+  Status waited() {
+    const std::string e = ctx_.synchronize();
+    return e.empty() ? Status::ok() : Status::internal("checkpoint copy on the device: " + e);
+  }
+  cu::Context& ctx_;
+  GpuGpt<A>& model_;
+  GpuAdamW& adam_;
 };
 
 struct Device {
@@ -161,6 +202,7 @@ class GpuLoop {
   Status load_micro_batch(const SampleSource& source, int64_t position, int mb);
   Result<double> validate(const SampleSource& source, int64_t& position);
   Status step(int it, double lr, double& loss, double& norm, bool& skipped);
+  Status save(const TrainState& state);
   RankReport report() const;
 
   const TrainOptions& o_;
@@ -171,7 +213,9 @@ class GpuLoop {
   GradScaling scaling_;
   std::unique_ptr<GpuGpt<A>> model_;
   std::unique_ptr<GpuAdamW> adam_;
-  std::unique_ptr<Comm> dp_;  // NcclComm over the world (DP = world: TP 1, PP 1)
+  std::unique_ptr<LoopState<A>> state_;  // the two above, for checkpoints
+  TrainState resumed_;                   // where --load left the run (zero: a fresh run)
+  std::unique_ptr<Comm> dp_;             // NcclComm over the world (DP = world: TP 1, PP 1)
   std::unique_ptr<GradReducer> reducer_;
   DataSources data_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging
@@ -193,17 +237,16 @@ Status GpuLoop<A>::setup() {
   auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory);
   if (!model) return model.status();
   model_ = std::move(*model);
-  {
-    // Megatron's initialisation, drawn exactly as the CPU model draws it (GptModel with one
-    // sequence of scratch), so a GPU run starts from the CPU run's weights.
-    GptModel<float> host(mc_, 1);
-    host.init_weights(o_.seed);
-    model_->upload(host.params());
-  }
   adam_ = std::make_unique<GpuAdamW>(model_->layout(), model_->master(), model_->grads(),
                                      model_->bf16_copy(), *dev_.memory);
   if (!adam_->ok()) return Status::internal("out of device memory for the AdamW moments");
   adam_->zero_state(*dev_.ctx);
+  state_ = std::make_unique<LoopState<A>>(*dev_.ctx, *model_, *adam_);
+  // Megatron's initialisation drawn exactly as the CPU model draws it (so a GPU run starts
+  // from the CPU run's weights), or --load-hf, then --load.
+  Result<TrainState> restored = restore_gpu_state(o_, mc_, world_, *state_, sink_);
+  if (!restored) return restored.status();
+  resumed_ = *restored;
   const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
   const int M = o_.num_micro_batches() / world_.size();
   d_tokens_ =
@@ -316,6 +359,16 @@ Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& positio
   return all_reduce_scalar(world_, sum / (static_cast<double>(N) * M * o_.eval_iters)) / dp;
 }
 
+// As the CPU trainer's save (train/trainer.cpp): the checkpoint, then rank 0 reports it.
+template <typename A>
+Status GpuLoop<A>::save(const TrainState& state) {
+  Result<SavedCheckpoint> saved = save_gpu_checkpoint(o_, mc_, world_, state, *state_);
+  if (!saved) return saved.status();
+  if (world_.rank() == 0)
+    sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
+  return Status::ok();
+}
+
 template <typename A>
 RankReport GpuLoop<A>::report() const {
   RankReport r;
@@ -358,9 +411,25 @@ Result<TrainSummary> GpuLoop<A>::run() {
   const int T = mc_.seq_length;
   TrainSummary summary;
   summary.peak_gflops = start.peak_gflops;
-  int skipped_total = 0, nan_iterations = 0;
-  int64_t valid_consumed = 0;
-  int last = 0;  // the last iteration run (--exit-interval may stop early)
+  // Where --load left the run (all zero for a fresh one), as the CPU trainer resumes.
+  const TrainState& state = resumed_;
+  consumed_ = state.consumed_samples;
+  steps_ = state.steps_taken;
+  int skipped_total = state.skipped_iterations, nan_iterations = state.nan_iterations;
+  int64_t valid_consumed = state.valid_consumed;
+  int last = state.iteration;  // the last iteration run (--exit-interval may stop early)
+  int saved_iteration = -1;
+  // A checkpoint of an --fp16 run carries the scaler (none: state.loss_scale is 0).
+  scaling_.restore(
+      {state.loss_scale, state.loss_scale_growth_tracker, state.loss_scale_hysteresis_tracker});
+  auto progress = [&](int iteration) {
+    TrainState s{iteration, consumed_, valid_consumed, steps_, skipped_total, nan_iterations};
+    const LossScaler::State scaler = scaling_.state();
+    s.loss_scale = scaler.scale;
+    s.loss_scale_growth_tracker = scaler.growth_tracker;
+    s.loss_scale_hysteresis_tracker = scaler.hysteresis_tracker;
+    return s;
+  };
   double timed_seconds = 0;
   int timed_iterations = 0;
   auto report_validation = [&](const SampleSource& source, int64_t& position, const char* split,
@@ -373,13 +442,16 @@ Result<TrainSummary> GpuLoop<A>::run() {
     return Status::ok();
   };
   const auto run_start = Clock::now();
-  for (int it = 1; it <= o_.train_iters; it++) {
+  for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
     // A signal or the time limit on any rank stops every rank at the same iteration.
-    const auto stop = static_cast<EarlyStop>(
-        all_reduce_scalar(world_, double(early_stop(o_)), ReduceOp::kMax));
-    if (stop == EarlyStop::kSignal)
+    const auto stop =
+        static_cast<EarlyStop>(all_reduce_scalar(world_, double(early_stop(o_)), ReduceOp::kMax));
+    if (stop == EarlyStop::kSignal) {
+      if (!o_.save.empty() && saved_iteration != it - 1)
+        if (Status s = save(progress(it - 1)); !s) return s;
       return Status::internal("stopped by a signal before iteration " + std::to_string(it));
-    if (stop == EarlyStop::kExitDuration) {
+    }
+    if (stop == EarlyStop::kExitDuration) {  // saved after the loop, as for --exit-interval
       if (rank0) {
         std::ostringstream m;
         m << "exiting after iteration " << it - 1 << " (--exit-duration-in-mins "
@@ -478,7 +550,12 @@ Result<TrainSummary> GpuLoop<A>::run() {
       if (Status s = report_validation(*data_.valid, valid_consumed, "valid", it, false); !s)
         return s;
     last = it;
-    if (o_.exit_interval > 0 && it % o_.exit_interval == 0 && it < o_.train_iters) {
+    const bool exiting = o_.exit_interval > 0 && it % o_.exit_interval == 0 && it < o_.train_iters;
+    if (!o_.save.empty() && ((o_.save_interval > 0 && it % o_.save_interval == 0) || exiting)) {
+      if (Status s = save(progress(it)); !s) return s;
+      saved_iteration = it;
+    }
+    if (exiting) {
       if (rank0)
         sink_.on_message("exiting after iteration " + std::to_string(it) + " (--exit-interval " +
                          std::to_string(o_.exit_interval) + ")");
@@ -486,10 +563,12 @@ Result<TrainSummary> GpuLoop<A>::run() {
     }
   }
   summary.total_seconds = seconds_since(run_start);
+  if (!o_.save.empty() && saved_iteration != last && last > state.iteration)
+    if (Status s = save(progress(last)); !s) return s;
   // After the last iteration, as the CPU trainer: the validation split unless the last
-  // iteration just ran it, then the test split from its start.
+  // iteration just ran it (or nothing ran since --load), then the test split from its start.
   if (last == o_.train_iters && o_.eval_iters > 0) {
-    if (data_.valid && last > 0 && o_.train_iters % o_.eval_interval != 0)
+    if (data_.valid && last > state.iteration && o_.train_iters % o_.eval_interval != 0)
       if (Status s = report_validation(*data_.valid, valid_consumed, "valid", o_.train_iters, true);
           !s)
         return s;
@@ -506,6 +585,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
   }
   summary.ranks = {report()};
   summary.memory = summary.ranks[0].memory;
+  if (!o_.save_hf.empty())
+    if (Status s = save_gpu_hf(o_, mc_, world_, *state_, sink_); !s) return s;
   if (rank0) sink_.on_end(summary);
   return summary;
 }
@@ -537,8 +618,6 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   if (o.model.hidden_dropout != 0 || o.model.attention_dropout != 0)
     e.push_back("dropout" + std::string(why) + ": pass --hidden-dropout 0 --attention-dropout 0");
   if (o.fp64) e.push_back(std::string("--fp64") + why);
-  if (!o.load.empty() || !o.save.empty() || !o.load_hf.empty() || !o.save_hf.empty())
-    e.push_back(std::string("checkpoints (--load, --save, --load-hf, --save-hf)") + why);
   const int heads = o.model.num_attention_heads;
   const int hs = heads > 0 ? o.model.hidden_size / heads : 0;
   if (hs != 64 && hs != 128)

@@ -1,0 +1,168 @@
+// The GPU trainer's checkpoints through the CPU engine's checkpoint code (gpu_checkpoint.h).
+// The host structures exist only while a load or save runs: a whole fp32 model and its two
+// moments (GptModel<float> also holds a gradient arena, unused here).
+#include "gpu/gpu_checkpoint.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "checkpoint/hf_gpt2.h"
+#include "lattice/layout.h"
+#include "model/gpt.h"
+
+namespace lattice::gpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every rank learns whether any rank failed before a collective that would otherwise wait for
+// the failed one: `s` on the rank that failed, a message naming `what` on the others.
+Status agree(Comm& world, Status s, const std::string& what) {
+  int bad = s ? 0 : 1;
+  if (world.size() > 1)
+    if (Status c = world.all_reduce(&bad, 1, DType::kInt32, ReduceOp::kMax); !c) return c;
+  if (!s) return s;
+  return bad ? Status::internal(what + ": another rank failed") : Status::ok();
+}
+
+Status upload_moments(const std::vector<MomentSpan>& spans, DeviceState& device) {
+  for (const MomentSpan& m : spans)
+    if (Status s = device.upload_moments(m.offset, m.numel, m.exp_avg, m.exp_avg_sq); !s) return s;
+  return Status::ok();
+}
+
+// The device's weights and moments into `host` and `optimizer` (the whole model).
+Status download_state(DeviceState& device, GptModel<float>& host, AdamW<float>& optimizer) {
+  if (Status s = device.download_params(host.params()); !s) return s;
+  Result<std::vector<MomentSpan>> spans = moment_spans(host.layout(), optimizer);
+  if (!spans) return spans.status();
+  for (const MomentSpan& m : *spans)
+    if (Status s = device.download_moments(m.offset, m.numel, m.exp_avg, m.exp_avg_sq); !s)
+      return s;
+  return Status::ok();
+}
+
+// "loaded DIR/iter_N (X MB in S s, R MB/s); continuing after iteration N", as the CPU trainer
+// reports a --load (train/trainer.cpp).
+std::string loaded_message(const CheckpointRef& ref, double seconds, bool finetune, int iteration) {
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ref.path, ec))
+    bytes += static_cast<int64_t>(e.file_size(ec));
+  char rate[96];
+  std::snprintf(rate, sizeof rate, " (%.1f MB in %.2f s, %.0f MB/s)", bytes / 1e6, seconds,
+                seconds > 0 ? bytes / 1e6 / seconds : 0.0);
+  return "loaded " + ref.path + rate + (finetune ? " (weights only: --finetune)" : "") +
+         "; continuing after iteration " + std::to_string(iteration);
+}
+
+}  // namespace
+
+Result<std::vector<MomentSpan>> moment_spans(const ParamLayout& layout, AdamW<float>& host) {
+  const std::vector<AdamW<float>::StateView> views = host.state_views();
+  const std::vector<ParamTensor>& tensors = layout.tensors();
+  if (views.size() != tensors.size())
+    return Status::internal("the host optimizer holds " + std::to_string(views.size()) +
+                            " moment segments for " + std::to_string(tensors.size()) +
+                            " tensors: not an optimizer over the whole model");
+  std::vector<MomentSpan> spans;
+  spans.reserve(views.size());
+  for (size_t i = 0; i < views.size(); i++) {
+    const ParamTensor& t = tensors[i];
+    if (views[i].offset != t.offset || views[i].numel != t.numel)
+      return Status::internal("the host optimizer's segment " + std::to_string(i) + " covers [" +
+                              std::to_string(views[i].offset) + ", +" +
+                              std::to_string(views[i].numel) + "), tensor " + t.name + " is [" +
+                              std::to_string(t.offset) + ", +" + std::to_string(t.numel) + ")");
+    spans.push_back({t.offset, t.numel, views[i].exp_avg, views[i].exp_avg_sq});
+  }
+  return spans;
+}
+
+Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model, Comm& world,
+                                     DeviceState& device, MetricsSink& sink) {
+  const bool rank0 = world.rank() == 0;
+  GptModel<float> host(model, 1);
+  TrainState state;
+  if (!o.load_hf.empty()) {
+    if (Status s = import_hf_gpt2(o.load_hf, model, host.layout(), host.params()); !s)
+      return Status::invalid_argument("--load-hf: " + s.message());
+    if (rank0) sink.on_message("loaded GPT-2 weights from " + o.load_hf);
+  } else if (o.load.empty()) {
+    host.init_weights(o.seed);
+  }
+  if (o.load.empty()) {
+    if (Status s = device.upload_params(host.params()); !s) return s;
+    return state;
+  }
+  // --load (which excludes --load-hf) writes every tensor, so nothing is drawn first.
+  Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
+  if (!ref) return ref.status();
+  Result<ParallelLayout> layout = make_layout(o, world.size());
+  if (!layout) return layout.status();
+  const auto t0 = Clock::now();
+  AdamW<float> optimizer(host.layout(), o.optim);
+  RankParts parts;
+  parts.layout = &*layout;
+  parts.chunks = {&host};
+  parts.optimizers = {&optimizer};
+  auto load = [&]() -> Status {
+    if (Status s = load_checkpoint(*ref, parts, o.finetune, &state); !s) return s;
+    if (Status s = device.upload_params(host.params()); !s) return s;
+    if (o.finetune) return Status::ok();  // the device's moments stay zero
+    Result<std::vector<MomentSpan>> spans = moment_spans(host.layout(), optimizer);
+    if (!spans) return spans.status();
+    return upload_moments(*spans, device);
+  };
+  // Every rank has its state once the slowest has (the figure is the job's load time), and
+  // a rank that failed does not leave the others waiting.
+  if (Status s = agree(world, load(), "--load " + ref->path); !s) return s;
+  if (o.finetune) state = TrainState{};
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (rank0) {
+    for (const std::string& note : ref->notes) sink.on_message("--load: " + note);
+    sink.on_message(loaded_message(*ref, seconds, o.finetune, state.iteration));
+  }
+  return state;
+}
+
+Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
+                                            Comm& world, const TrainState& state,
+                                            DeviceState& device) {
+  Result<ParallelLayout> layout = make_layout(o, world.size());
+  if (!layout) return layout.status();
+  RankParts parts;
+  parts.layout = &*layout;
+  std::unique_ptr<GptModel<float>> host;
+  std::unique_ptr<AdamW<float>> optimizer;
+  Status downloaded = Status::ok();
+  if (world.rank() == 0) {
+    host = std::make_unique<GptModel<float>>(model, 1);
+    optimizer = std::make_unique<AdamW<float>>(host->layout(), o.optim);
+    downloaded = download_state(device, *host, *optimizer);
+    parts.chunks = {host.get()};
+    parts.optimizers = {optimizer.get()};
+  }
+  if (Status s =
+          agree(world, downloaded, "checkpoint of iteration " + std::to_string(state.iteration));
+      !s)
+    return s;
+  return save_checkpoint(world, o.save, state, model, train_options_json(o), parts, o.save_retain);
+}
+
+Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
+                   DeviceState& device, MetricsSink& sink) {
+  if (world.rank() != 0) return Status::ok();
+  const ParamLayout layout(model);
+  std::vector<float> params(layout.total_numel());
+  if (Status s = device.download_params(params.data()); !s) return s;
+  if (Status s = export_hf_gpt2(o.save_hf, model, layout, params.data()); !s)
+    return Status::io_error("--save-hf: " + s.message());
+  sink.on_message("saved GPT-2 weights to " + o.save_hf);
+  return Status::ok();
+}
+
+}  // namespace lattice::gpu

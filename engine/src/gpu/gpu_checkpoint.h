@@ -1,0 +1,72 @@
+// Checkpoints of the GPU trainer in the CPU engine's format (checkpoint/checkpoint.h), so that
+// either engine resumes the other's run: the device's fp32 master weights and AdamW moments
+// pass through host structures of the CPU engine's types (GptModel<float>, AdamW<float>), and
+// the CPU checkpoint code saves or loads them as a TP 1 x PP 1 x DP n layout; --load-hf and
+// --save-hf likewise. Host code only (no CUDA header): the device is behind DeviceState, so
+// tests run all of this on the CPU. Non-goals: asynchronous saves, bf16 or fp16 state.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "lattice/comm.h"
+#include "lattice/status.h"
+#include "lattice/train.h"
+#include "model/param_layout.h"
+#include "optim/adamw.h"
+
+namespace lattice::gpu {
+
+// The training state that lives on the device, seen from the host. The GPU trainer keeps the
+// fp32 master weights in one arena laid out by ParamLayout(model), as GptModel<float>::params()
+// (every tensor at its offset, the 16-element alignment gaps between tensors unused), and its
+// AdamW's two moments in arenas indexed the same way. AdamW<float> on the host packs its
+// moments without the gaps, so moments move tensor by tensor (moment_spans). Every method
+// waits for the device and returns its error.
+class DeviceState {
+ public:
+  virtual ~DeviceState() = default;
+  // The master weights, the whole arena (total_numel floats), to the host.
+  virtual Status download_params(float* host) = 0;
+  // The master weights from the host (the whole arena); the compute copy of a bf16 run is
+  // refreshed from them.
+  virtual Status upload_params(const float* host) = 0;
+  // Both moments of the arena elements [offset, offset + n), to or from the host (n each).
+  virtual Status download_moments(size_t offset, size_t n, float* exp_avg, float* exp_avg_sq) = 0;
+  virtual Status upload_moments(size_t offset, size_t n, const float* exp_avg,
+                                const float* exp_avg_sq) = 0;
+};
+
+// One tensor's moments: arena elements [offset, offset + numel) on the device, and where
+// they live in the host optimizer's packed state (exp_avg, exp_avg_sq: numel each).
+struct MomentSpan {
+  size_t offset = 0, numel = 0;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+};
+// The spans of `host`, one per tensor of `layout` in order. An error when `host` does not
+// keep the moments of exactly those tensors (an optimizer over owned ranges, another model).
+Result<std::vector<MomentSpan>> moment_spans(const ParamLayout& layout, AdamW<float>& host);
+
+// The state a run starts from, uploaded to `device`: GPT-2 weights (--load-hf) or Megatron's
+// initialisation from --seed (GptModel::init_weights, as the CPU trainer draws it), then with
+// --load the checkpoint find_checkpoint names (--ckpt-step), weights only with --finetune.
+// The device's moments must be zero on entry (they stay zero unless a checkpoint sets them).
+// Every rank reads the whole model itself (TP 1, PP 1). Rank 0 reports to `sink` as the CPU
+// trainer does. Returns the progress to continue from (zero: a fresh run, --finetune).
+Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model, Comm& world,
+                                     DeviceState& device, MetricsSink& sink);
+
+// --save: a checkpoint of `state` in o.save (--save-retain), collective over `world` (DP =
+// world). Rank 0 downloads the weights and moments and writes them, as data-parallel rank 0
+// does on the CPU; the other ranks hold equal replicas and only take part in the agreement.
+Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
+                                            Comm& world, const TrainState& state,
+                                            DeviceState& device);
+
+// --save-hf: rank 0 writes the master weights as a GPT-2 safetensors file and says so.
+Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
+                   DeviceState& device, MetricsSink& sink);
+
+}  // namespace lattice::gpu

@@ -1,0 +1,353 @@
+// The GPU trainer's checkpoint glue (engine/src/gpu/gpu_checkpoint.h) on the CPU, over a
+// stand-in for the device that keeps its arenas as the GPU trainer does (ParamLayout order,
+// alignment gaps between tensors, AdamW moments indexed like the weights). Specifies that:
+//   - the host AdamW packs its moments without the gaps, one span per tensor;
+//   - a checkpoint saved from the device loads into the CPU engine's GptModel and AdamW with
+//     every weight, moment, step count and loss-scaler field unchanged, and --save-retain works;
+//   - a CPU checkpoint restores the device exactly (--ckpt-step; --finetune: weights only),
+//     and the gaps between the device's moment tensors are never written;
+//   - a fresh run starts from GptModel::init_weights(--seed); --save-hf and --load-hf carry
+//     the device's weights through a GPT-2 file.
+// The device itself (cudaMemcpy, the bf16 copy) is tested by tests/cuda/test_gpu_training.cpp.
+#include <QtTest/QtTest>
+
+#include <QTemporaryDir>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "checkpoint/checkpoint.h"
+#include "common/tiny_model.h"
+#include "gpu/gpu_checkpoint.h"
+#include "lattice/layout.h"
+#include "model/gpt.h"
+
+using namespace lattice;
+
+namespace {
+
+// Marks the device's alignment gaps: must never reach a checkpoint or be overwritten.
+constexpr float kGap = -7777.0f;
+
+// The device as the GPU trainer lays it out, in host memory.
+class HostDevice : public gpu::DeviceState {
+ public:
+  explicit HostDevice(const ParamLayout& layout)
+      : params(layout.total_numel(), kGap),
+        exp_avg(layout.total_numel(), kGap),
+        exp_avg_sq(layout.total_numel(), kGap) {}
+  Status download_params(float* host) override {
+    std::copy(params.begin(), params.end(), host);
+    return Status::ok();
+  }
+  Status upload_params(const float* host) override {
+    std::copy_n(host, params.size(), params.begin());
+    param_uploads++;
+    return Status::ok();
+  }
+  Status download_moments(size_t offset, size_t n, float* m, float* v) override {
+    if (offset + n > exp_avg.size()) return Status::internal("moment copy out of range");
+    std::copy_n(exp_avg.begin() + offset, n, m);
+    std::copy_n(exp_avg_sq.begin() + offset, n, v);
+    return Status::ok();
+  }
+  Status upload_moments(size_t offset, size_t n, const float* m, const float* v) override {
+    if (offset + n > exp_avg.size()) return Status::internal("moment copy out of range");
+    std::copy_n(m, n, exp_avg.begin() + offset);
+    std::copy_n(v, n, exp_avg_sq.begin() + offset);
+    moment_uploads++;
+    return Status::ok();
+  }
+  std::vector<float> params, exp_avg, exp_avg_sq;  // (numel) each
+  int param_uploads = 0, moment_uploads = 0;
+};
+
+class Messages : public MetricsSink {
+ public:
+  void on_message(const std::string& m) override { text += m + "\n"; }
+  std::string text;
+};
+
+// Values that differ at every arena index, so that any shift between layouts shows.
+float moment_value(size_t i, int which) {
+  const float v = 1e-3f * static_cast<float>(i % 997 + 1) * static_cast<float>(which);
+  return i % 2 ? -v : v;
+}
+
+TrainOptions options() {
+  TrainOptions o;
+  // Hidden 40: tensors of 40 elements leave alignment gaps in the arena (GPT-2's sizes, all
+  // multiples of 16, leave none; an --ffn-hidden-size of 8 mod 16 does). Vocabulary 100, padded
+  // to 128: the word embedding has padding rows.
+  o.model = testing::tiny_config(2, 40, 4, 16, 100);
+  o.tokenizer.vocab_size = 99;
+  o.micro_batch_size = 1;
+  o.global_batch_size = 2;
+  o.train_iters = 10;
+  o.mock_data = true;
+  o.seed = 11;
+  return o;
+}
+
+// "" or the first element of tensor `name` where got != want.
+QString first_difference(const std::string& name, const float* got, const float* want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(got[i] == want[i]))
+      return QString("%1[%2]: got %3, want %4")
+          .arg(QString::fromStdString(name))
+          .arg(i)
+          .arg(got[i], 0, 'g', 9)
+          .arg(want[i], 0, 'g', 9);
+  return {};
+}
+
+// "" or the first weight where the arenas `got` and `want` (laid out by `layout`) differ.
+QString weights_difference(const ParamLayout& layout, const float* got, const float* want) {
+  for (const ParamTensor& t : layout.tensors())
+    if (QString d = first_difference(t.name, got + t.offset, want + t.offset, t.numel);
+        !d.isEmpty())
+      return d;
+  return {};
+}
+
+// The CPU trainer's state of one process and its RankParts (as train/trainer.cpp's parts()).
+struct CpuRank {
+  explicit CpuRank(const TrainOptions& o) : model(o.model, 1), adam(model.layout(), o.optim) {
+    layout.num_layers = o.model.num_layers;  // TP 1, PP 1, DP 1
+  }
+  RankParts parts() {
+    RankParts p;
+    p.layout = &layout;
+    p.chunks = {&model};
+    p.optimizers = {&adam};
+    return p;
+  }
+  ParallelLayout layout;
+  GptModel<float> model;
+  AdamW<float> adam;
+};
+
+}  // namespace
+
+class GpuCheckpointHost : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir dir_;
+  std::unique_ptr<Comm> world_ = make_local_comm();
+
+ private slots:
+  void initTestCase() { QVERIFY(dir_.isValid()); }
+
+  void moment_spans_map_the_gapped_arena_to_the_packed_optimizer() {
+    const TrainOptions o = options();
+    const ParamLayout layout(o.model);
+    AdamW<float> whole(layout, o.optim);
+    Result<std::vector<gpu::MomentSpan>> spans = gpu::moment_spans(layout, whole);
+    QVERIFY2(spans, spans ? "" : spans.status().message().c_str());
+    QCOMPARE(spans->size(), layout.tensors().size());
+    size_t packed = 0;
+    bool gaps = false;
+    for (size_t i = 0; i < spans->size(); i++) {
+      const ParamTensor& t = layout.tensors()[i];
+      const gpu::MomentSpan& s = (*spans)[i];
+      QCOMPARE(s.offset, t.offset);
+      QCOMPARE(s.numel, t.numel);
+      QVERIFY2(s.exp_avg == whole.exp_avg().data() + packed, t.name.c_str());
+      QVERIFY2(s.exp_avg_sq == whole.exp_avg_sq().data() + packed, t.name.c_str());
+      gaps = gaps || t.offset != packed;
+      packed += t.numel;
+    }
+    QCOMPARE(packed, whole.exp_avg().size());
+    // Why the spans exist: the arena has gaps the packed state does not.
+    QVERIFY2(gaps, "this model's arena has no alignment gap: the test proves nothing");
+    // A distributed-optimizer shard is not the whole model's state.
+    AdamW<float> shard(layout, o.optim, {{0, layout.total_numel() / 2}});
+    QVERIFY(!gpu::moment_spans(layout, shard));
+  }
+
+  void a_device_checkpoint_loads_in_the_cpu_engine() {
+    TrainOptions o = options();
+    o.save = dir_.filePath("from-device").toStdString();
+    o.save_retain = 1;
+    const ParamLayout layout(o.model);
+    HostDevice device(layout);
+    GptModel<float> drawn(o.model, 1);
+    drawn.init_weights(5);
+    for (const ParamTensor& t : layout.tensors()) {
+      std::copy_n(drawn.params() + t.offset, t.numel, device.params.begin() + t.offset);
+      for (size_t i = t.offset; i < t.offset + t.numel; i++) {
+        device.exp_avg[i] = moment_value(i, 1);
+        device.exp_avg_sq[i] = std::abs(moment_value(i, 2));
+      }
+    }
+    TrainState state{3, 6, 2, 2, 1, 0};
+    state.loss_scale = 32768;
+    state.loss_scale_growth_tracker = 5;
+    state.loss_scale_hysteresis_tracker = 1;
+    Result<SavedCheckpoint> first = gpu::save_gpu_checkpoint(o, o.model, *world_, state, device);
+    QVERIFY2(first, first ? "" : first.status().message().c_str());
+    state.iteration = 6;
+    state.consumed_samples = 12;
+    Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, *world_, state, device);
+    QVERIFY2(saved, saved ? "" : saved.status().message().c_str());
+    QVERIFY(saved->bytes > 0);
+    QVERIFY2(!std::filesystem::exists(first->path), "--save-retain 1 keeps the newest only");
+
+    // The CPU trainer's --load (train/trainer.cpp): its RankParts for one process.
+    Result<CheckpointRef> ref = find_checkpoint(o.save, 0);
+    QVERIFY2(ref, ref ? "" : ref.status().message().c_str());
+    QCOMPARE(ref->iteration, 6);
+    CpuRank rank(o);
+    GptModel<float>& cpu = rank.model;
+    AdamW<float>& adam = rank.adam;
+    TrainState loaded;
+    Status s = load_checkpoint(*ref, rank.parts(), false, &loaded);
+    QVERIFY2(s, s.message().c_str());
+    QCOMPARE(loaded.iteration, 6);
+    QCOMPARE(loaded.consumed_samples, int64_t{12});
+    QCOMPARE(loaded.valid_consumed, int64_t{2});
+    QCOMPARE(loaded.steps_taken, 2);
+    QCOMPARE(loaded.skipped_iterations, 1);
+    QCOMPARE(loaded.loss_scale, 32768.0);
+    QCOMPARE(loaded.loss_scale_growth_tracker, 5);
+    QCOMPARE(loaded.loss_scale_hysteresis_tracker, 1);
+    QCOMPARE(adam.steps_taken(), 2);
+    const QString d = weights_difference(layout, cpu.params(), drawn.params());
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    for (const auto& view : adam.state_views()) {
+      const QString m = first_difference("exp_avg at " + std::to_string(view.offset), view.exp_avg,
+                                         device.exp_avg.data() + view.offset, view.numel);
+      QVERIFY2(m.isEmpty(), qPrintable(m));
+      const QString v =
+          first_difference("exp_avg_sq at " + std::to_string(view.offset), view.exp_avg_sq,
+                           device.exp_avg_sq.data() + view.offset, view.numel);
+      QVERIFY2(v.isEmpty(), qPrintable(v));
+    }
+  }
+
+  void a_cpu_checkpoint_restores_the_device() {
+    TrainOptions o = options();
+    const std::string dir = dir_.filePath("from-cpu").toStdString();
+    CpuRank rank(o);
+    GptModel<float>& cpu = rank.model;
+    for (int iteration : {4, 8}) {
+      cpu.init_weights(static_cast<uint64_t>(iteration));
+      for (auto& view : rank.adam.state_views())
+        for (size_t i = 0; i < view.numel; i++) {
+          view.exp_avg[i] = moment_value(view.offset + i, iteration);
+          view.exp_avg_sq[i] = std::abs(moment_value(view.offset + i, iteration + 1));
+        }
+      const TrainState state{iteration, 2 * iteration, 0, iteration, 0, 0};
+      Result<SavedCheckpoint> saved =
+          save_checkpoint(*world_, dir, state, o.model, train_options_json(o), rank.parts(), 0);
+      QVERIFY2(saved, saved ? "" : saved.status().message().c_str());
+    }
+    // --load DIR --ckpt-step 4: the older one, weights and moments and progress.
+    o.load = dir;
+    o.ckpt_step = 4;
+    cpu.init_weights(4);
+    const ParamLayout& layout = cpu.layout();
+    HostDevice device(layout);
+    Messages messages;
+    Result<TrainState> state = gpu::restore_gpu_state(o, o.model, *world_, device, messages);
+    QVERIFY2(state, state ? "" : state.status().message().c_str());
+    QCOMPARE(state->iteration, 4);
+    QCOMPARE(state->consumed_samples, int64_t{8});
+    QCOMPARE(state->steps_taken, 4);
+    QVERIFY2(messages.text.find("continuing after iteration 4") != std::string::npos,
+             messages.text.c_str());
+    QCOMPARE(device.param_uploads, 1);
+    const QString d = weights_difference(layout, device.params.data(), cpu.params());
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    size_t gap_elements = 0;
+    const std::vector<ParamTensor>& tensors = layout.tensors();
+    for (size_t i = 0, t = 0; i < device.exp_avg.size(); i++) {
+      while (t < tensors.size() && i >= tensors[t].offset + tensors[t].numel) t++;
+      const bool inside = t < tensors.size() && i >= tensors[t].offset;
+      if (!inside) {
+        gap_elements++;
+        QVERIFY2(device.exp_avg[i] == kGap && device.exp_avg_sq[i] == kGap,
+                 qPrintable(QString("moment gap element %1 was written").arg(i)));
+        continue;
+      }
+      if (device.exp_avg[i] != moment_value(i, 4) ||
+          device.exp_avg_sq[i] != std::abs(moment_value(i, 5)))
+        QFAIL(qPrintable(QString("moments at arena index %1 (tensor %2): got %3 / %4")
+                             .arg(i)
+                             .arg(QString::fromStdString(tensors[t].name))
+                             .arg(device.exp_avg[i])
+                             .arg(device.exp_avg_sq[i])));
+    }
+    QVERIFY(gap_elements > 0);
+
+    // --finetune: the latest checkpoint's weights only; progress and moments start afresh.
+    o.ckpt_step = 0;
+    o.finetune = true;
+    HostDevice fresh(layout);
+    Messages fine;
+    Result<TrainState> weights = gpu::restore_gpu_state(o, o.model, *world_, fresh, fine);
+    QVERIFY2(weights, weights ? "" : weights.status().message().c_str());
+    QCOMPARE(weights->iteration, 0);
+    QCOMPARE(weights->consumed_samples, int64_t{0});
+    QCOMPARE(weights->steps_taken, 0);
+    QCOMPARE(fresh.moment_uploads, 0);
+    QVERIFY2(fine.text.find("weights only: --finetune") != std::string::npos, fine.text.c_str());
+    cpu.init_weights(8);
+    const QString f = weights_difference(layout, fresh.params.data(), cpu.params());
+    QVERIFY2(f.isEmpty(), qPrintable(f));
+  }
+
+  void a_fresh_run_starts_from_the_cpu_initialisation() {
+    const TrainOptions o = options();
+    GptModel<float> cpu(o.model, 1);
+    cpu.init_weights(o.seed);
+    HostDevice device(cpu.layout());
+    Messages messages;
+    Result<TrainState> state = gpu::restore_gpu_state(o, o.model, *world_, device, messages);
+    QVERIFY2(state, state ? "" : state.status().message().c_str());
+    QCOMPARE(state->iteration, 0);
+    QCOMPARE(device.moment_uploads, 0);
+    const QString d = first_difference("the whole arena", device.params.data(), cpu.params(),
+                                       device.params.size());
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void gpt2_weights_pass_through_the_device_both_ways() {
+    TrainOptions o = options();
+    o.save_hf = dir_.filePath("gpt2.safetensors").toStdString();
+    GptModel<float> cpu(o.model, 1);
+    cpu.init_weights(21);
+    const ParamLayout& layout = cpu.layout();
+    HostDevice device(layout);
+    device.params.assign(cpu.params(), cpu.params() + cpu.arena_size());
+    Messages saved;
+    Status s = gpu::save_gpu_hf(o, o.model, *world_, device, saved);
+    QVERIFY2(s, s.message().c_str());
+    QVERIFY2(saved.text.find("saved GPT-2 weights to") != std::string::npos, saved.text.c_str());
+
+    TrainOptions back = options();
+    back.load_hf = o.save_hf;
+    HostDevice loaded(layout);
+    Messages messages;
+    Result<TrainState> state = gpu::restore_gpu_state(back, back.model, *world_, loaded, messages);
+    QVERIFY2(state, state ? "" : state.status().message().c_str());
+    QVERIFY2(messages.text.find("loaded GPT-2 weights from") != std::string::npos,
+             messages.text.c_str());
+    for (const ParamTensor& t : layout.tensors()) {
+      // GPT-2 files hold the vocabulary's rows only: padding rows come back as zeros.
+      size_t n = t.numel;
+      if (t.name == "embedding.word_embeddings.weight") {
+        n = static_cast<size_t>(o.model.vocab_size) * o.model.hidden_size;
+        for (size_t i = n; i < t.numel; i++)
+          QVERIFY2(loaded.params[t.offset + i] == 0.0f,
+                   qPrintable(QString("padding row element %1 is not zero").arg(i)));
+      }
+      const QString d =
+          first_difference(t.name, loaded.params.data() + t.offset, cpu.params() + t.offset, n);
+      QVERIFY2(d.isEmpty(), qPrintable(d));
+    }
+  }
+};
+
+QTEST_APPLESS_MAIN(GpuCheckpointHost)
+#include "test_gpu_checkpoint_host.moc"
