@@ -5,30 +5,15 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
+#include "common/process.h"
+
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  QString out, err;
-};
+using lattice::testing::Run;
 
-Run lattice(const QStringList& args, int timeout_ms = 240000,
-            const QList<QPair<QString, QString>>& env = {}) {
-  QProcess p;
-  QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
-  for (const auto& [key, value] : env) e.insert(key, value);
-  p.setProcessEnvironment(e);
-  p.start(LATTICE_CLI_PATH, args);
-  Run r;
-  if (!p.waitForFinished(timeout_ms)) {
-    p.kill();
-    r.err = "timed out";
-    return r;
-  }
-  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
+// `lattice args`, with `extra_env` ("K=V" each) added to the test environment.
+Run run_cli(const QStringList& args, const QStringList& extra_env = {}) {
+  return lattice::testing::run_process(LATTICE_CLI_PATH, args, {}, 240000, extra_env);
 }
 
 QList<double> lm_losses(const QString& out) {
@@ -49,7 +34,7 @@ class Cli : public QObject {
   Q_OBJECT
  private slots:
   void mock_data_training_lowers_the_loss_steadily() {
-    Run r = lattice(QStringList{"train", "--mock-data", "--micro-batch-size", "4",
+    Run r = run_cli(QStringList{"train", "--mock-data", "--micro-batch-size", "4",
                                 "--global-batch-size", "8", "--train-iters", "200",
                                 "--log-interval", "20", "--lr", "1e-3", "--min-lr", "1e-4",
                                 "--lr-warmup-iters", "10", "--lr-decay-style", "cosine"} +
@@ -69,7 +54,7 @@ class Cli : public QObject {
 
   void progress_line_has_megatrons_fields() {
     Run r =
-        lattice(QStringList{"train", "--mock-data", "--train-iters", "2", "--log-interval", "1"} +
+        run_cli(QStringList{"train", "--mock-data", "--train-iters", "2", "--log-interval", "1"} +
                 kTinyModel);
     QVERIFY2(r.exit_code == 0, qPrintable(r.err));
     for (const char* field :
@@ -84,13 +69,13 @@ class Cli : public QObject {
     const QStringList args = QStringList{"train",          "--mock-data", "--train-iters", "5",
                                          "--log-interval", "1",           "--seed",        "77"} +
                              kTinyModel;
-    const QList<double> a = lm_losses(lattice(args).out), b = lm_losses(lattice(args).out);
+    const QList<double> a = lm_losses(run_cli(args).out), b = lm_losses(run_cli(args).out);
     QCOMPARE(a.size(), 5);
     QCOMPARE(a, b);
   }
 
   void unknown_flag_is_refused_before_training() {
-    Run r = lattice({"train", "--mock-data", "--num-layer", "2"});
+    Run r = run_cli({"train", "--mock-data", "--num-layer", "2"});
     QCOMPARE(r.exit_code, 2);
     QVERIFY2(r.err.contains("unknown flag --num-layer (did you mean --num-layers?)"),
              qPrintable(r.err));
@@ -98,7 +83,7 @@ class Cli : public QObject {
   }
 
   void impossible_layout_is_refused_with_every_reason() {
-    Run r = lattice({"train", "--mock-data", "--hidden-size", "30", "--num-attention-heads", "4",
+    Run r = run_cli({"train", "--mock-data", "--hidden-size", "30", "--num-attention-heads", "4",
                      "--micro-batch-size", "3", "--global-batch-size", "8"});
     QCOMPARE(r.exit_code, 2);
     QVERIFY2(r.err.contains("--num-attention-heads 4 does not divide --hidden-size 30"),
@@ -109,12 +94,12 @@ class Cli : public QObject {
 
   void demo_builds_its_corpus_and_trains_on_it() {
     QTemporaryDir dir;
-    Run help = lattice({"demo", "--help"});
+    Run help = run_cli({"demo", "--help"});
     QCOMPARE(help.exit_code, 0);
     QVERIFY(help.out.contains("\"num-layers\""));
-    Run r = lattice({"demo", "--train-iters", "3", "--log-interval", "1", "--eval-iters", "1",
+    Run r = run_cli({"demo", "--train-iters", "3", "--log-interval", "1", "--eval-iters", "1",
                      "--threads", "2"},
-                    240000, {{"LATTICE_DATA_DIR", dir.path()}});
+                    {"LATTICE_DATA_DIR=" + dir.path()});
     QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
     QVERIFY2(r.out.contains("demo corpus:") && r.out.contains("fortunes"), qPrintable(r.out));
     QCOMPARE(lm_losses(r.out).size(), 3);
@@ -135,20 +120,20 @@ class Cli : public QObject {
     }
     input.close();
     const QString prefix = dir.filePath("nums");
-    Run pre = lattice({"data", "preprocess", "--input", input.fileName(), "--output-prefix", prefix,
+    Run pre = run_cli({"data", "preprocess", "--input", input.fileName(), "--output-prefix", prefix,
                        "--tokenizer-type", "NullTokenizer", "--vocab-size", "100", "--append-eod",
                        "--workers", "2"});
     QVERIFY2(pre.exit_code == 0, qPrintable(pre.err));
     QVERIFY2(pre.out.contains("processed 400 documents"), qPrintable(pre.out));
     const QString data = prefix + "_text_document";
-    Run inspect = lattice({"data", "inspect", data, "--document", "1", "--tokenizer-type",
+    Run inspect = run_cli({"data", "inspect", data, "--document", "1", "--tokenizer-type",
                            "NullTokenizer", "--vocab-size", "100"});
     QVERIFY2(inspect.exit_code == 0, qPrintable(inspect.err));
     QVERIFY2(inspect.out.contains("documents: 400") && inspect.out.contains("dtype:     uint16"),
              qPrintable(inspect.out));
     QVERIFY2(inspect.out.contains("1 2 3 4 5"), qPrintable(inspect.out));
 
-    Run train = lattice(QStringList{"train",
+    Run train = run_cli(QStringList{"train",
                                     "--data-path",
                                     data,
                                     "--vocab-size",
@@ -177,7 +162,7 @@ class Cli : public QObject {
              qPrintable(train.out));
     QVERIFY(QDir(dir.filePath("cache")).entryList(QDir::Files).size() > 0);
 
-    Run eval = lattice({"eval", "--data-path", data, "--vocab-size", "100", "--seq-length", "32",
+    Run eval = run_cli({"eval", "--data-path", data, "--vocab-size", "100", "--seq-length", "32",
                         "--eval-iters", "10", "--num-layers", "1", "--hidden-size", "32",
                         "--num-attention-heads", "2"});
     QVERIFY2(eval.exit_code == 0, qPrintable(eval.err));
@@ -194,11 +179,11 @@ class Cli : public QObject {
     idx.write("NOTANIDX\0\0\0\0\0\0\0\0\0\0\0");
     idx.close();
     bin.close();
-    Run r = lattice({"train", "--data-path", prefix, "--vocab-size", "100", "--train-iters", "1"});
+    Run r = run_cli({"train", "--data-path", prefix, "--vocab-size", "100", "--train-iters", "1"});
     QVERIFY(r.exit_code != 0);
     QVERIFY2(r.err.contains("broken.idx"), qPrintable(r.err));
     Run bad =
-        lattice({"data", "preprocess", "--input", dir.filePath("missing.jsonl"), "--output-prefix",
+        run_cli({"data", "preprocess", "--input", dir.filePath("missing.jsonl"), "--output-prefix",
                  prefix, "--tokenizer-type", "NullTokenizer", "--vocab-size", "10"});
     QVERIFY(bad.exit_code != 0);
     QVERIFY2(bad.err.contains("missing.jsonl"), qPrintable(bad.err));
@@ -207,15 +192,15 @@ class Cli : public QObject {
   void runs_are_recorded_in_the_run_store() {
     QTemporaryDir dir;
     const QString db = dir.filePath("runs.sqlite");
-    Run r = lattice(QStringList{"train", "--mock-data", "--train-iters", "4", "--db", db,
+    Run r = run_cli(QStringList{"train", "--mock-data", "--train-iters", "4", "--db", db,
                                 "--run-name", "tiny-1", "--tag", "smoke", "--eval-iters", "1",
                                 "--eval-interval", "2", "--tag", "cpu", "tiny"} +
                     kTinyModel);
     QVERIFY2(r.exit_code == 0, qPrintable(r.err));
-    Run list = lattice({"runs", "list", "--db", db, "--tag", "smoke"});
+    Run list = run_cli({"runs", "list", "--db", db, "--tag", "smoke"});
     QVERIFY2(list.exit_code == 0, qPrintable(list.err));
     QVERIFY2(list.out.contains("tiny-1") && list.out.contains("finished"), qPrintable(list.out));
-    Run show = lattice({"runs", "show", "tiny-1", "--db", db});
+    Run show = run_cli({"runs", "show", "tiny-1", "--db", db});
     QVERIFY2(show.exit_code == 0, qPrintable(show.err));
     // A repeated list flag adds to the list.
     for (const char* field : {"tags:        cpu, smoke, tiny", "status:      finished",
@@ -223,7 +208,7 @@ class Cli : public QObject {
                               "validation lm loss", "\"run-name\":\"tiny-1\""})
       QVERIFY2(show.out.contains(field), qPrintable(field + QString(" missing in ") + show.out));
     // The same name again is refused before any training.
-    Run again = lattice(QStringList{"train", "--mock-data", "--train-iters", "2", "--db", db,
+    Run again = run_cli(QStringList{"train", "--mock-data", "--train-iters", "2", "--db", db,
                                     "--run-name", "tiny-1"} +
                         kTinyModel);
     QCOMPARE(again.exit_code, 2);
@@ -239,7 +224,7 @@ class Cli : public QObject {
     f.write("my notes, not a database\n");
     f.close();
     Run r =
-        lattice(QStringList{"train", "--mock-data", "--train-iters", "2", "--db", db} + kTinyModel);
+        run_cli(QStringList{"train", "--mock-data", "--train-iters", "2", "--db", db} + kTinyModel);
     QCOMPARE(r.exit_code, 2);
     QVERIFY2(r.err.contains("--db " + db), qPrintable(r.err));
     QVERIFY(f.open(QIODevice::ReadOnly));
@@ -262,14 +247,14 @@ class Cli : public QObject {
     p.terminate();  // SIGTERM
     QVERIFY(p.waitForFinished(30000));
     QCOMPARE(p.exitCode(), 130);
-    Run show = lattice({"runs", "show", "endless", "--db", db});
+    Run show = run_cli({"runs", "show", "endless", "--db", db});
     QVERIFY2(show.out.contains("status:      killed"), qPrintable(show.out + show.err));
   }
 
   void hf_weights_round_trip_through_training() {
     QTemporaryDir dir;
     const QString file = dir.filePath("gpt2.safetensors");
-    Run save = lattice(
+    Run save = run_cli(
         QStringList{"train", "--mock-data", "--train-iters", "2", "--save-hf", file} + kTinyModel);
     QVERIFY2(save.exit_code == 0, qPrintable(save.err));
     QVERIFY(QFileInfo(file).size() > 0);
@@ -277,14 +262,14 @@ class Cli : public QObject {
     const QString again = dir.filePath("again.safetensors");
     const QStringList frozen = {"train", "--mock-data", "--train-iters", "1", "--log-interval", "1",
                                 "--lr",  "0",           "--min-lr",      "0"};
-    Run loaded = lattice(frozen + kTinyModel + QStringList{"--load-hf", file, "--save-hf", again});
+    Run loaded = run_cli(frozen + kTinyModel + QStringList{"--load-hf", file, "--save-hf", again});
     QVERIFY2(loaded.exit_code == 0, qPrintable(loaded.err));
     QVERIFY(loaded.out.contains("loaded GPT-2 weights from"));
     QFile a(file), b(again);
     QVERIFY(a.open(QIODevice::ReadOnly) && b.open(QIODevice::ReadOnly));
     QVERIFY2(a.readAll() == b.readAll(), "load-hf then save-hf changed the weights file");
     // ... and the trained weights score better on mock data than a fresh initialisation.
-    Run fresh = lattice(frozen + kTinyModel);
+    Run fresh = run_cli(frozen + kTinyModel);
     QVERIFY2(lm_losses(loaded.out).first() < lm_losses(fresh.out).first(),
              qPrintable(loaded.out + fresh.out));
   }
@@ -292,20 +277,20 @@ class Cli : public QObject {
   void hf_shape_mismatch_names_tensor_and_flags() {
     QTemporaryDir dir;
     const QString file = dir.filePath("gpt2.safetensors");
-    QCOMPARE(lattice(QStringList{"train", "--mock-data", "--train-iters", "1", "--save-hf", file} +
+    QCOMPARE(run_cli(QStringList{"train", "--mock-data", "--train-iters", "1", "--save-hf", file} +
                      kTinyModel)
                  .exit_code,
              0);
     QStringList wider = kTinyModel;
     wider[wider.indexOf("--hidden-size") + 1] = "128";
-    Run r = lattice(QStringList{"train", "--mock-data", "--train-iters", "1", "--load-hf", file} +
+    Run r = run_cli(QStringList{"train", "--mock-data", "--train-iters", "1", "--load-hf", file} +
                     wider);
     QVERIFY(r.exit_code != 0);
     QVERIFY2(r.err.contains("--load-hf") && r.err.contains("wte.weight") &&
                  r.err.contains("--hidden-size"),
              qPrintable(r.err));
     Run missing =
-        lattice(QStringList{"train", "--mock-data", "--load-hf", dir.filePath("nope.safetensors")} +
+        run_cli(QStringList{"train", "--mock-data", "--load-hf", dir.filePath("nope.safetensors")} +
                 kTinyModel);
     QVERIFY(missing.exit_code != 0);
     QVERIFY2(missing.err.contains("nope.safetensors"), qPrintable(missing.err));

@@ -9,7 +9,6 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
-#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 #include <cmath>
@@ -18,29 +17,17 @@
 #include <map>
 #include <string>
 
+#include "common/process.h"
 #include "lattice/storage/run_store.h"
 #include "storage/run_store_testing.h"
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  QString out, err;
-};
+using lattice::testing::Run;
 
+// `lattice args`; its stdin is a pipe, never a terminal.
 Run lattice_cli(const QStringList& args) {
-  QProcess p;  // stdin is a pipe, never a terminal
-  p.start(LATTICE_CLI_PATH, args);
-  Run r;
-  if (!p.waitForFinished(240000)) {
-    p.kill();
-    r.err = "timed out";
-    return r;
-  }
-  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
+  return lattice::testing::run_process(LATTICE_CLI_PATH, args);
 }
 
 QString text_of(const Run& r) {

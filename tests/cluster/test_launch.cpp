@@ -2,7 +2,6 @@
 // x 8-GPU plan against the options a Slurm user writes by hand (and against the copy shown
 // in docs/cluster.md), the hostfile and local commands, every validation rule, and the
 // parsers of sbatch's and scontrol's answers.
-#include <QProcess>
 #include <QTemporaryDir>
 #include <QTest>
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "lattice/launch.h"
 
 using lattice::launch::Launcher;
@@ -132,10 +132,9 @@ class LaunchTest : public QObject {
     QTemporaryDir dir;
     const QString path = dir.filePath("job.sbatch");
     std::ofstream(path.toStdString()) << plan_or_fail(four_by_eight()).script;
-    QProcess bash;
-    bash.start("bash", {"-n", path});
-    QVERIFY(bash.waitForFinished(10000));
-    QVERIFY2(bash.exitCode() == 0, bash.readAllStandardError().constData());
+    const lattice::testing::Run bash =
+        lattice::testing::run_process("bash", {"-n", path}, {}, 10000);
+    QVERIFY2(bash.exit_code == 0, qPrintable(bash.err));
   }
 
   // docs/cluster.md shows this very script: regenerate it there when this fails.

@@ -75,8 +75,7 @@ class TestStudioSlurm : public QObject {
  private slots:
   void initTestCase() {
     QStandardPaths::setTestModeEnabled(true);
-    for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-      qputenv(kv.section('=', 0, 0).toUtf8(), kv.section('=', 1).toUtf8());
+    lattice::testing::put_mpi_environment();
     qputenv("OMP_NUM_THREADS", "1");
     const lattice::testing::Run started =
         lattice::testing::run_process("bash", {kClusterScript, "start", cluster_.filePath("c")});

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/process.h"
 #include "lattice/comm.h"
 
 using lattice::Comm;
@@ -23,12 +24,6 @@ using lattice::DType;
 using lattice::ReduceOp;
 
 namespace {
-
-struct Job {
-  bool finished = false;
-  int exit_code = -1;
-  QString out, err;
-};
 
 // Process ids whose command line contains marker, as pgrep -f finds them (read from /proc so
 // that no procps is needed).
@@ -45,28 +40,6 @@ QStringList processes_with(const QString& marker) {
 }
 
 #ifdef LATTICE_MPIEXEC
-// Runs `mpiexec -n <ranks> comm_worker <args>` with the container settings from CMake.
-Job run_mpi(int ranks, const QStringList& worker_args, int timeout_ms) {
-  QProcess p;
-  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-  for (const QString& pair : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-    env.insert(pair.section('=', 0, 0), pair.section('=', 1));
-  p.setProcessEnvironment(env);
-  p.start(LATTICE_MPIEXEC,
-          QStringList{"--oversubscribe", "-n", QString::number(ranks), LATTICE_COMM_WORKER} +
-              worker_args);
-  Job job;
-  job.finished = p.waitForFinished(timeout_ms);
-  if (!job.finished) {
-    p.kill();
-    p.waitForFinished(5000);
-  }
-  job.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  job.out = QString::fromUtf8(p.readAllStandardOutput());
-  job.err = QString::fromUtf8(p.readAllStandardError());
-  return job;
-}
-
 // processes_with(marker) after giving the launcher up to 3 s to reap its children. Leftovers
 // are killed so that one failure does not leak into the next test.
 QStringList processes_left(const QString& marker) {
@@ -235,9 +208,10 @@ class CommTest : public QObject {
     QSKIP("built without MPI");
 #else
     const QString marker = unique_marker("abort");
-    const Job job = run_mpi(2, {"abort", marker}, 30000);
+    const lattice::testing::Run job =
+        lattice::testing::run_mpi(2, LATTICE_COMM_WORKER, {"abort", marker}, {}, 30000);
     const QStringList left = processes_left(marker);
-    QVERIFY2(job.finished, "mpirun still running after 30 s: rank 0 hangs in all_reduce");
+    QVERIFY2(!job.timed_out, "mpirun still running after 30 s: rank 0 hangs in all_reduce");
     QVERIFY2(job.exit_code != 0, qPrintable(job.err));
     QVERIFY2(job.err.contains("lattice: rank 1: disk full"), qPrintable(job.err));
     QVERIFY2(left.isEmpty(), qPrintable("left behind: " + left.join(' ')));
@@ -249,9 +223,10 @@ class CommTest : public QObject {
     QSKIP("built without MPI");
 #else
     const QString marker = unique_marker("sigkill");
-    const Job job = run_mpi(2, {"sigkill", marker}, 30000);
+    const lattice::testing::Run job =
+        lattice::testing::run_mpi(2, LATTICE_COMM_WORKER, {"sigkill", marker}, {}, 30000);
     const QStringList left = processes_left(marker);
-    QVERIFY2(job.finished, "mpirun still running after 30 s: rank 0 hangs in all_reduce");
+    QVERIFY2(!job.timed_out, "mpirun still running after 30 s: rank 0 hangs in all_reduce");
     QVERIFY2(job.exit_code != 0, qPrintable(job.err));
     QVERIFY2(job.err.contains("rank 1") && job.err.contains("signal 9"),
              qPrintable(job.out + job.err));

@@ -10,22 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "common/process.h"
 #include "http_client.h"
 #include "text_stream.h"
 
 using json = nlohmann::json;
-
-namespace {
-
-int run(const QStringList& args) {
-  QProcess p;
-  p.start(LATTICE_CLI_PATH, args);
-  if (!p.waitForFinished(240000)) return -1;
-  if (p.exitCode() != 0) qWarning("%s", p.readAllStandardError().constData());
-  return p.exitCode();
-}
-
-}  // namespace
 
 class Serve : public QObject {
   Q_OBJECT
@@ -53,29 +42,28 @@ class Serve : public QObject {
  private slots:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    QCOMPARE(run({"train",
-                  "--mock-data",
-                  "--num-layers",
-                  "2",
-                  "--hidden-size",
-                  "64",
-                  "--num-attention-heads",
-                  "4",
-                  "--seq-length",
-                  "32",
-                  "--vocab-size",
-                  "300",
-                  "--micro-batch-size",
-                  "2",
-                  "--train-iters",
-                  "2",
-                  "--eval-iters",
-                  "0",
-                  "--save",
-                  dir_.filePath("ckpt"),
-                  "--db",
-                  dir_.filePath("runs.sqlite")}),
-             0);
+    const QStringList train = {"train",
+                               "--mock-data",
+                               "--num-layers",
+                               "2",
+                               "--hidden-size",
+                               "64",
+                               "--num-attention-heads",
+                               "4",
+                               "--seq-length",
+                               "32",
+                               "--vocab-size",
+                               "300",
+                               "--micro-batch-size",
+                               "2",
+                               "--train-iters",
+                               "2",
+                               "--eval-iters",
+                               "0"};
+    const lattice::testing::Run trained = lattice::testing::run_process(
+        LATTICE_CLI_PATH,
+        train + QStringList{"--save", dir_.filePath("ckpt"), "--db", dir_.filePath("runs.sqlite")});
+    QVERIFY2(trained.exit_code == 0, qPrintable(trained.err));
     server_.start(LATTICE_CLI_PATH, {"serve", "--load", dir_.filePath("ckpt"), "--port", "0"});
     QVERIFY(server_.waitForReadyRead(60000));
     const QString line = QString::fromUtf8(server_.readLine());

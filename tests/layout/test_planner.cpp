@@ -8,8 +8,8 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
-#include <QProcess>
 
+#include "common/process.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "lattice/train_options.h"
@@ -54,24 +54,11 @@ QStringList gpt_1b(const QStringList& extra) {
          extra;
 }
 
-struct Run {
-  int exit_code = -1;
-  QString out, err;
-};
+using lattice::testing::Run;
 
+// `lattice args` as one process, given 60 s.
 Run lattice_cli(const QStringList& args) {
-  QProcess p;
-  p.start(LATTICE_CLI_PATH, args);
-  Run r;
-  if (!p.waitForFinished(60000)) {
-    p.kill();
-    r.err = "timed out";
-    return r;
-  }
-  r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-  r.out = QString::fromUtf8(p.readAllStandardOutput());
-  r.err = QString::fromUtf8(p.readAllStandardError());
-  return r;
+  return lattice::testing::run_process(LATTICE_CLI_PATH, args, {}, 60000);
 }
 
 }  // namespace

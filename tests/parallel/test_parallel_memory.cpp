@@ -4,9 +4,9 @@
 // the communicator; the planner computes from the config alone.
 #include <QtTest/QtTest>
 
-#include <QProcess>
 #include <QTemporaryDir>
 
+#include "common/process.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "lattice/storage/run_store.h"
@@ -49,22 +49,14 @@ class ParallelMemory : public QObject {
                                           "--global-batch-size", "8", "--train-iters", "2",
                                           "--eval-iters", "0", "--threads", "1"} +
                               layout;
-    QProcess mpirun;
-    QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
-    for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-      e.insert(kv.section('=', 0, 0), kv.section('=', 1));
-    mpirun.setProcessEnvironment(e);
-    mpirun.start(LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", QString::number(ranks),
-                                              LATTICE_CLI_PATH,
-                                              "train", "--log-memory", "--db",
-                                              dir.filePath("runs.sqlite"), "--run-name", "mem"} +
-                                      flags);
-    QVERIFY(mpirun.waitForFinished(240000));
-    const QString out = QString::fromUtf8(mpirun.readAllStandardOutput());
-    QVERIFY2(mpirun.exitCode() == 0, qPrintable(out + mpirun.readAllStandardError()));
-    QVERIFY2(out.contains(QString("[Rank %1] ").arg(ranks - 1)) &&
-                 out.contains("(after 1 iterations) memory (MiB)"),
-             qPrintable(out));
+    const lattice::testing::Run job = lattice::testing::run_lattice(
+        ranks, QStringList{"train", "--log-memory", "--db", dir.filePath("runs.sqlite"),
+                           "--run-name", "mem"} +
+                   flags);
+    QVERIFY2(job.exit_code == 0, qPrintable(job.out + job.err));
+    QVERIFY2(job.out.contains(QString("[Rank %1] ").arg(ranks - 1)) &&
+                 job.out.contains("(after 1 iterations) memory (MiB)"),
+             qPrintable(job.out));
 
     std::vector<std::string> args;
     for (const QString& f : flags) args.push_back(f.toStdString());

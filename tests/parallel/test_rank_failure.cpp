@@ -10,6 +10,8 @@
 #include <QTemporaryDir>
 #include <csignal>
 
+#include "common/process.h"
+
 namespace {
 
 // pid -> (rank or -1) of every `lattice` process whose command line holds `marker`.
@@ -42,10 +44,7 @@ class RankFailure : public QObject {
     QTemporaryDir dir;
     const QString marker = "rank-failure-" + QString::number(QCoreApplication::applicationPid());
     QProcess mpirun;
-    QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
-    for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-      e.insert(kv.section('=', 0, 0), kv.section('=', 1));
-    mpirun.setProcessEnvironment(e);
+    mpirun.setProcessEnvironment(lattice::testing::test_environment());
     mpirun.setProcessChannelMode(QProcess::MergedChannels);
     mpirun.start(LATTICE_MPIEXEC,
                  {"--oversubscribe", "-n", "2", LATTICE_CLI_PATH, "train", "--mock-data",

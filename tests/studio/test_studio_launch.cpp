@@ -9,6 +9,7 @@
 #include <QtTest>
 
 #include "app/main_window.h"
+#include "common/process.h"
 #include "dashboard/dashboard_view.h"
 #include "history/history_view.h"
 #include "history/run_table_model.h"
@@ -45,13 +46,6 @@ LaunchSettings mockData(const QString& runName) {
   s.runName = runName;
   return s;
 }
-
-#ifdef LATTICE_MPI_ENV
-void useMpiEnvironment() {
-  for (const QString& kv : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
-    qputenv(kv.section('=', 0, 0).toUtf8(), kv.section('=', 1).toUtf8());
-}
-#endif
 
 // The demo model made tiny, on one node of 2 devices (DP 2).
 void tinyTwoRankPlan(PlanModel& model) {
@@ -209,7 +203,7 @@ class TestStudioLaunch : public QObject {
 #ifndef LATTICE_MPIEXEC
     QSKIP("built without MPI");
 #else
-    useMpiEnvironment();
+    lattice::testing::put_mpi_environment();  // the launched mpirun inherits it
     QTemporaryDir dir;
     // The whole window: the launched run must open in the Dashboard and appear in History.
     MainWindow::Options options;
@@ -254,7 +248,7 @@ class TestStudioLaunch : public QObject {
 #ifndef LATTICE_MPIEXEC
     QSKIP("built without MPI");
 #else
-    useMpiEnvironment();
+    lattice::testing::put_mpi_environment();  // the launched mpirun inherits it
     QTemporaryDir dir;
     PlanModel model;
     tinyTwoRankPlan(model);

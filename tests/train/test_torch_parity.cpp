@@ -6,7 +6,6 @@
 
 #include <QJsonDocument>
 #include <QJsonObject>
-#include <QProcess>
 #include <QTemporaryDir>
 #include <cmath>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
 #include "common/grad_check.h"
+#include "common/process.h"
 #include "common/tiny_model.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
@@ -24,9 +24,7 @@ namespace {
 constexpr const char* kPython = "/usr/bin/python3";
 
 bool torch_available() {
-  QProcess p;
-  p.start(kPython, {"-c", "import torch"});
-  return p.waitForFinished(60000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
+  return testing::run_process(kPython, {"-c", "import torch"}, {}, 60000).exit_code == 0;
 }
 }  // namespace
 
@@ -83,13 +81,14 @@ class TorchParity : public QObject {
                           << ", \"tokens\": " << rows(tokens) << ", \"targets\": " << rows(targets)
                           << "}";
     }
-    QProcess p;
-    p.start(kPython, {QString(LATTICE_SOURCE_DIR) + "/tests/train/gpt2_reference.py",
-                      QString::fromStdString(weights), QString::fromStdString(spec),
-                      QString::fromStdString(theirs)});
-    QVERIFY(p.waitForFinished(120000));
-    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
-    const QJsonObject result = QJsonDocument::fromJson(p.readAllStandardOutput()).object();
+    const testing::Run py =
+        testing::run_process(kPython,
+                             {QString(LATTICE_SOURCE_DIR) + "/tests/train/gpt2_reference.py",
+                              QString::fromStdString(weights), QString::fromStdString(spec),
+                              QString::fromStdString(theirs)},
+                             {}, 120000);
+    QVERIFY2(py.exit_code == 0, qPrintable(py.err));
+    const QJsonObject result = QJsonDocument::fromJson(py.out.toUtf8()).object();
     const double torch_loss = result["loss"].toDouble();
     QVERIFY2(std::abs(loss - torch_loss) <= 1e-9 * torch_loss,
              qPrintable(QString("loss: lattice (double) %1, pytorch %2")
