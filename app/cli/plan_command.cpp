@@ -83,7 +83,7 @@ std::vector<FlagSpec> plan_flag_specs(PlanFlags& f) {
       {"nodes", "machines in the cluster; 0: world size / devices per node", &f.nodes},
       {"devices-per-node", "GPUs (or CPU ranks) per machine; 0: world / nodes, else 8 GPUs or all",
        &f.devices_per_node},
-      {"device", "h100, h200, a100-80gb, a100-40gb, or cpu (this machine)", &f.device},
+      {"device", "h100, h100-pcie, h200, a100-80gb, a100-40gb, or cpu (this machine)", &f.device},
       {"peak-gflops", "CPU peak per machine; 0: measure SGEMM on all cores", &f.peak_gflops},
       {"efficiency", "achieved / peak FLOP rate of the GEMMs, in (0, 1]", &f.efficiency},
       {"memory-headroom", "share of device memory kept free (workspace, buffers)", &f.headroom},

@@ -169,11 +169,29 @@ class PlannerTest : public QObject {
     QCOMPARE(h100.inter_node_bandwidth, 50e9);   // 400 Gb/s InfiniBand per GPU
     QCOMPARE(lattice::find_device("H100 SXM 80GB", "fp32")->peak_flops, 67e12);  // not TF32
     QVERIFY(lattice::find_device("h200", "bf16")->memory_bytes > 140e9);
-    QCOMPARE(lattice::known_devices("bf16").size(), size_t{4});
+    QCOMPARE(lattice::known_devices("bf16").size(), size_t{5});
+    QCOMPARE(lattice::find_device("h100-pcie", "bf16")->peak_flops, 756e12);
     QVERIFY(!lattice::find_device("tpu", "bf16"));
     const lattice::DeviceSpec cpu = lattice::this_machine_cpu(100, 2);
     QCOMPARE(cpu.peak_flops, 50e9);  // each of 2 ranks gets half
     QVERIFY(cpu.memory_bytes > 0 && cpu.intra_node_bandwidth > 0 && cpu.memory_bandwidth > 0);
+  }
+
+  // The GPU trainer's MFU divides by the peak of the board CUDA reports, so a PCIe H100 must
+  // not get the SXM figure, and a board the table lacks gets none.
+  void cuda_device_names_map_to_their_board() {
+    const auto key = [](const char* cuda_name) {
+      const std::optional<lattice::DeviceSpec> d = lattice::device_for_gpu_name(cuda_name, "bf16");
+      return d ? QString::fromStdString(d->key) : QString("none");
+    };
+    QCOMPARE(key("NVIDIA H100 80GB HBM3"), QString("h100"));
+    QCOMPARE(key("NVIDIA H100 PCIe"), QString("h100-pcie"));
+    QCOMPARE(key("NVIDIA H100 NVL"), QString("none"));
+    QCOMPARE(key("NVIDIA H200"), QString("h200"));
+    QCOMPARE(key("NVIDIA A100-SXM4-40GB"), QString("a100-40gb"));
+    QCOMPARE(key("NVIDIA A100 80GB PCIe"), QString("a100-80gb"));
+    QCOMPARE(key("NVIDIA GeForce RTX 4090"), QString("none"));
+    QCOMPARE(lattice::device_for_gpu_name("NVIDIA H100 PCIe", "bf16")->peak_flops, 756e12);
   }
 
   void step_terms_add_up_and_the_bubble_follows_1f1b() {
@@ -381,7 +399,7 @@ class PlannerTest : public QObject {
     QVERIFY2(r.err.contains("world size 16 does not split over --nodes 3"), qPrintable(r.err));
     const Run d = lattice_cli({"plan", "--device", "tpu-v5"});
     QCOMPARE(d.exit_code, 2);
-    QVERIFY2(d.err.contains("--device tpu-v5 is not one of h100, h200"), qPrintable(d.err));
+    QVERIFY2(d.err.contains("--device tpu-v5 is not one of h100, h100-pcie, h200"), qPrintable(d.err));
   }
 
   void plan_help_documents_the_cluster_and_the_search() {

@@ -48,7 +48,7 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
   const QCommandLineOption preset("preset", "Start from a model preset, e.g. \"GPT-3 6.7B\".",
                                   "NAME");
   const QCommandLineOption cluster("cluster",
-                                   "Cluster, e.g. 4x8:h100 (cpu, h100, h200, "
+                                   "Cluster, e.g. 4x8:h100 (cpu, h100, h100-pcie, h200, "
                                    "a100-80gb, a100-40gb, custom).",
                                    "SHAPE");
   const QCommandLineOption flags("flags", "lattice train flags applied last.", "FLAGS");

@@ -17,7 +17,7 @@ inline constexpr const char* kDeviceCustom = "custom";  // the custom_* fields b
 struct ClusterSettings {
   int nodes = 1;
   int devices_per_node = 1;
-  // "cpu", "custom", or a known_devices() key ("h100", "h200", "a100-80gb", "a100-40gb").
+  // "cpu", "custom", or a known_devices() key ("h100", "h100-pcie", "h200", "a100-80gb", "a100-40gb").
   QString device = kDeviceCpu;
   // The custom device, in the units a datasheet gives them.
   double custom_memory_gib = 80;

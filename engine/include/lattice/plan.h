@@ -94,12 +94,17 @@ struct DeviceSpec {
   double inter_node_bandwidth = 0;  // bytes/s per device (InfiniBand, Ethernet)
   double memory_bandwidth = 0;      // bytes/s (HBM, DRAM): the optimizer step's rate
 };
-// The built-in table (H100, H200, A100 80GB / 40GB) for `precision` ("bf16", "fp16", "fp32",
+// The built-in table (H100 SXM and PCIe, H200, A100 80GB / 40GB) for `precision` ("bf16", "fp16", "fp32",
 // "fp64"): dense peak rates from NVIDIA's datasheets; fp32 is the CUDA-core rate, not TF32.
 std::vector<DeviceSpec> known_devices(const std::string& precision);
 // The entry of known_devices(precision) whose key or name equals `name` (case-insensitive);
 // nullopt when there is none.
 std::optional<DeviceSpec> find_device(const std::string& name, const std::string& precision);
+// The entry for a GPU as CUDA names it ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", ...):
+// the board, not only the family, so a PCIe H100 gets its own peak; nullopt for a board the
+// table lacks (the caller then reports no MFU rather than a wrong one).
+std::optional<DeviceSpec> device_for_gpu_name(const std::string& cuda_name,
+                                              const std::string& precision);
 // This machine's CPU: its memory (sysconf), the measured SGEMM rate (GFLOP/s, all cores) as
 // the peak, and a memory-copy rate for shared-memory communication (measure_copy_bandwidth():
 // measured once per process, 0.03-0.25 s, so call it off a UI thread). With `ranks_per_node` > 1

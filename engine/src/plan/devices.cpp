@@ -33,12 +33,15 @@ struct GpuRow {
 
 // Sources: NVIDIA H100 Tensor Core GPU datasheet (SXM5: bf16 1,979 TFLOP/s with sparsity =
 // 989 dense, fp32 67, fp64 tensor 67, HBM3 3.35 TB/s, NVLink 900 GB/s bidirectional);
-// NVIDIA H200 datasheet (same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s); NVIDIA A100
-// datasheet (SXM4: bf16 312 dense, fp32 19.5, fp64 tensor 19.5, HBM2e 2,039 GB/s (80GB) /
+// NVIDIA H100 datasheet, PCIe column (bf16 1,513 with sparsity = 756 dense, fp32 51, fp64
+// tensor 51, HBM2e 2 TB/s; its NVLink bridge joins pairs only, so a ring over a node's GPUs
+// runs at PCIe Gen5 x16, 64 GB/s one direction); NVIDIA H200 datasheet (same compute as
+// H100 SXM, 141 GB HBM3e at 4.8 TB/s); NVIDIA A100 datasheet (SXM4: bf16 312 dense, fp32 19.5, fp64 tensor 19.5, HBM2e 2,039 GB/s (80GB) /
 // HBM2 1,555 GB/s (40GB), NVLink 600 GB/s bidirectional). Networks as in DGX H100 / H200
 // (8 x ConnectX-7 NDR 400 Gb/s: 50 GB/s per GPU) and DGX A100 (8 x HDR 200 Gb/s: 25 GB/s).
 constexpr GpuRow kGpus[] = {
     {"H100 SXM 80GB", "h100", 81559, 989, 67, 67, 450, 50, 3350},
+    {"H100 PCIe 80GB", "h100-pcie", 81559, 756, 51, 51, 64, 50, 2000},
     {"H200 SXM 141GB", "h200", 143771, 989, 67, 67, 450, 50, 4800},
     {"A100 SXM 80GB", "a100-80gb", 81920, 312, 19.5, 19.5, 300, 25, 2039},
     {"A100 SXM 40GB", "a100-40gb", 40960, 312, 19.5, 19.5, 300, 25, 1555},
@@ -93,6 +96,27 @@ std::optional<DeviceSpec> find_device(const std::string& name, const std::string
   for (const DeviceSpec& d : known_devices(precision))
     if (lower(d.key) == wanted || lower(d.name) == wanted) return d;
   return std::nullopt;
+}
+
+// CUDA names: "NVIDIA H100 80GB HBM3" (SXM), "NVIDIA H100 PCIe", "NVIDIA H100 NVL",
+// "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB".
+// The PCIe and NVL boards of a family have lower clocks than its SXM board, so the family
+// alone does not decide; a board the table lacks (H100 NVL) gets no entry rather than the
+// SXM figures.
+std::optional<DeviceSpec> device_for_gpu_name(const std::string& cuda_name,
+                                              const std::string& precision) {
+  const std::string n = lower(cuda_name);
+  const auto has = [&](const char* part) { return n.find(part) != std::string::npos; };
+  const char* key = nullptr;
+  if (has("h200")) {
+    key = has("nvl") ? nullptr : "h200";
+  } else if (has("h100")) {
+    key = has("nvl") ? nullptr : has("pcie") ? "h100-pcie" : "h100";
+  } else if (has("a100")) {  // PCIe and SXM A100s share the dense peak; the memory differs
+    key = has("40gb") ? "a100-40gb" : "a100-80gb";
+  }
+  if (!key) return std::nullopt;
+  return find_device(key, precision);
 }
 
 double measure_copy_bandwidth() {
