@@ -7,7 +7,11 @@
 //   - a CPU checkpoint restores the device exactly (--ckpt-step; --finetune: weights only),
 //     and the gaps between the device's moment tensors are never written;
 //   - a fresh run starts from GptModel::init_weights(--seed); --save-hf and --load-hf carry
-//     the device's weights through a GPT-2 file.
+//     the device's weights through a GPT-2 file;
+//   - with --tensor-model-parallel-size 2 (this program rerun as two MPI ranks, each holding a
+//     device of its shard): the two shards save a checkpoint that loads into the whole model of
+//     one CPU process (resharded, padding rows dropped), their --save-hf file is the whole
+//     model, and a TP 1 checkpoint, a GPT-2 file or --seed restore each rank's slices.
 // The device itself (cudaMemcpy, the bf16 copy) is tested by tests/cuda/test_gpu_training.cpp.
 #include <QtTest/QtTest>
 
@@ -17,6 +21,9 @@
 #include <limits>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/hf_gpt2.h"
+#include "common/process.h"
 #include "common/tiny_model.h"
 #include "gpu/gpu_checkpoint.h"
 #include "lattice/layout.h"
@@ -87,6 +94,27 @@ TrainOptions options() {
   o.mock_data = true;
   o.seed = 11;
   return o;
+}
+
+// The moment a tensor's global element g holds in the TP tests: the same whatever the layout
+// that stores it, so shards and the whole model can be compared.
+float global_moment(const std::string& name, size_t g, int which) {
+  return moment_value(g + 31 * name.size(), which);
+}
+
+// The TP 2 tests' run: options() on two tensor-parallel ranks. Its padded vocabulary (256) is
+// larger than TP 1's (128): the checkpoint code drops or zero-fills the difference.
+TrainOptions tp2_options() {
+  TrainOptions o = options();
+  o.model.tensor_model_parallel_size = 2;
+  return o;
+}
+
+// Global element index of element i of the slice `t` holds.
+size_t global_index(const ParamTensor& t, size_t i) {
+  const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                        t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+  return map.global_index(i);
 }
 
 // "" or the first element of tensor `name` where got != want.
@@ -347,7 +375,210 @@ class GpuCheckpointHost : public QObject {
       QVERIFY2(d.isEmpty(), qPrintable(d));
     }
   }
+
+#ifdef LATTICE_MPIEXEC
+  void tensor_parallel_shards_save_and_restore() {
+    const std::string dir = dir_.filePath("tp").toStdString();
+    std::filesystem::create_directories(dir);
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const TrainOptions o = options();
+    const ParamLayout layout(o.model);  // the whole model's, as GptModel(o.model, 1) has it
+    // Two TP ranks save their shards (worker_save) ...
+    testing::Run saved =
+        testing::run_mpi(2, self, {"--tp-worker", "save", QString::fromStdString(dir)}, {}, 120000);
+    QVERIFY2(saved.exit_code == 0, qPrintable("TP 2 save: " + saved.err + saved.out));
+    // ... which load into the whole model of one process: weights, moments, steps.
+    Result<CheckpointRef> ref = find_checkpoint(dir + "/tp2", 0);
+    QVERIFY2(ref, ref ? "" : ref.status().message().c_str());
+    QCOMPARE(ref->iteration, 7);
+    CpuRank rank(o);
+    TrainState state;
+    Status s = load_checkpoint(*ref, rank.parts(), false, &state);
+    QVERIFY2(s, s.message().c_str());
+    QCOMPARE(state.consumed_samples, int64_t{14});
+    QCOMPARE(rank.adam.steps_taken(), 7);
+    GptModel<float> drawn(o.model, 1);
+    drawn.init_weights(5);  // rows [0, 128) of TP 2's 256-row word embedding draw the same
+    const QString d = weights_difference(layout, rank.model.params(), drawn.params());
+    QVERIFY2(d.isEmpty(), qPrintable("TP 2 checkpoint into TP 1: " + d));
+    for (const auto& view : rank.adam.state_views()) {
+      const ParamTensor* t = nullptr;
+      for (const ParamTensor& x : layout.tensors())
+        if (view.offset >= x.offset && view.offset < x.offset + x.numel) t = &x;
+      QVERIFY(t);
+      for (size_t j = 0; j < view.numel; j++) {
+        const size_t g = view.offset - t->offset + j;
+        QVERIFY2(view.exp_avg[j] == global_moment(t->name, g, 1) &&
+                     view.exp_avg_sq[j] == global_moment(t->name, g, 2),
+                 qPrintable(QString("moments of %1[%2] after TP 2 -> TP 1")
+                                .arg(QString::fromStdString(t->name))
+                                .arg(g)));
+      }
+    }
+    // The shards' --save-hf file is the whole model.
+    std::vector<float> hf(layout.total_numel(), 0.0f);
+    s = import_hf_gpt2(dir + "/tp2.safetensors", o.model, layout, hf.data());
+    QVERIFY2(s, s.message().c_str());
+    for (const ParamTensor& t : layout.tensors()) {
+      const size_t n = t.name == "embedding.word_embeddings.weight"
+                           ? static_cast<size_t>(o.model.vocab_size) * o.model.hidden_size
+                           : t.numel;
+      const QString e =
+          first_difference(t.name, hf.data() + t.offset, drawn.params() + t.offset, n);
+      QVERIFY2(e.isEmpty(), qPrintable("TP 2 --save-hf: " + e));
+    }
+
+    // A TP 1 checkpoint and GPT-2 file restore the two shards (worker_restore checks them).
+    CpuRank tp1(o);
+    tp1.model.init_weights(8);
+    for (auto& view : tp1.adam.state_views())
+      for (const ParamTensor& t : layout.tensors())
+        if (view.offset >= t.offset && view.offset < t.offset + t.numel)
+          for (size_t j = 0; j < view.numel; j++) {
+            view.exp_avg[j] = global_moment(t.name, view.offset - t.offset + j, 1);
+            view.exp_avg_sq[j] = global_moment(t.name, view.offset - t.offset + j, 2);
+          }
+    Result<SavedCheckpoint> written = save_checkpoint(
+        *world_, dir + "/tp1", {4, 8, 0, 4, 0, 0}, o.model, train_options_json(o), tp1.parts(), 0);
+    QVERIFY2(written, written ? "" : written.status().message().c_str());
+    GptModel<float> gpt2(o.model, 1);
+    gpt2.init_weights(21);
+    s = export_hf_gpt2(dir + "/tp1.safetensors", o.model, gpt2.layout(), gpt2.params());
+    QVERIFY2(s, s.message().c_str());
+    testing::Run restored = testing::run_mpi(
+        2, self, {"--tp-worker", "restore", QString::fromStdString(dir)}, {}, 120000);
+    QVERIFY2(restored.exit_code == 0, qPrintable("TP 2 restore: " + restored.err + restored.out));
+  }
+#endif
 };
 
-QTEST_APPLESS_MAIN(GpuCheckpointHost)
+// ---- the TP 2 worker: this program as one of two MPI ranks --------------------------------
+
+namespace {
+
+// "" or the first element of the device's shard that differs from `want(t, g)` (g: the global
+// index of the element); moments too when `moments` (exp_avg, exp_avg_sq = want * 1, * 2).
+template <typename Want>
+std::string shard_difference(const ParamLayout& layout, const HostDevice& device, Want want,
+                             bool moments) {
+  for (const ParamTensor& t : layout.tensors())
+    for (size_t i = 0; i < t.numel; i++) {
+      const size_t g = global_index(t, i);
+      const float w = want(t, g, 0);
+      const float got = device.params[t.offset + i];
+      if (got != w)
+        return t.name + "[" + std::to_string(i) + "] (global " + std::to_string(g) + "): got " +
+               std::to_string(got) + ", want " + std::to_string(w);
+      if (moments && (device.exp_avg[t.offset + i] != want(t, g, 1) ||
+                      device.exp_avg_sq[t.offset + i] != want(t, g, 2)))
+        return "moments of " + t.name + "[" + std::to_string(i) + "] (global " + std::to_string(g) +
+               ")";
+    }
+  return "";
+}
+
+// save DIR: each rank's device holds its slices of init_weights(5) and global_moment values;
+// a checkpoint in DIR/tp2 and a GPT-2 file DIR/tp2.safetensors.
+std::string worker_save(Comm& world, const std::string& dir) {
+  TrainOptions o = tp2_options();
+  o.save = dir + "/tp2";
+  o.save_hf = dir + "/tp2.safetensors";
+  Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
+  if (!me) return me.status().message();
+  GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
+  drawn.init_weights(5);
+  HostDevice device(drawn.layout());
+  for (const ParamTensor& t : drawn.layout().tensors())
+    for (size_t i = 0; i < t.numel; i++) {
+      device.params[t.offset + i] = drawn.params()[t.offset + i];
+      device.exp_avg[t.offset + i] = global_moment(t.name, global_index(t, i), 1);
+      device.exp_avg_sq[t.offset + i] = global_moment(t.name, global_index(t, i), 2);
+    }
+  const TrainState state{7, 14, 0, 7, 0, 0};
+  Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, device);
+  if (!saved) return "save_gpu_checkpoint: " + saved.status().message();
+  Messages messages;
+  if (Status s = gpu::save_gpu_hf(o, o.model, world, device, messages); !s)
+    return "save_gpu_hf: " + s.message();
+  return "";
+}
+
+// restore DIR: a fresh run (--seed), DIR/tp1 (a TP 1 checkpoint of init_weights(8) and
+// global_moment values) and DIR/tp1.safetensors (init_weights(21)) each restore this rank's
+// slices; rows beyond TP 1's padded vocabulary come back as zeros.
+std::string worker_restore(Comm& world, const std::string& dir) {
+  const TrainOptions o = tp2_options();
+  Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
+  if (!me) return me.status().message();
+  const ParamLayout layout(o.model, me->shard);
+  Messages messages;
+  // A fresh run: this rank's slices of the initialisation every layout draws.
+  GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
+  drawn.init_weights(o.seed);
+  HostDevice fresh(layout);
+  if (Result<TrainState> s = gpu::restore_gpu_state(o, o.model, world, fresh, messages); !s)
+    return "fresh run: " + s.status().message();
+  for (size_t i = 0; i < fresh.params.size(); i++)
+    if (fresh.params[i] != drawn.params()[i])
+      return "fresh run: arena element " + std::to_string(i) + " is not init_weights(--seed)'s";
+  // --load of the TP 1 checkpoint: weights and moments resharded.
+  const TrainOptions whole_options = options();
+  GptModel<float> whole(whole_options.model, 1);
+  whole.init_weights(8);
+  auto from_whole = [&](const ParamTensor& t, size_t g, int which) -> float {
+    const ParamTensor& w = *whole.layout().find(t.name);
+    if (g >= w.numel) return 0.0f;  // beyond TP 1's padded vocabulary
+    return which == 0 ? whole.params()[w.offset + g] : global_moment(t.name, g, which);
+  };
+  TrainOptions load = o;
+  load.load = dir + "/tp1";
+  HostDevice loaded(layout);
+  Result<TrainState> state = gpu::restore_gpu_state(load, load.model, world, loaded, messages);
+  if (!state) return "--load: " + state.status().message();
+  if (state->iteration != 4) return "--load: iteration " + std::to_string(state->iteration);
+  if (std::string d = shard_difference(layout, loaded, from_whole, true); !d.empty())
+    return "--load: " + d;
+  // --load-hf: the vocabulary's rows of the GPT-2 file; padding rows zero.
+  GptModel<float> hf(whole_options.model, 1);
+  hf.init_weights(21);
+  auto from_hf = [&](const ParamTensor& t, size_t g, int) -> float {
+    const ParamTensor& w = *hf.layout().find(t.name);
+    const bool padding = t.name == "embedding.word_embeddings.weight" &&
+                         g >= static_cast<size_t>(o.model.vocab_size) * o.model.hidden_size;
+    return padding ? 0.0f : hf.params()[w.offset + g];
+  };
+  TrainOptions load_hf = o;
+  load_hf.load_hf = dir + "/tp1.safetensors";
+  HostDevice imported(layout);
+  if (Result<TrainState> s = gpu::restore_gpu_state(load_hf, o.model, world, imported, messages);
+      !s)
+    return "--load-hf: " + s.status().message();
+  if (std::string d = shard_difference(layout, imported, from_hf, false); !d.empty())
+    return "--load-hf: " + d;
+  return "";
+}
+
+int tp_worker(const std::string& mode, const std::string& dir) {
+  Result<std::unique_ptr<Comm>> world = make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
+    return 1;
+  }
+  const std::string error =
+      mode == "save" ? worker_save(**world, dir) : worker_restore(**world, dir);
+  const int rank = (*world)->rank();
+  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+  world->reset();
+  finalize_comm();
+  return error.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--tp-worker") return tp_worker(argv[2], argv[3]);
+  GpuCheckpointHost test;
+  return QTest::qExec(&test, argc, argv);
+}
 #include "test_gpu_checkpoint_host.moc"

@@ -1,6 +1,7 @@
 // What the GPU trainer refuses, checked without a device (label unit, CUDA builds): every
 // unsupported option is named in one sentence, before the trainer looks for a GPU, and a
-// supported run reaches the device check (docs/gpu.md#scope).
+// supported run reaches the device check (docs/gpu.md#scope). Tensor parallelism is accepted
+// when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism).
 #include <QtTest/QtTest>
 
 #include "gpu/gpu_trainer.h"
@@ -51,15 +52,44 @@ class GpuOptionsTest : public QObject {
     QVERIFY(gpu::unsupported_on_gpu(checkpoints, 1).empty());
   }
 
+  void tensor_parallelism_that_splits_heads_and_mlp_evenly_is_supported() {
+    TrainOptions o = supported();
+    o.model.tensor_model_parallel_size = 2;          // 1 head and 256 MLP columns per rank
+    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // TP 2
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x DP 2: 2 micro-batches over DP 2
+    o.save = "/tmp/x";  // checkpoints of TP shards are the CPU engine's
+    o.save_hf = "/tmp/z.safetensors";
+    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());
+  }
+
+  void tensor_parallel_sizes_that_do_not_fit_are_named() {
+    TrainOptions o = supported();
+    o.model.tensor_model_parallel_size = 4;  // 2 heads
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 4),
+                  "--tensor-model-parallel-size 4 does not divide --num-attention-heads 2"));
+    o.model.tensor_model_parallel_size = 2;
+    o.model.ffn_hidden_size = 520;  // 260 columns per rank: the GELU epilogue needs % 8
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
+                  "--ffn-hidden-size / --tensor-model-parallel-size 2 % 8"));
+    o.model.ffn_hidden_size = 515;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
+                  "--tensor-model-parallel-size 2 does not divide the MLP hidden size 515"));
+    o.model.ffn_hidden_size = 0;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 3),
+                  "world size 3 is not a multiple of --tensor-model-parallel-size 2"));
+    // World 8 at TP 2 is DP 4: the 2 micro-batches of the global batch do not split over it.
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 8), "--global-batch-size"));
+  }
+
   void each_unsupported_option_is_named() {
     TrainOptions o = supported();
-    o.model.tensor_model_parallel_size = 2;
     o.parallel.pipeline_model_parallel_size = 2;
     o.parallel.use_distributed_optimizer = true;
+    o.parallel.sequence_parallel = true;
     o.model.hidden_dropout = 0.1f;
     o.model.num_attention_heads = 4;  // head size 32
     const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
-    QVERIFY(names(e, "--tensor-model-parallel-size 2"));
+    QVERIFY(names(e, "--sequence-parallel"));
     QVERIFY(names(e, "--pipeline-model-parallel-size 2"));
     QVERIFY(names(e, "--use-distributed-optimizer"));
     QVERIFY(names(e, "--hidden-dropout 0 --attention-dropout 0"));

@@ -61,10 +61,14 @@ fi
 
 targets=(test_cuda_ops test_cuda_attention test_gpu_training lattice-bench-cuda-ops
          lattice-bench-train-gpu)
-# NcclComm's test exists where MPI and NCCL were found (it builds the engine too).
+# NcclComm's test exists where MPI and NCCL were found (it builds the engine too); the
+# tensor-parallel training test where MPI was found (it skips itself below 2 GPUs).
 # (grep without -q reads all of its input: with pipefail, -q's early exit would fail the pipe)
 if cmake --build "$build" --target help 2>/dev/null | grep test_nccl_comm_worker >/dev/null; then
   targets+=(test_nccl_comm_worker)
+fi
+if cmake --build "$build" --target help 2>/dev/null | grep test_gpu_tensor_parallel >/dev/null; then
+  targets+=(test_gpu_tensor_parallel)
 fi
 say "build ${targets[*]} with -j$jobs"
 if ! timeout "${LATTICE_GPU_CHECK_BUILD_TIMEOUT:-300}" cmake --build "$build" -j "$jobs" \
@@ -78,7 +82,7 @@ say "ctest -L cuda"
 timeout 240 ctest --test-dir "$build" -L cuda -V --timeout 200 \
   >"$build/gpu-check-ctest.log" 2>&1
 ctest_rc=$?
-grep -E "^([0-9]+: )?(PASS|FAIL!|SKIP|QWARN|QINFO|   Loc:|Totals:|rank [0-9]+: |no CUDA)" \
+grep -E "^([0-9]+: )?(PASS|FAIL!|SKIP|QWARN|QINFO|   Loc:|Totals:|rank [0-9]+: |no CUDA|fewer than)" \
   "$build/gpu-check-ctest.log" \
   | grep -vE "::(initTestCase|cleanupTestCase)\(\)$" || true
 if [[ -z "${LATTICE_GPU_CHECK_DRY_RUN:-}" ]] && grep -q "no CUDA device" "$build/gpu-check-ctest.log"; then
@@ -150,18 +154,19 @@ for m in ["124m", "355m", "1.3b"]:
 PY
 
 echo
-echo "| check                                 | result  |"
-echo "|---------------------------------------|---------|"
-for test in test_cuda_ops test_cuda_attention test_gpu_training test_nccl_comm; do
+echo "| check                                    | result  |"
+echo "|------------------------------------------|---------|"
+for test in test_cuda_ops test_cuda_attention test_gpu_training test_gpu_tensor_parallel \
+    test_nccl_comm; do
   line=$(grep -E "Test +#[0-9]+: $test " "$build/gpu-check-ctest.log" | head -1)
   result="not run"
   [[ "$line" == *Passed* ]] && result="passed"
   [[ "$line" == *Failed* || "$line" == *Timeout* || "$line" == *Exception* ]] && result="FAILED"
   [[ "$line" == *Skipped* || "$line" == *"Not Run"* ]] && result="SKIPPED"
-  printf '| %-37s | %-7s |\n' "$test (ctest -L cuda)" "$result"
+  printf '| %-40s | %-7s |\n' "$test (ctest -L cuda)" "$result"
 done
-printf '| %-37s | %-7s |\n' "lattice-bench-cuda-ops" "$bench_result"
-printf '| %-37s | %-7s |\n' "lattice-bench-train-gpu" "$train_result"
-printf '| %-37s | %-7s |\n' "train_torch_gpu.py (PyTorch bf16)" "$torch_result"
+printf '| %-40s | %-7s |\n' "lattice-bench-cuda-ops" "$bench_result"
+printf '| %-40s | %-7s |\n' "lattice-bench-train-gpu" "$train_result"
+printf '| %-40s | %-7s |\n' "train_torch_gpu.py (PyTorch bf16)" "$torch_result"
 say "done"
 [[ $ctest_rc == 0 && $bench_rc == 0 && $train_rc == 0 ]] || exit 1

@@ -1,5 +1,5 @@
 // The GPU trainer's checkpoints through the CPU engine's checkpoint code (gpu_checkpoint.h).
-// The host structures exist only while a load or save runs: a whole fp32 model and its two
+// The host structures exist only while a load or save runs: the rank's fp32 shard and its two
 // moments (GptModel<float> also holds a gradient arena, unused here).
 #include "gpu/gpu_checkpoint.h"
 
@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <memory>
 
+#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/hf_gpt2.h"
 #include "lattice/layout.h"
 #include "model/gpt.h"
+#include "parallel/model_chunks.h"
 
 namespace lattice::gpu {
 
@@ -34,7 +36,28 @@ Status upload_moments(const std::vector<MomentSpan>& spans, DeviceState& device)
   return Status::ok();
 }
 
-// The device's weights and moments into `host` and `optimizer` (the whole model).
+// The rank's shard on the host, as the CPU trainer builds it (no TP communicator: the model is
+// never run, only filled and read).
+std::unique_ptr<GptModel<float>> host_shard(const ModelConfig& model, const ModelShard& shard) {
+  return std::make_unique<GptModel<float>>(model, shard, 1, nullptr, RecomputePlan{});
+}
+
+// --load-hf: the whole GPT-2 file, then this shard's slice of every tensor.
+Status import_hf_shard(const std::string& path, const ModelConfig& model, GptModel<float>& host) {
+  const ParamLayout whole(model);
+  std::vector<float> full(whole.total_numel());
+  if (Status s = import_hf_gpt2(path, model, whole, full.data()); !s) return s;
+  for (const ParamTensor& t : host.layout().tensors()) {
+    const ParamTensor& g = *whole.find(t.name);
+    const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                          t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+    float* dst = host.params() + t.offset;
+    for (size_t i = 0; i < t.numel; i++) dst[i] = full[g.offset + map.global_index(i)];
+  }
+  return Status::ok();
+}
+
+// The device's weights and moments into `host` and `optimizer` (the rank's shard).
 Status download_state(DeviceState& device, GptModel<float>& host, AdamW<float>& optimizer) {
   if (Status s = device.download_params(host.params()); !s) return s;
   Result<std::vector<MomentSpan>> spans = moment_spans(host.layout(), optimizer);
@@ -82,13 +105,26 @@ Result<std::vector<MomentSpan>> moment_spans(const ParamLayout& layout, AdamW<fl
   return spans;
 }
 
+Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int rank) {
+  Result<ParallelLayout> layout = make_layout(o, world_size);
+  if (!layout) return layout.status();
+  GpuRankShard r;
+  r.layout = *layout;
+  r.coord = layout->coord(rank);
+  r.shard = shard_of(r.layout, r.coord, 0, false);
+  return r;
+}
+
 Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model, Comm& world,
                                      DeviceState& device, MetricsSink& sink) {
   const bool rank0 = world.rank() == 0;
-  GptModel<float> host(model, 1);
+  Result<GpuRankShard> me = gpu_rank_shard(o, world.size(), world.rank());
+  if (!me) return me.status();
+  std::unique_ptr<GptModel<float>> host_model = host_shard(model, me->shard);
+  GptModel<float>& host = *host_model;
   TrainState state;
   if (!o.load_hf.empty()) {
-    if (Status s = import_hf_gpt2(o.load_hf, model, host.layout(), host.params()); !s)
+    if (Status s = import_hf_shard(o.load_hf, model, host); !s)
       return Status::invalid_argument("--load-hf: " + s.message());
     if (rank0) sink.on_message("loaded GPT-2 weights from " + o.load_hf);
   } else if (o.load.empty()) {
@@ -101,12 +137,10 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
   // --load (which excludes --load-hf) writes every tensor, so nothing is drawn first.
   Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
   if (!ref) return ref.status();
-  Result<ParallelLayout> layout = make_layout(o, world.size());
-  if (!layout) return layout.status();
   const auto t0 = Clock::now();
   AdamW<float> optimizer(host.layout(), o.optim);
   RankParts parts;
-  parts.layout = &*layout;
+  parts.layout = &me->layout;
   parts.chunks = {&host};
   parts.optimizers = {&optimizer};
   auto load = [&]() -> Status {
@@ -132,15 +166,15 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
 Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
                                             Comm& world, const TrainState& state,
                                             DeviceState& device) {
-  Result<ParallelLayout> layout = make_layout(o, world.size());
-  if (!layout) return layout.status();
+  Result<GpuRankShard> me = gpu_rank_shard(o, world.size(), world.rank());
+  if (!me) return me.status();
   RankParts parts;
-  parts.layout = &*layout;
+  parts.layout = &me->layout;
   std::unique_ptr<GptModel<float>> host;
   std::unique_ptr<AdamW<float>> optimizer;
   Status downloaded = Status::ok();
-  if (world.rank() == 0) {
-    host = std::make_unique<GptModel<float>>(model, 1);
+  if (me->coord.dp == 0) {  // the shards the checkpoint stores (write_shard)
+    host = host_shard(model, me->shard);
     optimizer = std::make_unique<AdamW<float>>(host->layout(), o.optim);
     downloaded = download_state(device, *host, *optimizer);
     parts.chunks = {host.get()};
@@ -155,11 +189,22 @@ Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelCo
 
 Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
                    DeviceState& device, MetricsSink& sink) {
+  Result<GpuRankShard> me = gpu_rank_shard(o, world.size(), world.rank());
+  if (!me) return me.status();
+  std::unique_ptr<GptModel<float>> host;
+  Status downloaded = Status::ok();
+  if (me->coord.dp == 0) {  // the shards gather_full_params reads
+    host = host_shard(model, me->shard);
+    downloaded = device.download_params(host->params());
+  }
+  if (Status s = agree(world, downloaded, "--save-hf"); !s) return s;
+  std::vector<const GptModel<float>*> chunks;
+  if (host) chunks.push_back(host.get());
+  Result<std::vector<float>> full =
+      gather_full_params<float>(world, me->layout, model, false, chunks);
+  if (!full) return full.status();
   if (world.rank() != 0) return Status::ok();
-  const ParamLayout layout(model);
-  std::vector<float> params(layout.total_numel());
-  if (Status s = device.download_params(params.data()); !s) return s;
-  if (Status s = export_hf_gpt2(o.save_hf, model, layout, params.data()); !s)
+  if (Status s = export_hf_gpt2(o.save_hf, model, ParamLayout(model), full->data()); !s)
     return Status::io_error("--save-hf: " + s.message());
   sink.on_message("saved GPT-2 weights to " + o.save_hf);
   return Status::ok();

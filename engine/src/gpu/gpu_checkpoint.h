@@ -1,9 +1,12 @@
 // Checkpoints of the GPU trainer in the CPU engine's format (checkpoint/checkpoint.h), so that
 // either engine resumes the other's run: the device's fp32 master weights and AdamW moments
-// pass through host structures of the CPU engine's types (GptModel<float>, AdamW<float>), and
-// the CPU checkpoint code saves or loads them as a TP 1 x PP 1 x DP n layout; --load-hf and
-// --save-hf likewise. Host code only (no CUDA header): the device is behind DeviceState, so
-// tests run all of this on the CPU. Non-goals: asynchronous saves, bf16 or fp16 state.
+// pass through host structures of the CPU engine's types (GptModel<float> of the rank's
+// ModelShard, AdamW<float>), and the CPU checkpoint code saves or loads them as the run's
+// TP t x PP 1 x DP d layout (the options' --tensor-model-parallel-size over the world): each
+// rank holds its tensor-parallel shard, and a checkpoint of any layout loads (resharding);
+// --load-hf and --save-hf likewise. Host code only (no CUDA header): the device is behind
+// DeviceState, so tests run all of this on the CPU. Non-goals: asynchronous saves, bf16 or
+// fp16 state, pipeline stages.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +14,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "lattice/comm.h"
+#include "lattice/layout.h"
 #include "lattice/status.h"
 #include "lattice/train.h"
 #include "model/param_layout.h"
@@ -19,7 +23,8 @@
 namespace lattice::gpu {
 
 // The training state that lives on the device, seen from the host. The GPU trainer keeps the
-// fp32 master weights in one arena laid out by ParamLayout(model), as GptModel<float>::params()
+// fp32 master weights in one arena laid out by ParamLayout(model, shard) (the rank's tensor-
+// parallel shard, shard_of(layout, coord, 0)), as GptModel<float>::params()
 // (every tensor at its offset, the 16-element alignment gaps between tensors unused), and its
 // AdamW's two moments in arenas indexed the same way. AdamW<float> on the host packs its
 // moments without the gaps, so moments move tensor by tensor (moment_spans). Every method
@@ -49,23 +54,36 @@ struct MomentSpan {
 // keep the moments of exactly those tensors (an optimizer over owned ranges, another model).
 Result<std::vector<MomentSpan>> moment_spans(const ParamLayout& layout, AdamW<float>& host);
 
+// Where this rank sits: the run's layout (o's TP over world_size ranks, PP 1), the rank's
+// coordinates and its model shard, whose ParamLayout the device's arenas follow.
+struct GpuRankShard {
+  ParallelLayout layout;
+  ParallelLayout::Coord coord;
+  ModelShard shard;
+};
+Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int rank);
+
 // The state a run starts from, uploaded to `device`: GPT-2 weights (--load-hf) or Megatron's
 // initialisation from --seed (GptModel::init_weights, as the CPU trainer draws it), then with
 // --load the checkpoint find_checkpoint names (--ckpt-step), weights only with --finetune.
 // The device's moments must be zero on entry (they stay zero unless a checkpoint sets them).
-// Every rank reads the whole model itself (TP 1, PP 1). Rank 0 reports to `sink` as the CPU
-// trainer does. Returns the progress to continue from (zero: a fresh run, --finetune).
+// Every rank reads its own shard itself (--load-hf: the whole file, then its slices). Rank 0
+// reports to `sink` as the CPU trainer does. Returns the progress to continue from (zero: a
+// fresh run, --finetune). Collective over `world` with --load.
 Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model, Comm& world,
                                      DeviceState& device, MetricsSink& sink);
 
-// --save: a checkpoint of `state` in o.save (--save-retain), collective over `world` (DP =
-// world). Rank 0 downloads the weights and moments and writes them, as data-parallel rank 0
-// does on the CPU; the other ranks hold equal replicas and only take part in the agreement.
+// --save: a checkpoint of `state` in o.save (--save-retain), collective over `world`. The
+// data-parallel rank 0 of each tensor-parallel rank downloads its shard's weights and moments
+// and writes them, as on the CPU; the other ranks hold equal replicas and only take part in
+// the agreement.
 Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
                                             Comm& world, const TrainState& state,
                                             DeviceState& device);
 
-// --save-hf: rank 0 writes the master weights as a GPT-2 safetensors file and says so.
+// --save-hf: the shards of data-parallel rank 0 gathered to rank 0 (gather_full_params), which
+// writes the whole model's master weights as a GPT-2 safetensors file and says so. Collective
+// over `world`.
 Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
                    DeviceState& device, MetricsSink& sink);
 

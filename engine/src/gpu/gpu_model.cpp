@@ -4,6 +4,13 @@
 // res_mid and MLP output, and the final LayerNorm makes residual[L]. Backward runs the same
 // gradient convention as the CPU model: parameter gradients +=, the residual stream's gradient
 // d_res_ accumulated by every LayerNorm backward.
+// Tensor parallelism follows the CPU model step for step (gpt_layer.cpp, gpt.cpp): QKV and FC1
+// column-parallel, the attention projection and FC2 row-parallel with their partial outputs
+// summed over the TP group before the residual add, the column-parallel layers' input
+// gradients summed before the LayerNorm backward, vocabulary-parallel embedding, tied LM head
+// and cross-entropy. A replicated term (a row-parallel bias, the position embedding) enters
+// once: tp_rank 0 adds the bias inside its GEMM, the position embedding is added after the
+// embedding's sum. Their gradients come from the whole (reduced) output gradient on every rank.
 #include "gpu/gpu_model.h"
 
 #include <cuda_runtime_api.h>
@@ -32,13 +39,24 @@ void copy_device_async(cu::Context& ctx, void* dst, const void* src, size_t byte
     ctx.record_error("cudaMemcpyAsync (device to device) failed");
 }
 
+namespace {
+// The whole model's layers, embeddings and head, split over TP as `shard` says.
+ModelShard tensor_parallel_only(const ModelShard& shard) {
+  ModelShard s;
+  s.tp_rank = shard.tp_rank;
+  s.tp_size = shard.tp_size;
+  return s;
+}
+}  // namespace
+
 template <typename A>
-GpuGpt<A>::GpuGpt(const ModelConfig& config, int micro_batch, cu::Context& ctx,
-                  CachingAllocator& memory)
+GpuGpt<A>::GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch,
+                  cu::Context& ctx, CachingAllocator& memory, Comm* tp)
     : config_(config),
-      layout_(config),
+      layout_(config, tensor_parallel_only(shard)),
       ctx_(ctx),
       memory_(memory),
+      tp_(shard.tp_size > 1 ? tp : nullptr),
       B_(micro_batch),
       T_(config.seq_length),
       C_(config.hidden_size),
@@ -46,7 +64,13 @@ GpuGpt<A>::GpuGpt(const ModelConfig& config, int micro_batch, cu::Context& ctx,
       NH_(config.num_attention_heads),
       L_(config.num_layers),
       Vp_(config.padded_vocab_size()),
-      N_(micro_batch * config.seq_length) {}
+      N_(micro_batch * config.seq_length),
+      t_(shard.tp_size),
+      tp_rank_(shard.tp_rank),
+      Ct_(config.hidden_size / shard.tp_size),
+      Ft_(config.ffn() / shard.tp_size),
+      Ht_(config.num_attention_heads / shard.tp_size),
+      Vt_(config.padded_vocab_size() / shard.tp_size) {}
 
 template <typename A>
 GpuGpt<A>::~GpuGpt() {
@@ -72,8 +96,11 @@ X* GpuGpt<A>::take(size_t n, MemoryCategory category) {
 template <typename A>
 Status GpuGpt<A>::allocate() {
   using MC = MemoryCategory;
-  const size_t n = numel(), NC = static_cast<size_t>(N_) * C_, NF = static_cast<size_t>(N_) * F_;
-  const size_t lse = static_cast<size_t>(B_) * NH_ * T_;
+  if (t_ > 1 && !tp_)
+    return Status::internal("GpuGpt: tensor parallelism without a tensor-parallel communicator");
+  const size_t n = numel(), NC = static_cast<size_t>(N_) * C_, NF = static_cast<size_t>(N_) * Ft_;
+  const size_t NCt = static_cast<size_t>(N_) * Ct_;
+  const size_t lse = static_cast<size_t>(B_) * Ht_ * T_;
   master_ = take<float>(n, MC::kWeights);
   grads_ = take<float>(n, MC::kGrads);
   if constexpr (std::is_same_v<A, float>) {
@@ -88,8 +115,8 @@ Status GpuGpt<A>::allocate() {
     a.ln1 = take<A>(NC, MC::kActivations);
     a.ln1_mean = take<float>(N_, MC::kActivations);
     a.ln1_rstd = take<float>(N_, MC::kActivations);
-    a.qkv = take<A>(3 * NC, MC::kActivations);
-    a.atty = take<A>(NC, MC::kActivations);
+    a.qkv = take<A>(3 * NCt, MC::kActivations);
+    a.atty = take<A>(NCt, MC::kActivations);
     a.lse = take<float>(lse, MC::kActivations);
     a.res_mid = take<A>(NC, MC::kActivations);
     a.ln2 = take<A>(NC, MC::kActivations);
@@ -102,18 +129,23 @@ Status GpuGpt<A>::allocate() {
   lnf_ = take<A>(NC, MC::kActivations);
   lnf_mean_ = take<float>(N_, MC::kActivations);
   lnf_rstd_ = take<float>(N_, MC::kActivations);
-  const size_t NV = static_cast<size_t>(N_) * Vp_;
+  const size_t NV = static_cast<size_t>(N_) * Vt_;
   logits_f32_ = take<float>(NV, MC::kActivations);
   if constexpr (!std::is_same_v<A, float>) logits_ = take<A>(NV, MC::kActivations);
   losses_ = take<float>(N_, MC::kActivations);
+  if (t_ > 1) {
+    row_max_ = take<float>(N_, MC::kWorkspace);
+    sum_exp_ = take<double>(N_, MC::kWorkspace);
+    target_logit_ = take<float>(N_, MC::kWorkspace);
+  }
   proj_out_ = take<A>(NC, MC::kWorkspace);
   fc2_out_ = take<A>(NC, MC::kWorkspace);
   d_res_ = take<A>(NC, MC::kWorkspace);
   d_c_ = take<A>(NC, MC::kWorkspace);
   d_f_ = take<A>(NF, MC::kWorkspace);
-  d_qkv_ = take<A>(3 * NC, MC::kWorkspace);
-  d_atty_ = take<A>(NC, MC::kWorkspace);
-  attention_ws_ = take<float>(cu::attention_workspace_floats(B_, T_, NH_), MC::kWorkspace);
+  d_qkv_ = take<A>(3 * NCt, MC::kWorkspace);
+  d_atty_ = take<A>(NCt, MC::kWorkspace);
+  attention_ws_ = take<float>(cu::attention_workspace_floats(B_, T_, Ht_), MC::kWorkspace);
   if (failed_bytes_ > 0)
     return Status::internal("out of device memory: " + std::to_string(failed_bytes_) +
                             " bytes of " + memory_category_name(failed_category_) +
@@ -123,8 +155,9 @@ Status GpuGpt<A>::allocate() {
 
 template <typename A>
 Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, int micro_batch,
-                                                     cu::Context& ctx, CachingAllocator& memory) {
-  std::unique_ptr<GpuGpt<A>> m(new GpuGpt<A>(config, micro_batch, ctx, memory));
+                                                     cu::Context& ctx, CachingAllocator& memory,
+                                                     const ModelShard& shard, Comm* tp) {
+  std::unique_ptr<GpuGpt<A>> m(new GpuGpt<A>(config, shard, micro_batch, ctx, memory, tp));
   if (Status s = m->allocate(); !s) return s;
   return m;
 }
@@ -149,14 +182,45 @@ void GpuGpt<A>::zero_grads() {
 }
 
 template <typename A>
+void GpuGpt<A>::tp_all_reduce(void* data, size_t count, DeviceDType type, ReduceOp op) {
+#if LATTICE_HAVE_NCCL
+  if (Status s = all_reduce_on_stream(*tp_, data, count, type, op, ctx_.stream()); !s)
+    ctx_.record_error("tensor-parallel all-reduce: " + s.message());
+#else
+  (void)data, (void)count, (void)type, (void)op;
+  ctx_.record_error("tensor parallelism on GPUs needs NCCL and MPI in the build");
+#endif
+}
+
+template <typename A>
+void GpuGpt<A>::tp_sum_rows(A* data) {
+  if (t_ == 1) return;
+  const DeviceDType type =
+      std::is_same_v<A, float> ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+  tp_all_reduce(data, static_cast<size_t>(N_) * C_, type, ReduceOp::kSum);
+}
+
+template <typename A>
 void GpuGpt<A>::forward(const int32_t* tokens, const int32_t* targets, float grad_scale) {
-  const int B = B_, T = T_, C = C_, F = F_, NH = NH_, N = N_;
+  const int B = B_, T = T_, C = C_, N = N_;
   const size_t NC = static_cast<size_t>(N) * C;
   const auto& t = layout_.tensors();
   A* P = compute_;
   const A* wte = P + t[layout_.word_embedding_index()].offset;
   const A* wpe = P + t[layout_.position_embedding_index()].offset;
-  cu::embedding_forward(ctx_, residual_, tokens, wte, wpe, B, T, C);
+  // Row-parallel biases enter the sum once: tp_rank 0 adds them in its GEMM.
+  const bool adds_bias = tp_rank_ == 0;
+  if (t_ == 1) {
+    cu::embedding_forward(ctx_, residual_, tokens, wte, wpe, B, T, C);
+  } else {
+    // Vocabulary-parallel: this rank's rows (zero for other ranks' tokens), summed over TP;
+    // then the position embedding once, as a (T*C) bias on each of the B sequences (wpe's
+    // first T rows are contiguous).
+    const int v0 = tp_rank_ * Vt_;
+    cu::embedding_forward(ctx_, residual_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+    tp_sum_rows(residual_);
+    cu::add_bias(ctx_, residual_, wpe, B, T * C);
+  }
   for (int l = 0; l < L_; l++) {
     const LayerParams<A> w = layout_.layer(P, l);
     const GpuLayerActs<A>& a = layers_[l];
@@ -166,32 +230,60 @@ void GpuGpt<A>::forward(const int32_t* tokens, const int32_t* targets, float gra
     else  // x = the previous layer's res_mid + its MLP output, then LayerNorm
       cu::residual_layernorm_forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd, layers_[l - 1].res_mid,
                                      fc2_out_, w.ln1_w, w.ln1_b, N, C);
-    cu::matmul_forward(ctx_, a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C, false);
-    cu::attention_forward(ctx_, a.atty, a.lse, a.qkv, B, T, C, NH, 0.0f, 0);
-    cu::matmul_forward(ctx_, proj_out_, nullptr, a.atty, w.proj_w, w.proj_b, N, C, C, false);
+    // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH.
+    cu::matmul_forward(ctx_, a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, false);
+    cu::attention_forward(ctx_, a.atty, a.lse, a.qkv, B, T, Ct_, Ht_, 0.0f, 0, tp_rank_ * Ht_, NH_);
+    // Row-parallel projection: partial sums over this rank's heads, summed over TP.
+    cu::matmul_forward(ctx_, proj_out_, nullptr, a.atty, w.proj_w, adds_bias ? w.proj_b : nullptr,
+                       N, Ct_, C, false);
+    tp_sum_rows(proj_out_);
     cu::residual_layernorm_forward(ctx_, a.res_mid, a.ln2, a.ln2_mean, a.ln2_rstd, x, proj_out_,
                                    w.ln2_w, w.ln2_b, N, C);
-    cu::matmul_forward(ctx_, a.gelu, a.fc1, a.ln2, w.fc1_w, w.fc1_b, N, C, F, true);
-    cu::matmul_forward(ctx_, fc2_out_, nullptr, a.gelu, w.fc2_w, w.fc2_b, N, F, C, false);
+    cu::matmul_forward(ctx_, a.gelu, a.fc1, a.ln2, w.fc1_w, w.fc1_b, N, C, Ft_, true);
+    cu::matmul_forward(ctx_, fc2_out_, nullptr, a.gelu, w.fc2_w, adds_bias ? w.fc2_b : nullptr, N,
+                       Ft_, C, false);
+    tp_sum_rows(fc2_out_);
   }
   const A* lnf_w = P + t[layout_.final_norm_index()].offset;
   cu::residual_layernorm_forward(ctx_, residual_ + L_ * NC, lnf_, lnf_mean_, lnf_rstd_,
                                  layers_[L_ - 1].res_mid, fc2_out_, lnf_w, lnf_w + C, N, C);
-  // LM head tied to the word embedding; the cross-entropy reads fp32 logits (over the padded
-  // vocabulary, as the CPU model and Megatron).
+  // LM head tied to the word embedding (this rank's Vt rows); the cross-entropy reads fp32
+  // logits (over the padded vocabulary, as the CPU model and Megatron).
   if constexpr (std::is_same_v<A, float>) {
-    cu::matmul_forward(ctx_, logits_f32_, nullptr, lnf_, wte, nullptr, N, C, Vp_, false);
+    cu::matmul_forward(ctx_, logits_f32_, nullptr, lnf_, wte, nullptr, N, C, Vt_, false);
   } else {
-    cu::matmul_forward(ctx_, logits_, nullptr, lnf_, wte, nullptr, N, C, Vp_, false);
-    cu::convert(ctx_, logits_f32_, logits_, static_cast<size_t>(N) * Vp_);
+    cu::matmul_forward(ctx_, logits_, nullptr, lnf_, wte, nullptr, N, C, Vt_, false);
+    cu::convert(ctx_, logits_f32_, logits_, static_cast<size_t>(N) * Vt_);
   }
-  cu::softmax_cross_entropy(ctx_, losses_, grad_scale > 0 ? logits_f32_ : nullptr, logits_f32_,
-                            targets, N, Vp_, grad_scale);
+  cross_entropy(targets, grad_scale);
+}
+
+template <typename A>
+void GpuGpt<A>::cross_entropy(const int32_t* targets, float grad_scale) {
+  const int N = N_;
+  float* dlogits = grad_scale > 0 ? logits_f32_ : nullptr;
+  if (t_ == 1) {
+    cu::softmax_cross_entropy(ctx_, losses_, dlogits, logits_f32_, targets, N, Vp_, grad_scale);
+    return;
+  }
+  // Vocabulary-parallel, as the CPU model's head_forward: the row max, then the sum of
+  // exponentials and the target's logit, each reduced over TP; the (N, Vp) logits are never
+  // gathered.
+  const int v0 = tp_rank_ * Vt_;
+  const size_t n = static_cast<size_t>(N);
+  cu::cross_entropy_shard_max(ctx_, row_max_, logits_f32_, N, Vt_);
+  tp_all_reduce(row_max_, n, DeviceDType::kFloat32, ReduceOp::kMax);
+  cu::cross_entropy_shard_sums(ctx_, sum_exp_, target_logit_, logits_f32_, row_max_, targets, v0, N,
+                               Vt_);
+  tp_all_reduce(sum_exp_, n, DeviceDType::kFloat64, ReduceOp::kSum);
+  tp_all_reduce(target_logit_, n, DeviceDType::kFloat32, ReduceOp::kSum);
+  cu::cross_entropy_shard_finish(ctx_, losses_, dlogits, logits_f32_, row_max_, sum_exp_,
+                                 target_logit_, targets, v0, N, Vt_, grad_scale);
 }
 
 template <typename A>
 void GpuGpt<A>::backward(const int32_t* tokens) {
-  const int B = B_, T = T_, C = C_, F = F_, NH = NH_, N = N_;
+  const int B = B_, T = T_, C = C_, N = N_;
   const size_t NC = static_cast<size_t>(N) * C;
   const auto& t = layout_.tensors();
   A* P = compute_;
@@ -199,15 +291,17 @@ void GpuGpt<A>::backward(const int32_t* tokens) {
   const size_t wte_off = t[layout_.word_embedding_index()].offset;
   const size_t wpe_off = t[layout_.position_embedding_index()].offset;
   const size_t lnf_off = t[layout_.final_norm_index()].offset;
-  // Head: dlnf = dlogits wte; dwte += dlogits^T lnf; then the final LayerNorm.
+  // Head: dlnf = dlogits wte (a partial sum over the vocabulary slices: summed over TP);
+  // dwte += dlogits^T lnf (this rank's rows); then the final LayerNorm.
   const A* dlogits;
   if constexpr (std::is_same_v<A, float>) {
     dlogits = logits_f32_;
   } else {
-    cu::convert(ctx_, logits_, logits_f32_, static_cast<size_t>(N) * Vp_);
+    cu::convert(ctx_, logits_, logits_f32_, static_cast<size_t>(N) * Vt_);
     dlogits = logits_;
   }
-  cu::matmul_backward(ctx_, d_c_, G + wte_off, nullptr, dlogits, lnf_, P + wte_off, N, C, Vp_);
+  cu::matmul_backward(ctx_, d_c_, G + wte_off, nullptr, dlogits, lnf_, P + wte_off, N, C, Vt_);
+  tp_sum_rows(d_c_);
   zero_async(ctx_, d_res_, NC * sizeof(A));
   cu::layernorm_backward(ctx_, d_res_, G + lnf_off, G + lnf_off + C, d_c_, residual_ + L_ * NC,
                          P + lnf_off, lnf_mean_, lnf_rstd_, N, C);
@@ -217,22 +311,26 @@ void GpuGpt<A>::backward(const int32_t* tokens) {
     const LayerParams<float> g = layout_.layer(G, l);
     const GpuLayerActs<A>& a = layers_[l];
     const A* x = residual_ + l * NC;
-    // MLP block: out = res_mid + fc2(gelu(fc1(ln2(res_mid)))); d_res_ holds d out.
-    cu::matmul_backward(ctx_, d_f_, g.fc2_w, g.fc2_b, d_res_, a.gelu, w.fc2_w, N, F, C);
-    cu::gelu_backward(ctx_, d_f_, a.fc1, d_f_, static_cast<size_t>(N) * F);
-    cu::matmul_backward(ctx_, d_c_, g.fc1_w, g.fc1_b, d_f_, a.ln2, w.fc1_w, N, C, F);
+    // MLP block: out = res_mid + fc2(gelu(fc1(ln2(res_mid)))); d_res_ holds d out (the same on
+    // every TP rank, so fc2's bias gradient is whole everywhere).
+    cu::matmul_backward(ctx_, d_f_, g.fc2_w, g.fc2_b, d_res_, a.gelu, w.fc2_w, N, Ft_, C);
+    cu::gelu_backward(ctx_, d_f_, a.fc1, d_f_, static_cast<size_t>(N) * Ft_);
+    cu::matmul_backward(ctx_, d_c_, g.fc1_w, g.fc1_b, d_f_, a.ln2, w.fc1_w, N, C, Ft_);
+    tp_sum_rows(d_c_);  // d ln2: every rank's MLP slice contributes
     cu::layernorm_backward(ctx_, d_res_, g.ln2_w, g.ln2_b, d_c_, a.res_mid, w.ln2_w, a.ln2_mean,
                            a.ln2_rstd, N, C);
     // Attention block: res_mid = x + proj(attention(qkv(ln1(x)))); d_res_ holds d res_mid.
-    cu::matmul_backward(ctx_, d_atty_, g.proj_w, g.proj_b, d_res_, a.atty, w.proj_w, N, C, C);
-    cu::attention_backward(ctx_, d_qkv_, d_atty_, a.qkv, a.atty, a.lse, attention_ws_, B, T, C, NH,
-                           0.0f, 0);
-    cu::matmul_backward(ctx_, d_c_, g.qkv_w, g.qkv_b, d_qkv_, a.ln1, w.qkv_w, N, C, 3 * C);
+    cu::matmul_backward(ctx_, d_atty_, g.proj_w, g.proj_b, d_res_, a.atty, w.proj_w, N, Ct_, C);
+    cu::attention_backward(ctx_, d_qkv_, d_atty_, a.qkv, a.atty, a.lse, attention_ws_, B, T, Ct_,
+                           Ht_, 0.0f, 0, tp_rank_ * Ht_, NH_);
+    cu::matmul_backward(ctx_, d_c_, g.qkv_w, g.qkv_b, d_qkv_, a.ln1, w.qkv_w, N, C, 3 * Ct_);
+    tp_sum_rows(d_c_);  // d ln1: every rank's heads contribute
     cu::layernorm_backward(ctx_, d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, a.ln1_mean, a.ln1_rstd,
                            N, C);
     notify(layout_.layer_index(l), layout_.layer_index(l) + ParamLayout::kPerLayer);
   }
-  cu::embedding_backward(ctx_, G + wte_off, G + wpe_off, d_res_, tokens, B, T, C);
+  const int v0 = tp_rank_ * Vt_;
+  cu::embedding_backward(ctx_, G + wte_off, G + wpe_off, d_res_, tokens, B, T, C, v0, v0 + Vt_);
   notify(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);
 }
 

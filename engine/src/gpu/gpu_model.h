@@ -1,13 +1,17 @@
 // GPT-2 on one CUDA device for the GPU trainer (gpu_trainer.cpp), llm.c style: one flat fp32
-// master-parameter arena in the CPU model's ParamLayout order (so initialisation, checkpoints
-// and the parity test line up with GptModel), one fp32 gradient arena (Megatron's main grads,
-// accumulated over micro-batches), and the compute copy of the parameters and every activation
-// in A: float (fp32 and --fp16 runs: the fp16 path keeps fp32 kernels plus loss scaling) or
-// bf16 (--bf16). Every buffer comes from the caching allocator under its memory category.
-// Scope: the whole model on one device (TP 1, PP 1), no dropout, no recomputation; the trainer
-// rejects the rest with a message. One micro-batch's activations (gradient accumulation runs
-// micro-batches one after another). Not thread-safe; every op is queued on the Context's
-// stream and nothing here waits for it unless its comment says so.
+// master-parameter arena in the CPU model's ParamLayout(config, shard) order (so
+// initialisation, checkpoints and the parity test line up with GptModel), one fp32 gradient
+// arena (Megatron's main grads, accumulated over micro-batches), and the compute copy of the
+// parameters and every activation in A: float (fp32 and --fp16 runs: the fp16 path keeps fp32
+// kernels plus loss scaling) or bf16 (--bf16). Every buffer comes from the caching allocator
+// under its memory category.
+// Tensor parallelism as the CPU model's (gpt_layer.cpp, docs/gpu.md#tensor-parallelism): the
+// rank holds its heads and its slice of the MLP and of the vocabulary; the reductions over the
+// TP group are NCCL all-reduces queued on the Context's stream (all_reduce_on_stream).
+// Scope: every layer on one device (PP 1), no sequence parallelism, no dropout, no
+// recomputation; the trainer rejects the rest with a message. One micro-batch's activations
+// (gradient accumulation runs micro-batches one after another). Not thread-safe; every op is
+// queued on the Context's stream and nothing here waits for it unless its comment says so.
 #pragma once
 
 #include <functional>
@@ -15,39 +19,46 @@
 #include <vector>
 
 #include "device/caching_allocator.h"
+#include "lattice/comm.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/model_config.h"
 #include "lattice/status.h"
 #include "model/param_layout.h"
+#include "parallel/nccl_comm.h"
 
 namespace lattice::gpu {
 
 namespace cu = kernels::cuda;
 
-// Saved tensors of one layer (N = B*T rows, C hidden, F = ffn, NH heads).
+// Saved tensors of one layer (N = B*T rows, C hidden, F = ffn, NH heads; t = TP size, so this
+// rank holds Ct = C/t of the attention width, Ht = NH/t heads and Ft = F/t of the MLP).
 template <typename A>
 struct GpuLayerActs {
   A* ln1;           // (N, C)
   float* ln1_mean;  // (N)
   float* ln1_rstd;  // (N)
-  A* qkv;           // (N, 3C) per-head [q|k|v]
-  A* atty;          // (N, C) attention output
-  float* lse;       // (B, NH, T) log-sum-exp of each attention row
+  A* qkv;           // (N, 3Ct) per-head [q|k|v] of this rank's heads
+  A* atty;          // (N, Ct) attention output
+  float* lse;       // (B, Ht, T) log-sum-exp of each attention row
   A* res_mid;       // (N, C) residual after the attention block
   A* ln2;           // (N, C)
   float* ln2_mean;  // (N)
   float* ln2_rstd;  // (N)
-  A* fc1;           // (N, F) before GELU
-  A* gelu;          // (N, F)
+  A* fc1;           // (N, Ft) before GELU
+  A* gelu;          // (N, Ft)
 };
 
 template <typename A>
 class GpuGpt {
  public:
   // Allocates everything for micro-batches of `micro_batch` sequences; an out-of-memory names
-  // the category and the bytes.
+  // the category and the bytes. shard: only its tensor-parallel split is used (tp_rank of
+  // tp_size; every layer, embeddings and head, no sequence parallelism). tp: the NcclComm of
+  // the tensor-parallel group (make_nccl_comm), required when tp_size > 1 and outliving the
+  // model; a failed reduction is recorded in the Context like a failed kernel.
   static Result<std::unique_ptr<GpuGpt>> create(const ModelConfig& config, int micro_batch,
-                                                cu::Context& ctx, CachingAllocator& memory);
+                                                cu::Context& ctx, CachingAllocator& memory,
+                                                const ModelShard& shard = {}, Comm* tp = nullptr);
   ~GpuGpt();
   GpuGpt(const GpuGpt&) = delete;
   GpuGpt& operator=(const GpuGpt&) = delete;
@@ -67,10 +78,12 @@ class GpuGpt {
   void download(float* host);
   void zero_grads();
 
-  // tokens, targets: device (B, T) int32. Training (grad_scale > 0): the logits buffer is
-  // left holding d(grad_scale * sum of token losses) / d logits for backward().
+  // tokens, targets: device (B, T) int32, the same on every rank of the TP group. Training
+  // (grad_scale > 0): the logits buffer is left holding d(grad_scale * sum of token losses) /
+  // d logits (this rank's vocabulary columns) for backward().
   void forward(const int32_t* tokens, const int32_t* targets, float grad_scale);
-  const float* losses() const { return losses_; }  // (N) of the last forward
+  // (N) of the last forward: every token's whole loss, equal on every rank of the TP group.
+  const float* losses() const { return losses_; }
   // Accumulates this micro-batch's parameter gradients into grads(). tokens: the forward's.
   void backward(const int32_t* tokens);
   // Called during backward with each range [first, last) of layout().tensors() whose gradients
@@ -83,8 +96,18 @@ class GpuGpt {
   int T() const { return T_; }
 
  private:
-  GpuGpt(const ModelConfig& config, int micro_batch, cu::Context& ctx, CachingAllocator& memory);
+  GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch, cu::Context& ctx,
+         CachingAllocator& memory, Comm* tp);
   Status allocate();
+  // Queues an in-place all-reduce of data (count elements of `type`) over the TP group on the
+  // Context's stream (all_reduce_on_stream); a failure is recorded in the Context.
+  void tp_all_reduce(void* data, size_t count, DeviceDType type, ReduceOp op);
+  // Sums an (N, C) activation of partial sums over the TP group: the row-parallel layers'
+  // outputs, the input gradients of the column-parallel ones and of the LM head.
+  void tp_sum_rows(A* data);
+  // Losses (and dlogits when grad_scale > 0) from logits_f32_: whole-vocabulary softmax at
+  // t == 1, the vocabulary-parallel passes otherwise.
+  void cross_entropy(const int32_t* targets, float grad_scale);
   template <typename X>
   X* take(size_t n, MemoryCategory category);
   void notify(int first, int last) {
@@ -95,10 +118,13 @@ class GpuGpt {
   ParamLayout layout_;
   cu::Context& ctx_;
   CachingAllocator& memory_;
+  Comm* tp_;                   // null when t_ == 1
   std::vector<void*> blocks_;  // everything taken from memory_, freed in the destructor
   size_t failed_bytes_ = 0;    // first allocation that failed
   MemoryCategory failed_category_ = MemoryCategory::kWeights;
   int B_, T_, C_, F_, NH_, L_, Vp_, N_;
+  int t_, tp_rank_;        // tensor-parallel size and rank
+  int Ct_, Ft_, Ht_, Vt_;  // this rank's C/t, F/t, NH/t heads, Vp/t vocabulary rows
 
   float* master_ = nullptr;        // (numel)
   float* grads_ = nullptr;         // (numel)
@@ -109,18 +135,22 @@ class GpuGpt {
   A* lnf_ = nullptr;             // (N, C)
   float* lnf_mean_ = nullptr;    // (N)
   float* lnf_rstd_ = nullptr;    // (N)
-  A* logits_ = nullptr;          // (N, Vp) bf16 runs: the GEMM's output, then dlogits
-  float* logits_f32_ = nullptr;  // (N, Vp) fp32 logits, then fp32 dlogits
+  A* logits_ = nullptr;          // (N, Vt) bf16 runs: the GEMM's output, then dlogits
+  float* logits_f32_ = nullptr;  // (N, Vt) fp32 logits, then fp32 dlogits
   float* losses_ = nullptr;      // (N)
+  // Vocabulary-parallel cross-entropy (t > 1), reduced over the TP group between its passes.
+  float* row_max_ = nullptr;       // (N)
+  double* sum_exp_ = nullptr;      // (N)
+  float* target_logit_ = nullptr;  // (N)
   // Scratch shared by forward and backward.
-  A* proj_out_ = nullptr;          // (N, C) attention projection output (forward)
-  A* fc2_out_ = nullptr;           // (N, C) MLP output, added by the next LayerNorm (forward)
+  A* proj_out_ = nullptr;          // (N, C) attention projection output, summed over TP (forward)
+  A* fc2_out_ = nullptr;           // (N, C) MLP output, summed over TP; added by the next LayerNorm
   A* d_res_ = nullptr;             // (N, C) gradient of the residual stream
   A* d_c_ = nullptr;               // (N, C)
-  A* d_f_ = nullptr;               // (N, F)
-  A* d_qkv_ = nullptr;             // (N, 3C)
-  A* d_atty_ = nullptr;            // (N, C)
-  float* attention_ws_ = nullptr;  // attention_workspace_floats(B, T, NH)
+  A* d_f_ = nullptr;               // (N, Ft)
+  A* d_qkv_ = nullptr;             // (N, 3Ct)
+  A* d_atty_ = nullptr;            // (N, Ct)
+  float* attention_ws_ = nullptr;  // attention_workspace_floats(B, T, Ht)
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
 };

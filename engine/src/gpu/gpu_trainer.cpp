@@ -1,10 +1,12 @@
 // The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
 // (train/data_feed.h), GpuGpt forward/backward per micro-batch with gradient accumulation,
-// data-parallel reduction overlapped with backward (grad_reducer.h), the loss scaler shared
-// with the CPU trainer (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW
-// step on the fp32 master weights that also writes the bf16 compute copy. Metrics, memory and
-// checkpoints go to the same MetricsSink as a CPU run (same keys in the run store); checkpoints
-// are the CPU engine's (gpu_checkpoint.h), saved when the CPU trainer saves.
+// tensor parallelism inside the model (NCCL on the compute stream), data-parallel reduction
+// overlapped with backward (grad_reducer.h), the loss scaler shared with the CPU trainer
+// (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW step on the fp32
+// master weights that also writes the bf16 compute copy. Process groups as the CPU trainer's
+// (parallel/groups.h): world = TP x DP. Metrics, memory and checkpoints go to the same
+// MetricsSink as a CPU run (same keys in the run store); checkpoints are the CPU engine's
+// (gpu_checkpoint.h), saved when the CPU trainer saves.
 // Nothing here has run on a GPU yet (docs/gpu.md).
 #include "gpu/gpu_trainer.h"
 
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "device/caching_allocator.h"
@@ -24,6 +27,8 @@
 #include "lattice/plan.h"
 #include "optim/adamw.h"
 #include "optim/grad_scaling.h"
+#include "parallel/groups.h"
+#include "parallel/model_chunks.h"
 #include "train/data_feed.h"
 #if LATTICE_HAVE_NCCL
 #include "parallel/nccl_comm.h"
@@ -39,15 +44,11 @@ double seconds_since(Clock::time_point t0) {
 }
 
 // Dense bf16 peak of the device (the MFU denominator, as Megatron reports it for bf16 and
-// fp16 runs alike): the planner's table entry whose key names the device; 0 when unknown.
+// fp16 runs alike): the planner's table entry for the board CUDA names (device_for_gpu_name:
+// an H100 PCIe is not an SXM); 0 for a board the table lacks, so no MFU is reported.
 double peak_flops_of(const std::string& device_name) {
-  std::string lower = device_name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-  for (const DeviceSpec& d : known_devices("bf16")) {
-    const std::string family = d.key.substr(0, d.key.find('-'));
-    if (lower.find(family) != std::string::npos) return d.peak_flops;
-  }
-  return 0;
+  const std::optional<DeviceSpec> d = device_for_gpu_name(device_name, "bf16");
+  return d ? d->peak_flops : 0;
 }
 
 double all_reduce_scalar(Comm& comm, double value, ReduceOp op = ReduceOp::kSum) {
@@ -69,6 +70,20 @@ class GpuAdamW {
     m_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
     v_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
     norm_ = static_cast<double*>(memory.allocate(sizeof(double), MemoryCategory::kWorkspace));
+    // The global norm counts each parameter once over the TP group (counts_in_norm: not the
+    // replicas on tp_rank > 0). A run of counted tensors is one span: the alignment gaps
+    // inside it hold zero gradients. TP 1: one span, the whole arena.
+    const std::vector<ParamTensor>& tensors = layout.tensors();
+    for (size_t i = 0; i < tensors.size(); i++) {
+      const ParamTensor& t = tensors[i];
+      if (!t.counts_in_norm) continue;
+      if (i > 0 && tensors[i - 1].counts_in_norm) {
+        norm_sizes_.back() = t.offset + t.numel - static_cast<size_t>(norm_spans_.back() - grads);
+      } else {
+        norm_spans_.push_back(grads + t.offset);
+        norm_sizes_.push_back(t.numel);
+      }
+    }
     for (const ParamTensor& t : layout.tensors()) {
       cu::AdamWTensor a;
       a.param = master + t.offset;
@@ -80,7 +95,6 @@ class GpuAdamW {
       a.decay = t.decay;
       tensors_.push_back(a);
     }
-    grads_ = grads;
     numel_ = n;
   }
   ~GpuAdamW() {
@@ -96,10 +110,11 @@ class GpuAdamW {
     zero_async(ctx, m_, numel_ * sizeof(float));
     zero_async(ctx, v_, numel_ * sizeof(float));
   }
-  // Sum of squared gradients (every tensor counts once: TP 1). Waits for the stream.
+  // Sum of this rank's squared gradients that count in the global norm. Waits for the stream.
   double sum_squares(cu::Context& ctx) {
-    const float* ptr = grads_;
-    cu::sum_squares(ctx, norm_, &ptr, &numel_, 1);
+    if (norm_spans_.empty()) return 0;
+    cu::sum_squares(ctx, norm_, norm_spans_.data(), norm_sizes_.data(),
+                    static_cast<int>(norm_spans_.size()));
     double host = 0;
     if (cudaMemcpyAsync(&host, norm_, sizeof host, cudaMemcpyDeviceToHost, ctx.stream()) !=
         cudaSuccess)
@@ -123,9 +138,10 @@ class GpuAdamW {
   float* m_ = nullptr;      // (numel)
   float* v_ = nullptr;      // (numel)
   double* norm_ = nullptr;  // (1)
-  const float* grads_ = nullptr;
   size_t numel_ = 0;
   std::vector<cu::AdamWTensor> tensors_;
+  std::vector<const float*> norm_spans_;  // gradients counted in the global norm
+  std::vector<size_t> norm_sizes_;
 };
 
 // DeviceState (gpu_checkpoint.h) over the loop's model and AdamW: copies on the Context's
@@ -199,6 +215,7 @@ class GpuLoop {
 
  private:
   Status setup();
+  Status make_groups();
   Status load_micro_batch(const SampleSource& source, int64_t position, int mb);
   Result<double> validate(const SampleSource& source, int64_t& position);
   Status step(int it, double lr, double& loss, double& norm, bool& skipped);
@@ -215,7 +232,9 @@ class GpuLoop {
   std::unique_ptr<GpuAdamW> adam_;
   std::unique_ptr<LoopState<A>> state_;  // the two above, for checkpoints
   TrainState resumed_;                   // where --load left the run (zero: a fresh run)
-  std::unique_ptr<Comm> dp_;             // NcclComm over the world (DP = world: TP 1, PP 1)
+  ProcessGroups groups_;                 // the CPU trainer's groups (MPI): norm, coordinates
+  std::unique_ptr<Comm> tp_;             // NcclComm of the TP group (TP > 1)
+  std::unique_ptr<Comm> dp_;             // NcclComm of the DP group (DP > 1)
   std::unique_ptr<GradReducer> reducer_;
   DataSources data_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging
@@ -229,12 +248,45 @@ class GpuLoop {
   PhaseTimes reported_;  // totals_ (and the reducer's wait) at the previous rank report
 };
 
+// The CPU trainer's process groups over the world (same rank order: tp fastest, then dp), and
+// NCCL communicators over the tensor- and data-parallel ones. Collective over the world.
+template <typename A>
+Status GpuLoop<A>::make_groups() {
+  Result<ParallelLayout> layout = make_layout(o_, world_.size());
+  if (!layout) return layout.status();
+  Result<ProcessGroups> groups = make_process_groups(world_, *layout);
+  if (!groups) return groups.status();
+  groups_ = std::move(*groups);
+  if (layout->tp == 1 && layout->dp == 1) return Status::ok();
+#if LATTICE_HAVE_NCCL
+  // Every rank makes its TP communicator, then its DP one: ncclCommInitRank waits only for the
+  // ranks of its own group, and every member of a group reaches it in the same order.
+  auto nccl_over = [](Comm& group, std::unique_ptr<Comm>& out) -> Status {
+    if (group.size() == 1) return Status::ok();
+    Result<std::unique_ptr<Comm>> bootstrap = group.split(0, group.rank());
+    if (!bootstrap) return bootstrap.status();
+    Result<std::unique_ptr<Comm>> nccl = make_nccl_comm(std::move(*bootstrap));
+    if (!nccl) return nccl.status();
+    out = std::move(*nccl);
+    return Status::ok();
+  };
+  if (Status s = nccl_over(*groups_.tp, tp_); !s) return s;
+  return nccl_over(*groups_.dp, dp_);
+#else
+  return Status::invalid_argument(
+      "tensor and data parallelism on GPUs need NCCL and MPI in the build");
+#endif
+}
+
 template <typename A>
 Status GpuLoop<A>::setup() {
   Result<DataSources> data = open_data(o_, mc_);
   if (!data) return data.status();
   data_ = std::move(*data);
-  auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory);
+  if (Status s = make_groups(); !s) return s;
+  const ModelShard shard = shard_of(groups_.layout, groups_.coord, 0, false);
+  auto model =
+      GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard, tp_.get());
   if (!model) return model.status();
   model_ = std::move(*model);
   adam_ = std::make_unique<GpuAdamW>(model_->layout(), model_->master(), model_->grads(),
@@ -248,7 +300,7 @@ Status GpuLoop<A>::setup() {
   if (!restored) return restored.status();
   resumed_ = *restored;
   const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
-  const int M = o_.num_micro_batches() / world_.size();
+  const int M = o_.num_micro_batches() / groups_.layout.dp;
   d_tokens_ =
       static_cast<int32_t*>(dev_.memory->allocate(N * sizeof(int32_t), MemoryCategory::kWorkspace));
   d_targets_ =
@@ -261,20 +313,11 @@ Status GpuLoop<A>::setup() {
   targets_.resize(N);
   losses_host_.resize(N * M);
   sample_.assign(mc_.seq_length + 1, 0);
-  if (world_.size() > 1) {
-#if LATTICE_HAVE_NCCL
-    Result<std::unique_ptr<Comm>> bootstrap = world_.split(0, world_.rank());
-    if (!bootstrap) return bootstrap.status();
-    Result<std::unique_ptr<Comm>> nccl = make_nccl_comm(std::move(*bootstrap));
-    if (!nccl) return nccl.status();
-    dp_ = std::move(*nccl);
+  if (dp_) {
     reducer_ = std::make_unique<GradReducer>(*dp_, *dev_.ctx, dev_.index, model_->grads(),
                                              model_->layout());
     GradReducer* r = reducer_.get();
     model_->set_grads_ready([r](int first, int last) { r->ready(first, last); });
-#else
-    return Status::invalid_argument("data parallelism on GPUs needs NCCL and MPI in the build");
-#endif
   }
   if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
   return Status::ok();
@@ -282,9 +325,10 @@ Status GpuLoop<A>::setup() {
 
 template <typename A>
 Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position, int mb) {
-  const int dp = world_.size();
-  if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, dp, world_.rank(),
-                                  mc_.vocab_size, sample_, tokens_.data(), targets_.data());
+  // The ranks of a TP group read the same micro-batch: their data-parallel rank's.
+  if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, groups_.layout.dp,
+                                  groups_.coord.dp, mc_.vocab_size, sample_, tokens_.data(),
+                                  targets_.data());
       !s)
     return s;
   copy_to_device_async(*dev_.ctx, d_tokens_, tokens_.data(), tokens_.size() * sizeof(int32_t));
@@ -296,7 +340,7 @@ template <typename A>
 Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& skipped) {
   (void)it;
   cu::Context& ctx = *dev_.ctx;
-  const int dp = world_.size(), M = o_.num_micro_batches() / dp;
+  const int dp = groups_.layout.dp, M = o_.num_micro_batches() / dp;
   const size_t N = tokens_.size();
   const double loss_scale = scaling_.loss_scale();
   // Mean over the global batch's tokens, times the loss scale (a power of two for --fp16).
@@ -315,9 +359,11 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
   totals_.forward += seconds_since(t0);  // forward and backward are one queue on the device
   t0 = Clock::now();
-  // Global norm of the unscaled gradients; an inf or NaN anywhere is the loss scaler's
-  // overflow (every rank agrees: the gradients are all-reduced, and agree() takes the max).
-  const double squares = adam_->sum_squares(ctx);
+  // Global norm of the unscaled gradients, each parameter counted once over the
+  // model-parallel group (= TP group) as the CPU trainer does; the data-parallel replicas are
+  // equal after the reduction. An inf or NaN anywhere is the loss scaler's overflow (every
+  // rank agrees: agree() takes the max over the world).
+  const double squares = all_reduce_scalar(*groups_.model, adam_->sum_squares(ctx));
   norm = std::sqrt(squares) / loss_scale;
   skipped = false;
   if (scaling_.enabled()) {
@@ -334,15 +380,18 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
   totals_.optimizer += seconds_since(t0);
+  // The mean over the global batch: tp_rank 0 of each data-parallel replica contributes (the
+  // TP ranks hold equal losses), as the CPU trainer reports it.
   double sum = 0;
   for (float l : losses_host_) sum += l;
-  loss = all_reduce_scalar(world_, sum / (static_cast<double>(N) * M)) / dp;
+  const bool reports = groups_.coord.tp == 0;
+  loss = all_reduce_scalar(world_, reports ? sum / (static_cast<double>(N) * M * dp) : 0.0);
   return Status::ok();
 }
 
 template <typename A>
 Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& position) {
-  const int dp = world_.size(), M = o_.num_micro_batches() / dp;
+  const int dp = groups_.layout.dp, M = o_.num_micro_batches() / dp;
   const size_t N = tokens_.size();
   double sum = 0;
   std::vector<float> losses(N);
@@ -356,7 +405,9 @@ Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& positio
     position += o_.global_batch_size;
   }
   if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
-  return all_reduce_scalar(world_, sum / (static_cast<double>(N) * M * o_.eval_iters)) / dp;
+  const bool reports = groups_.coord.tp == 0;  // as step()
+  return all_reduce_scalar(world_,
+                           reports ? sum / (static_cast<double>(N) * M * o_.eval_iters * dp) : 0.0);
 }
 
 // As the CPU trainer's save (train/trainer.cpp): the checkpoint, then rank 0 reports it.
@@ -373,14 +424,13 @@ template <typename A>
 RankReport GpuLoop<A>::report() const {
   RankReport r;
   r.rank = world_.rank();
-  r.dp = world_.rank();
+  r.tp = groups_.coord.tp;
+  r.dp = groups_.coord.dp;
   r.memory = memory_report_of(dev_.memory->stats());
   r.times = totals_;
   if (reducer_) r.times.dp_comm = reducer_->seconds_waiting();
-  if (dp_) {
-    const CommStats& s = dp_->stats();
-    r.dp_bytes = static_cast<double>(s.all_reduce_bytes);
-  }
+  if (dp_) r.dp_bytes = static_cast<double>(dp_->stats().all_reduce_bytes);
+  if (tp_) r.tp_bytes = static_cast<double>(tp_->stats().all_reduce_bytes);
   return r;
 }
 
@@ -394,7 +444,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << mc_.num_attention_heads << " heads, seq " << mc_.seq_length << ", vocab " << mc_.vocab_size
     << " (padded " << mc_.padded_vocab_size() << "); micro batch " << o_.micro_batch_size
     << ", global batch " << o_.global_batch_size << "; GPU " << dev_.name << " x " << world_.size()
-    << " (DP " << world_.size() << "), "
+    << " (TP " << o_.model.tensor_model_parallel_size << ", DP "
+    << world_.size() / std::max(1, o_.model.tensor_model_parallel_size) << "), "
     << (std::is_same_v<A, float> ? (o_.fp16 ? "fp32 kernels with fp16 loss scaling" : "fp32")
                                  : "bf16 with fp32 master weights and grads");
   start.description = d.str();
@@ -505,7 +556,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
           double(mm.weights),     double(mm.grads),     double(mm.optimizer),
           double(mm.activations), double(mm.workspace), double(mm.comm_buffers),
           double(mm.peak_rss),    mine.times.forward,   mine.times.dp_comm,
-          mine.times.optimizer,   mine.dp_bytes,        double(mm.fragmentation)};
+          mine.times.optimizer,   mine.dp_bytes,        double(mm.fragmentation),
+          mine.tp_bytes};
       std::vector<double> all(sent.size() * world_.size());
       if (world_.size() == 1)
         all = sent;
@@ -517,7 +569,10 @@ Result<TrainSummary> GpuLoop<A>::run() {
         for (int r = 0; r < world_.size(); r++) {
           const double* x = all.data() + r * sent.size();
           RankReport rep;
-          rep.rank = rep.dp = r;
+          const ParallelLayout::Coord c = groups_.layout.coord(r);
+          rep.rank = r;
+          rep.tp = c.tp;
+          rep.dp = c.dp;
           size_t* f[] = {&rep.memory.weights,     &rep.memory.grads,     &rep.memory.optimizer,
                          &rep.memory.activations, &rep.memory.workspace, &rep.memory.comm_buffers,
                          &rep.memory.peak_rss};
@@ -527,6 +582,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
           rep.times.optimizer = x[9];
           rep.dp_bytes = x[10];
           rep.memory.fragmentation = static_cast<size_t>(x[11]);
+          rep.tp_bytes = x[12];
           reports.push_back(rep);
         }
         sink_.on_rank_reports(it, reports);
@@ -604,9 +660,9 @@ std::string gpu_unavailable(const TrainOptions& options, int world_size) {
 std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_size) {
   std::vector<std::string> e;
   const char* why = " is not supported by the GPU trainer yet (docs/gpu.md#scope)";
-  if (o.model.tensor_model_parallel_size != 1)
-    e.push_back("--tensor-model-parallel-size " +
-                std::to_string(o.model.tensor_model_parallel_size) + why);
+  const int tp = o.model.tensor_model_parallel_size;
+  if (tp < 1)
+    e.push_back("--tensor-model-parallel-size must be positive, got " + std::to_string(tp));
   if (o.parallel.pipeline_model_parallel_size != 1)
     e.push_back("--pipeline-model-parallel-size " +
                 std::to_string(o.parallel.pipeline_model_parallel_size) + why);
@@ -623,11 +679,25 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   if (hs != 64 && hs != 128)
     e.push_back("head size --hidden-size / --num-attention-heads = " + std::to_string(hs) +
                 ": the GPU attention kernel takes 64 or 128");
-  if (o.model.ffn() % 8 != 0) e.push_back("the GPU MLP needs --ffn-hidden-size % 8 == 0");
-  if (world_size > 0 && o.num_micro_batches() % world_size != 0)
+  const int ffn = o.model.ffn();
+  // Tensor parallelism (docs/gpu.md#tensor-parallelism): whole heads and equal MLP slices per
+  // rank, as the CPU engine's layout rules; the GELU epilogue needs each slice % 8.
+  const std::string tp_flag = "--tensor-model-parallel-size " + std::to_string(tp);
+  const bool tp_ok = tp >= 1 && ffn % tp == 0;
+  if (tp > 1 && heads > 0 && heads % tp != 0)
+    e.push_back(tp_flag + " does not divide --num-attention-heads " + std::to_string(heads));
+  if (tp > 1 && ffn % tp != 0)
+    e.push_back(tp_flag + " does not divide the MLP hidden size " + std::to_string(ffn) +
+                " (--ffn-hidden-size)");
+  if (tp_ok && (ffn / tp) % 8 != 0)
+    e.push_back(tp > 1 ? "the GPU MLP needs --ffn-hidden-size / " + tp_flag + " % 8 == 0"
+                       : std::string("the GPU MLP needs --ffn-hidden-size % 8 == 0"));
+  if (world_size > 0 && tp >= 1 && world_size % tp != 0)
+    e.push_back("world size " + std::to_string(world_size) + " is not a multiple of " + tp_flag);
+  else if (world_size > 0 && tp >= 1 && o.num_micro_batches() % (world_size / tp) != 0)
     e.push_back(
         "--global-batch-size must be a multiple of --micro-batch-size x data-parallel "
-        "ranks");
+        "ranks (world size / --tensor-model-parallel-size)");
   return e;
 }
 

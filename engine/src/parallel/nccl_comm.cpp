@@ -150,6 +150,15 @@ class NcclComm final : public Comm {
   Status recv(void* data, size_t count, DType type, int peer, int /*tag*/) override {
     return blocking(recv_enqueue(data, count, type, peer));
   }
+  // all_reduce_on_stream: the same ncclAllReduce on the caller's stream, not waited for.
+  Status all_reduce_on(void* data, size_t count, ncclDataType_t type, size_t element_bytes,
+                       ReduceOp op, cudaStream_t stream) {
+    stats_.calls++;
+    stats_.all_reduce_bytes += count * element_bytes;
+    return check("ncclAllReduce (on the caller's stream)",
+                 ncclAllReduce(data, data, count, type, nccl_op(op), comm_, stream));
+  }
+
   Status barrier() override {
     stats_.calls++;
     return blocking(check("barrier (ncclAllReduce)", ncclAllReduce(scratch_, scratch_, 1, ncclInt32,
@@ -327,6 +336,23 @@ Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap) {
                             " (is every rank on its own GPU? see select_device_for_rank)");
   }
   return std::unique_ptr<Comm>(new NcclComm(std::move(bootstrap), comm, stream, scratch));
+}
+
+Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, ReduceOp op,
+                            CUstream_st* stream) {
+  auto* comm = dynamic_cast<NcclComm*>(&nccl);
+  if (!comm)
+    return Status::invalid_argument(
+        "all_reduce_on_stream: the communicator is not an NcclComm (make_nccl_comm)");
+  switch (type) {
+    case DeviceDType::kFloat32:
+      return comm->all_reduce_on(data, count, ncclFloat32, 4, op, stream);
+    case DeviceDType::kFloat64:
+      return comm->all_reduce_on(data, count, ncclFloat64, 8, op, stream);
+    case DeviceDType::kBFloat16:
+      return comm->all_reduce_on(data, count, ncclBfloat16, 2, op, stream);
+  }
+  return Status::invalid_argument("all_reduce_on_stream: unknown element type");
 }
 
 Result<int> select_device_for_rank() {

@@ -7,12 +7,15 @@
 // Streams: operations run on the communicator's own stream. The caller makes its buffers
 // ready first (synchronises the compute stream that wrote them); blocking calls return when
 // the operation has completed on the device, async calls when it is enqueued, and their
-// request's wait() synchronises with it.
+// request's wait() synchronises with it. all_reduce_on_stream is the exception: it queues
+// on a stream the caller names (tensor parallelism's reductions, ordered with compute).
 #pragma once
 
 #include <memory>
 
 #include "lattice/comm.h"
+
+struct CUstream_st;  // cudaStream_t names a CUstream_st*; no CUDA header needed here
 
 namespace lattice {
 
@@ -21,6 +24,21 @@ namespace lattice {
 // bootstrap; NcclComm keeps bootstrap for split() and abort(). The device must be selected
 // first (select_device_for_rank). Collective over bootstrap.
 Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap);
+
+// Element types of all_reduce_on_stream: the device's activations may be bf16, which DType
+// (host buffers) does not name.
+enum class DeviceDType { kFloat32, kFloat64, kBFloat16 };
+
+// Queues an in-place all-reduce of data (count elements, a device pointer) over `nccl`, a
+// communicator that make_nccl_comm made, on `stream` (a cudaStream_t) instead of the
+// communicator's own stream: work queued on `stream` before it has written data, work queued
+// after it sees the result, and the host never waits (Megatron's tensor-parallel reductions
+// on the compute stream). Returns when the operation is queued; a failure of the operation
+// itself surfaces when `stream` is synchronised. Collective over `nccl`: every rank queues
+// the same reductions in the same order. Not thread-safe with other calls on `nccl`.
+// An error (invalid_argument) when `nccl` is not an NcclComm.
+Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, ReduceOp op,
+                            CUstream_st* stream);
 
 // cudaSetDevice(local rank % devices) for this process (device/local_rank.h); returns the
 // device chosen, or an error naming the local rank and the device count.

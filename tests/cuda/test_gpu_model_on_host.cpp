@@ -1,0 +1,163 @@
+// GpuGpt's data flow on the CPU (every build, no device): engine/src/gpu/gpu_model.cpp compiled
+// against the host op list of gpu_ops_on_host.cpp, whose fp32 ops are the CPU kernels. What
+// this pins is the model's plumbing, not the CUDA kernels (tests/cuda/test_cuda_* check those
+// against the CPU): one micro-batch's token losses and every parameter gradient of GpuGpt<float>
+// equal the CPU model's (GptModel<float>, same weights and tokens; normwise relative error
+// 1e-5 per tensor), at TP 1 in this process and at TP 2 with this program rerun as two MPI
+// ranks (--worker), each rank against the CPU model's shard on the same TP communicator. The
+// TP case pins where the reductions sit (row-parallel outputs, column-parallel input
+// gradients, the vocabulary-parallel embedding, LM head and cross-entropy) and that the
+// replicated biases and the position embedding enter once.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "checkpoint/checkpoint_format.h"
+#include "common/process.h"
+#include "common/tiny_model.h"
+#include "device/caching_allocator.h"
+#include "gpu/gpu_model.h"
+#include "lattice/layout.h"
+#include "model/gpt.h"
+#include "parallel/groups.h"
+#include "parallel/model_chunks.h"
+
+using namespace lattice;
+namespace cu = lattice::kernels::cuda;
+
+namespace {
+
+// Host memory as the "device" of the caching allocator.
+class HostMemory final : public DeviceMemoryBackend {
+ public:
+  void* allocate(size_t bytes) override { return std::malloc(bytes); }
+  void release(void* ptr, size_t) override { std::free(ptr); }
+};
+
+// Two layers, hidden 128, 4 heads (2 per TP rank), vocabulary 250 (padded 256 at TP 1 and 2).
+ModelConfig config(int tp) {
+  ModelConfig c = testing::tiny_config(2, 128, 4, 16, 250);
+  c.tensor_model_parallel_size = tp;
+  return c;
+}
+
+// "" or the first difference (token losses, then each tensor's gradient, in layout order)
+// between the CPU model and GpuGpt<float> after one forward and backward from the same
+// weights. tp: the TP communicator (null at TP 1).
+std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm* tp) {
+  const int B = 2, N = B * c.seq_length;
+  GptModel<float> cpu(c, shard, B, tp, RecomputePlan{});
+  cpu.init_weights(7);
+  // Megatron starts biases at zero, where a bias added twice would go unnoticed: give every
+  // bias a value of its global element (so replicas on the TP ranks agree).
+  for (const ParamTensor& t : cpu.layout().tensors()) {
+    if (t.name.size() < 5 || t.name.compare(t.name.size() - 5, 5, ".bias") != 0) continue;
+    const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                          t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+    for (size_t i = 0; i < t.numel; i++)
+      cpu.params()[t.offset + i] = 0.02f * std::sin(0.7f * static_cast<float>(map.global_index(i)));
+  }
+  cpu.zero_grads();
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; i++) {
+    tokens[i] = (i * 37 + 11) % c.vocab_size;
+    targets[i] = (i * 53 + 5) % c.vocab_size;
+  }
+  GptActivations<float> acts(c, shard, B, RecomputePlan{});
+  cpu.forward(acts, tokens.data(), targets.data(), 0, 1.0f / N);
+  cpu.backward(acts);
+
+  std::string error;
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  CachingAllocator memory(std::make_unique<HostMemory>());
+  auto gpu = gpu::GpuGpt<float>::create(c, B, *ctx, memory, shard, tp);
+  if (!gpu) return gpu.status().message();
+  gpu::GpuGpt<float>& g = **gpu;
+  if (g.numel() != cpu.layout().total_numel()) return "the arenas differ in size";
+  g.upload(cpu.params());
+  g.zero_grads();
+  g.forward(tokens.data(), targets.data(), 1.0f / N);
+  g.backward(tokens.data());
+  if (std::string e = ctx->synchronize(); !e.empty()) return e;
+
+  auto relative_error = [](const float* got, const float* want, size_t n) {
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) scale = std::max(scale, std::abs(double(want[i])));
+    for (size_t i = 0; i < n; i++) {
+      const double d = std::abs(double(got[i]) - double(want[i]));
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    }
+    return worst / std::max(scale, 1e-30);
+  };
+  constexpr double kTolerance = 1e-5;
+  if (double e = relative_error(g.losses(), acts.losses, N); !(e <= kTolerance))
+    return "token losses: relative error " + std::to_string(e);
+  for (const ParamTensor& t : cpu.layout().tensors()) {
+    const double e = relative_error(g.grads() + t.offset, cpu.grads() + t.offset, t.numel);
+    if (!(e <= kTolerance))
+      return "d " + t.name + ": relative error " + std::to_string(e) + " > " +
+             std::to_string(kTolerance);
+  }
+  return "";
+}
+
+// The TP 2 side: this process is one of two MPI ranks.
+int worker() {
+  Result<std::unique_ptr<Comm>> world = make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
+    return 1;
+  }
+  std::string error;
+  {  // the communicators go before MPI does
+    TrainOptions o;
+    o.model = config(2);
+    o.micro_batch_size = 2;
+    o.global_batch_size = 2;
+    Result<ParallelLayout> layout = make_layout(o, (*world)->size());
+    if (!layout) {
+      error = layout.status().message();
+    } else if (Result<ProcessGroups> groups = make_process_groups(**world, *layout); !groups) {
+      error = groups.status().message();
+    } else {
+      error = compare_one_step(o.model, shard_of(groups->layout, groups->coord, 0, false),
+                               groups->tp.get());
+    }
+  }
+  const int rank = (*world)->rank();
+  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+  world->reset();
+  finalize_comm();
+  return error.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+class GpuModelOnHost : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void tp1_step_matches_the_cpu_model() {
+    const std::string d = compare_one_step(config(1), ModelShard{}, nullptr);
+    QVERIFY2(d.empty(), d.c_str());
+  }
+
+#ifdef LATTICE_MPIEXEC
+  void tp2_step_matches_the_cpu_models_shards() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run = testing::run_mpi(2, self, {"--worker"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("TP 2: " + run.err + run.out));
+  }
+#endif
+};
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--worker") return worker();
+  GpuModelOnHost test;
+  return QTest::qExec(&test, argc, argv);
+}
+
+#include "test_gpu_model_on_host.moc"
