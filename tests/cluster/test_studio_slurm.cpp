@@ -13,6 +13,7 @@
 #include <QtTest>
 
 #include "common/process.h"
+#include "common/studio_plans.h"
 #include "lattice/storage/run_store.h"
 #include "launch/launch_command.h"
 #include "launch/launch_form.h"
@@ -35,16 +36,6 @@ LaunchEnvironment clusterEnvironment(const QString& dir) {
   env.dataDir = dir;
   env.defaultDatabase = dir + "/home.sqlite";
   return env;
-}
-
-// The demo plan made tiny, on one node of 2 devices (DP 2), on mock data.
-void tinyTwoRankPlan(PlanModel& model) {
-  model.edit("2 ranks", [](Plan& p) {
-    p.cluster.devices_per_node = 2;
-    p.options.model.num_layers = 2;
-    p.options.model.hidden_size = 64;
-    p.options.model.seq_length = 32;
-  });
 }
 
 LaunchSettings slurmSettings(const QString& runName, const QString& outputDir, int iterations) {
@@ -93,7 +84,7 @@ class TestStudioSlurm : public QObject {
   void aJobSubmittedFromTheStudioEqualsMpirunDirectly() {
     QTemporaryDir dir;
     PlanModel model;
-    tinyTwoRankPlan(model);
+    lattice::testing::tinyTwoRankPlan(model);
     QVERIFY(model.isValid());
     LaunchView view(&model, clusterEnvironment(dir.path()));
     view.form()->setSettings(slurmSettings("studio-slurm", dir.filePath("job"), 6));
@@ -102,6 +93,7 @@ class TestStudioSlurm : public QObject {
     QVERIFY2(cmd.script.contains("#SBATCH --ntasks-per-node=2"), qPrintable(cmd.script));
     QCOMPARE(cmd.database, dir.filePath("job/runs.sqlite"));
     QCOMPARE(cmd.importInto, dir.filePath("home.sqlite"));
+    QSignalSpy recorded(&view, &LaunchView::runRecorded);
     QSignalSpy ended(&view, &LaunchView::runEnded);
     QSignalSpy imported(&view, &LaunchView::jobImported);
     view.startRun();
@@ -109,7 +101,11 @@ class TestStudioSlurm : public QObject {
     const QString console = view.findChild<QPlainTextEdit*>("console")->toPlainText();
     QVERIFY2(ended.front().at(0).toBool(), qPrintable(console.right(3000)));
     QVERIFY2(console.contains("COMPLETED"), qPrintable(console.right(3000)));
+    if (recorded.isEmpty()) QVERIFY(recorded.wait(10000));
     if (imported.isEmpty()) QVERIFY(imported.wait(10000));
+    // The run was reported in the job's own store, marked as such: the views read it only.
+    QCOMPARE(recorded.front().at(0).toString(), dir.filePath("job/runs.sqlite"));
+    QVERIFY2(recorded.front().at(2).toBool(), "the job's store must be reported as the job's");
 
     // The same flags, run directly: the local command of the same plan.
     LaunchSettings local = slurmSettings("direct", {}, 6);
@@ -148,7 +144,8 @@ class TestStudioSlurm : public QObject {
   void stopCancelsTheJobAndTheRunArrivesKilled() {
     QTemporaryDir dir;
     PlanModel model;
-    tinyTwoRankPlan(model);
+    lattice::testing::tinyTwoRankPlan(model);
+    QVERIFY(model.isValid());
     LaunchView view(&model, clusterEnvironment(dir.path()));
     view.form()->setSettings(slurmSettings("studio-cancel", dir.filePath("job"), 5000));
     QVERIFY2(view.command().canStart(), qPrintable(view.command().errors.join('\n')));

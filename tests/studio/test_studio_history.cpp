@@ -2,14 +2,20 @@
 // its proxy are well-behaved item models while refreshes add, remove and change runs; numbers
 // sort as numbers; the text, tag and status filters; a stale running run reads "crashed"; the
 // comparison lists exactly the settings that differ (or all of them); rename, tags, notes and
-// delete write through the store, and a refusal shows the store's message and changes nothing.
+// delete write through the store, and a refusal shows the store's message and changes nothing;
+// a store shown read-only (a running cluster job's own, as the main window follows it) offers
+// no edit and its file stays byte for byte as it was, until it is shown read-write again.
 #include <sqlite3.h>
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
 #include <QComboBox>
+#include <QDateTime>
 #include <QDir>
+#include <QFileInfo>
 #include <QHeaderView>
+#include <QInputDialog>
+#include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
@@ -22,6 +28,9 @@
 #include <QtTest>
 #include <nlohmann/json.hpp>
 
+#include "app/main_window.h"
+#include "common/files.h"
+#include "dashboard/dashboard_view.h"
 #include "history/compare_panel.h"
 #include "history/history_io.h"
 #include "history/history_view.h"
@@ -29,6 +38,7 @@
 #include "history/run_table_model.h"
 #include "lattice/storage/run_store.h"
 #include "lattice/train_options.h"
+#include "launch/launch_view.h"
 
 using namespace lattice;
 using namespace lattice::ui;
@@ -148,6 +158,47 @@ void setRunsFrom(RunTableModel& model, const QString& db) {
   model.setRuns(std::move(read.runs), read.now);
 }
 
+// The edit controls of the History view that are enabled: its buttons and the table's context
+// actions, by name. "Open in Dashboard" and "Open in Playground" are not edits.
+QStringList enabledEditControls(HistoryView& view) {
+  QStringList on;
+  for (const char* name :
+       {"historyRename", "historyAddTag", "historyRemoveTag", "historyNotes", "historyDelete"}) {
+    auto* button = view.findChild<QPushButton*>(name);
+    if (!button) qFatal("no button %s", name);
+    if (button->isEnabled()) on << QString::fromLatin1(name);
+  }
+  const QStringList edits = {"Rename", "Add tag…", "Remove tag…", "Notes…", "Delete…"};
+  int found = 0;
+  for (QAction* action : view.tableView()->actions()) {
+    if (!edits.contains(action->text())) continue;
+    ++found;
+    if (action->isEnabled()) on << action->text();
+  }
+  if (found != edits.size()) qFatal("the table has %d of the %d edit actions", found, 5);
+  return on;
+}
+
+// Until stopped, rejects every modal dialog that opens (a question, a tag or notes prompt)
+// and records its title: a test that must not be asked anything checks it stays empty.
+class DialogGuard {
+ public:
+  DialogGuard() {
+    QObject::connect(&poll_, &QTimer::timeout, &poll_, [this] {
+      if (auto* dialog = qobject_cast<QDialog*>(QApplication::activeModalWidget())) {
+        asked_ << dialog->windowTitle();
+        dialog->reject();
+      }
+    });
+    poll_.start(10);
+  }
+  const QStringList& asked() const { return asked_; }
+
+ private:
+  QTimer poll_;
+  QStringList asked_;
+};
+
 // The column's texts in the proxy's row order.
 QStringList columnTexts(const QAbstractItemModel& m, int column) {
   QStringList out;
@@ -166,9 +217,10 @@ class TestStudioHistory : public QObject {
   QString freshDb() { return dir_.filePath(QStringLiteral("runs-%1.sqlite").arg(++dbs_)); }
 
   // Shows the view on `db` and waits for its first read.
-  static bool load(HistoryView& view, const QString& db) {
+  static bool load(HistoryView& view, const QString& db,
+                   StoreAccess access = StoreAccess::kReadWrite) {
     QSignalSpy refreshed(&view, &HistoryView::refreshed);
-    view.setDatabase(db);
+    view.setDatabase(db, access);
     return refreshed.wait(10000);
   }
   static bool reload(HistoryView& view) {
@@ -525,6 +577,144 @@ class TestStudioHistory : public QObject {
     QCOMPARE(store->find_run("b")->tags, (std::vector<std::string>{"y", "z"}));
     auto* tagFilter = view.findChild<QComboBox*>("historyTagFilter");
     QCOMPARE(tagFilter->count(), 3);  // All tags, y, z
+  }
+
+  // A running cluster job's store, as the main window shows it while it follows the job: read
+  // read-only, every edit control disabled, every edit asked through the API refused, and the
+  // file unchanged to the byte. Shown read-write (the local history again), the edits write.
+  void aStoreShownReadOnlyIsNeverWrittenUntilShownReadWrite() {
+    const QString db = freshDb();
+    std::int64_t a = 0, b = 0;
+    {
+      auto store = openStore(db);
+      a = addRun(*store, {"job-run", 1, "3e-4", {"cluster"}, "from the job", 3, 2.0, 100});
+      b = addRun(*store, named("job-other"));
+    }  // closed: the file holds every row, nothing is pending
+    const std::string bytes = lattice::testing::slurp(db.toStdString());
+    const QDateTime modified = QFileInfo(db).lastModified();
+    QVERIFY(!bytes.empty());
+
+    HistoryView view;
+    QVERIFY(load(view, db, StoreAccess::kReadOnly));
+    QCOMPARE(view.access(), StoreAccess::kReadOnly);
+    QCOMPARE(view.tableModel()->rowCount(), 2);
+    auto* banner = view.findChild<QLabel*>("historyReadOnly");
+    QVERIFY(banner);
+    QVERIFY2(banner->isVisibleTo(&view), "a read-only store says so above the table");
+    QVERIFY2(banner->text().contains("cluster job") && banner->text().contains("imported"),
+             qPrintable(banner->text()));
+    view.selectRuns({a});
+    QCOMPARE(view.selectedRuns(), QList<qint64>{a});
+    QCOMPARE(enabledEditControls(view), QStringList{});
+    const RunTableModel& m = *view.tableModel();
+    for (int column : {RunTableModel::kName, RunTableModel::kTags, RunTableModel::kNotes})
+      QVERIFY2(!(m.flags(m.index(m.rowOfRun(a), column)) & Qt::ItemIsEditable),
+               qPrintable(QStringLiteral("column %1 is editable").arg(column)));
+
+    // Every way in: the cells, the API, the (disabled) actions, delete.
+    QSignalSpy requested(view.tableModel(), &RunTableModel::editRequested);
+    const QStringList errors = edit(view, [&] {
+      view.tableModel()->setData(m.index(m.rowOfRun(a), RunTableModel::kName), "cell-name");
+      view.renameRun(a, "renamed");
+      view.addTags({a, b}, {"mine"});
+      view.removeTags({a}, {"cluster"});
+      view.setNotes(a, "my notes");
+    });
+    QCOMPARE(requested.count(), 0);
+    QCOMPARE(errors.size(), 1);
+    QVERIFY2(errors[0].contains("read-only"), qPrintable(errors[0]));
+    QCOMPARE(view.errorText(), errors[0]);
+    {
+      DialogGuard guard;
+      for (QAction* action : view.tableView()->actions()) action->trigger();
+      QVERIFY(!view.deleteRuns({a, b}));
+      QTest::qWait(50);
+      QVERIFY2(guard.asked().isEmpty(), qPrintable(guard.asked().join(", ")));
+    }
+    QVERIFY(reload(view));
+    QCOMPARE(m.index(m.rowOfRun(a), RunTableModel::kName).data().toString(), "job-run");
+
+    QCOMPARE(QFileInfo(db).lastModified(), modified);
+    QVERIFY2(lattice::testing::slurp(db.toStdString()) == bytes,
+             qPrintable(db + " changed while shown read-only"));
+    {
+      storage::OpenOptions readOnly;
+      readOnly.read_only = true;
+      auto store = RunStore::open(db.toStdString(), readOnly);
+      QVERIFY(store);
+      Result<storage::RunInfo> run = (*store)->find_run("job-run");
+      QVERIFY(run);
+      QCOMPARE(run->tags, std::vector<std::string>{"cluster"});
+      QCOMPARE(run->notes, std::string("from the job"));
+      QVERIFY((*store)->find_run("job-other").is_ok());
+    }
+
+    // The local history again (the job imported): editable, and edits write.
+    QVERIFY(load(view, db, StoreAccess::kReadWrite));
+    QVERIFY2(!banner->isVisibleTo(&view), "the banner goes with the read-only store");
+    view.selectRuns({a});
+    QCOMPARE(enabledEditControls(view).size(), 10);
+    QVERIFY(m.flags(m.index(m.rowOfRun(a), RunTableModel::kName)) & Qt::ItemIsEditable);
+    QVERIFY(edit(view, [&] {
+              view.renameRun(a, "renamed");
+              view.addTags({a}, {"mine"});
+              view.setNotes(a, "my notes");
+            }).isEmpty());
+    QVERIFY(view.errorText().isEmpty());
+    auto store = openStore(db);
+    Result<storage::RunInfo> run = store->find_run("renamed");
+    QVERIFY(run);
+    QCOMPARE(run->id, a);
+    QCOMPARE(run->tags, (std::vector<std::string>{"cluster", "mine"}));
+    QCOMPARE(run->notes, std::string("my notes"));
+    QCOMPARE(m.index(m.rowOfRun(a), RunTableModel::kName).data().toString(), "renamed");
+  }
+
+  // The main window's History follows a cluster job's store read-only while the job runs and
+  // comes back to the local history read-write when the job's runs are imported; a run on
+  // this machine is recorded in the local history, which stays editable.
+  void theWindowShowsAJobsStoreReadOnlyUntilItIsImported() {
+    const QString local = freshDb(), job = freshDb();
+    openStore(local);
+    RunSnapshot run;
+    {
+      auto store = openStore(job);
+      run.id = addRun(*store, {"job", 1, "3e-4", {}, "", 2, 2.0, 10, RunStatus::kRunning});
+    }
+    run.found = true;
+    run.name = "job";
+    run.status = "running";
+    LaunchEnvironment env;
+    env.lattice = "lattice";
+    env.dataDir = dir_.path();
+    env.defaultDatabase = local;
+    MainWindow::Options options;
+    options.useSettings = false;
+    options.measureCpu = false;
+    options.environment = env;
+    options.database = local;
+    MainWindow window(options);
+    HistoryView& history = *window.historyView();
+    auto* banner = history.findChild<QLabel*>("historyReadOnly");
+    QCOMPARE(history.database(), local);
+    QCOMPARE(history.access(), StoreAccess::kReadWrite);
+
+    emit window.launchView()->runRecorded(job, run, true);
+    QCOMPARE(window.dashboardView()->database(), job);
+    QCOMPARE(history.database(), job);
+    QCOMPARE(history.access(), StoreAccess::kReadOnly);
+    QVERIFY(banner->isVisibleTo(&history));
+    QTRY_VERIFY_WITH_TIMEOUT(history.tableModel()->rowOfRun(run.id) >= 0, 10000);
+    QCOMPARE(history.selectedRuns(), QList<qint64>{run.id});
+    QCOMPARE(enabledEditControls(history), QStringList{});
+
+    emit window.launchView()->jobImported(local, 0);
+    QCOMPARE(history.database(), local);
+    QCOMPARE(history.access(), StoreAccess::kReadWrite);
+    QVERIFY(!banner->isVisibleTo(&history));
+
+    emit window.launchView()->runRecorded(local, run, false);
+    QCOMPARE(history.access(), StoreAccess::kReadWrite);
   }
 
   // Renders the view with several runs at both sizes (PNG in the temporary directory, or in

@@ -10,6 +10,7 @@
 
 #include "app/main_window.h"
 #include "common/process.h"
+#include "common/studio_plans.h"
 #include "dashboard/dashboard_view.h"
 #include "history/history_view.h"
 #include "history/run_table_model.h"
@@ -45,17 +46,6 @@ LaunchSettings mockData(const QString& runName) {
   s.data = DataSource::kMock;
   s.runName = runName;
   return s;
-}
-
-// The demo model made tiny, on one node of 2 devices (DP 2).
-void tinyTwoRankPlan(PlanModel& model) {
-  model.edit("2 ranks", [](Plan& p) {
-    p.cluster.devices_per_node = 2;
-    p.options.model.num_layers = 2;
-    p.options.model.hidden_size = 64;
-    p.options.model.seq_length = 32;
-  });
-  QVERIFY(model.isValid());
 }
 
 }  // namespace
@@ -211,7 +201,8 @@ class TestStudioLaunch : public QObject {
     options.measureCpu = false;
     options.environment = testEnvironment(dir.path());
     MainWindow window(options);
-    tinyTwoRankPlan(*window.planModel());
+    lattice::testing::tinyTwoRankPlan(*window.planModel());
+    QVERIFY(window.planModel()->isValid());
     LaunchView& view = *window.launchView();
     LaunchSettings s = mockData("studio-launch-test");
     s.extraFlags = "--train-iters 4 --log-interval 1 --eval-iters 0";
@@ -238,6 +229,9 @@ class TestStudioLaunch : public QObject {
     QCOMPARE(window.currentView(), MainWindow::View::kDashboard);
     QCOMPARE(window.dashboardView()->runs(), QList<qint64>{run->id});
     QCOMPARE(window.dashboardView()->database(), dir.filePath("studio.sqlite"));
+    // A run on this machine is recorded in the local history, which History edits.
+    QVERIFY(!recorded.front().at(2).toBool());
+    QCOMPARE(window.historyView()->access(), StoreAccess::kReadWrite);
     window.historyView()->refresh();
     QTRY_VERIFY_WITH_TIMEOUT(window.historyView()->tableModel()->rowOfRun(run->id) >= 0, 10000);
     QCOMPARE(window.historyView()->selectedRuns(), QList<qint64>{run->id});
@@ -251,7 +245,8 @@ class TestStudioLaunch : public QObject {
     lattice::testing::put_mpi_environment();  // the launched mpirun inherits it
     QTemporaryDir dir;
     PlanModel model;
-    tinyTwoRankPlan(model);
+    lattice::testing::tinyTwoRankPlan(model);
+    QVERIFY(model.isValid());
     LaunchView view(&model, testEnvironment(dir.path()));
     LaunchSettings s = mockData("studio-stop-test");
     s.extraFlags = "--train-iters 1000000 --log-interval 1 --eval-iters 0";

@@ -69,7 +69,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
     launch.database = options_.database;
     launchView_->form()->setSettings(launch);
   }
-  useDatabase(database());
+  useDatabase(database(), StoreAccess::kReadWrite);
   updateStatus();
   updateTitle();
   if (options_.measureCpu && model_->cpuGflops() <= 0) measureCpu();
@@ -91,10 +91,11 @@ void MainWindow::createViews() {
     stack_->addWidget(view);
 
   // A launched run opens in the Dashboard as soon as the store has it (the Launch view's
-  // console stays one Ctrl+2 away) and appears in History.
+  // console stays one Ctrl+2 away) and appears in History: read-only when the store is a
+  // cluster job's own, which the job writes.
   connect(launchView_, &LaunchView::runRecorded, this,
-          [this](const QString& database, const RunSnapshot& run) {
-            useDatabase(database);
+          [this](const QString& database, const RunSnapshot& run, bool jobStore) {
+            useDatabase(database, jobStore ? StoreAccess::kReadOnly : StoreAccess::kReadWrite);
             showRuns({run.id});
             showView(View::kDashboard);
             statusBar()->showMessage(tr("Run '%1' is in the run store").arg(run.name), 5000);
@@ -110,10 +111,10 @@ void MainWindow::createViews() {
   connect(dashboard_, &DashboardView::problem, this,
           [this](const QString& message) { statusBar()->showMessage(message, 8000); });
   // A cluster job's views follow its own store while it runs; once its runs are merged into
-  // the local history, the views come back to it.
+  // the local history, the views come back to it, and History edits again.
   connect(launchView_, &LaunchView::jobImported, this,
           [this](const QString& database, qint64 runId) {
-            useDatabase(database);
+            useDatabase(database, StoreAccess::kReadWrite);
             if (runId > 0) showRuns({runId});
           });
   connect(launchView_, &LaunchView::runEnded, this,
@@ -127,9 +128,10 @@ QString MainWindow::database() const {
   return environment_.defaultDatabase;
 }
 
-void MainWindow::useDatabase(const QString& path) {
+void MainWindow::useDatabase(const QString& path, StoreAccess access) {
   if (dashboard_->database() != path) dashboard_->setDatabase(path);
-  if (history_->database() != path) history_->setDatabase(path);
+  if (history_->database() != path || history_->access() != access)
+    history_->setDatabase(path, access);
   if (playground_->database() != path) playground_->setDatabase(path);
 }
 

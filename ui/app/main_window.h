@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "app/theme.h"
+#include "history/history_io.h"
 #include "launch/launch_command.h"
 
 class QActionGroup;
@@ -84,7 +85,9 @@ class MainWindow : public QMainWindow {
   void measureCpu();
   void updateStatus();
   void updateTitle();
-  void useDatabase(const QString& path);
+  // Points the Dashboard, History and Playground at `path`. kReadOnly: a running cluster job's
+  // own store, which History shows without its edits until the job is imported.
+  void useDatabase(const QString& path, StoreAccess access);
 
   Options options_;
   LaunchEnvironment environment_;  // options_.environment, or this machine's, detected once

@@ -54,7 +54,11 @@ DashboardView::DashboardView(QWidget* parent)
   setSmoothing(smoothing_);
 }
 
-DashboardView::~DashboardView() = default;
+DashboardView::~DashboardView() {
+  // The feed's worker thread posts to the store until the feed stops it. Children are deleted
+  // oldest first, which would free the store while the worker still runs: stop the feed first.
+  delete feed_;
+}
 
 QWidget* DashboardView::buildToolbar() {
   auto* bar = new QWidget(this);

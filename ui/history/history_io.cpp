@@ -33,15 +33,19 @@ Status apply(storage::RunStore& store, const RunEdit& e) {
 
 }  // namespace
 
-RunsRead readRuns(const QString& database) {
+RunsRead readRuns(const QString& database, StoreAccess access) {
   RunsRead read;
   read.now = static_cast<double>(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
-  if (database.isEmpty() || !QFileInfo::exists(database)) {
+  const bool readOnly = access == StoreAccess::kReadOnly;
+  const QFileInfo file(database);
+  if (database.isEmpty() || !file.exists() || (readOnly && file.size() == 0)) {
     read.missing = true;
     return read;
   }
+  storage::OpenOptions options;
+  options.read_only = readOnly;
   Result<std::unique_ptr<storage::RunStore>> store =
-      storage::RunStore::open(database.toStdString());
+      storage::RunStore::open(database.toStdString(), options);
   if (!store) {
     read.problem = QString::fromStdString(store.status().message());
     return read;

@@ -13,6 +13,11 @@
 
 namespace lattice::ui {
 
+// How History may use a store. The local history is read and edited. A running cluster job's
+// own store (the Studio follows it while the job runs) is only read: the job writes it, and
+// when the job ends `lattice runs import` merges it into the local history, where it is edited.
+enum class StoreAccess { kReadWrite, kReadOnly };
+
 struct RunsRead {
   std::vector<storage::RunInfo> runs;  // list_runs: every run, by id
   double now = 0;                      // the clock the crashed test used (Unix seconds)
@@ -20,8 +25,9 @@ struct RunsRead {
   QString problem;                     // the store could not be opened or read
 };
 
-// Every run with its latest metrics. Any thread.
-RunsRead readRuns(const QString& database);
+// Every run with its latest metrics. kReadOnly opens the file read-only (OpenOptions::
+// read_only) and takes an empty file for a missing one: the job creates it. Any thread.
+RunsRead readRuns(const QString& database, StoreAccess access = StoreAccess::kReadWrite);
 
 // Applies the edits in order, each on its own (a refused one does not stop the rest), and
 // returns the store's message for each refused one. Any thread.

@@ -41,6 +41,16 @@ HistoryView::HistoryView(QWidget* parent)
   buildToolbar();
   buildTable();
 
+  readOnly_ = new QLabel(
+      tr("Read-only: these runs belong to a cluster job that is still running (it writes this "
+         "store). Rename, tags, notes and delete work once the job ends and its runs are "
+         "imported into the local history."),
+      this);
+  readOnly_->setObjectName(QStringLiteral("historyReadOnly"));
+  readOnly_->setWordWrap(true);
+  readOnly_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  readOnly_->hide();
+
   auto* errorBar = new QWidget(this);
   error_ = new QLabel(errorBar);
   error_->setObjectName(QStringLiteral("historyError"));
@@ -83,6 +93,7 @@ HistoryView::HistoryView(QWidget* parent)
   }
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(toolbar);
+  layout->addWidget(readOnly_);
   layout->addWidget(errorBar);
   layout->addWidget(splitter_, 1);
   layout->addWidget(statusLine_);
@@ -140,6 +151,10 @@ void HistoryView::buildToolbar() {
   notesButton_ = button(tr("Notes…"), tr("Edit the run's notes"), &HistoryView::editNotesOfCurrent);
   deleteButton_ = button(tr("Delete…"), tr("Delete the selected runs after asking (Delete)"),
                          &HistoryView::askDelete);
+  renameButton_->setObjectName(QStringLiteral("historyRename"));
+  addTagButton_->setObjectName(QStringLiteral("historyAddTag"));
+  removeTagButton_->setObjectName(QStringLiteral("historyRemoveTag"));
+  notesButton_->setObjectName(QStringLiteral("historyNotes"));
   deleteButton_->setObjectName(QStringLiteral("historyDelete"));
 }
 
@@ -188,14 +203,14 @@ void HistoryView::buildTable() {
     if (const QList<qint64> ids = selectedRuns(); ids.size() == 1) emit openInPlayground(ids[0]);
   });
   table_->addAction(playgroundAction_);
-  action(tr("Rename"), QKeySequence(Qt::Key_F2), &HistoryView::renameCurrent);
+  editActions_ << action(tr("Rename"), QKeySequence(Qt::Key_F2), &HistoryView::renameCurrent);
   QAction* separator = new QAction(table_);
   separator->setSeparator(true);
   table_->addAction(separator);
-  action(tr("Add tag…"), {}, &HistoryView::askAddTags);
-  action(tr("Remove tag…"), {}, &HistoryView::askRemoveTag);
-  action(tr("Notes…"), {}, &HistoryView::editNotesOfCurrent);
-  action(tr("Delete…"), QKeySequence::Delete, &HistoryView::askDelete);
+  editActions_ << action(tr("Add tag…"), {}, &HistoryView::askAddTags)
+               << action(tr("Remove tag…"), {}, &HistoryView::askRemoveTag)
+               << action(tr("Notes…"), {}, &HistoryView::editNotesOfCurrent)
+               << action(tr("Delete…"), QKeySequence::Delete, &HistoryView::askDelete);
   table_->setContextMenuPolicy(Qt::ActionsContextMenu);
 }
 
@@ -206,7 +221,11 @@ void HistoryView::showEvent(QShowEvent* event) {
 
 // ---- reads -----------------------------------------------------------------------------
 
-void HistoryView::setDatabase(const QString& path) {
+void HistoryView::setDatabase(const QString& path, StoreAccess access) {
+  if (access != access_) {
+    access_ = access;
+    updateAccess();
+  }
   if (path != database_) {
     database_ = path;
     ++generation_;
@@ -224,7 +243,15 @@ void HistoryView::refresh() {
   }
   readGeneration_ = generation_;
   const QString database = database_;
-  reader_.setFuture(QtConcurrent::run([database] { return readRuns(database); }));
+  const StoreAccess access = access_;
+  reader_.setFuture(QtConcurrent::run([database, access] { return readRuns(database, access); }));
+}
+
+void HistoryView::updateAccess() {
+  const bool editable = access_ == StoreAccess::kReadWrite;
+  readOnly_->setVisible(!editable);
+  model_->setEditable(editable);  // an editor open now commits nothing
+  updateSelectionDependents();
 }
 
 void HistoryView::onRead() {
@@ -292,7 +319,8 @@ void HistoryView::updateStatusLine() {
     if (shown != all) text += tr(", %1 shown").arg(shown);
     const int selected = static_cast<int>(selectedRuns().size());
     if (selected > 0) text += tr(", %1 selected").arg(selected);
-    statusLine_->setText(text + QStringLiteral(" · ") + database_);
+    statusLine_->setText(text + QStringLiteral(" · ") + database_ +
+                         (access_ == StoreAccess::kReadOnly ? tr(" (read-only)") : QString()));
   }
 }
 
@@ -347,11 +375,13 @@ QList<qint64> HistoryView::selectedOrCurrent() const {
 
 void HistoryView::updateSelectionDependents() {
   const QList<qint64> ids = selectedRuns();
+  const bool editable = access_ == StoreAccess::kReadWrite;
   openButton_->setEnabled(!ids.isEmpty());
-  renameButton_->setEnabled(ids.size() == 1);
-  notesButton_->setEnabled(ids.size() == 1);
-  addTagButton_->setEnabled(!ids.isEmpty());
-  deleteButton_->setEnabled(!ids.isEmpty());
+  renameButton_->setEnabled(editable && ids.size() == 1);
+  notesButton_->setEnabled(editable && ids.size() == 1);
+  addTagButton_->setEnabled(editable && !ids.isEmpty());
+  deleteButton_->setEnabled(editable && !ids.isEmpty());
+  for (QAction* a : editActions_) a->setEnabled(editable);
   bool anyTags = false;
   std::vector<storage::RunInfo> runs;
   for (qint64 id : ids) {
@@ -360,7 +390,7 @@ void HistoryView::updateSelectionDependents() {
       runs.push_back(*r);
     }
   }
-  removeTagButton_->setEnabled(anyTags);
+  removeTagButton_->setEnabled(editable && anyTags);
   playgroundAction_->setEnabled(runs.size() == 1 && !runSaveDir(runs[0]).isEmpty());
   // Oldest first, as `lattice runs compare` lists them: columns stay put when the table re-sorts.
   std::sort(runs.begin(), runs.end(),

@@ -1,8 +1,10 @@
 // The History view: every run of the run store in a sortable, filterable table (RunTableModel
 // behind RunFilterModel), edited in place (rename, tags, notes, delete after asking), and a
 // ComparePanel for two or more selected runs. Reads and writes run off the UI thread
-// (history_io.h); a visible view re-reads every kRefreshMs. Owns no plots: "Open in Dashboard"
-// and "Compare curves" hand the selected run ids to whoever shows curves.
+// (history_io.h); a visible view re-reads every kRefreshMs. A store shown read-only (a running
+// cluster job's own) is never written: its edits are disabled and a banner says why. Owns no
+// plots: "Open in Dashboard" and "Compare curves" hand the selected run ids to whoever shows
+// curves.
 #pragma once
 
 #include <QFutureWatcher>
@@ -36,22 +38,27 @@ class HistoryView : public QWidget {
 
   static constexpr int kRefreshMs = 2000;
 
-  // The run database to show (an absent file shows no runs until a run creates it).
-  void setDatabase(const QString& path);
+  // The run database to show (an absent file shows no runs until a run creates it), and how
+  // (StoreAccess): kReadOnly opens it read-only, disables rename, tags, notes and delete, and
+  // says above the table that the runs can be edited once the job is imported.
+  void setDatabase(const QString& path, StoreAccess access = StoreAccess::kReadWrite);
   const QString& database() const { return database_; }
+  StoreAccess access() const { return access_; }
   // Re-reads now, off the UI thread; refreshed() follows.
   void refresh();
   QList<qint64> selectedRuns() const;  // in the table's order
   // Selects exactly these runs (those not read yet are selected when they appear).
   void selectRuns(const QList<qint64>& ids);
 
-  // Edits, written off the UI thread in the order asked; editsApplied() then refreshed()
-  // follow. A refused edit leaves the store as it was and shows the store's message.
+  // Edits, written off the UI thread in the order asked, each into the store shown when it
+  // was asked; editsApplied() then refreshed() follow. A refused edit leaves the store as it
+  // was and shows the store's message; on a read-only store every edit is refused unwritten.
   void renameRun(qint64 id, const QString& name);
   void addTags(const QList<qint64>& ids, const QStringList& tags);
   void removeTags(const QList<qint64>& ids, const QStringList& tags);
   void setNotes(qint64 id, const QString& notes);
-  // Asks first (a dialog naming the runs); false when the user declined.
+  // Asks first (a dialog naming the runs); false when the user declined, or without asking
+  // when the store is read-only.
   bool deleteRuns(const QList<qint64>& ids);
 
   QString errorText() const;  // the message shown above the table; empty when none
@@ -74,8 +81,10 @@ class HistoryView : public QWidget {
  private:
   void buildToolbar();
   void buildTable();
+  void updateAccess();
   void onRead();
   void queueEdits(const QList<RunEdit>& edits);
+  void refuseEdits();
   void startWrites();
   void onWritten();
   void showError(const QString& text);
@@ -92,6 +101,7 @@ class HistoryView : public QWidget {
   QList<qint64> selectedOrCurrent() const;
 
   QString database_;
+  StoreAccess access_ = StoreAccess::kReadWrite;
   quint64 generation_ = 0;  // bumped by setDatabase: a read of the old file is dropped
   RunTableModel* model_;
   RunFilterModel* proxy_;
@@ -108,6 +118,8 @@ class HistoryView : public QWidget {
   QPushButton* removeTagButton_ = nullptr;
   QPushButton* notesButton_ = nullptr;
   QPushButton* deleteButton_ = nullptr;
+  QList<QAction*> editActions_;  // the table's rename, tags, notes and delete actions
+  QLabel* readOnly_ = nullptr;   // the banner shown while the store is read-only
   QLabel* error_ = nullptr;
   QToolButton* errorClose_ = nullptr;
   QLabel* statusLine_ = nullptr;
@@ -118,8 +130,13 @@ class HistoryView : public QWidget {
   bool rereadWanted_ = false;
   RunsRead last_;  // the last read shown (its runs moved into the model)
 
+  // Edits asked while a batch is written, each batch for the store shown when it was asked.
+  struct EditBatch {
+    QString database;
+    QList<RunEdit> edits;
+  };
   QFutureWatcher<QStringList> writer_;
-  QList<RunEdit> queuedEdits_;
+  QList<EditBatch> queuedEdits_;
   QStringList writeErrors_;  // of the batches written since the queue was last empty
   QList<qint64> pendingSelection_;
   bool columnsSized_ = false;

@@ -1,5 +1,6 @@
 // HistoryView's edits: the dialogs that ask for them (tags, notes, delete) and the queue that
-// writes them off the UI thread, one batch at a time, in the order asked.
+// writes them off the UI thread, one batch at a time, in the order asked. Nothing is queued
+// while the store is read-only.
 #include "history/history_view.h"
 
 #include <QInputDialog>
@@ -54,6 +55,10 @@ void HistoryView::setNotes(qint64 id, const QString& notes) {
 }
 
 bool HistoryView::deleteRuns(const QList<qint64>& ids) {
+  if (access_ == StoreAccess::kReadOnly) {
+    refuseEdits();
+    return false;
+  }
   QStringList lines;
   bool anyRunning = false;
   QList<RunEdit> edits;
@@ -87,15 +92,32 @@ bool HistoryView::deleteRuns(const QList<qint64>& ids) {
 
 void HistoryView::queueEdits(const QList<RunEdit>& edits) {
   if (edits.isEmpty()) return;
-  queuedEdits_ += edits;
+  // A dialog or cell editor opened on the local history may close after the view moved on to
+  // a job's store: the edit is refused, not written there.
+  if (access_ == StoreAccess::kReadOnly) {
+    refuseEdits();
+    return;
+  }
+  if (queuedEdits_.isEmpty() || queuedEdits_.back().database != database_)
+    queuedEdits_.append({database_, {}});
+  queuedEdits_.back().edits += edits;
   startWrites();
+}
+
+void HistoryView::refuseEdits() {
+  const QString message =
+      tr("Not changed: %1 is a running cluster job's store, shown read-only. Edit its runs once "
+         "the job ends and they are imported into the local history.")
+          .arg(database_);
+  showError(message);
+  emit editsApplied({message});
+  refresh();
 }
 
 void HistoryView::startWrites() {
   if (writer_.isRunning() || queuedEdits_.isEmpty()) return;
-  const QList<RunEdit> batch = std::exchange(queuedEdits_, {});
-  const QString database = database_;
-  writer_.setFuture(QtConcurrent::run([database, batch] { return applyEdits(database, batch); }));
+  const EditBatch batch = queuedEdits_.takeFirst();
+  writer_.setFuture(QtConcurrent::run([batch] { return applyEdits(batch.database, batch.edits); }));
 }
 
 void HistoryView::onWritten() {

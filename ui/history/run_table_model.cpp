@@ -66,6 +66,10 @@ void RunTableModel::clear() {
   endResetModel();
 }
 
+void RunTableModel::setEditable(bool editable) {
+  editable_ = editable;  // views ask flags() when an edit starts: nothing to announce
+}
+
 void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
   QSet<qint64> freshIds;
   for (const storage::RunInfo& r : fresh) freshIds.insert(r.id);
@@ -319,7 +323,7 @@ QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int
 
 Qt::ItemFlags RunTableModel::flags(const QModelIndex& index) const {
   Qt::ItemFlags f = QAbstractTableModel::flags(index);
-  if (index.isValid() &&
+  if (editable_ && index.isValid() &&
       (index.column() == kName || index.column() == kTags || index.column() == kNotes)) {
     f |= Qt::ItemIsEditable;
   }
@@ -327,7 +331,7 @@ Qt::ItemFlags RunTableModel::flags(const QModelIndex& index) const {
 }
 
 bool RunTableModel::setData(const QModelIndex& index, const QVariant& value, int role) {
-  if (role != Qt::EditRole ||
+  if (role != Qt::EditRole || !editable_ ||
       !checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
     return false;
   const storage::RunInfo& r = runs_[index.row()];

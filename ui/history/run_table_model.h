@@ -55,6 +55,8 @@ class RunTableModel : public QAbstractTableModel {
   // `runs` in the store's order (ascending id); `now` (Unix seconds) dates running runs.
   void setRuns(std::vector<storage::RunInfo> runs, double now);
   void clear();
+  // false: no cell is editable and setData() asks for nothing (a store History only reads).
+  void setEditable(bool editable);
   const std::vector<storage::RunInfo>& runs() const { return runs_; }
   int rowOfRun(qint64 id) const;  // -1 when absent
   const storage::RunInfo* run(qint64 id) const;
@@ -80,6 +82,7 @@ class RunTableModel : public QAbstractTableModel {
 
   std::vector<storage::RunInfo> runs_;
   double now_ = 0;
+  bool editable_ = true;
 };
 
 // "a, b, c" -> {"a", "b", "c"}: trimmed, empty parts dropped, duplicates once.

@@ -89,8 +89,9 @@ LaunchView::LaunchView(PlanModel* model, LaunchEnvironment env, QWidget* parent)
     emit runningChanged(false);
     emit runEnded(ok, summary);
   });
-  connect(&watcher_, &RunWatcher::runAppeared, this,
-          [this](const RunSnapshot& run) { emit runRecorded(command_.database, run); });
+  connect(&watcher_, &RunWatcher::runAppeared, this, [this](const RunSnapshot& run) {
+    emit runRecorded(command_.database, run, !command_.importInto.isEmpty());
+  });
   connect(&watcher_, &RunWatcher::runUpdated, this, &LaunchView::showRun);
   rebuild();
 }
@@ -285,7 +286,8 @@ void LaunchView::importJobStore() {
     std::string local = name;
     const std::string prefix = "'" + name + "' as '";
     for (const std::string& renamed : r->renamed)
-      if (renamed.starts_with(prefix)) local = renamed.substr(prefix.size(), renamed.size() - prefix.size() - 1);
+      if (renamed.starts_with(prefix))
+        local = renamed.substr(prefix.size(), renamed.size() - prefix.size() - 1);
     Result<storage::RunInfo> run = (*store)->find_run(local);
     return {tr("Imported the job's runs into %1: %2 added, %3 updated, %4 unchanged.")
                 .arg(QString::fromStdString(target))

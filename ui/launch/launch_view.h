@@ -37,8 +37,10 @@ class LaunchView : public QWidget {
   void stopRun();
 
  signals:
-  // The run was found in the store (the Dashboard opens on it in part 2).
-  void runRecorded(const QString& database, const RunSnapshot& run);
+  // The run was found in `database`, the store it is recorded in. `jobStore`: that store is a
+  // Slurm job's own, written by the job until it ends and then merged into the local one
+  // (jobImported); the Studio only reads it.
+  void runRecorded(const QString& database, const RunSnapshot& run, bool jobStore);
   // The process sequence ended; `ok` when the last step exited 0.
   void runEnded(bool ok, const QString& summary);
   void runningChanged(bool running);

@@ -31,9 +31,14 @@ int checkpointIteration(const QString& dir) {
 
 RunCheckpointsRead readRunCheckpoints(const QString& database) {
   RunCheckpointsRead read;
-  if (database.isEmpty() || !QFileInfo::exists(database)) return read;
+  // Read-only: the Playground never writes a store, and the one shown may be a running
+  // cluster job's (an empty file there is one the job has not written yet).
+  const QFileInfo file(database);
+  if (database.isEmpty() || !file.exists() || file.size() == 0) return read;
+  storage::OpenOptions options;
+  options.read_only = true;
   Result<std::unique_ptr<storage::RunStore>> store =
-      storage::RunStore::open(database.toStdString());
+      storage::RunStore::open(database.toStdString(), options);
   if (!store) {
     read.problem = QString::fromStdString(store.status().message());
     return read;
