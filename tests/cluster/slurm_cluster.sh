@@ -12,7 +12,8 @@
 #
 # The node is this host (`hostname -s`) with its CPUs, oversubscription allowed (OverSubscribe
 # =FORCE), proctrack/linuxproc and task/none (no cgroups), no accounting storage: job states
-# come from scontrol, and finished jobs are appended to DIR/jobcomp.txt.
+# come from scontrol, and finished jobs are appended to DIR/jobcomp.txt. PMIx keeps its step
+# directories in DIR/pmix (mpi.conf).
 set -euo pipefail
 
 sbin=/usr/sbin
@@ -35,7 +36,7 @@ check() {
 
 start() {
   local dir=$1 host cpus port_base
-  mkdir -p "$dir"/{munge,state,spool,log}
+  mkdir -p "$dir"/{munge,state,spool,log,pmix}
   dir=$(cd "$dir" && pwd)
   host=$(hostname -s)
   cpus=$(nproc --all)  # plain nproc honours OMP_NUM_THREADS, which tests set to 1
@@ -79,6 +80,10 @@ SlurmdTimeout=30
 NodeName=$host CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
+  # PMIx's per-step client directories (spmix_appdir_<uid>_<job>.<step>) go under the cluster's
+  # own directory, not /tmp: job ids restart at 1 on every new cluster, so a directory that a
+  # killed step left in /tmp would make the same step of a later cluster fail to launch.
+  echo "PMIxCliTmpDirBase=$dir/pmix" >"$dir/mpi.conf"
   "$sbin/munged" --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
     --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" \
     --seed-file="$dir/munge/munge.seed"

@@ -125,10 +125,12 @@ saved=$(cat "$out/checkpoints/latest_checkpointed_iteration.txt")
 [[ $saved == "$last" ]] || fail "checkpoint of iteration $saved, but the run logged up to $last"
 echo "killed at iteration $saved with a checkpoint of it"
 
-# The reference for the requeue cases: the same flags run directly, stopped after 60
-# iterations (--exit-interval).
+# The reference for the requeue cases: the same flags run directly, stopped after
+# $reference_steps iterations (--exit-interval). A first attempt runs tens of steps between
+# the poll that sees it logging and its save (97 seen), so the reference reaches well beyond.
+reference_steps=300
 timeout 120 "$mpirun" --oversubscribe -n 2 "$lattice" train "${flags[@]}" --train-iters 3000 \
-  --exit-interval 60 --db "$work/direct.sqlite" --run-name reference >"$work/reference.log" 2>&1 ||
+  --exit-interval $reference_steps --db "$work/direct.sqlite" --run-name reference >"$work/reference.log" 2>&1 ||
   fail "the reference run failed: $(tail -n 5 "$work/reference.log")"
 reference=$(losses "$work/direct.sqlite" reference)
 submit() {  # JOB_NAME [FLAGS...]: a 3000-iteration job, not followed; prints its id
@@ -165,8 +167,8 @@ check_resumed() {  # NAME
     fail "the first attempt ended at step $first_end, the second began at $second_start"
   # Both attempts' losses equal the uninterrupted reference, bit for bit, where it has them.
   for run in "$first" "$second"; do
-    got=$(losses "$out/runs.sqlite" "$run" | awk -F'|' '$1 <= 60')
-    [[ -n $got ]] || fail "$run logged no step up to 60 to compare"
+    got=$(losses "$out/runs.sqlite" "$run" | awk -F'|' -v n=$reference_steps '$1 <= n')
+    [[ -n $got ]] || fail "$run logged no step up to $reference_steps to compare"
     missing=$(comm -23 <(sort <<<"$got") <(sort <<<"$reference"))
     [[ -z $missing ]] || fail "$run's losses differ from the uninterrupted run: $missing"
   done
