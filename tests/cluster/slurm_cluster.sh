@@ -10,6 +10,10 @@
 #                                     is idle; write DIR/env (export SLURM_CONF=...)
 #   slurm_cluster.sh stop DIR         stop the daemons started from DIR (by their pid files)
 #
+# start also leaves a reaper behind: when the process that ran `start` exits (a test that
+# finished, crashed or was killed by a timeout before its own cleanup), the reaper cancels the
+# cluster's jobs and stops its daemons, so no daemons outlive the test.
+#
 # The node is this host (`hostname -s`) with its CPUs, oversubscription allowed (OverSubscribe
 # =FORCE), proctrack/linuxproc and task/none (no cgroups), no accounting storage: job states
 # come from scontrol, and finished jobs are appended to DIR/jobcomp.txt. PMIx keeps its step
@@ -96,6 +100,9 @@ EOF
     state=$(sinfo -h -n "$host" -o %T 2>/dev/null || true)
     if [[ $state == idle* ]]; then
       echo "slurm_cluster: node $host idle ($cpus CPUs); source $dir/env" >&2
+      # Detached, and off the caller's pipes (a caller reading our output to its end must
+      # not wait for the reaper).
+      setsid bash "${BASH_SOURCE[0]}" reap "$dir" "$PPID" </dev/null >/dev/null 2>&1 &
       return 0
     fi
     sleep 0.5
@@ -121,6 +128,17 @@ stop() {
   done
 }
 
+# Waits for OWNER to exit; then, if the cluster in DIR is still up, cancels its jobs (their
+# ranks) and stops it.
+reap() {
+  local dir=$1 owner=$2
+  while kill -0 "$owner" 2>/dev/null; do sleep 1; done
+  [[ -f $dir/slurmctld.pid ]] || return 0
+  SLURM_CONF=$dir/slurm.conf timeout 10 scancel --user=root 2>/dev/null || true
+  sleep 2
+  stop "$dir"
+}
+
 case "${1:-}" in
   check) check ;;
   start)
@@ -128,6 +146,7 @@ case "${1:-}" in
     start "${2:?usage: slurm_cluster.sh start DIR}"
     ;;
   stop) stop "${2:?usage: slurm_cluster.sh stop DIR}" ;;
+  reap) reap "${2:?}" "${3:?}" ;;
   *)
     echo "usage: slurm_cluster.sh check | start DIR | stop DIR" >&2
     exit 2
