@@ -133,11 +133,12 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     else
       opened = r.status();
   }
-  // Every rank learns whether the record could be opened.
-  int ok = opened.is_ok() ? 1 : 0;
-  if (comm.size() > 1 && !comm.all_reduce(&ok, 1, DType::kInt32, ReduceOp::kMax).is_ok())
+  // Every rank learns whether rank 0 could open the record, so that its failure stops every
+  // rank here instead of leaving the others in the job's first collective.
+  int failed = opened.is_ok() ? 0 : 1;
+  if (comm.size() > 1 && !comm.all_reduce(&failed, 1, DType::kInt32, ReduceOp::kMax).is_ok())
     comm.abort("could not start the job", 1);
-  if (!opened.is_ok() || (comm.size() > 1 && rank0 == false && ok == 0)) {
+  if (failed) {
     if (rank0) print_error(command, opened.message());
     return finish(2);
   }

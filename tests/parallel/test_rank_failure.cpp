@@ -1,6 +1,7 @@
 // A rank that dies mid-step must take the whole job down quickly and say which rank it was:
 // a 2-rank data-parallel `lattice train` under mpirun loses rank 1 to SIGKILL while both are
-// stepping; mpirun must exit within 30 s, name rank 1, and leave no process behind.
+// stepping; mpirun must exit within 30 s, name rank 1, and leave no process behind. A run
+// store that rank 0 cannot open ends every rank before training, with rank 0's message.
 #include <QtTest/QtTest>
 
 #include <QDir>
@@ -83,6 +84,28 @@ class RankFailure : public QObject {
     reaping.start();
     while (!lattice_processes(marker).empty() && reaping.elapsed() < 5000) QTest::qWait(100);
     QVERIFY2(lattice_processes(marker).empty(), "a lattice rank outlived the job");
+  }
+
+  // Rank 0 alone opens the run store; when it cannot (here: a file that is not a database),
+  // the other ranks must stop too, not wait for rank 0 in the job's first collective.
+  void a_run_store_rank_0_cannot_open_stops_every_rank() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("notes.txt");
+    QFile f(db);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("my notes, not a database\n");
+    f.close();
+    const lattice::testing::Run r = lattice::testing::run_mpi(
+        2, LATTICE_CLI_PATH,
+        {"train", "--mock-data", "--num-layers", "2", "--hidden-size", "64",
+         "--num-attention-heads", "4", "--seq-length", "64", "--micro-batch-size", "2",
+         "--global-batch-size", "8", "--train-iters", "5", "--threads", "1", "--eval-iters", "0",
+         "--db", db},
+        {}, 60000);
+    QVERIFY2(!r.timed_out, "a rank kept waiting for rank 0");
+    QVERIFY2(r.exit_code != 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.err.contains("--db " + db), qPrintable(r.err));
+    QVERIFY2(!r.out.contains("iteration"), qPrintable(r.out));
   }
 };
 
