@@ -20,6 +20,7 @@
 
 #include "device/caching_allocator.h"
 #include "device/local_rank.h"
+#include "gpu/gpu_adamw.h"
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
 #include "gpu/grad_reducer.h"
@@ -57,92 +58,6 @@ double all_reduce_scalar(Comm& comm, double value, ReduceOp op = ReduceOp::kSum)
       comm.abort("could not reduce a scalar: " + s.message(), 1);
   return value;
 }
-
-// AdamW over the whole fp32 arena in one multi-tensor launch per step: Megatron's parameter
-// groups (no decay on biases and norms), moments in fp32, the bf16 compute copy written from
-// the updated master weights.
-class GpuAdamW {
- public:
-  GpuAdamW(const ParamLayout& layout, float* master, const float* grads, cu::bf16* bf16_copy,
-           CachingAllocator& memory)
-      : memory_(memory) {
-    const size_t n = layout.total_numel();
-    m_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
-    v_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
-    norm_ = static_cast<double*>(memory.allocate(sizeof(double), MemoryCategory::kWorkspace));
-    // The global norm counts each parameter once over the TP group (counts_in_norm: not the
-    // replicas on tp_rank > 0). A run of counted tensors is one span: the alignment gaps
-    // inside it hold zero gradients. TP 1: one span, the whole arena.
-    const std::vector<ParamTensor>& tensors = layout.tensors();
-    for (size_t i = 0; i < tensors.size(); i++) {
-      const ParamTensor& t = tensors[i];
-      if (!t.counts_in_norm) continue;
-      if (i > 0 && tensors[i - 1].counts_in_norm) {
-        norm_sizes_.back() = t.offset + t.numel - static_cast<size_t>(norm_spans_.back() - grads);
-      } else {
-        norm_spans_.push_back(grads + t.offset);
-        norm_sizes_.push_back(t.numel);
-      }
-    }
-    for (const ParamTensor& t : layout.tensors()) {
-      cu::AdamWTensor a;
-      a.param = master + t.offset;
-      a.grad = grads + t.offset;
-      a.m = m_ ? m_ + t.offset : nullptr;
-      a.v = v_ ? v_ + t.offset : nullptr;
-      a.param_bf16 = bf16_copy ? bf16_copy + t.offset : nullptr;
-      a.n = t.numel;
-      a.decay = t.decay;
-      tensors_.push_back(a);
-    }
-    numel_ = n;
-  }
-  ~GpuAdamW() {
-    memory_.free(m_);
-    memory_.free(v_);
-    memory_.free(norm_);
-  }
-  bool ok() const { return m_ && v_ && norm_; }
-  // The moments, indexed like the parameter arena (the gaps between tensors unused).
-  float* exp_avg() { return m_; }     // (numel)
-  float* exp_avg_sq() { return v_; }  // (numel)
-  void zero_state(cu::Context& ctx) {
-    zero_async(ctx, m_, numel_ * sizeof(float));
-    zero_async(ctx, v_, numel_ * sizeof(float));
-  }
-  // Sum of this rank's squared gradients that count in the global norm. Waits for the stream.
-  double sum_squares(cu::Context& ctx) {
-    if (norm_spans_.empty()) return 0;
-    cu::sum_squares(ctx, norm_, norm_spans_.data(), norm_sizes_.data(),
-                    static_cast<int>(norm_spans_.size()));
-    double host = 0;
-    if (cudaMemcpyAsync(&host, norm_, sizeof host, cudaMemcpyDeviceToHost, ctx.stream()) !=
-        cudaSuccess)
-      ctx.record_error("cudaMemcpyAsync (norm) failed");
-    (void)ctx.synchronize();
-    return host;
-  }
-  void step(cu::Context& ctx, const OptimizerConfig& c, double lr, int step, float grad_scale) {
-    kernels::AdamWParams p;
-    p.lr = static_cast<float>(lr);
-    p.beta1 = c.adam_beta1;
-    p.beta2 = c.adam_beta2;
-    p.eps = c.adam_eps;
-    p.weight_decay = c.weight_decay;
-    p.step = step;
-    cu::adamw_update(ctx, tensors_.data(), static_cast<int>(tensors_.size()), p, grad_scale);
-  }
-
- private:
-  CachingAllocator& memory_;
-  float* m_ = nullptr;      // (numel)
-  float* v_ = nullptr;      // (numel)
-  double* norm_ = nullptr;  // (1)
-  size_t numel_ = 0;
-  std::vector<cu::AdamWTensor> tensors_;
-  std::vector<const float*> norm_spans_;  // gradients counted in the global norm
-  std::vector<size_t> norm_sizes_;
-};
 
 // DeviceState (gpu_checkpoint.h) over the loop's model and AdamW: copies on the Context's
 // stream, each waited for.
