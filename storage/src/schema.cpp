@@ -289,10 +289,11 @@ Status check_run_database_header(const std::string& path) {
 
 Result<Database> open_run_database(const std::string& path, JournalMode journal) {
   if (Status s = check_file_header(path); !s) return s;
-  if (journal == JournalMode::kAuto) {
-    const std::optional<JournalMode> now = current_journal(path);
-    journal = now ? *now : on_network_filesystem(path) ? JournalMode::kDelete : JournalMode::kWal;
-  }
+  const std::optional<JournalMode> before = current_journal(path);
+  if (journal == JournalMode::kAuto)
+    journal = before                        ? *before
+              : on_network_filesystem(path) ? JournalMode::kDelete
+                                            : JournalMode::kWal;
   sqlite3* handle = nullptr;
   const int rc =
       sqlite3_open_v2(path.c_str(), &handle,
@@ -304,8 +305,16 @@ Result<Database> open_run_database(const std::string& path, JournalMode journal)
   sqlite3_extended_result_codes(handle, 1);
   if (Status s = migrate(db); !s) return s;
   // WAL after the schema exists: the first commit above went through the rollback journal,
-  // so the main file's header already names us for the next process's header check. In
-  // rollback mode synchronous=FULL: NORMAL is only durable with WAL.
+  // so the main file's header already names us for the next process's header check.
+  // Leaving WAL needs every other connection closed; SQLite answers "database is locked"
+  // at once (no busy wait), which says nothing a user can act on.
+  if (journal == JournalMode::kDelete && before == JournalMode::kWal)
+    if (Status s = db.exec("PRAGMA journal_mode = DELETE;"); !s)
+      return Status::io_error(path +
+                              " is in WAL mode and another process has it open, so it cannot "
+                              "switch to the rollback journal that was asked for (delete): close "
+                              "that process, or open the file with journal mode auto to keep WAL");
+  // In rollback mode synchronous=FULL: NORMAL is only durable with WAL.
   const char* settings = journal == JournalMode::kWal
                              ? "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
                                "PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 10000; "

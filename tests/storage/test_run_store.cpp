@@ -198,6 +198,42 @@ class TestRunStore : public QObject {
     QVERIFY(snapshot(path) == before);
   }
 
+  // A writer that asks for the rollback journal on a WAL file that a reader has open cannot
+  // switch: it fails with a reason and leaves the file and the reader as they were.
+  void rollback_journal_asked_for_while_a_reader_holds_a_wal_file_is_a_clear_error() {
+    const std::string path = db_path("wal-held.db");
+    {
+      lattice::storage::OpenOptions wal;
+      wal.journal = lattice::storage::JournalMode::kWal;
+      auto created = RunStore::open(path, wal);
+      QVERIFY(created.is_ok());
+      QVERIFY((*created)->create_run(named("first")).is_ok());
+    }
+    QCOMPARE(static_cast<int>(read_bytes(path)[18]), 2);
+    lattice::storage::OpenOptions read_only;
+    read_only.read_only = true;
+    auto reader = RunStore::open(path, read_only);
+    QVERIFY2(reader.is_ok(), reader.status().message().c_str());
+    QCOMPARE((*reader)->list_runs()->size(), size_t{1});
+
+    lattice::storage::OpenOptions rollback;
+    rollback.journal = lattice::storage::JournalMode::kDelete;
+    auto writer = RunStore::open(path, rollback);
+    QVERIFY(!writer.is_ok());
+    const std::string message = writer.status().message();
+    QVERIFY2(message.find("is in WAL mode and another process has it open") != std::string::npos,
+             message.c_str());
+    QVERIFY2(message.find(path) != std::string::npos, message.c_str());
+    QCOMPARE(static_cast<int>(read_bytes(path)[18]), 2);
+    QCOMPARE((*reader)->list_runs()->size(), size_t{1});
+
+    // With the reader gone the switch happens.
+    reader = lattice::Status::internal("closed");
+    auto alone = RunStore::open(path, rollback);
+    QVERIFY2(alone.is_ok(), alone.status().message().c_str());
+    QCOMPARE(static_cast<int>(read_bytes(path)[18]), 1);
+  }
+
   void text_file_is_refused_untouched() {
     const std::string path = db_path("notes.txt");
     std::ofstream(path) << "these are my notes, not a database\n";
