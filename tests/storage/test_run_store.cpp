@@ -69,9 +69,10 @@ std::map<std::string, double> step_values(std::int64_t step, int keys) {
 }
 
 // Child-process side: create a running run and log steps until done (or killed). Each
-// committed step number is written to report_fd when it is >= 0. Returns an exit code.
+// committed step number is written to report_fd when it is >= 0; pause between steps (a
+// training step's time). Returns an exit code.
 int write_run(const std::string& path, const char* name, std::int64_t steps, int keys, int ready_fd,
-              int report_fd) {
+              int report_fd, std::chrono::microseconds pause = {}) {
   auto store = RunStore::open(path);
   if (!store) return 2;
   auto run = (*store)->create_run(named(name));
@@ -81,19 +82,21 @@ int write_run(const std::string& path, const char* name, std::int64_t steps, int
   for (std::int64_t step = 0; steps < 0 || step < steps; ++step) {
     if (!(*store)->log_step(*run, step, step_values(step, keys))) return 5;
     if (report_fd >= 0 && write(report_fd, &step, sizeof step) != sizeof step) return 6;
+    if (pause.count() > 0) std::this_thread::sleep_for(pause);
   }
   return (*store)->finish(*run, RunStatus::kFinished) ? 0 : 7;
 }
 
 // Forks a process running write_run without reporting steps; returns its pid once its run is
 // running, or -1.
-pid_t start_writer(const std::string& path, const char* name, std::int64_t steps, int keys) {
+pid_t start_writer(const std::string& path, const char* name, std::int64_t steps, int keys,
+                   std::chrono::microseconds pause = {}) {
   int ready[2];
   if (pipe(ready) != 0) return -1;
   const pid_t child = fork();
   if (child == 0) {
     close(ready[0]);
-    _exit(write_run(path, name, steps, keys, ready[1], -1));
+    _exit(write_run(path, name, steps, keys, ready[1], -1, pause));
   }
   close(ready[1]);
   char c = 0;
@@ -483,8 +486,11 @@ class TestRunStore : public QObject {
       auto created = RunStore::open(path, rollback);
       QVERIFY(created.is_ok());
     }
-    const std::int64_t steps = 1500;
-    const pid_t child = start_writer(path, "followed", steps, 5);
+    // A rollback-journal writer committing back to back (no pause) can starve a reader past
+    // its 10 s busy timeout on a loaded machine: every commit blocks new readers. A training
+    // step takes milliseconds at least, so the writer pauses 2 ms between steps.
+    const std::int64_t steps = 600;
+    const pid_t child = start_writer(path, "followed", steps, 5, std::chrono::milliseconds(2));
     QVERIFY(child > 0);
     auto follower = RunStore::open(path, read_only);
     QVERIFY2(follower.is_ok(), follower.status().message().c_str());
