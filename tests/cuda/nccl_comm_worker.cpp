@@ -3,6 +3,8 @@
 // itself, with receive buffers NaN-poisoned first; point-to-point and unequal counts need two
 // or more ranks (`mpirun -n <GPUs>`). Prints kNoDeviceMessage and exits 0 without a device
 // (ctest reports SKIPPED by SKIP_REGULAR_EXPRESSION), 1 on the first disagreement.
+// --without-device (ctest: test_nccl_comm_failure, no GPU needed): make_nccl_comm must return
+// an error on every rank, whichever rank fails first.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -119,13 +121,31 @@ bool run(lattice::Comm& comm) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // --without-device: make the communicator on a machine without a GPU, where it must fail on
+  // every rank and end the job with its message instead of leaving ranks waiting for each
+  // other (ctest: test_nccl_comm_failure).
+  const bool without_device = argc > 1 && std::string(argv[1]) == "--without-device";
   auto world = lattice::make_world_comm();
   if (!world) {
     std::fprintf(stderr, "%s\n", world.status().message().c_str());
     return 1;
   }
   g_rank = world.value()->rank();
+  if (without_device) {
+    if (cu::device_count() > 0) {
+      if (g_rank == 0) std::printf("a CUDA device is visible: the no-device check is skipped\n");
+      lattice::finalize_comm();
+      return 0;
+    }
+    auto nccl = lattice::make_nccl_comm(std::move(world.value()));
+    const bool failed = !nccl;
+    std::printf("rank %d: make_nccl_comm %s%s\n", g_rank,
+                failed ? "failed as it should: " : "returned a communicator without a device",
+                failed ? nccl.status().message().c_str() : "");
+    lattice::finalize_comm();
+    return failed ? 0 : 1;
+  }
   if (cu::device_count() == 0) {
     if (g_rank == 0) std::printf("%s\n", lattice::testing::kNoDeviceMessage);
     lattice::finalize_comm();

@@ -308,32 +308,56 @@ class NcclComm final : public Comm {
 }  // namespace
 
 Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap) {
+  const std::string where =
+      " on rank " + std::to_string(bootstrap->rank()) + " of " + std::to_string(bootstrap->size());
+  // Every step before ncclCommInitRank can fail on one rank alone (no id on rank 0, a device
+  // out of memory), while the others would wait for it forever in the broadcast or in
+  // ncclCommInitRank. So the ranks agree first: a failure anywhere makes every rank return an
+  // error, its own or one naming the rank that failed.
+  Status local = Status::ok();
   ncclUniqueId id{};
-  if (bootstrap->rank() == 0) {
+  if (bootstrap->rank() == 0)
     if (ncclResult_t rc = ncclGetUniqueId(&id); rc != ncclSuccess)
-      return Status::internal(std::string("ncclGetUniqueId failed on rank 0: ") +
-                              ncclGetErrorString(rc));
-  }
+      local = Status::internal(std::string("ncclGetUniqueId failed on rank 0: ") +
+                               ncclGetErrorString(rc));
   if (Status s = bootstrap->broadcast(&id, sizeof id, DType::kUInt8, 0); !s) return s;
   cudaStream_t stream = nullptr;
   int* scratch = nullptr;
-  const std::string where =
-      " on rank " + std::to_string(bootstrap->rank()) + " of " + std::to_string(bootstrap->size());
-  if (cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); rc != cudaSuccess)
-    return Status::internal("NcclComm: cudaStreamCreate failed" + where + ": " +
-                            cudaGetErrorString(rc));
-  if (cudaError_t rc = cudaMalloc(&scratch, sizeof(int)); rc != cudaSuccess) {
-    cudaStreamDestroy(stream);
-    return Status::internal("NcclComm: cudaMalloc failed" + where + ": " + cudaGetErrorString(rc));
+  if (local.is_ok()) {
+    if (cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        rc != cudaSuccess)
+      local = Status::internal("NcclComm: cudaStreamCreate failed" + where + ": " +
+                               cudaGetErrorString(rc));
   }
-  cudaMemset(scratch, 0, sizeof(int));
+  if (local.is_ok()) {
+    if (cudaError_t rc = cudaMalloc(&scratch, sizeof(int)); rc != cudaSuccess)
+      local =
+          Status::internal("NcclComm: cudaMalloc failed" + where + ": " + cudaGetErrorString(rc));
+    else
+      cudaMemset(scratch, 0, sizeof(int));
+  }
+  double failed = local.is_ok() ? 0 : bootstrap->rank() + 1;  // the highest failing rank + 1
+  if (Status s = bootstrap->all_reduce(&failed, 1, DType::kFloat64, ReduceOp::kMax); !s) local = s;
+  if (!local.is_ok() || failed > 0) {
+    if (scratch) cudaFree(scratch);
+    if (stream) cudaStreamDestroy(stream);
+    if (!local.is_ok()) return local;
+    return Status::internal("NCCL setup failed on rank " + std::to_string(int(failed) - 1) +
+                            " of " + std::to_string(bootstrap->size()) +
+                            " (its message says why), so rank " +
+                            std::to_string(bootstrap->rank()) + " stops too");
+  }
+  // ncclCommInitRank returns on a rank only once every rank has joined, so a rank that fails
+  // inside it would leave the others waiting: the failure ends the job with its message.
   ncclComm_t comm = nullptr;
   if (ncclResult_t rc = ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank());
       rc != ncclSuccess) {
     cudaFree(scratch);
     cudaStreamDestroy(stream);
-    return Status::internal("ncclCommInitRank failed" + where + ": " + ncclGetErrorString(rc) +
-                            " (is every rank on its own GPU? see select_device_for_rank)");
+    const std::string message = "ncclCommInitRank failed" + where + ": " + ncclGetErrorString(rc) +
+                                " (is every rank on its own GPU? see select_device_for_rank)";
+    if (bootstrap->size() > 1) bootstrap->abort(message, 1);
+    return Status::internal(message);
   }
   return std::unique_ptr<Comm>(new NcclComm(std::move(bootstrap), comm, stream, scratch));
 }

@@ -22,7 +22,9 @@ namespace lattice {
 // A communicator over the ranks of `bootstrap` (a CPU communicator: MpiComm, or LocalComm
 // for one rank). Rank 0 of bootstrap makes the ncclUniqueId and broadcasts it through
 // bootstrap; NcclComm keeps bootstrap for split() and abort(). The device must be selected
-// first (select_device_for_rank). Collective over bootstrap.
+// first (select_device_for_rank). Collective over bootstrap. A failure on any rank before
+// NCCL's own initialisation makes every rank return an error (none waits for the failed one);
+// a failure inside ncclCommInitRank ends the job through bootstrap's abort().
 Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap);
 
 // Element types of all_reduce_on_stream: the device's activations may be bf16, which DType
