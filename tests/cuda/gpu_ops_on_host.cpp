@@ -3,7 +3,7 @@
 // into the test against host_cuda/cuda_runtime_api.h) runs its whole data flow without a
 // device, tensor-parallel reductions included (all_reduce_on_stream over the CPU communicator
 // it is given). The kernels themselves are checked against the CPU by tests/cuda/test_cuda_*.
-// Not emulated: bf16 ops (they record an error), attention dropout, streams (every op runs
+// Not emulated: bf16 ops (they record an error), streams (every op runs
 // when called). The attention's probabilities (the CPU op's saved tensor, which the GPU op
 // replaces by its log-sum-exp) are kept here, keyed by the lse buffer.
 #include <map>
@@ -126,17 +126,32 @@ void embedding_backward(Context& ctx, float*, float*, const bf16*, const int32_t
   no_bf16(ctx);
 }
 
+void residual_dropout_forward(Context&, float* out, const float* residual, const float* x, size_t n,
+                              float p, uint64_t key, size_t index_offset) {
+  kernels::residual_dropout_forward(out, residual, x, n, p, key, index_offset);
+}
+void residual_dropout_forward(Context& ctx, bf16*, const bf16*, const bf16*, size_t, float,
+                              uint64_t, size_t) {
+  no_bf16(ctx);
+}
+void dropout_backward(Context&, float* dx, const float* dout, size_t n, float p, uint64_t key,
+                      size_t index_offset) {
+  kernels::dropout_backward(dx, dout, n, p, key, index_offset);
+}
+void dropout_backward(Context& ctx, bf16*, const bf16*, size_t, float, uint64_t, size_t) {
+  no_bf16(ctx);
+}
+
 size_t attention_workspace_floats(int, int, int) {
   return 1;
 }
-void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
+void attention_forward(Context&, float* out, float* lse, const float* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
                        int total_heads) {
-  if (dropout_p != 0.0f) ctx.record_error("attention dropout is not emulated on the host");
   std::vector<float>& probs = saved_probs()[lse];
   probs.assign(static_cast<size_t>(B) * NH * T * T, 0.0f);
   std::vector<float> workspace = attention_workspace(T);
-  kernels::attention_forward(out, probs.data(), qkv, B, T, C, NH, 0.0f, dropout_key,
+  kernels::attention_forward(out, probs.data(), qkv, B, T, C, NH, dropout_p, dropout_key,
                              workspace.data(), head_offset, total_heads);
 }
 void attention_forward(Context& ctx, bf16*, float*, const bf16*, int, int, int, int, float,
@@ -144,16 +159,16 @@ void attention_forward(Context& ctx, bf16*, float*, const bf16*, int, int, int, 
   no_bf16(ctx);
 }
 void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
-                        const float*, const float* lse, float*, int B, int T, int C, int NH, float,
-                        uint64_t dropout_key, int head_offset, int total_heads) {
+                        const float*, const float* lse, float*, int B, int T, int C, int NH,
+                        float dropout_p, uint64_t dropout_key, int head_offset, int total_heads) {
   const auto it = saved_probs().find(lse);
   if (it == saved_probs().end()) {
     ctx.record_error("attention_backward without its forward");
     return;
   }
   std::vector<float> workspace = attention_workspace(T);
-  kernels::attention_backward(dqkv, dout, qkv, it->second.data(), B, T, C, NH, 0.0f, dropout_key,
-                              workspace.data(), head_offset, total_heads);
+  kernels::attention_backward(dqkv, dout, qkv, it->second.data(), B, T, C, NH, dropout_p,
+                              dropout_key, workspace.data(), head_offset, total_heads);
 }
 void attention_backward(Context& ctx, bf16*, const bf16*, const bf16*, const bf16*, const float*,
                         float*, int, int, int, int, float, uint64_t, int, int) {

@@ -275,6 +275,25 @@ class CudaOps : public QObject {
     LATTICE_COMPARE("dropout_backward dx (same mask)", d_dx.download(), dx, kFp32Tolerance);
   }
 
+  void residual_dropout_bf16_matches_cpu() {
+    // bf16 inputs (exact in fp32), the CPU op in fp32, the device rounding once on store.
+    const size_t n = 50001, offset = 777;
+    const float p = 0.1f;
+    const uint64_t key = 0xd20bull;
+    auto res = random_floats(n, 84), x = random_floats(n, 85), dout = random_floats(n, 86);
+    round_to_bf16(res), round_to_bf16(x), round_to_bf16(dout);
+    std::vector<float> out(n), dx(n);
+    k::residual_dropout_forward(out.data(), res.data(), x.data(), n, p, key, offset);
+    k::dropout_backward(dx.data(), dout.data(), n, p, key, offset);
+    DeviceBuffer<cu::bf16> d_res(to_bf16(res)), d_x(to_bf16(x)), d_dout(to_bf16(dout)), d_out(n),
+        d_dx(n);
+    cu::residual_dropout_forward(*ctx_, d_out.get(), d_res.get(), d_x.get(), n, p, key, offset);
+    cu::dropout_backward(*ctx_, d_dx.get(), d_dout.get(), n, p, key, offset);
+    sync();
+    LATTICE_COMPARE("bf16 residual_dropout out (same mask)", d_out.download(), out, kBf16Tolerance);
+    LATTICE_COMPARE("bf16 dropout_backward dx (same mask)", d_dx.download(), dx, kBf16Tolerance);
+  }
+
   void softmax_cross_entropy_matches_cpu() {
     const int N = 37, V = 5003;
     const auto logits = random_floats(N * V, 91, 3.0f);

@@ -7,7 +7,8 @@
 // ranks (--worker), each rank against the CPU model's shard on the same TP communicator. The
 // TP case pins where the reductions sit (row-parallel outputs, column-parallel input
 // gradients, the vocabulary-parallel embedding, LM head and cross-entropy) and that the
-// replicated biases and the position embedding enter once.
+// replicated biases and the position embedding enter once. Both are repeated with hidden and
+// attention dropout, which must drop the CPU model's elements at every site.
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -36,12 +37,16 @@ class HostMemory final : public DeviceMemoryBackend {
   void release(void* ptr, size_t) override { std::free(ptr); }
 };
 
-// Two layers, hidden 128, 4 heads (2 per TP rank), vocabulary 250 (padded 256 at TP 1 and 2).
-ModelConfig config(int tp) {
+// Two layers, hidden 128, 4 heads (2 per TP rank), vocabulary 250 (padded 256 at TP 1 and 2);
+// with_dropout: hidden and attention dropout 0.1 (the step then runs with a dropout seed).
+ModelConfig config(int tp, bool with_dropout = false) {
   ModelConfig c = testing::tiny_config(2, 128, 4, 16, 250);
   c.tensor_model_parallel_size = tp;
+  c.hidden_dropout = with_dropout ? 0.1f : 0.0f;
+  c.attention_dropout = with_dropout ? 0.1f : 0.0f;
   return c;
 }
+constexpr uint64_t kDropoutSeed = 0x5eed0fd20b;
 
 // "" or the first difference (token losses, then each tensor's gradient, in layout order)
 // between the CPU model and GpuGpt<float> after one forward and backward from the same
@@ -66,7 +71,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
     targets[i] = (i * 53 + 5) % c.vocab_size;
   }
   GptActivations<float> acts(c, shard, B, RecomputePlan{});
-  cpu.forward(acts, tokens.data(), targets.data(), 0, 1.0f / N);
+  cpu.forward(acts, tokens.data(), targets.data(), kDropoutSeed, 1.0f / N);
   cpu.backward(acts);
 
   std::string error;
@@ -78,7 +83,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   if (g.numel() != cpu.layout().total_numel()) return "the arenas differ in size";
   g.upload(cpu.params());
   g.zero_grads();
-  g.forward(tokens.data(), targets.data(), 1.0f / N);
+  g.forward(tokens.data(), targets.data(), 1.0f / N, kDropoutSeed);
   g.backward(tokens.data());
   if (std::string e = ctx->synchronize(); !e.empty()) return e;
 
@@ -122,8 +127,12 @@ int worker() {
     } else if (Result<ProcessGroups> groups = make_process_groups(**world, *layout); !groups) {
       error = groups.status().message();
     } else {
-      error = compare_one_step(o.model, shard_of(groups->layout, groups->coord, 0, false),
-                               groups->tp.get());
+      const ModelShard shard = shard_of(groups->layout, groups->coord, 0, false);
+      error = compare_one_step(o.model, shard, groups->tp.get());
+      if (error.empty()) {
+        error = compare_one_step(config(2, true), shard, groups->tp.get());
+        if (!error.empty()) error = "with dropout: " + error;
+      }
     }
   }
   const int rank = (*world)->rank();
@@ -141,6 +150,13 @@ class GpuModelOnHost : public QObject {
  private slots:
   void tp1_step_matches_the_cpu_model() {
     const std::string d = compare_one_step(config(1), ModelShard{}, nullptr);
+    QVERIFY2(d.empty(), d.c_str());
+  }
+
+  // Hidden and attention dropout draw the CPU model's masks (same sites, keys and element
+  // indices), so losses and gradients still match.
+  void tp1_step_with_dropout_matches_the_cpu_model() {
+    const std::string d = compare_one_step(config(1, true), ModelShard{}, nullptr);
     QVERIFY2(d.empty(), d.c_str());
   }
 

@@ -81,18 +81,26 @@ class GpuOptionsTest : public QObject {
     QVERIFY(names(gpu::unsupported_on_gpu(o, 8), "--global-batch-size"));
   }
 
+  void dropout_is_supported() {
+    TrainOptions o = supported();
+    o.model.hidden_dropout = 0.1f;
+    o.model.attention_dropout = 0.1f;
+    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
+    QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
+  }
+
   void each_unsupported_option_is_named() {
     TrainOptions o = supported();
     o.parallel.pipeline_model_parallel_size = 2;
     o.parallel.use_distributed_optimizer = true;
     o.parallel.sequence_parallel = true;
-    o.model.hidden_dropout = 0.1f;
+    o.parallel.recompute_granularity = "full";
     o.model.num_attention_heads = 4;  // head size 32
     const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
     QVERIFY(names(e, "--sequence-parallel"));
     QVERIFY(names(e, "--pipeline-model-parallel-size 2"));
     QVERIFY(names(e, "--use-distributed-optimizer"));
-    QVERIFY(names(e, "--hidden-dropout 0 --attention-dropout 0"));
+    QVERIFY(names(e, "--recompute-granularity full"));
     QVERIFY(names(e, "head size"));
     QVERIFY(names(gpu::unsupported_on_gpu(supported(), 3), "--global-batch-size"));
   }
@@ -100,16 +108,16 @@ class GpuOptionsTest : public QObject {
   void train_refuses_unsupported_flags_before_looking_for_a_device() {
     gpu::register_gpu_trainer();
     TrainOptions o = supported();
-    o.model.hidden_dropout = 0.1f;
+    o.parallel.recompute_granularity = "full";
     MetricsSink sink;
     Result<TrainSummary> r = train(o, sink);
     QVERIFY(!r);
-    QVERIFY2(r.status().message().find("--hidden-dropout 0") != std::string::npos,
+    QVERIFY2(r.status().message().find("--recompute-granularity full") != std::string::npos,
              r.status().message().c_str());
     // --device auto with options the GPU trainer refuses trains on the CPU, device or not.
     TrainOptions fallback = supported();
     fallback.device = "auto";
-    fallback.model.hidden_dropout = 0.1f;
+    fallback.parallel.recompute_granularity = "full";
     QVERIFY(!gpu::gpu_unavailable(fallback, 1).empty());
     Result<TrainSummary> on_cpu = train(fallback, sink);
     QVERIFY2(on_cpu.is_ok(), on_cpu.is_ok() ? "" : on_cpu.status().message().c_str());

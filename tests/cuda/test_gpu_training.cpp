@@ -1,5 +1,6 @@
 // A full training step on the GPU against the CPU engine (label cuda; QSKIP without a
-// device). Same weights (both drawn by GptModel::init_weights), same tokens, no dropout:
+// device). Same weights (both drawn by GptModel::init_weights), same tokens, no dropout (one
+// case with dropout, whose masks both engines draw alike):
 //   - one micro-batch's loss and every parameter gradient of GpuGpt<float> vs GptModel<float>
 //     (normwise relative error per tensor, 1e-4: fp32 on both, different summation orders);
 //   - GpuGpt<bf16>: loss within 2e-2 relative, gradients within 5e-2 (bf16 activations);
@@ -270,6 +271,31 @@ class GpuTraining : public QObject {
                               .arg(i + 1)
                               .arg(bf16[i].loss)
                               .arg(cpu[i].loss)));
+  }
+
+  // Hidden and attention dropout draw the CPU trainer's masks (same seeds per micro-batch),
+  // so the runs still agree; and dropout did act (the losses differ from a run without it).
+  void dropout_steps_match_the_cpu_trainer() {
+    TrainOptions o = small_run();
+    o.model.hidden_dropout = o.model.attention_dropout = 0.1f;
+    const std::vector<Row> cpu = run(o, "cpu");
+    const std::vector<Row> gpu = run(o, "cuda");
+    const std::vector<Row> plain = run(small_run(), "cuda");
+    QCOMPARE(gpu.size(), cpu.size());
+    QCOMPARE(plain.size(), cpu.size());
+    for (size_t i = 0; i < cpu.size(); i++) {
+      QVERIFY2(relative(gpu[i].loss, cpu[i].loss) < 1e-4,
+               qPrintable(QString("iteration %1 loss with dropout: GPU %2, CPU %3")
+                              .arg(i + 1)
+                              .arg(gpu[i].loss, 0, 'g', 9)
+                              .arg(cpu[i].loss, 0, 'g', 9)));
+      QVERIFY2(relative(gpu[i].norm, cpu[i].norm) < 1e-4,
+               qPrintable(QString("iteration %1 grad norm with dropout: GPU %2, CPU %3")
+                              .arg(i + 1)
+                              .arg(gpu[i].norm, 0, 'g', 9)
+                              .arg(cpu[i].norm, 0, 'g', 9)));
+    }
+    QVERIFY2(relative(gpu[0].loss, plain[0].loss) > 1e-4, "dropout did not change the loss");
   }
 
   void fp16_loss_scaler_on_the_gpu() {

@@ -201,8 +201,28 @@ void GpuGpt<A>::tp_sum_rows(A* data) {
 }
 
 template <typename A>
-void GpuGpt<A>::forward(const int32_t* tokens, const int32_t* targets, float grad_scale) {
+void GpuGpt<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
+  if (p_hidden_ == 0) return;
+  const size_t n = static_cast<size_t>(N_) * C_;
+  cu::residual_dropout_forward(ctx_, data, nullptr, data, n, p_hidden_, key(layer, site));
+}
+
+template <typename A>
+const A* GpuGpt<A>::hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site) {
+  if (p_hidden_ == 0) return dout;
+  const size_t n = static_cast<size_t>(N_) * C_;
+  cu::dropout_backward(ctx_, out, dout, n, p_hidden_, key(layer, site));
+  return out;
+}
+
+template <typename A>
+void GpuGpt<A>::forward(const int32_t* tokens, const int32_t* targets, float grad_scale,
+                        uint64_t dropout_seed) {
   const int B = B_, T = T_, C = C_, N = N_;
+  const bool training = grad_scale > 0;
+  p_hidden_ = training ? config_.hidden_dropout : 0.0f;
+  p_attention_ = training ? config_.attention_dropout : 0.0f;
+  dropout_seed_ = dropout_seed;
   const size_t NC = static_cast<size_t>(N) * C;
   const auto& t = layout_.tensors();
   A* P = compute_;
@@ -221,6 +241,7 @@ void GpuGpt<A>::forward(const int32_t* tokens, const int32_t* targets, float gra
     tp_sum_rows(residual_);
     cu::add_bias(ctx_, residual_, wpe, B, T * C);
   }
+  hidden_dropout(residual_, -1, DropoutSite::kEmbedding);
   for (int l = 0; l < L_; l++) {
     const LayerParams<A> w = layout_.layer(P, l);
     const GpuLayerActs<A>& a = layers_[l];
@@ -232,17 +253,20 @@ void GpuGpt<A>::forward(const int32_t* tokens, const int32_t* targets, float gra
                                      fc2_out_, w.ln1_w, w.ln1_b, N, C);
     // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH.
     cu::matmul_forward(ctx_, a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, false);
-    cu::attention_forward(ctx_, a.atty, a.lse, a.qkv, B, T, Ct_, Ht_, 0.0f, 0, tp_rank_ * Ht_, NH_);
+    cu::attention_forward(ctx_, a.atty, a.lse, a.qkv, B, T, Ct_, Ht_, p_attention_,
+                          key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
     // Row-parallel projection: partial sums over this rank's heads, summed over TP.
     cu::matmul_forward(ctx_, proj_out_, nullptr, a.atty, w.proj_w, adds_bias ? w.proj_b : nullptr,
                        N, Ct_, C, false);
     tp_sum_rows(proj_out_);
+    hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
     cu::residual_layernorm_forward(ctx_, a.res_mid, a.ln2, a.ln2_mean, a.ln2_rstd, x, proj_out_,
                                    w.ln2_w, w.ln2_b, N, C);
     cu::matmul_forward(ctx_, a.gelu, a.fc1, a.ln2, w.fc1_w, w.fc1_b, N, C, Ft_, true);
     cu::matmul_forward(ctx_, fc2_out_, nullptr, a.gelu, w.fc2_w, adds_bias ? w.fc2_b : nullptr, N,
                        Ft_, C, false);
     tp_sum_rows(fc2_out_);
+    hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm
   }
   const A* lnf_w = P + t[layout_.final_norm_index()].offset;
   cu::residual_layernorm_forward(ctx_, residual_ + L_ * NC, lnf_, lnf_mean_, lnf_rstd_,
@@ -311,24 +335,28 @@ void GpuGpt<A>::backward(const int32_t* tokens) {
     const LayerParams<float> g = layout_.layer(G, l);
     const GpuLayerActs<A>& a = layers_[l];
     const A* x = residual_ + l * NC;
-    // MLP block: out = res_mid + fc2(gelu(fc1(ln2(res_mid)))); d_res_ holds d out (the same on
-    // every TP rank, so fc2's bias gradient is whole everywhere).
-    cu::matmul_backward(ctx_, d_f_, g.fc2_w, g.fc2_b, d_res_, a.gelu, w.fc2_w, N, Ft_, C);
+    // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
+    // (the same on every TP rank, so fc2's bias gradient is whole everywhere).
+    const A* d_fc2 = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kFc2);
+    cu::matmul_backward(ctx_, d_f_, g.fc2_w, g.fc2_b, d_fc2, a.gelu, w.fc2_w, N, Ft_, C);
     cu::gelu_backward(ctx_, d_f_, a.fc1, d_f_, static_cast<size_t>(N) * Ft_);
     cu::matmul_backward(ctx_, d_c_, g.fc1_w, g.fc1_b, d_f_, a.ln2, w.fc1_w, N, C, Ft_);
     tp_sum_rows(d_c_);  // d ln2: every rank's MLP slice contributes
     cu::layernorm_backward(ctx_, d_res_, g.ln2_w, g.ln2_b, d_c_, a.res_mid, w.ln2_w, a.ln2_mean,
                            a.ln2_rstd, N, C);
-    // Attention block: res_mid = x + proj(attention(qkv(ln1(x)))); d_res_ holds d res_mid.
-    cu::matmul_backward(ctx_, d_atty_, g.proj_w, g.proj_b, d_res_, a.atty, w.proj_w, N, Ct_, C);
+    // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))); d_res_ holds
+    // d res_mid.
+    const A* d_proj = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kProjection);
+    cu::matmul_backward(ctx_, d_atty_, g.proj_w, g.proj_b, d_proj, a.atty, w.proj_w, N, Ct_, C);
     cu::attention_backward(ctx_, d_qkv_, d_atty_, a.qkv, a.atty, a.lse, attention_ws_, B, T, Ct_,
-                           Ht_, 0.0f, 0, tp_rank_ * Ht_, NH_);
+                           Ht_, p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
     cu::matmul_backward(ctx_, d_c_, g.qkv_w, g.qkv_b, d_qkv_, a.ln1, w.qkv_w, N, C, 3 * Ct_);
     tp_sum_rows(d_c_);  // d ln1: every rank's heads contribute
     cu::layernorm_backward(ctx_, d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, a.ln1_mean, a.ln1_rstd,
                            N, C);
     notify(layout_.layer_index(l), layout_.layer_index(l) + ParamLayout::kPerLayer);
   }
+  hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
   const int v0 = tp_rank_ * Vt_;
   cu::embedding_backward(ctx_, G + wte_off, G + wpe_off, d_res_, tokens, B, T, C, v0, v0 + Vt_);
   notify(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);

@@ -8,8 +8,10 @@
 // Tensor parallelism as the CPU model's (gpt_layer.cpp, docs/gpu.md#tensor-parallelism): the
 // rank holds its heads and its slice of the MLP and of the vocabulary; the reductions over the
 // TP group are NCCL all-reduces queued on the Context's stream (all_reduce_on_stream).
-// Scope: every layer on one device (PP 1), no sequence parallelism, no dropout, no
-// recomputation; the trainer rejects the rest with a message. One micro-batch's activations
+// Dropout as the CPU model's (model/dropout_sites.h): the same sites, keys and masks for the
+// same micro-batch seed, so a GPU run drops the elements a CPU run drops.
+// Scope: every layer on one device (PP 1), no sequence parallelism, no recomputation; the
+// trainer rejects the rest with a message. One micro-batch's activations
 // (gradient accumulation runs micro-batches one after another). Not thread-safe; every op is
 // queued on the Context's stream and nothing here waits for it unless its comment says so.
 #pragma once
@@ -23,6 +25,7 @@
 #include "lattice/cuda_kernels.h"
 #include "lattice/model_config.h"
 #include "lattice/status.h"
+#include "model/dropout_sites.h"
 #include "model/param_layout.h"
 #include "parallel/nccl_comm.h"
 
@@ -79,9 +82,12 @@ class GpuGpt {
   void zero_grads();
 
   // tokens, targets: device (B, T) int32, the same on every rank of the TP group. Training
-  // (grad_scale > 0): the logits buffer is left holding d(grad_scale * sum of token losses) /
-  // d logits (this rank's vocabulary columns) for backward().
-  void forward(const int32_t* tokens, const int32_t* targets, float grad_scale);
+  // (grad_scale > 0): dropout as configured, with masks keyed by dropout_seed (the CPU
+  // trainer's seed of this micro-batch), and the logits buffer is left holding
+  // d(grad_scale * sum of token losses) / d logits (this rank's vocabulary columns) for
+  // backward(). Evaluation (grad_scale 0): no dropout.
+  void forward(const int32_t* tokens, const int32_t* targets, float grad_scale,
+               uint64_t dropout_seed = 0);
   // (N) of the last forward: every token's whole loss, equal on every rank of the TP group.
   const float* losses() const { return losses_; }
   // Accumulates this micro-batch's parameter gradients into grads(). tokens: the forward's.
@@ -105,6 +111,14 @@ class GpuGpt {
   // Sums an (N, C) activation of partial sums over the TP group: the row-parallel layers'
   // outputs, the input gradients of the column-parallel ones and of the LM head.
   void tp_sum_rows(A* data);
+  // Hidden dropout in place on an (N, C) activation (nothing when not training or p is 0).
+  void hidden_dropout(A* data, int layer, DropoutSite site);
+  // d data (N, C) = the mask of hidden_dropout(layer, site) applied to dout; returns dout
+  // itself when there is no dropout.
+  const A* hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site);
+  uint64_t key(int layer, DropoutSite site) const {
+    return dropout_site_key(dropout_seed_, layer, site);
+  }
   // Losses (and dlogits when grad_scale > 0) from logits_f32_: whole-vocabulary softmax at
   // t == 1, the vocabulary-parallel passes otherwise.
   void cross_entropy(const int32_t* targets, float grad_scale);
@@ -153,6 +167,10 @@ class GpuGpt {
   float* attention_ws_ = nullptr;  // attention_workspace_floats(B, T, Ht)
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
+  // The last forward's dropout: p of the hidden and attention sites (0 when evaluating) and
+  // the micro-batch's seed; backward draws the same masks.
+  float p_hidden_ = 0, p_attention_ = 0;
+  uint64_t dropout_seed_ = 0;
 };
 
 // Queues dst (bytes) = 0 on ctx's stream.

@@ -24,6 +24,7 @@
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
 #include "gpu/grad_reducer.h"
+#include "lattice/dropout_hash.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "optim/adamw.h"
@@ -253,7 +254,6 @@ Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position
 
 template <typename A>
 Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& skipped) {
-  (void)it;
   cu::Context& ctx = *dev_.ctx;
   const int dp = groups_.layout.dp, M = o_.num_micro_batches() / dp;
   const size_t N = tokens_.size();
@@ -265,7 +265,10 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   for (int mb = 0; mb < M; mb++) {
     if (Status s = load_micro_batch(*data_.train, consumed_, mb); !s) return s;
     model_->set_final_backward(mb == M - 1);
-    model_->forward(d_tokens_, d_targets_, grad_scale);
+    // The CPU trainer's dropout seed: the micro-batch's place in the global batch
+    // (data-parallel rank r's micro-batch m is global m * DP + r), so masks match one process.
+    const uint64_t seed = kernels::dropout_key(o_.seed, it, mb * dp + groups_.coord.dp, 0);
+    model_->forward(d_tokens_, d_targets_, grad_scale, seed);
     copy_device_async(ctx, d_losses_ + mb * N, model_->losses(), N * sizeof(float));
     model_->backward(d_tokens_);
   }
@@ -586,8 +589,6 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
     e.push_back(std::string("--use-distributed-optimizer") + why);
   if (!o.parallel.recompute_granularity.empty())
     e.push_back("--recompute-granularity " + o.parallel.recompute_granularity + why);
-  if (o.model.hidden_dropout != 0 || o.model.attention_dropout != 0)
-    e.push_back("dropout" + std::string(why) + ": pass --hidden-dropout 0 --attention-dropout 0");
   if (o.fp64) e.push_back(std::string("--fp64") + why);
   const int heads = o.model.num_attention_heads;
   const int hs = heads > 0 ? o.model.hidden_size / heads : 0;

@@ -15,9 +15,9 @@ namespace lattice {
 namespace k = kernels;
 
 namespace {
-size_t padded(size_t n) { return (n + 15) / 16 * 16; }
-
-enum Site { kEmbeddingDropout = 0 };
+size_t padded(size_t n) {
+  return (n + 15) / 16 * 16;
+}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -51,8 +51,8 @@ LayerActivations<T> carve_layer(T*& p, const ChunkDims& d, bool with_probs) {
 }
 }  // namespace
 
-RecomputePlan RecomputePlan::make(const std::string& granularity, const std::string& method,
-                                  int n, int num_local_layers) {
+RecomputePlan RecomputePlan::make(const std::string& granularity, const std::string& method, int n,
+                                  int num_local_layers) {
   RecomputePlan plan;
   if (granularity == "selective") plan.selective = true;
   if (granularity != "full") return plan;
@@ -108,7 +108,8 @@ GptActivations<T>::GptActivations(const ModelConfig& c, const ModelShard& s, int
   size_t total = padded((d.L + 1) * R * C);
   for (int l = 0; l < d.L; l++)
     if (!plan.recomputed(l)) total += d.layer_elems(!plan.selective);
-  if (s.post) total += padded(R * C) + 2 * padded(R) + padded(d.N * static_cast<size_t>(d.Vt)) + padded(d.N);
+  if (s.post)
+    total += padded(R * C) + 2 * padded(R) + padded(d.N * static_cast<size_t>(d.Vt)) + padded(d.N);
   storage.assign(total, T(0));
   T* p = storage.data();
   residual = p;
@@ -135,8 +136,8 @@ GptModel<T>::GptModel(const ModelConfig& config, int micro_batch)
     : GptModel(config, ModelShard{}, micro_batch, nullptr, RecomputePlan{}) {}
 
 template <typename T>
-GptModel<T>::GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch,
-                      Comm* tp, const RecomputePlan& recompute)
+GptModel<T>::GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Comm* tp,
+                      const RecomputePlan& recompute)
     : config_(config),
       shard_(shard),
       layout_(config, shard),
@@ -148,10 +149,10 @@ GptModel<T>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
   grads_.assign(layout_.total_numel(), T(0));
   const ChunkDims& d = dims_;
   const size_t R = d.R, N = d.N, C = d.C;
-  const size_t sizes[] = {R * C, R * C, R * C, R * C, N * C, N * C, N * d.Ft, N * 3 * d.Ct,
-                          N * d.Ct};
-  T** ptrs[] = {&d_residual_, &d_c_a_, &d_c_b_, &fwd_c_, &full_, &gathered_, &d_f_, &d_qkv_,
-                &d_atty_};
+  const size_t sizes[] = {R * C, R * C,    R * C,        R * C,   N * C,
+                          N * C, N * d.Ft, N * 3 * d.Ct, N * d.Ct};
+  T** ptrs[] = {&d_residual_, &d_c_a_, &d_c_b_, &fwd_c_, &full_,
+                &gathered_,   &d_f_,   &d_qkv_, &d_atty_};
   size_t total = 0;
   for (size_t s : sizes) total += padded(s);
   const size_t probs_elems = static_cast<size_t>(d.B) * d.Ht * d.T * d.T;
@@ -177,8 +178,8 @@ MemoryBreakdown GptModel<T>::memory() const {
   MemoryBreakdown m;
   m.weights = params_.size() * sizeof(T);
   m.grads = grads_.size() * sizeof(T);
-  m.workspace = (scratch_.size() + attention_ws_.size() + row_max_.size() +
-                 target_logit_.size() + pack_.size()) *
+  m.workspace = (scratch_.size() + attention_ws_.size() + row_max_.size() + target_logit_.size() +
+                 pack_.size()) *
                     sizeof(T) +
                 sum_exp_.size() * sizeof(double);
   // Full recomputation's layer slots hold activations during one backward.
@@ -233,11 +234,6 @@ void GptModel<T>::zero_grads() {
 }
 
 template <typename T>
-uint64_t GptModel<T>::dropout_site_key(uint64_t seed, int layer, int site) const {
-  return k::dropout_hash(seed, static_cast<uint64_t>(layer + 1) * 4 + site);
-}
-
-template <typename T>
 LayerActivations<T> GptModel<T>::recompute_slot(int slot) const {
   T* p = const_cast<T*>(recompute_storage_.data()) + slot * dims_.layer_elems(true);
   return carve_layer(p, dims_, true);
@@ -261,8 +257,7 @@ void GptModel<T>::backward(GptActivations<T>& a) {
 
 template <typename T>
 double GptModel<T>::forward_stage(GptActivations<T>& a, const int32_t* tokens, const T* input,
-                                  const int32_t* targets, uint64_t dropout_seed,
-                                  float grad_scale) {
+                                  const int32_t* targets, uint64_t dropout_seed, float grad_scale) {
   const ChunkDims& d = dims_;
   const bool training = grad_scale > 0.0f;
   const size_t RC = static_cast<size_t>(d.R) * d.C;
@@ -343,9 +338,9 @@ void GptModel<T>::embedding_forward(GptActivations<T>& a, const int32_t* tokens,
     if (shard_.sequence_parallel)
       std::copy_n(whole + d.row0 * d.C, static_cast<size_t>(d.R) * d.C, a.residual);
   }
-  k::residual_dropout_forward<T>(a.residual, nullptr, a.residual, static_cast<size_t>(d.R) * d.C,
-                                 p_hidden, dropout_site_key(current_seed_, -1, kEmbeddingDropout),
-                                 d.row0 * d.C);
+  k::residual_dropout_forward<T>(
+      a.residual, nullptr, a.residual, static_cast<size_t>(d.R) * d.C, p_hidden,
+      dropout_site_key(current_seed_, -1, DropoutSite::kEmbedding), d.row0 * d.C);
 }
 
 template <typename T>
@@ -357,7 +352,7 @@ void GptModel<T>::embedding_backward(GptActivations<T>& a) {
   T* dwpe = grads_.data() + tensors[layout_.position_embedding_index()].offset;
   k::dropout_backward(d_residual_, d_residual_, static_cast<size_t>(d.R) * d.C,
                       config_.hidden_dropout,
-                      dropout_site_key(current_seed_, -1, kEmbeddingDropout), d.row0 * d.C);
+                      dropout_site_key(current_seed_, -1, DropoutSite::kEmbedding), d.row0 * d.C);
   const T* dout = gather_rows(d_residual_, full_);
   const int v0 = d.tp_rank * d.Vt;
   k::embedding_backward(dwte, dwpe, dout, a.tokens.data(), d.B, d.T, d.C, v0, v0 + d.Vt);

@@ -15,6 +15,7 @@
 #include "core/profiler.h"
 #include "lattice/comm.h"
 #include "lattice/model_config.h"
+#include "model/dropout_sites.h"
 #include "model/param_layout.h"
 
 namespace lattice {
@@ -56,8 +57,8 @@ struct LayerActivations {
 // Sizes every buffer of a chunk agrees on.
 struct ChunkDims {
   ChunkDims(const ModelConfig& c, const ModelShard& s, int micro_batch);
-  int B, T, C, F, NH, V;  // V: padded vocabulary of the whole model
-  int t, tp_rank, L;      // TP size and rank, layers in this chunk
+  int B, T, C, F, NH, V;     // V: padded vocabulary of the whole model
+  int t, tp_rank, L;         // TP size and rank, layers in this chunk
   int N, R, Ct, Ft, Ht, Vt;  // rows, residual rows held, per-rank C/t, F/t, heads, V/t
   size_t row0;               // first residual row held (sequence parallelism), else 0
   size_t layer_elems(bool with_probs) const;
@@ -73,14 +74,14 @@ struct GptActivations {
   size_t bytes() const { return storage.size() * sizeof(T); }
 
   int B, T_;
-  std::vector<T> storage;  // one allocation; the pointers below index into it
-  T* residual;             // (L+1, R, C): [0] chunk input, [l+1] layer l output
+  std::vector<T> storage;                   // one allocation; the pointers below index into it
+  T* residual;                              // (L+1, R, C): [0] chunk input, [l+1] layer l output
   std::vector<LayerActivations<T>> layers;  // kept layers; recomputed ones set in backward
-  T* lnf = nullptr;       // post: (R, C)
-  T* lnf_mean = nullptr;  // post: (R)
-  T* lnf_rstd = nullptr;  // post: (R)
-  T* logits = nullptr;    // post: (N, V/t); after a training forward d loss / d logits
-  T* losses = nullptr;    // post: (N)
+  T* lnf = nullptr;                         // post: (R, C)
+  T* lnf_mean = nullptr;                    // post: (R)
+  T* lnf_rstd = nullptr;                    // post: (R)
+  T* logits = nullptr;          // post: (N, V/t); after a training forward d loss / d logits
+  T* losses = nullptr;          // post: (N)
   std::vector<int32_t> tokens;  // (N) pre: for the embedding backward
   uint64_t dropout_seed = 0;
   bool has_grad = false;  // forward ran in training mode: backward may run
@@ -159,7 +160,6 @@ class GptModel {
   MemoryBreakdown memory() const;
 
  private:
-  uint64_t dropout_site_key(uint64_t seed, int layer, int site) const;
   LayerActivations<T> recompute_slot(int slot) const;
   void embedding_forward(GptActivations<T>& a, const int32_t* tokens, float p_hidden);
   void embedding_backward(GptActivations<T>& a);
@@ -171,8 +171,8 @@ class GptModel {
   void notify_ready(int first, int last);
 
   // Tensor-parallel plumbing (no-ops at t == 1). Rows: R held, N full.
-  const T* gather_rows(const T* held, T* full);       // (R, C) -> (N, C); returns held if no SP
-  void reduce_rows(T* partial_full, T* held);         // (N, C) summed over TP -> (R, C)
+  const T* gather_rows(const T* held, T* full);  // (R, C) -> (N, C); returns held if no SP
+  void reduce_rows(T* partial_full, T* held);    // (N, C) summed over TP -> (R, C)
   void row_parallel_forward(T* out, const T* inp, const T* weight, const T* bias, int K);
   void check(const Status& s);
 
@@ -196,12 +196,12 @@ class GptModel {
   T* d_qkv_;       // (N, 3C/t)
   T* d_atty_;      // (N, C/t)
   T* probs_;       // (B, HL, T, T) selective recomputation's attention probabilities
-  std::vector<T> recompute_storage_;  // max_group layers of LayerActivations
+  std::vector<T> recompute_storage_;       // max_group layers of LayerActivations
   std::vector<T> row_max_, target_logit_;  // (N) vocabulary-parallel cross-entropy
   std::vector<double> sum_exp_;            // (N)
   std::vector<T> pack_;                    // sequence-parallel gradients summed at once
   std::vector<T> attention_ws_;            // threads * attention_workspace_elems(T)
-  uint64_t current_seed_ = 0;  // dropout seed of the micro-batch being run
+  uint64_t current_seed_ = 0;              // dropout seed of the micro-batch being run
   std::function<void(int, int)> grads_ready_;
   std::function<void()> progress_;
   bool final_backward_ = false;

@@ -14,9 +14,7 @@ namespace lattice {
 
 namespace k = kernels;
 
-namespace {
-enum Site { kAttentionDropout = 1, kProjDropout = 2, kFc2Dropout = 3 };
-}
+namespace {}
 
 template <typename T>
 void GptModel<T>::check(const Status& s) {
@@ -112,20 +110,19 @@ void GptModel<T>::layer_forward(int l, const LayerActivations<T>& la, const T* x
   {
     ScopedOp op(&profiler_, Op::kAttentionForward);
     k::attention_forward(la.atty, la.probs, la.qkv, d.B, d.T, d.Ct, d.Ht, p_attn,
-                         dropout_site_key(current_seed_, layer, kAttentionDropout),
+                         dropout_site_key(current_seed_, layer, DropoutSite::kAttention),
                          attention_ws_.data(), d.tp_rank * d.Ht, d.NH);
   }
   row_parallel_forward(fwd_c_, la.atty, w.proj_w, w.proj_b, d.Ct);
   {
     ScopedOp op(&profiler_, Op::kResidualDropout);
     k::residual_dropout_forward<T>(la.res_mid, x, fwd_c_, RC, p_hidden,
-                                   dropout_site_key(current_seed_, layer, kProjDropout),
+                                   dropout_site_key(current_seed_, layer, DropoutSite::kProjection),
                                    d.row0 * d.C);
   }
   {
     ScopedOp op(&profiler_, Op::kLayerNorm);
-    k::layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res_mid, w.ln2_w, w.ln2_b, d.R,
-                         d.C);
+    k::layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res_mid, w.ln2_w, w.ln2_b, d.R, d.C);
   }
   const T* ln2 = gather_rows(la.ln2, gathered_);
   {
@@ -140,7 +137,7 @@ void GptModel<T>::layer_forward(int l, const LayerActivations<T>& la, const T* x
   {
     ScopedOp op(&profiler_, Op::kResidualDropout);
     k::residual_dropout_forward<T>(out, la.res_mid, fwd_c_, RC, p_hidden,
-                                   dropout_site_key(current_seed_, layer, kFc2Dropout),
+                                   dropout_site_key(current_seed_, layer, DropoutSite::kFc2),
                                    d.row0 * d.C);
   }
 }
@@ -154,7 +151,7 @@ void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* 
   const float p_hidden = config_.hidden_dropout, p_attn = config_.attention_dropout;
   const size_t RC = static_cast<size_t>(d.R) * d.C, NF = static_cast<size_t>(d.N) * d.Ft;
   const bool sp = shard_.sequence_parallel && d.t > 1;
-  const uint64_t attn_key = dropout_site_key(current_seed_, layer, kAttentionDropout);
+  const uint64_t attn_key = dropout_site_key(current_seed_, layer, DropoutSite::kAttention);
   if (recompute_.selective) {
     // Selective recomputation: the attention probabilities were not kept; recompute them
     // (d_atty_ is free until the projection's backward and takes the unused output).
@@ -166,7 +163,7 @@ void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* 
   {
     ScopedOp op(&profiler_, Op::kResidualDropout);
     k::dropout_backward(d_c_a_, d_residual_, RC, p_hidden,
-                        dropout_site_key(current_seed_, layer, kFc2Dropout), d.row0 * d.C);
+                        dropout_site_key(current_seed_, layer, DropoutSite::kFc2), d.row0 * d.C);
   }
   const T* dout = gather_rows(d_c_a_, full_);
   {
@@ -196,7 +193,8 @@ void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* 
   {
     ScopedOp op(&profiler_, Op::kResidualDropout);
     k::dropout_backward(d_c_a_, d_residual_, RC, p_hidden,
-                        dropout_site_key(current_seed_, layer, kProjDropout), d.row0 * d.C);
+                        dropout_site_key(current_seed_, layer, DropoutSite::kProjection),
+                        d.row0 * d.C);
   }
   dout = gather_rows(d_c_a_, full_);
   {
@@ -208,14 +206,14 @@ void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* 
   }
   {
     ScopedOp op(&profiler_, Op::kAttentionBackward);
-    k::attention_backward(d_qkv_, d_atty_, la.qkv, la.probs, d.B, d.T, d.Ct, d.Ht, p_attn,
-                          attn_key, attention_ws_.data(), d.tp_rank * d.Ht, d.NH);
+    k::attention_backward(d_qkv_, d_atty_, la.qkv, la.probs, d.B, d.T, d.Ct, d.Ht, p_attn, attn_key,
+                          attention_ws_.data(), d.tp_rank * d.Ht, d.NH);
   }
   const T* ln1 = gather_rows(la.ln1, gathered_);
   {
     ScopedOp op(&profiler_, Op::kMatmulBackward);
-    k::matmul_backward(d.t == 1 ? d_c_a_ : full_, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, d.N,
-                       d.C, 3 * d.Ct);
+    k::matmul_backward(d.t == 1 ? d_c_a_ : full_, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, d.N, d.C,
+                       3 * d.Ct);
   }
   if (d.t > 1) reduce_rows(full_, d_c_a_);
   {
@@ -225,12 +223,12 @@ void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* 
   }
 }
 
-#define LATTICE_GPT_LAYER(T)                                                                    \
-  template void GptModel<T>::check(const Status&);                                              \
-  template const T* GptModel<T>::gather_rows(const T*, T*);                                     \
-  template void GptModel<T>::reduce_rows(T*, T*);                                               \
-  template void GptModel<T>::row_parallel_forward(T*, const T*, const T*, const T*, int);       \
-  template void GptModel<T>::notify_ready(int, int);                                            \
+#define LATTICE_GPT_LAYER(T)                                                                     \
+  template void GptModel<T>::check(const Status&);                                               \
+  template const T* GptModel<T>::gather_rows(const T*, T*);                                      \
+  template void GptModel<T>::reduce_rows(T*, T*);                                                \
+  template void GptModel<T>::row_parallel_forward(T*, const T*, const T*, const T*, int);        \
+  template void GptModel<T>::notify_ready(int, int);                                             \
   template void GptModel<T>::layer_forward(int, const LayerActivations<T>&, const T*, T*, bool); \
   template void GptModel<T>::layer_backward(int, const LayerActivations<T>&, const T*);
 LATTICE_GPT_LAYER(float)

@@ -178,10 +178,15 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout
                         int vocab_end = 1 << 30);
 
 // ---- residual.cu ----------------------------------------------------------------------------
-// kernels.h's residual_dropout_forward / dropout_backward with the same counter-based mask.
+// kernels.h's residual_dropout_forward / dropout_backward with the same counter-based mask;
+// out may alias residual or x, dx may alias dout. bf16: fp32 arithmetic, rounded on store.
 void residual_dropout_forward(Context& ctx, float* out, const float* residual, const float* x,
                               size_t n, float p, uint64_t key, size_t index_offset = 0);
+void residual_dropout_forward(Context& ctx, bf16* out, const bf16* residual, const bf16* x,
+                              size_t n, float p, uint64_t key, size_t index_offset = 0);
 void dropout_backward(Context& ctx, float* dx, const float* dout, size_t n, float p, uint64_t key,
+                      size_t index_offset = 0);
+void dropout_backward(Context& ctx, bf16* dx, const bf16* dout, size_t n, float p, uint64_t key,
                       size_t index_offset = 0);
 
 // ---- attention.cu (flash-style: online softmax over key tiles in shared memory) -------------

@@ -1,0 +1,26 @@
+// Where GPT-2 drops activations, and the mask key of each site: shared by the CPU model
+// (gpt.cpp, gpt_layer.cpp) and the GPU model (gpu/gpu_model.cpp), so that for one micro-batch
+// seed both engines drop the same elements (the kernels draw kernels.h's counter-based mask
+// from the key and each element's global index).
+#pragma once
+
+#include <cstdint>
+
+#include "lattice/dropout_hash.h"
+
+namespace lattice {
+
+enum class DropoutSite {
+  kEmbedding = 0,   // word + position embedding output (hidden dropout)
+  kAttention = 1,   // attention probabilities (attention dropout)
+  kProjection = 2,  // attention projection output, before the residual add (hidden dropout)
+  kFc2 = 3,         // MLP output, before the residual add (hidden dropout)
+};
+
+// seed: the micro-batch's dropout seed; layer: the global layer index (-1 for the embedding).
+inline uint64_t dropout_site_key(uint64_t seed, int layer, DropoutSite site) {
+  return kernels::dropout_hash(seed,
+                               static_cast<uint64_t>(layer + 1) * 4 + static_cast<uint64_t>(site));
+}
+
+}  // namespace lattice
