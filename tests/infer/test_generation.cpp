@@ -55,7 +55,11 @@ class BracketTokenizer : public Tokenizer {
   std::vector<int32_t> encode(std::string_view) const override { return {}; }
   std::string decode(std::span<const int32_t> ids) const override {
     std::string s;
-    for (int32_t i : ids) s += "[" + std::to_string(i) + "]";
+    for (int32_t i : ids) {  // appended piece by piece: GCC 12 warns (-Wrestrict) on "[" + ...
+      s += '[';
+      s += std::to_string(i);
+      s += ']';
+    }
     return s;
   }
   int vocab_size() const override { return vocab_; }
@@ -220,7 +224,7 @@ class Generation : public QObject {
     size_t first_stop = 0;
     while (greedy[first_stop] != stop_id) first_stop++;
     r.stop_at_eod = false;
-    r.stop = {"[" + std::to_string(stop_id) + "]"};
+    r.stop = {tok.decode(std::span(&stop_id, 1))};
     out = gen->generate({r});
     QVERIFY(out.is_ok());
     QCOMPARE((*out)[0].finish, FinishReason::kStop);

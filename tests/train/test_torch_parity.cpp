@@ -71,8 +71,10 @@ class TorchParity : public QObject {
         std::string text = "[";
         for (int b = 0; b < B; b++) {
           text += b ? ",[" : "[";
-          for (int t = 0; t < c.seq_length; t++)
-            text += (t ? "," : "") + std::to_string(ids[b * c.seq_length + t]);
+          for (int t = 0; t < c.seq_length; t++) {  // no "," + ...: GCC 12's -Wrestrict
+            if (t) text += ',';
+            text += std::to_string(ids[b * c.seq_length + t]);
+          }
           text += "]";
         }
         return text + "]";
