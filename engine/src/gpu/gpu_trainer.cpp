@@ -360,7 +360,12 @@ RankReport GpuLoop<A>::report() const {
   r.dp = groups_.coord.dp;
   r.memory = memory_report_of(dev_.memory->stats());
   r.times = totals_;
-  if (reducer_) r.times.dp_comm = reducer_->seconds_waiting();
+  if (reducer_) {
+    r.times.dp_comm = reducer_->seconds_waiting();
+    // step() times the all-gather of the distributed optimizer with the optimizer; the CPU
+    // trainer counts it as data-parallel communication only.
+    r.times.optimizer -= reducer_->seconds_gathering();
+  }
   if (dp_) {
     const CommStats& st = dp_->stats();
     r.dp_bytes =

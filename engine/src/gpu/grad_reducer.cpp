@@ -135,8 +135,12 @@ Status GradReducer::gather_params(float* master, kernels::cuda::bf16* bf16_copy)
         dp_.all_gather_async(master + b.shard_begin, master + b.begin, b.counts, DType::kFloat32));
   Status s = Status::ok();
   for (auto& r : requests)
-    if (Status w = r->wait(); !w && s) s = w;
-  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (Status w = r ? r->wait() : Status::internal("all_gather_async returned nothing"); !w && s)
+      s = w;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  waited_ += seconds;
+  gathered_ += seconds;
   if (!s) return s;
   // The owners wrote their pieces' bf16 values in the step; the rest come from the gathered
   // master weights (the same rounding of the same fp32 values).

@@ -52,7 +52,9 @@ class GradReducer {
   // data-parallel group, and queues the refresh of the bf16 compute copy (null for fp32
   // compute) from the whole arena on ctx. A no-op without a shard.
   Status gather_params(float* master, kernels::cuda::bf16* bf16_copy);
-  double seconds_waiting() const { return waited_; }  // compute thread blocked in finish()
+  // Compute thread blocked in finish() and gather_params(); the latter's share alone.
+  double seconds_waiting() const { return waited_; }
+  double seconds_gathering() const { return gathered_; }
 
  private:
   struct Item {
@@ -77,7 +79,7 @@ class GradReducer {
   int in_flight_ = 0;  // queued + being reduced
   bool stop_ = false;
   Status error_ = Status::ok();
-  double waited_ = 0;
+  double waited_ = 0, gathered_ = 0;
   std::thread thread_;
 };
 
