@@ -11,7 +11,12 @@
 //   - with --tensor-model-parallel-size 2 (this program rerun as two MPI ranks, each holding a
 //     device of its shard): the two shards save a checkpoint that loads into the whole model of
 //     one CPU process (resharded, padding rows dropped), their --save-hf file is the whole
-//     model, and a TP 1 checkpoint, a GPT-2 file or --seed restore each rank's slices.
+//     model, and a TP 1 checkpoint, a GPT-2 file or --seed restore each rank's slices;
+//   - with --use-distributed-optimizer at DP 2 (two MPI ranks): each rank owns the CPU engine's
+//     shard (GradBuckets::owned_ranges) and saves the moments of its pieces alone (the other
+//     elements of its device's moment arena are never read); the checkpoint loads into one CPU
+//     process without the distributed optimizer and into the CPU engine's DP 2 distributed
+//     optimizer, and a TP 1 checkpoint restores each rank's pieces and writes nothing else.
 // The device itself (cudaMemcpy, the bf16 copy) is tested by tests/cuda/test_gpu_training.cpp.
 #include <QtTest/QtTest>
 
@@ -19,6 +24,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_format.h"
@@ -28,6 +34,7 @@
 #include "gpu/gpu_checkpoint.h"
 #include "lattice/layout.h"
 #include "model/gpt.h"
+#include "optim/grad_buckets.h"
 
 using namespace lattice;
 
@@ -170,7 +177,8 @@ class GpuCheckpointHost : public QObject {
     const TrainOptions o = options();
     const ParamLayout layout(o.model);
     AdamW<float> whole(layout, o.optim);
-    Result<std::vector<gpu::MomentSpan>> spans = gpu::moment_spans(layout, whole);
+    const gpu::OptimizerShard arena = gpu::whole_arena_shard(layout);
+    Result<std::vector<gpu::MomentSpan>> spans = gpu::moment_spans(arena, whole);
     QVERIFY2(spans, spans ? "" : spans.status().message().c_str());
     QCOMPARE(spans->size(), layout.tensors().size());
     size_t packed = 0;
@@ -188,9 +196,16 @@ class GpuCheckpointHost : public QObject {
     QCOMPARE(packed, whole.exp_avg().size());
     // Why the spans exist: the arena has gaps the packed state does not.
     QVERIFY2(gaps, "this model's arena has no alignment gap: the test proves nothing");
-    // A distributed-optimizer shard is not the whole model's state.
-    AdamW<float> shard(layout, o.optim, {{0, layout.total_numel() / 2}});
-    QVERIFY(!gpu::moment_spans(layout, shard));
+    // A distributed-optimizer shard is not the whole model's state ...
+    AdamW<float> half(layout, o.optim, {{0, layout.total_numel() / 2}});
+    QVERIFY(!gpu::moment_spans(arena, half));
+    // ... but the host AdamW over a shard's owned ranges has that shard's pieces.
+    const gpu::OptimizerShard shard = gpu::distributed_shard(layout, 1000, 2, 1);
+    AdamW<float> owned(layout, o.optim, shard.owned);
+    spans = gpu::moment_spans(shard, owned);
+    QVERIFY2(spans, spans ? "" : spans.status().message().c_str());
+    QCOMPARE(spans->size(), shard.pieces.size());
+    QVERIFY(!gpu::moment_spans(shard, whole));
   }
 
   void a_device_checkpoint_loads_in_the_cpu_engine() {
@@ -450,6 +465,72 @@ class GpuCheckpointHost : public QObject {
         2, self, {"--tp-worker", "restore", QString::fromStdString(dir)}, {}, 120000);
     QVERIFY2(restored.exit_code == 0, qPrintable("TP 2 restore: " + restored.err + restored.out));
   }
+
+  void distributed_optimizer_shards_save_and_restore() {
+    const std::string dir = dir_.filePath("dopt").toStdString();
+    std::filesystem::create_directories(dir);
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const TrainOptions o = options();
+    const ParamLayout layout(o.model);
+    // Two DP ranks with the distributed optimizer save (worker_dopt_save) ...
+    testing::Run saved = testing::run_mpi(
+        2, self, {"--tp-worker", "dopt-save", QString::fromStdString(dir)}, {}, 120000);
+    QVERIFY2(saved.exit_code == 0, qPrintable("DP 2 save: " + saved.err + saved.out));
+    Result<CheckpointRef> ref = find_checkpoint(dir + "/dp2", 0);
+    QVERIFY2(ref, ref ? "" : ref.status().message().c_str());
+    Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(ref->path);
+    QVERIFY2(reader, reader ? "" : reader.status().message().c_str());
+    QVERIFY2((*reader)->layout_summary().find("distributed optimizer") != std::string::npos,
+             (*reader)->layout_summary().c_str());
+    // Both ranks stored moments: each its own flat ranges.
+    std::set<std::string> moment_files;
+    for (const CheckpointPiece& p : (*reader)->pieces())
+      if (p.kind == "exp_avg") moment_files.insert(p.file);
+    QCOMPARE(moment_files.size(), size_t{2});
+    // ... which load into the whole model of one process: weights, every moment, steps.
+    CpuRank rank(o);
+    TrainState state;
+    Status s = load_checkpoint(*ref, rank.parts(), false, &state);
+    QVERIFY2(s, s.message().c_str());
+    QCOMPARE(rank.adam.steps_taken(), 7);
+    GptModel<float> drawn(o.model, 1);
+    drawn.init_weights(5);
+    const QString d = weights_difference(layout, rank.model.params(), drawn.params());
+    QVERIFY2(d.isEmpty(), qPrintable("DP 2 distributed checkpoint into DP 1: " + d));
+    for (const auto& view : rank.adam.state_views()) {
+      const ParamTensor* t = nullptr;
+      for (const ParamTensor& x : layout.tensors())
+        if (view.offset >= x.offset && view.offset < x.offset + x.numel) t = &x;
+      QVERIFY(t);
+      for (size_t j = 0; j < view.numel; j++) {
+        const size_t g = view.offset - t->offset + j;
+        QVERIFY2(view.exp_avg[j] == global_moment(t->name, g, 1) &&
+                     view.exp_avg_sq[j] == global_moment(t->name, g, 2),
+                 qPrintable(QString("moments of %1[%2] after DP 2 distributed -> DP 1: got %3")
+                                .arg(QString::fromStdString(t->name))
+                                .arg(g)
+                                .arg(view.exp_avg[j])));
+      }
+    }
+    // A checkpoint without the distributed optimizer restores each rank's shard
+    // (worker_dopt_restore checks it, and the DP 2 checkpoint above).
+    CpuRank tp1(o);
+    tp1.model.init_weights(8);
+    for (auto& view : tp1.adam.state_views())
+      for (const ParamTensor& t : layout.tensors())
+        if (view.offset >= t.offset && view.offset < t.offset + t.numel)
+          for (size_t j = 0; j < view.numel; j++) {
+            view.exp_avg[j] = global_moment(t.name, view.offset - t.offset + j, 1);
+            view.exp_avg_sq[j] = global_moment(t.name, view.offset - t.offset + j, 2);
+          }
+    Result<SavedCheckpoint> written = save_checkpoint(
+        *world_, dir + "/dp1", {4, 8, 0, 4, 0, 0}, o.model, train_options_json(o), tp1.parts(), 0);
+    QVERIFY2(written, written ? "" : written.status().message().c_str());
+    testing::Run restored = testing::run_mpi(
+        2, self, {"--tp-worker", "dopt-restore", QString::fromStdString(dir)}, {}, 120000);
+    QVERIFY2(restored.exit_code == 0, qPrintable("DP 2 restore: " + restored.err + restored.out));
+  }
 #endif
 };
 
@@ -559,14 +640,145 @@ std::string worker_restore(Comm& world, const std::string& dir) {
   return "";
 }
 
+// The DP 2 distributed-optimizer run: options() with buckets of 1000 elements (several
+// buckets, shards that cut tensors) on two data-parallel ranks.
+TrainOptions dp2_options() {
+  TrainOptions o = options();
+  o.parallel.use_distributed_optimizer = true;
+  o.parallel.ddp_bucket_size = 1000;
+  return o;
+}
+
+// "" or why this rank's optimizer shard is not the CPU engine's for the same run (the ranges
+// the CPU trainer's GradBuckets hand its AdamW).
+std::string shard_against_cpu(Comm& world, const TrainOptions& o, const gpu::GpuRankShard& me,
+                              const gpu::OptimizerShard& shard, GptModel<float>& model) {
+  if (!shard.distributed || me.layout.dp != 2) return "the optimizer shard is not DP 2's";
+  GradBuckets<float> cpu(model.layout(), &world, true, ddp_bucket_elems(o.parallel, me.layout.dp),
+                         model.grads(), model.params());
+  if (cpu.owned_ranges() != shard.owned)
+    return "owned ranges differ from the CPU engine's GradBuckets::owned_ranges()";
+  return "";
+}
+
+// dopt-save DIR: each rank's device holds init_weights(5) and, in the moments of its shard's
+// pieces, global_moment values (kGap elsewhere: must never reach the checkpoint); a checkpoint
+// in DIR/dp2 that the CPU engine's DP 2 distributed optimizer then loads.
+std::string worker_dopt_save(Comm& world, const std::string& dir) {
+  TrainOptions o = dp2_options();
+  o.save = dir + "/dp2";
+  Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
+  if (!me) return me.status().message();
+  GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
+  drawn.init_weights(5);
+  const gpu::OptimizerShard shard =
+      gpu::optimizer_shard(o, drawn.layout(), me->layout.dp, me->coord.dp);
+  if (std::string e = shard_against_cpu(world, o, *me, shard, drawn); !e.empty()) return e;
+  HostDevice device(drawn.layout());
+  device.params.assign(drawn.params(), drawn.params() + drawn.layout().total_numel());
+  const auto& tensors = drawn.layout().tensors();
+  for (const gpu::OptimizerPiece& p : shard.pieces)
+    for (size_t i = p.offset; i < p.offset + p.numel; i++) {
+      const ParamTensor& t = tensors[p.tensor];
+      device.exp_avg[i] = global_moment(t.name, i - t.offset, 1);
+      device.exp_avg_sq[i] = global_moment(t.name, i - t.offset, 2);
+    }
+  const TrainState state{7, 14, 0, 7, 0, 0};
+  Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, device);
+  if (!saved) return "save_gpu_checkpoint: " + saved.status().message();
+  // The CPU trainer with the distributed optimizer resumes it: its AdamW over its owned ranges.
+  Result<CheckpointRef> ref = find_checkpoint(o.save, 0);
+  if (!ref) return ref.status().message();
+  GptModel<float> cpu_model(o.model, me->shard, 1, nullptr, RecomputePlan{});
+  GradBuckets<float> buckets(cpu_model.layout(), &world, true,
+                             ddp_bucket_elems(o.parallel, me->layout.dp), cpu_model.grads(),
+                             cpu_model.params());
+  AdamW<float> cpu_adam(cpu_model.layout(), o.optim, buckets.owned_ranges());
+  RankParts parts;
+  parts.layout = &me->layout;
+  parts.distributed_optimizer = true;
+  parts.chunks = {&cpu_model};
+  parts.optimizers = {&cpu_adam};
+  if (Status s = load_checkpoint(*ref, parts, false, nullptr); !s)
+    return "the CPU engine's distributed optimizer: " + s.message();
+  for (const auto& view : cpu_adam.state_views()) {
+    const ParamTensor* t = nullptr;
+    for (const ParamTensor& x : tensors)
+      if (view.offset >= x.offset && view.offset < x.offset + x.numel) t = &x;
+    for (size_t j = 0; t && j < view.numel; j++) {
+      const size_t g = view.offset - t->offset + j;
+      if (view.exp_avg[j] != global_moment(t->name, g, 1) ||
+          view.exp_avg_sq[j] != global_moment(t->name, g, 2))
+        return "the CPU engine's distributed optimizer: moments of " + t->name + "[" +
+               std::to_string(g) + "]";
+    }
+  }
+  return "";
+}
+
+// "" or the first element where the device's moments differ from want(t, i) in its shard's
+// pieces, or were written outside them (kGap there).
+template <typename Want>
+std::string dopt_moment_difference(const ParamLayout& layout, const gpu::OptimizerShard& shard,
+                                   const HostDevice& device, Want want) {
+  std::vector<char> mine(layout.total_numel(), 0);
+  for (const gpu::OptimizerPiece& p : shard.pieces)
+    for (size_t i = p.offset; i < p.offset + p.numel; i++) {
+      mine[i] = 1;
+      const ParamTensor& t = layout.tensors()[p.tensor];
+      if (device.exp_avg[i] != want(t, i - t.offset, 1) ||
+          device.exp_avg_sq[i] != want(t, i - t.offset, 2))
+        return "moments of " + t.name + "[" + std::to_string(i - t.offset) + "]: got " +
+               std::to_string(device.exp_avg[i]) + ", want " +
+               std::to_string(want(t, i - t.offset, 1));
+    }
+  for (size_t i = 0; i < mine.size(); i++)
+    if (!mine[i] && (device.exp_avg[i] != kGap || device.exp_avg_sq[i] != kGap))
+      return "arena element " + std::to_string(i) +
+             " is not this rank's, but its moments were "
+             "written";
+  return "";
+}
+
+// dopt-restore DIR: DIR/dp1 (DP 1, no distributed optimizer: init_weights(8), global_moment)
+// and DIR/dp2 (worker_dopt_save's) each restore every weight and this rank's moments.
+std::string worker_dopt_restore(Comm& world, const std::string& dir) {
+  const TrainOptions o = dp2_options();
+  Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
+  if (!me) return me.status().message();
+  const ParamLayout layout(o.model, me->shard);
+  Messages messages;
+  auto moment = [](const ParamTensor& t, size_t g, int which) {
+    return global_moment(t.name, g, which);
+  };
+  for (const auto& [name, seed] : {std::pair<std::string, int>{"dp1", 8}, {"dp2", 5}}) {
+    GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
+    drawn.init_weights(static_cast<uint64_t>(seed));
+    TrainOptions load = o;
+    load.load = dir + "/" + name;
+    HostDevice device(layout);
+    Result<TrainState> state = gpu::restore_gpu_state(load, load.model, world, device, messages);
+    if (!state) return name + ": " + state.status().message();
+    if (QString w = weights_difference(layout, device.params.data(), drawn.params()); !w.isEmpty())
+      return name + ": " + w.toStdString();
+    const gpu::OptimizerShard shard = gpu::optimizer_shard(o, layout, me->layout.dp, me->coord.dp);
+    if (std::string e = dopt_moment_difference(layout, shard, device, moment); !e.empty())
+      return name + ": " + e;
+  }
+  return "";
+}
+
 int tp_worker(const std::string& mode, const std::string& dir) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
     std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
     return 1;
   }
-  const std::string error =
-      mode == "save" ? worker_save(**world, dir) : worker_restore(**world, dir);
+  const std::string error = mode == "save"           ? worker_save(**world, dir)
+                            : mode == "restore"      ? worker_restore(**world, dir)
+                            : mode == "dopt-save"    ? worker_dopt_save(**world, dir)
+                            : mode == "dopt-restore" ? worker_dopt_restore(**world, dir)
+                                                     : "unknown worker mode " + mode;
   const int rank = (*world)->rank();
   if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
   world->reset();

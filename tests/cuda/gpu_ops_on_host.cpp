@@ -196,6 +196,30 @@ void cross_entropy_shard_finish(Context&, float* losses, float* dlogits, const f
                                       targets, vocab_begin, N, V, grad_scale);
 }
 
+// AdamW and the norm (gpu_adamw.cpp, for test_gpu_optimizer_on_host): kernels.h's AdamW on
+// each descriptor, the gradient scaled first as the device kernel scales it.
+void adamw_update(Context& ctx, const AdamWTensor* tensors, int count, const AdamWParams& p,
+                  float grad_scale) {
+  for (int i = 0; i < count; i++) {
+    const AdamWTensor& t = tensors[i];
+    if (t.param_bf16) no_bf16(ctx);
+    std::vector<float> g(t.grad, t.grad + t.n);
+    for (float& x : g) x *= grad_scale;
+    AdamWParams q = p;
+    q.weight_decay = t.decay ? p.weight_decay : 0.0f;
+    kernels::adamw_update(t.param, g.data(), t.m, t.v, t.n, q);
+  }
+}
+void sum_squares(Context&, double* result, const float* const* tensors, const size_t* sizes,
+                 int count) {
+  double sum = 0;
+  for (int i = 0; i < count; i++) sum += kernels::sum_squares(tensors[i], sizes[i]);
+  *result = sum;
+}
+std::string set_device(int) {
+  return "";
+}
+
 void convert(Context& ctx, bf16*, const float*, size_t) {
   no_bf16(ctx);
 }

@@ -82,6 +82,25 @@ bool run(lattice::Comm& comm) {
     auto request = comm.all_gather_async(d_block.get(), d_all.get(), counts, DType::kFloat32);
     good &= ok(request->wait(), "all_gather_async" + tag);
     good &= same_values(d_all.download(), gathered, "all_gather" + tag);
+
+    // In place, as the GPU trainer's distributed optimizer uses them (grad_reducer.h): the
+    // reduce-scatter's receive buffer is this rank's block of the send buffer, the
+    // all-gather's send buffer this rank's block of the receive buffer.
+    DeviceBuffer<float> d_arena(send);
+    float* mine = d_arena.get() + offset;
+    good &= ok(comm.reduce_scatter(d_arena.get(), mine, counts, DType::kFloat32),
+               "reduce_scatter in place" + tag);
+    std::vector<float> arena = d_arena.download();
+    good &= same_values(
+        std::vector<float>(arena.begin() + offset, arena.begin() + offset + counts[rank]), want,
+        "reduce_scatter in place" + tag);
+    auto in_place = comm.all_gather_async(mine, d_arena.get(), counts, DType::kFloat32);
+    good &= ok(in_place->wait(), "all_gather_async in place" + tag);
+    std::vector<float> summed;
+    size_t begin = 0;
+    for (int r = 0; r < size; begin += counts[r], r++)
+      for (size_t i = 0; i < counts[r]; i++) summed.push_back(float(size) * float(begin + i));
+    good &= same_values(d_arena.download(), summed, "all_gather in place" + tag);
   }
   {  // broadcast from the last rank, gather to rank 0, barrier
     std::vector<float> mine(n, float(rank)), root_value(n, float(size - 1));

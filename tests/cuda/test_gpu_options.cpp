@@ -1,7 +1,8 @@
 // What the GPU trainer refuses, checked without a device (label unit, CUDA builds): every
 // unsupported option is named in one sentence, before the trainer looks for a GPU, and a
 // supported run reaches the device check (docs/gpu.md#scope). Tensor parallelism is accepted
-// when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism).
+// when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism), and the
+// distributed optimizer with any data-parallel size (docs/gpu.md#distributed-optimizer).
 #include <QtTest/QtTest>
 
 #include "gpu/gpu_trainer.h"
@@ -62,6 +63,22 @@ class GpuOptionsTest : public QObject {
     QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());
   }
 
+  void the_distributed_optimizer_is_supported() {
+    TrainOptions o = supported();
+    o.parallel.use_distributed_optimizer = true;
+    o.parallel.ddp_bucket_size = 1000;
+    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // DP 2
+    QVERIFY(gpu::unsupported_on_gpu(o, 1).empty());  // DP 1: nothing to shard, as on the CPU
+    o.model.tensor_model_parallel_size = 2;
+    o.save = "/tmp/x";
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x DP 2, checkpoints
+    // Combined with what the GPU trainer lacks, that is named (and the optimizer is not).
+    o.parallel.pipeline_model_parallel_size = 2;
+    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 4);
+    QVERIFY(names(e, "--pipeline-model-parallel-size 2"));
+    QVERIFY(!names(e, "--use-distributed-optimizer"));
+  }
+
   void tensor_parallel_sizes_that_do_not_fit_are_named() {
     TrainOptions o = supported();
     o.model.tensor_model_parallel_size = 4;  // 2 heads
@@ -92,14 +109,12 @@ class GpuOptionsTest : public QObject {
   void each_unsupported_option_is_named() {
     TrainOptions o = supported();
     o.parallel.pipeline_model_parallel_size = 2;
-    o.parallel.use_distributed_optimizer = true;
     o.parallel.sequence_parallel = true;
     o.parallel.recompute_granularity = "full";
     o.model.num_attention_heads = 4;  // head size 32
     const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
     QVERIFY(names(e, "--sequence-parallel"));
     QVERIFY(names(e, "--pipeline-model-parallel-size 2"));
-    QVERIFY(names(e, "--use-distributed-optimizer"));
     QVERIFY(names(e, "--recompute-granularity full"));
     QVERIFY(names(e, "head size"));
     QVERIFY(names(gpu::unsupported_on_gpu(supported(), 3), "--global-batch-size"));

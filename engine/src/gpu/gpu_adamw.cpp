@@ -1,43 +1,38 @@
-// gpu_adamw.h's AdamW: the arena's tensors as multi-tensor AdamW descriptors.
+// gpu_adamw.h's AdamW: the shard's pieces as multi-tensor AdamW descriptors.
 #include "gpu/gpu_adamw.h"
 
 #include <cuda_runtime_api.h>
 
+#include <utility>
+
 namespace lattice::gpu {
 
-GpuAdamW::GpuAdamW(const ParamLayout& layout, float* master, const float* grads,
-                   cu::bf16* bf16_copy, CachingAllocator& memory)
-    : memory_(memory) {
-  const size_t n = layout.total_numel();
+GpuAdamW::GpuAdamW(OptimizerShard shard, float* master, const float* grads, cu::bf16* bf16_copy,
+                   CachingAllocator& memory)
+    : shard_(std::move(shard)), memory_(memory) {
+  const size_t n = shard_.state_numel;
   m_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
   v_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
   norm_ = static_cast<double*>(memory.allocate(sizeof(double), MemoryCategory::kWorkspace));
   // The global norm counts each parameter once over the TP group (counts_in_norm: not the
-  // replicas on tp_rank > 0). A run of counted tensors is one span: the alignment gaps
-  // inside it hold zero gradients. TP 1: one span, the whole arena.
-  const std::vector<ParamTensor>& tensors = layout.tensors();
-  for (size_t i = 0; i < tensors.size(); i++) {
-    const ParamTensor& t = tensors[i];
-    if (!t.counts_in_norm) continue;
-    if (i > 0 && tensors[i - 1].counts_in_norm) {
-      norm_sizes_.back() = t.offset + t.numel - static_cast<size_t>(norm_spans_.back() - grads);
-    } else {
-      norm_spans_.push_back(grads + t.offset);
-      norm_sizes_.push_back(t.numel);
-    }
+  // replicas on tp_rank > 0), and with the distributed optimizer once over the DP group (each
+  // rank its shard). TP 1 without it: one span, the whole arena.
+  for (const ArenaRange& r : shard_.norm_spans) {
+    norm_spans_.push_back(grads + r.first);
+    norm_sizes_.push_back(r.second - r.first);
   }
-  for (const ParamTensor& t : layout.tensors()) {
+  // A piece cut out of a tensor by a shard boundary keeps the tensor's decay flag.
+  for (const OptimizerPiece& p : shard_.pieces) {
     cu::AdamWTensor a;
-    a.param = master + t.offset;
-    a.grad = grads + t.offset;
-    a.m = m_ ? m_ + t.offset : nullptr;
-    a.v = v_ ? v_ + t.offset : nullptr;
-    a.param_bf16 = bf16_copy ? bf16_copy + t.offset : nullptr;
-    a.n = t.numel;
-    a.decay = t.decay;
+    a.param = master + p.offset;
+    a.grad = grads + p.offset;
+    a.m = m_ ? m_ + p.state : nullptr;
+    a.v = v_ ? v_ + p.state : nullptr;
+    a.param_bf16 = bf16_copy ? bf16_copy + p.offset : nullptr;
+    a.n = p.numel;
+    a.decay = p.decay;
     tensors_.push_back(a);
   }
-  numel_ = n;
 }
 
 GpuAdamW::~GpuAdamW() {
@@ -47,8 +42,8 @@ GpuAdamW::~GpuAdamW() {
 }
 
 void GpuAdamW::zero_state(cu::Context& ctx) {
-  zero_async(ctx, m_, numel_ * sizeof(float));
-  zero_async(ctx, v_, numel_ * sizeof(float));
+  zero_async(ctx, m_, shard_.state_numel * sizeof(float));
+  zero_async(ctx, v_, shard_.state_numel * sizeof(float));
 }
 
 double GpuAdamW::sum_squares(cu::Context& ctx) {

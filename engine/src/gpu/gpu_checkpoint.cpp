@@ -57,10 +57,20 @@ Status import_hf_shard(const std::string& path, const ModelConfig& model, GptMod
   return Status::ok();
 }
 
-// The device's weights and moments into `host` and `optimizer` (the rank's shard).
-Status download_state(DeviceState& device, GptModel<float>& host, AdamW<float>& optimizer) {
-  if (Status s = device.download_params(host.params()); !s) return s;
-  Result<std::vector<MomentSpan>> spans = moment_spans(host.layout(), optimizer);
+// The host AdamW of the rank's optimizer shard: its owned ranges, or the whole arena.
+std::unique_ptr<AdamW<float>> host_optimizer(const TrainOptions& o, const OptimizerShard& shard,
+                                             const ParamLayout& layout) {
+  return std::make_unique<AdamW<float>>(
+      layout, o.optim, shard.distributed ? shard.owned : std::vector<ArenaRange>{});
+}
+
+// The device's moments into `optimizer` (the rank's optimizer shard), and its weights into
+// `host` when `weights`.
+Status download_state(DeviceState& device, const OptimizerShard& shard, GptModel<float>& host,
+                      AdamW<float>& optimizer, bool weights) {
+  if (weights)
+    if (Status s = device.download_params(host.params()); !s) return s;
+  Result<std::vector<MomentSpan>> spans = moment_spans(shard, optimizer);
   if (!spans) return spans.status();
   for (const MomentSpan& m : *spans)
     if (Status s = device.download_moments(m.offset, m.numel, m.exp_avg, m.exp_avg_sq); !s)
@@ -84,23 +94,23 @@ std::string loaded_message(const CheckpointRef& ref, double seconds, bool finetu
 
 }  // namespace
 
-Result<std::vector<MomentSpan>> moment_spans(const ParamLayout& layout, AdamW<float>& host) {
+Result<std::vector<MomentSpan>> moment_spans(const OptimizerShard& shard, AdamW<float>& host) {
   const std::vector<AdamW<float>::StateView> views = host.state_views();
-  const std::vector<ParamTensor>& tensors = layout.tensors();
-  if (views.size() != tensors.size())
+  const std::vector<OptimizerPiece>& pieces = shard.pieces;
+  if (views.size() != pieces.size())
     return Status::internal("the host optimizer holds " + std::to_string(views.size()) +
-                            " moment segments for " + std::to_string(tensors.size()) +
-                            " tensors: not an optimizer over the whole model");
+                            " moment segments for the " + std::to_string(pieces.size()) +
+                            " pieces of the device's optimizer shard");
   std::vector<MomentSpan> spans;
   spans.reserve(views.size());
   for (size_t i = 0; i < views.size(); i++) {
-    const ParamTensor& t = tensors[i];
-    if (views[i].offset != t.offset || views[i].numel != t.numel)
+    const OptimizerPiece& p = pieces[i];
+    if (views[i].offset != p.offset || views[i].numel != p.numel)
       return Status::internal("the host optimizer's segment " + std::to_string(i) + " covers [" +
                               std::to_string(views[i].offset) + ", +" +
-                              std::to_string(views[i].numel) + "), tensor " + t.name + " is [" +
-                              std::to_string(t.offset) + ", +" + std::to_string(t.numel) + ")");
-    spans.push_back({t.offset, t.numel, views[i].exp_avg, views[i].exp_avg_sq});
+                              std::to_string(views[i].numel) + "), the device's piece is [" +
+                              std::to_string(p.offset) + ", +" + std::to_string(p.numel) + ")");
+    spans.push_back({p.offset, p.numel, views[i].exp_avg, views[i].exp_avg_sq});
   }
   return spans;
 }
@@ -138,16 +148,18 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
   Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
   if (!ref) return ref.status();
   const auto t0 = Clock::now();
-  AdamW<float> optimizer(host.layout(), o.optim);
+  const OptimizerShard shard = optimizer_shard(o, host.layout(), me->layout.dp, me->coord.dp);
+  std::unique_ptr<AdamW<float>> optimizer = host_optimizer(o, shard, host.layout());
   RankParts parts;
   parts.layout = &me->layout;
+  parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
   parts.chunks = {&host};
-  parts.optimizers = {&optimizer};
+  parts.optimizers = {optimizer.get()};
   auto load = [&]() -> Status {
     if (Status s = load_checkpoint(*ref, parts, o.finetune, &state); !s) return s;
     if (Status s = device.upload_params(host.params()); !s) return s;
     if (o.finetune) return Status::ok();  // the device's moments stay zero
-    Result<std::vector<MomentSpan>> spans = moment_spans(host.layout(), optimizer);
+    Result<std::vector<MomentSpan>> spans = moment_spans(shard, *optimizer);
     if (!spans) return spans.status();
     return upload_moments(*spans, device);
   };
@@ -170,13 +182,18 @@ Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelCo
   if (!me) return me.status();
   RankParts parts;
   parts.layout = &me->layout;
+  parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
   std::unique_ptr<GptModel<float>> host;
   std::unique_ptr<AdamW<float>> optimizer;
   Status downloaded = Status::ok();
-  if (me->coord.dp == 0) {  // the shards the checkpoint stores (write_shard)
+  // What write_shard stores: the weights of data-parallel rank 0, the moments of every rank
+  // that owns some (all of them with the distributed optimizer, each its shard's ranges).
+  const bool distributed = o.parallel.use_distributed_optimizer && me->layout.dp > 1;
+  if (me->coord.dp == 0 || distributed) {
     host = host_shard(model, me->shard);
-    optimizer = std::make_unique<AdamW<float>>(host->layout(), o.optim);
-    downloaded = download_state(device, *host, *optimizer);
+    const OptimizerShard shard = optimizer_shard(o, host->layout(), me->layout.dp, me->coord.dp);
+    optimizer = host_optimizer(o, shard, host->layout());
+    downloaded = download_state(device, shard, *host, *optimizer, me->coord.dp == 0);
     parts.chunks = {host.get()};
     parts.optimizers = {optimizer.get()};
   }

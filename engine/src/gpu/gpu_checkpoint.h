@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "gpu/optimizer_shard.h"
 #include "lattice/comm.h"
 #include "lattice/layout.h"
 #include "lattice/status.h"
@@ -27,8 +28,10 @@ namespace lattice::gpu {
 // parallel shard, shard_of(layout, coord, 0)), as GptModel<float>::params()
 // (every tensor at its offset, the 16-element alignment gaps between tensors unused), and its
 // AdamW's two moments in arenas indexed the same way. AdamW<float> on the host packs its
-// moments without the gaps, so moments move tensor by tensor (moment_spans). Every method
-// waits for the device and returns its error.
+// moments without the gaps, so moments move tensor by tensor (moment_spans). With
+// --use-distributed-optimizer the device keeps moments for its optimizer shard alone
+// (optimizer_shard.h); the moment methods then take ranges inside one piece of it, still named
+// by arena offsets. Every method waits for the device and returns its error.
 class DeviceState {
  public:
   virtual ~DeviceState() = default;
@@ -43,19 +46,21 @@ class DeviceState {
                                 const float* exp_avg_sq) = 0;
 };
 
-// One tensor's moments: arena elements [offset, offset + numel) on the device, and where
-// they live in the host optimizer's packed state (exp_avg, exp_avg_sq: numel each).
+// One piece's moments (a tensor, or its part in a distributed-optimizer shard): arena elements
+// [offset, offset + numel) on the device, and where they live in the host optimizer's packed state
+// (exp_avg, exp_avg_sq: numel each).
 struct MomentSpan {
   size_t offset = 0, numel = 0;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
 };
-// The spans of `host`, one per tensor of `layout` in order. An error when `host` does not
-// keep the moments of exactly those tensors (an optimizer over owned ranges, another model).
-Result<std::vector<MomentSpan>> moment_spans(const ParamLayout& layout, AdamW<float>& host);
+// The spans of `host`, one per piece of `shard` in order. An error when `host` does not keep
+// the moments of exactly those pieces (another shard, another model).
+Result<std::vector<MomentSpan>> moment_spans(const OptimizerShard& shard, AdamW<float>& host);
 
 // Where this rank sits: the run's layout (o's TP over world_size ranks, PP 1), the rank's
-// coordinates and its model shard, whose ParamLayout the device's arenas follow.
+// coordinates and its model shard, whose ParamLayout the device's arenas follow (the part of
+// that arena its optimizer owns: optimizer_shard(o, layout, layout.dp, coord.dp)).
 struct GpuRankShard {
   ParallelLayout layout;
   ParallelLayout::Coord coord;
@@ -76,7 +81,8 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
 // --save: a checkpoint of `state` in o.save (--save-retain), collective over `world`. The
 // data-parallel rank 0 of each tensor-parallel rank downloads its shard's weights and moments
 // and writes them, as on the CPU; the other ranks hold equal replicas and only take part in
-// the agreement.
+// the agreement. With --use-distributed-optimizer every rank also writes the moments of its
+// optimizer shard (the CPU engine's distributed-optimizer pieces: flat ranges of tensors).
 Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
                                             Comm& world, const TrainState& state,
                                             DeviceState& device);

@@ -1,9 +1,10 @@
 // The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
 // (train/data_feed.h), GpuGpt forward/backward per micro-batch with gradient accumulation,
 // tensor parallelism inside the model (NCCL on the compute stream), data-parallel reduction
-// overlapped with backward (grad_reducer.h), the loss scaler shared with the CPU trainer
-// (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW step on the fp32
-// master weights that also writes the bf16 compute copy. Process groups as the CPU trainer's
+// overlapped with backward (grad_reducer.h; with --use-distributed-optimizer a reduce-scatter
+// into the rank's optimizer shard and an all-gather after the step), the loss scaler shared with
+// the CPU trainer (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW step on the
+// fp32 master weights that also writes the bf16 compute copy. Process groups as the CPU trainer's
 // (parallel/groups.h): world = TP x DP. Metrics, memory and checkpoints go to the same
 // MetricsSink as a CPU run (same keys in the run store); checkpoints are the CPU engine's
 // (gpu_checkpoint.h), saved when the CPU trainer saves.
@@ -24,6 +25,7 @@
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
 #include "gpu/grad_reducer.h"
+#include "gpu/optimizer_shard.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
@@ -76,18 +78,27 @@ class LoopState final : public DeviceState {
     return waited();
   }
   Status download_moments(size_t offset, size_t n, float* exp_avg, float* exp_avg_sq) override {
-    copy_to_host_async(ctx_, exp_avg, adam_.exp_avg() + offset, n * sizeof(float));
-    copy_to_host_async(ctx_, exp_avg_sq, adam_.exp_avg_sq() + offset, n * sizeof(float));
+    const size_t at = adam_.shard().state_of(offset, n);
+    if (at == OptimizerShard::npos) return not_owned(offset, n);
+    copy_to_host_async(ctx_, exp_avg, adam_.exp_avg() + at, n * sizeof(float));
+    copy_to_host_async(ctx_, exp_avg_sq, adam_.exp_avg_sq() + at, n * sizeof(float));
     return waited();
   }
   Status upload_moments(size_t offset, size_t n, const float* exp_avg,
                         const float* exp_avg_sq) override {
-    copy_to_device_async(ctx_, adam_.exp_avg() + offset, exp_avg, n * sizeof(float));
-    copy_to_device_async(ctx_, adam_.exp_avg_sq() + offset, exp_avg_sq, n * sizeof(float));
+    const size_t at = adam_.shard().state_of(offset, n);
+    if (at == OptimizerShard::npos) return not_owned(offset, n);
+    copy_to_device_async(ctx_, adam_.exp_avg() + at, exp_avg, n * sizeof(float));
+    copy_to_device_async(ctx_, adam_.exp_avg_sq() + at, exp_avg_sq, n * sizeof(float));
     return waited();
   }
 
  private:
+  static Status not_owned(size_t offset, size_t n) {
+    return Status::internal("checkpoint copy of the moments of arena elements [" +
+                            std::to_string(offset) + ", +" + std::to_string(n) +
+                            "): not one piece of this rank's optimizer shard");
+  }
   Status waited() {
     const std::string e = ctx_.synchronize();
     return e.empty() ? Status::ok() : Status::internal("checkpoint copy on the device: " + e);
@@ -205,8 +216,9 @@ Status GpuLoop<A>::setup() {
       GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard, tp_.get());
   if (!model) return model.status();
   model_ = std::move(*model);
-  adam_ = std::make_unique<GpuAdamW>(model_->layout(), model_->master(), model_->grads(),
-                                     model_->bf16_copy(), *dev_.memory);
+  adam_ = std::make_unique<GpuAdamW>(
+      optimizer_shard(o_, model_->layout(), groups_.layout.dp, groups_.coord.dp), model_->master(),
+      model_->grads(), model_->bf16_copy(), *dev_.memory);
   if (!adam_->ok()) return Status::internal("out of device memory for the AdamW moments");
   adam_->zero_state(*dev_.ctx);
   state_ = std::make_unique<LoopState<A>>(*dev_.ctx, *model_, *adam_);
@@ -231,7 +243,7 @@ Status GpuLoop<A>::setup() {
   sample_.assign(mc_.seq_length + 1, 0);
   if (dp_) {
     reducer_ = std::make_unique<GradReducer>(*dp_, *dev_.ctx, dev_.index, model_->grads(),
-                                             model_->layout());
+                                             model_->layout(), &adam_->shard());
     GradReducer* r = reducer_.get();
     model_->set_grads_ready([r](int first, int last) { r->ready(first, last); });
   }
@@ -279,9 +291,12 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   t0 = Clock::now();
   // Global norm of the unscaled gradients, each parameter counted once over the
   // model-parallel group (= TP group) as the CPU trainer does; the data-parallel replicas are
-  // equal after the reduction. An inf or NaN anywhere is the loss scaler's overflow (every
-  // rank agrees: agree() takes the max over the world).
-  const double squares = all_reduce_scalar(*groups_.model, adam_->sum_squares(ctx));
+  // equal after the reduction. With the distributed optimizer each data-parallel rank holds
+  // the sums of its shard only, so the squares add up over the world (as on the CPU), and
+  // every gradient is in some rank's shard. An inf or NaN anywhere is the loss scaler's
+  // overflow (every rank agrees: agree() takes the max over the world).
+  Comm& norm_group = o_.parallel.use_distributed_optimizer ? world_ : *groups_.model;
+  const double squares = all_reduce_scalar(norm_group, adam_->sum_squares(ctx));
   norm = std::sqrt(squares) / loss_scale;
   skipped = false;
   if (scaling_.enabled()) {
@@ -294,6 +309,8 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
     adam_->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
     steps_++;
+    if (reducer_)  // distributed optimizer: every rank's updated shards to every replica
+      if (Status s = reducer_->gather_params(model_->master(), model_->bf16_copy()); !s) return s;
   }
   cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
@@ -346,8 +363,17 @@ RankReport GpuLoop<A>::report() const {
   r.dp = groups_.coord.dp;
   r.memory = memory_report_of(dev_.memory->stats());
   r.times = totals_;
-  if (reducer_) r.times.dp_comm = reducer_->seconds_waiting();
-  if (dp_) r.dp_bytes = static_cast<double>(dp_->stats().all_reduce_bytes);
+  if (reducer_) {
+    r.times.dp_comm = reducer_->seconds_waiting();
+    // step() times the all-gather of the distributed optimizer with the optimizer; the CPU
+    // trainer counts it as data-parallel communication only.
+    r.times.optimizer -= reducer_->seconds_gathering();
+  }
+  if (dp_) {
+    const CommStats& st = dp_->stats();
+    r.dp_bytes =
+        static_cast<double>(st.all_reduce_bytes + st.reduce_scatter_bytes + st.all_gather_bytes);
+  }
   if (tp_) r.tp_bytes = static_cast<double>(tp_->stats().all_reduce_bytes);
   return r;
 }
@@ -363,7 +389,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << " (padded " << mc_.padded_vocab_size() << "); micro batch " << o_.micro_batch_size
     << ", global batch " << o_.global_batch_size << "; GPU " << dev_.name << " x " << world_.size()
     << " (TP " << o_.model.tensor_model_parallel_size << ", DP "
-    << world_.size() / std::max(1, o_.model.tensor_model_parallel_size) << "), "
+    << world_.size() / std::max(1, o_.model.tensor_model_parallel_size)
+    << (o_.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << "), "
     << (std::is_same_v<A, float> ? (o_.fp16 ? "fp32 kernels with fp16 loss scaling" : "fp32")
                                  : "bf16 with fp32 master weights and grads");
   start.description = d.str();
@@ -585,8 +612,6 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
     e.push_back("--pipeline-model-parallel-size " +
                 std::to_string(o.parallel.pipeline_model_parallel_size) + why);
   if (o.parallel.sequence_parallel) e.push_back(std::string("--sequence-parallel") + why);
-  if (o.parallel.use_distributed_optimizer)
-    e.push_back(std::string("--use-distributed-optimizer") + why);
   if (!o.parallel.recompute_granularity.empty())
     e.push_back("--recompute-granularity " + o.parallel.recompute_granularity + why);
   if (o.fp64) e.push_back(std::string("--fp64") + why);

@@ -4,12 +4,29 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace lattice::gpu {
 
 GradReducer::GradReducer(Comm& dp, kernels::cuda::Context& ctx, int device, float* grads,
-                         const ParamLayout& layout)
-    : dp_(dp), ctx_(ctx), device_(device), grads_(grads), layout_(layout) {
+                         const ParamLayout& layout, const OptimizerShard* shard)
+    : dp_(dp),
+      ctx_(ctx),
+      device_(device),
+      grads_(grads),
+      layout_(layout),
+      shard_(shard && shard->distributed ? shard : nullptr) {
+  if (shard_) {
+    bucket_of_tensor_.assign(layout.tensors().size(), -1);
+    for (size_t b = 0; b < shard_->buckets.size(); b++) {
+      const ShardBucket& bucket = shard_->buckets[b];
+      for (int i = bucket.first_tensor; i < bucket.last_tensor; i++)
+        bucket_of_tensor_[i] = static_cast<int>(b);
+      pending_.push_back(bucket.last_tensor - bucket.first_tensor);
+    }
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -25,10 +42,21 @@ GradReducer::~GradReducer() {
 
 void GradReducer::ready(int first, int last) {
   if (first >= last) return;
+  if (shard_) {  // a bucket goes once all of its tensors are ready
+    for (int i = first; i < last; i++) {
+      const int b = bucket_of_tensor_[i];
+      if (pending_[b] > 0 && --pending_[b] == 0) enqueue(0, 0, b);
+    }
+    return;
+  }
   const auto& t = layout_.tensors();
   // Tensors of a range are contiguous in the arena (layer-major order).
   const size_t offset = t[first].offset;
   const size_t count = t[last - 1].offset + t[last - 1].numel - offset;
+  enqueue(offset, count, -1);
+}
+
+void GradReducer::enqueue(size_t offset, size_t count, int bucket) {
   cudaEvent_t event = nullptr;
   if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
       cudaEventRecord(event, ctx_.stream()) != cudaSuccess) {
@@ -38,7 +66,7 @@ void GradReducer::ready(int first, int last) {
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({event, offset, count});
+    queue_.push_back({event, offset, count, bucket});
     in_flight_++;
   }
   cv_.notify_all();
@@ -60,7 +88,14 @@ void GradReducer::run() {
     if (cudaEventSynchronize(event) != cudaSuccess)
       s = Status::internal("GradReducer: waiting for backward failed");
     cudaEventDestroy(event);
-    if (s) s = dp_.all_reduce(grads_ + item.offset, item.count, DType::kFloat32, ReduceOp::kSum);
+    if (s && item.bucket >= 0) {
+      // In place: this rank's block of the send buffer is its receive buffer (NcclComm's
+      // ncclReduceScatter / grouped ncclReduce accept that).
+      const ShardBucket& b = shard_->buckets[item.bucket];
+      s = dp_.reduce_scatter(grads_ + b.begin, grads_ + b.shard_begin, b.counts, DType::kFloat32);
+    } else if (s) {
+      s = dp_.all_reduce(grads_ + item.offset, item.count, DType::kFloat32, ReduceOp::kSum);
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!s && error_) error_ = s;
@@ -72,12 +107,45 @@ void GradReducer::run() {
 
 Status GradReducer::finish() {
   const auto t0 = std::chrono::steady_clock::now();
+  if (shard_)  // buckets backward did not complete (none in a normal step): every rank alike
+    for (size_t b = 0; b < pending_.size(); b++)
+      if (pending_[b] > 0) {
+        pending_[b] = 0;
+        enqueue(0, 0, static_cast<int>(b));
+      }
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return in_flight_ == 0; });
   waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (shard_)
+    for (size_t b = 0; b < pending_.size(); b++)
+      pending_[b] = shard_->buckets[b].last_tensor - shard_->buckets[b].first_tensor;
   Status s = error_;
   error_ = Status::ok();
   return s;
+}
+
+Status GradReducer::gather_params(float* master, kernels::cuda::bf16* bf16_copy) {
+  if (!shard_) return Status::ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  // NcclComm's contract: the buffers are ready before a collective (the step ran on ctx).
+  if (std::string e = ctx_.synchronize(); !e.empty()) return Status::internal(e);
+  std::vector<std::unique_ptr<CommRequest>> requests;
+  for (const ShardBucket& b : shard_->buckets)
+    requests.push_back(
+        dp_.all_gather_async(master + b.shard_begin, master + b.begin, b.counts, DType::kFloat32));
+  Status s = Status::ok();
+  for (auto& r : requests)
+    if (Status w = r ? r->wait() : Status::internal("all_gather_async returned nothing"); !w && s)
+      s = w;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  waited_ += seconds;
+  gathered_ += seconds;
+  if (!s) return s;
+  // The owners wrote their pieces' bf16 values in the step; the rest come from the gathered
+  // master weights (the same rounding of the same fp32 values).
+  if (bf16_copy) kernels::cuda::convert(ctx_, bf16_copy, master, layout_.total_numel());
+  return Status::ok();
 }
 
 }  // namespace lattice::gpu

@@ -8,15 +8,23 @@
 // l's reduction runs while layers l-1 ... 0 are still in backward on the compute stream; the
 // compute thread never blocks until finish(), before the optimizer. Sums, not means: the loss
 // gradient already carries 1 / (tokens of the global batch).
-// Thread safety: ready() and finish() from the compute thread only; the Comm is used by the
-// reducer's thread alone between the first ready() and finish().
+// With the distributed optimizer (optimizer_shard.h) the unit is a bucket of the CPU engine's
+// split instead of a layer: once backward has finished all of a bucket's tensors it is
+// reduce-scattered in place, so this rank's shard of it holds the sum (the rest of the bucket
+// keeps this rank's own partial gradients, which nothing reads), and gather_params() all-gathers
+// the updated weights after the step. Buckets rather than layers because the shards must be the
+// same on every rank and over the whole run (the moments live there).
+// Thread safety: ready(), finish() and gather_params() from the compute thread only; the Comm is
+// used by the reducer's thread alone between the first ready() and finish().
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
+#include "gpu/optimizer_shard.h"
 #include "lattice/comm.h"
 #include "lattice/cuda_kernels.h"
 #include "model/param_layout.h"
@@ -26,9 +34,10 @@ namespace lattice::gpu {
 class GradReducer {
  public:
   // grads: the fp32 gradient arena of `layout` on `device`; dp: the NcclComm of the
-  // data-parallel group (size > 1).
+  // data-parallel group (size > 1). shard: the distributed optimizer's (shard->distributed;
+  // it must outlive the reducer), or null to all-reduce every gradient.
   GradReducer(Comm& dp, kernels::cuda::Context& ctx, int device, float* grads,
-              const ParamLayout& layout);
+              const ParamLayout& layout, const OptimizerShard* shard = nullptr);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -38,27 +47,39 @@ class GradReducer {
   // Waits until every queued range is reduced; the first failure, if any. Resets for the next
   // iteration.
   Status finish();
-  double seconds_waiting() const { return waited_; }  // compute thread blocked in finish()
+  // Distributed optimizer, after finish() and a step queued on ctx: waits for ctx, then
+  // all-gathers every bucket's shards of `master` (the arena, on the device) over the
+  // data-parallel group, and queues the refresh of the bf16 compute copy (null for fp32
+  // compute) from the whole arena on ctx. A no-op without a shard.
+  Status gather_params(float* master, kernels::cuda::bf16* bf16_copy);
+  // Compute thread blocked in finish() and gather_params(); the latter's share alone.
+  double seconds_waiting() const { return waited_; }
+  double seconds_gathering() const { return gathered_; }
 
  private:
   struct Item {
     void* event;  // cudaEvent_t
     size_t offset, count;
+    int bucket;  // of the shard (reduce-scatter), or -1 (all-reduce [offset, offset + count))
   };
   void run();
+  void enqueue(size_t offset, size_t count, int bucket);
 
   Comm& dp_;
   kernels::cuda::Context& ctx_;
   int device_;
   float* grads_;
   const ParamLayout& layout_;
+  const OptimizerShard* shard_;        // null: all-reduce
+  std::vector<int> bucket_of_tensor_;  // distributed: tensor -> bucket
+  std::vector<int> pending_;           // distributed: per bucket, tensors not yet ready
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
   int in_flight_ = 0;  // queued + being reduced
   bool stop_ = false;
   Status error_ = Status::ok();
-  double waited_ = 0;
+  double waited_ = 0, gathered_ = 0;
   std::thread thread_;
 };
 

@@ -11,6 +11,42 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
+std::vector<BucketSpan> split_buckets(const ParamLayout& layout, size_t bucket_elems) {
+  const auto& tensors = layout.tensors();
+  const int n = static_cast<int>(tensors.size());
+  std::vector<BucketSpan> out;
+  // From the last tensor down: a bucket closes once it holds bucket_elems.
+  int last = n;
+  size_t elems = 0;
+  for (int i = n - 1; i >= 0; i--) {
+    elems += tensors[i].numel;
+    if (elems >= bucket_elems || i == 0) {
+      // The top bucket ends at the arena's end; lower ones are tiled below.
+      out.push_back({tensors[i].offset, layout.total_numel(), i, last});
+      last = i;
+      elems = 0;
+    }
+  }
+  // Buckets tile [first tensor's offset, total): the gap before a tensor (alignment) belongs
+  // to the bucket below it, so ranges meet exactly.
+  for (size_t k = 0; k + 1 < out.size(); k++) out[k + 1].end = out[k].begin;
+  if (!out.empty()) out.back().begin = 0;
+  return out;
+}
+
+std::vector<size_t> shard_counts(size_t len, int world) {
+  std::vector<size_t> counts(world);
+  for (int r = 0; r < world; r++)
+    counts[r] = len / world + (static_cast<size_t>(r) < len % world ? 1 : 0);
+  return counts;
+}
+
+size_t ddp_bucket_elems(const ParallelOptions& options, int dp) {
+  return options.ddp_bucket_size > 0
+             ? static_cast<size_t>(options.ddp_bucket_size)
+             : std::max<size_t>(40000000, 1000000 * static_cast<size_t>(dp));
+}
+
 template <typename T>
 GradBuckets<T>::GradBuckets(const ParamLayout& layout, Comm* dp, bool distributed,
                             size_t bucket_elems, T* grads, T* params)
@@ -22,40 +58,24 @@ GradBuckets<T>::GradBuckets(const ParamLayout& layout, Comm* dp, bool distribute
   const int n = static_cast<int>(tensors.size());
   bucket_of_tensor_.assign(n, -1);
   ready_.assign(n, 0);
-  // From the last tensor down: a bucket closes once it holds bucket_elems.
-  int last = n;
-  size_t elems = 0;
-  for (int i = n - 1; i >= 0; i--) {
-    elems += tensors[i].numel;
-    if (elems >= bucket_elems || i == 0) {
-      Bucket b;
-      b.first_tensor = i;
-      b.last_tensor = last;
-      b.begin = tensors[i].offset;
-      b.end = layout.total_numel();  // the top bucket's; lower ones are tiled below
-      b.pending = last - i;
-      b.shard_begin = b.begin;
-      for (int j = i; j < last; j++) bucket_of_tensor_[j] = static_cast<int>(buckets_.size());
-      buckets_.push_back(std::move(b));
-      last = i;
-      elems = 0;
-    }
+  for (const BucketSpan& span : split_buckets(layout, bucket_elems)) {
+    Bucket b;
+    b.first_tensor = span.first_tensor;
+    b.last_tensor = span.last_tensor;
+    b.begin = span.begin;
+    b.end = span.end;
+    b.pending = span.last_tensor - span.first_tensor;
+    b.shard_begin = b.begin;
+    for (int j = span.first_tensor; j < span.last_tensor; j++)
+      bucket_of_tensor_[j] = static_cast<int>(buckets_.size());
+    buckets_.push_back(std::move(b));
   }
-  // Buckets tile [first tensor's offset, total): the gap before a tensor (alignment) belongs
-  // to the bucket below it, so ranges meet exactly.
-  for (size_t k = 0; k + 1 < buckets_.size(); k++) buckets_[k + 1].end = buckets_[k].begin;
-  if (!buckets_.empty()) buckets_.back().begin = 0;
   if (distributed_) {
     const int world = dp_->size(), rank = dp_->rank();
     for (Bucket& b : buckets_) {
-      const size_t len = b.end - b.begin;
-      b.counts.resize(world);
-      size_t offset = b.begin;
-      for (int r = 0; r < world; r++) {
-        b.counts[r] = len / world + (static_cast<size_t>(r) < len % world ? 1 : 0);
-        if (r == rank) b.shard_begin = offset;
-        offset += b.counts[r];
-      }
+      b.counts = shard_counts(b.end - b.begin, world);
+      b.shard_begin = b.begin;
+      for (int r = 0; r < rank; r++) b.shard_begin += b.counts[r];
       b.shard.assign(b.counts[rank], T(0));
       stats_.buffer_bytes += b.shard.size() * sizeof(T);
     }
@@ -76,7 +96,8 @@ Status GradBuckets<T>::launch(Bucket& b) {
   if (!dp_) return Status::ok();
   const size_t len = b.end - b.begin;
   if (distributed_) {
-    b.request = dp_->reduce_scatter_async(grads_ + b.begin, b.shard.data(), b.counts, dtype_of<T>());
+    b.request =
+        dp_->reduce_scatter_async(grads_ + b.begin, b.shard.data(), b.counts, dtype_of<T>());
   } else {
     b.request = dp_->all_reduce_async(grads_ + b.begin, len, dtype_of<T>(), ReduceOp::kSum);
   }
@@ -133,8 +154,8 @@ Status GradBuckets<T>::gather_params() {
   if (!distributed_) return Status::ok();
   const auto t0 = std::chrono::steady_clock::now();
   for (Bucket& b : buckets_)
-    b.request = dp_->all_gather_async(params_ + b.shard_begin, params_ + b.begin, b.counts,
-                                      dtype_of<T>());
+    b.request =
+        dp_->all_gather_async(params_ + b.shard_begin, params_ + b.begin, b.counts, dtype_of<T>());
   for (Bucket& b : buckets_) {
     if (Status s = b.request->wait(); !s) return s;
     b.request.reset();

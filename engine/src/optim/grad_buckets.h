@@ -16,6 +16,21 @@
 
 namespace lattice {
 
+// The bucket split itself, shared with the GPU trainer's distributed optimizer
+// (engine/src/gpu/optimizer_shard.h) so that both engines cut the arena the same way.
+struct BucketSpan {
+  size_t begin, end;              // arena range; the buckets tile [0, total_numel)
+  int first_tensor, last_tensor;  // tensors [first, last)
+};
+// Buckets in backward order (the last tensors' bucket first), cut at tensor boundaries once a
+// bucket holds bucket_elems; the alignment gap before a tensor belongs to the bucket below it.
+std::vector<BucketSpan> split_buckets(const ParamLayout& layout, size_t bucket_elems);
+// Elements of each of `world` data-parallel ranks' shards of a bucket of `len` elements: equal
+// shares, the first len % world ranks one more. Shards follow each other in rank order.
+std::vector<size_t> shard_counts(size_t len, int world);
+// --ddp-bucket-size in elements, or Megatron's default max(40M, 1M * DP).
+size_t ddp_bucket_elems(const ParallelOptions& options, int dp);
+
 struct BucketStats {
   double wait_seconds = 0;  // blocked in finish() and gather_params()
   size_t buffer_bytes = 0;  // reduce-scatter receive buffers
@@ -25,8 +40,8 @@ template <typename T>
 class GradBuckets {
  public:
   // dp may be null or of size 1 (nothing to reduce). grads and params are the chunk's arenas.
-  GradBuckets(const ParamLayout& layout, Comm* dp, bool distributed, size_t bucket_elems,
-              T* grads, T* params);
+  GradBuckets(const ParamLayout& layout, Comm* dp, bool distributed, size_t bucket_elems, T* grads,
+              T* params);
 
   void start_iteration();
   // Tensors [first, last) of the layout have final gradients; starts every bucket that is
@@ -46,12 +61,12 @@ class GradBuckets {
 
  private:
   struct Bucket {
-    size_t begin, end;          // arena range
+    size_t begin, end;              // arena range
     int first_tensor, last_tensor;  // tensors [first, last)
-    int pending;                // tensors not yet ready this iteration
-    std::vector<size_t> counts;  // per data-parallel rank (distributed)
-    size_t shard_begin;         // this rank's shard start in the arena
-    std::vector<T> shard;       // reduce-scatter receive buffer
+    int pending;                    // tensors not yet ready this iteration
+    std::vector<size_t> counts;     // per data-parallel rank (distributed)
+    size_t shard_begin;             // this rank's shard start in the arena
+    std::vector<T> shard;           // reduce-scatter receive buffer
     std::unique_ptr<CommRequest> request;
   };
   Status launch(Bucket& b);

@@ -9,6 +9,8 @@
 // the operation has completed on the device, async calls when it is enqueued, and their
 // request's wait() synchronises with it. all_reduce_on_stream is the exception: it queues
 // on a stream the caller names (tensor parallelism's reductions, ordered with compute).
+// In place: reduce_scatter's recv may be this rank's block of send (NCCL's in-place rule;
+// comm.h does not promise it for every Comm), and all_gather's send this rank's block of recv.
 #pragma once
 
 #include <memory>

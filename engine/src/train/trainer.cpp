@@ -162,9 +162,7 @@ template <typename T>
 Status Trainer<T>::build_model() {
   const ParallelLayout& L = g_.layout;
   const ParallelOptions& par = o_.parallel;
-  const size_t bucket = par.ddp_bucket_size > 0
-                            ? static_cast<size_t>(par.ddp_bucket_size)
-                            : std::max<size_t>(40000000, 1000000 * static_cast<size_t>(L.dp));
+  const size_t bucket = ddp_bucket_elems(par, L.dp);
   for (int c = 0; c < L.vpp; c++) {
     const ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
     const RecomputePlan plan =

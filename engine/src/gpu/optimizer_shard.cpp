@@ -1,0 +1,89 @@
+// optimizer_shard.h's range arithmetic.
+#include "gpu/optimizer_shard.h"
+
+#include <algorithm>
+
+#include "optim/grad_buckets.h"
+
+namespace lattice::gpu {
+
+namespace {
+
+// Pieces = every tensor cut by every owned range (tensor order, then range order: the CPU
+// AdamW's segment order), moments packed; norm spans = runs of counted pieces inside one
+// range (the gaps between them hold zero gradients).
+void cut_pieces(const ParamLayout& layout, OptimizerShard& s, bool packed) {
+  const std::vector<ParamTensor>& tensors = layout.tensors();
+  size_t state = 0;
+  for (size_t i = 0; i < tensors.size(); i++) {
+    const ParamTensor& t = tensors[i];
+    for (size_t r = 0; r < s.owned.size(); r++) {
+      const size_t begin = std::max(s.owned[r].first, t.offset);
+      const size_t end = std::min(s.owned[r].second, t.offset + t.numel);
+      if (begin >= end) continue;
+      OptimizerPiece p;
+      p.tensor = static_cast<int>(i);
+      p.offset = begin;
+      p.numel = end - begin;
+      p.state = packed ? state : begin;
+      p.decay = t.decay;
+      p.counts_in_norm = t.counts_in_norm;
+      p.range = static_cast<int>(r);
+      state += p.numel;
+      const bool extends = !s.pieces.empty() && s.pieces.back().counts_in_norm &&
+                           s.pieces.back().range == p.range && s.pieces.back().offset < begin;
+      if (p.counts_in_norm) {
+        if (extends)
+          s.norm_spans.back().second = end;
+        else
+          s.norm_spans.push_back({begin, end});
+      }
+      s.pieces.push_back(p);
+    }
+  }
+  s.state_numel = packed ? state : layout.total_numel();
+}
+
+}  // namespace
+
+size_t OptimizerShard::state_of(size_t offset, size_t n) const {
+  // A linear walk: a few pieces per tensor, and only checkpoint copies ask.
+  for (const OptimizerPiece& p : pieces)
+    if (offset >= p.offset && offset + n <= p.offset + p.numel)
+      return p.state + (offset - p.offset);
+  return npos;
+}
+
+OptimizerShard whole_arena_shard(const ParamLayout& layout) {
+  OptimizerShard s;
+  s.owned = {{0, layout.total_numel()}};
+  cut_pieces(layout, s, false);
+  return s;
+}
+
+OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems, int dp, int rank) {
+  OptimizerShard s;
+  s.distributed = true;
+  for (const BucketSpan& span : split_buckets(layout, bucket_elems)) {
+    ShardBucket b;
+    b.begin = span.begin;
+    b.end = span.end;
+    b.first_tensor = span.first_tensor;
+    b.last_tensor = span.last_tensor;
+    b.counts = shard_counts(b.end - b.begin, dp);
+    b.shard_begin = b.begin;
+    for (int r = 0; r < rank; r++) b.shard_begin += b.counts[r];
+    if (b.counts[rank] > 0) s.owned.push_back({b.shard_begin, b.shard_begin + b.counts[rank]});
+    s.buckets.push_back(std::move(b));
+  }
+  std::sort(s.owned.begin(), s.owned.end());
+  cut_pieces(layout, s, true);
+  return s;
+}
+
+OptimizerShard optimizer_shard(const TrainOptions& o, const ParamLayout& layout, int dp, int rank) {
+  if (!o.parallel.use_distributed_optimizer || dp <= 1) return whole_arena_shard(layout);
+  return distributed_shard(layout, ddp_bucket_elems(o.parallel, dp), dp, rank);
+}
+
+}  // namespace lattice::gpu

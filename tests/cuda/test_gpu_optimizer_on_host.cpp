@@ -1,0 +1,232 @@
+// The GPU trainer's distributed optimizer on the CPU (every build, no device): GradReducer,
+// GpuAdamW and optimizer_shard.cpp compiled against the host op list (gpu_ops_on_host.cpp) and
+// the stand-in CUDA runtime header (host_cuda/), this program rerun as two MPI ranks
+// (--worker) whose communicator stands in for the data-parallel NcclComm. Specifies that two
+// steps of the distributed optimizer (gradients marked ready tensor by tensor in backward
+// order, reduce-scattered per bucket by the reducer's thread, AdamW on the shard, the norm
+// summed over the ranks, master weights all-gathered) leave every rank with exactly the
+// weights and grad norms of the all-reduce path with an AdamW over the whole arena, and that
+// the moments take about half the memory. Not covered: CUDA streams and events (every host op
+// runs when called), NCCL, bf16.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "common/process.h"
+#include "common/tiny_model.h"
+#include "device/caching_allocator.h"
+#include "gpu/gpu_adamw.h"
+#include "gpu/grad_reducer.h"
+#include "gpu/optimizer_shard.h"
+
+using namespace lattice;
+namespace cu = lattice::kernels::cuda;
+
+namespace {
+
+class HostMemory final : public DeviceMemoryBackend {
+ public:
+  void* allocate(size_t bytes) override { return std::malloc(bytes); }
+  void release(void* ptr, size_t) override { std::free(ptr); }
+};
+
+// The MPI communicator as the data-parallel NcclComm: NCCL reduce-scatters in place (the
+// receive buffer this rank's block of the send buffer), MPI_Reduce_scatter may not alias its
+// buffers, so this copy of the send buffer goes first. Everything else is passed through.
+class InPlaceComm final : public Comm {
+ public:
+  explicit InPlaceComm(Comm& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  int node_local_size() const override { return c_.node_local_size(); }
+  Status all_reduce(void* d, size_t n, DType t, ReduceOp op) override {
+    return c_.all_reduce(d, n, t, op);
+  }
+  Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
+                        DType t) override {
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    std::vector<char> copy(static_cast<const char*>(send),
+                           static_cast<const char*>(send) + total * dtype_size(t));
+    reduce_scatters++;
+    return c_.reduce_scatter(copy.data(), recv, counts, t);
+  }
+  Status all_gather(const void* s, void* r, const std::vector<size_t>& c, DType t) override {
+    return c_.all_gather(s, r, c, t);
+  }
+  Status broadcast(void* d, size_t n, DType t, int root) override {
+    return c_.broadcast(d, n, t, root);
+  }
+  Status gather(const void* s, void* r, size_t n, DType t, int root) override {
+    return c_.gather(s, r, n, t, root);
+  }
+  Status send(const void* d, size_t n, DType t, int peer, int tag) override {
+    return c_.send(d, n, t, peer, tag);
+  }
+  Status recv(void* d, size_t n, DType t, int peer, int tag) override {
+    return c_.recv(d, n, t, peer, tag);
+  }
+  Status barrier() override { return c_.barrier(); }
+  std::unique_ptr<CommRequest> all_reduce_async(void* d, size_t n, DType t, ReduceOp op) override {
+    return c_.all_reduce_async(d, n, t, op);
+  }
+  std::unique_ptr<CommRequest> reduce_scatter_async(const void*, void*, const std::vector<size_t>&,
+                                                    DType) override {
+    std::abort();  // GradReducer reduce-scatters with the blocking call
+  }
+  std::unique_ptr<CommRequest> all_gather_async(const void* s, void* r,
+                                                const std::vector<size_t>& c, DType t) override {
+    return c_.all_gather_async(s, r, c, t);
+  }
+  std::unique_ptr<CommRequest> isend(const void* d, size_t n, DType t, int peer, int tag) override {
+    return c_.isend(d, n, t, peer, tag);
+  }
+  std::unique_ptr<CommRequest> irecv(void* d, size_t n, DType t, int peer, int tag) override {
+    return c_.irecv(d, n, t, peer, tag);
+  }
+  Result<std::unique_ptr<Comm>> split(int color, int key) override { return c_.split(color, key); }
+  [[noreturn]] void abort(const std::string& m, int code) override {
+    c_.abort(m, code);
+    std::abort();  // not reached: the wrapped abort never returns either
+  }
+  int reduce_scatters = 0;
+
+ private:
+  Comm& c_;
+};
+
+// One rank's model state on the "device": master weights, gradients, an AdamW and a reducer.
+struct Replica {
+  Replica(const ParamLayout& layout, gpu::OptimizerShard shard, Comm& dp, cu::Context& ctx,
+          CachingAllocator& memory)
+      : master(layout.total_numel()), grads(layout.total_numel()) {
+    for (const ParamTensor& t : layout.tensors())
+      for (size_t i = 0; i < t.numel; i++)
+        master[t.offset + i] = 0.05f * std::sin(0.37f * static_cast<float>(t.offset + i));
+    adam = std::make_unique<gpu::GpuAdamW>(std::move(shard), master.data(), grads.data(), nullptr,
+                                           memory);
+    adam->zero_state(ctx);
+    reducer = std::make_unique<gpu::GradReducer>(dp, ctx, 0, grads.data(), layout, &adam->shard());
+  }
+  std::vector<float> master, grads;  // (numel) each
+  std::unique_ptr<gpu::GpuAdamW> adam;
+  std::unique_ptr<gpu::GradReducer> reducer;
+};
+
+// Rank-dependent gradients of step `step` (zero in the alignment gaps, as on the device).
+void fill_gradients(const ParamLayout& layout, int rank, int step, std::vector<float>& g) {
+  std::fill(g.begin(), g.end(), 0.0f);
+  for (const ParamTensor& t : layout.tensors())
+    for (size_t i = 0; i < t.numel; i++) {
+      const size_t k = t.offset + i;
+      g[k] = 1e-2f * std::cos(0.11f * static_cast<float>(k) + 1.3f * rank + 0.7f * step);
+    }
+}
+
+// One step as GpuLoop::step() takes it: backward marks the tensors ready from the last one
+// down, the reducer finishes, the norm is summed over `norm_group`, AdamW steps (clipped at
+// 1.0), the distributed optimizer all-gathers. Returns the norm.
+Result<double> train_step(const ParamLayout& layout, Replica& r, cu::Context& ctx, Comm& norm_group,
+                          int rank, int step) {
+  fill_gradients(layout, rank, step, r.grads);
+  const int n = static_cast<int>(layout.tensors().size());
+  for (int i = n - 1; i >= 0; i--) r.reducer->ready(i, i + 1);
+  if (Status s = r.reducer->finish(); !s) return s;
+  double squares = r.adam->sum_squares(ctx);
+  if (Status s = norm_group.all_reduce(&squares, 1, DType::kFloat64, ReduceOp::kSum); !s) return s;
+  const double norm = std::sqrt(squares);
+  OptimizerConfig c;
+  c.weight_decay = 0.1f;
+  const double coeff = clip_coefficient(norm, 1.0f);
+  r.adam->step(ctx, c, 1e-2, step, static_cast<float>(coeff));
+  if (Status s = r.reducer->gather_params(r.master.data(), nullptr); !s) return s;
+  if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
+  return norm;
+}
+
+// Buckets of `bucket_elems`: 1000 makes several buckets of several tensors whose shards cut
+// some tensors; 1 makes a bucket per tensor, so every tensor is cut (the no-decay ones too).
+std::string compare_paths(Comm& world, size_t bucket_elems) {
+  const ParamLayout layout(testing::tiny_config(2, 40, 4, 16, 100));  // alignment gaps
+  std::string error;
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  CachingAllocator plain_memory(std::make_unique<HostMemory>());
+  CachingAllocator dopt_memory(std::make_unique<HostMemory>());
+  InPlaceComm dp(world);
+  std::unique_ptr<Comm> one = make_local_comm();  // TP 1: the model-parallel group
+  Replica plain(layout, gpu::whole_arena_shard(layout), dp, *ctx, plain_memory);
+  Replica dopt(layout, gpu::distributed_shard(layout, bucket_elems, world.size(), world.rank()), dp,
+               *ctx, dopt_memory);
+  const std::string me = "rank " + std::to_string(world.rank()) + ", buckets of " +
+                         std::to_string(bucket_elems) + ": ";
+  for (int step = 1; step <= 2; step++) {
+    Result<double> a = train_step(layout, plain, *ctx, *one, world.rank(), step);
+    if (!a) return me + "all-reduce path: " + a.status().message();
+    Result<double> b = train_step(layout, dopt, *ctx, world, world.rank(), step);
+    if (!b) return me + "distributed optimizer: " + b.status().message();
+    if (std::fabs(*a - *b) > 1e-12 * *a)
+      return me + "step " + std::to_string(step) + ": grad norm " + std::to_string(*b) +
+             ", the all-reduce path's " + std::to_string(*a);
+    for (const ParamTensor& t : layout.tensors())
+      for (size_t i = 0; i < t.numel; i++)
+        if (dopt.master[t.offset + i] != plain.master[t.offset + i])
+          return me + "step " + std::to_string(step) + ": " + t.name + "[" + std::to_string(i) +
+                 "] = " + std::to_string(dopt.master[t.offset + i]) + ", the all-reduce path's " +
+                 std::to_string(plain.master[t.offset + i]) + " (tolerance 0)";
+  }
+  const size_t buckets = dopt.adam->shard().buckets.size();
+  if (dp.reduce_scatters != 2 * static_cast<int>(buckets))
+    return me + std::to_string(dp.reduce_scatters) + " reduce-scatters for 2 steps of " +
+           std::to_string(buckets) + " buckets";
+  const size_t full = plain_memory.stats().of(MemoryCategory::kOptimizer).current;
+  const size_t half = dopt_memory.stats().of(MemoryCategory::kOptimizer).current;
+  if (!(half * 10 <= full * 6 && half * 10 >= full * 4))
+    return me + "optimizer memory " + std::to_string(half) + " B, without sharding " +
+           std::to_string(full) + " B: not about half";
+  return "";
+}
+
+std::string worker_run(Comm& world) {
+  for (size_t bucket_elems : {size_t{1000}, size_t{1}})
+    if (std::string e = compare_paths(world, bucket_elems); !e.empty()) return e;
+  return "";
+}
+
+int worker() {
+  Result<std::unique_ptr<Comm>> world = make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
+    return 1;
+  }
+  const std::string error = worker_run(**world);
+  if (!error.empty()) std::fprintf(stderr, "%s\n", error.c_str());
+  world->reset();
+  finalize_comm();
+  return error.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+class GpuOptimizerOnHost : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void distributed_optimizer_steps_as_the_all_reduce_path() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run = testing::run_mpi(2, self, {"--worker"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("DP 2: " + run.err + run.out));
+  }
+};
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--worker") return worker();
+  GpuOptimizerOnHost test;
+  return QTest::qExec(&test, argc, argv);
+}
+
+#include "test_gpu_optimizer_on_host.moc"
