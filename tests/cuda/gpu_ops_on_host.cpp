@@ -3,7 +3,7 @@
 // into the test against host_cuda/cuda_runtime_api.h) runs its whole data flow without a
 // device, tensor-parallel reductions included (all_reduce_on_stream over the CPU communicator
 // it is given). The kernels themselves are checked against the CPU by tests/cuda/test_cuda_*.
-// Not emulated: bf16 ops (they record an error), attention dropout, streams (every op runs
+// Not emulated: bf16 and fp16 ops (they record an error), attention dropout, streams (every op runs
 // when called). The attention's probabilities (the CPU op's saved tensor, which the GPU op
 // replaces by its log-sum-exp) are kept here, keyed by the lse buffer.
 #include <map>
@@ -31,8 +31,8 @@ std::string Context::synchronize() {
 
 namespace {
 
-void no_bf16(Context& ctx) {
-  ctx.record_error("bf16 ops are not emulated on the host");
+void no_16bit(Context& ctx) {
+  ctx.record_error("bf16 and fp16 ops are not emulated on the host");
 }
 
 // The CPU attention's probabilities of the forward whose lse buffer is the key.
@@ -55,7 +55,11 @@ void matmul_forward(Context&, float* out, float* pre_gelu, const float* inp, con
 }
 void matmul_forward(Context& ctx, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int, int,
                     int, bool) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void matmul_forward(Context& ctx, fp16*, fp16*, const fp16*, const fp16*, const fp16*, int, int,
+                    int, bool) {
+  no_16bit(ctx);
 }
 void matmul_backward(Context&, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC) {
@@ -63,13 +67,20 @@ void matmul_backward(Context&, float* dinp, float* dweight, float* dbias, const 
 }
 void matmul_backward(Context& ctx, bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
                      int, int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void matmul_backward(Context& ctx, fp16*, float*, float*, const fp16*, const fp16*, const fp16*,
+                     int, int, int) {
+  no_16bit(ctx);
 }
 void add_bias(Context&, float* out, const float* bias, int N, int OC) {
   kernels::add_bias(out, bias, N, OC);
 }
 void add_bias(Context& ctx, bf16*, const bf16*, int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void add_bias(Context& ctx, fp16*, const fp16*, int, int) {
+  no_16bit(ctx);
 }
 
 void layernorm_forward(Context&, float* out, float* mean, float* rstd, const float* inp,
@@ -78,7 +89,11 @@ void layernorm_forward(Context&, float* out, float* mean, float* rstd, const flo
 }
 void layernorm_forward(Context& ctx, bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
                        int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void layernorm_forward(Context& ctx, fp16*, float*, float*, const fp16*, const fp16*, const fp16*,
+                       int, int) {
+  no_16bit(ctx);
 }
 void residual_layernorm_forward(Context&, float* residual_out, float* out, float* mean, float* rstd,
                                 const float* residual, const float* x, const float* weight,
@@ -89,7 +104,11 @@ void residual_layernorm_forward(Context&, float* residual_out, float* out, float
 }
 void residual_layernorm_forward(Context& ctx, bf16*, bf16*, float*, float*, const bf16*,
                                 const bf16*, const bf16*, const bf16*, int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void residual_layernorm_forward(Context& ctx, fp16*, fp16*, float*, float*, const fp16*,
+                                const fp16*, const fp16*, const fp16*, int, int) {
+  no_16bit(ctx);
 }
 void layernorm_backward(Context&, float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
@@ -98,14 +117,21 @@ void layernorm_backward(Context&, float* dinp, float* dweight, float* dbias, con
 }
 void layernorm_backward(Context& ctx, bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
                         const float*, const float*, int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void layernorm_backward(Context& ctx, fp16*, float*, float*, const fp16*, const fp16*, const fp16*,
+                        const float*, const float*, int, int) {
+  no_16bit(ctx);
 }
 
 void gelu_backward(Context&, float* dinp, const float* inp, const float* dout, size_t n) {
   kernels::gelu_backward(dinp, inp, dout, n);
 }
 void gelu_backward(Context& ctx, bf16*, const bf16*, const bf16*, size_t) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void gelu_backward(Context& ctx, fp16*, const fp16*, const fp16*, size_t) {
+  no_16bit(ctx);
 }
 
 void embedding_forward(Context&, float* out, const int32_t* tokens, const float* wte,
@@ -114,7 +140,11 @@ void embedding_forward(Context&, float* out, const int32_t* tokens, const float*
 }
 void embedding_forward(Context& ctx, bf16*, const int32_t*, const bf16*, const bf16*, int, int, int,
                        int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void embedding_forward(Context& ctx, fp16*, const int32_t*, const fp16*, const fp16*, int, int, int,
+                       int, int) {
+  no_16bit(ctx);
 }
 void embedding_backward(Context&, float* dwte, float* dwpe, const float* dout,
                         const int32_t* tokens, int B, int T, int C, int vocab_begin,
@@ -123,7 +153,11 @@ void embedding_backward(Context&, float* dwte, float* dwpe, const float* dout,
 }
 void embedding_backward(Context& ctx, float*, float*, const bf16*, const int32_t*, int, int, int,
                         int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void embedding_backward(Context& ctx, float*, float*, const fp16*, const int32_t*, int, int, int,
+                        int, int) {
+  no_16bit(ctx);
 }
 
 size_t attention_workspace_floats(int, int, int) {
@@ -141,7 +175,11 @@ void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, i
 }
 void attention_forward(Context& ctx, bf16*, float*, const bf16*, int, int, int, int, float,
                        uint64_t, int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void attention_forward(Context& ctx, fp16*, float*, const fp16*, int, int, int, int, float,
+                       uint64_t, int, int) {
+  no_16bit(ctx);
 }
 void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float*, const float* lse, float*, int B, int T, int C, int NH, float,
@@ -157,7 +195,11 @@ void attention_backward(Context& ctx, float* dqkv, const float* dout, const floa
 }
 void attention_backward(Context& ctx, bf16*, const bf16*, const bf16*, const bf16*, const float*,
                         float*, int, int, int, int, float, uint64_t, int, int) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void attention_backward(Context& ctx, fp16*, const fp16*, const fp16*, const fp16*, const float*,
+                        float*, int, int, int, int, float, uint64_t, int, int) {
+  no_16bit(ctx);
 }
 
 void softmax_cross_entropy(Context&, float* losses, float* dlogits, const float* logits,
@@ -182,10 +224,16 @@ void cross_entropy_shard_finish(Context&, float* losses, float* dlogits, const f
 }
 
 void convert(Context& ctx, bf16*, const float*, size_t) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void convert(Context& ctx, fp16*, const float*, size_t) {
+  no_16bit(ctx);
 }
 void convert(Context& ctx, float*, const bf16*, size_t) {
-  no_bf16(ctx);
+  no_16bit(ctx);
+}
+void convert(Context& ctx, float*, const fp16*, size_t) {
+  no_16bit(ctx);
 }
 
 }  // namespace lattice::kernels::cuda
@@ -195,8 +243,8 @@ namespace lattice {
 // The CPU communicator stands in for NCCL: the reduction happens when it is queued.
 Status all_reduce_on_stream(Comm& comm, void* data, size_t count, DeviceDType type, ReduceOp op,
                             CUstream_st*) {
-  if (type == DeviceDType::kBFloat16)
-    return Status::invalid_argument("bf16 reductions are not emulated on the host");
+  if (type == DeviceDType::kBFloat16 || type == DeviceDType::kFloat16)
+    return Status::invalid_argument("bf16 and fp16 reductions are not emulated on the host");
   const DType host = type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64;
   return comm.all_reduce(data, count, host, op);
 }

@@ -6,7 +6,7 @@
 namespace lattice::gpu {
 
 GpuAdamW::GpuAdamW(const ParamLayout& layout, float* master, const float* grads,
-                   cu::bf16* bf16_copy, CachingAllocator& memory)
+                   cu::ComputeCopy copy, CachingAllocator& memory)
     : memory_(memory) {
   const size_t n = layout.total_numel();
   m_ = static_cast<float*>(memory.allocate(n * sizeof(float), MemoryCategory::kOptimizer));
@@ -32,7 +32,7 @@ GpuAdamW::GpuAdamW(const ParamLayout& layout, float* master, const float* grads,
     a.grad = grads + t.offset;
     a.m = m_ ? m_ + t.offset : nullptr;
     a.v = v_ ? v_ + t.offset : nullptr;
-    a.param_bf16 = bf16_copy ? bf16_copy + t.offset : nullptr;
+    a.param_copy = copy.at(t.offset);
     a.n = t.numel;
     a.decay = t.decay;
     tensors_.push_back(a);

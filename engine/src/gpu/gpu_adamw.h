@@ -1,6 +1,6 @@
 // AdamW for the GPU trainer over one model's fp32 arena (gpu_model.h): one multi-tensor launch
 // per step, Megatron's parameter groups (no decay on biases and norms), fp32 moments indexed
-// like the parameter arena (the alignment gaps between tensors unused), and the bf16 compute
+// like the parameter arena (the alignment gaps between tensors unused), and the 16-bit compute
 // copy written from the updated master weights. Also the arena's share of the global gradient
 // norm (each parameter counted once over the model-parallel group: counts_in_norm).
 #pragma once
@@ -17,9 +17,9 @@ namespace lattice::gpu {
 
 class GpuAdamW {
  public:
-  // master, grads (numel of layout) and bf16_copy (null for fp32 compute) belong to the model.
+  // master, grads (numel of layout) and copy (none for fp32 compute) belong to the model.
   // The moments come from `memory` (kOptimizer); ok() is false when it is out of memory.
-  GpuAdamW(const ParamLayout& layout, float* master, const float* grads, cu::bf16* bf16_copy,
+  GpuAdamW(const ParamLayout& layout, float* master, const float* grads, cu::ComputeCopy copy,
            CachingAllocator& memory);
   ~GpuAdamW();
   GpuAdamW(const GpuAdamW&) = delete;

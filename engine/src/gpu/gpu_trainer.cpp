@@ -3,7 +3,7 @@
 // tensor parallelism inside the model (NCCL on the compute stream), data-parallel reduction
 // overlapped with backward (grad_reducer.h), the loss scaler shared with the CPU trainer
 // (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW step on the fp32
-// master weights that also writes the bf16 compute copy. Process groups as the CPU trainer's
+// master weights that also writes the 16-bit compute copy. Process groups as the CPU trainer's
 // (parallel/groups.h): world = TP x DP. Metrics, memory and checkpoints go to the same
 // MetricsSink as a CPU run (same keys in the run store); checkpoints are the CPU engine's
 // (gpu_checkpoint.h), saved when the CPU trainer saves.
@@ -119,7 +119,7 @@ Result<Device> open_device() {
   return d;
 }
 
-// The training loop, templated on the compute type (float: fp32 and --fp16; bf16: --bf16).
+// The training loop, templated on the compute type (float: fp32; bf16: --bf16; fp16: --fp16).
 template <typename A>
 class GpuLoop {
  public:
@@ -205,7 +205,7 @@ Status GpuLoop<A>::setup() {
   if (!model) return model.status();
   model_ = std::move(*model);
   adam_ = std::make_unique<GpuAdamW>(model_->layout(), model_->master(), model_->grads(),
-                                     model_->bf16_copy(), *dev_.memory);
+                                     model_->compute_copy(), *dev_.memory);
   if (!adam_->ok()) return Status::internal("out of device memory for the AdamW moments");
   adam_->zero_state(*dev_.ctx);
   state_ = std::make_unique<LoopState<A>>(*dev_.ctx, *model_, *adam_);
@@ -361,8 +361,9 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << ", global batch " << o_.global_batch_size << "; GPU " << dev_.name << " x " << world_.size()
     << " (TP " << o_.model.tensor_model_parallel_size << ", DP "
     << world_.size() / std::max(1, o_.model.tensor_model_parallel_size) << "), "
-    << (std::is_same_v<A, float> ? (o_.fp16 ? "fp32 kernels with fp16 loss scaling" : "fp32")
-                                 : "bf16 with fp32 master weights and grads");
+    << (std::is_same_v<A, float>      ? "fp32"
+        : std::is_same_v<A, cu::fp16> ? "fp16 with fp32 master weights and grads, loss scaling"
+                                      : "bf16 with fp32 master weights and grads");
   start.description = d.str();
   start.parameters = mc_.num_parameters();
   start.peak_gflops = peak / 1e9;
@@ -628,6 +629,8 @@ Result<TrainSummary> train_on_gpu(const TrainOptions& o, const ModelConfig& mc, 
   Result<TrainSummary> r = Status::internal("unreachable");
   if (o.bf16)
     r = GpuLoop<cu::bf16>(o, mc, world, sink, *device).run();
+  else if (o.fp16)
+    r = GpuLoop<cu::fp16>(o, mc, world, sink, *device).run();
   else
     r = GpuLoop<float>(o, mc, world, sink, *device).run();
   return r;
