@@ -12,8 +12,9 @@
 //     have skipped); a scale of 2^140 overflows, skips, and halves after the hysteresis
 //     exactly as on the CPU (tests/train/test_loss_scaling.cpp) until steps are taken;
 //   - checkpoints (engine/src/gpu/gpu_checkpoint.h): a GPU run saved at --exit-interval 3 and
-//     resumed with --load continues bit for bit (fp32, bf16, the fp16 scaler's state); a GPU
-//     checkpoint continues on the CPU and a CPU one on the GPU within the CPU-vs-GPU tolerance;
+//     resumed with --load continues bit for bit (fp32, bf16, fp16 at 2^12, the fp16 scaler's
+//     state at 2^140); a GPU checkpoint continues on the CPU and a CPU one on the GPU within
+//     the CPU-vs-GPU tolerance;
 //     --save-hf from the GPU loads with --load-hf on either engine.
 #include <QtTest/QtTest>
 
@@ -389,6 +390,16 @@ class GpuTraining : public QObject {
     o.bf16 = true;
     const QString d = resume_and_compare(o, "cuda", "cuda", 0);
     QVERIFY2(d.isEmpty(), qPrintable("bf16: " + d));
+  }
+
+  void an_fp16_checkpoint_resumes_with_the_fp16_copy_refreshed() {
+    // As bf16: the fp16 compute copy is rounded again from the loaded master weights. At 2^12
+    // nothing overflows, so every step updates the copy and the comparison sees it.
+    TrainOptions o = resumable_run();
+    o.fp16 = true;
+    o.initial_loss_scale = 4096;
+    const QString d = resume_and_compare(o, "cuda", "cuda", 0);
+    QVERIFY2(d.isEmpty(), qPrintable("fp16: " + d));
   }
 
   void the_fp16_loss_scaler_state_survives_a_gpu_checkpoint() {
