@@ -304,12 +304,14 @@ class GpuTraining : public QObject {
   void fp16_overflow_skips_and_halves_until_the_loss_gradient_fits() {
     // The default 2^32 over 256 tokens puts |dlogits| up to 2^24 into fp16 (max 65504): inf.
     // The scaler must see it (every step skipped, no NaN in the weights) and halve, after the
-    // hysteresis of 2, until about 2^24 (65504 * 256 / max |p - y|), then steps are taken.
+    // hysteresis of 2, until the activation gradients fit: at most 2^24 (65504 * 256 /
+    // max |p - y|), lower where the LayerNorm backward's gain (rstd ~ 35 at initialisation)
+    // overflows first, about 2^22 by estimate (iteration 12); 24 iterations leave room.
     TrainOptions o = small_run();
     o.fp16 = true;
-    o.train_iters = 16;
+    o.train_iters = 24;
     const std::vector<Row> rows = run(o, "cuda");
-    QCOMPARE(rows.size(), size_t{16});
+    QCOMPARE(rows.size(), size_t{24});
     QCOMPARE(rows[0].skipped, 1);  // fp32 kernels would not overflow at 2^32
     QCOMPARE(rows[0].scale, std::ldexp(1.0, 32));
     QCOMPARE(rows[1].skipped, 2);
@@ -318,7 +320,7 @@ class GpuTraining : public QObject {
       const bool skipped = rows[i].skipped == rows[i - 1].skipped + 1;
       QCOMPARE(rows[i].scale, skipped ? rows[i - 1].scale / 2 : rows[i - 1].scale);
     }
-    QVERIFY2(rows.back().skipped < 16, "the scale came down far enough for steps to be taken");
+    QVERIFY2(rows.back().skipped < 24, "the scale came down far enough for steps to be taken");
     QVERIFY2(rows.back().scale <= std::ldexp(1.0, 24),
              qPrintable(QString("steps taken at a scale of %1, above 2^24 (fp16 must overflow)")
                             .arg(rows.back().scale)));
@@ -327,13 +329,13 @@ class GpuTraining : public QObject {
 
   void fp16_loss_scaler_at_2_to_140_on_the_gpu() {
     // 2^140 / 256 tokens overflows even fp32 (as tests/train/test_loss_scaling.cpp): every
-    // iteration skips until the scale is low enough for fp16, about 2^24 (~118 iterations).
+    // iteration skips until the scale is low enough for fp16, about 2^22 (iteration ~120).
     TrainOptions o = small_run();
     o.fp16 = true;
     o.initial_loss_scale = std::ldexp(1.0, 140);
-    o.train_iters = 130;
+    o.train_iters = 140;
     const std::vector<Row> rows = run(o, "cuda");
-    QCOMPARE(rows.size(), size_t{130});
+    QCOMPARE(rows.size(), size_t{140});
     QCOMPARE(rows[0].skipped, 1);
     QCOMPARE(rows[0].scale, std::ldexp(1.0, 140));
     QCOMPARE(rows[1].skipped, 2);
@@ -342,7 +344,7 @@ class GpuTraining : public QObject {
       const bool skipped = rows[i].skipped == rows[i - 1].skipped + 1;
       QCOMPARE(rows[i].scale, skipped ? rows[i - 1].scale / 2 : rows[i - 1].scale);
     }
-    QVERIFY2(rows.back().skipped < 130, "the scale came down far enough for steps to be taken");
+    QVERIFY2(rows.back().skipped < 140, "the scale came down far enough for steps to be taken");
     for (const Row& r : rows) QVERIFY2(std::isfinite(r.loss), "a NaN reached the weights");
   }
 
