@@ -169,6 +169,35 @@ QString compare_continuation(const std::vector<Row>& resumed, const std::vector<
   return {};
 }
 
+// "" or what breaks Megatron's dynamic scaler in `rows` of a run of `iterations` that starts
+// at 2^exponent and overflows there: iteration 1 skipped with the scale kept (hysteresis 2),
+// iteration 2 skipped and halved, then every skip halves and every step taken keeps the
+// scale; by the end steps are taken, and no loss is NaN (no NaN reached the weights).
+QString overflow_recovery(const std::vector<Row>& rows, int exponent, size_t iterations) {
+  if (rows.size() != iterations)
+    return QString("%1 iterations, want %2").arg(rows.size()).arg(iterations);
+  if (rows[0].skipped != 1 || rows[0].scale != std::ldexp(1.0, exponent) || rows[1].skipped != 2 ||
+      rows[1].scale != std::ldexp(1.0, exponent - 1))
+    return QString("iterations 1-2: skipped %1, %2, scale %3, %4; want 1, 2, 2^%5, 2^%6")
+        .arg(rows[0].skipped)
+        .arg(rows[1].skipped)
+        .arg(rows[0].scale)
+        .arg(rows[1].scale)
+        .arg(exponent)
+        .arg(exponent - 1);
+  for (size_t i = 2; i < rows.size(); i++) {
+    const bool skipped = rows[i].skipped == rows[i - 1].skipped + 1;
+    const double want = skipped ? rows[i - 1].scale / 2 : rows[i - 1].scale;
+    if (rows[i].scale != want)
+      return QString("iteration %1: scale %2, want %3").arg(i + 1).arg(rows[i].scale).arg(want);
+  }
+  if (rows.back().skipped >= static_cast<int>(iterations))
+    return "every iteration skipped: the scale never came down far enough";
+  for (const Row& r : rows)
+    if (!std::isfinite(r.loss)) return QString("iteration %1: loss is not finite").arg(r.iteration);
+  return {};
+}
+
 // `o` saved after iteration 3 on `saver`, resumed with --load on `loader`, against the
 // uninterrupted run on `loader` (compare_continuation): "" or the first difference.
 QString resume_and_compare(const TrainOptions& o, const std::string& saver,
@@ -312,20 +341,11 @@ class GpuTraining : public QObject {
     o.fp16 = true;
     o.train_iters = 24;
     const std::vector<Row> rows = run(o, "cuda");
-    QCOMPARE(rows.size(), size_t{24});
-    QCOMPARE(rows[0].skipped, 1);  // fp32 kernels would not overflow at 2^32
-    QCOMPARE(rows[0].scale, std::ldexp(1.0, 32));
-    QCOMPARE(rows[1].skipped, 2);
-    QCOMPARE(rows[1].scale, std::ldexp(1.0, 31));
-    for (size_t i = 2; i < rows.size(); i++) {
-      const bool skipped = rows[i].skipped == rows[i - 1].skipped + 1;
-      QCOMPARE(rows[i].scale, skipped ? rows[i - 1].scale / 2 : rows[i - 1].scale);
-    }
-    QVERIFY2(rows.back().skipped < 24, "the scale came down far enough for steps to be taken");
+    const QString d = overflow_recovery(rows, 32, 24);  // fp32 kernels would not skip at 2^32
+    QVERIFY2(d.isEmpty(), qPrintable("fp16 from 2^32: " + d));
     QVERIFY2(rows.back().scale <= std::ldexp(1.0, 24),
              qPrintable(QString("steps taken at a scale of %1, above 2^24 (fp16 must overflow)")
                             .arg(rows.back().scale)));
-    for (const Row& r : rows) QVERIFY2(std::isfinite(r.loss), "a NaN reached the weights");
   }
 
   void fp16_loss_scaler_at_2_to_140_on_the_gpu() {
@@ -336,17 +356,8 @@ class GpuTraining : public QObject {
     o.initial_loss_scale = std::ldexp(1.0, 140);
     o.train_iters = 140;
     const std::vector<Row> rows = run(o, "cuda");
-    QCOMPARE(rows.size(), size_t{140});
-    QCOMPARE(rows[0].skipped, 1);
-    QCOMPARE(rows[0].scale, std::ldexp(1.0, 140));
-    QCOMPARE(rows[1].skipped, 2);
-    QCOMPARE(rows[1].scale, std::ldexp(1.0, 139));
-    for (size_t i = 2; i < rows.size(); i++) {
-      const bool skipped = rows[i].skipped == rows[i - 1].skipped + 1;
-      QCOMPARE(rows[i].scale, skipped ? rows[i - 1].scale / 2 : rows[i - 1].scale);
-    }
-    QVERIFY2(rows.back().skipped < 140, "the scale came down far enough for steps to be taken");
-    for (const Row& r : rows) QVERIFY2(std::isfinite(r.loss), "a NaN reached the weights");
+    const QString d = overflow_recovery(rows, 140, 140);
+    QVERIFY2(d.isEmpty(), qPrintable("fp16 from 2^140: " + d));
   }
 
   void a_gpu_checkpoint_resumes_bit_for_bit() {
