@@ -20,7 +20,8 @@ struct AdamWBatch {
   const float* grad[kMaxTensors];
   float* m[kMaxTensors];
   float* v[kMaxTensors];
-  __nv_bfloat16* param_bf16[kMaxTensors];
+  void* param_copy[kMaxTensors];  // bf16 or fp16 (copy_fp16), or null
+  bool copy_fp16[kMaxTensors];
   size_t n[kMaxTensors];
   float weight_decay[kMaxTensors];
   int first_block[kMaxTensors + 1];  // tensor t owns blocks [first_block[t], first_block[t+1])
@@ -49,7 +50,12 @@ __global__ void adamw_kernel(AdamWBatch batch, AdamWScalars s) {
     v[i] = vi;
     const float p = param[i] - s.lr * ((mi * s.c1) / (sqrtf(vi * s.c2) + s.eps) + wd * param[i]);
     param[i] = p;
-    if (batch.param_bf16[t]) batch.param_bf16[t][i] = __float2bfloat16_rn(p);
+    if (batch.param_copy[t]) {  // the same for the whole block: no divergence
+      if (batch.copy_fp16[t])
+        static_cast<__half*>(batch.param_copy[t])[i] = __float2half_rn(p);
+      else
+        static_cast<__nv_bfloat16*>(batch.param_copy[t])[i] = __float2bfloat16_rn(p);
+    }
   }
 }
 
@@ -108,7 +114,8 @@ void adamw_update(Context& ctx, const AdamWTensor* tensors, int count, const Ada
     batch.grad[k] = t.grad;
     batch.m[k] = t.m;
     batch.v[k] = t.v;
-    batch.param_bf16[k] = dev(t.param_bf16);
+    batch.param_copy[k] = t.param_copy.data;
+    batch.copy_fp16[k] = t.param_copy.type == ComputeCopy::Type::kFp16;
     batch.n[k] = t.n;
     batch.weight_decay[k] = t.decay ? p.weight_decay : 0.0f;
     batch.first_block[k + 1] = batch.first_block[k] + static_cast<int>(chunks);

@@ -12,7 +12,7 @@
 // product of a broadcast row against a padded (HS + 1) shared row, so the 32 lanes hit 32
 // banks. Products with the value / key tiles then broadcast each lane's weight with a
 // shuffle, each lane owning HS / 32 output dimensions. Everything is computed in fp32; bf16
-// tensors are widened when loaded. The dq pass and the dk/dv pass are separate kernels, so
+// and fp16 tensors are widened when loaded. The dq pass and the dk/dv pass are separate kernels, so
 // every gradient element is written by one thread: deterministic, no atomics.
 #include <cmath>
 
@@ -120,6 +120,11 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* qkv, int
                        int total_heads) {
   forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads);
 }
+void attention_forward(Context& ctx, fp16* out, float* lse, const fp16* qkv, int B, int T, int C,
+                       int NH, float dropout_p, uint64_t dropout_key, int head_offset,
+                       int total_heads) {
+  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads);
+}
 void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset,
@@ -129,6 +134,13 @@ void attention_backward(Context& ctx, float* dqkv, const float* dout, const floa
 }
 void attention_backward(Context& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
                         const bf16* out, const float* lse, float* workspace, int B, int T, int C,
+                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
+                        int total_heads) {
+  backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
+               head_offset, total_heads);
+}
+void attention_backward(Context& ctx, fp16* dqkv, const fp16* dout, const fp16* qkv,
+                        const fp16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset,
                         int total_heads) {
   backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,

@@ -1,9 +1,10 @@
-// Private helpers of the CUDA kernels: the Context's internals, error recording, bf16
-// loads and stores; the reductions are in reduce.cuh. Included by .cu files only.
+// Private helpers of the CUDA kernels: the Context's internals, error recording, bf16 and
+// fp16 loads and stores; the reductions are in reduce.cuh. Included by .cu files only.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -38,7 +39,7 @@ inline unsigned blocks_for(size_t n, unsigned threads) {
   return static_cast<unsigned>(b < 65535u * 32u ? b : 65535u * 32u);
 }
 
-// Element type of the device code for a header type: bf16 -> __nv_bfloat16.
+// Element type of the device code for a header type: bf16 -> __nv_bfloat16, fp16 -> __half.
 template <typename T>
 struct Device {
   using type = T;
@@ -46,6 +47,10 @@ struct Device {
 template <>
 struct Device<bf16> {
   using type = __nv_bfloat16;
+};
+template <>
+struct Device<fp16> {
+  using type = __half;
 };
 template <typename T>
 auto* dev(T* p) {
@@ -62,6 +67,9 @@ __device__ __forceinline__ float to_float(float x) {
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
@@ -71,6 +79,12 @@ __device__ __forceinline__ float from_float<float>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+// Round to nearest even; beyond 65504 (from 65520) the result is inf, never a saturated
+// 65504, so an overflowing activation gradient stays visible to the loss scaler (docs/gpu.md).
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
 }
 
 }  // namespace lattice::kernels::cuda

@@ -1,4 +1,5 @@
-// fp32 <-> bf16 conversion (master weights to compute copies, bf16 results to fp32).
+// fp32 <-> bf16 / fp16 conversion (master weights to compute copies, 16-bit results to fp32).
+// fp16 overflows to inf (common.cuh's from_float), which the loss scaler must see.
 #include "common.cuh"
 
 namespace lattice::kernels::cuda {
@@ -11,15 +12,25 @@ __global__ void convert_kernel(To* dst, const From* src, size_t n) {
     dst[i] = from_float<To>(to_float(src[i]));
 }
 
+template <typename To, typename From>
+void launch(Context& ctx, To* dst, const From* src, size_t n, const char* op) {
+  convert_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(dev(dst), dev(src), n);
+  check_launch(ctx, op);
+}
+
 }  // namespace
 
 void convert(Context& ctx, bf16* dst, const float* src, size_t n) {
-  convert_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(dev(dst), src, n);
-  check_launch(ctx, "convert (fp32 to bf16)");
+  launch(ctx, dst, src, n, "convert (fp32 to bf16)");
+}
+void convert(Context& ctx, fp16* dst, const float* src, size_t n) {
+  launch(ctx, dst, src, n, "convert (fp32 to fp16)");
 }
 void convert(Context& ctx, float* dst, const bf16* src, size_t n) {
-  convert_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(dst, dev(src), n);
-  check_launch(ctx, "convert (bf16 to fp32)");
+  launch(ctx, dst, src, n, "convert (bf16 to fp32)");
+}
+void convert(Context& ctx, float* dst, const fp16* src, size_t n) {
+  launch(ctx, dst, src, n, "convert (fp16 to fp32)");
 }
 
 }  // namespace lattice::kernels::cuda

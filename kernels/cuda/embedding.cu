@@ -96,6 +96,10 @@ void embedding_forward(Context& ctx, bf16* out, const int32_t* tokens, const bf1
                        const bf16* wpe, int B, int T, int C, int vocab_begin, int vocab_end) {
   forward(ctx, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
 }
+void embedding_forward(Context& ctx, fp16* out, const int32_t* tokens, const fp16* wte,
+                       const fp16* wpe, int B, int T, int C, int vocab_begin, int vocab_end) {
+  forward(ctx, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+}
 void position_embedding_forward(Context& ctx, float* out, const float* wpe, int B, int T, int C) {
   const size_t total = static_cast<size_t>(B) * T * C;
   position_embedding_kernel<<<blocks_for(total, 256), 256, 0, stream_of(ctx)>>>(out, wpe, B * T, T,
@@ -108,6 +112,11 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const float* dou
   backward(ctx, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
 }
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
+                        const int32_t* tokens, int B, int T, int C, int vocab_begin,
+                        int vocab_end) {
+  backward(ctx, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+}
+void embedding_backward(Context& ctx, float* dwte, float* dwpe, const fp16* dout,
                         const int32_t* tokens, int B, int T, int C, int vocab_begin,
                         int vocab_end) {
   backward(ctx, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);

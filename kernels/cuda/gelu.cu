@@ -52,10 +52,16 @@ void gelu_forward(Context& ctx, float* out, const float* inp, size_t n) {
 void gelu_forward(Context& ctx, bf16* out, const bf16* inp, size_t n) {
   forward(ctx, out, inp, n);
 }
+void gelu_forward(Context& ctx, fp16* out, const fp16* inp, size_t n) {
+  forward(ctx, out, inp, n);
+}
 void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dout, size_t n) {
   backward(ctx, dinp, inp, dout, n);
 }
 void gelu_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, size_t n) {
+  backward(ctx, dinp, inp, dout, n);
+}
+void gelu_backward(Context& ctx, fp16* dinp, const fp16* inp, const fp16* dout, size_t n) {
   backward(ctx, dinp, inp, dout, n);
 }
 

@@ -41,6 +41,11 @@ void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const 
   forward<bf16>(ctx, nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C,
                 "layernorm_forward");
 }
+void layernorm_forward(Context& ctx, fp16* out, float* mean, float* rstd, const fp16* inp,
+                       const fp16* weight, const fp16* bias, int N, int C) {
+  forward<fp16>(ctx, nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C,
+                "layernorm_forward");
+}
 void residual_layernorm_forward(Context& ctx, float* residual_out, float* out, float* mean,
                                 float* rstd, const float* residual, const float* x,
                                 const float* weight, const float* bias, int N, int C) {
@@ -53,6 +58,12 @@ void residual_layernorm_forward(Context& ctx, bf16* residual_out, bf16* out, flo
   forward(ctx, residual_out, out, mean, rstd, residual, x, weight, bias, N, C,
           "residual_layernorm_forward");
 }
+void residual_layernorm_forward(Context& ctx, fp16* residual_out, fp16* out, float* mean,
+                                float* rstd, const fp16* residual, const fp16* x,
+                                const fp16* weight, const fp16* bias, int N, int C) {
+  forward(ctx, residual_out, out, mean, rstd, residual, x, weight, bias, N, C,
+          "residual_layernorm_forward");
+}
 void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C) {
@@ -60,6 +71,11 @@ void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias,
 }
 void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                         const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+  backward(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+void layernorm_backward(Context& ctx, fp16* dinp, float* dweight, float* dbias, const fp16* dout,
+                        const fp16* inp, const fp16* weight, const float* mean, const float* rstd,
                         int N, int C) {
   backward(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }

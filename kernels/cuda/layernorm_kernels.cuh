@@ -27,7 +27,7 @@ __global__ void layernorm_forward_kernel(T* residual_out, T* out, float* mean, f
     if (x) {
       v += to_float(x[base + c]);
       residual_out[base + c] = from_float<T>(v);
-      v = to_float(residual_out[base + c]);  // normalise what is stored (bf16 rounding)
+      v = to_float(residual_out[base + c]);  // normalise what is stored (16-bit rounding)
     }
     sum += v;
   }

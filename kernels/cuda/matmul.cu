@@ -1,5 +1,5 @@
-// Linear layers on cuBLASLt: fp32 or bf16 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F, so
-// no TF32), bias and GELU fused as epilogues. Row-major tensors are read as their column-major
+// Linear layers on cuBLASLt: fp32, bf16 or fp16 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F,
+// so no TF32), bias and GELU fused as epilogues. Row-major tensors are read as their column-major
 // transposes: out^T (OC, N) = weight (OC, C) . inp^T (C, N). The bias gradient is our own
 // deterministic column-sum kernel rather than cuBLASLt's BGRADB epilogue, which does not
 // accept every type combination used here. Where cuBLASLt has no kernel for a fused
@@ -40,7 +40,12 @@ __global__ void add_bias_kernel(T* out, const T* bias, size_t total, int OC) {
 
 template <typename T>
 constexpr cudaDataType_t data_type() {
-  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+  if constexpr (std::is_same_v<T, fp16>)
+    return CUDA_R_16F;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return CUDA_R_16BF;
+  else
+    return CUDA_R_32F;
 }
 
 // One cuBLASLt call in column-major terms: D (m, n) = alpha op(A) op(B) + beta D, A and B of
@@ -209,6 +214,10 @@ void matmul_forward(Context& ctx, bf16* out, bf16* pre_gelu, const bf16* inp, co
                     const bf16* bias, int N, int C, int OC, bool gelu) {
   forward(ctx, out, pre_gelu, inp, weight, bias, N, C, OC, gelu);
 }
+void matmul_forward(Context& ctx, fp16* out, fp16* pre_gelu, const fp16* inp, const fp16* weight,
+                    const fp16* bias, int N, int C, int OC, bool gelu) {
+  forward(ctx, out, pre_gelu, inp, weight, bias, N, C, OC, gelu);
+}
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC) {
   backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
@@ -217,10 +226,17 @@ void matmul_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, con
                      const bf16* inp, const bf16* weight, int N, int C, int OC) {
   backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
+void matmul_backward(Context& ctx, fp16* dinp, float* dweight, float* dbias, const fp16* dout,
+                     const fp16* inp, const fp16* weight, int N, int C, int OC) {
+  backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
 void add_bias(Context& ctx, float* out, const float* bias, int N, int OC) {
   launch_add_bias(ctx, out, bias, N, OC);
 }
 void add_bias(Context& ctx, bf16* out, const bf16* bias, int N, int OC) {
+  launch_add_bias(ctx, out, bias, N, OC);
+}
+void add_bias(Context& ctx, fp16* out, const fp16* bias, int N, int OC) {
   launch_add_bias(ctx, out, bias, N, OC);
 }
 

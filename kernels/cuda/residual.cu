@@ -1,6 +1,7 @@
 // Residual add with hidden dropout and its backward, drawing kernels.h's counter-based mask
 // (lattice/dropout_hash.h, shared with the CPU op) so both backends drop the same elements.
-// Element-wise in fp32 whatever the storage type (bf16 activations are rounded once, on store).
+// Element-wise in fp32 whatever the storage type (16-bit activations are rounded once, on
+// store).
 #include "common.cuh"
 #include "lattice/dropout_hash.h"
 
@@ -65,11 +66,19 @@ void residual_dropout_forward(Context& ctx, bf16* out, const bf16* residual, con
                               size_t n, float p, uint64_t key, size_t index_offset) {
   forward(ctx, out, residual, x, n, p, key, index_offset);
 }
+void residual_dropout_forward(Context& ctx, fp16* out, const fp16* residual, const fp16* x,
+                              size_t n, float p, uint64_t key, size_t index_offset) {
+  forward(ctx, out, residual, x, n, p, key, index_offset);
+}
 void dropout_backward(Context& ctx, float* dx, const float* dout, size_t n, float p, uint64_t key,
                       size_t index_offset) {
   backward(ctx, dx, dout, n, p, key, index_offset);
 }
 void dropout_backward(Context& ctx, bf16* dx, const bf16* dout, size_t n, float p, uint64_t key,
+                      size_t index_offset) {
+  backward(ctx, dx, dout, n, p, key, index_offset);
+}
+void dropout_backward(Context& ctx, fp16* dx, const fp16* dout, size_t n, float p, uint64_t key,
                       size_t index_offset) {
   backward(ctx, dx, dout, n, p, key, index_offset);
 }

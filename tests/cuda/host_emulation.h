@@ -3,9 +3,11 @@
 // __syncthreads is a barrier over the block, __shfl_sync exchanges through a per-warp array
 // between two barriers over the warp, and shared memory (`__shared__` arrays become function
 // statics; dynamic shared memory is one array) is shared by the block, since blocks run one
-// after another. fp32 / fp64 only. It needs what those kernels guarantee: every lane of a
-// warp reaches every shuffle, every thread of a block every __syncthreads.
-// Non-goals: speed (a T = 64 attention head takes about a second), timing, memory model.
+// after another. fp32 / fp64 arithmetic; fp16 tensors through the host conversions of
+// lattice/cuda_kernels.h (round to nearest even, as __float2half_rn), not bf16. It needs what those
+// kernels guarantee: every lane of a warp reaches every shuffle, every thread of a block every
+// __syncthreads. Non-goals: speed (a T = 64 attention head takes about a second), timing, memory
+// model.
 #pragma once
 
 #include <array>
@@ -15,6 +17,8 @@
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include "lattice/cuda_kernels.h"
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -104,14 +108,21 @@ void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
 
 }  // namespace lattice::emulation
 
-// What the kernel headers take from common.cuh under nvcc (fp32 tensors only).
+// What the kernel headers take from common.cuh under nvcc (fp32 and fp16 tensors).
 namespace lattice::kernels::cuda {
 inline float to_float(float x) {
   return x;
 }
+inline float to_float(fp16 x) {
+  return from_fp16(x);
+}
 template <typename T>
 inline T from_float(float x) {
   return x;
+}
+template <>
+inline fp16 from_float<fp16>(float x) {
+  return to_fp16(x);
 }
 namespace {
 float g_dynamic_shared[1 << 15];  // every block's dynamic shared memory, in turn

@@ -1,5 +1,5 @@
 // The flash-style CUDA attention agrees with the CPU attention (which stores the full probs)
-// forward and backward: fp32 within 1e-5, bf16 within 1e-2, at T = 1024 with head sizes 64
+// forward and backward: fp32 within 1e-5, bf16 and fp16 within 1e-2, at T = 1024 with head sizes 64
 // and 128, at a T that is not a multiple of the 32-row tiles, and with attention dropout on a
 // tensor-parallel rank's heads (the same mask as the CPU). Output buffers are NaN-poisoned.
 // Without a CUDA device the whole case is SKIPPED.
@@ -68,13 +68,15 @@ class CudaAttention : public QObject {
     LATTICE_COMPARE("attention dqkv", d_dqkv.download(), cpu.dqkv, kFp32Tolerance);
   }
 
-  void check_bf16(const Case& c) {
+  template <typename H>
+  void check_half(const Case& c) {
     const int C = c.NH * c.HS;
+    const std::string name = Half<H>::kName;
     auto qkv = random_floats(static_cast<size_t>(c.B) * c.T * 3 * C, 3);
     auto dout = random_floats(static_cast<size_t>(c.B) * c.T * C, 4);
-    round_to_bf16(qkv), round_to_bf16(dout);
+    round_to<H>(qkv), round_to<H>(dout);
     const CpuResult cpu = cpu_attention(c, qkv, dout, 0);
-    DeviceBuffer<cu::bf16> d_qkv(to_bf16(qkv)), d_dout(to_bf16(dout)), d_out(cpu.out.size()),
+    DeviceBuffer<H> d_qkv(to_half<H>(qkv)), d_dout(to_half<H>(dout)), d_out(cpu.out.size()),
         d_dqkv(qkv.size());
     DeviceBuffer<float> d_lse(static_cast<size_t>(c.B) * c.NH * c.T),
         d_ws(cu::attention_workspace_floats(c.B, c.T, c.NH));
@@ -83,8 +85,8 @@ class CudaAttention : public QObject {
     cu::attention_backward(*ctx_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
                            d_ws.get(), c.B, c.T, C, c.NH, c.dropout, 0);
     sync();
-    LATTICE_COMPARE("bf16 attention out", d_out.download(), cpu.out, kBf16Tolerance);
-    LATTICE_COMPARE("bf16 attention dqkv", d_dqkv.download(), cpu.dqkv, kBf16Tolerance);
+    LATTICE_COMPARE(name + " attention out", d_out.download(), cpu.out, Half<H>::kTolerance);
+    LATTICE_COMPARE(name + " attention dqkv", d_dqkv.download(), cpu.dqkv, Half<H>::kTolerance);
   }
 
  private slots:
@@ -103,9 +105,12 @@ class CudaAttention : public QObject {
   void fp32_dropout_on_tensor_parallel_heads_matches_cpu() {
     check_fp32({2, 96, 2, 64, 0.1f, /*head_offset=*/2, /*total_heads=*/4});
   }
-  void bf16_t1024_head64_matches_cpu() { check_bf16({1, 1024, 2, 64}); }
-  void bf16_t1024_head128_matches_cpu() { check_bf16({1, 1024, 2, 128}); }
-  void bf16_ragged_sequence_matches_cpu() { check_bf16({2, 77, 2, 64}); }
+  void bf16_t1024_head64_matches_cpu() { check_half<cu::bf16>({1, 1024, 2, 64}); }
+  void bf16_t1024_head128_matches_cpu() { check_half<cu::bf16>({1, 1024, 2, 128}); }
+  void bf16_ragged_sequence_matches_cpu() { check_half<cu::bf16>({2, 77, 2, 64}); }
+  void fp16_t1024_head64_matches_cpu() { check_half<cu::fp16>({1, 1024, 2, 64}); }
+  void fp16_t1024_head128_matches_cpu() { check_half<cu::fp16>({1, 1024, 2, 128}); }
+  void fp16_ragged_sequence_matches_cpu() { check_half<cu::fp16>({2, 77, 2, 64}); }
 };
 
 QTEST_GUILESS_MAIN(CudaAttention)

@@ -9,6 +9,12 @@
 // gradients, the vocabulary-parallel embedding, LM head and cross-entropy) and that the
 // replicated biases and the position embedding enter once. Both are repeated with hidden and
 // attention dropout, which must drop the CPU model's elements at every site.
+// GpuGpt<bf16> and GpuGpt<fp16> run the same flow over the host's 16-bit ops (the CPU kernels
+// on widened copies, results rounded back): within the GPU tests' 16-bit tolerances (loss
+// 2e-2, gradients 5e-2; fp16 under a loss scale of 2^10, as training runs it), at TP 1 and,
+// for fp16, at TP 2 (16-bit all-reduces). And the fp16 model passes an overflow on: at a loss
+// scale of 2^32 the fp16 loss gradient is inf, and every parameter gradient it reaches is
+// non-finite, where the fp32 model's stay finite (docs/gpu.md, note "fp16 overflow").
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -48,10 +54,19 @@ ModelConfig config(int tp, bool with_dropout = false) {
 }
 constexpr uint64_t kDropoutSeed = 0x5eed0fd20b;
 
+// Tolerances of compare_one_step: fp32 against fp32, or a 16-bit model against fp32.
+struct Tolerance {
+  double losses = 1e-5, grads = 1e-5;
+};
+constexpr Tolerance kHalfTolerance{2e-2, 5e-2};  // as tests/cuda/test_gpu_training.cpp
+
 // "" or the first difference (token losses, then each tensor's gradient, in layout order)
-// between the CPU model and GpuGpt<float> after one forward and backward from the same
-// weights. tp: the TP communicator (null at TP 1).
-std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm* tp) {
+// between the CPU model and GpuGpt<A> after one forward and backward from the same weights,
+// the GPU model's loss gradient multiplied by loss_scale (its gradients divided by it before
+// the comparison). tp: the TP communicator (null at TP 1).
+template <typename A = float>
+std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm* tp,
+                             Tolerance tolerance = {}, float loss_scale = 1.0f) {
   const int B = 2, N = B * c.seq_length;
   GptModel<float> cpu(c, shard, B, tp, RecomputePlan{});
   cpu.init_weights(7);
@@ -77,15 +92,16 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   std::string error;
   std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
   CachingAllocator memory(std::make_unique<HostMemory>());
-  auto gpu = gpu::GpuGpt<float>::create(c, B, *ctx, memory, shard, tp);
+  auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, shard, tp);
   if (!gpu) return gpu.status().message();
-  gpu::GpuGpt<float>& g = **gpu;
+  gpu::GpuGpt<A>& g = **gpu;
   if (g.numel() != cpu.layout().total_numel()) return "the arenas differ in size";
   g.upload(cpu.params());
   g.zero_grads();
-  g.forward(tokens.data(), targets.data(), 1.0f / N, kDropoutSeed);
+  g.forward(tokens.data(), targets.data(), loss_scale / N, kDropoutSeed);
   g.backward(tokens.data());
   if (std::string e = ctx->synchronize(); !e.empty()) return e;
+  for (size_t i = 0; i < g.numel(); i++) g.grads()[i] /= loss_scale;  // a power of two: exact
 
   auto relative_error = [](const float* got, const float* want, size_t n) {
     double scale = 0, worst = 0;
@@ -96,16 +112,48 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
     }
     return worst / std::max(scale, 1e-30);
   };
-  constexpr double kTolerance = 1e-5;
-  if (double e = relative_error(g.losses(), acts.losses, N); !(e <= kTolerance))
-    return "token losses: relative error " + std::to_string(e);
+  if (double e = relative_error(g.losses(), acts.losses, N); !(e <= tolerance.losses))
+    return "token losses: relative error " + std::to_string(e) + " > " +
+           std::to_string(tolerance.losses);
   for (const ParamTensor& t : cpu.layout().tensors()) {
     const double e = relative_error(g.grads() + t.offset, cpu.grads() + t.offset, t.numel);
-    if (!(e <= kTolerance))
+    if (!(e <= tolerance.grads))
       return "d " + t.name + ": relative error " + std::to_string(e) + " > " +
-             std::to_string(kTolerance);
+             std::to_string(tolerance.grads);
   }
   return "";
+}
+
+// The tensors of GpuGpt<A>'s gradient arena that hold an inf or NaN after one step with the
+// loss gradient scaled by loss_scale / N (names, in layout order).
+template <typename A>
+std::vector<std::string> non_finite_grads(const ModelConfig& c, float loss_scale) {
+  const int B = 2, N = B * c.seq_length;
+  GptModel<float> host(c, ModelShard{}, B, nullptr, RecomputePlan{});
+  host.init_weights(7);
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; i++) {
+    tokens[i] = (i * 37 + 11) % c.vocab_size;
+    targets[i] = (i * 53 + 5) % c.vocab_size;
+  }
+  std::string error;
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  CachingAllocator memory(std::make_unique<HostMemory>());
+  auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory);
+  if (!gpu) return {"create: " + gpu.status().message()};
+  gpu::GpuGpt<A>& g = **gpu;
+  g.upload(host.params());
+  g.zero_grads();
+  g.forward(tokens.data(), targets.data(), loss_scale / N);
+  g.backward(tokens.data());
+  std::vector<std::string> names;
+  for (const ParamTensor& t : g.layout().tensors())
+    for (size_t i = 0; i < t.numel; i++)
+      if (!std::isfinite(g.grads()[t.offset + i])) {
+        names.push_back(t.name);
+        break;
+      }
+  return names;
 }
 
 // The TP 2 side: this process is one of two MPI ranks.
@@ -129,9 +177,15 @@ int worker() {
     } else {
       const ModelShard shard = shard_of(groups->layout, groups->coord, 0, false);
       error = compare_one_step(o.model, shard, groups->tp.get());
-      if (error.empty()) {
-        error = compare_one_step(config(2, true), shard, groups->tp.get());
-        if (!error.empty()) error = "with dropout: " + error;
+      if (!error.empty()) {
+        error = "fp32: " + error;
+      } else if (error = compare_one_step(config(2, true), shard, groups->tp.get());
+                 !error.empty()) {
+        error = "fp32 with dropout: " + error;
+      } else {
+        error =
+            compare_one_step<cu::fp16>(o.model, shard, groups->tp.get(), kHalfTolerance, 1024.0f);
+        if (!error.empty()) error = "fp16: " + error;
       }
     }
   }
@@ -158,6 +212,41 @@ class GpuModelOnHost : public QObject {
   void tp1_step_with_dropout_matches_the_cpu_model() {
     const std::string d = compare_one_step(config(1, true), ModelShard{}, nullptr);
     QVERIFY2(d.empty(), d.c_str());
+  }
+
+  // The 16-bit dropout ops: the same masks on rounded activations.
+  void tp1_bf16_step_with_dropout_is_within_bf16_tolerance() {
+    const std::string d =
+        compare_one_step<cu::bf16>(config(1, true), ModelShard{}, nullptr, kHalfTolerance);
+    QVERIFY2(d.empty(), ("bf16 with dropout: " + d).c_str());
+  }
+
+  void tp1_bf16_step_is_within_bf16_tolerance() {
+    const std::string d =
+        compare_one_step<cu::bf16>(config(1), ModelShard{}, nullptr, kHalfTolerance);
+    QVERIFY2(d.empty(), ("bf16: " + d).c_str());
+  }
+
+  void tp1_fp16_step_under_a_loss_scale_is_within_bf16_tolerance() {
+    const std::string d =
+        compare_one_step<cu::fp16>(config(1), ModelShard{}, nullptr, kHalfTolerance, 1024.0f);
+    QVERIFY2(d.empty(), ("fp16: " + d).c_str());
+  }
+
+  void an_fp16_overflow_reaches_every_gradient_it_feeds() {
+    // 2^32 / 32 tokens: the fp32 loss gradient is up to 2^27, beyond fp16's 65504.
+    const float scale = 4294967296.0f;
+    const std::vector<std::string> fp32 = non_finite_grads<float>(config(1), scale);
+    QVERIFY2(fp32.empty(), qPrintable(QString("fp32 overflowed at 2^32: %1 tensors, first %2")
+                                          .arg(fp32.size())
+                                          .arg(fp32.empty() ? "" : fp32[0].c_str())));
+    const std::vector<std::string> fp16 = non_finite_grads<cu::fp16>(config(1), scale);
+    // Every tensor: the inf enters at the LM head and flows through the whole backward.
+    const size_t tensors = ParamLayout(config(1), ModelShard{}).tensors().size();
+    QVERIFY2(fp16.size() == tensors,
+             qPrintable(QString("fp16 at 2^32: %1 of %2 gradient tensors non-finite")
+                            .arg(fp16.size())
+                            .arg(tensors)));
   }
 
 #ifdef LATTICE_MPIEXEC

@@ -107,8 +107,8 @@ struct Replica {
     for (const ParamTensor& t : layout.tensors())
       for (size_t i = 0; i < t.numel; i++)
         master[t.offset + i] = 0.05f * std::sin(0.37f * static_cast<float>(t.offset + i));
-    adam = std::make_unique<gpu::GpuAdamW>(std::move(shard), master.data(), grads.data(), nullptr,
-                                           memory);
+    adam = std::make_unique<gpu::GpuAdamW>(std::move(shard), master.data(), grads.data(),
+                                           cu::ComputeCopy{}, memory);
     adam->zero_state(ctx);
     reducer = std::make_unique<gpu::GradReducer>(dp, ctx, 0, grads.data(), layout, &adam->shard());
   }
@@ -143,7 +143,7 @@ Result<double> train_step(const ParamLayout& layout, Replica& r, cu::Context& ct
   c.weight_decay = 0.1f;
   const double coeff = clip_coefficient(norm, 1.0f);
   r.adam->step(ctx, c, 1e-2, step, static_cast<float>(coeff));
-  if (Status s = r.reducer->gather_params(r.master.data(), nullptr); !s) return s;
+  if (Status s = r.reducer->gather_params(r.master.data(), cu::ComputeCopy{}); !s) return s;
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
   return norm;
 }

@@ -2,11 +2,14 @@
 // their CPU ops within 1e-5: the flash-style attention forward and backward (tiling, online
 // softmax, causal and ragged-T edges, dq apart from dk/dv, the dropout mask), LayerNorm with
 // the fused residual and its backward, and the fused and vocabulary-parallel cross-entropy.
+// The attention and LayerNorm kernels also run on fp16 tensors (the host's to_fp16 rounding,
+// as the device's): within fp16's 1e-2 of the CPU ops on the rounded inputs.
 // What emulation cannot check (bf16, cuBLASLt, shared-memory limits, real scheduling,
 // speed) is test_cuda_ops' and test_cuda_attention's, on a GPU.
 #include <QtTest/QtTest>
 
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/host_emulation.h"
@@ -36,32 +39,66 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
   return v;
 }
 
+constexpr double kFp32Tolerance = 1e-5;
+constexpr double kFp16Tolerance = 1e-2;  // as tests/cuda/cuda_test_support.h
+
+double widen(float x) {
+  return x;
+}
+double widen(cu::fp16 x) {
+  return cu::from_fp16(x);
+}
+
+// Rounds every element to fp16 in place; the fp16 copy.
+std::vector<float>& round_to_fp16(std::vector<float>& v) {
+  for (float& x : v) x = cu::from_fp16(cu::to_fp16(x));
+  return v;
+}
+std::vector<cu::fp16> to_fp16(const std::vector<float>& v) {
+  std::vector<cu::fp16> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = cu::to_fp16(v[i]);
+  return out;
+}
+
 // max |a - b| / max |b| within tolerance, else a message naming the worst element.
 template <typename G, typename W>
-QString mismatch(const char* tensor, const std::vector<G>& got, const std::vector<W>& want) {
+QString mismatch(const char* tensor, const std::vector<G>& got, const std::vector<W>& want,
+                 double tolerance = kFp32Tolerance) {
   double scale = 0, worst = 0;
   size_t at = 0;
   for (W w : want) scale = std::max(scale, std::abs(double(w)));
   for (size_t i = 0; i < want.size(); i++) {
-    double d = std::abs(double(got[i]) - want[i]);
+    double d = std::abs(widen(got[i]) - want[i]);
     if (std::isnan(d)) d = INFINITY;
     if (d > worst) worst = d, at = i;
   }
-  if (worst / scale <= 1e-5) return {};
-  return QString("%1[%2]: emulated GPU %3, CPU %4, relative error %5 > 1e-5")
+  if (worst / scale <= tolerance) return {};
+  return QString("%1[%2]: emulated GPU %3, CPU %4, relative error %5 > %6")
       .arg(tensor)
       .arg(at)
-      .arg(double(got[at]))
+      .arg(widen(got[at]))
       .arg(double(want[at]))
-      .arg(worst / scale);
+      .arg(worst / scale)
+      .arg(tolerance);
 }
 
-template <int HS>
+// float stays float; fp16 rounds (v) in place and returns the fp16 copy.
+template <typename T>
+std::vector<T> stored_as(std::vector<float>& v) {
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else
+    return to_fp16(round_to_fp16(v));
+}
+
+template <int HS, typename T = float>
 void check(const Case& c) {
   const int C = c.NH * HS;
   const size_t rows = static_cast<size_t>(c.B) * c.T;
   const uint64_t key = 0xa77e;
-  const auto qkv = random_floats(rows * 3 * C, 1), dout = random_floats(rows * C, 2);
+  auto qkv = random_floats(rows * 3 * C, 1), dout = random_floats(rows * C, 2);
+  const std::vector<T> t_qkv = stored_as<T>(qkv), t_dout = stored_as<T>(dout);
+  const double tolerance = std::is_same_v<T, float> ? kFp32Tolerance : kFp16Tolerance;
 
   std::vector<float> out(rows * C), dqkv(qkv.size()), probs(size_t(c.B) * c.NH * c.T * c.T);
   std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
@@ -80,24 +117,25 @@ void check(const Case& c) {
   a.head_offset = c.head_offset;
   a.total_heads = c.total_heads > 0 ? c.total_heads : c.NH;
   const float nan = std::nanf("");
-  std::vector<float> g_out(out.size(), nan), g_lse(size_t(c.B) * c.NH * c.T, nan),
-      g_delta(g_lse.size(), nan), g_dqkv(dqkv.size(), nan);
+  std::vector<float> g_lse(size_t(c.B) * c.NH * c.T, nan), g_delta(g_lse.size(), nan);
+  std::vector<T> g_out(out.size(), T(cu::from_float<T>(nan))),
+      g_dqkv(dqkv.size(), T(cu::from_float<T>(nan)));
   const dim3 grid((c.T + cu::kRows - 1) / cu::kRows, c.B * c.NH), block(cu::kWarps * 32);
-  emu::launch(grid, block, cu::attention_forward_kernel<float, HS>, g_out.data(), g_lse.data(),
-              qkv.data(), a);
+  emu::launch(grid, block, cu::attention_forward_kernel<T, HS>, g_out.data(), g_lse.data(),
+              t_qkv.data(), a);
   const unsigned delta_blocks = (c.B * c.NH * c.T + cu::kWarps - 1) / cu::kWarps;
-  emu::launch(dim3(delta_blocks), block, cu::attention_delta_kernel<float, HS>, g_delta.data(),
-              dout.data(), g_out.data(), c.B, c.T, c.NH);
-  emu::launch(grid, block, cu::attention_backward_dq_kernel<float, HS>, g_dqkv.data(), dout.data(),
-              qkv.data(), static_cast<const float*>(g_lse.data()),
+  emu::launch(dim3(delta_blocks), block, cu::attention_delta_kernel<T, HS>, g_delta.data(),
+              t_dout.data(), static_cast<const T*>(g_out.data()), c.B, c.T, c.NH);
+  emu::launch(grid, block, cu::attention_backward_dq_kernel<T, HS>, g_dqkv.data(), t_dout.data(),
+              t_qkv.data(), static_cast<const float*>(g_lse.data()),
               static_cast<const float*>(g_delta.data()), a);
-  emu::launch(grid, block, cu::attention_backward_dkv_kernel<float, HS>, g_dqkv.data(), dout.data(),
-              qkv.data(), static_cast<const float*>(g_lse.data()),
+  emu::launch(grid, block, cu::attention_backward_dkv_kernel<T, HS>, g_dqkv.data(), t_dout.data(),
+              t_qkv.data(), static_cast<const float*>(g_lse.data()),
               static_cast<const float*>(g_delta.data()), a);
 
-  QString error = mismatch("attention out", g_out, out);
+  QString error = mismatch("attention out", g_out, out, tolerance);
   QVERIFY2(error.isEmpty(), qPrintable(error));
-  error = mismatch("attention dqkv", g_dqkv, dqkv);
+  error = mismatch("attention dqkv", g_dqkv, dqkv, tolerance);
   QVERIFY2(error.isEmpty(), qPrintable(error));
 }
 
@@ -105,6 +143,11 @@ void check(const Case& c) {
   do {                                                 \
     const QString error = mismatch(tensor, got, want); \
     QVERIFY2(error.isEmpty(), qPrintable(error));      \
+  } while (0)
+#define EXPECT_CLOSE_FP16(tensor, got, want)                           \
+  do {                                                                 \
+    const QString error = mismatch(tensor, got, want, kFp16Tolerance); \
+    QVERIFY2(error.isEmpty(), qPrintable(error));                      \
   } while (0)
 
 void check_layernorm(int N, int C) {
@@ -145,6 +188,48 @@ void check_layernorm(int N, int C) {
   EXPECT_CLOSE("layernorm dbias (+=)", g_db, db);
 }
 
+// The same on fp16 tensors: inputs rounded to fp16 for both sides, the CPU's residual sum
+// rounded as the kernel stores it; the statistics and parameter gradients stay fp32.
+void check_layernorm_fp16(int N, int C) {
+  auto res = random_floats(size_t(N) * C, 41), x = random_floats(size_t(N) * C, 42),
+       w = random_floats(C, 43), b = random_floats(C, 44), dout = random_floats(size_t(N) * C, 45);
+  const std::vector<cu::fp16> h_x = stored_as<cu::fp16>(x), h_w = stored_as<cu::fp16>(w),
+                              h_b = stored_as<cu::fp16>(b), h_dout = stored_as<cu::fp16>(dout);
+  std::vector<cu::fp16> h_res = stored_as<cu::fp16>(res);
+  std::vector<float> sum(res.size()), out(res.size()), mean(N), rstd(N), dinp(res.size(), 0.0f),
+      dw(C, 0.0f), db(C, 0.0f);
+  k::residual_dropout_forward(sum.data(), res.data(), x.data(), sum.size(), 0.0f, 0);
+  round_to_fp16(sum);
+  k::layernorm_forward(out.data(), mean.data(), rstd.data(), sum.data(), w.data(), b.data(), N, C);
+  k::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), sum.data(), w.data(),
+                        mean.data(), rstd.data(), N, C);
+
+  const float nan = std::nanf("");
+  std::vector<cu::fp16> g_out(out.size(), cu::to_fp16(nan)), g_dinp(out.size(), cu::to_fp16(0));
+  std::vector<float> g_mean(N, nan), g_rstd(N, nan), g_dw(C, 0.0f), g_db(C, 0.0f);
+  const dim3 rows_grid((N + cu::kRowsPerBlock - 1) / cu::kRowsPerBlock),
+      rows_block(32, cu::kRowsPerBlock);
+  emu::launch(rows_grid, rows_block, cu::layernorm_forward_kernel<cu::fp16>, h_res.data(),
+              g_out.data(), g_mean.data(), g_rstd.data(),
+              static_cast<const cu::fp16*>(h_res.data()), h_x.data(), h_w.data(), h_b.data(), N,
+              C);  // residual_out aliases residual
+  emu::launch(rows_grid, rows_block, cu::layernorm_backward_input_kernel<cu::fp16>, g_dinp.data(),
+              h_dout.data(), static_cast<const cu::fp16*>(h_res.data()), h_w.data(),
+              static_cast<const float*>(g_mean.data()), static_cast<const float*>(g_rstd.data()), N,
+              C);
+  emu::launch(dim3((C + 31) / 32), dim3(32, 8), cu::layernorm_backward_params_kernel<cu::fp16>,
+              g_dw.data(), g_db.data(), h_dout.data(), static_cast<const cu::fp16*>(h_res.data()),
+              static_cast<const float*>(g_mean.data()), static_cast<const float*>(g_rstd.data()), N,
+              C);
+  EXPECT_CLOSE_FP16("fp16 residual_layernorm residual", h_res, sum);
+  EXPECT_CLOSE_FP16("fp16 layernorm out", g_out, out);
+  EXPECT_CLOSE_FP16("fp16 layernorm mean", g_mean, mean);
+  EXPECT_CLOSE_FP16("fp16 layernorm rstd", g_rstd, rstd);
+  EXPECT_CLOSE_FP16("fp16 layernorm dinp", g_dinp, dinp);
+  EXPECT_CLOSE_FP16("fp16 layernorm dweight (fp32)", g_dw, dw);
+  EXPECT_CLOSE_FP16("fp16 layernorm dbias (fp32)", g_db, db);
+}
+
 std::vector<int32_t> random_targets(int N, int V, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> pick(0, V - 1);
@@ -166,6 +251,8 @@ class KernelsEmulated : public QObject {
   void head128_two_sequences_match_cpu() { check<128>({2, 33, 1, 128}); }
 
   void residual_layernorm_forward_and_backward_match_cpu() { check_layernorm(19, 72); }
+  void fp16_attention_matches_cpu() { check<64, cu::fp16>({1, 40, 1, 64}); }
+  void fp16_residual_layernorm_matches_cpu() { check_layernorm_fp16(19, 72); }
 
   void softmax_cross_entropy_matches_cpu() {
     const int N = 3, V = 1003;

@@ -7,7 +7,7 @@
 
 namespace lattice::gpu {
 
-GpuAdamW::GpuAdamW(OptimizerShard shard, float* master, const float* grads, cu::bf16* bf16_copy,
+GpuAdamW::GpuAdamW(OptimizerShard shard, float* master, const float* grads, cu::ComputeCopy copy,
                    CachingAllocator& memory)
     : shard_(std::move(shard)), memory_(memory) {
   const size_t n = shard_.state_numel;
@@ -28,7 +28,7 @@ GpuAdamW::GpuAdamW(OptimizerShard shard, float* master, const float* grads, cu::
     a.grad = grads + p.offset;
     a.m = m_ ? m_ + p.state : nullptr;
     a.v = v_ ? v_ + p.state : nullptr;
-    a.param_bf16 = bf16_copy ? bf16_copy + p.offset : nullptr;
+    a.param_copy = copy.at(p.offset);
     a.n = p.numel;
     a.decay = p.decay;
     tensors_.push_back(a);

@@ -1,7 +1,7 @@
 // AdamW for the GPU trainer over one model's fp32 arena (gpu_model.h): one multi-tensor launch
 // per step, Megatron's parameter groups (no decay on biases and norms), fp32 moments for the
 // arena part the rank owns (optimizer_shard.h: the whole arena, moments indexed like it; or,
-// with the distributed optimizer, its data-parallel shard, moments packed), and the bf16
+// with the distributed optimizer, its data-parallel shard, moments packed), and the 16-bit
 // compute copy written from the updated master weights. Also the owned part's share of the
 // global gradient norm (each parameter counted once over the model-parallel group:
 // counts_in_norm; once over the data-parallel group when distributed).
@@ -19,11 +19,11 @@ namespace lattice::gpu {
 
 class GpuAdamW {
  public:
-  // master, grads (numel of the layout) and bf16_copy (null for fp32 compute) belong to the
+  // master, grads (numel of the layout) and copy (none for fp32 compute) belong to the
   // model; `shard` says which of their elements this optimizer updates. The moments
   // (shard.state_numel each) come from `memory` (kOptimizer); ok() is false when it is out of
   // memory.
-  GpuAdamW(OptimizerShard shard, float* master, const float* grads, cu::bf16* bf16_copy,
+  GpuAdamW(OptimizerShard shard, float* master, const float* grads, cu::ComputeCopy copy,
            CachingAllocator& memory);
   ~GpuAdamW();
   GpuAdamW(const GpuAdamW&) = delete;

@@ -106,8 +106,7 @@ Status GpuGpt<A>::allocate() {
   if constexpr (std::is_same_v<A, float>) {
     compute_ = master_;
   } else {
-    bf16_copy_ = take<cu::bf16>(n, MC::kWeights);
-    compute_ = bf16_copy_;
+    compute_ = take<A>(n, MC::kWeights);
   }
   residual_ = take<A>(static_cast<size_t>(L_ + 1) * NC, MC::kActivations);
   for (int l = 0; l < L_; l++) {
@@ -166,7 +165,7 @@ template <typename A>
 void GpuGpt<A>::upload(const float* host) {
   // On the Context's stream, so that a failed copy is recorded there like every other op.
   copy_to_device_async(ctx_, master_, host, numel() * sizeof(float));
-  if constexpr (!std::is_same_v<A, float>) cu::convert(ctx_, bf16_copy_, master_, numel());
+  if constexpr (!std::is_same_v<A, float>) cu::convert(ctx_, compute_, master_, numel());
   (void)ctx_.synchronize();  // an error stays recorded in the Context
 }
 
@@ -195,8 +194,9 @@ void GpuGpt<A>::tp_all_reduce(void* data, size_t count, DeviceDType type, Reduce
 template <typename A>
 void GpuGpt<A>::tp_sum_rows(A* data) {
   if (t_ == 1) return;
-  const DeviceDType type =
-      std::is_same_v<A, float> ? DeviceDType::kFloat32 : DeviceDType::kBFloat16;
+  const DeviceDType type = std::is_same_v<A, float>      ? DeviceDType::kFloat32
+                           : std::is_same_v<A, cu::fp16> ? DeviceDType::kFloat16
+                                                         : DeviceDType::kBFloat16;
   tp_all_reduce(data, static_cast<size_t>(N_) * C_, type, ReduceOp::kSum);
 }
 
@@ -364,5 +364,6 @@ void GpuGpt<A>::backward(const int32_t* tokens) {
 
 template class GpuGpt<float>;
 template class GpuGpt<cu::bf16>;
+template class GpuGpt<cu::fp16>;
 
 }  // namespace lattice::gpu

@@ -2,9 +2,9 @@
 // master-parameter arena in the CPU model's ParamLayout(config, shard) order (so
 // initialisation, checkpoints and the parity test line up with GptModel), one fp32 gradient
 // arena (Megatron's main grads, accumulated over micro-batches), and the compute copy of the
-// parameters and every activation in A: float (fp32 and --fp16 runs: the fp16 path keeps fp32
-// kernels plus loss scaling) or bf16 (--bf16). Every buffer comes from the caching allocator
-// under its memory category.
+// parameters and every activation in A: float (fp32), bf16 (--bf16) or fp16 (--fp16, with the
+// loss scaler of grad_scaling.h). Every buffer comes from the caching allocator under its
+// memory category.
 // Tensor parallelism as the CPU model's (gpt_layer.cpp, docs/gpu.md#tensor-parallelism): the
 // rank holds its heads and its slice of the MLP and of the vocabulary; the reductions over the
 // TP group are NCCL all-reduces queued on the Context's stream (all_reduce_on_stream).
@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "device/caching_allocator.h"
@@ -70,9 +71,15 @@ class GpuGpt {
   size_t numel() const { return layout_.total_numel(); }
   float* master() { return master_; }  // (numel) fp32 master parameters
   float* grads() { return grads_; }    // (numel) fp32 gradients
-  // The parameters the kernels read: master() itself for float, a bf16 copy otherwise.
+  // The parameters the kernels read: master() itself for float, a 16-bit copy otherwise.
   A* compute_params() { return compute_; }
-  cu::bf16* bf16_copy() { return bf16_copy_; }  // null for float
+  // The 16-bit copy that AdamW writes (none for float).
+  cu::ComputeCopy compute_copy() {
+    if constexpr (std::is_same_v<A, float>)
+      return {};
+    else
+      return compute_;
+  }
 
   // Host fp32 parameters (numel, layout order) -> master and compute copy. Waits; a failed
   // copy stays recorded in the Context (its synchronize() returns it).
@@ -140,11 +147,10 @@ class GpuGpt {
   int t_, tp_rank_;        // tensor-parallel size and rank
   int Ct_, Ft_, Ht_, Vt_;  // this rank's C/t, F/t, NH/t heads, Vp/t vocabulary rows
 
-  float* master_ = nullptr;        // (numel)
-  float* grads_ = nullptr;         // (numel)
-  cu::bf16* bf16_copy_ = nullptr;  // (numel) bf16 runs only
-  A* compute_ = nullptr;           // master_ or bf16_copy_
-  A* residual_ = nullptr;          // (L+1, N, C): [0] embeddings, [l+1] layer l's output
+  float* master_ = nullptr;  // (numel)
+  float* grads_ = nullptr;   // (numel)
+  A* compute_ = nullptr;     // (numel) master_, or a 16-bit copy of it
+  A* residual_ = nullptr;    // (L+1, N, C): [0] embeddings, [l+1] layer l's output
   std::vector<GpuLayerActs<A>> layers_;
   A* lnf_ = nullptr;             // (N, C)
   float* lnf_mean_ = nullptr;    // (N)

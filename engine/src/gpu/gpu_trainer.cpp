@@ -4,7 +4,7 @@
 // overlapped with backward (grad_reducer.h; with --use-distributed-optimizer a reduce-scatter
 // into the rank's optimizer shard and an all-gather after the step), the loss scaler shared with
 // the CPU trainer (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW step on the
-// fp32 master weights that also writes the bf16 compute copy. Process groups as the CPU trainer's
+// fp32 master weights that also writes the 16-bit compute copy. Process groups as the CPU trainer's
 // (parallel/groups.h): world = TP x DP. Metrics, memory and checkpoints go to the same
 // MetricsSink as a CPU run (same keys in the run store); checkpoints are the CPU engine's
 // (gpu_checkpoint.h), saved when the CPU trainer saves.
@@ -131,7 +131,7 @@ Result<Device> open_device() {
   return d;
 }
 
-// The training loop, templated on the compute type (float: fp32 and --fp16; bf16: --bf16).
+// The training loop, templated on the compute type (float: fp32; bf16: --bf16; fp16: --fp16).
 template <typename A>
 class GpuLoop {
  public:
@@ -218,7 +218,7 @@ Status GpuLoop<A>::setup() {
   model_ = std::move(*model);
   adam_ = std::make_unique<GpuAdamW>(
       optimizer_shard(o_, model_->layout(), groups_.layout.dp, groups_.coord.dp), model_->master(),
-      model_->grads(), model_->bf16_copy(), *dev_.memory);
+      model_->grads(), model_->compute_copy(), *dev_.memory);
   if (!adam_->ok()) return Status::internal("out of device memory for the AdamW moments");
   adam_->zero_state(*dev_.ctx);
   state_ = std::make_unique<LoopState<A>>(*dev_.ctx, *model_, *adam_);
@@ -310,7 +310,8 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
     adam_->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
     steps_++;
     if (reducer_)  // distributed optimizer: every rank's updated shards to every replica
-      if (Status s = reducer_->gather_params(model_->master(), model_->bf16_copy()); !s) return s;
+      if (Status s = reducer_->gather_params(model_->master(), model_->compute_copy()); !s)
+        return s;
   }
   cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
@@ -391,8 +392,9 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << " (TP " << o_.model.tensor_model_parallel_size << ", DP "
     << world_.size() / std::max(1, o_.model.tensor_model_parallel_size)
     << (o_.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << "), "
-    << (std::is_same_v<A, float> ? (o_.fp16 ? "fp32 kernels with fp16 loss scaling" : "fp32")
-                                 : "bf16 with fp32 master weights and grads");
+    << (std::is_same_v<A, float>      ? "fp32"
+        : std::is_same_v<A, cu::fp16> ? "fp16 with fp32 master weights and grads, loss scaling"
+                                      : "bf16 with fp32 master weights and grads");
   start.description = d.str();
   start.parameters = mc_.num_parameters();
   start.peak_gflops = peak / 1e9;
@@ -654,6 +656,8 @@ Result<TrainSummary> train_on_gpu(const TrainOptions& o, const ModelConfig& mc, 
   Result<TrainSummary> r = Status::internal("unreachable");
   if (o.bf16)
     r = GpuLoop<cu::bf16>(o, mc, world, sink, *device).run();
+  else if (o.fp16)
+    r = GpuLoop<cu::fp16>(o, mc, world, sink, *device).run();
   else
     r = GpuLoop<float>(o, mc, world, sink, *device).run();
   return r;

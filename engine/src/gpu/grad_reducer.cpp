@@ -124,7 +124,7 @@ Status GradReducer::finish() {
   return s;
 }
 
-Status GradReducer::gather_params(float* master, kernels::cuda::bf16* bf16_copy) {
+Status GradReducer::gather_params(float* master, kernels::cuda::ComputeCopy copy) {
   if (!shard_) return Status::ok();
   const auto t0 = std::chrono::steady_clock::now();
   // NcclComm's contract: the buffers are ready before a collective (the step ran on ctx).
@@ -142,9 +142,14 @@ Status GradReducer::gather_params(float* master, kernels::cuda::bf16* bf16_copy)
   waited_ += seconds;
   gathered_ += seconds;
   if (!s) return s;
-  // The owners wrote their pieces' bf16 values in the step; the rest come from the gathered
+  // The owners wrote their pieces' 16-bit values in the step; the rest come from the gathered
   // master weights (the same rounding of the same fp32 values).
-  if (bf16_copy) kernels::cuda::convert(ctx_, bf16_copy, master, layout_.total_numel());
+  namespace cu = kernels::cuda;
+  const size_t n = layout_.total_numel();
+  if (copy.type == cu::ComputeCopy::Type::kBf16)
+    cu::convert(ctx_, static_cast<cu::bf16*>(copy.data), master, n);
+  else if (copy.type == cu::ComputeCopy::Type::kFp16)
+    cu::convert(ctx_, static_cast<cu::fp16*>(copy.data), master, n);
   return Status::ok();
 }
 

@@ -49,9 +49,9 @@ class GradReducer {
   Status finish();
   // Distributed optimizer, after finish() and a step queued on ctx: waits for ctx, then
   // all-gathers every bucket's shards of `master` (the arena, on the device) over the
-  // data-parallel group, and queues the refresh of the bf16 compute copy (null for fp32
+  // data-parallel group, and queues the refresh of the 16-bit compute copy (none for fp32
   // compute) from the whole arena on ctx. A no-op without a shard.
-  Status gather_params(float* master, kernels::cuda::bf16* bf16_copy);
+  Status gather_params(float* master, kernels::cuda::ComputeCopy copy);
   // Compute thread blocked in finish() and gather_params(); the latter's share alone.
   double seconds_waiting() const { return waited_; }
   double seconds_gathering() const { return gathered_; }

@@ -375,6 +375,8 @@ Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType ty
       return comm->all_reduce_on(data, count, ncclFloat64, 8, op, stream);
     case DeviceDType::kBFloat16:
       return comm->all_reduce_on(data, count, ncclBfloat16, 2, op, stream);
+    case DeviceDType::kFloat16:
+      return comm->all_reduce_on(data, count, ncclFloat16, 2, op, stream);
   }
   return Status::invalid_argument("all_reduce_on_stream: unknown element type");
 }

@@ -29,9 +29,9 @@ namespace lattice {
 // a failure inside ncclCommInitRank ends the job through bootstrap's abort().
 Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap);
 
-// Element types of all_reduce_on_stream: the device's activations may be bf16, which DType
-// (host buffers) does not name.
-enum class DeviceDType { kFloat32, kFloat64, kBFloat16 };
+// Element types of all_reduce_on_stream: the device's activations may be bf16 or fp16, which
+// DType (host buffers) does not name.
+enum class DeviceDType { kFloat32, kFloat64, kBFloat16, kFloat16 };
 
 // Queues an in-place all-reduce of data (count elements, a device pointer) over `nccl`, a
 // communicator that make_nccl_comm made, on `stream` (a cudaStream_t) instead of the

@@ -3,12 +3,13 @@
 // gradients are ACCUMULATED (+=), activation gradients WRITTEN (=) except layernorm's dinp
 // (+=, the residual stream). Every op is checked against its CPU op by tests/cuda/.
 // No CUDA header is needed to include this file (CPU code includes it): a stream is the
-// opaque CUstream_st* that cudaStream_t names, bf16 is a 16-bit storage type.
+// opaque CUstream_st* that cudaStream_t names, bf16 and fp16 are 16-bit storage types.
 //
-// Precision: the float ops compute in fp32 (no TF32). The bf16 ops read and write bf16
-// activations and compute in fp32; parameter gradients of bf16 ops are fp32 (Megatron's
-// fp32 main grads). Non-goals here: fp16 ops (the fp16 path keeps fp32 kernels plus loss
-// scaling for now), attention_kv_forward (inference), head sizes other than 64 and 128.
+// Precision: the float ops compute in fp32 (no TF32). The bf16 and fp16 ops read and write
+// 16-bit activations and compute in fp32; parameter gradients of 16-bit ops are fp32
+// (Megatron's fp32 main grads). Every bf16 op has an fp16 twin (one template in the .cu
+// file). Non-goals here: attention_kv_forward (inference), head sizes other than 64 and 128,
+// 16-bit cross-entropy logits.
 //
 // Errors: ops are asynchronous on the Context's stream and return nothing. A failed launch,
 // a cuBLASLt error or a violated precondition (unsupported head size) is recorded in the
@@ -48,6 +49,49 @@ inline float from_bf16(bf16 x) {
   return f;
 }
 
+// IEEE binary16 storage, bit-identical to __half: 10-bit mantissa (finer than bf16's 7), but
+// the range ends at 65504 (the reason for loss scaling) and below 2^-14 it is subnormal.
+struct fp16 {
+  uint16_t bits;
+};
+// Host conversions, as __float2half_rn / __half2float: round to nearest even, subnormals
+// kept, overflow to inf (from 65520 up: the tie above 65504 rounds to even, i.e. away),
+// NaN stays NaN.
+inline fp16 to_fp16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return fp16{static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
+  if (u >= 0x477ff000u) return fp16{static_cast<uint16_t>(sign | 0x7c00u)};  // >= 65520: inf
+  if (u >= 0x38800000u) {  // >= 2^-14: normal; rebias the exponent (127 -> 15), round 13 bits
+    u -= 112u << 23;
+    u += 0xfffu + ((u >> 13) & 1u);
+    return fp16{static_cast<uint16_t>(sign | (u >> 13))};
+  }
+  const int e = static_cast<int>(u >> 23);  // subnormal result: a multiple of 2^-24
+  if (e < 102) return fp16{sign};           // below 2^-25 (the tie at 2^-25 rounds to 0)
+  const uint32_t mant = (u & 0x7fffffu) | 0x800000u;
+  const int shift = 126 - e;  // 14..24
+  uint32_t m = mant >> shift;
+  const uint32_t rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (m & 1u))) m++;  // may carry into the smallest normal
+  return fp16{static_cast<uint16_t>(sign | m)};
+}
+inline float from_fp16(fp16 x) {
+  const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16;
+  const uint32_t exp = (x.bits >> 10) & 0x1fu, mant = x.bits & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
+    const float f = static_cast<float>(mant) * 0x1p-24f;
+    return sign ? -f : f;
+  }
+  const uint32_t u = sign | (exp == 0x1f ? 0x7f800000u | (mant << 13)  // inf, NaN
+                                         : ((exp + 112u) << 23) | (mant << 13));
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 // ---- runtime -----------------------------------------------------------------------------
 // Devices this process can use; 0 when there is no driver, no device or no permission
 // (never throws, never aborts).
@@ -62,7 +106,8 @@ void* device_malloc(size_t bytes);  // nullptr when out of memory
 void device_free(void* ptr);
 void copy_to_device(void* dst, const void* host_src, size_t bytes);
 void copy_to_host(void* host_dst, const void* src, size_t bytes);
-// Fills bytes with 0xff: every float, double and bf16 element reads as NaN (test poisoning).
+// Fills bytes with 0xff: every float, double, bf16 and fp16 element reads as NaN (test
+// poisoning).
 void fill_nan(void* ptr, size_t bytes);
 // (free, total) bytes of the current device.
 void memory_info(size_t* free_bytes, size_t* total_bytes);
@@ -118,15 +163,20 @@ void matmul_forward(Context& ctx, float* out, float* pre_gelu, const float* inp,
                     const float* weight, const float* bias, int N, int C, int OC, bool gelu);
 void matmul_forward(Context& ctx, bf16* out, bf16* pre_gelu, const bf16* inp, const bf16* weight,
                     const bf16* bias, int N, int C, int OC, bool gelu);
+void matmul_forward(Context& ctx, fp16* out, fp16* pre_gelu, const fp16* inp, const fp16* weight,
+                    const fp16* bias, int N, int C, int OC, bool gelu);
 // dinp (N, C) = dout (N, OC) @ weight (OC, C)      (skipped when dinp is null)
 // dweight (OC, C) += dout^T @ inp;  dbias (OC) += column sums of dout (each skipped when null)
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC);
 void matmul_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                      const bf16* inp, const bf16* weight, int N, int C, int OC);
+void matmul_backward(Context& ctx, fp16* dinp, float* dweight, float* dbias, const fp16* dout,
+                     const fp16* inp, const fp16* weight, int N, int C, int OC);
 // out (N, OC) += bias (OC) on every row.
 void add_bias(Context& ctx, float* out, const float* bias, int N, int OC);
 void add_bias(Context& ctx, bf16* out, const bf16* bias, int N, int OC);
+void add_bias(Context& ctx, fp16* out, const fp16* bias, int N, int OC);
 
 // ---- layernorm.cu ---------------------------------------------------------------------------
 // out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) fp32 are saved.
@@ -134,6 +184,8 @@ void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const
                        const float* weight, const float* bias, int N, int C);
 void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
                        const bf16* weight, const bf16* bias, int N, int C);
+void layernorm_forward(Context& ctx, fp16* out, float* mean, float* rstd, const fp16* inp,
+                       const fp16* weight, const fp16* bias, int N, int C);
 // Fused residual add + LayerNorm: residual_out (N, C) = residual (N, C) + x (N, C), then
 // out = layernorm(residual_out). residual_out may alias residual.
 void residual_layernorm_forward(Context& ctx, float* residual_out, float* out, float* mean,
@@ -142,6 +194,9 @@ void residual_layernorm_forward(Context& ctx, float* residual_out, float* out, f
 void residual_layernorm_forward(Context& ctx, bf16* residual_out, bf16* out, float* mean,
                                 float* rstd, const bf16* residual, const bf16* x,
                                 const bf16* weight, const bf16* bias, int N, int C);
+void residual_layernorm_forward(Context& ctx, fp16* residual_out, fp16* out, float* mean,
+                                float* rstd, const fp16* residual, const fp16* x,
+                                const fp16* weight, const fp16* bias, int N, int C);
 // dinp (N, C) += ... (the residual stream's gradient: the residual add's backward is this
 // accumulation), dweight (C) += ..., dbias (C) += ...
 void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
@@ -150,13 +205,18 @@ void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias,
 void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                         const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
                         int N, int C);
+void layernorm_backward(Context& ctx, fp16* dinp, float* dweight, float* dbias, const fp16* dout,
+                        const fp16* inp, const fp16* weight, const float* mean, const float* rstd,
+                        int N, int C);
 
 // ---- gelu.cu --------------------------------------------------------------------------------
 // out (n) = gelu(inp) (tanh form); out may alias inp. dinp (n) = dout * gelu'(inp), may alias.
 void gelu_forward(Context& ctx, float* out, const float* inp, size_t n);
 void gelu_forward(Context& ctx, bf16* out, const bf16* inp, size_t n);
+void gelu_forward(Context& ctx, fp16* out, const fp16* inp, size_t n);
 void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dout, size_t n);
 void gelu_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, size_t n);
+void gelu_backward(Context& ctx, fp16* dinp, const fp16* inp, const fp16* dout, size_t n);
 
 // ---- embedding.cu ---------------------------------------------------------------------------
 // out (B, T, C) = wte[tokens] + wpe[t]; vocabulary-parallel rows as kernels.h; wpe may be null.
@@ -165,6 +225,9 @@ void embedding_forward(Context& ctx, float* out, const int32_t* tokens, const fl
                        int vocab_end = 1 << 30);
 void embedding_forward(Context& ctx, bf16* out, const int32_t* tokens, const bf16* wte,
                        const bf16* wpe, int B, int T, int C, int vocab_begin = 0,
+                       int vocab_end = 1 << 30);
+void embedding_forward(Context& ctx, fp16* out, const int32_t* tokens, const fp16* wte,
+                       const fp16* wpe, int B, int T, int C, int vocab_begin = 0,
                        int vocab_end = 1 << 30);
 // out (B, T, C) += wpe[t]
 void position_embedding_forward(Context& ctx, float* out, const float* wpe, int B, int T, int C);
@@ -176,17 +239,25 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const float* dou
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
                         const int32_t* tokens, int B, int T, int C, int vocab_begin = 0,
                         int vocab_end = 1 << 30);
+void embedding_backward(Context& ctx, float* dwte, float* dwpe, const fp16* dout,
+                        const int32_t* tokens, int B, int T, int C, int vocab_begin = 0,
+                        int vocab_end = 1 << 30);
 
 // ---- residual.cu ----------------------------------------------------------------------------
 // kernels.h's residual_dropout_forward / dropout_backward with the same counter-based mask;
-// out may alias residual or x, dx may alias dout. bf16: fp32 arithmetic, rounded on store.
+// out may alias residual or x, dx may alias dout. bf16, fp16: fp32 arithmetic, rounded on
+// store.
 void residual_dropout_forward(Context& ctx, float* out, const float* residual, const float* x,
                               size_t n, float p, uint64_t key, size_t index_offset = 0);
 void residual_dropout_forward(Context& ctx, bf16* out, const bf16* residual, const bf16* x,
                               size_t n, float p, uint64_t key, size_t index_offset = 0);
+void residual_dropout_forward(Context& ctx, fp16* out, const fp16* residual, const fp16* x,
+                              size_t n, float p, uint64_t key, size_t index_offset = 0);
 void dropout_backward(Context& ctx, float* dx, const float* dout, size_t n, float p, uint64_t key,
                       size_t index_offset = 0);
 void dropout_backward(Context& ctx, bf16* dx, const bf16* dout, size_t n, float p, uint64_t key,
+                      size_t index_offset = 0);
+void dropout_backward(Context& ctx, fp16* dx, const fp16* dout, size_t n, float p, uint64_t key,
                       size_t index_offset = 0);
 
 // ---- attention.cu (flash-style: online softmax over key tiles in shared memory) -------------
@@ -201,6 +272,9 @@ void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, i
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
                        int total_heads = 0);
+void attention_forward(Context& ctx, fp16* out, float* lse, const fp16* qkv, int B, int T, int C,
+                       int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
+                       int total_heads = 0);
 // dqkv (B, T, 3C) = gradient of qkv given dout (B, T, C), the forward's out and lse.
 // workspace: attention_workspace_floats(B, T, NH) floats.
 size_t attention_workspace_floats(int B, int T, int NH);
@@ -210,6 +284,10 @@ void attention_backward(Context& ctx, float* dqkv, const float* dout, const floa
                         int total_heads = 0);
 void attention_backward(Context& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
                         const bf16* out, const float* lse, float* workspace, int B, int T, int C,
+                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
+                        int total_heads = 0);
+void attention_backward(Context& ctx, fp16* dqkv, const fp16* dout, const fp16* qkv,
+                        const fp16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
                         int total_heads = 0);
 
@@ -229,15 +307,32 @@ void cross_entropy_shard_finish(Context& ctx, float* losses, float* dlogits, con
                                 int N, int V, float grad_scale);
 
 // ---- adamw.cu (multi-tensor AdamW, global norm, scaling) -------------------------------------
+// The 16-bit compute copy of fp32 parameters that AdamW writes after its update: a bf16 or an
+// fp16 array, or none (default; fp32 compute reads the master weights themselves).
+struct ComputeCopy {
+  enum class Type : uint8_t { kNone, kBf16, kFp16 };
+  ComputeCopy() = default;
+  ComputeCopy(bf16* p) : data(p), type(p ? Type::kBf16 : Type::kNone) {}  // NOLINT: implicit
+  ComputeCopy(fp16* p) : data(p), type(p ? Type::kFp16 : Type::kNone) {}  // NOLINT: implicit
+  // The copy of the elements from `offset` on (none stays none).
+  ComputeCopy at(size_t offset) const {
+    ComputeCopy c = *this;
+    if (data) c.data = static_cast<char*>(data) + 2 * offset;  // both types are 2 bytes
+    return c;
+  }
+  void* data = nullptr;
+  Type type = Type::kNone;
+};
+
 // One parameter tensor of a multi-tensor step: fp32 master param, grad and moments (n each);
-// param_bf16 (n), when set, receives the updated parameter rounded to bf16 (the compute copy).
-// decay false: no weight decay (biases and norms, as Megatron).
+// param_copy (n), when set, receives the updated parameter rounded to its type (the compute
+// copy). decay false: no weight decay (biases and norms, as Megatron).
 struct AdamWTensor {
   float* param = nullptr;
   const float* grad = nullptr;
   float* m = nullptr;
   float* v = nullptr;
-  bf16* param_bf16 = nullptr;
+  ComputeCopy param_copy;
   size_t n = 0;
   bool decay = true;
 };
@@ -255,8 +350,10 @@ double sum_squares(Context& ctx, const float* x, size_t n);
 void scale(Context& ctx, float* x, size_t n, float s);
 
 // ---- convert.cu -----------------------------------------------------------------------------
-// dst (n) = src rounded to bf16 / widened to fp32.
+// dst (n) = src rounded to bf16 or fp16 / widened to fp32.
 void convert(Context& ctx, bf16* dst, const float* src, size_t n);
+void convert(Context& ctx, fp16* dst, const float* src, size_t n);
 void convert(Context& ctx, float* dst, const bf16* src, size_t n);
+void convert(Context& ctx, float* dst, const fp16* src, size_t n);
 
 }  // namespace lattice::kernels::cuda
