@@ -54,16 +54,23 @@ using JobTokens = std::function<void(size_t index, int32_t token, float logprob)
 struct Job {
   std::vector<GenerationRequest> requests;
   JobTokens on_token;  // empty unless the call streams
+  // Set by the HTTP thread when a streaming client has gone: the job's unfinished sequences
+  // are cancelled at the next decoding step (null: the call does not stream).
+  std::shared_ptr<std::atomic<bool>> client_left;
+  std::string id;  // the completion's id, for the log line of a cancelled stream
   std::promise<Result<std::vector<GenerationResult>>> done;
 };
 
 class JobQueue {
  public:
-  std::future<Result<std::vector<GenerationResult>>> push(std::vector<GenerationRequest> r,
-                                                          JobTokens on_token = {}) {
+  std::future<Result<std::vector<GenerationResult>>> push(
+      std::vector<GenerationRequest> r, JobTokens on_token = {},
+      std::shared_ptr<std::atomic<bool>> client_left = {}, std::string id = {}) {
     auto job = std::make_shared<Job>();
     job->requests = std::move(r);
     job->on_token = std::move(on_token);
+    job->client_left = std::move(client_left);
+    job->id = std::move(id);
     auto f = job->done.get_future();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -138,27 +145,34 @@ class EventChannel {
   std::string events_;
 };
 
-// Answers a stream=true call: events while the worker generates, then each choice's end.
+// Answers a stream=true call: events while the worker generates, then each choice's end. A
+// client that leaves (its connection is no longer writable, or a write fails) has its
+// unfinished sequences cancelled, so the batch does not go on generating for nobody.
 void stream_reply(httplib::Response& res, JobQueue& queue, const ApiCall& call,
-                  std::shared_ptr<EventChannel> channel) {
+                  std::shared_ptr<EventChannel> channel, const std::string& id) {
+  auto left = std::make_shared<std::atomic<bool>>(false);
   auto results = std::make_shared<std::shared_future<Result<std::vector<GenerationResult>>>>(
       queue
-          .push(call.requests,
-                [channel](size_t i, int32_t token, float lp) { channel->token(i, token, lp); })
+          .push(
+              call.requests,
+              [channel](size_t i, int32_t token, float lp) { channel->token(i, token, lp); }, left,
+              id)
           .share());
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", [channel, results](size_t, httplib::DataSink& sink) {
+      "text/event-stream", [channel, results, left](size_t, httplib::DataSink& sink) {
         // Ready first: every event was posted before the results were set.
-        const bool ready =
-            results->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+        const bool ready = results->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
         const std::string events = channel->take(std::chrono::milliseconds(ready ? 0 : 100));
-        if (!events.empty() && !sink.write(events.data(), events.size()))
-          return false;  // the client left; the batch still finishes
+        if ((sink.is_writable && !sink.is_writable()) ||
+            (!events.empty() && !sink.write(events.data(), events.size()))) {
+          left->store(true);
+          return false;
+        }
         if (!ready) return true;
         const Result<std::vector<GenerationResult>>& r = results->get();
-        const std::string end = r ? channel->stream().finish(r.value())
-                                  : CompletionStream::error(r.status().message());
+        const std::string end =
+            r ? channel->stream().finish(r.value()) : CompletionStream::error(r.status().message());
         if (!sink.write(end.data(), end.size())) return false;
         sink.done();
         return true;
@@ -181,14 +195,38 @@ void serve_batches(Comm& comm, Generator& gen, JobQueue& queue, size_t max_promp
     }
     if (comm.size() > 1)
       if (Status s = broadcast_requests(comm, batch, 0); !s) comm.abort(s.message(), 1);
+    auto job_of = [&](int index) {
+      const size_t i = static_cast<size_t>(index);
+      return static_cast<size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin() -
+                                 1);
+    };
     Generator::OnToken on_token;
-    if (streaming)
+    Generator::Cancel cancel;
+    if (streaming) {
       on_token = [&](int index, int32_t token, float logprob) {
-        const size_t i = static_cast<size_t>(index);
-        const size_t j = std::upper_bound(first.begin(), first.end(), i) - first.begin() - 1;
-        if (jobs[j]->on_token) jobs[j]->on_token(i - first[j], token, logprob);
+        const size_t j = job_of(index);
+        if (jobs[j]->on_token) jobs[j]->on_token(index - first[j], token, logprob);
       };
-    Result<std::vector<GenerationResult>> results = gen.generate(batch, on_token);
+      cancel = [&](int index) {
+        const Job& job = *jobs[job_of(index)];
+        return job.client_left && job.client_left->load();
+      };
+    }
+    Result<std::vector<GenerationResult>> results = gen.generate(batch, on_token, cancel);
+    if (results)
+      for (size_t j = 0; j < jobs.size(); j++) {
+        int ended = 0, tokens = 0;
+        for (size_t i = first[j]; i < first[j] + jobs[j]->requests.size(); i++)
+          if ((*results)[i].finish == FinishReason::kCancelled) {
+            ended++;
+            tokens += static_cast<int>((*results)[i].tokens.size());
+          }
+        if (ended > 0) {
+          std::printf("%s: the client left; %d sequence(s) cancelled after %d token(s)\n",
+                      jobs[j]->id.c_str(), ended, tokens);
+          std::fflush(stdout);
+        }
+      }
     size_t at = 0;
     for (const auto& j : jobs) {
       if (!results) {
@@ -289,9 +327,9 @@ int serve_command(const std::vector<std::string>& args) {
                                 .count();
     const std::string id = "cmpl-" + std::to_string(++counter);
     if (call.stream)
-      return stream_reply(res, queue, call,
-                          std::make_shared<EventChannel>(
-                              CompletionStream(call, tok, gen.eod(), id, created)));
+      return stream_reply(
+          res, queue, call,
+          std::make_shared<EventChannel>(CompletionStream(call, tok, gen.eod(), id, created)), id);
     Result<std::vector<GenerationResult>> r = queue.push(call.requests).get();
     if (!r) return reply(res, 400, openai_error(r.status().message()));
     reply(res, 200, completions_response(call, *r, tok, id, created));

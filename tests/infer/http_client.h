@@ -15,4 +15,8 @@ struct HttpAnswer {
 HttpAnswer http_call(int port, const std::string& method, const std::string& path,
                      const std::string& body);
 
+// POSTs body and reads the answer only until its first piece of body arrives, then closes the
+// connection (a streaming client that leaves); returns that piece ("" when none came).
+std::string http_post_and_leave(int port, const std::string& path, const std::string& body);
+
 }  // namespace lattice::testing

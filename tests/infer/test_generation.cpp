@@ -2,7 +2,8 @@
 // std so that the next token is clear-cut): decoding with the key/value cache is the training
 // forward recomputed over the whole sequence at every step; sampling is a function of the
 // seed alone; top-k 1 and a tiny top-p are greedy; batching prompts of different lengths
-// changes nothing; EOD and stop strings end a sequence where they appear.
+// changes nothing; EOD and stop strings end a sequence where they appear; a cancelled sequence
+// ends where it was cancelled and its neighbours do not notice.
 #include <QTest>
 
 #include <cmath>
@@ -198,6 +199,35 @@ class Generation : public QObject {
     }
     QCOMPARE((*together)[3].tokens.size(), size_t{0});
     QCOMPARE((*together)[1].prompt_logprobs.size(), batch[1].prompt.size() - 1);
+  }
+
+  // Cancelling one sequence of a batch ends only that one, at the step asked, and leaves the
+  // others as they would be alone; a sequence cancelled before its group starts gets nothing.
+  void cancel_ends_one_sequence_and_leaves_the_others() {
+    std::unique_ptr<Generator> gen = Generator::random(test_config(), kSeed, nullptr, 2);
+    std::vector<GenerationRequest> batch = {request({5, 6}, 12), request({1, 2, 3}, 12),
+                                            request({40, 41}, 10, {0.8f, 5, 0.0f, 11}),
+                                            request({9}, 8)};  // two groups of 2
+    std::vector<int> seen(batch.size(), 0);
+    std::vector<int> asked(batch.size(), 0);
+    auto cancel = [&](int index) {
+      asked[index]++;
+      return (index == 1 && seen[1] >= 4) || index == 3;
+    };
+    auto out = gen->generate(
+        batch, [&](int index, int32_t, float) { seen[index]++; }, cancel);
+    QVERIFY2(out.is_ok(), qPrintable(QString::fromStdString(out.status().message())));
+    QCOMPARE((*out)[1].finish, FinishReason::kCancelled);
+    QCOMPARE(int((*out)[1].tokens.size()), 4);
+    QCOMPARE((*out)[3].finish, FinishReason::kCancelled);
+    QCOMPARE(int((*out)[3].tokens.size()), 0);
+    QCOMPARE(seen[3], 0);
+    for (size_t i : {size_t{0}, size_t{2}}) {
+      QCOMPARE((*out)[i].finish, FinishReason::kLength);
+      QVERIFY2(ids(generate_one(*gen, batch[i])) == ids((*out)[i].tokens),
+               qPrintable(QString("sequence %1 changed by its neighbour's cancel").arg(i)));
+    }
+    QVERIFY2(asked[0] > 0 && asked[2] > 0, "every live sequence is asked");
   }
 
   void stops_at_eod_and_at_a_stop_string() {

@@ -1,7 +1,8 @@
 // `lattice serve` over loopback HTTP: both APIs answer with the documented shapes; OpenAI's
 // stream=true adds up to the plain answer; every bad request gets a 400 (404 for an unknown
 // route) with a JSON message and the server keeps serving; concurrent requests are batched
-// without changing any answer; SIGTERM stops it.
+// without changing any answer; a streaming client that leaves has its sequences cancelled;
+// SIGTERM stops it.
 #include <QtTest/QtTest>
 
 #include <QProcess>
@@ -125,8 +126,8 @@ class Serve : public QObject {
   // The pieces a client is shown: never a tail that may still become a stop string, never
   // half of a UTF-8 character, and together exactly the final text.
   void text_stream_holds_back_partial_stops_and_characters() {
-    const std::vector<std::string> pieces = {"Hello", " wo", "rld", " \xC3", "\xA9t\xC3\xA9", " E",
-                                             "N", "D!"};
+    const std::vector<std::string> pieces = {"Hello",         " wo", "rld", " \xC3",
+                                             "\xA9t\xC3\xA9", " E",  "N",   "D!"};
     auto text_of = [&](const std::vector<int32_t>& ids) {
       std::string t;
       for (int32_t id : ids) t += pieces[static_cast<size_t>(id)];
@@ -135,8 +136,8 @@ class Serve : public QObject {
     lattice::cli::TextStream s(text_of, {" END"});
     std::vector<std::string> shown;
     for (int32_t id = 0; id < int32_t(pieces.size()); id++) shown.push_back(s.push(id));
-    const std::vector<std::string> want = {"Hello", " wo", "rld", " ", "\xC3\xA9t\xC3\xA9", "",
-                                           "", ""};
+    const std::vector<std::string> want = {"Hello", " wo", "rld", " ", "\xC3\xA9t\xC3\xA9",
+                                           "",      "",    ""};
     for (size_t i = 0; i < want.size(); i++)
       QVERIFY2(shown[i] == want[i], qPrintable(QString("piece %1: '%2', want '%3'")
                                                    .arg(i)
@@ -159,16 +160,14 @@ class Serve : public QObject {
   void openai_stream_adds_up_to_the_plain_answer() {
     const std::vector<json> bodies = {
         {{"prompt", {"1 2 3", "4", "5 6"}}, {"max_tokens", 6}, {"temperature", 0}},
-        {{"prompt", "7 8"}, {"max_tokens", 8}, {"temperature", 0.9}, {"seed", 11},
-         {"logprobs", 0}},
+        {{"prompt", "7 8"}, {"max_tokens", 8}, {"temperature", 0.9}, {"seed", 11}, {"logprobs", 0}},
         {{"prompt", "1 2 3"}, {"max_tokens", 8}, {"temperature", 0}, {"stop", " 3"}},
     };
     for (const json& body : bodies) {
       json streamed = body;
       streamed["stream"] = true;
-      auto plain_call = std::async(std::launch::async, [&] {
-        return call("POST", "/v1/completions", body.dump());
-      });
+      auto plain_call = std::async(std::launch::async,
+                                   [&] { return call("POST", "/v1/completions", body.dump()); });
       auto s = call("POST", "/v1/completions", streamed.dump());
       auto p = plain_call.get();
       QVERIFY(s && p);
@@ -294,6 +293,72 @@ class Serve : public QObject {
       QCOMPARE(status, 200);
       QCOMPARE(QString::fromStdString(body), QString::fromStdString(alone[i]));
     }
+  }
+
+  // A streaming client that leaves: its sequences are cancelled within a few decoding steps
+  // instead of generating max_tokens for nobody, the server's log says so, and it goes on
+  // serving. A second server, on a model with a 4096-token context: 16 greedy copies of a
+  // prompt that never meets EOD on this model, 4000 tokens each (several seconds of work).
+  void a_streaming_client_that_leaves_is_cancelled() {
+    const QString ckpt = dir_.filePath("long");
+    const lattice::testing::Run trained =
+        lattice::testing::run_process(LATTICE_CLI_PATH, {"train",
+                                                         "--mock-data",
+                                                         "--num-layers",
+                                                         "2",
+                                                         "--hidden-size",
+                                                         "64",
+                                                         "--num-attention-heads",
+                                                         "4",
+                                                         "--seq-length",
+                                                         "32",
+                                                         "--max-position-embeddings",
+                                                         "4096",
+                                                         "--vocab-size",
+                                                         "300",
+                                                         "--micro-batch-size",
+                                                         "2",
+                                                         "--train-iters",
+                                                         "2",
+                                                         "--eval-iters",
+                                                         "0",
+                                                         "--save",
+                                                         ckpt,
+                                                         "--db",
+                                                         dir_.filePath("long.sqlite")});
+    QVERIFY2(trained.exit_code == 0, qPrintable(trained.err));
+    QProcess server;
+    server.start(LATTICE_CLI_PATH, {"serve", "--load", ckpt, "--port", "0"});
+    QVERIFY(server.waitForReadyRead(60000));
+    const QRegularExpressionMatch m = QRegularExpression("http://127\\.0\\.0\\.1:(\\d+)")
+                                          .match(QString::fromUtf8(server.readLine()));
+    QVERIFY(m.hasMatch());
+    const int port = m.captured(1).toInt();
+    const json body = {{"prompt", std::vector<std::string>(16, "1 2")},
+                       {"max_tokens", 4000},
+                       {"temperature", 0},
+                       {"stream", true}};
+    const std::string first =
+        lattice::testing::http_post_and_leave(port, "/v1/completions", body.dump());
+    QVERIFY2(first.rfind("data: ", 0) == 0, first.c_str());
+    QString log;
+    QRegularExpressionMatch cancelled;
+    const QRegularExpression line(
+        "cmpl-1: the client left; (\\d+) sequence\\(s\\) cancelled after (\\d+) token");
+    for (int waited = 0; waited < 60000 && !cancelled.hasMatch(); waited += 100) {
+      server.waitForReadyRead(100);
+      log += QString::fromUtf8(server.readAllStandardOutput());
+      cancelled = line.match(log);
+    }
+    QVERIFY2(cancelled.hasMatch(), qPrintable("no cancellation in the server's log: " + log));
+    QCOMPARE(cancelled.captured(1).toInt(), 16);
+    QVERIFY2(cancelled.captured(2).toInt() < 16 * 4000, qPrintable(cancelled.captured(0)));
+    const lattice::testing::HttpAnswer after = lattice::testing::http_call(
+        port, "POST", "/v1/completions", R"({"prompt": "1 2", "max_tokens": 3})");
+    QCOMPARE(after.status, 200);
+    server.terminate();
+    QVERIFY(server.waitForFinished(30000));
+    QCOMPARE(server.exitCode(), 0);
   }
 
   void cleanupTestCase() {

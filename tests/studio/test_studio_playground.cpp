@@ -301,7 +301,7 @@ class TestStudioPlayground : public QObject {
     QCOMPARE(window.playgroundView()->loadedCheckpoint(), ckpt());
   }
 
-  // The engine's cancel flag: raised after the third token, the sequence ends there.
+  // The engine's cancel callback: true after the third token, the sequence ends there.
   void generator_cancel_flag_ends_a_sequence() {
     ModelConfig c = testing::tiny_config(2, 64, 4, 64, 200);
     std::unique_ptr<Generator> gen = Generator::random(c, 7, nullptr);
@@ -310,16 +310,17 @@ class TestStudioPlayground : public QObject {
     r.tokens_to_generate = 40;
     r.sampling.temperature = 0.0f;
     r.stop_at_eod = false;
-    std::atomic<bool> cancel{false};
+    bool cancel = false;
     int seen = 0;
+    auto stop = [&cancel](int) { return cancel; };
     auto out = gen->generate(
-        {r}, [&](int, int32_t, float) { cancel = ++seen == 3; }, &cancel);
+        {r}, [&](int, int32_t, float) { cancel = ++seen == 3; }, stop);
     QVERIFY(out.is_ok());
     QCOMPARE(int((*out)[0].tokens.size()), 3);
     QCOMPARE((*out)[0].finish, FinishReason::kCancelled);
     QCOMPARE(QString(finish_reason_name(FinishReason::kCancelled)), QStringLiteral("cancelled"));
     cancel = false;  // lowered, the same request runs to its length
-    out = gen->generate({r}, {}, &cancel);
+    out = gen->generate({r}, {}, stop);
     QCOMPARE(int((*out)[0].tokens.size()), 40);
     QCOMPARE((*out)[0].finish, FinishReason::kLength);
   }

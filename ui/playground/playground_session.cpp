@@ -158,7 +158,8 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
       }
       emit tokenGenerated(number, text(piece), id, logprob, ms);
     };
-    Result<std::vector<GenerationResult>> out = gen.generate({r}, onToken, cancel.get());
+    Result<std::vector<GenerationResult>> out =
+        gen.generate({r}, onToken, [&cancel](int) { return cancel->load(); });
     if (!out) {
       emit generationFailed(number, text(out.status().message()));
       return;

@@ -45,7 +45,7 @@ struct GenerationRequest {
   bool prompt_logprobs = false;   // also the log-probability of prompt tokens 1..n-1
 };
 
-// kCancelled: generate()'s cancel flag was raised before the sequence ended otherwise.
+// kCancelled: generate()'s cancel callback ended the sequence before it ended otherwise.
 enum class FinishReason { kLength, kEod, kStop, kCancelled };
 const char* finish_reason_name(FinishReason reason);  // "length", "eod", "stop", "cancelled"
 
@@ -93,13 +93,18 @@ class Generator {
   Status check(const GenerationRequest& request) const;
   // Called for each new token of sequence `index` as soon as it is chosen (streaming).
   using OnToken = std::function<void(int index, int32_t token, float logprob)>;
+  // Whether sequence `index` should end now (a caller's stop button, a client that left).
+  using Cancel = std::function<bool(int index)>;
   // Generates every request (in groups of max_batch_size). Collective under TP.
-  // `cancel` (may be raised from any thread): once true, every unfinished sequence ends before
-  // its next decoding step with FinishReason::kCancelled and the tokens it has; requests not
-  // started get none. One process only: under TP the ranks could see it at different steps.
+  // `cancel` is asked before each decoding step for every unfinished sequence, and before each
+  // group for the requests in it: a sequence it ends finishes with FinishReason::kCancelled
+  // and the tokens it has (none when it had not started); the others go on. Under TP only
+  // tensor-parallel rank 0 asks and broadcasts the answers (one small broadcast per step, on
+  // every TP rank whether or not it passes a cancel), so every rank ends the same sequences
+  // at the same step.
   Result<std::vector<GenerationResult>> generate(const std::vector<GenerationRequest>& requests,
                                                  const OnToken& on_token = {},
-                                                 const std::atomic<bool>* cancel = nullptr);
+                                                 const Cancel& cancel = {});
 
   // The model behind the generator (its weights and forward), for tests and benchmarks.
   InferenceModel& model() { return *model_; }
@@ -108,7 +113,10 @@ class Generator {
   Generator(std::unique_ptr<InferenceModel> model, int max_batch, int max_rows);
   Status generate_group(const std::vector<GenerationRequest>& requests, size_t first, size_t count,
                         std::vector<GenerationResult>& results, const OnToken& on_token,
-                        const std::atomic<bool>* cancel);
+                        const Cancel& cancel);
+  // Which of `indices` `cancel` ends now (1 each), asked on TP rank 0 and broadcast to the
+  // others. Collective under TP.
+  Result<std::vector<uint8_t>> ask_cancel(const Cancel& cancel, const std::vector<int>& indices);
 
   std::unique_ptr<InferenceModel> model_;
   const Tokenizer* tokenizer_ = nullptr;

@@ -211,9 +211,19 @@ Status Generator::check(const GenerationRequest& r) const {
   return Status::ok();
 }
 
+Result<std::vector<uint8_t>> Generator::ask_cancel(const Cancel& cancel,
+                                                   const std::vector<int>& indices) {
+  std::vector<uint8_t> ended(indices.size(), 0);
+  Comm* tp = model_->tp();
+  if (cancel && (!tp || tp->rank() == 0))
+    for (size_t i = 0; i < indices.size(); i++) ended[i] = cancel(indices[i]) ? 1 : 0;
+  if (tp && tp->size() > 1 && !ended.empty())
+    if (Status s = tp->broadcast(ended.data(), ended.size(), DType::kUInt8, 0); !s) return s;
+  return ended;
+}
+
 Result<std::vector<GenerationResult>> Generator::generate(
-    const std::vector<GenerationRequest>& requests, const OnToken& on_token,
-    const std::atomic<bool>* cancel) {
+    const std::vector<GenerationRequest>& requests, const OnToken& on_token, const Cancel& cancel) {
   for (size_t i = 0; i < requests.size(); i++)
     if (Status s = check(requests[i]); !s)
       return Status::invalid_argument(
@@ -222,10 +232,6 @@ Result<std::vector<GenerationResult>> Generator::generate(
   std::vector<GenerationResult> results(requests.size());
   for (size_t first = 0; first < requests.size(); first += max_batch_) {
     const size_t count = std::min(requests.size() - first, static_cast<size_t>(max_batch_));
-    if (cancel && cancel->load()) {
-      for (size_t i = first; i < requests.size(); i++) results[i].finish = FinishReason::kCancelled;
-      break;
-    }
     if (Status s = generate_group(requests, first, count, results, on_token, cancel); !s) return s;
   }
   return results;
@@ -233,7 +239,7 @@ Result<std::vector<GenerationResult>> Generator::generate(
 
 Status Generator::generate_group(const std::vector<GenerationRequest>& requests, size_t first,
                                  size_t count, std::vector<GenerationResult>& results,
-                                 const OnToken& on_token, const std::atomic<bool>* cancel) {
+                                 const OnToken& on_token, const Cancel& cancel) {
   InferenceModel& model = *model_;
   model.reserve(static_cast<int>(count), max_rows_);
   const int V = config().vocab_size, T = context_length();
@@ -248,6 +254,20 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     if (requests[first + s].prompt_logprobs)
       res.prompt_logprobs.assign(requests[first + s].prompt.size() - 1, 0.0f);
     if (requests[first + s].tokens_to_generate == 0) live[s].done = true;
+  }
+  // Sequence s ends now, cancelled, if it has not ended.
+  auto cancelled = [&](size_t s) {
+    if (live[s].done) return;
+    results[first + s].finish = FinishReason::kCancelled;
+    live[s].done = true;
+  };
+  {  // cancelled before it starts: no tokens
+    std::vector<int> indices(count);
+    for (size_t s = 0; s < count; s++) indices[s] = live[s].index;
+    Result<std::vector<uint8_t>> ended = ask_cancel(cancel, indices);
+    if (!ended) return ended.status();
+    for (size_t s = 0; s < count; s++)
+      if ((*ended)[s]) cancelled(s);
   }
   // Takes the next token of slot s from its logits (padded V; only real ids are drawn).
   auto advance = [&](size_t s, const float* logits) {
@@ -305,6 +325,7 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     origins.clear();
   };
   for (size_t s = 0; s < count; s++) {
+    if (live[s].done && results[first + s].finish == FinishReason::kCancelled) continue;
     const GenerationRequest& req = requests[first + s];
     const int n = static_cast<int>(req.prompt.size());
     for (int p = 0; p < n; p++) {
@@ -322,16 +343,25 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
 
   // Decoding: one row per live sequence, its newest token at the next position.
   std::vector<size_t> active;
+  std::vector<int> indices;
   for (;;) {
-    if (cancel && cancel->load())
-      for (size_t s = 0; s < count; s++)
-        if (!live[s].done) {
-          results[first + s].finish = FinishReason::kCancelled;
-          live[s].done = true;
-        }
     active.clear();
+    indices.clear();
     for (size_t s = 0; s < count; s++)
-      if (!live[s].done) active.push_back(s);
+      if (!live[s].done) {
+        active.push_back(s);
+        indices.push_back(live[s].index);
+      }
+    if (active.empty()) break;
+    Result<std::vector<uint8_t>> ended = ask_cancel(cancel, indices);
+    if (!ended) return ended.status();
+    size_t kept = 0;
+    for (size_t i = 0; i < active.size(); i++)
+      if ((*ended)[i])
+        cancelled(active[i]);
+      else
+        active[kept++] = active[i];
+    active.resize(kept);
     if (active.empty()) break;
     tokens.resize(active.size());
     slots.resize(active.size());

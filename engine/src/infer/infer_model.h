@@ -27,6 +27,7 @@ class InferenceModel {
   const ParamLayout& layout() const { return layout_; }
   float* params() { return params_.data(); }
   int padded_vocab() const { return V_; }
+  Comm* tp() const { return tp_; }  // null: one process
 
   // Sizes the key/value cache for `slots` sequences of up to max_positions tokens and the
   // scratch for `max_rows` rows per forward; grows only (buffers are reused across calls).
