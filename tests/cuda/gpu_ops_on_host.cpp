@@ -3,9 +3,13 @@
 // into the test against host_cuda/cuda_runtime_api.h) runs its whole data flow without a
 // device, tensor-parallel reductions included (all_reduce_on_stream over the CPU communicator
 // it is given). The kernels themselves are checked against the CPU by tests/cuda/test_cuda_*.
-// Not emulated: bf16 ops (they record an error), attention dropout, streams (every op runs
-// when called). The attention's probabilities (the CPU op's saved tensor, which the GPU op
-// replaces by its log-sum-exp) are kept here, keyed by the lse buffer.
+// Not emulated: bf16 ops (they record an error), attention dropout, the compute stream (every
+// op runs when called). The pipeline's point-to-point streams are host_cuda/'s: a send is a
+// non-blocking send of the CPU communicator that the stream's next operation completes first. The
+// attention's probabilities (the CPU op's saved tensor, which the GPU op replaces by its
+// log-sum-exp) are kept here, keyed by the lse buffer.
+#include <cuda_runtime_api.h>
+
 #include <map>
 #include <vector>
 
@@ -199,6 +203,35 @@ Status all_reduce_on_stream(Comm& comm, void* data, size_t count, DeviceDType ty
     return Status::invalid_argument("bf16 reductions are not emulated on the host");
   const DType host = type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64;
   return comm.all_reduce(data, count, host, op);
+}
+
+namespace {
+Result<DType> host_type(DeviceDType type) {
+  if (type == DeviceDType::kBFloat16)
+    return Status::invalid_argument("bf16 messages are not emulated on the host");
+  return type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64;
+}
+}  // namespace
+
+// NCCL's order on the host: the stream's previous operation completes before this one starts;
+// the send itself stays in flight until the stream's next operation or an event waits for it.
+Status send_on_stream(Comm& comm, const void* data, size_t count, DeviceDType type, int peer,
+                      CUstream_st* stream) {
+  Result<DType> host = host_type(type);
+  if (!host) return host.status();
+  stream->complete();
+  stream->pending = comm.isend(data, count, *host, peer, 0);
+  stream->pending_seq = ++stream->issued;
+  return Status::ok();
+}
+
+Status recv_on_stream(Comm& comm, void* data, size_t count, DeviceDType type, int peer,
+                      CUstream_st* stream) {
+  Result<DType> host = host_type(type);
+  if (!host) return host.status();
+  stream->complete();
+  ++stream->issued;
+  return comm.recv(data, count, *host, peer, 0);
 }
 
 }  // namespace lattice

@@ -8,6 +8,12 @@
 // TP case pins where the reductions sit (row-parallel outputs, column-parallel input
 // gradients, the vocabulary-parallel embedding, LM head and cross-entropy) and that the
 // replicated biases and the position embedding enter once.
+// Pipeline parallelism: GpuPipeline (engine/src/gpu/gpu_pipeline.cpp, over host_cuda/'s
+// streams, with the CPU communicator standing in for NCCL) runs a 1F1B iteration of four
+// micro-batches over PP 2 stages (and TP 2 x PP 2 as four ranks); the last stage's token
+// losses, every stage's gradients (the tied word embedding summed over the embedding group, as
+// the trainer does) and the forward-only losses equal the whole CPU model's, run micro-batch by
+// micro-batch in one process.
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -19,10 +25,12 @@
 #include "common/tiny_model.h"
 #include "device/caching_allocator.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_pipeline.h"
 #include "lattice/layout.h"
 #include "model/gpt.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
+#include "parallel/nccl_comm.h"
 
 using namespace lattice;
 namespace cu = lattice::kernels::cuda;
@@ -43,6 +51,29 @@ ModelConfig config(int tp) {
   return c;
 }
 
+double relative_error(const float* got, const float* want, size_t n) {
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < n; i++) scale = std::max(scale, std::abs(double(want[i])));
+  for (size_t i = 0; i < n; i++) {
+    const double d = std::abs(double(got[i]) - double(want[i]));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  return worst / std::max(scale, 1e-30);
+}
+constexpr double kTolerance = 1e-5;
+
+// Megatron starts biases at zero, where a bias added twice would go unnoticed: give every
+// bias a value of its global element (so replicas on the TP ranks agree).
+void give_biases_values(GptModel<float>& m) {
+  for (const ParamTensor& t : m.layout().tensors()) {
+    if (t.name.size() < 5 || t.name.compare(t.name.size() - 5, 5, ".bias") != 0) continue;
+    const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                          t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+    for (size_t i = 0; i < t.numel; i++)
+      m.params()[t.offset + i] = 0.02f * std::sin(0.7f * static_cast<float>(map.global_index(i)));
+  }
+}
+
 // "" or the first difference (token losses, then each tensor's gradient, in layout order)
 // between the CPU model and GpuGpt<float> after one forward and backward from the same
 // weights. tp: the TP communicator (null at TP 1).
@@ -50,15 +81,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   const int B = 2, N = B * c.seq_length;
   GptModel<float> cpu(c, shard, B, tp, RecomputePlan{});
   cpu.init_weights(7);
-  // Megatron starts biases at zero, where a bias added twice would go unnoticed: give every
-  // bias a value of its global element (so replicas on the TP ranks agree).
-  for (const ParamTensor& t : cpu.layout().tensors()) {
-    if (t.name.size() < 5 || t.name.compare(t.name.size() - 5, 5, ".bias") != 0) continue;
-    const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
-                                          t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
-    for (size_t i = 0; i < t.numel; i++)
-      cpu.params()[t.offset + i] = 0.02f * std::sin(0.7f * static_cast<float>(map.global_index(i)));
-  }
+  give_biases_values(cpu);
   cpu.zero_grads();
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; i++) {
@@ -82,16 +105,6 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   g.backward(tokens.data());
   if (std::string e = ctx->synchronize(); !e.empty()) return e;
 
-  auto relative_error = [](const float* got, const float* want, size_t n) {
-    double scale = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) scale = std::max(scale, std::abs(double(want[i])));
-    for (size_t i = 0; i < n; i++) {
-      const double d = std::abs(double(got[i]) - double(want[i]));
-      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    }
-    return worst / std::max(scale, 1e-30);
-  };
-  constexpr double kTolerance = 1e-5;
   if (double e = relative_error(g.losses(), acts.losses, N); !(e <= kTolerance))
     return "token losses: relative error " + std::to_string(e);
   for (const ParamTensor& t : cpu.layout().tensors()) {
@@ -101,6 +114,136 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
              std::to_string(kTolerance);
   }
   return "";
+}
+
+// Four layers (two per stage at PP 2), otherwise as config(tp).
+ModelConfig pipeline_config(int tp) {
+  ModelConfig c = testing::tiny_config(4, 128, 4, 16, 250);
+  c.tensor_model_parallel_size = tp;
+  return c;
+}
+
+// Element i of this stage's tensor t, from the whole model's arena (by global name and index).
+float whole_value(const GptModel<float>& whole, const float* arena, const ParamTensor& t,
+                  size_t i) {
+  const ParamTensor* g = whole.layout().find(t.name);
+  const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                        t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+  return arena[g->offset + map.global_index(i)];
+}
+
+// "" or the first difference between a pipeline iteration of GpuGpt<float> stages (this rank's
+// shard, run by GpuPipeline) and the whole CPU model on every micro-batch in one process.
+std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups) {
+  const int B = 2, N = B * c.seq_length, M = 4;
+  const ParallelLayout& L = groups.layout;
+  const float grad_scale = 1.0f / (static_cast<float>(N) * M);
+  ModelConfig whole_config = c;
+  whole_config.tensor_model_parallel_size = 1;
+  GptModel<float> whole(whole_config, ModelShard{}, B, nullptr, RecomputePlan{});
+  whole.init_weights(7);
+  give_biases_values(whole);
+  whole.zero_grads();
+  std::vector<int32_t> tokens(static_cast<size_t>(N) * M), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); i++) {
+    tokens[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
+    targets[i] = static_cast<int32_t>((i * 53 + 5) % c.vocab_size);
+  }
+  std::vector<float> want_losses(tokens.size());
+  GptActivations<float> acts(whole_config, ModelShard{}, B, RecomputePlan{});
+  for (int mb = 0; mb < M; mb++) {
+    whole.forward(acts, tokens.data() + mb * N, targets.data() + mb * N, 0, grad_scale);
+    std::copy(acts.losses, acts.losses + N, want_losses.begin() + mb * N);
+    whole.backward(acts);
+  }
+
+  const ModelShard shard = shard_of(L, groups.coord, 0, false);
+  const int in_flight = gpu::pipeline_slots(L.pp, groups.coord.pp, 1, M);
+  std::string error;
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  CachingAllocator memory(std::make_unique<HostMemory>());
+  auto gpu = gpu::GpuGpt<float>::create(c, B, *ctx, memory, shard, groups.tp.get(), in_flight);
+  if (!gpu) return gpu.status().message();
+  gpu::GpuGpt<float>& g = **gpu;
+  std::vector<float> host(g.numel(), 0.0f);
+  for (const ParamTensor& t : g.layout().tensors())
+    for (size_t i = 0; i < t.numel; i++)
+      host[t.offset + i] = whole_value(whole, whole.params(), t, i);
+  g.upload(host.data());
+  g.zero_grads();
+  // One communicator per direction (Note [GPU pipeline streams]).
+  Result<std::unique_ptr<Comm>> forward_comm = groups.pp->split(0, groups.pp->rank());
+  if (!forward_comm) return forward_comm.status().message();
+  Result<std::unique_ptr<Comm>> backward_comm = groups.pp->split(0, groups.pp->rank());
+  if (!backward_comm) return backward_comm.status().message();
+  auto pipeline = gpu::GpuPipeline<float>::create({&g}, *ctx, forward_comm->get(),
+                                                  backward_comm->get(), L.pp, groups.coord.pp);
+  if (!pipeline) return pipeline.status().message();
+  auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets) {
+    gpu::copy_to_device_async(*ctx, d_tokens, tokens.data() + mb * N, N * sizeof(int32_t));
+    gpu::copy_to_device_async(*ctx, d_targets, targets.data() + mb * N, N * sizeof(int32_t));
+    return Status::ok();
+  };
+  std::vector<float> losses(tokens.size(), 0.0f), eval_losses(tokens.size(), 0.0f);
+  if (Status s = (*pipeline)->train(M, load, grad_scale, losses.data()); !s) return s.message();
+  if (Status s = (*pipeline)->evaluate(M, load, eval_losses.data()); !s) return s.message();
+  if (std::string e = ctx->synchronize(); !e.empty()) return e;
+  // The tied word embedding: the first stage's gradient (embedding) plus the last stage's
+  // copy's (LM head), as the trainer sums them over the embedding group.
+  if (groups.in_embedding_group()) {
+    const ParamTensor& t = g.layout().tensors()[g.layout().word_embedding_index()];
+    if (Status s = groups.embedding->all_reduce(g.grads() + t.offset, t.numel, DType::kFloat32,
+                                                ReduceOp::kSum);
+        !s)
+      return s.message();
+  }
+  if (groups.last_stage()) {
+    if (double e = relative_error(losses.data(), want_losses.data(), losses.size());
+        !(e <= kTolerance))
+      return "token losses: relative error " + std::to_string(e);
+    if (double e = relative_error(eval_losses.data(), want_losses.data(), losses.size());
+        !(e <= kTolerance))
+      return "forward-only token losses: relative error " + std::to_string(e);
+  }
+  for (const ParamTensor& t : g.layout().tensors()) {
+    std::vector<float> want(t.numel);
+    for (size_t i = 0; i < t.numel; i++) want[i] = whole_value(whole, whole.grads(), t, i);
+    const double e = relative_error(g.grads() + t.offset, want.data(), t.numel);
+    if (!(e <= kTolerance))
+      return "stage " + std::to_string(groups.coord.pp) + " d " + t.name + ": relative error " +
+             std::to_string(e) + " > " + std::to_string(kTolerance);
+  }
+  return "";
+}
+
+// The pipeline side: this process is one of tp x pp MPI ranks.
+int pipeline_worker(int tp, int pp) {
+  Result<std::unique_ptr<Comm>> world = make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "pipeline worker: %s\n", world.status().message().c_str());
+    return 1;
+  }
+  std::string error;
+  {  // the communicators go before MPI does
+    TrainOptions o;
+    o.model = pipeline_config(tp);
+    o.parallel.pipeline_model_parallel_size = pp;
+    o.micro_batch_size = 2;
+    o.global_batch_size = 8;
+    Result<ParallelLayout> layout = make_layout(o, (*world)->size());
+    if (!layout) {
+      error = layout.status().message();
+    } else if (Result<ProcessGroups> groups = make_process_groups(**world, *layout); !groups) {
+      error = groups.status().message();
+    } else {
+      error = compare_pipeline(o.model, *groups);
+    }
+  }
+  const int rank = (*world)->rank();
+  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+  world->reset();
+  finalize_comm();
+  return error.empty() ? 0 : 1;
 }
 
 // The TP 2 side: this process is one of two MPI ranks.
@@ -151,11 +294,35 @@ class GpuModelOnHost : public QObject {
     const testing::Run run = testing::run_mpi(2, self, {"--worker"}, {}, 120000);
     QVERIFY2(run.exit_code == 0, qPrintable("TP 2: " + run.err + run.out));
   }
+
+  void pp2_iteration_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run = testing::run_mpi(2, self, {"--pipeline-worker", "1", "2"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 2: " + run.err + run.out));
+  }
+
+  void tp2_pp2_iteration_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run = testing::run_mpi(4, self, {"--pipeline-worker", "2", "2"}, {}, 180000);
+    QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2: " + run.err + run.out));
+  }
 #endif
+
+  void pipeline_slots_follow_the_schedule() {
+    // 1F1B: stage s of 4 holds min(4 - s, M) micro-batches at once; one stage holds one.
+    QCOMPARE(gpu::pipeline_slots(4, 0, 1, 8), 4);
+    QCOMPARE(gpu::pipeline_slots(4, 3, 1, 8), 1);
+    QCOMPARE(gpu::pipeline_slots(4, 1, 1, 2), 2);
+    QCOMPARE(gpu::pipeline_slots(1, 0, 1, 8), 1);
+  }
 };
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--worker") return worker();
+  if (argc == 4 && std::string(argv[1]) == "--pipeline-worker")
+    return pipeline_worker(std::atoi(argv[2]), std::atoi(argv[3]));
   GpuModelOnHost test;
   return QTest::qExec(&test, argc, argv);
 }
