@@ -1,7 +1,9 @@
 // What the GPU trainer refuses, checked without a device (label unit, CUDA builds): every
 // unsupported option is named in one sentence, before the trainer looks for a GPU, and a
 // supported run reaches the device check (docs/gpu.md#scope). Tensor parallelism is accepted
-// when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism).
+// when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism), pipeline
+// parallelism when it splits the layers evenly without interleaving
+// (docs/gpu.md#pipeline-parallelism).
 #include <QtTest/QtTest>
 
 #include "gpu/gpu_trainer.h"
@@ -81,16 +83,49 @@ class GpuOptionsTest : public QObject {
     QVERIFY(names(gpu::unsupported_on_gpu(o, 8), "--global-batch-size"));
   }
 
+  void pipeline_parallelism_over_even_stages_is_supported() {
+    TrainOptions o = supported();
+    o.parallel.pipeline_model_parallel_size = 2;     // one layer per stage
+    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // PP 2
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // PP 2 x DP 2
+    o.model.tensor_model_parallel_size = 2;
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x PP 2
+    o.save = "/tmp/x";  // each stage's shard in the CPU engine's format
+    o.load = "/tmp/y";
+    o.save_hf = "/tmp/z.safetensors";
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
+  }
+
+  void pipeline_layouts_that_do_not_fit_are_named() {
+    TrainOptions o = supported();
+    o.parallel.pipeline_model_parallel_size = 4;  // 2 layers
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 4),
+                  "--pipeline-model-parallel-size 4 does not divide --num-layers 2"));
+    o.parallel.pipeline_model_parallel_size = 2;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 3),
+                  "world size 3 is not a multiple of --tensor-model-parallel-size 1 x "
+                  "--pipeline-model-parallel-size 2"));
+    // World 8 at PP 2 is DP 4: the 2 micro-batches of the global batch do not split over it.
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 8), "--global-batch-size"));
+    o.model.num_layers = 4;
+    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--num-layers-per-virtual-pipeline-stage"));
+    o.parallel.num_layers_per_virtual_pipeline_stage = 0;
+    o.parallel.decoder_first_pipeline_num_layers = 1;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-first-pipeline-num-layers"));
+    o.parallel.decoder_first_pipeline_num_layers = 0;
+    o.parallel.decoder_last_pipeline_num_layers = 1;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-last-pipeline-num-layers"));
+  }
+
   void each_unsupported_option_is_named() {
     TrainOptions o = supported();
-    o.parallel.pipeline_model_parallel_size = 2;
     o.parallel.use_distributed_optimizer = true;
     o.parallel.sequence_parallel = true;
     o.model.hidden_dropout = 0.1f;
     o.model.num_attention_heads = 4;  // head size 32
     const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
     QVERIFY(names(e, "--sequence-parallel"));
-    QVERIFY(names(e, "--pipeline-model-parallel-size 2"));
     QVERIFY(names(e, "--use-distributed-optimizer"));
     QVERIFY(names(e, "--hidden-dropout 0 --attention-dropout 0"));
     QVERIFY(names(e, "head size"));

@@ -1,10 +1,13 @@
 // The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
-// (train/data_feed.h), GpuGpt forward/backward per micro-batch with gradient accumulation,
-// tensor parallelism inside the model (NCCL on the compute stream), data-parallel reduction
-// overlapped with backward (grad_reducer.h), the loss scaler shared with the CPU trainer
-// (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW step on the fp32
-// master weights that also writes the bf16 compute copy. Process groups as the CPU trainer's
-// (parallel/groups.h): world = TP x DP. Metrics, memory and checkpoints go to the same
+// (train/data_feed.h), the rank's pipeline stage (GpuGpt of its ModelShard) run by GpuPipeline
+// (gpu_pipeline.h: the 1F1B schedule, gradient accumulation over micro-batches; PP 1 runs
+// forward and backward of each micro-batch in turn), tensor parallelism inside the model (NCCL
+// on the compute stream), data-parallel reduction overlapped with backward (grad_reducer.h),
+// the tied word embedding's gradient summed over the embedding group (first and last stage),
+// the loss scaler shared with the CPU trainer (optim/grad_scaling.h), global-norm clipping
+// over the model-parallel group and a multi-tensor AdamW step on the fp32 master weights that
+// also writes the bf16 compute copy. Process groups as the CPU trainer's (parallel/groups.h):
+// world = TP x DP x PP. Metrics, memory and checkpoints go to the same
 // MetricsSink as a CPU run (same keys in the run store); checkpoints are the CPU engine's
 // (gpu_checkpoint.h), saved when the CPU trainer saves.
 // Nothing here has run on a GPU yet (docs/gpu.md).
@@ -23,6 +26,7 @@
 #include "gpu/gpu_adamw.h"
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_pipeline.h"
 #include "gpu/grad_reducer.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
@@ -131,7 +135,9 @@ class GpuLoop {
  private:
   Status setup();
   Status make_groups();
-  Status load_micro_batch(const SampleSource& source, int64_t position, int mb);
+  Status load_micro_batch(const SampleSource& source, int64_t position, int mb, int32_t* tokens,
+                          int32_t* targets);
+  Status sum_tied_embedding();
   Result<double> validate(const SampleSource& source, int64_t& position);
   Status step(int it, double lr, double& loss, double& norm, bool& skipped);
   Status save(const TrainState& state);
@@ -144,18 +150,20 @@ class GpuLoop {
   Device& dev_;
   GradScaling scaling_;
   std::unique_ptr<GpuGpt<A>> model_;
+  std::unique_ptr<GpuPipeline<A>> pipeline_;
   std::unique_ptr<GpuAdamW> adam_;
   std::unique_ptr<LoopState<A>> state_;  // the two above, for checkpoints
   TrainState resumed_;                   // where --load left the run (zero: a fresh run)
   ProcessGroups groups_;                 // the CPU trainer's groups (MPI): norm, coordinates
   std::unique_ptr<Comm> tp_;             // NcclComm of the TP group (TP > 1)
   std::unique_ptr<Comm> dp_;             // NcclComm of the DP group (DP > 1)
+  std::unique_ptr<Comm> pp_forward_;     // NcclComms of the PP group (PP > 1): activations,
+  std::unique_ptr<Comm> pp_backward_;    // gradients (Note [GPU pipeline streams])
+  std::unique_ptr<Comm> embedding_;      // NcclComm of the embedding group (first + last stage)
   std::unique_ptr<GradReducer> reducer_;
   DataSources data_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging
-  int32_t* d_tokens_ = nullptr;                     // (B, T) device
-  int32_t* d_targets_ = nullptr;                    // (B, T) device
-  float* d_losses_ = nullptr;  // (M, N) every micro-batch's token losses of one iteration
+  float* d_losses_ = nullptr;  // (M, N) every micro-batch's token losses (last stage)
   std::vector<float> losses_host_;
   int64_t consumed_ = 0;
   int steps_ = 0;
@@ -163,8 +171,9 @@ class GpuLoop {
   PhaseTimes reported_;  // totals_ (and the reducer's wait) at the previous rank report
 };
 
-// The CPU trainer's process groups over the world (same rank order: tp fastest, then dp), and
-// NCCL communicators over the tensor- and data-parallel ones. Collective over the world.
+// The CPU trainer's process groups over the world (same rank order: tp fastest, then dp, then
+// pp), and NCCL communicators over the tensor-, data-parallel, pipeline (two: one per
+// direction) and embedding ones. Collective over the world.
 template <typename A>
 Status GpuLoop<A>::make_groups() {
   Result<ParallelLayout> layout = make_layout(o_, world_.size());
@@ -172,10 +181,11 @@ Status GpuLoop<A>::make_groups() {
   Result<ProcessGroups> groups = make_process_groups(world_, *layout);
   if (!groups) return groups.status();
   groups_ = std::move(*groups);
-  if (layout->tp == 1 && layout->dp == 1) return Status::ok();
+  if (layout->tp == 1 && layout->dp == 1 && layout->pp == 1) return Status::ok();
 #if LATTICE_HAVE_NCCL
-  // Every rank makes its TP communicator, then its DP one: ncclCommInitRank waits only for the
-  // ranks of its own group, and every member of a group reaches it in the same order.
+  // Every rank makes its TP communicator, then its DP one, then the PP and embedding ones:
+  // ncclCommInitRank waits only for the ranks of its own group, and every member of a group
+  // reaches it in the same order (a rank outside the embedding group has a group of one).
   auto nccl_over = [](Comm& group, std::unique_ptr<Comm>& out) -> Status {
     if (group.size() == 1) return Status::ok();
     Result<std::unique_ptr<Comm>> bootstrap = group.split(0, group.rank());
@@ -186,10 +196,13 @@ Status GpuLoop<A>::make_groups() {
     return Status::ok();
   };
   if (Status s = nccl_over(*groups_.tp, tp_); !s) return s;
-  return nccl_over(*groups_.dp, dp_);
+  if (Status s = nccl_over(*groups_.dp, dp_); !s) return s;
+  if (Status s = nccl_over(*groups_.pp, pp_forward_); !s) return s;
+  if (Status s = nccl_over(*groups_.pp, pp_backward_); !s) return s;
+  return nccl_over(*groups_.embedding, embedding_);
 #else
   return Status::invalid_argument(
-      "tensor and data parallelism on GPUs need NCCL and MPI in the build");
+      "tensor, data and pipeline parallelism on GPUs need NCCL and MPI in the build");
 #endif
 }
 
@@ -200,10 +213,18 @@ Status GpuLoop<A>::setup() {
   data_ = std::move(*data);
   if (Status s = make_groups(); !s) return s;
   const ModelShard shard = shard_of(groups_.layout, groups_.coord, 0, false);
-  auto model =
-      GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard, tp_.get());
+  const ParallelLayout& L = groups_.layout;
+  const int M = o_.num_micro_batches() / L.dp;
+  // Activations for as many micro-batches as the schedule keeps in flight on this stage.
+  const int in_flight = pipeline_slots(L.pp, groups_.coord.pp, 1, M);
+  auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard,
+                                 tp_.get(), in_flight);
   if (!model) return model.status();
   model_ = std::move(*model);
+  auto pipeline = GpuPipeline<A>::create({model_.get()}, *dev_.ctx, pp_forward_.get(),
+                                         pp_backward_.get(), L.pp, groups_.coord.pp);
+  if (!pipeline) return pipeline.status();
+  pipeline_ = std::move(*pipeline);
   adam_ = std::make_unique<GpuAdamW>(model_->layout(), model_->master(), model_->grads(),
                                      model_->bf16_copy(), *dev_.memory);
   if (!adam_->ok()) return Status::internal("out of device memory for the AdamW moments");
@@ -215,15 +236,9 @@ Status GpuLoop<A>::setup() {
   if (!restored) return restored.status();
   resumed_ = *restored;
   const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
-  const int M = o_.num_micro_batches() / groups_.layout.dp;
-  d_tokens_ =
-      static_cast<int32_t*>(dev_.memory->allocate(N * sizeof(int32_t), MemoryCategory::kWorkspace));
-  d_targets_ =
-      static_cast<int32_t*>(dev_.memory->allocate(N * sizeof(int32_t), MemoryCategory::kWorkspace));
   d_losses_ =
       static_cast<float*>(dev_.memory->allocate(N * M * sizeof(float), MemoryCategory::kWorkspace));
-  if (!d_tokens_ || !d_targets_ || !d_losses_)
-    return Status::internal("out of device memory for the micro-batch buffers");
+  if (!d_losses_) return Status::internal("out of device memory for the micro-batch losses");
   tokens_.resize(N);
   targets_.resize(N);
   losses_host_.resize(N * M);
@@ -239,16 +254,33 @@ Status GpuLoop<A>::setup() {
 }
 
 template <typename A>
-Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position, int mb) {
-  // The ranks of a TP group read the same micro-batch: their data-parallel rank's.
+Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position, int mb,
+                                    int32_t* tokens, int32_t* targets) {
+  // The ranks of a TP group read the same micro-batch: their data-parallel rank's (the
+  // pipeline asks on the first and the last stage only).
   if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, groups_.layout.dp,
                                   groups_.coord.dp, mc_.vocab_size, sample_, tokens_.data(),
                                   targets_.data());
       !s)
     return s;
-  copy_to_device_async(*dev_.ctx, d_tokens_, tokens_.data(), tokens_.size() * sizeof(int32_t));
-  copy_to_device_async(*dev_.ctx, d_targets_, targets_.data(), targets_.size() * sizeof(int32_t));
+  copy_to_device_async(*dev_.ctx, tokens, tokens_.data(), tokens_.size() * sizeof(int32_t));
+  copy_to_device_async(*dev_.ctx, targets, targets_.data(), targets_.size() * sizeof(int32_t));
   return Status::ok();
+}
+
+// The first stage's word embedding and the last stage's tied LM head are one tensor: their
+// gradients (each already summed over DP) are summed over the embedding group, as the CPU
+// trainer's finish_gradients, on the compute stream.
+template <typename A>
+Status GpuLoop<A>::sum_tied_embedding() {
+  if (!groups_.in_embedding_group()) return Status::ok();
+#if LATTICE_HAVE_NCCL
+  const ParamTensor& t = model_->layout().tensors()[model_->layout().word_embedding_index()];
+  return all_reduce_on_stream(*embedding_, model_->grads() + t.offset, t.numel,
+                              DeviceDType::kFloat32, ReduceOp::kSum, dev_.ctx->stream());
+#else
+  return Status::invalid_argument("pipeline parallelism on GPUs needs NCCL and MPI in the build");
+#endif
 }
 
 template <typename A>
@@ -262,20 +294,19 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   const float grad_scale = static_cast<float>(loss_scale / (static_cast<double>(N) * M * dp));
   model_->zero_grads();
   auto t0 = Clock::now();
-  for (int mb = 0; mb < M; mb++) {
-    if (Status s = load_micro_batch(*data_.train, consumed_, mb); !s) return s;
-    model_->set_final_backward(mb == M - 1);
-    model_->forward(d_tokens_, d_targets_, grad_scale);
-    copy_device_async(ctx, d_losses_ + mb * N, model_->losses(), N * sizeof(float));
-    model_->backward(d_tokens_);
-  }
+  auto load = [this](int mb, int32_t* tokens, int32_t* targets) {
+    return load_micro_batch(*data_.train, consumed_, mb, tokens, targets);
+  };
+  if (Status s = pipeline_->train(M, load, grad_scale, d_losses_); !s) return s;
   if (reducer_)
     if (Status s = reducer_->finish(); !s) return s;
+  if (Status s = sum_tied_embedding(); !s) return s;
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
   totals_.forward += seconds_since(t0);  // forward and backward are one queue on the device
   t0 = Clock::now();
   // Global norm of the unscaled gradients, each parameter counted once over the
-  // model-parallel group (= TP group) as the CPU trainer does; the data-parallel replicas are
+  // model-parallel group (TP x PP; the last stage's tied copy does not count) as the CPU
+  // trainer does; the data-parallel replicas are
   // equal after the reduction. An inf or NaN anywhere is the loss scaler's overflow (every
   // rank agrees: agree() takes the max over the world).
   const double squares = all_reduce_scalar(*groups_.model, adam_->sum_squares(ctx));
@@ -292,14 +323,16 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
     adam_->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
     steps_++;
   }
-  cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
+  const bool reports = groups_.coord.tp == 0 && groups_.last_stage();
+  if (reports)
+    cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
   totals_.optimizer += seconds_since(t0);
-  // The mean over the global batch: tp_rank 0 of each data-parallel replica contributes (the
-  // TP ranks hold equal losses), as the CPU trainer reports it.
+  // The mean over the global batch: tp_rank 0 of each data-parallel replica's last stage
+  // contributes (the TP ranks hold equal losses), as the CPU trainer reports it.
   double sum = 0;
-  for (float l : losses_host_) sum += l;
-  const bool reports = groups_.coord.tp == 0;
+  if (reports)
+    for (float l : losses_host_) sum += l;
   loss = all_reduce_scalar(world_, reports ? sum / (static_cast<double>(N) * M * dp) : 0.0);
   return Status::ok();
 }
@@ -308,19 +341,20 @@ template <typename A>
 Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& position) {
   const int dp = groups_.layout.dp, M = o_.num_micro_batches() / dp;
   const size_t N = tokens_.size();
+  const bool reports = groups_.coord.tp == 0 && groups_.last_stage();  // as step()
   double sum = 0;
-  std::vector<float> losses(N);
   for (int it = 0; it < o_.eval_iters; it++) {
-    for (int mb = 0; mb < M; mb++) {
-      if (Status s = load_micro_batch(source, position, mb); !s) return s;
-      model_->forward(d_tokens_, d_targets_, 0.0f);
-      cu::copy_to_host(losses.data(), model_->losses(), N * sizeof(float));
-      for (float l : losses) sum += l;
+    auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
+      return load_micro_batch(source, position, mb, tokens, targets);
+    };
+    if (Status s = pipeline_->evaluate(M, load, d_losses_); !s) return s;
+    if (reports) {
+      cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
+      for (float l : losses_host_) sum += l;
     }
     position += o_.global_batch_size;
   }
   if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
-  const bool reports = groups_.coord.tp == 0;  // as step()
   return all_reduce_scalar(world_,
                            reports ? sum / (static_cast<double>(N) * M * o_.eval_iters * dp) : 0.0);
 }
@@ -341,11 +375,15 @@ RankReport GpuLoop<A>::report() const {
   r.rank = world_.rank();
   r.tp = groups_.coord.tp;
   r.dp = groups_.coord.dp;
+  r.pp = groups_.coord.pp;
   r.memory = memory_report_of(dev_.memory->stats());
   r.times = totals_;
   if (reducer_) r.times.dp_comm = reducer_->seconds_waiting();
   if (dp_) r.dp_bytes = static_cast<double>(dp_->stats().all_reduce_bytes);
   if (tp_) r.tp_bytes = static_cast<double>(tp_->stats().all_reduce_bytes);
+  for (const auto* pp : {&pp_forward_, &pp_backward_})
+    if (*pp) r.pp_bytes += static_cast<double>((*pp)->stats().send_bytes);
+  if (embedding_) r.embedding_bytes = static_cast<double>(embedding_->stats().all_reduce_bytes);
   return r;
 }
 
@@ -359,8 +397,12 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << mc_.num_attention_heads << " heads, seq " << mc_.seq_length << ", vocab " << mc_.vocab_size
     << " (padded " << mc_.padded_vocab_size() << "); micro batch " << o_.micro_batch_size
     << ", global batch " << o_.global_batch_size << "; GPU " << dev_.name << " x " << world_.size()
-    << " (TP " << o_.model.tensor_model_parallel_size << ", DP "
-    << world_.size() / std::max(1, o_.model.tensor_model_parallel_size) << "), "
+    << " (TP " << o_.model.tensor_model_parallel_size << ", PP "
+    << o_.parallel.pipeline_model_parallel_size
+    << (o_.parallel.pipeline_model_parallel_size > 1 ? " 1F1B" : "") << ", DP "
+    << world_.size() / std::max(1, o_.model.tensor_model_parallel_size *
+                                       o_.parallel.pipeline_model_parallel_size)
+    << "), "
     << (std::is_same_v<A, float> ? (o_.fp16 ? "fp32 kernels with fp16 loss scaling" : "fp32")
                                  : "bf16 with fp32 master weights and grads");
   start.description = d.str();
@@ -472,7 +514,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
           double(mm.activations), double(mm.workspace), double(mm.comm_buffers),
           double(mm.peak_rss),    mine.times.forward,   mine.times.dp_comm,
           mine.times.optimizer,   mine.dp_bytes,        double(mm.fragmentation),
-          mine.tp_bytes};
+          mine.tp_bytes,          mine.pp_bytes,        mine.embedding_bytes};
       std::vector<double> all(sent.size() * world_.size());
       if (world_.size() == 1)
         all = sent;
@@ -488,6 +530,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
           rep.rank = r;
           rep.tp = c.tp;
           rep.dp = c.dp;
+          rep.pp = c.pp;
           size_t* f[] = {&rep.memory.weights,     &rep.memory.grads,     &rep.memory.optimizer,
                          &rep.memory.activations, &rep.memory.workspace, &rep.memory.comm_buffers,
                          &rep.memory.peak_rss};
@@ -498,6 +541,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
           rep.dp_bytes = x[10];
           rep.memory.fragmentation = static_cast<size_t>(x[11]);
           rep.tp_bytes = x[12];
+          rep.pp_bytes = x[13];
+          rep.embedding_bytes = x[14];
           reports.push_back(rep);
         }
         sink_.on_rank_reports(it, reports);
@@ -576,11 +621,21 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   std::vector<std::string> e;
   const char* why = " is not supported by the GPU trainer yet (docs/gpu.md#scope)";
   const int tp = o.model.tensor_model_parallel_size;
+  const int pp = o.parallel.pipeline_model_parallel_size;
   if (tp < 1)
     e.push_back("--tensor-model-parallel-size must be positive, got " + std::to_string(tp));
-  if (o.parallel.pipeline_model_parallel_size != 1)
-    e.push_back("--pipeline-model-parallel-size " +
-                std::to_string(o.parallel.pipeline_model_parallel_size) + why);
+  // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): 1F1B over even stages.
+  const std::string pp_flag = "--pipeline-model-parallel-size " + std::to_string(pp);
+  if (pp < 1) e.push_back(pp_flag + " must be positive");
+  if (pp > 1 && o.model.num_layers % pp != 0)
+    e.push_back(pp_flag + " does not divide --num-layers " + std::to_string(o.model.num_layers));
+  if (o.parallel.num_layers_per_virtual_pipeline_stage > 0)
+    e.push_back("--num-layers-per-virtual-pipeline-stage (the interleaved schedule)" +
+                std::string(why));
+  if (o.parallel.decoder_first_pipeline_num_layers > 0)
+    e.push_back("--decoder-first-pipeline-num-layers (uneven stages)" + std::string(why));
+  if (o.parallel.decoder_last_pipeline_num_layers > 0)
+    e.push_back("--decoder-last-pipeline-num-layers (uneven stages)" + std::string(why));
   if (o.parallel.sequence_parallel) e.push_back(std::string("--sequence-parallel") + why);
   if (o.parallel.use_distributed_optimizer)
     e.push_back(std::string("--use-distributed-optimizer") + why);
@@ -607,12 +662,14 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   if (tp_ok && (ffn / tp) % 8 != 0)
     e.push_back(tp > 1 ? "the GPU MLP needs --ffn-hidden-size / " + tp_flag + " % 8 == 0"
                        : std::string("the GPU MLP needs --ffn-hidden-size % 8 == 0"));
-  if (world_size > 0 && tp >= 1 && world_size % tp != 0)
-    e.push_back("world size " + std::to_string(world_size) + " is not a multiple of " + tp_flag);
-  else if (world_size > 0 && tp >= 1 && o.num_micro_batches() % (world_size / tp) != 0)
+  const int mp = tp * pp;  // model-parallel ranks
+  if (world_size > 0 && tp >= 1 && pp >= 1 && world_size % mp != 0)
+    e.push_back("world size " + std::to_string(world_size) + " is not a multiple of " + tp_flag +
+                " x " + pp_flag);
+  else if (world_size > 0 && tp >= 1 && pp >= 1 && o.num_micro_batches() % (world_size / mp) != 0)
     e.push_back(
         "--global-batch-size must be a multiple of --micro-batch-size x data-parallel "
-        "ranks (world size / --tensor-model-parallel-size)");
+        "ranks (world size / (--tensor-model-parallel-size x --pipeline-model-parallel-size))");
   return e;
 }
 
