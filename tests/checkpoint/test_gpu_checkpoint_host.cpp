@@ -11,7 +11,9 @@
 //   - with --tensor-model-parallel-size 2 (this program rerun as two MPI ranks, each holding a
 //     device of its shard): the two shards save a checkpoint that loads into the whole model of
 //     one CPU process (resharded, padding rows dropped), their --save-hf file is the whole
-//     model, and a TP 1 checkpoint, a GPT-2 file or --seed restore each rank's slices.
+//     model, and a TP 1 checkpoint, a GPT-2 file or --seed restore each rank's slices;
+//   - the same with --pipeline-model-parallel-size 2: each stage's shard (the last stage's
+//     tied LM head a copy of the word embedding) saves, loads whole, and restores.
 // The device itself (cudaMemcpy, the bf16 copy) is tested by tests/cuda/test_gpu_training.cpp.
 #include <QtTest/QtTest>
 
@@ -108,6 +110,18 @@ TrainOptions tp2_options() {
   TrainOptions o = options();
   o.model.tensor_model_parallel_size = 2;
   return o;
+}
+
+// The PP tests' run: options() as two pipeline stages of one layer each.
+TrainOptions pp2_options() {
+  TrainOptions o = options();
+  o.parallel.pipeline_model_parallel_size = 2;
+  return o;
+}
+
+// The two-rank run a worker plays: "tp2" or "pp2".
+TrainOptions two_rank_options(const std::string& run) {
+  return run == "pp2" ? pp2_options() : tp2_options();
 }
 
 // Global element index of element i of the slice `t` holds.
@@ -378,16 +392,27 @@ class GpuCheckpointHost : public QObject {
 
 #ifdef LATTICE_MPIEXEC
   void tensor_parallel_shards_save_and_restore() {
-    const std::string dir = dir_.filePath("tp").toStdString();
+    two_ranks_save_and_restore("tp2");
+  }
+  void pipeline_stages_save_and_restore() {
+    two_ranks_save_and_restore("pp2");
+  }
+#endif
+
+ private:
+#ifdef LATTICE_MPIEXEC
+  // run: "tp2" (TP 2) or "pp2" (PP 2), two MPI ranks of this program (--tp-worker).
+  void two_ranks_save_and_restore(const QString& run) {
+    const std::string dir = dir_.filePath(run).toStdString();
     std::filesystem::create_directories(dir);
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
     const TrainOptions o = options();
     const ParamLayout layout(o.model);  // the whole model's, as GptModel(o.model, 1) has it
-    // Two TP ranks save their shards (worker_save) ...
-    testing::Run saved =
-        testing::run_mpi(2, self, {"--tp-worker", "save", QString::fromStdString(dir)}, {}, 120000);
-    QVERIFY2(saved.exit_code == 0, qPrintable("TP 2 save: " + saved.err + saved.out));
+    // Two ranks save their shards (worker_save) ...
+    testing::Run saved = testing::run_mpi(
+        2, self, {"--tp-worker", "save", QString::fromStdString(dir), run}, {}, 120000);
+    QVERIFY2(saved.exit_code == 0, qPrintable(run + " save: " + saved.err + saved.out));
     // ... which load into the whole model of one process: weights, moments, steps.
     Result<CheckpointRef> ref = find_checkpoint(dir + "/tp2", 0);
     QVERIFY2(ref, ref ? "" : ref.status().message().c_str());
@@ -401,7 +426,7 @@ class GpuCheckpointHost : public QObject {
     GptModel<float> drawn(o.model, 1);
     drawn.init_weights(5);  // rows [0, 128) of TP 2's 256-row word embedding draw the same
     const QString d = weights_difference(layout, rank.model.params(), drawn.params());
-    QVERIFY2(d.isEmpty(), qPrintable("TP 2 checkpoint into TP 1: " + d));
+    QVERIFY2(d.isEmpty(), qPrintable(run + " checkpoint into TP 1: " + d));
     for (const auto& view : rank.adam.state_views()) {
       const ParamTensor* t = nullptr;
       for (const ParamTensor& x : layout.tensors())
@@ -411,7 +436,7 @@ class GpuCheckpointHost : public QObject {
         const size_t g = view.offset - t->offset + j;
         QVERIFY2(view.exp_avg[j] == global_moment(t->name, g, 1) &&
                      view.exp_avg_sq[j] == global_moment(t->name, g, 2),
-                 qPrintable(QString("moments of %1[%2] after TP 2 -> TP 1")
+                 qPrintable(QString("moments of %1[%2] after " + run + " -> TP 1")
                                 .arg(QString::fromStdString(t->name))
                                 .arg(g)));
       }
@@ -426,7 +451,7 @@ class GpuCheckpointHost : public QObject {
                            : t.numel;
       const QString e =
           first_difference(t.name, hf.data() + t.offset, drawn.params() + t.offset, n);
-      QVERIFY2(e.isEmpty(), qPrintable("TP 2 --save-hf: " + e));
+      QVERIFY2(e.isEmpty(), qPrintable(run + " --save-hf: " + e));
     }
 
     // A TP 1 checkpoint and GPT-2 file restore the two shards (worker_restore checks them).
@@ -447,8 +472,8 @@ class GpuCheckpointHost : public QObject {
     s = export_hf_gpt2(dir + "/tp1.safetensors", o.model, gpt2.layout(), gpt2.params());
     QVERIFY2(s, s.message().c_str());
     testing::Run restored = testing::run_mpi(
-        2, self, {"--tp-worker", "restore", QString::fromStdString(dir)}, {}, 120000);
-    QVERIFY2(restored.exit_code == 0, qPrintable("TP 2 restore: " + restored.err + restored.out));
+        2, self, {"--tp-worker", "restore", QString::fromStdString(dir), run}, {}, 120000);
+    QVERIFY2(restored.exit_code == 0, qPrintable(run + " restore: " + restored.err + restored.out));
   }
 #endif
 };
@@ -480,8 +505,8 @@ std::string shard_difference(const ParamLayout& layout, const HostDevice& device
 
 // save DIR: each rank's device holds its slices of init_weights(5) and global_moment values;
 // a checkpoint in DIR/tp2 and a GPT-2 file DIR/tp2.safetensors.
-std::string worker_save(Comm& world, const std::string& dir) {
-  TrainOptions o = tp2_options();
+std::string worker_save(Comm& world, const std::string& dir, const std::string& run) {
+  TrainOptions o = two_rank_options(run);
   o.save = dir + "/tp2";
   o.save_hf = dir + "/tp2.safetensors";
   Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
@@ -507,8 +532,8 @@ std::string worker_save(Comm& world, const std::string& dir) {
 // restore DIR: a fresh run (--seed), DIR/tp1 (a TP 1 checkpoint of init_weights(8) and
 // global_moment values) and DIR/tp1.safetensors (init_weights(21)) each restore this rank's
 // slices; rows beyond TP 1's padded vocabulary come back as zeros.
-std::string worker_restore(Comm& world, const std::string& dir) {
-  const TrainOptions o = tp2_options();
+std::string worker_restore(Comm& world, const std::string& dir, const std::string& run) {
+  const TrainOptions o = two_rank_options(run);
   Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status().message();
   const ParamLayout layout(o.model, me->shard);
@@ -559,14 +584,14 @@ std::string worker_restore(Comm& world, const std::string& dir) {
   return "";
 }
 
-int tp_worker(const std::string& mode, const std::string& dir) {
+int tp_worker(const std::string& mode, const std::string& dir, const std::string& run) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
     std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
     return 1;
   }
   const std::string error =
-      mode == "save" ? worker_save(**world, dir) : worker_restore(**world, dir);
+      mode == "save" ? worker_save(**world, dir, run) : worker_restore(**world, dir, run);
   const int rank = (*world)->rank();
   if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
   world->reset();
@@ -577,7 +602,8 @@ int tp_worker(const std::string& mode, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--tp-worker") return tp_worker(argv[2], argv[3]);
+  if (argc == 5 && std::string(argv[1]) == "--tp-worker")
+    return tp_worker(argv[2], argv[3], argv[4]);
   GpuCheckpointHost test;
   return QTest::qExec(&test, argc, argv);
 }

@@ -2,11 +2,13 @@
 // either engine resumes the other's run: the device's fp32 master weights and AdamW moments
 // pass through host structures of the CPU engine's types (GptModel<float> of the rank's
 // ModelShard, AdamW<float>), and the CPU checkpoint code saves or loads them as the run's
-// TP t x PP 1 x DP d layout (the options' --tensor-model-parallel-size over the world): each
-// rank holds its tensor-parallel shard, and a checkpoint of any layout loads (resharding);
-// --load-hf and --save-hf likewise. Host code only (no CUDA header): the device is behind
+// TP t x PP p x DP d layout (the options' --tensor-model-parallel-size and
+// --pipeline-model-parallel-size over the world): each rank holds its stage's tensor-parallel
+// shard (the last stage's tied LM head a copy of the word embedding, as the CPU layout has
+// it), and a checkpoint of any layout loads (resharding); --load-hf and --save-hf (gathered
+// from every stage) likewise. Host code only (no CUDA header): the device is behind
 // DeviceState, so tests run all of this on the CPU. Non-goals: asynchronous saves, bf16 or
-// fp16 state, pipeline stages.
+// fp16 state, interleaved stages (several chunks per rank).
 #pragma once
 
 #include <cstddef>
@@ -54,8 +56,8 @@ struct MomentSpan {
 // keep the moments of exactly those tensors (an optimizer over owned ranges, another model).
 Result<std::vector<MomentSpan>> moment_spans(const ParamLayout& layout, AdamW<float>& host);
 
-// Where this rank sits: the run's layout (o's TP over world_size ranks, PP 1), the rank's
-// coordinates and its model shard, whose ParamLayout the device's arenas follow.
+// Where this rank sits: the run's layout (o's TP and PP over world_size ranks), the rank's
+// coordinates and its model shard (chunk 0), whose ParamLayout the device's arenas follow.
 struct GpuRankShard {
   ParallelLayout layout;
   ParallelLayout::Coord coord;
@@ -74,7 +76,7 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
                                      DeviceState& device, MetricsSink& sink);
 
 // --save: a checkpoint of `state` in o.save (--save-retain), collective over `world`. The
-// data-parallel rank 0 of each tensor-parallel rank downloads its shard's weights and moments
+// data-parallel rank 0 of each tensor-parallel rank of each stage downloads its shard's weights and moments
 // and writes them, as on the CPU; the other ranks hold equal replicas and only take part in
 // the agreement.
 Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
