@@ -1,4 +1,5 @@
-// Tensor parallelism in the GPU trainer (label cuda; skipped with fewer than 2 devices). This
+// Tensor and pipeline parallelism in the GPU trainer (label cuda; skipped with fewer than 2
+// devices). This
 // program reruns itself under mpirun as the ranks of a run (--worker: train() on this rank,
 // rank 0 prints one "ROW iteration loss grad-norm" line per iteration), and specifies that:
 //   - GPU TP 2 trains as GPU TP 1 and as the CPU engine's TP 2 (fp32 losses and grad norms
@@ -6,7 +7,10 @@
 //     2e-2 of the CPU's fp32;
 //   - a checkpoint of a GPU TP 2 run continues on the CPU engine at TP 1 (losses within 1e-4
 //     of the uninterrupted CPU run): the shards are the CPU engine's TP checkpoint;
-//   - with 4 devices, GPU TP 2 x DP 2 trains as GPU TP 1 x DP 1.
+//   - with 4 devices, GPU TP 2 x DP 2 trains as GPU TP 1 x DP 1;
+//   - GPU PP 2 (1F1B, one layer per stage) trains as GPU PP 1 and as the CPU engine's PP 2
+//     (1e-4), and its checkpoint continues on the CPU engine at PP 1; with 4 devices GPU
+//     TP 2 x PP 2 trains as one GPU.
 // Never run on a GPU yet (docs/gpu.md).
 #include <QtTest/QtTest>
 
@@ -70,7 +74,7 @@ TrainOptions resumable_run() {
   return o;
 }
 
-// The worker's run from its arguments: device=cpu|cuda tp=N bf16=0|1 resumable=0|1
+// The worker's run from its arguments: device=cpu|cuda tp=N pp=N bf16=0|1 resumable=0|1
 // save=DIR exit=N.
 TrainOptions worker_options(const QStringList& args) {
   TrainOptions o = small_run();
@@ -82,6 +86,7 @@ TrainOptions worker_options(const QStringList& args) {
     const QString key = a.section('=', 0, 0), value = a.section('=', 1);
     if (key == "device") o.device = value.toStdString();
     if (key == "tp") o.model.tensor_model_parallel_size = value.toInt();
+    if (key == "pp") o.parallel.pipeline_model_parallel_size = value.toInt();
     if (key == "bf16") o.bf16 = value == "1";
     if (key == "save") o.save = value.toStdString();
     if (key == "exit") o.exit_interval = value.toInt();
@@ -229,6 +234,51 @@ class GpuTensorParallel : public QObject {
     const Outcome tp1 = run_here(one);
     const Outcome tp2dp2 = run_ranks(4, {"device=cuda", "tp=2"});
     const QString d = compare("GPU TP 2 x DP 2 vs GPU TP 1", tp2dp2, tp1, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void pp2_trains_as_one_gpu_and_as_the_cpu_engine() {
+    TrainOptions one = small_run();
+    one.device = "cuda";
+    const Outcome pp1 = run_here(one);
+    const Outcome pp2 = run_ranks(2, {"device=cuda", "pp=2"});
+    const Outcome cpu = run_ranks(2, {"device=cpu", "pp=2"});
+    QString d = compare("GPU PP 2 vs GPU PP 1", pp2, pp1, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    d = compare("GPU PP 2 vs CPU PP 2", pp2, cpu, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    const Outcome bf16 = run_ranks(2, {"device=cuda", "pp=2", "bf16=1"});
+    d = compare("GPU bf16 PP 2 vs CPU fp32 PP 2 (losses)", bf16, cpu, 2e-2, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void a_gpu_pp2_checkpoint_continues_on_the_cpu_at_pp1() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString ckpt = dir.filePath("ckpt");
+    const Outcome saved =
+        run_ranks(2, {"device=cuda", "pp=2", "resumable=1", "save=" + ckpt, "exit=3"});
+    QVERIFY2(saved.error.isEmpty(), qPrintable(saved.error));
+    QCOMPARE(saved.rows.size(), size_t{3});
+    TrainOptions cpu = resumable_run();
+    cpu.device = "cpu";
+    const Outcome straight = run_here(cpu);
+    QVERIFY2(straight.error.isEmpty(), qPrintable(straight.error));
+    cpu.load = ckpt.toStdString();
+    const Outcome resumed = run_here(cpu);
+    Outcome tail;
+    tail.rows.assign(straight.rows.begin() + 3, straight.rows.end());
+    const QString d = compare("CPU PP 1 from a GPU PP 2 checkpoint", resumed, tail, 1e-4, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void tp2_by_pp2_trains_as_one_gpu() {
+    if (kernels::cuda::device_count() < 4) QSKIP("fewer than 4 CUDA devices: TP 2 x PP 2 not run");
+    TrainOptions one = small_run();
+    one.device = "cuda";
+    const Outcome tp1 = run_here(one);
+    const Outcome tp2pp2 = run_ranks(4, {"device=cuda", "tp=2", "pp=2"});
+    const QString d = compare("GPU TP 2 x PP 2 vs GPU TP 1", tp2pp2, tp1, 1e-4);
     QVERIFY2(d.isEmpty(), qPrintable(d));
   }
 };
