@@ -9,11 +9,15 @@
 // gradients, the vocabulary-parallel embedding, LM head and cross-entropy) and that the
 // replicated biases and the position embedding enter once.
 // Pipeline parallelism: GpuPipeline (engine/src/gpu/gpu_pipeline.cpp, over host_cuda/'s
-// streams, with the CPU communicator standing in for NCCL) runs a 1F1B iteration of four
-// micro-batches over PP 2 stages (and TP 2 x PP 2 as four ranks); the last stage's token
-// losses, every stage's gradients (the tied word embedding summed over the embedding group, as
-// the trainer does) and the forward-only losses equal the whole CPU model's, run micro-batch by
-// micro-batch in one process.
+// streams, with the CPU communicator standing in for NCCL) runs a 1F1B iteration of eight
+// micro-batches over PP 2 stages, TP 2 x PP 2 (four ranks), and the interleaved schedule with
+// two chunks per rank at PP 2 and PP 4 (eight micro-batches reach its steady state); the last
+// stage's token losses, every chunk's gradients (the tied word embedding summed over the
+// embedding group, as the trainer does) and the forward-only losses equal the whole CPU
+// model's, run micro-batch by micro-batch in one process. The boundary messages (16 KB) are
+// above Open MPI's shared-memory eager limit, so a host send completes only once received, as
+// an NCCL send: an order that could deadlock on the device hangs here (both directions on one
+// channel, or the wrap-around on the activation channel at PP 4, were checked to hang).
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -116,9 +120,9 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   return "";
 }
 
-// Four layers (two per stage at PP 2), otherwise as config(tp).
-ModelConfig pipeline_config(int tp) {
-  ModelConfig c = testing::tiny_config(4, 128, 4, 16, 250);
+// `layers` layers (at least four: two per stage at PP 2), otherwise as config(tp).
+ModelConfig pipeline_config(int tp, int layers) {
+  ModelConfig c = testing::tiny_config(std::max(4, layers), 128, 4, 16, 250);
   c.tensor_model_parallel_size = tp;
   return c;
 }
@@ -135,7 +139,7 @@ float whole_value(const GptModel<float>& whole, const float* arena, const ParamT
 // "" or the first difference between a pipeline iteration of GpuGpt<float> stages (this rank's
 // shard, run by GpuPipeline) and the whole CPU model on every micro-batch in one process.
 std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups) {
-  const int B = 2, N = B * c.seq_length, M = 4;
+  const int B = 2, N = B * c.seq_length, M = 8;
   const ParallelLayout& L = groups.layout;
   const float grad_scale = 1.0f / (static_cast<float>(N) * M);
   ModelConfig whole_config = c;
@@ -157,27 +161,43 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups) 
     whole.backward(acts);
   }
 
-  const ModelShard shard = shard_of(L, groups.coord, 0, false);
-  const int in_flight = gpu::pipeline_slots(L.pp, groups.coord.pp, 1, M);
+  const int chunks = L.vpp;
+  const int in_flight = gpu::pipeline_slots(L.pp, groups.coord.pp, chunks, M);
   std::string error;
   std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
   CachingAllocator memory(std::make_unique<HostMemory>());
-  auto gpu = gpu::GpuGpt<float>::create(c, B, *ctx, memory, shard, groups.tp.get(), in_flight);
-  if (!gpu) return gpu.status().message();
-  gpu::GpuGpt<float>& g = **gpu;
-  std::vector<float> host(g.numel(), 0.0f);
-  for (const ParamTensor& t : g.layout().tensors())
-    for (size_t i = 0; i < t.numel; i++)
-      host[t.offset + i] = whole_value(whole, whole.params(), t, i);
-  g.upload(host.data());
-  g.zero_grads();
-  // One communicator per direction (Note [GPU pipeline streams]).
-  Result<std::unique_ptr<Comm>> forward_comm = groups.pp->split(0, groups.pp->rank());
-  if (!forward_comm) return forward_comm.status().message();
-  Result<std::unique_ptr<Comm>> backward_comm = groups.pp->split(0, groups.pp->rank());
-  if (!backward_comm) return backward_comm.status().message();
-  auto pipeline = gpu::GpuPipeline<float>::create({&g}, *ctx, forward_comm->get(),
-                                                  backward_comm->get(), L.pp, groups.coord.pp);
+  std::vector<std::unique_ptr<gpu::GpuGpt<float>>> models;
+  std::vector<gpu::GpuGpt<float>*> chunk_models;
+  for (int chunk = 0; chunk < chunks; chunk++) {
+    auto gpu = gpu::GpuGpt<float>::create(
+        c, B, *ctx, memory, shard_of(L, groups.coord, chunk, false), groups.tp.get(), in_flight);
+    if (!gpu) return gpu.status().message();
+    gpu::GpuGpt<float>& g = **gpu;
+    std::vector<float> host(g.numel(), 0.0f);
+    for (const ParamTensor& t : g.layout().tensors())
+      for (size_t i = 0; i < t.numel; i++)
+        host[t.offset + i] = whole_value(whole, whole.params(), t, i);
+    g.upload(host.data());
+    g.zero_grads();
+    chunk_models.push_back(&g);
+    models.push_back(std::move(*gpu));
+  }
+  // One communicator per channel (Note [GPU pipeline streams]).
+  std::vector<std::unique_ptr<Comm>> comms;
+  for (int i = 0; i < (chunks > 1 ? 4 : 2); i++) {
+    Result<std::unique_ptr<Comm>> comm = groups.pp->split(0, groups.pp->rank());
+    if (!comm) return comm.status().message();
+    comms.push_back(std::move(*comm));
+  }
+  gpu::PipelineComms channels;
+  channels.activations = comms[0].get();
+  channels.gradients = comms[1].get();
+  if (chunks > 1) {
+    channels.activations_wrap = comms[2].get();
+    channels.gradients_wrap = comms[3].get();
+  }
+  auto pipeline =
+      gpu::GpuPipeline<float>::create(chunk_models, *ctx, channels, L.pp, groups.coord.pp);
   if (!pipeline) return pipeline.status().message();
   auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets) {
     gpu::copy_to_device_async(*ctx, d_tokens, tokens.data() + mb * N, N * sizeof(int32_t));
@@ -191,6 +211,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups) 
   // The tied word embedding: the first stage's gradient (embedding) plus the last stage's
   // copy's (LM head), as the trainer sums them over the embedding group.
   if (groups.in_embedding_group()) {
+    gpu::GpuGpt<float>& g = groups.first_stage() ? *chunk_models.front() : *chunk_models.back();
     const ParamTensor& t = g.layout().tensors()[g.layout().word_embedding_index()];
     if (Status s = groups.embedding->all_reduce(g.grads() + t.offset, t.numel, DType::kFloat32,
                                                 ReduceOp::kSum);
@@ -205,19 +226,24 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups) 
         !(e <= kTolerance))
       return "forward-only token losses: relative error " + std::to_string(e);
   }
-  for (const ParamTensor& t : g.layout().tensors()) {
-    std::vector<float> want(t.numel);
-    for (size_t i = 0; i < t.numel; i++) want[i] = whole_value(whole, whole.grads(), t, i);
-    const double e = relative_error(g.grads() + t.offset, want.data(), t.numel);
-    if (!(e <= kTolerance))
-      return "stage " + std::to_string(groups.coord.pp) + " d " + t.name + ": relative error " +
-             std::to_string(e) + " > " + std::to_string(kTolerance);
+  for (int chunk = 0; chunk < chunks; chunk++) {
+    const gpu::GpuGpt<float>& g = *chunk_models[chunk];
+    for (const ParamTensor& t : g.layout().tensors()) {
+      std::vector<float> want(t.numel);
+      for (size_t i = 0; i < t.numel; i++) want[i] = whole_value(whole, whole.grads(), t, i);
+      const double e = relative_error(models[chunk]->grads() + t.offset, want.data(), t.numel);
+      if (!(e <= kTolerance))
+        return "stage " + std::to_string(groups.coord.pp) + " chunk " + std::to_string(chunk) +
+               " d " + t.name + ": relative error " + std::to_string(e) + " > " +
+               std::to_string(kTolerance);
+    }
   }
   return "";
 }
 
-// The pipeline side: this process is one of tp x pp MPI ranks.
-int pipeline_worker(int tp, int pp) {
+// The pipeline side: this process is one of tp x pp MPI ranks; chunks > 1: the interleaved
+// schedule, one layer per chunk.
+int pipeline_worker(int tp, int pp, int chunks) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
     std::fprintf(stderr, "pipeline worker: %s\n", world.status().message().c_str());
@@ -226,10 +252,11 @@ int pipeline_worker(int tp, int pp) {
   std::string error;
   {  // the communicators go before MPI does
     TrainOptions o;
-    o.model = pipeline_config(tp);
+    o.model = pipeline_config(tp, pp * chunks);
     o.parallel.pipeline_model_parallel_size = pp;
+    if (chunks > 1) o.parallel.num_layers_per_virtual_pipeline_stage = 1;
     o.micro_batch_size = 2;
-    o.global_batch_size = 8;
+    o.global_batch_size = 16;
     Result<ParallelLayout> layout = make_layout(o, (*world)->size());
     if (!layout) {
       error = layout.status().message();
@@ -298,15 +325,33 @@ class GpuModelOnHost : public QObject {
   void pp2_iteration_matches_the_whole_cpu_model() {
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run = testing::run_mpi(2, self, {"--pipeline-worker", "1", "2"}, {}, 120000);
+    const testing::Run run =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1"}, {}, 120000);
     QVERIFY2(run.exit_code == 0, qPrintable("PP 2: " + run.err + run.out));
   }
 
   void tp2_pp2_iteration_matches_the_whole_cpu_model() {
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run = testing::run_mpi(4, self, {"--pipeline-worker", "2", "2"}, {}, 180000);
+    const testing::Run run =
+        testing::run_mpi(4, self, {"--pipeline-worker", "2", "2", "1"}, {}, 180000);
     QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2: " + run.err + run.out));
+  }
+
+  void interleaved_pp2_iteration_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "2"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 2 x 2 chunks: " + run.err + run.out));
+  }
+
+  void interleaved_pp4_iteration_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(4, self, {"--pipeline-worker", "1", "4", "2"}, {}, 180000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 4 x 2 chunks: " + run.err + run.out));
   }
 #endif
 
@@ -321,8 +366,8 @@ class GpuModelOnHost : public QObject {
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--worker") return worker();
-  if (argc == 4 && std::string(argv[1]) == "--pipeline-worker")
-    return pipeline_worker(std::atoi(argv[2]), std::atoi(argv[3]));
+  if (argc == 5 && std::string(argv[1]) == "--pipeline-worker")
+    return pipeline_worker(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
   GpuModelOnHost test;
   return QTest::qExec(&test, argc, argv);
 }

@@ -51,27 +51,28 @@ int pipeline_slots(int stages, int stage, int chunks, int micro_batches) {
 }
 
 template <typename A>
-GpuPipeline<A>::GpuPipeline(std::vector<GpuGpt<A>*> chunks, cu::Context& ctx, Comm* forward_comm,
-                            Comm* backward_comm, int stages, int stage)
-    : chunks_(std::move(chunks)),
-      ctx_(ctx),
-      forward_comm_(forward_comm),
-      backward_comm_(backward_comm),
-      stages_(stages),
-      stage_(stage) {}
+GpuPipeline<A>::GpuPipeline(std::vector<GpuGpt<A>*> chunks, cu::Context& ctx,
+                            const PipelineComms& comms, int stages, int stage)
+    : chunks_(std::move(chunks)), ctx_(ctx), stages_(stages), stage_(stage) {
+  activations_.comm = comms.activations;
+  gradients_.comm = comms.gradients;
+  activations_wrap_.comm = comms.activations_wrap;
+  gradients_wrap_.comm = comms.gradients_wrap;
+}
 
 template <typename A>
 Result<std::unique_ptr<GpuPipeline<A>>> GpuPipeline<A>::create(std::vector<GpuGpt<A>*> chunks,
-                                                               cu::Context& ctx, Comm* forward_comm,
-                                                               Comm* backward_comm, int stages,
-                                                               int stage) {
-  if (chunks.size() != 1)
-    return Status::invalid_argument(
-        "the GPU pipeline runs one model chunk per rank (no interleaving yet)");
-  if (stages > 1 && (!forward_comm || !backward_comm))
+                                                               cu::Context& ctx,
+                                                               const PipelineComms& comms,
+                                                               int stages, int stage) {
+  const bool interleaved = chunks.size() > 1;
+  if (chunks.empty()) return Status::internal("GpuPipeline: no model chunk");
+  if (stages > 1 && (!comms.activations || !comms.gradients))
     return Status::internal("GpuPipeline: pipeline stages without their communicators");
+  if (interleaved && (stages == 1 || !comms.activations_wrap || !comms.gradients_wrap))
+    return Status::internal("GpuPipeline: interleaved stages without the wrap-around channels");
   std::unique_ptr<GpuPipeline<A>> p(
-      new GpuPipeline<A>(std::move(chunks), ctx, forward_comm, backward_comm, stages, stage));
+      new GpuPipeline<A>(std::move(chunks), ctx, comms, stages, stage));
   if (Status s = p->make_streams(); !s) return s;
   return p;
 }
@@ -97,12 +98,12 @@ Status GpuPipeline<A>::make_streams() {
       if (!event(output_sent_[c][s]) || !event(input_grad_sent_[c][s]))
         return Status::internal("GpuPipeline: cudaEventCreate failed");
   }
-  if (stages_ == 1) return Status::ok();
-  for (void** stream : {&forward_stream_, &backward_stream_}) {
+  for (Channel* channel : {&activations_, &gradients_, &activations_wrap_, &gradients_wrap_}) {
+    if (!channel->comm) continue;
     cudaStream_t made = nullptr;
     if (cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) != cudaSuccess)
       return Status::internal("GpuPipeline: cudaStreamCreate failed");
-    *stream = made;
+    channel->stream = made;
   }
   return Status::ok();
 }
@@ -111,10 +112,10 @@ template <typename A>
 GpuPipeline<A>::~GpuPipeline() {
   // Nothing queued may still use the events or streams (the trainer synchronises the Context
   // after every iteration, and join() made it wait for both streams).
-  for (void* stream : {forward_stream_, backward_stream_})
-    if (stream) {
-      cudaStreamSynchronize(as_stream(stream));
-      cudaStreamDestroy(as_stream(stream));
+  for (Channel* channel : {&activations_, &gradients_, &activations_wrap_, &gradients_wrap_})
+    if (channel->stream) {
+      cudaStreamSynchronize(as_stream(channel->stream));
+      cudaStreamDestroy(as_stream(channel->stream));
     }
   if (scratch_event_) cudaEventDestroy(as_event(scratch_event_));
   for (auto* events : {&output_sent_, &input_grad_sent_})
@@ -155,13 +156,14 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, flo
     if (Status st = load(mb, slot.tokens, slot.targets); !st) return st;
   if (!first_virtual(c)) {
     // Into residual[0], once compute is done with the slot's previous micro-batch.
-    follow(forward_stream_, compute);
+    Channel& in = input_channel(c);
+    follow(in.stream, compute);
     const int prev = (stage_ + stages_ - 1) % stages_;
-    if (Status st = recv_boundary(*forward_comm_, slot.residual, model.boundary_elems(), type, prev,
-                                  forward_stream_);
+    if (Status st =
+            recv_boundary(*in.comm, slot.residual, model.boundary_elems(), type, prev, in.stream);
         !st)
       return st;
-    follow(compute, forward_stream_);
+    follow(compute, in.stream);
   }
   model.forward_slot(s, grad_scale);
   if (last_virtual(c)) {
@@ -169,13 +171,14 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, flo
     copy_device_async(ctx_, losses + static_cast<size_t>(mb) * N, slot.losses, N * sizeof(float));
     return Status::ok();
   }
-  follow(forward_stream_, compute);
+  Channel& out = output_channel();
+  follow(out.stream, compute);
   const int next = (stage_ + 1) % stages_;
-  if (Status st = send_boundary(*forward_comm_, model.output(s), model.boundary_elems(), type, next,
-                                forward_stream_);
+  if (Status st =
+          send_boundary(*out.comm, model.output(s), model.boundary_elems(), type, next, out.stream);
       !st)
     return st;
-  if (cudaEventRecord(as_event(output_sent_[c][s]), as_stream(forward_stream_)) != cudaSuccess)
+  if (cudaEventRecord(as_event(output_sent_[c][s]), as_stream(out.stream)) != cudaSuccess)
     ctx_.record_error("GpuPipeline: cudaEventRecord failed");
   return Status::ok();
 }
@@ -189,13 +192,14 @@ Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
   void* compute = ctx_.stream();
   if (!last_virtual(c)) {
     // Into output_grad, which the slot's previous backward has already read (compute order).
-    follow(backward_stream_, compute);
+    Channel& in = output_grad_channel();
+    follow(in.stream, compute);
     const int next = (stage_ + 1) % stages_;
-    if (Status st = recv_boundary(*backward_comm_, slot.output_grad, model.boundary_elems(), type,
-                                  next, backward_stream_);
+    if (Status st = recv_boundary(*in.comm, slot.output_grad, model.boundary_elems(), type, next,
+                                  in.stream);
         !st)
       return st;
-    follow(compute, backward_stream_);
+    follow(compute, in.stream);
   }
   // input_grad may still be on its way to the previous stage from the slot's previous use.
   if (cudaStreamWaitEvent(as_stream(compute), as_event(input_grad_sent_[c][s]), 0) != cudaSuccess)
@@ -206,21 +210,22 @@ Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
   model.backward_slot(s);
   model.set_final_backward(false);
   if (first_virtual(c)) return Status::ok();
-  follow(backward_stream_, compute);
+  Channel& out = input_grad_channel();
+  follow(out.stream, compute);
   const int prev = (stage_ + stages_ - 1) % stages_;
-  if (Status st = send_boundary(*backward_comm_, slot.input_grad, model.boundary_elems(), type,
-                                prev, backward_stream_);
+  if (Status st =
+          send_boundary(*out.comm, slot.input_grad, model.boundary_elems(), type, prev, out.stream);
       !st)
     return st;
-  if (cudaEventRecord(as_event(input_grad_sent_[c][s]), as_stream(backward_stream_)) != cudaSuccess)
+  if (cudaEventRecord(as_event(input_grad_sent_[c][s]), as_stream(out.stream)) != cudaSuccess)
     ctx_.record_error("GpuPipeline: cudaEventRecord failed");
   return Status::ok();
 }
 
 template <typename A>
 Status GpuPipeline<A>::join() {
-  for (void* stream : {forward_stream_, backward_stream_})
-    if (stream) follow(ctx_.stream(), stream);
+  for (Channel* channel : {&activations_, &gradients_, &activations_wrap_, &gradients_wrap_})
+    if (channel->stream) follow(ctx_.stream(), channel->stream);
   return Status::ok();
 }
 

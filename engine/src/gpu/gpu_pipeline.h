@@ -4,30 +4,34 @@
 // queues work and never waits for the device inside an iteration. Non-goals: dropout, timing
 // boxes (the CPU executor's IterationTimeline), host buffers.
 //
-// Note [GPU pipeline streams]. Three streams per rank: the compute stream (the Context's), an
-// activation stream with its own NcclComm over the pipeline group (forward: receive the
-// previous virtual stage's output, send ours to the next), and a gradient stream with another
-// NcclComm (backward: receive our output's gradient from the next virtual stage, send our
-// input's gradient to the previous one). CUDA events order them: a receive is waited for by
-// the compute stream before the chunk reads it, a send waits for the compute that produced
-// its buffer, and a buffer is rewritten by compute only after the send that reads it.
-// Why this cannot deadlock (one chunk per rank, 1F1B): NCCL matches a pair's point-to-point
-// operations on one communicator in issue order, each stream runs its operations in issue
-// order, and a send completes only once its receive is posted. On the activation stream rank r
-// queues, for each forward of micro-batch m in schedule order (m = 0, 1, ... on every rank),
-// "receive m from r-1, send m to r+1". Give the message of (r, m) the key (m + r, -r): rank r's
-// operations then come in increasing key order (receive (r-1, m) = (m+r-1, 1-r) < send (r, m)
-// = (m+r, -r) < receive (r-1, m+1) = (m+r, 1-r)), and each message has one key on both ends,
-// so one total order serves every rank: no cycle of waiting sends and receives. The gradient
-// stream is the mirror image (backwards in micro-batch order, r+1 to r). The compute stream's
-// waits are the schedule's own dependencies (a forward needs its input, a backward its output
-// gradient), and a send waits only for compute queued before it, so forward and backward
-// traffic never block each other: the deadlock of "send forward, then receive backward" on
-// one queue, which Megatron avoids with grouped operations, cannot arise.
-// Interleaving is not supported: the last stage's sends wrap around to the first stage, the
-// activation messages then form a ring, and the key order above closes into a cycle (every
-// rank sending before its next receive); it needs grouped send/receive or a separate
-// wrap-around communicator, and the trainer refuses it (docs/gpu.md#not-done-yet).
+// Note [GPU pipeline streams]. Besides the compute stream (the Context's), boundary tensors
+// travel on channels, each an NcclComm over the pipeline group with a stream of its own:
+// "activations" (forward: stage r to r+1), "gradients" (backward: r+1 to r), and with
+// interleaving two wrap-around channels (the last stage's chunk c to the first stage's chunk
+// c+1 in forward, the reverse in backward). CUDA events order them against compute: a receive
+// is waited for by the compute stream before the chunk reads it, a send waits for the compute
+// that wrote its buffer, and compute rewrites a buffer only after the send that reads it. The
+// host never waits inside an iteration.
+// Why this cannot deadlock: NCCL matches a pair's point-to-point operations on one
+// communicator in issue order, each stream runs its operations in issue order, and a send
+// completes only once its receive is posted. Every rank runs its forwards in one order,
+// independent of the rank (pipeline_schedule: micro-batch order with one chunk, Megatron's
+// virtual micro-batch order k with several), and its backwards likewise. On the activation
+// channel rank r queues, for its k-th forward, "receive k from r-1, send k to r+1" (no
+// receive on the first stage, no send on the last: the wrap-around is not on this channel).
+// Give the message of (r, k) the key (k + r, -r): rank r's operations come in increasing key
+// order (receive (r-1, k) = (k+r-1, 1-r) < send (r, k) = (k+r, -r) < receive (r-1, k+1) =
+// (k+r, 1-r)), and each message has one key on both ends, so one total order serves every
+// rank: no cycle of waiting sends and receives. The gradient channel is the mirror image. On
+// a wrap-around channel one rank only sends and the other only receives, both in the same
+// order (chunk c's k-th message is chunk c+1's, stages forwards later). The compute stream's
+// waits are the schedule's own dependencies, which the CPU executor runs, and a send waits
+// only for compute queued before it. Were the wrap-around on the activation channel, the
+// messages would form a ring and the key order would close into a cycle (every rank sending
+// before its next receive); were forward and backward on one channel, "send forward, then
+// receive backward" on two neighbours would deadlock (Megatron groups them instead). The host
+// harness (test_gpu_model_on_host) sends messages above MPI's eager limit, so a send there
+// too completes only when received: either mistake hangs it.
 #pragma once
 
 #include <functional>
@@ -39,6 +43,15 @@
 #include "lattice/status.h"
 
 namespace lattice::gpu {
+
+// The channels' communicators: NcclComms over the pipeline group (make_nccl_comm), one per
+// channel (Note [GPU pipeline streams]); the wrap-around ones only with several chunks.
+struct PipelineComms {
+  Comm* activations = nullptr;
+  Comm* gradients = nullptr;
+  Comm* activations_wrap = nullptr;
+  Comm* gradients_wrap = nullptr;
+};
 
 // The most micro-batches of one chunk in flight at once (forwarded, not yet backwarded) on
 // pipeline rank `stage` under pipeline_schedule(stages, stage, chunks, micro_batches): the
@@ -52,14 +65,13 @@ class GpuPipeline {
   // the compute stream.
   using Loader = std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets)>;
 
-  // chunks: one GpuGpt, stage `stage` of `stages` (several chunks, interleaving, are refused:
-  // Note [GPU pipeline streams]), with pipeline_slots(...) slots for the micro-batch counts
-  // the caller will pass. forward_comm, backward_comm: two NcclComms over the pipeline group
-  // (make_nccl_comm; null when stages == 1), outliving this. Errors: interleaving, a missing
-  // communicator, a stream or event that CUDA could not create.
+  // chunks[c] holds virtual stage c * stages + stage, with pipeline_slots(...) slots for the
+  // micro-batch counts the caller will pass (with several chunks, a multiple of stages).
+  // comms: outliving this; none when stages == 1. Errors: a missing communicator, a stream or
+  // event that CUDA could not create.
   static Result<std::unique_ptr<GpuPipeline>> create(std::vector<GpuGpt<A>*> chunks,
-                                                     cu::Context& ctx, Comm* forward_comm,
-                                                     Comm* backward_comm, int stages, int stage);
+                                                     cu::Context& ctx, const PipelineComms& comms,
+                                                     int stages, int stage);
   ~GpuPipeline();
   GpuPipeline(const GpuPipeline&) = delete;
   GpuPipeline& operator=(const GpuPipeline&) = delete;
@@ -75,8 +87,13 @@ class GpuPipeline {
   Status evaluate(int micro_batches, const Loader& load, float* losses);
 
  private:
-  GpuPipeline(std::vector<GpuGpt<A>*> chunks, cu::Context& ctx, Comm* forward_comm,
-              Comm* backward_comm, int stages, int stage);
+  // A communicator and its stream (cudaStream_t).
+  struct Channel {
+    Comm* comm = nullptr;
+    void* stream = nullptr;
+  };
+  GpuPipeline(std::vector<GpuGpt<A>*> chunks, cu::Context& ctx, const PipelineComms& comms,
+              int stages, int stage);
   Status make_streams();
   bool first_virtual(int c) const { return c == 0 && stage_ == 0; }
   bool last_virtual(int c) const {
@@ -91,12 +108,14 @@ class GpuPipeline {
 
   std::vector<GpuGpt<A>*> chunks_;
   cu::Context& ctx_;
-  Comm* forward_comm_;
-  Comm* backward_comm_;
+  // Which channel carries chunk c's input, output, output gradient and input gradient.
+  Channel& input_channel(int c) { return stage_ == 0 && c > 0 ? activations_wrap_ : activations_; }
+  Channel& output_channel() { return stage_ == stages_ - 1 ? activations_wrap_ : activations_; }
+  Channel& output_grad_channel() { return stage_ == stages_ - 1 ? gradients_wrap_ : gradients_; }
+  Channel& input_grad_channel() { return stage_ == 0 ? gradients_wrap_ : gradients_; }
   int stages_, stage_;
-  void* forward_stream_ = nullptr;   // cudaStream_t: activations
-  void* backward_stream_ = nullptr;  // cudaStream_t: gradients
-  void* scratch_event_ = nullptr;    // cudaEvent_t, recorded and waited for at once
+  Channel activations_, gradients_, activations_wrap_, gradients_wrap_;
+  void* scratch_event_ = nullptr;  // cudaEvent_t, recorded and waited for at once
   // [chunk][slot]: the last send from the slot's output / input_grad (compute rewrites them
   // only after it).
   std::vector<std::vector<void*>> output_sent_, input_grad_sent_;

@@ -221,8 +221,11 @@ Status GpuLoop<A>::setup() {
                                  tp_.get(), in_flight);
   if (!model) return model.status();
   model_ = std::move(*model);
-  auto pipeline = GpuPipeline<A>::create({model_.get()}, *dev_.ctx, pp_forward_.get(),
-                                         pp_backward_.get(), L.pp, groups_.coord.pp);
+  PipelineComms channels;
+  channels.activations = pp_forward_.get();
+  channels.gradients = pp_backward_.get();
+  auto pipeline =
+      GpuPipeline<A>::create({model_.get()}, *dev_.ctx, channels, L.pp, groups_.coord.pp);
   if (!pipeline) return pipeline.status();
   pipeline_ = std::move(*pipeline);
   adam_ = std::make_unique<GpuAdamW>(model_->layout(), model_->master(), model_->grads(),
