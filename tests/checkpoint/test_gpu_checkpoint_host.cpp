@@ -13,7 +13,8 @@
 //     one CPU process (resharded, padding rows dropped), their --save-hf file is the whole
 //     model, and a TP 1 checkpoint, a GPT-2 file or --seed restore each rank's slices;
 //   - the same with --pipeline-model-parallel-size 2: each stage's shard (the last stage's
-//     tied LM head a copy of the word embedding) saves, loads whole, and restores.
+//     tied LM head a copy of the word embedding) saves, loads whole, and restores; and with
+//     the interleaved schedule (two chunks per rank, one device state each).
 // The device itself (cudaMemcpy, the bf16 copy) is tested by tests/cuda/test_gpu_training.cpp.
 #include <QtTest/QtTest>
 
@@ -119,9 +120,21 @@ TrainOptions pp2_options() {
   return o;
 }
 
-// The two-rank run a worker plays: "tp2" or "pp2".
+// The whole model a two-rank run is compared with: options(), four layers for "pp2i".
+TrainOptions whole_options(const std::string& run) {
+  TrainOptions o = options();
+  if (run == "pp2i") o.model.num_layers = 4;
+  return o;
+}
+
+// The two-rank run a worker plays: "tp2", "pp2" or "pp2i" (PP 2, interleaved: two chunks of
+// one layer per rank).
 TrainOptions two_rank_options(const std::string& run) {
-  return run == "pp2" ? pp2_options() : tp2_options();
+  if (run == "tp2") return tp2_options();
+  TrainOptions o = pp2_options();
+  o.model = whole_options(run).model;
+  if (run == "pp2i") o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+  return o;
 }
 
 // Global element index of element i of the slice `t` holds.
@@ -397,17 +410,21 @@ class GpuCheckpointHost : public QObject {
   void pipeline_stages_save_and_restore() {
     two_ranks_save_and_restore("pp2");
   }
+  void interleaved_pipeline_chunks_save_and_restore() {
+    two_ranks_save_and_restore("pp2i");
+  }
 #endif
 
  private:
 #ifdef LATTICE_MPIEXEC
-  // run: "tp2" (TP 2) or "pp2" (PP 2), two MPI ranks of this program (--tp-worker).
+  // run: "tp2" (TP 2), "pp2" (PP 2) or "pp2i" (PP 2 interleaved), two MPI ranks of this
+  // program (--tp-worker).
   void two_ranks_save_and_restore(const QString& run) {
     const std::string dir = dir_.filePath(run).toStdString();
     std::filesystem::create_directories(dir);
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const TrainOptions o = options();
+    const TrainOptions o = whole_options(run.toStdString());
     const ParamLayout layout(o.model);  // the whole model's, as GptModel(o.model, 1) has it
     // Two ranks save their shards (worker_save) ...
     testing::Run saved = testing::run_mpi(
@@ -511,20 +528,26 @@ std::string worker_save(Comm& world, const std::string& dir, const std::string& 
   o.save_hf = dir + "/tp2.safetensors";
   Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status().message();
-  GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
-  drawn.init_weights(5);
-  HostDevice device(drawn.layout());
-  for (const ParamTensor& t : drawn.layout().tensors())
-    for (size_t i = 0; i < t.numel; i++) {
-      device.params[t.offset + i] = drawn.params()[t.offset + i];
-      device.exp_avg[t.offset + i] = global_moment(t.name, global_index(t, i), 1);
-      device.exp_avg_sq[t.offset + i] = global_moment(t.name, global_index(t, i), 2);
-    }
+  std::vector<std::unique_ptr<HostDevice>> devices;  // one per chunk
+  std::vector<gpu::DeviceState*> states;
+  for (const ModelShard& shard : me->shards) {
+    GptModel<float> drawn(o.model, shard, 1, nullptr, RecomputePlan{});
+    drawn.init_weights(5);
+    devices.push_back(std::make_unique<HostDevice>(drawn.layout()));
+    HostDevice& device = *devices.back();
+    for (const ParamTensor& t : drawn.layout().tensors())
+      for (size_t i = 0; i < t.numel; i++) {
+        device.params[t.offset + i] = drawn.params()[t.offset + i];
+        device.exp_avg[t.offset + i] = global_moment(t.name, global_index(t, i), 1);
+        device.exp_avg_sq[t.offset + i] = global_moment(t.name, global_index(t, i), 2);
+      }
+    states.push_back(&device);
+  }
   const TrainState state{7, 14, 0, 7, 0, 0};
-  Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, device);
+  Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, states);
   if (!saved) return "save_gpu_checkpoint: " + saved.status().message();
   Messages messages;
-  if (Status s = gpu::save_gpu_hf(o, o.model, world, device, messages); !s)
+  if (Status s = gpu::save_gpu_hf(o, o.model, world, states, messages); !s)
     return "save_gpu_hf: " + s.message();
   return "";
 }
@@ -536,20 +559,36 @@ std::string worker_restore(Comm& world, const std::string& dir, const std::strin
   const TrainOptions o = two_rank_options(run);
   Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status().message();
-  const ParamLayout layout(o.model, me->shard);
-  Messages messages;
+  std::vector<ParamLayout> layouts;  // one per chunk
+  for (const ModelShard& shard : me->shards) layouts.emplace_back(o.model, shard);
+  // A restore into fresh devices, one per chunk; "" or what failed.
+  auto restore = [&](const TrainOptions& run_options, std::vector<std::unique_ptr<HostDevice>>& out,
+                     TrainState* state) -> std::string {
+    std::vector<gpu::DeviceState*> states;
+    for (const ParamLayout& layout : layouts) {
+      out.push_back(std::make_unique<HostDevice>(layout));
+      states.push_back(out.back().get());
+    }
+    Messages messages;
+    Result<TrainState> s = gpu::restore_gpu_state(run_options, o.model, world, states, messages);
+    if (!s) return s.status().message();
+    if (state) *state = *s;
+    return "";
+  };
   // A fresh run: this rank's slices of the initialisation every layout draws.
-  GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
-  drawn.init_weights(o.seed);
-  HostDevice fresh(layout);
-  if (Result<TrainState> s = gpu::restore_gpu_state(o, o.model, world, fresh, messages); !s)
-    return "fresh run: " + s.status().message();
-  for (size_t i = 0; i < fresh.params.size(); i++)
-    if (fresh.params[i] != drawn.params()[i])
-      return "fresh run: arena element " + std::to_string(i) + " is not init_weights(--seed)'s";
+  std::vector<std::unique_ptr<HostDevice>> fresh;
+  if (std::string e = restore(o, fresh, nullptr); !e.empty()) return "fresh run: " + e;
+  for (size_t c = 0; c < layouts.size(); c++) {
+    GptModel<float> drawn(o.model, me->shards[c], 1, nullptr, RecomputePlan{});
+    drawn.init_weights(o.seed);
+    for (size_t i = 0; i < fresh[c]->params.size(); i++)
+      if (fresh[c]->params[i] != drawn.params()[i])
+        return "fresh run: chunk " + std::to_string(c) + " arena element " + std::to_string(i) +
+               " is not init_weights(--seed)'s";
+  }
   // --load of the TP 1 checkpoint: weights and moments resharded.
-  const TrainOptions whole_options = options();
-  GptModel<float> whole(whole_options.model, 1);
+  const TrainOptions whole_run = whole_options(run);
+  GptModel<float> whole(whole_run.model, 1);
   whole.init_weights(8);
   auto from_whole = [&](const ParamTensor& t, size_t g, int which) -> float {
     const ParamTensor& w = *whole.layout().find(t.name);
@@ -558,14 +597,15 @@ std::string worker_restore(Comm& world, const std::string& dir, const std::strin
   };
   TrainOptions load = o;
   load.load = dir + "/tp1";
-  HostDevice loaded(layout);
-  Result<TrainState> state = gpu::restore_gpu_state(load, load.model, world, loaded, messages);
-  if (!state) return "--load: " + state.status().message();
-  if (state->iteration != 4) return "--load: iteration " + std::to_string(state->iteration);
-  if (std::string d = shard_difference(layout, loaded, from_whole, true); !d.empty())
-    return "--load: " + d;
+  std::vector<std::unique_ptr<HostDevice>> loaded;
+  TrainState state;
+  if (std::string e = restore(load, loaded, &state); !e.empty()) return "--load: " + e;
+  if (state.iteration != 4) return "--load: iteration " + std::to_string(state.iteration);
+  for (size_t c = 0; c < layouts.size(); c++)
+    if (std::string d = shard_difference(layouts[c], *loaded[c], from_whole, true); !d.empty())
+      return "--load: " + d;
   // --load-hf: the vocabulary's rows of the GPT-2 file; padding rows zero.
-  GptModel<float> hf(whole_options.model, 1);
+  GptModel<float> hf(whole_run.model, 1);
   hf.init_weights(21);
   auto from_hf = [&](const ParamTensor& t, size_t g, int) -> float {
     const ParamTensor& w = *hf.layout().find(t.name);
@@ -575,12 +615,11 @@ std::string worker_restore(Comm& world, const std::string& dir, const std::strin
   };
   TrainOptions load_hf = o;
   load_hf.load_hf = dir + "/tp1.safetensors";
-  HostDevice imported(layout);
-  if (Result<TrainState> s = gpu::restore_gpu_state(load_hf, o.model, world, imported, messages);
-      !s)
-    return "--load-hf: " + s.status().message();
-  if (std::string d = shard_difference(layout, imported, from_hf, false); !d.empty())
-    return "--load-hf: " + d;
+  std::vector<std::unique_ptr<HostDevice>> imported;
+  if (std::string e = restore(load_hf, imported, nullptr); !e.empty()) return "--load-hf: " + e;
+  for (size_t c = 0; c < layouts.size(); c++)
+    if (std::string d = shard_difference(layouts[c], *imported[c], from_hf, false); !d.empty())
+      return "--load-hf: " + d;
   return "";
 }
 

@@ -8,7 +8,8 @@
 // it), and a checkpoint of any layout loads (resharding); --load-hf and --save-hf (gathered
 // from every stage) likewise. Host code only (no CUDA header): the device is behind
 // DeviceState, so tests run all of this on the CPU. Non-goals: asynchronous saves, bf16 or
-// fp16 state, interleaved stages (several chunks per rank).
+// fp16 state. With the interleaved schedule a rank holds several chunks, each its own device
+// state: the functions take one DeviceState per chunk (chunk c = shard_of(layout, coord, c)).
 #pragma once
 
 #include <cstddef>
@@ -57,11 +58,13 @@ struct MomentSpan {
 Result<std::vector<MomentSpan>> moment_spans(const ParamLayout& layout, AdamW<float>& host);
 
 // Where this rank sits: the run's layout (o's TP and PP over world_size ranks), the rank's
-// coordinates and its model shard (chunk 0), whose ParamLayout the device's arenas follow.
+// coordinates and its model shards (one per chunk), whose ParamLayouts the device's arenas
+// follow.
 struct GpuRankShard {
   ParallelLayout layout;
   ParallelLayout::Coord coord;
-  ModelShard shard;
+  ModelShard shard;                // chunk 0
+  std::vector<ModelShard> shards;  // every chunk (layout.vpp)
 };
 Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int rank);
 
@@ -72,21 +75,35 @@ Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int r
 // Every rank reads its own shard itself (--load-hf: the whole file, then its slices). Rank 0
 // reports to `sink` as the CPU trainer does. Returns the progress to continue from (zero: a
 // fresh run, --finetune). Collective over `world` with --load.
+// chunks: one DeviceState per chunk of the rank (gpu_rank_shard's shards).
 Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model, Comm& world,
-                                     DeviceState& device, MetricsSink& sink);
+                                     const std::vector<DeviceState*>& chunks, MetricsSink& sink);
+inline Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model,
+                                            Comm& world, DeviceState& device, MetricsSink& sink) {
+  return restore_gpu_state(o, model, world, std::vector<DeviceState*>{&device}, sink);
+}
 
 // --save: a checkpoint of `state` in o.save (--save-retain), collective over `world`. The
-// data-parallel rank 0 of each tensor-parallel rank of each stage downloads its shard's weights and moments
-// and writes them, as on the CPU; the other ranks hold equal replicas and only take part in
+// data-parallel rank 0 of each tensor-parallel rank of each stage downloads its shard's weights and
+// moments and writes them, as on the CPU; the other ranks hold equal replicas and only take part in
 // the agreement.
 Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
                                             Comm& world, const TrainState& state,
-                                            DeviceState& device);
+                                            const std::vector<DeviceState*>& chunks);
+inline Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
+                                                   Comm& world, const TrainState& state,
+                                                   DeviceState& device) {
+  return save_gpu_checkpoint(o, model, world, state, std::vector<DeviceState*>{&device});
+}
 
 // --save-hf: the shards of data-parallel rank 0 gathered to rank 0 (gather_full_params), which
 // writes the whole model's master weights as a GPT-2 safetensors file and says so. Collective
 // over `world`.
 Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
-                   DeviceState& device, MetricsSink& sink);
+                   const std::vector<DeviceState*>& chunks, MetricsSink& sink);
+inline Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
+                          DeviceState& device, MetricsSink& sink) {
+  return save_gpu_hf(o, model, world, std::vector<DeviceState*>{&device}, sink);
+}
 
 }  // namespace lattice::gpu
