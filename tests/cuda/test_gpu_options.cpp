@@ -2,7 +2,7 @@
 // unsupported option is named in one sentence, before the trainer looks for a GPU, and a
 // supported run reaches the device check (docs/gpu.md#scope). Tensor parallelism is accepted
 // when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism), pipeline
-// parallelism when it splits the layers evenly without interleaving
+// parallelism when it splits the layers evenly, interleaved or not
 // (docs/gpu.md#pipeline-parallelism).
 #include <QtTest/QtTest>
 
@@ -94,6 +94,10 @@ class GpuOptionsTest : public QObject {
     o.load = "/tmp/y";
     o.save_hf = "/tmp/z.safetensors";
     QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
+    // Interleaved: 4 layers, two chunks of one layer per stage, 2 micro-batches at PP 2.
+    o.model.num_layers = 4;
+    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
   }
 
   void pipeline_layouts_that_do_not_fit_are_named() {
@@ -108,8 +112,19 @@ class GpuOptionsTest : public QObject {
     // World 8 at PP 2 is DP 4: the 2 micro-batches of the global batch do not split over it.
     QVERIFY(names(gpu::unsupported_on_gpu(o, 8), "--global-batch-size"));
     o.model.num_layers = 4;
+    o.parallel.num_layers_per_virtual_pipeline_stage = 3;  // 2 layers per stage
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
+                  "--num-layers-per-virtual-pipeline-stage 3 does not divide the 2 layers"));
     o.parallel.num_layers_per_virtual_pipeline_stage = 1;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--num-layers-per-virtual-pipeline-stage"));
+    o.global_batch_size = 6;  // 3 micro-batches: not a multiple of PP 2
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
+                  "--num-layers-per-virtual-pipeline-stage 1 (interleaved 1F1B) needs the "
+                  "micro-batches per data-parallel rank to be a multiple of "
+                  "--pipeline-model-parallel-size 2"));
+    o.global_batch_size = 4;
+    o.parallel.pipeline_model_parallel_size = 1;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "needs --pipeline-model-parallel-size > 1"));
+    o.parallel.pipeline_model_parallel_size = 2;
     o.parallel.num_layers_per_virtual_pipeline_stage = 0;
     o.parallel.decoder_first_pipeline_num_layers = 1;
     QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-first-pipeline-num-layers"));

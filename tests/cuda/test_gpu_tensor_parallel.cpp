@@ -9,8 +9,9 @@
 //     of the uninterrupted CPU run): the shards are the CPU engine's TP checkpoint;
 //   - with 4 devices, GPU TP 2 x DP 2 trains as GPU TP 1 x DP 1;
 //   - GPU PP 2 (1F1B, one layer per stage) trains as GPU PP 1 and as the CPU engine's PP 2
-//     (1e-4), and its checkpoint continues on the CPU engine at PP 1; with 4 devices GPU
-//     TP 2 x PP 2 trains as one GPU.
+//     (1e-4), and its checkpoint continues on the CPU engine at PP 1; the interleaved schedule
+//     (4 layers, two chunks per rank) likewise against one GPU and the CPU's interleaved PP 2;
+//     with 4 devices GPU TP 2 x PP 2 trains as one GPU.
 // Never run on a GPU yet (docs/gpu.md).
 #include <QtTest/QtTest>
 
@@ -74,8 +75,8 @@ TrainOptions resumable_run() {
   return o;
 }
 
-// The worker's run from its arguments: device=cpu|cuda tp=N pp=N bf16=0|1 resumable=0|1
-// save=DIR exit=N.
+// The worker's run from its arguments: device=cpu|cuda tp=N pp=N layers=N vpp=N
+// (--num-layers-per-virtual-pipeline-stage) bf16=0|1 resumable=0|1 save=DIR exit=N.
 TrainOptions worker_options(const QStringList& args) {
   TrainOptions o = small_run();
   for (const QString& a : args) {
@@ -87,6 +88,8 @@ TrainOptions worker_options(const QStringList& args) {
     if (key == "device") o.device = value.toStdString();
     if (key == "tp") o.model.tensor_model_parallel_size = value.toInt();
     if (key == "pp") o.parallel.pipeline_model_parallel_size = value.toInt();
+    if (key == "layers") o.model.num_layers = value.toInt();
+    if (key == "vpp") o.parallel.num_layers_per_virtual_pipeline_stage = value.toInt();
     if (key == "bf16") o.bf16 = value == "1";
     if (key == "save") o.save = value.toStdString();
     if (key == "exit") o.exit_interval = value.toInt();
@@ -249,6 +252,20 @@ class GpuTensorParallel : public QObject {
     QVERIFY2(d.isEmpty(), qPrintable(d));
     const Outcome bf16 = run_ranks(2, {"device=cuda", "pp=2", "bf16=1"});
     d = compare("GPU bf16 PP 2 vs CPU fp32 PP 2 (losses)", bf16, cpu, 2e-2, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void interleaved_pp2_trains_as_one_gpu_and_as_the_cpu_engine() {
+    TrainOptions one = small_run();
+    one.device = "cuda";
+    one.model.num_layers = 4;
+    const Outcome pp1 = run_here(one);
+    const QStringList interleaved = {"pp=2", "layers=4", "vpp=1"};
+    const Outcome gpu = run_ranks(2, QStringList{"device=cuda"} + interleaved);
+    const Outcome cpu = run_ranks(2, QStringList{"device=cpu"} + interleaved);
+    QString d = compare("GPU interleaved PP 2 vs GPU PP 1", gpu, pp1, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    d = compare("GPU interleaved PP 2 vs CPU interleaved PP 2", gpu, cpu, 1e-4);
     QVERIFY2(d.isEmpty(), qPrintable(d));
   }
 

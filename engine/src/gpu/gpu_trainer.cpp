@@ -1,15 +1,15 @@
 // The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
-// (train/data_feed.h), the rank's pipeline stage (GpuGpt of its ModelShard) run by GpuPipeline
-// (gpu_pipeline.h: the 1F1B schedule, gradient accumulation over micro-batches; PP 1 runs
-// forward and backward of each micro-batch in turn), tensor parallelism inside the model (NCCL
-// on the compute stream), data-parallel reduction overlapped with backward (grad_reducer.h),
-// the tied word embedding's gradient summed over the embedding group (first and last stage),
-// the loss scaler shared with the CPU trainer (optim/grad_scaling.h), global-norm clipping
-// over the model-parallel group and a multi-tensor AdamW step on the fp32 master weights that
-// also writes the bf16 compute copy. Process groups as the CPU trainer's (parallel/groups.h):
-// world = TP x DP x PP. Metrics, memory and checkpoints go to the same
-// MetricsSink as a CPU run (same keys in the run store); checkpoints are the CPU engine's
-// (gpu_checkpoint.h), saved when the CPU trainer saves.
+// (train/data_feed.h), the rank's pipeline stage (GpuGpt per model chunk of its ModelShard) run
+// by GpuPipeline (gpu_pipeline.h: 1F1B or interleaved 1F1B, gradient accumulation over
+// micro-batches; PP 1 runs forward and backward of each micro-batch in turn), tensor
+// parallelism inside the model (NCCL on the compute stream), data-parallel reduction overlapped
+// with backward (grad_reducer.h), the tied word embedding's gradient summed over the embedding
+// group (first and last stage), the loss scaler shared with the CPU trainer
+// (optim/grad_scaling.h), global-norm clipping over the model-parallel group and a multi-tensor
+// AdamW step on the fp32 master weights that also writes the bf16 compute copy. Process groups
+// as the CPU trainer's (parallel/groups.h): world = TP x DP x PP. Metrics, memory and
+// checkpoints go to the same MetricsSink as a CPU run (same keys in the run store); checkpoints
+// are the CPU engine's (gpu_checkpoint.h), saved when the CPU trainer saves.
 // Nothing here has run on a GPU yet (docs/gpu.md).
 #include "gpu/gpu_trainer.h"
 
@@ -54,6 +54,15 @@ double seconds_since(Clock::time_point t0) {
 double peak_flops_of(const std::string& device_name) {
   const std::optional<DeviceSpec> d = device_for_gpu_name(device_name, "bf16");
   return d ? d->peak_flops : 0;
+}
+
+// " 1F1B", " interleaved 1F1B, 2 chunks" or "" (PP 1), for the run's description.
+std::string pipeline_schedule_name(const TrainOptions& o) {
+  const int pp = o.parallel.pipeline_model_parallel_size;
+  const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
+  if (pp <= 1) return "";
+  if (v <= 0) return " 1F1B";
+  return " interleaved 1F1B, " + std::to_string(o.model.num_layers / (pp * v)) + " chunks";
 }
 
 double all_reduce_scalar(Comm& comm, double value, ReduceOp op = ReduceOp::kSum) {
@@ -149,17 +158,34 @@ class GpuLoop {
   MetricsSink& sink_;
   Device& dev_;
   GradScaling scaling_;
-  std::unique_ptr<GpuGpt<A>> model_;
+  // One model chunk of this rank: chunk c holds virtual stage c * PP + pp (one chunk without
+  // interleaving), with its optimizer and their checkpoint view.
+  struct Chunk {
+    std::unique_ptr<GpuGpt<A>> model;
+    std::unique_ptr<GpuAdamW> adam;
+    std::unique_ptr<LoopState<A>> state;
+  };
+  // The chunk whose word embedding is tied over the embedding group: the first stage's first
+  // chunk (the input embedding) or the last stage's last chunk (the LM head's copy).
+  GpuGpt<A>& embedding_chunk() {
+    return groups_.first_stage() ? *chunks_.front().model : *chunks_.back().model;
+  }
+  std::vector<DeviceState*> device_states() const {
+    std::vector<DeviceState*> states;
+    for (const Chunk& c : chunks_) states.push_back(c.state.get());
+    return states;
+  }
+
+  std::vector<Chunk> chunks_;
   std::unique_ptr<GpuPipeline<A>> pipeline_;
-  std::unique_ptr<GpuAdamW> adam_;
-  std::unique_ptr<LoopState<A>> state_;  // the two above, for checkpoints
-  TrainState resumed_;                   // where --load left the run (zero: a fresh run)
-  ProcessGroups groups_;                 // the CPU trainer's groups (MPI): norm, coordinates
-  std::unique_ptr<Comm> tp_;             // NcclComm of the TP group (TP > 1)
-  std::unique_ptr<Comm> dp_;             // NcclComm of the DP group (DP > 1)
-  std::unique_ptr<Comm> pp_forward_;     // NcclComms of the PP group (PP > 1): activations,
-  std::unique_ptr<Comm> pp_backward_;    // gradients (Note [GPU pipeline streams])
-  std::unique_ptr<Comm> embedding_;      // NcclComm of the embedding group (first + last stage)
+  TrainState resumed_;        // where --load left the run (zero: a fresh run)
+  ProcessGroups groups_;      // the CPU trainer's groups (MPI): norm, coordinates
+  std::unique_ptr<Comm> tp_;  // NcclComm of the TP group (TP > 1)
+  std::unique_ptr<Comm> dp_;  // NcclComm of the DP group (DP > 1)
+  // NcclComms of the PP group (PP > 1), one per channel (Note [GPU pipeline streams]):
+  // activations, gradients and, interleaved, their wrap-around channels.
+  std::unique_ptr<Comm> pp_activations_, pp_gradients_, pp_activations_wrap_, pp_gradients_wrap_;
+  std::unique_ptr<Comm> embedding_;  // NcclComm of the embedding group (first + last stage)
   std::unique_ptr<GradReducer> reducer_;
   DataSources data_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging
@@ -172,8 +198,8 @@ class GpuLoop {
 };
 
 // The CPU trainer's process groups over the world (same rank order: tp fastest, then dp, then
-// pp), and NCCL communicators over the tensor-, data-parallel, pipeline (two: one per
-// direction) and embedding ones. Collective over the world.
+// pp), and NCCL communicators over the tensor-, data-parallel, pipeline (one per channel)
+// and embedding ones. Collective over the world.
 template <typename A>
 Status GpuLoop<A>::make_groups() {
   Result<ParallelLayout> layout = make_layout(o_, world_.size());
@@ -197,8 +223,12 @@ Status GpuLoop<A>::make_groups() {
   };
   if (Status s = nccl_over(*groups_.tp, tp_); !s) return s;
   if (Status s = nccl_over(*groups_.dp, dp_); !s) return s;
-  if (Status s = nccl_over(*groups_.pp, pp_forward_); !s) return s;
-  if (Status s = nccl_over(*groups_.pp, pp_backward_); !s) return s;
+  if (Status s = nccl_over(*groups_.pp, pp_activations_); !s) return s;
+  if (Status s = nccl_over(*groups_.pp, pp_gradients_); !s) return s;
+  if (layout->vpp > 1) {
+    if (Status s = nccl_over(*groups_.pp, pp_activations_wrap_); !s) return s;
+    if (Status s = nccl_over(*groups_.pp, pp_gradients_wrap_); !s) return s;
+  }
   return nccl_over(*groups_.embedding, embedding_);
 #else
   return Status::invalid_argument(
@@ -212,30 +242,37 @@ Status GpuLoop<A>::setup() {
   if (!data) return data.status();
   data_ = std::move(*data);
   if (Status s = make_groups(); !s) return s;
-  const ModelShard shard = shard_of(groups_.layout, groups_.coord, 0, false);
   const ParallelLayout& L = groups_.layout;
   const int M = o_.num_micro_batches() / L.dp;
   // Activations for as many micro-batches as the schedule keeps in flight on this stage.
-  const int in_flight = pipeline_slots(L.pp, groups_.coord.pp, 1, M);
-  auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard,
-                                 tp_.get(), in_flight);
-  if (!model) return model.status();
-  model_ = std::move(*model);
+  const int in_flight = pipeline_slots(L.pp, groups_.coord.pp, L.vpp, M);
+  std::vector<GpuGpt<A>*> models;
+  for (int c = 0; c < L.vpp; c++) {
+    Chunk chunk;
+    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory,
+                                   shard_of(L, groups_.coord, c, false), tp_.get(), in_flight);
+    if (!model) return model.status();
+    chunk.model = std::move(*model);
+    GpuGpt<A>& m = *chunk.model;
+    chunk.adam =
+        std::make_unique<GpuAdamW>(m.layout(), m.master(), m.grads(), m.bf16_copy(), *dev_.memory);
+    if (!chunk.adam->ok()) return Status::internal("out of device memory for the AdamW moments");
+    chunk.adam->zero_state(*dev_.ctx);
+    chunk.state = std::make_unique<LoopState<A>>(*dev_.ctx, m, *chunk.adam);
+    models.push_back(&m);
+    chunks_.push_back(std::move(chunk));
+  }
   PipelineComms channels;
-  channels.activations = pp_forward_.get();
-  channels.gradients = pp_backward_.get();
-  auto pipeline =
-      GpuPipeline<A>::create({model_.get()}, *dev_.ctx, channels, L.pp, groups_.coord.pp);
+  channels.activations = pp_activations_.get();
+  channels.gradients = pp_gradients_.get();
+  channels.activations_wrap = pp_activations_wrap_.get();
+  channels.gradients_wrap = pp_gradients_wrap_.get();
+  auto pipeline = GpuPipeline<A>::create(models, *dev_.ctx, channels, L.pp, groups_.coord.pp);
   if (!pipeline) return pipeline.status();
   pipeline_ = std::move(*pipeline);
-  adam_ = std::make_unique<GpuAdamW>(model_->layout(), model_->master(), model_->grads(),
-                                     model_->bf16_copy(), *dev_.memory);
-  if (!adam_->ok()) return Status::internal("out of device memory for the AdamW moments");
-  adam_->zero_state(*dev_.ctx);
-  state_ = std::make_unique<LoopState<A>>(*dev_.ctx, *model_, *adam_);
   // Megatron's initialisation drawn exactly as the CPU model draws it (so a GPU run starts
   // from the CPU run's weights), or --load-hf, then --load.
-  Result<TrainState> restored = restore_gpu_state(o_, mc_, world_, *state_, sink_);
+  Result<TrainState> restored = restore_gpu_state(o_, mc_, world_, device_states(), sink_);
   if (!restored) return restored.status();
   resumed_ = *restored;
   const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
@@ -247,10 +284,16 @@ Status GpuLoop<A>::setup() {
   losses_host_.resize(N * M);
   sample_.assign(mc_.seq_length + 1, 0);
   if (dp_) {
-    reducer_ = std::make_unique<GradReducer>(*dp_, *dev_.ctx, dev_.index, model_->grads(),
-                                             model_->layout());
+    // One reducer for every chunk (grad_reducer.h): ranges in the order backward ends them.
+    GpuGpt<A>& first = *chunks_.front().model;
+    reducer_ =
+        std::make_unique<GradReducer>(*dp_, *dev_.ctx, dev_.index, first.grads(), first.layout());
     GradReducer* r = reducer_.get();
-    model_->set_grads_ready([r](int first, int last) { r->ready(first, last); });
+    for (Chunk& c : chunks_) {
+      GpuGpt<A>* m = c.model.get();
+      m->set_grads_ready(
+          [r, m](int begin, int end) { r->ready(m->layout(), m->grads(), begin, end); });
+    }
   }
   if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
   return Status::ok();
@@ -278,9 +321,10 @@ template <typename A>
 Status GpuLoop<A>::sum_tied_embedding() {
   if (!groups_.in_embedding_group()) return Status::ok();
 #if LATTICE_HAVE_NCCL
-  const ParamTensor& t = model_->layout().tensors()[model_->layout().word_embedding_index()];
-  return all_reduce_on_stream(*embedding_, model_->grads() + t.offset, t.numel,
-                              DeviceDType::kFloat32, ReduceOp::kSum, dev_.ctx->stream());
+  GpuGpt<A>& m = embedding_chunk();
+  const ParamTensor& t = m.layout().tensors()[m.layout().word_embedding_index()];
+  return all_reduce_on_stream(*embedding_, m.grads() + t.offset, t.numel, DeviceDType::kFloat32,
+                              ReduceOp::kSum, dev_.ctx->stream());
 #else
   return Status::invalid_argument("pipeline parallelism on GPUs needs NCCL and MPI in the build");
 #endif
@@ -295,7 +339,7 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   const double loss_scale = scaling_.loss_scale();
   // Mean over the global batch's tokens, times the loss scale (a power of two for --fp16).
   const float grad_scale = static_cast<float>(loss_scale / (static_cast<double>(N) * M * dp));
-  model_->zero_grads();
+  for (Chunk& c : chunks_) c.model->zero_grads();
   auto t0 = Clock::now();
   auto load = [this](int mb, int32_t* tokens, int32_t* targets) {
     return load_micro_batch(*data_.train, consumed_, mb, tokens, targets);
@@ -312,7 +356,9 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   // trainer does; the data-parallel replicas are
   // equal after the reduction. An inf or NaN anywhere is the loss scaler's overflow (every
   // rank agrees: agree() takes the max over the world).
-  const double squares = all_reduce_scalar(*groups_.model, adam_->sum_squares(ctx));
+  double mine = 0;
+  for (Chunk& c : chunks_) mine += c.adam->sum_squares(ctx);
+  const double squares = all_reduce_scalar(*groups_.model, mine);
   norm = std::sqrt(squares) / loss_scale;
   skipped = false;
   if (scaling_.enabled()) {
@@ -323,7 +369,8 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   skipped = skipped || !std::isfinite(norm);
   if (!skipped) {
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
-    adam_->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
+    for (Chunk& c : chunks_)
+      c.adam->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
     steps_++;
   }
   const bool reports = groups_.coord.tp == 0 && groups_.last_stage();
@@ -365,7 +412,7 @@ Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& positio
 // As the CPU trainer's save (train/trainer.cpp): the checkpoint, then rank 0 reports it.
 template <typename A>
 Status GpuLoop<A>::save(const TrainState& state) {
-  Result<SavedCheckpoint> saved = save_gpu_checkpoint(o_, mc_, world_, state, *state_);
+  Result<SavedCheckpoint> saved = save_gpu_checkpoint(o_, mc_, world_, state, device_states());
   if (!saved) return saved.status();
   if (world_.rank() == 0)
     sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
@@ -384,7 +431,8 @@ RankReport GpuLoop<A>::report() const {
   if (reducer_) r.times.dp_comm = reducer_->seconds_waiting();
   if (dp_) r.dp_bytes = static_cast<double>(dp_->stats().all_reduce_bytes);
   if (tp_) r.tp_bytes = static_cast<double>(tp_->stats().all_reduce_bytes);
-  for (const auto* pp : {&pp_forward_, &pp_backward_})
+  for (const auto* pp :
+       {&pp_activations_, &pp_gradients_, &pp_activations_wrap_, &pp_gradients_wrap_})
     if (*pp) r.pp_bytes += static_cast<double>((*pp)->stats().send_bytes);
   if (embedding_) r.embedding_bytes = static_cast<double>(embedding_->stats().all_reduce_bytes);
   return r;
@@ -401,8 +449,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << " (padded " << mc_.padded_vocab_size() << "); micro batch " << o_.micro_batch_size
     << ", global batch " << o_.global_batch_size << "; GPU " << dev_.name << " x " << world_.size()
     << " (TP " << o_.model.tensor_model_parallel_size << ", PP "
-    << o_.parallel.pipeline_model_parallel_size
-    << (o_.parallel.pipeline_model_parallel_size > 1 ? " 1F1B" : "") << ", DP "
+    << o_.parallel.pipeline_model_parallel_size << pipeline_schedule_name(o_) << ", DP "
     << world_.size() / std::max(1, o_.model.tensor_model_parallel_size *
                                        o_.parallel.pipeline_model_parallel_size)
     << "), "
@@ -605,7 +652,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
   summary.ranks = {report()};
   summary.memory = summary.ranks[0].memory;
   if (!o_.save_hf.empty())
-    if (Status s = save_gpu_hf(o_, mc_, world_, *state_, sink_); !s) return s;
+    if (Status s = save_gpu_hf(o_, mc_, world_, device_states(), sink_); !s) return s;
   if (rank0) sink_.on_end(summary);
   return summary;
 }
@@ -627,14 +674,21 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   const int pp = o.parallel.pipeline_model_parallel_size;
   if (tp < 1)
     e.push_back("--tensor-model-parallel-size must be positive, got " + std::to_string(tp));
-  // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): 1F1B over even stages.
+  // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): 1F1B or interleaved 1F1B over
+  // even stages, the CPU layout's rules (parallel/layout.cpp).
   const std::string pp_flag = "--pipeline-model-parallel-size " + std::to_string(pp);
+  const int layers = o.model.num_layers;
   if (pp < 1) e.push_back(pp_flag + " must be positive");
-  if (pp > 1 && o.model.num_layers % pp != 0)
-    e.push_back(pp_flag + " does not divide --num-layers " + std::to_string(o.model.num_layers));
-  if (o.parallel.num_layers_per_virtual_pipeline_stage > 0)
-    e.push_back("--num-layers-per-virtual-pipeline-stage (the interleaved schedule)" +
-                std::string(why));
+  if (pp > 1 && layers % pp != 0)
+    e.push_back(pp_flag + " does not divide --num-layers " + std::to_string(layers));
+  const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
+  const std::string v_flag = "--num-layers-per-virtual-pipeline-stage " + std::to_string(v);
+  if (v > 0 && pp <= 1)
+    e.push_back(v_flag + " interleaves pipeline stages, which needs " +
+                "--pipeline-model-parallel-size > 1");
+  if (v > 0 && pp > 1 && layers % pp == 0 && (layers / pp) % v != 0)
+    e.push_back(v_flag + " does not divide the " + std::to_string(layers / pp) +
+                " layers of each pipeline stage");
   if (o.parallel.decoder_first_pipeline_num_layers > 0)
     e.push_back("--decoder-first-pipeline-num-layers (uneven stages)" + std::string(why));
   if (o.parallel.decoder_last_pipeline_num_layers > 0)
@@ -673,6 +727,9 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
     e.push_back(
         "--global-batch-size must be a multiple of --micro-batch-size x data-parallel "
         "ranks (world size / (--tensor-model-parallel-size x --pipeline-model-parallel-size))");
+  else if (world_size > 0 && v > 0 && pp > 1 && (o.num_micro_batches() / (world_size / mp)) % pp)
+    e.push_back(v_flag + " (interleaved 1F1B) needs the micro-batches per data-parallel rank " +
+                "to be a multiple of " + pp_flag);
   return e;
 }
 

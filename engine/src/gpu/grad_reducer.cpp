@@ -23,9 +23,9 @@ GradReducer::~GradReducer() {
   for (Item& item : queue_) cudaEventDestroy(static_cast<cudaEvent_t>(item.event));
 }
 
-void GradReducer::ready(int first, int last) {
+void GradReducer::ready(const ParamLayout& layout, float* grads, int first, int last) {
   if (first >= last) return;
-  const auto& t = layout_.tensors();
+  const auto& t = layout.tensors();
   // Tensors of a range are contiguous in the arena (layer-major order).
   const size_t offset = t[first].offset;
   const size_t count = t[last - 1].offset + t[last - 1].numel - offset;
@@ -38,7 +38,7 @@ void GradReducer::ready(int first, int last) {
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({event, offset, count});
+    queue_.push_back({event, grads + offset, count});
     in_flight_++;
   }
   cv_.notify_all();
@@ -60,7 +60,7 @@ void GradReducer::run() {
     if (cudaEventSynchronize(event) != cudaSuccess)
       s = Status::internal("GradReducer: waiting for backward failed");
     cudaEventDestroy(event);
-    if (s) s = dp_.all_reduce(grads_ + item.offset, item.count, DType::kFloat32, ReduceOp::kSum);
+    if (s) s = dp_.all_reduce(item.data, item.count, DType::kFloat32, ReduceOp::kSum);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!s && error_) error_ = s;

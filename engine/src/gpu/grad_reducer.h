@@ -34,7 +34,11 @@ class GradReducer {
   GradReducer& operator=(const GradReducer&) = delete;
 
   // Tensors [first, last) of layout are complete once the work queued on ctx so far has run.
-  void ready(int first, int last);
+  void ready(int first, int last) { ready(layout_, grads_, first, last); }
+  // The same for another arena on the same device (another model chunk of an interleaved
+  // pipeline rank): one reducer, one thread and one communicator for every chunk, so every
+  // data-parallel rank reduces the ranges in the order its schedule finishes them.
+  void ready(const ParamLayout& layout, float* grads, int first, int last);
   // Waits until every queued range is reduced; the first failure, if any. Resets for the next
   // iteration.
   Status finish();
@@ -43,7 +47,8 @@ class GradReducer {
  private:
   struct Item {
     void* event;  // cudaEvent_t
-    size_t offset, count;
+    float* data;  // the range's first gradient
+    size_t count;
   };
   void run();
 
