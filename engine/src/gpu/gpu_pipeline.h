@@ -26,11 +26,13 @@
 // a wrap-around channel one rank only sends and the other only receives, both in the same
 // order (chunk c's k-th message is chunk c+1's, stages forwards later). The compute stream's
 // waits are the schedule's own dependencies, which the CPU executor runs, and a send waits
-// only for compute queued before it. Were the wrap-around on the activation channel, the
-// messages would form a ring and the key order would close into a cycle (every rank sending
-// before its next receive); were forward and backward on one channel, "send forward, then
-// receive backward" on two neighbours would deadlock (Megatron groups them instead). The host
-// harness (test_gpu_model_on_host) sends messages above MPI's eager limit, so a send there
+// only for compute queued before it; compute waits for a send before rewriting its buffer only
+// when the slot comes round again, by which time the peer's matching receive depends on
+// nothing this rank has still to do (earlier micro-batches only). Were the wrap-around on the
+// activation channel, the messages would form a ring and the key order would close into a cycle
+// (every rank sending before its next receive); were forward and backward on one channel, "send
+// forward, then receive backward" on two neighbours would deadlock (Megatron groups them instead).
+// The host harness (test_gpu_model_on_host) sends messages above MPI's eager limit, so a send there
 // too completes only when received: either mistake hangs it.
 #pragma once
 
