@@ -10,7 +10,8 @@
 // replicated biases and the position embedding enter once.
 // Pipeline parallelism: GpuPipeline (engine/src/gpu/gpu_pipeline.cpp, over host_cuda/'s
 // streams, with the CPU communicator standing in for NCCL) runs a 1F1B iteration of eight
-// micro-batches over PP 2 stages, TP 2 x PP 2 (four ranks), and the interleaved schedule with
+// micro-batches over PP 2 stages (even, and one + three layers), TP 2 x PP 2 (four ranks), and
+// the interleaved schedule with
 // two chunks per rank at PP 2 and PP 4 (eight micro-batches reach its steady state); the last
 // stage's token losses, every chunk's gradients (the tied word embedding summed over the
 // embedding group, as the trainer does) and the forward-only losses equal the whole CPU
@@ -242,8 +243,9 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups) 
 }
 
 // The pipeline side: this process is one of tp x pp MPI ranks; chunks > 1: the interleaved
-// schedule, one layer per chunk.
-int pipeline_worker(int tp, int pp, int chunks) {
+// schedule, one layer per chunk; first > 0: the first stage holds `first` layers of four
+// (--decoder-first-pipeline-num-layers), the others share the rest.
+int pipeline_worker(int tp, int pp, int chunks, int first) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
     std::fprintf(stderr, "pipeline worker: %s\n", world.status().message().c_str());
@@ -255,6 +257,7 @@ int pipeline_worker(int tp, int pp, int chunks) {
     o.model = pipeline_config(tp, pp * chunks);
     o.parallel.pipeline_model_parallel_size = pp;
     if (chunks > 1) o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    o.parallel.decoder_first_pipeline_num_layers = first;
     o.micro_batch_size = 2;
     o.global_batch_size = 16;
     Result<ParallelLayout> layout = make_layout(o, (*world)->size());
@@ -262,6 +265,9 @@ int pipeline_worker(int tp, int pp, int chunks) {
       error = layout.status().message();
     } else if (Result<ProcessGroups> groups = make_process_groups(**world, *layout); !groups) {
       error = groups.status().message();
+    } else if (first > 0 && groups->first_stage() &&
+               shard_of(groups->layout, groups->coord, 0, false).num_layers(o.model) != first) {
+      error = "the first stage does not hold --decoder-first-pipeline-num-layers layers";
     } else {
       error = compare_pipeline(o.model, *groups);
     }
@@ -326,7 +332,7 @@ class GpuModelOnHost : public QObject {
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
     const testing::Run run =
-        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1"}, {}, 120000);
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0"}, {}, 120000);
     QVERIFY2(run.exit_code == 0, qPrintable("PP 2: " + run.err + run.out));
   }
 
@@ -334,15 +340,24 @@ class GpuModelOnHost : public QObject {
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
     const testing::Run run =
-        testing::run_mpi(4, self, {"--pipeline-worker", "2", "2", "1"}, {}, 180000);
+        testing::run_mpi(4, self, {"--pipeline-worker", "2", "2", "1", "0"}, {}, 180000);
     QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2: " + run.err + run.out));
+  }
+
+  void uneven_pp2_iteration_matches_the_whole_cpu_model() {
+    // One layer on the first stage, three on the second.
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "1"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 2, 1 + 3 layers: " + run.err + run.out));
   }
 
   void interleaved_pp2_iteration_matches_the_whole_cpu_model() {
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
     const testing::Run run =
-        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "2"}, {}, 120000);
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "2", "0"}, {}, 120000);
     QVERIFY2(run.exit_code == 0, qPrintable("PP 2 x 2 chunks: " + run.err + run.out));
   }
 
@@ -350,7 +365,7 @@ class GpuModelOnHost : public QObject {
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
     const testing::Run run =
-        testing::run_mpi(4, self, {"--pipeline-worker", "1", "4", "2"}, {}, 180000);
+        testing::run_mpi(4, self, {"--pipeline-worker", "1", "4", "2", "0"}, {}, 180000);
     QVERIFY2(run.exit_code == 0, qPrintable("PP 4 x 2 chunks: " + run.err + run.out));
   }
 #endif
@@ -366,8 +381,9 @@ class GpuModelOnHost : public QObject {
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--worker") return worker();
-  if (argc == 5 && std::string(argv[1]) == "--pipeline-worker")
-    return pipeline_worker(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+  if (argc == 6 && std::string(argv[1]) == "--pipeline-worker")
+    return pipeline_worker(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]),
+                           std::atoi(argv[5]));
   GpuModelOnHost test;
   return QTest::qExec(&test, argc, argv);
 }

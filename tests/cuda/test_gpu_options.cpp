@@ -98,6 +98,10 @@ class GpuOptionsTest : public QObject {
     o.model.num_layers = 4;
     o.parallel.num_layers_per_virtual_pipeline_stage = 1;
     QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
+    // Uneven: one layer on the first stage, three on the second.
+    o.parallel.num_layers_per_virtual_pipeline_stage = 0;
+    o.parallel.decoder_first_pipeline_num_layers = 1;
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
   }
 
   void pipeline_layouts_that_do_not_fit_are_named() {
@@ -125,12 +129,16 @@ class GpuOptionsTest : public QObject {
     o.parallel.pipeline_model_parallel_size = 1;
     QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "needs --pipeline-model-parallel-size > 1"));
     o.parallel.pipeline_model_parallel_size = 2;
+    // Uneven splits follow the CPU layout's rules, in its words.
+    o.parallel.decoder_first_pipeline_num_layers = 4;  // nothing left for the second stage
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-first-pipeline-num-layers 4"));
+    o.parallel.decoder_first_pipeline_num_layers = 1;  // and interleaving
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
+                  "cannot be combined with --num-layers-per-virtual-pipeline-stage"));
     o.parallel.num_layers_per_virtual_pipeline_stage = 0;
-    o.parallel.decoder_first_pipeline_num_layers = 1;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-first-pipeline-num-layers"));
     o.parallel.decoder_first_pipeline_num_layers = 0;
-    o.parallel.decoder_last_pipeline_num_layers = 1;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-last-pipeline-num-layers"));
+    o.parallel.decoder_last_pipeline_num_layers = 5;  // more than --num-layers 4
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-last-pipeline-num-layers 5"));
   }
 
   void each_unsupported_option_is_named() {

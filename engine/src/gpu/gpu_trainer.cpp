@@ -674,13 +674,19 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   const int pp = o.parallel.pipeline_model_parallel_size;
   if (tp < 1)
     e.push_back("--tensor-model-parallel-size must be positive, got " + std::to_string(tp));
-  // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): 1F1B or interleaved 1F1B over
-  // even stages, the CPU layout's rules (parallel/layout.cpp).
+  // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): 1F1B or interleaved 1F1B, even
+  // stages or the uneven first / last split, the CPU layout's rules (parallel/layout.cpp).
   const std::string pp_flag = "--pipeline-model-parallel-size " + std::to_string(pp);
   const int layers = o.model.num_layers;
   if (pp < 1) e.push_back(pp_flag + " must be positive");
-  if (pp > 1 && layers % pp != 0)
+  const bool uneven = o.parallel.decoder_first_pipeline_num_layers != 0 ||
+                      o.parallel.decoder_last_pipeline_num_layers != 0;
+  if (pp > 1 && !uneven && layers % pp != 0)
     e.push_back(pp_flag + " does not divide --num-layers " + std::to_string(layers));
+  if (uneven)  // the CPU layout's rules on the uneven split, in its words
+    for (const std::string& rule :
+         layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
+      if (rule.find("--decoder-") != std::string::npos) e.push_back(rule);
   const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
   const std::string v_flag = "--num-layers-per-virtual-pipeline-stage " + std::to_string(v);
   if (v > 0 && pp <= 1)
@@ -689,10 +695,6 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   if (v > 0 && pp > 1 && layers % pp == 0 && (layers / pp) % v != 0)
     e.push_back(v_flag + " does not divide the " + std::to_string(layers / pp) +
                 " layers of each pipeline stage");
-  if (o.parallel.decoder_first_pipeline_num_layers > 0)
-    e.push_back("--decoder-first-pipeline-num-layers (uneven stages)" + std::string(why));
-  if (o.parallel.decoder_last_pipeline_num_layers > 0)
-    e.push_back("--decoder-last-pipeline-num-layers (uneven stages)" + std::string(why));
   if (o.parallel.sequence_parallel) e.push_back(std::string("--sequence-parallel") + why);
   if (o.parallel.use_distributed_optimizer)
     e.push_back(std::string("--use-distributed-optimizer") + why);
