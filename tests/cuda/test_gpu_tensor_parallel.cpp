@@ -10,7 +10,8 @@
 //   - with 4 devices, GPU TP 2 x DP 2 trains as GPU TP 1 x DP 1;
 //   - GPU PP 2 (1F1B, one layer per stage) trains as GPU PP 1 and as the CPU engine's PP 2
 //     (1e-4), and its checkpoint continues on the CPU engine at PP 1; the interleaved schedule
-//     (4 layers, two chunks per rank) likewise against one GPU and the CPU's interleaved PP 2;
+//     (4 layers, two chunks per rank) likewise against one GPU and the CPU's interleaved PP 2,
+//     and PP 2 with one + three layers against one GPU;
 //     with 4 devices GPU TP 2 x PP 2 trains as one GPU.
 // Never run on a GPU yet (docs/gpu.md).
 #include <QtTest/QtTest>
@@ -76,7 +77,8 @@ TrainOptions resumable_run() {
 }
 
 // The worker's run from its arguments: device=cpu|cuda tp=N pp=N layers=N vpp=N
-// (--num-layers-per-virtual-pipeline-stage) bf16=0|1 resumable=0|1 save=DIR exit=N.
+// (--num-layers-per-virtual-pipeline-stage) first=N (--decoder-first-pipeline-num-layers)
+// bf16=0|1 resumable=0|1 save=DIR exit=N.
 TrainOptions worker_options(const QStringList& args) {
   TrainOptions o = small_run();
   for (const QString& a : args) {
@@ -90,6 +92,7 @@ TrainOptions worker_options(const QStringList& args) {
     if (key == "pp") o.parallel.pipeline_model_parallel_size = value.toInt();
     if (key == "layers") o.model.num_layers = value.toInt();
     if (key == "vpp") o.parallel.num_layers_per_virtual_pipeline_stage = value.toInt();
+    if (key == "first") o.parallel.decoder_first_pipeline_num_layers = value.toInt();
     if (key == "bf16") o.bf16 = value == "1";
     if (key == "save") o.save = value.toStdString();
     if (key == "exit") o.exit_interval = value.toInt();
@@ -266,6 +269,10 @@ class GpuTensorParallel : public QObject {
     QString d = compare("GPU interleaved PP 2 vs GPU PP 1", gpu, pp1, 1e-4);
     QVERIFY2(d.isEmpty(), qPrintable(d));
     d = compare("GPU interleaved PP 2 vs CPU interleaved PP 2", gpu, cpu, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    // Uneven: one layer on the first stage, three on the second.
+    const Outcome uneven = run_ranks(2, {"device=cuda", "pp=2", "layers=4", "first=1"});
+    d = compare("GPU PP 2 (1 + 3 layers) vs GPU PP 1", uneven, pp1, 1e-4);
     QVERIFY2(d.isEmpty(), qPrintable(d));
   }
 
