@@ -35,7 +35,6 @@
 #include "model/gpt.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
-#include "parallel/nccl_comm.h"
 
 using namespace lattice;
 namespace cu = lattice::kernels::cuda;
