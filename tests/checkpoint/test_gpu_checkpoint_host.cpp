@@ -12,6 +12,9 @@
 //     device of its shard): the two shards save a checkpoint that loads into the whole model of
 //     one CPU process (resharded, padding rows dropped), their --save-hf file is the whole
 //     model, and a TP 1 checkpoint, a GPT-2 file or --seed restore each rank's slices;
+//   - the same with --pipeline-model-parallel-size 2: each stage's shard (the last stage's
+//     tied LM head a copy of the word embedding) saves, loads whole, and restores; and with
+//     the interleaved schedule (two chunks per rank, one device state each).
 //   - with --use-distributed-optimizer at DP 2 (two MPI ranks): each rank owns the CPU engine's
 //     shard (GradBuckets::owned_ranges) and saves the moments of its pieces alone (the other
 //     elements of its device's moment arena are never read); the checkpoint loads into one CPU
@@ -35,6 +38,7 @@
 #include "lattice/layout.h"
 #include "model/gpt.h"
 #include "optim/grad_buckets.h"
+#include "parallel/groups.h"
 
 using namespace lattice;
 
@@ -114,6 +118,47 @@ float global_moment(const std::string& name, size_t g, int which) {
 TrainOptions tp2_options() {
   TrainOptions o = options();
   o.model.tensor_model_parallel_size = 2;
+  return o;
+}
+
+// The PP tests' run: options() as two pipeline stages of one layer each.
+TrainOptions pp2_options() {
+  TrainOptions o = options();
+  o.parallel.pipeline_model_parallel_size = 2;
+  return o;
+}
+
+// The whole model a two-rank run is compared with: options(), four layers for "pp2i".
+TrainOptions whole_options(const std::string& run) {
+  TrainOptions o = options();
+  if (run == "pp2i") o.model.num_layers = 4;
+  return o;
+}
+
+// The two-rank run a worker plays: "tp2", "pp2" or "pp2i" (PP 2, interleaved: two chunks of
+// one layer per rank).
+TrainOptions two_rank_options(const std::string& run) {
+  if (run == "tp2") return tp2_options();
+  TrainOptions o = pp2_options();
+  o.model = whole_options(run).model;
+  if (run == "pp2i") o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+  return o;
+}
+
+// The distributed-optimizer runs: options() with buckets of 1000 elements (several buckets,
+// shards that cut tensors) on two data-parallel ranks; "dp2": two ranks, "pp2i": four ranks,
+// PP 2 x DP 2 interleaved (four layers, two chunks of one layer per rank, each chunk its own
+// shard of its own buckets, as the CPU engine's GradBuckets per chunk).
+TrainOptions dopt_options(const std::string& run) {
+  TrainOptions o = options();
+  o.parallel.use_distributed_optimizer = true;
+  o.parallel.ddp_bucket_size = 1000;
+  if (run == "pp2i") {
+    o.model.num_layers = 4;
+    o.parallel.pipeline_model_parallel_size = 2;
+    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    o.global_batch_size = 4;  // two micro-batches per data-parallel rank
+  }
   return o;
 }
 
@@ -393,16 +438,38 @@ class GpuCheckpointHost : public QObject {
 
 #ifdef LATTICE_MPIEXEC
   void tensor_parallel_shards_save_and_restore() {
-    const std::string dir = dir_.filePath("tp").toStdString();
+    two_ranks_save_and_restore("tp2");
+  }
+  void pipeline_stages_save_and_restore() {
+    two_ranks_save_and_restore("pp2");
+  }
+  void interleaved_pipeline_chunks_save_and_restore() {
+    two_ranks_save_and_restore("pp2i");
+  }
+  void distributed_optimizer_shards_save_and_restore() {
+    dopt_save_and_restore("dp2", 2);
+  }
+  // PP 2 x DP 2, interleaved: every rank's two chunks, each its own shard of its buckets.
+  void distributed_optimizer_over_interleaved_stages_saves_and_restores() {
+    dopt_save_and_restore("pp2i", 4);
+  }
+#endif
+
+ private:
+#ifdef LATTICE_MPIEXEC
+  // run: "tp2" (TP 2), "pp2" (PP 2) or "pp2i" (PP 2 interleaved), two MPI ranks of this
+  // program (--tp-worker).
+  void two_ranks_save_and_restore(const QString& run) {
+    const std::string dir = dir_.filePath(run).toStdString();
     std::filesystem::create_directories(dir);
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const TrainOptions o = options();
+    const TrainOptions o = whole_options(run.toStdString());
     const ParamLayout layout(o.model);  // the whole model's, as GptModel(o.model, 1) has it
-    // Two TP ranks save their shards (worker_save) ...
-    testing::Run saved =
-        testing::run_mpi(2, self, {"--tp-worker", "save", QString::fromStdString(dir)}, {}, 120000);
-    QVERIFY2(saved.exit_code == 0, qPrintable("TP 2 save: " + saved.err + saved.out));
+    // Two ranks save their shards (worker_save) ...
+    testing::Run saved = testing::run_mpi(
+        2, self, {"--tp-worker", "save", QString::fromStdString(dir), run}, {}, 120000);
+    QVERIFY2(saved.exit_code == 0, qPrintable(run + " save: " + saved.err + saved.out));
     // ... which load into the whole model of one process: weights, moments, steps.
     Result<CheckpointRef> ref = find_checkpoint(dir + "/tp2", 0);
     QVERIFY2(ref, ref ? "" : ref.status().message().c_str());
@@ -416,7 +483,7 @@ class GpuCheckpointHost : public QObject {
     GptModel<float> drawn(o.model, 1);
     drawn.init_weights(5);  // rows [0, 128) of TP 2's 256-row word embedding draw the same
     const QString d = weights_difference(layout, rank.model.params(), drawn.params());
-    QVERIFY2(d.isEmpty(), qPrintable("TP 2 checkpoint into TP 1: " + d));
+    QVERIFY2(d.isEmpty(), qPrintable(run + " checkpoint into TP 1: " + d));
     for (const auto& view : rank.adam.state_views()) {
       const ParamTensor* t = nullptr;
       for (const ParamTensor& x : layout.tensors())
@@ -426,7 +493,7 @@ class GpuCheckpointHost : public QObject {
         const size_t g = view.offset - t->offset + j;
         QVERIFY2(view.exp_avg[j] == global_moment(t->name, g, 1) &&
                      view.exp_avg_sq[j] == global_moment(t->name, g, 2),
-                 qPrintable(QString("moments of %1[%2] after TP 2 -> TP 1")
+                 qPrintable(QString("moments of %1[%2] after " + run + " -> TP 1")
                                 .arg(QString::fromStdString(t->name))
                                 .arg(g)));
       }
@@ -441,7 +508,7 @@ class GpuCheckpointHost : public QObject {
                            : t.numel;
       const QString e =
           first_difference(t.name, hf.data() + t.offset, drawn.params() + t.offset, n);
-      QVERIFY2(e.isEmpty(), qPrintable("TP 2 --save-hf: " + e));
+      QVERIFY2(e.isEmpty(), qPrintable(run + " --save-hf: " + e));
     }
 
     // A TP 1 checkpoint and GPT-2 file restore the two shards (worker_restore checks them).
@@ -462,32 +529,35 @@ class GpuCheckpointHost : public QObject {
     s = export_hf_gpt2(dir + "/tp1.safetensors", o.model, gpt2.layout(), gpt2.params());
     QVERIFY2(s, s.message().c_str());
     testing::Run restored = testing::run_mpi(
-        2, self, {"--tp-worker", "restore", QString::fromStdString(dir)}, {}, 120000);
-    QVERIFY2(restored.exit_code == 0, qPrintable("TP 2 restore: " + restored.err + restored.out));
+        2, self, {"--tp-worker", "restore", QString::fromStdString(dir), run}, {}, 120000);
+    QVERIFY2(restored.exit_code == 0, qPrintable(run + " restore: " + restored.err + restored.out));
   }
 
-  void distributed_optimizer_shards_save_and_restore() {
-    const std::string dir = dir_.filePath("dopt").toStdString();
+  // The distributed optimizer's checkpoints over `ranks` MPI ranks of run `run`
+  // (dopt_options).
+  void dopt_save_and_restore(const QString& run, int ranks) {
+    const std::string dir = dir_.filePath("dopt-" + run).toStdString();
     std::filesystem::create_directories(dir);
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const TrainOptions o = options();
+    TrainOptions o = options();  // the whole model of one process
+    o.model.num_layers = dopt_options(run.toStdString()).model.num_layers;
     const ParamLayout layout(o.model);
-    // Two DP ranks with the distributed optimizer save (worker_dopt_save) ...
+    // The ranks save with the distributed optimizer (worker_dopt_save) ...
     testing::Run saved = testing::run_mpi(
-        2, self, {"--tp-worker", "dopt-save", QString::fromStdString(dir)}, {}, 120000);
-    QVERIFY2(saved.exit_code == 0, qPrintable("DP 2 save: " + saved.err + saved.out));
+        ranks, self, {"--tp-worker", "dopt-save", QString::fromStdString(dir), run}, {}, 180000);
+    QVERIFY2(saved.exit_code == 0, qPrintable(run + " save: " + saved.err + saved.out));
     Result<CheckpointRef> ref = find_checkpoint(dir + "/dp2", 0);
     QVERIFY2(ref, ref ? "" : ref.status().message().c_str());
     Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(ref->path);
     QVERIFY2(reader, reader ? "" : reader.status().message().c_str());
     QVERIFY2((*reader)->layout_summary().find("distributed optimizer") != std::string::npos,
              (*reader)->layout_summary().c_str());
-    // Both ranks stored moments: each its own flat ranges.
+    // Every rank stored moments: each its own flat ranges.
     std::set<std::string> moment_files;
     for (const CheckpointPiece& p : (*reader)->pieces())
       if (p.kind == "exp_avg") moment_files.insert(p.file);
-    QCOMPARE(moment_files.size(), size_t{2});
+    QCOMPARE(moment_files.size(), static_cast<size_t>(ranks));
     // ... which load into the whole model of one process: weights, every moment, steps.
     CpuRank rank(o);
     TrainState state;
@@ -497,7 +567,7 @@ class GpuCheckpointHost : public QObject {
     GptModel<float> drawn(o.model, 1);
     drawn.init_weights(5);
     const QString d = weights_difference(layout, rank.model.params(), drawn.params());
-    QVERIFY2(d.isEmpty(), qPrintable("DP 2 distributed checkpoint into DP 1: " + d));
+    QVERIFY2(d.isEmpty(), qPrintable(run + " distributed checkpoint into DP 1: " + d));
     for (const auto& view : rank.adam.state_views()) {
       const ParamTensor* t = nullptr;
       for (const ParamTensor& x : layout.tensors())
@@ -507,10 +577,11 @@ class GpuCheckpointHost : public QObject {
         const size_t g = view.offset - t->offset + j;
         QVERIFY2(view.exp_avg[j] == global_moment(t->name, g, 1) &&
                      view.exp_avg_sq[j] == global_moment(t->name, g, 2),
-                 qPrintable(QString("moments of %1[%2] after DP 2 distributed -> DP 1: got %3")
+                 qPrintable(QString("moments of %1[%2] after %4 distributed -> DP 1: got %3")
                                 .arg(QString::fromStdString(t->name))
                                 .arg(g)
-                                .arg(view.exp_avg[j])));
+                                .arg(view.exp_avg[j])
+                                .arg(run)));
       }
     }
     // A checkpoint without the distributed optimizer restores each rank's shard
@@ -528,8 +599,8 @@ class GpuCheckpointHost : public QObject {
         *world_, dir + "/dp1", {4, 8, 0, 4, 0, 0}, o.model, train_options_json(o), tp1.parts(), 0);
     QVERIFY2(written, written ? "" : written.status().message().c_str());
     testing::Run restored = testing::run_mpi(
-        2, self, {"--tp-worker", "dopt-restore", QString::fromStdString(dir)}, {}, 120000);
-    QVERIFY2(restored.exit_code == 0, qPrintable("DP 2 restore: " + restored.err + restored.out));
+        ranks, self, {"--tp-worker", "dopt-restore", QString::fromStdString(dir), run}, {}, 180000);
+    QVERIFY2(restored.exit_code == 0, qPrintable(run + " restore: " + restored.err + restored.out));
   }
 #endif
 };
@@ -561,26 +632,32 @@ std::string shard_difference(const ParamLayout& layout, const HostDevice& device
 
 // save DIR: each rank's device holds its slices of init_weights(5) and global_moment values;
 // a checkpoint in DIR/tp2 and a GPT-2 file DIR/tp2.safetensors.
-std::string worker_save(Comm& world, const std::string& dir) {
-  TrainOptions o = tp2_options();
+std::string worker_save(Comm& world, const std::string& dir, const std::string& run) {
+  TrainOptions o = two_rank_options(run);
   o.save = dir + "/tp2";
   o.save_hf = dir + "/tp2.safetensors";
   Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status().message();
-  GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
-  drawn.init_weights(5);
-  HostDevice device(drawn.layout());
-  for (const ParamTensor& t : drawn.layout().tensors())
-    for (size_t i = 0; i < t.numel; i++) {
-      device.params[t.offset + i] = drawn.params()[t.offset + i];
-      device.exp_avg[t.offset + i] = global_moment(t.name, global_index(t, i), 1);
-      device.exp_avg_sq[t.offset + i] = global_moment(t.name, global_index(t, i), 2);
-    }
+  std::vector<std::unique_ptr<HostDevice>> devices;  // one per chunk
+  std::vector<gpu::DeviceState*> states;
+  for (const ModelShard& shard : me->shards) {
+    GptModel<float> drawn(o.model, shard, 1, nullptr, RecomputePlan{});
+    drawn.init_weights(5);
+    devices.push_back(std::make_unique<HostDevice>(drawn.layout()));
+    HostDevice& device = *devices.back();
+    for (const ParamTensor& t : drawn.layout().tensors())
+      for (size_t i = 0; i < t.numel; i++) {
+        device.params[t.offset + i] = drawn.params()[t.offset + i];
+        device.exp_avg[t.offset + i] = global_moment(t.name, global_index(t, i), 1);
+        device.exp_avg_sq[t.offset + i] = global_moment(t.name, global_index(t, i), 2);
+      }
+    states.push_back(&device);
+  }
   const TrainState state{7, 14, 0, 7, 0, 0};
-  Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, device);
+  Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, states);
   if (!saved) return "save_gpu_checkpoint: " + saved.status().message();
   Messages messages;
-  if (Status s = gpu::save_gpu_hf(o, o.model, world, device, messages); !s)
+  if (Status s = gpu::save_gpu_hf(o, o.model, world, states, messages); !s)
     return "save_gpu_hf: " + s.message();
   return "";
 }
@@ -588,24 +665,40 @@ std::string worker_save(Comm& world, const std::string& dir) {
 // restore DIR: a fresh run (--seed), DIR/tp1 (a TP 1 checkpoint of init_weights(8) and
 // global_moment values) and DIR/tp1.safetensors (init_weights(21)) each restore this rank's
 // slices; rows beyond TP 1's padded vocabulary come back as zeros.
-std::string worker_restore(Comm& world, const std::string& dir) {
-  const TrainOptions o = tp2_options();
+std::string worker_restore(Comm& world, const std::string& dir, const std::string& run) {
+  const TrainOptions o = two_rank_options(run);
   Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status().message();
-  const ParamLayout layout(o.model, me->shard);
-  Messages messages;
+  std::vector<ParamLayout> layouts;  // one per chunk
+  for (const ModelShard& shard : me->shards) layouts.emplace_back(o.model, shard);
+  // A restore into fresh devices, one per chunk; "" or what failed.
+  auto restore = [&](const TrainOptions& run_options, std::vector<std::unique_ptr<HostDevice>>& out,
+                     TrainState* state) -> std::string {
+    std::vector<gpu::DeviceState*> states;
+    for (const ParamLayout& layout : layouts) {
+      out.push_back(std::make_unique<HostDevice>(layout));
+      states.push_back(out.back().get());
+    }
+    Messages messages;
+    Result<TrainState> s = gpu::restore_gpu_state(run_options, o.model, world, states, messages);
+    if (!s) return s.status().message();
+    if (state) *state = *s;
+    return "";
+  };
   // A fresh run: this rank's slices of the initialisation every layout draws.
-  GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
-  drawn.init_weights(o.seed);
-  HostDevice fresh(layout);
-  if (Result<TrainState> s = gpu::restore_gpu_state(o, o.model, world, fresh, messages); !s)
-    return "fresh run: " + s.status().message();
-  for (size_t i = 0; i < fresh.params.size(); i++)
-    if (fresh.params[i] != drawn.params()[i])
-      return "fresh run: arena element " + std::to_string(i) + " is not init_weights(--seed)'s";
+  std::vector<std::unique_ptr<HostDevice>> fresh;
+  if (std::string e = restore(o, fresh, nullptr); !e.empty()) return "fresh run: " + e;
+  for (size_t c = 0; c < layouts.size(); c++) {
+    GptModel<float> drawn(o.model, me->shards[c], 1, nullptr, RecomputePlan{});
+    drawn.init_weights(o.seed);
+    for (size_t i = 0; i < fresh[c]->params.size(); i++)
+      if (fresh[c]->params[i] != drawn.params()[i])
+        return "fresh run: chunk " + std::to_string(c) + " arena element " + std::to_string(i) +
+               " is not init_weights(--seed)'s";
+  }
   // --load of the TP 1 checkpoint: weights and moments resharded.
-  const TrainOptions whole_options = options();
-  GptModel<float> whole(whole_options.model, 1);
+  const TrainOptions whole_run = whole_options(run);
+  GptModel<float> whole(whole_run.model, 1);
   whole.init_weights(8);
   auto from_whole = [&](const ParamTensor& t, size_t g, int which) -> float {
     const ParamTensor& w = *whole.layout().find(t.name);
@@ -614,14 +707,15 @@ std::string worker_restore(Comm& world, const std::string& dir) {
   };
   TrainOptions load = o;
   load.load = dir + "/tp1";
-  HostDevice loaded(layout);
-  Result<TrainState> state = gpu::restore_gpu_state(load, load.model, world, loaded, messages);
-  if (!state) return "--load: " + state.status().message();
-  if (state->iteration != 4) return "--load: iteration " + std::to_string(state->iteration);
-  if (std::string d = shard_difference(layout, loaded, from_whole, true); !d.empty())
-    return "--load: " + d;
+  std::vector<std::unique_ptr<HostDevice>> loaded;
+  TrainState state;
+  if (std::string e = restore(load, loaded, &state); !e.empty()) return "--load: " + e;
+  if (state.iteration != 4) return "--load: iteration " + std::to_string(state.iteration);
+  for (size_t c = 0; c < layouts.size(); c++)
+    if (std::string d = shard_difference(layouts[c], *loaded[c], from_whole, true); !d.empty())
+      return "--load: " + d;
   // --load-hf: the vocabulary's rows of the GPT-2 file; padding rows zero.
-  GptModel<float> hf(whole_options.model, 1);
+  GptModel<float> hf(whole_run.model, 1);
   hf.init_weights(21);
   auto from_hf = [&](const ParamTensor& t, size_t g, int) -> float {
     const ParamTensor& w = *hf.layout().find(t.name);
@@ -631,86 +725,100 @@ std::string worker_restore(Comm& world, const std::string& dir) {
   };
   TrainOptions load_hf = o;
   load_hf.load_hf = dir + "/tp1.safetensors";
-  HostDevice imported(layout);
-  if (Result<TrainState> s = gpu::restore_gpu_state(load_hf, o.model, world, imported, messages);
-      !s)
-    return "--load-hf: " + s.status().message();
-  if (std::string d = shard_difference(layout, imported, from_hf, false); !d.empty())
-    return "--load-hf: " + d;
+  std::vector<std::unique_ptr<HostDevice>> imported;
+  if (std::string e = restore(load_hf, imported, nullptr); !e.empty()) return "--load-hf: " + e;
+  for (size_t c = 0; c < layouts.size(); c++)
+    if (std::string d = shard_difference(layouts[c], *imported[c], from_hf, false); !d.empty())
+      return "--load-hf: " + d;
   return "";
 }
 
-// The DP 2 distributed-optimizer run: options() with buckets of 1000 elements (several
-// buckets, shards that cut tensors) on two data-parallel ranks.
-TrainOptions dp2_options() {
-  TrainOptions o = options();
-  o.parallel.use_distributed_optimizer = true;
-  o.parallel.ddp_bucket_size = 1000;
-  return o;
-}
-
-// "" or why this rank's optimizer shard is not the CPU engine's for the same run (the ranges
-// the CPU trainer's GradBuckets hand its AdamW).
-std::string shard_against_cpu(Comm& world, const TrainOptions& o, const gpu::GpuRankShard& me,
+// "" or why this rank's optimizer shard of a chunk is not the CPU engine's for the same run
+// (the ranges the CPU trainer's GradBuckets of that chunk hand its AdamW). dp: the
+// data-parallel group.
+std::string shard_against_cpu(Comm& dp, const TrainOptions& o, const gpu::GpuRankShard& me,
                               const gpu::OptimizerShard& shard, GptModel<float>& model) {
   if (!shard.distributed || me.layout.dp != 2) return "the optimizer shard is not DP 2's";
-  GradBuckets<float> cpu(model.layout(), &world, true, ddp_bucket_elems(o.parallel, me.layout.dp),
+  GradBuckets<float> cpu(model.layout(), &dp, true, ddp_bucket_elems(o.parallel, me.layout.dp),
                          model.grads(), model.params());
   if (cpu.owned_ranges() != shard.owned)
     return "owned ranges differ from the CPU engine's GradBuckets::owned_ranges()";
   return "";
 }
 
-// dopt-save DIR: each rank's device holds init_weights(5) and, in the moments of its shard's
-// pieces, global_moment values (kGap elsewhere: must never reach the checkpoint); a checkpoint
-// in DIR/dp2 that the CPU engine's DP 2 distributed optimizer then loads.
-std::string worker_dopt_save(Comm& world, const std::string& dir) {
-  TrainOptions o = dp2_options();
+// dopt-save DIR RUN: each rank's device (one per chunk) holds init_weights(5) and, in the
+// moments of its shard's pieces, global_moment values (kGap elsewhere: must never reach the
+// checkpoint); a checkpoint in DIR/dp2 that the CPU engine's distributed optimizer of the same
+// layout then loads.
+std::string worker_dopt_save(Comm& world, const std::string& dir, const std::string& run) {
+  TrainOptions o = dopt_options(run);
   o.save = dir + "/dp2";
   Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status().message();
-  GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
-  drawn.init_weights(5);
-  const gpu::OptimizerShard shard =
-      gpu::optimizer_shard(o, drawn.layout(), me->layout.dp, me->coord.dp);
-  if (std::string e = shard_against_cpu(world, o, *me, shard, drawn); !e.empty()) return e;
-  HostDevice device(drawn.layout());
-  device.params.assign(drawn.params(), drawn.params() + drawn.layout().total_numel());
-  const auto& tensors = drawn.layout().tensors();
-  for (const gpu::OptimizerPiece& p : shard.pieces)
-    for (size_t i = p.offset; i < p.offset + p.numel; i++) {
-      const ParamTensor& t = tensors[p.tensor];
-      device.exp_avg[i] = global_moment(t.name, i - t.offset, 1);
-      device.exp_avg_sq[i] = global_moment(t.name, i - t.offset, 2);
-    }
+  Result<ProcessGroups> groups = make_process_groups(world, me->layout);
+  if (!groups) return groups.status().message();
+  std::vector<std::unique_ptr<GptModel<float>>> drawn;  // one per chunk
+  std::vector<std::unique_ptr<HostDevice>> devices;
+  std::vector<gpu::DeviceState*> states;
+  for (const ModelShard& chunk : me->shards) {
+    drawn.push_back(std::make_unique<GptModel<float>>(o.model, chunk, 1, nullptr, RecomputePlan{}));
+    GptModel<float>& model = *drawn.back();
+    model.init_weights(5);
+    const gpu::OptimizerShard shard =
+        gpu::optimizer_shard(o, model.layout(), me->layout.dp, me->coord.dp);
+    if (std::string e = shard_against_cpu(*groups->dp, o, *me, shard, model); !e.empty()) return e;
+    devices.push_back(std::make_unique<HostDevice>(model.layout()));
+    HostDevice& device = *devices.back();
+    device.params.assign(model.params(), model.params() + model.layout().total_numel());
+    const auto& tensors = model.layout().tensors();
+    for (const gpu::OptimizerPiece& p : shard.pieces)
+      for (size_t i = p.offset; i < p.offset + p.numel; i++) {
+        const ParamTensor& t = tensors[p.tensor];
+        device.exp_avg[i] = global_moment(t.name, i - t.offset, 1);
+        device.exp_avg_sq[i] = global_moment(t.name, i - t.offset, 2);
+      }
+    states.push_back(&device);
+  }
   const TrainState state{7, 14, 0, 7, 0, 0};
-  Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, device);
+  Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, states);
   if (!saved) return "save_gpu_checkpoint: " + saved.status().message();
-  // The CPU trainer with the distributed optimizer resumes it: its AdamW over its owned ranges.
+  // The CPU trainer with the distributed optimizer resumes it: an AdamW per chunk over its
+  // GradBuckets' owned ranges.
   Result<CheckpointRef> ref = find_checkpoint(o.save, 0);
   if (!ref) return ref.status().message();
-  GptModel<float> cpu_model(o.model, me->shard, 1, nullptr, RecomputePlan{});
-  GradBuckets<float> buckets(cpu_model.layout(), &world, true,
-                             ddp_bucket_elems(o.parallel, me->layout.dp), cpu_model.grads(),
-                             cpu_model.params());
-  AdamW<float> cpu_adam(cpu_model.layout(), o.optim, buckets.owned_ranges());
+  std::vector<std::unique_ptr<GptModel<float>>> cpu_models;
+  std::vector<std::unique_ptr<GradBuckets<float>>> cpu_buckets;
+  std::vector<std::unique_ptr<AdamW<float>>> cpu_adams;
   RankParts parts;
   parts.layout = &me->layout;
   parts.distributed_optimizer = true;
-  parts.chunks = {&cpu_model};
-  parts.optimizers = {&cpu_adam};
+  for (const ModelShard& chunk : me->shards) {
+    cpu_models.push_back(
+        std::make_unique<GptModel<float>>(o.model, chunk, 1, nullptr, RecomputePlan{}));
+    GptModel<float>& m = *cpu_models.back();
+    cpu_buckets.push_back(std::make_unique<GradBuckets<float>>(
+        m.layout(), groups->dp.get(), true, ddp_bucket_elems(o.parallel, me->layout.dp), m.grads(),
+        m.params()));
+    cpu_adams.push_back(
+        std::make_unique<AdamW<float>>(m.layout(), o.optim, cpu_buckets.back()->owned_ranges()));
+    parts.chunks.push_back(&m);
+    parts.optimizers.push_back(cpu_adams.back().get());
+  }
   if (Status s = load_checkpoint(*ref, parts, false, nullptr); !s)
     return "the CPU engine's distributed optimizer: " + s.message();
-  for (const auto& view : cpu_adam.state_views()) {
-    const ParamTensor* t = nullptr;
-    for (const ParamTensor& x : tensors)
-      if (view.offset >= x.offset && view.offset < x.offset + x.numel) t = &x;
-    for (size_t j = 0; t && j < view.numel; j++) {
-      const size_t g = view.offset - t->offset + j;
-      if (view.exp_avg[j] != global_moment(t->name, g, 1) ||
-          view.exp_avg_sq[j] != global_moment(t->name, g, 2))
-        return "the CPU engine's distributed optimizer: moments of " + t->name + "[" +
-               std::to_string(g) + "]";
+  for (size_t c = 0; c < cpu_models.size(); c++) {
+    const auto& tensors = cpu_models[c]->layout().tensors();
+    for (const auto& view : cpu_adams[c]->state_views()) {
+      const ParamTensor* t = nullptr;
+      for (const ParamTensor& x : tensors)
+        if (view.offset >= x.offset && view.offset < x.offset + x.numel) t = &x;
+      for (size_t j = 0; t && j < view.numel; j++) {
+        const size_t g = view.offset - t->offset + j;
+        if (view.exp_avg[j] != global_moment(t->name, g, 1) ||
+            view.exp_avg_sq[j] != global_moment(t->name, g, 2))
+          return "the CPU engine's distributed optimizer: chunk " + std::to_string(c) +
+                 " moments of " + t->name + "[" + std::to_string(g) + "]";
+      }
     }
   }
   return "";
@@ -740,44 +848,57 @@ std::string dopt_moment_difference(const ParamLayout& layout, const gpu::Optimiz
   return "";
 }
 
-// dopt-restore DIR: DIR/dp1 (DP 1, no distributed optimizer: init_weights(8), global_moment)
-// and DIR/dp2 (worker_dopt_save's) each restore every weight and this rank's moments.
-std::string worker_dopt_restore(Comm& world, const std::string& dir) {
-  const TrainOptions o = dp2_options();
+// dopt-restore DIR RUN: DIR/dp1 (one rank, no distributed optimizer: init_weights(8),
+// global_moment) and DIR/dp2 (worker_dopt_save's) each restore every weight and this rank's
+// moments of every chunk.
+std::string worker_dopt_restore(Comm& world, const std::string& dir, const std::string& run) {
+  const TrainOptions o = dopt_options(run);
   Result<gpu::GpuRankShard> me = gpu::gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status().message();
-  const ParamLayout layout(o.model, me->shard);
   Messages messages;
   auto moment = [](const ParamTensor& t, size_t g, int which) {
     return global_moment(t.name, g, which);
   };
   for (const auto& [name, seed] : {std::pair<std::string, int>{"dp1", 8}, {"dp2", 5}}) {
-    GptModel<float> drawn(o.model, me->shard, 1, nullptr, RecomputePlan{});
-    drawn.init_weights(static_cast<uint64_t>(seed));
+    std::vector<ParamLayout> layouts;
+    std::vector<std::unique_ptr<HostDevice>> devices;
+    std::vector<gpu::DeviceState*> states;
+    for (const ModelShard& chunk : me->shards) {
+      layouts.emplace_back(o.model, chunk);
+      devices.push_back(std::make_unique<HostDevice>(layouts.back()));
+      states.push_back(devices.back().get());
+    }
     TrainOptions load = o;
     load.load = dir + "/" + name;
-    HostDevice device(layout);
-    Result<TrainState> state = gpu::restore_gpu_state(load, load.model, world, device, messages);
+    Result<TrainState> state = gpu::restore_gpu_state(load, load.model, world, states, messages);
     if (!state) return name + ": " + state.status().message();
-    if (QString w = weights_difference(layout, device.params.data(), drawn.params()); !w.isEmpty())
-      return name + ": " + w.toStdString();
-    const gpu::OptimizerShard shard = gpu::optimizer_shard(o, layout, me->layout.dp, me->coord.dp);
-    if (std::string e = dopt_moment_difference(layout, shard, device, moment); !e.empty())
-      return name + ": " + e;
+    for (size_t c = 0; c < layouts.size(); c++) {
+      const std::string where = name + " chunk " + std::to_string(c) + ": ";
+      GptModel<float> drawn(o.model, me->shards[c], 1, nullptr, RecomputePlan{});
+      drawn.init_weights(static_cast<uint64_t>(seed));
+      if (QString w = weights_difference(layouts[c], devices[c]->params.data(), drawn.params());
+          !w.isEmpty())
+        return where + w.toStdString();
+      const gpu::OptimizerShard shard =
+          gpu::optimizer_shard(o, layouts[c], me->layout.dp, me->coord.dp);
+      if (std::string e = dopt_moment_difference(layouts[c], shard, *devices[c], moment);
+          !e.empty())
+        return where + e;
+    }
   }
   return "";
 }
 
-int tp_worker(const std::string& mode, const std::string& dir) {
+int tp_worker(const std::string& mode, const std::string& dir, const std::string& run) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
     std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
     return 1;
   }
-  const std::string error = mode == "save"           ? worker_save(**world, dir)
-                            : mode == "restore"      ? worker_restore(**world, dir)
-                            : mode == "dopt-save"    ? worker_dopt_save(**world, dir)
-                            : mode == "dopt-restore" ? worker_dopt_restore(**world, dir)
+  const std::string error = mode == "save"           ? worker_save(**world, dir, run)
+                            : mode == "restore"      ? worker_restore(**world, dir, run)
+                            : mode == "dopt-save"    ? worker_dopt_save(**world, dir, run)
+                            : mode == "dopt-restore" ? worker_dopt_restore(**world, dir, run)
                                                      : "unknown worker mode " + mode;
   const int rank = (*world)->rank();
   if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
@@ -789,7 +910,8 @@ int tp_worker(const std::string& mode, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--tp-worker") return tp_worker(argv[2], argv[3]);
+  if (argc == 5 && std::string(argv[1]) == "--tp-worker")
+    return tp_worker(argv[2], argv[3], argv[4]);
   GpuCheckpointHost test;
   return QTest::qExec(&test, argc, argv);
 }

@@ -4,9 +4,13 @@
 // device, tensor-parallel reductions included (all_reduce_on_stream over the CPU communicator
 // it is given). The kernels themselves are checked against the CPU by tests/cuda/test_cuda_*.
 // bf16 and fp16 ops run the same CPU kernels on widened copies, rounding their results back.
-// Not emulated: streams (every op runs when called). The attention's probabilities (the CPU
-// op's saved tensor, which the GPU op replaces by its log-sum-exp) are kept here, keyed by the
-// lse buffer.
+// Not emulated: the compute stream (every op runs when called). The pipeline's point-to-point
+// streams are host_cuda/'s: a send is a non-blocking send of the CPU communicator that the
+// stream's next operation completes first (16-bit messages travel as their bytes, as NCCL
+// moves them). The attention's probabilities (the CPU op's saved tensor, which the GPU op
+// replaces by its log-sum-exp) are kept here, keyed by the lse buffer.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <map>
 #include <vector>
@@ -492,6 +496,38 @@ Status all_reduce_on_stream(Comm& comm, void* data, size_t count, DeviceDType ty
   if (type == DeviceDType::kFloat16) return reduce_16(static_cast<kernels::cuda::fp16*>(data));
   const DType host = type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64;
   return comm.all_reduce(data, count, host, op);
+}
+
+namespace {
+// A point-to-point message's host type and element count: 16-bit elements as their two bytes.
+struct HostMessage {
+  DType type;
+  size_t count;
+};
+HostMessage host_message(DeviceDType type, size_t count) {
+  if (type == DeviceDType::kBFloat16 || type == DeviceDType::kFloat16)
+    return {DType::kUInt8, 2 * count};
+  return {type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64, count};
+}
+}  // namespace
+
+// NCCL's order on the host: the stream's previous operation completes before this one starts;
+// the send itself stays in flight until the stream's next operation or an event waits for it.
+Status send_on_stream(Comm& comm, const void* data, size_t count, DeviceDType type, int peer,
+                      CUstream_st* stream) {
+  const HostMessage m = host_message(type, count);
+  stream->complete();
+  stream->pending = comm.isend(data, m.count, m.type, peer, 0);
+  stream->pending_seq = ++stream->issued;
+  return Status::ok();
+}
+
+Status recv_on_stream(Comm& comm, void* data, size_t count, DeviceDType type, int peer,
+                      CUstream_st* stream) {
+  const HostMessage m = host_message(type, count);
+  stream->complete();
+  ++stream->issued;
+  return comm.recv(data, m.count, m.type, peer, 0);
 }
 
 }  // namespace lattice

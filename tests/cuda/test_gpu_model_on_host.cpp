@@ -15,6 +15,18 @@
 // for fp16, at TP 2 (16-bit all-reduces). And the fp16 model passes an overflow on: at a loss
 // scale of 2^32 the fp16 loss gradient is inf, and every parameter gradient it reaches is
 // non-finite, where the fp32 model's stay finite (docs/gpu.md, note "fp16 overflow").
+// Pipeline parallelism: GpuPipeline (engine/src/gpu/gpu_pipeline.cpp, over host_cuda/'s
+// streams, with the CPU communicator standing in for NCCL) runs a 1F1B iteration of eight
+// micro-batches over PP 2 stages (even, and one + three layers; with dropout; in bf16 and
+// fp16), TP 2 x PP 2 (four ranks), and the interleaved schedule with two chunks per rank at
+// PP 2 and PP 4 (eight micro-batches reach its steady state); the last stage's token losses,
+// every chunk's gradients (the tied word embedding summed over the embedding group, as the
+// trainer does) and the forward-only losses equal the whole CPU model's, run micro-batch by
+// micro-batch in one process with the same per-micro-batch dropout seeds (masks keyed by the
+// global layer index). The boundary messages (16 KB) are above Open MPI's shared-memory eager
+// limit, so a host send completes only once received, as an NCCL send: an order that could
+// deadlock on the device hangs here (both directions on one channel, or the wrap-around on the
+// activation channel at PP 4, were checked to hang).
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -26,6 +38,7 @@
 #include "common/tiny_model.h"
 #include "device/caching_allocator.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_pipeline.h"
 #include "lattice/layout.h"
 #include "model/gpt.h"
 #include "parallel/groups.h"
@@ -60,6 +73,28 @@ struct Tolerance {
 };
 constexpr Tolerance kHalfTolerance{2e-2, 5e-2};  // as tests/cuda/test_gpu_training.cpp
 
+double relative_error(const float* got, const float* want, size_t n) {
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < n; i++) scale = std::max(scale, std::abs(double(want[i])));
+  for (size_t i = 0; i < n; i++) {
+    const double d = std::abs(double(got[i]) - double(want[i]));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  return worst / std::max(scale, 1e-30);
+}
+
+// Megatron starts biases at zero, where a bias added twice would go unnoticed: give every
+// bias a value of its global element (so replicas on the TP ranks agree).
+void give_biases_values(GptModel<float>& m) {
+  for (const ParamTensor& t : m.layout().tensors()) {
+    if (t.name.size() < 5 || t.name.compare(t.name.size() - 5, 5, ".bias") != 0) continue;
+    const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                          t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+    for (size_t i = 0; i < t.numel; i++)
+      m.params()[t.offset + i] = 0.02f * std::sin(0.7f * static_cast<float>(map.global_index(i)));
+  }
+}
+
 // "" or the first difference (token losses, then each tensor's gradient, in layout order)
 // between the CPU model and GpuGpt<A> after one forward and backward from the same weights,
 // the GPU model's loss gradient multiplied by loss_scale (its gradients divided by it before
@@ -70,15 +105,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   const int B = 2, N = B * c.seq_length;
   GptModel<float> cpu(c, shard, B, tp, RecomputePlan{});
   cpu.init_weights(7);
-  // Megatron starts biases at zero, where a bias added twice would go unnoticed: give every
-  // bias a value of its global element (so replicas on the TP ranks agree).
-  for (const ParamTensor& t : cpu.layout().tensors()) {
-    if (t.name.size() < 5 || t.name.compare(t.name.size() - 5, 5, ".bias") != 0) continue;
-    const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
-                                          t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
-    for (size_t i = 0; i < t.numel; i++)
-      cpu.params()[t.offset + i] = 0.02f * std::sin(0.7f * static_cast<float>(map.global_index(i)));
-  }
+  give_biases_values(cpu);
   cpu.zero_grads();
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; i++) {
@@ -103,15 +130,6 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   if (std::string e = ctx->synchronize(); !e.empty()) return e;
   for (size_t i = 0; i < g.numel(); i++) g.grads()[i] /= loss_scale;  // a power of two: exact
 
-  auto relative_error = [](const float* got, const float* want, size_t n) {
-    double scale = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) scale = std::max(scale, std::abs(double(want[i])));
-    for (size_t i = 0; i < n; i++) {
-      const double d = std::abs(double(got[i]) - double(want[i]));
-      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    }
-    return worst / std::max(scale, 1e-30);
-  };
   if (double e = relative_error(g.losses(), acts.losses, N); !(e <= tolerance.losses))
     return "token losses: relative error " + std::to_string(e) + " > " +
            std::to_string(tolerance.losses);
@@ -154,6 +172,190 @@ std::vector<std::string> non_finite_grads(const ModelConfig& c, float loss_scale
         break;
       }
   return names;
+}
+
+// `layers` layers (at least four: two per stage at PP 2), otherwise as config(tp, with_dropout).
+ModelConfig pipeline_config(int tp, int layers, bool with_dropout) {
+  ModelConfig c = testing::tiny_config(std::max(4, layers), 128, 4, 16, 250);
+  c.tensor_model_parallel_size = tp;
+  c.hidden_dropout = with_dropout ? 0.1f : 0.0f;
+  c.attention_dropout = with_dropout ? 0.1f : 0.0f;
+  return c;
+}
+
+// Micro-batch mb's dropout seed (each micro-batch its own, as the trainers derive them).
+uint64_t micro_batch_seed(int mb) {
+  return kDropoutSeed + 1000003ull * static_cast<uint64_t>(mb);
+}
+
+// Element i of this stage's tensor t, from the whole model's arena (by global name and index).
+float whole_value(const GptModel<float>& whole, const float* arena, const ParamTensor& t,
+                  size_t i) {
+  const ParamTensor* g = whole.layout().find(t.name);
+  const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                        t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+  return arena[g->offset + map.global_index(i)];
+}
+
+// "" or the first difference between a pipeline iteration of GpuGpt<A> stages (this rank's
+// shard, run by GpuPipeline) and the whole fp32 CPU model on every micro-batch in one process,
+// each micro-batch with its own dropout seed (micro_batch_seed) on both sides. The GPU side's
+// loss gradient is multiplied by loss_scale (its gradients divided by it before comparing).
+template <typename A = float>
+std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
+                             Tolerance tolerance = {}, float loss_scale = 1.0f) {
+  const int B = 2, N = B * c.seq_length, M = 8;
+  const ParallelLayout& L = groups.layout;
+  const float grad_scale = 1.0f / (static_cast<float>(N) * M);
+  ModelConfig whole_config = c;
+  whole_config.tensor_model_parallel_size = 1;
+  GptModel<float> whole(whole_config, ModelShard{}, B, nullptr, RecomputePlan{});
+  whole.init_weights(7);
+  give_biases_values(whole);
+  whole.zero_grads();
+  std::vector<int32_t> tokens(static_cast<size_t>(N) * M), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); i++) {
+    tokens[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
+    targets[i] = static_cast<int32_t>((i * 53 + 5) % c.vocab_size);
+  }
+  std::vector<float> want_losses(tokens.size());
+  GptActivations<float> acts(whole_config, ModelShard{}, B, RecomputePlan{});
+  for (int mb = 0; mb < M; mb++) {
+    whole.forward(acts, tokens.data() + mb * N, targets.data() + mb * N, micro_batch_seed(mb),
+                  grad_scale);
+    std::copy(acts.losses, acts.losses + N, want_losses.begin() + mb * N);
+    whole.backward(acts);
+  }
+
+  const int chunks = L.vpp;
+  const int in_flight = gpu::pipeline_slots(L.pp, groups.coord.pp, chunks, M);
+  std::string error;
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  CachingAllocator memory(std::make_unique<HostMemory>());
+  std::vector<std::unique_ptr<gpu::GpuGpt<A>>> models;
+  std::vector<gpu::GpuGpt<A>*> chunk_models;
+  for (int chunk = 0; chunk < chunks; chunk++) {
+    auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, shard_of(L, groups.coord, chunk, false),
+                                      groups.tp.get(), in_flight);
+    if (!gpu) return gpu.status().message();
+    gpu::GpuGpt<A>& g = **gpu;
+    std::vector<float> host(g.numel(), 0.0f);
+    for (const ParamTensor& t : g.layout().tensors())
+      for (size_t i = 0; i < t.numel; i++)
+        host[t.offset + i] = whole_value(whole, whole.params(), t, i);
+    g.upload(host.data());
+    g.zero_grads();
+    chunk_models.push_back(&g);
+    models.push_back(std::move(*gpu));
+  }
+  // One communicator per channel (Note [GPU pipeline streams]).
+  std::vector<std::unique_ptr<Comm>> comms;
+  for (int i = 0; i < (chunks > 1 ? 4 : 2); i++) {
+    Result<std::unique_ptr<Comm>> comm = groups.pp->split(0, groups.pp->rank());
+    if (!comm) return comm.status().message();
+    comms.push_back(std::move(*comm));
+  }
+  gpu::PipelineComms channels;
+  channels.activations = comms[0].get();
+  channels.gradients = comms[1].get();
+  if (chunks > 1) {
+    channels.activations_wrap = comms[2].get();
+    channels.gradients_wrap = comms[3].get();
+  }
+  auto pipeline = gpu::GpuPipeline<A>::create(chunk_models, *ctx, channels, L.pp, groups.coord.pp);
+  if (!pipeline) return pipeline.status().message();
+  auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets) {
+    gpu::copy_to_device_async(*ctx, d_tokens, tokens.data() + mb * N, N * sizeof(int32_t));
+    gpu::copy_to_device_async(*ctx, d_targets, targets.data() + mb * N, N * sizeof(int32_t));
+    return Status::ok();
+  };
+  std::vector<float> losses(tokens.size(), 0.0f), eval_losses(tokens.size(), 0.0f);
+  if (Status s =
+          (*pipeline)->train(M, load, micro_batch_seed, loss_scale * grad_scale, losses.data());
+      !s)
+    return s.message();
+  if (Status s = (*pipeline)->evaluate(M, load, eval_losses.data()); !s) return s.message();
+  if (std::string e = ctx->synchronize(); !e.empty()) return e;
+  for (auto& g : models)  // a power of two: exact
+    for (size_t i = 0; i < g->numel(); i++) g->grads()[i] /= loss_scale;
+  // The tied word embedding: the first stage's gradient (embedding) plus the last stage's
+  // copy's (LM head), as the trainer sums them over the embedding group.
+  if (groups.in_embedding_group()) {
+    gpu::GpuGpt<A>& g = groups.first_stage() ? *chunk_models.front() : *chunk_models.back();
+    const ParamTensor& t = g.layout().tensors()[g.layout().word_embedding_index()];
+    if (Status s = groups.embedding->all_reduce(g.grads() + t.offset, t.numel, DType::kFloat32,
+                                                ReduceOp::kSum);
+        !s)
+      return s.message();
+  }
+  if (groups.last_stage()) {
+    if (double e = relative_error(losses.data(), want_losses.data(), losses.size());
+        !(e <= tolerance.losses))
+      return "token losses: relative error " + std::to_string(e);
+    // Without dropout the forward-only losses are the training ones.
+    if (c.hidden_dropout == 0 && c.attention_dropout == 0)
+      if (double e = relative_error(eval_losses.data(), want_losses.data(), losses.size());
+          !(e <= tolerance.losses))
+        return "forward-only token losses: relative error " + std::to_string(e);
+  }
+  for (int chunk = 0; chunk < chunks; chunk++) {
+    const gpu::GpuGpt<A>& g = *chunk_models[chunk];
+    for (const ParamTensor& t : g.layout().tensors()) {
+      std::vector<float> want(t.numel);
+      for (size_t i = 0; i < t.numel; i++) want[i] = whole_value(whole, whole.grads(), t, i);
+      const double e = relative_error(models[chunk]->grads() + t.offset, want.data(), t.numel);
+      if (!(e <= tolerance.grads))
+        return "stage " + std::to_string(groups.coord.pp) + " chunk " + std::to_string(chunk) +
+               " d " + t.name + ": relative error " + std::to_string(e) + " > " +
+               std::to_string(tolerance.grads);
+    }
+  }
+  return "";
+}
+
+// The pipeline side: this process is one of tp x pp MPI ranks; chunks > 1: the interleaved
+// schedule, one layer per chunk; first > 0: the first stage holds `first` layers of four
+// (--decoder-first-pipeline-num-layers), the others share the rest. variant: "fp32", "dropout"
+// (fp32 with hidden and attention dropout 0.1), "bf16" or "fp16" (at a loss scale of 2^10).
+int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& variant) {
+  Result<std::unique_ptr<Comm>> world = make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "pipeline worker: %s\n", world.status().message().c_str());
+    return 1;
+  }
+  std::string error;
+  {  // the communicators go before MPI does
+    TrainOptions o;
+    o.model = pipeline_config(tp, pp * chunks, variant == "dropout");
+    o.parallel.pipeline_model_parallel_size = pp;
+    if (chunks > 1) o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    o.parallel.decoder_first_pipeline_num_layers = first;
+    o.micro_batch_size = 2;
+    o.global_batch_size = 16;
+    Result<ParallelLayout> layout = make_layout(o, (*world)->size());
+    if (!layout) {
+      error = layout.status().message();
+    } else if (Result<ProcessGroups> groups = make_process_groups(**world, *layout); !groups) {
+      error = groups.status().message();
+    } else if (first > 0 && groups->first_stage() &&
+               shard_of(groups->layout, groups->coord, 0, false).num_layers(o.model) != first) {
+      error = "the first stage does not hold --decoder-first-pipeline-num-layers layers";
+    } else if (variant == "bf16") {
+      error = compare_pipeline<cu::bf16>(o.model, *groups, kHalfTolerance);
+    } else if (variant == "fp16") {
+      error = compare_pipeline<cu::fp16>(o.model, *groups, kHalfTolerance, 1024.0f);
+    } else if (variant == "fp32" || variant == "dropout") {
+      error = compare_pipeline(o.model, *groups);
+    } else {
+      error = "unknown variant " + variant;
+    }
+    if (!error.empty()) error = variant + ": " + error;
+  }
+  const int rank = (*world)->rank();
+  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+  world->reset();
+  finalize_comm();
+  return error.empty() ? 0 : 1;
 }
 
 // The TP 2 side: this process is one of two MPI ranks.
@@ -256,11 +458,86 @@ class GpuModelOnHost : public QObject {
     const testing::Run run = testing::run_mpi(2, self, {"--worker"}, {}, 120000);
     QVERIFY2(run.exit_code == 0, qPrintable("TP 2: " + run.err + run.out));
   }
+
+  void pp2_iteration_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0", "fp32"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 2: " + run.err + run.out));
+  }
+
+  // Each micro-batch's dropout seed reaches its forward and its backward (several micro-batches
+  // in flight, so a slot must keep its own), and the second stage keys its masks by the global
+  // layer index, as the whole CPU model.
+  void pp2_iteration_with_dropout_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0", "dropout"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 2 with dropout: " + run.err + run.out));
+  }
+
+  // 16-bit stages: the boundary tensors travel in the compute type (bf16, fp16).
+  void pp2_bf16_and_fp16_iterations_are_within_16_bit_tolerance() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    for (const char* variant : {"bf16", "fp16"}) {
+      const testing::Run run =
+          testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0", variant}, {}, 120000);
+      QVERIFY2(run.exit_code == 0,
+               qPrintable(QString("PP 2 ") + variant + ": " + run.err + run.out));
+    }
+  }
+
+  void tp2_pp2_iteration_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(4, self, {"--pipeline-worker", "2", "2", "1", "0", "fp32"}, {}, 180000);
+    QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2: " + run.err + run.out));
+  }
+
+  void uneven_pp2_iteration_matches_the_whole_cpu_model() {
+    // One layer on the first stage, three on the second.
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "1", "fp32"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 2, 1 + 3 layers: " + run.err + run.out));
+  }
+
+  void interleaved_pp2_iteration_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "2", "0", "fp32"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 2 x 2 chunks: " + run.err + run.out));
+  }
+
+  void interleaved_pp4_iteration_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run =
+        testing::run_mpi(4, self, {"--pipeline-worker", "1", "4", "2", "0", "fp32"}, {}, 180000);
+    QVERIFY2(run.exit_code == 0, qPrintable("PP 4 x 2 chunks: " + run.err + run.out));
+  }
 #endif
+
+  void pipeline_slots_follow_the_schedule() {
+    // 1F1B: stage s of 4 holds min(4 - s, M) micro-batches at once; one stage holds one.
+    QCOMPARE(gpu::pipeline_slots(4, 0, 1, 8), 4);
+    QCOMPARE(gpu::pipeline_slots(4, 3, 1, 8), 1);
+    QCOMPARE(gpu::pipeline_slots(4, 1, 1, 2), 2);
+    QCOMPARE(gpu::pipeline_slots(1, 0, 1, 8), 1);
+  }
 };
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--worker") return worker();
+  if (argc == 7 && std::string(argv[1]) == "--pipeline-worker")
+    return pipeline_worker(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]),
+                           std::atoi(argv[5]), argv[6]);
   GpuModelOnHost test;
   return QTest::qExec(&test, argc, argv);
 }

@@ -6,7 +6,9 @@
 // order, reduce-scattered per bucket by the reducer's thread, AdamW on the shard, the norm
 // summed over the ranks, master weights all-gathered) leave every rank with exactly the
 // weights and grad norms of the all-reduce path with an AdamW over the whole arena, and that
-// the moments take about half the memory. Not covered: CUDA streams and events (every host op
+// the moments take about half the memory; and the same for two model chunks of one rank (an
+// interleaved pipeline stage) sharing one GradReducer, each chunk with its own shard. Not
+// covered: CUDA streams and events (every host op
 // runs when called), NCCL, bf16.
 #include <QtTest/QtTest>
 
@@ -190,9 +192,91 @@ std::string compare_paths(Comm& world, size_t bucket_elems) {
   return "";
 }
 
+// Two model chunks of one rank (an interleaved pipeline stage), as GpuLoop runs them: one
+// GradReducer over both arenas, each chunk's AdamW over its own shard of its own buckets,
+// ranges marked ready chunk after chunk (the last chunk's backward ends first), the norm each
+// chunk's share summed, every chunk's master weights all-gathered. Both chunks' weights and the
+// norms equal the all-reduce path's (a replica per chunk, summed norm).
+std::string compare_two_chunks(Comm& world, size_t bucket_elems) {
+  const std::vector<ParamLayout> layouts = {ParamLayout(testing::tiny_config(2, 40, 4, 16, 100)),
+                                            ParamLayout(testing::tiny_config(1, 40, 4, 16, 100))};
+  std::string error;
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  CachingAllocator plain_memory(std::make_unique<HostMemory>());
+  CachingAllocator dopt_memory(std::make_unique<HostMemory>());
+  InPlaceComm dp(world);
+  std::vector<std::unique_ptr<Replica>> plain, dopt;  // per chunk; dopt's own reducers unused
+  std::vector<gpu::ReducedArena> arenas;
+  for (const ParamLayout& layout : layouts) {
+    plain.push_back(
+        std::make_unique<Replica>(layout, gpu::whole_arena_shard(layout), dp, *ctx, plain_memory));
+    dopt.push_back(std::make_unique<Replica>(
+        layout, gpu::distributed_shard(layout, bucket_elems, world.size(), world.rank()), dp, *ctx,
+        dopt_memory));
+    arenas.push_back({dopt.back()->grads.data(), &layout, &dopt.back()->adam->shard()});
+  }
+  gpu::GradReducer reducer(dp, *ctx, 0, arenas);
+  const std::string me = "rank " + std::to_string(world.rank()) + ", two chunks, buckets of " +
+                         std::to_string(bucket_elems) + ": ";
+  OptimizerConfig c;
+  c.weight_decay = 0.1f;
+  for (int step = 1; step <= 2; step++) {
+    // The all-reduce path first, then the shared reducer (one communicator: never both at once).
+    double plain_squares = 0, dopt_squares = 0;
+    for (int chunk = 1; chunk >= 0; chunk--) {
+      const ParamLayout& layout = layouts[chunk];
+      fill_gradients(layout, world.rank() + 2 * chunk, step, plain[chunk]->grads);
+      for (int i = static_cast<int>(layout.tensors().size()) - 1; i >= 0; i--)
+        plain[chunk]->reducer->ready(i, i + 1);
+      if (Status s = plain[chunk]->reducer->finish(); !s) return me + s.message();
+      plain_squares += plain[chunk]->adam->sum_squares(*ctx);
+    }
+    for (int chunk = 1; chunk >= 0; chunk--) {  // the last chunk's backward ends first
+      const ParamLayout& layout = layouts[chunk];
+      fill_gradients(layout, world.rank() + 2 * chunk, step, dopt[chunk]->grads);
+      for (int i = static_cast<int>(layout.tensors().size()) - 1; i >= 0; i--)
+        reducer.ready(chunk, i, i + 1);
+    }
+    if (Status s = reducer.finish(); !s) return me + s.message();
+    for (int chunk = 0; chunk < 2; chunk++) dopt_squares += dopt[chunk]->adam->sum_squares(*ctx);
+    if (Status s = world.all_reduce(&dopt_squares, 1, DType::kFloat64, ReduceOp::kSum); !s)
+      return me + s.message();
+    const double a = std::sqrt(plain_squares), b = std::sqrt(dopt_squares);
+    if (std::fabs(a - b) > 1e-12 * a)
+      return me + "step " + std::to_string(step) + ": grad norm " + std::to_string(b) +
+             ", the all-reduce path's " + std::to_string(a);
+    for (int chunk = 0; chunk < 2; chunk++) {
+      plain[chunk]->adam->step(*ctx, c, 1e-2, step, static_cast<float>(clip_coefficient(a, 1.0f)));
+      dopt[chunk]->adam->step(*ctx, c, 1e-2, step, static_cast<float>(clip_coefficient(b, 1.0f)));
+      if (Status s = reducer.gather_params(chunk, dopt[chunk]->master.data(), cu::ComputeCopy{});
+          !s)
+        return me + s.message();
+    }
+    if (std::string e = ctx->synchronize(); !e.empty()) return me + e;
+    for (int chunk = 0; chunk < 2; chunk++)
+      for (const ParamTensor& t : layouts[chunk].tensors())
+        for (size_t i = 0; i < t.numel; i++) {
+          const float got = dopt[chunk]->master[t.offset + i];
+          const float want = plain[chunk]->master[t.offset + i];
+          if (got != want)
+            return me + "step " + std::to_string(step) + ": chunk " + std::to_string(chunk) + " " +
+                   t.name + "[" + std::to_string(i) + "] = " + std::to_string(got) +
+                   ", the all-reduce path's " + std::to_string(want) + " (tolerance 0)";
+        }
+  }
+  size_t buckets = 0;
+  for (int chunk = 0; chunk < 2; chunk++) buckets += dopt[chunk]->adam->shard().buckets.size();
+  if (dp.reduce_scatters != 2 * static_cast<int>(buckets))
+    return me + std::to_string(dp.reduce_scatters) + " reduce-scatters for 2 steps of " +
+           std::to_string(buckets) + " buckets";
+  return "";
+}
+
 std::string worker_run(Comm& world) {
   for (size_t bucket_elems : {size_t{1000}, size_t{1}})
     if (std::string e = compare_paths(world, bucket_elems); !e.empty()) return e;
+  for (size_t bucket_elems : {size_t{1000}, size_t{1}})
+    if (std::string e = compare_two_chunks(world, bucket_elems); !e.empty()) return e;
   return "";
 }
 

@@ -1,8 +1,10 @@
 // What the GPU trainer refuses, checked without a device (label unit, CUDA builds): every
 // unsupported option is named in one sentence, before the trainer looks for a GPU, and a
 // supported run reaches the device check (docs/gpu.md#scope). Tensor parallelism is accepted
-// when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism), and the
-// distributed optimizer with any data-parallel size (docs/gpu.md#distributed-optimizer).
+// when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism), pipeline
+// parallelism when it splits the layers evenly, interleaved or not
+// (docs/gpu.md#pipeline-parallelism), the distributed optimizer with any data-parallel size
+// (docs/gpu.md#distributed-optimizer), also with pipeline stages, and dropout.
 #include <QtTest/QtTest>
 
 #include "gpu/gpu_trainer.h"
@@ -73,9 +75,9 @@ class GpuOptionsTest : public QObject {
     o.save = "/tmp/x";
     QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x DP 2, checkpoints
     // Combined with what the GPU trainer lacks, that is named (and the optimizer is not).
-    o.parallel.pipeline_model_parallel_size = 2;
+    o.parallel.sequence_parallel = true;
     const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 4);
-    QVERIFY(names(e, "--pipeline-model-parallel-size 2"));
+    QVERIFY(names(e, "--sequence-parallel"));
     QVERIFY(!names(e, "--use-distributed-optimizer"));
   }
 
@@ -106,15 +108,86 @@ class GpuOptionsTest : public QObject {
     QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
   }
 
+  void pipeline_parallelism_over_even_stages_is_supported() {
+    TrainOptions o = supported();
+    o.parallel.pipeline_model_parallel_size = 2;     // one layer per stage
+    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // PP 2
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // PP 2 x DP 2
+    o.model.tensor_model_parallel_size = 2;
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x PP 2
+    o.save = "/tmp/x";  // each stage's shard in the CPU engine's format
+    o.load = "/tmp/y";
+    o.save_hf = "/tmp/z.safetensors";
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
+    // Interleaved: 4 layers, two chunks of one layer per stage, 2 micro-batches at PP 2.
+    o.model.num_layers = 4;
+    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
+    // Uneven: one layer on the first stage, three on the second.
+    o.parallel.num_layers_per_virtual_pipeline_stage = 0;
+    o.parallel.decoder_first_pipeline_num_layers = 1;
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
+  }
+
+  void pipeline_layouts_that_do_not_fit_are_named() {
+    TrainOptions o = supported();
+    o.parallel.pipeline_model_parallel_size = 4;  // 2 layers
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 4),
+                  "--pipeline-model-parallel-size 4 does not divide --num-layers 2"));
+    o.parallel.pipeline_model_parallel_size = 2;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 3),
+                  "world size 3 is not a multiple of --tensor-model-parallel-size 1 x "
+                  "--pipeline-model-parallel-size 2"));
+    // World 8 at PP 2 is DP 4: the 2 micro-batches of the global batch do not split over it.
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 8), "--global-batch-size"));
+    o.model.num_layers = 4;
+    o.parallel.num_layers_per_virtual_pipeline_stage = 3;  // 2 layers per stage
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
+                  "--num-layers-per-virtual-pipeline-stage 3 does not divide the 2 layers"));
+    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    o.global_batch_size = 6;  // 3 micro-batches: not a multiple of PP 2
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
+                  "--num-layers-per-virtual-pipeline-stage 1 (interleaved 1F1B) needs the "
+                  "micro-batches per data-parallel rank to be a multiple of "
+                  "--pipeline-model-parallel-size 2"));
+    o.global_batch_size = 4;
+    o.parallel.pipeline_model_parallel_size = 1;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "needs --pipeline-model-parallel-size > 1"));
+    o.parallel.pipeline_model_parallel_size = 2;
+    // Uneven splits follow the CPU layout's rules, in its words.
+    o.parallel.decoder_first_pipeline_num_layers = 4;  // nothing left for the second stage
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-first-pipeline-num-layers 4"));
+    o.parallel.decoder_first_pipeline_num_layers = 1;  // and interleaving
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
+                  "cannot be combined with --num-layers-per-virtual-pipeline-stage"));
+    o.parallel.num_layers_per_virtual_pipeline_stage = 0;
+    o.parallel.decoder_first_pipeline_num_layers = 0;
+    o.parallel.decoder_last_pipeline_num_layers = 5;  // more than --num-layers 4
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-last-pipeline-num-layers 5"));
+  }
+
+  // Each chunk's optimizer holds its own shard of the CPU engine's buckets of that chunk.
+  void the_distributed_optimizer_with_pipeline_stages_is_supported() {
+    TrainOptions o = supported();
+    o.parallel.use_distributed_optimizer = true;
+    o.parallel.pipeline_model_parallel_size = 2;
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // PP 2 x DP 2
+    o.model.num_layers = 4;
+    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    o.global_batch_size = 8;  // two micro-batches per data-parallel rank
+    o.model.hidden_dropout = 0.1f;
+    o.model.attention_dropout = 0.1f;
+    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 4);  // interleaved, DP 2
+    QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
+  }
+
   void each_unsupported_option_is_named() {
     TrainOptions o = supported();
-    o.parallel.pipeline_model_parallel_size = 2;
     o.parallel.sequence_parallel = true;
     o.parallel.recompute_granularity = "full";
     o.model.num_attention_heads = 4;  // head size 32
     const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
     QVERIFY(names(e, "--sequence-parallel"));
-    QVERIFY(names(e, "--pipeline-model-parallel-size 2"));
     QVERIFY(names(e, "--recompute-granularity full"));
     QVERIFY(names(e, "head size"));
     QVERIFY(names(gpu::unsupported_on_gpu(supported(), 3), "--global-batch-size"));

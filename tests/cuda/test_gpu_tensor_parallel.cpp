@@ -1,4 +1,5 @@
-// Tensor parallelism in the GPU trainer (label cuda; skipped with fewer than 2 devices). This
+// Tensor and pipeline parallelism in the GPU trainer (label cuda; skipped with fewer than 2
+// devices). This
 // program reruns itself under mpirun as the ranks of a run (--worker: train() on this rank,
 // rank 0 prints one "ROW iteration loss grad-norm" line per iteration), and specifies that:
 //   - GPU TP 2 trains as GPU TP 1 and as the CPU engine's TP 2 (fp32 losses and grad norms
@@ -13,6 +14,15 @@
 //     neighbour), and its optimizer memory halves (within the caching allocator's size
 //     classes); a checkpoint of it continues on the CPU engine at DP 1 without the
 //     distributed optimizer (losses within 1e-4 of the uninterrupted CPU run).
+//   - GPU PP 2 (1F1B, one layer per stage) trains as GPU PP 1 and as the CPU engine's PP 2
+//     (1e-4), and its checkpoint continues on the CPU engine at PP 1; the interleaved schedule
+//     (4 layers, two chunks per rank) likewise against one GPU and the CPU's interleaved PP 2,
+//     and PP 2 with one + three layers against one GPU;
+//     with 4 devices GPU TP 2 x PP 2 trains as one GPU;
+//   - GPU PP 2 with hidden and attention dropout trains as the CPU engine's PP 2 with dropout
+//     (the same masks: per-micro-batch seeds, global layer keys), fp16 PP 2 within 16-bit
+//     tolerance of the CPU, and with 4 devices the distributed optimizer over PP 2 x DP 2
+//     (interleaved, two chunks each with its shard) trains as PP 2 x DP 2 without it.
 // Never run on a GPU yet (docs/gpu.md).
 #include <QtTest/QtTest>
 
@@ -76,8 +86,11 @@ TrainOptions resumable_run() {
   return o;
 }
 
-// The worker's run from its arguments: device=cpu|cuda tp=N bf16=0|1 resumable=0|1
-// save=DIR exit=N dopt=0|1 (--use-distributed-optimizer) bucket=N (--ddp-bucket-size).
+// The worker's run from its arguments: device=cpu|cuda tp=N pp=N layers=N vpp=N
+// (--num-layers-per-virtual-pipeline-stage) first=N (--decoder-first-pipeline-num-layers)
+// bf16=0|1 fp16=0|1 scale=S (--initial-loss-scale) dropout=0|1 (hidden and attention 0.1)
+// resumable=0|1 save=DIR exit=N dopt=0|1 (--use-distributed-optimizer) bucket=N
+// (--ddp-bucket-size).
 TrainOptions worker_options(const QStringList& args) {
   TrainOptions o = small_run();
   for (const QString& a : args) {
@@ -88,7 +101,15 @@ TrainOptions worker_options(const QStringList& args) {
     const QString key = a.section('=', 0, 0), value = a.section('=', 1);
     if (key == "device") o.device = value.toStdString();
     if (key == "tp") o.model.tensor_model_parallel_size = value.toInt();
+    if (key == "pp") o.parallel.pipeline_model_parallel_size = value.toInt();
+    if (key == "layers") o.model.num_layers = value.toInt();
+    if (key == "vpp") o.parallel.num_layers_per_virtual_pipeline_stage = value.toInt();
+    if (key == "first") o.parallel.decoder_first_pipeline_num_layers = value.toInt();
     if (key == "bf16") o.bf16 = value == "1";
+    if (key == "fp16") o.fp16 = value == "1";
+    if (key == "scale") o.initial_loss_scale = value.toDouble();
+    if (key == "dropout")
+      o.model.hidden_dropout = o.model.attention_dropout = value == "1" ? 0.1f : 0.0f;
     if (key == "save") o.save = value.toStdString();
     if (key == "exit") o.exit_interval = value.toInt();
     if (key == "dopt") o.parallel.use_distributed_optimizer = value == "1";
@@ -288,6 +309,94 @@ class GpuTensorParallel : public QObject {
     tail.rows.assign(straight.rows.begin() + 3, straight.rows.end());
     const QString d = compare("CPU DP 1 from a GPU DP 2 distributed-optimizer checkpoint", resumed,
                               tail, 1e-4, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void pp2_trains_as_one_gpu_and_as_the_cpu_engine() {
+    TrainOptions one = small_run();
+    one.device = "cuda";
+    const Outcome pp1 = run_here(one);
+    const Outcome pp2 = run_ranks(2, {"device=cuda", "pp=2"});
+    const Outcome cpu = run_ranks(2, {"device=cpu", "pp=2"});
+    QString d = compare("GPU PP 2 vs GPU PP 1", pp2, pp1, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    d = compare("GPU PP 2 vs CPU PP 2", pp2, cpu, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    const Outcome bf16 = run_ranks(2, {"device=cuda", "pp=2", "bf16=1"});
+    d = compare("GPU bf16 PP 2 vs CPU fp32 PP 2 (losses)", bf16, cpu, 2e-2, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void interleaved_pp2_trains_as_one_gpu_and_as_the_cpu_engine() {
+    TrainOptions one = small_run();
+    one.device = "cuda";
+    one.model.num_layers = 4;
+    const Outcome pp1 = run_here(one);
+    const QStringList interleaved = {"pp=2", "layers=4", "vpp=1"};
+    const Outcome gpu = run_ranks(2, QStringList{"device=cuda"} + interleaved);
+    const Outcome cpu = run_ranks(2, QStringList{"device=cpu"} + interleaved);
+    QString d = compare("GPU interleaved PP 2 vs GPU PP 1", gpu, pp1, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    d = compare("GPU interleaved PP 2 vs CPU interleaved PP 2", gpu, cpu, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    // Uneven: one layer on the first stage, three on the second.
+    const Outcome uneven = run_ranks(2, {"device=cuda", "pp=2", "layers=4", "first=1"});
+    d = compare("GPU PP 2 (1 + 3 layers) vs GPU PP 1", uneven, pp1, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void a_gpu_pp2_checkpoint_continues_on_the_cpu_at_pp1() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString ckpt = dir.filePath("ckpt");
+    const Outcome saved =
+        run_ranks(2, {"device=cuda", "pp=2", "resumable=1", "save=" + ckpt, "exit=3"});
+    QVERIFY2(saved.error.isEmpty(), qPrintable(saved.error));
+    QCOMPARE(saved.rows.size(), size_t{3});
+    TrainOptions cpu = resumable_run();
+    cpu.device = "cpu";
+    const Outcome straight = run_here(cpu);
+    QVERIFY2(straight.error.isEmpty(), qPrintable(straight.error));
+    cpu.load = ckpt.toStdString();
+    const Outcome resumed = run_here(cpu);
+    Outcome tail;
+    tail.rows.assign(straight.rows.begin() + 3, straight.rows.end());
+    const QString d = compare("CPU PP 1 from a GPU PP 2 checkpoint", resumed, tail, 1e-4, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void tp2_by_pp2_trains_as_one_gpu() {
+    if (kernels::cuda::device_count() < 4) QSKIP("fewer than 4 CUDA devices: TP 2 x PP 2 not run");
+    TrainOptions one = small_run();
+    one.device = "cuda";
+    const Outcome tp1 = run_here(one);
+    const Outcome tp2pp2 = run_ranks(4, {"device=cuda", "tp=2", "pp=2"});
+    const QString d = compare("GPU TP 2 x PP 2 vs GPU TP 1", tp2pp2, tp1, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  // Each micro-batch's seed reaches its stage's forward and backward (several in flight), and
+  // the second stage keys its masks by the global layer index, as the CPU engine does.
+  void pp2_with_dropout_trains_as_the_cpu_engine() {
+    const Outcome gpu = run_ranks(2, {"device=cuda", "pp=2", "dropout=1"});
+    const Outcome cpu = run_ranks(2, {"device=cpu", "pp=2", "dropout=1"});
+    QString d = compare("GPU PP 2 vs CPU PP 2, with dropout", gpu, cpu, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    // fp16 stages send fp16 activations (at a loss scale of 2^12: no overflow, no skipped step).
+    const Outcome fp16 = run_ranks(2, {"device=cuda", "pp=2", "fp16=1", "scale=4096"});
+    const Outcome cpu32 = run_ranks(2, {"device=cpu", "pp=2"});
+    d = compare("GPU fp16 PP 2 vs CPU fp32 PP 2 (losses)", fp16, cpu32, 2e-2, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  // Interleaved PP 2 x DP 2: each chunk's optimizer has its own shard of its chunk's buckets.
+  void distributed_optimizer_over_interleaved_pp2_trains_as_without_it() {
+    if (kernels::cuda::device_count() < 4) QSKIP("fewer than 4 CUDA devices: PP 2 x DP 2 not run");
+    const QStringList run = {"device=cuda", "pp=2", "layers=4", "vpp=1"};
+    const Outcome plain = run_ranks(4, run);
+    const Outcome dopt = run_ranks(4, run + QStringList{"dopt=1", "bucket=20000"});
+    const QString d =
+        compare("GPU PP 2 x DP 2 distributed optimizer vs without", dopt, plain, 1e-5);
     QVERIFY2(d.isEmpty(), qPrintable(d));
   }
 };

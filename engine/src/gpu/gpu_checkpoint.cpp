@@ -121,47 +121,62 @@ Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int r
   GpuRankShard r;
   r.layout = *layout;
   r.coord = layout->coord(rank);
-  r.shard = shard_of(r.layout, r.coord, 0, false);
+  for (int c = 0; c < r.layout.vpp; c++) r.shards.push_back(shard_of(r.layout, r.coord, c, false));
+  r.shard = r.shards[0];
   return r;
 }
 
 Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model, Comm& world,
-                                     DeviceState& device, MetricsSink& sink) {
+                                     const std::vector<DeviceState*>& devices, MetricsSink& sink) {
   const bool rank0 = world.rank() == 0;
   Result<GpuRankShard> me = gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status();
-  std::unique_ptr<GptModel<float>> host_model = host_shard(model, me->shard);
-  GptModel<float>& host = *host_model;
+  if (devices.size() != me->shards.size())
+    return Status::internal("restore_gpu_state: " + std::to_string(devices.size()) +
+                            " device states for " + std::to_string(me->shards.size()) + " chunks");
+  std::vector<std::unique_ptr<GptModel<float>>> hosts;
+  for (const ModelShard& shard : me->shards) hosts.push_back(host_shard(model, shard));
   TrainState state;
-  if (!o.load_hf.empty()) {
-    if (Status s = import_hf_shard(o.load_hf, model, host); !s)
-      return Status::invalid_argument("--load-hf: " + s.message());
-    if (rank0) sink.on_message("loaded GPT-2 weights from " + o.load_hf);
-  } else if (o.load.empty()) {
-    host.init_weights(o.seed);
+  for (auto& host : hosts) {
+    if (!o.load_hf.empty()) {
+      if (Status s = import_hf_shard(o.load_hf, model, *host); !s)
+        return Status::invalid_argument("--load-hf: " + s.message());
+    } else if (o.load.empty()) {
+      host->init_weights(o.seed);
+    }
   }
+  if (!o.load_hf.empty() && rank0) sink.on_message("loaded GPT-2 weights from " + o.load_hf);
   if (o.load.empty()) {
-    if (Status s = device.upload_params(host.params()); !s) return s;
+    for (size_t c = 0; c < hosts.size(); c++)
+      if (Status s = devices[c]->upload_params(hosts[c]->params()); !s) return s;
     return state;
   }
   // --load (which excludes --load-hf) writes every tensor, so nothing is drawn first.
   Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
   if (!ref) return ref.status();
   const auto t0 = Clock::now();
-  const OptimizerShard shard = optimizer_shard(o, host.layout(), me->layout.dp, me->coord.dp);
-  std::unique_ptr<AdamW<float>> optimizer = host_optimizer(o, shard, host.layout());
+  // Each chunk's optimizer shard, as the trainer's (optimizer_shard per chunk layout).
+  std::vector<OptimizerShard> shards;
+  std::vector<std::unique_ptr<AdamW<float>>> optimizers;
   RankParts parts;
   parts.layout = &me->layout;
   parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
-  parts.chunks = {&host};
-  parts.optimizers = {optimizer.get()};
+  for (auto& host : hosts) {
+    shards.push_back(optimizer_shard(o, host->layout(), me->layout.dp, me->coord.dp));
+    optimizers.push_back(host_optimizer(o, shards.back(), host->layout()));
+    parts.chunks.push_back(host.get());
+    parts.optimizers.push_back(optimizers.back().get());
+  }
   auto load = [&]() -> Status {
     if (Status s = load_checkpoint(*ref, parts, o.finetune, &state); !s) return s;
-    if (Status s = device.upload_params(host.params()); !s) return s;
-    if (o.finetune) return Status::ok();  // the device's moments stay zero
-    Result<std::vector<MomentSpan>> spans = moment_spans(shard, *optimizer);
-    if (!spans) return spans.status();
-    return upload_moments(*spans, device);
+    for (size_t c = 0; c < hosts.size(); c++) {
+      if (Status s = devices[c]->upload_params(hosts[c]->params()); !s) return s;
+      if (o.finetune) continue;  // the device's moments stay zero
+      Result<std::vector<MomentSpan>> spans = moment_spans(shards[c], *optimizers[c]);
+      if (!spans) return spans.status();
+      if (Status s = upload_moments(*spans, *devices[c]); !s) return s;
+    }
+    return Status::ok();
   };
   // Every rank has its state once the slowest has (the figure is the job's load time), and
   // a rank that failed does not leave the others waiting.
@@ -177,25 +192,33 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
 
 Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
                                             Comm& world, const TrainState& state,
-                                            DeviceState& device) {
+                                            const std::vector<DeviceState*>& devices) {
   Result<GpuRankShard> me = gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status();
+  if (devices.size() != me->shards.size())
+    return Status::internal("save_gpu_checkpoint: " + std::to_string(devices.size()) +
+                            " device states for " + std::to_string(me->shards.size()) + " chunks");
   RankParts parts;
   parts.layout = &me->layout;
   parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
-  std::unique_ptr<GptModel<float>> host;
-  std::unique_ptr<AdamW<float>> optimizer;
+  std::vector<std::unique_ptr<GptModel<float>>> hosts;
+  std::vector<std::unique_ptr<AdamW<float>>> optimizers;
   Status downloaded = Status::ok();
   // What write_shard stores: the weights of data-parallel rank 0, the moments of every rank
-  // that owns some (all of them with the distributed optimizer, each its shard's ranges).
+  // that owns some (all of them with the distributed optimizer, each its shards' ranges), for
+  // every chunk.
   const bool distributed = o.parallel.use_distributed_optimizer && me->layout.dp > 1;
   if (me->coord.dp == 0 || distributed) {
-    host = host_shard(model, me->shard);
-    const OptimizerShard shard = optimizer_shard(o, host->layout(), me->layout.dp, me->coord.dp);
-    optimizer = host_optimizer(o, shard, host->layout());
-    downloaded = download_state(device, shard, *host, *optimizer, me->coord.dp == 0);
-    parts.chunks = {host.get()};
-    parts.optimizers = {optimizer.get()};
+    for (size_t c = 0; c < devices.size() && downloaded; c++) {
+      hosts.push_back(host_shard(model, me->shards[c]));
+      const OptimizerShard shard =
+          optimizer_shard(o, hosts.back()->layout(), me->layout.dp, me->coord.dp);
+      optimizers.push_back(host_optimizer(o, shard, hosts.back()->layout()));
+      downloaded =
+          download_state(*devices[c], shard, *hosts.back(), *optimizers.back(), me->coord.dp == 0);
+      parts.chunks.push_back(hosts.back().get());
+      parts.optimizers.push_back(optimizers.back().get());
+    }
   }
   if (Status s =
           agree(world, downloaded, "checkpoint of iteration " + std::to_string(state.iteration));
@@ -205,18 +228,23 @@ Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelCo
 }
 
 Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
-                   DeviceState& device, MetricsSink& sink) {
+                   const std::vector<DeviceState*>& devices, MetricsSink& sink) {
   Result<GpuRankShard> me = gpu_rank_shard(o, world.size(), world.rank());
   if (!me) return me.status();
-  std::unique_ptr<GptModel<float>> host;
+  if (devices.size() != me->shards.size())
+    return Status::internal("save_gpu_hf: " + std::to_string(devices.size()) +
+                            " device states for " + std::to_string(me->shards.size()) + " chunks");
+  std::vector<std::unique_ptr<GptModel<float>>> hosts;
   Status downloaded = Status::ok();
   if (me->coord.dp == 0) {  // the shards gather_full_params reads
-    host = host_shard(model, me->shard);
-    downloaded = device.download_params(host->params());
+    for (size_t c = 0; c < devices.size() && downloaded; c++) {
+      hosts.push_back(host_shard(model, me->shards[c]));
+      downloaded = devices[c]->download_params(hosts.back()->params());
+    }
   }
   if (Status s = agree(world, downloaded, "--save-hf"); !s) return s;
   std::vector<const GptModel<float>*> chunks;
-  if (host) chunks.push_back(host.get());
+  for (const auto& host : hosts) chunks.push_back(host.get());
   Result<std::vector<float>> full =
       gather_full_params<float>(world, me->layout, model, false, chunks);
   if (!full) return full.status();

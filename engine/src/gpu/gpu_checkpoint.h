@@ -2,11 +2,14 @@
 // either engine resumes the other's run: the device's fp32 master weights and AdamW moments
 // pass through host structures of the CPU engine's types (GptModel<float> of the rank's
 // ModelShard, AdamW<float>), and the CPU checkpoint code saves or loads them as the run's
-// TP t x PP 1 x DP d layout (the options' --tensor-model-parallel-size over the world): each
-// rank holds its tensor-parallel shard, and a checkpoint of any layout loads (resharding);
-// --load-hf and --save-hf likewise. Host code only (no CUDA header): the device is behind
+// TP t x PP p x DP d layout (the options' --tensor-model-parallel-size and
+// --pipeline-model-parallel-size over the world): each rank holds its stage's tensor-parallel
+// shard (the last stage's tied LM head a copy of the word embedding, as the CPU layout has
+// it), and a checkpoint of any layout loads (resharding); --load-hf and --save-hf (gathered
+// from every stage) likewise. Host code only (no CUDA header): the device is behind
 // DeviceState, so tests run all of this on the CPU. Non-goals: asynchronous saves, bf16 or
-// fp16 state, pipeline stages.
+// fp16 state. With the interleaved schedule a rank holds several chunks, each its own device
+// state: the functions take one DeviceState per chunk (chunk c = shard_of(layout, coord, c)).
 #pragma once
 
 #include <cstddef>
@@ -58,13 +61,15 @@ struct MomentSpan {
 // the moments of exactly those pieces (another shard, another model).
 Result<std::vector<MomentSpan>> moment_spans(const OptimizerShard& shard, AdamW<float>& host);
 
-// Where this rank sits: the run's layout (o's TP over world_size ranks, PP 1), the rank's
-// coordinates and its model shard, whose ParamLayout the device's arenas follow (the part of
-// that arena its optimizer owns: optimizer_shard(o, layout, layout.dp, coord.dp)).
+// Where this rank sits: the run's layout (o's TP and PP over world_size ranks), the rank's
+// coordinates and its model shards (one per chunk), whose ParamLayouts the device's arenas
+// follow (the part of each arena its optimizer owns: optimizer_shard(o, chunk layout,
+// layout.dp, coord.dp), one per chunk as the CPU engine's GradBuckets).
 struct GpuRankShard {
   ParallelLayout layout;
   ParallelLayout::Coord coord;
-  ModelShard shard;
+  ModelShard shard;                // chunk 0
+  std::vector<ModelShard> shards;  // every chunk (layout.vpp)
 };
 Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int rank);
 
@@ -75,22 +80,37 @@ Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int r
 // Every rank reads its own shard itself (--load-hf: the whole file, then its slices). Rank 0
 // reports to `sink` as the CPU trainer does. Returns the progress to continue from (zero: a
 // fresh run, --finetune). Collective over `world` with --load.
+// chunks: one DeviceState per chunk of the rank (gpu_rank_shard's shards).
 Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model, Comm& world,
-                                     DeviceState& device, MetricsSink& sink);
+                                     const std::vector<DeviceState*>& chunks, MetricsSink& sink);
+inline Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& model,
+                                            Comm& world, DeviceState& device, MetricsSink& sink) {
+  return restore_gpu_state(o, model, world, std::vector<DeviceState*>{&device}, sink);
+}
 
 // --save: a checkpoint of `state` in o.save (--save-retain), collective over `world`. The
-// data-parallel rank 0 of each tensor-parallel rank downloads its shard's weights and moments
-// and writes them, as on the CPU; the other ranks hold equal replicas and only take part in
+// data-parallel rank 0 of each tensor-parallel rank of each stage downloads its shard's weights and
+// moments and writes them, as on the CPU; the other ranks hold equal replicas and only take part in
 // the agreement. With --use-distributed-optimizer every rank also writes the moments of its
-// optimizer shard (the CPU engine's distributed-optimizer pieces: flat ranges of tensors).
+// optimizer shard of every chunk (the CPU engine's distributed-optimizer pieces: flat ranges of
+// tensors).
 Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
                                             Comm& world, const TrainState& state,
-                                            DeviceState& device);
+                                            const std::vector<DeviceState*>& chunks);
+inline Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelConfig& model,
+                                                   Comm& world, const TrainState& state,
+                                                   DeviceState& device) {
+  return save_gpu_checkpoint(o, model, world, state, std::vector<DeviceState*>{&device});
+}
 
 // --save-hf: the shards of data-parallel rank 0 gathered to rank 0 (gather_full_params), which
 // writes the whole model's master weights as a GPT-2 safetensors file and says so. Collective
 // over `world`.
 Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
-                   DeviceState& device, MetricsSink& sink);
+                   const std::vector<DeviceState*>& chunks, MetricsSink& sink);
+inline Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
+                          DeviceState& device, MetricsSink& sink) {
+  return save_gpu_hf(o, model, world, std::vector<DeviceState*>{&device}, sink);
+}
 
 }  // namespace lattice::gpu

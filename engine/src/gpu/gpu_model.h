@@ -8,12 +8,18 @@
 // Tensor parallelism as the CPU model's (gpt_layer.cpp, docs/gpu.md#tensor-parallelism): the
 // rank holds its heads and its slice of the MLP and of the vocabulary; the reductions over the
 // TP group are NCCL all-reduces queued on the Context's stream (all_reduce_on_stream).
-// Dropout as the CPU model's (model/dropout_sites.h): the same sites, keys and masks for the
-// same micro-batch seed, so a GPU run drops the elements a CPU run drops.
-// Scope: every layer on one device (PP 1), no sequence parallelism, no recomputation; the
-// trainer rejects the rest with a message. One micro-batch's activations
-// (gradient accumulation runs micro-batches one after another). Not thread-safe; every op is
-// queued on the Context's stream and nothing here waits for it unless its comment says so.
+// Pipeline parallelism (docs/gpu.md#pipeline-parallelism): the model is the ModelShard's chunk
+// (its layers, the embeddings on a `pre` chunk, the final LayerNorm and tied LM head on a
+// `post` chunk); a chunk without `pre` starts from an input hidden state, one without `post`
+// ends at its output hidden state and its backward starts from the output's gradient. Each
+// micro-batch in flight has its own activations (a slot); gpu_pipeline.h moves the boundary
+// tensors between stages.
+// Dropout as the CPU model's (model/dropout_sites.h): the same sites, keys (by global layer
+// index) and masks for the same micro-batch seed, so a GPU run drops the elements a CPU run
+// drops; each slot remembers its micro-batch's seed for its backward.
+// Scope: no sequence parallelism, no recomputation; the trainer rejects the rest with a
+// message. Not thread-safe; every op is queued on the
+// Context's stream and nothing here waits for it unless its comment says so.
 #pragma once
 
 #include <functional>
@@ -52,17 +58,39 @@ struct GpuLayerActs {
   A* gelu;          // (N, Ft)
 };
 
+// One micro-batch's activations. N = B*T rows, L = the chunk's layers.
+template <typename A>
+struct GpuSlot {
+  int32_t* tokens = nullptr;   // (B, T) pre or post chunks: filled by the caller (slot API)
+  int32_t* targets = nullptr;  // (B, T) post chunks
+  A* residual = nullptr;       // (L+1, N, C): [0] embeddings or the input, [l+1] layer l's output
+  std::vector<GpuLayerActs<A>> layers;
+  A* lnf = nullptr;             // (N, C) post
+  float* lnf_mean = nullptr;    // (N) post
+  float* lnf_rstd = nullptr;    // (N) post
+  A* logits = nullptr;          // (N, Vt) post, bf16 runs: the GEMM's output, then dlogits
+  float* logits_f32 = nullptr;  // (N, Vt) post: fp32 logits, then fp32 dlogits
+  float* losses = nullptr;      // (N) post
+  A* output_grad = nullptr;     // (N, C) not post: the gradient of residual[L], from the next stage
+  A* input_grad = nullptr;      // (N, C) not pre: the gradient of residual[0], for the previous one
+  // The slot's last forward's dropout: p of the hidden and attention sites (0 when evaluating)
+  // and the micro-batch's seed; its backward draws the same masks.
+  float p_hidden = 0, p_attention = 0;
+  uint64_t dropout_seed = 0;
+};
+
 template <typename A>
 class GpuGpt {
  public:
-  // Allocates everything for micro-batches of `micro_batch` sequences; an out-of-memory names
-  // the category and the bytes. shard: only its tensor-parallel split is used (tp_rank of
-  // tp_size; every layer, embeddings and head, no sequence parallelism). tp: the NcclComm of
-  // the tensor-parallel group (make_nccl_comm), required when tp_size > 1 and outliving the
+  // Allocates everything for micro-batches of `micro_batch` sequences, `in_flight` of them in
+  // flight; an out-of-memory names the category and the bytes. shard: the chunk (layer range,
+  // pre, post, tensor-parallel split; no sequence parallelism). tp: the NcclComm of the
+  // tensor-parallel group (make_nccl_comm), required when tp_size > 1 and outliving the
   // model; a failed reduction is recorded in the Context like a failed kernel.
   static Result<std::unique_ptr<GpuGpt>> create(const ModelConfig& config, int micro_batch,
                                                 cu::Context& ctx, CachingAllocator& memory,
-                                                const ModelShard& shard = {}, Comm* tp = nullptr);
+                                                const ModelShard& shard = {}, Comm* tp = nullptr,
+                                                int in_flight = 1);
   ~GpuGpt();
   GpuGpt(const GpuGpt&) = delete;
   GpuGpt& operator=(const GpuGpt&) = delete;
@@ -88,17 +116,32 @@ class GpuGpt {
   void download(float* host);
   void zero_grads();
 
-  // tokens, targets: device (B, T) int32, the same on every rank of the TP group. Training
-  // (grad_scale > 0): dropout as configured, with masks keyed by dropout_seed (the CPU
-  // trainer's seed of this micro-batch), and the logits buffer is left holding
-  // d(grad_scale * sum of token losses) / d logits (this rank's vocabulary columns) for
-  // backward(). Evaluation (grad_scale 0): no dropout.
+  // The whole model (pre and post), slot 0. tokens, targets: device (B, T) int32, the same on
+  // every rank of the TP group. Training (grad_scale > 0): dropout as configured, with masks
+  // keyed by dropout_seed (the CPU trainer's seed of this micro-batch), and the logits buffer
+  // is left holding d(grad_scale * sum of token losses) / d logits (this rank's vocabulary
+  // columns) for backward(). Evaluation (grad_scale 0): no dropout.
   void forward(const int32_t* tokens, const int32_t* targets, float grad_scale,
                uint64_t dropout_seed = 0);
-  // (N) of the last forward: every token's whole loss, equal on every rank of the TP group.
-  const float* losses() const { return losses_; }
+  // (N) of slot 0's last forward: every token's whole loss, equal on every rank of the TP group.
+  const float* losses() const { return slots_[0].losses; }
   // Accumulates this micro-batch's parameter gradients into grads(). tokens: the forward's.
   void backward(const int32_t* tokens);
+
+  // A pipeline stage (gpu_pipeline.h), one micro-batch per slot: before forward_slot the
+  // caller has queued slot s's tokens and targets (pre or post chunk) or its input
+  // (slot(s).residual, (N, C)); a post chunk leaves slot(s).losses, another its output
+  // (output(s)). dropout_seed: the micro-batch's, as forward()'s; the slot keeps it (and p) for
+  // its backward. Before backward_slot a chunk that is not post has its output gradient in
+  // slot(s).output_grad; one that is not pre leaves its input gradient in slot(s).input_grad.
+  int slot_count() const { return static_cast<int>(slots_.size()); }
+  GpuSlot<A>& slot(int s) { return slots_[s]; }
+  const A* output(int s) const { return slots_[s].residual + static_cast<size_t>(L_) * N_ * C_; }
+  void forward_slot(int s, float grad_scale, uint64_t dropout_seed = 0);
+  void backward_slot(int s);
+  bool pre() const { return layout_.shard().pre; }
+  bool post() const { return layout_.shard().post; }
+  size_t boundary_elems() const { return static_cast<size_t>(N_) * C_; }  // (N, C)
   // Called during backward with each range [first, last) of layout().tensors() whose gradients
   // are complete once the work queued so far has run (a data-parallel reducer waits for an
   // event recorded at that point). Only when final_backward is set (last micro-batch).
@@ -111,24 +154,32 @@ class GpuGpt {
  private:
   GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch, cu::Context& ctx,
          CachingAllocator& memory, Comm* tp);
-  Status allocate();
+  Status allocate(int in_flight);
+  void run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t* targets, float grad_scale,
+                   uint64_t dropout_seed);
+  void run_backward(GpuSlot<A>& a, const int32_t* tokens);
   // Queues an in-place all-reduce of data (count elements of `type`) over the TP group on the
   // Context's stream (all_reduce_on_stream); a failure is recorded in the Context.
   void tp_all_reduce(void* data, size_t count, DeviceDType type, ReduceOp op);
   // Sums an (N, C) activation of partial sums over the TP group: the row-parallel layers'
   // outputs, the input gradients of the column-parallel ones and of the LM head.
   void tp_sum_rows(A* data);
-  // Hidden dropout in place on an (N, C) activation (nothing when not training or p is 0).
+  // Hidden dropout in place on an (N, C) activation (nothing when not training or p is 0), with
+  // the current slot's p and seed; layer: the local index (keyed by the global one), -1 for the
+  // embedding.
   void hidden_dropout(A* data, int layer, DropoutSite site);
   // d data (N, C) = the mask of hidden_dropout(layer, site) applied to dout; returns dout
   // itself when there is no dropout.
   const A* hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site);
+  // The mask key of local layer `layer`'s site (-1: the embedding), keyed by the global layer
+  // index as the CPU model (shard.layer_begin + layer).
   uint64_t key(int layer, DropoutSite site) const {
-    return dropout_site_key(dropout_seed_, layer, site);
+    const int global = layer < 0 ? -1 : layout_.shard().layer_begin + layer;
+    return dropout_site_key(dropout_seed_, global, site);
   }
   // Losses (and dlogits when grad_scale > 0) from logits_f32_: whole-vocabulary softmax at
   // t == 1, the vocabulary-parallel passes otherwise.
-  void cross_entropy(const int32_t* targets, float grad_scale);
+  void cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_scale);
   template <typename X>
   X* take(size_t n, MemoryCategory category);
   void notify(int first, int last) {
@@ -147,17 +198,10 @@ class GpuGpt {
   int t_, tp_rank_;        // tensor-parallel size and rank
   int Ct_, Ft_, Ht_, Vt_;  // this rank's C/t, F/t, NH/t heads, Vp/t vocabulary rows
 
-  float* master_ = nullptr;  // (numel)
-  float* grads_ = nullptr;   // (numel)
-  A* compute_ = nullptr;     // (numel) master_, or a 16-bit copy of it
-  A* residual_ = nullptr;    // (L+1, N, C): [0] embeddings, [l+1] layer l's output
-  std::vector<GpuLayerActs<A>> layers_;
-  A* lnf_ = nullptr;             // (N, C)
-  float* lnf_mean_ = nullptr;    // (N)
-  float* lnf_rstd_ = nullptr;    // (N)
-  A* logits_ = nullptr;          // (N, Vt) bf16 runs: the GEMM's output, then dlogits
-  float* logits_f32_ = nullptr;  // (N, Vt) fp32 logits, then fp32 dlogits
-  float* losses_ = nullptr;      // (N)
+  float* master_ = nullptr;        // (numel)
+  float* grads_ = nullptr;         // (numel)
+  A* compute_ = nullptr;           // (numel) master_, or a 16-bit copy of it
+  std::vector<GpuSlot<A>> slots_;  // one per micro-batch in flight
   // Vocabulary-parallel cross-entropy (t > 1), reduced over the TP group between its passes.
   float* row_max_ = nullptr;       // (N)
   double* sum_exp_ = nullptr;      // (N)
@@ -171,10 +215,11 @@ class GpuGpt {
   A* d_qkv_ = nullptr;             // (N, 3Ct)
   A* d_atty_ = nullptr;            // (N, Ct)
   float* attention_ws_ = nullptr;  // attention_workspace_floats(B, T, Ht)
+  float* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
-  // The last forward's dropout: p of the hidden and attention sites (0 when evaluating) and
-  // the micro-batch's seed; backward draws the same masks.
+  // The dropout of the slot being run (set from it by run_forward / run_backward, as the CPU
+  // model's current_seed_).
   float p_hidden_ = 0, p_attention_ = 0;
   uint64_t dropout_seed_ = 0;
 };

@@ -1,13 +1,18 @@
 // The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
-// (train/data_feed.h), GpuGpt forward/backward per micro-batch with gradient accumulation,
-// tensor parallelism inside the model (NCCL on the compute stream), data-parallel reduction
-// overlapped with backward (grad_reducer.h; with --use-distributed-optimizer a reduce-scatter
-// into the rank's optimizer shard and an all-gather after the step), the loss scaler shared with
-// the CPU trainer (optim/grad_scaling.h), global-norm clipping and a multi-tensor AdamW step on the
-// fp32 master weights that also writes the 16-bit compute copy. Process groups as the CPU trainer's
-// (parallel/groups.h): world = TP x DP. Metrics, memory and checkpoints go to the same
-// MetricsSink as a CPU run (same keys in the run store); checkpoints are the CPU engine's
-// (gpu_checkpoint.h), saved when the CPU trainer saves.
+// (train/data_feed.h), the rank's pipeline stage (GpuGpt per model chunk of its ModelShard) run
+// by GpuPipeline (gpu_pipeline.h: 1F1B or interleaved 1F1B, gradient accumulation over
+// micro-batches; PP 1 runs forward and backward of each micro-batch in turn), tensor
+// parallelism inside the model (NCCL on the compute stream), data-parallel reduction overlapped
+// with backward (grad_reducer.h; with --use-distributed-optimizer a reduce-scatter into the
+// rank's optimizer shard of each chunk and an all-gather after the step), the tied word
+// embedding's gradient summed over the embedding group (first and last stage), hidden and
+// attention dropout with the CPU trainer's micro-batch seeds, the loss scaler shared with the
+// CPU trainer (optim/grad_scaling.h), global-norm clipping over the model-parallel group (the
+// world when distributed) and a multi-tensor AdamW step per chunk on the fp32 master weights
+// that also writes the 16-bit compute copy. Process groups as the CPU trainer's
+// (parallel/groups.h): world = TP x DP x PP. Metrics, memory and
+// checkpoints go to the same MetricsSink as a CPU run (same keys in the run store); checkpoints
+// are the CPU engine's (gpu_checkpoint.h), saved when the CPU trainer saves.
 // Nothing here has run on a GPU yet (docs/gpu.md).
 #include "gpu/gpu_trainer.h"
 
@@ -24,6 +29,7 @@
 #include "gpu/gpu_adamw.h"
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_pipeline.h"
 #include "gpu/grad_reducer.h"
 #include "gpu/optimizer_shard.h"
 #include "lattice/dropout_hash.h"
@@ -55,6 +61,15 @@ double peak_flops_of(const std::string& device_name) {
   return d ? d->peak_flops : 0;
 }
 
+// " 1F1B", " interleaved 1F1B, 2 chunks" or "" (PP 1), for the run's description.
+std::string pipeline_schedule_name(const TrainOptions& o) {
+  const int pp = o.parallel.pipeline_model_parallel_size;
+  const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
+  if (pp <= 1) return "";
+  if (v <= 0) return " 1F1B";
+  return " interleaved 1F1B, " + std::to_string(o.model.num_layers / (pp * v)) + " chunks";
+}
+
 double all_reduce_scalar(Comm& comm, double value, ReduceOp op = ReduceOp::kSum) {
   if (comm.size() > 1)
     if (Status s = comm.all_reduce(&value, 1, DType::kFloat64, op); !s)
@@ -74,7 +89,7 @@ class LoopState final : public DeviceState {
     return waited();
   }
   Status upload_params(const float* host) override {
-    model_.upload(host);  // and the bf16 copy
+    model_.upload(host);  // and the 16-bit copy
     return waited();
   }
   Status download_moments(size_t offset, size_t n, float* exp_avg, float* exp_avg_sq) override {
@@ -143,7 +158,9 @@ class GpuLoop {
  private:
   Status setup();
   Status make_groups();
-  Status load_micro_batch(const SampleSource& source, int64_t position, int mb);
+  Status load_micro_batch(const SampleSource& source, int64_t position, int mb, int32_t* tokens,
+                          int32_t* targets);
+  Status sum_tied_embedding();
   Result<double> validate(const SampleSource& source, int64_t& position);
   Status step(int it, double lr, double& loss, double& norm, bool& skipped);
   Status save(const TrainState& state);
@@ -155,19 +172,39 @@ class GpuLoop {
   MetricsSink& sink_;
   Device& dev_;
   GradScaling scaling_;
-  std::unique_ptr<GpuGpt<A>> model_;
-  std::unique_ptr<GpuAdamW> adam_;
-  std::unique_ptr<LoopState<A>> state_;  // the two above, for checkpoints
-  TrainState resumed_;                   // where --load left the run (zero: a fresh run)
-  ProcessGroups groups_;                 // the CPU trainer's groups (MPI): norm, coordinates
-  std::unique_ptr<Comm> tp_;             // NcclComm of the TP group (TP > 1)
-  std::unique_ptr<Comm> dp_;             // NcclComm of the DP group (DP > 1)
+  // One model chunk of this rank: chunk c holds virtual stage c * PP + pp (one chunk without
+  // interleaving), with its optimizer and their checkpoint view.
+  struct Chunk {
+    std::unique_ptr<GpuGpt<A>> model;
+    std::unique_ptr<GpuAdamW> adam;
+    std::unique_ptr<LoopState<A>> state;
+  };
+  // The chunk whose word embedding is tied over the embedding group: the first stage's first
+  // chunk (the input embedding) or the last stage's last chunk (the LM head's copy).
+  GpuGpt<A>& embedding_chunk() {
+    return groups_.first_stage() ? *chunks_.front().model : *chunks_.back().model;
+  }
+  int chunk_count() const { return static_cast<int>(chunks_.size()); }
+  std::vector<DeviceState*> device_states() const {
+    std::vector<DeviceState*> states;
+    for (const Chunk& c : chunks_) states.push_back(c.state.get());
+    return states;
+  }
+
+  std::vector<Chunk> chunks_;
+  std::unique_ptr<GpuPipeline<A>> pipeline_;
+  TrainState resumed_;        // where --load left the run (zero: a fresh run)
+  ProcessGroups groups_;      // the CPU trainer's groups (MPI): norm, coordinates
+  std::unique_ptr<Comm> tp_;  // NcclComm of the TP group (TP > 1)
+  std::unique_ptr<Comm> dp_;  // NcclComm of the DP group (DP > 1)
+  // NcclComms of the PP group (PP > 1), one per channel (Note [GPU pipeline streams]):
+  // activations, gradients and, interleaved, their wrap-around channels.
+  std::unique_ptr<Comm> pp_activations_, pp_gradients_, pp_activations_wrap_, pp_gradients_wrap_;
+  std::unique_ptr<Comm> embedding_;  // NcclComm of the embedding group (first + last stage)
   std::unique_ptr<GradReducer> reducer_;
   DataSources data_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging
-  int32_t* d_tokens_ = nullptr;                     // (B, T) device
-  int32_t* d_targets_ = nullptr;                    // (B, T) device
-  float* d_losses_ = nullptr;  // (M, N) every micro-batch's token losses of one iteration
+  float* d_losses_ = nullptr;  // (M, N) every micro-batch's token losses (last stage)
   std::vector<float> losses_host_;
   int64_t consumed_ = 0;
   int steps_ = 0;
@@ -175,8 +212,9 @@ class GpuLoop {
   PhaseTimes reported_;  // totals_ (and the reducer's wait) at the previous rank report
 };
 
-// The CPU trainer's process groups over the world (same rank order: tp fastest, then dp), and
-// NCCL communicators over the tensor- and data-parallel ones. Collective over the world.
+// The CPU trainer's process groups over the world (same rank order: tp fastest, then dp, then
+// pp), and NCCL communicators over the tensor-, data-parallel, pipeline (one per channel)
+// and embedding ones. Collective over the world.
 template <typename A>
 Status GpuLoop<A>::make_groups() {
   Result<ParallelLayout> layout = make_layout(o_, world_.size());
@@ -184,10 +222,11 @@ Status GpuLoop<A>::make_groups() {
   Result<ProcessGroups> groups = make_process_groups(world_, *layout);
   if (!groups) return groups.status();
   groups_ = std::move(*groups);
-  if (layout->tp == 1 && layout->dp == 1) return Status::ok();
+  if (layout->tp == 1 && layout->dp == 1 && layout->pp == 1) return Status::ok();
 #if LATTICE_HAVE_NCCL
-  // Every rank makes its TP communicator, then its DP one: ncclCommInitRank waits only for the
-  // ranks of its own group, and every member of a group reaches it in the same order.
+  // Every rank makes its TP communicator, then its DP one, then the PP and embedding ones:
+  // ncclCommInitRank waits only for the ranks of its own group, and every member of a group
+  // reaches it in the same order (a rank outside the embedding group has a group of one).
   auto nccl_over = [](Comm& group, std::unique_ptr<Comm>& out) -> Status {
     if (group.size() == 1) return Status::ok();
     Result<std::unique_ptr<Comm>> bootstrap = group.split(0, group.rank());
@@ -198,10 +237,17 @@ Status GpuLoop<A>::make_groups() {
     return Status::ok();
   };
   if (Status s = nccl_over(*groups_.tp, tp_); !s) return s;
-  return nccl_over(*groups_.dp, dp_);
+  if (Status s = nccl_over(*groups_.dp, dp_); !s) return s;
+  if (Status s = nccl_over(*groups_.pp, pp_activations_); !s) return s;
+  if (Status s = nccl_over(*groups_.pp, pp_gradients_); !s) return s;
+  if (layout->vpp > 1) {
+    if (Status s = nccl_over(*groups_.pp, pp_activations_wrap_); !s) return s;
+    if (Status s = nccl_over(*groups_.pp, pp_gradients_wrap_); !s) return s;
+  }
+  return nccl_over(*groups_.embedding, embedding_);
 #else
   return Status::invalid_argument(
-      "tensor and data parallelism on GPUs need NCCL and MPI in the build");
+      "tensor, data and pipeline parallelism on GPUs need NCCL and MPI in the build");
 #endif
 }
 
@@ -211,57 +257,113 @@ Status GpuLoop<A>::setup() {
   if (!data) return data.status();
   data_ = std::move(*data);
   if (Status s = make_groups(); !s) return s;
-  const ModelShard shard = shard_of(groups_.layout, groups_.coord, 0, false);
-  auto model =
-      GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard, tp_.get());
-  if (!model) return model.status();
-  model_ = std::move(*model);
-  adam_ = std::make_unique<GpuAdamW>(
-      optimizer_shard(o_, model_->layout(), groups_.layout.dp, groups_.coord.dp), model_->master(),
-      model_->grads(), model_->compute_copy(), *dev_.memory);
-  if (!adam_->ok()) return Status::internal("out of device memory for the AdamW moments");
-  adam_->zero_state(*dev_.ctx);
-  state_ = std::make_unique<LoopState<A>>(*dev_.ctx, *model_, *adam_);
+  const ParallelLayout& L = groups_.layout;
+  const int M = o_.num_micro_batches() / L.dp;
+  // Activations for as many micro-batches as the schedule keeps in flight on this stage.
+  const int in_flight = pipeline_slots(L.pp, groups_.coord.pp, L.vpp, M);
+  std::vector<GpuGpt<A>*> models;
+  for (int c = 0; c < L.vpp; c++) {
+    Chunk chunk;
+    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory,
+                                   shard_of(L, groups_.coord, c, false), tp_.get(), in_flight);
+    if (!model) return model.status();
+    chunk.model = std::move(*model);
+    GpuGpt<A>& m = *chunk.model;
+    // The chunk's own optimizer shard: the CPU engine keeps GradBuckets per chunk, so the
+    // buckets (and the checkpointed moments of a distributed optimizer) line up with its.
+    chunk.adam = std::make_unique<GpuAdamW>(optimizer_shard(o_, m.layout(), L.dp, groups_.coord.dp),
+                                            m.master(), m.grads(), m.compute_copy(), *dev_.memory);
+    if (!chunk.adam->ok()) return Status::internal("out of device memory for the AdamW moments");
+    chunk.adam->zero_state(*dev_.ctx);
+    chunk.state = std::make_unique<LoopState<A>>(*dev_.ctx, m, *chunk.adam);
+    models.push_back(&m);
+    chunks_.push_back(std::move(chunk));
+  }
+  PipelineComms channels;
+  channels.activations = pp_activations_.get();
+  channels.gradients = pp_gradients_.get();
+  channels.activations_wrap = pp_activations_wrap_.get();
+  channels.gradients_wrap = pp_gradients_wrap_.get();
+  auto pipeline = GpuPipeline<A>::create(models, *dev_.ctx, channels, L.pp, groups_.coord.pp);
+  if (!pipeline) return pipeline.status();
+  pipeline_ = std::move(*pipeline);
   // Megatron's initialisation drawn exactly as the CPU model draws it (so a GPU run starts
   // from the CPU run's weights), or --load-hf, then --load.
-  Result<TrainState> restored = restore_gpu_state(o_, mc_, world_, *state_, sink_);
+  Result<TrainState> restored = restore_gpu_state(o_, mc_, world_, device_states(), sink_);
   if (!restored) return restored.status();
   resumed_ = *restored;
   const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
-  const int M = o_.num_micro_batches() / groups_.layout.dp;
-  d_tokens_ =
-      static_cast<int32_t*>(dev_.memory->allocate(N * sizeof(int32_t), MemoryCategory::kWorkspace));
-  d_targets_ =
-      static_cast<int32_t*>(dev_.memory->allocate(N * sizeof(int32_t), MemoryCategory::kWorkspace));
   d_losses_ =
       static_cast<float*>(dev_.memory->allocate(N * M * sizeof(float), MemoryCategory::kWorkspace));
-  if (!d_tokens_ || !d_targets_ || !d_losses_)
-    return Status::internal("out of device memory for the micro-batch buffers");
+  if (!d_losses_) return Status::internal("out of device memory for the micro-batch losses");
   tokens_.resize(N);
   targets_.resize(N);
   losses_host_.resize(N * M);
   sample_.assign(mc_.seq_length + 1, 0);
   if (dp_) {
-    reducer_ = std::make_unique<GradReducer>(*dp_, *dev_.ctx, dev_.index, model_->grads(),
-                                             model_->layout(), &adam_->shard());
+    // One reducer for every chunk (grad_reducer.h): ranges in the order backward ends them,
+    // each chunk's arena with its optimizer shard.
+    std::vector<ReducedArena> arenas;
+    for (Chunk& c : chunks_)
+      arenas.push_back({c.model->grads(), &c.model->layout(), &c.adam->shard()});
+    reducer_ = std::make_unique<GradReducer>(*dp_, *dev_.ctx, dev_.index, std::move(arenas));
     GradReducer* r = reducer_.get();
-    model_->set_grads_ready([r](int first, int last) { r->ready(first, last); });
+    for (int c = 0; c < static_cast<int>(chunks_.size()); c++) {
+      GpuGpt<A>* m = chunks_[c].model.get();
+      // The tied word embedding of a multi-stage pipeline is summed over the embedding group
+      // first (sum_tied_embedding, then ready), as the CPU trainer's finish_gradients: with the
+      // distributed optimizer the two stages' shards of it differ.
+      const int skip = groups_.in_embedding_group() && m == &embedding_chunk()
+                           ? m->layout().word_embedding_index()
+                           : -1;
+      m->set_grads_ready([r, c, skip](int begin, int end) {
+        if (skip >= begin && skip < end) {
+          r->ready(c, begin, skip);
+          r->ready(c, skip + 1, end);
+        } else {
+          r->ready(c, begin, end);
+        }
+      });
+    }
   }
   if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
   return Status::ok();
 }
 
 template <typename A>
-Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position, int mb) {
-  // The ranks of a TP group read the same micro-batch: their data-parallel rank's.
+Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position, int mb,
+                                    int32_t* tokens, int32_t* targets) {
+  // The ranks of a TP group read the same micro-batch: their data-parallel rank's (the
+  // pipeline asks on the first and the last stage only).
   if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, groups_.layout.dp,
                                   groups_.coord.dp, mc_.vocab_size, sample_, tokens_.data(),
                                   targets_.data());
       !s)
     return s;
-  copy_to_device_async(*dev_.ctx, d_tokens_, tokens_.data(), tokens_.size() * sizeof(int32_t));
-  copy_to_device_async(*dev_.ctx, d_targets_, targets_.data(), targets_.size() * sizeof(int32_t));
+  copy_to_device_async(*dev_.ctx, tokens, tokens_.data(), tokens_.size() * sizeof(int32_t));
+  copy_to_device_async(*dev_.ctx, targets, targets_.data(), targets_.size() * sizeof(int32_t));
   return Status::ok();
+}
+
+// The first stage's word embedding and the last stage's tied LM head are one tensor: their
+// gradients are summed over the embedding group, as the CPU trainer's finish_gradients, on the
+// compute stream; then the data-parallel reducer takes the tensor (setup() kept it back).
+template <typename A>
+Status GpuLoop<A>::sum_tied_embedding() {
+  if (!groups_.in_embedding_group()) return Status::ok();
+#if LATTICE_HAVE_NCCL
+  GpuGpt<A>& m = embedding_chunk();
+  const int index = m.layout().word_embedding_index();
+  const ParamTensor& t = m.layout().tensors()[index];
+  if (Status s = all_reduce_on_stream(*embedding_, m.grads() + t.offset, t.numel,
+                                      DeviceDType::kFloat32, ReduceOp::kSum, dev_.ctx->stream());
+      !s)
+    return s;
+  if (reducer_) reducer_->ready(groups_.first_stage() ? 0 : chunk_count() - 1, index, index + 1);
+  return Status::ok();
+#else
+  return Status::invalid_argument("pipeline parallelism on GPUs needs NCCL and MPI in the build");
+#endif
 }
 
 template <typename A>
@@ -272,31 +374,33 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   const double loss_scale = scaling_.loss_scale();
   // Mean over the global batch's tokens, times the loss scale (a power of two for --fp16).
   const float grad_scale = static_cast<float>(loss_scale / (static_cast<double>(N) * M * dp));
-  model_->zero_grads();
+  for (Chunk& c : chunks_) c.model->zero_grads();
   auto t0 = Clock::now();
-  for (int mb = 0; mb < M; mb++) {
-    if (Status s = load_micro_batch(*data_.train, consumed_, mb); !s) return s;
-    model_->set_final_backward(mb == M - 1);
-    // The CPU trainer's dropout seed: the micro-batch's place in the global batch
-    // (data-parallel rank r's micro-batch m is global m * DP + r), so masks match one process.
-    const uint64_t seed = kernels::dropout_key(o_.seed, it, mb * dp + groups_.coord.dp, 0);
-    model_->forward(d_tokens_, d_targets_, grad_scale, seed);
-    copy_device_async(ctx, d_losses_ + mb * N, model_->losses(), N * sizeof(float));
-    model_->backward(d_tokens_);
-  }
+  auto load = [this](int mb, int32_t* tokens, int32_t* targets) {
+    return load_micro_batch(*data_.train, consumed_, mb, tokens, targets);
+  };
+  // The CPU trainer's dropout seed: the micro-batch's place in the global batch
+  // (data-parallel rank r's micro-batch m is global m * DP + r), so masks match one process.
+  const int dp_rank = groups_.coord.dp;
+  auto seed = [&](int mb) { return kernels::dropout_key(o_.seed, it, mb * dp + dp_rank, 0); };
+  if (Status s = pipeline_->train(M, load, seed, grad_scale, d_losses_); !s) return s;
+  if (Status s = sum_tied_embedding(); !s) return s;
   if (reducer_)
     if (Status s = reducer_->finish(); !s) return s;
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
   totals_.forward += seconds_since(t0);  // forward and backward are one queue on the device
   t0 = Clock::now();
   // Global norm of the unscaled gradients, each parameter counted once over the
-  // model-parallel group (= TP group) as the CPU trainer does; the data-parallel replicas are
-  // equal after the reduction. With the distributed optimizer each data-parallel rank holds
-  // the sums of its shard only, so the squares add up over the world (as on the CPU), and
-  // every gradient is in some rank's shard. An inf or NaN anywhere is the loss scaler's
-  // overflow (every rank agrees: agree() takes the max over the world).
+  // model-parallel group (TP x PP; the last stage's tied copy does not count) as the CPU
+  // trainer does: each chunk's share, summed; the data-parallel replicas are equal after the
+  // reduction. With the distributed optimizer each data-parallel rank holds the sums of its
+  // chunks' shards only, so the squares add up over the world (as on the CPU), and every
+  // gradient is in some rank's shard. An inf or NaN anywhere is the loss scaler's overflow
+  // (every rank agrees: agree() takes the max over the world).
+  double mine = 0;
+  for (Chunk& c : chunks_) mine += c.adam->sum_squares(ctx);
   Comm& norm_group = o_.parallel.use_distributed_optimizer ? world_ : *groups_.model;
-  const double squares = all_reduce_scalar(norm_group, adam_->sum_squares(ctx));
+  const double squares = all_reduce_scalar(norm_group, mine);
   norm = std::sqrt(squares) / loss_scale;
   skipped = false;
   if (scaling_.enabled()) {
@@ -307,20 +411,25 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   skipped = skipped || !std::isfinite(norm);
   if (!skipped) {
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
-    adam_->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
+    for (Chunk& c : chunks_)
+      c.adam->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
     steps_++;
     if (reducer_)  // distributed optimizer: every rank's updated shards to every replica
-      if (Status s = reducer_->gather_params(model_->master(), model_->compute_copy()); !s)
-        return s;
+      for (int c = 0; c < chunk_count(); c++) {
+        GpuGpt<A>& m = *chunks_[c].model;
+        if (Status s = reducer_->gather_params(c, m.master(), m.compute_copy()); !s) return s;
+      }
   }
-  cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
+  const bool reports = groups_.coord.tp == 0 && groups_.last_stage();
+  if (reports)
+    cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
   totals_.optimizer += seconds_since(t0);
-  // The mean over the global batch: tp_rank 0 of each data-parallel replica contributes (the
-  // TP ranks hold equal losses), as the CPU trainer reports it.
+  // The mean over the global batch: tp_rank 0 of each data-parallel replica's last stage
+  // contributes (the TP ranks hold equal losses), as the CPU trainer reports it.
   double sum = 0;
-  for (float l : losses_host_) sum += l;
-  const bool reports = groups_.coord.tp == 0;
+  if (reports)
+    for (float l : losses_host_) sum += l;
   loss = all_reduce_scalar(world_, reports ? sum / (static_cast<double>(N) * M * dp) : 0.0);
   return Status::ok();
 }
@@ -329,19 +438,20 @@ template <typename A>
 Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& position) {
   const int dp = groups_.layout.dp, M = o_.num_micro_batches() / dp;
   const size_t N = tokens_.size();
+  const bool reports = groups_.coord.tp == 0 && groups_.last_stage();  // as step()
   double sum = 0;
-  std::vector<float> losses(N);
   for (int it = 0; it < o_.eval_iters; it++) {
-    for (int mb = 0; mb < M; mb++) {
-      if (Status s = load_micro_batch(source, position, mb); !s) return s;
-      model_->forward(d_tokens_, d_targets_, 0.0f);
-      cu::copy_to_host(losses.data(), model_->losses(), N * sizeof(float));
-      for (float l : losses) sum += l;
+    auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
+      return load_micro_batch(source, position, mb, tokens, targets);
+    };
+    if (Status s = pipeline_->evaluate(M, load, d_losses_); !s) return s;
+    if (reports) {
+      cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
+      for (float l : losses_host_) sum += l;
     }
     position += o_.global_batch_size;
   }
   if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
-  const bool reports = groups_.coord.tp == 0;  // as step()
   return all_reduce_scalar(world_,
                            reports ? sum / (static_cast<double>(N) * M * o_.eval_iters * dp) : 0.0);
 }
@@ -349,7 +459,7 @@ Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& positio
 // As the CPU trainer's save (train/trainer.cpp): the checkpoint, then rank 0 reports it.
 template <typename A>
 Status GpuLoop<A>::save(const TrainState& state) {
-  Result<SavedCheckpoint> saved = save_gpu_checkpoint(o_, mc_, world_, state, *state_);
+  Result<SavedCheckpoint> saved = save_gpu_checkpoint(o_, mc_, world_, state, device_states());
   if (!saved) return saved.status();
   if (world_.rank() == 0)
     sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
@@ -362,6 +472,7 @@ RankReport GpuLoop<A>::report() const {
   r.rank = world_.rank();
   r.tp = groups_.coord.tp;
   r.dp = groups_.coord.dp;
+  r.pp = groups_.coord.pp;
   r.memory = memory_report_of(dev_.memory->stats());
   r.times = totals_;
   if (reducer_) {
@@ -376,6 +487,10 @@ RankReport GpuLoop<A>::report() const {
         static_cast<double>(st.all_reduce_bytes + st.reduce_scatter_bytes + st.all_gather_bytes);
   }
   if (tp_) r.tp_bytes = static_cast<double>(tp_->stats().all_reduce_bytes);
+  for (const auto* pp :
+       {&pp_activations_, &pp_gradients_, &pp_activations_wrap_, &pp_gradients_wrap_})
+    if (*pp) r.pp_bytes += static_cast<double>((*pp)->stats().send_bytes);
+  if (embedding_) r.embedding_bytes = static_cast<double>(embedding_->stats().all_reduce_bytes);
   return r;
 }
 
@@ -389,8 +504,10 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << mc_.num_attention_heads << " heads, seq " << mc_.seq_length << ", vocab " << mc_.vocab_size
     << " (padded " << mc_.padded_vocab_size() << "); micro batch " << o_.micro_batch_size
     << ", global batch " << o_.global_batch_size << "; GPU " << dev_.name << " x " << world_.size()
-    << " (TP " << o_.model.tensor_model_parallel_size << ", DP "
-    << world_.size() / std::max(1, o_.model.tensor_model_parallel_size)
+    << " (TP " << o_.model.tensor_model_parallel_size << ", PP "
+    << o_.parallel.pipeline_model_parallel_size << pipeline_schedule_name(o_) << ", DP "
+    << world_.size() / std::max(1, o_.model.tensor_model_parallel_size *
+                                       o_.parallel.pipeline_model_parallel_size)
     << (o_.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << "), "
     << (std::is_same_v<A, float>      ? "fp32"
         : std::is_same_v<A, cu::fp16> ? "fp16 with fp32 master weights and grads, loss scaling"
@@ -504,7 +621,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
           double(mm.activations), double(mm.workspace), double(mm.comm_buffers),
           double(mm.peak_rss),    mine.times.forward,   mine.times.dp_comm,
           mine.times.optimizer,   mine.dp_bytes,        double(mm.fragmentation),
-          mine.tp_bytes};
+          mine.tp_bytes,          mine.pp_bytes,        mine.embedding_bytes};
       std::vector<double> all(sent.size() * world_.size());
       if (world_.size() == 1)
         all = sent;
@@ -520,6 +637,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
           rep.rank = r;
           rep.tp = c.tp;
           rep.dp = c.dp;
+          rep.pp = c.pp;
           size_t* f[] = {&rep.memory.weights,     &rep.memory.grads,     &rep.memory.optimizer,
                          &rep.memory.activations, &rep.memory.workspace, &rep.memory.comm_buffers,
                          &rep.memory.peak_rss};
@@ -530,6 +648,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
           rep.dp_bytes = x[10];
           rep.memory.fragmentation = static_cast<size_t>(x[11]);
           rep.tp_bytes = x[12];
+          rep.pp_bytes = x[13];
+          rep.embedding_bytes = x[14];
           reports.push_back(rep);
         }
         sink_.on_rank_reports(it, reports);
@@ -589,7 +709,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
   summary.ranks = {report()};
   summary.memory = summary.ranks[0].memory;
   if (!o_.save_hf.empty())
-    if (Status s = save_gpu_hf(o_, mc_, world_, *state_, sink_); !s) return s;
+    if (Status s = save_gpu_hf(o_, mc_, world_, device_states(), sink_); !s) return s;
   if (rank0) sink_.on_end(summary);
   return summary;
 }
@@ -608,11 +728,30 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   std::vector<std::string> e;
   const char* why = " is not supported by the GPU trainer yet (docs/gpu.md#scope)";
   const int tp = o.model.tensor_model_parallel_size;
+  const int pp = o.parallel.pipeline_model_parallel_size;
   if (tp < 1)
     e.push_back("--tensor-model-parallel-size must be positive, got " + std::to_string(tp));
-  if (o.parallel.pipeline_model_parallel_size != 1)
-    e.push_back("--pipeline-model-parallel-size " +
-                std::to_string(o.parallel.pipeline_model_parallel_size) + why);
+  // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): 1F1B or interleaved 1F1B, even
+  // stages or the uneven first / last split, the CPU layout's rules (parallel/layout.cpp).
+  const std::string pp_flag = "--pipeline-model-parallel-size " + std::to_string(pp);
+  const int layers = o.model.num_layers;
+  if (pp < 1) e.push_back(pp_flag + " must be positive");
+  const bool uneven = o.parallel.decoder_first_pipeline_num_layers != 0 ||
+                      o.parallel.decoder_last_pipeline_num_layers != 0;
+  if (pp > 1 && !uneven && layers % pp != 0)
+    e.push_back(pp_flag + " does not divide --num-layers " + std::to_string(layers));
+  if (uneven)  // the CPU layout's rules on the uneven split, in its words
+    for (const std::string& rule :
+         layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
+      if (rule.find("--decoder-") != std::string::npos) e.push_back(rule);
+  const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
+  const std::string v_flag = "--num-layers-per-virtual-pipeline-stage " + std::to_string(v);
+  if (v > 0 && pp <= 1)
+    e.push_back(v_flag + " interleaves pipeline stages, which needs " +
+                "--pipeline-model-parallel-size > 1");
+  if (v > 0 && pp > 1 && layers % pp == 0 && (layers / pp) % v != 0)
+    e.push_back(v_flag + " does not divide the " + std::to_string(layers / pp) +
+                " layers of each pipeline stage");
   if (o.parallel.sequence_parallel) e.push_back(std::string("--sequence-parallel") + why);
   if (!o.parallel.recompute_granularity.empty())
     e.push_back("--recompute-granularity " + o.parallel.recompute_granularity + why);
@@ -635,12 +774,17 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   if (tp_ok && (ffn / tp) % 8 != 0)
     e.push_back(tp > 1 ? "the GPU MLP needs --ffn-hidden-size / " + tp_flag + " % 8 == 0"
                        : std::string("the GPU MLP needs --ffn-hidden-size % 8 == 0"));
-  if (world_size > 0 && tp >= 1 && world_size % tp != 0)
-    e.push_back("world size " + std::to_string(world_size) + " is not a multiple of " + tp_flag);
-  else if (world_size > 0 && tp >= 1 && o.num_micro_batches() % (world_size / tp) != 0)
+  const int mp = tp * pp;  // model-parallel ranks
+  if (world_size > 0 && tp >= 1 && pp >= 1 && world_size % mp != 0)
+    e.push_back("world size " + std::to_string(world_size) + " is not a multiple of " + tp_flag +
+                " x " + pp_flag);
+  else if (world_size > 0 && tp >= 1 && pp >= 1 && o.num_micro_batches() % (world_size / mp) != 0)
     e.push_back(
         "--global-batch-size must be a multiple of --micro-batch-size x data-parallel "
-        "ranks (world size / --tensor-model-parallel-size)");
+        "ranks (world size / (--tensor-model-parallel-size x --pipeline-model-parallel-size))");
+  else if (world_size > 0 && v > 0 && pp > 1 && (o.num_micro_batches() / (world_size / mp)) % pp)
+    e.push_back(v_flag + " (interleaved 1F1B) needs the micro-batches per data-parallel rank " +
+                "to be a multiple of " + pp_flag);
   return e;
 }
 

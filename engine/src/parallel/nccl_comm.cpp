@@ -159,6 +159,20 @@ class NcclComm final : public Comm {
                  ncclAllReduce(data, data, count, type, nccl_op(op), comm_, stream));
   }
 
+  // send_on_stream / recv_on_stream: ncclSend / ncclRecv on the caller's stream.
+  Status point_to_point_on(bool send, void* data, size_t count, ncclDataType_t type,
+                           size_t element_bytes, int peer, cudaStream_t stream) {
+    if (Status s = check_rank(send ? "send_on_stream" : "recv_on_stream", "peer", peer); !s)
+      return s;
+    stats_.calls++;
+    (send ? stats_.send_bytes : stats_.recv_bytes) += count * element_bytes;
+    if (send)
+      return check("ncclSend (on the caller's stream)",
+                   ncclSend(data, count, type, peer, comm_, stream));
+    return check("ncclRecv (on the caller's stream)",
+                 ncclRecv(data, count, type, peer, comm_, stream));
+  }
+
   Status barrier() override {
     stats_.calls++;
     return blocking(check("barrier (ncclAllReduce)", ncclAllReduce(scratch_, scratch_, 1, ncclInt32,
@@ -379,6 +393,38 @@ Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType ty
       return comm->all_reduce_on(data, count, ncclFloat16, 2, op, stream);
   }
   return Status::invalid_argument("all_reduce_on_stream: unknown element type");
+}
+
+namespace {
+Status point_to_point_on_stream(bool send, Comm& nccl, void* data, size_t count, DeviceDType type,
+                                int peer, CUstream_st* stream) {
+  auto* comm = dynamic_cast<NcclComm*>(&nccl);
+  const char* name = send ? "send_on_stream" : "recv_on_stream";
+  if (!comm)
+    return Status::invalid_argument(std::string(name) +
+                                    ": the communicator is not an NcclComm (make_nccl_comm)");
+  switch (type) {
+    case DeviceDType::kFloat32:
+      return comm->point_to_point_on(send, data, count, ncclFloat32, 4, peer, stream);
+    case DeviceDType::kFloat64:
+      return comm->point_to_point_on(send, data, count, ncclFloat64, 8, peer, stream);
+    case DeviceDType::kBFloat16:
+      return comm->point_to_point_on(send, data, count, ncclBfloat16, 2, peer, stream);
+    case DeviceDType::kFloat16:
+      return comm->point_to_point_on(send, data, count, ncclFloat16, 2, peer, stream);
+  }
+  return Status::invalid_argument(std::string(name) + ": unknown element type");
+}
+}  // namespace
+
+Status send_on_stream(Comm& nccl, const void* data, size_t count, DeviceDType type, int peer,
+                      CUstream_st* stream) {
+  return point_to_point_on_stream(true, nccl, const_cast<void*>(data), count, type, peer, stream);
+}
+
+Status recv_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, int peer,
+                      CUstream_st* stream) {
+  return point_to_point_on_stream(false, nccl, data, count, type, peer, stream);
 }
 
 Result<int> select_device_for_rank() {

@@ -44,6 +44,19 @@ enum class DeviceDType { kFloat32, kFloat64, kBFloat16, kFloat16 };
 Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, ReduceOp op,
                             CUstream_st* stream);
 
+// Queue a send of data (count elements, a device pointer) to `peer`, or a receive from it,
+// over `nccl` on `stream` instead of the communicator's own stream, as all_reduce_on_stream:
+// they start when the work queued before them on `stream` has run, and the work queued after
+// them waits for them. Ordering contract: NCCL matches the point-to-point operations between
+// a pair of ranks on one communicator in issue order, and a send does not complete before its
+// receive is posted, so two ranks that each send to the other first on one stream deadlock;
+// the caller orders them (gpu_pipeline.h keeps one communicator and stream per direction).
+// Not thread-safe with other calls on `nccl`.
+Status send_on_stream(Comm& nccl, const void* data, size_t count, DeviceDType type, int peer,
+                      CUstream_st* stream);
+Status recv_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, int peer,
+                      CUstream_st* stream);
+
 // cudaSetDevice(local rank % devices) for this process (device/local_rank.h); returns the
 // device chosen, or an error naming the local rank and the device count.
 Result<int> select_device_for_rank();

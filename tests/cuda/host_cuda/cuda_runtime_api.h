@@ -1,16 +1,76 @@
 // A stand-in for the CUDA runtime header, for test_gpu_model_on_host and
-// test_gpu_optimizer_on_host only: engine/src/gpu/ files compiled on the CPU against
-// gpu_ops_on_host.cpp. "Device" memory is host memory, every asynchronous copy happens at once
-// and every event has completed when recorded (nothing is queued). Just the calls those files
-// make.
+// test_gpu_optimizer_on_host only: engine/src/gpu/ files (gpu_model.cpp, gpu_pipeline.cpp,
+// grad_reducer.cpp) compiled on the CPU against gpu_ops_on_host.cpp. "Device" memory is host
+// memory and every asynchronous copy or kernel happens at once, on the calling thread (the
+// Context's stream is null), so an event recorded there has completed when recorded. Streams
+// made here carry point-to-point messages (gpu_ops_on_host.cpp's send_on_stream /
+// recv_on_stream over the CPU communicator): a stream runs one operation at a time in issue
+// order, as CUDA's, so a send still in flight (a non-blocking send) is completed before the
+// stream's next operation starts, and an event recorded after a send is waited for by
+// completing that send. Just the calls those files make.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 
-struct CUstream_st;
+#include "lattice/comm.h"
+
+struct CUstream_st {
+  std::unique_ptr<lattice::CommRequest> pending;  // the send in flight, if any
+  uint64_t issued = 0;                            // operations queued so far
+  uint64_t pending_seq = 0;                       // which of them `pending` is
+  void complete() {
+    if (pending) (void)pending->wait();  // a failed MPI operation ends the job itself
+    pending.reset();
+  }
+};
+struct CUevent_st {
+  CUstream_st* stream = nullptr;  // where it was last recorded (null: the compute stream)
+  uint64_t seq = 0;               // the operations queued there before it
+};
 using cudaStream_t = CUstream_st*;
+using cudaEvent_t = CUevent_st*;
 enum cudaError_t { cudaSuccess = 0 };
+constexpr unsigned cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2;
+
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  *stream = new CUstream_st;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (stream) stream->complete();
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  cudaStreamSynchronize(stream);
+  delete stream;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr) {
+  event->stream = stream;
+  event->seq = stream ? stream->issued : 0;
+  return cudaSuccess;
+}
+// The waiting stream runs on the calling thread, so waiting is completing the event's work.
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned = 0) {
+  CUstream_st* s = event->stream;
+  if (s && s->pending && s->pending_seq <= event->seq) s->complete();
+  return cudaSuccess;
+}
+// The host waits likewise (grad_reducer.cpp: events on the compute stream, complete at once).
+inline cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return cudaStreamWaitEvent(nullptr, event);
+}
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost,
   cudaMemcpyHostToDevice,
@@ -25,24 +85,5 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStrea
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                                    cudaStream_t = nullptr) {
   std::memmove(dst, src, bytes);
-  return cudaSuccess;
-}
-
-// Events (grad_reducer.cpp): the work before a record has always run already.
-struct CUevent_st {};
-using cudaEvent_t = CUevent_st*;
-constexpr unsigned cudaEventDisableTiming = 2;
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  *event = new CUevent_st;
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) {
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete event;
   return cudaSuccess;
 }
