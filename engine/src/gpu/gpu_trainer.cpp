@@ -64,6 +64,12 @@ double peak_flops_of(const std::string& device_name) {
 // " 1F1B", " interleaved 1F1B, 2 chunks" or "" (PP 1), for the run's description.
 std::string pipeline_schedule_name(const TrainOptions& o) {
   const int pp = o.parallel.pipeline_model_parallel_size;
+  // Sequence parallelism (docs/gpu.md#sequence-parallelism): the CPU layout's rules (TP > 1,
+  // TP divides --seq-length), in its words.
+  if (o.parallel.sequence_parallel)
+    for (const std::string& rule :
+         layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
+      if (rule.find("--sequence-parallel") != std::string::npos) e.push_back(rule);
   const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
   if (pp <= 1) return "";
   if (v <= 0) return " 1F1B";
@@ -265,7 +271,8 @@ Status GpuLoop<A>::setup() {
   for (int c = 0; c < L.vpp; c++) {
     Chunk chunk;
     auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory,
-                                   shard_of(L, groups_.coord, c, false), tp_.get(), in_flight);
+                                   shard_of(L, groups_.coord, c, o_.parallel.sequence_parallel),
+                                   tp_.get(), in_flight);
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GpuGpt<A>& m = *chunk.model;
@@ -744,6 +751,12 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
     for (const std::string& rule :
          layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
       if (rule.find("--decoder-") != std::string::npos) e.push_back(rule);
+  // Sequence parallelism (docs/gpu.md#sequence-parallelism): the CPU layout's rules (TP > 1,
+  // TP divides --seq-length), in its words.
+  if (o.parallel.sequence_parallel)
+    for (const std::string& rule :
+         layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
+      if (rule.find("--sequence-parallel") != std::string::npos) e.push_back(rule);
   const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
   const std::string v_flag = "--num-layers-per-virtual-pipeline-stage " + std::to_string(v);
   if (v > 0 && pp <= 1)
@@ -752,7 +765,6 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   if (v > 0 && pp > 1 && layers % pp == 0 && (layers / pp) % v != 0)
     e.push_back(v_flag + " does not divide the " + std::to_string(layers / pp) +
                 " layers of each pipeline stage");
-  if (o.parallel.sequence_parallel) e.push_back(std::string("--sequence-parallel") + why);
   if (!o.parallel.recompute_granularity.empty())
     e.push_back("--recompute-granularity " + o.parallel.recompute_granularity + why);
   if (o.fp64) e.push_back(std::string("--fp64") + why);
