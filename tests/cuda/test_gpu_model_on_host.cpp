@@ -28,7 +28,7 @@
 // deadlock on the device hangs here (both directions on one channel, or the wrap-around on the
 // activation channel at PP 4, were checked to hang).
 // Sequence parallelism: at TP 2 (fp32, fp32 with dropout, also of a one-sequence micro-batch
-// whose rows split mid-sequence, bf16 with dropout) one step equals
+// whose rows split mid-sequence, bf16 with dropout, fp16 under a loss scale) one step equals
 // the CPU model's sequence-parallel shards on the same communicator (the LayerNorm and
 // row-parallel bias gradients summed over TP after the last micro-batch, as both models do),
 // and TP 2 x PP 2 with dropout equals the whole CPU model (stages exchange R = N/2 rows).
@@ -458,6 +458,9 @@ int sp_worker() {
       if (error.empty() &&
           !(error = compare_one_step<cu::bf16>(config(2, true), sp, tp, kHalfTolerance)).empty())
         error = "bf16 with dropout: " + error;
+      if (error.empty() &&
+          !(error = compare_one_step<cu::fp16>(o.model, sp, tp, kHalfTolerance, 1024.0f)).empty())
+        error = "fp16: " + error;
       if (error.empty()) {
         // Without SP minus with it: the rows [R, N) of the residual stream (L+1 of them), of
         // each layer's ln1, res_mid, ln2 and their four statistics, and of lnf and its two.
@@ -584,8 +587,9 @@ class GpuModelOnHost : public QObject {
     QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2: " + run.err + run.out));
   }
 
-  // Sequence parallelism at TP 2: fp32, fp32 with dropout and bf16 with dropout against the
-  // CPU model's sequence-parallel shards, and the activation bytes it saves.
+  // Sequence parallelism at TP 2: fp32, fp32 with dropout (also of one sequence), bf16 with
+  // dropout and fp16 against the CPU model's sequence-parallel shards, and the activation
+  // bytes it saves.
   void tp2_sequence_parallel_step_matches_the_cpu_models_shards() {
     const QString self =
         QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
