@@ -24,8 +24,10 @@
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 
@@ -135,10 +137,15 @@ TrainOptions whole_options(const std::string& run) {
   return o;
 }
 
-// The two-rank run a worker plays: "tp2", "pp2" or "pp2i" (PP 2, interleaved: two chunks of
-// one layer per rank).
+// The two-rank run a worker plays: "tp2", "tp2sp" (TP 2 with --sequence-parallel), "pp2" or
+// "pp2i" (PP 2, interleaved: two chunks of one layer per rank).
 TrainOptions two_rank_options(const std::string& run) {
   if (run == "tp2") return tp2_options();
+  if (run == "tp2sp") {
+    TrainOptions o = tp2_options();
+    o.parallel.sequence_parallel = true;
+    return o;
+  }
   TrainOptions o = pp2_options();
   o.model = whole_options(run).model;
   if (run == "pp2i") o.parallel.num_layers_per_virtual_pipeline_stage = 1;
@@ -440,6 +447,11 @@ class GpuCheckpointHost : public QObject {
   void tensor_parallel_shards_save_and_restore() {
     two_ranks_save_and_restore("tp2");
   }
+  // Sequence parallelism changes no tensor's place or slice: the same checkpoint as TP 2's,
+  // with the flag recorded in its metadata as the CPU trainer records it.
+  void sequence_parallel_tp_shards_save_and_restore() {
+    two_ranks_save_and_restore("tp2sp");
+  }
   void pipeline_stages_save_and_restore() {
     two_ranks_save_and_restore("pp2");
   }
@@ -474,6 +486,13 @@ class GpuCheckpointHost : public QObject {
     Result<CheckpointRef> ref = find_checkpoint(dir + "/tp2", 0);
     QVERIFY2(ref, ref ? "" : ref.status().message().c_str());
     QCOMPARE(ref->iteration, 7);
+    {
+      std::ifstream meta(ref->path + "/metadata.json");
+      std::string text((std::istreambuf_iterator<char>(meta)), std::istreambuf_iterator<char>());
+      text.erase(std::remove_if(text.begin(), text.end(), ::isspace), text.end());
+      const bool sp = text.find("\"sequence_parallel\":true") != std::string::npos;
+      QVERIFY2(sp == (run == "tp2sp"), qPrintable(run + ": sequence_parallel in metadata.json"));
+    }
     CpuRank rank(o);
     TrainState state;
     Status s = load_checkpoint(*ref, rank.parts(), false, &state);

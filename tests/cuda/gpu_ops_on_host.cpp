@@ -498,6 +498,39 @@ Status all_reduce_on_stream(Comm& comm, void* data, size_t count, DeviceDType ty
   return comm.all_reduce(data, count, host, op);
 }
 
+// Sequence parallelism's row exchanges, done when queued as all_reduce_on_stream: 16-bit rows
+// travel as their bytes (an all-gather does no arithmetic) and are reduced in fp32, rounded once.
+Status all_gather_on_stream(Comm& comm, const void* send, void* recv, size_t count,
+                            DeviceDType type, CUstream_st*) {
+  const bool is_16 = type == DeviceDType::kBFloat16 || type == DeviceDType::kFloat16;
+  const DType host = is_16                           ? DType::kUInt8
+                     : type == DeviceDType::kFloat32 ? DType::kFloat32
+                                                     : DType::kFloat64;
+  const std::vector<size_t> counts(comm.size(), is_16 ? 2 * count : count);
+  return comm.all_gather(send, recv, counts, host);
+}
+
+Status reduce_scatter_on_stream(Comm& comm, const void* send, void* recv, size_t count,
+                                DeviceDType type, CUstream_st*) {
+  const std::vector<size_t> counts(comm.size(), count);
+  auto reduce_16 = [&](const auto* in, auto* out) {
+    const std::vector<float> v = kernels::cuda::wide(in, count * comm.size());
+    std::vector<float> mine(count);
+    if (Status s = comm.reduce_scatter(v.data(), mine.data(), counts, DType::kFloat32); !s)
+      return s;
+    kernels::cuda::store(out, mine);
+    return Status::ok();
+  };
+  using kernels::cuda::bf16;
+  using kernels::cuda::fp16;
+  if (type == DeviceDType::kBFloat16)
+    return reduce_16(static_cast<const bf16*>(send), static_cast<bf16*>(recv));
+  if (type == DeviceDType::kFloat16)
+    return reduce_16(static_cast<const fp16*>(send), static_cast<fp16*>(recv));
+  const DType host = type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64;
+  return comm.reduce_scatter(send, recv, counts, host);
+}
+
 namespace {
 // A point-to-point message's host type and element count: 16-bit elements as their two bytes.
 struct HostMessage {

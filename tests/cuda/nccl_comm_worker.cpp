@@ -6,7 +6,9 @@
 // --without-device (ctest: test_nccl_comm_failure, no GPU needed): make_nccl_comm must return
 // an error on every rank, whichever rank fails first.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -101,6 +103,52 @@ bool run(lattice::Comm& comm) {
     for (int r = 0; r < size; begin += counts[r], r++)
       for (size_t i = 0; i < counts[r]; i++) summed.push_back(float(size) * float(begin + i));
     good &= same_values(d_arena.download(), summed, "all_gather in place" + tag);
+  }
+  {  // the sequence-parallel collectives on a caller's stream (the legacy default stream here,
+     // which the blocking downloads wait for), fp32 and bf16 (small integers: exact)
+    const size_t count = 24;
+    std::vector<float> send(count * size), block(count, float(rank + 1)), gathered, want(count);
+    for (size_t i = 0; i < send.size(); i++) send[i] = float(i % 11);
+    for (int r = 0; r < size; r++) gathered.insert(gathered.end(), count, float(r + 1));
+    for (size_t i = 0; i < count; i++) want[i] = float(size) * float((rank * count + i) % 11);
+    DeviceBuffer<float> d_send(send), d_recv(count), d_block(block), d_all(count * size);
+    using lattice::DeviceDType;
+    good &= ok(lattice::reduce_scatter_on_stream(comm, d_send.get(), d_recv.get(), count,
+                                                 DeviceDType::kFloat32, nullptr),
+               "reduce_scatter_on_stream");
+    good &= same_values(d_recv.download(), want, "reduce_scatter_on_stream");
+    good &= ok(lattice::all_gather_on_stream(comm, d_block.get(), d_all.get(), count,
+                                             DeviceDType::kFloat32, nullptr),
+               "all_gather_on_stream");
+    good &= same_values(d_all.download(), gathered, "all_gather_on_stream");
+    // bf16: the upper half of the fp32 pattern (exact for these values).
+    auto to_bf16 = [](const std::vector<float>& v) {
+      std::vector<uint16_t> out(v.size());
+      for (size_t i = 0; i < v.size(); i++) {
+        uint32_t bits;
+        std::memcpy(&bits, &v[i], 4);
+        out[i] = static_cast<uint16_t>(bits >> 16);
+      }
+      return out;
+    };
+    auto from_bf16 = [](const std::vector<uint16_t>& v) {
+      std::vector<float> out(v.size());
+      for (size_t i = 0; i < v.size(); i++) {
+        const uint32_t bits = uint32_t{v[i]} << 16;
+        std::memcpy(&out[i], &bits, 4);
+      }
+      return out;
+    };
+    DeviceBuffer<uint16_t> h_send(to_bf16(send)), h_recv(count), h_block(to_bf16(block)),
+        h_all(count * size);
+    good &= ok(lattice::reduce_scatter_on_stream(comm, h_send.get(), h_recv.get(), count,
+                                                 DeviceDType::kBFloat16, nullptr),
+               "reduce_scatter_on_stream bf16");
+    good &= same_values(from_bf16(h_recv.download()), want, "reduce_scatter_on_stream bf16");
+    good &= ok(lattice::all_gather_on_stream(comm, h_block.get(), h_all.get(), count,
+                                             DeviceDType::kBFloat16, nullptr),
+               "all_gather_on_stream bf16");
+    good &= same_values(from_bf16(h_all.download()), gathered, "all_gather_on_stream bf16");
   }
   {  // broadcast from the last rank, gather to rank 0, barrier
     std::vector<float> mine(n, float(rank)), root_value(n, float(size - 1));

@@ -27,6 +27,14 @@
 // limit, so a host send completes only once received, as an NCCL send: an order that could
 // deadlock on the device hangs here (both directions on one channel, or the wrap-around on the
 // activation channel at PP 4, were checked to hang).
+// Sequence parallelism: at TP 2 (fp32, fp32 with dropout, also of a one-sequence micro-batch
+// whose rows split mid-sequence, bf16 with dropout, fp16 under a loss scale) one step equals
+// the CPU model's sequence-parallel shards on the same communicator (the LayerNorm and
+// row-parallel bias gradients summed over TP after the last micro-batch, as both models do),
+// and TP 2 x PP 2 with dropout equals the whole CPU model (stages exchange R = N/2 rows).
+// A missing TP sum of the LayerNorm gradients and a dropout mask without the row0 * C offset
+// were each checked to fail these. The activations of a sequence-parallel model take the bytes
+// of the rows it no longer holds less than without it.
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -98,11 +106,11 @@ void give_biases_values(GptModel<float>& m) {
 // "" or the first difference (token losses, then each tensor's gradient, in layout order)
 // between the CPU model and GpuGpt<A> after one forward and backward from the same weights,
 // the GPU model's loss gradient multiplied by loss_scale (its gradients divided by it before
-// the comparison). tp: the TP communicator (null at TP 1).
+// the comparison). tp: the TP communicator (null at TP 1). B: sequences in the micro-batch.
 template <typename A = float>
 std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm* tp,
-                             Tolerance tolerance = {}, float loss_scale = 1.0f) {
-  const int B = 2, N = B * c.seq_length;
+                             Tolerance tolerance = {}, float loss_scale = 1.0f, int B = 2) {
+  const int N = B * c.seq_length;
   GptModel<float> cpu(c, shard, B, tp, RecomputePlan{});
   cpu.init_weights(7);
   give_biases_values(cpu);
@@ -113,6 +121,8 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
     targets[i] = (i * 53 + 5) % c.vocab_size;
   }
   GptActivations<float> acts(c, shard, B, RecomputePlan{});
+  // The iteration's last micro-batch: sequence-parallel gradients are summed over TP.
+  cpu.set_final_backward(true);
   cpu.forward(acts, tokens.data(), targets.data(), kDropoutSeed, 1.0f / N);
   cpu.backward(acts);
 
@@ -125,6 +135,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   if (g.numel() != cpu.layout().total_numel()) return "the arenas differ in size";
   g.upload(cpu.params());
   g.zero_grads();
+  g.set_final_backward(true);
   g.forward(tokens.data(), targets.data(), loss_scale / N, kDropoutSeed);
   g.backward(tokens.data());
   if (std::string e = ctx->synchronize(); !e.empty()) return e;
@@ -203,7 +214,8 @@ float whole_value(const GptModel<float>& whole, const float* arena, const ParamT
 // loss gradient is multiplied by loss_scale (its gradients divided by it before comparing).
 template <typename A = float>
 std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
-                             Tolerance tolerance = {}, float loss_scale = 1.0f) {
+                             Tolerance tolerance = {}, float loss_scale = 1.0f,
+                             bool sequence_parallel = false) {
   const int B = 2, N = B * c.seq_length, M = 8;
   const ParallelLayout& L = groups.layout;
   const float grad_scale = 1.0f / (static_cast<float>(N) * M);
@@ -235,7 +247,8 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   std::vector<std::unique_ptr<gpu::GpuGpt<A>>> models;
   std::vector<gpu::GpuGpt<A>*> chunk_models;
   for (int chunk = 0; chunk < chunks; chunk++) {
-    auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, shard_of(L, groups.coord, chunk, false),
+    auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory,
+                                      shard_of(L, groups.coord, chunk, sequence_parallel),
                                       groups.tp.get(), in_flight);
     if (!gpu) return gpu.status().message();
     gpu::GpuGpt<A>& g = **gpu;
@@ -316,7 +329,8 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
 // The pipeline side: this process is one of tp x pp MPI ranks; chunks > 1: the interleaved
 // schedule, one layer per chunk; first > 0: the first stage holds `first` layers of four
 // (--decoder-first-pipeline-num-layers), the others share the rest. variant: "fp32", "dropout"
-// (fp32 with hidden and attention dropout 0.1), "bf16" or "fp16" (at a loss scale of 2^10).
+// (fp32 with hidden and attention dropout 0.1), "sp-dropout" (that with sequence parallelism),
+// "bf16" or "fp16" (at a loss scale of 2^10).
 int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& variant) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
@@ -326,7 +340,7 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
   std::string error;
   {  // the communicators go before MPI does
     TrainOptions o;
-    o.model = pipeline_config(tp, pp * chunks, variant == "dropout");
+    o.model = pipeline_config(tp, pp * chunks, variant == "dropout" || variant == "sp-dropout");
     o.parallel.pipeline_model_parallel_size = pp;
     if (chunks > 1) o.parallel.num_layers_per_virtual_pipeline_stage = 1;
     o.parallel.decoder_first_pipeline_num_layers = first;
@@ -346,6 +360,8 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
       error = compare_pipeline<cu::fp16>(o.model, *groups, kHalfTolerance, 1024.0f);
     } else if (variant == "fp32" || variant == "dropout") {
       error = compare_pipeline(o.model, *groups);
+    } else if (variant == "sp-dropout") {
+      error = compare_pipeline(o.model, *groups, Tolerance{}, 1.0f, true);
     } else {
       error = "unknown variant " + variant;
     }
@@ -388,6 +404,79 @@ int worker() {
         error =
             compare_one_step<cu::fp16>(o.model, shard, groups->tp.get(), kHalfTolerance, 1024.0f);
         if (!error.empty()) error = "fp16: " + error;
+      }
+    }
+  }
+  const int rank = (*world)->rank();
+  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+  world->reset();
+  finalize_comm();
+  return error.empty() ? 0 : 1;
+}
+
+// Activation bytes of a TP 2 GpuGpt<float> of config(2) on this rank, with or without
+// sequence parallelism.
+size_t activation_bytes(const ModelShard& shard, Comm* tp, std::string& error) {
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  CachingAllocator memory(std::make_unique<HostMemory>());
+  auto gpu = gpu::GpuGpt<float>::create(config(2), 2, *ctx, memory, shard, tp);
+  if (!gpu) error = gpu.status().message();
+  return memory.stats().of(MemoryCategory::kActivations).current;
+}
+
+// The TP 2 sequence-parallel side: this process is one of two MPI ranks.
+int sp_worker() {
+  Result<std::unique_ptr<Comm>> world = make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "sp worker: %s\n", world.status().message().c_str());
+    return 1;
+  }
+  std::string error;
+  {  // the communicators go before MPI does
+    TrainOptions o;
+    o.model = config(2);
+    o.parallel.sequence_parallel = true;
+    o.micro_batch_size = 2;
+    o.global_batch_size = 2;
+    Result<ParallelLayout> layout = make_layout(o, (*world)->size());
+    if (!layout) {
+      error = layout.status().message();
+    } else if (Result<ProcessGroups> groups = make_process_groups(**world, *layout); !groups) {
+      error = groups.status().message();
+    } else {
+      const ModelShard sp = shard_of(groups->layout, groups->coord, 0, true);
+      Comm* tp = groups->tp.get();
+      if (!sp.sequence_parallel) error = "shard_of made no sequence-parallel shard";
+      if (error.empty() && !(error = compare_one_step(o.model, sp, tp)).empty())
+        error = "fp32: " + error;
+      if (error.empty() && !(error = compare_one_step(config(2, true), sp, tp)).empty())
+        error = "fp32 with dropout: " + error;
+      // One sequence: each rank's rows are half of it (positions 0-7 or 8-15).
+      if (error.empty() &&
+          !(error = compare_one_step(config(2, true), sp, tp, {}, 1.0f, 1)).empty())
+        error = "fp32 with dropout, one sequence: " + error;
+      if (error.empty() &&
+          !(error = compare_one_step<cu::bf16>(config(2, true), sp, tp, kHalfTolerance)).empty())
+        error = "bf16 with dropout: " + error;
+      if (error.empty() &&
+          !(error = compare_one_step<cu::fp16>(o.model, sp, tp, kHalfTolerance, 1024.0f)).empty())
+        error = "fp16: " + error;
+      if (error.empty()) {
+        // Without SP minus with it: the rows [R, N) of the residual stream (L+1 of them), of
+        // each layer's ln1, res_mid, ln2 and their four statistics, and of lnf and its two.
+        const ModelConfig c = config(2);
+        const size_t N = 2 * c.seq_length, R = N / 2, C = c.hidden_size, L = c.num_layers;
+        const size_t saved =
+            sizeof(float) * ((L + 1) * (N - R) * C + L * (3 * (N - R) * C + 4 * (N - R)) +
+                             (N - R) * C + 2 * (N - R));
+        ModelShard plain = sp;
+        plain.sequence_parallel = false;
+        const size_t with = activation_bytes(sp, tp, error);
+        const size_t without = activation_bytes(plain, tp, error);
+        if (error.empty() && without - with != saved)
+          error = "activation bytes with sequence parallelism " + std::to_string(with) +
+                  ", without " + std::to_string(without) + ": expected " + std::to_string(saved) +
+                  " fewer";
       }
     }
   }
@@ -498,6 +587,25 @@ class GpuModelOnHost : public QObject {
     QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2: " + run.err + run.out));
   }
 
+  // Sequence parallelism at TP 2: fp32, fp32 with dropout (also of one sequence), bf16 with
+  // dropout and fp16 against the CPU model's sequence-parallel shards, and the activation
+  // bytes it saves.
+  void tp2_sequence_parallel_step_matches_the_cpu_models_shards() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run = testing::run_mpi(2, self, {"--sp-worker"}, {}, 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable("TP 2 + SP: " + run.err + run.out));
+  }
+
+  // Stages exchange this rank's R rows; the masks of each rank's rows are the whole model's.
+  void tp2_pp2_sequence_parallel_iteration_with_dropout_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run = testing::run_mpi(
+        4, self, {"--pipeline-worker", "2", "2", "1", "0", "sp-dropout"}, {}, 180000);
+    QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2 + SP with dropout: " + run.err + run.out));
+  }
+
   void uneven_pp2_iteration_matches_the_whole_cpu_model() {
     // One layer on the first stage, three on the second.
     const QString self =
@@ -535,6 +643,7 @@ class GpuModelOnHost : public QObject {
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--worker") return worker();
+  if (argc == 2 && std::string(argv[1]) == "--sp-worker") return sp_worker();
   if (argc == 7 && std::string(argv[1]) == "--pipeline-worker")
     return pipeline_worker(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]),
                            std::atoi(argv[5]), argv[6]);

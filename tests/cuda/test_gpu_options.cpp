@@ -4,7 +4,9 @@
 // when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism), pipeline
 // parallelism when it splits the layers evenly, interleaved or not
 // (docs/gpu.md#pipeline-parallelism), the distributed optimizer with any data-parallel size
-// (docs/gpu.md#distributed-optimizer), also with pipeline stages, and dropout.
+// (docs/gpu.md#distributed-optimizer), also with pipeline stages, and dropout. Sequence
+// parallelism is accepted with TP > 1 and a sequence length TP divides, and a misfit is named
+// in the CPU layout's words (docs/gpu.md#sequence-parallelism).
 #include <QtTest/QtTest>
 
 #include "gpu/gpu_trainer.h"
@@ -75,10 +77,42 @@ class GpuOptionsTest : public QObject {
     o.save = "/tmp/x";
     QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x DP 2, checkpoints
     // Combined with what the GPU trainer lacks, that is named (and the optimizer is not).
-    o.parallel.sequence_parallel = true;
+    o.fp64 = true;
     const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 4);
-    QVERIFY(names(e, "--sequence-parallel"));
+    QVERIFY(names(e, "--fp64"));
     QVERIFY(!names(e, "--use-distributed-optimizer"));
+  }
+
+  void sequence_parallelism_with_tensor_parallelism_is_supported() {
+    TrainOptions o = supported();
+    o.model.tensor_model_parallel_size = 2;  // 32 of the 64 positions per rank
+    o.parallel.sequence_parallel = true;
+    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // TP 2
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x DP 2
+    o.parallel.use_distributed_optimizer = true;
+    o.save = "/tmp/x";  // the checkpoint layout does not change with it
+    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
+    TrainOptions pp = supported();
+    pp.model.tensor_model_parallel_size = 2;
+    pp.parallel.pipeline_model_parallel_size = 2;
+    pp.parallel.sequence_parallel = true;
+    QVERIFY(gpu::unsupported_on_gpu(pp, 4).empty());  // TP 2 x PP 2
+  }
+
+  void sequence_parallel_misfits_are_named() {
+    TrainOptions o = supported();
+    o.parallel.sequence_parallel = true;  // TP 1: nothing to split over, as the CPU refuses
+    std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
+    QVERIFY2(e.size() == 1 && names(e, "--sequence-parallel") &&
+                 names(e, "--tensor-model-parallel-size > 1"),
+             e.empty() ? "nothing named" : e[0].c_str());
+    o.model.tensor_model_parallel_size = 2;
+    o.model.seq_length = 63;
+    e = gpu::unsupported_on_gpu(o, 2);
+    QVERIFY2(e.size() == 1 && names(e,
+                                    "--tensor-model-parallel-size 2 does not divide "
+                                    "--seq-length 63, which --sequence-parallel splits"),
+             e.empty() ? "nothing named" : e[0].c_str());
   }
 
   void tensor_parallel_sizes_that_do_not_fit_are_named() {

@@ -7,6 +7,9 @@
 //     2e-2 of the CPU's fp32;
 //   - a checkpoint of a GPU TP 2 run continues on the CPU engine at TP 1 (losses within 1e-4
 //     of the uninterrupted CPU run): the shards are the CPU engine's TP checkpoint;
+//   - GPU TP 2 with --sequence-parallel trains as GPU TP 2 without it and as the CPU engine's
+//     TP 2 with it (1e-4), also with dropout (against the CPU's), and its checkpoint continues
+//     on the CPU engine at TP 1 (sequence parallelism does not change the checkpoint layout);
 //   - with 4 devices, GPU TP 2 x DP 2 trains as GPU TP 1 x DP 1;
 //   - DP 2 with --use-distributed-optimizer (buckets small enough that shards cut tensors)
 //     trains as DP 2 without it (fp32 losses and grad norms within 1e-5; bf16 within 1e-3,
@@ -90,7 +93,7 @@ TrainOptions resumable_run() {
 // (--num-layers-per-virtual-pipeline-stage) first=N (--decoder-first-pipeline-num-layers)
 // bf16=0|1 fp16=0|1 scale=S (--initial-loss-scale) dropout=0|1 (hidden and attention 0.1)
 // resumable=0|1 save=DIR exit=N dopt=0|1 (--use-distributed-optimizer) bucket=N
-// (--ddp-bucket-size).
+// (--ddp-bucket-size) sp=0|1 (--sequence-parallel).
 TrainOptions worker_options(const QStringList& args) {
   TrainOptions o = small_run();
   for (const QString& a : args) {
@@ -114,6 +117,7 @@ TrainOptions worker_options(const QStringList& args) {
     if (key == "exit") o.exit_interval = value.toInt();
     if (key == "dopt") o.parallel.use_distributed_optimizer = value == "1";
     if (key == "bucket") o.parallel.ddp_bucket_size = value.toInt();
+    if (key == "sp") o.parallel.sequence_parallel = value == "1";
   }
   return o;
 }
@@ -253,6 +257,45 @@ class GpuTensorParallel : public QObject {
     Outcome tail;
     tail.rows.assign(straight.rows.begin() + 3, straight.rows.end());
     const QString d = compare("CPU TP 1 from a GPU TP 2 checkpoint", resumed, tail, 1e-4, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  // The rows of the residual stream split over the TP group: the same model, so the same losses
+  // and grad norms as without it (the LayerNorm and bias gradients summed over TP first).
+  void tp2_sequence_parallel_trains_as_tp2_and_as_the_cpu_engine() {
+    const Outcome sp = run_ranks(2, {"device=cuda", "tp=2", "sp=1"});
+    const Outcome tp2 = run_ranks(2, {"device=cuda", "tp=2"});
+    const Outcome cpu = run_ranks(2, {"device=cpu", "tp=2", "sp=1"});
+    QString d = compare("GPU TP 2 + SP vs GPU TP 2", sp, tp2, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    d = compare("GPU TP 2 + SP vs CPU TP 2 + SP", sp, cpu, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    // Each rank's rows draw the masks of their global element indices.
+    const Outcome gpu_dropout = run_ranks(2, {"device=cuda", "tp=2", "sp=1", "dropout=1"});
+    const Outcome cpu_dropout = run_ranks(2, {"device=cpu", "tp=2", "sp=1", "dropout=1"});
+    d = compare("GPU TP 2 + SP vs CPU TP 2 + SP, with dropout", gpu_dropout, cpu_dropout, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void a_gpu_sequence_parallel_checkpoint_continues_on_the_cpu_at_tp1() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString ckpt = dir.filePath("ckpt");
+    const Outcome saved =
+        run_ranks(2, {"device=cuda", "tp=2", "sp=1", "resumable=1", "save=" + ckpt, "exit=3"});
+    QVERIFY2(saved.error.isEmpty(), qPrintable(saved.error));
+    QCOMPARE(saved.rows.size(), size_t{3});
+    TrainOptions cpu = resumable_run();
+    cpu.device = "cpu";
+    const Outcome straight = run_here(cpu);
+    QVERIFY2(straight.error.isEmpty(), qPrintable(straight.error));
+    QCOMPARE(straight.rows.size(), size_t{6});
+    cpu.load = ckpt.toStdString();
+    const Outcome resumed = run_here(cpu);
+    Outcome tail;
+    tail.rows.assign(straight.rows.begin() + 3, straight.rows.end());
+    const QString d =
+        compare("CPU TP 1 from a GPU TP 2 + SP checkpoint", resumed, tail, 1e-4, true);
     QVERIFY2(d.isEmpty(), qPrintable(d));
   }
 

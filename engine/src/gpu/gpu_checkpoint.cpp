@@ -121,6 +121,8 @@ Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int r
   GpuRankShard r;
   r.layout = *layout;
   r.coord = layout->coord(rank);
+  // Without sequence parallelism: it changes no tensor's place or slice (only which gradients
+  // are summed over TP), so the checkpoint layout is the same either way, as on the CPU.
   for (int c = 0; c < r.layout.vpp; c++) r.shards.push_back(shard_of(r.layout, r.coord, c, false));
   r.shard = r.shards[0];
   return r;
@@ -161,6 +163,7 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
   RankParts parts;
   parts.layout = &me->layout;
   parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
+  parts.sequence_parallel = o.parallel.sequence_parallel;  // recorded as the CPU trainer does
   for (auto& host : hosts) {
     shards.push_back(optimizer_shard(o, host->layout(), me->layout.dp, me->coord.dp));
     optimizers.push_back(host_optimizer(o, shards.back(), host->layout()));
@@ -201,6 +204,7 @@ Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelCo
   RankParts parts;
   parts.layout = &me->layout;
   parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
+  parts.sequence_parallel = o.parallel.sequence_parallel;  // recorded as the CPU trainer does
   std::vector<std::unique_ptr<GptModel<float>>> hosts;
   std::vector<std::unique_ptr<AdamW<float>>> optimizers;
   Status downloaded = Status::ok();

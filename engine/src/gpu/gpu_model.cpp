@@ -13,6 +13,13 @@
 // and cross-entropy. A replicated term (a row-parallel bias, the position embedding) enters
 // once: tp_rank 0 adds the bias inside its GEMM, the position embedding is added after the
 // embedding's sum. Their gradients come from the whole (reduced) output gradient on every rank.
+// Sequence parallelism follows the same files' `sequence_parallel` branches: the residual
+// stream, LayerNorms and hidden dropout (mask offset row0 * C) on this rank's R rows; the
+// LayerNorm outputs all-gathered (into gathered_, again in backward) before QKV, FC1 and the
+// LM head; the row-parallel outputs, the column-parallel input gradients and the embedding
+// reduce-scattered instead of all-reduced; each rank adds the row-parallel biases and the
+// position embedding to its own rows, so their gradients (and the LayerNorms') are partial
+// and summed over TP once the last micro-batch's backward has made them (notify).
 #include "gpu/gpu_model.h"
 
 #include <cuda_runtime_api.h>
@@ -59,6 +66,9 @@ GpuGpt<A>::GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_
       N_(micro_batch * config.seq_length),
       t_(shard.tp_size),
       tp_rank_(shard.tp_rank),
+      sp_(shard.sequence_parallel && shard.tp_size > 1),
+      R_(sp_ ? micro_batch * config.seq_length / shard.tp_size : micro_batch * config.seq_length),
+      row0_(sp_ ? static_cast<size_t>(shard.tp_rank) * R_ : 0),
       Ct_(config.hidden_size / shard.tp_size),
       Ft_(config.ffn() / shard.tp_size),
       Ht_(config.num_attention_heads / shard.tp_size),
@@ -91,9 +101,10 @@ Status GpuGpt<A>::allocate(int in_flight) {
   if (t_ > 1 && !tp_)
     return Status::internal("GpuGpt: tensor parallelism without a tensor-parallel communicator");
   if (L_ < 1) return Status::internal("GpuGpt: a pipeline stage without layers");
-  if (layout_.shard().sequence_parallel)
-    return Status::internal("GpuGpt: sequence parallelism is not implemented");
+  if (sp_ && N_ % t_ != 0)
+    return Status::internal("GpuGpt: sequence parallelism needs the TP size to divide B*T");
   const size_t n = numel(), NC = static_cast<size_t>(N_) * C_, NF = static_cast<size_t>(N_) * Ft_;
+  const size_t RC = static_cast<size_t>(R_) * C_;  // NC without sequence parallelism
   const size_t NCt = static_cast<size_t>(N_) * Ct_;
   const size_t lse = static_cast<size_t>(B_) * Ht_ * T_;
   const size_t NV = static_cast<size_t>(N_) * Vt_;
@@ -108,34 +119,34 @@ Status GpuGpt<A>::allocate(int in_flight) {
   for (GpuSlot<A>& s : slots_) {
     s.tokens = take<int32_t>(N_, MC::kActivations);
     s.targets = take<int32_t>(N_, MC::kActivations);
-    s.residual = take<A>(static_cast<size_t>(L_ + 1) * NC, MC::kActivations);
+    s.residual = take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
     for (int l = 0; l < L_; l++) {
       GpuLayerActs<A> a;
-      a.ln1 = take<A>(NC, MC::kActivations);
-      a.ln1_mean = take<float>(N_, MC::kActivations);
-      a.ln1_rstd = take<float>(N_, MC::kActivations);
+      a.ln1 = take<A>(RC, MC::kActivations);
+      a.ln1_mean = take<float>(R_, MC::kActivations);
+      a.ln1_rstd = take<float>(R_, MC::kActivations);
       a.qkv = take<A>(3 * NCt, MC::kActivations);
       a.atty = take<A>(NCt, MC::kActivations);
       a.lse = take<float>(lse, MC::kActivations);
-      a.res_mid = take<A>(NC, MC::kActivations);
-      a.ln2 = take<A>(NC, MC::kActivations);
-      a.ln2_mean = take<float>(N_, MC::kActivations);
-      a.ln2_rstd = take<float>(N_, MC::kActivations);
+      a.res_mid = take<A>(RC, MC::kActivations);
+      a.ln2 = take<A>(RC, MC::kActivations);
+      a.ln2_mean = take<float>(R_, MC::kActivations);
+      a.ln2_rstd = take<float>(R_, MC::kActivations);
       a.fc1 = take<A>(NF, MC::kActivations);
       a.gelu = take<A>(NF, MC::kActivations);
       s.layers.push_back(a);
     }
     if (post()) {
-      s.lnf = take<A>(NC, MC::kActivations);
-      s.lnf_mean = take<float>(N_, MC::kActivations);
-      s.lnf_rstd = take<float>(N_, MC::kActivations);
+      s.lnf = take<A>(RC, MC::kActivations);
+      s.lnf_mean = take<float>(R_, MC::kActivations);
+      s.lnf_rstd = take<float>(R_, MC::kActivations);
       s.logits_f32 = take<float>(NV, MC::kActivations);
       if constexpr (!std::is_same_v<A, float>) s.logits = take<A>(NV, MC::kActivations);
       s.losses = take<float>(N_, MC::kActivations);
     } else {
-      s.output_grad = take<A>(NC, MC::kCommBuffers);
+      s.output_grad = take<A>(RC, MC::kCommBuffers);
     }
-    if (!pre()) s.input_grad = take<A>(NC, MC::kCommBuffers);
+    if (!pre()) s.input_grad = take<A>(RC, MC::kCommBuffers);
   }
   if (t_ > 1 && post()) {
     row_max_ = take<float>(N_, MC::kWorkspace);
@@ -143,10 +154,14 @@ Status GpuGpt<A>::allocate(int in_flight) {
     target_logit_ = take<float>(N_, MC::kWorkspace);
   }
   if (!post()) stats_scratch_ = take<float>(2 * static_cast<size_t>(N_), MC::kWorkspace);
-  proj_out_ = take<A>(NC, MC::kWorkspace);
-  fc2_out_ = take<A>(NC, MC::kWorkspace);
-  d_res_ = take<A>(NC, MC::kWorkspace);
-  d_c_ = take<A>(NC, MC::kWorkspace);
+  proj_out_ = take<A>(RC, MC::kWorkspace);
+  fc2_out_ = take<A>(RC, MC::kWorkspace);
+  d_res_ = take<A>(RC, MC::kWorkspace);
+  d_c_ = take<A>(RC, MC::kWorkspace);
+  if (sp_) {
+    gathered_ = take<A>(NC, MC::kWorkspace);
+    full_ = take<A>(NC, MC::kWorkspace);
+  }
   d_f_ = take<A>(NF, MC::kWorkspace);
   d_qkv_ = take<A>(3 * NCt, MC::kWorkspace);
   d_atty_ = take<A>(NCt, MC::kWorkspace);
@@ -199,26 +214,113 @@ void GpuGpt<A>::tp_all_reduce(void* data, size_t count, DeviceDType type, Reduce
 }
 
 template <typename A>
+DeviceDType GpuGpt<A>::compute_type() const {
+  return std::is_same_v<A, float>      ? DeviceDType::kFloat32
+         : std::is_same_v<A, cu::fp16> ? DeviceDType::kFloat16
+                                       : DeviceDType::kBFloat16;
+}
+
+template <typename A>
 void GpuGpt<A>::tp_sum_rows(A* data) {
   if (t_ == 1) return;
-  const DeviceDType type = std::is_same_v<A, float>      ? DeviceDType::kFloat32
-                           : std::is_same_v<A, cu::fp16> ? DeviceDType::kFloat16
-                                                         : DeviceDType::kBFloat16;
-  tp_all_reduce(data, static_cast<size_t>(N_) * C_, type, ReduceOp::kSum);
+  tp_all_reduce(data, static_cast<size_t>(N_) * C_, compute_type(), ReduceOp::kSum);
+}
+
+template <typename A>
+const A* GpuGpt<A>::gather_rows(const A* held, A* full) {
+  if (!sp_) return held;
+#if LATTICE_HAVE_NCCL
+  const size_t RC = static_cast<size_t>(R_) * C_;
+  if (Status s = all_gather_on_stream(*tp_, held, full, RC, compute_type(), ctx_.stream()); !s)
+    ctx_.record_error("sequence-parallel all-gather: " + s.message());
+#else
+  ctx_.record_error("tensor parallelism on GPUs needs NCCL and MPI in the build");
+#endif
+  return full;
+}
+
+template <typename A>
+void GpuGpt<A>::reduce_rows(A* partial, A* held) {
+  if (!sp_) {
+    tp_sum_rows(partial);
+    return;
+  }
+#if LATTICE_HAVE_NCCL
+  const size_t RC = static_cast<size_t>(R_) * C_;
+  if (Status s = reduce_scatter_on_stream(*tp_, partial, held, RC, compute_type(), ctx_.stream());
+      !s)
+    ctx_.record_error("sequence-parallel reduce-scatter: " + s.message());
+#else
+  (void)held;
+  ctx_.record_error("tensor parallelism on GPUs needs NCCL and MPI in the build");
+#endif
+}
+
+template <typename A>
+void GpuGpt<A>::row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K) {
+  if (!sp_) {  // tp_rank 0 adds the bias inside its GEMM, so it enters the sum once
+    cu::matmul_forward(ctx_, out, nullptr, inp, weight, tp_rank_ == 0 ? bias : nullptr, N_, K, C_,
+                       false);
+    tp_sum_rows(out);
+    return;
+  }
+  // Each rank adds the bias to its own rows after the reduce-scatter (gpt_layer.cpp).
+  cu::matmul_forward(ctx_, full_, nullptr, inp, weight, nullptr, N_, K, C_, false);
+  reduce_rows(full_, out);
+  cu::add_bias(ctx_, out, bias, R_, C_);
+}
+
+template <typename A>
+void GpuGpt<A>::add_position_rows(A* rows, const A* wpe) {
+  // Row r is position r % T; this rank's rows [row0, row0 + R) may start and end mid-sequence.
+  const size_t T = T_, C = C_, end = row0_ + R_;
+  for (size_t r = row0_; r < end;) {
+    A* dst = rows + (r - row0_) * C;
+    const size_t pos = r % T;
+    if (pos == 0 && end - r >= T) {  // whole sequences: wpe's first T rows as one (T*C) bias
+      const size_t k = (end - r) / T;
+      cu::add_bias(ctx_, dst, wpe, static_cast<int>(k), T_ * C_);
+      r += k * T;
+    } else {
+      const size_t len = std::min(T - pos, end - r);
+      cu::add_bias(ctx_, dst, wpe + pos * C, 1, static_cast<int>(len * C));
+      r += len;
+    }
+  }
+}
+
+template <typename A>
+void GpuGpt<A>::sum_sequence_parallel_grads(int first, int last) {
+  if (!sp_) return;
+  // Runs of adjacent sequence-parallel tensors in one all-reduce each (the alignment gaps
+  // between them hold zeros: zero_grads clears the whole arena).
+  const auto& t = layout_.tensors();
+  for (int i = first; i < last;) {
+    if (!t[i].sequence_parallel_grad) {
+      i++;
+      continue;
+    }
+    int j = i;
+    while (j + 1 < last && t[j + 1].sequence_parallel_grad) j++;
+    const size_t count = t[j].offset + t[j].numel - t[i].offset;
+    tp_all_reduce(grads_ + t[i].offset, count, DeviceDType::kFloat32, ReduceOp::kSum);
+    i = j + 1;
+  }
 }
 
 template <typename A>
 void GpuGpt<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return;
-  const size_t n = static_cast<size_t>(N_) * C_;
-  cu::residual_dropout_forward(ctx_, data, nullptr, data, n, p_hidden_, key(layer, site));
+  const size_t n = static_cast<size_t>(R_) * C_;
+  cu::residual_dropout_forward(ctx_, data, nullptr, data, n, p_hidden_, key(layer, site),
+                               row0_ * C_);
 }
 
 template <typename A>
 const A* GpuGpt<A>::hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return dout;
-  const size_t n = static_cast<size_t>(N_) * C_;
-  cu::dropout_backward(ctx_, out, dout, n, p_hidden_, key(layer, site));
+  const size_t n = static_cast<size_t>(R_) * C_;
+  cu::dropout_backward(ctx_, out, dout, n, p_hidden_, key(layer, site), row0_ * C_);
   return out;
 }
 
@@ -254,16 +356,20 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
   p_hidden_ = a.p_hidden;
   p_attention_ = a.p_attention;
   dropout_seed_ = a.dropout_seed;
-  const size_t NC = static_cast<size_t>(N) * C;
+  const size_t RC = static_cast<size_t>(R_) * C;
   const auto& t = layout_.tensors();
   A* P = compute_;
-  // Row-parallel biases enter the sum once: tp_rank 0 adds them in its GEMM.
-  const bool adds_bias = tp_rank_ == 0;
   if (pre()) {
     const A* wte = P + t[layout_.word_embedding_index()].offset;
     const A* wpe = P + t[layout_.position_embedding_index()].offset;
     if (t_ == 1) {
       cu::embedding_forward(ctx_, a.residual, tokens, wte, wpe, B, T, C);
+    } else if (sp_) {
+      // Vocabulary-parallel, reduce-scattered to this rank's rows, which get their positions.
+      const int v0 = tp_rank_ * Vt_;
+      cu::embedding_forward(ctx_, full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      reduce_rows(full_, a.residual);
+      add_position_rows(a.residual, wpe);
     } else {
       // Vocabulary-parallel: this rank's rows (zero for other ranks' tokens), summed over TP;
       // then the position embedding once, as a (T*C) bias on each of the B sequences (wpe's
@@ -278,50 +384,49 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
   for (int l = 0; l < L_; l++) {
     const LayerParams<A> w = layout_.layer(P, l);
     const GpuLayerActs<A>& la = a.layers[l];
-    A* x = a.residual + l * NC;
+    A* x = a.residual + l * RC;
     if (l == 0)
-      cu::layernorm_forward(ctx_, la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
+      cu::layernorm_forward(ctx_, la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C);
     else  // x = the previous layer's res_mid + its MLP output, then LayerNorm
       cu::residual_layernorm_forward(ctx_, x, la.ln1, la.ln1_mean, la.ln1_rstd,
-                                     a.layers[l - 1].res_mid, fc2_out_, w.ln1_w, w.ln1_b, N, C);
+                                     a.layers[l - 1].res_mid, fc2_out_, w.ln1_w, w.ln1_b, R_, C);
     // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH.
-    cu::matmul_forward(ctx_, la.qkv, nullptr, la.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, false);
+    const A* ln1 = gather_rows(la.ln1, gathered_);
+    cu::matmul_forward(ctx_, la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, false);
     cu::attention_forward(ctx_, la.atty, la.lse, la.qkv, B, T, Ct_, Ht_, p_attention_,
                           key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
     // Row-parallel projection: partial sums over this rank's heads, summed over TP.
-    cu::matmul_forward(ctx_, proj_out_, nullptr, la.atty, w.proj_w, adds_bias ? w.proj_b : nullptr,
-                       N, Ct_, C, false);
-    tp_sum_rows(proj_out_);
+    row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_);
     hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
     cu::residual_layernorm_forward(ctx_, la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
-                                   w.ln2_w, w.ln2_b, N, C);
-    cu::matmul_forward(ctx_, la.gelu, la.fc1, la.ln2, w.fc1_w, w.fc1_b, N, C, Ft_, true);
-    cu::matmul_forward(ctx_, fc2_out_, nullptr, la.gelu, w.fc2_w, adds_bias ? w.fc2_b : nullptr, N,
-                       Ft_, C, false);
-    tp_sum_rows(fc2_out_);
+                                   w.ln2_w, w.ln2_b, R_, C);
+    const A* ln2 = gather_rows(la.ln2, gathered_);
+    cu::matmul_forward(ctx_, la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, true);
+    row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_);
     hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)
   }
-  A* out = a.residual + L_ * NC;
+  A* out = a.residual + L_ * RC;
   if (!post()) {
     // The stage's output residual[L] = res_mid + MLP output. The op list has no plain add for
     // both compute types, so the fused residual LayerNorm makes it and its normalised output
     // (into scratch, with the last layer's ln2 weights) is discarded: one extra (N, C) pass.
     const LayerParams<A> w = layout_.layer(P, L_ - 1);
     cu::residual_layernorm_forward(ctx_, out, d_c_, stats_scratch_, stats_scratch_ + N,
-                                   a.layers[L_ - 1].res_mid, fc2_out_, w.ln2_w, w.ln2_b, N, C);
+                                   a.layers[L_ - 1].res_mid, fc2_out_, w.ln2_w, w.ln2_b, R_, C);
     return;
   }
   const A* wte = P + t[layout_.word_embedding_index()].offset;
   const A* lnf_w = P + t[layout_.final_norm_index()].offset;
   cu::residual_layernorm_forward(ctx_, out, a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L_ - 1].res_mid,
-                                 fc2_out_, lnf_w, lnf_w + C, N, C);
-  // LM head tied to the word embedding (this rank's Vt rows; a later stage's copy of it); the
-  // cross-entropy reads fp32 logits (over the padded vocabulary, as the CPU model and
-  // Megatron).
+                                 fc2_out_, lnf_w, lnf_w + C, R_, C);
+  // LM head tied to the word embedding (this rank's Vt rows; a later stage's copy of it) over
+  // all N rows; the cross-entropy reads fp32 logits (over the padded vocabulary, as the CPU
+  // model and Megatron).
+  const A* lnf = gather_rows(a.lnf, gathered_);
   if constexpr (std::is_same_v<A, float>) {
-    cu::matmul_forward(ctx_, a.logits_f32, nullptr, a.lnf, wte, nullptr, N, C, Vt_, false);
+    cu::matmul_forward(ctx_, a.logits_f32, nullptr, lnf, wte, nullptr, N, C, Vt_, false);
   } else {
-    cu::matmul_forward(ctx_, a.logits, nullptr, a.lnf, wte, nullptr, N, C, Vt_, false);
+    cu::matmul_forward(ctx_, a.logits, nullptr, lnf, wte, nullptr, N, C, Vt_, false);
     cu::convert(ctx_, a.logits_f32, a.logits, static_cast<size_t>(N) * Vt_);
   }
   cross_entropy(a, targets, grad_scale);
@@ -353,10 +458,13 @@ void GpuGpt<A>::cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_
 template <typename A>
 void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
   const int B = B_, T = T_, C = C_, N = N_;
-  const size_t NC = static_cast<size_t>(N) * C;
+  const size_t RC = static_cast<size_t>(R_) * C;
   const auto& t = layout_.tensors();
   A* P = compute_;
   float* G = grads_;
+  // Where a column-parallel layer's input gradient (N, C) goes before reduce_rows sums it into
+  // d_c_ (R, C): in place without sequence parallelism.
+  A* d_col = sp_ ? full_ : d_c_;
   p_hidden_ = a.p_hidden;  // the masks of this slot's forward
   p_attention_ = a.p_attention;
   dropout_seed_ = a.dropout_seed;
@@ -372,51 +480,63 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
       cu::convert(ctx_, a.logits, a.logits_f32, static_cast<size_t>(N) * Vt_);
       dlogits = a.logits;
     }
-    cu::matmul_backward(ctx_, d_c_, G + wte_off, nullptr, dlogits, a.lnf, P + wte_off, N, C, Vt_);
-    tp_sum_rows(d_c_);
-    zero_async(ctx_, d_res_, NC * sizeof(A));
-    cu::layernorm_backward(ctx_, d_res_, G + lnf_off, G + lnf_off + C, d_c_, a.residual + L_ * NC,
-                           P + lnf_off, a.lnf_mean, a.lnf_rstd, N, C);
+    const A* lnf = gather_rows(a.lnf, gathered_);
+    cu::matmul_backward(ctx_, d_col, G + wte_off, nullptr, dlogits, lnf, P + wte_off, N, C, Vt_);
+    reduce_rows(d_col, d_c_);
+    zero_async(ctx_, d_res_, RC * sizeof(A));
+    cu::layernorm_backward(ctx_, d_res_, G + lnf_off, G + lnf_off + C, d_c_, a.residual + L_ * RC,
+                           P + lnf_off, a.lnf_mean, a.lnf_rstd, R_, C);
     // The final norm and, on a later stage, the tied head's copy of the word embedding.
     notify(layout_.final_norm_index(), static_cast<int>(t.size()));
   } else {
-    copy_device_async(ctx_, d_res_, a.output_grad, NC * sizeof(A));
+    copy_device_async(ctx_, d_res_, a.output_grad, RC * sizeof(A));
   }
   for (int l = L_ - 1; l >= 0; l--) {
     const LayerParams<A> w = layout_.layer(P, l);
     const LayerParams<float> g = layout_.layer(G, l);
     const GpuLayerActs<A>& la = a.layers[l];
-    const A* x = a.residual + l * NC;
+    const A* x = a.residual + l * RC;
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
-    // (the same on every TP rank, so fc2's bias gradient is whole everywhere).
+    // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
+    // parallelism this rank's rows of it, so the bias gradient is partial).
     const A* d_fc2 = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kFc2);
-    cu::matmul_backward(ctx_, d_f_, g.fc2_w, g.fc2_b, d_fc2, la.gelu, w.fc2_w, N, Ft_, C);
+    cu::matmul_backward(ctx_, d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, gather_rows(d_fc2, full_),
+                        la.gelu, w.fc2_w, N, Ft_, C);
+    if (sp_)
+      cu::matmul_backward(ctx_, nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
     cu::gelu_backward(ctx_, d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
-    cu::matmul_backward(ctx_, d_c_, g.fc1_w, g.fc1_b, d_f_, la.ln2, w.fc1_w, N, C, Ft_);
-    tp_sum_rows(d_c_);  // d ln2: every rank's MLP slice contributes
+    cu::matmul_backward(ctx_, d_col, g.fc1_w, g.fc1_b, d_f_, gather_rows(la.ln2, gathered_),
+                        w.fc1_w, N, C, Ft_);
+    reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
     cu::layernorm_backward(ctx_, d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean,
-                           la.ln2_rstd, N, C);
+                           la.ln2_rstd, R_, C);
     // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))); d_res_ holds
     // d res_mid.
     const A* d_proj = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kProjection);
-    cu::matmul_backward(ctx_, d_atty_, g.proj_w, g.proj_b, d_proj, la.atty, w.proj_w, N, Ct_, C);
+    cu::matmul_backward(ctx_, d_atty_, g.proj_w, sp_ ? nullptr : g.proj_b,
+                        gather_rows(d_proj, full_), la.atty, w.proj_w, N, Ct_, C);
+    if (sp_)
+      cu::matmul_backward(ctx_, nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
     cu::attention_backward(ctx_, d_qkv_, d_atty_, la.qkv, la.atty, la.lse, attention_ws_, B, T, Ct_,
                            Ht_, p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
-    cu::matmul_backward(ctx_, d_c_, g.qkv_w, g.qkv_b, d_qkv_, la.ln1, w.qkv_w, N, C, 3 * Ct_);
-    tp_sum_rows(d_c_);  // d ln1: every rank's heads contribute
+    cu::matmul_backward(ctx_, d_col, g.qkv_w, g.qkv_b, d_qkv_, gather_rows(la.ln1, gathered_),
+                        w.qkv_w, N, C, 3 * Ct_);
+    reduce_rows(d_col, d_c_);  // d ln1: every rank's heads contribute
     cu::layernorm_backward(ctx_, d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean,
-                           la.ln1_rstd, N, C);
+                           la.ln1_rstd, R_, C);
     notify(layout_.layer_index(l), layout_.layer_index(l) + ParamLayout::kPerLayer);
   }
   if (!pre()) {  // d_res_ is d residual[0]: the previous stage's output gradient
-    copy_device_async(ctx_, a.input_grad, d_res_, NC * sizeof(A));
+    copy_device_async(ctx_, a.input_grad, d_res_, RC * sizeof(A));
     return;
   }
   const size_t wte_off = t[layout_.word_embedding_index()].offset;
   const size_t wpe_off = t[layout_.position_embedding_index()].offset;
   hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
   const int v0 = tp_rank_ * Vt_;
-  cu::embedding_backward(ctx_, G + wte_off, G + wpe_off, d_res_, tokens, B, T, C, v0, v0 + Vt_);
+  // Both gradients from every row: the rows gathered with sequence parallelism.
+  cu::embedding_backward(ctx_, G + wte_off, G + wpe_off, gather_rows(d_res_, full_), tokens, B, T,
+                         C, v0, v0 + Vt_);
   notify(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);
 }
 

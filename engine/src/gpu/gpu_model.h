@@ -17,9 +17,12 @@
 // Dropout as the CPU model's (model/dropout_sites.h): the same sites, keys (by global layer
 // index) and masks for the same micro-batch seed, so a GPU run drops the elements a CPU run
 // drops; each slot remembers its micro-batch's seed for its backward.
-// Scope: no sequence parallelism, no recomputation; the trainer rejects the rest with a
-// message. Not thread-safe; every op is queued on the
-// Context's stream and nothing here waits for it unless its comment says so.
+// Sequence parallelism (shard.sequence_parallel, TP > 1; docs/gpu.md#sequence-parallelism):
+// the residual stream, the LayerNorms and the hidden dropout hold this rank's R = N/t rows, as
+// the CPU model's (gpt_layer.cpp); the column-parallel layers read all-gathered rows and the
+// row-parallel outputs are reduce-scattered.
+// Scope: no recomputation; the trainer rejects the rest with a message. Not thread-safe; every op
+// is queued on the Context's stream and nothing here waits for it unless its comment says so.
 #pragma once
 
 #include <functional>
@@ -41,38 +44,39 @@ namespace lattice::gpu {
 namespace cu = kernels::cuda;
 
 // Saved tensors of one layer (N = B*T rows, C hidden, F = ffn, NH heads; t = TP size, so this
-// rank holds Ct = C/t of the attention width, Ht = NH/t heads and Ft = F/t of the MLP).
+// rank holds Ct = C/t of the attention width, Ht = NH/t heads and Ft = F/t of the MLP; R = N/t
+// rows with sequence parallelism, else N).
 template <typename A>
 struct GpuLayerActs {
-  A* ln1;           // (N, C)
-  float* ln1_mean;  // (N)
-  float* ln1_rstd;  // (N)
+  A* ln1;           // (R, C)
+  float* ln1_mean;  // (R)
+  float* ln1_rstd;  // (R)
   A* qkv;           // (N, 3Ct) per-head [q|k|v] of this rank's heads
   A* atty;          // (N, Ct) attention output
   float* lse;       // (B, Ht, T) log-sum-exp of each attention row
-  A* res_mid;       // (N, C) residual after the attention block
-  A* ln2;           // (N, C)
-  float* ln2_mean;  // (N)
-  float* ln2_rstd;  // (N)
+  A* res_mid;       // (R, C) residual after the attention block
+  A* ln2;           // (R, C)
+  float* ln2_mean;  // (R)
+  float* ln2_rstd;  // (R)
   A* fc1;           // (N, Ft) before GELU
   A* gelu;          // (N, Ft)
 };
 
-// One micro-batch's activations. N = B*T rows, L = the chunk's layers.
+// One micro-batch's activations. N = B*T rows, R as GpuLayerActs, L = the chunk's layers.
 template <typename A>
 struct GpuSlot {
   int32_t* tokens = nullptr;   // (B, T) pre or post chunks: filled by the caller (slot API)
   int32_t* targets = nullptr;  // (B, T) post chunks
-  A* residual = nullptr;       // (L+1, N, C): [0] embeddings or the input, [l+1] layer l's output
+  A* residual = nullptr;       // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
   std::vector<GpuLayerActs<A>> layers;
-  A* lnf = nullptr;             // (N, C) post
-  float* lnf_mean = nullptr;    // (N) post
-  float* lnf_rstd = nullptr;    // (N) post
+  A* lnf = nullptr;             // (R, C) post
+  float* lnf_mean = nullptr;    // (R) post
+  float* lnf_rstd = nullptr;    // (R) post
   A* logits = nullptr;          // (N, Vt) post, bf16 runs: the GEMM's output, then dlogits
   float* logits_f32 = nullptr;  // (N, Vt) post: fp32 logits, then fp32 dlogits
   float* losses = nullptr;      // (N) post
-  A* output_grad = nullptr;     // (N, C) not post: the gradient of residual[L], from the next stage
-  A* input_grad = nullptr;      // (N, C) not pre: the gradient of residual[0], for the previous one
+  A* output_grad = nullptr;     // (R, C) not post: the gradient of residual[L], from the next stage
+  A* input_grad = nullptr;      // (R, C) not pre: the gradient of residual[0], for the previous one
   // The slot's last forward's dropout: p of the hidden and attention sites (0 when evaluating)
   // and the micro-batch's seed; its backward draws the same masks.
   float p_hidden = 0, p_attention = 0;
@@ -84,7 +88,8 @@ class GpuGpt {
  public:
   // Allocates everything for micro-batches of `micro_batch` sequences, `in_flight` of them in
   // flight; an out-of-memory names the category and the bytes. shard: the chunk (layer range,
-  // pre, post, tensor-parallel split; no sequence parallelism). tp: the NcclComm of the
+  // pre, post, tensor-parallel split, sequence parallelism when tp_size > 1, which needs
+  // tp_size to divide B*T). tp: the NcclComm of the
   // tensor-parallel group (make_nccl_comm), required when tp_size > 1 and outliving the
   // model; a failed reduction is recorded in the Context like a failed kernel.
   static Result<std::unique_ptr<GpuGpt>> create(const ModelConfig& config, int micro_batch,
@@ -130,21 +135,24 @@ class GpuGpt {
 
   // A pipeline stage (gpu_pipeline.h), one micro-batch per slot: before forward_slot the
   // caller has queued slot s's tokens and targets (pre or post chunk) or its input
-  // (slot(s).residual, (N, C)); a post chunk leaves slot(s).losses, another its output
-  // (output(s)). dropout_seed: the micro-batch's, as forward()'s; the slot keeps it (and p) for
-  // its backward. Before backward_slot a chunk that is not post has its output gradient in
-  // slot(s).output_grad; one that is not pre leaves its input gradient in slot(s).input_grad.
+  // (slot(s).residual, (R, C): this rank's rows with sequence parallelism); a post chunk leaves
+  // slot(s).losses, another its output (output(s)). dropout_seed: the micro-batch's, as
+  // forward()'s; the slot keeps it (and p) for its backward. Before backward_slot a chunk that is
+  // not post has its output gradient in slot(s).output_grad; one that is not pre leaves its input
+  // gradient in slot(s).input_grad.
   int slot_count() const { return static_cast<int>(slots_.size()); }
   GpuSlot<A>& slot(int s) { return slots_[s]; }
-  const A* output(int s) const { return slots_[s].residual + static_cast<size_t>(L_) * N_ * C_; }
+  const A* output(int s) const { return slots_[s].residual + static_cast<size_t>(L_) * R_ * C_; }
   void forward_slot(int s, float grad_scale, uint64_t dropout_seed = 0);
   void backward_slot(int s);
   bool pre() const { return layout_.shard().pre; }
   bool post() const { return layout_.shard().post; }
-  size_t boundary_elems() const { return static_cast<size_t>(N_) * C_; }  // (N, C)
+  size_t boundary_elems() const { return static_cast<size_t>(R_) * C_; }  // (R, C)
   // Called during backward with each range [first, last) of layout().tensors() whose gradients
   // are complete once the work queued so far has run (a data-parallel reducer waits for an
-  // event recorded at that point). Only when final_backward is set (last micro-batch).
+  // event recorded at that point). Only when final_backward is set (last micro-batch), which
+  // also sums the sequence-parallel gradients (sequence_parallel_grad) over the TP group
+  // first, as the CPU model's notify_ready.
   void set_grads_ready(std::function<void(int first, int last)> f) { grads_ready_ = std::move(f); }
   void set_final_backward(bool final) { final_backward_ = final; }
 
@@ -164,11 +172,24 @@ class GpuGpt {
   // Sums an (N, C) activation of partial sums over the TP group: the row-parallel layers'
   // outputs, the input gradients of the column-parallel ones and of the LM head.
   void tp_sum_rows(A* data);
-  // Hidden dropout in place on an (N, C) activation (nothing when not training or p is 0), with
+  // Sequence parallelism (no-ops otherwise, as the CPU model's helpers of the same names):
+  // gather_rows all-gathers this rank's (R, C) rows into full (N, C) and returns it (held
+  // itself without SP); reduce_rows sums partial (N, C) over the TP group into held (R, C):
+  // a reduce-scatter with SP, else an all-reduce in place (held == partial; nothing at t 1).
+  const A* gather_rows(const A* held, A* full);
+  void reduce_rows(A* partial, A* held);
+  // out (R, C) = the row-parallel layer inp (N, K) @ weight^T summed over TP, + bias once.
+  void row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K);
+  // The position embedding wpe (T, C) added to this rank's rows (R, C) of the embedding.
+  void add_position_rows(A* rows, const A* wpe);
+  // Sums the sequence_parallel_grad gradients of tensors [first, last) over the TP group.
+  void sum_sequence_parallel_grads(int first, int last);
+  DeviceDType compute_type() const;
+  // Hidden dropout in place on an (R, C) activation (nothing when not training or p is 0), with
   // the current slot's p and seed; layer: the local index (keyed by the global one), -1 for the
   // embedding.
   void hidden_dropout(A* data, int layer, DropoutSite site);
-  // d data (N, C) = the mask of hidden_dropout(layer, site) applied to dout; returns dout
+  // d data (R, C) = the mask of hidden_dropout(layer, site) applied to dout; returns dout
   // itself when there is no dropout.
   const A* hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site);
   // The mask key of local layer `layer`'s site (-1: the embedding), keyed by the global layer
@@ -183,7 +204,9 @@ class GpuGpt {
   template <typename X>
   X* take(size_t n, MemoryCategory category);
   void notify(int first, int last) {
-    if (final_backward_ && grads_ready_) grads_ready_(first, last);
+    if (!final_backward_) return;
+    sum_sequence_parallel_grads(first, last);
+    if (grads_ready_) grads_ready_(first, last);
   }
 
   ModelConfig config_;
@@ -195,7 +218,10 @@ class GpuGpt {
   size_t failed_bytes_ = 0;    // first allocation that failed
   MemoryCategory failed_category_ = MemoryCategory::kWeights;
   int B_, T_, C_, F_, NH_, L_, Vp_, N_;
-  int t_, tp_rank_;        // tensor-parallel size and rank
+  int t_, tp_rank_;  // tensor-parallel size and rank
+  bool sp_;          // sequence parallelism (t_ > 1)
+  int R_;            // rows of the residual stream held: N/t with sequence parallelism, else N
+  size_t row0_;      // the first of them (tp_rank * R with sequence parallelism, else 0)
   int Ct_, Ft_, Ht_, Vt_;  // this rank's C/t, F/t, NH/t heads, Vp/t vocabulary rows
 
   float* master_ = nullptr;        // (numel)
@@ -207,10 +233,12 @@ class GpuGpt {
   double* sum_exp_ = nullptr;      // (N)
   float* target_logit_ = nullptr;  // (N)
   // Scratch shared by forward and backward.
-  A* proj_out_ = nullptr;          // (N, C) attention projection output, summed over TP (forward)
-  A* fc2_out_ = nullptr;           // (N, C) MLP output, summed over TP; added by the next LayerNorm
-  A* d_res_ = nullptr;             // (N, C) gradient of the residual stream
-  A* d_c_ = nullptr;               // (N, C)
+  A* proj_out_ = nullptr;          // (R, C) attention projection output, summed over TP (forward)
+  A* fc2_out_ = nullptr;           // (R, C) MLP output, summed over TP; added by the next LayerNorm
+  A* d_res_ = nullptr;             // (R, C) gradient of the residual stream
+  A* d_c_ = nullptr;               // (N, C), (R, C) with sequence parallelism
+  A* gathered_ = nullptr;          // (N, C) sequence parallelism: an all-gathered LayerNorm output
+  A* full_ = nullptr;              // (N, C) sequence parallelism: partial sums, gathered gradients
   A* d_f_ = nullptr;               // (N, Ft)
   A* d_qkv_ = nullptr;             // (N, 3Ct)
   A* d_atty_ = nullptr;            // (N, Ct)

@@ -1,8 +1,10 @@
 // The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
 // (train/data_feed.h), the rank's pipeline stage (GpuGpt per model chunk of its ModelShard) run
 // by GpuPipeline (gpu_pipeline.h: 1F1B or interleaved 1F1B, gradient accumulation over
-// micro-batches; PP 1 runs forward and backward of each micro-batch in turn), tensor
-// parallelism inside the model (NCCL on the compute stream), data-parallel reduction overlapped
+// micro-batches; PP 1 runs forward and backward of each micro-batch in turn), tensor and
+// sequence parallelism inside the model (NCCL on the compute stream; the partial LayerNorm and
+// bias gradients of --sequence-parallel are summed over TP there, before the data-parallel
+// reduction and the norm), data-parallel reduction overlapped
 // with backward (grad_reducer.h; with --use-distributed-optimizer a reduce-scatter into the
 // rank's optimizer shard of each chunk and an all-gather after the step), the tied word
 // embedding's gradient summed over the embedding group (first and last stage), hidden and
@@ -265,7 +267,8 @@ Status GpuLoop<A>::setup() {
   for (int c = 0; c < L.vpp; c++) {
     Chunk chunk;
     auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory,
-                                   shard_of(L, groups_.coord, c, false), tp_.get(), in_flight);
+                                   shard_of(L, groups_.coord, c, o_.parallel.sequence_parallel),
+                                   tp_.get(), in_flight);
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GpuGpt<A>& m = *chunk.model;
@@ -508,6 +511,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << o_.parallel.pipeline_model_parallel_size << pipeline_schedule_name(o_) << ", DP "
     << world_.size() / std::max(1, o_.model.tensor_model_parallel_size *
                                        o_.parallel.pipeline_model_parallel_size)
+    << (o_.parallel.sequence_parallel ? ", sequence parallel" : "")
     << (o_.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << "), "
     << (std::is_same_v<A, float>      ? "fp32"
         : std::is_same_v<A, cu::fp16> ? "fp16 with fp32 master weights and grads, loss scaling"
@@ -744,6 +748,12 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
     for (const std::string& rule :
          layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
       if (rule.find("--decoder-") != std::string::npos) e.push_back(rule);
+  // Sequence parallelism (docs/gpu.md#sequence-parallelism): the CPU layout's rules (TP > 1,
+  // TP divides --seq-length), in its words.
+  if (o.parallel.sequence_parallel)
+    for (const std::string& rule :
+         layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
+      if (rule.find("--sequence-parallel") != std::string::npos) e.push_back(rule);
   const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
   const std::string v_flag = "--num-layers-per-virtual-pipeline-stage " + std::to_string(v);
   if (v > 0 && pp <= 1)
@@ -752,7 +762,6 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   if (v > 0 && pp > 1 && layers % pp == 0 && (layers / pp) % v != 0)
     e.push_back(v_flag + " does not divide the " + std::to_string(layers / pp) +
                 " layers of each pipeline stage");
-  if (o.parallel.sequence_parallel) e.push_back(std::string("--sequence-parallel") + why);
   if (!o.parallel.recompute_granularity.empty())
     e.push_back("--recompute-granularity " + o.parallel.recompute_granularity + why);
   if (o.fp64) e.push_back(std::string("--fp64") + why);

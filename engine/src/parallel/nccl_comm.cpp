@@ -159,6 +159,22 @@ class NcclComm final : public Comm {
                  ncclAllReduce(data, data, count, type, nccl_op(op), comm_, stream));
   }
 
+  // all_gather_on_stream / reduce_scatter_on_stream: equal blocks on the caller's stream.
+  Status all_gather_on(const void* send, void* recv, size_t count, ncclDataType_t type,
+                       size_t element_bytes, cudaStream_t stream) {
+    stats_.calls++;
+    stats_.all_gather_bytes += count * size() * element_bytes;
+    return check("ncclAllGather (on the caller's stream)",
+                 ncclAllGather(send, recv, count, type, comm_, stream));
+  }
+  Status reduce_scatter_on(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           size_t element_bytes, cudaStream_t stream) {
+    stats_.calls++;
+    stats_.reduce_scatter_bytes += count * size() * element_bytes;
+    return check("ncclReduceScatter (on the caller's stream)",
+                 ncclReduceScatter(send, recv, count, type, ncclSum, comm_, stream));
+  }
+
   // send_on_stream / recv_on_stream: ncclSend / ncclRecv on the caller's stream.
   Status point_to_point_on(bool send, void* data, size_t count, ncclDataType_t type,
                            size_t element_bytes, int peer, cudaStream_t stream) {
@@ -393,6 +409,53 @@ Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType ty
       return comm->all_reduce_on(data, count, ncclFloat16, 2, op, stream);
   }
   return Status::invalid_argument("all_reduce_on_stream: unknown element type");
+}
+
+namespace {
+// The NCCL type and element size of a DeviceDType; false for an unknown one.
+bool nccl_device_type(DeviceDType type, ncclDataType_t& nccl, size_t& bytes) {
+  switch (type) {
+    case DeviceDType::kFloat32:
+      nccl = ncclFloat32, bytes = 4;
+      return true;
+    case DeviceDType::kFloat64:
+      nccl = ncclFloat64, bytes = 8;
+      return true;
+    case DeviceDType::kBFloat16:
+      nccl = ncclBfloat16, bytes = 2;
+      return true;
+    case DeviceDType::kFloat16:
+      nccl = ncclFloat16, bytes = 2;
+      return true;
+  }
+  return false;
+}
+}  // namespace
+
+Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count,
+                            DeviceDType type, CUstream_st* stream) {
+  auto* comm = dynamic_cast<NcclComm*>(&nccl);
+  if (!comm)
+    return Status::invalid_argument(
+        "all_gather_on_stream: the communicator is not an NcclComm (make_nccl_comm)");
+  ncclDataType_t t;
+  size_t bytes;
+  if (!nccl_device_type(type, t, bytes))
+    return Status::invalid_argument("all_gather_on_stream: unknown element type");
+  return comm->all_gather_on(send, recv, count, t, bytes, stream);
+}
+
+Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count,
+                                DeviceDType type, CUstream_st* stream) {
+  auto* comm = dynamic_cast<NcclComm*>(&nccl);
+  if (!comm)
+    return Status::invalid_argument(
+        "reduce_scatter_on_stream: the communicator is not an NcclComm (make_nccl_comm)");
+  ncclDataType_t t;
+  size_t bytes;
+  if (!nccl_device_type(type, t, bytes))
+    return Status::invalid_argument("reduce_scatter_on_stream: unknown element type");
+  return comm->reduce_scatter_on(send, recv, count, t, bytes, stream);
 }
 
 namespace {

@@ -7,8 +7,9 @@
 // Streams: operations run on the communicator's own stream. The caller makes its buffers
 // ready first (synchronises the compute stream that wrote them); blocking calls return when
 // the operation has completed on the device, async calls when it is enqueued, and their
-// request's wait() synchronises with it. all_reduce_on_stream is the exception: it queues
-// on a stream the caller names (tensor parallelism's reductions, ordered with compute).
+// request's wait() synchronises with it. The *_on_stream calls are the exception: they queue
+// on a stream the caller names (tensor and sequence parallelism's collectives and the
+// pipeline's messages, ordered with compute).
 // In place: reduce_scatter's recv may be this rank's block of send (NCCL's in-place rule;
 // comm.h does not promise it for every Comm), and all_gather's send this rank's block of recv.
 #pragma once
@@ -43,6 +44,18 @@ enum class DeviceDType { kFloat32, kFloat64, kBFloat16, kFloat16 };
 // An error (invalid_argument) when `nccl` is not an NcclComm.
 Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, ReduceOp op,
                             CUstream_st* stream);
+
+// Queue an all-gather (recv (count * size) = every rank's send (count), in rank order) or a
+// reduce-scatter (recv (count) = this rank's block of the sum of every rank's send
+// (count * size)) over `nccl` on `stream`, as all_reduce_on_stream: ordered with the work on
+// `stream`, the host never waits (sequence parallelism's row exchanges). In place as NCCL
+// allows (see the top of this file). Collective over `nccl`, the same calls in the same order
+// on every rank; not thread-safe with other calls on `nccl`. An error (invalid_argument) when
+// `nccl` is not an NcclComm.
+Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count,
+                            DeviceDType type, CUstream_st* stream);
+Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count,
+                                DeviceDType type, CUstream_st* stream);
 
 // Queue a send of data (count elements, a device pointer) to `peer`, or a receive from it,
 // over `nccl` on `stream` instead of the communicator's own stream, as all_reduce_on_stream:
