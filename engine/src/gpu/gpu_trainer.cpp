@@ -264,8 +264,12 @@ Status GpuLoop<A>::setup() {
   std::vector<GpuGpt<A>*> models;
   for (int c = 0; c < L.vpp; c++) {
     Chunk chunk;
-    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory,
-                                   shard_of(L, groups_.coord, c, false), tp_.get(), in_flight);
+    const ModelShard shard = shard_of(L, groups_.coord, c, false);
+    const ParallelOptions& par = o_.parallel;
+    const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
+                                                   par.recompute_num_layers, shard.num_layers(mc_));
+    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard,
+                                   tp_.get(), in_flight, plan);
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GpuGpt<A>& m = *chunk.model;
@@ -753,8 +757,8 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
     e.push_back(v_flag + " does not divide the " + std::to_string(layers / pp) +
                 " layers of each pipeline stage");
   if (o.parallel.sequence_parallel) e.push_back(std::string("--sequence-parallel") + why);
-  if (!o.parallel.recompute_granularity.empty())
-    e.push_back("--recompute-granularity " + o.parallel.recompute_granularity + why);
+  // Recomputation (docs/gpu.md#recomputation): selective and full, with the CPU's rules.
+  for (std::string& r : o.parallel.recompute_errors()) e.push_back(std::move(r));
   if (o.fp64) e.push_back(std::string("--fp64") + why);
   const int heads = o.model.num_attention_heads;
   const int hs = heads > 0 ? o.model.hidden_size / heads : 0;
