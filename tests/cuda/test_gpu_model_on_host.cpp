@@ -32,8 +32,9 @@
 // micro-batches sharing the scratch), against the CPU model without recomputation; a bf16 model
 // that recomputes gives bit-identical losses and gradients to one that does not (the recomputed
 // ln1 rounds as the fused forward's); and the activation memory category shrinks by exactly
-// the layers no longer kept per slot. A recomputation with another dropout key, or with the
-// group's recompute triggered one layer late, was checked to fail these cases.
+// the layers no longer kept per slot. A recomputation with the slot's dropout seed shifted by
+// one, one that stops a layer short of its group's top, and scratch-free allocation broken
+// (recomputed layers still allocated per slot) were each checked to fail these cases.
 #include <QtTest/QtTest>
 
 #include <cmath>
