@@ -516,6 +516,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << (std::is_same_v<A, float>      ? "fp32"
         : std::is_same_v<A, cu::fp16> ? "fp16 with fp32 master weights and grads, loss scaling"
                                       : "bf16 with fp32 master weights and grads");
+  if (!o_.parallel.recompute_granularity.empty())  // as the CPU trainer's description
+    d << ", " << o_.parallel.recompute_granularity << " recomputation";
   start.description = d.str();
   start.parameters = mc_.num_parameters();
   start.peak_gflops = peak / 1e9;
