@@ -380,7 +380,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
 // schedule, one layer per chunk; first > 0: the first stage holds `first` layers of four
 // (--decoder-first-pipeline-num-layers), the others share the rest. variant: "fp32", "dropout"
 // (fp32 with hidden and attention dropout 0.1), "bf16" or "fp16" (at a loss scale of 2^10);
-// "uniform" (fp32, full recomputation of each stage's layers in one uniform group of 2) or
+// "uniform" (fp32, full recomputation of each chunk's layers in uniform groups of 2) or
 // "block-dropout" (fp32 with dropout, the first layer of each stage recomputed by block).
 int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& variant) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
@@ -659,6 +659,11 @@ class GpuModelOnHost : public QObject {
     const testing::Run tp2 =
         testing::run_mpi(4, self, {"--pipeline-worker", "2", "2", "1", "0", "uniform"}, {}, 180000);
     QVERIFY2(tp2.exit_code == 0, qPrintable("TP 2 x PP 2 uniform: " + tp2.err + tp2.out));
+    // Interleaved: each chunk (one layer) has its own plan and scratch.
+    const testing::Run interleaved =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "2", "0", "uniform"}, {}, 120000);
+    QVERIFY2(interleaved.exit_code == 0,
+             qPrintable("PP 2 x 2 chunks uniform: " + interleaved.err + interleaved.out));
   }
 
   void interleaved_pp2_iteration_matches_the_whole_cpu_model() {
