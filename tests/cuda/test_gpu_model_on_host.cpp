@@ -35,6 +35,14 @@
 // A missing TP sum of the LayerNorm gradients and a dropout mask without the row0 * C offset
 // were each checked to fail these. The activations of a sequence-parallel model take the bytes
 // of the rows it no longer holds less than without it.
+// Full recomputation (docs/gpu.md#recomputation): the same comparisons with the GPU model
+// recomputing (uniform and block, at TP 1 and TP 2, with dropout, over PP 2 with several
+// micro-batches sharing the scratch), against the CPU model without recomputation; a bf16 model
+// that recomputes gives bit-identical losses and gradients to one that does not (the recomputed
+// ln1 rounds as the fused forward's); and the activation memory category shrinks by exactly
+// the layers no longer kept per slot. A recomputation with the slot's dropout seed shifted by
+// one, one that stops a layer short of its group's top, and scratch-free allocation broken
+// (recomputed layers still allocated per slot) were each checked to fail these cases.
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -107,9 +115,11 @@ void give_biases_values(GptModel<float>& m) {
 // between the CPU model and GpuGpt<A> after one forward and backward from the same weights,
 // the GPU model's loss gradient multiplied by loss_scale (its gradients divided by it before
 // the comparison). tp: the TP communicator (null at TP 1). B: sequences in the micro-batch.
+// recompute: the GPU model's plan (the CPU model keeps everything).
 template <typename A = float>
 std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm* tp,
-                             Tolerance tolerance = {}, float loss_scale = 1.0f, int B = 2) {
+                             Tolerance tolerance = {}, float loss_scale = 1.0f, int B = 2,
+                             const RecomputePlan& recompute = {}) {
   const int N = B * c.seq_length;
   GptModel<float> cpu(c, shard, B, tp, RecomputePlan{});
   cpu.init_weights(7);
@@ -129,7 +139,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   std::string error;
   std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
   CachingAllocator memory(std::make_unique<HostMemory>());
-  auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, shard, tp);
+  auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, shard, tp, 1, recompute);
   if (!gpu) return gpu.status().message();
   gpu::GpuGpt<A>& g = **gpu;
   if (g.numel() != cpu.layout().total_numel()) return "the arenas differ in size";
@@ -185,6 +195,54 @@ std::vector<std::string> non_finite_grads(const ModelConfig& c, float loss_scale
   return names;
 }
 
+// --recompute-granularity full with method and n for a chunk of `layers` layers.
+RecomputePlan full(const std::string& method, int n, int layers) {
+  return RecomputePlan::make("full", method, n, layers);
+}
+
+// Losses and gradients of one training step of a TP 1 GpuGpt<A> (one slot), or an error.
+struct StepResult {
+  std::vector<float> losses, grads;
+  std::string error;
+};
+template <typename A>
+StepResult gpu_step(const ModelConfig& c, const RecomputePlan& recompute) {
+  const int B = 2, N = B * c.seq_length;
+  GptModel<float> host(c, ModelShard{}, B, nullptr, RecomputePlan{});
+  host.init_weights(7);
+  give_biases_values(host);
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; i++) {
+    tokens[i] = (i * 37 + 11) % c.vocab_size;
+    targets[i] = (i * 53 + 5) % c.vocab_size;
+  }
+  std::string error;
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  CachingAllocator memory(std::make_unique<HostMemory>());
+  auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, ModelShard{}, nullptr, 1, recompute);
+  if (!gpu) return {{}, {}, gpu.status().message()};
+  gpu::GpuGpt<A>& g = **gpu;
+  g.upload(host.params());
+  g.zero_grads();
+  g.forward(tokens.data(), targets.data(), 1.0f / N, kDropoutSeed);
+  g.backward(tokens.data());
+  if (std::string e = ctx->synchronize(); !e.empty()) return {{}, {}, e};
+  return {std::vector<float>(g.losses(), g.losses() + N),
+          std::vector<float>(g.grads(), g.grads() + g.numel()), ""};
+}
+
+// Bytes of the activation category after creating a TP 1 GpuGpt<A> with `in_flight` slots.
+template <typename A>
+size_t activation_bytes(const ModelConfig& c, int in_flight, const RecomputePlan& recompute) {
+  CachingAllocator memory(std::make_unique<HostMemory>());
+  std::string error;
+  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
+  auto gpu =
+      gpu::GpuGpt<A>::create(c, 2, *ctx, memory, ModelShard{}, nullptr, in_flight, recompute);
+  if (!gpu) return 0;
+  return memory.stats().of(MemoryCategory::kActivations).current;
+}
+
 // `layers` layers (at least four: two per stage at PP 2), otherwise as config(tp, with_dropout).
 ModelConfig pipeline_config(int tp, int layers, bool with_dropout) {
   ModelConfig c = testing::tiny_config(std::max(4, layers), 128, 4, 16, 250);
@@ -212,10 +270,12 @@ float whole_value(const GptModel<float>& whole, const float* arena, const ParamT
 // shard, run by GpuPipeline) and the whole fp32 CPU model on every micro-batch in one process,
 // each micro-batch with its own dropout seed (micro_batch_seed) on both sides. The GPU side's
 // loss gradient is multiplied by loss_scale (its gradients divided by it before comparing).
+// recompute_method, recompute_n: the GPU chunks' full recomputation ("" none).
 template <typename A = float>
 std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
                              Tolerance tolerance = {}, float loss_scale = 1.0f,
-                             bool sequence_parallel = false) {
+                             bool sequence_parallel = false,
+                             const std::string& recompute_method = "", int recompute_n = 0) {
   const int B = 2, N = B * c.seq_length, M = 8;
   const ParallelLayout& L = groups.layout;
   const float grad_scale = 1.0f / (static_cast<float>(N) * M);
@@ -247,9 +307,11 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   std::vector<std::unique_ptr<gpu::GpuGpt<A>>> models;
   std::vector<gpu::GpuGpt<A>*> chunk_models;
   for (int chunk = 0; chunk < chunks; chunk++) {
-    auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory,
-                                      shard_of(L, groups.coord, chunk, sequence_parallel),
-                                      groups.tp.get(), in_flight);
+    const ModelShard shard = shard_of(L, groups.coord, chunk, sequence_parallel);
+    const RecomputePlan plan = recompute_method.empty()
+                                   ? RecomputePlan{}
+                                   : full(recompute_method, recompute_n, shard.num_layers(c));
+    auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, shard, groups.tp.get(), in_flight, plan);
     if (!gpu) return gpu.status().message();
     gpu::GpuGpt<A>& g = **gpu;
     std::vector<float> host(g.numel(), 0.0f);
@@ -330,7 +392,9 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
 // schedule, one layer per chunk; first > 0: the first stage holds `first` layers of four
 // (--decoder-first-pipeline-num-layers), the others share the rest. variant: "fp32", "dropout"
 // (fp32 with hidden and attention dropout 0.1), "sp-dropout" (that with sequence parallelism),
-// "bf16" or "fp16" (at a loss scale of 2^10).
+// "bf16" or "fp16" (at a loss scale of 2^10); "uniform" (fp32, full recomputation of each
+// chunk's layers in uniform groups of 2) or "block-dropout" (fp32 with dropout, the first layer
+// of each stage recomputed by block).
 int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& variant) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
@@ -340,7 +404,9 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
   std::string error;
   {  // the communicators go before MPI does
     TrainOptions o;
-    o.model = pipeline_config(tp, pp * chunks, variant == "dropout" || variant == "sp-dropout");
+    o.model = pipeline_config(
+        tp, pp * chunks,
+        variant == "dropout" || variant == "sp-dropout" || variant == "block-dropout");
     o.parallel.pipeline_model_parallel_size = pp;
     if (chunks > 1) o.parallel.num_layers_per_virtual_pipeline_stage = 1;
     o.parallel.decoder_first_pipeline_num_layers = first;
@@ -362,6 +428,10 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
       error = compare_pipeline(o.model, *groups);
     } else if (variant == "sp-dropout") {
       error = compare_pipeline(o.model, *groups, Tolerance{}, 1.0f, true);
+    } else if (variant == "uniform") {
+      error = compare_pipeline(o.model, *groups, {}, 1.0f, false, "uniform", 2);
+    } else if (variant == "block-dropout") {
+      error = compare_pipeline(o.model, *groups, {}, 1.0f, false, "block", 1);
     } else {
       error = "unknown variant " + variant;
     }
@@ -400,10 +470,18 @@ int worker() {
       } else if (error = compare_one_step(config(2, true), shard, groups->tp.get());
                  !error.empty()) {
         error = "fp32 with dropout: " + error;
-      } else {
-        error =
-            compare_one_step<cu::fp16>(o.model, shard, groups->tp.get(), kHalfTolerance, 1024.0f);
-        if (!error.empty()) error = "fp16: " + error;
+      } else if (error = compare_one_step<cu::fp16>(o.model, shard, groups->tp.get(),
+                                                    kHalfTolerance, 1024.0f);
+                 !error.empty()) {
+        error = "fp16: " + error;
+      } else if (error = compare_one_step(o.model, shard, groups->tp.get(), {}, 1.0f, 2,
+                                          full("uniform", 1, 2));
+                 !error.empty()) {
+        error = "fp32, full uniform 1: " + error;
+      } else if (error = compare_one_step(config(2, true), shard, groups->tp.get(), {}, 1.0f, 2,
+                                          full("block", 1, 2));
+                 !error.empty()) {
+        error = "fp32 with dropout, full block 1: " + error;
       }
     }
   }
@@ -461,6 +539,12 @@ int sp_worker() {
       if (error.empty() &&
           !(error = compare_one_step<cu::fp16>(o.model, sp, tp, kHalfTolerance, 1024.0f)).empty())
         error = "fp16: " + error;
+      // Full recomputation over sequence-parallel rows: the recomputed group re-runs the
+      // all-gathers and reduce-scatters of its forward.
+      if (error.empty() &&
+          !(error = compare_one_step(config(2, true), sp, tp, {}, 1.0f, 2, full("uniform", 1, 2)))
+               .empty())
+        error = "with dropout and full recomputation: " + error;
       if (error.empty()) {
         // Without SP minus with it: the rows [R, N) of the residual stream (L+1 of them), of
         // each layer's ln1, res_mid, ln2 and their four statistics, and of lnf and its two.
@@ -522,6 +606,67 @@ class GpuModelOnHost : public QObject {
     const std::string d =
         compare_one_step<cu::fp16>(config(1), ModelShard{}, nullptr, kHalfTolerance, 1024.0f);
     QVERIFY2(d.empty(), ("fp16: " + d).c_str());
+  }
+
+  // Full recomputation: the recomputed activations are the forward's (the slot's dropout masks,
+  // the group boundaries of the plan), uniform (groups of 1 and of 2) and block.
+  void tp1_full_recompute_step_matches_the_cpu_model() {
+    using Method = std::pair<const char*, int>;
+    for (const auto& [method, n] :
+         {Method{"uniform", 1}, Method{"uniform", 2}, Method{"block", 1}}) {
+      for (bool dropout : {false, true}) {
+        const std::string d = compare_one_step(config(1, dropout), ModelShard{}, nullptr, {}, 1.0f,
+                                               2, full(method, n, 2));
+        QVERIFY2(d.empty(), qPrintable(QString("%1 %2%3: %4")
+                                           .arg(method)
+                                           .arg(n)
+                                           .arg(dropout ? " with dropout" : "")
+                                           .arg(d.c_str())));
+      }
+    }
+  }
+
+  void tp1_bf16_full_recompute_step_is_within_bf16_tolerance() {
+    const std::string d = compare_one_step<cu::bf16>(
+        config(1, true), ModelShard{}, nullptr, kHalfTolerance, 1.0f, 2, full("uniform", 1, 2));
+    QVERIFY2(d.empty(), ("bf16, full uniform 1: " + d).c_str());
+  }
+
+  // The recomputed ln1 is a plain LayerNorm of the stored residual, the forward's a fused
+  // residual add and LayerNorm that normalises the rounded sum: in bf16 and fp16 the two agree
+  // bit for bit, and so does everything after them.
+  void a_16_bit_recompute_step_equals_the_step_without_recomputation_bitwise() {
+    ModelConfig c = pipeline_config(1, 4, true);
+    const StepResult bf16 = gpu_step<cu::bf16>(c, {});
+    const StepResult bf16_uniform = gpu_step<cu::bf16>(c, full("uniform", 2, 4));
+    const StepResult fp16 = gpu_step<cu::fp16>(c, {});
+    const StepResult fp16_block = gpu_step<cu::fp16>(c, full("block", 3, 4));
+    for (const StepResult* r : {&bf16, &bf16_uniform, &fp16, &fp16_block})
+      QVERIFY2(r->error.empty(), r->error.c_str());
+    QVERIFY2(bf16.losses == bf16_uniform.losses, "bf16: token losses differ");
+    QVERIFY2(bf16.grads == bf16_uniform.grads, "bf16: gradients differ");
+    QVERIFY2(fp16.losses == fp16_block.losses, "fp16: token losses differ");
+    QVERIFY2(fp16.grads == fp16_block.grads, "fp16: gradients differ");
+  }
+
+  // Per slot a recomputed layer keeps nothing beyond residual[l]; the max_group layers of
+  // scratch are shared by the slots.
+  void full_recompute_shrinks_the_activation_category() {
+    const ModelConfig c = config(1);  // two layers
+    const size_t N = 2 * c.seq_length, C = c.hidden_size, F = c.ffn();
+    const size_t a = sizeof(float), lse = 2 * c.num_attention_heads * c.seq_length;
+    // ln1, qkv (3), atty, res_mid, ln2; fc1, gelu; the two LayerNorms' mean and rstd; lse.
+    const size_t layer = (7 * N * C + 2 * N * F) * a + (4 * N + lse) * sizeof(float);
+    const size_t kept = activation_bytes<float>(c, 3, {});
+    QVERIFY(kept > 0);
+    // uniform 1: 3 slots x 2 layers kept -> 1 layer of scratch.
+    QCOMPARE(activation_bytes<float>(c, 3, full("uniform", 1, 2)), kept - 5 * layer);
+    // uniform 2: one group of 2 -> 2 layers of scratch.
+    QCOMPARE(activation_bytes<float>(c, 3, full("uniform", 2, 2)), kept - 4 * layer);
+    // block 1: layer 0 recomputed (1 layer of scratch), layer 1 kept per slot.
+    QCOMPARE(activation_bytes<float>(c, 3, full("block", 1, 2)), kept - 2 * layer);
+    // Selective recomputation changes nothing: the attention probabilities are never stored.
+    QCOMPARE(activation_bytes<float>(c, 3, RecomputePlan::make("selective", "", 0, 2)), kept);
   }
 
   void an_fp16_overflow_reaches_every_gradient_it_feeds() {
@@ -613,6 +758,27 @@ class GpuModelOnHost : public QObject {
     const testing::Run run =
         testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "1", "fp32"}, {}, 120000);
     QVERIFY2(run.exit_code == 0, qPrintable("PP 2, 1 + 3 layers: " + run.err + run.out));
+  }
+
+  // Several micro-batches in flight share the recompute scratch: each backward recomputes its
+  // own slot's activations with its own dropout seed.
+  void pp2_iteration_with_full_recompute_matches_the_whole_cpu_model() {
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    for (const char* variant : {"uniform", "block-dropout"}) {
+      const testing::Run run =
+          testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0", variant}, {}, 120000);
+      QVERIFY2(run.exit_code == 0,
+               qPrintable(QString("PP 2 ") + variant + ": " + run.err + run.out));
+    }
+    const testing::Run tp2 =
+        testing::run_mpi(4, self, {"--pipeline-worker", "2", "2", "1", "0", "uniform"}, {}, 180000);
+    QVERIFY2(tp2.exit_code == 0, qPrintable("TP 2 x PP 2 uniform: " + tp2.err + tp2.out));
+    // Interleaved: each chunk (one layer) has its own plan and scratch.
+    const testing::Run interleaved =
+        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "2", "0", "uniform"}, {}, 120000);
+    QVERIFY2(interleaved.exit_code == 0,
+             qPrintable("PP 2 x 2 chunks uniform: " + interleaved.err + interleaved.out));
   }
 
   void interleaved_pp2_iteration_matches_the_whole_cpu_model() {

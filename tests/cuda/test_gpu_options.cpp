@@ -6,7 +6,8 @@
 // (docs/gpu.md#pipeline-parallelism), the distributed optimizer with any data-parallel size
 // (docs/gpu.md#distributed-optimizer), also with pipeline stages, and dropout. Sequence
 // parallelism is accepted with TP > 1 and a sequence length TP divides, and a misfit is named
-// in the CPU layout's words (docs/gpu.md#sequence-parallelism).
+// in the CPU layout's words (docs/gpu.md#sequence-parallelism). Recomputation, selective and
+// full, is accepted with the CPU options' rules (docs/gpu.md#recomputation).
 #include <QtTest/QtTest>
 
 #include "gpu/gpu_trainer.h"
@@ -215,14 +216,61 @@ class GpuOptionsTest : public QObject {
     QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
   }
 
+  void selective_and_full_recomputation_are_supported() {
+    TrainOptions o = supported();
+    o.parallel.recompute_granularity = "selective";
+    QVERIFY(gpu::unsupported_on_gpu(o, 1).empty());
+    o.parallel.recompute_granularity = "full";
+    o.parallel.recompute_num_layers = 1;
+    for (const char* method : {"uniform", "block"}) {
+      o.parallel.recompute_method = method;
+      const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
+      QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
+    }
+    // With tensor and (interleaved) pipeline parallelism and dropout.
+    o.model.tensor_model_parallel_size = 2;
+    o.model.num_layers = 4;
+    o.parallel.pipeline_model_parallel_size = 2;
+    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
+    o.global_batch_size = 8;
+    o.model.hidden_dropout = o.model.attention_dropout = 0.1f;
+    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 8);
+    QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
+  }
+
+  // The CPU options' rules, in their words (train() on the GPU path sees them too).
+  void bad_recompute_combinations_are_named() {
+    TrainOptions o = supported();
+    o.parallel.recompute_granularity = "everything";
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "--recompute-granularity 'everything'"));
+    o.parallel.recompute_granularity = "full";
+    o.parallel.recompute_num_layers = 1;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "needs --recompute-method uniform or block"));
+    o.parallel.recompute_method = "diagonal";
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "--recompute-method 'diagonal'"));
+    o.parallel.recompute_method = "uniform";
+    o.parallel.recompute_num_layers = 0;
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "a positive --recompute-num-layers"));
+    o.parallel.recompute_granularity = "selective";
+    QVERIFY(names(gpu::unsupported_on_gpu(o, 1),
+                  "--recompute-method applies only with --recompute-granularity full"));
+    // Each of them also stops train() before it looks for a device.
+    gpu::register_gpu_trainer();
+    MetricsSink sink;
+    Result<TrainSummary> r = train(o, sink);
+    QVERIFY(!r);
+    QVERIFY2(r.status().message().find("--recompute-method") != std::string::npos,
+             r.status().message().c_str());
+  }
+
   void each_unsupported_option_is_named() {
     TrainOptions o = supported();
     o.parallel.sequence_parallel = true;
-    o.parallel.recompute_granularity = "full";
+    o.fp64 = true;
     o.model.num_attention_heads = 4;  // head size 32
     const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
     QVERIFY(names(e, "--sequence-parallel"));
-    QVERIFY(names(e, "--recompute-granularity full"));
+    QVERIFY(names(e, "--fp64"));
     QVERIFY(names(e, "head size"));
     QVERIFY(names(gpu::unsupported_on_gpu(supported(), 3), "--global-batch-size"));
   }
@@ -230,16 +278,16 @@ class GpuOptionsTest : public QObject {
   void train_refuses_unsupported_flags_before_looking_for_a_device() {
     gpu::register_gpu_trainer();
     TrainOptions o = supported();
-    o.parallel.recompute_granularity = "full";
+    o.parallel.sequence_parallel = true;
     MetricsSink sink;
     Result<TrainSummary> r = train(o, sink);
     QVERIFY(!r);
-    QVERIFY2(r.status().message().find("--recompute-granularity full") != std::string::npos,
+    QVERIFY2(r.status().message().find("--sequence-parallel") != std::string::npos,
              r.status().message().c_str());
     // --device auto with options the GPU trainer refuses trains on the CPU, device or not.
     TrainOptions fallback = supported();
     fallback.device = "auto";
-    fallback.parallel.recompute_granularity = "full";
+    fallback.fp64 = true;  // the CPU trainer runs it, the GPU one refuses it
     QVERIFY(!gpu::gpu_unavailable(fallback, 1).empty());
     Result<TrainSummary> on_cpu = train(fallback, sink);
     QVERIFY2(on_cpu.is_ok(), on_cpu.is_ok() ? "" : on_cpu.status().message().c_str());

@@ -16,7 +16,11 @@
 //     resumed with --load continues bit for bit (fp32, bf16, fp16 at 2^12, the fp16 scaler's
 //     state at 2^140); a GPU checkpoint continues on the CPU and a CPU one on the GPU within
 //     the CPU-vs-GPU tolerance;
-//     --save-hf from the GPU loads with --load-hf on either engine.
+//     --save-hf from the GPU loads with --load-hf on either engine;
+//   - full recomputation (docs/gpu.md#recomputation): three iterations with
+//     --recompute-granularity full equal the run without it (losses and grad norms within
+//     1e-6: the recomputed activations are the forward's), uniform and block, with dropout and
+//     in bf16; --recompute-granularity selective changes nothing.
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
@@ -334,6 +338,36 @@ class GpuTraining : public QObject {
     QVERIFY2(d.isEmpty(), qPrintable("with dropout: " + d));
     QVERIFY(!plain.empty() && !gpu.empty());
     QVERIFY2(relative(gpu[0].loss, plain[0].loss) > 1e-4, "dropout did not change the loss");
+  }
+
+  void full_recomputation_equals_the_run_without_it() {
+    TrainOptions full = small_run();
+    full.parallel.recompute_granularity = "full";
+    full.parallel.recompute_method = "uniform";
+    full.parallel.recompute_num_layers = 1;
+    const std::vector<Row> plain = run(small_run(), "cuda");
+    QVERIFY(!plain.empty());
+    QString d = losses_and_norms_differ(run(full, "cuda"), plain, 1e-6);
+    QVERIFY2(d.isEmpty(), qPrintable("full uniform 1: " + d));
+    TrainOptions selective = small_run();
+    selective.parallel.recompute_granularity = "selective";
+    d = losses_and_norms_differ(run(selective, "cuda"), plain, 1e-6);
+    QVERIFY2(d.isEmpty(), qPrintable("selective: " + d));
+    // With dropout (the recomputation draws the forward's masks), by block.
+    TrainOptions dropout = small_run();
+    dropout.model.hidden_dropout = dropout.model.attention_dropout = 0.1f;
+    TrainOptions dropout_block = dropout;
+    dropout_block.parallel = full.parallel;
+    dropout_block.parallel.recompute_method = "block";
+    d = losses_and_norms_differ(run(dropout_block, "cuda"), run(dropout, "cuda"), 1e-6);
+    QVERIFY2(d.isEmpty(), qPrintable("full block 1 with dropout: " + d));
+    // bf16: the recomputed ln1 rounds as the forward's fused residual LayerNorm.
+    TrainOptions bf16 = small_run();
+    bf16.bf16 = true;
+    TrainOptions bf16_full = full;
+    bf16_full.bf16 = true;
+    d = losses_and_norms_differ(run(bf16_full, "cuda"), run(bf16, "cuda"), 1e-6);
+    QVERIFY2(d.isEmpty(), qPrintable("bf16 full uniform 1: " + d));
   }
 
   void fp16_training_is_within_bf16_tolerance_of_fp32() {

@@ -40,6 +40,10 @@ struct ParallelOptions {
   std::string recompute_granularity;  // --recompute-granularity full | selective ("" = none)
   std::string recompute_method;       // --recompute-method uniform | block (full only)
   int recompute_num_layers = 0;       // --recompute-num-layers
+
+  // The --recompute-* rules (one sentence each, naming the flag): TrainOptions::validate and
+  // the GPU trainer's checks share them.
+  std::vector<std::string> recompute_errors() const;
 };
 
 struct TrainOptions {

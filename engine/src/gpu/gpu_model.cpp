@@ -96,6 +96,29 @@ X* GpuGpt<A>::take(size_t n, MemoryCategory category) {
 }
 
 template <typename A>
+GpuLayerActs<A> GpuGpt<A>::take_layer_acts() {
+  using MC = MemoryCategory;
+  // R rows of the residual stream and the LayerNorms (N / t with sequence parallelism), N of
+  // the tensor-parallel layers' inputs and outputs.
+  const size_t RC = static_cast<size_t>(R_) * C_, NF = static_cast<size_t>(N_) * Ft_;
+  const size_t NCt = static_cast<size_t>(N_) * Ct_;
+  GpuLayerActs<A> a;
+  a.ln1 = take<A>(RC, MC::kActivations);
+  a.ln1_mean = take<float>(R_, MC::kActivations);
+  a.ln1_rstd = take<float>(R_, MC::kActivations);
+  a.qkv = take<A>(3 * NCt, MC::kActivations);
+  a.atty = take<A>(NCt, MC::kActivations);
+  a.lse = take<float>(static_cast<size_t>(B_) * Ht_ * T_, MC::kActivations);
+  a.res_mid = take<A>(RC, MC::kActivations);
+  a.ln2 = take<A>(RC, MC::kActivations);
+  a.ln2_mean = take<float>(R_, MC::kActivations);
+  a.ln2_rstd = take<float>(R_, MC::kActivations);
+  a.fc1 = take<A>(NF, MC::kActivations);
+  a.gelu = take<A>(NF, MC::kActivations);
+  return a;
+}
+
+template <typename A>
 Status GpuGpt<A>::allocate(int in_flight) {
   using MC = MemoryCategory;
   if (t_ > 1 && !tp_)
@@ -106,7 +129,6 @@ Status GpuGpt<A>::allocate(int in_flight) {
   const size_t n = numel(), NC = static_cast<size_t>(N_) * C_, NF = static_cast<size_t>(N_) * Ft_;
   const size_t RC = static_cast<size_t>(R_) * C_;  // NC without sequence parallelism
   const size_t NCt = static_cast<size_t>(N_) * Ct_;
-  const size_t lse = static_cast<size_t>(B_) * Ht_ * T_;
   const size_t NV = static_cast<size_t>(N_) * Vt_;
   master_ = take<float>(n, MC::kWeights);
   grads_ = take<float>(n, MC::kGrads);
@@ -120,22 +142,8 @@ Status GpuGpt<A>::allocate(int in_flight) {
     s.tokens = take<int32_t>(N_, MC::kActivations);
     s.targets = take<int32_t>(N_, MC::kActivations);
     s.residual = take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
-    for (int l = 0; l < L_; l++) {
-      GpuLayerActs<A> a;
-      a.ln1 = take<A>(RC, MC::kActivations);
-      a.ln1_mean = take<float>(R_, MC::kActivations);
-      a.ln1_rstd = take<float>(R_, MC::kActivations);
-      a.qkv = take<A>(3 * NCt, MC::kActivations);
-      a.atty = take<A>(NCt, MC::kActivations);
-      a.lse = take<float>(lse, MC::kActivations);
-      a.res_mid = take<A>(RC, MC::kActivations);
-      a.ln2 = take<A>(RC, MC::kActivations);
-      a.ln2_mean = take<float>(R_, MC::kActivations);
-      a.ln2_rstd = take<float>(R_, MC::kActivations);
-      a.fc1 = take<A>(NF, MC::kActivations);
-      a.gelu = take<A>(NF, MC::kActivations);
-      s.layers.push_back(a);
-    }
+    for (int l = 0; l < L_; l++)
+      s.layers.push_back(recompute_.recomputed(l) ? GpuLayerActs<A>{} : take_layer_acts());
     if (post()) {
       s.lnf = take<A>(RC, MC::kActivations);
       s.lnf_mean = take<float>(R_, MC::kActivations);
@@ -148,6 +156,7 @@ Status GpuGpt<A>::allocate(int in_flight) {
     }
     if (!pre()) s.input_grad = take<A>(RC, MC::kCommBuffers);
   }
+  for (int i = 0; i < recompute_.max_group; i++) recompute_scratch_.push_back(take_layer_acts());
   if (t_ > 1 && post()) {
     row_max_ = take<float>(N_, MC::kWorkspace);
     sum_exp_ = take<double>(N_, MC::kWorkspace);
@@ -177,8 +186,14 @@ template <typename A>
 Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, int micro_batch,
                                                      cu::Context& ctx, CachingAllocator& memory,
                                                      const ModelShard& shard, Comm* tp,
-                                                     int in_flight) {
+                                                     int in_flight,
+                                                     const RecomputePlan& recompute) {
   std::unique_ptr<GpuGpt<A>> m(new GpuGpt<A>(config, shard, micro_batch, ctx, memory, tp));
+  if (!recompute.group_start.empty() && recompute.group_start.size() != static_cast<size_t>(m->L_))
+    return Status::internal("GpuGpt: a recompute plan for " +
+                            std::to_string(recompute.group_start.size()) + " layers, not " +
+                            std::to_string(m->L_));
+  m->recompute_ = recompute;
   if (Status s = m->allocate(in_flight); !s) return s;
   return m;
 }
@@ -383,25 +398,15 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
   }  // else residual[0] holds the previous stage's output (the caller queued it)
   for (int l = 0; l < L_; l++) {
     const LayerParams<A> w = layout_.layer(P, l);
-    const GpuLayerActs<A>& la = a.layers[l];
+    const GpuLayerActs<A>& la = layer_acts(a, l);
     A* x = a.residual + l * RC;
     if (l == 0)
       cu::layernorm_forward(ctx_, la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C);
     else  // x = the previous layer's res_mid + its MLP output, then LayerNorm
       cu::residual_layernorm_forward(ctx_, x, la.ln1, la.ln1_mean, la.ln1_rstd,
-                                     a.layers[l - 1].res_mid, fc2_out_, w.ln1_w, w.ln1_b, R_, C);
-    // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH.
-    const A* ln1 = gather_rows(la.ln1, gathered_);
-    cu::matmul_forward(ctx_, la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, false);
-    cu::attention_forward(ctx_, la.atty, la.lse, la.qkv, B, T, Ct_, Ht_, p_attention_,
-                          key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
-    // Row-parallel projection: partial sums over this rank's heads, summed over TP.
-    row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_);
-    hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
-    cu::residual_layernorm_forward(ctx_, la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
-                                   w.ln2_w, w.ln2_b, R_, C);
-    const A* ln2 = gather_rows(la.ln2, gathered_);
-    cu::matmul_forward(ctx_, la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, true);
+                                     layer_acts(a, l - 1).res_mid, fc2_out_, w.ln1_w, w.ln1_b, R_,
+                                     C);
+    layer_forward_from_ln1(l, la, x);
     row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_);
     hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)
   }
@@ -412,13 +417,14 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
     // (into scratch, with the last layer's ln2 weights) is discarded: one extra (N, C) pass.
     const LayerParams<A> w = layout_.layer(P, L_ - 1);
     cu::residual_layernorm_forward(ctx_, out, d_c_, stats_scratch_, stats_scratch_ + N,
-                                   a.layers[L_ - 1].res_mid, fc2_out_, w.ln2_w, w.ln2_b, R_, C);
+                                   layer_acts(a, L_ - 1).res_mid, fc2_out_, w.ln2_w, w.ln2_b, R_,
+                                   C);
     return;
   }
   const A* wte = P + t[layout_.word_embedding_index()].offset;
   const A* lnf_w = P + t[layout_.final_norm_index()].offset;
-  cu::residual_layernorm_forward(ctx_, out, a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L_ - 1].res_mid,
-                                 fc2_out_, lnf_w, lnf_w + C, R_, C);
+  cu::residual_layernorm_forward(ctx_, out, a.lnf, a.lnf_mean, a.lnf_rstd,
+                                 layer_acts(a, L_ - 1).res_mid, fc2_out_, lnf_w, lnf_w + C, R_, C);
   // LM head tied to the word embedding (this rank's Vt rows; a later stage's copy of it) over
   // all N rows; the cross-entropy reads fp32 logits (over the padded vocabulary, as the CPU
   // model and Megatron).
@@ -430,6 +436,48 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
     cu::convert(ctx_, a.logits_f32, a.logits, static_cast<size_t>(N) * Vt_);
   }
   cross_entropy(a, targets, grad_scale);
+}
+
+template <typename A>
+void GpuGpt<A>::layer_forward_from_ln1(int l, const GpuLayerActs<A>& la, const A* x) {
+  const int B = B_, T = T_, C = C_, N = N_;
+  const LayerParams<A> w = layout_.layer(compute_, l);
+  // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH (over every row: the
+  // LayerNorm's rows gathered with sequence parallelism).
+  const A* ln1 = gather_rows(la.ln1, gathered_);
+  cu::matmul_forward(ctx_, la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, false);
+  cu::attention_forward(ctx_, la.atty, la.lse, la.qkv, B, T, Ct_, Ht_, p_attention_,
+                        key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
+  // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
+  // over TP.
+  row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_);
+  hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
+  cu::residual_layernorm_forward(ctx_, la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
+                                 w.ln2_w, w.ln2_b, R_, C);
+  const A* ln2 = gather_rows(la.ln2, gathered_);
+  cu::matmul_forward(ctx_, la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, true);
+}
+
+// Note [GPU recomputation]: with --recompute-granularity full a recomputed layer keeps only
+// residual[l] (its input, already kept for every layer); backward re-runs the forward of the
+// layer's group (RecomputePlan: consecutive layers, max_group of them in the shared scratch)
+// just before the group's top layer's backward. Each layer's ln1 is a plain LayerNorm of the
+// stored residual[l]: the fused residual LayerNorm of the forward normalises the stored
+// (rounded) sum, so in bf16 / fp16 too the recomputed ln1 and its statistics are the
+// forward's, bit for bit. FC2 is not re-run: its output went into residual[l+1], which is kept.
+// The slot's dropout seed and p (set by run_backward) give the forward's masks, and every TP
+// rank recomputes, so the projection's all-reduce (reduce-scatter with sequence parallelism)
+// and the all-gathers stay matched across the group.
+template <typename A>
+void GpuGpt<A>::recompute_group(const GpuSlot<A>& a, int first, int last) {
+  const size_t RC = static_cast<size_t>(R_) * C_;
+  for (int l = first; l < last; l++) {
+    const LayerParams<A> w = layout_.layer(compute_, l);
+    const GpuLayerActs<A>& la = layer_acts(a, l);
+    const A* x = a.residual + l * RC;
+    cu::layernorm_forward(ctx_, la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C_);
+    layer_forward_from_ln1(l, la, x);
+  }
 }
 
 template <typename A>
@@ -494,7 +542,11 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
   for (int l = L_ - 1; l >= 0; l--) {
     const LayerParams<A> w = layout_.layer(P, l);
     const LayerParams<float> g = layout_.layer(G, l);
-    const GpuLayerActs<A>& la = a.layers[l];
+    if (recompute_.recomputed(l)) {
+      const int first = recompute_.group_start[l];
+      if (l == L_ - 1 || recompute_.group_start[l + 1] != first) recompute_group(a, first, l + 1);
+    }
+    const GpuLayerActs<A>& la = layer_acts(a, l);
     const A* x = a.residual + l * RC;
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence

@@ -21,8 +21,13 @@
 // the residual stream, the LayerNorms and the hidden dropout hold this rank's R = N/t rows, as
 // the CPU model's (gpt_layer.cpp); the column-parallel layers read all-gathered rows and the
 // row-parallel outputs are reduce-scattered.
-// Scope: no recomputation; the trainer rejects the rest with a message. Not thread-safe; every op
-// is queued on the Context's stream and nothing here waits for it unless its comment says so.
+// Recomputation (docs/gpu.md#recomputation): the CPU model's RecomputePlan for the chunk's
+// layers; a fully recomputed layer keeps only its input residual[l] per slot, its other
+// activations live in scratch shared by every slot and are re-created by its group's forward
+// just before the group's backward. Selective recomputation needs nothing here: the flash
+// attention kernel never stores the attention probabilities.
+// Not thread-safe; every op is queued on the Context's stream and nothing here waits for it
+// unless its comment says so.
 #pragma once
 
 #include <functional>
@@ -36,6 +41,7 @@
 #include "lattice/model_config.h"
 #include "lattice/status.h"
 #include "model/dropout_sites.h"
+#include "model/gpt.h"
 #include "model/param_layout.h"
 #include "parallel/nccl_comm.h"
 
@@ -68,6 +74,7 @@ struct GpuSlot {
   int32_t* tokens = nullptr;   // (B, T) pre or post chunks: filled by the caller (slot API)
   int32_t* targets = nullptr;  // (B, T) post chunks
   A* residual = nullptr;       // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
+  // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
   std::vector<GpuLayerActs<A>> layers;
   A* lnf = nullptr;             // (R, C) post
   float* lnf_mean = nullptr;    // (R) post
@@ -91,11 +98,13 @@ class GpuGpt {
   // pre, post, tensor-parallel split, sequence parallelism when tp_size > 1, which needs
   // tp_size to divide B*T). tp: the NcclComm of the
   // tensor-parallel group (make_nccl_comm), required when tp_size > 1 and outliving the
-  // model; a failed reduction is recorded in the Context like a failed kernel.
+  // model; a failed reduction is recorded in the Context like a failed kernel. recompute:
+  // RecomputePlan::make for the chunk's layers (none by default).
   static Result<std::unique_ptr<GpuGpt>> create(const ModelConfig& config, int micro_batch,
                                                 cu::Context& ctx, CachingAllocator& memory,
                                                 const ModelShard& shard = {}, Comm* tp = nullptr,
-                                                int in_flight = 1);
+                                                int in_flight = 1,
+                                                const RecomputePlan& recompute = {});
   ~GpuGpt();
   GpuGpt(const GpuGpt&) = delete;
   GpuGpt& operator=(const GpuGpt&) = delete;
@@ -163,9 +172,23 @@ class GpuGpt {
   GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch, cu::Context& ctx,
          CachingAllocator& memory, Comm* tp);
   Status allocate(int in_flight);
+  GpuLayerActs<A> take_layer_acts();  // one layer's activations (kActivations)
   void run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t* targets, float grad_scale,
                    uint64_t dropout_seed);
   void run_backward(GpuSlot<A>& a, const int32_t* tokens);
+  // Layer l's forward from its ln1 (already in la) to its GELU output: attention, projection,
+  // res_mid = x + dropout(proj) and ln2, FC1 and GELU. x: residual[l]. Shared by the forward
+  // and the recomputation, so both queue the same ops, masks and TP reductions.
+  void layer_forward_from_ln1(int l, const GpuLayerActs<A>& la, const A* x);
+  // Full recomputation (Note [GPU recomputation] in gpu_model.cpp).
+  // Where layer l's activations live: the slot's, or the scratch of a recomputed layer.
+  const GpuLayerActs<A>& layer_acts(const GpuSlot<A>& a, int l) const {
+    return recompute_.recomputed(l) ? recompute_scratch_[l - recompute_.group_start[l]]
+                                    : a.layers[l];
+  }
+  // Re-creates the activations of the recomputed layers [first, last) of slot a in the scratch,
+  // with the slot's dropout masks.
+  void recompute_group(const GpuSlot<A>& a, int first, int last);
   // Queues an in-place all-reduce of data (count elements of `type`) over the TP group on the
   // Context's stream (all_reduce_on_stream); a failure is recorded in the Context.
   void tp_all_reduce(void* data, size_t count, DeviceDType type, ReduceOp op);
@@ -228,6 +251,9 @@ class GpuGpt {
   float* grads_ = nullptr;         // (numel)
   A* compute_ = nullptr;           // (numel) master_, or a 16-bit copy of it
   std::vector<GpuSlot<A>> slots_;  // one per micro-batch in flight
+  RecomputePlan recompute_;
+  // max_group layers (kActivations): the recomputed layers' activations, shared by all slots.
+  std::vector<GpuLayerActs<A>> recompute_scratch_;
   // Vocabulary-parallel cross-entropy (t > 1), reduced over the TP group between its passes.
   float* row_max_ = nullptr;       // (N)
   double* sum_exp_ = nullptr;      // (N)

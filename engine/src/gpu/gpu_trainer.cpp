@@ -266,9 +266,12 @@ Status GpuLoop<A>::setup() {
   std::vector<GpuGpt<A>*> models;
   for (int c = 0; c < L.vpp; c++) {
     Chunk chunk;
-    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory,
-                                   shard_of(L, groups_.coord, c, o_.parallel.sequence_parallel),
-                                   tp_.get(), in_flight);
+    const ModelShard shard = shard_of(L, groups_.coord, c, o_.parallel.sequence_parallel);
+    const ParallelOptions& par = o_.parallel;
+    const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
+                                                   par.recompute_num_layers, shard.num_layers(mc_));
+    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard,
+                                   tp_.get(), in_flight, plan);
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GpuGpt<A>& m = *chunk.model;
@@ -516,6 +519,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
     << (std::is_same_v<A, float>      ? "fp32"
         : std::is_same_v<A, cu::fp16> ? "fp16 with fp32 master weights and grads, loss scaling"
                                       : "bf16 with fp32 master weights and grads");
+  if (!o_.parallel.recompute_granularity.empty())  // as the CPU trainer's description
+    d << ", " << o_.parallel.recompute_granularity << " recomputation";
   start.description = d.str();
   start.parameters = mc_.num_parameters();
   start.peak_gflops = peak / 1e9;
@@ -762,8 +767,8 @@ std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_siz
   if (v > 0 && pp > 1 && layers % pp == 0 && (layers / pp) % v != 0)
     e.push_back(v_flag + " does not divide the " + std::to_string(layers / pp) +
                 " layers of each pipeline stage");
-  if (!o.parallel.recompute_granularity.empty())
-    e.push_back("--recompute-granularity " + o.parallel.recompute_granularity + why);
+  // Recomputation (docs/gpu.md#recomputation): selective and full, with the CPU's rules.
+  for (std::string& r : o.parallel.recompute_errors()) e.push_back(std::move(r));
   if (o.fp64) e.push_back(std::string("--fp64") + why);
   const int heads = o.model.num_attention_heads;
   const int hs = heads > 0 ? o.model.hidden_size / heads : 0;

@@ -244,6 +244,27 @@ Result<std::vector<std::pair<double, std::string>>> TrainOptions::data_blend() c
   return blend;
 }
 
+std::vector<std::string> ParallelOptions::recompute_errors() const {
+  std::vector<std::string> errors;
+  const ParallelOptions& par = *this;
+  if (!par.recompute_granularity.empty() && par.recompute_granularity != "full" &&
+      par.recompute_granularity != "selective")
+    errors.push_back("--recompute-granularity '" + par.recompute_granularity +
+                     "' is not one of full, selective");
+  if (!par.recompute_method.empty() && par.recompute_method != "uniform" &&
+      par.recompute_method != "block")
+    errors.push_back("--recompute-method '" + par.recompute_method +
+                     "' is not one of uniform, block");
+  if (par.recompute_granularity == "full" && par.recompute_method.empty())
+    errors.push_back("--recompute-granularity full needs --recompute-method uniform or block");
+  if (par.recompute_granularity != "full" && !par.recompute_method.empty())
+    errors.push_back("--recompute-method applies only with --recompute-granularity full");
+  if (par.recompute_granularity == "full" && par.recompute_num_layers <= 0)
+    errors.push_back("--recompute-granularity full needs a positive --recompute-num-layers");
+  if (par.recompute_num_layers < 0) errors.push_back("--recompute-num-layers must not be negative");
+  return errors;
+}
+
 std::vector<std::string> TrainOptions::validate(bool require_data) const {
   // A file-based tokenizer's vocabulary is known once train() loads it.
   ModelConfig known = model;
@@ -294,21 +315,7 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
   if (eval_interval <= 0) errors.push_back("--eval-interval must be positive");
   if (eval_iters < 0) errors.push_back("--eval-iters must not be negative");
   const ParallelOptions& par = parallel;
-  if (!par.recompute_granularity.empty() && par.recompute_granularity != "full" &&
-      par.recompute_granularity != "selective")
-    errors.push_back("--recompute-granularity '" + par.recompute_granularity +
-                     "' is not one of full, selective");
-  if (!par.recompute_method.empty() && par.recompute_method != "uniform" &&
-      par.recompute_method != "block")
-    errors.push_back("--recompute-method '" + par.recompute_method +
-                     "' is not one of uniform, block");
-  if (par.recompute_granularity == "full" && par.recompute_method.empty())
-    errors.push_back("--recompute-granularity full needs --recompute-method uniform or block");
-  if (par.recompute_granularity != "full" && !par.recompute_method.empty())
-    errors.push_back("--recompute-method applies only with --recompute-granularity full");
-  if (par.recompute_granularity == "full" && par.recompute_num_layers <= 0)
-    errors.push_back("--recompute-granularity full needs a positive --recompute-num-layers");
-  if (par.recompute_num_layers < 0) errors.push_back("--recompute-num-layers must not be negative");
+  for (std::string& e : par.recompute_errors()) errors.push_back(std::move(e));
   if (par.ddp_bucket_size < 0) errors.push_back("--ddp-bucket-size must not be negative");
   if (save_interval < 0 || save_retain < 0 || ckpt_step < 0 || exit_interval < 0 ||
       !(exit_duration_in_mins >= 0))
