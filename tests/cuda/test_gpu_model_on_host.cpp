@@ -576,6 +576,23 @@ int sp_worker() {
 class GpuModelOnHost : public QObject {
   Q_OBJECT
 
+#ifdef LATTICE_MPIEXEC
+  // Reruns this program as `ranks` MPI ranks with `args` (one of the workers above) and
+  // expects every rank to exit 0; `what` names the layout in the failure, with their output.
+  static void expect_workers(int ranks, const QStringList& args, const QString& what) {
+    static const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run run = testing::run_mpi(ranks, self, args, {}, ranks > 2 ? 180000 : 120000);
+    QVERIFY2(run.exit_code == 0, qPrintable(what + ": " + run.err + run.out));
+  }
+  // --pipeline-worker's arguments (pipeline_worker()): TP, PP, chunks per rank, uneven first stage,
+  // variant.
+  static QStringList pipeline_args(int tp, int pp, int chunks, int uneven, const char* variant) {
+    return {"--pipeline-worker",     QString::number(tp),     QString::number(pp),
+            QString::number(chunks), QString::number(uneven), variant};
+  }
+#endif
+
  private slots:
   void tp1_step_matches_the_cpu_model() {
     const std::string d = compare_one_step(config(1), ModelShard{}, nullptr);
@@ -687,114 +704,68 @@ class GpuModelOnHost : public QObject {
 
 #ifdef LATTICE_MPIEXEC
   void tp2_step_matches_the_cpu_models_shards() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run = testing::run_mpi(2, self, {"--worker"}, {}, 120000);
-    QVERIFY2(run.exit_code == 0, qPrintable("TP 2: " + run.err + run.out));
+    expect_workers(2, {"--worker"}, "TP 2");
   }
 
   void pp2_iteration_matches_the_whole_cpu_model() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run =
-        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0", "fp32"}, {}, 120000);
-    QVERIFY2(run.exit_code == 0, qPrintable("PP 2: " + run.err + run.out));
+    expect_workers(2, pipeline_args(1, 2, 1, 0, "fp32"), "PP 2");
   }
 
   // Each micro-batch's dropout seed reaches its forward and its backward (several micro-batches
   // in flight, so a slot must keep its own), and the second stage keys its masks by the global
   // layer index, as the whole CPU model.
   void pp2_iteration_with_dropout_matches_the_whole_cpu_model() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run =
-        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0", "dropout"}, {}, 120000);
-    QVERIFY2(run.exit_code == 0, qPrintable("PP 2 with dropout: " + run.err + run.out));
+    expect_workers(2, pipeline_args(1, 2, 1, 0, "dropout"), "PP 2 with dropout");
   }
 
   // 16-bit stages: the boundary tensors travel in the compute type (bf16, fp16).
   void pp2_bf16_and_fp16_iterations_are_within_16_bit_tolerance() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
     for (const char* variant : {"bf16", "fp16"}) {
-      const testing::Run run =
-          testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0", variant}, {}, 120000);
-      QVERIFY2(run.exit_code == 0,
-               qPrintable(QString("PP 2 ") + variant + ": " + run.err + run.out));
+      expect_workers(2, pipeline_args(1, 2, 1, 0, variant), QString("PP 2 ") + variant);
+      if (QTest::currentTestFailed()) return;
     }
   }
 
   void tp2_pp2_iteration_matches_the_whole_cpu_model() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run =
-        testing::run_mpi(4, self, {"--pipeline-worker", "2", "2", "1", "0", "fp32"}, {}, 180000);
-    QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2: " + run.err + run.out));
+    expect_workers(4, pipeline_args(2, 2, 1, 0, "fp32"), "TP 2 x PP 2");
   }
 
   // Sequence parallelism at TP 2: fp32, fp32 with dropout (also of one sequence), bf16 with
   // dropout and fp16 against the CPU model's sequence-parallel shards, and the activation
   // bytes it saves.
   void tp2_sequence_parallel_step_matches_the_cpu_models_shards() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run = testing::run_mpi(2, self, {"--sp-worker"}, {}, 120000);
-    QVERIFY2(run.exit_code == 0, qPrintable("TP 2 + SP: " + run.err + run.out));
+    expect_workers(2, {"--sp-worker"}, "TP 2 + SP");
   }
 
   // Stages exchange this rank's R rows; the masks of each rank's rows are the whole model's.
   void tp2_pp2_sequence_parallel_iteration_with_dropout_matches_the_whole_cpu_model() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run = testing::run_mpi(
-        4, self, {"--pipeline-worker", "2", "2", "1", "0", "sp-dropout"}, {}, 180000);
-    QVERIFY2(run.exit_code == 0, qPrintable("TP 2 x PP 2 + SP with dropout: " + run.err + run.out));
+    expect_workers(4, pipeline_args(2, 2, 1, 0, "sp-dropout"), "TP 2 x PP 2 + SP with dropout");
   }
 
   void uneven_pp2_iteration_matches_the_whole_cpu_model() {
     // One layer on the first stage, three on the second.
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run =
-        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "1", "fp32"}, {}, 120000);
-    QVERIFY2(run.exit_code == 0, qPrintable("PP 2, 1 + 3 layers: " + run.err + run.out));
+    expect_workers(2, pipeline_args(1, 2, 1, 1, "fp32"), "PP 2, 1 + 3 layers");
   }
 
   // Several micro-batches in flight share the recompute scratch: each backward recomputes its
   // own slot's activations with its own dropout seed.
   void pp2_iteration_with_full_recompute_matches_the_whole_cpu_model() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
     for (const char* variant : {"uniform", "block-dropout"}) {
-      const testing::Run run =
-          testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "1", "0", variant}, {}, 120000);
-      QVERIFY2(run.exit_code == 0,
-               qPrintable(QString("PP 2 ") + variant + ": " + run.err + run.out));
+      expect_workers(2, pipeline_args(1, 2, 1, 0, variant), QString("PP 2 ") + variant);
+      if (QTest::currentTestFailed()) return;
     }
-    const testing::Run tp2 =
-        testing::run_mpi(4, self, {"--pipeline-worker", "2", "2", "1", "0", "uniform"}, {}, 180000);
-    QVERIFY2(tp2.exit_code == 0, qPrintable("TP 2 x PP 2 uniform: " + tp2.err + tp2.out));
+    expect_workers(4, pipeline_args(2, 2, 1, 0, "uniform"), "TP 2 x PP 2 uniform");
+    if (QTest::currentTestFailed()) return;
     // Interleaved: each chunk (one layer) has its own plan and scratch.
-    const testing::Run interleaved =
-        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "2", "0", "uniform"}, {}, 120000);
-    QVERIFY2(interleaved.exit_code == 0,
-             qPrintable("PP 2 x 2 chunks uniform: " + interleaved.err + interleaved.out));
+    expect_workers(2, pipeline_args(1, 2, 2, 0, "uniform"), "PP 2 x 2 chunks uniform");
   }
 
   void interleaved_pp2_iteration_matches_the_whole_cpu_model() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run =
-        testing::run_mpi(2, self, {"--pipeline-worker", "1", "2", "2", "0", "fp32"}, {}, 120000);
-    QVERIFY2(run.exit_code == 0, qPrintable("PP 2 x 2 chunks: " + run.err + run.out));
+    expect_workers(2, pipeline_args(1, 2, 2, 0, "fp32"), "PP 2 x 2 chunks");
   }
 
   void interleaved_pp4_iteration_matches_the_whole_cpu_model() {
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run run =
-        testing::run_mpi(4, self, {"--pipeline-worker", "1", "4", "2", "0", "fp32"}, {}, 180000);
-    QVERIFY2(run.exit_code == 0, qPrintable("PP 4 x 2 chunks: " + run.err + run.out));
+    expect_workers(4, pipeline_args(1, 4, 2, 0, "fp32"), "PP 4 x 2 chunks");
   }
 #endif
 

@@ -37,6 +37,7 @@
 #include "common/process.h"
 #include "common/tiny_model.h"
 #include "cuda/cuda_test_support.h"
+#include "cuda/gpu_runs.h"
 #include "gpu/gpu_trainer.h"
 #include "lattice/train.h"
 
@@ -63,30 +64,12 @@ class RowSink : public MetricsSink {
   std::string messages;
 };
 
-// test_gpu_training's small run: head size 64, a vocabulary of 256 (padded to 256 at TP 1
-// and TP 2, so both draw the same initial weights), 2 micro-batches of 2.
 TrainOptions small_run() {
-  TrainOptions o;
-  o.model = testing::tiny_config(2, 128, 2, 64, 255);
-  o.tokenizer.vocab_size = 255;
-  o.model.vocab_size = 256;  // NullTokenizer: --vocab-size + 1
-  o.micro_batch_size = 2;
-  o.global_batch_size = 4;
-  o.train_iters = 3;
-  o.mock_data = true;
-  o.eval_iters = 0;
-  o.threads = 1;
-  o.optim.lr = 1e-3f;
-  return o;
+  return testing::small_gpu_run(1);
 }
 
-// Six iterations with warm-up and cosine decay (a resumed run continues the schedule).
 TrainOptions resumable_run() {
-  TrainOptions o = small_run();
-  o.train_iters = 6;
-  o.optim.lr_warmup_iters = 2;
-  o.optim.lr_decay_style = "cosine";
-  return o;
+  return testing::resumable_gpu_run(1);
 }
 
 // The worker's run from its arguments: device=cpu|cuda tp=N pp=N layers=N vpp=N

@@ -29,6 +29,7 @@
 
 #include "common/tiny_model.h"
 #include "cuda/cuda_test_support.h"
+#include "cuda/gpu_runs.h"
 #include "device/caching_allocator.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_trainer.h"
@@ -64,18 +65,7 @@ class RecordingSink : public MetricsSink {
 };
 
 TrainOptions small_run() {
-  TrainOptions o;
-  o.model = testing::tiny_config(2, 128, 2, 64, 255);  // head size 64
-  o.tokenizer.vocab_size = 255;
-  o.model.vocab_size = 256;  // NullTokenizer: --vocab-size + 1
-  o.micro_batch_size = 2;
-  o.global_batch_size = 4;
-  o.train_iters = 3;
-  o.mock_data = true;
-  o.eval_iters = 0;
-  o.threads = 2;
-  o.optim.lr = 1e-3f;
-  return o;
+  return testing::small_gpu_run(2);
 }
 
 struct Outcome {
@@ -123,14 +113,8 @@ QString losses_and_norms_differ(const std::vector<Row>& gpu, const std::vector<R
   return "";
 }
 
-// Six iterations with warm-up and cosine decay, so that a resumed run must continue the
-// learning-rate schedule as well as the data and the optimizer.
 TrainOptions resumable_run() {
-  TrainOptions o = small_run();
-  o.train_iters = 6;
-  o.optim.lr_warmup_iters = 2;
-  o.optim.lr_decay_style = "cosine";
-  return o;
+  return testing::resumable_gpu_run(2);
 }
 
 // Iterations 1-3 of `o` on `device`, stopped by --exit-interval 3 with a checkpoint in `dir`.
