@@ -40,9 +40,10 @@ class Serve : public QObject {
     QCOMPARE(r->status, 200);
   }
 
- private slots:
-  void initTestCase() {
-    QVERIFY(dir_.isValid());
+  // Trains the tests' tiny model (2 layers, hidden 64, context 32, vocabulary 300; `extra`
+  // train flags on top) into dir_/name and starts `server` on it; the port it listens on, or
+  // -1 after a recorded failure.
+  int train_and_serve(QProcess& server, const QString& name, const QStringList& extra) {
     const QStringList train = {"train",
                                "--mock-data",
                                "--num-layers",
@@ -61,17 +62,26 @@ class Serve : public QObject {
                                "2",
                                "--eval-iters",
                                "0"};
+    const QString ckpt = dir_.filePath(name);
     const lattice::testing::Run trained = lattice::testing::run_process(
         LATTICE_CLI_PATH,
-        train + QStringList{"--save", dir_.filePath("ckpt"), "--db", dir_.filePath("runs.sqlite")});
-    QVERIFY2(trained.exit_code == 0, qPrintable(trained.err));
-    server_.start(LATTICE_CLI_PATH, {"serve", "--load", dir_.filePath("ckpt"), "--port", "0"});
-    QVERIFY(server_.waitForReadyRead(60000));
-    const QString line = QString::fromUtf8(server_.readLine());
+        train + extra + QStringList{"--save", ckpt, "--db", dir_.filePath(name + ".sqlite")});
+    [&] { QVERIFY2(trained.exit_code == 0, qPrintable(trained.err)); }();
+    if (QTest::currentTestFailed()) return -1;
+    server.start(LATTICE_CLI_PATH, {"serve", "--load", ckpt, "--port", "0"});
+    const bool ready = server.waitForReadyRead(60000);
+    const QString line = QString::fromUtf8(server.readLine());
     const QRegularExpressionMatch m =
         QRegularExpression("http://127\\.0\\.0\\.1:(\\d+)").match(line);
-    QVERIFY2(m.hasMatch(), qPrintable(line));
-    port_ = m.captured(1).toInt();
+    [&] { QVERIFY2(ready && m.hasMatch(), qPrintable("serve did not start: " + line)); }();
+    return m.hasMatch() ? m.captured(1).toInt() : -1;
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    port_ = train_and_serve(server_, "ckpt", {});
+    QVERIFY(port_ > 0);
   }
 
   void megatron_api_shapes() {
@@ -300,40 +310,9 @@ class Serve : public QObject {
   // serving. A second server, on a model with a 4096-token context: 16 greedy copies of a
   // prompt that never meets EOD on this model, 4000 tokens each (several seconds of work).
   void a_streaming_client_that_leaves_is_cancelled() {
-    const QString ckpt = dir_.filePath("long");
-    const lattice::testing::Run trained =
-        lattice::testing::run_process(LATTICE_CLI_PATH, {"train",
-                                                         "--mock-data",
-                                                         "--num-layers",
-                                                         "2",
-                                                         "--hidden-size",
-                                                         "64",
-                                                         "--num-attention-heads",
-                                                         "4",
-                                                         "--seq-length",
-                                                         "32",
-                                                         "--max-position-embeddings",
-                                                         "4096",
-                                                         "--vocab-size",
-                                                         "300",
-                                                         "--micro-batch-size",
-                                                         "2",
-                                                         "--train-iters",
-                                                         "2",
-                                                         "--eval-iters",
-                                                         "0",
-                                                         "--save",
-                                                         ckpt,
-                                                         "--db",
-                                                         dir_.filePath("long.sqlite")});
-    QVERIFY2(trained.exit_code == 0, qPrintable(trained.err));
     QProcess server;
-    server.start(LATTICE_CLI_PATH, {"serve", "--load", ckpt, "--port", "0"});
-    QVERIFY(server.waitForReadyRead(60000));
-    const QRegularExpressionMatch m = QRegularExpression("http://127\\.0\\.0\\.1:(\\d+)")
-                                          .match(QString::fromUtf8(server.readLine()));
-    QVERIFY(m.hasMatch());
-    const int port = m.captured(1).toInt();
+    const int port = train_and_serve(server, "long", {"--max-position-embeddings", "4096"});
+    QVERIFY(port > 0);
     const json body = {{"prompt", std::vector<std::string>(16, "1 2")},
                        {"max_tokens", 4000},
                        {"temperature", 0},
