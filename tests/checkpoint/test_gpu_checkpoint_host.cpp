@@ -34,6 +34,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/hf_gpt2.h"
+#include "common/mpi_worker.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
 #include "gpu/gpu_checkpoint.h"
@@ -919,11 +920,7 @@ int tp_worker(const std::string& mode, const std::string& dir, const std::string
                             : mode == "dopt-save"    ? worker_dopt_save(**world, dir, run)
                             : mode == "dopt-restore" ? worker_dopt_restore(**world, dir, run)
                                                      : "unknown worker mode " + mode;
-  const int rank = (*world)->rank();
-  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
-  world->reset();
-  finalize_comm();
-  return error.empty() ? 0 : 1;
+  return testing::end_worker(*world, error);
 }
 
 }  // namespace

@@ -50,8 +50,10 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint_format.h"
+#include "common/mpi_worker.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
+#include "cuda/host_memory.h"
 #include "device/caching_allocator.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_pipeline.h"
@@ -62,15 +64,9 @@
 
 using namespace lattice;
 namespace cu = lattice::kernels::cuda;
+using testing::HostMemory;
 
 namespace {
-
-// Host memory as the "device" of the caching allocator.
-class HostMemory final : public DeviceMemoryBackend {
- public:
-  void* allocate(size_t bytes) override { return std::malloc(bytes); }
-  void release(void* ptr, size_t) override { std::free(ptr); }
-};
 
 // Two layers, hidden 128, 4 heads (2 per TP rank), vocabulary 250 (padded 256 at TP 1 and 2);
 // with_dropout: hidden and attention dropout 0.1 (the step then runs with a dropout seed).
@@ -437,11 +433,7 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
     }
     if (!error.empty()) error = variant + ": " + error;
   }
-  const int rank = (*world)->rank();
-  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
-  world->reset();
-  finalize_comm();
-  return error.empty() ? 0 : 1;
+  return testing::end_worker(*world, error);
 }
 
 // The TP 2 side: this process is one of two MPI ranks.
@@ -485,11 +477,7 @@ int worker() {
       }
     }
   }
-  const int rank = (*world)->rank();
-  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
-  world->reset();
-  finalize_comm();
-  return error.empty() ? 0 : 1;
+  return testing::end_worker(*world, error);
 }
 
 // Activation bytes of a TP 2 GpuGpt<float> of config(2) on this rank, with or without
@@ -564,11 +552,7 @@ int sp_worker() {
       }
     }
   }
-  const int rank = (*world)->rank();
-  if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
-  world->reset();
-  finalize_comm();
-  return error.empty() ? 0 : 1;
+  return testing::end_worker(*world, error);
 }
 
 }  // namespace

@@ -18,8 +18,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/mpi_worker.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
+#include "cuda/host_memory.h"
 #include "device/caching_allocator.h"
 #include "gpu/gpu_adamw.h"
 #include "gpu/grad_reducer.h"
@@ -27,14 +29,9 @@
 
 using namespace lattice;
 namespace cu = lattice::kernels::cuda;
+using testing::HostMemory;
 
 namespace {
-
-class HostMemory final : public DeviceMemoryBackend {
- public:
-  void* allocate(size_t bytes) override { return std::malloc(bytes); }
-  void release(void* ptr, size_t) override { std::free(ptr); }
-};
 
 // The MPI communicator as the data-parallel NcclComm: NCCL reduce-scatters in place (the
 // receive buffer this rank's block of the send buffer), MPI_Reduce_scatter may not alias its
@@ -286,11 +283,7 @@ int worker() {
     std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
     return 1;
   }
-  const std::string error = worker_run(**world);
-  if (!error.empty()) std::fprintf(stderr, "%s\n", error.c_str());
-  world->reset();
-  finalize_comm();
-  return error.empty() ? 0 : 1;
+  return testing::end_worker(*world, worker_run(**world));
 }
 
 }  // namespace
