@@ -72,14 +72,7 @@ class TrainReports : public QObject {
   void check(int ranks) {
     const QString db = dir_.filePath(QString("runs-%1.sqlite").arg(ranks));
     const QStringList args = kRun + QStringList{"--db", db, "--run-name", "reported"};
-    Run r;
-    if (ranks == 1) {
-      r = lattice::testing::run_process(LATTICE_CLI_PATH, args);
-    } else {
-#ifdef LATTICE_MPIEXEC
-      r = lattice::testing::run_lattice(ranks, args);
-#endif
-    }
+    const Run r = lattice::testing::run_lattice(ranks, args);
     QVERIFY2(r.exit_code == 0, qPrintable(r.out + r.err));
 
     // Console: the progress line at iteration 10 gives the mean iteration time over 6..10.
@@ -162,13 +155,9 @@ class TrainReports : public QObject {
   }
 
  private slots:
-  void initTestCase() {
-    QVERIFY(dir_.isValid());
-  }
+  void initTestCase() { QVERIFY(dir_.isValid()); }
 
-  void one_rank_reports_per_iteration() {
-    check(1);
-  }
+  void one_rank_reports_per_iteration() { check(1); }
 
   void two_ranks_report_per_iteration_and_per_rank() {
 #ifndef LATTICE_MPIEXEC
