@@ -56,6 +56,8 @@ if ! ls "${fortunes_dir}"/*.dat >/dev/null 2>&1; then
   exit 2
 fi
 
+source "${script_dir}/machine_line.sh"
+machine=$(machine_line "$(dirname "$lattice_bench")")
 mkdir -p "$data_dir"
 fortunes="${data_dir}/fortunes.txt"
 synthetic="${data_dir}/fortunes-100MB.txt"
@@ -116,7 +118,8 @@ PY
 done
 
 echo
-echo "GPT-2 BPE encode, MB/s of UTF-8 input (best of ${repeat}); $(nproc) CPUs, $(node --version)"
+echo "$machine"
+echo "GPT-2 BPE encode, MB/s of UTF-8 input (best of ${repeat}); $(node --version)"
 printf '%-20s %8s %10s %10s %8s %10s %8s %8s %9s %9s %6s\n' corpus MB gpt-tok lattice-1T \
   ratio lattice-2T ratio 2T/1T Mtok/s-1T Mtok/s-2T same
 for row in "${rows[@]}"; do echo "$row"; done
@@ -126,6 +129,7 @@ lattice_cli="$(dirname "$(dirname "$(dirname "$lattice_bench")")")/lattice"
 vocab_dir="${LATTICE_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/lattice}/gpt2"
 if [[ -x "$lattice_cli" ]]; then
   echo
+  echo "$machine"
   echo "lattice data preprocess --tokenizer-type GPT2BPETokenizer --input-format lines, MB/s"
   printf '%-20s %10s %10s %8s\n' corpus 1-worker 2-workers 2w/1w
   for corpus in "$fortunes" "$synthetic"; do
