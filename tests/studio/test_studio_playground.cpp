@@ -2,7 +2,8 @@
 // recorded in a run store) is offered in the run list, loads off the UI thread, and greedily
 // generates, token by token, exactly what `lattice generate --top-k 1` prints; Stop ends a
 // generation early; a missing, corrupt or tokenizer-less checkpoint is an error in the view,
-// which stays usable. The engine's cancel flag is checked on a random model.
+// which stays usable; the same model as GPT-2 weights loads from the file and its config.json.
+// The engine's cancel flag is checked on a random model.
 #include <QtTest/QtTest>
 
 #include <QComboBox>
@@ -243,6 +244,33 @@ class TestStudioPlayground : public QObject {
     // Still usable: a good checkpoint loads and generates, and the error is gone.
     QVERIFY(load(view, ckpt()));
     QVERIFY(view.errorText().isEmpty());
+    setRequest(view, greedy(kTokens));
+    QCOMPARE(generateAndWait(view), QStringLiteral("length"));
+    QCOMPARE(view.output()->text(), expected_);
+  }
+
+  void a_gpt2_file_loads_with_the_model_its_config_json_gives() {
+    // The checkpoint as Hugging Face GPT-2 weights, with no model flags anywhere: the tensors
+    // give the sizes and config.json beside the file the heads.
+    const QString hfDir = dir_.filePath("hf");
+    QVERIFY(QDir().mkpath(hfDir));
+    const QString weights = hfDir + "/model.safetensors";
+    testing::Run e = testing::run_process(LATTICE_CLI_PATH, {"ckpt", "export-hf", ckpt(), weights});
+    QVERIFY2(e.exit_code == 0, qPrintable(e.err));
+    PlaygroundView view;
+    view.show();
+    QSignalSpy failed(&view, &PlaygroundView::modelFailed);
+    view.openCheckpoint(weights);
+    QVERIFY(failed.wait(10000));
+    QVERIFY2(view.errorText().contains("config.json") && view.errorText().contains("heads"),
+             qPrintable(view.errorText()));
+    QFile config(hfDir + "/config.json");
+    QVERIFY(config.open(QIODevice::WriteOnly));
+    config.write(R"({"model_type": "gpt2", "n_head": 4, "n_layer": 2, "n_embd": 64})");
+    config.close();
+    QVERIFY(load(view, weights));
+    QVERIFY(view.errorText().isEmpty());
+    QCOMPARE(view.loadedCheckpoint(), QFileInfo(weights).absoluteFilePath());
     setRequest(view, greedy(kTokens));
     QCOMPARE(generateAndWait(view), QStringLiteral("length"));
     QCOMPARE(view.output()->text(), expected_);
