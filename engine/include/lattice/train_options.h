@@ -52,7 +52,7 @@ struct TrainOptions {
   OptimizerConfig optim;
   ParallelOptions parallel;
   int micro_batch_size = 4;                      // --micro-batch-size
-  int global_batch_size = 0;                     // --global-batch-size (0: micro batch size)
+  int global_batch_size = 0;                     // --global-batch-size (0: micro batch x DP)
   int train_iters = 100;                         // --train-iters
   int log_interval = 10;                         // --log-interval
   uint64_t seed = 1234;                          // --seed
@@ -109,6 +109,8 @@ struct TrainOptions {
 
   bool given(const std::string& flag) const { return given_flags.count(flag) > 0; }
 
+  // Micro-batches per iteration over all DP ranks; needs the global batch resolved
+  // (with_default_global_batch in layout.h) when it was not given.
   int num_micro_batches() const { return global_batch_size / micro_batch_size; }
   // --data-path as (weight, prefix) pairs; a lone prefix has weight 1.
   Result<std::vector<std::pair<double, std::string>>> data_blend() const;

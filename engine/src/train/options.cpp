@@ -34,7 +34,8 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"hidden-dropout", "dropout on hidden states; 0 disables", &m.hidden_dropout},
       {"init-method-std", "standard deviation of the weight initialisation", &m.init_method_std},
       {"micro-batch-size", "samples per micro-batch", &o.micro_batch_size},
-      {"global-batch-size", "samples per iteration; 0 means --micro-batch-size",
+      {"global-batch-size",
+       "samples per iteration; 0 means --micro-batch-size x data-parallel size (Megatron)",
        &o.global_batch_size},
       {"train-iters", "iterations to train", &o.train_iters},
       {"lr", "peak learning rate", &p.lr},
@@ -405,7 +406,8 @@ Result<TrainOptions> parse_unchecked(const std::vector<std::string>& args,
       parse_flags(rest, table, nullptr, kCommand, &o.given_flags);
   errors.insert(errors.end(), flag_errors.begin(), flag_errors.end());
   if (!errors.empty()) return Status::invalid_argument(join_errors(errors));
-  if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
+  // --global-batch-size stays 0 when not given: with_default_global_batch (layout.h) makes it
+  // micro-batch x DP once the world size is known.
   // NullTokenizer's EOD is --vocab-size itself (Megatron), so the model needs one more id.
   o.model.vocab_size = o.tokenizer.type == "NullTokenizer" ? o.tokenizer.vocab_size + 1 : 0;
   // The model flags not given come from the GPT-2 file (apply_hf_model).

@@ -741,7 +741,8 @@ double measure_sgemm_gflops(int threads) {
   return best;
 }
 
-Result<TrainSummary> train(const TrainOptions& o, Comm& world, MetricsSink& sink) {
+Result<TrainSummary> train(const TrainOptions& given, Comm& world, MetricsSink& sink) {
+  const TrainOptions o = with_default_global_batch(given, world.size());
   ModelConfig mc = o.model;
   if (o.tokenizer.type != "NullTokenizer") {
     Result<std::unique_ptr<Tokenizer>> tokenizer = make_tokenizer(o.tokenizer);
