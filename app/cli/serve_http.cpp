@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -120,21 +121,28 @@ std::optional<ApiError> check_framing(const httplib::Request& req, size_t max_bo
 // A client that half-closes between that check and the library's first write (microseconds)
 // is not answered, as before.
 
-bool same_end(const sockaddr_storage& a, socklen_t len, const std::string& addr, int port) {
-  char host[NI_MAXHOST], serv[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-    return false;
-  return std::atoi(serv) == port && addr == host;
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
+// The address as cpp-httplib writes it into the request (getnameinfo, numeric).
+bool same_host(const sockaddr_storage& a, socklen_t len, const std::string& host) {
+  char name[NI_MAXHOST];
+  return getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, name, sizeof name, nullptr, 0,
+                     NI_NUMERICHOST) == 0 &&
+         host == name;
 }
 
 bool is_connection_of(int fd, const httplib::Request& req) {
   sockaddr_storage local{}, peer{};
   socklen_t local_len = sizeof local, peer_len = sizeof peer;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) return false;
+  if (port_of(local) != req.local_port) return false;
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) return false;
-  return same_end(local, local_len, req.local_addr, req.local_port) &&
-         same_end(peer, peer_len, req.remote_addr, req.remote_port);
+  return port_of(peer) == req.remote_port && same_host(peer, peer_len, req.remote_addr) &&
+         same_host(local, local_len, req.local_addr);
 }
 
 // The socket of the connection `req` came on, or -1. Each HTTP thread serves one connection at
@@ -306,6 +314,15 @@ std::optional<std::string> read_body(const httplib::Request& req,
 void install_http_guards(httplib::Server& server, HttpGuardOptions options) {
   const size_t max_body = options.max_body;
   server.set_payload_max_length(max_body);
+  // A client that asks before sending its body (Expect: 100-continue, as curl does for large
+  // ones) hears the refusal instead of "go on".
+  server.set_expect_100_continue_handler(
+      [max_body](const httplib::Request& req, httplib::Response& res) {
+        std::optional<ApiError> e = check_framing(req, max_body);
+        if (!e) return 100;
+        reply_error(res, *e, /*close=*/true);
+        return e->status;
+      });
   server.set_pre_routing_handler([max_body](const httplib::Request& req, httplib::Response& res) {
     std::optional<ApiError> e = check_framing(req, max_body);
     if (!e) return httplib::Server::HandlerResponse::Unhandled;

@@ -131,6 +131,8 @@ class ServeInput : public QObject {
         {"length and chunked",
          request("PUT", "/api", "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n", "{}"), 400},
         {"over the limit", request("PUT", "/api", "Content-Length: 100000000\r\n", ""), 413},
+        {"over the limit, asking first",
+         request("PUT", "/api", "Content-Length: 100000000\r\nExpect: 100-continue\r\n", ""), 413},
         {"unknown coding", request("PUT", "/api", "Transfer-Encoding: gzip\r\n", ""), 501},
         {"no length", request("POST", "/v1/completions", "", ""), 411},
         {"a GET with a body", request("GET", "/api", "Content-Length: 2\r\n", "{}"), 400},
