@@ -202,6 +202,8 @@ class ServeInput : public QObject {
       const char* body;
       const char* param;
     } cases[] = {
+        // The issue's case first: it was answered 200, greedily.
+        {"/v1/completions", R"({"prompt": "1", "top_k": 4294967297})", "top_k"},
         {"/api", R"({"prompts": ["1"], "top_k": 4294967297})", "top_k"},
         {"/api", R"({"prompts": ["1"], "top_k": 1001})", "top_k"},
         {"/api", R"({"prompts": ["1"], "top_k": -1})", "top_k"},
@@ -225,7 +227,6 @@ class ServeInput : public QObject {
         {"/api", R"({"prompts": ["1"], "add_BOS": true})", "add_BOS"},
         {"/api", R"({"prompts": ["1"], "stop_token": 1.5})", "stop_token"},
         {"/api", R"({"prompts": ["1"], "length_penalty": "long"})", "length_penalty"},
-        {"/v1/completions", R"({"prompt": "1", "top_k": 4294967297})", "top_k"},
         {"/v1/completions", R"({"prompt": "1", "top_k": -1})", "top_k"},
         {"/v1/completions", R"({"prompt": "1", "max_tokens": 4294967297})", "max_tokens"},
         {"/v1/completions", R"({"prompt": "1", "max_tokens": 1.5})", "max_tokens"},
