@@ -118,8 +118,12 @@ std::optional<ApiError> check_framing(const httplib::Request& req, size_t max_bo
 // connection's socket (the one whose two ends are the request's addresses) and, when the
 // library would take its peer for gone, writes the whole answer itself with Connection: close.
 // The library's own writes then fail without sending anything, and it closes the connection.
-// A client that half-closes between that check and the library's first write (microseconds)
-// is not answered, as before.
+// A stream (a chunked provider) is always written here, whether or not the end of stream has
+// arrived yet: the library checks before every write, so a client whose half-close arrives
+// during the stream (or just after the check above) would lose the rest of it, and a peeked end
+// of stream is not a client that left (a write fails for one that closed). A plain answer is
+// written by the library when no end of stream is pending; a client that half-closes between
+// that check and the library's first write (microseconds) is not answered, as before.
 
 int port_of(const sockaddr_storage& a) {
   if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
@@ -229,15 +233,15 @@ bool drive_provider(int fd, httplib::Response& res, int timeout_s,
   return ok;
 }
 
-void answer_half_closed(const httplib::Request& req, httplib::Response& res,
-                        const HttpGuardOptions& options) {
+void answer_outside_the_library(const httplib::Request& req, httplib::Response& res,
+                                const HttpGuardOptions& options) {
   const int fd = connection_socket(req);
-  if (fd < 0 || !library_takes_peer_for_gone(fd)) return;
+  const bool stream = res.content_provider_ && res.is_chunked_content_provider_;
+  if (fd < 0 || (!stream && !library_takes_peer_for_gone(fd))) return;
   res.headers.erase("Connection");
   res.headers.erase("Keep-Alive");
   res.set_header("Connection", "close");
-  if (res.content_provider_ && res.is_chunked_content_provider_)
-    res.headers.erase("Content-Encoding");  // written as it comes, not compressed
+  if (stream) res.headers.erase("Content-Encoding");  // written as it comes, not compressed
   std::string head =
       "HTTP/1.1 " + std::to_string(res.status) + " " + reason_phrase(res.status) + "\r\n";
   for (const auto& [key, value] : res.headers) head += key + ": " + value + "\r\n";
@@ -359,7 +363,7 @@ void install_http_guards(httplib::Server& server, HttpGuardOptions options) {
       });
   server.set_post_routing_handler([options](const httplib::Request& req, httplib::Response& res) {
     if (res.get_header_value("Connection") == "close") res.headers.erase("Keep-Alive");
-    answer_half_closed(req, res, options);
+    answer_outside_the_library(req, res, options);
   });
 }
 

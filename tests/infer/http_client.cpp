@@ -120,6 +120,36 @@ RawAnswer raw_exchange(int port, const std::string& request, bool half_close, in
   return out;
 }
 
+RawAnswer raw_exchange_half_closing_after_head(int port, const std::string& request,
+                                               int timeout_ms) {
+  RawAnswer out;
+  const int fd = connect_loopback(port);
+  if (fd < 0) return out;
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::milliseconds(timeout_ms);
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return out;
+  }
+  out.sent = request.size();
+  char buf[65536];
+  while (out.bytes.find("\r\n\r\n") == std::string::npos && Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      out.closed = true;
+      break;
+    }
+    out.bytes.append(buf, static_cast<size_t>(n));
+  }
+  shutdown(fd, SHUT_WR);
+  if (!out.closed) read_answer(fd, out, t0, deadline, false);
+  close(fd);
+  return out;
+}
+
 RawAnswer send_chunked_until_answered(int port, const std::string& head, size_t chunk_bytes,
                                       size_t max_bytes, int timeout_ms) {
   RawAnswer out;

@@ -36,6 +36,12 @@ struct RawAnswer {
 RawAnswer raw_exchange(int port, const std::string& request, bool half_close, int timeout_ms,
                        bool until_close = false);
 
+// Sends `request`, reads until the answer's status line and headers have come, then shuts down
+// its sending side (so the end of stream reaches the server after it began to answer), and
+// reads on until the answer is complete, the server closes, or `timeout_ms`.
+RawAnswer raw_exchange_half_closing_after_head(int port, const std::string& request,
+                                               int timeout_ms);
+
 // Sends `head` (a request's line and headers, ending in the blank line, with
 // Transfer-Encoding: chunked) and then chunks of `chunk_bytes` 'a's until the server answers,
 // `max_bytes` of body have gone, or `timeout_ms`; reads the answer while sending.

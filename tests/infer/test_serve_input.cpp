@@ -18,6 +18,7 @@
 using json = nlohmann::json;
 using lattice::testing::raw_body;
 using lattice::testing::raw_exchange;
+using lattice::testing::raw_exchange_half_closing_after_head;
 using lattice::testing::raw_status;
 using lattice::testing::RawAnswer;
 
@@ -180,6 +181,20 @@ class ServeInput : public QObject {
     QVERIFY2(events.rfind("data: {", 0) == 0, streamed.bytes.c_str());
     QVERIFY2(events.size() >= 14 && events.compare(events.size() - 14, 14, "data: [DONE]\n\n") == 0,
              streamed.bytes.c_str());
+
+    // The end of stream arrives while the server streams (after its head): the stream is
+    // still whole. (The library takes a pending end of stream for a client that left.)
+    const RawAnswer late = raw_exchange_half_closing_after_head(
+        port_,
+        with_length("POST", "/v1/completions",
+                    R"({"prompt": ["1", "2", "3", "4"], "max_tokens": 30, "temperature": 0, )"
+                    R"("stream": true})"),
+        30000);
+    QVERIFY2(raw_status(late.bytes) == 200, late.bytes.c_str());
+    const std::string late_events = raw_body(late.bytes);
+    QVERIFY2(late_events.size() >= 14 &&
+                 late_events.compare(late_events.size() - 14, 14, "data: [DONE]\n\n") == 0,
+             late.bytes.c_str());
 
     const RawAnswer error = raw_exchange(
         port_, with_length("POST", "/v1/completions", R"({"prompt": "1", "top_k": 4294967297})"),
