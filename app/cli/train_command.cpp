@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -143,6 +144,10 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     if (rank0) print_error(command, layout.status().message());
     return finish(2);
   }
+  char timeout[96];
+  std::snprintf(timeout, sizeof timeout, "--distributed-timeout-minutes %g",
+                options->distributed_timeout_minutes);
+  set_comm_timeout(options->distributed_timeout_minutes * 60, timeout);
   g_under_mpirun = std::getenv("OMPI_MCA_orte_hnp_uri") != nullptr;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -164,6 +169,13 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     else
       opened = r.status();
   }
+  // A rank that ends the job (a failure, a hung or dead peer) records why on rank 0 first.
+  struct AbortHook {
+    explicit AbortHook(RunRecorder* r) {
+      if (r) set_abort_hook([r](const std::string& message) { r->fail(message); });
+    }
+    ~AbortHook() { set_abort_hook({}); }
+  } abort_hook(recorder.get());
   // Every rank learns whether rank 0 could open the record, so that its failure stops every
   // rank here instead of leaving the others in the job's first collective.
   int failed = opened.is_ok() ? 0 : 1;

@@ -1,7 +1,9 @@
 // comm_worker: started by mpirun (tests/comm/CMakeLists.txt, test_comm.cpp). Mode `check` runs
 // every Comm operation on values each rank can compute alone and names the op, rank, index,
 // expected and got of any mismatch; `abort` and `sigkill` make rank 1 fail while the others
-// block in a collective. Non-goal: performance (see the benchmarks).
+// block in a collective; `sigstop` and `sigstop-recv` stop rank 1 (SIGSTOP) while the others
+// wait for it in an all_reduce, or rank 0 in a recv from it, under a 2 s timeout.
+// Non-goal: performance (see the benchmarks).
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -393,6 +395,9 @@ int run_failure(Comm& comm, const std::string& mode) {
     if (mode == "abort") comm.abort("disk full on rank 1", 3);
     std::raise(SIGKILL);
   }
+  // As `lattice train` does (its stop handler), outlive the SIGTERM that mpirun sends once
+  // rank 1 is gone, for the second before its SIGKILL: the wait then says which rank died.
+  std::signal(SIGTERM, [](int) {});
   float x = 1;
   const Status s = comm.all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
   std::fprintf(stderr, "comm_worker: rank %d: all_reduce returned (%s) though rank 1 is gone\n",
@@ -400,13 +405,41 @@ int run_failure(Comm& comm, const std::string& mode) {
   return 4;
 }
 
+// Rank 1 stops itself (SIGSTOP) after one all_reduce with everyone; the others then wait for
+// it in a second all_reduce (`sigstop`), or rank 0 in a recv from it while the rest wait in a
+// barrier (`sigstop-recv`). The timeout (2 s) must end the job, naming rank 1 and the wait.
+int run_hang(Comm& comm, const std::string& mode) {
+  if (comm.size() < 2) {
+    std::fprintf(stderr, "comm_worker %s: needs at least 2 ranks\n", mode.c_str());
+    return 2;
+  }
+  lattice::set_comm_timeout(2.0, "a 2 s test timeout");
+  lattice::set_comm_activity("the hang test");
+  float x = 1;
+  if (Status s = comm.all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum); !s) return 3;
+  if (comm.rank() == 1) std::raise(SIGSTOP);
+  Status s = Status::ok();
+  if (mode == "sigstop")
+    s = comm.all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
+  else if (comm.rank() == 0)
+    s = comm.recv(&x, 1, DType::kFloat32, 1, 7);
+  else
+    s = comm.barrier();
+  std::fprintf(stderr, "comm_worker: rank %d: the wait returned (%s) though rank 1 is stopped\n",
+               comm.rank(), s ? "ok" : s.message().c_str());
+  return 4;
+}
+
 }  // namespace
 
-// comm_worker check | abort [marker] | sigkill [marker]  (marker: ignored, for pgrep)
+// comm_worker check | abort | sigkill | sigstop | sigstop-recv [marker]  (marker: ignored,
+// for pgrep)
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "check" && mode != "abort" && mode != "sigkill") {
-    std::fprintf(stderr, "usage: comm_worker check | abort [marker] | sigkill [marker]\n");
+  const bool hang = mode == "sigstop" || mode == "sigstop-recv";
+  if (mode != "check" && mode != "abort" && mode != "sigkill" && !hang) {
+    std::fprintf(stderr,
+                 "usage: comm_worker check | abort | sigkill | sigstop | sigstop-recv [marker]\n");
     return 2;
   }
   auto world = lattice::make_world_comm();
@@ -414,7 +447,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "comm_worker: %s\n", world.status().message().c_str());
     return 2;
   }
-  const int code = mode == "check" ? run_checks(*world.value()) : run_failure(*world.value(), mode);
+  const int code = mode == "check" ? run_checks(*world.value())
+                   : hang          ? run_hang(*world.value(), mode)
+                                   : run_failure(*world.value(), mode);
   world.value().reset();
   lattice::finalize_comm();
   return code;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QProcess>
 #include <QRandomGenerator>
@@ -230,6 +231,58 @@ class CommTest : public QObject {
     QVERIFY2(job.exit_code != 0, qPrintable(job.err));
     QVERIFY2(job.err.contains("rank 1") && job.err.contains("signal 9"),
              qPrintable(job.out + job.err));
+    // Lattice's own words, from rank 0's wait, besides Open MPI's.
+    QVERIFY2(job.err.contains("lattice: rank 0: rank 1 (pid ") &&
+                 job.err.contains(") has ended (killed, crashed") &&
+                 job.err.contains("while rank 0 waited") &&
+                 job.err.contains("in the world all-reduce (group: world [0,1])"),
+             qPrintable(job.err));
+    QVERIFY2(left.isEmpty(), qPrintable("left behind: " + left.join(' ')));
+#endif
+  }
+
+  // Rank 1 stops (SIGSTOP) and never arrives in the all_reduce ranks 0 and 2 wait in: with a
+  // 2 s timeout rank 0 ends the job within a few seconds, names rank 1 (not rank 2, which
+  // arrived), the operation and its group, and says that rank 1 is stopped.
+  void stopped_rank_ends_the_job_naming_it_and_the_collective() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#else
+    const QString marker = unique_marker("sigstop");
+    QElapsedTimer clock;
+    clock.start();
+    const lattice::testing::Run job =
+        lattice::testing::run_mpi(3, LATTICE_COMM_WORKER, {"sigstop", marker}, {}, 30000);
+    const qint64 ms = clock.elapsed();
+    const QStringList left = processes_left(marker);
+    QVERIFY2(!job.timed_out, "mpirun still running after 30 s: ranks 0 and 2 wait for ever");
+    QVERIFY2(job.exit_code != 0, qPrintable(job.err));
+    QVERIFY2(job.err.contains("lattice: rank 0: rank 0 waited 2 s (a 2 s test timeout) in the "
+                              "world all-reduce of the hang test for rank 1 (its group: world "
+                              "[0,1,2]); rank 1 did not arrive and did not answer: it is stopped "
+                              "(SIGSTOP or a debugger; pid "),
+             qPrintable(job.err));
+    QVERIFY2(ms < 20000, qPrintable(QString("the job took %1 ms").arg(ms)));
+    QVERIFY2(left.isEmpty(), qPrintable("left behind: " + left.join(' ')));
+#endif
+  }
+
+  // The same for a point-to-point message: rank 0 waits in a recv from the stopped rank 1.
+  void stopped_peer_ends_a_recv_naming_it() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#else
+    const QString marker = unique_marker("sigstop-recv");
+    const lattice::testing::Run job =
+        lattice::testing::run_mpi(3, LATTICE_COMM_WORKER, {"sigstop-recv", marker}, {}, 30000);
+    const QStringList left = processes_left(marker);
+    QVERIFY2(!job.timed_out, "mpirun still running after 30 s: rank 0 waits in recv for ever");
+    QVERIFY2(job.exit_code != 0, qPrintable(job.err));
+    QVERIFY2(job.err.contains("lattice: rank 0: rank 0 waited 2 s (a 2 s test timeout) in the "
+                              "world recv from rank 1 of the hang test for rank 1"),
+             qPrintable(job.err));
+    QVERIFY2(job.err.contains("rank 1 did not arrive and did not answer: it is stopped"),
+             qPrintable(job.err));
     QVERIFY2(left.isEmpty(), qPrintable("left behind: " + left.join(' ')));
 #endif
   }

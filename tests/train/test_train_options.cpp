@@ -121,6 +121,22 @@ class TrainOptionsTest : public QObject {
              s.message().c_str());
   }
 
+  // --distributed-timeout-minutes: Megatron's default of 10, fractions for short tests, 0 for
+  // no timeout; a negative value is refused naming the flag.
+  void distributed_timeout_minutes() {
+    auto defaults = parse_train_options(base());
+    QVERIFY(defaults.is_ok());
+    QCOMPARE(defaults->distributed_timeout_minutes, 10.0);
+    auto fraction = parse_train_options(with({"--distributed-timeout-minutes", "0.05"}));
+    QVERIFY2(fraction.is_ok(), fraction.status().message().c_str());
+    QCOMPARE(fraction->distributed_timeout_minutes, 0.05);
+    QVERIFY(parse_train_options(with({"--distributed-timeout-minutes", "0"})).is_ok());
+    auto negative = parse_train_options(with({"--distributed-timeout-minutes", "-1"}));
+    QVERIFY(!negative.is_ok());
+    QVERIFY2(mentions(negative.status(), "--distributed-timeout-minutes must not be negative"),
+             negative.status().message().c_str());
+  }
+
   void training_needs_data() {
     auto r = parse_train_options({});
     QVERIFY(!r.is_ok());

@@ -11,10 +11,17 @@
 // Errors: every call returns a Status; a failing MPI call becomes a Status naming the
 // operation and the rank. A rank that cannot go on calls abort(), which ends the whole job
 // (every rank, no hang) after printing its message.
+//
+// Waiting (docs/design-notes.md#collective-timeout): a rank that waits in an operation for a
+// peer that has died, or longer than set_comm_timeout() allows, ends the job itself with a
+// message naming the operation, its group and the ranks it waited for; it never returns an
+// error for that. Waits spin for a moment, then sleep in short steps (no 100 % CPU while a
+// peer is hung).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,15 +36,25 @@ size_t dtype_size(DType type);
 template <typename T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::kFloat32; }
+constexpr DType dtype_of<float>() {
+  return DType::kFloat32;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::kFloat64; }
+constexpr DType dtype_of<double>() {
+  return DType::kFloat64;
+}
 template <>
-constexpr DType dtype_of<int32_t>() { return DType::kInt32; }
+constexpr DType dtype_of<int32_t>() {
+  return DType::kInt32;
+}
 template <>
-constexpr DType dtype_of<int64_t>() { return DType::kInt64; }
+constexpr DType dtype_of<int64_t>() {
+  return DType::kInt64;
+}
 template <>
-constexpr DType dtype_of<uint8_t>() { return DType::kUInt8; }
+constexpr DType dtype_of<uint8_t>() {
+  return DType::kUInt8;
+}
 
 // Integer sums must not overflow: Open MPI 4.1 saturates where the CPU would wrap.
 enum class ReduceOp { kSum, kMax };
@@ -110,9 +127,31 @@ class Comm {
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
 
+  // What this communicator is for, as messages name it ("data-parallel"); "world" for the
+  // world, "" (an unnamed group) for a split until its maker names it.
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  // Each member's rank in the world (size() of them), for messages that name ranks.
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+
  protected:
   CommStats stats_;
+  std::string name_;
+  std::vector<int> world_ranks_;
 };
+
+// How long a rank may wait in one operation for the other ranks before it ends the job
+// (0, the default: for ever; a dead peer ends the job either way). `setting` names where the
+// value came from in messages ("--distributed-timeout-minutes 10"). Process-wide: every
+// communicator, MPI and NCCL; set it before the operations it should cover.
+void set_comm_timeout(double seconds, const std::string& setting = "");
+// What the job is doing, for messages about a wait ("iteration 37"); "" for nothing.
+// Thread-safe.
+void set_comm_activity(const std::string& activity);
+// Called with the message when this rank ends the job (Comm::abort, or a wait that timed out
+// or lost a peer), after the message is printed and before the job ends; once, on the thread
+// that ends it. Rank 0 records the run as failed here. An empty function removes it.
+void set_abort_hook(std::function<void(const std::string& message)> hook);
 
 // A world of one process: collectives copy or do nothing, point-to-point is an error.
 std::unique_ptr<Comm> make_local_comm();

@@ -78,6 +78,10 @@ struct TrainOptions {
   // --exit-duration-in-mins M: save and stop once M minutes have passed since the process
   // started (checked before every iteration; 0: never).
   double exit_duration_in_mins = 0;
+  // --distributed-timeout-minutes M: a rank that waits this long in one collective or
+  // pipeline message ends the job, naming the ranks it waited for (Megatron's flag and
+  // default; fractions allowed; 0: wait for ever). docs/design-notes.md#collective-timeout.
+  double distributed_timeout_minutes = 10;
   std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
   bool profile = false;     // --profile: per-op time table at the end
   bool fp64 = false;        // --fp64: train in double precision (verification; slow)

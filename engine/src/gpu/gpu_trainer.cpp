@@ -236,6 +236,7 @@ Status GpuLoop<A>::make_groups() {
     if (!bootstrap) return bootstrap.status();
     Result<std::unique_ptr<Comm>> nccl = make_nccl_comm(std::move(*bootstrap));
     if (!nccl) return nccl.status();
+    (*nccl)->set_name(group.name());  // messages about a wait name the group
     out = std::move(*nccl);
     return Status::ok();
   };
@@ -466,6 +467,7 @@ Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& positio
 // As the CPU trainer's save (train/trainer.cpp): the checkpoint, then rank 0 reports it.
 template <typename A>
 Status GpuLoop<A>::save(const TrainState& state) {
+  set_comm_activity("the checkpoint save at iteration " + std::to_string(state.iteration));
   Result<SavedCheckpoint> saved = save_gpu_checkpoint(o_, mc_, world_, state, device_states());
   if (!saved) return saved.status();
   if (world_.rank() == 0)
@@ -559,6 +561,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
   int timed_iterations = 0;
   auto report_validation = [&](const SampleSource& source, int64_t& position, const char* split,
                                int iteration, bool at_end) -> Status {
+    set_comm_activity(std::string("the ") + (at_end ? "final " : "") + split +
+                      " evaluation at iteration " + std::to_string(iteration));
     Result<double> v = validate(source, position);
     if (!v) return v.status();
     ValidationMetrics vm{iteration, split, at_end, *v, std::exp(std::min(20.0, *v))};
@@ -569,6 +573,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
   const auto run_start = Clock::now();
   reported_at_ = state.iteration;
   for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
+    set_comm_activity("iteration " + std::to_string(it));
     // A signal or the time limit on any rank stops every rank at the same iteration.
     const auto stop =
         static_cast<EarlyStop>(all_reduce_scalar(world_, double(early_stop(o_)), ReduceOp::kMax));
@@ -699,6 +704,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
     }
   }
   summary.total_seconds = seconds_since(run_start);
+  set_comm_activity("the end of the run");
   if (!o_.save.empty() && saved_iteration != last && last > state.iteration)
     if (Status s = save(progress(last)); !s) return s;
   // After the last iteration, as the CPU trainer: the validation split unless the last

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "lattice/comm.h"
+#include "parallel/comm_watch.h"
 
 namespace lattice {
 namespace {
@@ -54,6 +55,10 @@ void copy(const void* send, void* recv, size_t count, DType type) {
 
 class LocalComm final : public Comm {
  public:
+  LocalComm() {
+    name_ = "world";
+    world_ranks_ = {0};
+  }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   int node_local_size() const override { return 1; }
@@ -131,6 +136,7 @@ class LocalComm final : public Comm {
   [[noreturn]] void abort(const std::string& message, int exit_code) override {
     std::fprintf(stderr, "lattice: rank 0: %s\n", message.c_str());
     std::fflush(stderr);
+    run_abort_hook(message);
     std::_Exit(exit_code);
   }
 

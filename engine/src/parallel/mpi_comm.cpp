@@ -1,11 +1,9 @@
-// MpiComm: comm.h over MPI for CPU buffers, and the only file that includes <mpi.h>. Every
-// MPI call returns its error (MPI_ERRORS_RETURN) and a failure becomes a Status naming the
-// call and the rank. Non-goals: GPU buffers, MPI_THREAD_MULTIPLE, one-sided communication.
-#define OMPI_SKIP_MPICXX 1  // the C API only: no C++ bindings, no warnings from them
-#define MPICH_SKIP_MPICXX 1
+// MpiComm: comm.h over MPI for CPU buffers. Every MPI call returns its error
+// (MPI_ERRORS_RETURN) and a failure becomes a Status naming the call and the rank. Every
+// operation is non-blocking underneath and waits in watch_wait (mpi_watch.h, Note [collective
+// timeout]), which paces the wait and ends the job when a peer dies or the timeout passes.
+// Non-goals: GPU buffers, MPI_THREAD_MULTIPLE, one-sided communication.
 #include "parallel/mpi_comm.h"
-
-#include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +14,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "parallel/mpi_watch.h"
 
 namespace lattice {
 namespace {
@@ -126,7 +126,8 @@ class BlockedTimer {
 // the communicator that made it, so it must not outlive that communicator.
 class MpiRequest final : public CommRequest {
  public:
-  MpiRequest(CommStats& stats, int rank, int size) : stats_(stats), rank_(rank), size_(size) {}
+  MpiRequest(CommStats& stats, int rank, int size, WatchedOp op)
+      : stats_(stats), rank_(rank), size_(size), op_(op) {}
   ~MpiRequest() override {
     if (!done_) wait();
   }
@@ -147,15 +148,14 @@ class MpiRequest final : public CommRequest {
   Status wait() override {
     if (done_) return status_;
     BlockedTimer timer(stats_);
-    finish(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    finish(watch_wait(requests_, op_));
     return status_;
   }
 
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
-                               MPI_STATUSES_IGNORE);
+    const int rc = watch_test(requests_, &flag);
     if (rc != MPI_SUCCESS || flag) finish(rc);
     return done_;
   }
@@ -169,31 +169,19 @@ class MpiRequest final : public CommRequest {
 
   CommStats& stats_;
   int rank_, size_;
+  WatchedOp op_;  // what a wait for it is, in messages
   std::vector<MPI_Request> requests_;
   std::vector<int> counts_, displs_;  // (size) for MPI_Ireduce_scatter / MPI_Iallgatherv
   Status status_;
   bool done_ = false;
 };
 
-[[noreturn]] void abort_job(const std::string& message, int exit_code, int fallback_rank) {
-  int initialised = 0, finalised = 0;
-  MPI_Initialized(&initialised);
-  MPI_Finalized(&finalised);
-  const bool live = initialised && !finalised;
-  int world_rank = fallback_rank;
-  if (live) MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  std::fprintf(stderr, "lattice: rank %d: %s\n", world_rank, message.c_str());
-  std::fflush(stderr);
-  std::fflush(stdout);
-  if (live) MPI_Abort(MPI_COMM_WORLD, exit_code);
-  std::_Exit(exit_code);  // MPI_Abort does not return; this is for the compiler and no-MPI
-}
-
 class MpiComm final : public Comm {
  public:
-  // Takes ownership of comm. Collective over comm.
-  static Result<std::unique_ptr<Comm>> create(MPI_Comm comm);
+  // Takes ownership of comm. Collective over comm. id: its WatchedComm id (mpi_watch.h).
+  static Result<std::unique_ptr<Comm>> create(MPI_Comm comm, uint64_t id);
   ~MpiComm() override {
+    watch_unregister(&watch_);
     int finalised = 0;
     MPI_Finalized(&finalised);
     if (!finalised) MPI_Comm_free(&comm_);
@@ -205,88 +193,57 @@ class MpiComm final : public Comm {
   int size() const override { return size_; }
   int node_local_size() const override { return node_local_size_; }
 
+  // The blocking operations are their async forms waited for (watch_wait).
   Status all_reduce(void* data, size_t count, DType type, ReduceOp op) override {
-    note(stats_.all_reduce_bytes, count, type);
-    BlockedTimer timer(stats_);
-    return check("MPI_Allreduce", for_each_piece(count, [&](size_t offset, int n) {
-                   return MPI_Allreduce(MPI_IN_PLACE, at(data, offset, type), n, mpi_type(type),
-                                        mpi_op(op), comm_);
-                 }));
+    return all_reduce_async(data, count, type, op)->wait();
   }
-
   Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
                         DType type) override {
-    if (Status s = check_counts("reduce_scatter", counts); !s) return s;
-    const size_t total = total_of(counts);
-    note(stats_.reduce_scatter_bytes, total, type);
-    BlockedTimer timer(stats_);
-    if (total <= g_max_count) {
-      std::vector<int> icounts = ints_of(counts);
-      return check("MPI_Reduce_scatter",
-                   MPI_Reduce_scatter(send, recv, icounts.data(), mpi_type(type), MPI_SUM, comm_));
-    }
-    const std::vector<size_t> displs = displacements_of(counts);
-    for (int r = 0; r < size_; r++) {
-      const int rc = for_each_piece(counts[r], [&](size_t offset, int n) {
-        return MPI_Reduce(at(send, displs[r] + offset, type),
-                          r == rank_ ? at(recv, offset, type) : nullptr, n, mpi_type(type), MPI_SUM,
-                          r, comm_);
-      });
-      if (rc != MPI_SUCCESS) return failure("MPI_Reduce", rc);
-    }
-    return Status::ok();
+    return reduce_scatter_async(send, recv, counts, type)->wait();
   }
-
   Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                     DType type) override {
-    if (Status s = check_counts("all_gather", counts); !s) return s;
-    const size_t total = total_of(counts);
-    const std::vector<size_t> displs = displacements_of(counts);
-    char* own = at(recv, displs[rank_], type);
-    note(stats_.all_gather_bytes, total, type);
-    BlockedTimer timer(stats_);
-    if (total <= g_max_count) {
-      std::vector<int> icounts = ints_of(counts), idispls = ints_of(displs);
-      return check("MPI_Allgatherv",
-                   MPI_Allgatherv(send == own ? MPI_IN_PLACE : send, icounts[rank_], mpi_type(type),
-                                  recv, icounts.data(), idispls.data(), mpi_type(type), comm_));
-    }
-    if (send != own && counts[rank_] > 0) std::memcpy(own, send, counts[rank_] * dtype_size(type));
-    for (int r = 0; r < size_; r++) {
-      const int rc = for_each_piece(counts[r], [&](size_t offset, int n) {
-        return MPI_Bcast(at(recv, displs[r] + offset, type), n, mpi_type(type), r, comm_);
-      });
-      if (rc != MPI_SUCCESS) return failure("MPI_Bcast", rc);
-    }
-    return Status::ok();
+    return all_gather_async(send, recv, counts, type)->wait();
+  }
+  Status send(const void* data, size_t count, DType type, int peer, int tag) override {
+    return isend(data, count, type, peer, tag)->wait();
+  }
+  Status recv(void* data, size_t count, DType type, int peer, int tag) override {
+    return irecv(data, count, type, peer, tag)->wait();
   }
 
   Status broadcast(void* data, size_t count, DType type, int root) override {
     if (Status s = check_rank("broadcast", "root", root); !s) return s;
     note(stats_.broadcast_bytes, count, type);
-    BlockedTimer timer(stats_);
-    return check("MPI_Bcast", for_each_piece(count, [&](size_t offset, int n) {
-                   return MPI_Bcast(at(data, offset, type), n, mpi_type(type), root, comm_);
-                 }));
+    auto request = make_request(collective("broadcast"));
+    request->issued("MPI_Ibcast", for_each_piece(count, [&](size_t offset, int n) {
+                      return MPI_Ibcast(at(data, offset, type), n, mpi_type(type), root, comm_,
+                                        request->slot());
+                    }));
+    return request->wait();
   }
 
   Status gather(const void* send, void* recv, size_t count, DType type, int root) override {
     if (Status s = check_rank("gather", "root", root); !s) return s;
     note(stats_.gather_bytes, count, type);
-    BlockedTimer timer(stats_);
     if (count <= g_max_count / static_cast<size_t>(size_)) {
       const int n = static_cast<int>(count);
-      return check("MPI_Gather",
-                   MPI_Gather(send, n, mpi_type(type), recv, n, mpi_type(type), root, comm_));
+      auto request = make_request(collective("gather"));
+      request->issued("MPI_Igather", MPI_Igather(send, n, mpi_type(type), recv, n, mpi_type(type),
+                                                 root, comm_, request->slot()));
+      return request->wait();
     }
     const size_t piece = std::max<size_t>(1, g_max_count / static_cast<size_t>(size_));
     const size_t bytes = dtype_size(type);
     std::vector<char> staging(rank_ == root ? static_cast<size_t>(size_) * piece * bytes : 0);
     for (size_t offset = 0; offset < count; offset += piece) {
       const size_t n = std::min(piece, count - offset);
-      const int rc = MPI_Gather(at(send, offset, type), static_cast<int>(n), mpi_type(type),
-                                staging.data(), static_cast<int>(n), mpi_type(type), root, comm_);
-      if (rc != MPI_SUCCESS) return failure("MPI_Gather", rc);
+      auto request = make_request(collective("gather"));
+      request->issued(
+          "MPI_Igather",
+          MPI_Igather(at(send, offset, type), static_cast<int>(n), mpi_type(type), staging.data(),
+                      static_cast<int>(n), mpi_type(type), root, comm_, request->slot()));
+      if (Status s = request->wait(); !s) return s;
       if (rank_ != root) continue;
       for (int r = 0; r < size_; r++)
         std::memcpy(at(recv, r * count + offset, type), staging.data() + r * n * bytes, n * bytes);
@@ -294,34 +251,16 @@ class MpiComm final : public Comm {
     return Status::ok();
   }
 
-  Status send(const void* data, size_t count, DType type, int peer, int tag) override {
-    if (Status s = check_rank("send", "peer", peer); !s) return s;
-    note(stats_.send_bytes, count, type);
-    BlockedTimer timer(stats_);
-    return check("MPI_Send", for_each_piece(count, [&](size_t offset, int n) {
-                   return MPI_Send(at(data, offset, type), n, mpi_type(type), peer, tag, comm_);
-                 }));
-  }
-
-  Status recv(void* data, size_t count, DType type, int peer, int tag) override {
-    if (Status s = check_rank("recv", "peer", peer); !s) return s;
-    note(stats_.recv_bytes, count, type);
-    BlockedTimer timer(stats_);
-    return check("MPI_Recv", for_each_piece(count, [&](size_t offset, int n) {
-                   return MPI_Recv(at(data, offset, type), n, mpi_type(type), peer, tag, comm_,
-                                   MPI_STATUS_IGNORE);
-                 }));
-  }
-
   Status barrier() override {
     stats_.calls++;
-    BlockedTimer timer(stats_);
-    return check("MPI_Barrier", MPI_Barrier(comm_));
+    auto request = make_request(collective("barrier"));
+    request->issued("MPI_Ibarrier", MPI_Ibarrier(comm_, request->slot()));
+    return request->wait();
   }
 
   std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
                                                 ReduceOp op) override {
-    auto request = make_request();
+    auto request = make_request(collective("all-reduce"));
     note(stats_.all_reduce_bytes, count, type);
     request->issued("MPI_Iallreduce", for_each_piece(count, [&](size_t offset, int n) {
                       return MPI_Iallreduce(MPI_IN_PLACE, at(data, offset, type), n, mpi_type(type),
@@ -333,8 +272,8 @@ class MpiComm final : public Comm {
   std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv,
                                                     const std::vector<size_t>& counts,
                                                     DType type) override {
-    auto request = make_request();
-    if (Status s = check_counts("reduce_scatter_async", counts); !s) {
+    auto request = make_request(collective("reduce-scatter"));
+    if (Status s = check_counts("reduce_scatter", counts); !s) {
       request->fail(std::move(s));
       return request;
     }
@@ -361,8 +300,8 @@ class MpiComm final : public Comm {
   std::unique_ptr<CommRequest> all_gather_async(const void* send, void* recv,
                                                 const std::vector<size_t>& counts,
                                                 DType type) override {
-    auto request = make_request();
-    if (Status s = check_counts("all_gather_async", counts); !s) {
+    auto request = make_request(collective("all-gather"));
+    if (Status s = check_counts("all_gather", counts); !s) {
       request->fail(std::move(s));
       return request;
     }
@@ -392,8 +331,8 @@ class MpiComm final : public Comm {
 
   std::unique_ptr<CommRequest> isend(const void* data, size_t count, DType type, int peer,
                                      int tag) override {
-    auto request = make_request();
-    if (Status s = check_rank("isend", "peer", peer); !s) {
+    auto request = make_request({&watch_, "send", 0, peer});
+    if (Status s = check_rank("send", "peer", peer); !s) {
       request->fail(std::move(s));
       return request;
     }
@@ -407,8 +346,8 @@ class MpiComm final : public Comm {
 
   std::unique_ptr<CommRequest> irecv(void* data, size_t count, DType type, int peer,
                                      int tag) override {
-    auto request = make_request();
-    if (Status s = check_rank("irecv", "peer", peer); !s) {
+    auto request = make_request({&watch_, "recv", 0, peer});
+    if (Status s = check_rank("recv", "peer", peer); !s) {
       request->fail(std::move(s));
       return request;
     }
@@ -429,10 +368,19 @@ class MpiComm final : public Comm {
     MPI_Comm part = MPI_COMM_NULL;
     {
       BlockedTimer timer(stats_);
+      // MPI_Comm_split has no non-blocking form: a watched barrier first, so that a rank that
+      // never comes is named (Note [collective timeout]) instead of waited for in the split.
+      auto arrived = make_request(collective("split"));
+      arrived->issued("MPI_Ibarrier", MPI_Ibarrier(comm_, arrived->slot()));
+      if (Status s = arrived->wait(); !s) return s;
       if (int rc = MPI_Comm_split(comm_, color, key, &part); rc != MPI_SUCCESS)
         return failure("MPI_Comm_split", rc);
     }
-    return create(part);
+    // The same on every member of the part: the parent, its split count and the color.
+    const uint64_t id = (watch_.id * 0x9E3779B97F4A7C15ull) ^
+                        (watch_.splits++ * 0xC2B2AE3D27D4EB4Full) ^
+                        (static_cast<uint64_t>(color) + 0x165667B19E3779F9ull);
+    return create(part, id);
   }
 
   [[noreturn]] void abort(const std::string& message, int exit_code) override {
@@ -440,13 +388,17 @@ class MpiComm final : public Comm {
   }
 
  private:
-  MpiComm(MPI_Comm comm, int rank, int size, int node_local_size)
-      : comm_(comm), rank_(rank), size_(size), node_local_size_(node_local_size) {}
+  MpiComm(MPI_Comm comm, int rank, int size, int node_local_size, uint64_t id,
+          std::vector<int> world_ranks)
+      : comm_(comm), rank_(rank), size_(size), node_local_size_(node_local_size) {
+    watch_.owner = this;
+    watch_.id = id;
+    world_ranks_ = world_ranks;
+    watch_.world_ranks = std::move(world_ranks);
+    watch_register(&watch_);
+  }
 
   Status failure(const char* call, int rc) const { return mpi_failure(call, rc, rank_, size_); }
-  Status check(const char* call, int rc) const {
-    return rc == MPI_SUCCESS ? Status::ok() : failure(call, rc);
-  }
   Status check_rank(const char* op, const char* role, int rank) const {
     if (rank >= 0 && rank < size_) return Status::ok();
     return Status::invalid_argument(std::string(op) + ": " + role + " " + std::to_string(rank) +
@@ -466,16 +418,20 @@ class MpiComm final : public Comm {
     stats_.calls++;
     bytes += count * dtype_size(type);
   }
-  std::unique_ptr<MpiRequest> make_request() {
-    return std::make_unique<MpiRequest>(stats_, rank_, size_);
+  // The next collective on this communicator, as the watch counts them (every member issues
+  // the same ones in the same order, also when one fails its argument checks).
+  WatchedOp collective(const char* kind) { return {&watch_, kind, watch_.collectives++, -1}; }
+  std::unique_ptr<MpiRequest> make_request(WatchedOp op) {
+    return std::make_unique<MpiRequest>(stats_, rank_, size_, op);
   }
 
   MPI_Comm comm_;
   int rank_, size_;
   int node_local_size_;  // ranks of comm_ sharing this machine's memory
+  WatchedComm watch_;
 };
 
-Result<std::unique_ptr<Comm>> MpiComm::create(MPI_Comm comm) {
+Result<std::unique_ptr<Comm>> MpiComm::create(MPI_Comm comm, uint64_t id) {
   int rank = 0, size = 0, local_size = 0;
   MPI_Comm local = MPI_COMM_NULL;
   int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
@@ -485,11 +441,21 @@ Result<std::unique_ptr<Comm>> MpiComm::create(MPI_Comm comm) {
     rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(local, &local_size);
   if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+  // Every member's world rank, for messages that name ranks.
+  std::vector<int> mine(static_cast<size_t>(size)), world(static_cast<size_t>(size));
+  MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(comm, &group);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  for (int r = 0; r < size; r++) mine[r] = r;
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Group_translate_ranks(group, size, mine.data(), world_group, world.data());
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
   if (rc != MPI_SUCCESS) {
     MPI_Comm_free(&comm);
     return mpi_failure("MPI_Comm_split_type", rc, rank, size);
   }
-  return std::unique_ptr<Comm>(new MpiComm(comm, rank, size, local_size));
+  return std::unique_ptr<Comm>(new MpiComm(comm, rank, size, local_size, id, std::move(world)));
 }
 
 }  // namespace
@@ -519,13 +485,21 @@ Result<std::unique_ptr<Comm>> make_mpi_world_comm() {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     return mpi_failure("MPI_Comm_dup", rc, rank, size);
   }
-  return MpiComm::create(world);
+  if (Status s = start_watch(); !s) {
+    MPI_Comm_free(&world);
+    return s;
+  }
+  Result<std::unique_ptr<Comm>> comm = MpiComm::create(world, 1);
+  if (comm) (*comm)->set_name("world");
+  return comm;
 }
 
 void finalize_mpi() {
   int finalised = 0;
   MPI_Finalized(&finalised);
-  if (g_we_initialised && !finalised) MPI_Finalize();
+  if (!g_we_initialised || finalised) return;
+  stop_watch();
+  MPI_Finalize();
 }
 
 void set_mpi_max_count_for_testing(size_t count) {

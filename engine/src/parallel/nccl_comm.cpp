@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "device/local_rank.h"
+#include "parallel/comm_watch.h"
 
 namespace lattice {
 namespace {
@@ -53,23 +54,18 @@ bool all_equal(const std::vector<size_t>& counts) {
   return true;
 }
 
+class NcclComm;
+
 // Completes when the event recorded after the operation has passed on the stream.
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(CommStats& stats, cudaEvent_t event, Status status)
-      : stats_(stats), event_(event), status_(std::move(status)) {}
+  NcclRequest(NcclComm& comm, std::string what, cudaEvent_t event, Status status)
+      : comm_(comm), what_(std::move(what)), event_(event), status_(std::move(status)) {}
   ~NcclRequest() override {
     if (!done_) wait();
     if (event_) cudaEventDestroy(event_);
   }
-  Status wait() override {
-    if (done_ || !event_) return finish(cudaSuccess);
-    const auto start = std::chrono::steady_clock::now();
-    const cudaError_t rc = cudaEventSynchronize(event_);
-    stats_.wait_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return finish(rc);
-  }
+  Status wait() override;
   bool test() override {
     if (done_ || !event_) return finish(cudaSuccess), true;
     const cudaError_t rc = cudaEventQuery(event_);
@@ -85,7 +81,8 @@ class NcclRequest final : public CommRequest {
       status_ = Status::internal(std::string("NcclComm request: ") + cudaGetErrorString(rc));
     return status_;
   }
-  CommStats& stats_;
+  NcclComm& comm_;
+  std::string what_;  // "all-reduce", "recv from rank 3": what a wait for it is, in messages
   cudaEvent_t event_;
   Status status_;
   bool done_ = false;
@@ -94,7 +91,10 @@ class NcclRequest final : public CommRequest {
 class NcclComm final : public Comm {
  public:
   NcclComm(std::unique_ptr<Comm> bootstrap, ncclComm_t comm, cudaStream_t stream, int* scratch)
-      : bootstrap_(std::move(bootstrap)), comm_(comm), stream_(stream), scratch_(scratch) {}
+      : bootstrap_(std::move(bootstrap)), comm_(comm), stream_(stream), scratch_(scratch) {
+    name_ = bootstrap_->name();
+    world_ranks_ = bootstrap_->world_ranks();
+  }
   ~NcclComm() override {
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
@@ -109,20 +109,21 @@ class NcclComm final : public Comm {
   int node_local_size() const override { return bootstrap_->node_local_size(); }
 
   Status all_reduce(void* data, size_t count, DType type, ReduceOp op) override {
-    return blocking(all_reduce_enqueue(data, count, type, op));
+    return blocking("all-reduce", all_reduce_enqueue(data, count, type, op));
   }
   Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
                         DType type) override {
-    return blocking(reduce_scatter_enqueue(send, recv, counts, type));
+    return blocking("reduce-scatter", reduce_scatter_enqueue(send, recv, counts, type));
   }
   Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                     DType type) override {
-    return blocking(all_gather_enqueue(send, recv, counts, type));
+    return blocking("all-gather", all_gather_enqueue(send, recv, counts, type));
   }
   Status broadcast(void* data, size_t count, DType type, int root) override {
     if (Status s = check_rank("broadcast", "root", root); !s) return s;
     note(stats_.broadcast_bytes, count, type);
-    return blocking(check("ncclBroadcast",
+    return blocking("broadcast",
+                    check("ncclBroadcast",
                           ncclBroadcast(data, data, count, nccl_type(type), root, comm_, stream_)));
   }
   Status gather(const void* send, void* recv, size_t count, DType type, int root) override {
@@ -142,13 +143,13 @@ class NcclComm final : public Comm {
       rc = ncclSend(send, count, nccl_type(type), root, comm_, stream_);
     }
     const ncclResult_t end = ncclGroupEnd();
-    return blocking(check("gather (ncclSend / ncclRecv)", rc != ncclSuccess ? rc : end));
+    return blocking("gather", check("gather (ncclSend / ncclRecv)", rc != ncclSuccess ? rc : end));
   }
   Status send(const void* data, size_t count, DType type, int peer, int /*tag*/) override {
-    return blocking(send_enqueue(data, count, type, peer));
+    return blocking(peer_op("send to", peer), send_enqueue(data, count, type, peer));
   }
   Status recv(void* data, size_t count, DType type, int peer, int /*tag*/) override {
-    return blocking(recv_enqueue(data, count, type, peer));
+    return blocking(peer_op("recv from", peer), recv_enqueue(data, count, type, peer));
   }
   // all_reduce_on_stream: the same ncclAllReduce on the caller's stream, not waited for.
   Status all_reduce_on(void* data, size_t count, ncclDataType_t type, size_t element_bytes,
@@ -191,37 +192,82 @@ class NcclComm final : public Comm {
 
   Status barrier() override {
     stats_.calls++;
-    return blocking(check("barrier (ncclAllReduce)", ncclAllReduce(scratch_, scratch_, 1, ncclInt32,
-                                                                   ncclSum, comm_, stream_)));
+    return blocking(
+        "barrier", check("barrier (ncclAllReduce)",
+                         ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_)));
   }
 
   std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
                                                 ReduceOp op) override {
-    return request(all_reduce_enqueue(data, count, type, op));
+    return request("all-reduce", all_reduce_enqueue(data, count, type, op));
   }
   std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv,
                                                     const std::vector<size_t>& counts,
                                                     DType type) override {
-    return request(reduce_scatter_enqueue(send, recv, counts, type));
+    return request("reduce-scatter", reduce_scatter_enqueue(send, recv, counts, type));
   }
   std::unique_ptr<CommRequest> all_gather_async(const void* send, void* recv,
                                                 const std::vector<size_t>& counts,
                                                 DType type) override {
-    return request(all_gather_enqueue(send, recv, counts, type));
+    return request("all-gather", all_gather_enqueue(send, recv, counts, type));
   }
   std::unique_ptr<CommRequest> isend(const void* data, size_t count, DType type, int peer,
                                      int /*tag*/) override {
-    return request(send_enqueue(data, count, type, peer));
+    return request(peer_op("send to", peer), send_enqueue(data, count, type, peer));
   }
   std::unique_ptr<CommRequest> irecv(void* data, size_t count, DType type, int peer,
                                      int /*tag*/) override {
-    return request(recv_enqueue(data, count, type, peer));
+    return request(peer_op("recv from", peer), recv_enqueue(data, count, type, peer));
   }
 
   Result<std::unique_ptr<Comm>> split(int color, int key) override {
     auto part = bootstrap_->split(color, key);
     if (!part) return part.status();
     return make_nccl_comm(std::move(part.value()));
+  }
+
+  // Note [collective timeout] on the GPU (docs/gpu.md#a-hung-or-dead-rank): polls `query` (a
+  // stream or event query, paced as MPI waits are) until it is no longer cudaErrorNotReady, and
+  // returns its result. Every 100 ms it asks NCCL for an asynchronous error and /proc for a
+  // dead peer; either, or waiting past the timeout, ends the job (ncclCommAbort, then the
+  // bootstrap's abort). NCCL cannot say which rank has not arrived: the message names the
+  // group, and the members this machine sees stopped or gone. Also called on the gradient
+  // reducer's thread, which then ends the job itself.
+  template <typename Query>
+  cudaError_t watch(const std::string& what, Query query) {
+    const WaitPacer clock;
+    double next_look = 0.1;
+    for (;;) {
+      const cudaError_t rc = query();
+      if (rc != cudaErrorNotReady) {
+        stats_.wait_seconds += clock.elapsed();
+        return rc;
+      }
+      const double t = clock.elapsed();
+      if (t >= next_look) {
+        next_look = t + 0.1;
+        const int me = world_ranks_.empty() ? rank() : world_ranks_[rank()];
+        const std::string op = "the " + (name_.empty() ? std::string() : name_ + " ") + what +
+                               " (NCCL)" + activity_suffix();
+        const std::string group = group_phrase(name_, world_ranks_);
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress)
+          abort("NCCL reported an error (" + std::string(ncclGetErrorString(async)) + ") in " + op +
+                    " (group: " + group + "); the job is ended",
+                1);
+        if (const int peer = ended_peer(); peer >= 0)
+          abort(peer_ended_message(peer, me, t, op, group), 1);
+        const double timeout = comm_timeout_seconds();
+        if (timeout > 0 && t >= timeout)
+          abort("rank " + std::to_string(me) + " waited " + duration_phrase(timeout) + " (" +
+                    comm_timeout_setting() + ") in " + op + " for the other ranks of its group (" +
+                    group + "); NCCL cannot tell which of them has not arrived" +
+                    stopped_or_ended_notes(world_ranks_) + "; the job is ended",
+                1);
+      }
+      clock.pause();
+    }
   }
 
   [[noreturn]] void abort(const std::string& message, int exit_code) override {
@@ -307,18 +353,15 @@ class NcclComm final : public Comm {
   }
 
   // Waits for the stream after an enqueued operation.
-  Status blocking(Status enqueued) {
+  Status blocking(const std::string& what, Status enqueued) {
     if (!enqueued) return enqueued;
-    const auto start = std::chrono::steady_clock::now();
-    const cudaError_t rc = cudaStreamSynchronize(stream_);
-    stats_.wait_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const cudaError_t rc = watch(what, [&] { return cudaStreamQuery(stream_); });
     if (rc != cudaSuccess)
-      return Status::internal("NcclComm: cudaStreamSynchronize on rank " + std::to_string(rank()) +
-                              ": " + cudaGetErrorString(rc));
+      return Status::internal("NcclComm: the " + what + " on rank " + std::to_string(rank()) +
+                              " failed: " + cudaGetErrorString(rc));
     return Status::ok();
   }
-  std::unique_ptr<CommRequest> request(Status enqueued) {
+  std::unique_ptr<CommRequest> request(std::string what, Status enqueued) {
     cudaEvent_t event = nullptr;
     if (enqueued) {
       if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess)
@@ -326,7 +369,12 @@ class NcclComm final : public Comm {
       else
         enqueued = Status::internal("NcclComm: cudaEventCreate failed");
     }
-    return std::make_unique<NcclRequest>(stats_, event, std::move(enqueued));
+    return std::make_unique<NcclRequest>(*this, std::move(what), event, std::move(enqueued));
+  }
+  // "recv from rank 3", the peer as a world rank.
+  std::string peer_op(const char* verb, int peer) const {
+    const bool known = peer >= 0 && peer < static_cast<int>(world_ranks_.size());
+    return std::string(verb) + " rank " + std::to_string(known ? world_ranks_[peer] : peer);
   }
 
   std::unique_ptr<Comm> bootstrap_;
@@ -334,6 +382,11 @@ class NcclComm final : public Comm {
   cudaStream_t stream_;
   int* scratch_;  // (1) device int for barrier()
 };
+
+Status NcclRequest::wait() {
+  if (done_ || !event_) return finish(cudaSuccess);
+  return finish(comm_.watch(what_, [&] { return cudaEventQuery(event_); }));
+}
 
 }  // namespace
 

@@ -107,6 +107,10 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"exit-duration-in-mins",
        "save (with --save) and exit once this many minutes have passed since the start",
        &o.exit_duration_in_mins},
+      {"distributed-timeout-minutes",
+       "end the job when a rank waits this long for others in one collective or pipeline "
+       "message, naming them (fractions allowed; 0: wait for ever)",
+       &o.distributed_timeout_minutes},
       {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
       {"profile", "print where the time went, per op, at the end", &o.profile},
       {"fp64",
@@ -325,6 +329,8 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
       !(exit_duration_in_mins >= 0))
     errors.push_back("--save-interval, --save-retain, --ckpt-step, --exit-interval and "
                      "--exit-duration-in-mins must not be negative");
+  if (!(distributed_timeout_minutes >= 0))
+    errors.push_back("--distributed-timeout-minutes must not be negative (0: wait for ever)");
   if (fp64 && (!save.empty() || !load.empty()))
     errors.push_back("--save and --load keep fp32 state; they do not combine with --fp64");
   if (!load.empty() && !load_hf.empty())

@@ -499,6 +499,7 @@ Status Trainer<T>::load(TrainState& state) {
 
 template <typename T>
 Status Trainer<T>::save(const TrainState& state) {
+  set_comm_activity("the checkpoint save at iteration " + std::to_string(state.iteration));
   Result<SavedCheckpoint> saved = save_checkpoint(*g_.world, o_.save, state, mc_,
                                                   train_options_json(o_), parts(), o_.save_retain);
   if (!saved) return saved.status();
@@ -514,6 +515,7 @@ Result<TrainSummary> Trainer<T>::run() {
   const bool rank0 = world.rank() == 0;
   const int threads = threads_per_rank(o_, world);
   kernels::set_num_threads(threads);
+  set_comm_activity("the start of the run");
 
   // Rank 0 builds the cached sample indices first; the others then read them.
   if (!rank0) world.barrier();
@@ -565,6 +567,8 @@ Result<TrainSummary> Trainer<T>::run() {
 
   auto report_validation = [&](const SampleSource* source, int64_t& position, const char* split,
                                int iteration, bool at_end) -> Status {
+    set_comm_activity(std::string("the ") + (at_end ? "final " : "") + split +
+                      " evaluation at iteration " + std::to_string(iteration));
     Result<double> loss = validate(*source, position);
     if (!loss) return loss.status();
     ValidationMetrics v;
@@ -582,6 +586,7 @@ Result<TrainSummary> Trainer<T>::run() {
   int last = state.iteration;
   reported_at_ = state.iteration;
   for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
+    set_comm_activity("iteration " + std::to_string(it));
     // A signal or the time limit on any rank stops every rank at the same iteration.
     const auto stop = static_cast<EarlyStop>(
         all_reduce_scalar(double(early_stop(o_)), world, ReduceOp::kMax));
@@ -653,6 +658,7 @@ Result<TrainSummary> Trainer<T>::run() {
     }
   }
   summary.total_seconds = seconds_since(run_start);
+  set_comm_activity("the end of the run");
   const bool finished = last == o_.train_iters;
   if (!o_.save.empty() && saved_iteration != last && last > state.iteration)
     if (Status s = save(progress(last)); !s) return s;
