@@ -117,6 +117,7 @@ struct Recording {
 
 Recording open_recorder(const std::string& db, RecorderOptions options) {
   Recording r;
+  options.journal_mode = "wal";  // the WAL is what the tests fill, wherever the temporary dir is
   options.report = [lines = r.lines](const std::string& line) { lines->add(line); };
   auto opened = RunRecorder::open(db, "faulty", {}, "lattice train", "{}", 1000, 1, 1, 1, 1,
                                   std::move(options));
@@ -137,9 +138,12 @@ std::string joined(const std::vector<std::string>& lines) {
   return all;
 }
 
-// Logs iterations from `*next` on until the recorder reports a failure (at most 2000).
+// Logs iterations from `*next` on until the recorder reports a failure (at most 10 s: steps
+// logged faster than the 2 ms commit window are held, and only a commit fails).
 void log_until_reported(Recording& r, int* next) {
-  while (r.lines->get().empty() && *next < 2000) r.recorder->on_iteration(iteration((*next)++));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (r.lines->get().empty() && std::chrono::steady_clock::now() < give_up)
+    r.recorder->on_iteration(iteration((*next)++));
 }
 
 // Waits up to 20 s for a report line containing `text` (the timer thread writes it).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -52,7 +53,7 @@ struct RunRecorder::Impl {
   int64_t run_id = 0;
   int64_t memory_step = -1;  // step of the last memory samples written
   bool done = false;
-  bool stopped_training = false;
+  std::atomic<bool> stopped_training{false};  // set by the timer too, read without the lock
 
   // Note [recording through a full disk] (run_record.h).
   Status outage;         // the failed write that began the current outage; ok while writing works
