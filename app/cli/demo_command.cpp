@@ -5,6 +5,7 @@
 // overwrites the first one's model.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -109,8 +110,9 @@ void print_samples(const std::string& checkpoint) {
   }
 }
 
+// db: --db as given ("" for the default, "none" or recorded false: no run record to show).
 void print_next_steps(const std::string& checkpoint, const std::string& run_name,
-                      const std::string& db) {
+                      const std::string& db, bool recorded) {
   const std::string lattice = program("lattice"), studio = program("lattice-studio");
   const std::string db_flag = db.empty() ? "" : " --db " + db;
   std::cout << "> the model is saved in " << checkpoint << "\n"
@@ -120,8 +122,9 @@ void print_next_steps(const std::string& checkpoint, const std::string& run_name
             << "  " << lattice << " generate --load " << checkpoint
             << " --prompt \"Your text\" --top-p 0.9 --stream\n"
             << "  " << lattice << " serve --load " << checkpoint
-            << " --port 5000    # OpenAI's /v1/completions and Megatron's PUT /api\n"
-            << "  " << lattice << " runs show " << run_name << db_flag
+            << " --port 5000    # OpenAI's /v1/completions and Megatron's PUT /api\n";
+  if (!recorded || db == "none") return;
+  std::cout << "  " << lattice << " runs show " << run_name << db_flag
             << "    # the run's settings, losses and checkpoint\n"
             << "  " << studio << db_flag << "    # History: run " << run_name
             << "; Playground: its checkpoint\n";
@@ -169,7 +172,9 @@ int demo_command(const std::vector<std::string>& args) {
     const std::string checkpoint = fs::absolute(save, ec).lexically_normal().string();
     if (own_directory) point_latest_at(checkpoint);
     print_samples(checkpoint);
-    print_next_steps(checkpoint, run_name, flag_value(args, "db"));
+    const bool no_db = std::find(args.begin(), args.end(), "--no-db") != args.end() ||
+                       std::find(args.begin(), args.end(), "--no-db=true") != args.end();
+    print_next_steps(checkpoint, run_name, flag_value(args, "db"), !no_db);
   };
   return run_training("demo",
                       parse_train_options_json(kDemoConfig, "embedded demo config", overrides),

@@ -153,17 +153,23 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   std::signal(SIGTERM, on_signal);
   std::signal(SIGUSR1, on_signal);
   std::unique_ptr<RunRecorder> recorder;
+  const bool recording = !options->no_db && options->db != "none";
   const std::string db = options->db.empty() ? default_run_db() : options->db;
   const std::string name = options->run_name.empty() ? default_run_name() : options->run_name;
   Status opened = Status::ok();
-  if (rank0) {
+  if (rank0 && recording) {
+    RecorderOptions how;
+    how.journal_mode = options->db_journal_mode;
+    how.heartbeat_seconds = options->db_heartbeat_interval;
+    how.required = options->db_required;
+    how.report = [command](const std::string& line) { print_error(command, line); };
     Result<std::unique_ptr<RunRecorder>> r = RunRecorder::open(
         db, name, options->tags, command_line, train_options_json(recorded(*options)),
         parameter_count(*options), comm.size(), options->model.tensor_model_parallel_size,
         options->parallel.pipeline_model_parallel_size,
         comm.size() / (options->model.tensor_model_parallel_size *
                        options->parallel.pipeline_model_parallel_size),
-        options->db_journal_mode);
+        std::move(how));
     if (r)
       recorder = std::move(*r);
     else
@@ -190,34 +196,54 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   MetricsSink silent;
   std::vector<MetricsSink*> sinks;
   if (rank0) {
-    console.on_message("recording run " + name + " in " + db);
+    if (recorder)
+      console.on_message("recording run " + name + " in " + db);
+    else
+      console.on_message(std::string("not recording this run (") +
+                         (options->no_db ? "--no-db" : "--db none") + ")");
     if (const std::string note = mpirun_kill_timeout_note(comm.size()); !note.empty())
       console.on_message(note);
-    sinks = {&console, recorder.get()};
+    sinks = {&console};
+    if (recorder) sinks.push_back(recorder.get());
   }
   TeeSink tee(sinks);
   Result<TrainSummary> result =
       train(*options, comm, rank0 ? static_cast<MetricsSink&>(tee) : silent);
+  // --db-required: a run database that cannot be written stopped training as a signal does
+  // (Note [recording through a full disk] in lattice/run_record.h).
+  const bool store_stopped = recorder && recorder->stopped_training();
   if (!result) {
     if (recorder) {
-      if (stop_requested())
+      if (store_stopped)
+        recorder->fail("stopped because the run database could not be written (--db-required)");
+      else if (stop_requested())
         recorder->killed();
       else
         recorder->fail(result.status().message());
     }
     if (stop_requested()) {
-      if (rank0) print_error(command, result.status().message());
       // Every rank stopped at the same iteration; none may exit (non-zero, which makes mpirun
-      // end the others) before rank 0 has marked the run killed.
-      if (comm.size() > 1) (void)comm.barrier();
+      // end the others) before rank 0 has marked the run. Rank 0 tells them why they stopped.
+      int why = store_stopped ? 1 : 0;
+      if (comm.size() > 1) (void)comm.all_reduce(&why, 1, DType::kInt32, ReduceOp::kMax);
+      if (why == 1) {
+        if (rank0)
+          print_error(command, "stopped: the run database " + db +
+                                   " could not be written and --db-required is set" +
+                                   (recorder->status() ? "" : "; " + recorder->status().message()));
+        return finish(1);
+      }
+      if (rank0) print_error(command, result.status().message());
       return finish(130);
     }
     if (comm.size() > 1) comm.abort(result.status().message(), 1);
     print_error(command, result.status().message());
     return finish(1);
   }
-  if (recorder && !recorder->status())
+  if (recorder && !recorder->status()) {
     print_error(command, "the run record is incomplete: " + recorder->status().message());
+    if (options->db_required) return finish(1);
+  }
   if (rank0 && after) after();
   return finish(0);
 }

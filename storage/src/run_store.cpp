@@ -335,12 +335,27 @@ Status RunStore::flush() {
     for (; end < held.size() && held[end].run_id == held[i].run_id; ++end) {
       steps.push_back(std::move(held[end].record));
     }
-    if (Status s = impl.commit_steps(held[i].run_id, steps); !s && first_error.is_ok()) {
-      first_error = s;
+    if (Status s = impl.commit_steps(held[i].run_id, steps); !s) {
+      if (first_error.is_ok()) first_error = s;
+      for (StepRecord& r : steps) impl.unwritten.push_back({held[i].run_id, std::move(r)});
     }
     i = end;
   }
   return first_error;
+}
+
+std::vector<StepRecord> RunStore::take_unwritten(std::int64_t run_id) {
+  std::vector<StepRecord> taken;
+  std::vector<Impl::HeldStep> others;
+  for (Impl::HeldStep& h : impl_->unwritten) {
+    if (h.run_id == run_id) {
+      taken.push_back(std::move(h.record));
+    } else {
+      others.push_back(std::move(h));
+    }
+  }
+  impl_->unwritten = std::move(others);
+  return taken;
 }
 
 Status RunStore::Impl::commit_steps(std::int64_t run_id, const std::vector<StepRecord>& steps) {

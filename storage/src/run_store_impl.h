@@ -33,6 +33,7 @@ struct RunStore::Impl {
     StepRecord record;
   };
   std::vector<HeldStep> held;
+  std::vector<HeldStep> unwritten;  // held steps whose commit failed (take_unwritten)
   std::chrono::steady_clock::duration commit_window{0};
   std::chrono::steady_clock::time_point last_commit, oldest_held;
 

@@ -9,9 +9,12 @@
 
 #include <sqlite3.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 
 #include "file_header.h"
@@ -221,6 +224,35 @@ Status migrate(Database& db) {
   return txn.commit();
 }
 
+// The directory that holds `path` ("." for a bare file name).
+std::filesystem::path directory_of(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  return dir.empty() ? std::filesystem::path(".") : dir;
+}
+
+// A new database's directory is created on first use, as `lattice train` with a fresh
+// $LATTICE_DATA_DIR or --db in a new directory expects.
+Status make_directory_of(const std::string& path) {
+  const std::filesystem::path dir = directory_of(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) return Status::ok();
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return Status::io_error("cannot create the directory " + dir.string() +
+                            " for the run database " + path + ": " + ec.message());
+  return Status::ok();
+}
+
+// SQLite says "unable to open database file" when the directory is what refuses: a new
+// database, its -wal, -shm and -journal are all created beside it. Says so, naming the
+// directory, when it is not writable; otherwise the error as it is.
+Status explain_open_failure(const std::string& path, Status error) {
+  const std::filesystem::path dir = directory_of(path);
+  if (access(dir.c_str(), W_OK | X_OK) == 0) return error;
+  return Status::io_error(path + ": cannot write the run database there: the directory " +
+                          dir.string() + " is not writable (" + std::strerror(errno) + ")");
+}
+
 }  // namespace
 
 std::optional<JournalMode> parse_journal_mode(std::string_view name) {
@@ -261,9 +293,11 @@ Status check_run_database_header(const std::string& path) {
   return check_file_header(path, read_file_header(path));
 }
 
-Result<Database> open_run_database(const std::string& path, JournalMode journal) {
-  const std::optional<FileHeader> header = read_file_header(path);
-  if (Status s = check_file_header(path, header); !s) return s;
+namespace {
+
+// open_run_database once its directory exists and the file's header is judged ours.
+Result<Database> open_writable(const std::string& path, const std::optional<FileHeader>& header,
+                               JournalMode journal) {
   // The journal the file uses now; none for an absent or empty file.
   std::optional<JournalMode> before;
   if (header) before = header->wal() ? JournalMode::kWal : JournalMode::kDelete;
@@ -299,6 +333,17 @@ Result<Database> open_run_database(const std::string& path, JournalMode journal)
                              : "PRAGMA journal_mode = DELETE; PRAGMA synchronous = FULL; "
                                "PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536;";
   if (Status s = db.exec(settings); !s) return s;
+  return db;
+}
+
+}  // namespace
+
+Result<Database> open_run_database(const std::string& path, JournalMode journal) {
+  if (Status s = make_directory_of(path); !s) return s;
+  const std::optional<FileHeader> header = read_file_header(path);
+  if (Status s = check_file_header(path, header); !s) return s;
+  Result<Database> db = open_writable(path, header, journal);
+  if (!db) return explain_open_failure(path, db.status());
   return db;
 }
 

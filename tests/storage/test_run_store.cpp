@@ -463,6 +463,30 @@ class TestRunStore : public QObject {
     QCOMPARE(reader->rows_after(0, second)->size(), std::size_t{4});
   }
 
+  // A commit that fails (here: another connection ended the run; a full disk alike) drops
+  // nothing: its steps are set aside for the writer to retry (the engine's RunRecorder does).
+  void held_steps_whose_commit_fails_are_set_aside_for_a_retry() {
+    const std::string path = db_path("aside.db");
+    auto writer = open_or_fail(path);
+    auto other = open_or_fail(path);
+    const std::int64_t id = writer->create_run(named("aside")).value();
+    QVERIFY(writer->mark_running(id).is_ok());
+    writer->set_commit_window(std::chrono::seconds(3600));
+    QVERIFY(writer->log_step(id, 0, step_values(0, 2)).is_ok());  // committed at once
+    QVERIFY(writer->log_step(id, 1, step_values(1, 2)).is_ok());  // held
+    QVERIFY(writer->log_step(id, 2, step_values(2, 2)).is_ok());  // held
+    QVERIFY(writer->take_unwritten(id).empty());                  // nothing failed yet
+    QVERIFY(other->finish(id, RunStatus::kKilled, "stopped elsewhere").is_ok());
+    QVERIFY(!writer->flush().is_ok());
+    const std::vector<lattice::storage::StepRecord> aside = writer->take_unwritten(id);
+    QCOMPARE(aside.size(), std::size_t{2});
+    QCOMPARE(aside[0].step, 1);
+    QCOMPARE(aside[1].step, 2);
+    QVERIFY(aside[1].values == step_values(2, 2));
+    QVERIFY(writer->take_unwritten(id).empty());  // handed back once
+    QVERIFY(writer->flush().is_ok());             // and not retried by the store
+  }
+
   void reader_tails_another_process_writing_and_sees_whole_steps() {
     const std::string path = db_path("tail.db");
     const std::int64_t steps = 3000;

@@ -103,6 +103,9 @@ struct TrainOptions {
   int timing_log_level = 0;  // --timing-log-level: 1 prints per-phase times per rank
   std::string db;                 // --db: the run store (empty: $LATTICE_DATA_DIR/runs.sqlite)
   std::string db_journal_mode = "auto";  // --db-journal-mode auto | wal | delete
+  bool no_db = false;        // --no-db (or --db none): train without recording the run
+  bool db_required = false;  // --db-required: stop training when the run store cannot be written
+  double db_heartbeat_interval = 10;  // --db-heartbeat-interval: seconds between heartbeats
   bool exit_signal_handler = false;      // --exit-signal-handler (Megatron's; always on here)
   std::string run_name;           // --run-name (empty: run-<date>-<time>-<random>)
   std::vector<std::string> tags;  // --tag T ...

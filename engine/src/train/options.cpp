@@ -136,8 +136,20 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &o.log_memory},
       {"timing-log-level", "1: print every rank's time per phase at each log line",
        &o.timing_log_level},
-      {"db", "run database to record this run in; empty means $LATTICE_DATA_DIR/runs.sqlite",
+      {"db",
+       "run database to record this run in (created with its directory); empty means "
+       "$LATTICE_DATA_DIR/runs.sqlite, none means --no-db",
        &o.db},
+      {"no-db", "train without recording the run in a run database", &o.no_db},
+      {"db-required",
+       "stop training (saving with --save) when the run database cannot be written; without "
+       "it training goes on, says so, and writes the kept steps when the database works again",
+       &o.db_required},
+      {"db-heartbeat-interval",
+       "seconds between the run's heartbeats, written whatever training is doing (readers show "
+       "a running run crashed after 60 s without one); also the retry interval of a failing "
+       "database",
+       &o.db_heartbeat_interval},
       {"db-journal-mode",
        "auto | wal | delete: the run database's journal; auto uses delete (rollback) on network "
        "filesystems (NFS, Lustre, ...) where WAL is unsafe, else wal",
@@ -354,6 +366,13 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
     errors.push_back("--timing-log-level must be 0, 1 or 2");
   if (db_journal_mode != "auto" && db_journal_mode != "wal" && db_journal_mode != "delete")
     errors.push_back("--db-journal-mode '" + db_journal_mode + "' must be auto, wal or delete");
+  if (db_required && (no_db || db == "none"))
+    errors.push_back("--db-required asks for the run database that " +
+                     std::string(no_db ? "--no-db" : "--db none") + " turns off");
+  if (!(db_heartbeat_interval > 0 && db_heartbeat_interval <= 30))
+    errors.push_back("--db-heartbeat-interval " + std::to_string(db_heartbeat_interval) +
+                     " must lie in (0, 30] seconds: readers show a running run crashed after "
+                     "60 s without a heartbeat");
   if (tokenizer.type == "NullTokenizer" && tokenizer.vocab_size <= 0)
     errors.push_back("--tokenizer-type NullTokenizer needs a positive --vocab-size");
   if (mock_data && tokenizer.type != "NullTokenizer")

@@ -1,10 +1,21 @@
+// TeeSink, and RunRecorder: the run store's writer during training, with its heartbeat timer
+// and Note [recording through a full disk] (lattice/run_record.h).
+#include <pthread.h>
 #include <unistd.h>
 
-#include <map>
-
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
 #include <ctime>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <thread>
+#include <utility>
 
 #include "lattice/data.h"
 #include "lattice/run_record.h"
@@ -27,41 +38,234 @@ void TeeSink::on_message(const std::string& m) {
 void TeeSink::on_rank_reports(int iteration, const std::vector<RankReport>& ranks) {
   for (MetricsSink* k : sinks_) k->on_rank_reports(iteration, ranks);
 }
-void TeeSink::on_checkpoint(int iteration, const std::string& path, int64_t bytes,
-                            double seconds) {
+void TeeSink::on_checkpoint(int iteration, const std::string& path, int64_t bytes, double seconds) {
   for (MetricsSink* k : sinks_) k->on_checkpoint(iteration, path, bytes, seconds);
 }
 void TeeSink::on_end(const TrainSummary& s) {
   for (MetricsSink* k : sinks_) k->on_end(s);
 }
 
+// The recorder's state, guarded by `mutex` (the trainer's calls and the timer thread).
 struct RunRecorder::Impl {
+  RecorderOptions options;
   std::unique_ptr<storage::RunStore> store;
+  std::string db_path;
   int64_t run_id = 0;
   int64_t memory_step = -1;  // step of the last memory samples written
   bool done = false;
+  std::atomic<bool> stopped_training{false};  // set by the timer too, read without the lock
+
+  // Note [recording through a full disk] (run_record.h).
+  Status outage;         // the failed write that began the current outage; ok while writing works
+  Status first_failure;  // the run's first failed write, for the note
+  std::vector<storage::StepRecord> unrecorded;  // in step order, written when it works again
+  std::vector<storage::CheckpointRecord> unrecorded_checkpoints;
+  int64_t lost_steps = 0, first_lost = 0, last_lost = 0;  // steps that will not be written
+  int64_t previous_lost = 0;                              // the step of the last record lose() saw
+  int64_t lost_timelines = 0, lost_checkpoints = 0;
+  int64_t last_step = 0;          // the latest step handed to write_step
+  int64_t outage_step = 0;        // the first step the current outage kept
+  int64_t written_in_outage = 0;  // kept steps written so far
+
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
+  std::thread timer;
+
+  void report(const std::string& line) const {
+    if (options.report) options.report(line);
+  }
+  void write_step(storage::StepRecord record);
+  void keep(storage::StepRecord record);
+  void lose(int64_t step);
+  void begin_outage(const Status& failure);
+  void retry();
+  void tick();
+  void run_timer();
+  // The run's last write: what is still unrecorded is retried once, then counted in the note.
+  Status finish(storage::RunStatus status, const std::string& error);
+  std::string loss_note() const;
 };
+
+void RunRecorder::Impl::write_step(storage::StepRecord record) {
+  last_step = std::max(last_step, record.step);
+  if (!outage.is_ok()) return keep(std::move(record));
+  if (Status s = store->log_step(run_id, record.step, record.values, record.memory); !s)
+    begin_outage(s);  // the failed commit's steps, this one included, come back from the store
+}
+
+void RunRecorder::Impl::keep(storage::StepRecord record) {
+  if (unrecorded.size() < options.max_unrecorded_steps)
+    unrecorded.push_back(std::move(record));
+  else
+    lose(record.step);
+}
+
+// Counts the step once: its records (iteration, rank reports, validation, the end) come one
+// after another.
+void RunRecorder::Impl::lose(int64_t step) {
+  if (lost_steps > 0 && step == previous_lost) return;
+  first_lost = lost_steps > 0 ? std::min(first_lost, step) : step;
+  last_lost = lost_steps > 0 ? std::max(last_lost, step) : step;
+  previous_lost = step;
+  lost_steps++;
+}
+
+void RunRecorder::Impl::begin_outage(const Status& failure) {
+  outage = failure;
+  if (first_failure.is_ok()) first_failure = failure;
+  written_in_outage = 0;
+  outage_step = last_step + 1;
+  for (storage::StepRecord& r : store->take_unwritten(run_id)) {
+    outage_step = std::min(outage_step, r.step);
+    keep(std::move(r));
+  }
+  std::string line = "cannot record in the run database: " + failure.message();
+  if (done) return report(line);
+  if (options.required) {
+    stopped_training = true;
+    request_stop();
+    return report(line + "; stopping at the next iteration (--db-required)");
+  }
+  char every[32];
+  std::snprintf(every, sizeof every, "%g", options.heartbeat_seconds);
+  report(line + "; training goes on, and up to " + std::to_string(options.max_unrecorded_steps) +
+         " steps are kept in memory and written when the database works again (retried every " +
+         every + " s; --db-required stops training instead)");
+}
+
+// Writes the kept steps oldest first, a chunk per transaction, so that a disk with a little
+// room takes what fits; a failure leaves the rest kept and says nothing (already reported).
+void RunRecorder::Impl::retry() {
+  constexpr size_t kChunk = 256;
+  while (!unrecorded.empty()) {
+    const auto end =
+        unrecorded.begin() + static_cast<std::ptrdiff_t>(std::min(kChunk, unrecorded.size()));
+    if (!store->log_steps(run_id, std::vector<storage::StepRecord>(unrecorded.begin(), end)))
+      return;
+    written_in_outage += end - unrecorded.begin();
+    unrecorded.erase(unrecorded.begin(), end);
+  }
+  while (!unrecorded_checkpoints.empty()) {
+    if (!store->record_checkpoint(run_id, unrecorded_checkpoints.front())) return;
+    unrecorded_checkpoints.erase(unrecorded_checkpoints.begin());
+  }
+  if (!store->heartbeat(run_id)) return;
+  outage = Status::ok();
+  std::string line = "the run database records again: " + db_path;
+  if (written_in_outage > 0)
+    line += ": wrote the " + std::to_string(written_in_outage) + " steps kept from step " +
+            std::to_string(outage_step);
+  if (lost_steps > 0) line += "; " + loss_note();
+  report(line);
+}
+
+// Every heartbeat_seconds: the heartbeat (and the steps the commit window holds), or, while
+// the store fails, another try.
+void RunRecorder::Impl::tick() {
+  if (done) return;
+  if (!outage.is_ok()) return retry();
+  Status s = store->flush();
+  if (s) s = store->heartbeat(run_id);
+  if (!s) begin_outage(s);
+}
+
+void RunRecorder::Impl::run_timer() {
+  // Stop signals stay with the trainer's thread, as without this one.
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP}) sigaddset(&signals, sig);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(options.heartbeat_seconds));
+  std::unique_lock<std::mutex> lock(mutex);
+  while (!wake.wait_for(lock, period, [this] { return stopping; })) tick();
+}
+
+std::string RunRecorder::Impl::loss_note() const {
+  std::string note;
+  if (lost_steps > 0)
+    note = std::to_string(lost_steps) + (lost_steps == 1 ? " step" : " steps") + " (from " +
+           std::to_string(first_lost) + " to " + std::to_string(last_lost) + ")";
+  for (auto [count, what] : {std::pair{lost_timelines, "pipeline timeline"},
+                             std::pair{lost_checkpoints, "checkpoint record"}}) {
+    if (count == 0) continue;
+    if (!note.empty()) note += " and ";
+    note += std::to_string(count) + " " + what + (count == 1 ? "" : "s");
+  }
+  if (note.empty()) return note;
+  return note + " were not recorded: " + first_failure.message();
+}
+
+Status RunRecorder::Impl::finish(storage::RunStatus status, const std::string& error) {
+  done = true;  // a failure from here on is reported, but training is over
+  if (outage.is_ok())
+    if (Status s = store->flush(); !s) begin_outage(s);
+  if (!outage.is_ok()) retry();
+  if (!outage.is_ok()) {  // still failing at the end: what is kept will not be written
+    // Kept steps precede those lost for want of memory; the boundary step may be in both.
+    const std::optional<int64_t> counted =
+        lost_steps > 0 ? std::optional<int64_t>(first_lost) : std::nullopt;
+    for (const storage::StepRecord& r : unrecorded)
+      if (r.step != counted) lose(r.step);
+    unrecorded.clear();
+    lost_checkpoints += static_cast<int64_t>(unrecorded_checkpoints.size());
+    unrecorded_checkpoints.clear();
+  }
+  const std::string note = loss_note();
+  const std::string text = error.empty() || note.empty() ? error + note : error + "; " + note;
+  if (Status s = store->finish(run_id, status, text); !s)
+    return Status::io_error("the run could not be marked " +
+                            std::string(storage::run_status_name(status)) + ": " + s.message() +
+                            "; its record says running and will show as crashed" +
+                            (note.empty() ? "" : "; " + note));
+  if (!note.empty()) return Status::io_error(note);  // the note names the file
+  return Status::ok();
+}
 
 RunRecorder::RunRecorder(std::unique_ptr<Impl> impl, std::string run_name)
     : impl_(std::move(impl)), run_name_(std::move(run_name)) {}
 
-RunRecorder::~RunRecorder() = default;
+RunRecorder::~RunRecorder() {
+  stop_timer();
+}
+
+void RunRecorder::stop_timer() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->timer.joinable()) impl_->timer.join();
+}
+
+bool RunRecorder::stopped_training() const {
+  return impl_->stopped_training;
+}
 
 Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
     const std::string& db_path, const std::string& run_name, const std::vector<std::string>& tags,
     const std::string& command_line, const std::string& config_json, int64_t parameters,
-    int world_size, int tp, int pp, int dp, const std::string& journal_mode) {
-  const std::optional<storage::JournalMode> journal = storage::parse_journal_mode(journal_mode);
+    int world_size, int tp, int pp, int dp, RecorderOptions options) {
+  const std::optional<storage::JournalMode> journal =
+      storage::parse_journal_mode(options.journal_mode);
   if (!journal)
-    return Status::invalid_argument("--db-journal-mode '" + journal_mode +
+    return Status::invalid_argument("--db-journal-mode '" + options.journal_mode +
                                     "' must be auto, wal or delete");
+  if (!(options.heartbeat_seconds > 0))
+    return Status::invalid_argument("--db-heartbeat-interval must be positive");
   Result<std::unique_ptr<storage::RunStore>> store =
       storage::RunStore::open(db_path, storage::OpenOptions{*journal});
-  if (!store) return Status::invalid_argument("--db " + db_path + ": " + store.status().message());
+  if (!store)
+    return Status::invalid_argument("--db " + db_path + ": " + store.status().message() +
+                                    "; add --no-db to train without recording, or record "
+                                    "elsewhere with --db FILE");
   auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  impl->db_path = db_path;
   impl->store = std::move(*store);
   // Steps under 2 ms apart (tiny models) share a commit, each still whole to readers; slower
-  // steps commit one by one. on_end, fail and killed commit what is held (finish() does).
+  // steps commit one by one. The timer, on_end, fail and killed commit what is held.
   impl->store->set_commit_window(std::chrono::milliseconds(2));
   storage::NewRun run;
   run.name = run_name;
@@ -78,33 +282,33 @@ Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
   if (!id) return Status::invalid_argument("--run-name " + run_name + ": " + id.status().message());
   impl->run_id = *id;
   if (Status s = impl->store->mark_running(impl->run_id); !s) return s;
+  Impl* state = impl.get();
+  impl->timer = std::thread([state] { state->run_timer(); });
   return std::unique_ptr<RunRecorder>(new RunRecorder(std::move(impl), run_name));
 }
 
-void RunRecorder::keep(const Status& s) {
-  if (!s && status_) status_ = s;
-}
-
 void RunRecorder::on_iteration(const IterationMetrics& m) {
-  keep(impl_->store->log_step(impl_->run_id, m.iteration,
-                              {{"lm loss", m.lm_loss},
-                               {"learning rate", m.learning_rate},
-                               {"grad norm", m.grad_norm},
-                               {"loss scale", m.loss_scale},
-                               {"skipped iterations", m.skipped_iterations},
-                               {"nan iterations", m.nan_iterations},
-                               {"consumed samples", static_cast<double>(m.consumed_samples)},
-                               {"step time", m.step_seconds},
-                               {"tokens per second", m.tokens_per_second},
-                               {"TFLOP/s per device", m.tflops_per_device},
-                               {"MFU", m.mfu}}));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->write_step({m.iteration,
+                     {{"lm loss", m.lm_loss},
+                      {"learning rate", m.learning_rate},
+                      {"grad norm", m.grad_norm},
+                      {"loss scale", m.loss_scale},
+                      {"skipped iterations", m.skipped_iterations},
+                      {"nan iterations", m.nan_iterations},
+                      {"consumed samples", static_cast<double>(m.consumed_samples)},
+                      {"step time", m.step_seconds},
+                      {"tokens per second", m.tokens_per_second},
+                      {"TFLOP/s per device", m.tflops_per_device},
+                      {"MFU", m.mfu}},
+                     {}});
 }
 
 void RunRecorder::on_validation(const ValidationMetrics& v) {
   const std::string split = v.split == "test" ? "test" : "validation";
-  keep(impl_->store->log_step(
-      impl_->run_id, v.iteration,
-      {{split + " lm loss", v.lm_loss}, {split + " lm loss PPL", v.perplexity}}));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->write_step(
+      {v.iteration, {{split + " lm loss", v.lm_loss}, {split + " lm loss PPL", v.perplexity}}, {}});
 }
 
 namespace {
@@ -136,8 +340,6 @@ void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& 
     if (r.memory.fragmentation > 0)
       values[p + "memory fragmentation"] = static_cast<double>(r.memory.fragmentation);
   }
-  keep(impl_->store->log_step(impl_->run_id, iteration, values, memory));
-  impl_->memory_step = iteration;
   // The reported iteration's pipeline timeline, every rank's boxes (docs/design-notes.md
   // #pipeline-timeline).
   std::vector<storage::TimelineEvent> timeline;
@@ -145,7 +347,16 @@ void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& 
     for (const TimelineBox& b : r.timeline)
       timeline.push_back(
           {r.rank, b.stage, b.micro_batch, timeline_kind_name(b.kind), b.start, b.end});
-  if (!timeline.empty()) keep(impl_->store->log_timeline(impl_->run_id, iteration, timeline));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->write_step({iteration, std::move(values), std::move(memory)});
+  impl_->memory_step = iteration;
+  if (timeline.empty()) return;
+  if (!impl_->outage.is_ok()) {
+    impl_->lost_timelines++;  // kept only while the store works: a diagnostic, not a series
+  } else if (Status s = impl_->store->log_timeline(impl_->run_id, iteration, timeline); !s) {
+    impl_->lost_timelines++;
+    impl_->begin_outage(s);
+  }
 }
 
 void RunRecorder::on_checkpoint(int iteration, const std::string& path, int64_t bytes, double) {
@@ -153,31 +364,42 @@ void RunRecorder::on_checkpoint(int iteration, const std::string& path, int64_t 
   c.step = iteration;
   c.path = path;
   c.bytes = bytes;
-  keep(impl_->store->record_checkpoint(impl_->run_id, c));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (!impl_->outage.is_ok()) {
+    impl_->unrecorded_checkpoints.push_back(c);
+  } else if (Status s = impl_->store->record_checkpoint(impl_->run_id, c); !s) {
+    impl_->unrecorded_checkpoints.push_back(c);
+    impl_->begin_outage(s);
+  }
 }
 
 void RunRecorder::on_end(const TrainSummary& s) {
   std::vector<storage::MemorySample> memory;
   for (const RankReport& r : s.ranks) memory.push_back(memory_sample(r.rank, r.memory));
   if (s.ranks.empty()) memory.push_back(memory_sample(0, s.memory));
+  stop_timer();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
   // The last rank report may already hold this step's memory: one sample per rank and step.
   if (impl_->memory_step == static_cast<int64_t>(s.losses.size())) memory.clear();
-  keep(impl_->store->log_step(impl_->run_id, static_cast<int64_t>(s.losses.size()),
-                              {{"tokens per second (run)", s.tokens_per_second}}, memory));
-  keep(impl_->store->finish(impl_->run_id, storage::RunStatus::kFinished));
   impl_->done = true;
+  impl_->write_step({static_cast<int64_t>(s.losses.size()),
+                     {{"tokens per second (run)", s.tokens_per_second}},
+                     std::move(memory)});
+  status_ = impl_->finish(storage::RunStatus::kFinished, "");
 }
 
 void RunRecorder::fail(const std::string& error) {
+  stop_timer();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->done) return;
-  keep(impl_->store->finish(impl_->run_id, storage::RunStatus::kFailed, error));
-  impl_->done = true;
+  status_ = impl_->finish(storage::RunStatus::kFailed, error);
 }
 
 void RunRecorder::killed() {
+  stop_timer();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->done) return;
-  keep(impl_->store->finish(impl_->run_id, storage::RunStatus::kKilled, "interrupted by a signal"));
-  impl_->done = true;
+  status_ = impl_->finish(storage::RunStatus::kKilled, "interrupted by a signal");
 }
 
 std::string default_run_db() {

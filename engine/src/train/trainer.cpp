@@ -591,6 +591,7 @@ Result<TrainSummary> Trainer<T>::run() {
     const auto stop = static_cast<EarlyStop>(
         all_reduce_scalar(double(early_stop(o_)), world, ReduceOp::kMax));
     if (stop == EarlyStop::kSignal) {
+      request_stop();  // on every rank, not only those asked: run_training reads it
       if (!o_.save.empty() && saved_iteration != it - 1)
         if (Status s = save(progress(it - 1)); !s) return s;
       return Status::internal("stopped by a signal before iteration " + std::to_string(it));

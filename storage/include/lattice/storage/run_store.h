@@ -218,11 +218,19 @@ class RunStore {
   // `window` old, by any other writer call, by flush(), or on destruction. Readers still see
   // whole steps only, and steps slower than the window commit one by one as before; but a
   // held step is not in the database yet (a crash loses it) and its error, if any, is
-  // returned by the call that commits it. Readers on this RunStore do not see held steps.
+  // returned by the call that commits it (the step is then set aside: take_unwritten).
+  // Readers on this RunStore do not see held steps.
   // Zero (the default): every log_step() is its own transaction.
   void set_commit_window(std::chrono::microseconds window);
   // Commits the held steps now; ok when none are held.
   Status flush();
+  // Held steps whose commit failed (a full disk, an I/O error, a run that is no longer
+  // running): the failed commit returns its error and sets its steps aside instead of
+  // dropping them, in call order, so that a caller that retries later (the engine's
+  // RunRecorder, with log_steps) loses nothing. The store never retries them itself. Hands
+  // back and forgets those of one run; a writer that does not retry should still take them,
+  // or they stay in memory until the RunStore is destroyed.
+  std::vector<StepRecord> take_unwritten(std::int64_t run_id);
   Status log_timeline(std::int64_t run_id, std::int64_t step,
                       const std::vector<TimelineEvent>& events);
   Status log_message(std::int64_t run_id, std::string_view level, int rank,
