@@ -473,6 +473,11 @@ RankParts Trainer<T>::parts() {
 // --load: any layout's checkpoint into this one (checkpoint.h); every rank reads what it needs.
 template <typename T>
 Status Trainer<T>::load(TrainState& state) {
+  // Rank 0 removes the interrupted saves of the directory (save_lock.h) before any rank looks
+  // into it; its lines replace find_checkpoint's notes on them.
+  std::vector<std::string> cleaned;
+  if (g_.world->rank() == 0) cleaned = remove_interrupted_saves(o_.load).messages();
+  g_.world->barrier();
   Result<CheckpointRef> ref = find_checkpoint(o_.load, o_.ckpt_step);
   if (!ref) return ref.status();
   const auto t0 = Clock::now();
@@ -482,7 +487,7 @@ Status Trainer<T>::load(TrainState& state) {
   const double seconds = seconds_since(t0);
   if (o_.finetune) state = TrainState{};
   if (g_.world->rank() == 0) {
-    for (const std::string& note : ref->notes) sink_.on_message("--load: " + note);
+    for (const std::string& note : cleaned) sink_.on_message("--load " + o_.load + ": " + note);
     int64_t bytes = 0;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(ref->path, ec))
@@ -502,8 +507,11 @@ Status Trainer<T>::save(const TrainState& state) {
   Result<SavedCheckpoint> saved = save_checkpoint(*g_.world, o_.save, state, mc_,
                                                   train_options_json(o_), parts(), o_.save_retain);
   if (!saved) return saved.status();
-  if (g_.world->rank() == 0)
+  if (g_.world->rank() == 0) {
+    for (const std::string& note : saved->notes)
+      sink_.on_message("--save " + o_.save + ": " + note);
     sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
+  }
   return Status::ok();
 }
 
