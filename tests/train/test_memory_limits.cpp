@@ -197,6 +197,30 @@ class MemoryLimits : public QObject {
              qPrintable(describe(f)));
     QCOMPARE(status_of("no-room-activations"), QString("failed"));
   }
+
+  // `lattice eval` builds the same model: its weights that cannot be allocated are an error too.
+  void eval_out_of_memory_is_an_error() {
+    QFile input(dir_.filePath("docs.jsonl"));
+    QVERIFY(input.open(QIODevice::WriteOnly));
+    for (int d = 0; d < 20; d++) input.write("{\"text\": \"1 2 3 4 5 6 7 8 9 10 11 12\"}\n");
+    input.close();
+    const QString prefix = dir_.filePath("nums");
+    const Finished pre =
+        run({"data", "preprocess", "--input", input.fileName(), "--output-prefix", prefix,
+             "--tokenizer-type", "NullTokenizer", "--vocab-size", "100", "--workers", "1"});
+    QVERIFY2(pre.exit_code == 0, qPrintable(describe(pre)));
+    const Finished f =
+        run({"eval", "--data-path", prefix + "_text_document", "--vocab-size", "100",
+             "--seq-length", "8", "--eval-iters", "2", "--threads", "1", "--num-layers", "20",
+             "--hidden-size", "2048", "--num-attention-heads", "16"},
+            rlim_t{3} << 30);
+    QVERIFY2(f.status == QProcess::NormalExit && f.exit_code == 1, qPrintable(describe(f)));
+    QVERIFY2(QRegularExpression("out of memory: [0-9]+ bytes \\(3\\.[0-9]+ GiB\\) of weights "
+                                "could not be allocated")
+                 .match(f.err)
+                 .hasMatch(),
+             qPrintable(describe(f)));
+  }
 };
 
 QTEST_GUILESS_MAIN(MemoryLimits)
