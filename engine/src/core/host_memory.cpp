@@ -1,20 +1,27 @@
-// OutOfMemory's sentence (host_memory.h).
+// OutOfMemory's sentence and binary_size (host_memory.h).
 #include "core/host_memory.h"
 
 #include <cstdio>
 
 namespace lattice {
 
+std::string binary_size(double bytes) {
+  constexpr double kMiB = 1024.0 * 1024, kGiB = kMiB * 1024, kTiB = kGiB * 1024;
+  char text[32];
+  if (bytes >= kTiB)
+    std::snprintf(text, sizeof text, "%.2f TiB", bytes / kTiB);
+  else if (bytes >= kGiB)
+    std::snprintf(text, sizeof text, "%.2f GiB", bytes / kGiB);
+  else
+    std::snprintf(text, sizeof text, "%.1f MiB", bytes / kMiB);
+  return text;
+}
+
 OutOfMemory::OutOfMemory(MemoryCategory category, size_t bytes)
     : category_(category), bytes_(bytes) {
-  char size[64];
-  // Binary units, as `lattice plan` prints its estimate.
-  if (bytes >= (size_t{1} << 30))
-    std::snprintf(size, sizeof size, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
-  else
-    std::snprintf(size, sizeof size, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  message_ = "out of memory: " + std::to_string(bytes) + " bytes (" + size + ") of " +
-             memory_category_name(category) + " could not be allocated";
+  message_ = "out of memory: " + std::to_string(bytes) + " bytes (" +
+             binary_size(static_cast<double>(bytes)) + ") of " + memory_category_name(category) +
+             " could not be allocated";
 }
 
 }  // namespace lattice

@@ -30,6 +30,9 @@ class OutOfMemory : public std::exception {
   std::string message_;
 };
 
+// "512.0 MiB", "3.76 GiB", "48.07 TiB": binary units, as `lattice plan` prints its estimate.
+std::string binary_size(double bytes);
+
 // n elements of T in bytes, saturated at SIZE_MAX (a request that large fails anyway).
 template <typename T>
 size_t bytes_of(size_t n) {

@@ -11,22 +11,12 @@
 #include <sstream>
 #include <vector>
 
+#include "core/host_memory.h"
 #include "lattice/plan.h"
 
 namespace lattice {
 
 namespace {
-
-std::string gib(double bytes) {
-  char buf[32];
-  if (bytes >= 1024.0 * 1024 * 1024 * 1024)
-    std::snprintf(buf, sizeof buf, "%.2f TiB", bytes / (1024.0 * 1024 * 1024 * 1024));
-  else if (bytes >= 1024.0 * 1024 * 1024)
-    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024));
-  return buf;
-}
 
 // A "Key:   123 kB" line of /proc/meminfo, in bytes; -1 when absent.
 double meminfo_bytes(const std::string& text, const std::string& key) {
@@ -90,16 +80,16 @@ double host_id() {
 
 std::string host_memory_refusal(int ranks, double need, const double largest[4], double available,
                                 const std::string& source, bool one_machine) {
-  const std::string breakdown = "weights " + gib(largest[0]) + ", grads " + gib(largest[1]) +
-                                ", optimizer state " + gib(largest[2]) + ", activations " +
-                                gib(largest[3]);
+  const std::string breakdown =
+      "weights " + binary_size(largest[0]) + ", grads " + binary_size(largest[1]) +
+      ", optimizer state " + binary_size(largest[2]) + ", activations " + binary_size(largest[3]);
   const std::string who =
-      ranks == 1 ? "this run needs an estimated " + gib(need) + " of memory (" + breakdown
+      ranks == 1 ? "this run needs an estimated " + binary_size(need) + " of memory (" + breakdown
                  : "the " + std::to_string(ranks) + " ranks on one machine need an estimated " +
-                       gib(need) + " of memory together (the largest: " + breakdown;
+                       binary_size(need) + " of memory together (the largest: " + breakdown;
   return who + "; `lattice plan` with the same flags shows the estimate), more than the " +
-         gib(available) + (one_machine ? " this machine" : " that machine") + " has available (" +
-         source +
+         binary_size(available) + (one_machine ? " this machine" : " that machine") +
+         " has available (" + source +
          "); use a smaller model, --micro-batch-size or --seq-length, more machines, or "
          "--skip-memory-check to try anyway";
 }
