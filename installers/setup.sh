@@ -39,6 +39,14 @@ case "$mode" in
     ;;
   test)
     cmake --build --preset release -j "$jobs"
+    # The libFuzzer targets are compiled (not run: tests/fuzz/README.md runs them), so that they
+    # keep building; --tests installs clang-14 with libFuzzer, a machine without it skips them.
+    fuzzer_runtime="$(clang++-14 -print-resource-dir 2>/dev/null || true)/lib/linux/libclang_rt.fuzzer-$(uname -m).a"
+    if [[ -f "$fuzzer_runtime" ]]; then
+      bash tests/fuzz/build.sh build/fuzz "$jobs"
+    else
+      echo "setup: no clang-14 with libFuzzer ($fuzzer_runtime): the fuzz targets are not built" >&2
+    fi
     # Tests leave OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as the machine sets them.
     exec ctest --preset release --output-on-failure
     ;;

@@ -178,11 +178,15 @@ int import_hf(const std::vector<std::string>& args) {
   parts.layout = &layout;
   parts.chunks = {&model};
   const std::string dir = args[1];
-  const std::string tmp = dir + "/" + checkpoint_directory_name(0) + ".tmp";
-  std::error_code ec;
-  fs::create_directories(tmp, ec);
+  std::vector<std::string> notes;
+  Result<SaveLock> lock = begin_save(dir, 0, &notes);
+  for (const std::string& note : notes) std::printf("%s\n", note.c_str());
+  if (!lock) {
+    print_error("ckpt import-hf", dir + ": " + lock.status().message());
+    return 1;
+  }
   int64_t bytes = 0;
-  Status s = write_shard(tmp, 0, {}, parts);
+  Status s = write_shard(lock->tmp_dir(), 0, {}, parts);
   if (s)
     s = finalize_checkpoint(dir, 0, 1, TrainState{}, m, train_options_json(*o),
                             {layout, false, false, false}, 0, &bytes);
@@ -253,10 +257,14 @@ int reshard(const std::vector<std::string>& args) {
   const bool optimizer = (*r)->has_optimizer_state();
   const std::string out = args[1];
   const int iteration = (*r)->state().iteration;
-  const std::string tmp = out + "/" + checkpoint_directory_name(iteration) + ".tmp";
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
+  std::vector<std::string> notes;
+  Result<SaveLock> lock = begin_save(out, iteration, &notes);
+  for (const std::string& note : notes) std::printf("%s\n", note.c_str());
+  if (!lock) {
+    print_error("ckpt reshard", out + ": " + lock.status().message());
+    return 1;
+  }
+  const std::string tmp = lock->tmp_dir();
   for (int rank = 0; rank < world; rank++) {
     const ParallelLayout::Coord c = layout->coord(rank);
     std::vector<std::unique_ptr<GptModel<float>>> chunks;

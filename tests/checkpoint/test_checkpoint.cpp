@@ -1,7 +1,7 @@
 // Checkpoints as a user meets them, with real MPI jobs: a run stopped and resumed continues
 // bit for bit; a checkpoint saved under one layout continues under others; a job killed while
-// saving resumes from the previous complete checkpoint and says so; a corrupt or truncated
-// shard is refused by name; GPT-2 weights survive import and export unchanged.
+// saving resumes from the previous complete checkpoint, removes what the save left and says so; a
+// corrupt or truncated shard is refused by name; GPT-2 weights survive import and export unchanged.
 #include <QtTest/QtTest>
 
 #include <QDir>
@@ -173,7 +173,8 @@ class Checkpoints : public QObject {
     // The run's own settings travel with the weights; only the layout is the new one.
     QFile meta(out + "/iter_0000010/metadata.json");
     QVERIFY2(meta.open(QIODevice::ReadOnly), qPrintable(meta.fileName()));
-    const QJsonObject config = QJsonDocument::fromJson(meta.readAll()).object()["config"].toObject();
+    const QJsonObject config =
+        QJsonDocument::fromJson(meta.readAll()).object()["config"].toObject();
     QCOMPARE(config["global-batch-size"].toInt(), 8);
     QCOMPARE(config["lr"].toDouble(), 1e-3);
     QCOMPARE(config["mock-data"].toBool(), true);
@@ -217,7 +218,8 @@ class Checkpoints : public QObject {
     QVERIFY(!QFile::exists(save + "/iter_0000004/metadata.json"));
     Run resumed = train("after-crash", 2, {"--load", save, "--save", save, "--exit-interval", "6"});
     QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err));
-    QVERIFY2(resumed.out.contains("skipped iter_0000004.tmp"), qPrintable(resumed.out));
+    QVERIFY2(resumed.out.contains("removed iter_0000004.tmp"), qPrintable(resumed.out));
+    QVERIFY(!QFileInfo::exists(save + "/iter_0000004.tmp"));
     QVERIFY2(resumed.out.contains("continuing after iteration 2"), qPrintable(resumed.out));
     QVERIFY(QFile::exists(save + "/iter_0000006/metadata.json"));
   }

@@ -33,6 +33,14 @@ struct ModelConfig {
   int64_t num_parameters() const;
   // Every violated rule, one sentence each naming the flag; empty when valid.
   std::vector<std::string> validate() const;
+  // The size rules validate() includes: every dimension fits the engine's 32-bit ints (the
+  // default FFN's 4 x hidden, the fused QKV's 3 x hidden, the padded vocabulary) and the
+  // parameter count stays below kMaxParameters, so that counts formed in 64 bits never wrap.
+  std::vector<std::string> size_errors() const;
+
+  static constexpr int64_t kMaxDimension = 2147483647;  // INT32_MAX
+  // 2^58: 32 bytes of fp64 training state per parameter still fit a signed 64-bit count.
+  static constexpr int64_t kMaxParameters = int64_t{1} << 58;
 };
 
 // Training FLOPs of one iteration (forward + backward) as Megatron counts them, with B the

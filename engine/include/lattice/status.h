@@ -18,13 +18,17 @@ class Status {
   static Status io_error(std::string msg) { return Status(Code::kIoError, std::move(msg)); }
   static Status corrupt(std::string msg) { return Status(Code::kCorrupt, std::move(msg)); }
   static Status internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
+  // Memory (or another resource) ran out: the message names what and how much.
+  static Status resource_exhausted(std::string msg) {
+    return Status(Code::kResourceExhausted, std::move(msg));
+  }
 
   bool is_ok() const { return code_ == Code::kOk; }
   explicit operator bool() const { return is_ok(); }
   const std::string& message() const { return message_; }
 
  private:
-  enum class Code { kOk, kInvalidArgument, kIoError, kCorrupt, kInternal };
+  enum class Code { kOk, kInvalidArgument, kIoError, kCorrupt, kInternal, kResourceExhausted };
   Status(Code code, std::string msg) : code_(code), message_(std::move(msg)) {}
   Code code_ = Code::kOk;
   std::string message_;

@@ -33,8 +33,8 @@ struct OptimizerConfig {
 struct ParallelOptions {
   int pipeline_model_parallel_size = 1;           // --pipeline-model-parallel-size
   int num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage
-  int decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
-  int decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
+  int decoder_first_pipeline_num_layers = 0;      // --decoder-first-pipeline-num-layers (0: even)
+  int decoder_last_pipeline_num_layers = 0;       // --decoder-last-pipeline-num-layers (0: even)
   bool sequence_parallel = false;                 // --sequence-parallel
   bool use_distributed_optimizer = false;         // --use-distributed-optimizer
   int ddp_bucket_size = 0;  // --ddp-bucket-size, elements (0: max(40M, 1M * DP), Megatron)
@@ -51,12 +51,12 @@ struct TrainOptions {
   ModelConfig model;
   OptimizerConfig optim;
   ParallelOptions parallel;
-  int micro_batch_size = 4;                      // --micro-batch-size
-  int global_batch_size = 0;                     // --global-batch-size (0: micro batch x DP)
-  int train_iters = 100;                         // --train-iters
-  int log_interval = 10;                         // --log-interval
-  uint64_t seed = 1234;                          // --seed
-  bool mock_data = false;                        // --mock-data
+  int micro_batch_size = 4;   // --micro-batch-size
+  int global_batch_size = 0;  // --global-batch-size (0: micro batch x DP)
+  int train_iters = 100;      // --train-iters
+  int log_interval = 10;      // --log-interval
+  uint64_t seed = 1234;       // --seed
+  bool mock_data = false;     // --mock-data
   // --data-path P or --data-path W1 P1 W2 P2 ...: indexed-dataset prefixes, optionally weighted.
   std::vector<std::string> data_path;
   std::string split = "969,30,1";  // --split: train,valid,test weights over documents
@@ -66,15 +66,15 @@ struct TrainOptions {
   // --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model, --vocab-size. With
   // NullTokenizer the model's vocabulary is --vocab-size + 1 (EOD = --vocab-size), as Megatron.
   TokenizerOptions tokenizer = null_tokenizer(512);
-  int threads = 0;                               // --threads (0: all cores)
-  std::string load_hf;                           // --load-hf FILE (GPT-2 safetensors to start from)
-  std::string save;        // --save DIR: checkpoints (docs/design-notes.md#checkpoints)
-  int save_interval = 0;   // --save-interval N: also every N iterations (0: only at the end)
-  int save_retain = 0;     // --save-retain K: keep the newest K (0: all)
-  std::string load;        // --load DIR: resume (any layout) from its latest checkpoint
-  int ckpt_step = 0;       // --ckpt-step N: load iteration N instead of the latest
-  bool finetune = false;   // --finetune: weights only; iteration and optimizer start afresh
-  int exit_interval = 0;   // --exit-interval N: save and stop after an iteration divisible by N
+  int threads = 0;        // --threads (0: all cores)
+  std::string load_hf;    // --load-hf FILE (GPT-2 safetensors to start from)
+  std::string save;       // --save DIR: checkpoints (docs/design-notes.md#checkpoints)
+  int save_interval = 0;  // --save-interval N: also every N iterations (0: only at the end)
+  int save_retain = 0;    // --save-retain K: keep the newest K (0: all)
+  std::string load;       // --load DIR: resume (any layout) from its latest checkpoint
+  int ckpt_step = 0;      // --ckpt-step N: load iteration N instead of the latest
+  bool finetune = false;  // --finetune: weights only; iteration and optimizer start afresh
+  int exit_interval = 0;  // --exit-interval N: save and stop after an iteration divisible by N
   // --exit-duration-in-mins M: save and stop once M minutes have passed since the process
   // started (checked before every iteration; 0: never).
   double exit_duration_in_mins = 0;
@@ -82,9 +82,9 @@ struct TrainOptions {
   // pipeline message ends the job, naming the ranks it waited for (Megatron's flag and
   // default; fractions allowed; 0: wait for ever). docs/design-notes.md#collective-timeout.
   double distributed_timeout_minutes = 10;
-  std::string save_hf;      // --save-hf FILE (final weights as GPT-2 safetensors)
-  bool profile = false;     // --profile: per-op time table at the end
-  bool fp64 = false;        // --fp64: train in double precision (verification; slow)
+  std::string save_hf;   // --save-hf FILE (final weights as GPT-2 safetensors)
+  bool profile = false;  // --profile: per-op time table at the end
+  bool fp64 = false;     // --fp64: train in double precision (verification; slow)
   // --bf16 / --fp16: 16-bit training (docs/gpu.md). --bf16 needs the GPU trainer; --fp16 on
   // the CPU keeps fp32 arithmetic but runs Megatron's loss scaler (scaled loss gradient,
   // unscale, inf/NaN agreement over every rank, skipped steps), so that path is tested here.
@@ -100,16 +100,18 @@ struct TrainOptions {
   // lattice-gpu executable, docs/gpu.md#how-lattice-train-reaches-the-gpu).
   std::string device = "cpu";
   bool log_memory = false;  // --log-memory: every rank's memory by category after iteration 1
+  // --skip-memory-check: start even when the planner's estimate exceeds the available memory.
+  bool skip_memory_check = false;
   int timing_log_level = 0;  // --timing-log-level: 1 prints per-phase times per rank
-  std::string db;                 // --db: the run store (empty: $LATTICE_DATA_DIR/runs.sqlite)
+  std::string db;            // --db: the run store (empty: $LATTICE_DATA_DIR/runs.sqlite)
   std::string db_journal_mode = "auto";  // --db-journal-mode auto | wal | delete
-  bool no_db = false;        // --no-db (or --db none): train without recording the run
+  bool no_db = false;                    // --no-db (or --db none): train without recording the run
   bool db_required = false;  // --db-required: stop training when the run store cannot be written
   double db_heartbeat_interval = 10;  // --db-heartbeat-interval: seconds between heartbeats
-  bool exit_signal_handler = false;      // --exit-signal-handler (Megatron's; always on here)
-  std::string run_name;           // --run-name (empty: run-<date>-<time>-<random>)
-  std::vector<std::string> tags;  // --tag T ...
-  std::string config_path;  // --config FILE (recorded, already applied)
+  bool exit_signal_handler = false;   // --exit-signal-handler (Megatron's; always on here)
+  std::string run_name;               // --run-name (empty: run-<date>-<time>-<random>)
+  std::vector<std::string> tags;      // --tag T ...
+  std::string config_path;            // --config FILE (recorded, already applied)
   // The flags set on the command line or by --config (names without "--"), so that a default
   // can be told from a value the user chose (parse_flags' `given`). Not part of the record.
   std::set<std::string> given_flags;
@@ -124,6 +126,11 @@ struct TrainOptions {
   // Every violated rule, one sentence each naming the flag; empty when valid. Without
   // `require_data`, neither --data-path nor --mock-data is needed (`lattice plan`).
   std::vector<std::string> validate(bool require_data = true) const;
+  // The size rules of one micro-batch of model `m` that validate() includes: its tokens fit the
+  // engine's 32-bit ints, and its activations stay below kMaxActivationBytes (so that byte counts
+  // formed in 64 bits never wrap; the memory check then compares them with the machine).
+  std::vector<std::string> micro_batch_size_errors(const ModelConfig& m) const;
+  static constexpr int64_t kMaxActivationBytes = int64_t{1} << 60;
 };
 
 // Parses `lattice train` arguments (without the subcommand). A --config file is read first,

@@ -8,12 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -66,14 +67,10 @@ Status write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 json model_json(const ModelConfig& m) {
-  return {{"num_layers", m.num_layers},
-          {"hidden_size", m.hidden_size},
-          {"ffn_hidden_size", m.ffn()},
-          {"num_attention_heads", m.num_attention_heads},
-          {"seq_length", m.seq_length},
-          {"max_position_embeddings", m.max_positions()},
-          {"vocab_size", m.vocab_size},
-          {"padded_vocab_size", m.padded_vocab_size()}};
+  return {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size},
+          {"ffn_hidden_size", m.ffn()}, {"num_attention_heads", m.num_attention_heads},
+          {"seq_length", m.seq_length}, {"max_position_embeddings", m.max_positions()},
+          {"vocab_size", m.vocab_size}, {"padded_vocab_size", m.padded_vocab_size()}};
 }
 
 }  // namespace
@@ -165,26 +162,26 @@ Status finalize_checkpoint(const std::string& dir, int iteration, int world_size
     }
     json config = json::parse(config_json, nullptr, false);
     json meta = {{"format", "lattice-checkpoint"},
-                       {"format_version", 1},
-                       {"iteration", state.iteration},
-                       {"consumed_samples", state.consumed_samples},
-                       {"valid_consumed_samples", state.valid_consumed},
-                       {"steps_taken", state.steps_taken},
-                       {"skipped_iterations", state.skipped_iterations},
-                       {"nan_iterations", state.nan_iterations},
-                       {"model", model_json(model)},
-                       {"layout",
-                        {{"world", L.world},
-                         {"tp", L.tp},
-                         {"pp", L.pp},
-                         {"dp", L.dp},
-                         {"vpp", L.vpp},
-                         {"sequence_parallel", saved.sequence_parallel},
-                         {"distributed_optimizer", saved.distributed_optimizer}}},
-                       {"optimizer_state", saved.optimizer_state},
-                       {"config", config.is_discarded() ? json::object() : config},
-                       {"files", files},
-                       {"pieces", all_pieces}};
+                 {"format_version", 1},
+                 {"iteration", state.iteration},
+                 {"consumed_samples", state.consumed_samples},
+                 {"valid_consumed_samples", state.valid_consumed},
+                 {"steps_taken", state.steps_taken},
+                 {"skipped_iterations", state.skipped_iterations},
+                 {"nan_iterations", state.nan_iterations},
+                 {"model", model_json(model)},
+                 {"layout",
+                  {{"world", L.world},
+                   {"tp", L.tp},
+                   {"pp", L.pp},
+                   {"dp", L.dp},
+                   {"vpp", L.vpp},
+                   {"sequence_parallel", saved.sequence_parallel},
+                   {"distributed_optimizer", saved.distributed_optimizer}}},
+                 {"optimizer_state", saved.optimizer_state},
+                 {"config", config.is_discarded() ? json::object() : config},
+                 {"files", files},
+                 {"pieces", all_pieces}};
     if (state.loss_scale > 0)
       meta["grad_scaler"] = {{"scale", state.loss_scale},
                              {"growth_tracker", state.loss_scale_growth_tracker},
@@ -195,7 +192,8 @@ Status finalize_checkpoint(const std::string& dir, int iteration, int world_size
       std::error_code ec;
       fs::remove_all(final_dir, ec);  // an older save of the same iteration
       fs::rename(tmp_dir, final_dir, ec);
-      if (ec) finished = Status::io_error(final_dir + ": cannot rename into place: " + ec.message());
+      if (ec)
+        finished = Status::io_error(final_dir + ": cannot rename into place: " + ec.message());
     }
     if (finished) finished = fsync_path(dir);
     if (finished)
@@ -204,7 +202,8 @@ Status finalize_checkpoint(const std::string& dir, int iteration, int world_size
       std::vector<int> iterations;
       for (const auto& e : fs::directory_iterator(dir)) {
         const std::string n = e.path().filename().string();
-        if (n.size() == 12 && n.rfind("iter_", 0) == 0) iterations.push_back(std::stoi(n.substr(5)));
+        if (n.size() == 12 && n.rfind("iter_", 0) == 0)
+          iterations.push_back(std::stoi(n.substr(5)));
       }
       std::sort(iterations.rbegin(), iterations.rend());
       for (size_t i = static_cast<size_t>(retain); i < iterations.size(); i++) {
@@ -235,14 +234,17 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
     return bad ? Status::io_error("checkpoint " + final_dir + ": another rank failed to save")
                : Status::ok();
   };
+  // Rank 0 holds the save lock from before iter_N.tmp/ exists until it is renamed: the other
+  // ranks write into it only between the two agreements below, while rank 0 waits for them.
   Status prepared = Status::ok();
+  SavedCheckpoint saved;
+  std::optional<SaveLock> lock;
   if (rank == 0) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    fs::remove_all(tmp_dir, ec);
-    if (!fs::create_directories(tmp_dir, ec))
-      prepared = Status::io_error("--save " + dir + ": cannot create " + tmp_dir + ": " +
-                                  ec.message());
+    Result<SaveLock> taken = begin_save(dir, state.iteration, &saved.notes);
+    if (taken)
+      lock.emplace(std::move(*taken));
+    else
+      prepared = Status::io_error("--save " + dir + ": " + taken.status().message());
   }
   if (Status s = agree(prepared); !s) return s;
 
@@ -261,21 +263,39 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
     }
   }
 
-  SavedCheckpoint saved;
   saved.path = final_dir;
   Status finished = Status::ok();
-  if (rank == 0)
+  if (rank == 0) {
     finished = finalize_checkpoint(
         dir, state.iteration, world.size(), state, model, config_json,
         {L, parts.sequence_parallel, parts.distributed_optimizer, !parts.optimizers.empty()},
         retain, &saved.bytes);
+    lock->release();
+  }
   if (Status s = agree(finished); !s) return s;
-  saved.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  saved.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return saved;
 }
 
-std::string checkpoint_directory_name(int iteration) { return iteration_name(iteration); }
+std::string checkpoint_directory_name(int iteration) {
+  return iteration_name(iteration);
+}
+
+Result<SaveLock> begin_save(const std::string& dir, int iteration,
+                            std::vector<std::string>* notes) {
+  const std::string tmp_dir = dir + "/" + iteration_name(iteration) + ".tmp";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  Result<SaveLock> lock = SaveLock::acquire(tmp_dir);
+  if (!lock) return lock.status();
+  // Also this iteration's own .tmp, left by an earlier save of it that was killed.
+  for (std::string& line : remove_interrupted_saves(dir, &*lock).messages())
+    notes->push_back(std::move(line));
+  if (!fs::create_directories(tmp_dir, ec))
+    return Status::io_error("cannot create " + tmp_dir +
+                            (ec ? ": " + ec.message() : std::string(": it could not be removed")));
+  return lock;
+}
 
 int previous_checkpoint(const std::string& dir, int iteration) {
   int best = 0;
@@ -306,13 +326,17 @@ Result<CheckpointRef> find_checkpoint(const std::string& dir, int step) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0 && n.rfind("iter_", 0) == 0)
-      ref.notes.push_back("skipped " + n + ", a save that was interrupted before it completed");
+      ref.notes.push_back("skipped " + n +
+                          (save_in_progress(e.path().string())
+                               ? ", a save in progress"
+                               : ", a save that was interrupted before it completed"));
   }
   ref.path = dir + "/" + iteration_name(ref.iteration);
   if (!fs::exists(ref.path + "/metadata.json")) {
     const int previous = previous_checkpoint(dir, ref.iteration);
     return Status::invalid_argument(
-        "--load " + dir + ": checkpoint " + iteration_name(ref.iteration) + " is missing or "
+        "--load " + dir + ": checkpoint " + iteration_name(ref.iteration) +
+        " is missing or "
         "incomplete" +
         (previous > 0 ? "; the previous complete one is " + iteration_name(previous) +
                             " (--ckpt-step " + std::to_string(previous) + ")"
@@ -331,12 +355,12 @@ Status take_slice(const ParamTensor& t, const std::vector<int64_t>& saved_shape,
                   const std::string& where) {
   std::vector<int64_t> shape = saved_shape;
   const bool vocabulary = t.name == "embedding.word_embeddings.weight";
-  if (vocabulary && shape.size() == 2 && shape[1] == t.global_shape[1]) shape[0] = t.global_shape[0];
+  if (vocabulary && shape.size() == 2 && shape[1] == t.global_shape[1])
+    shape[0] = t.global_shape[0];
   if (shape != t.global_shape)
-    return Status::invalid_argument(where + " holds " + t.name + " with shape " +
-                                    safetensors::shape_to_string(saved_shape) +
-                                    "; this model's is " +
-                                    safetensors::shape_to_string(t.global_shape));
+    return Status::invalid_argument(
+        where + " holds " + t.name + " with shape " + safetensors::shape_to_string(saved_shape) +
+        "; this model's is " + safetensors::shape_to_string(t.global_shape));
   const SliceMap map{t.global_shape, t.split_dim, t.split_begin,
                      t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
   const size_t saved_numel = global.size();
@@ -355,16 +379,17 @@ Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool we
   if (!opened) return opened.status();
   CheckpointReader& reader = **opened;
   if (!weights_only && !reader.has_optimizer_state())
-    return Status::invalid_argument(ref.path + " holds weights only (no optimizer state); load "
+    return Status::invalid_argument(ref.path +
+                                    " holds weights only (no optimizer state); load "
                                     "it with --finetune");
   const int previous = previous_checkpoint(ref.dir, ref.iteration);
   auto explain = [&](const Status& s) {
     if (s) return s;
-    return Status::corrupt(s.message() + (previous > 0 ? "; the previous complete checkpoint is " +
-                                                             iteration_name(previous) +
-                                                             " (--ckpt-step " +
-                                                             std::to_string(previous) + ")"
-                                                       : ""));
+    return Status::corrupt(s.message() + (previous > 0
+                                              ? "; the previous complete checkpoint is " +
+                                                    iteration_name(previous) + " (--ckpt-step " +
+                                                    std::to_string(previous) + ")"
+                                              : ""));
   };
   std::vector<int64_t> shape;
   std::vector<float> global;

@@ -5,7 +5,9 @@
 // and with the distributed optimizer the flat range of a shard), so any layout can load it:
 // a loader assembles each global tensor from its pieces and takes the slice it needs.
 // Saving is atomic: files go to iter_N.tmp/, are fsynced, the directory is renamed, then the
-// pointer file is replaced. Non-goals: async saving, 16-bit or fp64 state (fp32 only).
+// pointer file is replaced. The .tmp of a save that was killed is removed by the next save (or
+// training --load) of the directory, unless a live process still holds its lock (save_lock.h).
+// Non-goals: async saving, 16-bit or fp64 state (fp32 only).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "checkpoint/save_lock.h"
 #include "lattice/comm.h"
 #include "lattice/layout.h"
 #include "lattice/model_config.h"
@@ -44,9 +47,11 @@ struct RankParts {
 };
 
 struct SavedCheckpoint {
-  std::string path;       // the iteration directory
-  int64_t bytes = 0;      // all ranks' files (known on rank 0)
-  double seconds = 0;     // wall time of the save
+  std::string path;    // the iteration directory
+  int64_t bytes = 0;   // all ranks' files (known on rank 0)
+  double seconds = 0;  // wall time of the save
+  // Rank 0: one line each on the interrupted saves it removed or kept (InterruptedSaves).
+  std::vector<std::string> notes;
 };
 
 // Collective over `world`. config_json: the run's settings (train_options_json). retain > 0
@@ -56,9 +61,13 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
                                         const std::string& config_json, const RankParts& parts,
                                         int retain);
 
-// The two halves of a save, for offline tools (`lattice ckpt reshard`, `import-hf`) that write
-// every rank's shard from one process: each rank's pieces into iter_N.tmp/, then rank 0's
-// metadata, rename and pointer. save_checkpoint is both, collectively.
+// The parts of a save, for offline tools (`lattice ckpt reshard`, `import-hf`) that write every
+// rank's shard from one process. begin_save: rank 0 creates `dir`, takes the save lock of
+// iteration's iter_N.tmp/ (refused while another process holds it), removes the interrupted
+// saves of `dir` (one line each into notes) and creates iter_N.tmp/ empty; hold the lock until
+// finalize_checkpoint has returned. Then each rank's pieces into iter_N.tmp/, then rank 0's
+// metadata, rename and pointer. save_checkpoint is all of it, collectively.
+Result<SaveLock> begin_save(const std::string& dir, int iteration, std::vector<std::string>* notes);
 Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::Coord& coord,
                    const RankParts& parts);
 struct SavedLayout {
@@ -72,10 +81,10 @@ Status finalize_checkpoint(const std::string& dir, int iteration, int world_size
 std::string checkpoint_directory_name(int iteration);  // "iter_0000100"
 
 struct CheckpointRef {
-  std::string dir;             // the --load / --save directory
-  std::string path;            // its iter_NNNNNNN directory
+  std::string dir;   // the --load / --save directory
+  std::string path;  // its iter_NNNNNNN directory
   int iteration = 0;
-  std::vector<std::string> notes;  // e.g. an interrupted save that was skipped
+  std::vector<std::string> notes;  // an interrupted save (or one in progress) that was skipped
 };
 // The checkpoint `step` of `dir`, or (step 0) the one latest_checkpointed_iteration.txt names.
 Result<CheckpointRef> find_checkpoint(const std::string& dir, int step);
@@ -114,8 +123,8 @@ class CheckpointReader {
   // Every file's size and checksum against the metadata.
   Status verify_all();
   // The global tensor `kind`/`name` assembled from its pieces into out (global numel).
-  Status read_global(const std::string& kind, const std::string& name,
-                     std::vector<int64_t>& shape, std::vector<float>& out);
+  Status read_global(const std::string& kind, const std::string& name, std::vector<int64_t>& shape,
+                     std::vector<float>& out);
 
  private:
   Result<const safetensors::File*> file(const std::string& name);

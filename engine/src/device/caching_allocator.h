@@ -20,13 +20,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/memory_category.h"
 #include "lattice/train.h"
 
 namespace lattice {
-
-enum class MemoryCategory { kWeights, kGrads, kOptimizer, kActivations, kWorkspace, kCommBuffers };
-inline constexpr int kMemoryCategories = 6;
-const char* memory_category_name(MemoryCategory category);
 
 // Where the bytes come from: cudaMalloc / cudaFree on a device (make_cuda_memory_backend),
 // a fake in tests.

@@ -153,7 +153,11 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
       if (Status s = devices[c]->upload_params(hosts[c]->params()); !s) return s;
     return state;
   }
-  // --load (which excludes --load-hf) writes every tensor, so nothing is drawn first.
+  // --load (which excludes --load-hf) writes every tensor, so nothing is drawn first. Rank 0
+  // removes the directory's interrupted saves (save_lock.h) before any rank looks into it.
+  std::vector<std::string> cleaned;
+  if (rank0) cleaned = remove_interrupted_saves(o.load).messages();
+  world.barrier();
   Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
   if (!ref) return ref.status();
   const auto t0 = Clock::now();
@@ -187,7 +191,7 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
   if (o.finetune) state = TrainState{};
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (rank0) {
-    for (const std::string& note : ref->notes) sink.on_message("--load: " + note);
+    for (const std::string& note : cleaned) sink.on_message("--load " + o.load + ": " + note);
     sink.on_message(loaded_message(*ref, seconds, o.finetune, state.iteration));
   }
   return state;

@@ -470,8 +470,11 @@ Status GpuLoop<A>::save(const TrainState& state) {
   set_comm_activity("the checkpoint save at iteration " + std::to_string(state.iteration));
   Result<SavedCheckpoint> saved = save_gpu_checkpoint(o_, mc_, world_, state, device_states());
   if (!saved) return saved.status();
-  if (world_.rank() == 0)
+  if (world_.rank() == 0) {
+    for (const std::string& note : saved->notes)
+      sink_.on_message("--save " + o_.save + ": " + note);
     sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
+  }
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/host_memory.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
@@ -110,7 +111,7 @@ GptActivations<T>::GptActivations(const ModelConfig& c, const ModelShard& s, int
     if (!plan.recomputed(l)) total += d.layer_elems(!plan.selective);
   if (s.post)
     total += padded(R * C) + 2 * padded(R) + padded(d.N * static_cast<size_t>(d.Vt)) + padded(d.N);
-  storage.assign(total, T(0));
+  host_assign(storage, total, MemoryCategory::kActivations);
   T* p = storage.data();
   residual = p;
   p += padded((d.L + 1) * R * C);
@@ -128,7 +129,7 @@ GptActivations<T>::GptActivations(const ModelConfig& c, const ModelShard& s, int
     p += padded(d.N * static_cast<size_t>(d.Vt));
     losses = p;
   }
-  if (s.pre) tokens.assign(d.N, 0);
+  if (s.pre) host_assign(tokens, d.N, MemoryCategory::kActivations);
 }
 
 template <typename T>
@@ -145,8 +146,8 @@ GptModel<T>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       tp_(tp),
       recompute_(recompute) {
   shard_ = layout_.shard();
-  params_.assign(layout_.total_numel(), T(0));
-  grads_.assign(layout_.total_numel(), T(0));
+  host_assign(params_, layout_.total_numel(), MemoryCategory::kWeights);
+  host_assign(grads_, layout_.total_numel(), MemoryCategory::kGrads);
   const ChunkDims& d = dims_;
   const size_t R = d.R, N = d.N, C = d.C;
   const size_t sizes[] = {R * C, R * C,    R * C,        R * C,   N * C,
@@ -157,20 +158,22 @@ GptModel<T>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
   for (size_t s : sizes) total += padded(s);
   const size_t probs_elems = static_cast<size_t>(d.B) * d.Ht * d.T * d.T;
   if (recompute_.selective) total += padded(probs_elems);
-  scratch_.assign(total, T(0));
+  host_assign(scratch_, total, MemoryCategory::kWorkspace);
   T* p = scratch_.data();
   for (size_t i = 0; i < std::size(sizes); i++) {
     *ptrs[i] = p;
     p += padded(sizes[i]);
   }
   probs_ = recompute_.selective ? p : nullptr;
-  recompute_storage_.assign(recompute_.max_group * d.layer_elems(true), T(0));
+  host_assign(recompute_storage_, recompute_.max_group * d.layer_elems(true),
+              MemoryCategory::kActivations);
   if (d.t > 1) {
-    row_max_.assign(N, T(0));
-    target_logit_.assign(N, T(0));
-    sum_exp_.assign(N, 0.0);
+    host_assign(row_max_, N, MemoryCategory::kWorkspace);
+    host_assign(target_logit_, N, MemoryCategory::kWorkspace);
+    host_assign(sum_exp_, N, MemoryCategory::kWorkspace);
   }
-  attention_ws_.assign(k::attention_workspace_elems(d.T) * k::num_threads(), T(0));
+  host_assign(attention_ws_, k::attention_workspace_elems(d.T) * k::num_threads(),
+              MemoryCategory::kWorkspace);
 }
 
 template <typename T>
@@ -194,6 +197,8 @@ void GptModel<T>::init_weights(uint64_t seed) {
   // Tensors draw from independent streams, so they are filled in parallel (the result does not
   // depend on the thread count; a 1.3B model takes seconds, not a minute).
   const std::vector<ParamTensor>& tensors = layout_.tensors();
+  // A global tensor's draw that cannot be allocated: no exception may leave the parallel loop.
+  size_t failed_bytes = 0;
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t index = 0; index < tensors.size(); index++) {
     const ParamTensor& t = tensors[index];
@@ -212,7 +217,13 @@ void GptModel<T>::init_weights(uint64_t seed) {
     std::normal_distribution<double> normal(0.0, is_output ? out_std : config_.init_method_std);
     size_t global_numel = 1;
     for (int64_t dim : t.global_shape) global_numel *= static_cast<size_t>(dim);
-    global.resize(global_numel);
+    try {
+      global.resize(global_numel);
+    } catch (const std::exception&) {  // bad_alloc, length_error
+#pragma omp critical(lattice_init_weights_failure)
+      failed_bytes = std::max(failed_bytes, bytes_of<T>(global_numel));
+      continue;
+    }
     for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(normal(rng));
     const size_t cols = static_cast<size_t>(t.global_shape.back());
     if (t.split_dim < 0) {
@@ -226,6 +237,7 @@ void GptModel<T>::init_weights(uint64_t seed) {
         std::copy_n(global.begin() + r * cols + t.split_begin, width, w + r * width);
     }
   }
+  if (failed_bytes > 0) throw OutOfMemory(MemoryCategory::kWorkspace, failed_bytes);
 }
 
 template <typename T>

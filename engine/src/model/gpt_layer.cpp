@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/host_memory.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
 
@@ -72,7 +73,7 @@ void GptModel<T>::notify_ready(int first, int last) {
       if (tensors[i].sequence_parallel_grad) n += tensors[i].numel;
     if (n > 0) {
       ScopedOp op(&profiler_, Op::kTensorParallelComm);
-      pack_.resize(std::max(pack_.size(), n));
+      host_grow(pack_, n, MemoryCategory::kWorkspace);
       T* p = pack_.data();
       for (int i = first; i < last; i++)
         if (tensors[i].sequence_parallel_grad)

@@ -1,6 +1,8 @@
 // Derived sizes and validation of ModelConfig.
 #include "lattice/model_config.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace lattice {
@@ -43,10 +45,50 @@ std::vector<std::string> ModelConfig::validate() const {
     if (!(p >= 0.0f && p < 1.0f))
       errors.push_back(std::string(flag) + " must lie in [0, 1), got " + std::to_string(p));
   };
+  for (std::string& e : size_errors()) errors.push_back(std::move(e));
   probability("--attention-dropout", attention_dropout);
   probability("--hidden-dropout", hidden_dropout);
   if (!(init_method_std > 0.0f))
     errors.push_back("--init-method-std must be positive, got " + std::to_string(init_method_std));
+  return errors;
+}
+
+std::vector<std::string> ModelConfig::size_errors() const {
+  std::vector<std::string> errors;
+  if (hidden_size <= 0 || num_layers <= 0 || vocab_size <= 0 || ffn_hidden_size < 0) return errors;
+  auto str = [](auto v) { return std::to_string(v); };
+  const int64_t C = hidden_size;
+  const int64_t F = ffn_hidden_size > 0 ? ffn_hidden_size : 4 * C;
+  if (3 * C > kMaxDimension)
+    errors.push_back("--hidden-size " + str(C) + " is larger than " + str(kMaxDimension / 3) +
+                     ", the most whose fused QKV weight (3 x hidden = " + str(3 * C) +
+                     " rows) fits the largest dimension " + str(kMaxDimension));
+  else if (ffn_hidden_size == 0 && F > kMaxDimension)
+    errors.push_back("--hidden-size " + str(C) + " makes the default --ffn-hidden-size 4 x " +
+                     str(C) + " = " + str(F) + ", more than the largest dimension " +
+                     str(kMaxDimension) + " (give a smaller --hidden-size or --ffn-hidden-size)");
+  const int64_t multiple = std::max<int64_t>(1, static_cast<int64_t>(make_vocab_size_divisible_by) *
+                                                    std::max(1, tensor_model_parallel_size));
+  const int64_t padded = (static_cast<int64_t>(vocab_size) + multiple - 1) / multiple * multiple;
+  if (padded > kMaxDimension)
+    errors.push_back("--vocab-size " + str(vocab_size) + " pads to " + str(padded) +
+                     " rows (a multiple of --make-vocab-size-divisible-by x TP = " + str(multiple) +
+                     "), more than the largest dimension " + str(kMaxDimension));
+  // In long double: the count itself may not fit 64 bits.
+  const long double c = C, f = F,
+                    per_layer =
+                        4 * c + (3 * c * c + 3 * c) + (c * c + c) + (f * c + f) + (c * f + c);
+  const long double parameters = static_cast<long double>(padded) * c +
+                                 static_cast<long double>(max_positions()) * c +
+                                 num_layers * per_layer + 2 * c;
+  if (errors.empty() && parameters > static_cast<long double>(kMaxParameters)) {
+    char count[64];
+    std::snprintf(count, sizeof count, "%.3Lg", parameters);
+    errors.push_back("--num-layers " + str(num_layers) + ", --hidden-size " + str(C) +
+                     ", --ffn-hidden-size " + str(F) + " and --vocab-size " + str(vocab_size) +
+                     " make " + count + " parameters, more than " + str(kMaxParameters) +
+                     " (their training state would not fit a 64-bit byte count)");
+  }
   return errors;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/host_memory.h"
 #include "lattice/kernels.h"
 
 namespace lattice {
@@ -37,13 +38,14 @@ AdamW<T>::AdamW(const ParamLayout& layout, const OptimizerConfig& config,
   size_t state = 0;
   for (const ParamTensor& t : layout.tensors())
     for (const ArenaRange& r : ranges) {
-      const size_t begin = std::max(r.first, t.offset), end = std::min(r.second, t.offset + t.numel);
+      const size_t begin = std::max(r.first, t.offset),
+                   end = std::min(r.second, t.offset + t.numel);
       if (begin >= end) continue;
       segments_.push_back({begin, end - begin, state, t.decay, t.counts_in_norm});
       state += end - begin;
     }
-  m_.assign(state, T(0));
-  v_.assign(state, T(0));
+  host_assign(m_, state, MemoryCategory::kOptimizer);
+  host_assign(v_, state, MemoryCategory::kOptimizer);
 }
 
 template <typename T>

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/host_memory.h"
+
 namespace lattice {
 
 namespace {
@@ -76,7 +78,7 @@ GradBuckets<T>::GradBuckets(const ParamLayout& layout, Comm* dp, bool distribute
       b.counts = shard_counts(b.end - b.begin, world);
       b.shard_begin = b.begin;
       for (int r = 0; r < rank; r++) b.shard_begin += b.counts[r];
-      b.shard.assign(b.counts[rank], T(0));
+      host_assign(b.shard, b.counts[rank], MemoryCategory::kCommBuffers);
       stats_.buffer_bytes += b.shard.size() * sizeof(T);
     }
   }

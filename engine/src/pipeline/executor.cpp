@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/host_memory.h"
 #include "pipeline/schedule.h"
 
 namespace lattice {
@@ -25,7 +26,11 @@ const char* timeline_kind_name(TimelineBox::Kind kind) {
 template <typename T>
 PipelineExecutor<T>::PipelineExecutor(std::vector<GptModel<T>*> chunks, Comm* pp, int stages,
                                       int stage, int micro_batch)
-    : chunks_(std::move(chunks)), pp_(pp), stages_(stages), stage_(stage), micro_batch_(micro_batch) {
+    : chunks_(std::move(chunks)),
+      pp_(pp),
+      stages_(stages),
+      stage_(stage),
+      micro_batch_(micro_batch) {
   pools_.resize(chunks_.size());
   // Sends in flight progress while the next layers compute (docs/design-notes.md
   // #pipeline-schedules).
@@ -35,9 +40,9 @@ PipelineExecutor<T>::PipelineExecutor(std::vector<GptModel<T>*> chunks, Comm* pp
         if (o->request && o->request->test()) o->request.reset();
     });
   const ChunkDims& d = chunks_[0]->dims();
-  grad_in_.assign(static_cast<size_t>(d.R) * d.C, T(0));
-  tokens_.assign(static_cast<size_t>(d.N), 0);
-  targets_.assign(static_cast<size_t>(d.N), 0);
+  host_assign(grad_in_, static_cast<size_t>(d.R) * d.C, MemoryCategory::kCommBuffers);
+  host_assign(tokens_, static_cast<size_t>(d.N), MemoryCategory::kActivations);
+  host_assign(targets_, static_cast<size_t>(d.N), MemoryCategory::kActivations);
 }
 
 template <typename T>
@@ -143,8 +148,8 @@ Status PipelineExecutor<T>::forward_one(int c, int mb, const Loader& load, uint6
     input = acts->residual;
   }
   const auto t0 = Clock::now();
-  const double loss = model.forward_stage(*acts, tokens_.data(), input, targets_.data(), seed,
-                                          grad_scale);
+  const double loss =
+      model.forward_stage(*acts, tokens_.data(), input, targets_.data(), seed, grad_scale);
   const auto t1 = Clock::now();
   times_.forward += seconds_between(t0, t1);
   if (recording()) timeline_->add(TimelineBox::kForward, virtual_stage, mb, t0, t1);

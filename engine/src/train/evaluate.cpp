@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "checkpoint/hf_gpt2.h"
+#include "core/host_memory.h"
 #include "data/indexed_dataset.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
@@ -10,7 +11,9 @@
 
 namespace lattice {
 
-Result<EvalResult> evaluate_sequential(const TrainOptions& o, int64_t num_samples) {
+namespace {
+
+Result<EvalResult> evaluate(const TrainOptions& o, int64_t num_samples) {
   ModelConfig mc = o.model;
   if (o.tokenizer.type != "NullTokenizer") {
     Result<std::unique_ptr<Tokenizer>> tokenizer = make_tokenizer(o.tokenizer);
@@ -24,7 +27,8 @@ Result<EvalResult> evaluate_sequential(const TrainOptions& o, int64_t num_sample
   const IndexedDataset& data = **opened;
   const int T = mc.seq_length, B = o.micro_batch_size;
   // Sample i covers tokens [i*T, i*T + T] of the concatenation, so n samples need n*T + 1.
-  const int64_t available = data.num_tokens() > 0 ? (static_cast<int64_t>(data.num_tokens()) - 1) / T : 0;
+  const int64_t available =
+      data.num_tokens() > 0 ? (static_cast<int64_t>(data.num_tokens()) - 1) / T : 0;
   if (num_samples > available)
     return Status::invalid_argument("--eval-iters " + std::to_string(num_samples) + " asks for " +
                                     std::to_string(num_samples) + " samples of " +
@@ -62,8 +66,10 @@ Result<EvalResult> evaluate_sequential(const TrainOptions& o, int64_t num_sample
       for (int t = 0; t <= T; t++)
         if (window[t] < 0 || window[t] >= mc.vocab_size)
           return Status::invalid_argument(o.data_path[0] + " holds token id " +
-                                          std::to_string(window[t]) + ", outside the model's "
-                                          "vocabulary of " + std::to_string(mc.vocab_size));
+                                          std::to_string(window[t]) +
+                                          ", outside the model's "
+                                          "vocabulary of " +
+                                          std::to_string(mc.vocab_size));
       std::copy(window.begin(), window.begin() + T, inputs.begin() + static_cast<size_t>(b) * T);
       std::copy(window.begin() + 1, window.end(), targets.begin() + static_cast<size_t>(b) * T);
       window[0] = window[T];
@@ -77,6 +83,16 @@ Result<EvalResult> evaluate_sequential(const TrainOptions& o, int64_t num_sample
   r.lm_loss = r.tokens > 0 ? sum / r.tokens : 0.0;
   r.perplexity = std::exp(std::min(20.0, r.lm_loss));
   return r;
+}
+
+}  // namespace
+
+Result<EvalResult> evaluate_sequential(const TrainOptions& o, int64_t num_samples) {
+  try {
+    return evaluate(o, num_samples);
+  } catch (const OutOfMemory& e) {  // core/host_memory.h: the model's buffers
+    return Status::resource_exhausted(e.what());
+  }
 }
 
 }  // namespace lattice

@@ -2,6 +2,7 @@
 // so the four can never disagree about a flag's name, type or meaning.
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -134,6 +135,10 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &o.device},
       {"log-memory", "print every rank's memory by category after the first iteration",
        &o.log_memory},
+      {"skip-memory-check",
+       "start even when the estimated memory (`lattice plan`) exceeds what the machine has "
+       "available",
+       &o.skip_memory_check},
       {"timing-log-level", "1: print every rank's time per phase at each log line",
        &o.timing_log_level},
       {"db",
@@ -285,6 +290,40 @@ std::vector<std::string> ParallelOptions::recompute_errors() const {
   return errors;
 }
 
+std::vector<std::string> TrainOptions::micro_batch_size_errors(const ModelConfig& m) const {
+  std::vector<std::string> errors;
+  const int64_t B = micro_batch_size, T = m.seq_length;
+  if (B <= 0 || T <= 0) return errors;
+  const int64_t tokens = B * (T + 1);
+  if (tokens > ModelConfig::kMaxDimension) {
+    errors.push_back("--micro-batch-size " + std::to_string(B) + " x (--seq-length " +
+                     std::to_string(T) + " + 1) = " + std::to_string(tokens) +
+                     " tokens per micro-batch (inputs and next-token targets), more than " +
+                     std::to_string(ModelConfig::kMaxDimension));
+    return errors;
+  }
+  if (m.hidden_size <= 0 || m.num_attention_heads <= 0 || m.num_layers <= 0 || m.vocab_size <= 0 ||
+      !m.size_errors().empty())
+    return errors;
+  // One micro-batch's activations in fp64 bytes on one process, in long double: every layer's
+  // attention scores (B, NH, T, T) and its (B, T) x (16 C + 2 F) other tensors, the logits, and
+  // the attention workspace of up to 4096 threads (2 T^2 each).
+  const long double b = B, t = T, c = m.hidden_size, f = m.ffn(), nh = m.num_attention_heads,
+                    l = m.num_layers, v = m.padded_vocab_size();
+  const long double bytes =
+      8 * l * b * (nh * t * t + t * (16 * c + 2 * f)) + 8 * b * t * v + 8 * 2 * t * t * 4096;
+  if (bytes > static_cast<long double>(kMaxActivationBytes)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.3Lg", bytes);
+    errors.push_back("--micro-batch-size " + std::to_string(B) + " and --seq-length " +
+                     std::to_string(T) + " make one micro-batch's activations about " + text +
+                     " bytes (the attention scores alone are --micro-batch-size x "
+                     "--num-attention-heads x --seq-length^2 per layer), more than 2^60; reduce "
+                     "--seq-length or --micro-batch-size");
+  }
+  return errors;
+}
+
 std::vector<std::string> TrainOptions::validate(bool require_data) const {
   // A file-based tokenizer's vocabulary is known once train() loads it.
   ModelConfig known = model;
@@ -296,6 +335,7 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
   positive("--micro-batch-size", micro_batch_size);
   positive("--train-iters", train_iters);
   positive("--log-interval", log_interval);
+  for (std::string& e : micro_batch_size_errors(known)) errors.push_back(std::move(e));
   if (global_batch_size < 0) errors.push_back("--global-batch-size must be positive");
   if (micro_batch_size > 0 && global_batch_size % micro_batch_size != 0)
     errors.push_back("--global-batch-size " + std::to_string(global_batch_size) +
@@ -339,15 +379,17 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
   if (par.ddp_bucket_size < 0) errors.push_back("--ddp-bucket-size must not be negative");
   if (save_interval < 0 || save_retain < 0 || ckpt_step < 0 || exit_interval < 0 ||
       !(exit_duration_in_mins >= 0))
-    errors.push_back("--save-interval, --save-retain, --ckpt-step, --exit-interval and "
-                     "--exit-duration-in-mins must not be negative");
+    errors.push_back(
+        "--save-interval, --save-retain, --ckpt-step, --exit-interval and "
+        "--exit-duration-in-mins must not be negative");
   if (!(distributed_timeout_minutes >= 0))
     errors.push_back("--distributed-timeout-minutes must not be negative (0: wait for ever)");
   if (fp64 && (!save.empty() || !load.empty()))
     errors.push_back("--save and --load keep fp32 state; they do not combine with --fp64");
   if (!load.empty() && !load_hf.empty())
-    errors.push_back("--load and --load-hf exclude each other (use `lattice ckpt import-hf` to "
-                     "turn GPT-2 weights into a checkpoint)");
+    errors.push_back(
+        "--load and --load-hf exclude each other (use `lattice ckpt import-hf` to "
+        "turn GPT-2 weights into a checkpoint)");
   if (load.empty() && (ckpt_step > 0 || finetune))
     errors.push_back("--ckpt-step and --finetune apply to --load, which is not given");
   if (int(bf16) + int(fp16) + int(fp64) > 1)
@@ -434,7 +476,11 @@ Result<TrainOptions> parse_unchecked(const std::vector<std::string>& args,
   // --global-batch-size stays 0 when not given: with_default_global_batch (layout.h) makes it
   // micro-batch x DP once the world size is known.
   // NullTokenizer's EOD is --vocab-size itself (Megatron), so the model needs one more id.
-  o.model.vocab_size = o.tokenizer.type == "NullTokenizer" ? o.tokenizer.vocab_size + 1 : 0;
+  // (Saturated: a --vocab-size of INT32_MAX is refused by the size rules, not wrapped.)
+  o.model.vocab_size = o.tokenizer.type != "NullTokenizer" ? 0
+                       : o.tokenizer.vocab_size < ModelConfig::kMaxDimension
+                           ? o.tokenizer.vocab_size + 1
+                           : static_cast<int>(ModelConfig::kMaxDimension);
   // The model flags not given come from the GPT-2 file (apply_hf_model).
   if (!o.load_hf.empty())
     if (Status s = apply_hf_model(o.load_hf, o); !s) {

@@ -22,6 +22,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_gpt2.h"
+#include "core/host_memory.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
 #include "lattice/layout.h"
@@ -34,6 +35,7 @@
 #include "parallel/model_chunks.h"
 #include "pipeline/executor.h"
 #include "train/data_feed.h"
+#include "train/host_memory_check.h"
 
 namespace lattice {
 
@@ -48,16 +50,6 @@ std::string exit_duration_message(int iteration, double minutes) {
   std::ostringstream s;
   s << "exiting after iteration " << iteration << " (--exit-duration-in-mins " << minutes << ")";
   return s.str();
-}
-
-// This machine's name as a number a double holds exactly (FNV-1a, 52 bits): ranks that report
-// the same one share a steady clock (docs/design-notes.md#pipeline-timeline).
-double host_id() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  uint64_t h = 1469598103934665603ull;
-  for (const char* c = host; *c; c++) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
-  return static_cast<double>(h & ((uint64_t{1} << 52) - 1));
 }
 
 size_t peak_rss_bytes() {
@@ -169,15 +161,15 @@ Status Trainer<T>::build_model() {
   const size_t bucket = ddp_bucket_elems(par, L.dp);
   for (int c = 0; c < L.vpp; c++) {
     const ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
-    const RecomputePlan plan =
-        RecomputePlan::make(par.recompute_granularity, par.recompute_method,
-                            par.recompute_num_layers, shard.num_layers(mc_));
+    const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
+                                                   par.recompute_num_layers, shard.num_layers(mc_));
     rank_.chunks.push_back(
         std::make_unique<GptModel<T>>(mc_, shard, o_.micro_batch_size, g_.tp.get(), plan));
   }
   for (auto& chunk : rank_.chunks) {
     if (!o_.load_hf.empty()) {
-      std::vector<float> full(ParamLayout(mc_).total_numel());
+      std::vector<float> full;
+      host_assign(full, ParamLayout(mc_).total_numel(), MemoryCategory::kWeights);
       if (Status s = import_hf_gpt2(o_.load_hf, mc_, ParamLayout(mc_), full.data()); !s)
         return Status::invalid_argument("--load-hf: " + s.message());
       // Take this chunk's slices of the whole model.
@@ -266,8 +258,8 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   }
   const int dp_rank = g_.coord.dp;
   auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
-    return fill_micro_batch(*data_.train, consumed_, mb, B, L.dp, dp_rank, mc_.vocab_size,
-                            sample_, tokens, targets);
+    return fill_micro_batch(*data_.train, consumed_, mb, B, L.dp, dp_rank, mc_.vocab_size, sample_,
+                            tokens, targets);
   };
   // Dropout masks follow the micro-batch's place in the global batch, so they match one
   // process running the whole batch (data-parallel rank r's micro-batch m is global m*DP+r).
@@ -377,12 +369,22 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
                      (totals_.optimizer - reported_.optimizer) * per,
                      (totals_.tp_comm - reported_.tp_comm) * per};
   reported_ = totals_;
-  const double record[] = {static_cast<double>(mem.weights), static_cast<double>(mem.grads),
-                           static_cast<double>(mem.optimizer), static_cast<double>(mem.activations),
-                           static_cast<double>(mem.workspace), static_cast<double>(mem.comm_buffers),
-                           static_cast<double>(mem.peak_rss), d.forward, d.backward,
-                           d.pipeline_wait, d.dp_comm, d.optimizer, d.tp_comm,
-                           bytes(g_.tp.get()), bytes(g_.dp.get()), bytes(g_.pp.get()),
+  const double record[] = {static_cast<double>(mem.weights),
+                           static_cast<double>(mem.grads),
+                           static_cast<double>(mem.optimizer),
+                           static_cast<double>(mem.activations),
+                           static_cast<double>(mem.workspace),
+                           static_cast<double>(mem.comm_buffers),
+                           static_cast<double>(mem.peak_rss),
+                           d.forward,
+                           d.backward,
+                           d.pipeline_wait,
+                           d.dp_comm,
+                           d.optimizer,
+                           d.tp_comm,
+                           bytes(g_.tp.get()),
+                           bytes(g_.dp.get()),
+                           bytes(g_.pp.get()),
                            bytes(g_.embedding.get())};
   constexpr size_t kFields = std::size(record), kTimelineHeader = 3, kBoxFields = 5;
   std::vector<double> sent(std::begin(record), std::end(record));
@@ -432,7 +434,7 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
     rep.tp = c.tp;
     rep.dp = c.dp;
     rep.pp = c.pp;
-    size_t* m[] = {&rep.memory.weights,     &rep.memory.grads,        &rep.memory.optimizer,
+    size_t* m[] = {&rep.memory.weights,     &rep.memory.grads,     &rep.memory.optimizer,
                    &rep.memory.activations, &rep.memory.workspace, &rep.memory.comm_buffers,
                    &rep.memory.peak_rss};
     for (size_t i = 0; i < std::size(m); i++) *m[i] = static_cast<size_t>(x[i]);
@@ -473,6 +475,11 @@ RankParts Trainer<T>::parts() {
 // --load: any layout's checkpoint into this one (checkpoint.h); every rank reads what it needs.
 template <typename T>
 Status Trainer<T>::load(TrainState& state) {
+  // Rank 0 removes the interrupted saves of the directory (save_lock.h) before any rank looks
+  // into it; its lines replace find_checkpoint's notes on them.
+  std::vector<std::string> cleaned;
+  if (g_.world->rank() == 0) cleaned = remove_interrupted_saves(o_.load).messages();
+  g_.world->barrier();
   Result<CheckpointRef> ref = find_checkpoint(o_.load, o_.ckpt_step);
   if (!ref) return ref.status();
   const auto t0 = Clock::now();
@@ -482,7 +489,7 @@ Status Trainer<T>::load(TrainState& state) {
   const double seconds = seconds_since(t0);
   if (o_.finetune) state = TrainState{};
   if (g_.world->rank() == 0) {
-    for (const std::string& note : ref->notes) sink_.on_message("--load: " + note);
+    for (const std::string& note : cleaned) sink_.on_message("--load " + o_.load + ": " + note);
     int64_t bytes = 0;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(ref->path, ec))
@@ -503,8 +510,11 @@ Status Trainer<T>::save(const TrainState& state) {
   Result<SavedCheckpoint> saved = save_checkpoint(*g_.world, o_.save, state, mc_,
                                                   train_options_json(o_), parts(), o_.save_retain);
   if (!saved) return saved.status();
-  if (g_.world->rank() == 0)
+  if (g_.world->rank() == 0) {
+    for (const std::string& note : saved->notes)
+      sink_.on_message("--save " + o_.save + ": " + note);
     sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
+  }
   return Status::ok();
 }
 
@@ -588,8 +598,8 @@ Result<TrainSummary> Trainer<T>::run() {
   for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
     set_comm_activity("iteration " + std::to_string(it));
     // A signal or the time limit on any rank stops every rank at the same iteration.
-    const auto stop = static_cast<EarlyStop>(
-        all_reduce_scalar(double(early_stop(o_)), world, ReduceOp::kMax));
+    const auto stop =
+        static_cast<EarlyStop>(all_reduce_scalar(double(early_stop(o_)), world, ReduceOp::kMax));
     if (stop == EarlyStop::kSignal) {
       request_stop();  // on every rank, not only those asked: run_training reads it
       if (!o_.save.empty() && saved_iteration != it - 1)
@@ -653,8 +663,9 @@ Result<TrainSummary> Trainer<T>::run() {
       saved_iteration = it;
     }
     if (exiting) {
-      if (rank0) sink_.on_message("exiting after iteration " + std::to_string(it) +
-                                  " (--exit-interval " + std::to_string(o_.exit_interval) + ")");
+      if (rank0)
+        sink_.on_message("exiting after iteration " + std::to_string(it) + " (--exit-interval " +
+                         std::to_string(o_.exit_interval) + ")");
       break;
     }
   }
@@ -665,14 +676,14 @@ Result<TrainSummary> Trainer<T>::run() {
     if (Status s = save(progress(last)); !s) return s;
   if (finished && o_.eval_iters > 0) {
     if (data_.valid && o_.train_iters % o_.eval_interval != 0 && last > state.iteration)
-      if (Status s = report_validation(data_.valid.get(), valid_consumed, "valid", o_.train_iters,
-                                       true);
+      if (Status s =
+              report_validation(data_.valid.get(), valid_consumed, "valid", o_.train_iters, true);
           !s)
         return s;
     int64_t test_position = 0;
     if (data_.test)
-      if (Status s = report_validation(data_.test.get(), test_position, "test", o_.train_iters,
-                                       true);
+      if (Status s =
+              report_validation(data_.test.get(), test_position, "test", o_.train_iters, true);
           !s)
         return s;
   }
@@ -695,8 +706,8 @@ Result<TrainSummary> Trainer<T>::run() {
     summary.op_times.push_back({op_name(op), seconds, calls});
   }
   if (!o_.save_hf.empty()) {
-    Result<std::vector<T>> full = gather_full_params<T>(world, L, mc_, o_.parallel.sequence_parallel,
-                                                        rank_.views());
+    Result<std::vector<T>> full =
+        gather_full_params<T>(world, L, mc_, o_.parallel.sequence_parallel, rank_.views());
     if (!full) return full.status();
     if (rank0) {
       std::vector<float> as_float(full->begin(), full->end());
@@ -713,17 +724,27 @@ Result<TrainSummary> Trainer<T>::run() {
 
 namespace {
 std::atomic<bool> g_stop{false};
+const char* const kOutOfMemoryAdvice =
+    "; `lattice plan` with the same flags estimates each rank's memory by category";
 // At static initialisation: the process's start, which --exit-duration-in-mins counts from
 // (as Megatron, so that setup and checkpoint loading count against a job's time).
 const Clock::time_point g_process_start = Clock::now();
 const GpuTrainer* g_gpu_trainer = nullptr;
 }  // namespace
 
-void set_gpu_trainer(const GpuTrainer* trainer) { g_gpu_trainer = trainer; }
-const GpuTrainer* gpu_trainer() { return g_gpu_trainer; }
+void set_gpu_trainer(const GpuTrainer* trainer) {
+  g_gpu_trainer = trainer;
+}
+const GpuTrainer* gpu_trainer() {
+  return g_gpu_trainer;
+}
 
-void request_stop() { g_stop.store(true, std::memory_order_relaxed); }
-bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
+void request_stop() {
+  g_stop.store(true, std::memory_order_relaxed);
+}
+bool stop_requested() {
+  return g_stop.load(std::memory_order_relaxed);
+}
 
 EarlyStop early_stop(const TrainOptions& options) {
   if (stop_requested()) return EarlyStop::kSignal;
@@ -789,8 +810,19 @@ Result<TrainSummary> train(const TrainOptions& given, Comm& world, MetricsSink& 
   if (!layout) return layout.status();
   Result<ProcessGroups> groups = make_process_groups(world, *layout);
   if (!groups) return groups.status();
-  if (o.fp64) return Trainer<double>(options, mc, *groups, sink).run();
-  return Trainer<float>(options, mc, *groups, sink).run();
+  if (!o.skip_memory_check)
+    if (Status s = check_host_memory(options, *layout, world); !s) return s;
+  // An allocation that fails (core/host_memory.h) ends this rank's run with its category and
+  // size; run_training records the run as failed and ends the other ranks.
+  try {
+    if (o.fp64) return Trainer<double>(options, mc, *groups, sink).run();
+    return Trainer<float>(options, mc, *groups, sink).run();
+  } catch (const OutOfMemory& e) {
+    return Status::resource_exhausted(std::string(e.what()) + kOutOfMemoryAdvice);
+  } catch (const std::bad_alloc&) {
+    return Status::resource_exhausted(std::string("out of memory outside the model's memory ") +
+                                      "categories (data indices, buffers)" + kOutOfMemoryAdvice);
+  }
 }
 
 Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
