@@ -2,7 +2,9 @@
 // block Launch; every edit is one undo step and undo restores the plan before it; presets,
 // configuration files and flags round-trip through the engine's parser.
 #include <QAction>
+#include <QApplication>
 #include <QLabel>
+#include <QLayout>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
@@ -17,6 +19,7 @@
 #include "plan/form_section.h"
 #include "plan/model_presets.h"
 #include "plan/plan_model.h"
+#include "plan/plan_view.h"
 #include "plan/train_flags.h"
 
 using namespace lattice;
@@ -36,6 +39,42 @@ MainWindow::Options quietWindow() {
   env.defaultDatabase = QDir::temp().filePath("runs.sqlite");
   o.environment = env;
   return o;
+}
+
+QString describe(const QWidget* w) {
+  if (!w->objectName().isEmpty()) return w->objectName();
+  if (auto* label = qobject_cast<const QLabel*>(w)) return "label '" + label->text() + "'";
+  for (const QWidget* child : w->findChildren<QWidget*>())
+    if (!child->objectName().isEmpty() && !child->objectName().startsWith("qt_"))
+      return child->objectName();
+  return w->metaObject()->className();
+}
+
+// The rows of the Plan form drawn lower than they need (0 px: gone from sight though Tab still
+// reaches them) or over another row, as "Cluster: device is 0 px high, needs 22".
+QStringList squeezedRows(QWidget* root) {
+  QStringList problems;
+  for (FormSection* section : root->findChildren<FormSection*>()) {
+    QList<QWidget*> shown;
+    QLayout* layout = section->layout();
+    for (int i = 0; i < layout->count(); i++)
+      if (QWidget* w = layout->itemAt(i)->widget(); w && w->isVisibleTo(section)) shown << w;
+    for (int i = 0; i < shown.size(); i++) {
+      QWidget* w = shown[i];
+      const int needed =
+          w->hasHeightForWidth() ? w->heightForWidth(w->width()) : w->minimumSizeHint().height();
+      if (w->height() < needed)
+        problems << QString("%1: %2 is %3 px high, needs %4")
+                        .arg(section->title(), describe(w))
+                        .arg(w->height())
+                        .arg(needed);
+      for (int j = i + 1; j < shown.size(); j++)
+        if (w->geometry().intersects(shown[j]->geometry()))
+          problems << QString("%1: %2 overlaps %3")
+                          .arg(section->title(), describe(w), describe(shown[j]));
+    }
+  }
+  return problems;
 }
 
 QString errorText(QWidget* root, const QString& field) {
@@ -81,6 +120,52 @@ class TestStudioPlan : public QObject {
     tp->setValue(1);
     QVERIFY(errorText(&window, "tensor-model-parallel-size").isEmpty());
     QVERIFY(start->isEnabled());
+  }
+
+  // Issue 29: typing 3 into TP and pressing Tab showed the messages and drew another row of the
+  // form 0 px high (Pipeline parallel, Device, Precision or Micro batch, by the sequence).
+  void everyRowStaysVisibleThroughInvalidAndValidEdits() {
+    MainWindow window(quietWindow());
+    window.resize(1280, 800);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto type = [&](const QString& field, const QString& text, Qt::Key key) {
+      auto* spin = window.findChild<QSpinBox*>(field);
+      QVERIFY2(spin, qPrintable(field));
+      spin->setFocus();
+      spin->selectAll();
+      QTest::keyClicks(spin, text);
+      QTest::keyClick(spin, key);
+      QCOMPARE(spin->value(), text.toInt());
+    };
+    auto edit = [&](const std::function<void(Plan&)>& change) {
+      window.planModel()->edit("test edit", change);
+    };
+    const std::vector<std::pair<QString, std::function<void()>>> steps = {
+        {"TP 3, Tab", [&] { type("tensor-model-parallel-size", "3", Qt::Key_Tab); }},
+        {"PP 2, Enter", [&] { type("pipeline-model-parallel-size", "2", Qt::Key_Return); }},
+        {"micro batch 3, Tab", [&] { type("micro-batch-size", "3", Qt::Key_Tab); }},
+        {"bf16", [&] { edit([](Plan& p) { setPrecision(p.options, "bf16"); }); }},
+        {"custom device", [&] { edit([](Plan& p) { p.cluster.device = kDeviceCustom; }); }},
+        {"TP 1, Enter", [&] { type("tensor-model-parallel-size", "1", Qt::Key_Return); }},
+        {"PP 1, Tab", [&] { type("pipeline-model-parallel-size", "1", Qt::Key_Tab); }},
+        {"micro batch 8, Enter", [&] { type("micro-batch-size", "8", Qt::Key_Return); }},
+        {"fp32 on the CPU",
+         [&] {
+           edit([](Plan& p) {
+             setPrecision(p.options, "fp32");
+             p.cluster.device = kDeviceCpu;
+           });
+         }},
+        {"TP 3 again, Tab", [&] { type("tensor-model-parallel-size", "3", Qt::Key_Tab); }}};
+    for (const auto& [name, step] : steps) {
+      step();
+      if (QTest::currentTestFailed()) return;
+      QApplication::processEvents();
+      const QStringList squeezed = squeezedRows(window.planView());
+      QVERIFY2(squeezed.isEmpty(), qPrintable("after " + name + ": " + squeezed.join("; ")));
+    }
+    QVERIFY2(!window.planModel()->isValid(), "the last step leaves TP 3, which is invalid");
   }
 
   void worldSizeErrorsGoToTheDevicesRow() {
