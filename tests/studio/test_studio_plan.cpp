@@ -233,6 +233,35 @@ class TestStudioPlan : public QObject {
     QCOMPARE(heads->value(), 4);  // the form follows the model
   }
 
+  // Issue 29: the field's own line edit took Ctrl+Z although it had nothing to undo.
+  void ctrlZUndoesThePlanWhileAFormFieldHasFocus() {
+    MainWindow window(quietWindow());
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto* tp = window.findChild<QSpinBox*>("tensor-model-parallel-size");
+    tp->setFocus();
+    tp->selectAll();
+    QTest::keyClicks(tp, "2");
+    QTest::keyClick(tp, Qt::Key_Return);
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 2);
+    QVERIFY(tp->hasFocus());
+
+    QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 1);
+    QCOMPARE(tp->value(), 1);
+    QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier | Qt::ShiftModifier);
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 2);
+
+    // Typing not yet committed is the field's to undo first; then the plan's.
+    tp->selectAll();
+    QTest::keyClicks(tp, "4");
+    QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(tp->text(), QString("2"));
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 2);
+    QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 1);
+  }
+
   void everyMessageMapsToTheFlagItNames() {
     QCOMPARE(fieldOfMessage("--tensor-model-parallel-size 3 does not divide "
                             "--num-attention-heads 16"),

@@ -93,7 +93,12 @@ void MainWindow::createMenus() {
   undoAction_->setShortcut(QKeySequence::Undo);
   undoAction_->setObjectName("undo");
   redoAction_ = model_->undoStack()->createRedoAction(this, tr("&Redo"));
-  redoAction_->setShortcuts({QKeySequence::Redo, QKeySequence(Qt::CTRL | Qt::Key_Y)});
+  // Every binding of the platform's Redo (QKeySequence(Redo) is only the first: Ctrl+Y where
+  // Ctrl+Shift+Z follows), and Ctrl+Y everywhere.
+  QList<QKeySequence> redoKeys = QKeySequence::keyBindings(QKeySequence::Redo);
+  if (!redoKeys.contains(QKeySequence(Qt::CTRL | Qt::Key_Y)))
+    redoKeys << QKeySequence(Qt::CTRL | Qt::Key_Y);
+  redoAction_->setShortcuts(redoKeys);
   redoAction_->setObjectName("redo");
   edit->addAction(undoAction_);
   edit->addAction(redoAction_);
