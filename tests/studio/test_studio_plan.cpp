@@ -5,11 +5,13 @@
 #include <QApplication>
 #include <QLabel>
 #include <QLayout>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QtTest>
 
 #include "app/main_window.h"
@@ -260,6 +262,50 @@ class TestStudioPlan : public QObject {
     QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 2);
     QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier);
     QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 1);
+  }
+
+  // Issue 29: Ctrl+N replaced a modified plan without asking and emptied the undo history.
+  void newPlanAsksBeforeDiscardingAModifiedPlan() {
+    MainWindow window(quietWindow());
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto* layers = window.findChild<QSpinBox*>("num-layers");
+    layers->setValue(6);
+    QVERIFY(window.isWindowModified());
+    QString asked;  // the question's text, empty when none came
+    // Ctrl+N, and `answer` to the question it may ask.
+    auto pressCtrlN = [&](QMessageBox::StandardButton answer) {
+      window.activateWindow();  // again, once a question has closed (offscreen does not)
+      QVERIFY(QTest::qWaitForWindowActive(&window));
+      asked.clear();
+      QTimer::singleShot(0, &window, [&asked, answer] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        asked = box->text();
+        box->button(answer)->click();
+      });
+      QTest::keyClick(&window, Qt::Key_N, Qt::ControlModifier);
+      QApplication::processEvents();
+    };
+
+    pressCtrlN(QMessageBox::Cancel);
+    QVERIFY2(asked.contains("not saved"), qPrintable("asked: '" + asked + "'"));
+    QCOMPARE(layers->value(), 6);  // Cancel keeps the plan
+
+    pressCtrlN(QMessageBox::Discard);
+    QVERIFY2(!asked.isEmpty(), "Ctrl+N must ask before discarding the modified plan");
+    QVERIFY(samePlan(window.planModel()->plan(), [] {
+      Plan p = defaultPlan();
+      normalizeOptions(p.options);
+      return p;
+    }()));
+    QVERIFY(!window.isWindowModified());
+    window.findChild<QAction*>("undo")->trigger();  // the discarded plan is one Undo away
+    QCOMPARE(layers->value(), 6);
+
+    window.findChild<QAction*>("redo")->trigger();
+    pressCtrlN(QMessageBox::Cancel);  // the new plan is unmodified: nothing to ask
+    QVERIFY2(asked.isEmpty(), qPrintable("asked although nothing was modified: " + asked));
   }
 
   void everyMessageMapsToTheFlagItNames() {
