@@ -37,6 +37,9 @@ bool wants_help(const std::vector<std::string>& args) {
 // again, then SIGKILL, and reads none of their output meanwhile: a rank that prints would block
 // on its full stdout pipe and never reach the save. So under mpirun the handler makes stdout
 // and stderr non-blocking (output that does not fit is dropped; the run store keeps it all).
+// Once stopped, the ranks exit 0 under mpirun (130 elsewhere): mpirun takes a rank's non-zero
+// exit for a failure, prints that it aborted the job and waits odls_base_sigkill_timeout twice
+// before it ends, 60 s with the 30 s the launch library sets, for ranks already gone.
 bool g_under_mpirun = false;
 
 void on_signal(int) {
@@ -153,7 +156,8 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     sinks = {&console, recorder.get()};
   }
   TeeSink tee(sinks);
-  Result<TrainSummary> result = train(*options, comm, rank0 ? static_cast<MetricsSink&>(tee) : silent);
+  Result<TrainSummary> result =
+      train(*options, comm, rank0 ? static_cast<MetricsSink&>(tee) : silent);
   if (!result) {
     if (recorder) {
       if (stop_requested())
@@ -166,7 +170,7 @@ int run_training(const std::string& command, Result<TrainOptions> options,
       // Every rank stopped at the same iteration; none may exit (non-zero, which makes mpirun
       // end the others) before rank 0 has marked the run killed.
       if (comm.size() > 1) (void)comm.barrier();
-      return finish(130);
+      return finish(g_under_mpirun ? 0 : 130);  // Note [stopping under mpirun]
     }
     if (comm.size() > 1) comm.abort(result.status().message(), 1);
     print_error(command, result.status().message());
