@@ -1,6 +1,7 @@
 // The Launch view builds the exact `lattice train` command of a plan (mpirun for more than one
 // rank, the options this machine needs, every blocking problem listed), and, with MPI, runs a
 // tiny plan on 2 ranks to completion with the run appearing in the run store.
+#include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -263,12 +264,23 @@ class TestStudioLaunch : public QObject {
     QVERIFY2(ended.wait(RunProcess::kGraceMs + RunProcess::kKillMs + 10000), "Stop did not end it");
     qInfo("stopped in %lld ms", static_cast<long long>(stopping.elapsed()));
     QVERIFY(!view.isRunning());
+    // Issue 29: a clean stop took 15 s (mpirun waited out its kill timeout until the Studio
+    // killed it) and ended in mpirun's notice that it aborted the job.
+    const QString console = view.findChild<QPlainTextEdit*>("console")->toPlainText();
+    QVERIFY2(stopping.elapsed() < RunProcess::kGraceMs,
+             qPrintable("Stop had to escalate:\n" + console.right(2000)));
+    QVERIFY2(console.contains("stopped by a signal before iteration"),
+             qPrintable(console.right(2000)));
+    QVERIFY2(!console.contains("aborted") && !console.contains("non-zero"),
+             qPrintable(console.right(2000)));
+    const QString state = view.findChild<QLabel*>("run-state")->text();
+    QVERIFY2(state.startsWith("Stopped in"), qPrintable(state));
     Result<std::unique_ptr<storage::RunStore> > store =
         storage::RunStore::open(dir.filePath("studio.sqlite").toStdString());
     QVERIFY(store);
     Result<storage::RunInfo> run = (*store)->find_run("studio-stop-test");
     QVERIFY(run);
-    // The ranks got SIGTERM themselves, agreed on a stop and rank 0 marked the run killed.
+    // The ranks got the stop request from mpirun, agreed on a stop and rank 0 marked it killed.
     QCOMPARE(QString(storage::run_status_name(run->status)), QString("killed"));
 #endif
   }
