@@ -383,6 +383,7 @@ class TestStudioPlan : public QObject {
     launch.dataPath = "/data/corpus_text_document";
     launch.tags = {"baseline", "tp2"};
     launch.extraFlags = "--train-iters 50";
+    launch.saveCheckpoints = true;
     saveLaunchSettings(settings, launch);
     settings.sync();
 
@@ -396,6 +397,7 @@ class TestStudioPlan : public QObject {
     QCOMPARE(l.dataPath, launch.dataPath);
     QCOMPARE(l.tags, launch.tags);
     QCOMPARE(l.extraFlags, launch.extraFlags);
+    QVERIFY(l.saveCheckpoints);
   }
 
   void changedFlagsParseBackToTheSameOptions() {
