@@ -111,6 +111,52 @@ class TestStudioDashboard : public QObject {
     QCOMPARE(emaSmooth({}, 0.6).size(), 0);
   }
 
+  // Issue 29: the EMA ran over the few validation points (each a new evaluation, not noise
+  // around a trend) and over the learning-rate schedule, and showed neither as logged.
+  void validationPointsAndTheLearningRateAreDrawnAsLogged() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.sqlite");
+    qint64 run = 0;
+    const QVector<double> validation = {9, 5, 3, 2};  // every 25 steps
+    {
+      auto store = openStore(db);
+      run = newRunningRun(*store, "sparse");
+      for (int step = 1; step <= 100; step++) {
+        std::map<std::string, double> v = {{"lm loss", wiggle(step)},
+                                           {"learning rate", 1e-3 * std::min(1.0, step / 10.0)}};
+        if (step % 25 == 0) v["validation lm loss"] = validation[step / 25 - 1];
+        QVERIFY(store->log_step(run, step, v, {}));
+      }
+    }
+    DashboardView view;
+    view.resize(1280, 800);
+    view.setSmoothing(0.9);
+    view.setDatabase(db);
+    view.showRuns({run});
+    view.show();
+    MetricChart* loss = view.chart("lm loss");
+    MetricChart* lr = view.chart("learning rate");
+    QTRY_COMPARE(loss->plottedPoints(run, "lm loss"), 100);
+    QTRY_COMPARE(loss->plottedPoints(run, "validation lm loss"), 4);
+    QTRY_COMPARE(lr->plottedPoints(run, "learning rate"), 100);
+    auto values = [](const QCPGraph* g) {
+      QVector<double> out;
+      for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) out << it->value;
+      return out;
+    };
+    const QCPGraph* shown = loss->smoothGraph(run, "validation lm loss");
+    compareSeries(values(shown), validation, "validation lm loss as drawn");
+    QVERIFY2(shown->scatterStyle().shape() != QCPScatterStyle::ssNone,
+             "four points need markers to be seen as points");
+    QVector<double> schedule;
+    for (int step = 1; step <= 100; step++) schedule << 1e-3 * std::min(1.0, step / 10.0);
+    compareSeries(values(lr->smoothGraph(run, "learning rate")), schedule, "learning rate");
+    // The training loss is still smoothed.
+    QVector<double> raw;
+    for (int step = 1; step <= 100; step++) raw << wiggle(step);
+    compareSeries(values(loss->smoothGraph(run, "lm loss")), emaSmooth(raw, 0.9), "lm loss EMA");
+  }
+
   // ---- (c) timeline --------------------------------------------------------------------
   void timelineLayoutHasOneLanePerStageAndABoxPerEvent() {
     const TimelineLayout l = layoutTimeline(twoStageFixture(1e-3));

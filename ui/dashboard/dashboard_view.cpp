@@ -135,16 +135,28 @@ QWidget* DashboardView::buildPages() {
     pageOf_ << g->parentWidget();
   };
   QGridLayout* training = grid(tr("Training"));
+  // Smoothed: the noisy per-step measurements. As logged: validation (sparse, every point its
+  // own evaluation), schedules and counters.
   place(training,
-        addChart(tr("Loss"),
-                 {{"lm loss", tr("lm loss")}, {"validation lm loss", tr("validation"), true}}),
+        addChart(tr("Loss"), {{.key = "lm loss", .label = tr("lm loss")},
+                              {.key = "validation lm loss",
+                               .label = tr("validation"),
+                               .dashed = true,
+                               .smoothed = false,
+                               .points = true}}),
         0, 0);
-  place(training, addChart(tr("Learning rate"), {{"learning rate", tr("learning rate")}}), 0, 1);
+  place(training,
+        addChart(tr("Learning rate"),
+                 {{.key = "learning rate", .label = tr("learning rate"), .smoothed = false}}),
+        0, 1);
   place(training, addChart(tr("Grad norm"), {{"grad norm", tr("grad norm")}}), 1, 0);
   place(training,
         addChart(tr("Loss scale and skipped iterations"),
-                 {{"loss scale", tr("loss scale")},
-                  {"skipped iterations", tr("skipped iterations"), false, true}}),
+                 {{.key = "loss scale", .label = tr("loss scale"), .smoothed = false},
+                  {.key = "skipped iterations",
+                   .label = tr("skipped iterations"),
+                   .rightAxis = true,
+                   .smoothed = false}}),
         1, 1);
   QGridLayout* throughput = grid(tr("Throughput"));
   place(throughput, addChart(tr("Tokens per second"), {{"tokens per second", tr("tokens/s")}}), 0,
