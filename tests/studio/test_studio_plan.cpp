@@ -16,6 +16,7 @@
 
 #include "app/main_window.h"
 #include "app/studio_settings.h"
+#include "lattice/storage/run_store.h"
 #include "launch/launch_form.h"
 #include "launch/launch_view.h"
 #include "plan/form_section.h"
@@ -398,6 +399,53 @@ class TestStudioPlan : public QObject {
     QCOMPARE(l.tags, launch.tags);
     QCOMPARE(l.extraFlags, launch.extraFlags);
     QVERIFY(l.saveCheckpoints);
+  }
+
+  // Issue 29: the window could not be made narrower than 1075 px (a Dashboard showing runs:
+  // 1550 px with three). Every view, with runs shown, fits in 800 px.
+  void theWindowShrinksTo800PixelsOnEveryView() {
+    QTemporaryDir dir;
+    MainWindow::Options options = quietWindow();
+    options.database = dir.filePath("runs.sqlite");
+    QList<qint64> runs;
+    {
+      Result<std::unique_ptr<storage::RunStore>> store =
+          storage::RunStore::open(options.database.toStdString());
+      QVERIFY(store);
+      for (int i = 0; i < 3; i++) {
+        const QString save = dir.filePath(QString("checkpoints/run-20261203-190229-a%1").arg(i));
+        QVERIFY(QDir().mkpath(save));
+        QFile latest(save + "/latest_checkpointed_iteration.txt");
+        QVERIFY(latest.open(QIODevice::WriteOnly) && latest.write("20\n") > 0);
+        storage::NewRun r;
+        r.name = QString("run-20261203-190229-a%1").arg(i).toStdString();
+        r.host = "host";
+        r.config_json = "{\"seq-length\": 64, \"save\": \"" + save.toStdString() + "\"}";
+        Result<int64_t> id = (*store)->create_run(r);
+        QVERIFY(id && (*store)->mark_running(*id));
+        for (int step = 1; step <= 20; step++)
+          QVERIFY((*store)->log_step(*id, step, {{"lm loss", 5.0 - step * 0.1}}, {}));
+        runs << *id;
+      }
+    }
+    MainWindow window(options);
+    window.resize(1280, 800);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    window.showRuns(runs);
+    for (int v = 0; v < MainWindow::kViewCount; v++) {
+      const auto view = static_cast<MainWindow::View>(v);
+      window.showView(view);
+      QTest::qWait(300);  // the Dashboard's and History's reads, the Playground's list
+      window.resize(800, 600);
+      QApplication::processEvents();
+      QVERIFY2(window.width() <= 800,
+               qPrintable(QString("%1 view: the window stays %2 px wide (minimum %3 px)")
+                              .arg(MainWindow::viewName(view))
+                              .arg(window.width())
+                              .arg(window.minimumSizeHint().width())));
+      window.resize(1280, 800);
+    }
   }
 
   void changedFlagsParseBackToTheSameOptions() {

@@ -67,6 +67,7 @@ QWidget* DashboardView::buildToolbar() {
   runLabel_ = new QLabel(bar);
   runLabel_->setObjectName("dashboard-runs");
   runLabel_->setTextFormat(Qt::RichText);
+  runLabel_->setWordWrap(true);  // run names and states wrap instead of widening the window
   row->addWidget(runLabel_, 1);
   row->addWidget(new QLabel(tr("X axis"), bar));
   xMode_ = new QComboBox(bar);
@@ -173,7 +174,8 @@ QWidget* DashboardView::buildPages() {
   auto* pick = new QHBoxLayout;
   pick->addWidget(new QLabel(tr("Run"), system));
   systemRun_ = new QComboBox(system);
-  systemRun_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  systemRun_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  systemRun_->setMinimumContentsLength(16);
   pick->addWidget(systemRun_);
   pick->addSpacing(12);
   pick->addWidget(new QLabel(tr("Timeline iteration"), system));

@@ -127,9 +127,9 @@ QWidget* LaunchView::commandBox() {
                         .arg((RunProcess::kGraceMs + RunProcess::kKillMs) / 1000));
   state_ = new QLabel(tr("Not started."), group);
   state_->setObjectName("run-state");
+  state_->setWordWrap(true);  // a long end summary wraps instead of widening the window
   row->addWidget(copy);
-  row->addStretch(1);
-  row->addWidget(state_);
+  row->addWidget(state_, 1, Qt::AlignRight | Qt::AlignVCenter);
   row->addWidget(start_);
   row->addWidget(stop_);
   column->addLayout(row);
