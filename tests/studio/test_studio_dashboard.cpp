@@ -460,6 +460,61 @@ class TestStudioDashboard : public QObject {
     QCOMPARE(p->bars()[1]->data()->at(1)->value, 4.0);  // rank 1's backward, ms
   }
 
+  // Issue 29: the tied-embedding all-reduce (first and last pipeline stage) was drawn as
+  // data-parallel communication; the engine now logs it as "embedding comm".
+  void theEmbeddingAllReduceIsItsOwnPhaseAndTimelineKind() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.sqlite");
+    qint64 run = 0;
+    {
+      auto store = openStore(db);
+      run = newRunningRun(*store, "pp2");
+      std::map<std::string, double> times;
+      for (int r = 0; r < 2; r++) {
+        const std::string p = "rank " + std::to_string(r) + " ";
+        times[p + "forward time"] = 0.010;
+        times[p + "backward time"] = 0.020;
+        times[p + "pipeline wait time"] = 0.001;
+        times[p + "embedding comm time"] = 0.003;
+        times[p + "data-parallel comm time"] = 0.002;
+        times[p + "optimizer time"] = 0.004;
+      }
+      QVERIFY(store->log_step(run, 10, times, {}));
+      QVERIFY(store->log_timeline(run, 10,
+                                  {{0, 0, 0, "forward", 0.000, 0.010},
+                                   {0, 0, 0, "backward", 0.012, 0.032},
+                                   {0, 0, -1, "embedding comm", 0.032, 0.035},
+                                   {0, 0, -1, "dp comm", 0.035, 0.037},
+                                   {0, 0, -1, "optimizer", 0.037, 0.041}}));
+    }
+    DashboardView view;
+    view.resize(1280, 800);
+    view.setDatabase(db);
+    view.showRuns({run});
+    view.setCurrentPage(DashboardView::kSystemPage);
+    view.show();
+    RankBarsChart* phases = view.phaseChart();
+    QTRY_COMPARE(phases->rankCount(), 2);
+    QMap<QString, double> rank1;  // phase name -> rank 1's milliseconds
+    for (const QCPBars* b : phases->bars()) rank1[b->name()] = b->data()->at(1)->value;
+    QVERIFY2(rank1.contains("embedding comm"), qPrintable(QStringList(rank1.keys()).join(", ")));
+    QCOMPARE(rank1["embedding comm"], 3.0);
+    QCOMPARE(rank1["data-parallel comm"], 2.0);
+
+    const QColor embedding = TimelineChart::kindColor("embedding comm");
+    QVERIFY2(embedding != TimelineChart::kindColor("dp comm") &&
+                 embedding != TimelineChart::kindColor("an unknown kind"),
+             "the embedding all-reduce needs a colour of its own in the timeline");
+    QTRY_COMPARE(view.timelineChart()->step(), qint64(10));
+    QStringList legend;
+    QCustomPlot* plot = view.timelineChart()->plot();
+    for (int i = 0; i < plot->legend->itemCount(); i++)
+      if (auto* item = qobject_cast<QCPPlottableLegendItem*>(plot->legend->item(i)))
+        legend << item->plottable()->name();
+    QCOMPARE(legend,
+             (QStringList{"forward", "backward", "embedding comm", "dp comm", "optimizer"}));
+  }
+
   void exportsPictureAndData() {
     QTemporaryDir dir;
     const QString db = dir.filePath("runs.sqlite");
