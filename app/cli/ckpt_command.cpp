@@ -25,8 +25,9 @@ constexpr const char* kUsage =
     "  inspect DIR                  iteration, layout, model, files (checksums verified), tensors\n"
     "  export-hf DIR FILE           the model as GPT-2 Hugging Face safetensors\n"
     "  import-hf FILE DIR [flags]   GPT-2 safetensors as a weights-only checkpoint (iteration 0;\n"
-    "                               train from it with --load DIR --finetune); flags: the model's\n"
-    "                               (--num-layers, --hidden-size, --vocab-size / tokenizer, ...)\n"
+    "                               train from it with --load DIR --finetune); the model comes\n"
+    "                               from FILE and the Hugging Face config.json beside it (heads);\n"
+    "                               model flags given must agree; tokenizer flags as `train`'s\n"
     "  reshard DIR OUT --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
     "          [--num-layers-per-virtual-pipeline-stage V]\n"
     "                               the checkpoint as that layout saves it (any layout also loads\n"
@@ -70,10 +71,11 @@ int inspect(const std::vector<std::string>& args) {
               s.iteration, static_cast<long long>(s.consumed_samples), s.steps_taken,
               s.skipped_iterations);
   std::printf("layout      %s\n", c.layout_summary().c_str());
-  std::printf("model       %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (%.2f M "
-              "parameters)\n",
-              m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn(), m.seq_length,
-              m.vocab_size, m.num_parameters() / 1e6);
+  std::printf(
+      "model       %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (%.2f M "
+      "parameters)\n",
+      m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn(), m.seq_length, m.vocab_size,
+      m.num_parameters() / 1e6);
   std::printf("contents    weights%s\n",
               c.has_optimizer_state() ? ", AdamW moments, training progress" : " only");
   int bad = 0;
@@ -86,8 +88,8 @@ int inspect(const std::vector<std::string>& args) {
   }
   const Status integrity = c.verify_all();
   if (!integrity) bad++;
-  std::printf("integrity   %s\n", integrity ? "every file's size and checksum match"
-                                              : integrity.message().c_str());
+  std::printf("integrity   %s\n",
+              integrity ? "every file's size and checksum match" : integrity.message().c_str());
   std::map<std::string, std::pair<std::vector<int64_t>, int>> tensors;  // name -> shape, pieces
   for (const CheckpointPiece& p : c.pieces())
     if (p.kind == "model") {
@@ -150,6 +152,10 @@ int import_hf(const std::vector<std::string>& args) {
   Result<TrainOptions> o = parse_train_flags(flags);
   if (!o) {
     print_error("ckpt import-hf", o.status().message());
+    return 2;
+  }
+  if (Status s = apply_hf_model(args[0], *o); !s) {
+    print_error("ckpt import-hf", s.message());
     return 2;
   }
   ModelConfig m = o->model;
@@ -258,8 +264,8 @@ int reshard(const std::vector<std::string>& args) {
     RankParts parts;
     parts.layout = &*layout;
     for (int chunk = 0; chunk < layout->vpp; chunk++) {
-      chunks.push_back(std::make_unique<GptModel<float>>(
-          m, shard_of(*layout, c, chunk, false), 1, nullptr, RecomputePlan{}));
+      chunks.push_back(std::make_unique<GptModel<float>>(m, shard_of(*layout, c, chunk, false), 1,
+                                                         nullptr, RecomputePlan{}));
       parts.chunks.push_back(chunks.back().get());
       if (optimizer) {
         optimizers.push_back(std::make_unique<AdamW<float>>(chunks.back()->layout(), target.optim));
@@ -277,8 +283,8 @@ int reshard(const std::vector<std::string>& args) {
   }
   int64_t bytes = 0;
   if (Status s = finalize_checkpoint(out, iteration, world, (*r)->state(), m,
-                                     resharded_config(**r, target), {*layout, false, false, optimizer},
-                                     0, &bytes);
+                                     resharded_config(**r, target),
+                                     {*layout, false, false, optimizer}, 0, &bytes);
       !s) {
     print_error("ckpt reshard", s.message());
     return 1;

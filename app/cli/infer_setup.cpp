@@ -15,9 +15,9 @@ const char* const kModelFlagsHelp =
     "  --load DIR                      a checkpoint: a --save directory (its latest) or an\n"
     "                                  iter_NNNNNNN directory; any training layout loads\n"
     "  --ckpt-step N                   iteration N of --load instead of the latest\n"
-    "  --load-hf FILE                  GPT-2 safetensors; give the architecture with\n"
-    "                                  --num-layers, --hidden-size, --num-attention-heads,\n"
-    "                                  --max-position-embeddings / --seq-length\n"
+    "  --load-hf FILE                  GPT-2 safetensors; the architecture comes from it and\n"
+    "                                  the Hugging Face config.json beside it (heads); model\n"
+    "                                  flags given must agree\n"
     "  --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model, --vocab-size\n"
     "                                  the tokenizer (default: the one the checkpoint recorded)\n"
     "  --tensor-model-parallel-size T  split the model over T MPI ranks (mpirun -n T)\n"
@@ -64,16 +64,6 @@ std::vector<std::string> take_flags(
   return errors;
 }
 
-namespace {
-
-bool names_flag(const std::vector<std::string>& args, const std::string& flag) {
-  return std::any_of(args.begin(), args.end(), [&](const std::string& a) {
-    return a == flag || a.rfind(flag + "=", 0) == 0;
-  });
-}
-
-}  // namespace
-
 std::unique_ptr<InferenceSetup> setup_inference(const std::string& command,
                                                 const std::vector<std::string>& model_flags,
                                                 int max_batch_size, int* code) {
@@ -105,7 +95,7 @@ std::unique_ptr<InferenceSetup> setup_inference(const std::string& command,
   kernels::set_num_threads(o->threads > 0 ? o->threads : std::max(1, cores / local));
 
   TokenizerOptions tok = o->tokenizer;
-  if (!o->load.empty() && !names_flag(model_flags, "--tokenizer-type")) {
+  if (!o->load.empty() && !o->given("tokenizer-type")) {
     Result<TokenizerOptions> recorded = checkpoint_tokenizer(o->load, o->ckpt_step);
     if (!recorded) return fail(1, recorded.status().message());
     tok = *recorded;

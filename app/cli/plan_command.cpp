@@ -476,6 +476,11 @@ int plan_command(const std::vector<std::string>& args) {
   TrainOptions& o = *parsed;
   ClusterSpec cluster;
   const int world = resolve_world(flags, o, cluster, errors);
+  // Megatron's default batch, micro-batch x DP; a search, which ignores the given layout,
+  // takes it at TP = PP = 1 (micro-batch x world) when the given one does not fit the world.
+  o = with_default_global_batch(o, world);
+  if (flags.suggest > 0 && o.global_batch_size == 0 && world > 0)
+    o.global_batch_size = o.micro_batch_size * world;
   std::vector<std::string> invalid = o.validate(/*require_data=*/false);
   errors.insert(errors.end(), invalid.begin(), invalid.end());
   if (world > 0 && flags.suggest == 0) {  // a search ignores the given layout

@@ -2,8 +2,8 @@
 #include "serve_api.h"
 
 #include <cmath>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
 
 namespace lattice::cli {
 
@@ -16,21 +16,30 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-ApiCall failed(std::string message) {
+ApiCall failed(ApiError error) {
   ApiCall c;
-  c.error = std::move(message);
+  c.error = std::move(error);
   return c;
 }
 
-// Encodes and checks each prompt; fills call.requests from `base`.
+ApiCall failed(const RequestFields& fields) {
+  return failed(fields.error());
+}
+
+ApiCall not_an_object() {
+  return failed(ApiError{400, "the body is not a JSON object", "", "invalid_request_error", ""});
+}
+
+// Encodes and checks each prompt; fills call.requests from `base`. `field`: the prompts' name.
 bool add_prompts(ApiCall& call, const std::vector<std::string>& prompts,
                  const GenerationRequest& base, const Tokenizer& tokenizer,
-                 const Generator& generator) {
+                 const Generator& generator, const char* field) {
   for (size_t i = 0; i < prompts.size(); i++) {
     GenerationRequest r = base;
     r.prompt = tokenizer.encode(prompts[i]);
     if (Status s = generator.check(r); !s) {
-      call.error = "prompt " + std::to_string(i) + ": " + s.message();
+      call.error = ApiError{400, std::string(field) + " " + std::to_string(i) + ": " + s.message(),
+                            field, "invalid_request_error", ""};
       return false;
     }
     call.requests.push_back(std::move(r));
@@ -42,85 +51,72 @@ const char* finish_reason(const GenerationResult& res) {
   return res.finish == FinishReason::kLength ? "length" : "stop";
 }
 
-bool is_int(const json& v) {
-  return v.is_number_integer() || v.is_number_unsigned();
-}
+constexpr int64_t kIntMax = INT32_MAX;  // counts that become an int
+constexpr double kAnyNumber = 1e300;
 
 }  // namespace
 
 ApiCall parse_megatron_api(const std::string& body, const Tokenizer& tokenizer,
                            const Generator& generator, uint64_t random_seed) {
   const json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return failed("the body is not a JSON object");
-  if (!j.contains("prompts")) return failed("prompts argument required");
-  const json& p = j["prompts"];
-  if (!p.is_array()) return failed("prompts is not a list of strings");
-  if (p.empty()) return failed("prompts is empty");
-  if (p.size() > kMaxPrompts)
-    return failed("Maximum number of prompts is " + std::to_string(kMaxPrompts));
+  if (j.is_discarded() || !j.is_object()) return not_an_object();
+  // Megatron's text_generation_server.py: null is a wrong type like any other.
+  RequestFields f(j, /*null_is_absent=*/false);
+  if (!f.has("prompts")) f.fail("prompts", "prompts argument required");
   std::vector<std::string> prompts;
-  for (const json& s : p) {
-    if (!s.is_string()) return failed("prompts is not a list of strings");
-    prompts.push_back(s.get<std::string>());
+  if (f.ok()) {
+    const json& p = j["prompts"];
+    if (!p.is_array())
+      f.fail("prompts", "prompts is not a list of strings");
+    else if (p.empty())
+      f.fail("prompts", "prompts is empty");
+    else if (p.size() > kMaxPrompts)
+      f.fail("prompts", "Maximum number of prompts is " + std::to_string(kMaxPrompts));
+    for (size_t i = 0; f.ok() && i < p.size(); i++) {
+      if (!p[i].is_string())
+        f.fail("prompts", "prompts is not a list of strings");
+      else if (p[i].get_ref<const std::string&>().empty())
+        f.fail("prompts", "prompts must not be empty (add_BOS is not supported)");
+      else
+        prompts.push_back(p[i].get<std::string>());
+    }
   }
   GenerationRequest base;
-  base.tokens_to_generate = 64;
-  if (j.contains("tokens_to_generate")) {
-    const json& v = j["tokens_to_generate"];
-    if (!is_int(v) || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20))
-      return failed("tokens_to_generate must be an integer greater than or equal to 0");
-    base.tokens_to_generate = v.get<int>();
-  }
-  bool logprobs = false;
-  if (j.contains("logprobs")) {
-    if (!j["logprobs"].is_boolean()) return failed("logprobs must be a boolean value");
-    logprobs = j["logprobs"].get<bool>();
-  }
-  if (base.tokens_to_generate == 0 && !logprobs)
-    return failed("tokens_to_generate=0 implies logprobs should be True");
-  base.sampling.temperature = 1.0f;
-  if (j.contains("temperature")) {
-    const json& v = j["temperature"];
-    if (!v.is_number())
-      return failed(
-          "temperature must be a positive number less than or "
-          "equal to 100.0");
-    const double t = v.get<double>();
-    if (!(t > 0.0 && t <= 100.0))
-      return failed("temperature must be a positive number less than or equal to 100.0");
-    base.sampling.temperature = static_cast<float>(t);
-  }
-  if (j.contains("top_k")) {
-    const json& v = j["top_k"];
-    if (!is_int(v) || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000)
-      return failed(
-          "top_k must be an integer equal to or greater than 0 and less than or "
-          "equal to 1000");
-    base.sampling.top_k = v.get<int>();
-  }
-  if (j.contains("top_p")) {
-    const json& v = j["top_p"];
-    if (!v.is_number()) return failed("top_p must be a positive float less than or equal to 1.0");
-    const double tp = v.get<double>();
-    if (!(tp >= 0.0 && tp <= 1.0)) return failed("top_p must be less than or equal to 1.0");
-    if (tp > 0.0 && base.sampling.top_k > 0)
-      return failed("cannot set both top-k and top-p samplings.");
-    base.sampling.top_p = static_cast<float>(tp);
-  }
-  base.sampling.seed = random_seed;
-  if (j.contains("random_seed")) {
-    const json& v = j["random_seed"];
-    if (!is_int(v)) return failed("random_seed must be integer");
-    if (v.get<int64_t>() < 0) return failed("random_seed must be a positive integer");
-    base.sampling.seed = v.get<uint64_t>();
-  }
+  base.tokens_to_generate =
+      static_cast<int>(f.integer("tokens_to_generate", 0, kIntMax).value_or(64));
+  const bool logprobs = f.boolean("logprobs").value_or(false);
+  if (f.ok() && base.tokens_to_generate == 0 && !logprobs)
+    f.fail("tokens_to_generate", "tokens_to_generate=0 implies logprobs should be True");
+  base.sampling.temperature =
+      static_cast<float>(f.number("temperature", {0.0, false}, {100.0, true}).value_or(1.0));
+  base.sampling.top_k = static_cast<int>(f.integer("top_k", 0, 1000).value_or(0));
+  base.sampling.top_p = static_cast<float>(f.number("top_p", {0.0}, {1.0}).value_or(0.0));
+  if (f.ok() && base.sampling.top_p > 0.0f && base.sampling.top_k > 0)
+    f.fail("top_p", "cannot set both top-k and top-p samplings.");
+  base.sampling.seed = static_cast<uint64_t>(
+      f.integer("random_seed", 0, INT64_MAX).value_or(static_cast<int64_t>(random_seed)));
+  // Megatron's other fields: those that would change the answer are refused unless off; the
+  // rest (no_log; stop_token and length_penalty, which only beam search reads) are checked.
+  for (const char* name :
+       {"add_BOS", "stop_on_double_eol", "stop_on_eol", "prevent_newline_after_colon", "no_log"})
+    (void)f.boolean(name);
+  for (const char* name :
+       {"add_BOS", "stop_on_double_eol", "stop_on_eol", "prevent_newline_after_colon"})
+    f.unsupported_unless(name, false);
+  (void)f.number("top_p_decay", {0.0}, {1.0});
+  f.unsupported_unless("top_p_decay", 0.0);
+  (void)f.number("top_p_bound", {0.0}, {1.0});
+  f.unsupported_unless("top_p_bound", 0.0);
+  if (f.has("beam_width") && f.integer("beam_width", 1, kIntMax))
+    f.fail("beam_width", "beam_width is not supported by lattice serve (no beam search)");
+  (void)f.integer("stop_token", 0, kIntMax);
+  (void)f.number("length_penalty", {-kAnyNumber}, {kAnyNumber});
+  if (!f.ok()) return failed(f);
   base.prompt_logprobs = logprobs;
   base.logprobs = logprobs;
   ApiCall call;
   call.logprobs = logprobs ? 1 : -1;
-  for (const std::string& s : prompts)
-    if (s.empty()) return failed("prompts must not be empty (add_BOS is not supported)");
-  if (!add_prompts(call, prompts, base, tokenizer, generator)) return call;
+  if (!add_prompts(call, prompts, base, tokenizer, generator, "prompts")) return call;
   call.ok = true;
   return call;
 }
@@ -128,91 +124,44 @@ ApiCall parse_megatron_api(const std::string& body, const Tokenizer& tokenizer,
 ApiCall parse_completions(const std::string& body, const Tokenizer& tokenizer,
                           const Generator& generator, uint64_t random_seed) {
   const json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return failed("the body is not a JSON object");
+  if (j.is_discarded() || !j.is_object()) return not_an_object();
+  // OpenAI: null means the default.
+  RequestFields f(j, /*null_is_absent=*/true);
   ApiCall call;
-  if (j.contains("model")) {
-    if (!j["model"].is_string()) return failed("model must be a string");
-    call.model = j["model"].get<std::string>();
-  }
-  if (!j.contains("prompt")) return failed("prompt is required (a string or a list of strings)");
-  std::vector<std::string> prompts;
-  const json& p = j["prompt"];
-  if (p.is_string()) {
-    prompts.push_back(p.get<std::string>());
-  } else if (p.is_array()) {
-    if (p.empty()) return failed("prompt is an empty list");
-    if (p.size() > kMaxPrompts)
-      return failed("prompt has " + std::to_string(p.size()) + " entries; at most " +
-                    std::to_string(kMaxPrompts));
-    for (const json& s : p) {
-      if (!s.is_string()) return failed("prompt must be a string or a list of strings");
-      prompts.push_back(s.get<std::string>());
-    }
-  } else {
-    return failed("prompt must be a string or a list of strings");
-  }
-  GenerationRequest base;
-  base.tokens_to_generate = 16;
-  if (j.contains("max_tokens") && !j["max_tokens"].is_null()) {
-    const json& v = j["max_tokens"];
-    if (!is_int(v) || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20))
-      return failed("max_tokens must be an integer >= 0");
-    base.tokens_to_generate = v.get<int>();
-  }
-  if (j.contains("temperature") && !j["temperature"].is_null()) {
-    const json& v = j["temperature"];
-    if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() <= 2.0))
-      return failed("temperature must be a number between 0 and 2");
-    base.sampling.temperature = static_cast<float>(v.get<double>());
-  }
-  if (j.contains("top_p") && !j["top_p"].is_null()) {
-    const json& v = j["top_p"];
-    if (!v.is_number() || !(v.get<double>() > 0.0 && v.get<double>() <= 1.0))
-      return failed("top_p must be a number in (0, 1]");
-    base.sampling.top_p = v.get<double>() >= 1.0 ? 0.0f : static_cast<float>(v.get<double>());
-  }
-  if (j.contains("top_k") && !j["top_k"].is_null()) {
-    const json& v = j["top_k"];
-    if (!is_int(v) || v.get<int64_t>() < 0) return failed("top_k must be an integer >= 0");
-    base.sampling.top_k = v.get<int>();
-  }
-  if (j.contains("n") && !j["n"].is_null()) {
-    if (!is_int(j["n"]) || j["n"].get<int64_t>() != 1) return failed("n must be 1");
-  }
-  if (j.contains("stream") && !j["stream"].is_null()) {
-    if (!j["stream"].is_boolean()) return failed("stream must be a boolean");
-    call.stream = j["stream"].get<bool>();
-  }
-  if (j.contains("logprobs") && !j["logprobs"].is_null()) {
-    const json& v = j["logprobs"];
-    if (!is_int(v) || v.get<int64_t>() < 0 || v.get<int64_t>() > 5)
-      return failed("logprobs must be an integer between 0 and 5");
-    call.logprobs = v.get<int>();
-  }
-  if (j.contains("stop") && !j["stop"].is_null()) {
-    const json& v = j["stop"];
-    if (v.is_string()) {
-      base.stop.push_back(v.get<std::string>());
-    } else if (v.is_array() && v.size() <= 4) {
-      for (const json& s : v) {
-        if (!s.is_string()) return failed("stop must be a string or a list of up to 4 strings");
-        base.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      return failed("stop must be a string or a list of up to 4 strings");
-    }
-    for (const std::string& s : base.stop)
-      if (s.empty()) return failed("stop strings must not be empty");
-  }
-  base.sampling.seed = random_seed;
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    if (!is_int(j["seed"])) return failed("seed must be an integer");
-    base.sampling.seed = static_cast<uint64_t>(j["seed"].get<int64_t>());
-  }
-  base.logprobs = call.logprobs >= 0;
+  call.model = f.string("model").value_or("");
+  if (!f.has("prompt")) f.fail("prompt", "prompt is required (a string or a list of strings)");
+  const std::vector<std::string> prompts =
+      f.strings("prompt", true, 1, kMaxPrompts).value_or(std::vector<std::string>{});
   for (const std::string& s : prompts)
-    if (s.empty()) return failed("prompt must not be empty");
-  if (!add_prompts(call, prompts, base, tokenizer, generator)) return call;
+    if (s.empty()) f.fail("prompt", "prompt must not be empty");
+  GenerationRequest base;
+  base.tokens_to_generate = static_cast<int>(f.integer("max_tokens", 0, kIntMax).value_or(16));
+  base.sampling.temperature =
+      static_cast<float>(f.number("temperature", {0.0}, {2.0}).value_or(1.0));
+  const double top_p = f.number("top_p", {0.0, false}, {1.0}).value_or(1.0);
+  base.sampling.top_p = top_p >= 1.0 ? 0.0f : static_cast<float>(top_p);  // 1: off
+  base.sampling.top_k = static_cast<int>(f.integer("top_k", 0, kIntMax).value_or(0));
+  if (f.integer("n", 1, 128).value_or(1) != 1)
+    f.fail("n", "n must be 1 (one completion per prompt: send a prompt again for more)");
+  if (f.integer("best_of", 1, 20).value_or(1) != 1)
+    f.fail("best_of", "best_of must be 1 (lattice serve returns the one completion it samples)");
+  call.stream = f.boolean("stream").value_or(false);
+  call.logprobs = static_cast<int>(f.integer("logprobs", 0, 5).value_or(-1));
+  base.stop = f.strings("stop", true, 0, 4).value_or(std::vector<std::string>{});
+  for (const std::string& s : base.stop)
+    if (s.empty()) f.fail("stop", "stop strings must not be empty");
+  base.sampling.seed = static_cast<uint64_t>(
+      f.integer("seed", INT64_MIN, INT64_MAX).value_or(static_cast<int64_t>(random_seed)));
+  // OpenAI's fields that this server does not implement: accepted at their "off" value only.
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    (void)f.number(name, {-2.0}, {2.0});
+    f.unsupported_unless(name, 0.0);
+  }
+  (void)f.boolean("echo");
+  f.unsupported_unless("echo", false);
+  if (!f.ok()) return failed(f);
+  base.logprobs = call.logprobs >= 0;
+  if (!add_prompts(call, prompts, base, tokenizer, generator, "prompt")) return call;
   call.ok = true;
   return call;
 }
@@ -287,22 +236,21 @@ std::string completions_response(const ApiCall& call, const std::vector<Generati
   return dump(out);
 }
 
-std::string megatron_error(const std::string& message) {
-  return dump(json{{"message", message}});
-}
-
-std::string openai_error(const std::string& message) {
-  return dump(json{{"error",
-                    {{"message", message},
-                     {"type", "invalid_request_error"},
-                     {"param", nullptr},
-                     {"code", nullptr}}},
-                   {"message", message}});
+std::string error_body(const ApiError& error) {
+  const json err = {{"message", error.message},
+                    {"type", error.type},
+                    {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+                    {"code", error.code.empty() ? json(nullptr) : json(error.code)}};
+  return dump(json{{"error", err}, {"message", error.message}});
 }
 
 CompletionStream::CompletionStream(const ApiCall& call, const Tokenizer& tokenizer, int32_t eod,
                                    std::string id, int64_t created)
-    : call_(call), tokenizer_(tokenizer), eod_(eod), id_(std::move(id)), created_(created),
+    : call_(call),
+      tokenizer_(tokenizer),
+      eod_(eod),
+      id_(std::move(id)),
+      created_(created),
       offsets_(call.requests.size(), 0) {
   // The text as the generator writes it (GenerationResult::text): the generated tokens decoded
   // alone, cut at the first stop string.
@@ -330,13 +278,12 @@ std::string CompletionStream::finish(const std::vector<GenerationResult>& result
   return out + "data: [DONE]\n\n";
 }
 
-std::string CompletionStream::error(const std::string& message) {
-  return "data: " + openai_error(message) + "\n\ndata: [DONE]\n\n";
+std::string CompletionStream::error(const ApiError& error) {
+  return "data: " + error_body(error) + "\n\ndata: [DONE]\n\n";
 }
 
-std::string CompletionStream::event(size_t index, const std::string& text,
-                                    const std::string* piece, float logprob,
-                                    const char* finish_reason) {
+std::string CompletionStream::event(size_t index, const std::string& text, const std::string* piece,
+                                    float logprob, const char* finish_reason) {
   json choice = {{"text", text}, {"index", index}};
   if (piece)
     choice["logprobs"] = {{"tokens", json::array({*piece})},

@@ -11,6 +11,7 @@
 
 #include "lattice/infer.h"
 #include "lattice/tokenizer.h"
+#include "serve_fields.h"
 #include "text_stream.h"
 
 namespace lattice::cli {
@@ -20,11 +21,11 @@ inline constexpr size_t kMaxPrompts = 128;
 // A parsed API call: what to generate, and what the answer needs to be written.
 struct ApiCall {
   std::vector<GenerationRequest> requests;
-  std::string model;  // OpenAI: echoed back
-  int logprobs = -1;  // OpenAI: -1 none, else the number asked for; /api: 0 or 1
+  std::string model;    // OpenAI: echoed back
+  int logprobs = -1;    // OpenAI: -1 none, else the number asked for; /api: 0 or 1
   bool stream = false;  // OpenAI: server-sent events (CompletionStream)
   bool ok = false;
-  std::string error;  // when !ok: one sentence for the 400 answer
+  ApiError error;  // when !ok: the 400 answer, naming the field at fault
 };
 
 // `random_seed` is used when the body names none. `generator` checks prompts (context).
@@ -55,11 +56,11 @@ class CompletionStream {
   // The rest of every choice's text with its finish_reason, then [DONE].
   std::string finish(const std::vector<GenerationResult>& results);
   // A failure after the stream began: an error event, then [DONE].
-  static std::string error(const std::string& message);
+  static std::string error(const ApiError& error);
 
  private:
-  std::string event(size_t index, const std::string& text, const std::string* piece,
-                    float logprob, const char* finish_reason);
+  std::string event(size_t index, const std::string& text, const std::string* piece, float logprob,
+                    const char* finish_reason);
 
   ApiCall call_;
   const Tokenizer& tokenizer_;
@@ -70,9 +71,9 @@ class CompletionStream {
   std::vector<size_t> offsets_;  // per choice: bytes of token text so far (text_offset)
 };
 
-// Error bodies: {"message": ...} for /api (what Megatron's client reads), OpenAI's
-// {"error": {"message", "type", ...}} for /v1.
-std::string megatron_error(const std::string& message);
-std::string openai_error(const std::string& message);
+// The one error body of both APIs and of every error the server answers: OpenAI's
+// {"error": {"message", "type", "param", "code"}} plus a top-level "message" (what
+// Megatron's client reads).
+std::string error_body(const ApiError& error);
 
 }  // namespace lattice::cli

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "infer_setup.h"
 #include "serve_api.h"
+#include "serve_http.h"
 
 namespace lattice::cli {
 
@@ -109,9 +110,10 @@ uint64_t fresh_seed() {
   return rng() >> 1;
 }
 
-void reply(httplib::Response& res, int status, const std::string& body) {
-  res.status = status;
-  res.set_content(body, "application/json");
+// A generation that failed after its request was accepted: the server's fault, not the
+// client's.
+ApiError generation_error(const Status& s) {
+  return ApiError{500, "generation failed: " + s.message(), "", "server_error", ""};
 }
 
 // A stream=true call between the worker, which posts events as tokens come, and the HTTP
@@ -171,8 +173,8 @@ void stream_reply(httplib::Response& res, JobQueue& queue, const ApiCall& call,
         }
         if (!ready) return true;
         const Result<std::vector<GenerationResult>>& r = results->get();
-        const std::string end =
-            r ? channel->stream().finish(r.value()) : CompletionStream::error(r.status().message());
+        const std::string end = r ? channel->stream().finish(r.value())
+                                  : CompletionStream::error(generation_error(r.status()));
         if (!sink.write(end.data(), end.size())) return false;
         sink.done();
         return true;
@@ -304,7 +306,6 @@ int serve_command(const std::vector<std::string>& args) {
   httplib::Server server;
   const int http_threads = f.threads_http;
   server.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-  server.set_payload_max_length(16 << 20);
   // Clients wait for a whole batch to generate: generous timeouts, and keep-alive connections
   // that are not closed every few requests (cpp-httplib's default is 5 requests, 5 s).
   server.set_keep_alive_max_count(100000);
@@ -312,16 +313,22 @@ int serve_command(const std::vector<std::string>& args) {
   server.set_read_timeout(120, 0);
   server.set_write_timeout(120, 0);
   std::atomic<uint64_t> counter{0};
-  server.Put("/api", [&](const httplib::Request& req, httplib::Response& res) {
-    ApiCall call = parse_megatron_api(req.body, tok, gen, fresh_seed());
-    if (!call.ok) return reply(res, 400, megatron_error(call.error));
+  server.Put("/api", [&](const httplib::Request& req, httplib::Response& res,
+                         const httplib::ContentReader& reader) {
+    const std::optional<std::string> body = read_body(req, reader, res, kMaxBodyBytes);
+    if (!body) return;
+    ApiCall call = parse_megatron_api(*body, tok, gen, fresh_seed());
+    if (!call.ok) return reply_error(res, call.error);
     Result<std::vector<GenerationResult>> r = queue.push(call.requests).get();
-    if (!r) return reply(res, 400, megatron_error(r.status().message()));
-    reply(res, 200, megatron_response(call, *r, tok));
+    if (!r) return reply_error(res, generation_error(r.status()));
+    reply_json(res, 200, megatron_response(call, *r, tok));
   });
-  server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
-    ApiCall call = parse_completions(req.body, tok, gen, fresh_seed());
-    if (!call.ok) return reply(res, 400, openai_error(call.error));
+  server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res,
+                                     const httplib::ContentReader& reader) {
+    const std::optional<std::string> body = read_body(req, reader, res, kMaxBodyBytes);
+    if (!body) return;
+    ApiCall call = parse_completions(*body, tok, gen, fresh_seed());
+    if (!call.ok) return reply_error(res, call.error);
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
@@ -331,29 +338,20 @@ int serve_command(const std::vector<std::string>& args) {
           res, queue, call,
           std::make_shared<EventChannel>(CompletionStream(call, tok, gen.eod(), id, created)), id);
     Result<std::vector<GenerationResult>> r = queue.push(call.requests).get();
-    if (!r) return reply(res, 400, openai_error(r.status().message()));
-    reply(res, 200, completions_response(call, *r, tok, id, created));
+    if (!r) return reply_error(res, generation_error(r.status()));
+    reply_json(res, 200, completions_response(call, *r, tok, id, created));
   });
-  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404)
-      res.set_content(megatron_error("no route " + req.method + " " + req.path +
-                                     "; the API is PUT /api and POST /v1/completions"),
-                      "application/json");
-    else if (res.body.empty())
-      res.set_content(megatron_error("HTTP error " + std::to_string(res.status)),
-                      "application/json");
-  });
-  server.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "internal error";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        reply(res, 500, megatron_error(what));
-      });
+  HttpGuardOptions guards;
+  guards.max_body = kMaxBodyBytes;
+  guards.write_timeout_s = 120;
+  guards.stopping = [] { return g_stop.load(); };
+  guards.not_found = [](const httplib::Request& req) {
+    return ApiError{404,
+                    "no route " + req.method + " " + req.path +
+                        "; the API is PUT /api and POST /v1/completions",
+                    "", "invalid_request_error", "unknown_url"};
+  };
+  install_http_guards(server, std::move(guards));
   int port = f.port;
   if (port == 0) {
     port = server.bind_to_any_port(f.host);

@@ -1,4 +1,5 @@
-// lattice train | demo | eval: the training loop with Megatron's flags.
+// lattice train | eval: the training loop with Megatron's flags, and the run around it that
+// `lattice demo` shares (run_training).
 #include <fcntl.h>
 #include <unistd.h>
 #include <cerrno>
@@ -6,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "commands.h"
@@ -19,16 +21,6 @@
 namespace lattice::cli {
 
 namespace {
-
-constexpr const char* kDemoConfig =
-#include "demo_config.inc"
-    ;
-
-bool wants_help(const std::vector<std::string>& args) {
-  for (const std::string& a : args)
-    if (a == "--help" || a == "-h") return true;
-  return false;
-}
 
 // Note [stopping under mpirun]. A stop signal (SIGINT, SIGTERM, SIGUSR1) makes every rank stop
 // at the next iteration boundary, save (with --save) and record the run as killed. Open MPI's
@@ -76,10 +68,6 @@ int64_t parameter_count(const TrainOptions& o) {
   return m.num_parameters();
 }
 
-// Runs on every rank: rank 0 records the run and prints; the others train silently. A
-// failure every rank sees alike (a bad flag or layout) exits normally on all of them; one met
-// by a single rank (a bad file on its node, a crashed peer) ends the whole job with that
-// rank's message, so no rank waits forever.
 // The settings as the run store records them: checkpoint directories made absolute, since
 // their readers (the Studio's Playground, `lattice generate --load`) do not share this
 // process's working directory. The run itself uses the paths as given.
@@ -94,8 +82,50 @@ TrainOptions recorded(TrainOptions o) {
   return o;
 }
 
+// `--device cuda|auto` in the CPU-only `lattice`: replace this process by lattice-gpu from the
+// same directory with the same arguments (docs/gpu.md#how-lattice-train-reaches-the-gpu).
+// Before MPI is initialised, so under mpirun each rank becomes a lattice-gpu rank in place.
+// Returns only when there is no lattice-gpu: 2 with a message when `required` (--device cuda),
+// 0 (train on the CPU) for --device auto.
+int exec_gpu_trainer(const std::vector<std::string>& args, bool required) {
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+  dir = dir.substr(0, dir.find_last_of('/') + 1);
+  const std::string gpu = dir + "lattice-gpu";
+  if (!dir.empty() && access(gpu.c_str(), X_OK) == 0) {
+    std::vector<std::string> argv_strings = {gpu, "train"};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_strings) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(gpu.c_str(), argv.data());
+    print_error("train", "--device: could not start " + gpu + ": " + std::strerror(errno));
+    return 1;
+  }
+  if (!required) return 0;
+  print_error("train", "--device cuda: " + gpu +
+                           " not found; this build has no GPU trainer (configure with "
+                           "-DLATTICE_WITH_CUDA=ON where nvcc is installed; docs/gpu.md)");
+  return 2;
+}
+
+}  // namespace
+
+std::string join_command_line(const std::string& command, const std::vector<std::string>& args) {
+  std::string line = "lattice " + command;
+  for (const std::string& a : args) line += " " + a;
+  return line;
+}
+
+bool wants_help(const std::vector<std::string>& args) {
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
 int run_training(const std::string& command, Result<TrainOptions> options,
-                 const std::string& command_line) {
+                 const std::string& command_line, const std::function<void()>& after) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
     print_error(command, world.status().message());
@@ -111,6 +141,7 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     if (rank0) print_error(command, options.status().message());
     return finish(2);
   }
+  *options = with_default_global_batch(*options, comm.size());
   if (Result<ParallelLayout> layout = make_layout(*options, comm.size()); !layout) {
     if (rank0) print_error(command, layout.status().message());
     return finish(2);
@@ -178,44 +209,9 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   }
   if (recorder && !recorder->status())
     print_error(command, "the run record is incomplete: " + recorder->status().message());
+  if (rank0 && after) after();
   return finish(0);
 }
-
-// `--device cuda|auto` in the CPU-only `lattice`: replace this process by lattice-gpu from the
-// same directory with the same arguments (docs/gpu.md#how-lattice-train-reaches-the-gpu).
-// Before MPI is initialised, so under mpirun each rank becomes a lattice-gpu rank in place.
-// Returns only when there is no lattice-gpu: 2 with a message when `required` (--device cuda),
-// 0 (train on the CPU) for --device auto.
-int exec_gpu_trainer(const std::vector<std::string>& args, bool required) {
-  char self[4096] = {};
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
-  dir = dir.substr(0, dir.find_last_of('/') + 1);
-  const std::string gpu = dir + "lattice-gpu";
-  if (!dir.empty() && access(gpu.c_str(), X_OK) == 0) {
-    std::vector<std::string> argv_strings = {gpu, "train"};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_strings) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(gpu.c_str(), argv.data());
-    print_error("train", "--device: could not start " + gpu + ": " + std::strerror(errno));
-    return 1;
-  }
-  if (!required) return 0;
-  print_error("train", "--device cuda: " + gpu +
-                           " not found; this build has no GPU trainer (configure with "
-                           "-DLATTICE_WITH_CUDA=ON where nvcc is installed; docs/gpu.md)");
-  return 2;
-}
-
-std::string join_command_line(const std::string& command, const std::vector<std::string>& args) {
-  std::string line = "lattice " + command;
-  for (const std::string& a : args) line += " " + a;
-  return line;
-}
-
-}  // namespace
 
 void print_error(const std::string& command, const std::string& message) {
   size_t start = 0;
@@ -235,33 +231,7 @@ int train_command(const std::vector<std::string>& args) {
   Result<TrainOptions> options = parse_train_options(args);
   if (options && options->device != "cpu" && gpu_trainer() == nullptr)
     if (int code = exec_gpu_trainer(args, options->device == "cuda"); code != 0) return code;
-  return run_training("train", std::move(options), join_command_line("train", args));
-}
-
-int demo_command(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    std::cout << "usage: lattice demo [train flags to override]\n\n"
-                 "Builds the demo corpus on first use (`lattice data demo`: the fortunes\n"
-                 "package, a SentencePiece tokenizer trained on it) and trains the embedded\n"
-                 "configuration on it:\n"
-              << kDemoConfig;
-    return 0;
-  }
-  Result<DemoCorpus> corpus = build_demo_corpus(default_data_dir(), 4096, false, std::cout);
-  if (!corpus) {
-    print_error("demo", corpus.status().message());
-    return 1;
-  }
-  std::cout << "> demo corpus: " << corpus->documents << " fortunes, " << corpus->tokens
-            << " tokens; unigram entropy " << corpus->unigram_entropy
-            << " nats/token (the loss of a model that knows only token frequencies)\n";
-  std::vector<std::string> overrides = {"--data-path",       corpus->data_prefix,
-                                        "--tokenizer-type",  "GPTSentencePieceTokenizer",
-                                        "--tokenizer-model", corpus->tokenizer_model};
-  overrides.insert(overrides.end(), args.begin(), args.end());
-  return run_training("demo",
-                      parse_train_options_json(kDemoConfig, "embedded demo config", overrides),
-                      join_command_line("demo", args));
+  return run_training("train", std::move(options), join_command_line("train", args), {});
 }
 
 int eval_command(const std::vector<std::string>& args) {

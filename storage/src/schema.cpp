@@ -1,20 +1,20 @@
 // Schema and migrations of the run store. Note "refuse before touching": a file is judged
-// from its raw 100-byte SQLite header before SQLite opens it, because even a read through
-// SQLite may replay a foreign WAL into it; only a file that is absent, empty or already
-// carries our application_id (and a user_version we know) is opened. The PRAGMAs are
-// checked again once open, since a newer header may still sit in the WAL.
+// from its raw 100-byte SQLite header before a connection opens it, because even a read
+// through a connection may replay a foreign WAL into it; only a file that is absent, empty or
+// already carries our application_id (and a user_version we know) is opened. The header is
+// read through SQLite's VFS, never with a descriptor of our own (Note "header through the
+// VFS" in file_header.h). The PRAGMAs are checked again once open, since a newer header may
+// still sit in the WAL.
 #include "schema.h"
 
 #include <sqlite3.h>
 #include <sys/vfs.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
+#include "file_header.h"
 #include "lattice/storage/run_store.h"
 #include "metric_blocks.h"
 
@@ -141,11 +141,6 @@ CREATE TABLE metric_blocks (
 constexpr int kMigrationCount = static_cast<int>(std::size(kMigrations));
 static_assert(kMigrationCount == kSchemaVersion, "one migration per schema version");
 
-std::int32_t big_endian_32(const unsigned char* p) {
-  return static_cast<std::int32_t>((std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) |
-                                   (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]});
-}
-
 std::string not_ours(const std::string& path, const std::string& why) {
   return path + " is not a Lattice run database (" + why +
          "); it was left unchanged. Choose another --db file.";
@@ -158,22 +153,14 @@ std::string too_new(const std::string& path, std::int64_t version) {
 }
 
 // The file-header verdict: ok for absent, empty, or ours with a known version.
-Status check_file_header(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::ok();  // absent: SQLite creates it
-  std::array<unsigned char, 100> header{};
-  in.read(reinterpret_cast<char*>(header.data()), header.size());
-  const auto got = in.gcount();
-  if (got == 0) return Status::ok();  // empty: ours to initialise
-  if (got < 100 || std::memcmp(header.data(), "SQLite format 3", 16) != 0) {
-    return Status::invalid_argument(not_ours(path, "not an SQLite file"));
-  }
-  const std::int32_t user_version = big_endian_32(&header[60]);
-  const std::int32_t application_id = big_endian_32(&header[68]);
-  if (application_id != kApplicationId) {
+Status check_file_header(const std::string& path, const std::optional<FileHeader>& header) {
+  if (!header) return Status::ok();  // absent (SQLite creates it) or empty (ours to initialise)
+  if (!header->is_sqlite()) return Status::invalid_argument(not_ours(path, "not an SQLite file"));
+  if (header->application_id() != kApplicationId) {
     return Status::invalid_argument(not_ours(path, "another application's SQLite database"));
   }
-  if (user_version > kSchemaVersion) return Status::invalid_argument(too_new(path, user_version));
+  if (header->user_version() > kSchemaVersion)
+    return Status::invalid_argument(too_new(path, header->user_version()));
   return Status::ok();
 }
 
@@ -270,26 +257,16 @@ bool on_network_filesystem(const std::string& path) {
          std::end(kNetworkMagic);
 }
 
-namespace {
-
-// The journal a database file uses now: byte 18 of its header is 2 in WAL mode; nullopt
-// for an absent or empty file.
-std::optional<JournalMode> current_journal(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::array<unsigned char, 20> header{};
-  if (!in || !in.read(reinterpret_cast<char*>(header.data()), header.size())) return std::nullopt;
-  return header[18] == 2 ? JournalMode::kWal : JournalMode::kDelete;
-}
-
-}  // namespace
-
 Status check_run_database_header(const std::string& path) {
-  return check_file_header(path);
+  return check_file_header(path, read_file_header(path));
 }
 
 Result<Database> open_run_database(const std::string& path, JournalMode journal) {
-  if (Status s = check_file_header(path); !s) return s;
-  const std::optional<JournalMode> before = current_journal(path);
+  const std::optional<FileHeader> header = read_file_header(path);
+  if (Status s = check_file_header(path, header); !s) return s;
+  // The journal the file uses now; none for an absent or empty file.
+  std::optional<JournalMode> before;
+  if (header) before = header->wal() ? JournalMode::kWal : JournalMode::kDelete;
   if (journal == JournalMode::kAuto)
     journal = before                        ? *before
               : on_network_filesystem(path) ? JournalMode::kDelete
@@ -326,7 +303,7 @@ Result<Database> open_run_database(const std::string& path, JournalMode journal)
 }
 
 Result<Database> open_run_database_read_only(const std::string& path) {
-  if (Status s = check_file_header(path); !s) return s;
+  if (Status s = check_run_database_header(path); !s) return s;
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) return Status::io_error(path + ": no such run database to read");

@@ -16,7 +16,8 @@ Result<Database> open_run_database(const std::string& path,
 Result<Database> open_run_database_read_only(const std::string& path);
 
 // Ok when `path` is absent, empty, or a Lattice run database this build can read; judged from
-// the raw header without opening it through SQLite (Note "refuse before touching").
+// the raw header, read through the VFS before any connection opens it (Note "refuse before
+// touching" in schema.cpp, Note "header through the VFS" in file_header.h).
 Status check_run_database_header(const std::string& path);
 
 }  // namespace lattice::storage

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_machine.h"
 #include "lattice/cuda_kernels.h"
 
 namespace cu = lattice::kernels::cuda;
@@ -154,6 +155,7 @@ void bench_layernorm(cu::Context& ctx, int N, int C) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   if (quick) g_iters = 5;
+  std::printf("%s\n", lattice::bench::machine_line().c_str());
   if (cu::device_count() == 0) {
     std::printf("lattice-bench-cuda-ops: no CUDA device; nothing measured\n");
     return 77;

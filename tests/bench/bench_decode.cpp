@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_machine.h"
 #include "checkpoint/hf_gpt2.h"
 #include "infer/infer_model.h"
 #include "lattice/infer.h"
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
     if (rate > best_rate) best_rate = rate, best_ms = 1e3 * s / (tokens - 1);
     last = std::move(*out);
   }
+  std::printf("%s\n", lattice::bench::machine_line().c_str());
   std::printf("first tokens:");
   for (int i = 0; i < std::min<int>(8, static_cast<int>(last[0].tokens.size())); i++)
     std::printf(" %d", last[0].tokens[i]);

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_machine.h"
+
 namespace {
 
 // Every backend is driven through one row-major signature.
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
         set(threads);
     present.push_back(&b);
   }
+  std::printf("%s\n", lattice::bench::machine_line().c_str());
   std::printf("float GEMM, GFLOP/s (median of 5), %d threads, OMP_NUM_THREADS=%s\n", threads,
               std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset");
   std::printf("%-18s %-22s", "shape", "M x N x K");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_machine.h"
 #include "lattice/comm.h"
 #include "lattice/train.h"
 
@@ -72,16 +73,23 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
-    if (a == "--tp") m.tensor_model_parallel_size = next();
-    else if (a == "--pp") o.parallel.pipeline_model_parallel_size = next();
+    if (a == "--tp")
+      m.tensor_model_parallel_size = next();
+    else if (a == "--pp")
+      o.parallel.pipeline_model_parallel_size = next();
     else if (a == "--first-stage-layers")
       o.parallel.decoder_first_pipeline_num_layers = next();
-    else if (a == "--threads") o.threads = next();
-    else if (a == "--steps") o.train_iters = next();
-    else if (a == "--label") label = i + 1 < argc ? argv[++i] : label;
+    else if (a == "--threads")
+      o.threads = next();
+    else if (a == "--steps")
+      o.train_iters = next();
+    else if (a == "--label")
+      label = i + 1 < argc ? argv[++i] : label;
     else {
-      std::fprintf(stderr, "usage: lattice-bench-parallel [--tp N] [--pp N] [--first-stage-layers N] [--threads N] "
-                           "[--steps N] [--label TEXT]  (under mpirun for several ranks)\n");
+      std::fprintf(
+          stderr,
+          "usage: lattice-bench-parallel [--tp N] [--pp N] [--first-stage-layers N] [--threads N] "
+          "[--steps N] [--label TEXT]  (under mpirun for several ranks)\n");
       return 2;
     }
   }
@@ -100,6 +108,7 @@ int main(int argc, char** argv) {
     const int dp = n / (tp * pp);
     const double steps = o.train_iters;
     // Times are per step over the whole run (first step included).
+    std::printf("%s\n", lattice::bench::machine_line().c_str());
     std::printf("RESULT %s | tokens/s %.0f |", label.c_str(), s.tokens_per_second);
     for (const RankReport& rep : s.ranks) {
       const Expected e = expected_bytes(o, tp, pp, dp, rep.pp);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_machine.h"
 #include "data/gpt2_bpe.h"
 
 namespace {
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
   }
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s\n", lattice::bench::machine_line().c_str());
   std::printf(
       "lattice-bench-tokenizer: %s, %zu documents, %.2f MB encoded (best of %d; "
       "tokenizer loaded in %.0f ms)\n",

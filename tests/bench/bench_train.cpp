@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_machine.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
 
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   const MemoryReport& m = s.memory;
   const size_t needed = m.weights + m.grads + m.optimizer + m.activations;
 
+  std::printf("%s\n", lattice::bench::machine_line().c_str());
   std::printf(
       "config %s: %d layers, hidden %d, %d heads, vocab %d, seq %d, micro batch %d, "
       "fp32, dropout %.2f, %d threads\n",

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_machine.h"
 #include "gpu/gpu_trainer.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/train.h"
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   gpu::register_gpu_trainer();
+  std::printf("%s\n", lattice::bench::machine_line().c_str());
   std::printf(
       "| model | micro batch x seq | step ms (median) | tokens/s | TFLOP/s | MFU | "
       "peak reserved GiB |\n|---|---|---|---|---|---|---|\n");

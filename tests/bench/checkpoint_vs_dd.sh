@@ -14,6 +14,8 @@ scratch=${2:-$(mktemp -d)}
 rounds=${ROUNDS:-3}
 mkdir -p "$scratch"
 lattice="$build/lattice"
+source "$(dirname "${BASH_SOURCE[0]}")/machine_line.sh"
+machine=$(machine_line "$build/tests/bench")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 model=(--mock-data --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 256
        --vocab-size 50303 --micro-batch-size 1 --global-batch-size 2 --train-iters 1
@@ -66,6 +68,7 @@ m() { printf '%s\n' "$@" | median | awk '{ printf "%.0f", $1 }'; }
 rg() { printf '%s\n' "$@" | range | awk -F'–' '{ printf "%.0f–%.0f", $1, $2 }'; }
 dd_ref=$(m "${dd_cached[@]}")
 [[ $(m "${dd_direct[@]}") -gt $dd_ref ]] && dd_ref=$(m "${dd_direct[@]}")
+echo "$machine"
 echo "config B, ${total_mb} MB in all; $rounds rounds; medians (range) in MB/s"
 echo
 echo "| what | MB/s | ratio to dd |"

@@ -31,6 +31,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -x "$bench" ]] || { echo "error: $bench not built (cmake --build ... --target lattice-bench-decode)" >&2; exit 2; }
+source "${script_dir}/machine_line.sh"
+machine_line "$(dirname "$bench")"
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 export OMP_NUM_THREADS="$threads"
 work="$(mktemp -d)"

@@ -2,6 +2,8 @@
 // tiktoken's algorithm) encoding the same file with GPT-2's vocabulary (r50k_base), one
 // document per non-empty line, on Node's one thread. Its merge cache is cleared before each
 // pass, as each Lattice pass starts with empty caches. Prints a line and "RESULT {json}".
+// Its ids are GPT-2's except where U+0085 or U+FEFF meets whitespace (JavaScript's \s holds
+// U+FEFF and not U+0085; Megatron's and Lattice's hold U+0085 and not U+FEFF).
 // Install the package outside the repository's tracked files, e.g. (build/ is git-ignored):
 //   npm install --prefix build/bench-node gpt-tokenizer@4.0.0
 // Usage: node tests/bench/gpt_tokenizer_peer.js FILE [--repeat 3]

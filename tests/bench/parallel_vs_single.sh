@@ -9,6 +9,8 @@ set -euo pipefail
 build=${1:-build/release}
 rounds=${2:-2}
 bench="$build/tests/bench/lattice-bench-parallel"
+source "$(dirname "${BASH_SOURCE[0]}")/machine_line.sh"
+machine=$(machine_line "$build/tests/bench")
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -29,6 +31,7 @@ for ((r = 1; r <= rounds; r++)); do
   run "TP 2" "${mpi[@]}" "$bench" --threads 1 --tp 2
 done
 base=${best["1 rank x 2 threads"]}
+echo "$machine"
 printf '| layout | tokens/s (best of %d) | vs 1 rank |\n|---|---:|---:|\n' "$rounds"
 for label in "1 rank x 2 threads" "DP 2" "PP 2" "PP 2, 3+1 layers" "TP 2"; do
   awk -v l="$label" -v t="${best[$label]}" -v b="$base" \

@@ -22,6 +22,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "error: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+source "${script_dir}/machine_line.sh"
+machine_line "$(dirname "$lattice")/tests/bench" > /dev/null  # built, before anything runs
 work="$(mktemp -d)"
 server_pid=""
 cleanup() { [[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
@@ -35,6 +37,7 @@ server_pid=$!
 for _ in $(seq 100); do grep -q "http://" "$work/serve.log" && break; sleep 0.2; done
 port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
 [[ -n "$port" ]] || { cat "$work/serve.log" >&2; exit 1; }
+machine_line "$(dirname "$lattice")/tests/bench"
 echo "server pid $server_pid on port $port; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 # Warm-up: the caches and thread pools reach their working size.
 /usr/bin/python3 "$script_dir/serve_load.py" --port "$port" --pid "$server_pid" --clients "$clients" --seconds 5 > /dev/null

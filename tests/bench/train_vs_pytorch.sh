@@ -59,6 +59,8 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
   exit 2
 fi
 
+source "${script_dir}/machine_line.sh"
+
 # Both sides get the same environment. This machine sets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE,
 # which pin OpenBLAS to older kernels and halve its SGEMM rate: drop them here, for this run only.
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
@@ -95,6 +97,8 @@ run_one() {
   fi
 }
 
+machine=$(machine_line "$(dirname "$lattice_bench")")
+echo "$machine"
 echo "Lattice vs PyTorch: configs ${configs}, ${threads} threads, $(nproc) CPUs online"
 echo "lattice: $lattice_bench"
 echo "pytorch: $python $torch_script ($("$python" -c 'import torch; print(torch.__version__)'))"
@@ -107,6 +111,7 @@ for c in "${config_list[@]}"; do
 done
 
 echo
+echo "$machine"
 "$python" - "$results" "$work/torch_core" "${config_list[@]}" <<'EOF'
 import json
 import sys

@@ -24,6 +24,17 @@ QList<double> lm_losses(const QString& out) {
   return losses;
 }
 
+// The directory `lattice demo` says it saved the model in.
+QString demo_checkpoint(const QString& out) {
+  static const QRegularExpression re("> the model is saved in (\\S+)\n");
+  return re.match(out).captured(1);
+}
+
+QByteArray file_text(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
 const QStringList kTinyModel = {"--num-layers",          "2",   "--hidden-size", "64",
                                 "--num-attention-heads", "4",   "--seq-length",  "64",
                                 "--vocab-size",          "512", "--threads",     "2"};
@@ -107,6 +118,34 @@ class Cli : public QObject {
              qPrintable(r.out));
     QVERIFY(QFileInfo::exists(dir.filePath("demo/fortunes_text_document.idx")));
     QVERIFY(QFileInfo::exists(dir.filePath("demo/fortunes.model")));
+
+    // The model is kept, in a directory of the run's own, and used at once: a few generated
+    // lines, then the commands that take it further.
+    const QString first = demo_checkpoint(r.out);
+    QVERIFY2(!first.isEmpty(), qPrintable(r.out));
+    QCOMPARE(QFileInfo(first).dir().absolutePath(), QDir(dir.filePath("demo")).absolutePath());
+    QVERIFY(QFileInfo::exists(first + "/latest_checkpointed_iteration.txt"));
+    QVERIFY2(r.out.contains("> samples from the model") && r.out.contains("  1. The best way to"),
+             qPrintable(r.out));
+    for (const QString& next : {"generate --load " + first, "serve --load " + first,
+                                QString("runs show run-"), QString("lattice-studio")})
+      QVERIFY2(r.out.contains(next), qPrintable(next + " missing from:\n" + r.out));
+    // A second demo keeps the first one's model and becomes demo/latest.
+    Run again = run_cli({"demo", "--train-iters", "2", "--eval-iters", "0", "--threads", "2"},
+                        {"LATTICE_DATA_DIR=" + dir.path()});
+    QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
+    const QString second = demo_checkpoint(again.out);
+    QVERIFY2(!second.isEmpty() && second != first, qPrintable(again.out));
+    QCOMPARE(file_text(first + "/latest_checkpointed_iteration.txt").trimmed(), QByteArray("3"));
+    QCOMPARE(file_text(second + "/latest_checkpointed_iteration.txt").trimmed(), QByteArray("2"));
+    QCOMPARE(QFileInfo(dir.filePath("demo/latest")).canonicalFilePath(),
+             QFileInfo(second).canonicalFilePath());
+    // The printed command works on the printed directory.
+    Run generated = run_cli({"generate", "--load", first, "--prompt", "The", "--top-k", "1",
+                             "--tokens-to-generate", "5", "--threads", "2"},
+                            {"LATTICE_DATA_DIR=" + dir.path()});
+    QVERIFY2(generated.exit_code == 0, qPrintable(generated.err));
+    QVERIFY(!generated.out.trimmed().isEmpty());
   }
 
   void data_preprocess_inspect_train_and_eval() {

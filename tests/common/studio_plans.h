@@ -17,4 +17,16 @@ inline void tinyTwoRankPlan(ui::PlanModel& model) {
   });
 }
 
+// The demo plan made tiny on one device: `lattice train` runs directly (no mpirun) and trains
+// in about a second.
+inline void tinyOneRankPlan(ui::PlanModel& model) {
+  model.edit("1 rank", [](ui::Plan& p) {
+    p.cluster.nodes = 1;
+    p.cluster.devices_per_node = 1;
+    p.options.model.num_layers = 2;
+    p.options.model.hidden_size = 64;
+    p.options.model.seq_length = 32;
+  });
+}
+
 }  // namespace lattice::testing

@@ -1,6 +1,7 @@
 // Specification of GPT2BPETokenizer: on a varied UTF-8 text it gives exactly the ids of
-// GPT-2's encoder (npm gpt-3-encoder, see make_gpt2_reference.js), decode() gives back any
-// byte string it encoded, concurrent encodes agree, and bad files are refused by name.
+// GPT-2's encoder as Megatron runs it (OpenAI's encoder.py on Python's `regex`, see
+// make_gpt2_reference.py), decode() gives back any byte string it encoded, concurrent encodes
+// agree, and bad files are refused by name.
 // GPT-2's own files must be installed first (installers/fetch-gpt2-vocab.sh).
 #include <QCryptographicHash>
 #include <QFile>
@@ -143,7 +144,7 @@ class TestGpt2Bpe : public QObject {
             .toHex();
     QVERIFY2(sha == expected_json["text_sha256"].toString().toLatin1(),
              "gpt2_sample.txt changed since gpt2_sample_ids.json was made: rerun "
-             "tests/data/make_gpt2_reference.js");
+             "tests/data/make_gpt2_reference.py");
     std::vector<int32_t> expected;
     for (const QJsonValue& v : expected_json["ids"].toArray()) expected.push_back(v.toInt());
     QVERIFY(!expected.empty());
@@ -152,9 +153,9 @@ class TestGpt2Bpe : public QObject {
     const auto [g, e] = std::mismatch(got.begin(), got.end(), expected.begin(), expected.end());
     if (g != got.end() || e != expected.end()) {
       const size_t at = g - got.begin();
-      std::string report = "ids differ from gpt-3-encoder's first at position " +
-                           std::to_string(at) + " (got " + std::to_string(got.size()) +
-                           " ids, expected " + std::to_string(expected.size()) + ")\n";
+      std::string report = "ids differ from Megatron's first at position " + std::to_string(at) +
+                           " (got " + std::to_string(got.size()) + " ids, expected " +
+                           std::to_string(expected.size()) + ")\n";
       for (size_t i = at >= 4 ? at - 4 : 0; i < at + 5; i++) {
         auto show = [&](const std::vector<int32_t>& ids) {
           if (i >= ids.size()) return std::string("-");
@@ -173,6 +174,15 @@ class TestGpt2Bpe : public QObject {
     QCOMPARE(tokenizer_->encode("<|endoftext|>"), expected);
     QCOMPARE(tokenizer_->encode("Hello world"), (std::vector<int32_t>{15496, 995}));
     QVERIFY(tokenizer_->encode("").empty());
+  }
+
+  void nel_is_whitespace_and_bom_is_not_as_in_megatron() {
+    // Python regex's \s, which Megatron's encoder and Hugging Face's tokenizers use, is Unicode
+    // White_Space: U+0085 (NEL) is in it, U+FEFF (BOM) is not. JavaScript's \s is the other
+    // way round, so npm gpt-3-encoder gives 87 1587 227 88 and 87 220 171 119 123 88 here.
+    QCOMPARE(tokenizer_->encode("x \xC2\x85y"), (std::vector<int32_t>{87, 220, 126, 227, 88}));
+    QCOMPARE(tokenizer_->encode("x \xEF\xBB\xBFy"),
+             (std::vector<int32_t>{87, 27332, 119, 123, 88}));
   }
 
   void decode_inverts_encode_on_the_sample_text() {

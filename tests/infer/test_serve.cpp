@@ -1,6 +1,7 @@
 // `lattice serve` over loopback HTTP: both APIs answer with the documented shapes; OpenAI's
 // stream=true adds up to the plain answer; every bad request gets a 400 (404 for an unknown
-// route) with a JSON message and the server keeps serving; concurrent requests are batched
+// route) with OpenAI's error object and the server keeps serving (test_serve_input: field
+// ranges and the transport); concurrent requests are batched
 // without changing any answer; a streaming client that leaves has its sequences cancelled;
 // SIGTERM stops it.
 #include <QtTest/QtTest>
@@ -11,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "common/process.h"
 #include "http_client.h"
+#include "serve_fixture.h"
 #include "text_stream.h"
 
 using json = nlohmann::json;
@@ -40,41 +41,8 @@ class Serve : public QObject {
     QCOMPARE(r->status, 200);
   }
 
-  // Trains the tests' tiny model (2 layers, hidden 64, context 32, vocabulary 300; `extra`
-  // train flags on top) into dir_/name and starts `server` on it; the port it listens on, or
-  // -1 after a recorded failure.
   int train_and_serve(QProcess& server, const QString& name, const QStringList& extra) {
-    const QStringList train = {"train",
-                               "--mock-data",
-                               "--num-layers",
-                               "2",
-                               "--hidden-size",
-                               "64",
-                               "--num-attention-heads",
-                               "4",
-                               "--seq-length",
-                               "32",
-                               "--vocab-size",
-                               "300",
-                               "--micro-batch-size",
-                               "2",
-                               "--train-iters",
-                               "2",
-                               "--eval-iters",
-                               "0"};
-    const QString ckpt = dir_.filePath(name);
-    const lattice::testing::Run trained = lattice::testing::run_process(
-        LATTICE_CLI_PATH,
-        train + extra + QStringList{"--save", ckpt, "--db", dir_.filePath(name + ".sqlite")});
-    [&] { QVERIFY2(trained.exit_code == 0, qPrintable(trained.err)); }();
-    if (QTest::currentTestFailed()) return -1;
-    server.start(LATTICE_CLI_PATH, {"serve", "--load", ckpt, "--port", "0"});
-    const bool ready = server.waitForReadyRead(60000);
-    const QString line = QString::fromUtf8(server.readLine());
-    const QRegularExpressionMatch m =
-        QRegularExpression("http://127\\.0\\.0\\.1:(\\d+)").match(line);
-    [&] { QVERIFY2(ready && m.hasMatch(), qPrintable("serve did not start: " + line)); }();
-    return m.hasMatch() ? m.captured(1).toInt() : -1;
+    return lattice::testing::train_and_serve(server, dir_, name, extra);
   }
 
  private slots:
@@ -269,8 +237,14 @@ class Serve : public QObject {
                               .arg(c.method, c.path, QString::fromStdString(c.body.substr(0, 60)))
                               .arg(r->status)
                               .arg(QString::fromStdString(r->body))));
+      // Every error, /api's and the 404s too, carries OpenAI's error object (and the
+      // top-level message Megatron's client reads).
       const json j = json::parse(r->body, nullptr, false);
-      QVERIFY2(!j.is_discarded() && j.contains("message"), r->body.c_str());
+      QVERIFY2(!j.is_discarded() && j.contains("message") && j.contains("error"), r->body.c_str());
+      QCOMPARE(j["error"]["message"], j["message"]);
+      QVERIFY2(j["error"]["type"].is_string() && j["error"].contains("param") &&
+                   j["error"].contains("code"),
+               r->body.c_str());
       QVERIFY2(j["message"].get<std::string>().find(c.says) != std::string::npos,
                qPrintable(QString("%1: %2").arg(c.says, QString::fromStdString(r->body))));
       expect_alive();

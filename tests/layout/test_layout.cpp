@@ -183,6 +183,32 @@ class LayoutTest : public QObject {
     QCOMPARE(l->num_layers, 2);
   }
 
+  // Megatron's default: --global-batch-size not given is --micro-batch-size x DP.
+  void global_batch_defaults_to_micro_batch_times_data_parallel() {
+    const lattice::TrainOptions o = options({"--tensor-model-parallel-size", "2",
+                                             "--pipeline-model-parallel-size", "4",
+                                             "--num-layers", "8", "--micro-batch-size", "3"});
+    QCOMPARE(o.global_batch_size, 0);
+    const lattice::TrainOptions resolved = lattice::with_default_global_batch(o, 16);
+    QCOMPARE(resolved.global_batch_size, 3 * 2);  // DP = 16 / (2 x 4)
+    QVERIFY(lattice::layout_errors(resolved, 16).empty());
+    QCOMPARE(lattice::with_default_global_batch(o, 64).global_batch_size, 3 * 8);
+    // A given batch is kept; a world that TP x PP does not divide leaves it for layout_errors.
+    lattice::TrainOptions given = o;
+    given.global_batch_size = 12;
+    QCOMPARE(lattice::with_default_global_batch(given, 16).global_batch_size, 12);
+    QCOMPARE(lattice::with_default_global_batch(o, 12).global_batch_size, 0);
+  }
+
+  void plan_without_a_global_batch_uses_megatrons_default() {
+    const Run r = lattice_cli({"plan", "--world-size", "16", "--tensor-model-parallel-size", "2",
+                               "--pipeline-model-parallel-size", "4", "--num-layers", "8",
+                               "--micro-batch-size", "2"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QVERIFY2(r.out.contains("batch: global 4 = micro 2 x DP 2 x 1 micro-batches"),
+             qPrintable(r.out));
+  }
+
   void each_rule_is_one_sentence_naming_the_flag_data() {
     QTest::addColumn<QStringList>("flags");
     QTest::addColumn<int>("world");

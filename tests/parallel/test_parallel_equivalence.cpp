@@ -173,6 +173,24 @@ class ParallelEquivalence : public QObject {
                  {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                   "--use-distributed-optimizer"});
   }
+  // Megatron's default batch: without --global-batch-size, 4 ranks at TP 2 (DP 2) train one
+  // micro-batch per data-parallel rank, 2 x 2 samples per iteration.
+  void global_batch_defaults_to_micro_batch_times_data_parallel() {
+    QStringList model = kModel;
+    const qsizetype at = model.indexOf("--global-batch-size");
+    model.remove(at, 2);
+    model[model.indexOf("--train-iters") + 1] = "2";
+    model[model.indexOf("--log-interval") + 1] = "1";
+    const Run r = lattice::testing::run_lattice(
+        4, QStringList{"train"} + model +
+               QStringList{"--tensor-model-parallel-size", "2", "--db", db(), "--run-name",
+                           "default-batch"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QVERIFY2(r.out.contains("iteration        2/       2 | consumed samples:            8"),
+             qPrintable(r.out));
+    QVERIFY2(r.out.contains("global batch size:     4"), qPrintable(r.out));
+  }
+
   // The float path (what users train with): losses and grad norms within 1e-5 of one float
   // process; parameters are equal only up to reduction order in float (see the file comment).
   void float_losses_match() {

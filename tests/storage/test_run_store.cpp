@@ -1,11 +1,13 @@
 // Specification of the SQLite run store on real database files: schema and migrations,
 // refusal of foreign and newer files, the run lifecycle, plot down-sampling, tailing while
-// another process writes (read-write and read-only), and crash safety under SIGKILL.
+// another process writes (read-write and read-only), a reader that outlives writer processes
+// (run_writer), and crash safety under SIGKILL.
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QTest>
 #include <algorithm>
@@ -45,6 +47,19 @@ struct Snapshot {
 };
 Snapshot snapshot(const std::string& path) {
   return {read_bytes(path), std::filesystem::last_write_time(path)};
+}
+
+// The files under `prefix` that this process still has open although they were deleted
+// (/proc/self/fd shows them as "<path> (deleted)").
+std::vector<std::string> deleted_but_open(const std::string& prefix) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (!ec && target.starts_with(prefix) && target.ends_with(" (deleted)"))
+      found.push_back(target);
+  }
+  return found;
 }
 
 // Designated initialisers would trip GCC's -Wmissing-field-initializers; these do not.
@@ -461,6 +476,53 @@ class TestRunStore : public QObject {
     QCOMPARE(read_steps, steps);
     QVERIFY2(polls > 10, "the reader should have polled while the writer was writing");
     QCOMPARE(store->list_runs()->at(0).status, RunStatus::kFinished);
+  }
+
+  // Note "header through the VFS" (storage/src/file_header.h), as the Studio lives it: the
+  // Dashboard holds a store open while the Launch view opens and closes one per poll, and
+  // `lattice train` processes come and go. A writer process that ends must find the reader's
+  // lock, so it neither checkpoints nor deletes -wal and -shm under the reader, and the
+  // reader must see every run. (A header read that closes its own descriptor drops the lock.)
+  void a_reader_holding_the_store_sees_every_writer_process_and_keeps_its_wal() {
+    const std::string path = db_path("held.db");
+    { auto created = open_or_fail(path); }
+    lattice::storage::OpenOptions read_only;
+    read_only.read_only = true;
+    auto held = RunStore::open(path, read_only);
+    QVERIFY2(held.is_ok(), held.status().message().c_str());
+    QVERIFY((*held)->list_runs()->empty());
+    // One poll of the Launch view: a connection of its own, opened and closed.
+    auto poll = [&](const char* name) {
+      auto store = RunStore::open(path, read_only);
+      if (!store) {
+        qWarning("poll: %s", store.status().message().c_str());
+        return false;
+      }
+      static_cast<void>((*store)->find_run(name));  // absent until the writer creates it
+      return true;
+    };
+    for (const char* name : {"first", "second"}) {
+      QVERIFY(poll(name));
+      QProcess writer;
+      writer.start(LATTICE_RUN_WRITER, {QString::fromStdString(path), name, "40", "2"});
+      QVERIFY2(writer.waitForStarted(), qPrintable(writer.errorString()));
+      while (!writer.waitForFinished(20)) QVERIFY(poll(name));
+      QVERIFY2(writer.exitStatus() == QProcess::NormalExit && writer.exitCode() == 0,
+               writer.readAllStandardError().constData());
+      QVERIFY2(
+          std::filesystem::exists(path + "-wal") && std::filesystem::exists(path + "-shm"),
+          qPrintable(QString("writer '%1' deleted -wal/-shm under the open reader").arg(name)));
+      const std::vector<std::string> deleted = deleted_but_open(path);
+      QVERIFY2(deleted.empty(), deleted.empty() ? "" : ("still mapped: " + deleted[0]).c_str());
+      auto run = (*held)->find_run(name);
+      QVERIFY2(run.is_ok(), qPrintable(QString("the reader does not see run '%1': %2")
+                                           .arg(name, run.status().message().c_str())));
+      QCOMPARE(run->status, RunStatus::kFinished);
+      QCOMPARE(run->latest_step.value_or(-1), std::int64_t{39});
+      QCOMPARE((*held)->series(run->id, "lm loss", 0, 39)->size(), std::size_t{40});
+    }
+    QCOMPARE((*held)->list_runs()->size(), std::size_t{2});
+    QVERIFY2((*held)->check_integrity().is_ok(), (*held)->check_integrity().message().c_str());
   }
 
   // The Studio following a cluster job's store: read-only, in the rollback journal the job

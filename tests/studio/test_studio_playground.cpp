@@ -2,7 +2,8 @@
 // recorded in a run store) is offered in the run list, loads off the UI thread, and greedily
 // generates, token by token, exactly what `lattice generate --top-k 1` prints; Stop ends a
 // generation early; a missing, corrupt or tokenizer-less checkpoint is an error in the view,
-// which stays usable. The engine's cancel flag is checked on a random model.
+// which stays usable; the same model as GPT-2 weights loads from the file and its config.json.
+// The engine's cancel flag is checked on a random model.
 #include <QtTest/QtTest>
 
 #include <QComboBox>
@@ -33,6 +34,9 @@ const QStringList kArch = {"--num-layers",          "2", "--hidden-size", "64",
                            "--num-attention-heads", "4", "--seq-length",  "256"};
 const QString kPrompt = QStringLiteral("1 2 3 4");
 constexpr int kTokens = 20;
+// A long request, for Stop to end early: the context (256) less the prompt, so that a stop
+// that lands late still leaves the output a prefix of what the CLI generates for as many.
+constexpr int kLongTokens = 250;
 
 PlaygroundRequest greedy(int tokens) {
   PlaygroundRequest r;
@@ -66,7 +70,8 @@ class TestStudioPlayground : public QObject {
   QTemporaryDir dir_;
   QString ckpt() const { return dir_.filePath("ckpt"); }
   QString db() const { return dir_.filePath("runs.sqlite"); }
-  QString expected_;  // `lattice generate`'s greedy output for kPrompt
+  QString expected_;      // `lattice generate`'s greedy output for kPrompt, kTokens tokens
+  QString expectedLong_;  // the same for kLongTokens tokens
 
   bool load(PlaygroundView& view, const QString& path) {
     QSignalSpy loaded(&view, &PlaygroundView::modelLoaded);
@@ -104,11 +109,14 @@ class TestStudioPlayground : public QObject {
                                                                         "1"} +
                                                                 kArch);
     QVERIFY2(t.exit_code == 0, qPrintable(t.err));
-    testing::Run g = testing::run_process(
-        LATTICE_CLI_PATH, {"generate", "--load", ckpt(), "--top-k", "1", "--tokens-to-generate",
-                           QString::number(kTokens), "--prompt", kPrompt, "--threads", "1"});
-    QVERIFY2(g.exit_code == 0, qPrintable(g.err));
-    expected_ = g.out.trimmed();
+    for (auto [tokens, text] : {std::pair{kTokens, &expected_}, {kLongTokens, &expectedLong_}}) {
+      testing::Run g = testing::run_process(
+          LATTICE_CLI_PATH, {"generate", "--load", ckpt(), "--top-k", "1", "--tokens-to-generate",
+                             QString::number(tokens), "--prompt", kPrompt, "--threads", "1"});
+      QVERIFY2(g.exit_code == 0, qPrintable(g.err));
+      *text = g.out.trimmed();
+    }
+    QVERIFY(expectedLong_.startsWith(expected_));
     // Enough distinct tokens that a wrong position or a repeated token would show.
     const QStringList ids = expected_.split(' ');
     QVERIFY2(QSet<QString>(ids.begin(), ids.end()).size() > 8, qPrintable(expected_));
@@ -178,7 +186,7 @@ class TestStudioPlayground : public QObject {
     PlaygroundView view;
     view.show();
     QVERIFY(load(view, ckpt()));
-    setRequest(view, greedy(250));
+    setRequest(view, greedy(kLongTokens));
     QSignalSpy ended(&view, &PlaygroundView::generationEnded);
     view.generate();
     QVERIFY(view.stopButton()->isEnabled());
@@ -186,8 +194,11 @@ class TestStudioPlayground : public QObject {
     view.stopButton()->click();
     QVERIFY(ended.wait(10000));
     QCOMPARE(ended.at(0).at(0).toString(), QStringLiteral("cancelled"));
-    QVERIFY2(view.output()->tokenCount() < 250, qPrintable(view.statsText()));
-    QVERIFY(expected_.startsWith(view.output()->text()));
+    QVERIFY2(view.output()->tokenCount() < kLongTokens, qPrintable(view.statsText()));
+    // However many tokens came before the stop landed, they are the greedy output's first ones
+    // (compared with as many as were asked for, not with the short reference).
+    QVERIFY2(expectedLong_.startsWith(view.output()->text()),
+             qPrintable(view.output()->text() + "\nis not a prefix of\n" + expectedLong_));
     QVERIFY(view.generateButton()->isEnabled());
     QVERIFY(!view.stopButton()->isEnabled());
     setRequest(view, greedy(kTokens));
@@ -243,6 +254,33 @@ class TestStudioPlayground : public QObject {
     // Still usable: a good checkpoint loads and generates, and the error is gone.
     QVERIFY(load(view, ckpt()));
     QVERIFY(view.errorText().isEmpty());
+    setRequest(view, greedy(kTokens));
+    QCOMPARE(generateAndWait(view), QStringLiteral("length"));
+    QCOMPARE(view.output()->text(), expected_);
+  }
+
+  void a_gpt2_file_loads_with_the_model_its_config_json_gives() {
+    // The checkpoint as Hugging Face GPT-2 weights, with no model flags anywhere: the tensors
+    // give the sizes and config.json beside the file the heads.
+    const QString hfDir = dir_.filePath("hf");
+    QVERIFY(QDir().mkpath(hfDir));
+    const QString weights = hfDir + "/model.safetensors";
+    testing::Run e = testing::run_process(LATTICE_CLI_PATH, {"ckpt", "export-hf", ckpt(), weights});
+    QVERIFY2(e.exit_code == 0, qPrintable(e.err));
+    PlaygroundView view;
+    view.show();
+    QSignalSpy failed(&view, &PlaygroundView::modelFailed);
+    view.openCheckpoint(weights);
+    QVERIFY(failed.wait(10000));
+    QVERIFY2(view.errorText().contains("config.json") && view.errorText().contains("heads"),
+             qPrintable(view.errorText()));
+    QFile config(hfDir + "/config.json");
+    QVERIFY(config.open(QIODevice::WriteOnly));
+    config.write(R"({"model_type": "gpt2", "n_head": 4, "n_layer": 2, "n_embd": 64})");
+    config.close();
+    QVERIFY(load(view, weights));
+    QVERIFY(view.errorText().isEmpty());
+    QCOMPARE(view.loadedCheckpoint(), QFileInfo(weights).absoluteFilePath());
     setRequest(view, greedy(kTokens));
     QCOMPARE(generateAndWait(view), QStringLiteral("length"));
     QCOMPARE(view.output()->text(), expected_);

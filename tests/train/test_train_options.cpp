@@ -51,7 +51,8 @@ class TrainOptionsTest : public QObject {
     QCOMPARE(r->optim.adam_beta2, 0.999f);
     QCOMPARE(r->optim.clip_grad, 1.0f);
     QCOMPARE(r->model.make_vocab_size_divisible_by, 128);
-    QCOMPARE(r->global_batch_size, r->micro_batch_size);
+    // Not given: left 0 for the layout to make micro-batch x DP (with_default_global_batch).
+    QCOMPARE(r->global_batch_size, 0);
   }
 
   void loss_scaler_and_device_flags() {
@@ -137,6 +138,20 @@ class TrainOptionsTest : public QObject {
     QCOMPARE(r->model.hidden_size, 96);  // underscore key accepted
     QCOMPARE(r->optim.lr, 0.002f);
     QCOMPARE(r->config_path, path);
+  }
+
+  void flags_given_on_the_command_line_or_in_the_config_are_told_from_defaults() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("run.json").toStdString();
+    std::ofstream(path) << R"({"hidden_size": 96, "mock-data": true})";
+    auto r = parse_train_options({"--config", path, "--num-layers=2", "--seq-length", "64"});
+    QVERIFY2(r.is_ok(), r.status().message().c_str());
+    QVERIFY(r->given("num-layers"));
+    QVERIFY(r->given("hidden-size"));  // the config's key, underscores and all
+    QVERIFY(r->given("mock-data"));
+    QVERIFY2(r->given("seq-length"), "a flag given with its default value is still given");
+    QVERIFY(!r->given("num-attention-heads"));
+    QVERIFY(!r->given("vocab-size"));
   }
 
   void malformed_config_names_file_and_line() {

@@ -153,7 +153,7 @@ Result<Plan> startupPlan(const StartupOptions& o, const Plan& base) {
     if (!options) return options.status();
     plan.options = *options;
   }
-  normalizeOptions(plan.options);
+  normalizePlan(plan);
   return plan;
 }
 

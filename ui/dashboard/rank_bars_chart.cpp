@@ -158,7 +158,12 @@ void RankBarsChart::refresh() {
                       ? tr("no memory samples yet")
                       : tr("no timer breakdown yet (logged every --log-interval steps)"));
   }
-  setSubtitle(step_ >= 0 ? tr("step %1").arg(step_) : QString());
+  if (step_ < 0)
+    setSubtitle(QString());
+  else if (kind_ == Kind::kMemory)
+    setSubtitle(tr("step %1").arg(step_));
+  else
+    setSubtitle(tr("step %1, mean of the iterations since the previous log").arg(step_));
 }
 
 void RankBarsChart::refreshMemory() {
@@ -202,8 +207,10 @@ void RankBarsChart::refreshPhases() {
       for (double x : v) total += x;
       most = std::max(most, total);
     }
+  // The engine logs seconds per iteration, the mean over its last log interval (as
+  // --timing-log-level prints them), not the interval's sum.
   unit_ = most >= 1 ? 1 : 1e-3;
-  unitName_ = most >= 1 ? tr("seconds") : tr("milliseconds");
+  unitName_ = most >= 1 ? tr("s per iteration") : tr("ms per iteration");
   if (!ph) return;
   for (auto it = ph->byRank.begin(); it != ph->byRank.end(); ++it) {
     ranks_ << it.key();

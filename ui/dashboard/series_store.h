@@ -60,7 +60,7 @@ extern const char* const kPhaseKeys[kPhaseCount];  // "forward time", ... (after
 
 struct PhaseSample {
   qint64 step = -1;
-  QMap<int, std::array<double, kPhaseCount>> byRank;  // seconds per phase
+  QMap<int, std::array<double, kPhaseCount>> byRank;  // seconds per phase and iteration
 };
 
 struct MemorySnapshot {

@@ -99,7 +99,8 @@ void checkWithEngine(const QStringList& trainArgs, int ranks, LaunchCommand& cmd
     return;
   }
   std::vector<std::string> errors = parsed->validate(/*require_data=*/true);
-  const std::vector<std::string> layout = layout_errors(*parsed, ranks);
+  const std::vector<std::string> layout =
+      layout_errors(with_default_global_batch(*parsed, ranks), ranks);
   errors.insert(errors.end(), layout.begin(), layout.end());
   for (const std::string& e : errors) cmd.errors << QString::fromStdString(e);
 }
@@ -162,7 +163,7 @@ Result<TrainOptions> runConfiguration(const Plan& plan, const LaunchSettings& s,
   Result<TrainOptions> options = parse_train_flags(args);
   if (!options) return options;
   normalizeOptions(*options);
-  return options;
+  return with_default_global_batch(*options, plan.cluster.world());
 }
 
 LaunchSettings launchSettingsFrom(const TrainOptions& o, LaunchSettings s) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "lattice/layout.h"
 #include "lattice/tokenizer.h"
 #include "plan/model_presets.h"
 
@@ -24,13 +25,17 @@ bool samePlan(const Plan& a, const Plan& b) {
 }
 
 void normalizeOptions(TrainOptions& o) {
-  if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
   if (o.tokenizer.type == "NullTokenizer") {
     o.model.vocab_size = o.tokenizer.vocab_size + 1;
   } else if (o.model.vocab_size <= 0) {
     Result<std::unique_ptr<Tokenizer>> t = make_tokenizer(o.tokenizer);
     if (t) o.model.vocab_size = (*t)->vocab_size();
   }
+}
+
+void normalizePlan(Plan& plan) {
+  normalizeOptions(plan.options);
+  plan.options = with_default_global_batch(plan.options, plan.cluster.world());
 }
 
 QString precisionOf(const TrainOptions& o) {

@@ -17,7 +17,8 @@ inline constexpr const char* kDeviceCustom = "custom";  // the custom_* fields b
 struct ClusterSettings {
   int nodes = 1;
   int devices_per_node = 1;
-  // "cpu", "custom", or a known_devices() key ("h100", "h100-pcie", "h200", "a100-80gb", "a100-40gb").
+  // "cpu", "custom", or a known_devices() key ("h100", "h100-pcie", "h200", "a100-80gb",
+  // "a100-40gb").
   QString device = kDeviceCpu;
   // The custom device, in the units a datasheet gives them.
   double custom_memory_gib = 80;
@@ -38,9 +39,13 @@ struct Plan {
 bool samePlan(const Plan& a, const Plan& b);
 
 // Derived fields the engine's parser sets (parse_train_flags): the model's vocabulary from a
-// NullTokenizer's --vocab-size (plus the EOD id), and --global-batch-size 0 as one micro-batch.
-// A file tokenizer's vocabulary is read from its files when they exist (else left as it was).
+// NullTokenizer's --vocab-size (plus the EOD id). A file tokenizer's vocabulary is read from
+// its files when they exist (else left as it was). --global-batch-size 0 stays 0: it needs
+// the world (normalizePlan).
 void normalizeOptions(TrainOptions& options);
+// normalizeOptions, and --global-batch-size 0 (not given) as Megatron's default for the plan's
+// cluster, micro-batch x DP (with_default_global_batch).
+void normalizePlan(Plan& plan);
 
 // "fp32", "bf16", "fp16" or "fp64" (training_precision) and its setter.
 QString precisionOf(const TrainOptions& options);

@@ -31,7 +31,7 @@ QStringList PlanAnalysis::messagesFor(const QString& field) const {
 
 PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops) {
   PlanAnalysis a;
-  const TrainOptions& o = plan.options;
+  const TrainOptions o = with_default_global_batch(plan.options, plan.cluster.world());
   std::vector<std::string> messages = o.validate(/*require_data=*/false);
   const std::vector<std::string> layout = layout_errors(o, plan.cluster.world());
   messages.insert(messages.end(), layout.begin(), layout.end());

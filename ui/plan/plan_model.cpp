@@ -14,14 +14,14 @@ void PlanModel::edit(const QString& text, const std::function<void(Plan&)>& chan
                      const QString& mergeKey) {
   Plan next = plan_;
   change(next);
-  normalizeOptions(next.options);
+  normalizePlan(next);
   if (samePlan(next, plan_)) return;
   undoStack_.push(new SetPlanCommand(this, plan_, next, text, mergeKey));
 }
 
 void PlanModel::replacePlan(const Plan& plan, const QString& text) {
   Plan next = plan;
-  normalizeOptions(next.options);
+  normalizePlan(next);
   if (samePlan(next, plan_)) return;
   undoStack_.push(new SetPlanCommand(this, plan_, next, text, {}));
 }
@@ -29,7 +29,7 @@ void PlanModel::replacePlan(const Plan& plan, const QString& text) {
 void PlanModel::resetPlan(const Plan& plan) {
   undoStack_.clear();
   Plan next = plan;
-  normalizeOptions(next.options);
+  normalizePlan(next);
   assign(next);
   undoStack_.setClean();
 }

@@ -2,6 +2,7 @@
 #include "playground/playground_session.h"
 
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QThread>
 #include <algorithm>
 #include <span>
@@ -9,6 +10,7 @@
 #include "lattice/infer.h"
 #include "lattice/kernels.h"
 #include "lattice/tokenizer.h"
+#include "lattice/train_options.h"
 #include "playground/playground_io.h"
 
 namespace lattice::ui {
@@ -24,23 +26,52 @@ QString text(const std::string& s) {
   return QString::fromStdString(s);
 }
 
-// The checkpoint's recorded tokenizer and the model, as `lattice generate --load` sets them
-// up on one process (app/cli/infer_setup.cpp).
+// What to load and with which tokenizer: a checkpoint directory with the tokenizer it recorded,
+// as `lattice generate --load` sets them up on one process (app/cli/infer_setup.cpp), or a
+// GPT-2 safetensors file with the model its tensors and config.json give, as `lattice
+// generate --load-hf` without model flags (apply_hf_model), and GPT-2's own BPE when the file
+// has GPT-2's 50257 ids and installers/fetch-gpt2-vocab.sh installed it (else NullTokenizer).
+Result<InferenceOptions> modelToLoad(const std::string& path, TokenizerOptions& tokenizer) {
+  InferenceOptions io;
+  io.max_batch_size = 1;
+  if (!QFileInfo(QString::fromStdString(path)).isFile()) {
+    Result<TokenizerOptions> recorded = checkpoint_tokenizer(path, 0);
+    if (!recorded) return recorded.status();
+    tokenizer = *recorded;
+    io.load = path;
+    return io;
+  }
+  TrainOptions o;
+  if (Status s = apply_hf_model(path, o); !s) return s;
+  tokenizer = o.tokenizer;
+  constexpr int kGpt2Vocabulary = 50257;
+  const std::string gpt2 = gpt2_vocab_dir();
+  if (o.model.vocab_size == kGpt2Vocabulary &&
+      QFileInfo::exists(QString::fromStdString(gpt2 + "/vocab.json")) &&
+      QFileInfo::exists(QString::fromStdString(gpt2 + "/merges.txt"))) {
+    tokenizer = TokenizerOptions{};
+    tokenizer.type = "GPT2BPETokenizer";
+    tokenizer.vocab_file = gpt2 + "/vocab.json";
+    tokenizer.merge_file = gpt2 + "/merges.txt";
+  }
+  io.load_hf = path;
+  io.model = o.model;
+  return io;
+}
+
 Result<ModelSummary> loadModel(const QString& path, std::unique_ptr<Tokenizer>& tokenizer,
                                std::unique_ptr<Generator>& generator) {
   QElapsedTimer timer;
   timer.start();
-  const std::string load = path.toStdString();
-  Result<TokenizerOptions> recorded = checkpoint_tokenizer(load, 0);
-  if (!recorded) return recorded.status();
-  Result<std::unique_ptr<Tokenizer>> tok = make_tokenizer(*recorded);
+  TokenizerOptions recorded;
+  Result<InferenceOptions> io = modelToLoad(path.toStdString(), recorded);
+  if (!io) return io.status();
+  Result<std::unique_ptr<Tokenizer>> tok = make_tokenizer(recorded);
   if (!tok)
-    return Status::invalid_argument("the checkpoint's tokenizer (" + recorded->type +
+    return Status::invalid_argument("the checkpoint's tokenizer (" + recorded.type +
                                     ") cannot be opened: " + tok.status().message());
-  InferenceOptions io;
-  io.load = load;
-  io.max_batch_size = 1;
-  Result<std::unique_ptr<Generator>> gen = Generator::load(io, nullptr);
+  if (!io->load_hf.empty()) io->model.vocab_size = (*tok)->vocab_size();
+  Result<std::unique_ptr<Generator>> gen = Generator::load(*io, nullptr);
   if (!gen) return gen.status();
   const ModelConfig& m = (*gen)->config();
   if ((*tok)->vocab_size() > m.vocab_size)

@@ -73,6 +73,16 @@ QWidget* PlaygroundView::buildCheckpointBar() {
         this, tr("Open a checkpoint directory"), loaded_.isEmpty() ? QDir::homePath() : loaded_);
     if (!dir.isEmpty()) openCheckpoint(dir);
   });
+  auto* openHf = new QPushButton(tr("Open GPT-2 file…"), bar);
+  openHf->setToolTip(
+      tr("Hugging Face GPT-2 weights (.safetensors); the model comes from the file and the "
+         "config.json beside it"));
+  connect(openHf, &QPushButton::clicked, this, [this] {
+    const QString file = QFileDialog::getOpenFileName(
+        this, tr("Open GPT-2 weights"), loaded_.isEmpty() ? QDir::homePath() : loaded_,
+        tr("safetensors (*.safetensors)"));
+    if (!file.isEmpty()) openCheckpoint(file);
+  });
   auto* reload = new QPushButton(tr("Reload"), bar);
   reload->setToolTip(tr("Read the run list again and reload the checkpoint (its latest save)"));
   connect(reload, &QPushButton::clicked, this, [this] {
@@ -93,6 +103,7 @@ QWidget* PlaygroundView::buildCheckpointBar() {
   row->addWidget(new QLabel(tr("Checkpoint:"), bar));
   row->addWidget(checkpoints_, 1);
   row->addWidget(open);
+  row->addWidget(openHf);
   row->addWidget(reload);
   auto* layout = new QVBoxLayout(bar);
   layout->setContentsMargins(0, 0, 0, 0);

@@ -33,7 +33,8 @@ class PlaygroundView : public QWidget {
   void setDatabase(const QString& path);
   const QString& database() const { return database_; }
   void refreshRuns();
-  // Loads a save directory or an iter_NNNNNNN directory (added to the list when new).
+  // Loads a save directory, an iter_NNNNNNN directory or a GPT-2 safetensors file (added to
+  // the list when new).
   void openCheckpoint(const QString& path);
   // Selects and loads the run's checkpoint (once the run list has it).
   void openRun(qint64 runId);

@@ -4,15 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace lattice {
 
-using FlagTarget =
-    std::variant<int*, int64_t*, float*, double*, uint64_t*, std::string*, bool*,
-                 std::vector<std::string>*>;
+using FlagTarget = std::variant<int*, int64_t*, float*, double*, uint64_t*, std::string*, bool*,
+                                std::vector<std::string>*>;
 
 struct FlagSpec {
   const char* name;  // without the leading "--"
@@ -24,11 +24,13 @@ struct FlagSpec {
 // every following argument up to the next --flag. `--name=value` and `--name value` both work.
 // Arguments that are not flags go to `positional` when it is non-null, else are errors.
 // Returns every problem, one sentence each; `command` (e.g. "lattice train") names the
-// command whose --help lists the flags.
+// command whose --help lists the flags. When `given` is non-null, the name of every flag that
+// was set (without "--") is added to it: callers tell a flag the user gave from a default.
 std::vector<std::string> parse_flags(const std::vector<std::string>& args,
                                      const std::vector<FlagSpec>& specs,
                                      std::vector<std::string>* positional,
-                                     const std::string& command);
+                                     const std::string& command,
+                                     std::set<std::string>* given = nullptr);
 
 const FlagSpec* find_flag(const std::vector<FlagSpec>& specs, const std::string& name);
 bool is_switch(const FlagSpec& spec);

@@ -51,6 +51,12 @@ struct ParallelLayout {
   bool is_last_stage(int pp_rank) const { return pp_rank == pp - 1; }
 };
 
+// Megatron's default for --global-batch-size: when it is not given (0), one micro-batch per
+// data-parallel rank, --micro-batch-size x DP with DP = world / (TP x PP). The options come
+// back unchanged when the batch is given or the world does not divide into TP x PP (then
+// layout_errors says why). Call before layout_errors / make_layout wherever the world is known.
+TrainOptions with_default_global_batch(TrainOptions options, int world_size);
+
 // Every rule the options break for this world size, one sentence each naming the flag
 // (ARCHITECTURE.md lists the rules); empty when the layout is valid. Rules that need no
 // layout (--hidden-size % --num-attention-heads, --global-batch-size % --micro-batch-size)

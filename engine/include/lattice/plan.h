@@ -69,6 +69,7 @@ struct ParameterBytes {
 };
 ParameterBytes bytes_per_parameter(const std::string& precision);
 
+// A --global-batch-size of 0 is Megatron's default for the layout (with_default_global_batch).
 // Requires a valid layout for `options` (make_layout) and a known vocabulary
 // (options.model.vocab_size > 0: resolve a file tokenizer first).
 MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelLayout& layout);

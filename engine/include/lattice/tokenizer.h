@@ -43,6 +43,11 @@ inline TokenizerOptions null_tokenizer(int vocab_size) {
   return o;
 }
 
+// The directory installers/fetch-gpt2-vocab.sh fills with GPT-2's vocab.json and merges.txt:
+// $LATTICE_DATA_DIR/gpt2, else $XDG_DATA_HOME/lattice/gpt2, else
+// $HOME/.local/share/lattice/gpt2.
+std::string gpt2_vocab_dir();
+
 // Builds the tokenizer `options.type` names; errors name the flag or file that is wrong.
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& options);
 

@@ -76,7 +76,8 @@ struct TimelineBox {
 // store's kinds.
 const char* timeline_kind_name(TimelineBox::Kind kind);
 
-// One rank's accounting (ARCHITECTURE.md "Metrics, memory, FLOPs").
+// One rank's accounting (ARCHITECTURE.md "Metrics, memory, FLOPs"). `times` are seconds per
+// iteration in MetricsSink::on_rank_reports, whole-run totals in TrainSummary::ranks.
 struct RankReport {
   int rank = 0, tp = 0, dp = 0, pp = 0;
   MemoryReport memory;
@@ -105,9 +106,11 @@ struct TrainSummary {
   std::vector<double> losses;  // per iteration, in order
   std::vector<double> grad_norms;
   std::vector<ValidationMetrics> validations;
-  double tokens_per_second = 0;  // over iterations after the first
-  double gflops = 0;             // achieved, same window
-  double peak_gflops = 0;
+  double tokens_per_second = 0;  // the job's, over iterations after the first
+  // One rank's achieved model GFLOP/s (Megatron's count of the job / world), same window: the
+  // figure its peak bounds, as per-step MFU divides one rank's rate by one rank's peak.
+  double gflops_per_rank = 0;
+  double peak_gflops = 0;  // one rank's: the SGEMM rate measured on its threads, or the GPU's
   MemoryReport memory;
   std::vector<OpTime> op_times;  // where the time went, whole run (rank 0's ops)
   double total_seconds = 0;
@@ -121,8 +124,9 @@ class MetricsSink {
   virtual void on_iteration(const IterationMetrics&) {}
   virtual void on_validation(const ValidationMetrics&) {}
   virtual void on_message(const std::string&) {}
-  // Every rank's memory and phase times since the previous report, and the timeline of the
-  // reported iteration itself: after iteration 1 and at every log interval (in rank order).
+  // Every rank's memory, its phase times per iteration (the mean over the iterations since the
+  // previous report), and the timeline of the reported iteration itself: after iteration 1 and
+  // at every log interval (in rank order).
   virtual void on_rank_reports(int /*iteration*/, const std::vector<RankReport>&) {}
   // A checkpoint of `iteration` was saved (bytes of all ranks, wall seconds) or loaded.
   virtual void on_checkpoint(int /*iteration*/, const std::string& /*path*/, int64_t /*bytes*/,
@@ -135,7 +139,7 @@ class MetricsSink {
 class ConsoleSink : public MetricsSink {
  public:
   // log_memory: every rank's memory after iteration 1 (--log-memory); timing_log_level 1:
-  // every rank's phase times at each log line (--timing-log-level).
+  // every rank's phase times per iteration at each log line (--timing-log-level).
   ConsoleSink(std::ostream& out, int log_interval, bool print_profile, bool log_memory = false,
               int timing_log_level = 0);
   void on_start(const RunStart& start) override;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,7 +52,7 @@ struct TrainOptions {
   OptimizerConfig optim;
   ParallelOptions parallel;
   int micro_batch_size = 4;                      // --micro-batch-size
-  int global_batch_size = 0;                     // --global-batch-size (0: micro batch size)
+  int global_batch_size = 0;                     // --global-batch-size (0: micro batch x DP)
   int train_iters = 100;                         // --train-iters
   int log_interval = 10;                         // --log-interval
   uint64_t seed = 1234;                          // --seed
@@ -102,7 +103,14 @@ struct TrainOptions {
   std::string run_name;           // --run-name (empty: run-<date>-<time>-<random>)
   std::vector<std::string> tags;  // --tag T ...
   std::string config_path;  // --config FILE (recorded, already applied)
+  // The flags set on the command line or by --config (names without "--"), so that a default
+  // can be told from a value the user chose (parse_flags' `given`). Not part of the record.
+  std::set<std::string> given_flags;
 
+  bool given(const std::string& flag) const { return given_flags.count(flag) > 0; }
+
+  // Micro-batches per iteration over all DP ranks; needs the global batch resolved
+  // (with_default_global_batch in layout.h) when it was not given.
   int num_micro_batches() const { return global_batch_size / micro_batch_size; }
   // --data-path as (weight, prefix) pairs; a lone prefix has weight 1.
   Result<std::vector<std::pair<double, std::string>>> data_blend() const;
@@ -124,6 +132,17 @@ Result<TrainOptions> parse_train_flags(const std::vector<std::string>& args);
 Result<TrainOptions> parse_train_options_json(const std::string& json_text,
                                               const std::string& source_name,
                                               const std::vector<std::string>& overrides = {});
+// The model of the GPT-2 safetensors file at `path` (--load-hf, `lattice ckpt import-hf`):
+// every model flag the user did not give (options.given) is set from the file, as
+// read_hf_gpt2_shape reads it: --num-layers, --hidden-size, --ffn-hidden-size,
+// --max-position-embeddings (and --seq-length, to the positions), the vocabulary (with
+// NullTokenizer, --vocab-size is one less than the file's rows: EOD is the last id) and
+// --num-attention-heads from the Hugging Face config.json beside the file. A flag that was
+// given must agree; each disagreement is one sentence naming the flag, the file and both
+// values. No heads (no config.json with n_head and no --num-attention-heads) is an error that
+// says what to pass. Every parser of `lattice train`'s flags applies it for --load-hf.
+Status apply_hf_model(const std::string& path, TrainOptions& options);
+
 // The flag reference printed by `lattice train --help`.
 std::string train_options_help();
 // All settings as a flat JSON object keyed by flag name (for the run record).

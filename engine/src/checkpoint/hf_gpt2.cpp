@@ -11,6 +11,19 @@
 #include "checkpoint/safetensors.h"
 
 namespace lattice {
+
+int hf_gpt2_layer_of(const std::string& name) {
+  if (name.rfind("h.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 2);
+  if (dot == std::string::npos || dot == 2 || dot > 8) return -1;
+  int layer = 0;
+  for (size_t i = 2; i < dot; i++) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    layer = layer * 10 + (name[i] - '0');
+  }
+  return layer;
+}
+
 namespace {
 
 // How an HF tensor's elements sit relative to ours.
@@ -108,22 +121,9 @@ void for_each_element(const HfTensor& t, int64_t head_size, Visit&& visit) {
   }
 }
 
-// The N of "h.N.<...>", or -1.
-int layer_of(const std::string& name) {
-  if (name.rfind("h.", 0) != 0) return -1;
-  const size_t dot = name.find('.', 2);
-  if (dot == std::string::npos || dot == 2 || dot > 8) return -1;
-  int layer = 0;
-  for (size_t i = 2; i < dot; i++) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    layer = layer * 10 + (name[i] - '0');
-  }
-  return layer;
-}
-
 // h.N.attn.bias and h.N.attn.masked_bias are HF's causal-mask buffers, not parameters.
 bool is_mask_buffer(const std::string& name) {
-  if (layer_of(name) < 0) return false;
+  if (hf_gpt2_layer_of(name) < 0) return false;
   const std::string rest = name.substr(name.find('.', 2));
   return rest == ".attn.bias" || rest == ".attn.masked_bias";
 }
@@ -151,7 +151,7 @@ std::vector<std::string> match_tensors(const safetensors::File& file,
       lm_head = &t;
       continue;
     }
-    file_layers = std::max(file_layers, layer_of(name) + 1);
+    file_layers = std::max(file_layers, hf_gpt2_layer_of(name) + 1);
     const auto [it, inserted] = by_name.emplace(name, &t);
     if (!inserted) problems.push_back("the file holds both " + it->second->name + " and " + t.name);
   }

@@ -23,6 +23,9 @@ namespace lattice {
 Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       float* params);
 
+// The N of an HF tensor name "h.N.<...>" (without "transformer."), or -1.
+int hf_gpt2_layer_of(const std::string& name);
+
 // Writes `params` as an HF GPT-2 safetensors file at `path` (atomically, see
 // safetensors::write): F32, names without the "transformer." prefix, Conv1D weights
 // transposed, c_attn in GPT-2's [Q | K | V] order, wte without the padding rows, and

@@ -38,7 +38,9 @@ const FlagSpec* find_flag(const std::vector<FlagSpec>& specs, const std::string&
   return nullptr;
 }
 
-bool is_switch(const FlagSpec& spec) { return std::holds_alternative<bool*>(spec.target); }
+bool is_switch(const FlagSpec& spec) {
+  return std::holds_alternative<bool*>(spec.target);
+}
 
 std::string unknown_flag_message(const std::string& what, const std::string& name,
                                  const std::vector<FlagSpec>& specs, const std::string& command) {
@@ -85,7 +87,7 @@ std::string assign_flag_text(const FlagSpec& s, const std::string& text) {
 std::vector<std::string> parse_flags(const std::vector<std::string>& args,
                                      const std::vector<FlagSpec>& specs,
                                      std::vector<std::string>* positional,
-                                     const std::string& command) {
+                                     const std::string& command, std::set<std::string>* given) {
   std::vector<std::string> errors;
   std::vector<std::vector<std::string>*> lists_seen;
   for (size_t i = 0; i < args.size(); i++) {
@@ -110,6 +112,7 @@ std::vector<std::string> parse_flags(const std::vector<std::string>& args,
       if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) i++;
       continue;
     }
+    if (given) given->insert(s->name);
     if (is_switch(*s) && !has_value) {
       *std::get<bool*>(s->target) = true;
       continue;
@@ -144,7 +147,8 @@ std::string flag_value_text(const FlagSpec& spec) {
         using V = std::remove_pointer_t<decltype(target)>;
         if constexpr (std::is_same_v<V, std::vector<std::string>>) {
           std::string out = "[";
-          for (size_t i = 0; i < target->size(); i++) out += (i ? ", \"" : "\"") + (*target)[i] + "\"";
+          for (size_t i = 0; i < target->size(); i++)
+            out += (i ? ", \"" : "\"") + (*target)[i] + "\"";
           return out + "]";
         } else if constexpr (std::is_same_v<V, std::string>) {
           return "\"" + *target + "\"";

@@ -18,11 +18,6 @@
 
 namespace lattice {
 
-// The directory installers/fetch-gpt2-vocab.sh fills with GPT-2's vocab.json and merges.txt:
-// $LATTICE_DATA_DIR/gpt2, else $XDG_DATA_HOME/lattice/gpt2, else
-// $HOME/.local/share/lattice/gpt2.
-std::string gpt2_vocab_dir();
-
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
   // Reads the vocabulary (a JSON object token -> id, ids 0..V-1 each used once, tokens spelt

@@ -1,8 +1,9 @@
 // GPT-2's pre-tokenisation regex, written out by hand over UTF-8:
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// with \p and \s as JavaScript defines them (unicode_classes.h), because the reference
-// encoder (npm gpt-3-encoder) runs it in Node. Bytes that are not valid UTF-8 count as one
-// "other" character each, so any byte string splits into words that tile it exactly.
+// with \p and \s as Python's `regex` defines them (unicode_classes.h), because the reference
+// encoder (Megatron's GPT2BPETokenizer, OpenAI's encoder.py) runs it there; JavaScript's \s
+// (npm gpt-3-encoder) differs on U+0085 and U+FEFF. Bytes that are not valid UTF-8 count as
+// one "other" character each, so any byte string splits into words that tile it exactly.
 #pragma once
 
 #include <array>

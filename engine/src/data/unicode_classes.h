@@ -1,5 +1,6 @@
 // The four classes of code point that GPT-2's pre-tokenisation regex distinguishes, as the
-// reference encoder's JavaScript regex engine defines them: \p{L}, \p{N}, \s, and the rest.
+// reference encoder (OpenAI's encoder.py in Megatron, on Python's `regex`) defines them:
+// \p{L}, \p{N}, \s (Unicode White_Space), and the rest.
 // The ranges are generated (make_unicode_classes.js); lookups go through gpt2_pretokenize.h.
 #pragma once
 
@@ -12,7 +13,7 @@ enum class CharClass : uint8_t {
   kOther = 0,   // [^\s\p{L}\p{N}]: punctuation, symbols, marks, controls, unassigned
   kLetter = 1,  // \p{L}
   kNumber = 2,  // \p{N}
-  kSpace = 3,   // JavaScript's \s: Unicode White_Space minus U+0085, plus U+FEFF
+  kSpace = 3,   // Python regex's \s: Unicode White_Space (U+0085 in, U+FEFF out)
 };
 
 struct CharClassRange {

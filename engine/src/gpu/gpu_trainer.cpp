@@ -212,6 +212,7 @@ class GpuLoop {
   int steps_ = 0;
   PhaseTimes totals_;
   PhaseTimes reported_;  // totals_ (and the reducer's wait) at the previous rank report
+  int reported_at_ = 0;  // the iteration of the previous rank report (or where --load resumed)
 };
 
 // The CPU trainer's process groups over the world (same rank order: tp fastest, then dp, then
@@ -566,6 +567,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
     return Status::ok();
   };
   const auto run_start = Clock::now();
+  reported_at_ = state.iteration;
   for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
     // A signal or the time limit on any rank stops every rank at the same iteration.
     const auto stop =
@@ -616,14 +618,16 @@ Result<TrainSummary> GpuLoop<A>::run() {
     summary.grad_norms.push_back(norm);
     if (rank0) sink_.on_iteration(m);
     if (it == 1 || it % o_.log_interval == 0) {
-      // Every rank's device memory and its times since the previous report (as the CPU
-      // trainer reports them), gathered to rank 0.
+      // Every rank's device memory and its times per iteration since the previous report
+      // (as the CPU trainer reports them), gathered to rank 0.
       RankReport mine = report();
       const PhaseTimes totals = mine.times;
-      mine.times.forward -= reported_.forward;
-      mine.times.dp_comm -= reported_.dp_comm;
-      mine.times.optimizer -= reported_.optimizer;
+      const double per = 1.0 / std::max(it - reported_at_, 1);
+      mine.times.forward = (mine.times.forward - reported_.forward) * per;
+      mine.times.dp_comm = (mine.times.dp_comm - reported_.dp_comm) * per;
+      mine.times.optimizer = (mine.times.optimizer - reported_.optimizer) * per;
       reported_ = totals;
+      reported_at_ = it;
       const MemoryReport& mm = mine.memory;
       std::vector<double> sent = {
           double(mm.weights),     double(mm.grads),     double(mm.optimizer),
@@ -713,7 +717,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
   if (timed_iterations > 0) {
     summary.tokens_per_second =
         static_cast<double>(o_.global_batch_size) * T * timed_iterations / timed_seconds;
-    summary.gflops = flops * world_.size() * timed_iterations / timed_seconds / 1e9;
+    summary.gflops_per_rank = flops * timed_iterations / timed_seconds / 1e9;  // flops: per rank
   }
   summary.ranks = {report()};
   summary.memory = summary.ranks[0].memory;

@@ -225,7 +225,9 @@ std::vector<std::string> validate(const LaunchSpec& spec) {
   }
   for (const std::string& e : options->validate(/*require_data=*/true)) errors.push_back(e);
   if (spec.world_size >= 1)
-    for (const std::string& e : layout_errors(*options, spec.world_size)) errors.push_back(e);
+    for (const std::string& e :
+         layout_errors(with_default_global_batch(*options, spec.world_size), spec.world_size))
+      errors.push_back(e);
   return errors;
 }
 

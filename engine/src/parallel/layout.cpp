@@ -29,23 +29,25 @@ void pipeline_errors(const TrainOptions& o, int dp, std::vector<std::string>& er
   const int first = o.parallel.decoder_first_pipeline_num_layers,
             last = o.parallel.decoder_last_pipeline_num_layers;
   if (first < 0 || last < 0)
-    errors.push_back("--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers "
-                     "must not be negative");
+    errors.push_back(
+        "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers "
+        "must not be negative");
   if (first > 0 || last > 0) {
-    const std::string flags = first > 0 && last > 0 ? "--decoder-first-pipeline-num-layers " +
-                                                          str(first) +
-                                                          " and --decoder-last-pipeline-num-layers " +
-                                                          str(last)
+    const std::string flags = first > 0 && last > 0
+                                  ? "--decoder-first-pipeline-num-layers " + str(first) +
+                                        " and --decoder-last-pipeline-num-layers " + str(last)
                               : first > 0 ? "--decoder-first-pipeline-num-layers " + str(first)
                                           : "--decoder-last-pipeline-num-layers " + str(last);
     const int others = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
     const int rest = L - std::max(first, 0) - std::max(last, 0);
     if (pp < 2)
-      errors.push_back(flags + " split the pipeline unevenly, which needs "
-                               "--pipeline-model-parallel-size > 1");
+      errors.push_back(flags +
+                       " split the pipeline unevenly, which needs "
+                       "--pipeline-model-parallel-size > 1");
     else if (v > 0)
       errors.push_back(flags + " cannot be combined with --num-layers-per-virtual-pipeline-stage");
-    else if (rest < 0 || (others == 0 && rest != 0) || (others > 0 && (rest <= 0 || rest % others != 0)))
+    else if (rest < 0 || (others == 0 && rest != 0) ||
+             (others > 0 && (rest <= 0 || rest % others != 0)))
       errors.push_back(flags + " leave " + str(rest) + " of --num-layers " + str(L) + " for " +
                        str(others) + " other pipeline stage(s), which must share them evenly " +
                        "(at least one each)");
@@ -217,6 +219,14 @@ std::vector<std::string> layout_errors(const TrainOptions& o, int world) {
                      str(static_cast<int64_t>(mb) * dp) + " (data-parallel size = world size " +
                      str(world) + " / (TP " + str(tp) + " x PP " + str(pp) + "))");
   return errors;
+}
+
+TrainOptions with_default_global_batch(TrainOptions o, int world) {
+  const int64_t model_parallel = static_cast<int64_t>(o.model.tensor_model_parallel_size) *
+                                 o.parallel.pipeline_model_parallel_size;
+  if (o.global_batch_size == 0 && world >= 1 && model_parallel >= 1 && world % model_parallel == 0)
+    o.global_batch_size = static_cast<int>(o.micro_batch_size * (world / model_parallel));
+  return o;
 }
 
 Result<ParallelLayout> make_layout(const TrainOptions& o, int world) {

@@ -208,6 +208,7 @@ Result<double> PipelineExecutor<T>::train(int micro_batches, const Loader& load,
 
 template <typename T>
 Result<double> PipelineExecutor<T>::evaluate(int micro_batches, const Loader& load) {
+  const PipelineTimes training = times_;  // restored: validation is not a training phase
   double loss_sum = 0;
   const int chunks = static_cast<int>(chunks_.size());
   // Micro-batch by micro-batch, chunk by chunk: a valid order on every rank, since a chunk's
@@ -220,6 +221,7 @@ Result<double> PipelineExecutor<T>::evaluate(int micro_batches, const Loader& lo
       if (!s) return s;
     }
   if (Status s = drain_sends(); !s) return s;
+  times_ = training;
   return loss_sum;
 }
 

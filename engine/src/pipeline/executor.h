@@ -77,11 +77,13 @@ class PipelineExecutor {
   Result<double> train(int micro_batches, const Loader& load,
                        const std::function<uint64_t(int)>& dropout_seed, float grad_scale);
   // Forward only, no dropout: the sum of the micro-batches' mean losses (last stage), else 0.
+  // Its forward passes and waits are not added to times() (training phases only, as
+  // Megatron's timers; docs/design-notes.md#phase-times).
   Result<double> evaluate(int micro_batches, const Loader& load);
 
   // Boxes of forward, backward and receive waits go to `timeline` while it is on (may be null).
   void set_timeline(IterationTimeline* timeline) { timeline_ = timeline; }
-  const PipelineTimes& times() const { return times_; }
+  const PipelineTimes& times() const { return times_; }  // training iterations, summed
   void reset_times() { times_ = PipelineTimes{}; }
   // Activation bytes at the high-water mark (micro-batches in flight) and p2p buffers.
   size_t peak_activation_bytes() const { return peak_activation_bytes_; }

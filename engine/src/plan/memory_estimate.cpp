@@ -114,7 +114,8 @@ ParameterBytes bytes_per_parameter(const std::string& precision) {
   return {4, 4, 8};
 }
 
-MemoryEstimate estimate_memory(const TrainOptions& o, const ParallelLayout& layout) {
+MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& layout) {
+  const TrainOptions o = with_default_global_batch(given, layout.world);
   const ModelConfig& m = o.model;
   assert(m.vocab_size > 0 && m.tensor_model_parallel_size == layout.tp);
   const std::string precision = training_precision(o);

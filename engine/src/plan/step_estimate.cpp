@@ -47,8 +47,9 @@ StepEstimate estimate_step(const TrainOptions& o, const ParallelLayout& layout,
   return estimate_step(o, layout, cluster, estimate_memory(o, layout));
 }
 
-StepEstimate estimate_step(const TrainOptions& o, const ParallelLayout& layout,
+StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layout,
                            const ClusterSpec& cluster, const MemoryEstimate& memory) {
+  const TrainOptions o = with_default_global_batch(given, layout.world);
   const ModelConfig& m = o.model;
   const ParallelOptions& par = o.parallel;
   const DeviceSpec& dev = cluster.device;

@@ -51,7 +51,8 @@ void ConsoleSink::on_rank_reports(int iteration, const std::vector<RankReport>& 
     }
   }
   if (timing_log_level_ >= 1 && (iteration % log_interval_ == 0)) {
-    // Per rank, milliseconds spent in each phase since the previous report.
+    // Per rank, milliseconds per iteration in each phase, the mean over the iterations since
+    // the previous report (Megatron's timers, normalised by the log interval).
     for (const RankReport& r : ranks) {
       const PhaseTimes& t = r.times;
       out_ << format("[Rank %d] (tp %d, pp %d, dp %d) times (ms)", r.rank, r.tp, r.pp, r.dp)
@@ -127,8 +128,9 @@ void ConsoleSink::on_message(const std::string& message) {
 void ConsoleSink::on_end(const TrainSummary& s) {
   const MemoryReport& m = s.memory;
   out_ << "> done: " << s.losses.size() << " iterations in " << format("%.1f", s.total_seconds)
-       << " s; " << format("%.1f", s.tokens_per_second) << " tokens/s, " << format("%.1f", s.gflops)
-       << " GFLOP/s = " << format("%.1f%%", 100.0 * s.gflops / s.peak_gflops)
+       << " s; " << format("%.1f", s.tokens_per_second) << " tokens/s, "
+       << format("%.1f", s.gflops_per_rank)
+       << " GFLOP/s per rank = " << format("%.1f%%", 100.0 * s.gflops_per_rank / s.peak_gflops)
        << " of the measured SGEMM peak\n"
        << "> memory (MiB): weights " << format("%.1f", mib(m.weights)) << " | grads "
        << format("%.1f", mib(m.grads)) << " | optimizer state " << format("%.1f", mib(m.optimizer))

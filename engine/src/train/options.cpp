@@ -34,7 +34,8 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"hidden-dropout", "dropout on hidden states; 0 disables", &m.hidden_dropout},
       {"init-method-std", "standard deviation of the weight initialisation", &m.init_method_std},
       {"micro-batch-size", "samples per micro-batch", &o.micro_batch_size},
-      {"global-batch-size", "samples per iteration; 0 means --micro-batch-size",
+      {"global-batch-size",
+       "samples per iteration; 0 means --micro-batch-size x data-parallel size (Megatron)",
        &o.global_batch_size},
       {"train-iters", "iterations to train", &o.train_iters},
       {"lr", "peak learning rate", &p.lr},
@@ -217,7 +218,10 @@ void apply_json(TrainOptions& o, const std::string& text, const std::string& sou
       errors.push_back(source + ": " + unknown_flag_message("unknown key", key, table, kCommand));
       continue;
     }
-    if (std::string e = assign_json(*s, value, source); !e.empty()) errors.push_back(e);
+    if (std::string e = assign_json(*s, value, source); !e.empty())
+      errors.push_back(e);
+    else
+      o.given_flags.insert(s->name);
   }
 }
 
@@ -398,12 +402,22 @@ Result<TrainOptions> parse_unchecked(const std::vector<std::string>& args,
     }
     if (args[i].rfind("--config=", 0) != 0) rest.push_back(args[i]);
   }
-  std::vector<std::string> flag_errors = parse_flags(rest, table, nullptr, kCommand);
+  std::vector<std::string> flag_errors =
+      parse_flags(rest, table, nullptr, kCommand, &o.given_flags);
   errors.insert(errors.end(), flag_errors.begin(), flag_errors.end());
   if (!errors.empty()) return Status::invalid_argument(join_errors(errors));
-  if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
+  // --global-batch-size stays 0 when not given: with_default_global_batch (layout.h) makes it
+  // micro-batch x DP once the world size is known.
   // NullTokenizer's EOD is --vocab-size itself (Megatron), so the model needs one more id.
   o.model.vocab_size = o.tokenizer.type == "NullTokenizer" ? o.tokenizer.vocab_size + 1 : 0;
+  // The model flags not given come from the GPT-2 file (apply_hf_model).
+  if (!o.load_hf.empty())
+    if (Status s = apply_hf_model(o.load_hf, o); !s) {
+      std::vector<std::string> lines;
+      std::stringstream message(s.message());
+      for (std::string line; std::getline(message, line);) lines.push_back("--load-hf: " + line);
+      return Status::invalid_argument(join_errors(lines));
+    }
   return o;
 }
 

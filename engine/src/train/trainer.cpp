@@ -127,7 +127,10 @@ class Trainer {
   Status save(const TrainState& state);
   // Iterations whose rank reports (and pipeline timeline) rank 0 gathers.
   bool reported(int it) const { return it == 1 || it % o_.log_interval == 0; }
-  std::vector<RankReport> gather_reports(bool with_timeline);
+  // Every rank's report on rank 0: phase times since the previous report divided by
+  // `iterations` (the iterations they cover: per-iteration means, as Megatron normalises its
+  // timers by the log interval; 1 for the summary's whole-run totals).
+  std::vector<RankReport> gather_reports(bool with_timeline, int iterations);
   void add_box(TimelineBox::Kind kind, Clock::time_point t0, Clock::time_point t1) {
     if (timeline_.on()) timeline_.add(kind, g_.coord.pp, -1, t0, t1);
   }
@@ -147,6 +150,7 @@ class Trainer {
   int64_t consumed_ = 0;
   double optimizer_seconds_ = 0;
   PhaseTimes reported_;  // totals at the previous report
+  int reported_at_ = 0;  // the iteration of the previous report (or where --load resumed)
   PhaseTimes totals_;
 };
 
@@ -334,11 +338,11 @@ Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& positio
 }
 
 template <typename T>
-std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline) {
-  // Phase times since the previous report, memory now, bytes so far and, with_timeline, the
-  // boxes of the iteration just run: a fixed-size record of doubles per rank (the timeline part
-  // sized for the most boxes an iteration can have, so every rank sends the same count),
-  // gathered to rank 0.
+std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int iterations) {
+  // Phase times per iteration since the previous report, memory now, bytes so far and,
+  // with_timeline, the boxes of the iteration just run: a fixed-size record of doubles per
+  // rank (the timeline part sized for the most boxes an iteration can have, so every rank
+  // sends the same count), gathered to rank 0.
   const PipelineTimes& pt = executor_->times();
   totals_.forward = pt.forward;
   totals_.backward = pt.backward;
@@ -365,11 +369,14 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline) {
     return static_cast<double>(s.all_reduce_bytes + s.reduce_scatter_bytes + s.all_gather_bytes +
                                s.broadcast_bytes + s.gather_bytes + s.send_bytes);
   };
-  const PhaseTimes d{totals_.forward - reported_.forward, totals_.backward - reported_.backward,
-                     totals_.pipeline_wait - reported_.pipeline_wait,
-                     totals_.dp_comm - reported_.dp_comm, totals_.optimizer - reported_.optimizer,
-                     totals_.tp_comm - reported_.tp_comm};
-  const double embedding_comm = totals_.embedding_comm - reported_.embedding_comm;
+  const double per = 1.0 / std::max(iterations, 1);
+  const PhaseTimes d{(totals_.forward - reported_.forward) * per,
+                     (totals_.backward - reported_.backward) * per,
+                     (totals_.pipeline_wait - reported_.pipeline_wait) * per,
+                     (totals_.dp_comm - reported_.dp_comm) * per,
+                     (totals_.optimizer - reported_.optimizer) * per,
+                     (totals_.tp_comm - reported_.tp_comm) * per};
+  const double embedding_comm = (totals_.embedding_comm - reported_.embedding_comm) * per;
   reported_ = totals_;
   const double record[] = {static_cast<double>(mem.weights),
                            static_cast<double>(mem.grads),
@@ -586,6 +593,7 @@ Result<TrainSummary> Trainer<T>::run() {
 
   const auto run_start = Clock::now();
   int last = state.iteration;
+  reported_at_ = state.iteration;
   for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
     // A signal or the time limit on any rank stops every rank at the same iteration.
     const auto stop = static_cast<EarlyStop>(
@@ -638,7 +646,8 @@ Result<TrainSummary> Trainer<T>::run() {
     summary.grad_norms.push_back(norm);
     if (rank0) sink_.on_iteration(m);
     if (reported(it)) {
-      std::vector<RankReport> reports = gather_reports(true);
+      std::vector<RankReport> reports = gather_reports(true, it - reported_at_);
+      reported_at_ = it;
       if (rank0) sink_.on_rank_reports(it, reports);
     }
     if (data_.valid && o_.eval_iters > 0 && it % o_.eval_interval == 0)
@@ -676,10 +685,10 @@ Result<TrainSummary> Trainer<T>::run() {
   if (timed_iterations > 0) {
     summary.tokens_per_second =
         static_cast<double>(o_.global_batch_size) * T_ * timed_iterations / timed_seconds;
-    summary.gflops = flops * L.world * timed_iterations / timed_seconds / 1e9;
+    summary.gflops_per_rank = flops * timed_iterations / timed_seconds / 1e9;  // flops: per rank
   }
   reported_ = PhaseTimes{};
-  summary.ranks = gather_reports(false);
+  summary.ranks = gather_reports(false, 1);  // whole-run totals
   if (rank0) summary.memory = summary.ranks[0].memory;
   for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
     const Op op = static_cast<Op>(i);
@@ -745,7 +754,8 @@ double measure_sgemm_gflops(int threads) {
   return best;
 }
 
-Result<TrainSummary> train(const TrainOptions& o, Comm& world, MetricsSink& sink) {
+Result<TrainSummary> train(const TrainOptions& given, Comm& world, MetricsSink& sink) {
+  const TrainOptions o = with_default_global_batch(given, world.size());
   ModelConfig mc = o.model;
   if (o.tokenizer.type != "NullTokenizer") {
     Result<std::unique_ptr<Tokenizer>> tokenizer = make_tokenizer(o.tokenizer);
