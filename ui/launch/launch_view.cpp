@@ -129,7 +129,8 @@ QWidget* LaunchView::commandBox() {
   state_->setObjectName("run-state");
   state_->setWordWrap(true);  // a long end summary wraps instead of widening the window
   row->addWidget(copy);
-  row->addWidget(state_, 1, Qt::AlignRight | Qt::AlignVCenter);
+  state_->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
+  row->addWidget(state_, 1);
   row->addWidget(start_);
   row->addWidget(stop_);
   column->addLayout(row);
