@@ -30,6 +30,9 @@ namespace {
 // again, then SIGKILL, and reads none of their output meanwhile: a rank that prints would block
 // on its full stdout pipe and never reach the save. So under mpirun the handler makes stdout
 // and stderr non-blocking (output that does not fit is dropped; the run store keeps it all).
+// Once stopped, the ranks exit 0 under mpirun (130 elsewhere): mpirun takes a rank's non-zero
+// exit for a failure, prints that it aborted the job and waits odls_base_sigkill_timeout twice
+// before it ends, 60 s with the 30 s the launch library sets, for ranks already gone.
 bool g_under_mpirun = false;
 
 void on_signal(int) {
@@ -234,7 +237,7 @@ int run_training(const std::string& command, Result<TrainOptions> options,
         return finish(1);
       }
       if (rank0) print_error(command, result.status().message());
-      return finish(130);
+      return finish(g_under_mpirun ? 0 : 130);  // Note [stopping under mpirun]
     }
     if (comm.size() > 1) comm.abort(result.status().message(), 1);
     print_error(command, result.status().message());

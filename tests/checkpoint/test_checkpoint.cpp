@@ -234,6 +234,7 @@ class Checkpoints : public QObject {
     QProcessEnvironment e = lattice::testing::test_environment();
     e.insert("LATTICE_CHECKPOINT_STALL_AT", "*:3");
     job.setProcessEnvironment(e);
+    job.setProcessChannelMode(QProcess::MergedChannels);  // mpirun's notices are on stderr
     job.start(LATTICE_MPIEXEC, mpirun_options +
                                    QStringList{"--oversubscribe", "-n", "2", LATTICE_CLI_PATH} +
                                    kModel +
@@ -244,8 +245,20 @@ class Checkpoints : public QObject {
     waited.start();
     while (losses(name).size() < 2 && waited.elapsed() < 120000) QTest::qWait(100);
     QVERIFY2(losses(name).size() >= 2, "the job never logged two iterations");
+    QElapsedTimer stopping;
+    stopping.start();
     ::kill(static_cast<pid_t>(job.processId()), signal);
     QVERIFY2(job.waitForFinished(90000), "the job did not end within 90 s of the signal");
+    qInfo("%s: the job ended %lld ms after the signal", qPrintable(name),
+          static_cast<long long>(stopping.elapsed()));
+    const QString output = QString::fromLocal8Bit(job.readAll());
+    if (signal == SIGUSR1) {
+      // A stop is no failure: mpirun neither aborts the job nor waits out its kill timeout.
+      QVERIFY2(job.exitStatus() == QProcess::NormalExit && job.exitCode() == 0,
+               qPrintable(QString("mpirun exit code %1:\n%2").arg(job.exitCode()).arg(output)));
+      QVERIFY2(!output.contains("aborted"), qPrintable(output.right(2000)));
+      QVERIFY2(stopping.elapsed() < 20000, "mpirun outlived its stopped ranks");
+    }
     QFile latest(save + "/latest_checkpointed_iteration.txt");
     QVERIFY2(latest.open(QIODevice::ReadOnly), "no complete checkpoint after the stop");
     const int iteration = latest.readAll().trimmed().toInt();
@@ -260,8 +273,11 @@ class Checkpoints : public QObject {
     QCOMPARE(run->latest_step.value_or(-1), static_cast<int64_t>(iteration));
   }
 
-  // mpirun forwards SIGUSR1 to every rank at once: no kill timeout is involved.
-  void sigusr1_to_mpirun_saves_and_records_killed() { stop_through_mpirun("usr1", {}, SIGUSR1); }
+  // mpirun forwards SIGUSR1 to every rank at once: no kill timeout is involved, not even the
+  // 30 s one the launch library gives mpirun.
+  void sigusr1_to_mpirun_saves_and_records_killed() {
+    stop_through_mpirun("usr1", {"--mca", "odls_base_sigkill_timeout", "30"}, SIGUSR1);
+  }
 
   // SIGTERM (or Ctrl-C) to mpirun reaches the ranks only after mpirun's kill timeout, and they
   // have that long again before SIGKILL; meanwhile mpirun reads none of their output.

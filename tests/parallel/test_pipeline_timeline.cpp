@@ -202,6 +202,46 @@ class PipelineTimeline : public QObject {
     }
   }
 
+  // Issue 29: the sum of the tied word-embedding gradient over the first and last stage (the
+  // embedding group) was boxed and timed as data-parallel communication. It is pipeline-
+  // embedding communication: its own box and its own timer, also without any DP.
+  void the_tied_embedding_all_reduce_is_embedding_communication() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#endif
+    std::vector<int64_t> steps;
+    train("embedding", 2,
+          {"--num-layers", "2", "--pipeline-model-parallel-size", "2", "--global-batch-size", "2",
+           "--train-iters", "2", "--log-interval", "1"},
+          steps);
+    if (QTest::currentTestFailed()) return;
+    QCOMPARE(joined(steps), QString("1 2"));
+    for (int64_t step : steps) {
+      std::map<std::pair<int, std::string>, int> boxes;  // (rank, kind) -> count
+      for (const TimelineEvent& e : timeline("embedding", step)) boxes[{e.rank, e.kind}]++;
+      for (int rank : {0, 1}) {
+        const int embedding = boxes[std::make_pair(rank, std::string("embedding comm"))];
+        const int dp = boxes[std::make_pair(rank, std::string("dp comm"))];
+        QVERIFY2(embedding == 1, qPrintable(QString("step %1 rank %2: %3 embedding comm boxes")
+                                                .arg(step)
+                                                .arg(rank)
+                                                .arg(embedding)));
+        QVERIFY2(dp == 0, qPrintable(QString("step %1 rank %2: %3 dp comm boxes with DP 1")
+                                         .arg(step)
+                                         .arg(rank)
+                                         .arg(dp)));
+      }
+    }
+    auto store = lattice::storage::RunStore::open(dir_.filePath("runs.sqlite").toStdString());
+    QVERIFY(store);
+    auto run = (*store)->find_run("embedding");
+    QVERIFY(run);
+    for (const char* key : {"rank 0 embedding comm time", "rank 1 embedding comm time"}) {
+      const auto it = run->latest.find(key);
+      QVERIFY2(it != run->latest.end() && it->second > 0, key);
+    }
+  }
+
   // PP 2 with 2 virtual stages per rank: four lanes, rank r holding stages r and r + 2.
   void interleaved_has_a_lane_per_virtual_stage() {
 #ifndef LATTICE_MPIEXEC

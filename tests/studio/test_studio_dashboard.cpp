@@ -111,6 +111,52 @@ class TestStudioDashboard : public QObject {
     QCOMPARE(emaSmooth({}, 0.6).size(), 0);
   }
 
+  // Issue 29: the EMA ran over the few validation points (each a new evaluation, not noise
+  // around a trend) and over the learning-rate schedule, and showed neither as logged.
+  void validationPointsAndTheLearningRateAreDrawnAsLogged() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.sqlite");
+    qint64 run = 0;
+    const QVector<double> validation = {9, 5, 3, 2};  // every 25 steps
+    {
+      auto store = openStore(db);
+      run = newRunningRun(*store, "sparse");
+      for (int step = 1; step <= 100; step++) {
+        std::map<std::string, double> v = {{"lm loss", wiggle(step)},
+                                           {"learning rate", 1e-3 * std::min(1.0, step / 10.0)}};
+        if (step % 25 == 0) v["validation lm loss"] = validation[step / 25 - 1];
+        QVERIFY(store->log_step(run, step, v, {}));
+      }
+    }
+    DashboardView view;
+    view.resize(1280, 800);
+    view.setSmoothing(0.9);
+    view.setDatabase(db);
+    view.showRuns({run});
+    view.show();
+    MetricChart* loss = view.chart("lm loss");
+    MetricChart* lr = view.chart("learning rate");
+    QTRY_COMPARE(loss->plottedPoints(run, "lm loss"), 100);
+    QTRY_COMPARE(loss->plottedPoints(run, "validation lm loss"), 4);
+    QTRY_COMPARE(lr->plottedPoints(run, "learning rate"), 100);
+    auto values = [](const QCPGraph* g) {
+      QVector<double> out;
+      for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) out << it->value;
+      return out;
+    };
+    const QCPGraph* shown = loss->smoothGraph(run, "validation lm loss");
+    compareSeries(values(shown), validation, "validation lm loss as drawn");
+    QVERIFY2(shown->scatterStyle().shape() != QCPScatterStyle::ssNone,
+             "four points need markers to be seen as points");
+    QVector<double> schedule;
+    for (int step = 1; step <= 100; step++) schedule << 1e-3 * std::min(1.0, step / 10.0);
+    compareSeries(values(lr->smoothGraph(run, "learning rate")), schedule, "learning rate");
+    // The training loss is still smoothed.
+    QVector<double> raw;
+    for (int step = 1; step <= 100; step++) raw << wiggle(step);
+    compareSeries(values(loss->smoothGraph(run, "lm loss")), emaSmooth(raw, 0.9), "lm loss EMA");
+  }
+
   // ---- (c) timeline --------------------------------------------------------------------
   void timelineLayoutHasOneLanePerStageAndABoxPerEvent() {
     const TimelineLayout l = layoutTimeline(twoStageFixture(1e-3));
@@ -414,6 +460,61 @@ class TestStudioDashboard : public QObject {
     QCOMPARE(p->bars()[1]->data()->at(1)->value, 4.0);  // rank 1's backward, ms
     // The engine logs each phase's mean per iteration over the log interval: the chart says so.
     QCOMPARE(p->plot()->yAxis->label(), QString("ms per iteration"));
+  }
+
+  // Issue 29: the tied-embedding all-reduce (first and last pipeline stage) was drawn as
+  // data-parallel communication; the engine now logs it as "embedding comm".
+  void theEmbeddingAllReduceIsItsOwnPhaseAndTimelineKind() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.sqlite");
+    qint64 run = 0;
+    {
+      auto store = openStore(db);
+      run = newRunningRun(*store, "pp2");
+      std::map<std::string, double> times;
+      for (int r = 0; r < 2; r++) {
+        const std::string p = "rank " + std::to_string(r) + " ";
+        times[p + "forward time"] = 0.010;
+        times[p + "backward time"] = 0.020;
+        times[p + "pipeline wait time"] = 0.001;
+        times[p + "embedding comm time"] = 0.003;
+        times[p + "data-parallel comm time"] = 0.002;
+        times[p + "optimizer time"] = 0.004;
+      }
+      QVERIFY(store->log_step(run, 10, times, {}));
+      QVERIFY(store->log_timeline(run, 10,
+                                  {{0, 0, 0, "forward", 0.000, 0.010},
+                                   {0, 0, 0, "backward", 0.012, 0.032},
+                                   {0, 0, -1, "embedding comm", 0.032, 0.035},
+                                   {0, 0, -1, "dp comm", 0.035, 0.037},
+                                   {0, 0, -1, "optimizer", 0.037, 0.041}}));
+    }
+    DashboardView view;
+    view.resize(1280, 800);
+    view.setDatabase(db);
+    view.showRuns({run});
+    view.setCurrentPage(DashboardView::kSystemPage);
+    view.show();
+    RankBarsChart* phases = view.phaseChart();
+    QTRY_COMPARE(phases->rankCount(), 2);
+    QMap<QString, double> rank1;  // phase name -> rank 1's milliseconds
+    for (const QCPBars* b : phases->bars()) rank1[b->name()] = b->data()->at(1)->value;
+    QVERIFY2(rank1.contains("embedding comm"), qPrintable(QStringList(rank1.keys()).join(", ")));
+    QCOMPARE(rank1["embedding comm"], 3.0);
+    QCOMPARE(rank1["data-parallel comm"], 2.0);
+
+    const QColor embedding = TimelineChart::kindColor("embedding comm");
+    QVERIFY2(embedding != TimelineChart::kindColor("dp comm") &&
+                 embedding != TimelineChart::kindColor("an unknown kind"),
+             "the embedding all-reduce needs a colour of its own in the timeline");
+    QTRY_COMPARE(view.timelineChart()->step(), qint64(10));
+    QStringList legend;
+    QCustomPlot* plot = view.timelineChart()->plot();
+    for (int i = 0; i < plot->legend->itemCount(); i++)
+      if (auto* item = qobject_cast<QCPPlottableLegendItem*>(plot->legend->item(i)))
+        legend << item->plottable()->name();
+    QCOMPARE(legend,
+             (QStringList{"forward", "backward", "embedding comm", "dp comm", "optimizer"}));
   }
 
   void exportsPictureAndData() {

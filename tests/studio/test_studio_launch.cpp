@@ -1,6 +1,7 @@
 // The Launch view builds the exact `lattice train` command of a plan (mpirun for more than one
 // rank, the options this machine needs, every blocking problem listed), and, with MPI, runs a
 // tiny plan on 2 ranks to completion with the run appearing in the run store.
+#include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -189,6 +190,109 @@ class TestStudioLaunch : public QObject {
     QVERIFY(cmd.steps[1].arguments.contains("GPTSentencePieceTokenizer"));
   }
 
+  // Issue 29: extra flags with --save persisted, so the next run wrote into the checkpoint
+  // directory of the one before.
+  void aNewRunNeverWritesIntoAnotherRunsCheckpoints() {
+    QTemporaryDir dir;
+    const Plan plan = defaultPlan();
+    const LaunchEnvironment env = testEnvironment(dir.path());
+    const QString save = dir.filePath("ckpt");
+    LaunchSettings s = mockData("second");
+    s.extraFlags = "--save " + save;
+    QVERIFY2(buildLaunchCommand(plan, analyzePlan(plan, 0), s, env).canStart(),
+             "a directory without a checkpoint is free to use");
+
+    QVERIFY(QDir().mkpath(save));
+    QFile latest(save + "/latest_checkpointed_iteration.txt");
+    QVERIFY(latest.open(QIODevice::WriteOnly));
+    latest.write("20\n");
+    latest.close();
+    const LaunchCommand blocked = buildLaunchCommand(plan, analyzePlan(plan, 0), s, env);
+    QVERIFY(!blocked.canStart());
+    const QString why = blocked.errors.join('\n');
+    QVERIFY2(why.contains("--save " + save) && why.contains("iteration 20") &&
+                 why.contains("--load " + save),
+             qPrintable(why));
+
+    s.extraFlags = "--save " + save + " --load " + save;  // the user resumes that run
+    const LaunchCommand resumed = buildLaunchCommand(plan, analyzePlan(plan, 0), s, env);
+    QVERIFY2(resumed.canStart(), qPrintable(resumed.errors.join('\n')));
+  }
+
+  void theCheckpointsOptionSavesEachRunInADirectoryOfItsOwn() {
+    QTemporaryDir dir;
+    const Plan plan = defaultPlan();
+    const LaunchEnvironment env = testEnvironment(dir.path());
+    LaunchSettings s = mockData("run a/1");
+    s.saveCheckpoints = true;
+    auto saveOf = [](const LaunchCommand& cmd) {
+      const QStringList& a = cmd.steps.back().arguments;
+      return a.contains("--save") ? a[a.indexOf("--save") + 1] : QString();
+    };
+    const LaunchCommand a = buildLaunchCommand(plan, analyzePlan(plan, 0), s, env);
+    QVERIFY2(a.canStart(), qPrintable(a.errors.join('\n')));
+    QCOMPARE(saveOf(a), dir.filePath("checkpoints/run_a_1"));
+    s.runName = "run-b";
+    QCOMPARE(saveOf(buildLaunchCommand(plan, analyzePlan(plan, 0), s, env)),
+             dir.filePath("checkpoints/run-b"));
+    s.target = launch::Target::kSlurm;
+    s.outputDir = dir.filePath("job");
+    QCOMPARE(checkpointDirectory(s, env, "run-b"), dir.filePath("job/checkpoints"));
+
+    // A run name used before: its directory is taken.
+    s = mockData("run-b");
+    s.saveCheckpoints = true;
+    QVERIFY(QDir().mkpath(dir.filePath("checkpoints/run-b")));
+    QFile latest(dir.filePath("checkpoints/run-b/latest_checkpointed_iteration.txt"));
+    QVERIFY(latest.open(QIODevice::WriteOnly));
+    latest.write("3\n");
+    latest.close();
+    const LaunchCommand again = buildLaunchCommand(plan, analyzePlan(plan, 0), s, env);
+    QVERIFY(!again.canStart());
+    QVERIFY2(again.errors.join('\n').contains("run name 'run-b' was used before"),
+             qPrintable(again.errors.join('\n')));
+  }
+
+  // The issue's sequence in the view: a run saves through the extra flags, ends, and the next
+  // Start (the same flags, also after a restart) is refused until the user resumes or saves in
+  // a directory of the run's own.
+  void aRunThatSavedBlocksTheNextUntilTheUserResumesOrSavesElsewhere() {
+    QTemporaryDir dir;
+    PlanModel model;
+    LaunchView view(&model, testEnvironment(dir.path()));
+    const QString save = dir.filePath("ckpt");
+    LaunchSettings s = mockData("first");
+    s.extraFlags = "--train-iters 2 --eval-iters 0 --save " + save;
+    s.database = dir.filePath("studio.sqlite");
+    view.form()->setSettings(s);
+    QVERIFY2(view.command().canStart(), qPrintable(view.command().errors.join('\n')));
+    QSignalSpy ended(&view, &LaunchView::runEnded);
+    view.startRun();
+    QVERIFY2(ended.wait(120000), "the run did not end within 120 s");
+    auto* console = view.findChild<QPlainTextEdit*>("console");
+    QVERIFY2(ended.front().at(0).toBool(), qPrintable(console->toPlainText().right(3000)));
+    QVERIFY(QFile::exists(save + "/latest_checkpointed_iteration.txt"));
+
+    QVERIFY2(!view.startButton()->isEnabled(),
+             "the next run would write into 'first's checkpoints");
+    QVERIFY2(view.command().errors.join('\n').contains("--load " + save),
+             qPrintable(view.command().errors.join('\n')));
+    QVERIFY(view.findChild<QLabel*>("launch-problems")->text().contains(save));
+
+    LaunchView restarted(&model, testEnvironment(dir.path()));  // the same saved settings
+    restarted.form()->setSettings(view.form()->settings());
+    QVERIFY(!restarted.startButton()->isEnabled());
+
+    LaunchSettings own = view.form()->settings();
+    own.extraFlags = "--train-iters 2 --eval-iters 0";
+    own.saveCheckpoints = true;
+    view.form()->setSettings(own);
+    QVERIFY2(view.startButton()->isEnabled(), qPrintable(view.command().errors.join('\n')));
+    const QStringList& a = view.command().steps.back().arguments;
+    QCOMPARE(a[a.indexOf("--save") + 1],
+             dir.filePath("checkpoints/" + view.form()->settings().runName));
+  }
+
   void aTinyPlanOnTwoRanksRunsToCompletionAndAppearsInTheStore() {
 #ifndef LATTICE_MPIEXEC
     QSKIP("built without MPI");
@@ -263,12 +367,23 @@ class TestStudioLaunch : public QObject {
     QVERIFY2(ended.wait(RunProcess::kGraceMs + RunProcess::kKillMs + 10000), "Stop did not end it");
     qInfo("stopped in %lld ms", static_cast<long long>(stopping.elapsed()));
     QVERIFY(!view.isRunning());
+    // Issue 29: a clean stop took 15 s (mpirun waited out its kill timeout until the Studio
+    // killed it) and ended in mpirun's notice that it aborted the job.
+    const QString console = view.findChild<QPlainTextEdit*>("console")->toPlainText();
+    QVERIFY2(stopping.elapsed() < RunProcess::kGraceMs,
+             qPrintable("Stop had to escalate:\n" + console.right(2000)));
+    QVERIFY2(console.contains("stopped by a signal before iteration"),
+             qPrintable(console.right(2000)));
+    QVERIFY2(!console.contains("aborted") && !console.contains("non-zero"),
+             qPrintable(console.right(2000)));
+    const QString state = view.findChild<QLabel*>("run-state")->text();
+    QVERIFY2(state.startsWith("Stopped in"), qPrintable(state));
     Result<std::unique_ptr<storage::RunStore> > store =
         storage::RunStore::open(dir.filePath("studio.sqlite").toStdString());
     QVERIFY(store);
     Result<storage::RunInfo> run = (*store)->find_run("studio-stop-test");
     QVERIFY(run);
-    // The ranks got SIGTERM themselves, agreed on a stop and rank 0 marked the run killed.
+    // The ranks got the stop request from mpirun, agreed on a stop and rank 0 marked it killed.
     QCOMPARE(QString(storage::run_status_name(run->status)), QString("killed"));
 #endif
   }

@@ -2,21 +2,27 @@
 // block Launch; every edit is one undo step and undo restores the plan before it; presets,
 // configuration files and flags round-trip through the engine's parser.
 #include <QAction>
+#include <QApplication>
 #include <QLabel>
+#include <QLayout>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QtTest>
 
 #include "app/main_window.h"
 #include "app/studio_settings.h"
+#include "lattice/storage/run_store.h"
 #include "launch/launch_form.h"
 #include "launch/launch_view.h"
 #include "plan/form_section.h"
 #include "plan/model_presets.h"
 #include "plan/plan_model.h"
+#include "plan/plan_view.h"
 #include "plan/train_flags.h"
 
 using namespace lattice;
@@ -36,6 +42,42 @@ MainWindow::Options quietWindow() {
   env.defaultDatabase = QDir::temp().filePath("runs.sqlite");
   o.environment = env;
   return o;
+}
+
+QString describe(const QWidget* w) {
+  if (!w->objectName().isEmpty()) return w->objectName();
+  if (auto* label = qobject_cast<const QLabel*>(w)) return "label '" + label->text() + "'";
+  for (const QWidget* child : w->findChildren<QWidget*>())
+    if (!child->objectName().isEmpty() && !child->objectName().startsWith("qt_"))
+      return child->objectName();
+  return w->metaObject()->className();
+}
+
+// The rows of the Plan form drawn lower than they need (0 px: gone from sight though Tab still
+// reaches them) or over another row, as "Cluster: device is 0 px high, needs 22".
+QStringList squeezedRows(QWidget* root) {
+  QStringList problems;
+  for (FormSection* section : root->findChildren<FormSection*>()) {
+    QList<QWidget*> shown;
+    QLayout* layout = section->layout();
+    for (int i = 0; i < layout->count(); i++)
+      if (QWidget* w = layout->itemAt(i)->widget(); w && w->isVisibleTo(section)) shown << w;
+    for (int i = 0; i < shown.size(); i++) {
+      QWidget* w = shown[i];
+      const int needed =
+          w->hasHeightForWidth() ? w->heightForWidth(w->width()) : w->minimumSizeHint().height();
+      if (w->height() < needed)
+        problems << QString("%1: %2 is %3 px high, needs %4")
+                        .arg(section->title(), describe(w))
+                        .arg(w->height())
+                        .arg(needed);
+      for (int j = i + 1; j < shown.size(); j++)
+        if (w->geometry().intersects(shown[j]->geometry()))
+          problems << QString("%1: %2 overlaps %3")
+                          .arg(section->title(), describe(w), describe(shown[j]));
+    }
+  }
+  return problems;
 }
 
 QString errorText(QWidget* root, const QString& field) {
@@ -81,6 +123,52 @@ class TestStudioPlan : public QObject {
     tp->setValue(1);
     QVERIFY(errorText(&window, "tensor-model-parallel-size").isEmpty());
     QVERIFY(start->isEnabled());
+  }
+
+  // Issue 29: typing 3 into TP and pressing Tab showed the messages and drew another row of the
+  // form 0 px high (Pipeline parallel, Device, Precision or Micro batch, by the sequence).
+  void everyRowStaysVisibleThroughInvalidAndValidEdits() {
+    MainWindow window(quietWindow());
+    window.resize(1280, 800);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto type = [&](const QString& field, const QString& text, Qt::Key key) {
+      auto* spin = window.findChild<QSpinBox*>(field);
+      QVERIFY2(spin, qPrintable(field));
+      spin->setFocus();
+      spin->selectAll();
+      QTest::keyClicks(spin, text);
+      QTest::keyClick(spin, key);
+      QCOMPARE(spin->value(), text.toInt());
+    };
+    auto edit = [&](const std::function<void(Plan&)>& change) {
+      window.planModel()->edit("test edit", change);
+    };
+    const std::vector<std::pair<QString, std::function<void()>>> steps = {
+        {"TP 3, Tab", [&] { type("tensor-model-parallel-size", "3", Qt::Key_Tab); }},
+        {"PP 2, Enter", [&] { type("pipeline-model-parallel-size", "2", Qt::Key_Return); }},
+        {"micro batch 3, Tab", [&] { type("micro-batch-size", "3", Qt::Key_Tab); }},
+        {"bf16", [&] { edit([](Plan& p) { setPrecision(p.options, "bf16"); }); }},
+        {"custom device", [&] { edit([](Plan& p) { p.cluster.device = kDeviceCustom; }); }},
+        {"TP 1, Enter", [&] { type("tensor-model-parallel-size", "1", Qt::Key_Return); }},
+        {"PP 1, Tab", [&] { type("pipeline-model-parallel-size", "1", Qt::Key_Tab); }},
+        {"micro batch 8, Enter", [&] { type("micro-batch-size", "8", Qt::Key_Return); }},
+        {"fp32 on the CPU",
+         [&] {
+           edit([](Plan& p) {
+             setPrecision(p.options, "fp32");
+             p.cluster.device = kDeviceCpu;
+           });
+         }},
+        {"TP 3 again, Tab", [&] { type("tensor-model-parallel-size", "3", Qt::Key_Tab); }}};
+    for (const auto& [name, step] : steps) {
+      step();
+      if (QTest::currentTestFailed()) return;
+      QApplication::processEvents();
+      const QStringList squeezed = squeezedRows(window.planView());
+      QVERIFY2(squeezed.isEmpty(), qPrintable("after " + name + ": " + squeezed.join("; ")));
+    }
+    QVERIFY2(!window.planModel()->isValid(), "the last step leaves TP 3, which is invalid");
   }
 
   void worldSizeErrorsGoToTheDevicesRow() {
@@ -146,6 +234,79 @@ class TestStudioPlan : public QObject {
     undo->trigger();
     QCOMPARE(window.planModel()->plan().options.model.num_attention_heads, 4);
     QCOMPARE(heads->value(), 4);  // the form follows the model
+  }
+
+  // Issue 29: the field's own line edit took Ctrl+Z although it had nothing to undo.
+  void ctrlZUndoesThePlanWhileAFormFieldHasFocus() {
+    MainWindow window(quietWindow());
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto* tp = window.findChild<QSpinBox*>("tensor-model-parallel-size");
+    tp->setFocus();
+    tp->selectAll();
+    QTest::keyClicks(tp, "2");
+    QTest::keyClick(tp, Qt::Key_Return);
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 2);
+    QVERIFY(tp->hasFocus());
+
+    QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 1);
+    QCOMPARE(tp->value(), 1);
+    QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier | Qt::ShiftModifier);
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 2);
+
+    // Typing not yet committed is the field's to undo first; then the plan's.
+    tp->selectAll();
+    QTest::keyClicks(tp, "4");
+    QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(tp->text(), QString("2"));
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 2);
+    QTest::keyClick(tp, Qt::Key_Z, Qt::ControlModifier);
+    QCOMPARE(window.planModel()->plan().options.model.tensor_model_parallel_size, 1);
+  }
+
+  // Issue 29: Ctrl+N replaced a modified plan without asking and emptied the undo history.
+  void newPlanAsksBeforeDiscardingAModifiedPlan() {
+    MainWindow window(quietWindow());
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto* layers = window.findChild<QSpinBox*>("num-layers");
+    layers->setValue(6);
+    QVERIFY(window.isWindowModified());
+    QString asked;  // the question's text, empty when none came
+    // Ctrl+N, and `answer` to the question it may ask.
+    auto pressCtrlN = [&](QMessageBox::StandardButton answer) {
+      window.activateWindow();  // again, once a question has closed (offscreen does not)
+      QVERIFY(QTest::qWaitForWindowActive(&window));
+      asked.clear();
+      QTimer::singleShot(0, &window, [&asked, answer] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        asked = box->text();
+        box->button(answer)->click();
+      });
+      QTest::keyClick(&window, Qt::Key_N, Qt::ControlModifier);
+      QApplication::processEvents();
+    };
+
+    pressCtrlN(QMessageBox::Cancel);
+    QVERIFY2(asked.contains("not saved"), qPrintable("asked: '" + asked + "'"));
+    QCOMPARE(layers->value(), 6);  // Cancel keeps the plan
+
+    pressCtrlN(QMessageBox::Discard);
+    QVERIFY2(!asked.isEmpty(), "Ctrl+N must ask before discarding the modified plan");
+    QVERIFY(samePlan(window.planModel()->plan(), [] {
+      Plan p = defaultPlan();
+      normalizeOptions(p.options);
+      return p;
+    }()));
+    QVERIFY(!window.isWindowModified());
+    window.findChild<QAction*>("undo")->trigger();  // the discarded plan is one Undo away
+    QCOMPARE(layers->value(), 6);
+
+    window.findChild<QAction*>("redo")->trigger();
+    pressCtrlN(QMessageBox::Cancel);  // the new plan is unmodified: nothing to ask
+    QVERIFY2(asked.isEmpty(), qPrintable("asked although nothing was modified: " + asked));
   }
 
   void everyMessageMapsToTheFlagItNames() {
@@ -223,6 +384,7 @@ class TestStudioPlan : public QObject {
     launch.dataPath = "/data/corpus_text_document";
     launch.tags = {"baseline", "tp2"};
     launch.extraFlags = "--train-iters 50";
+    launch.saveCheckpoints = true;
     saveLaunchSettings(settings, launch);
     settings.sync();
 
@@ -236,6 +398,54 @@ class TestStudioPlan : public QObject {
     QCOMPARE(l.dataPath, launch.dataPath);
     QCOMPARE(l.tags, launch.tags);
     QCOMPARE(l.extraFlags, launch.extraFlags);
+    QVERIFY(l.saveCheckpoints);
+  }
+
+  // Issue 29: the window could not be made narrower than 1075 px (a Dashboard showing runs:
+  // 1550 px with three). Every view, with runs shown, fits in 800 px.
+  void theWindowShrinksTo800PixelsOnEveryView() {
+    QTemporaryDir dir;
+    MainWindow::Options options = quietWindow();
+    options.database = dir.filePath("runs.sqlite");
+    QList<qint64> runs;
+    {
+      Result<std::unique_ptr<storage::RunStore>> store =
+          storage::RunStore::open(options.database.toStdString());
+      QVERIFY(store);
+      for (int i = 0; i < 3; i++) {
+        const QString save = dir.filePath(QString("checkpoints/run-20261203-190229-a%1").arg(i));
+        QVERIFY(QDir().mkpath(save));
+        QFile latest(save + "/latest_checkpointed_iteration.txt");
+        QVERIFY(latest.open(QIODevice::WriteOnly) && latest.write("20\n") > 0);
+        storage::NewRun r;
+        r.name = QString("run-20261203-190229-a%1").arg(i).toStdString();
+        r.host = "host";
+        r.config_json = "{\"seq-length\": 64, \"save\": \"" + save.toStdString() + "\"}";
+        Result<int64_t> id = (*store)->create_run(r);
+        QVERIFY(id && (*store)->mark_running(*id));
+        for (int step = 1; step <= 20; step++)
+          QVERIFY((*store)->log_step(*id, step, {{"lm loss", 5.0 - step * 0.1}}, {}));
+        runs << *id;
+      }
+    }
+    MainWindow window(options);
+    window.resize(1280, 800);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    window.showRuns(runs);
+    for (int v = 0; v < MainWindow::kViewCount; v++) {
+      const auto view = static_cast<MainWindow::View>(v);
+      window.showView(view);
+      QTest::qWait(300);  // the Dashboard's and History's reads, the Playground's list
+      window.resize(800, 600);
+      QApplication::processEvents();
+      QVERIFY2(window.width() <= 800,
+               qPrintable(QString("%1 view: the window stays %2 px wide (minimum %3 px)")
+                              .arg(MainWindow::viewName(view))
+                              .arg(window.width())
+                              .arg(window.minimumSizeHint().width())));
+      window.resize(1280, 800);
+    }
   }
 
   void changedFlagsParseBackToTheSameOptions() {

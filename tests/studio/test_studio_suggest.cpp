@@ -1,9 +1,12 @@
 // The Suggest table is a well-behaved item model (QAbstractItemModelTester), shows the engine's
 // candidates in the engine's order, and Apply sets the plan's layout as one undoable step.
 #include <QAbstractItemModelTester>
+#include <QLabel>
 #include <QSignalSpy>
+#include <QTableView>
 #include <QtTest>
 
+#include "plan/model_presets.h"
 #include "plan/plan_model.h"
 #include "plan/suggest_dialog.h"
 #include "plan/suggest_model.h"
@@ -47,6 +50,44 @@ class TestStudioSuggest : public QObject {
     QVERIFY(!model.data(model.index(0, 0), Qt::ToolTipRole).toString().isEmpty());
     model.setCandidates({}, 0);
     QCOMPARE(model.rowCount(), 0);
+  }
+
+  // Issue 29: with nothing that fits, Suggest listed 200 layouts that do not fit and said so
+  // only in the status line under them.
+  void whenNothingFitsTheDialogSaysSoFirstAndListsTheClosestFirst() {
+    PlanModel model;
+    Plan big = eightGpus();
+    applyPreset(big.options, modelPresets()[9]);  // GPT-3 175B on 8 H100s
+    model.resetPlan(big);
+    SuggestDialog dialog(&model);
+    dialog.resize(980, 560);
+    dialog.show();
+    QSignalSpy finished(&dialog, &SuggestDialog::searchFinished);
+    dialog.search();
+    QVERIFY2(finished.wait(60000), "the search did not finish in 60 s");
+    SuggestModel* table = dialog.tableModel();
+    QVERIFY(table->rowCount() > 0);
+    for (int r = 0; r < table->rowCount(); r++) QVERIFY(!table->candidate(r).fits);
+
+    auto* verdict = dialog.findChild<QLabel*>("suggest-verdict");
+    QVERIFY2(verdict && verdict->isVisible(), "no line says that nothing fits");
+    QVERIFY2(verdict->text().startsWith("None of the"), qPrintable(verdict->text()));
+    auto* view = dialog.findChild<QTableView*>();
+    QVERIFY2(verdict->mapTo(&dialog, QPoint(0, 0)).y() < view->mapTo(&dialog, QPoint(0, 0)).y(),
+             "the verdict must come before the table");
+    // The rows closest to fitting first; nothing is selected for an Enter to apply.
+    const QAbstractItemModel* shown = view->model();
+    for (int r = 1; r < shown->rowCount(); r++)
+      QVERIFY(shown->index(r - 1, SuggestModel::kMemory).data(SuggestModel::kSortRole).toDouble() <=
+              shown->index(r, SuggestModel::kMemory).data(SuggestModel::kSortRole).toDouble());
+    QVERIFY(!view->selectionModel()->hasSelection());
+
+    model.resetPlan(eightGpus());  // the demo model fits: no verdict, the engine's order
+    dialog.search();
+    QVERIFY(finished.wait(60000));
+    QVERIFY(!verdict->isVisible());
+    QVERIFY(table->candidate(0).fits);
+    QCOMPARE(shown->index(0, SuggestModel::kRank).data().toInt(), 1);
   }
 
   void applyingASuggestionSetsThePlanAndUndoRestoresIt() {

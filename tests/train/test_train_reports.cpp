@@ -45,14 +45,16 @@ double number(const QString& text, const QString& pattern) {
 }
 
 // The phase times of `rank` on the console at the last log line, summed (ms): forward,
-// backward, pipeline wait, data-parallel comm, optimizer (tp-comm is part of the first two).
+// backward, pipeline wait, embedding comm, data-parallel comm, optimizer (tp-comm is part of
+// the first two).
 double console_phase_sum(const QString& out, int rank) {
   const QRegularExpression line(QString(R"(\[Rank %1\] [^\n]* times \(ms\)([^\n]*))").arg(rank));
   QString last;
   for (auto it = line.globalMatch(out); it.hasNext();) last = it.next().captured(1);
   if (last.isEmpty()) return -1;
   double sum = 0;
-  for (const char* phase : {"forward", "backward", "pipeline-wait", "dp-comm", "optimizer"}) {
+  for (const char* phase :
+       {"forward", "backward", "pipeline-wait", "embedding-comm", "dp-comm", "optimizer"}) {
     const double v = number(last, QString(R"(\| %1: ([0-9.]+) )").arg(phase));
     if (v < 0) return -1;
     sum += v;

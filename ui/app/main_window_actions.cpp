@@ -80,7 +80,8 @@ void MainWindow::createActions() {
 
 void MainWindow::createMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
-  file->addAction(tr("&New plan"), QKeySequence::New, this, &MainWindow::newPlan);
+  file->addAction(tr("&New plan"), QKeySequence::New, this, &MainWindow::newPlan)
+      ->setObjectName("new-plan");
   file->addAction(tr("&Open config…"), QKeySequence::Open, this, &MainWindow::openConfig);
   file->addAction(tr("&Save config"), QKeySequence::Save, this, [this] { saveConfig(false); });
   file->addAction(tr("Save config &as…"), QKeySequence::SaveAs, this, [this] { saveConfig(true); });
@@ -93,7 +94,12 @@ void MainWindow::createMenus() {
   undoAction_->setShortcut(QKeySequence::Undo);
   undoAction_->setObjectName("undo");
   redoAction_ = model_->undoStack()->createRedoAction(this, tr("&Redo"));
-  redoAction_->setShortcuts({QKeySequence::Redo, QKeySequence(Qt::CTRL | Qt::Key_Y)});
+  // Every binding of the platform's Redo (QKeySequence(Redo) is only the first: Ctrl+Y where
+  // Ctrl+Shift+Z follows), and Ctrl+Y everywhere.
+  QList<QKeySequence> redoKeys = QKeySequence::keyBindings(QKeySequence::Redo);
+  if (!redoKeys.contains(QKeySequence(Qt::CTRL | Qt::Key_Y)))
+    redoKeys << QKeySequence(Qt::CTRL | Qt::Key_Y);
+  redoAction_->setShortcuts(redoKeys);
   redoAction_->setObjectName("redo");
   edit->addAction(undoAction_);
   edit->addAction(redoAction_);
@@ -147,8 +153,30 @@ void MainWindow::refreshIcons() {
   if (stopAction_) stopAction_->setIcon(glyphIcon(Glyph::kStop, p));
 }
 
+// New keeps what it replaces: a plan with unsaved changes is saved, discarded or kept as the
+// user answers, and New itself is one undoable step.
 void MainWindow::newPlan() {
-  model_->resetPlan(defaultPlan());
+  if (!model_->undoStack()->isClean()) {
+    QMessageBox box(QMessageBox::Question, tr("New plan"),
+                    tr("The plan has changes that are not saved in a configuration file. Save "
+                       "them before starting a new plan?"),
+                    QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, this);
+    box.setObjectName("unsaved-plan");
+    box.setInformativeText(tr("Discard keeps them one Undo away."));
+    box.setDefaultButton(QMessageBox::Cancel);
+    switch (box.exec()) {
+      case QMessageBox::Save:
+        saveConfig(false);
+        if (!model_->undoStack()->isClean()) return;  // not saved: keep the plan
+        break;
+      case QMessageBox::Discard:
+        break;
+      default:
+        return;
+    }
+  }
+  model_->replacePlan(defaultPlan(), tr("New plan"));
+  model_->undoStack()->setClean();
   configPath_.clear();
   updateTitle();
   showView(View::kPlan);

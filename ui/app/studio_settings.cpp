@@ -65,6 +65,7 @@ void saveLaunchSettings(QSettings& s, const LaunchSettings& l) {
   s.setValue("tags", l.tags);
   s.setValue("database", l.database);
   s.setValue("extra_flags", l.extraFlags);
+  s.setValue("save_checkpoints", l.saveCheckpoints);
   s.setValue("target", launch::target_name(l.target));
   s.setValue("hostfile", l.hostfile);
   s.setValue("network", launch::network_name(l.network));
@@ -92,6 +93,7 @@ LaunchSettings loadLaunchSettings(QSettings& s) {
   l.tags = s.value("tags").toStringList();
   l.database = s.value("database").toString();
   l.extraFlags = s.value("extra_flags").toString();
+  l.saveCheckpoints = s.value("save_checkpoints", false).toBool();
   l.target = launch::parse_target(s.value("target").toString().toStdString()).value_or(l.target);
   l.hostfile = s.value("hostfile").toString();
   l.network =

@@ -67,6 +67,7 @@ QWidget* DashboardView::buildToolbar() {
   runLabel_ = new QLabel(bar);
   runLabel_->setObjectName("dashboard-runs");
   runLabel_->setTextFormat(Qt::RichText);
+  runLabel_->setWordWrap(true);  // run names and states wrap instead of widening the window
   row->addWidget(runLabel_, 1);
   row->addWidget(new QLabel(tr("X axis"), bar));
   xMode_ = new QComboBox(bar);
@@ -135,16 +136,28 @@ QWidget* DashboardView::buildPages() {
     pageOf_ << g->parentWidget();
   };
   QGridLayout* training = grid(tr("Training"));
+  // Smoothed: the noisy per-step measurements. As logged: validation (sparse, every point its
+  // own evaluation), schedules and counters.
   place(training,
-        addChart(tr("Loss"),
-                 {{"lm loss", tr("lm loss")}, {"validation lm loss", tr("validation"), true}}),
+        addChart(tr("Loss"), {{.key = "lm loss", .label = tr("lm loss")},
+                              {.key = "validation lm loss",
+                               .label = tr("validation"),
+                               .dashed = true,
+                               .smoothed = false,
+                               .points = true}}),
         0, 0);
-  place(training, addChart(tr("Learning rate"), {{"learning rate", tr("learning rate")}}), 0, 1);
+  place(training,
+        addChart(tr("Learning rate"),
+                 {{.key = "learning rate", .label = tr("learning rate"), .smoothed = false}}),
+        0, 1);
   place(training, addChart(tr("Grad norm"), {{"grad norm", tr("grad norm")}}), 1, 0);
   place(training,
         addChart(tr("Loss scale and skipped iterations"),
-                 {{"loss scale", tr("loss scale")},
-                  {"skipped iterations", tr("skipped iterations"), false, true}}),
+                 {{.key = "loss scale", .label = tr("loss scale"), .smoothed = false},
+                  {.key = "skipped iterations",
+                   .label = tr("skipped iterations"),
+                   .rightAxis = true,
+                   .smoothed = false}}),
         1, 1);
   QGridLayout* throughput = grid(tr("Throughput"));
   place(throughput, addChart(tr("Tokens per second"), {{"tokens per second", tr("tokens/s")}}), 0,
@@ -161,7 +174,8 @@ QWidget* DashboardView::buildPages() {
   auto* pick = new QHBoxLayout;
   pick->addWidget(new QLabel(tr("Run"), system));
   systemRun_ = new QComboBox(system);
-  systemRun_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  systemRun_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  systemRun_->setMinimumContentsLength(16);
   pick->addWidget(systemRun_);
   pick->addSpacing(12);
   pick->addWidget(new QLabel(tr("Timeline iteration"), system));

@@ -206,6 +206,10 @@ MetricChart::Line& MetricChart::line(int runIndex, qint64 run, int spec) {
   l.raw->setPen(QPen(faint, 1, style));
   l.smooth->setPen(QPen(c, 1, style));
   l.raw->setAntialiased(false);
+  // A series drawn as logged is its own line; the faint copy would only double it.
+  l.raw->setVisible(specs_[spec].smoothed);
+  l.smooth->setScatterStyle(specs_[spec].points ? QCPScatterStyle(QCPScatterStyle::ssDisc, 5)
+                                                : QCPScatterStyle());
   const RunMeta* m = store_->meta(run);
   const QString name = m && !m->name.isEmpty() ? m->name : tr("run %1").arg(run);
   l.smooth->setName(specs_.size() > 1 ? name + " · " + specs_[spec].label : name);
@@ -249,7 +253,7 @@ void MetricChart::assemble(qint64 run, const ChartSeriesSpec& spec, Line& l) {
     }
   }
   l.raw->data()->set(raw, true);
-  l.smoothed = emaSmooth(lasts, weight_);
+  l.smoothed = spec.smoothed ? emaSmooth(lasts, weight_) : lasts;
   l.smooth->setData(l.xs, l.smoothed, true);
 }
 
@@ -391,7 +395,7 @@ QString MetricChart::crosshairText(double x) const {
       QString text = QStringLiteral("<span style='color:%1'>■</span> %2: <b>%3</b>")
                          .arg(runColor(r, palette()).name(), it->smooth->name().toHtmlEscaped(),
                               number(it->smoothed[i]));
-      if (weight_ > 0) text += tr(" (raw %1)").arg(number(sample.last));
+      if (weight_ > 0 && specs_[s].smoothed) text += tr(" (raw %1)").arg(number(sample.last));
       text += sample.count > 1 ? tr(" · steps %1–%2").arg(sample.firstStep).arg(sample.lastStep)
                                : tr(" · step %1").arg(sample.lastStep);
       lines << text;

@@ -1,9 +1,10 @@
 // A line chart of one or more metric keys of every shown run, read from the SeriesStore:
 // the down-sampled range the chart asked for plus the live tail after it. Raw values are
-// drawn faint behind TensorBoard's debiased EMA; the x axis is the step, the tokens consumed
-// or the time since the run started; the y axis fits the visible data (log scale optional).
-// Follows the newest step until the user zooms (wheel) or pans (drag); a double click
-// follows again. Zooming asks the feed for the visible range at the plot's pixel width.
+// drawn faint behind TensorBoard's debiased EMA (series marked not smoothed: as logged); the x axis
+// is the step, the tokens consumed or the time since the run started; the y axis fits the visible
+// data (log scale optional). Follows the newest step until the user zooms (wheel) or pans (drag); a
+// double click follows again. Zooming asks the feed for the visible range at the plot's pixel
+// width.
 #pragma once
 
 #include <QHash>
@@ -27,6 +28,10 @@ struct ChartSeriesSpec {
   QString label;  // legend text
   bool dashed = false;
   bool rightAxis = false;
+  // false: drawn as logged, without the EMA: a schedule (learning rate, loss scale) or a
+  // counter is no noisy measurement, and sparse points (validation) are each their own.
+  bool smoothed = true;
+  bool points = false;  // a marker on every point (sparse series)
 };
 
 class MetricChart : public ChartCard {

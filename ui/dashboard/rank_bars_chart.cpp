@@ -6,6 +6,7 @@
 #include <qcustomplot.h>
 #include <QTextStream>
 #include <algorithm>
+#include <iterator>
 
 #include "dashboard/series_store.h"
 
@@ -20,13 +21,17 @@ constexpr double kMaxCapacityRatio = 6;
 
 const char* const kMemoryNames[] = {"weights", "grads", "optimizer state", "activations",
                                     "workspace"};
-const char* const kPhaseNames[] = {"forward", "backward", "pipeline wait", "data-parallel comm",
-                                   "optimizer"};
-const QColor kColors[] = {{0x42, 0x85, 0xf4},
-                          {0x7e, 0x57, 0xc2},
-                          {0xfb, 0x8c, 0x00},
-                          {0x26, 0xa6, 0x9a},
-                          {0x9e, 0x9e, 0x9e}};
+const char* const kPhaseNames[] = {"forward",        "backward",           "pipeline wait",
+                                   "embedding comm", "data-parallel comm", "optimizer"};
+static_assert(std::size(kPhaseNames) == kPhaseCount);
+const QColor kMemoryColors[] = {{0x42, 0x85, 0xf4},
+                                {0x7e, 0x57, 0xc2},
+                                {0xfb, 0x8c, 0x00},
+                                {0x26, 0xa6, 0x9a},
+                                {0x9e, 0x9e, 0x9e}};
+// The memory colours, with the embedding all-reduce's own (the timeline's) before DP comm.
+const QColor kPhaseColors[] = {{0x42, 0x85, 0xf4}, {0x7e, 0x57, 0xc2}, {0xfb, 0x8c, 0x00},
+                               {0xd8, 0x1b, 0x60}, {0x26, 0xa6, 0x9a}, {0x9e, 0x9e, 0x9e}};
 
 QString bytesText(double b) {
   return b >= kGiB ? QString::number(b / kGiB, 'f', 1) + " GiB"
@@ -46,11 +51,14 @@ RankBarsChart::RankBarsChart(Kind kind, SeriesStore* store, QWidget* parent)
       kind_(kind),
       store_(store) {
   QCustomPlot* p = plot();
-  for (int i = 0; i < 5; i++) {
+  const bool memory = kind == Kind::kMemory;
+  const int count = memory ? static_cast<int>(std::size(kMemoryNames)) : kPhaseCount;
+  for (int i = 0; i < count; i++) {
     auto* bars = new QCPBars(p->xAxis, p->yAxis);
-    bars->setName(kind == Kind::kMemory ? tr(kMemoryNames[i]) : tr(kPhaseNames[i]));
-    bars->setBrush(kColors[i]);
-    bars->setPen(QPen(kColors[i].darker(130)));
+    bars->setName(memory ? tr(kMemoryNames[i]) : tr(kPhaseNames[i]));
+    const QColor colour = memory ? kMemoryColors[i] : kPhaseColors[i];
+    bars->setBrush(colour);
+    bars->setPen(QPen(colour.darker(130)));
     bars->setWidth(0.6);
     bars->setAntialiased(false);
     if (!bars_.isEmpty()) bars->moveAbove(bars_.back());
@@ -81,7 +89,7 @@ void RankBarsChart::setRun(qint64 run) {
 void RankBarsChart::refresh() {
   plot()->clearItems();
   ranks_.clear();
-  values_ = QList<QList<double>>(5);
+  values_ = QList<QList<double>>(bars_.size());  // one list per category
   capacity_ = 0;
   capacityText_.clear();
   if (kind_ == Kind::kMemory)
@@ -101,10 +109,10 @@ void RankBarsChart::refresh() {
   double most = 0;
   for (int i = 0; i < ranks_.size(); i++) {
     double total = 0;
-    for (int c = 0; c < 5; c++) total += values_[c][i];
+    for (const QList<double>& category : values_) total += category[i];
     most = std::max(most, total);
   }
-  for (int c = 0; c < 5; c++)
+  for (int c = 0; c < bars_.size(); c++)
     bars_[c]->setData(keys, QVector<double>(values_[c].begin(), values_[c].end()), true);
   p->xAxis->setTicker(ticker);
   p->xAxis->setRange(-0.6, std::max<int>(ranks_.size(), 1) - 0.4);
@@ -176,7 +184,7 @@ void RankBarsChart::refreshMemory() {
       ranks_ << s.rank;
       const double v[] = {double(s.weights), double(s.grads), double(s.optimizer_state),
                           double(s.activations), double(s.workspace)};
-      for (int c = 0; c < 5; c++) values_[c] << v[c] / unit_;
+      for (size_t c = 0; c < std::size(v); c++) values_[c] << v[c] / unit_;
       if (s.peak > 0) peakKeys << ranks_.size() - 1, peakValues << s.peak / unit_;
     }
   }
@@ -206,7 +214,7 @@ void RankBarsChart::refreshPhases() {
   if (!ph) return;
   for (auto it = ph->byRank.begin(); it != ph->byRank.end(); ++it) {
     ranks_ << it.key();
-    for (int c = 0; c < 5; c++) values_[c] << it.value()[c] / unit_;
+    for (int c = 0; c < kPhaseCount; c++) values_[c] << it.value()[c] / unit_;
   }
 }
 
@@ -216,7 +224,8 @@ void RankBarsChart::writeCsv(QTextStream& out) const {
   out << '\n';
   for (int i = 0; i < ranks_.size(); i++) {
     out << ranks_[i];
-    for (int c = 0; c < 5; c++) out << ',' << QString::number(values_[c][i], 'g', 10);
+    for (const QList<double>& category : values_)
+      out << ',' << QString::number(category[i], 'g', 10);
     out << '\n';
   }
 }

@@ -1,8 +1,8 @@
 // Per-rank stacked bars of one run: memory by category (weights, grads, optimizer state,
 // activations, workspace, with peak RSS marked and the device capacity where it is known)
-// or time per phase (forward, backward, pipeline wait, data-parallel comm, optimizer) at the
-// latest step that logged them, per iteration (the engine's mean over its log interval). For a CPU
-// run on this host the capacity is the physical RAM.
+// or time per phase (forward, backward, pipeline wait, embedding comm, data-parallel comm,
+// optimizer) at the latest step that logged them, per iteration (the engine's mean over its log
+// interval). For a CPU run on this host the capacity is the physical RAM.
 #pragma once
 
 #include <QList>

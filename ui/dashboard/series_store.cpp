@@ -6,8 +6,9 @@
 
 namespace lattice::ui {
 
-const char* const kPhaseKeys[kPhaseCount] = {"forward time", "backward time", "pipeline wait time",
-                                             "data-parallel comm time", "optimizer time"};
+const char* const kPhaseKeys[kPhaseCount] = {
+    "forward time",        "backward time",           "pipeline wait time",
+    "embedding comm time", "data-parallel comm time", "optimizer time"};
 
 namespace {
 

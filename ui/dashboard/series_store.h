@@ -54,8 +54,8 @@ struct RunMeta {
   qint64 latestStep = -1;
 };
 
-// The five phases of the engine's timer breakdown, in stacking order.
-inline constexpr int kPhaseCount = 5;
+// The six phases of the engine's timer breakdown, in stacking order.
+inline constexpr int kPhaseCount = 6;
 extern const char* const kPhaseKeys[kPhaseCount];  // "forward time", ... (after "rank R ")
 
 struct PhaseSample {

@@ -46,6 +46,7 @@ QColor TimelineChart::kindColor(const QString& kind) {
   if (kind == "forward") return {0x42, 0x85, 0xf4};
   if (kind == "backward") return {0x2e, 0xa0, 0x43};
   if (kind == "pipeline wait") return {0xbd, 0xbd, 0xbd};
+  if (kind == "embedding comm") return {0xd8, 0x1b, 0x60};
   if (kind == "dp comm") return {0x9c, 0x27, 0xb0};
   if (kind == "optimizer") return {0xf5, 0x7c, 0x00};
   return {0x79, 0x55, 0x48};
@@ -116,7 +117,8 @@ void TimelineChart::refresh() {
     labels_ << label;
     if (!kinds.contains(b.kind)) kinds << b.kind;
   }
-  const QStringList order = {"forward", "backward", "pipeline wait", "dp comm", "optimizer"};
+  const QStringList order = {"forward",        "backward", "pipeline wait",
+                             "embedding comm", "dp comm",  "optimizer"};
   std::stable_sort(kinds.begin(), kinds.end(), [&](const QString& a, const QString& b) {
     const auto rank = [&](const QString& k) { return order.contains(k) ? order.indexOf(k) : 99; };
     return rank(a) < rank(b);

@@ -1,8 +1,9 @@
 // The pipeline timeline of one iteration: one lane per (virtual) pipeline stage, a box per
 // event, time on x. Forward and backward boxes have two colours and carry their micro-batch
-// number where the box is wide enough; pipeline wait, data-parallel comm and optimizer
-// boxes are drawn distinctly. When several ranks hold a stage (TP and DP replicas), the
-// lane shows the lowest of them: replicas run the same schedule.
+// number where the box is wide enough; pipeline wait, the tied-embedding all-reduce
+// ("embedding comm"), data-parallel comm and optimizer boxes are drawn distinctly. When several
+// ranks hold a stage (TP and DP replicas), the lane shows the lowest of them: replicas run the same
+// schedule.
 #pragma once
 
 #include <QList>

@@ -82,17 +82,20 @@ HistoryView::HistoryView(QWidget* parent)
   connect(compare_, &ComparePanel::compareCurvesClicked, this,
           [this] { emit openInDashboard(selectedRuns()); });
 
-  auto* toolbar = new QHBoxLayout;
-  toolbar->addWidget(filterText_, 2);
-  toolbar->addWidget(tagFilter_);
-  toolbar->addWidget(statusFilter_);
-  toolbar->addSpacing(12);
+  // Filters on one row, the actions on the next: on one row they held the window at 964 px.
+  auto* filters = new QHBoxLayout;
+  filters->addWidget(filterText_, 2);
+  filters->addWidget(tagFilter_);
+  filters->addWidget(statusFilter_);
+  auto* actions = new QHBoxLayout;
   for (QPushButton* b :
        {openButton_, renameButton_, addTagButton_, removeTagButton_, notesButton_, deleteButton_}) {
-    toolbar->addWidget(b);
+    actions->addWidget(b);
   }
+  actions->addStretch(1);
   auto* layout = new QVBoxLayout(this);
-  layout->addLayout(toolbar);
+  layout->addLayout(filters);
+  layout->addLayout(actions);
   layout->addWidget(readOnly_);
   layout->addWidget(errorBar);
   layout->addWidget(splitter_, 1);
@@ -121,7 +124,8 @@ void HistoryView::buildToolbar() {
   tagFilter_ = new QComboBox(this);
   tagFilter_->setObjectName(QStringLiteral("historyTagFilter"));
   tagFilter_->setToolTip(tr("Only runs with this tag"));
-  tagFilter_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  tagFilter_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  tagFilter_->setMinimumContentsLength(12);  // a long tag does not widen the window
   tagFilter_->addItem(tr("All tags"), QString());
   connect(tagFilter_, &QComboBox::currentIndexChanged, this,
           [this] { proxy_->setTag(tagFilter_->currentData().toString()); });

@@ -32,10 +32,7 @@ launch::LaunchSpec specOf(const Plan& plan, const LaunchSettings& s, const Launc
   spec.network = s.network;
   spec.network_interface = text(s.networkInterface);
   spec.launcher = s.launcher;
-  const QString out = s.outputDir.trimmed().isEmpty()
-                          ? QDir::home().filePath(QStringLiteral("lattice-jobs/") + runName)
-                          : s.outputDir.trimmed();
-  spec.output_dir = QFileInfo(out).absoluteFilePath().toStdString();
+  spec.output_dir = jobOutputDirectory(s, runName).toStdString();
   spec.lattice = env.lattice.toStdString();
   if (!env.mpirun.isEmpty()) spec.mpirun = env.mpirun.toStdString();
   spec.allow_run_as_root = env.root;
@@ -69,6 +66,13 @@ QStringList launchFlags(const launch::LaunchSpec& spec) {
 }
 
 }  // namespace
+
+QString jobOutputDirectory(const LaunchSettings& s, const QString& runName) {
+  const QString out = s.outputDir.trimmed().isEmpty()
+                          ? QDir::home().filePath(QStringLiteral("lattice-jobs/") + runName)
+                          : s.outputDir.trimmed();
+  return QFileInfo(out).absoluteFilePath();
+}
 
 void addClusterSteps(const Plan& plan, const LaunchSettings& s, const LaunchEnvironment& env,
                      const QStringList& train, LaunchCommand& cmd) {

@@ -18,6 +18,7 @@
 #include "lattice/train_options.h"
 #include "plan/text_format.h"
 #include "plan/train_flags.h"
+#include "playground/playground_io.h"
 
 namespace lattice::ui {
 
@@ -104,7 +105,52 @@ void checkWithEngine(const QStringList& trainArgs, int ranks, LaunchCommand& cmd
   for (const std::string& e : errors) cmd.errors << QString::fromStdString(e);
 }
 
+QString absolute(const std::string& path) {
+  const QFileInfo info(QString::fromStdString(path));
+  const QString canonical = info.canonicalFilePath();
+  return canonical.isEmpty() ? QDir::cleanPath(info.absoluteFilePath()) : canonical;
+}
+
+// A new run never writes into the checkpoints of an earlier one: a --save directory that
+// holds a checkpoint blocks Start unless --load names it too (the user resumes that run).
+void checkSaveDirectory(const QStringList& trainArgs, const LaunchSettings& s,
+                        const QString& ownDirectory, LaunchCommand& cmd) {
+  std::vector<std::string> args;
+  for (const QString& a : trainArgs) args.push_back(a.toStdString());
+  Result<TrainOptions> parsed = parse_train_flags(args);
+  if (!parsed || parsed->save.empty()) return;  // a flag error is reported by its own check
+  const QString save = QString::fromStdString(parsed->save);
+  const int iteration = checkpointIteration(save);
+  if (iteration < 0) return;
+  if (!parsed->load.empty() && absolute(parsed->load) == absolute(parsed->save)) return;
+  if (s.saveCheckpoints && absolute(parsed->save) == absolute(ownDirectory.toStdString()))
+    cmd.errors << QObject::tr(
+                      "The run name '%1' was used before: its checkpoint directory %2 holds "
+                      "iteration %3. Choose a new run name (New), or add --load %2 to the "
+                      "extra flags to resume that run.")
+                      .arg(cmd.runName, save)
+                      .arg(iteration);
+  else
+    cmd.errors << QObject::tr(
+                      "--save %1 holds the checkpoints of an earlier run (iteration %2), which "
+                      "this run would write into. Add --load %1 to the extra flags to resume "
+                      "that run, or save elsewhere (Checkpoints: a directory of each run's own).")
+                      .arg(save)
+                      .arg(iteration);
+}
+
 }  // namespace
+
+QString checkpointDirectory(const LaunchSettings& s, const LaunchEnvironment& env,
+                            const QString& runName) {
+  if (s.target == launch::Target::kSlurm)
+    return QDir(jobOutputDirectory(s, runName)).filePath(QStringLiteral("checkpoints"));
+  static const QRegularExpression unsafe(QStringLiteral("[^A-Za-z0-9._-]"));
+  QString name = runName;
+  name.replace(unsafe, QStringLiteral("_"));
+  if (name.isEmpty() || name.startsWith('.')) name.prepend('_');
+  return QDir(env.dataDir).filePath(QStringLiteral("checkpoints/") + name);
+}
 
 Result<TrainOptions> runConfiguration(const Plan& plan, const LaunchSettings& s,
                                       const LaunchEnvironment& env) {
@@ -227,7 +273,10 @@ LaunchCommand buildLaunchCommand(const Plan& plan, const PlanAnalysis& analysis,
   if (gpu)
     train << "--device"
           << "cuda";
+  const QString ownCheckpoints = checkpointDirectory(s, env, cmd.runName);
+  if (s.saveCheckpoints) train << "--save" << ownCheckpoints;
   train << QProcess::splitCommand(s.extraFlags);
+  checkSaveDirectory(train, s, ownCheckpoints, cmd);
   if (!local) {
     addClusterSteps(plan, s, env, train, cmd);
     return cmd;

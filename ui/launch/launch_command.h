@@ -28,6 +28,8 @@ struct LaunchSettings {
   QStringList tags;
   QString database;    // empty: the default run database
   QString extraFlags;  // more `lattice train` flags, appended last (they win)
+  // --save in a directory of the run's own: checkpointDirectory() (docs/studio.md, "Launch").
+  bool saveCheckpoints = false;
 
   launch::Target target = launch::Target::kLocal;
   QString hostfile;  // kHostfile
@@ -86,6 +88,15 @@ Result<TrainOptions> runConfiguration(const Plan& plan, const LaunchSettings& se
 // `base` with the data and tokenizer of a configuration that names them (--data-path or
 // --mock-data); `base` unchanged when it names neither.
 LaunchSettings launchSettingsFrom(const TrainOptions& options, LaunchSettings base);
+
+// Where a run named `runName` saves with LaunchSettings::saveCheckpoints: a Slurm job in
+// `<its output directory>/checkpoints`, any other run in `<data dir>/checkpoints/<run name>`
+// (characters other than letters, digits, '.', '_' and '-' become '_'). A new run name is a new
+// directory, so that no run writes into another's checkpoints.
+QString checkpointDirectory(const LaunchSettings& settings, const LaunchEnvironment& env,
+                            const QString& runName);
+// A Slurm job's output directory: LaunchSettings::outputDir, or ~/lattice-jobs/<run name>.
+QString jobOutputDirectory(const LaunchSettings& settings, const QString& runName);
 
 // `word` quoted for a POSIX shell only where needed.
 QString shellQuote(const QString& word);

@@ -2,6 +2,7 @@
 #include "launch/launch_form.h"
 
 #include <QButtonGroup>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -200,6 +201,14 @@ QWidget* LaunchForm::runGroup() {
   database_ = pathEdit("database", QString::fromStdString(default_run_db()));
   database_->setToolTip(tr("The run store this run is recorded in; empty means the default"));
   form->addRow(tr("Database"), withBrowse(database_, tr("SQLite (*.sqlite *.db)"), false));
+  saveCheckpoints_ = new QCheckBox(tr("Save, in a directory of this run's own"), group);
+  saveCheckpoints_->setObjectName("save-checkpoints");
+  saveCheckpoints_->setToolTip(
+      tr("--save <data dir>/checkpoints/<run name> (a Slurm job: <output>/checkpoints): the run "
+         "saves when it ends or is stopped, and every N iterations with --save-interval N. A new "
+         "run name is a new directory; a run never writes into another run's checkpoints."));
+  connect(saveCheckpoints_, &QCheckBox::toggled, this, &LaunchForm::settingsChanged);
+  form->addRow(tr("Checkpoints"), saveCheckpoints_);
   extraFlags_ = pathEdit("extra-flags", tr("more lattice train flags, e.g. --train-iters 50"));
   form->addRow(tr("Extra flags"), extraFlags_);
   return group;
@@ -236,6 +245,7 @@ LaunchSettings LaunchForm::settings() const {
     if (!t.trimmed().isEmpty()) s.tags << t.trimmed();
   s.database = database_->text();
   s.extraFlags = extraFlags_->text();
+  s.saveCheckpoints = saveCheckpoints_->isChecked();
   s.target = static_cast<launch::Target>(target_->currentData().toInt());
   s.hostfile = hostfile_->text();
   s.network = network_->currentIndex() == 1 ? launch::Network::kInfiniband : launch::Network::kTcp;
@@ -260,6 +270,7 @@ void LaunchForm::setSettings(const LaunchSettings& s) {
   tags_->setText(s.tags.join(", "));
   database_->setText(s.database);
   extraFlags_->setText(s.extraFlags);
+  saveCheckpoints_->setChecked(s.saveCheckpoints);
   target_->setCurrentIndex(std::max(target_->findData(static_cast<int>(s.target)), 0));
   hostfile_->setText(s.hostfile);
   network_->setCurrentIndex(s.network == launch::Network::kInfiniband ? 1 : 0);

@@ -7,6 +7,7 @@
 #include "launch/launch_command.h"
 
 class QButtonGroup;
+class QCheckBox;
 class QComboBox;
 class QLabel;
 class QLineEdit;
@@ -64,6 +65,7 @@ class LaunchForm : public QWidget {
   QLineEdit* tags_;
   QLineEdit* database_;
   QLineEdit* extraFlags_;
+  QCheckBox* saveCheckpoints_;
 };
 
 }  // namespace lattice::ui

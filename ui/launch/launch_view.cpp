@@ -120,13 +120,17 @@ QWidget* LaunchView::commandBox() {
   stop_ = new QPushButton(tr("Stop"), group);
   stop_->setObjectName("stop");
   stop_->setEnabled(false);
-  stop_->setToolTip(tr("SIGTERM to the ranks, then to the launcher; killed after %1 s")
+  stop_->setToolTip(tr("Stop after the current iteration (SIGUSR1 to mpirun, which passes it to "
+                       "every rank): the ranks save with --save and record the run as killed. "
+                       "Terminated after %1 s, killed after %2 s if still running")
+                        .arg(RunProcess::kGraceMs / 1000)
                         .arg((RunProcess::kGraceMs + RunProcess::kKillMs) / 1000));
   state_ = new QLabel(tr("Not started."), group);
   state_->setObjectName("run-state");
+  state_->setWordWrap(true);  // a long end summary wraps instead of widening the window
   row->addWidget(copy);
-  row->addStretch(1);
-  row->addWidget(state_);
+  state_->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
+  row->addWidget(state_, 1);
   row->addWidget(start_);
   row->addWidget(stop_);
   column->addLayout(row);

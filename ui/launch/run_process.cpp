@@ -13,6 +13,13 @@ namespace {
 
 constexpr int kFlushMs = 40;
 
+// mpirun, mpiexec and orterun are the same launcher (tests and some systems use mpiexec).
+bool isMpiLauncher(const QString& program) {
+  const QString name = QFileInfo(program).fileName();
+  return name == QLatin1String("mpirun") || name == QLatin1String("mpiexec") ||
+         name == QLatin1String("orterun");
+}
+
 }  // namespace
 
 std::vector<qint64> childProcesses(qint64 pid) {
@@ -59,9 +66,11 @@ RunProcess::~RunProcess() {
   // so the process's end is reported to no one.
   process_.disconnect(this);
   blockSignals(true);
-  for (qint64 child : childProcesses(process_.processId())) ::kill(child, SIGTERM);
-  process_.terminate();
-  if (!process_.waitForFinished(3000)) process_.kill();
+  const bool launcher = current_ >= 0 && isMpiLauncher(steps_[current_].program);
+  ::kill(static_cast<pid_t>(process_.processId()), launcher ? SIGUSR1 : SIGTERM);
+  if (process_.waitForFinished(3000)) return;
+  for (qint64 child : childProcesses(process_.processId())) ::kill(child, SIGKILL);
+  process_.kill();
   process_.waitForFinished(1000);
 }
 
@@ -91,8 +100,12 @@ void RunProcess::onStepFinished(int exitCode, QProcess::ExitStatus status) {
   }
   stopTimer_.stop();
   QString summary;
-  if (stopping_)
-    summary = tr("Stopped.");
+  if (stopping_ && stopStage_ <= 1)
+    summary = tr("Stopped in %1 s.").arg(stopClock_.elapsed() / 1000.0, 0, 'f', 1);
+  else if (stopping_)
+    summary = tr("Stopped: %1 s after the stop request it was still running and was %2.")
+                  .arg(stopClock_.elapsed() / 1000.0, 0, 'f', 1)
+                  .arg(stopStage_ == 2 ? tr("terminated (SIGTERM)") : tr("killed (SIGKILL)"));
   else if (status == QProcess::CrashExit)
     summary = tr("%1 crashed.").arg(steps_[current_].purpose);
   else if (!ok)
@@ -116,29 +129,32 @@ void RunProcess::stop() {
   if (!isRunning() || stopping_) return;
   stopping_ = true;
   stopStage_ = 0;
+  stopClock_.start();
   escalate();
 }
 
 void RunProcess::escalate() {
   if (!isRunning()) return;
-  const qint64 pid = process_.processId();
-  const std::vector<qint64> children = childProcesses(pid);
-  // mpirun, mpiexec and orterun are the same launcher (tests and some systems use mpiexec).
-  const QString program = QFileInfo(steps_[current_].program).fileName();
-  const bool launcher = program == QLatin1String("mpirun") || program == QLatin1String("mpiexec") ||
-                        program == QLatin1String("orterun");
-  if (stopStage_ == 0 && launcher && !children.empty()) {
-    for (qint64 child : children) ::kill(static_cast<pid_t>(child), SIGTERM);
-    emit output(tr("\n[studio] SIGTERM sent to the %1 ranks\n").arg(children.size()));
+  const pid_t pid = static_cast<pid_t>(process_.processId());
+  const QString program = steps_[current_].program;
+  if (stopStage_ == 0) {
+    const bool launcher = isMpiLauncher(program);
+    ::kill(pid, launcher ? SIGUSR1 : SIGTERM);
+    emit output(launcher ? tr("\n[studio] Stop: SIGUSR1 to mpirun, which passes it to every rank; "
+                              "they stop after the current iteration\n")
+                         : tr("\n[studio] Stop: SIGTERM to %1\n").arg(program));
     stopStage_ = 1;
     stopTimer_.start(kGraceMs);
-  } else if (stopStage_ <= 1) {
+  } else if (stopStage_ == 1) {
+    for (qint64 child : childProcesses(pid)) ::kill(static_cast<pid_t>(child), SIGTERM);
     process_.terminate();
-    emit output(tr("\n[studio] SIGTERM sent to %1\n").arg(steps_[current_].program));
+    emit output(tr("\n[studio] still running after %1 s: SIGTERM to %2 and its children\n")
+                    .arg(kGraceMs / 1000)
+                    .arg(program));
     stopStage_ = 2;
     stopTimer_.start(kKillMs);
   } else {
-    for (qint64 child : children) ::kill(static_cast<pid_t>(child), SIGKILL);
+    for (qint64 child : childProcesses(pid)) ::kill(static_cast<pid_t>(child), SIGKILL);
     process_.kill();
     emit output(tr("\n[studio] killed after %1 s\n").arg((kGraceMs + kKillMs) / 1000));
     stopStage_ = 3;

@@ -1,10 +1,12 @@
 // Runs a LaunchCommand's steps one after the other (QProcess, argument lists, no shell), hands
-// their output on in ~40 ms batches, and stops them: SIGTERM first, SIGKILL after a timeout.
+// their output on in ~40 ms batches, and stops them: a stop request first, SIGTERM and SIGKILL
+// after timeouts.
 //
-// Stopping an mpirun job: the ranks (mpirun's children) get SIGTERM themselves, so that they
-// agree on a stop at the same iteration and rank 0 marks the run killed; mpirun alone would
-// end them about a second later, before the run store hears of it (docs/status.md). If they
-// are still there after kGraceMs, mpirun gets SIGTERM, and after kKillMs more, SIGKILL.
+// Stopping an mpirun job: mpirun gets SIGUSR1, which it passes to every rank at once, on this
+// machine and on the others (Note [stopping under mpirun] in app/cli/train_command.cpp); the
+// ranks stop at the same iteration, save (with --save), rank 0 records the run as killed and
+// they exit 0, which ends mpirun. A single rank gets SIGTERM, which does the same. Whatever is
+// still there after kGraceMs gets SIGTERM (mpirun and its ranks), and after kKillMs, SIGKILL.
 #pragma once
 
 #include <QElapsedTimer>
@@ -30,8 +32,8 @@ class RunProcess : public QObject {
   bool isRunning() const { return process_.state() != QProcess::NotRunning; }
   bool isStopping() const { return stopping_; }
 
-  static constexpr int kGraceMs = 10000;  // ranks' SIGTERM -> launcher's SIGTERM
-  static constexpr int kKillMs = 5000;    // launcher's SIGTERM -> SIGKILL
+  static constexpr int kGraceMs = 10000;  // stop request -> SIGTERM to everything
+  static constexpr int kKillMs = 5000;    // SIGTERM -> SIGKILL
 
  signals:
   void output(const QString& text);
@@ -49,7 +51,8 @@ class RunProcess : public QObject {
   std::vector<LaunchStep> steps_;
   int current_ = -1;
   bool stopping_ = false;
-  int stopStage_ = 0;  // 1: ranks signalled, 2: launcher signalled, 3: killed
+  int stopStage_ = 0;  // 1: asked to stop, 2: SIGTERM, 3: SIGKILL
+  QElapsedTimer stopClock_;
   QStringDecoder decoder_{QStringDecoder::System};  // keeps split multi-byte characters
   QString pending_;
   QTimer flushTimer_;

@@ -7,6 +7,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
+#include <QResizeEvent>
 #include <QVBoxLayout>
 
 #include "plan/plan_model.h"
@@ -50,14 +51,19 @@ CostPanel::CostPanel(PlanModel* model, QWidget* parent)
   auto* column = new QVBoxLayout(this);
   column->setContentsMargins(0, 0, 0, 0);
   auto* head = new QHBoxLayout;
-  head->addWidget(new QLabel(tr("<b>Memory per rank</b> (GiB, one rank of each stage)"), this), 1);
+  auto* title = new QLabel(tr("<b>Memory per rank</b> (GiB, one rank of each stage)"), this);
+  title->setWordWrap(true);
+  head->addWidget(title, 1);
   suggest_ = new QPushButton(tr("Suggest layouts…"), this);
   suggest_->setToolTip(
       tr("Every valid layout of this model on this cluster, ranked by "
          "estimated throughput (Ctrl+G)"));
   head->addWidget(suggest_);
   column->addLayout(head);
-  plot_->setMinimumHeight(160);
+  // Not as wide as the legend on one row: the legend takes two rows when the plot is narrow
+  // (a narrow window; the widest rows of the legend would hold the window at 1075 px).
+  plot_->setMinimumSize(240, 160);
+  plot_->installEventFilter(this);
   column->addWidget(plot_, 1);
   fit_ = new QLabel(this);
   fit_->setObjectName("fit");
@@ -102,6 +108,17 @@ CostPanel::CostPanel(PlanModel* model, QWidget* parent)
 void CostPanel::refresh() {
   refreshPlot();
   refreshStep();
+  fitHeight();
+}
+
+void CostPanel::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  fitHeight();
+}
+
+void CostPanel::fitHeight() {
+  const int needed = layout()->totalMinimumHeightForWidth(width());
+  if (needed > 0 && needed != minimumHeight()) setMinimumHeight(needed);
 }
 
 void CostPanel::refreshPlot() {
@@ -229,6 +246,23 @@ void CostPanel::applyPalette() {
   plot_->legend->setBrush(base);
   plot_->legend->setTextColor(text);
   plot_->legend->setBorderPen(Qt::NoPen);
+}
+
+bool CostPanel::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == plot_ && event->type() == QEvent::Resize) fitLegend();
+  return QWidget::eventFilter(watched, event);
+}
+
+void CostPanel::fitLegend() {
+  QCPLegend* legend = plot_->legend;
+  const int wrap = legend->wrap();
+  legend->setWrap(0);
+  legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+  if (legend->minimumOuterSizeHint().width() > plot_->width() - 40) {
+    legend->setWrap(2);
+    legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+  }
+  if (legend->wrap() != wrap) plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void CostPanel::changeEvent(QEvent* event) {

@@ -26,9 +26,16 @@ class CostPanel : public QWidget {
 
  protected:
   void changeEvent(QEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;  // the plot's resizes
 
  private:
   void refresh();
+  // The legend on one row where the plot is wide enough, else on two.
+  void fitLegend();
+  // A minimum height that holds the wrapped lines at the current width: the splitter above
+  // knows nothing of heights for widths and would let them overlap the plot.
+  void fitHeight();
   void refreshPlot();
   void refreshStep();
   void applyPalette();

@@ -4,7 +4,7 @@
 
 #include <QCheckBox>
 #include <QDoubleSpinBox>
-#include <QFormLayout>
+#include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QSignalBlocker>
@@ -18,20 +18,21 @@ QColor errorColor(const QPalette& palette) {
 }
 
 FormSection::FormSection(const QString& title, PlanModel* model, QWidget* parent)
-    : QGroupBox(title, parent), model_(model), form_(new QFormLayout(this)) {
-  form_->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
-  form_->setRowWrapPolicy(QFormLayout::DontWrapRows);
-  form_->setLabelAlignment(Qt::AlignLeft | Qt::AlignVCenter);
-  form_->setVerticalSpacing(4);
-  form_->setContentsMargins(8, 6, 8, 6);
+    : QGroupBox(title, parent), model_(model), grid_(new QGridLayout(this)) {
+  grid_->setColumnStretch(1, 1);
+  grid_->setVerticalSpacing(4);
+  grid_->setContentsMargins(8, 6, 8, 6);
 }
 
 void FormSection::addRow(const QString& label, QWidget* editor, const QStringList& fields,
                          const QString& toolTip) {
-  form_->addRow(label, editor);
+  auto* text = new QLabel(label, this);
+  grid_->addWidget(text, rows_, 0, Qt::AlignLeft | Qt::AlignVCenter);
+  grid_->addWidget(editor, rows_++, 1);
+  labels_.insert(editor, text);
   if (!toolTip.isEmpty()) {
     editor->setToolTip(toolTip);
-    if (auto* l = qobject_cast<QLabel*>(form_->labelForField(editor))) l->setToolTip(toolTip);
+    text->setToolTip(toolTip);
   }
   if (fields.isEmpty()) return;
   auto* error = new QLabel(this);
@@ -39,10 +40,14 @@ void FormSection::addRow(const QString& label, QWidget* editor, const QStringLis
   error->setWordWrap(true);
   error->setTextFormat(Qt::PlainText);
   error->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  form_->addRow(error);
-  form_->setRowVisible(error, false);
+  error->setVisible(false);
+  addFullRow(error);
   errorRows_.push_back({fields, error});
   fields_ << fields;
+}
+
+void FormSection::addFullRow(QWidget* widget) {
+  grid_->addWidget(widget, rows_++, 0, 1, 2);
 }
 
 QWidget* FormSection::pair(QWidget* first, const QString& between, QWidget* second) {
@@ -59,12 +64,13 @@ QLabel* FormSection::addNote() {
   auto* note = new QLabel(this);
   note->setWordWrap(true);
   note->setForegroundRole(QPalette::PlaceholderText);
-  form_->addRow(note);
+  addFullRow(note);
   return note;
 }
 
 void FormSection::setRowVisible(QWidget* editor, bool visible) {
-  form_->setRowVisible(editor, visible);
+  editor->setVisible(visible);
+  if (QLabel* label = labels_.value(editor)) label->setVisible(visible);
 }
 
 QSpinBox* FormSection::intEditor(int min, int max, const QString& field, const QString& text,
@@ -134,7 +140,7 @@ void FormSection::refresh() {
     for (const QString& f : row.fields) messages << analysis.messagesFor(f);
     row.label->setPalette(palette);
     row.label->setText(messages.join('\n'));
-    form_->setRowVisible(row.label, !messages.isEmpty());
+    row.label->setVisible(!messages.isEmpty());
   }
 }
 

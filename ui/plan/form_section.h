@@ -1,9 +1,17 @@
 // Base of the Plan view's form sections (model, cluster, parallelism): a group box whose rows
 // are bound to the PlanModel. Each row names the fields (flags) it edits; the validation
 // messages of those fields appear in plain words right under the row.
+//
+// The rows sit in a two-column QGridLayout, not a QFormLayout: with rows hidden by
+// setRowVisible and word-wrapped message rows, Qt 6.4's QFormLayout under-reported its height
+// for a width once a message row appeared (103 px where the Cluster rows needed 125), and the
+// row that lost the difference was drawn 0 px high (issue 29: "Pipeline parallel" or "Device"
+// vanished after TP 3 and Tab, though Tab still reached it). A grid drops hidden rows and their
+// spacing and gives every shown row its height.
 #pragma once
 
 #include <QGroupBox>
+#include <QHash>
 #include <QStringList>
 #include <functional>
 #include <vector>
@@ -13,7 +21,7 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
-class QFormLayout;
+class QGridLayout;
 class QLabel;
 class QSpinBox;
 
@@ -41,6 +49,7 @@ class FormSection : public QGroupBox {
   QWidget* pair(QWidget* first, const QString& between, QWidget* second);
   // Derived information under the rows (a grey line: parameter count, DP, ...).
   QLabel* addNote();
+  // Shows or hides the row of `editor` (its label too).
   void setRowVisible(QWidget* editor, bool visible);
 
   // Editors bound to an int / bool / double in the plan. `field` names the flag (the merge key
@@ -57,13 +66,18 @@ class FormSection : public QGroupBox {
   void onRefresh(std::function<void(const Plan&, const PlanAnalysis&)> update);
 
   PlanModel* model_;
-  QFormLayout* form_;
 
  private:
+  // A widget across both columns on a new row.
+  void addFullRow(QWidget* widget);
+
   struct ErrorRow {
     QStringList fields;
     QLabel* label;
   };
+  QGridLayout* grid_;
+  int rows_ = 0;
+  QHash<QWidget*, QLabel*> labels_;  // editor -> the label beside it
   std::vector<ErrorRow> errorRows_;
   std::vector<std::function<void(const Plan&, const PlanAnalysis&)>> refreshers_;
   QStringList fields_;

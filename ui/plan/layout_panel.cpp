@@ -58,12 +58,13 @@ LayoutPanel::LayoutPanel(PlanModel* model, QWidget* parent)
   QToolButton* zoomIn = toolButton(QStringLiteral("+"), tr("Zoom in (wheel)"), this);
   QToolButton* fit = toolButton(tr("Fit"), tr("Show every node"), this);
   bar->addWidget(title);
-  bar->addWidget(legend_, 1);
+  bar->addStretch(1);
   bar->addWidget(fold_);
   bar->addWidget(zoomOut);
   bar->addWidget(zoomIn);
   bar->addWidget(fit);
   column->addLayout(bar);
+  column->addWidget(legend_);  // its own row: beside the controls it widened the window
   column->addWidget(canvas_, 1);
   info_ = new QLabel(this);
   info_->setObjectName("device-info");

@@ -51,7 +51,9 @@ ParallelSection::ParallelSection(PlanModel* model, QWidget* parent)
   distributed->setToolTip(
       tr("Shard the optimizer state over the data-parallel ranks, ZeRO-1  "
          "(--use-distributed-optimizer)"));
-  addRow({}, pair(sp, {}, distributed), {"sequence-parallel", "use-distributed-optimizer"});
+  // One row each: side by side they were the form's widest row.
+  addRow({}, sp, {"sequence-parallel"});
+  addRow({}, distributed, {"use-distributed-optimizer"});
   addRecompute();
   addPrecision();
 
@@ -104,6 +106,8 @@ void ParallelSection::addRecompute() {
   mode->addItem(tr("Selective (attention)"), QStringList{"selective", ""});
   mode->addItem(tr("Full, uniform"), QStringList{"full", "uniform"});
   mode->addItem(tr("Full, block"), QStringList{"full", "block"});
+  mode->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  mode->setMinimumContentsLength(10);
   auto* layers = new QSpinBox(this);
   layers->setObjectName("recompute-num-layers");
   layers->setRange(0, 4096);

@@ -1,8 +1,11 @@
 // PlanForm: sections refreshed on every plan change.
 #include "plan/plan_form.h"
 
+#include <QAbstractSpinBox>
 #include <QEvent>
+#include <QKeyEvent>
 #include <QLabel>
+#include <QLineEdit>
 #include <QScrollBar>
 #include <QVBoxLayout>
 
@@ -29,6 +32,8 @@ PlanForm::PlanForm(PlanModel* model, QWidget* parent) : QScrollArea(parent), mod
   setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   setFrameShape(QFrame::NoFrame);
   connect(model_, &PlanModel::planChanged, this, &PlanForm::refresh);
+  for (QAbstractSpinBox* field : content->findChildren<QAbstractSpinBox*>())
+    field->installEventFilter(this);
   refresh();
   // Never narrower than the fields: the content does not scroll sideways.
   setMinimumWidth(content->minimumSizeHint().width() + verticalScrollBar()->sizeHint().width() +
@@ -38,6 +43,23 @@ PlanForm::PlanForm(PlanModel* model, QWidget* parent) : QScrollArea(parent), mod
 void PlanForm::changeEvent(QEvent* event) {
   QScrollArea::changeEvent(event);
   if (event->type() == QEvent::PaletteChange) refresh();
+}
+
+// A focused spin box claims the undo keys for its line edit (ShortcutOverride) even when that
+// has nothing to undo, the usual case: a typed value is committed by Enter or Tab, and the
+// committed text has no history. Then the keys go on to the window's Undo and Redo actions.
+bool PlanForm::eventFilter(QObject* watched, QEvent* event) {
+  if (event->type() != QEvent::ShortcutOverride) return QScrollArea::eventFilter(watched, event);
+  auto* key = static_cast<QKeyEvent*>(event);
+  const bool undo = key->matches(QKeySequence::Undo);
+  const bool redo = key->matches(QKeySequence::Redo) ||
+                    key->keyCombination() == QKeyCombination(Qt::CTRL | Qt::Key_Y);
+  const auto* edit = watched->findChild<QLineEdit*>();
+  if (!edit || (!undo && !redo)) return QScrollArea::eventFilter(watched, event);
+  if ((undo && edit->isUndoAvailable()) || (redo && edit->isRedoAvailable()))
+    return QScrollArea::eventFilter(watched, event);
+  event->ignore();  // not the field's: the shortcut runs
+  return true;
 }
 
 void PlanForm::refresh() {

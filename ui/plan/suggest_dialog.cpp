@@ -11,8 +11,10 @@
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include "plan/form_section.h"
 #include "plan/plan_model.h"
 #include "plan/suggest_model.h"
+#include "plan/text_format.h"
 
 namespace lattice::ui {
 
@@ -28,6 +30,7 @@ SuggestDialog::SuggestDialog(PlanModel* model, QWidget* parent)
       table_(new SuggestModel(this)),
       proxy_(new QSortFilterProxyModel(this)),
       view_(new QTableView(this)),
+      verdict_(new QLabel(this)),
       status_(new QLabel(this)) {
   setWindowTitle(tr("Suggest layouts"));
   auto* column = new QVBoxLayout(this);
@@ -38,6 +41,13 @@ SuggestDialog::SuggestDialog(PlanModel* model, QWidget* parent)
                            this);
   intro->setWordWrap(true);
   column->addWidget(intro);
+  verdict_->setObjectName("suggest-verdict");
+  verdict_->setWordWrap(true);
+  verdict_->setVisible(false);
+  QFont bold = verdict_->font();
+  bold.setBold(true);
+  verdict_->setFont(bold);
+  column->addWidget(verdict_);
   proxy_->setSourceModel(table_);
   proxy_->setSortRole(SuggestModel::kSortRole);
   view_->setModel(proxy_);
@@ -76,12 +86,13 @@ void SuggestDialog::search() {
   const ClusterSpec cluster = a.cluster;
   deviceMemory_ = cluster.device.memory_bytes;
   status_->setText(tr("Searching %1 devices…").arg(cluster.world()));
+  verdict_->setVisible(false);
   apply_->setEnabled(false);
   watcher_.setFuture(QtConcurrent::run([base, cluster] {
     QElapsedTimer timer;
     timer.start();
     Answer answer;
-    answer.candidates = suggest_layouts(base, cluster, kMaxResults);
+    answer.candidates = suggest_layouts(base, cluster, kMaxResults, &answer.stats);
     answer.elapsedMs = timer.nsecsElapsed() / 1e6;
     return answer;
   }));
@@ -94,16 +105,39 @@ void SuggestDialog::showAnswer() {
                                         [](const LayoutCandidate& c) { return c.fits; }));
   const size_t shown = answer.candidates.size();
   table_->setCandidates(std::move(answer.candidates), deviceMemory_);
+  const bool noneFits = shown > 0 && fitting == 0;
+  // Nothing fits: said first, above the table, and the rows closest to fitting come first.
+  if (noneFits) {
+    view_->sortByColumn(SuggestModel::kMemory, Qt::AscendingOrder);
+    const double closest =
+        proxy_->index(0, SuggestModel::kMemory).data(SuggestModel::kSortRole).toDouble();
+    QPalette palette = verdict_->palette();
+    palette.setColor(QPalette::WindowText, errorColor(palette));
+    verdict_->setPalette(palette);
+    verdict_->setText(
+        tr("None of the %1 valid layouts fits in %2 per device. Below: the %3 fastest, sorted "
+           "by memory; the closest needs %4 on its most loaded device. More devices, a device "
+           "with more memory, recomputation or a smaller micro batch or model make room.")
+            .arg(answer.stats.valid)
+            .arg(humanBytes(deviceMemory_))
+            .arg(shown)
+            .arg(humanBytes(closest)));
+  } else {
+    view_->sortByColumn(-1, Qt::AscendingOrder);  // the engine's ranking
+  }
+  verdict_->setVisible(noneFits);
   if (shown == 0)
     status_->setText(tr("No valid layout: the global batch, heads or layers leave no "
                         "combination for this many devices (searched in %1 ms).")
                          .arg(answer.elapsedMs, 0, 'f', 0));
   else
-    status_->setText(tr("%1 layouts shown, %2 of them fit; searched in %3 ms.")
+    status_->setText(tr("%1 of %2 valid layouts shown, %3 of them fit; searched in %4 ms.")
                          .arg(shown)
+                         .arg(answer.stats.valid)
                          .arg(fitting)
                          .arg(answer.elapsedMs, 0, 'f', 0));
-  if (shown > 0) view_->selectRow(0);
+  // A layout that fits is one Enter away; one that does not must be chosen.
+  if (fitting > 0) view_->selectRow(0);
   emit searchFinished();
 }
 

@@ -1,6 +1,7 @@
 // Suggest: every valid layout of the plan's model and global batch on its cluster
 // (suggest_layouts, run off the UI thread), ranked by estimated throughput; Apply replaces the
-// plan's layout and batch flags as one undoable step.
+// plan's layout and batch flags as one undoable step. When none fits the device memory, a line
+// above the table says so first and the table is sorted by memory, the closest first.
 #pragma once
 
 #include <QDialog>
@@ -35,6 +36,7 @@ class SuggestDialog : public QDialog {
  private:
   struct Answer {
     std::vector<LayoutCandidate> candidates;
+    SuggestStats stats;
     double elapsedMs = 0;
   };
   void showAnswer();
@@ -43,6 +45,7 @@ class SuggestDialog : public QDialog {
   SuggestModel* table_;
   QSortFilterProxyModel* proxy_;
   QTableView* view_;
+  QLabel* verdict_;  // above the table: that nothing fits
   QLabel* status_;
   QPushButton* apply_;
   QFutureWatcher<Answer> watcher_;

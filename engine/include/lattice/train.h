@@ -57,6 +57,9 @@ struct PhaseTimes {
   double dp_comm = 0;                // waiting for data-parallel reductions and gathers
   double optimizer = 0;              // norm, clipping, AdamW
   double tp_comm = 0;                // tensor-parallel collectives (part of forward/backward)
+  // summing the tied word-embedding gradient of the first and last pipeline stage (the
+  // embedding group; Megatron's embedding-grads-all-reduce): pipeline, not data-parallel, traffic
+  double embedding_comm = 0;
 };
 
 // One box of the pipeline timeline of a reported iteration (docs/design-notes.md
@@ -64,12 +67,13 @@ struct PhaseTimes {
 // backward and pipeline-wait boxes and the pp rank otherwise; micro_batch is -1 for boxes that
 // are not per micro-batch. Seconds from the iteration's start on this machine's steady clock.
 struct TimelineBox {
-  enum Kind { kForward, kBackward, kPipelineWait, kDpComm, kOptimizer, kKinds };
+  enum Kind { kForward, kBackward, kPipelineWait, kDpComm, kOptimizer, kEmbeddingComm, kKinds };
   Kind kind = kForward;
   int stage = 0, micro_batch = -1;
   double start = 0, end = 0;
 };
-// "forward", "backward", "pipeline wait", "dp comm", "optimizer": the run store's kinds.
+// "forward", "backward", "pipeline wait", "dp comm", "optimizer", "embedding comm": the run
+// store's kinds.
 const char* timeline_kind_name(TimelineBox::Kind kind);
 
 // One rank's accounting (ARCHITECTURE.md "Metrics, memory, FLOPs"). `times` are seconds per

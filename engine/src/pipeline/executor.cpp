@@ -17,8 +17,8 @@ enum Direction { kActivation = 0, kGradient = 1 };
 }  // namespace
 
 const char* timeline_kind_name(TimelineBox::Kind kind) {
-  static const char* const names[TimelineBox::kKinds] = {"forward", "backward", "pipeline wait",
-                                                         "dp comm", "optimizer"};
+  static const char* const names[TimelineBox::kKinds] = {"forward", "backward",  "pipeline wait",
+                                                         "dp comm", "optimizer", "embedding comm"};
   assert(kind >= 0 && kind < TimelineBox::kKinds);
   return names[kind];
 }

@@ -60,6 +60,7 @@ void ConsoleSink::on_rank_reports(int iteration, const std::vector<RankReport>& 
            << " | backward: " << format("%.1f", t.backward * 1e3)
            << " | of which tp-comm: " << format("%.1f", t.tp_comm * 1e3)
            << " | pipeline-wait: " << format("%.1f", t.pipeline_wait * 1e3)
+           << " | embedding-comm: " << format("%.1f", t.embedding_comm * 1e3)
            << " | dp-comm: " << format("%.1f", t.dp_comm * 1e3)
            << " | optimizer: " << format("%.1f", t.optimizer * 1e3) << " |\n";
     }

@@ -335,6 +335,8 @@ void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& 
     values[p + "backward time"] = r.times.backward;
     values[p + "pipeline wait time"] = r.times.pipeline_wait;
     values[p + "data-parallel comm time"] = r.times.dp_comm;
+    // Ranks of the embedding group, where it is timed (the CPU trainer).
+    if (r.times.embedding_comm > 0) values[p + "embedding comm time"] = r.times.embedding_comm;
     values[p + "optimizer time"] = r.times.optimizer;
     // GPU ranks (docs/gpu.md#memory): the caching allocator's reserved - in-use bytes.
     if (r.memory.fragmentation > 0)

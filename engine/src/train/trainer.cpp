@@ -229,8 +229,8 @@ Status Trainer<T>::finish_gradients() {
                                             ReduceOp::kSum);
         !s)
       return s;
-    totals_.dp_comm += seconds_since(t0);
-    add_box(TimelineBox::kDpComm, t0, Clock::now());
+    totals_.embedding_comm += seconds_since(t0);
+    add_box(TimelineBox::kEmbeddingComm, t0, Clock::now());
     GradBuckets<T>& b = g_.first_stage() ? *rank_.buckets.front() : *rank_.buckets.back();
     if (Status s = b.mark_ready(index, index + 1); !s) return s;
   }
@@ -368,6 +368,7 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
                      (totals_.dp_comm - reported_.dp_comm) * per,
                      (totals_.optimizer - reported_.optimizer) * per,
                      (totals_.tp_comm - reported_.tp_comm) * per};
+  const double embedding_comm = (totals_.embedding_comm - reported_.embedding_comm) * per;
   reported_ = totals_;
   const double record[] = {static_cast<double>(mem.weights),
                            static_cast<double>(mem.grads),
@@ -385,7 +386,8 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
                            bytes(g_.tp.get()),
                            bytes(g_.dp.get()),
                            bytes(g_.pp.get()),
-                           bytes(g_.embedding.get())};
+                           bytes(g_.embedding.get()),
+                           embedding_comm};
   constexpr size_t kFields = std::size(record), kTimelineHeader = 3, kBoxFields = 5;
   std::vector<double> sent(std::begin(record), std::end(record));
   // Timeline part: iteration start (steady clock, seconds), host id, box count, then
@@ -443,6 +445,7 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
     rep.dp_bytes = x[14];
     rep.pp_bytes = x[15];
     rep.embedding_bytes = x[16];
+    rep.times.embedding_comm = x[17];
     if (with_timeline) {
       const double* h = x + kFields;
       const double shift = h[0] - machine_origin.at(h[1]);
