@@ -32,7 +32,7 @@ case "$mode" in
           ( -n "${DISPLAY:-}" || -n "${WAYLAND_DISPLAY:-}" ) ]]; then
       # The demo plan on this machine, the demo corpus, the default run store; started at once.
       # The Studio exits with status 1 when it cannot open the display: then run headless.
-      if "$studio" --fresh --start ${*:+--flags "$*"}; then exit 0; fi
+      if "$studio" --demo ${*:+--flags "$*"}; then exit 0; fi
       echo "setup: the Studio could not start; running the demo headless" >&2
     fi
     exec build/release/lattice demo "$@"

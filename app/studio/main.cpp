@@ -137,6 +137,13 @@ int main(int argc, char** argv) {
     }
     window.planModel()->resetPlan(*plan);
   }
+  if (o.demo) {  // `lattice demo`'s run: the demo corpus, the model kept in demo/<run name>
+    lattice::ui::LaunchSettings launch = window.launchView()->form()->settings();
+    launch.data = lattice::ui::DataSource::kDemo;
+    launch.saveCheckpoints = true;
+    launch.checkpointsFolder = QStringLiteral("demo");
+    window.launchView()->form()->setSettings(launch);
+  }
   if (!o.target.isEmpty()) {
     lattice::ui::LaunchSettings launch = window.launchView()->form()->settings();
     launch.target = *lattice::launch::parse_target(o.target.toStdString());

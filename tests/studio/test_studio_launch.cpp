@@ -235,6 +235,11 @@ class TestStudioLaunch : public QObject {
     s.runName = "run-b";
     QCOMPARE(saveOf(buildLaunchCommand(plan, analyzePlan(plan, 0), s, env)),
              dir.filePath("checkpoints/run-b"));
+    // The demo (`lattice-studio --demo`) keeps its models where `lattice demo` does.
+    LaunchSettings demo = s;
+    demo.checkpointsFolder = "demo";
+    QCOMPARE(saveOf(buildLaunchCommand(plan, analyzePlan(plan, 0), demo, env)),
+             dir.filePath("demo/run-b"));
     s.target = launch::Target::kSlurm;
     s.outputDir = dir.filePath("job");
     QCOMPARE(checkpointDirectory(s, env, "run-b"), dir.filePath("job/checkpoints"));

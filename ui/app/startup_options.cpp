@@ -62,6 +62,10 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
                                 "this many seconds.",
                                 "SECONDS", "20");
   const QCommandLineOption fresh("fresh", "Ignore the saved plan and settings (and keep them).");
+  const QCommandLineOption demo("demo",
+                                "Run the embedded demo at once, as `lattice demo` does: the demo "
+                                "plan on the demo corpus, the model saved in "
+                                "$LATTICE_DATA_DIR/demo/<run name> (implies --fresh, --start).");
   const QCommandLineOption db("db",
                               "The run store to read and launch into (default: "
                               "$LATTICE_DATA_DIR/runs.sqlite).",
@@ -75,7 +79,7 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
   const QCommandLineOption exitAfterStart(
       "exit-after-start", "Print the time from process start to an interactive window, quit.");
   parser.addOptions({screenshot, view, size, theme, config, preset, cluster, flags, select, start,
-                     wait, fresh, db, run, page, exitAfterStart, target});
+                     wait, fresh, demo, db, run, page, exitAfterStart, target});
   if (!parser.parse(arguments)) return Status::invalid_argument(parser.errorText().toStdString());
 
   StartupOptions o;
@@ -108,7 +112,9 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
     return Status::invalid_argument("--target '" + o.target.toStdString() +
                                     "' is not local, slurm or hostfile");
   o.waitSeconds = parser.value(wait).toInt();
-  o.fresh = parser.isSet(fresh);
+  o.demo = parser.isSet(demo);
+  o.fresh = parser.isSet(fresh) || o.demo;
+  o.start = o.start || o.demo;
   o.database = parser.value(db);
   o.runs = parser.values(run);
   o.dashboardPage = parser.value(page);

@@ -25,6 +25,9 @@ struct StartupOptions {
   QString target;         // --target: local | slurm | hostfile (the Launch view's); empty: saved
   int waitSeconds = 20;   // --screenshot with --start: grab after the run ends or this long
   bool fresh = false;     // ignore and keep the saved settings
+  // --demo: the embedded demo as `lattice demo` runs it (implies --fresh and --start): the demo
+  // plan on the demo corpus, its checkpoints in <data dir>/demo/<run name>.
+  bool demo = false;
   QString database;       // --db: the run store the Studio reads and launches into
   QStringList runs;       // --run: runs (ids or names) the Dashboard shows / History selects
   QString dashboardPage;  // --dashboard-page: training | throughput | system; empty: training

@@ -149,7 +149,7 @@ QString checkpointDirectory(const LaunchSettings& s, const LaunchEnvironment& en
   QString name = runName;
   name.replace(unsafe, QStringLiteral("_"));
   if (name.isEmpty() || name.startsWith('.')) name.prepend('_');
-  return QDir(env.dataDir).filePath(QStringLiteral("checkpoints/") + name);
+  return QDir(QDir(env.dataDir).filePath(s.checkpointsFolder)).filePath(name);
 }
 
 Result<TrainOptions> runConfiguration(const Plan& plan, const LaunchSettings& s,

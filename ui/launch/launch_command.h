@@ -30,6 +30,9 @@ struct LaunchSettings {
   QString extraFlags;  // more `lattice train` flags, appended last (they win)
   // --save in a directory of the run's own: checkpointDirectory() (docs/studio.md, "Launch").
   bool saveCheckpoints = false;
+  // The folder of the data directory that holds those directories: "checkpoints", or "demo"
+  // for the demo (`lattice-studio --demo`, as `lattice demo`). Not saved with the settings.
+  QString checkpointsFolder = QStringLiteral("checkpoints");
 
   launch::Target target = launch::Target::kLocal;
   QString hostfile;  // kHostfile
@@ -90,7 +93,7 @@ Result<TrainOptions> runConfiguration(const Plan& plan, const LaunchSettings& se
 LaunchSettings launchSettingsFrom(const TrainOptions& options, LaunchSettings base);
 
 // Where a run named `runName` saves with LaunchSettings::saveCheckpoints: a Slurm job in
-// `<its output directory>/checkpoints`, any other run in `<data dir>/checkpoints/<run name>`
+// `<its output directory>/checkpoints`, any other run in `<data dir>/<checkpointsFolder>/<run name>`
 // (characters other than letters, digits, '.', '_' and '-' become '_'). A new run name is a new
 // directory, so that no run writes into another's checkpoints.
 QString checkpointDirectory(const LaunchSettings& settings, const LaunchEnvironment& env,

@@ -246,6 +246,7 @@ LaunchSettings LaunchForm::settings() const {
   s.database = database_->text();
   s.extraFlags = extraFlags_->text();
   s.saveCheckpoints = saveCheckpoints_->isChecked();
+  s.checkpointsFolder = checkpointsFolder_;
   s.target = static_cast<launch::Target>(target_->currentData().toInt());
   s.hostfile = hostfile_->text();
   s.network = network_->currentIndex() == 1 ? launch::Network::kInfiniband : launch::Network::kTcp;
@@ -271,6 +272,7 @@ void LaunchForm::setSettings(const LaunchSettings& s) {
   database_->setText(s.database);
   extraFlags_->setText(s.extraFlags);
   saveCheckpoints_->setChecked(s.saveCheckpoints);
+  checkpointsFolder_ = s.checkpointsFolder;
   target_->setCurrentIndex(std::max(target_->findData(static_cast<int>(s.target)), 0));
   hostfile_->setText(s.hostfile);
   network_->setCurrentIndex(s.network == launch::Network::kInfiniband ? 1 : 0);

@@ -66,6 +66,7 @@ class LaunchForm : public QWidget {
   QLineEdit* database_;
   QLineEdit* extraFlags_;
   QCheckBox* saveCheckpoints_;
+  QString checkpointsFolder_ = QStringLiteral("checkpoints");  // LaunchSettings'
 };
 
 }  // namespace lattice::ui

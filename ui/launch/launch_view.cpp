@@ -81,6 +81,10 @@ LaunchView::LaunchView(PlanModel* model, LaunchEnvironment env, QWidget* parent)
   connect(process_, &RunProcess::finished, this, [this](int, bool ok, const QString& summary) {
     state_->setText(summary);
     appendConsole("[studio] " + summary + "\n");
+    if (ok && QFileInfo::exists(savedIn_ + "/latest_checkpointed_iteration.txt"))
+      appendConsole(tr("[studio] The model is saved in %1: try it in the Playground (the run is "
+                       "in its list), or with `lattice generate --load %1`.\n")
+                        .arg(savedIn_));
     watcher_.finish();
     importJobStore();
     jobId_.clear();
@@ -235,6 +239,9 @@ void LaunchView::startRun() {
   tabs_->setCurrentWidget(console_);
   record_->setText(tr("Waiting for run '%1' in %2…").arg(command_.runName, command_.database));
   state_->setText(tr("Running…"));
+  const QStringList& train = command_.steps.back().arguments;
+  const qsizetype save = train.indexOf(QStringLiteral("--save"));
+  savedIn_ = save >= 0 && save + 1 < train.size() ? train[save + 1] : QString();
   process_->start(command_);
   watcher_.watch(command_.database, command_.runName);
   start_->setEnabled(false);

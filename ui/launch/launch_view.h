@@ -64,6 +64,7 @@ class LaunchView : public QWidget {
   LaunchEnvironment env_;
   LaunchForm* form_;
   LaunchCommand command_;
+  QString savedIn_;  // the running command's --save directory, if any
   RunProcess* process_;
   RunWatcher watcher_;
   QPlainTextEdit* preview_;
