@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: lattice ckpt <command> ...\n\n"
     "  inspect DIR                  iteration, layout, model, files (checksums verified), tensors\n"
-    "  export-hf DIR FILE           the model as GPT-2 Hugging Face safetensors\n"
+    "  export-hf DIR FILE           the model as GPT-2 Hugging Face safetensors, with the\n"
+    "                               config.json beside FILE (one already there is replaced)\n"
     "  import-hf FILE DIR [flags]   GPT-2 safetensors as a weights-only checkpoint (iteration 0;\n"
     "                               train from it with --load DIR --finetune); the model comes\n"
     "                               from FILE and the Hugging Face config.json beside it (heads);\n"

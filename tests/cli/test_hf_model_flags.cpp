@@ -7,6 +7,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTemporaryDir>
@@ -40,6 +41,25 @@ QJsonObject hf_config() {
           {"vocab_size", 301},
           {"layer_norm_epsilon", 1e-5},
           {"activation_function", "gelu_new"}};
+}
+
+QJsonObject read_json(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(f.readAll()).object()
+                                     : QJsonObject();
+}
+
+// Every key of hf_config() with its value in the config.json at `path`, or what differs.
+QString differs_from_hf_config(const QString& path) {
+  const QJsonObject written = read_json(path);
+  if (written.isEmpty()) return path + " is missing or not a JSON object";
+  const QJsonObject expected = hf_config();
+  for (auto it = expected.begin(); it != expected.end(); ++it)
+    if (written.value(it.key()) != it.value())
+      return path + ": " + it.key() + " is " +
+             QJsonDocument(QJsonObject{{"v", written.value(it.key())}})
+                 .toJson(QJsonDocument::Compact);
+  return {};
 }
 
 bool write_json(const QString& path, const QJsonObject& json) {
@@ -76,7 +96,9 @@ class HfModelFlags : public QObject {
                                    "0", "--threads", "2", "--db", db(), "--save-hf", weights()} +
                        kModel);
     QVERIFY2(made.exit_code == 0, qPrintable(made.err));
-    QVERIFY(write_json(dir_.filePath("hf/config.json"), hf_config()));
+    // --save-hf writes the config.json Hugging Face keeps beside the weights.
+    const QString differs = differs_from_hf_config(dir_.filePath("hf/config.json"));
+    QVERIFY2(differs.isEmpty(), qPrintable(differs));
     QVERIFY(QFile::copy(weights(), bare()));
   }
 
@@ -91,6 +113,27 @@ class HfModelFlags : public QObject {
     Run agreeing =
         run_cli(QStringList{"ckpt", "import-hf", weights(), dir_.filePath("again")} + kModel);
     QVERIFY2(agreeing.exit_code == 0, qPrintable(agreeing.err));
+  }
+
+  // Export writes config.json beside the weights (replacing one there), so an exported model
+  // imports again with no model flag.
+  void export_hf_writes_the_config_json_that_import_reads() {
+    const QString ck = dir_.filePath("to-export");
+    QVERIFY(run_cli({"ckpt", "import-hf", weights(), ck}).exit_code == 0);
+    QDir(dir_.path()).mkpath("exported");
+    QVERIFY(write_json(dir_.filePath("exported/config.json"), {{"n_head", 2}}));
+    const QString exported = dir_.filePath("exported/model.safetensors");
+    Run e = run_cli({"ckpt", "export-hf", ck, exported});
+    QVERIFY2(e.exit_code == 0, qPrintable(e.err));
+    const QString differs = differs_from_hf_config(dir_.filePath("exported/config.json"));
+    QVERIFY2(differs.isEmpty(), qPrintable(differs));
+    QCOMPARE(read_json(dir_.filePath("exported/config.json"))["architectures"].toArray(),
+             QJsonArray{"GPT2LMHeadModel"});
+    QVERIFY(!QFileInfo::exists(dir_.filePath("exported/config.json.tmp")));
+    const QString again = dir_.filePath("re-imported");
+    Run imported = run_cli({"ckpt", "import-hf", exported, again});
+    QVERIFY2(imported.exit_code == 0, qPrintable(imported.err));
+    QVERIFY2(run_cli({"ckpt", "inspect", again}).out.contains(kInspected), qPrintable(again));
   }
 
   void a_model_flag_that_disagrees_with_the_file_names_both_values() {

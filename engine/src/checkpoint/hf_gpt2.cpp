@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "checkpoint/hf_gpt2_config.h"
 #include "checkpoint/safetensors.h"
 
 namespace lattice {
@@ -273,7 +274,8 @@ Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const 
       };
     sources.push_back(std::move(source));
   }
-  return safetensors::write(path, sources, {{"format", "pt"}});
+  if (Status s = safetensors::write(path, sources, {{"format", "pt"}}); !s) return s;
+  return write_hf_gpt2_config(path, config, expected.front().shape[0]);
 }
 
 }  // namespace lattice

@@ -1,6 +1,7 @@
 // Import and export of Hugging Face GPT-2 weights (`model.safetensors` of the `gpt2` family)
-// to and from Lattice's flat parameter arena. Only the weights move: no tokenizer, no
-// config.json, no optimizer state. The name mapping and layout changes are in hf_gpt2.cpp.
+// to and from Lattice's flat parameter arena. Export writes the weights and the config.json
+// beside them (hf_gpt2_config.h); no tokenizer, no optimizer state. The name mapping and layout
+// changes are in hf_gpt2.cpp.
 #pragma once
 
 #include <string>
@@ -29,7 +30,8 @@ int hf_gpt2_layer_of(const std::string& name);
 // Writes `params` as an HF GPT-2 safetensors file at `path` (atomically, see
 // safetensors::write): F32, names without the "transformer." prefix, Conv1D weights
 // transposed, c_attn in GPT-2's [Q | K | V] order, wte without the padding rows, and
-// metadata {"format": "pt"} as transformers writes it.
+// metadata {"format": "pt"} as transformers writes it; then config.json in the same
+// directory (write_hf_gpt2_config).
 Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       const float* params);
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
+#include "core/atomic_file.h"
 #include "lattice/kernels.h"
 
 namespace lattice {
@@ -129,6 +132,42 @@ Result<HfGpt2Shape> read_hf_gpt2_shape(const std::string& path) {
     return Status::invalid_argument(message);
   }
   return s;
+}
+
+namespace {
+
+// A float flag's value as the decimal the user typed (0.02f is written 0.02, not 0.0199999995).
+double decimal(float x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.7g", x);
+  return std::strtod(text, nullptr);
+}
+
+}  // namespace
+
+Status write_hf_gpt2_config(const std::string& weights_path, const ModelConfig& config,
+                            int64_t vocab_rows) {
+  const nlohmann::json json = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"n_layer", config.num_layers},
+      {"n_embd", config.hidden_size},
+      {"n_head", config.num_attention_heads},
+      {"n_inner", config.ffn()},
+      {"n_positions", config.max_positions()},
+      {"n_ctx", config.max_positions()},
+      {"vocab_size", vocab_rows},
+      {"layer_norm_epsilon", kernels::kLayerNormEps},
+      {"activation_function", "gelu_new"},
+      {"initializer_range", decimal(config.init_method_std)},
+      {"resid_pdrop", decimal(config.hidden_dropout)},
+      {"embd_pdrop", decimal(config.hidden_dropout)},
+      {"attn_pdrop", decimal(config.attention_dropout)},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "float32"},
+  };
+  const fs::path path = fs::path(weights_path).parent_path() / "config.json";
+  return write_file_atomic(path.string(), json.dump(2) + "\n");
 }
 
 }  // namespace lattice

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "lattice/model_config.h"
 #include "lattice/status.h"
 
 namespace lattice {
@@ -29,5 +30,12 @@ struct HfGpt2Shape {
 // and its activation_function GELU's tanh form. Errors name the file, the key and both values;
 // the file itself fails as safetensors::File::open does.
 Result<HfGpt2Shape> read_hf_gpt2_shape(const std::string& path);
+
+// Writes the config.json that Hugging Face's GPT2LMHeadModel reads for `config`, beside the
+// weights at `weights_path` (atomically, replacing one already there), so that the exported
+// directory loads with transformers' from_pretrained and back into Lattice with no model
+// flags. `vocab_rows`: the rows of the exported wte.weight.
+Status write_hf_gpt2_config(const std::string& weights_path, const ModelConfig& config,
+                            int64_t vocab_rows);
 
 }  // namespace lattice

@@ -112,7 +112,8 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "end the job when a rank waits this long for others in one collective or pipeline "
        "message, naming them (fractions allowed; 0: wait for ever)",
        &o.distributed_timeout_minutes},
-      {"save-hf", "write the final weights as a GPT-2 safetensors file", &o.save_hf},
+      {"save-hf", "write the final weights as GPT-2 safetensors (config.json beside them)",
+       &o.save_hf},
       {"profile", "print where the time went, per op, at the end", &o.profile},
       {"fp64",
        "train in double precision: checks a parallel layout against one process without "
