@@ -407,13 +407,18 @@ int run_failure(Comm& comm, const std::string& mode) {
 
 // Rank 1 stops itself (SIGSTOP) after one all_reduce with everyone; the others then wait for
 // it in a second all_reduce (`sigstop`), or rank 0 in a recv from it while the rest wait in a
-// barrier (`sigstop-recv`). The timeout (2 s) must end the job, naming rank 1 and the wait.
+// barrier (`sigstop-recv`). Rank 0's timeout (2 s) must end the job, naming rank 1 and the wait.
 int run_hang(Comm& comm, const std::string& mode) {
   if (comm.size() < 2) {
     std::fprintf(stderr, "comm_worker %s: needs at least 2 ranks\n", mode.c_str());
     return 2;
   }
-  lattice::set_comm_timeout(2.0, "a 2 s test timeout");
+  // Rank 0 times out first, so the message the test reads is always rank 0's; rank 2, also
+  // waiting, is patient enough never to race it on a loaded machine.
+  if (comm.rank() == 0)
+    lattice::set_comm_timeout(2.0, "a 2 s test timeout");
+  else
+    lattice::set_comm_timeout(20.0, "a 20 s test timeout");
   lattice::set_comm_activity("the hang test");
   float x = 1;
   if (Status s = comm.all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum); !s) return 3;

@@ -170,7 +170,9 @@ class CommTest : public QObject {
   void leak_check_sees_a_running_process() {
     const QString marker = QString("lattice-comm-probe-%1").arg(QCoreApplication::applicationPid());
     QProcess probe;
-    probe.start("/bin/sh", {"-c", "sleep 5; true", marker});  // no exec: sh keeps the marker
+    // The shell's builtin read waits on the open stdin pipe: no child process that could show
+    // the marker between its fork and its exec, and no exec: sh keeps the marker.
+    probe.start("/bin/sh", {"-c", "read line", marker});
     QVERIFY(probe.waitForStarted(5000));
     const QString pid = QString::number(probe.processId());
     const QStringList found = processes_with(marker);
