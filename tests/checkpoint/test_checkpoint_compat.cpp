@@ -26,6 +26,7 @@
 #include <memory>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/crc32c.h"
 #include "checkpoint/safetensors.h"
 #include "common/process.h"
 #include "lattice/layout.h"
@@ -41,6 +42,9 @@ using namespace lattice;
 namespace {
 
 const char* const kFixture = LATTICE_TEST_DATA_DIR "/compat_2373ec8";
+const char* const kFixtureIteration = LATTICE_TEST_DATA_DIR "/compat_2373ec8/iter_0000005";
+// CRC-32C of the fixture's metadata.json, which lists every file's size and CRC-32C.
+constexpr uint32_t kMetadataCrc = 0xf252dc12;
 constexpr int kSavedIteration = 5;
 
 // The fixture run's settings (data/compat_2373ec8/README.md) without its layout, --save and
@@ -143,6 +147,13 @@ struct Fixture {
     std::map<std::string, safetensors::File> files;
     for (const QJsonValue& v : meta["pieces"].toArray()) {
       const QJsonObject o = v.toObject();
+      for (const char* field : {"file", "key", "kind", "name", "global_shape", "split_dim",
+                                "split_begin", "split_size", "flat_begin", "flat_end"})
+        if (!o.contains(field))
+          return QString("%1/metadata.json: piece %2 has no \"%3\"")
+              .arg(iteration_dir)
+              .arg(pieces.size())
+              .arg(field);
       Piece p{o["file"].toString().toStdString(), o["key"].toString().toStdString(),
               o["kind"].toString().toStdString(), o["name"].toString().toStdString(),
               int_list(o["global_shape"]),        o["split_dim"].toInt(),
@@ -374,9 +385,29 @@ class CheckpointCompat : public QObject {
  private slots:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    const QString iteration_dir = QString(kFixture) + "/iter_0000005";
-    const QString why = fixture_.read(iteration_dir);
+    const QString why = fixture_.read(kFixtureIteration);
     QVERIFY2(why.isEmpty(), qPrintable(why));
+  }
+
+  // Its metadata.json's checksum pins the checksum of every file it lists: a fixture made again
+  // or edited, even with its checksums rewritten to agree, is not the one 2373ec8 wrote.
+  void the_fixture_is_the_one_2373ec8_wrote() {
+    auto crc_of = [](const QString& path) {
+      QFile f(path);
+      if (!f.open(QIODevice::ReadOnly)) return QString("cannot open %1").arg(path);
+      const QByteArray bytes = f.readAll();
+      return QString::number(crc32c(0, bytes.data(), bytes.size()), 16).rightJustified(8, '0');
+    };
+    const QString dir = kFixtureIteration;
+    QCOMPARE(crc_of(dir + "/metadata.json"),
+             QString::number(kMetadataCrc, 16).rightJustified(8, '0'));
+    const QJsonArray files = fixture_.meta["files"].toArray();
+    QCOMPARE(files.size(), kSavedWorld);
+    for (const QJsonValue& v : files) {
+      const QString name = v.toObject()["name"].toString();
+      QVERIFY2(crc_of(dir + "/" + name) == v.toObject()["crc32c"].toString(),
+               qPrintable(name + ": its CRC-32C differs from metadata.json's"));
+    }
   }
 
   // So that a fixture made again by mistake cannot quietly pin less.
