@@ -1,9 +1,9 @@
 // comm_worker: started by mpirun (tests/comm/CMakeLists.txt, test_comm.cpp). Mode `check` runs
-// every Comm operation on values each rank can compute alone and names the op, rank, index,
-// expected and got of any mismatch; `abort` and `sigkill` make rank 1 fail while the others
-// block in a collective; `sigstop` and `sigstop-recv` stop rank 1 (SIGSTOP) while the others
-// wait for it in an all_reduce, or rank 0 in a recv from it, under a 2 s timeout.
-// Non-goal: performance (see the benchmarks).
+// every Comm operation on values each rank can compute alone (every DType, bf16 and fp16
+// included) and names the op, rank, index, expected and got of any mismatch; `abort` and
+// `sigkill` make rank 1 fail while the others block in a collective; `sigstop` and
+// `sigstop-recv` stop rank 1 (SIGSTOP) while the others wait for it in an all_reduce, or rank 0
+// in a recv from it, under a 2 s timeout. Non-goal: performance (see the benchmarks).
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -25,6 +25,20 @@ using lattice::Comm;
 using lattice::DType;
 using lattice::ReduceOp;
 using lattice::Status;
+
+float widen(lattice::bf16 x) {
+  return lattice::from_bf16(x);
+}
+float widen(lattice::fp16 x) {
+  return lattice::from_fp16(x);
+}
+template <typename H>
+H narrow(float x) {
+  if constexpr (std::is_same_v<H, lattice::bf16>)
+    return lattice::to_bf16(x);
+  else
+    return lattice::to_fp16(x);
+}
 
 class Checker {
  public:
@@ -52,6 +66,25 @@ class Checker {
                  size_t offset = 0) {
     for (size_t i = 0; i < expected.size(); i++)
       equal(op, offset + i, expected[i], got[offset + i]);
+  }
+
+  // 16-bit floats (lattice::bf16, lattice::fp16) are equal when their bits are, a NaN's
+  // payload included; the message shows the values and the bits.
+  template <typename H>
+  void equal_half(const std::string& op, size_t index, H expected, H got) {
+    checks_++;
+    if (expected.bits == got.bits) return;
+    if (++failures_ > 20) return;
+    std::fprintf(stderr,
+                 "comm_worker: FAIL %s: rank %d index %zu: expected %g (bits 0x%04x) got %g "
+                 "(bits 0x%04x)\n",
+                 op.c_str(), comm_.rank(), index, widen(expected), expected.bits, widen(got),
+                 got.bits);
+  }
+  template <typename H>
+  void equal_all_half(const std::string& op, const std::vector<H>& expected,
+                      const std::vector<H>& got) {
+    for (size_t i = 0; i < expected.size(); i++) equal_half(op, i, expected[i], got[i]);
   }
 
   void truth(const std::string& op, bool condition, const std::string& detail) {
@@ -247,6 +280,139 @@ void check_overlapped_async(Comm& comm, Checker& c) {
   c.equal_all("overlapped all_gather_async", ag_expected, ag_recv);
 }
 
+// 16-bit floats (Note [16-bit reductions on MPI], mpi_comm.cpp). Inputs are integers of
+// magnitude 1000 to 2700, a third of them negative, rounded to the type (bf16 keeps multiples
+// of 8 there), so a sum in fp32 of the rounded inputs is exact in any order and is rounded once
+// into the type. Sums of their bits as integers differ, and so does the maximum of bits
+// wherever a negative value (sign bit set) meets a positive one.
+template <typename H>
+H half_value(int rank, size_t i) {
+  const float sign = (i + static_cast<size_t>(rank)) % 3 == 0 ? -1.0f : 1.0f;
+  return narrow<H>(sign * (1000.0f + 17.0f * value<int>(rank, i)));
+}
+
+template <typename H>
+void check_half_all_reduce(Comm& comm, Checker& c, const char* type_name, size_t n, bool async) {
+  const int size = comm.size(), rank = comm.rank();
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+    const std::string name = std::string(async ? "all_reduce_async " : "all_reduce ") +
+                             (op == ReduceOp::kSum ? "sum " : "max ") + type_name;
+    std::vector<H> data(n), expected(n);
+    for (size_t i = 0; i < n; i++) {
+      data[i] = half_value<H>(rank, i);
+      float want = op == ReduceOp::kSum ? 0.0f : widen(half_value<H>(0, i));
+      for (int q = 0; q < size; q++) {
+        const float v = widen(half_value<H>(q, i));
+        want = op == ReduceOp::kSum ? want + v : std::max(want, v);
+      }
+      expected[i] = narrow<H>(want);
+    }
+    if (async) {
+      auto request = comm.all_reduce_async(data.data(), n, lattice::dtype_of<H>(), op);
+      while (!request->test()) std::this_thread::yield();  // completed by test(), not wait()
+      c.ok(name, request->wait());
+    } else {
+      c.ok(name, comm.all_reduce(data.data(), n, lattice::dtype_of<H>(), op));
+    }
+    c.equal_all_half(name, expected, data);
+  }
+}
+
+template <typename H>
+void check_half_reduce_scatter(Comm& comm, Checker& c, const char* type_name,
+                               const std::vector<size_t>& counts, bool async) {
+  const int size = comm.size(), rank = comm.rank();
+  const std::string name =
+      std::string(async ? "reduce_scatter_async " : "reduce_scatter ") + type_name;
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  std::vector<H> send(total), recv(counts[rank], H{0xffff}), expected(counts[rank]);
+  for (size_t j = 0; j < total; j++) send[j] = half_value<H>(rank, j);
+  const size_t own = offset_of(counts, rank);
+  for (size_t i = 0; i < counts[rank]; i++) {
+    float want = 0.0f;
+    for (int q = 0; q < size; q++) want += widen(half_value<H>(q, own + i));
+    expected[i] = narrow<H>(want);
+  }
+  const DType type = lattice::dtype_of<H>();
+  if (async)
+    c.ok(name, comm.reduce_scatter_async(send.data(), recv.data(), counts, type)->wait());
+  else
+    c.ok(name, comm.reduce_scatter(send.data(), recv.data(), counts, type));
+  c.equal_all_half(name, expected, recv);
+}
+
+// Bits that a round trip through fp32 would change: a signalling NaN (fp32 quiets it), then
+// arbitrary patterns (NaNs with payloads among them).
+template <typename H>
+H half_bits(int rank, size_t i) {
+  if (i == 0) return H{std::is_same_v<H, lattice::bf16> ? uint16_t{0x7f81} : uint16_t{0x7c01}};
+  return H{static_cast<uint16_t>(rank * 7919 + i * 104729)};
+}
+
+// all_gather (in place and not), broadcast and a send / recv ring move every bit unchanged.
+template <typename H>
+void check_half_moves(Comm& comm, Checker& c, const char* type_name,
+                      const std::vector<size_t>& counts) {
+  const int size = comm.size(), rank = comm.rank();
+  const DType type = lattice::dtype_of<H>();
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  std::vector<H> send(counts[rank]), expected(total);
+  for (size_t i = 0; i < counts[rank]; i++) send[i] = half_bits<H>(rank, i);
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < counts[q]; i++) expected[offset_of(counts, q) + i] = half_bits<H>(q, i);
+  for (bool in_place : {false, true}) {
+    const std::string name = std::string("all_gather ") + type_name + (in_place ? " in place" : "");
+    std::vector<H> recv(total, H{0});
+    const H* from = send.data();
+    if (in_place) {
+      std::copy(send.begin(), send.end(), recv.begin() + offset_of(counts, rank));
+      from = recv.data() + offset_of(counts, rank);
+    }
+    c.ok(name, comm.all_gather(from, recv.data(), counts, type));
+    c.equal_all_half(name, expected, recv);
+  }
+  const size_t n = counts[0] + 1;
+  std::vector<H> data(n), root_data(n);
+  for (size_t i = 0; i < n; i++) {
+    root_data[i] = half_bits<H>(size - 1, i);
+    data[i] = rank == size - 1 ? root_data[i] : H{0};
+  }
+  c.ok(std::string("broadcast ") + type_name, comm.broadcast(data.data(), n, type, size - 1));
+  c.equal_all_half(std::string("broadcast ") + type_name, root_data, data);
+  if (size < 2) return;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  std::vector<H> out(n), in(n, H{0}), from_prev(n);
+  for (size_t i = 0; i < n; i++) {
+    out[i] = half_bits<H>(rank, i);
+    from_prev[i] = half_bits<H>(prev, i);
+  }
+  const std::string name = std::string("send/recv ") + type_name;
+  if (rank == 0) c.ok(name, comm.send(out.data(), n, type, next, 6));
+  c.ok(name, comm.recv(in.data(), n, type, prev, 6));
+  if (rank != 0) c.ok(name, comm.send(out.data(), n, type, next, 6));
+  c.equal_all_half(name, from_prev, in);
+}
+
+template <typename H>
+void check_half(Comm& comm, Checker& c, const char* type_name, size_t n) {
+  for (bool async : {false, true}) {
+    check_half_all_reduce<H>(comm, c, type_name, n, async);
+    check_half_reduce_scatter<H>(comm, c, type_name, uneven_counts(comm.size(), n / 4), async);
+  }
+  check_half_moves<H>(comm, c, type_name, uneven_counts(comm.size(), n / 8));
+}
+
+// CommStats counts the caller's buffers: 2 bytes a 16-bit element, not the fp32 copies'.
+void check_half_stats(Comm& comm, Checker& c) {
+  std::vector<lattice::bf16> data(100, lattice::to_bf16(1.0f));
+  comm.reset_stats();
+  c.ok("all_reduce bf16", comm.all_reduce(data.data(), 100, DType::kBFloat16, ReduceOp::kSum));
+  c.equal("stats all_reduce_bytes bf16", 0, uint64_t{200}, comm.stats().all_reduce_bytes);
+  comm.reset_stats();
+}
+
 // Megatron-style groups: tensor-parallel pairs of consecutive ranks (color rank / 2) and the
 // data-parallel groups across them (color rank % 2), the latter ordered by a reversed key.
 void check_split(Comm& comm, Checker& c) {
@@ -339,6 +505,8 @@ void check_pieces(Comm& comm, Checker& c) {
   check_send_recv(comm, c, 50);
   check_isend_irecv(comm, c, 23);
   check_isend_irecv(comm, c, 0);
+  check_half<lattice::bf16>(comm, c, "bf16 (pieces of 7)", 40);
+  check_half<lattice::fp16>(comm, c, "fp16 (pieces of 7)", 40);
   lattice::set_mpi_max_count_for_testing(0);
 }
 
@@ -366,6 +534,9 @@ int run_checks(Comm& comm) {
   check_send_recv(comm, c, 100000);
   check_isend_irecv(comm, c, size_t{1} << 20);
   check_overlapped_async(comm, c);
+  check_half<lattice::bf16>(comm, c, "bf16", 1000);
+  check_half<lattice::fp16>(comm, c, "fp16", 1000);
+  check_half_stats(comm, c);
   check_split(comm, c);
   check_barrier_and_stats(comm, c);
   check_refusals(comm, c);

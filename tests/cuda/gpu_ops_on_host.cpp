@@ -6,7 +6,7 @@
 // bf16 and fp16 ops run the same CPU kernels on widened copies, rounding their results back.
 // Not emulated: the compute stream (every op runs when called). The pipeline's point-to-point
 // streams are host_cuda/'s: a send is a non-blocking send of the CPU communicator that the
-// stream's next operation completes first (16-bit messages travel as their bytes, as NCCL
+// stream's next operation completes first (16-bit messages travel as their bits, as NCCL
 // moves them). The attention's probabilities (the CPU op's saved tensor, which the GPU op
 // replaces by its log-sum-exp) are kept here, keyed by the lse buffer.
 #include <cuda_runtime_api.h>
@@ -482,85 +482,40 @@ void convert(Context&, float* dst, const fp16* src, size_t n) {
 
 namespace lattice {
 
-// The CPU communicator stands in for NCCL: the reduction happens when it is queued.
-Status all_reduce_on_stream(Comm& comm, void* data, size_t count, DeviceDType type, ReduceOp op,
+// The CPU communicator stands in for NCCL: the operation happens when it is queued. The CPU
+// communicator takes every DType (comm.h): 16-bit sums in fp32 rounded once (NCCL adds in the
+// 16-bit type), 16-bit rows and messages moved as their bits.
+Status all_reduce_on_stream(Comm& comm, void* data, size_t count, DType type, ReduceOp op,
                             CUstream_st*) {
-  // 16-bit activations are reduced in fp32 and rounded once (NCCL adds in the 16-bit type).
-  auto reduce_16 = [&](auto* elements) {
-    std::vector<float> v = kernels::cuda::wide(elements, count);
-    if (Status s = comm.all_reduce(v.data(), count, DType::kFloat32, op); !s) return s;
-    kernels::cuda::store(elements, v);
-    return Status::ok();
-  };
-  if (type == DeviceDType::kBFloat16) return reduce_16(static_cast<kernels::cuda::bf16*>(data));
-  if (type == DeviceDType::kFloat16) return reduce_16(static_cast<kernels::cuda::fp16*>(data));
-  const DType host = type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64;
-  return comm.all_reduce(data, count, host, op);
+  return comm.all_reduce(data, count, type, op);
 }
 
-// Sequence parallelism's row exchanges, done when queued as all_reduce_on_stream: 16-bit rows
-// travel as their bytes (an all-gather does no arithmetic) and are reduced in fp32, rounded once.
-Status all_gather_on_stream(Comm& comm, const void* send, void* recv, size_t count,
-                            DeviceDType type, CUstream_st*) {
-  const bool is_16 = type == DeviceDType::kBFloat16 || type == DeviceDType::kFloat16;
-  const DType host = is_16                           ? DType::kUInt8
-                     : type == DeviceDType::kFloat32 ? DType::kFloat32
-                                                     : DType::kFloat64;
-  const std::vector<size_t> counts(comm.size(), is_16 ? 2 * count : count);
-  return comm.all_gather(send, recv, counts, host);
+// Sequence parallelism's row exchanges, done when queued as all_reduce_on_stream.
+Status all_gather_on_stream(Comm& comm, const void* send, void* recv, size_t count, DType type,
+                            CUstream_st*) {
+  return comm.all_gather(send, recv, std::vector<size_t>(comm.size(), count), type);
 }
 
-Status reduce_scatter_on_stream(Comm& comm, const void* send, void* recv, size_t count,
-                                DeviceDType type, CUstream_st*) {
-  const std::vector<size_t> counts(comm.size(), count);
-  auto reduce_16 = [&](const auto* in, auto* out) {
-    const std::vector<float> v = kernels::cuda::wide(in, count * comm.size());
-    std::vector<float> mine(count);
-    if (Status s = comm.reduce_scatter(v.data(), mine.data(), counts, DType::kFloat32); !s)
-      return s;
-    kernels::cuda::store(out, mine);
-    return Status::ok();
-  };
-  using kernels::cuda::bf16;
-  using kernels::cuda::fp16;
-  if (type == DeviceDType::kBFloat16)
-    return reduce_16(static_cast<const bf16*>(send), static_cast<bf16*>(recv));
-  if (type == DeviceDType::kFloat16)
-    return reduce_16(static_cast<const fp16*>(send), static_cast<fp16*>(recv));
-  const DType host = type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64;
-  return comm.reduce_scatter(send, recv, counts, host);
+Status reduce_scatter_on_stream(Comm& comm, const void* send, void* recv, size_t count, DType type,
+                                CUstream_st*) {
+  return comm.reduce_scatter(send, recv, std::vector<size_t>(comm.size(), count), type);
 }
-
-namespace {
-// A point-to-point message's host type and element count: 16-bit elements as their two bytes.
-struct HostMessage {
-  DType type;
-  size_t count;
-};
-HostMessage host_message(DeviceDType type, size_t count) {
-  if (type == DeviceDType::kBFloat16 || type == DeviceDType::kFloat16)
-    return {DType::kUInt8, 2 * count};
-  return {type == DeviceDType::kFloat32 ? DType::kFloat32 : DType::kFloat64, count};
-}
-}  // namespace
 
 // NCCL's order on the host: the stream's previous operation completes before this one starts;
 // the send itself stays in flight until the stream's next operation or an event waits for it.
-Status send_on_stream(Comm& comm, const void* data, size_t count, DeviceDType type, int peer,
+Status send_on_stream(Comm& comm, const void* data, size_t count, DType type, int peer,
                       CUstream_st* stream) {
-  const HostMessage m = host_message(type, count);
   stream->complete();
-  stream->pending = comm.isend(data, m.count, m.type, peer, 0);
+  stream->pending = comm.isend(data, count, type, peer, 0);
   stream->pending_seq = ++stream->issued;
   return Status::ok();
 }
 
-Status recv_on_stream(Comm& comm, void* data, size_t count, DeviceDType type, int peer,
+Status recv_on_stream(Comm& comm, void* data, size_t count, DType type, int peer,
                       CUstream_st* stream) {
-  const HostMessage m = host_message(type, count);
   stream->complete();
   ++stream->issued;
-  return comm.recv(data, m.count, m.type, peer, 0);
+  return comm.recv(data, count, type, peer, 0);
 }
 
 }  // namespace lattice

@@ -112,13 +112,13 @@ bool run(lattice::Comm& comm) {
     for (int r = 0; r < size; r++) gathered.insert(gathered.end(), count, float(r + 1));
     for (size_t i = 0; i < count; i++) want[i] = float(size) * float((rank * count + i) % 11);
     DeviceBuffer<float> d_send(send), d_recv(count), d_block(block), d_all(count * size);
-    using lattice::DeviceDType;
+    using lattice::DType;
     good &= ok(lattice::reduce_scatter_on_stream(comm, d_send.get(), d_recv.get(), count,
-                                                 DeviceDType::kFloat32, nullptr),
+                                                 DType::kFloat32, nullptr),
                "reduce_scatter_on_stream");
     good &= same_values(d_recv.download(), want, "reduce_scatter_on_stream");
     good &= ok(lattice::all_gather_on_stream(comm, d_block.get(), d_all.get(), count,
-                                             DeviceDType::kFloat32, nullptr),
+                                             DType::kFloat32, nullptr),
                "all_gather_on_stream");
     good &= same_values(d_all.download(), gathered, "all_gather_on_stream");
     // bf16: the upper half of the fp32 pattern (exact for these values).
@@ -142,11 +142,11 @@ bool run(lattice::Comm& comm) {
     DeviceBuffer<uint16_t> h_send(to_bf16(send)), h_recv(count), h_block(to_bf16(block)),
         h_all(count * size);
     good &= ok(lattice::reduce_scatter_on_stream(comm, h_send.get(), h_recv.get(), count,
-                                                 DeviceDType::kBFloat16, nullptr),
+                                                 DType::kBFloat16, nullptr),
                "reduce_scatter_on_stream bf16");
     good &= same_values(from_bf16(h_recv.download()), want, "reduce_scatter_on_stream bf16");
     good &= ok(lattice::all_gather_on_stream(comm, h_block.get(), h_all.get(), count,
-                                             DeviceDType::kBFloat16, nullptr),
+                                             DType::kBFloat16, nullptr),
                "all_gather_on_stream bf16");
     good &= same_values(from_bf16(h_all.download()), gathered, "all_gather_on_stream bf16");
   }

@@ -1,6 +1,12 @@
 // The communicator (ARCHITECTURE.md "Communicator"): the one narrow interface through which
 // tensor, pipeline and data parallelism move bytes. LocalComm is a world of one (no MPI);
-// MpiComm wraps an MPI communicator over CPU buffers. Non-goal: GPU buffers (NcclComm, issue 10).
+// MpiComm wraps an MPI communicator over CPU buffers; NcclComm (parallel/nccl_comm.h) one over
+// device buffers.
+//
+// Element types (lattice/dtype.h): every Comm takes every DType. Sums and maxima of bf16 and
+// fp16 are computed in fp32 and rounded once by MpiComm (MPI has no 16-bit arithmetic; Note
+// [16-bit reductions on MPI] in mpi_comm.cpp), in the 16-bit type by NcclComm; the operations
+// that only move data (all_gather, broadcast, gather, send, recv) carry every bit unchanged.
 //
 // Ordering contract: collectives (blocking or async) are called in the same order on every
 // rank of a communicator, with the same counts and types. Point-to-point messages match by
@@ -26,35 +32,10 @@
 #include <string>
 #include <vector>
 
+#include "lattice/dtype.h"
 #include "lattice/status.h"
 
 namespace lattice {
-
-enum class DType { kFloat32, kFloat64, kInt32, kInt64, kUInt8 };
-size_t dtype_size(DType type);
-
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::kFloat32;
-}
-template <>
-constexpr DType dtype_of<double>() {
-  return DType::kFloat64;
-}
-template <>
-constexpr DType dtype_of<int32_t>() {
-  return DType::kInt32;
-}
-template <>
-constexpr DType dtype_of<int64_t>() {
-  return DType::kInt64;
-}
-template <>
-constexpr DType dtype_of<uint8_t>() {
-  return DType::kUInt8;
-}
 
 // Integer sums must not overflow: Open MPI 4.1 saturates where the CPU would wrap.
 enum class ReduceOp { kSum, kMax };

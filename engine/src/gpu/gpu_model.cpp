@@ -218,7 +218,7 @@ void GpuGpt<A>::zero_grads() {
 }
 
 template <typename A>
-void GpuGpt<A>::tp_all_reduce(void* data, size_t count, DeviceDType type, ReduceOp op) {
+void GpuGpt<A>::tp_all_reduce(void* data, size_t count, DType type, ReduceOp op) {
 #if LATTICE_HAVE_NCCL
   if (Status s = all_reduce_on_stream(*tp_, data, count, type, op, ctx_.stream()); !s)
     ctx_.record_error("tensor-parallel all-reduce: " + s.message());
@@ -229,16 +229,9 @@ void GpuGpt<A>::tp_all_reduce(void* data, size_t count, DeviceDType type, Reduce
 }
 
 template <typename A>
-DeviceDType GpuGpt<A>::compute_type() const {
-  return std::is_same_v<A, float>      ? DeviceDType::kFloat32
-         : std::is_same_v<A, cu::fp16> ? DeviceDType::kFloat16
-                                       : DeviceDType::kBFloat16;
-}
-
-template <typename A>
 void GpuGpt<A>::tp_sum_rows(A* data) {
   if (t_ == 1) return;
-  tp_all_reduce(data, static_cast<size_t>(N_) * C_, compute_type(), ReduceOp::kSum);
+  tp_all_reduce(data, static_cast<size_t>(N_) * C_, dtype_of<A>(), ReduceOp::kSum);
 }
 
 template <typename A>
@@ -246,7 +239,7 @@ const A* GpuGpt<A>::gather_rows(const A* held, A* full) {
   if (!sp_) return held;
 #if LATTICE_HAVE_NCCL
   const size_t RC = static_cast<size_t>(R_) * C_;
-  if (Status s = all_gather_on_stream(*tp_, held, full, RC, compute_type(), ctx_.stream()); !s)
+  if (Status s = all_gather_on_stream(*tp_, held, full, RC, dtype_of<A>(), ctx_.stream()); !s)
     ctx_.record_error("sequence-parallel all-gather: " + s.message());
 #else
   ctx_.record_error("tensor parallelism on GPUs needs NCCL and MPI in the build");
@@ -262,7 +255,7 @@ void GpuGpt<A>::reduce_rows(A* partial, A* held) {
   }
 #if LATTICE_HAVE_NCCL
   const size_t RC = static_cast<size_t>(R_) * C_;
-  if (Status s = reduce_scatter_on_stream(*tp_, partial, held, RC, compute_type(), ctx_.stream());
+  if (Status s = reduce_scatter_on_stream(*tp_, partial, held, RC, dtype_of<A>(), ctx_.stream());
       !s)
     ctx_.record_error("sequence-parallel reduce-scatter: " + s.message());
 #else
@@ -318,7 +311,7 @@ void GpuGpt<A>::sum_sequence_parallel_grads(int first, int last) {
     int j = i;
     while (j + 1 < last && t[j + 1].sequence_parallel_grad) j++;
     const size_t count = t[j].offset + t[j].numel - t[i].offset;
-    tp_all_reduce(grads_ + t[i].offset, count, DeviceDType::kFloat32, ReduceOp::kSum);
+    tp_all_reduce(grads_ + t[i].offset, count, DType::kFloat32, ReduceOp::kSum);
     i = j + 1;
   }
 }
@@ -494,11 +487,11 @@ void GpuGpt<A>::cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_
   const int v0 = tp_rank_ * Vt_;
   const size_t n = static_cast<size_t>(N);
   cu::cross_entropy_shard_max(ctx_, row_max_, a.logits_f32, N, Vt_);
-  tp_all_reduce(row_max_, n, DeviceDType::kFloat32, ReduceOp::kMax);
+  tp_all_reduce(row_max_, n, DType::kFloat32, ReduceOp::kMax);
   cu::cross_entropy_shard_sums(ctx_, sum_exp_, target_logit_, a.logits_f32, row_max_, targets, v0,
                                N, Vt_);
-  tp_all_reduce(sum_exp_, n, DeviceDType::kFloat64, ReduceOp::kSum);
-  tp_all_reduce(target_logit_, n, DeviceDType::kFloat32, ReduceOp::kSum);
+  tp_all_reduce(sum_exp_, n, DType::kFloat64, ReduceOp::kSum);
+  tp_all_reduce(target_logit_, n, DType::kFloat32, ReduceOp::kSum);
   cu::cross_entropy_shard_finish(ctx_, a.losses, dlogits, a.logits_f32, row_max_, sum_exp_,
                                  target_logit_, targets, v0, N, Vt_, grad_scale);
 }
@@ -593,7 +586,7 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
 }
 
 template class GpuGpt<float>;
-template class GpuGpt<cu::bf16>;
-template class GpuGpt<cu::fp16>;
+template class GpuGpt<bf16>;
+template class GpuGpt<fp16>;
 
 }  // namespace lattice::gpu

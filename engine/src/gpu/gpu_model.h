@@ -191,7 +191,7 @@ class GpuGpt {
   void recompute_group(const GpuSlot<A>& a, int first, int last);
   // Queues an in-place all-reduce of data (count elements of `type`) over the TP group on the
   // Context's stream (all_reduce_on_stream); a failure is recorded in the Context.
-  void tp_all_reduce(void* data, size_t count, DeviceDType type, ReduceOp op);
+  void tp_all_reduce(void* data, size_t count, DType type, ReduceOp op);
   // Sums an (N, C) activation of partial sums over the TP group: the row-parallel layers'
   // outputs, the input gradients of the column-parallel ones and of the LM head.
   void tp_sum_rows(A* data);
@@ -207,7 +207,6 @@ class GpuGpt {
   void add_position_rows(A* rows, const A* wpe);
   // Sums the sequence_parallel_grad gradients of tensors [first, last) over the TP group.
   void sum_sequence_parallel_grads(int first, int last);
-  DeviceDType compute_type() const;
   // Hidden dropout in place on an (R, C) activation (nothing when not training or p is 0), with
   // the current slot's p and seed; layer: the local index (keyed by the global one), -1 for the
   // embedding.

@@ -20,7 +20,7 @@ cudaEvent_t as_event(void* e) {
   return static_cast<cudaEvent_t>(e);
 }
 
-Status send_boundary(Comm& comm, const void* data, size_t count, DeviceDType type, int peer,
+Status send_boundary(Comm& comm, const void* data, size_t count, DType type, int peer,
                      void* stream) {
 #if LATTICE_HAVE_NCCL
   return send_on_stream(comm, data, count, type, peer, as_stream(stream));
@@ -30,16 +30,7 @@ Status send_boundary(Comm& comm, const void* data, size_t count, DeviceDType typ
 #endif
 }
 
-// The boundary tensors' NCCL type: the compute type A.
-template <typename A>
-constexpr DeviceDType boundary_type() {
-  return std::is_same_v<A, float>      ? DeviceDType::kFloat32
-         : std::is_same_v<A, cu::fp16> ? DeviceDType::kFloat16
-                                       : DeviceDType::kBFloat16;
-}
-
-Status recv_boundary(Comm& comm, void* data, size_t count, DeviceDType type, int peer,
-                     void* stream) {
+Status recv_boundary(Comm& comm, void* data, size_t count, DType type, int peer, void* stream) {
 #if LATTICE_HAVE_NCCL
   return recv_on_stream(comm, data, count, type, peer, as_stream(stream));
 #else
@@ -154,7 +145,7 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
                                    float grad_scale, float* losses) {
   GpuGpt<A>& model = *chunks_[c];
   GpuSlot<A>& slot = model.slot(s);
-  const DeviceDType type = boundary_type<A>();
+  const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
   void* compute = ctx_.stream();
   // The slot's output may still be on its way to the next stage from its previous use.
   if (cudaStreamWaitEvent(as_stream(compute), as_event(output_sent_[c][s]), 0) != cudaSuccess)
@@ -194,7 +185,7 @@ template <typename A>
 Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
   GpuGpt<A>& model = *chunks_[c];
   GpuSlot<A>& slot = model.slot(s);
-  const DeviceDType type = boundary_type<A>();
+  const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
   void* compute = ctx_.stream();
   if (!last_virtual(c)) {
     // Into output_grad, which the slot's previous backward has already read (compute order).
@@ -276,7 +267,7 @@ Status GpuPipeline<A>::evaluate(int micro_batches, const Loader& load, float* lo
 }
 
 template class GpuPipeline<float>;
-template class GpuPipeline<cu::bf16>;
-template class GpuPipeline<cu::fp16>;
+template class GpuPipeline<bf16>;
+template class GpuPipeline<fp16>;
 
 }  // namespace lattice::gpu

@@ -363,8 +363,8 @@ Status GpuLoop<A>::sum_tied_embedding() {
   GpuGpt<A>& m = embedding_chunk();
   const int index = m.layout().word_embedding_index();
   const ParamTensor& t = m.layout().tensors()[index];
-  if (Status s = all_reduce_on_stream(*embedding_, m.grads() + t.offset, t.numel,
-                                      DeviceDType::kFloat32, ReduceOp::kSum, dev_.ctx->stream());
+  if (Status s = all_reduce_on_stream(*embedding_, m.grads() + t.offset, t.numel, DType::kFloat32,
+                                      ReduceOp::kSum, dev_.ctx->stream());
       !s)
     return s;
   if (reducer_) reducer_->ready(groups_.first_stage() ? 0 : chunk_count() - 1, index, index + 1);
@@ -522,9 +522,9 @@ Result<TrainSummary> GpuLoop<A>::run() {
                                        o_.parallel.pipeline_model_parallel_size)
     << (o_.parallel.sequence_parallel ? ", sequence parallel" : "")
     << (o_.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << "), "
-    << (std::is_same_v<A, float>      ? "fp32"
-        : std::is_same_v<A, cu::fp16> ? "fp16 with fp32 master weights and grads, loss scaling"
-                                      : "bf16 with fp32 master weights and grads");
+    << (std::is_same_v<A, float>  ? "fp32"
+        : std::is_same_v<A, fp16> ? "fp16 with fp32 master weights and grads, loss scaling"
+                                  : "bf16 with fp32 master weights and grads");
   if (!o_.parallel.recompute_granularity.empty())  // as the CPU trainer's description
     d << ", " << o_.parallel.recompute_granularity << " recomputation";
   start.description = d.str();
@@ -827,9 +827,9 @@ Result<TrainSummary> train_on_gpu(const TrainOptions& o, const ModelConfig& mc, 
   if (!device) return device.status();
   Result<TrainSummary> r = Status::internal("unreachable");
   if (o.bf16)
-    r = GpuLoop<cu::bf16>(o, mc, world, sink, *device).run();
+    r = GpuLoop<bf16>(o, mc, world, sink, *device).run();
   else if (o.fp16)
-    r = GpuLoop<cu::fp16>(o, mc, world, sink, *device).run();
+    r = GpuLoop<fp16>(o, mc, world, sink, *device).run();
   else
     r = GpuLoop<float>(o, mc, world, sink, *device).run();
   return r;

@@ -150,9 +150,9 @@ Status GradReducer::gather_params(int arena, float* master, kernels::cuda::Compu
   namespace cu = kernels::cuda;
   const size_t n = arenas_[arena].layout->total_numel();
   if (copy.type == cu::ComputeCopy::Type::kBf16)
-    cu::convert(ctx_, static_cast<cu::bf16*>(copy.data), master, n);
+    cu::convert(ctx_, static_cast<bf16*>(copy.data), master, n);
   else if (copy.type == cu::ComputeCopy::Type::kFp16)
-    cu::convert(ctx_, static_cast<cu::fp16*>(copy.data), master, n);
+    cu::convert(ctx_, static_cast<fp16*>(copy.data), master, n);
   return Status::ok();
 }
 

@@ -1,5 +1,5 @@
 // The communicator's entry points (comm.h): which world this process belongs to (MPI when a
-// launcher started it and MPI is built in, else a world of one) and the dtype table.
+// launcher started it and MPI is built in, else a world of one).
 // MPI itself lives in mpi_comm.cpp only.
 #include <cstdlib>
 
@@ -9,22 +9,6 @@
 #endif
 
 namespace lattice {
-
-size_t dtype_size(DType type) {
-  switch (type) {
-    case DType::kFloat32:
-      return 4;
-    case DType::kFloat64:
-      return 8;
-    case DType::kInt32:
-      return 4;
-    case DType::kInt64:
-      return 8;
-    case DType::kUInt8:
-      return 1;
-  }
-  return 0;
-}
 
 // The launchers' own variables: OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMIx launchers
 // (OpenMPI 5, srun --mpi=pmix) set PMIX_RANK; MPICH's hydra and srun --mpi=pmi2 set PMI_RANK

@@ -37,6 +37,11 @@ MPI_Datatype mpi_type(DType type) {
       return MPI_FLOAT;
     case DType::kFloat64:
       return MPI_DOUBLE;
+    // 16-bit floats move as their bits; reductions widen them first (Note [16-bit reductions
+    // on MPI]).
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      return MPI_UINT16_T;
     case DType::kInt32:
       return MPI_INT32_T;
     case DType::kInt64:
@@ -51,6 +56,32 @@ MPI_Datatype mpi_type(DType type) {
 // where the CPU would wrap (open-mpi/ompi#8045, "wontfix").
 MPI_Op mpi_op(ReduceOp op) {
   return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+}
+
+// Note [16-bit reductions on MPI]: MPI has no bf16 or fp16 arithmetic (summing their bits as
+// MPI_UINT16_T integers would be garbage), so a sum or maximum of 16-bit elements runs on fp32
+// copies that its request owns: the inputs widened exactly when the operation starts, the
+// result rounded to nearest even once, into the caller's buffer, when it completes (not when
+// it fails). The operations that only move data (all-gather, broadcast, gather, send, recv)
+// carry 16-bit elements as MPI_UINT16_T, every bit unchanged. NCCL instead adds in the 16-bit
+// type; the 16-bit tests' tolerances cover the difference. The copies also make an in-place
+// 16-bit reduce-scatter safe (NcclComm's rule, which MPI_Ireduce_scatter does not allow).
+bool is_16bit(DType type) {
+  return type == DType::kBFloat16 || type == DType::kFloat16;
+}
+void widen(const void* src, size_t n, DType type, float* dst) {
+  if (type == DType::kBFloat16) {
+    for (size_t i = 0; i < n; i++) dst[i] = from_bf16(static_cast<const bf16*>(src)[i]);
+  } else {
+    for (size_t i = 0; i < n; i++) dst[i] = from_fp16(static_cast<const fp16*>(src)[i]);
+  }
+}
+void narrow(const float* src, size_t n, DType type, void* dst) {
+  if (type == DType::kBFloat16) {
+    for (size_t i = 0; i < n; i++) static_cast<bf16*>(dst)[i] = to_bf16(src[i]);
+  } else {
+    for (size_t i = 0; i < n; i++) static_cast<fp16*>(dst)[i] = to_fp16(src[i]);
+  }
 }
 
 std::string mpi_error_string(int rc) {
@@ -141,6 +172,22 @@ class MpiRequest final : public CommRequest {
     if (rc != MPI_SUCCESS && status_.is_ok()) status_ = mpi_failure(call, rc, rank_, size_);
   }
   void fail(Status status) { status_ = std::move(status); }
+  // Note [16-bit reductions on MPI]: an fp32 copy (n) of the 16-bit input `src` (n, type),
+  // kept until the operation completes.
+  const float* widened_input(const void* src, size_t n, DType type) {
+    wide_input_.resize(n);
+    widen(src, n, type, wide_input_.data());
+    return wide_input_.data();
+  }
+  // The fp32 buffer (n) the operation writes instead of `result` (n, type), holding result's
+  // values when `load` (in place); rounded into `result` when the operation completes.
+  float* widened_result(void* result, size_t n, DType type, bool load) {
+    wide_result_.resize(n);
+    if (load) widen(result, n, type, wide_result_.data());
+    result_ = result;
+    result_type_ = type;
+    return wide_result_.data();
+  }
   bool failed() const { return !status_.is_ok(); }
   std::vector<int>& counts() { return counts_; }
   std::vector<int>& displs() { return displs_; }
@@ -165,6 +212,8 @@ class MpiRequest final : public CommRequest {
     done_ = true;
     if (rc != MPI_SUCCESS && status_.is_ok())
       status_ = mpi_failure("MPI_Waitall", rc, rank_, size_);
+    if (result_ && status_.is_ok())
+      narrow(wide_result_.data(), wide_result_.size(), result_type_, result_);
   }
 
   CommStats& stats_;
@@ -172,6 +221,10 @@ class MpiRequest final : public CommRequest {
   WatchedOp op_;  // what a wait for it is, in messages
   std::vector<MPI_Request> requests_;
   std::vector<int> counts_, displs_;  // (size) for MPI_Ireduce_scatter / MPI_Iallgatherv
+  // A widened 16-bit reduction's fp32 input and result, and where the result is rounded to.
+  std::vector<float> wide_input_, wide_result_;
+  void* result_ = nullptr;
+  DType result_type_ = DType::kFloat32;
   Status status_;
   bool done_ = false;
 };
@@ -262,6 +315,10 @@ class MpiComm final : public Comm {
                                                 ReduceOp op) override {
     auto request = make_request(collective("all-reduce"));
     note(stats_.all_reduce_bytes, count, type);
+    if (is_16bit(type)) {
+      data = request->widened_result(data, count, type, true);
+      type = DType::kFloat32;
+    }
     request->issued("MPI_Iallreduce", for_each_piece(count, [&](size_t offset, int n) {
                       return MPI_Iallreduce(MPI_IN_PLACE, at(data, offset, type), n, mpi_type(type),
                                             mpi_op(op), comm_, request->slot());
@@ -279,6 +336,11 @@ class MpiComm final : public Comm {
     }
     const size_t total = total_of(counts);
     note(stats_.reduce_scatter_bytes, total, type);
+    if (is_16bit(type)) {
+      send = request->widened_input(send, total, type);
+      recv = request->widened_result(recv, counts[rank_], type, false);
+      type = DType::kFloat32;
+    }
     if (total <= g_max_count) {
       request->counts() = ints_of(counts);
       request->issued("MPI_Ireduce_scatter",

@@ -27,6 +27,10 @@ ncclDataType_t nccl_type(DType type) {
       return ncclFloat32;
     case DType::kFloat64:
       return ncclFloat64;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kFloat16:
+      return ncclFloat16;
     case DType::kInt32:
       return ncclInt32;
     case DType::kInt64:
@@ -152,42 +156,37 @@ class NcclComm final : public Comm {
     return blocking(peer_op("recv from", peer), recv_enqueue(data, count, type, peer));
   }
   // all_reduce_on_stream: the same ncclAllReduce on the caller's stream, not waited for.
-  Status all_reduce_on(void* data, size_t count, ncclDataType_t type, size_t element_bytes,
-                       ReduceOp op, cudaStream_t stream) {
-    stats_.calls++;
-    stats_.all_reduce_bytes += count * element_bytes;
+  Status all_reduce_on(void* data, size_t count, DType type, ReduceOp op, cudaStream_t stream) {
+    note(stats_.all_reduce_bytes, count, type);
     return check("ncclAllReduce (on the caller's stream)",
-                 ncclAllReduce(data, data, count, type, nccl_op(op), comm_, stream));
+                 ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, stream));
   }
 
   // all_gather_on_stream / reduce_scatter_on_stream: equal blocks on the caller's stream.
-  Status all_gather_on(const void* send, void* recv, size_t count, ncclDataType_t type,
-                       size_t element_bytes, cudaStream_t stream) {
-    stats_.calls++;
-    stats_.all_gather_bytes += count * size() * element_bytes;
+  Status all_gather_on(const void* send, void* recv, size_t count, DType type,
+                       cudaStream_t stream) {
+    note(stats_.all_gather_bytes, count * size(), type);
     return check("ncclAllGather (on the caller's stream)",
-                 ncclAllGather(send, recv, count, type, comm_, stream));
+                 ncclAllGather(send, recv, count, nccl_type(type), comm_, stream));
   }
-  Status reduce_scatter_on(const void* send, void* recv, size_t count, ncclDataType_t type,
-                           size_t element_bytes, cudaStream_t stream) {
-    stats_.calls++;
-    stats_.reduce_scatter_bytes += count * size() * element_bytes;
+  Status reduce_scatter_on(const void* send, void* recv, size_t count, DType type,
+                           cudaStream_t stream) {
+    note(stats_.reduce_scatter_bytes, count * size(), type);
     return check("ncclReduceScatter (on the caller's stream)",
-                 ncclReduceScatter(send, recv, count, type, ncclSum, comm_, stream));
+                 ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, comm_, stream));
   }
 
   // send_on_stream / recv_on_stream: ncclSend / ncclRecv on the caller's stream.
-  Status point_to_point_on(bool send, void* data, size_t count, ncclDataType_t type,
-                           size_t element_bytes, int peer, cudaStream_t stream) {
+  Status point_to_point_on(bool send, void* data, size_t count, DType type, int peer,
+                           cudaStream_t stream) {
     if (Status s = check_rank(send ? "send_on_stream" : "recv_on_stream", "peer", peer); !s)
       return s;
-    stats_.calls++;
-    (send ? stats_.send_bytes : stats_.recv_bytes) += count * element_bytes;
+    note(send ? stats_.send_bytes : stats_.recv_bytes, count, type);
     if (send)
       return check("ncclSend (on the caller's stream)",
-                   ncclSend(data, count, type, peer, comm_, stream));
+                   ncclSend(data, count, nccl_type(type), peer, comm_, stream));
     return check("ncclRecv (on the caller's stream)",
-                 ncclRecv(data, count, type, peer, comm_, stream));
+                 ncclRecv(data, count, nccl_type(type), peer, comm_, stream));
   }
 
   Status barrier() override {
@@ -445,102 +444,50 @@ Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap) {
   return std::unique_ptr<Comm>(new NcclComm(std::move(bootstrap), comm, stream, scratch));
 }
 
-Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, ReduceOp op,
+namespace {
+// The NcclComm behind `nccl`, or null when it is another Comm.
+NcclComm* as_nccl(Comm& nccl) {
+  return dynamic_cast<NcclComm*>(&nccl);
+}
+Status not_nccl(const char* function) {
+  return Status::invalid_argument(std::string(function) +
+                                  ": the communicator is not an NcclComm (make_nccl_comm)");
+}
+}  // namespace
+
+Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DType type, ReduceOp op,
                             CUstream_st* stream) {
-  auto* comm = dynamic_cast<NcclComm*>(&nccl);
-  if (!comm)
-    return Status::invalid_argument(
-        "all_reduce_on_stream: the communicator is not an NcclComm (make_nccl_comm)");
-  switch (type) {
-    case DeviceDType::kFloat32:
-      return comm->all_reduce_on(data, count, ncclFloat32, 4, op, stream);
-    case DeviceDType::kFloat64:
-      return comm->all_reduce_on(data, count, ncclFloat64, 8, op, stream);
-    case DeviceDType::kBFloat16:
-      return comm->all_reduce_on(data, count, ncclBfloat16, 2, op, stream);
-    case DeviceDType::kFloat16:
-      return comm->all_reduce_on(data, count, ncclFloat16, 2, op, stream);
-  }
-  return Status::invalid_argument("all_reduce_on_stream: unknown element type");
+  NcclComm* comm = as_nccl(nccl);
+  if (!comm) return not_nccl("all_reduce_on_stream");
+  return comm->all_reduce_on(data, count, type, op, stream);
 }
 
-namespace {
-// The NCCL type and element size of a DeviceDType; false for an unknown one.
-bool nccl_device_type(DeviceDType type, ncclDataType_t& nccl, size_t& bytes) {
-  switch (type) {
-    case DeviceDType::kFloat32:
-      nccl = ncclFloat32, bytes = 4;
-      return true;
-    case DeviceDType::kFloat64:
-      nccl = ncclFloat64, bytes = 8;
-      return true;
-    case DeviceDType::kBFloat16:
-      nccl = ncclBfloat16, bytes = 2;
-      return true;
-    case DeviceDType::kFloat16:
-      nccl = ncclFloat16, bytes = 2;
-      return true;
-  }
-  return false;
-}
-}  // namespace
-
-Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count,
-                            DeviceDType type, CUstream_st* stream) {
-  auto* comm = dynamic_cast<NcclComm*>(&nccl);
-  if (!comm)
-    return Status::invalid_argument(
-        "all_gather_on_stream: the communicator is not an NcclComm (make_nccl_comm)");
-  ncclDataType_t t;
-  size_t bytes;
-  if (!nccl_device_type(type, t, bytes))
-    return Status::invalid_argument("all_gather_on_stream: unknown element type");
-  return comm->all_gather_on(send, recv, count, t, bytes, stream);
+Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
+                            CUstream_st* stream) {
+  NcclComm* comm = as_nccl(nccl);
+  if (!comm) return not_nccl("all_gather_on_stream");
+  return comm->all_gather_on(send, recv, count, type, stream);
 }
 
-Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count,
-                                DeviceDType type, CUstream_st* stream) {
-  auto* comm = dynamic_cast<NcclComm*>(&nccl);
-  if (!comm)
-    return Status::invalid_argument(
-        "reduce_scatter_on_stream: the communicator is not an NcclComm (make_nccl_comm)");
-  ncclDataType_t t;
-  size_t bytes;
-  if (!nccl_device_type(type, t, bytes))
-    return Status::invalid_argument("reduce_scatter_on_stream: unknown element type");
-  return comm->reduce_scatter_on(send, recv, count, t, bytes, stream);
+Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
+                                CUstream_st* stream) {
+  NcclComm* comm = as_nccl(nccl);
+  if (!comm) return not_nccl("reduce_scatter_on_stream");
+  return comm->reduce_scatter_on(send, recv, count, type, stream);
 }
 
-namespace {
-Status point_to_point_on_stream(bool send, Comm& nccl, void* data, size_t count, DeviceDType type,
-                                int peer, CUstream_st* stream) {
-  auto* comm = dynamic_cast<NcclComm*>(&nccl);
-  const char* name = send ? "send_on_stream" : "recv_on_stream";
-  if (!comm)
-    return Status::invalid_argument(std::string(name) +
-                                    ": the communicator is not an NcclComm (make_nccl_comm)");
-  switch (type) {
-    case DeviceDType::kFloat32:
-      return comm->point_to_point_on(send, data, count, ncclFloat32, 4, peer, stream);
-    case DeviceDType::kFloat64:
-      return comm->point_to_point_on(send, data, count, ncclFloat64, 8, peer, stream);
-    case DeviceDType::kBFloat16:
-      return comm->point_to_point_on(send, data, count, ncclBfloat16, 2, peer, stream);
-    case DeviceDType::kFloat16:
-      return comm->point_to_point_on(send, data, count, ncclFloat16, 2, peer, stream);
-  }
-  return Status::invalid_argument(std::string(name) + ": unknown element type");
-}
-}  // namespace
-
-Status send_on_stream(Comm& nccl, const void* data, size_t count, DeviceDType type, int peer,
+Status send_on_stream(Comm& nccl, const void* data, size_t count, DType type, int peer,
                       CUstream_st* stream) {
-  return point_to_point_on_stream(true, nccl, const_cast<void*>(data), count, type, peer, stream);
+  NcclComm* comm = as_nccl(nccl);
+  if (!comm) return not_nccl("send_on_stream");
+  return comm->point_to_point_on(true, const_cast<void*>(data), count, type, peer, stream);
 }
 
-Status recv_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, int peer,
+Status recv_on_stream(Comm& nccl, void* data, size_t count, DType type, int peer,
                       CUstream_st* stream) {
-  return point_to_point_on_stream(false, nccl, data, count, type, peer, stream);
+  NcclComm* comm = as_nccl(nccl);
+  if (!comm) return not_nccl("recv_on_stream");
+  return comm->point_to_point_on(false, data, count, type, peer, stream);
 }
 
 Result<int> select_device_for_rank() {

@@ -30,10 +30,6 @@ namespace lattice {
 // a failure inside ncclCommInitRank ends the job through bootstrap's abort().
 Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap);
 
-// Element types of all_reduce_on_stream: the device's activations may be bf16 or fp16, which
-// DType (host buffers) does not name.
-enum class DeviceDType { kFloat32, kFloat64, kBFloat16, kFloat16 };
-
 // Queues an in-place all-reduce of data (count elements, a device pointer) over `nccl`, a
 // communicator that make_nccl_comm made, on `stream` (a cudaStream_t) instead of the
 // communicator's own stream: work queued on `stream` before it has written data, work queued
@@ -42,7 +38,7 @@ enum class DeviceDType { kFloat32, kFloat64, kBFloat16, kFloat16 };
 // itself surfaces when `stream` is synchronised. Collective over `nccl`: every rank queues
 // the same reductions in the same order. Not thread-safe with other calls on `nccl`.
 // An error (invalid_argument) when `nccl` is not an NcclComm.
-Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, ReduceOp op,
+Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DType type, ReduceOp op,
                             CUstream_st* stream);
 
 // Queue an all-gather (recv (count * size) = every rank's send (count), in rank order) or a
@@ -52,10 +48,10 @@ Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DeviceDType ty
 // allows (see the top of this file). Collective over `nccl`, the same calls in the same order
 // on every rank; not thread-safe with other calls on `nccl`. An error (invalid_argument) when
 // `nccl` is not an NcclComm.
-Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count,
-                            DeviceDType type, CUstream_st* stream);
-Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count,
-                                DeviceDType type, CUstream_st* stream);
+Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
+                            CUstream_st* stream);
+Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
+                                CUstream_st* stream);
 
 // Queue a send of data (count elements, a device pointer) to `peer`, or a receive from it,
 // over `nccl` on `stream` instead of the communicator's own stream, as all_reduce_on_stream:
@@ -65,9 +61,9 @@ Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t
 // receive is posted, so two ranks that each send to the other first on one stream deadlock;
 // the caller orders them (gpu_pipeline.h keeps one communicator and stream per direction).
 // Not thread-safe with other calls on `nccl`.
-Status send_on_stream(Comm& nccl, const void* data, size_t count, DeviceDType type, int peer,
+Status send_on_stream(Comm& nccl, const void* data, size_t count, DType type, int peer,
                       CUstream_st* stream);
-Status recv_on_stream(Comm& nccl, void* data, size_t count, DeviceDType type, int peer,
+Status recv_on_stream(Comm& nccl, void* data, size_t count, DType type, int peer,
                       CUstream_st* stream);
 
 // cudaSetDevice(local rank % devices) for this process (device/local_rank.h); returns the

@@ -3,7 +3,7 @@
 // gradients are ACCUMULATED (+=), activation gradients WRITTEN (=) except layernorm's dinp
 // (+=, the residual stream). Every op is checked against its CPU op by tests/cuda/.
 // No CUDA header is needed to include this file (CPU code includes it): a stream is the
-// opaque CUstream_st* that cudaStream_t names, bf16 and fp16 are 16-bit storage types.
+// opaque CUstream_st* that cudaStream_t names, bf16 and fp16 are dtype.h's 16-bit storage types.
 //
 // Precision: the float ops compute in fp32 (no TF32). The bf16 and fp16 ops read and write
 // 16-bit activations and compute in fp32; parameter gradients of 16-bit ops are fp32
@@ -18,10 +18,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 
+#include "lattice/dtype.h"
 #include "lattice/kernels.h"
 
 struct CUstream_st;
@@ -30,67 +30,14 @@ namespace lattice::kernels::cuda {
 
 using Stream = CUstream_st*;  // == cudaStream_t
 
-// bfloat16 storage, bit-identical to __nv_bfloat16.
-struct bf16 {
-  uint16_t bits;
-};
-// Host conversions: round to nearest even; NaN stays NaN.
-inline bf16 to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x40)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16{static_cast<uint16_t>(u >> 16)};
-}
-inline float from_bf16(bf16 x) {
-  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// IEEE binary16 storage, bit-identical to __half: 10-bit mantissa (finer than bf16's 7), but
-// the range ends at 65504 (the reason for loss scaling) and below 2^-14 it is subnormal.
-struct fp16 {
-  uint16_t bits;
-};
-// Host conversions, as __float2half_rn / __half2float: round to nearest even, subnormals
-// kept, overflow to inf (from 65520 up: the tie above 65504 rounds to even, i.e. away),
-// NaN stays NaN.
-inline fp16 to_fp16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return fp16{static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
-  if (u >= 0x477ff000u) return fp16{static_cast<uint16_t>(sign | 0x7c00u)};  // >= 65520: inf
-  if (u >= 0x38800000u) {  // >= 2^-14: normal; rebias the exponent (127 -> 15), round 13 bits
-    u -= 112u << 23;
-    u += 0xfffu + ((u >> 13) & 1u);
-    return fp16{static_cast<uint16_t>(sign | (u >> 13))};
-  }
-  const int e = static_cast<int>(u >> 23);  // subnormal result: a multiple of 2^-24
-  if (e < 102) return fp16{sign};           // below 2^-25 (the tie at 2^-25 rounds to 0)
-  const uint32_t mant = (u & 0x7fffffu) | 0x800000u;
-  const int shift = 126 - e;  // 14..24
-  uint32_t m = mant >> shift;
-  const uint32_t rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-  if (rest > half || (rest == half && (m & 1u))) m++;  // may carry into the smallest normal
-  return fp16{static_cast<uint16_t>(sign | m)};
-}
-inline float from_fp16(fp16 x) {
-  const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16;
-  const uint32_t exp = (x.bits >> 10) & 0x1fu, mant = x.bits & 0x3ffu;
-  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
-    const float f = static_cast<float>(mant) * 0x1p-24f;
-    return sign ? -f : f;
-  }
-  const uint32_t u = sign | (exp == 0x1f ? 0x7f800000u | (mant << 13)  // inf, NaN
-                                         : ((exp + 112u) << 23) | (mant << 13));
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+// The 16-bit storage types and their host conversions live in lattice/dtype.h (one DType for
+// host and device buffers); the op list names them here too, as cuda::bf16 and cuda::fp16.
+using lattice::bf16;
+using lattice::fp16;
+using lattice::from_bf16;
+using lattice::from_fp16;
+using lattice::to_bf16;
+using lattice::to_fp16;
 
 // ---- runtime -----------------------------------------------------------------------------
 // Devices this process can use; 0 when there is no driver, no device or no permission
