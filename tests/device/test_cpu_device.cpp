@@ -80,20 +80,16 @@ size_t address_space_bytes() {
 // then waits for rank 0's word before it posts the second receive. Waiting on the event must
 // complete the first send and leave the second in flight: a device that waited for the whole
 // stream would wait for a receive that is never posted, and the comm timeout ends the job.
-std::string side_stream_worker(lattice::Comm& world) {
-  lattice::set_comm_timeout(30, "test_cpu_device's 30 s timeout");
-  CpuDevice device;
-  lattice::Result<std::unique_ptr<lattice::Comm>> comm = device.make_comm(world);
-  if (!comm) return "make_comm: " + comm.status().message();
+std::string side_stream_checks(lattice::Comm& world, CpuDevice& device, lattice::Comm& comm) {
   Stream& side = side_stream(device, "pipeline activations");
   const size_t n = size_t{1} << 20;  // floats: 4 MiB
   std::vector<float> first(n, 1.0f), second(n, 2.0f);
   const int go = 1;
   if (world.rank() == 0) {
     lattice::RequestQueue& queue = *side.queue();
-    queue.push((*comm)->isend(first.data(), n, lattice::DType::kFloat32, 1, 0));
+    queue.push(comm.isend(first.data(), n, lattice::DType::kFloat32, 1, 0));
     const Event after_first = device.record(side);
-    queue.push((*comm)->isend(second.data(), n, lattice::DType::kFloat32, 1, 0));
+    queue.push(comm.isend(second.data(), n, lattice::DType::kFloat32, 1, 0));
     const Event after_second = device.record(side);
     if (after_first.seq != 1 || after_second.seq != 2)
       return "events recorded after 1 and 2 sends have seq " + std::to_string(after_first.seq) +
@@ -118,8 +114,7 @@ std::string side_stream_worker(lattice::Comm& world) {
     return "";
   }
   std::vector<float> got(n, 0.0f);
-  if (Status s = (*comm)->recv(got.data(), n, lattice::DType::kFloat32, 0, 0); !s)
-    return s.message();
+  if (Status s = comm.recv(got.data(), n, lattice::DType::kFloat32, 0, 0); !s) return s.message();
   if (got != first) return "the first message arrived changed";
   int word = 0;
   if (Status s = world.recv(&word, 1, lattice::DType::kInt32, 0, 1); !s) return s.message();
@@ -127,7 +122,7 @@ std::string side_stream_worker(lattice::Comm& world) {
   // see the received data.
   Stream& in = side_stream(device, "pipeline activations in");
   std::fill(got.begin(), got.end(), 0.0f);
-  in.queue()->push((*comm)->irecv(got.data(), n, lattice::DType::kFloat32, 0, 0));
+  in.queue()->push(comm.irecv(got.data(), n, lattice::DType::kFloat32, 0, 0));
   std::vector<float> copied(n, 0.0f);
   device.copy(copied.data(), got.data(), n * sizeof(float), lattice::CopyKind::kDeviceToDevice, in);
   if (copied != second) return "a copy queued after a receive did not see the received data";
@@ -140,7 +135,18 @@ int run_side_stream_worker() {
     std::fprintf(stderr, "side-stream worker: %s\n", world.status().message().c_str());
     return 1;
   }
-  const std::string error = side_stream_worker(**world);
+  lattice::set_comm_timeout(30, "test_cpu_device's 30 s timeout");
+  std::string error;
+  {
+    CpuDevice device;
+    lattice::Result<std::unique_ptr<lattice::Comm>> comm = device.make_comm(**world);
+    if (!comm) return lattice::testing::end_worker(*world, "make_comm: " + comm.status().message());
+    error = side_stream_checks(**world, device, **comm);
+    // A failed check may leave requests in flight that the peer will never match: end the job
+    // with the message instead of waiting for them.
+    if (!error.empty()) (*world)->abort(error, 1);
+    // The checks synchronised every side stream: the communicator may go before the device.
+  }
   return lattice::testing::end_worker(*world, error);
 }
 
