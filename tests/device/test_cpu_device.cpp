@@ -224,6 +224,17 @@ class CpuDeviceTest : public QObject {
     device.free(kept);
   }
 
+  // GCC 12's aligned nothrow operator new rounds the size up to the alignment first and wraps:
+  // it returns a block for SIZE_MAX - 10 bytes.
+  void a_size_no_machine_has_fails_instead_of_wrapping() {
+    CpuDevice device;
+    for (size_t bytes : {SIZE_MAX, SIZE_MAX - 10, SIZE_MAX / 2 + 1}) {
+      void* block = device.allocate(bytes, MemoryCategory::kActivations);
+      QVERIFY2(block == nullptr, qPrintable(QString("allocate(%1) returned a block").arg(bytes)));
+    }
+    QCOMPARE(device.usage(MemoryCategory::kActivations).peak, size_t{0});
+  }
+
   void an_event_on_the_compute_stream_is_complete_when_recorded() {
     CpuDevice device;
     const Event e = device.record(device.compute());

@@ -45,8 +45,7 @@ Status RequestQueue::poll() {
   return first;
 }
 
-// ---- CpuDevice: construction, description
-// ----------------------------------------------------------
+// ---- CpuDevice: construction, description -------------------------------------------------------
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options) : capabilities_(cpu_capabilities()) {
   if (options.threads > 0) kernels::set_num_threads(options.threads);
@@ -70,8 +69,7 @@ double CpuDevice::peak_flops(DType compute) const {
   return sgemm_gflops_ * 1e9;
 }
 
-// ---- memory
-// ----------------------------------------------------------------------------------------
+// ---- memory -------------------------------------------------------------------------------------
 
 void* CpuDevice::allocate(size_t bytes, MemoryCategory category) {
   // posix_memalign takes the exact size (no rounding to the alignment, no overflow on absurd
