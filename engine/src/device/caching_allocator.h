@@ -35,10 +35,6 @@ class DeviceMemoryBackend {
   virtual void release(void* ptr, size_t bytes) = 0;
 };
 
-struct CategoryUsage {
-  size_t current = 0, peak = 0;  // requested bytes
-};
-
 struct AllocatorStats {
   std::array<CategoryUsage, kMemoryCategories> categories{};
   size_t in_use = 0, peak_in_use = 0;      // requested bytes of live blocks

@@ -1,0 +1,52 @@
+// What a device backend can run (docs/one-engine.md 3.9): the limits a backend adds to the
+// shared option checks (TrainOptions::validate, layout_errors), stated as data so that one
+// function (capability_errors, step 12 of the plan) turns them into the engine's sentences.
+// Both backends' figures are constants in host code, so every build can check options against
+// the CUDA device (`lattice train --device cuda` on a machine without one still names what it
+// would refuse). Non-goal here: the sentences themselves.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lattice {
+
+struct Capabilities {
+  std::string device;                   // "cpu" | "cuda", as --device names it
+  bool fp64 = false;                    // --fp64: double compute (verification runs)
+  bool bf16 = false, fp16 = false;      // 16-bit compute offered to users (the CPU's 16-bit
+                                        // op lists, step 4, exist for tests, not for runs)
+  std::vector<int> head_sizes;          // attention head sizes it runs; empty: any
+  int mlp_slice_multiple = 1;           // each rank's --ffn-hidden-size / TP must be a multiple
+  bool attention_saves_scores = false;  // attention keeps (B, NH, T, T) scores for backward, so
+                                        // selective recomputation has something to drop
+  bool host_addressable = false;        // its memory is host memory: checkpoints, weight
+                                        // initialisation and data read it directly
+};
+
+// The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, any head size, attention
+// that saves its probabilities, host memory.
+inline Capabilities cpu_capabilities() {
+  Capabilities c;
+  c.device = "cpu";
+  c.fp64 = true;
+  c.attention_saves_scores = true;
+  c.host_addressable = true;
+  return c;
+}
+
+// The CUDA backend (kernels/cuda, cuBLASLt): fp32, bf16 and fp16; the flash-style attention
+// takes head sizes 64 and 128 and saves only its log-sum-exp; the GELU epilogue of
+// matmul_forward needs output widths % 8 (kernels/include/lattice/cuda_kernels.h). What
+// gpu_trainer.cpp unsupported_on_gpu refuses today, as data.
+inline Capabilities cuda_capabilities() {
+  Capabilities c;
+  c.device = "cuda";
+  c.bf16 = true;
+  c.fp16 = true;
+  c.head_sizes = {64, 128};
+  c.mlp_slice_multiple = 8;
+  return c;
+}
+
+}  // namespace lattice

@@ -1,0 +1,148 @@
+// The CPU backend's device (device.h; docs/one-engine.md 3.2): host memory counted by
+// category, the calling thread as the compute stream, side streams that are FIFOs of
+// communication requests, the steady clock for marks. Built in every configuration.
+// Non-goals: size classes or caching (exact allocations keep peak RSS at the arenas' size,
+// docs/benchmarks.md "Memory"), threads of its own.
+//
+// Note [CPU stream order]. The CPU device runs every op on the calling thread, in call order,
+// so its compute stream is that thread: whatever was queued on it has run when the call
+// returns, and an event recorded on it is complete at once. Communication keeps the stream
+// contract (device.h) like this:
+// - On the compute stream (tensor and sequence parallelism, the embedding-group sum, the
+//   vocabulary-parallel cross-entropy) a communicator runs the blocking operation, through its
+//   watched wait: ordered with compute because it is compute's own thread.
+// - On a side stream (pipeline channels, the data-parallel stream) it starts the non-blocking
+//   operation when it is queued (MPI_Isend, MPI_Iallreduce, ...) and appends the request to
+//   the stream's RequestQueue, which numbers it. Starting at once is safe: the buffers it
+//   reads were written by compute, which has run; the buffers it writes are read only after an
+//   event wait. record(side) is (side, requests queued so far); wait(any, event) completes that
+//   stream's requests up to that number with the watched wait (timeout, dead peers, pacing as
+//   every MPI wait); synchronize(side) completes them all. wait(side, record(compute)), a send
+//   after the compute that wrote its buffer, costs nothing.
+// - Progress: MPI moves non-blocking operations only inside MPI calls, so the engine calls
+//   progress() between layers, which tests every side stream's requests.
+// - No thread: MPI stays MPI_THREAD_FUNNELED and reductions keep their fixed order
+//   (docs/design-notes.md#determinism).
+// A copy or fill queued on a side stream first completes that stream's requests (it may read
+// what a receive wrote). The host stand-in tests/cuda/host_cuda/ kept one send in flight per
+// stream; the FIFO lets several data-parallel buckets be in flight, as GradBuckets keeps them.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "device/device.h"
+
+namespace lattice {
+
+// A CPU side stream's operations in flight, in the order they were queued. Request k
+// (numbered 1, 2, ... as pushed) has completed once completed() >= k; requests complete in
+// number order here even when MPI finishes a later one first.
+class RequestQueue {
+ public:
+  RequestQueue() = default;
+  // Completes whatever is still pending (a CommRequest's destructor waits for it): the
+  // communicators that made the requests must still exist.
+  ~RequestQueue() = default;
+  RequestQueue(const RequestQueue&) = delete;
+  RequestQueue& operator=(const RequestQueue&) = delete;
+
+  // Appends a started operation; returns its number.
+  uint64_t push(std::unique_ptr<CommRequest> request);
+  uint64_t queued() const { return queued_; }
+  uint64_t completed() const { return completed_; }
+  size_t pending() const { return requests_.size(); }
+  // Waits for the requests numbered up to `seq`, in order, leaving later ones in flight;
+  // returns the first error among them. Watched: a hung or dead peer ends the job (comm.h).
+  Status complete_through(uint64_t seq);
+  // Tests the requests from the oldest on and retires those that have completed; stops at the
+  // first that has not. Never waits. Returns the first error among those retired.
+  Status poll();
+
+ private:
+  std::deque<std::unique_ptr<CommRequest>> requests_;  // numbered completed_ + 1, ...
+  uint64_t queued_ = 0, completed_ = 0;
+};
+
+struct CpuDeviceOptions {
+  // > 0: kernels::set_num_threads(threads) when the device is made (OpenMP and OpenBLAS);
+  // 0: the thread count stays as it is.
+  int threads = 0;
+};
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& options = {});
+  // Frees the blocks still allocated and completes every side stream's requests (their
+  // communicators must still exist).
+  ~CpuDevice() override;
+  CpuDevice(const CpuDevice&) = delete;
+  CpuDevice& operator=(const CpuDevice&) = delete;
+
+  const Capabilities& capabilities() const override { return capabilities_; }
+  std::string describe() const override;
+  double peak_flops(DType compute) const override;
+
+  void* allocate(size_t bytes, MemoryCategory category) override;
+  void free(void* block) override;
+  Status out_of_memory(MemoryCategory category, size_t bytes) const override;
+  CategoryUsage usage(MemoryCategory category) const override;
+  MemoryReport memory() const override;
+
+  Stream& compute() override { return compute_; }
+  Result<Stream*> new_stream(const std::string& name) override;
+  Event record(Stream& stream) override;
+  bool completed(const Event& event) override;
+  void wait(Stream& waiter, const Event& event) override;
+  Status synchronize(Stream& stream) override;
+  void progress() override;
+
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream& stream) override;
+  void zero(void* dst, size_t bytes, Stream& stream) override;
+  Mark mark(Stream& stream) override;
+  double seconds(const Mark& from, const Mark& to) override;
+  void reset_marks() override {}
+
+  Result<std::unique_ptr<Comm>> make_comm(Comm& group) override;
+  Status error() const override { return error_; }
+  void record_error(const Status& status) override;
+
+  // Blocks are aligned for the widest vector loads (AVX-512).
+  static constexpr size_t kAlignment = 64;
+
+ private:
+  // The compute stream (no queue) or a side stream (its requests in flight).
+  class CpuStream final : public Stream {
+   public:
+    CpuStream(std::string name, bool side)
+        : Stream(std::move(name)), queue_(side ? std::make_unique<RequestQueue>() : nullptr) {}
+    RequestQueue* queue() override { return queue_.get(); }
+
+   private:
+    std::unique_ptr<RequestQueue> queue_;
+  };
+  struct Block {
+    size_t bytes;
+    MemoryCategory category;
+  };
+  // The stream's requests up to `seq` completed (nothing for the compute stream); errors
+  // recorded.
+  void complete_through(Stream& stream, uint64_t seq);
+  bool owns(const Stream& stream) const;
+
+  Capabilities capabilities_;
+  CpuStream compute_{"compute", false};
+  std::vector<std::unique_ptr<CpuStream>> side_;
+  std::unordered_map<void*, Block> blocks_;
+  std::array<CategoryUsage, kMemoryCategories> usage_{};
+  Status error_;
+  mutable double sgemm_gflops_ = -1;  // measured on the first peak_flops()
+};
+
+}  // namespace lattice
