@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
 namespace {
@@ -47,7 +48,8 @@ int main(int argc, char** argv) {
   if (command == "launch") return lattice::cli::launch_command(args);
   if (command == "version") {
     std::cout << "lattice " << LATTICE_VERSION << " (OpenBLAS kernel "
-              << lattice::kernels::blas_core_name() << ")\n";
+              << lattice::kernels::blas_core_name() << ", CPU kernels "
+              << lattice::kernels::cpu_isa_label(lattice::kernels::cpu_isa()) << ")\n";
     return 0;
   }
   std::cerr << "lattice: unknown command '" << command << "'\n";
