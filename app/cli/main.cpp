@@ -29,6 +29,7 @@ void print_usage(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  lattice::kernels::use_passive_openmp_waiting(argv);  // Note [OpenMP waiting]
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_usage(args.empty() ? std::cerr : std::cout);

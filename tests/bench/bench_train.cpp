@@ -48,6 +48,7 @@ double mib(size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  lattice::kernels::use_passive_openmp_waiting(argv);  // Note [OpenMP waiting]
   std::string config = "A";
   int threads = 2, steps = 0;
   float dropout = 0.1f;
