@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
 namespace {
@@ -28,6 +29,7 @@ void print_usage(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  lattice::kernels::use_passive_openmp_waiting(argv);  // Note [OpenMP waiting]
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_usage(args.empty() ? std::cerr : std::cout);
@@ -47,7 +49,8 @@ int main(int argc, char** argv) {
   if (command == "launch") return lattice::cli::launch_command(args);
   if (command == "version") {
     std::cout << "lattice " << LATTICE_VERSION << " (OpenBLAS kernel "
-              << lattice::kernels::blas_core_name() << ")\n";
+              << lattice::kernels::blas_core_name() << ", CPU kernels "
+              << lattice::kernels::cpu_isa_label(lattice::kernels::cpu_isa()) << ")\n";
     return 0;
   }
   std::cerr << "lattice: unknown command '" << command << "'\n";

@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "lattice/comm.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/data.h"
 #include "lattice/layout.h"
 #include "lattice/run_record.h"
@@ -71,8 +72,11 @@ int64_t parameter_count(const TrainOptions& o) {
 
 // The settings as the run store records them: checkpoint directories made absolute, since
 // their readers (the Studio's Playground, `lattice generate --load`) do not share this
-// process's working directory. The run itself uses the paths as given.
+// process's working directory, and --cpu-isa as the instruction set the kernels run (auto
+// resolved: the record says which copy of the kernels produced its figures). The run itself
+// uses the settings as given.
 TrainOptions recorded(TrainOptions o) {
+  o.cpu_isa = kernels::cpu_isa_name(kernels::cpu_isa());
   for (std::string* path : {&o.save, &o.load}) {
     std::error_code ec;
     if (!path->empty()) {
@@ -145,6 +149,10 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   *options = with_default_global_batch(*options, comm.size());
   if (Result<ParallelLayout> layout = make_layout(*options, comm.size()); !layout) {
     if (rank0) print_error(command, layout.status().message());
+    return finish(2);
+  }
+  if (std::string error = kernels::select_cpu_isa(options->cpu_isa); !error.empty()) {
+    if (rank0) print_error(command, error);
     return finish(2);
   }
   char timeout[96];

@@ -5,9 +5,10 @@
 #include <cmath>
 #include <vector>
 
+#include "isa_region.h"
 #include "lattice/kernels.h"
 
-namespace lattice::kernels {
+LATTICE_ISA_BEGIN
 
 template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& p) {
@@ -54,4 +55,4 @@ template double sum_squares(const double*, size_t);
 template void scale(float*, size_t, float);
 template void scale(double*, size_t, double);
 
-}  // namespace lattice::kernels
+LATTICE_ISA_END

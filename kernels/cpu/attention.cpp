@@ -2,21 +2,46 @@
 // Rows are processed in blocks of kRowBlock so that the upper (masked) triangle is mostly
 // skipped: block [i0, i1) only multiplies against keys/values [0, i1).
 // Non-goal here: a flash-style kernel that never stores probs (the GPU issue's concern).
+// Compiled once per ISA (Note [CPU dispatch]); the float softmax rows run explicit vectors.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "gemm.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
+#include "simd.h"
 #include "vec_math.h"
 
-namespace lattice::kernels {
+LATTICE_ISA_BEGIN
 
 namespace {
 constexpr int kRowBlock = 64;
+
+// row[0, n) = softmax(row[0, n)).
+template <typename T>
+void softmax_row(T* row, int n) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float maxv = row_max(row, n);
+    const double sum = exp_shifted(row, row, n, maxv);
+    scale_row(row, n, static_cast<float>(1.0 / sum));
+  } else {
+    T maxv = row[0];
+    for (int j = 1; j < n; j++) maxv = std::max(maxv, row[j]);
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+      row[j] = cpu::exp_approx(row[j] - maxv);
+      sum += row[j];
+    }
+    const T inv = T(1) / sum;
+#pragma omp simd
+    for (int j = 0; j < n; j++) row[j] *= inv;
+  }
+}
 
 // Pd = dropout(P) into `dst` (T, T) for one head, zero above the diagonal; the element index
 // that keys the mask is the element's global index in probs.
@@ -34,10 +59,6 @@ void apply_dropout(T* dst, const T* P, int T_, size_t base, float p, uint64_t ke
   }
 }
 }  // namespace
-
-size_t attention_workspace_elems(int T) {
-  return 2 * static_cast<size_t>(T) * T;
-}
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH,
@@ -61,17 +82,7 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
     }
     for (int i = 0; i < T_; i++) {
       T* row = P + static_cast<size_t>(i) * T_;
-      T maxv = row[0];
-      for (int j = 1; j <= i; j++) maxv = std::max(maxv, row[j]);
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j <= i; j++) {
-        row[j] = cpu::exp_approx(row[j] - maxv);
-        sum += row[j];
-      }
-      const T inv = T(1) / sum;
-#pragma omp simd
-      for (int j = 0; j <= i; j++) row[j] *= inv;
+      softmax_row(row, i + 1);
       std::fill(row + i + 1, row + T_, T(0));
     }
     const T* Pd = P;
@@ -164,4 +175,4 @@ template void attention_backward(float*, const float*, const float*, const float
 template void attention_backward(double*, const double*, const double*, const double*, int, int,
                                  int, int, float, uint64_t, double*, int, int);
 
-}  // namespace lattice::kernels
+LATTICE_ISA_END

@@ -2,18 +2,21 @@
 // attention_forward (kernels.h). Each row first stores its own key and value at its (slot,
 // position), then attends to positions [0, position] of its slot, so a prompt's rows can be
 // processed together (prefill) as well as one new token per sequence (decode).
-// Non-goal: dropout (inference only) and a paged cache.
+// Non-goal: dropout (inference only) and a paged cache. Compiled once per ISA (Note [CPU
+// dispatch]).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "lattice/kernels.h"
 #include "parallel.h"
+#include "simd.h"
 #include "vec_math.h"
 
-namespace lattice::kernels {
+LATTICE_ISA_BEGIN
 
 template <typename T>
 void attention_kv_forward(T* out, T* k_cache, T* v_cache, const T* qkv, const int32_t* slots,
@@ -52,10 +55,14 @@ void attention_kv_forward(T* out, T* k_cache, T* v_cache, const T* qkv, const in
       maxv = std::max(maxv, scores[j]);
     }
     T sum = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      sum = static_cast<T>(exp_shifted(scores, scores, n, maxv));
+    } else {
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) {
-      scores[j] = cpu::exp_approx(scores[j] - maxv);
-      sum += scores[j];
+      for (int j = 0; j < n; j++) {
+        scores[j] = cpu::exp_approx(scores[j] - maxv);
+        sum += scores[j];
+      }
     }
     const T inv = T(1) / sum;
     T* o = out + m * C + static_cast<size_t>(h) * HS;
@@ -74,4 +81,4 @@ template void attention_kv_forward(float*, float*, float*, const float*, const i
 template void attention_kv_forward(double*, double*, double*, const double*, const int32_t*,
                                    const int32_t*, int, int, int, int, double*);
 
-}  // namespace lattice::kernels
+LATTICE_ISA_END

@@ -1,13 +1,80 @@
 // Fused softmax + cross-entropy: the probabilities are never stored separately; with
 // dlogits aliasing logits the (N, V) logits buffer becomes its own gradient. Row sums are
-// accumulated in double whatever the element type.
+// accumulated in double whatever the element type (float: per block of float lanes, simd.h).
+// Compiled once per ISA (Note [CPU dispatch]).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
-#include "lattice/kernels.h"
+#include "simd.h"
 #include "vec_math.h"
 
-namespace lattice::kernels {
+LATTICE_ISA_BEGIN
+
+namespace {
+
+// Row operations: explicit vectors for float (simd.h), plain loops for double.
+template <typename T>
+T scalar_row_max(const T* x, int V) {
+  T maxv = x[0];
+#pragma omp simd reduction(max : maxv)
+  for (int i = 1; i < V; i++) maxv = std::max(maxv, x[i]);
+  return maxv;
+}
+
+template <typename T>
+T max_of_row(const T* x, int V) {
+  if constexpr (std::is_same_v<T, float>)
+    return row_max(x, V);
+  else
+    return scalar_row_max(x, V);
+}
+
+// sum of exp(x - maxv) over the row; when d is non-null it also receives the exponentials.
+template <typename T>
+double sum_exp(T* d, const T* x, int V, T maxv) {
+  if constexpr (std::is_same_v<T, float>) {
+    return exp_shifted(d, x, V, maxv);
+  } else {
+    double partial = 0;
+    if (d) {
+#pragma omp simd reduction(+ : partial)
+      for (int i = 0; i < V; i++) {
+        d[i] = cpu::exp_approx(x[i] - maxv);
+        partial += d[i];
+      }
+    } else {
+#pragma omp simd reduction(+ : partial)
+      for (int i = 0; i < V; i++) partial += cpu::exp_approx(x[i] - maxv);
+    }
+    return partial;
+  }
+}
+
+// d = exp(x - maxv) * g over the row.
+template <typename T>
+void exp_scaled(T* d, const T* x, int V, T maxv, T g) {
+  if constexpr (std::is_same_v<T, float>) {
+    exp_shifted_scaled(d, x, V, maxv, g);
+  } else {
+#pragma omp simd
+    for (int i = 0; i < V; i++) d[i] = cpu::exp_approx(x[i] - maxv) * g;
+  }
+}
+
+// d *= g over the row.
+template <typename T>
+void scale_by(T* d, int V, T g) {
+  if constexpr (std::is_same_v<T, float>) {
+    scale_row(d, V, g);
+  } else {
+#pragma omp simd
+    for (int i = 0; i < V; i++) d[i] *= g;
+  }
+}
+
+}  // namespace
 
 template <typename T>
 void softmax_cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* targets, int N,
@@ -16,29 +83,16 @@ void softmax_cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t
   for (int n = 0; n < N; n++) {
     const T* x = logits + static_cast<size_t>(n) * V;
     const int target = targets[n];
-    T maxv = x[0];
-#pragma omp simd reduction(max : maxv)
-    for (int i = 1; i < V; i++) maxv = std::max(maxv, x[i]);
+    const T maxv = max_of_row(x, V);
     const T target_logit = x[target];
     double sum = 0;
     if (dlogits) {
       T* d = dlogits + static_cast<size_t>(n) * V;
-      double partial = 0;  // double: the float sum over ~50k terms would lose ~1e-5
-#pragma omp simd reduction(+ : partial)
-      for (int i = 0; i < V; i++) {
-        d[i] = cpu::exp_approx(x[i] - maxv);
-        partial += d[i];
-      }
-      sum = partial;
-      const T g = static_cast<T>(grad_scale / sum);
-#pragma omp simd
-      for (int i = 0; i < V; i++) d[i] *= g;
+      sum = sum_exp(d, x, V, maxv);
+      scale_by(d, V, static_cast<T>(grad_scale / sum));
       d[target] -= static_cast<T>(grad_scale);
     } else {
-      double partial = 0;
-#pragma omp simd reduction(+ : partial)
-      for (int i = 0; i < V; i++) partial += cpu::exp_approx(x[i] - maxv);
-      sum = partial;
+      sum = sum_exp(static_cast<T*>(nullptr), x, V, maxv);
     }
     losses[n] = static_cast<T>(std::log(sum) - static_cast<double>(target_logit - maxv));
   }
@@ -47,26 +101,17 @@ void softmax_cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t
 template <typename T>
 void cross_entropy_shard_max(T* row_max, const T* logits, int N, int V) {
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const T* x = logits + static_cast<size_t>(n) * V;
-    T maxv = x[0];
-#pragma omp simd reduction(max : maxv)
-    for (int i = 1; i < V; i++) maxv = std::max(maxv, x[i]);
-    row_max[n] = maxv;
-  }
+  for (int n = 0; n < N; n++) row_max[n] = max_of_row(logits + static_cast<size_t>(n) * V, V);
 }
 
 template <typename T>
-void cross_entropy_shard_sums(double* sum_exp, T* target_logit, const T* logits, const T* row_max,
-                              const int32_t* targets, int vocab_begin, int N, int V) {
+void cross_entropy_shard_sums(double* sum_exp_out, T* target_logit, const T* logits,
+                              const T* row_max, const int32_t* targets, int vocab_begin, int N,
+                              int V) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const T* x = logits + static_cast<size_t>(n) * V;
-    const T maxv = row_max[n];
-    double partial = 0;
-#pragma omp simd reduction(+ : partial)
-    for (int i = 0; i < V; i++) partial += cpu::exp_approx(x[i] - maxv);
-    sum_exp[n] = partial;
+    sum_exp_out[n] = sum_exp(static_cast<T*>(nullptr), x, V, row_max[n]);
     const int local = targets[n] - vocab_begin;
     target_logit[n] = local >= 0 && local < V ? x[local] : T(0);
   }
@@ -84,18 +129,16 @@ void cross_entropy_shard_finish(T* losses, T* dlogits, const T* logits, const T*
     if (!dlogits) continue;
     const T* x = logits + static_cast<size_t>(n) * V;
     T* d = dlogits + static_cast<size_t>(n) * V;
-    const T g = static_cast<T>(grad_scale / sum_exp[n]);
-#pragma omp simd
-    for (int i = 0; i < V; i++) d[i] = cpu::exp_approx(x[i] - maxv) * g;
+    exp_scaled(d, x, V, maxv, static_cast<T>(grad_scale / sum_exp[n]));
     const int local = targets[n] - vocab_begin;
     if (local >= 0 && local < V) d[local] -= static_cast<T>(grad_scale);
   }
 }
 
-#define LATTICE_SHARD_CE(T)                                                                    \
-  template void cross_entropy_shard_max(T*, const T*, int, int);                               \
+#define LATTICE_SHARD_CE(T)                                                                     \
+  template void cross_entropy_shard_max(T*, const T*, int, int);                                \
   template void cross_entropy_shard_sums(double*, T*, const T*, const T*, const int32_t*, int,  \
-                                         int, int);                                            \
+                                         int, int);                                             \
   template void cross_entropy_shard_finish(T*, T*, const T*, const T*, const double*, const T*, \
                                            const int32_t*, int, int, int, float);
 LATTICE_SHARD_CE(float)
@@ -106,4 +149,4 @@ template void softmax_cross_entropy(float*, float*, const float*, const int32_t*
 template void softmax_cross_entropy(double*, double*, const double*, const int32_t*, int, int,
                                     float);
 
-}  // namespace lattice::kernels
+LATTICE_ISA_END

@@ -7,7 +7,7 @@
 #include "lattice/kernels.h"
 #include "parallel.h"
 
-namespace lattice::kernels {
+LATTICE_ISA_BEGIN
 
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
@@ -78,4 +78,4 @@ template void embedding_backward(float*, float*, const float*, const int32_t*, i
 template void embedding_backward(double*, double*, const double*, const int32_t*, int, int, int,
                                  int, int);
 
-}  // namespace lattice::kernels
+LATTICE_ISA_END

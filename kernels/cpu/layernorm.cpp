@@ -8,7 +8,7 @@
 #include "lattice/kernels.h"
 #include "parallel.h"
 
-namespace lattice::kernels {
+LATTICE_ISA_BEGIN
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
@@ -85,4 +85,4 @@ template void layernorm_backward(float*, float*, float*, const float*, const flo
 template void layernorm_backward(double*, double*, double*, const double*, const double*,
                                  const double*, const double*, const double*, int, int);
 
-}  // namespace lattice::kernels
+LATTICE_ISA_END

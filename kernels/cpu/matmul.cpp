@@ -6,7 +6,7 @@
 #include "lattice/kernels.h"
 #include "parallel.h"
 
-namespace lattice::kernels {
+LATTICE_ISA_BEGIN
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
@@ -57,4 +57,4 @@ template void matmul_backward(float*, float*, float*, const float*, const float*
 template void matmul_backward(double*, double*, double*, const double*, const double*,
                               const double*, int, int, int);
 
-}  // namespace lattice::kernels
+LATTICE_ISA_END

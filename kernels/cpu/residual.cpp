@@ -4,7 +4,7 @@
 #include "lattice/kernels.h"
 #include "parallel.h"
 
-namespace lattice::kernels {
+LATTICE_ISA_BEGIN
 
 template <typename T>
 void residual_dropout_forward(T* out, const T* residual, const T* x, size_t n, float p,
@@ -46,4 +46,4 @@ template void residual_dropout_forward(double*, const double*, const double*, si
 template void dropout_backward(float*, const float*, size_t, float, uint64_t, size_t);
 template void dropout_backward(double*, const double*, size_t, float, uint64_t, size_t);
 
-}  // namespace lattice::kernels
+LATTICE_ISA_END

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench_machine.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
 
@@ -47,6 +48,7 @@ double mib(size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  lattice::kernels::use_passive_openmp_waiting(argv);  // Note [OpenMP waiting]
   std::string config = "A";
   int threads = 2, steps = 0;
   float dropout = 0.1f;
@@ -131,8 +133,9 @@ int main(int argc, char** argv) {
   std::printf(
       "RESULT {\"impl\":\"lattice\",\"config\":\"%s\",\"threads\":%d,\"tokens_per_s\":%.2f,"
       "\"step_ms_median\":%.2f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.4f,"
-      "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\"}\n",
+      "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\",\"cpu_isa\":\"%s\"}\n",
       config.c_str(), threads, tokens / median, median * 1e3, gflops, s.peak_gflops,
-      gflops / s.peak_gflops, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name());
+      gflops / s.peak_gflops, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name(),
+      kernels::cpu_isa_name(kernels::cpu_isa()));
   return 0;
 }

@@ -1,10 +1,14 @@
 // Every kernel's backward agrees with central finite differences of its forward, computed
-// in double precision; and the float kernels agree with the double ones.
+// in double precision; and the float kernels agree with the double ones. Every test runs once
+// per copy of the kernels (generic, avx2, avx512: Note [CPU dispatch]); a copy this CPU cannot
+// run is reported as skipped.
 #include <QtTest/QtTest>
 
 #include <cmath>
 
+#include "common/cpu_isa_rows.h"
 #include "common/grad_check.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
 using lattice::testing::check_gradient;
@@ -12,10 +16,59 @@ using lattice::testing::dot;
 using lattice::testing::random_vector;
 namespace k = lattice::kernels;
 
+namespace {
+
+std::vector<float> to_float(const std::vector<double>& v) {
+  return {v.begin(), v.end()};
+}
+
+// "" when every |f[i] - d[i]| <= rtol * (1 + |d[i]|), else the first disagreement.
+QString disagreement(const char* tensor, const std::vector<float>& f, const std::vector<double>& d,
+                     double rtol) {
+  if (f.size() != d.size())
+    return QString("%1: %2 vs %3 elements").arg(tensor).arg(f.size()).arg(d.size());
+  for (size_t i = 0; i < f.size(); i++) {
+    const double tol = rtol * (1 + std::abs(d[i]));
+    if (!(std::abs(f[i] - d[i]) <= tol))
+      return QString("%1[%2]: float %3, double %4 (|diff| %5 > tolerance %6)")
+          .arg(tensor)
+          .arg(i)
+          .arg(f[i], 0, 'g', 9)
+          .arg(d[i], 0, 'g', 12)
+          .arg(std::abs(f[i] - d[i]), 0, 'g', 3)
+          .arg(tol, 0, 'g', 3);
+  }
+  return {};
+}
+
+}  // namespace
+
+#define VERIFY_AGREE(tensor, f, d, rtol)                  \
+  do {                                                    \
+    const QString why = disagreement(tensor, f, d, rtol); \
+    QVERIFY2(why.isEmpty(), qPrintable(why));             \
+  } while (0)
+
 class KernelGradients : public QObject {
   Q_OBJECT
  private slots:
   void initTestCase() { k::set_num_threads(2); }
+  void initTestCase_data() { lattice::testing::add_cpu_isa_rows(); }
+  void init() {
+    const QString unavailable = lattice::testing::select_row_isa();
+    if (!unavailable.isEmpty()) QSKIP(qPrintable(unavailable));
+  }
+
+  void the_dispatcher_runs_the_selected_copy() {
+    QFETCH_GLOBAL(QString, isa);
+    const int expected = isa == "avx512" ? 64 : isa == "avx2" ? 32 : 16;
+    QVERIFY2(k::cpu_isa_vector_bytes() == expected,
+             qPrintable(QString("%1: the kernels that ran were compiled for %2-byte vectors, "
+                                "expected %3")
+                            .arg(isa)
+                            .arg(k::cpu_isa_vector_bytes())
+                            .arg(expected)));
+  }
 
   void matmul_backward_matches_finite_differences() {
     const int N = 5, C = 7, OC = 6;
@@ -236,6 +289,172 @@ class KernelGradients : public QObject {
     for (size_t i = 0; i < n; i++)
       QVERIFY2(std::abs(p[i] - p_ref[i]) < 1e-7,
                qPrintable(QString("param[%1]: %2 vs reference %3").arg(i).arg(p[i]).arg(p_ref[i])));
+  }
+
+  void every_float_kernel_agrees_with_double() {
+    // The float kernels run the ISA's explicit vectors (softmaxes, GELU) or its compiled loops;
+    // each is held to the double kernel on inputs long enough for several vectors, OpenMP blocks
+    // and a partial last vector. Tolerance per element: rtol * (1 + |double|).
+    const size_t n = 4096 * 9 + 13;  // above the parallel threshold, not a multiple of a vector
+    const auto x_d = random_vector(n, 91, 3.0), dout_d = random_vector(n, 92);
+    const auto x_f = to_float(x_d), dout_f = to_float(dout_d);
+    {
+      std::vector<double> out_d(n), din_d(n);
+      std::vector<float> out_f(n), din_f(n);
+      k::gelu_forward(out_d.data(), x_d.data(), n);
+      k::gelu_forward(out_f.data(), x_f.data(), n);
+      k::gelu_backward(din_d.data(), x_d.data(), dout_d.data(), n);
+      k::gelu_backward(din_f.data(), x_f.data(), dout_f.data(), n);
+      VERIFY_AGREE("gelu out", out_f, out_d, 1e-6);
+      VERIFY_AGREE("gelu dinp", din_f, din_d, 4e-6);  // O(1) terms cancel near the minimum
+    }
+    {
+      std::vector<double> out_d(n), dx_d(n);
+      std::vector<float> out_f(n), dx_f(n);
+      k::residual_dropout_forward(out_d.data(), dout_d.data(), x_d.data(), n, 0.1f, 17, 5);
+      k::residual_dropout_forward(out_f.data(), dout_f.data(), x_f.data(), n, 0.1f, 17, 5);
+      k::dropout_backward(dx_d.data(), dout_d.data(), n, 0.1f, 17, 5);
+      k::dropout_backward(dx_f.data(), dout_f.data(), n, 0.1f, 17, 5);
+      VERIFY_AGREE("residual_dropout out", out_f, out_d, 1e-6);
+      VERIFY_AGREE("dropout dx", dx_f, dx_d, 1e-6);
+    }
+    {
+      auto p_d = random_vector(n, 93);
+      auto p_f = to_float(p_d);
+      std::vector<double> m_d(n, 0.0), v_d(n, 0.0);
+      std::vector<float> m_f(n, 0.0f), v_f(n, 0.0f);
+      k::AdamWParams hp;
+      hp.lr = 1e-2f;
+      for (int step = 1; step <= 3; step++) {
+        hp.step = step;
+        k::adamw_update(p_d.data(), dout_d.data(), m_d.data(), v_d.data(), n, hp);
+        k::adamw_update(p_f.data(), dout_f.data(), m_f.data(), v_f.data(), n, hp);
+      }
+      VERIFY_AGREE("adamw param", p_f, p_d, 1e-6);
+      VERIFY_AGREE("adamw v", v_f, v_d, 1e-6);
+      const std::vector<double> exact(x_f.begin(), x_f.end());
+      const double ss_f = k::sum_squares(x_f.data(), n), ss_d = k::sum_squares(exact.data(), n);
+      QVERIFY2(std::abs(ss_f - ss_d) <= 1e-12 * ss_d,
+               qPrintable(QString("sum_squares: float %1 double %2").arg(ss_f).arg(ss_d)));
+    }
+    const int N = 37, C = 300;
+    const auto in_d = random_vector(N * C, 94, 2.0), w_d = random_vector(C, 95),
+               b_d = random_vector(C, 96), dy_d = random_vector(N * C, 97);
+    {
+      const auto in_f = to_float(in_d), w_f = to_float(w_d), b_f = to_float(b_d),
+                 dy_f = to_float(dy_d);
+      std::vector<double> out_d(N * C), mean_d(N), rstd_d(N), din_d(N * C, 0.0), dw_d(C, 0.0),
+          db_d(C, 0.0);
+      std::vector<float> out_f(N * C), mean_f(N), rstd_f(N), din_f(N * C, 0.0f), dw_f(C, 0.0f),
+          db_f(C, 0.0f);
+      k::layernorm_forward(out_d.data(), mean_d.data(), rstd_d.data(), in_d.data(), w_d.data(),
+                           b_d.data(), N, C);
+      k::layernorm_forward(out_f.data(), mean_f.data(), rstd_f.data(), in_f.data(), w_f.data(),
+                           b_f.data(), N, C);
+      k::layernorm_backward(din_d.data(), dw_d.data(), db_d.data(), dy_d.data(), in_d.data(),
+                            w_d.data(), mean_d.data(), rstd_d.data(), N, C);
+      k::layernorm_backward(din_f.data(), dw_f.data(), db_f.data(), dy_f.data(), in_f.data(),
+                            w_f.data(), mean_f.data(), rstd_f.data(), N, C);
+      VERIFY_AGREE("layernorm out", out_f, out_d, 1e-5);
+      VERIFY_AGREE("layernorm dinp", din_f, din_d, 1e-5);
+      VERIFY_AGREE("layernorm dweight", dw_f, dw_d, 1e-5);
+      VERIFY_AGREE("layernorm dbias", db_f, db_d, 1e-5);
+    }
+    {
+      const int B = 3, T = 37, V = 11;
+      std::vector<int32_t> tokens(B * T);
+      for (int i = 0; i < B * T; i++) tokens[i] = (i * 7) % V;
+      const auto wte_d = random_vector(V * C, 98), wpe_d = random_vector(T * C, 99);
+      const auto wte_f = to_float(wte_d), wpe_f = to_float(wpe_d), dy_f = to_float(dy_d);
+      std::vector<double> out_d(B * T * C), dwte_d(V * C, 0.0), dwpe_d(T * C, 0.0);
+      std::vector<float> out_f(B * T * C), dwte_f(V * C, 0.0f), dwpe_f(T * C, 0.0f);
+      const auto dy3_d = random_vector(B * T * C, 100);
+      const auto dy3_f = to_float(dy3_d);
+      k::embedding_forward(out_d.data(), tokens.data(), wte_d.data(), wpe_d.data(), B, T, C);
+      k::embedding_forward(out_f.data(), tokens.data(), wte_f.data(), wpe_f.data(), B, T, C);
+      k::embedding_backward(dwte_d.data(), dwpe_d.data(), dy3_d.data(), tokens.data(), B, T, C);
+      k::embedding_backward(dwte_f.data(), dwpe_f.data(), dy3_f.data(), tokens.data(), B, T, C);
+      VERIFY_AGREE("embedding out", out_f, out_d, 1e-6);
+      VERIFY_AGREE("embedding dwte", dwte_f, dwte_d, 1e-5);
+      VERIFY_AGREE("embedding dwpe", dwpe_f, dwpe_d, 1e-5);
+    }
+    {
+      // A vocabulary of several sum blocks (simd.h: 1024) and a partial vector, whole and in
+      // two vocabulary shards (the tensor-parallel cross-entropy).
+      const int V = 2500, half = 1250;
+      const auto logits_d = random_vector(N * V, 101, 4.0);
+      const auto logits_f = to_float(logits_d);
+      std::vector<int32_t> targets(N);
+      for (int i = 0; i < N; i++) targets[i] = (i * 331) % V;
+      std::vector<double> loss_d(N), dl_d(N * V);
+      std::vector<float> loss_f(N), dl_f(N * V);
+      k::softmax_cross_entropy(loss_d.data(), dl_d.data(), logits_d.data(), targets.data(), N, V,
+                               0.5f);
+      k::softmax_cross_entropy(loss_f.data(), dl_f.data(), logits_f.data(), targets.data(), N, V,
+                               0.5f);
+      VERIFY_AGREE("cross_entropy loss", loss_f, loss_d, 1e-6);
+      VERIFY_AGREE("cross_entropy dlogits", dl_f, dl_d, 1e-6);
+      // Shards: rows split into columns [0, half) and [half, V), reduced here as TP would.
+      std::vector<float> sh[2], max_s[2], tl[2], loss_s(N), d_s(N * V);
+      std::vector<double> sums[2];
+      for (int r = 0; r < 2; r++) {
+        sh[r].resize(N * half), max_s[r].resize(N), tl[r].resize(N), sums[r].resize(N);
+        for (int i = 0; i < N; i++)
+          std::copy_n(logits_f.data() + i * V + r * half, half, sh[r].data() + i * half);
+        k::cross_entropy_shard_max(max_s[r].data(), sh[r].data(), N, half);
+      }
+      std::vector<float> row_max(N);
+      for (int i = 0; i < N; i++) row_max[i] = std::max(max_s[0][i], max_s[1][i]);
+      for (int r = 0; r < 2; r++)
+        k::cross_entropy_shard_sums(sums[r].data(), tl[r].data(), sh[r].data(), row_max.data(),
+                                    targets.data(), r * half, N, half);
+      std::vector<double> sum(N);
+      std::vector<float> target_logit(N);
+      for (int i = 0; i < N; i++)
+        sum[i] = sums[0][i] + sums[1][i], target_logit[i] = tl[0][i] + tl[1][i];
+      for (int r = 0; r < 2; r++) {
+        std::vector<float> d(N * half);
+        k::cross_entropy_shard_finish(loss_s.data(), d.data(), sh[r].data(), row_max.data(),
+                                      sum.data(), target_logit.data(), targets.data(), r * half, N,
+                                      half, 0.5f);
+        for (int i = 0; i < N; i++)
+          std::copy_n(d.data() + i * half, half, d_s.data() + i * V + r * half);
+      }
+      VERIFY_AGREE("sharded cross_entropy loss", loss_s, loss_d, 1e-6);
+      VERIFY_AGREE("sharded cross_entropy dlogits", d_s, dl_d, 1e-6);
+    }
+    {
+      const int B = 2, T = 70, Ca = 16, NH = 2;
+      const auto qkv_d = random_vector(B * T * 3 * Ca, 102);
+      const auto dy_d2 = random_vector(B * T * Ca, 103);
+      const auto qkv_f = to_float(qkv_d), dy_f2 = to_float(dy_d2);
+      std::vector<double> out_d(B * T * Ca), probs_d(B * NH * T * T), dqkv_d(B * T * 3 * Ca),
+          ws_d(k::attention_workspace_elems(T) * k::num_threads());
+      std::vector<float> out_f(B * T * Ca), probs_f(B * NH * T * T), dqkv_f(B * T * 3 * Ca),
+          ws_f(ws_d.size());
+      k::attention_forward(out_d.data(), probs_d.data(), qkv_d.data(), B, T, Ca, NH, 0.1f, 3,
+                           ws_d.data());
+      k::attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, Ca, NH, 0.1f, 3,
+                           ws_f.data());
+      k::attention_backward(dqkv_d.data(), dy_d2.data(), qkv_d.data(), probs_d.data(), B, T, Ca, NH,
+                            0.1f, 3, ws_d.data());
+      k::attention_backward(dqkv_f.data(), dy_f2.data(), qkv_f.data(), probs_f.data(), B, T, Ca, NH,
+                            0.1f, 3, ws_f.data());
+      VERIFY_AGREE("attention probs", probs_f, probs_d, 1e-6);
+      VERIFY_AGREE("attention dqkv", dqkv_f, dqkv_d, 1e-5);
+      // The same heads decoded against a key/value cache: a prompt of T rows in one call.
+      const int HS = Ca / NH;
+      const std::vector<int32_t> cache_slot(T, 0);
+      std::vector<int32_t> pos(T);
+      for (int t = 0; t < T; t++) pos[t] = t;
+      std::vector<double> kc_d(NH * T * HS), vc_d(kc_d.size()), o_d(T * Ca), w_d2(T * 2);
+      std::vector<float> kc_f(kc_d.size()), vc_f(kc_d.size()), o_f(T * Ca), w_f2(T * 2);
+      k::attention_kv_forward(o_d.data(), kc_d.data(), vc_d.data(), qkv_d.data(), cache_slot.data(),
+                              pos.data(), T, NH, HS, T, w_d2.data());
+      k::attention_kv_forward(o_f.data(), kc_f.data(), vc_f.data(), qkv_f.data(), cache_slot.data(),
+                              pos.data(), T, NH, HS, T, w_f2.data());
+      VERIFY_AGREE("attention_kv out", o_f, o_d, 1e-5);
+    }
   }
 
   void float_kernels_agree_with_double() {

@@ -1,7 +1,9 @@
 // Lattice's GPT-2 against an independent PyTorch implementation of Hugging Face GPT-2
 // (gpt2_reference.py, float64): the same weights (exchanged as a GPT-2 safetensors file)
 // and tokens must give the same loss and the same gradient for every tensor. Skipped
-// where Debian's python3-torch is not installed (installers/install-deps.sh --tests).
+// where Debian's python3-torch is not installed (installers/install-deps.sh --tests). Runs once
+// per copy of the CPU kernels (generic x86-64, AVX2, AVX-512; Note [CPU dispatch],
+// kernels/cpu/README.md); a copy this CPU cannot run is reported as skipped, by name.
 #include <QtTest/QtTest>
 
 #include <QJsonDocument>
@@ -12,6 +14,7 @@
 
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
+#include "common/cpu_isa_rows.h"
 #include "common/grad_check.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
@@ -31,6 +34,12 @@ bool torch_available() {
 class TorchParity : public QObject {
   Q_OBJECT
  private slots:
+  void initTestCase_data() { testing::add_cpu_isa_rows(); }
+  void init() {
+    const QString unavailable = testing::select_row_isa();
+    if (!unavailable.isEmpty()) QSKIP(qPrintable(unavailable));
+  }
+
   void loss_and_every_gradient_match_pytorch_gpt2() {
     if (!torch_available())
       QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");

@@ -66,6 +66,9 @@ struct TrainOptions {
   // --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model, --vocab-size. With
   // NullTokenizer the model's vocabulary is --vocab-size + 1 (EOD = --vocab-size), as Megatron.
   TokenizerOptions tokenizer = null_tokenizer(512);
+  // --cpu-isa auto | generic | avx2 | avx512: the copy of the CPU kernels to run (auto:
+  // LATTICE_CPU_ISA when set, else the widest this CPU has; kernels/cpu/README.md).
+  std::string cpu_isa = "auto";
   int threads = 0;        // --threads (0: all cores)
   std::string load_hf;    // --load-hf FILE (GPT-2 safetensors to start from)
   std::string save;       // --save DIR: checkpoints (docs/design-notes.md#checkpoints)

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <variant>
 
+#include "lattice/cpu_isa.h"
 #include "lattice/flags.h"
 #include "lattice/train_options.h"
 
@@ -92,6 +93,10 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"merge-file", "GPT2BPETokenizer merges (merges.txt)", &o.tokenizer.merge_file},
       {"tokenizer-model", "SentencePiece model file", &o.tokenizer.model_file},
       {"threads", "CPU threads; 0 means all cores", &o.threads},
+      {"cpu-isa",
+       "auto | generic | avx2 | avx512: the instruction set of the CPU kernels; auto means "
+       "LATTICE_CPU_ISA when set, else the widest this CPU runs",
+       &o.cpu_isa},
       {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
       {"save", "directory for checkpoints (saved at the end, on SIGTERM and every --save-interval)",
        &o.save},
@@ -365,6 +370,8 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
   if (!(optim.adam_eps > 0)) errors.push_back("--adam-eps must be positive");
   if (!(optim.clip_grad >= 0)) errors.push_back("--clip-grad must not be negative");
   if (threads < 0) errors.push_back("--threads must not be negative");
+  if (cpu_isa != "auto" && !kernels::parse_cpu_isa(cpu_isa))
+    errors.push_back("--cpu-isa '" + cpu_isa + "' is not one of auto, generic, avx2, avx512");
   if (mock_data && !data_path.empty())
     errors.push_back("--mock-data and --data-path exclude each other");
   if (require_data && !mock_data && data_path.empty())

@@ -23,6 +23,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
 #include "lattice/layout.h"
@@ -74,8 +75,8 @@ std::string describe(const TrainOptions& o, const ParallelLayout& layout, int th
   }
   if (!o.parallel.recompute_granularity.empty())
     s << o.parallel.recompute_granularity << " recomputation, ";
-  s << threads << " threads per rank" << (o.fp64 ? ", fp64" : "")
-    << (o.fp16 ? ", fp16 loss scaling over fp32 arithmetic" : "");
+  s << threads << " threads per rank, kernels " << kernels::cpu_isa_label(kernels::cpu_isa())
+    << (o.fp64 ? ", fp64" : "") << (o.fp16 ? ", fp16 loss scaling over fp32 arithmetic" : "");
   return s.str();
 }
 
@@ -526,6 +527,8 @@ Result<TrainSummary> Trainer<T>::run() {
   const ParallelLayout& L = g_.layout;
   Comm& world = *g_.world;
   const bool rank0 = world.rank() == 0;
+  if (std::string error = kernels::select_cpu_isa(o_.cpu_isa); !error.empty())
+    return Status::invalid_argument(error);
   const int threads = threads_per_rank(o_, world);
   kernels::set_num_threads(threads);
   set_comm_activity("the start of the run");

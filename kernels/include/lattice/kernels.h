@@ -20,6 +20,11 @@ void set_num_threads(int threads);
 int num_threads();
 // The BLAS library's own description of the kernel it runs ("SkylakeX", "Haswell", ...).
 const char* blas_core_name();
+// Note [OpenMP waiting] (kernels/cpu/README.md): when neither OMP_WAIT_POLICY nor
+// GOMP_SPINCOUNT is set, sets OMP_WAIT_POLICY=passive and re-executes this program
+// (/proc/self/exe with `argv`), since libgomp reads its settings once, before main. Call first
+// thing in main; returns only when nothing was to be done or the exec failed.
+void use_passive_openmp_waiting(char** argv);
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
 template <typename S>
@@ -45,8 +50,8 @@ void position_embedding_forward(S* out, const S* wpe, int B, int T, int C);
 // dwte (V, C) += scatter of dout by token (rows [vocab_begin, vocab_end) as above);
 // dwpe (T, C) += dout summed over the batch. Either may be null.
 template <typename S>
-void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
-                        int C, int vocab_begin = 0, int vocab_end = 1 << 30);
+void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T, int C,
+                        int vocab_begin = 0, int vocab_end = 1 << 30);
 
 // out (N, C) = (inp - mean) * rstd * weight + bias, per row; mean, rstd (N) are saved.
 inline constexpr double kLayerNormEps = 1e-5;
@@ -104,8 +109,7 @@ void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, in
 // workspace: max_T elements per thread (num_threads() of them). No dropout.
 template <typename S>
 void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const int32_t* slots,
-                          const int32_t* positions, int M, int NH, int HS, int max_T,
-                          S* workspace);
+                          const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace);
 
 // Fused softmax + cross-entropy over logits (N, V): losses (N) = -log softmax(row)[target].
 // When dlogits is non-null it receives (softmax - onehot(target)) * grad_scale and may alias

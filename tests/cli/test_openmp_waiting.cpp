@@ -1,0 +1,47 @@
+// `lattice` and the way its OpenMP threads wait (Note [OpenMP waiting], kernels/cpu/README.md):
+// unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT), a thread with nothing to do sleeps
+// at once instead of spinning, which on a machine shared with other processes is what keeps a
+// barrier from waiting on a thread the spinner itself keeps off the core. libgomp's own report
+// of its settings (OMP_DISPLAY_ENV=VERBOSE, printed when it starts, the last one being the
+// program that runs) is the evidence: passive waiting is a spin count of 0.
+#include <QtTest/QtTest>
+
+#include <QProcess>
+
+#include "common/process.h"
+
+namespace {
+
+// libgomp's GOMP_SPINCOUNT as the lattice program that ran reports it, with `env` ("K=V") set
+// and OMP_WAIT_POLICY / GOMP_SPINCOUNT otherwise unset.
+QString spin_count(const QStringList& env = {}) {
+  QProcessEnvironment e = lattice::testing::test_environment();
+  e.remove("OMP_WAIT_POLICY");
+  e.remove("GOMP_SPINCOUNT");
+  e.insert("OMP_DISPLAY_ENV", "VERBOSE");
+  for (const QString& kv : env) e.insert(kv.section('=', 0, 0), kv.section('=', 1));
+  QProcess p;
+  p.setProcessEnvironment(e);
+  p.start(LATTICE_CLI_PATH, {"version"});
+  if (!p.waitForFinished(60000) || p.exitCode() != 0) return "lattice version failed";
+  const QString err = QString::fromUtf8(p.readAllStandardError());
+  const qsizetype at = err.lastIndexOf("GOMP_SPINCOUNT = '");
+  if (at < 0) return "no GOMP_SPINCOUNT in: " + err;
+  return err.mid(at).section('\'', 1, 1);
+}
+
+}  // namespace
+
+class OpenMpWaiting : public QObject {
+  Q_OBJECT
+ private slots:
+  void threads_sleep_at_once_by_default() { QCOMPARE(spin_count(), QString("0")); }
+
+  void the_users_choice_stands() {
+    QCOMPARE(spin_count({"GOMP_SPINCOUNT=5000"}), QString("5000"));
+    QVERIFY(spin_count({"OMP_WAIT_POLICY=active"}) != "0");
+  }
+};
+
+QTEST_GUILESS_MAIN(OpenMpWaiting)
+#include "test_openmp_waiting.moc"
