@@ -258,9 +258,9 @@ class CommTest : public QObject {
     const QStringList left = processes_left(marker);
     QVERIFY2(!job.timed_out, "mpirun still running after 30 s: rank 0 hangs in all_reduce");
     QVERIFY2(job.exit_code != 0, qPrintable(job.err));
-    QVERIFY2(job.err.contains("rank 1") && job.err.contains("signal 9"),
-             qPrintable(job.out + job.err));
-    // Lattice's own words, from rank 0's wait, besides Open MPI's.
+    // Lattice's own words, from rank 0's wait. Open MPI's report of the signal ("signal 9")
+    // comes only when mpirun sees the death before rank 0's abort, which a loaded machine
+    // reorders, so the test does not ask for it.
     QVERIFY2(job.err.contains("lattice: rank 0: rank 1 (pid ") &&
                  job.err.contains(") has ended (killed, crashed") &&
                  job.err.contains("while rank 0 waited") &&
