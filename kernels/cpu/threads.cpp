@@ -31,9 +31,16 @@ const char* blas_core_name() {
 
 void use_passive_openmp_waiting(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  // The program's own path, not /proc/self/exe: the kernel names a process after the file it
+  // executes, and ps, top, pgrep -x and tests must go on seeing "lattice", not "exe".
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0 || n >= static_cast<ssize_t>(sizeof path) - 1) return;
+  path[n] = '\0';
   if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-  execv("/proc/self/exe", argv);
-  unsetenv("OMP_WAIT_POLICY");  // the exec failed: run on as libgomp started, and say nothing
+  execv(path, argv);
+  unsetenv("OMP_WAIT_POLICY");  // the exec failed (a rebuilt or deleted binary): run on as
+                                // libgomp started, and say nothing
 }
 
 }  // namespace lattice::kernels

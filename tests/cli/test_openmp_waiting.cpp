@@ -6,6 +6,7 @@
 // program that runs) is the evidence: passive waiting is a spin count of 0.
 #include <QtTest/QtTest>
 
+#include <QFile>
 #include <QProcess>
 
 #include "common/process.h"
@@ -36,6 +37,29 @@ class OpenMpWaiting : public QObject {
   Q_OBJECT
  private slots:
   void threads_sleep_at_once_by_default() { QCOMPARE(spin_count(), QString("0")); }
+
+  // The restart executes the program's own file, so the process keeps its name ("lattice" in
+  // ps, top and pgrep -x; /proc/self/exe would make it "exe") and its pid.
+  void the_restarted_program_keeps_its_name() {
+    QProcessEnvironment e = lattice::testing::test_environment();
+    e.remove("OMP_WAIT_POLICY");
+    e.remove("GOMP_SPINCOUNT");
+    QProcess p;
+    p.setProcessEnvironment(e);
+    p.start(LATTICE_CLI_PATH, {"train", "--mock-data", "--train-iters", "100000", "--eval-iters",
+                               "0", "--threads", "1", "--no-db", "--log-interval", "1"});
+    QVERIFY(p.waitForStarted(10000));
+    QVERIFY2(p.waitForReadyRead(60000), "lattice train printed nothing in 60 s");
+    const QString proc = "/proc/" + QString::number(p.processId());
+    QFile comm(proc + "/comm"), environ(proc + "/environ");
+    QVERIFY(comm.open(QIODevice::ReadOnly) && environ.open(QIODevice::ReadOnly));
+    const QByteArray name = comm.readAll().trimmed();
+    const bool passive = environ.readAll().split('\0').contains("OMP_WAIT_POLICY=passive");
+    p.kill();
+    p.waitForFinished(10000);
+    QCOMPARE(name, QByteArray("lattice"));
+    QVERIFY2(passive, "the process runs without OMP_WAIT_POLICY=passive: it was not restarted");
+  }
 
   void the_users_choice_stands() {
     QCOMPARE(spin_count({"GOMP_SPINCOUNT=5000"}), QString("5000"));
