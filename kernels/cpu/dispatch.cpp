@@ -72,6 +72,12 @@ void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, 
   LATTICE_DISPATCH(layernorm_forward<S>, out, mean, rstd, inp, weight, bias, N, C);
 }
 template <typename S>
+void residual_layernorm_forward(S* residual_out, S* out, S* mean, S* rstd, const S* residual,
+                                const S* x, const S* weight, const S* bias, int N, int C) {
+  LATTICE_DISPATCH(residual_layernorm_forward<S>, residual_out, out, mean, rstd, residual, x,
+                   weight, bias, N, C);
+}
+template <typename S>
 void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                         const S* mean, const S* rstd, int N, int C) {
   LATTICE_DISPATCH(layernorm_backward<S>, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
@@ -165,6 +171,8 @@ void scale(S* x, size_t n, S s) {
   template void position_embedding_forward(S*, const S*, int, int, int);                           \
   template void embedding_backward(S*, S*, const S*, const int32_t*, int, int, int, int, int);     \
   template void layernorm_forward(S*, S*, S*, const S*, const S*, const S*, int, int);             \
+  template void residual_layernorm_forward(S*, S*, S*, S*, const S*, const S*, const S*, const S*, \
+                                           int, int);                                              \
   template void layernorm_backward(S*, S*, S*, const S*, const S*, const S*, const S*, const S*,   \
                                    int, int);                                                      \
   template void gelu_forward(S*, const S*, size_t);                                                \

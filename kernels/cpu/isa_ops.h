@@ -30,6 +30,9 @@ template <typename S>
 void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
                        int N, int C);
 template <typename S>
+void residual_layernorm_forward(S* residual_out, S* out, S* mean, S* rstd, const S* residual,
+                                const S* x, const S* weight, const S* bias, int N, int C);
+template <typename S>
 void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                         const S* mean, const S* rstd, int N, int C);
 template <typename S>

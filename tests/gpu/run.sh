@@ -59,8 +59,8 @@ if ! timeout 150 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
   exit 1
 fi
 
-targets=(test_cuda_ops test_cuda_attention test_gpu_training lattice-bench-cuda-ops
-         lattice-bench-train-gpu)
+targets=(test_cuda_ops test_cuda_attention test_cuda_op_list test_gpu_training
+         lattice-bench-cuda-ops lattice-bench-train-gpu)
 # NcclComm's test exists where MPI and NCCL were found (it builds the engine too); the
 # tensor-parallel training test where MPI was found (it skips itself below 2 GPUs).
 # (grep without -q reads all of its input: with pipefail, -q's early exit would fail the pipe)
@@ -156,8 +156,8 @@ PY
 echo
 echo "| check                                    | result  |"
 echo "|------------------------------------------|---------|"
-for test in test_cuda_ops test_cuda_attention test_gpu_training test_gpu_tensor_parallel \
-    test_nccl_comm; do
+for test in test_cuda_ops test_cuda_attention test_cuda_op_list test_gpu_training \
+    test_gpu_tensor_parallel test_nccl_comm; do
   line=$(grep -E "Test +#[0-9]+: $test " "$build/gpu-check-ctest.log" | head -1)
   result="not run"
   [[ "$line" == *Passed* ]] && result="passed"

@@ -12,6 +12,7 @@
 #include <new>
 
 #include "core/host_memory.h"
+#include "device/ops.h"
 #include "lattice/kernels.h"
 
 namespace lattice {
@@ -190,6 +191,10 @@ double CpuDevice::seconds(const Mark& from, const Mark& to) {
 }
 
 // ---- communicators, errors ---------------------------------------------------------------------
+
+Device::OpLists CpuDevice::op_lists() {
+  return {&cpu_ops<float>(), &cpu_ops<double>(), &cpu_ops<bf16>(), &cpu_ops<fp16>()};
+}
 
 Result<std::unique_ptr<Comm>> CpuDevice::make_comm(Comm& group) {
   Result<std::unique_ptr<Comm>> part = group.split(0, group.rank());

@@ -1,6 +1,7 @@
 // The CPU backend's device (device.h; docs/one-engine.md 3.2): host memory counted by
 // category, the calling thread as the compute stream, side streams that are FIFOs of
-// communication requests, the steady clock for marks. Built in every configuration.
+// communication requests, the steady clock for marks, the CPU op lists (ops.h cpu_ops). Built
+// in every configuration.
 // Non-goals: size classes or caching (exact allocations keep peak RSS at the arenas' size,
 // docs/benchmarks.md "Memory"), threads of its own.
 //
@@ -135,6 +136,8 @@ class CpuDevice final : public Device {
   // recorded.
   void complete_through(Stream& stream, uint64_t seq);
   bool owns(const Stream& stream) const;
+  // ops.h cpu_ops: the process-wide CPU op lists (they hold no state).
+  OpLists op_lists() override;
 
   Capabilities capabilities_;
   CpuStream compute_{"compute", false};

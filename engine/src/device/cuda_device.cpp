@@ -1,7 +1,8 @@
 // The CUDA backend's device (device.h; docs/one-engine.md 3.2): the kernels' Context (its
 // stream is the compute stream, its error the device's), the CachingAllocator over cudaMalloc,
 // side streams and events (as gpu_pipeline.cpp make_streams / follow use them), asynchronous
-// copies and fills (gpu_model.cpp copy_*_async), timing events for marks. Built only into
+// copies and fills (gpu_model.cpp copy_*_async), timing events for marks, the op lists of
+// cuda_ops.cpp over the Context. Built only into
 // lattice_engine_gpu; compiled here, never yet run on a GPU (docs/gpu.md).
 //
 // Events: an Event is (stream, seq); the stream keeps the cudaEvent_t of every record not yet
@@ -24,6 +25,7 @@
 #include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/local_rank.h"
+#include "device/ops.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/plan.h"
 #if LATTICE_HAVE_NCCL
@@ -66,7 +68,10 @@ class CudaDevice final : public Device {
         capabilities_(cuda_capabilities()),
         ctx_(std::move(ctx)),
         memory_(make_cuda_memory_backend()),
-        compute_("compute", ctx_->stream(), false) {}
+        compute_("compute", ctx_->stream(), false),
+        ops_float_(make_cuda_ops<float>(*ctx_)),
+        ops_bf16_(make_cuda_ops<bf16>(*ctx_)),
+        ops_fp16_(make_cuda_ops<fp16>(*ctx_)) {}
   ~CudaDevice() override;
 
   const Capabilities& capabilities() const override { return capabilities_; }
@@ -128,6 +133,9 @@ class CudaDevice final : public Device {
     ctx_->record_error(std::string(what) + ": " + cudaGetErrorString(rc));
     return false;
   }
+  OpLists op_lists() override {
+    return {ops_float_.get(), nullptr, ops_bf16_.get(), ops_fp16_.get()};  // no fp64 kernels
+  }
   // The kept record of `event`, or nullopt when it has completed and was retired.
   std::optional<cudaEvent_t> pending_event(const Event& event);
   // Returns the completed records at the front of stream's list to the pool.
@@ -144,6 +152,9 @@ class CudaDevice final : public Device {
   std::vector<cudaEvent_t> marks_;        // timing events; the first marks_used_ hold marks
   size_t marks_used_ = 0;
   int64_t mark_generation_ = 0;
+  std::unique_ptr<Ops<float>> ops_float_;  // cuda_ops.cpp, over ctx_
+  std::unique_ptr<Ops<bf16>> ops_bf16_;
+  std::unique_ptr<Ops<fp16>> ops_fp16_;
 };
 
 CudaDevice::~CudaDevice() {

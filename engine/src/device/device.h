@@ -2,8 +2,8 @@
 // streams and events, copies, time marks, its first error and its capabilities. The model, the
 // pipeline executor and the training loop are to be written once over it; until step 6 of the
 // plan nothing in the engine calls it. Implementations: CpuDevice (cpu_device.h, every build)
-// and the CUDA device (cuda_device.cpp, in lattice_engine_gpu only). Non-goals here: the op
-// list (device/ops.h, step 4), stream-ordered collectives (Comm members, step 5).
+// and the CUDA device (cuda_device.cpp, in lattice_engine_gpu only); each hands out its op lists
+// (ops.h, ops<A>()). Non-goal here: stream-ordered collectives (Comm members, step 5).
 //
 // Streams. Work queued on one stream runs in queue order; work on different streams is
 // ordered only through events: after wait(waiter, record(s)), what is queued on `waiter`
@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "core/memory_category.h"
 #include "device/capabilities.h"
@@ -33,6 +34,8 @@
 namespace lattice {
 
 class RequestQueue;  // cpu_device.h: a CPU side stream's requests in flight
+template <typename A>
+class Ops;  // ops.h: the op list of compute type A
 
 // A queue of work on a device, owned by its device.
 class Stream {
@@ -132,6 +135,14 @@ class Device {
   // iteration, after its marks are read.
   virtual void reset_marks() = 0;
 
+  // ---- ops
+  // ----------------------------------------------------------------------------------------- The
+  // op list of compute type A (float, double, bf16, fp16) on the compute stream, owned by the
+  // device; null when the device has none for A (CUDA: double). The CPU's 16-bit lists exist for
+  // tests, not for runs (capabilities()).
+  template <typename A>
+  Ops<A>* ops();
+
   // ---- communicators, errors ------------------------------------------------------------------
   // A communicator of its own over the ranks of `group` (a host communicator split from the
   // world) for this device's buffers, named as `group`: a split of it on the CPU (its own
@@ -145,7 +156,27 @@ class Device {
 
  protected:
   Device() = default;
+  // The device's op lists, one per compute type; null where it has none.
+  struct OpLists {
+    Ops<float>* for_float = nullptr;
+    Ops<double>* for_double = nullptr;
+    Ops<bf16>* for_bf16 = nullptr;
+    Ops<fp16>* for_fp16 = nullptr;
+  };
+  virtual OpLists op_lists() = 0;
 };
+
+template <typename A>
+Ops<A>* Device::ops() {
+  const OpLists lists = op_lists();
+  if constexpr (std::is_same_v<A, float>) return lists.for_float;
+  if constexpr (std::is_same_v<A, double>) return lists.for_double;
+  if constexpr (std::is_same_v<A, bf16>) return lists.for_bf16;
+  if constexpr (std::is_same_v<A, fp16>) return lists.for_fp16;
+  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double> || std::is_same_v<A, bf16> ||
+                    std::is_same_v<A, fp16>,
+                "op lists exist for float, double, bf16 and fp16");
+}
 
 // This rank's CUDA device: local rank % devices (device/local_rank.h), made current, with its
 // kernels::cuda::Context and caching allocator. Errors: no device visible to this process,

@@ -58,6 +58,13 @@ inline constexpr double kLayerNormEps = 1e-5;
 template <typename S>
 void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
                        int N, int C);
+// The residual add fused into the next LayerNorm (one pass per row):
+// residual_out (N, C) = residual (N, C) + x (N, C), then out (N, C), mean, rstd (N) =
+// layernorm_forward of residual_out, bit for bit. residual_out may alias residual; x and out
+// alias nothing.
+template <typename S>
+void residual_layernorm_forward(S* residual_out, S* out, S* mean, S* rstd, const S* residual,
+                                const S* x, const S* weight, const S* bias, int N, int C);
 // dinp (N, C) += ..., dweight (C) += ..., dbias (C) += ...
 template <typename S>
 void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,

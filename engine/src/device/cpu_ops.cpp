@@ -1,0 +1,147 @@
+// The CPU's op lists for float and double (ops.h): each op forwards to kernels.h, so it is the
+// CPU kernel bit for bit (tests/kernels/test_ops.cpp checks every op). Where the one signature
+// differs from kernels.h: matmul_forward's GELU epilogue is the GEMM followed by gelu_forward
+// (what GptModel::layer_forward does), the attention's saved tensor is the kernel's
+// probabilities (B, NH, T, T), and the multi-tensor optimizer ops loop over their tensors.
+#include <cstring>
+
+#include "device/ops.h"
+#include "lattice/kernels.h"
+
+namespace lattice {
+namespace {
+
+template <typename S>
+class CpuOps final : public Ops<S> {
+ public:
+  void matmul_forward(S* out, S* pre_gelu, const S* inp, const S* weight, const S* bias, int N,
+                      int C, int OC, Epilogue epilogue) override {
+    const bool gelu = epilogue == Epilogue::kGelu;
+    S* gemm_out = gelu && pre_gelu ? pre_gelu : out;
+    kernels::matmul_forward(gemm_out, inp, weight, bias, N, C, OC);
+    if (gelu) kernels::gelu_forward(out, gemm_out, static_cast<size_t>(N) * OC);
+  }
+  void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
+                       int N, int C, int OC) override {
+    kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void add_bias(S* out, const S* bias, int N, int OC) override {
+    kernels::add_bias(out, bias, N, OC);
+  }
+
+  void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
+                         int C, int vocab_begin, int vocab_end) override {
+    kernels::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+  }
+  void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
+                          int C, int vocab_begin, int vocab_end) override {
+    kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+  }
+
+  void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
+                         int N, int C) override {
+    kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void residual_layernorm_forward(S* residual_out, S* out, S* mean, S* rstd, const S* residual,
+                                  const S* x, const S* weight, const S* bias, int N,
+                                  int C) override {
+    kernels::residual_layernorm_forward(residual_out, out, mean, rstd, residual, x, weight, bias, N,
+                                        C);
+  }
+  void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                          const S* weight, const S* mean, const S* rstd, int N, int C) override {
+    kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
+  void gelu_forward(S* out, const S* inp, size_t n) override { kernels::gelu_forward(out, inp, n); }
+  void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n) override {
+    kernels::gelu_backward(dinp, inp, dout, n);
+  }
+  void residual_dropout_forward(S* out, const S* residual, const S* x, size_t n, float p,
+                                uint64_t key, size_t index_offset) override {
+    kernels::residual_dropout_forward(out, residual, x, n, p, key, index_offset);
+  }
+  void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key,
+                        size_t index_offset) override {
+    kernels::dropout_backward(dx, dout, n, p, key, index_offset);
+  }
+
+  size_t attention_saved_elems(int B, int T, int NH) const override {
+    return static_cast<size_t>(B) * NH * T * T;
+  }
+  size_t attention_workspace_elems(int, int T, int) const override {
+    return kernels::attention_workspace_elems(T) * static_cast<size_t>(kernels::num_threads());
+  }
+  void attention_forward(S* out, S* saved, const S* qkv, S* workspace, int B, int T, int C, int NH,
+                         float p, uint64_t key, int head_offset, int total_heads) override {
+    kernels::attention_forward(out, saved, qkv, B, T, C, NH, p, key, workspace, head_offset,
+                               total_heads);
+  }
+  void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* /*out: unused here*/,
+                          const S* saved, S* workspace, int B, int T, int C, int NH, float p,
+                          uint64_t key, int head_offset, int total_heads) override {
+    kernels::attention_backward(dqkv, dout, qkv, saved, B, T, C, NH, p, key, workspace, head_offset,
+                                total_heads);
+  }
+
+  void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets, int N,
+                             int V, float grad_scale) override {
+    kernels::softmax_cross_entropy(losses, dlogits, logits, targets, N, V, grad_scale);
+  }
+  void cross_entropy_shard_max(S* row_max, const S* logits, int N, int V) override {
+    kernels::cross_entropy_shard_max(row_max, logits, N, V);
+  }
+  void cross_entropy_shard_sums(double* sum_exp, S* target_logit, const S* logits, const S* row_max,
+                                const int32_t* targets, int vocab_begin, int N, int V) override {
+    kernels::cross_entropy_shard_sums(sum_exp, target_logit, logits, row_max, targets, vocab_begin,
+                                      N, V);
+  }
+  void cross_entropy_shard_finish(S* losses, S* dlogits, const S* logits, const S* row_max,
+                                  const double* sum_exp, const S* target_logit,
+                                  const int32_t* targets, int vocab_begin, int N, int V,
+                                  float grad_scale) override {
+    kernels::cross_entropy_shard_finish(losses, dlogits, logits, row_max, sum_exp, target_logit,
+                                        targets, vocab_begin, N, V, grad_scale);
+  }
+
+  void to_compute(S* dst, const S* src, size_t n) override { copy(dst, src, n); }
+  void to_accum(S* dst, const S* src, size_t n) override { copy(dst, src, n); }
+
+  void adamw_update(const AdamWSpan<S>* tensors, int count,
+                    const kernels::AdamWParams& p) override {
+    for (int i = 0; i < count; i++) {
+      const AdamWSpan<S>& t = tensors[i];
+      kernels::AdamWParams q = p;
+      if (!t.decay) q.weight_decay = 0.0f;
+      kernels::adamw_update(t.param, t.grad, t.m, t.v, t.n, q);
+      if (t.param_copy) copy(t.param_copy, t.param, t.n);
+    }
+  }
+  void sum_squares(double* result, const S* const* tensors, const size_t* sizes,
+                   int count) override {
+    double sum = 0;
+    for (int i = 0; i < count; i++) sum += kernels::sum_squares(tensors[i], sizes[i]);
+    *result = sum;
+  }
+  void scale(S* x, size_t n, S s) override { kernels::scale(x, n, s); }
+
+ private:
+  static void copy(S* dst, const S* src, size_t n) {
+    if (dst != src && n > 0) std::memcpy(dst, src, n * sizeof(S));
+  }
+};
+
+}  // namespace
+
+template <>
+Ops<float>& cpu_ops<float>() {
+  static CpuOps<float> ops;
+  return ops;
+}
+template <>
+Ops<double>& cpu_ops<double>() {
+  static CpuOps<double> ops;
+  return ops;
+}
+
+}  // namespace lattice

@@ -1,0 +1,251 @@
+// The CPU's op lists for bf16 and fp16 (ops.h): the float kernels of kernels.h on widened copies
+// of the 16-bit tensors, their results rounded back with dtype.h's conversions (a CUDA op too
+// computes in fp32 between 16-bit loads and stores; summation orders differ). Statistics,
+// parameter gradients, the attention's saved probabilities and cross-entropy logits are float
+// (G), as on CUDA. For tests of the 16-bit data flow on machines without a GPU
+// (test_gpu_model_on_host through tests/cuda/gpu_ops_on_host.cpp, test_ops), not for runs:
+// every call allocates its widened copies. Formerly the 16-bit half of gpu_ops_on_host.cpp.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "device/ops.h"
+#include "lattice/dtype.h"
+#include "lattice/kernels.h"
+
+namespace lattice {
+namespace {
+
+float widen(bf16 x) {
+  return from_bf16(x);
+}
+float widen(fp16 x) {
+  return from_fp16(x);
+}
+template <typename H>
+H narrow(float x);
+template <>
+bf16 narrow<bf16>(float x) {
+  return to_bf16(x);
+}
+template <>
+fp16 narrow<fp16>(float x) {
+  return to_fp16(x);
+}
+// (n) widened; empty when p is null.
+template <typename H>
+std::vector<float> wide(const H* p, size_t n) {
+  std::vector<float> v(p ? n : 0);
+  for (size_t i = 0; i < v.size(); i++) v[i] = widen(p[i]);
+  return v;
+}
+template <typename H>
+void store(H* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = narrow<H>(src[i]);
+}
+template <typename H>
+void store(H* dst, const std::vector<float>& v) {
+  store(dst, v.data(), v.size());
+}
+const float* data_or_null(const std::vector<float>& v) {
+  return v.empty() ? nullptr : v.data();
+}
+
+template <typename H>
+class CpuOps16 final : public Ops<H> {
+ public:
+  Ops<float>& f32 = cpu_ops<float>();
+
+  void matmul_forward(H* out, H* pre_gelu, const H* inp, const H* weight, const H* bias, int N,
+                      int C, int OC, Epilogue epilogue) override {
+    const bool gelu = epilogue == Epilogue::kGelu;
+    const size_t n = static_cast<size_t>(N) * OC;
+    const std::vector<float> i = wide(inp, static_cast<size_t>(N) * C),
+                             w = wide(weight, static_cast<size_t>(OC) * C), b = wide(bias, OC);
+    std::vector<float> pre(n), act(gelu ? n : 0);
+    f32.matmul_forward(gelu ? act.data() : pre.data(), gelu ? pre.data() : nullptr, i.data(),
+                       w.data(), data_or_null(b), N, C, OC, epilogue);
+    if (gelu && pre_gelu) store(pre_gelu, pre);
+    store(out, gelu ? act : pre);
+  }
+  void matmul_backward(H* dinp, float* dweight, float* dbias, const H* dout, const H* inp,
+                       const H* weight, int N, int C, int OC) override {
+    const std::vector<float> d = wide(dout, static_cast<size_t>(N) * OC),
+                             i = wide(inp, static_cast<size_t>(N) * C),
+                             w = wide(weight, static_cast<size_t>(OC) * C);
+    std::vector<float> di(dinp ? static_cast<size_t>(N) * C : 0);
+    f32.matmul_backward(dinp ? di.data() : nullptr, dweight, dbias, d.data(), i.data(), w.data(), N,
+                        C, OC);
+    if (dinp) store(dinp, di);
+  }
+  void add_bias(H* out, const H* bias, int N, int OC) override {
+    std::vector<float> o = wide(out, static_cast<size_t>(N) * OC);
+    const std::vector<float> b = wide(bias, OC);
+    f32.add_bias(o.data(), b.data(), N, OC);
+    store(out, o);
+  }
+
+  void embedding_forward(H* out, const int32_t* tokens, const H* wte, const H* wpe, int B, int T,
+                         int C, int vocab_begin, int vocab_end) override {
+    int rows = 0;  // the rows of wte the tokens read (its size is not passed)
+    for (int i = 0; i < B * T; i++)
+      if (tokens[i] >= vocab_begin && tokens[i] < vocab_end)
+        rows = std::max(rows, tokens[i] - vocab_begin + 1);
+    const std::vector<float> te = wide(wte, static_cast<size_t>(rows) * C),
+                             pe = wide(wpe, static_cast<size_t>(T) * C);
+    std::vector<float> o(static_cast<size_t>(B) * T * C);
+    f32.embedding_forward(o.data(), tokens, te.data(), data_or_null(pe), B, T, C, vocab_begin,
+                          vocab_end);
+    store(out, o);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const H* dout, const int32_t* tokens, int B,
+                          int T, int C, int vocab_begin, int vocab_end) override {
+    const std::vector<float> d = wide(dout, static_cast<size_t>(B) * T * C);
+    f32.embedding_backward(dwte, dwpe, d.data(), tokens, B, T, C, vocab_begin, vocab_end);
+  }
+
+  void layernorm_forward(H* out, float* mean, float* rstd, const H* inp, const H* weight,
+                         const H* bias, int N, int C) override {
+    normalise(out, mean, rstd, wide(inp, static_cast<size_t>(N) * C), weight, bias, N, C);
+  }
+  // The stored (rounded) sum is what the LayerNorm normalises, as on the device.
+  void residual_layernorm_forward(H* residual_out, H* out, float* mean, float* rstd,
+                                  const H* residual, const H* x, const H* weight, const H* bias,
+                                  int N, int C) override {
+    const size_t n = static_cast<size_t>(N) * C;
+    std::vector<float> sum = wide(residual, n);
+    const std::vector<float> xs = wide(x, n);
+    for (size_t i = 0; i < n; i++) sum[i] += xs[i];
+    store(residual_out, sum);
+    normalise(out, mean, rstd, wide(residual_out, n), weight, bias, N, C);
+  }
+  void layernorm_backward(H* dinp, float* dweight, float* dbias, const H* dout, const H* inp,
+                          const H* weight, const float* mean, const float* rstd, int N,
+                          int C) override {
+    const size_t n = static_cast<size_t>(N) * C;
+    std::vector<float> di = wide(dinp, n);
+    const std::vector<float> d = wide(dout, n), i = wide(inp, n), w = wide(weight, C);
+    f32.layernorm_backward(di.data(), dweight, dbias, d.data(), i.data(), w.data(), mean, rstd, N,
+                           C);
+    store(dinp, di);
+  }
+
+  void gelu_forward(H* out, const H* inp, size_t n) override {
+    std::vector<float> o = wide(inp, n);
+    f32.gelu_forward(o.data(), o.data(), n);
+    store(out, o);
+  }
+  void gelu_backward(H* dinp, const H* inp, const H* dout, size_t n) override {
+    const std::vector<float> i = wide(inp, n), d = wide(dout, n);
+    std::vector<float> di(n);
+    f32.gelu_backward(di.data(), i.data(), d.data(), n);
+    store(dinp, di);
+  }
+  void residual_dropout_forward(H* out, const H* residual, const H* x, size_t n, float p,
+                                uint64_t key, size_t index_offset) override {
+    const std::vector<float> r = wide(residual, n), xs = wide(x, n);
+    std::vector<float> o(n);
+    f32.residual_dropout_forward(o.data(), data_or_null(r), xs.data(), n, p, key, index_offset);
+    store(out, o);
+  }
+  void dropout_backward(H* dx, const H* dout, size_t n, float p, uint64_t key,
+                        size_t index_offset) override {
+    std::vector<float> d = wide(dout, n);
+    f32.dropout_backward(d.data(), d.data(), n, p, key, index_offset);
+    store(dx, d);
+  }
+
+  size_t attention_saved_elems(int B, int T, int NH) const override {
+    return f32.attention_saved_elems(B, T, NH);
+  }
+  size_t attention_workspace_elems(int B, int T, int NH) const override {
+    return f32.attention_workspace_elems(B, T, NH);
+  }
+  void attention_forward(H* out, float* saved, const H* qkv, float* workspace, int B, int T, int C,
+                         int NH, float p, uint64_t key, int head_offset, int total_heads) override {
+    const size_t n = static_cast<size_t>(B) * T * C;
+    const std::vector<float> q = wide(qkv, 3 * n);
+    std::vector<float> o(n);
+    f32.attention_forward(o.data(), saved, q.data(), workspace, B, T, C, NH, p, key, head_offset,
+                          total_heads);
+    store(out, o);
+  }
+  void attention_backward(H* dqkv, const H* dout, const H* qkv, const H* out, const float* saved,
+                          float* workspace, int B, int T, int C, int NH, float p, uint64_t key,
+                          int head_offset, int total_heads) override {
+    const size_t n = static_cast<size_t>(B) * T * C;
+    const std::vector<float> d = wide(dout, n), q = wide(qkv, 3 * n), o = wide(out, n);
+    std::vector<float> dq(3 * n);
+    f32.attention_backward(dq.data(), d.data(), q.data(), o.data(), saved, workspace, B, T, C, NH,
+                           p, key, head_offset, total_heads);
+    store(dqkv, dq);
+  }
+
+  // Logits are float: the float ops themselves.
+  void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const int32_t* targets, int N, int V, float grad_scale) override {
+    f32.softmax_cross_entropy(losses, dlogits, logits, targets, N, V, grad_scale);
+  }
+  void cross_entropy_shard_max(float* row_max, const float* logits, int N, int V) override {
+    f32.cross_entropy_shard_max(row_max, logits, N, V);
+  }
+  void cross_entropy_shard_sums(double* sum_exp, float* target_logit, const float* logits,
+                                const float* row_max, const int32_t* targets, int vocab_begin,
+                                int N, int V) override {
+    f32.cross_entropy_shard_sums(sum_exp, target_logit, logits, row_max, targets, vocab_begin, N,
+                                 V);
+  }
+  void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+                                  const float* row_max, const double* sum_exp,
+                                  const float* target_logit, const int32_t* targets,
+                                  int vocab_begin, int N, int V, float grad_scale) override {
+    f32.cross_entropy_shard_finish(losses, dlogits, logits, row_max, sum_exp, target_logit, targets,
+                                   vocab_begin, N, V, grad_scale);
+  }
+
+  void to_compute(H* dst, const float* src, size_t n) override { store(dst, src, n); }
+  void to_accum(float* dst, const H* src, size_t n) override {
+    for (size_t i = 0; i < n; i++) dst[i] = widen(src[i]);
+  }
+
+  void adamw_update(const AdamWSpan<H>* tensors, int count,
+                    const kernels::AdamWParams& p) override {
+    for (int i = 0; i < count; i++) {
+      const AdamWSpan<H>& t = tensors[i];
+      kernels::AdamWParams q = p;
+      if (!t.decay) q.weight_decay = 0.0f;
+      kernels::adamw_update(t.param, t.grad, t.m, t.v, t.n, q);
+      if (t.param_copy) store(t.param_copy, t.param, t.n);
+    }
+  }
+  void sum_squares(double* result, const float* const* tensors, const size_t* sizes,
+                   int count) override {
+    f32.sum_squares(result, tensors, sizes, count);
+  }
+  void scale(float* x, size_t n, float s) override { f32.scale(x, n, s); }
+
+ private:
+  // out, mean, rstd = the float LayerNorm of x (N, C, widened), out rounded to H.
+  void normalise(H* out, float* mean, float* rstd, const std::vector<float>& x, const H* weight,
+                 const H* bias, int N, int C) {
+    const std::vector<float> w = wide(weight, C), b = wide(bias, C);
+    std::vector<float> o(x.size());
+    f32.layernorm_forward(o.data(), mean, rstd, x.data(), w.data(), b.data(), N, C);
+    store(out, o);
+  }
+};
+
+}  // namespace
+
+template <>
+Ops<bf16>& cpu_ops<bf16>() {
+  static CpuOps16<bf16> ops;
+  return ops;
+}
+template <>
+Ops<fp16>& cpu_ops<fp16>() {
+  static CpuOps16<fp16> ops;
+  return ops;
+}
+
+}  // namespace lattice

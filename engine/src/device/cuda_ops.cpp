@@ -1,0 +1,178 @@
+// The CUDA op lists (ops.h) for float, bf16 and fp16: each op forwards to kernels::cuda
+// (cuda_kernels.h) on the device's Context, whose stream is the compute stream and whose error
+// is the device's. Where the one signature differs from cuda_kernels.h: the attention's saved
+// tensor is the log-sum-exp (B, NH, T) and its forward takes no workspace; the conversions
+// between A and float are copies for A = float; AdamW takes no gradient scale (the engine
+// scales in place first: docs/one-engine.md decision 8). Built only into lattice_engine_gpu;
+// compiled here, never yet run on a GPU (tests/cuda/test_cuda_op_list.cpp checks it against the
+// CPU's lists where a device is lent).
+#include <cuda_runtime_api.h>
+
+#include <type_traits>
+#include <vector>
+
+#include "device/ops.h"
+#include "lattice/cuda_kernels.h"
+
+namespace lattice {
+namespace {
+
+namespace cu = kernels::cuda;
+
+template <typename A>
+class CudaOps final : public Ops<A> {
+  static_assert(std::is_same_v<accum_t<A>, float>, "the CUDA kernels accumulate in float");
+
+ public:
+  explicit CudaOps(cu::Context& ctx) : ctx_(ctx) {}
+
+  void matmul_forward(A* out, A* pre_gelu, const A* inp, const A* weight, const A* bias, int N,
+                      int C, int OC, Epilogue epilogue) override {
+    cu::matmul_forward(ctx_, out, pre_gelu, inp, weight, bias, N, C, OC,
+                       epilogue == Epilogue::kGelu);
+  }
+  void matmul_backward(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                       const A* weight, int N, int C, int OC) override {
+    cu::matmul_backward(ctx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void add_bias(A* out, const A* bias, int N, int OC) override {
+    cu::add_bias(ctx_, out, bias, N, OC);
+  }
+
+  void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
+                         int C, int vocab_begin, int vocab_end) override {
+    cu::embedding_forward(ctx_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
+                          int T, int C, int vocab_begin, int vocab_end) override {
+    cu::embedding_backward(ctx_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+  }
+
+  void layernorm_forward(A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                         const A* bias, int N, int C) override {
+    cu::layernorm_forward(ctx_, out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void residual_layernorm_forward(A* residual_out, A* out, float* mean, float* rstd,
+                                  const A* residual, const A* x, const A* weight, const A* bias,
+                                  int N, int C) override {
+    cu::residual_layernorm_forward(ctx_, residual_out, out, mean, rstd, residual, x, weight, bias,
+                                   N, C);
+  }
+  void layernorm_backward(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                          const A* weight, const float* mean, const float* rstd, int N,
+                          int C) override {
+    cu::layernorm_backward(ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
+  void gelu_forward(A* out, const A* inp, size_t n) override {
+    cu::gelu_forward(ctx_, out, inp, n);
+  }
+  void gelu_backward(A* dinp, const A* inp, const A* dout, size_t n) override {
+    cu::gelu_backward(ctx_, dinp, inp, dout, n);
+  }
+  void residual_dropout_forward(A* out, const A* residual, const A* x, size_t n, float p,
+                                uint64_t key, size_t index_offset) override {
+    cu::residual_dropout_forward(ctx_, out, residual, x, n, p, key, index_offset);
+  }
+  void dropout_backward(A* dx, const A* dout, size_t n, float p, uint64_t key,
+                        size_t index_offset) override {
+    cu::dropout_backward(ctx_, dx, dout, n, p, key, index_offset);
+  }
+
+  size_t attention_saved_elems(int B, int T, int NH) const override {
+    return static_cast<size_t>(B) * NH * T;
+  }
+  size_t attention_workspace_elems(int B, int T, int NH) const override {
+    return cu::attention_workspace_floats(B, T, NH);
+  }
+  void attention_forward(A* out, float* saved, const A* qkv, float* /*workspace: backward only*/,
+                         int B, int T, int C, int NH, float p, uint64_t key, int head_offset,
+                         int total_heads) override {
+    cu::attention_forward(ctx_, out, saved, qkv, B, T, C, NH, p, key, head_offset, total_heads);
+  }
+  void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out, const float* saved,
+                          float* workspace, int B, int T, int C, int NH, float p, uint64_t key,
+                          int head_offset, int total_heads) override {
+    cu::attention_backward(ctx_, dqkv, dout, qkv, out, saved, workspace, B, T, C, NH, p, key,
+                           head_offset, total_heads);
+  }
+
+  void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const int32_t* targets, int N, int V, float grad_scale) override {
+    cu::softmax_cross_entropy(ctx_, losses, dlogits, logits, targets, N, V, grad_scale);
+  }
+  void cross_entropy_shard_max(float* row_max, const float* logits, int N, int V) override {
+    cu::cross_entropy_shard_max(ctx_, row_max, logits, N, V);
+  }
+  void cross_entropy_shard_sums(double* sum_exp, float* target_logit, const float* logits,
+                                const float* row_max, const int32_t* targets, int vocab_begin,
+                                int N, int V) override {
+    cu::cross_entropy_shard_sums(ctx_, sum_exp, target_logit, logits, row_max, targets, vocab_begin,
+                                 N, V);
+  }
+  void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+                                  const float* row_max, const double* sum_exp,
+                                  const float* target_logit, const int32_t* targets,
+                                  int vocab_begin, int N, int V, float grad_scale) override {
+    cu::cross_entropy_shard_finish(ctx_, losses, dlogits, logits, row_max, sum_exp, target_logit,
+                                   targets, vocab_begin, N, V, grad_scale);
+  }
+
+  void to_compute(A* dst, const float* src, size_t n) override {
+    if constexpr (std::is_same_v<A, float>)
+      copy(dst, src, n);
+    else
+      cu::convert(ctx_, dst, src, n);
+  }
+  void to_accum(float* dst, const A* src, size_t n) override {
+    if constexpr (std::is_same_v<A, float>)
+      copy(dst, src, n);
+    else
+      cu::convert(ctx_, dst, src, n);
+  }
+
+  void adamw_update(const AdamWSpan<A>* tensors, int count,
+                    const kernels::AdamWParams& p) override {
+    std::vector<cu::AdamWTensor> t(static_cast<size_t>(count));
+    for (int i = 0; i < count; i++) {
+      const AdamWSpan<A>& s = tensors[i];
+      t[i].param = s.param;
+      t[i].grad = s.grad;
+      t[i].m = s.m;
+      t[i].v = s.v;
+      if constexpr (!std::is_same_v<A, float>) t[i].param_copy = cu::ComputeCopy(s.param_copy);
+      t[i].n = s.n;
+      t[i].decay = s.decay;
+    }
+    cu::adamw_update(ctx_, t.data(), count, p, 1.0f);
+  }
+  void sum_squares(double* result, const float* const* tensors, const size_t* sizes,
+                   int count) override {
+    cu::sum_squares(ctx_, result, tensors, sizes, count);
+  }
+  void scale(float* x, size_t n, float s) override { cu::scale(ctx_, x, n, s); }
+
+ private:
+  // dst (n) = src on the compute stream; an error is the Context's.
+  void copy(float* dst, const float* src, size_t n) {
+    if (dst == src || n == 0) return;
+    const cudaError_t rc =
+        cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, ctx_.stream());
+    if (rc != cudaSuccess)
+      ctx_.record_error(std::string("cudaMemcpyAsync (op list copy): ") + cudaGetErrorString(rc));
+  }
+
+  cu::Context& ctx_;
+};
+
+}  // namespace
+
+template <typename A>
+std::unique_ptr<Ops<A>> make_cuda_ops(kernels::cuda::Context& ctx) {
+  return std::make_unique<CudaOps<A>>(ctx);
+}
+template std::unique_ptr<Ops<float>> make_cuda_ops<float>(kernels::cuda::Context&);
+template std::unique_ptr<Ops<bf16>> make_cuda_ops<bf16>(kernels::cuda::Context&);
+template std::unique_ptr<Ops<fp16>> make_cuda_ops<fp16>(kernels::cuda::Context&);
+
+}  // namespace lattice

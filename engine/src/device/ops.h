@@ -1,0 +1,192 @@
+// The op list of one compute type A on a device (docs/one-engine.md 3.3, issue 21): the one
+// signature per op that the model, the optimizer and the loop are to call on every backend.
+// Semantics, shapes and gradient conventions are kernels.h's (parameter gradients ACCUMULATED,
+// activation gradients WRITTEN, layernorm_backward's dinp +=); the backends: CpuOps (cpu_ops.cpp,
+// float and double, forwarding to kernels.h), the CPU's 16-bit lists (cpu_ops_16bit.cpp, the
+// same kernels on widened copies, for tests of the 16-bit data flow) and CudaOps (cuda_ops.cpp,
+// float, bf16 and fp16, forwarding to kernels::cuda). Until step 6 of the plan nothing in the
+// engine calls it. Non-goals: inference's attention_kv_forward (a CPU kernel outside this list),
+// position_embedding_forward (the model adds positions with add_bias), unscale_and_check (step 7).
+//
+// Streams: every op is queued on its device's compute stream (device.h). On the CPU it has run
+// when the call returns; on CUDA pointers are device memory and results are there once the
+// stream has been synchronised. Errors of queued ops are the device's (Device::error()).
+//
+// Types: A is the compute type of activations, weights' compute copy and activation gradients;
+// G = accum_t<A> is the type of master weights, parameter gradients, optimizer moments,
+// LayerNorm statistics, the attention's saved tensor and workspace, and cross-entropy logits
+// (Megatron's fp32 main grads; float for float, bf16 and fp16, double for double).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "lattice/dtype.h"
+#include "lattice/kernels.h"
+
+namespace lattice {
+
+namespace kernels::cuda {
+class Context;
+}
+
+template <typename A>
+using accum_t = std::conditional_t<std::is_same_v<A, double>, double, float>;
+
+// One parameter tensor of a multi-tensor AdamW step (kernels.h's adamw_update on each).
+template <typename A>
+struct AdamWSpan {
+  using G = accum_t<A>;
+  G* param = nullptr;       // (n) master weights
+  const G* grad = nullptr;  // (n)
+  G* m = nullptr;           // (n) first moment
+  G* v = nullptr;           // (n) second moment
+  A* param_copy = nullptr;  // (n) when set: receives the updated parameter rounded to A (the
+                            // compute copy of 16-bit runs); null: none
+  size_t n = 0;
+  bool decay = true;  // false: no weight decay (biases and norms, as Megatron)
+};
+
+// What matmul_forward applies to the GEMM's result: nothing, or GELU (tanh form).
+enum class Epilogue { kNone, kGelu };
+
+template <typename A>
+class Ops {
+ public:
+  using G = accum_t<A>;
+
+  virtual ~Ops() = default;
+  Ops(const Ops&) = delete;
+  Ops& operator=(const Ops&) = delete;
+
+  // ---- linear layers ----------------------------------------------------------------------------
+  // out (N, OC) = epilogue(inp (N, C) @ weight (OC, C)^T + bias (OC)); bias may be null. With
+  // kGelu, pre_gelu (N, OC), when non-null, receives the GEMM's result (gelu_backward's input);
+  // CUDA needs OC % 8 == 0 then (capabilities().mlp_slice_multiple).
+  virtual void matmul_forward(A* out, A* pre_gelu, const A* inp, const A* weight, const A* bias,
+                              int N, int C, int OC, Epilogue epilogue) = 0;
+  // dinp (N, C) = dout (N, OC) @ weight (OC, C), skipped when null;
+  // dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums of dout (each skipped when null).
+  virtual void matmul_backward(A* dinp, G* dweight, G* dbias, const A* dout, const A* inp,
+                               const A* weight, int N, int C, int OC) = 0;
+  // out (N, OC) += bias (OC) on every row.
+  virtual void add_bias(A* out, const A* bias, int N, int OC) = 0;
+
+  // ---- embedding
+  // ---------------------------------------------------------------------------------- out (B, T,
+  // C) = wte[tokens (B, T)] + wpe[t], wpe may be null; wte holds vocabulary rows [vocab_begin,
+  // vocab_end), other tokens give zero rows (kernels.h).
+  virtual void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B,
+                                 int T, int C, int vocab_begin, int vocab_end) = 0;
+  // dwte (V, C) += scatter of dout (B, T, C) by token; dwpe (T, C) += dout summed over the batch;
+  // either may be null.
+  virtual void embedding_backward(G* dwte, G* dwpe, const A* dout, const int32_t* tokens, int B,
+                                  int T, int C, int vocab_begin, int vocab_end) = 0;
+
+  // ---- LayerNorm
+  // ---------------------------------------------------------------------------------- out (N, C) =
+  // (inp - mean) * rstd * weight (C) + bias (C); mean, rstd (N) saved.
+  virtual void layernorm_forward(A* out, G* mean, G* rstd, const A* inp, const A* weight,
+                                 const A* bias, int N, int C) = 0;
+  // residual_out (N, C) = residual + x (both (N, C)), then out, mean, rstd = layernorm_forward
+  // of residual_out as stored. residual_out may alias residual.
+  virtual void residual_layernorm_forward(A* residual_out, A* out, G* mean, G* rstd,
+                                          const A* residual, const A* x, const A* weight,
+                                          const A* bias, int N, int C) = 0;
+  // dinp (N, C) += ... (the residual stream's gradient); dweight (C) += ...; dbias (C) += ...
+  virtual void layernorm_backward(A* dinp, G* dweight, G* dbias, const A* dout, const A* inp,
+                                  const A* weight, const G* mean, const G* rstd, int N, int C) = 0;
+
+  // ---- GELU, dropout
+  // ------------------------------------------------------------------------------ out (n) =
+  // gelu(inp (n)), tanh form; may alias. dinp (n) = dout * gelu'(inp); may alias dout.
+  virtual void gelu_forward(A* out, const A* inp, size_t n) = 0;
+  virtual void gelu_backward(A* dinp, const A* inp, const A* dout, size_t n) = 0;
+  // out (n) = residual (n, may be null) + dropout(x (n)); the counter-based mask of kernels.h.
+  virtual void residual_dropout_forward(A* out, const A* residual, const A* x, size_t n, float p,
+                                        uint64_t key, size_t index_offset) = 0;
+  // dx (n) = the mask applied to dout (n); may alias.
+  virtual void dropout_backward(A* dx, const A* dout, size_t n, float p, uint64_t key,
+                                size_t index_offset) = 0;
+
+  // ---- attention
+  // ---------------------------------------------------------------------------------- Elements of
+  // the tensor attention_forward saves for the backward: the CPU's probabilities (B, NH, T, T),
+  // CUDA's log-sum-exp (B, NH, T).
+  virtual size_t attention_saved_elems(int B, int T, int NH) const = 0;
+  // Elements of the workspace both directions take (the CPU: per thread, for the thread count
+  // at the call; size it again after kernels::set_num_threads).
+  virtual size_t attention_workspace_elems(int B, int T, int NH) const = 0;
+  // Causal self-attention over qkv (B, T, 3C) in kernels.h's per-head layout into out (B, T, C);
+  // saved (attention_saved_elems), workspace (attention_workspace_elems). Heads
+  // [head_offset, head_offset + NH) of total_heads (0: NH); dropout p on the probabilities.
+  virtual void attention_forward(A* out, G* saved, const A* qkv, G* workspace, int B, int T, int C,
+                                 int NH, float p, uint64_t key, int head_offset,
+                                 int total_heads) = 0;
+  // dqkv (B, T, 3C) given dout (B, T, C), the forward's qkv, out and saved.
+  virtual void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out,
+                                  const G* saved, G* workspace, int B, int T, int C, int NH,
+                                  float p, uint64_t key, int head_offset, int total_heads) = 0;
+
+  // ---- cross-entropy (logits in G)
+  // ---------------------------------------------------------------- losses (N) = -log
+  // softmax(logits (N, V))[target]; dlogits (N, V), when non-null, = (softmax - onehot) *
+  // grad_scale and may alias logits.
+  virtual void softmax_cross_entropy(G* losses, G* dlogits, const G* logits, const int32_t* targets,
+                                     int N, int V, float grad_scale) = 0;
+  // The vocabulary-parallel passes of kernels.h; the caller reduces between them.
+  virtual void cross_entropy_shard_max(G* row_max, const G* logits, int N, int V) = 0;
+  virtual void cross_entropy_shard_sums(double* sum_exp, G* target_logit, const G* logits,
+                                        const G* row_max, const int32_t* targets, int vocab_begin,
+                                        int N, int V) = 0;
+  virtual void cross_entropy_shard_finish(G* losses, G* dlogits, const G* logits, const G* row_max,
+                                          const double* sum_exp, const G* target_logit,
+                                          const int32_t* targets, int vocab_begin, int N, int V,
+                                          float grad_scale) = 0;
+
+  // ---- conversions
+  // -------------------------------------------------------------------------------- dst (n) = src
+  // rounded to A (a copy when A == G); dst (n) = src widened to G (likewise).
+  virtual void to_compute(A* dst, const G* src, size_t n) = 0;
+  virtual void to_accum(G* dst, const A* src, size_t n) = 0;
+
+  // ---- optimizer
+  // ---------------------------------------------------------------------------------- kernels.h's
+  // adamw_update on each of `count` tensors (a host array), weight decay off where decay is false,
+  // then each param_copy refreshed.
+  virtual void adamw_update(const AdamWSpan<A>* tensors, int count,
+                            const kernels::AdamWParams& p) = 0;
+  // result (1 double, device memory) = sum of x^2 over `count` tensors (host arrays of pointers
+  // and sizes), in a fixed order: deterministic for a device and thread count.
+  virtual void sum_squares(double* result, const G* const* tensors, const size_t* sizes,
+                           int count) = 0;
+  // x (n) *= s
+  virtual void scale(G* x, size_t n, G s) = 0;
+
+ protected:
+  Ops() = default;
+};
+
+// The CPU's op lists, one per compute type, process-wide (they hold no state): float and
+// double forward to kernels.h (cpu_ops.cpp); bf16 and fp16 run the float kernels on widened
+// copies and round their results (cpu_ops_16bit.cpp), for tests of the 16-bit data flow, not for
+// runs (cpu_capabilities()). Every op has run when it returns.
+template <typename A>
+Ops<A>& cpu_ops();
+template <>
+Ops<float>& cpu_ops<float>();
+template <>
+Ops<double>& cpu_ops<double>();
+template <>
+Ops<bf16>& cpu_ops<bf16>();
+template <>
+Ops<fp16>& cpu_ops<fp16>();
+
+// The CUDA op list of compute type A (float, bf16, fp16) over `ctx`, its stream the device's
+// compute stream. Defined in cuda_ops.cpp, so only lattice_engine_gpu's users may call it.
+template <typename A>
+std::unique_ptr<Ops<A>> make_cuda_ops(kernels::cuda::Context& ctx);
+
+}  // namespace lattice

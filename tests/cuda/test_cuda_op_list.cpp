@@ -1,0 +1,290 @@
+// The CUDA device's op lists (engine/src/device/cuda_ops.cpp, docs/one-engine.md step 4)
+// against the CPU device's (cpu_ops.cpp, cpu_ops_16bit.cpp): every op of Ops<float>, Ops<bf16>
+// and Ops<fp16> runs the same case on both, through the one interface, and the results agree
+// within the CUDA parity tolerances (1e-5 fp32, 1e-2 bf16 and fp16, normwise; the device's output
+// buffers poisoned with NaN first). Each backend keeps its own attention saved tensor (the CPU's
+// probabilities, CUDA's log-sum-exp); the outputs and gradients are compared. The CUDA device has
+// no Ops<double>. Without a CUDA device the whole case is SKIPPED (label cuda).
+#include <QtTest/QtTest>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_test_support.h"
+#include "device/device.h"
+#include "device/ops.h"
+#include "lattice/kernels.h"
+
+using namespace lattice::testing;
+using lattice::AdamWSpan;
+using lattice::Epilogue;
+using lattice::Ops;
+namespace k = lattice::kernels;
+
+namespace {
+
+// Shapes: head size C / NH = 64 (the CUDA attention's), OC % 8 == 0 (the GELU epilogue's).
+constexpr int B = 2, T = 16, C = 128, NH = 2, OC = 256, V = 50, N = B * T;
+constexpr float kDropout = 0.1f;
+constexpr uint64_t kKey = 99;
+
+// Host buffers: the CPU list's memory.
+class HostMemory {
+ public:
+  template <typename T>
+  T* in(const std::vector<T>& v) {
+    auto kept = std::make_shared<std::vector<T>>(v);
+    keep_.push_back(kept);
+    return kept->data();
+  }
+  template <typename T>
+  T* out(size_t n) {
+    return in(std::vector<T>(n));
+  }
+  template <typename T>
+  std::vector<T> get(const T* p, size_t n) {
+    return std::vector<T>(p, p + n);
+  }
+
+ private:
+  std::vector<std::shared_ptr<void>> keep_;
+};
+
+// Device buffers: the CUDA list's memory; outputs start as NaN. get() waits for the device.
+class CudaMemory {
+ public:
+  template <typename T>
+  T* in(const std::vector<T>& v) {
+    auto kept = std::make_shared<DeviceBuffer<T>>(v);
+    keep_.push_back(kept);
+    return kept->get();
+  }
+  template <typename T>
+  T* out(size_t n) {
+    auto kept = std::make_shared<DeviceBuffer<T>>(n);
+    keep_.push_back(kept);
+    return kept->get();
+  }
+  template <typename T>
+  std::vector<T> get(const T* p, size_t n) {
+    std::vector<T> host(n);
+    cu::copy_to_host(host.data(), p, n * sizeof(T));  // synchronises the device
+    return host;
+  }
+
+ private:
+  std::vector<std::shared_ptr<void>> keep_;
+};
+
+using Results = std::map<std::string, std::vector<float>>;
+
+template <typename A>
+std::vector<A> compute_values(const std::vector<float>& v) {
+  if constexpr (std::is_same_v<A, float>)
+    return v;
+  else
+    return to_half<A>(v);
+}
+
+// One run of every op of the list on `mem`'s buffers; the results widened to float by name.
+template <typename A, typename Memory>
+Results run_every_op(Ops<A>& ops, Memory& mem) {
+  Results r;
+  auto keep = [&](const std::string& name, const auto* p, size_t n) {
+    r[name] = to_float(mem.get(p, n));
+  };
+  const auto inp = compute_values<A>(random_floats(N * C, 1)),
+             w = compute_values<A>(random_floats(OC * C, 2, 0.05f)),
+             b = compute_values<A>(random_floats(OC, 3)),
+             dout = compute_values<A>(random_floats(N * OC, 4));
+  A* d_inp = mem.in(inp);
+  A* d_w = mem.in(w);
+  A* d_b = mem.in(b);
+  A* d_dout = mem.in(dout);
+
+  // linear layers
+  A* out = mem.template out<A>(N * OC);
+  A* pre = mem.template out<A>(N * OC);
+  ops.matmul_forward(out, nullptr, d_inp, d_w, d_b, N, C, OC, Epilogue::kNone);
+  keep("matmul_forward out", out, N * OC);
+  ops.matmul_forward(out, pre, d_inp, d_w, d_b, N, C, OC, Epilogue::kGelu);
+  keep("matmul_forward+gelu out", out, N * OC);
+  keep("matmul_forward+gelu pre_gelu", pre, N * OC);
+  A* dinp = mem.template out<A>(N * C);
+  float* dw = mem.in(std::vector<float>(OC * C, 0.0f));
+  float* db = mem.in(std::vector<float>(OC, 0.0f));
+  ops.matmul_backward(dinp, dw, db, d_dout, d_inp, d_w, N, C, OC);
+  keep("matmul_backward dinp", dinp, N * C);
+  keep("matmul_backward dweight", dw, OC * C);
+  keep("matmul_backward dbias", db, OC);
+  A* biased = mem.in(dout);
+  ops.add_bias(biased, d_b, N, OC);
+  keep("add_bias out", biased, N * OC);
+
+  // embedding: vocabulary rows [10, 40) of V, positions
+  const auto tokens = random_tokens(N, V, 5);
+  const int32_t* d_tokens = mem.in(tokens);
+  A* wte = mem.in(compute_values<A>(random_floats(30 * C, 6)));
+  A* wpe = mem.in(compute_values<A>(random_floats(T * C, 7)));
+  A* emb = mem.template out<A>(N * C);
+  ops.embedding_forward(emb, d_tokens, wte, wpe, B, T, C, 10, 40);
+  keep("embedding_forward out", emb, N * C);
+  float* dwte = mem.in(std::vector<float>(30 * C, 0.0f));
+  float* dwpe = mem.in(std::vector<float>(T * C, 0.0f));
+  A* demb = mem.in(compute_values<A>(random_floats(N * C, 8)));
+  ops.embedding_backward(dwte, dwpe, demb, d_tokens, B, T, C, 10, 40);
+  keep("embedding_backward dwte", dwte, 30 * C);
+  keep("embedding_backward dwpe", dwpe, T * C);
+
+  // LayerNorm
+  A* lw = mem.in(compute_values<A>(random_floats(C, 9)));
+  A* lb = mem.in(compute_values<A>(random_floats(C, 10)));
+  A* res = mem.in(compute_values<A>(random_floats(N * C, 11)));
+  A* ln = mem.template out<A>(N * C);
+  A* sum = mem.template out<A>(N * C);
+  float* mean = mem.template out<float>(N);
+  float* rstd = mem.template out<float>(N);
+  ops.layernorm_forward(ln, mean, rstd, d_inp, lw, lb, N, C);
+  keep("layernorm_forward out", ln, N * C);
+  keep("layernorm_forward mean", mean, N);
+  keep("layernorm_forward rstd", rstd, N);
+  ops.residual_layernorm_forward(sum, ln, mean, rstd, res, d_inp, lw, lb, N, C);
+  keep("residual_layernorm_forward residual_out", sum, N * C);
+  keep("residual_layernorm_forward out", ln, N * C);
+  keep("residual_layernorm_forward mean", mean, N);
+  A* dln = mem.in(compute_values<A>(std::vector<float>(N * C, 0.0f)));
+  float* dlw = mem.in(std::vector<float>(C, 0.0f));
+  float* dlb = mem.in(std::vector<float>(C, 0.0f));
+  ops.layernorm_backward(dln, dlw, dlb, demb, sum, lw, mean, rstd, N, C);
+  keep("layernorm_backward dinp", dln, N * C);
+  keep("layernorm_backward dweight", dlw, C);
+  keep("layernorm_backward dbias", dlb, C);
+
+  // GELU, dropout
+  A* g = mem.template out<A>(N * C);
+  ops.gelu_forward(g, d_inp, N * C);
+  keep("gelu_forward out", g, N * C);
+  ops.gelu_backward(g, d_inp, demb, N * C);
+  keep("gelu_backward dinp", g, N * C);
+  ops.residual_dropout_forward(g, res, d_inp, N * C, kDropout, kKey, 5);
+  keep("residual_dropout_forward out", g, N * C);
+  ops.dropout_backward(g, demb, N * C, kDropout, kKey, 5);
+  keep("dropout_backward dx", g, N * C);
+
+  // attention: heads 1..2 of 4, with dropout; each backend its own saved tensor
+  A* qkv = mem.in(compute_values<A>(random_floats(N * 3 * C, 12)));
+  A* att = mem.template out<A>(N * C);
+  A* dqkv = mem.template out<A>(N * 3 * C);
+  float* saved = mem.template out<float>(ops.attention_saved_elems(B, T, NH));
+  float* ws = mem.template out<float>(ops.attention_workspace_elems(B, T, NH));
+  ops.attention_forward(att, saved, qkv, ws, B, T, C, NH, kDropout, kKey, 1, 4);
+  keep("attention_forward out", att, N * C);
+  ops.attention_backward(dqkv, demb, qkv, att, saved, ws, B, T, C, NH, kDropout, kKey, 1, 4);
+  keep("attention_backward dqkv", dqkv, N * 3 * C);
+
+  // cross-entropy (float logits), whole rows and a vocabulary shard [7, 7 + V)
+  const auto logits = random_floats(N * V, 13, 2.0f);
+  const float* d_logits = mem.in(logits);
+  const int32_t* targets = mem.in(random_tokens(N, V, 14));
+  const int32_t* shard_targets = mem.in(random_tokens(N, V + 20, 15));
+  float* losses = mem.template out<float>(N);
+  float* dlogits = mem.template out<float>(N * V);
+  ops.softmax_cross_entropy(losses, dlogits, d_logits, targets, N, V, 0.5f);
+  keep("softmax_cross_entropy losses", losses, N);
+  keep("softmax_cross_entropy dlogits", dlogits, N * V);
+  float* row_max = mem.template out<float>(N);
+  double* sum_exp = mem.template out<double>(N);
+  float* target_logit = mem.template out<float>(N);
+  ops.cross_entropy_shard_max(row_max, d_logits, N, V);
+  keep("cross_entropy_shard_max row_max", row_max, N);
+  ops.cross_entropy_shard_sums(sum_exp, target_logit, d_logits, row_max, shard_targets, 7, N, V);
+  keep("cross_entropy_shard_sums sum_exp", sum_exp, N);
+  keep("cross_entropy_shard_sums target_logit", target_logit, N);
+  ops.cross_entropy_shard_finish(losses, dlogits, d_logits, row_max, sum_exp, target_logit,
+                                 shard_targets, 7, N, V, 0.5f);
+  keep("cross_entropy_shard_finish losses", losses, N);
+  keep("cross_entropy_shard_finish dlogits", dlogits, N * V);
+
+  // conversions
+  A* rounded = mem.template out<A>(N * V);
+  float* widened = mem.template out<float>(N * V);
+  ops.to_compute(rounded, d_logits, N * V);
+  ops.to_accum(widened, rounded, N * V);
+  keep("to_compute then to_accum", widened, N * V);
+
+  // optimizer: two tensors (the second without decay), the compute copy for 16-bit types
+  const size_t n0 = 1000, n1 = 37;
+  float* p0 = mem.in(random_floats(n0, 16));
+  float* p1 = mem.in(random_floats(n1, 17));
+  float* g0 = mem.in(random_floats(n0, 18));
+  float* g1 = mem.in(random_floats(n1, 19));
+  float* m0 = mem.in(std::vector<float>(n0, 0.0f));
+  float* m1 = mem.in(std::vector<float>(n1, 0.0f));
+  float* v0 = mem.in(std::vector<float>(n0, 0.0f));
+  float* v1 = mem.in(std::vector<float>(n1, 0.0f));
+  A* copy0 = std::is_same_v<A, float> ? nullptr : mem.template out<A>(n0);
+  const AdamWSpan<A> spans[2] = {{p0, g0, m0, v0, copy0, n0, true},
+                                 {p1, g1, m1, v1, nullptr, n1, false}};
+  k::AdamWParams hp;
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.1f;
+  ops.adamw_update(spans, 2, hp);
+  keep("adamw_update param[0]", p0, n0);
+  keep("adamw_update m[0]", m0, n0);
+  keep("adamw_update v[0]", v0, n0);
+  keep("adamw_update param[1] (no decay)", p1, n1);
+  if (copy0) keep("adamw_update param_copy[0]", copy0, n0);
+  const float* tensors[2] = {g0, g1};
+  const size_t sizes[2] = {n0, n1};
+  double* norm = mem.template out<double>(1);
+  ops.sum_squares(norm, tensors, sizes, 2);
+  keep("sum_squares result", norm, 1);
+  ops.scale(g0, n0, 0.375f);
+  keep("scale x", g0, n0);
+  return r;
+}
+
+}  // namespace
+
+class CudaOpList : public QObject {
+  Q_OBJECT
+  std::unique_ptr<lattice::Device> device_;
+
+  template <typename A>
+  void compare_lists(double tolerance) {
+    Ops<A>* cuda = device_->ops<A>();
+    QVERIFY2(cuda, "the CUDA device has no op list for this type");
+    HostMemory host;
+    CudaMemory dev;
+    const Results want = run_every_op(lattice::cpu_ops<A>(), host);
+    const Results got = run_every_op(*cuda, dev);
+    const lattice::Status error = device_->synchronize(device_->compute());
+    QVERIFY2(error.is_ok(), error.message().c_str());
+    QStringList failures;
+    for (const auto& [name, cpu] : want) {
+      const std::string why = compare(name, got.at(name), cpu, tolerance);
+      if (!why.empty()) failures << QString::fromStdString(why);
+    }
+    QVERIFY2(failures.isEmpty(), qPrintable(failures.join("\n")));
+  }
+
+ private slots:
+  void initTestCase() {
+    LATTICE_REQUIRE_CUDA_DEVICE();
+    k::set_num_threads(2);
+    auto device = lattice::make_cuda_device();
+    QVERIFY2(device, device ? "" : device.status().message().c_str());
+    device_ = std::move(*device);
+    qInfo("device: %s", device_->describe().c_str());
+  }
+
+  void the_cuda_device_has_no_double_list() { QVERIFY(device_->ops<double>() == nullptr); }
+  void every_float_op_matches_the_cpu_list() { compare_lists<float>(kFp32Tolerance); }
+  void every_bf16_op_matches_the_cpu_list() { compare_lists<cu::bf16>(kBf16Tolerance); }
+  void every_fp16_op_matches_the_cpu_list() { compare_lists<cu::fp16>(kFp16Tolerance); }
+};
+
+QTEST_GUILESS_MAIN(CudaOpList)
+#include "test_cuda_op_list.moc"

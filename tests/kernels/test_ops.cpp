@@ -1,0 +1,607 @@
+// The CPU device's op lists (engine/src/device/ops.h, docs/one-engine.md step 4):
+// - every op of Ops<float> and Ops<double> is kernels.h's op bit for bit (it forwards), the GELU
+//   epilogue is the GEMM followed by gelu_forward, the multi-tensor optimizer ops are the
+//   one-tensor kernels in order;
+// - the fused residual LayerNorm (kernels.h residual_layernorm_forward) is the add followed by
+//   layernorm_forward bit for bit, in place too, on rows that take the threaded path;
+// - every op of Ops<bf16> and Ops<fp16> agrees with Ops<float> on the same (rounded) inputs
+//   within 1e-2, normwise.
+// Every test runs once per copy of the kernels (generic, avx2, avx512: Note [CPU dispatch]); a
+// copy this CPU cannot run is reported as skipped.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/cpu_isa_rows.h"
+#include "device/cpu_device.h"
+#include "device/ops.h"
+#include "lattice/kernels.h"
+
+namespace k = lattice::kernels;
+using lattice::AdamWSpan;
+using lattice::bf16;
+using lattice::fp16;
+using lattice::Ops;
+
+namespace {
+
+// Shapes of every case: B batch, T sequence, C channels, NH heads, OC outputs, V vocabulary.
+constexpr int B = 2, T = 5, C = 8, NH = 2, OC = 12, V = 11, N = B * T;
+constexpr float kDropout = 0.25f;
+constexpr uint64_t kKey = 1234;
+
+template <typename S>
+std::vector<S> random_vector(size_t n, unsigned seed, double lo = -1, double hi = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<S> v(n);
+  for (S& x : v) x = static_cast<S>(u(rng));
+  return v;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> v(n);
+  for (int32_t& t : v) t = static_cast<int32_t>(rng() % vocab);
+  return v;
+}
+
+// "" when got and want hold the same bytes, else the first element that differs.
+template <typename S>
+QString bitwise_difference(const QString& what, const std::vector<S>& got,
+                           const std::vector<S>& want, const char* got_name,
+                           const char* want_name) {
+  if (got.size() != want.size())
+    return QString("%1: %2 elements, expected %3").arg(what).arg(got.size()).arg(want.size());
+  for (size_t i = 0; i < got.size(); i++)
+    if (std::memcmp(&got[i], &want[i], sizeof(S)) != 0)
+      return QString("%1[%2]: %3 %4, %5 %6 (not bit for bit)")
+          .arg(what)
+          .arg(i)
+          .arg(got_name)
+          .arg(static_cast<double>(got[i]), 0, 'g', 17)
+          .arg(want_name)
+          .arg(static_cast<double>(want[i]), 0, 'g', 17);
+  return {};
+}
+
+// Failures of one test, each naming its op, tensor and index; checked once at the end.
+struct Failures {
+  const char* got_name = "op list";
+  const char* want_name = "kernels.h";
+  QStringList list;
+  template <typename S>
+  void same(const QString& what, const std::vector<S>& got, const std::vector<S>& want) {
+    const QString why = bitwise_difference(what, got, want, got_name, want_name);
+    if (!why.isEmpty()) list << why;
+  }
+  void check() const { QVERIFY2(list.isEmpty(), qPrintable(list.join("\n"))); }
+};
+
+// Every op of the CPU device's Ops<S> against kernels.h, on identical inputs and identically
+// initialised outputs (parameter gradients accumulate into non-zero values).
+template <typename S>
+void compare_every_op(Ops<S>& ops, Failures& f) {
+  using Ep = lattice::Epilogue;
+  const auto inp = random_vector<S>(N * C, 1), w = random_vector<S>(OC * C, 2),
+             b = random_vector<S>(OC, 3), dout = random_vector<S>(N * OC, 4);
+
+  {  // matmul_forward without epilogue, with and without bias
+    for (const S* bias : {b.data(), static_cast<const S*>(nullptr)}) {
+      std::vector<S> got(N * OC), want(N * OC);
+      ops.matmul_forward(got.data(), nullptr, inp.data(), w.data(), bias, N, C, OC, Ep::kNone);
+      k::matmul_forward(want.data(), inp.data(), w.data(), bias, N, C, OC);
+      f.same(bias ? "matmul_forward out" : "matmul_forward (no bias) out", got, want);
+    }
+  }
+  {  // the GELU epilogue: the GEMM, then gelu_forward; pre_gelu keeps the GEMM's result
+    std::vector<S> gemm(N * OC), want(N * OC);
+    k::matmul_forward(gemm.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    k::gelu_forward(want.data(), gemm.data(), gemm.size());
+    std::vector<S> got(N * OC), pre(N * OC), got_no_pre(N * OC);
+    ops.matmul_forward(got.data(), pre.data(), inp.data(), w.data(), b.data(), N, C, OC, Ep::kGelu);
+    ops.matmul_forward(got_no_pre.data(), nullptr, inp.data(), w.data(), b.data(), N, C, OC,
+                       Ep::kGelu);
+    f.same("matmul_forward+gelu out", got, want);
+    f.same("matmul_forward+gelu pre_gelu", pre, gemm);
+    f.same("matmul_forward+gelu (no pre_gelu) out", got_no_pre, want);
+  }
+  {  // matmul_backward
+    std::vector<S> gi(N * C), gw = random_vector<S>(OC * C, 5), gb = random_vector<S>(OC, 6);
+    std::vector<S> wi = gi, ww = gw, wb = gb;
+    ops.matmul_backward(gi.data(), gw.data(), gb.data(), dout.data(), inp.data(), w.data(), N, C,
+                        OC);
+    k::matmul_backward(wi.data(), ww.data(), wb.data(), dout.data(), inp.data(), w.data(), N, C,
+                       OC);
+    f.same("matmul_backward dinp", gi, wi);
+    f.same("matmul_backward dweight", gw, ww);
+    f.same("matmul_backward dbias", gb, wb);
+  }
+  {  // add_bias
+    std::vector<S> got = dout, want = dout;
+    ops.add_bias(got.data(), b.data(), N, OC);
+    k::add_bias(want.data(), b.data(), N, OC);
+    f.same("add_bias out", got, want);
+  }
+  {  // embedding, a vocabulary slice [3, 9) and positions
+    const auto tokens = random_tokens(N, V, 7);
+    const auto wte = random_vector<S>(6 * C, 8), wpe = random_vector<S>(T * C, 9);
+    std::vector<S> got(N * C), want(N * C);
+    ops.embedding_forward(got.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, 3, 9);
+    k::embedding_forward(want.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, 3, 9);
+    f.same("embedding_forward out", got, want);
+    const auto d = random_vector<S>(N * C, 10);
+    std::vector<S> gte = random_vector<S>(6 * C, 11), gpe = random_vector<S>(T * C, 12);
+    std::vector<S> wte_grad = gte, wpe_grad = gpe;
+    ops.embedding_backward(gte.data(), gpe.data(), d.data(), tokens.data(), B, T, C, 3, 9);
+    k::embedding_backward(wte_grad.data(), wpe_grad.data(), d.data(), tokens.data(), B, T, C, 3, 9);
+    f.same("embedding_backward dwte", gte, wte_grad);
+    f.same("embedding_backward dwpe", gpe, wpe_grad);
+  }
+  {  // LayerNorm: plain, fused with the residual add, backward
+    const auto lw = random_vector<S>(C, 13), lb = random_vector<S>(C, 14),
+               res = random_vector<S>(N * C, 15);
+    std::vector<S> got(N * C), gm(N), gr(N), want(N * C), wm(N), wr(N);
+    ops.layernorm_forward(got.data(), gm.data(), gr.data(), inp.data(), lw.data(), lb.data(), N, C);
+    k::layernorm_forward(want.data(), wm.data(), wr.data(), inp.data(), lw.data(), lb.data(), N, C);
+    f.same("layernorm_forward out", got, want);
+    f.same("layernorm_forward mean", gm, wm);
+    f.same("layernorm_forward rstd", gr, wr);
+
+    std::vector<S> gsum(N * C), wsum(N * C);
+    ops.residual_layernorm_forward(gsum.data(), got.data(), gm.data(), gr.data(), res.data(),
+                                   inp.data(), lw.data(), lb.data(), N, C);
+    k::residual_layernorm_forward(wsum.data(), want.data(), wm.data(), wr.data(), res.data(),
+                                  inp.data(), lw.data(), lb.data(), N, C);
+    f.same("residual_layernorm_forward residual_out", gsum, wsum);
+    f.same("residual_layernorm_forward out", got, want);
+    f.same("residual_layernorm_forward mean", gm, wm);
+    f.same("residual_layernorm_forward rstd", gr, wr);
+
+    const auto d = random_vector<S>(N * C, 16);
+    std::vector<S> gi = random_vector<S>(N * C, 17), gw(C, S(0.5)), gb(C, S(-0.5));
+    std::vector<S> wi = gi, ww = gw, wb = gb;
+    ops.layernorm_backward(gi.data(), gw.data(), gb.data(), d.data(), wsum.data(), lw.data(),
+                           wm.data(), wr.data(), N, C);
+    k::layernorm_backward(wi.data(), ww.data(), wb.data(), d.data(), wsum.data(), lw.data(),
+                          wm.data(), wr.data(), N, C);
+    f.same("layernorm_backward dinp", gi, wi);
+    f.same("layernorm_backward dweight", gw, ww);
+    f.same("layernorm_backward dbias", gb, wb);
+  }
+  {  // GELU, dropout
+    std::vector<S> got(N * C), want(N * C);
+    ops.gelu_forward(got.data(), inp.data(), got.size());
+    k::gelu_forward(want.data(), inp.data(), want.size());
+    f.same("gelu_forward out", got, want);
+    const auto d = random_vector<S>(N * C, 18);
+    ops.gelu_backward(got.data(), inp.data(), d.data(), got.size());
+    k::gelu_backward(want.data(), inp.data(), d.data(), want.size());
+    f.same("gelu_backward dinp", got, want);
+    const auto res = random_vector<S>(N * C, 19);
+    ops.residual_dropout_forward(got.data(), res.data(), inp.data(), got.size(), kDropout, kKey, 7);
+    k::residual_dropout_forward(want.data(), res.data(), inp.data(), want.size(), kDropout, kKey,
+                                7);
+    f.same("residual_dropout_forward out", got, want);
+    ops.dropout_backward(got.data(), d.data(), got.size(), kDropout, kKey, 7);
+    k::dropout_backward(want.data(), d.data(), want.size(), kDropout, kKey, 7);
+    f.same("dropout_backward dx", got, want);
+  }
+  {  // attention: heads 1..2 of 4, with dropout; the saved tensor is the probabilities
+    const int total_heads = 4, head_offset = 1;
+    if (ops.attention_saved_elems(B, T, NH) != static_cast<size_t>(B) * NH * T * T)
+      f.list << QString("attention_saved_elems: %1, expected B*NH*T*T = %2")
+                    .arg(ops.attention_saved_elems(B, T, NH))
+                    .arg(B * NH * T * T);
+    const size_t ws = k::attention_workspace_elems(T) * k::num_threads();
+    if (ops.attention_workspace_elems(B, T, NH) != ws)
+      f.list << QString("attention_workspace_elems: %1, expected %2 (per thread)")
+                    .arg(ops.attention_workspace_elems(B, T, NH))
+                    .arg(ws);
+    const auto qkv = random_vector<S>(N * 3 * C, 20), d = random_vector<S>(N * C, 21);
+    std::vector<S> got(N * C), want(N * C), gp(B * NH * T * T), wp(B * NH * T * T), gws(ws),
+        wws(ws);
+    ops.attention_forward(got.data(), gp.data(), qkv.data(), gws.data(), B, T, C, NH, kDropout,
+                          kKey, head_offset, total_heads);
+    k::attention_forward(want.data(), wp.data(), qkv.data(), B, T, C, NH, kDropout, kKey,
+                         wws.data(), head_offset, total_heads);
+    f.same("attention_forward out", got, want);
+    f.same("attention_forward saved", gp, wp);
+    std::vector<S> gq(N * 3 * C), wq(N * 3 * C);
+    ops.attention_backward(gq.data(), d.data(), qkv.data(), got.data(), gp.data(), gws.data(), B, T,
+                           C, NH, kDropout, kKey, head_offset, total_heads);
+    k::attention_backward(wq.data(), d.data(), qkv.data(), wp.data(), B, T, C, NH, kDropout, kKey,
+                          wws.data(), head_offset, total_heads);
+    f.same("attention_backward dqkv", gq, wq);
+  }
+  {  // cross-entropy, whole rows and vocabulary-parallel passes (columns [4, 4 + V))
+    const auto logits = random_vector<S>(N * V, 22, -3, 3);
+    const auto targets = random_tokens(N, V, 23);
+    std::vector<S> gl(N), gd(N * V), wl(N), wd(N * V);
+    ops.softmax_cross_entropy(gl.data(), gd.data(), logits.data(), targets.data(), N, V, 0.5f);
+    k::softmax_cross_entropy(wl.data(), wd.data(), logits.data(), targets.data(), N, V, 0.5f);
+    f.same("softmax_cross_entropy losses", gl, wl);
+    f.same("softmax_cross_entropy dlogits", gd, wd);
+    const auto shard_targets = random_tokens(N, V + 8, 24);  // some outside this shard
+    std::vector<S> gmax(N), wmax(N), gt(N), wt(N);
+    std::vector<double> gs(N), ws(N);
+    ops.cross_entropy_shard_max(gmax.data(), logits.data(), N, V);
+    k::cross_entropy_shard_max(wmax.data(), logits.data(), N, V);
+    f.same("cross_entropy_shard_max row_max", gmax, wmax);
+    ops.cross_entropy_shard_sums(gs.data(), gt.data(), logits.data(), wmax.data(),
+                                 shard_targets.data(), 4, N, V);
+    k::cross_entropy_shard_sums(ws.data(), wt.data(), logits.data(), wmax.data(),
+                                shard_targets.data(), 4, N, V);
+    f.same("cross_entropy_shard_sums sum_exp", gs, ws);
+    f.same("cross_entropy_shard_sums target_logit", gt, wt);
+    ops.cross_entropy_shard_finish(gl.data(), gd.data(), logits.data(), wmax.data(), ws.data(),
+                                   wt.data(), shard_targets.data(), 4, N, V, 0.5f);
+    k::cross_entropy_shard_finish(wl.data(), wd.data(), logits.data(), wmax.data(), ws.data(),
+                                  wt.data(), shard_targets.data(), 4, N, V, 0.5f);
+    f.same("cross_entropy_shard_finish losses", gl, wl);
+    f.same("cross_entropy_shard_finish dlogits", gd, wd);
+  }
+  {  // conversions between A and G are copies when they are one type
+    std::vector<S> got(N * C);
+    ops.to_compute(got.data(), inp.data(), got.size());
+    f.same("to_compute dst", got, inp);
+    std::fill(got.begin(), got.end(), S(0));
+    ops.to_accum(got.data(), inp.data(), got.size());
+    f.same("to_accum dst", got, inp);
+  }
+  {  // the optimizer: two tensors, the second without weight decay
+    k::AdamWParams p;
+    p.lr = 1e-2f;
+    p.weight_decay = 0.1f;
+    p.step = 3;
+    const size_t n0 = 37, n1 = 5;
+    std::vector<S> p0 = random_vector<S>(n0, 25), p1 = random_vector<S>(n1, 26),
+                   g0 = random_vector<S>(n0, 27), g1 = random_vector<S>(n1, 28),
+                   m0 = random_vector<S>(n0, 29), m1 = random_vector<S>(n1, 30),
+                   v0 = random_vector<S>(n0, 31, 0, 1), v1 = random_vector<S>(n1, 32, 0, 1);
+    std::vector<S> wp0 = p0, wp1 = p1, wm0 = m0, wm1 = m1, wv0 = v0, wv1 = v1;
+    AdamWSpan<S> spans[2];
+    spans[0] = {p0.data(), g0.data(), m0.data(), v0.data(), nullptr, n0, true};
+    spans[1] = {p1.data(), g1.data(), m1.data(), v1.data(), nullptr, n1, false};
+    ops.adamw_update(spans, 2, p);
+    k::adamw_update(wp0.data(), g0.data(), wm0.data(), wv0.data(), n0, p);
+    k::AdamWParams no_decay = p;
+    no_decay.weight_decay = 0;
+    k::adamw_update(wp1.data(), g1.data(), wm1.data(), wv1.data(), n1, no_decay);
+    f.same("adamw_update param[0]", p0, wp0);
+    f.same("adamw_update m[0]", m0, wm0);
+    f.same("adamw_update v[0]", v0, wv0);
+    f.same("adamw_update param[1] (no decay)", p1, wp1);
+    f.same("adamw_update m[1]", m1, wm1);
+    f.same("adamw_update v[1]", v1, wv1);
+
+    const S* tensors[2] = {g0.data(), g1.data()};
+    const size_t sizes[2] = {n0, n1};
+    std::vector<double> got(1);
+    ops.sum_squares(got.data(), tensors, sizes, 2);
+    const std::vector<double> want{k::sum_squares(g0.data(), n0) + k::sum_squares(g1.data(), n1)};
+    f.same("sum_squares result", got, want);
+
+    std::vector<S> sg = g0, sw = g0;
+    ops.scale(sg.data(), n0, S(0.375));
+    k::scale(sw.data(), n0, S(0.375));
+    f.same("scale x", sg, sw);
+  }
+}
+
+// ---- 16-bit lists against the float list -----------------------------------------------------
+
+float widen(bf16 x) {
+  return lattice::from_bf16(x);
+}
+float widen(fp16 x) {
+  return lattice::from_fp16(x);
+}
+template <typename H>
+H narrow(float x) {
+  if constexpr (std::is_same_v<H, bf16>)
+    return lattice::to_bf16(x);
+  else
+    return lattice::to_fp16(x);
+}
+template <typename H>
+std::vector<H> narrowed(const std::vector<float>& v) {
+  std::vector<H> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = narrow<H>(v[i]);
+  return out;
+}
+template <typename H>
+std::vector<float> widened(const std::vector<H>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = widen(v[i]);
+  return out;
+}
+// Inputs as the 16-bit list sees them: random floats rounded to H, and the same values as float.
+template <typename H>
+struct Input {
+  std::vector<H> h;
+  std::vector<float> f;
+  Input(size_t n, unsigned seed, double lo = -1, double hi = 1)
+      : h(narrowed<H>(random_vector<float>(n, seed, lo, hi))), f(widened(h)) {}
+};
+
+constexpr double k16BitTolerance = 1e-2;
+
+// max |got - want| / max |want| over the tensor; "" when within k16BitTolerance.
+QString normwise_difference(const QString& what, const std::vector<float>& got,
+                            const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return QString("%1: %2 elements, expected %3").arg(what).arg(got.size()).arg(want.size());
+  double diff = 0, scale = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (!(d <= diff)) {
+      diff = std::isnan(d) ? INFINITY : d;
+      worst = i;
+    }
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  const double rel = scale > 0 ? diff / scale : diff;
+  if (rel <= k16BitTolerance) return {};
+  return QString("%1: normwise relative error %2 > %3 (worst at [%4]: %5 against float %6)")
+      .arg(what)
+      .arg(rel, 0, 'g', 3)
+      .arg(k16BitTolerance)
+      .arg(worst)
+      .arg(got[worst], 0, 'g', 9)
+      .arg(want[worst], 0, 'g', 9);
+}
+
+struct Near {
+  QStringList list;
+  void close(const QString& what, const std::vector<float>& got, const std::vector<float>& want) {
+    const QString why = normwise_difference(what, got, want);
+    if (!why.isEmpty()) list << why;
+  }
+  template <typename H>
+  void close(const QString& what, const std::vector<H>& got, const std::vector<float>& want) {
+    close(what, widened(got), want);
+  }
+};
+
+template <typename H>
+void compare_16_bit_list(Ops<H>& h, Ops<float>& f, Near& near) {
+  using Ep = lattice::Epilogue;
+  using FEp = lattice::Epilogue;
+  const Input<H> inp(N * C, 41), w(OC * C, 42), b(OC, 43), dout(N * OC, 44);
+  {  // matmul with the GELU epilogue, backward, add_bias
+    std::vector<H> out(N * OC), pre(N * OC);
+    std::vector<float> fout(N * OC), fpre(N * OC);
+    h.matmul_forward(out.data(), pre.data(), inp.h.data(), w.h.data(), b.h.data(), N, C, OC,
+                     Ep::kGelu);
+    f.matmul_forward(fout.data(), fpre.data(), inp.f.data(), w.f.data(), b.f.data(), N, C, OC,
+                     FEp::kGelu);
+    near.close("matmul_forward+gelu out", out, fout);
+    near.close("matmul_forward+gelu pre_gelu", pre, fpre);
+    std::vector<H> di(N * C);
+    std::vector<float> fdi(N * C), dw(OC * C, 0.f), fdw(OC * C, 0.f), db(OC, 0.f), fdb(OC, 0.f);
+    h.matmul_backward(di.data(), dw.data(), db.data(), dout.h.data(), inp.h.data(), w.h.data(), N,
+                      C, OC);
+    f.matmul_backward(fdi.data(), fdw.data(), fdb.data(), dout.f.data(), inp.f.data(), w.f.data(),
+                      N, C, OC);
+    near.close("matmul_backward dinp", di, fdi);
+    near.close("matmul_backward dweight", dw, fdw);
+    near.close("matmul_backward dbias", db, fdb);
+    std::vector<H> o = dout.h;
+    std::vector<float> fo = dout.f;
+    h.add_bias(o.data(), b.h.data(), N, OC);
+    f.add_bias(fo.data(), b.f.data(), N, OC);
+    near.close("add_bias out", o, fo);
+  }
+  {  // embedding
+    const auto tokens = random_tokens(N, V, 45);
+    const Input<H> wte(V * C, 46), wpe(T * C, 47), d(N * C, 48);
+    std::vector<H> out(N * C);
+    std::vector<float> fout(N * C);
+    h.embedding_forward(out.data(), tokens.data(), wte.h.data(), wpe.h.data(), B, T, C, 0, V);
+    f.embedding_forward(fout.data(), tokens.data(), wte.f.data(), wpe.f.data(), B, T, C, 0, V);
+    near.close("embedding_forward out", out, fout);
+    std::vector<float> dte(V * C, 0.f), fdte(V * C, 0.f), dpe(T * C, 0.f), fdpe(T * C, 0.f);
+    h.embedding_backward(dte.data(), dpe.data(), d.h.data(), tokens.data(), B, T, C, 0, V);
+    f.embedding_backward(fdte.data(), fdpe.data(), d.f.data(), tokens.data(), B, T, C, 0, V);
+    near.close("embedding_backward dwte", dte, fdte);
+    near.close("embedding_backward dwpe", dpe, fdpe);
+  }
+  {  // LayerNorm
+    const Input<H> lw(C, 49), lb(C, 50), res(N * C, 51), d(N * C, 52);
+    std::vector<H> out(N * C), sum(N * C);
+    std::vector<float> fout(N * C), fsum(N * C), m(N), r(N), fm(N), fr(N);
+    h.layernorm_forward(out.data(), m.data(), r.data(), inp.h.data(), lw.h.data(), lb.h.data(), N,
+                        C);
+    f.layernorm_forward(fout.data(), fm.data(), fr.data(), inp.f.data(), lw.f.data(), lb.f.data(),
+                        N, C);
+    near.close("layernorm_forward out", out, fout);
+    near.close("layernorm_forward mean", m, fm);
+    near.close("layernorm_forward rstd", r, fr);
+    h.residual_layernorm_forward(sum.data(), out.data(), m.data(), r.data(), res.h.data(),
+                                 inp.h.data(), lw.h.data(), lb.h.data(), N, C);
+    f.residual_layernorm_forward(fsum.data(), fout.data(), fm.data(), fr.data(), res.f.data(),
+                                 inp.f.data(), lw.f.data(), lb.f.data(), N, C);
+    near.close("residual_layernorm_forward residual_out", sum, fsum);
+    near.close("residual_layernorm_forward out", out, fout);
+    near.close("residual_layernorm_forward mean", m, fm);
+    near.close("residual_layernorm_forward rstd", r, fr);
+    std::vector<H> di(N * C, narrow<H>(0.f));
+    std::vector<float> fdi(N * C, 0.f), dw(C, 0.f), fdw(C, 0.f), db(C, 0.f), fdb(C, 0.f);
+    h.layernorm_backward(di.data(), dw.data(), db.data(), d.h.data(), sum.data(), lw.h.data(),
+                         m.data(), r.data(), N, C);
+    f.layernorm_backward(fdi.data(), fdw.data(), fdb.data(), d.f.data(), fsum.data(), lw.f.data(),
+                         fm.data(), fr.data(), N, C);
+    near.close("layernorm_backward dinp", di, fdi);
+    near.close("layernorm_backward dweight", dw, fdw);
+    near.close("layernorm_backward dbias", db, fdb);
+  }
+  {  // GELU, dropout
+    const Input<H> d(N * C, 53), res(N * C, 54);
+    std::vector<H> out(N * C);
+    std::vector<float> fout(N * C);
+    h.gelu_forward(out.data(), inp.h.data(), out.size());
+    f.gelu_forward(fout.data(), inp.f.data(), fout.size());
+    near.close("gelu_forward out", out, fout);
+    h.gelu_backward(out.data(), inp.h.data(), d.h.data(), out.size());
+    f.gelu_backward(fout.data(), inp.f.data(), d.f.data(), fout.size());
+    near.close("gelu_backward dinp", out, fout);
+    h.residual_dropout_forward(out.data(), res.h.data(), inp.h.data(), out.size(), kDropout, kKey,
+                               3);
+    f.residual_dropout_forward(fout.data(), res.f.data(), inp.f.data(), fout.size(), kDropout, kKey,
+                               3);
+    near.close("residual_dropout_forward out", out, fout);
+    h.dropout_backward(out.data(), d.h.data(), out.size(), kDropout, kKey, 3);
+    f.dropout_backward(fout.data(), d.f.data(), fout.size(), kDropout, kKey, 3);
+    near.close("dropout_backward dx", out, fout);
+  }
+  {  // attention
+    const Input<H> qkv(N * 3 * C, 55), d(N * C, 56);
+    const size_t saved = h.attention_saved_elems(B, T, NH),
+                 ws = h.attention_workspace_elems(B, T, NH);
+    std::vector<float> s(saved), fs(f.attention_saved_elems(B, T, NH)), w1(ws),
+        w2(f.attention_workspace_elems(B, T, NH));
+    std::vector<H> out(N * C), dq(N * 3 * C);
+    std::vector<float> fout(N * C), fdq(N * 3 * C);
+    h.attention_forward(out.data(), s.data(), qkv.h.data(), w1.data(), B, T, C, NH, kDropout, kKey,
+                        0, 0);
+    f.attention_forward(fout.data(), fs.data(), qkv.f.data(), w2.data(), B, T, C, NH, kDropout,
+                        kKey, 0, 0);
+    near.close("attention_forward out", out, fout);
+    near.close("attention_forward saved", s, fs);
+    h.attention_backward(dq.data(), d.h.data(), qkv.h.data(), out.data(), s.data(), w1.data(), B, T,
+                         C, NH, kDropout, kKey, 0, 0);
+    f.attention_backward(fdq.data(), d.f.data(), qkv.f.data(), fout.data(), fs.data(), w2.data(), B,
+                         T, C, NH, kDropout, kKey, 0, 0);
+    near.close("attention_backward dqkv", dq, fdq);
+  }
+  {  // cross-entropy takes float logits: the float op's result
+    const auto logits = random_vector<float>(N * V, 57, -3, 3);
+    const auto targets = random_tokens(N, V, 58);
+    std::vector<float> l(N), d(N * V), fl(N), fd(N * V);
+    h.softmax_cross_entropy(l.data(), d.data(), logits.data(), targets.data(), N, V, 1.0f);
+    f.softmax_cross_entropy(fl.data(), fd.data(), logits.data(), targets.data(), N, V, 1.0f);
+    near.close("softmax_cross_entropy losses", l, fl);
+    near.close("softmax_cross_entropy dlogits", d, fd);
+  }
+  {  // conversions round to H and widen back exactly
+    const auto x = random_vector<float>(N * C, 59);
+    std::vector<H> c(x.size());
+    h.to_compute(c.data(), x.data(), x.size());
+    std::vector<float> back(x.size());
+    h.to_accum(back.data(), c.data(), c.size());
+    near.close("to_compute then to_accum", back, x);
+    if (back != widened(narrowed<H>(x))) near.list << "to_compute: not dtype.h's rounding";
+  }
+  {  // AdamW on float masters refreshes the 16-bit copy
+    k::AdamWParams p;
+    p.lr = 1e-2f;
+    const size_t n = 29;
+    std::vector<float> mp = random_vector<float>(n, 60), g = random_vector<float>(n, 61), m(n, 0.f),
+                       v(n, 0.f);
+    std::vector<float> fp = mp, fm = m, fv = v;
+    std::vector<H> copy(n);
+    AdamWSpan<H> span{mp.data(), g.data(), m.data(), v.data(), copy.data(), n, true};
+    AdamWSpan<float> fspan{fp.data(), g.data(), fm.data(), fv.data(), nullptr, n, true};
+    h.adamw_update(&span, 1, p);
+    f.adamw_update(&fspan, 1, p);
+    near.close("adamw_update param", mp, fp);
+    near.close("adamw_update param_copy", copy, fp);
+    if (widened(copy) != widened(narrowed<H>(mp)))
+      near.list << "adamw_update param_copy: not the updated master rounded";
+  }
+}
+
+}  // namespace
+
+class OpLists : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() { k::set_num_threads(2); }
+  void initTestCase_data() { lattice::testing::add_cpu_isa_rows(); }
+  void init() {
+    const QString unavailable = lattice::testing::select_row_isa();
+    if (!unavailable.isEmpty()) QSKIP(qPrintable(unavailable));
+  }
+
+  void the_cpu_device_has_every_op_list() {
+    lattice::CpuDevice device;
+    QVERIFY(device.ops<float>() == &lattice::cpu_ops<float>());
+    QVERIFY(device.ops<double>() == &lattice::cpu_ops<double>());
+    QVERIFY(device.ops<bf16>() == &lattice::cpu_ops<bf16>());
+    QVERIFY(device.ops<fp16>() == &lattice::cpu_ops<fp16>());
+  }
+
+  void every_float_op_is_the_kernel_bit_for_bit() {
+    lattice::CpuDevice device;
+    Failures f;
+    compare_every_op(*device.ops<float>(), f);
+    f.check();
+  }
+
+  void every_double_op_is_the_kernel_bit_for_bit() {
+    lattice::CpuDevice device;
+    Failures f;
+    compare_every_op(*device.ops<double>(), f);
+    f.check();
+  }
+
+  // The fused op against the add followed by layernorm_forward, on rows short and odd (vector
+  // tails) and on a tensor above the threading threshold (kernels/cpu/parallel.h), and in
+  // place (residual_out == residual). Dropping the add, or normalising another row, fails.
+  void residual_layernorm_is_the_add_then_the_layernorm_bit_for_bit() {
+    Failures f{"fused", "add then layernorm_forward"};
+    residual_layernorm_case<float>(4, 37, f);
+    residual_layernorm_case<float>(64, 768, f);
+    residual_layernorm_case<double>(4, 37, f);
+    residual_layernorm_case<double>(64, 768, f);
+    f.check();
+  }
+
+  void the_bf16_list_agrees_with_float_within_1e_2() {
+    Near near;
+    compare_16_bit_list(lattice::cpu_ops<bf16>(), lattice::cpu_ops<float>(), near);
+    QVERIFY2(near.list.isEmpty(), qPrintable(near.list.join("\n")));
+  }
+
+  void the_fp16_list_agrees_with_float_within_1e_2() {
+    Near near;
+    compare_16_bit_list(lattice::cpu_ops<fp16>(), lattice::cpu_ops<float>(), near);
+    QVERIFY2(near.list.isEmpty(), qPrintable(near.list.join("\n")));
+  }
+
+ private:
+  template <typename S>
+  void residual_layernorm_case(int rows, int cols, Failures& f) {
+    const size_t n = static_cast<size_t>(rows) * cols;
+    const auto res = random_vector<S>(n, 71), x = random_vector<S>(n, 72),
+               w = random_vector<S>(cols, 73), b = random_vector<S>(cols, 74);
+    std::vector<S> sum(n), out(n), mean(rows), rstd(rows);
+    for (size_t i = 0; i < n; i++) sum[i] = res[i] + x[i];
+    k::layernorm_forward(out.data(), mean.data(), rstd.data(), sum.data(), w.data(), b.data(), rows,
+                         cols);
+
+    const QString shape =
+        QString("(%1, %2) %3").arg(rows).arg(cols).arg(sizeof(S) == 4 ? "float" : "double");
+    std::vector<S> fsum(n), fout(n), fmean(rows), frstd(rows);
+    k::residual_layernorm_forward(fsum.data(), fout.data(), fmean.data(), frstd.data(), res.data(),
+                                  x.data(), w.data(), b.data(), rows, cols);
+    f.same("residual_out " + shape, fsum, sum);
+    f.same("out " + shape, fout, out);
+    f.same("mean " + shape, fmean, mean);
+    f.same("rstd " + shape, frstd, rstd);
+
+    std::vector<S> inplace = res;
+    k::residual_layernorm_forward(inplace.data(), fout.data(), fmean.data(), frstd.data(),
+                                  inplace.data(), x.data(), w.data(), b.data(), rows, cols);
+    f.same("residual_out in place " + shape, inplace, sum);
+    f.same("out in place " + shape, fout, out);
+  }
+};
+
+QTEST_GUILESS_MAIN(OpLists)
+#include "test_ops.moc"
