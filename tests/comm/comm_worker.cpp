@@ -3,12 +3,16 @@
 // included) and names the op, rank, index, expected and got of any mismatch; `abort` and
 // `sigkill` make rank 1 fail while the others block in a collective; `sigstop` and
 // `sigstop-recv` stop rank 1 (SIGSTOP) while the others wait for it in an all_reduce, or rank 0
-// in a recv from it, under a 2 s timeout. Non-goal: performance (see the benchmarks).
+// in a recv from it, under a 2 s timeout; `sigstop-stream` stops rank 1 while the others wait
+// for an all-reduce they queued on a CPU device's side stream. `check` also runs the
+// stream-ordered calls (comm.h) on a CpuDevice's compute and side streams (Note [CPU stream
+// order], device/cpu_device.h). Non-goal: performance (see the benchmarks).
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -16,15 +20,19 @@
 #include <type_traits>
 #include <vector>
 
+#include "device/cpu_device.h"
 #include "lattice/comm.h"
 #include "parallel/mpi_comm.h"
 
 namespace {
 
 using lattice::Comm;
+using lattice::CpuDevice;
 using lattice::DType;
+using lattice::Event;
 using lattice::ReduceOp;
 using lattice::Status;
+using lattice::Stream;
 
 float widen(lattice::bf16 x) {
   return lattice::from_bf16(x);
@@ -510,6 +518,177 @@ void check_pieces(Comm& comm, Checker& c) {
   lattice::set_mpi_max_count_for_testing(0);
 }
 
+// ---- stream-ordered calls on a CpuDevice (Note [CPU stream order]) ----------------------------
+
+Stream& side_stream(CpuDevice& device, const std::string& name) {
+  lattice::Result<Stream*> s = device.new_stream(name);
+  if (!s) std::abort();  // the CPU device makes side streams without fail
+  return **s;
+}
+
+// A stream that claims a cudaStream_t: MpiComm must refuse it rather than run on it.
+class FakeCudaStream final : public Stream {
+ public:
+  FakeCudaStream() : Stream("compute (CUDA)") {}
+  void* native() const override { return const_cast<FakeCudaStream*>(this); }
+};
+
+// An all-reduce queued on a side stream returns before the other ranks have joined it: rank 0
+// queues a float and a bf16 all-reduce, sees that their event has not completed, and only
+// then tells the others to join (a call that waited for them would wait for ever: the test's
+// 20 s timeout ends the job naming it). Once the host has waited for the event the sums are
+// there, the bf16 one rounded from fp32 as the blocking call rounds it.
+void check_stream_all_reduce(Comm& world, CpuDevice& device, Comm& comm, Checker& c) {
+  const int size = comm.size(), rank = comm.rank();
+  Stream& dp = side_stream(device, "data-parallel");
+  const size_t n = 5000;
+  std::vector<float> data(n), expected(n, 0.0f);
+  std::vector<lattice::bf16> half(n), half_expected(n);
+  for (size_t i = 0; i < n; i++) {
+    data[i] = value<float>(rank, i);
+    half[i] = half_value<lattice::bf16>(rank, i);
+    float want = 0.0f;
+    for (int q = 0; q < size; q++) {
+      expected[i] += value<float>(q, i);
+      want += widen(half_value<lattice::bf16>(q, i));
+    }
+    half_expected[i] = narrow<lattice::bf16>(want);
+  }
+  int go = 1;
+  if (rank != 0) c.ok("stream all_reduce: go word", world.recv(&go, 1, DType::kInt32, 0, 9));
+  c.ok("stream all_reduce float (queued)",
+       comm.all_reduce(data.data(), n, DType::kFloat32, ReduceOp::kSum, dp));
+  c.ok("stream all_reduce bf16 (queued)",
+       comm.all_reduce(half.data(), n, DType::kBFloat16, ReduceOp::kSum, dp));
+  const Event done = device.record(dp);
+  c.equal("stream all_reduce: requests queued on the side stream", 0, uint64_t{2}, done.seq);
+  if (rank == 0 && size > 1) {
+    c.truth("stream all_reduce", !device.completed(done),
+            "its event completed before the other ranks had joined");
+    for (int q = 1; q < size; q++)
+      c.ok("stream all_reduce: go word", world.send(&go, 1, DType::kInt32, q, 9));
+  }
+  device.wait(device.compute(), done);
+  c.truth("stream all_reduce", device.completed(done), "its event is not complete after a wait");
+  c.equal_all("stream all_reduce float", expected, data);
+  c.equal_all_half("stream all_reduce bf16", half_expected, half);
+  c.ok("stream all_reduce: synchronize", device.synchronize(dp));
+}
+
+// Every rank queues three 4 MiB messages (above Open MPI's eager limit: a send completes only
+// once its receive is posted) to the next rank on one side stream before it queues the three
+// receives from the previous rank on another; on two ranks that is both directions between one
+// pair at once. A send that held the host until its receive was posted would deadlock every
+// rank (the 20 s timeout ends the job). The messages arrive in issue order (tag 0).
+void check_stream_messages(CpuDevice& device, Comm& comm, Checker& c) {
+  const int size = comm.size(), rank = comm.rank();
+  if (size < 2) return;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  Stream& out = side_stream(device, "pipeline out");
+  Stream& in = side_stream(device, "pipeline in");
+  const size_t n = size_t{1} << 20;
+  auto message = [&](int from, int k) {
+    std::vector<float> m(n);
+    for (size_t i = 0; i < n; i += 997) m[i] = float(from * 10 + k);
+    m[n - 1] = float(from * 10 + k + 1);
+    return m;
+  };
+  std::vector<std::vector<float>> sent, got(3, std::vector<float>(n, -1.0f));
+  for (int k = 0; k < 3; k++) sent.push_back(message(rank, k));
+  for (int k = 0; k < 3; k++)
+    c.ok("stream send", comm.send(sent[k].data(), n, DType::kFloat32, next, out));
+  for (int k = 0; k < 3; k++)
+    c.ok("stream recv", comm.recv(got[k].data(), n, DType::kFloat32, prev, in));
+  device.wait(device.compute(), device.record(in));
+  for (int k = 0; k < 3; k++)
+    c.truth("stream recv", got[k] == message(prev, k),
+            "message " + std::to_string(k) + " from rank " + std::to_string(prev) +
+                " arrived changed or out of order");
+  c.ok("stream send: synchronize", device.synchronize(out));
+  c.equal("stream messages: sends pending after synchronize", 0, size_t{0}, out.queue()->pending());
+}
+
+// reduce_scatter and all_gather on the compute stream (complete when the call returns) and on a
+// side stream (after an event wait), out of place and in place (the receive buffer this rank's
+// block of the send buffer, which MPI_Ireduce_scatter may not alias: MpiComm stages it). The
+// stats count them as the blocking calls do.
+void check_stream_scatter_gather(CpuDevice& device, Comm& comm, Checker& c) {
+  const int size = comm.size(), rank = comm.rank();
+  const size_t count = 37, total = count * size;
+  std::vector<float> summed(total, 0.0f);
+  for (int q = 0; q < size; q++)
+    for (size_t j = 0; j < total; j++) summed[j] += value<float>(q, j);
+  const std::vector<float> mine(summed.begin() + rank * count, summed.begin() + (rank + 1) * count);
+  for (bool side : {false, true}) {
+    Stream& s = side ? side_stream(device, "data-parallel 2") : device.compute();
+    const std::string on = side ? " (side stream)" : " (compute stream)";
+    auto settle = [&] {
+      if (side) device.wait(device.compute(), device.record(s));
+    };
+    std::vector<float> send(total), recv(count, -1.0f);
+    for (size_t j = 0; j < total; j++) send[j] = value<float>(rank, j);
+    std::vector<float> arena = send;
+    comm.reset_stats();
+    c.ok("stream reduce_scatter" + on,
+         comm.reduce_scatter(send.data(), recv.data(), count, DType::kFloat32, s));
+    c.ok("stream reduce_scatter in place" + on,
+         comm.reduce_scatter(arena.data(), arena.data() + rank * count, count, DType::kFloat32, s));
+    settle();
+    c.equal_all("stream reduce_scatter" + on, mine, recv);
+    c.equal_all("stream reduce_scatter in place" + on, mine, arena, rank * count);
+    // Every rank's block of the sum, gathered in place and from a separate buffer.
+    std::vector<float> gathered(total, -1.0f);
+    c.ok("stream all_gather" + on,
+         comm.all_gather(recv.data(), gathered.data(), count, DType::kFloat32, s));
+    c.ok("stream all_gather in place" + on,
+         comm.all_gather(arena.data() + rank * count, arena.data(), count, DType::kFloat32, s));
+    settle();
+    c.equal_all("stream all_gather" + on, summed, gathered);
+    c.equal_all("stream all_gather in place" + on, summed, arena);
+    c.equal("stream stats reduce_scatter_bytes" + on, 0, uint64_t{2 * total * 4},
+            comm.stats().reduce_scatter_bytes);
+    c.equal("stream stats all_gather_bytes" + on, 0, uint64_t{2 * total * 4},
+            comm.stats().all_gather_bytes);
+    c.ok("stream scatter/gather: synchronize" + on, device.synchronize(s));
+  }
+  comm.reset_stats();
+}
+
+// What a rank can tell alone comes back from the call and queues nothing: a peer that is not a
+// rank, a CUDA stream.
+void check_stream_refusals(CpuDevice& device, Comm& comm, Checker& c) {
+  Stream& s = side_stream(device, "refusals");
+  float x = 0;
+  const Status to_nobody = comm.send(&x, 1, DType::kFloat32, comm.size(), s);
+  c.truth("stream send to rank size()",
+          !to_nobody && to_nobody.message().find("peer") != std::string::npos,
+          "status: " + to_nobody.message());
+  FakeCudaStream cuda;
+  const Status on_cuda = comm.all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum, cuda);
+  c.truth("stream all_reduce on a CUDA stream",
+          !on_cuda && on_cuda.message().find("compute (CUDA)") != std::string::npos &&
+              on_cuda.message().find("NcclComm") != std::string::npos,
+          "status: " + on_cuda.message());
+  c.equal("stream refusals: requests queued", 0, uint64_t{0}, s.queue()->queued());
+}
+
+void check_streams(Comm& world, Checker& c) {
+  // A deadlock ends the job within 20 s, naming the wait, instead of the ctest timeout.
+  lattice::set_comm_timeout(20.0, "comm_worker's 20 s stream timeout");
+  {
+    CpuDevice device;
+    auto comm = device.make_comm(world);
+    c.ok("make_comm", comm.status());
+    if (!comm) return;
+    check_stream_all_reduce(world, device, **comm, c);
+    check_stream_messages(device, **comm, c);
+    check_stream_scatter_gather(device, **comm, c);
+    check_stream_refusals(device, **comm, c);
+    // Every side stream was synchronised: the communicator may go before the device.
+  }
+  lattice::set_comm_timeout(0.0);
+}
+
 int run_checks(Comm& comm) {
   Checker c(comm);
   const int size = comm.size();
@@ -541,6 +720,7 @@ int run_checks(Comm& comm) {
   check_barrier_and_stats(comm, c);
   check_refusals(comm, c);
   check_pieces(comm, c);
+  check_streams(comm, c);
 
   int failures = c.failures();
   c.ok("all_reduce of failure counts",
@@ -578,7 +758,9 @@ int run_failure(Comm& comm, const std::string& mode) {
 
 // Rank 1 stops itself (SIGSTOP) after one all_reduce with everyone; the others then wait for
 // it in a second all_reduce (`sigstop`), or rank 0 in a recv from it while the rest wait in a
-// barrier (`sigstop-recv`). Rank 0's timeout (2 s) must end the job, naming rank 1 and the wait.
+// barrier (`sigstop-recv`), or in an all-reduce they queued on a CPU device's side stream and
+// then wait for through its event (`sigstop-stream`, on the device's communicator named
+// "data-parallel"). Rank 0's timeout (2 s) must end the job, naming rank 1 and the wait.
 int run_hang(Comm& comm, const std::string& mode) {
   if (comm.size() < 2) {
     std::fprintf(stderr, "comm_worker %s: needs at least 2 ranks\n", mode.c_str());
@@ -591,11 +773,25 @@ int run_hang(Comm& comm, const std::string& mode) {
   else
     lattice::set_comm_timeout(20.0, "a 20 s test timeout");
   lattice::set_comm_activity("the hang test");
+  std::unique_ptr<Comm> dp;  // sigstop-stream: made while every rank is still running
+  CpuDevice device;          // after dp: its side stream's requests need dp alive
+  if (mode == "sigstop-stream") {
+    auto made = device.make_comm(comm);
+    if (!made) return 3;
+    dp = std::move(*made);
+    dp->set_name("data-parallel");
+  }
   float x = 1;
   if (Status s = comm.all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum); !s) return 3;
   if (comm.rank() == 1) std::raise(SIGSTOP);
   Status s = Status::ok();
-  if (mode == "sigstop")
+  if (mode == "sigstop-stream") {
+    Stream& side = side_stream(device, "data-parallel");
+    s = dp->all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum, side);
+    if (!s) return 3;
+    device.wait(device.compute(), device.record(side));
+    s = device.error();
+  } else if (mode == "sigstop")
     s = comm.all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
   else if (comm.rank() == 0)
     s = comm.recv(&x, 1, DType::kFloat32, 1, 7);
@@ -608,14 +804,15 @@ int run_hang(Comm& comm, const std::string& mode) {
 
 }  // namespace
 
-// comm_worker check | abort | sigkill | sigstop | sigstop-recv [marker]  (marker: ignored,
-// for pgrep)
+// comm_worker check | abort | sigkill | sigstop | sigstop-recv | sigstop-stream [marker]
+// (marker: ignored, for pgrep)
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool hang = mode == "sigstop" || mode == "sigstop-recv";
+  const bool hang = mode == "sigstop" || mode == "sigstop-recv" || mode == "sigstop-stream";
   if (mode != "check" && mode != "abort" && mode != "sigkill" && !hang) {
     std::fprintf(stderr,
-                 "usage: comm_worker check | abort | sigkill | sigstop | sigstop-recv [marker]\n");
+                 "usage: comm_worker check | abort | sigkill | sigstop | sigstop-recv | "
+                 "sigstop-stream [marker]\n");
     return 2;
   }
   auto world = lattice::make_world_comm();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/process.h"
+#include "device/cpu_device.h"
 #include "lattice/comm.h"
 
 using lattice::Comm;
@@ -25,6 +26,13 @@ using lattice::DType;
 using lattice::ReduceOp;
 
 namespace {
+
+// A stream that claims a cudaStream_t, which a CPU communicator must refuse.
+class FakeCudaStream final : public lattice::Stream {
+ public:
+  FakeCudaStream() : Stream("compute (CUDA)") {}
+  void* native() const override { return const_cast<FakeCudaStream*>(this); }
+};
 
 // Process ids whose command line contains marker, as pgrep -f finds them (read from /proc so
 // that no procps is needed).
@@ -132,6 +140,45 @@ class CommTest : public QObject {
     QVERIFY(a->test() && b->test() && c->test());
     QVERIFY(a->wait() && b->wait() && c->wait());
     QCOMPARE(out, data);
+  }
+
+  // The stream-ordered calls (comm.h) over one rank, on a CPU device's compute and side
+  // streams: done when the call returns, nothing queued; a sum leaves the values, the
+  // gathers and scatters copy the one block (in place too), point-to-point has no peer, a CUDA
+  // stream is refused, and the stats count them as the blocking calls.
+  void local_stream_calls_copy_or_refuse() {
+    auto comm = lattice::make_local_comm();
+    lattice::CpuDevice device;
+    lattice::Result<lattice::Stream*> side = device.new_stream("data-parallel");
+    QVERIFY(side);
+    for (lattice::Stream* s : {&device.compute(), *side}) {
+      comm->reset_stats();
+      std::vector<double> data = {1.5, -2.0, 3.0}, recv(3, -1.0);
+      QVERIFY(comm->all_reduce(data.data(), 3, DType::kFloat64, ReduceOp::kSum, *s));
+      QCOMPARE(data, (std::vector<double>{1.5, -2.0, 3.0}));
+      QVERIFY(comm->all_gather(data.data(), recv.data(), 3, DType::kFloat64, *s));
+      QCOMPARE(recv, data);
+      recv.assign(3, -1.0);
+      QVERIFY(comm->reduce_scatter(data.data(), recv.data(), 3, DType::kFloat64, *s));
+      QCOMPARE(recv, data);
+      QVERIFY(comm->reduce_scatter(recv.data(), recv.data(), 3, DType::kFloat64, *s));
+      QCOMPARE(recv, data);
+      float x = 0;
+      const lattice::Status sent = comm->send(&x, 1, DType::kFloat32, 1, *s);
+      QVERIFY2(!sent && sent.message().find("mpirun") != std::string::npos, sent.message().c_str());
+      QVERIFY(!comm->recv(&x, 1, DType::kFloat32, 0, *s));
+      QCOMPARE(comm->stats().all_reduce_bytes, uint64_t{24});
+      QCOMPARE(comm->stats().all_gather_bytes, uint64_t{24});
+      QCOMPARE(comm->stats().reduce_scatter_bytes, uint64_t{48});
+      if (lattice::RequestQueue* queue = s->queue()) QCOMPARE(queue->queued(), uint64_t{0});
+    }
+    FakeCudaStream cuda;
+    float x = 0;
+    const lattice::Status refused = comm->all_reduce(&x, 1, DType::kFloat32, ReduceOp::kSum, cuda);
+    QVERIFY2(!refused && refused.message().find("compute (CUDA)") != std::string::npos,
+             refused.message().c_str());
+    QVERIFY(!comm->all_gather(&x, &x, 1, DType::kFloat32, cuda));
+    QVERIFY(!comm->reduce_scatter(&x, &x, 1, DType::kFloat32, cuda));
   }
 
   void local_arguments_beyond_one_rank_are_errors() {
@@ -290,6 +337,32 @@ class CommTest : public QObject {
                               "world all-reduce of the hang test for rank 1 (its group: world "
                               "[0,1,2]); rank 1 did not arrive and did not answer: it is stopped "
                               "(SIGSTOP or a debugger; pid "),
+             qPrintable(job.err));
+    QVERIFY2(ms < 20000, qPrintable(QString("the job took %1 ms").arg(ms)));
+    QVERIFY2(left.isEmpty(), qPrintable("left behind: " + left.join(' ')));
+#endif
+  }
+
+  // The same for an all-reduce queued on a CPU device's side stream (Note [CPU stream order]):
+  // queueing returns at once, and rank 0's wait for the stream's event is the watched wait that
+  // names rank 1 and the data-parallel all-reduce.
+  void stopped_rank_ends_a_side_stream_wait_naming_it() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#else
+    const QString marker = unique_marker("sigstop-stream");
+    QElapsedTimer clock;
+    clock.start();
+    const lattice::testing::Run job =
+        lattice::testing::run_mpi(3, LATTICE_COMM_WORKER, {"sigstop-stream", marker}, {}, 30000);
+    const qint64 ms = clock.elapsed();
+    const QStringList left = processes_left(marker);
+    QVERIFY2(!job.timed_out, "mpirun still running after 30 s: ranks 0 and 2 wait for ever");
+    QVERIFY2(job.exit_code != 0, qPrintable(job.err));
+    QVERIFY2(job.err.contains("lattice: rank 0: rank 0 waited 2 s (a 2 s test timeout) in the "
+                              "data-parallel all-reduce of the hang test for rank 1 (its group: "
+                              "data-parallel [0,1,2]); rank 1 did not arrive and did not answer: "
+                              "it is stopped (SIGSTOP or a debugger; pid "),
              qPrintable(job.err));
     QVERIFY2(ms < 20000, qPrintable(QString("the job took %1 ms").arg(ms)));
     QVERIFY2(left.isEmpty(), qPrintable("left behind: " + left.join(' ')));

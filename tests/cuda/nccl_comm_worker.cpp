@@ -2,7 +2,8 @@
 // cuda and mpi). Every rank checks every comm.h operation against values it can compute
 // itself, with receive buffers NaN-poisoned first; point-to-point and unequal counts need two
 // or more ranks (`mpirun -n <GPUs>`). Prints kNoDeviceMessage and exits 0 without a device
-// (ctest reports SKIPPED by SKIP_REGULAR_EXPRESSION), 1 on the first disagreement.
+// (ctest reports SKIPPED by SKIP_REGULAR_EXPRESSION), 1 on the first disagreement. The
+// stream-ordered members run on the CUDA device's (device/device.h) compute and side streams.
 // --without-device (ctest: test_nccl_comm_failure, no GPU needed): make_nccl_comm must return
 // an error on every rank, whichever rank fails first.
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_support.h"
+#include "device/device.h"
 #include "lattice/comm.h"
 #include "parallel/nccl_comm.h"
 
@@ -104,23 +106,22 @@ bool run(lattice::Comm& comm) {
       for (size_t i = 0; i < counts[r]; i++) summed.push_back(float(size) * float(begin + i));
     good &= same_values(d_arena.download(), summed, "all_gather in place" + tag);
   }
-  {  // the sequence-parallel collectives on a caller's stream (the legacy default stream here,
-     // which the blocking downloads wait for), fp32 and bf16 (small integers: exact)
+  {  // the stream-ordered members (comm.h) on the CUDA device's compute stream and a side
+     // stream, fp32 and bf16 (small integers: exact), read after the stream's synchronisation
+    auto made = lattice::make_cuda_device();
+    good &= ok(made.status(), "make_cuda_device");
+    if (!made) return false;
+    lattice::Device& device = **made;
+    auto side = device.new_stream("data-parallel");
+    good &= ok(side.status(), "new_stream");
+    if (!side) return false;
     const size_t count = 24;
     std::vector<float> send(count * size), block(count, float(rank + 1)), gathered, want(count);
+    std::vector<float> sum(count), max(count, float(size));
     for (size_t i = 0; i < send.size(); i++) send[i] = float(i % 11);
     for (int r = 0; r < size; r++) gathered.insert(gathered.end(), count, float(r + 1));
     for (size_t i = 0; i < count; i++) want[i] = float(size) * float((rank * count + i) % 11);
-    DeviceBuffer<float> d_send(send), d_recv(count), d_block(block), d_all(count * size);
-    using lattice::DType;
-    good &= ok(lattice::reduce_scatter_on_stream(comm, d_send.get(), d_recv.get(), count,
-                                                 DType::kFloat32, nullptr),
-               "reduce_scatter_on_stream");
-    good &= same_values(d_recv.download(), want, "reduce_scatter_on_stream");
-    good &= ok(lattice::all_gather_on_stream(comm, d_block.get(), d_all.get(), count,
-                                             DType::kFloat32, nullptr),
-               "all_gather_on_stream");
-    good &= same_values(d_all.download(), gathered, "all_gather_on_stream");
+    for (size_t i = 0; i < count; i++) sum[i] = float(size * (size + 1) / 2) * float(i % 5);
     // bf16: the upper half of the fp32 pattern (exact for these values).
     auto to_bf16 = [](const std::vector<float>& v) {
       std::vector<uint16_t> out(v.size());
@@ -139,16 +140,51 @@ bool run(lattice::Comm& comm) {
       }
       return out;
     };
-    DeviceBuffer<uint16_t> h_send(to_bf16(send)), h_recv(count), h_block(to_bf16(block)),
-        h_all(count * size);
-    good &= ok(lattice::reduce_scatter_on_stream(comm, h_send.get(), h_recv.get(), count,
-                                                 DType::kBFloat16, nullptr),
-               "reduce_scatter_on_stream bf16");
-    good &= same_values(from_bf16(h_recv.download()), want, "reduce_scatter_on_stream bf16");
-    good &= ok(lattice::all_gather_on_stream(comm, h_block.get(), h_all.get(), count,
-                                             DType::kBFloat16, nullptr),
-               "all_gather_on_stream bf16");
-    good &= same_values(from_bf16(h_all.download()), gathered, "all_gather_on_stream bf16");
+    for (lattice::Stream* stream : {&device.compute(), *side}) {
+      const std::string on = " on " + stream->name();
+      std::vector<float> mine(count), ones(count, float(rank + 1));
+      for (size_t i = 0; i < count; i++) mine[i] = float(rank + 1) * float(i % 5);
+      DeviceBuffer<float> d_send(send), d_recv(count), d_block(block), d_all(count * size),
+          d_sum(mine), d_max(ones);
+      good &= ok(comm.reduce_scatter(d_send.get(), d_recv.get(), count, DType::kFloat32, *stream),
+                 "reduce_scatter" + on);
+      good &= ok(comm.all_gather(d_block.get(), d_all.get(), count, DType::kFloat32, *stream),
+                 "all_gather" + on);
+      good &= ok(comm.all_reduce(d_sum.get(), count, DType::kFloat32, ReduceOp::kSum, *stream),
+                 "all_reduce sum" + on);
+      good &= ok(comm.all_reduce(d_max.get(), count, DType::kFloat32, ReduceOp::kMax, *stream),
+                 "all_reduce max" + on);
+      DeviceBuffer<uint16_t> h_send(to_bf16(send)), h_recv(count), h_block(to_bf16(block)),
+          h_all(count * size);
+      good &= ok(comm.reduce_scatter(h_send.get(), h_recv.get(), count, DType::kBFloat16, *stream),
+                 "reduce_scatter bf16" + on);
+      good &= ok(comm.all_gather(h_block.get(), h_all.get(), count, DType::kBFloat16, *stream),
+                 "all_gather bf16" + on);
+      good &= ok(device.synchronize(*stream), "synchronize" + on);
+      good &= same_values(d_recv.download(), want, "reduce_scatter" + on);
+      good &= same_values(d_all.download(), gathered, "all_gather" + on);
+      good &= same_values(d_sum.download(), sum, "all_reduce sum" + on);
+      good &= same_values(d_max.download(), max, "all_reduce max" + on);
+      good &= same_values(from_bf16(h_recv.download()), want, "reduce_scatter bf16" + on);
+      good &= same_values(from_bf16(h_all.download()), gathered, "all_gather bf16" + on);
+      if (size >= 2) {  // a ring on the stream: rank 0 sends first, the others receive first
+        const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+        DeviceBuffer<float> out(std::vector<float>(count, float(rank))), in(count);
+        if (rank == 0)
+          good &= ok(comm.send(out.get(), count, DType::kFloat32, next, *stream), "send" + on);
+        good &= ok(comm.recv(in.get(), count, DType::kFloat32, prev, *stream), "recv" + on);
+        if (rank != 0)
+          good &= ok(comm.send(out.get(), count, DType::kFloat32, next, *stream), "send" + on);
+        good &= ok(device.synchronize(*stream), "synchronize after send/recv" + on);
+        good &= same_values(in.download(), std::vector<float>(count, float(prev)),
+                            "send/recv ring" + on);
+      }
+    }
+    // The free functions (until step 6) call the members: a null stream is refused.
+    DeviceBuffer<float> d(std::vector<float>(4, 1.0f));
+    good &= expect(
+        !lattice::all_reduce_on_stream(comm, d.get(), 4, DType::kFloat32, ReduceOp::kSum, nullptr),
+        "all_reduce_on_stream on the null stream was accepted");
   }
   {  // broadcast from the last rank, gather to rank 0, barrier
     std::vector<float> mine(n, float(rank)), root_value(n, float(size - 1));

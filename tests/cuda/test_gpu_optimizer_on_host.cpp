@@ -87,6 +87,22 @@ class InPlaceComm final : public Comm {
   std::unique_ptr<CommRequest> irecv(void* d, size_t n, DType t, int peer, int tag) override {
     return c_.irecv(d, n, t, peer, tag);
   }
+  // Stream-ordered calls: passed through (GradReducer does not use them).
+  Status all_reduce(void* d, size_t n, DType t, ReduceOp op, Stream& s) override {
+    return c_.all_reduce(d, n, t, op, s);
+  }
+  Status all_gather(const void* sd, void* r, size_t n, DType t, Stream& s) override {
+    return c_.all_gather(sd, r, n, t, s);
+  }
+  Status reduce_scatter(const void* sd, void* r, size_t n, DType t, Stream& s) override {
+    return c_.reduce_scatter(sd, r, n, t, s);
+  }
+  Status send(const void* d, size_t n, DType t, int peer, Stream& s) override {
+    return c_.send(d, n, t, peer, s);
+  }
+  Status recv(void* d, size_t n, DType t, int peer, Stream& s) override {
+    return c_.recv(d, n, t, peer, s);
+  }
   Result<std::unique_ptr<Comm>> split(int color, int key) override { return c_.split(color, key); }
   [[noreturn]] void abort(const std::string& m, int code) override {
     c_.abort(m, code);

@@ -18,6 +18,13 @@
 // operation and the rank. A rank that cannot go on calls abort(), which ends the whole job
 // (every rank, no hang) after printing its message.
 //
+// Stream-ordered calls (docs/one-engine.md 3.4): all_reduce, all_gather, reduce_scatter, send
+// and recv with a Stream& (device/device.h) are queued on a stream of the device that made the
+// communicator (Device::make_comm): they start after the work queued there before them, work
+// queued after them sees their result, and the host does not wait for them. How each Comm
+// keeps that: MpiComm by Note [CPU stream order] (device/cpu_device.h), NcclComm on the
+// stream's cudaStream_t, LocalComm by copying or doing nothing.
+//
 // Waiting (docs/design-notes.md#collective-timeout): a rank that waits in an operation for a
 // peer that has died, or longer than set_comm_timeout() allows, ends the job itself with a
 // message naming the operation, its group and the ranks it waited for; it never returns an
@@ -36,6 +43,8 @@
 #include "lattice/status.h"
 
 namespace lattice {
+
+class Stream;  // device/device.h: a queue of work on a device
 
 // Integer sums must not overflow: Open MPI 4.1 saturates where the CPU would wrap.
 enum class ReduceOp { kSum, kMax };
@@ -96,6 +105,30 @@ class Comm {
                                              int tag) = 0;
   virtual std::unique_ptr<CommRequest> irecv(void* data, size_t count, DType type, int peer,
                                              int tag) = 0;
+
+  // ---- stream-ordered (see "Stream-ordered calls" above) --------------------------------------
+  // Queued on `stream`, a stream of the device that made this communicator; a stream of another
+  // kind (a CUDA stream handed to MpiComm, a CPU stream to NcclComm) is refused with
+  // invalid_argument. Errors found while queueing (arguments, a failed MPI or NCCL call) come
+  // back here; errors of the operation itself at the stream's synchronisation
+  // (Device::synchronize, Device::error). Ordering contract as the blocking calls: collectives
+  // in the same order on every rank; point-to-point messages between a pair of ranks match in
+  // issue order (they carry tag 0, so on MPI they also match blocking or async calls with tag
+  // 0: keep such calls off a communicator that carries stream-ordered messages). Buffers stay
+  // alive and untouched until the stream has passed the operation.
+  //
+  // data (count) is reduced in place over all ranks.
+  virtual Status all_reduce(void* data, size_t count, DType type, ReduceOp op, Stream& stream) = 0;
+  // recv (count * size()) = every rank's send (count) in rank order; send may be this rank's
+  // block of recv (in place).
+  virtual Status all_gather(const void* send, void* recv, size_t count, DType type,
+                            Stream& stream) = 0;
+  // recv (count) = this rank's block of the sum over ranks of send (count * size()); recv may be
+  // this rank's block of send (in place, as NCCL allows).
+  virtual Status reduce_scatter(const void* send, void* recv, size_t count, DType type,
+                                Stream& stream) = 0;
+  virtual Status send(const void* data, size_t count, DType type, int peer, Stream& stream) = 0;
+  virtual Status recv(void* data, size_t count, DType type, int peer, Stream& stream) = 0;
 
   // Collective over this communicator: the ranks passing the same color (>= 0) form a new
   // communicator, ordered by key (then by rank here). MPI_Comm_split underneath.

@@ -16,10 +16,14 @@
 //   operation when it is queued (MPI_Isend, MPI_Iallreduce, ...) and appends the request to
 //   the stream's RequestQueue, which numbers it. Starting at once is safe: the buffers it
 //   reads were written by compute, which has run; the buffers it writes are read only after an
-//   event wait. record(side) is (side, requests queued so far); wait(any, event) completes that
-//   stream's requests up to that number with the watched wait (timeout, dead peers, pacing as
-//   every MPI wait); synchronize(side) completes them all. wait(side, record(compute)), a send
-//   after the compute that wrote its buffer, costs nothing.
+//   event wait. What this does not keep: two operations on one side stream over one buffer
+//   (a receive, then a send of what it received; a reduce-scatter in place, then an all-gather
+//   of its result) run at once here, where CUDA runs them in turn; callers put an event wait on
+//   compute between them (where the optimizer step sits anyway). record(side) is (side, requests
+//   queued so far); wait(any, event) completes that stream's requests up to that number with the
+//   watched wait (timeout, dead peers, pacing as every MPI wait); synchronize(side) completes them
+//   all. wait(side, record(compute)), a send after the compute that wrote its buffer, costs
+//   nothing.
 // - Progress: MPI moves non-blocking operations only inside MPI calls, so the engine calls
 //   progress() between layers, which tests every side stream's requests.
 // - No thread: MPI stays MPI_THREAD_FUNNELED and reductions keep their fixed order
@@ -27,6 +31,8 @@
 // A copy or fill queued on a side stream first completes that stream's requests (it may read
 // what a receive wrote). The host stand-in tests/cuda/host_cuda/ kept one send in flight per
 // stream; the FIFO lets several data-parallel buckets be in flight, as GradBuckets keeps them.
+// MpiComm's stream-ordered calls (comm.h; mpi_comm.cpp queue_on) are the communicator half of
+// this note; LocalComm's have completed when they return.
 #pragma once
 
 #include <array>

@@ -3,7 +3,8 @@
 // pipeline executor and the training loop are to be written once over it; until step 6 of the
 // plan nothing in the engine calls it. Implementations: CpuDevice (cpu_device.h, every build)
 // and the CUDA device (cuda_device.cpp, in lattice_engine_gpu only); each hands out its op lists
-// (ops.h, ops<A>()). Non-goal here: stream-ordered collectives (Comm members, step 5).
+// (ops.h, ops<A>()). Communicators made by make_comm queue their stream-ordered calls (comm.h)
+// on its streams.
 //
 // Streams. Work queued on one stream runs in queue order; work on different streams is
 // ordered only through events: after wait(waiter, record(s)), what is queued on `waiter`
@@ -14,7 +15,8 @@
 // Errors. Queueing returns nothing: a failure of queued work (a CUDA call, a failed MPI
 // request) is recorded on the device, the first one wins, and synchronize() returns it. A peer
 // that hangs or dies during a wait for communication ends the job through the communicator's
-// watched wait (comm.h, "Waiting"); CUDA's stream synchronisation is not watched yet (step 5).
+// watched wait (comm.h, "Waiting"); CUDA's stream synchronisation is not watched yet (left
+// by step 5, see docs/one-engine.md).
 //
 // Thread safety: a device, its streams, events and marks are used by one thread, the rank's.
 #pragma once

@@ -1,5 +1,7 @@
 // LocalComm: the communicator of a job of one process (comm.h). Collectives over one rank
-// copy or do nothing; point-to-point has no peer and is an error. No MPI, no threads.
+// copy or do nothing; point-to-point has no peer and is an error. No MPI, no threads. The
+// stream-ordered calls do the same at once on any CPU device stream: what they read was
+// written by compute, which has run (Note [CPU stream order], device/cpu_device.h).
 // Non-goal: emulating several ranks inside one process.
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "device/device.h"
 #include "lattice/comm.h"
 #include "parallel/comm_watch.h"
 
@@ -46,6 +49,14 @@ Status root_zero(const char* op, int root) {
   if (root == 0) return Status::ok();
   return Status::invalid_argument(std::string("LocalComm::") + op + ": root " +
                                   std::to_string(root) + " is not a rank of a world of 1");
+}
+
+// A CUDA stream handed to LocalComm is a programmer's mix-up (comm.h, "stream-ordered").
+Status host_stream(const char* op, const Stream& stream) {
+  if (!stream.native()) return Status::ok();
+  return Status::invalid_argument(std::string("LocalComm::") + op + " on the stream '" +
+                                  stream.name() +
+                                  "' of a CUDA device: LocalComm moves CPU buffers only");
 }
 
 // memmove: send and recv may be the same buffer (in-place all_gather).
@@ -123,6 +134,26 @@ class LocalComm final : public Comm {
   std::unique_ptr<CommRequest> irecv(void*, size_t, DType, int peer, int tag) override {
     return completed(no_peer("irecv", peer, tag));
   }
+
+  // Stream-ordered: over one rank this rank's block is the whole buffer, so in place is a no-op.
+  Status all_reduce(void* data, size_t count, DType type, ReduceOp op, Stream& stream) override {
+    if (Status s = host_stream("all_reduce", stream); !s) return s;
+    return all_reduce(data, count, type, op);
+  }
+  Status all_gather(const void* send, void* recv, size_t count, DType type,
+                    Stream& stream) override {
+    if (Status s = host_stream("all_gather", stream); !s) return s;
+    return all_gather(send, recv, {count}, type);
+  }
+  Status reduce_scatter(const void* send, void* recv, size_t count, DType type,
+                        Stream& stream) override {
+    if (Status s = host_stream("reduce_scatter", stream); !s) return s;
+    return reduce_scatter(send, recv, {count}, type);
+  }
+  Status send(const void*, size_t, DType, int peer, Stream&) override {
+    return no_peer("send", peer, 0);
+  }
+  Status recv(void*, size_t, DType, int peer, Stream&) override { return no_peer("recv", peer, 0); }
 
   Result<std::unique_ptr<Comm>> split(int color, int) override {
     if (color < 0) {

@@ -2,12 +2,15 @@
 // (MPI_ERRORS_RETURN) and a failure becomes a Status naming the call and the rank. Every
 // operation is non-blocking underneath and waits in watch_wait (mpi_watch.h, Note [collective
 // timeout]), which paces the wait and ends the job when a peer dies or the timeout passes.
+// The stream-ordered calls keep Note [CPU stream order] (device/cpu_device.h): blocking on the
+// compute stream, started and queued on a side stream's RequestQueue.
 // Non-goals: GPU buffers, MPI_THREAD_MULTIPLE, one-sided communication.
 #include "parallel/mpi_comm.h"
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,10 +18,18 @@
 #include <utility>
 #include <vector>
 
+#include "device/cpu_device.h"
 #include "parallel/mpi_watch.h"
 
 namespace lattice {
 namespace {
+
+// Whether [a, a + a_count) and [b, b + b_count) elements of `type` share a byte.
+bool overlaps(const void* a, size_t a_count, const void* b, size_t b_count, DType type) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  const size_t bytes = dtype_size(type);
+  return a_count > 0 && b_count > 0 && a0 < b0 + b_count * bytes && b0 < a0 + a_count * bytes;
+}
 
 // Note "counts above INT_MAX": MPI counts and displacements are int (Open MPI 4 has no MPI-4
 // large-count calls). all_reduce, broadcast and point-to-point therefore go in pieces of at
@@ -179,6 +190,12 @@ class MpiRequest final : public CommRequest {
     widen(src, n, type, wide_input_.data());
     return wide_input_.data();
   }
+  // A copy of `src` (bytes) kept until the operation completes: the send buffer of an in-place
+  // reduce-scatter, which MPI_Ireduce_scatter may not alias with the receive buffer.
+  const void* staged_input(const void* src, size_t bytes) {
+    staged_.assign(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    return staged_.data();
+  }
   // The fp32 buffer (n) the operation writes instead of `result` (n, type), holding result's
   // values when `load` (in place); rounded into `result` when the operation completes.
   float* widened_result(void* result, size_t n, DType type, bool load) {
@@ -223,6 +240,7 @@ class MpiRequest final : public CommRequest {
   std::vector<int> counts_, displs_;  // (size) for MPI_Ireduce_scatter / MPI_Iallgatherv
   // A widened 16-bit reduction's fp32 input and result, and where the result is rounded to.
   std::vector<float> wide_input_, wide_result_;
+  std::vector<char> staged_;  // an in-place reduce-scatter's send buffer
   void* result_ = nullptr;
   DType result_type_ = DType::kFloat32;
   Status status_;
@@ -313,112 +331,51 @@ class MpiComm final : public Comm {
 
   std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
                                                 ReduceOp op) override {
-    auto request = make_request(collective("all-reduce"));
-    note(stats_.all_reduce_bytes, count, type);
-    if (is_16bit(type)) {
-      data = request->widened_result(data, count, type, true);
-      type = DType::kFloat32;
-    }
-    request->issued("MPI_Iallreduce", for_each_piece(count, [&](size_t offset, int n) {
-                      return MPI_Iallreduce(MPI_IN_PLACE, at(data, offset, type), n, mpi_type(type),
-                                            mpi_op(op), comm_, request->slot());
-                    }));
-    return request;
+    return start_all_reduce(data, count, type, op);
   }
-
   std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv,
                                                     const std::vector<size_t>& counts,
                                                     DType type) override {
-    auto request = make_request(collective("reduce-scatter"));
-    if (Status s = check_counts("reduce_scatter", counts); !s) {
-      request->fail(std::move(s));
-      return request;
-    }
-    const size_t total = total_of(counts);
-    note(stats_.reduce_scatter_bytes, total, type);
-    if (is_16bit(type)) {
-      send = request->widened_input(send, total, type);
-      recv = request->widened_result(recv, counts[rank_], type, false);
-      type = DType::kFloat32;
-    }
-    if (total <= g_max_count) {
-      request->counts() = ints_of(counts);
-      request->issued("MPI_Ireduce_scatter",
-                      MPI_Ireduce_scatter(send, recv, request->counts().data(), mpi_type(type),
-                                          MPI_SUM, comm_, request->slot()));
-      return request;
-    }
-    const std::vector<size_t> displs = displacements_of(counts);
-    for (int r = 0; r < size_ && !request->failed(); r++) {
-      request->issued("MPI_Ireduce", for_each_piece(counts[r], [&](size_t offset, int n) {
-                        return MPI_Ireduce(at(send, displs[r] + offset, type),
-                                           r == rank_ ? at(recv, offset, type) : nullptr, n,
-                                           mpi_type(type), MPI_SUM, r, comm_, request->slot());
-                      }));
-    }
-    return request;
+    return start_reduce_scatter(send, recv, counts, type);
   }
-
   std::unique_ptr<CommRequest> all_gather_async(const void* send, void* recv,
                                                 const std::vector<size_t>& counts,
                                                 DType type) override {
-    auto request = make_request(collective("all-gather"));
-    if (Status s = check_counts("all_gather", counts); !s) {
-      request->fail(std::move(s));
-      return request;
-    }
-    const size_t total = total_of(counts);
-    const std::vector<size_t> displs = displacements_of(counts);
-    char* own = at(recv, displs[rank_], type);
-    note(stats_.all_gather_bytes, total, type);
-    if (total <= g_max_count) {
-      request->counts() = ints_of(counts);
-      request->displs() = ints_of(displs);
-      request->issued(
-          "MPI_Iallgatherv",
-          MPI_Iallgatherv(send == own ? MPI_IN_PLACE : send, request->counts()[rank_],
-                          mpi_type(type), recv, request->counts().data(), request->displs().data(),
-                          mpi_type(type), comm_, request->slot()));
-      return request;
-    }
-    if (send != own && counts[rank_] > 0) std::memcpy(own, send, counts[rank_] * dtype_size(type));
-    for (int r = 0; r < size_ && !request->failed(); r++) {
-      request->issued("MPI_Ibcast", for_each_piece(counts[r], [&](size_t offset, int n) {
-                        return MPI_Ibcast(at(recv, displs[r] + offset, type), n, mpi_type(type), r,
-                                          comm_, request->slot());
-                      }));
-    }
-    return request;
+    return start_all_gather(send, recv, counts, type);
   }
-
   std::unique_ptr<CommRequest> isend(const void* data, size_t count, DType type, int peer,
                                      int tag) override {
-    auto request = make_request({&watch_, "send", 0, peer});
-    if (Status s = check_rank("send", "peer", peer); !s) {
-      request->fail(std::move(s));
-      return request;
-    }
-    note(stats_.send_bytes, count, type);
-    request->issued("MPI_Isend", for_each_piece(count, [&](size_t offset, int n) {
-                      return MPI_Isend(at(data, offset, type), n, mpi_type(type), peer, tag, comm_,
-                                       request->slot());
-                    }));
-    return request;
+    return start_send(data, count, type, peer, tag);
   }
-
   std::unique_ptr<CommRequest> irecv(void* data, size_t count, DType type, int peer,
                                      int tag) override {
-    auto request = make_request({&watch_, "recv", 0, peer});
-    if (Status s = check_rank("recv", "peer", peer); !s) {
-      request->fail(std::move(s));
-      return request;
-    }
-    note(stats_.recv_bytes, count, type);
-    request->issued("MPI_Irecv", for_each_piece(count, [&](size_t offset, int n) {
-                      return MPI_Irecv(at(data, offset, type), n, mpi_type(type), peer, tag, comm_,
-                                       request->slot());
-                    }));
-    return request;
+    return start_recv(data, count, type, peer, tag);
+  }
+
+  // ---- stream-ordered: Note [CPU stream order] (device/cpu_device.h) -----------------------
+  // On the compute stream (no queue) the blocking operation, watched; on a side stream the
+  // operation started now and its request appended to the stream's RequestQueue.
+  Status all_reduce(void* data, size_t count, DType type, ReduceOp op, Stream& stream) override {
+    if (Status s = check_stream("all_reduce", stream); !s) return s;
+    return queue_on(stream, start_all_reduce(data, count, type, op));
+  }
+  Status all_gather(const void* send, void* recv, size_t count, DType type,
+                    Stream& stream) override {
+    if (Status s = check_stream("all_gather", stream); !s) return s;
+    return queue_on(stream, start_all_gather(send, recv, equal_counts(count), type));
+  }
+  Status reduce_scatter(const void* send, void* recv, size_t count, DType type,
+                        Stream& stream) override {
+    if (Status s = check_stream("reduce_scatter", stream); !s) return s;
+    return queue_on(stream, start_reduce_scatter(send, recv, equal_counts(count), type));
+  }
+  Status send(const void* data, size_t count, DType type, int peer, Stream& stream) override {
+    if (Status s = check_stream("send", stream); !s) return s;
+    return queue_on(stream, start_send(data, count, type, peer, 0));
+  }
+  Status recv(void* data, size_t count, DType type, int peer, Stream& stream) override {
+    if (Status s = check_stream("recv", stream); !s) return s;
+    return queue_on(stream, start_recv(data, count, type, peer, 0));
   }
 
   Result<std::unique_ptr<Comm>> split(int color, int key) override {
@@ -468,6 +425,28 @@ class MpiComm final : public Comm {
                                     std::to_string(size_) + " (on rank " + std::to_string(rank_) +
                                     ")");
   }
+  // Note [CPU stream order] streams only: a CUDA stream here is a programmer's mix-up.
+  Status check_stream(const char* op, const Stream& stream) const {
+    if (!stream.native()) return Status::ok();
+    return Status::invalid_argument(std::string("MpiComm::") + op + " on the stream '" +
+                                    stream.name() + "' of a CUDA device (on rank " +
+                                    std::to_string(rank_) +
+                                    "): MpiComm queues on CPU device streams; a CUDA device's "
+                                    "communicator is an NcclComm (Device::make_comm)");
+  }
+  // A started operation queued on `stream`: on the compute stream (no RequestQueue) it is
+  // waited for now, watched; on a side stream its request joins the stream's queue. One that
+  // failed while being issued is waited for (the pieces already issued complete) and its
+  // error returned here.
+  Status queue_on(Stream& stream, std::unique_ptr<MpiRequest> request) {
+    RequestQueue* queue = stream.queue();
+    if (!queue || request->failed()) return request->wait();
+    queue->push(std::move(request));
+    return Status::ok();
+  }
+  std::vector<size_t> equal_counts(size_t count) const {
+    return std::vector<size_t>(static_cast<size_t>(size_), count);
+  }
   Status check_counts(const char* op, const std::vector<size_t>& counts) const {
     if (counts.size() == static_cast<size_t>(size_)) return Status::ok();
     return Status::invalid_argument(std::string(op) + ": " + std::to_string(counts.size()) +
@@ -485,6 +464,115 @@ class MpiComm final : public Comm {
   WatchedOp collective(const char* kind) { return {&watch_, kind, watch_.collectives++, -1}; }
   std::unique_ptr<MpiRequest> make_request(WatchedOp op) {
     return std::make_unique<MpiRequest>(stats_, rank_, size_, op);
+  }
+
+  // The async operations' bodies (the public async calls and the stream-ordered ones).
+  std::unique_ptr<MpiRequest> start_all_reduce(void* data, size_t count, DType type, ReduceOp op) {
+    auto request = make_request(collective("all-reduce"));
+    note(stats_.all_reduce_bytes, count, type);
+    if (is_16bit(type)) {
+      data = request->widened_result(data, count, type, true);
+      type = DType::kFloat32;
+    }
+    request->issued("MPI_Iallreduce", for_each_piece(count, [&](size_t offset, int n) {
+                      return MPI_Iallreduce(MPI_IN_PLACE, at(data, offset, type), n, mpi_type(type),
+                                            mpi_op(op), comm_, request->slot());
+                    }));
+    return request;
+  }
+
+  std::unique_ptr<MpiRequest> start_reduce_scatter(const void* send, void* recv,
+                                                   const std::vector<size_t>& counts, DType type) {
+    auto request = make_request(collective("reduce-scatter"));
+    if (Status s = check_counts("reduce_scatter", counts); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    const size_t total = total_of(counts);
+    note(stats_.reduce_scatter_bytes, total, type);
+    if (is_16bit(type)) {
+      send = request->widened_input(send, total, type);
+      recv = request->widened_result(recv, counts[rank_], type, false);
+      type = DType::kFloat32;
+    } else if (overlaps(send, total, recv, counts[rank_], type)) {  // in place: staged
+      send = request->staged_input(send, total * dtype_size(type));
+    }
+    if (total <= g_max_count) {
+      request->counts() = ints_of(counts);
+      request->issued("MPI_Ireduce_scatter",
+                      MPI_Ireduce_scatter(send, recv, request->counts().data(), mpi_type(type),
+                                          MPI_SUM, comm_, request->slot()));
+      return request;
+    }
+    const std::vector<size_t> displs = displacements_of(counts);
+    for (int r = 0; r < size_ && !request->failed(); r++) {
+      request->issued("MPI_Ireduce", for_each_piece(counts[r], [&](size_t offset, int n) {
+                        return MPI_Ireduce(at(send, displs[r] + offset, type),
+                                           r == rank_ ? at(recv, offset, type) : nullptr, n,
+                                           mpi_type(type), MPI_SUM, r, comm_, request->slot());
+                      }));
+    }
+    return request;
+  }
+
+  std::unique_ptr<MpiRequest> start_all_gather(const void* send, void* recv,
+                                               const std::vector<size_t>& counts, DType type) {
+    auto request = make_request(collective("all-gather"));
+    if (Status s = check_counts("all_gather", counts); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    const size_t total = total_of(counts);
+    const std::vector<size_t> displs = displacements_of(counts);
+    char* own = at(recv, displs[rank_], type);
+    note(stats_.all_gather_bytes, total, type);
+    if (total <= g_max_count) {
+      request->counts() = ints_of(counts);
+      request->displs() = ints_of(displs);
+      request->issued(
+          "MPI_Iallgatherv",
+          MPI_Iallgatherv(send == own ? MPI_IN_PLACE : send, request->counts()[rank_],
+                          mpi_type(type), recv, request->counts().data(), request->displs().data(),
+                          mpi_type(type), comm_, request->slot()));
+      return request;
+    }
+    if (send != own && counts[rank_] > 0) std::memcpy(own, send, counts[rank_] * dtype_size(type));
+    for (int r = 0; r < size_ && !request->failed(); r++) {
+      request->issued("MPI_Ibcast", for_each_piece(counts[r], [&](size_t offset, int n) {
+                        return MPI_Ibcast(at(recv, displs[r] + offset, type), n, mpi_type(type), r,
+                                          comm_, request->slot());
+                      }));
+    }
+    return request;
+  }
+
+  std::unique_ptr<MpiRequest> start_send(const void* data, size_t count, DType type, int peer,
+                                         int tag) {
+    auto request = make_request({&watch_, "send", 0, peer});
+    if (Status s = check_rank("send", "peer", peer); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    note(stats_.send_bytes, count, type);
+    request->issued("MPI_Isend", for_each_piece(count, [&](size_t offset, int n) {
+                      return MPI_Isend(at(data, offset, type), n, mpi_type(type), peer, tag, comm_,
+                                       request->slot());
+                    }));
+    return request;
+  }
+
+  std::unique_ptr<MpiRequest> start_recv(void* data, size_t count, DType type, int peer, int tag) {
+    auto request = make_request({&watch_, "recv", 0, peer});
+    if (Status s = check_rank("recv", "peer", peer); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    note(stats_.recv_bytes, count, type);
+    request->issued("MPI_Irecv", for_each_piece(count, [&](size_t offset, int n) {
+                      return MPI_Irecv(at(data, offset, type), n, mpi_type(type), peer, tag, comm_,
+                                       request->slot());
+                    }));
+    return request;
   }
 
   MPI_Comm comm_;

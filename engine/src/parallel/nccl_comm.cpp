@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "device/device.h"
 #include "device/local_rank.h"
 #include "parallel/comm_watch.h"
 
@@ -155,38 +156,44 @@ class NcclComm final : public Comm {
   Status recv(void* data, size_t count, DType type, int peer, int /*tag*/) override {
     return blocking(peer_op("recv from", peer), recv_enqueue(data, count, type, peer));
   }
-  // all_reduce_on_stream: the same ncclAllReduce on the caller's stream, not waited for.
-  Status all_reduce_on(void* data, size_t count, DType type, ReduceOp op, cudaStream_t stream) {
+  // ---- stream-ordered (comm.h): the NCCL call on the stream's cudaStream_t, not waited for.
+  // Errors of the operation surface when that stream is synchronised.
+  Status all_reduce(void* data, size_t count, DType type, ReduceOp op, Stream& stream) override {
+    cudaStream_t s = nullptr;
+    if (Status st = cuda_stream("all_reduce", stream, &s); !st) return st;
     note(stats_.all_reduce_bytes, count, type);
-    return check("ncclAllReduce (on the caller's stream)",
-                 ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, stream));
+    return check("ncclAllReduce (on a stream)",
+                 ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, s));
   }
-
-  // all_gather_on_stream / reduce_scatter_on_stream: equal blocks on the caller's stream.
-  Status all_gather_on(const void* send, void* recv, size_t count, DType type,
-                       cudaStream_t stream) {
+  Status all_gather(const void* send, void* recv, size_t count, DType type,
+                    Stream& stream) override {
+    cudaStream_t s = nullptr;
+    if (Status st = cuda_stream("all_gather", stream, &s); !st) return st;
     note(stats_.all_gather_bytes, count * size(), type);
-    return check("ncclAllGather (on the caller's stream)",
-                 ncclAllGather(send, recv, count, nccl_type(type), comm_, stream));
+    return check("ncclAllGather (on a stream)",
+                 ncclAllGather(send, recv, count, nccl_type(type), comm_, s));
   }
-  Status reduce_scatter_on(const void* send, void* recv, size_t count, DType type,
-                           cudaStream_t stream) {
+  Status reduce_scatter(const void* send, void* recv, size_t count, DType type,
+                        Stream& stream) override {
+    cudaStream_t s = nullptr;
+    if (Status st = cuda_stream("reduce_scatter", stream, &s); !st) return st;
     note(stats_.reduce_scatter_bytes, count * size(), type);
-    return check("ncclReduceScatter (on the caller's stream)",
-                 ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, comm_, stream));
+    return check("ncclReduceScatter (on a stream)",
+                 ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, comm_, s));
   }
-
-  // send_on_stream / recv_on_stream: ncclSend / ncclRecv on the caller's stream.
-  Status point_to_point_on(bool send, void* data, size_t count, DType type, int peer,
-                           cudaStream_t stream) {
-    if (Status s = check_rank(send ? "send_on_stream" : "recv_on_stream", "peer", peer); !s)
-      return s;
-    note(send ? stats_.send_bytes : stats_.recv_bytes, count, type);
-    if (send)
-      return check("ncclSend (on the caller's stream)",
-                   ncclSend(data, count, nccl_type(type), peer, comm_, stream));
-    return check("ncclRecv (on the caller's stream)",
-                 ncclRecv(data, count, nccl_type(type), peer, comm_, stream));
+  Status send(const void* data, size_t count, DType type, int peer, Stream& stream) override {
+    cudaStream_t s = nullptr;
+    if (Status st = cuda_stream("send", stream, &s); !st) return st;
+    if (Status st = check_rank("send", "peer", peer); !st) return st;
+    note(stats_.send_bytes, count, type);
+    return check("ncclSend (on a stream)", ncclSend(data, count, nccl_type(type), peer, comm_, s));
+  }
+  Status recv(void* data, size_t count, DType type, int peer, Stream& stream) override {
+    cudaStream_t s = nullptr;
+    if (Status st = cuda_stream("recv", stream, &s); !st) return st;
+    if (Status st = check_rank("recv", "peer", peer); !st) return st;
+    note(stats_.recv_bytes, count, type);
+    return check("ncclRecv (on a stream)", ncclRecv(data, count, nccl_type(type), peer, comm_, s));
   }
 
   Status barrier() override {
@@ -283,6 +290,17 @@ class NcclComm final : public Comm {
       detail += std::string(": ") + last;
     return Status::internal(std::string(call) + " failed on rank " + std::to_string(rank()) +
                             " of " + std::to_string(size()) + ": " + detail);
+  }
+  // The cudaStream_t of `stream`, a stream of the CUDA device (Device::make_comm). A CPU device
+  // stream has none (native() null; a device's streams are never CUDA's legacy default stream).
+  Status cuda_stream(const char* op, Stream& stream, cudaStream_t* out) const {
+    *out = static_cast<cudaStream_t>(stream.native());
+    if (*out) return Status::ok();
+    return Status::invalid_argument(std::string("NcclComm::") + op + " on the stream '" +
+                                    stream.name() + "', which is not a CUDA stream (on rank " +
+                                    std::to_string(rank()) +
+                                    "): NcclComm queues on streams of the CUDA device that made "
+                                    "it (Device::make_comm)");
   }
   Status check_rank(const char* op, const char* role, int r) const {
     if (r >= 0 && r < size()) return Status::ok();
@@ -445,49 +463,46 @@ Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap) {
 }
 
 namespace {
-// The NcclComm behind `nccl`, or null when it is another Comm.
-NcclComm* as_nccl(Comm& nccl) {
-  return dynamic_cast<NcclComm*>(&nccl);
-}
-Status not_nccl(const char* function) {
-  return Status::invalid_argument(std::string(function) +
-                                  ": the communicator is not an NcclComm (make_nccl_comm)");
-}
+// A caller's cudaStream_t as a Stream, for the free *_on_stream functions, which call the
+// stream-ordered members until step 6 of docs/one-engine.md removes them.
+class CallerStream final : public Stream {
+ public:
+  explicit CallerStream(CUstream_st* stream) : Stream("caller's stream"), stream_(stream) {}
+  void* native() const override { return stream_; }
+
+ private:
+  CUstream_st* stream_;
+};
 }  // namespace
 
 Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DType type, ReduceOp op,
                             CUstream_st* stream) {
-  NcclComm* comm = as_nccl(nccl);
-  if (!comm) return not_nccl("all_reduce_on_stream");
-  return comm->all_reduce_on(data, count, type, op, stream);
+  CallerStream on(stream);
+  return nccl.all_reduce(data, count, type, op, on);
 }
 
 Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
                             CUstream_st* stream) {
-  NcclComm* comm = as_nccl(nccl);
-  if (!comm) return not_nccl("all_gather_on_stream");
-  return comm->all_gather_on(send, recv, count, type, stream);
+  CallerStream on(stream);
+  return nccl.all_gather(send, recv, count, type, on);
 }
 
 Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
                                 CUstream_st* stream) {
-  NcclComm* comm = as_nccl(nccl);
-  if (!comm) return not_nccl("reduce_scatter_on_stream");
-  return comm->reduce_scatter_on(send, recv, count, type, stream);
+  CallerStream on(stream);
+  return nccl.reduce_scatter(send, recv, count, type, on);
 }
 
 Status send_on_stream(Comm& nccl, const void* data, size_t count, DType type, int peer,
                       CUstream_st* stream) {
-  NcclComm* comm = as_nccl(nccl);
-  if (!comm) return not_nccl("send_on_stream");
-  return comm->point_to_point_on(true, const_cast<void*>(data), count, type, peer, stream);
+  CallerStream on(stream);
+  return nccl.send(data, count, type, peer, on);
 }
 
 Status recv_on_stream(Comm& nccl, void* data, size_t count, DType type, int peer,
                       CUstream_st* stream) {
-  NcclComm* comm = as_nccl(nccl);
-  if (!comm) return not_nccl("recv_on_stream");
-  return comm->point_to_point_on(false, data, count, type, peer, stream);
+  CallerStream on(stream);
+  return nccl.recv(data, count, type, peer, on);
 }
 
 Result<int> select_device_for_rank() {

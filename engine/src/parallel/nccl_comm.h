@@ -7,9 +7,11 @@
 // Streams: operations run on the communicator's own stream. The caller makes its buffers
 // ready first (synchronises the compute stream that wrote them); blocking calls return when
 // the operation has completed on the device, async calls when it is enqueued, and their
-// request's wait() synchronises with it. The *_on_stream calls are the exception: they queue
-// on a stream the caller names (tensor and sequence parallelism's collectives and the
-// pipeline's messages, ordered with compute).
+// request's wait() synchronises with it. The stream-ordered members (comm.h) are the
+// exception: they queue on the cudaStream_t of a CUDA device's stream (tensor and sequence
+// parallelism's collectives and the pipeline's messages, ordered with compute) and refuse a
+// stream without one (a CPU device's). The free *_on_stream functions below wrap a raw
+// cudaStream_t and call those members; they go in step 6 of docs/one-engine.md.
 // In place: reduce_scatter's recv may be this rank's block of send (NCCL's in-place rule;
 // comm.h does not promise it for every Comm), and all_gather's send this rank's block of recv.
 #pragma once
@@ -37,7 +39,8 @@ Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap);
 // on the compute stream). Returns when the operation is queued; a failure of the operation
 // itself surfaces when `stream` is synchronised. Collective over `nccl`: every rank queues
 // the same reductions in the same order. Not thread-safe with other calls on `nccl`.
-// An error (invalid_argument) when `nccl` is not an NcclComm.
+// Calls nccl.all_reduce(..., stream) (comm.h): an error (invalid_argument) when `stream` is null
+// (the legacy default stream) or `nccl` is a CPU communicator.
 Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DType type, ReduceOp op,
                             CUstream_st* stream);
 
@@ -46,8 +49,8 @@ Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DType type, Re
 // (count * size)) over `nccl` on `stream`, as all_reduce_on_stream: ordered with the work on
 // `stream`, the host never waits (sequence parallelism's row exchanges). In place as NCCL
 // allows (see the top of this file). Collective over `nccl`, the same calls in the same order
-// on every rank; not thread-safe with other calls on `nccl`. An error (invalid_argument) when
-// `nccl` is not an NcclComm.
+// on every rank; not thread-safe with other calls on `nccl`. They call the members, with the
+// errors of all_reduce_on_stream.
 Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
                             CUstream_st* stream);
 Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
@@ -60,7 +63,8 @@ Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t
 // a pair of ranks on one communicator in issue order, and a send does not complete before its
 // receive is posted, so two ranks that each send to the other first on one stream deadlock;
 // the caller orders them (gpu_pipeline.h keeps one communicator and stream per direction).
-// Not thread-safe with other calls on `nccl`.
+// Not thread-safe with other calls on `nccl`. They call the members, with the errors of
+// all_reduce_on_stream.
 Status send_on_stream(Comm& nccl, const void* data, size_t count, DType type, int peer,
                       CUstream_st* stream);
 Status recv_on_stream(Comm& nccl, void* data, size_t count, DType type, int peer,
