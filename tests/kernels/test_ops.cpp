@@ -554,7 +554,7 @@ class OpLists : public QObject {
   // tails) and on a tensor above the threading threshold (kernels/cpu/parallel.h), and in
   // place (residual_out == residual). Dropping the add, or normalising another row, fails.
   void residual_layernorm_is_the_add_then_the_layernorm_bit_for_bit() {
-    Failures f{"fused", "add then layernorm_forward"};
+    Failures f{"fused", "add then layernorm_forward", {}};
     residual_layernorm_case<float>(4, 37, f);
     residual_layernorm_case<float>(64, 768, f);
     residual_layernorm_case<double>(4, 37, f);
