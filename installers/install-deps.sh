@@ -27,7 +27,7 @@ packages=(
 # authentication) that tests/cluster/slurm_cluster.sh configures and starts itself; and the
 # --fuzz packages, so that CI compiles the fuzz targets (about 49 MB to download, 288 MB
 # installed, half a minute to install on the 2-core development machine).
-test_packages=(python3-torch python3-numpy slurm-wlm slurmctld slurmd slurm-client munge)
+test_packages=(iproute2 python3-torch python3-numpy slurm-wlm slurmctld slurmd slurm-client munge)
 # --bench: the benchmark peers (PyTorch) and the other BLAS libraries the GEMM benchmark compares.
 bench_packages=(python3-torch python3-numpy libblis-openmp-dev libdnnl-dev)
 # --fuzz: clang with libFuzzer and the sanitizers, and clang's OpenMP (tests/fuzz/README.md).

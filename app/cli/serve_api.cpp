@@ -244,6 +244,23 @@ std::string error_body(const ApiError& error) {
   return dump(json{{"error", err}, {"message", error.message}});
 }
 
+std::string health_body(bool stopping, size_t queued_prompts, size_t generating_prompts,
+                        int connections) {
+  return dump(json{{"status", stopping ? "stopping" : "ok"},
+                   {"queued_prompts", queued_prompts},
+                   {"generating_prompts", generating_prompts},
+                   {"connections", connections}});
+}
+
+std::string models_body(int64_t created, int max_model_len) {
+  const json model = {{"id", "lattice"},
+                      {"object", "model"},
+                      {"created", created},
+                      {"owned_by", "lattice"},
+                      {"max_model_len", max_model_len}};
+  return dump(json{{"object", "list"}, {"data", json::array({model})}});
+}
+
 CompletionStream::CompletionStream(const ApiCall& call, const Tokenizer& tokenizer, int32_t eod,
                                    std::string id, int64_t created)
     : call_(call),

@@ -76,4 +76,13 @@ class CompletionStream {
 // Megatron's client reads).
 std::string error_body(const ApiError& error);
 
+// GET /health: {"status": "ok" or "stopping", "queued_prompts": waiting for the model,
+// "generating_prompts": in the batch being decoded, "connections": being served}.
+std::string health_body(bool stopping, size_t queued_prompts, size_t generating_prompts,
+                        int connections);
+
+// GET /v1/models: OpenAI's list holding the one model served, "lattice" (the name the
+// completions answer with when a request names none), with its context length.
+std::string models_body(int64_t created, int max_model_len);
+
 }  // namespace lattice::cli

@@ -5,7 +5,6 @@
 // shut down its sending side. Each is answered here before the library gets to it.
 #include "serve_http.h"
 
-#include <dirent.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,6 +21,7 @@
 #include <set>
 
 #include "serve_api.h"
+#include "serve_connections.h"
 
 namespace lattice::cli {
 
@@ -149,25 +149,11 @@ bool is_connection_of(int fd, const httplib::Request& req) {
          same_host(local, local_len, req.local_addr);
 }
 
-// The socket of the connection `req` came on, or -1. Each HTTP thread serves one connection at
-// a time, so the last one found on this thread is tried first.
+// The socket of the connection `req` came on, or -1: the one the HTTP thread serves
+// (serve_connections.h), checked against the request's addresses.
 int connection_socket(const httplib::Request& req) {
-  thread_local int last = -1;
-  if (last >= 0 && is_connection_of(last, req)) return last;
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
-  int found = -1;
-  while (dirent* e = readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    if (e->d_name[0] == '.' || fd == dirfd(dir)) continue;
-    if (is_connection_of(fd, req)) {
-      found = fd;
-      break;
-    }
-  }
-  closedir(dir);
-  if (found >= 0) last = found;
-  return found;
+  const int fd = ServeServer::current_socket();
+  return fd >= 0 && is_connection_of(fd, req) ? fd : -1;
 }
 
 // The library's is_socket_alive() turned around: something to read, and it is the end.
@@ -298,6 +284,7 @@ std::optional<std::string> read_body(const httplib::Request& req,
     body.append(data, n);
     return true;
   });
+  ServeServer::body_read();
   if (read) return body;
   if (too_large)
     reply_error(res,
@@ -329,6 +316,7 @@ void install_http_guards(httplib::Server& server, HttpGuardOptions options) {
       });
   server.set_pre_routing_handler([max_body](const httplib::Request& req, httplib::Response& res) {
     std::optional<ApiError> e = check_framing(req, max_body);
+    ServeServer::head_read(!e && has_body(req));
     if (!e) return httplib::Server::HandlerResponse::Unhandled;
     reply_error(res, *e, /*close=*/true);
     return httplib::Server::HandlerResponse::Handled;

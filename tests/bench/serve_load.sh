@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Load test of `lattice serve` (docs/inference.md "Load test"): starts the server on loopback
 # with the demo model, warms it up, runs serve_load.py (64 clients for 30 s by default) twice
-# (the second run shows whether memory keeps growing), and stops the server.
+# (the second run shows whether memory keeps growing), with --slowloris N a third time beside N
+# clients that send their heads a byte a second (p99 side by side with the runs before), and
+# stops the server with SIGTERM (it must exit 0).
 #
 # Usage: tests/bench/serve_load.sh [--load DIR] [--lattice PATH] [--clients 64] [--seconds 30]
+#                                  [--slowloris N]
 #   --load DIR   a demo checkpoint (default: train one with `lattice demo --train-iters 30`)
 set -euo pipefail
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -12,13 +15,15 @@ lattice="${repo_root}/build/release/lattice"
 load=""
 clients=64
 seconds=30
+slow=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --load) load="$2"; shift 2 ;;
     --lattice) lattice="$2"; shift 2 ;;
     --clients) clients="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --slowloris) slow="$2"; shift 2 ;;
+    -h|--help) sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "error: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -45,4 +50,14 @@ for run in 1 2; do
   echo "run $run:"
   /usr/bin/python3 "$script_dir/serve_load.py" --port "$port" --pid "$server_pid" --clients "$clients" --seconds "$seconds"
 done
+if [[ "$slow" -gt 0 ]]; then
+  echo "run 3, with $slow slow clients:"
+  /usr/bin/python3 "$script_dir/serve_load.py" --port "$port" --pid "$server_pid" --clients "$clients" --seconds "$seconds" --slowloris "$slow"
+fi
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+kill -TERM "$server_pid"
+status=0
+wait "$server_pid" || status=$?
+server_pid=""
+echo "SIGTERM: the server exited with status $status; its last lines:"
+tail -n 2 "$work/serve.log"

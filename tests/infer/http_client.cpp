@@ -21,7 +21,8 @@ HttpAnswer http_call(int port, const std::string& method, const std::string& pat
                       : method == "POST" ? c.Post(path, body, "application/json")
                                          : c.Get(path);
   if (!r) return {};
-  return {r->status, r->body, r->get_header_value("Content-Type")};
+  return {r->status, r->body, r->get_header_value("Content-Type"),
+          r->get_header_value("Retry-After")};
 }
 
 std::string http_post_and_leave(int port, const std::string& path, const std::string& body) {
@@ -185,6 +186,56 @@ RawAnswer send_chunked_until_answered(int port, const std::string& head, size_t 
   read_answer(fd, out, t0, deadline, false);
   close(fd);
   return out;
+}
+
+RawAnswer dribble(int port, const std::string& bytes, int interval_ms, int timeout_ms) {
+  return send_then_dribble(port, "", bytes, interval_ms, timeout_ms);
+}
+
+RawAnswer send_then_dribble(int port, const std::string& head, const std::string& bytes,
+                            int interval_ms, int timeout_ms) {
+  RawAnswer out;
+  const int fd = connect_loopback(port);
+  if (fd < 0) return out;
+  const auto t0 = Clock::now();
+  if (!head.empty() &&
+      send(fd, head.data(), head.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(head.size())) {
+    close(fd);
+    return out;
+  }
+  const auto deadline = t0 + std::chrono::milliseconds(timeout_ms);
+  char buf[65536];
+  size_t at = 0;
+  while (Clock::now() < deadline && !out.closed) {
+    if (at < bytes.size() && send(fd, bytes.data() + at, 1, MSG_NOSIGNAL) == 1) out.sent = ++at;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, interval_ms) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      out.closed = true;
+      break;
+    }
+    out.bytes.append(buf, static_cast<size_t>(n));
+  }
+  out.timed_out = !out.closed;
+  out.seconds = seconds_since(t0);
+  close(fd);
+  return out;
+}
+
+RawAnswer read_answer_on(int fd, int timeout_ms) {
+  RawAnswer out;
+  const auto t0 = Clock::now();
+  read_answer(fd, out, t0, t0 + std::chrono::milliseconds(timeout_ms), false);
+  return out;
+}
+
+int open_idle_connection(int port) {
+  return connect_loopback(port);
+}
+
+void close_socket(int fd) {
+  if (fd >= 0) close(fd);
 }
 
 int raw_status(const std::string& answer) {

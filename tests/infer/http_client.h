@@ -12,6 +12,7 @@ struct HttpAnswer {
   int status = -1;  // -1: no answer (connection failed)
   std::string body;
   std::string content_type;
+  std::string retry_after;  // the Retry-After header, "" when none
 };
 
 HttpAnswer http_call(int port, const std::string& method, const std::string& path,
@@ -47,6 +48,22 @@ RawAnswer raw_exchange_half_closing_after_head(int port, const std::string& requ
 // `max_bytes` of body have gone, or `timeout_ms`; reads the answer while sending.
 RawAnswer send_chunked_until_answered(int port, const std::string& head, size_t chunk_bytes,
                                       size_t max_bytes, int timeout_ms);
+
+// Sends `bytes` one byte every `interval_ms` (a slow client), reading what the server answers
+// meanwhile; stops when the server answers and closes, or after `timeout_ms`.
+RawAnswer dribble(int port, const std::string& bytes, int interval_ms, int timeout_ms);
+
+// Sends `head` at once, then `body` one byte every `interval_ms`, as dribble().
+RawAnswer send_then_dribble(int port, const std::string& head, const std::string& body,
+                            int interval_ms, int timeout_ms);
+
+// Reads an answer on the open connection `fd` (until it is complete, the server closes, or
+// `timeout_ms`); the connection stays open.
+RawAnswer read_answer_on(int fd, int timeout_ms);
+
+// A loopback connection that sends nothing (its socket, or -1); close it with close_socket().
+int open_idle_connection(int port);
+void close_socket(int fd);
 
 // The status code of a raw answer (-1 when there is none) and its body (Content-Length or
 // chunked; "" when incomplete).

@@ -13,10 +13,8 @@
 namespace lattice::testing {
 
 // Trains the tiny model (2 layers, hidden 64, context 32, vocabulary 300; `extra` train flags
-// on top) into dir/name and starts `server` on it; the port it listens on, or -1 after a
-// recorded failure.
-inline int train_and_serve(QProcess& server, const QTemporaryDir& dir, const QString& name,
-                           const QStringList& extra) {
+// on top) into dir/name; the checkpoint's path, or "" after a recorded failure.
+inline QString train_tiny(const QTemporaryDir& dir, const QString& name, const QStringList& extra) {
   const QStringList train = {"train",
                              "--mock-data",
                              "--num-layers",
@@ -40,13 +38,25 @@ inline int train_and_serve(QProcess& server, const QTemporaryDir& dir, const QSt
       LATTICE_CLI_PATH,
       train + extra + QStringList{"--save", ckpt, "--db", dir.filePath(name + ".sqlite")});
   [&] { QVERIFY2(trained.exit_code == 0, qPrintable(trained.err)); }();
-  if (QTest::currentTestFailed()) return -1;
-  server.start(LATTICE_CLI_PATH, {"serve", "--load", ckpt, "--port", "0"});
+  return QTest::currentTestFailed() ? QString() : ckpt;
+}
+
+// Starts `server` (`lattice serve --load ckpt` with `flags`) on a free port; the port, or -1
+// after a recorded failure.
+inline int start_serve(QProcess& server, const QString& ckpt, const QStringList& flags = {}) {
+  server.start(LATTICE_CLI_PATH, QStringList{"serve", "--load", ckpt, "--port", "0"} + flags);
   const bool ready = server.waitForReadyRead(60000);
   const QString line = QString::fromUtf8(server.readLine());
   const QRegularExpressionMatch m = QRegularExpression("http://127\\.0\\.0\\.1:(\\d+)").match(line);
   [&] { QVERIFY2(ready && m.hasMatch(), qPrintable("serve did not start: " + line)); }();
   return m.hasMatch() ? m.captured(1).toInt() : -1;
+}
+
+// train_tiny() into dir/name, then start_serve() on it.
+inline int train_and_serve(QProcess& server, const QTemporaryDir& dir, const QString& name,
+                           const QStringList& extra) {
+  const QString ckpt = train_tiny(dir, name, extra);
+  return ckpt.isEmpty() ? -1 : start_serve(server, ckpt);
 }
 
 }  // namespace lattice::testing
