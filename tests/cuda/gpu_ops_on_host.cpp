@@ -1,15 +1,13 @@
-// The CUDA op list (lattice/cuda_kernels.h) on the host, for test_gpu_model_on_host and
-// test_gpu_optimizer_on_host: each op calls the CPU device's op list of its type
-// (device/ops.h cpu_ops: float forwards to kernels.h; bf16 and fp16 run the float kernels on
-// widened copies, cpu_ops_16bit.cpp), so engine/src/gpu/gpu_model.cpp (compiled into the test
-// against host_cuda/cuda_runtime_api.h) runs its whole data flow without a device,
-// tensor-parallel reductions included (all_reduce_on_stream over the CPU communicator it is
-// given). The kernels themselves are checked against the CPU by tests/cuda/test_cuda_*.
-// Not emulated: the compute stream (every op runs when called). The pipeline's point-to-point
-// streams are host_cuda/'s: a send is a non-blocking send of the CPU communicator that the
-// stream's next operation completes first (16-bit messages travel as their bits, as NCCL
-// moves them). The attention's probabilities (the CPU op's saved tensor, which the GPU op
-// replaces by its log-sum-exp) are kept here, keyed by the lse buffer.
+// The CUDA op list (lattice/cuda_kernels.h) on the host, for test_gpu_optimizer_on_host: each op
+// calls the CPU device's op list of its type (device/ops.h cpu_ops: float forwards to kernels.h;
+// bf16 and fp16 run the float kernels on widened copies, cpu_ops_16bit.cpp), so
+// engine/src/gpu/gpu_adamw.cpp and grad_reducer.cpp (compiled into the test against
+// host_cuda/cuda_runtime_api.h) run without a device. The GPU model and pipeline no longer need
+// it: they run on the CPU device itself (test_gpu_model_on_host, step 6 of docs/one-engine.md);
+// steps 7 and 8 retire this file. The kernels themselves are checked against the CPU by
+// tests/cuda/test_cuda_*. Not emulated: the compute stream (every op runs when called). The
+// attention's probabilities (the CPU op's saved tensor, which the GPU op replaces by its
+// log-sum-exp) are kept here, keyed by the lse buffer.
 #include <cuda_runtime_api.h>
 
 #include <map>
@@ -18,7 +16,6 @@
 #include "device/ops.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/kernels.h"
-#include "parallel/nccl_comm.h"
 
 namespace lattice::kernels::cuda {
 
@@ -226,43 +223,3 @@ void convert(Context&, float* dst, const fp16* src, size_t n) {
 }
 
 }  // namespace lattice::kernels::cuda
-
-namespace lattice {
-
-// The CPU communicator stands in for NCCL: the operation happens when it is queued. The CPU
-// communicator takes every DType (comm.h): 16-bit sums in fp32 rounded once (NCCL adds in the
-// 16-bit type), 16-bit rows and messages moved as their bits.
-Status all_reduce_on_stream(Comm& comm, void* data, size_t count, DType type, ReduceOp op,
-                            CUstream_st*) {
-  return comm.all_reduce(data, count, type, op);
-}
-
-// Sequence parallelism's row exchanges, done when queued as all_reduce_on_stream.
-Status all_gather_on_stream(Comm& comm, const void* send, void* recv, size_t count, DType type,
-                            CUstream_st*) {
-  return comm.all_gather(send, recv, std::vector<size_t>(comm.size(), count), type);
-}
-
-Status reduce_scatter_on_stream(Comm& comm, const void* send, void* recv, size_t count, DType type,
-                                CUstream_st*) {
-  return comm.reduce_scatter(send, recv, std::vector<size_t>(comm.size(), count), type);
-}
-
-// NCCL's order on the host: the stream's previous operation completes before this one starts;
-// the send itself stays in flight until the stream's next operation or an event waits for it.
-Status send_on_stream(Comm& comm, const void* data, size_t count, DType type, int peer,
-                      CUstream_st* stream) {
-  stream->complete();
-  stream->pending = comm.isend(data, count, type, peer, 0);
-  stream->pending_seq = ++stream->issued;
-  return Status::ok();
-}
-
-Status recv_on_stream(Comm& comm, void* data, size_t count, DType type, int peer,
-                      CUstream_st* stream) {
-  stream->complete();
-  ++stream->issued;
-  return comm.recv(data, count, type, peer, 0);
-}
-
-}  // namespace lattice

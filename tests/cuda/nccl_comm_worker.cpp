@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_support.h"
+#include "device/cpu_device.h"
 #include "device/device.h"
 #include "lattice/comm.h"
 #include "parallel/nccl_comm.h"
@@ -180,11 +181,11 @@ bool run(lattice::Comm& comm) {
                             "send/recv ring" + on);
       }
     }
-    // The free functions (until step 6) call the members: a null stream is refused.
+    // A stream without a cudaStream_t (a CPU device's) is refused.
     DeviceBuffer<float> d(std::vector<float>(4, 1.0f));
-    good &= expect(
-        !lattice::all_reduce_on_stream(comm, d.get(), 4, DType::kFloat32, ReduceOp::kSum, nullptr),
-        "all_reduce_on_stream on the null stream was accepted");
+    lattice::CpuDevice cpu;
+    good &= expect(!comm.all_reduce(d.get(), 4, DType::kFloat32, ReduceOp::kSum, cpu.compute()),
+                   "all_reduce on a CPU device's stream was accepted");
   }
   {  // broadcast from the last rank, gather to rank 0, barrier
     std::vector<float> mine(n, float(rank)), root_value(n, float(size - 1));

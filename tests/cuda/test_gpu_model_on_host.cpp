@@ -1,7 +1,8 @@
-// GpuGpt's data flow on the CPU (every build, no device): engine/src/gpu/gpu_model.cpp compiled
-// against the host op list of gpu_ops_on_host.cpp, whose fp32 ops are the CPU kernels. What
-// this pins is the model's plumbing, not the CUDA kernels (tests/cuda/test_cuda_* check those
-// against the CPU): one micro-batch's token losses and every parameter gradient of GpuGpt<float>
+// GpuGpt's data flow on the CPU (every build, no GPU): the model runs on the CPU device
+// (device/cpu_device.h) through its op lists (device/ops.h cpu_ops), whose fp32 ops are the CPU
+// kernels, as on CUDA it runs on the CUDA device's. What this pins is the model's plumbing, not
+// the CUDA kernels (tests/cuda/test_cuda_* and test_cuda_op_list check those against the CPU):
+// one micro-batch's token losses and every parameter gradient of GpuGpt<float>
 // equal the CPU model's (GptModel<float>, same weights and tokens; normwise relative error
 // 1e-5 per tensor), at TP 1 in this process and at TP 2 with this program rerun as two MPI
 // ranks (--worker), each rank against the CPU model's shard on the same TP communicator. The
@@ -9,14 +10,15 @@
 // gradients, the vocabulary-parallel embedding, LM head and cross-entropy) and that the
 // replicated biases and the position embedding enter once. Both are repeated with hidden and
 // attention dropout, which must drop the CPU model's elements at every site.
-// GpuGpt<bf16> and GpuGpt<fp16> run the same flow over the host's 16-bit ops (the CPU kernels
-// on widened copies, results rounded back): within the GPU tests' 16-bit tolerances (loss
+// GpuGpt<bf16> and GpuGpt<fp16> run the same flow over the CPU device's 16-bit op lists (the CPU
+// kernels on widened copies, results rounded back): within the GPU tests' 16-bit tolerances (loss
 // 2e-2, gradients 5e-2; fp16 under a loss scale of 2^10, as training runs it), at TP 1 and,
 // for fp16, at TP 2 (16-bit all-reduces). And the fp16 model passes an overflow on: at a loss
 // scale of 2^32 the fp16 loss gradient is inf, and every parameter gradient it reaches is
 // non-finite, where the fp32 model's stay finite (docs/gpu.md, note "fp16 overflow").
-// Pipeline parallelism: GpuPipeline (engine/src/gpu/gpu_pipeline.cpp, over host_cuda/'s
-// streams, with the CPU communicator standing in for NCCL) runs a 1F1B iteration of eight
+// Pipeline parallelism: GpuPipeline (engine/src/gpu/gpu_pipeline.cpp, over the CPU device's
+// side streams and channel communicators from Device::make_comm: MpiComm's stream-ordered
+// sends and receives, Note [CPU stream order]) runs a 1F1B iteration of eight
 // micro-batches over PP 2 stages (even, and one + three layers; with dropout; in bf16 and
 // fp16), TP 2 x PP 2 (four ranks), and the interleaved schedule with two chunks per rank at
 // PP 2 and PP 4 (eight micro-batches reach its steady state); the last stage's token losses,
@@ -53,8 +55,7 @@
 #include "common/mpi_worker.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
-#include "cuda/host_memory.h"
-#include "device/caching_allocator.h"
+#include "device/cpu_device.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_pipeline.h"
 #include "lattice/layout.h"
@@ -64,7 +65,6 @@
 
 using namespace lattice;
 namespace cu = lattice::kernels::cuda;
-using testing::HostMemory;
 
 namespace {
 
@@ -132,10 +132,8 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   cpu.forward(acts, tokens.data(), targets.data(), kDropoutSeed, 1.0f / N);
   cpu.backward(acts);
 
-  std::string error;
-  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-  CachingAllocator memory(std::make_unique<HostMemory>());
-  auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, shard, tp, 1, recompute);
+  CpuDevice device;
+  auto gpu = gpu::GpuGpt<A>::create(c, B, device, shard, tp, 1, recompute);
   if (!gpu) return gpu.status().message();
   gpu::GpuGpt<A>& g = **gpu;
   if (g.numel() != cpu.layout().total_numel()) return "the arenas differ in size";
@@ -144,7 +142,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   g.set_final_backward(true);
   g.forward(tokens.data(), targets.data(), loss_scale / N, kDropoutSeed);
   g.backward(tokens.data());
-  if (std::string e = ctx->synchronize(); !e.empty()) return e;
+  if (Status s = device.synchronize(device.compute()); !s) return s.message();
   for (size_t i = 0; i < g.numel(); i++) g.grads()[i] /= loss_scale;  // a power of two: exact
 
   if (double e = relative_error(g.losses(), acts.losses, N); !(e <= tolerance.losses))
@@ -171,10 +169,8 @@ std::vector<std::string> non_finite_grads(const ModelConfig& c, float loss_scale
     tokens[i] = (i * 37 + 11) % c.vocab_size;
     targets[i] = (i * 53 + 5) % c.vocab_size;
   }
-  std::string error;
-  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-  CachingAllocator memory(std::make_unique<HostMemory>());
-  auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory);
+  CpuDevice device;
+  auto gpu = gpu::GpuGpt<A>::create(c, B, device);
   if (!gpu) return {"create: " + gpu.status().message()};
   gpu::GpuGpt<A>& g = **gpu;
   g.upload(host.params());
@@ -212,17 +208,15 @@ StepResult gpu_step(const ModelConfig& c, const RecomputePlan& recompute) {
     tokens[i] = (i * 37 + 11) % c.vocab_size;
     targets[i] = (i * 53 + 5) % c.vocab_size;
   }
-  std::string error;
-  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-  CachingAllocator memory(std::make_unique<HostMemory>());
-  auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, ModelShard{}, nullptr, 1, recompute);
+  CpuDevice device;
+  auto gpu = gpu::GpuGpt<A>::create(c, B, device, ModelShard{}, nullptr, 1, recompute);
   if (!gpu) return {{}, {}, gpu.status().message()};
   gpu::GpuGpt<A>& g = **gpu;
   g.upload(host.params());
   g.zero_grads();
   g.forward(tokens.data(), targets.data(), 1.0f / N, kDropoutSeed);
   g.backward(tokens.data());
-  if (std::string e = ctx->synchronize(); !e.empty()) return {{}, {}, e};
+  if (Status s = device.synchronize(device.compute()); !s) return {{}, {}, s.message()};
   return {std::vector<float>(g.losses(), g.losses() + N),
           std::vector<float>(g.grads(), g.grads() + g.numel()), ""};
 }
@@ -230,13 +224,10 @@ StepResult gpu_step(const ModelConfig& c, const RecomputePlan& recompute) {
 // Bytes of the activation category after creating a TP 1 GpuGpt<A> with `in_flight` slots.
 template <typename A>
 size_t activation_bytes(const ModelConfig& c, int in_flight, const RecomputePlan& recompute) {
-  CachingAllocator memory(std::make_unique<HostMemory>());
-  std::string error;
-  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-  auto gpu =
-      gpu::GpuGpt<A>::create(c, 2, *ctx, memory, ModelShard{}, nullptr, in_flight, recompute);
+  CpuDevice device;
+  auto gpu = gpu::GpuGpt<A>::create(c, 2, device, ModelShard{}, nullptr, in_flight, recompute);
   if (!gpu) return 0;
-  return memory.stats().of(MemoryCategory::kActivations).current;
+  return device.usage(MemoryCategory::kActivations).current;
 }
 
 // `layers` layers (at least four: two per stage at PP 2), otherwise as config(tp, with_dropout).
@@ -297,9 +288,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
 
   const int chunks = L.vpp;
   const int in_flight = gpu::pipeline_slots(L.pp, groups.coord.pp, chunks, M);
-  std::string error;
-  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-  CachingAllocator memory(std::make_unique<HostMemory>());
+  CpuDevice device;
   std::vector<std::unique_ptr<gpu::GpuGpt<A>>> models;
   std::vector<gpu::GpuGpt<A>*> chunk_models;
   for (int chunk = 0; chunk < chunks; chunk++) {
@@ -307,7 +296,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     const RecomputePlan plan = recompute_method.empty()
                                    ? RecomputePlan{}
                                    : full(recompute_method, recompute_n, shard.num_layers(c));
-    auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory, shard, groups.tp.get(), in_flight, plan);
+    auto gpu = gpu::GpuGpt<A>::create(c, B, device, shard, groups.tp.get(), in_flight, plan);
     if (!gpu) return gpu.status().message();
     gpu::GpuGpt<A>& g = **gpu;
     std::vector<float> host(g.numel(), 0.0f);
@@ -319,10 +308,10 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     chunk_models.push_back(&g);
     models.push_back(std::move(*gpu));
   }
-  // One communicator per channel (Note [GPU pipeline streams]).
+  // One communicator per channel (Note [GPU pipeline streams]), made by the device.
   std::vector<std::unique_ptr<Comm>> comms;
   for (int i = 0; i < (chunks > 1 ? 4 : 2); i++) {
-    Result<std::unique_ptr<Comm>> comm = groups.pp->split(0, groups.pp->rank());
+    Result<std::unique_ptr<Comm>> comm = device.make_comm(*groups.pp);
     if (!comm) return comm.status().message();
     comms.push_back(std::move(*comm));
   }
@@ -333,11 +322,14 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     channels.activations_wrap = comms[2].get();
     channels.gradients_wrap = comms[3].get();
   }
-  auto pipeline = gpu::GpuPipeline<A>::create(chunk_models, *ctx, channels, L.pp, groups.coord.pp);
+  auto pipeline =
+      gpu::GpuPipeline<A>::create(chunk_models, device, channels, L.pp, groups.coord.pp);
   if (!pipeline) return pipeline.status().message();
   auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets) {
-    gpu::copy_to_device_async(*ctx, d_tokens, tokens.data() + mb * N, N * sizeof(int32_t));
-    gpu::copy_to_device_async(*ctx, d_targets, targets.data() + mb * N, N * sizeof(int32_t));
+    const size_t bytes = N * sizeof(int32_t);
+    device.copy(d_tokens, tokens.data() + mb * N, bytes, CopyKind::kHostToDevice, device.compute());
+    device.copy(d_targets, targets.data() + mb * N, bytes, CopyKind::kHostToDevice,
+                device.compute());
     return Status::ok();
   };
   std::vector<float> losses(tokens.size(), 0.0f), eval_losses(tokens.size(), 0.0f);
@@ -346,7 +338,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
       !s)
     return s.message();
   if (Status s = (*pipeline)->evaluate(M, load, eval_losses.data()); !s) return s.message();
-  if (std::string e = ctx->synchronize(); !e.empty()) return e;
+  if (Status s = device.synchronize(device.compute()); !s) return s.message();
   for (auto& g : models)  // a power of two: exact
     for (size_t i = 0; i < g->numel(); i++) g->grads()[i] /= loss_scale;
   // The tied word embedding: the first stage's gradient (embedding) plus the last stage's
@@ -483,11 +475,10 @@ int worker() {
 // Activation bytes of a TP 2 GpuGpt<float> of config(2) on this rank, with or without
 // sequence parallelism.
 size_t activation_bytes(const ModelShard& shard, Comm* tp, std::string& error) {
-  std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-  CachingAllocator memory(std::make_unique<HostMemory>());
-  auto gpu = gpu::GpuGpt<float>::create(config(2), 2, *ctx, memory, shard, tp);
+  CpuDevice device;
+  auto gpu = gpu::GpuGpt<float>::create(config(2), 2, device, shard, tp);
   if (!gpu) error = gpu.status().message();
-  return memory.stats().of(MemoryCategory::kActivations).current;
+  return device.usage(MemoryCategory::kActivations).current;
 }
 
 // The TP 2 sequence-parallel side: this process is one of two MPI ranks.
@@ -655,9 +646,13 @@ class GpuModelOnHost : public QObject {
   void full_recompute_shrinks_the_activation_category() {
     const ModelConfig c = config(1);  // two layers
     const size_t N = 2 * c.seq_length, C = c.hidden_size, F = c.ffn();
-    const size_t a = sizeof(float), lse = 2 * c.num_attention_heads * c.seq_length;
-    // ln1, qkv (3), atty, res_mid, ln2; fc1, gelu; the two LayerNorms' mean and rstd; lse.
-    const size_t layer = (7 * N * C + 2 * N * F) * a + (4 * N + lse) * sizeof(float);
+    // What the device's attention keeps for its backward: on the CPU device the probabilities
+    // (B, NH, T, T), on CUDA the log-sum-exp (B, NH, T).
+    const size_t saved =
+        cpu_ops<float>().attention_saved_elems(2, c.seq_length, c.num_attention_heads);
+    const size_t a = sizeof(float);
+    // ln1, qkv (3), atty, res_mid, ln2; fc1, gelu; the two LayerNorms' mean and rstd; saved.
+    const size_t layer = (7 * N * C + 2 * N * F) * a + (4 * N + saved) * sizeof(float);
     const size_t kept = activation_bytes<float>(c, 3, {});
     QVERIFY(kept > 0);
     // uniform 1: 3 slots x 2 layers kept -> 1 layer of scratch.
@@ -666,7 +661,8 @@ class GpuModelOnHost : public QObject {
     QCOMPARE(activation_bytes<float>(c, 3, full("uniform", 2, 2)), kept - 4 * layer);
     // block 1: layer 0 recomputed (1 layer of scratch), layer 1 kept per slot.
     QCOMPARE(activation_bytes<float>(c, 3, full("block", 1, 2)), kept - 2 * layer);
-    // Selective recomputation changes nothing: the attention probabilities are never stored.
+    // Selective recomputation changes nothing yet: the model keeps the attention's saved tensor
+    // (step 9 of docs/one-engine.md drops the CPU's probabilities under it).
     QCOMPARE(activation_bytes<float>(c, 3, RecomputePlan::make("selective", "", 0, 2)), kept);
   }
 

@@ -30,7 +30,7 @@
 #include "common/tiny_model.h"
 #include "cuda/cuda_test_support.h"
 #include "cuda/gpu_runs.h"
-#include "device/caching_allocator.h"
+#include "device/device.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_trainer.h"
 #include "lattice/train.h"
@@ -250,19 +250,17 @@ class GpuTraining : public QObject {
     const double cpu_loss = cpu.forward(acts, tokens.data(), targets.data(), 0, 1.0f / N);
     cpu.backward(acts);
 
-    std::string error;
-    std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-    QVERIFY2(ctx, error.c_str());
-    CachingAllocator memory(make_cuda_memory_backend());
-    auto gpu = gpu::GpuGpt<A>::create(c, B, *ctx, memory);
+    Result<std::unique_ptr<Device>> device = make_cuda_device();
+    QVERIFY2(device, device ? "" : device.status().message().c_str());
+    auto gpu = gpu::GpuGpt<A>::create(c, B, **device);
     QVERIFY2(gpu, gpu ? "" : gpu.status().message().c_str());
     (*gpu)->upload(cpu.params());
     testing::DeviceBuffer<int32_t> d_tokens(tokens), d_targets(targets);
     (*gpu)->zero_grads();
     (*gpu)->forward(d_tokens.get(), d_targets.get(), loss_scale / N);
     (*gpu)->backward(d_tokens.get());
-    error = ctx->synchronize();
-    QVERIFY2(error.empty(), error.c_str());
+    const Status synced = (*device)->synchronize((*device)->compute());
+    QVERIFY2(synced, synced.message().c_str());
     std::vector<float> losses(N), grads((*gpu)->numel());
     cu::copy_to_host(losses.data(), (*gpu)->losses(), N * sizeof(float));
     cu::copy_to_host(grads.data(), (*gpu)->grads(), grads.size() * sizeof(float));

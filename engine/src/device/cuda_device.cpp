@@ -1,9 +1,9 @@
 // The CUDA backend's device (device.h; docs/one-engine.md 3.2): the kernels' Context (its
 // stream is the compute stream, its error the device's), the CachingAllocator over cudaMalloc,
 // side streams and events (as gpu_pipeline.cpp make_streams / follow use them), asynchronous
-// copies and fills (gpu_model.cpp copy_*_async), timing events for marks, the op lists of
-// cuda_ops.cpp over the Context. Built only into
-// lattice_engine_gpu; compiled here, never yet run on a GPU (docs/gpu.md).
+// copies and fills, timing events for marks, the op lists of cuda_ops.cpp over the Context, and
+// a synchronize() watched as NcclComm's blocking calls are (nccl_comm.h watched_stream_wait).
+// Built only into lattice_engine_gpu; compiled here, never yet run on a GPU (docs/gpu.md).
 //
 // Events: an Event is (stream, seq); the stream keeps the cudaEvent_t of every record not yet
 // known to be complete, oldest first. Records complete in stream order, so the ones at the
@@ -113,6 +113,7 @@ class CudaDevice final : public Device {
   }
 
   Result<std::unique_ptr<Comm>> make_comm(Comm& group) override;
+  CudaDeviceParts parts() { return {ctx_.get(), &memory_, index_, name_}; }
   Status error() const override {
     return ctx_->error().empty() ? Status::ok() : Status::internal(ctx_->error());
   }
@@ -242,6 +243,14 @@ void CudaDevice::wait(Stream& waiter, const Event& event) {
 
 Status CudaDevice::synchronize(Stream& stream) {
   CudaStream& s = cuda(stream);
+#if LATTICE_HAVE_NCCL
+  // Watched first (a hung peer in a stream-ordered NCCL call ends the job); the synchronisation
+  // below then returns at once and collects the stream's error as before.
+  if (Status w = watched_stream_wait(
+          s.get(), "the synchronisation of the " + stream.name() + " stream on " + describe());
+      !w)
+    record_error(w);
+#endif
   if (&stream == &compute_)
     ctx_->synchronize();  // records its own failure
   else
@@ -297,6 +306,12 @@ Result<std::unique_ptr<Comm>> CudaDevice::make_comm(Comm& group) {
 }
 
 }  // namespace
+
+CudaDeviceParts cuda_device_parts(Device& device) {
+  assert(device.capabilities().device == "cuda" &&
+         "cuda_device_parts of a device that is not CUDA");
+  return static_cast<CudaDevice&>(device).parts();
+}
 
 Result<std::unique_ptr<Device>> make_cuda_device() {
   const int count = cu::device_count();

@@ -1,10 +1,10 @@
 // The device a rank computes on (docs/one-engine.md 3.2, issue 21): memory by category,
 // streams and events, copies, time marks, its first error and its capabilities. The model, the
-// pipeline executor and the training loop are to be written once over it; until step 6 of the
-// plan nothing in the engine calls it. Implementations: CpuDevice (cpu_device.h, every build)
-// and the CUDA device (cuda_device.cpp, in lattice_engine_gpu only); each hands out its op lists
-// (ops.h, ops<A>()). Communicators made by make_comm queue their stream-ordered calls (comm.h)
-// on its streams.
+// pipeline executor and the training loop are to be written once over it; since step 6 of the
+// plan the GPU model and pipeline (gpu/gpu_model.h, gpu_pipeline.h) run over it. Implementations:
+// CpuDevice (cpu_device.h, every build) and the CUDA device (cuda_device.cpp, in lattice_engine_gpu
+// only); each hands out its op lists (ops.h, ops<A>()). Communicators made by make_comm queue their
+// stream-ordered calls (comm.h) on its streams.
 //
 // Streams. Work queued on one stream runs in queue order; work on different streams is
 // ordered only through events: after wait(waiter, record(s)), what is queued on `waiter`
@@ -15,8 +15,9 @@
 // Errors. Queueing returns nothing: a failure of queued work (a CUDA call, a failed MPI
 // request) is recorded on the device, the first one wins, and synchronize() returns it. A peer
 // that hangs or dies during a wait for communication ends the job through the communicator's
-// watched wait (comm.h, "Waiting"); CUDA's stream synchronisation is not watched yet (left
-// by step 5, see docs/one-engine.md).
+// watched wait (comm.h, "Waiting"): on the CPU every wait for a side stream's requests is one;
+// on CUDA synchronize() polls the stream and asks every NcclComm of the process for an
+// asynchronous error (nccl_comm.h watched_stream_wait), as NcclComm's blocking calls do.
 //
 // Thread safety: a device, its streams, events and marks are used by one thread, the rank's.
 #pragma once
@@ -35,7 +36,11 @@
 
 namespace lattice {
 
-class RequestQueue;  // cpu_device.h: a CPU side stream's requests in flight
+class RequestQueue;      // cpu_device.h: a CPU side stream's requests in flight
+class CachingAllocator;  // caching_allocator.h: the CUDA device's memory
+namespace kernels::cuda {
+class Context;  // cuda_kernels.h: the CUDA kernels' stream, handles and first error
+}
 template <typename A>
 class Ops;  // ops.h: the op list of compute type A
 
@@ -185,5 +190,18 @@ Ops<A>* Device::ops() {
 // cudaSetDevice, the Context. Defined in cuda_device.cpp, so only programs that link
 // lattice_engine_gpu may call it.
 Result<std::unique_ptr<Device>> make_cuda_device();
+
+// What the GPU trainer's parts not yet written over Device need of a device that
+// make_cuda_device made (GpuAdamW, GradReducer, the loop's loss copies: steps 7, 8 and 12 of
+// docs/one-engine.md remove the need): its kernels Context (whose stream is the device's compute
+// stream and whose error is the device's), its caching allocator (what allocate() takes from),
+// the device's index and its name as CUDA gives it. Defined in cuda_device.cpp.
+struct CudaDeviceParts {
+  kernels::cuda::Context* context = nullptr;
+  CachingAllocator* memory = nullptr;
+  int index = 0;
+  std::string name;
+};
+CudaDeviceParts cuda_device_parts(Device& device);
 
 }  // namespace lattice

@@ -42,8 +42,9 @@ GpuAdamW::~GpuAdamW() {
 }
 
 void GpuAdamW::zero_state(cu::Context& ctx) {
-  zero_async(ctx, m_, shard_.state_numel * sizeof(float));
-  zero_async(ctx, v_, shard_.state_numel * sizeof(float));
+  for (float* moment : {m_, v_})
+    if (cudaMemsetAsync(moment, 0, shard_.state_numel * sizeof(float), ctx.stream()) != cudaSuccess)
+      ctx.record_error("cudaMemsetAsync (AdamW moments) failed");
 }
 
 double GpuAdamW::sum_squares(cu::Context& ctx) {

@@ -1,4 +1,4 @@
-// GpuGpt (gpu_model.h): forward and backward of GPT-2 over lattice::kernels::cuda ops. The
+// GpuGpt (gpu_model.h): forward and backward of GPT-2 over a device's op list (device/ops.h). The
 // residual adds are fused into the LayerNorm that follows them (residual_layernorm_forward, as
 // llm.c): layer l's input residual[l] is made by layer l's first LayerNorm from layer l-1's
 // res_mid and MLP output, and the final LayerNorm makes residual[L]. Backward runs the same
@@ -22,39 +22,25 @@
 // and summed over TP once the last micro-batch's backward has made them (notify).
 #include "gpu/gpu_model.h"
 
-#include <cuda_runtime_api.h>
-
+#include <algorithm>
 #include <type_traits>
 
 namespace lattice::gpu {
 
-void zero_async(cu::Context& ctx, void* dst, size_t bytes) {
-  if (cudaMemsetAsync(dst, 0, bytes, ctx.stream()) != cudaSuccess)
-    ctx.record_error("cudaMemsetAsync failed");
+namespace {
+template <typename A>
+const char* compute_type_name() {
+  return std::is_same_v<A, float> ? "fp32" : std::is_same_v<A, bf16> ? "bf16" : "fp16";
 }
-
-void copy_to_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes) {
-  if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream()) != cudaSuccess)
-    ctx.record_error("cudaMemcpyAsync (host to device) failed");
-}
-
-void copy_to_host_async(cu::Context& ctx, void* dst, const void* src, size_t bytes) {
-  if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx.stream()) != cudaSuccess)
-    ctx.record_error("cudaMemcpyAsync (device to host) failed");
-}
-
-void copy_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes) {
-  if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx.stream()) != cudaSuccess)
-    ctx.record_error("cudaMemcpyAsync (device to device) failed");
-}
+}  // namespace
 
 template <typename A>
 GpuGpt<A>::GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch,
-                  cu::Context& ctx, CachingAllocator& memory, Comm* tp)
+                  Device& device, Ops<A>& ops, Comm* tp)
     : config_(config),
       layout_(config, shard),
-      ctx_(ctx),
-      memory_(memory),
+      device_(device),
+      ops_(ops),
       tp_(shard.tp_size > 1 ? tp : nullptr),
       B_(micro_batch),
       T_(config.seq_length),
@@ -76,14 +62,14 @@ GpuGpt<A>::GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_
 
 template <typename A>
 GpuGpt<A>::~GpuGpt() {
-  for (void* p : blocks_) memory_.free(p);
+  for (void* p : blocks_) device_.free(p);
 }
 
 template <typename A>
 template <typename X>
 X* GpuGpt<A>::take(size_t n, MemoryCategory category) {
   const size_t bytes = n * sizeof(X);
-  void* p = memory_.allocate(bytes, category);
+  void* p = device_.allocate(bytes, category);
   if (!p) {
     if (failed_bytes_ == 0) {
       failed_bytes_ = bytes;
@@ -108,7 +94,7 @@ GpuLayerActs<A> GpuGpt<A>::take_layer_acts() {
   a.ln1_rstd = take<float>(R_, MC::kActivations);
   a.qkv = take<A>(3 * NCt, MC::kActivations);
   a.atty = take<A>(NCt, MC::kActivations);
-  a.lse = take<float>(static_cast<size_t>(B_) * Ht_ * T_, MC::kActivations);
+  a.saved = take<float>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations);
   a.res_mid = take<A>(RC, MC::kActivations);
   a.ln2 = take<A>(RC, MC::kActivations);
   a.ln2_mean = take<float>(R_, MC::kActivations);
@@ -174,21 +160,21 @@ Status GpuGpt<A>::allocate(int in_flight) {
   d_f_ = take<A>(NF, MC::kWorkspace);
   d_qkv_ = take<A>(3 * NCt, MC::kWorkspace);
   d_atty_ = take<A>(NCt, MC::kWorkspace);
-  attention_ws_ = take<float>(cu::attention_workspace_floats(B_, T_, Ht_), MC::kWorkspace);
-  if (failed_bytes_ > 0)
-    return Status::internal("out of device memory: " + std::to_string(failed_bytes_) +
-                            " bytes of " + memory_category_name(failed_category_) +
-                            " (try a smaller --micro-batch-size)");
+  attention_ws_ = take<float>(ops_.attention_workspace_elems(B_, T_, Ht_), MC::kWorkspace);
+  if (failed_bytes_ > 0) return device_.out_of_memory(failed_category_, failed_bytes_);
   return Status::ok();
 }
 
 template <typename A>
 Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, int micro_batch,
-                                                     cu::Context& ctx, CachingAllocator& memory,
-                                                     const ModelShard& shard, Comm* tp,
-                                                     int in_flight,
+                                                     Device& device, const ModelShard& shard,
+                                                     Comm* tp, int in_flight,
                                                      const RecomputePlan& recompute) {
-  std::unique_ptr<GpuGpt<A>> m(new GpuGpt<A>(config, shard, micro_batch, ctx, memory, tp));
+  Ops<A>* ops = device.ops<A>();
+  if (!ops)
+    return Status::invalid_argument("GpuGpt: " + device.describe() + " has no op list for " +
+                                    compute_type_name<A>() + " compute");
+  std::unique_ptr<GpuGpt<A>> m(new GpuGpt<A>(config, shard, micro_batch, device, *ops, tp));
   if (!recompute.group_start.empty() && recompute.group_start.size() != static_cast<size_t>(m->L_))
     return Status::internal("GpuGpt: a recompute plan for " +
                             std::to_string(recompute.group_start.size()) + " layers, not " +
@@ -200,32 +186,32 @@ Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, 
 
 template <typename A>
 void GpuGpt<A>::upload(const float* host) {
-  // On the Context's stream, so that a failed copy is recorded there like every other op.
-  copy_to_device_async(ctx_, master_, host, numel() * sizeof(float));
-  if constexpr (!std::is_same_v<A, float>) cu::convert(ctx_, compute_, master_, numel());
-  (void)ctx_.synchronize();  // an error stays recorded in the Context
+  // On the compute stream, so that a failed copy is recorded like every other op.
+  device_.copy(master_, host, numel() * sizeof(float), CopyKind::kHostToDevice, compute());
+  if constexpr (!std::is_same_v<A, float>) ops_.to_compute(compute_, master_, numel());
+  (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
 template <typename A>
 void GpuGpt<A>::download(float* host) {
-  copy_to_host_async(ctx_, host, master_, numel() * sizeof(float));
-  (void)ctx_.synchronize();  // an error stays recorded in the Context
+  device_.copy(host, master_, numel() * sizeof(float), CopyKind::kDeviceToHost, compute());
+  (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
 template <typename A>
 void GpuGpt<A>::zero_grads() {
-  zero_async(ctx_, grads_, numel() * sizeof(float));
+  device_.zero(grads_, numel() * sizeof(float), compute());
+}
+
+template <typename A>
+void GpuGpt<A>::record_comm_error(const char* what, const Status& s) {
+  device_.record_error(Status::internal(std::string(what) + ": " + s.message()));
 }
 
 template <typename A>
 void GpuGpt<A>::tp_all_reduce(void* data, size_t count, DType type, ReduceOp op) {
-#if LATTICE_HAVE_NCCL
-  if (Status s = all_reduce_on_stream(*tp_, data, count, type, op, ctx_.stream()); !s)
-    ctx_.record_error("tensor-parallel all-reduce: " + s.message());
-#else
-  (void)data, (void)count, (void)type, (void)op;
-  ctx_.record_error("tensor parallelism on GPUs needs NCCL and MPI in the build");
-#endif
+  if (Status s = tp_->all_reduce(data, count, type, op, compute()); !s)
+    record_comm_error("tensor-parallel all-reduce", s);
 }
 
 template <typename A>
@@ -237,13 +223,9 @@ void GpuGpt<A>::tp_sum_rows(A* data) {
 template <typename A>
 const A* GpuGpt<A>::gather_rows(const A* held, A* full) {
   if (!sp_) return held;
-#if LATTICE_HAVE_NCCL
   const size_t RC = static_cast<size_t>(R_) * C_;
-  if (Status s = all_gather_on_stream(*tp_, held, full, RC, dtype_of<A>(), ctx_.stream()); !s)
-    ctx_.record_error("sequence-parallel all-gather: " + s.message());
-#else
-  ctx_.record_error("tensor parallelism on GPUs needs NCCL and MPI in the build");
-#endif
+  if (Status s = tp_->all_gather(held, full, RC, dtype_of<A>(), compute()); !s)
+    record_comm_error("sequence-parallel all-gather", s);
   return full;
 }
 
@@ -253,29 +235,23 @@ void GpuGpt<A>::reduce_rows(A* partial, A* held) {
     tp_sum_rows(partial);
     return;
   }
-#if LATTICE_HAVE_NCCL
   const size_t RC = static_cast<size_t>(R_) * C_;
-  if (Status s = reduce_scatter_on_stream(*tp_, partial, held, RC, dtype_of<A>(), ctx_.stream());
-      !s)
-    ctx_.record_error("sequence-parallel reduce-scatter: " + s.message());
-#else
-  (void)held;
-  ctx_.record_error("tensor parallelism on GPUs needs NCCL and MPI in the build");
-#endif
+  if (Status s = tp_->reduce_scatter(partial, held, RC, dtype_of<A>(), compute()); !s)
+    record_comm_error("sequence-parallel reduce-scatter", s);
 }
 
 template <typename A>
 void GpuGpt<A>::row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K) {
   if (!sp_) {  // tp_rank 0 adds the bias inside its GEMM, so it enters the sum once
-    cu::matmul_forward(ctx_, out, nullptr, inp, weight, tp_rank_ == 0 ? bias : nullptr, N_, K, C_,
-                       false);
+    ops_.matmul_forward(out, nullptr, inp, weight, tp_rank_ == 0 ? bias : nullptr, N_, K, C_,
+                        Epilogue::kNone);
     tp_sum_rows(out);
     return;
   }
   // Each rank adds the bias to its own rows after the reduce-scatter (gpt_layer.cpp).
-  cu::matmul_forward(ctx_, full_, nullptr, inp, weight, nullptr, N_, K, C_, false);
+  ops_.matmul_forward(full_, nullptr, inp, weight, nullptr, N_, K, C_, Epilogue::kNone);
   reduce_rows(full_, out);
-  cu::add_bias(ctx_, out, bias, R_, C_);
+  ops_.add_bias(out, bias, R_, C_);
 }
 
 template <typename A>
@@ -287,11 +263,11 @@ void GpuGpt<A>::add_position_rows(A* rows, const A* wpe) {
     const size_t pos = r % T;
     if (pos == 0 && end - r >= T) {  // whole sequences: wpe's first T rows as one (T*C) bias
       const size_t k = (end - r) / T;
-      cu::add_bias(ctx_, dst, wpe, static_cast<int>(k), T_ * C_);
+      ops_.add_bias(dst, wpe, static_cast<int>(k), T_ * C_);
       r += k * T;
     } else {
       const size_t len = std::min(T - pos, end - r);
-      cu::add_bias(ctx_, dst, wpe + pos * C, 1, static_cast<int>(len * C));
+      ops_.add_bias(dst, wpe + pos * C, 1, static_cast<int>(len * C));
       r += len;
     }
   }
@@ -320,15 +296,14 @@ template <typename A>
 void GpuGpt<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return;
   const size_t n = static_cast<size_t>(R_) * C_;
-  cu::residual_dropout_forward(ctx_, data, nullptr, data, n, p_hidden_, key(layer, site),
-                               row0_ * C_);
+  ops_.residual_dropout_forward(data, nullptr, data, n, p_hidden_, key(layer, site), row0_ * C_);
 }
 
 template <typename A>
 const A* GpuGpt<A>::hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return dout;
   const size_t n = static_cast<size_t>(R_) * C_;
-  cu::dropout_backward(ctx_, out, dout, n, p_hidden_, key(layer, site), row0_ * C_);
+  ops_.dropout_backward(out, dout, n, p_hidden_, key(layer, site), row0_ * C_);
   return out;
 }
 
@@ -371,11 +346,11 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
     const A* wte = P + t[layout_.word_embedding_index()].offset;
     const A* wpe = P + t[layout_.position_embedding_index()].offset;
     if (t_ == 1) {
-      cu::embedding_forward(ctx_, a.residual, tokens, wte, wpe, B, T, C);
+      ops_.embedding_forward(a.residual, tokens, wte, wpe, B, T, C, 0, Vt_);
     } else if (sp_) {
       // Vocabulary-parallel, reduce-scattered to this rank's rows, which get their positions.
       const int v0 = tp_rank_ * Vt_;
-      cu::embedding_forward(ctx_, full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      ops_.embedding_forward(full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
       reduce_rows(full_, a.residual);
       add_position_rows(a.residual, wpe);
     } else {
@@ -383,9 +358,9 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
       // then the position embedding once, as a (T*C) bias on each of the B sequences (wpe's
       // first T rows are contiguous).
       const int v0 = tp_rank_ * Vt_;
-      cu::embedding_forward(ctx_, a.residual, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      ops_.embedding_forward(a.residual, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
       tp_sum_rows(a.residual);
-      cu::add_bias(ctx_, a.residual, wpe, B, T * C);
+      ops_.add_bias(a.residual, wpe, B, T * C);
     }
     hidden_dropout(a.residual, -1, DropoutSite::kEmbedding);
   }  // else residual[0] holds the previous stage's output (the caller queued it)
@@ -394,11 +369,11 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
     const GpuLayerActs<A>& la = layer_acts(a, l);
     A* x = a.residual + l * RC;
     if (l == 0)
-      cu::layernorm_forward(ctx_, la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C);
+      ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C);
     else  // x = the previous layer's res_mid + its MLP output, then LayerNorm
-      cu::residual_layernorm_forward(ctx_, x, la.ln1, la.ln1_mean, la.ln1_rstd,
-                                     layer_acts(a, l - 1).res_mid, fc2_out_, w.ln1_w, w.ln1_b, R_,
-                                     C);
+      ops_.residual_layernorm_forward(x, la.ln1, la.ln1_mean, la.ln1_rstd,
+                                      layer_acts(a, l - 1).res_mid, fc2_out_, w.ln1_w, w.ln1_b, R_,
+                                      C);
     layer_forward_from_ln1(l, la, x);
     row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_);
     hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)
@@ -409,24 +384,24 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
     // both compute types, so the fused residual LayerNorm makes it and its normalised output
     // (into scratch, with the last layer's ln2 weights) is discarded: one extra (N, C) pass.
     const LayerParams<A> w = layout_.layer(P, L_ - 1);
-    cu::residual_layernorm_forward(ctx_, out, d_c_, stats_scratch_, stats_scratch_ + N,
-                                   layer_acts(a, L_ - 1).res_mid, fc2_out_, w.ln2_w, w.ln2_b, R_,
-                                   C);
+    ops_.residual_layernorm_forward(out, d_c_, stats_scratch_, stats_scratch_ + N,
+                                    layer_acts(a, L_ - 1).res_mid, fc2_out_, w.ln2_w, w.ln2_b, R_,
+                                    C);
     return;
   }
   const A* wte = P + t[layout_.word_embedding_index()].offset;
   const A* lnf_w = P + t[layout_.final_norm_index()].offset;
-  cu::residual_layernorm_forward(ctx_, out, a.lnf, a.lnf_mean, a.lnf_rstd,
-                                 layer_acts(a, L_ - 1).res_mid, fc2_out_, lnf_w, lnf_w + C, R_, C);
+  ops_.residual_layernorm_forward(out, a.lnf, a.lnf_mean, a.lnf_rstd, layer_acts(a, L_ - 1).res_mid,
+                                  fc2_out_, lnf_w, lnf_w + C, R_, C);
   // LM head tied to the word embedding (this rank's Vt rows; a later stage's copy of it) over
   // all N rows; the cross-entropy reads fp32 logits (over the padded vocabulary, as the CPU
   // model and Megatron).
   const A* lnf = gather_rows(a.lnf, gathered_);
   if constexpr (std::is_same_v<A, float>) {
-    cu::matmul_forward(ctx_, a.logits_f32, nullptr, lnf, wte, nullptr, N, C, Vt_, false);
+    ops_.matmul_forward(a.logits_f32, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
   } else {
-    cu::matmul_forward(ctx_, a.logits, nullptr, lnf, wte, nullptr, N, C, Vt_, false);
-    cu::convert(ctx_, a.logits_f32, a.logits, static_cast<size_t>(N) * Vt_);
+    ops_.matmul_forward(a.logits, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
+    ops_.to_accum(a.logits_f32, a.logits, static_cast<size_t>(N) * Vt_);
   }
   cross_entropy(a, targets, grad_scale);
 }
@@ -438,17 +413,17 @@ void GpuGpt<A>::layer_forward_from_ln1(int l, const GpuLayerActs<A>& la, const A
   // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH (over every row: the
   // LayerNorm's rows gathered with sequence parallelism).
   const A* ln1 = gather_rows(la.ln1, gathered_);
-  cu::matmul_forward(ctx_, la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, false);
-  cu::attention_forward(ctx_, la.atty, la.lse, la.qkv, B, T, Ct_, Ht_, p_attention_,
-                        key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
+  ops_.matmul_forward(la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, Epilogue::kNone);
+  ops_.attention_forward(la.atty, la.saved, la.qkv, attention_ws_, B, T, Ct_, Ht_, p_attention_,
+                         key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
   // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
   // over TP.
   row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_);
   hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
-  cu::residual_layernorm_forward(ctx_, la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
-                                 w.ln2_w, w.ln2_b, R_, C);
+  ops_.residual_layernorm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
+                                  w.ln2_w, w.ln2_b, R_, C);
   const A* ln2 = gather_rows(la.ln2, gathered_);
-  cu::matmul_forward(ctx_, la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, true);
+  ops_.matmul_forward(la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, Epilogue::kGelu);
 }
 
 // Note [GPU recomputation]: with --recompute-granularity full a recomputed layer keeps only
@@ -468,7 +443,7 @@ void GpuGpt<A>::recompute_group(const GpuSlot<A>& a, int first, int last) {
     const LayerParams<A> w = layout_.layer(compute_, l);
     const GpuLayerActs<A>& la = layer_acts(a, l);
     const A* x = a.residual + l * RC;
-    cu::layernorm_forward(ctx_, la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C_);
+    ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C_);
     layer_forward_from_ln1(l, la, x);
   }
 }
@@ -478,7 +453,7 @@ void GpuGpt<A>::cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_
   const int N = N_;
   float* dlogits = grad_scale > 0 ? a.logits_f32 : nullptr;
   if (t_ == 1) {
-    cu::softmax_cross_entropy(ctx_, a.losses, dlogits, a.logits_f32, targets, N, Vp_, grad_scale);
+    ops_.softmax_cross_entropy(a.losses, dlogits, a.logits_f32, targets, N, Vp_, grad_scale);
     return;
   }
   // Vocabulary-parallel, as the CPU model's head_forward: the row max, then the sum of
@@ -486,14 +461,14 @@ void GpuGpt<A>::cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_
   // gathered.
   const int v0 = tp_rank_ * Vt_;
   const size_t n = static_cast<size_t>(N);
-  cu::cross_entropy_shard_max(ctx_, row_max_, a.logits_f32, N, Vt_);
+  ops_.cross_entropy_shard_max(row_max_, a.logits_f32, N, Vt_);
   tp_all_reduce(row_max_, n, DType::kFloat32, ReduceOp::kMax);
-  cu::cross_entropy_shard_sums(ctx_, sum_exp_, target_logit_, a.logits_f32, row_max_, targets, v0,
-                               N, Vt_);
+  ops_.cross_entropy_shard_sums(sum_exp_, target_logit_, a.logits_f32, row_max_, targets, v0, N,
+                                Vt_);
   tp_all_reduce(sum_exp_, n, DType::kFloat64, ReduceOp::kSum);
   tp_all_reduce(target_logit_, n, DType::kFloat32, ReduceOp::kSum);
-  cu::cross_entropy_shard_finish(ctx_, a.losses, dlogits, a.logits_f32, row_max_, sum_exp_,
-                                 target_logit_, targets, v0, N, Vt_, grad_scale);
+  ops_.cross_entropy_shard_finish(a.losses, dlogits, a.logits_f32, row_max_, sum_exp_,
+                                  target_logit_, targets, v0, N, Vt_, grad_scale);
 }
 
 template <typename A>
@@ -518,19 +493,19 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
     if constexpr (std::is_same_v<A, float>) {
       dlogits = a.logits_f32;
     } else {
-      cu::convert(ctx_, a.logits, a.logits_f32, static_cast<size_t>(N) * Vt_);
+      ops_.to_compute(a.logits, a.logits_f32, static_cast<size_t>(N) * Vt_);
       dlogits = a.logits;
     }
     const A* lnf = gather_rows(a.lnf, gathered_);
-    cu::matmul_backward(ctx_, d_col, G + wte_off, nullptr, dlogits, lnf, P + wte_off, N, C, Vt_);
+    ops_.matmul_backward(d_col, G + wte_off, nullptr, dlogits, lnf, P + wte_off, N, C, Vt_);
     reduce_rows(d_col, d_c_);
-    zero_async(ctx_, d_res_, RC * sizeof(A));
-    cu::layernorm_backward(ctx_, d_res_, G + lnf_off, G + lnf_off + C, d_c_, a.residual + L_ * RC,
-                           P + lnf_off, a.lnf_mean, a.lnf_rstd, R_, C);
+    device_.zero(d_res_, RC * sizeof(A), compute());
+    ops_.layernorm_backward(d_res_, G + lnf_off, G + lnf_off + C, d_c_, a.residual + L_ * RC,
+                            P + lnf_off, a.lnf_mean, a.lnf_rstd, R_, C);
     // The final norm and, on a later stage, the tied head's copy of the word embedding.
     notify(layout_.final_norm_index(), static_cast<int>(t.size()));
   } else {
-    copy_device_async(ctx_, d_res_, a.output_grad, RC * sizeof(A));
+    device_.copy(d_res_, a.output_grad, RC * sizeof(A), CopyKind::kDeviceToDevice, compute());
   }
   for (int l = L_ - 1; l >= 0; l--) {
     const LayerParams<A> w = layout_.layer(P, l);
@@ -545,34 +520,33 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
     // parallelism this rank's rows of it, so the bias gradient is partial).
     const A* d_fc2 = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kFc2);
-    cu::matmul_backward(ctx_, d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, gather_rows(d_fc2, full_),
-                        la.gelu, w.fc2_w, N, Ft_, C);
-    if (sp_)
-      cu::matmul_backward(ctx_, nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
-    cu::gelu_backward(ctx_, d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
-    cu::matmul_backward(ctx_, d_col, g.fc1_w, g.fc1_b, d_f_, gather_rows(la.ln2, gathered_),
-                        w.fc1_w, N, C, Ft_);
+    ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, gather_rows(d_fc2, full_), la.gelu,
+                         w.fc2_w, N, Ft_, C);
+    if (sp_) ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
+    ops_.gelu_backward(d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
+    ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_f_, gather_rows(la.ln2, gathered_), w.fc1_w, N,
+                         C, Ft_);
     reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
-    cu::layernorm_backward(ctx_, d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean,
-                           la.ln2_rstd, R_, C);
+    ops_.layernorm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean,
+                            la.ln2_rstd, R_, C);
     // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))); d_res_ holds
     // d res_mid.
     const A* d_proj = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kProjection);
-    cu::matmul_backward(ctx_, d_atty_, g.proj_w, sp_ ? nullptr : g.proj_b,
-                        gather_rows(d_proj, full_), la.atty, w.proj_w, N, Ct_, C);
-    if (sp_)
-      cu::matmul_backward(ctx_, nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
-    cu::attention_backward(ctx_, d_qkv_, d_atty_, la.qkv, la.atty, la.lse, attention_ws_, B, T, Ct_,
-                           Ht_, p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
-    cu::matmul_backward(ctx_, d_col, g.qkv_w, g.qkv_b, d_qkv_, gather_rows(la.ln1, gathered_),
-                        w.qkv_w, N, C, 3 * Ct_);
+    ops_.matmul_backward(d_atty_, g.proj_w, sp_ ? nullptr : g.proj_b, gather_rows(d_proj, full_),
+                         la.atty, w.proj_w, N, Ct_, C);
+    if (sp_) ops_.matmul_backward(nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
+    ops_.attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, la.saved, attention_ws_, B, T, Ct_,
+                            Ht_, p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_,
+                            NH_);
+    ops_.matmul_backward(d_col, g.qkv_w, g.qkv_b, d_qkv_, gather_rows(la.ln1, gathered_), w.qkv_w,
+                         N, C, 3 * Ct_);
     reduce_rows(d_col, d_c_);  // d ln1: every rank's heads contribute
-    cu::layernorm_backward(ctx_, d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean,
-                           la.ln1_rstd, R_, C);
+    ops_.layernorm_backward(d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean, la.ln1_rstd,
+                            R_, C);
     notify(layout_.layer_index(l), layout_.layer_index(l) + ParamLayout::kPerLayer);
   }
   if (!pre()) {  // d_res_ is d residual[0]: the previous stage's output gradient
-    copy_device_async(ctx_, a.input_grad, d_res_, RC * sizeof(A));
+    device_.copy(a.input_grad, d_res_, RC * sizeof(A), CopyKind::kDeviceToDevice, compute());
     return;
   }
   const size_t wte_off = t[layout_.word_embedding_index()].offset;
@@ -580,8 +554,8 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
   hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
   const int v0 = tp_rank_ * Vt_;
   // Both gradients from every row: the rows gathered with sequence parallelism.
-  cu::embedding_backward(ctx_, G + wte_off, G + wpe_off, gather_rows(d_res_, full_), tokens, B, T,
-                         C, v0, v0 + Vt_);
+  ops_.embedding_backward(G + wte_off, G + wpe_off, gather_rows(d_res_, full_), tokens, B, T, C, v0,
+                          v0 + Vt_);
   notify(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);
 }
 

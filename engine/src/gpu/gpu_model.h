@@ -3,11 +3,12 @@
 // initialisation, checkpoints and the parity test line up with GptModel), one fp32 gradient
 // arena (Megatron's main grads, accumulated over micro-batches), and the compute copy of the
 // parameters and every activation in A: float (fp32), bf16 (--bf16) or fp16 (--fp16, with the
-// loss scaler of grad_scaling.h). Every buffer comes from the caching allocator under its
-// memory category.
+// loss scaler of grad_scaling.h). It runs on a Device (device/device.h: the CUDA device, or the
+// CPU device, where its tests run it) through the device's op list Ops<A> (device/ops.h); every
+// buffer comes from the device under its memory category.
 // Tensor parallelism as the CPU model's (gpt_layer.cpp, docs/gpu.md#tensor-parallelism): the
 // rank holds its heads and its slice of the MLP and of the vocabulary; the reductions over the
-// TP group are NCCL all-reduces queued on the Context's stream (all_reduce_on_stream).
+// TP group are the communicator's stream-ordered calls (comm.h) on the device's compute stream.
 // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): the model is the ModelShard's chunk
 // (its layers, the embeddings on a `pre` chunk, the final LayerNorm and tied LM head on a
 // `post` chunk); a chunk without `pre` starts from an input hidden state, one without `post`
@@ -26,8 +27,8 @@
 // activations live in scratch shared by every slot and are re-created by its group's forward
 // just before the group's backward. Selective recomputation needs nothing here: the flash
 // attention kernel never stores the attention probabilities.
-// Not thread-safe; every op is queued on the Context's stream and nothing here waits for it
-// unless its comment says so.
+// Not thread-safe; every op is queued on the device's compute stream and nothing here waits
+// for it unless its comment says so.
 #pragma once
 
 #include <functional>
@@ -35,7 +36,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "device/caching_allocator.h"
+#include "device/device.h"
+#include "device/ops.h"
 #include "lattice/comm.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/model_config.h"
@@ -43,7 +45,6 @@
 #include "model/dropout_sites.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
-#include "parallel/nccl_comm.h"
 
 namespace lattice::gpu {
 
@@ -59,7 +60,8 @@ struct GpuLayerActs {
   float* ln1_rstd;  // (R)
   A* qkv;           // (N, 3Ct) per-head [q|k|v] of this rank's heads
   A* atty;          // (N, Ct) attention output
-  float* lse;       // (B, Ht, T) log-sum-exp of each attention row
+  float* saved;     // Ops::attention_saved_elems(B, T, Ht): what attention_forward keeps for its
+                 // backward (the CPU's probabilities (B, Ht, T, T), CUDA's log-sum-exp (B, Ht, T))
   A* res_mid;       // (R, C) residual after the attention block
   A* ln2;           // (R, C)
   float* ln2_mean;  // (R)
@@ -94,16 +96,16 @@ template <typename A>
 class GpuGpt {
  public:
   // Allocates everything for micro-batches of `micro_batch` sequences, `in_flight` of them in
-  // flight; an out-of-memory names the category and the bytes. shard: the chunk (layer range,
-  // pre, post, tensor-parallel split, sequence parallelism when tp_size > 1, which needs
-  // tp_size to divide B*T). tp: the NcclComm of the
-  // tensor-parallel group (make_nccl_comm), required when tp_size > 1 and outliving the
-  // model; a failed reduction is recorded in the Context like a failed kernel. recompute:
-  // RecomputePlan::make for the chunk's layers (none by default).
+  // flight, on `device` (outliving the model; its op list of A runs every op); an
+  // out-of-memory is the device's sentence (Device::out_of_memory). shard: the chunk (layer
+  // range, pre, post, tensor-parallel split, sequence parallelism when tp_size > 1, which needs
+  // tp_size to divide B*T). tp: the communicator of the tensor-parallel group for the device's
+  // buffers (Device::make_comm), required when tp_size > 1 and outliving the model; a failed
+  // reduction is recorded on the device like a failed kernel. recompute: RecomputePlan::make
+  // for the chunk's layers (none by default). Errors: also a device without an op list for A.
   static Result<std::unique_ptr<GpuGpt>> create(const ModelConfig& config, int micro_batch,
-                                                cu::Context& ctx, CachingAllocator& memory,
-                                                const ModelShard& shard = {}, Comm* tp = nullptr,
-                                                int in_flight = 1,
+                                                Device& device, const ModelShard& shard = {},
+                                                Comm* tp = nullptr, int in_flight = 1,
                                                 const RecomputePlan& recompute = {});
   ~GpuGpt();
   GpuGpt(const GpuGpt&) = delete;
@@ -124,7 +126,7 @@ class GpuGpt {
   }
 
   // Host fp32 parameters (numel, layout order) -> master and compute copy. Waits; a failed
-  // copy stays recorded in the Context (its synchronize() returns it).
+  // copy stays recorded on the device (its synchronize() returns it).
   void upload(const float* host);
   // master -> host (numel, layout order). Waits; errors as upload().
   void download(float* host);
@@ -169,8 +171,8 @@ class GpuGpt {
   int T() const { return T_; }
 
  private:
-  GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch, cu::Context& ctx,
-         CachingAllocator& memory, Comm* tp);
+  GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
+         Ops<A>& ops, Comm* tp);
   Status allocate(int in_flight);
   GpuLayerActs<A> take_layer_acts();  // one layer's activations (kActivations)
   void run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t* targets, float grad_scale,
@@ -190,7 +192,7 @@ class GpuGpt {
   // with the slot's dropout masks.
   void recompute_group(const GpuSlot<A>& a, int first, int last);
   // Queues an in-place all-reduce of data (count elements of `type`) over the TP group on the
-  // Context's stream (all_reduce_on_stream); a failure is recorded in the Context.
+  // compute stream; a failure is recorded on the device.
   void tp_all_reduce(void* data, size_t count, DType type, ReduceOp op);
   // Sums an (N, C) activation of partial sums over the TP group: the row-parallel layers'
   // outputs, the input gradients of the column-parallel ones and of the LM head.
@@ -231,12 +233,16 @@ class GpuGpt {
     if (grads_ready_) grads_ready_(first, last);
   }
 
+  // "tensor-parallel all-reduce: <the communicator's message>" recorded on the device.
+  void record_comm_error(const char* what, const Status& s);
+  Stream& compute() { return device_.compute(); }
+
   ModelConfig config_;
   ParamLayout layout_;
-  cu::Context& ctx_;
-  CachingAllocator& memory_;
+  Device& device_;
+  Ops<A>& ops_;                // device_.ops<A>()
   Comm* tp_;                   // null when t_ == 1
-  std::vector<void*> blocks_;  // everything taken from memory_, freed in the destructor
+  std::vector<void*> blocks_;  // everything taken from device_, freed in the destructor
   size_t failed_bytes_ = 0;    // first allocation that failed
   MemoryCategory failed_category_ = MemoryCategory::kWeights;
   int B_, T_, C_, F_, NH_, L_, Vp_, N_;
@@ -267,7 +273,7 @@ class GpuGpt {
   A* d_f_ = nullptr;               // (N, Ft)
   A* d_qkv_ = nullptr;             // (N, 3Ct)
   A* d_atty_ = nullptr;            // (N, Ct)
-  float* attention_ws_ = nullptr;  // attention_workspace_floats(B, T, Ht)
+  float* attention_ws_ = nullptr;  // Ops::attention_workspace_elems(B, T, Ht)
   float* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
@@ -276,16 +282,5 @@ class GpuGpt {
   float p_hidden_ = 0, p_attention_ = 0;
   uint64_t dropout_seed_ = 0;
 };
-
-// Queues dst (bytes) = 0 on ctx's stream.
-void zero_async(cu::Context& ctx, void* dst, size_t bytes);
-// Queues a host -> device copy of bytes on ctx's stream (pageable source: it is read before
-// this returns, so the caller may reuse it).
-void copy_to_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes);
-// Queues a device -> host copy of bytes on ctx's stream; dst holds the data once the stream has
-// been synchronised.
-void copy_to_host_async(cu::Context& ctx, void* dst, const void* src, size_t bytes);
-// Queues a device -> device copy on ctx's stream.
-void copy_device_async(cu::Context& ctx, void* dst, const void* src, size_t bytes);
 
 }  // namespace lattice::gpu

@@ -1,44 +1,14 @@
 // GpuPipeline (gpu_pipeline.h): the schedule's actions as queued device work, ordered across the
-// compute, activation and gradient streams by events (Note [GPU pipeline streams]).
+// compute stream and the channels' side streams by the device's events (Note [GPU pipeline
+// streams]).
 #include "gpu/gpu_pipeline.h"
-
-#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <type_traits>
 
-#include "parallel/nccl_comm.h"
 #include "pipeline/schedule.h"
 
 namespace lattice::gpu {
-
-namespace {
-cudaStream_t as_stream(void* s) {
-  return static_cast<cudaStream_t>(s);
-}
-cudaEvent_t as_event(void* e) {
-  return static_cast<cudaEvent_t>(e);
-}
-
-Status send_boundary(Comm& comm, const void* data, size_t count, DType type, int peer,
-                     void* stream) {
-#if LATTICE_HAVE_NCCL
-  return send_on_stream(comm, data, count, type, peer, as_stream(stream));
-#else
-  (void)comm, (void)data, (void)count, (void)type, (void)peer, (void)stream;
-  return Status::invalid_argument("pipeline parallelism on GPUs needs NCCL and MPI in the build");
-#endif
-}
-
-Status recv_boundary(Comm& comm, void* data, size_t count, DType type, int peer, void* stream) {
-#if LATTICE_HAVE_NCCL
-  return recv_on_stream(comm, data, count, type, peer, as_stream(stream));
-#else
-  (void)comm, (void)data, (void)count, (void)type, (void)peer, (void)stream;
-  return Status::invalid_argument("pipeline parallelism on GPUs needs NCCL and MPI in the build");
-#endif
-}
-}  // namespace
 
 int pipeline_slots(int stages, int stage, int chunks, int micro_batches) {
   std::vector<int> live(chunks, 0), most(chunks, 0);
@@ -50,9 +20,9 @@ int pipeline_slots(int stages, int stage, int chunks, int micro_batches) {
 }
 
 template <typename A>
-GpuPipeline<A>::GpuPipeline(std::vector<GpuGpt<A>*> chunks, cu::Context& ctx,
+GpuPipeline<A>::GpuPipeline(std::vector<GpuGpt<A>*> chunks, Device& device,
                             const PipelineComms& comms, int stages, int stage)
-    : chunks_(std::move(chunks)), ctx_(ctx), stages_(stages), stage_(stage) {
+    : chunks_(std::move(chunks)), device_(device), stages_(stages), stage_(stage) {
   activations_.comm = comms.activations;
   gradients_.comm = comms.gradients;
   activations_wrap_.comm = comms.activations_wrap;
@@ -61,7 +31,7 @@ GpuPipeline<A>::GpuPipeline(std::vector<GpuGpt<A>*> chunks, cu::Context& ctx,
 
 template <typename A>
 Result<std::unique_ptr<GpuPipeline<A>>> GpuPipeline<A>::create(std::vector<GpuGpt<A>*> chunks,
-                                                               cu::Context& ctx,
+                                                               Device& device,
                                                                const PipelineComms& comms,
                                                                int stages, int stage) {
   const bool interleaved = chunks.size() > 1;
@@ -71,7 +41,7 @@ Result<std::unique_ptr<GpuPipeline<A>>> GpuPipeline<A>::create(std::vector<GpuGp
   if (interleaved && (stages == 1 || !comms.activations_wrap || !comms.gradients_wrap))
     return Status::internal("GpuPipeline: interleaved stages without the wrap-around channels");
   std::unique_ptr<GpuPipeline<A>> p(
-      new GpuPipeline<A>(std::move(chunks), ctx, comms, stages, stage));
+      new GpuPipeline<A>(std::move(chunks), device, comms, stages, stage));
   if (Status s = p->make_streams(); !s) return s;
   return p;
 }
@@ -82,52 +52,31 @@ Status GpuPipeline<A>::make_streams() {
   output_sent_.resize(chunks);
   input_grad_sent_.resize(chunks);
   free_slots_.resize(chunks);
-  auto event = [](void*& e) {
-    cudaEvent_t made = nullptr;
-    const bool ok = cudaEventCreateWithFlags(&made, cudaEventDisableTiming) == cudaSuccess;
-    e = made;
-    return ok;
-  };
-  if (!event(scratch_event_)) return Status::internal("GpuPipeline: cudaEventCreate failed");
   for (size_t c = 0; c < chunks; c++) {
-    const int count = chunks_[c]->slot_count();
-    output_sent_[c].assign(count, nullptr);
-    input_grad_sent_[c].assign(count, nullptr);
-    for (int s = 0; s < count; s++)
-      if (!event(output_sent_[c][s]) || !event(input_grad_sent_[c][s]))
-        return Status::internal("GpuPipeline: cudaEventCreate failed");
+    output_sent_[c].assign(chunks_[c]->slot_count(), Event{});
+    input_grad_sent_[c].assign(chunks_[c]->slot_count(), Event{});
   }
-  for (Channel* channel : {&activations_, &gradients_, &activations_wrap_, &gradients_wrap_}) {
+  const std::pair<Channel*, const char*> named[] = {
+      {&activations_, "pipeline activations"},
+      {&gradients_, "pipeline gradients"},
+      {&activations_wrap_, "pipeline activations (wrap-around)"},
+      {&gradients_wrap_, "pipeline gradients (wrap-around)"}};
+  for (const auto& [channel, name] : named) {
     if (!channel->comm) continue;
-    cudaStream_t made = nullptr;
-    if (cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) != cudaSuccess)
-      return Status::internal("GpuPipeline: cudaStreamCreate failed");
-    channel->stream = made;
+    Result<Stream*> made = device_.new_stream(name);
+    if (!made) return made.status();
+    channel->stream = *made;
   }
   return Status::ok();
 }
 
 template <typename A>
 GpuPipeline<A>::~GpuPipeline() {
-  // Nothing queued may still use the events or streams (the trainer synchronises the Context
-  // after every iteration, and join() made it wait for both streams).
+  // The streams belong to the device; nothing queued on them may outlive the slots they read
+  // and write (the trainer synchronises the compute stream after every iteration, and join()
+  // made it wait for every channel).
   for (Channel* channel : {&activations_, &gradients_, &activations_wrap_, &gradients_wrap_})
-    if (channel->stream) {
-      cudaStreamSynchronize(as_stream(channel->stream));
-      cudaStreamDestroy(as_stream(channel->stream));
-    }
-  if (scratch_event_) cudaEventDestroy(as_event(scratch_event_));
-  for (auto* events : {&output_sent_, &input_grad_sent_})
-    for (auto& per_chunk : *events)
-      for (void* e : per_chunk)
-        if (e) cudaEventDestroy(as_event(e));
-}
-
-template <typename A>
-void GpuPipeline<A>::follow(void* waiter, void* stream) {
-  if (cudaEventRecord(as_event(scratch_event_), as_stream(stream)) != cudaSuccess ||
-      cudaStreamWaitEvent(as_stream(waiter), as_event(scratch_event_), 0) != cudaSuccess)
-    ctx_.record_error("GpuPipeline: ordering two streams failed (cudaEventRecord)");
+    if (channel->stream) (void)device_.synchronize(*channel->stream);
 }
 
 template <typename A>
@@ -146,38 +95,35 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
   GpuGpt<A>& model = *chunks_[c];
   GpuSlot<A>& slot = model.slot(s);
   const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
-  void* compute = ctx_.stream();
+  Stream& compute = device_.compute();
   // The slot's output may still be on its way to the next stage from its previous use.
-  if (cudaStreamWaitEvent(as_stream(compute), as_event(output_sent_[c][s]), 0) != cudaSuccess)
-    ctx_.record_error("GpuPipeline: cudaStreamWaitEvent failed");
+  device_.wait(compute, output_sent_[c][s]);
   if (first_virtual(c) || last_virtual(c))
     if (Status st = load(mb, slot.tokens, slot.targets); !st) return st;
   if (!first_virtual(c)) {
     // Into residual[0], once compute is done with the slot's previous micro-batch.
     Channel& in = input_channel(c);
-    follow(in.stream, compute);
+    follow(*in.stream, compute);
     const int prev = (stage_ + stages_ - 1) % stages_;
-    if (Status st =
-            recv_boundary(*in.comm, slot.residual, model.boundary_elems(), type, prev, in.stream);
+    if (Status st = in.comm->recv(slot.residual, model.boundary_elems(), type, prev, *in.stream);
         !st)
       return st;
-    follow(compute, in.stream);
+    follow(compute, *in.stream);
   }
   model.forward_slot(s, grad_scale, dropout_seed);
   if (last_virtual(c)) {
     const size_t N = static_cast<size_t>(model.B()) * model.T();
-    copy_device_async(ctx_, losses + static_cast<size_t>(mb) * N, slot.losses, N * sizeof(float));
+    device_.copy(losses + static_cast<size_t>(mb) * N, slot.losses, N * sizeof(float),
+                 CopyKind::kDeviceToDevice, compute);
     return Status::ok();
   }
   Channel& out = output_channel();
-  follow(out.stream, compute);
+  follow(*out.stream, compute);
   const int next = (stage_ + 1) % stages_;
-  if (Status st =
-          send_boundary(*out.comm, model.output(s), model.boundary_elems(), type, next, out.stream);
+  if (Status st = out.comm->send(model.output(s), model.boundary_elems(), type, next, *out.stream);
       !st)
     return st;
-  if (cudaEventRecord(as_event(output_sent_[c][s]), as_stream(out.stream)) != cudaSuccess)
-    ctx_.record_error("GpuPipeline: cudaEventRecord failed");
+  output_sent_[c][s] = device_.record(*out.stream);
   return Status::ok();
 }
 
@@ -186,21 +132,19 @@ Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
   GpuGpt<A>& model = *chunks_[c];
   GpuSlot<A>& slot = model.slot(s);
   const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
-  void* compute = ctx_.stream();
+  Stream& compute = device_.compute();
   if (!last_virtual(c)) {
     // Into output_grad, which the slot's previous backward has already read (compute order).
     Channel& in = output_grad_channel();
-    follow(in.stream, compute);
+    follow(*in.stream, compute);
     const int next = (stage_ + 1) % stages_;
-    if (Status st = recv_boundary(*in.comm, slot.output_grad, model.boundary_elems(), type, next,
-                                  in.stream);
+    if (Status st = in.comm->recv(slot.output_grad, model.boundary_elems(), type, next, *in.stream);
         !st)
       return st;
-    follow(compute, in.stream);
+    follow(compute, *in.stream);
   }
   // input_grad may still be on its way to the previous stage from the slot's previous use.
-  if (cudaStreamWaitEvent(as_stream(compute), as_event(input_grad_sent_[c][s]), 0) != cudaSuccess)
-    ctx_.record_error("GpuPipeline: cudaStreamWaitEvent failed");
+  device_.wait(compute, input_grad_sent_[c][s]);
   // A chunk's gradients are final after its last micro-batch's backward (the schedule runs a
   // chunk's backwards in micro-batch order): only then may data-parallel reductions start.
   model.set_final_backward(mb == micro_batches - 1);
@@ -208,21 +152,19 @@ Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
   model.set_final_backward(false);
   if (first_virtual(c)) return Status::ok();
   Channel& out = input_grad_channel();
-  follow(out.stream, compute);
+  follow(*out.stream, compute);
   const int prev = (stage_ + stages_ - 1) % stages_;
-  if (Status st =
-          send_boundary(*out.comm, slot.input_grad, model.boundary_elems(), type, prev, out.stream);
+  if (Status st = out.comm->send(slot.input_grad, model.boundary_elems(), type, prev, *out.stream);
       !st)
     return st;
-  if (cudaEventRecord(as_event(input_grad_sent_[c][s]), as_stream(out.stream)) != cudaSuccess)
-    ctx_.record_error("GpuPipeline: cudaEventRecord failed");
+  input_grad_sent_[c][s] = device_.record(*out.stream);
   return Status::ok();
 }
 
 template <typename A>
 Status GpuPipeline<A>::join() {
   for (Channel* channel : {&activations_, &gradients_, &activations_wrap_, &gradients_wrap_})
-    if (channel->stream) follow(ctx_.stream(), channel->stream);
+    if (channel->stream) follow(device_.compute(), *channel->stream);
   return Status::ok();
 }
 

@@ -1,18 +1,24 @@
-// Runs one rank's pipeline schedule (pipeline/schedule.h) over its GpuGpt chunks on the device:
-// the GPU counterpart of pipeline/executor.h. Activations and their gradients stay on the
-// device and move between stages over NCCL (send_on_stream / recv_on_stream); the host only
-// queues work and never waits for the device inside an iteration. Dropout as the CPU executor:
-// micro-batch m's forward gets dropout_seed(m), kept in its slot for its backward. Non-goals:
-// timing boxes (the CPU executor's IterationTimeline), host buffers.
+// Runs one rank's pipeline schedule (pipeline/schedule.h) over its GpuGpt chunks on a device
+// (device/device.h): the GPU counterpart of pipeline/executor.h. Activations and their
+// gradients stay in device memory and move between stages as the channels' stream-ordered
+// sends and receives (comm.h); on CUDA the host only queues work and never waits for the device
+// inside an iteration (on the CPU device it waits where CUDA's streams would). Dropout as the CPU
+// executor: micro-batch m's forward gets dropout_seed(m), kept in its slot for its backward.
+// Non-goals: timing boxes (the CPU executor's IterationTimeline), host buffers.
 //
-// Note [GPU pipeline streams]. Besides the compute stream (the Context's), boundary tensors
-// travel on channels, each an NcclComm over the pipeline group with a stream of its own:
+// Note [GPU pipeline streams]. Besides the compute stream, boundary tensors travel on channels,
+// each a communicator over the pipeline group (Device::make_comm) with a side stream of its own:
 // "activations" (forward: stage r to r+1), "gradients" (backward: r+1 to r), and with
 // interleaving two wrap-around channels (the last stage's chunk c to the first stage's chunk
-// c+1 in forward, the reverse in backward). CUDA events order them against compute: a receive
-// is waited for by the compute stream before the chunk reads it, a send waits for the compute
-// that wrote its buffer, and compute rewrites a buffer only after the send that reads it. The
-// host never waits inside an iteration.
+// c+1 in forward, the reverse in backward). The device's events order them against compute: a
+// receive is waited for by the compute stream before the chunk reads it, a send waits for the
+// compute that wrote its buffer, and compute rewrites a buffer only after the send that reads
+// it. On CUDA the host never waits inside an iteration. On the CPU device (Note [CPU stream
+// order], cpu_device.h) a send and a receive start when queued and the host completes them at
+// the event waits; what the CPU does not keep, two operations of one side stream over one
+// buffer, never happens here: every channel operation first waits for compute, and a buffer a
+// receive wrote is sent on only after compute has read it (a different buffer, residual[L] or
+// input_grad, written after compute waited for the receive).
 // Why this cannot deadlock: NCCL matches a pair's point-to-point operations on one
 // communicator in issue order, each stream runs its operations in issue order, and a send
 // completes only once its receive is posted. Every rank runs its forwards in one order,
@@ -33,8 +39,11 @@
 // activation channel, the messages would form a ring and the key order would close into a cycle
 // (every rank sending before its next receive); were forward and backward on one channel, "send
 // forward, then receive backward" on two neighbours would deadlock (Megatron groups them instead).
-// The host harness (test_gpu_model_on_host) sends messages above MPI's eager limit, so a send there
-// too completes only when received: either mistake hangs it.
+// On the CPU device the host blocks in a wait where CUDA's compute stream would, and nothing
+// queued after that wait could have started earlier on CUDA either (every channel operation
+// waits for compute first), so the argument carries over. test_gpu_model_on_host runs this on
+// the CPU device with messages above MPI's eager limit, so a send there too completes only
+// when received: either mistake hangs it.
 #pragma once
 
 #include <cstdint>
@@ -42,14 +51,16 @@
 #include <memory>
 #include <vector>
 
+#include "device/device.h"
 #include "gpu/gpu_model.h"
 #include "lattice/comm.h"
 #include "lattice/status.h"
 
 namespace lattice::gpu {
 
-// The channels' communicators: NcclComms over the pipeline group (make_nccl_comm), one per
-// channel (Note [GPU pipeline streams]); the wrap-around ones only with several chunks.
+// The channels' communicators: each its own communicator over the pipeline group for the
+// device's buffers (Device::make_comm), one per channel (Note [GPU pipeline streams]); the
+// wrap-around ones only with several chunks.
 struct PipelineComms {
   Comm* activations = nullptr;
   Comm* gradients = nullptr;
@@ -66,16 +77,16 @@ template <typename A>
 class GpuPipeline {
  public:
   // Queues micro-batch `micro_batch`'s tokens and targets into the device buffers (B, T) on
-  // the compute stream.
+  // the device's compute stream.
   using Loader = std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets)>;
 
   // chunks[c] holds virtual stage c * stages + stage, with pipeline_slots(...) slots for the
-  // micro-batch counts the caller will pass (with several chunks, a multiple of stages).
-  // comms: outliving this; none when stages == 1. Errors: a missing communicator, a stream or
-  // event that CUDA could not create.
-  static Result<std::unique_ptr<GpuPipeline>> create(std::vector<GpuGpt<A>*> chunks,
-                                                     cu::Context& ctx, const PipelineComms& comms,
-                                                     int stages, int stage);
+  // micro-batch counts the caller will pass (with several chunks, a multiple of stages), all on
+  // `device`, which makes a side stream per channel. comms: outliving this; none when
+  // stages == 1. Errors: a missing communicator, a stream the device could not make.
+  static Result<std::unique_ptr<GpuPipeline>> create(std::vector<GpuGpt<A>*> chunks, Device& device,
+                                                     const PipelineComms& comms, int stages,
+                                                     int stage);
   ~GpuPipeline();
   GpuPipeline(const GpuPipeline&) = delete;
   GpuPipeline& operator=(const GpuPipeline&) = delete;
@@ -84,21 +95,21 @@ class GpuPipeline {
   // accumulated into each chunk's arena; dropout_seed(mb) keys micro-batch mb's masks (as the
   // CPU executor's train()). On the rank of the last virtual stage, losses (M, N)
   // (device) receives micro-batch m's token losses at row m; elsewhere it is not touched.
-  // Returns once everything is queued; the compute stream waits for both communication
-  // streams at the end, so ctx.synchronize() covers the whole iteration. Errors are those of
-  // queueing (a failed kernel is recorded in the Context).
+  // Returns once everything is queued; the compute stream waits for every channel's stream at
+  // the end, so synchronising the compute stream covers the whole iteration. Errors are those
+  // of queueing (a failed kernel or transfer is recorded on the device).
   Status train(int micro_batches, const Loader& load,
                const std::function<uint64_t(int)>& dropout_seed, float grad_scale, float* losses);
   // Forward only (grad_scale 0), micro-batch by micro-batch; losses as train().
   Status evaluate(int micro_batches, const Loader& load, float* losses);
 
  private:
-  // A communicator and its stream (cudaStream_t).
+  // A communicator and its side stream (the device's).
   struct Channel {
     Comm* comm = nullptr;
-    void* stream = nullptr;
+    Stream* stream = nullptr;
   };
-  GpuPipeline(std::vector<GpuGpt<A>*> chunks, cu::Context& ctx, const PipelineComms& comms,
+  GpuPipeline(std::vector<GpuGpt<A>*> chunks, Device& device, const PipelineComms& comms,
               int stages, int stage);
   Status make_streams();
   bool first_virtual(int c) const { return c == 0 && stage_ == 0; }
@@ -106,15 +117,15 @@ class GpuPipeline {
     return c == static_cast<int>(chunks_.size()) - 1 && stage_ == stages_ - 1;
   }
   int acquire(int c);
-  // `waiter` waits for the work queued on `stream` so far (through the scratch event).
-  void follow(void* waiter, void* stream);
+  // `waiter` waits for the work queued on `stream` so far.
+  void follow(Stream& waiter, Stream& stream) { device_.wait(waiter, device_.record(stream)); }
   Status forward_one(int c, int mb, int s, const Loader& load, uint64_t dropout_seed,
                      float grad_scale, float* losses);
   Status backward_one(int c, int mb, int s, int micro_batches);
-  Status join();  // the compute stream waits for both communication streams
+  Status join();  // the compute stream waits for every channel's stream
 
   std::vector<GpuGpt<A>*> chunks_;
-  cu::Context& ctx_;
+  Device& device_;
   // Which channel carries chunk c's input, output, output gradient and input gradient.
   Channel& input_channel(int c) { return stage_ == 0 && c > 0 ? activations_wrap_ : activations_; }
   Channel& output_channel() { return stage_ == stages_ - 1 ? activations_wrap_ : activations_; }
@@ -122,10 +133,9 @@ class GpuPipeline {
   Channel& input_grad_channel() { return stage_ == 0 ? gradients_wrap_ : gradients_; }
   int stages_, stage_;
   Channel activations_, gradients_, activations_wrap_, gradients_wrap_;
-  void* scratch_event_ = nullptr;  // cudaEvent_t, recorded and waited for at once
   // [chunk][slot]: the last send from the slot's output / input_grad (compute rewrites them
-  // only after it).
-  std::vector<std::vector<void*>> output_sent_, input_grad_sent_;
+  // only after it); a default Event (no send yet) is complete.
+  std::vector<std::vector<Event>> output_sent_, input_grad_sent_;
   std::vector<std::vector<int>> free_slots_;  // [chunk]
   std::vector<std::vector<int>> in_flight_;   // [chunk][micro_batch]: slot or -1
 };

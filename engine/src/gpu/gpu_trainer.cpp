@@ -27,7 +27,7 @@
 #include <sstream>
 
 #include "device/caching_allocator.h"
-#include "device/local_rank.h"
+#include "device/device.h"
 #include "gpu/gpu_adamw.h"
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
@@ -42,9 +42,6 @@
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
 #include "train/data_feed.h"
-#if LATTICE_HAVE_NCCL
-#include "parallel/nccl_comm.h"
-#endif
 
 namespace lattice::gpu {
 
@@ -53,14 +50,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Dense bf16 peak of the device (the MFU denominator, as Megatron reports it for bf16 and
-// fp16 runs alike): the planner's table entry for the board CUDA names (device_for_gpu_name:
-// an H100 PCIe is not an SXM); 0 for a board the table lacks, so no MFU is reported.
-double peak_flops_of(const std::string& device_name) {
-  const std::optional<DeviceSpec> d = device_for_gpu_name(device_name, "bf16");
-  return d ? d->peak_flops : 0;
 }
 
 // " 1F1B", " interleaved 1F1B, 2 chunks" or "" (PP 1), for the run's description.
@@ -79,13 +68,13 @@ double all_reduce_scalar(Comm& comm, double value, ReduceOp op = ReduceOp::kSum)
   return value;
 }
 
-// DeviceState (gpu_checkpoint.h) over the loop's model and AdamW: copies on the Context's
-// stream, each waited for.
+// DeviceState (gpu_checkpoint.h) over the loop's model and AdamW: copies on the device's
+// compute stream, each waited for.
 template <typename A>
 class LoopState final : public DeviceState {
  public:
-  LoopState(cu::Context& ctx, GpuGpt<A>& model, GpuAdamW& adam)
-      : ctx_(ctx), model_(model), adam_(adam) {}
+  LoopState(Device& device, GpuGpt<A>& model, GpuAdamW& adam)
+      : device_(device), model_(model), adam_(adam) {}
   Status download_params(float* host) override {
     model_.download(host);
     return waited();
@@ -97,16 +86,16 @@ class LoopState final : public DeviceState {
   Status download_moments(size_t offset, size_t n, float* exp_avg, float* exp_avg_sq) override {
     const size_t at = adam_.shard().state_of(offset, n);
     if (at == OptimizerShard::npos) return not_owned(offset, n);
-    copy_to_host_async(ctx_, exp_avg, adam_.exp_avg() + at, n * sizeof(float));
-    copy_to_host_async(ctx_, exp_avg_sq, adam_.exp_avg_sq() + at, n * sizeof(float));
+    copy(exp_avg, adam_.exp_avg() + at, n, CopyKind::kDeviceToHost);
+    copy(exp_avg_sq, adam_.exp_avg_sq() + at, n, CopyKind::kDeviceToHost);
     return waited();
   }
   Status upload_moments(size_t offset, size_t n, const float* exp_avg,
                         const float* exp_avg_sq) override {
     const size_t at = adam_.shard().state_of(offset, n);
     if (at == OptimizerShard::npos) return not_owned(offset, n);
-    copy_to_device_async(ctx_, adam_.exp_avg() + at, exp_avg, n * sizeof(float));
-    copy_to_device_async(ctx_, adam_.exp_avg_sq() + at, exp_avg_sq, n * sizeof(float));
+    copy(adam_.exp_avg() + at, exp_avg, n, CopyKind::kHostToDevice);
+    copy(adam_.exp_avg_sq() + at, exp_avg_sq, n, CopyKind::kHostToDevice);
     return waited();
   }
 
@@ -116,35 +105,38 @@ class LoopState final : public DeviceState {
                             std::to_string(offset) + ", +" + std::to_string(n) +
                             "): not one piece of this rank's optimizer shard");
   }
-  Status waited() {
-    const std::string e = ctx_.synchronize();
-    return e.empty() ? Status::ok() : Status::internal("checkpoint copy on the device: " + e);
+  void copy(float* dst, const float* src, size_t n, CopyKind kind) {
+    device_.copy(dst, src, n * sizeof(float), kind, device_.compute());
   }
-  cu::Context& ctx_;
+  Status waited() {
+    const Status s = device_.synchronize(device_.compute());
+    return s ? s : Status::internal("checkpoint copy on the device: " + s.message());
+  }
+  Device& device_;
   GpuGpt<A>& model_;
   GpuAdamW& adam_;
 };
 
-struct Device {
+// This rank's CUDA device (make_cuda_device: local rank % devices) and the parts of it that
+// GpuAdamW, GradReducer and the loss copies still take (cuda_device_parts).
+struct GpuDevice {
+  std::unique_ptr<Device> device;
+  cu::Context* ctx = nullptr;          // the device's: its stream is device->compute()
+  CachingAllocator* memory = nullptr;  // the device's: what device->allocate() takes from
   int index = 0;
   std::string name;
-  std::unique_ptr<cu::Context> ctx;
-  std::unique_ptr<CachingAllocator> memory;
 };
 
-Result<Device> open_device() {
-  const int count = cu::device_count();
-  if (count == 0) return Status::internal("no CUDA device visible to this process");
-  Device d;
-  d.index = device_for_local_rank(local_rank_from_environment(), count);
-  if (std::string e = cu::set_device(d.index); !e.empty())
-    return Status::internal("device " + std::to_string(d.index) + ": " + e);
-  d.name = cu::device_name(d.index);
-  std::string error;
-  d.ctx = cu::Context::create(&error);
-  if (!d.ctx)
-    return Status::internal("CUDA context on device " + std::to_string(d.index) + ": " + error);
-  d.memory = std::make_unique<CachingAllocator>(make_cuda_memory_backend());
+Result<GpuDevice> open_device() {
+  Result<std::unique_ptr<Device>> made = make_cuda_device();
+  if (!made) return made.status();
+  GpuDevice d;
+  d.device = std::move(*made);
+  const CudaDeviceParts parts = cuda_device_parts(*d.device);
+  d.ctx = parts.context;
+  d.memory = parts.memory;
+  d.index = parts.index;
+  d.name = parts.name;
   return d;
 }
 
@@ -153,7 +145,7 @@ template <typename A>
 class GpuLoop {
  public:
   GpuLoop(const TrainOptions& o, const ModelConfig& mc, Comm& world, MetricsSink& sink,
-          Device& device)
+          GpuDevice& device)
       : o_(o), mc_(mc), world_(world), sink_(sink), dev_(device), scaling_(o) {}
   Result<TrainSummary> run();
 
@@ -165,6 +157,9 @@ class GpuLoop {
   Status sum_tied_embedding();
   Result<double> validate(const SampleSource& source, int64_t& position);
   Status step(int it, double lr, double& loss, double& norm, bool& skipped);
+  // The host waits for the compute stream (watched: Device::synchronize); its first error.
+  Status synchronize() { return device().synchronize(device().compute()); }
+  Device& device() { return *dev_.device; }
   Status save(const TrainState& state);
   RankReport report() const;
 
@@ -172,7 +167,7 @@ class GpuLoop {
   ModelConfig mc_;
   Comm& world_;
   MetricsSink& sink_;
-  Device& dev_;
+  GpuDevice& dev_;
   GradScaling scaling_;
   // One model chunk of this rank: chunk c holds virtual stage c * PP + pp (one chunk without
   // interleaving), with its optimizer and their checkpoint view.
@@ -216,8 +211,8 @@ class GpuLoop {
 };
 
 // The CPU trainer's process groups over the world (same rank order: tp fastest, then dp, then
-// pp), and NCCL communicators over the tensor-, data-parallel, pipeline (one per channel)
-// and embedding ones. Collective over the world.
+// pp), and the device's communicators (Device::make_comm: NCCL) over the tensor-,
+// data-parallel, pipeline (one per channel) and embedding ones. Collective over the world.
 template <typename A>
 Status GpuLoop<A>::make_groups() {
   Result<ParallelLayout> layout = make_layout(o_, world_.size());
@@ -226,33 +221,26 @@ Status GpuLoop<A>::make_groups() {
   if (!groups) return groups.status();
   groups_ = std::move(*groups);
   if (layout->tp == 1 && layout->dp == 1 && layout->pp == 1) return Status::ok();
-#if LATTICE_HAVE_NCCL
   // Every rank makes its TP communicator, then its DP one, then the PP and embedding ones:
   // ncclCommInitRank waits only for the ranks of its own group, and every member of a group
-  // reaches it in the same order (a rank outside the embedding group has a group of one).
-  auto nccl_over = [](Comm& group, std::unique_ptr<Comm>& out) -> Status {
+  // reaches it in the same order (a rank outside the embedding group has a group of one). A
+  // build without NCCL and MPI refuses in make_comm.
+  auto over = [this](Comm& group, std::unique_ptr<Comm>& out) -> Status {
     if (group.size() == 1) return Status::ok();
-    Result<std::unique_ptr<Comm>> bootstrap = group.split(0, group.rank());
-    if (!bootstrap) return bootstrap.status();
-    Result<std::unique_ptr<Comm>> nccl = make_nccl_comm(std::move(*bootstrap));
-    if (!nccl) return nccl.status();
-    (*nccl)->set_name(group.name());  // messages about a wait name the group
-    out = std::move(*nccl);
+    Result<std::unique_ptr<Comm>> made = device().make_comm(group);  // named as the group
+    if (!made) return made.status();
+    out = std::move(*made);
     return Status::ok();
   };
-  if (Status s = nccl_over(*groups_.tp, tp_); !s) return s;
-  if (Status s = nccl_over(*groups_.dp, dp_); !s) return s;
-  if (Status s = nccl_over(*groups_.pp, pp_activations_); !s) return s;
-  if (Status s = nccl_over(*groups_.pp, pp_gradients_); !s) return s;
+  if (Status s = over(*groups_.tp, tp_); !s) return s;
+  if (Status s = over(*groups_.dp, dp_); !s) return s;
+  if (Status s = over(*groups_.pp, pp_activations_); !s) return s;
+  if (Status s = over(*groups_.pp, pp_gradients_); !s) return s;
   if (layout->vpp > 1) {
-    if (Status s = nccl_over(*groups_.pp, pp_activations_wrap_); !s) return s;
-    if (Status s = nccl_over(*groups_.pp, pp_gradients_wrap_); !s) return s;
+    if (Status s = over(*groups_.pp, pp_activations_wrap_); !s) return s;
+    if (Status s = over(*groups_.pp, pp_gradients_wrap_); !s) return s;
   }
-  return nccl_over(*groups_.embedding, embedding_);
-#else
-  return Status::invalid_argument(
-      "tensor, data and pipeline parallelism on GPUs need NCCL and MPI in the build");
-#endif
+  return over(*groups_.embedding, embedding_);
 }
 
 template <typename A>
@@ -272,8 +260,8 @@ Status GpuLoop<A>::setup() {
     const ParallelOptions& par = o_.parallel;
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, *dev_.ctx, *dev_.memory, shard,
-                                   tp_.get(), in_flight, plan);
+    auto model =
+        GpuGpt<A>::create(mc_, o_.micro_batch_size, device(), shard, tp_.get(), in_flight, plan);
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GpuGpt<A>& m = *chunk.model;
@@ -283,7 +271,7 @@ Status GpuLoop<A>::setup() {
                                             m.master(), m.grads(), m.compute_copy(), *dev_.memory);
     if (!chunk.adam->ok()) return Status::internal("out of device memory for the AdamW moments");
     chunk.adam->zero_state(*dev_.ctx);
-    chunk.state = std::make_unique<LoopState<A>>(*dev_.ctx, m, *chunk.adam);
+    chunk.state = std::make_unique<LoopState<A>>(device(), m, *chunk.adam);
     models.push_back(&m);
     chunks_.push_back(std::move(chunk));
   }
@@ -292,7 +280,7 @@ Status GpuLoop<A>::setup() {
   channels.gradients = pp_gradients_.get();
   channels.activations_wrap = pp_activations_wrap_.get();
   channels.gradients_wrap = pp_gradients_wrap_.get();
-  auto pipeline = GpuPipeline<A>::create(models, *dev_.ctx, channels, L.pp, groups_.coord.pp);
+  auto pipeline = GpuPipeline<A>::create(models, device(), channels, L.pp, groups_.coord.pp);
   if (!pipeline) return pipeline.status();
   pipeline_ = std::move(*pipeline);
   // Megatron's initialisation drawn exactly as the CPU model draws it (so a GPU run starts
@@ -334,8 +322,7 @@ Status GpuLoop<A>::setup() {
       });
     }
   }
-  if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
-  return Status::ok();
+  return synchronize();
 }
 
 template <typename A>
@@ -348,8 +335,10 @@ Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position
                                   targets_.data());
       !s)
     return s;
-  copy_to_device_async(*dev_.ctx, tokens, tokens_.data(), tokens_.size() * sizeof(int32_t));
-  copy_to_device_async(*dev_.ctx, targets, targets_.data(), targets_.size() * sizeof(int32_t));
+  // Pageable host memory: read before the copy returns, so the staging buffers may be reused.
+  const size_t bytes = tokens_.size() * sizeof(int32_t);
+  device().copy(tokens, tokens_.data(), bytes, CopyKind::kHostToDevice, device().compute());
+  device().copy(targets, targets_.data(), bytes, CopyKind::kHostToDevice, device().compute());
   return Status::ok();
 }
 
@@ -359,19 +348,15 @@ Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position
 template <typename A>
 Status GpuLoop<A>::sum_tied_embedding() {
   if (!groups_.in_embedding_group()) return Status::ok();
-#if LATTICE_HAVE_NCCL
   GpuGpt<A>& m = embedding_chunk();
   const int index = m.layout().word_embedding_index();
   const ParamTensor& t = m.layout().tensors()[index];
-  if (Status s = all_reduce_on_stream(*embedding_, m.grads() + t.offset, t.numel, DType::kFloat32,
-                                      ReduceOp::kSum, dev_.ctx->stream());
+  if (Status s = embedding_->all_reduce(m.grads() + t.offset, t.numel, DType::kFloat32,
+                                        ReduceOp::kSum, device().compute());
       !s)
     return s;
   if (reducer_) reducer_->ready(groups_.first_stage() ? 0 : chunk_count() - 1, index, index + 1);
   return Status::ok();
-#else
-  return Status::invalid_argument("pipeline parallelism on GPUs needs NCCL and MPI in the build");
-#endif
 }
 
 template <typename A>
@@ -395,7 +380,7 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   if (Status s = sum_tied_embedding(); !s) return s;
   if (reducer_)
     if (Status s = reducer_->finish(); !s) return s;
-  if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
+  if (Status s = synchronize(); !s) return s;
   totals_.forward += seconds_since(t0);  // forward and backward are one queue on the device
   t0 = Clock::now();
   // Global norm of the unscaled gradients, each parameter counted once over the
@@ -431,7 +416,7 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   const bool reports = groups_.coord.tp == 0 && groups_.last_stage();
   if (reports)
     cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
-  if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
+  if (Status s = synchronize(); !s) return s;
   totals_.optimizer += seconds_since(t0);
   // The mean over the global batch: tp_rank 0 of each data-parallel replica's last stage
   // contributes (the TP ranks hold equal losses), as the CPU trainer reports it.
@@ -459,7 +444,7 @@ Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& positio
     }
     position += o_.global_batch_size;
   }
-  if (std::string e = dev_.ctx->synchronize(); !e.empty()) return Status::internal(e);
+  if (Status s = synchronize(); !s) return s;
   return all_reduce_scalar(world_,
                            reports ? sum / (static_cast<double>(N) * M * o_.eval_iters * dp) : 0.0);
 }
@@ -509,7 +494,10 @@ RankReport GpuLoop<A>::report() const {
 template <typename A>
 Result<TrainSummary> GpuLoop<A>::run() {
   const bool rank0 = world_.rank() == 0;
-  const double peak = peak_flops_of(dev_.name);
+  // Dense bf16 peak of the device (the MFU denominator, as Megatron reports it for bf16 and
+  // fp16 runs alike): the planner's table entry for the board CUDA names; 0 for a board the
+  // table lacks, so no MFU is reported.
+  const double peak = device().peak_flops(DType::kBFloat16);
   RunStart start;
   std::ostringstream d;
   d << "GPT " << mc_.num_layers << " layers, hidden " << mc_.hidden_size << ", "
@@ -823,7 +811,7 @@ Result<TrainSummary> train_on_gpu(const TrainOptions& o, const ModelConfig& mc, 
     for (const std::string& line : e) text += (text.empty() ? "" : "\n") + line;
     return Status::invalid_argument(text);
   }
-  Result<Device> device = open_device();
+  Result<GpuDevice> device = open_device();
   if (!device) return device.status();
   Result<TrainSummary> r = Status::internal("unreachable");
   if (o.bf16)

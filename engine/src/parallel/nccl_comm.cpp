@@ -8,9 +8,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +63,12 @@ bool all_equal(const std::vector<size_t>& counts) {
 
 class NcclComm;
 
+// Every NcclComm alive in this process, oldest first, for watched_stream_wait (a process
+// drives one device, so these are its device's communicators). Guarded: the gradient reducer's
+// thread may make or drop none, but a wait may run while another thread uses a communicator.
+std::mutex g_live_mutex;
+std::vector<NcclComm*> g_live;
+
 // Completes when the event recorded after the operation has passed on the stream.
 class NcclRequest final : public CommRequest {
  public:
@@ -99,8 +107,14 @@ class NcclComm final : public Comm {
       : bootstrap_(std::move(bootstrap)), comm_(comm), stream_(stream), scratch_(scratch) {
     name_ = bootstrap_->name();
     world_ranks_ = bootstrap_->world_ranks();
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    g_live.push_back(this);
   }
   ~NcclComm() override {
+    {
+      std::lock_guard<std::mutex> lock(g_live_mutex);
+      g_live.erase(std::find(g_live.begin(), g_live.end(), this));
+    }
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
     cudaFree(scratch_);
@@ -276,6 +290,19 @@ class NcclComm final : public Comm {
     }
   }
 
+  // NCCL's asynchronous error on this communicator, or "" (none, or still in progress).
+  std::string async_error() const {
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+        async != ncclInProgress)
+      return ncclGetErrorString(async);
+    return "";
+  }
+  // This rank's world rank and its group in messages ("tensor-parallel [0,1]").
+  int world_rank() const { return world_ranks_.empty() ? rank() : world_ranks_[rank()]; }
+  std::string group() const { return group_phrase(name_, world_ranks_); }
+  const std::vector<int>& members() const { return world_ranks_; }
+
   [[noreturn]] void abort(const std::string& message, int exit_code) override {
     ncclCommAbort(comm_);  // unblocks kernels waiting for a peer that will never come
     bootstrap_->abort(message, exit_code);
@@ -405,6 +432,43 @@ Status NcclRequest::wait() {
   return finish(comm_.watch(what_, [&] { return cudaEventQuery(event_); }));
 }
 
+// watched_stream_wait's look, `waited` seconds into a wait for `what`: NcclComm::watch's checks
+// over every live communicator. A stream wait cannot tell which communicator's operation it is
+// stuck in, so a timeout names them all.
+void end_job_if_hung(const std::string& what, double waited) {
+  std::vector<NcclComm*> live;
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    live = g_live;
+  }
+  if (live.empty()) return;  // no communicator: nothing on the stream waits for a peer
+  const std::string op = what + activity_suffix();
+  std::string groups;
+  std::vector<int> members;
+  for (NcclComm* c : live) {
+    groups += (groups.empty() ? "" : "; ") + c->group();
+    members.insert(members.end(), c->members().begin(), c->members().end());
+  }
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  for (NcclComm* c : live)
+    if (const std::string e = c->async_error(); !e.empty())
+      c->abort("NCCL reported an error (" + e + ") on the " + c->group() + " group during " + op +
+                   "; the job is ended",
+               1);
+  const int me = live.front()->world_rank();
+  if (const int peer = ended_peer(); peer >= 0)
+    live.front()->abort(peer_ended_message(peer, me, waited, op, groups), 1);
+  const double timeout = comm_timeout_seconds();
+  if (timeout > 0 && waited >= timeout)
+    live.front()->abort("rank " + std::to_string(me) + " waited " + duration_phrase(timeout) +
+                            " (" + comm_timeout_setting() + ") in " + op +
+                            ", which holds stream-ordered NCCL operations of its groups (" +
+                            groups + "); NCCL cannot tell which rank has not arrived" +
+                            stopped_or_ended_notes(members) + "; the job is ended",
+                        1);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap) {
@@ -462,47 +526,20 @@ Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap) {
   return std::unique_ptr<Comm>(new NcclComm(std::move(bootstrap), comm, stream, scratch));
 }
 
-namespace {
-// A caller's cudaStream_t as a Stream, for the free *_on_stream functions, which call the
-// stream-ordered members until step 6 of docs/one-engine.md removes them.
-class CallerStream final : public Stream {
- public:
-  explicit CallerStream(CUstream_st* stream) : Stream("caller's stream"), stream_(stream) {}
-  void* native() const override { return stream_; }
-
- private:
-  CUstream_st* stream_;
-};
-}  // namespace
-
-Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DType type, ReduceOp op,
-                            CUstream_st* stream) {
-  CallerStream on(stream);
-  return nccl.all_reduce(data, count, type, op, on);
-}
-
-Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
-                            CUstream_st* stream) {
-  CallerStream on(stream);
-  return nccl.all_gather(send, recv, count, type, on);
-}
-
-Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
-                                CUstream_st* stream) {
-  CallerStream on(stream);
-  return nccl.reduce_scatter(send, recv, count, type, on);
-}
-
-Status send_on_stream(Comm& nccl, const void* data, size_t count, DType type, int peer,
-                      CUstream_st* stream) {
-  CallerStream on(stream);
-  return nccl.send(data, count, type, peer, on);
-}
-
-Status recv_on_stream(Comm& nccl, void* data, size_t count, DType type, int peer,
-                      CUstream_st* stream) {
-  CallerStream on(stream);
-  return nccl.recv(data, count, type, peer, on);
+Status watched_stream_wait(CUstream_st* stream, const std::string& what) {
+  const WaitPacer clock;
+  double next_look = 0.1;
+  for (;;) {
+    const cudaError_t rc = cudaStreamQuery(stream);
+    if (rc == cudaSuccess) return Status::ok();
+    if (rc != cudaErrorNotReady) return Status::internal(what + ": " + cudaGetErrorString(rc));
+    const double t = clock.elapsed();
+    if (t >= next_look) {
+      next_look = t + 0.1;
+      end_job_if_hung(what, t);
+    }
+    clock.pause();
+  }
 }
 
 Result<int> select_device_for_rank() {

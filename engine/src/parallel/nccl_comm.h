@@ -10,13 +10,14 @@
 // request's wait() synchronises with it. The stream-ordered members (comm.h) are the
 // exception: they queue on the cudaStream_t of a CUDA device's stream (tensor and sequence
 // parallelism's collectives and the pipeline's messages, ordered with compute) and refuse a
-// stream without one (a CPU device's). The free *_on_stream functions below wrap a raw
-// cudaStream_t and call those members; they go in step 6 of docs/one-engine.md.
+// stream without one (a CPU device's); the CUDA device's synchronize() watches them
+// (watched_stream_wait below).
 // In place: reduce_scatter's recv may be this rank's block of send (NCCL's in-place rule;
 // comm.h does not promise it for every Comm), and all_gather's send this rank's block of recv.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "lattice/comm.h"
 
@@ -32,43 +33,17 @@ namespace lattice {
 // a failure inside ncclCommInitRank ends the job through bootstrap's abort().
 Result<std::unique_ptr<Comm>> make_nccl_comm(std::unique_ptr<Comm> bootstrap);
 
-// Queues an in-place all-reduce of data (count elements, a device pointer) over `nccl`, a
-// communicator that make_nccl_comm made, on `stream` (a cudaStream_t) instead of the
-// communicator's own stream: work queued on `stream` before it has written data, work queued
-// after it sees the result, and the host never waits (Megatron's tensor-parallel reductions
-// on the compute stream). Returns when the operation is queued; a failure of the operation
-// itself surfaces when `stream` is synchronised. Collective over `nccl`: every rank queues
-// the same reductions in the same order. Not thread-safe with other calls on `nccl`.
-// Calls nccl.all_reduce(..., stream) (comm.h): an error (invalid_argument) when `stream` is null
-// (the legacy default stream) or `nccl` is a CPU communicator.
-Status all_reduce_on_stream(Comm& nccl, void* data, size_t count, DType type, ReduceOp op,
-                            CUstream_st* stream);
-
-// Queue an all-gather (recv (count * size) = every rank's send (count), in rank order) or a
-// reduce-scatter (recv (count) = this rank's block of the sum of every rank's send
-// (count * size)) over `nccl` on `stream`, as all_reduce_on_stream: ordered with the work on
-// `stream`, the host never waits (sequence parallelism's row exchanges). In place as NCCL
-// allows (see the top of this file). Collective over `nccl`, the same calls in the same order
-// on every rank; not thread-safe with other calls on `nccl`. They call the members, with the
-// errors of all_reduce_on_stream.
-Status all_gather_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
-                            CUstream_st* stream);
-Status reduce_scatter_on_stream(Comm& nccl, const void* send, void* recv, size_t count, DType type,
-                                CUstream_st* stream);
-
-// Queue a send of data (count elements, a device pointer) to `peer`, or a receive from it,
-// over `nccl` on `stream` instead of the communicator's own stream, as all_reduce_on_stream:
-// they start when the work queued before them on `stream` has run, and the work queued after
-// them waits for them. Ordering contract: NCCL matches the point-to-point operations between
-// a pair of ranks on one communicator in issue order, and a send does not complete before its
-// receive is posted, so two ranks that each send to the other first on one stream deadlock;
-// the caller orders them (gpu_pipeline.h keeps one communicator and stream per direction).
-// Not thread-safe with other calls on `nccl`. They call the members, with the errors of
-// all_reduce_on_stream.
-Status send_on_stream(Comm& nccl, const void* data, size_t count, DType type, int peer,
-                      CUstream_st* stream);
-Status recv_on_stream(Comm& nccl, void* data, size_t count, DType type, int peer,
-                      CUstream_st* stream);
+// Waits on the host until everything queued on `stream` (a cudaStream_t of this process's
+// device) has run, as NcclComm's blocking calls wait (Note [collective timeout] on the GPU,
+// nccl_comm.cpp): cudaStreamQuery paced as every wait, and every 100 ms each NcclComm alive in
+// this process (a process drives one device, so they are its device's) is asked for an
+// asynchronous error and /proc for a dead peer. Either, or a wait past the communication
+// timeout while an NcclComm exists, ends the job through that communicator's abort, the message
+// naming `what` ("the synchronisation of the compute stream on NVIDIA H200, device 0") and the
+// groups. Without any NcclComm it only waits: there is no peer to hang on. Returns CUDA's error
+// for the stream, if any. For CudaDevice::synchronize (cuda_device.cpp), so that a hang in a
+// stream-ordered collective or message ends the job as a hang in a blocking call does.
+Status watched_stream_wait(CUstream_st* stream, const std::string& what);
 
 // cudaSetDevice(local rank % devices) for this process (device/local_rank.h); returns the
 // device chosen, or an error naming the local rank and the device count.

@@ -1,13 +1,10 @@
-// A stand-in for the CUDA runtime header, for test_gpu_model_on_host and
-// test_gpu_optimizer_on_host only: engine/src/gpu/ files (gpu_model.cpp, gpu_pipeline.cpp,
-// grad_reducer.cpp) compiled on the CPU against gpu_ops_on_host.cpp. "Device" memory is host
-// memory and every asynchronous copy or kernel happens at once, on the calling thread (the
-// Context's stream is null), so an event recorded there has completed when recorded. Streams
-// made here carry point-to-point messages (gpu_ops_on_host.cpp's send_on_stream /
-// recv_on_stream over the CPU communicator): a stream runs one operation at a time in issue
-// order, as CUDA's, so a send still in flight (a non-blocking send) is completed before the
-// stream's next operation starts, and an event recorded after a send is waited for by
-// completing that send. Just the calls those files make.
+// A stand-in for the CUDA runtime header, for test_gpu_optimizer_on_host only: engine/src/gpu/
+// files (gpu_adamw.cpp, grad_reducer.cpp) compiled on the CPU against gpu_ops_on_host.cpp.
+// "Device" memory is host memory and every asynchronous copy or kernel happens at once, on the
+// calling thread (the Context's stream is null), so an event recorded there has completed when
+// recorded. (The GPU model and pipeline run on the CPU device instead since step 6 of
+// docs/one-engine.md; the pending-send stream below served their messages and goes with this
+// header in step 8.) Just the calls those files make.
 #pragma once
 
 #include <cstddef>
