@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lattice vs PyTorch (CPU, fp32) training throughput on the same GPT-2-style model, same
 # optimizer, same machine and thread count. For each config it runs, one after the other,
-#   (a) lattice-bench-train --config C --threads N --steps S
+#   (a) lattice-bench-train --config C --threads N --steps S --profile
 #   (b) /usr/bin/python3 tests/bench/gpt_torch.py --config C --threads N --steps S
 # reads the last line of each ("RESULT {json}") and prints a side-by-side table.
 #
@@ -106,7 +106,7 @@ echo "env: OMP_NUM_THREADS=$OMP_NUM_THREADS; OPENBLAS_CORETYPE and OPENBLAS_L2_S
 
 for c in "${config_list[@]}"; do
   if [[ -n "$steps" ]]; then n="$steps"; elif [[ "$c" == A ]]; then n=10; else n=4; fi
-  run_one lattice "$c" "$lattice_bench" --config "$c" --threads "$threads" --steps "$n"
+  run_one lattice "$c" "$lattice_bench" --config "$c" --threads "$threads" --steps "$n" --profile
   run_one pytorch "$c" "$python" "$torch_script" --config "$c" --threads "$threads" --steps "$n"
 done
 
