@@ -46,28 +46,27 @@ double mib(size_t bytes) {
   return bytes / 1048576.0;
 }
 
-// One table: each op's time per step and share of the step, over every step of the run (the
-// first included: the op totals are whole-run). The optimizer row is the trainer's phase
-// (gradient norm, clipping, AdamW); "untimed" is the step's time outside every timed op
-// (the executor, zeroing gradients, loss bookkeeping), so the shares add up to 100 %.
-void print_profile(const TrainSummary& s, const std::vector<double>& step_seconds) {
-  double step_total = 0;
-  for (double t : step_seconds) step_total += t;
-  const double steps = static_cast<double>(step_seconds.size());
+// One table: each op's time per step and share of the step over the timed steps (those
+// tokens/s counts: every step after the first, which pays for first touches of memory). The
+// optimizer row is the trainer's phase (gradient norm, clipping, AdamW); "untimed" is the
+// step's time outside every timed op (the executor, zeroing gradients, loss bookkeeping), so
+// the shares add up to 100 %.
+void print_profile(const TrainSummary& s) {
+  const double steps = std::max(1, s.timed_iterations), step_total = s.timed_seconds;
   std::vector<OpTime> rows;
-  for (const OpTime& t : s.op_times)
-    if (t.calls > 0) rows.push_back(t);
-  if (!s.ranks.empty())
-    rows.push_back({"optimizer (norm, clip, adamw)", s.ranks[0].times.optimizer, 0});
   double timed = 0;
-  for (const OpTime& t : rows) timed += t.seconds;
+  for (const OpTime& t : s.timed_ops)
+    if (t.calls > 0 || t.seconds > 0) {
+      rows.push_back(t);
+      timed += t.seconds;
+    }
   rows.push_back({"untimed", std::max(0.0, step_total - timed), 0});
-  std::printf("\nprofile: share of the step, %d steps (first included), %.1f ms per step\n",
-              static_cast<int>(steps), 1e3 * step_total / steps);
+  std::printf("\nprofile: share of the step over steps 2-%d, %.1f ms per step\n",
+              s.timed_iterations + 1, 1e3 * step_total / steps);
   std::printf("| op | ms per step | %% of step | calls per step |\n|---|---|---|---|\n");
   for (const OpTime& t : rows) {
     const std::string calls =
-        t.calls > 0 ? std::to_string(t.calls / std::max<int64_t>(1, steps)) : std::string("-");
+        t.calls > 0 ? std::to_string(t.calls / static_cast<int64_t>(steps)) : std::string("-");
     std::printf("| %s | %.2f | %.1f | %s |\n", t.name.c_str(), 1e3 * t.seconds / steps,
                 100.0 * t.seconds / step_total, calls.c_str());
   }
@@ -157,7 +156,7 @@ int main(int argc, char** argv) {
   std::printf("%-34s %12.1f\n", "workspace (MiB)", mib(m.workspace));
   std::printf("%-34s %12.1f\n", "peak RSS (MiB)", mib(m.peak_rss));
   std::printf("%-34s %12.2f\n", "peak RSS / needed", static_cast<double>(m.peak_rss) / needed);
-  if (profile) print_profile(s, times.seconds);
+  if (profile) print_profile(s);
   std::printf(
       "RESULT {\"impl\":\"lattice\",\"config\":\"%s\",\"threads\":%d,\"tokens_per_s\":%.2f,"
       "\"step_ms_median\":%.2f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.4f,"
