@@ -50,12 +50,15 @@ void apply_dropout(T* dst, const T* P, int T_, size_t base, float p, uint64_t ke
   const uint32_t threshold = dropout_threshold(p);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
   for (int i = 0; i < T_; i++) {
-    const size_t row = base + static_cast<size_t>(i) * T_;
+    // Row pointers and a size_t index: with int indices into the (T, T) block GCC left this
+    // loop scalar (three 64-bit multiplies per element in the hash).
+    const size_t row = base + static_cast<size_t>(i) * T_, n = static_cast<size_t>(i) + 1;
+    const T* prow = P + static_cast<size_t>(i) * T_;
+    T* drow = dst + static_cast<size_t>(i) * T_;
 #pragma omp simd
-    for (int j = 0; j <= i; j++)
-      dst[i * T_ + j] = dropout_keep(key, row + j, threshold) ? P[i * T_ + j] * keep_scale : T(0);
-    std::fill(dst + static_cast<size_t>(i) * T_ + i + 1, dst + static_cast<size_t>(i + 1) * T_,
-              T(0));
+    for (size_t j = 0; j < n; j++)
+      drow[j] = dropout_keep(key, row + j, threshold) ? prow[j] * keep_scale : T(0);
+    std::fill(drow + n, drow + T_, T(0));
   }
 }
 }  // namespace
