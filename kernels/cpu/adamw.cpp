@@ -2,7 +2,8 @@
 // optimizer needs (global gradient norm, scaling for clipping). The multi-tensor forms run a
 // whole model's tensors in one OpenMP region, cut into blocks of kOptimizerBlock elements: a
 // GPT's optimizer step has a few large tensors and many small ones (biases, LayerNorms), and
-// one region per tensor and pass cost more than the small tensors' work (Note [CPU dispatch]).
+// a region per tensor and pass woke the threads more often than the small tensors were worth
+// (Note [OpenMP waiting]).
 #include <cmath>
 #include <cstring>
 #include <type_traits>
