@@ -50,12 +50,15 @@ void apply_dropout(T* dst, const T* P, int T_, size_t base, float p, uint64_t ke
   const uint32_t threshold = dropout_threshold(p);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
   for (int i = 0; i < T_; i++) {
-    const size_t row = base + static_cast<size_t>(i) * T_;
+    // Row pointers and a size_t index: with int indices into the (T, T) block GCC left this
+    // loop scalar (three 64-bit multiplies per element in the hash).
+    const size_t row = base + static_cast<size_t>(i) * T_, n = static_cast<size_t>(i) + 1;
+    const T* prow = P + static_cast<size_t>(i) * T_;
+    T* drow = dst + static_cast<size_t>(i) * T_;
 #pragma omp simd
-    for (int j = 0; j <= i; j++)
-      dst[i * T_ + j] = dropout_keep(key, row + j, threshold) ? P[i * T_ + j] * keep_scale : T(0);
-    std::fill(dst + static_cast<size_t>(i) * T_ + i + 1, dst + static_cast<size_t>(i + 1) * T_,
-              T(0));
+    for (size_t j = 0; j < n; j++)
+      drow[j] = dropout_keep(key, row + j, threshold) ? prow[j] * keep_scale : T(0);
+    std::fill(drow + n, drow + T_, T(0));
   }
 }
 }  // namespace
@@ -109,7 +112,6 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
   const int HS = C / NH, ld = 3 * C;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T keep_scale = static_cast<T>(dropout_p > 0.0f ? 1.0 / (1.0 - dropout_p) : 1.0);
-  const uint32_t threshold = dropout_threshold(dropout_p);
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
@@ -139,15 +141,17 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
       cpu::gemm(false, true, i1 - i0, i1, HS, T(1), dO + static_cast<size_t>(i0) * C, C, v, ld,
                 T(0), dP + static_cast<size_t>(i0) * T_, T_);
     }
-    // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p).
+    // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p). The mask is read
+    // off Pd (zero where dropped) instead of hashing every element again: where P is zero Pd
+    // is too and the element is taken as dropped, which changes nothing, since dS is P times
+    // a finite factor there and P's zero adds nothing to the row's dot product.
     for (int i = 0; i < T_; i++) {
       const T* prow = P + static_cast<size_t>(i) * T_;
       T* drow = dP + static_cast<size_t>(i) * T_;
       if (dropout_p > 0.0f) {
-        const size_t row = mask_base + static_cast<size_t>(i) * T_;
+        const T* pdrow = Pd + static_cast<size_t>(i) * T_;
 #pragma omp simd
-        for (int j = 0; j <= i; j++)
-          drow[j] = dropout_keep(dropout_key, row + j, threshold) ? drow[j] * keep_scale : T(0);
+        for (int j = 0; j <= i; j++) drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
       }
       T dot = 0;
 #pragma omp simd reduction(+ : dot)

@@ -153,8 +153,16 @@ void adamw_update(S* param, const S* grad, S* m, S* v, size_t n, const AdamWPara
   LATTICE_DISPATCH(adamw_update<S>, param, grad, m, v, n, p);
 }
 template <typename S>
+void adamw_update(const AdamWTensor<S>* tensors, int count, const AdamWParams& p, S grad_scale) {
+  LATTICE_DISPATCH(adamw_update<S>, tensors, count, p, grad_scale);
+}
+template <typename S>
 double sum_squares(const S* x, size_t n) {
   LATTICE_DISPATCH(sum_squares<S>, x, n);
+}
+template <typename S>
+double sum_squares(const S* const* tensors, const size_t* sizes, int count) {
+  LATTICE_DISPATCH(sum_squares<S>, tensors, sizes, count);
 }
 template <typename S>
 void scale(S* x, size_t n, S s) {
@@ -192,7 +200,9 @@ void scale(S* x, size_t n, S s) {
   template void cross_entropy_shard_finish(S*, S*, const S*, const S*, const double*, const S*,    \
                                            const int32_t*, int, int, int, float);                  \
   template void adamw_update(S*, const S*, S*, S*, size_t, const AdamWParams&);                    \
+  template void adamw_update(const AdamWTensor<S>*, int, const AdamWParams&, S);                   \
   template double sum_squares(const S*, size_t);                                                   \
+  template double sum_squares(const S* const*, const size_t*, int);                                \
   template void scale(S*, size_t, S);
 LATTICE_INSTANTIATE_OPS(float)
 LATTICE_INSTANTIATE_OPS(double)

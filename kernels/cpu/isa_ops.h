@@ -70,7 +70,11 @@ void cross_entropy_shard_finish(S* losses, S* dlogits, const S* logits, const S*
 template <typename S>
 void adamw_update(S* param, const S* grad, S* m, S* v, size_t n, const AdamWParams& p);
 template <typename S>
+void adamw_update(const AdamWTensor<S>* tensors, int count, const AdamWParams& p, S grad_scale);
+template <typename S>
 double sum_squares(const S* x, size_t n);
+template <typename S>
+double sum_squares(const S* const* tensors, const size_t* sizes, int count);
 template <typename S>
 void scale(S* x, size_t n, S s);
 

@@ -1,5 +1,6 @@
 // lattice-bench-gemm: float GEMM rates of the shapes config B trains with (N = 1024 tokens,
-// C = 768, F = 3072, V = 50304), for each BLAS library present, side by side in one run.
+// C = 768, F = 3072, V = 50304), or config A's with --config A (C = 256, F = 1024, V = 8192),
+// for each BLAS library present, side by side in one run.
 // Libraries are loaded with dlopen(RTLD_LOCAL) so that their cblas symbols cannot collide:
 // OpenBLAS (OpenMP and pthread builds), BLIS (OpenMP build) and oneDNN's dnnl_sgemm.
 // This is how Lattice picked its CPU GEMM (docs/benchmarks.md). Row-major throughout.
@@ -67,7 +68,23 @@ double rate(const Backend& b, const Shape& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  int threads = 2;
+  std::string config = "B";
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    if (a == "--config" && i + 1 < argc) {
+      config = argv[++i];
+    } else if (!a.empty() && a.find_first_not_of("0123456789") == std::string::npos) {
+      threads = std::atoi(a.c_str());
+    } else {
+      std::fprintf(stderr, "usage: lattice-bench-gemm [THREADS] [--config A|B]\n");
+      return 2;
+    }
+  }
+  if (config != "A" && config != "B") {
+    std::fprintf(stderr, "lattice-bench-gemm: --config %s is not A or B\n", config.c_str());
+    return 2;
+  }
   const std::string dir = "/usr/lib/x86_64-linux-gnu/";
   std::vector<Backend> backends = {
       {"OpenBLAS (OpenMP)", dir + "openblas-openmp/libopenblas.so.0", "cblas_sgemm",
@@ -78,7 +95,8 @@ int main(int argc, char** argv) {
        "bli_thread_set_num_threads", call_cblas},
       {"oneDNN", dir + "libdnnl.so.2", "dnnl_sgemm", "", call_dnnl},
   };
-  const int N = 1024, C = 768, F = 3072, V = 50304;
+  const bool a = config == "A";
+  const int N = 1024, C = a ? 256 : 768, F = 4 * C, V = a ? 8192 : 50304;
   const Shape shapes[] = {
       {"qkv forward", false, true, N, 3 * C, C, 1}, {"fc1 forward", false, true, N, F, C, 1},
       {"fc2 forward", false, true, N, C, F, 1},     {"fc1 dinput", false, false, N, C, F, 0},
@@ -100,8 +118,11 @@ int main(int argc, char** argv) {
     present.push_back(&b);
   }
   std::printf("%s\n", lattice::bench::machine_line().c_str());
-  std::printf("float GEMM, GFLOP/s (median of 5), %d threads, OMP_NUM_THREADS=%s\n", threads,
-              std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset");
+  std::printf(
+      "config %s's shapes, float GEMM, GFLOP/s (median of 5), %d threads, "
+      "OMP_NUM_THREADS=%s\n",
+      config.c_str(), threads,
+      std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset");
   std::printf("%-18s %-22s", "shape", "M x N x K");
   for (Backend* b : present) std::printf(" %20s", b->name.c_str());
   std::printf("\n");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lattice vs PyTorch (CPU, fp32) training throughput on the same GPT-2-style model, same
 # optimizer, same machine and thread count. For each config it runs, one after the other,
-#   (a) lattice-bench-train --config C --threads N --steps S
+#   (a) lattice-bench-train --config C --threads N --steps S --profile
 #   (b) /usr/bin/python3 tests/bench/gpt_torch.py --config C --threads N --steps S
 # reads the last line of each ("RESULT {json}") and prints a side-by-side table.
 #
@@ -66,6 +66,9 @@ source "${script_dir}/machine_line.sh"
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 export OMP_NUM_THREADS="$threads"
 export OPENBLAS_NUM_THREADS="$threads"  # OpenBLAS's own pool would otherwise read OMP_NUM_THREADS
+# Idle OpenMP threads sleep on both sides: Lattice's default (Note [OpenMP waiting]); PyTorch's
+# libgomp would spin, which on a shared 2-core machine costs it more than it saves.
+export OMP_WAIT_POLICY=PASSIVE
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/train_vs_pytorch.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -102,11 +105,11 @@ echo "$machine"
 echo "Lattice vs PyTorch: configs ${configs}, ${threads} threads, $(nproc) CPUs online"
 echo "lattice: $lattice_bench"
 echo "pytorch: $python $torch_script ($("$python" -c 'import torch; print(torch.__version__)'))"
-echo "env: OMP_NUM_THREADS=$OMP_NUM_THREADS; OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset"
+echo "env: OMP_NUM_THREADS=$OMP_NUM_THREADS OMP_WAIT_POLICY=$OMP_WAIT_POLICY; OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset"
 
 for c in "${config_list[@]}"; do
   if [[ -n "$steps" ]]; then n="$steps"; elif [[ "$c" == A ]]; then n=10; else n=4; fi
-  run_one lattice "$c" "$lattice_bench" --config "$c" --threads "$threads" --steps "$n"
+  run_one lattice "$c" "$lattice_bench" --config "$c" --threads "$threads" --steps "$n" --profile
   run_one pytorch "$c" "$python" "$torch_script" --config "$c" --threads "$threads" --steps "$n"
 done
 

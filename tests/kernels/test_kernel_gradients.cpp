@@ -291,6 +291,88 @@ class KernelGradients : public QObject {
                qPrintable(QString("param[%1]: %2 vs reference %3").arg(i).arg(p[i]).arg(p_ref[i])));
   }
 
+  // The optimizer's one-pass form: every tensor of a model in one call, clipping folded in,
+  // gives what clipping the gradients and then stepping tensor by tensor gives, bit for bit,
+  // and leaves the gradients as they were.
+  void multi_tensor_adamw_equals_clip_then_adamw_per_tensor() {
+    const std::vector<size_t> sizes{1, 17, 8192 + 5, 40000, 3, 0, 2 * 8192};
+    const float clip = 0.37f;
+    k::AdamWParams hp;
+    hp.lr = 1e-2f;
+    hp.weight_decay = 0.1f;
+    std::vector<std::vector<float>> p, g, m, v;
+    for (size_t t = 0; t < sizes.size(); t++) {
+      p.push_back(to_float(random_vector(sizes[t], 200 + t)));
+      g.push_back(to_float(random_vector(sizes[t], 300 + t)));
+      m.push_back(std::vector<float>(sizes[t], 0.0f));
+      v.push_back(std::vector<float>(sizes[t], 0.0f));
+    }
+    auto p_ref = p, m_ref = m, v_ref = v;
+    const auto g_before = g;
+    for (int step = 1; step <= 3; step++) {
+      hp.step = step;
+      std::vector<k::AdamWTensor<float>> tensors;
+      for (size_t t = 0; t < sizes.size(); t++)
+        tensors.push_back(
+            {p[t].data(), g[t].data(), m[t].data(), v[t].data(), sizes[t], t % 2 == 0});
+      k::adamw_update(tensors.data(), static_cast<int>(tensors.size()), hp, clip);
+      for (size_t t = 0; t < sizes.size(); t++) {
+        std::vector<float> clipped = g_before[t];
+        k::scale(clipped.data(), clipped.size(), clip);
+        k::AdamWParams q = hp;
+        if (t % 2 != 0) q.weight_decay = 0.0f;
+        k::adamw_update(p_ref[t].data(), clipped.data(), m_ref[t].data(), v_ref[t].data(), sizes[t],
+                        q);
+      }
+    }
+    for (size_t t = 0; t < sizes.size(); t++) {
+      QVERIFY2(p[t] == p_ref[t], qPrintable(QString("tensor %1: params differ").arg(t)));
+      QVERIFY2(m[t] == m_ref[t], qPrintable(QString("tensor %1: m differs").arg(t)));
+      QVERIFY2(v[t] == v_ref[t], qPrintable(QString("tensor %1: v differs").arg(t)));
+      QVERIFY2(g[t] == g_before[t], qPrintable(QString("tensor %1: grads written").arg(t)));
+    }
+  }
+
+  // The gradient norm's sum of squares is the same bits for 1 and 2 threads and on every ISA:
+  // blocks of 8192 elements, each summed in 16 lanes (lane j: elements i % 16 == j) folded
+  // pairwise, the blocks added in order (kernels.h). The reference below is that order, scalar.
+  void sum_squares_does_not_depend_on_threads_or_isa() {
+    const std::vector<size_t> sizes{8192 * 3 + 7, 5, 40000};
+    std::vector<std::vector<float>> x;
+    for (size_t t = 0; t < sizes.size(); t++)
+      x.push_back(to_float(random_vector(sizes[t], 400 + t, 2.0)));
+    double reference = 0;
+    for (const auto& tensor : x) {
+      double tensor_sum = 0;
+      for (size_t b = 0; b < tensor.size(); b += 8192) {
+        double lanes[16] = {};
+        for (size_t i = b; i < std::min(tensor.size(), b + 8192); i++)
+          lanes[(i - b) % 16] += static_cast<double>(tensor[i]) * tensor[i];
+        for (int w = 8; w >= 1; w /= 2)
+          for (int j = 0; j < w; j++) lanes[j] += lanes[j + w];
+        tensor_sum += lanes[0];
+      }
+      reference += tensor_sum;
+    }
+    const float* pointers[] = {x[0].data(), x[1].data(), x[2].data()};
+    for (int threads : {1, 2}) {
+      k::set_num_threads(threads);
+      const double all = k::sum_squares(pointers, sizes.data(), 3);
+      const double one_by_one = k::sum_squares(pointers[0], sizes[0]) +
+                                k::sum_squares(pointers[1], sizes[1]) +
+                                k::sum_squares(pointers[2], sizes[2]);
+      k::set_num_threads(2);
+      QVERIFY2(all == reference, qPrintable(QString("%1 threads: %2, reference %3")
+                                                .arg(threads)
+                                                .arg(all, 0, 'g', 17)
+                                                .arg(reference, 0, 'g', 17)));
+      QVERIFY2(all == one_by_one, qPrintable(QString("%1 threads: %2, tensor by tensor %3")
+                                                 .arg(threads)
+                                                 .arg(all, 0, 'g', 17)
+                                                 .arg(one_by_one, 0, 'g', 17)));
+    }
+  }
+
   void every_float_kernel_agrees_with_double() {
     // The float kernels run the ISA's explicit vectors (softmaxes, GELU) or its compiled loops;
     // each is held to the double kernel on inputs long enough for several vectors, OpenMP blocks

@@ -113,6 +113,12 @@ struct TrainSummary {
   double peak_gflops = 0;  // one rank's: the SGEMM rate measured on its threads, or the GPU's
   MemoryReport memory;
   std::vector<OpTime> op_times;  // where the time went, whole run (rank 0's ops)
+  // The same over the iterations tokens_per_second covers (after the first, which pays for
+  // first touches of memory), with the optimizer phase (norm, clipping, AdamW) as a last entry,
+  // and those iterations' count and wall time: the step's profile (lattice-bench-train --profile).
+  std::vector<OpTime> timed_ops;
+  int timed_iterations = 0;
+  double timed_seconds = 0;
   double total_seconds = 0;
   std::vector<RankReport> ranks;  // every rank, whole run (on rank 0)
 };

@@ -4,6 +4,7 @@
 // (what GptModel::layer_forward does), the attention's saved tensor is the kernel's
 // probabilities (B, NH, T, T), and the multi-tensor optimizer ops loop over their tensors.
 #include <cstring>
+#include <vector>
 
 #include "device/ops.h"
 #include "lattice/kernels.h"
@@ -109,19 +110,18 @@ class CpuOps final : public Ops<S> {
 
   void adamw_update(const AdamWSpan<S>* tensors, int count,
                     const kernels::AdamWParams& p) override {
+    std::vector<kernels::AdamWTensor<S>> all(static_cast<size_t>(count));
     for (int i = 0; i < count; i++) {
       const AdamWSpan<S>& t = tensors[i];
-      kernels::AdamWParams q = p;
-      if (!t.decay) q.weight_decay = 0.0f;
-      kernels::adamw_update(t.param, t.grad, t.m, t.v, t.n, q);
-      if (t.param_copy) copy(t.param_copy, t.param, t.n);
+      all[i] = {t.param, t.grad, t.m, t.v, t.n, t.decay};
     }
+    kernels::adamw_update(all.data(), count, p, S(1));  // one parallel pass over every tensor
+    for (int i = 0; i < count; i++)
+      if (tensors[i].param_copy) copy(tensors[i].param_copy, tensors[i].param, tensors[i].n);
   }
   void sum_squares(double* result, const S* const* tensors, const size_t* sizes,
                    int count) override {
-    double sum = 0;
-    for (int i = 0; i < count; i++) sum += kernels::sum_squares(tensors[i], sizes[i]);
-    *result = sum;
+    *result = kernels::sum_squares(tensors, sizes, count);
   }
   void scale(S* x, size_t n, S s) override { kernels::scale(x, n, s); }
 

@@ -50,10 +50,14 @@ AdamW<T>::AdamW(const ParamLayout& layout, const OptimizerConfig& config,
 
 template <typename T>
 double AdamW<T>::sum_squares(const T* grads) const {
-  double sum = 0;
+  std::vector<const T*> tensors;
+  std::vector<size_t> sizes;
   for (const Segment& s : segments_)
-    if (s.counts_in_norm) sum += kernels::sum_squares(grads + s.offset, s.numel);
-  return sum;
+    if (s.counts_in_norm) {
+      tensors.push_back(grads + s.offset);
+      sizes.push_back(s.numel);
+    }
+  return kernels::sum_squares(tensors.data(), sizes.data(), static_cast<int>(tensors.size()));
 }
 
 template <typename T>
@@ -65,12 +69,15 @@ void AdamW<T>::update(T* params, T* grads, double lr, double clip_coeff) {
   p.beta2 = config_.adam_beta2;
   p.eps = config_.adam_eps;
   p.step = step_;
-  for (const Segment& s : segments_) {
-    if (clip_coeff < 1.0) kernels::scale(grads + s.offset, s.numel, static_cast<T>(clip_coeff));
-    p.weight_decay = s.decay ? config_.weight_decay : 0.0f;
-    kernels::adamw_update(params + s.offset, grads + s.offset, m_.data() + s.state,
-                          v_.data() + s.state, s.numel, p);
-  }
+  p.weight_decay = config_.weight_decay;
+  std::vector<kernels::AdamWTensor<T>> tensors;
+  tensors.reserve(segments_.size());
+  for (const Segment& s : segments_)
+    tensors.push_back({params + s.offset, grads + s.offset, m_.data() + s.state,
+                       v_.data() + s.state, s.numel, s.decay});
+  // Clipping scales each gradient on its way into the step (the grads are left as they are).
+  kernels::adamw_update(tensors.data(), static_cast<int>(tensors.size()), p,
+                        static_cast<T>(clip_coeff < 1.0 ? clip_coeff : 1.0));
 }
 
 template <typename T>

@@ -35,7 +35,8 @@ class AdamW {
   // Sum of squared gradients over the owned elements that count in the global norm (each
   // parameter once over the model-parallel group; ParamTensor::counts_in_norm).
   double sum_squares(const T* grads) const;
-  // Scales the owned gradients by clip_coeff (when < 1) and takes one AdamW step on them.
+  // One AdamW step on the owned elements with the gradients scaled by clip_coeff (when < 1) on
+  // the way in; the gradients themselves are not written.
   void update(T* params, T* grads, double lr, double clip_coeff);
   // One process holding everything: norm, clip, step. Returns the norm before clipping; a
   // non-finite norm (inf/NaN gradients) skips the step: nothing changes.

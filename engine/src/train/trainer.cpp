@@ -580,6 +580,24 @@ Result<TrainSummary> Trainer<T>::run() {
   };
   double timed_seconds = 0;
   int timed_iterations = 0;
+  // Each op's totals so far, and the optimizer phase's; the difference over a timed iteration
+  // adds to summary.timed_ops (validation passes between iterations stay out).
+  auto op_totals = [&] {
+    std::vector<OpTime> ops;
+    for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
+      const Op op = static_cast<Op>(i);
+      OpTime t{op_name(op), 0, 0};
+      for (auto& c : rank_.chunks) {
+        t.seconds += c->profiler().seconds(op);
+        t.calls += c->profiler().calls(op);
+      }
+      ops.push_back(t);
+    }
+    ops.push_back({"optimizer (norm, clip, adamw)", totals_.optimizer, 0});
+    return ops;
+  };
+  summary.timed_ops = op_totals();
+  for (OpTime& t : summary.timed_ops) t.seconds = 0, t.calls = 0;
 
   auto report_validation = [&](const SampleSource* source, int64_t& position, const char* split,
                                int iteration, bool at_end) -> Status {
@@ -616,6 +634,7 @@ Result<TrainSummary> Trainer<T>::run() {
       if (rank0) sink_.on_message(exit_duration_message(it - 1, o_.exit_duration_in_mins));
       break;
     }
+    const std::vector<OpTime> ops_at_start = op_totals();
     const auto t0 = Clock::now();
     if (reported(it))
       timeline_.begin(t0, IterationTimeline::capacity(L.vpp, o_.num_micro_batches() / L.dp));
@@ -635,6 +654,11 @@ Result<TrainSummary> Trainer<T>::run() {
     if (it > 1 || o_.train_iters == 1) {
       timed_seconds += seconds;
       timed_iterations++;
+      const std::vector<OpTime> now = op_totals();
+      for (size_t i = 0; i < now.size(); i++) {
+        summary.timed_ops[i].seconds += now[i].seconds - ops_at_start[i].seconds;
+        summary.timed_ops[i].calls += now[i].calls - ops_at_start[i].calls;
+      }
     }
     IterationMetrics m;
     m.iteration = it;
@@ -701,15 +725,11 @@ Result<TrainSummary> Trainer<T>::run() {
   reported_ = PhaseTimes{};
   summary.ranks = gather_reports(false, 1);  // whole-run totals
   if (rank0) summary.memory = summary.ranks[0].memory;
-  for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
-    const Op op = static_cast<Op>(i);
-    double seconds = 0;
-    int64_t calls = 0;
-    for (auto& c : rank_.chunks) {
-      seconds += c->profiler().seconds(op);
-      calls += c->profiler().calls(op);
-    }
-    summary.op_times.push_back({op_name(op), seconds, calls});
+  {
+    const std::vector<OpTime> ops = op_totals();
+    summary.op_times.assign(ops.begin(), ops.end() - 1);  // the model's ops, whole run
+    summary.timed_seconds = timed_seconds;
+    summary.timed_iterations = timed_iterations;
   }
   if (!o_.save_hf.empty()) {
     Result<std::vector<T>> full =

@@ -152,10 +152,31 @@ struct AdamWParams {
 };
 template <typename S>
 void adamw_update(S* param, const S* grad, S* m, S* v, size_t n, const AdamWParams& p);
+// One tensor of a multi-tensor AdamW step.
+template <typename S>
+struct AdamWTensor {
+  S* param = nullptr;
+  const S* grad = nullptr;
+  S* m = nullptr;
+  S* v = nullptr;
+  size_t n = 0;
+  bool decay = true;  // false: no weight decay (biases and norms, as Megatron)
+};
+// adamw_update on each of `count` tensors, weight decay off where decay is false, with each grad
+// multiplied by grad_scale first (gradient clipping folded in; the grads are not written): the
+// same result, element for element, as scale(grad, n, grad_scale) and then adamw_update, tensor
+// by tensor, in one parallel pass over all of them (one OpenMP region, not two per tensor).
+template <typename S>
+void adamw_update(const AdamWTensor<S>* tensors, int count, const AdamWParams& p, S grad_scale);
 
-// sum of x^2 accumulated in double, in a fixed order for a fixed thread count.
+// sum of x^2 accumulated in double, in a fixed order that depends on neither the thread count
+// nor the instruction set (blocks of 8192 elements, 16 lanes each; the blocks summed in order).
 template <typename S>
 double sum_squares(const S* x, size_t n);
+// The sum of x^2 over `count` tensors (arrays of pointers and sizes) in one parallel pass: the
+// tensors' sum_squares added in order, exactly.
+template <typename S>
+double sum_squares(const S* const* tensors, const size_t* sizes, int count);
 // x (n) *= s
 template <typename S>
 void scale(S* x, size_t n, S s);
