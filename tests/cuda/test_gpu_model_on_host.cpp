@@ -37,6 +37,12 @@
 // A missing TP sum of the LayerNorm gradients and a dropout mask without the row0 * C offset
 // were each checked to fail these. The activations of a sequence-parallel model take the bytes
 // of the rows it no longer holds less than without it.
+// fp64 (step 9 of docs/one-engine.md): GpuGpt<double> on the CPU device's fp64 op list against
+// GptModel<double> within 1e-12, at TP 1 (kept, full uniform and block, selective; with and
+// without dropout), TP 2 with dropout, TP 2 + SP with dropout (kept, full, selective) and PP 2
+// (also with dropout and selective). Selective recomputation drops the CPU attention's
+// probabilities from every slot (one copy in the workspace, refilled by every layer's backward)
+// and gives the step that keeps them, bit for bit.
 // Full recomputation (docs/gpu.md#recomputation): the same comparisons with the GPU model
 // recomputing (uniform and block, at TP 1 and TP 2, with dropout, over PP 2 with several
 // micro-batches sharing the scratch), against the CPU model without recomputation; a bf16 model
