@@ -37,6 +37,12 @@
 // A missing TP sum of the LayerNorm gradients and a dropout mask without the row0 * C offset
 // were each checked to fail these. The activations of a sequence-parallel model take the bytes
 // of the rows it no longer holds less than without it.
+// fp64 (step 9 of docs/one-engine.md): GpuGpt<double> on the CPU device's fp64 op list against
+// GptModel<double> within 1e-12, at TP 1 (kept, full uniform and block, selective; with and
+// without dropout), TP 2 with dropout, TP 2 + SP with dropout (kept, full, selective) and PP 2
+// (also with dropout and selective). Selective recomputation drops the CPU attention's
+// probabilities from every slot (one copy in the workspace, refilled by every layer's backward)
+// and gives the step that keeps them, bit for bit.
 // Full recomputation (docs/gpu.md#recomputation): the same comparisons with the GPU model
 // recomputing (uniform and block, at TP 1 and TP 2, with dropout, over PP 2 with several
 // micro-batches sharing the scratch), against the CPU model without recomputation; a bf16 model
@@ -84,8 +90,16 @@ struct Tolerance {
   double losses = 1e-5, grads = 1e-5;
 };
 constexpr Tolerance kHalfTolerance{2e-2, 5e-2};  // as tests/cuda/test_gpu_training.cpp
+// GpuGpt<double> against GptModel<double>: the same ops in double, a different order only where
+// 3.5 of docs/one-engine.md says (the row-parallel bias at TP > 1 without SP, the fused add).
+constexpr Tolerance kDoubleTolerance{1e-12, 1e-12};
 
-double relative_error(const float* got, const float* want, size_t n) {
+// The reference model's type for GpuGpt<A>: GptModel<double> for A = double, else fp32.
+template <typename A>
+using Ref = accum_t<A>;
+
+template <typename X>
+double relative_error(const X* got, const X* want, size_t n) {
   double scale = 0, worst = 0;
   for (size_t i = 0; i < n; i++) scale = std::max(scale, std::abs(double(want[i])));
   for (size_t i = 0; i < n; i++) {
@@ -97,13 +111,15 @@ double relative_error(const float* got, const float* want, size_t n) {
 
 // Megatron starts biases at zero, where a bias added twice would go unnoticed: give every
 // bias a value of its global element (so replicas on the TP ranks agree).
-void give_biases_values(GptModel<float>& m) {
+template <typename R>
+void give_biases_values(GptModel<R>& m) {
   for (const ParamTensor& t : m.layout().tensors()) {
     if (t.name.size() < 5 || t.name.compare(t.name.size() - 5, 5, ".bias") != 0) continue;
     const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
                                           t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
     for (size_t i = 0; i < t.numel; i++)
-      m.params()[t.offset + i] = 0.02f * std::sin(0.7f * static_cast<float>(map.global_index(i)));
+      m.params()[t.offset + i] =
+          static_cast<R>(0.02f * std::sin(0.7f * static_cast<float>(map.global_index(i))));
   }
 }
 
@@ -117,7 +133,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
                              Tolerance tolerance = {}, float loss_scale = 1.0f, int B = 2,
                              const RecomputePlan& recompute = {}) {
   const int N = B * c.seq_length;
-  GptModel<float> cpu(c, shard, B, tp, RecomputePlan{});
+  GptModel<Ref<A>> cpu(c, shard, B, tp, RecomputePlan{});
   cpu.init_weights(7);
   give_biases_values(cpu);
   cpu.zero_grads();
@@ -126,7 +142,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
     tokens[i] = (i * 37 + 11) % c.vocab_size;
     targets[i] = (i * 53 + 5) % c.vocab_size;
   }
-  GptActivations<float> acts(c, shard, B, RecomputePlan{});
+  GptActivations<Ref<A>> acts(c, shard, B, RecomputePlan{});
   // The iteration's last micro-batch: sequence-parallel gradients are summed over TP.
   cpu.set_final_backward(true);
   cpu.forward(acts, tokens.data(), targets.data(), kDropoutSeed, 1.0f / N);
@@ -162,7 +178,7 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
 template <typename A>
 std::vector<std::string> non_finite_grads(const ModelConfig& c, float loss_scale) {
   const int B = 2, N = B * c.seq_length;
-  GptModel<float> host(c, ModelShard{}, B, nullptr, RecomputePlan{});
+  GptModel<Ref<A>> host(c, ModelShard{}, B, nullptr, RecomputePlan{});
   host.init_weights(7);
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; i++) {
@@ -193,14 +209,15 @@ RecomputePlan full(const std::string& method, int n, int layers) {
 }
 
 // Losses and gradients of one training step of a TP 1 GpuGpt<A> (one slot), or an error.
+template <typename A>
 struct StepResult {
-  std::vector<float> losses, grads;
+  std::vector<Ref<A>> losses, grads;
   std::string error;
 };
 template <typename A>
-StepResult gpu_step(const ModelConfig& c, const RecomputePlan& recompute) {
+StepResult<A> gpu_step(const ModelConfig& c, const RecomputePlan& recompute) {
   const int B = 2, N = B * c.seq_length;
-  GptModel<float> host(c, ModelShard{}, B, nullptr, RecomputePlan{});
+  GptModel<Ref<A>> host(c, ModelShard{}, B, nullptr, RecomputePlan{});
   host.init_weights(7);
   give_biases_values(host);
   std::vector<int32_t> tokens(N), targets(N);
@@ -217,17 +234,23 @@ StepResult gpu_step(const ModelConfig& c, const RecomputePlan& recompute) {
   g.forward(tokens.data(), targets.data(), 1.0f / N, kDropoutSeed);
   g.backward(tokens.data());
   if (Status s = device.synchronize(device.compute()); !s) return {{}, {}, s.message()};
-  return {std::vector<float>(g.losses(), g.losses() + N),
-          std::vector<float>(g.grads(), g.grads() + g.numel()), ""};
+  return {std::vector<Ref<A>>(g.losses(), g.losses() + N),
+          std::vector<Ref<A>>(g.grads(), g.grads() + g.numel()), ""};
 }
 
-// Bytes of the activation category after creating a TP 1 GpuGpt<A> with `in_flight` slots.
+// Bytes of `category` (activations by default) after creating a TP 1 GpuGpt<A> with
+// `in_flight` slots.
 template <typename A>
-size_t activation_bytes(const ModelConfig& c, int in_flight, const RecomputePlan& recompute) {
+size_t activation_bytes(const ModelConfig& c, int in_flight, const RecomputePlan& recompute,
+                        MemoryCategory category = MemoryCategory::kActivations) {
   CpuDevice device;
   auto gpu = gpu::GpuGpt<A>::create(c, 2, device, ModelShard{}, nullptr, in_flight, recompute);
   if (!gpu) return 0;
-  return device.usage(MemoryCategory::kActivations).current;
+  return device.usage(category).current;
+}
+
+RecomputePlan selective(int layers) {
+  return RecomputePlan::make("selective", "", 0, layers);
 }
 
 // `layers` layers (at least four: two per stage at PP 2), otherwise as config(tp, with_dropout).
@@ -245,8 +268,8 @@ uint64_t micro_batch_seed(int mb) {
 }
 
 // Element i of this stage's tensor t, from the whole model's arena (by global name and index).
-float whole_value(const GptModel<float>& whole, const float* arena, const ParamTensor& t,
-                  size_t i) {
+template <typename R>
+R whole_value(const GptModel<R>& whole, const R* arena, const ParamTensor& t, size_t i) {
   const ParamTensor* g = whole.layout().find(t.name);
   const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
                                         t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
@@ -257,7 +280,8 @@ float whole_value(const GptModel<float>& whole, const float* arena, const ParamT
 // shard, run by GpuPipeline) and the whole fp32 CPU model on every micro-batch in one process,
 // each micro-batch with its own dropout seed (micro_batch_seed) on both sides. The GPU side's
 // loss gradient is multiplied by loss_scale (its gradients divided by it before comparing).
-// recompute_method, recompute_n: the GPU chunks' full recomputation ("" none).
+// recompute_method, recompute_n: the GPU chunks' full recomputation ("" none; "selective":
+// selective recomputation).
 template <typename A = float>
 std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
                              Tolerance tolerance = {}, float loss_scale = 1.0f,
@@ -268,7 +292,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   const float grad_scale = 1.0f / (static_cast<float>(N) * M);
   ModelConfig whole_config = c;
   whole_config.tensor_model_parallel_size = 1;
-  GptModel<float> whole(whole_config, ModelShard{}, B, nullptr, RecomputePlan{});
+  GptModel<Ref<A>> whole(whole_config, ModelShard{}, B, nullptr, RecomputePlan{});
   whole.init_weights(7);
   give_biases_values(whole);
   whole.zero_grads();
@@ -277,8 +301,8 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     tokens[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
     targets[i] = static_cast<int32_t>((i * 53 + 5) % c.vocab_size);
   }
-  std::vector<float> want_losses(tokens.size());
-  GptActivations<float> acts(whole_config, ModelShard{}, B, RecomputePlan{});
+  std::vector<Ref<A>> want_losses(tokens.size());
+  GptActivations<Ref<A>> acts(whole_config, ModelShard{}, B, RecomputePlan{});
   for (int mb = 0; mb < M; mb++) {
     whole.forward(acts, tokens.data() + mb * N, targets.data() + mb * N, micro_batch_seed(mb),
                   grad_scale);
@@ -293,13 +317,14 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   std::vector<gpu::GpuGpt<A>*> chunk_models;
   for (int chunk = 0; chunk < chunks; chunk++) {
     const ModelShard shard = shard_of(L, groups.coord, chunk, sequence_parallel);
-    const RecomputePlan plan = recompute_method.empty()
-                                   ? RecomputePlan{}
+    const RecomputePlan plan = recompute_method.empty() ? RecomputePlan{}
+                               : recompute_method == "selective"
+                                   ? selective(shard.num_layers(c))
                                    : full(recompute_method, recompute_n, shard.num_layers(c));
     auto gpu = gpu::GpuGpt<A>::create(c, B, device, shard, groups.tp.get(), in_flight, plan);
     if (!gpu) return gpu.status().message();
     gpu::GpuGpt<A>& g = **gpu;
-    std::vector<float> host(g.numel(), 0.0f);
+    std::vector<Ref<A>> host(g.numel(), 0);
     for (const ParamTensor& t : g.layout().tensors())
       for (size_t i = 0; i < t.numel; i++)
         host[t.offset + i] = whole_value(whole, whole.params(), t, i);
@@ -332,7 +357,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
                 device.compute());
     return Status::ok();
   };
-  std::vector<float> losses(tokens.size(), 0.0f), eval_losses(tokens.size(), 0.0f);
+  std::vector<Ref<A>> losses(tokens.size(), 0), eval_losses(tokens.size(), 0);
   if (Status s =
           (*pipeline)->train(M, load, micro_batch_seed, loss_scale * grad_scale, losses.data());
       !s)
@@ -346,7 +371,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   if (groups.in_embedding_group()) {
     gpu::GpuGpt<A>& g = groups.first_stage() ? *chunk_models.front() : *chunk_models.back();
     const ParamTensor& t = g.layout().tensors()[g.layout().word_embedding_index()];
-    if (Status s = groups.embedding->all_reduce(g.grads() + t.offset, t.numel, DType::kFloat32,
+    if (Status s = groups.embedding->all_reduce(g.grads() + t.offset, t.numel, dtype_of<Ref<A>>(),
                                                 ReduceOp::kSum);
         !s)
       return s.message();
@@ -364,7 +389,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   for (int chunk = 0; chunk < chunks; chunk++) {
     const gpu::GpuGpt<A>& g = *chunk_models[chunk];
     for (const ParamTensor& t : g.layout().tensors()) {
-      std::vector<float> want(t.numel);
+      std::vector<Ref<A>> want(t.numel);
       for (size_t i = 0; i < t.numel; i++) want[i] = whole_value(whole, whole.grads(), t, i);
       const double e = relative_error(models[chunk]->grads() + t.offset, want.data(), t.numel);
       if (!(e <= tolerance.grads))
@@ -382,7 +407,8 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
 // (fp32 with hidden and attention dropout 0.1), "sp-dropout" (that with sequence parallelism),
 // "bf16" or "fp16" (at a loss scale of 2^10); "uniform" (fp32, full recomputation of each
 // chunk's layers in uniform groups of 2) or "block-dropout" (fp32 with dropout, the first layer
-// of each stage recomputed by block).
+// of each stage recomputed by block); "fp64" (GpuGpt<double> against the fp64 CPU model within
+// 1e-12) or "fp64-selective-dropout" (that with dropout and selective recomputation).
 int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& variant) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
@@ -392,9 +418,10 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
   std::string error;
   {  // the communicators go before MPI does
     TrainOptions o;
-    o.model = pipeline_config(
-        tp, pp * chunks,
-        variant == "dropout" || variant == "sp-dropout" || variant == "block-dropout");
+    o.model =
+        pipeline_config(tp, pp * chunks,
+                        variant == "dropout" || variant == "sp-dropout" ||
+                            variant == "block-dropout" || variant == "fp64-selective-dropout");
     o.parallel.pipeline_model_parallel_size = pp;
     if (chunks > 1) o.parallel.num_layers_per_virtual_pipeline_stage = 1;
     o.parallel.decoder_first_pipeline_num_layers = first;
@@ -420,6 +447,11 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
       error = compare_pipeline(o.model, *groups, {}, 1.0f, false, "uniform", 2);
     } else if (variant == "block-dropout") {
       error = compare_pipeline(o.model, *groups, {}, 1.0f, false, "block", 1);
+    } else if (variant == "fp64") {
+      error = compare_pipeline<double>(o.model, *groups, kDoubleTolerance);
+    } else if (variant == "fp64-selective-dropout") {
+      error =
+          compare_pipeline<double>(o.model, *groups, kDoubleTolerance, 1.0f, false, "selective");
     } else {
       error = "unknown variant " + variant;
     }
@@ -466,6 +498,10 @@ int worker() {
                                           full("block", 1, 2));
                  !error.empty()) {
         error = "fp32 with dropout, full block 1: " + error;
+      } else if (error = compare_one_step<double>(config(2, true), shard, groups->tp.get(),
+                                                  kDoubleTolerance);
+                 !error.empty()) {
+        error = "fp64 with dropout: " + error;
       }
     }
   }
@@ -524,6 +560,18 @@ int sp_worker() {
           !(error = compare_one_step(config(2, true), sp, tp, {}, 1.0f, 2, full("uniform", 1, 2)))
                .empty())
         error = "with dropout and full recomputation: " + error;
+      if (error.empty() &&
+          !(error = compare_one_step<double>(config(2, true), sp, tp, kDoubleTolerance)).empty())
+        error = "fp64 with dropout: " + error;
+      if (error.empty() &&
+          !(error = compare_one_step<double>(config(2, true), sp, tp, kDoubleTolerance, 1.0f, 2,
+                                             full("uniform", 1, 2)))
+               .empty())
+        error = "fp64 with dropout and full recomputation: " + error;
+      if (error.empty() && !(error = compare_one_step<double>(
+                                 config(2, true), sp, tp, kDoubleTolerance, 1.0f, 2, selective(2)))
+                                .empty())
+        error = "fp64 with dropout and selective recomputation: " + error;
       if (error.empty()) {
         // Without SP minus with it: the rows [R, N) of the residual stream (L+1 of them), of
         // each layer's ln1, res_mid, ln2 and their four statistics, and of lnf and its two.
@@ -629,12 +677,12 @@ class GpuModelOnHost : public QObject {
   // bit for bit, and so does everything after them.
   void a_16_bit_recompute_step_equals_the_step_without_recomputation_bitwise() {
     ModelConfig c = pipeline_config(1, 4, true);
-    const StepResult bf16 = gpu_step<cu::bf16>(c, {});
-    const StepResult bf16_uniform = gpu_step<cu::bf16>(c, full("uniform", 2, 4));
-    const StepResult fp16 = gpu_step<cu::fp16>(c, {});
-    const StepResult fp16_block = gpu_step<cu::fp16>(c, full("block", 3, 4));
-    for (const StepResult* r : {&bf16, &bf16_uniform, &fp16, &fp16_block})
-      QVERIFY2(r->error.empty(), r->error.c_str());
+    const StepResult<cu::bf16> bf16 = gpu_step<cu::bf16>(c, {});
+    const StepResult<cu::bf16> bf16_uniform = gpu_step<cu::bf16>(c, full("uniform", 2, 4));
+    const StepResult<cu::fp16> fp16 = gpu_step<cu::fp16>(c, {});
+    const StepResult<cu::fp16> fp16_block = gpu_step<cu::fp16>(c, full("block", 3, 4));
+    for (const std::string* e : {&bf16.error, &bf16_uniform.error, &fp16.error, &fp16_block.error})
+      QVERIFY2(e->empty(), e->c_str());
     QVERIFY2(bf16.losses == bf16_uniform.losses, "bf16: token losses differ");
     QVERIFY2(bf16.grads == bf16_uniform.grads, "bf16: gradients differ");
     QVERIFY2(fp16.losses == fp16_block.losses, "fp16: token losses differ");
@@ -661,9 +709,49 @@ class GpuModelOnHost : public QObject {
     QCOMPARE(activation_bytes<float>(c, 3, full("uniform", 2, 2)), kept - 4 * layer);
     // block 1: layer 0 recomputed (1 layer of scratch), layer 1 kept per slot.
     QCOMPARE(activation_bytes<float>(c, 3, full("block", 1, 2)), kept - 2 * layer);
-    // Selective recomputation changes nothing yet: the model keeps the attention's saved tensor
-    // (step 9 of docs/one-engine.md drops the CPU's probabilities under it).
-    QCOMPARE(activation_bytes<float>(c, 3, RecomputePlan::make("selective", "", 0, 2)), kept);
+    // Selective recomputation drops the CPU attention's probabilities from every layer of every
+    // slot (3 x 2 of them) and keeps one in the workspace, which every layer's backward refills.
+    QCOMPARE(activation_bytes<float>(c, 3, selective(2)), kept - 6 * saved * sizeof(float));
+    const size_t workspace = activation_bytes<float>(c, 3, {}, MemoryCategory::kWorkspace);
+    QCOMPARE(activation_bytes<float>(c, 3, selective(2), MemoryCategory::kWorkspace),
+             workspace + saved * sizeof(float));
+  }
+
+  // GpuGpt<double> on the CPU device's fp64 op list against GptModel<double> (--fp64): with and
+  // without dropout, kept, fully recomputed (uniform and block) and selectively recomputed.
+  void tp1_fp64_step_matches_the_fp64_cpu_model() {
+    const std::pair<const char*, RecomputePlan> plans[] = {
+        {"kept", {}},
+        {"full uniform 1", full("uniform", 1, 2)},
+        {"full block 1", full("block", 1, 2)},
+        {"selective", selective(2)}};
+    for (const auto& [name, plan] : plans) {
+      for (bool dropout : {false, true}) {
+        const std::string d = compare_one_step<double>(config(1, dropout), ModelShard{}, nullptr,
+                                                       kDoubleTolerance, 1.0f, 2, plan);
+        QVERIFY2(d.empty(), qPrintable(QString("fp64, %1%2: %3")
+                                           .arg(name)
+                                           .arg(dropout ? " with dropout" : "")
+                                           .arg(d.c_str())));
+      }
+    }
+  }
+
+  // Note [selective recomputation]: the rerun attention is the forward's op on the same qkv and
+  // dropout key, so a selective step is the step that keeps the probabilities, bit for bit (four
+  // layers with dropout: every layer's backward refills the one shared tensor).
+  void a_selective_recompute_step_equals_the_step_that_keeps_the_scores_bitwise() {
+    const ModelConfig c = pipeline_config(1, 4, true);
+    const StepResult<float> kept = gpu_step<float>(c, {});
+    const StepResult<float> dropped = gpu_step<float>(c, selective(4));
+    const StepResult<double> kept64 = gpu_step<double>(c, {});
+    const StepResult<double> dropped64 = gpu_step<double>(c, selective(4));
+    for (const std::string* e : {&kept.error, &dropped.error, &kept64.error, &dropped64.error})
+      QVERIFY2(e->empty(), e->c_str());
+    QVERIFY2(kept.losses == dropped.losses, "fp32: token losses differ");
+    QVERIFY2(kept.grads == dropped.grads, "fp32: gradients differ");
+    QVERIFY2(kept64.losses == dropped64.losses, "fp64: token losses differ");
+    QVERIFY2(kept64.grads == dropped64.grads, "fp64: gradients differ");
   }
 
   void an_fp16_overflow_reaches_every_gradient_it_feeds() {
@@ -738,6 +826,16 @@ class GpuModelOnHost : public QObject {
     if (QTest::currentTestFailed()) return;
     // Interleaved: each chunk (one layer) has its own plan and scratch.
     expect_workers(2, pipeline_args(1, 2, 2, 0, "uniform"), "PP 2 x 2 chunks uniform");
+  }
+
+  // fp64 stages against the whole fp64 CPU model: the boundary tensors travel in double; with
+  // dropout and selective recomputation, each micro-batch's backward refills the shared
+  // probabilities with its own dropout key.
+  void pp2_fp64_iteration_matches_the_whole_fp64_cpu_model() {
+    for (const char* variant : {"fp64", "fp64-selective-dropout"}) {
+      expect_workers(2, pipeline_args(1, 2, 1, 0, variant), QString("PP 2 ") + variant);
+      if (QTest::currentTestFailed()) return;
+    }
   }
 
   void interleaved_pp2_iteration_matches_the_whole_cpu_model() {

@@ -25,14 +25,43 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/host_memory.h"
+#include "model/init_weights.h"
+
 namespace lattice::gpu {
 
 namespace {
 template <typename A>
 const char* compute_type_name() {
+  if constexpr (std::is_same_v<A, double>) return "fp64";
   return std::is_same_v<A, float> ? "fp32" : std::is_same_v<A, bf16> ? "bf16" : "fp16";
 }
 }  // namespace
+
+// Two marks on the compute stream around one op's queueing, kept for collect_op_times().
+template <typename A>
+class GpuGpt<A>::OpTimer {
+ public:
+  OpTimer(GpuGpt& model, Op op) : model_(model.op_times_ ? &model : nullptr), op_(op) {
+    if (model_) from_ = model_->device_.mark(model_->compute());
+  }
+  ~OpTimer() {
+    if (model_) model_->timed_ops_.push_back({op_, from_, model_->device_.mark(model_->compute())});
+  }
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+ private:
+  GpuGpt* model_;
+  Op op_;
+  Mark from_;
+};
+
+template <typename A>
+void GpuGpt<A>::collect_op_times() {
+  for (const TimedOp& t : timed_ops_) profiler_.add(t.op, device_.seconds(t.from, t.to));
+  timed_ops_.clear();
+}
 
 template <typename A>
 GpuGpt<A>::GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch,
@@ -82,7 +111,7 @@ X* GpuGpt<A>::take(size_t n, MemoryCategory category) {
 }
 
 template <typename A>
-GpuLayerActs<A> GpuGpt<A>::take_layer_acts() {
+GpuLayerActs<A> GpuGpt<A>::take_layer_acts(bool keep_saved) {
   using MC = MemoryCategory;
   // R rows of the residual stream and the LayerNorms (N / t with sequence parallelism), N of
   // the tensor-parallel layers' inputs and outputs.
@@ -90,15 +119,16 @@ GpuLayerActs<A> GpuGpt<A>::take_layer_acts() {
   const size_t NCt = static_cast<size_t>(N_) * Ct_;
   GpuLayerActs<A> a;
   a.ln1 = take<A>(RC, MC::kActivations);
-  a.ln1_mean = take<float>(R_, MC::kActivations);
-  a.ln1_rstd = take<float>(R_, MC::kActivations);
+  a.ln1_mean = take<G>(R_, MC::kActivations);
+  a.ln1_rstd = take<G>(R_, MC::kActivations);
   a.qkv = take<A>(3 * NCt, MC::kActivations);
   a.atty = take<A>(NCt, MC::kActivations);
-  a.saved = take<float>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations);
+  a.saved =
+      keep_saved ? take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations) : nullptr;
   a.res_mid = take<A>(RC, MC::kActivations);
   a.ln2 = take<A>(RC, MC::kActivations);
-  a.ln2_mean = take<float>(R_, MC::kActivations);
-  a.ln2_rstd = take<float>(R_, MC::kActivations);
+  a.ln2_mean = take<G>(R_, MC::kActivations);
+  a.ln2_rstd = take<G>(R_, MC::kActivations);
   a.fc1 = take<A>(NF, MC::kActivations);
   a.gelu = take<A>(NF, MC::kActivations);
   return a;
@@ -116,39 +146,46 @@ Status GpuGpt<A>::allocate(int in_flight) {
   const size_t RC = static_cast<size_t>(R_) * C_;  // NC without sequence parallelism
   const size_t NCt = static_cast<size_t>(N_) * Ct_;
   const size_t NV = static_cast<size_t>(N_) * Vt_;
-  master_ = take<float>(n, MC::kWeights);
-  grads_ = take<float>(n, MC::kGrads);
-  if constexpr (std::is_same_v<A, float>) {
+  master_ = take<G>(n, MC::kWeights);
+  grads_ = take<G>(n, MC::kGrads);
+  if constexpr (std::is_same_v<A, G>) {
     compute_ = master_;
   } else {
     compute_ = take<A>(n, MC::kWeights);
   }
+  // Note [selective recomputation]: one saved tensor for every layer and slot, refilled in
+  // each layer's backward.
+  const bool drop_saved = recompute_.selective && device_.capabilities().attention_saves_scores;
+  if (drop_saved)
+    selective_saved_ = take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kWorkspace);
   slots_.resize(in_flight);
   for (GpuSlot<A>& s : slots_) {
     s.tokens = take<int32_t>(N_, MC::kActivations);
     s.targets = take<int32_t>(N_, MC::kActivations);
     s.residual = take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
     for (int l = 0; l < L_; l++)
-      s.layers.push_back(recompute_.recomputed(l) ? GpuLayerActs<A>{} : take_layer_acts());
+      s.layers.push_back(recompute_.recomputed(l) ? GpuLayerActs<A>{}
+                                                  : take_layer_acts(!drop_saved));
     if (post()) {
       s.lnf = take<A>(RC, MC::kActivations);
-      s.lnf_mean = take<float>(R_, MC::kActivations);
-      s.lnf_rstd = take<float>(R_, MC::kActivations);
-      s.logits_f32 = take<float>(NV, MC::kActivations);
-      if constexpr (!std::is_same_v<A, float>) s.logits = take<A>(NV, MC::kActivations);
-      s.losses = take<float>(N_, MC::kActivations);
+      s.lnf_mean = take<G>(R_, MC::kActivations);
+      s.lnf_rstd = take<G>(R_, MC::kActivations);
+      s.logits_accum = take<G>(NV, MC::kActivations);
+      if constexpr (!std::is_same_v<A, G>) s.logits = take<A>(NV, MC::kActivations);
+      s.losses = take<G>(N_, MC::kActivations);
     } else {
       s.output_grad = take<A>(RC, MC::kCommBuffers);
     }
     if (!pre()) s.input_grad = take<A>(RC, MC::kCommBuffers);
   }
-  for (int i = 0; i < recompute_.max_group; i++) recompute_scratch_.push_back(take_layer_acts());
+  for (int i = 0; i < recompute_.max_group; i++)
+    recompute_scratch_.push_back(take_layer_acts(true));
   if (t_ > 1 && post()) {
-    row_max_ = take<float>(N_, MC::kWorkspace);
+    row_max_ = take<G>(N_, MC::kWorkspace);
     sum_exp_ = take<double>(N_, MC::kWorkspace);
-    target_logit_ = take<float>(N_, MC::kWorkspace);
+    target_logit_ = take<G>(N_, MC::kWorkspace);
   }
-  if (!post()) stats_scratch_ = take<float>(2 * static_cast<size_t>(N_), MC::kWorkspace);
+  if (!post()) stats_scratch_ = take<G>(2 * static_cast<size_t>(N_), MC::kWorkspace);
   proj_out_ = take<A>(RC, MC::kWorkspace);
   fc2_out_ = take<A>(RC, MC::kWorkspace);
   d_res_ = take<A>(RC, MC::kWorkspace);
@@ -160,7 +197,7 @@ Status GpuGpt<A>::allocate(int in_flight) {
   d_f_ = take<A>(NF, MC::kWorkspace);
   d_qkv_ = take<A>(3 * NCt, MC::kWorkspace);
   d_atty_ = take<A>(NCt, MC::kWorkspace);
-  attention_ws_ = take<float>(ops_.attention_workspace_elems(B_, T_, Ht_), MC::kWorkspace);
+  attention_ws_ = take<G>(ops_.attention_workspace_elems(B_, T_, Ht_), MC::kWorkspace);
   if (failed_bytes_ > 0) return device_.out_of_memory(failed_category_, failed_bytes_);
   return Status::ok();
 }
@@ -185,22 +222,63 @@ Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, 
 }
 
 template <typename A>
-void GpuGpt<A>::upload(const float* host) {
+void GpuGpt<A>::upload(const G* host) {
   // On the compute stream, so that a failed copy is recorded like every other op.
-  device_.copy(master_, host, numel() * sizeof(float), CopyKind::kHostToDevice, compute());
-  if constexpr (!std::is_same_v<A, float>) ops_.to_compute(compute_, master_, numel());
+  device_.copy(master_, host, numel() * sizeof(G), CopyKind::kHostToDevice, compute());
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, numel());
   (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
 template <typename A>
-void GpuGpt<A>::download(float* host) {
-  device_.copy(host, master_, numel() * sizeof(float), CopyKind::kDeviceToHost, compute());
+void GpuGpt<A>::download(G* host) {
+  device_.copy(host, master_, numel() * sizeof(G), CopyKind::kDeviceToHost, compute());
   (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
 template <typename A>
 void GpuGpt<A>::zero_grads() {
-  device_.zero(grads_, numel() * sizeof(float), compute());
+  device_.zero(grads_, numel() * sizeof(G), compute());
+}
+
+template <typename A>
+Status GpuGpt<A>::init_weights(uint64_t seed) {
+  const std::vector<ParamTensor>& tensors = layout_.tensors();
+  // The alignment gaps between tensors: zero, as the CPU model's arena.
+  device_.zero(master_, numel() * sizeof(G), compute());
+  size_t failed_bytes = 0;
+  if (device_.capabilities().host_addressable) {
+    (void)device_.synchronize(compute());
+    // Independent streams per tensor: drawn in parallel, as GptModel::init_weights.
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t index = 0; index < tensors.size(); index++) {
+      const ParamTensor& t = tensors[index];
+      const size_t failed = init_tensor(config_, t, seed, master_ + t.offset);
+      if (failed > 0) {
+#pragma omp critical(lattice_gpu_init_weights_failure)
+        failed_bytes = std::max(failed_bytes, failed);
+      }
+    }
+  } else {
+    // Staged: one tensor's slice at a time through a host buffer (the device's memory cannot be
+    // written from the host); the copy is waited for before the buffer is refilled.
+    std::vector<G> host;
+    for (const ParamTensor& t : tensors) {
+      try {
+        if (host.size() < t.numel) host.resize(t.numel);
+      } catch (const std::exception&) {  // bad_alloc, length_error
+        failed_bytes = bytes_of<G>(t.numel);
+        break;
+      }
+      if ((failed_bytes = init_tensor(config_, t, seed, host.data())) > 0) break;
+      device_.copy(master_ + t.offset, host.data(), t.numel * sizeof(G), CopyKind::kHostToDevice,
+                   compute());
+      if (Status s = device_.synchronize(compute()); !s) return s;
+    }
+  }
+  if (failed_bytes > 0)
+    return Status::resource_exhausted(OutOfMemory(MemoryCategory::kWorkspace, failed_bytes).what());
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, numel());
+  return device_.synchronize(compute());
 }
 
 template <typename A>
@@ -210,6 +288,7 @@ void GpuGpt<A>::record_comm_error(const char* what, const Status& s) {
 
 template <typename A>
 void GpuGpt<A>::tp_all_reduce(void* data, size_t count, DType type, ReduceOp op) {
+  OpTimer timer(*this, Op::kTensorParallelComm);
   if (Status s = tp_->all_reduce(data, count, type, op, compute()); !s)
     record_comm_error("tensor-parallel all-reduce", s);
 }
@@ -223,6 +302,7 @@ void GpuGpt<A>::tp_sum_rows(A* data) {
 template <typename A>
 const A* GpuGpt<A>::gather_rows(const A* held, A* full) {
   if (!sp_) return held;
+  OpTimer timer(*this, Op::kTensorParallelComm);
   const size_t RC = static_cast<size_t>(R_) * C_;
   if (Status s = tp_->all_gather(held, full, RC, dtype_of<A>(), compute()); !s)
     record_comm_error("sequence-parallel all-gather", s);
@@ -235,6 +315,7 @@ void GpuGpt<A>::reduce_rows(A* partial, A* held) {
     tp_sum_rows(partial);
     return;
   }
+  OpTimer timer(*this, Op::kTensorParallelComm);
   const size_t RC = static_cast<size_t>(R_) * C_;
   if (Status s = tp_->reduce_scatter(partial, held, RC, dtype_of<A>(), compute()); !s)
     record_comm_error("sequence-parallel reduce-scatter", s);
@@ -243,14 +324,21 @@ void GpuGpt<A>::reduce_rows(A* partial, A* held) {
 template <typename A>
 void GpuGpt<A>::row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K) {
   if (!sp_) {  // tp_rank 0 adds the bias inside its GEMM, so it enters the sum once
-    ops_.matmul_forward(out, nullptr, inp, weight, tp_rank_ == 0 ? bias : nullptr, N_, K, C_,
-                        Epilogue::kNone);
+    {
+      OpTimer timer(*this, Op::kMatmulForward);
+      ops_.matmul_forward(out, nullptr, inp, weight, tp_rank_ == 0 ? bias : nullptr, N_, K, C_,
+                          Epilogue::kNone);
+    }
     tp_sum_rows(out);
     return;
   }
   // Each rank adds the bias to its own rows after the reduce-scatter (gpt_layer.cpp).
-  ops_.matmul_forward(full_, nullptr, inp, weight, nullptr, N_, K, C_, Epilogue::kNone);
+  {
+    OpTimer timer(*this, Op::kMatmulForward);
+    ops_.matmul_forward(full_, nullptr, inp, weight, nullptr, N_, K, C_, Epilogue::kNone);
+  }
   reduce_rows(full_, out);
+  OpTimer timer(*this, Op::kMatmulForward);
   ops_.add_bias(out, bias, R_, C_);
 }
 
@@ -287,7 +375,7 @@ void GpuGpt<A>::sum_sequence_parallel_grads(int first, int last) {
     int j = i;
     while (j + 1 < last && t[j + 1].sequence_parallel_grad) j++;
     const size_t count = t[j].offset + t[j].numel - t[i].offset;
-    tp_all_reduce(grads_ + t[i].offset, count, DType::kFloat32, ReduceOp::kSum);
+    tp_all_reduce(grads_ + t[i].offset, count, dtype_of<G>(), ReduceOp::kSum);
     i = j + 1;
   }
 }
@@ -295,6 +383,7 @@ void GpuGpt<A>::sum_sequence_parallel_grads(int first, int last) {
 template <typename A>
 void GpuGpt<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return;
+  OpTimer timer(*this, Op::kResidualDropout);
   const size_t n = static_cast<size_t>(R_) * C_;
   ops_.residual_dropout_forward(data, nullptr, data, n, p_hidden_, key(layer, site), row0_ * C_);
 }
@@ -302,6 +391,7 @@ void GpuGpt<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
 template <typename A>
 const A* GpuGpt<A>::hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return dout;
+  OpTimer timer(*this, Op::kResidualDropout);
   const size_t n = static_cast<size_t>(R_) * C_;
   ops_.dropout_backward(out, dout, n, p_hidden_, key(layer, site), row0_ * C_);
   return out;
@@ -346,20 +436,29 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
     const A* wte = P + t[layout_.word_embedding_index()].offset;
     const A* wpe = P + t[layout_.position_embedding_index()].offset;
     if (t_ == 1) {
+      OpTimer timer(*this, Op::kEmbedding);
       ops_.embedding_forward(a.residual, tokens, wte, wpe, B, T, C, 0, Vt_);
     } else if (sp_) {
       // Vocabulary-parallel, reduce-scattered to this rank's rows, which get their positions.
       const int v0 = tp_rank_ * Vt_;
-      ops_.embedding_forward(full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      {
+        OpTimer timer(*this, Op::kEmbedding);
+        ops_.embedding_forward(full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      }
       reduce_rows(full_, a.residual);
+      OpTimer timer(*this, Op::kEmbedding);
       add_position_rows(a.residual, wpe);
     } else {
       // Vocabulary-parallel: this rank's rows (zero for other ranks' tokens), summed over TP;
       // then the position embedding once, as a (T*C) bias on each of the B sequences (wpe's
       // first T rows are contiguous).
       const int v0 = tp_rank_ * Vt_;
-      ops_.embedding_forward(a.residual, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      {
+        OpTimer timer(*this, Op::kEmbedding);
+        ops_.embedding_forward(a.residual, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      }
       tp_sum_rows(a.residual);
+      OpTimer timer(*this, Op::kEmbedding);
       ops_.add_bias(a.residual, wpe, B, T * C);
     }
     hidden_dropout(a.residual, -1, DropoutSite::kEmbedding);
@@ -368,21 +467,26 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
     const LayerParams<A> w = layout_.layer(P, l);
     const GpuLayerActs<A>& la = layer_acts(a, l);
     A* x = a.residual + l * RC;
-    if (l == 0)
-      ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C);
-    else  // x = the previous layer's res_mid + its MLP output, then LayerNorm
-      ops_.residual_layernorm_forward(x, la.ln1, la.ln1_mean, la.ln1_rstd,
-                                      layer_acts(a, l - 1).res_mid, fc2_out_, w.ln1_w, w.ln1_b, R_,
-                                      C);
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      if (l == 0)
+        ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C);
+      else  // x = the previous layer's res_mid + its MLP output, then LayerNorm
+        ops_.residual_layernorm_forward(x, la.ln1, la.ln1_mean, la.ln1_rstd,
+                                        layer_acts(a, l - 1).res_mid, fc2_out_, w.ln1_w, w.ln1_b,
+                                        R_, C);
+    }
     layer_forward_from_ln1(l, la, x);
     row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_);
     hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)
+    device_.progress();  // communication in flight (pipeline sends) moves on
   }
   A* out = a.residual + L_ * RC;
   if (!post()) {
     // The stage's output residual[L] = res_mid + MLP output. The op list has no plain add for
     // both compute types, so the fused residual LayerNorm makes it and its normalised output
     // (into scratch, with the last layer's ln2 weights) is discarded: one extra (N, C) pass.
+    OpTimer timer(*this, Op::kResidualDropout);
     const LayerParams<A> w = layout_.layer(P, L_ - 1);
     ops_.residual_layernorm_forward(out, d_c_, stats_scratch_, stats_scratch_ + N,
                                     layer_acts(a, L_ - 1).res_mid, fc2_out_, w.ln2_w, w.ln2_b, R_,
@@ -391,17 +495,24 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
   }
   const A* wte = P + t[layout_.word_embedding_index()].offset;
   const A* lnf_w = P + t[layout_.final_norm_index()].offset;
-  ops_.residual_layernorm_forward(out, a.lnf, a.lnf_mean, a.lnf_rstd, layer_acts(a, L_ - 1).res_mid,
-                                  fc2_out_, lnf_w, lnf_w + C, R_, C);
+  {
+    OpTimer timer(*this, Op::kLayerNorm);
+    ops_.residual_layernorm_forward(out, a.lnf, a.lnf_mean, a.lnf_rstd,
+                                    layer_acts(a, L_ - 1).res_mid, fc2_out_, lnf_w, lnf_w + C, R_,
+                                    C);
+  }
   // LM head tied to the word embedding (this rank's Vt rows; a later stage's copy of it) over
-  // all N rows; the cross-entropy reads fp32 logits (over the padded vocabulary, as the CPU
+  // all N rows; the cross-entropy reads its logits in G (over the padded vocabulary, as the CPU
   // model and Megatron).
   const A* lnf = gather_rows(a.lnf, gathered_);
-  if constexpr (std::is_same_v<A, float>) {
-    ops_.matmul_forward(a.logits_f32, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
-  } else {
-    ops_.matmul_forward(a.logits, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
-    ops_.to_accum(a.logits_f32, a.logits, static_cast<size_t>(N) * Vt_);
+  {
+    OpTimer timer(*this, Op::kLmHeadForward);
+    if constexpr (std::is_same_v<A, G>) {
+      ops_.matmul_forward(a.logits_accum, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
+    } else {
+      ops_.matmul_forward(a.logits, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
+      ops_.to_accum(a.logits_accum, a.logits, static_cast<size_t>(N) * Vt_);
+    }
   }
   cross_entropy(a, targets, grad_scale);
 }
@@ -413,16 +524,26 @@ void GpuGpt<A>::layer_forward_from_ln1(int l, const GpuLayerActs<A>& la, const A
   // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH (over every row: the
   // LayerNorm's rows gathered with sequence parallelism).
   const A* ln1 = gather_rows(la.ln1, gathered_);
-  ops_.matmul_forward(la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, Epilogue::kNone);
-  ops_.attention_forward(la.atty, la.saved, la.qkv, attention_ws_, B, T, Ct_, Ht_, p_attention_,
-                         key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
+  {
+    OpTimer timer(*this, Op::kMatmulForward);
+    ops_.matmul_forward(la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, Epilogue::kNone);
+  }
+  {
+    OpTimer timer(*this, Op::kAttentionForward);
+    ops_.attention_forward(la.atty, saved_of(la), la.qkv, attention_ws_, B, T, Ct_, Ht_,
+                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
+  }
   // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
   // over TP.
   row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_);
   hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
-  ops_.residual_layernorm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
-                                  w.ln2_w, w.ln2_b, R_, C);
+  {
+    OpTimer timer(*this, Op::kLayerNorm);
+    ops_.residual_layernorm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
+                                    w.ln2_w, w.ln2_b, R_, C);
+  }
   const A* ln2 = gather_rows(la.ln2, gathered_);
+  OpTimer timer(*this, Op::kMatmulForward);  // FC1 with GELU as its epilogue
   ops_.matmul_forward(la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, Epilogue::kGelu);
 }
 
@@ -436,6 +557,16 @@ void GpuGpt<A>::layer_forward_from_ln1(int l, const GpuLayerActs<A>& la, const A
 // The slot's dropout seed and p (set by run_backward) give the forward's masks, and every TP
 // rank recomputes, so the projection's all-reduce (reduce-scatter with sequence parallelism)
 // and the all-gathers stay matched across the group.
+//
+// Note [selective recomputation]: with --recompute-granularity selective on a device whose
+// attention saves its scores (the CPU's probabilities (B, Ht, T, T): the s^2 part, Megatron's
+// "core attention" recomputation), no layer keeps them per slot. Every layer's forward writes
+// one tensor of the model's workspace (selective_saved_), and every layer's backward reruns
+// attention_forward over its kept qkv with the slot's dropout key just before it needs the
+// tensor, into d_atty_ (free until the projection's backward writes it) as the discarded
+// output; the rerun is the forward's op on the same inputs, so the tensor is the forward's bit
+// for bit, as GptModel::layer_backward's recompute of probs_. Where the attention saves only
+// O(T) per head (CUDA's log-sum-exp), there is nothing to drop and selective changes nothing.
 template <typename A>
 void GpuGpt<A>::recompute_group(const GpuSlot<A>& a, int first, int last) {
   const size_t RC = static_cast<size_t>(R_) * C_;
@@ -443,7 +574,10 @@ void GpuGpt<A>::recompute_group(const GpuSlot<A>& a, int first, int last) {
     const LayerParams<A> w = layout_.layer(compute_, l);
     const GpuLayerActs<A>& la = layer_acts(a, l);
     const A* x = a.residual + l * RC;
-    ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C_);
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C_);
+    }
     layer_forward_from_ln1(l, la, x);
   }
 }
@@ -451,9 +585,10 @@ void GpuGpt<A>::recompute_group(const GpuSlot<A>& a, int first, int last) {
 template <typename A>
 void GpuGpt<A>::cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_scale) {
   const int N = N_;
-  float* dlogits = grad_scale > 0 ? a.logits_f32 : nullptr;
+  G* dlogits = grad_scale > 0 ? a.logits_accum : nullptr;
   if (t_ == 1) {
-    ops_.softmax_cross_entropy(a.losses, dlogits, a.logits_f32, targets, N, Vp_, grad_scale);
+    OpTimer timer(*this, Op::kCrossEntropy);
+    ops_.softmax_cross_entropy(a.losses, dlogits, a.logits_accum, targets, N, Vp_, grad_scale);
     return;
   }
   // Vocabulary-parallel, as the CPU model's head_forward: the row max, then the sum of
@@ -461,13 +596,20 @@ void GpuGpt<A>::cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_
   // gathered.
   const int v0 = tp_rank_ * Vt_;
   const size_t n = static_cast<size_t>(N);
-  ops_.cross_entropy_shard_max(row_max_, a.logits_f32, N, Vt_);
-  tp_all_reduce(row_max_, n, DType::kFloat32, ReduceOp::kMax);
-  ops_.cross_entropy_shard_sums(sum_exp_, target_logit_, a.logits_f32, row_max_, targets, v0, N,
-                                Vt_);
+  {
+    OpTimer timer(*this, Op::kCrossEntropy);
+    ops_.cross_entropy_shard_max(row_max_, a.logits_accum, N, Vt_);
+  }
+  tp_all_reduce(row_max_, n, dtype_of<G>(), ReduceOp::kMax);
+  {
+    OpTimer timer(*this, Op::kCrossEntropy);
+    ops_.cross_entropy_shard_sums(sum_exp_, target_logit_, a.logits_accum, row_max_, targets, v0, N,
+                                  Vt_);
+  }
   tp_all_reduce(sum_exp_, n, DType::kFloat64, ReduceOp::kSum);
-  tp_all_reduce(target_logit_, n, DType::kFloat32, ReduceOp::kSum);
-  ops_.cross_entropy_shard_finish(a.losses, dlogits, a.logits_f32, row_max_, sum_exp_,
+  tp_all_reduce(target_logit_, n, dtype_of<G>(), ReduceOp::kSum);
+  OpTimer timer(*this, Op::kCrossEntropy);
+  ops_.cross_entropy_shard_finish(a.losses, dlogits, a.logits_accum, row_max_, sum_exp_,
                                   target_logit_, targets, v0, N, Vt_, grad_scale);
 }
 
@@ -477,7 +619,7 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
   const size_t RC = static_cast<size_t>(R_) * C;
   const auto& t = layout_.tensors();
   A* P = compute_;
-  float* G = grads_;
+  G* grads = grads_;
   // Where a column-parallel layer's input gradient (N, C) goes before reduce_rows sums it into
   // d_c_ (R, C): in place without sequence parallelism.
   A* d_col = sp_ ? full_ : d_c_;
@@ -489,19 +631,25 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
     const size_t lnf_off = t[layout_.final_norm_index()].offset;
     // Head: dlnf = dlogits wte (a partial sum over the vocabulary slices: summed over TP);
     // dwte += dlogits^T lnf (this rank's rows); then the final LayerNorm.
-    const A* dlogits;
-    if constexpr (std::is_same_v<A, float>) {
-      dlogits = a.logits_f32;
-    } else {
-      ops_.to_compute(a.logits, a.logits_f32, static_cast<size_t>(N) * Vt_);
-      dlogits = a.logits;
-    }
     const A* lnf = gather_rows(a.lnf, gathered_);
-    ops_.matmul_backward(d_col, G + wte_off, nullptr, dlogits, lnf, P + wte_off, N, C, Vt_);
+    {
+      OpTimer timer(*this, Op::kLmHeadBackward);
+      const A* dlogits;
+      if constexpr (std::is_same_v<A, G>) {
+        dlogits = a.logits_accum;
+      } else {
+        ops_.to_compute(a.logits, a.logits_accum, static_cast<size_t>(N) * Vt_);
+        dlogits = a.logits;
+      }
+      ops_.matmul_backward(d_col, grads + wte_off, nullptr, dlogits, lnf, P + wte_off, N, C, Vt_);
+    }
     reduce_rows(d_col, d_c_);
-    device_.zero(d_res_, RC * sizeof(A), compute());
-    ops_.layernorm_backward(d_res_, G + lnf_off, G + lnf_off + C, d_c_, a.residual + L_ * RC,
-                            P + lnf_off, a.lnf_mean, a.lnf_rstd, R_, C);
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      device_.zero(d_res_, RC * sizeof(A), compute());
+      ops_.layernorm_backward(d_res_, grads + lnf_off, grads + lnf_off + C, d_c_,
+                              a.residual + L_ * RC, P + lnf_off, a.lnf_mean, a.lnf_rstd, R_, C);
+    }
     // The final norm and, on a later stage, the tied head's copy of the word embedding.
     notify(layout_.final_norm_index(), static_cast<int>(t.size()));
   } else {
@@ -509,41 +657,73 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
   }
   for (int l = L_ - 1; l >= 0; l--) {
     const LayerParams<A> w = layout_.layer(P, l);
-    const LayerParams<float> g = layout_.layer(G, l);
+    const LayerParams<G> g = layout_.layer(grads, l);
     if (recompute_.recomputed(l)) {
       const int first = recompute_.group_start[l];
       if (l == L_ - 1 || recompute_.group_start[l + 1] != first) recompute_group(a, first, l + 1);
     }
     const GpuLayerActs<A>& la = layer_acts(a, l);
     const A* x = a.residual + l * RC;
+    const uint64_t attention_key = key(l, DropoutSite::kAttention);
+    if (!la.saved) {  // Note [selective recomputation]
+      OpTimer timer(*this, Op::kAttentionForward);
+      ops_.attention_forward(d_atty_, selective_saved_, la.qkv, attention_ws_, B, T, Ct_, Ht_,
+                             p_attention_, attention_key, tp_rank_ * Ht_, NH_);
+    }
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
     // parallelism this rank's rows of it, so the bias gradient is partial).
     const A* d_fc2 = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kFc2);
-    ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, gather_rows(d_fc2, full_), la.gelu,
-                         w.fc2_w, N, Ft_, C);
-    if (sp_) ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
-    ops_.gelu_backward(d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
-    ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_f_, gather_rows(la.ln2, gathered_), w.fc1_w, N,
-                         C, Ft_);
+    const A* d_fc2_rows = gather_rows(d_fc2, full_);
+    {
+      OpTimer timer(*this, Op::kMatmulBackward);
+      ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, d_fc2_rows, la.gelu, w.fc2_w, N,
+                           Ft_, C);
+      if (sp_) ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
+    }
+    {
+      OpTimer timer(*this, Op::kGelu);
+      ops_.gelu_backward(d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
+    }
+    const A* ln2 = gather_rows(la.ln2, gathered_);
+    {
+      OpTimer timer(*this, Op::kMatmulBackward);
+      ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_f_, ln2, w.fc1_w, N, C, Ft_);
+    }
     reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
-    ops_.layernorm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean,
-                            la.ln2_rstd, R_, C);
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      ops_.layernorm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean,
+                              la.ln2_rstd, R_, C);
+    }
     // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))); d_res_ holds
     // d res_mid.
     const A* d_proj = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kProjection);
-    ops_.matmul_backward(d_atty_, g.proj_w, sp_ ? nullptr : g.proj_b, gather_rows(d_proj, full_),
-                         la.atty, w.proj_w, N, Ct_, C);
-    if (sp_) ops_.matmul_backward(nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
-    ops_.attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, la.saved, attention_ws_, B, T, Ct_,
-                            Ht_, p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_,
-                            NH_);
-    ops_.matmul_backward(d_col, g.qkv_w, g.qkv_b, d_qkv_, gather_rows(la.ln1, gathered_), w.qkv_w,
-                         N, C, 3 * Ct_);
+    const A* d_proj_rows = gather_rows(d_proj, full_);
+    {
+      OpTimer timer(*this, Op::kMatmulBackward);
+      ops_.matmul_backward(d_atty_, g.proj_w, sp_ ? nullptr : g.proj_b, d_proj_rows, la.atty,
+                           w.proj_w, N, Ct_, C);
+      if (sp_) ops_.matmul_backward(nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
+    }
+    {
+      OpTimer timer(*this, Op::kAttentionBackward);
+      ops_.attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, saved_of(la), attention_ws_, B, T,
+                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_);
+    }
+    const A* ln1 = gather_rows(la.ln1, gathered_);
+    {
+      OpTimer timer(*this, Op::kMatmulBackward);
+      ops_.matmul_backward(d_col, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, N, C, 3 * Ct_);
+    }
     reduce_rows(d_col, d_c_);  // d ln1: every rank's heads contribute
-    ops_.layernorm_backward(d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean, la.ln1_rstd,
-                            R_, C);
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      ops_.layernorm_backward(d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean, la.ln1_rstd,
+                              R_, C);
+    }
     notify(layout_.layer_index(l), layout_.layer_index(l) + ParamLayout::kPerLayer);
+    device_.progress();  // communication in flight (pipeline, data-parallel) moves on
   }
   if (!pre()) {  // d_res_ is d residual[0]: the previous stage's output gradient
     device_.copy(a.input_grad, d_res_, RC * sizeof(A), CopyKind::kDeviceToDevice, compute());
@@ -554,12 +734,17 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
   hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
   const int v0 = tp_rank_ * Vt_;
   // Both gradients from every row: the rows gathered with sequence parallelism.
-  ops_.embedding_backward(G + wte_off, G + wpe_off, gather_rows(d_res_, full_), tokens, B, T, C, v0,
-                          v0 + Vt_);
+  const A* d_rows = gather_rows(d_res_, full_);
+  {
+    OpTimer timer(*this, Op::kEmbedding);
+    ops_.embedding_backward(grads + wte_off, grads + wpe_off, d_rows, tokens, B, T, C, v0,
+                            v0 + Vt_);
+  }
   notify(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);
 }
 
 template class GpuGpt<float>;
+template class GpuGpt<double>;
 template class GpuGpt<bf16>;
 template class GpuGpt<fp16>;
 

@@ -1,13 +1,15 @@
-// GPT-2 on one CUDA device for the GPU trainer (gpu_trainer.cpp), llm.c style: one flat fp32
-// master-parameter arena in the CPU model's ParamLayout(config, shard) order (so
-// initialisation, checkpoints and the parity test line up with GptModel), one fp32 gradient
-// arena (Megatron's main grads, accumulated over micro-batches), and the compute copy of the
-// parameters and every activation in A: float (fp32), bf16 (--bf16) or fp16 (--fp16, with the
-// loss scaler of grad_scaling.h). It runs on a Device (device/device.h: the CUDA device, or the
-// CPU device, where its tests run it) through the device's op list Ops<A> (device/ops.h); every
-// buffer comes from the device under its memory category.
-// Tensor parallelism as the CPU model's (gpt_layer.cpp, docs/gpu.md#tensor-parallelism): the
-// rank holds its heads and its slice of the MLP and of the vocabulary; the reductions over the
+// GPT-2 on one device for the GPU trainer (gpu_trainer.cpp), llm.c style: one flat master-parameter
+// arena in G = accum_t<A> (device/ops.h: fp32, fp64 for A = double) in the CPU model's
+// ParamLayout(config, shard) order (so initialisation, checkpoints and the parity test line up
+// with GptModel), one gradient arena in G (Megatron's main grads, accumulated over
+// micro-batches), and the compute copy of the parameters and every activation in A: float
+// (fp32), bf16 (--bf16), fp16 (--fp16, with the loss scaler of grad_scaling.h) or double
+// (--fp64, where the device has an op list for it: the CPU). LayerNorm statistics, the
+// attention's saved tensor and workspace, logits and token losses are in G. It runs on a Device
+// (device/device.h: the CUDA device, or the CPU device, where its tests run it) through the
+// device's op list Ops<A> (device/ops.h); every buffer comes from the device under its memory
+// category. Tensor parallelism as the CPU model's (gpt_layer.cpp, docs/gpu.md#tensor-parallelism):
+// the rank holds its heads and its slice of the MLP and of the vocabulary; the reductions over the
 // TP group are the communicator's stream-ordered calls (comm.h) on the device's compute stream.
 // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): the model is the ModelShard's chunk
 // (its layers, the embeddings on a `pre` chunk, the final LayerNorm and tied LM head on a
@@ -25,8 +27,12 @@
 // Recomputation (docs/gpu.md#recomputation): the CPU model's RecomputePlan for the chunk's
 // layers; a fully recomputed layer keeps only its input residual[l] per slot, its other
 // activations live in scratch shared by every slot and are re-created by its group's forward
-// just before the group's backward. Selective recomputation needs nothing here: the flash
-// attention kernel never stores the attention probabilities.
+// just before the group's backward. Selective recomputation (Note [selective recomputation] in
+// gpu_model.cpp) drops the attention's saved tensor where the device's attention saves its
+// (B, NH, T, T) scores (Capabilities::attention_saves_scores: the CPU); on CUDA the flash
+// attention keeps only its log-sum-exp and selective changes nothing.
+// Per-op times: with set_op_times(true), two Device::marks on the compute stream around each op
+// (the CPU model's ScopedOp sites), added to profiler() by collect_op_times().
 // Not thread-safe; every op is queued on the device's compute stream and nothing here waits
 // for it unless its comment says so.
 #pragma once
@@ -36,6 +42,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/profiler.h"
 #include "device/device.h"
 #include "device/ops.h"
 #include "lattice/comm.h"
@@ -55,37 +62,40 @@ namespace cu = kernels::cuda;
 // rows with sequence parallelism, else N).
 template <typename A>
 struct GpuLayerActs {
-  A* ln1;           // (R, C)
-  float* ln1_mean;  // (R)
-  float* ln1_rstd;  // (R)
-  A* qkv;           // (N, 3Ct) per-head [q|k|v] of this rank's heads
-  A* atty;          // (N, Ct) attention output
-  float* saved;     // Ops::attention_saved_elems(B, T, Ht): what attention_forward keeps for its
-                 // backward (the CPU's probabilities (B, Ht, T, T), CUDA's log-sum-exp (B, Ht, T))
-  A* res_mid;       // (R, C) residual after the attention block
-  A* ln2;           // (R, C)
-  float* ln2_mean;  // (R)
-  float* ln2_rstd;  // (R)
-  A* fc1;           // (N, Ft) before GELU
-  A* gelu;          // (N, Ft)
+  using G = accum_t<A>;
+  A* ln1;       // (R, C)
+  G* ln1_mean;  // (R)
+  G* ln1_rstd;  // (R)
+  A* qkv;       // (N, 3Ct) per-head [q|k|v] of this rank's heads
+  A* atty;      // (N, Ct) attention output
+  G* saved;     // Ops::attention_saved_elems(B, T, Ht): what attention_forward keeps for its
+                // backward (the CPU's probabilities (B, Ht, T, T), CUDA's log-sum-exp (B, Ht, T));
+                // null under selective recomputation where it is dropped (the model's scratch)
+  A* res_mid;   // (R, C) residual after the attention block
+  A* ln2;       // (R, C)
+  G* ln2_mean;  // (R)
+  G* ln2_rstd;  // (R)
+  A* fc1;       // (N, Ft) before GELU
+  A* gelu;      // (N, Ft)
 };
 
 // One micro-batch's activations. N = B*T rows, R as GpuLayerActs, L = the chunk's layers.
 template <typename A>
 struct GpuSlot {
+  using G = accum_t<A>;
   int32_t* tokens = nullptr;   // (B, T) pre or post chunks: filled by the caller (slot API)
   int32_t* targets = nullptr;  // (B, T) post chunks
   A* residual = nullptr;       // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
   // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
   std::vector<GpuLayerActs<A>> layers;
-  A* lnf = nullptr;             // (R, C) post
-  float* lnf_mean = nullptr;    // (R) post
-  float* lnf_rstd = nullptr;    // (R) post
-  A* logits = nullptr;          // (N, Vt) post, bf16 runs: the GEMM's output, then dlogits
-  float* logits_f32 = nullptr;  // (N, Vt) post: fp32 logits, then fp32 dlogits
-  float* losses = nullptr;      // (N) post
-  A* output_grad = nullptr;     // (R, C) not post: the gradient of residual[L], from the next stage
-  A* input_grad = nullptr;      // (R, C) not pre: the gradient of residual[0], for the previous one
+  A* lnf = nullptr;           // (R, C) post
+  G* lnf_mean = nullptr;      // (R) post
+  G* lnf_rstd = nullptr;      // (R) post
+  A* logits = nullptr;        // (N, Vt) post, 16-bit runs: the GEMM's output, then dlogits
+  G* logits_accum = nullptr;  // (N, Vt) post: logits in G, then dlogits in G
+  G* losses = nullptr;        // (N) post
+  A* output_grad = nullptr;   // (R, C) not post: the gradient of residual[L], from the next stage
+  A* input_grad = nullptr;    // (R, C) not pre: the gradient of residual[0], for the previous one
   // The slot's last forward's dropout: p of the hidden and attention sites (0 when evaluating)
   // and the micro-batch's seed; its backward draws the same masks.
   float p_hidden = 0, p_attention = 0;
@@ -95,6 +105,8 @@ struct GpuSlot {
 template <typename A>
 class GpuGpt {
  public:
+  using G = accum_t<A>;  // master weights, gradients, statistics, logits, losses
+
   // Allocates everything for micro-batches of `micro_batch` sequences, `in_flight` of them in
   // flight, on `device` (outliving the model; its op list of A runs every op); an
   // out-of-memory is the device's sentence (Device::out_of_memory). shard: the chunk (layer
@@ -102,7 +114,9 @@ class GpuGpt {
   // tp_size to divide B*T). tp: the communicator of the tensor-parallel group for the device's
   // buffers (Device::make_comm), required when tp_size > 1 and outliving the model; a failed
   // reduction is recorded on the device like a failed kernel. recompute: RecomputePlan::make
-  // for the chunk's layers (none by default). Errors: also a device without an op list for A.
+  // for the chunk's layers (none by default; "selective" drops the attention's saved tensor on
+  // a device whose attention saves scores). Errors: also a device without an op list for A
+  // (CUDA has none for double).
   static Result<std::unique_ptr<GpuGpt>> create(const ModelConfig& config, int micro_batch,
                                                 Device& device, const ModelShard& shard = {},
                                                 Comm* tp = nullptr, int in_flight = 1,
@@ -113,24 +127,32 @@ class GpuGpt {
 
   const ParamLayout& layout() const { return layout_; }
   size_t numel() const { return layout_.total_numel(); }
-  float* master() { return master_; }  // (numel) fp32 master parameters
-  float* grads() { return grads_; }    // (numel) fp32 gradients
+  G* master() { return master_; }  // (numel) master parameters (fp32; fp64 for A = double)
+  G* grads() { return grads_; }    // (numel) gradients, in G
   // The parameters the kernels read: master() itself for float, a 16-bit copy otherwise.
   A* compute_params() { return compute_; }
-  // The 16-bit copy that AdamW writes (none for float).
+  // The 16-bit copy that AdamW writes (none for float and double).
   cu::ComputeCopy compute_copy() {
-    if constexpr (std::is_same_v<A, float>)
+    if constexpr (std::is_same_v<A, G>)
       return {};
     else
       return compute_;
   }
 
-  // Host fp32 parameters (numel, layout order) -> master and compute copy. Waits; a failed
+  // Host parameters in G (numel, layout order) -> master and compute copy. Waits; a failed
   // copy stays recorded on the device (its synchronize() returns it).
-  void upload(const float* host);
+  void upload(const G* host);
   // master -> host (numel, layout order). Waits; errors as upload().
-  void download(float* host);
+  void download(G* host);
   void zero_grads();
+  // Megatron's initialisation, the CPU model's (GptModel::init_weights, model/init_weights.h):
+  // each global tensor drawn on the host from its own stream keyed by (seed, name) and this
+  // rank's slice kept, so the master weights equal GptModel<G>'s bit for bit on every layout.
+  // Straight into the arena where the device's memory is host memory
+  // (Capabilities::host_addressable), else staged through a host buffer tensor by tensor; then
+  // the compute copy. Waits. Errors: a global tensor's host buffer that cannot be allocated
+  // (OutOfMemory's sentence), a failed copy (the device's error).
+  Status init_weights(uint64_t seed);
 
   // The whole model (pre and post), slot 0. tokens, targets: device (B, T) int32, the same on
   // every rank of the TP group. Training (grad_scale > 0): dropout as configured, with masks
@@ -140,7 +162,7 @@ class GpuGpt {
   void forward(const int32_t* tokens, const int32_t* targets, float grad_scale,
                uint64_t dropout_seed = 0);
   // (N) of slot 0's last forward: every token's whole loss, equal on every rank of the TP group.
-  const float* losses() const { return slots_[0].losses; }
+  const G* losses() const { return slots_[0].losses; }
   // Accumulates this micro-batch's parameter gradients into grads(). tokens: the forward's.
   void backward(const int32_t* tokens);
 
@@ -167,6 +189,15 @@ class GpuGpt {
   void set_grads_ready(std::function<void(int first, int last)> f) { grads_ready_ = std::move(f); }
   void set_final_backward(bool final) { final_backward_ = final; }
 
+  // Per-op times (off by default). On: each op queued is bracketed by two Device::marks on the
+  // compute stream, under the CPU model's Op names (GELU is FC1's epilogue, so it counts as
+  // kMatmulForward; the fused residual add as kLayerNorm). collect_op_times() adds the marks'
+  // seconds to profiler() and forgets them: call it once the compute stream has been
+  // synchronised and before Device::reset_marks() (CUDA reuses the marks' events).
+  void set_op_times(bool on) { op_times_ = on; }
+  void collect_op_times();
+  Profiler& profiler() { return profiler_; }
+
   int B() const { return B_; }
   int T() const { return T_; }
 
@@ -174,7 +205,14 @@ class GpuGpt {
   GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
          Ops<A>& ops, Comm* tp);
   Status allocate(int in_flight);
-  GpuLayerActs<A> take_layer_acts();  // one layer's activations (kActivations)
+  // One layer's activations (kActivations); without the attention's saved tensor when
+  // keep_saved is false (selective recomputation drops it).
+  GpuLayerActs<A> take_layer_acts(bool keep_saved);
+  // Where layer activations la's attention keeps its saved tensor: la's own, or the scratch
+  // selective recomputation refills in each layer's backward.
+  G* saved_of(const GpuLayerActs<A>& la) const { return la.saved ? la.saved : selective_saved_; }
+  // A pair of marks around one op (set_op_times); nothing when op times are off.
+  class OpTimer;
   void run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t* targets, float grad_scale,
                    uint64_t dropout_seed);
   void run_backward(GpuSlot<A>& a, const int32_t* tokens);
@@ -222,7 +260,7 @@ class GpuGpt {
     const int global = layer < 0 ? -1 : layout_.shard().layer_begin + layer;
     return dropout_site_key(dropout_seed_, global, site);
   }
-  // Losses (and dlogits when grad_scale > 0) from logits_f32_: whole-vocabulary softmax at
+  // Losses (and dlogits when grad_scale > 0) from logits_accum: whole-vocabulary softmax at
   // t == 1, the vocabulary-parallel passes otherwise.
   void cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_scale);
   template <typename X>
@@ -252,35 +290,47 @@ class GpuGpt {
   size_t row0_;      // the first of them (tp_rank * R with sequence parallelism, else 0)
   int Ct_, Ft_, Ht_, Vt_;  // this rank's C/t, F/t, NH/t heads, Vp/t vocabulary rows
 
-  float* master_ = nullptr;        // (numel)
-  float* grads_ = nullptr;         // (numel)
+  G* master_ = nullptr;            // (numel)
+  G* grads_ = nullptr;             // (numel)
   A* compute_ = nullptr;           // (numel) master_, or a 16-bit copy of it
   std::vector<GpuSlot<A>> slots_;  // one per micro-batch in flight
   RecomputePlan recompute_;
   // max_group layers (kActivations): the recomputed layers' activations, shared by all slots.
   std::vector<GpuLayerActs<A>> recompute_scratch_;
   // Vocabulary-parallel cross-entropy (t > 1), reduced over the TP group between its passes.
-  float* row_max_ = nullptr;       // (N)
-  double* sum_exp_ = nullptr;      // (N)
-  float* target_logit_ = nullptr;  // (N)
+  G* row_max_ = nullptr;       // (N)
+  double* sum_exp_ = nullptr;  // (N)
+  G* target_logit_ = nullptr;  // (N)
   // Scratch shared by forward and backward.
-  A* proj_out_ = nullptr;          // (R, C) attention projection output, summed over TP (forward)
-  A* fc2_out_ = nullptr;           // (R, C) MLP output, summed over TP; added by the next LayerNorm
-  A* d_res_ = nullptr;             // (R, C) gradient of the residual stream
-  A* d_c_ = nullptr;               // (N, C), (R, C) with sequence parallelism
-  A* gathered_ = nullptr;          // (N, C) sequence parallelism: an all-gathered LayerNorm output
-  A* full_ = nullptr;              // (N, C) sequence parallelism: partial sums, gathered gradients
-  A* d_f_ = nullptr;               // (N, Ft)
-  A* d_qkv_ = nullptr;             // (N, 3Ct)
-  A* d_atty_ = nullptr;            // (N, Ct)
-  float* attention_ws_ = nullptr;  // Ops::attention_workspace_elems(B, T, Ht)
-  float* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()
+  A* proj_out_ = nullptr;       // (R, C) attention projection output, summed over TP (forward)
+  A* fc2_out_ = nullptr;        // (R, C) MLP output, summed over TP; added by the next LayerNorm
+  A* d_res_ = nullptr;          // (R, C) gradient of the residual stream
+  A* d_c_ = nullptr;            // (N, C), (R, C) with sequence parallelism
+  A* gathered_ = nullptr;       // (N, C) sequence parallelism: an all-gathered LayerNorm output
+  A* full_ = nullptr;           // (N, C) sequence parallelism: partial sums, gathered gradients
+  A* d_f_ = nullptr;            // (N, Ft)
+  A* d_qkv_ = nullptr;          // (N, 3Ct)
+  A* d_atty_ = nullptr;         // (N, Ct)
+  G* attention_ws_ = nullptr;   // Ops::attention_workspace_elems(B, T, Ht)
+  G* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()
+  // Selective recomputation on a device whose attention saves scores: the one saved tensor
+  // (Ops::attention_saved_elems(B, T, Ht), kWorkspace) every layer's forward writes and every
+  // layer's backward rewrites before reading; null otherwise.
+  G* selective_saved_ = nullptr;
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
   // The dropout of the slot being run (set from it by run_forward / run_backward, as the CPU
   // model's current_seed_).
   float p_hidden_ = 0, p_attention_ = 0;
   uint64_t dropout_seed_ = 0;
+  // Per-op times: the marks of the ops queued since the last collect_op_times().
+  struct TimedOp {
+    Op op;
+    Mark from, to;
+  };
+  bool op_times_ = false;
+  std::vector<TimedOp> timed_ops_;
+  Profiler profiler_;
 };
 
 }  // namespace lattice::gpu

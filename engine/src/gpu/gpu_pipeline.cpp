@@ -91,7 +91,7 @@ int GpuPipeline<A>::acquire(int c) {
 
 template <typename A>
 Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uint64_t dropout_seed,
-                                   float grad_scale, float* losses) {
+                                   float grad_scale, accum_t<A>* losses) {
   GpuGpt<A>& model = *chunks_[c];
   GpuSlot<A>& slot = model.slot(s);
   const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
@@ -113,7 +113,7 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
   model.forward_slot(s, grad_scale, dropout_seed);
   if (last_virtual(c)) {
     const size_t N = static_cast<size_t>(model.B()) * model.T();
-    device_.copy(losses + static_cast<size_t>(mb) * N, slot.losses, N * sizeof(float),
+    device_.copy(losses + static_cast<size_t>(mb) * N, slot.losses, N * sizeof(accum_t<A>),
                  CopyKind::kDeviceToDevice, compute);
     return Status::ok();
   }
@@ -171,7 +171,7 @@ Status GpuPipeline<A>::join() {
 template <typename A>
 Status GpuPipeline<A>::train(int micro_batches, const Loader& load,
                              const std::function<uint64_t(int)>& dropout_seed, float grad_scale,
-                             float* losses) {
+                             accum_t<A>* losses) {
   const int chunks = static_cast<int>(chunks_.size());
   in_flight_.assign(chunks, std::vector<int>(micro_batches, -1));
   for (int c = 0; c < chunks; c++) {
@@ -199,7 +199,7 @@ Status GpuPipeline<A>::train(int micro_batches, const Loader& load,
 }
 
 template <typename A>
-Status GpuPipeline<A>::evaluate(int micro_batches, const Loader& load, float* losses) {
+Status GpuPipeline<A>::evaluate(int micro_batches, const Loader& load, accum_t<A>* losses) {
   // Micro-batch by micro-batch through slot 0: a valid order on every rank (a stage's input
   // comes from the previous stage's forward of the same micro-batch).
   for (int mb = 0; mb < micro_batches; mb++)
@@ -209,6 +209,7 @@ Status GpuPipeline<A>::evaluate(int micro_batches, const Loader& load, float* lo
 }
 
 template class GpuPipeline<float>;
+template class GpuPipeline<double>;
 template class GpuPipeline<bf16>;
 template class GpuPipeline<fp16>;
 

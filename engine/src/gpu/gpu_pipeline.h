@@ -99,9 +99,10 @@ class GpuPipeline {
   // the end, so synchronising the compute stream covers the whole iteration. Errors are those
   // of queueing (a failed kernel or transfer is recorded on the device).
   Status train(int micro_batches, const Loader& load,
-               const std::function<uint64_t(int)>& dropout_seed, float grad_scale, float* losses);
+               const std::function<uint64_t(int)>& dropout_seed, float grad_scale,
+               accum_t<A>* losses);
   // Forward only (grad_scale 0), micro-batch by micro-batch; losses as train().
-  Status evaluate(int micro_batches, const Loader& load, float* losses);
+  Status evaluate(int micro_batches, const Loader& load, accum_t<A>* losses);
 
  private:
   // A communicator and its side stream (the device's).
@@ -120,7 +121,7 @@ class GpuPipeline {
   // `waiter` waits for the work queued on `stream` so far.
   void follow(Stream& waiter, Stream& stream) { device_.wait(waiter, device_.record(stream)); }
   Status forward_one(int c, int mb, int s, const Loader& load, uint64_t dropout_seed,
-                     float grad_scale, float* losses);
+                     float grad_scale, accum_t<A>* losses);
   Status backward_one(int c, int mb, int s, int micro_batches);
   Status join();  // the compute stream waits for every channel's stream
 

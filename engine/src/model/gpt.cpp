@@ -4,12 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include "core/host_memory.h"
-#include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
+#include "model/init_weights.h"
 
 namespace lattice {
 
@@ -18,12 +17,6 @@ namespace k = kernels;
 namespace {
 size_t padded(size_t n) {
   return (n + 15) / 16 * 16;
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  return h;
 }
 
 // Carves one layer's saved tensors from `p`, advancing it.
@@ -192,49 +185,19 @@ MemoryBreakdown GptModel<T>::memory() const {
 
 template <typename T>
 void GptModel<T>::init_weights(uint64_t seed) {
-  const double out_std = config_.init_method_std / std::sqrt(2.0 * config_.num_layers);
-  std::fill(params_.begin(), params_.end(), T(0));
   // Tensors draw from independent streams, so they are filled in parallel (the result does not
   // depend on the thread count; a 1.3B model takes seconds, not a minute).
   const std::vector<ParamTensor>& tensors = layout_.tensors();
+  std::fill(params_.begin(), params_.end(), T(0));  // the alignment gaps between tensors
   // A global tensor's draw that cannot be allocated: no exception may leave the parallel loop.
   size_t failed_bytes = 0;
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t index = 0; index < tensors.size(); index++) {
     const ParamTensor& t = tensors[index];
-    std::vector<T> global;
-    T* w = params_.data() + t.offset;
-    const bool is_norm = t.name.find("layernorm") != std::string::npos;
-    const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
-    if (is_bias) continue;  // zero
-    if (is_norm) {
-      std::fill(w, w + t.numel, T(1));
-      continue;
-    }
-    const bool is_output = t.name.find("linear_proj.weight") != std::string::npos ||
-                           t.name.find("linear_fc2.weight") != std::string::npos;
-    std::mt19937_64 rng(k::dropout_hash(seed, fnv1a(t.name)));
-    std::normal_distribution<double> normal(0.0, is_output ? out_std : config_.init_method_std);
-    size_t global_numel = 1;
-    for (int64_t dim : t.global_shape) global_numel *= static_cast<size_t>(dim);
-    try {
-      global.resize(global_numel);
-    } catch (const std::exception&) {  // bad_alloc, length_error
+    const size_t failed = init_tensor(config_, t, seed, params_.data() + t.offset);
+    if (failed > 0) {
 #pragma omp critical(lattice_init_weights_failure)
-      failed_bytes = std::max(failed_bytes, bytes_of<T>(global_numel));
-      continue;
-    }
-    for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(normal(rng));
-    const size_t cols = static_cast<size_t>(t.global_shape.back());
-    if (t.split_dim < 0) {
-      std::copy(global.begin(), global.end(), w);
-    } else if (t.split_dim == 0) {
-      const size_t row_elems = t.global_shape.size() > 1 ? cols : 1;
-      std::copy_n(global.begin() + t.split_begin * row_elems, t.numel, w);
-    } else {  // columns of a 2-D tensor
-      const size_t rows = static_cast<size_t>(t.global_shape[0]), width = t.shape[1];
-      for (size_t r = 0; r < rows; r++)
-        std::copy_n(global.begin() + r * cols + t.split_begin, width, w + r * width);
+      failed_bytes = std::max(failed_bytes, failed);
     }
   }
   if (failed_bytes > 0) throw OutOfMemory(MemoryCategory::kWorkspace, failed_bytes);

@@ -1,0 +1,66 @@
+// init_tensor (init_weights.h): one global tensor drawn in T, its slice copied out.
+#include "model/init_weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/host_memory.h"
+#include "lattice/dropout_hash.h"
+
+namespace lattice {
+
+namespace {
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
+template <typename T>
+size_t init_tensor(const ModelConfig& config, const ParamTensor& t, uint64_t seed, T* out) {
+  const bool is_norm = t.name.find("layernorm") != std::string::npos;
+  const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
+  if (is_bias) {
+    std::fill(out, out + t.numel, T(0));
+    return 0;
+  }
+  if (is_norm) {
+    std::fill(out, out + t.numel, T(1));
+    return 0;
+  }
+  const double out_std = config.init_method_std / std::sqrt(2.0 * config.num_layers);
+  const bool is_output = t.name.find("linear_proj.weight") != std::string::npos ||
+                         t.name.find("linear_fc2.weight") != std::string::npos;
+  std::mt19937_64 rng(kernels::dropout_hash(seed, fnv1a(t.name)));
+  std::normal_distribution<double> normal(0.0, is_output ? out_std : config.init_method_std);
+  size_t global_numel = 1;
+  for (int64_t dim : t.global_shape) global_numel *= static_cast<size_t>(dim);
+  std::vector<T> global;
+  try {
+    global.resize(global_numel);
+  } catch (const std::exception&) {  // bad_alloc, length_error
+    return bytes_of<T>(global_numel);
+  }
+  for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(normal(rng));
+  const size_t cols = static_cast<size_t>(t.global_shape.back());
+  if (t.split_dim < 0) {
+    std::copy(global.begin(), global.end(), out);
+  } else if (t.split_dim == 0) {
+    const size_t row_elems = t.global_shape.size() > 1 ? cols : 1;
+    std::copy_n(global.begin() + t.split_begin * row_elems, t.numel, out);
+  } else {  // columns of a 2-D tensor
+    const size_t rows = static_cast<size_t>(t.global_shape[0]), width = t.shape[1];
+    for (size_t r = 0; r < rows; r++)
+      std::copy_n(global.begin() + r * cols + t.split_begin, width, out + r * width);
+  }
+  return 0;
+}
+
+template size_t init_tensor(const ModelConfig&, const ParamTensor&, uint64_t, float*);
+template size_t init_tensor(const ModelConfig&, const ParamTensor&, uint64_t, double*);
+
+}  // namespace lattice
