@@ -151,6 +151,7 @@ int show_command(const Subcommand& self, const std::vector<std::string>& args) {
   std::printf("  latest metrics (step %s):\n",
               r.latest_step ? std::to_string(*r.latest_step).c_str() : "-");
   for (const auto& [key, value] : r.latest) std::printf("    %-26s %.6g\n", key.c_str(), value);
+  print_estimates(**store, r);
   std::printf("  config: %s\n", r.config_json.c_str());
   return 0;
 }
@@ -260,7 +261,10 @@ constexpr Subcommand kSubcommands[] = {
      list_command},
     {"show", "show RUN", "one run in full",
      "Shows one run: status, host, command line, layout, tags, how many steps it logged, its\n"
-     "latest metrics and its full configuration.",
+     "latest metrics, each rank's planned memory per category (`lattice plan`'s estimate for\n"
+     "the run's configuration and layout) against its measured peak, with the gaps over 10 %\n"
+     "and 4 MiB named; with a pipeline, each stage's measured bubble (wait / compute per\n"
+     "recorded iteration) beside the analytic (p-1)/(v m); and its full configuration.",
      show_command},
     {"export", "export RUN --format csv|json [--output FILE]",
      "every logged step, validation point and memory sample",

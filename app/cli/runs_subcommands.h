@@ -51,6 +51,9 @@ std::string describe(const storage::RunInfo& run);
 
 int export_command(const Subcommand& self, const std::vector<std::string>& args);
 int compare_command(const Subcommand& self, const std::vector<std::string>& args);
+// runs_estimate.cpp: `show`'s planned memory against the measured peaks and the measured
+// pipeline bubble against (p - 1) / (v m).
+void print_estimates(storage::RunStore& store, const storage::RunInfo& run);
 // runs_import.cpp
 int import_command(const Subcommand& self, const std::vector<std::string>& args);
 

@@ -162,6 +162,8 @@ int main(int argc, char** argv) {
     window.dashboardView()->setCurrentPage(lattice::ui::DashboardView::kThroughputPage);
   else if (o.dashboardPage == QLatin1String("system"))
     window.dashboardView()->setCurrentPage(lattice::ui::DashboardView::kSystemPage);
+  else if (o.dashboardPage == QLatin1String("estimate"))
+    window.dashboardView()->setCurrentPage(lattice::ui::DashboardView::kEstimatePage);
 
   if (headless) {
     if (o.start) runForScreenshot(window, o.waitSeconds);

@@ -242,6 +242,30 @@ Result<std::vector<MemorySample>> RunStore::memory_at(std::int64_t run_id, std::
   return out;
 }
 
+Result<std::vector<StepMemory>> RunStore::memory_peaks(std::int64_t run_id) {
+  Impl& impl = *impl_;
+  Statement select;
+  if (Status s = impl.db.prepare(
+          "SELECT rank, MAX(step), MAX(weights), MAX(grads), MAX(optimizer_state), "
+          "MAX(activations), MAX(workspace), MAX(peak) FROM memory_samples WHERE run_id = ?1 "
+          "GROUP BY rank ORDER BY rank",
+          &select);
+      !s) {
+    return s;
+  }
+  StatementUse use(select);
+  use.bind(1, run_id);
+  std::vector<StepMemory> out;
+  int rc;
+  while ((rc = use.step()) == SQLITE_ROW) {
+    out.push_back({use.int64(1),
+                   {static_cast<int>(use.int64(0)), use.int64(2), use.int64(3), use.int64(4),
+                    use.int64(5), use.int64(6), use.int64(7)}});
+  }
+  if (rc != SQLITE_DONE) return impl.db.error("cannot read memory samples");
+  return out;
+}
+
 Result<std::vector<std::int64_t>> RunStore::timeline_steps(std::int64_t run_id) {
   Impl& impl = *impl_;
   Statement select;

@@ -74,8 +74,8 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
                                "A run (id or name) to show in the Dashboard and select in "
                                "History; repeat for several.",
                                "RUN");
-  const QCommandLineOption page("dashboard-page",
-                                "The Dashboard's page: training, throughput or system.", "PAGE");
+  const QCommandLineOption page(
+      "dashboard-page", "The Dashboard's page: training, throughput, system or estimate.", "PAGE");
   const QCommandLineOption exitAfterStart(
       "exit-after-start", "Print the time from process start to an interactive window, quit.");
   parser.addOptions({screenshot, view, size, theme, config, preset, cluster, flags, select, start,
@@ -119,9 +119,10 @@ Result<StartupOptions> parseStartupOptions(const QStringList& arguments) {
   o.runs = parser.values(run);
   o.dashboardPage = parser.value(page);
   if (!o.dashboardPage.isEmpty() && o.dashboardPage != QLatin1String("training") &&
-      o.dashboardPage != QLatin1String("throughput") && o.dashboardPage != QLatin1String("system"))
+      o.dashboardPage != QLatin1String("throughput") &&
+      o.dashboardPage != QLatin1String("system") && o.dashboardPage != QLatin1String("estimate"))
     return Status::invalid_argument("--dashboard-page '" + o.dashboardPage.toStdString() +
-                                    "' is not training, throughput or system");
+                                    "' is not training, throughput, system or estimate");
   o.exitAfterStart = parser.isSet(exitAfterStart);
   return o;
 }

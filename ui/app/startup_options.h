@@ -15,22 +15,23 @@ struct StartupOptions {
   QString screenshot;  // write this PNG and quit
   QString view = QStringLiteral("plan");
   QSize size{1280, 800};
-  QString theme;          // "light" | "dark"; empty: the saved one
-  QString config;         // a run configuration to start from
-  QString preset;         // a model preset name ("GPT-3 6.7B")
-  QString cluster;        // "NODESxDEVICES[:DEVICE]", e.g. "4x8:h100"
-  QString flags;          // `lattice train` flags applied last ("--tensor-model-parallel-size 2")
-  int selectRank = -1;    // highlight this rank's groups on the canvas, as a click does
-  bool start = false;     // start the plan's run (Launch view) once the window is up
-  QString target;         // --target: local | slurm | hostfile (the Launch view's); empty: saved
-  int waitSeconds = 20;   // --screenshot with --start: grab after the run ends or this long
-  bool fresh = false;     // ignore and keep the saved settings
+  QString theme;         // "light" | "dark"; empty: the saved one
+  QString config;        // a run configuration to start from
+  QString preset;        // a model preset name ("GPT-3 6.7B")
+  QString cluster;       // "NODESxDEVICES[:DEVICE]", e.g. "4x8:h100"
+  QString flags;         // `lattice train` flags applied last ("--tensor-model-parallel-size 2")
+  int selectRank = -1;   // highlight this rank's groups on the canvas, as a click does
+  bool start = false;    // start the plan's run (Launch view) once the window is up
+  QString target;        // --target: local | slurm | hostfile (the Launch view's); empty: saved
+  int waitSeconds = 20;  // --screenshot with --start: grab after the run ends or this long
+  bool fresh = false;    // ignore and keep the saved settings
   // --demo: the embedded demo as `lattice demo` runs it (implies --fresh and --start): the demo
   // plan on the demo corpus, its checkpoints in <data dir>/demo/<run name>.
   bool demo = false;
   QString database;       // --db: the run store the Studio reads and launches into
   QStringList runs;       // --run: runs (ids or names) the Dashboard shows / History selects
-  QString dashboardPage;  // --dashboard-page: training | throughput | system; empty: training
+  QString dashboardPage;  // --dashboard-page: training | throughput | system | estimate; empty:
+                          // training
   bool exitAfterStart = false;  // print the start-up time and quit (measurements)
   bool help = false;
   QString helpText;

@@ -65,6 +65,7 @@ class FeedWorker : public QObject {
     path_ = path;
     db_.reset();
     runs_.clear();
+    layouts_.clear();
   }
 
   // The runs are loaded (history, then tailing from the newest row) by the next poll, which
@@ -72,6 +73,7 @@ class FeedWorker : public QObject {
   void showRuns(const QList<qint64>& runs, int epoch) {
     epochSeen_ = epoch;
     runs_.clear();
+    layouts_.clear();
     ranges_.clear();
     for (qint64 run : runs) runs_[run];
     poll();
@@ -112,6 +114,7 @@ class FeedWorker : public QObject {
     qint64 timelineStepsAt = 0;  // ms since epoch of the last timeline_steps read
     qint64 timelineCount = -1, timelineNewest = -1;
     qint64 metaAt = 0;
+    qint64 waitsUpTo = -1;  // the newest timeline step whose pipeline wait was measured
   };
 
   bool open() {
@@ -163,6 +166,8 @@ class FeedWorker : public QObject {
     if (!info) return;
     b.hasMeta = true;
     b.meta = readMeta(*info);
+    readPlan(*info, &b);
+    layouts_[run] = info->layout;
     const qint64 latest = b.meta.latestStep;
     s.lastStep = latest;
     if (latest >= 0) {
@@ -202,10 +207,45 @@ class FeedWorker : public QObject {
   }
 
   void readMemory(qint64 run, std::initializer_list<qint64> steps, FeedBatch* b) {
+    bool read = false;
     for (qint64 step : steps) {
       if (step < 0 || step <= b->memory.step) continue;
       Result<std::vector<storage::MemorySample>> m = db_->memory_at(run, step);
-      if (m && !m->empty()) b->memory = {step, std::move(*m)};
+      if (m && !m->empty()) b->memory = {step, std::move(*m)}, read = true;
+    }
+    if (read)
+      if (Result<std::vector<storage::StepMemory>> peaks = db_->memory_peaks(run); peaks)
+        b->peaks = std::move(*peaks);
+  }
+
+  // The planner's estimate for the run's recorded configuration, or why there is none.
+  static void readPlan(const storage::RunInfo& info, FeedBatch* b) {
+    b->hasPlan = true;
+    Result<RecordedRunPlan> plan = plan_recorded_run(info.config_json, info.world_size);
+    if (plan)
+      b->plan = std::move(*plan);
+    else
+      b->planProblem = QString::fromStdString(plan.status().message());
+  }
+
+  // Measures the pipeline wait of every recorded iteration not measured yet (the newest
+  // kMaxWaitSteps of them when the feed starts on a long run).
+  void readWaits(qint64 run, RunState& s, const std::vector<std::int64_t>& steps, FeedBatch* b) {
+    const storage::Layout layout = layouts_.value(run);
+    if (layout.pp <= 1) return;
+    constexpr size_t kMaxWaitSteps = 500;
+    const size_t from = steps.size() > kMaxWaitSteps ? steps.size() - kMaxWaitSteps : 0;
+    for (size_t i = from; i < steps.size(); i++) {
+      if (steps[i] <= s.waitsUpTo) continue;
+      Result<std::vector<storage::TimelineEvent>> events = db_->timeline(run, steps[i]);
+      if (!events) return;
+      std::vector<TimedBox> boxes;
+      boxes.reserve(events->size());
+      for (const storage::TimelineEvent& e : *events)
+        boxes.push_back({e.rank, e.stage, e.microbatch, e.kind, e.start_s, e.end_s});
+      PipelineWait w = measure_pipeline_wait(layout.tp, layout.pp, layout.dp, steps[i], boxes);
+      if (!w.stages.empty()) b->waits.push_back(std::move(w));
+      s.waitsUpTo = steps[i];
     }
   }
 
@@ -215,6 +255,7 @@ class FeedWorker : public QObject {
     Result<std::vector<std::int64_t>> steps = db_->timeline_steps(run);
     if (!steps) return;
     s.timelineStepsAt = nowMs();
+    readWaits(run, s, *steps, b);
     const qint64 newest = steps->empty() ? -1 : steps->back();
     if (force || static_cast<qint64>(steps->size()) != s.timelineCount ||
         newest != s.timelineNewest) {
@@ -283,7 +324,9 @@ class FeedWorker : public QObject {
           b.meta.latestStep = std::max<qint64>(b.meta.latestStep, s.lastStep);
         }
       }
-      if (b.hasMeta || !b.rows.empty() || b.hasTimeline || b.hasTimelineSteps) post(std::move(b));
+      if (b.hasMeta || !b.rows.empty() || b.hasTimeline || b.hasTimelineSteps || !b.peaks.empty() ||
+          !b.waits.empty())
+        post(std::move(b));
     }
     if (more) QTimer::singleShot(0, this, [this] { poll(); });
   }
@@ -335,6 +378,7 @@ class FeedWorker : public QObject {
   std::unique_ptr<storage::RunStore> db_;
   QTimer* timer_ = nullptr;
   QHash<qint64, RunState> runs_;
+  QHash<qint64, storage::Layout> layouts_;  // the recorded layout of each run shown
   QHash<QPair<int, qint64>, Range> ranges_;
 };
 

@@ -13,6 +13,7 @@
 #include <QVBoxLayout>
 
 #include "dashboard/dashboard_feed.h"
+#include "dashboard/estimate_charts.h"
 #include "dashboard/rank_bars_chart.h"
 #include "dashboard/series_store.h"
 #include "dashboard/timeline_chart.h"
@@ -195,6 +196,30 @@ QWidget* DashboardView::buildPages() {
   sys->setRowStretch(2, 1);
   tabs_->addTab(system, tr("Memory and timers"));
 
+  auto* estimate = new QWidget(tabs_);
+  auto* est = new QGridLayout(estimate);
+  est->setContentsMargins(4, 6, 4, 4);
+  est->setSpacing(10);
+  auto* pickEstimate = new QHBoxLayout;
+  pickEstimate->addWidget(new QLabel(tr("Run"), estimate));
+  estimateRun_ = new QComboBox(estimate);
+  estimateRun_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  estimateRun_->setMinimumContentsLength(16);
+  pickEstimate->addWidget(estimateRun_);
+  pickEstimate->addStretch(1);
+  est->addLayout(pickEstimate, 0, 0);
+  estimate_ = new EstimateChart(store_, estimate);
+  bubble_ = new BubbleChart(store_, estimate);
+  est->addWidget(estimate_, 1, 0);
+  est->addWidget(bubble_, 2, 0);
+  est->setRowStretch(1, 1);
+  est->setRowStretch(2, 1);
+  tabs_->addTab(estimate, tr("Estimate and measurement"));
+  connect(estimateRun_, &QComboBox::currentIndexChanged, this, [this] {
+    refreshSystemRun();
+    scheduleReplot();
+  });
+
   connect(tabs_, &QTabWidget::currentChanged, this, &DashboardView::scheduleReplot);
   connect(systemRun_, &QComboBox::currentIndexChanged, this, [this] {
     refreshSystemRun();
@@ -225,6 +250,9 @@ void DashboardView::showRuns(const QList<qint64>& runIds) {
     const QSignalBlocker block(systemRun_);
     systemRun_->clear();
     for (qint64 r : runIds) systemRun_->addItem(tr("run %1").arg(r), r);
+    const QSignalBlocker blockEstimate(estimateRun_);
+    estimateRun_->clear();
+    for (qint64 r : runIds) estimateRun_->addItem(tr("run %1").arg(r), r);
   }
   refreshSystemRun();
   refreshTimelineSteps();
@@ -317,6 +345,16 @@ void DashboardView::replotNow() {
     timeline_->refresh();
     timeline_->plot()->replot();
   }
+  if (page == estimate_->parentWidget()) {
+    for (int i = 0; i < estimateRun_->count(); i++) {
+      const RunMeta* m = store_->meta(estimateRun_->itemData(i).toLongLong());
+      if (m && !m->name.isEmpty()) estimateRun_->setItemText(i, m->name);
+    }
+    estimate_->refresh();
+    estimate_->plot()->replot();
+    bubble_->refresh();
+    bubble_->plot()->replot();
+  }
   replots_++;
   emit replotted();
 }
@@ -341,6 +379,10 @@ void DashboardView::refreshSystemRun() {
   memory_->setRun(run);
   phases_->setRun(run);
   timeline_->setRun(run);
+  const qint64 chosen =
+      estimateRun_->currentIndex() >= 0 ? estimateRun_->currentData().toLongLong() : -1;
+  estimate_->setRun(chosen);
+  bubble_->setRun(chosen);
 }
 
 void DashboardView::refreshTimelineSteps() {

@@ -2,7 +2,8 @@
 // step / tokens / time, EMA smoothing, log scale, follow) above three pages of charts:
 // training (loss and validation loss, learning rate, grad norm, loss scale and skipped
 // iterations), throughput (tokens/s, TFLOP/s per device, MFU, step time) and memory & timers
-// (memory per rank, time per phase per rank, the pipeline timeline of a chosen iteration).
+// (memory per rank, time per phase per rank, the pipeline timeline of a chosen iteration), and
+// estimate and measurement (planned memory against measured, the measured pipeline bubble).
 // Data flows DashboardFeed (worker thread) -> SeriesStore -> charts; one coalescing timer
 // (kReplotMs) rebuilds and replots the visible page however many rows arrived.
 #pragma once
@@ -22,7 +23,9 @@ class QTabWidget;
 
 namespace lattice::ui {
 
+class BubbleChart;
 class DashboardFeed;
+class EstimateChart;
 class RankBarsChart;
 class SeriesStore;
 class TimelineChart;
@@ -32,7 +35,7 @@ class DashboardView : public QWidget {
 
  public:
   static constexpr int kReplotMs = 40;
-  enum Page { kTrainingPage, kThroughputPage, kSystemPage };
+  enum Page { kTrainingPage, kThroughputPage, kSystemPage, kEstimatePage };
 
   explicit DashboardView(QWidget* parent = nullptr);
   ~DashboardView() override;
@@ -57,6 +60,8 @@ class DashboardView : public QWidget {
   RankBarsChart* memoryChart() const { return memory_; }
   RankBarsChart* phaseChart() const { return phases_; }
   TimelineChart* timelineChart() const { return timeline_; }
+  EstimateChart* estimateChart() const { return estimate_; }
+  BubbleChart* bubbleChart() const { return bubble_; }
   const SeriesStore* store() const { return store_; }
 
   // Rebuilds and replots the visible page now (what the coalescing timer does).
@@ -84,6 +89,8 @@ class DashboardView : public QWidget {
   RankBarsChart* memory_ = nullptr;
   RankBarsChart* phases_ = nullptr;
   TimelineChart* timeline_ = nullptr;
+  EstimateChart* estimate_ = nullptr;
+  BubbleChart* bubble_ = nullptr;
   QTimer replotTimer_;
   int replots_ = 0;
   double smoothing_ = 0.6;
@@ -97,6 +104,7 @@ class DashboardView : public QWidget {
   QStackedWidget* stack_;
   QTabWidget* tabs_;
   QComboBox* systemRun_;
+  QComboBox* estimateRun_;  // the run of the estimate page
   QComboBox* iteration_;
   QLabel* problem_;
 };

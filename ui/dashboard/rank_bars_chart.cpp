@@ -40,6 +40,10 @@ QString bytesText(double b) {
 
 }  // namespace
 
+QColor memoryCategoryColor(int i) {
+  return i >= 0 && i < static_cast<int>(std::size(kMemoryColors)) ? kMemoryColors[i] : QColor();
+}
+
 double RankBarsChart::physicalMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && size > 0 ? static_cast<double>(pages) * size : 0;

@@ -16,6 +16,10 @@ namespace lattice::ui {
 
 class SeriesStore;
 
+// The colour of memory category `i` (weights, grads, optimizer state, activations, workspace),
+// shared by every chart that draws memory.
+QColor memoryCategoryColor(int i);
+
 class RankBarsChart : public ChartCard {
   Q_OBJECT
 

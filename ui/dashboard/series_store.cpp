@@ -134,6 +134,21 @@ void SeriesStore::apply(const FeedBatch& b) {
     d.timeline.step = b.timelineStep;
     d.timeline.events = b.timeline;
   }
+  if (b.hasPlan) {
+    d.estimate.known = true;
+    d.estimate.plan = b.plan;
+    d.estimate.problem = b.planProblem;
+  }
+  if (!b.peaks.empty()) d.estimate.peaks = b.peaks;
+  for (const PipelineWait& w : b.waits) {
+    std::vector<PipelineWait>& all = d.estimate.waits;
+    auto at = std::lower_bound(all.begin(), all.end(), w.step,
+                               [](const PipelineWait& x, qint64 step) { return x.step < step; });
+    if (at != all.end() && at->step == w.step)
+      *at = w;
+    else
+      all.insert(at, w);
+  }
   if (b.hasMeta) d.lastStep = std::max(d.lastStep, d.meta.latestStep);
   emit changed();
 }
@@ -187,6 +202,11 @@ const PhaseSample* SeriesStore::phases(qint64 run) const {
 const MemorySnapshot* SeriesStore::memory(qint64 run) const {
   auto it = data_.find(run);
   return it == data_.end() ? nullptr : &it->memory;
+}
+
+const EstimateSnapshot* SeriesStore::estimate(qint64 run) const {
+  auto it = data_.find(run);
+  return it == data_.end() ? nullptr : &it->estimate;
 }
 
 const TimelineSnapshot* SeriesStore::timeline(qint64 run) const {

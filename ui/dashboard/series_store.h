@@ -12,8 +12,10 @@
 #include <QString>
 #include <QVector>
 #include <array>
+#include <optional>
 #include <vector>
 
+#include "lattice/run_estimate.h"
 #include "lattice/storage/run_store.h"
 
 namespace lattice::ui {
@@ -68,6 +70,17 @@ struct MemorySnapshot {
   std::vector<storage::MemorySample> ranks;
 };
 
+// The planner's estimate for the run (plan_recorded_run, read once on the feed's thread: it
+// may read tokenizer files) or why there is none, the measured peaks per rank, and the
+// measured pipeline wait of every recorded iteration (Note [pipeline wait]).
+struct EstimateSnapshot {
+  bool known = false;  // the feed has answered (with a plan or a problem)
+  std::optional<RecordedRunPlan> plan;
+  QString problem;                         // why there is no plan
+  std::vector<storage::StepMemory> peaks;  // memory_peaks, by rank
+  std::vector<PipelineWait> waits;         // by step
+};
+
 struct TimelineSnapshot {
   QVector<qint64> steps;  // steps with events, ascending
   qint64 step = -1;       // the step of `events`
@@ -116,6 +129,7 @@ class SeriesStore : public QObject {
   const PhaseSample* phases(qint64 run) const;
   const MemorySnapshot* memory(qint64 run) const;
   const TimelineSnapshot* timeline(qint64 run) const;
+  const EstimateSnapshot* estimate(qint64 run) const;
   qint64 rowsSeen() const { return rowsSeen_; }
 
  signals:
@@ -132,6 +146,7 @@ class SeriesStore : public QObject {
     PhaseSample phases;
     MemorySnapshot memory;
     TimelineSnapshot timeline;
+    EstimateSnapshot estimate;
     qint64 lastStep = -1;
   };
   QList<qint64> runs_;
@@ -154,6 +169,11 @@ struct FeedBatch {
   bool hasTimeline = false;
   qint64 timelineStep = -1;
   std::vector<storage::TimelineEvent> timeline;
+  bool hasPlan = false;  // estimate.plan / estimate.problem answer for the run
+  std::optional<RecordedRunPlan> plan;
+  QString planProblem;
+  std::vector<storage::StepMemory> peaks;  // empty: unchanged
+  std::vector<PipelineWait> waits;         // iterations measured since the last batch
 };
 
 }  // namespace lattice::ui

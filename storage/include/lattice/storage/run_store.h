@@ -286,6 +286,9 @@ class RunStore {
                                          std::int64_t first_step, std::int64_t last_step,
                                          int buckets);
   Result<std::vector<MemorySample>> memory_at(std::int64_t run_id, std::int64_t step);
+  // Per rank, the largest value of each category over every memory sample of the run (each
+  // maximum may come from a different step), with the newest sampled step; by rank.
+  Result<std::vector<StepMemory>> memory_peaks(std::int64_t run_id);
   // The steps of a run that logged timeline events, ascending.
   Result<std::vector<std::int64_t>> timeline_steps(std::int64_t run_id);
   // Every timeline event of one step, by rank, then start time.
