@@ -54,12 +54,6 @@ constexpr size_t kRefusingThreads = 16;
 
 thread_local ServeServer* t_server = nullptr;
 
-int port_of(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
-  return -1;
-}
-
 // The whole of `text` to `fd`, within `timeout_ms`; false when it could not be.
 bool send_all(int fd, const std::string& text, int timeout_ms) {
   size_t at = 0;
@@ -86,6 +80,12 @@ std::string closing_answer(int status, const char* reason, const ApiError& error
 }
 
 }  // namespace
+
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
 
 std::string check_connection_limits(const ConnectionLimits& limits) {
   if (limits.max_connections < 1) return "--max-connections must be 1 or more";

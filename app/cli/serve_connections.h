@@ -7,6 +7,7 @@
 #pragma once
 
 #include <httplib.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -31,6 +32,9 @@ struct ConnectionLimits {
   int body_timeout_s = 60;     // its body (at most 16 MiB) within this once the head is in
   int idle_timeout_s = 30;     // a keep-alive connection without a request closes after this
 };
+
+// The port of a socket address (IPv4 or IPv6), or -1.
+int port_of(const sockaddr_storage& address);
 
 // What is wrong with `limits` for this process (the flags named), or "" when nothing. Raises
 // the soft limit on open files to what max_connections needs when the hard limit allows.

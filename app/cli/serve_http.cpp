@@ -125,12 +125,6 @@ std::optional<ApiError> check_framing(const httplib::Request& req, size_t max_bo
 // written by the library when no end of stream is pending; a client that half-closes between
 // that check and the library's first write (microseconds) is not answered, as before.
 
-int port_of(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
-  return -1;
-}
-
 // The address as cpp-httplib writes it into the request (getnameinfo, numeric).
 bool same_host(const sockaddr_storage& a, socklen_t len, const std::string& host) {
   char name[NI_MAXHOST];
