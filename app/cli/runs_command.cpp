@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 
@@ -47,7 +48,13 @@ int usage_error(const Subcommand& command, const std::string& message) {
               2);
 }
 
-Result<std::unique_ptr<storage::RunStore>> open_store(const std::string& db) {
+Result<std::unique_ptr<storage::RunStore>> open_store(const std::string& db, bool create) {
+  std::error_code ec;
+  if (!create && !std::filesystem::exists(db, ec)) {
+    return Status::invalid_argument("--db " + db +
+                                    ": no run database there yet; `lattice train` records its "
+                                    "runs into it (--db chooses another file)");
+  }
   Result<std::unique_ptr<storage::RunStore>> s = storage::RunStore::open(db);
   if (!s) return Status::invalid_argument("--db " + db + ": " + s.status().message());
   return s;

@@ -10,7 +10,7 @@ int import_command(const Subcommand& self, const std::vector<std::string>& args)
   Invocation in;
   if (auto stop = parse_invocation(self, args, {}, &in)) return *stop;
   if (in.positional.empty()) return usage_error(self, "import expects at least one PATH");
-  Result<std::unique_ptr<storage::RunStore>> store = open_store(in.db);
+  Result<std::unique_ptr<storage::RunStore>> store = open_store(in.db, /*create=*/true);
   if (!store) return fail(self, store.status().message());
   int failures = 0;
   for (const std::string& path : in.positional) {

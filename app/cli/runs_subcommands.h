@@ -38,8 +38,10 @@ int fail(const Subcommand& command, const std::string& message, int code = 1);
 // fail() with the command's usage line appended; returns 2.
 int usage_error(const Subcommand& command, const std::string& message);
 
-// The store at --db; errors name the flag and the file.
-Result<std::unique_ptr<storage::RunStore>> open_store(const std::string& db);
+// The store at --db; errors name the flag and the file. A missing file is an error unless
+// `create` (import makes the database it merges into; the others only read or edit runs, and
+// a typo in --db must not leave an empty database behind).
+Result<std::unique_ptr<storage::RunStore>> open_store(const std::string& db, bool create = false);
 
 // The run a RUN argument names (id or unique name); an error says what was looked for and
 // how to list the runs.

@@ -344,6 +344,23 @@ class RunsCli : public QObject {
     QCOMPARE(rows_of_run(db_.toStdString(), 2).at("runs"), 1);  // delete stopped before beta
   }
 
+  void a_missing_database_is_named_and_not_created() {
+    const QString missing = dir_.filePath("typo/runs.sqlite");
+    for (const QStringList& command :
+         {QStringList{"list"}, QStringList{"show", "alpha"}, QStringList{"tag", "alpha", "t"},
+          QStringList{"compare", "alpha", "beta"}}) {
+      Run r = lattice_cli(QStringList{"runs"} + command + QStringList{"--db", missing});
+      QVERIFY2(r.exit_code == 1, qPrintable(command.join(' ') + ": " + text_of(r)));
+      QVERIFY2(r.err.contains("--db " + missing + ": no run database there yet"),
+               qPrintable(command.join(' ') + ": " + r.err));
+      QVERIFY2(!QFileInfo::exists(missing) && !QFileInfo::exists(dir_.filePath("typo")),
+               qPrintable(command.join(' ') + " created " + missing));
+    }
+    Run imported = lattice_cli({"runs", "import", db_, "--db", missing});  // import creates it
+    QVERIFY2(imported.exit_code == 0, qPrintable(text_of(imported)));
+    QVERIFY(QFileInfo::exists(missing));
+  }
+
   void digits_that_are_one_runs_id_and_anothers_name_are_refused() {
     QCOMPARE(lattice_cli({"runs", "rename", "beta", "1", "--db", db_}).exit_code, 0);
     Run r = lattice_cli({"runs", "show", "1", "--db", db_});

@@ -26,7 +26,9 @@ class RecordingSink : public MetricsSink {
   void on_iteration(const IterationMetrics& m) override {
     rows.push_back({m.lm_loss, m.loss_scale, m.grad_norm, m.skipped_iterations, m.iteration});
   }
+  void on_message(const std::string& m) override { messages.push_back(m); }
   std::vector<Row> rows;
+  std::vector<std::string> messages;
 };
 
 TrainOptions small_run() {
@@ -48,11 +50,18 @@ TrainOptions small_run() {
   return o;
 }
 
-std::vector<Row> run(const TrainOptions& o) {
+std::vector<Row> run(const TrainOptions& o, std::vector<std::string>* messages = nullptr) {
   RecordingSink sink;
   Result<TrainSummary> r = train(o, sink);
   if (!r) qWarning("train failed: %s", r.status().message().c_str());
+  if (messages) *messages = sink.messages;
   return sink.rows;
+}
+
+bool any_contains(const std::vector<std::string>& lines, const std::string& part) {
+  for (const std::string& l : lines)
+    if (l.find(part) != std::string::npos) return true;
+  return false;
 }
 
 }  // namespace
@@ -148,8 +157,10 @@ class LossScalingTest : public QObject {
     QCOMPARE(a.size(), size_t{4});
     TrainOptions second = o;
     second.load = first.save;
-    const std::vector<Row> b = run(second);
+    std::vector<std::string> said;
+    const std::vector<Row> b = run(second, &said);
     QCOMPARE(b.size(), size_t{4});
+    QVERIFY(!any_contains(said, "holds no loss scale"));
     for (size_t i = 0; i < 4; i++) {
       QVERIFY2(b[i].scale == straight[4 + i].scale,
                qPrintable(QString("iteration %1: loss scale %2 after resuming, %3 straight")
@@ -159,6 +170,29 @@ class LossScalingTest : public QObject {
       QCOMPARE(b[i].skipped, straight[4 + i].skipped);
       QCOMPARE(b[i].loss, straight[4 + i].loss);
     }
+  }
+
+  void resuming_fp16_from_a_checkpoint_without_a_scaler_says_the_scale_restarts() {
+    QTemporaryDir dir;
+    TrainOptions first = small_run();  // fp32: its checkpoint has no grad_scaler
+    first.train_iters = 2;
+    first.save = dir.path().toStdString();
+    QCOMPARE(run(first).size(), size_t{2});
+    TrainOptions second = small_run();
+    second.train_iters = 3;
+    second.fp16 = true;
+    second.initial_loss_scale = 1024;
+    second.load = first.save;
+    std::vector<std::string> said;
+    const std::vector<Row> rows = run(second, &said);
+    QCOMPARE(rows.size(), size_t{1});
+    QCOMPARE(rows[0].scale, 1024.0);
+    QVERIFY2(any_contains(said, "warning: the checkpoint in --load " + first.save +
+                                    " holds no loss scale (it was saved without --fp16); the "
+                                    "dynamic loss scale starts again at --initial-loss-scale 1024"),
+             said.empty() ? "no message" : said.back().c_str());
+    second.loss_scale = 512;  // a static scale has nothing to restore: nothing to say
+    QVERIFY(!any_contains((run(second, &said), said), "holds no loss scale"));
   }
 
   void unscaling_flags_inf_and_nan() {

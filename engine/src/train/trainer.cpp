@@ -567,9 +567,18 @@ Result<TrainSummary> Trainer<T>::run() {
   int nan_iterations = state.nan_iterations, skipped = state.skipped_iterations,
       steps = state.steps_taken;
   int saved_iteration = -1;
-  // A checkpoint of an --fp16 run carries the scaler (none: state.loss_scale is 0).
+  // A checkpoint of an --fp16 run carries the scaler (none: state.loss_scale is 0). Resuming
+  // a dynamic scale from one that has none restarts the scale; said, as Megatron warns.
   scaling_.restore(
       {state.loss_scale, state.loss_scale_growth_tracker, state.loss_scale_hysteresis_tracker});
+  if (rank0 && !o_.load.empty() && !o_.finetune && scaling_.enabled() && o_.loss_scale <= 0 &&
+      state.loss_scale <= 0) {
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%g", o_.initial_loss_scale);
+    sink_.on_message("warning: the checkpoint in --load " + o_.load +
+                     " holds no loss scale (it was saved without --fp16); the dynamic loss "
+                     "scale starts again at --initial-loss-scale " + scale);
+  }
   auto progress = [&](int iteration) {
     TrainState s{iteration, consumed_, valid_consumed, steps, skipped, nan_iterations};
     const LossScaler::State scaler = scaling_.state();
