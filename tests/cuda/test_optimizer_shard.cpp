@@ -9,12 +9,18 @@
 //   - the counted pieces of all ranks add up to the whole model's sum of squares, each counted
 //     gradient once (also on a tensor-parallel rank > 0, whose replicas do not count), and
 //     AdamW::sum_squares is that sum;
-//   - state_of finds a piece's moments and refuses a range outside one piece.
+//   - state_of finds a piece's moments and refuses a range outside one piece;
+//   - AdamW<bf16> made on a device (AdamW::create) over a distributed shard steps exactly as
+//     the host AdamW<float> over the same owned ranges, writes the 16-bit copy of the owned
+//     weights (the updated master rounded) and nothing else, and keeps its moments on the
+//     device (category optimizer).
 #include <QtTest/QtTest>
 
 #include <cmath>
+#include <cstring>
 
 #include "common/tiny_model.h"
+#include "device/cpu_device.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
 #include "optim/optimizer_shard.h"
@@ -203,6 +209,48 @@ class OptimizerShardTest : public QObject {
     // An element rank 0 owns.
     const OptimizerShard other = distributed_shard(layout, 1000, 2, 0);
     QCOMPARE(s.state_of(other.pieces[0].offset, 1), OptimizerShard::npos);
+  }
+
+  void adamw_on_a_device_steps_its_pieces_and_writes_the_16_bit_copy() {
+    const ParamLayout layout(model());
+    const OptimizerShard shard = distributed_shard(layout, 1000, 2, 1);
+    OptimizerConfig c;
+    c.weight_decay = 0.1f;
+    CpuDevice device;
+    Result<std::unique_ptr<AdamW<bf16>>> made = AdamW<bf16>::create(device, shard, c);
+    QVERIFY2(made, made ? "" : made.status().message().c_str());
+    AdamW<bf16>& adam = **made;
+    QCOMPARE(device.usage(MemoryCategory::kOptimizer).current,
+             2 * shard.state_numel * sizeof(float));
+    AdamW<float> host(layout, c, shard.owned);
+    std::vector<float> master(layout.total_numel()), reference;
+    for (size_t i = 0; i < master.size(); i++) master[i] = 0.05f * std::sin(0.37f * i);
+    reference = master;
+    const bf16 untouched = to_bf16(-7.0f);
+    std::vector<bf16> copy(layout.total_numel(), untouched);
+    for (int step = 1; step <= 2; step++) {
+      const std::vector<float> g = gradients(layout);
+      adam.update(master.data(), g.data(), 1e-2, 0.5, copy.data());
+      host.update(reference.data(), g.data(), 1e-2, 0.5);
+    }
+    std::vector<bool> owned(layout.total_numel(), false);
+    for (const OptimizerPiece& p : shard.pieces)
+      for (size_t i = p.offset; i < p.offset + p.numel; i++) owned[i] = true;
+    for (size_t i = 0; i < master.size(); i++) {
+      if (std::memcmp(&master[i], &reference[i], sizeof(float)) != 0)
+        QFAIL(qPrintable(QString("master[%1] = %2, the host AdamW's %3 (bit for bit)")
+                             .arg(i)
+                             .arg(master[i])
+                             .arg(reference[i])));
+      const bf16 want = owned[i] ? to_bf16(master[i]) : untouched;
+      if (std::memcmp(&copy[i], &want, sizeof(bf16)) != 0)
+        QFAIL(qPrintable(QString("copy[%1] = %2, expected %3 (%4 element)")
+                             .arg(i)
+                             .arg(from_bf16(copy[i]))
+                             .arg(from_bf16(want))
+                             .arg(owned[i] ? "an owned" : "a foreign")));
+    }
+    QCOMPARE(adam.steps_taken(), 2);
   }
 
   void the_options_choose_the_shard() {
