@@ -1,10 +1,12 @@
 // Multi-tensor AdamW (apex's multi_tensor_apply idea: many parameter tensors per launch, each
-// block one chunk of one tensor), the global gradient norm's sum of squares, and scaling.
+// block one chunk of one tensor), the global gradient norm's sum of squares, scaling, and the
+// loss scaler's unscale-and-check (its kernel in adamw_kernels.cuh).
 // The sum of squares is deterministic: a fixed grid writes per-block partials that one
 // block adds in a fixed order. Non-goal: fusing the norm into the AdamW launch (the clip
 // factor must be known before the step).
 #include <cmath>
 
+#include "adamw_kernels.cuh"
 #include "common.cuh"
 
 namespace lattice::kernels::cuda {
@@ -149,6 +151,13 @@ double sum_squares(Context& ctx, const float* x, size_t n) {
 void scale(Context& ctx, float* x, size_t n, float s) {
   scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(x, n, s);
   check_launch(ctx, "scale");
+}
+
+void unscale_and_check(Context& ctx, float* x, size_t n, float inv_scale, float* found_inf) {
+  if (n == 0) return;
+  unscale_and_check_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(
+      x, n, inv_scale, found_inf);
+  check_launch(ctx, "unscale_and_check");
 }
 
 }  // namespace lattice::kernels::cuda

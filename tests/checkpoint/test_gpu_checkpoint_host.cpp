@@ -230,7 +230,7 @@ class GpuCheckpointHost : public QObject {
     const TrainOptions o = options();
     const ParamLayout layout(o.model);
     AdamW<float> whole(layout, o.optim);
-    const gpu::OptimizerShard arena = gpu::whole_arena_shard(layout);
+    const OptimizerShard arena = whole_arena_shard(layout);
     Result<std::vector<gpu::MomentSpan>> spans = gpu::moment_spans(arena, whole);
     QVERIFY2(spans, spans ? "" : spans.status().message().c_str());
     QCOMPARE(spans->size(), layout.tensors().size());
@@ -253,7 +253,7 @@ class GpuCheckpointHost : public QObject {
     AdamW<float> half(layout, o.optim, {{0, layout.total_numel() / 2}});
     QVERIFY(!gpu::moment_spans(arena, half));
     // ... but the host AdamW over a shard's owned ranges has that shard's pieces.
-    const gpu::OptimizerShard shard = gpu::distributed_shard(layout, 1000, 2, 1);
+    const OptimizerShard shard = distributed_shard(layout, 1000, 2, 1);
     AdamW<float> owned(layout, o.optim, shard.owned);
     spans = gpu::moment_spans(shard, owned);
     QVERIFY2(spans, spans ? "" : spans.status().message().c_str());
@@ -757,7 +757,7 @@ std::string worker_restore(Comm& world, const std::string& dir, const std::strin
 // (the ranges the CPU trainer's GradBuckets of that chunk hand its AdamW). dp: the
 // data-parallel group.
 std::string shard_against_cpu(Comm& dp, const TrainOptions& o, const gpu::GpuRankShard& me,
-                              const gpu::OptimizerShard& shard, GptModel<float>& model) {
+                              const OptimizerShard& shard, GptModel<float>& model) {
   if (!shard.distributed || me.layout.dp != 2) return "the optimizer shard is not DP 2's";
   GradBuckets<float> cpu(model.layout(), &dp, true, ddp_bucket_elems(o.parallel, me.layout.dp),
                          model.grads(), model.params());
@@ -784,14 +784,13 @@ std::string worker_dopt_save(Comm& world, const std::string& dir, const std::str
     drawn.push_back(std::make_unique<GptModel<float>>(o.model, chunk, 1, nullptr, RecomputePlan{}));
     GptModel<float>& model = *drawn.back();
     model.init_weights(5);
-    const gpu::OptimizerShard shard =
-        gpu::optimizer_shard(o, model.layout(), me->layout.dp, me->coord.dp);
+    const OptimizerShard shard = optimizer_shard(o, model.layout(), me->layout.dp, me->coord.dp);
     if (std::string e = shard_against_cpu(*groups->dp, o, *me, shard, model); !e.empty()) return e;
     devices.push_back(std::make_unique<HostDevice>(model.layout()));
     HostDevice& device = *devices.back();
     device.params.assign(model.params(), model.params() + model.layout().total_numel());
     const auto& tensors = model.layout().tensors();
-    for (const gpu::OptimizerPiece& p : shard.pieces)
+    for (const OptimizerPiece& p : shard.pieces)
       for (size_t i = p.offset; i < p.offset + p.numel; i++) {
         const ParamTensor& t = tensors[p.tensor];
         device.exp_avg[i] = global_moment(t.name, i - t.offset, 1);
@@ -847,10 +846,10 @@ std::string worker_dopt_save(Comm& world, const std::string& dir, const std::str
 // "" or the first element where the device's moments differ from want(t, i) in its shard's
 // pieces, or were written outside them (kGap there).
 template <typename Want>
-std::string dopt_moment_difference(const ParamLayout& layout, const gpu::OptimizerShard& shard,
+std::string dopt_moment_difference(const ParamLayout& layout, const OptimizerShard& shard,
                                    const HostDevice& device, Want want) {
   std::vector<char> mine(layout.total_numel(), 0);
-  for (const gpu::OptimizerPiece& p : shard.pieces)
+  for (const OptimizerPiece& p : shard.pieces)
     for (size_t i = p.offset; i < p.offset + p.numel; i++) {
       mine[i] = 1;
       const ParamTensor& t = layout.tensors()[p.tensor];
@@ -899,8 +898,7 @@ std::string worker_dopt_restore(Comm& world, const std::string& dir, const std::
       if (QString w = weights_difference(layouts[c], devices[c]->params.data(), drawn.params());
           !w.isEmpty())
         return where + w.toStdString();
-      const gpu::OptimizerShard shard =
-          gpu::optimizer_shard(o, layouts[c], me->layout.dp, me->coord.dp);
+      const OptimizerShard shard = optimizer_shard(o, layouts[c], me->layout.dp, me->coord.dp);
       if (std::string e = dopt_moment_difference(layouts[c], shard, *devices[c], moment);
           !e.empty())
         return where + e;

@@ -1,13 +1,12 @@
 // The CUDA op list (lattice/cuda_kernels.h) on the host, for test_gpu_optimizer_on_host: each op
 // calls the CPU device's op list of its type (device/ops.h cpu_ops: float forwards to kernels.h;
 // bf16 and fp16 run the float kernels on widened copies, cpu_ops_16bit.cpp), so
-// engine/src/gpu/gpu_adamw.cpp and grad_reducer.cpp (compiled into the test against
-// host_cuda/cuda_runtime_api.h) run without a device. The GPU model and pipeline no longer need
-// it: they run on the CPU device itself (test_gpu_model_on_host, step 6 of docs/one-engine.md);
-// steps 7 and 8 retire this file. The kernels themselves are checked against the CPU by
-// tests/cuda/test_cuda_*. Not emulated: the compute stream (every op runs when called). The
-// attention's probabilities (the CPU op's saved tensor, which the GPU op replaces by its
-// log-sum-exp) are kept here, keyed by the lse buffer.
+// engine/src/gpu/grad_reducer.cpp (compiled into the test against host_cuda/cuda_runtime_api.h)
+// runs without a device. The GPU model, pipeline and AdamW no longer need it: they run on the
+// CPU device itself (steps 6 and 7 of docs/one-engine.md); step 8 retires this file. The kernels
+// themselves are checked against the CPU by tests/cuda/test_cuda_*. Not emulated: the compute
+// stream (every op runs when called). The attention's probabilities (the CPU op's saved tensor,
+// which the GPU op replaces by its log-sum-exp) are kept here, keyed by the lse buffer.
 #include <cuda_runtime_api.h>
 
 #include <map>
@@ -75,23 +74,6 @@ void host_attention_backward(Context& ctx, A* dqkv, const A* dout, const A* qkv,
   std::vector<float> workspace(ops<A>().attention_workspace_elems(B, T, NH));
   ops<A>().attention_backward(dqkv, dout, qkv, out, it->second.data(), workspace.data(), B, T, C,
                               NH, dropout_p, dropout_key, head_offset, total_heads);
-}
-
-// One AdamW descriptor on the CPU op list of its compute copy's type, the gradient scaled
-// first as the device kernel scales it.
-template <typename H>
-void host_adamw(const AdamWTensor& t, const AdamWParams& p, float grad_scale) {
-  std::vector<float> g(t.grad, t.grad + t.n);
-  for (float& x : g) x *= grad_scale;
-  AdamWSpan<H> span;
-  span.param = t.param;
-  span.grad = g.data();
-  span.m = t.m;
-  span.v = t.v;
-  span.param_copy = static_cast<H*>(t.param_copy.data);
-  span.n = t.n;
-  span.decay = t.decay;
-  ops<H>().adamw_update(&span, 1, p);
 }
 
 }  // namespace
@@ -189,24 +171,6 @@ void cross_entropy_shard_finish(Context&, float* losses, float* dlogits, const f
                                 int N, int V, float grad_scale) {
   ops<float>().cross_entropy_shard_finish(losses, dlogits, logits, row_max, sum_exp, target_logit,
                                           targets, vocab_begin, N, V, grad_scale);
-}
-
-// AdamW and the norm (gpu_adamw.cpp, for test_gpu_optimizer_on_host).
-void adamw_update(Context&, const AdamWTensor* tensors, int count, const AdamWParams& p,
-                  float grad_scale) {
-  for (int i = 0; i < count; i++) {
-    const AdamWTensor& t = tensors[i];
-    if (t.param_copy.type == ComputeCopy::Type::kBf16)
-      host_adamw<bf16>(t, p, grad_scale);
-    else if (t.param_copy.type == ComputeCopy::Type::kFp16)
-      host_adamw<fp16>(t, p, grad_scale);
-    else
-      host_adamw<float>(t, p, grad_scale);
-  }
-}
-void sum_squares(Context&, double* result, const float* const* tensors, const size_t* sizes,
-                 int count) {
-  ops<float>().sum_squares(result, tensors, sizes, count);
 }
 
 void convert(Context&, bf16* dst, const float* src, size_t n) {

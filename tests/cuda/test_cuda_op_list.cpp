@@ -7,6 +7,7 @@
 // no Ops<double>. Without a CUDA device the whole case is SKIPPED (label cuda).
 #include <QtTest/QtTest>
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -230,7 +231,7 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   k::AdamWParams hp;
   hp.lr = 1e-2f;
   hp.weight_decay = 0.1f;
-  ops.adamw_update(spans, 2, hp);
+  ops.adamw_update(spans, 2, hp, 0.75f);  // clipping folded in
   keep("adamw_update param[0]", p0, n0);
   keep("adamw_update m[0]", m0, n0);
   keep("adamw_update v[0]", v0, n0);
@@ -243,6 +244,17 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   keep("sum_squares result", norm, 1);
   ops.scale(g0, n0, 0.375f);
   keep("scale x", g0, n0);
+  // the loss scaler's overflow test: finite values (flag stays 0), then an inf in g1
+  float* found = mem.in(std::vector<float>(1, 0.0f));
+  ops.unscale_and_check(g0, n0, 0.125f, found);
+  keep("unscale_and_check x", g0, n0);
+  keep("unscale_and_check found_inf (finite)", found, 1);
+  std::vector<float> with_inf = random_floats(n1, 20);
+  with_inf[5] = std::numeric_limits<float>::infinity();
+  float* g2 = mem.in(with_inf);
+  float* found_inf = mem.in(std::vector<float>(1, 0.0f));
+  ops.unscale_and_check(g2, n1, 0.125f, found_inf);
+  keep("unscale_and_check found_inf (an inf)", found_inf, 1);
   return r;
 }
 

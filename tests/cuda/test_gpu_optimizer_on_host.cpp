@@ -1,7 +1,7 @@
-// The GPU trainer's distributed optimizer on the CPU (every build, no device): GradReducer,
-// GpuAdamW and optimizer_shard.cpp compiled against the host op list (gpu_ops_on_host.cpp) and
-// the stand-in CUDA runtime header (host_cuda/), this program rerun as two MPI ranks
-// (--worker) whose communicator stands in for the data-parallel NcclComm. Specifies that two
+// The GPU trainer's distributed optimizer on the CPU (every build, no device): GradReducer
+// compiled against the host op list (gpu_ops_on_host.cpp) and the stand-in CUDA runtime header
+// (host_cuda/), the one AdamW (optim/adamw.h) on CPU devices, this program rerun as two MPI
+// ranks (--worker) whose communicator stands in for the data-parallel NcclComm. Specifies that two
 // steps of the distributed optimizer (gradients marked ready tensor by tensor in backward
 // order, reduce-scattered per bucket by the reducer's thread, AdamW on the shard, the norm
 // summed over the ranks, master weights all-gathered) leave every rank with exactly the
@@ -21,15 +21,13 @@
 #include "common/mpi_worker.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
-#include "cuda/host_memory.h"
-#include "device/caching_allocator.h"
-#include "gpu/gpu_adamw.h"
+#include "device/cpu_device.h"
 #include "gpu/grad_reducer.h"
-#include "gpu/optimizer_shard.h"
+#include "optim/adamw.h"
+#include "optim/optimizer_shard.h"
 
 using namespace lattice;
 namespace cu = lattice::kernels::cuda;
-using testing::HostMemory;
 
 namespace {
 
@@ -114,21 +112,29 @@ class InPlaceComm final : public Comm {
   Comm& c_;
 };
 
-// One rank's model state on the "device": master weights, gradients, an AdamW and a reducer.
+OptimizerConfig adam_config() {
+  OptimizerConfig c;
+  c.weight_decay = 0.1f;
+  return c;
+}
+
+// One rank's model state on the "device": master weights, gradients, an AdamW whose moments
+// live on `device` and a reducer.
 struct Replica {
-  Replica(const ParamLayout& layout, gpu::OptimizerShard shard, Comm& dp, cu::Context& ctx,
-          CachingAllocator& memory)
+  Replica(const ParamLayout& layout, OptimizerShard shard, Comm& dp, cu::Context& ctx,
+          Device& device)
       : master(layout.total_numel()), grads(layout.total_numel()) {
     for (const ParamTensor& t : layout.tensors())
       for (size_t i = 0; i < t.numel; i++)
         master[t.offset + i] = 0.05f * std::sin(0.37f * static_cast<float>(t.offset + i));
-    adam = std::make_unique<gpu::GpuAdamW>(std::move(shard), master.data(), grads.data(),
-                                           cu::ComputeCopy{}, memory);
-    adam->zero_state(ctx);
+    Result<std::unique_ptr<AdamW<float>>> made =
+        AdamW<float>::create(device, std::move(shard), adam_config());
+    if (!made) qFatal("AdamW: %s", made.status().message().c_str());
+    adam = std::move(*made);
     reducer = std::make_unique<gpu::GradReducer>(dp, ctx, 0, grads.data(), layout, &adam->shard());
   }
   std::vector<float> master, grads;  // (numel) each
-  std::unique_ptr<gpu::GpuAdamW> adam;
+  std::unique_ptr<AdamW<float>> adam;
   std::unique_ptr<gpu::GradReducer> reducer;
 };
 
@@ -151,13 +157,10 @@ Result<double> train_step(const ParamLayout& layout, Replica& r, cu::Context& ct
   const int n = static_cast<int>(layout.tensors().size());
   for (int i = n - 1; i >= 0; i--) r.reducer->ready(i, i + 1);
   if (Status s = r.reducer->finish(); !s) return s;
-  double squares = r.adam->sum_squares(ctx);
+  double squares = r.adam->sum_squares(r.grads.data());
   if (Status s = norm_group.all_reduce(&squares, 1, DType::kFloat64, ReduceOp::kSum); !s) return s;
   const double norm = std::sqrt(squares);
-  OptimizerConfig c;
-  c.weight_decay = 0.1f;
-  const double coeff = clip_coefficient(norm, 1.0f);
-  r.adam->step(ctx, c, 1e-2, step, static_cast<float>(coeff));
+  r.adam->update(r.master.data(), r.grads.data(), 1e-2, clip_coefficient(norm, 1.0f));
   if (Status s = r.reducer->gather_params(r.master.data(), cu::ComputeCopy{}); !s) return s;
   if (std::string e = ctx.synchronize(); !e.empty()) return Status::internal(e);
   return norm;
@@ -169,13 +172,12 @@ std::string compare_paths(Comm& world, size_t bucket_elems) {
   const ParamLayout layout(testing::tiny_config(2, 40, 4, 16, 100));  // alignment gaps
   std::string error;
   std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-  CachingAllocator plain_memory(std::make_unique<HostMemory>());
-  CachingAllocator dopt_memory(std::make_unique<HostMemory>());
+  CpuDevice plain_device, dopt_device;
   InPlaceComm dp(world);
   std::unique_ptr<Comm> one = make_local_comm();  // TP 1: the model-parallel group
-  Replica plain(layout, gpu::whole_arena_shard(layout), dp, *ctx, plain_memory);
-  Replica dopt(layout, gpu::distributed_shard(layout, bucket_elems, world.size(), world.rank()), dp,
-               *ctx, dopt_memory);
+  Replica plain(layout, whole_arena_shard(layout), dp, *ctx, plain_device);
+  Replica dopt(layout, distributed_shard(layout, bucket_elems, world.size(), world.rank()), dp,
+               *ctx, dopt_device);
   const std::string me = "rank " + std::to_string(world.rank()) + ", buckets of " +
                          std::to_string(bucket_elems) + ": ";
   for (int step = 1; step <= 2; step++) {
@@ -197,8 +199,8 @@ std::string compare_paths(Comm& world, size_t bucket_elems) {
   if (dp.reduce_scatters != 2 * static_cast<int>(buckets))
     return me + std::to_string(dp.reduce_scatters) + " reduce-scatters for 2 steps of " +
            std::to_string(buckets) + " buckets";
-  const size_t full = plain_memory.stats().of(MemoryCategory::kOptimizer).current;
-  const size_t half = dopt_memory.stats().of(MemoryCategory::kOptimizer).current;
+  const size_t full = plain_device.usage(MemoryCategory::kOptimizer).current;
+  const size_t half = dopt_device.usage(MemoryCategory::kOptimizer).current;
   if (!(half * 10 <= full * 6 && half * 10 >= full * 4))
     return me + "optimizer memory " + std::to_string(half) + " B, without sharding " +
            std::to_string(full) + " B: not about half";
@@ -215,24 +217,21 @@ std::string compare_two_chunks(Comm& world, size_t bucket_elems) {
                                             ParamLayout(testing::tiny_config(1, 40, 4, 16, 100))};
   std::string error;
   std::unique_ptr<cu::Context> ctx = cu::Context::create(&error);
-  CachingAllocator plain_memory(std::make_unique<HostMemory>());
-  CachingAllocator dopt_memory(std::make_unique<HostMemory>());
+  CpuDevice plain_device, dopt_device;
   InPlaceComm dp(world);
   std::vector<std::unique_ptr<Replica>> plain, dopt;  // per chunk; dopt's own reducers unused
   std::vector<gpu::ReducedArena> arenas;
   for (const ParamLayout& layout : layouts) {
     plain.push_back(
-        std::make_unique<Replica>(layout, gpu::whole_arena_shard(layout), dp, *ctx, plain_memory));
+        std::make_unique<Replica>(layout, whole_arena_shard(layout), dp, *ctx, plain_device));
     dopt.push_back(std::make_unique<Replica>(
-        layout, gpu::distributed_shard(layout, bucket_elems, world.size(), world.rank()), dp, *ctx,
-        dopt_memory));
+        layout, distributed_shard(layout, bucket_elems, world.size(), world.rank()), dp, *ctx,
+        dopt_device));
     arenas.push_back({dopt.back()->grads.data(), &layout, &dopt.back()->adam->shard()});
   }
   gpu::GradReducer reducer(dp, *ctx, 0, arenas);
   const std::string me = "rank " + std::to_string(world.rank()) + ", two chunks, buckets of " +
                          std::to_string(bucket_elems) + ": ";
-  OptimizerConfig c;
-  c.weight_decay = 0.1f;
   for (int step = 1; step <= 2; step++) {
     // The all-reduce path first, then the shared reducer (one communicator: never both at once).
     double plain_squares = 0, dopt_squares = 0;
@@ -242,7 +241,7 @@ std::string compare_two_chunks(Comm& world, size_t bucket_elems) {
       for (int i = static_cast<int>(layout.tensors().size()) - 1; i >= 0; i--)
         plain[chunk]->reducer->ready(i, i + 1);
       if (Status s = plain[chunk]->reducer->finish(); !s) return me + s.message();
-      plain_squares += plain[chunk]->adam->sum_squares(*ctx);
+      plain_squares += plain[chunk]->adam->sum_squares(plain[chunk]->grads.data());
     }
     for (int chunk = 1; chunk >= 0; chunk--) {  // the last chunk's backward ends first
       const ParamLayout& layout = layouts[chunk];
@@ -251,7 +250,8 @@ std::string compare_two_chunks(Comm& world, size_t bucket_elems) {
         reducer.ready(chunk, i, i + 1);
     }
     if (Status s = reducer.finish(); !s) return me + s.message();
-    for (int chunk = 0; chunk < 2; chunk++) dopt_squares += dopt[chunk]->adam->sum_squares(*ctx);
+    for (int chunk = 0; chunk < 2; chunk++)
+      dopt_squares += dopt[chunk]->adam->sum_squares(dopt[chunk]->grads.data());
     if (Status s = world.all_reduce(&dopt_squares, 1, DType::kFloat64, ReduceOp::kSum); !s)
       return me + s.message();
     const double a = std::sqrt(plain_squares), b = std::sqrt(dopt_squares);
@@ -259,8 +259,10 @@ std::string compare_two_chunks(Comm& world, size_t bucket_elems) {
       return me + "step " + std::to_string(step) + ": grad norm " + std::to_string(b) +
              ", the all-reduce path's " + std::to_string(a);
     for (int chunk = 0; chunk < 2; chunk++) {
-      plain[chunk]->adam->step(*ctx, c, 1e-2, step, static_cast<float>(clip_coefficient(a, 1.0f)));
-      dopt[chunk]->adam->step(*ctx, c, 1e-2, step, static_cast<float>(clip_coefficient(b, 1.0f)));
+      Replica& p = *plain[chunk];
+      Replica& d = *dopt[chunk];
+      p.adam->update(p.master.data(), p.grads.data(), 1e-2, clip_coefficient(a, 1.0f));
+      d.adam->update(d.master.data(), d.grads.data(), 1e-2, clip_coefficient(b, 1.0f));
       if (Status s = reducer.gather_params(chunk, dopt[chunk]->master.data(), cu::ComputeCopy{});
           !s)
         return me + s.message();

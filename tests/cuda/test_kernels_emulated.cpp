@@ -1,23 +1,30 @@
 // CUDA kernels run on the CPU under tests/cuda/host_emulation.h (no GPU needed) agree with
 // their CPU ops within 1e-5: the flash-style attention forward and backward (tiling, online
 // softmax, causal and ragged-T edges, dq apart from dk/dv, the dropout mask), LayerNorm with
-// the fused residual and its backward, and the fused and vocabulary-parallel cross-entropy.
+// the fused residual and its backward, and the fused and vocabulary-parallel cross-entropy;
+// and the loss scaler's unscale-and-check bit for bit against optim/grad_scaling.cpp's
+// function, its flag set by an inf, a NaN or an overflow of the unscaling, in any block.
 // The attention and LayerNorm kernels also run on fp16 tensors (the host's to_fp16 rounding,
 // as the device's): within fp16's 1e-2 of the CPU ops on the rounded inputs.
 // What emulation cannot check (bf16, cuBLASLt, shared-memory limits, real scheduling,
 // speed) is test_cuda_ops' and test_cuda_attention's, on a GPU.
 #include <QtTest/QtTest>
 
+#include <cstring>
+#include <limits>
 #include <random>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "cuda/host_emulation.h"
 // The emulation above must come first: it supplies what the kernels take from CUDA.
-#include "attention_kernels.cuh"  // kernels/cuda/
+#include "adamw_kernels.cuh"  // kernels/cuda/
+#include "attention_kernels.cuh"
 #include "cross_entropy_kernels.cuh"
 #include "lattice/kernels.h"
 #include "layernorm_kernels.cuh"
+#include "optim/grad_scaling.h"
 
 namespace cu = lattice::kernels::cuda;
 namespace emu = lattice::emulation;
@@ -253,6 +260,7 @@ class KernelsEmulated : public QObject {
   void residual_layernorm_forward_and_backward_match_cpu() { check_layernorm(19, 72); }
   void fp16_attention_matches_cpu() { check<64, cu::fp16>({1, 40, 1, 64}); }
   void fp16_residual_layernorm_matches_cpu() { check_layernorm_fp16(19, 72); }
+  void unscale_and_check_is_the_cpu_function();
 
   void softmax_cross_entropy_matches_cpu() {
     const int N = 3, V = 1003;
@@ -309,6 +317,38 @@ class KernelsEmulated : public QObject {
     }
   }
 };
+
+void KernelsEmulated::unscale_and_check_is_the_cpu_function() {
+  // Two blocks of 64 threads over 300 elements: each thread walks the grid more than once.
+  const size_t n = 300;
+  const dim3 grid(2), block(64);
+  std::vector<float> g = random_floats(n, 41);
+  for (float& v : g) v *= 1000.0f;
+  std::vector<float> x = g, want = g;
+  float found = 0.0f;
+  emu::launch(grid, block, cu::unscale_and_check_kernel, x.data(), n, 0.125f, &found);
+  QVERIFY(!lattice::unscale_and_check(want.data(), n, 0.125));
+  QCOMPARE(found, 0.0f);
+  for (size_t i = 0; i < n; i++)
+    QVERIFY2(std::memcmp(&x[i], &want[i], sizeof(float)) == 0,
+             qPrintable(
+                 QString("x[%1] = %2, the CPU's %3 (bit for bit)").arg(i).arg(x[i]).arg(want[i])));
+  // An inf in block 1's second pass, a NaN in block 0, a value the unscaling makes inf.
+  for (const auto& [at, value, inv_scale] :
+       {std::tuple{size_t{250}, std::numeric_limits<float>::infinity(), 0.125f},
+        std::tuple{size_t{3}, std::numeric_limits<float>::quiet_NaN(), 0.125f},
+        std::tuple{size_t{170}, std::numeric_limits<float>::max(), 4.0f}}) {
+    x = g;
+    x[at] = value;
+    found = 0.0f;
+    emu::launch(grid, block, cu::unscale_and_check_kernel, x.data(), n, inv_scale, &found);
+    QVERIFY2(found == 1.0f, qPrintable(QString("x[%1] = %2 times %3: flag %4, expected 1")
+                                           .arg(at)
+                                           .arg(value)
+                                           .arg(inv_scale)
+                                           .arg(found)));
+  }
+}
 
 QTEST_GUILESS_MAIN(KernelsEmulated)
 #include "test_kernels_emulated.moc"

@@ -1,26 +1,31 @@
-// The distributed optimizer's range arithmetic (engine/src/gpu/optimizer_shard.h), on the CPU in
-// every build. Specifies that:
+// The optimizer's range arithmetic (engine/src/optim/optimizer_shard.h), on the CPU in every
+// build. Specifies that:
 //   - without the distributed optimizer a rank owns the whole arena, one piece per tensor,
-//     moments at the arena's offsets;
+//     moments packed without the alignment gaps;
 //   - with it the data-parallel ranks' shards tile the arena and every tensor exactly once,
 //     shards are the CPU engine's bucket split (split_buckets, shard_counts), pieces cut at
 //     shard boundaries keep their tensor's decay and norm flags, and the moments are packed as
-//     the CPU AdamW over the same owned ranges packs them;
-//   - the norm spans of all ranks add up to the whole model's sum of squares, each counted
-//     gradient once (also on a tensor-parallel rank > 0, whose replicas do not count);
-//   - state_of finds a piece's moments and refuses a range outside one piece.
+//     the host AdamW over the same owned ranges (GradBuckets::owned_ranges) packs them;
+//   - the counted pieces of all ranks add up to the whole model's sum of squares, each counted
+//     gradient once (also on a tensor-parallel rank > 0, whose replicas do not count), and
+//     AdamW::sum_squares is that sum;
+//   - state_of finds a piece's moments and refuses a range outside one piece;
+//   - AdamW<bf16> made on a device (AdamW::create) over a distributed shard steps exactly as
+//     the host AdamW<float> over the same owned ranges, writes the 16-bit copy of the owned
+//     weights (the updated master rounded) and nothing else, and keeps its moments on the
+//     device (category optimizer).
 #include <QtTest/QtTest>
 
 #include <cmath>
+#include <cstring>
 
 #include "common/tiny_model.h"
-#include "gpu/optimizer_shard.h"
+#include "device/cpu_device.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
+#include "optim/optimizer_shard.h"
 
 using namespace lattice;
-using gpu::OptimizerPiece;
-using gpu::OptimizerShard;
 
 namespace {
 
@@ -38,10 +43,13 @@ std::vector<float> gradients(const ParamLayout& layout) {
   return g;
 }
 
-double span_squares(const OptimizerShard& s, const std::vector<float>& g) {
+// The squares of the shard's pieces that count in the global norm.
+double piece_squares(const OptimizerShard& s, const std::vector<float>& g) {
   double sum = 0;
-  for (const ArenaRange& r : s.norm_spans)
-    for (size_t i = r.first; i < r.second; i++) sum += static_cast<double>(g[i]) * g[i];
+  for (const OptimizerPiece& p : s.pieces)
+    if (p.counts_in_norm)
+      for (size_t i = p.offset; i < p.offset + p.numel; i++)
+        sum += static_cast<double>(g[i]) * g[i];
   return sum;
 }
 
@@ -62,13 +70,13 @@ int check_distributed(const ParamLayout& layout, size_t bucket_elems, int dp) {
   int cut = 0;
   const std::vector<BucketSpan> split = split_buckets(layout, bucket_elems);
   for (int rank = 0; rank < dp; rank++) {
-    const OptimizerShard s = gpu::distributed_shard(layout, bucket_elems, dp, rank);
+    const OptimizerShard s = distributed_shard(layout, bucket_elems, dp, rank);
     const QString who = QString("rank %1 of %2, buckets of %3").arg(rank).arg(dp).arg(bucket_elems);
     if (!s.distributed) qFatal("%s: not distributed", qPrintable(who));
     // The CPU engine's buckets, each cut in rank order by shard_counts.
     if (s.buckets.size() != split.size()) qFatal("%s: bucket count", qPrintable(who));
     for (size_t b = 0; b < split.size(); b++) {
-      const gpu::ShardBucket& x = s.buckets[b];
+      const ShardBucket& x = s.buckets[b];
       const std::vector<size_t> counts = shard_counts(split[b].end - split[b].begin, dp);
       size_t begin = split[b].begin;
       for (int r = 0; r < rank; r++) begin += counts[r];
@@ -109,9 +117,9 @@ int check_distributed(const ParamLayout& layout, size_t bucket_elems, int dp) {
     }
     if (s.state_numel != cpu.exp_avg().size()) qFatal("%s: state_numel", qPrintable(who));
     states += s.state_numel;
-    const double mine = span_squares(s, g);
+    const double mine = piece_squares(s, g);
     if (std::fabs(mine - cpu.sum_squares(g.data())) > 1e-9 * (1 + mine))
-      qFatal("%s: norm spans %.17g, the CPU AdamW's sum of squares %.17g", qPrintable(who), mine,
+      qFatal("%s: counted pieces %.17g, AdamW's sum of squares %.17g", qPrintable(who), mine,
              cpu.sum_squares(g.data()));
     squares += mine;
   }
@@ -126,8 +134,8 @@ int check_distributed(const ParamLayout& layout, size_t bucket_elems, int dp) {
   for (const ParamTensor& t : tensors) params += t.numel;
   if (states != params) qFatal("dp %d: %zu moment elements for %zu parameters", dp, states, params);
   if (std::fabs(squares - whole) > 1e-9 * whole)
-    qFatal("dp %d: the ranks' norm spans sum to %.17g, the model's counted gradients to %.17g", dp,
-           squares, whole);
+    qFatal("dp %d: the ranks' counted pieces sum to %.17g, the model's counted gradients to %.17g",
+           dp, squares, whole);
   return cut;
 }
 
@@ -139,23 +147,25 @@ class OptimizerShardTest : public QObject {
  private slots:
   void without_the_distributed_optimizer_a_rank_owns_the_whole_arena() {
     const ParamLayout layout(model());
-    const OptimizerShard s = gpu::whole_arena_shard(layout);
+    const OptimizerShard s = whole_arena_shard(layout);
     QVERIFY(!s.distributed);
     QCOMPARE(s.owned.size(), size_t{1});
     QCOMPARE(s.owned[0], (ArenaRange{0, layout.total_numel()}));
-    QCOMPARE(s.state_numel, layout.total_numel());
     QCOMPARE(s.pieces.size(), layout.tensors().size());
+    size_t packed = 0;
     for (size_t i = 0; i < s.pieces.size(); i++) {
       const ParamTensor& t = layout.tensors()[i];
       QCOMPARE(s.pieces[i].offset, t.offset);
       QCOMPARE(s.pieces[i].numel, t.numel);
-      QCOMPARE(s.pieces[i].state, t.offset);  // moments indexed like the arena
+      QCOMPARE(s.pieces[i].state, packed);  // moments packed: the gaps between tensors skipped
       QCOMPARE(s.pieces[i].decay, t.decay);
+      QVERIFY(s.pieces[i].counts_in_norm);  // TP 1: every tensor counts
+      packed += t.numel;
     }
-    // TP 1: every tensor counts, one span from the first tensor to the last one's end.
-    QCOMPARE(s.norm_spans.size(), size_t{1});
-    const ParamTensor& last = layout.tensors().back();
-    QCOMPARE(s.norm_spans[0], (ArenaRange{0, last.offset + last.numel}));
+    QCOMPARE(s.state_numel, packed);
+    QVERIFY2(packed < layout.total_numel(), "no alignment gap: the packing check proves little");
+    // owned_shard with no ranges is the whole arena.
+    QCOMPARE(owned_shard(layout, {}).state_numel, packed);
   }
 
   void data_parallel_shards_tile_the_arena_and_keep_tensor_flags() {
@@ -169,7 +179,7 @@ class OptimizerShardTest : public QObject {
     // A bucket per tensor cuts every tensor, the no-decay ones too (the flags then matter).
     bool cut_no_decay = false;
     for (int rank = 0; rank < 3; rank++)
-      for (const OptimizerPiece& p : gpu::distributed_shard(layout, 1, 3, rank).pieces)
+      for (const OptimizerPiece& p : distributed_shard(layout, 1, 3, rank).pieces)
         cut_no_decay = cut_no_decay || (!p.decay && p.numel < layout.tensors()[p.tensor].numel);
     QVERIFY2(cut_no_decay, "no no-decay tensor is cut: the decay check proves little");
   }
@@ -183,32 +193,74 @@ class OptimizerShardTest : public QObject {
     for (const ParamTensor& t : layout.tensors()) replicas = replicas || !t.counts_in_norm;
     QVERIFY2(replicas, "TP rank 1 holds no replicated tensor: the test proves nothing");
     QVERIFY(check_distributed(layout, 1000, 2) > 0);
-    // The whole arena's spans skip the replicas as well.
+    // The whole arena's counted pieces skip the replicas as well.
     const std::vector<float> g = gradients(layout);
-    const OptimizerShard whole = gpu::whole_arena_shard(layout);
+    const OptimizerShard whole = whole_arena_shard(layout);
     AdamW<float> cpu(layout, OptimizerConfig{});
-    QCOMPARE(span_squares(whole, g), cpu.sum_squares(g.data()));
+    QCOMPARE(piece_squares(whole, g), cpu.sum_squares(g.data()));
   }
 
   void state_of_refuses_ranges_outside_one_piece() {
     const ParamLayout layout(model());
-    const OptimizerShard s = gpu::distributed_shard(layout, 1000, 2, 1);
+    const OptimizerShard s = distributed_shard(layout, 1000, 2, 1);
     const OptimizerPiece& p = s.pieces[1];
     QCOMPARE(s.state_of(p.offset + 1, p.numel - 1), p.state + 1);
     QCOMPARE(s.state_of(p.offset, p.numel + 1), OptimizerShard::npos);
     // An element rank 0 owns.
-    const OptimizerShard other = gpu::distributed_shard(layout, 1000, 2, 0);
+    const OptimizerShard other = distributed_shard(layout, 1000, 2, 0);
     QCOMPARE(s.state_of(other.pieces[0].offset, 1), OptimizerShard::npos);
+  }
+
+  void adamw_on_a_device_steps_its_pieces_and_writes_the_16_bit_copy() {
+    const ParamLayout layout(model());
+    const OptimizerShard shard = distributed_shard(layout, 1000, 2, 1);
+    OptimizerConfig c;
+    c.weight_decay = 0.1f;
+    CpuDevice device;
+    Result<std::unique_ptr<AdamW<bf16>>> made = AdamW<bf16>::create(device, shard, c);
+    QVERIFY2(made, made ? "" : made.status().message().c_str());
+    AdamW<bf16>& adam = **made;
+    QCOMPARE(device.usage(MemoryCategory::kOptimizer).current,
+             2 * shard.state_numel * sizeof(float));
+    AdamW<float> host(layout, c, shard.owned);
+    std::vector<float> master(layout.total_numel()), reference;
+    for (size_t i = 0; i < master.size(); i++) master[i] = 0.05f * std::sin(0.37f * i);
+    reference = master;
+    const bf16 untouched = to_bf16(-7.0f);
+    std::vector<bf16> copy(layout.total_numel(), untouched);
+    for (int step = 1; step <= 2; step++) {
+      const std::vector<float> g = gradients(layout);
+      adam.update(master.data(), g.data(), 1e-2, 0.5, copy.data());
+      host.update(reference.data(), g.data(), 1e-2, 0.5);
+    }
+    std::vector<bool> owned(layout.total_numel(), false);
+    for (const OptimizerPiece& p : shard.pieces)
+      for (size_t i = p.offset; i < p.offset + p.numel; i++) owned[i] = true;
+    for (size_t i = 0; i < master.size(); i++) {
+      if (std::memcmp(&master[i], &reference[i], sizeof(float)) != 0)
+        QFAIL(qPrintable(QString("master[%1] = %2, the host AdamW's %3 (bit for bit)")
+                             .arg(i)
+                             .arg(master[i])
+                             .arg(reference[i])));
+      const bf16 want = owned[i] ? to_bf16(master[i]) : untouched;
+      if (std::memcmp(&copy[i], &want, sizeof(bf16)) != 0)
+        QFAIL(qPrintable(QString("copy[%1] = %2, expected %3 (%4 element)")
+                             .arg(i)
+                             .arg(from_bf16(copy[i]))
+                             .arg(from_bf16(want))
+                             .arg(owned[i] ? "an owned" : "a foreign")));
+    }
+    QCOMPARE(adam.steps_taken(), 2);
   }
 
   void the_options_choose_the_shard() {
     const ParamLayout layout(model());
     TrainOptions o;
-    QVERIFY(!gpu::optimizer_shard(o, layout, 2, 1).distributed);
+    QVERIFY(!optimizer_shard(o, layout, 2, 1).distributed);
     o.parallel.use_distributed_optimizer = true;
-    QVERIFY(!gpu::optimizer_shard(o, layout, 1, 0).distributed);  // DP 1: nothing to shard
+    QVERIFY(!optimizer_shard(o, layout, 1, 0).distributed);  // DP 1: nothing to shard
     o.parallel.ddp_bucket_size = 1000;
-    const OptimizerShard s = gpu::optimizer_shard(o, layout, 2, 1);
+    const OptimizerShard s = optimizer_shard(o, layout, 2, 1);
     QVERIFY(s.distributed);
     QCOMPARE(s.buckets.size(), split_buckets(layout, 1000).size());
     // The moments shrink by DP (up to the bucket shards' rounding and the arena's gaps).

@@ -1,7 +1,9 @@
 // The CPU device's op lists (engine/src/device/ops.h, docs/one-engine.md step 4):
 // - every op of Ops<float> and Ops<double> is kernels.h's op bit for bit (it forwards), the GELU
 //   epilogue is the GEMM followed by gelu_forward, the multi-tensor optimizer ops are the
-//   one-tensor kernels in order;
+//   one-tensor kernels in order (AdamW's folded gradient scale is scale() first), and
+//   unscale_and_check is optim/grad_scaling.cpp's function: every value unscaled, an inf or NaN
+//   (present or made by the unscaling) sets the flag, which later clean calls leave set;
 // - the fused residual LayerNorm (kernels.h residual_layernorm_forward) is the add followed by
 //   layernorm_forward bit for bit, in place too, on rows that take the threaded path;
 // - every op of Ops<bf16> and Ops<fp16> agrees with Ops<float> on the same (rounded) inputs
@@ -12,6 +14,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "device/cpu_device.h"
 #include "device/ops.h"
 #include "lattice/kernels.h"
+#include "optim/grad_scaling.h"
 
 namespace k = lattice::kernels;
 using lattice::AdamWSpan;
@@ -266,11 +270,16 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
     AdamWSpan<S> spans[2];
     spans[0] = {p0.data(), g0.data(), m0.data(), v0.data(), nullptr, n0, true};
     spans[1] = {p1.data(), g1.data(), m1.data(), v1.data(), nullptr, n1, false};
-    ops.adamw_update(spans, 2, p);
-    k::adamw_update(wp0.data(), g0.data(), wm0.data(), wv0.data(), n0, p);
+    // Clipping folded in: each gradient scaled on its way in, as scale() and then the step.
+    const S clip = S(0.75);
+    ops.adamw_update(spans, 2, p, clip);
+    std::vector<S> c0 = g0, c1 = g1;
+    k::scale(c0.data(), n0, clip);
+    k::scale(c1.data(), n1, clip);
+    k::adamw_update(wp0.data(), c0.data(), wm0.data(), wv0.data(), n0, p);
     k::AdamWParams no_decay = p;
     no_decay.weight_decay = 0;
-    k::adamw_update(wp1.data(), g1.data(), wm1.data(), wv1.data(), n1, no_decay);
+    k::adamw_update(wp1.data(), c1.data(), wm1.data(), wv1.data(), n1, no_decay);
     f.same("adamw_update param[0]", p0, wp0);
     f.same("adamw_update m[0]", m0, wm0);
     f.same("adamw_update v[0]", v0, wv0);
@@ -289,6 +298,38 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
     ops.scale(sg.data(), n0, S(0.375));
     k::scale(sw.data(), n0, S(0.375));
     f.same("scale x", sg, sw);
+  }
+  {  // loss scaling's overflow test
+    const size_t n = 41;
+    const std::vector<S> g = random_vector<S>(n, 33, -100, 100);
+    std::vector<S> x = g, want(n), fn = g;
+    for (size_t i = 0; i < n; i++) want[i] = g[i] * S(0.125);
+    float found = 0;
+    ops.unscale_and_check(x.data(), n, S(0.125), &found);
+    f.same("unscale_and_check x (finite)", x, want);
+    if (found != 0) f.list << "unscale_and_check: finite gradients set the flag";
+    if (lattice::unscale_and_check(fn.data(), n, 0.125)) f.list << "grad_scaling.cpp: flagged";
+    f.same("unscale_and_check x (grad_scaling.cpp's)", x, fn);
+    // An inf in the middle: every other value is still unscaled, and the flag is set.
+    x = g;
+    x[17] = std::numeric_limits<S>::infinity();
+    ops.unscale_and_check(x.data(), n, S(0.125), &found);
+    want[17] = x[17];
+    f.same("unscale_and_check x (an inf at 17)", x, want);
+    if (found != 1) f.list << "unscale_and_check: an inf at 17 did not set the flag";
+    x = g;  // a later clean call leaves the flag set
+    ops.unscale_and_check(x.data(), n, S(0.125), &found);
+    if (found != 1) f.list << "unscale_and_check: a clean call cleared the flag";
+    found = 0;  // a NaN, and a value the unscaling makes inf
+    x = g;
+    x[3] = std::numeric_limits<S>::quiet_NaN();
+    ops.unscale_and_check(x.data(), n, S(0.125), &found);
+    if (found != 1) f.list << "unscale_and_check: a NaN at 3 did not set the flag";
+    found = 0;
+    x = g;
+    x[40] = std::numeric_limits<S>::max();
+    ops.unscale_and_check(x.data(), n, S(4), &found);
+    if (found != 1) f.list << "unscale_and_check: max * 4 = inf did not set the flag";
   }
 }
 
@@ -507,8 +548,8 @@ void compare_16_bit_list(Ops<H>& h, Ops<float>& f, Near& near) {
     std::vector<H> copy(n);
     AdamWSpan<H> span{mp.data(), g.data(), m.data(), v.data(), copy.data(), n, true};
     AdamWSpan<float> fspan{fp.data(), g.data(), fm.data(), fv.data(), nullptr, n, true};
-    h.adamw_update(&span, 1, p);
-    f.adamw_update(&fspan, 1, p);
+    h.adamw_update(&span, 1, p, 1.0f);
+    f.adamw_update(&fspan, 1, p, 1.0f);
     near.close("adamw_update param", mp, fp);
     near.close("adamw_update param_copy", copy, fp);
     if (widened(copy) != widened(narrowed<H>(mp)))

@@ -2,12 +2,14 @@
 // CPU kernel bit for bit (tests/kernels/test_ops.cpp checks every op). Where the one signature
 // differs from kernels.h: matmul_forward's GELU epilogue is the GEMM followed by gelu_forward
 // (what GptModel::layer_forward does), the attention's saved tensor is the kernel's
-// probabilities (B, NH, T, T), and the multi-tensor optimizer ops loop over their tensors.
+// probabilities (B, NH, T, T), the multi-tensor optimizer ops loop over their tensors, and
+// unscale_and_check is optim/grad_scaling.cpp's function of that name.
 #include <cstring>
 #include <vector>
 
 #include "device/ops.h"
 #include "lattice/kernels.h"
+#include "optim/grad_scaling.h"
 
 namespace lattice {
 namespace {
@@ -108,16 +110,20 @@ class CpuOps final : public Ops<S> {
   void to_compute(S* dst, const S* src, size_t n) override { copy(dst, src, n); }
   void to_accum(S* dst, const S* src, size_t n) override { copy(dst, src, n); }
 
-  void adamw_update(const AdamWSpan<S>* tensors, int count,
-                    const kernels::AdamWParams& p) override {
+  void adamw_update(const AdamWSpan<S>* tensors, int count, const kernels::AdamWParams& p,
+                    S grad_scale) override {
     std::vector<kernels::AdamWTensor<S>> all(static_cast<size_t>(count));
     for (int i = 0; i < count; i++) {
       const AdamWSpan<S>& t = tensors[i];
       all[i] = {t.param, t.grad, t.m, t.v, t.n, t.decay};
     }
-    kernels::adamw_update(all.data(), count, p, S(1));  // one parallel pass over every tensor
+    // One parallel pass over every tensor (issue 22's multi-tensor step).
+    kernels::adamw_update(all.data(), count, p, grad_scale);
     for (int i = 0; i < count; i++)
       if (tensors[i].param_copy) copy(tensors[i].param_copy, tensors[i].param, tensors[i].n);
+  }
+  void unscale_and_check(S* x, size_t n, S inv_scale, float* found_inf) override {
+    if (lattice::unscale_and_check(x, n, static_cast<double>(inv_scale))) *found_inf = 1.0f;
   }
   void sum_squares(double* result, const S* const* tensors, const size_t* sizes,
                    int count) override {

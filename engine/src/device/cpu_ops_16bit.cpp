@@ -208,15 +208,19 @@ class CpuOps16 final : public Ops<H> {
     for (size_t i = 0; i < n; i++) dst[i] = widen(src[i]);
   }
 
-  void adamw_update(const AdamWSpan<H>* tensors, int count,
-                    const kernels::AdamWParams& p) override {
+  void adamw_update(const AdamWSpan<H>* tensors, int count, const kernels::AdamWParams& p,
+                    float grad_scale) override {
+    std::vector<kernels::AdamWTensor<float>> all(static_cast<size_t>(count));
     for (int i = 0; i < count; i++) {
       const AdamWSpan<H>& t = tensors[i];
-      kernels::AdamWParams q = p;
-      if (!t.decay) q.weight_decay = 0.0f;
-      kernels::adamw_update(t.param, t.grad, t.m, t.v, t.n, q);
-      if (t.param_copy) store(t.param_copy, t.param, t.n);
+      all[i] = {t.param, t.grad, t.m, t.v, t.n, t.decay};
     }
+    kernels::adamw_update(all.data(), count, p, grad_scale);
+    for (int i = 0; i < count; i++)
+      if (tensors[i].param_copy) store(tensors[i].param_copy, tensors[i].param, tensors[i].n);
+  }
+  void unscale_and_check(float* x, size_t n, float inv_scale, float* found_inf) override {
+    f32.unscale_and_check(x, n, inv_scale, found_inf);
   }
   void sum_squares(double* result, const float* const* tensors, const size_t* sizes,
                    int count) override {

@@ -2,8 +2,7 @@
 // (cuda_kernels.h) on the device's Context, whose stream is the compute stream and whose error
 // is the device's. Where the one signature differs from cuda_kernels.h: the attention's saved
 // tensor is the log-sum-exp (B, NH, T) and its forward takes no workspace; the conversions
-// between A and float are copies for A = float; AdamW takes no gradient scale (the engine
-// scales in place first: docs/one-engine.md decision 8). Built only into lattice_engine_gpu;
+// between A and float are copies for A = float. Built only into lattice_engine_gpu;
 // compiled here, never yet run on a GPU (tests/cuda/test_cuda_op_list.cpp checks it against the
 // CPU's lists where a device is lent).
 #include <cuda_runtime_api.h>
@@ -131,8 +130,8 @@ class CudaOps final : public Ops<A> {
       cu::convert(ctx_, dst, src, n);
   }
 
-  void adamw_update(const AdamWSpan<A>* tensors, int count,
-                    const kernels::AdamWParams& p) override {
+  void adamw_update(const AdamWSpan<A>* tensors, int count, const kernels::AdamWParams& p,
+                    float grad_scale) override {
     std::vector<cu::AdamWTensor> t(static_cast<size_t>(count));
     for (int i = 0; i < count; i++) {
       const AdamWSpan<A>& s = tensors[i];
@@ -144,7 +143,10 @@ class CudaOps final : public Ops<A> {
       t[i].n = s.n;
       t[i].decay = s.decay;
     }
-    cu::adamw_update(ctx_, t.data(), count, p, 1.0f);
+    cu::adamw_update(ctx_, t.data(), count, p, grad_scale);
+  }
+  void unscale_and_check(float* x, size_t n, float inv_scale, float* found_inf) override {
+    cu::unscale_and_check(ctx_, x, n, inv_scale, found_inf);
   }
   void sum_squares(double* result, const float* const* tensors, const size_t* sizes,
                    int count) override {

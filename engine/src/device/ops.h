@@ -6,7 +6,7 @@
 // same kernels on widened copies, for tests of the 16-bit data flow) and CudaOps (cuda_ops.cpp,
 // float, bf16 and fp16, forwarding to kernels::cuda). Until step 6 of the plan nothing in the
 // engine calls it. Non-goals: inference's attention_kv_forward (a CPU kernel outside this list),
-// position_embedding_forward (the model adds positions with add_bias), unscale_and_check (step 7).
+// position_embedding_forward (the model adds positions with add_bias).
 //
 // Streams: every op is queued on its device's compute stream (device.h). On the CPU it has run
 // when the call returns; on CUDA pointers are device memory and results are there once the
@@ -154,10 +154,15 @@ class Ops {
 
   // ---- optimizer
   // ---------------------------------------------------------------------------------- kernels.h's
-  // adamw_update on each of `count` tensors (a host array), weight decay off where decay is false,
-  // then each param_copy refreshed.
-  virtual void adamw_update(const AdamWSpan<A>* tensors, int count,
-                            const kernels::AdamWParams& p) = 0;
+  // multi-tensor adamw_update on `count` tensors (a host array), weight decay off where decay is
+  // false, each gradient multiplied by grad_scale on its way in (clipping folded in; the
+  // gradients are not written), then each param_copy refreshed.
+  virtual void adamw_update(const AdamWSpan<A>* tensors, int count, const kernels::AdamWParams& p,
+                            G grad_scale) = 0;
+  // Loss scaling's overflow test (Megatron's _amp_foreach_non_finite_check_and_unscale_):
+  // x (n) *= inv_scale; *found_inf (1 float, device memory) = 1 when any element is or becomes
+  // inf or NaN, left as it is otherwise, so several calls add up to one flag.
+  virtual void unscale_and_check(G* x, size_t n, G inv_scale, float* found_inf) = 0;
   // result (1 double, device memory) = sum of x^2 over `count` tensors (host arrays of pointers
   // and sizes), in a fixed order: deterministic for a device and thread count.
   virtual void sum_squares(double* result, const G* const* tensors, const size_t* sizes,

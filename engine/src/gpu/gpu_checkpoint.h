@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
-#include "gpu/optimizer_shard.h"
 #include "lattice/comm.h"
 #include "lattice/layout.h"
 #include "lattice/status.h"
 #include "lattice/train.h"
 #include "model/param_layout.h"
 #include "optim/adamw.h"
+#include "optim/optimizer_shard.h"
 
 namespace lattice::gpu {
 
@@ -30,11 +30,11 @@ namespace lattice::gpu {
 // fp32 master weights in one arena laid out by ParamLayout(model, shard) (the rank's tensor-
 // parallel shard, shard_of(layout, coord, 0)), as GptModel<float>::params()
 // (every tensor at its offset, the 16-element alignment gaps between tensors unused), and its
-// AdamW's two moments in arenas indexed the same way. AdamW<float> on the host packs its
-// moments without the gaps, so moments move tensor by tensor (moment_spans). With
-// --use-distributed-optimizer the device keeps moments for its optimizer shard alone
-// (optimizer_shard.h); the moment methods then take ranges inside one piece of it, still named
-// by arena offsets. Every method waits for the device and returns its error.
+// AdamW (optim/adamw.h) keeps the two moments of the arena part it owns (optimizer_shard.h: the
+// whole arena, or its --use-distributed-optimizer shard) packed piece after piece without the
+// gaps, as the host AdamW<float> of the same pieces does; so moments move piece by piece
+// (moment_spans), each named by its arena offsets. Every method waits for the device and
+// returns its error.
 class DeviceState {
  public:
   virtual ~DeviceState() = default;

@@ -9,13 +9,14 @@
 // rank's optimizer shard of each chunk and an all-gather after the step), the tied word
 // embedding's gradient summed over the embedding group (first and last stage), hidden and
 // attention dropout with the CPU trainer's micro-batch seeds, the loss scaler shared with the
-// CPU trainer (optim/grad_scaling.h), global-norm clipping over the model-parallel group (the
-// world when distributed) and a multi-tensor AdamW step per chunk on the fp32 master weights
-// that also writes the 16-bit compute copy. Process groups as the CPU trainer's
-// (parallel/groups.h): world = TP x DP x PP. Metrics, memory and
-// checkpoints go to the same MetricsSink as a CPU run (same keys in the run store); checkpoints
-// are the CPU engine's (gpu_checkpoint.h), saved when the CPU trainer saves.
-// Nothing here has run on a GPU yet (docs/gpu.md).
+// CPU trainer (optim/grad_scaling.h; the overflow test is the op Ops::unscale_and_check),
+// global-norm clipping over the model-parallel group (the world when distributed) and the CPU
+// trainer's AdamW (optim/adamw.h) per chunk on the fp32 master weights: one multi-tensor step
+// with the clipping folded in that also writes the 16-bit compute copy. Process groups as the CPU
+// trainer's (parallel/groups.h): world = TP x DP x PP. Metrics, memory and checkpoints go to the
+// same MetricsSink as a CPU run (same keys in the run store); checkpoints are the CPU engine's
+// (gpu_checkpoint.h), saved when the CPU trainer saves. Nothing here has run on a GPU yet
+// (docs/gpu.md).
 #include "gpu/gpu_trainer.h"
 
 #include <cuda_runtime_api.h>
@@ -28,17 +29,16 @@
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
-#include "gpu/gpu_adamw.h"
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_pipeline.h"
 #include "gpu/grad_reducer.h"
-#include "gpu/optimizer_shard.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "optim/adamw.h"
 #include "optim/grad_scaling.h"
+#include "optim/optimizer_shard.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
 #include "train/data_feed.h"
@@ -73,7 +73,7 @@ double all_reduce_scalar(Comm& comm, double value, ReduceOp op = ReduceOp::kSum)
 template <typename A>
 class LoopState final : public DeviceState {
  public:
-  LoopState(Device& device, GpuGpt<A>& model, GpuAdamW& adam)
+  LoopState(Device& device, GpuGpt<A>& model, AdamW<A>& adam)
       : device_(device), model_(model), adam_(adam) {}
   Status download_params(float* host) override {
     model_.download(host);
@@ -86,16 +86,16 @@ class LoopState final : public DeviceState {
   Status download_moments(size_t offset, size_t n, float* exp_avg, float* exp_avg_sq) override {
     const size_t at = adam_.shard().state_of(offset, n);
     if (at == OptimizerShard::npos) return not_owned(offset, n);
-    copy(exp_avg, adam_.exp_avg() + at, n, CopyKind::kDeviceToHost);
-    copy(exp_avg_sq, adam_.exp_avg_sq() + at, n, CopyKind::kDeviceToHost);
+    copy(exp_avg, adam_.exp_avg().data() + at, n, CopyKind::kDeviceToHost);
+    copy(exp_avg_sq, adam_.exp_avg_sq().data() + at, n, CopyKind::kDeviceToHost);
     return waited();
   }
   Status upload_moments(size_t offset, size_t n, const float* exp_avg,
                         const float* exp_avg_sq) override {
     const size_t at = adam_.shard().state_of(offset, n);
     if (at == OptimizerShard::npos) return not_owned(offset, n);
-    copy(adam_.exp_avg() + at, exp_avg, n, CopyKind::kHostToDevice);
-    copy(adam_.exp_avg_sq() + at, exp_avg_sq, n, CopyKind::kHostToDevice);
+    copy(adam_.exp_avg().data() + at, exp_avg, n, CopyKind::kHostToDevice);
+    copy(adam_.exp_avg_sq().data() + at, exp_avg_sq, n, CopyKind::kHostToDevice);
     return waited();
   }
 
@@ -114,11 +114,11 @@ class LoopState final : public DeviceState {
   }
   Device& device_;
   GpuGpt<A>& model_;
-  GpuAdamW& adam_;
+  AdamW<A>& adam_;
 };
 
 // This rank's CUDA device (make_cuda_device: local rank % devices) and the parts of it that
-// GpuAdamW, GradReducer and the loss copies still take (cuda_device_parts).
+// GradReducer and the loss copies still take (cuda_device_parts).
 struct GpuDevice {
   std::unique_ptr<Device> device;
   cu::Context* ctx = nullptr;          // the device's: its stream is device->compute()
@@ -173,7 +173,7 @@ class GpuLoop {
   // interleaving), with its optimizer and their checkpoint view.
   struct Chunk {
     std::unique_ptr<GpuGpt<A>> model;
-    std::unique_ptr<GpuAdamW> adam;
+    std::unique_ptr<AdamW<A>> adam;
     std::unique_ptr<LoopState<A>> state;
   };
   // The chunk whose word embedding is tied over the embedding group: the first stage's first
@@ -201,7 +201,8 @@ class GpuLoop {
   std::unique_ptr<GradReducer> reducer_;
   DataSources data_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging
-  float* d_losses_ = nullptr;  // (M, N) every micro-batch's token losses (last stage)
+  float* d_losses_ = nullptr;     // (M, N) every micro-batch's token losses (last stage)
+  float* d_found_inf_ = nullptr;  // (1) the loss scaler's overflow flag (unscale_and_check)
   std::vector<float> losses_host_;
   int64_t consumed_ = 0;
   int steps_ = 0;
@@ -267,10 +268,10 @@ Status GpuLoop<A>::setup() {
     GpuGpt<A>& m = *chunk.model;
     // The chunk's own optimizer shard: the CPU engine keeps GradBuckets per chunk, so the
     // buckets (and the checkpointed moments of a distributed optimizer) line up with its.
-    chunk.adam = std::make_unique<GpuAdamW>(optimizer_shard(o_, m.layout(), L.dp, groups_.coord.dp),
-                                            m.master(), m.grads(), m.compute_copy(), *dev_.memory);
-    if (!chunk.adam->ok()) return Status::internal("out of device memory for the AdamW moments");
-    chunk.adam->zero_state(*dev_.ctx);
+    auto adam = AdamW<A>::create(device(), optimizer_shard(o_, m.layout(), L.dp, groups_.coord.dp),
+                                 o_.optim);
+    if (!adam) return adam.status();
+    chunk.adam = std::move(*adam);
     chunk.state = std::make_unique<LoopState<A>>(device(), m, *chunk.adam);
     models.push_back(&m);
     chunks_.push_back(std::move(chunk));
@@ -292,6 +293,8 @@ Status GpuLoop<A>::setup() {
   d_losses_ =
       static_cast<float*>(dev_.memory->allocate(N * M * sizeof(float), MemoryCategory::kWorkspace));
   if (!d_losses_) return Status::internal("out of device memory for the micro-batch losses");
+  d_found_inf_ = static_cast<float*>(device().allocate(sizeof(float), MemoryCategory::kWorkspace));
+  if (!d_found_inf_) return device().out_of_memory(MemoryCategory::kWorkspace, sizeof(float));
   tokens_.resize(N);
   targets_.resize(N);
   losses_host_.resize(N * M);
@@ -361,7 +364,6 @@ Status GpuLoop<A>::sum_tied_embedding() {
 
 template <typename A>
 Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& skipped) {
-  cu::Context& ctx = *dev_.ctx;
   const int dp = groups_.layout.dp, M = o_.num_micro_batches() / dp;
   const size_t N = tokens_.size();
   const double loss_scale = scaling_.loss_scale();
@@ -383,29 +385,41 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   if (Status s = synchronize(); !s) return s;
   totals_.forward += seconds_since(t0);  // forward and backward are one queue on the device
   t0 = Clock::now();
-  // Global norm of the unscaled gradients, each parameter counted once over the
-  // model-parallel group (TP x PP; the last stage's tied copy does not count) as the CPU
-  // trainer does: each chunk's share, summed; the data-parallel replicas are equal after the
-  // reduction. With the distributed optimizer each data-parallel rank holds the sums of its
-  // chunks' shards only, so the squares add up over the world (as on the CPU), and every
-  // gradient is in some rank's shard. An inf or NaN anywhere is the loss scaler's overflow
-  // (every rank agrees: agree() takes the max over the world).
-  double mine = 0;
-  for (Chunk& c : chunks_) mine += c.adam->sum_squares(ctx);
-  Comm& norm_group = o_.parallel.use_distributed_optimizer ? world_ : *groups_.model;
-  const double squares = all_reduce_scalar(norm_group, mine);
-  norm = std::sqrt(squares) / loss_scale;
+  // As the CPU trainer's step: the loss scaler's overflow test over each chunk's whole arena
+  // first (the gradients unscaled in place; every rank agrees: agree() takes the max over the
+  // world), then the global norm of the unscaled gradients, each parameter counted once over
+  // the model-parallel group (TP x PP; the last stage's tied copy does not count): each chunk's
+  // share, summed; the data-parallel replicas are equal after the reduction. With the
+  // distributed optimizer each data-parallel rank holds the sums of its chunks' shards only, so
+  // the squares add up over the world (as on the CPU), and every gradient is in some rank's
+  // shard.
   skipped = false;
   if (scaling_.enabled()) {
-    Result<bool> skip = scaling_.agree(!std::isfinite(norm), world_);
+    Ops<A>& ops = *device().template ops<A>();
+    device().zero(d_found_inf_, sizeof(float), device().compute());
+    const float inv_scale = static_cast<float>(1.0 / loss_scale);
+    for (Chunk& c : chunks_)
+      ops.unscale_and_check(c.model->grads(), c.model->numel(), inv_scale, d_found_inf_);
+    float found_inf = 0;
+    device().copy(&found_inf, d_found_inf_, sizeof found_inf, CopyKind::kDeviceToHost,
+                  device().compute());
+    if (Status s = synchronize(); !s) return s;
+    Result<bool> skip = scaling_.agree(found_inf > 0, world_);
     if (!skip) return skip.status();
     skipped = *skip;
   }
+  double mine = 0;
+  for (Chunk& c : chunks_) mine += c.adam->sum_squares(c.model->grads());
+  Comm& norm_group = o_.parallel.use_distributed_optimizer ? world_ : *groups_.model;
+  norm = std::sqrt(all_reduce_scalar(norm_group, mine));
   skipped = skipped || !std::isfinite(norm);
   if (!skipped) {
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
-    for (Chunk& c : chunks_)
-      c.adam->step(ctx, o_.optim, lr, steps_ + 1, static_cast<float>(coeff / loss_scale));
+    for (Chunk& c : chunks_) {
+      GpuGpt<A>& m = *c.model;
+      A* copy = std::is_same_v<A, accum_t<A>> ? nullptr : m.compute_params();  // the 16-bit copy
+      c.adam->update(m.master(), m.grads(), lr, coeff, copy);
+    }
     steps_++;
     if (reducer_)  // distributed optimizer: every rank's updated shards to every replica
       for (int c = 0; c < chunk_count(); c++) {
@@ -533,6 +547,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
   const TrainState& state = resumed_;
   consumed_ = state.consumed_samples;
   steps_ = state.steps_taken;
+  for (Chunk& c : chunks_) c.adam->set_steps_taken(steps_);  // AdamW's bias correction
   int skipped_total = state.skipped_iterations, nan_iterations = state.nan_iterations;
   int64_t valid_consumed = state.valid_consumed;
   int last = state.iteration;  // the last iteration run (--exit-interval may stop early)

@@ -28,10 +28,10 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/optimizer_shard.h"
 #include "lattice/comm.h"
 #include "lattice/cuda_kernels.h"
 #include "model/param_layout.h"
+#include "optim/optimizer_shard.h"
 
 namespace lattice::gpu {
 

@@ -1,10 +1,12 @@
+// adamw.h's AdamW: the shard's pieces as multi-tensor descriptors of the device's op list.
 #include "optim/adamw.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/host_memory.h"
-#include "lattice/kernels.h"
+#include "device/cpu_device.h"
+#include "device/device.h"
 
 namespace lattice {
 
@@ -29,39 +31,68 @@ double clip_coefficient(double norm, float clip_grad) {
   return std::min(1.0, clip_grad / (norm + 1e-6));
 }
 
-template <typename T>
-AdamW<T>::AdamW(const ParamLayout& layout, const OptimizerConfig& config,
+template <typename A>
+AdamW<A>::AdamW(std::unique_ptr<Device> own, Device* device, OptimizerShard shard,
+                const OptimizerConfig& config)
+    : own_device_(std::move(own)),
+      device_(device ? *device : *own_device_),
+      ops_(device_.ops<A>()),
+      shard_(std::move(shard)),
+      config_(config) {
+  const size_t n = shard_.state_numel;
+  m_ = static_cast<G*>(device_.allocate(bytes_of<G>(n), MemoryCategory::kOptimizer));
+  v_ = static_cast<G*>(device_.allocate(bytes_of<G>(n), MemoryCategory::kOptimizer));
+  norm_ = static_cast<double*>(device_.allocate(sizeof(double), MemoryCategory::kWorkspace));
+  if (!allocated()) return;
+  device_.zero(m_, n * sizeof(G), device_.compute());
+  device_.zero(v_, n * sizeof(G), device_.compute());
+  spans_.resize(shard_.pieces.size());
+  for (const OptimizerPiece& p : shard_.pieces)
+    if (p.counts_in_norm) norm_sizes_.push_back(p.numel);
+}
+
+template <typename A>
+Result<std::unique_ptr<AdamW<A>>> AdamW<A>::create(Device& device, OptimizerShard shard,
+                                                   const OptimizerConfig& config) {
+  if (!device.ops<A>())
+    return Status::invalid_argument("AdamW: " + device.describe() +
+                                    " has no op list for the run's compute type");
+  const size_t bytes = bytes_of<G>(shard.state_numel);
+  std::unique_ptr<AdamW> adam(new AdamW(nullptr, &device, std::move(shard), config));
+  if (!adam->allocated()) return device.out_of_memory(MemoryCategory::kOptimizer, 2 * bytes);
+  return adam;
+}
+
+template <typename A>
+AdamW<A>::AdamW(const ParamLayout& layout, const OptimizerConfig& config,
                 const std::vector<ArenaRange>& owned)
-    : config_(config) {
-  std::vector<ArenaRange> ranges = owned;
-  if (ranges.empty()) ranges.push_back({0, layout.total_numel()});
-  size_t state = 0;
-  for (const ParamTensor& t : layout.tensors())
-    for (const ArenaRange& r : ranges) {
-      const size_t begin = std::max(r.first, t.offset),
-                   end = std::min(r.second, t.offset + t.numel);
-      if (begin >= end) continue;
-      segments_.push_back({begin, end - begin, state, t.decay, t.counts_in_norm});
-      state += end - begin;
-    }
-  host_assign(m_, state, MemoryCategory::kOptimizer);
-  host_assign(v_, state, MemoryCategory::kOptimizer);
+    : AdamW(std::make_unique<CpuDevice>(), nullptr, owned_shard(layout, owned), config) {
+  if (!allocated()) throw OutOfMemory(MemoryCategory::kOptimizer, bytes_of<G>(shard_.state_numel));
 }
 
-template <typename T>
-double AdamW<T>::sum_squares(const T* grads) const {
-  std::vector<const T*> tensors;
-  std::vector<size_t> sizes;
-  for (const Segment& s : segments_)
-    if (s.counts_in_norm) {
-      tensors.push_back(grads + s.offset);
-      sizes.push_back(s.numel);
-    }
-  return kernels::sum_squares(tensors.data(), sizes.data(), static_cast<int>(tensors.size()));
+template <typename A>
+AdamW<A>::~AdamW() {
+  device_.free(m_);
+  device_.free(v_);
+  device_.free(norm_);
 }
 
-template <typename T>
-void AdamW<T>::update(T* params, T* grads, double lr, double clip_coeff) {
+template <typename A>
+double AdamW<A>::sum_squares(const G* grads) {
+  if (norm_sizes_.empty()) return 0;
+  norm_tensors_.clear();
+  for (const OptimizerPiece& p : shard_.pieces)
+    if (p.counts_in_norm) norm_tensors_.push_back(grads + p.offset);
+  ops_->sum_squares(norm_, norm_tensors_.data(), norm_sizes_.data(),
+                    static_cast<int>(norm_sizes_.size()));
+  double host = 0;
+  device_.copy(&host, norm_, sizeof host, CopyKind::kDeviceToHost, device_.compute());
+  (void)device_.synchronize(device_.compute());  // an error stays the device's
+  return host;
+}
+
+template <typename A>
+void AdamW<A>::update(G* params, const G* grads, double lr, double clip_coeff, A* compute_copy) {
   step_++;
   kernels::AdamWParams p;
   p.lr = static_cast<float>(lr);
@@ -70,33 +101,42 @@ void AdamW<T>::update(T* params, T* grads, double lr, double clip_coeff) {
   p.eps = config_.adam_eps;
   p.step = step_;
   p.weight_decay = config_.weight_decay;
-  std::vector<kernels::AdamWTensor<T>> tensors;
-  tensors.reserve(segments_.size());
-  for (const Segment& s : segments_)
-    tensors.push_back({params + s.offset, grads + s.offset, m_.data() + s.state,
-                       v_.data() + s.state, s.numel, s.decay});
+  for (size_t i = 0; i < shard_.pieces.size(); i++) {
+    const OptimizerPiece& piece = shard_.pieces[i];
+    AdamWSpan<A>& s = spans_[i];
+    s.param = params + piece.offset;
+    s.grad = grads + piece.offset;
+    s.m = m_ + piece.state;
+    s.v = v_ + piece.state;
+    s.param_copy = compute_copy ? compute_copy + piece.offset : nullptr;
+    s.n = piece.numel;
+    s.decay = piece.decay;
+  }
   // Clipping scales each gradient on its way into the step (the grads are left as they are).
-  kernels::adamw_update(tensors.data(), static_cast<int>(tensors.size()), p,
-                        static_cast<T>(clip_coeff < 1.0 ? clip_coeff : 1.0));
+  ops_->adamw_update(spans_.data(), static_cast<int>(spans_.size()), p,
+                     static_cast<G>(clip_coeff < 1.0 ? clip_coeff : 1.0));
 }
 
-template <typename T>
-double AdamW<T>::step(T* params, T* grads, double lr) {
+template <typename A>
+double AdamW<A>::step(G* params, const G* grads, double lr) {
   const double norm = std::sqrt(sum_squares(grads));
   if (!std::isfinite(norm)) return norm;  // inf/NaN gradients: skip the update entirely
   update(params, grads, lr, clip_coefficient(norm, config_.clip_grad));
   return norm;
 }
 
-template <typename T>
-std::vector<typename AdamW<T>::StateView> AdamW<T>::state_views() {
+template <typename A>
+std::vector<typename AdamW<A>::StateView> AdamW<A>::state_views() {
   std::vector<StateView> out;
-  for (const Segment& s : segments_)
-    out.push_back({s.offset, s.numel, m_.data() + s.state, v_.data() + s.state});
+  out.reserve(shard_.pieces.size());
+  for (const OptimizerPiece& p : shard_.pieces)
+    out.push_back({p.offset, p.numel, m_ + p.state, v_ + p.state});
   return out;
 }
 
 template class AdamW<float>;
 template class AdamW<double>;
+template class AdamW<bf16>;
+template class AdamW<fp16>;
 
 }  // namespace lattice

@@ -1,18 +1,27 @@
-// AdamW over a model chunk's flat arena with Megatron's parameter groups (no weight decay on
-// biases and norms), the learning-rate schedule, and global-norm clipping. With the
-// distributed optimizer an AdamW owns only this data-parallel rank's ranges of the arena
-// (optim/grad_buckets.h hands them out) and keeps moments for those alone.
+// AdamW over a model chunk's flat arena on a device (docs/one-engine.md 3.7, step 7): Megatron's
+// parameter groups (no weight decay on biases and norms), the learning-rate schedule, global-norm
+// clipping folded into the step, and moments for the arena part the rank owns
+// (optimizer_shard.h: the whole arena, or with the distributed optimizer this data-parallel
+// rank's shard), packed piece after piece. Its step is one multi-tensor Ops::adamw_update, which
+// also refreshes the 16-bit compute copy of a bf16 or fp16 run. The CPU trainer (on the host
+// constructor: a CPU device of its own over host arenas) and the GPU loop (create, on the CUDA
+// device) both use it. Not thread-safe (one per chunk of a rank).
 #pragma once
 
 #include <cstddef>
-#include <string>
-#include <utility>
+#include <memory>
+#include <span>
 #include <vector>
 
+#include "device/ops.h"
+#include "lattice/status.h"
 #include "lattice/train_options.h"
 #include "model/param_layout.h"
+#include "optim/optimizer_shard.h"
 
 namespace lattice {
+
+class Device;
 
 // Megatron's OptimizerParamScheduler, counted in optimizer steps already taken: iteration i
 // (1-based) trains with learning_rate(config, i - 1, ...). Linear warm-up from 0 to lr over
@@ -23,48 +32,76 @@ double learning_rate(const OptimizerConfig& config, int steps_taken, int decay_i
 // Megatron's clip_grad_norm: the factor gradients are scaled by (1 when no clipping applies).
 double clip_coefficient(double norm, float clip_grad);
 
-using ArenaRange = std::pair<size_t, size_t>;  // [begin, end) in elements
-
-template <typename T>
+// A: the compute type (float, double; bf16 and fp16 with float masters). Pointers to weights,
+// gradients and moments are the device's memory.
+template <typename A>
 class AdamW {
  public:
-  // owned: the arena ranges this optimizer updates; empty means the whole arena.
+  using G = accum_t<A>;  // master weights, gradients, moments
+
+  // On `device`: the moments (shard.state_numel each, kOptimizer) and the norm's one double
+  // (kWorkspace) allocated there, the moments zeroed on its compute stream. Errors: the device's
+  // out-of-memory sentence; a device without an op list for A.
+  static Result<std::unique_ptr<AdamW>> create(Device& device, OptimizerShard shard,
+                                               const OptimizerConfig& config);
+  // On the host, over a CPU device of its own: owned = the arena ranges this optimizer updates
+  // (empty: the whole arena; GradBuckets::owned_ranges with the distributed optimizer). Throws
+  // OutOfMemory (kOptimizer) when the moments do not fit, as the host arenas do.
   AdamW(const ParamLayout& layout, const OptimizerConfig& config,
         const std::vector<ArenaRange>& owned = {});
+  ~AdamW();
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
 
-  // Sum of squared gradients over the owned elements that count in the global norm (each
-  // parameter once over the model-parallel group; ParamTensor::counts_in_norm).
-  double sum_squares(const T* grads) const;
+  const OptimizerShard& shard() const { return shard_; }
+  // Sum of squared gradients over the owned pieces that count in the global norm (each
+  // parameter once over the model-parallel group; ParamTensor::counts_in_norm), piece by piece
+  // in a fixed order. grads (arena numel). Waits for the device's compute stream.
+  double sum_squares(const G* grads);
   // One AdamW step on the owned elements with the gradients scaled by clip_coeff (when < 1) on
-  // the way in; the gradients themselves are not written.
-  void update(T* params, T* grads, double lr, double clip_coeff);
+  // the way in; the gradients themselves are not written. compute_copy (arena numel), when
+  // set, receives the updated owned weights rounded to A (the 16-bit copy; null for float and
+  // double). Queued on the compute stream.
+  void update(G* params, const G* grads, double lr, double clip_coeff, A* compute_copy = nullptr);
   // One process holding everything: norm, clip, step. Returns the norm before clipping; a
   // non-finite norm (inf/NaN gradients) skips the step: nothing changes.
-  double step(T* params, T* grads, double lr);
+  double step(G* params, const G* grads, double lr);
 
   int steps_taken() const { return step_; }
   void set_steps_taken(int steps) { step_ = steps; }  // restoring a checkpoint
   // The owned part of each tensor: arena [offset, offset + numel) and its moments, for
-  // checkpoints. Segments never span two tensors.
+  // checkpoints (device memory: host memory on the CPU). One per piece of shard(), in order.
   struct StateView {
     size_t offset, numel;
-    T* exp_avg;     // (numel)
-    T* exp_avg_sq;  // (numel)
+    G* exp_avg;     // (numel)
+    G* exp_avg_sq;  // (numel)
   };
   std::vector<StateView> state_views();
-  size_t bytes() const { return (m_.size() + v_.size()) * sizeof(T); }
-  const std::vector<T>& exp_avg() const { return m_; }
-  const std::vector<T>& exp_avg_sq() const { return v_; }
+  size_t bytes() const { return 2 * shard_.state_numel * sizeof(G); }
+  // The packed moments (shard().state_numel each), device memory.
+  std::span<G> exp_avg() { return {m_, shard_.state_numel}; }
+  std::span<G> exp_avg_sq() { return {v_, shard_.state_numel}; }
+  std::span<const G> exp_avg() const { return {m_, shard_.state_numel}; }
+  std::span<const G> exp_avg_sq() const { return {v_, shard_.state_numel}; }
 
  private:
-  struct Segment {
-    size_t offset, numel;  // in the arena
-    size_t state;          // offset into m_ / v_
-    bool decay, counts_in_norm;
-  };
-  std::vector<Segment> segments_;
+  // own: the host constructor's device (null for create), device: where everything lives.
+  // Allocates; m_, v_ or norm_ stay null when the device is out of memory.
+  AdamW(std::unique_ptr<Device> own, Device* device, OptimizerShard shard,
+        const OptimizerConfig& config);
+  bool allocated() const { return m_ && v_ && norm_; }
+
+  std::unique_ptr<Device> own_device_;
+  Device& device_;
+  Ops<A>* ops_;  // device_.ops<A>()
+  OptimizerShard shard_;
   OptimizerConfig config_;
-  std::vector<T> m_, v_;  // first and second moments of the owned elements
+  G* m_ = nullptr;                      // (state_numel) first moments
+  G* v_ = nullptr;                      // (state_numel) second moments
+  double* norm_ = nullptr;              // (1) sum_squares' result
+  std::vector<AdamWSpan<A>> spans_;     // update()'s descriptors, one per piece
+  std::vector<const G*> norm_tensors_;  // sum_squares' pieces (counts_in_norm)
+  std::vector<size_t> norm_sizes_;
   int step_ = 0;
 };
 

@@ -17,7 +17,7 @@
 namespace lattice {
 
 // The bucket split itself, shared with the GPU trainer's distributed optimizer
-// (engine/src/gpu/optimizer_shard.h) so that both engines cut the arena the same way.
+// (optim/optimizer_shard.h) so that both engines cut the arena the same way.
 struct BucketSpan {
   size_t begin, end;              // arena range; the buckets tile [0, total_numel)
   int first_tensor, last_tensor;  // tensors [first, last)

@@ -23,6 +23,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
+#include "device/ops.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
@@ -272,10 +273,13 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   const auto t0 = Clock::now();
   skipped = false;
   if (scaling_.enabled()) {
-    bool found_inf = false;
+    // The overflow test is the op (ops.h unscale_and_check), over each chunk's whole arena; the
+    // CPU's list runs optim/grad_scaling.cpp's function on the host arenas.
+    float found_inf = 0;
     for (auto& c : rank_.chunks)
-      found_inf = unscale_and_check(c->grads(), c->arena_size(), 1.0 / loss_scale) || found_inf;
-    Result<bool> skip = scaling_.agree(found_inf, *g_.world);
+      cpu_ops<T>().unscale_and_check(c->grads(), c->arena_size(), static_cast<T>(1.0 / loss_scale),
+                                     &found_inf);
+    Result<bool> skip = scaling_.agree(found_inf > 0, *g_.world);
     if (!skip) return skip.status();
     skipped = *skip;
   }

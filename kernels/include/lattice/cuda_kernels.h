@@ -295,6 +295,9 @@ void sum_squares(Context& ctx, double* result, const float* const* tensors, cons
 double sum_squares(Context& ctx, const float* x, size_t n);
 // x (n) *= s
 void scale(Context& ctx, float* x, size_t n, float s);
+// x (n) *= inv_scale; *found_inf (1 float, device) = 1 when any element is or becomes inf or
+// NaN, left as it is otherwise (the loss scaler's overflow test, as kernels.h has none).
+void unscale_and_check(Context& ctx, float* x, size_t n, float inv_scale, float* found_inf);
 
 // ---- convert.cu -----------------------------------------------------------------------------
 // dst (n) = src rounded to bf16 or fp16 / widened to fp32.

@@ -1,18 +1,17 @@
 // optimizer_shard.h's range arithmetic.
-#include "gpu/optimizer_shard.h"
+#include "optim/optimizer_shard.h"
 
 #include <algorithm>
 
 #include "optim/grad_buckets.h"
 
-namespace lattice::gpu {
+namespace lattice {
 
 namespace {
 
-// Pieces = every tensor cut by every owned range (tensor order, then range order: the CPU
-// AdamW's segment order), moments packed; norm spans = runs of counted pieces inside one
-// range (the gaps between them hold zero gradients).
-void cut_pieces(const ParamLayout& layout, OptimizerShard& s, bool packed) {
+// Pieces = every tensor cut by every owned range (tensor order, then range order), moments
+// packed piece after piece.
+void cut_pieces(const ParamLayout& layout, OptimizerShard& s) {
   const std::vector<ParamTensor>& tensors = layout.tensors();
   size_t state = 0;
   for (size_t i = 0; i < tensors.size(); i++) {
@@ -25,23 +24,14 @@ void cut_pieces(const ParamLayout& layout, OptimizerShard& s, bool packed) {
       p.tensor = static_cast<int>(i);
       p.offset = begin;
       p.numel = end - begin;
-      p.state = packed ? state : begin;
+      p.state = state;
       p.decay = t.decay;
       p.counts_in_norm = t.counts_in_norm;
-      p.range = static_cast<int>(r);
       state += p.numel;
-      const bool extends = !s.pieces.empty() && s.pieces.back().counts_in_norm &&
-                           s.pieces.back().range == p.range && s.pieces.back().offset < begin;
-      if (p.counts_in_norm) {
-        if (extends)
-          s.norm_spans.back().second = end;
-        else
-          s.norm_spans.push_back({begin, end});
-      }
       s.pieces.push_back(p);
     }
   }
-  s.state_numel = packed ? state : layout.total_numel();
+  s.state_numel = state;
 }
 
 }  // namespace
@@ -54,11 +44,16 @@ size_t OptimizerShard::state_of(size_t offset, size_t n) const {
   return npos;
 }
 
-OptimizerShard whole_arena_shard(const ParamLayout& layout) {
+OptimizerShard owned_shard(const ParamLayout& layout, const std::vector<ArenaRange>& owned) {
   OptimizerShard s;
-  s.owned = {{0, layout.total_numel()}};
-  cut_pieces(layout, s, false);
+  s.owned = owned;
+  if (s.owned.empty()) s.owned.push_back({0, layout.total_numel()});
+  cut_pieces(layout, s);
   return s;
+}
+
+OptimizerShard whole_arena_shard(const ParamLayout& layout) {
+  return owned_shard(layout, {});
 }
 
 OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems, int dp, int rank) {
@@ -77,7 +72,7 @@ OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems,
     s.buckets.push_back(std::move(b));
   }
   std::sort(s.owned.begin(), s.owned.end());
-  cut_pieces(layout, s, true);
+  cut_pieces(layout, s);
   return s;
 }
 
@@ -86,4 +81,4 @@ OptimizerShard optimizer_shard(const TrainOptions& o, const ParamLayout& layout,
   return distributed_shard(layout, ddp_bucket_elems(o.parallel, dp), dp, rank);
 }
 
-}  // namespace lattice::gpu
+}  // namespace lattice
