@@ -143,12 +143,14 @@ std::string fp32_step_difference(bool dropout) {
   auto gpu = gpu::GpuGpt<float>::create(c, B, device);
   if (!gpu) return gpu.status().message();
   gpu::GpuGpt<float>& g = **gpu;
+  auto gpu_acts = g.new_activations();
+  if (!gpu_acts) return gpu_acts.status().message();
   if (Status s = g.init_weights(7); !s) return s.message();
   g.zero_grads();
-  g.forward(tokens.data(), targets.data(), 1.0f / N, 99);
-  g.backward(tokens.data());
+  g.forward(**gpu_acts, tokens.data(), targets.data(), 99, 1.0f / N);
+  g.backward(**gpu_acts);
   if (Status s = device.synchronize(device.compute()); !s) return s.message();
-  if (size_t d = differing(g.losses(), acts.losses, N))
+  if (size_t d = differing((*gpu_acts)->losses, acts.losses, N))
     return std::to_string(d) + " of " + std::to_string(N) + " token losses differ";
   for (const ParamTensor& t : g.layout().tensors())
     if (size_t d = differing(g.grads() + t.offset, cpu.grads() + t.offset, t.numel))
@@ -199,10 +201,13 @@ class GpuModelChecks : public QObject {
       c.init_method_std = 0.3f;  // large enough that every path carries signal
       const int B = 2, N = B * c.seq_length;
       CpuDevice device;
-      auto made = gpu::GpuGpt<double>::create(c, B, device, ModelShard{}, nullptr, 1,
+      auto made = gpu::GpuGpt<double>::create(c, B, device, ModelShard{}, nullptr,
                                               RecomputePlan::make(granularity, "", 0, 2));
       QVERIFY2(bool(made), bool(made) ? "" : made.status().message().c_str());
       gpu::GpuGpt<double>& model = **made;
+      auto made_acts = model.new_activations();
+      QVERIFY(bool(made_acts));
+      gpu::GpuActivations<double>& acts = **made_acts;
       QVERIFY(bool(model.init_weights(7)));
       // Non-trivial norms and biases, so their gradients are not degenerate.
       const std::vector<double> noise = testing::random_vector(model.numel(), 8, 0.1);
@@ -214,17 +219,13 @@ class GpuModelChecks : public QObject {
       const uint64_t dropout_seed = 42;
       model.upload(params.data());
       model.zero_grads();
-      model.forward(tokens.data(), targets.data(), scale, dropout_seed);
-      model.backward(tokens.data());
+      model.forward(acts, tokens.data(), targets.data(), dropout_seed, scale);
+      model.backward(acts);
       QVERIFY(bool(device.synchronize(device.compute())));
       const std::vector<double> analytic(model.grads(), model.grads() + model.numel());
-      auto loss = [&] {  // the mean token loss, as GptModel::forward returns it
+      auto loss = [&] {  // the mean token loss
         model.upload(params.data());
-        model.forward(tokens.data(), targets.data(), scale, dropout_seed);
-        (void)device.synchronize(device.compute());
-        double sum = 0;
-        for (int i = 0; i < N; i++) sum += model.losses()[i];
-        return sum / N;
+        return model.forward(acts, tokens.data(), targets.data(), dropout_seed, scale);
       };
       int checked = 0;
       for (const ParamTensor& t : model.layout().tensors()) {
@@ -274,22 +275,25 @@ class GpuModelChecks : public QObject {
     const int L = c.num_layers, N = 2 * c.seq_length;
     for (const char* granularity : {"", "selective"}) {
       CpuDevice device;
-      auto gpu = gpu::GpuGpt<float>::create(c, 2, device, ModelShard{}, nullptr, 1,
+      auto gpu = gpu::GpuGpt<float>::create(c, 2, device, ModelShard{}, nullptr,
                                             RecomputePlan::make(granularity, "", 0, L));
       QVERIFY(bool(gpu));
       gpu::GpuGpt<float>& g = **gpu;
+      auto made = g.new_activations();
+      QVERIFY(bool(made));
+      gpu::GpuActivations<float>& acts = **made;
       QVERIFY(bool(g.init_weights(3)));
       const std::vector<int32_t> tokens = sequence(N, 7, 1, c.vocab_size);
       const std::vector<int32_t> targets = sequence(N, 11, 2, c.vocab_size);
       g.zero_grads();
-      g.forward(tokens.data(), targets.data(), 1.0f / N, 5);  // op times off
-      g.backward(tokens.data());
+      g.forward(acts, tokens.data(), targets.data(), 5, 1.0f / N);  // op times off
+      g.backward(acts);
       g.collect_op_times();
       for (int op = 0; op < static_cast<int>(Op::kCount); op++)
         QCOMPARE(g.profiler().calls(static_cast<Op>(op)), int64_t{0});
       g.set_op_times(true);
-      g.forward(tokens.data(), targets.data(), 1.0f / N, 5);
-      g.backward(tokens.data());
+      g.forward(acts, tokens.data(), targets.data(), 5, 1.0f / N);
+      g.backward(acts);
       QVERIFY(bool(device.synchronize(device.compute())));
       g.collect_op_times();
       const bool sel = std::strcmp(granularity, "selective") == 0;
@@ -334,12 +338,14 @@ class GpuModelChecks : public QObject {
     auto gpu = gpu::GpuGpt<float>::create(c, 2, device);
     QVERIFY(bool(gpu));
     QVERIFY(bool((*gpu)->init_weights(3)));
+    auto acts = (*gpu)->new_activations();
+    QVERIFY(bool(acts));
     const std::vector<int32_t> tokens = sequence(N, 7, 1, c.vocab_size);
     const std::vector<int32_t> targets = sequence(N, 11, 2, c.vocab_size);
     device.progress_calls = 0;
-    (*gpu)->forward(tokens.data(), targets.data(), 1.0f / N, 5);
+    (*gpu)->forward(**acts, tokens.data(), targets.data(), 5, 1.0f / N);
     QCOMPARE(device.progress_calls, c.num_layers);
-    (*gpu)->backward(tokens.data());
+    (*gpu)->backward(**acts);
     QCOMPARE(device.progress_calls, 2 * c.num_layers);
   }
 };

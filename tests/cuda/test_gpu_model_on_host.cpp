@@ -149,19 +149,21 @@ std::string compare_one_step(const ModelConfig& c, const ModelShard& shard, Comm
   cpu.backward(acts);
 
   CpuDevice device;
-  auto gpu = gpu::GpuGpt<A>::create(c, B, device, shard, tp, 1, recompute);
+  auto gpu = gpu::GpuGpt<A>::create(c, B, device, shard, tp, recompute);
   if (!gpu) return gpu.status().message();
   gpu::GpuGpt<A>& g = **gpu;
+  auto gpu_acts = g.new_activations();
+  if (!gpu_acts) return gpu_acts.status().message();
   if (g.numel() != cpu.layout().total_numel()) return "the arenas differ in size";
   g.upload(cpu.params());
   g.zero_grads();
   g.set_final_backward(true);
-  g.forward(tokens.data(), targets.data(), loss_scale / N, kDropoutSeed);
-  g.backward(tokens.data());
+  g.forward(**gpu_acts, tokens.data(), targets.data(), kDropoutSeed, loss_scale / N);
+  g.backward(**gpu_acts);
   if (Status s = device.synchronize(device.compute()); !s) return s.message();
   for (size_t i = 0; i < g.numel(); i++) g.grads()[i] /= loss_scale;  // a power of two: exact
 
-  if (double e = relative_error(g.losses(), acts.losses, N); !(e <= tolerance.losses))
+  if (double e = relative_error((*gpu_acts)->losses, acts.losses, N); !(e <= tolerance.losses))
     return "token losses: relative error " + std::to_string(e) + " > " +
            std::to_string(tolerance.losses);
   for (const ParamTensor& t : cpu.layout().tensors()) {
@@ -189,10 +191,12 @@ std::vector<std::string> non_finite_grads(const ModelConfig& c, float loss_scale
   auto gpu = gpu::GpuGpt<A>::create(c, B, device);
   if (!gpu) return {"create: " + gpu.status().message()};
   gpu::GpuGpt<A>& g = **gpu;
+  auto acts = g.new_activations();
+  if (!acts) return {"new_activations: " + acts.status().message()};
   g.upload(host.params());
   g.zero_grads();
-  g.forward(tokens.data(), targets.data(), loss_scale / N);
-  g.backward(tokens.data());
+  g.forward(**acts, tokens.data(), targets.data(), 0, loss_scale / N);
+  g.backward(**acts);
   std::vector<std::string> names;
   for (const ParamTensor& t : g.layout().tensors())
     for (size_t i = 0; i < t.numel; i++)
@@ -208,7 +212,7 @@ RecomputePlan full(const std::string& method, int n, int layers) {
   return RecomputePlan::make("full", method, n, layers);
 }
 
-// Losses and gradients of one training step of a TP 1 GpuGpt<A> (one slot), or an error.
+// Losses and gradients of one training step of a TP 1 GpuGpt<A>, or an error.
 template <typename A>
 struct StepResult {
   std::vector<Ref<A>> losses, grads;
@@ -226,26 +230,35 @@ StepResult<A> gpu_step(const ModelConfig& c, const RecomputePlan& recompute) {
     targets[i] = (i * 53 + 5) % c.vocab_size;
   }
   CpuDevice device;
-  auto gpu = gpu::GpuGpt<A>::create(c, B, device, ModelShard{}, nullptr, 1, recompute);
+  auto gpu = gpu::GpuGpt<A>::create(c, B, device, ModelShard{}, nullptr, recompute);
   if (!gpu) return {{}, {}, gpu.status().message()};
   gpu::GpuGpt<A>& g = **gpu;
+  auto made = g.new_activations();
+  if (!made) return {{}, {}, made.status().message()};
+  gpu::GpuActivations<A>& acts = **made;
   g.upload(host.params());
   g.zero_grads();
-  g.forward(tokens.data(), targets.data(), 1.0f / N, kDropoutSeed);
-  g.backward(tokens.data());
+  g.forward(acts, tokens.data(), targets.data(), kDropoutSeed, 1.0f / N);
+  g.backward(acts);
   if (Status s = device.synchronize(device.compute()); !s) return {{}, {}, s.message()};
-  return {std::vector<Ref<A>>(g.losses(), g.losses() + N),
+  return {std::vector<Ref<A>>(acts.losses, acts.losses + N),
           std::vector<Ref<A>>(g.grads(), g.grads() + g.numel()), ""};
 }
 
-// Bytes of `category` (activations by default) after creating a TP 1 GpuGpt<A> with
-// `in_flight` slots.
+// Bytes of `category` (activations by default) after creating a TP 1 GpuGpt<A> and the
+// activations of `in_flight` micro-batches.
 template <typename A>
 size_t activation_bytes(const ModelConfig& c, int in_flight, const RecomputePlan& recompute,
                         MemoryCategory category = MemoryCategory::kActivations) {
   CpuDevice device;
-  auto gpu = gpu::GpuGpt<A>::create(c, 2, device, ModelShard{}, nullptr, in_flight, recompute);
+  auto gpu = gpu::GpuGpt<A>::create(c, 2, device, ModelShard{}, nullptr, recompute);
   if (!gpu) return 0;
+  std::vector<std::unique_ptr<gpu::GpuActivations<A>>> held;
+  for (int i = 0; i < in_flight; i++) {
+    auto made = (*gpu)->new_activations();
+    if (!made) return 0;
+    held.push_back(std::move(*made));
+  }
   return device.usage(category).current;
 }
 
@@ -321,7 +334,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
                                : recompute_method == "selective"
                                    ? selective(shard.num_layers(c))
                                    : full(recompute_method, recompute_n, shard.num_layers(c));
-    auto gpu = gpu::GpuGpt<A>::create(c, B, device, shard, groups.tp.get(), in_flight, plan);
+    auto gpu = gpu::GpuGpt<A>::create(c, B, device, shard, groups.tp.get(), plan);
     if (!gpu) return gpu.status().message();
     gpu::GpuGpt<A>& g = **gpu;
     std::vector<Ref<A>> host(g.numel(), 0);
@@ -348,7 +361,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     channels.gradients_wrap = comms[3].get();
   }
   auto pipeline =
-      gpu::GpuPipeline<A>::create(chunk_models, device, channels, L.pp, groups.coord.pp);
+      gpu::GpuPipeline<A>::create(chunk_models, device, channels, L.pp, groups.coord.pp, in_flight);
   if (!pipeline) return pipeline.status().message();
   auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets) {
     const size_t bytes = N * sizeof(int32_t);
@@ -508,12 +521,17 @@ int worker() {
   return testing::end_worker(*world, error);
 }
 
-// Activation bytes of a TP 2 GpuGpt<float> of config(2) on this rank, with or without
-// sequence parallelism.
+// Activation bytes of a TP 2 GpuGpt<float> of config(2) and one micro-batch's activations on
+// this rank, with or without sequence parallelism.
 size_t activation_bytes(const ModelShard& shard, Comm* tp, std::string& error) {
   CpuDevice device;
   auto gpu = gpu::GpuGpt<float>::create(config(2), 2, device, shard, tp);
-  if (!gpu) error = gpu.status().message();
+  if (!gpu) {
+    error = gpu.status().message();
+    return 0;
+  }
+  auto acts = (*gpu)->new_activations();
+  if (!acts) error = acts.status().message();
   return device.usage(MemoryCategory::kActivations).current;
 }
 

@@ -23,6 +23,8 @@
 #include "gpu/gpu_model.h"
 
 #include <algorithm>
+#include <limits>
+#include <vector>
 #include <type_traits>
 
 #include "core/host_memory.h"
@@ -71,6 +73,7 @@ GpuGpt<A>::GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_
       device_(device),
       ops_(ops),
       tp_(shard.tp_size > 1 ? tp : nullptr),
+      blocks_(device),
       B_(micro_batch),
       T_(config.seq_length),
       C_(config.hidden_size),
@@ -90,52 +93,31 @@ GpuGpt<A>::GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_
       Vt_(config.padded_vocab_size() / shard.tp_size) {}
 
 template <typename A>
-GpuGpt<A>::~GpuGpt() {
-  for (void* p : blocks_) device_.free(p);
-}
-
-template <typename A>
-template <typename X>
-X* GpuGpt<A>::take(size_t n, MemoryCategory category) {
-  const size_t bytes = n * sizeof(X);
-  void* p = device_.allocate(bytes, category);
-  if (!p) {
-    if (failed_bytes_ == 0) {
-      failed_bytes_ = bytes;
-      failed_category_ = category;
-    }
-    return nullptr;
-  }
-  blocks_.push_back(p);
-  return static_cast<X*>(p);
-}
-
-template <typename A>
-GpuLayerActs<A> GpuGpt<A>::take_layer_acts(bool keep_saved) {
+GpuLayerActs<A> GpuGpt<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved) {
   using MC = MemoryCategory;
   // R rows of the residual stream and the LayerNorms (N / t with sequence parallelism), N of
   // the tensor-parallel layers' inputs and outputs.
   const size_t RC = static_cast<size_t>(R_) * C_, NF = static_cast<size_t>(N_) * Ft_;
   const size_t NCt = static_cast<size_t>(N_) * Ct_;
   GpuLayerActs<A> a;
-  a.ln1 = take<A>(RC, MC::kActivations);
-  a.ln1_mean = take<G>(R_, MC::kActivations);
-  a.ln1_rstd = take<G>(R_, MC::kActivations);
-  a.qkv = take<A>(3 * NCt, MC::kActivations);
-  a.atty = take<A>(NCt, MC::kActivations);
+  a.ln1 = from.template take<A>(RC, MC::kActivations);
+  a.ln1_mean = from.template take<G>(R_, MC::kActivations);
+  a.ln1_rstd = from.template take<G>(R_, MC::kActivations);
+  a.qkv = from.template take<A>(3 * NCt, MC::kActivations);
+  a.atty = from.template take<A>(NCt, MC::kActivations);
   a.saved =
-      keep_saved ? take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations) : nullptr;
-  a.res_mid = take<A>(RC, MC::kActivations);
-  a.ln2 = take<A>(RC, MC::kActivations);
-  a.ln2_mean = take<G>(R_, MC::kActivations);
-  a.ln2_rstd = take<G>(R_, MC::kActivations);
-  a.fc1 = take<A>(NF, MC::kActivations);
-  a.gelu = take<A>(NF, MC::kActivations);
+      keep_saved ? from.template take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations) : nullptr;
+  a.res_mid = from.template take<A>(RC, MC::kActivations);
+  a.ln2 = from.template take<A>(RC, MC::kActivations);
+  a.ln2_mean = from.template take<G>(R_, MC::kActivations);
+  a.ln2_rstd = from.template take<G>(R_, MC::kActivations);
+  a.fc1 = from.template take<A>(NF, MC::kActivations);
+  a.gelu = from.template take<A>(NF, MC::kActivations);
   return a;
 }
 
 template <typename A>
-Status GpuGpt<A>::allocate(int in_flight) {
+Status GpuGpt<A>::allocate() {
   using MC = MemoryCategory;
   if (t_ > 1 && !tp_)
     return Status::internal("GpuGpt: tensor parallelism without a tensor-parallel communicator");
@@ -145,7 +127,6 @@ Status GpuGpt<A>::allocate(int in_flight) {
   const size_t n = numel(), NC = static_cast<size_t>(N_) * C_, NF = static_cast<size_t>(N_) * Ft_;
   const size_t RC = static_cast<size_t>(R_) * C_;  // NC without sequence parallelism
   const size_t NCt = static_cast<size_t>(N_) * Ct_;
-  const size_t NV = static_cast<size_t>(N_) * Vt_;
   master_ = take<G>(n, MC::kWeights);
   grads_ = take<G>(n, MC::kGrads);
   if constexpr (std::is_same_v<A, G>) {
@@ -153,33 +134,13 @@ Status GpuGpt<A>::allocate(int in_flight) {
   } else {
     compute_ = take<A>(n, MC::kWeights);
   }
-  // Note [selective recomputation]: one saved tensor for every layer and slot, refilled in
-  // each layer's backward.
-  const bool drop_saved = recompute_.selective && device_.capabilities().attention_saves_scores;
-  if (drop_saved)
+  // Note [selective recomputation]: one saved tensor for every layer and micro-batch, refilled
+  // in each layer's backward.
+  drop_saved_ = recompute_.selective && device_.capabilities().attention_saves_scores;
+  if (drop_saved_)
     selective_saved_ = take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kWorkspace);
-  slots_.resize(in_flight);
-  for (GpuSlot<A>& s : slots_) {
-    s.tokens = take<int32_t>(N_, MC::kActivations);
-    s.targets = take<int32_t>(N_, MC::kActivations);
-    s.residual = take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
-    for (int l = 0; l < L_; l++)
-      s.layers.push_back(recompute_.recomputed(l) ? GpuLayerActs<A>{}
-                                                  : take_layer_acts(!drop_saved));
-    if (post()) {
-      s.lnf = take<A>(RC, MC::kActivations);
-      s.lnf_mean = take<G>(R_, MC::kActivations);
-      s.lnf_rstd = take<G>(R_, MC::kActivations);
-      s.logits_accum = take<G>(NV, MC::kActivations);
-      if constexpr (!std::is_same_v<A, G>) s.logits = take<A>(NV, MC::kActivations);
-      s.losses = take<G>(N_, MC::kActivations);
-    } else {
-      s.output_grad = take<A>(RC, MC::kCommBuffers);
-    }
-    if (!pre()) s.input_grad = take<A>(RC, MC::kCommBuffers);
-  }
   for (int i = 0; i < recompute_.max_group; i++)
-    recompute_scratch_.push_back(take_layer_acts(true));
+    recompute_scratch_.push_back(take_layer_acts(blocks_, true));
   if (t_ > 1 && post()) {
     row_max_ = take<G>(N_, MC::kWorkspace);
     sum_exp_ = take<double>(N_, MC::kWorkspace);
@@ -198,14 +159,41 @@ Status GpuGpt<A>::allocate(int in_flight) {
   d_qkv_ = take<A>(3 * NCt, MC::kWorkspace);
   d_atty_ = take<A>(NCt, MC::kWorkspace);
   attention_ws_ = take<G>(ops_.attention_workspace_elems(B_, T_, Ht_), MC::kWorkspace);
-  if (failed_bytes_ > 0) return device_.out_of_memory(failed_category_, failed_bytes_);
-  return Status::ok();
+  return blocks_.status();
+}
+
+template <typename A>
+Result<std::unique_ptr<GpuActivations<A>>> GpuGpt<A>::new_activations() {
+  using MC = MemoryCategory;
+  const size_t RC = static_cast<size_t>(R_) * C_, NV = static_cast<size_t>(N_) * Vt_;
+  auto made = std::make_unique<GpuActivations<A>>(device_);
+  GpuActivations<A>& a = *made;
+  DeviceBlocks& from = a.blocks;
+  a.tokens = from.take<int32_t>(N_, MC::kActivations);
+  a.targets = from.take<int32_t>(N_, MC::kActivations);
+  a.residual = from.take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
+  for (int l = 0; l < L_; l++)
+    a.layers.push_back(recompute_.recomputed(l) ? GpuLayerActs<A>{}
+                                                : take_layer_acts(from, !drop_saved_));
+  if (post()) {
+    a.lnf = from.take<A>(RC, MC::kActivations);
+    a.lnf_mean = from.take<G>(R_, MC::kActivations);
+    a.lnf_rstd = from.take<G>(R_, MC::kActivations);
+    a.logits_accum = from.take<G>(NV, MC::kActivations);
+    if constexpr (!std::is_same_v<A, G>) a.logits = from.take<A>(NV, MC::kActivations);
+    a.losses = from.take<G>(N_, MC::kActivations);
+  } else {
+    a.output_grad = from.take<A>(RC, MC::kCommBuffers);
+  }
+  if (!pre()) a.input_grad = from.take<A>(RC, MC::kCommBuffers);
+  if (Status s = from.status(); !s) return s;
+  return made;
 }
 
 template <typename A>
 Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, int micro_batch,
                                                      Device& device, const ModelShard& shard,
-                                                     Comm* tp, int in_flight,
+                                                     Comm* tp,
                                                      const RecomputePlan& recompute) {
   Ops<A>* ops = device.ops<A>();
   if (!ops)
@@ -217,7 +205,7 @@ Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, 
                             std::to_string(recompute.group_start.size()) + " layers, not " +
                             std::to_string(m->L_));
   m->recompute_ = recompute;
-  if (Status s = m->allocate(in_flight); !s) return s;
+  if (Status s = m->allocate(); !s) return s;
   return m;
 }
 
@@ -398,29 +386,39 @@ const A* GpuGpt<A>::hidden_dropout_backward(A* out, const A* dout, int layer, Dr
 }
 
 template <typename A>
-void GpuGpt<A>::forward(const int32_t* tokens, const int32_t* targets, float grad_scale,
-                        uint64_t dropout_seed) {
-  run_forward(slots_[0], tokens, targets, grad_scale, dropout_seed);
+double GpuGpt<A>::forward(GpuActivations<A>& acts, const int32_t* tokens, const int32_t* targets,
+                          uint64_t dropout_seed, float grad_scale) {
+  if (!pre() || !post()) return std::numeric_limits<double>::quiet_NaN();  // a stage: *_stage
+  const size_t N = static_cast<size_t>(N_);
+  device_.copy(acts.tokens, tokens, N * sizeof(int32_t), CopyKind::kHostToDevice, compute());
+  device_.copy(acts.targets, targets, N * sizeof(int32_t), CopyKind::kHostToDevice, compute());
+  run_forward(acts, grad_scale, dropout_seed);
+  std::vector<G> losses(N);
+  device_.copy(losses.data(), acts.losses, N * sizeof(G), CopyKind::kDeviceToHost, compute());
+  if (!device_.synchronize(compute())) return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (G l : losses) sum += static_cast<double>(l);
+  return sum / static_cast<double>(N);
 }
 
 template <typename A>
-void GpuGpt<A>::backward(const int32_t* tokens) {
-  run_backward(slots_[0], tokens);
+void GpuGpt<A>::backward(GpuActivations<A>& acts) {
+  run_backward(acts);
 }
 
 template <typename A>
-void GpuGpt<A>::forward_slot(int s, float grad_scale, uint64_t dropout_seed) {
-  run_forward(slots_[s], slots_[s].tokens, slots_[s].targets, grad_scale, dropout_seed);
+void GpuGpt<A>::forward_stage(GpuActivations<A>& acts, float grad_scale, uint64_t dropout_seed) {
+  run_forward(acts, grad_scale, dropout_seed);
 }
 
 template <typename A>
-void GpuGpt<A>::backward_slot(int s) {
-  run_backward(slots_[s], slots_[s].tokens);
+void GpuGpt<A>::backward_stage(GpuActivations<A>& acts) {
+  run_backward(acts);
 }
 
 template <typename A>
-void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t* targets,
-                            float grad_scale, uint64_t dropout_seed) {
+void GpuGpt<A>::run_forward(GpuActivations<A>& a, float grad_scale, uint64_t dropout_seed) {
+  const int32_t* tokens = a.tokens;
   const int B = B_, T = T_, C = C_, N = N_;
   const bool training = grad_scale > 0;
   a.p_hidden = training ? config_.hidden_dropout : 0.0f;
@@ -514,7 +512,7 @@ void GpuGpt<A>::run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t*
       ops_.to_accum(a.logits_accum, a.logits, static_cast<size_t>(N) * Vt_);
     }
   }
-  cross_entropy(a, targets, grad_scale);
+  cross_entropy(a, grad_scale);
 }
 
 template <typename A>
@@ -554,21 +552,21 @@ void GpuGpt<A>::layer_forward_from_ln1(int l, const GpuLayerActs<A>& la, const A
 // stored residual[l]: the fused residual LayerNorm of the forward normalises the stored
 // (rounded) sum, so in bf16 / fp16 too the recomputed ln1 and its statistics are the
 // forward's, bit for bit. FC2 is not re-run: its output went into residual[l+1], which is kept.
-// The slot's dropout seed and p (set by run_backward) give the forward's masks, and every TP
+// The micro-batch's dropout seed and p (set by run_backward) give the forward's masks, and every TP
 // rank recomputes, so the projection's all-reduce (reduce-scatter with sequence parallelism)
 // and the all-gathers stay matched across the group.
 //
 // Note [selective recomputation]: with --recompute-granularity selective on a device whose
 // attention saves its scores (the CPU's probabilities (B, Ht, T, T): the s^2 part, Megatron's
-// "core attention" recomputation), no layer keeps them per slot. Every layer's forward writes
+// "core attention" recomputation), no layer keeps them per micro-batch. Every layer's forward writes
 // one tensor of the model's workspace (selective_saved_), and every layer's backward reruns
-// attention_forward over its kept qkv with the slot's dropout key just before it needs the
+// attention_forward over its kept qkv with the micro-batch's dropout key just before it needs the
 // tensor, into d_atty_ (free until the projection's backward writes it) as the discarded
 // output; the rerun is the forward's op on the same inputs, so the tensor is the forward's bit
 // for bit, as GptModel::layer_backward's recompute of probs_. Where the attention saves only
 // O(T) per head (CUDA's log-sum-exp), there is nothing to drop and selective changes nothing.
 template <typename A>
-void GpuGpt<A>::recompute_group(const GpuSlot<A>& a, int first, int last) {
+void GpuGpt<A>::recompute_group(const GpuActivations<A>& a, int first, int last) {
   const size_t RC = static_cast<size_t>(R_) * C_;
   for (int l = first; l < last; l++) {
     const LayerParams<A> w = layout_.layer(compute_, l);
@@ -583,7 +581,8 @@ void GpuGpt<A>::recompute_group(const GpuSlot<A>& a, int first, int last) {
 }
 
 template <typename A>
-void GpuGpt<A>::cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_scale) {
+void GpuGpt<A>::cross_entropy(GpuActivations<A>& a, float grad_scale) {
+  const int32_t* targets = a.targets;
   const int N = N_;
   G* dlogits = grad_scale > 0 ? a.logits_accum : nullptr;
   if (t_ == 1) {
@@ -614,7 +613,8 @@ void GpuGpt<A>::cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_
 }
 
 template <typename A>
-void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
+void GpuGpt<A>::run_backward(GpuActivations<A>& a) {
+  const int32_t* tokens = a.tokens;
   const int B = B_, T = T_, C = C_, N = N_;
   const size_t RC = static_cast<size_t>(R_) * C;
   const auto& t = layout_.tensors();
@@ -623,7 +623,7 @@ void GpuGpt<A>::run_backward(GpuSlot<A>& a, const int32_t* tokens) {
   // Where a column-parallel layer's input gradient (N, C) goes before reduce_rows sums it into
   // d_c_ (R, C): in place without sequence parallelism.
   A* d_col = sp_ ? full_ : d_c_;
-  p_hidden_ = a.p_hidden;  // the masks of this slot's forward
+  p_hidden_ = a.p_hidden;  // the masks of this micro-batch's forward
   p_attention_ = a.p_attention;
   dropout_seed_ = a.dropout_seed;
   if (post()) {

@@ -15,19 +15,20 @@
 // (its layers, the embeddings on a `pre` chunk, the final LayerNorm and tied LM head on a
 // `post` chunk); a chunk without `pre` starts from an input hidden state, one without `post`
 // ends at its output hidden state and its backward starts from the output's gradient. Each
-// micro-batch in flight has its own activations (a slot); gpu_pipeline.h moves the boundary
-// tensors between stages.
+// micro-batch in flight has its own activations (GpuActivations, owned by the caller: the
+// pipeline's pool, gpu_pipeline.h, which moves the boundary tensors between stages); the model
+// owns its arenas and the scratch every micro-batch shares.
 // Dropout as the CPU model's (model/dropout_sites.h): the same sites, keys (by global layer
 // index) and masks for the same micro-batch seed, so a GPU run drops the elements a CPU run
-// drops; each slot remembers its micro-batch's seed for its backward.
+// drops; each micro-batch's activations remember its seed for its backward.
 // Sequence parallelism (shard.sequence_parallel, TP > 1; docs/gpu.md#sequence-parallelism):
 // the residual stream, the LayerNorms and the hidden dropout hold this rank's R = N/t rows, as
 // the CPU model's (gpt_layer.cpp); the column-parallel layers read all-gathered rows and the
 // row-parallel outputs are reduce-scattered.
 // Recomputation (docs/gpu.md#recomputation): the CPU model's RecomputePlan for the chunk's
-// layers; a fully recomputed layer keeps only its input residual[l] per slot, its other
-// activations live in scratch shared by every slot and are re-created by its group's forward
-// just before the group's backward. Selective recomputation (Note [selective recomputation] in
+// layers; a fully recomputed layer keeps only its input residual[l] per micro-batch, its other
+// activations live in scratch shared by every micro-batch and are re-created by its group's
+// forward just before the group's backward. Selective recomputation (Note [selective recomputation] in
 // gpu_model.cpp) drops the attention's saved tensor where the device's attention saves its
 // (B, NH, T, T) scores (Capabilities::attention_saves_scores: the CPU); on CUDA the flash
 // attention keeps only its log-sum-exp and selective changes nothing.
@@ -44,6 +45,7 @@
 
 #include "core/profiler.h"
 #include "device/device.h"
+#include "device/device_blocks.h"
 #include "device/ops.h"
 #include "lattice/comm.h"
 #include "lattice/cuda_kernels.h"
@@ -79,11 +81,15 @@ struct GpuLayerActs {
   A* gelu;      // (N, Ft)
 };
 
-// One micro-batch's activations. N = B*T rows, R as GpuLayerActs, L = the chunk's layers.
+// One micro-batch's activations, made for one chunk by its GpuGpt::new_activations and owned
+// by the caller (a pipeline keeps a pool of them: one per micro-batch in flight); its memory
+// goes back to the device with it. N = B*T rows, R as GpuLayerActs, L = the chunk's layers.
 template <typename A>
-struct GpuSlot {
+struct GpuActivations {
   using G = accum_t<A>;
-  int32_t* tokens = nullptr;   // (B, T) pre or post chunks: filled by the caller (slot API)
+  explicit GpuActivations(Device& device) : blocks(device) {}
+  DeviceBlocks blocks;         // every buffer below
+  int32_t* tokens = nullptr;   // (B, T) pre or post chunks: filled by the caller (stage API)
   int32_t* targets = nullptr;  // (B, T) post chunks
   A* residual = nullptr;       // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
   // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
@@ -96,8 +102,8 @@ struct GpuSlot {
   G* losses = nullptr;        // (N) post
   A* output_grad = nullptr;   // (R, C) not post: the gradient of residual[L], from the next stage
   A* input_grad = nullptr;    // (R, C) not pre: the gradient of residual[0], for the previous one
-  // The slot's last forward's dropout: p of the hidden and attention sites (0 when evaluating)
-  // and the micro-batch's seed; its backward draws the same masks.
+  // The last forward's dropout: p of the hidden and attention sites (0 when evaluating) and
+  // the micro-batch's seed; its backward draws the same masks.
   float p_hidden = 0, p_attention = 0;
   uint64_t dropout_seed = 0;
 };
@@ -107,8 +113,9 @@ class GpuGpt {
  public:
   using G = accum_t<A>;  // master weights, gradients, statistics, logits, losses
 
-  // Allocates everything for micro-batches of `micro_batch` sequences, `in_flight` of them in
-  // flight, on `device` (outliving the model; its op list of A runs every op); an
+  // Allocates the arenas and the scratch for micro-batches of `micro_batch` sequences on
+  // `device` (outliving the model; its op list of A runs every op; each micro-batch in flight
+  // needs its activations too: new_activations); an
   // out-of-memory is the device's sentence (Device::out_of_memory). shard: the chunk (layer
   // range, pre, post, tensor-parallel split, sequence parallelism when tp_size > 1, which needs
   // tp_size to divide B*T). tp: the communicator of the tensor-parallel group for the device's
@@ -119,9 +126,13 @@ class GpuGpt {
   // (CUDA has none for double).
   static Result<std::unique_ptr<GpuGpt>> create(const ModelConfig& config, int micro_batch,
                                                 Device& device, const ModelShard& shard = {},
-                                                Comm* tp = nullptr, int in_flight = 1,
+                                                Comm* tp = nullptr,
                                                 const RecomputePlan& recompute = {});
-  ~GpuGpt();
+  // One micro-batch's activations for this chunk (kActivations; the boundary gradients
+  // kCommBuffers), on the model's device; they may outlive the model. Errors: the device's
+  // out-of-memory sentence.
+  Result<std::unique_ptr<GpuActivations<A>>> new_activations();
+  ~GpuGpt() = default;
   GpuGpt(const GpuGpt&) = delete;
   GpuGpt& operator=(const GpuGpt&) = delete;
 
@@ -154,30 +165,31 @@ class GpuGpt {
   // (OutOfMemory's sentence), a failed copy (the device's error).
   Status init_weights(uint64_t seed);
 
-  // The whole model (pre and post), slot 0. tokens, targets: device (B, T) int32, the same on
-  // every rank of the TP group. Training (grad_scale > 0): dropout as configured, with masks
-  // keyed by dropout_seed (the CPU trainer's seed of this micro-batch), and the logits buffer
-  // is left holding d(grad_scale * sum of token losses) / d logits (this rank's vocabulary
-  // columns) for backward(). Evaluation (grad_scale 0): no dropout.
-  void forward(const int32_t* tokens, const int32_t* targets, float grad_scale,
-               uint64_t dropout_seed = 0);
-  // (N) of slot 0's last forward: every token's whole loss, equal on every rank of the TP group.
-  const G* losses() const { return slots_[0].losses; }
-  // Accumulates this micro-batch's parameter gradients into grads(). tokens: the forward's.
-  void backward(const int32_t* tokens);
+  // The whole model (pre and post), as the CPU model's GptModel::forward / backward: tokens,
+  // targets are host (B, T) int32, the same on every rank of the TP group, copied into acts.
+  // Training (grad_scale > 0): dropout as configured, with masks keyed by dropout_seed (the CPU
+  // trainer's seed of this micro-batch), and acts' logits left holding d(grad_scale * sum of
+  // token losses) / d logits (this rank's vocabulary columns) for backward(). Evaluation
+  // (grad_scale 0): no dropout. Waits for the device and returns the mean of acts.losses (N):
+  // every token's whole loss, equal on every rank of the TP group; NaN when the device failed
+  // (its synchronize() says why).
+  double forward(GpuActivations<A>& acts, const int32_t* tokens, const int32_t* targets,
+                 uint64_t dropout_seed, float grad_scale);
+  // Accumulates acts' micro-batch's parameter gradients into grads() (queued, not waited for).
+  void backward(GpuActivations<A>& acts);
 
-  // A pipeline stage (gpu_pipeline.h), one micro-batch per slot: before forward_slot the
-  // caller has queued slot s's tokens and targets (pre or post chunk) or its input
-  // (slot(s).residual, (R, C): this rank's rows with sequence parallelism); a post chunk leaves
-  // slot(s).losses, another its output (output(s)). dropout_seed: the micro-batch's, as
-  // forward()'s; the slot keeps it (and p) for its backward. Before backward_slot a chunk that is
-  // not post has its output gradient in slot(s).output_grad; one that is not pre leaves its input
-  // gradient in slot(s).input_grad.
-  int slot_count() const { return static_cast<int>(slots_.size()); }
-  GpuSlot<A>& slot(int s) { return slots_[s]; }
-  const A* output(int s) const { return slots_[s].residual + static_cast<size_t>(L_) * R_ * C_; }
-  void forward_slot(int s, float grad_scale, uint64_t dropout_seed = 0);
-  void backward_slot(int s);
+  // A pipeline stage (gpu_pipeline.h): before forward_stage the caller has queued the
+  // micro-batch's tokens and targets into acts (pre or post chunk) or its input
+  // (acts.residual, (R, C): this rank's rows with sequence parallelism); a post chunk leaves
+  // acts.losses, another its output (output(acts)). dropout_seed: the micro-batch's, as
+  // forward()'s; acts keeps it (and p) for its backward. Before backward_stage a chunk that is
+  // not post has its output gradient in acts.output_grad; one that is not pre leaves its input
+  // gradient in acts.input_grad. Queued, not waited for.
+  void forward_stage(GpuActivations<A>& acts, float grad_scale, uint64_t dropout_seed = 0);
+  void backward_stage(GpuActivations<A>& acts);
+  const A* output(const GpuActivations<A>& acts) const {
+    return acts.residual + static_cast<size_t>(L_) * R_ * C_;
+  }
   bool pre() const { return layout_.shard().pre; }
   bool post() const { return layout_.shard().post; }
   size_t boundary_elems() const { return static_cast<size_t>(R_) * C_; }  // (R, C)
@@ -204,31 +216,30 @@ class GpuGpt {
  private:
   GpuGpt(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
          Ops<A>& ops, Comm* tp);
-  Status allocate(int in_flight);
-  // One layer's activations (kActivations); without the attention's saved tensor when
-  // keep_saved is false (selective recomputation drops it).
-  GpuLayerActs<A> take_layer_acts(bool keep_saved);
+  Status allocate();
+  // One layer's activations (kActivations) from `from`; without the attention's saved tensor
+  // when keep_saved is false (selective recomputation drops it).
+  GpuLayerActs<A> take_layer_acts(DeviceBlocks& from, bool keep_saved);
   // Where layer activations la's attention keeps its saved tensor: la's own, or the scratch
   // selective recomputation refills in each layer's backward.
   G* saved_of(const GpuLayerActs<A>& la) const { return la.saved ? la.saved : selective_saved_; }
   // A pair of marks around one op (set_op_times); nothing when op times are off.
   class OpTimer;
-  void run_forward(GpuSlot<A>& a, const int32_t* tokens, const int32_t* targets, float grad_scale,
-                   uint64_t dropout_seed);
-  void run_backward(GpuSlot<A>& a, const int32_t* tokens);
+  void run_forward(GpuActivations<A>& a, float grad_scale, uint64_t dropout_seed);
+  void run_backward(GpuActivations<A>& a);
   // Layer l's forward from its ln1 (already in la) to its GELU output: attention, projection,
   // res_mid = x + dropout(proj) and ln2, FC1 and GELU. x: residual[l]. Shared by the forward
   // and the recomputation, so both queue the same ops, masks and TP reductions.
   void layer_forward_from_ln1(int l, const GpuLayerActs<A>& la, const A* x);
   // Full recomputation (Note [GPU recomputation] in gpu_model.cpp).
-  // Where layer l's activations live: the slot's, or the scratch of a recomputed layer.
-  const GpuLayerActs<A>& layer_acts(const GpuSlot<A>& a, int l) const {
+  // Where layer l's activations live: the micro-batch's own, or the scratch of a recomputed layer.
+  const GpuLayerActs<A>& layer_acts(const GpuActivations<A>& a, int l) const {
     return recompute_.recomputed(l) ? recompute_scratch_[l - recompute_.group_start[l]]
                                     : a.layers[l];
   }
-  // Re-creates the activations of the recomputed layers [first, last) of slot a in the scratch,
-  // with the slot's dropout masks.
-  void recompute_group(const GpuSlot<A>& a, int first, int last);
+  // Re-creates the activations of the recomputed layers [first, last) of a in the scratch,
+  // with a's dropout masks.
+  void recompute_group(const GpuActivations<A>& a, int first, int last);
   // Queues an in-place all-reduce of data (count elements of `type`) over the TP group on the
   // compute stream; a failure is recorded on the device.
   void tp_all_reduce(void* data, size_t count, DType type, ReduceOp op);
@@ -248,7 +259,7 @@ class GpuGpt {
   // Sums the sequence_parallel_grad gradients of tensors [first, last) over the TP group.
   void sum_sequence_parallel_grads(int first, int last);
   // Hidden dropout in place on an (R, C) activation (nothing when not training or p is 0), with
-  // the current slot's p and seed; layer: the local index (keyed by the global one), -1 for the
+  // the current micro-batch's p and seed; layer: the local index (keyed by the global one), -1 for the
   // embedding.
   void hidden_dropout(A* data, int layer, DropoutSite site);
   // d data (R, C) = the mask of hidden_dropout(layer, site) applied to dout; returns dout
@@ -262,9 +273,11 @@ class GpuGpt {
   }
   // Losses (and dlogits when grad_scale > 0) from logits_accum: whole-vocabulary softmax at
   // t == 1, the vocabulary-parallel passes otherwise.
-  void cross_entropy(GpuSlot<A>& a, const int32_t* targets, float grad_scale);
+  void cross_entropy(GpuActivations<A>& a, float grad_scale);
   template <typename X>
-  X* take(size_t n, MemoryCategory category);
+  X* take(size_t n, MemoryCategory category) {
+    return blocks_.take<X>(n, category);
+  }
   void notify(int first, int last) {
     if (!final_backward_) return;
     sum_sequence_parallel_grads(first, last);
@@ -280,9 +293,7 @@ class GpuGpt {
   Device& device_;
   Ops<A>& ops_;                // device_.ops<A>()
   Comm* tp_;                   // null when t_ == 1
-  std::vector<void*> blocks_;  // everything taken from device_, freed in the destructor
-  size_t failed_bytes_ = 0;    // first allocation that failed
-  MemoryCategory failed_category_ = MemoryCategory::kWeights;
+  DeviceBlocks blocks_;        // the arenas and scratch, freed with the model
   int B_, T_, C_, F_, NH_, L_, Vp_, N_;
   int t_, tp_rank_;  // tensor-parallel size and rank
   bool sp_;          // sequence parallelism (t_ > 1)
@@ -293,9 +304,9 @@ class GpuGpt {
   G* master_ = nullptr;            // (numel)
   G* grads_ = nullptr;             // (numel)
   A* compute_ = nullptr;           // (numel) master_, or a 16-bit copy of it
-  std::vector<GpuSlot<A>> slots_;  // one per micro-batch in flight
   RecomputePlan recompute_;
-  // max_group layers (kActivations): the recomputed layers' activations, shared by all slots.
+  // max_group layers (kActivations): the recomputed layers' activations, shared by every
+  // micro-batch.
   std::vector<GpuLayerActs<A>> recompute_scratch_;
   // Vocabulary-parallel cross-entropy (t > 1), reduced over the TP group between its passes.
   G* row_max_ = nullptr;       // (N)
@@ -315,12 +326,13 @@ class GpuGpt {
   G* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()
   // Selective recomputation on a device whose attention saves scores: the one saved tensor
   // (Ops::attention_saved_elems(B, T, Ht), kWorkspace) every layer's forward writes and every
-  // layer's backward rewrites before reading; null otherwise.
+  // layer's backward rewrites before reading; null otherwise (drop_saved_ false).
   G* selective_saved_ = nullptr;
+  bool drop_saved_ = false;
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
-  // The dropout of the slot being run (set from it by run_forward / run_backward, as the CPU
-  // model's current_seed_).
+  // The dropout of the micro-batch being run (set from its activations by run_forward /
+  // run_backward, as the CPU model's current_seed_).
   float p_hidden_ = 0, p_attention_ = 0;
   uint64_t dropout_seed_ = 0;
   // Per-op times: the marks of the ops queued since the last collect_op_times().

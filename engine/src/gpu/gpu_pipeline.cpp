@@ -33,7 +33,8 @@ template <typename A>
 Result<std::unique_ptr<GpuPipeline<A>>> GpuPipeline<A>::create(std::vector<GpuGpt<A>*> chunks,
                                                                Device& device,
                                                                const PipelineComms& comms,
-                                                               int stages, int stage) {
+                                                               int stages, int stage,
+                                                               int slots) {
   const bool interleaved = chunks.size() > 1;
   if (chunks.empty()) return Status::internal("GpuPipeline: no model chunk");
   if (stages > 1 && (!comms.activations || !comms.gradients))
@@ -42,8 +43,21 @@ Result<std::unique_ptr<GpuPipeline<A>>> GpuPipeline<A>::create(std::vector<GpuGp
     return Status::internal("GpuPipeline: interleaved stages without the wrap-around channels");
   std::unique_ptr<GpuPipeline<A>> p(
       new GpuPipeline<A>(std::move(chunks), device, comms, stages, stage));
+  if (Status s = p->make_slots(slots); !s) return s;
   if (Status s = p->make_streams(); !s) return s;
   return p;
+}
+
+template <typename A>
+Status GpuPipeline<A>::make_slots(int slots) {
+  slots_.resize(chunks_.size());
+  for (size_t c = 0; c < chunks_.size(); c++)
+    for (int s = 0; s < std::max(1, slots); s++) {
+      Result<std::unique_ptr<GpuActivations<A>>> made = chunks_[c]->new_activations();
+      if (!made) return made.status();
+      slots_[c].push_back(std::move(*made));
+    }
+  return Status::ok();
 }
 
 template <typename A>
@@ -53,8 +67,8 @@ Status GpuPipeline<A>::make_streams() {
   input_grad_sent_.resize(chunks);
   free_slots_.resize(chunks);
   for (size_t c = 0; c < chunks; c++) {
-    output_sent_[c].assign(chunks_[c]->slot_count(), Event{});
-    input_grad_sent_[c].assign(chunks_[c]->slot_count(), Event{});
+    output_sent_[c].assign(slot_count(c), Event{});
+    input_grad_sent_[c].assign(slot_count(c), Event{});
   }
   const std::pair<Channel*, const char*> named[] = {
       {&activations_, "pipeline activations"},
@@ -93,7 +107,7 @@ template <typename A>
 Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uint64_t dropout_seed,
                                    float grad_scale, accum_t<A>* losses) {
   GpuGpt<A>& model = *chunks_[c];
-  GpuSlot<A>& slot = model.slot(s);
+  GpuActivations<A>& slot = *slots_[c][s];
   const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
   Stream& compute = device_.compute();
   // The slot's output may still be on its way to the next stage from its previous use.
@@ -110,7 +124,7 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
       return st;
     follow(compute, *in.stream);
   }
-  model.forward_slot(s, grad_scale, dropout_seed);
+  model.forward_stage(slot, grad_scale, dropout_seed);
   if (last_virtual(c)) {
     const size_t N = static_cast<size_t>(model.B()) * model.T();
     device_.copy(losses + static_cast<size_t>(mb) * N, slot.losses, N * sizeof(accum_t<A>),
@@ -120,7 +134,7 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
   Channel& out = output_channel();
   follow(*out.stream, compute);
   const int next = (stage_ + 1) % stages_;
-  if (Status st = out.comm->send(model.output(s), model.boundary_elems(), type, next, *out.stream);
+  if (Status st = out.comm->send(model.output(slot), model.boundary_elems(), type, next, *out.stream);
       !st)
     return st;
   output_sent_[c][s] = device_.record(*out.stream);
@@ -130,7 +144,7 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
 template <typename A>
 Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
   GpuGpt<A>& model = *chunks_[c];
-  GpuSlot<A>& slot = model.slot(s);
+  GpuActivations<A>& slot = *slots_[c][s];
   const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
   Stream& compute = device_.compute();
   if (!last_virtual(c)) {
@@ -148,7 +162,7 @@ Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
   // A chunk's gradients are final after its last micro-batch's backward (the schedule runs a
   // chunk's backwards in micro-batch order): only then may data-parallel reductions start.
   model.set_final_backward(mb == micro_batches - 1);
-  model.backward_slot(s);
+  model.backward_stage(slot);
   model.set_final_backward(false);
   if (first_virtual(c)) return Status::ok();
   Channel& out = input_grad_channel();
@@ -176,7 +190,7 @@ Status GpuPipeline<A>::train(int micro_batches, const Loader& load,
   in_flight_.assign(chunks, std::vector<int>(micro_batches, -1));
   for (int c = 0; c < chunks; c++) {
     free_slots_[c].clear();
-    for (int s = chunks_[c]->slot_count() - 1; s >= 0; s--) free_slots_[c].push_back(s);
+    for (int s = slot_count(c) - 1; s >= 0; s--) free_slots_[c].push_back(s);
   }
   for (const PipelineAction& a : pipeline_schedule(stages_, stage_, chunks, micro_batches)) {
     const int c = a.chunk, mb = a.micro_batch;
@@ -184,7 +198,7 @@ Status GpuPipeline<A>::train(int micro_batches, const Loader& load,
       const int s = acquire(c);
       if (s < 0)
         return Status::internal("GpuPipeline: more micro-batches in flight than slots (" +
-                                std::to_string(chunks_[c]->slot_count()) + ")");
+                                std::to_string(slot_count(c)) + ")");
       in_flight_[c][mb] = s;
       if (Status st = forward_one(c, mb, s, load, dropout_seed(mb), grad_scale, losses); !st)
         return st;

@@ -3,7 +3,9 @@
 // gradients stay in device memory and move between stages as the channels' stream-ordered
 // sends and receives (comm.h); on CUDA the host only queues work and never waits for the device
 // inside an iteration (on the CPU device it waits where CUDA's streams would). Dropout as the CPU
-// executor: micro-batch m's forward gets dropout_seed(m), kept in its slot for its backward.
+// executor: micro-batch m's forward gets dropout_seed(m), kept in its activations for its
+// backward. The pipeline owns the activations: a pool per chunk, one slot per micro-batch the
+// schedule keeps in flight (pipeline_slots).
 // Non-goals: timing boxes (the CPU executor's IterationTimeline), host buffers.
 //
 // Note [GPU pipeline streams]. Besides the compute stream, boundary tensors travel on channels,
@@ -80,13 +82,15 @@ class GpuPipeline {
   // the device's compute stream.
   using Loader = std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets)>;
 
-  // chunks[c] holds virtual stage c * stages + stage, with pipeline_slots(...) slots for the
-  // micro-batch counts the caller will pass (with several chunks, a multiple of stages), all on
-  // `device`, which makes a side stream per channel. comms: outliving this; none when
-  // stages == 1. Errors: a missing communicator, a stream the device could not make.
+  // chunks[c] holds virtual stage c * stages + stage, all on `device`, which makes a side
+  // stream per channel; each chunk gets `slots` micro-batches' activations
+  // (GpuGpt::new_activations), pipeline_slots(...) for the micro-batch counts the caller will
+  // pass (with several chunks, a multiple of stages). comms: outliving this; none when
+  // stages == 1. Errors: a missing communicator, a stream the device could not make, the
+  // device's out-of-memory sentence for the activations.
   static Result<std::unique_ptr<GpuPipeline>> create(std::vector<GpuGpt<A>*> chunks, Device& device,
                                                      const PipelineComms& comms, int stages,
-                                                     int stage);
+                                                     int stage, int slots);
   ~GpuPipeline();
   GpuPipeline(const GpuPipeline&) = delete;
   GpuPipeline& operator=(const GpuPipeline&) = delete;
@@ -113,11 +117,13 @@ class GpuPipeline {
   GpuPipeline(std::vector<GpuGpt<A>*> chunks, Device& device, const PipelineComms& comms,
               int stages, int stage);
   Status make_streams();
+  Status make_slots(int slots);
   bool first_virtual(int c) const { return c == 0 && stage_ == 0; }
   bool last_virtual(int c) const {
     return c == static_cast<int>(chunks_.size()) - 1 && stage_ == stages_ - 1;
   }
   int acquire(int c);
+  int slot_count(int c) const { return static_cast<int>(slots_[c].size()); }
   // `waiter` waits for the work queued on `stream` so far.
   void follow(Stream& waiter, Stream& stream) { device_.wait(waiter, device_.record(stream)); }
   Status forward_one(int c, int mb, int s, const Loader& load, uint64_t dropout_seed,
@@ -134,6 +140,8 @@ class GpuPipeline {
   Channel& input_grad_channel() { return stage_ == 0 ? gradients_wrap_ : gradients_; }
   int stages_, stage_;
   Channel activations_, gradients_, activations_wrap_, gradients_wrap_;
+  // [chunk][slot]: the activations of the micro-batch in the slot.
+  std::vector<std::vector<std::unique_ptr<GpuActivations<A>>>> slots_;
   // [chunk][slot]: the last send from the slot's output / input_grad (compute rewrites them
   // only after it); a default Event (no send yet) is complete.
   std::vector<std::vector<Event>> output_sent_, input_grad_sent_;

@@ -261,8 +261,7 @@ Status GpuLoop<A>::setup() {
     const ParallelOptions& par = o_.parallel;
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    auto model =
-        GpuGpt<A>::create(mc_, o_.micro_batch_size, device(), shard, tp_.get(), in_flight, plan);
+    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, device(), shard, tp_.get(), plan);
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GpuGpt<A>& m = *chunk.model;
@@ -281,7 +280,8 @@ Status GpuLoop<A>::setup() {
   channels.gradients = pp_gradients_.get();
   channels.activations_wrap = pp_activations_wrap_.get();
   channels.gradients_wrap = pp_gradients_wrap_.get();
-  auto pipeline = GpuPipeline<A>::create(models, device(), channels, L.pp, groups_.coord.pp);
+  auto pipeline =
+      GpuPipeline<A>::create(models, device(), channels, L.pp, groups_.coord.pp, in_flight);
   if (!pipeline) return pipeline.status();
   pipeline_ = std::move(*pipeline);
   // Megatron's initialisation drawn exactly as the CPU model draws it (so a GPU run starts
