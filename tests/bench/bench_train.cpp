@@ -53,14 +53,7 @@ double mib(size_t bytes) {
 // the shares add up to 100 %.
 void print_profile(const TrainSummary& s) {
   const double steps = std::max(1, s.timed_iterations), step_total = s.timed_seconds;
-  std::vector<OpTime> rows;
-  double timed = 0;
-  for (const OpTime& t : s.timed_ops)
-    if (t.calls > 0 || t.seconds > 0) {
-      rows.push_back(t);
-      timed += t.seconds;
-    }
-  rows.push_back({"untimed", std::max(0.0, step_total - timed), 0});
+  const std::vector<OpTime> rows = step_profile(s);
   std::printf("\nprofile: share of the step over steps 2-%d, %.1f ms per step\n",
               s.timed_iterations + 1, 1e3 * step_total / steps);
   std::printf("| op | ms per step | %% of step | calls per step |\n|---|---|---|---|\n");

@@ -76,6 +76,29 @@ class Cli : public QObject {
       QVERIFY2(r.out.contains(field), field);
   }
 
+  void profile_prints_the_timed_steps_per_op_with_the_optimizer_and_what_is_untimed() {
+    // Validation every 2 iterations: its forward passes must stay out of the step's profile.
+    Run r = run_cli(QStringList{"train", "--mock-data", "--train-iters", "4", "--micro-batch-size",
+                                "2", "--global-batch-size", "4", "--eval-interval", "2",
+                                "--eval-iters", "3", "--profile"} +
+                    kTinyModel);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QVERIFY2(r.out.contains("> time per op, per step over the 3 timed iterations ("),
+             qPrintable(r.out));
+    auto calls = [&](const QString& op) {  // calls per step of one row
+      const QRegularExpression row("\n    " + QRegularExpression::escape(op) +
+                                   " +[0-9.]+ ms +[0-9.]+% +(\\d+) calls\n");
+      const QRegularExpressionMatch m = row.match(r.out);
+      return m.hasMatch() ? m.captured(1).toInt() : -1;
+    };
+    // Per step, 2 micro-batches: 4 linear layers in each of 2 layers, one LM head.
+    QCOMPARE(calls("linear forward"), 2 * 2 * 4);
+    QCOMPARE(calls("lm head forward"), 2);
+    QVERIFY2(r.out.contains("\n    optimizer (norm, clip, adamw)") &&
+                 r.out.contains("\n    untimed "),
+             qPrintable(r.out));
+  }
+
   void same_seed_same_output_across_processes() {
     const QStringList args = QStringList{"train",          "--mock-data", "--train-iters", "5",
                                          "--log-interval", "1",           "--seed",        "77"} +

@@ -140,6 +140,11 @@ class MetricsSink {
   virtual void on_end(const TrainSummary&) {}
 };
 
+// The step's profile: summary.timed_ops with calls or time (the optimizer phase last), then
+// "untimed", the timed iterations' wall time outside every timed op, so the rows add up to
+// summary.timed_seconds. Empty when no iteration was timed.
+std::vector<OpTime> step_profile(const TrainSummary& summary);
+
 // Prints Megatron's progress line every log_interval iterations (loss averaged over the
 // interval, as Megatron does) and a summary at the end.
 class ConsoleSink : public MetricsSink {
@@ -158,6 +163,7 @@ class ConsoleSink : public MetricsSink {
   void on_end(const TrainSummary& summary) override;
 
  private:
+  void print_profile(const TrainSummary& summary);
   std::ostream& out_;
   int log_interval_;
   bool print_profile_, log_memory_;

@@ -1,4 +1,5 @@
 // Megatron's console format, so that log parsers written for Megatron read Lattice's logs.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -137,17 +138,39 @@ void ConsoleSink::on_end(const TrainSummary& s) {
        << " | activations " << format("%.1f", mib(m.activations)) << " | workspace "
        << format("%.1f", mib(m.workspace)) << " | accounted " << format("%.1f", mib(m.accounted()))
        << " | peak RSS " << format("%.1f", mib(m.peak_rss)) << "\n";
-  if (print_profile_) {
-    double total = 0;
-    for (const OpTime& t : s.op_times) total += t.seconds;
-    out_ << "> time per op (whole run):\n";
-    for (const OpTime& t : s.op_times) {
-      if (t.calls == 0) continue;
-      out_ << format("    %-24s %9.3f s  %5.1f%%  %8lld calls\n", t.name.c_str(), t.seconds,
-                     100.0 * t.seconds / total, static_cast<long long>(t.calls));
-    }
-  }
+  if (print_profile_) print_profile(s);
   out_ << std::flush;
+}
+
+// The iterations tokens/s counts (the first, which pays for first touches of memory, and the
+// validation passes left out), per step; with one iteration, that one.
+void ConsoleSink::print_profile(const TrainSummary& s) {
+  const std::vector<OpTime> rows = step_profile(s);
+  if (rows.empty()) return;
+  const int steps = s.timed_iterations;
+  out_ << "> time per op, per step over the " << steps << " timed iterations ("
+       << format("%.1f", 1e3 * s.timed_seconds / steps)
+       << " ms per step; the first iteration of a longer run and validation left out):\n";
+  for (const OpTime& t : rows) {
+    const std::string calls =
+        t.calls > 0 ? std::to_string(t.calls / steps) + " calls" : std::string();
+    out_ << format("    %-30s %9.2f ms  %5.1f%%  ", t.name.c_str(), 1e3 * t.seconds / steps,
+                   100.0 * t.seconds / s.timed_seconds)
+         << calls << "\n";
+  }
+}
+
+std::vector<OpTime> step_profile(const TrainSummary& s) {
+  std::vector<OpTime> rows;
+  if (s.timed_iterations == 0 || !(s.timed_seconds > 0)) return rows;
+  double timed = 0;
+  for (const OpTime& t : s.timed_ops)
+    if (t.calls > 0 || t.seconds > 0) {
+      rows.push_back(t);
+      timed += t.seconds;
+    }
+  rows.push_back({"untimed", std::max(0.0, s.timed_seconds - timed), 0});
+  return rows;
 }
 
 }  // namespace lattice
