@@ -116,6 +116,13 @@ int list_command(const Subcommand& self, const std::vector<std::string>& args) {
     if (!filter.status) return usage_error(self, "--status '" + status + "' is not a run status");
   }
   if (!in.positional.empty()) return usage_error(self, "list takes no RUN");
+  std::error_code ec;
+  if (in.db == default_run_db() && !std::filesystem::exists(in.db, ec)) {
+    // A new machine: nothing recorded yet is not an error, and nothing is created.
+    std::printf("no runs recorded yet: `lattice train` records its runs into %s\n",
+                in.db.c_str());
+    return 0;
+  }
   Result<std::unique_ptr<storage::RunStore>> store = open_store(in.db);
   if (!store) return fail(self, store.status().message());
   Result<std::vector<storage::RunInfo>> runs = (*store)->list_runs(filter);

@@ -309,8 +309,13 @@ class TrainStoreFaults : public QObject {
                 {"LATTICE_DATA_DIR=" + fresh});
     QVERIFY2(train.exit_code == 0, qPrintable(train.err));
     QVERIFY(QFileInfo::exists(fresh + "/runs.sqlite"));
+    // Listing before any run: said, and nothing is created (only training makes the store).
     const Run list = run_cli({"runs", "list"}, {"LATTICE_DATA_DIR=" + tmp.filePath("other/dir")});
     QVERIFY2(list.exit_code == 0, qPrintable(list.err));
+    QVERIFY2(list.out.contains("no runs recorded yet: `lattice train` records its runs into " +
+                               tmp.filePath("other/dir/runs.sqlite")),
+             qPrintable(list.out));
+    QVERIFY(!QFileInfo::exists(tmp.filePath("other")));
     const QString db = tmp.filePath("given/dir/my.sqlite");
     const Run given =
         run_cli(QStringList{"train", "--mock-data", "--train-iters", "1", "--db", db} + kTinyModel);
