@@ -278,7 +278,9 @@ constexpr Subcommand kSubcommands[] = {
      "latest metrics, each rank's planned memory per category (`lattice plan`'s estimate for\n"
      "the run's configuration and layout) against its measured peak, with the gaps over 10 %\n"
      "and 4 MiB named; with a pipeline, each stage's measured bubble (wait / compute per\n"
-     "recorded iteration) beside the analytic (p-1)/(v m); and its full configuration.",
+     "recorded iteration) beside the analytic (p-1)/(v m); the slow ranks (compute over 1.5x\n"
+     "their stage peers'), the stage the others wait on and, for a failed run, the rank the\n"
+     "others waited for; and its full configuration.",
      show_command},
     {"export", "export RUN --format csv|json [--output FILE]",
      "every logged step, validation point and memory sample",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "lattice/rank_health.h"
 #include "lattice/run_estimate.h"
 #include "runs_subcommands.h"
 
@@ -106,11 +107,26 @@ void print_bubble(storage::RunStore& store, const storage::RunInfo& run) {
   }
 }
 
+// Note [slow ranks] (lattice/rank_health.h): the latest logged phase times of every rank, and
+// the ranks a failed run's error names as absent.
+void print_rank_health(const storage::RunInfo& run) {
+  const std::vector<RankPhaseTimes> ranks = rank_phase_times(run.latest);
+  std::vector<RankFinding> found;
+  if (ranks.size() > 1) found = find_slow_ranks(run.layout.tp, run.layout.pp, run.layout.dp, ranks);
+  for (RankFinding& f : absent_ranks(run.error)) found.push_back(std::move(f));
+  if (ranks.size() <= 1 && found.empty()) return;
+  std::printf("  slow or absent ranks (the latest logged phase times, docs/studio.md \"Slow and "
+              "stuck ranks\"):\n");
+  if (found.empty()) std::printf("    none: every rank within %.1fx of its stage's peers\n", kSlowRatio);
+  for (const RankFinding& f : found) std::printf("    %s\n", f.sentence.c_str());
+}
+
 }  // namespace
 
 void print_estimates(storage::RunStore& store, const storage::RunInfo& run) {
   print_memory(store, run);
   print_bubble(store, run);
+  print_rank_health(run);
 }
 
 }  // namespace lattice::cli::runs

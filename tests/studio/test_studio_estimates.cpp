@@ -12,6 +12,7 @@
 #include "common/process.h"
 #include "dashboard/dashboard_view.h"
 #include "dashboard/estimate_charts.h"
+#include "dashboard/rank_bars_chart.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "lattice/run_estimate.h"
@@ -164,6 +165,57 @@ class StudioEstimates : public QObject {
                               QString("No estimate: the run record holds no configuration."),
                               20000);
     QCOMPARE(view.estimateChart()->plannedBars()[0]->dataCount(), 0);
+  }
+
+  // Item 3 in the Dashboard: the phase bars of a DP 2 record whose rank 1 computes twice as
+  // long as rank 0 name it under the chart and on its tick, and the rank a failed run's error
+  // names as absent is said too (the real slowed run is test_slow_ranks').
+  void theSlowRankAndTheAbsentOneAreNamedUnderThePhaseBars() {
+    std::int64_t id = 0;
+    {
+      auto store = std::move(storage::RunStore::open(db_.toStdString()).value());
+      storage::NewRun run;
+      run.name = "slow rank 1";
+      run.layout.dp = 2;
+      run.world_size = 2;
+      id = store->create_run(run).value();
+      QVERIFY(store->mark_running(id));
+      QVERIFY(store->log_step(id, 10,
+                              {{"lm loss", 3.0},
+                               {"rank 0 forward time", 0.040},
+                               {"rank 0 backward time", 0.080},
+                               {"rank 0 data-parallel comm time", 0.110},
+                               {"rank 0 optimizer time", 0.002},
+                               {"rank 1 forward time", 0.120},
+                               {"rank 1 backward time", 0.130},
+                               {"rank 1 data-parallel comm time", 0.001},
+                               {"rank 1 optimizer time", 0.002}},
+                              {}));
+      QVERIFY(store->finish(id, storage::RunStatus::kFailed,
+                            "rank 0 waited 3 s (--distributed-timeout-minutes 0.05) in the "
+                            "data-parallel all-reduce of iteration 11 for rank 1 (its group: "
+                            "data-parallel [0,1]); rank 1 did not arrive and did not answer: it "
+                            "has ended (pid 5 on this machine); the job is ended"));
+    }
+    DashboardView view;
+    view.setDatabase(db_);
+    view.showRuns({id});
+    view.setCurrentPage(DashboardView::kSystemPage);
+    RankBarsChart* phases = view.phaseChart();
+    QTRY_VERIFY_WITH_TIMEOUT(phases->rankCount() == 2, 20000);
+    const QString said = phases->findingsText();
+    QVERIFY2(said.startsWith("rank 1 is slow: 252 ms of compute per iteration against 122 ms on "
+                             "the 1 other rank of pp 0 (2.1x); its data-parallel peers wait up "
+                             "to 110 ms per iteration in the gradient reduction.\n"),
+             qPrintable(said));
+    QVERIFY2(said.endsWith("rank 1 is the one the others waited for (it did not arrive and did "
+                           "not answer: it has ended; the run's error has the communication "
+                           "watch's account)."),
+             qPrintable(said));
+    const QMap<double, QString> ticks =
+        static_cast<QCPAxisTickerText*>(phases->plot()->xAxis->ticker().data())->ticks();
+    QCOMPARE(ticks.value(1), QString("rank 1 (slow)"));
+    QCOMPARE(ticks.value(0), QString("rank 0"));
   }
 
   // Item 4 on a real PP 2 run (2 ranks on one machine, one steady clock): per recorded

@@ -35,6 +35,10 @@ RunMeta readMeta(const storage::RunInfo& info) {
   m.onThisHost = m.host == hostName();
   m.startedAt = info.started_at.value_or(info.created_at);
   m.latestStep = info.latest_step.value_or(-1);
+  m.tp = info.layout.tp;
+  m.pp = info.layout.pp;
+  m.dp = info.layout.dp;
+  m.error = QString::fromStdString(info.error);
   const nlohmann::json config = nlohmann::json::parse(info.config_json, nullptr, false);
   if (config.is_object()) {
     if (auto it = config.find("seq-length"); it != config.end() && it->is_number())

@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <qcustomplot.h>
+#include <QLabel>
 #include <QTextStream>
+#include <QVBoxLayout>
 #include <algorithm>
 #include <iterator>
 
 #include "dashboard/series_store.h"
+#include "lattice/rank_health.h"
 
 namespace lattice::ui {
 
@@ -83,7 +86,17 @@ RankBarsChart::RankBarsChart(Kind kind, SeriesStore* store, QWidget* parent)
   small.setPointSizeF(small.pointSizeF() * 0.85);
   p->legend->setFont(small);
   p->plotLayout()->setRowStretchFactor(0, 0.001);
+  if (kind == Kind::kPhases) {
+    findings_ = new QLabel(this);
+    findings_->setWordWrap(true);
+    findings_->setTextFormat(Qt::PlainText);
+    static_cast<QVBoxLayout*>(layout())->addWidget(findings_);
+  }
   applyPalette();
+}
+
+QString RankBarsChart::findingsText() const {
+  return findings_ ? findings_->text() : QString();
 }
 
 void RankBarsChart::setRun(qint64 run) {
@@ -106,9 +119,12 @@ void RankBarsChart::refresh() {
   const int every = std::max<int>(1, ranks_.size() / 12);
   for (int i = 0; i < ranks_.size(); i++) {
     keys << i;
-    if (i % every == 0)
-      ticker->addTick(
-          i, ranks_.size() <= 8 ? tr("rank %1").arg(ranks_[i]) : QString::number(ranks_[i]));
+    if (i % every == 0 || namedRanks_.contains(ranks_[i])) {
+      QString tick =
+          ranks_.size() <= 8 ? tr("rank %1").arg(ranks_[i]) : QString::number(ranks_[i]);
+      if (namedRanks_.contains(ranks_[i])) tick += tr(" (slow)");
+      ticker->addTick(i, tick);
+    }
   }
   double most = 0;
   for (int i = 0; i < ranks_.size(); i++) {
@@ -215,10 +231,38 @@ void RankBarsChart::refreshPhases() {
   // --timing-log-level prints them), not the interval's sum.
   unit_ = most >= 1 ? 1 : 1e-3;
   unitName_ = most >= 1 ? tr("s per iteration") : tr("ms per iteration");
-  if (!ph) return;
-  for (auto it = ph->byRank.begin(); it != ph->byRank.end(); ++it) {
-    ranks_ << it.key();
-    for (int c = 0; c < kPhaseCount; c++) values_[c] << it.value()[c] / unit_;
+  namedRanks_.clear();
+  const RunMeta* meta = run_ >= 0 ? store_->meta(run_) : nullptr;
+  std::vector<RankFinding> found;
+  if (ph) {
+    for (auto it = ph->byRank.begin(); it != ph->byRank.end(); ++it) {
+      ranks_ << it.key();
+      for (int c = 0; c < kPhaseCount; c++) values_[c] << it.value()[c] / unit_;
+    }
+    if (meta && ph->byRank.size() > 1) {
+      // kPhaseKeys' order: forward, backward, pipeline wait, embedding comm, dp comm, optimizer.
+      std::vector<RankPhaseTimes> times;
+      for (auto it = ph->byRank.begin(); it != ph->byRank.end(); ++it) {
+        const std::array<double, kPhaseCount>& v = it.value();
+        times.push_back({it.key(), v[0], v[1], v[2], v[4], v[5]});
+      }
+      found = find_slow_ranks(meta->tp, meta->pp, meta->dp, times);
+      for (const RankFinding& f : found)
+        if (f.kind == RankFinding::kSlowRank) namedRanks_ << f.rank;
+    }
+  }
+  if (meta)
+    for (RankFinding& f : absent_ranks(meta->error.toStdString())) found.push_back(std::move(f));
+  QStringList said;
+  for (const RankFinding& f : found) said << QString::fromStdString(f.sentence);
+  if (findings_) {
+    findings_->setText(said.isEmpty()
+                           ? (ranks_.size() > 1 ? tr("No slow rank: every rank within %1x of "
+                                                     "its pipeline stage's peers.")
+                                                      .arg(kSlowRatio)
+                                                : QString())
+                           : said.join(QStringLiteral(".\n")) + QStringLiteral("."));
+    findings_->setVisible(!findings_->text().isEmpty());
   }
 }
 

@@ -2,7 +2,9 @@
 // activations, workspace, with peak RSS marked and the device capacity where it is known)
 // or time per phase (forward, backward, pipeline wait, embedding comm, data-parallel comm,
 // optimizer) at the latest step that logged them, per iteration (the engine's mean over its log
-// interval). For a CPU run on this host the capacity is the physical RAM.
+// interval). For a CPU run on this host the capacity is the physical RAM. Under the phase bars,
+// the slow ranks, the stage the others wait on and a failed run's absent rank, in words
+// (lattice/rank_health.h, Note [slow ranks]); a named rank's tick says so.
 #pragma once
 
 #include <QList>
@@ -10,6 +12,7 @@
 #include "dashboard/chart_card.h"
 
 class QCPBars;
+class QLabel;
 class QCPGraph;
 
 namespace lattice::ui {
@@ -34,6 +37,7 @@ class RankBarsChart : public ChartCard {
   const QList<QCPBars*>& bars() const { return bars_; }
   int rankCount() const { return ranks_.size(); }
   double capacityBytes() const { return capacity_; }  // 0 when unknown
+  QString findingsText() const;  // the phase chart's note; empty for the memory chart
   QString capacityText() const { return capacityText_; }
   static double physicalMemoryBytes();
 
@@ -57,6 +61,8 @@ class RankBarsChart : public ChartCard {
   double capacity_ = 0;
   QString capacityText_;
   qint64 step_ = -1;
+  QLabel* findings_ = nullptr;  // kPhases: what find_slow_ranks and absent_ranks say
+  QList<int> namedRanks_;       // ranks a finding names
 };
 
 }  // namespace lattice::ui

@@ -54,6 +54,8 @@ struct RunMeta {
   bool cpu = true;          // no GPU device in the configuration
   double startedAt = 0;     // Unix seconds (created_at when it never started)
   qint64 latestStep = -1;
+  int tp = 1, pp = 1, dp = 1;  // the run's layout (Megatron's rank order)
+  QString error;               // a failed run's error (it may name an absent rank)
 };
 
 // The six phases of the engine's timer breakdown, in stacking order.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include "core/host_memory.h"
 #include "pipeline/schedule.h"
@@ -14,6 +16,18 @@ double seconds_between(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double>(t1 - t0).count();
 }
 enum Direction { kActivation = 0, kGradient = 1 };
+
+// Fault injection for the slow-rank tests (docs/studio.md, "Slow and stuck ranks"):
+// LATTICE_SLOW_FORWARD_MS=N makes every forward of this process N ms longer, as a slower CPU or
+// GPU would (set it on one rank: `mpirun -n 1 env LATTICE_SLOW_FORWARD_MS=40 lattice train ...
+// : -n 3 lattice train ...`).
+double slow_forward_seconds() {
+  static const double seconds = [] {
+    const char* v = std::getenv("LATTICE_SLOW_FORWARD_MS");
+    return v ? std::max(0.0, std::atof(v)) / 1e3 : 0.0;
+  }();
+  return seconds;
+}
 }  // namespace
 
 const char* timeline_kind_name(TimelineBox::Kind kind) {
@@ -150,6 +164,8 @@ Status PipelineExecutor<T>::forward_one(int c, int mb, const Loader& load, uint6
   const auto t0 = Clock::now();
   const double loss =
       model.forward_stage(*acts, tokens_.data(), input, targets_.data(), seed, grad_scale);
+  if (grad_scale > 0 && slow_forward_seconds() > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(slow_forward_seconds()));
   const auto t1 = Clock::now();
   times_.forward += seconds_between(t0, t1);
   if (recording()) timeline_->add(TimelineBox::kForward, virtual_stage, mb, t0, t1);
