@@ -33,7 +33,7 @@ Status apply(storage::RunStore& store, const RunEdit& e) {
 
 }  // namespace
 
-RunsRead readRuns(const QString& database, StoreAccess access) {
+RunsRead readRuns(const QString& database, StoreAccess access, const SettingsIndex& known) {
   RunsRead read;
   read.now = static_cast<double>(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
   const bool readOnly = access == StoreAccess::kReadOnly;
@@ -58,6 +58,58 @@ RunsRead readRuns(const QString& database, StoreAccess access) {
     return read;
   }
   read.runs = std::move(*runs);
+  read.settings.reserve(static_cast<qsizetype>(read.runs.size()));
+  for (const storage::RunInfo& r : read.runs) {
+    const auto was = known.constFind(r.id);
+    if (was != known.constEnd() && (*was)->config_json == r.config_json) {
+      read.settings.insert(r.id, *was);
+    } else {
+      read.settings.insert(r.id, std::make_shared<const ParsedSettings>(ParsedSettings{
+                                     r.config_json, storage::run_settings(r.config_json)}));
+    }
+  }
+  return read;
+}
+
+SeriesRead readGroupSeries(const QString& database, const QList<qint64>& runs,
+                           const std::string& key, qint64 lastStep) {
+  SeriesRead read;
+  if (runs.isEmpty() || lastStep < 0) return read;
+  storage::OpenOptions options;
+  options.read_only = true;  // never a writer: History's reads may follow a job's store
+  Result<std::unique_ptr<storage::RunStore>> store =
+      storage::RunStore::open(database.toStdString(), options);
+  if (!store) {
+    read.problem = QString::fromStdString(store.status().message());
+    return read;
+  }
+  for (qint64 id : runs) {
+    std::vector<storage::StepValue> points;
+    if (lastStep < kGroupCurvePoints) {
+      Result<std::vector<storage::StepValue>> all = (*store)->series(id, key, 0, lastStep);
+      if (!all) {
+        read.problem = QString::fromStdString(all.status().message());
+        return read;
+      }
+      points = std::move(*all);
+    } else {
+      Result<std::vector<storage::Bucket>> buckets =
+          (*store)->downsample(id, key, 0, lastStep, kGroupCurvePoints);
+      if (!buckets) {
+        read.problem = QString::fromStdString(buckets.status().message());
+        return read;
+      }
+      // Each bucket at the last step of its interval (the same in every run), with the value
+      // logged last in it: a run's curve, not its noise, is what a group averages.
+      const qint64 span = lastStep + 1;
+      for (const storage::Bucket& b : *buckets) {
+        const qint64 index = b.first_step * kGroupCurvePoints / span;
+        const qint64 end = ((index + 1) * span + kGroupCurvePoints - 1) / kGroupCurvePoints - 1;
+        points.push_back({end, b.last});
+      }
+    }
+    read.series.insert(id, std::move(points));
+  }
   return read;
 }
 

@@ -3,13 +3,16 @@
 // thread never waits on SQLite. A missing database file is not created (a run creates it).
 #pragma once
 
+#include <QHash>
 #include <QList>
 #include <QString>
 #include <QStringList>
+#include <memory>
 #include <vector>
 
 #include "history/run_table_model.h"
 #include "lattice/storage/run_store.h"
+#include "lattice/storage/run_sweep.h"
 
 namespace lattice::ui {
 
@@ -18,16 +21,40 @@ namespace lattice::ui {
 // when the job ends `lattice runs import` merges it into the local history, where it is edited.
 enum class StoreAccess { kReadWrite, kReadOnly };
 
+// A run's settings (storage::run_settings) with the config text they were parsed from, so
+// that a later read parses only the configs that are new or changed: parsing every config of
+// 10,000 runs takes longer than reading them (docs/studio.md "Many runs at once").
+struct ParsedSettings {
+  std::string config_json;
+  storage::RunSettings settings;
+};
+using SettingsIndex = QHash<qint64, std::shared_ptr<const ParsedSettings>>;
+
 struct RunsRead {
   std::vector<storage::RunInfo> runs;  // list_runs: every run, by id
+  SettingsIndex settings;              // every run's settings, by id
   double now = 0;                      // the clock the crashed test used (Unix seconds)
   bool missing = false;                // the file does not exist (yet)
   QString problem;                     // the store could not be opened or read
 };
 
-// Every run with its latest metrics. kReadOnly opens the file read-only (OpenOptions::
-// read_only) and takes an empty file for a missing one: the job creates it. Any thread.
-RunsRead readRuns(const QString& database, StoreAccess access = StoreAccess::kReadWrite);
+// Every run with its latest metrics and settings; the settings of `known` are reused where a
+// run's config is unchanged. kReadOnly opens the file read-only (OpenOptions::read_only) and
+// takes an empty file for a missing one: the job creates it. Any thread.
+RunsRead readRuns(const QString& database, StoreAccess access = StoreAccess::kReadWrite,
+                  const SettingsIndex& known = {});
+
+// Each run's points of `key` for a group curve, by run id: the whole series for runs of up to
+// kGroupCurvePoints steps, else RunStore::downsample's bucket ends over [0, the longest run's
+// last step] in kGroupCurvePoints buckets, which fall on the same steps in every run, so the
+// runs of a group still align (Note "aligned steps" in storage/src/run_sweep.cpp). Any thread.
+inline constexpr int kGroupCurvePoints = 2000;
+struct SeriesRead {
+  QHash<qint64, std::vector<storage::StepValue>> series;
+  QString problem;
+};
+SeriesRead readGroupSeries(const QString& database, const QList<qint64>& runs,
+                           const std::string& key, qint64 lastStep);
 
 // Applies the edits in order, each on its own (a refused one does not stop the rest), and
 // returns the store's message for each refused one. Any thread.

@@ -10,6 +10,7 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -17,7 +18,10 @@
 #include <algorithm>
 
 #include "history/compare_panel.h"
+#include "history/group_panel.h"
+#include "history/parallel_view.h"
 #include "history/run_filter_model.h"
+#include "history/sweep_runs.h"
 #include "history/run_text.h"
 #include "plan/text_format.h"
 #include "playground/playground_io.h"
@@ -72,15 +76,13 @@ HistoryView::HistoryView(QWidget* parent)
   statusLine_->setObjectName(QStringLiteral("historyStatusLine"));
   statusLine_->setTextInteractionFlags(Qt::TextSelectableByMouse);
 
+  buildAnalysis();
   splitter_ = new QSplitter(Qt::Vertical, this);
   splitter_->setChildrenCollapsible(false);
   splitter_->addWidget(table_);
-  splitter_->addWidget(compare_);
+  splitter_->addWidget(analysis_);
   splitter_->setStretchFactor(0, 3);
   splitter_->setStretchFactor(1, 2);
-  compare_->hide();
-  connect(compare_, &ComparePanel::compareCurvesClicked, this,
-          [this] { emit openInDashboard(selectedRuns()); });
 
   // Filters on one row, the actions on the next: on one row they held the window at 964 px.
   auto* filters = new QHBoxLayout;
@@ -218,6 +220,72 @@ void HistoryView::buildTable() {
   table_->setContextMenuPolicy(Qt::ActionsContextMenu);
 }
 
+void HistoryView::buildAnalysis() {
+  auto* comparePage = new QWidget(this);
+  compareHint_ = new QLabel(
+      tr("Select two or more runs to compare their settings and final metrics."), comparePage);
+  compareHint_->setObjectName(QStringLiteral("historyCompareHint"));
+  compareHint_->setWordWrap(true);
+  compareHint_->setAlignment(Qt::AlignCenter);
+  auto* compareLayout = new QVBoxLayout(comparePage);
+  compareLayout->setContentsMargins(0, 0, 0, 0);
+  compareLayout->addWidget(compare_, 1);
+  compareLayout->addWidget(compareHint_, 1);
+  compare_->hide();
+  connect(compare_, &ComparePanel::compareCurvesClicked, this,
+          [this] { emit openInDashboard(selectedRuns()); });
+  groups_ = new GroupPanel(this);
+  parallel_ = new ParallelPanel(this);
+  connect(parallel_, &ParallelPanel::runClicked, this, [this](qint64 id) { selectRuns({id}); });
+
+  analysis_ = new QTabWidget(this);
+  analysis_->setObjectName(QStringLiteral("historyAnalysis"));
+  analysis_->setDocumentMode(true);
+  analysis_->addTab(comparePage, tr("Compare"));
+  analysis_->addTab(groups_, tr("Groups"));
+  analysis_->addTab(parallel_, tr("Parallel coordinates"));
+  analysis_->setTabToolTip(kGroupsTab, tr("The runs grouped by a setting: final metrics and "
+                                          "mean curves with a band over each group's runs"));
+  analysis_->setTabToolTip(kParallelTab, tr("Settings against final metrics, one line per run"));
+  connect(analysis_, &QTabWidget::currentChanged, this, [this] { scheduleAnalysis(); });
+
+  analysisTimer_.setSingleShot(true);
+  analysisTimer_.setInterval(0);
+  connect(&analysisTimer_, &QTimer::timeout, this, &HistoryView::updateAnalysisNow);
+  connect(proxy_, &QAbstractItemModel::modelReset, this, [this] { scheduleAnalysis(); });
+  connect(proxy_, &QAbstractItemModel::layoutChanged, this, [this] { scheduleAnalysis(); });
+  connect(proxy_, &QAbstractItemModel::rowsInserted, this, [this] { scheduleAnalysis(); });
+  connect(proxy_, &QAbstractItemModel::rowsRemoved, this, [this] { scheduleAnalysis(); });
+  connect(proxy_, &QAbstractItemModel::dataChanged, this, [this] { scheduleAnalysis(); });
+}
+
+void HistoryView::setAnalysisTab(AnalysisTab tab) {
+  analysis_->setCurrentIndex(tab);
+  updateAnalysisNow();
+}
+
+void HistoryView::scheduleAnalysis() {
+  if (analysis_->currentIndex() != kCompareTab) analysisTimer_.start();
+}
+
+QList<qint64> HistoryView::analysisRuns() const {
+  QList<qint64> ids = selectedRuns();
+  if (ids.size() >= 2) return ids;
+  ids.clear();
+  const int rows = proxy_->rowCount();
+  ids.reserve(rows);
+  for (int row = 0; row < rows; ++row)
+    ids << proxy_->index(row, 0).data(RunTableModel::kRunIdRole).toLongLong();
+  return ids;
+}
+
+void HistoryView::updateAnalysisNow() {
+  analysisTimer_.stop();
+  const int tab = analysis_->currentIndex();
+  if (tab == kGroupsTab) groups_->setRuns(sweepRuns(*model_, analysisRuns()));
+  if (tab == kParallelTab) parallel_->setRuns(sweepRuns(*model_, analysisRuns()));
+}
+
 void HistoryView::showEvent(QShowEvent* event) {
   QWidget::showEvent(event);
   refresh();
@@ -236,6 +304,7 @@ void HistoryView::setDatabase(const QString& path, StoreAccess access) {
     pendingSelection_.clear();
     model_->clear();
     last_ = {};
+    groups_->setDatabase(path);
   }
   refresh();
 }
@@ -248,7 +317,9 @@ void HistoryView::refresh() {
   readGeneration_ = generation_;
   const QString database = database_;
   const StoreAccess access = access_;
-  reader_.setFuture(QtConcurrent::run([database, access] { return readRuns(database, access); }));
+  const SettingsIndex known = model_->settingsIndex();  // parse only the configs not seen
+  reader_.setFuture(QtConcurrent::run(
+      [database, access, known] { return readRuns(database, access, known); }));
 }
 
 void HistoryView::updateAccess() {
@@ -267,7 +338,8 @@ void HistoryView::onRead() {
     last_.now = read.now;
     last_.missing = read.missing;
     last_.problem = read.problem;
-    if (read.problem.isEmpty()) model_->setRuns(std::move(read.runs), read.now);
+    if (read.problem.isEmpty())
+      model_->setRuns(std::move(read.runs), read.now, std::move(read.settings));
     if (!columnsSized_ && model_->rowCount() > 0) {
       columnsSized_ = true;
       table_->resizeColumnToContents(RunTableModel::kTags);
@@ -387,24 +459,38 @@ void HistoryView::updateSelectionDependents() {
   deleteButton_->setEnabled(editable && !ids.isEmpty());
   for (QAction* a : editActions_) a->setEnabled(editable);
   bool anyTags = false;
-  std::vector<storage::RunInfo> runs;
+  std::vector<const storage::RunInfo*> chosen;
   for (qint64 id : ids) {
     if (const storage::RunInfo* r = model_->run(id)) {
       anyTags = anyTags || !r->tags.empty();
-      runs.push_back(*r);
+      chosen.push_back(r);
     }
   }
   removeTagButton_->setEnabled(editable && anyTags);
-  playgroundAction_->setEnabled(runs.size() == 1 && !runSaveDir(runs[0]).isEmpty());
-  // Oldest first, as `lattice runs compare` lists them: columns stay put when the table re-sorts.
-  std::sort(runs.begin(), runs.end(),
-            [](const storage::RunInfo& x, const storage::RunInfo& y) { return x.id < y.id; });
-  if (runs.size() >= 2) {
+  playgroundAction_->setEnabled(chosen.size() == 1 && !runSaveDir(*chosen[0]).isEmpty());
+  if (chosen.size() >= 2 && chosen.size() <= kMaxCompared) {
+    // Oldest first, as `lattice runs compare` lists them: columns stay put when the table
+    // re-sorts.
+    std::vector<storage::RunInfo> runs;
+    for (const storage::RunInfo* r : chosen) runs.push_back(*r);
+    std::sort(runs.begin(), runs.end(),
+              [](const storage::RunInfo& x, const storage::RunInfo& y) { return x.id < y.id; });
     compare_->setRuns(runs, last_.now);
     compare_->show();
+    compareHint_->hide();
   } else {
     compare_->hide();
+    compareHint_->setText(
+        chosen.size() > kMaxCompared
+            ? tr("%1 selected: Compare shows up to %2 runs side by side. Groups and Parallel "
+                 "coordinates show them all.")
+                  .arg(plural(static_cast<long long>(chosen.size()), "run", "runs"))
+                  .arg(kMaxCompared)
+            : tr("Select two or more runs to compare their settings and final metrics. Groups "
+                 "and Parallel coordinates show every run in the table, or the selected ones."));
+    compareHint_->show();
   }
+  scheduleAnalysis();
   updateStatusLine();
 }
 

@@ -1,6 +1,9 @@
 // The History view: every run of the run store in a sortable, filterable table (RunTableModel
 // behind RunFilterModel), edited in place (rename, tags, notes, delete after asking), and a
-// ComparePanel for two or more selected runs. Reads and writes run off the UI thread
+// tabbed area under it: the ComparePanel for two to kMaxCompared selected runs, the Groups tab
+// (runs grouped by a setting, grouped curves) and the Parallel coordinates tab, both over the
+// selected runs when two or more are selected, else over every run the table shows. Reads and
+// writes run off the UI thread
 // (history_io.h); a visible view re-reads every kRefreshMs. A store shown read-only (a running
 // cluster job's own) is never written: its edits are disabled and a banner says why. Owns no
 // plots: "Open in Dashboard" and "Compare curves" hand the selected run ids to whoever shows
@@ -22,12 +25,15 @@ class QLabel;
 class QLineEdit;
 class QPushButton;
 class QSplitter;
+class QTabWidget;
 class QTableView;
 class QToolButton;
 
 namespace lattice::ui {
 
 class ComparePanel;
+class GroupPanel;
+class ParallelPanel;
 class RunFilterModel;
 
 class HistoryView : public QWidget {
@@ -37,6 +43,9 @@ class HistoryView : public QWidget {
   explicit HistoryView(QWidget* parent = nullptr);
 
   static constexpr int kRefreshMs = 2000;
+  // Compare shows runs side by side up to this many; Groups and Parallel coordinates take all.
+  static constexpr int kMaxCompared = 50;
+  enum AnalysisTab { kCompareTab, kGroupsTab, kParallelTab };
 
   // The run database to show (an absent file shows no runs until a run creates it), and how
   // (StoreAccess): kReadOnly opens it read-only, disables rename, tags, notes and delete, and
@@ -66,6 +75,15 @@ class HistoryView : public QWidget {
   RunFilterModel* filterModel() const { return proxy_; }
   QTableView* tableView() const { return table_; }
   ComparePanel* comparePanel() const { return compare_; }
+  GroupPanel* groupPanel() const { return groups_; }
+  ParallelPanel* parallelPanel() const { return parallel_; }
+  QTabWidget* analysisTabs() const { return analysis_; }
+  void setAnalysisTab(AnalysisTab tab);
+  // The runs Groups and Parallel coordinates show: the selected ones when two or more are
+  // selected, else every run the table shows, in table order.
+  QList<qint64> analysisRuns() const;
+  // Gives the current analysis tab its runs now (done after every change, coalesced).
+  void updateAnalysisNow();
 
  signals:
   void openInDashboard(const QList<qint64>& runIds);
@@ -92,6 +110,8 @@ class HistoryView : public QWidget {
   void updateSelectionDependents();
   void updateStatusLine();
   void applyPendingSelection();
+  void buildAnalysis();
+  void scheduleAnalysis();
   void openSelected();
   void renameCurrent();
   void editNotesOfCurrent();
@@ -107,6 +127,11 @@ class HistoryView : public QWidget {
   RunFilterModel* proxy_;
   QTableView* table_ = nullptr;
   ComparePanel* compare_;
+  QLabel* compareHint_ = nullptr;  // in the Compare tab while compare_ is hidden
+  GroupPanel* groups_ = nullptr;
+  ParallelPanel* parallel_ = nullptr;
+  QTabWidget* analysis_ = nullptr;
+  QTimer analysisTimer_;  // coalesces selection, filter and refresh changes into one update
   QSplitter* splitter_ = nullptr;
   QLineEdit* filterText_ = nullptr;
   QComboBox* tagFilter_ = nullptr;

@@ -63,14 +63,24 @@ RunTableModel::RunTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 void RunTableModel::clear() {
   beginResetModel();
   runs_.clear();
+  rowOf_.clear();
+  settings_.clear();
   endResetModel();
+}
+
+void RunTableModel::indexRows() {
+  rowOf_.clear();
+  rowOf_.reserve(static_cast<qsizetype>(runs_.size()));
+  for (int i = 0; i < static_cast<int>(runs_.size()); ++i) rowOf_.insert(runs_[i].id, i);
 }
 
 void RunTableModel::setEditable(bool editable) {
   editable_ = editable;  // views ask flags() when an edit starts: nothing to announce
 }
 
-void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
+void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now,
+                            QHash<qint64, std::shared_ptr<const ParsedSettings>> settings) {
+  settings_ = std::move(settings);
   QSet<qint64> freshIds;
   for (const storage::RunInfo& r : fresh) freshIds.insert(r.id);
   // The runs that stay must keep their relative order (the store lists by id); if they do not,
@@ -84,9 +94,11 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
   for (const storage::RunInfo& r : fresh) {
     if (oldIds.contains(r.id)) freshOrder.push_back(r.id);
   }
-  if (staying != freshOrder || freshIds.size() != static_cast<int>(fresh.size())) {
+  if (runs_.empty() || staying != freshOrder ||
+      freshIds.size() != static_cast<int>(fresh.size())) {
     beginResetModel();
     runs_ = std::move(fresh);
+    indexRows();
     now_ = now;
     endResetModel();
     return;
@@ -101,6 +113,7 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
     while (first > 0 && !freshIds.contains(runs_[first - 1].id)) --first;
     beginRemoveRows({}, first, row);
     runs_.erase(runs_.begin() + first, runs_.begin() + row + 1);
+    indexRows();
     endRemoveRows();
     row = first - 1;
   }
@@ -117,17 +130,23 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
       }
       continue;
     }
-    beginInsertRows({}, i, i);
-    runs_.insert(runs_.begin() + i, std::move(fresh[i]));
+    // The fresh runs from i up to the next one the model holds arrive as one block: 10,000
+    // single-row inserts would each re-sort the proxy.
+    int end = i + 1;
+    while (end < static_cast<int>(fresh.size()) &&
+           !(i < static_cast<int>(runs_.size()) && runs_[i].id == fresh[end].id))
+      ++end;
+    beginInsertRows({}, i, end - 1);
+    runs_.insert(runs_.begin() + i, std::make_move_iterator(fresh.begin() + i),
+                 std::make_move_iterator(fresh.begin() + end));
+    indexRows();
     endInsertRows();
+    i = end - 1;
   }
 }
 
 int RunTableModel::rowOfRun(qint64 id) const {
-  for (int i = 0; i < static_cast<int>(runs_.size()); ++i) {
-    if (runs_[i].id == id) return i;
-  }
-  return -1;
+  return rowOf_.value(id, -1);
 }
 
 const storage::RunInfo* RunTableModel::run(qint64 id) const {

@@ -6,12 +6,16 @@
 #pragma once
 
 #include <QAbstractTableModel>
+#include <QHash>
 #include <QStringList>
+#include <memory>
 #include <vector>
 
 #include "lattice/storage/run_store.h"
 
 namespace lattice::ui {
+
+struct ParsedSettings;  // history_io.h
 
 // A change a user asked for; HistoryView applies it to the store off the UI thread.
 struct RunEdit {
@@ -52,14 +56,21 @@ class RunTableModel : public QAbstractTableModel {
 
   explicit RunTableModel(QObject* parent = nullptr);
 
-  // `runs` in the store's order (ascending id); `now` (Unix seconds) dates running runs.
-  void setRuns(std::vector<storage::RunInfo> runs, double now);
+  // `runs` in the store's order (ascending id); `now` (Unix seconds) dates running runs;
+  // `settings` (history_io.h's SettingsIndex) holds each run's parsed settings.
+  void setRuns(std::vector<storage::RunInfo> runs, double now,
+               QHash<qint64, std::shared_ptr<const ParsedSettings>> settings = {});
   void clear();
   // false: no cell is editable and setData() asks for nothing (a store History only reads).
   void setEditable(bool editable);
   const std::vector<storage::RunInfo>& runs() const { return runs_; }
-  int rowOfRun(qint64 id) const;  // -1 when absent
+  int rowOfRun(qint64 id) const;  // -1 when absent; a hash lookup
   const storage::RunInfo* run(qint64 id) const;
+  // The run's parsed settings (null when not read); every run's, by id.
+  std::shared_ptr<const ParsedSettings> settings(qint64 id) const { return settings_.value(id); }
+  const QHash<qint64, std::shared_ptr<const ParsedSettings>>& settingsIndex() const {
+    return settings_;
+  }
   QStringList allTags() const;  // sorted, once each
 
   int rowCount(const QModelIndex& parent = {}) const override;
@@ -80,7 +91,11 @@ class RunTableModel : public QAbstractTableModel {
   QVariant sortValue(const storage::RunInfo& r, int column) const;
   QVariant foreground(const storage::RunInfo& r, int column) const;
 
+  void indexRows();
+
   std::vector<storage::RunInfo> runs_;
+  QHash<qint64, int> rowOf_;  // run id -> row; 10,000 runs make a linear search show
+  QHash<qint64, std::shared_ptr<const ParsedSettings>> settings_;
   double now_ = 0;
   bool editable_ = true;
 };
