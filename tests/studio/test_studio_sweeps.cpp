@@ -106,10 +106,12 @@ QString graphMismatch(const QCPGraph* g, const std::vector<double>& expected) {
   return {};
 }
 
+// Shows the store and waits for its runs and, parsed after them, their settings.
 bool load(HistoryView& view, const QString& db) {
   QSignalSpy refreshed(&view, &HistoryView::refreshed);
+  QSignalSpy parsed(&view, &HistoryView::settingsParsed);
   view.setDatabase(db);
-  return refreshed.wait(10000);
+  return refreshed.wait(10000) && (parsed.count() > 0 || parsed.wait(10000));
 }
 
 }  // namespace
@@ -132,9 +134,11 @@ class TestStudioSweeps : public QObject {
     const QList<qint64> ids = writeSweep(db);
     RunsRead read = readRuns(db);
     QVERIFY2(read.problem.isEmpty(), qPrintable(read.problem));
+    QCOMPARE(read.unparsed.size(), std::size_t{5});  // no settings known before: all parsed now
+    const SettingsIndex settings = parseSettings(read.unparsed);
     std::vector<std::optional<std::string>> lrs;
     for (const storage::RunInfo& r : read.runs) {
-      const storage::RunSettings& s = read.settings.value(r.id)->settings;
+      const storage::RunSettings& s = settings.value(r.id)->settings;
       lrs.push_back(s.count("lr") ? std::optional<std::string>(s.at("lr")) : std::nullopt);
     }
     const std::vector<storage::SettingGroup> groups = storage::group_by_value(lrs);

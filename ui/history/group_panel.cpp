@@ -232,7 +232,7 @@ void GroupPanel::readCurves() {
 }
 
 void GroupPanel::onCurvesRead() {
-  SeriesRead read = reader_.result();
+  SeriesRead read = reader_.future().takeResult();
   if (rereadWanted_ || readKey_ != curvesKey_) {
     rereadWanted_ = false;
     curvesKey_.clear();

@@ -61,14 +61,22 @@ RunsRead readRuns(const QString& database, StoreAccess access, const SettingsInd
   read.settings.reserve(static_cast<qsizetype>(read.runs.size()));
   for (const storage::RunInfo& r : read.runs) {
     const auto was = known.constFind(r.id);
-    if (was != known.constEnd() && (*was)->config_json == r.config_json) {
+    if (was != known.constEnd() && (*was)->config_json == r.config_json)
       read.settings.insert(r.id, *was);
-    } else {
-      read.settings.insert(r.id, std::make_shared<const ParsedSettings>(ParsedSettings{
-                                     r.config_json, storage::run_settings(r.config_json)}));
-    }
+    else
+      read.unparsed.emplace_back(r.id, r.config_json);
   }
   return read;
+}
+
+SettingsIndex parseSettings(const std::vector<std::pair<qint64, std::string>>& configs) {
+  SettingsIndex index;
+  index.reserve(static_cast<qsizetype>(configs.size()));
+  for (const auto& [id, config] : configs) {
+    index.insert(id, std::make_shared<const ParsedSettings>(
+                         ParsedSettings{config, storage::run_settings(config)}));
+  }
+  return index;
 }
 
 SeriesRead readGroupSeries(const QString& database, const QList<qint64>& runs,

@@ -105,6 +105,7 @@ HistoryView::HistoryView(QWidget* parent)
 
   connect(model_, &RunTableModel::editRequested, this, &HistoryView::queueEdits);
   connect(&reader_, &QFutureWatcher<RunsRead>::finished, this, &HistoryView::onRead);
+  connect(&parser_, &QFutureWatcher<SettingsIndex>::finished, this, &HistoryView::onParsed);
   connect(&writer_, &QFutureWatcher<QStringList>::finished, this, &HistoryView::onWritten);
   timer_.setInterval(kRefreshMs);
   connect(&timer_, &QTimer::timeout, this, [this] {
@@ -182,6 +183,9 @@ void HistoryView::buildTable() {
   header->setHighlightSections(false);
   header->setStretchLastSection(true);
   header->setMinimumSectionSize(40);
+  // Columns fit the rows in view, not the first 1000 rows: at 10,000 runs Qt's default
+  // precision formats ~9,000 cells (dates, durations) on every sort, filter and refresh.
+  header->setResizeContentsPrecision(0);
   for (int c = 0; c < RunTableModel::kColumnCount; ++c) {
     const bool free =
         c == RunTableModel::kName || c == RunTableModel::kTags || c == RunTableModel::kNotes;
@@ -330,7 +334,7 @@ void HistoryView::updateAccess() {
 }
 
 void HistoryView::onRead() {
-  RunsRead read = reader_.result();
+  RunsRead read = reader_.future().takeResult();  // moved: a copy of 10,000 runs shows
   const bool current = readGeneration_ == generation_;
   const bool again = rereadWanted_ || !current;
   rereadWanted_ = false;
@@ -338,8 +342,25 @@ void HistoryView::onRead() {
     last_.now = read.now;
     last_.missing = read.missing;
     last_.problem = read.problem;
-    if (read.problem.isEmpty())
+    if (read.problem.isEmpty()) {
+      // Settings parsed since this read started are kept where the config is the same.
+      std::vector<std::pair<qint64, std::string>> unparsed;
+      for (auto& [id, config] : read.unparsed) {
+        const std::shared_ptr<const ParsedSettings> had = model_->settings(id);
+        if (had && had->config_json == config)
+          read.settings.insert(id, had);
+        else
+          unparsed.emplace_back(id, std::move(config));
+      }
       model_->setRuns(std::move(read.runs), read.now, std::move(read.settings));
+      if (!unparsed.empty() && parser_.isRunning()) {
+        parseAgain_ = true;  // onParsed reads again and parses what is still missing
+      } else if (!unparsed.empty()) {
+        parseGeneration_ = generation_;
+        parser_.setFuture(QtConcurrent::run(
+            [configs = std::move(unparsed)] { return parseSettings(configs); }));
+      }
+    }
     if (!columnsSized_ && model_->rowCount() > 0) {
       columnsSized_ = true;
       table_->resizeColumnToContents(RunTableModel::kTags);
@@ -360,6 +381,23 @@ void HistoryView::onRead() {
     return;
   }
   emit refreshed();
+}
+
+void HistoryView::onParsed() {
+  SettingsIndex parsed = parser_.future().takeResult();
+  if (parseGeneration_ != generation_) {
+    parseAgain_ = false;
+    refresh();  // parsed for another store: parse this one's
+    return;
+  }
+  model_->addSettings(parsed);
+  if (parseAgain_) {
+    parseAgain_ = false;
+    refresh();
+  }
+  if (filterText_->text().contains(QLatin1Char('='))) proxy_->invalidate();  // setting words
+  scheduleAnalysis();
+  emit settingsParsed();
 }
 
 void HistoryView::updateTagChoices() {

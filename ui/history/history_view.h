@@ -90,6 +90,7 @@ class HistoryView : public QWidget {
   // "Open in Playground" on a run that saved checkpoints (its --save is recorded).
   void openInPlayground(qint64 runId);
   void refreshed();  // a read is shown, no newer one pending
+  void settingsParsed();  // every shown run's settings are known (filters and tabs use them)
   // Every queued edit is written (refreshed() follows); the store's messages for those refused.
   void editsApplied(const QStringList& errors);
 
@@ -101,6 +102,7 @@ class HistoryView : public QWidget {
   void buildTable();
   void updateAccess();
   void onRead();
+  void onParsed();
   void queueEdits(const QList<RunEdit>& edits);
   void refuseEdits();
   void startWrites();
@@ -151,6 +153,9 @@ class HistoryView : public QWidget {
   QTimer timer_;
 
   QFutureWatcher<RunsRead> reader_;
+  QFutureWatcher<SettingsIndex> parser_;  // the settings of runs new since the last read
+  quint64 parseGeneration_ = 0;
+  bool parseAgain_ = false;  // a read found configs to parse while a parse was under way
   quint64 readGeneration_ = 0;
   bool rereadWanted_ = false;
   RunsRead last_;  // the last read shown (its runs moved into the model)

@@ -118,7 +118,9 @@ void ParallelPlot::paintLines() {
                : colourAxis_ < 0 ? palette().color(QPalette::Highlight)
                                  : ramp(static_cast<double>(b) / (kColourBins - 1));
     c.setAlphaF(many ? 0.35 : 0.85);
-    p.setPen(QPen(c, 1.2));
+    // A 1-pixel aliased pen takes the raster engine's fast line path; a wider one is stroked
+    // segment by segment, seconds for 10,000 runs.
+    p.setPen(QPen(c, many ? 1.0 : 1.4));
     p.drawLines(bins[b]);
   }
 }

@@ -145,6 +145,11 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now,
   }
 }
 
+void RunTableModel::addSettings(const QHash<qint64, std::shared_ptr<const ParsedSettings>>& more) {
+  for (auto it = more.begin(); it != more.end(); ++it)
+    if (rowOf_.contains(it.key())) settings_.insert(it.key(), it.value());
+}
+
 int RunTableModel::rowOfRun(qint64 id) const {
   return rowOf_.value(id, -1);
 }

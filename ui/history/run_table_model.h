@@ -68,6 +68,8 @@ class RunTableModel : public QAbstractTableModel {
   const storage::RunInfo* run(qint64 id) const;
   // The run's parsed settings (null when not read); every run's, by id.
   std::shared_ptr<const ParsedSettings> settings(qint64 id) const { return settings_.value(id); }
+  // Adds parsed settings (parseSettings) of runs the model holds.
+  void addSettings(const QHash<qint64, std::shared_ptr<const ParsedSettings>>& more);
   const QHash<qint64, std::shared_ptr<const ParsedSettings>>& settingsIndex() const {
     return settings_;
   }
