@@ -43,12 +43,29 @@ QString loadAverage() {
 }
 
 std::string config(int i, const std::string& name) {
-  const std::vector<std::string> flags = {
-      "--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8", "--seq-length",
-      "256", "--max-position-embeddings", "256", "--micro-batch-size",
-      std::to_string(kBatches[(i / 4) % 3]), "--global-batch-size", "32", "--train-iters",
-      std::to_string(kSteps), "--lr", kLrs[i % 4], "--seed", std::to_string(1 + i / 12),
-      "--mock-data", "--run-name", name};
+  const std::vector<std::string> flags = {"--num-layers",
+                                          "4",
+                                          "--hidden-size",
+                                          "256",
+                                          "--num-attention-heads",
+                                          "8",
+                                          "--seq-length",
+                                          "256",
+                                          "--max-position-embeddings",
+                                          "256",
+                                          "--micro-batch-size",
+                                          std::to_string(kBatches[(i / 4) % 3]),
+                                          "--global-batch-size",
+                                          "32",
+                                          "--train-iters",
+                                          std::to_string(kSteps),
+                                          "--lr",
+                                          kLrs[i % 4],
+                                          "--seed",
+                                          std::to_string(1 + i / 12),
+                                          "--mock-data",
+                                          "--run-name",
+                                          name};
   Result<TrainOptions> options = parse_train_flags(flags);
   if (!options) qFatal("%s", options.status().message().c_str());
   return train_options_json(*options);
@@ -71,8 +88,11 @@ void writeRuns(const QString& db, int runs) {
     std::vector<storage::StepRecord> steps;
     for (int s = 1; s <= kSteps; ++s) {
       const double loss = 4 + 6 * std::exp(-s * lr * 400) + 0.01 * ((i * 7 + s) % 11);
-      storage::StepRecord r{s, {{"lm loss", loss}, {"learning rate", lr},
-                                {"grad norm", 1.0 + 0.1 * s}, {"tokens per second", 4e4 + i % 97}},
+      storage::StepRecord r{s,
+                            {{"lm loss", loss},
+                             {"learning rate", lr},
+                             {"grad norm", 1.0 + 0.1 * s},
+                             {"tokens per second", 4e4 + i % 97}},
                             {}};
       if (s == kSteps) r.values["validation lm loss"] = loss + 0.05;
       steps.push_back(std::move(r));
@@ -153,12 +173,14 @@ int main(int argc, char** argv) {
                     t.nsecsElapsed() / 1e6});
     std::printf("  (of which the read, off the UI thread: %.0f ms)\n", read);
     if (!waitFor([&] { return parsed > 0; }, 60000)) qFatal("no settings");
-    rows.push_back({"  then every run's settings parsed, off the UI thread", t.nsecsElapsed() / 1e6});
+    rows.push_back(
+        {"  then every run's settings parsed, off the UI thread", t.nsecsElapsed() / 1e6});
     refreshed = 0;
     t.restart();
     view.refresh();
     if (!waitFor([&] { return refreshed > 0; }, 60000)) qFatal("no refresh");
-    rows.push_back({"periodic refresh (settings parsed before are reused)", t.nsecsElapsed() / 1e6});
+    rows.push_back(
+        {"periodic refresh (settings parsed before are reused)", t.nsecsElapsed() / 1e6});
   }
   auto* filter = view.findChild<QLineEdit*>(QStringLiteral("historyFilter"));
   QTableView* table = view.tableView();
@@ -214,16 +236,15 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     rows.push_back({"hover: the line under the mouse", ms[ms.size() / 2]});
   }
-  rows.push_back({"select every run (Ctrl+A), parallel coordinates of the selection",
-                  timed(view, 1, [&](int) {
-                    table->selectAll();
-                    view.updateAnalysisNow();
-                  })});
+  rows.push_back(
+      {"select every run (Ctrl+A), parallel coordinates of the selection", timed(view, 1, [&](int) {
+         table->selectAll();
+         view.updateAnalysisNow();
+       })});
 
   std::printf("\n| operation (%d runs, 1280x800 offscreen) | ms | target |\n|---|---:|---:|\n",
               runs);
-  for (const Row& r : rows)
-    std::printf("| %s | %.0f | 200 |\n", qPrintable(r.operation), r.ms);
+  for (const Row& r : rows) std::printf("| %s | %.0f | 200 |\n", qPrintable(r.operation), r.ms);
   std::printf("load average at end: %s\n", qPrintable(loadAverage()));
   return 0;
 }

@@ -51,11 +51,31 @@ const std::vector<SweepRunSpec> kSweep = {
 };
 
 std::string trainConfig(const SweepRunSpec& s) {
-  const std::vector<std::string> flags = {
-      "--num-layers", "2",   "--hidden-size",    "64",    "--num-attention-heads", "4",
-      "--seq-length", "32",  "--max-position-embeddings", "32", "--micro-batch-size", "2",
-      "--global-batch-size", "4", "--train-iters", "4",  "--lr", s.lr, "--lr-decay-style",
-      s.decay, "--seed", std::to_string(s.seed), "--mock-data", "--run-name", s.name};
+  const std::vector<std::string> flags = {"--num-layers",
+                                          "2",
+                                          "--hidden-size",
+                                          "64",
+                                          "--num-attention-heads",
+                                          "4",
+                                          "--seq-length",
+                                          "32",
+                                          "--max-position-embeddings",
+                                          "32",
+                                          "--micro-batch-size",
+                                          "2",
+                                          "--global-batch-size",
+                                          "4",
+                                          "--train-iters",
+                                          "4",
+                                          "--lr",
+                                          s.lr,
+                                          "--lr-decay-style",
+                                          s.decay,
+                                          "--seed",
+                                          std::to_string(s.seed),
+                                          "--mock-data",
+                                          "--run-name",
+                                          s.name};
   Result<TrainOptions> options = parse_train_flags(flags);
   if (!options) qFatal("the test's flags do not parse: %s", options.status().message().c_str());
   return train_options_json(*options);
@@ -85,7 +105,8 @@ QList<qint64> writeSweep(const QString& path) {
 }
 
 bool same(double a, double b) {
-  return (std::isnan(a) && std::isnan(b)) || std::fabs(a - b) <= 1e-12 * std::max(1.0, std::fabs(b));
+  return (std::isnan(a) && std::isnan(b)) ||
+         std::fabs(a - b) <= 1e-12 * std::max(1.0, std::fabs(b));
 }
 
 // Compares a plotted graph's values with the expected ones at steps 1..n.
@@ -187,7 +208,8 @@ class TestStudioSweeps : public QObject {
     view.setAnalysisTab(HistoryView::kGroupsTab);
     GroupPanel* panel = view.groupPanel();
     QStringList choices = panel->settingChoices();
-    QVERIFY2(choices.contains("lr") && choices.contains("lr-decay-style"), qPrintable(choices.join(' ')));
+    QVERIFY2(choices.contains("lr") && choices.contains("lr-decay-style"),
+             qPrintable(choices.join(' ')));
     QVERIFY2(!choices.contains("seed") && !choices.contains("run-name"),
              "seeds are what a group averages over; a run's name is no setting");
     QSignalSpy shown(panel, &GroupPanel::curvesShown);
@@ -264,7 +286,8 @@ class TestStudioSweeps : public QObject {
     view.setAnalysisTab(HistoryView::kParallelTab);
     ParallelPlot* plot = view.parallelPanel()->plotWidget();
     QStringList axes;
-    for (const storage::ParallelAxis& a : plot->model().axes) axes << QString::fromStdString(a.name);
+    for (const storage::ParallelAxis& a : plot->model().axes)
+      axes << QString::fromStdString(a.name);
     QCOMPARE(axes, (QStringList{"lr", "lr-decay-style", "seed", "final loss", "final val loss",
                                 "tokens/s"}));
     QCOMPARE(plot->model().lines.size(), std::size_t{5});

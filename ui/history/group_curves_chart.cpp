@@ -12,7 +12,8 @@ QString bandText(BandKind band) {
                                    : QObject::tr("shaded: mean ± 1 std of the group's runs");
 }
 
-GroupCurvesChart::GroupCurvesChart(QWidget* parent) : ChartCard(QObject::tr("Grouped curves"), parent) {
+GroupCurvesChart::GroupCurvesChart(QWidget* parent)
+    : ChartCard(QObject::tr("Grouped curves"), parent) {
   QCustomPlot* p = plot();
   p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   p->legend->setVisible(true);
@@ -95,8 +96,8 @@ void GroupCurvesChart::writeCsv(QTextStream& out) const {
     for (std::size_t k = 0; k < c.steps.size(); ++k) {
       out << '"' << QString(l.label).replace('"', "\"\"") << "\"," << c.steps[k] << ','
           << QString::number(c.mean[k], 'g', 17) << ',' << QString::number(c.stddev[k], 'g', 17)
-          << ',' << QString::number(c.min[k], 'g', 17) << ','
-          << QString::number(c.max[k], 'g', 17) << ',' << c.runs[k] << '\n';
+          << ',' << QString::number(c.min[k], 'g', 17) << ',' << QString::number(c.max[k], 'g', 17)
+          << ',' << c.runs[k] << '\n';
     }
   }
 }

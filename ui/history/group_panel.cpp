@@ -39,8 +39,9 @@ QString meanStd(const std::vector<double>& values, int decimals) {
 GroupPanel::GroupPanel(QWidget* parent) : QWidget(parent) {
   setting_ = new QComboBox(this);
   setting_->setObjectName(QStringLiteral("historyGroupBy"));
-  setting_->setToolTip(tr("Group the runs by the value of this setting (the settings that "
-                          "differ between the runs; seeds are what a group averages over)"));
+  setting_->setToolTip(
+      tr("Group the runs by the value of this setting (the settings that "
+         "differ between the runs; seeds are what a group averages over)"));
   setting_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
   setting_->setMinimumContentsLength(16);
   setting_->addItem(tr("No grouping"), QString());
@@ -157,23 +158,21 @@ void GroupPanel::regroup() {
     for (const SweepRun& r : runs_) values.push_back(settingOf(r, key));
     for (const storage::SettingGroup& g : storage::group_by_value(values)) {
       Group group;
-      group.value = g.value ? QString::fromStdString(storage::setting_text(*g.value))
-                            : tr("(unset)");
+      group.value =
+          g.value ? QString::fromStdString(storage::setting_text(*g.value)) : tr("(unset)");
       for (std::size_t i : g.members) group.runs << runs_[i].id;
       groups_ << group;
     }
   }
-  const QString more = groups_.size() > kMaxCurves
-                           ? tr(" (curves of the first %1)").arg(kMaxCurves)
-                           : QString();
-  hint_->setText(setting.isEmpty() ? tr("%1: choose a setting to group them by")
-                                         .arg(plural(static_cast<long long>(runs_.size()), "run",
-                                                     "runs"))
-                                   : tr("%1 in %2")
-                                         .arg(plural(static_cast<long long>(runs_.size()), "run",
-                                                     "runs"),
-                                              plural(groups_.size(), "group", "groups")) +
-                     more);
+  const QString more =
+      groups_.size() > kMaxCurves ? tr(" (curves of the first %1)").arg(kMaxCurves) : QString();
+  hint_->setText(setting.isEmpty()
+                     ? tr("%1: choose a setting to group them by")
+                           .arg(plural(static_cast<long long>(runs_.size()), "run", "runs"))
+                     : tr("%1 in %2")
+                               .arg(plural(static_cast<long long>(runs_.size()), "run", "runs"),
+                                    plural(groups_.size(), "group", "groups")) +
+                           more);
   fillTable();
   readCurves();
 }
@@ -214,7 +213,8 @@ void GroupPanel::readCurves() {
                 groupSetting();
   if (groups_.isEmpty() || database_.isEmpty()) {
     curvesKey_ = key;
-    chart_->setLines({}, metric_->currentText(), static_cast<BandKind>(band_->currentData().toInt()));
+    chart_->setLines({}, metric_->currentText(),
+                     static_cast<BandKind>(band_->currentData().toInt()));
     emit curvesShown();
     return;
   }
@@ -227,8 +227,9 @@ void GroupPanel::readCurves() {
   readKey_ = key;
   const QString database = database_;
   const std::string metric = metric_->currentData().toString().toStdString();
-  reader_.setFuture(QtConcurrent::run(
-      [database, ids, metric, lastStep] { return readGroupSeries(database, ids, metric, lastStep); }));
+  reader_.setFuture(QtConcurrent::run([database, ids, metric, lastStep] {
+    return readGroupSeries(database, ids, metric, lastStep);
+  }));
 }
 
 void GroupPanel::onCurvesRead() {
@@ -245,11 +246,12 @@ void GroupPanel::onCurvesRead() {
     const Group& g = groups_[i];
     std::vector<std::vector<storage::StepValue>> members;
     for (qint64 id : g.runs) members.push_back(read.series.value(id));
-    lines << GroupLine{QStringLiteral("%1=%2 (%3)").arg(setting, g.value,
-                                                       plural(g.runs.size(), "run", "runs")),
-                       storage::group_curve(members)};
+    lines << GroupLine{
+        QStringLiteral("%1=%2 (%3)").arg(setting, g.value, plural(g.runs.size(), "run", "runs")),
+        storage::group_curve(members)};
   }
-  chart_->setLines(lines, metric_->currentText(), static_cast<BandKind>(band_->currentData().toInt()));
+  chart_->setLines(lines, metric_->currentText(),
+                   static_cast<BandKind>(band_->currentData().toInt()));
   if (!read.problem.isEmpty()) hint_->setText(tr("Cannot read the curves: %1").arg(read.problem));
   emit curvesShown();
 }

@@ -71,8 +71,8 @@ class GroupPanel : public QWidget {
   QTableWidget* table_;
   GroupCurvesChart* chart_;
   QFutureWatcher<SeriesRead> reader_;
-  QString curvesKey_;     // what the chart shows (or is being read)
-  QString readKey_;       // the read under way
+  QString curvesKey_;  // what the chart shows (or is being read)
+  QString readKey_;    // the read under way
   bool rereadWanted_ = false;
 };
 

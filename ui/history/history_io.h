@@ -34,15 +34,16 @@ struct RunsRead {
   std::vector<storage::RunInfo> runs;  // list_runs: every run, by id
   SettingsIndex settings;              // the settings known before, of unchanged runs
   std::vector<std::pair<qint64, std::string>> unparsed;  // (id, config) of the others
-  double now = 0;                      // the clock the crashed test used (Unix seconds)
-  bool missing = false;                // the file does not exist (yet)
-  QString problem;                     // the store could not be opened or read
+  double now = 0;        // the clock the crashed test used (Unix seconds)
+  bool missing = false;  // the file does not exist (yet)
+  QString problem;       // the store could not be opened or read
 };
 
 // Every run with its latest metrics, and the settings of `known` where a run's config is
 // unchanged; the other configs are left for parseSettings, so that the table shows before the
-// parse (a few seconds at 10,000 runs on a busy machine) is done. kReadOnly opens the file read-only (OpenOptions::read_only) and
-// takes an empty file for a missing one: the job creates it. Any thread.
+// parse (a few seconds at 10,000 runs on a busy machine) is done. kReadOnly opens the file
+// read-only (OpenOptions::read_only) and takes an empty file for a missing one: the job creates it.
+// Any thread.
 RunsRead readRuns(const QString& database, StoreAccess access = StoreAccess::kReadWrite,
                   const SettingsIndex& known = {});
 

@@ -21,8 +21,8 @@
 #include "history/group_panel.h"
 #include "history/parallel_view.h"
 #include "history/run_filter_model.h"
-#include "history/sweep_runs.h"
 #include "history/run_text.h"
+#include "history/sweep_runs.h"
 #include "plan/text_format.h"
 #include "playground/playground_io.h"
 
@@ -322,8 +322,8 @@ void HistoryView::refresh() {
   const QString database = database_;
   const StoreAccess access = access_;
   const SettingsIndex known = model_->settingsIndex();  // parse only the configs not seen
-  reader_.setFuture(QtConcurrent::run(
-      [database, access, known] { return readRuns(database, access, known); }));
+  reader_.setFuture(
+      QtConcurrent::run([database, access, known] { return readRuns(database, access, known); }));
 }
 
 void HistoryView::updateAccess() {
@@ -357,8 +357,8 @@ void HistoryView::onRead() {
         parseAgain_ = true;  // onParsed reads again and parses what is still missing
       } else if (!unparsed.empty()) {
         parseGeneration_ = generation_;
-        parser_.setFuture(QtConcurrent::run(
-            [configs = std::move(unparsed)] { return parseSettings(configs); }));
+        parser_.setFuture(
+            QtConcurrent::run([configs = std::move(unparsed)] { return parseSettings(configs); }));
       }
     }
     if (!columnsSized_ && model_->rowCount() > 0) {

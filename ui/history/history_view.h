@@ -89,7 +89,7 @@ class HistoryView : public QWidget {
   void openInDashboard(const QList<qint64>& runIds);
   // "Open in Playground" on a run that saved checkpoints (its --save is recorded).
   void openInPlayground(qint64 runId);
-  void refreshed();  // a read is shown, no newer one pending
+  void refreshed();       // a read is shown, no newer one pending
   void settingsParsed();  // every shown run's settings are known (filters and tabs use them)
   // Every queued edit is written (refreshed() follows); the store's messages for those refused.
   void editsApplied(const QStringList& errors);

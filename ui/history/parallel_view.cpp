@@ -114,7 +114,7 @@ void ParallelPlot::paintLines() {
   p.setRenderHint(QPainter::Antialiasing, !many);
   for (int b = 0; b <= kColourBins; ++b) {
     if (bins[b].isEmpty()) continue;
-    QColor c = b == kColourBins ? palette().color(QPalette::PlaceholderText)
+    QColor c = b == kColourBins  ? palette().color(QPalette::PlaceholderText)
                : colourAxis_ < 0 ? palette().color(QPalette::Highlight)
                                  : ramp(static_cast<double>(b) / (kColourBins - 1));
     c.setAlphaF(many ? 0.35 : 0.85);

@@ -21,8 +21,8 @@ void RunFilterModel::setText(const QString& text) {
       continue;
     }
     const QString value = word.mid(eq + 1);
-    settingWords.push_back({word.left(eq).toStdString(), value,
-                            storage::setting_number(value.toStdString())});
+    settingWords.push_back(
+        {word.left(eq).toStdString(), value, storage::setting_number(value.toStdString())});
   }
   const bool same = words == words_ && settingWords.size() == settingWords_.size() &&
                     std::equal(settingWords.begin(), settingWords.end(), settingWords_.begin(),
@@ -62,8 +62,8 @@ bool RunFilterModel::filterAcceptsRow(int sourceRow, const QModelIndex& sourcePa
       const auto it = parsed->settings.find(w.setting);
       if (it == parsed->settings.end()) return false;
       const std::optional<double> number = storage::setting_number(it->second);
-      const bool match =
-          number && w.number ? *number == *w.number
+      const bool match = number && w.number
+                             ? *number == *w.number
                              : QString::fromStdString(storage::setting_text(it->second))
                                        .compare(w.text, Qt::CaseInsensitive) == 0;
       if (!match) return false;

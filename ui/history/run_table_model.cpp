@@ -94,8 +94,7 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now,
   for (const storage::RunInfo& r : fresh) {
     if (oldIds.contains(r.id)) freshOrder.push_back(r.id);
   }
-  if (runs_.empty() || staying != freshOrder ||
-      freshIds.size() != static_cast<int>(fresh.size())) {
+  if (runs_.empty() || staying != freshOrder || freshIds.size() != static_cast<int>(fresh.size())) {
     beginResetModel();
     runs_ = std::move(fresh);
     indexRows();

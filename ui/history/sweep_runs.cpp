@@ -72,8 +72,7 @@ quint64 sweepSignature(const std::vector<SweepRun>& runs) {
   for (const SweepRun& r : runs) {
     mix(qHash(r.id));
     mix(qHash(r.lastStep));
-    for (const std::optional<double>& m : {r.loss, r.validation, r.tokens})
-      mix(m ? qHash(*m) : 1);
+    for (const std::optional<double>& m : {r.loss, r.validation, r.tokens}) mix(m ? qHash(*m) : 1);
     mix(reinterpret_cast<size_t>(r.settings.get()));
   }
   return h;

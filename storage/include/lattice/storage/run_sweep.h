@@ -52,9 +52,9 @@ GroupCurve group_curve(const std::vector<std::vector<StepValue>>& runs);
 // Parallel coordinates: one vertical axis per setting or metric, one polyline per run.
 struct ParallelAxis {
   std::string name;
-  bool categorical = false;  // some value is not a number: one tick per distinct value
-  bool log_scale = false;    // positive numbers spanning 100x or more
-  double low = 0, high = 0;  // numeric: the smallest and largest value
+  bool categorical = false;             // some value is not a number: one tick per distinct value
+  bool log_scale = false;               // positive numbers spanning 100x or more
+  double low = 0, high = 0;             // numeric: the smallest and largest value
   std::vector<std::string> categories;  // categorical: the values (JSON text), bottom to top
 };
 struct AxisColumn {
@@ -62,7 +62,7 @@ struct AxisColumn {
   std::vector<std::optional<std::string>> values;  // (runs) JSON text; nullopt: missing
 };
 struct ParallelCoordinates {
-  std::vector<ParallelAxis> axes;         // (axes) in the order of the columns given
+  std::vector<ParallelAxis> axes;          // (axes) in the order of the columns given
   std::vector<std::vector<double>> lines;  // (runs, axes) 0 bottom .. 1 top; NaN missing
 };
 // Numeric axes map [low, high] to [0, 1] (a single value sits at 0.5); categories are spread
