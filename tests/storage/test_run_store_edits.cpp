@@ -83,6 +83,98 @@ class TestRunStoreEdits : public QObject {
     QVERIFY(!store->find_run("").is_ok());
   }
 
+  // The History lists runs without their configs and reads those of the runs it needs after.
+  void a_list_without_configs_is_the_list_less_the_configs_that_run_configs_reads() {
+    auto store = open_or_fail(db_path("configs.db"));
+    std::vector<std::int64_t> ids;
+    for (int i = 0; i < 3; ++i) {
+      NewRun spec;
+      spec.name = "run" + std::to_string(i);
+      spec.config_json = R"({"lr": 0.)" + std::to_string(i + 1) + "}";
+      spec.tags = {"t" + std::to_string(i)};
+      ids.push_back(store->create_run(spec).value());
+      QVERIFY(store->mark_running(ids.back()).is_ok());
+      QVERIFY(store->log_step(ids.back(), 5, {{"loss", 1.0 + i}}).is_ok());
+    }
+    lattice::storage::RunFilter without;
+    without.with_config = false;
+    const std::vector<lattice::storage::RunInfo> full = store->list_runs().value();
+    const std::vector<lattice::storage::RunInfo> lean = store->list_runs(without).value();
+    QCOMPARE(lean.size(), full.size());
+    for (std::size_t i = 0; i < full.size(); ++i) {
+      QCOMPARE(lean[i].config_json, std::string());
+      QCOMPARE(full[i].config_json, R"({"lr": 0.)" + std::to_string(i + 1) + "}");
+      QCOMPARE(lean[i].id, full[i].id);
+      QCOMPARE(lean[i].name, full[i].name);
+      QCOMPARE(lean[i].tags, full[i].tags);
+      QCOMPARE(lean[i].latest, full[i].latest);
+      QCOMPARE(lean[i].latest_step, full[i].latest_step);
+      QCOMPARE(lean[i].heartbeat_at, full[i].heartbeat_at);
+    }
+    // In the order asked; an id of no run is left out.
+    const auto configs = store->run_configs({ids[2], 999, ids[0]}).value();
+    QCOMPARE(configs.size(), std::size_t{2});
+    QCOMPARE(configs[0].first, ids[2]);
+    QCOMPARE(configs[0].second, full[2].config_json);
+    QCOMPARE(configs[1].first, ids[0]);
+    QCOMPARE(configs[1].second, full[0].config_json);
+    QVERIFY(store->run_configs({})->empty());
+  }
+
+  // Version 3 added the runs_listed index (Note "runs_listed" in storage/src/schema.cpp): a
+  // version-2 store gains it on open, and it covers every column the list reads but the config.
+  void a_version_2_store_gains_the_index_that_lists_runs_without_their_configs() {
+    const std::string path = db_path("version2.db");
+    {
+      auto store = open_or_fail(path);
+      create(*store, "old");
+    }
+    auto query = [&](const char* sql) {
+      sqlite3* db = nullptr;
+      sqlite3_open(path.c_str(), &db);
+      sqlite3_stmt* stmt = nullptr;
+      sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+      std::string rows;
+      while (sqlite3_step(stmt) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(stmt); ++c) {
+          const auto* text = sqlite3_column_text(stmt, c);
+          rows += text ? reinterpret_cast<const char*>(text) : "NULL";
+          rows += c + 1 < sqlite3_column_count(stmt) ? "|" : "\n";
+        }
+      }
+      sqlite3_finalize(stmt);
+      sqlite3_close(db);
+      return rows;
+    };
+    const char* kIndex = "SELECT name FROM sqlite_schema WHERE name = 'runs_listed'";
+    QCOMPARE(query(kIndex), std::string("runs_listed\n"));
+    {
+      sqlite3* db = nullptr;
+      QCOMPARE(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+      QCOMPARE(sqlite3_exec(db, "DROP INDEX runs_listed; PRAGMA user_version = 2;", nullptr,
+                            nullptr, nullptr),
+               SQLITE_OK);
+      sqlite3_close(db);
+    }
+    QCOMPARE(query(kIndex), std::string());
+    QCOMPARE(query("PRAGMA user_version"), std::string("2\n"));
+
+    auto store = open_or_fail(path);
+    QCOMPARE(query("PRAGMA user_version"), std::to_string(lattice::storage::kSchemaVersion) + "\n");
+    QCOMPARE(query(kIndex), std::string("runs_listed\n"));
+    const std::string plan = query(
+        "EXPLAIN QUERY PLAN SELECT id, name, status, created_at, started_at, ended_at, "
+        "heartbeat_at, host, command_line, tp, pp, dp, world_size, parameter_count, notes, error "
+        "FROM runs ORDER BY id");
+    QVERIFY2(contains(plan, "COVERING INDEX runs_listed"), plan.c_str());
+    lattice::storage::RunFilter without;
+    without.with_config = false;
+    const auto runs = store->list_runs(without).value();
+    QCOMPARE(runs.size(), std::size_t{1});
+    QCOMPARE(runs[0].name, std::string("old"));
+    QVERIFY(store->check_integrity().is_ok());
+  }
+
   void tags_are_added_once_and_removed() {
     auto store = open_or_fail(db_path("tags.db"));
     const std::int64_t run = create(*store, "tagged");
@@ -125,9 +217,12 @@ class TestRunStoreEdits : public QObject {
     auto store = open_or_fail(db_path("timeline.db"));
     const std::int64_t run = create(*store, "timed");
     const std::int64_t other = create(*store, "other");
-    QVERIFY(store->log_timeline(run, 10, {{1, 1, 0, "forward", 0.2, 0.3},
-                                          {0, 0, 1, "forward", 0.1, 0.2},
-                                          {0, 0, 0, "forward", 0.0, 0.1}}).is_ok());
+    QVERIFY(store
+                ->log_timeline(run, 10,
+                               {{1, 1, 0, "forward", 0.2, 0.3},
+                                {0, 0, 1, "forward", 0.1, 0.2},
+                                {0, 0, 0, "forward", 0.0, 0.1}})
+                .is_ok());
     QVERIFY(store->log_timeline(run, 5, {{0, 0, 0, "backward", 0.5, 0.9}}).is_ok());
     QVERIFY(store->log_timeline(other, 7, {{0, 0, 0, "forward", 0.0, 1.0}}).is_ok());
     QCOMPARE(store->timeline_steps(run).value(), (std::vector<std::int64_t>{5, 10}));

@@ -223,6 +223,11 @@ class TestStudioHistory : public QObject {
     view.setDatabase(db, access);
     return refreshed.wait(10000);
   }
+  // load, then waits until the runs' configs are read and parsed (after the table shows).
+  static bool loadWithSettings(HistoryView& view, const QString& db) {
+    QSignalSpy parsed(&view, &HistoryView::settingsParsed);
+    return load(view, db) && (parsed.count() > 0 || parsed.wait(10000));
+  }
   static bool reload(HistoryView& view) {
     QSignalSpy refreshed(&view, &HistoryView::refreshed);
     view.refresh();
@@ -427,7 +432,7 @@ class TestStudioHistory : public QObject {
         addRun(*store, {"tp2-lr6", 2, "6e-4", {"sweep"}, "", 150, 2.1, 9000, RunStatus::kKilled});
     addRun(*store, named("other"));
     HistoryView view;
-    QVERIFY(load(view, db));
+    QVERIFY(loadWithSettings(view, db));  // Compare lists settings once they are read
     ComparePanel* compare = view.comparePanel();
     view.selectRuns({a});
     QVERIFY2(!compare->isVisibleTo(&view), "one run is nothing to compare");

@@ -155,8 +155,12 @@ class TestStudioSweeps : public QObject {
     const QList<qint64> ids = writeSweep(db);
     RunsRead read = readRuns(db);
     QVERIFY2(read.problem.isEmpty(), qPrintable(read.problem));
-    QCOMPARE(read.unparsed.size(), std::size_t{5});  // no settings known before: all parsed now
-    const SettingsIndex settings = parseSettings(read.unparsed);
+    std::vector<qint64> runIds;
+    for (const storage::RunInfo& r : read.runs) runIds.push_back(r.id);
+    const SettingsRead parsed = readSettings(db, runIds);
+    QVERIFY2(parsed.problem.isEmpty(), qPrintable(parsed.problem));
+    const SettingsIndex& settings = parsed.settings;
+    QCOMPARE(settings.size(), 5);
     std::vector<std::optional<std::string>> lrs;
     for (const storage::RunInfo& r : read.runs) {
       const storage::RunSettings& s = settings.value(r.id)->settings;

@@ -33,7 +33,7 @@ Status apply(storage::RunStore& store, const RunEdit& e) {
 
 }  // namespace
 
-RunsRead readRuns(const QString& database, StoreAccess access, const SettingsIndex& known) {
+RunsRead readRuns(const QString& database, StoreAccess access) {
   RunsRead read;
   read.now = static_cast<double>(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
   const bool readOnly = access == StoreAccess::kReadOnly;
@@ -52,31 +52,46 @@ RunsRead readRuns(const QString& database, StoreAccess access, const SettingsInd
   }
   storage::RunFilter filter;
   filter.now = read.now;
+  filter.with_config = false;
   Result<std::vector<storage::RunInfo>> runs = (*store)->list_runs(filter);
   if (!runs) {
     read.problem = QString::fromStdString(runs.status().message());
     return read;
   }
   read.runs = std::move(*runs);
-  read.settings.reserve(static_cast<qsizetype>(read.runs.size()));
-  for (const storage::RunInfo& r : read.runs) {
-    const auto was = known.constFind(r.id);
-    if (was != known.constEnd() && (*was)->config_json == r.config_json)
-      read.settings.insert(r.id, *was);
-    else
-      read.unparsed.emplace_back(r.id, r.config_json);
-  }
   return read;
 }
 
-SettingsIndex parseSettings(const std::vector<std::pair<qint64, std::string>>& configs) {
-  SettingsIndex index;
-  index.reserve(static_cast<qsizetype>(configs.size()));
-  for (const auto& [id, config] : configs) {
-    index.insert(id, std::make_shared<const ParsedSettings>(
-                         ParsedSettings{config, storage::run_settings(config)}));
+SettingsRead readSettings(const QString& database, const std::vector<qint64>& ids,
+                          const SettingsIndex& known) {
+  SettingsRead read;
+  if (ids.empty()) return read;
+  storage::OpenOptions options;
+  options.read_only = true;  // readRuns opened it first, and migrated it where it may
+  Result<std::unique_ptr<storage::RunStore>> store =
+      storage::RunStore::open(database.toStdString(), options);
+  if (!store) {
+    read.problem = QString::fromStdString(store.status().message());
+    return read;
   }
-  return index;
+  Result<std::vector<std::pair<std::int64_t, std::string>>> configs =
+      (*store)->run_configs(std::vector<std::int64_t>(ids.begin(), ids.end()));
+  if (!configs) {
+    read.problem = QString::fromStdString(configs.status().message());
+    return read;
+  }
+  read.settings.reserve(static_cast<qsizetype>(configs->size()));
+  for (auto& [id, config] : *configs) {
+    const auto was = known.constFind(id);
+    if (was != known.constEnd() && (*was)->config_json == config) {
+      read.settings.insert(id, *was);
+      continue;
+    }
+    storage::RunSettings settings = storage::run_settings(config);
+    read.settings.insert(id, std::make_shared<const ParsedSettings>(
+                                 ParsedSettings{std::move(config), std::move(settings)}));
+  }
+  return read;
 }
 
 SeriesRead readGroupSeries(const QString& database, const QList<qint64>& runs,

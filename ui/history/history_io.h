@@ -21,9 +21,10 @@ namespace lattice::ui {
 // when the job ends `lattice runs import` merges it into the local history, where it is edited.
 enum class StoreAccess { kReadWrite, kReadOnly };
 
-// A run's settings (storage::run_settings) with the config text they were parsed from, so
-// that a later read parses only the configs that are new or changed: parsing every config of
-// 10,000 runs takes longer than reading them (docs/studio.md "Many runs at once").
+// A run's settings (storage::run_settings) with the config text they were parsed from: the
+// History's runs are listed without their configs (RunFilter::with_config), which are read and
+// parsed after the table shows (readSettings), and a re-read config that is unchanged keeps
+// its parse (docs/studio.md "Many runs at once").
 struct ParsedSettings {
   std::string config_json;
   storage::RunSettings settings;
@@ -31,24 +32,27 @@ struct ParsedSettings {
 using SettingsIndex = QHash<qint64, std::shared_ptr<const ParsedSettings>>;
 
 struct RunsRead {
-  std::vector<storage::RunInfo> runs;  // list_runs: every run, by id
-  SettingsIndex settings;              // the settings known before, of unchanged runs
-  std::vector<std::pair<qint64, std::string>> unparsed;  // (id, config) of the others
-  double now = 0;        // the clock the crashed test used (Unix seconds)
-  bool missing = false;  // the file does not exist (yet)
-  QString problem;       // the store could not be opened or read
+  std::vector<storage::RunInfo> runs;  // list_runs without configs: every run, by id
+  double now = 0;                      // the clock the crashed test used (Unix seconds)
+  bool missing = false;                // the file does not exist (yet)
+  QString problem;                     // the store could not be opened or read
 };
 
-// Every run with its latest metrics, and the settings of `known` where a run's config is
-// unchanged; the other configs are left for parseSettings, so that the table shows before the
-// parse (a few seconds at 10,000 runs on a busy machine) is done. kReadOnly opens the file
-// read-only (OpenOptions::read_only) and takes an empty file for a missing one: the job creates it.
-// Any thread.
-RunsRead readRuns(const QString& database, StoreAccess access = StoreAccess::kReadWrite,
-                  const SettingsIndex& known = {});
+// Every run with its latest metrics, without its config (RunFilter::with_config false: the
+// list then reads a tenth of the pages, Note "runs_listed" in storage/src/schema.cpp).
+// kReadOnly opens the file read-only (OpenOptions::read_only) and takes an empty file for a
+// missing one: the job creates it. Any thread.
+RunsRead readRuns(const QString& database, StoreAccess access = StoreAccess::kReadWrite);
 
-// The settings of each (id, config). Any thread.
-SettingsIndex parseSettings(const std::vector<std::pair<qint64, std::string>>& configs);
+// The settings of the runs of `ids`: their configs read (RunStore::run_configs) and parsed,
+// except where `known` holds the same config text, whose parse is kept. Runs the store no
+// longer has are left out. Any thread.
+struct SettingsRead {
+  SettingsIndex settings;
+  QString problem;
+};
+SettingsRead readSettings(const QString& database, const std::vector<qint64>& ids,
+                          const SettingsIndex& known = {});
 
 // Each run's points of `key` for a group curve, by run id: the whole series for runs of up to
 // kGroupCurvePoints steps, else RunStore::downsample's bucket ends over [0, the longest run's

@@ -105,7 +105,7 @@ HistoryView::HistoryView(QWidget* parent)
 
   connect(model_, &RunTableModel::editRequested, this, &HistoryView::queueEdits);
   connect(&reader_, &QFutureWatcher<RunsRead>::finished, this, &HistoryView::onRead);
-  connect(&parser_, &QFutureWatcher<SettingsIndex>::finished, this, &HistoryView::onParsed);
+  connect(&parser_, &QFutureWatcher<SettingsRead>::finished, this, &HistoryView::onParsed);
   connect(&writer_, &QFutureWatcher<QStringList>::finished, this, &HistoryView::onWritten);
   timer_.setInterval(kRefreshMs);
   connect(&timer_, &QTimer::timeout, this, [this] {
@@ -321,9 +321,7 @@ void HistoryView::refresh() {
   readGeneration_ = generation_;
   const QString database = database_;
   const StoreAccess access = access_;
-  const SettingsIndex known = model_->settingsIndex();  // parse only the configs not seen
-  reader_.setFuture(
-      QtConcurrent::run([database, access, known] { return readRuns(database, access, known); }));
+  reader_.setFuture(QtConcurrent::run([database, access] { return readRuns(database, access); }));
 }
 
 void HistoryView::updateAccess() {
@@ -343,23 +341,8 @@ void HistoryView::onRead() {
     last_.missing = read.missing;
     last_.problem = read.problem;
     if (read.problem.isEmpty()) {
-      // Settings parsed since this read started are kept where the config is the same.
-      std::vector<std::pair<qint64, std::string>> unparsed;
-      for (auto& [id, config] : read.unparsed) {
-        const std::shared_ptr<const ParsedSettings> had = model_->settings(id);
-        if (had && had->config_json == config)
-          read.settings.insert(id, had);
-        else
-          unparsed.emplace_back(id, std::move(config));
-      }
-      model_->setRuns(std::move(read.runs), read.now, std::move(read.settings));
-      if (!unparsed.empty() && parser_.isRunning()) {
-        parseAgain_ = true;  // onParsed reads again and parses what is still missing
-      } else if (!unparsed.empty()) {
-        parseGeneration_ = generation_;
-        parser_.setFuture(
-            QtConcurrent::run([configs = std::move(unparsed)] { return parseSettings(configs); }));
-      }
+      model_->setRuns(std::move(read.runs), read.now);
+      if (!parser_.isRunning()) readSettingsWanted();  // else onParsed reads what is left
     }
     if (!columnsSized_ && model_->rowCount() > 0) {
       columnsSized_ = true;
@@ -383,20 +366,35 @@ void HistoryView::onRead() {
   emit refreshed();
 }
 
+// The configs of the runs that are new or changed since their settings were read, read and
+// parsed off the UI thread; the table shows before (a few hundred ms at 10,000 runs).
+void HistoryView::readSettingsWanted() {
+  parsing_ = model_->takeConfigsWanted();
+  if (parsing_.empty()) return;
+  parseGeneration_ = generation_;
+  parser_.setFuture(
+      QtConcurrent::run([database = database_, ids = parsing_, known = model_->settingsIndex()] {
+        return readSettings(database, ids, known);
+      }));
+}
+
 void HistoryView::onParsed() {
-  SettingsIndex parsed = parser_.future().takeResult();
-  if (parseGeneration_ != generation_) {
-    parseAgain_ = false;
-    refresh();  // parsed for another store: parse this one's
+  SettingsRead read = parser_.future().takeResult();
+  if (parseGeneration_ != generation_) {  // read for another store: read this one's
+    readSettingsWanted();
     return;
   }
-  model_->addSettings(parsed);
-  if (parseAgain_) {
-    parseAgain_ = false;
-    refresh();
+  if (!read.problem.isEmpty()) {
+    model_->wantConfigs(parsing_);  // asked again after the next read of the runs
+    return;
+  }
+  model_->addSettings(read.settings);
+  if (model_->configsWanted()) {
+    readSettingsWanted();  // runs that changed or appeared meanwhile
+    return;
   }
   if (filterText_->text().contains(QLatin1Char('='))) proxy_->invalidate();  // setting words
-  scheduleAnalysis();
+  updateSelectionDependents();  // Compare's settings, the Playground action (the config's --save)
   emit settingsParsed();
 }
 
@@ -479,6 +477,13 @@ void HistoryView::applyPendingSelection() {
   table_->scrollTo(first);
 }
 
+storage::RunInfo HistoryView::withConfig(const storage::RunInfo& run) const {
+  storage::RunInfo copy = run;
+  if (const std::shared_ptr<const ParsedSettings> parsed = model_->settings(run.id))
+    copy.config_json = parsed->config_json;
+  return copy;
+}
+
 QList<qint64> HistoryView::selectedOrCurrent() const {
   QList<qint64> ids = selectedRuns();
   const QModelIndex current = table_->currentIndex();
@@ -505,12 +510,13 @@ void HistoryView::updateSelectionDependents() {
     }
   }
   removeTagButton_->setEnabled(editable && anyTags);
-  playgroundAction_->setEnabled(chosen.size() == 1 && !runSaveDir(*chosen[0]).isEmpty());
+  playgroundAction_->setEnabled(chosen.size() == 1 &&
+                                !runSaveDir(withConfig(*chosen[0])).isEmpty());
   if (chosen.size() >= 2 && chosen.size() <= kMaxCompared) {
     // Oldest first, as `lattice runs compare` lists them: columns stay put when the table
     // re-sorts.
     std::vector<storage::RunInfo> runs;
-    for (const storage::RunInfo* r : chosen) runs.push_back(*r);
+    for (const storage::RunInfo* r : chosen) runs.push_back(withConfig(*r));
     std::sort(runs.begin(), runs.end(),
               [](const storage::RunInfo& x, const storage::RunInfo& y) { return x.id < y.id; });
     compare_->setRuns(runs, last_.now);

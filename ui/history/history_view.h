@@ -102,6 +102,7 @@ class HistoryView : public QWidget {
   void buildTable();
   void updateAccess();
   void onRead();
+  void readSettingsWanted();
   void onParsed();
   void queueEdits(const QList<RunEdit>& edits);
   void refuseEdits();
@@ -121,6 +122,8 @@ class HistoryView : public QWidget {
   void askRemoveTag();
   void askDelete();
   QList<qint64> selectedOrCurrent() const;
+  // A copy of the row with its config, once read (the rows come without: RunTableModel).
+  storage::RunInfo withConfig(const storage::RunInfo& run) const;
 
   QString database_;
   StoreAccess access_ = StoreAccess::kReadWrite;
@@ -153,9 +156,9 @@ class HistoryView : public QWidget {
   QTimer timer_;
 
   QFutureWatcher<RunsRead> reader_;
-  QFutureWatcher<SettingsIndex> parser_;  // the settings of runs new since the last read
+  QFutureWatcher<SettingsRead> parser_;  // the settings of runs new or changed since read
   quint64 parseGeneration_ = 0;
-  bool parseAgain_ = false;  // a read found configs to parse while a parse was under way
+  std::vector<qint64> parsing_;  // the runs whose settings parser_ reads
   quint64 readGeneration_ = 0;
   bool rereadWanted_ = false;
   RunsRead last_;  // the last read shown (its runs moved into the model)
