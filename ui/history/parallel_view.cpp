@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <set>
 
 #include "plan/text_format.h"
 
@@ -20,7 +21,9 @@ namespace {
 
 constexpr int kColourBins = 32;  // lines are drawn per colour bin: one pen per bin, not per run
 constexpr double kHitPixels = 5;
-constexpr std::size_t kManyLines = 500;  // Note "many lines" (paintLines)
+constexpr std::size_t kManyLines = 500;
+constexpr std::size_t kMaxTicks =
+    12;  // a numeric axis names each value up to this many  // Note "many lines" (paintLines)
 
 // Blue (0) through grey to red (1): low loss reads cool, high loss hot.
 QColor ramp(double t) {
@@ -65,6 +68,17 @@ void ParallelPlot::setModel(storage::ParallelCoordinates model, QList<qint64> ru
   names_ = std::move(names);
   colourAxis_ = colourAxis;
   highlighted_ = -1;
+  ticks_.assign(model_.axes.size(), {});
+  for (std::size_t a = 0; a < model_.axes.size(); ++a) {
+    if (model_.axes[a].categorical) continue;
+    std::set<double> distinct;
+    for (const std::vector<double>& line : model_.lines) {
+      if (!std::isnan(line[a])) distinct.insert(line[a]);
+      if (distinct.size() > kMaxTicks) break;
+    }
+    if (distinct.size() > 2 && distinct.size() <= kMaxTicks)
+      ticks_[a].assign(distinct.begin(), distinct.end());
+  }
   lines_ = {};
   update();
 }
@@ -162,6 +176,18 @@ void ParallelPlot::paintAxes(QPainter& p) const {
       }
     } else if (axis.low == axis.high) {
       label(0.5, numberText(axis.low));
+    } else if (!ticks_[a].empty()) {
+      // Each value back from its position: the inverse of parallel_coordinates' scaling.
+      const double low = axis.log_scale ? std::log10(axis.low) : axis.low;
+      const double high = axis.log_scale ? std::log10(axis.high) : axis.high;
+      for (double pos : ticks_[a]) {
+        const double v = low + pos * (high - low);
+        label(pos, numberText(axis.log_scale ? std::pow(10.0, v) : v));
+      }
+      if (axis.log_scale) {
+        p.drawText(QPointF(x - fm.horizontalAdvance("log") / 2, area.bottom() + fm.height() + 4),
+                   QStringLiteral("log"));
+      }
     } else {
       label(0, numberText(axis.low));
       label(1, numberText(axis.high));

@@ -57,6 +57,9 @@ class ParallelPlot : public QWidget {
   QStringList names_;
   int colourAxis_ = -1;
   int highlighted_ = -1;
+  // Per numeric axis, the positions (0..1) of its distinct values when there are at most a
+  // dozen (a swept lr: each value named); empty: the axis names its low and high ends.
+  std::vector<std::vector<double>> ticks_;
   QImage lines_;  // the polylines at the widget's size; redrawn when the model or size change
 };
 
