@@ -7,13 +7,17 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "lattice/storage/run_export.h"
 #include "lattice/storage/run_store.h"
+#include "lattice/storage/run_sweep.h"
 #include "storage/run_store_testing.h"
 
 using lattice::storage::MemorySample;
@@ -50,6 +54,25 @@ void fill(RunStore& store, std::int64_t run) {
   if (!store.log_timeline(run, 1, {{0, 0, 0, "forward", 0.0, 0.5}})) qFatal("log_timeline");
   if (!store.log_message(run, "info", 0, "hello")) qFatal("log_message");
   if (!store.record_checkpoint(run, {299, "/ckpt/299", 1234})) qFatal("record_checkpoint");
+}
+
+// The specification of run_settings: every leaf of the JSON tree at its dotted path, as the
+// tree's dump() writes it; a config that does not parse is one setting "(config)".
+lattice::storage::RunSettings settings_of_tree(const std::string& config) {
+  lattice::storage::RunSettings out;
+  const nlohmann::json j = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return {{"(config)", config}};
+  std::function<void(const nlohmann::json&, const std::string&)> walk =
+      [&](const nlohmann::json& v, const std::string& path) {
+        if (v.is_object() && !v.empty()) {
+          for (const auto& [key, value] : v.items())
+            walk(value, path.empty() ? key : path + "." + key);
+          return;
+        }
+        out[path.empty() ? "(config)" : path] = v.dump();
+      };
+  if (!(j.is_object() && j.empty())) walk(j, "");
+  return out;
 }
 
 }  // namespace
@@ -300,6 +323,48 @@ class TestRunStoreEdits : public QObject {
     QCOMPARE(h.checkpoints.at(0).path, std::string("/ckpt/3"));
     QCOMPARE(store->logged_steps(run).value(), 3);
     QVERIFY(!store->history(run + 100).is_ok());
+  }
+
+  // Note "flat settings" in storage/src/run_sweep.cpp: the parser's events give what the tree
+  // gives, and whatever the fast path declines goes through the tree.
+  void run_settings_are_the_json_trees_leaves_at_their_dotted_paths() {
+    const std::vector<std::string>
+        configs =
+            {// Numbers as the tree dumps them, strings escaped, empty arrays, null.
+             "{\"adam-eps\":1e-08,\"initial-loss-scale\":4294967296.0,\"lr\":0.0003,\"lr2\":3e-4,"
+             "\"clip-grad\":1.0,\"seed\":-7,\"big\":18446744073709551615,\"bf16\":false,\"fp16\":"
+             "true,"
+             "\"load\":null,\"split\":\"969,30,1\",\"name\":\"tab\\t \\\"q\\\" \\u00e9 "
+             "é\",\"data-path\":[],"
+             "\"tag\":[]}",
+             "{\"model\":{\"layers\":2,\"heads\":{\"q\":4,\"kv\":1}},\"empty\":{},\"z\":{\"a\":[]}"
+             "}",                                    // nested objects, an empty one
+             "{\"tags\":[\"a\",\"b\"],\"lr\":0.1}",  // a non-empty array
+             "{\"a\":[[]],\"b\":1}",                 // an array in an array
+             "{\"a\":[{\"x\":1}]}",                  // an object in an array
+             "{\"a\":1,\"a\":2}",                    // a key twice: the later
+             "{\"a\":{\"x\":1},\"a\":2}",            // ... once for an object
+             "{\"a\":1,\"a\":{\"x\":2}}",
+             "{\"a\":{\"x\":1},\"a\":{\"y\":2}}",
+             "{\"a\":{},\"a\":{\"y\":2}}",
+             "[1,2]",
+             "3",
+             "\"text\"",
+             "{}",
+             "{\"unclosed\":",
+             "not json",
+             ""};
+    for (const std::string& config : configs) {
+      const lattice::storage::RunSettings got = lattice::storage::run_settings(config);
+      const lattice::storage::RunSettings want = settings_of_tree(config);
+      QVERIFY2(got == want, qPrintable(QString::fromStdString(
+                                "config " + config + ": got " + nlohmann::json(got).dump() +
+                                ", the tree gives " + nlohmann::json(want).dump())));
+    }
+    const auto first = lattice::storage::run_settings(configs[0]);
+    QCOMPARE(first.at("adam-eps"), std::string("1e-08"));
+    QCOMPARE(first.at("lr2"), std::string("0.0003"));
+    QCOMPARE(first.at("name"), std::string("\"tab\\t \\\"q\\\" \u00e9 \u00e9\""));
   }
 
   void compare_configs_lists_the_differences_or_with_include_equal_every_setting() {
