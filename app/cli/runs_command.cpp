@@ -101,6 +101,7 @@ std::string steps_text(std::int64_t steps) {
 
 int list_command(const Subcommand& self, const std::vector<std::string>& args) {
   storage::RunFilter filter;
+  filter.with_config = false;  // the table shows none of it
   std::string status;
   Invocation in;
   if (auto stop = parse_invocation(

@@ -2,6 +2,8 @@
 // (run_export.h). Series are streamed point by point: a run may hold millions of them.
 #include "lattice/storage/run_export.h"
 
+#include "lattice/storage/run_sweep.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -81,30 +83,6 @@ nlohmann::json run_record(const RunInfo& r) {
     j["config"] = std::move(config);
   }
   return j;
-}
-
-// Setting path -> value as JSON text; nested objects become dotted paths.
-void flatten(const nlohmann::json& j, const std::string& path,
-             std::map<std::string, std::string>* out) {
-  if (j.is_object() && !j.empty()) {
-    for (const auto& [key, value] : j.items()) {
-      flatten(value, path.empty() ? key : path + "." + key, out);
-    }
-    return;
-  }
-  (*out)[path.empty() ? "(config)" : path] = j.dump();
-}
-
-std::map<std::string, std::string> settings_of(const RunInfo& run) {
-  std::map<std::string, std::string> settings;
-  nlohmann::json config =
-      nlohmann::json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) {
-    settings["(config)"] = run.config_json;
-  } else if (!(config.is_object() && config.empty())) {
-    flatten(config, "", &settings);
-  }
-  return settings;
 }
 
 }  // namespace
@@ -195,7 +173,7 @@ ConfigComparison compare_configs(const std::vector<RunInfo>& runs, const Compare
   std::vector<std::map<std::string, std::string>> settings;
   std::set<std::string> paths;
   for (const RunInfo& run : runs) {
-    settings.push_back(settings_of(run));
+    settings.push_back(run_settings(run.config_json));
     for (const auto& entry : settings.back()) paths.insert(entry.first);
   }
   ConfigComparison comparison;

@@ -7,13 +7,17 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "lattice/storage/run_export.h"
 #include "lattice/storage/run_store.h"
+#include "lattice/storage/run_sweep.h"
 #include "storage/run_store_testing.h"
 
 using lattice::storage::MemorySample;
@@ -52,6 +56,25 @@ void fill(RunStore& store, std::int64_t run) {
   if (!store.record_checkpoint(run, {299, "/ckpt/299", 1234})) qFatal("record_checkpoint");
 }
 
+// The specification of run_settings: every leaf of the JSON tree at its dotted path, as the
+// tree's dump() writes it; a config that does not parse is one setting "(config)".
+lattice::storage::RunSettings settings_of_tree(const std::string& config) {
+  lattice::storage::RunSettings out;
+  const nlohmann::json j = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return {{"(config)", config}};
+  std::function<void(const nlohmann::json&, const std::string&)> walk =
+      [&](const nlohmann::json& v, const std::string& path) {
+        if (v.is_object() && !v.empty()) {
+          for (const auto& [key, value] : v.items())
+            walk(value, path.empty() ? key : path + "." + key);
+          return;
+        }
+        out[path.empty() ? "(config)" : path] = v.dump();
+      };
+  if (!(j.is_object() && j.empty())) walk(j, "");
+  return out;
+}
+
 }  // namespace
 
 class TestRunStoreEdits : public QObject {
@@ -81,6 +104,98 @@ class TestRunStoreEdits : public QObject {
     QVERIFY2(contains(missing.status().message(), "no run has the id or name 'nope'"),
              missing.status().message().c_str());
     QVERIFY(!store->find_run("").is_ok());
+  }
+
+  // The History lists runs without their configs and reads those of the runs it needs after.
+  void a_list_without_configs_is_the_list_less_the_configs_that_run_configs_reads() {
+    auto store = open_or_fail(db_path("configs.db"));
+    std::vector<std::int64_t> ids;
+    for (int i = 0; i < 3; ++i) {
+      NewRun spec;
+      spec.name = "run" + std::to_string(i);
+      spec.config_json = R"({"lr": 0.)" + std::to_string(i + 1) + "}";
+      spec.tags = {"t" + std::to_string(i)};
+      ids.push_back(store->create_run(spec).value());
+      QVERIFY(store->mark_running(ids.back()).is_ok());
+      QVERIFY(store->log_step(ids.back(), 5, {{"loss", 1.0 + i}}).is_ok());
+    }
+    lattice::storage::RunFilter without;
+    without.with_config = false;
+    const std::vector<lattice::storage::RunInfo> full = store->list_runs().value();
+    const std::vector<lattice::storage::RunInfo> lean = store->list_runs(without).value();
+    QCOMPARE(lean.size(), full.size());
+    for (std::size_t i = 0; i < full.size(); ++i) {
+      QCOMPARE(lean[i].config_json, std::string());
+      QCOMPARE(full[i].config_json, R"({"lr": 0.)" + std::to_string(i + 1) + "}");
+      QCOMPARE(lean[i].id, full[i].id);
+      QCOMPARE(lean[i].name, full[i].name);
+      QCOMPARE(lean[i].tags, full[i].tags);
+      QCOMPARE(lean[i].latest, full[i].latest);
+      QCOMPARE(lean[i].latest_step, full[i].latest_step);
+      QCOMPARE(lean[i].heartbeat_at, full[i].heartbeat_at);
+    }
+    // In the order asked; an id of no run is left out.
+    const auto configs = store->run_configs({ids[2], 999, ids[0]}).value();
+    QCOMPARE(configs.size(), std::size_t{2});
+    QCOMPARE(configs[0].first, ids[2]);
+    QCOMPARE(configs[0].second, full[2].config_json);
+    QCOMPARE(configs[1].first, ids[0]);
+    QCOMPARE(configs[1].second, full[0].config_json);
+    QVERIFY(store->run_configs({})->empty());
+  }
+
+  // Version 3 added the runs_listed index (Note "runs_listed" in storage/src/schema.cpp): a
+  // version-2 store gains it on open, and it covers every column the list reads but the config.
+  void a_version_2_store_gains_the_index_that_lists_runs_without_their_configs() {
+    const std::string path = db_path("version2.db");
+    {
+      auto store = open_or_fail(path);
+      create(*store, "old");
+    }
+    auto query = [&](const char* sql) {
+      sqlite3* db = nullptr;
+      sqlite3_open(path.c_str(), &db);
+      sqlite3_stmt* stmt = nullptr;
+      sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+      std::string rows;
+      while (sqlite3_step(stmt) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(stmt); ++c) {
+          const auto* text = sqlite3_column_text(stmt, c);
+          rows += text ? reinterpret_cast<const char*>(text) : "NULL";
+          rows += c + 1 < sqlite3_column_count(stmt) ? "|" : "\n";
+        }
+      }
+      sqlite3_finalize(stmt);
+      sqlite3_close(db);
+      return rows;
+    };
+    const char* kIndex = "SELECT name FROM sqlite_schema WHERE name = 'runs_listed'";
+    QCOMPARE(query(kIndex), std::string("runs_listed\n"));
+    {
+      sqlite3* db = nullptr;
+      QCOMPARE(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+      QCOMPARE(sqlite3_exec(db, "DROP INDEX runs_listed; PRAGMA user_version = 2;", nullptr,
+                            nullptr, nullptr),
+               SQLITE_OK);
+      sqlite3_close(db);
+    }
+    QCOMPARE(query(kIndex), std::string());
+    QCOMPARE(query("PRAGMA user_version"), std::string("2\n"));
+
+    auto store = open_or_fail(path);
+    QCOMPARE(query("PRAGMA user_version"), std::to_string(lattice::storage::kSchemaVersion) + "\n");
+    QCOMPARE(query(kIndex), std::string("runs_listed\n"));
+    const std::string plan = query(
+        "EXPLAIN QUERY PLAN SELECT id, name, status, created_at, started_at, ended_at, "
+        "heartbeat_at, host, command_line, tp, pp, dp, world_size, parameter_count, notes, error "
+        "FROM runs ORDER BY id");
+    QVERIFY2(contains(plan, "COVERING INDEX runs_listed"), plan.c_str());
+    lattice::storage::RunFilter without;
+    without.with_config = false;
+    const auto runs = store->list_runs(without).value();
+    QCOMPARE(runs.size(), std::size_t{1});
+    QCOMPARE(runs[0].name, std::string("old"));
+    QVERIFY(store->check_integrity().is_ok());
   }
 
   void tags_are_added_once_and_removed() {
@@ -125,9 +240,12 @@ class TestRunStoreEdits : public QObject {
     auto store = open_or_fail(db_path("timeline.db"));
     const std::int64_t run = create(*store, "timed");
     const std::int64_t other = create(*store, "other");
-    QVERIFY(store->log_timeline(run, 10, {{1, 1, 0, "forward", 0.2, 0.3},
-                                          {0, 0, 1, "forward", 0.1, 0.2},
-                                          {0, 0, 0, "forward", 0.0, 0.1}}).is_ok());
+    QVERIFY(store
+                ->log_timeline(run, 10,
+                               {{1, 1, 0, "forward", 0.2, 0.3},
+                                {0, 0, 1, "forward", 0.1, 0.2},
+                                {0, 0, 0, "forward", 0.0, 0.1}})
+                .is_ok());
     QVERIFY(store->log_timeline(run, 5, {{0, 0, 0, "backward", 0.5, 0.9}}).is_ok());
     QVERIFY(store->log_timeline(other, 7, {{0, 0, 0, "forward", 0.0, 1.0}}).is_ok());
     QCOMPARE(store->timeline_steps(run).value(), (std::vector<std::int64_t>{5, 10}));
@@ -205,6 +323,48 @@ class TestRunStoreEdits : public QObject {
     QCOMPARE(h.checkpoints.at(0).path, std::string("/ckpt/3"));
     QCOMPARE(store->logged_steps(run).value(), 3);
     QVERIFY(!store->history(run + 100).is_ok());
+  }
+
+  // Note "flat settings" in storage/src/run_sweep.cpp: the parser's events give what the tree
+  // gives, and whatever the fast path declines goes through the tree.
+  void run_settings_are_the_json_trees_leaves_at_their_dotted_paths() {
+    const std::vector<std::string>
+        configs =
+            {// Numbers as the tree dumps them, strings escaped, empty arrays, null.
+             "{\"adam-eps\":1e-08,\"initial-loss-scale\":4294967296.0,\"lr\":0.0003,\"lr2\":3e-4,"
+             "\"clip-grad\":1.0,\"seed\":-7,\"big\":18446744073709551615,\"bf16\":false,\"fp16\":"
+             "true,"
+             "\"load\":null,\"split\":\"969,30,1\",\"name\":\"tab\\t \\\"q\\\" \\u00e9 "
+             "é\",\"data-path\":[],"
+             "\"tag\":[]}",
+             "{\"model\":{\"layers\":2,\"heads\":{\"q\":4,\"kv\":1}},\"empty\":{},\"z\":{\"a\":[]}"
+             "}",                                    // nested objects, an empty one
+             "{\"tags\":[\"a\",\"b\"],\"lr\":0.1}",  // a non-empty array
+             "{\"a\":[[]],\"b\":1}",                 // an array in an array
+             "{\"a\":[{\"x\":1}]}",                  // an object in an array
+             "{\"a\":1,\"a\":2}",                    // a key twice: the later
+             "{\"a\":{\"x\":1},\"a\":2}",            // ... once for an object
+             "{\"a\":1,\"a\":{\"x\":2}}",
+             "{\"a\":{\"x\":1},\"a\":{\"y\":2}}",
+             "{\"a\":{},\"a\":{\"y\":2}}",
+             "[1,2]",
+             "3",
+             "\"text\"",
+             "{}",
+             "{\"unclosed\":",
+             "not json",
+             ""};
+    for (const std::string& config : configs) {
+      const lattice::storage::RunSettings got = lattice::storage::run_settings(config);
+      const lattice::storage::RunSettings want = settings_of_tree(config);
+      QVERIFY2(got == want, qPrintable(QString::fromStdString(
+                                "config " + config + ": got " + nlohmann::json(got).dump() +
+                                ", the tree gives " + nlohmann::json(want).dump())));
+    }
+    const auto first = lattice::storage::run_settings(configs[0]);
+    QCOMPARE(first.at("adam-eps"), std::string("1e-08"));
+    QCOMPARE(first.at("lr2"), std::string("0.0003"));
+    QCOMPARE(first.at("name"), std::string("\"tab\\t \\\"q\\\" \u00e9 \u00e9\""));
   }
 
   void compare_configs_lists_the_differences_or_with_include_equal_every_setting() {

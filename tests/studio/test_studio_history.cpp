@@ -223,6 +223,11 @@ class TestStudioHistory : public QObject {
     view.setDatabase(db, access);
     return refreshed.wait(10000);
   }
+  // load, then waits until the runs' configs are read and parsed (after the table shows).
+  static bool loadWithSettings(HistoryView& view, const QString& db) {
+    QSignalSpy parsed(&view, &HistoryView::settingsParsed);
+    return load(view, db) && (parsed.count() > 0 || parsed.wait(10000));
+  }
   static bool reload(HistoryView& view) {
     QSignalSpy refreshed(&view, &HistoryView::refreshed);
     view.refresh();
@@ -418,6 +423,40 @@ class TestStudioHistory : public QObject {
     QCOMPARE(columnTexts(*view.filterModel(), RunTableModel::kName), QStringList{"dead"});
   }
 
+  // Runs are listed without their configs; the configs are read and parsed after the table
+  // shows, and again only for runs whose record changed (an import that replaced a run that
+  // progressed replaces its config with it), a config read again unchanged keeping its parse.
+  void settingsFollowTheTableAndAreReadAgainOnlyForChangedRuns() {
+    const QString db = freshDb();
+    auto store = openStore(db);
+    const std::int64_t a = addRun(*store, {"lr3", 1, "3e-4", {}, "", 2, 2.0, 100});
+    const std::int64_t b = addRun(*store, {"lr6", 1, "6e-4", {}, "", 2, 2.5, 100});
+    HistoryView view;
+    QVERIFY(loadWithSettings(view, db));
+    const RunTableModel& m = *view.tableModel();
+    QVERIFY(m.run(a) && m.run(a)->config_json.empty());  // the rows come without configs
+    const auto settingsA = m.settings(a), settingsB = m.settings(b);
+    QVERIFY(settingsA && settingsB);
+    QCOMPARE(settingsA->settings.at("lr"), std::string("0.0003"));
+    QCOMPARE(settingsA->config_json, trainConfig("lr3", 1, "3e-4"));
+    QVERIFY(!m.configsWanted());
+
+    QVERIFY(reload(view));
+    QVERIFY2(!m.configsWanted(), "unchanged runs: no config to read again");
+    QCOMPARE(m.settings(a).get(), settingsA.get());
+
+    // a's record and config change; b's record only: its config is read again, found the
+    // same, and keeps its parse (the Groups and Parallel tabs then rebuild nothing for it).
+    execSql(db, "UPDATE runs SET status = 'killed', config_json = '{\"lr\": 0.001}' WHERE id = " +
+                    std::to_string(a));
+    execSql(db, "UPDATE runs SET status = 'failed' WHERE id = " + std::to_string(b));
+    QSignalSpy parsed(&view, &HistoryView::settingsParsed);
+    QVERIFY(reload(view));
+    QVERIFY(parsed.count() > 0 || parsed.wait(10000));
+    QCOMPARE(m.settings(a)->settings.at("lr"), std::string("0.001"));
+    QCOMPARE(m.settings(b).get(), settingsB.get());
+  }
+
   void compareShowsExactlyTheSettingsThatDiffer() {
     const QString db = freshDb();
     auto store = openStore(db);
@@ -427,7 +466,7 @@ class TestStudioHistory : public QObject {
         addRun(*store, {"tp2-lr6", 2, "6e-4", {"sweep"}, "", 150, 2.1, 9000, RunStatus::kKilled});
     addRun(*store, named("other"));
     HistoryView view;
-    QVERIFY(load(view, db));
+    QVERIFY(loadWithSettings(view, db));  // Compare lists settings once they are read
     ComparePanel* compare = view.comparePanel();
     view.selectRuns({a});
     QVERIFY2(!compare->isVisibleTo(&view), "one run is nothing to compare");

@@ -10,6 +10,7 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -17,8 +18,11 @@
 #include <algorithm>
 
 #include "history/compare_panel.h"
+#include "history/group_panel.h"
+#include "history/parallel_view.h"
 #include "history/run_filter_model.h"
 #include "history/run_text.h"
+#include "history/sweep_runs.h"
 #include "plan/text_format.h"
 #include "playground/playground_io.h"
 
@@ -72,15 +76,13 @@ HistoryView::HistoryView(QWidget* parent)
   statusLine_->setObjectName(QStringLiteral("historyStatusLine"));
   statusLine_->setTextInteractionFlags(Qt::TextSelectableByMouse);
 
+  buildAnalysis();
   splitter_ = new QSplitter(Qt::Vertical, this);
   splitter_->setChildrenCollapsible(false);
   splitter_->addWidget(table_);
-  splitter_->addWidget(compare_);
+  splitter_->addWidget(analysis_);
   splitter_->setStretchFactor(0, 3);
   splitter_->setStretchFactor(1, 2);
-  compare_->hide();
-  connect(compare_, &ComparePanel::compareCurvesClicked, this,
-          [this] { emit openInDashboard(selectedRuns()); });
 
   // Filters on one row, the actions on the next: on one row they held the window at 964 px.
   auto* filters = new QHBoxLayout;
@@ -103,6 +105,7 @@ HistoryView::HistoryView(QWidget* parent)
 
   connect(model_, &RunTableModel::editRequested, this, &HistoryView::queueEdits);
   connect(&reader_, &QFutureWatcher<RunsRead>::finished, this, &HistoryView::onRead);
+  connect(&parser_, &QFutureWatcher<SettingsRead>::finished, this, &HistoryView::onParsed);
   connect(&writer_, &QFutureWatcher<QStringList>::finished, this, &HistoryView::onWritten);
   timer_.setInterval(kRefreshMs);
   connect(&timer_, &QTimer::timeout, this, [this] {
@@ -180,6 +183,9 @@ void HistoryView::buildTable() {
   header->setHighlightSections(false);
   header->setStretchLastSection(true);
   header->setMinimumSectionSize(40);
+  // Columns fit the rows in view, not the first 1000 rows: at 10,000 runs Qt's default
+  // precision formats ~9,000 cells (dates, durations) on every sort, filter and refresh.
+  header->setResizeContentsPrecision(0);
   for (int c = 0; c < RunTableModel::kColumnCount; ++c) {
     const bool free =
         c == RunTableModel::kName || c == RunTableModel::kTags || c == RunTableModel::kNotes;
@@ -218,6 +224,72 @@ void HistoryView::buildTable() {
   table_->setContextMenuPolicy(Qt::ActionsContextMenu);
 }
 
+void HistoryView::buildAnalysis() {
+  auto* comparePage = new QWidget(this);
+  compareHint_ = new QLabel(
+      tr("Select two or more runs to compare their settings and final metrics."), comparePage);
+  compareHint_->setObjectName(QStringLiteral("historyCompareHint"));
+  compareHint_->setWordWrap(true);
+  compareHint_->setAlignment(Qt::AlignCenter);
+  auto* compareLayout = new QVBoxLayout(comparePage);
+  compareLayout->setContentsMargins(0, 0, 0, 0);
+  compareLayout->addWidget(compare_, 1);
+  compareLayout->addWidget(compareHint_, 1);
+  compare_->hide();
+  connect(compare_, &ComparePanel::compareCurvesClicked, this,
+          [this] { emit openInDashboard(selectedRuns()); });
+  groups_ = new GroupPanel(this);
+  parallel_ = new ParallelPanel(this);
+  connect(parallel_, &ParallelPanel::runClicked, this, [this](qint64 id) { selectRuns({id}); });
+
+  analysis_ = new QTabWidget(this);
+  analysis_->setObjectName(QStringLiteral("historyAnalysis"));
+  analysis_->setDocumentMode(true);
+  analysis_->addTab(comparePage, tr("Compare"));
+  analysis_->addTab(groups_, tr("Groups"));
+  analysis_->addTab(parallel_, tr("Parallel coordinates"));
+  analysis_->setTabToolTip(kGroupsTab, tr("The runs grouped by a setting: final metrics and "
+                                          "mean curves with a band over each group's runs"));
+  analysis_->setTabToolTip(kParallelTab, tr("Settings against final metrics, one line per run"));
+  connect(analysis_, &QTabWidget::currentChanged, this, [this] { scheduleAnalysis(); });
+
+  analysisTimer_.setSingleShot(true);
+  analysisTimer_.setInterval(0);
+  connect(&analysisTimer_, &QTimer::timeout, this, &HistoryView::updateAnalysisNow);
+  connect(proxy_, &QAbstractItemModel::modelReset, this, [this] { scheduleAnalysis(); });
+  connect(proxy_, &QAbstractItemModel::layoutChanged, this, [this] { scheduleAnalysis(); });
+  connect(proxy_, &QAbstractItemModel::rowsInserted, this, [this] { scheduleAnalysis(); });
+  connect(proxy_, &QAbstractItemModel::rowsRemoved, this, [this] { scheduleAnalysis(); });
+  connect(proxy_, &QAbstractItemModel::dataChanged, this, [this] { scheduleAnalysis(); });
+}
+
+void HistoryView::setAnalysisTab(AnalysisTab tab) {
+  analysis_->setCurrentIndex(tab);
+  updateAnalysisNow();
+}
+
+void HistoryView::scheduleAnalysis() {
+  if (analysis_->currentIndex() != kCompareTab) analysisTimer_.start();
+}
+
+QList<qint64> HistoryView::analysisRuns() const {
+  QList<qint64> ids = selectedRuns();
+  if (ids.size() >= 2) return ids;
+  ids.clear();
+  const int rows = proxy_->rowCount();
+  ids.reserve(rows);
+  for (int row = 0; row < rows; ++row)
+    ids << proxy_->index(row, 0).data(RunTableModel::kRunIdRole).toLongLong();
+  return ids;
+}
+
+void HistoryView::updateAnalysisNow() {
+  analysisTimer_.stop();
+  const int tab = analysis_->currentIndex();
+  if (tab == kGroupsTab) groups_->setRuns(sweepRuns(*model_, analysisRuns()));
+  if (tab == kParallelTab) parallel_->setRuns(sweepRuns(*model_, analysisRuns()));
+}
+
 void HistoryView::showEvent(QShowEvent* event) {
   QWidget::showEvent(event);
   refresh();
@@ -236,6 +308,7 @@ void HistoryView::setDatabase(const QString& path, StoreAccess access) {
     pendingSelection_.clear();
     model_->clear();
     last_ = {};
+    groups_->setDatabase(path);
   }
   refresh();
 }
@@ -259,7 +332,7 @@ void HistoryView::updateAccess() {
 }
 
 void HistoryView::onRead() {
-  RunsRead read = reader_.result();
+  RunsRead read = reader_.future().takeResult();  // moved: a copy of 10,000 runs shows
   const bool current = readGeneration_ == generation_;
   const bool again = rereadWanted_ || !current;
   rereadWanted_ = false;
@@ -267,7 +340,10 @@ void HistoryView::onRead() {
     last_.now = read.now;
     last_.missing = read.missing;
     last_.problem = read.problem;
-    if (read.problem.isEmpty()) model_->setRuns(std::move(read.runs), read.now);
+    if (read.problem.isEmpty()) {
+      model_->setRuns(std::move(read.runs), read.now);
+      if (!parser_.isRunning()) readSettingsWanted();  // else onParsed reads what is left
+    }
     if (!columnsSized_ && model_->rowCount() > 0) {
       columnsSized_ = true;
       table_->resizeColumnToContents(RunTableModel::kTags);
@@ -288,6 +364,38 @@ void HistoryView::onRead() {
     return;
   }
   emit refreshed();
+}
+
+// The configs of the runs that are new or changed since their settings were read, read and
+// parsed off the UI thread; the table shows before (a few hundred ms at 10,000 runs).
+void HistoryView::readSettingsWanted() {
+  parsing_ = model_->takeConfigsWanted();
+  if (parsing_.empty()) return;
+  parseGeneration_ = generation_;
+  parser_.setFuture(
+      QtConcurrent::run([database = database_, ids = parsing_, known = model_->settingsIndex()] {
+        return readSettings(database, ids, known);
+      }));
+}
+
+void HistoryView::onParsed() {
+  SettingsRead read = parser_.future().takeResult();
+  if (parseGeneration_ != generation_) {  // read for another store: read this one's
+    readSettingsWanted();
+    return;
+  }
+  if (!read.problem.isEmpty()) {
+    model_->wantConfigs(parsing_);  // asked again after the next read of the runs
+    return;
+  }
+  model_->addSettings(read.settings);
+  if (model_->configsWanted()) {
+    readSettingsWanted();  // runs that changed or appeared meanwhile
+    return;
+  }
+  if (filterText_->text().contains(QLatin1Char('='))) proxy_->invalidate();  // setting words
+  updateSelectionDependents();  // Compare's settings, the Playground action (the config's --save)
+  emit settingsParsed();
 }
 
 void HistoryView::updateTagChoices() {
@@ -369,6 +477,13 @@ void HistoryView::applyPendingSelection() {
   table_->scrollTo(first);
 }
 
+storage::RunInfo HistoryView::withConfig(const storage::RunInfo& run) const {
+  storage::RunInfo copy = run;
+  if (const std::shared_ptr<const ParsedSettings> parsed = model_->settings(run.id))
+    copy.config_json = parsed->config_json;
+  return copy;
+}
+
 QList<qint64> HistoryView::selectedOrCurrent() const {
   QList<qint64> ids = selectedRuns();
   const QModelIndex current = table_->currentIndex();
@@ -387,24 +502,39 @@ void HistoryView::updateSelectionDependents() {
   deleteButton_->setEnabled(editable && !ids.isEmpty());
   for (QAction* a : editActions_) a->setEnabled(editable);
   bool anyTags = false;
-  std::vector<storage::RunInfo> runs;
+  std::vector<const storage::RunInfo*> chosen;
   for (qint64 id : ids) {
     if (const storage::RunInfo* r = model_->run(id)) {
       anyTags = anyTags || !r->tags.empty();
-      runs.push_back(*r);
+      chosen.push_back(r);
     }
   }
   removeTagButton_->setEnabled(editable && anyTags);
-  playgroundAction_->setEnabled(runs.size() == 1 && !runSaveDir(runs[0]).isEmpty());
-  // Oldest first, as `lattice runs compare` lists them: columns stay put when the table re-sorts.
-  std::sort(runs.begin(), runs.end(),
-            [](const storage::RunInfo& x, const storage::RunInfo& y) { return x.id < y.id; });
-  if (runs.size() >= 2) {
+  playgroundAction_->setEnabled(chosen.size() == 1 &&
+                                !runSaveDir(withConfig(*chosen[0])).isEmpty());
+  if (chosen.size() >= 2 && chosen.size() <= kMaxCompared) {
+    // Oldest first, as `lattice runs compare` lists them: columns stay put when the table
+    // re-sorts.
+    std::vector<storage::RunInfo> runs;
+    for (const storage::RunInfo* r : chosen) runs.push_back(withConfig(*r));
+    std::sort(runs.begin(), runs.end(),
+              [](const storage::RunInfo& x, const storage::RunInfo& y) { return x.id < y.id; });
     compare_->setRuns(runs, last_.now);
     compare_->show();
+    compareHint_->hide();
   } else {
     compare_->hide();
+    compareHint_->setText(
+        chosen.size() > kMaxCompared
+            ? tr("%1 selected: Compare shows up to %2 runs side by side. Groups and Parallel "
+                 "coordinates show them all.")
+                  .arg(plural(static_cast<long long>(chosen.size()), "run", "runs"))
+                  .arg(kMaxCompared)
+            : tr("Select two or more runs to compare their settings and final metrics. Groups "
+                 "and Parallel coordinates show every run in the table, or the selected ones."));
+    compareHint_->show();
   }
+  scheduleAnalysis();
   updateStatusLine();
 }
 

@@ -1,6 +1,9 @@
 // The History view: every run of the run store in a sortable, filterable table (RunTableModel
 // behind RunFilterModel), edited in place (rename, tags, notes, delete after asking), and a
-// ComparePanel for two or more selected runs. Reads and writes run off the UI thread
+// tabbed area under it: the ComparePanel for two to kMaxCompared selected runs, the Groups tab
+// (runs grouped by a setting, grouped curves) and the Parallel coordinates tab, both over the
+// selected runs when two or more are selected, else over every run the table shows. Reads and
+// writes run off the UI thread
 // (history_io.h); a visible view re-reads every kRefreshMs. A store shown read-only (a running
 // cluster job's own) is never written: its edits are disabled and a banner says why. Owns no
 // plots: "Open in Dashboard" and "Compare curves" hand the selected run ids to whoever shows
@@ -22,12 +25,15 @@ class QLabel;
 class QLineEdit;
 class QPushButton;
 class QSplitter;
+class QTabWidget;
 class QTableView;
 class QToolButton;
 
 namespace lattice::ui {
 
 class ComparePanel;
+class GroupPanel;
+class ParallelPanel;
 class RunFilterModel;
 
 class HistoryView : public QWidget {
@@ -37,6 +43,9 @@ class HistoryView : public QWidget {
   explicit HistoryView(QWidget* parent = nullptr);
 
   static constexpr int kRefreshMs = 2000;
+  // Compare shows runs side by side up to this many; Groups and Parallel coordinates take all.
+  static constexpr int kMaxCompared = 50;
+  enum AnalysisTab { kCompareTab, kGroupsTab, kParallelTab };
 
   // The run database to show (an absent file shows no runs until a run creates it), and how
   // (StoreAccess): kReadOnly opens it read-only, disables rename, tags, notes and delete, and
@@ -66,12 +75,22 @@ class HistoryView : public QWidget {
   RunFilterModel* filterModel() const { return proxy_; }
   QTableView* tableView() const { return table_; }
   ComparePanel* comparePanel() const { return compare_; }
+  GroupPanel* groupPanel() const { return groups_; }
+  ParallelPanel* parallelPanel() const { return parallel_; }
+  QTabWidget* analysisTabs() const { return analysis_; }
+  void setAnalysisTab(AnalysisTab tab);
+  // The runs Groups and Parallel coordinates show: the selected ones when two or more are
+  // selected, else every run the table shows, in table order.
+  QList<qint64> analysisRuns() const;
+  // Gives the current analysis tab its runs now (done after every change, coalesced).
+  void updateAnalysisNow();
 
  signals:
   void openInDashboard(const QList<qint64>& runIds);
   // "Open in Playground" on a run that saved checkpoints (its --save is recorded).
   void openInPlayground(qint64 runId);
-  void refreshed();  // a read is shown, no newer one pending
+  void refreshed();       // a read is shown, no newer one pending
+  void settingsParsed();  // every shown run's settings are known (filters and tabs use them)
   // Every queued edit is written (refreshed() follows); the store's messages for those refused.
   void editsApplied(const QStringList& errors);
 
@@ -83,6 +102,8 @@ class HistoryView : public QWidget {
   void buildTable();
   void updateAccess();
   void onRead();
+  void readSettingsWanted();
+  void onParsed();
   void queueEdits(const QList<RunEdit>& edits);
   void refuseEdits();
   void startWrites();
@@ -92,6 +113,8 @@ class HistoryView : public QWidget {
   void updateSelectionDependents();
   void updateStatusLine();
   void applyPendingSelection();
+  void buildAnalysis();
+  void scheduleAnalysis();
   void openSelected();
   void renameCurrent();
   void editNotesOfCurrent();
@@ -99,6 +122,8 @@ class HistoryView : public QWidget {
   void askRemoveTag();
   void askDelete();
   QList<qint64> selectedOrCurrent() const;
+  // A copy of the row with its config, once read (the rows come without: RunTableModel).
+  storage::RunInfo withConfig(const storage::RunInfo& run) const;
 
   QString database_;
   StoreAccess access_ = StoreAccess::kReadWrite;
@@ -107,6 +132,11 @@ class HistoryView : public QWidget {
   RunFilterModel* proxy_;
   QTableView* table_ = nullptr;
   ComparePanel* compare_;
+  QLabel* compareHint_ = nullptr;  // in the Compare tab while compare_ is hidden
+  GroupPanel* groups_ = nullptr;
+  ParallelPanel* parallel_ = nullptr;
+  QTabWidget* analysis_ = nullptr;
+  QTimer analysisTimer_;  // coalesces selection, filter and refresh changes into one update
   QSplitter* splitter_ = nullptr;
   QLineEdit* filterText_ = nullptr;
   QComboBox* tagFilter_ = nullptr;
@@ -126,6 +156,9 @@ class HistoryView : public QWidget {
   QTimer timer_;
 
   QFutureWatcher<RunsRead> reader_;
+  QFutureWatcher<SettingsRead> parser_;  // the settings of runs new or changed since read
+  quint64 parseGeneration_ = 0;
+  std::vector<qint64> parsing_;  // the runs whose settings parser_ reads
   quint64 readGeneration_ = 0;
   bool rereadWanted_ = false;
   RunsRead last_;  // the last read shown (its runs moved into the model)

@@ -1,9 +1,14 @@
 // The runs table as shown: RunTableModel filtered by text (name, tags, notes; case-insensitive,
-// every word must match), by tag and by status, and sorted by RunTableModel::kSortRole.
+// every word must match; a word "setting=value", such as lr=3e-4 or tokenizer-type=NullTokenizer,
+// matches the runs whose setting has that value, numbers by value), by tag and by status, and
+// sorted by RunTableModel::kSortRole.
 #pragma once
 
 #include <QSortFilterProxyModel>
 #include <QStringList>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace lattice::ui {
 
@@ -21,7 +26,15 @@ class RunFilterModel : public QSortFilterProxyModel {
   bool filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const override;
 
  private:
-  QStringList words_;
+  // A "setting=value" word: the value as typed, and as a number when it is one.
+  struct SettingWord {
+    std::string setting;
+    QString text;
+    std::optional<double> number;
+  };
+
+  QStringList words_;  // the plain words
+  std::vector<SettingWord> settingWords_;
   QString tag_, status_;
 };
 

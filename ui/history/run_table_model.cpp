@@ -7,6 +7,7 @@
 #include <QSet>
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "history/run_text.h"
@@ -18,6 +19,7 @@ namespace {
 
 constexpr double kMissing = std::numeric_limits<double>::lowest();  // sorts first
 
+// Configs are not read with the rows (RunFilter::with_config false): not compared.
 bool sameRun(const storage::RunInfo& a, const storage::RunInfo& b) {
   auto sameLatest = [&] {
     if (a.latest.size() != b.latest.size()) return false;
@@ -31,8 +33,8 @@ bool sameRun(const storage::RunInfo& a, const storage::RunInfo& b) {
          a.ended_at == b.ended_at && a.heartbeat_at == b.heartbeat_at && a.tags == b.tags &&
          a.notes == b.notes && a.error == b.error && a.latest_step == b.latest_step &&
          a.layout.tp == b.layout.tp && a.layout.pp == b.layout.pp && a.layout.dp == b.layout.dp &&
-         a.parameter_count == b.parameter_count && a.config_json == b.config_json &&
-         a.host == b.host && a.command_line == b.command_line && sameLatest();
+         a.parameter_count == b.parameter_count && a.host == b.host &&
+         a.command_line == b.command_line && sameLatest();
 }
 
 QStringList tagList(const storage::RunInfo& r) {
@@ -63,7 +65,16 @@ RunTableModel::RunTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 void RunTableModel::clear() {
   beginResetModel();
   runs_.clear();
+  rowOf_.clear();
+  settings_.clear();
+  configsWanted_.clear();
   endResetModel();
+}
+
+void RunTableModel::indexRows() {
+  rowOf_.clear();
+  rowOf_.reserve(static_cast<qsizetype>(runs_.size()));
+  for (int i = 0; i < static_cast<int>(runs_.size()); ++i) rowOf_.insert(runs_[i].id, i);
 }
 
 void RunTableModel::setEditable(bool editable) {
@@ -73,6 +84,10 @@ void RunTableModel::setEditable(bool editable) {
 void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
   QSet<qint64> freshIds;
   for (const storage::RunInfo& r : fresh) freshIds.insert(r.id);
+  for (auto it = settings_.begin(); it != settings_.end();)  // runs that went
+    it = freshIds.contains(it.key()) ? std::next(it) : settings_.erase(it);
+  for (auto it = configsWanted_.begin(); it != configsWanted_.end();)
+    it = freshIds.contains(*it) ? std::next(it) : configsWanted_.erase(it);
   // The runs that stay must keep their relative order (the store lists by id); if they do not,
   // the rows cannot be merged and the model resets.
   std::vector<qint64> staying, freshOrder;
@@ -84,9 +99,13 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
   for (const storage::RunInfo& r : fresh) {
     if (oldIds.contains(r.id)) freshOrder.push_back(r.id);
   }
-  if (staying != freshOrder || freshIds.size() != static_cast<int>(fresh.size())) {
+  if (runs_.empty() || staying != freshOrder || freshIds.size() != static_cast<int>(fresh.size())) {
     beginResetModel();
+    for (const storage::RunInfo& r : fresh)  // kept settings stay valid if unchanged (setRuns)
+      if (!settings_.contains(r.id) || !run(r.id) || !sameRun(*run(r.id), r))
+        configsWanted_.insert(r.id);
     runs_ = std::move(fresh);
+    indexRows();
     now_ = now;
     endResetModel();
     return;
@@ -101,6 +120,7 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
     while (first > 0 && !freshIds.contains(runs_[first - 1].id)) --first;
     beginRemoveRows({}, first, row);
     runs_.erase(runs_.begin() + first, runs_.begin() + row + 1);
+    indexRows();
     endRemoveRows();
     row = first - 1;
   }
@@ -110,6 +130,7 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
   for (int i = 0; i < static_cast<int>(fresh.size()); ++i) {
     if (i < static_cast<int>(runs_.size()) && runs_[i].id == fresh[i].id) {
       if (!sameRun(runs_[i], fresh[i])) {
+        configsWanted_.insert(fresh[i].id);
         runs_[i] = std::move(fresh[i]);
         emit dataChanged(index(i, 0), index(i, kColumnCount - 1));
       } else if (clockMoved && !runs_[i].ended_at && runs_[i].started_at) {
@@ -117,17 +138,43 @@ void RunTableModel::setRuns(std::vector<storage::RunInfo> fresh, double now) {
       }
       continue;
     }
-    beginInsertRows({}, i, i);
-    runs_.insert(runs_.begin() + i, std::move(fresh[i]));
+    // The fresh runs from i up to the next one the model holds arrive as one block: 10,000
+    // single-row inserts would each re-sort the proxy.
+    int end = i + 1;
+    while (end < static_cast<int>(fresh.size()) &&
+           !(i < static_cast<int>(runs_.size()) && runs_[i].id == fresh[end].id))
+      ++end;
+    beginInsertRows({}, i, end - 1);
+    for (int j = i; j < end; ++j) configsWanted_.insert(fresh[j].id);
+    runs_.insert(runs_.begin() + i, std::make_move_iterator(fresh.begin() + i),
+                 std::make_move_iterator(fresh.begin() + end));
+    indexRows();
     endInsertRows();
+    i = end - 1;
   }
 }
 
+void RunTableModel::addSettings(const QHash<qint64, std::shared_ptr<const ParsedSettings>>& more) {
+  for (auto it = more.begin(); it != more.end(); ++it)
+    if (rowOf_.contains(it.key())) settings_.insert(it.key(), it.value());
+}
+
+std::vector<qint64> RunTableModel::takeConfigsWanted() {
+  std::vector<qint64> ids;
+  ids.reserve(static_cast<std::size_t>(configsWanted_.size()));
+  for (const storage::RunInfo& r : runs_)
+    if (configsWanted_.contains(r.id)) ids.push_back(r.id);
+  configsWanted_.clear();
+  return ids;
+}
+
+void RunTableModel::wantConfigs(const std::vector<qint64>& ids) {
+  for (qint64 id : ids)
+    if (rowOf_.contains(id)) configsWanted_.insert(id);
+}
+
 int RunTableModel::rowOfRun(qint64 id) const {
-  for (int i = 0; i < static_cast<int>(runs_.size()); ++i) {
-    if (runs_[i].id == id) return i;
-  }
-  return -1;
+  return rowOf_.value(id, -1);
 }
 
 const storage::RunInfo* RunTableModel::run(qint64 id) const {
