@@ -118,14 +118,20 @@ std::string compare_paths(Comm& world, const std::vector<ParamLayout>& layouts,
                                              bucket_elems));
   }
   // The reducer's shards are the distributed optimizer's, which the GPU loop's AdamW uses.
-  for (size_t c = 0; c < layouts.size(); c++) {
+  // Agreed over the ranks, so that no rank goes on into a collective the other left.
+  std::string shard_error;
+  for (size_t c = 0; c < layouts.size() && shard_error.empty(); c++) {
     const OptimizerShard want =
         distributed_shard(layouts[c], bucket_elems, world.size(), world.rank());
     if (dopt[c]->reducer->owned_ranges() != want.owned)
-      return me + "chunk " + std::to_string(c) + ": owned ranges differ from distributed_shard's";
-    if (dopt[c]->reducer->num_buckets() != static_cast<int>(want.buckets.size()))
-      return me + "chunk " + std::to_string(c) + ": bucket count differs";
+      shard_error = "chunk " + std::to_string(c) + ": owned ranges differ from distributed_shard's";
+    else if (dopt[c]->reducer->num_buckets() != static_cast<int>(want.buckets.size()))
+      shard_error = "chunk " + std::to_string(c) + ": bucket count differs";
   }
+  int failed = shard_error.empty() ? 0 : 1;
+  if (Status s = world.all_reduce(&failed, 1, DType::kInt32, ReduceOp::kMax); !s)
+    return me + s.message();
+  if (failed) return me + (shard_error.empty() ? "another rank's shards differ" : shard_error);
   size_t arena = 0;
   for (const ParamLayout& layout : layouts) arena += layout.total_numel();
   for (int step = 1; step <= 2; step++) {
