@@ -214,7 +214,7 @@ struct LoadedRank {
 };
 
 // The ranges of a chunk's arena that data-parallel rank dp_rank's optimizer owns, as
-// GradBuckets::owned_ranges cuts them (its shard of every bucket); empty: all of it.
+// GradReducer::owned_ranges cuts them (its shard of every bucket); empty: all of it.
 std::vector<ArenaRange> owned_ranges(const TrainOptions& o, const ParallelLayout& L,
                                      const ParamLayout& layout, int dp_rank) {
   if (!o.parallel.use_distributed_optimizer || L.dp == 1) return {};

@@ -16,7 +16,7 @@
 //     tied LM head a copy of the word embedding) saves, loads whole, and restores; and with
 //     the interleaved schedule (two chunks per rank, one device state each).
 //   - with --use-distributed-optimizer at DP 2 (two MPI ranks): each rank owns the CPU engine's
-//     shard (GradBuckets::owned_ranges) and saves the moments of its pieces alone (the other
+//     shard (GradReducer::owned_ranges) and saves the moments of its pieces alone (the other
 //     elements of its device's moment arena are never read); the checkpoint loads into one CPU
 //     process without the distributed optimizer and into the CPU engine's DP 2 distributed
 //     optimizer, and a TP 1 checkpoint restores each rank's pieces and writes nothing else.
@@ -41,6 +41,7 @@
 #include "lattice/layout.h"
 #include "model/gpt.h"
 #include "optim/grad_buckets.h"
+#include "optim/grad_reducer.h"
 #include "parallel/groups.h"
 
 using namespace lattice;
@@ -156,7 +157,7 @@ TrainOptions two_rank_options(const std::string& run) {
 // The distributed-optimizer runs: options() with buckets of 1000 elements (several buckets,
 // shards that cut tensors) on two data-parallel ranks; "dp2": two ranks, "pp2i": four ranks,
 // PP 2 x DP 2 interleaved (four layers, two chunks of one layer per rank, each chunk its own
-// shard of its own buckets, as the CPU engine's GradBuckets per chunk).
+// shard of its own buckets, as the CPU engine's GradReducer per chunk).
 TrainOptions dopt_options(const std::string& run) {
   TrainOptions o = options();
   o.parallel.use_distributed_optimizer = true;
@@ -754,15 +755,15 @@ std::string worker_restore(Comm& world, const std::string& dir, const std::strin
 }
 
 // "" or why this rank's optimizer shard of a chunk is not the CPU engine's for the same run
-// (the ranges the CPU trainer's GradBuckets of that chunk hand its AdamW). dp: the
+// (the ranges the CPU trainer's GradReducer of that chunk hand its AdamW). dp: the
 // data-parallel group.
 std::string shard_against_cpu(Comm& dp, const TrainOptions& o, const gpu::GpuRankShard& me,
                               const OptimizerShard& shard, GptModel<float>& model) {
   if (!shard.distributed || me.layout.dp != 2) return "the optimizer shard is not DP 2's";
-  GradBuckets<float> cpu(model.layout(), &dp, true, ddp_bucket_elems(o.parallel, me.layout.dp),
+  GradReducer<float> cpu(model.layout(), &dp, true, ddp_bucket_elems(o.parallel, me.layout.dp),
                          model.grads(), model.params());
   if (cpu.owned_ranges() != shard.owned)
-    return "owned ranges differ from the CPU engine's GradBuckets::owned_ranges()";
+    return "owned ranges differ from the CPU engine's GradReducer::owned_ranges()";
   return "";
 }
 
@@ -802,11 +803,11 @@ std::string worker_dopt_save(Comm& world, const std::string& dir, const std::str
   Result<SavedCheckpoint> saved = gpu::save_gpu_checkpoint(o, o.model, world, state, states);
   if (!saved) return "save_gpu_checkpoint: " + saved.status().message();
   // The CPU trainer with the distributed optimizer resumes it: an AdamW per chunk over its
-  // GradBuckets' owned ranges.
+  // GradReducer's owned ranges.
   Result<CheckpointRef> ref = find_checkpoint(o.save, 0);
   if (!ref) return ref.status().message();
   std::vector<std::unique_ptr<GptModel<float>>> cpu_models;
-  std::vector<std::unique_ptr<GradBuckets<float>>> cpu_buckets;
+  std::vector<std::unique_ptr<GradReducer<float>>> cpu_buckets;
   std::vector<std::unique_ptr<AdamW<float>>> cpu_adams;
   RankParts parts;
   parts.layout = &me->layout;
@@ -815,7 +816,7 @@ std::string worker_dopt_save(Comm& world, const std::string& dir, const std::str
     cpu_models.push_back(
         std::make_unique<GptModel<float>>(o.model, chunk, 1, nullptr, RecomputePlan{}));
     GptModel<float>& m = *cpu_models.back();
-    cpu_buckets.push_back(std::make_unique<GradBuckets<float>>(
+    cpu_buckets.push_back(std::make_unique<GradReducer<float>>(
         m.layout(), groups->dp.get(), true, ddp_bucket_elems(o.parallel, me->layout.dp), m.grads(),
         m.params()));
     cpu_adams.push_back(

@@ -5,7 +5,7 @@
 //   - with it the data-parallel ranks' shards tile the arena and every tensor exactly once,
 //     shards are the CPU engine's bucket split (split_buckets, shard_counts), pieces cut at
 //     shard boundaries keep their tensor's decay and norm flags, and the moments are packed as
-//     the host AdamW over the same owned ranges (GradBuckets::owned_ranges) packs them;
+//     the host AdamW over the same owned ranges (GradReducer::owned_ranges) packs them;
 //   - the counted pieces of all ranks add up to the whole model's sum of squares, each counted
 //     gradient once (also on a tensor-parallel rank > 0, whose replicas do not count), and
 //     AdamW::sum_squares is that sum;

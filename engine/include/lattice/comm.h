@@ -129,6 +129,21 @@ class Comm {
                                 Stream& stream) = 0;
   virtual Status send(const void* data, size_t count, DType type, int peer, Stream& stream) = 0;
   virtual Status recv(void* data, size_t count, DType type, int peer, Stream& stream) = 0;
+  // The two above with a count per rank (the data-parallel buckets' shards, shard_counts in
+  // optim/grad_buckets.h: equal shares, the first ranks one more): recv (counts[rank()]) = this
+  // rank's block of the sum of send (the counts' total); recv (the total) = every rank's send
+  // (counts[r]) in rank order. In place as above. MpiComm and NcclComm take unequal counts
+  // (NCCL as grouped ncclReduce / ncclBroadcast); this default forwards equal ones.
+  virtual Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
+                                DType type, Stream& stream) {
+    if (Status s = equal_counts("reduce_scatter", counts); !s) return s;
+    return reduce_scatter(send, recv, counts.empty() ? 0 : counts[0], type, stream);
+  }
+  virtual Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
+                            DType type, Stream& stream) {
+    if (Status s = equal_counts("all_gather", counts); !s) return s;
+    return all_gather(send, recv, counts.empty() ? 0 : counts[0], type, stream);
+  }
 
   // Collective over this communicator: the ranks passing the same color (>= 0) form a new
   // communicator, ordered by key (then by rank here). MPI_Comm_split underneath.
@@ -152,6 +167,18 @@ class Comm {
   CommStats stats_;
   std::string name_;
   std::vector<int> world_ranks_;
+
+ private:
+  Status equal_counts(const char* op, const std::vector<size_t>& counts) const {
+    for (size_t c : counts)
+      if (c != counts[0])
+        return Status::invalid_argument(std::string(op) +
+                                        " on a stream: this communicator takes equal counts only");
+    if (counts.size() == static_cast<size_t>(size())) return Status::ok();
+    return Status::invalid_argument(std::string(op) + ": " + std::to_string(counts.size()) +
+                                    " counts given for a communicator of " +
+                                    std::to_string(size()) + " ranks");
+  }
 };
 
 // How long a rank may wait in one operation for the other ranks before it ends the job

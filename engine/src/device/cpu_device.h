@@ -29,8 +29,8 @@
 // - No thread: MPI stays MPI_THREAD_FUNNELED and reductions keep their fixed order
 //   (docs/design-notes.md#determinism).
 // A copy or fill queued on a side stream first completes that stream's requests (it may read
-// what a receive wrote). The host stand-in tests/cuda/host_cuda/ kept one send in flight per
-// stream; the FIFO lets several data-parallel buckets be in flight, as GradBuckets keeps them.
+// what a receive wrote). The FIFO (the host stand-in of the tests before it, deleted in step 8,
+// kept one send per stream) lets several data-parallel buckets be in flight (GradReducer).
 // MpiComm's stream-ordered calls (comm.h; mpi_comm.cpp queue_on) are the communicator half of
 // this note; LocalComm's have completed when they return.
 #pragma once

@@ -192,8 +192,8 @@ Ops<A>* Device::ops() {
 Result<std::unique_ptr<Device>> make_cuda_device();
 
 // What the GPU trainer's parts not yet written over Device need of a device that
-// make_cuda_device made (GradReducer, the loop's loss copies: steps 8 and 12 of
-// docs/one-engine.md remove the need): its kernels Context (whose stream is the device's compute
+// make_cuda_device made (the loop's loss copies and the distributed optimizer's refresh of the
+// 16-bit copy after the gather: step 12 of docs/one-engine.md removes the need): its kernels Context (whose stream is the device's compute
 // stream and whose error is the device's), its caching allocator (what allocate() takes from),
 // the device's index and its name as CUDA gives it. Defined in cuda_device.cpp.
 struct CudaDeviceParts {

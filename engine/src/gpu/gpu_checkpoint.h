@@ -64,7 +64,7 @@ Result<std::vector<MomentSpan>> moment_spans(const OptimizerShard& shard, AdamW<
 // Where this rank sits: the run's layout (o's TP and PP over world_size ranks), the rank's
 // coordinates and its model shards (one per chunk), whose ParamLayouts the device's arenas
 // follow (the part of each arena its optimizer owns: optimizer_shard(o, chunk layout,
-// layout.dp, coord.dp), one per chunk as the CPU engine's GradBuckets).
+// layout.dp, coord.dp), one per chunk as the CPU trainer's GradReducer).
 struct GpuRankShard {
   ParallelLayout layout;
   ParallelLayout::Coord coord;

@@ -4,9 +4,9 @@
 // micro-batches; PP 1 runs forward and backward of each micro-batch in turn), tensor and
 // sequence parallelism inside the model (NCCL on the compute stream; the partial LayerNorm and
 // bias gradients of --sequence-parallel are summed over TP there, before the data-parallel
-// reduction and the norm), data-parallel reduction overlapped
-// with backward (grad_reducer.h; with --use-distributed-optimizer a reduce-scatter into the
-// rank's optimizer shard of each chunk and an all-gather after the step), the tied word
+// reduction and the norm), data-parallel reduction in buckets overlapped with backward on a
+// side stream (optim/grad_reducer.h, one reducer per chunk; with --use-distributed-optimizer a
+// reduce-scatter into the rank's optimizer shard of each bucket and an all-gather after the step), the tied word
 // embedding's gradient summed over the embedding group (first and last stage), hidden and
 // attention dropout with the CPU trainer's micro-batch seeds, the loss scaler shared with the
 // CPU trainer (optim/grad_scaling.h; the overflow test is the op Ops::unscale_and_check),
@@ -32,11 +32,11 @@
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_pipeline.h"
-#include "gpu/grad_reducer.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "optim/adamw.h"
+#include "optim/grad_reducer.h"
 #include "optim/grad_scaling.h"
 #include "optim/optimizer_shard.h"
 #include "parallel/groups.h"
@@ -118,7 +118,7 @@ class LoopState final : public DeviceState {
 };
 
 // This rank's CUDA device (make_cuda_device: local rank % devices) and the parts of it that
-// GradReducer and the loss copies still take (cuda_device_parts).
+// the loss copies and the 16-bit refresh after the gather still take (cuda_device_parts).
 struct GpuDevice {
   std::unique_ptr<Device> device;
   cu::Context* ctx = nullptr;          // the device's: its stream is device->compute()
@@ -198,7 +198,9 @@ class GpuLoop {
   // activations, gradients and, interleaved, their wrap-around channels.
   std::unique_ptr<Comm> pp_activations_, pp_gradients_, pp_activations_wrap_, pp_gradients_wrap_;
   std::unique_ptr<Comm> embedding_;  // NcclComm of the embedding group (first + last stage)
-  std::unique_ptr<GradReducer> reducer_;
+  // Data-parallel reduction (DP > 1): one reducer per chunk over one side stream.
+  Stream* dp_stream_ = nullptr;
+  std::vector<std::unique_ptr<GradReducer<float>>> reducers_;
   DataSources data_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging
   float* d_losses_ = nullptr;     // (M, N) every micro-batch's token losses (last stage)
@@ -265,8 +267,8 @@ Status GpuLoop<A>::setup() {
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GpuGpt<A>& m = *chunk.model;
-    // The chunk's own optimizer shard: the CPU engine keeps GradBuckets per chunk, so the
-    // buckets (and the checkpointed moments of a distributed optimizer) line up with its.
+    // The chunk's own optimizer shard, cut as its GradReducer's buckets (one reducer per chunk,
+    // as in the CPU trainer), so the checkpointed moments of a distributed optimizer line up.
     auto adam = AdamW<A>::create(device(), optimizer_shard(o_, m.layout(), L.dp, groups_.coord.dp),
                                  o_.optim);
     if (!adam) return adam.status();
@@ -300,28 +302,36 @@ Status GpuLoop<A>::setup() {
   losses_host_.resize(N * M);
   sample_.assign(mc_.seq_length + 1, 0);
   if (dp_) {
-    // One reducer for every chunk (grad_reducer.h): ranges in the order backward ends them,
-    // each chunk's arena with its optimizer shard.
-    std::vector<ReducedArena> arenas;
-    for (Chunk& c : chunks_)
-      arenas.push_back({c.model->grads(), &c.model->layout(), &c.adam->shard()});
-    reducer_ = std::make_unique<GradReducer>(*dp_, *dev_.ctx, dev_.index, std::move(arenas));
-    GradReducer* r = reducer_.get();
+    // One reducer per chunk (optim/grad_reducer.h), each over its chunk's buckets, the cut of
+    // the chunk's optimizer shard (optimizer_shard: ddp_bucket_elems); every chunk's
+    // collectives on one data-parallel side stream, in the order backward ends the buckets.
+    Result<Stream*> stream = device().new_stream("data-parallel");
+    if (!stream) return stream.status();
+    dp_stream_ = *stream;
+    const size_t bucket = ddp_bucket_elems(o_.parallel, groups_.layout.dp);
+    for (Chunk& c : chunks_) {
+      GpuGpt<A>& m = *c.model;
+      auto made = GradReducer<float>::create(device(), *dp_stream_, m.layout(), dp_.get(),
+                                             o_.parallel.use_distributed_optimizer, bucket,
+                                             m.grads(), m.master());
+      if (!made) return made.status();
+      reducers_.push_back(std::move(*made));
+    }
     for (int c = 0; c < static_cast<int>(chunks_.size()); c++) {
       GpuGpt<A>* m = chunks_[c].model.get();
+      GradReducer<float>* r = reducers_[c].get();
+      Comm* world = &world_;
       // The tied word embedding of a multi-stage pipeline is summed over the embedding group
-      // first (sum_tied_embedding, then ready), as the CPU trainer's finish_gradients: with the
-      // distributed optimizer the two stages' shards of it differ.
+      // first (sum_tied_embedding, then mark_ready), as the CPU trainer's finish_gradients: with
+      // the distributed optimizer the two stages' shards of it differ.
       const int skip = groups_.in_embedding_group() && m == &embedding_chunk()
                            ? m->layout().word_embedding_index()
                            : -1;
-      m->set_grads_ready([r, c, skip](int begin, int end) {
-        if (skip >= begin && skip < end) {
-          r->ready(c, begin, skip);
-          r->ready(c, skip + 1, end);
-        } else {
-          r->ready(c, begin, end);
-        }
+      m->set_grads_ready([r, skip, world](int begin, int end) {
+        for (int i = begin; i < end; i++)
+          if (i != skip)
+            if (Status s = r->mark_ready(i, i + 1); !s)
+              world->abort("data-parallel gradient reduction failed: " + s.message(), 1);
       });
     }
   }
@@ -358,7 +368,11 @@ Status GpuLoop<A>::sum_tied_embedding() {
                                         ReduceOp::kSum, device().compute());
       !s)
     return s;
-  if (reducer_) reducer_->ready(groups_.first_stage() ? 0 : chunk_count() - 1, index, index + 1);
+  if (!reducers_.empty())
+    if (Status s = reducers_[groups_.first_stage() ? 0 : chunk_count() - 1]->mark_ready(index,
+                                                                                       index + 1);
+        !s)
+      return s;
   return Status::ok();
 }
 
@@ -370,6 +384,7 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   // Mean over the global batch's tokens, times the loss scale (a power of two for --fp16).
   const float grad_scale = static_cast<float>(loss_scale / (static_cast<double>(N) * M * dp));
   for (Chunk& c : chunks_) c.model->zero_grads();
+  for (auto& r : reducers_) r->start_iteration();
   auto t0 = Clock::now();
   auto load = [this](int mb, int32_t* tokens, int32_t* targets) {
     return load_micro_batch(*data_.train, consumed_, mb, tokens, targets);
@@ -380,8 +395,8 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   auto seed = [&](int mb) { return kernels::dropout_key(o_.seed, it, mb * dp + dp_rank, 0); };
   if (Status s = pipeline_->train(M, load, seed, grad_scale, d_losses_); !s) return s;
   if (Status s = sum_tied_embedding(); !s) return s;
-  if (reducer_)
-    if (Status s = reducer_->finish(); !s) return s;
+  for (auto& r : reducers_)
+    if (Status s = r->finish(); !s) return s;
   if (Status s = synchronize(); !s) return s;
   totals_.forward += seconds_since(t0);  // forward and backward are one queue on the device
   t0 = Clock::now();
@@ -421,10 +436,14 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
       c.adam->update(m.master(), m.grads(), lr, coeff, copy);
     }
     steps_++;
-    if (reducer_)  // distributed optimizer: every rank's updated shards to every replica
-      for (int c = 0; c < chunk_count(); c++) {
+    if (o_.parallel.use_distributed_optimizer)  // every rank's updated shards to every replica
+      for (int c = 0; c < static_cast<int>(reducers_.size()); c++) {
+        if (Status s = reducers_[c]->gather_params(); !s) return s;
+        // The owners wrote their pieces' 16-bit values in the step; the rest come from the
+        // gathered master weights (the same rounding of the same fp32 values).
         GpuGpt<A>& m = *chunks_[c].model;
-        if (Status s = reducer_->gather_params(c, m.master(), m.compute_copy()); !s) return s;
+        if constexpr (!std::is_same_v<A, float>)
+          cu::convert(*dev_.ctx, m.compute_params(), m.master(), m.numel());
       }
   }
   const bool reports = groups_.coord.tp == 0 && groups_.last_stage();
@@ -486,11 +505,14 @@ RankReport GpuLoop<A>::report() const {
   r.pp = groups_.coord.pp;
   r.memory = memory_report_of(dev_.memory->stats());
   r.times = totals_;
-  if (reducer_) {
-    r.times.dp_comm = reducer_->seconds_waiting();
-    // step() times the all-gather of the distributed optimizer with the optimizer; the CPU
-    // trainer counts it as data-parallel communication only.
-    r.times.optimizer -= reducer_->seconds_gathering();
+  if (!reducers_.empty()) {
+    r.times.dp_comm = 0;
+    for (const auto& reducer : reducers_) {
+      r.times.dp_comm += reducer->stats().wait_seconds;
+      // step() times the all-gather of the distributed optimizer with the optimizer; the CPU
+      // trainer counts it as data-parallel communication only.
+      r.times.optimizer -= reducer->stats().gather_seconds;
+    }
   }
   if (dp_) {
     const CommStats& st = dp_->stats();

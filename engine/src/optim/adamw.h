@@ -45,7 +45,7 @@ class AdamW {
   static Result<std::unique_ptr<AdamW>> create(Device& device, OptimizerShard shard,
                                                const OptimizerConfig& config);
   // On the host, over a CPU device of its own: owned = the arena ranges this optimizer updates
-  // (empty: the whole arena; GradBuckets::owned_ranges with the distributed optimizer). Throws
+  // (empty: the whole arena; GradReducer::owned_ranges with the distributed optimizer). Throws
   // OutOfMemory (kOptimizer) when the moments do not fit, as the host arenas do.
   AdamW(const ParamLayout& layout, const OptimizerConfig& config,
         const std::vector<ArenaRange>& owned = {});

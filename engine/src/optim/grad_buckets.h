@@ -1,10 +1,8 @@
-// Data-parallel gradient reduction in buckets (ARCHITECTURE.md "Optimizer"). A chunk's arena is
-// cut at tensor boundaries into buckets of about bucket_elems, in backward order (the last
-// layers' gradients are final first). A bucket's collective starts as soon as backward has
-// marked all of its tensors ready, so communication overlaps the rest of backward
-// (docs/design-notes.md#data-parallel-overlap). Without the distributed optimizer a bucket is
-// all-reduced; with it (ZeRO-1) reduce-scattered, so each data-parallel rank holds the summed
-// gradients of its own shard of every bucket, steps that shard, and all-gathers parameters.
+// The data-parallel bucket cut (ARCHITECTURE.md "Optimizer"): a chunk's arena cut at tensor
+// boundaries into buckets of about bucket_elems, in backward order (the last layers' gradients
+// are final first), and each data-parallel rank's shard of a bucket. The reducer that runs the
+// buckets' collectives is optim/grad_reducer.h; the distributed optimizer's pieces are
+// optim/optimizer_shard.h.
 #pragma once
 
 #include <memory>
@@ -16,8 +14,8 @@
 
 namespace lattice {
 
-// The bucket split itself, shared with the GPU trainer's distributed optimizer
-// (optim/optimizer_shard.h) so that both engines cut the arena the same way.
+// The bucket split, shared by GradReducer and the distributed optimizer's shard
+// (optim/optimizer_shard.h) so that both cut the arena the same way.
 struct BucketSpan {
   size_t begin, end;              // arena range; the buckets tile [0, total_numel)
   int first_tensor, last_tensor;  // tensors [first, last)
@@ -30,55 +28,5 @@ std::vector<BucketSpan> split_buckets(const ParamLayout& layout, size_t bucket_e
 std::vector<size_t> shard_counts(size_t len, int world);
 // --ddp-bucket-size in elements, or Megatron's default max(40M, 1M * DP).
 size_t ddp_bucket_elems(const ParallelOptions& options, int dp);
-
-struct BucketStats {
-  double wait_seconds = 0;  // blocked in finish() and gather_params()
-  size_t buffer_bytes = 0;  // reduce-scatter receive buffers
-};
-
-template <typename T>
-class GradBuckets {
- public:
-  // dp may be null or of size 1 (nothing to reduce). grads and params are the chunk's arenas.
-  GradBuckets(const ParamLayout& layout, Comm* dp, bool distributed, size_t bucket_elems, T* grads,
-              T* params);
-
-  void start_iteration();
-  // Tensors [first, last) of the layout have final gradients; starts every bucket that is
-  // now complete. Must be called in the same order on every data-parallel rank.
-  Status mark_ready(int first, int last);
-  // Starts what is left and waits for every bucket; afterwards the owned ranges hold the
-  // summed gradients.
-  Status finish();
-  // The arena ranges this rank's optimizer updates: its shard of every bucket (distributed),
-  // else the whole arena.
-  std::vector<ArenaRange> owned_ranges() const;
-  // Distributed optimizer: every rank's updated shards gathered into params.
-  Status gather_params();
-
-  int num_buckets() const { return static_cast<int>(buckets_.size()); }
-  const BucketStats& stats() const { return stats_; }
-
- private:
-  struct Bucket {
-    size_t begin, end;              // arena range
-    int first_tensor, last_tensor;  // tensors [first, last)
-    int pending;                    // tensors not yet ready this iteration
-    std::vector<size_t> counts;     // per data-parallel rank (distributed)
-    size_t shard_begin;             // this rank's shard start in the arena
-    std::vector<T> shard;           // reduce-scatter receive buffer
-    std::unique_ptr<CommRequest> request;
-  };
-  Status launch(Bucket& b);
-
-  Comm* dp_;
-  bool distributed_;
-  T* grads_;
-  T* params_;
-  std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_tensor_;
-  std::vector<char> ready_;
-  BucketStats stats_;
-};
 
 }  // namespace lattice

@@ -369,6 +369,16 @@ class MpiComm final : public Comm {
     if (Status s = check_stream("reduce_scatter", stream); !s) return s;
     return queue_on(stream, start_reduce_scatter(send, recv, equal_counts(count), type));
   }
+  Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
+                        DType type, Stream& stream) override {
+    if (Status s = check_stream("reduce_scatter", stream); !s) return s;
+    return queue_on(stream, start_reduce_scatter(send, recv, counts, type));
+  }
+  Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts, DType type,
+                    Stream& stream) override {
+    if (Status s = check_stream("all_gather", stream); !s) return s;
+    return queue_on(stream, start_all_gather(send, recv, counts, type));
+  }
   Status send(const void* data, size_t count, DType type, int peer, Stream& stream) override {
     if (Status s = check_stream("send", stream); !s) return s;
     return queue_on(stream, start_send(data, count, type, peer, 0));

@@ -195,6 +195,18 @@ class NcclComm final : public Comm {
     return check("ncclReduceScatter (on a stream)",
                  ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, comm_, s));
   }
+  Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts,
+                        DType type, Stream& stream) override {
+    cudaStream_t s = nullptr;
+    if (Status st = cuda_stream("reduce_scatter", stream, &s); !st) return st;
+    return reduce_scatter_enqueue(send, recv, counts, type, s);
+  }
+  Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts, DType type,
+                    Stream& stream) override {
+    cudaStream_t s = nullptr;
+    if (Status st = cuda_stream("all_gather", stream, &s); !st) return st;
+    return all_gather_enqueue(send, recv, counts, type, s);
+  }
   Status send(const void* data, size_t count, DType type, int peer, Stream& stream) override {
     cudaStream_t s = nullptr;
     if (Status st = cuda_stream("send", stream, &s); !st) return st;
@@ -352,36 +364,38 @@ class NcclComm final : public Comm {
                  ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, stream_));
   }
   Status reduce_scatter_enqueue(const void* send, void* recv, const std::vector<size_t>& counts,
-                                DType type) {
+                                DType type, cudaStream_t on = nullptr) {
+    cudaStream_t stream = on ? on : stream_;
     if (Status s = check_counts("reduce_scatter", counts); !s) return s;
     size_t total = 0;
     for (size_t c : counts) total += c;
     note(stats_.reduce_scatter_bytes, total, type);
     if (all_equal(counts))
       return check("ncclReduceScatter", ncclReduceScatter(send, recv, counts[0], nccl_type(type),
-                                                          ncclSum, comm_, stream_));
+                                                          ncclSum, comm_, stream));
     ncclResult_t rc = ncclGroupStart();
     size_t offset = 0;
     for (int r = 0; r < size() && rc == ncclSuccess; offset += counts[r], r++)
       rc = ncclReduce(at(send, offset, type), r == rank() ? recv : nullptr, counts[r],
-                      nccl_type(type), ncclSum, r, comm_, stream_);
+                      nccl_type(type), ncclSum, r, comm_, stream);
     const ncclResult_t end = ncclGroupEnd();
     return check("reduce_scatter (ncclReduce)", rc != ncclSuccess ? rc : end);
   }
   Status all_gather_enqueue(const void* send, void* recv, const std::vector<size_t>& counts,
-                            DType type) {
+                            DType type, cudaStream_t on = nullptr) {
+    cudaStream_t stream = on ? on : stream_;
     if (Status s = check_counts("all_gather", counts); !s) return s;
     size_t total = 0;
     for (size_t c : counts) total += c;
     note(stats_.all_gather_bytes, total, type);
     if (all_equal(counts))  // in place when send is this rank's block of recv
       return check("ncclAllGather",
-                   ncclAllGather(send, recv, counts[0], nccl_type(type), comm_, stream_));
+                   ncclAllGather(send, recv, counts[0], nccl_type(type), comm_, stream));
     ncclResult_t rc = ncclGroupStart();
     size_t offset = 0;
     for (int r = 0; r < size() && rc == ncclSuccess; offset += counts[r], r++)
       rc = ncclBroadcast(r == rank() ? send : at(recv, offset, type), at(recv, offset, type),
-                         counts[r], nccl_type(type), r, comm_, stream_);
+                         counts[r], nccl_type(type), r, comm_, stream);
     const ncclResult_t end = ncclGroupEnd();
     return check("all_gather (ncclBroadcast)", rc != ncclSuccess ? rc : end);
   }

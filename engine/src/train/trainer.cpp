@@ -32,6 +32,7 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
+#include "optim/grad_reducer.h"
 #include "optim/grad_scaling.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
@@ -94,7 +95,7 @@ int threads_per_rank(const TrainOptions& o, const Comm& world) {
 template <typename T>
 struct RankModel {
   std::vector<std::unique_ptr<GptModel<T>>> chunks;
-  std::vector<std::unique_ptr<GradBuckets<T>>> buckets;
+  std::vector<std::unique_ptr<GradReducer<T>>> buckets;
   std::vector<std::unique_ptr<AdamW<T>>> optimizers;
   std::vector<const GptModel<T>*> views() const {
     std::vector<const GptModel<T>*> v;
@@ -193,7 +194,7 @@ Status Trainer<T>::build_model() {
     } else {
       chunk->init_weights(o_.seed);
     }
-    auto buckets = std::make_unique<GradBuckets<T>>(chunk->layout(), g_.dp.get(),
+    auto buckets = std::make_unique<GradReducer<T>>(chunk->layout(), g_.dp.get(),
                                                     par.use_distributed_optimizer, bucket,
                                                     chunk->grads(), chunk->params());
     rank_.optimizers.push_back(
@@ -201,7 +202,7 @@ Status Trainer<T>::build_model() {
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
     // first (finish_gradients), so backward does not release its bucket.
     const int skip = g_.in_embedding_group() ? chunk->layout().word_embedding_index() : -1;
-    GradBuckets<T>* b = buckets.get();
+    GradReducer<T>* b = buckets.get();
     Comm* world = g_.world;
     chunk->set_grads_ready([b, skip, world](int first, int last) {
       for (int i = first; i < last; i++)
@@ -233,7 +234,7 @@ Status Trainer<T>::finish_gradients() {
       return s;
     totals_.embedding_comm += seconds_since(t0);
     add_box(TimelineBox::kEmbeddingComm, t0, Clock::now());
-    GradBuckets<T>& b = g_.first_stage() ? *rank_.buckets.front() : *rank_.buckets.back();
+    GradReducer<T>& b = g_.first_stage() ? *rank_.buckets.front() : *rank_.buckets.back();
     if (Status s = b.mark_ready(index, index + 1); !s) return s;
   }
   const auto t0 = Clock::now();

@@ -1,0 +1,190 @@
+// GradReducer (grad_reducer.h, Note [one reducer on two devices]).
+#include "optim/grad_reducer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/host_memory.h"
+#include "device/cpu_device.h"
+
+namespace lattice {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+template <typename T>
+GradReducer<T>::GradReducer(std::unique_ptr<Device> own, Device* device, Stream* dp_stream,
+                            const ParamLayout& layout, Comm* dp, bool distributed,
+                            size_t bucket_elems, T* grads, T* params)
+    : own_device_(std::move(own)),
+      device_(device ? *device : *own_device_),
+      dp_(dp && dp->size() > 1 ? dp : nullptr),
+      distributed_(distributed && dp_ != nullptr),
+      grads_(grads),
+      params_(params) {
+  const int n = static_cast<int>(layout.tensors().size());
+  bucket_of_tensor_.assign(n, -1);
+  ready_.assign(n, 0);
+  for (const BucketSpan& span : split_buckets(layout, bucket_elems)) {
+    Bucket b{span.begin, span.end, span.first_tensor, span.last_tensor,
+             span.last_tensor - span.first_tensor, {}, span.begin, nullptr};
+    for (int j = span.first_tensor; j < span.last_tensor; j++)
+      bucket_of_tensor_[j] = static_cast<int>(buckets_.size());
+    buckets_.push_back(std::move(b));
+  }
+  if (!dp_) return;
+  if (dp_stream) {
+    stream_ = dp_stream;
+  } else {
+    Result<Stream*> made = device_.new_stream("data-parallel");
+    stream_ = made ? *made : nullptr;  // the CPU device's never fails
+  }
+  if (!distributed_) return;
+  const int world = dp_->size(), rank = dp_->rank();
+  const bool own_buffers = device_.capabilities().host_addressable;
+  for (Bucket& b : buckets_) {
+    b.counts = shard_counts(b.end - b.begin, world);
+    for (int r = 0; r < rank; r++) b.shard_begin += b.counts[r];
+    if (!own_buffers) continue;
+    b.shard = static_cast<T*>(
+        device_.allocate(b.counts[rank] * sizeof(T), MemoryCategory::kCommBuffers));
+    if (!b.shard) return;  // allocated() says so
+    stats_.buffer_bytes += b.counts[rank] * sizeof(T);
+  }
+}
+
+template <typename T>
+GradReducer<T>::GradReducer(const ParamLayout& layout, Comm* dp, bool distributed,
+                            size_t bucket_elems, T* grads, T* params)
+    : GradReducer(std::make_unique<CpuDevice>(), nullptr, nullptr, layout, dp, distributed,
+                  bucket_elems, grads, params) {
+  if (!allocated()) {
+    size_t bytes = 0;
+    for (const Bucket& b : buckets_) bytes += b.counts[dp_->rank()] * sizeof(T);
+    throw OutOfMemory(MemoryCategory::kCommBuffers, bytes);
+  }
+}
+
+template <typename T>
+Result<std::unique_ptr<GradReducer<T>>> GradReducer<T>::create(Device& device, Stream& dp_stream,
+                                                               const ParamLayout& layout,
+                                                               Comm* dp, bool distributed,
+                                                               size_t bucket_elems, T* grads,
+                                                               T* params) {
+  std::unique_ptr<GradReducer> r(new GradReducer(nullptr, &device, &dp_stream, layout, dp,
+                                                 distributed, bucket_elems, grads, params));
+  if (!r->allocated()) {
+    size_t bytes = 0;
+    for (const Bucket& b : r->buckets_) bytes += b.counts[dp->rank()] * sizeof(T);
+    return device.out_of_memory(MemoryCategory::kCommBuffers, bytes);
+  }
+  return r;
+}
+
+template <typename T>
+GradReducer<T>::~GradReducer() {
+  // Nothing may still be in flight into the buffers freed here.
+  if (stream_) (void)device_.synchronize(*stream_);
+  for (Bucket& b : buckets_)
+    if (b.shard) device_.free(b.shard);
+}
+
+template <typename T>
+bool GradReducer<T>::allocated() const {
+  if (!distributed_ || !device_.capabilities().host_addressable) return true;
+  for (const Bucket& b : buckets_)
+    if (!b.shard) return false;
+  return true;
+}
+
+template <typename T>
+void GradReducer<T>::start_iteration() {
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (Bucket& b : buckets_) b.pending = b.last_tensor - b.first_tensor;
+}
+
+template <typename T>
+Status GradReducer<T>::launch(Bucket& b) {
+  if (!dp_) return Status::ok();
+  // The bucket's gradients are final once compute has run what it has queued (on the CPU that
+  // has happened: the wait costs nothing).
+  device_.wait(*stream_, device_.record(device_.compute()));
+  if (distributed_) {
+    T* recv = b.shard ? b.shard : grads_ + b.shard_begin;
+    return dp_->reduce_scatter(grads_ + b.begin, recv, b.counts, dtype_of<T>(), *stream_);
+  }
+  return dp_->all_reduce(grads_ + b.begin, b.end - b.begin, dtype_of<T>(), ReduceOp::kSum,
+                         *stream_);
+}
+
+template <typename T>
+Status GradReducer<T>::mark_ready(int first, int last) {
+  for (int i = first; i < last; i++) {
+    if (ready_[i]) continue;
+    ready_[i] = 1;
+    Bucket& b = buckets_[bucket_of_tensor_[i]];
+    if (--b.pending == 0)
+      if (Status s = launch(b); !s) return s;
+  }
+  // Operations in flight progress (MPI moves them only inside MPI calls).
+  if (dp_) device_.progress();
+  return Status::ok();
+}
+
+template <typename T>
+Status GradReducer<T>::finish() {
+  if (!dp_) return Status::ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  // Buckets backward did not complete (the tied embedding on a stage outside its group, ...):
+  // every rank alike.
+  for (Bucket& b : buckets_) {
+    if (b.pending > 0) {
+      b.pending = 0;
+      if (Status s = launch(b); !s) return s;
+    }
+  }
+  device_.wait(device_.compute(), device_.record(*stream_));
+  if (Status s = device_.synchronize(*stream_); !s) return s;
+  for (Bucket& b : buckets_)
+    if (b.shard)
+      device_.copy(grads_ + b.shard_begin, b.shard, b.counts[dp_->rank()] * sizeof(T),
+                   CopyKind::kDeviceToDevice, device_.compute());
+  stats_.wait_seconds += seconds_since(t0);
+  return Status::ok();
+}
+
+template <typename T>
+std::vector<ArenaRange> GradReducer<T>::owned_ranges() const {
+  if (!distributed_) return {};
+  std::vector<ArenaRange> out;
+  for (const Bucket& b : buckets_)
+    out.push_back({b.shard_begin, b.shard_begin + b.counts[dp_->rank()]});
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <typename T>
+Status GradReducer<T>::gather_params() {
+  if (!distributed_) return Status::ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  device_.wait(*stream_, device_.record(device_.compute()));  // the step wrote the shards
+  for (Bucket& b : buckets_)
+    if (Status s = dp_->all_gather(params_ + b.shard_begin, params_ + b.begin, b.counts,
+                                   dtype_of<T>(), *stream_);
+        !s)
+      return s;
+  device_.wait(device_.compute(), device_.record(*stream_));
+  Status s = device_.synchronize(*stream_);
+  const double seconds = seconds_since(t0);
+  stats_.wait_seconds += seconds;
+  stats_.gather_seconds += seconds;
+  return s;
+}
+
+template class GradReducer<float>;
+template class GradReducer<double>;
+
+}  // namespace lattice
