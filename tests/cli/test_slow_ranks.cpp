@@ -130,35 +130,14 @@ class SlowRanks : public QObject {
   void a_slowed_rank_of_a_real_run_is_named_by_runs_show() {
     QTemporaryDir dir;
     const QString db = dir.filePath("runs.sqlite");
-    const QStringList train = {LATTICE_CLI_PATH,
-                               "train",
-                               "--mock-data",
-                               "--num-layers",
-                               "2",
-                               "--hidden-size",
-                               "64",
-                               "--num-attention-heads",
-                               "4",
-                               "--seq-length",
-                               "32",
-                               "--vocab-size",
-                               "256",
-                               "--micro-batch-size",
-                               "2",
-                               "--global-batch-size",
-                               "8",
-                               "--train-iters",
-                               "6",
-                               "--log-interval",
-                               "3",
-                               "--eval-iters",
-                               "0",
-                               "--threads",
-                               "1",
-                               "--db",
-                               db,
-                               "--run-name",
-                               "slowed"};
+    // A tiny DP 2 run, two micro-batches of 2 per rank and iteration, logged every 3.
+    const QStringList train =
+        QStringList{LATTICE_CLI_PATH} +
+        QString("train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                "--seq-length 32 --vocab-size 256 --micro-batch-size 2 --global-batch-size 8 "
+                "--train-iters 6 --log-interval 3 --eval-iters 0 --threads 1 --run-name slowed")
+            .split(' ') +
+        QStringList{"--db", db};
     // DP 2: rank 1 alone gets 60 ms more per forward, 2 forwards per iteration.
     const testing::Run run = testing::run_process(
         LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", "1"} + train +

@@ -23,6 +23,7 @@
 #include "dashboard/metric_chart.h"
 #include "dashboard/series_store.h"
 #include "lattice/storage/run_store.h"
+#include "wait_for.h"
 
 using namespace lattice;
 using namespace lattice::ui;
@@ -53,17 +54,6 @@ double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
-
-template <typename F>
-bool waitFor(F done, int timeoutMs) {
-  QElapsedTimer t;
-  t.start();
-  while (!done()) {
-    if (t.elapsed() > timeoutMs) return false;
-    QApplication::processEvents(QEventLoop::AllEvents, 20);
-  }
-  return true;
 }
 
 }  // namespace
@@ -120,7 +110,7 @@ int main(int argc, char** argv) {
   };
   for (auto page : {DashboardView::kThroughputPage, DashboardView::kTrainingPage}) {
     view.setCurrentPage(page);
-    waitFor([&] { return false; }, 300);
+    waitFor([&] { return false; }, 300, 20);
   }
   auto refreshAll = [&] {
     for (MetricChart* c : charts) {
@@ -133,7 +123,7 @@ int main(int argc, char** argv) {
         refreshAll();
         return loaded();
       },
-      120000);
+      120000, 20);
   std::printf("first full picture of 8 series: %.2f s%s\n", clock.elapsed() / 1e3,
               ok ? "" : " (timed out)");
   int plotted = 0;
@@ -194,7 +184,7 @@ int main(int argc, char** argv) {
   const int replotsBefore = view.replotCount();
   const qint64 rowsBefore = view.store()->rowsSeen();
   probe.start();
-  waitFor([&] { return tick.elapsed() > 10000; }, 20000);
+  waitFor([&] { return tick.elapsed() > 10000; }, 20000, 20);
   probe.stop();
   stop = true;
   writer.join();

@@ -27,6 +27,7 @@
 #include "history/run_table_model.h"
 #include "lattice/storage/run_store.h"
 #include "lattice/train_options.h"
+#include "wait_for.h"
 
 using namespace lattice;
 using namespace lattice::ui;
@@ -100,17 +101,6 @@ void writeRuns(const QString& db, int runs) {
     if (!store.log_steps(id, steps) || !store.finish(id, storage::RunStatus::kFinished))
       qFatal("cannot log run %d", i);
   }
-}
-
-template <typename F>
-bool waitFor(F done, int timeoutMs) {
-  QElapsedTimer t;
-  t.start();
-  while (!done()) {
-    if (t.elapsed() > timeoutMs) return false;
-    QApplication::processEvents(QEventLoop::AllEvents, 5);
-  }
-  return true;
 }
 
 struct Row {

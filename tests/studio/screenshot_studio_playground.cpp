@@ -13,28 +13,9 @@
 #include "app/screenshot.h"
 #include "lattice/storage/run_store.h"
 #include "playground/playground_view.h"
+#include "wait_for.h"
 
 using namespace lattice::ui;
-
-namespace {
-
-// Runs the event loop until `signal` of `object` or `seconds` pass; false on the time-out.
-template <typename Object, typename Signal>
-bool waitFor(Object* object, Signal signal, int seconds) {
-  QEventLoop loop;
-  QTimer timer;
-  bool fired = false;
-  QObject::connect(object, signal, &loop, [&] {
-    fired = true;
-    loop.quit();
-  });
-  QObject::connect(&timer, &QTimer::timeout, &loop, &QEventLoop::quit);
-  timer.start(seconds * 1000);
-  loop.exec();
-  return fired;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
