@@ -169,15 +169,15 @@ int import_hf(const std::vector<std::string>& args) {
     }
     m.vocab_size = (*t)->vocab_size();
   }
-  GptModel<float> model(m, 1);
-  if (Status s = import_hf_gpt2(args[0], m, model.layout(), model.params()); !s) {
+  HostChunk model(m);
+  if (Status s = import_hf_gpt2(args[0], m, model.layout, model.params.data()); !s) {
     print_error("ckpt import-hf", s.message());
     return 1;
   }
   const ParallelLayout layout = single_layout(m.num_layers);
   RankParts parts;
   parts.layout = &layout;
-  parts.chunks = {&model};
+  parts.chunks = {model.weights()};
   const std::string dir = args[1];
   std::vector<std::string> notes;
   Result<SaveLock> lock = begin_save(dir, 0, &notes);
@@ -268,16 +268,15 @@ int reshard(const std::vector<std::string>& args) {
   const std::string tmp = lock->tmp_dir();
   for (int rank = 0; rank < world; rank++) {
     const ParallelLayout::Coord c = layout->coord(rank);
-    std::vector<std::unique_ptr<GptModel<float>>> chunks;
+    std::vector<std::unique_ptr<HostChunk>> chunks;
     std::vector<std::unique_ptr<AdamW<float>>> optimizers;
     RankParts parts;
     parts.layout = &*layout;
     for (int chunk = 0; chunk < layout->vpp; chunk++) {
-      chunks.push_back(std::make_unique<GptModel<float>>(m, shard_of(*layout, c, chunk, false), 1,
-                                                         nullptr, RecomputePlan{}));
-      parts.chunks.push_back(chunks.back().get());
+      chunks.push_back(std::make_unique<HostChunk>(m, shard_of(*layout, c, chunk, false)));
+      parts.chunks.push_back(chunks.back()->weights());
       if (optimizer) {
-        optimizers.push_back(std::make_unique<AdamW<float>>(chunks.back()->layout(), target.optim));
+        optimizers.push_back(std::make_unique<AdamW<float>>(chunks.back()->layout, target.optim));
         parts.optimizers.push_back(optimizers.back().get());
       }
     }

@@ -249,7 +249,7 @@ LoadedRank load_rank(const TrainOptions& o, const ParallelLayout& L, int rank,
     const ParamLayout& layout = chunks.back()->layout();
     optimizers.push_back(
         std::make_unique<AdamW<float>>(layout, o.optim, owned_ranges(o, L, layout, me.dp)));
-    parts.chunks.push_back(chunks.back().get());
+    parts.chunks.push_back({&chunks.back()->layout(), chunks.back()->params()});
     parts.optimizers.push_back(optimizers.back().get());
   }
   LoadedRank out;

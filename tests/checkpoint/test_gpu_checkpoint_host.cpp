@@ -207,7 +207,7 @@ struct CpuRank {
   RankParts parts() {
     RankParts p;
     p.layout = &layout;
-    p.chunks = {&model};
+    p.chunks = {{&model.layout(), model.params()}};
     p.optimizers = {&adam};
     return p;
   }
@@ -821,7 +821,7 @@ std::string worker_dopt_save(Comm& world, const std::string& dir, const std::str
         m.params()));
     cpu_adams.push_back(
         std::make_unique<AdamW<float>>(m.layout(), o.optim, cpu_buckets.back()->owned_ranges()));
-    parts.chunks.push_back(&m);
+    parts.chunks.push_back({&m.layout(), m.params()});
     parts.optimizers.push_back(cpu_adams.back().get());
   }
   if (Status s = load_checkpoint(*ref, parts, false, nullptr); !s)

@@ -20,8 +20,13 @@
 
 #include "checkpoint/checkpoint_format.h"
 #include "core/atomic_file.h"
+#include "core/host_memory.h"
 
 namespace lattice {
+
+HostChunk::HostChunk(const ModelConfig& config, const ModelShard& shard) : layout(config, shard) {
+  host_assign(params, layout.total_numel(), MemoryCategory::kWeights);
+}
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -76,12 +81,12 @@ Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::C
                       {"flat_end", end}});
   };
   for (size_t c = 0; c < parts.chunks.size(); c++) {
-    GptModel<float>& chunk = *parts.chunks[c];
-    const auto& tensors = chunk.layout().tensors();
+    const ChunkWeights& chunk = parts.chunks[c];
+    const auto& tensors = chunk.layout->tensors();
     if (me.dp == 0)
       for (const ParamTensor& t : tensors)
         if (t.counts_in_norm)
-          add("model", t, chunk.params() + t.offset, 0, static_cast<int64_t>(t.numel));
+          add("model", t, chunk.params + t.offset, 0, static_cast<int64_t>(t.numel));
     if (c >= parts.optimizers.size()) continue;
     const bool owner = parts.distributed_optimizer || me.dp == 0;
     if (!owner) continue;
@@ -380,11 +385,11 @@ Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool we
     return Status::ok();
   };
   for (size_t c = 0; c < parts.chunks.size(); c++) {
-    GptModel<float>& chunk = *parts.chunks[c];
-    const auto& tensors = chunk.layout().tensors();
+    const ChunkWeights& chunk = parts.chunks[c];
+    const auto& tensors = chunk.layout->tensors();
     for (const ParamTensor& t : tensors) {
       if (Status s = fetch("model", t.name); !s) return explain(s);
-      if (Status s = take_slice(t, shape, global, 0, t.numel, chunk.params() + t.offset, ref.path);
+      if (Status s = take_slice(t, shape, global, 0, t.numel, chunk.params + t.offset, ref.path);
           !s)
         return s;
     }

@@ -21,7 +21,7 @@
 #include "lattice/comm.h"
 #include "lattice/layout.h"
 #include "lattice/model_config.h"
-#include "model/gpt.h"
+#include "model/param_layout.h"
 #include "optim/adamw.h"
 
 namespace lattice {
@@ -38,11 +38,27 @@ struct TrainState {
   int loss_scale_growth_tracker = 0, loss_scale_hysteresis_tracker = 0;
 };
 
+// One chunk's weights as a checkpoint stores them: its layout and its fp32 arena in layout
+// order, both owned by the caller (a model's master arena, or a host buffer of an offline tool).
+struct ChunkWeights {
+  const ParamLayout* layout = nullptr;
+  float* params = nullptr;
+};
+
+// A chunk's weights in host memory (zero), for tools that move a checkpoint's weights without
+// a model (`lattice ckpt import-hf` and `reshard`). Throws OutOfMemory (core/host_memory.h).
+struct HostChunk {
+  HostChunk(const ModelConfig& config, const ModelShard& shard = {});
+  ParamLayout layout;
+  std::vector<float> params;  // (numel) layout order
+  ChunkWeights weights() { return {&layout, params.data()}; }
+};
+
 // One rank's share of the model and optimizer (optimizers may be empty: weights only).
 struct RankParts {
   const ParallelLayout* layout = nullptr;
   bool sequence_parallel = false, distributed_optimizer = false;
-  std::vector<GptModel<float>*> chunks;
+  std::vector<ChunkWeights> chunks;
   std::vector<AdamW<float>*> optimizers;
 };
 

@@ -171,7 +171,7 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
   for (auto& host : hosts) {
     shards.push_back(optimizer_shard(o, host->layout(), me->layout.dp, me->coord.dp));
     optimizers.push_back(host_optimizer(o, shards.back(), host->layout()));
-    parts.chunks.push_back(host.get());
+    parts.chunks.push_back({&host->layout(), host->params()});
     parts.optimizers.push_back(optimizers.back().get());
   }
   auto load = [&]() -> Status {
@@ -224,7 +224,7 @@ Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelCo
       optimizers.push_back(host_optimizer(o, shard, hosts.back()->layout()));
       downloaded =
           download_state(*devices[c], shard, *hosts.back(), *optimizers.back(), me->coord.dp == 0);
-      parts.chunks.push_back(hosts.back().get());
+      parts.chunks.push_back({&hosts.back()->layout(), hosts.back()->params()});
       parts.optimizers.push_back(optimizers.back().get());
     }
   }
@@ -251,8 +251,8 @@ Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
     }
   }
   if (Status s = agree(world, downloaded, "--save-hf"); !s) return s;
-  std::vector<const GptModel<float>*> chunks;
-  for (const auto& host : hosts) chunks.push_back(host.get());
+  std::vector<const float*> chunks;
+  for (const auto& host : hosts) chunks.push_back(host->params());
   Result<std::vector<float>> full =
       gather_full_params<float>(world, me->layout, model, false, chunks);
   if (!full) return full.status();

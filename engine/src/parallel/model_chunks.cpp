@@ -45,17 +45,18 @@ void place(const ParamTensor& t, const T* data, const ParamTensor& g, T* full) {
 template <typename T>
 Result<std::vector<T>> gather_full_params(Comm& world, const ParallelLayout& layout,
                                           const ModelConfig& config, bool sequence_parallel,
-                                          const std::vector<const GptModel<T>*>& chunks) {
+                                          const std::vector<const T*>& params) {
   const int rank = world.rank();
   const ParallelLayout::Coord me = layout.coord(rank);
   constexpr int kTag = 7001;
   if (rank != 0) {
     if (me.dp != 0) return std::vector<T>{};
-    for (const GptModel<T>* chunk : chunks) {
+    for (int chunk = 0; chunk < layout.vpp; chunk++) {
+      const ParamLayout part(config, shard_of(layout, me, chunk, sequence_parallel));
       std::vector<T> packed;
-      for (const ParamTensor& t : chunk->layout().tensors())
-        if (sent(t)) packed.insert(packed.end(), chunk->params() + t.offset,
-                                   chunk->params() + t.offset + t.numel);
+      for (const ParamTensor& t : part.tensors())
+        if (sent(t)) packed.insert(packed.end(), params[chunk] + t.offset,
+                                   params[chunk] + t.offset + t.numel);
       if (Status s = world.send(packed.data(), packed.size(), dtype_of<T>(), 0, kTag); !s)
         return s;
     }
@@ -73,7 +74,7 @@ Result<std::vector<T>> gather_full_params(Comm& world, const ParallelLayout& lay
       const ParamLayout part(config, shard_of(layout, c, chunk, sequence_parallel));
       const T* data = nullptr;
       if (r == 0) {
-        data = chunks[chunk]->params();
+        data = params[chunk];
         for (const ParamTensor& t : part.tensors())
           if (sent(t)) place(t, data + t.offset, *by_name.at(t.name), full.data());
         continue;
@@ -96,9 +97,9 @@ Result<std::vector<T>> gather_full_params(Comm& world, const ParallelLayout& lay
 
 template Result<std::vector<float>> gather_full_params(Comm&, const ParallelLayout&,
                                                        const ModelConfig&, bool,
-                                                       const std::vector<const GptModel<float>*>&);
-template Result<std::vector<double>> gather_full_params(
-    Comm&, const ParallelLayout&, const ModelConfig&, bool,
-    const std::vector<const GptModel<double>*>&);
+                                                       const std::vector<const float*>&);
+template Result<std::vector<double>> gather_full_params(Comm&, const ParallelLayout&,
+                                                        const ModelConfig&, bool,
+                                                        const std::vector<const double*>&);
 
 }  // namespace lattice

@@ -8,7 +8,7 @@
 #include "lattice/comm.h"
 #include "lattice/layout.h"
 #include "lattice/train_options.h"
-#include "model/gpt.h"
+#include "model/param_layout.h"
 
 namespace lattice {
 
@@ -18,10 +18,11 @@ ModelShard shard_of(const ParallelLayout& layout, const ParallelLayout::Coord& c
 
 // Collective over `world`: rank 0 returns the parameters of the whole model in
 // ParamLayout(config)'s arena order; other ranks return an empty vector. Each tensor is taken
-// from the data-parallel rank 0 copy that holds it (replicas are identical).
+// from the data-parallel rank 0 copy that holds it (replicas are identical). params[c]: this
+// rank's chunk c's parameters in ParamLayout(config, shard_of(layout, coord, c, ...)) order.
 template <typename T>
 Result<std::vector<T>> gather_full_params(Comm& world, const ParallelLayout& layout,
                                           const ModelConfig& config, bool sequence_parallel,
-                                          const std::vector<const GptModel<T>*>& chunks);
+                                          const std::vector<const T*>& params);
 
 }  // namespace lattice

@@ -97,9 +97,9 @@ struct RankModel {
   std::vector<std::unique_ptr<GptModel<T>>> chunks;
   std::vector<std::unique_ptr<GradReducer<T>>> buckets;
   std::vector<std::unique_ptr<AdamW<T>>> optimizers;
-  std::vector<const GptModel<T>*> views() const {
-    std::vector<const GptModel<T>*> v;
-    for (const auto& c : chunks) v.push_back(c.get());
+  std::vector<const T*> params() const {
+    std::vector<const T*> v;
+    for (const auto& c : chunks) v.push_back(c->params());
     return v;
   }
 };
@@ -475,7 +475,7 @@ RankParts Trainer<T>::parts() {
   p.sequence_parallel = o_.parallel.sequence_parallel;
   p.distributed_optimizer = o_.parallel.use_distributed_optimizer;
   if constexpr (std::is_same_v<T, float>) {
-    for (auto& c : rank_.chunks) p.chunks.push_back(c.get());
+    for (auto& c : rank_.chunks) p.chunks.push_back({&c->layout(), c->params()});
     for (auto& a : rank_.optimizers) p.optimizers.push_back(a.get());
   }
   return p;
@@ -747,7 +747,7 @@ Result<TrainSummary> Trainer<T>::run() {
   }
   if (!o_.save_hf.empty()) {
     Result<std::vector<T>> full =
-        gather_full_params<T>(world, L, mc_, o_.parallel.sequence_parallel, rank_.views());
+        gather_full_params<T>(world, L, mc_, o_.parallel.sequence_parallel, rank_.params());
     if (!full) return full.status();
     if (rank0) {
       std::vector<float> as_float(full->begin(), full->end());
