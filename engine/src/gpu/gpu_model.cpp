@@ -236,16 +236,7 @@ Status GpuGpt<A>::init_weights(uint64_t seed) {
   size_t failed_bytes = 0;
   if (device_.capabilities().host_addressable) {
     (void)device_.synchronize(compute());
-    // Independent streams per tensor: drawn in parallel, as GptModel::init_weights.
-#pragma omp parallel for schedule(dynamic, 1)
-    for (size_t index = 0; index < tensors.size(); index++) {
-      const ParamTensor& t = tensors[index];
-      const size_t failed = init_tensor(config_, t, seed, master_ + t.offset);
-      if (failed > 0) {
-#pragma omp critical(lattice_gpu_init_weights_failure)
-        failed_bytes = std::max(failed_bytes, failed);
-      }
-    }
+    failed_bytes = init_arena(config_, layout_, seed, master_);
   } else {
     // Staged: one tensor's slice at a time through a host buffer (the device's memory cannot be
     // written from the host); the copy is waited for before the buffer is refilled.

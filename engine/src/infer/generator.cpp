@@ -13,7 +13,8 @@
 #include "infer/infer_model.h"
 #include "infer/sampling.h"
 #include "lattice/infer.h"
-#include "model/gpt.h"
+#include "core/host_memory.h"
+#include "model/init_weights.h"
 
 namespace lattice {
 
@@ -178,10 +179,9 @@ std::unique_ptr<Generator> Generator::random(const ModelConfig& config, uint64_t
   m.attention_dropout = m.hidden_dropout = 0.0f;
   auto model = std::make_unique<InferenceModel>(m, tp);
   // The training model's initialisation of the same shard: the same weights whatever the
-  // layout (gpt.h init_weights).
-  GptModel<float> init(m, model->layout().shard(), 1, nullptr, RecomputePlan{});
-  init.init_weights(seed);
-  std::copy_n(init.params(), init.arena_size(), model->params());
+  // layout (model/init_weights.h).
+  if (const size_t failed = init_arena(m, model->layout(), seed, model->params()); failed > 0)
+    throw OutOfMemory(MemoryCategory::kWorkspace, failed);
   return std::unique_ptr<Generator>(new Generator(std::move(model), max_batch_size, 256));
 }
 

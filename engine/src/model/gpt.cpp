@@ -185,22 +185,8 @@ MemoryBreakdown GptModel<T>::memory() const {
 
 template <typename T>
 void GptModel<T>::init_weights(uint64_t seed) {
-  // Tensors draw from independent streams, so they are filled in parallel (the result does not
-  // depend on the thread count; a 1.3B model takes seconds, not a minute).
-  const std::vector<ParamTensor>& tensors = layout_.tensors();
-  std::fill(params_.begin(), params_.end(), T(0));  // the alignment gaps between tensors
-  // A global tensor's draw that cannot be allocated: no exception may leave the parallel loop.
-  size_t failed_bytes = 0;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t index = 0; index < tensors.size(); index++) {
-    const ParamTensor& t = tensors[index];
-    const size_t failed = init_tensor(config_, t, seed, params_.data() + t.offset);
-    if (failed > 0) {
-#pragma omp critical(lattice_init_weights_failure)
-      failed_bytes = std::max(failed_bytes, failed);
-    }
-  }
-  if (failed_bytes > 0) throw OutOfMemory(MemoryCategory::kWorkspace, failed_bytes);
+  if (const size_t failed = init_arena(config_, layout_, seed, params_.data()); failed > 0)
+    throw OutOfMemory(MemoryCategory::kWorkspace, failed);
 }
 
 template <typename T>

@@ -1,4 +1,5 @@
-// init_tensor (init_weights.h): one global tensor drawn in T, its slice copied out.
+// init_tensor and init_arena (init_weights.h): one global tensor drawn in T, its slice copied
+// out; every tensor of a layout into its arena.
 #include "model/init_weights.h"
 
 #include <algorithm>
@@ -60,7 +61,26 @@ size_t init_tensor(const ModelConfig& config, const ParamTensor& t, uint64_t see
   return 0;
 }
 
+template <typename T>
+size_t init_arena(const ModelConfig& config, const ParamLayout& layout, uint64_t seed, T* arena) {
+  const std::vector<ParamTensor>& tensors = layout.tensors();
+  std::fill(arena, arena + layout.total_numel(), T(0));
+  size_t failed_bytes = 0;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t index = 0; index < tensors.size(); index++) {
+    const ParamTensor& t = tensors[index];
+    const size_t failed = init_tensor(config, t, seed, arena + t.offset);
+    if (failed > 0) {
+#pragma omp critical(lattice_init_arena_failure)
+      failed_bytes = std::max(failed_bytes, failed);
+    }
+  }
+  return failed_bytes;
+}
+
 template size_t init_tensor(const ModelConfig&, const ParamTensor&, uint64_t, float*);
 template size_t init_tensor(const ModelConfig&, const ParamTensor&, uint64_t, double*);
+template size_t init_arena(const ModelConfig&, const ParamLayout&, uint64_t, float*);
+template size_t init_arena(const ModelConfig&, const ParamLayout&, uint64_t, double*);
 
 }  // namespace lattice
