@@ -24,8 +24,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <vector>
 #include <type_traits>
+#include <vector>
 
 #include "core/host_memory.h"
 #include "model/init_weights.h"
@@ -105,8 +105,9 @@ GpuLayerActs<A> GpuGpt<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved) 
   a.ln1_rstd = from.template take<G>(R_, MC::kActivations);
   a.qkv = from.template take<A>(3 * NCt, MC::kActivations);
   a.atty = from.template take<A>(NCt, MC::kActivations);
-  a.saved =
-      keep_saved ? from.template take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations) : nullptr;
+  a.saved = keep_saved
+                ? from.template take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations)
+                : nullptr;
   a.res_mid = from.template take<A>(RC, MC::kActivations);
   a.ln2 = from.template take<A>(RC, MC::kActivations);
   a.ln2_mean = from.template take<G>(R_, MC::kActivations);
@@ -193,8 +194,7 @@ Result<std::unique_ptr<GpuActivations<A>>> GpuGpt<A>::new_activations() {
 template <typename A>
 Result<std::unique_ptr<GpuGpt<A>>> GpuGpt<A>::create(const ModelConfig& config, int micro_batch,
                                                      Device& device, const ModelShard& shard,
-                                                     Comm* tp,
-                                                     const RecomputePlan& recompute) {
+                                                     Comm* tp, const RecomputePlan& recompute) {
   Ops<A>* ops = device.ops<A>();
   if (!ops)
     return Status::invalid_argument("GpuGpt: " + device.describe() + " has no op list for " +
@@ -549,8 +549,8 @@ void GpuGpt<A>::layer_forward_from_ln1(int l, const GpuLayerActs<A>& la, const A
 //
 // Note [selective recomputation]: with --recompute-granularity selective on a device whose
 // attention saves its scores (the CPU's probabilities (B, Ht, T, T): the s^2 part, Megatron's
-// "core attention" recomputation), no layer keeps them per micro-batch. Every layer's forward writes
-// one tensor of the model's workspace (selective_saved_), and every layer's backward reruns
+// "core attention" recomputation), no layer keeps them per micro-batch. Every layer's forward
+// writes one tensor of the model's workspace (selective_saved_), and every layer's backward reruns
 // attention_forward over its kept qkv with the micro-batch's dropout key just before it needs the
 // tensor, into d_atty_ (free until the projection's backward writes it) as the discarded
 // output; the rerun is the forward's op on the same inputs, so the tensor is the forward's bit

@@ -10,10 +10,10 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/hf_gpt2.h"
+#include "core/host_memory.h"
 #include "infer/infer_model.h"
 #include "infer/sampling.h"
 #include "lattice/infer.h"
-#include "core/host_memory.h"
 #include "model/init_weights.h"
 
 namespace lattice {

@@ -22,7 +22,9 @@ ModelShard shard_of(const ParallelLayout& layout, const ParallelLayout::Coord& c
 namespace {
 
 // The tensors a rank sends: one copy of every slice (TP replicas and the tied copy skipped).
-bool sent(const ParamTensor& t) { return t.counts_in_norm; }
+bool sent(const ParamTensor& t) {
+  return t.counts_in_norm;
+}
 
 // Copies slice `t` (data) into the global tensor `g` of the full arena.
 template <typename T>
@@ -55,10 +57,9 @@ Result<std::vector<T>> gather_full_params(Comm& world, const ParallelLayout& lay
       const ParamLayout part(config, shard_of(layout, me, chunk, sequence_parallel));
       std::vector<T> packed;
       for (const ParamTensor& t : part.tensors())
-        if (sent(t)) packed.insert(packed.end(), params[chunk] + t.offset,
-                                   params[chunk] + t.offset + t.numel);
-      if (Status s = world.send(packed.data(), packed.size(), dtype_of<T>(), 0, kTag); !s)
-        return s;
+        if (sent(t))
+          packed.insert(packed.end(), params[chunk] + t.offset, params[chunk] + t.offset + t.numel);
+      if (Status s = world.send(packed.data(), packed.size(), dtype_of<T>(), 0, kTag); !s) return s;
     }
     return std::vector<T>{};
   }

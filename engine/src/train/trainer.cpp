@@ -582,7 +582,8 @@ Result<TrainSummary> Trainer<T>::run() {
     std::snprintf(scale, sizeof scale, "%g", o_.initial_loss_scale);
     sink_.on_message("warning: the checkpoint in --load " + o_.load +
                      " holds no loss scale (it was saved without --fp16); the dynamic loss "
-                     "scale starts again at --initial-loss-scale " + scale);
+                     "scale starts again at --initial-loss-scale " +
+                     scale);
   }
   auto progress = [&](int iteration) {
     TrainState s{iteration, consumed_, valid_consumed, steps, skipped, nan_iterations};
