@@ -94,9 +94,9 @@ class Cli : public QObject {
     // Per step, 2 micro-batches: 4 linear layers in each of 2 layers, one LM head.
     QCOMPARE(calls("linear forward"), 2 * 2 * 4);
     QCOMPARE(calls("lm head forward"), 2);
-    QVERIFY2(r.out.contains("\n    optimizer (norm, clip, adamw)") &&
-                 r.out.contains("\n    untimed "),
-             qPrintable(r.out));
+    QVERIFY2(
+        r.out.contains("\n    optimizer (norm, clip, adamw)") && r.out.contains("\n    untimed "),
+        qPrintable(r.out));
   }
 
   void same_seed_same_output_across_processes() {
@@ -169,6 +169,25 @@ class Cli : public QObject {
                             {"LATTICE_DATA_DIR=" + dir.path()});
     QVERIFY2(generated.exit_code == 0, qPrintable(generated.err));
     QVERIFY(!generated.out.trimmed().isEmpty());
+  }
+
+  // Every rank of `mpirun -n 2 lattice demo` on a fresh data directory builds the corpus at
+  // once: two processes doing so take turns (a lock in the directory) and both succeed.
+  void two_processes_building_the_demo_corpus_at_once_both_succeed() {
+    QTemporaryDir dir;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("LATTICE_DATA_DIR", dir.path());
+    QProcess a, b;
+    for (QProcess* p : {&a, &b}) {
+      p->setProcessEnvironment(env);
+      p->start(LATTICE_CLI_PATH, {"data", "demo"});
+    }
+    for (QProcess* p : {&a, &b}) {
+      QVERIFY(p->waitForFinished(240000));
+      QVERIFY2(p->exitStatus() == QProcess::NormalExit && p->exitCode() == 0,
+               qPrintable(p->readAllStandardError() + p->readAllStandardOutput()));
+    }
+    QVERIFY(QFileInfo::exists(dir.filePath("demo/fortunes_text_document.idx")));
   }
 
   void data_preprocess_inspect_train_and_eval() {
@@ -265,9 +284,9 @@ class Cli : public QObject {
     Run show = run_cli({"runs", "show", "tiny-1", "--db", db});
     QVERIFY2(show.exit_code == 0, qPrintable(show.err));
     // A repeated list flag adds to the list.
-    for (const char* field : {"tags:        cpu, smoke, tiny", "status:      finished",
-                              "latest metrics (step 4)", "lm loss",
-                              "validation lm loss", "\"run-name\":\"tiny-1\""})
+    for (const char* field :
+         {"tags:        cpu, smoke, tiny", "status:      finished", "latest metrics (step 4)",
+          "lm loss", "validation lm loss", "\"run-name\":\"tiny-1\""})
       QVERIFY2(show.out.contains(field), qPrintable(field + QString(" missing in ") + show.out));
     // The same name again is refused before any training.
     Run again = run_cli(QStringList{"train", "--mock-data", "--train-iters", "2", "--db", db,

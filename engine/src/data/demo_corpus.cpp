@@ -1,4 +1,8 @@
 // `lattice data demo`: the fortunes corpus as a ready-to-train dataset.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +24,28 @@ std::string default_data_dir() {
   return std::string(home && *home ? home : ".") + "/.local/share/lattice";
 }
 
+namespace {
+// An exclusive flock on a file, held until destruction: the processes that build the corpus at
+// once (every rank of `mpirun -n 2 lattice demo` on a fresh data directory) take turns, and the
+// later ones find it built. Without the lock they wrote the same .tmp files and all but the
+// first failed to rename theirs.
+class BuildLock {
+ public:
+  explicit BuildLock(const std::string& path) : fd_(::open(path.c_str(), O_CREAT | O_RDWR, 0644)) {
+    if (fd_ >= 0) ::flock(fd_, LOCK_EX);
+  }
+  ~BuildLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  BuildLock(const BuildLock&) = delete;
+  BuildLock& operator=(const BuildLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+}  // namespace
+
 DemoCorpus demo_corpus_paths(const std::string& data_dir) {
   DemoCorpus c;
   c.data_prefix = data_dir + "/demo/fortunes_text_document";
@@ -39,6 +65,11 @@ Result<DemoCorpus> build_demo_corpus(const std::string& data_dir, int vocab_size
   std::error_code ec;
   fs::create_directories(data_dir + "/demo", ec);
   if (ec) return Status::io_error(data_dir + "/demo: cannot create (" + ec.message() + ")");
+  const BuildLock lock(data_dir + "/demo/.build.lock");
+  if (!lock.held())
+    return Status::io_error(data_dir +
+                            "/demo/.build.lock: cannot open the lock that keeps two "
+                            "processes from building the corpus at once");
 
   if (rebuild || !fs::exists(c.tokenizer_model)) {
     Result<std::vector<std::string>> read = read_all_texts(files, InputFormat::kFortune, {});
