@@ -490,6 +490,7 @@ int plan_command(const std::vector<std::string>& args) {
   if (errors.empty())
     if (Status s = resolve_vocabulary(o); !s) errors.push_back(s.message());
   if (errors.empty()) resolve_device(flags, o, cluster, errors);
+  o.device = engine_device(cluster.device);  // the memory estimate's attention term
   if (!errors.empty()) {
     for (const std::string& e : errors) print_error(kCommand, e);
     return 2;

@@ -9,6 +9,9 @@
 // - Per-op times: with set_op_times on, one step marks every op under the CPU model's Op names,
 //   the expected number of times; off, none.
 // - Device::progress() after every layer's forward and backward.
+// - The planner's activation estimate (plan/memory_estimate.cpp) is the bytes the model takes
+//   for one micro-batch and its recomputation scratch, to the byte, for fp32, bf16 and fp64,
+//   with and without each recomputation, on every pipeline stage.
 // - Open question 1 of docs/one-engine.md, answered: at TP 1 in fp32, one step of GpuGpt<float>
 //   on the CPU device gives GptModel<float>'s token losses and gradients bit for bit without
 //   dropout on every copy of the CPU kernels this machine runs (Note [CPU dispatch]), and with
@@ -23,7 +26,10 @@
 #include "device/ops.h"
 #include "gpu/gpu_model.h"
 #include "lattice/cpu_isa.h"
+#include "lattice/plan.h"
+#include "lattice/train_options.h"
 #include "model/gpt.h"
+#include "parallel/model_chunks.h"
 
 using namespace lattice;
 
@@ -327,6 +333,74 @@ class GpuModelChecks : public QObject {
       g.collect_op_times();
       QCOMPARE(g.profiler().calls(Op::kLayerNorm), before);
     }
+  }
+
+  // One micro-batch in flight (global batch = micro batch): each stage's planned activations are
+  // what its chunk allocates on the CPU device, model and one micro-batch's activations.
+  void planner_counts_the_activations_the_model_takes() {
+    const QStringList recomputes[] = {{},
+                                      {"--recompute-granularity", "selective"},
+                                      {"--recompute-granularity", "full", "--recompute-method",
+                                       "uniform", "--recompute-num-layers", "1"},
+                                      {"--recompute-granularity", "full", "--recompute-method",
+                                       "block", "--recompute-num-layers", "1"}};
+    for (const char* precision : {"", "--bf16", "--fp64"})
+      for (int pp : {1, 2})
+        for (const QStringList& recompute : recomputes) {
+          QStringList flags = {"--num-layers",
+                               "4",
+                               "--hidden-size",
+                               "64",
+                               "--num-attention-heads",
+                               "4",
+                               "--seq-length",
+                               "32",
+                               "--max-position-embeddings",
+                               "32",
+                               "--vocab-size",
+                               "100",
+                               "--micro-batch-size",
+                               "2",
+                               "--global-batch-size",
+                               "2",
+                               "--pipeline-model-parallel-size",
+                               QString::number(pp)};
+          if (precision[0] != '\0') flags << precision;
+          flags += recompute;
+          const QString name = flags.join(' ');
+          std::vector<std::string> args;
+          for (const QString& f : flags) args.push_back(f.toStdString());
+          Result<TrainOptions> o = parse_train_flags(args);
+          QVERIFY2(bool(o), qPrintable(name));
+          Result<ParallelLayout> layout = make_layout(*o, pp);
+          QVERIFY2(bool(layout), qPrintable(name));
+          const MemoryEstimate est = estimate_memory(*o, *layout);
+          for (int p = 0; p < pp; p++) {
+            const ModelShard shard = shard_of(*layout, {0, 0, p}, 0, false);
+            const ParallelOptions& par = o->parallel;
+            const RecomputePlan plan =
+                RecomputePlan::make(par.recompute_granularity, par.recompute_method,
+                                    par.recompute_num_layers, shard.num_layers(o->model));
+            CpuDevice device;
+            auto taken = [&]<typename A>() -> size_t {
+              auto model = gpu::GpuGpt<A>::create(o->model, 2, device, shard, nullptr, plan);
+              if (!model) return 0;
+              auto acts = (*model)->new_activations();
+              if (!acts) return 0;
+              return device.usage(MemoryCategory::kActivations).current;
+            };
+            const size_t bytes = precision == std::string("--bf16")   ? taken.operator()<bf16>()
+                                 : precision == std::string("--fp64") ? taken.operator()<double>()
+                                                                      : taken.operator()<float>();
+            QVERIFY2(bytes == est.stages[p].activation_bytes,
+                     qPrintable(QString("%1, pp rank %2: the model takes %3 bytes, the planner "
+                                        "says %4")
+                                    .arg(name)
+                                    .arg(p)
+                                    .arg(bytes)
+                                    .arg(est.stages[p].activation_bytes)));
+          }
+        }
   }
 
   // MPI moves non-blocking messages only inside MPI calls: the model lets the device test its

@@ -140,11 +140,11 @@ class LayoutTest : public QObject {
   void uneven_split_gives_first_and_last_their_layers() {
     // 9 layers on 4 stages: 3 on the first, 2 on the last (it also holds the LM head), the
     // two between share 4.
-    lattice::Result<ParallelLayout> l = lattice::make_layout(
-        options({"--num-layers", "9", "--pipeline-model-parallel-size", "4",
-                 "--decoder-first-pipeline-num-layers", "3", "--decoder-last-pipeline-num-layers",
-                 "2"}),
-        4);
+    lattice::Result<ParallelLayout> l =
+        lattice::make_layout(options({"--num-layers", "9", "--pipeline-model-parallel-size", "4",
+                                      "--decoder-first-pipeline-num-layers", "3",
+                                      "--decoder-last-pipeline-num-layers", "2"}),
+                             4);
     QVERIFY2(l.is_ok(), l.status().message().c_str());
     const int begins[] = {0, 3, 5, 7}, ends[] = {3, 5, 7, 9};
     for (int p = 0; p < 4; p++) {
@@ -185,9 +185,9 @@ class LayoutTest : public QObject {
 
   // Megatron's default: --global-batch-size not given is --micro-batch-size x DP.
   void global_batch_defaults_to_micro_batch_times_data_parallel() {
-    const lattice::TrainOptions o = options({"--tensor-model-parallel-size", "2",
-                                             "--pipeline-model-parallel-size", "4",
-                                             "--num-layers", "8", "--micro-batch-size", "3"});
+    const lattice::TrainOptions o =
+        options({"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "4",
+                 "--num-layers", "8", "--micro-batch-size", "3"});
     QCOMPARE(o.global_batch_size, 0);
     const lattice::TrainOptions resolved = lattice::with_default_global_batch(o, 16);
     QCOMPARE(resolved.global_batch_size, 3 * 2);  // DP = 16 / (2 x 4)
@@ -250,15 +250,20 @@ class LayoutTest : public QObject {
         << "--decoder-first-pipeline-num-layers 1 split the pipeline unevenly, which needs "
            "--pipeline-model-parallel-size > 1";
     QTest::newRow("uneven split shares")
-        << QStringList{"--pipeline-model-parallel-size", "3", "--num-layers", "8",
+        << QStringList{"--pipeline-model-parallel-size",     "3", "--num-layers", "8",
                        "--decoder-last-pipeline-num-layers", "1"}
         << 3
         << "--decoder-last-pipeline-num-layers 1 leave 7 of --num-layers 8 for 2 other pipeline "
            "stage(s), which must share them evenly (at least one each)";
     QTest::newRow("uneven split not interleaved")
-        << QStringList{"--pipeline-model-parallel-size", "2", "--num-layers", "8",
-                       "--decoder-first-pipeline-num-layers", "5",
-                       "--num-layers-per-virtual-pipeline-stage", "1"}
+        << QStringList{"--pipeline-model-parallel-size",
+                       "2",
+                       "--num-layers",
+                       "8",
+                       "--decoder-first-pipeline-num-layers",
+                       "5",
+                       "--num-layers-per-virtual-pipeline-stage",
+                       "1"}
         << 2
         << "--decoder-first-pipeline-num-layers 5 cannot be combined with "
            "--num-layers-per-virtual-pipeline-stage";
@@ -415,17 +420,20 @@ class LayoutTest : public QObject {
     QCOMPARE(b.optimizer_bytes, 8 * ((n + 3) / 4));  // sharded over DP 4
   }
 
-  void activations_follow_the_layer_formula() {
-    // Two more layers add 2 * sbh (34 + 5as/h) bytes in 16-bit, doubled for fp32.
+  void activations_count_the_models_buffers() {
+    // Two more layers add two of the one model's layers (gpu/gpu_model.h take_layer_acts), fp32
+    // on the CPU: ln1, res_mid, ln2 and the layer's output in the residual stream (4 sbh); qkv
+    // and the attention output (4 sbh); FC1 and GELU outputs (2 sbF); four LayerNorm statistics
+    // (4 sb) and the attention's saved probabilities (b a s^2).
     auto per_micro_batch = [](const char* layers) {
       const lattice::TrainOptions o = options({"--num-layers", layers, "--micro-batch-size", "2"});
       return lattice::estimate_memory(o, *lattice::make_layout(o, 1))
           .stages[0]
           .activation_bytes_per_micro_batch;
     };
-    const double s = 64, b = 2, h = 64, a = 4;
-    const double expected = 2 * 2 * s * b * h * (34 + 5 * a * s / h);
-    QCOMPARE(static_cast<double>(per_micro_batch("4") - per_micro_batch("2")), expected);
+    const double s = 64, b = 2, h = 64, a = 4, F = 4 * h, N = s * b;
+    const double layer = 4 * (4 * N * h + N * (4 * h + 2 * F)) + 4 * (4 * N + b * a * s * s);
+    QCOMPARE(static_cast<double>(per_micro_batch("4") - per_micro_batch("2")), 2 * layer);
   }
 
   void recomputation_and_sequence_parallelism_shrink_activations() {

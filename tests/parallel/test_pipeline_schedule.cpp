@@ -9,8 +9,8 @@
 
 #include "pipeline/schedule.h"
 
-using lattice::PipelineAction;
 using lattice::pipeline_schedule;
+using lattice::PipelineAction;
 
 namespace {
 
@@ -112,11 +112,30 @@ class PipelineSchedule : public QObject {
         for (int m : {1, 2, 3, 4, 8, 16}) {
           if (chunks > 1 && m % stages != 0) continue;
           const QString why = simulate(stages, chunks, m);
-          QVERIFY2(why.isEmpty(), qPrintable(QString("pp %1 chunks %2 m %3: %4")
-                                                 .arg(stages)
-                                                 .arg(chunks)
-                                                 .arg(m)
-                                                 .arg(why)));
+          QVERIFY2(
+              why.isEmpty(),
+              qPrintable(
+                  QString("pp %1 chunks %2 m %3: %4").arg(stages).arg(chunks).arg(m).arg(why)));
+        }
+  }
+
+  // chunk_peaks is each chunk's high-water mark of live micro-batches in the schedule itself.
+  void chunk_peaks_are_each_chunks_most_in_flight() {
+    for (int stages : {1, 2, 3, 4, 8})
+      for (int chunks : {1, 2, 3, 4})
+        for (int m : {1, 2, 3, 4, 8, 12, 16, 24}) {
+          if (chunks > 1 && (m % stages != 0 || stages == 1)) continue;
+          for (int r = 0; r < stages; r++) {
+            std::vector<int> live(chunks, 0), peak(chunks, 0);
+            for (const PipelineAction& a : pipeline_schedule(stages, r, chunks, m)) {
+              live[a.chunk] += a.kind == PipelineAction::kForward ? 1 : -1;
+              peak[a.chunk] = std::max(peak[a.chunk], live[a.chunk]);
+            }
+            QVERIFY2(
+                lattice::chunk_peaks(stages, r, chunks, m) == peak,
+                qPrintable(
+                    QString("pp %1 rank %2 chunks %3 m %4").arg(stages).arg(r).arg(chunks).arg(m)));
+          }
         }
   }
 

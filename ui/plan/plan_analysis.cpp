@@ -31,7 +31,7 @@ QStringList PlanAnalysis::messagesFor(const QString& field) const {
 
 PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops) {
   PlanAnalysis a;
-  const TrainOptions o = with_default_global_batch(plan.options, plan.cluster.world());
+  TrainOptions o = with_default_global_batch(plan.options, plan.cluster.world());
   std::vector<std::string> messages = o.validate(/*require_data=*/false);
   const std::vector<std::string> layout = layout_errors(o, plan.cluster.world());
   messages.insert(messages.end(), layout.begin(), layout.end());
@@ -42,6 +42,7 @@ PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops) {
     a.errors.push_back({fieldOfMessage(m), QString::fromStdString(m)});
 
   a.cluster = clusterSpec(plan.cluster, precisionOf(o), cpuGflops);
+  o.device = engine_device(a.cluster.device);  // the estimate's attention term
   if (o.model.validate().empty() && o.model.vocab_size > 0) a.parameters = o.model.num_parameters();
   if (!a.valid()) return a;
 

@@ -34,16 +34,20 @@ struct StageEstimate {
   size_t weight_bytes = 0;
   size_t grad_bytes = 0;
   size_t optimizer_bytes = 0;  // / DP (rounded up) with the distributed optimizer
-  // Activations one micro-batch keeps for its backward on this rank (all its model chunks),
-  // Korthikanti et al.'s per-layer formula for the recompute setting: as published for 16-bit
-  // training, doubled for fp32, four times for fp64.
+  // Activations one micro-batch keeps for its backward on this rank (all its model chunks): the
+  // buffers the engine's model takes for it (gpu/gpu_model.h new_activations) for the recompute
+  // setting, the precision and the device (options.device "cuda": flash attention's
+  // log-sum-exps instead of the CPU's T x T probabilities).
   size_t activation_bytes_per_micro_batch = 0;
   // Micro-batches whose activations are alive at once at the schedule's peak: 1 without
   // pipelining, min(M, PP - pp_rank) with 1F1B, the interleaved warm-up / VPP with virtual
   // stages (PP * (1 + (PP - 1) / (PP * VPP)) on the first stage, all M when M == PP); M is the
   // micro-batch count per DP rank.
   double micro_batches_in_flight = 0;
-  // At that peak, with the embedding / LM-head extras and the one recomputed chunk.
+  // Each model chunk's activations times the micro-batches its pool in the executor grows to
+  // (pipeline/schedule.h chunk_peaks: min(M, PP - pp_rank) with 1F1B; interleaved, each chunk's
+  // own peak, whose sum can exceed micro_batches_in_flight * VPP), plus the recomputed layers'
+  // scratch (full recomputation), held once.
   size_t activation_bytes = 0;
 
   size_t total_bytes() const {
@@ -95,12 +99,16 @@ struct DeviceSpec {
   double inter_node_bandwidth = 0;  // bytes/s per device (InfiniBand, Ethernet)
   double memory_bandwidth = 0;      // bytes/s (HBM, DRAM): the optimizer step's rate
 };
-// The built-in table (H100 SXM and PCIe, H200, A100 80GB / 40GB) for `precision` ("bf16", "fp16", "fp32",
-// "fp64"): dense peak rates from NVIDIA's datasheets; fp32 is the CUDA-core rate, not TF32.
+// The built-in table (H100 SXM and PCIe, H200, A100 80GB / 40GB) for `precision` ("bf16", "fp16",
+// "fp32", "fp64"): dense peak rates from NVIDIA's datasheets; fp32 is the CUDA-core rate, not TF32.
 std::vector<DeviceSpec> known_devices(const std::string& precision);
 // The entry of known_devices(precision) whose key or name equals `name` (case-insensitive);
 // nullopt when there is none.
 std::optional<DeviceSpec> find_device(const std::string& name, const std::string& precision);
+// The engine device a run on `device` trains with, as TrainOptions::device: "cpu" for the CPU
+// kind (key "cpu"), else "cuda". A plan for a cluster estimates with it (estimate_memory reads
+// options.device: the attention's saved tensor differs).
+std::string engine_device(const DeviceSpec& device);
 // The entry for a GPU as CUDA names it ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", ...):
 // the board, not only the family, so a PCIe H100 gets its own peak; nullopt for a board the
 // table lacks (the caller then reports no MFU rather than a wrong one).

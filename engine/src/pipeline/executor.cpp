@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/host_memory.h"
+#include "device/cpu_device.h"
 #include "pipeline/schedule.h"
 
 namespace lattice {
@@ -38,25 +39,34 @@ const char* timeline_kind_name(TimelineBox::Kind kind) {
 }
 
 template <typename T>
-PipelineExecutor<T>::PipelineExecutor(std::vector<GptModel<T>*> chunks, Comm* pp, int stages,
-                                      int stage, int micro_batch)
+Result<std::unique_ptr<PipelineExecutor<T>>> PipelineExecutor<T>::create(std::vector<Model*> chunks,
+                                                                         Device& device, Comm* pp,
+                                                                         int stages, int stage) {
+  Result<Stream*> sends = device.new_stream("pipeline sends");
+  if (!sends) return sends.status();
+  if (!(*sends)->queue())
+    return Status::internal(
+        "the pipeline executor sends through a CPU side stream's "
+        "queue; " +
+        device.describe() + " has none");
+  return std::unique_ptr<PipelineExecutor>(
+      new PipelineExecutor(std::move(chunks), device, **sends, pp, stages, stage));
+}
+
+template <typename T>
+PipelineExecutor<T>::PipelineExecutor(std::vector<Model*> chunks, Device& device, Stream& sends,
+                                      Comm* pp, int stages, int stage)
     : chunks_(std::move(chunks)),
+      device_(device),
+      sends_(sends),
       pp_(pp),
       stages_(stages),
-      stage_(stage),
-      micro_batch_(micro_batch) {
+      stage_(stage) {
   pools_.resize(chunks_.size());
-  // Sends in flight progress while the next layers compute (docs/design-notes.md
-  // #pipeline-schedules).
-  for (GptModel<T>* chunk : chunks_)
-    chunk->set_progress([this] {
-      for (auto& o : outgoing_)
-        if (o->request && o->request->test()) o->request.reset();
-    });
-  const ChunkDims& d = chunks_[0]->dims();
-  host_assign(grad_in_, static_cast<size_t>(d.R) * d.C, MemoryCategory::kCommBuffers);
-  host_assign(tokens_, static_cast<size_t>(d.N), MemoryCategory::kActivations);
-  host_assign(targets_, static_cast<size_t>(d.N), MemoryCategory::kActivations);
+  const size_t N = static_cast<size_t>(chunks_[0]->B()) * chunks_[0]->T();
+  host_assign(tokens_, N, MemoryCategory::kActivations);
+  host_assign(targets_, N, MemoryCategory::kActivations);
+  host_assign(losses_, N, MemoryCategory::kActivations);
 }
 
 template <typename T>
@@ -66,30 +76,27 @@ int PipelineExecutor<T>::tag(int virtual_stage, int micro_batch, int direction) 
 }
 
 template <typename T>
-GptActivations<T>* PipelineExecutor<T>::acquire(int chunk) {
+Result<typename PipelineExecutor<T>::Activations*> PipelineExecutor<T>::acquire(int chunk) {
   Pool& pool = pools_[chunk];
   if (pool.free.empty()) {
-    const GptModel<T>& m = *chunks_[chunk];
-    pool.all.push_back(std::make_unique<GptActivations<T>>(m.config(), m.layout().shard(),
-                                                           micro_batch_, m.recompute()));
+    Result<std::unique_ptr<Activations>> made = chunks_[chunk]->new_activations();
+    if (!made) return made.status();
+    pool.all.push_back(std::move(*made));
     pool.free.push_back(pool.all.back().get());
   }
-  GptActivations<T>* acts = pool.free.back();
+  Activations* acts = pool.free.back();
   pool.free.pop_back();
-  live_activation_bytes_ += acts->bytes();
-  peak_activation_bytes_ = std::max(peak_activation_bytes_, live_activation_bytes_);
   return acts;
 }
 
 template <typename T>
-void PipelineExecutor<T>::release(int chunk, GptActivations<T>* acts) {
-  live_activation_bytes_ -= acts->bytes();
+void PipelineExecutor<T>::release(int chunk, Activations* acts) {
   pools_[chunk].free.push_back(acts);
 }
 
 template <typename T>
 size_t PipelineExecutor<T>::buffer_bytes() const {
-  size_t bytes = grad_in_.size() * sizeof(T);
+  size_t bytes = 0;
   for (const auto& o : outgoing_) bytes += o->data.capacity() * sizeof(T);
   return bytes;
 }
@@ -99,20 +106,18 @@ Status PipelineExecutor<T>::send(const T* data, size_t count, int peer, int tag)
   // Reuse a buffer whose send has completed; keep the others alive until they do.
   Outgoing* slot = nullptr;
   for (auto& o : outgoing_)
-    if (!o->request || o->request->test()) {
-      if (o->request) {
-        if (Status s = o->request->wait(); !s) return s;
-        o->request.reset();
-      }
+    if (device_.completed(o->sent)) {
       slot = o.get();
       break;
     }
+  if (Status s = device_.error(); !s) return s;
   if (!slot) {
     outgoing_.push_back(std::make_unique<Outgoing>());
     slot = outgoing_.back().get();
   }
   slot->data.assign(data, data + count);
-  slot->request = pp_->isend(slot->data.data(), count, dtype_of<T>(), peer, tag);
+  sends_.queue()->push(pp_->isend(slot->data.data(), count, dtype_of<T>(), peer, tag));
+  slot->sent = device_.record(sends_);
   return Status::ok();
 }
 
@@ -131,11 +136,7 @@ Status PipelineExecutor<T>::receive(T* data, size_t count, int peer, int virtual
 template <typename T>
 Status PipelineExecutor<T>::drain_sends() {
   const auto t0 = Clock::now();
-  for (auto& o : outgoing_)
-    if (o->request) {
-      if (Status s = o->request->wait(); !s) return s;
-      o->request.reset();
-    }
+  if (Status s = device_.synchronize(sends_); !s) return s;
   const auto t1 = Clock::now();
   times_.wait += seconds_between(t0, t1);
   if (recording() && stages_ > 1) timeline_->add(TimelineBox::kPipelineWait, stage_, -1, t0, t1);
@@ -143,40 +144,60 @@ Status PipelineExecutor<T>::drain_sends() {
 }
 
 template <typename T>
+Result<double> PipelineExecutor<T>::mean_loss(const Activations& acts) {
+  device_.copy(losses_.data(), acts.losses, losses_.size() * sizeof(accum_t<T>),
+               CopyKind::kDeviceToHost, device_.compute());
+  if (Status s = device_.synchronize(device_.compute()); !s) return s;
+  double sum = 0;
+  for (accum_t<T> l : losses_) sum += static_cast<double>(l);
+  return sum / static_cast<double>(losses_.size());
+}
+
+template <typename T>
 Status PipelineExecutor<T>::forward_one(int c, int mb, const Loader& load, uint64_t seed,
-                                        float grad_scale, double& loss_sum,
-                                        GptActivations<T>* acts) {
-  GptModel<T>& model = *chunks_[c];
+                                        float grad_scale, double& loss_sum, Activations* acts) {
+  Model& model = *chunks_[c];
   const int virtual_stage = c * stages_ + stage_;
   const int prev = (stage_ + stages_ - 1) % stages_, next = (stage_ + 1) % stages_;
+  const size_t token_bytes = tokens_.size() * sizeof(int32_t);
   if (first_virtual(c) || last_virtual(c)) {
     ScopedOp op(&model.profiler(), Op::kData);
     if (Status s = load(mb, tokens_.data(), targets_.data()); !s) return s;
+    if (first_virtual(c))
+      device_.copy(acts->tokens, tokens_.data(), token_bytes, CopyKind::kHostToDevice,
+                   device_.compute());
+    if (last_virtual(c))
+      device_.copy(acts->targets, targets_.data(), token_bytes, CopyKind::kHostToDevice,
+                   device_.compute());
   }
-  const T* input = nullptr;
-  if (!first_virtual(c)) {
+  if (!first_virtual(c))
     if (Status s =
             receive(acts->residual, model.boundary_elems(), prev, virtual_stage, mb, kActivation);
         !s)
       return s;
-    input = acts->residual;
-  }
   const auto t0 = Clock::now();
-  const double loss =
-      model.forward_stage(*acts, tokens_.data(), input, targets_.data(), seed, grad_scale);
+  model.forward_stage(*acts, grad_scale, seed);
   if (grad_scale > 0 && slow_forward_seconds() > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(slow_forward_seconds()));
   const auto t1 = Clock::now();
   times_.forward += seconds_between(t0, t1);
   if (recording()) timeline_->add(TimelineBox::kForward, virtual_stage, mb, t0, t1);
   if (last_virtual(c)) {
-    loss_sum += loss;
+    Result<double> loss = mean_loss(*acts);
+    if (!loss) return loss.status();
+    loss_sum += *loss;
   } else if (Status s = send(model.output(*acts), model.boundary_elems(), next,
                              tag(virtual_stage + 1, mb, kActivation));
              !s) {
     return s;
   }
-  return Status::ok();
+  return device_.error();
+}
+
+template <typename T>
+void PipelineExecutor<T>::collect_op_times() {
+  for (Model* chunk : chunks_) chunk->collect_op_times();
+  device_.reset_marks();
 }
 
 template <typename T>
@@ -184,39 +205,38 @@ Result<double> PipelineExecutor<T>::train(int micro_batches, const Loader& load,
                                           const std::function<uint64_t(int)>& dropout_seed,
                                           float grad_scale) {
   const int chunks = static_cast<int>(chunks_.size());
-  in_flight_.assign(chunks, std::vector<GptActivations<T>*>(micro_batches, nullptr));
+  in_flight_.assign(chunks, std::vector<Activations*>(micro_batches, nullptr));
   double loss_sum = 0;
   const int prev = (stage_ + stages_ - 1) % stages_, next = (stage_ + 1) % stages_;
   for (const PipelineAction& a : pipeline_schedule(stages_, stage_, chunks, micro_batches)) {
     const int c = a.chunk, mb = a.micro_batch;
-    GptModel<T>& model = *chunks_[c];
+    Model& model = *chunks_[c];
     const int virtual_stage = c * stages_ + stage_;
     if (a.kind == PipelineAction::kForward) {
-      GptActivations<T>* acts = acquire(c);
-      in_flight_[c][mb] = acts;
-      if (Status s = forward_one(c, mb, load, dropout_seed(mb), grad_scale, loss_sum, acts); !s)
+      Result<Activations*> acts = acquire(c);
+      if (!acts) return acts.status();
+      in_flight_[c][mb] = *acts;
+      if (Status s = forward_one(c, mb, load, dropout_seed(mb), grad_scale, loss_sum, *acts); !s)
         return s;
       continue;
     }
-    GptActivations<T>* acts = in_flight_[c][mb];
-    const T* output_grad = nullptr;
-    if (!last_virtual(c)) {
-      if (Status s = receive(grad_in_.data(), grad_in_.size(), next, virtual_stage, mb, kGradient);
+    Activations* acts = in_flight_[c][mb];
+    if (!last_virtual(c))
+      if (Status s = receive(acts->output_grad, model.boundary_elems(), next, virtual_stage, mb,
+                             kGradient);
           !s)
         return s;
-      output_grad = grad_in_.data();
-    }
     // Gradients of a chunk are final after its last micro-batch's backward: only then may
     // data-parallel buckets start (the schedule runs each chunk's backwards in order).
     model.set_final_backward(mb == micro_batches - 1);
     const auto t0 = Clock::now();
-    model.backward_stage(*acts, output_grad);
+    model.backward_stage(*acts);
     const auto t1 = Clock::now();
     times_.backward += seconds_between(t0, t1);
     if (recording()) timeline_->add(TimelineBox::kBackward, virtual_stage, mb, t0, t1);
     model.set_final_backward(false);
     if (!first_virtual(c))
-      if (Status s = send(model.input_grad(), model.boundary_elems(), prev,
+      if (Status s = send(acts->input_grad, model.boundary_elems(), prev,
                           tag(virtual_stage - 1, mb, kGradient));
           !s)
         return s;
@@ -224,6 +244,8 @@ Result<double> PipelineExecutor<T>::train(int micro_batches, const Loader& load,
     in_flight_[c][mb] = nullptr;
   }
   if (Status s = drain_sends(); !s) return s;
+  collect_op_times();
+  if (Status s = device_.error(); !s) return s;
   return loss_sum;
 }
 
@@ -236,12 +258,14 @@ Result<double> PipelineExecutor<T>::evaluate(int micro_batches, const Loader& lo
   // input comes from a lower virtual stage of the same micro-batch.
   for (int mb = 0; mb < micro_batches; mb++)
     for (int c = 0; c < chunks; c++) {
-      GptActivations<T>* acts = acquire(c);
-      Status s = forward_one(c, mb, load, 0, 0.0f, loss_sum, acts);
-      release(c, acts);
+      Result<Activations*> acts = acquire(c);
+      if (!acts) return acts.status();
+      Status s = forward_one(c, mb, load, 0, 0.0f, loss_sum, *acts);
+      release(c, *acts);
       if (!s) return s;
     }
   if (Status s = drain_sends(); !s) return s;
+  collect_op_times();
   times_ = training;
   return loss_sum;
 }

@@ -1,9 +1,11 @@
-// Runs one rank's pipeline schedule (pipeline/schedule.h) over its model chunks: loads the
-// micro-batches the first and last virtual stages need, receives activations and gradients
-// from the neighbouring stages, runs forward and backward, and sends results on. Sends are
-// non-blocking (the buffer is kept until the send completes) and receives block only when
-// their data is needed, so the schedule's order alone decides progress: no rank waits on a
-// send (docs/design-notes.md#pipeline-schedules).
+// Runs one rank's pipeline schedule (pipeline/schedule.h) over its model chunks (the one model,
+// gpu/gpu_model.h, on the CPU device): loads the micro-batches the first and last virtual
+// stages need, receives activations and gradients from the neighbouring stages, runs forward
+// and backward, and sends results on. Sends are non-blocking (the buffer is kept until the send
+// completes) and receives block only when their data is needed, so the schedule's order alone
+// decides progress: no rank waits on a send (docs/design-notes.md#pipeline-schedules). The sends
+// in flight are requests of a side stream of the device (Note [CPU stream order] in
+// device/cpu_device.h), so the model's Device::progress() between layers moves them.
 #pragma once
 
 #include <cassert>
@@ -12,9 +14,10 @@
 #include <memory>
 #include <vector>
 
+#include "device/device.h"
+#include "gpu/gpu_model.h"
 #include "lattice/comm.h"
 #include "lattice/train.h"
-#include "model/gpt.h"
 
 namespace lattice {
 
@@ -66,9 +69,15 @@ class PipelineExecutor {
   // Fills micro-batch `micro_batch`'s tokens and targets (B*T each).
   using Loader = std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets)>;
 
-  // chunks[c] holds virtual stage c * stages + stage. pp may be null when stages == 1.
-  PipelineExecutor(std::vector<GptModel<T>*> chunks, Comm* pp, int stages, int stage,
-                   int micro_batch);
+  using Model = gpu::GpuGpt<T>;
+  using Activations = gpu::GpuActivations<T>;
+
+  // chunks[c] holds virtual stage c * stages + stage, on `device` (a CPU device: the sends ride
+  // its side stream's request queue). pp may be null when stages == 1. Errors: a device
+  // without host side streams.
+  static Result<std::unique_ptr<PipelineExecutor>> create(std::vector<Model*> chunks,
+                                                          Device& device, Comm* pp, int stages,
+                                                          int stage);
 
   // One training iteration: every micro-batch forward and backward in schedule order,
   // gradients accumulated into each chunk's arena (scaled by grad_scale per token).
@@ -85,26 +94,29 @@ class PipelineExecutor {
   void set_timeline(IterationTimeline* timeline) { timeline_ = timeline; }
   const PipelineTimes& times() const { return times_; }  // training iterations, summed
   void reset_times() { times_ = PipelineTimes{}; }
-  // Activation bytes at the high-water mark (micro-batches in flight) and p2p buffers.
-  size_t peak_activation_bytes() const { return peak_activation_bytes_; }
+  // Bytes of the send buffers (the activations, in the device's categories, are not counted).
   size_t buffer_bytes() const;
 
  private:
+  PipelineExecutor(std::vector<Model*> chunks, Device& device, Stream& sends, Comm* pp, int stages,
+                   int stage);
+  // A chunk's activations, made by its model as micro-batches in flight need them.
   struct Pool {
-    std::vector<std::unique_ptr<GptActivations<T>>> all;
-    std::vector<GptActivations<T>*> free;
+    std::vector<std::unique_ptr<Activations>> all;
+    std::vector<Activations*> free;
   };
+  // A send's copy of its data, reusable once `sent` has completed.
   struct Outgoing {
     std::vector<T> data;
-    std::unique_ptr<CommRequest> request;
+    Event sent;
   };
   bool first_virtual(int chunk) const { return chunk == 0 && stage_ == 0; }
   bool last_virtual(int chunk) const {
     return chunk == static_cast<int>(chunks_.size()) - 1 && stage_ == stages_ - 1;
   }
   int tag(int virtual_stage, int micro_batch, int direction) const;
-  GptActivations<T>* acquire(int chunk);
-  void release(int chunk, GptActivations<T>* acts);
+  Result<Activations*> acquire(int chunk);
+  void release(int chunk, Activations* acts);
   Status send(const T* data, size_t count, int peer, int tag);
   // Blocks for (virtual_stage, micro_batch)'s activation or gradient from `peer`.
   Status receive(T* data, size_t count, int peer, int virtual_stage, int micro_batch,
@@ -112,17 +124,22 @@ class PipelineExecutor {
   bool recording() const { return timeline_ && timeline_->on(); }
   Status drain_sends();
   Status forward_one(int chunk, int micro_batch, const Loader& load, uint64_t seed,
-                     float grad_scale, double& loss_sum, GptActivations<T>* acts);
+                     float grad_scale, double& loss_sum, Activations* acts);
+  // The mean of a post chunk's token losses (N, in accum_t<T>), read from the device.
+  Result<double> mean_loss(const Activations& acts);
+  // Adds the chunks' op marks to their profilers (the device has run every op: the CPU's).
+  void collect_op_times();
 
-  std::vector<GptModel<T>*> chunks_;
+  std::vector<Model*> chunks_;
+  Device& device_;
+  Stream& sends_;  // a side stream of device_ whose queue holds the sends in flight
   Comm* pp_;
-  int stages_, stage_, micro_batch_;
+  int stages_, stage_;
   std::vector<Pool> pools_;
-  std::vector<std::vector<GptActivations<T>*>> in_flight_;  // [chunk][micro_batch]
+  std::vector<std::vector<Activations*>> in_flight_;  // [chunk][micro_batch]
   std::vector<std::unique_ptr<Outgoing>> outgoing_;
-  std::vector<T> grad_in_;           // (R, C) received output gradient
   std::vector<int32_t> tokens_, targets_;  // (B, T)
-  size_t peak_activation_bytes_ = 0, live_activation_bytes_ = 0;
+  std::vector<accum_t<T>> losses_;         // (B, T)
   PipelineTimes times_;
   IterationTimeline* timeline_ = nullptr;
 };

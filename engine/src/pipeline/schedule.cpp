@@ -4,8 +4,7 @@
 
 namespace lattice {
 
-std::vector<PipelineAction> pipeline_schedule(int stages, int rank, int chunks,
-                                              int micro_batches) {
+std::vector<PipelineAction> pipeline_schedule(int stages, int rank, int chunks, int micro_batches) {
   std::vector<PipelineAction> out;
   const int M = micro_batches;
   if (stages == 1 && chunks == 1) {
@@ -48,6 +47,32 @@ std::vector<PipelineAction> pipeline_schedule(int stages, int rank, int chunks,
   for (int k = remaining; k < total; k++)
     out.push_back({PipelineAction::kBackward, chunk_of(k, false), micro_batch_of(k)});
   return out;
+}
+
+std::vector<int> chunk_peaks(int stages, int rank, int chunks, int micro_batches) {
+  const int M = micro_batches;
+  if (chunks == 1) return {std::max(0, std::min(M, stages == 1 ? 1 : stages - rank))};
+  // Interleaved, as pipeline_schedule orders it: forward k runs chunk (k mod group) / stages,
+  // backward k the chunk counted from the last. The forwards of chunk c among the first n are
+  // `stages` per whole group and the part of the last group that falls in c's block.
+  const int total = M * chunks, group = stages * chunks;
+  auto runs_of = [&](int c, int n) {
+    return (n / group) * stages + std::clamp(n % group - c * stages, 0, stages);
+  };
+  int warmup = (stages - rank - 1) * 2 + (chunks - 1) * stages;
+  if (M == stages) warmup = total;
+  warmup = std::min(warmup, total);
+  const int remaining = total - warmup;
+  std::vector<int> peaks(chunks);
+  for (int c = 0; c < chunks; c++) {
+    // Held after the warm-up, then after each steady forward (before its backward): forwards
+    // and backwards both advance `stages` per group of steps, so one group's steps hold the max.
+    int peak = runs_of(c, warmup);
+    for (int i = 0; i < std::min(remaining, group); i++)
+      peak = std::max(peak, runs_of(c, warmup + i + 1) - runs_of(chunks - 1 - c, i));
+    peaks[c] = peak;
+  }
+  return peaks;
 }
 
 std::string schedule_string(const std::vector<PipelineAction>& actions) {

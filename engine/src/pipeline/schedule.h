@@ -23,6 +23,12 @@ struct PipelineAction {
 // remaining backwards. Several chunks: Megatron's interleaved 1F1B.
 std::vector<PipelineAction> pipeline_schedule(int stages, int rank, int chunks, int micro_batches);
 
+// The most micro-batches whose activations chunk c holds at once in pipeline_schedule(stages,
+// rank, chunks, micro_batches), for every chunk: what the executor's pool of chunk c grows to
+// (one pool per chunk, so an interleaved rank holds the sum, which can exceed the schedule's
+// peak over all chunks together). O(stages * chunks) per chunk, not a walk of the schedule.
+std::vector<int> chunk_peaks(int stages, int rank, int chunks, int micro_batches);
+
 // "F0.1" style rendering for tests and --timing-log-level 2 (chunk.micro_batch).
 std::string schedule_string(const std::vector<PipelineAction>& actions);
 

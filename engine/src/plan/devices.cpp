@@ -36,9 +36,10 @@ struct GpuRow {
 // NVIDIA H100 datasheet, PCIe column (bf16 1,513 with sparsity = 756 dense, fp32 51, fp64
 // tensor 51, HBM2e 2 TB/s; its NVLink bridge joins pairs only, so a ring over a node's GPUs
 // runs at PCIe Gen5 x16, 64 GB/s one direction); NVIDIA H200 datasheet (same compute as
-// H100 SXM, 141 GB HBM3e at 4.8 TB/s); NVIDIA A100 datasheet (SXM4: bf16 312 dense, fp32 19.5, fp64 tensor 19.5, HBM2e 2,039 GB/s (80GB) /
-// HBM2 1,555 GB/s (40GB), NVLink 600 GB/s bidirectional). Networks as in DGX H100 / H200
-// (8 x ConnectX-7 NDR 400 Gb/s: 50 GB/s per GPU) and DGX A100 (8 x HDR 200 Gb/s: 25 GB/s).
+// H100 SXM, 141 GB HBM3e at 4.8 TB/s); NVIDIA A100 datasheet (SXM4: bf16 312 dense, fp32 19.5, fp64
+// tensor 19.5, HBM2e 2,039 GB/s (80GB) / HBM2 1,555 GB/s (40GB), NVLink 600 GB/s bidirectional).
+// Networks as in DGX H100 / H200 (8 x ConnectX-7 NDR 400 Gb/s: 50 GB/s per GPU) and DGX A100 (8 x
+// HDR 200 Gb/s: 25 GB/s).
 constexpr GpuRow kGpus[] = {
     {"H100 SXM 80GB", "h100", 81559, 989, 67, 67, 450, 50, 3350},
     {"H100 PCIe 80GB", "h100-pcie", 81559, 756, 51, 51, 64, 50, 2000},
@@ -128,6 +129,10 @@ double measure_copy_bandwidth() {
 // path (CMA, as the benchmarks run it) the receiver copies straight from the sender's buffer,
 // so one transfer moves at the copy rate. The optimizer streams its state at the copy rate
 // counted as traffic (read + write = twice the bytes copied).
+std::string engine_device(const DeviceSpec& device) {
+  return device.key == "cpu" ? "cpu" : "cuda";
+}
+
 DeviceSpec this_machine_cpu(double measured_sgemm_gflops, int ranks_per_node) {
   const int ranks = std::max(ranks_per_node, 1);
   const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));

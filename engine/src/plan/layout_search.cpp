@@ -90,8 +90,10 @@ bool fits_in_memory(const MemoryEstimate& memory, const ClusterSpec& cluster) {
   return bytes <= cluster.usable_memory_bytes();
 }
 
-std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& base, const ClusterSpec& cluster,
+std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& given, const ClusterSpec& cluster,
                                              int max_results, SuggestStats* stats) {
+  TrainOptions base = given;
+  base.device = engine_device(cluster.device);
   SuggestStats counts;
   const int world = cluster.world();
   const ModelConfig& m = base.model;

@@ -1,24 +1,23 @@
-// The planner's memory estimate: exact parameter counts per pipeline stage, Korthikanti et al.'s
-// activation formula ("Reducing Activation Recomputation in Large Transformer Models", 2022)
-// and the schedule's micro-batches in flight
-// (docs/design-notes.md#parallel-layout-and-the-planner), for fp32, 16-bit and fp64 training.
-// Non-goals: measured figures (the trainer's --log-memory), workspace.
+// The planner's memory estimate: exact parameter counts per pipeline stage, the activations the
+// engine's one model keeps (gpu/gpu_model.h: every buffer it takes per micro-batch, counted from
+// the same shapes and recompute plan) and the schedule's micro-batches in flight
+// (docs/design-notes.md#parallel-layout-and-the-planner), for fp32, 16-bit and fp64 training on
+// the CPU or CUDA. Megatron's published formula (Korthikanti et al. 2022) is the comparison in
+// test_planner, not the estimate. Non-goals: measured figures (the trainer's --log-memory),
+// workspace.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "lattice/plan.h"
+#include "model/gpt.h"
+#include "parallel/model_chunks.h"
+#include "pipeline/schedule.h"
 
 namespace lattice {
 
 namespace {
-
-// Korthikanti et al.'s formula counts 16-bit activations: fp32 takes twice the bytes, fp64
-// four times.
-double activation_scale(const std::string& precision) {
-  return precision == "fp32" ? 2.0 : precision == "fp64" ? 4.0 : 1.0;
-}
 
 struct ParamCount {
   int64_t total = 0, replicated = 0;
@@ -47,44 +46,83 @@ ParamCount stage_parameters(const ModelConfig& m, const ParallelLayout& layout, 
   return n;
 }
 
-// Bytes one transformer layer keeps for one micro-batch, 16-bit formula (s b h)(34 + 5 a s / h)
-// split as: 10 sbh outside TP regions (LayerNorm inputs, dropout masks), 24 sbh inside them,
-// and 5 a s^2 b for the attention scores. TP divides the inner parts, sequence parallelism the
-// rest; selective recompute drops the attention scores.
-double layer_bytes(const TrainOptions& o, int t) {
-  const ModelConfig& m = o.model;
-  const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size,
-               a = m.num_attention_heads, sbh = s * b * h;
-  const bool sp = o.parallel.sequence_parallel;
-  const double attention = o.parallel.recompute_granularity == "selective" ? 0 : 5 * a * s / h;
-  const double factor = sp ? (34 + attention) / t : 10 + (24 + attention) / t;
-  return sbh * factor;
+// Bytes of the one model's element types (gpu/gpu_model.h): A the compute type of the
+// activations, G its accumulation type (LayerNorm statistics, the attention's saved tensor,
+// logits, losses).
+struct ElementBytes {
+  double a = 4, g = 4;
+};
+ElementBytes element_bytes(const std::string& precision) {
+  if (precision == "bf16" || precision == "fp16") return {2, 4};
+  if (precision == "fp64") return {8, 8};
+  return {4, 4};
 }
 
-// The layer input full recomputation keeps: 2 sbh, split along the sequence with SP.
-double checkpoint_bytes(const TrainOptions& o, int t) {
-  const double sbh =
-      static_cast<double>(o.model.seq_length) * o.micro_batch_size * o.model.hidden_size;
-  return 2 * sbh / (o.parallel.sequence_parallel ? t : 1);
+// The shapes of one model chunk (GpuGpt's): N = B*T rows, R of them held in the residual stream
+// (N/t with sequence parallelism), this rank's C/t, F/t, heads and vocabulary rows.
+struct ChunkShape {
+  double B, T, N, R, C, Ct, Ft, Ht, Vt;
+};
+ChunkShape chunk_shape(const TrainOptions& o, int t) {
+  const ModelConfig& m = o.model;
+  const double B = o.micro_batch_size, T = m.seq_length, N = B * T;
+  const double R = o.parallel.sequence_parallel ? N / t : N;
+  return {B,
+          T,
+          N,
+          R,
+          static_cast<double>(m.hidden_size),
+          static_cast<double>(m.hidden_size) / t,
+          static_cast<double>(m.ffn()) / t,
+          static_cast<double>(m.num_attention_heads) / t,
+          static_cast<double>(m.padded_vocab_size()) / t};
+}
+
+// Elements of the attention's saved tensor per layer (Ops::attention_saved_elems): the CPU
+// kernel keeps the (B, heads, T, T) probabilities, CUDA's flash attention the (B, heads, T)
+// log-sum-exps (options.device "cuda").
+double attention_saved(const TrainOptions& o, const ChunkShape& d) {
+  return d.B * d.Ht * d.T * (o.device == "cuda" ? 1 : d.T);
+}
+
+// One layer's activations of one micro-batch (GpuGpt::take_layer_acts): ln1, res_mid, ln2
+// (R, C); qkv, attention output (N, 4 C/t); FC1 and GELU outputs (N, 2 F/t); four LayerNorm
+// statistics (R) and, unless dropped, the attention's saved tensor.
+double layer_bytes(const ElementBytes& e, const ChunkShape& d, double saved) {
+  return e.a * (3 * d.R * d.C + d.N * (4 * d.Ct + 2 * d.Ft)) + e.g * (4 * d.R + saved);
 }
 
 struct ChunkActivations {
-  double per_micro_batch = 0;  // 16-bit bytes of one model chunk for one micro-batch
-  double transient = 0;        // recomputed during one backward, alive once
+  double per_micro_batch = 0;  // bytes of one model chunk for one micro-batch
+  double once = 0;             // the recomputed layers' scratch, shared by every micro-batch
 };
 
-// Full recomputation: `uniform` keeps the input of every group of N layers and recomputes one
-// group at a time; `block` recomputes the first N layers of the chunk and stores the rest.
-ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& layout, int p) {
-  const int layers = layout.stage_num_layers(p) / layout.vpp, t = layout.tp;
-  const double full = layer_bytes(o, t);
+// Model chunk `shard` as GpuGpt::new_activations and allocate take it: tokens and targets,
+// the residual stream (L + 1 rows of (R, C): the input and every layer's output), the layers
+// the recompute plan keeps (selective recomputation drops the saved tensor where the device
+// saves scores; full recomputation keeps only the residual input of a recomputed layer and
+// rebuilds the layer in a scratch of the largest group's layers), and on the last chunk the
+// final LayerNorm, the logits in G (and their 16-bit copy) and the token losses.
+ChunkActivations chunk_activations(const TrainOptions& o, const ModelShard& shard, int t) {
+  const ChunkShape d = chunk_shape(o, t);
+  const ElementBytes e = element_bytes(training_precision(o));
   const ParallelOptions& par = o.parallel;
-  if (par.recompute_granularity != "full") return {layers * full, 0};
-  const int n = std::min(std::max(par.recompute_num_layers, 1), layers);
-  if (par.recompute_method == "block")
-    return {n * checkpoint_bytes(o, t) + (layers - n) * full, full};
-  const int groups = (layers + n - 1) / n;
-  return {groups * checkpoint_bytes(o, t), n * full};
+  const int layers = shard.num_layers(o.model);
+  const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
+                                                 par.recompute_num_layers, layers);
+  const bool scores = o.device != "cuda";
+  const double saved = attention_saved(o, d);
+  const double kept = layer_bytes(e, d, plan.selective && scores ? 0 : saved);
+  ChunkActivations c;
+  c.per_micro_batch = 2 * d.N * sizeof(int32_t) + e.a * (layers + 1) * d.R * d.C;
+  for (int l = 0; l < layers; l++)
+    if (!plan.recomputed(l)) c.per_micro_batch += kept;
+  if (shard.post) {
+    c.per_micro_batch += e.a * d.R * d.C + e.g * (2 * d.R + d.N * d.Vt + d.N);
+    if (e.a != e.g) c.per_micro_batch += e.a * d.N * d.Vt;
+  }
+  c.once = plan.max_group * layer_bytes(e, d, saved);
+  return c;
 }
 
 // Peak micro-batches in flight on pipeline rank p, as pipeline/schedule.cpp orders them: the
@@ -120,20 +158,10 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
   assert(m.vocab_size > 0 && m.tensor_model_parallel_size == layout.tp);
   const std::string precision = training_precision(o);
   const ParameterBytes per_param = bytes_per_parameter(precision);
-  const double scale = activation_scale(precision);
   MemoryEstimate est;
   est.micro_batches = o.global_batch_size / (static_cast<int64_t>(o.micro_batch_size) * layout.dp);
   est.flops_per_iteration = flops_per_iteration(m, o.global_batch_size);
   est.flops_per_rank = est.flops_per_iteration / layout.world;
-
-  const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size, t = layout.tp;
-  const bool sp = o.parallel.sequence_parallel;
-  // First stage: the embedding dropout mask (sbh). Last stage: the final LayerNorm's and the
-  // LM head's inputs (2 sbh each) in the formula's precision, and the logits in fp32 (4 sbV/t:
-  // the cross-entropy keeps its softmax in fp32 whatever the training precision).
-  const double embedding_extra = s * b * h / (sp ? t : 1);
-  const double head_extra = 2 * s * b * h / (sp ? t : 1) + 2 * s * b * h;
-  const double logits_bytes = (precision == "fp64" ? 8 : 4) * s * b * m.padded_vocab_size() / t;
 
   for (int p = 0; p < layout.pp; p++) {
     StageEstimate st;
@@ -149,16 +177,21 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
                                : params;
     st.optimizer_bytes = sharded * per_param.optimizer;
 
-    const ChunkActivations chunk = chunk_activations(o, layout, p);
-    double per_micro_batch = layout.vpp * chunk.per_micro_batch;
-    if (layout.is_first_stage(p)) per_micro_batch += embedding_extra;
+    // Every model chunk of the stage (virtual stages: one per VPP), each with as many
+    // micro-batches as its pool in the executor grows to (chunk_peaks: each chunk's own peak in
+    // the schedule; interleaved, their sum can exceed micro_batches_in_flight * VPP).
+    const std::vector<int> peaks =
+        chunk_peaks(layout.pp, p, layout.vpp, static_cast<int>(est.micro_batches));
+    double per_micro_batch = 0, peak = 0;
+    for (int c = 0; c < layout.vpp; c++) {
+      const ChunkActivations chunk = chunk_activations(
+          o, shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel), layout.tp);
+      per_micro_batch += chunk.per_micro_batch;
+      peak += peaks[c] * chunk.per_micro_batch + chunk.once;
+    }
     st.micro_batches_in_flight = in_flight(layout, p, est.micro_batches);
-    double peak = st.micro_batches_in_flight * per_micro_batch + chunk.transient;
-    double once = 0;
-    if (layout.is_last_stage(p)) once = scale * head_extra + logits_bytes;
-    st.activation_bytes_per_micro_batch =
-        static_cast<size_t>(std::llround(scale * per_micro_batch + once));
-    st.activation_bytes = static_cast<size_t>(std::llround(scale * peak + once));
+    st.activation_bytes_per_micro_batch = static_cast<size_t>(std::llround(per_micro_batch));
+    st.activation_bytes = static_cast<size_t>(std::llround(peak));
     est.stages.push_back(st);
   }
   for (size_t i = 1; i < est.stages.size(); i++)

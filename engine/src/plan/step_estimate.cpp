@@ -44,7 +44,9 @@ struct StageTime {
 
 StepEstimate estimate_step(const TrainOptions& o, const ParallelLayout& layout,
                            const ClusterSpec& cluster) {
-  return estimate_step(o, layout, cluster, estimate_memory(o, layout));
+  TrainOptions on = o;
+  on.device = engine_device(cluster.device);
+  return estimate_step(o, layout, cluster, estimate_memory(on, layout));
 }
 
 StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layout,

@@ -5,9 +5,10 @@
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
 #include "data/indexed_dataset.h"
+#include "device/cpu_device.h"
+#include "gpu/gpu_model.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
-#include "model/gpt.h"
 
 namespace lattice {
 
@@ -35,14 +36,22 @@ Result<EvalResult> evaluate(const TrainOptions& o, int64_t num_samples) {
                                     std::to_string(T + 1) + " tokens but " + o.data_path[0] +
                                     " holds only " + std::to_string(available));
   kernels::set_num_threads(o.threads > 0 ? o.threads : 0);
-  GptModel<float> model(mc, B);
+  CpuDevice device;
+  Result<std::unique_ptr<gpu::GpuGpt<float>>> made = gpu::GpuGpt<float>::create(mc, B, device);
+  if (!made) return made.status();
+  gpu::GpuGpt<float>& model = **made;
   if (!o.load_hf.empty()) {
-    if (Status s = import_hf_gpt2(o.load_hf, mc, model.layout(), model.params()); !s)
+    std::vector<float> weights;
+    host_assign(weights, model.numel(), MemoryCategory::kWeights);
+    if (Status s = import_hf_gpt2(o.load_hf, mc, model.layout(), weights.data()); !s)
       return Status::invalid_argument("--load-hf: " + s.message());
-  } else {
-    model.init_weights(o.seed);
+    model.upload(weights.data());
+  } else if (Status s = model.init_weights(o.seed); !s) {
+    return s;
   }
-  GptActivations<float> acts(mc, B);
+  Result<std::unique_ptr<gpu::GpuActivations<float>>> acts = model.new_activations();
+  if (!acts) return acts.status();
+  std::vector<float> losses(static_cast<size_t>(B) * T);
   std::vector<int32_t> window(static_cast<size_t>(T) + 1), inputs(static_cast<size_t>(B) * T, 0),
       targets(static_cast<size_t>(B) * T, 0);
   // Walks the sequences in index order; `seq`/`offset` is the read position.
@@ -74,8 +83,12 @@ Result<EvalResult> evaluate(const TrainOptions& o, int64_t num_samples) {
       std::copy(window.begin() + 1, window.end(), targets.begin() + static_cast<size_t>(b) * T);
       window[0] = window[T];
     }
-    model.forward(acts, inputs.data(), targets.data(), 0, 0.0f);
-    for (int i = 0; i < n * T; i++) sum += acts.losses[i];
+    model.forward(**acts, inputs.data(), targets.data(), 0, 0.0f);
+    // The last batch may hold fewer than B samples: only their tokens count.
+    device.copy(losses.data(), (*acts)->losses, sizeof(float) * n * T, CopyKind::kDeviceToHost,
+                device.compute());
+    if (Status s = device.synchronize(device.compute()); !s) return s;
+    for (int i = 0; i < n * T; i++) sum += losses[i];
     done += n;
     r.tokens += static_cast<int64_t>(n) * T;
   }

@@ -23,13 +23,14 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
+#include "device/cpu_device.h"
 #include "device/ops.h"
+#include "gpu/gpu_model.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
 #include "lattice/layout.h"
 #include "lattice/train.h"
-#include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
 #include "optim/grad_reducer.h"
@@ -91,15 +92,19 @@ int threads_per_rank(const TrainOptions& o, const Comm& world) {
   return std::max(1, std::min(allowed, machine / std::max(1, world.node_local_size())));
 }
 
-// Everything one rank holds: its chunks and their optimizers and buckets.
+// Everything one rank holds: the device its chunks compute on, the tensor-parallel
+// communicator over the device's buffers, its chunks and their optimizers and buckets
+// (declared in the order they are made: each outlives what is made after it).
 template <typename T>
 struct RankModel {
-  std::vector<std::unique_ptr<GptModel<T>>> chunks;
+  std::unique_ptr<CpuDevice> device;
+  std::unique_ptr<Comm> tp;  // Device::make_comm over the TP group; null at TP 1
+  std::vector<std::unique_ptr<gpu::GpuGpt<T>>> chunks;
   std::vector<std::unique_ptr<GradReducer<T>>> buckets;
   std::vector<std::unique_ptr<AdamW<T>>> optimizers;
   std::vector<const T*> params() const {
     std::vector<const T*> v;
-    for (const auto& c : chunks) v.push_back(c->params());
+    for (const auto& c : chunks) v.push_back(c->master());
     return v;
   }
 };
@@ -138,8 +143,8 @@ class Trainer {
   MetricsSink& sink_;
   GradScaling scaling_;  // --fp16's loss scaler (disabled: scale 1)
   RankModel<T> rank_;
-  std::unique_ptr<PipelineExecutor<T>> executor_;
-  IterationTimeline timeline_;  // on during reported iterations
+  std::unique_ptr<PipelineExecutor<T>> executor_;  // made after rank_, gone before it
+  IterationTimeline timeline_;                     // on during reported iterations
   DataSources data_;
   std::vector<int32_t> sample_;
   int64_t consumed_ = 0;
@@ -162,12 +167,22 @@ Status Trainer<T>::build_model() {
   const ParallelLayout& L = g_.layout;
   const ParallelOptions& par = o_.parallel;
   const size_t bucket = ddp_bucket_elems(par, L.dp);
+  rank_.device = std::make_unique<CpuDevice>();
+  CpuDevice& device = *rank_.device;
+  if (L.tp > 1) {
+    Result<std::unique_ptr<Comm>> tp = device.make_comm(*g_.tp);
+    if (!tp) return tp.status();
+    rank_.tp = std::move(*tp);
+  }
   for (int c = 0; c < L.vpp; c++) {
     const ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    rank_.chunks.push_back(
-        std::make_unique<GptModel<T>>(mc_, shard, o_.micro_batch_size, g_.tp.get(), plan));
+    Result<std::unique_ptr<gpu::GpuGpt<T>>> chunk =
+        gpu::GpuGpt<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.tp.get(), plan);
+    if (!chunk) return chunk.status();
+    (*chunk)->set_op_times(true);  // the CPU's marks are clock reads: --profile and op times
+    rank_.chunks.push_back(std::move(*chunk));
   }
   for (auto& chunk : rank_.chunks) {
     if (!o_.load_hf.empty()) {
@@ -177,9 +192,11 @@ Status Trainer<T>::build_model() {
         return Status::invalid_argument("--load-hf: " + s.message());
       // Take this chunk's slices of the whole model.
       const ParamLayout whole(mc_);
+      std::vector<T> mine;
+      host_assign(mine, chunk->numel(), MemoryCategory::kWeights);
       for (const ParamTensor& t : chunk->layout().tensors()) {
         const ParamTensor& src = *whole.find(t.name);
-        T* dst = chunk->params() + t.offset;
+        T* dst = mine.data() + t.offset;
         const float* from = full.data() + src.offset;
         if (t.split_dim < 0) {
           std::copy_n(from, t.numel, dst);
@@ -191,12 +208,14 @@ Status Trainer<T>::build_model() {
             std::copy_n(from + r * src.shape[1] + t.split_begin, t.shape[1], dst + r * t.shape[1]);
         }
       }
-    } else {
-      chunk->init_weights(o_.seed);
+      chunk->upload(mine.data());
+    } else if (Status s = chunk->init_weights(o_.seed); !s) {
+      return s;
     }
+    if (Status s = device.error(); !s) return s;
     auto buckets = std::make_unique<GradReducer<T>>(chunk->layout(), g_.dp.get(),
                                                     par.use_distributed_optimizer, bucket,
-                                                    chunk->grads(), chunk->params());
+                                                    chunk->grads(), chunk->master());
     rank_.optimizers.push_back(
         std::make_unique<AdamW<T>>(chunk->layout(), o_.optim, buckets->owned_ranges()));
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
@@ -212,10 +231,12 @@ Status Trainer<T>::build_model() {
     });
     rank_.buckets.push_back(std::move(buckets));
   }
-  std::vector<GptModel<T>*> chunks;
+  std::vector<gpu::GpuGpt<T>*> chunks;
   for (auto& c : rank_.chunks) chunks.push_back(c.get());
-  executor_ = std::make_unique<PipelineExecutor<T>>(chunks, g_.pp.get(), L.pp, g_.coord.pp,
-                                                    o_.micro_batch_size);
+  Result<std::unique_ptr<PipelineExecutor<T>>> executor =
+      PipelineExecutor<T>::create(chunks, device, g_.pp.get(), L.pp, g_.coord.pp);
+  if (!executor) return executor.status();
+  executor_ = std::move(*executor);
   executor_->set_timeline(&timeline_);
   return Status::ok();
 }
@@ -224,7 +245,7 @@ template <typename T>
 Status Trainer<T>::finish_gradients() {
   if (g_.in_embedding_group()) {
     // Sum the word-embedding gradient of the first and last stage (they are one tensor).
-    GptModel<T>& chunk = g_.first_stage() ? *rank_.chunks.front() : *rank_.chunks.back();
+    gpu::GpuGpt<T>& chunk = g_.first_stage() ? *rank_.chunks.front() : *rank_.chunks.back();
     const int index = chunk.layout().word_embedding_index();
     const ParamTensor& t = chunk.layout().tensors()[index];
     const auto t0 = Clock::now();
@@ -278,7 +299,7 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     // CPU's list runs optim/grad_scaling.cpp's function on the host arenas.
     float found_inf = 0;
     for (auto& c : rank_.chunks)
-      cpu_ops<T>().unscale_and_check(c->grads(), c->arena_size(), static_cast<T>(1.0 / loss_scale),
+      cpu_ops<T>().unscale_and_check(c->grads(), c->numel(), static_cast<T>(1.0 / loss_scale),
                                      &found_inf);
     Result<bool> skip = scaling_.agree(found_inf > 0, *g_.world);
     if (!skip) return skip.status();
@@ -297,7 +318,7 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   if (!skipped) {
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
     for (size_t c = 0; c < rank_.chunks.size(); c++)
-      rank_.optimizers[c]->update(rank_.chunks[c]->params(), rank_.chunks[c]->grads(), lr, coeff);
+      rank_.optimizers[c]->update(rank_.chunks[c]->master(), rank_.chunks[c]->grads(), lr, coeff);
   }
   totals_.optimizer += seconds_since(t0);
   const auto t1 = Clock::now();
@@ -348,17 +369,19 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
   double tp_comm = 0;
   for (auto& c : rank_.chunks) tp_comm += c->profiler().seconds(Op::kTensorParallelComm);
   totals_.tp_comm = tp_comm;
+  // The model's memory is the device's, by category: the activations at their high-water mark
+  // (the executor's pools grow to the micro-batches in flight; the recomputation scratch).
+  const CpuDevice& device = *rank_.device;
   MemoryReport mem;
+  mem.weights = device.usage(MemoryCategory::kWeights).current;
+  mem.grads = device.usage(MemoryCategory::kGrads).current;
+  mem.workspace = device.usage(MemoryCategory::kWorkspace).current;
+  mem.activations = device.usage(MemoryCategory::kActivations).peak;
+  mem.comm_buffers = device.usage(MemoryCategory::kCommBuffers).current;
   for (size_t c = 0; c < rank_.chunks.size(); c++) {
-    const MemoryBreakdown m = rank_.chunks[c]->memory();
-    mem.weights += m.weights;
-    mem.grads += m.grads;
-    mem.workspace += m.workspace;
-    mem.activations += m.activations;
     mem.optimizer += rank_.optimizers[c]->bytes();
     mem.comm_buffers += rank_.buckets[c]->stats().buffer_bytes;
   }
-  mem.activations += executor_->peak_activation_bytes();
   mem.comm_buffers += executor_->buffer_bytes();
   mem.peak_rss = peak_rss_bytes();
   auto bytes = [](const Comm* c) {
@@ -389,7 +412,7 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
                            d.dp_comm,
                            d.optimizer,
                            d.tp_comm,
-                           bytes(g_.tp.get()),
+                           bytes(rank_.tp.get()),  // the model's TP collectives
                            bytes(g_.dp.get()),
                            bytes(g_.pp.get()),
                            bytes(g_.embedding.get()),
@@ -475,7 +498,7 @@ RankParts Trainer<T>::parts() {
   p.sequence_parallel = o_.parallel.sequence_parallel;
   p.distributed_optimizer = o_.parallel.use_distributed_optimizer;
   if constexpr (std::is_same_v<T, float>) {
-    for (auto& c : rank_.chunks) p.chunks.push_back({&c->layout(), c->params()});
+    for (auto& c : rank_.chunks) p.chunks.push_back({&c->layout(), c->master()});
     for (auto& a : rank_.optimizers) p.optimizers.push_back(a.get());
   }
   return p;
