@@ -108,6 +108,7 @@ class SystemMetricsTest : public QObject {
     auto store = std::move(storage::RunStore::open(db.toStdString()).value());
     const storage::RunInfo info = store->find_run("system").value();
     const double cores = static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
+    std::vector<std::vector<double>> cpu_of_rank;
     for (int rank = 0; rank < 4; rank++) {
       const std::string p = "rank " + std::to_string(rank) + " ";
       auto series = [&](const char* key) {
@@ -134,12 +135,19 @@ class SystemMetricsTest : public QObject {
         QVERIFY2(allowed[i].value >= 1 && allowed[i].value <= cores,
                  qPrintable(where + QString(": %1 cores").arg(allowed[i].value)));
       }
+      cpu_of_rank.emplace_back();
+      for (const storage::StepValue& v : cpu) cpu_of_rank.back().push_back(v.value);
       // A rank that trains uses some CPU over an interval of iterations.
       QVERIFY2(cpu.back().value > 1,
                qPrintable(QString("rank %1: %2 %").arg(rank).arg(cpu.back().value)));
       // No NVML on the CPU engine: no GPU keys.
       QVERIFY(series(kGpuUtilizationKey).empty());
     }
+    // Each rank's own readings: four processes' CPU times over four intervals do not agree to
+    // the last bit (a gather that copied one rank's record to all would make them equal).
+    QVERIFY2(cpu_of_rank[1] != cpu_of_rank[0] || cpu_of_rank[2] != cpu_of_rank[0] ||
+                 cpu_of_rank[3] != cpu_of_rank[0],
+             "every rank recorded rank 0's CPU readings");
     const testing::Run show =
         testing::run_process(LATTICE_CLI_PATH, {"runs", "show", "system", "--db", db});
     QVERIFY2(show.exit_code == 0, qPrintable(show.err));
