@@ -56,6 +56,8 @@ int compare_command(const Subcommand& self, const std::vector<std::string>& args
 // runs_estimate.cpp: `show`'s planned memory against the measured peaks and the measured
 // pipeline bubble against (p - 1) / (v m).
 void print_estimates(storage::RunStore& store, const storage::RunInfo& run);
+// runs_system.cpp: `show`'s CPU use and resident memory per rank (and the GPU's, where recorded).
+void print_system(storage::RunStore& store, const storage::RunInfo& run);
 // runs_import.cpp
 int import_command(const Subcommand& self, const std::vector<std::string>& args);
 

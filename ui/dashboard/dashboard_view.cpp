@@ -16,6 +16,7 @@
 #include "dashboard/estimate_charts.h"
 #include "dashboard/rank_bars_chart.h"
 #include "dashboard/series_store.h"
+#include "dashboard/system_charts.h"
 #include "dashboard/timeline_chart.h"
 
 namespace lattice::ui {
@@ -220,6 +221,10 @@ QWidget* DashboardView::buildPages() {
     scheduleReplot();
   });
 
+  systemMetrics_ = new SystemPage(store_, feed_, tabs_);
+  tabs_->addTab(systemMetrics_, tr("System metrics"));
+  connect(systemMetrics_, &SystemPage::runChanged, this, &DashboardView::scheduleReplot);
+
   connect(tabs_, &QTabWidget::currentChanged, this, &DashboardView::scheduleReplot);
   connect(systemRun_, &QComboBox::currentIndexChanged, this, [this] {
     refreshSystemRun();
@@ -254,6 +259,7 @@ void DashboardView::showRuns(const QList<qint64>& runIds) {
     estimateRun_->clear();
     for (qint64 r : runIds) estimateRun_->addItem(tr("run %1").arg(r), r);
   }
+  systemMetrics_->setRuns(runIds);
   refreshSystemRun();
   refreshTimelineSteps();
   stack_->setCurrentIndex(runIds.isEmpty() ? 0 : 1);
@@ -355,6 +361,7 @@ void DashboardView::replotNow() {
     bubble_->refresh();
     bubble_->plot()->replot();
   }
+  if (page == systemMetrics_) systemMetrics_->refresh();
   replots_++;
   emit replotted();
 }

@@ -28,6 +28,7 @@ class DashboardFeed;
 class EstimateChart;
 class RankBarsChart;
 class SeriesStore;
+class SystemPage;
 class TimelineChart;
 
 class DashboardView : public QWidget {
@@ -35,7 +36,7 @@ class DashboardView : public QWidget {
 
  public:
   static constexpr int kReplotMs = 40;
-  enum Page { kTrainingPage, kThroughputPage, kSystemPage, kEstimatePage };
+  enum Page { kTrainingPage, kThroughputPage, kSystemPage, kEstimatePage, kSystemMetricsPage };
 
   explicit DashboardView(QWidget* parent = nullptr);
   ~DashboardView() override;
@@ -61,6 +62,7 @@ class DashboardView : public QWidget {
   RankBarsChart* phaseChart() const { return phases_; }
   TimelineChart* timelineChart() const { return timeline_; }
   EstimateChart* estimateChart() const { return estimate_; }
+  SystemPage* systemMetrics() const { return systemMetrics_; }
   BubbleChart* bubbleChart() const { return bubble_; }
   const SeriesStore* store() const { return store_; }
 
@@ -90,6 +92,7 @@ class DashboardView : public QWidget {
   RankBarsChart* phases_ = nullptr;
   TimelineChart* timeline_ = nullptr;
   EstimateChart* estimate_ = nullptr;
+  SystemPage* systemMetrics_ = nullptr;  // CPU, memory and GPU per rank (system_charts.h)
   BubbleChart* bubble_ = nullptr;
   QTimer replotTimer_;
   int replots_ = 0;

@@ -9,6 +9,7 @@
 
 #include "lattice/comm.h"
 #include "lattice/status.h"
+#include "lattice/system_metrics.h"
 #include "lattice/train_options.h"
 
 namespace lattice {
@@ -84,6 +85,9 @@ struct RankReport {
   PhaseTimes times;
   // Bytes handed to each group's collectives and sends (CommStats, logical payload).
   double tp_bytes = 0, dp_bytes = 0, pp_bytes = 0, embedding_bytes = 0;
+  // CPU use over the interval since the previous report, memory and GPU now (in the summary:
+  // since the last report).
+  SystemMetrics system;
   // The reported iteration's boxes, in the order the rank ran them (empty in the summary).
   std::vector<TimelineBox> timeline;
 };

@@ -29,6 +29,7 @@
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
+#include "device/nvml_probe.h"
 #include "gpu/gpu_checkpoint.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_pipeline.h"
@@ -210,6 +211,7 @@ class GpuLoop {
   int steps_ = 0;
   PhaseTimes totals_;
   PhaseTimes reported_;  // totals_ (and the reducer's wait) at the previous rank report
+  SystemSampler system_;  // CPU, memory and (NVML) the device, at each rank report
   int reported_at_ = 0;  // the iteration of the previous rank report (or where --load resumed)
 };
 
@@ -559,6 +561,12 @@ Result<TrainSummary> GpuLoop<A>::run() {
   if (peak == 0 && rank0)
     sink_.on_message("no peak rate known for " + dev_.name + ": MFU is reported as 0");
   if (Status s = setup(); !s) return s;
+  std::string no_nvml;
+  if (SystemSampler::GpuProbe probe = nvml_probe(&no_nvml))
+    system_.set_gpu_probe(std::move(probe));
+  else if (rank0)
+    sink_.on_message("NVML is not available: " + no_nvml +
+                     "; GPU utilization, memory, power and temperature are not recorded");
 
   const int decay_iters = o_.optim.lr_decay_iters > 0 ? o_.optim.lr_decay_iters : o_.train_iters;
   const double flops = flops_per_iteration(mc_, o_.global_batch_size) / world_.size();
@@ -669,6 +677,9 @@ Result<TrainSummary> GpuLoop<A>::run() {
           double(mm.peak_rss),    mine.times.forward,   mine.times.dp_comm,
           mine.times.optimizer,   mine.dp_bytes,        double(mm.fragmentation),
           mine.tp_bytes,          mine.pp_bytes,        mine.embedding_bytes};
+      const size_t kRecord = sent.size();
+      sent.resize(kRecord + kSystemMetricsFields);
+      pack_system_metrics(system_.sample(), sent.data() + kRecord);
       std::vector<double> all(sent.size() * world_.size());
       if (world_.size() == 1)
         all = sent;
@@ -697,6 +708,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
           rep.tp_bytes = x[12];
           rep.pp_bytes = x[13];
           rep.embedding_bytes = x[14];
+          rep.system = unpack_system_metrics(x + kRecord);
           reports.push_back(rep);
         }
         sink_.on_rank_reports(it, reports);

@@ -323,6 +323,21 @@ storage::MemorySample memory_sample(int rank, const MemoryReport& r) {
   m.peak = static_cast<int64_t>(r.peak_rss);
   return m;
 }
+
+// docs/studio.md "System metrics": CPU and resident memory of every rank, the GPU's where NVML
+// answered.
+void add_system_values(const std::string& prefix, const SystemMetrics& m,
+                       std::map<std::string, double>& values) {
+  if (m.cpu_percent >= 0) values[prefix + kCpuPercentKey] = m.cpu_percent;
+  if (m.cpu_cores > 0) values[prefix + kCpuCoresKey] = m.cpu_cores;
+  if (m.rss_bytes > 0) values[prefix + kRssKey] = m.rss_bytes;
+  if (m.peak_rss_bytes > 0) values[prefix + kPeakRssKey] = m.peak_rss_bytes;
+  if (!m.has_gpu) return;
+  values[prefix + kGpuUtilizationKey] = m.gpu_utilization;
+  values[prefix + kGpuMemoryKey] = m.gpu_memory_used;
+  values[prefix + kGpuPowerKey] = m.gpu_power_watts;
+  values[prefix + kGpuTemperatureKey] = m.gpu_temperature_c;
+}
 }  // namespace
 
 void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& ranks) {
@@ -341,6 +356,7 @@ void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& 
     // GPU ranks (docs/gpu.md#memory): the caching allocator's reserved - in-use bytes.
     if (r.memory.fragmentation > 0)
       values[p + "memory fragmentation"] = static_cast<double>(r.memory.fragmentation);
+    add_system_values(p, r.system, values);
   }
   // The reported iteration's pipeline timeline, every rank's boxes (docs/design-notes.md
   // #pipeline-timeline).

@@ -23,6 +23,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
+#include "core/system_sampler.h"
 #include "device/cpu_device.h"
 #include "device/ops.h"
 #include "gpu/gpu_model.h"
@@ -152,6 +153,7 @@ class Trainer {
   PhaseTimes reported_;  // totals at the previous report
   int reported_at_ = 0;  // the iteration of the previous report (or where --load resumed)
   PhaseTimes totals_;
+  SystemSampler system_;  // CPU use between reports, memory at each
 };
 
 template <typename T>
@@ -417,8 +419,11 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
                            bytes(g_.pp.get()),
                            bytes(g_.embedding.get()),
                            embedding_comm};
-  constexpr size_t kFields = std::size(record), kTimelineHeader = 3, kBoxFields = 5;
+  constexpr size_t kRecord = std::size(record), kFields = kRecord + kSystemMetricsFields,
+                   kTimelineHeader = 3, kBoxFields = 5;
   std::vector<double> sent(std::begin(record), std::end(record));
+  sent.resize(kFields);
+  pack_system_metrics(system_.sample(), sent.data() + kRecord);
   // Timeline part: iteration start (steady clock, seconds), host id, box count, then
   // (kind, stage, micro-batch, start, end) per box, zero-padded to the capacity.
   const size_t capacity = with_timeline ? IterationTimeline::capacity(
@@ -475,6 +480,7 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
     rep.pp_bytes = x[15];
     rep.embedding_bytes = x[16];
     rep.times.embedding_comm = x[17];
+    rep.system = unpack_system_metrics(x + kRecord);
     if (with_timeline) {
       const double* h = x + kFields;
       const double shift = h[0] - machine_origin.at(h[1]);
