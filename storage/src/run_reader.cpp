@@ -85,8 +85,13 @@ Status RunStore::Impl::load_runs(const RunFilter& filter, std::optional<std::int
     }
     if (rc != SQLITE_DONE) return db.error("cannot list runs");
   }
-  Statement tags, latest;
+  Statement tags, latest, parent;
   if (Status s = db.prepare("SELECT tag FROM run_tags WHERE run_id = ?1 ORDER BY tag", &tags); !s) {
+    return s;
+  }
+  if (Status s = db.prepare("SELECT parent_run_id, resume_step FROM run_parents WHERE run_id = ?1",
+                            &parent);
+      !s) {
     return s;
   }
   if (Status s = db.prepare(
@@ -101,6 +106,14 @@ Status RunStore::Impl::load_runs(const RunFilter& filter, std::optional<std::int
       StatementUse use(tags);
       use.bind(1, r.id);
       while (use.step() == SQLITE_ROW) r.tags.push_back(use.text(0));
+    }
+    {
+      StatementUse use(parent);
+      use.bind(1, r.id);
+      if (use.step() == SQLITE_ROW) {
+        if (!use.is_null(0)) r.parent_run_id = use.int64(0);
+        r.resume_step = use.int64(1);
+      }
     }
     StatementUse use(latest);
     use.bind(1, r.id);
