@@ -50,7 +50,9 @@ class MetricChart : public ChartCard {
   // Draws a resumed run's ancestors before it (lineage_series.h); on by default. The time axis
   // never does: each run has its own clock.
   void setLineageVisible(bool on);
-  const LineageOverlay& lineage() const { return lineage_; }  // the runs changed: ask again for every range
+  const LineageOverlay& lineage() const {
+    return lineage_;
+  }  // the runs changed: ask again for every range
   bool following() const { return following_; }
   QString firstKey() const { return specs_.value(0).key; }
   QStringList keys() const;  // every series' key
