@@ -71,7 +71,7 @@ void LineageOverlay::remove(Graphs& g) {
 }
 
 void LineageOverlay::draw(qint64 run, int series, const LineageCurve& curve, QCPAxis* y,
-                          const QColor& color, double weight,
+                          const QColor& color, double weight, bool labelled,
                           const std::function<double(double)>& xOf) {
   const QPair<qint64, int> id{run, series};
   if (curve.isEmpty()) {
@@ -123,6 +123,7 @@ void LineageOverlay::draw(qint64 run, int series, const LineageCurve& curve, QCP
     if (i < 0) continue;
     markX << x;
     markY << smoothKept[i];
+    if (!labelled) continue;
     auto* label = new QCPItemText(plot_);
     label->setClipToAxisRect(true);
     label->position->setAxes(plot_->xAxis, y);

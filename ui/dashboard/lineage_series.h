@@ -65,9 +65,10 @@ class LineageOverlay {
  public:
   explicit LineageOverlay(QCustomPlot* plot) : plot_(plot) {}
   // Draws `curve` for (run, series) in `color` on `y`, x through `xOf` (a step -> x mapping);
-  // `weight` > 0 smooths as the run's own line (the EMA). An empty curve removes the graphs.
+  // `weight` > 0 smooths as the run's own line (the EMA); `labelled`: the markers carry the
+  // label (one series of a chart says it). An empty curve removes the graphs.
   void draw(qint64 run, int series, const LineageCurve& curve, QCPAxis* y, const QColor& color,
-            double weight, const std::function<double(double)>& xOf);
+            double weight, bool labelled, const std::function<double(double)>& xOf);
   // Removes the graphs of runs not in `runs`.
   void keepRuns(const QList<qint64>& runs);
   void setVisible(bool on);

@@ -292,7 +292,7 @@ void MetricChart::refresh() {
       const Line& l = lines_[{runs[r], s}];
       lineage_.draw(runs[r], s, curve && xMode_ != XAxisMode::kTime ? *curve : LineageCurve{},
                     l.raw->valueAxis(), runColor(r, palette()), specs_[s].smoothed ? weight_ : 0,
-                    [this, run = runs[r]](double step) { return xOf(run, step); });
+                    s == 0, [this, run = runs[r]](double step) { return xOf(run, step); });
     }
   fitAxes();
   requestReads();
