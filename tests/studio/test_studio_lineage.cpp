@@ -4,6 +4,7 @@
 // dashed, a marker at step 5, and the second run's own points from step 6; the toggle and the
 // time axis hide the ancestors; the first run alone has none.
 #include <qcustomplot.h>
+#include <QCheckBox>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
@@ -117,6 +118,9 @@ class TestStudioLineage : public QObject {
     MetricChart* loss = view.chart("lm loss");
     QTRY_COMPARE(loss->plottedPoints(second_, "lm loss"), 7);  // steps 6..12
     view.replotNow();
+    // The toggle is there while a shown run has ancestors (and on).
+    auto* toggle = view.findChild<QCheckBox*>("dashboard-lineage");
+    QVERIFY(toggle && toggle->isVisible() && toggle->isChecked());
     const QCPGraph* own = loss->rawGraph(second_, "lm loss");
     QCOMPARE(own->data()->constBegin()->key, 6.0);
 
@@ -167,6 +171,7 @@ class TestStudioLineage : public QObject {
     QTRY_COMPARE(loss->plottedPoints(first_, "lm loss"), 10);
     view.replotNow();
     QVERIFY(!view.store()->lineage(first_, "lm loss"));
+    QVERIFY(!view.findChild<QCheckBox*>("dashboard-lineage")->isVisible());
     QVERIFY(loss->lineage().graphs().isEmpty());
   }
 };

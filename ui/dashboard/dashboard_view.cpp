@@ -83,7 +83,7 @@ QWidget* DashboardView::buildToolbar() {
   row->addWidget(new QLabel(tr("Smoothing"), bar));
   smoothSlider_ = new QSlider(Qt::Horizontal, bar);
   smoothSlider_->setRange(0, 999);
-  smoothSlider_->setFixedWidth(140);
+  smoothSlider_->setFixedWidth(120);  // room for Lineage within the 800 px window
   smoothSlider_->setToolTip(
       tr("TensorBoard's debiased exponential moving average; raw values "
          "are drawn faint behind"));
@@ -101,7 +101,9 @@ QWidget* DashboardView::buildToolbar() {
          "it for that chart (double-click the chart to follow again)"));
   row->addWidget(follow_);
   lineage_ = new QCheckBox(tr("Lineage"), bar);
+  lineage_->setObjectName("dashboard-lineage");
   lineage_->setChecked(true);
+  lineage_->setVisible(false);  // shown while a shown run has ancestors (loadLineage)
   lineage_->setToolTip(
       tr("A run resumed from another run's checkpoint is drawn with the runs before it as one "
          "curve; the steps a later run did again are drawn faded (not on the time axis)"));
@@ -250,6 +252,7 @@ void DashboardView::setDatabase(const QString& path) {
 
 // Synchronous: the ancestors are read once, a few thousand down-sampled points per key.
 void DashboardView::loadLineage(const QList<qint64>& runIds) {
+  lineage_->setVisible(false);
   if (database_.isEmpty() || runIds.isEmpty()) return;
   storage::OpenOptions options;
   options.read_only = true;
@@ -258,8 +261,10 @@ void DashboardView::loadLineage(const QList<qint64>& runIds) {
   QStringList keys;
   for (const MetricChart* c : charts_) keys << c->keys();
   for (qint64 run : runIds)
-    if (auto curves = readLineage(**store, run, keys); curves && !curves->isEmpty())
+    if (auto curves = readLineage(**store, run, keys); curves && !curves->isEmpty()) {
       store_->setLineage(run, std::move(*curves));
+      lineage_->setVisible(true);
+    }
 }
 
 void DashboardView::setLineageVisible(bool on) {
