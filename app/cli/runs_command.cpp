@@ -99,6 +99,46 @@ std::string steps_text(std::int64_t steps) {
   return std::to_string(steps) + (steps == 1 ? " step" : " steps");
 }
 
+// The list's "from" column: "PARENT@STEP" for a resumed run ("-@STEP" when the parent was
+// deleted since), "-" for a run that started afresh.
+std::string resumed_text(const storage::RunInfo& r) {
+  if (!r.resume_step) return "-";
+  return (r.parent_run_id ? std::to_string(*r.parent_run_id) : std::string("-")) + "@" +
+         std::to_string(*r.resume_step);
+}
+
+// `runs show`'s lineage lines: where the run resumed, then each run of its lineage with the
+// steps it keeps and the tail the next run discarded (RunStore::run_lineage).
+Status print_lineage(storage::RunStore& store, const storage::RunInfo& r) {
+  if (!r.resume_step) return Status::ok();
+  if (!r.parent_run_id) {
+    std::printf("  resumed:     at step %lld, from a run since deleted\n",
+                static_cast<long long>(*r.resume_step));
+    return Status::ok();
+  }
+  Result<std::vector<storage::LineageLink>> lineage = store.run_lineage(r.id);
+  if (!lineage) return lineage.status();
+  if (lineage->size() < 2) return Status::ok();  // only a hand-edited file loops
+  const storage::LineageLink& parent = (*lineage)[lineage->size() - 2];
+  std::printf("  resumed:     from run %lld ('%s') at step %lld\n",
+              static_cast<long long>(parent.run_id), parent.name.c_str(),
+              static_cast<long long>(*r.resume_step));
+  std::printf("  lineage:     %zu runs, oldest first\n", lineage->size());
+  for (const storage::LineageLink& link : *lineage) {
+    const std::string first = link.resumed_at ? std::to_string(*link.resumed_at + 1) : "";
+    std::string kept = link.kept_until
+                           ? (first.empty() ? "steps up to " : "steps " + first + " to ") +
+                                 std::to_string(*link.kept_until)
+                           : "steps from " + first;
+    if (link.kept_until && link.last_step && *link.last_step > *link.kept_until)
+      kept += ", steps " + std::to_string(*link.kept_until + 1) + " to " +
+              std::to_string(*link.last_step) + " discarded";
+    std::printf("    run %lld ('%s'): %s\n", static_cast<long long>(link.run_id), link.name.c_str(),
+                kept.c_str());
+  }
+  return Status::ok();
+}
+
 int list_command(const Subcommand& self, const std::vector<std::string>& args) {
   storage::RunFilter filter;
   filter.with_config = false;  // the table shows none of it
@@ -120,23 +160,23 @@ int list_command(const Subcommand& self, const std::vector<std::string>& args) {
   std::error_code ec;
   if (in.db == default_run_db() && !std::filesystem::exists(in.db, ec)) {
     // A new machine: nothing recorded yet is not an error, and nothing is created.
-    std::printf("no runs recorded yet: `lattice train` records its runs into %s\n",
-                in.db.c_str());
+    std::printf("no runs recorded yet: `lattice train` records its runs into %s\n", in.db.c_str());
     return 0;
   }
   Result<std::unique_ptr<storage::RunStore>> store = open_store(in.db);
   if (!store) return fail(self, store.status().message());
   Result<std::vector<storage::RunInfo>> runs = (*store)->list_runs(filter);
   if (!runs) return fail(self, runs.status().message());
-  std::printf("%5s  %-32s %-9s %7s %12s %12s  %-19s %s\n", "id", "name", "status", "step",
-              "lm loss", "tokens/s", "started", "tags");
+  std::printf("%5s  %-32s %-9s %7s %12s %12s  %-19s %-10s %s\n", "id", "name", "status", "step",
+              "lm loss", "tokens/s", "started", "from", "tags");
   for (const storage::RunInfo& r : *runs) {
-    std::printf("%5lld  %-32s %-9s %7s %12s %12s  %-19s %s\n", static_cast<long long>(r.id),
+    std::printf("%5lld  %-32s %-9s %7s %12s %12s  %-19s %-10s %s\n", static_cast<long long>(r.id),
                 r.name.c_str(), storage::run_status_name(r.status),
                 r.latest_step ? std::to_string(*r.latest_step).c_str() : "-",
                 latest(r, "lm loss", "%.4f").c_str(),
                 latest(r, "tokens per second", "%.1f").c_str(),
-                r.started_at ? when(*r.started_at).c_str() : "-", joined(r.tags, ",").c_str());
+                r.started_at ? when(*r.started_at).c_str() : "-", resumed_text(r).c_str(),
+                joined(r.tags, ",").c_str());
   }
   return 0;
 }
@@ -163,6 +203,7 @@ int show_command(const Subcommand& self, const std::vector<std::string>& args) {
       r.tags.empty() ? "-" : joined(r.tags, ", ").c_str(), static_cast<long long>(*steps),
       when(r.created_at).c_str());
   if (r.ended_at) std::printf("  ended:       %s\n", when(*r.ended_at).c_str());
+  if (Status s = print_lineage(**store, r); !s) return fail(self, s.message());
   std::printf("  latest metrics (step %s):\n",
               r.latest_step ? std::to_string(*r.latest_step).c_str() : "-");
   for (const auto& [key, value] : r.latest) std::printf("    %-26s %.6g\n", key.c_str(), value);
@@ -272,12 +313,15 @@ int delete_command(const Subcommand& self, const std::vector<std::string>& args)
 
 constexpr Subcommand kSubcommands[] = {
     {"list", "list [--name S] [--tag T] [--status S]", "runs with their latest metrics",
-     "Lists the runs, oldest first, with their latest step, loss and throughput. A running run\n"
-     "whose heartbeat is over a minute old is shown as crashed.",
+     "Lists the runs, oldest first, with their latest step, loss and throughput, and for a run\n"
+     "resumed from a checkpoint of another (`lattice train --load`) that run's id and the\n"
+     "step (from: 3@200). A running run whose heartbeat is over a minute old is shown as crashed.",
      list_command},
     {"show", "show RUN", "one run in full",
-     "Shows one run: status, host, command line, layout, tags, how many steps it logged, its\n"
-     "latest metrics, each rank's planned memory per category (`lattice plan`'s estimate for\n"
+     "Shows one run: status, host, command line, layout, tags, how many steps it logged, the\n"
+     "run it resumed from and at which step, with its whole lineage (each run's kept steps and\n"
+     "the discarded tail the next one did again), its latest metrics, each rank's planned memory "
+     "per category (`lattice plan`'s estimate for\n"
      "the run's configuration and layout) against its measured peak, with the gaps over 10 %\n"
      "and 4 MiB named; with a pipeline, each stage's measured bubble (wait / compute per\n"
      "recorded iteration) beside the analytic (p-1)/(v m); the slow ranks (compute over 1.5x\n"

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iostream>
 
+#include "checkpoint/checkpoint.h"
 #include "commands.h"
 #include "lattice/comm.h"
 #include "lattice/cpu_isa.h"
@@ -174,6 +175,13 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     how.heartbeat_seconds = options->db_heartbeat_interval;
     how.required = options->db_required;
     how.report = [command](const std::string& line) { print_error(command, line); };
+    // The checkpoint the trainer will load (the same lookup; its errors are the trainer's to
+    // report), so that the record names the run it continues. --finetune starts afresh.
+    if (!options->load.empty() && !options->finetune)
+      if (Result<CheckpointRef> ref = find_checkpoint(options->load, options->ckpt_step); ref) {
+        how.resumed_from = ref->path;
+        how.resumed_step = ref->iteration;
+      }
     Result<std::unique_ptr<RunRecorder>> r = RunRecorder::open(
         db, name, options->tags, command_line, train_options_json(recorded(*options)),
         parameter_count(*options), comm.size(), options->model.tensor_model_parallel_size,
@@ -208,7 +216,8 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   std::vector<MetricsSink*> sinks;
   if (rank0) {
     if (recorder)
-      console.on_message("recording run " + name + " in " + db);
+      console.on_message("recording run " + name + " in " + db +
+                         (recorder->lineage_note().empty() ? "" : "; " + recorder->lineage_note()));
     else
       console.on_message(std::string("not recording this run (") +
                          (options->no_db ? "--no-db" : "--db none") + ")");

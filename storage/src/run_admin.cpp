@@ -16,6 +16,9 @@ constexpr const char* kDeleteRunRows[] = {
     "DELETE FROM log_events WHERE run_id = ?1",
     "DELETE FROM checkpoints WHERE run_id = ?1",
     "DELETE FROM run_tags WHERE run_id = ?1",
+    "DELETE FROM run_parents WHERE run_id = ?1",
+    // Its children keep their resume step; their parent reads as deleted (run_lineage).
+    "UPDATE run_parents SET parent_run_id = NULL WHERE parent_run_id = ?1",
     "DELETE FROM runs WHERE id = ?1",
 };
 

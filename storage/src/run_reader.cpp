@@ -5,6 +5,8 @@
 #include <cctype>
 #include <limits>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "lattice/storage/run_store.h"
 #include "run_store_impl.h"
@@ -89,6 +91,20 @@ Status RunStore::Impl::load_runs(const RunFilter& filter, std::optional<std::int
   if (Status s = db.prepare("SELECT tag FROM run_tags WHERE run_id = ?1 ORDER BY tag", &tags); !s) {
     return s;
   }
+  // Lineage: one read of run_parents (a row per resumed run only), not a lookup per run.
+  std::unordered_map<std::int64_t, std::pair<std::optional<std::int64_t>, std::int64_t>> parents;
+  {
+    Statement parent;
+    if (Status s =
+            db.prepare("SELECT run_id, parent_run_id, resume_step FROM run_parents", &parent);
+        !s) {
+      return s;
+    }
+    StatementUse use(parent);
+    while (use.step() == SQLITE_ROW)
+      parents[use.int64(0)] = {
+          use.is_null(1) ? std::nullopt : std::optional<std::int64_t>(use.int64(1)), use.int64(2)};
+  }
   if (Status s = db.prepare(
           "SELECT k.name, l.value, l.step FROM latest_metrics l JOIN metric_keys k ON k.id = "
           "l.key_id WHERE l.run_id = ?1",
@@ -101,6 +117,10 @@ Status RunStore::Impl::load_runs(const RunFilter& filter, std::optional<std::int
       StatementUse use(tags);
       use.bind(1, r.id);
       while (use.step() == SQLITE_ROW) r.tags.push_back(use.text(0));
+    }
+    if (auto p = parents.find(r.id); p != parents.end()) {
+      r.parent_run_id = p->second.first;
+      r.resume_step = p->second.second;
     }
     StatementUse use(latest);
     use.bind(1, r.id);

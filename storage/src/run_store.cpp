@@ -138,6 +138,22 @@ Result<std::int64_t> RunStore::create_run(const NewRun& run) {
     use.bind(2, t);
     if (use.step() != SQLITE_DONE) return db.error("cannot tag run '" + run.name + "'");
   }
+  if (run.parent) {
+    Statement parent;
+    if (Status s = db.prepare(
+            "INSERT INTO run_parents(run_id, parent_run_id, resume_step) VALUES (?1, ?2, ?3)",
+            &parent);
+        !s) {
+      return s;
+    }
+    StatementUse use(parent);
+    use.bind(1, id);
+    use.bind(2, run.parent->run_id);
+    use.bind(3, run.parent->step);
+    if (use.step() != SQLITE_DONE)  // a parent id no run has fails the foreign key
+      return db.error("cannot record that run '" + run.name + "' resumed from run " +
+                      std::to_string(run.parent->run_id));
+  }
   if (Status s = txn.commit(); !s) return s;
   return id;
 }

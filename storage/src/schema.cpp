@@ -155,6 +155,19 @@ CREATE INDEX runs_listed ON runs(id, name, status, created_at, started_at, ended
   heartbeat_at, host, command_line, tp, pp, dp, world_size, parameter_count, notes, error);
 )sql",
      nullptr},
+    // 3 -> 4: lineage (RunStore::run_lineage): the run that wrote the checkpoint a run resumed
+    // from, and that checkpoint's step. A table of its own rather than columns of runs, so
+    // that the runs_listed index stays as it is. A deleted parent leaves its children's
+    // resume step and forgets only its id.
+    {R"sql(
+CREATE TABLE run_parents (
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  parent_run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+  resume_step INTEGER NOT NULL
+);
+CREATE INDEX run_parents_parent ON run_parents(parent_run_id);
+)sql",
+     nullptr},
 };
 constexpr int kMigrationCount = static_cast<int>(std::size(kMigrations));
 static_assert(kMigrationCount == kSchemaVersion, "one migration per schema version");

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -14,6 +15,7 @@
 #include <QtTest/QtTest>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <string>
@@ -485,6 +487,96 @@ class RunsCli : public QObject {
     QVERIFY2(show.out.contains("memory against the estimate: no estimate, the run's configuration "
                                "does not record --num-layers, --hidden-size"),
              qPrintable(show.out));
+  }
+
+  // Issue 26 item 6 on real runs. "first" trains to 10 saving at 5 and 10; "second" rolls back
+  // to 5 (--ckpt-step) and trains to 12 saving at 8 and 12 into the same directory; "third" is
+  // requeued from the latest (12, second's) to 14. A copy of the directory, and --finetune,
+  // start lineages of their own.
+  void a_rollback_and_a_requeue_by_load_form_one_lineage_with_the_discarded_tail() {
+    const QStringList tiny = {"--num-layers",          "2",   "--hidden-size", "64",
+                              "--num-attention-heads", "4",   "--seq-length",  "64",
+                              "--vocab-size",          "512", "--threads",     "2"};
+    const QString ckpt = dir_.filePath("lineage-ckpt");
+    auto train = [&](const QString& name, const QStringList& flags) {
+      Run r = lattice_cli(QStringList{"train", "--mock-data", "--log-interval", "1", "--db", db_,
+                                      "--run-name", name} +
+                          flags + tiny);
+      if (r.exit_code != 0) qWarning("%s", qPrintable(text_of(r)));
+      return r;
+    };
+    QCOMPARE(
+        train("first", {"--train-iters", "10", "--save", ckpt, "--save-interval", "5"}).exit_code,
+        0);
+    Run second = train("second", {"--train-iters", "12", "--load", ckpt, "--ckpt-step", "5",
+                                  "--save", ckpt, "--save-interval", "4"});
+    QCOMPARE(second.exit_code, 0);
+    QVERIFY2(second.out.contains("resumed from run 'first' at step 5"), qPrintable(second.out));
+    Run third = train("third", {"--train-iters", "14", "--load", ckpt});
+    QCOMPARE(third.exit_code, 0);
+    QVERIFY2(third.out.contains("resumed from run 'second' at step 12"), qPrintable(third.out));
+    // The same checkpoint through another spelling of the directory is the same parent.
+    Run again =
+        train("again", {"--train-iters", "11", "--load",
+                        dir_.filePath("./lineage-ckpt/../lineage-ckpt"), "--ckpt-step", "10"});
+    QCOMPARE(again.exit_code, 0);
+    QVERIFY2(again.out.contains("resumed from run 'first' at step 10"), qPrintable(again.out));
+    const QString copy = dir_.filePath("copied-ckpt");
+    QVERIFY(QDir().mkpath(copy));
+    QVERIFY(QFile::copy(ckpt + "/latest_checkpointed_iteration.txt",
+                        copy + "/latest_checkpointed_iteration.txt"));
+    std::filesystem::copy((ckpt + "/iter_0000012").toStdString(),
+                          (copy + "/iter_0000012").toStdString(),
+                          std::filesystem::copy_options::recursive);
+    Run copied = train("copied", {"--train-iters", "13", "--load", copy});
+    QCOMPARE(copied.exit_code, 0);
+    QVERIFY2(copied.out.contains("a checkpoint no run of this database recorded"),
+             qPrintable(copied.out));
+    QCOMPARE(train("tuned", {"--train-iters", "2", "--load", ckpt, "--finetune"}).exit_code, 0);
+
+    auto store = std::move(lattice::storage::RunStore::open(db()).value());
+    auto id = [&](const char* name) { return store->find_run(name).value().id; };
+    const auto lineage = store->run_lineage(id("third")).value();
+    QCOMPARE(lineage.size(), std::size_t{3});
+    QCOMPARE(lineage[0].name, std::string("first"));
+    QVERIFY(!lineage[0].resumed_at);
+    QCOMPARE(lineage[0].kept_until, std::optional<std::int64_t>(5));
+    QCOMPARE(lineage[0].last_step, std::optional<std::int64_t>(10));  // 6..10 discarded
+    QCOMPARE(lineage[1].name, std::string("second"));
+    QCOMPARE(lineage[1].resumed_at, std::optional<std::int64_t>(5));
+    QCOMPARE(lineage[1].kept_until, std::optional<std::int64_t>(12));
+    QCOMPARE(lineage[1].last_step, std::optional<std::int64_t>(12));  // nothing discarded
+    QCOMPARE(lineage[2].name, std::string("third"));
+    QCOMPARE(lineage[2].resumed_at, std::optional<std::int64_t>(12));
+    QVERIFY(!lineage[2].kept_until);
+    // The discarded tail is what first logged after step 5: second logged those steps again.
+    const auto tail = store->series(id("first"), "lm loss", 6, 10).value();
+    QCOMPARE(tail.size(), std::size_t{5});
+    QCOMPARE(store->series(id("second"), "lm loss", 0, 5).value().size(), std::size_t{0});
+    QCOMPARE(store->series(id("second"), "lm loss", 6, 10).value().size(), std::size_t{5});
+    QCOMPARE(store->find_run("again").value().parent_run_id,
+             std::optional<std::int64_t>(id("first")));
+    for (const char* alone : {"first", "copied", "tuned"})
+      QVERIFY2(!store->find_run(alone).value().resume_step, alone);
+
+    Run show = lattice_cli({"runs", "show", "third", "--db", db_});
+    QVERIFY2(show.exit_code == 0, qPrintable(text_of(show)));
+    const QString want = QString(
+                             "  resumed:     from run %2 ('second') at step 12\n"
+                             "  lineage:     3 runs, oldest first\n"
+                             "    run %1 ('first'): steps up to 5, steps 6 to 10 discarded\n"
+                             "    run %2 ('second'): steps 6 to 12\n"
+                             "    run %3 ('third'): steps from 13\n")
+                             .arg(id("first"))
+                             .arg(id("second"))
+                             .arg(id("third"));
+    QVERIFY2(show.out.contains(want), qPrintable(show.out + "\nwanted:\n" + want));
+    Run list = lattice_cli({"runs", "list", "--db", db_});
+    QVERIFY2(list.exit_code == 0, qPrintable(text_of(list)));
+    QVERIFY2(list.out.section('\n', 0, 0).contains(" from "), qPrintable(list.out));
+    const QRegularExpression thirdRow(
+        QString("\\n\\s*%1\\s+third\\s.*\\s%2@12\\s").arg(id("third")).arg(id("second")));
+    QVERIFY2(thirdRow.match(list.out).hasMatch(), qPrintable(list.out));
   }
 };
 

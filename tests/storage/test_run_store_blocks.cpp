@@ -227,12 +227,12 @@ class TestRunStoreBlocks : public QObject {
     const std::string kept_by_writer = block_rows(path);
     QVERIFY(!kept_by_writer.empty());
     // What a version-1 Lattice left: the same tables without metric_blocks (nor the
-    // runs_listed index of version 3).
+    // runs_listed index of version 3, nor the run_parents table of version 4).
     sqlite3* db = nullptr;
     QCOMPARE(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     QCOMPARE(sqlite3_exec(db,
-                          "DROP TABLE metric_blocks; DROP INDEX runs_listed; PRAGMA "
-                          "user_version = 1;",
+                          "DROP TABLE metric_blocks; DROP INDEX runs_listed; DROP TABLE "
+                          "run_parents; PRAGMA user_version = 1;",
                           nullptr, nullptr, nullptr),
              SQLITE_OK);
     sqlite3_close(db);

@@ -174,8 +174,11 @@ class TestRunStoreEdits : public QObject {
     {
       sqlite3* db = nullptr;
       QCOMPARE(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-      QCOMPARE(sqlite3_exec(db, "DROP INDEX runs_listed; PRAGMA user_version = 2;", nullptr,
-                            nullptr, nullptr),
+      // Nor the run_parents table of version 4.
+      QCOMPARE(sqlite3_exec(db,
+                            "DROP INDEX runs_listed; DROP TABLE run_parents; PRAGMA "
+                            "user_version = 2;",
+                            nullptr, nullptr, nullptr),
                SQLITE_OK);
       sqlite3_close(db);
     }

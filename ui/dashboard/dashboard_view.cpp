@@ -18,6 +18,7 @@
 #include "dashboard/series_store.h"
 #include "dashboard/system_charts.h"
 #include "dashboard/timeline_chart.h"
+#include "lattice/storage/run_store.h"
 
 namespace lattice::ui {
 
@@ -83,7 +84,7 @@ QWidget* DashboardView::buildToolbar() {
   row->addWidget(new QLabel(tr("Smoothing"), bar));
   smoothSlider_ = new QSlider(Qt::Horizontal, bar);
   smoothSlider_->setRange(0, 999);
-  smoothSlider_->setFixedWidth(140);
+  smoothSlider_->setFixedWidth(120);  // room for Lineage within the 800 px window
   smoothSlider_->setToolTip(
       tr("TensorBoard's debiased exponential moving average; raw values "
          "are drawn faint behind"));
@@ -100,12 +101,21 @@ QWidget* DashboardView::buildToolbar() {
       tr("The x axis tracks the newest step; zooming or panning a chart stops "
          "it for that chart (double-click the chart to follow again)"));
   row->addWidget(follow_);
+  lineage_ = new QCheckBox(tr("Lineage"), bar);
+  lineage_->setObjectName("dashboard-lineage");
+  lineage_->setChecked(true);
+  lineage_->setVisible(false);  // shown while a shown run has ancestors (loadLineage)
+  lineage_->setToolTip(
+      tr("A run resumed from another run's checkpoint is drawn with the runs before it as one "
+         "curve; the steps a later run did again are drawn faded (not on the time axis)"));
+  row->addWidget(lineage_);
 
   connect(xMode_, &QComboBox::currentIndexChanged, this,
           [this] { setXAxisMode(XAxisMode(xMode_->currentData().toInt())); });
   connect(smoothSlider_, &QSlider::valueChanged, this, [this](int v) { setSmoothing(v / 1000.0); });
   connect(log_, &QCheckBox::toggled, this, &DashboardView::setLogScale);
   connect(follow_, &QCheckBox::clicked, this, &DashboardView::setFollow);
+  connect(lineage_, &QCheckBox::toggled, this, &DashboardView::setLineageVisible);
   return bar;
 }
 
@@ -245,8 +255,35 @@ void DashboardView::setDatabase(const QString& path) {
   if (!store_->runs().isEmpty()) showRuns(store_->runs());
 }
 
+// Synchronous: the ancestors are read once, a few thousand down-sampled points per key.
+void DashboardView::loadLineage(const QList<qint64>& runIds) {
+  lineage_->setVisible(false);
+  if (database_.isEmpty() || runIds.isEmpty()) return;
+  storage::OpenOptions options;
+  options.read_only = true;
+  auto store = storage::RunStore::open(database_.toStdString(), options);
+  if (!store) return;  // the feed says why the store cannot be read
+  QStringList keys;
+  for (const MetricChart* c : charts_) keys << c->keys();
+  for (qint64 run : runIds)
+    if (auto curves = readLineage(**store, run, keys); curves && !curves->isEmpty()) {
+      store_->setLineage(run, std::move(*curves));
+      lineage_->setVisible(true);
+    }
+}
+
+void DashboardView::setLineageVisible(bool on) {
+  {
+    const QSignalBlocker block(lineage_);
+    lineage_->setChecked(on);
+  }
+  for (MetricChart* c : charts_) c->setLineageVisible(on);
+  scheduleReplot();
+}
+
 void DashboardView::showRuns(const QList<qint64>& runIds) {
   feed_->showRuns(runIds);
+  loadLineage(runIds);
   for (MetricChart* c : charts_) {
     c->forgetReads();
     c->setFollow(true);

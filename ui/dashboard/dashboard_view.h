@@ -51,6 +51,9 @@ class DashboardView : public QWidget {
   void setLogScale(bool on);
   void setXAxisMode(XAxisMode mode);
   void setFollow(bool on);  // every line chart follows the newest step again
+  // One curve across resumes (lineage_series.h): a resumed run's ancestors drawn before it,
+  // their discarded tails faded. On by default.
+  void setLineageVisible(bool on);
   void setCurrentPage(Page page);
   // The timeline's iteration (-1: the newest, following new iterations).
   void selectTimelineStep(qint64 step);
@@ -82,6 +85,7 @@ class DashboardView : public QWidget {
   void refreshRunLabel();
   void refreshSystemRun();
   void refreshTimelineSteps();
+  void loadLineage(const QList<qint64>& runIds);
 
   QString database_;
   SeriesStore* store_;
@@ -104,6 +108,7 @@ class DashboardView : public QWidget {
   QLabel* smoothValue_;
   QCheckBox* log_;
   QCheckBox* follow_;
+  QCheckBox* lineage_;
   QStackedWidget* stack_;
   QTabWidget* tabs_;
   QComboBox* systemRun_;

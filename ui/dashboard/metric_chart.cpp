@@ -43,7 +43,12 @@ void mergeValueRange(const QCPGraph* g, const QCPRange& keys, QCP::SignDomain si
 
 MetricChart::MetricChart(int viewId, const QString& title, const QList<ChartSeriesSpec>& series,
                          SeriesStore* store, DashboardFeed* feed, QWidget* parent)
-    : ChartCard(title, parent), viewId_(viewId), specs_(series), store_(store), feed_(feed) {
+    : ChartCard(title, parent),
+      viewId_(viewId),
+      specs_(series),
+      store_(store),
+      feed_(feed),
+      lineage_(plot()) {
   QCustomPlot* p = plot();
   p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   p->axisRect()->setRangeDrag(Qt::Horizontal);
@@ -99,6 +104,16 @@ MetricChart::MetricChart(int viewId, const QString& title, const QList<ChartSeri
     emit replotWanted();
   });
   applyPalette();
+}
+
+QStringList MetricChart::keys() const {
+  QStringList all;
+  for (const ChartSeriesSpec& s : specs_) all << s.key;
+  return all;
+}
+
+void MetricChart::setLineageVisible(bool on) {
+  lineage_.setVisible(on);
 }
 
 void MetricChart::setSmoothing(double weight) {
@@ -270,6 +285,15 @@ void MetricChart::refresh() {
   }
   for (int r = 0; r < runs.size(); r++)
     for (int s = 0; s < specs_.size(); s++) assemble(runs[r], specs_[s], line(r, runs[r], s));
+  lineage_.keepRuns(runs);
+  for (int r = 0; r < runs.size(); r++)
+    for (int s = 0; s < specs_.size(); s++) {
+      const LineageCurve* curve = store_->lineage(runs[r], specs_[s].key);
+      const Line& l = lines_[{runs[r], s}];
+      lineage_.draw(runs[r], s, curve && xMode_ != XAxisMode::kTime ? *curve : LineageCurve{},
+                    l.raw->valueAxis(), runColor(r, palette()), specs_[s].smoothed ? weight_ : 0,
+                    s == 0, [this, run = runs[r]](double step) { return xOf(run, step); });
+    }
   fitAxes();
   requestReads();
 }
@@ -279,9 +303,12 @@ void MetricChart::fitAxes() {
   if (following_) {
     bool found = false;
     QCPRange keys;
-    for (const Line& l : lines_) {
+    QList<QCPGraph*> graphs;
+    for (const Line& l : lines_) graphs << l.raw;
+    if (lineage_.visible()) graphs << lineage_.graphs();
+    for (const QCPGraph* g : graphs) {
       bool ok = false;
-      const QCPRange r = l.raw->getKeyRange(ok);
+      const QCPRange r = g->getKeyRange(ok);
       if (!ok) continue;
       keys = found ? QCPRange(std::min(keys.lower, r.lower), std::max(keys.upper, r.upper)) : r;
       found = true;
@@ -302,6 +329,8 @@ void MetricChart::fitAxes() {
       mergeValueRange(l.raw, p->xAxis->range(), sign, &found, &values);
       mergeValueRange(l.smooth, p->xAxis->range(), sign, &found, &values);
     }
+    for (const QCPGraph* g : lineage_.graphs())
+      if (g->valueAxis() == axis) mergeValueRange(g, p->xAxis->range(), sign, &found, &values);
     if (!found) continue;
     if (log_) {
       axis->setRange(values.lower / 1.15, values.upper * 1.15);

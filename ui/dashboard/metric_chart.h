@@ -11,6 +11,7 @@
 #include <QTimer>
 
 #include "dashboard/chart_card.h"
+#include "dashboard/lineage_series.h"
 #include "dashboard/series_store.h"
 
 class QCPGraph;
@@ -45,9 +46,16 @@ class MetricChart : public ChartCard {
   void setLogScale(bool on);
   void setXAxisMode(XAxisMode mode);
   void setFollow(bool on);
-  void forgetReads() { pending_.clear(); }  // the runs changed: ask again for every range
+  void forgetReads() { pending_.clear(); }
+  // Draws a resumed run's ancestors before it (lineage_series.h); on by default. The time axis
+  // never does: each run has its own clock.
+  void setLineageVisible(bool on);
+  const LineageOverlay& lineage() const {
+    return lineage_;
+  }  // the runs changed: ask again for every range
   bool following() const { return following_; }
   QString firstKey() const { return specs_.value(0).key; }
+  QStringList keys() const;  // every series' key
 
   // Rebuilds the graphs from the store, asks the feed for ranges it lacks, fits the axes.
   // Does not replot: the caller replots once (DashboardView's coalescing timer).
@@ -106,6 +114,7 @@ class MetricChart : public ChartCard {
   QTimer refine_;  // debounces range reads while the user zooms
   QCPItemStraightLine* crossLine_;
   QCPItemText* crossText_;
+  LineageOverlay lineage_;
 };
 
 }  // namespace lattice::ui

@@ -76,6 +76,20 @@ void SeriesStore::clear() {
   emit changed();
 }
 
+void SeriesStore::setLineage(qint64 run, QHash<QString, LineageCurve> curves) {
+  auto it = data_.find(run);
+  if (it == data_.end()) return;
+  it->lineage = std::move(curves);
+  emit changed();
+}
+
+const LineageCurve* SeriesStore::lineage(qint64 run, const QString& key) const {
+  auto it = data_.find(run);
+  if (it == data_.end()) return nullptr;
+  auto curve = it->lineage.find(key);
+  return curve == it->lineage.end() ? nullptr : &*curve;
+}
+
 void SeriesStore::setRuns(const QList<qint64>& runs) {
   // A fresh start even for runs shown before: the database may have changed under the ids.
   runs_ = runs;

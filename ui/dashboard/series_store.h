@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "dashboard/lineage_series.h"
 #include "lattice/run_estimate.h"
 #include "lattice/storage/run_store.h"
 
@@ -120,6 +121,8 @@ class SeriesStore : public QObject {
   // ---- filled by the feed (UI thread) ----
   void apply(const FeedBatch& batch);
   void setView(int view, qint64 run, const QString& key, ViewSpans spans);
+  // The ancestors' points of the run's keys (readLineage), read when the run is shown.
+  void setLineage(qint64 run, QHash<QString, LineageCurve> curves);
 
   // ---- read by the charts ----
   const RunMeta* meta(qint64 run) const;
@@ -132,6 +135,7 @@ class SeriesStore : public QObject {
   const MemorySnapshot* memory(qint64 run) const;
   const TimelineSnapshot* timeline(qint64 run) const;
   const EstimateSnapshot* estimate(qint64 run) const;
+  const LineageCurve* lineage(qint64 run, const QString& key) const;  // null: none
   qint64 rowsSeen() const { return rowsSeen_; }
 
  signals:
@@ -149,6 +153,7 @@ class SeriesStore : public QObject {
     MemorySnapshot memory;
     TimelineSnapshot timeline;
     EstimateSnapshot estimate;
+    QHash<QString, LineageCurve> lineage;
     qint64 lastStep = -1;
   };
   QList<qint64> runs_;

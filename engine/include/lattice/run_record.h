@@ -43,6 +43,11 @@ struct RecorderOptions {
   // Receives one line for the console when recording fails and when it works again. Called
   // with the recorder's lock held, from the caller's thread or the recorder's timer thread.
   std::function<void(const std::string&)> report;
+  // --load: the checkpoint (its iter_NNNNNNN directory) the run resumes from, and its step.
+  // The run of this database that saved it becomes the new run's parent (RunStore::
+  // run_lineage); a checkpoint no run here recorded leaves the run without one.
+  std::string resumed_from;
+  int64_t resumed_step = 0;
 };
 
 // Records one run: created and marked running by open(), every iteration and validation
@@ -86,6 +91,10 @@ class RunRecorder : public MetricsSink {
   // With RecorderOptions::required: whether a failed write made this recorder stop training.
   bool stopped_training() const;
   const std::string& run_name() const { return run_name_; }
+  // "resumed from run NAME at step N" when open() found the parent of RecorderOptions::
+  // resumed_from, "resumed from a checkpoint no run of this database recorded" when it did
+  // not; empty for a run that did not resume.
+  const std::string& lineage_note() const { return lineage_note_; }
 
  private:
   struct Impl;
@@ -94,6 +103,7 @@ class RunRecorder : public MetricsSink {
   void stop_timer();
   std::unique_ptr<Impl> impl_;
   std::string run_name_;
+  std::string lineage_note_;
   Status status_;
 };
 

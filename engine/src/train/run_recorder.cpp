@@ -243,6 +243,27 @@ bool RunRecorder::stopped_training() const {
   return impl_->stopped_training;
 }
 
+namespace {
+
+// The run of `store` that saved the checkpoint a run resumes from (RecorderOptions::
+// resumed_from) into *parent, and the line that says what was found. A checkpoint from
+// elsewhere (another database, a copied directory) is no error: the run starts a lineage.
+std::string resumed_parent(storage::RunStore& store, const RecorderOptions& options,
+                           std::optional<storage::RunParent>* parent) {
+  Result<std::optional<storage::RunParent>> found =
+      store.find_checkpoint_run(options.resumed_from, options.resumed_step);
+  if (!found || !found->has_value())
+    return "resumed from " + options.resumed_from + ", a checkpoint no run of this database " +
+           "recorded";
+  *parent = **found;
+  Result<std::vector<storage::LineageLink>> lineage = store.run_lineage((*found)->run_id);
+  const std::string name =
+      lineage ? "'" + lineage->back().name + "'" : std::to_string((*found)->run_id);
+  return "resumed from run " + name + " at step " + std::to_string(options.resumed_step);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
     const std::string& db_path, const std::string& run_name, const std::vector<std::string>& tags,
     const std::string& command_line, const std::string& config_json, int64_t parameters,
@@ -278,13 +299,19 @@ Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
   run.tags = tags;
   run.world_size = world_size;
   run.layout = {tp, pp, dp};
+  std::string lineage_note;
+  if (!impl->options.resumed_from.empty()) {
+    lineage_note = resumed_parent(*impl->store, impl->options, &run.parent);
+  }
   Result<int64_t> id = impl->store->create_run(run);
   if (!id) return Status::invalid_argument("--run-name " + run_name + ": " + id.status().message());
   impl->run_id = *id;
   if (Status s = impl->store->mark_running(impl->run_id); !s) return s;
   Impl* state = impl.get();
   impl->timer = std::thread([state] { state->run_timer(); });
-  return std::unique_ptr<RunRecorder>(new RunRecorder(std::move(impl), run_name));
+  auto recorder = std::unique_ptr<RunRecorder>(new RunRecorder(std::move(impl), run_name));
+  recorder->lineage_note_ = std::move(lineage_note);
+  return recorder;
 }
 
 void RunRecorder::on_iteration(const IterationMetrics& m) {

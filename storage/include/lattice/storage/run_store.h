@@ -20,8 +20,8 @@ namespace lattice::storage {
 
 // PRAGMA user_version this build writes; a database with a larger one is refused. Version 2
 // added the metric_blocks summaries behind downsample(), version 3 the runs_listed index
-// behind list_runs without configs.
-inline constexpr int kSchemaVersion = 3;
+// behind list_runs without configs, version 4 the run_parents table behind run_lineage.
+inline constexpr int kSchemaVersion = 4;
 // PRAGMA application_id of every Lattice run database ("LATT").
 inline constexpr std::int32_t kApplicationId = 0x4C415454;
 
@@ -67,6 +67,13 @@ struct Layout {
   int dp = 1;
 };
 
+// Where a run resumed from (`lattice train --load`): the run that wrote the checkpoint it
+// loaded (find_checkpoint_run), and that checkpoint's step; the run's own steps follow it.
+struct RunParent {
+  std::int64_t run_id = 0;
+  std::int64_t step = 0;
+};
+
 struct NewRun {
   std::string name;  // unique within the database
   std::string host;
@@ -77,6 +84,7 @@ struct NewRun {
   std::int64_t parameter_count = 0;
   std::vector<std::string> tags;
   std::string notes;
+  std::optional<RunParent> parent;  // none: a fresh run, or a checkpoint this store never saw
 };
 
 // One rank's memory at a step, bytes by category (ARCHITECTURE.md "Metrics").
@@ -127,6 +135,9 @@ struct RunInfo {
   std::string notes, error;
   std::map<std::string, double> latest;  // latest value of every metric key
   std::optional<std::int64_t> latest_step;
+  // Set for a run resumed from a checkpoint this store recorded (NewRun::parent): the step it
+  // resumed at, and the parent's id unless that run was deleted since.
+  std::optional<std::int64_t> resume_step, parent_run_id;
 };
 
 struct RunFilter {
@@ -173,6 +184,17 @@ struct KeySeries {
 struct StepMemory {
   std::int64_t step = 0;
   MemorySample sample;
+};
+
+// One run of a lineage (RunStore::run_lineage). Its steps up to kept_until are part of the
+// lineage's one curve; those after it (the "discarded tail") were done again by the next run,
+// which resumed from an earlier checkpoint (a rollback, or a requeue after a crash).
+struct LineageLink {
+  std::int64_t run_id = 0;
+  std::string name;
+  std::optional<std::int64_t> resumed_at;  // the checkpoint step it started from; none: root
+  std::optional<std::int64_t> kept_until;  // the next run's resume_step; none: the last run
+  std::optional<std::int64_t> last_step;   // the newest step it logged; none: nothing yet
 };
 
 struct CheckpointInfo {
@@ -303,6 +325,15 @@ class RunStore {
   Result<std::vector<std::int64_t>> timeline_steps(std::int64_t run_id);
   // Every timeline event of one step, by rank, then start time.
   Result<std::vector<TimelineEvent>> timeline(std::int64_t run_id, std::int64_t step);
+  // The run that recorded the checkpoint at `path` (the iter_NNNNNNN directory) of step
+  // `step`: the path as recorded, or the same directory spelled otherwise (both resolved
+  // from this process's working directory). When several runs saved it, the latest record
+  // (the copy on disk now). None when no run of this store did.
+  Result<std::optional<RunParent>> find_checkpoint_run(const std::string& path, std::int64_t step);
+  // The lineage of a run, root first and the run itself last: each run's parent up to one
+  // that resumed from nothing this store knows (or whose parent was deleted). A run that
+  // never resumed is a lineage of one. One read transaction.
+  Result<std::vector<LineageLink>> run_lineage(std::int64_t run_id);
   Status check_integrity();  // PRAGMA integrity_check
 
  private:
