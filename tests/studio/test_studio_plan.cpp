@@ -104,6 +104,24 @@ class TestStudioPlan : public QObject {
     QVERIFY(model.analysis().memory.has_value());
   }
 
+  // The status bar's summary is the plan's: it says so and shows with the Plan and Launch views
+  // only (beside a run on the Dashboard it read as that run's layout).
+  void thePlanSummaryShowsWithThePlanOnly() {
+    MainWindow window(quietWindow());
+    auto* summary = window.findChild<QLabel*>("plan-summary");
+    QVERIFY(summary);
+    QVERIFY2(summary->text().startsWith("Plan: Demo model"), qPrintable(summary->text()));
+    for (MainWindow::View view : {MainWindow::View::kDashboard, MainWindow::View::kHistory,
+                                  MainWindow::View::kPlayground}) {
+      window.showView(view);
+      QVERIFY(summary->isHidden());
+    }
+    window.showView(MainWindow::View::kLaunch);
+    QVERIFY(!summary->isHidden());
+    window.showView(MainWindow::View::kPlan);
+    QVERIFY(!summary->isHidden());
+  }
+
   void tpThatDoesNotDivideTheHeadsShowsTheErrorAndDisablesLaunch() {
     MainWindow window(quietWindow());
     window.show();

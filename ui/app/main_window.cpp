@@ -49,6 +49,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
   createMenus();
   createToolBar();
   planSummary_ = new QLabel(this);
+  planSummary_->setObjectName("plan-summary");
   statusBar()->addPermanentWidget(planSummary_);
   connect(model_, &PlanModel::planChanged, this, &MainWindow::updateStatus);
   connect(model_->undoStack(), &QUndoStack::cleanChanged, this, &MainWindow::updateTitle);
@@ -144,6 +145,9 @@ void MainWindow::showView(View view) {
   const int index = static_cast<int>(view);
   stack_->setCurrentIndex(index);
   if (index < viewActions_.size()) viewActions_[index]->setChecked(true);
+  // The plan's summary belongs to the views that edit and launch the plan; beside a run on the
+  // Dashboard or in History it read as that run's layout.
+  if (planSummary_) planSummary_->setVisible(view == View::kPlan || view == View::kLaunch);
 }
 
 MainWindow::View MainWindow::currentView() const {
@@ -225,7 +229,7 @@ void MainWindow::updateStatus() {
   const Plan& plan = model_->plan();
   const PlanAnalysis& a = model_->analysis();
   const int preset = presetIndexOf(plan.options);
-  QString text = preset >= 0 ? modelPresets()[preset].name : tr("custom model");
+  QString text = tr("Plan: ") + (preset >= 0 ? modelPresets()[preset].name : tr("custom model"));
   if (a.parameters > 0) text += tr(" · %1 parameters").arg(humanCount(a.parameters));
   text += " · " + plural(plan.cluster.world(), "device", "devices");
   if (!a.valid()) {
