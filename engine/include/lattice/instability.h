@@ -11,7 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "lattice/status.h"
+
 namespace lattice {
+
+namespace storage {
+class RunStore;
+}
 
 // What --on-spike does at an event: warn (a console line), skip (the optimizer does not step
 // on that iteration, counted as skipped) or stop (save with --save, end the run with an error).
@@ -60,5 +66,9 @@ std::vector<std::string> instability_keys();
 // series() reads them. By iteration, then kind.
 std::vector<InstabilityEvent> instability_events(
     const std::map<std::string, std::vector<std::pair<int64_t, double>>>& series);
+
+// The same, read from a run store (every point of instability_keys()).
+Result<std::vector<InstabilityEvent>> read_instability_events(storage::RunStore& store,
+                                                              int64_t run_id);
 
 }  // namespace lattice
