@@ -145,6 +145,28 @@ class Instability : public QObject {
     QVERIFY2(events[0].contains(QRegularExpression("^ +5  non-finite loss or grad norm +nan ")),
              qPrintable(events[0]));
   }
+
+#ifdef LATTICE_MPIEXEC
+  void every_rank_of_a_pipeline_decides_the_same() {
+    // PP 2: the loss lives on the last stage, the norm is all-reduced; both ranks see the
+    // same spike and stop at the same iteration (neither waits for the other in vain).
+    QTemporaryDir dir;
+    const QStringList args = train_args(35, dir.filePath("runs.sqlite"), "pp2") +
+                             QStringList{"--pipeline-model-parallel-size", "2", "--on-spike",
+                                         "stop", "--global-batch-size", "8"};
+    const testing::Run run = testing::run_process(
+        LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", "2", "env", "LATTICE_INJECT_SPIKE=30",
+                                     LATTICE_CLI_PATH} + args);
+    QVERIFY2(run.exit_code != 0, qPrintable(run.out + run.err));
+    for (const char* rank : {"rank 0", "rank 1"}) {
+      const QRegularExpression stopped(QString("%1: grad norm spike at iteration 30: [0-9.]+ "
+                                               "against [0-9.]+ ± [0-9.]+ over the last 20 "
+                                               "\\(z [0-9.]+\\); stopped by --on-spike stop")
+                                           .arg(rank));
+      QVERIFY2(stopped.match(run.err).hasMatch(), qPrintable(run.out + run.err));
+    }
+  }
+#endif
 };
 
 QTEST_GUILESS_MAIN(Instability)
