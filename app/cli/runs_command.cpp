@@ -209,6 +209,7 @@ int show_command(const Subcommand& self, const std::vector<std::string>& args) {
   for (const auto& [key, value] : r.latest) std::printf("    %-26s %.6g\n", key.c_str(), value);
   print_estimates(**store, r);
   print_system(**store, r);
+  print_instability(**store, r);
   std::printf("  config: %s\n", r.config_json.c_str());
   return 0;
 }

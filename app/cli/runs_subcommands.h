@@ -58,6 +58,8 @@ int compare_command(const Subcommand& self, const std::vector<std::string>& args
 void print_estimates(storage::RunStore& store, const storage::RunInfo& run);
 // runs_system.cpp: `show`'s CPU use and resident memory per rank (and the GPU's, where recorded).
 void print_system(storage::RunStore& store, const storage::RunInfo& run);
+// `runs show`: the run's instability events (docs/studio.md "Instability"), when it has any.
+void print_instability(storage::RunStore& store, const storage::RunInfo& run);
 // runs_import.cpp
 int import_command(const Subcommand& self, const std::vector<std::string>& args);
 

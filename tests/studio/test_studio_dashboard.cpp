@@ -8,6 +8,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
+#include <tuple>
 
 #include "dashboard/dashboard_view.h"
 #include "dashboard/metric_chart.h"
@@ -15,6 +16,7 @@
 #include "dashboard/series_store.h"
 #include "dashboard/smoothing.h"
 #include "dashboard/timeline_chart.h"
+#include "lattice/instability.h"
 #include "lattice/storage/run_store.h"
 
 using namespace lattice;
@@ -109,6 +111,49 @@ class TestStudioDashboard : public QObject {
     const double nan = std::nan("");
     compareSeries(emaSmooth({3, -1, nan, 7}, 0), {3, -1, nan, 7}, "ema(w=0)");
     QCOMPARE(emaSmooth({}, 0.6).size(), 0);
+  }
+
+  // Issue 26 item 5: the recorder's instability keys (lattice/instability.h) drawn as markers
+  // alone at their steps on the loss and grad-norm charts.
+  void instabilityEventsAreMarkersAtTheirSteps() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.sqlite");
+    qint64 run = 0;
+    {
+      auto store = openStore(db);
+      run = newRunningRun(*store, "spiky");
+      for (int step = 1; step <= 60; step++) {
+        std::map<std::string, double> v = {{"lm loss", wiggle(step)}, {"grad norm", 1.5}};
+        if (step == 30) v["grad norm"] = 900;
+        if (step == 45) v["lm loss"] = 40;
+        QVERIFY(store->log_step(run, step, v, {}));
+      }
+      lattice::InstabilityEvent norm{lattice::InstabilityEvent::kGradNormSpike, 30, 900, 1.5, 0.1,
+                                     8985, 20};
+      lattice::InstabilityEvent loss{lattice::InstabilityEvent::kLossSpike, 45, 40, 3, 0.5, 74, 20};
+      QVERIFY(store->log_step(run, 30, lattice::instability_values(norm), {}));
+      QVERIFY(store->log_step(run, 45, lattice::instability_values(loss), {}));
+    }
+    DashboardView view;
+    view.resize(1280, 800);
+    view.setDatabase(db);
+    view.showRuns({run});
+    view.show();
+    MetricChart* lossChart = view.chart("lm loss");
+    MetricChart* normChart = view.chart("grad norm");
+    QTRY_COMPARE(lossChart->plottedPoints(run, "loss spike value"), 1);
+    QTRY_COMPARE(normChart->plottedPoints(run, "grad norm spike value"), 1);
+    for (auto [chart, key, step, value] :
+         {std::tuple{lossChart, QString("loss spike value"), 45.0, 40.0},
+          std::tuple{normChart, QString("grad norm spike value"), 30.0, 900.0}}) {
+      const QCPGraph* g = chart->smoothGraph(run, key);
+      QVERIFY(g && g->visible());
+      QCOMPARE(g->data()->size(), 1);
+      QCOMPARE(g->data()->constBegin()->key, step);
+      QCOMPARE(g->data()->constBegin()->value, value);
+      QCOMPARE(g->lineStyle(), QCPGraph::lsNone);
+      QCOMPARE(g->scatterStyle().shape(), QCPScatterStyle::ssTriangle);
+    }
   }
 
   // Issue 29: the EMA ran over the few validation points (each a new evaluation, not noise

@@ -156,13 +156,24 @@ QWidget* DashboardView::buildPages() {
                                .label = tr("validation"),
                                .dashed = true,
                                .smoothed = false,
-                               .points = true}}),
+                               .points = true},
+                              // docs/studio.md "Instability": a triangle at each spike.
+                              {.key = "loss spike value",
+                               .label = tr("loss spike"),
+                               .smoothed = false,
+                               .events = true}}),
         0, 0);
   place(training,
         addChart(tr("Learning rate"),
                  {{.key = "learning rate", .label = tr("learning rate"), .smoothed = false}}),
         0, 1);
-  place(training, addChart(tr("Grad norm"), {{"grad norm", tr("grad norm")}}), 1, 0);
+  place(training,
+        addChart(tr("Grad norm"), {{"grad norm", tr("grad norm")},
+                                   {.key = "grad norm spike value",
+                                    .label = tr("grad norm spike"),
+                                    .smoothed = false,
+                                    .events = true}}),
+        1, 0);
   place(training,
         addChart(tr("Loss scale and skipped iterations"),
                  {{.key = "loss scale", .label = tr("loss scale"), .smoothed = false},

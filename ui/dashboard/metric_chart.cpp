@@ -223,8 +223,10 @@ MetricChart::Line& MetricChart::line(int runIndex, qint64 run, int spec) {
   l.raw->setAntialiased(false);
   // A series drawn as logged is its own line; the faint copy would only double it.
   l.raw->setVisible(specs_[spec].smoothed);
-  l.smooth->setScatterStyle(specs_[spec].points ? QCPScatterStyle(QCPScatterStyle::ssDisc, 5)
-                                                : QCPScatterStyle());
+  l.smooth->setScatterStyle(specs_[spec].events   ? QCPScatterStyle(QCPScatterStyle::ssTriangle, 11)
+                            : specs_[spec].points ? QCPScatterStyle(QCPScatterStyle::ssDisc, 5)
+                                                  : QCPScatterStyle());
+  l.smooth->setLineStyle(specs_[spec].events ? QCPGraph::lsNone : QCPGraph::lsLine);
   const RunMeta* m = store_->meta(run);
   const QString name = m && !m->name.isEmpty() ? m->name : tr("run %1").arg(run);
   l.smooth->setName(specs_.size() > 1 ? name + " · " + specs_[spec].label : name);

@@ -33,6 +33,9 @@ struct ChartSeriesSpec {
   // counter is no noisy measurement, and sparse points (validation) are each their own.
   bool smoothed = true;
   bool points = false;  // a marker on every point (sparse series)
+  // Markers alone, no line: events at their steps (the instability events' values,
+  // lattice/instability.h), drawn as logged.
+  bool events = false;
 };
 
 class MetricChart : public ChartCard {

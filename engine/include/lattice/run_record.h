@@ -22,6 +22,7 @@ class TeeSink : public MetricsSink {
   void on_validation(const ValidationMetrics& v) override;
   void on_message(const std::string& m) override;
   void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
+  void on_instability(const InstabilityEvent& e) override;
   void on_checkpoint(int iteration, const std::string& path, int64_t bytes,
                      double seconds) override;
   void on_end(const TrainSummary& s) override;
@@ -80,6 +81,7 @@ class RunRecorder : public MetricsSink {
   void on_validation(const ValidationMetrics& v) override;
   // Every rank's memory (memory samples) and phase times (metrics "rank R <phase> time").
   void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
+  void on_instability(const InstabilityEvent& e) override;
   void on_checkpoint(int iteration, const std::string& path, int64_t bytes,
                      double seconds) override;
   void on_end(const TrainSummary& s) override;

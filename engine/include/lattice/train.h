@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lattice/comm.h"
+#include "lattice/instability.h"
 #include "lattice/status.h"
 #include "lattice/system_metrics.h"
 #include "lattice/train_options.h"
@@ -141,6 +142,8 @@ class MetricsSink {
   // A checkpoint of `iteration` was saved (bytes of all ranks, wall seconds) or loaded.
   virtual void on_checkpoint(int /*iteration*/, const std::string& /*path*/, int64_t /*bytes*/,
                              double /*seconds*/) {}
+  // A non-finite loss or norm, or a spike, and what --on-spike did (lattice/instability.h).
+  virtual void on_instability(const InstabilityEvent&) {}
   virtual void on_end(const TrainSummary&) {}
 };
 
@@ -164,6 +167,7 @@ class ConsoleSink : public MetricsSink {
   void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
   void on_checkpoint(int iteration, const std::string& path, int64_t bytes,
                      double seconds) override;
+  void on_instability(const InstabilityEvent& e) override;
   void on_end(const TrainSummary& summary) override;
 
  private:

@@ -81,6 +81,12 @@ struct TrainOptions {
   // --exit-duration-in-mins M: save and stop once M minutes have passed since the process
   // started (checked before every iteration; 0: never).
   double exit_duration_in_mins = 0;
+  // Instability (docs/studio.md "Instability", lattice/instability.h): --spike-window W good
+  // iterations a loss or grad norm is judged against, --spike-z Z the z-score over which it is a
+  // spike, --on-spike warn | skip | stop what a spike or a non-finite loss or norm does.
+  int spike_window = 50;
+  double spike_z = 6;
+  std::string on_spike = "warn";
   // --distributed-timeout-minutes M: a rank that waits this long in one collective or
   // pipeline message ends the job, naming the ranks it waited for (Megatron's flag and
   // default; fractions allowed; 0: wait for ever). docs/design-notes.md#collective-timeout.

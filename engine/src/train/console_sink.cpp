@@ -126,6 +126,11 @@ void ConsoleSink::on_message(const std::string& message) {
   out_ << "> " << message << "\n";
 }
 
+// Printed whatever the log interval: an event is rare and the user should see it at once.
+void ConsoleSink::on_instability(const InstabilityEvent& e) {
+  out_ << "> warning: " << describe(e) << " (--on-spike " << spike_action_name(e.action) << ")\n";
+}
+
 void ConsoleSink::on_end(const TrainSummary& s) {
   const MemoryReport& m = s.memory;
   out_ << "> done: " << s.losses.size() << " iterations in " << format("%.1f", s.total_seconds)

@@ -113,6 +113,16 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"exit-duration-in-mins",
        "save (with --save) and exit once this many minutes have passed since the start",
        &o.exit_duration_in_mins},
+      {"spike-window",
+       "good iterations a loss or grad norm is judged against (z-score); judging starts once "
+       "half are there",
+       &o.spike_window},
+      {"spike-z", "z-score over which a loss or grad norm is a spike", &o.spike_z},
+      {"on-spike",
+       "warn | skip | stop: at a loss or grad-norm spike or a non-finite loss or norm, print and "
+       "record it (warn), also leave the weights as they are that iteration (skip, counted as "
+       "skipped), or save (with --save) and end the run (stop)",
+       &o.on_spike},
       {"distributed-timeout-minutes",
        "end the job when a rank waits this long for others in one collective or pipeline "
        "message, naming them (fractions allowed; 0: wait for ever)",
@@ -390,6 +400,10 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
     errors.push_back(
         "--save-interval, --save-retain, --ckpt-step, --exit-interval and "
         "--exit-duration-in-mins must not be negative");
+  if (spike_window < 0) errors.push_back("--spike-window must not be negative (0: no spikes)");
+  if (!(spike_z > 0)) errors.push_back("--spike-z must be positive");
+  if (on_spike != "warn" && on_spike != "skip" && on_spike != "stop")
+    errors.push_back("--on-spike '" + on_spike + "' is not one of warn, skip, stop");
   if (!(distributed_timeout_minutes >= 0))
     errors.push_back("--distributed-timeout-minutes must not be negative (0: wait for ever)");
   if (fp64 && (!save.empty() || !load.empty()))

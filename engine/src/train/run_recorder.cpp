@@ -41,6 +41,9 @@ void TeeSink::on_rank_reports(int iteration, const std::vector<RankReport>& rank
 void TeeSink::on_checkpoint(int iteration, const std::string& path, int64_t bytes, double seconds) {
   for (MetricsSink* k : sinks_) k->on_checkpoint(iteration, path, bytes, seconds);
 }
+void TeeSink::on_instability(const InstabilityEvent& e) {
+  for (MetricsSink* k : sinks_) k->on_instability(e);
+}
 void TeeSink::on_end(const TrainSummary& s) {
   for (MetricsSink* k : sinks_) k->on_end(s);
 }
@@ -329,6 +332,12 @@ void RunRecorder::on_iteration(const IterationMetrics& m) {
                       {"TFLOP/s per device", m.tflops_per_device},
                       {"MFU", m.mfu}},
                      {}});
+}
+
+// At the event's iteration, beside its metrics (lattice/instability.h's keys).
+void RunRecorder::on_instability(const InstabilityEvent& e) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->write_step({e.iteration, instability_values(e), {}});
 }
 
 void RunRecorder::on_validation(const ValidationMetrics& v) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <span>
@@ -29,6 +30,7 @@
 #include "gpu/gpu_model.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/dropout_hash.h"
+#include "lattice/instability.h"
 #include "lattice/kernels.h"
 #include "lattice/layout.h"
 #include "lattice/train.h"
@@ -49,6 +51,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Fault injection for tests (docs/studio.md "Instability"): LATTICE_INJECT_SPIKE=N multiplies
+// iteration N's gradients by 1000 (a grad-norm spike; clipping keeps the update sane),
+// LATTICE_INJECT_NAN=N makes iteration N's gradients NaN. 0 when unset.
+int injected_iteration(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
+
+SpikeAction spike_action(const std::string& on_spike) {
+  return on_spike == "skip" ? SpikeAction::kSkip
+         : on_spike == "stop" ? SpikeAction::kStop
+                              : SpikeAction::kWarn;
 }
 
 std::string exit_duration_message(int iteration, double minutes) {
@@ -114,13 +130,16 @@ template <typename T>
 class Trainer {
  public:
   Trainer(const TrainOptions& o, ModelConfig mc, ProcessGroups& g, MetricsSink& sink)
-      : o_(o), mc_(std::move(mc)), g_(g), sink_(sink), scaling_(o) {}
+      : o_(o), mc_(std::move(mc)), g_(g), sink_(sink), scaling_(o),
+        spikes_(o.spike_window, o.spike_z) {}
   Result<TrainSummary> run();
 
  private:
   Status build_model();
-  // skipped: the optimizer did not step (inf/NaN gradients on some rank).
-  Status step(int it, double& loss, double& norm, double lr, bool& skipped);
+  // skipped: the optimizer did not step (inf/NaN gradients on some rank, or --on-spike skip or
+  // stop at one of `events`, the iteration's instability).
+  Status step(int it, double& loss, double& norm, double lr, bool& skipped,
+              std::vector<InstabilityEvent>& events);
   Status finish_gradients();
   Result<double> validate(const SampleSource& source, int64_t& position);
   RankParts parts();
@@ -143,6 +162,7 @@ class Trainer {
   ProcessGroups& g_;
   MetricsSink& sink_;
   GradScaling scaling_;  // --fp16's loss scaler (disabled: scale 1)
+  SpikeDetector spikes_;  // the same decisions on every rank (lattice/instability.h)
   RankModel<T> rank_;
   std::unique_ptr<PipelineExecutor<T>> executor_;  // made after rank_, gone before it
   IterationTimeline timeline_;                     // on during reported iterations
@@ -269,7 +289,8 @@ Status Trainer<T>::finish_gradients() {
 }
 
 template <typename T>
-Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& skipped) {
+Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& skipped,
+                        std::vector<InstabilityEvent>& events) {
   const ParallelLayout& L = g_.layout;
   const int M = o_.num_micro_batches() / L.dp, B = o_.micro_batch_size;
   // The loss scale is a power of two (dynamic) or the user's --loss-scale: with fp32
@@ -277,7 +298,8 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   // fp32 does until an overflow.
   const double loss_scale = scaling_.loss_scale();
   const float grad_scale =
-      static_cast<float>(loss_scale / (static_cast<double>(B) * mc_.seq_length * M * L.dp));
+      static_cast<float>(loss_scale / (static_cast<double>(B) * mc_.seq_length * M * L.dp)) *
+      (it == injected_iteration("LATTICE_INJECT_SPIKE") ? 1000.0f : 1.0f);
   for (size_t c = 0; c < rank_.chunks.size(); c++) {
     rank_.chunks[c]->zero_grads();
     rank_.buckets[c]->start_iteration();
@@ -293,6 +315,12 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   Result<double> loss_sum = executor_->train(M, load, seed, grad_scale);
   if (!loss_sum) return loss_sum.status();
   if (Status s = finish_gradients(); !s) return s;
+  if (it == injected_iteration("LATTICE_INJECT_NAN")) rank_.chunks[0]->grads()[0] = NAN;
+  // The loss lives on the last stage: its tensor-parallel rank 0 of every data-parallel
+  // replica contributes its share, and every rank learns the mean (before the update: the
+  // spike detector reads it).
+  const bool reports = g_.last_stage() && g_.coord.tp == 0;
+  loss = all_reduce_scalar(reports ? *loss_sum / (static_cast<double>(M) * L.dp) : 0.0, *g_.world);
 
   const auto t0 = Clock::now();
   skipped = false;
@@ -314,6 +342,11 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     squares += rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads());
   Comm& norm_group = o_.parallel.use_distributed_optimizer ? *g_.world : *g_.model;
   norm = std::sqrt(all_reduce_scalar(squares, norm_group));
+  // Instability, the same on every rank (all-reduced loss and norm); an --fp16 overflow is the
+  // scaler's, not an event. skip and stop leave the weights as they are.
+  if (!skipped) events = spikes_.check(it, loss, norm);
+  for (InstabilityEvent& e : events) e.action = spike_action(o_.on_spike);
+  skipped = skipped || (!events.empty() && events[0].action != SpikeAction::kWarn);
   // fp32 without a scaler: a non-finite norm skips the step as well (every rank sees the
   // same all-reduced norm).
   skipped = skipped || !std::isfinite(norm);
@@ -331,10 +364,6 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   totals_.dp_comm += seconds_since(t1);
   if (g_.layout.dp > 1 && o_.parallel.use_distributed_optimizer)
     add_box(TimelineBox::kDpComm, t1, Clock::now());
-  // The loss lives on the last stage: its tensor-parallel rank 0 of every data-parallel
-  // replica contributes its share, and every rank learns the mean.
-  const bool reports = g_.last_stage() && g_.coord.tp == 0;
-  loss = all_reduce_scalar(reports ? *loss_sum / (static_cast<double>(M) * L.dp) : 0.0, *g_.world);
   return Status::ok();
 }
 
@@ -685,9 +714,22 @@ Result<TrainSummary> Trainer<T>::run() {
     const double lr = learning_rate(o_.optim, steps, decay_iters);
     double loss = 0, norm = 0;
     bool skipped_step = false;
-    const Status stepped = step(it, loss, norm, lr, skipped_step);
+    std::vector<InstabilityEvent> events;
+    const Status stepped = step(it, loss, norm, lr, skipped_step, events);
     timeline_.end();
     if (!stepped) return stepped;
+    if (rank0)
+      for (const InstabilityEvent& e : events) sink_.on_instability(e);
+    if (!events.empty() && events[0].action == SpikeAction::kStop) {
+      // The weights are those of iteration it - 1 (the step was not taken): saved as such.
+      std::string saved;
+      if (!o_.save.empty()) {
+        if (saved_iteration != it - 1)
+          if (Status s = save(progress(it - 1)); !s) return s;
+        saved = "; the checkpoint of iteration " + std::to_string(it - 1) + " is in " + o_.save;
+      }
+      return Status::internal(describe(events[0]) + "; stopped by --on-spike stop" + saved);
+    }
     if (!skipped_step)
       steps++;
     else
