@@ -1,10 +1,11 @@
-// Causal self-attention, flash-style: scores are formed one 32-key tile at a time in shared
-// memory with an online softmax, so nothing of size T x T is ever stored; the forward keeps
-// each row's log-sum-exp (lse) and the backward recomputes the probabilities from it
-// (FlashAttention-2's recipe). See the note "attention tiles" below.
-// Non-goals: tensor-core MMA (this is fp32 CUDA-core arithmetic; cuDNN 9's fused attention
-// or an MMA kernel is the next step once a GPU run has measured this one), head sizes other
-// than 64 and 128, sliding windows.
+// Causal self-attention, flash-style: scores are formed one key tile at a time with an online
+// softmax, so nothing of size T x T is ever stored; the forward keeps each row's log-sum-exp
+// (lse) and the backward recomputes the probabilities from it (FlashAttention-2's recipe).
+// bf16 and fp16 tensors run on tensor cores (attention_mma_kernels.cuh, note "mma tiles");
+// fp32 tensors, and 16-bit views whose rows do not start on 16 bytes, run the fp32 CUDA-core
+// kernels of attention_kernels.cuh (note "attention tiles" below). Both keep the CPU's dropout
+// mask and write every gradient element from one thread (deterministic, no atomics).
+// Non-goals: head sizes other than 64 and 128, sliding windows.
 //
 // Note "attention tiles": a block owns 32 rows (queries in the forward and the dq pass, keys
 // in the dk/dv pass) with 8 warps of 4 rows each. The other side is streamed through shared
@@ -15,8 +16,12 @@
 // and fp16 tensors are widened when loaded. The dq pass and the dk/dv pass are separate kernels, so
 // every gradient element is written by one thread: deterministic, no atomics.
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "attention_kernels.cuh"
+#include "attention_mma_kernels.cuh"
 #include "common.cuh"
 
 namespace lattice::kernels::cuda {
@@ -55,10 +60,38 @@ bool supported(Context& ctx, const char* op, int C, int NH) {
   return false;
 }
 
+// 16-bit tensors whose rows start on 16 bytes take the tensor-core kernels
+// (attention_mma_kernels.cuh); fp32 and unaligned views the fp32 kernels above.
+bool aligned16(std::initializer_list<const void*> tensors) {
+  for (const void* p : tensors)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// Launches kernel with `elems` 16-bit elements of dynamic shared memory, 4 warps.
+template <typename Kernel, typename... Args>
+void launch_mma(Context& ctx, const char* op, Kernel kernel, dim3 grid, size_t elems,
+                Args... args) {
+  const size_t bytes = elems * sizeof(uint16_t);
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(bytes));
+  kernel<<<grid, mma_tiles::kBlockWarps * 32, bytes, stream_of(ctx)>>>(args...);
+  check_launch(ctx, op);
+}
+
 template <typename T, int HS>
 void forward(Context& ctx, T* out, float* lse, const T* qkv, const AttentionArgs& a) {
+  using DT = typename Device<T>::type;
+  if constexpr (!std::is_same_v<T, float>) {
+    if (aligned16({out, qkv})) {
+      const dim3 grid((a.T + mma_tiles::kBlockRows - 1) / mma_tiles::kBlockRows, a.B * a.NH);
+      launch_mma(ctx, "attention_forward", attention_forward_mma_kernel<DT, HS>, grid,
+                 mma_tiles::forward_elems<HS>(), dev(out), lse, dev(qkv), a);
+      return;
+    }
+  }
   const dim3 grid((a.T + kRows - 1) / kRows, a.B * a.NH);
-  launch(ctx, "attention_forward", attention_forward_kernel<typename Device<T>::type, HS>, grid,
+  launch(ctx, "attention_forward", attention_forward_kernel<DT, HS>, grid,
          kRows * HS + kTile * (HS + 1) + kTile * HS, dev(out), lse, dev(qkv), a);
 }
 
@@ -70,6 +103,18 @@ void backward(Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, 
   attention_delta_kernel<DT, HS><<<(rows + kWarps - 1) / kWarps, kWarps * 32, 0, stream_of(ctx)>>>(
       delta, dev(dout), dev(out), a.B, a.T, a.NH);
   check_launch(ctx, "attention_backward (delta)");
+  if constexpr (!std::is_same_v<T, float>) {
+    if (aligned16({dqkv, dout, qkv})) {
+      const dim3 grid((a.T + mma_tiles::kBlockRows - 1) / mma_tiles::kBlockRows, a.B * a.NH);
+      launch_mma(ctx, "attention_backward (dq)", attention_backward_dq_mma_kernel<DT, HS>, grid,
+                 mma_tiles::dq_elems<HS>(), dev(dqkv), dev(dout), dev(qkv), lse,
+                 static_cast<const float*>(delta), a);
+      launch_mma(ctx, "attention_backward (dk, dv)", attention_backward_dkv_mma_kernel<DT, HS>,
+                 grid, mma_tiles::dkv_elems<HS>(), dev(dqkv), dev(dout), dev(qkv), lse,
+                 static_cast<const float*>(delta), a);
+      return;
+    }
+  }
   const dim3 grid((a.T + kRows - 1) / kRows, a.B * a.NH);
   launch(ctx, "attention_backward (dq)", attention_backward_dq_kernel<DT, HS>, grid,
          2 * kRows * HS + 2 * kTile * (HS + 1), dev(dqkv), dev(dout), dev(qkv), lse,

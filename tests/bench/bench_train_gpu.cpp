@@ -4,7 +4,7 @@
 // against the device's dense bf16 peak (989 TFLOP/s on H100 / H200). Prints a table and one
 // RESULT line of JSON per model for tests/gpu/run.sh, which puts PyTorch's figures
 // (train_torch_gpu.py, same models) beside them. A program, not a test. Exit 77 without a GPU.
-// No figure from this program has been recorded yet: it has not run on a GPU (docs/gpu.md).
+// Its figures on one H200, beside PyTorch: docs/benchmarks.md (GPU training throughput).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

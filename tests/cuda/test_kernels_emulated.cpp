@@ -5,9 +5,11 @@
 // and the loss scaler's unscale-and-check bit for bit against optim/grad_scaling.cpp's
 // function, its flag set by an inf, a NaN or an overflow of the unscaling, in any block.
 // The attention and LayerNorm kernels also run on fp16 tensors (the host's to_fp16 rounding,
-// as the device's): within fp16's 1e-2 of the CPU ops on the rounded inputs.
-// What emulation cannot check (bf16, cuBLASLt, shared-memory limits, real scheduling,
-// speed) is test_cuda_ops' and test_cuda_attention's, on a GPU.
+// as the device's): within fp16's 1e-2 of the CPU ops on the rounded inputs; and the
+// tensor-core attention kernels on fp16 and bf16 tensors, mma_16816 emulated from its
+// fragment layout (within 1e-2).
+// What emulation cannot check (the real instruction's layout, cuBLASLt, shared-memory limits,
+// real scheduling, speed) is test_cuda_ops' and test_cuda_attention's, on a GPU.
 #include <QtTest/QtTest>
 
 #include <cstring>
@@ -21,6 +23,7 @@
 // The emulation above must come first: it supplies what the kernels take from CUDA.
 #include "adamw_kernels.cuh"  // kernels/cuda/
 #include "attention_kernels.cuh"
+#include "attention_mma_kernels.cuh"
 #include "cross_entropy_kernels.cuh"
 #include "lattice/kernels.h"
 #include "layernorm_kernels.cuh"
@@ -48,12 +51,16 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
 
 constexpr double kFp32Tolerance = 1e-5;
 constexpr double kFp16Tolerance = 1e-2;  // as tests/cuda/cuda_test_support.h
+constexpr double kBf16Tolerance = 1e-2;
 
 double widen(float x) {
   return x;
 }
 double widen(cu::fp16 x) {
   return cu::from_fp16(x);
+}
+double widen(cu::bf16 x) {
+  return cu::from_bf16(x);
 }
 
 // Rounds every element to fp16 in place; the fp16 copy.
@@ -89,23 +96,35 @@ QString mismatch(const char* tensor, const std::vector<G>& got, const std::vecto
       .arg(tolerance);
 }
 
-// float stays float; fp16 rounds (v) in place and returns the fp16 copy.
+// float stays float; fp16 and bf16 round (v) in place and return the 16-bit copy.
 template <typename T>
 std::vector<T> stored_as(std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     return v;
-  else
+  } else if constexpr (std::is_same_v<T, cu::fp16>) {
     return to_fp16(round_to_fp16(v));
+  } else {
+    std::vector<cu::bf16> out(v.size());
+    for (size_t i = 0; i < v.size(); i++) {
+      out[i] = cu::to_bf16(v[i]);
+      v[i] = cu::from_bf16(out[i]);
+    }
+    return out;
+  }
 }
 
-template <int HS, typename T = float>
+// The fp32-arithmetic kernels (attention_kernels.cuh) or, with mma, the tensor-core ones
+// (attention_mma_kernels.cuh: 16-bit T only, products through the emulated mma_16816).
+template <int HS, typename T = float, bool mma = false>
 void check(const Case& c) {
   const int C = c.NH * HS;
   const size_t rows = static_cast<size_t>(c.B) * c.T;
   const uint64_t key = 0xa77e;
   auto qkv = random_floats(rows * 3 * C, 1), dout = random_floats(rows * C, 2);
   const std::vector<T> t_qkv = stored_as<T>(qkv), t_dout = stored_as<T>(dout);
-  const double tolerance = std::is_same_v<T, float> ? kFp32Tolerance : kFp16Tolerance;
+  const double tolerance = std::is_same_v<T, float>      ? kFp32Tolerance
+                           : std::is_same_v<T, cu::fp16> ? kFp16Tolerance
+                                                         : kBf16Tolerance;
 
   std::vector<float> out(rows * C), dqkv(qkv.size()), probs(size_t(c.B) * c.NH * c.T * c.T);
   std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
@@ -128,17 +147,31 @@ void check(const Case& c) {
   std::vector<T> g_out(out.size(), T(cu::from_float<T>(nan))),
       g_dqkv(dqkv.size(), T(cu::from_float<T>(nan)));
   const dim3 grid((c.T + cu::kRows - 1) / cu::kRows, c.B * c.NH), block(cu::kWarps * 32);
-  emu::launch(grid, block, cu::attention_forward_kernel<T, HS>, g_out.data(), g_lse.data(),
-              t_qkv.data(), a);
+  const dim3 mma_grid((c.T + cu::mma_tiles::kBlockRows - 1) / cu::mma_tiles::kBlockRows,
+                      c.B * c.NH),
+      mma_block(cu::mma_tiles::kBlockWarps * 32);
+  const float* lse = g_lse.data();
+  const float* delta = g_delta.data();
+  if constexpr (mma)
+    emu::launch(mma_grid, mma_block, cu::attention_forward_mma_kernel<T, HS>, g_out.data(),
+                g_lse.data(), t_qkv.data(), a);
+  else
+    emu::launch(grid, block, cu::attention_forward_kernel<T, HS>, g_out.data(), g_lse.data(),
+                t_qkv.data(), a);
   const unsigned delta_blocks = (c.B * c.NH * c.T + cu::kWarps - 1) / cu::kWarps;
   emu::launch(dim3(delta_blocks), block, cu::attention_delta_kernel<T, HS>, g_delta.data(),
               t_dout.data(), static_cast<const T*>(g_out.data()), c.B, c.T, c.NH);
-  emu::launch(grid, block, cu::attention_backward_dq_kernel<T, HS>, g_dqkv.data(), t_dout.data(),
-              t_qkv.data(), static_cast<const float*>(g_lse.data()),
-              static_cast<const float*>(g_delta.data()), a);
-  emu::launch(grid, block, cu::attention_backward_dkv_kernel<T, HS>, g_dqkv.data(), t_dout.data(),
-              t_qkv.data(), static_cast<const float*>(g_lse.data()),
-              static_cast<const float*>(g_delta.data()), a);
+  if constexpr (mma) {
+    emu::launch(mma_grid, mma_block, cu::attention_backward_dq_mma_kernel<T, HS>, g_dqkv.data(),
+                t_dout.data(), t_qkv.data(), lse, delta, a);
+    emu::launch(mma_grid, mma_block, cu::attention_backward_dkv_mma_kernel<T, HS>, g_dqkv.data(),
+                t_dout.data(), t_qkv.data(), lse, delta, a);
+  } else {
+    emu::launch(grid, block, cu::attention_backward_dq_kernel<T, HS>, g_dqkv.data(), t_dout.data(),
+                t_qkv.data(), lse, delta, a);
+    emu::launch(grid, block, cu::attention_backward_dkv_kernel<T, HS>, g_dqkv.data(), t_dout.data(),
+                t_qkv.data(), lse, delta, a);
+  }
 
   QString error = mismatch("attention out", g_out, out, tolerance);
   QVERIFY2(error.isEmpty(), qPrintable(error));
@@ -259,6 +292,13 @@ class KernelsEmulated : public QObject {
 
   void residual_layernorm_forward_and_backward_match_cpu() { check_layernorm(19, 72); }
   void fp16_attention_matches_cpu() { check<64, cu::fp16>({1, 40, 1, 64}); }
+  // The tensor-core kernels: a ragged T over two 64-row blocks and a partial key tile, two
+  // sequences at head size 128, dropout on tensor-parallel heads; fp16 and bf16.
+  void mma_fp16_ragged_sequence_matches_cpu() { check<64, cu::fp16, true>({1, 80, 1, 64}); }
+  void mma_bf16_head128_two_sequences_match_cpu() { check<128, cu::bf16, true>({2, 40, 1, 128}); }
+  void mma_bf16_dropout_on_tensor_parallel_heads_matches_cpu() {
+    check<64, cu::bf16, true>({1, 72, 2, 64, 0.1f, /*head_offset=*/1, /*total_heads=*/4});
+  }
   void fp16_residual_layernorm_matches_cpu() { check_layernorm_fp16(19, 72); }
   void unscale_and_check_is_the_cpu_function();
 
