@@ -1,6 +1,7 @@
 // LayerNorm over channels, optionally fused with the residual add before it (the pre-LN
 // block: residual += branch; x = ln(residual)). One warp per row with two-pass statistics in
-// fp32; the weight/bias gradients are column sums in a fixed row order (deterministic).
+// fp32; the weight/bias gradients are column sums over row blocks in a fixed order
+// (deterministic; reduce.cuh's column sums).
 // Non-goal: vectorised 128-bit loads (the first measurement decides whether they pay).
 #include "common.cuh"
 #include "layernorm_kernels.cuh"
@@ -24,9 +25,21 @@ void backward(Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout
   layernorm_backward_input_kernel<<<blocks, dim3(32, kRowsPerBlock), 0, stream_of(ctx)>>>(
       dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C);
   check_launch(ctx, "layernorm_backward (dinp)");
-  layernorm_backward_params_kernel<<<(C + 31) / 32, dim3(32, 8), 0, stream_of(ctx)>>>(
-      dweight, dbias, dev(dout), dev(inp), mean, rstd, N, C);
+  // The column sums split over R row blocks (reduce.cuh), partials in the context's scratch.
+  const size_t scratch_floats = kScratchDoubles * sizeof(double) / sizeof(float);
+  const int R = column_split(N, C, 2, scratch_floats);
+  float* partial = 2 * static_cast<size_t>(R) * C <= scratch_floats
+                       ? reinterpret_cast<float*>(ctx.impl().scratch)
+                       : nullptr;
+  const int rows_per_block = (N + R - 1) / R;
+  layernorm_backward_params_kernel<<<dim3((C + 31) / 32, R), dim3(32, 8), 0, stream_of(ctx)>>>(
+      partial, dweight, dbias, dev(dout), dev(inp), mean, rstd, N, C, rows_per_block);
   check_launch(ctx, "layernorm_backward (dweight, dbias)");
+  if (partial) {
+    column_totals_kernel<<<(C + 255) / 256, 256, 0, stream_of(ctx)>>>(dweight, dbias, partial, R,
+                                                                      C);
+    check_launch(ctx, "layernorm_backward (dweight, dbias totals)");
+  }
 }
 
 }  // namespace

@@ -75,16 +75,20 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   }
 }
 
-// dweight (C) += sum_n xhat d, dbias (C) += sum_n d. Block: 32 columns x 8 row lanes.
+// Stage 1 of dweight (C) += sum_n xhat d, dbias (C) += sum_n d (reduce.cuh's column sums):
+// rows [blockIdx.y * rows_per_block, +rows_per_block) of 32 columns, 8 row lanes, into
+// partial (2 terms x gridDim.y x C), or straight into dweight / dbias when partial is null.
 template <typename T>
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const T* dout,
-                                                 const T* inp, const float* mean, const float* rstd,
-                                                 int N, int C) {
+__global__ void layernorm_backward_params_kernel(float* partial, float* dweight, float* dbias,
+                                                 const T* dout, const T* inp, const float* mean,
+                                                 const float* rstd, int N, int C,
+                                                 int rows_per_block) {
   __shared__ float pw[8][33], pb[8][33];
   const int col = blockIdx.x * 32 + threadIdx.x;
+  const int row0 = blockIdx.y * rows_per_block, row1 = min(N, row0 + rows_per_block);
   float sw = 0.0f, sb = 0.0f;
   if (col < C) {
-    for (int row = threadIdx.y; row < N; row += 8) {
+    for (int row = row0 + threadIdx.y; row < row1; row += 8) {
       const size_t i = static_cast<size_t>(row) * C + col;
       const float d = to_float(dout[i]);
       sw += (to_float(inp[i]) - mean[row]) * rstd[row] * d;
@@ -100,8 +104,13 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
       tw += pw[i][threadIdx.x];
       tb += pb[i][threadIdx.x];
     }
-    dweight[col] += tw;
-    dbias[col] += tb;
+    if (partial) {
+      partial[static_cast<size_t>(blockIdx.y) * C + col] = tw;
+      partial[static_cast<size_t>(gridDim.y + blockIdx.y) * C + col] = tb;
+    } else {
+      dweight[col] += tw;
+      dbias[col] += tb;
+    }
   }
 }
 

@@ -11,22 +11,28 @@
 namespace lattice::kernels::cuda {
 namespace {
 
-// dbias (OC) += sum over rows of dout (N, OC). Block: 32 columns x 8 row lanes; every
-// column's sum runs over rows in a fixed order, so the result is deterministic.
+// Stage 1 of dbias (OC) += sum over rows of dout (N, OC) (reduce.cuh's column sums): rows
+// [blockIdx.y * rows_per_block, +rows_per_block) of 32 columns, 8 row lanes, into partial
+// (gridDim.y x OC), or straight into dbias when partial is null. Deterministic.
 template <typename T>
-__global__ void bias_grad_kernel(float* dbias, const T* dout, int N, int OC) {
-  __shared__ float partial[8][33];
+__global__ void bias_grad_kernel(float* partial, float* dbias, const T* dout, int N, int OC,
+                                 int rows_per_block) {
+  __shared__ float lanes[8][33];
   const int col = blockIdx.x * 32 + threadIdx.x;
+  const int row0 = blockIdx.y * rows_per_block, row1 = min(N, row0 + rows_per_block);
   float sum = 0.0f;
   if (col < OC)
-    for (int row = threadIdx.y; row < N; row += 8)
+    for (int row = row0 + threadIdx.y; row < row1; row += 8)
       sum += to_float(dout[static_cast<size_t>(row) * OC + col]);
-  partial[threadIdx.y][threadIdx.x] = sum;
+  lanes[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < OC) {
     float total = 0.0f;
-    for (int i = 0; i < 8; i++) total += partial[i][threadIdx.x];
-    dbias[col] += total;
+    for (int i = 0; i < 8; i++) total += lanes[i][threadIdx.x];
+    if (partial)
+      partial[static_cast<size_t>(blockIdx.y) * OC + col] = total;
+    else
+      dbias[col] += total;
   }
 }
 
@@ -190,9 +196,20 @@ void backward(Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout
     c.beta = 1.0f;
     lt_matmul(ctx, "matmul_backward (dweight)", c);
   }
-  if (dbias) {
-    bias_grad_kernel<<<(OC + 31) / 32, dim3(32, 8), 0, stream_of(ctx)>>>(dbias, dev(dout), N, OC);
+  if (dbias) {  // column sums over R row blocks, partials in the context's scratch
+    const size_t scratch_floats = kScratchDoubles * sizeof(double) / sizeof(float);
+    const int R = column_split(N, OC, 1, scratch_floats);
+    float* partial = static_cast<size_t>(R) * OC <= scratch_floats
+                         ? reinterpret_cast<float*>(ctx.impl().scratch)
+                         : nullptr;
+    bias_grad_kernel<<<dim3((OC + 31) / 32, R), dim3(32, 8), 0, stream_of(ctx)>>>(
+        partial, dbias, dev(dout), N, OC, (N + R - 1) / R);
     check_launch(ctx, "matmul_backward (dbias)");
+    if (partial) {
+      column_totals_kernel<<<(OC + 255) / 256, 256, 0, stream_of(ctx)>>>(dbias, nullptr, partial, R,
+                                                                         OC);
+      check_launch(ctx, "matmul_backward (dbias totals)");
+    }
   }
 }
 

@@ -44,6 +44,37 @@ __device__ inline float block_max(float x) {
   return warp_max(x);
 }
 
+// Deterministic column sums of (N, C) row-major terms, the weight and bias gradients of
+// LayerNorm and of the linear layers: a stage-1 kernel (layernorm_backward_params_kernel,
+// bias_grad_kernel) sums each of R row blocks per column, 32 columns x 8 row lanes per block
+// (grid ceil(C / 32) x R), into partial[(t R + r) C + c] for term t; column_totals_kernel then
+// adds the R partials of each column in row-block order to out_t. R is a function of N, C and
+// the scratch size alone (column_split), so the summation order is the same on every run. With
+// R == 1 and no scratch big enough the stage-1 kernel adds to out_t itself (partial null).
+namespace {  // a kernel defined in a header: one copy per translation unit
+
+inline int column_split(int N, int C, int terms, size_t scratch_floats) {
+  const size_t fit = scratch_floats / (static_cast<size_t>(terms) * C);
+  const int by_rows = (N + 63) / 64;  // at least 64 rows per block: 8 per row lane
+  int r = by_rows < 64 ? by_rows : 64;
+  if (static_cast<size_t>(r) > fit) r = static_cast<int>(fit);
+  return r < 1 ? 1 : r;
+}
+
+// out0[c] += sum_r partial[r C + c]; out1 (may be null) likewise from the second term's rows.
+__global__ void column_totals_kernel(float* out0, float* out1, const float* partial, int R, int C) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= C) return;
+  float t0 = 0.0f, t1 = 0.0f;
+  for (int r = 0; r < R; r++) t0 += partial[static_cast<size_t>(r) * C + col];
+  out0[col] += t0;
+  if (!out1) return;
+  for (int r = 0; r < R; r++) t1 += partial[static_cast<size_t>(R + r) * C + col];
+  out1[col] += t1;
+}
+
+}  // namespace
+
 #ifdef __CUDACC__  // host_emulation.h has its own
 // The block's dynamic shared memory (the launch's third <<<>>> argument), as floats.
 __device__ __forceinline__ float* dynamic_shared_floats() {

@@ -96,6 +96,14 @@ void bench_matmul(cu::Context& ctx, int N, int C) {
     row(std::string("bf16 GEMM ") + g.name + " plain+kernels", shape, plain, tflops(flop, plain));
     row(std::string("bf16 GEMM ") + g.name + " plain only", shape, plain_gemm,
         tflops(flop, plain_gemm));
+    // Backward: dinp and dweight GEMMs (fp32 dweight accumulated) and the bias gradient.
+    Buffer dinp(size_t(N) * g.in * 2), dw(size_t(g.out) * g.in * 4), db(size_t(g.out) * 4);
+    const double backward = time_ms(ctx, [&] {
+      cu::matmul_backward(ctx, dinp.as<cu::bf16>(), dw.as<float>(), db.as<float>(),
+                          out.as<cu::bf16>(), inp.as<cu::bf16>(), w.as<cu::bf16>(), N, g.in, g.out);
+    });
+    row(std::string("bf16 GEMM ") + g.name + " backward", shape, backward,
+        tflops(2 * flop, backward));
   }
 }
 
@@ -148,6 +156,14 @@ void bench_layernorm(cu::Context& ctx, int N, int C) {
                                    w.as<cu::bf16>(), b.as<cu::bf16>(), N, C);
   });
   row("bf16 residual+layernorm forward", shape, fused, rate(8.0 * N * C, fused));  // 2 in, 2 out
+  Buffer dx(size_t(N) * C * 2), dw(size_t(C) * 4), db(size_t(C) * 4);
+  const double backward = time_ms(ctx, [&] {
+    cu::layernorm_backward(ctx, dx.as<cu::bf16>(), dw.as<float>(), db.as<float>(),
+                           out.as<cu::bf16>(), x.as<cu::bf16>(), w.as<cu::bf16>(), mean.as<float>(),
+                           rstd.as<float>(), N, C);
+  });
+  // dout and inp read twice (statistics, then dinp), dinp read and written, dw / db's terms
+  row("bf16 layernorm backward", shape, backward, rate(14.0 * N * C, backward));
 }
 
 }  // namespace

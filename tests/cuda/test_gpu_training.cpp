@@ -20,12 +20,14 @@
 //   - full recomputation (docs/gpu.md#recomputation): three iterations with
 //     --recompute-granularity full equal the run without it (losses and grad norms within
 //     1e-6: the recomputed activations are the forward's), uniform and block, with dropout and
-//     in bf16; --recompute-granularity selective changes nothing.
+//     in bf16; --recompute-granularity selective changes nothing;
+//   - the reports: phase times, timeline boxes and per-op times as a CPU run's.
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "common/tiny_model.h"
 #include "cuda/cuda_test_support.h"
@@ -62,6 +64,15 @@ class RecordingSink : public MetricsSink {
   std::vector<Row> rows;
   std::string messages;
   std::vector<int> checkpoints;  // iterations saved
+};
+
+// The rank reports' timeline boxes per reported iteration.
+class ReportSink : public MetricsSink {
+ public:
+  void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override {
+    if (!ranks.empty() && !ranks[0].timeline.empty()) boxes[iteration] = ranks[0].timeline;
+  }
+  std::map<int, std::vector<TimelineBox>> boxes;
 };
 
 TrainOptions small_run() {
@@ -305,6 +316,63 @@ class GpuTraining : public QObject {
                               .arg(i + 1)
                               .arg(bf16[i].loss)
                               .arg(cpu[i].loss)));
+  }
+
+  // A GPU run reports what a CPU run reports (issue 21): forward, backward and optimizer
+  // times per rank, the timeline boxes of each reported iteration (a forward and a backward per
+  // micro-batch, inside the iteration, in order), and with --profile the time of every op the
+  // model ran; the same ops, with the same call counts, as the CPU trainer's run.
+  void a_gpu_run_reports_what_a_cpu_run_reports() {
+    TrainOptions o = small_run();
+    o.profile = true;
+    o.log_interval = 1;
+    ReportSink cpu_sink, gpu_sink;
+    o.device = "cpu";
+    Result<TrainSummary> cpu = train(o, cpu_sink);
+    o.device = "cuda";
+    Result<TrainSummary> gpu = train(o, gpu_sink);
+    QVERIFY2(cpu && gpu,
+             qPrintable(QString::fromStdString((cpu ? gpu.status() : cpu.status()).message())));
+    QCOMPARE(gpu->ranks.size(), size_t(1));
+    const PhaseTimes& t = gpu->ranks[0].times;
+    QVERIFY2(t.forward > 0 && t.backward > 0 && t.optimizer > 0,
+             qPrintable(QString("forward %1, backward %2, optimizer %3 s")
+                            .arg(t.forward)
+                            .arg(t.backward)
+                            .arg(t.optimizer)));
+    QCOMPARE(gpu_sink.boxes.size(), cpu_sink.boxes.size());
+    const int micro_batches = o.num_micro_batches();
+    for (const auto& [iteration, boxes] : gpu_sink.boxes) {
+      int forward = 0, backward = 0;
+      double last_end = 0;
+      for (const TimelineBox& b : boxes) {
+        QVERIFY2(b.start >= 0 && b.end >= b.start,
+                 qPrintable(QString("iteration %1: a box from %2 to %3 s")
+                                .arg(iteration)
+                                .arg(b.start)
+                                .arg(b.end)));
+        if (b.kind == TimelineBox::kForward || b.kind == TimelineBox::kBackward) {
+          QVERIFY(b.start >= last_end - 1e-6);  // one compute stream: in order, no overlap
+          last_end = b.end;
+        }
+        forward += b.kind == TimelineBox::kForward;
+        backward += b.kind == TimelineBox::kBackward;
+      }
+      QCOMPARE(forward, micro_batches);
+      QCOMPARE(backward, micro_batches);
+    }
+    QCOMPARE(gpu->op_times.size(), cpu->op_times.size());
+    for (size_t i = 0; i < cpu->op_times.size(); i++) {
+      const OpTime& c = cpu->op_times[i];
+      const OpTime& g = gpu->op_times[i];
+      if (c.name == "data" || c.name == "tensor-parallel comm") continue;  // host-side / none
+      QVERIFY2(g.calls == c.calls, qPrintable(QString("%1: %2 calls on the GPU, %3 on the CPU")
+                                                  .arg(QString::fromStdString(c.name))
+                                                  .arg(g.calls)
+                                                  .arg(c.calls)));
+      QVERIFY2(c.calls == 0 || g.seconds > 0,
+               qPrintable(QString::fromStdString(c.name) + ": no time on the GPU"));
+    }
   }
 
   // Hidden and attention dropout draw the CPU trainer's masks (same seeds per micro-batch),

@@ -190,6 +190,22 @@ void check(const Case& c) {
     QVERIFY2(error.isEmpty(), qPrintable(error));                      \
   } while (0)
 
+// LayerNorm's weight and bias gradients as layernorm.cu launches them (reduce.cuh's column
+// sums), split into three row blocks (the last one short) so that the partials and their
+// totals in row-block order are both exercised.
+template <typename T>
+void column_sums_params(std::vector<float>& dw, std::vector<float>& db, const T* dout, const T* inp,
+                        const std::vector<float>& mean, const std::vector<float>& rstd, int N,
+                        int C) {
+  const int R = 3, rows_per_block = (N + R - 1) / R;
+  std::vector<float> partial(2 * size_t(R) * C, std::nanf(""));
+  emu::launch(dim3((C + 31) / 32, R), dim3(32, 8), cu::layernorm_backward_params_kernel<T>,
+              partial.data(), dw.data(), db.data(), dout, inp, mean.data(), rstd.data(), N, C,
+              rows_per_block);
+  emu::launch(dim3((C + 255) / 256), dim3(256), cu::column_totals_kernel, dw.data(), db.data(),
+              static_cast<const float*>(partial.data()), R, C);
+}
+
 void check_layernorm(int N, int C) {
   const auto res = random_floats(size_t(N) * C, 11), x = random_floats(size_t(N) * C, 12),
              w = random_floats(C, 13), b = random_floats(C, 14),
@@ -215,10 +231,8 @@ void check_layernorm(int N, int C) {
               dout.data(), static_cast<const float*>(g_res.data()), w.data(),
               static_cast<const float*>(g_mean.data()), static_cast<const float*>(g_rstd.data()), N,
               C);
-  emu::launch(dim3((C + 31) / 32), dim3(32, 8), cu::layernorm_backward_params_kernel<float>,
-              g_dw.data(), g_db.data(), dout.data(), static_cast<const float*>(g_res.data()),
-              static_cast<const float*>(g_mean.data()), static_cast<const float*>(g_rstd.data()), N,
-              C);
+  column_sums_params<float>(g_dw, g_db, dout.data(), static_cast<const float*>(g_res.data()),
+                            g_mean, g_rstd, N, C);
   EXPECT_CLOSE("residual_layernorm residual", g_res, sum);
   EXPECT_CLOSE("layernorm out", g_out, out);
   EXPECT_CLOSE("layernorm mean", g_mean, mean);
@@ -257,10 +271,8 @@ void check_layernorm_fp16(int N, int C) {
               h_dout.data(), static_cast<const cu::fp16*>(h_res.data()), h_w.data(),
               static_cast<const float*>(g_mean.data()), static_cast<const float*>(g_rstd.data()), N,
               C);
-  emu::launch(dim3((C + 31) / 32), dim3(32, 8), cu::layernorm_backward_params_kernel<cu::fp16>,
-              g_dw.data(), g_db.data(), h_dout.data(), static_cast<const cu::fp16*>(h_res.data()),
-              static_cast<const float*>(g_mean.data()), static_cast<const float*>(g_rstd.data()), N,
-              C);
+  column_sums_params<cu::fp16>(g_dw, g_db, h_dout.data(),
+                               static_cast<const cu::fp16*>(h_res.data()), g_mean, g_rstd, N, C);
   EXPECT_CLOSE_FP16("fp16 residual_layernorm residual", h_res, sum);
   EXPECT_CLOSE_FP16("fp16 layernorm out", g_out, out);
   EXPECT_CLOSE_FP16("fp16 layernorm mean", g_mean, mean);

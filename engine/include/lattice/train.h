@@ -175,6 +175,7 @@ class ConsoleSink : public MetricsSink {
   std::ostream& out_;
   int log_interval_;
   bool print_profile_, log_memory_;
+  bool device_run_ = false;  // on_start saw a GPU rank (no threads): peaks and memory say so
   int timing_log_level_;
   double loss_sum_ = 0, seconds_sum_ = 0;
   int count_ = 0;

@@ -33,8 +33,7 @@ template <typename A>
 Result<std::unique_ptr<GpuPipeline<A>>> GpuPipeline<A>::create(std::vector<GpuGpt<A>*> chunks,
                                                                Device& device,
                                                                const PipelineComms& comms,
-                                                               int stages, int stage,
-                                                               int slots) {
+                                                               int stages, int stage, int slots) {
   const bool interleaved = chunks.size() > 1;
   if (chunks.empty()) return Status::internal("GpuPipeline: no model chunk");
   if (stages > 1 && (!comms.activations || !comms.gradients))
@@ -122,9 +121,16 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
     if (Status st = in.comm->recv(slot.residual, model.boundary_elems(), type, prev, *in.stream);
         !st)
       return st;
+    const Mark w0 = timing_ ? device_.mark(compute) : Mark{};
     follow(compute, *in.stream);
+    if (timing_)
+      phases_.push_back(
+          {TimelineBox::kPipelineWait, virtual_stage(c), mb, w0, device_.mark(compute)});
   }
+  const Mark f0 = timing_ ? device_.mark(compute) : Mark{};
   model.forward_stage(slot, grad_scale, dropout_seed);
+  if (timing_)
+    phases_.push_back({TimelineBox::kForward, virtual_stage(c), mb, f0, device_.mark(compute)});
   if (last_virtual(c)) {
     const size_t N = static_cast<size_t>(model.B()) * model.T();
     device_.copy(losses + static_cast<size_t>(mb) * N, slot.losses, N * sizeof(accum_t<A>),
@@ -134,7 +140,8 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
   Channel& out = output_channel();
   follow(*out.stream, compute);
   const int next = (stage_ + 1) % stages_;
-  if (Status st = out.comm->send(model.output(slot), model.boundary_elems(), type, next, *out.stream);
+  if (Status st =
+          out.comm->send(model.output(slot), model.boundary_elems(), type, next, *out.stream);
       !st)
     return st;
   output_sent_[c][s] = device_.record(*out.stream);
@@ -155,14 +162,21 @@ Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
     if (Status st = in.comm->recv(slot.output_grad, model.boundary_elems(), type, next, *in.stream);
         !st)
       return st;
+    const Mark w0 = timing_ ? device_.mark(compute) : Mark{};
     follow(compute, *in.stream);
+    if (timing_)
+      phases_.push_back(
+          {TimelineBox::kPipelineWait, virtual_stage(c), mb, w0, device_.mark(compute)});
   }
   // input_grad may still be on its way to the previous stage from the slot's previous use.
   device_.wait(compute, input_grad_sent_[c][s]);
   // A chunk's gradients are final after its last micro-batch's backward (the schedule runs a
   // chunk's backwards in micro-batch order): only then may data-parallel reductions start.
   model.set_final_backward(mb == micro_batches - 1);
+  const Mark b0 = timing_ ? device_.mark(compute) : Mark{};
   model.backward_stage(slot);
+  if (timing_)
+    phases_.push_back({TimelineBox::kBackward, virtual_stage(c), mb, b0, device_.mark(compute)});
   model.set_final_backward(false);
   if (first_virtual(c)) return Status::ok();
   Channel& out = input_grad_channel();
@@ -188,6 +202,9 @@ Status GpuPipeline<A>::train(int micro_batches, const Loader& load,
                              accum_t<A>* losses) {
   const int chunks = static_cast<int>(chunks_.size());
   in_flight_.assign(chunks, std::vector<int>(micro_batches, -1));
+  timing_ = true;
+  phases_.clear();
+  origin_ = device_.mark(device_.compute());
   for (int c = 0; c < chunks; c++) {
     free_slots_[c].clear();
     for (int s = slot_count(c) - 1; s >= 0; s--) free_slots_[c].push_back(s);
@@ -209,7 +226,26 @@ Status GpuPipeline<A>::train(int micro_batches, const Loader& load,
     in_flight_[c][mb] = -1;
     free_slots_[c].push_back(s);
   }
+  timing_ = false;
   return join();
+}
+
+template <typename A>
+void GpuPipeline<A>::collect_times(IterationTimeline* timeline) {
+  const bool boxes = timeline && timeline->on();
+  for (const TimedPhase& p : phases_) {
+    const double seconds = device_.seconds(p.from, p.to);
+    if (!(seconds >= 0)) continue;  // unreadable (not synchronised): counted nowhere
+    double& total = p.kind == TimelineBox::kForward    ? times_.forward
+                    : p.kind == TimelineBox::kBackward ? times_.backward
+                                                       : times_.wait;
+    total += seconds;
+    if (boxes) {
+      const double start = device_.seconds(origin_, p.from);
+      timeline->add_seconds(p.kind, p.stage, p.micro_batch, start, start + seconds);
+    }
+  }
+  phases_.clear();
 }
 
 template <typename A>

@@ -6,7 +6,9 @@
 // executor: micro-batch m's forward gets dropout_seed(m), kept in its activations for its
 // backward. The pipeline owns the activations: a pool per chunk, one slot per micro-batch the
 // schedule keeps in flight (pipeline_slots).
-// Non-goals: timing boxes (the CPU executor's IterationTimeline), host buffers.
+// Phase times as the CPU executor's (forward, backward, receive waits), from marks on the
+// compute stream: read once the host has synchronised it (collect_times), on CUDA without a
+// host wait inside the iteration. Non-goals: host buffers.
 //
 // Note [GPU pipeline streams]. Besides the compute stream, boundary tensors travel on channels,
 // each a communicator over the pipeline group (Device::make_comm) with a side stream of its own:
@@ -57,6 +59,7 @@
 #include "gpu/gpu_model.h"
 #include "lattice/comm.h"
 #include "lattice/status.h"
+#include "pipeline/executor.h"
 
 namespace lattice::gpu {
 
@@ -105,8 +108,16 @@ class GpuPipeline {
   Status train(int micro_batches, const Loader& load,
                const std::function<uint64_t(int)>& dropout_seed, float grad_scale,
                accum_t<A>* losses);
-  // Forward only (grad_scale 0), micro-batch by micro-batch; losses as train().
+  // Forward only (grad_scale 0), micro-batch by micro-batch; losses as train(). Not timed
+  // (validation is not a training phase, as on the CPU).
   Status evaluate(int micro_batches, const Loader& load, accum_t<A>* losses);
+
+  // Once the compute stream has been synchronised after train(), and before
+  // Device::reset_marks(): adds the iteration's forward, backward and receive-wait seconds to
+  // times() and, while `timeline` is on (may be null), its boxes, placed from the compute
+  // stream's mark at the iteration's start (the timeline's origin on the host clock).
+  void collect_times(IterationTimeline* timeline);
+  const PipelineTimes& times() const { return times_; }  // training iterations, summed
 
  private:
   // A communicator and its side stream (the device's).
@@ -123,6 +134,7 @@ class GpuPipeline {
     return c == static_cast<int>(chunks_.size()) - 1 && stage_ == stages_ - 1;
   }
   int acquire(int c);
+  int virtual_stage(int c) const { return c * stages_ + stage_; }
   int slot_count(int c) const { return static_cast<int>(slots_[c].size()); }
   // `waiter` waits for the work queued on `stream` so far.
   void follow(Stream& waiter, Stream& stream) { device_.wait(waiter, device_.record(stream)); }
@@ -147,6 +159,16 @@ class GpuPipeline {
   std::vector<std::vector<Event>> output_sent_, input_grad_sent_;
   std::vector<std::vector<int>> free_slots_;  // [chunk]
   std::vector<std::vector<int>> in_flight_;   // [chunk][micro_batch]: slot or -1
+  // The marks of the iteration being run (train(); none in evaluate()), read by collect_times.
+  struct TimedPhase {
+    TimelineBox::Kind kind;
+    int stage, micro_batch;
+    Mark from, to;
+  };
+  bool timing_ = false;
+  Mark origin_;
+  std::vector<TimedPhase> phases_;
+  PipelineTimes times_;
 };
 
 }  // namespace lattice::gpu

@@ -6,9 +6,9 @@
 // bias gradients of --sequence-parallel are summed over TP there, before the data-parallel
 // reduction and the norm), data-parallel reduction in buckets overlapped with backward on a
 // side stream (optim/grad_reducer.h, one reducer per chunk; with --use-distributed-optimizer a
-// reduce-scatter into the rank's optimizer shard of each bucket and an all-gather after the step), the tied word
-// embedding's gradient summed over the embedding group (first and last stage), hidden and
-// attention dropout with the CPU trainer's micro-batch seeds, the loss scaler shared with the
+// reduce-scatter into the rank's optimizer shard of each bucket and an all-gather after the step),
+// the tied word embedding's gradient summed over the embedding group (first and last stage), hidden
+// and attention dropout with the CPU trainer's micro-batch seeds, the loss scaler shared with the
 // CPU trainer (optim/grad_scaling.h; the overflow test is the op Ops::unscale_and_check),
 // global-norm clipping over the model-parallel group (the world when distributed) and the CPU
 // trainer's AdamW (optim/adamw.h) per chunk on the fp32 master weights: one multi-tensor step
@@ -43,6 +43,7 @@
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
 #include "train/data_feed.h"
+#include "train/rank_reports.h"
 
 namespace lattice::gpu {
 
@@ -162,7 +163,14 @@ class GpuLoop {
   Status synchronize() { return device().synchronize(device().compute()); }
   Device& device() { return *dev_.device; }
   Status save(const TrainState& state);
-  RankReport report() const;
+  // Reads the iteration's marks (phase times, timeline boxes, per-op times) once the compute
+  // stream has been synchronised, then lets the device reuse them.
+  void collect_marks();
+  // This rank's report at iteration `it` (phase times per iteration since the previous
+  // report), gathered to rank 0 (train/rank_reports.h). Collective over the world.
+  std::vector<RankReport> gather_reports(int iterations, bool with_timeline);
+  std::vector<OpTime> ops_now() const;
+  bool reported(int it) const { return it == 1 || it % o_.log_interval == 0; }
 
   const TrainOptions& o_;
   ModelConfig mc_;
@@ -209,9 +217,10 @@ class GpuLoop {
   std::vector<float> losses_host_;
   int64_t consumed_ = 0;
   int steps_ = 0;
-  PhaseTimes totals_;
-  PhaseTimes reported_;  // totals_ (and the reducer's wait) at the previous rank report
-  SystemSampler system_;  // CPU, memory and (NVML) the device, at each rank report
+  PhaseTimes totals_;           // forward, backward and pipeline wait from the pipeline's marks
+  PhaseTimes reported_;         // the totals at the previous rank report
+  IterationTimeline timeline_;  // on during reported iterations
+  SystemSampler system_;        // CPU, memory and (NVML) the device, at each rank report
   int reported_at_ = 0;  // the iteration of the previous rank report (or where --load resumed)
 };
 
@@ -269,6 +278,9 @@ Status GpuLoop<A>::setup() {
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GpuGpt<A>& m = *chunk.model;
+    // Per-op times are two timing events per op on CUDA: only with --profile (the CPU's are
+    // clock reads, always on).
+    m.set_op_times(o_.profile);
     // The chunk's own optimizer shard, cut as its GradReducer's buckets (one reducer per chunk,
     // as in the CPU trainer), so the checkpointed moments of a distributed optimizer line up.
     auto adam = AdamW<A>::create(device(), optimizer_shard(o_, m.layout(), L.dp, groups_.coord.dp),
@@ -371,8 +383,8 @@ Status GpuLoop<A>::sum_tied_embedding() {
       !s)
     return s;
   if (!reducers_.empty())
-    if (Status s = reducers_[groups_.first_stage() ? 0 : chunk_count() - 1]->mark_ready(index,
-                                                                                       index + 1);
+    if (Status s =
+            reducers_[groups_.first_stage() ? 0 : chunk_count() - 1]->mark_ready(index, index + 1);
         !s)
       return s;
   return Status::ok();
@@ -400,7 +412,6 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   for (auto& r : reducers_)
     if (Status s = r->finish(); !s) return s;
   if (Status s = synchronize(); !s) return s;
-  totals_.forward += seconds_since(t0);  // forward and backward are one queue on the device
   t0 = Clock::now();
   // As the CPU trainer's step: the loss scaler's overflow test over each chunk's whole arena
   // first (the gradients unscaled in place; every rank agrees: agree() takes the max over the
@@ -453,6 +464,9 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
     cu::copy_to_host(losses_host_.data(), d_losses_, losses_host_.size() * sizeof(float));
   if (Status s = synchronize(); !s) return s;
   totals_.optimizer += seconds_since(t0);
+  if (timeline_.on())
+    timeline_.add(TimelineBox::kOptimizer, groups_.coord.pp, -1, t0, Clock::now());
+  collect_marks();
   // The mean over the global batch: tp_rank 0 of each data-parallel replica's last stage
   // contributes (the TP ranks hold equal losses), as the CPU trainer reports it.
   double sum = 0;
@@ -480,6 +494,7 @@ Result<double> GpuLoop<A>::validate(const SampleSource& source, int64_t& positio
     position += o_.global_batch_size;
   }
   if (Status s = synchronize(); !s) return s;
+  collect_marks();
   return all_reduce_scalar(world_,
                            reports ? sum / (static_cast<double>(N) * M * o_.eval_iters * dp) : 0.0);
 }
@@ -499,34 +514,52 @@ Status GpuLoop<A>::save(const TrainState& state) {
 }
 
 template <typename A>
-RankReport GpuLoop<A>::report() const {
-  RankReport r;
-  r.rank = world_.rank();
-  r.tp = groups_.coord.tp;
-  r.dp = groups_.coord.dp;
-  r.pp = groups_.coord.pp;
-  r.memory = memory_report_of(dev_.memory->stats());
-  r.times = totals_;
-  if (!reducers_.empty()) {
-    r.times.dp_comm = 0;
-    for (const auto& reducer : reducers_) {
-      r.times.dp_comm += reducer->stats().wait_seconds;
-      // step() times the all-gather of the distributed optimizer with the optimizer; the CPU
-      // trainer counts it as data-parallel communication only.
-      r.times.optimizer -= reducer->stats().gather_seconds;
-    }
+void GpuLoop<A>::collect_marks() {
+  pipeline_->collect_times(&timeline_);
+  for (Chunk& c : chunks_) c.model->collect_op_times();
+  device().reset_marks();
+}
+
+template <typename A>
+std::vector<OpTime> GpuLoop<A>::ops_now() const {
+  std::vector<const Profiler*> profilers;
+  for (const Chunk& c : chunks_) profilers.push_back(&c.model->profiler());
+  return op_totals(profilers, totals_.optimizer);
+}
+
+template <typename A>
+std::vector<RankReport> GpuLoop<A>::gather_reports(int iterations, bool with_timeline) {
+  PhaseTimes now = totals_;
+  const PipelineTimes& pt = pipeline_->times();
+  now.forward = pt.forward;
+  now.backward = pt.backward;
+  now.pipeline_wait = pt.wait;
+  now.tp_comm = 0;  // with --profile: the model's tensor-parallel collectives
+  for (const Chunk& c : chunks_)
+    now.tp_comm += c.model->profiler().seconds(Op::kTensorParallelComm);
+  for (const auto& reducer : reducers_) {
+    now.dp_comm += reducer->stats().wait_seconds;
+    // step() times the all-gather of the distributed optimizer with the optimizer; the CPU
+    // trainer counts it as data-parallel communication only.
+    now.optimizer -= reducer->stats().gather_seconds;
   }
-  if (dp_) {
-    const CommStats& st = dp_->stats();
-    r.dp_bytes =
-        static_cast<double>(st.all_reduce_bytes + st.reduce_scatter_bytes + st.all_gather_bytes);
-  }
-  if (tp_) r.tp_bytes = static_cast<double>(tp_->stats().all_reduce_bytes);
+  RankSample mine;
+  mine.memory = memory_report_of(dev_.memory->stats());
+  mine.times = per_iteration(now, reported_, iterations);
+  reported_ = now;
+  mine.tp_bytes = traffic_bytes(tp_.get());
+  mine.dp_bytes = traffic_bytes(dp_.get());
   for (const auto* pp :
        {&pp_activations_, &pp_gradients_, &pp_activations_wrap_, &pp_gradients_wrap_})
-    if (*pp) r.pp_bytes += static_cast<double>((*pp)->stats().send_bytes);
-  if (embedding_) r.embedding_bytes = static_cast<double>(embedding_->stats().all_reduce_bytes);
-  return r;
+    mine.pp_bytes += traffic_bytes(pp->get());
+  mine.embedding_bytes = traffic_bytes(embedding_.get());
+  mine.system = system_.sample();
+  if (with_timeline) {
+    mine.timeline = &timeline_;
+    mine.timeline_capacity =
+        IterationTimeline::capacity(groups_.layout.vpp, o_.num_micro_batches() / groups_.layout.dp);
+  }
+  return gather_rank_reports(world_, groups_.layout, mine);
 }
 
 template <typename A>
@@ -595,6 +628,8 @@ Result<TrainSummary> GpuLoop<A>::run() {
   };
   double timed_seconds = 0;
   int timed_iterations = 0;
+  summary.timed_ops = ops_now();  // with --profile; zero below, as the CPU trainer's
+  for (OpTime& t : summary.timed_ops) t.seconds = 0, t.calls = 0;
   auto report_validation = [&](const SampleSource& source, int64_t& position, const char* split,
                                int iteration, bool at_end) -> Status {
     set_comm_activity(std::string("the ") + (at_end ? "final " : "") + split +
@@ -628,11 +663,17 @@ Result<TrainSummary> GpuLoop<A>::run() {
       }
       break;
     }
+    const std::vector<OpTime> ops_at_start = ops_now();
     const auto t0 = Clock::now();
+    if (reported(it))
+      timeline_.begin(t0, IterationTimeline::capacity(groups_.layout.vpp,
+                                                      o_.num_micro_batches() / groups_.layout.dp));
     const double lr = learning_rate(o_.optim, steps_, decay_iters);
     double loss = 0, norm = 0;
     bool skipped = false;
-    if (Status s = step(it, lr, loss, norm, skipped); !s) return s;
+    const Status stepped = step(it, lr, loss, norm, skipped);
+    timeline_.end();
+    if (!stepped) return stepped;
     if (skipped) skipped_total++;
     if (!std::isfinite(loss)) nan_iterations++;
     consumed_ += o_.global_batch_size;
@@ -640,6 +681,7 @@ Result<TrainSummary> GpuLoop<A>::run() {
     if (it > 1 || o_.train_iters == 1) {
       timed_seconds += seconds;
       timed_iterations++;
+      add_op_times(summary.timed_ops, ops_now(), ops_at_start);
     }
     IterationMetrics m;
     m.iteration = it;
@@ -659,58 +701,12 @@ Result<TrainSummary> GpuLoop<A>::run() {
     summary.losses.push_back(loss);
     summary.grad_norms.push_back(norm);
     if (rank0) sink_.on_iteration(m);
-    if (it == 1 || it % o_.log_interval == 0) {
-      // Every rank's device memory and its times per iteration since the previous report
-      // (as the CPU trainer reports them), gathered to rank 0.
-      RankReport mine = report();
-      const PhaseTimes totals = mine.times;
-      const double per = 1.0 / std::max(it - reported_at_, 1);
-      mine.times.forward = (mine.times.forward - reported_.forward) * per;
-      mine.times.dp_comm = (mine.times.dp_comm - reported_.dp_comm) * per;
-      mine.times.optimizer = (mine.times.optimizer - reported_.optimizer) * per;
-      reported_ = totals;
+    if (reported(it)) {
+      // Every rank's memory, phase times per iteration since the previous report and this
+      // iteration's timeline, gathered to rank 0 (train/rank_reports.h).
+      std::vector<RankReport> reports = gather_reports(it - reported_at_, true);
       reported_at_ = it;
-      const MemoryReport& mm = mine.memory;
-      std::vector<double> sent = {
-          double(mm.weights),     double(mm.grads),     double(mm.optimizer),
-          double(mm.activations), double(mm.workspace), double(mm.comm_buffers),
-          double(mm.peak_rss),    mine.times.forward,   mine.times.dp_comm,
-          mine.times.optimizer,   mine.dp_bytes,        double(mm.fragmentation),
-          mine.tp_bytes,          mine.pp_bytes,        mine.embedding_bytes};
-      const size_t kRecord = sent.size();
-      sent.resize(kRecord + kSystemMetricsFields);
-      pack_system_metrics(system_.sample(), sent.data() + kRecord);
-      std::vector<double> all(sent.size() * world_.size());
-      if (world_.size() == 1)
-        all = sent;
-      else if (Status s = world_.gather(sent.data(), all.data(), sent.size(), DType::kFloat64, 0);
-               !s)
-        world_.abort("could not gather the ranks' reports: " + s.message(), 1);
       if (rank0) {
-        std::vector<RankReport> reports;
-        for (int r = 0; r < world_.size(); r++) {
-          const double* x = all.data() + r * sent.size();
-          RankReport rep;
-          const ParallelLayout::Coord c = groups_.layout.coord(r);
-          rep.rank = r;
-          rep.tp = c.tp;
-          rep.dp = c.dp;
-          rep.pp = c.pp;
-          size_t* f[] = {&rep.memory.weights,     &rep.memory.grads,     &rep.memory.optimizer,
-                         &rep.memory.activations, &rep.memory.workspace, &rep.memory.comm_buffers,
-                         &rep.memory.peak_rss};
-          for (size_t i = 0; i < std::size(f); i++) *f[i] = static_cast<size_t>(x[i]);
-          rep.times.forward = x[7];
-          rep.times.dp_comm = x[8];
-          rep.times.optimizer = x[9];
-          rep.dp_bytes = x[10];
-          rep.memory.fragmentation = static_cast<size_t>(x[11]);
-          rep.tp_bytes = x[12];
-          rep.pp_bytes = x[13];
-          rep.embedding_bytes = x[14];
-          rep.system = unpack_system_metrics(x + kRecord);
-          reports.push_back(rep);
-        }
         sink_.on_rank_reports(it, reports);
         if (it == 1) {
           const AllocatorStats st = dev_.memory->stats();
@@ -766,8 +762,15 @@ Result<TrainSummary> GpuLoop<A>::run() {
         static_cast<double>(o_.global_batch_size) * T * timed_iterations / timed_seconds;
     summary.gflops_per_rank = flops * timed_iterations / timed_seconds / 1e9;  // flops: per rank
   }
-  summary.ranks = {report()};
-  summary.memory = summary.ranks[0].memory;
+  reported_ = PhaseTimes{};
+  summary.ranks = gather_reports(1, false);  // whole-run totals
+  if (rank0) summary.memory = summary.ranks[0].memory;
+  {
+    const std::vector<OpTime> ops = ops_now();
+    summary.op_times.assign(ops.begin(), ops.end() - 1);  // the model's ops, whole run
+    summary.timed_seconds = timed_seconds;
+    summary.timed_iterations = timed_iterations;
+  }
   if (!o_.save_hf.empty())
     if (Status s = save_gpu_hf(o_, mc_, world_, device_states(), sink_); !s) return s;
   if (rank0) sink_.on_end(summary);

@@ -52,6 +52,11 @@ class IterationTimeline {
     assert(boxes_.size() < boxes_.capacity() && "IterationTimeline::capacity() too small");
     boxes_.push_back({kind, stage, micro_batch, seconds_from_origin(t0), seconds_from_origin(t1)});
   }
+  // A box already in seconds from the origin (a device's marks).
+  void add_seconds(TimelineBox::Kind kind, int stage, int micro_batch, double start, double end) {
+    assert(boxes_.size() < boxes_.capacity() && "IterationTimeline::capacity() too small");
+    boxes_.push_back({kind, stage, micro_batch, start, end});
+  }
   const std::vector<TimelineBox>& boxes() const { return boxes_; }
 
  private:

@@ -70,11 +70,17 @@ void ConsoleSink::on_rank_reports(int iteration, const std::vector<RankReport>& 
 }
 
 void ConsoleSink::on_start(const RunStart& s) {
+  device_run_ = s.threads == 0;  // a GPU rank: the board's table peak, not a measured rate
   out_ << "> " << s.description << "\n"
-       << "> parameters: " << s.parameters << " (" << format("%.2f", s.parameters / 1e6) << " M)\n"
-       << "> measured SGEMM peak: " << format("%.1f", s.peak_gflops) << " GFLOP/s on " << s.threads
-       << " threads (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n"
-       << std::flush;
+       << "> parameters: " << s.parameters << " (" << format("%.2f", s.parameters / 1e6) << " M)\n";
+  if (device_run_)
+    out_ << "> peak: " << format("%.1f", s.peak_gflops / 1e3)
+         << " TFLOP/s dense bf16 (the board's table entry; " << s.blas_core
+         << " GEMMs); MFU is against it\n";
+  else
+    out_ << "> measured SGEMM peak: " << format("%.1f", s.peak_gflops) << " GFLOP/s on "
+         << s.threads << " threads (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n";
+  out_ << std::flush;
 }
 
 void ConsoleSink::on_iteration(const IterationMetrics& m) {
@@ -103,13 +109,12 @@ void ConsoleSink::on_iteration(const IterationMetrics& m) {
 
 void ConsoleSink::on_validation(const ValidationMetrics& v) {
   // Megatron's evaluate_and_print_results, framed by dashes.
-  const std::string where =
-      v.end_of_training
-          ? std::string("the end of training for ") + (v.split == "test" ? "test" : "val") + " data"
-          : "iteration " + std::to_string(v.iteration);
-  const std::string line = " validation loss at " + where + " | lm loss value: " +
-                           format("%E", v.lm_loss) + " | lm loss PPL: " +
-                           format("%E", v.perplexity) + " | ";
+  const std::string where = v.end_of_training ? std::string("the end of training for ") +
+                                                    (v.split == "test" ? "test" : "val") + " data"
+                                              : "iteration " + std::to_string(v.iteration);
+  const std::string line = " validation loss at " + where +
+                           " | lm loss value: " + format("%E", v.lm_loss) +
+                           " | lm loss PPL: " + format("%E", v.perplexity) + " | ";
   const std::string rule(line.size() + 1, '-');
   out_ << rule << "\n" << line << "\n" << rule << "\n" << std::flush;
 }
@@ -137,12 +142,13 @@ void ConsoleSink::on_end(const TrainSummary& s) {
        << " s; " << format("%.1f", s.tokens_per_second) << " tokens/s, "
        << format("%.1f", s.gflops_per_rank)
        << " GFLOP/s per rank = " << format("%.1f%%", 100.0 * s.gflops_per_rank / s.peak_gflops)
-       << " of the measured SGEMM peak\n"
+       << (device_run_ ? " of the peak\n" : " of the measured SGEMM peak\n")
        << "> memory (MiB): weights " << format("%.1f", mib(m.weights)) << " | grads "
        << format("%.1f", mib(m.grads)) << " | optimizer state " << format("%.1f", mib(m.optimizer))
        << " | activations " << format("%.1f", mib(m.activations)) << " | workspace "
        << format("%.1f", mib(m.workspace)) << " | accounted " << format("%.1f", mib(m.accounted()))
-       << " | peak RSS " << format("%.1f", mib(m.peak_rss)) << "\n";
+       << (device_run_ ? " | peak reserved " : " | peak RSS ") << format("%.1f", mib(m.peak_rss))
+       << "\n";
   if (print_profile_) print_profile(s);
   out_ << std::flush;
 }

@@ -43,6 +43,7 @@
 #include "pipeline/executor.h"
 #include "train/data_feed.h"
 #include "train/host_memory_check.h"
+#include "train/rank_reports.h"
 
 namespace lattice {
 
@@ -62,7 +63,7 @@ int injected_iteration(const char* name) {
 }
 
 SpikeAction spike_action(const std::string& on_spike) {
-  return on_spike == "skip" ? SpikeAction::kSkip
+  return on_spike == "skip"   ? SpikeAction::kSkip
          : on_spike == "stop" ? SpikeAction::kStop
                               : SpikeAction::kWarn;
 }
@@ -130,7 +131,11 @@ template <typename T>
 class Trainer {
  public:
   Trainer(const TrainOptions& o, ModelConfig mc, ProcessGroups& g, MetricsSink& sink)
-      : o_(o), mc_(std::move(mc)), g_(g), sink_(sink), scaling_(o),
+      : o_(o),
+        mc_(std::move(mc)),
+        g_(g),
+        sink_(sink),
+        scaling_(o),
         spikes_(o.spike_window, o.spike_z) {}
   Result<TrainSummary> run();
 
@@ -161,7 +166,7 @@ class Trainer {
   ModelConfig mc_;
   ProcessGroups& g_;
   MetricsSink& sink_;
-  GradScaling scaling_;  // --fp16's loss scaler (disabled: scale 1)
+  GradScaling scaling_;   // --fp16's loss scaler (disabled: scale 1)
   SpikeDetector spikes_;  // the same decisions on every rank (lattice/instability.h)
   RankModel<T> rank_;
   std::unique_ptr<PipelineExecutor<T>> executor_;  // made after rank_, gone before it
@@ -390,9 +395,7 @@ Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& positio
 template <typename T>
 std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int iterations) {
   // Phase times per iteration since the previous report, memory now, bytes so far and,
-  // with_timeline, the boxes of the iteration just run: a fixed-size record of doubles per
-  // rank (the timeline part sized for the most boxes an iteration can have, so every rank
-  // sends the same count), gathered to rank 0.
+  // with_timeline, the boxes of the iteration just run, gathered to rank 0 (rank_reports.h).
   const PipelineTimes& pt = executor_->times();
   totals_.forward = pt.forward;
   totals_.backward = pt.backward;
@@ -415,115 +418,21 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
   }
   mem.comm_buffers += executor_->buffer_bytes();
   mem.peak_rss = peak_rss_bytes();
-  auto bytes = [](const Comm* c) {
-    if (!c) return 0.0;
-    const CommStats& s = c->stats();
-    return static_cast<double>(s.all_reduce_bytes + s.reduce_scatter_bytes + s.all_gather_bytes +
-                               s.broadcast_bytes + s.gather_bytes + s.send_bytes);
-  };
-  const double per = 1.0 / std::max(iterations, 1);
-  const PhaseTimes d{(totals_.forward - reported_.forward) * per,
-                     (totals_.backward - reported_.backward) * per,
-                     (totals_.pipeline_wait - reported_.pipeline_wait) * per,
-                     (totals_.dp_comm - reported_.dp_comm) * per,
-                     (totals_.optimizer - reported_.optimizer) * per,
-                     (totals_.tp_comm - reported_.tp_comm) * per};
-  const double embedding_comm = (totals_.embedding_comm - reported_.embedding_comm) * per;
+  RankSample mine;
+  mine.memory = mem;
+  mine.times = per_iteration(totals_, reported_, iterations);
   reported_ = totals_;
-  const double record[] = {static_cast<double>(mem.weights),
-                           static_cast<double>(mem.grads),
-                           static_cast<double>(mem.optimizer),
-                           static_cast<double>(mem.activations),
-                           static_cast<double>(mem.workspace),
-                           static_cast<double>(mem.comm_buffers),
-                           static_cast<double>(mem.peak_rss),
-                           d.forward,
-                           d.backward,
-                           d.pipeline_wait,
-                           d.dp_comm,
-                           d.optimizer,
-                           d.tp_comm,
-                           bytes(rank_.tp.get()),  // the model's TP collectives
-                           bytes(g_.dp.get()),
-                           bytes(g_.pp.get()),
-                           bytes(g_.embedding.get()),
-                           embedding_comm};
-  constexpr size_t kRecord = std::size(record), kFields = kRecord + kSystemMetricsFields,
-                   kTimelineHeader = 3, kBoxFields = 5;
-  std::vector<double> sent(std::begin(record), std::end(record));
-  sent.resize(kFields);
-  pack_system_metrics(system_.sample(), sent.data() + kRecord);
-  // Timeline part: iteration start (steady clock, seconds), host id, box count, then
-  // (kind, stage, micro-batch, start, end) per box, zero-padded to the capacity.
-  const size_t capacity = with_timeline ? IterationTimeline::capacity(
-                                              g_.layout.vpp, o_.num_micro_batches() / g_.layout.dp)
-                                        : 0;
+  mine.tp_bytes = traffic_bytes(rank_.tp.get());  // the model's TP collectives
+  mine.dp_bytes = traffic_bytes(g_.dp.get());
+  mine.pp_bytes = traffic_bytes(g_.pp.get());
+  mine.embedding_bytes = traffic_bytes(g_.embedding.get());
+  mine.system = system_.sample();
   if (with_timeline) {
-    sent.reserve(kFields + kTimelineHeader + capacity * kBoxFields);
-    const std::vector<TimelineBox>& boxes = timeline_.boxes();
-    assert(boxes.size() <= capacity);
-    const size_t count = std::min(boxes.size(), capacity);
-    sent.push_back(std::chrono::duration<double>(timeline_.origin().time_since_epoch()).count());
-    sent.push_back(host_id());
-    sent.push_back(static_cast<double>(count));
-    for (const TimelineBox& b : std::span(boxes.data(), count))
-      sent.insert(sent.end(), {static_cast<double>(b.kind), static_cast<double>(b.stage),
-                               static_cast<double>(b.micro_batch), b.start, b.end});
-    sent.resize(kFields + kTimelineHeader + capacity * kBoxFields, 0.0);
+    mine.timeline = &timeline_;
+    mine.timeline_capacity =
+        IterationTimeline::capacity(g_.layout.vpp, o_.num_micro_batches() / g_.layout.dp);
   }
-  const size_t fields = sent.size();
-  std::vector<double> all(fields * g_.world->size());
-  if (g_.world->size() == 1) {
-    std::copy(sent.begin(), sent.end(), all.begin());
-  } else if (Status s = g_.world->gather(sent.data(), all.data(), fields, DType::kFloat64, 0); !s) {
-    g_.world->abort("could not gather the ranks' reports: " + s.message(), 1);
-  }
-  std::vector<RankReport> out;
-  if (g_.world->rank() != 0) return out;
-  // Ranks of one machine share its steady clock: their boxes are put on one axis, from the
-  // earliest iteration start among them. Machines do not share a clock; each machine's lanes
-  // start at its own earliest rank's iteration start (every rank starts an iteration right
-  // after the same world all-reduce, so machines line up to within that collective's skew).
-  std::map<double, double> machine_origin;  // host id -> earliest iteration start
-  if (with_timeline)
-    for (int r = 0; r < g_.world->size(); r++) {
-      const double* h = all.data() + r * fields + kFields;
-      auto [slot, fresh] = machine_origin.emplace(h[1], h[0]);
-      if (!fresh) slot->second = std::min(slot->second, h[0]);
-    }
-  for (int r = 0; r < g_.world->size(); r++) {
-    const double* x = all.data() + r * fields;
-    RankReport rep;
-    const ParallelLayout::Coord c = g_.layout.coord(r);
-    rep.rank = r;
-    rep.tp = c.tp;
-    rep.dp = c.dp;
-    rep.pp = c.pp;
-    size_t* m[] = {&rep.memory.weights,     &rep.memory.grads,     &rep.memory.optimizer,
-                   &rep.memory.activations, &rep.memory.workspace, &rep.memory.comm_buffers,
-                   &rep.memory.peak_rss};
-    for (size_t i = 0; i < std::size(m); i++) *m[i] = static_cast<size_t>(x[i]);
-    rep.times = {x[7], x[8], x[9], x[10], x[11], x[12]};
-    rep.tp_bytes = x[13];
-    rep.dp_bytes = x[14];
-    rep.pp_bytes = x[15];
-    rep.embedding_bytes = x[16];
-    rep.times.embedding_comm = x[17];
-    rep.system = unpack_system_metrics(x + kRecord);
-    if (with_timeline) {
-      const double* h = x + kFields;
-      const double shift = h[0] - machine_origin.at(h[1]);
-      const size_t count = static_cast<size_t>(h[2]);
-      rep.timeline.reserve(count);
-      for (size_t i = 0; i < count; i++) {
-        const double* b = h + kTimelineHeader + i * kBoxFields;
-        rep.timeline.push_back({static_cast<TimelineBox::Kind>(b[0]), static_cast<int>(b[1]),
-                                static_cast<int>(b[2]), b[3] + shift, b[4] + shift});
-      }
-    }
-    out.push_back(std::move(rep));
-  }
-  return out;
+  return gather_rank_reports(*g_.world, g_.layout, mine);
 }
 
 template <typename T>
@@ -655,21 +564,10 @@ Result<TrainSummary> Trainer<T>::run() {
   int timed_iterations = 0;
   // Each op's totals so far, and the optimizer phase's; the difference over a timed iteration
   // adds to summary.timed_ops (validation passes between iterations stay out).
-  auto op_totals = [&] {
-    std::vector<OpTime> ops;
-    for (int i = 0; i < static_cast<int>(Op::kCount); i++) {
-      const Op op = static_cast<Op>(i);
-      OpTime t{op_name(op), 0, 0};
-      for (auto& c : rank_.chunks) {
-        t.seconds += c->profiler().seconds(op);
-        t.calls += c->profiler().calls(op);
-      }
-      ops.push_back(t);
-    }
-    ops.push_back({"optimizer (norm, clip, adamw)", totals_.optimizer, 0});
-    return ops;
-  };
-  summary.timed_ops = op_totals();
+  std::vector<const Profiler*> profilers;
+  for (auto& c : rank_.chunks) profilers.push_back(&c->profiler());
+  auto ops_now = [&] { return op_totals(profilers, totals_.optimizer); };
+  summary.timed_ops = ops_now();
   for (OpTime& t : summary.timed_ops) t.seconds = 0, t.calls = 0;
 
   auto report_validation = [&](const SampleSource* source, int64_t& position, const char* split,
@@ -707,7 +605,7 @@ Result<TrainSummary> Trainer<T>::run() {
       if (rank0) sink_.on_message(exit_duration_message(it - 1, o_.exit_duration_in_mins));
       break;
     }
-    const std::vector<OpTime> ops_at_start = op_totals();
+    const std::vector<OpTime> ops_at_start = ops_now();
     const auto t0 = Clock::now();
     if (reported(it))
       timeline_.begin(t0, IterationTimeline::capacity(L.vpp, o_.num_micro_batches() / L.dp));
@@ -740,11 +638,7 @@ Result<TrainSummary> Trainer<T>::run() {
     if (it > 1 || o_.train_iters == 1) {
       timed_seconds += seconds;
       timed_iterations++;
-      const std::vector<OpTime> now = op_totals();
-      for (size_t i = 0; i < now.size(); i++) {
-        summary.timed_ops[i].seconds += now[i].seconds - ops_at_start[i].seconds;
-        summary.timed_ops[i].calls += now[i].calls - ops_at_start[i].calls;
-      }
+      add_op_times(summary.timed_ops, ops_now(), ops_at_start);
     }
     IterationMetrics m;
     m.iteration = it;
@@ -812,7 +706,7 @@ Result<TrainSummary> Trainer<T>::run() {
   summary.ranks = gather_reports(false, 1);  // whole-run totals
   if (rank0) summary.memory = summary.ranks[0].memory;
   {
-    const std::vector<OpTime> ops = op_totals();
+    const std::vector<OpTime> ops = ops_now();
     summary.op_times.assign(ops.begin(), ops.end() - 1);  // the model's ops, whole run
     summary.timed_seconds = timed_seconds;
     summary.timed_iterations = timed_iterations;
