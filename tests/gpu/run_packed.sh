@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU check from tests/gpu/pack.sh's archive, on a machine with an NVIDIA GPU and its driver
+# and CUDA 13's cuBLASLt (nothing else installed): the op parity tests, the attention and
+# op-list tests and test_gpu_training; `lattice train --device cuda` of a tiny model in fp32,
+# bf16, fp16 and with full recomputation beside the CPU engine's run, and of GPT-2 355M with
+# --profile; the op benchmark; lattice-bench-train-gpu beside PyTorch bf16 training of the
+# same models (where a python3 with a CUDA-enabled torch is found). Each step under its own
+# timeout; about 90 s on one H200. Logs and the run store go to $LATTICE_GPU_OUT (default
+# ./gpu-check-out). Exit status: 0 every test passed, 1 a failure, 77 no GPU.
+# Usage: tests/gpu/run_packed.sh archive [--no-torch]
+set -uo pipefail
+archive=$(realpath "${1:?usage: tests/gpu/run_packed.sh archive [--no-torch]}")
+out=$(realpath -m "${LATTICE_GPU_OUT:-gpu-check-out}")
+mkdir -p "$out"
+start=$(date +%s)
+say() { printf '[gpu-check %4ds] %s\n' $(($(date +%s) - start)) "$*"; }
+nvidia-smi -L >/dev/null 2>&1 || { say "no NVIDIA GPU visible (nvidia-smi -L failed)"; exit 77; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+tar -xJf "$archive" -C "$dir" || exit 1
+B=$dir/bin
+cublas=$(ldconfig -p | grep -o '/.*libcublasLt.so.13$' | head -1)
+[[ -z "$cublas" ]] && cublas=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$dir/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+for b in "$B"/*; do ldd "$b" 2>/dev/null | grep "not found" | sed "s|^|$(basename "$b"): |"; done
+export QT_QPA_PLATFORM=offscreen OMP_NUM_THREADS=8
+failed=0
+for t in test_cuda_ops test_cuda_attention test_cuda_op_list test_gpu_training; do
+  timeout 120 "$B/$t" >"$out/$t.log" 2>&1
+  rc=$?
+  [[ $rc != 0 ]] && failed=1
+  say "$t: $(grep -E '^Totals' "$out/$t.log" || echo "exit $rc") "
+  grep -E "^FAIL|   Loc:" "$out/$t.log" | head -10
+done
+tiny=(--mock-data --vocab-size 1000 --num-layers 2 --hidden-size 256 --num-attention-heads 4
+      --seq-length 128 --micro-batch-size 4 --global-batch-size 8 --train-iters 8
+      --log-interval 1 --lr 1e-3 --eval-iters 0 --db "$out/runs.sqlite")
+recompute=(--recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+for run in "cpu-fp32" "cuda-fp32 --device cuda" "cuda-bf16 --device cuda --bf16 --profile" \
+           "cuda-fp16 --device cuda --fp16" "cuda-recompute --device cuda ${recompute[*]}"; do
+  read -r name flags <<<"$run"
+  # shellcheck disable=SC2086
+  timeout 60 "$B/lattice" train "${tiny[@]}" $flags --run-name "$name" >"$out/$name.log" 2>&1
+  rc=$?
+  [[ $rc != 0 ]] && failed=1
+  say "lattice train $name: exit $rc, $(grep -oE 'iteration +8/ +8 .*lm loss: [0-9.E+-]+' "$out/$name.log" | grep -oE 'lm loss: [0-9.E+-]+')"
+done
+m355=(--mock-data --vocab-size 50256 --num-layers 24 --hidden-size 1024 --num-attention-heads 16
+      --seq-length 1024 --micro-batch-size 8 --global-batch-size 8 --train-iters 6
+      --log-interval 1 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0)
+timeout 90 "$B/lattice" train "${m355[@]}" --device cuda --bf16 --profile --db "$out/runs.sqlite" \
+  --run-name cuda-355m-bf16 >"$out/profile-355m.log" 2>&1 || failed=1
+grep -vE "^ \[" "$out/profile-355m.log" | tail -20
+timeout 90 "$B/lattice-bench-cuda-ops" --quick >"$out/bench-ops.log" 2>&1 || failed=1
+grep -E "^\|" "$out/bench-ops.log"
+timeout 150 "$B/lattice-bench-train-gpu" --steps 4 >"$out/bench-train.log" 2>&1 || failed=1
+grep -E "^\|" "$out/bench-train.log"
+if [[ "${2:-}" != "--no-torch" ]] && timeout 60 python3 -c \
+    "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
+  timeout 150 python3 "$B/train_torch_gpu.py" --steps 4 >"$out/torch.log" 2>&1
+  python3 - "$out/bench-train.log" "$out/torch.log" <<'PY'
+import json, sys
+def results(path):
+    try:
+        return {r["model"]: r for r in (json.loads(l[7:]) for l in open(path) if l.startswith("RESULT "))}
+    except OSError:
+        return {}
+ours, torch = results(sys.argv[1]), results(sys.argv[2])
+print("| model | Lattice tokens/s | PyTorch tokens/s | Lattice / PyTorch |\n|---|---|---|---|")
+for m in ["124m", "355m", "1.3b"]:
+    a, b = ours.get(m), torch.get(m)
+    if a and b:
+        print("| %s | %.0f | %.0f | %.2f |" % (m, a["tokens_per_s"], b["tokens_per_s"],
+                                              a["tokens_per_s"] / b["tokens_per_s"]))
+PY
+fi
+say "done; logs in $out"
+exit $failed
