@@ -74,6 +74,31 @@ __device__ __forceinline__ const uint16_t* qkv_part(const T* qkv, int b, int h, 
          static_cast<size_t>(h) * 3 * HS + part * HS;
 }
 
+// s[nt] += A1 B1^T and dp[nt] += A2 B2^T over HS, where A1 and A2 are this warp's 16 rows
+// (row-major, HS wide) and B1, B2 hold NT tiles of 8 rows each (n-major): the score and its
+// gradient's products of both backward passes (S = Q K^T and dP = dO V^T in the dq pass, their
+// transposes in the dk/dv pass), in one loop so the two products' loads overlap.
+template <typename T, int HS, int NT>
+__device__ __forceinline__ void paired_products(float (&s)[NT][4], float (&dp)[NT][4],
+                                                const uint16_t* a1, const uint16_t* a2,
+                                                const uint16_t* b1, const uint16_t* b2) {
+  constexpr int S = HS + mma_tiles::kPad;
+#pragma unroll
+  for (int ks = 0; ks < HS / 16; ks++) {
+    uint32_t x1[4], x2[4];
+    load_a(x1, a1 + ks * 16, S);
+    load_a(x2, a2 + ks * 16, S);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      uint32_t y1[2], y2[2];
+      load_b(y1, b1 + nt * 8 * S + ks * 16, S);
+      load_b(y2, b2 + nt * 8 * S + ks * 16, S);
+      mma_16816<T>(s[nt], x1, y1);
+      mma_16816<T>(dp[nt], x2, y2);
+    }
+  }
+}
+
 // out (B, T, C), lse (B, NH, T). Grid (ceil(T/64), B*NH), the heaviest query blocks first.
 template <typename T, int HS>
 __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
@@ -211,20 +236,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
     copy_rows<HS>(sV, qkv_part<T, HS>(qkv, b, h, 2, a.T, a.NH), ld, k0, kKeys, a.T);
     __syncthreads();
     float s[NT][4] = {}, dp[NT][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < HS / 16; ks++) {
-      uint32_t qa[4], da[4];
-      load_a(qa, sQ + warp * 16 * S + ks * 16, S);
-      load_a(da, sdO + warp * 16 * S + ks * 16, S);
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        uint32_t kb[2], vb[2];
-        load_b(kb, sK + nt * 8 * S + ks * 16, S);
-        load_b(vb, sV + nt * 8 * S + ks * 16, S);
-        mma_16816<T>(s[nt], qa, kb);
-        mma_16816<T>(dp[nt], da, vb);
-      }
-    }
+    paired_products<T, HS, NT>(s, dp, sQ + warp * 16 * S, sdO + warp * 16 * S, sK, sV);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -301,20 +313,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
     }
     __syncthreads();
     float s[NT][4] = {}, dp[NT][4] = {};  // S^T and dP^T: this warp's keys x the query tile
-#pragma unroll
-    for (int ks = 0; ks < HS / 16; ks++) {
-      uint32_t ka[4], va[4];
-      load_a(ka, sK + warp * 16 * S + ks * 16, S);
-      load_a(va, sV + warp * 16 * S + ks * 16, S);
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        uint32_t qb[2], db[2];
-        load_b(qb, sQ + nt * 8 * S + ks * 16, S);
-        load_b(db, sdO + nt * 8 * S + ks * 16, S);
-        mma_16816<T>(s[nt], ka, qb);
-        mma_16816<T>(dp[nt], va, db);
-      }
-    }
+    paired_products<T, HS, NT>(s, dp, sK + warp * 16 * S, sV + warp * 16 * S, sQ, sdO);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll

@@ -41,7 +41,7 @@ ldd "$stage"/bin/* | grep -o '/[^ ]*\.so[^ ]*' | sort -u | while read -r lib; do
     *) cp -L "$lib" "$stage/lib/" ;;
   esac
 done
-cp "$root/tests/bench/train_torch_gpu.py" "$stage/bin/"
+cp "$root/tests/bench/train_torch_gpu.py" "$root/tests/gpu/side_by_side.py" "$stage/bin/"
 mkdir -p "$(dirname "$archive")"
 tar -cJf "$archive" -C "$stage" bin lib
 echo "pack.sh: $archive ($(du -h "$archive" | cut -f1)); run it with tests/gpu/run_packed.sh $archive"

@@ -59,21 +59,7 @@ grep -E "^\|" "$out/bench-train.log"
 if [[ "${2:-}" != "--no-torch" ]] && timeout 60 python3 -c \
     "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
   timeout 150 python3 "$B/train_torch_gpu.py" --steps 4 >"$out/torch.log" 2>&1
-  python3 - "$out/bench-train.log" "$out/torch.log" <<'PY'
-import json, sys
-def results(path):
-    try:
-        return {r["model"]: r for r in (json.loads(l[7:]) for l in open(path) if l.startswith("RESULT "))}
-    except OSError:
-        return {}
-ours, torch = results(sys.argv[1]), results(sys.argv[2])
-print("| model | Lattice tokens/s | PyTorch tokens/s | Lattice / PyTorch |\n|---|---|---|---|")
-for m in ["124m", "355m", "1.3b"]:
-    a, b = ours.get(m), torch.get(m)
-    if a and b:
-        print("| %s | %.0f | %.0f | %.2f |" % (m, a["tokens_per_s"], b["tokens_per_s"],
-                                              a["tokens_per_s"] / b["tokens_per_s"]))
-PY
+  python3 "$B/side_by_side.py" "$out/bench-train.log" "$out/torch.log"
 fi
 say "done; logs in $out"
 exit $failed
