@@ -399,7 +399,6 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   const float grad_scale = static_cast<float>(loss_scale / (static_cast<double>(N) * M * dp));
   for (Chunk& c : chunks_) c.model->zero_grads();
   for (auto& r : reducers_) r->start_iteration();
-  auto t0 = Clock::now();
   auto load = [this](int mb, int32_t* tokens, int32_t* targets) {
     return load_micro_batch(*data_.train, consumed_, mb, tokens, targets);
   };
@@ -412,7 +411,7 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   for (auto& r : reducers_)
     if (Status s = r->finish(); !s) return s;
   if (Status s = synchronize(); !s) return s;
-  t0 = Clock::now();
+  const auto t0 = Clock::now();  // the optimizer phase (forward and backward: the pipeline's marks)
   // As the CPU trainer's step: the loss scaler's overflow test over each chunk's whole arena
   // first (the gradients unscaled in place; every rank agrees: agree() takes the max over the
   // world), then the global norm of the unscaled gradients, each parameter counted once over
