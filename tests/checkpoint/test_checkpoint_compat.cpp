@@ -32,7 +32,6 @@
 #include "lattice/layout.h"
 #include "lattice/storage/run_store.h"
 #include "lattice/train_options.h"
-#include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
 #include "parallel/model_chunks.h"
@@ -229,14 +228,14 @@ std::vector<ArenaRange> owned_ranges(const TrainOptions& o, const ParallelLayout
   return out;
 }
 
-// Rank `rank` of `o`'s layout built as `lattice ckpt reshard` builds it, with the optimizer
-// of `lattice train`, and the checkpoint `ref` loaded into it. The one place that names the
-// engine's model and optimizer types: the migration's later steps change this function, not
-// the checks.
+// Rank `rank` of `o`'s layout built as `lattice ckpt reshard` builds it (a HostChunk per
+// chunk), with the optimizer of `lattice train`, and the checkpoint `ref` loaded into it. The
+// one place that names the engine's weight and optimizer types: the migration changes this
+// function, not the checks.
 LoadedRank load_rank(const TrainOptions& o, const ParallelLayout& L, int rank,
                      const CheckpointRef& ref) {
   const ParallelLayout::Coord me = L.coord(rank);
-  std::vector<std::unique_ptr<GptModel<float>>> chunks;
+  std::vector<std::unique_ptr<HostChunk>> chunks;
   std::vector<std::unique_ptr<AdamW<float>>> optimizers;
   RankParts parts;
   parts.layout = &L;
@@ -244,22 +243,22 @@ LoadedRank load_rank(const TrainOptions& o, const ParallelLayout& L, int rank,
   parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
   for (int c = 0; c < L.vpp; c++) {
     chunks.push_back(
-        std::make_unique<GptModel<float>>(o.model, shard_of(L, me, c, o.parallel.sequence_parallel),
-                                          o.micro_batch_size, nullptr, RecomputePlan{}));
-    const ParamLayout& layout = chunks.back()->layout();
+        std::make_unique<HostChunk>(o.model, shard_of(L, me, c, o.parallel.sequence_parallel)));
+    const ParamLayout& layout = chunks.back()->layout;
     optimizers.push_back(
         std::make_unique<AdamW<float>>(layout, o.optim, owned_ranges(o, L, layout, me.dp)));
-    parts.chunks.push_back({&chunks.back()->layout(), chunks.back()->params()});
+    parts.chunks.push_back(chunks.back()->weights());
     parts.optimizers.push_back(optimizers.back().get());
   }
   LoadedRank out;
   out.status = load_checkpoint(ref, parts, false, &out.state);
   for (size_t c = 0; c < chunks.size(); c++) {
-    const GptModel<float>& chunk = *chunks[c];
-    const auto& tensors = chunk.layout().tensors();
+    const HostChunk& chunk = *chunks[c];
+    const auto& tensors = chunk.layout.tensors();
+    const float* params = chunk.params.data();
     for (const ParamTensor& t : tensors)
       out.weights.push_back(
-          {t, std::vector<float>(chunk.params() + t.offset, chunk.params() + t.offset + t.numel)});
+          {t, std::vector<float>(params + t.offset, params + t.offset + t.numel)});
     out.steps_taken.push_back(optimizers[c]->steps_taken());
     for (const auto& view : optimizers[c]->state_views()) {
       const auto t = std::find_if(tensors.begin(), tensors.end(), [&](const ParamTensor& p) {

@@ -30,6 +30,7 @@
 #include <fstream>
 #include <limits>
 #include <set>
+#include <stdexcept>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_format.h"
@@ -40,6 +41,7 @@
 #include "gpu/gpu_checkpoint.h"
 #include "lattice/layout.h"
 #include "model/gpt.h"
+#include "model/init_weights.h"
 #include "optim/grad_buckets.h"
 #include "optim/grad_reducer.h"
 #include "parallel/groups.h"
@@ -47,6 +49,24 @@
 using namespace lattice;
 
 namespace {
+
+// One chunk's weights (a HostChunk) and a zero gradient arena on the host, for a rank's shard
+// where the whole model's host constructor (GptModel(config, micro_batch)) does not fit.
+struct HostShard {
+  HostShard(const ModelConfig& config, const ModelShard& shard)
+      : config(config), weights(config, shard), grad_arena(weights.params.size()) {}
+  // The weights every model draws for `seed` (GptModel::init_weights).
+  void init_weights(uint64_t seed) {
+    if (init_arena(config, weights.layout, seed, weights.params.data()) != 0)
+      throw std::runtime_error("init_arena: out of host memory");
+  }
+  const ParamLayout& layout() const { return weights.layout; }
+  float* params() { return weights.params.data(); }
+  float* grads() { return grad_arena.data(); }
+  ModelConfig config;
+  HostChunk weights;
+  std::vector<float> grad_arena;
+};
 
 // Marks the device's alignment gaps: must never reach a checkpoint or be overwritten.
 constexpr float kGap = -7777.0f;
@@ -662,7 +682,7 @@ std::string worker_save(Comm& world, const std::string& dir, const std::string& 
   std::vector<std::unique_ptr<HostDevice>> devices;  // one per chunk
   std::vector<gpu::DeviceState*> states;
   for (const ModelShard& shard : me->shards) {
-    GptModel<float> drawn(o.model, shard, 1, nullptr, RecomputePlan{});
+    HostShard drawn(o.model, shard);
     drawn.init_weights(5);
     devices.push_back(std::make_unique<HostDevice>(drawn.layout()));
     HostDevice& device = *devices.back();
@@ -710,7 +730,7 @@ std::string worker_restore(Comm& world, const std::string& dir, const std::strin
   std::vector<std::unique_ptr<HostDevice>> fresh;
   if (std::string e = restore(o, fresh, nullptr); !e.empty()) return "fresh run: " + e;
   for (size_t c = 0; c < layouts.size(); c++) {
-    GptModel<float> drawn(o.model, me->shards[c], 1, nullptr, RecomputePlan{});
+    HostShard drawn(o.model, me->shards[c]);
     drawn.init_weights(o.seed);
     for (size_t i = 0; i < fresh[c]->params.size(); i++)
       if (fresh[c]->params[i] != drawn.params()[i])
@@ -758,7 +778,7 @@ std::string worker_restore(Comm& world, const std::string& dir, const std::strin
 // (the ranges the CPU trainer's GradReducer of that chunk hand its AdamW). dp: the
 // data-parallel group.
 std::string shard_against_cpu(Comm& dp, const TrainOptions& o, const gpu::GpuRankShard& me,
-                              const OptimizerShard& shard, GptModel<float>& model) {
+                              const OptimizerShard& shard, HostShard& model) {
   if (!shard.distributed || me.layout.dp != 2) return "the optimizer shard is not DP 2's";
   GradReducer<float> cpu(model.layout(), &dp, true, ddp_bucket_elems(o.parallel, me.layout.dp),
                          model.grads(), model.params());
@@ -778,12 +798,12 @@ std::string worker_dopt_save(Comm& world, const std::string& dir, const std::str
   if (!me) return me.status().message();
   Result<ProcessGroups> groups = make_process_groups(world, me->layout);
   if (!groups) return groups.status().message();
-  std::vector<std::unique_ptr<GptModel<float>>> drawn;  // one per chunk
+  std::vector<std::unique_ptr<HostShard>> drawn;  // one per chunk
   std::vector<std::unique_ptr<HostDevice>> devices;
   std::vector<gpu::DeviceState*> states;
   for (const ModelShard& chunk : me->shards) {
-    drawn.push_back(std::make_unique<GptModel<float>>(o.model, chunk, 1, nullptr, RecomputePlan{}));
-    GptModel<float>& model = *drawn.back();
+    drawn.push_back(std::make_unique<HostShard>(o.model, chunk));
+    HostShard& model = *drawn.back();
     model.init_weights(5);
     const OptimizerShard shard = optimizer_shard(o, model.layout(), me->layout.dp, me->coord.dp);
     if (std::string e = shard_against_cpu(*groups->dp, o, *me, shard, model); !e.empty()) return e;
@@ -806,16 +826,15 @@ std::string worker_dopt_save(Comm& world, const std::string& dir, const std::str
   // GradReducer's owned ranges.
   Result<CheckpointRef> ref = find_checkpoint(o.save, 0);
   if (!ref) return ref.status().message();
-  std::vector<std::unique_ptr<GptModel<float>>> cpu_models;
+  std::vector<std::unique_ptr<HostShard>> cpu_models;
   std::vector<std::unique_ptr<GradReducer<float>>> cpu_buckets;
   std::vector<std::unique_ptr<AdamW<float>>> cpu_adams;
   RankParts parts;
   parts.layout = &me->layout;
   parts.distributed_optimizer = true;
   for (const ModelShard& chunk : me->shards) {
-    cpu_models.push_back(
-        std::make_unique<GptModel<float>>(o.model, chunk, 1, nullptr, RecomputePlan{}));
-    GptModel<float>& m = *cpu_models.back();
+    cpu_models.push_back(std::make_unique<HostShard>(o.model, chunk));
+    HostShard& m = *cpu_models.back();
     cpu_buckets.push_back(std::make_unique<GradReducer<float>>(
         m.layout(), groups->dp.get(), true, ddp_bucket_elems(o.parallel, me->layout.dp), m.grads(),
         m.params()));
@@ -894,7 +913,7 @@ std::string worker_dopt_restore(Comm& world, const std::string& dir, const std::
     if (!state) return name + ": " + state.status().message();
     for (size_t c = 0; c < layouts.size(); c++) {
       const std::string where = name + " chunk " + std::to_string(c) + ": ";
-      GptModel<float> drawn(o.model, me->shards[c], 1, nullptr, RecomputePlan{});
+      HostShard drawn(o.model, me->shards[c]);
       drawn.init_weights(static_cast<uint64_t>(seed));
       if (QString w = weights_difference(layouts[c], devices[c]->params.data(), drawn.params());
           !w.isEmpty())

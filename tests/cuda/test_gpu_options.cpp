@@ -1,13 +1,7 @@
-// What the GPU trainer refuses, checked without a device (label unit, CUDA builds): every
-// unsupported option is named in one sentence, before the trainer looks for a GPU, and a
-// supported run reaches the device check (docs/gpu.md#scope). Tensor parallelism is accepted
-// when it splits heads and the MLP evenly (docs/gpu.md#tensor-parallelism), pipeline
-// parallelism when it splits the layers evenly, interleaved or not
-// (docs/gpu.md#pipeline-parallelism), the distributed optimizer with any data-parallel size
-// (docs/gpu.md#distributed-optimizer), also with pipeline stages, and dropout. Sequence
-// parallelism is accepted with TP > 1 and a sequence length TP divides, and a misfit is named
-// in the CPU layout's words (docs/gpu.md#sequence-parallelism). Recomputation, selective and
-// full, is accepted with the CPU options' rules (docs/gpu.md#recomputation).
+// How train() routes --device runs with the GPU trainer registered, checked without a device
+// (label unit, CUDA builds): options the GPU refuses stop a --device cuda run before the trainer
+// looks for a GPU, --device auto falls back to the CPU (docs/gpu.md#scope). The sentences
+// themselves are tests/train/test_capabilities.cpp's, in every build.
 #include <QtTest/QtTest>
 
 #include "gpu/gpu_trainer.h"
@@ -36,243 +30,23 @@ TrainOptions supported() {
   return o;
 }
 
-bool names(const std::vector<std::string>& errors, const std::string& text) {
-  for (const std::string& e : errors)
-    if (e.find(text) != std::string::npos) return true;
-  return false;
-}
-
 }  // namespace
 
 class GpuOptionsTest : public QObject {
   Q_OBJECT
  private slots:
-  void a_plain_data_parallel_run_is_supported() {
-    QVERIFY(gpu::unsupported_on_gpu(supported(), 1).empty());
-    QVERIFY(gpu::unsupported_on_gpu(supported(), 2).empty());  // 2 micro-batches over DP 2
-    // Checkpoints go through the CPU engine's format (engine/src/gpu/gpu_checkpoint.h).
-    TrainOptions checkpoints = supported();
-    checkpoints.save = "/tmp/x";
-    checkpoints.load = "/tmp/y";
-    checkpoints.save_hf = "/tmp/z.safetensors";
-    QVERIFY(gpu::unsupported_on_gpu(checkpoints, 1).empty());
-  }
-
-  void tensor_parallelism_that_splits_heads_and_mlp_evenly_is_supported() {
-    TrainOptions o = supported();
-    o.model.tensor_model_parallel_size = 2;          // 1 head and 256 MLP columns per rank
-    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // TP 2
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x DP 2: 2 micro-batches over DP 2
-    o.save = "/tmp/x";  // checkpoints of TP shards are the CPU engine's
-    o.save_hf = "/tmp/z.safetensors";
-    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());
-  }
-
-  void the_distributed_optimizer_is_supported() {
-    TrainOptions o = supported();
-    o.parallel.use_distributed_optimizer = true;
-    o.parallel.ddp_bucket_size = 1000;
-    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // DP 2
-    QVERIFY(gpu::unsupported_on_gpu(o, 1).empty());  // DP 1: nothing to shard, as on the CPU
-    o.model.tensor_model_parallel_size = 2;
-    o.save = "/tmp/x";
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x DP 2, checkpoints
-    // Combined with what the GPU trainer lacks, that is named (and the optimizer is not).
-    o.fp64 = true;
-    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 4);
-    QVERIFY(names(e, "--fp64"));
-    QVERIFY(!names(e, "--use-distributed-optimizer"));
-  }
-
-  void sequence_parallelism_with_tensor_parallelism_is_supported() {
-    TrainOptions o = supported();
-    o.model.tensor_model_parallel_size = 2;  // 32 of the 64 positions per rank
-    o.parallel.sequence_parallel = true;
-    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // TP 2
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x DP 2
-    o.parallel.use_distributed_optimizer = true;
-    o.save = "/tmp/x";  // the checkpoint layout does not change with it
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
-    TrainOptions pp = supported();
-    pp.model.tensor_model_parallel_size = 2;
-    pp.parallel.pipeline_model_parallel_size = 2;
-    pp.parallel.sequence_parallel = true;
-    QVERIFY(gpu::unsupported_on_gpu(pp, 4).empty());  // TP 2 x PP 2
-  }
-
-  void sequence_parallel_misfits_are_named() {
-    TrainOptions o = supported();
-    o.parallel.sequence_parallel = true;  // TP 1: nothing to split over, as the CPU refuses
-    std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
-    QVERIFY2(e.size() == 1 && names(e, "--sequence-parallel") &&
-                 names(e, "--tensor-model-parallel-size > 1"),
-             e.empty() ? "nothing named" : e[0].c_str());
-    o.model.tensor_model_parallel_size = 2;
-    o.model.seq_length = 63;
-    e = gpu::unsupported_on_gpu(o, 2);
-    QVERIFY2(e.size() == 1 && names(e,
-                                    "--tensor-model-parallel-size 2 does not divide "
-                                    "--seq-length 63, which --sequence-parallel splits"),
-             e.empty() ? "nothing named" : e[0].c_str());
-  }
-
-  void tensor_parallel_sizes_that_do_not_fit_are_named() {
-    TrainOptions o = supported();
-    o.model.tensor_model_parallel_size = 4;  // 2 heads
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 4),
-                  "--tensor-model-parallel-size 4 does not divide --num-attention-heads 2"));
-    o.model.tensor_model_parallel_size = 2;
-    o.model.ffn_hidden_size = 520;  // 260 columns per rank: the GELU epilogue needs % 8
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
-                  "--ffn-hidden-size / --tensor-model-parallel-size 2 % 8"));
-    o.model.ffn_hidden_size = 515;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
-                  "--tensor-model-parallel-size 2 does not divide the MLP hidden size 515"));
-    o.model.ffn_hidden_size = 0;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 3),
-                  "world size 3 is not a multiple of --tensor-model-parallel-size 2"));
-    // World 8 at TP 2 is DP 4: the 2 micro-batches of the global batch do not split over it.
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 8), "--global-batch-size"));
-  }
-
-  void dropout_is_supported() {
-    TrainOptions o = supported();
-    o.model.hidden_dropout = 0.1f;
-    o.model.attention_dropout = 0.1f;
-    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
-    QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
-  }
-
-  void pipeline_parallelism_over_even_stages_is_supported() {
-    TrainOptions o = supported();
-    o.parallel.pipeline_model_parallel_size = 2;     // one layer per stage
-    QVERIFY(gpu::unsupported_on_gpu(o, 2).empty());  // PP 2
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // PP 2 x DP 2
-    o.model.tensor_model_parallel_size = 2;
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // TP 2 x PP 2
-    o.save = "/tmp/x";  // each stage's shard in the CPU engine's format
-    o.load = "/tmp/y";
-    o.save_hf = "/tmp/z.safetensors";
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
-    // Interleaved: 4 layers, two chunks of one layer per stage, 2 micro-batches at PP 2.
-    o.model.num_layers = 4;
-    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
-    // Uneven: one layer on the first stage, three on the second.
-    o.parallel.num_layers_per_virtual_pipeline_stage = 0;
-    o.parallel.decoder_first_pipeline_num_layers = 1;
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());
-  }
-
-  void pipeline_layouts_that_do_not_fit_are_named() {
-    TrainOptions o = supported();
-    o.parallel.pipeline_model_parallel_size = 4;  // 2 layers
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 4),
-                  "--pipeline-model-parallel-size 4 does not divide --num-layers 2"));
-    o.parallel.pipeline_model_parallel_size = 2;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 3),
-                  "world size 3 is not a multiple of --tensor-model-parallel-size 1 x "
-                  "--pipeline-model-parallel-size 2"));
-    // World 8 at PP 2 is DP 4: the 2 micro-batches of the global batch do not split over it.
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 8), "--global-batch-size"));
-    o.model.num_layers = 4;
-    o.parallel.num_layers_per_virtual_pipeline_stage = 3;  // 2 layers per stage
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
-                  "--num-layers-per-virtual-pipeline-stage 3 does not divide the 2 layers"));
-    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
-    o.global_batch_size = 6;  // 3 micro-batches: not a multiple of PP 2
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
-                  "--num-layers-per-virtual-pipeline-stage 1 (interleaved 1F1B) needs the "
-                  "micro-batches per data-parallel rank to be a multiple of "
-                  "--pipeline-model-parallel-size 2"));
-    o.global_batch_size = 4;
-    o.parallel.pipeline_model_parallel_size = 1;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "needs --pipeline-model-parallel-size > 1"));
-    o.parallel.pipeline_model_parallel_size = 2;
-    // Uneven splits follow the CPU layout's rules, in its words.
-    o.parallel.decoder_first_pipeline_num_layers = 4;  // nothing left for the second stage
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-first-pipeline-num-layers 4"));
-    o.parallel.decoder_first_pipeline_num_layers = 1;  // and interleaving
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2),
-                  "cannot be combined with --num-layers-per-virtual-pipeline-stage"));
-    o.parallel.num_layers_per_virtual_pipeline_stage = 0;
-    o.parallel.decoder_first_pipeline_num_layers = 0;
-    o.parallel.decoder_last_pipeline_num_layers = 5;  // more than --num-layers 4
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 2), "--decoder-last-pipeline-num-layers 5"));
-  }
-
-  // Each chunk's optimizer holds its own shard of the CPU engine's buckets of that chunk.
-  void the_distributed_optimizer_with_pipeline_stages_is_supported() {
-    TrainOptions o = supported();
-    o.parallel.use_distributed_optimizer = true;
-    o.parallel.pipeline_model_parallel_size = 2;
-    QVERIFY(gpu::unsupported_on_gpu(o, 4).empty());  // PP 2 x DP 2
-    o.model.num_layers = 4;
-    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
-    o.global_batch_size = 8;  // two micro-batches per data-parallel rank
-    o.model.hidden_dropout = 0.1f;
-    o.model.attention_dropout = 0.1f;
-    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 4);  // interleaved, DP 2
-    QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
-  }
-
-  void selective_and_full_recomputation_are_supported() {
-    TrainOptions o = supported();
-    o.parallel.recompute_granularity = "selective";
-    QVERIFY(gpu::unsupported_on_gpu(o, 1).empty());
-    o.parallel.recompute_granularity = "full";
-    o.parallel.recompute_num_layers = 1;
-    for (const char* method : {"uniform", "block"}) {
-      o.parallel.recompute_method = method;
-      const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
-      QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
-    }
-    // With tensor and (interleaved) pipeline parallelism and dropout.
-    o.model.tensor_model_parallel_size = 2;
-    o.model.num_layers = 4;
-    o.parallel.pipeline_model_parallel_size = 2;
-    o.parallel.num_layers_per_virtual_pipeline_stage = 1;
-    o.global_batch_size = 8;
-    o.model.hidden_dropout = o.model.attention_dropout = 0.1f;
-    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 8);
-    QVERIFY2(e.empty(), e.empty() ? "" : e.front().c_str());
-  }
-
-  // The CPU options' rules, in their words (train() on the GPU path sees them too).
-  void bad_recompute_combinations_are_named() {
-    TrainOptions o = supported();
-    o.parallel.recompute_granularity = "everything";
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "--recompute-granularity 'everything'"));
-    o.parallel.recompute_granularity = "full";
-    o.parallel.recompute_num_layers = 1;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "needs --recompute-method uniform or block"));
-    o.parallel.recompute_method = "diagonal";
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "--recompute-method 'diagonal'"));
-    o.parallel.recompute_method = "uniform";
-    o.parallel.recompute_num_layers = 0;
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 1), "a positive --recompute-num-layers"));
-    o.parallel.recompute_granularity = "selective";
-    QVERIFY(names(gpu::unsupported_on_gpu(o, 1),
-                  "--recompute-method applies only with --recompute-granularity full"));
-    // Each of them also stops train() before it looks for a device.
+  // The CPU options' recomputation rules stop train() before it looks for a device.
+  void bad_recompute_combinations_stop_train() {
     gpu::register_gpu_trainer();
+    TrainOptions o = supported();
+    o.parallel.recompute_granularity = "selective";
+    o.parallel.recompute_method = "uniform";
+    o.parallel.recompute_num_layers = 1;
     MetricsSink sink;
     Result<TrainSummary> r = train(o, sink);
     QVERIFY(!r);
     QVERIFY2(r.status().message().find("--recompute-method") != std::string::npos,
              r.status().message().c_str());
-  }
-
-  void each_unsupported_option_is_named() {
-    TrainOptions o = supported();
-    o.parallel.sequence_parallel = true;
-    o.fp64 = true;
-    o.model.num_attention_heads = 4;  // head size 32
-    const std::vector<std::string> e = gpu::unsupported_on_gpu(o, 1);
-    QVERIFY(names(e, "--sequence-parallel"));
-    QVERIFY(names(e, "--fp64"));
-    QVERIFY(names(e, "head size"));
-    QVERIFY(names(gpu::unsupported_on_gpu(supported(), 3), "--global-batch-size"));
   }
 
   void train_refuses_unsupported_flags_before_looking_for_a_device() {
@@ -288,7 +62,8 @@ class GpuOptionsTest : public QObject {
     TrainOptions fallback = supported();
     fallback.device = "auto";
     fallback.fp64 = true;  // the CPU trainer runs it, the GPU one refuses it
-    QVERIFY(!gpu::gpu_unavailable(fallback, 1).empty());
+    const std::string why = gpu::gpu_unavailable(fallback, 1);
+    QVERIFY2(why.find("--fp64") != std::string::npos, why.c_str());
     Result<TrainSummary> on_cpu = train(fallback, sink);
     QVERIFY2(on_cpu.is_ok(), on_cpu.is_ok() ? "" : on_cpu.status().message().c_str());
     if (kernels::cuda::device_count() == 0) {
@@ -296,6 +71,8 @@ class GpuOptionsTest : public QObject {
       QVERIFY(!plain);
       QVERIFY2(plain.status().message().find("no CUDA device") != std::string::npos,
                plain.status().message().c_str());
+      QCOMPARE(gpu::gpu_unavailable(supported(), 1),
+               std::string("no CUDA device visible to this process"));
       // --device auto without a device trains on the CPU.
       TrainOptions automatic = supported();
       automatic.device = "auto";
@@ -303,6 +80,17 @@ class GpuOptionsTest : public QObject {
       QVERIFY2(cpu.is_ok(), cpu.is_ok() ? "" : cpu.status().message().c_str());
       QCOMPARE(cpu->losses.size(), size_t{1});
     }
+  }
+
+  // Every sentence joined with "; ", then nothing about the device (the options come first).
+  void gpu_unavailable_joins_every_reason() {
+    TrainOptions o = supported();
+    o.fp64 = true;
+    o.model.num_attention_heads = 4;  // head size 32
+    QCOMPARE(gpu::gpu_unavailable(o, 1),
+             std::string("--fp64 is not supported by the GPU trainer yet (docs/gpu.md#scope); "
+                         "head size --hidden-size / --num-attention-heads = 32: the GPU "
+                         "attention kernel takes 64 or 128"));
   }
 };
 

@@ -1,9 +1,10 @@
-// A full training step on the GPU against the CPU engine (label cuda; QSKIP without a
-// device). Same weights (both drawn by GptModel::init_weights), same tokens, no dropout (one
-// case with dropout, whose masks both engines draw alike):
-//   - one micro-batch's loss and every parameter gradient of GpuGpt<float> vs GptModel<float>
-//     (normwise relative error per tensor, 1e-4: fp32 on both, different summation orders);
-//   - GpuGpt<bf16> and GpuGpt<fp16> (the latter with a loss scale of 2^10, as training runs
+// A full training step on the GPU against the CPU (label cuda; QSKIP without a device). Same
+// weights (drawn by GptModel::init_weights), same tokens, no dropout (one case with dropout,
+// whose masks both devices draw alike):
+//   - one micro-batch's loss and every parameter gradient of GptModel<float> on the CUDA
+//     device vs the same model on the CPU device (its host constructor; normwise relative
+//     error per tensor, 1e-4: fp32 on both, different summation orders);
+//   - GptModel<bf16> and GptModel<fp16> (the latter with a loss scale of 2^10, as training runs
 //     it): loss within 2e-2 relative, gradients within 5e-2 (16-bit activations);
 //   - three iterations of `train()` with --device cuda vs the CPU trainer (fp32 losses and
 //     grad norms within 1e-4; bf16 losses within 2e-2);
@@ -33,7 +34,6 @@
 #include "cuda/cuda_test_support.h"
 #include "cuda/gpu_runs.h"
 #include "device/device.h"
-#include "gpu/gpu_model.h"
 #include "gpu/gpu_trainer.h"
 #include "lattice/train.h"
 #include "model/gpt.h"
@@ -245,7 +245,7 @@ QString resume_and_compare(const TrainOptions& o, const std::string& saver,
 class GpuTraining : public QObject {
   Q_OBJECT
 
-  // One micro-batch forward + backward on both engines; returns "" or the first mismatch.
+  // One micro-batch forward + backward on both devices; returns "" or the first mismatch.
   // loss_scale multiplies the loss gradient on the GPU (the GPU's gradients are divided by it
   // before the comparison): fp16 activation gradients need it to stay above fp16's subnormals.
   template <typename A>
@@ -263,7 +263,7 @@ class GpuTraining : public QObject {
 
     Result<std::unique_ptr<Device>> device = make_cuda_device();
     QVERIFY2(device, device ? "" : device.status().message().c_str());
-    auto gpu = gpu::GpuGpt<A>::create(c, B, **device);
+    auto gpu = GptModel<A>::create(c, B, **device);
     QVERIFY2(gpu, gpu ? "" : gpu.status().message().c_str());
     auto gpu_acts = (*gpu)->new_activations();
     QVERIFY2(gpu_acts, gpu_acts ? "" : gpu_acts.status().message().c_str());
@@ -275,7 +275,7 @@ class GpuTraining : public QObject {
     (*gpu)->backward(**gpu_acts);
     const Status synced = (*device)->synchronize((*device)->compute());
     QVERIFY2(synced, synced.message().c_str());
-    std::vector<float> grads((*gpu)->numel());
+    std::vector<float> grads((*gpu)->arena_size());
     cu::copy_to_host(grads.data(), (*gpu)->grads(), grads.size() * sizeof(float));
     for (float& g : grads) g /= loss_scale;  // a power of two: exact
     QVERIFY2(
@@ -295,7 +295,7 @@ class GpuTraining : public QObject {
     gpu::register_gpu_trainer();
   }
 
-  void one_micro_batch_matches_the_cpu_model_in_fp32() { compare_step<float>(1e-5, 1e-4); }
+  void one_micro_batch_matches_the_cpu_device_in_fp32() { compare_step<float>(1e-5, 1e-4); }
   void one_micro_batch_in_bf16_is_within_bf16_tolerance() { compare_step<cu::bf16>(2e-2, 5e-2); }
   void one_micro_batch_in_fp16_is_within_bf16_tolerance() {
     compare_step<cu::fp16>(2e-2, 5e-2, 1024.0f);
@@ -443,8 +443,8 @@ class GpuTraining : public QObject {
     // The scaler must see it (every step skipped, no NaN in the weights) and halve, after the
     // hysteresis of 2, until the activation gradients fit: at most 2^24 (65504 * 256 /
     // max |p - y|), lower where the LayerNorm backward's gain (rstd ~ 35 at initialisation)
-    // overflows first: 2^22 (iteration 12) for this model's first step over the host ops of
-    // test_gpu_model_on_host, where 2^23 overflows; 24 iterations leave room.
+    // overflows first: 2^22 (iteration 12) for this model's first step over the CPU device's
+    // 16-bit ops, where 2^23 overflows; 24 iterations leave room.
     TrainOptions o = small_run();
     o.fp16 = true;
     o.train_iters = 24;

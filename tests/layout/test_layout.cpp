@@ -421,7 +421,7 @@ class LayoutTest : public QObject {
   }
 
   void activations_count_the_models_buffers() {
-    // Two more layers add two of the one model's layers (gpu/gpu_model.h take_layer_acts), fp32
+    // Two more layers add two of the one model's layers (model/gpt.h take_layer_acts), fp32
     // on the CPU: ln1, res_mid, ln2 and the layer's output in the residual stream (4 sbh); qkv
     // and the attention output (4 sbh); FC1 and GELU outputs (2 sbF); four LayerNorm statistics
     // (4 sb) and the attention's saved probabilities (b a s^2).

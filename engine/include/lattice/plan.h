@@ -35,7 +35,7 @@ struct StageEstimate {
   size_t grad_bytes = 0;
   size_t optimizer_bytes = 0;  // / DP (rounded up) with the distributed optimizer
   // Activations one micro-batch keeps for its backward on this rank (all its model chunks): the
-  // buffers the engine's model takes for it (gpu/gpu_model.h new_activations) for the recompute
+  // buffers the engine's model takes for it (model/gpt.h new_activations) for the recompute
   // setting, the precision and the device (options.device "cuda": flash attention's
   // log-sum-exps instead of the CPU's T x T probabilities).
   size_t activation_bytes_per_micro_batch = 0;

@@ -1,13 +1,14 @@
 // What a device backend can run (docs/one-engine.md 3.9): the limits a backend adds to the
-// shared option checks (TrainOptions::validate, layout_errors), stated as data so that one
-// function (capability_errors, step 12 of the plan) turns them into the engine's sentences.
-// Both backends' figures are constants in host code, so every build can check options against
-// the CUDA device (`lattice train --device cuda` on a machine without one still names what it
-// would refuse). Non-goal here: the sentences themselves.
+// shared option checks (TrainOptions::validate, layout_errors), stated as data, and the one
+// function that turns them into the engine's sentences (capabilities.cpp). Both backends'
+// figures are constants in host code, so every build can check options against the CUDA device
+// (`lattice train --device cuda` on a machine without one still names what it would refuse).
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "lattice/train_options.h"
 
 namespace lattice {
 
@@ -37,8 +38,7 @@ inline Capabilities cpu_capabilities() {
 
 // The CUDA backend (kernels/cuda, cuBLASLt): fp32, bf16 and fp16; the flash-style attention
 // takes head sizes 64 and 128 and saves only its log-sum-exp; the GELU epilogue of
-// matmul_forward needs output widths % 8 (kernels/include/lattice/cuda_kernels.h). What
-// gpu_trainer.cpp unsupported_on_gpu refuses today, as data.
+// matmul_forward needs output widths % 8 (kernels/include/lattice/cuda_kernels.h).
 inline Capabilities cuda_capabilities() {
   Capabilities c;
   c.device = "cuda";
@@ -48,5 +48,12 @@ inline Capabilities cuda_capabilities() {
   c.mlp_slice_multiple = 8;
   return c;
 }
+
+// The limits of the backend `c` that these options break, one sentence each naming the flag
+// (empty: it runs them). Only the backend's own limits: the shared rules
+// (TrainOptions::validate, layout_errors, ParallelOptions::recompute_errors) are the caller's
+// to check first and are not repeated. --fp16 is never refused: a backend without 16-bit
+// compute runs it as fp32 arithmetic with the loss scaler (train_options.h).
+std::vector<std::string> capability_errors(const TrainOptions& options, const Capabilities& c);
 
 }  // namespace lattice

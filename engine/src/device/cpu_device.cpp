@@ -206,4 +206,9 @@ void CpuDevice::record_error(const Status& status) {
   if (error_.is_ok() && !status.is_ok()) error_ = status;
 }
 
+CpuDevice& host_device() {
+  static CpuDevice* device = new CpuDevice();  // never destroyed: models may outlive statics
+  return *device;
+}
+
 }  // namespace lattice

@@ -154,4 +154,9 @@ class CpuDevice final : public Device {
   mutable double sgemm_gflops_ = -1;  // measured on the first peak_flops()
 };
 
+// This process's CPU device for models made without naming one (GptModel's host constructor,
+// model/gpt.h): made on first use with the default options, never destroyed (no side streams,
+// so it waits on no communicator at exit). Thread-safe to obtain; not to use from two threads.
+CpuDevice& host_device();
+
 }  // namespace lattice

@@ -3,8 +3,8 @@
 // computes in fp32 between 16-bit loads and stores; summation orders differ). Statistics,
 // parameter gradients, the attention's saved probabilities and cross-entropy logits are float
 // (G), as on CUDA. For tests of the 16-bit data flow on machines without a GPU
-// (test_gpu_model_on_host through tests/cuda/gpu_ops_on_host.cpp, test_ops), not for runs:
-// every call allocates its widened copies. Formerly the 16-bit half of gpu_ops_on_host.cpp.
+// (tests/model/test_gpt_layouts, test_ops), not for runs: every call allocates its widened
+// copies.
 #include <algorithm>
 #include <cstring>
 #include <vector>

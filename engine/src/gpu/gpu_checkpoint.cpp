@@ -1,6 +1,6 @@
 // The GPU trainer's checkpoints through the CPU engine's checkpoint code (gpu_checkpoint.h).
-// The host structures exist only while a load or save runs: the rank's fp32 shard and its two
-// moments (GptModel<float> also holds a gradient arena, unused here).
+// The host structures exist only while a load or save runs: the rank's fp32 shard (HostChunk)
+// and its two moments.
 #include "gpu/gpu_checkpoint.h"
 
 #include <chrono>
@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <memory>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/hf_gpt2.h"
+#include "core/host_memory.h"
 #include "lattice/layout.h"
-#include "model/gpt.h"
+#include "model/init_weights.h"
 #include "parallel/model_chunks.h"
 
 namespace lattice::gpu {
@@ -36,22 +38,21 @@ Status upload_moments(const std::vector<MomentSpan>& spans, DeviceState& device)
   return Status::ok();
 }
 
-// The rank's shard on the host, as the CPU trainer builds it (no TP communicator: the model is
-// never run, only filled and read).
-std::unique_ptr<GptModel<float>> host_shard(const ModelConfig& model, const ModelShard& shard) {
-  return std::make_unique<GptModel<float>>(model, shard, 1, nullptr, RecomputePlan{});
+// The rank's shard of the weights on the host (HostChunk throws OutOfMemory).
+std::unique_ptr<HostChunk> host_shard(const ModelConfig& model, const ModelShard& shard) {
+  return std::make_unique<HostChunk>(model, shard);
 }
 
 // --load-hf: the whole GPT-2 file, then this shard's slice of every tensor.
-Status import_hf_shard(const std::string& path, const ModelConfig& model, GptModel<float>& host) {
+Status import_hf_shard(const std::string& path, const ModelConfig& model, HostChunk& host) {
   const ParamLayout whole(model);
   std::vector<float> full(whole.total_numel());
   if (Status s = import_hf_gpt2(path, model, whole, full.data()); !s) return s;
-  for (const ParamTensor& t : host.layout().tensors()) {
+  for (const ParamTensor& t : host.layout.tensors()) {
     const ParamTensor& g = *whole.find(t.name);
     const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
                                           t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
-    float* dst = host.params() + t.offset;
+    float* dst = host.params.data() + t.offset;
     for (size_t i = 0; i < t.numel; i++) dst[i] = full[g.offset + map.global_index(i)];
   }
   return Status::ok();
@@ -66,10 +67,10 @@ std::unique_ptr<AdamW<float>> host_optimizer(const TrainOptions& o, const Optimi
 
 // The device's moments into `optimizer` (the rank's optimizer shard), and its weights into
 // `host` when `weights`.
-Status download_state(DeviceState& device, const OptimizerShard& shard, GptModel<float>& host,
+Status download_state(DeviceState& device, const OptimizerShard& shard, HostChunk& host,
                       AdamW<float>& optimizer, bool weights) {
   if (weights)
-    if (Status s = device.download_params(host.params()); !s) return s;
+    if (Status s = device.download_params(host.params.data()); !s) return s;
   Result<std::vector<MomentSpan>> spans = moment_spans(shard, optimizer);
   if (!spans) return spans.status();
   for (const MomentSpan& m : *spans)
@@ -136,7 +137,7 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
   if (devices.size() != me->shards.size())
     return Status::internal("restore_gpu_state: " + std::to_string(devices.size()) +
                             " device states for " + std::to_string(me->shards.size()) + " chunks");
-  std::vector<std::unique_ptr<GptModel<float>>> hosts;
+  std::vector<std::unique_ptr<HostChunk>> hosts;
   for (const ModelShard& shard : me->shards) hosts.push_back(host_shard(model, shard));
   TrainState state;
   for (auto& host : hosts) {
@@ -144,13 +145,14 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
       if (Status s = import_hf_shard(o.load_hf, model, *host); !s)
         return Status::invalid_argument("--load-hf: " + s.message());
     } else if (o.load.empty()) {
-      host->init_weights(o.seed);
+      if (size_t failed = init_arena(model, host->layout, o.seed, host->params.data()))
+        return Status::resource_exhausted(OutOfMemory(MemoryCategory::kWeights, failed).what());
     }
   }
   if (!o.load_hf.empty() && rank0) sink.on_message("loaded GPT-2 weights from " + o.load_hf);
   if (o.load.empty()) {
     for (size_t c = 0; c < hosts.size(); c++)
-      if (Status s = devices[c]->upload_params(hosts[c]->params()); !s) return s;
+      if (Status s = devices[c]->upload_params(hosts[c]->params.data()); !s) return s;
     return state;
   }
   // --load (which excludes --load-hf) writes every tensor, so nothing is drawn first. Rank 0
@@ -169,15 +171,15 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
   parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
   parts.sequence_parallel = o.parallel.sequence_parallel;  // recorded as the CPU trainer does
   for (auto& host : hosts) {
-    shards.push_back(optimizer_shard(o, host->layout(), me->layout.dp, me->coord.dp));
-    optimizers.push_back(host_optimizer(o, shards.back(), host->layout()));
-    parts.chunks.push_back({&host->layout(), host->params()});
+    shards.push_back(optimizer_shard(o, host->layout, me->layout.dp, me->coord.dp));
+    optimizers.push_back(host_optimizer(o, shards.back(), host->layout));
+    parts.chunks.push_back({&host->layout, host->params.data()});
     parts.optimizers.push_back(optimizers.back().get());
   }
   auto load = [&]() -> Status {
     if (Status s = load_checkpoint(*ref, parts, o.finetune, &state); !s) return s;
     for (size_t c = 0; c < hosts.size(); c++) {
-      if (Status s = devices[c]->upload_params(hosts[c]->params()); !s) return s;
+      if (Status s = devices[c]->upload_params(hosts[c]->params.data()); !s) return s;
       if (o.finetune) continue;  // the device's moments stay zero
       Result<std::vector<MomentSpan>> spans = moment_spans(shards[c], *optimizers[c]);
       if (!spans) return spans.status();
@@ -209,7 +211,7 @@ Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelCo
   parts.layout = &me->layout;
   parts.distributed_optimizer = o.parallel.use_distributed_optimizer;
   parts.sequence_parallel = o.parallel.sequence_parallel;  // recorded as the CPU trainer does
-  std::vector<std::unique_ptr<GptModel<float>>> hosts;
+  std::vector<std::unique_ptr<HostChunk>> hosts;
   std::vector<std::unique_ptr<AdamW<float>>> optimizers;
   Status downloaded = Status::ok();
   // What write_shard stores: the weights of data-parallel rank 0, the moments of every rank
@@ -220,11 +222,11 @@ Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelCo
     for (size_t c = 0; c < devices.size() && downloaded; c++) {
       hosts.push_back(host_shard(model, me->shards[c]));
       const OptimizerShard shard =
-          optimizer_shard(o, hosts.back()->layout(), me->layout.dp, me->coord.dp);
-      optimizers.push_back(host_optimizer(o, shard, hosts.back()->layout()));
+          optimizer_shard(o, hosts.back()->layout, me->layout.dp, me->coord.dp);
+      optimizers.push_back(host_optimizer(o, shard, hosts.back()->layout));
       downloaded =
           download_state(*devices[c], shard, *hosts.back(), *optimizers.back(), me->coord.dp == 0);
-      parts.chunks.push_back({&hosts.back()->layout(), hosts.back()->params()});
+      parts.chunks.push_back({&hosts.back()->layout, hosts.back()->params.data()});
       parts.optimizers.push_back(optimizers.back().get());
     }
   }
@@ -242,17 +244,17 @@ Status save_gpu_hf(const TrainOptions& o, const ModelConfig& model, Comm& world,
   if (devices.size() != me->shards.size())
     return Status::internal("save_gpu_hf: " + std::to_string(devices.size()) +
                             " device states for " + std::to_string(me->shards.size()) + " chunks");
-  std::vector<std::unique_ptr<GptModel<float>>> hosts;
+  std::vector<std::unique_ptr<HostChunk>> hosts;
   Status downloaded = Status::ok();
   if (me->coord.dp == 0) {  // the shards gather_full_params reads
     for (size_t c = 0; c < devices.size() && downloaded; c++) {
       hosts.push_back(host_shard(model, me->shards[c]));
-      downloaded = devices[c]->download_params(hosts.back()->params());
+      downloaded = devices[c]->download_params(hosts.back()->params.data());
     }
   }
   if (Status s = agree(world, downloaded, "--save-hf"); !s) return s;
   std::vector<const float*> chunks;
-  for (const auto& host : hosts) chunks.push_back(host->params());
+  for (const auto& host : hosts) chunks.push_back(host->params.data());
   Result<std::vector<float>> full =
       gather_full_params<float>(world, me->layout, model, false, chunks);
   if (!full) return full.status();

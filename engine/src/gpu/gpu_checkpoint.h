@@ -1,7 +1,7 @@
 // Checkpoints of the GPU trainer in the CPU engine's format (checkpoint/checkpoint.h), so that
 // either engine resumes the other's run: the device's fp32 master weights and AdamW moments
-// pass through host structures of the CPU engine's types (GptModel<float> of the rank's
-// ModelShard, AdamW<float>), and the CPU checkpoint code saves or loads them as the run's
+// pass through host structures (a HostChunk of the rank's ModelShard, AdamW<float>), and the
+// CPU checkpoint code saves or loads them as the run's
 // TP t x PP p x DP d layout (the options' --tensor-model-parallel-size and
 // --pipeline-model-parallel-size over the world): each rank holds its stage's tensor-parallel
 // shard (the last stage's tied LM head a copy of the word embedding, as the CPU layout has
@@ -28,7 +28,7 @@ namespace lattice::gpu {
 
 // The training state that lives on the device, seen from the host. The GPU trainer keeps the
 // fp32 master weights in one arena laid out by ParamLayout(model, shard) (the rank's tensor-
-// parallel shard, shard_of(layout, coord, 0)), as GptModel<float>::params()
+// parallel shard, shard_of(layout, coord, 0)), as GptModel<float>::params() on any device
 // (every tensor at its offset, the 16-element alignment gaps between tensors unused), and its
 // AdamW (optim/adamw.h) keeps the two moments of the arena part it owns (optimizer_shard.h: the
 // whole arena, or its --use-distributed-optimizer shard) packed piece after piece without the
@@ -74,7 +74,7 @@ struct GpuRankShard {
 Result<GpuRankShard> gpu_rank_shard(const TrainOptions& o, int world_size, int rank);
 
 // The state a run starts from, uploaded to `device`: GPT-2 weights (--load-hf) or Megatron's
-// initialisation from --seed (GptModel::init_weights, as the CPU trainer draws it), then with
+// initialisation from --seed (init_arena, as GptModel::init_weights draws it), then with
 // --load the checkpoint find_checkpoint names (--ckpt-step), weights only with --finetune.
 // The device's moments must be zero on entry (they stay zero unless a checkpoint sets them).
 // Every rank reads its own shard itself (--load-hf: the whole file, then its slices). Rank 0

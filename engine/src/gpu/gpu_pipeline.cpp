@@ -20,7 +20,7 @@ int pipeline_slots(int stages, int stage, int chunks, int micro_batches) {
 }
 
 template <typename A>
-GpuPipeline<A>::GpuPipeline(std::vector<GpuGpt<A>*> chunks, Device& device,
+GpuPipeline<A>::GpuPipeline(std::vector<GptModel<A>*> chunks, Device& device,
                             const PipelineComms& comms, int stages, int stage)
     : chunks_(std::move(chunks)), device_(device), stages_(stages), stage_(stage) {
   activations_.comm = comms.activations;
@@ -30,7 +30,7 @@ GpuPipeline<A>::GpuPipeline(std::vector<GpuGpt<A>*> chunks, Device& device,
 }
 
 template <typename A>
-Result<std::unique_ptr<GpuPipeline<A>>> GpuPipeline<A>::create(std::vector<GpuGpt<A>*> chunks,
+Result<std::unique_ptr<GpuPipeline<A>>> GpuPipeline<A>::create(std::vector<GptModel<A>*> chunks,
                                                                Device& device,
                                                                const PipelineComms& comms,
                                                                int stages, int stage, int slots) {
@@ -52,7 +52,7 @@ Status GpuPipeline<A>::make_slots(int slots) {
   slots_.resize(chunks_.size());
   for (size_t c = 0; c < chunks_.size(); c++)
     for (int s = 0; s < std::max(1, slots); s++) {
-      Result<std::unique_ptr<GpuActivations<A>>> made = chunks_[c]->new_activations();
+      Result<std::unique_ptr<GptActivations<A>>> made = chunks_[c]->new_activations();
       if (!made) return made.status();
       slots_[c].push_back(std::move(*made));
     }
@@ -105,8 +105,8 @@ int GpuPipeline<A>::acquire(int c) {
 template <typename A>
 Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uint64_t dropout_seed,
                                    float grad_scale, accum_t<A>* losses) {
-  GpuGpt<A>& model = *chunks_[c];
-  GpuActivations<A>& slot = *slots_[c][s];
+  GptModel<A>& model = *chunks_[c];
+  GptActivations<A>& slot = *slots_[c][s];
   const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
   Stream& compute = device_.compute();
   // The slot's output may still be on its way to the next stage from its previous use.
@@ -150,8 +150,8 @@ Status GpuPipeline<A>::forward_one(int c, int mb, int s, const Loader& load, uin
 
 template <typename A>
 Status GpuPipeline<A>::backward_one(int c, int mb, int s, int micro_batches) {
-  GpuGpt<A>& model = *chunks_[c];
-  GpuActivations<A>& slot = *slots_[c][s];
+  GptModel<A>& model = *chunks_[c];
+  GptActivations<A>& slot = *slots_[c][s];
   const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
   Stream& compute = device_.compute();
   if (!last_virtual(c)) {

@@ -1,4 +1,4 @@
-// Runs one rank's pipeline schedule (pipeline/schedule.h) over its GpuGpt chunks on a device
+// Runs one rank's pipeline schedule (pipeline/schedule.h) over its GptModel chunks on a device
 // (device/device.h): the GPU counterpart of pipeline/executor.h. Activations and their
 // gradients stay in device memory and move between stages as the channels' stream-ordered
 // sends and receives (comm.h); on CUDA the host only queues work and never waits for the device
@@ -45,9 +45,9 @@
 // forward, then receive backward" on two neighbours would deadlock (Megatron groups them instead).
 // On the CPU device the host blocks in a wait where CUDA's compute stream would, and nothing
 // queued after that wait could have started earlier on CUDA either (every channel operation
-// waits for compute first), so the argument carries over. test_gpu_model_on_host runs this on
-// the CPU device with messages above MPI's eager limit, so a send there too completes only
-// when received: either mistake hangs it.
+// waits for compute first), so the argument carries over. tests/model/test_gpt_layouts runs
+// this on the CPU device with messages above MPI's eager limit, so a send there too completes
+// only when received: either mistake hangs it.
 #pragma once
 
 #include <cstdint>
@@ -56,9 +56,9 @@
 #include <vector>
 
 #include "device/device.h"
-#include "gpu/gpu_model.h"
 #include "lattice/comm.h"
 #include "lattice/status.h"
+#include "model/gpt.h"
 #include "pipeline/executor.h"
 
 namespace lattice::gpu {
@@ -87,13 +87,13 @@ class GpuPipeline {
 
   // chunks[c] holds virtual stage c * stages + stage, all on `device`, which makes a side
   // stream per channel; each chunk gets `slots` micro-batches' activations
-  // (GpuGpt::new_activations), pipeline_slots(...) for the micro-batch counts the caller will
+  // (GptModel::new_activations), pipeline_slots(...) for the micro-batch counts the caller will
   // pass (with several chunks, a multiple of stages). comms: outliving this; none when
   // stages == 1. Errors: a missing communicator, a stream the device could not make, the
   // device's out-of-memory sentence for the activations.
-  static Result<std::unique_ptr<GpuPipeline>> create(std::vector<GpuGpt<A>*> chunks, Device& device,
-                                                     const PipelineComms& comms, int stages,
-                                                     int stage, int slots);
+  static Result<std::unique_ptr<GpuPipeline>> create(std::vector<GptModel<A>*> chunks,
+                                                     Device& device, const PipelineComms& comms,
+                                                     int stages, int stage, int slots);
   ~GpuPipeline();
   GpuPipeline(const GpuPipeline&) = delete;
   GpuPipeline& operator=(const GpuPipeline&) = delete;
@@ -125,7 +125,7 @@ class GpuPipeline {
     Comm* comm = nullptr;
     Stream* stream = nullptr;
   };
-  GpuPipeline(std::vector<GpuGpt<A>*> chunks, Device& device, const PipelineComms& comms,
+  GpuPipeline(std::vector<GptModel<A>*> chunks, Device& device, const PipelineComms& comms,
               int stages, int stage);
   Status make_streams();
   Status make_slots(int slots);
@@ -143,7 +143,7 @@ class GpuPipeline {
   Status backward_one(int c, int mb, int s, int micro_batches);
   Status join();  // the compute stream waits for every channel's stream
 
-  std::vector<GpuGpt<A>*> chunks_;
+  std::vector<GptModel<A>*> chunks_;
   Device& device_;
   // Which channel carries chunk c's input, output, output gradient and input gradient.
   Channel& input_channel(int c) { return stage_ == 0 && c > 0 ? activations_wrap_ : activations_; }
@@ -153,7 +153,7 @@ class GpuPipeline {
   int stages_, stage_;
   Channel activations_, gradients_, activations_wrap_, gradients_wrap_;
   // [chunk][slot]: the activations of the micro-batch in the slot.
-  std::vector<std::vector<std::unique_ptr<GpuActivations<A>>>> slots_;
+  std::vector<std::vector<std::unique_ptr<GptActivations<A>>>> slots_;
   // [chunk][slot]: the last send from the slot's output / input_grad (compute rewrites them
   // only after it); a default Event (no send yet) is complete.
   std::vector<std::vector<Event>> output_sent_, input_grad_sent_;

@@ -1,5 +1,5 @@
 // The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
-// (train/data_feed.h), the rank's pipeline stage (GpuGpt per model chunk of its ModelShard) run
+// (train/data_feed.h), the rank's pipeline stage (GptModel per model chunk of its ModelShard) run
 // by GpuPipeline (gpu_pipeline.h: 1F1B or interleaved 1F1B, gradient accumulation over
 // micro-batches; PP 1 runs forward and backward of each micro-batch in turn), tensor and
 // sequence parallelism inside the model (NCCL on the compute stream; the partial LayerNorm and
@@ -28,14 +28,15 @@
 #include <sstream>
 
 #include "device/caching_allocator.h"
+#include "device/capabilities.h"
 #include "device/device.h"
 #include "device/nvml_probe.h"
 #include "gpu/gpu_checkpoint.h"
-#include "gpu/gpu_model.h"
 #include "gpu/gpu_pipeline.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
+#include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_reducer.h"
 #include "optim/grad_scaling.h"
@@ -46,6 +47,8 @@
 #include "train/rank_reports.h"
 
 namespace lattice::gpu {
+
+namespace cu = kernels::cuda;
 
 namespace {
 
@@ -75,7 +78,7 @@ double all_reduce_scalar(Comm& comm, double value, ReduceOp op = ReduceOp::kSum)
 template <typename A>
 class LoopState final : public DeviceState {
  public:
-  LoopState(Device& device, GpuGpt<A>& model, AdamW<A>& adam)
+  LoopState(Device& device, GptModel<A>& model, AdamW<A>& adam)
       : device_(device), model_(model), adam_(adam) {}
   Status download_params(float* host) override {
     model_.download(host);
@@ -115,7 +118,7 @@ class LoopState final : public DeviceState {
     return s ? s : Status::internal("checkpoint copy on the device: " + s.message());
   }
   Device& device_;
-  GpuGpt<A>& model_;
+  GptModel<A>& model_;
   AdamW<A>& adam_;
 };
 
@@ -181,13 +184,13 @@ class GpuLoop {
   // One model chunk of this rank: chunk c holds virtual stage c * PP + pp (one chunk without
   // interleaving), with its optimizer and their checkpoint view.
   struct Chunk {
-    std::unique_ptr<GpuGpt<A>> model;
+    std::unique_ptr<GptModel<A>> model;
     std::unique_ptr<AdamW<A>> adam;
     std::unique_ptr<LoopState<A>> state;
   };
   // The chunk whose word embedding is tied over the embedding group: the first stage's first
   // chunk (the input embedding) or the last stage's last chunk (the LM head's copy).
-  GpuGpt<A>& embedding_chunk() {
+  GptModel<A>& embedding_chunk() {
     return groups_.first_stage() ? *chunks_.front().model : *chunks_.back().model;
   }
   int chunk_count() const { return static_cast<int>(chunks_.size()); }
@@ -267,17 +270,17 @@ Status GpuLoop<A>::setup() {
   const int M = o_.num_micro_batches() / L.dp;
   // Activations for as many micro-batches as the schedule keeps in flight on this stage.
   const int in_flight = pipeline_slots(L.pp, groups_.coord.pp, L.vpp, M);
-  std::vector<GpuGpt<A>*> models;
+  std::vector<GptModel<A>*> models;
   for (int c = 0; c < L.vpp; c++) {
     Chunk chunk;
     const ModelShard shard = shard_of(L, groups_.coord, c, o_.parallel.sequence_parallel);
     const ParallelOptions& par = o_.parallel;
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    auto model = GpuGpt<A>::create(mc_, o_.micro_batch_size, device(), shard, tp_.get(), plan);
+    auto model = GptModel<A>::create(mc_, o_.micro_batch_size, device(), shard, tp_.get(), plan);
     if (!model) return model.status();
     chunk.model = std::move(*model);
-    GpuGpt<A>& m = *chunk.model;
+    GptModel<A>& m = *chunk.model;
     // Per-op times are two timing events per op on CUDA: only with --profile (the CPU's are
     // clock reads, always on).
     m.set_op_times(o_.profile);
@@ -300,8 +303,8 @@ Status GpuLoop<A>::setup() {
       GpuPipeline<A>::create(models, device(), channels, L.pp, groups_.coord.pp, in_flight);
   if (!pipeline) return pipeline.status();
   pipeline_ = std::move(*pipeline);
-  // Megatron's initialisation drawn exactly as the CPU model draws it (so a GPU run starts
-  // from the CPU run's weights), or --load-hf, then --load.
+  // Megatron's initialisation drawn exactly as a CPU run draws it (so a GPU run starts from
+  // the CPU run's weights), or --load-hf, then --load.
   Result<TrainState> restored = restore_gpu_state(o_, mc_, world_, device_states(), sink_);
   if (!restored) return restored.status();
   resumed_ = *restored;
@@ -324,15 +327,15 @@ Status GpuLoop<A>::setup() {
     dp_stream_ = *stream;
     const size_t bucket = ddp_bucket_elems(o_.parallel, groups_.layout.dp);
     for (Chunk& c : chunks_) {
-      GpuGpt<A>& m = *c.model;
+      GptModel<A>& m = *c.model;
       auto made = GradReducer<float>::create(device(), *dp_stream_, m.layout(), dp_.get(),
                                              o_.parallel.use_distributed_optimizer, bucket,
-                                             m.grads(), m.master());
+                                             m.grads(), m.params());
       if (!made) return made.status();
       reducers_.push_back(std::move(*made));
     }
     for (int c = 0; c < static_cast<int>(chunks_.size()); c++) {
-      GpuGpt<A>* m = chunks_[c].model.get();
+      GptModel<A>* m = chunks_[c].model.get();
       GradReducer<float>* r = reducers_[c].get();
       Comm* world = &world_;
       // The tied word embedding of a multi-stage pipeline is summed over the embedding group
@@ -375,7 +378,7 @@ Status GpuLoop<A>::load_micro_batch(const SampleSource& source, int64_t position
 template <typename A>
 Status GpuLoop<A>::sum_tied_embedding() {
   if (!groups_.in_embedding_group()) return Status::ok();
-  GpuGpt<A>& m = embedding_chunk();
+  GptModel<A>& m = embedding_chunk();
   const int index = m.layout().word_embedding_index();
   const ParamTensor& t = m.layout().tensors()[index];
   if (Status s = embedding_->all_reduce(m.grads() + t.offset, t.numel, DType::kFloat32,
@@ -426,7 +429,7 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
     device().zero(d_found_inf_, sizeof(float), device().compute());
     const float inv_scale = static_cast<float>(1.0 / loss_scale);
     for (Chunk& c : chunks_)
-      ops.unscale_and_check(c.model->grads(), c.model->numel(), inv_scale, d_found_inf_);
+      ops.unscale_and_check(c.model->grads(), c.model->arena_size(), inv_scale, d_found_inf_);
     float found_inf = 0;
     device().copy(&found_inf, d_found_inf_, sizeof found_inf, CopyKind::kDeviceToHost,
                   device().compute());
@@ -443,9 +446,9 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
   if (!skipped) {
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
     for (Chunk& c : chunks_) {
-      GpuGpt<A>& m = *c.model;
+      GptModel<A>& m = *c.model;
       A* copy = std::is_same_v<A, accum_t<A>> ? nullptr : m.compute_params();  // the 16-bit copy
-      c.adam->update(m.master(), m.grads(), lr, coeff, copy);
+      c.adam->update(m.params(), m.grads(), lr, coeff, copy);
     }
     steps_++;
     if (o_.parallel.use_distributed_optimizer)  // every rank's updated shards to every replica
@@ -453,9 +456,9 @@ Status GpuLoop<A>::step(int it, double lr, double& loss, double& norm, bool& ski
         if (Status s = reducers_[c]->gather_params(); !s) return s;
         // The owners wrote their pieces' 16-bit values in the step; the rest come from the
         // gathered master weights (the same rounding of the same fp32 values).
-        GpuGpt<A>& m = *chunks_[c].model;
+        GptModel<A>& m = *chunks_[c].model;
         if constexpr (!std::is_same_v<A, float>)
-          cu::convert(*dev_.ctx, m.compute_params(), m.master(), m.numel());
+          cu::convert(*dev_.ctx, m.compute_params(), m.params(), m.arena_size());
       }
   }
   const bool reports = groups_.coord.tp == 0 && groups_.last_stage();
@@ -776,88 +779,29 @@ Result<TrainSummary> GpuLoop<A>::run() {
   return summary;
 }
 
+// Why these options do not train on the GPU, one sentence each: the rules every device shares
+// (layout_errors; the recomputation rules, TrainOptions::validate's, which train() does not
+// run), then the CUDA backend's limits (capability_errors).
+std::vector<std::string> refused_on_gpu(const TrainOptions& o, int world_size) {
+  std::vector<std::string> e = layout_errors(o, world_size);
+  for (std::string& r : o.parallel.recompute_errors()) e.push_back(std::move(r));
+  for (std::string& c : capability_errors(o, cuda_capabilities())) e.push_back(std::move(c));
+  return e;
+}
+
 }  // namespace
 
 std::string gpu_unavailable(const TrainOptions& options, int world_size) {
   std::string why;
-  for (const std::string& e : unsupported_on_gpu(options, world_size))
+  for (const std::string& e : refused_on_gpu(options, world_size))
     why += (why.empty() ? "" : "; ") + e;
   if (why.empty() && cu::device_count() == 0) why = "no CUDA device visible to this process";
   return why;
 }
 
-std::vector<std::string> unsupported_on_gpu(const TrainOptions& o, int world_size) {
-  std::vector<std::string> e;
-  const char* why = " is not supported by the GPU trainer yet (docs/gpu.md#scope)";
-  const int tp = o.model.tensor_model_parallel_size;
-  const int pp = o.parallel.pipeline_model_parallel_size;
-  if (tp < 1)
-    e.push_back("--tensor-model-parallel-size must be positive, got " + std::to_string(tp));
-  // Pipeline parallelism (docs/gpu.md#pipeline-parallelism): 1F1B or interleaved 1F1B, even
-  // stages or the uneven first / last split, the CPU layout's rules (parallel/layout.cpp).
-  const std::string pp_flag = "--pipeline-model-parallel-size " + std::to_string(pp);
-  const int layers = o.model.num_layers;
-  if (pp < 1) e.push_back(pp_flag + " must be positive");
-  const bool uneven = o.parallel.decoder_first_pipeline_num_layers != 0 ||
-                      o.parallel.decoder_last_pipeline_num_layers != 0;
-  if (pp > 1 && !uneven && layers % pp != 0)
-    e.push_back(pp_flag + " does not divide --num-layers " + std::to_string(layers));
-  if (uneven)  // the CPU layout's rules on the uneven split, in its words
-    for (const std::string& rule :
-         layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
-      if (rule.find("--decoder-") != std::string::npos) e.push_back(rule);
-  // Sequence parallelism (docs/gpu.md#sequence-parallelism): the CPU layout's rules (TP > 1,
-  // TP divides --seq-length), in its words.
-  if (o.parallel.sequence_parallel)
-    for (const std::string& rule :
-         layout_errors(o, world_size > 0 ? world_size : std::max(1, tp * pp)))
-      if (rule.find("--sequence-parallel") != std::string::npos) e.push_back(rule);
-  const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
-  const std::string v_flag = "--num-layers-per-virtual-pipeline-stage " + std::to_string(v);
-  if (v > 0 && pp <= 1)
-    e.push_back(v_flag + " interleaves pipeline stages, which needs " +
-                "--pipeline-model-parallel-size > 1");
-  if (v > 0 && pp > 1 && layers % pp == 0 && (layers / pp) % v != 0)
-    e.push_back(v_flag + " does not divide the " + std::to_string(layers / pp) +
-                " layers of each pipeline stage");
-  // Recomputation (docs/gpu.md#recomputation): selective and full, with the CPU's rules.
-  for (std::string& r : o.parallel.recompute_errors()) e.push_back(std::move(r));
-  if (o.fp64) e.push_back(std::string("--fp64") + why);
-  const int heads = o.model.num_attention_heads;
-  const int hs = heads > 0 ? o.model.hidden_size / heads : 0;
-  if (hs != 64 && hs != 128)
-    e.push_back("head size --hidden-size / --num-attention-heads = " + std::to_string(hs) +
-                ": the GPU attention kernel takes 64 or 128");
-  const int ffn = o.model.ffn();
-  // Tensor parallelism (docs/gpu.md#tensor-parallelism): whole heads and equal MLP slices per
-  // rank, as the CPU engine's layout rules; the GELU epilogue needs each slice % 8.
-  const std::string tp_flag = "--tensor-model-parallel-size " + std::to_string(tp);
-  const bool tp_ok = tp >= 1 && ffn % tp == 0;
-  if (tp > 1 && heads > 0 && heads % tp != 0)
-    e.push_back(tp_flag + " does not divide --num-attention-heads " + std::to_string(heads));
-  if (tp > 1 && ffn % tp != 0)
-    e.push_back(tp_flag + " does not divide the MLP hidden size " + std::to_string(ffn) +
-                " (--ffn-hidden-size)");
-  if (tp_ok && (ffn / tp) % 8 != 0)
-    e.push_back(tp > 1 ? "the GPU MLP needs --ffn-hidden-size / " + tp_flag + " % 8 == 0"
-                       : std::string("the GPU MLP needs --ffn-hidden-size % 8 == 0"));
-  const int mp = tp * pp;  // model-parallel ranks
-  if (world_size > 0 && tp >= 1 && pp >= 1 && world_size % mp != 0)
-    e.push_back("world size " + std::to_string(world_size) + " is not a multiple of " + tp_flag +
-                " x " + pp_flag);
-  else if (world_size > 0 && tp >= 1 && pp >= 1 && o.num_micro_batches() % (world_size / mp) != 0)
-    e.push_back(
-        "--global-batch-size must be a multiple of --micro-batch-size x data-parallel "
-        "ranks (world size / (--tensor-model-parallel-size x --pipeline-model-parallel-size))");
-  else if (world_size > 0 && v > 0 && pp > 1 && (o.num_micro_batches() / (world_size / mp)) % pp)
-    e.push_back(v_flag + " (interleaved 1F1B) needs the micro-batches per data-parallel rank " +
-                "to be a multiple of " + pp_flag);
-  return e;
-}
-
 Result<TrainSummary> train_on_gpu(const TrainOptions& o, const ModelConfig& mc, Comm& world,
                                   MetricsSink& sink) {
-  if (std::vector<std::string> e = unsupported_on_gpu(o, world.size()); !e.empty()) {
+  if (std::vector<std::string> e = refused_on_gpu(o, world.size()); !e.empty()) {
     std::string text;
     for (const std::string& line : e) text += (text.empty() ? "" : "\n") + line;
     return Status::invalid_argument(text);

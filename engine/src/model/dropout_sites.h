@@ -1,7 +1,6 @@
-// Where GPT-2 drops activations, and the mask key of each site: shared by the CPU model
-// (gpt.cpp, gpt_layer.cpp) and the GPU model (gpu/gpu_model.cpp), so that for one micro-batch
-// seed both engines drop the same elements (the kernels draw kernels.h's counter-based mask
-// from the key and each element's global index).
+// Where GPT-2 drops activations, and the mask key of each site (model/gpt_layer.cpp), so that
+// for one micro-batch seed every device and layout drops the same elements (the kernels draw
+// kernels.h's counter-based mask from the key and each element's global index).
 #pragma once
 
 #include <cstdint>

@@ -1,395 +1,402 @@
-// GPT-2 chunk: construction, initialisation, the stage drivers, and the two ends of the model
-// (embedding; final LayerNorm + LM head + cross-entropy). The transformer layers and the
-// tensor-parallel plumbing are in gpt_layer.cpp.
+// GptModel (gpt.h): construction, memory, weights, the public forward / backward and stage
+// entry points, and the tensor-parallel and dropout helpers the passes (gpt_layer.cpp) call.
+#include "model/gpt.h"
+
 #include <algorithm>
-#include <cmath>
-#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "core/host_memory.h"
-#include "lattice/kernels.h"
-#include "model/gpt.h"
 #include "model/init_weights.h"
 
 namespace lattice {
 
-namespace k = kernels;
-
 namespace {
-size_t padded(size_t n) {
-  return (n + 15) / 16 * 16;
-}
-
-// Carves one layer's saved tensors from `p`, advancing it.
-template <typename T>
-LayerActivations<T> carve_layer(T*& p, const ChunkDims& d, bool with_probs) {
-  auto take = [&p](size_t n) {
-    T* out = p;
-    p += padded(n);
-    return out;
-  };
-  const size_t N = d.N, R = d.R, C = d.C;
-  LayerActivations<T> la{};
-  la.ln1 = take(R * C);
-  la.ln1_mean = take(R);
-  la.ln1_rstd = take(R);
-  la.qkv = take(N * 3 * d.Ct);
-  la.atty = take(N * d.Ct);
-  la.probs = with_probs ? take(static_cast<size_t>(d.B) * d.Ht * d.T * d.T) : nullptr;
-  la.res_mid = take(R * C);
-  la.ln2 = take(R * C);
-  la.ln2_mean = take(R);
-  la.ln2_rstd = take(R);
-  la.fc1 = take(N * d.Ft);
-  la.gelu = take(N * d.Ft);
-  return la;
+template <typename A>
+const char* compute_type_name() {
+  if constexpr (std::is_same_v<A, double>) return "fp64";
+  return std::is_same_v<A, float> ? "fp32" : std::is_same_v<A, bf16> ? "bf16" : "fp16";
 }
 }  // namespace
 
-RecomputePlan RecomputePlan::make(const std::string& granularity, const std::string& method, int n,
-                                  int num_local_layers) {
-  RecomputePlan plan;
-  if (granularity == "selective") plan.selective = true;
-  if (granularity != "full") return plan;
-  plan.group_start.assign(num_local_layers, -1);
-  if (method == "uniform") {
-    // Megatron's uniform method: the chunk's layers in groups of n, each group recomputed
-    // from its input.
-    for (int l = 0; l < num_local_layers; l++) plan.group_start[l] = l / n * n;
-    plan.max_group = std::min(n, num_local_layers);
-  } else {
-    // block: the first n layers of the chunk recomputed one by one, the rest kept.
-    for (int l = 0; l < std::min(n, num_local_layers); l++) plan.group_start[l] = l;
-    plan.max_group = std::min(n, num_local_layers) > 0 ? 1 : 0;
-  }
-  return plan;
+template <typename A>
+void GptModel<A>::collect_op_times() {
+  for (const TimedOp& t : timed_ops_) profiler_.add(t.op, device_.seconds(t.from, t.to));
+  timed_ops_.clear();
 }
 
-ChunkDims::ChunkDims(const ModelConfig& c, const ModelShard& s, int micro_batch)
-    : B(micro_batch),
-      T(c.seq_length),
-      C(c.hidden_size),
-      F(c.ffn()),
-      NH(c.num_attention_heads),
-      V(c.padded_vocab_size()),
-      t(s.tp_size),
-      tp_rank(s.tp_rank),
-      L(s.num_layers(c)) {
-  N = B * T;
-  R = s.sequence_parallel ? N / t : N;
-  Ct = C / t;
-  Ft = F / t;
-  Ht = NH / t;
-  Vt = V / t;
-  row0 = s.sequence_parallel ? static_cast<size_t>(tp_rank) * R : 0;
-}
-
-size_t ChunkDims::layer_elems(bool with_probs) const {
-  const size_t n = N, r = R, c = C;
-  return padded(r * c) * 4 + padded(r) * 4 + padded(n * 3 * Ct) + padded(n * Ct) +
-         (with_probs ? padded(static_cast<size_t>(B) * Ht * T * T) : 0) + padded(n * Ft) * 2;
-}
-
-template <typename T>
-GptActivations<T>::GptActivations(const ModelConfig& config, int micro_batch)
-    : GptActivations(config, ModelShard{}, micro_batch, RecomputePlan{}) {}
-
-template <typename T>
-GptActivations<T>::GptActivations(const ModelConfig& c, const ModelShard& s, int micro_batch,
-                                  const RecomputePlan& plan)
-    : B(micro_batch), T_(c.seq_length) {
-  const ChunkDims d(c, s, micro_batch);
-  const size_t R = d.R, C = d.C;
-  size_t total = padded((d.L + 1) * R * C);
-  for (int l = 0; l < d.L; l++)
-    if (!plan.recomputed(l)) total += d.layer_elems(!plan.selective);
-  if (s.post)
-    total += padded(R * C) + 2 * padded(R) + padded(d.N * static_cast<size_t>(d.Vt)) + padded(d.N);
-  host_assign(storage, total, MemoryCategory::kActivations);
-  T* p = storage.data();
-  residual = p;
-  p += padded((d.L + 1) * R * C);
-  layers.resize(d.L);
-  for (int l = 0; l < d.L; l++)
-    if (!plan.recomputed(l)) layers[l] = carve_layer(p, d, !plan.selective);
-  if (s.post) {
-    lnf = p;
-    p += padded(R * C);
-    lnf_mean = p;
-    p += padded(R);
-    lnf_rstd = p;
-    p += padded(R);
-    logits = p;
-    p += padded(d.N * static_cast<size_t>(d.Vt));
-    losses = p;
-  }
-  if (s.pre) host_assign(tokens, d.N, MemoryCategory::kActivations);
-}
-
-template <typename T>
-GptModel<T>::GptModel(const ModelConfig& config, int micro_batch)
-    : GptModel(config, ModelShard{}, micro_batch, nullptr, RecomputePlan{}) {}
-
-template <typename T>
-GptModel<T>::GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Comm* tp,
-                      const RecomputePlan& recompute)
+template <typename A>
+GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch,
+                      Device& device, Ops<A>& ops, Comm* tp)
     : config_(config),
-      shard_(shard),
       layout_(config, shard),
-      dims_(config, layout_.shard(), micro_batch),
-      tp_(tp),
-      recompute_(recompute) {
-  shard_ = layout_.shard();
-  host_assign(params_, layout_.total_numel(), MemoryCategory::kWeights);
-  host_assign(grads_, layout_.total_numel(), MemoryCategory::kGrads);
-  const ChunkDims& d = dims_;
-  const size_t R = d.R, N = d.N, C = d.C;
-  const size_t sizes[] = {R * C, R * C,    R * C,        R * C,   N * C,
-                          N * C, N * d.Ft, N * 3 * d.Ct, N * d.Ct};
-  T** ptrs[] = {&d_residual_, &d_c_a_, &d_c_b_, &fwd_c_, &full_,
-                &gathered_,   &d_f_,   &d_qkv_, &d_atty_};
-  size_t total = 0;
-  for (size_t s : sizes) total += padded(s);
-  const size_t probs_elems = static_cast<size_t>(d.B) * d.Ht * d.T * d.T;
-  if (recompute_.selective) total += padded(probs_elems);
-  host_assign(scratch_, total, MemoryCategory::kWorkspace);
-  T* p = scratch_.data();
-  for (size_t i = 0; i < std::size(sizes); i++) {
-    *ptrs[i] = p;
-    p += padded(sizes[i]);
-  }
-  probs_ = recompute_.selective ? p : nullptr;
-  host_assign(recompute_storage_, recompute_.max_group * d.layer_elems(true),
-              MemoryCategory::kActivations);
-  if (d.t > 1) {
-    host_assign(row_max_, N, MemoryCategory::kWorkspace);
-    host_assign(target_logit_, N, MemoryCategory::kWorkspace);
-    host_assign(sum_exp_, N, MemoryCategory::kWorkspace);
-  }
-  host_assign(attention_ws_, k::attention_workspace_elems(d.T) * k::num_threads(),
-              MemoryCategory::kWorkspace);
+      device_(device),
+      ops_(ops),
+      tp_(shard.tp_size > 1 ? tp : nullptr),
+      blocks_(device),
+      B_(micro_batch),
+      T_(config.seq_length),
+      C_(config.hidden_size),
+      F_(config.ffn()),
+      NH_(config.num_attention_heads),
+      L_(shard.num_layers(config)),
+      Vp_(config.padded_vocab_size()),
+      N_(micro_batch * config.seq_length),
+      t_(shard.tp_size),
+      tp_rank_(shard.tp_rank),
+      sp_(shard.sequence_parallel && shard.tp_size > 1),
+      R_(sp_ ? micro_batch * config.seq_length / shard.tp_size : micro_batch * config.seq_length),
+      row0_(sp_ ? static_cast<size_t>(shard.tp_rank) * R_ : 0),
+      Ct_(config.hidden_size / shard.tp_size),
+      Ft_(config.ffn() / shard.tp_size),
+      Ht_(config.num_attention_heads / shard.tp_size),
+      Vt_(config.padded_vocab_size() / shard.tp_size) {}
+
+template <typename A>
+LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved) {
+  using MC = MemoryCategory;
+  // R rows of the residual stream and the LayerNorms (N / t with sequence parallelism), N of
+  // the tensor-parallel layers' inputs and outputs.
+  const size_t RC = static_cast<size_t>(R_) * C_, NF = static_cast<size_t>(N_) * Ft_;
+  const size_t NCt = static_cast<size_t>(N_) * Ct_;
+  LayerActivations<A> a;
+  a.ln1 = from.template take<A>(RC, MC::kActivations);
+  a.ln1_mean = from.template take<G>(R_, MC::kActivations);
+  a.ln1_rstd = from.template take<G>(R_, MC::kActivations);
+  a.qkv = from.template take<A>(3 * NCt, MC::kActivations);
+  a.atty = from.template take<A>(NCt, MC::kActivations);
+  a.saved = keep_saved
+                ? from.template take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations)
+                : nullptr;
+  a.res_mid = from.template take<A>(RC, MC::kActivations);
+  a.ln2 = from.template take<A>(RC, MC::kActivations);
+  a.ln2_mean = from.template take<G>(R_, MC::kActivations);
+  a.ln2_rstd = from.template take<G>(R_, MC::kActivations);
+  a.fc1 = from.template take<A>(NF, MC::kActivations);
+  a.gelu = from.template take<A>(NF, MC::kActivations);
+  return a;
 }
 
-template <typename T>
-MemoryBreakdown GptModel<T>::memory() const {
-  MemoryBreakdown m;
-  m.weights = params_.size() * sizeof(T);
-  m.grads = grads_.size() * sizeof(T);
-  m.workspace = (scratch_.size() + attention_ws_.size() + row_max_.size() + target_logit_.size() +
-                 pack_.size()) *
-                    sizeof(T) +
-                sum_exp_.size() * sizeof(double);
-  // Full recomputation's layer slots hold activations during one backward.
-  m.activations = recompute_storage_.size() * sizeof(T);
+template <typename A>
+Status GptModel<A>::allocate() {
+  using MC = MemoryCategory;
+  if (t_ > 1 && !tp_)
+    return Status::internal("GptModel: tensor parallelism without a tensor-parallel communicator");
+  if (L_ < 1) return Status::internal("GptModel: a pipeline stage without layers");
+  if (sp_ && N_ % t_ != 0)
+    return Status::internal("GptModel: sequence parallelism needs the TP size to divide B*T");
+  const size_t n = arena_size(), NC = static_cast<size_t>(N_) * C_,
+               NF = static_cast<size_t>(N_) * Ft_;
+  const size_t RC = static_cast<size_t>(R_) * C_;  // NC without sequence parallelism
+  const size_t NCt = static_cast<size_t>(N_) * Ct_;
+  master_ = take<G>(n, MC::kWeights);
+  grads_ = take<G>(n, MC::kGrads);
+  if constexpr (std::is_same_v<A, G>) {
+    compute_ = master_;
+  } else {
+    compute_ = take<A>(n, MC::kWeights);
+  }
+  // Note [selective recomputation]: one saved tensor for every layer and micro-batch, refilled
+  // in each layer's backward.
+  drop_saved_ = recompute_.selective && device_.capabilities().attention_saves_scores;
+  if (drop_saved_)
+    selective_saved_ = take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kWorkspace);
+  for (int i = 0; i < recompute_.max_group; i++)
+    recompute_scratch_.push_back(take_layer_acts(blocks_, true));
+  if (t_ > 1 && post()) {
+    row_max_ = take<G>(N_, MC::kWorkspace);
+    sum_exp_ = take<double>(N_, MC::kWorkspace);
+    target_logit_ = take<G>(N_, MC::kWorkspace);
+  }
+  if (!post()) stats_scratch_ = take<G>(2 * static_cast<size_t>(N_), MC::kWorkspace);
+  proj_out_ = take<A>(RC, MC::kWorkspace);
+  fc2_out_ = take<A>(RC, MC::kWorkspace);
+  d_res_ = take<A>(RC, MC::kWorkspace);
+  d_c_ = take<A>(RC, MC::kWorkspace);
+  if (sp_) {
+    gathered_ = take<A>(NC, MC::kWorkspace);
+    full_ = take<A>(NC, MC::kWorkspace);
+  }
+  d_f_ = take<A>(NF, MC::kWorkspace);
+  d_qkv_ = take<A>(3 * NCt, MC::kWorkspace);
+  d_atty_ = take<A>(NCt, MC::kWorkspace);
+  attention_ws_ = take<G>(ops_.attention_workspace_elems(B_, T_, Ht_), MC::kWorkspace);
+  return blocks_.status();
+}
+
+template <typename A>
+Status GptModel<A>::take_activations(GptActivations<A>& a) {
+  using MC = MemoryCategory;
+  const size_t RC = static_cast<size_t>(R_) * C_, NV = static_cast<size_t>(N_) * Vt_;
+  DeviceBlocks& from = a.blocks;
+  a.tokens = from.take<int32_t>(N_, MC::kActivations);
+  a.targets = from.take<int32_t>(N_, MC::kActivations);
+  a.residual = from.take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
+  for (int l = 0; l < L_; l++)
+    a.layers.push_back(recompute_.recomputed(l) ? LayerActivations<A>{}
+                                                : take_layer_acts(from, !drop_saved_));
+  if (post()) {
+    a.lnf = from.take<A>(RC, MC::kActivations);
+    a.lnf_mean = from.take<G>(R_, MC::kActivations);
+    a.lnf_rstd = from.take<G>(R_, MC::kActivations);
+    a.logits_accum = from.take<G>(NV, MC::kActivations);
+    if constexpr (std::is_same_v<A, G>)
+      a.logits = a.logits_accum;
+    else
+      a.logits = from.take<A>(NV, MC::kActivations);
+    a.losses = from.take<G>(N_, MC::kActivations);
+  } else {
+    a.output_grad = from.take<A>(RC, MC::kCommBuffers);
+  }
+  if (!pre()) a.input_grad = from.take<A>(RC, MC::kCommBuffers);
+  return from.status();
+}
+
+template <typename A>
+Result<std::unique_ptr<GptActivations<A>>> GptModel<A>::new_activations() {
+  auto made = std::make_unique<GptActivations<A>>(device_);
+  if (Status s = take_activations(*made); !s) return s;
+  return made;
+}
+
+template <typename A>
+GptModel<A>::GptModel(const ModelConfig& config, int micro_batch)
+    : GptModel(config, ModelShard{}, micro_batch, host_device(), *host_device().ops<A>(), nullptr) {
+  if (Status s = allocate(); !s) throw std::runtime_error(s.message());
+}
+
+template <typename A>
+Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& config, int micro_batch,
+                                                         Device& device, const ModelShard& shard,
+                                                         Comm* tp, const RecomputePlan& recompute) {
+  Ops<A>* ops = device.ops<A>();
+  if (!ops)
+    return Status::invalid_argument("GptModel: " + device.describe() + " has no op list for " +
+                                    compute_type_name<A>() + " compute");
+  std::unique_ptr<GptModel<A>> m(new GptModel<A>(config, shard, micro_batch, device, *ops, tp));
+  if (!recompute.group_start.empty() && recompute.group_start.size() != static_cast<size_t>(m->L_))
+    return Status::internal("GptModel: a recompute plan for " +
+                            std::to_string(recompute.group_start.size()) + " layers, not " +
+                            std::to_string(m->L_));
+  m->recompute_ = recompute;
+  if (Status s = m->allocate(); !s) return s;
   return m;
 }
 
-template <typename T>
-void GptModel<T>::init_weights(uint64_t seed) {
-  if (const size_t failed = init_arena(config_, layout_, seed, params_.data()); failed > 0)
-    throw OutOfMemory(MemoryCategory::kWorkspace, failed);
+template <typename A>
+void GptModel<A>::upload(const G* host) {
+  // On the compute stream, so that a failed copy is recorded like every other op.
+  device_.copy(master_, host, arena_size() * sizeof(G), CopyKind::kHostToDevice, compute());
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
+  (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
-template <typename T>
-void GptModel<T>::zero_grads() {
-  std::memset(grads_.data(), 0, grads_.size() * sizeof(T));
+template <typename A>
+void GptModel<A>::download(G* host) {
+  device_.copy(host, master_, arena_size() * sizeof(G), CopyKind::kDeviceToHost, compute());
+  (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
-template <typename T>
-LayerActivations<T> GptModel<T>::recompute_slot(int slot) const {
-  T* p = const_cast<T*>(recompute_storage_.data()) + slot * dims_.layer_elems(true);
-  return carve_layer(p, dims_, true);
+template <typename A>
+void GptModel<A>::zero_grads() {
+  device_.zero(grads_, arena_size() * sizeof(G), compute());
 }
 
-template <typename T>
-const T* GptModel<T>::output(const GptActivations<T>& a) const {
-  return a.residual + static_cast<size_t>(dims_.L) * dims_.R * dims_.C;
-}
-
-template <typename T>
-double GptModel<T>::forward(GptActivations<T>& a, const int32_t* tokens, const int32_t* targets,
-                            uint64_t dropout_seed, float grad_scale) {
-  return forward_stage(a, tokens, nullptr, targets, dropout_seed, grad_scale);
-}
-
-template <typename T>
-void GptModel<T>::backward(GptActivations<T>& a) {
-  backward_stage(a, nullptr);
-}
-
-template <typename T>
-double GptModel<T>::forward_stage(GptActivations<T>& a, const int32_t* tokens, const T* input,
-                                  const int32_t* targets, uint64_t dropout_seed, float grad_scale) {
-  const ChunkDims& d = dims_;
-  const bool training = grad_scale > 0.0f;
-  const size_t RC = static_cast<size_t>(d.R) * d.C;
-  a.dropout_seed = dropout_seed;
-  current_seed_ = dropout_seed;
-  if (shard_.pre) {
-    embedding_forward(a, tokens, training ? config_.hidden_dropout : 0.0f);
+template <typename A>
+Status GptModel<A>::init_weights(uint64_t seed) {
+  const std::vector<ParamTensor>& tensors = layout_.tensors();
+  // The alignment gaps between tensors: zero, so every device saves the same arena.
+  device_.zero(master_, arena_size() * sizeof(G), compute());
+  size_t failed_bytes = 0;
+  if (device_.capabilities().host_addressable) {
+    (void)device_.synchronize(compute());
+    failed_bytes = init_arena(config_, layout_, seed, master_);
   } else {
-    if (input != a.residual) std::copy(input, input + RC, a.residual);
-  }
-  for (int l = 0; l < d.L; l++) {
-    LayerActivations<T> la =
-        recompute_.recomputed(l) ? recompute_slot(l - recompute_.group_start[l]) : a.layers[l];
-    if (recompute_.selective) la.probs = probs_;
-    layer_forward(l, la, a.residual + l * RC, a.residual + (l + 1) * RC, training);
-    if (progress_) progress_();
-  }
-  a.has_grad = training;
-  return shard_.post ? head_forward(a, targets, grad_scale) : 0.0;
-}
-
-template <typename T>
-void GptModel<T>::backward_stage(GptActivations<T>& a, const T* output_grad) {
-  const ChunkDims& d = dims_;
-  const size_t RC = static_cast<size_t>(d.R) * d.C;
-  current_seed_ = a.dropout_seed;
-  if (shard_.post) {
-    head_backward(a);
-  } else {
-    std::copy(output_grad, output_grad + RC, d_residual_);
-  }
-  for (int l = d.L - 1; l >= 0; l--) {
-    LayerActivations<T> la = a.layers[l];
-    if (recompute_.recomputed(l)) {
-      const int first = recompute_.group_start[l];
-      const bool top = l == d.L - 1 || recompute_.group_start[l + 1] != first;
-      if (top) recompute_group(a, first, l + 1);
-      la = recompute_slot(l - first);
+    // Staged: one tensor's slice at a time through a host buffer (the device's memory cannot be
+    // written from the host); the copy is waited for before the buffer is refilled.
+    std::vector<G> host;
+    for (const ParamTensor& t : tensors) {
+      try {
+        if (host.size() < t.numel) host.resize(t.numel);
+      } catch (const std::exception&) {  // bad_alloc, length_error
+        failed_bytes = bytes_of<G>(t.numel);
+        break;
+      }
+      if ((failed_bytes = init_tensor(config_, t, seed, host.data())) > 0) break;
+      device_.copy(master_ + t.offset, host.data(), t.numel * sizeof(G), CopyKind::kHostToDevice,
+                   compute());
+      if (Status s = device_.synchronize(compute()); !s) return s;
     }
-    if (recompute_.selective) la.probs = probs_;
-    layer_backward(l, la, a.residual + l * RC);
-    notify_ready(layout_.layer_index(l), layout_.layer_index(l + 1));
-    if (progress_) progress_();
   }
-  if (shard_.pre) embedding_backward(a);
-  a.has_grad = false;
+  if (failed_bytes > 0)
+    return Status::resource_exhausted(OutOfMemory(MemoryCategory::kWorkspace, failed_bytes).what());
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
+  return device_.synchronize(compute());
 }
 
-template <typename T>
-void GptModel<T>::recompute_group(GptActivations<T>& a, int first, int last) {
-  const size_t RC = static_cast<size_t>(dims_.R) * dims_.C;
-  for (int l = first; l < last; l++)
-    layer_forward(l, recompute_slot(l - first), a.residual + l * RC, a.residual + (l + 1) * RC,
-                  true);
+template <typename A>
+void GptModel<A>::record_comm_error(const char* what, const Status& s) {
+  device_.record_error(Status::internal(std::string(what) + ": " + s.message()));
 }
 
-template <typename T>
-void GptModel<T>::embedding_forward(GptActivations<T>& a, const int32_t* tokens, float p_hidden) {
-  ScopedOp op(&profiler_, Op::kEmbedding);
-  const ChunkDims& d = dims_;
-  const auto& tensors = layout_.tensors();
-  const T* wte = params_.data() + tensors[layout_.word_embedding_index()].offset;
-  const T* wpe = params_.data() + tensors[layout_.position_embedding_index()].offset;
-  std::copy(tokens, tokens + d.N, a.tokens.begin());
-  if (d.t == 1) {
-    k::embedding_forward(a.residual, tokens, wte, wpe, d.B, d.T, d.C);
-  } else {
-    // Vocabulary-parallel: each rank looks up the tokens it holds, the sum over ranks is the
-    // embedding; positions are added once after the sum.
-    const int v0 = d.tp_rank * d.Vt;
-    T* whole = shard_.sequence_parallel ? full_ : a.residual;
-    k::embedding_forward<T>(whole, tokens, wte, nullptr, d.B, d.T, d.C, v0, v0 + d.Vt);
+template <typename A>
+void GptModel<A>::tp_all_reduce(void* data, size_t count, DType type, ReduceOp op) {
+  OpTimer timer(*this, Op::kTensorParallelComm);
+  if (Status s = tp_->all_reduce(data, count, type, op, compute()); !s)
+    record_comm_error("tensor-parallel all-reduce", s);
+}
+
+template <typename A>
+void GptModel<A>::tp_sum_rows(A* data) {
+  if (t_ == 1) return;
+  tp_all_reduce(data, static_cast<size_t>(N_) * C_, dtype_of<A>(), ReduceOp::kSum);
+}
+
+template <typename A>
+const A* GptModel<A>::gather_rows(const A* held, A* full) {
+  if (!sp_) return held;
+  OpTimer timer(*this, Op::kTensorParallelComm);
+  const size_t RC = static_cast<size_t>(R_) * C_;
+  if (Status s = tp_->all_gather(held, full, RC, dtype_of<A>(), compute()); !s)
+    record_comm_error("sequence-parallel all-gather", s);
+  return full;
+}
+
+template <typename A>
+void GptModel<A>::reduce_rows(A* partial, A* held) {
+  if (!sp_) {
+    tp_sum_rows(partial);
+    return;
+  }
+  OpTimer timer(*this, Op::kTensorParallelComm);
+  const size_t RC = static_cast<size_t>(R_) * C_;
+  if (Status s = tp_->reduce_scatter(partial, held, RC, dtype_of<A>(), compute()); !s)
+    record_comm_error("sequence-parallel reduce-scatter", s);
+}
+
+template <typename A>
+void GptModel<A>::row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias,
+                                       int K) {
+  if (!sp_) {  // tp_rank 0 adds the bias inside its GEMM, so it enters the sum once
     {
-      ScopedOp comm(&profiler_, Op::kTensorParallelComm);
-      check(tp_->all_reduce(whole, static_cast<size_t>(d.N) * d.C, dtype_of<T>(), ReduceOp::kSum));
+      OpTimer timer(*this, Op::kMatmulForward);
+      ops_.matmul_forward(out, nullptr, inp, weight, tp_rank_ == 0 ? bias : nullptr, N_, K, C_,
+                          Epilogue::kNone);
     }
-    k::position_embedding_forward(whole, wpe, d.B, d.T, d.C);
-    if (shard_.sequence_parallel)
-      std::copy_n(whole + d.row0 * d.C, static_cast<size_t>(d.R) * d.C, a.residual);
+    tp_sum_rows(out);
+    return;
   }
-  k::residual_dropout_forward<T>(
-      a.residual, nullptr, a.residual, static_cast<size_t>(d.R) * d.C, p_hidden,
-      dropout_site_key(current_seed_, -1, DropoutSite::kEmbedding), d.row0 * d.C);
+  // Each rank adds the bias to its own rows after the reduce-scatter (gpt_layer.cpp).
+  {
+    OpTimer timer(*this, Op::kMatmulForward);
+    ops_.matmul_forward(full_, nullptr, inp, weight, nullptr, N_, K, C_, Epilogue::kNone);
+  }
+  reduce_rows(full_, out);
+  OpTimer timer(*this, Op::kMatmulForward);
+  ops_.add_bias(out, bias, R_, C_);
 }
 
-template <typename T>
-void GptModel<T>::embedding_backward(GptActivations<T>& a) {
-  ScopedOp op(&profiler_, Op::kEmbedding);
-  const ChunkDims& d = dims_;
-  const auto& tensors = layout_.tensors();
-  T* dwte = grads_.data() + tensors[layout_.word_embedding_index()].offset;
-  T* dwpe = grads_.data() + tensors[layout_.position_embedding_index()].offset;
-  k::dropout_backward(d_residual_, d_residual_, static_cast<size_t>(d.R) * d.C,
-                      config_.hidden_dropout,
-                      dropout_site_key(current_seed_, -1, DropoutSite::kEmbedding), d.row0 * d.C);
-  const T* dout = gather_rows(d_residual_, full_);
-  const int v0 = d.tp_rank * d.Vt;
-  k::embedding_backward(dwte, dwpe, dout, a.tokens.data(), d.B, d.T, d.C, v0, v0 + d.Vt);
-  notify_ready(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);
+template <typename A>
+void GptModel<A>::add_position_rows(A* rows, const A* wpe) {
+  // Row r is position r % T; this rank's rows [row0, row0 + R) may start and end mid-sequence.
+  const size_t T = T_, C = C_, end = row0_ + R_;
+  for (size_t r = row0_; r < end;) {
+    A* dst = rows + (r - row0_) * C;
+    const size_t pos = r % T;
+    if (pos == 0 && end - r >= T) {  // whole sequences: wpe's first T rows as one (T*C) bias
+      const size_t k = (end - r) / T;
+      ops_.add_bias(dst, wpe, static_cast<int>(k), T_ * C_);
+      r += k * T;
+    } else {
+      const size_t len = std::min(T - pos, end - r);
+      ops_.add_bias(dst, wpe + pos * C, 1, static_cast<int>(len * C));
+      r += len;
+    }
+  }
 }
 
-template <typename T>
-double GptModel<T>::head_forward(GptActivations<T>& a, const int32_t* targets, float grad_scale) {
-  const ChunkDims& d = dims_;
-  const bool training = grad_scale > 0.0f;
-  const auto& tensors = layout_.tensors();
-  const T* P = params_.data();
-  const ParamTensor& lnf = tensors[layout_.final_norm_index()];
-  const T* wte = P + tensors[layout_.word_embedding_index()].offset;
-  const T* x = output(a);
-  {
-    ScopedOp op(&profiler_, Op::kLayerNorm);
-    k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, P + lnf.offset, P + lnf.offset + d.C,
-                         d.R, d.C);
+template <typename A>
+void GptModel<A>::sum_sequence_parallel_grads(int first, int last) {
+  if (!sp_) return;
+  // Runs of adjacent sequence-parallel tensors in one all-reduce each (the alignment gaps
+  // between them hold zeros: zero_grads clears the whole arena).
+  const auto& t = layout_.tensors();
+  for (int i = first; i < last;) {
+    if (!t[i].sequence_parallel_grad) {
+      i++;
+      continue;
+    }
+    int j = i;
+    while (j + 1 < last && t[j + 1].sequence_parallel_grad) j++;
+    const size_t count = t[j].offset + t[j].numel - t[i].offset;
+    tp_all_reduce(grads_ + t[i].offset, count, dtype_of<G>(), ReduceOp::kSum);
+    i = j + 1;
   }
-  const T* lnf_full = gather_rows(a.lnf, gathered_);
-  {
-    ScopedOp op(&profiler_, Op::kLmHeadForward);
-    k::matmul_forward<T>(a.logits, lnf_full, wte, nullptr, d.N, d.C, d.Vt);
+}
+
+template <typename A>
+void GptModel<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
+  if (p_hidden_ == 0) return;
+  OpTimer timer(*this, Op::kResidualDropout);
+  const size_t n = static_cast<size_t>(R_) * C_;
+  ops_.residual_dropout_forward(data, nullptr, data, n, p_hidden_, key(layer, site), row0_ * C_);
+}
+
+template <typename A>
+const A* GptModel<A>::hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site) {
+  if (p_hidden_ == 0) return dout;
+  OpTimer timer(*this, Op::kResidualDropout);
+  const size_t n = static_cast<size_t>(R_) * C_;
+  ops_.dropout_backward(out, dout, n, p_hidden_, key(layer, site), row0_ * C_);
+  return out;
+}
+
+template <typename A>
+double GptModel<A>::forward(GptActivations<A>& acts, const int32_t* tokens, const int32_t* targets,
+                            uint64_t dropout_seed, float grad_scale) {
+  if (!pre() || !post()) return std::numeric_limits<double>::quiet_NaN();  // a stage: *_stage
+  if (!acts.residual && acts.host_shape.first > 0) {  // the host constructor's: first use
+    if (acts.host_shape != std::pair<int, int>{B_, T_} || &acts.blocks.device() != &device_)
+      throw std::invalid_argument("GptModel::forward: activations made for (B, T) = (" +
+                                  std::to_string(acts.host_shape.first) + ", " +
+                                  std::to_string(acts.host_shape.second) +
+                                  ") on the host device, the model runs (" + std::to_string(B_) +
+                                  ", " + std::to_string(T_) + ") on " + device_.describe());
+    if (Status s = take_activations(acts); !s) throw std::runtime_error(s.message());
   }
-  T* dlogits = training ? a.logits : nullptr;
-  if (d.t == 1) {
-    ScopedOp op(&profiler_, Op::kCrossEntropy);
-    k::softmax_cross_entropy<T>(a.losses, dlogits, a.logits, targets, d.N, d.V, grad_scale);
-  } else {
-    // Vocabulary-parallel: the row max, the sum of exponentials and the target's logit are
-    // reduced over the TP group; the (N, V) logits are never gathered.
-    const int v0 = d.tp_rank * d.Vt;
-    ScopedOp op(&profiler_, Op::kCrossEntropy);
-    k::cross_entropy_shard_max(row_max_.data(), a.logits, d.N, d.Vt);
-    check(tp_->all_reduce(row_max_.data(), d.N, dtype_of<T>(), ReduceOp::kMax));
-    k::cross_entropy_shard_sums(sum_exp_.data(), target_logit_.data(), a.logits, row_max_.data(),
-                                targets, v0, d.N, d.Vt);
-    check(tp_->all_reduce(sum_exp_.data(), d.N, DType::kFloat64, ReduceOp::kSum));
-    check(tp_->all_reduce(target_logit_.data(), d.N, dtype_of<T>(), ReduceOp::kSum));
-    k::cross_entropy_shard_finish(a.losses, dlogits, a.logits, row_max_.data(), sum_exp_.data(),
-                                  target_logit_.data(), targets, v0, d.N, d.Vt, grad_scale);
-  }
+  const size_t N = static_cast<size_t>(N_);
+  device_.copy(acts.tokens, tokens, N * sizeof(int32_t), CopyKind::kHostToDevice, compute());
+  device_.copy(acts.targets, targets, N * sizeof(int32_t), CopyKind::kHostToDevice, compute());
+  run_forward(acts, grad_scale, dropout_seed);
+  std::vector<G> losses(N);
+  device_.copy(losses.data(), acts.losses, N * sizeof(G), CopyKind::kDeviceToHost, compute());
+  if (!device_.synchronize(compute())) return std::numeric_limits<double>::quiet_NaN();
   double sum = 0;
-  for (int i = 0; i < d.N; i++) sum += a.losses[i];
-  return sum / d.N;
+  for (G l : losses) sum += static_cast<double>(l);
+  return sum / static_cast<double>(N);
 }
 
-template <typename T>
-void GptModel<T>::head_backward(GptActivations<T>& a) {
-  const ChunkDims& d = dims_;
-  const auto& tensors = layout_.tensors();
-  T* P = params_.data();
-  T* G = grads_.data();
-  const ParamTensor& lnf = tensors[layout_.final_norm_index()];
-  const size_t wte_off = tensors[layout_.word_embedding_index()].offset;
-  // dlnf = dlogits wte (partial over TP ranks); dwte += dlogits^T lnf.
-  const T* lnf_full = gather_rows(a.lnf, gathered_);
-  {
-    ScopedOp op(&profiler_, Op::kLmHeadBackward);
-    k::matmul_backward<T>(d.t == 1 ? d_c_a_ : full_, G + wte_off, nullptr, a.logits, lnf_full,
-                          P + wte_off, d.N, d.C, d.Vt);
-  }
-  if (d.t > 1) reduce_rows(full_, d_c_a_);
-  {
-    ScopedOp op(&profiler_, Op::kLayerNorm);
-    std::memset(d_residual_, 0, static_cast<size_t>(d.R) * d.C * sizeof(T));
-    k::layernorm_backward(d_residual_, G + lnf.offset, G + lnf.offset + d.C, d_c_a_, output(a),
-                          P + lnf.offset, a.lnf_mean, a.lnf_rstd, d.R, d.C);
-  }
-  notify_ready(layout_.final_norm_index(), static_cast<int>(tensors.size()));
+template <typename A>
+void GptModel<A>::backward(GptActivations<A>& acts) {
+  run_backward(acts);
 }
 
-template struct GptActivations<float>;
-template struct GptActivations<double>;
+template <typename A>
+void GptModel<A>::forward_stage(GptActivations<A>& acts, float grad_scale, uint64_t dropout_seed) {
+  run_forward(acts, grad_scale, dropout_seed);
+}
+
+template <typename A>
+void GptModel<A>::backward_stage(GptActivations<A>& acts) {
+  run_backward(acts);
+}
+
 template class GptModel<float>;
 template class GptModel<double>;
+template class GptModel<bf16>;
+template class GptModel<fp16>;
 
 }  // namespace lattice

@@ -1,210 +1,388 @@
-// The GPT-2 model (ARCHITECTURE.md "Model"): explicit forward and backward per module over
-// one flat parameter arena and one flat gradient arena, llm.c style. A GptModel is one model
-// chunk: the layers of one (virtual) pipeline stage, split over tensor-parallel ranks
-// (ModelShard); with the default shard it is the whole model in one process. Activations
-// live in a GptActivations object per micro-batch, so several can be in flight (1F1B).
-// Instantiated for float (training) and double (gradient and parallel-equivalence checks).
-// Not thread-safe. docs/design-notes.md#tensor-parallelism explains the TP/SP data flow.
+// The GPT-2 model (ARCHITECTURE.md "Model"), one for every device, llm.c style: one chunk of
+// the model (a ModelShard: its layers, the embeddings on a `pre` chunk, the final LayerNorm and
+// tied LM head on a `post` chunk, split over the tensor-parallel ranks) over one flat
+// master-parameter arena in G = accum_t<A> (device/ops.h: fp32, fp64 for A = double) in
+// ParamLayout(config, shard) order, one gradient arena in G (Megatron's main grads, accumulated
+// over micro-batches), and the compute copy of the parameters and every activation in A: float
+// (fp32), bf16 (--bf16), fp16 (--fp16, with the loss scaler of grad_scaling.h) or double
+// (--fp64, where the device has an op list for it: the CPU). LayerNorm statistics, the
+// attention's saved tensor and workspace, logits and token losses are in G. It runs on a Device
+// (device/device.h: the CPU device, or the CUDA device of `lattice-gpu`) through the device's op
+// list Ops<A> (device/ops.h); every buffer comes from the device under its memory category.
+// Tensor parallelism (docs/design-notes.md#tensor-parallelism, docs/gpu.md#tensor-parallelism):
+// the rank holds its heads and its slice of the MLP and of the vocabulary; the reductions over
+// the TP group are the communicator's stream-ordered calls (comm.h) on the compute stream.
+// Pipeline parallelism: a chunk without `pre` starts from an input hidden state, one without
+// `post` ends at its output hidden state and its backward starts from the output's gradient.
+// Each micro-batch in flight has its own activations (GptActivations, owned by the caller: the
+// pipeline's pool, which moves the boundary tensors between stages); the model owns its arenas
+// and the scratch every micro-batch shares.
+// Dropout (model/dropout_sites.h): masks keyed by the micro-batch's seed, the global layer index
+// and the site, so every layout drops the same elements; each micro-batch's activations
+// remember its seed for its backward.
+// Sequence parallelism (shard.sequence_parallel, TP > 1): the residual stream, the LayerNorms
+// and the hidden dropout hold this rank's R = N/t rows; the column-parallel layers read
+// all-gathered rows and the row-parallel outputs are reduce-scattered.
+// Recomputation (docs/gpu.md#recomputation): RecomputePlan for the chunk's layers; a fully
+// recomputed layer keeps only its input residual[l] per micro-batch, its other activations live
+// in scratch shared by every micro-batch and are re-created by its group's forward just before
+// the group's backward. Selective recomputation (Note [selective recomputation] in gpt_layer.cpp)
+// drops the attention's saved tensor where the device's attention saves its (B, NH, T, T)
+// scores (Capabilities::attention_saves_scores: the CPU); CUDA's flash attention keeps only its
+// log-sum-exp and selective changes nothing.
+// Per-op times: with set_op_times(true), two Device::marks on the compute stream around each op,
+// added to profiler() by collect_op_times().
+// Tests and tools that want the whole model in this process without naming a device use the
+// host constructors (GptModel(config, micro_batch), GptActivations(config, micro_batch)), which
+// run it on the process's host device (host_device()).
+// Not thread-safe; every op is queued on the device's compute stream and nothing here waits
+// for it unless its comment says so.
 #pragma once
 
-#include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/profiler.h"
+#include "device/cpu_device.h"
+#include "device/device.h"
+#include "device/device_blocks.h"
+#include "device/ops.h"
 #include "lattice/comm.h"
+#include "lattice/cuda_kernels.h"
 #include "lattice/model_config.h"
+#include "lattice/status.h"
 #include "model/dropout_sites.h"
 #include "model/param_layout.h"
+#include "model/recompute.h"
 
 namespace lattice {
 
-// Which activations backward recomputes instead of keeping (Megatron's --recompute-*).
-struct RecomputePlan {
-  bool selective = false;  // attention probabilities (the s^2 part) recomputed per layer
-  // Per local layer: -1 kept; otherwise the first local layer of the group of consecutive
-  // layers recomputed together from that layer's input (full recomputation).
-  std::vector<int> group_start;
-  int max_group = 0;  // layers in the largest group (scratch slots the model keeps)
-
-  // "" | "full" | "selective", method "uniform" | "block", n = --recompute-num-layers.
-  static RecomputePlan make(const std::string& granularity, const std::string& method, int n,
-                            int num_local_layers);
-  bool recomputed(int local_layer) const {
-    return !group_start.empty() && group_start[local_layer] >= 0;
-  }
-};
-
-// Saved tensors of one layer for one micro-batch; t = TP size, R = rows of the residual stream
-// this rank holds (N = B*T, or N/t with sequence parallelism), HL = heads on this rank.
-template <typename T>
+// Saved tensors of one layer (N = B*T rows, C hidden, F = ffn, NH heads; t = TP size, so this
+// rank holds Ct = C/t of the attention width, Ht = NH/t heads and Ft = F/t of the MLP; R = N/t
+// rows with sequence parallelism, else N).
+template <typename A>
 struct LayerActivations {
-  T* ln1;       // (R, C)
-  T* ln1_mean;  // (R)
-  T* ln1_rstd;  // (R)
-  T* qkv;       // (N, 3C/t)
-  T* atty;      // (N, C/t) attention output before the projection
-  T* probs;     // (B, HL, T, T) softmax before dropout; the model's scratch when recomputed
-  T* res_mid;   // (R, C) residual after the attention block
-  T* ln2;       // (R, C)
-  T* ln2_mean;  // (R)
-  T* ln2_rstd;  // (R)
-  T* fc1;       // (N, F/t) before GELU
-  T* gelu;      // (N, F/t)
+  using G = accum_t<A>;
+  A* ln1;       // (R, C)
+  G* ln1_mean;  // (R)
+  G* ln1_rstd;  // (R)
+  A* qkv;       // (N, 3Ct) per-head [q|k|v] of this rank's heads
+  A* atty;      // (N, Ct) attention output
+  G* saved;     // Ops::attention_saved_elems(B, T, Ht): what attention_forward keeps for its
+                // backward (the CPU's probabilities (B, Ht, T, T), CUDA's log-sum-exp (B, Ht, T));
+                // null under selective recomputation where it is dropped (the model's scratch)
+  A* res_mid;   // (R, C) residual after the attention block
+  A* ln2;       // (R, C)
+  G* ln2_mean;  // (R)
+  G* ln2_rstd;  // (R)
+  A* fc1;       // (N, Ft) before GELU
+  A* gelu;      // (N, Ft)
 };
 
-// Sizes every buffer of a chunk agrees on.
-struct ChunkDims {
-  ChunkDims(const ModelConfig& c, const ModelShard& s, int micro_batch);
-  int B, T, C, F, NH, V;     // V: padded vocabulary of the whole model
-  int t, tp_rank, L;         // TP size and rank, layers in this chunk
-  int N, R, Ct, Ft, Ht, Vt;  // rows, residual rows held, per-rank C/t, F/t, heads, V/t
-  size_t row0;               // first residual row held (sequence parallelism), else 0
-  size_t layer_elems(bool with_probs) const;
-};
-
-// Everything one micro-batch's forward keeps for its backward.
-template <typename T>
+// One micro-batch's activations, made for one chunk by its GptModel::new_activations and owned
+// by the caller (a pipeline keeps a pool of them: one per micro-batch in flight); its memory
+// goes back to the device with it. N = B*T rows, R as LayerActivations, L = the chunk's layers.
+template <typename A>
 struct GptActivations {
-  // The whole model, nothing recomputed.
-  GptActivations(const ModelConfig& config, int micro_batch);
-  GptActivations(const ModelConfig& config, const ModelShard& shard, int micro_batch,
-                 const RecomputePlan& plan);
-  size_t bytes() const { return storage.size() * sizeof(T); }
-
-  int B, T_;
-  std::vector<T> storage;                   // one allocation; the pointers below index into it
-  T* residual;                              // (L+1, R, C): [0] chunk input, [l+1] layer l output
-  std::vector<LayerActivations<T>> layers;  // kept layers; recomputed ones set in backward
-  T* lnf = nullptr;                         // post: (R, C)
-  T* lnf_mean = nullptr;                    // post: (R)
-  T* lnf_rstd = nullptr;                    // post: (R)
-  T* logits = nullptr;          // post: (N, V/t); after a training forward d loss / d logits
-  T* losses = nullptr;          // post: (N)
-  std::vector<int32_t> tokens;  // (N) pre: for the embedding backward
+  using G = accum_t<A>;
+  explicit GptActivations(Device& device) : blocks(device) {}
+  // Empty activations on host_device() for the whole model of `config` on micro-batches of
+  // `micro_batch` sequences (GptModel's host constructor), allocated by that model's forward()
+  // at first use.
+  GptActivations(const ModelConfig& config, int micro_batch)
+      : blocks(host_device()), host_shape{micro_batch, config.seq_length} {}
+  DeviceBlocks blocks;         // every buffer below
+  int32_t* tokens = nullptr;   // (B, T) pre or post chunks: filled by the caller (stage API)
+  int32_t* targets = nullptr;  // (B, T) post chunks
+  A* residual = nullptr;       // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
+  // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
+  std::vector<LayerActivations<A>> layers;
+  A* lnf = nullptr;           // (R, C) post
+  G* lnf_mean = nullptr;      // (R) post
+  G* lnf_rstd = nullptr;      // (R) post
+  G* logits_accum = nullptr;  // (N, Vt) post: logits in G, then dlogits in G
+  // (N, Vt) post: the LM head's output in A, then dlogits (for float and double the same
+  // buffer as logits_accum).
+  A* logits = nullptr;
+  G* losses = nullptr;       // (N) post
+  A* output_grad = nullptr;  // (R, C) not post: the gradient of residual[L], from the next stage
+  A* input_grad = nullptr;   // (R, C) not pre: the gradient of residual[0], for the previous one
+  // The last forward's dropout: p of the hidden and attention sites (0 when evaluating) and
+  // the micro-batch's seed; its backward draws the same masks.
+  float p_hidden = 0, p_attention = 0;
   uint64_t dropout_seed = 0;
-  bool has_grad = false;  // forward ran in training mode: backward may run
+  // The host constructor's (B, T), which forward() checks against the model's; {0, 0} otherwise.
+  std::pair<int, int> host_shape{0, 0};
 };
 
-struct MemoryBreakdown {
-  size_t weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
-  size_t total() const { return weights + grads + optimizer + activations + workspace; }
-};
-
-template <typename T>
+template <typename A>
 class GptModel {
  public:
-  // The whole model in one process.
+  using G = accum_t<A>;  // master weights, gradients, statistics, logits, losses
+
+  // Allocates the arenas and the scratch for micro-batches of `micro_batch` sequences on
+  // `device` (outliving the model; its op list of A runs every op; each micro-batch in flight
+  // needs its activations too: new_activations); an out-of-memory is the device's sentence
+  // (Device::out_of_memory). shard: the chunk (layer range, pre, post, tensor-parallel split,
+  // sequence parallelism when tp_size > 1, which needs tp_size to divide B*T). tp: the communicator
+  // of the tensor-parallel group for the device's buffers (Device::make_comm), required when
+  // tp_size > 1 and outliving the model; a failed reduction is recorded on the device like a failed
+  // kernel. recompute: RecomputePlan::make for the chunk's layers (none by default; "selective"
+  // drops the attention's saved tensor on a device whose attention saves scores). Errors: also a
+  // device without an op list for A (CUDA has none for double).
+  static Result<std::unique_ptr<GptModel>> create(const ModelConfig& config, int micro_batch,
+                                                  Device& device, const ModelShard& shard = {},
+                                                  Comm* tp = nullptr,
+                                                  const RecomputePlan& recompute = {});
+  // The whole model of `config` on host_device() (device/cpu_device.h), for tests and tools
+  // that run it in this process (no tensor or pipeline parallelism, nothing recomputed).
+  // Throws std::runtime_error with the device's out-of-memory sentence.
   GptModel(const ModelConfig& config, int micro_batch);
-  // One chunk. `tp` is the tensor-parallel group (null or size 1: no TP); it must outlive the
-  // model. A failing collective ends the job through tp->abort().
-  GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Comm* tp,
-           const RecomputePlan& recompute);
+  // One micro-batch's activations for this chunk (kActivations; the boundary gradients
+  // kCommBuffers), on the model's device; they may outlive the model. Errors: the device's
+  // out-of-memory sentence.
+  Result<std::unique_ptr<GptActivations<A>>> new_activations();
+  ~GptModel() = default;
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
 
-  const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
-  const ChunkDims& dims() const { return dims_; }
-  const RecomputePlan& recompute() const { return recompute_; }
-  T* params() { return params_.data(); }
-  const T* params() const { return params_.data(); }
-  T* grads() { return grads_.data(); }
-  const T* grads() const { return grads_.data(); }
-  size_t arena_size() const { return params_.size(); }
-
-  // Megatron's initialisation: weights ~ N(0, std), output projections (linear_proj,
-  // linear_fc2) ~ N(0, std / sqrt(2 L)), biases 0, norms weight 1 bias 0. Each global tensor
-  // draws from its own stream keyed by (seed, name) and each rank keeps its slice, so the
-  // model is the same whatever the layout.
-  void init_weights(uint64_t seed);
-  void zero_grads();
-
-  // The whole model: tokens, targets (B, T). Returns the mean loss over its B*T tokens.
-  // Training (grad_scale > 0): dropout is active, keyed by dropout_seed (every mask of this
-  // micro-batch derives from it, kernels/dropout_hash.h), and the logits buffer receives
-  // d(grad_scale * sum of token losses) / d logits so that backward(acts) may follow.
-  // Evaluation (grad_scale == 0): no dropout, nothing kept for backward.
-  double forward(GptActivations<T>& acts, const int32_t* tokens, const int32_t* targets,
-                 uint64_t dropout_seed, float grad_scale);
-  // Accumulates this micro-batch's parameter gradients into grads().
-  void backward(GptActivations<T>& acts);
-
-  // A pipeline stage: a pre chunk reads tokens, a later one `input` (R, C), the previous
-  // stage's output. A post chunk returns the mean loss; others return 0 and leave their
-  // output (R, C) at output(acts).
-  double forward_stage(GptActivations<T>& acts, const int32_t* tokens, const T* input,
-                       const int32_t* targets, uint64_t dropout_seed, float grad_scale);
-  const T* output(const GptActivations<T>& acts) const;
-  // A post chunk starts from its loss; a later-stage chunk from `output_grad` (R, C), the
-  // gradient of its output. A chunk that is not pre leaves the gradient of its input (R, C)
-  // at input_grad() until the next backward.
-  void backward_stage(GptActivations<T>& acts, const T* output_grad);
-  const T* input_grad() const { return d_residual_; }
-  size_t boundary_elems() const { return static_cast<size_t>(dims_.R) * dims_.C; }
-
-  // When set, backward calls it with each range [first, last) of tensors() whose gradients
-  // are final for this iteration (sequence-parallel partial gradients already summed over
-  // TP): after every layer, the final norm, and the word/position embeddings. Only while
-  // final_backward is true (the last micro-batch of the iteration).
-  void set_grads_ready(std::function<void(int first, int last)> callback) {
-    grads_ready_ = std::move(callback);
+  size_t arena_size() const { return layout_.total_numel(); }
+  // (arena_size) master parameters in G: the weights the kernels read for float and double;
+  // host memory on a host-addressable device (the CPU). A 16-bit model's kernels read
+  // compute_params(): write weights with upload().
+  G* params() { return master_; }
+  const G* params() const { return master_; }
+  G* grads() { return grads_; }  // (arena_size) gradients, in G
+  const G* grads() const { return grads_; }
+  // The parameters the kernels read: params() itself for float, a 16-bit copy otherwise.
+  A* compute_params() { return compute_; }
+  // The 16-bit copy that AdamW writes (none for float and double).
+  kernels::cuda::ComputeCopy compute_copy() {
+    if constexpr (std::is_same_v<A, G>)
+      return {};
+    else
+      return compute_;
   }
-  void set_final_backward(bool final) { final_backward_ = final; }
-  // Called after every layer's forward and backward: lets the caller progress communication
-  // in flight (MPI moves a large non-blocking message only inside MPI calls).
-  void set_progress(std::function<void()> callback) { progress_ = std::move(callback); }
 
+  // Host parameters in G (numel, layout order) -> master and compute copy. Waits; a failed
+  // copy stays recorded on the device (its synchronize() returns it).
+  void upload(const G* host);
+  // master -> host (numel, layout order). Waits; errors as upload().
+  void download(G* host);
+  void zero_grads();
+  // Megatron's initialisation (model/init_weights.h): each global tensor drawn on the host from
+  // its own stream keyed by (seed, name) and this rank's slice kept, so the master weights are
+  // the same bits on every layout and device.
+  // Straight into the arena where the device's memory is host memory
+  // (Capabilities::host_addressable), else staged through a host buffer tensor by tensor; then
+  // the compute copy. Waits. Errors: a global tensor's host buffer that cannot be allocated
+  // (OutOfMemory's sentence), a failed copy (the device's error).
+  Status init_weights(uint64_t seed);
+
+  // The whole model (pre and post): tokens, targets are host (B, T) int32, the same on every
+  // rank of the TP group, copied into acts (activations of the host constructor are allocated
+  // here at first use; their (B, T) must be the model's, else std::invalid_argument).
+  // Training (grad_scale > 0): dropout as configured, with masks keyed by dropout_seed (the
+  // trainer's seed of this micro-batch), and acts' logits left holding d(grad_scale * sum of
+  // token losses) / d logits (this rank's vocabulary columns) for backward(). Evaluation
+  // (grad_scale 0): no dropout. Waits for the device and returns the mean of acts.losses (N):
+  // every token's whole loss, equal on every rank of the TP group; NaN when the device failed
+  // (its synchronize() says why).
+  double forward(GptActivations<A>& acts, const int32_t* tokens, const int32_t* targets,
+                 uint64_t dropout_seed, float grad_scale);
+  // Accumulates acts' micro-batch's parameter gradients into grads() (queued, not waited for).
+  void backward(GptActivations<A>& acts);
+
+  // A pipeline stage (gpu_pipeline.h): before forward_stage the caller has queued the
+  // micro-batch's tokens and targets into acts (pre or post chunk) or its input
+  // (acts.residual, (R, C): this rank's rows with sequence parallelism); a post chunk leaves
+  // acts.losses, another its output (output(acts)). dropout_seed: the micro-batch's, as
+  // forward()'s; acts keeps it (and p) for its backward. Before backward_stage a chunk that is
+  // not post has its output gradient in acts.output_grad; one that is not pre leaves its input
+  // gradient in acts.input_grad. Queued, not waited for.
+  void forward_stage(GptActivations<A>& acts, float grad_scale, uint64_t dropout_seed = 0);
+  void backward_stage(GptActivations<A>& acts);
+  const A* output(const GptActivations<A>& acts) const {
+    return acts.residual + static_cast<size_t>(L_) * R_ * C_;
+  }
+  bool pre() const { return layout_.shard().pre; }
+  bool post() const { return layout_.shard().post; }
+  size_t boundary_elems() const { return static_cast<size_t>(R_) * C_; }  // (R, C)
+  // Called during backward with each range [first, last) of layout().tensors() whose gradients
+  // are complete once the work queued so far has run (a data-parallel reducer waits for an
+  // event recorded at that point). Only when final_backward is set (last micro-batch), which
+  // also sums the sequence-parallel gradients (sequence_parallel_grad) over the TP group
+  // first.
+  void set_grads_ready(std::function<void(int first, int last)> f) { grads_ready_ = std::move(f); }
+  void set_final_backward(bool final) { final_backward_ = final; }
+
+  // Per-op times (off by default). On: each op queued is bracketed by two Device::marks on the
+  // compute stream, under core/profiler.h's Op names (GELU is FC1's epilogue, so it counts as
+  // kMatmulForward; the fused residual add as kLayerNorm). collect_op_times() adds the marks'
+  // seconds to profiler() and forgets them: call it once the compute stream has been
+  // synchronised and before Device::reset_marks() (CUDA reuses the marks' events).
+  void set_op_times(bool on) { op_times_ = on; }
+  void collect_op_times();
   Profiler& profiler() { return profiler_; }
-  // Bytes of weights, grads and workspace held by the model; activations: only the layers
-  // full recomputation rebuilds during backward (the kept ones are per GptActivations).
-  MemoryBreakdown memory() const;
+
+  int B() const { return B_; }
+  int T() const { return T_; }
 
  private:
-  LayerActivations<T> recompute_slot(int slot) const;
-  void embedding_forward(GptActivations<T>& a, const int32_t* tokens, float p_hidden);
-  void embedding_backward(GptActivations<T>& a);
-  double head_forward(GptActivations<T>& a, const int32_t* targets, float grad_scale);
-  void head_backward(GptActivations<T>& a);
-  void layer_forward(int l, const LayerActivations<T>& la, const T* x, T* out, bool training);
-  void layer_backward(int l, const LayerActivations<T>& la, const T* x);
-  void recompute_group(GptActivations<T>& a, int first, int last);
-  void notify_ready(int first, int last);
+  GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
+           Ops<A>& ops, Comm* tp);
+  Status allocate();
+  // Takes every buffer of one micro-batch's activations from a.blocks (new_activations, and
+  // the host constructor's activations at their first forward).
+  Status take_activations(GptActivations<A>& a);
+  // One layer's activations (kActivations) from `from`; without the attention's saved tensor
+  // when keep_saved is false (selective recomputation drops it).
+  LayerActivations<A> take_layer_acts(DeviceBlocks& from, bool keep_saved);
+  // Where layer activations la's attention keeps its saved tensor: la's own, or the scratch
+  // selective recomputation refills in each layer's backward.
+  G* saved_of(const LayerActivations<A>& la) const {
+    return la.saved ? la.saved : selective_saved_;
+  }
+  // A pair of marks on the compute stream around one op's queueing (set_op_times), kept for
+  // collect_op_times(); nothing when op times are off.
+  class OpTimer {
+   public:
+    OpTimer(GptModel& model, Op op) : model_(model.op_times_ ? &model : nullptr), op_(op) {
+      if (model_) from_ = model_->device_.mark(model_->compute());
+    }
+    ~OpTimer() {
+      if (model_)
+        model_->timed_ops_.push_back({op_, from_, model_->device_.mark(model_->compute())});
+    }
+    OpTimer(const OpTimer&) = delete;
+    OpTimer& operator=(const OpTimer&) = delete;
 
-  // Tensor-parallel plumbing (no-ops at t == 1). Rows: R held, N full.
-  const T* gather_rows(const T* held, T* full);  // (R, C) -> (N, C); returns held if no SP
-  void reduce_rows(T* partial_full, T* held);    // (N, C) summed over TP -> (R, C)
-  void row_parallel_forward(T* out, const T* inp, const T* weight, const T* bias, int K);
-  void check(const Status& s);
+   private:
+    GptModel* model_;
+    Op op_;
+    Mark from_;
+  };
+  void run_forward(GptActivations<A>& a, float grad_scale, uint64_t dropout_seed);
+  void run_backward(GptActivations<A>& a);
+  // Layer l's forward from its ln1 (already in la) to its GELU output: attention, projection,
+  // res_mid = x + dropout(proj) and ln2, FC1 and GELU. x: residual[l]. Shared by the forward
+  // and the recomputation, so both queue the same ops, masks and TP reductions.
+  void layer_forward_from_ln1(int l, const LayerActivations<A>& la, const A* x);
+  // Full recomputation (Note [recomputation] in gpt_layer.cpp).
+  // Where layer l's activations live: the micro-batch's own, or the scratch of a recomputed layer.
+  const LayerActivations<A>& layer_acts(const GptActivations<A>& a, int l) const {
+    return recompute_.recomputed(l) ? recompute_scratch_[l - recompute_.group_start[l]]
+                                    : a.layers[l];
+  }
+  // Re-creates the activations of the recomputed layers [first, last) of a in the scratch,
+  // with a's dropout masks.
+  void recompute_group(const GptActivations<A>& a, int first, int last);
+  // Queues an in-place all-reduce of data (count elements of `type`) over the TP group on the
+  // compute stream; a failure is recorded on the device.
+  void tp_all_reduce(void* data, size_t count, DType type, ReduceOp op);
+  // Sums an (N, C) activation of partial sums over the TP group: the row-parallel layers'
+  // outputs, the input gradients of the column-parallel ones and of the LM head.
+  void tp_sum_rows(A* data);
+  // Sequence parallelism (no-ops otherwise):
+  // gather_rows all-gathers this rank's (R, C) rows into full (N, C) and returns it (held
+  // itself without SP); reduce_rows sums partial (N, C) over the TP group into held (R, C):
+  // a reduce-scatter with SP, else an all-reduce in place (held == partial; nothing at t 1).
+  const A* gather_rows(const A* held, A* full);
+  void reduce_rows(A* partial, A* held);
+  // out (R, C) = the row-parallel layer inp (N, K) @ weight^T summed over TP, + bias once.
+  void row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K);
+  // The position embedding wpe (T, C) added to this rank's rows (R, C) of the embedding.
+  void add_position_rows(A* rows, const A* wpe);
+  // Sums the sequence_parallel_grad gradients of tensors [first, last) over the TP group.
+  void sum_sequence_parallel_grads(int first, int last);
+  // Hidden dropout in place on an (R, C) activation (nothing when not training or p is 0), with
+  // the current micro-batch's p and seed; layer: the local index (keyed by the global one), -1 for
+  // the embedding.
+  void hidden_dropout(A* data, int layer, DropoutSite site);
+  // d data (R, C) = the mask of hidden_dropout(layer, site) applied to dout; returns dout
+  // itself when there is no dropout.
+  const A* hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site);
+  // The mask key of local layer `layer`'s site (-1: the embedding), keyed by the global layer
+  // index (shard.layer_begin + layer), so every layout draws the same masks.
+  uint64_t key(int layer, DropoutSite site) const {
+    const int global = layer < 0 ? -1 : layout_.shard().layer_begin + layer;
+    return dropout_site_key(dropout_seed_, global, site);
+  }
+  // Losses (and dlogits when grad_scale > 0) from logits_accum: whole-vocabulary softmax at
+  // t == 1, the vocabulary-parallel passes otherwise.
+  void cross_entropy(GptActivations<A>& a, float grad_scale);
+  template <typename X>
+  X* take(size_t n, MemoryCategory category) {
+    return blocks_.take<X>(n, category);
+  }
+  void notify(int first, int last) {
+    if (!final_backward_) return;
+    sum_sequence_parallel_grads(first, last);
+    if (grads_ready_) grads_ready_(first, last);
+  }
+
+  // "tensor-parallel all-reduce: <the communicator's message>" recorded on the device.
+  void record_comm_error(const char* what, const Status& s);
+  Stream& compute() { return device_.compute(); }
 
   ModelConfig config_;
-  ModelShard shard_;
   ParamLayout layout_;
-  ChunkDims dims_;
-  Comm* tp_;
+  Device& device_;
+  Ops<A>& ops_;          // device_.ops<A>()
+  Comm* tp_;             // null when t_ == 1
+  DeviceBlocks blocks_;  // the arenas and scratch, freed with the model
+  int B_, T_, C_, F_, NH_, L_, Vp_, N_;
+  int t_, tp_rank_;  // tensor-parallel size and rank
+  bool sp_;          // sequence parallelism (t_ > 1)
+  int R_;            // rows of the residual stream held: N/t with sequence parallelism, else N
+  size_t row0_;      // the first of them (tp_rank * R with sequence parallelism, else 0)
+  int Ct_, Ft_, Ht_, Vt_;  // this rank's C/t, F/t, NH/t heads, Vp/t vocabulary rows
+
+  G* master_ = nullptr;   // (numel)
+  G* grads_ = nullptr;    // (numel)
+  A* compute_ = nullptr;  // (numel) master_, or a 16-bit copy of it
   RecomputePlan recompute_;
-  std::vector<T> params_;  // the arena, layout_ offsets
-  std::vector<T> grads_;   // same shape as params_
-  // Backward scratch, shared by all micro-batches (backward runs one at a time).
-  std::vector<T> scratch_;
-  T* d_residual_;  // (R, C) gradient flowing down the residual stream
-  T* d_c_a_;       // (R, C)
-  T* d_c_b_;       // (R, C)
-  T* fwd_c_;       // (R, C) forward temporary (projection outputs)
-  T* full_;        // (N, C) TP: partial sums before reduction, gathered gradients
-  T* gathered_;    // (N, C) SP: a gathered LayerNorm output
-  T* d_f_;         // (N, F/t)
-  T* d_qkv_;       // (N, 3C/t)
-  T* d_atty_;      // (N, C/t)
-  T* probs_;       // (B, HL, T, T) selective recomputation's attention probabilities
-  std::vector<T> recompute_storage_;       // max_group layers of LayerActivations
-  std::vector<T> row_max_, target_logit_;  // (N) vocabulary-parallel cross-entropy
-  std::vector<double> sum_exp_;            // (N)
-  std::vector<T> pack_;                    // sequence-parallel gradients summed at once
-  std::vector<T> attention_ws_;            // threads * attention_workspace_elems(T)
-  uint64_t current_seed_ = 0;              // dropout seed of the micro-batch being run
+  // max_group layers (kActivations): the recomputed layers' activations, shared by every
+  // micro-batch.
+  std::vector<LayerActivations<A>> recompute_scratch_;
+  // Vocabulary-parallel cross-entropy (t > 1), reduced over the TP group between its passes.
+  G* row_max_ = nullptr;       // (N)
+  double* sum_exp_ = nullptr;  // (N)
+  G* target_logit_ = nullptr;  // (N)
+  // Scratch shared by forward and backward.
+  A* proj_out_ = nullptr;       // (R, C) attention projection output, summed over TP (forward)
+  A* fc2_out_ = nullptr;        // (R, C) MLP output, summed over TP; added by the next LayerNorm
+  A* d_res_ = nullptr;          // (R, C) gradient of the residual stream
+  A* d_c_ = nullptr;            // (N, C), (R, C) with sequence parallelism
+  A* gathered_ = nullptr;       // (N, C) sequence parallelism: an all-gathered LayerNorm output
+  A* full_ = nullptr;           // (N, C) sequence parallelism: partial sums, gathered gradients
+  A* d_f_ = nullptr;            // (N, Ft)
+  A* d_qkv_ = nullptr;          // (N, 3Ct)
+  A* d_atty_ = nullptr;         // (N, Ct)
+  G* attention_ws_ = nullptr;   // Ops::attention_workspace_elems(B, T, Ht)
+  G* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()
+  // Selective recomputation on a device whose attention saves scores: the one saved tensor
+  // (Ops::attention_saved_elems(B, T, Ht), kWorkspace) every layer's forward writes and every
+  // layer's backward rewrites before reading; null otherwise (drop_saved_ false).
+  G* selective_saved_ = nullptr;
+  bool drop_saved_ = false;
   std::function<void(int, int)> grads_ready_;
-  std::function<void()> progress_;
   bool final_backward_ = false;
+  // The dropout of the micro-batch being run (set from its activations by run_forward /
+  // run_backward).
+  float p_hidden_ = 0, p_attention_ = 0;
+  uint64_t dropout_seed_ = 0;
+  // Per-op times: the marks of the ops queued since the last collect_op_times().
+  struct TimedOp {
+    Op op;
+    Mark from, to;
+  };
+  bool op_times_ = false;
+  std::vector<TimedOp> timed_ops_;
   Profiler profiler_;
 };
 

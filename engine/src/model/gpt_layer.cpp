@@ -1,239 +1,360 @@
-// One transformer layer forward and backward, with Megatron's tensor parallelism: QKV and FC1
-// are column-parallel (each rank computes its heads / its slice of the MLP), the attention
-// projection and FC2 are row-parallel (partial sums reduced over the TP group, bias added
-// after). With sequence parallelism the residual stream, LayerNorms and dropout hold only
-// this rank's rows; an all-gather feeds the column-parallel layers and a reduce-scatter
-// replaces the all-reduce. docs/design-notes.md#tensor-parallelism.
+// GptModel (gpt.h): the forward and backward passes of GPT-2 over a device's op list
+// (device/ops.h). The residual adds are fused into the LayerNorm that follows them
+// (residual_layernorm_forward, as llm.c): layer l's input residual[l] is made by layer l's first
+// LayerNorm from layer l-1's res_mid and MLP output, and the final LayerNorm makes residual[L].
+// Backward accumulates: parameter gradients +=, the residual stream's gradient d_res_ by every
+// LayerNorm backward. A pipeline stage's chunk holds a layer range; without `pre` its residual[0]
+// is the received input, without `post` its output residual[L] is made by an explicit residual add.
+// Tensor parallelism (Megatron's; helpers in gpt.cpp): QKV and FC1 column-parallel, the attention
+// projection and FC2 row-parallel with their partial outputs summed over the TP group before the
+// residual add, the column-parallel layers' input gradients summed before the LayerNorm backward,
+// vocabulary-parallel embedding, tied LM head and cross-entropy. A replicated term (a row-parallel
+// bias, the position embedding) enters once: tp_rank 0 adds the bias inside its GEMM, the position
+// embedding is added after the embedding's sum. Their gradients come from the whole (reduced)
+// output gradient on every rank. Sequence parallelism (the `sp_` branches): the residual stream,
+// LayerNorms and hidden dropout (mask offset row0 * C) on this rank's R rows; the LayerNorm outputs
+// all-gathered (into gathered_, again in backward) before QKV, FC1 and the LM head; the
+// row-parallel outputs, the column-parallel input gradients and the embedding reduce-scattered
+// instead of all-reduced; each rank adds the row-parallel biases and the position embedding to its
+// own rows, so their gradients (and the LayerNorms') are partial and summed over TP once the last
+// micro-batch's backward has made them (notify).
 #include <algorithm>
-#include <cstring>
+#include <type_traits>
 
-#include "core/host_memory.h"
-#include "lattice/kernels.h"
 #include "model/gpt.h"
 
 namespace lattice {
 
-namespace k = kernels;
-
-namespace {}
-
-template <typename T>
-void GptModel<T>::check(const Status& s) {
-  if (!s) tp_->abort("tensor-parallel communication failed: " + s.message(), 1);
-}
-
-template <typename T>
-const T* GptModel<T>::gather_rows(const T* held, T* full) {
-  if (!shard_.sequence_parallel || dims_.t == 1) return held;
-  ScopedOp op(&profiler_, Op::kTensorParallelComm);
-  const std::vector<size_t> counts(dims_.t, static_cast<size_t>(dims_.R) * dims_.C);
-  check(tp_->all_gather(held, full, counts, dtype_of<T>()));
-  return full;
-}
-
-template <typename T>
-void GptModel<T>::reduce_rows(T* partial_full, T* held) {
-  ScopedOp op(&profiler_, Op::kTensorParallelComm);
-  const size_t RC = static_cast<size_t>(dims_.R) * dims_.C;
-  if (shard_.sequence_parallel) {
-    const std::vector<size_t> counts(dims_.t, RC);
-    check(tp_->reduce_scatter(partial_full, held, counts, dtype_of<T>()));
-  } else {
-    check(tp_->all_reduce(partial_full, RC, dtype_of<T>(), ReduceOp::kSum));
-    if (held != partial_full) std::copy_n(partial_full, RC, held);
+template <typename A>
+void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t dropout_seed) {
+  const int32_t* tokens = a.tokens;
+  const int B = B_, T = T_, C = C_, N = N_;
+  const bool training = grad_scale > 0;
+  a.p_hidden = training ? config_.hidden_dropout : 0.0f;
+  a.p_attention = training ? config_.attention_dropout : 0.0f;
+  a.dropout_seed = dropout_seed;
+  p_hidden_ = a.p_hidden;
+  p_attention_ = a.p_attention;
+  dropout_seed_ = a.dropout_seed;
+  const size_t RC = static_cast<size_t>(R_) * C;
+  const auto& t = layout_.tensors();
+  A* P = compute_;
+  if (pre()) {
+    const A* wte = P + t[layout_.word_embedding_index()].offset;
+    const A* wpe = P + t[layout_.position_embedding_index()].offset;
+    if (t_ == 1) {
+      OpTimer timer(*this, Op::kEmbedding);
+      ops_.embedding_forward(a.residual, tokens, wte, wpe, B, T, C, 0, Vt_);
+    } else if (sp_) {
+      // Vocabulary-parallel, reduce-scattered to this rank's rows, which get their positions.
+      const int v0 = tp_rank_ * Vt_;
+      {
+        OpTimer timer(*this, Op::kEmbedding);
+        ops_.embedding_forward(full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      }
+      reduce_rows(full_, a.residual);
+      OpTimer timer(*this, Op::kEmbedding);
+      add_position_rows(a.residual, wpe);
+    } else {
+      // Vocabulary-parallel: this rank's rows (zero for other ranks' tokens), summed over TP;
+      // then the position embedding once, as a (T*C) bias on each of the B sequences (wpe's
+      // first T rows are contiguous).
+      const int v0 = tp_rank_ * Vt_;
+      {
+        OpTimer timer(*this, Op::kEmbedding);
+        ops_.embedding_forward(a.residual, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+      }
+      tp_sum_rows(a.residual);
+      OpTimer timer(*this, Op::kEmbedding);
+      ops_.add_bias(a.residual, wpe, B, T * C);
+    }
+    hidden_dropout(a.residual, -1, DropoutSite::kEmbedding);
+  }  // else residual[0] holds the previous stage's output (the caller queued it)
+  for (int l = 0; l < L_; l++) {
+    const LayerParams<A> w = layout_.layer(P, l);
+    const LayerActivations<A>& la = layer_acts(a, l);
+    A* x = a.residual + l * RC;
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      if (l == 0)
+        ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C);
+      else  // x = the previous layer's res_mid + its MLP output, then LayerNorm
+        ops_.residual_layernorm_forward(x, la.ln1, la.ln1_mean, la.ln1_rstd,
+                                        layer_acts(a, l - 1).res_mid, fc2_out_, w.ln1_w, w.ln1_b,
+                                        R_, C);
+    }
+    layer_forward_from_ln1(l, la, x);
+    row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_);
+    hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)
+    device_.progress();  // communication in flight (pipeline sends) moves on
   }
-}
-
-template <typename T>
-void GptModel<T>::row_parallel_forward(T* out, const T* inp, const T* weight, const T* bias,
-                                       int K) {
-  const ChunkDims& d = dims_;
-  if (d.t == 1) {
-    ScopedOp op(&profiler_, Op::kMatmulForward);
-    k::matmul_forward(out, inp, weight, bias, d.N, K, d.C);
+  A* out = a.residual + L_ * RC;
+  if (!post()) {
+    // The stage's output residual[L] = res_mid + MLP output. The op list has no plain add for
+    // both compute types, so the fused residual LayerNorm makes it and its normalised output
+    // (into scratch, with the last layer's ln2 weights) is discarded: one extra (N, C) pass.
+    OpTimer timer(*this, Op::kResidualDropout);
+    const LayerParams<A> w = layout_.layer(P, L_ - 1);
+    ops_.residual_layernorm_forward(out, d_c_, stats_scratch_, stats_scratch_ + N,
+                                    layer_acts(a, L_ - 1).res_mid, fc2_out_, w.ln2_w, w.ln2_b, R_,
+                                    C);
     return;
   }
+  const A* wte = P + t[layout_.word_embedding_index()].offset;
+  const A* lnf_w = P + t[layout_.final_norm_index()].offset;
   {
-    ScopedOp op(&profiler_, Op::kMatmulForward);
-    k::matmul_forward<T>(full_, inp, weight, nullptr, d.N, K, d.C);
+    OpTimer timer(*this, Op::kLayerNorm);
+    ops_.residual_layernorm_forward(out, a.lnf, a.lnf_mean, a.lnf_rstd,
+                                    layer_acts(a, L_ - 1).res_mid, fc2_out_, lnf_w, lnf_w + C, R_,
+                                    C);
   }
-  reduce_rows(full_, out);
-  k::add_bias(out, bias, d.R, d.C);
-}
-
-template <typename T>
-void GptModel<T>::notify_ready(int first, int last) {
-  if (!final_backward_ || first >= last) return;
-  const auto& tensors = layout_.tensors();
-  if (shard_.sequence_parallel && dims_.t > 1) {
-    // Sequence-parallel LayerNorm and bias gradients saw only this rank's rows: sum them over
-    // the TP group in one call.
-    size_t n = 0;
-    for (int i = first; i < last; i++)
-      if (tensors[i].sequence_parallel_grad) n += tensors[i].numel;
-    if (n > 0) {
-      ScopedOp op(&profiler_, Op::kTensorParallelComm);
-      host_grow(pack_, n, MemoryCategory::kWorkspace);
-      T* p = pack_.data();
-      for (int i = first; i < last; i++)
-        if (tensors[i].sequence_parallel_grad)
-          p = std::copy_n(grads_.data() + tensors[i].offset, tensors[i].numel, p);
-      check(tp_->all_reduce(pack_.data(), n, dtype_of<T>(), ReduceOp::kSum));
-      p = pack_.data();
-      for (int i = first; i < last; i++)
-        if (tensors[i].sequence_parallel_grad) {
-          std::copy_n(p, tensors[i].numel, grads_.data() + tensors[i].offset);
-          p += tensors[i].numel;
-        }
+  // LM head tied to the word embedding (this rank's Vt rows; a later stage's copy of it) over
+  // all N rows; the cross-entropy reads its logits in G (over the padded vocabulary, as the CPU
+  // model and Megatron).
+  const A* lnf = gather_rows(a.lnf, gathered_);
+  {
+    OpTimer timer(*this, Op::kLmHeadForward);
+    if constexpr (std::is_same_v<A, G>) {
+      ops_.matmul_forward(a.logits_accum, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
+    } else {
+      ops_.matmul_forward(a.logits, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
+      ops_.to_accum(a.logits_accum, a.logits, static_cast<size_t>(N) * Vt_);
     }
   }
-  if (grads_ready_) grads_ready_(first, last);
+  cross_entropy(a, grad_scale);
 }
 
-template <typename T>
-void GptModel<T>::layer_forward(int l, const LayerActivations<T>& la, const T* x, T* out,
-                                bool training) {
-  const ChunkDims& d = dims_;
-  const LayerParams<T> w = layout_.layer(params_.data(), l);
-  const int layer = shard_.layer_begin + l;
-  const float p_hidden = training ? config_.hidden_dropout : 0.0f;
-  const float p_attn = training ? config_.attention_dropout : 0.0f;
-  const size_t RC = static_cast<size_t>(d.R) * d.C, NF = static_cast<size_t>(d.N) * d.Ft;
+template <typename A>
+void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, const A* x) {
+  const int B = B_, T = T_, C = C_, N = N_;
+  const LayerParams<A> w = layout_.layer(compute_, l);
+  // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH (over every row: the
+  // LayerNorm's rows gathered with sequence parallelism).
+  const A* ln1 = gather_rows(la.ln1, gathered_);
   {
-    ScopedOp op(&profiler_, Op::kLayerNorm);
-    k::layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, d.R, d.C);
-  }
-  const T* ln1 = gather_rows(la.ln1, gathered_);
-  {
-    ScopedOp op(&profiler_, Op::kMatmulForward);
-    k::matmul_forward(la.qkv, ln1, w.qkv_w, w.qkv_b, d.N, d.C, 3 * d.Ct);
+    OpTimer timer(*this, Op::kMatmulForward);
+    ops_.matmul_forward(la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, Epilogue::kNone);
   }
   {
-    ScopedOp op(&profiler_, Op::kAttentionForward);
-    k::attention_forward(la.atty, la.probs, la.qkv, d.B, d.T, d.Ct, d.Ht, p_attn,
-                         dropout_site_key(current_seed_, layer, DropoutSite::kAttention),
-                         attention_ws_.data(), d.tp_rank * d.Ht, d.NH);
+    OpTimer timer(*this, Op::kAttentionForward);
+    ops_.attention_forward(la.atty, saved_of(la), la.qkv, attention_ws_, B, T, Ct_, Ht_,
+                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
   }
-  row_parallel_forward(fwd_c_, la.atty, w.proj_w, w.proj_b, d.Ct);
+  // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
+  // over TP.
+  row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_);
+  hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
   {
-    ScopedOp op(&profiler_, Op::kResidualDropout);
-    k::residual_dropout_forward<T>(la.res_mid, x, fwd_c_, RC, p_hidden,
-                                   dropout_site_key(current_seed_, layer, DropoutSite::kProjection),
-                                   d.row0 * d.C);
+    OpTimer timer(*this, Op::kLayerNorm);
+    ops_.residual_layernorm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
+                                    w.ln2_w, w.ln2_b, R_, C);
   }
-  {
-    ScopedOp op(&profiler_, Op::kLayerNorm);
-    k::layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res_mid, w.ln2_w, w.ln2_b, d.R, d.C);
-  }
-  const T* ln2 = gather_rows(la.ln2, gathered_);
-  {
-    ScopedOp op(&profiler_, Op::kMatmulForward);
-    k::matmul_forward(la.fc1, ln2, w.fc1_w, w.fc1_b, d.N, d.C, d.Ft);
-  }
-  {
-    ScopedOp op(&profiler_, Op::kGelu);
-    k::gelu_forward(la.gelu, la.fc1, NF);
-  }
-  row_parallel_forward(fwd_c_, la.gelu, w.fc2_w, w.fc2_b, d.Ft);
-  {
-    ScopedOp op(&profiler_, Op::kResidualDropout);
-    k::residual_dropout_forward<T>(out, la.res_mid, fwd_c_, RC, p_hidden,
-                                   dropout_site_key(current_seed_, layer, DropoutSite::kFc2),
-                                   d.row0 * d.C);
-  }
+  const A* ln2 = gather_rows(la.ln2, gathered_);
+  OpTimer timer(*this, Op::kMatmulForward);  // FC1 with GELU as its epilogue
+  ops_.matmul_forward(la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, Epilogue::kGelu);
 }
 
-template <typename T>
-void GptModel<T>::layer_backward(int l, const LayerActivations<T>& la, const T* x) {
-  const ChunkDims& d = dims_;
-  const LayerParams<T> w = layout_.layer(params_.data(), l);
-  const LayerParams<T> g = layout_.layer(grads_.data(), l);
-  const int layer = shard_.layer_begin + l;
-  const float p_hidden = config_.hidden_dropout, p_attn = config_.attention_dropout;
-  const size_t RC = static_cast<size_t>(d.R) * d.C, NF = static_cast<size_t>(d.N) * d.Ft;
-  const bool sp = shard_.sequence_parallel && d.t > 1;
-  const uint64_t attn_key = dropout_site_key(current_seed_, layer, DropoutSite::kAttention);
-  if (recompute_.selective) {
-    // Selective recomputation: the attention probabilities were not kept; recompute them
-    // (d_atty_ is free until the projection's backward and takes the unused output).
-    ScopedOp op(&profiler_, Op::kAttentionForward);
-    k::attention_forward(d_atty_, la.probs, la.qkv, d.B, d.T, d.Ct, d.Ht, p_attn, attn_key,
-                         attention_ws_.data(), d.tp_rank * d.Ht, d.NH);
-  }
-  // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))).
-  {
-    ScopedOp op(&profiler_, Op::kResidualDropout);
-    k::dropout_backward(d_c_a_, d_residual_, RC, p_hidden,
-                        dropout_site_key(current_seed_, layer, DropoutSite::kFc2), d.row0 * d.C);
-  }
-  const T* dout = gather_rows(d_c_a_, full_);
-  {
-    ScopedOp op(&profiler_, Op::kMatmulBackward);
-    k::matmul_backward(d_f_, g.fc2_w, sp ? nullptr : g.fc2_b, dout, la.gelu, w.fc2_w, d.N, d.Ft,
-                       d.C);
-    // Sequence parallelism adds the bias to this rank's rows only: a partial gradient.
-    if (sp) k::matmul_backward<T>(nullptr, nullptr, g.fc2_b, d_c_a_, nullptr, nullptr, d.R, 0, d.C);
-  }
-  {
-    ScopedOp op(&profiler_, Op::kGelu);
-    k::gelu_backward(d_f_, la.fc1, d_f_, NF);
-  }
-  const T* ln2 = gather_rows(la.ln2, gathered_);
-  {
-    ScopedOp op(&profiler_, Op::kMatmulBackward);
-    k::matmul_backward(d.t == 1 ? d_c_b_ : full_, g.fc1_w, g.fc1_b, d_f_, ln2, w.fc1_w, d.N, d.C,
-                       d.Ft);
-  }
-  if (d.t > 1) reduce_rows(full_, d_c_b_);
-  {
-    ScopedOp op(&profiler_, Op::kLayerNorm);
-    k::layernorm_backward(d_residual_, g.ln2_w, g.ln2_b, d_c_b_, la.res_mid, w.ln2_w, la.ln2_mean,
-                          la.ln2_rstd, d.R, d.C);
-  }
-  // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))).
-  {
-    ScopedOp op(&profiler_, Op::kResidualDropout);
-    k::dropout_backward(d_c_a_, d_residual_, RC, p_hidden,
-                        dropout_site_key(current_seed_, layer, DropoutSite::kProjection),
-                        d.row0 * d.C);
-  }
-  dout = gather_rows(d_c_a_, full_);
-  {
-    ScopedOp op(&profiler_, Op::kMatmulBackward);
-    k::matmul_backward(d_atty_, g.proj_w, sp ? nullptr : g.proj_b, dout, la.atty, w.proj_w, d.N,
-                       d.Ct, d.C);
-    if (sp)
-      k::matmul_backward<T>(nullptr, nullptr, g.proj_b, d_c_a_, nullptr, nullptr, d.R, 0, d.C);
-  }
-  {
-    ScopedOp op(&profiler_, Op::kAttentionBackward);
-    k::attention_backward(d_qkv_, d_atty_, la.qkv, la.probs, d.B, d.T, d.Ct, d.Ht, p_attn, attn_key,
-                          attention_ws_.data(), d.tp_rank * d.Ht, d.NH);
-  }
-  const T* ln1 = gather_rows(la.ln1, gathered_);
-  {
-    ScopedOp op(&profiler_, Op::kMatmulBackward);
-    k::matmul_backward(d.t == 1 ? d_c_a_ : full_, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, d.N, d.C,
-                       3 * d.Ct);
-  }
-  if (d.t > 1) reduce_rows(full_, d_c_a_);
-  {
-    ScopedOp op(&profiler_, Op::kLayerNorm);
-    k::layernorm_backward(d_residual_, g.ln1_w, g.ln1_b, d_c_a_, x, w.ln1_w, la.ln1_mean,
-                          la.ln1_rstd, d.R, d.C);
+// Note [recomputation]: with --recompute-granularity full a recomputed layer keeps only
+// residual[l] (its input, already kept for every layer); backward re-runs the forward of the
+// layer's group (RecomputePlan: consecutive layers, max_group of them in the shared scratch)
+// just before the group's top layer's backward. Each layer's ln1 is a plain LayerNorm of the
+// stored residual[l]: the fused residual LayerNorm of the forward normalises the stored
+// (rounded) sum, so in bf16 / fp16 too the recomputed ln1 and its statistics are the
+// forward's, bit for bit. FC2 is not re-run: its output went into residual[l+1], which is kept.
+// The micro-batch's dropout seed and p (set by run_backward) give the forward's masks, and every TP
+// rank recomputes, so the projection's all-reduce (reduce-scatter with sequence parallelism)
+// and the all-gathers stay matched across the group.
+//
+// Note [selective recomputation]: with --recompute-granularity selective on a device whose
+// attention saves its scores (the CPU's probabilities (B, Ht, T, T): the s^2 part, Megatron's
+// "core attention" recomputation), no layer keeps them per micro-batch. Every layer's forward
+// writes one tensor of the model's workspace (selective_saved_), and every layer's backward reruns
+// attention_forward over its kept qkv with the micro-batch's dropout key just before it needs the
+// tensor, into d_atty_ (free until the projection's backward writes it) as the discarded
+// output; the rerun is the forward's op on the same inputs, so the tensor is the forward's bit
+// for bit, as GptModel::layer_backward's recompute of probs_. Where the attention saves only
+// O(T) per head (CUDA's log-sum-exp), there is nothing to drop and selective changes nothing.
+template <typename A>
+void GptModel<A>::recompute_group(const GptActivations<A>& a, int first, int last) {
+  const size_t RC = static_cast<size_t>(R_) * C_;
+  for (int l = first; l < last; l++) {
+    const LayerParams<A> w = layout_.layer(compute_, l);
+    const LayerActivations<A>& la = layer_acts(a, l);
+    const A* x = a.residual + l * RC;
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C_);
+    }
+    layer_forward_from_ln1(l, la, x);
   }
 }
 
-#define LATTICE_GPT_LAYER(T)                                                                     \
-  template void GptModel<T>::check(const Status&);                                               \
-  template const T* GptModel<T>::gather_rows(const T*, T*);                                      \
-  template void GptModel<T>::reduce_rows(T*, T*);                                                \
-  template void GptModel<T>::row_parallel_forward(T*, const T*, const T*, const T*, int);        \
-  template void GptModel<T>::notify_ready(int, int);                                             \
-  template void GptModel<T>::layer_forward(int, const LayerActivations<T>&, const T*, T*, bool); \
-  template void GptModel<T>::layer_backward(int, const LayerActivations<T>&, const T*);
-LATTICE_GPT_LAYER(float)
-LATTICE_GPT_LAYER(double)
-#undef LATTICE_GPT_LAYER
+template <typename A>
+void GptModel<A>::cross_entropy(GptActivations<A>& a, float grad_scale) {
+  const int32_t* targets = a.targets;
+  const int N = N_;
+  G* dlogits = grad_scale > 0 ? a.logits_accum : nullptr;
+  if (t_ == 1) {
+    OpTimer timer(*this, Op::kCrossEntropy);
+    ops_.softmax_cross_entropy(a.losses, dlogits, a.logits_accum, targets, N, Vp_, grad_scale);
+    return;
+  }
+  // Vocabulary-parallel (Megatron's): the row max, then the sum of
+  // exponentials and the target's logit, each reduced over TP; the (N, Vp) logits are never
+  // gathered.
+  const int v0 = tp_rank_ * Vt_;
+  const size_t n = static_cast<size_t>(N);
+  {
+    OpTimer timer(*this, Op::kCrossEntropy);
+    ops_.cross_entropy_shard_max(row_max_, a.logits_accum, N, Vt_);
+  }
+  tp_all_reduce(row_max_, n, dtype_of<G>(), ReduceOp::kMax);
+  {
+    OpTimer timer(*this, Op::kCrossEntropy);
+    ops_.cross_entropy_shard_sums(sum_exp_, target_logit_, a.logits_accum, row_max_, targets, v0, N,
+                                  Vt_);
+  }
+  tp_all_reduce(sum_exp_, n, DType::kFloat64, ReduceOp::kSum);
+  tp_all_reduce(target_logit_, n, dtype_of<G>(), ReduceOp::kSum);
+  OpTimer timer(*this, Op::kCrossEntropy);
+  ops_.cross_entropy_shard_finish(a.losses, dlogits, a.logits_accum, row_max_, sum_exp_,
+                                  target_logit_, targets, v0, N, Vt_, grad_scale);
+}
+
+template <typename A>
+void GptModel<A>::run_backward(GptActivations<A>& a) {
+  const int32_t* tokens = a.tokens;
+  const int B = B_, T = T_, C = C_, N = N_;
+  const size_t RC = static_cast<size_t>(R_) * C;
+  const auto& t = layout_.tensors();
+  A* P = compute_;
+  G* grads = grads_;
+  // Where a column-parallel layer's input gradient (N, C) goes before reduce_rows sums it into
+  // d_c_ (R, C): in place without sequence parallelism.
+  A* d_col = sp_ ? full_ : d_c_;
+  p_hidden_ = a.p_hidden;  // the masks of this micro-batch's forward
+  p_attention_ = a.p_attention;
+  dropout_seed_ = a.dropout_seed;
+  if (post()) {
+    const size_t wte_off = t[layout_.word_embedding_index()].offset;
+    const size_t lnf_off = t[layout_.final_norm_index()].offset;
+    // Head: dlnf = dlogits wte (a partial sum over the vocabulary slices: summed over TP);
+    // dwte += dlogits^T lnf (this rank's rows); then the final LayerNorm.
+    const A* lnf = gather_rows(a.lnf, gathered_);
+    {
+      OpTimer timer(*this, Op::kLmHeadBackward);
+      const A* dlogits;
+      if constexpr (std::is_same_v<A, G>) {
+        dlogits = a.logits_accum;
+      } else {
+        ops_.to_compute(a.logits, a.logits_accum, static_cast<size_t>(N) * Vt_);
+        dlogits = a.logits;
+      }
+      ops_.matmul_backward(d_col, grads + wte_off, nullptr, dlogits, lnf, P + wte_off, N, C, Vt_);
+    }
+    reduce_rows(d_col, d_c_);
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      device_.zero(d_res_, RC * sizeof(A), compute());
+      ops_.layernorm_backward(d_res_, grads + lnf_off, grads + lnf_off + C, d_c_,
+                              a.residual + L_ * RC, P + lnf_off, a.lnf_mean, a.lnf_rstd, R_, C);
+    }
+    // The final norm and, on a later stage, the tied head's copy of the word embedding.
+    notify(layout_.final_norm_index(), static_cast<int>(t.size()));
+  } else {
+    device_.copy(d_res_, a.output_grad, RC * sizeof(A), CopyKind::kDeviceToDevice, compute());
+  }
+  for (int l = L_ - 1; l >= 0; l--) {
+    const LayerParams<A> w = layout_.layer(P, l);
+    const LayerParams<G> g = layout_.layer(grads, l);
+    if (recompute_.recomputed(l)) {
+      const int first = recompute_.group_start[l];
+      if (l == L_ - 1 || recompute_.group_start[l + 1] != first) recompute_group(a, first, l + 1);
+    }
+    const LayerActivations<A>& la = layer_acts(a, l);
+    const A* x = a.residual + l * RC;
+    const uint64_t attention_key = key(l, DropoutSite::kAttention);
+    if (!la.saved) {  // Note [selective recomputation]
+      OpTimer timer(*this, Op::kAttentionForward);
+      ops_.attention_forward(d_atty_, selective_saved_, la.qkv, attention_ws_, B, T, Ct_, Ht_,
+                             p_attention_, attention_key, tp_rank_ * Ht_, NH_);
+    }
+    // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
+    // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
+    // parallelism this rank's rows of it, so the bias gradient is partial).
+    const A* d_fc2 = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kFc2);
+    const A* d_fc2_rows = gather_rows(d_fc2, full_);
+    {
+      OpTimer timer(*this, Op::kMatmulBackward);
+      ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, d_fc2_rows, la.gelu, w.fc2_w, N,
+                           Ft_, C);
+      if (sp_) ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
+    }
+    {
+      OpTimer timer(*this, Op::kGelu);
+      ops_.gelu_backward(d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
+    }
+    const A* ln2 = gather_rows(la.ln2, gathered_);
+    {
+      OpTimer timer(*this, Op::kMatmulBackward);
+      ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_f_, ln2, w.fc1_w, N, C, Ft_);
+    }
+    reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      ops_.layernorm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean,
+                              la.ln2_rstd, R_, C);
+    }
+    // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))); d_res_ holds
+    // d res_mid.
+    const A* d_proj = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kProjection);
+    const A* d_proj_rows = gather_rows(d_proj, full_);
+    {
+      OpTimer timer(*this, Op::kMatmulBackward);
+      ops_.matmul_backward(d_atty_, g.proj_w, sp_ ? nullptr : g.proj_b, d_proj_rows, la.atty,
+                           w.proj_w, N, Ct_, C);
+      if (sp_) ops_.matmul_backward(nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
+    }
+    {
+      OpTimer timer(*this, Op::kAttentionBackward);
+      ops_.attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, saved_of(la), attention_ws_, B, T,
+                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_);
+    }
+    const A* ln1 = gather_rows(la.ln1, gathered_);
+    {
+      OpTimer timer(*this, Op::kMatmulBackward);
+      ops_.matmul_backward(d_col, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, N, C, 3 * Ct_);
+    }
+    reduce_rows(d_col, d_c_);  // d ln1: every rank's heads contribute
+    {
+      OpTimer timer(*this, Op::kLayerNorm);
+      ops_.layernorm_backward(d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean, la.ln1_rstd,
+                              R_, C);
+    }
+    notify(layout_.layer_index(l), layout_.layer_index(l) + ParamLayout::kPerLayer);
+    device_.progress();  // communication in flight (pipeline, data-parallel) moves on
+  }
+  if (!pre()) {  // d_res_ is d residual[0]: the previous stage's output gradient
+    device_.copy(a.input_grad, d_res_, RC * sizeof(A), CopyKind::kDeviceToDevice, compute());
+    return;
+  }
+  const size_t wte_off = t[layout_.word_embedding_index()].offset;
+  const size_t wpe_off = t[layout_.position_embedding_index()].offset;
+  hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
+  const int v0 = tp_rank_ * Vt_;
+  // Both gradients from every row: the rows gathered with sequence parallelism.
+  const A* d_rows = gather_rows(d_res_, full_);
+  {
+    OpTimer timer(*this, Op::kEmbedding);
+    ops_.embedding_backward(grads + wte_off, grads + wpe_off, d_rows, tokens, B, T, C, v0,
+                            v0 + Vt_);
+  }
+  notify(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);
+}
+
+template class GptModel<float>;
+template class GptModel<double>;
+template class GptModel<bf16>;
+template class GptModel<fp16>;
 
 }  // namespace lattice

@@ -1,5 +1,5 @@
-// Megatron's initialisation of one parameter tensor, or of a whole arena, shared by the models
-// (GptModel::init_weights, GpuGpt::init_weights) and the generator's random model, so all start
+// Megatron's initialisation of one parameter tensor, or of a whole arena, shared by the model
+// (GptModel::init_weights), checkpoint tools and the generator's random model, so all start
 // from the same bits: weights ~ N(0, std), output projections (linear_proj, linear_fc2) ~
 // N(0, std / sqrt(2 L)), biases 0, norms weight 1 bias 0. Each global tensor draws from its own
 // stream keyed by (seed, name) and a rank keeps its slice, so the model is the same whatever the

@@ -1,5 +1,5 @@
 // Runs one rank's pipeline schedule (pipeline/schedule.h) over its model chunks (the one model,
-// gpu/gpu_model.h, on the CPU device): loads the micro-batches the first and last virtual
+// model/gpt.h, on the CPU device): loads the micro-batches the first and last virtual
 // stages need, receives activations and gradients from the neighbouring stages, runs forward
 // and backward, and sends results on. Sends are non-blocking (the buffer is kept until the send
 // completes) and receives block only when their data is needed, so the schedule's order alone
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "device/device.h"
-#include "gpu/gpu_model.h"
 #include "lattice/comm.h"
 #include "lattice/train.h"
+#include "model/gpt.h"
 
 namespace lattice {
 
@@ -74,8 +74,8 @@ class PipelineExecutor {
   // Fills micro-batch `micro_batch`'s tokens and targets (B*T each).
   using Loader = std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets)>;
 
-  using Model = gpu::GpuGpt<T>;
-  using Activations = gpu::GpuActivations<T>;
+  using Model = GptModel<T>;
+  using Activations = GptActivations<T>;
 
   // chunks[c] holds virtual stage c * stages + stage, on `device` (a CPU device: the sends ride
   // its side stream's request queue). pp may be null when stages == 1. Errors: a device

@@ -1,5 +1,5 @@
 // The planner's memory estimate: exact parameter counts per pipeline stage, the activations the
-// engine's one model keeps (gpu/gpu_model.h: every buffer it takes per micro-batch, counted from
+// engine's one model keeps (model/gpt.h: every buffer it takes per micro-batch, counted from
 // the same shapes and recompute plan) and the schedule's micro-batches in flight
 // (docs/design-notes.md#parallel-layout-and-the-planner), for fp32, 16-bit and fp64 training on
 // the CPU or CUDA. Megatron's published formula (Korthikanti et al. 2022) is the comparison in
@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lattice/plan.h"
-#include "model/gpt.h"
+#include "model/recompute.h"
 #include "parallel/model_chunks.h"
 #include "pipeline/schedule.h"
 
@@ -46,7 +46,7 @@ ParamCount stage_parameters(const ModelConfig& m, const ParallelLayout& layout, 
   return n;
 }
 
-// Bytes of the one model's element types (gpu/gpu_model.h): A the compute type of the
+// Bytes of the one model's element types (model/gpt.h): A the compute type of the
 // activations, G its accumulation type (LayerNorm statistics, the attention's saved tensor,
 // logits, losses).
 struct ElementBytes {
@@ -58,7 +58,7 @@ ElementBytes element_bytes(const std::string& precision) {
   return {4, 4};
 }
 
-// The shapes of one model chunk (GpuGpt's): N = B*T rows, R of them held in the residual stream
+// The shapes of one model chunk (GptModel's): N = B*T rows, R of them held in the residual stream
 // (N/t with sequence parallelism), this rank's C/t, F/t, heads and vocabulary rows.
 struct ChunkShape {
   double B, T, N, R, C, Ct, Ft, Ht, Vt;
@@ -85,7 +85,7 @@ double attention_saved(const TrainOptions& o, const ChunkShape& d) {
   return d.B * d.Ht * d.T * (o.device == "cuda" ? 1 : d.T);
 }
 
-// One layer's activations of one micro-batch (GpuGpt::take_layer_acts): ln1, res_mid, ln2
+// One layer's activations of one micro-batch (GptModel::take_layer_acts): ln1, res_mid, ln2
 // (R, C); qkv, attention output (N, 4 C/t); FC1 and GELU outputs (N, 2 F/t); four LayerNorm
 // statistics (R) and, unless dropped, the attention's saved tensor.
 double layer_bytes(const ElementBytes& e, const ChunkShape& d, double saved) {
@@ -97,7 +97,7 @@ struct ChunkActivations {
   double once = 0;             // the recomputed layers' scratch, shared by every micro-batch
 };
 
-// Model chunk `shard` as GpuGpt::new_activations and allocate take it: tokens and targets,
+// Model chunk `shard` as GptModel::new_activations and allocate take it: tokens and targets,
 // the residual stream (L + 1 rows of (R, C): the input and every layer's output), the layers
 // the recompute plan keeps (selective recomputation drops the saved tensor where the device
 // saves scores; full recomputation keeps only the residual input of a recomputed layer and

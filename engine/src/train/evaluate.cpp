@@ -6,9 +6,9 @@
 #include "core/host_memory.h"
 #include "data/indexed_dataset.h"
 #include "device/cpu_device.h"
-#include "gpu/gpu_model.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
+#include "model/gpt.h"
 
 namespace lattice {
 
@@ -37,19 +37,19 @@ Result<EvalResult> evaluate(const TrainOptions& o, int64_t num_samples) {
                                     " holds only " + std::to_string(available));
   kernels::set_num_threads(o.threads > 0 ? o.threads : 0);
   CpuDevice device;
-  Result<std::unique_ptr<gpu::GpuGpt<float>>> made = gpu::GpuGpt<float>::create(mc, B, device);
+  Result<std::unique_ptr<GptModel<float>>> made = GptModel<float>::create(mc, B, device);
   if (!made) return made.status();
-  gpu::GpuGpt<float>& model = **made;
+  GptModel<float>& model = **made;
   if (!o.load_hf.empty()) {
     std::vector<float> weights;
-    host_assign(weights, model.numel(), MemoryCategory::kWeights);
+    host_assign(weights, model.arena_size(), MemoryCategory::kWeights);
     if (Status s = import_hf_gpt2(o.load_hf, mc, model.layout(), weights.data()); !s)
       return Status::invalid_argument("--load-hf: " + s.message());
     model.upload(weights.data());
   } else if (Status s = model.init_weights(o.seed); !s) {
     return s;
   }
-  Result<std::unique_ptr<gpu::GpuActivations<float>>> acts = model.new_activations();
+  Result<std::unique_ptr<GptActivations<float>>> acts = model.new_activations();
   if (!acts) return acts.status();
   std::vector<float> losses(static_cast<size_t>(B) * T);
   std::vector<int32_t> window(static_cast<size_t>(T) + 1), inputs(static_cast<size_t>(B) * T, 0),

@@ -25,15 +25,16 @@
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
 #include "core/system_sampler.h"
+#include "device/capabilities.h"
 #include "device/cpu_device.h"
 #include "device/ops.h"
-#include "gpu/gpu_model.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/instability.h"
 #include "lattice/kernels.h"
 #include "lattice/layout.h"
 #include "lattice/train.h"
+#include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
 #include "optim/grad_reducer.h"
@@ -117,12 +118,12 @@ template <typename T>
 struct RankModel {
   std::unique_ptr<CpuDevice> device;
   std::unique_ptr<Comm> tp;  // Device::make_comm over the TP group; null at TP 1
-  std::vector<std::unique_ptr<gpu::GpuGpt<T>>> chunks;
+  std::vector<std::unique_ptr<GptModel<T>>> chunks;
   std::vector<std::unique_ptr<GradReducer<T>>> buckets;
   std::vector<std::unique_ptr<AdamW<T>>> optimizers;
   std::vector<const T*> params() const {
     std::vector<const T*> v;
-    for (const auto& c : chunks) v.push_back(c->master());
+    for (const auto& c : chunks) v.push_back(c->params());
     return v;
   }
 };
@@ -205,8 +206,8 @@ Status Trainer<T>::build_model() {
     const ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    Result<std::unique_ptr<gpu::GpuGpt<T>>> chunk =
-        gpu::GpuGpt<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.tp.get(), plan);
+    Result<std::unique_ptr<GptModel<T>>> chunk =
+        GptModel<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.tp.get(), plan);
     if (!chunk) return chunk.status();
     (*chunk)->set_op_times(true);  // the CPU's marks are clock reads: --profile and op times
     rank_.chunks.push_back(std::move(*chunk));
@@ -220,7 +221,7 @@ Status Trainer<T>::build_model() {
       // Take this chunk's slices of the whole model.
       const ParamLayout whole(mc_);
       std::vector<T> mine;
-      host_assign(mine, chunk->numel(), MemoryCategory::kWeights);
+      host_assign(mine, chunk->arena_size(), MemoryCategory::kWeights);
       for (const ParamTensor& t : chunk->layout().tensors()) {
         const ParamTensor& src = *whole.find(t.name);
         T* dst = mine.data() + t.offset;
@@ -242,7 +243,7 @@ Status Trainer<T>::build_model() {
     if (Status s = device.error(); !s) return s;
     auto buckets = std::make_unique<GradReducer<T>>(chunk->layout(), g_.dp.get(),
                                                     par.use_distributed_optimizer, bucket,
-                                                    chunk->grads(), chunk->master());
+                                                    chunk->grads(), chunk->params());
     rank_.optimizers.push_back(
         std::make_unique<AdamW<T>>(chunk->layout(), o_.optim, buckets->owned_ranges()));
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
@@ -258,7 +259,7 @@ Status Trainer<T>::build_model() {
     });
     rank_.buckets.push_back(std::move(buckets));
   }
-  std::vector<gpu::GpuGpt<T>*> chunks;
+  std::vector<GptModel<T>*> chunks;
   for (auto& c : rank_.chunks) chunks.push_back(c.get());
   Result<std::unique_ptr<PipelineExecutor<T>>> executor =
       PipelineExecutor<T>::create(chunks, device, g_.pp.get(), L.pp, g_.coord.pp);
@@ -272,7 +273,7 @@ template <typename T>
 Status Trainer<T>::finish_gradients() {
   if (g_.in_embedding_group()) {
     // Sum the word-embedding gradient of the first and last stage (they are one tensor).
-    gpu::GpuGpt<T>& chunk = g_.first_stage() ? *rank_.chunks.front() : *rank_.chunks.back();
+    GptModel<T>& chunk = g_.first_stage() ? *rank_.chunks.front() : *rank_.chunks.back();
     const int index = chunk.layout().word_embedding_index();
     const ParamTensor& t = chunk.layout().tensors()[index];
     const auto t0 = Clock::now();
@@ -334,7 +335,7 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     // CPU's list runs optim/grad_scaling.cpp's function on the host arenas.
     float found_inf = 0;
     for (auto& c : rank_.chunks)
-      cpu_ops<T>().unscale_and_check(c->grads(), c->numel(), static_cast<T>(1.0 / loss_scale),
+      cpu_ops<T>().unscale_and_check(c->grads(), c->arena_size(), static_cast<T>(1.0 / loss_scale),
                                      &found_inf);
     Result<bool> skip = scaling_.agree(found_inf > 0, *g_.world);
     if (!skip) return skip.status();
@@ -358,7 +359,7 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   if (!skipped) {
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
     for (size_t c = 0; c < rank_.chunks.size(); c++)
-      rank_.optimizers[c]->update(rank_.chunks[c]->master(), rank_.chunks[c]->grads(), lr, coeff);
+      rank_.optimizers[c]->update(rank_.chunks[c]->params(), rank_.chunks[c]->grads(), lr, coeff);
   }
   totals_.optimizer += seconds_since(t0);
   const auto t1 = Clock::now();
@@ -442,7 +443,7 @@ RankParts Trainer<T>::parts() {
   p.sequence_parallel = o_.parallel.sequence_parallel;
   p.distributed_optimizer = o_.parallel.use_distributed_optimizer;
   if constexpr (std::is_same_v<T, float>) {
-    for (auto& c : rank_.chunks) p.chunks.push_back({&c->layout(), c->master()});
+    for (auto& c : rank_.chunks) p.chunks.push_back({&c->layout(), c->params()});
     for (auto& a : rank_.optimizers) p.optimizers.push_back(a.get());
   }
   return p;
@@ -802,14 +803,13 @@ Result<TrainSummary> train(const TrainOptions& given, Comm& world, MetricsSink& 
           "docs/gpu.md)");
     if (gpu && world.rank() == 0) sink.on_message("--device auto: training on the CPU: " + why);
   }
-  // --fp16 on the CPU: fp32 arithmetic with the loss scaler (train_options.h). --bf16 has no
-  // CPU emulation: rounding fp32 kernels' inputs would be slow and still not what the GPU
-  // computes, so it asks for the GPU trainer instead.
-  if (o.bf16)
-    return Status::invalid_argument(
-        "--bf16 trains on the GPU only: add --device cuda (the lattice-gpu trainer, built with "
-        "CUDA); the CPU engine computes in fp32, and --fp16 on the CPU runs fp32 arithmetic "
-        "with the loss scaler");
+  // The CPU backend's limits (--bf16 asks for the GPU; --fp16 runs as fp32 arithmetic with the
+  // loss scaler); make_layout below checks the shared layout rules.
+  if (std::vector<std::string> e = capability_errors(o, cpu_capabilities()); !e.empty()) {
+    std::string text;
+    for (const std::string& line : e) text += (text.empty() ? "" : "\n") + line;
+    return Status::invalid_argument(text);
+  }
   TrainOptions options = o;
   options.model = mc;
   Result<ParallelLayout> layout = make_layout(options, world.size());

@@ -1,21 +1,17 @@
-// What step 9 of docs/one-engine.md gave GpuGpt beyond the data flow that
-// test_gpu_model_on_host compares with the CPU model, each on the CPU device (every build):
-// - GpuGpt<double>'s analytic gradients (every parameter tensor, dropout on) agree with central
-//   finite differences of its loss, as test_gpt_gradients checks GptModel<double>'s; also under
-//   selective recomputation, whose backward reruns the attention.
-// - init_weights draws GptModel's weights bit for bit (fp32 and fp64, a whole model and a later
-//   pipeline stage), straight into host-addressable memory and staged through a host buffer on a
-//   device that is not; the 16-bit compute copy is the master rounded.
-// - Per-op times: with set_op_times on, one step marks every op under the CPU model's Op names,
-//   the expected number of times; off, none.
+// The one model (model/gpt.h) beyond the data flow that tests/model/test_gpt_layouts compares
+// across layouts, each on the CPU device (every build):
+// - GptModel<double>'s analytic gradients (every parameter tensor, dropout on) agree with central
+//   finite differences of its loss under selective recomputation, whose backward reruns the
+//   attention (tests/train/test_gpt_gradients checks the model that keeps everything).
+// - init_weights writes init_arena's bits into every element of the arena (fp32 and fp64, a
+//   whole model and a later pipeline stage), straight into host-addressable memory and staged
+//   through a host buffer on a device that is not; the 16-bit compute copy is the master rounded.
+// - Per-op times: with set_op_times on, one step marks every op under core/profiler.h's Op
+//   names, the expected number of times; off, none.
 // - Device::progress() after every layer's forward and backward.
 // - The planner's activation estimate (plan/memory_estimate.cpp) is the bytes the model takes
 //   for one micro-batch and its recomputation scratch, to the byte, for fp32, bf16 and fp64,
 //   with and without each recomputation, on every pipeline stage.
-// - Open question 1 of docs/one-engine.md, answered: at TP 1 in fp32, one step of GpuGpt<float>
-//   on the CPU device gives GptModel<float>'s token losses and gradients bit for bit without
-//   dropout on every copy of the CPU kernels this machine runs (Note [CPU dispatch]), and with
-//   dropout on the generic and AVX-512 copies; the AVX2 copy with dropout differs (measured).
 #include <QtTest/QtTest>
 
 #include <cstring>
@@ -24,11 +20,10 @@
 #include "common/tiny_model.h"
 #include "device/cpu_device.h"
 #include "device/ops.h"
-#include "gpu/gpu_model.h"
-#include "lattice/cpu_isa.h"
 #include "lattice/plan.h"
 #include "lattice/train_options.h"
 #include "model/gpt.h"
+#include "model/init_weights.h"
 #include "parallel/model_chunks.h"
 
 using namespace lattice;
@@ -101,152 +96,88 @@ std::vector<int32_t> sequence(int n, int mul, int add, int vocab) {
   return v;
 }
 
-// "" or the first tensor whose GpuGpt<A>::init_weights(seed) master differs from
-// GptModel<A>::init_weights(seed) in any bit (the alignment gaps between tensors included).
+// "" or the first tensor whose GptModel<A>::init_weights(seed) master differs from
+// init_arena(seed) on the host in any bit (the alignment gaps between tensors included).
 template <typename A>
 std::string init_difference(const ModelShard& shard, bool host_addressable) {
   const ModelConfig c = small_config();
-  GptModel<A> cpu(c, shard, 2, nullptr, RecomputePlan{});
-  cpu.init_weights(11);
+  const ParamLayout layout(c, shard);
+  std::vector<A> want(layout.total_numel(), A(0));
+  if (init_arena(c, layout, 11, want.data()) != 0) return "init_arena: out of host memory";
   WatchedDevice device(host_addressable);
-  auto gpu = gpu::GpuGpt<A>::create(c, 2, device, shard);
+  auto gpu = GptModel<A>::create(c, 2, device, shard);
   if (!gpu) return gpu.status().message();
   // Whatever the arena held before: init_weights writes every element.
-  std::memset((*gpu)->master(), 0x7f, (*gpu)->numel() * sizeof(A));
+  std::memset((*gpu)->params(), 0x7f, (*gpu)->arena_size() * sizeof(A));
   if (Status s = (*gpu)->init_weights(11); !s) return s.message();
-  if ((*gpu)->numel() != cpu.arena_size()) return "the arenas differ in size";
-  if (std::memcmp((*gpu)->master(), cpu.params(), cpu.arena_size() * sizeof(A)) == 0) return "";
-  for (const ParamTensor& t : cpu.layout().tensors())
-    if (std::memcmp((*gpu)->master() + t.offset, cpu.params() + t.offset, t.numel * sizeof(A)))
+  if ((*gpu)->arena_size() != want.size()) return "the arenas differ in size";
+  if (std::memcmp((*gpu)->params(), want.data(), want.size() * sizeof(A)) == 0) return "";
+  for (const ParamTensor& t : layout.tensors())
+    if (std::memcmp((*gpu)->params() + t.offset, want.data() + t.offset, t.numel * sizeof(A)))
       return t.name + " differs";
   return "an alignment gap differs";
 }
 
-// Elements of tensor t (or of the losses) where `got` and `want` differ in any bit.
-template <typename X>
-size_t differing(const X* got, const X* want, size_t n) {
-  size_t d = 0;
-  for (size_t i = 0; i < n; i++) d += std::memcmp(got + i, want + i, sizeof(X)) != 0;
-  return d;
-}
-
-// "" or what differs between one fp32 TP 1 step of GptModel<float> and of GpuGpt<float> from
-// the same init_weights, tokens and dropout seed (test_gpu_model_on_host's model size).
-std::string fp32_step_difference(bool dropout) {
-  ModelConfig c = testing::tiny_config(2, 128, 4, 16, 250);
-  c.hidden_dropout = dropout ? 0.1f : 0.0f;
-  c.attention_dropout = dropout ? 0.1f : 0.0f;
-  const int B = 2, N = B * c.seq_length;
-  const std::vector<int32_t> tokens = sequence(N, 37, 11, c.vocab_size);
-  const std::vector<int32_t> targets = sequence(N, 53, 5, c.vocab_size);
-  GptModel<float> cpu(c, B);
-  cpu.init_weights(7);
-  cpu.zero_grads();
-  GptActivations<float> acts(c, B);
-  cpu.forward(acts, tokens.data(), targets.data(), 99, 1.0f / N);
-  cpu.backward(acts);
-  CpuDevice device;
-  auto gpu = gpu::GpuGpt<float>::create(c, B, device);
-  if (!gpu) return gpu.status().message();
-  gpu::GpuGpt<float>& g = **gpu;
-  auto gpu_acts = g.new_activations();
-  if (!gpu_acts) return gpu_acts.status().message();
-  if (Status s = g.init_weights(7); !s) return s.message();
-  g.zero_grads();
-  g.forward(**gpu_acts, tokens.data(), targets.data(), 99, 1.0f / N);
-  g.backward(**gpu_acts);
-  if (Status s = device.synchronize(device.compute()); !s) return s.message();
-  if (size_t d = differing((*gpu_acts)->losses, acts.losses, N))
-    return std::to_string(d) + " of " + std::to_string(N) + " token losses differ";
-  for (const ParamTensor& t : g.layout().tensors())
-    if (size_t d = differing(g.grads() + t.offset, cpu.grads() + t.offset, t.numel))
-      return "d " + t.name + ": " + std::to_string(d) + " of " + std::to_string(t.numel) +
-             " elements differ";
-  return "";
-}
-
 }  // namespace
 
-class GpuModelChecks : public QObject {
+class GptChecks : public QObject {
   Q_OBJECT
 
  private slots:
   void initTestCase() { kernels::set_num_threads(2); }
 
-  void tp1_fp32_step_is_the_cpu_models_bit_for_bit_on_every_cpu_isa() {
-    const kernels::CpuIsa chosen = kernels::cpu_isa();
-    int ran = 0;
-    for (kernels::CpuIsa isa : kernels::kAllCpuIsas) {
-      if (!kernels::set_cpu_isa(isa)) continue;  // this CPU lacks it
-      ran++;
-      for (bool dropout : {false, true}) {
-        const std::string d = fp32_step_difference(dropout);
-        // Measured, not traced: the avx2 copy with dropout gives other token losses (7 of 32
-        // differ), where CpuOps runs the dropout and the residual add as two ops and
-        // GptModel as one residual_dropout_forward (docs/one-engine.md, step 9, "As built").
-        if (dropout && isa == kernels::CpuIsa::avx2) continue;
-        QVERIFY2(d.empty(), qPrintable(QString("%1%2: %3")
-                                           .arg(kernels::cpu_isa_name(isa))
-                                           .arg(dropout ? " with dropout" : "")
-                                           .arg(d.c_str())));
-      }
-    }
-    kernels::set_cpu_isa(chosen);
-    QVERIFY(ran >= 1);
-  }
-
-  // test_gpt_gradients' model and data, run by GpuGpt<double>: every element of every tensor.
-  void every_fp64_parameter_gradient_matches_finite_differences() {
-    for (const char* granularity : {"", "selective"}) {
-      ModelConfig c = testing::tiny_config(2, 8, 2, 5, 13);
-      c.ffn_hidden_size = 12;
-      c.max_position_embeddings = 6;
-      c.make_vocab_size_divisible_by = 8;  // padded to 16: padding rows get gradients too
-      c.attention_dropout = 0.2f;
-      c.hidden_dropout = 0.1f;
-      c.init_method_std = 0.3f;  // large enough that every path carries signal
-      const int B = 2, N = B * c.seq_length;
-      CpuDevice device;
-      auto made = gpu::GpuGpt<double>::create(c, B, device, ModelShard{}, nullptr,
-                                              RecomputePlan::make(granularity, "", 0, 2));
-      QVERIFY2(bool(made), bool(made) ? "" : made.status().message().c_str());
-      gpu::GpuGpt<double>& model = **made;
-      auto made_acts = model.new_activations();
-      QVERIFY(bool(made_acts));
-      gpu::GpuActivations<double>& acts = **made_acts;
-      QVERIFY(bool(model.init_weights(7)));
-      // Non-trivial norms and biases, so their gradients are not degenerate.
-      const std::vector<double> noise = testing::random_vector(model.numel(), 8, 0.1);
-      std::vector<double> params(model.master(), model.master() + model.numel());
-      for (size_t i = 0; i < params.size(); i++) params[i] += noise[i];
-      const std::vector<int32_t> tokens = {1, 5, 12, 3, 3, 0, 7, 7, 2, 11};
-      const std::vector<int32_t> targets = {5, 12, 3, 3, 0, 7, 7, 2, 11, 12};
-      const float scale = 1.0f / N;
-      const uint64_t dropout_seed = 42;
+  // test_gpt_gradients' model and data in fp64 under selective recomputation: every element of
+  // every tensor.
+  void every_fp64_parameter_gradient_matches_finite_differences_under_selective_recompute() {
+    const char* granularity = "selective";
+    ModelConfig c = testing::tiny_config(2, 8, 2, 5, 13);
+    c.ffn_hidden_size = 12;
+    c.max_position_embeddings = 6;
+    c.make_vocab_size_divisible_by = 8;  // padded to 16: padding rows get gradients too
+    c.attention_dropout = 0.2f;
+    c.hidden_dropout = 0.1f;
+    c.init_method_std = 0.3f;  // large enough that every path carries signal
+    const int B = 2, N = B * c.seq_length;
+    CpuDevice device;
+    auto made = GptModel<double>::create(c, B, device, ModelShard{}, nullptr,
+                                         RecomputePlan::make(granularity, "", 0, 2));
+    QVERIFY2(bool(made), bool(made) ? "" : made.status().message().c_str());
+    GptModel<double>& model = **made;
+    auto made_acts = model.new_activations();
+    QVERIFY(bool(made_acts));
+    GptActivations<double>& acts = **made_acts;
+    QVERIFY(bool(model.init_weights(7)));
+    // Non-trivial norms and biases, so their gradients are not degenerate.
+    const std::vector<double> noise = testing::random_vector(model.arena_size(), 8, 0.1);
+    std::vector<double> params(model.params(), model.params() + model.arena_size());
+    for (size_t i = 0; i < params.size(); i++) params[i] += noise[i];
+    const std::vector<int32_t> tokens = {1, 5, 12, 3, 3, 0, 7, 7, 2, 11};
+    const std::vector<int32_t> targets = {5, 12, 3, 3, 0, 7, 7, 2, 11, 12};
+    const float scale = 1.0f / N;
+    const uint64_t dropout_seed = 42;
+    model.upload(params.data());
+    model.zero_grads();
+    model.forward(acts, tokens.data(), targets.data(), dropout_seed, scale);
+    model.backward(acts);
+    QVERIFY(bool(device.synchronize(device.compute())));
+    const std::vector<double> analytic(model.grads(), model.grads() + model.arena_size());
+    auto loss = [&] {  // the mean token loss
       model.upload(params.data());
-      model.zero_grads();
-      model.forward(acts, tokens.data(), targets.data(), dropout_seed, scale);
-      model.backward(acts);
-      QVERIFY(bool(device.synchronize(device.compute())));
-      const std::vector<double> analytic(model.grads(), model.grads() + model.numel());
-      auto loss = [&] {  // the mean token loss
-        model.upload(params.data());
-        return model.forward(acts, tokens.data(), targets.data(), dropout_seed, scale);
-      };
-      int checked = 0;
-      for (const ParamTensor& t : model.layout().tensors()) {
-        std::vector<size_t> indices;
-        for (size_t i = 0; i < t.numel; i++) indices.push_back(t.offset + i);
-        const std::string err =
-            testing::check_gradient(t.name, params, analytic, loss, 1e-5, 1e-8, indices, 1e-5);
-        QVERIFY2(err.empty(), qPrintable(QString("%1: %2").arg(granularity).arg(err.c_str())));
-        checked += static_cast<int>(t.numel);
-      }
-      QVERIFY(checked > 1000);
+      return model.forward(acts, tokens.data(), targets.data(), dropout_seed, scale);
+    };
+    int checked = 0;
+    for (const ParamTensor& t : model.layout().tensors()) {
+      std::vector<size_t> indices;
+      for (size_t i = 0; i < t.numel; i++) indices.push_back(t.offset + i);
+      const std::string err =
+          testing::check_gradient(t.name, params, analytic, loss, 1e-5, 1e-8, indices, 1e-5);
+      QVERIFY2(err.empty(), qPrintable(QString("%1: %2").arg(granularity).arg(err.c_str())));
+      checked += static_cast<int>(t.numel);
     }
+    QVERIFY(checked > 1000);
   }
 
-  void init_weights_draws_the_cpu_models_weights_bit_for_bit() {
+  void init_weights_writes_init_arenas_bits_direct_and_staged() {
     ModelShard later_stage;  // layer 1 of 2 with the final norm and the head's word embedding
     later_stage.layer_begin = 1;
     later_stage.pre = false;
@@ -263,31 +194,31 @@ class GpuModelChecks : public QObject {
 
   void init_weights_rounds_the_16_bit_compute_copy_from_the_master() {
     CpuDevice device;
-    auto gpu = gpu::GpuGpt<bf16>::create(small_config(), 2, device);
+    auto gpu = GptModel<bf16>::create(small_config(), 2, device);
     QVERIFY(bool(gpu));
     QVERIFY(bool((*gpu)->init_weights(11)));
-    const float* master = (*gpu)->master();
+    const float* master = (*gpu)->params();
     const bf16* copy = (*gpu)->compute_params();
-    for (size_t i = 0; i < (*gpu)->numel(); i++)
+    for (size_t i = 0; i < (*gpu)->arena_size(); i++)
       QVERIFY2(
           from_bf16(copy[i]) == from_bf16(to_bf16(master[i])),
           qPrintable(
               QString("element %1: %2, master %3").arg(i).arg(from_bf16(copy[i])).arg(master[i])));
   }
 
-  // One training step of two layers with dropout marks each op where GptModel's ScopedOp sits.
+  // One training step of two layers with dropout marks each op it queues, under its Op.
   void op_times_mark_every_op_of_a_step() {
     const ModelConfig c = small_config();
     const int L = c.num_layers, N = 2 * c.seq_length;
     for (const char* granularity : {"", "selective"}) {
       CpuDevice device;
-      auto gpu = gpu::GpuGpt<float>::create(c, 2, device, ModelShard{}, nullptr,
-                                            RecomputePlan::make(granularity, "", 0, L));
+      auto gpu = GptModel<float>::create(c, 2, device, ModelShard{}, nullptr,
+                                         RecomputePlan::make(granularity, "", 0, L));
       QVERIFY(bool(gpu));
-      gpu::GpuGpt<float>& g = **gpu;
+      GptModel<float>& g = **gpu;
       auto made = g.new_activations();
       QVERIFY(bool(made));
-      gpu::GpuActivations<float>& acts = **made;
+      GptActivations<float>& acts = **made;
       QVERIFY(bool(g.init_weights(3)));
       const std::vector<int32_t> tokens = sequence(N, 7, 1, c.vocab_size);
       const std::vector<int32_t> targets = sequence(N, 11, 2, c.vocab_size);
@@ -383,7 +314,7 @@ class GpuModelChecks : public QObject {
                                     par.recompute_num_layers, shard.num_layers(o->model));
             CpuDevice device;
             auto taken = [&]<typename A>() -> size_t {
-              auto model = gpu::GpuGpt<A>::create(o->model, 2, device, shard, nullptr, plan);
+              auto model = GptModel<A>::create(o->model, 2, device, shard, nullptr, plan);
               if (!model) return 0;
               auto acts = (*model)->new_activations();
               if (!acts) return 0;
@@ -409,7 +340,7 @@ class GpuModelChecks : public QObject {
     const ModelConfig c = small_config();
     const int N = 2 * c.seq_length;
     WatchedDevice device;
-    auto gpu = gpu::GpuGpt<float>::create(c, 2, device);
+    auto gpu = GptModel<float>::create(c, 2, device);
     QVERIFY(bool(gpu));
     QVERIFY(bool((*gpu)->init_weights(3)));
     auto acts = (*gpu)->new_activations();
@@ -424,5 +355,5 @@ class GpuModelChecks : public QObject {
   }
 };
 
-QTEST_APPLESS_MAIN(GpuModelChecks)
-#include "test_gpu_model_checks.moc"
+QTEST_APPLESS_MAIN(GptChecks)
+#include "test_gpt_checks.moc"

@@ -1,0 +1,51 @@
+// capability_errors (capabilities.h): a backend's limits turned into the engine's sentences.
+// Host code in lattice_engine, so every build checks options against either backend. Non-goal:
+// the rules every device shares (layout_errors, TrainOptions::validate), which run first.
+#include "device/capabilities.h"
+
+#include <algorithm>
+
+namespace lattice {
+
+namespace {
+
+// "64 or 128", "32, 64 or 128".
+std::string alternatives(const std::vector<int>& values) {
+  std::string text;
+  for (size_t i = 0; i < values.size(); i++)
+    text += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + std::to_string(values[i]);
+  return text;
+}
+
+}  // namespace
+
+std::vector<std::string> capability_errors(const TrainOptions& o, const Capabilities& c) {
+  std::vector<std::string> errors;
+  if (o.fp64 && !c.fp64)
+    errors.push_back("--fp64 is not supported by the GPU trainer yet (docs/gpu.md#scope)");
+  // --bf16 has no CPU emulation: rounding fp32 kernels' inputs would be slow and still not what
+  // the GPU computes, so it asks for the GPU instead. --fp16 runs everywhere (capabilities.h).
+  if (o.bf16 && !c.bf16)
+    errors.push_back(
+        "--bf16 trains on the GPU only: add --device cuda (the lattice-gpu trainer, built with "
+        "CUDA); the CPU engine computes in fp32, and --fp16 on the CPU runs fp32 arithmetic "
+        "with the loss scaler");
+  const int heads = o.model.num_attention_heads;
+  const int head_size = heads > 0 ? o.model.hidden_size / heads : 0;
+  const std::vector<int>& sizes = c.head_sizes;
+  if (!sizes.empty() && std::find(sizes.begin(), sizes.end(), head_size) == sizes.end())
+    errors.push_back(
+        "head size --hidden-size / --num-attention-heads = " + std::to_string(head_size) +
+        ": the GPU attention kernel takes " + alternatives(sizes));
+  // Each tensor-parallel rank's MLP slice; a TP that does not divide the MLP is layout_errors'.
+  const int tp = o.model.tensor_model_parallel_size, ffn = o.model.ffn();
+  const int multiple = c.mlp_slice_multiple;
+  if (multiple > 1 && tp >= 1 && ffn % tp == 0 && (ffn / tp) % multiple != 0)
+    errors.push_back(
+        tp > 1 ? "the GPU MLP needs --ffn-hidden-size / --tensor-model-parallel-size " +
+                     std::to_string(tp) + " % " + std::to_string(multiple) + " == 0"
+               : "the GPU MLP needs --ffn-hidden-size % " + std::to_string(multiple) + " == 0");
+  return errors;
+}
+
+}  // namespace lattice
