@@ -22,8 +22,8 @@
 // passes an overflow on: at a loss scale of 2^32 the fp16 loss gradient is inf, and every
 // parameter gradient it reaches is non-finite, where the fp32 model's stay finite (docs/gpu.md,
 // note "fp16 overflow").
-// Pipeline parallelism: GpuPipeline (engine/src/gpu/gpu_pipeline.cpp, over the CPU device's
-// side streams and channel communicators from Device::make_comm: MpiComm's stream-ordered
+// Pipeline parallelism: PipelineExecutor (engine/src/gpu/pipeline/executor.cpp, over the CPU
+// device's side streams and channel communicators from Device::make_comm: MpiComm's stream-ordered
 // sends and receives, Note [CPU stream order]) runs a 1F1B iteration of eight
 // micro-batches over PP 2 stages (even, and one + three layers; with dropout; in bf16 and
 // fp16), TP 2 x PP 2 (four ranks), and the interleaved schedule with two chunks per rank at
@@ -68,11 +68,12 @@
 #include "common/process.h"
 #include "common/tiny_model.h"
 #include "device/cpu_device.h"
-#include "gpu/gpu_pipeline.h"
 #include "lattice/layout.h"
 #include "model/gpt.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
+#include "pipeline/executor.h"
+#include "pipeline/schedule.h"
 
 using namespace lattice;
 namespace cu = lattice::kernels::cuda;
@@ -339,7 +340,7 @@ uint64_t micro_batch_seed(int mb) {
 }
 
 // "" or the first difference between a pipeline iteration of GptModel<A> chunks (this rank's,
-// run by GpuPipeline) and the whole run in Ref<A> over every micro-batch in one process, each
+// run by PipelineExecutor) and the whole run in Ref<A> over every micro-batch in one process, each
 // micro-batch with its own dropout seed (micro_batch_seed) on both sides. The pipeline's loss
 // gradient is multiplied by loss_scale (its gradients divided by it before comparing).
 // recompute_method, recompute_n: the chunks' full recomputation ("" none; "selective":
@@ -374,7 +375,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     return "whole run: " + s.message();
 
   const int chunks = L.vpp;
-  const int in_flight = gpu::pipeline_slots(L.pp, groups.coord.pp, chunks, M);
+  const std::vector<int> in_flight = chunk_peaks(L.pp, groups.coord.pp, chunks, M);
   CpuDevice device;
   std::vector<std::unique_ptr<GptModel<A>>> models;
   std::vector<GptModel<A>*> chunk_models;
@@ -392,14 +393,14 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     chunk_models.push_back(&m);
     models.push_back(std::move(*made));
   }
-  // One communicator per channel (Note [GPU pipeline streams]), made by the device.
+  // One communicator per channel (Note [pipeline streams]), made by the device.
   std::vector<std::unique_ptr<Comm>> comms;
   for (int i = 0; i < (chunks > 1 ? 4 : 2); i++) {
     Result<std::unique_ptr<Comm>> comm = device.make_comm(*groups.pp);
     if (!comm) return comm.status().message();
     comms.push_back(std::move(*comm));
   }
-  gpu::PipelineComms channels;
+  PipelineComms channels;
   channels.activations = comms[0].get();
   channels.gradients = comms[1].get();
   if (chunks > 1) {
@@ -407,7 +408,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     channels.gradients_wrap = comms[3].get();
   }
   auto pipeline =
-      gpu::GpuPipeline<A>::create(chunk_models, device, channels, L.pp, groups.coord.pp, in_flight);
+      PipelineExecutor<A>::create(chunk_models, device, channels, L.pp, groups.coord.pp, in_flight);
   if (!pipeline) return pipeline.status().message();
   auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets) {
     const size_t bytes = N * sizeof(int32_t);
@@ -893,14 +894,6 @@ class GptLayouts : public QObject {
     expect_workers(4, pipeline_args(1, 4, 2, 0, "fp32"), "PP 4 x 2 chunks");
   }
 #endif
-
-  void pipeline_slots_follow_the_schedule() {
-    // 1F1B: stage s of 4 holds min(4 - s, M) micro-batches at once; one stage holds one.
-    QCOMPARE(gpu::pipeline_slots(4, 0, 1, 8), 4);
-    QCOMPARE(gpu::pipeline_slots(4, 3, 1, 8), 1);
-    QCOMPARE(gpu::pipeline_slots(4, 1, 1, 2), 2);
-    QCOMPARE(gpu::pipeline_slots(1, 0, 1, 8), 1);
-  }
 };
 
 int main(int argc, char** argv) {

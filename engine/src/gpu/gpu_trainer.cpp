@@ -1,6 +1,6 @@
 // The GPU training loop of one rank (gpu_trainer.h): data as the CPU trainer reads it
 // (train/data_feed.h), the rank's pipeline stage (GptModel per model chunk of its ModelShard) run
-// by GpuPipeline (gpu_pipeline.h: 1F1B or interleaved 1F1B, gradient accumulation over
+// by PipelineExecutor (pipeline/executor.h: 1F1B or interleaved 1F1B, gradient accumulation over
 // micro-batches; PP 1 runs forward and backward of each micro-batch in turn), tensor and
 // sequence parallelism inside the model (NCCL on the compute stream; the partial LayerNorm and
 // bias gradients of --sequence-parallel are summed over TP there, before the data-parallel
@@ -32,7 +32,6 @@
 #include "device/device.h"
 #include "device/nvml_probe.h"
 #include "gpu/gpu_checkpoint.h"
-#include "gpu/gpu_pipeline.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
@@ -43,6 +42,8 @@
 #include "optim/optimizer_shard.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
+#include "pipeline/executor.h"
+#include "pipeline/schedule.h"
 #include "train/data_feed.h"
 #include "train/rank_reports.h"
 
@@ -201,12 +202,12 @@ class GpuLoop {
   }
 
   std::vector<Chunk> chunks_;
-  std::unique_ptr<GpuPipeline<A>> pipeline_;
+  std::unique_ptr<PipelineExecutor<A>> pipeline_;
   TrainState resumed_;        // where --load left the run (zero: a fresh run)
   ProcessGroups groups_;      // the CPU trainer's groups (MPI): norm, coordinates
   std::unique_ptr<Comm> tp_;  // NcclComm of the TP group (TP > 1)
   std::unique_ptr<Comm> dp_;  // NcclComm of the DP group (DP > 1)
-  // NcclComms of the PP group (PP > 1), one per channel (Note [GPU pipeline streams]):
+  // NcclComms of the PP group (PP > 1), one per channel (Note [pipeline streams]):
   // activations, gradients and, interleaved, their wrap-around channels.
   std::unique_ptr<Comm> pp_activations_, pp_gradients_, pp_activations_wrap_, pp_gradients_wrap_;
   std::unique_ptr<Comm> embedding_;  // NcclComm of the embedding group (first + last stage)
@@ -269,7 +270,7 @@ Status GpuLoop<A>::setup() {
   const ParallelLayout& L = groups_.layout;
   const int M = o_.num_micro_batches() / L.dp;
   // Activations for as many micro-batches as the schedule keeps in flight on this stage.
-  const int in_flight = pipeline_slots(L.pp, groups_.coord.pp, L.vpp, M);
+  const std::vector<int> in_flight = chunk_peaks(L.pp, groups_.coord.pp, L.vpp, M);
   std::vector<GptModel<A>*> models;
   for (int c = 0; c < L.vpp; c++) {
     Chunk chunk;
@@ -300,7 +301,7 @@ Status GpuLoop<A>::setup() {
   channels.activations_wrap = pp_activations_wrap_.get();
   channels.gradients_wrap = pp_gradients_wrap_.get();
   auto pipeline =
-      GpuPipeline<A>::create(models, device(), channels, L.pp, groups_.coord.pp, in_flight);
+      PipelineExecutor<A>::create(models, device(), channels, L.pp, groups_.coord.pp, in_flight);
   if (!pipeline) return pipeline.status();
   pipeline_ = std::move(*pipeline);
   // Megatron's initialisation drawn exactly as a CPU run draws it (so a GPU run starts from

@@ -1,27 +1,23 @@
+// PipelineExecutor (executor.h): the schedule's actions as queued device work, ordered across
+// the compute stream and the channels' side streams by the device's events (Note [pipeline
+// streams]).
 #include "pipeline/executor.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <thread>
+#include <type_traits>
 
-#include "core/host_memory.h"
-#include "device/cpu_device.h"
+#include "core/profiler.h"
 #include "pipeline/schedule.h"
 
 namespace lattice {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point t0, Clock::time_point t1) {
-  return std::chrono::duration<double>(t1 - t0).count();
-}
-enum Direction { kActivation = 0, kGradient = 1 };
-
 // Fault injection for the slow-rank tests (docs/studio.md, "Slow and stuck ranks"):
-// LATTICE_SLOW_FORWARD_MS=N makes every forward of this process N ms longer, as a slower CPU or
-// GPU would (set it on one rank: `mpirun -n 1 env LATTICE_SLOW_FORWARD_MS=40 lattice train ...
-// : -n 3 lattice train ...`).
+// LATTICE_SLOW_FORWARD_MS=N makes every training forward of this process N ms longer, as a
+// slower CPU or GPU would (set it on one rank: `mpirun -n 1 env LATTICE_SLOW_FORWARD_MS=40
+// lattice train ... : -n 3 lattice train ...`). The host sleeps after queueing the forward.
 double slow_forward_seconds() {
   static const double seconds = [] {
     const char* v = std::getenv("LATTICE_SLOW_FORWARD_MS");
@@ -31,246 +27,257 @@ double slow_forward_seconds() {
 }
 }  // namespace
 
-const char* timeline_kind_name(TimelineBox::Kind kind) {
-  static const char* const names[TimelineBox::kKinds] = {"forward", "backward",  "pipeline wait",
-                                                         "dp comm", "optimizer", "embedding comm"};
-  assert(kind >= 0 && kind < TimelineBox::kKinds);
-  return names[kind];
+template <typename A>
+PipelineExecutor<A>::PipelineExecutor(std::vector<GptModel<A>*> chunks, Device& device,
+                                      const PipelineComms& comms, int stages, int stage)
+    : chunks_(std::move(chunks)), device_(device), stages_(stages), stage_(stage) {
+  activations_.comm = comms.activations;
+  gradients_.comm = comms.gradients;
+  activations_wrap_.comm = comms.activations_wrap;
+  gradients_wrap_.comm = comms.gradients_wrap;
 }
 
-template <typename T>
-Result<std::unique_ptr<PipelineExecutor<T>>> PipelineExecutor<T>::create(std::vector<Model*> chunks,
-                                                                         Device& device, Comm* pp,
-                                                                         int stages, int stage) {
-  Result<Stream*> sends = device.new_stream("pipeline sends");
-  if (!sends) return sends.status();
-  if (!(*sends)->queue())
+template <typename A>
+Result<std::unique_ptr<PipelineExecutor<A>>> PipelineExecutor<A>::create(
+    std::vector<GptModel<A>*> chunks, Device& device, const PipelineComms& comms, int stages,
+    int stage, const std::vector<int>& slots) {
+  const bool interleaved = chunks.size() > 1;
+  if (chunks.empty()) return Status::internal("PipelineExecutor: no model chunk");
+  if (slots.size() != chunks.size())
+    return Status::internal("PipelineExecutor: " + std::to_string(slots.size()) +
+                            " slot counts for " + std::to_string(chunks.size()) + " chunks");
+  if (stages > 1 && (!comms.activations || !comms.gradients))
+    return Status::internal("PipelineExecutor: pipeline stages without their communicators");
+  if (interleaved && (stages == 1 || !comms.activations_wrap || !comms.gradients_wrap))
     return Status::internal(
-        "the pipeline executor sends through a CPU side stream's "
-        "queue; " +
-        device.describe() + " has none");
-  return std::unique_ptr<PipelineExecutor>(
-      new PipelineExecutor(std::move(chunks), device, **sends, pp, stages, stage));
+        "PipelineExecutor: interleaved stages without the wrap-around channels");
+  std::unique_ptr<PipelineExecutor<A>> p(
+      new PipelineExecutor<A>(std::move(chunks), device, comms, stages, stage));
+  if (Status s = p->make_slots(slots); !s) return s;
+  if (Status s = p->make_streams(); !s) return s;
+  return p;
 }
 
-template <typename T>
-PipelineExecutor<T>::PipelineExecutor(std::vector<Model*> chunks, Device& device, Stream& sends,
-                                      Comm* pp, int stages, int stage)
-    : chunks_(std::move(chunks)),
-      device_(device),
-      sends_(sends),
-      pp_(pp),
-      stages_(stages),
-      stage_(stage) {
-  pools_.resize(chunks_.size());
-  const size_t N = static_cast<size_t>(chunks_[0]->B()) * chunks_[0]->T();
-  host_assign(tokens_, N, MemoryCategory::kActivations);
-  host_assign(targets_, N, MemoryCategory::kActivations);
-  host_assign(losses_, N, MemoryCategory::kActivations);
-}
-
-template <typename T>
-int PipelineExecutor<T>::tag(int virtual_stage, int micro_batch, int direction) const {
-  const int virtual_stages = stages_ * static_cast<int>(chunks_.size());
-  return (micro_batch * virtual_stages + virtual_stage) * 2 + direction;
-}
-
-template <typename T>
-Result<typename PipelineExecutor<T>::Activations*> PipelineExecutor<T>::acquire(int chunk) {
-  Pool& pool = pools_[chunk];
-  if (pool.free.empty()) {
-    Result<std::unique_ptr<Activations>> made = chunks_[chunk]->new_activations();
-    if (!made) return made.status();
-    pool.all.push_back(std::move(*made));
-    pool.free.push_back(pool.all.back().get());
-  }
-  Activations* acts = pool.free.back();
-  pool.free.pop_back();
-  return acts;
-}
-
-template <typename T>
-void PipelineExecutor<T>::release(int chunk, Activations* acts) {
-  pools_[chunk].free.push_back(acts);
-}
-
-template <typename T>
-size_t PipelineExecutor<T>::buffer_bytes() const {
-  size_t bytes = 0;
-  for (const auto& o : outgoing_) bytes += o->data.capacity() * sizeof(T);
-  return bytes;
-}
-
-template <typename T>
-Status PipelineExecutor<T>::send(const T* data, size_t count, int peer, int tag) {
-  // Reuse a buffer whose send has completed; keep the others alive until they do.
-  Outgoing* slot = nullptr;
-  for (auto& o : outgoing_)
-    if (device_.completed(o->sent)) {
-      slot = o.get();
-      break;
+template <typename A>
+Status PipelineExecutor<A>::make_slots(const std::vector<int>& slots) {
+  slots_.resize(chunks_.size());
+  for (size_t c = 0; c < chunks_.size(); c++)
+    for (int s = 0; s < std::max(1, slots[c]); s++) {
+      Result<std::unique_ptr<GptActivations<A>>> made = chunks_[c]->new_activations();
+      if (!made) return made.status();
+      slots_[c].push_back(std::move(*made));
     }
-  if (Status s = device_.error(); !s) return s;
-  if (!slot) {
-    outgoing_.push_back(std::make_unique<Outgoing>());
-    slot = outgoing_.back().get();
-  }
-  slot->data.assign(data, data + count);
-  sends_.queue()->push(pp_->isend(slot->data.data(), count, dtype_of<T>(), peer, tag));
-  slot->sent = device_.record(sends_);
   return Status::ok();
 }
 
-template <typename T>
-Status PipelineExecutor<T>::receive(T* data, size_t count, int peer, int virtual_stage,
-                                    int micro_batch, int direction) {
-  const auto t0 = Clock::now();
-  Status s =
-      pp_->recv(data, count, dtype_of<T>(), peer, tag(virtual_stage, micro_batch, direction));
-  const auto t1 = Clock::now();
-  times_.wait += seconds_between(t0, t1);
-  if (recording()) timeline_->add(TimelineBox::kPipelineWait, virtual_stage, micro_batch, t0, t1);
+template <typename A>
+Status PipelineExecutor<A>::make_streams() {
+  const size_t chunks = chunks_.size();
+  output_sent_.resize(chunks);
+  input_grad_sent_.resize(chunks);
+  free_slots_.resize(chunks);
+  for (size_t c = 0; c < chunks; c++) {
+    output_sent_[c].assign(slot_count(c), Event{});
+    input_grad_sent_[c].assign(slot_count(c), Event{});
+  }
+  const std::pair<Channel*, const char*> named[] = {
+      {&activations_, "pipeline activations"},
+      {&gradients_, "pipeline gradients"},
+      {&activations_wrap_, "pipeline activations (wrap-around)"},
+      {&gradients_wrap_, "pipeline gradients (wrap-around)"}};
+  for (const auto& [channel, name] : named) {
+    if (!channel->comm) continue;
+    Result<Stream*> made = device_.new_stream(name);
+    if (!made) return made.status();
+    channel->stream = *made;
+  }
+  return Status::ok();
+}
+
+template <typename A>
+PipelineExecutor<A>::~PipelineExecutor() {
+  // The streams belong to the device; nothing queued on them may outlive the slots they read
+  // and write (the trainer synchronises the compute stream after every iteration, and join()
+  // made it wait for every channel).
+  for (Channel* channel : {&activations_, &gradients_, &activations_wrap_, &gradients_wrap_})
+    if (channel->stream) (void)device_.synchronize(*channel->stream);
+}
+
+template <typename A>
+int PipelineExecutor<A>::acquire(int c) {
+  // Slots are handed out as the schedule frees them; the caller sized the pool (chunk_peaks).
+  std::vector<int>& free = free_slots_[c];
+  if (free.empty()) return -1;
+  const int s = free.back();
+  free.pop_back();
   return s;
 }
 
-template <typename T>
-Status PipelineExecutor<T>::drain_sends() {
-  const auto t0 = Clock::now();
-  if (Status s = device_.synchronize(sends_); !s) return s;
-  const auto t1 = Clock::now();
-  times_.wait += seconds_between(t0, t1);
-  if (recording() && stages_ > 1) timeline_->add(TimelineBox::kPipelineWait, stage_, -1, t0, t1);
+template <typename A>
+Status PipelineExecutor<A>::forward_one(int c, int mb, int s, const Loader& load,
+                                        uint64_t dropout_seed, float grad_scale,
+                                        accum_t<A>* losses) {
+  GptModel<A>& model = *chunks_[c];
+  GptActivations<A>& slot = *slots_[c][s];
+  const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
+  Stream& compute = device_.compute();
+  // The slot's output may still be on its way to the next stage from its previous use.
+  device_.wait(compute, output_sent_[c][s]);
+  if (first_virtual(c) || last_virtual(c)) {
+    ScopedOp op(&model.profiler(), Op::kData);  // the host's part: reading and queueing
+    if (Status st = load(mb, slot.tokens, slot.targets); !st) return st;
+  }
+  if (!first_virtual(c)) {
+    // Into residual[0], once compute is done with the slot's previous micro-batch.
+    Channel& in = input_channel(c);
+    follow(*in.stream, compute);
+    const int prev = (stage_ + stages_ - 1) % stages_;
+    if (Status st = in.comm->recv(slot.residual, model.boundary_elems(), type, prev, *in.stream);
+        !st)
+      return st;
+    const Mark w0 = mark_if_timing();
+    follow(compute, *in.stream);
+    add_phase(TimelineBox::kPipelineWait, virtual_stage(c), mb, w0);
+  }
+  const Mark f0 = mark_if_timing();
+  model.forward_stage(slot, grad_scale, dropout_seed);
+  if (grad_scale > 0 && slow_forward_seconds() > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(slow_forward_seconds()));
+  add_phase(TimelineBox::kForward, virtual_stage(c), mb, f0);
+  if (last_virtual(c)) {
+    const size_t N = static_cast<size_t>(model.B()) * model.T();
+    device_.copy(losses + static_cast<size_t>(mb) * N, slot.losses, N * sizeof(accum_t<A>),
+                 CopyKind::kDeviceToDevice, compute);
+    return Status::ok();
+  }
+  Channel& out = output_channel();
+  follow(*out.stream, compute);
+  const int next = (stage_ + 1) % stages_;
+  if (Status st =
+          out.comm->send(model.output(slot), model.boundary_elems(), type, next, *out.stream);
+      !st)
+    return st;
+  output_sent_[c][s] = device_.record(*out.stream);
   return Status::ok();
 }
 
-template <typename T>
-Result<double> PipelineExecutor<T>::mean_loss(const Activations& acts) {
-  device_.copy(losses_.data(), acts.losses, losses_.size() * sizeof(accum_t<T>),
-               CopyKind::kDeviceToHost, device_.compute());
-  if (Status s = device_.synchronize(device_.compute()); !s) return s;
-  double sum = 0;
-  for (accum_t<T> l : losses_) sum += static_cast<double>(l);
-  return sum / static_cast<double>(losses_.size());
-}
-
-template <typename T>
-Status PipelineExecutor<T>::forward_one(int c, int mb, const Loader& load, uint64_t seed,
-                                        float grad_scale, double& loss_sum, Activations* acts) {
-  Model& model = *chunks_[c];
-  const int virtual_stage = c * stages_ + stage_;
-  const int prev = (stage_ + stages_ - 1) % stages_, next = (stage_ + 1) % stages_;
-  const size_t token_bytes = tokens_.size() * sizeof(int32_t);
-  if (first_virtual(c) || last_virtual(c)) {
-    ScopedOp op(&model.profiler(), Op::kData);
-    if (Status s = load(mb, tokens_.data(), targets_.data()); !s) return s;
-    if (first_virtual(c))
-      device_.copy(acts->tokens, tokens_.data(), token_bytes, CopyKind::kHostToDevice,
-                   device_.compute());
-    if (last_virtual(c))
-      device_.copy(acts->targets, targets_.data(), token_bytes, CopyKind::kHostToDevice,
-                   device_.compute());
+template <typename A>
+Status PipelineExecutor<A>::backward_one(int c, int mb, int s, int micro_batches) {
+  GptModel<A>& model = *chunks_[c];
+  GptActivations<A>& slot = *slots_[c][s];
+  const DType type = dtype_of<A>();  // the boundary tensors are of the compute type
+  Stream& compute = device_.compute();
+  if (!last_virtual(c)) {
+    // Into output_grad, which the slot's previous backward has already read (compute order).
+    Channel& in = output_grad_channel();
+    follow(*in.stream, compute);
+    const int next = (stage_ + 1) % stages_;
+    if (Status st = in.comm->recv(slot.output_grad, model.boundary_elems(), type, next, *in.stream);
+        !st)
+      return st;
+    const Mark w0 = mark_if_timing();
+    follow(compute, *in.stream);
+    add_phase(TimelineBox::kPipelineWait, virtual_stage(c), mb, w0);
   }
-  if (!first_virtual(c))
-    if (Status s =
-            receive(acts->residual, model.boundary_elems(), prev, virtual_stage, mb, kActivation);
-        !s)
-      return s;
-  const auto t0 = Clock::now();
-  model.forward_stage(*acts, grad_scale, seed);
-  if (grad_scale > 0 && slow_forward_seconds() > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double>(slow_forward_seconds()));
-  const auto t1 = Clock::now();
-  times_.forward += seconds_between(t0, t1);
-  if (recording()) timeline_->add(TimelineBox::kForward, virtual_stage, mb, t0, t1);
-  if (last_virtual(c)) {
-    Result<double> loss = mean_loss(*acts);
-    if (!loss) return loss.status();
-    loss_sum += *loss;
-  } else if (Status s = send(model.output(*acts), model.boundary_elems(), next,
-                             tag(virtual_stage + 1, mb, kActivation));
-             !s) {
-    return s;
-  }
-  return device_.error();
+  // input_grad may still be on its way to the previous stage from the slot's previous use.
+  device_.wait(compute, input_grad_sent_[c][s]);
+  // A chunk's gradients are final after its last micro-batch's backward (the schedule runs a
+  // chunk's backwards in micro-batch order): only then may data-parallel reductions start.
+  model.set_final_backward(mb == micro_batches - 1);
+  const Mark b0 = mark_if_timing();
+  model.backward_stage(slot);
+  add_phase(TimelineBox::kBackward, virtual_stage(c), mb, b0);
+  model.set_final_backward(false);
+  if (first_virtual(c)) return Status::ok();
+  Channel& out = input_grad_channel();
+  follow(*out.stream, compute);
+  const int prev = (stage_ + stages_ - 1) % stages_;
+  if (Status st = out.comm->send(slot.input_grad, model.boundary_elems(), type, prev, *out.stream);
+      !st)
+    return st;
+  input_grad_sent_[c][s] = device_.record(*out.stream);
+  return Status::ok();
 }
 
-template <typename T>
-void PipelineExecutor<T>::collect_op_times() {
-  for (Model* chunk : chunks_) chunk->collect_op_times();
-  device_.reset_marks();
+template <typename A>
+void PipelineExecutor<A>::join() {
+  const Mark w0 = mark_if_timing();
+  for (Channel* channel : {&activations_, &gradients_, &activations_wrap_, &gradients_wrap_})
+    if (channel->stream) follow(device_.compute(), *channel->stream);
+  if (stages_ > 1) add_phase(TimelineBox::kPipelineWait, stage_, -1, w0);
 }
 
-template <typename T>
-Result<double> PipelineExecutor<T>::train(int micro_batches, const Loader& load,
-                                          const std::function<uint64_t(int)>& dropout_seed,
-                                          float grad_scale) {
+template <typename A>
+Status PipelineExecutor<A>::train(int micro_batches, const Loader& load,
+                                  const std::function<uint64_t(int)>& dropout_seed,
+                                  float grad_scale, accum_t<A>* losses) {
   const int chunks = static_cast<int>(chunks_.size());
-  in_flight_.assign(chunks, std::vector<Activations*>(micro_batches, nullptr));
-  double loss_sum = 0;
-  const int prev = (stage_ + stages_ - 1) % stages_, next = (stage_ + 1) % stages_;
+  in_flight_.assign(chunks, std::vector<int>(micro_batches, -1));
+  timing_ = true;
+  phases_.clear();
+  origin_ = device_.mark(device_.compute());
+  host_origin_ = std::chrono::steady_clock::now();
+  for (int c = 0; c < chunks; c++) {
+    free_slots_[c].clear();
+    for (int s = slot_count(c) - 1; s >= 0; s--) free_slots_[c].push_back(s);
+  }
   for (const PipelineAction& a : pipeline_schedule(stages_, stage_, chunks, micro_batches)) {
     const int c = a.chunk, mb = a.micro_batch;
-    Model& model = *chunks_[c];
-    const int virtual_stage = c * stages_ + stage_;
     if (a.kind == PipelineAction::kForward) {
-      Result<Activations*> acts = acquire(c);
-      if (!acts) return acts.status();
-      in_flight_[c][mb] = *acts;
-      if (Status s = forward_one(c, mb, load, dropout_seed(mb), grad_scale, loss_sum, *acts); !s)
-        return s;
+      const int s = acquire(c);
+      if (s < 0)
+        return Status::internal("PipelineExecutor: more micro-batches in flight than slots (" +
+                                std::to_string(slot_count(c)) + ")");
+      in_flight_[c][mb] = s;
+      if (Status st = forward_one(c, mb, s, load, dropout_seed(mb), grad_scale, losses); !st)
+        return st;
       continue;
     }
-    Activations* acts = in_flight_[c][mb];
-    if (!last_virtual(c))
-      if (Status s = receive(acts->output_grad, model.boundary_elems(), next, virtual_stage, mb,
-                             kGradient);
-          !s)
-        return s;
-    // Gradients of a chunk are final after its last micro-batch's backward: only then may
-    // data-parallel buckets start (the schedule runs each chunk's backwards in order).
-    model.set_final_backward(mb == micro_batches - 1);
-    const auto t0 = Clock::now();
-    model.backward_stage(*acts);
-    const auto t1 = Clock::now();
-    times_.backward += seconds_between(t0, t1);
-    if (recording()) timeline_->add(TimelineBox::kBackward, virtual_stage, mb, t0, t1);
-    model.set_final_backward(false);
-    if (!first_virtual(c))
-      if (Status s = send(acts->input_grad, model.boundary_elems(), prev,
-                          tag(virtual_stage - 1, mb, kGradient));
-          !s)
-        return s;
-    release(c, acts);
-    in_flight_[c][mb] = nullptr;
+    const int s = in_flight_[c][mb];
+    if (Status st = backward_one(c, mb, s, micro_batches); !st) return st;
+    in_flight_[c][mb] = -1;
+    free_slots_[c].push_back(s);
   }
-  if (Status s = drain_sends(); !s) return s;
-  collect_op_times();
-  if (Status s = device_.error(); !s) return s;
-  return loss_sum;
+  join();
+  timing_ = false;
+  return Status::ok();
 }
 
-template <typename T>
-Result<double> PipelineExecutor<T>::evaluate(int micro_batches, const Loader& load) {
-  const PipelineTimes training = times_;  // restored: validation is not a training phase
-  double loss_sum = 0;
-  const int chunks = static_cast<int>(chunks_.size());
-  // Micro-batch by micro-batch, chunk by chunk: a valid order on every rank, since a chunk's
-  // input comes from a lower virtual stage of the same micro-batch.
-  for (int mb = 0; mb < micro_batches; mb++)
-    for (int c = 0; c < chunks; c++) {
-      Result<Activations*> acts = acquire(c);
-      if (!acts) return acts.status();
-      Status s = forward_one(c, mb, load, 0, 0.0f, loss_sum, *acts);
-      release(c, *acts);
-      if (!s) return s;
+template <typename A>
+void PipelineExecutor<A>::collect_times(IterationTimeline* timeline) {
+  const bool boxes = timeline && timeline->on();
+  // The marks' seconds from origin_, shifted to the timeline's origin by the host clock.
+  const double shift =
+      boxes ? std::chrono::duration<double>(host_origin_ - timeline->origin()).count() : 0.0;
+  for (const TimedPhase& p : phases_) {
+    const double seconds = device_.seconds(p.from, p.to);
+    if (!(seconds >= 0)) continue;  // unreadable (not synchronised): counted nowhere
+    double& total = p.kind == TimelineBox::kForward    ? times_.forward
+                    : p.kind == TimelineBox::kBackward ? times_.backward
+                                                       : times_.wait;
+    total += seconds;
+    if (boxes) {
+      const double start = shift + device_.seconds(origin_, p.from);
+      timeline->add_seconds(p.kind, p.stage, p.micro_batch, start, start + seconds);
     }
-  if (Status s = drain_sends(); !s) return s;
-  collect_op_times();
-  times_ = training;
-  return loss_sum;
+  }
+  phases_.clear();
+}
+
+template <typename A>
+Status PipelineExecutor<A>::evaluate(int micro_batches, const Loader& load, accum_t<A>* losses) {
+  // Micro-batch by micro-batch through slot 0: a valid order on every rank (a stage's input
+  // comes from the previous stage's forward of the same micro-batch).
+  for (int mb = 0; mb < micro_batches; mb++)
+    for (int c = 0; c < static_cast<int>(chunks_.size()); c++)
+      if (Status st = forward_one(c, mb, 0, load, 0, 0.0f, losses); !st) return st;
+  join();
+  return Status::ok();
 }
 
 template class PipelineExecutor<float>;
 template class PipelineExecutor<double>;
+template class PipelineExecutor<bf16>;
+template class PipelineExecutor<fp16>;
 
 }  // namespace lattice

@@ -13,7 +13,7 @@
 #include "lattice/comm.h"
 #include "lattice/layout.h"
 #include "lattice/train.h"
-#include "pipeline/executor.h"
+#include "pipeline/timeline.h"
 
 namespace lattice {
 

@@ -42,6 +42,7 @@
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
 #include "pipeline/executor.h"
+#include "pipeline/schedule.h"
 #include "train/data_feed.h"
 #include "train/host_memory_check.h"
 #include "train/rank_reports.h"
@@ -118,6 +119,9 @@ template <typename T>
 struct RankModel {
   std::unique_ptr<CpuDevice> device;
   std::unique_ptr<Comm> tp;  // Device::make_comm over the TP group; null at TP 1
+  // Device::make_comm over the PP group, one per pipeline channel (PP > 1: two, four with
+  // interleaving; Note [pipeline streams] in pipeline/executor.h).
+  std::vector<std::unique_ptr<Comm>> pipeline;
   std::vector<std::unique_ptr<GptModel<T>>> chunks;
   std::vector<std::unique_ptr<GradReducer<T>>> buckets;
   std::vector<std::unique_ptr<AdamW<T>>> optimizers;
@@ -172,6 +176,13 @@ class Trainer {
   RankModel<T> rank_;
   std::unique_ptr<PipelineExecutor<T>> executor_;  // made after rank_, gone before it
   IterationTimeline timeline_;                     // on during reported iterations
+  // (M, N) every micro-batch's token losses on the last stage (host memory: the CPU device's),
+  // and their sum of per-micro-batch means.
+  std::vector<accum_t<T>> losses_;
+  double loss_sum(int micro_batches) const;
+  // After an iteration or an evaluation: the host waits for the device, then the pipeline's
+  // phase times and boxes and the chunks' op times are read from the marks.
+  Status collect_marks();
   DataSources data_;
   std::vector<int32_t> sample_;
   int64_t consumed_ = 0;
@@ -261,11 +272,51 @@ Status Trainer<T>::build_model() {
   }
   std::vector<GptModel<T>*> chunks;
   for (auto& c : rank_.chunks) chunks.push_back(c.get());
-  Result<std::unique_ptr<PipelineExecutor<T>>> executor =
-      PipelineExecutor<T>::create(chunks, device, g_.pp.get(), L.pp, g_.coord.pp);
+  PipelineComms channels;
+  if (L.pp > 1) {
+    for (int i = 0; i < (L.vpp > 1 ? 4 : 2); i++) {
+      Result<std::unique_ptr<Comm>> comm = device.make_comm(*g_.pp);
+      if (!comm) return comm.status();
+      rank_.pipeline.push_back(std::move(*comm));
+    }
+    channels.activations = rank_.pipeline[0].get();
+    channels.gradients = rank_.pipeline[1].get();
+    if (L.vpp > 1) {
+      channels.activations_wrap = rank_.pipeline[2].get();
+      channels.gradients_wrap = rank_.pipeline[3].get();
+    }
+  }
+  const int M = o_.num_micro_batches() / L.dp;
+  Result<std::unique_ptr<PipelineExecutor<T>>> executor = PipelineExecutor<T>::create(
+      chunks, device, channels, L.pp, g_.coord.pp, chunk_peaks(L.pp, g_.coord.pp, L.vpp, M));
   if (!executor) return executor.status();
   executor_ = std::move(*executor);
-  executor_->set_timeline(&timeline_);
+  host_assign(losses_, static_cast<size_t>(M) * o_.micro_batch_size * mc_.seq_length,
+              MemoryCategory::kActivations);
+  return Status::ok();
+}
+
+template <typename T>
+double Trainer<T>::loss_sum(int micro_batches) const {
+  // Each micro-batch's mean over its tokens, then their sum (the schedule's order does not
+  // matter: rows are by micro-batch).
+  const size_t N = losses_.size() / static_cast<size_t>(micro_batches);
+  double total = 0;
+  for (int mb = 0; mb < micro_batches; mb++) {
+    double sum = 0;
+    for (size_t i = 0; i < N; i++) sum += static_cast<double>(losses_[mb * N + i]);
+    total += sum / static_cast<double>(N);
+  }
+  return total;
+}
+
+template <typename T>
+Status Trainer<T>::collect_marks() {
+  Device& device = *rank_.device;
+  if (Status s = device.synchronize(device.compute()); !s) return s;
+  executor_->collect_times(&timeline_);
+  for (auto& chunk : rank_.chunks) chunk->collect_op_times();
+  device.reset_marks();
   return Status::ok();
 }
 
@@ -318,15 +369,16 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   // Dropout masks follow the micro-batch's place in the global batch, so they match one
   // process running the whole batch (data-parallel rank r's micro-batch m is global m*DP+r).
   auto seed = [&](int mb) { return kernels::dropout_key(o_.seed, it, mb * L.dp + dp_rank, 0); };
-  Result<double> loss_sum = executor_->train(M, load, seed, grad_scale);
-  if (!loss_sum) return loss_sum.status();
+  if (Status s = executor_->train(M, load, seed, grad_scale, losses_.data()); !s) return s;
+  if (Status s = collect_marks(); !s) return s;
   if (Status s = finish_gradients(); !s) return s;
   if (it == injected_iteration("LATTICE_INJECT_NAN")) rank_.chunks[0]->grads()[0] = NAN;
   // The loss lives on the last stage: its tensor-parallel rank 0 of every data-parallel
   // replica contributes its share, and every rank learns the mean (before the update: the
   // spike detector reads it).
   const bool reports = g_.last_stage() && g_.coord.tp == 0;
-  loss = all_reduce_scalar(reports ? *loss_sum / (static_cast<double>(M) * L.dp) : 0.0, *g_.world);
+  loss =
+      all_reduce_scalar(reports ? loss_sum(M) / (static_cast<double>(M) * L.dp) : 0.0, *g_.world);
 
   const auto t0 = Clock::now();
   skipped = false;
@@ -383,9 +435,9 @@ Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& positio
       return fill_micro_batch(source, position, mb, B, L.dp, g_.coord.dp, mc_.vocab_size, sample_,
                               tokens, targets);
     };
-    Result<double> s = executor_->evaluate(M, load);
-    if (!s) return s.status();
-    sum += *s;
+    if (Status s = executor_->evaluate(M, load, losses_.data()); !s) return s;
+    if (Status s = collect_marks(); !s) return s;
+    if (g_.last_stage()) sum += loss_sum(M);
     position += o_.global_batch_size;
   }
   const bool reports = g_.last_stage() && g_.coord.tp == 0;
@@ -405,7 +457,7 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
   for (auto& c : rank_.chunks) tp_comm += c->profiler().seconds(Op::kTensorParallelComm);
   totals_.tp_comm = tp_comm;
   // The model's memory is the device's, by category: the activations at their high-water mark
-  // (the executor's pools grow to the micro-batches in flight; the recomputation scratch).
+  // (the executor's slots for the micro-batches in flight; the recomputation scratch).
   const CpuDevice& device = *rank_.device;
   MemoryReport mem;
   mem.weights = device.usage(MemoryCategory::kWeights).current;
@@ -417,7 +469,6 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
     mem.optimizer += rank_.optimizers[c]->bytes();
     mem.comm_buffers += rank_.buckets[c]->stats().buffer_bytes;
   }
-  mem.comm_buffers += executor_->buffer_bytes();
   mem.peak_rss = peak_rss_bytes();
   RankSample mine;
   mine.memory = mem;
@@ -425,7 +476,7 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
   reported_ = totals_;
   mine.tp_bytes = traffic_bytes(rank_.tp.get());  // the model's TP collectives
   mine.dp_bytes = traffic_bytes(g_.dp.get());
-  mine.pp_bytes = traffic_bytes(g_.pp.get());
+  for (const auto& channel : rank_.pipeline) mine.pp_bytes += traffic_bytes(channel.get());
   mine.embedding_bytes = traffic_bytes(g_.embedding.get());
   mine.system = system_.sample();
   if (with_timeline) {
