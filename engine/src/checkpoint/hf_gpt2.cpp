@@ -10,6 +10,7 @@
 
 #include "checkpoint/hf_gpt2_config.h"
 #include "checkpoint/safetensors.h"
+#include "core/host_memory.h"
 
 namespace lattice {
 
@@ -276,6 +277,17 @@ Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const 
   }
   if (Status s = safetensors::write(path, sources, {{"format", "pt"}}); !s) return s;
   return write_hf_gpt2_config(path, config, expected.front().shape[0]);
+}
+
+Status import_hf_gpt2_chunk(const std::string& path, const ModelConfig& config,
+                            const ParamLayout& chunk, float* params) {
+  const ParamLayout whole(config);
+  std::vector<float> full;
+  host_assign(full, whole.total_numel(), MemoryCategory::kWeights);
+  if (Status s = import_hf_gpt2(path, config, whole, full.data()); !s) return s;
+  for (const ParamTensor& t : chunk.tensors())
+    slice_from_global(t, full.data() + whole.find(t.name)->offset, params + t.offset);
+  return Status::ok();
 }
 
 }  // namespace lattice

@@ -23,6 +23,12 @@ namespace lattice {
 // shape; corrupt/io_error come from the file itself. On error `params` is left untouched.
 Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       float* params);
+// --load-hf for one rank's model chunk: import_hf_gpt2 of the whole model (ParamLayout(config),
+// a host buffer counted as weights: OutOfMemory when it cannot be had), then each tensor of
+// `chunk`'s slice (slice_from_global) into `params` (chunk.total_numel() floats; the gaps
+// between tensors are not written).
+Status import_hf_gpt2_chunk(const std::string& path, const ModelConfig& config,
+                            const ParamLayout& chunk, float* params);
 
 // The N of an HF tensor name "h.N.<...>" (without "transformer."), or -1.
 int hf_gpt2_layer_of(const std::string& name);

@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
 #include "lattice/layout.h"
@@ -41,21 +40,6 @@ Status upload_moments(const std::vector<MomentSpan>& spans, DeviceState& device)
 // The rank's shard of the weights on the host (HostChunk throws OutOfMemory).
 std::unique_ptr<HostChunk> host_shard(const ModelConfig& model, const ModelShard& shard) {
   return std::make_unique<HostChunk>(model, shard);
-}
-
-// --load-hf: the whole GPT-2 file, then this shard's slice of every tensor.
-Status import_hf_shard(const std::string& path, const ModelConfig& model, HostChunk& host) {
-  const ParamLayout whole(model);
-  std::vector<float> full(whole.total_numel());
-  if (Status s = import_hf_gpt2(path, model, whole, full.data()); !s) return s;
-  for (const ParamTensor& t : host.layout.tensors()) {
-    const ParamTensor& g = *whole.find(t.name);
-    const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
-                                          t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
-    float* dst = host.params.data() + t.offset;
-    for (size_t i = 0; i < t.numel; i++) dst[i] = full[g.offset + map.global_index(i)];
-  }
-  return Status::ok();
 }
 
 // The host AdamW of the rank's optimizer shard: its owned ranges, or the whole arena.
@@ -142,7 +126,7 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
   TrainState state;
   for (auto& host : hosts) {
     if (!o.load_hf.empty()) {
-      if (Status s = import_hf_shard(o.load_hf, model, *host); !s)
+      if (Status s = import_hf_gpt2_chunk(o.load_hf, model, host->layout, host->params.data()); !s)
         return Status::invalid_argument("--load-hf: " + s.message());
     } else if (o.load.empty()) {
       if (size_t failed = init_arena(model, host->layout, o.seed, host->params.data()))

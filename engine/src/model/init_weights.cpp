@@ -47,17 +47,7 @@ size_t init_tensor(const ModelConfig& config, const ParamTensor& t, uint64_t see
     return bytes_of<T>(global_numel);
   }
   for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(normal(rng));
-  const size_t cols = static_cast<size_t>(t.global_shape.back());
-  if (t.split_dim < 0) {
-    std::copy(global.begin(), global.end(), out);
-  } else if (t.split_dim == 0) {
-    const size_t row_elems = t.global_shape.size() > 1 ? cols : 1;
-    std::copy_n(global.begin() + t.split_begin * row_elems, t.numel, out);
-  } else {  // columns of a 2-D tensor
-    const size_t rows = static_cast<size_t>(t.global_shape[0]), width = t.shape[1];
-    for (size_t r = 0; r < rows; r++)
-      std::copy_n(global.begin() + r * cols + t.split_begin, width, out + r * width);
-  }
+  slice_from_global(t, global.data(), out);
   return 0;
 }
 

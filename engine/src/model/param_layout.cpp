@@ -1,5 +1,7 @@
 #include "param_layout.h"
 
+#include <algorithm>
+
 namespace lattice {
 
 ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_(shard) {
@@ -71,5 +73,36 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
     if (t.name == name) return &t;
   return nullptr;
 }
+
+namespace {
+// Calls copy(slice offset, global offset, count) for each contiguous run of slice t.
+template <typename Copy>
+void for_each_run(const ParamTensor& t, Copy copy) {
+  if (t.split_dim < 0) {
+    copy(0, 0, t.numel);
+  } else if (t.split_dim == 0) {
+    const size_t row = t.shape.size() > 1 ? static_cast<size_t>(t.shape[1]) : 1;
+    copy(0, static_cast<size_t>(t.split_begin) * row, t.numel);
+  } else {  // columns of a 2-D tensor
+    const size_t rows = t.shape[0], width = t.shape[1], cols = t.global_shape[1];
+    for (size_t r = 0; r < rows; r++) copy(r * width, r * cols + t.split_begin, width);
+  }
+}
+}  // namespace
+
+template <typename T>
+void slice_from_global(const ParamTensor& t, const T* global, T* slice) {
+  for_each_run(t, [&](size_t s, size_t g, size_t n) { std::copy_n(global + g, n, slice + s); });
+}
+
+template <typename T>
+void slice_to_global(const ParamTensor& t, const T* slice, T* global) {
+  for_each_run(t, [&](size_t s, size_t g, size_t n) { std::copy_n(slice + s, n, global + g); });
+}
+
+template void slice_from_global<float>(const ParamTensor&, const float*, float*);
+template void slice_from_global<double>(const ParamTensor&, const double*, double*);
+template void slice_to_global<float>(const ParamTensor&, const float*, float*);
+template void slice_to_global<double>(const ParamTensor&, const double*, double*);
 
 }  // namespace lattice

@@ -30,11 +30,11 @@ struct ModelShard {
 };
 
 struct ParamTensor {
-  std::string name;             // global name
-  std::vector<int64_t> shape;   // this rank's shape
-  size_t offset = 0;            // in elements from the arena's start
+  std::string name;            // global name
+  std::vector<int64_t> shape;  // this rank's shape
+  size_t offset = 0;           // in elements from the arena's start
   size_t numel = 0;
-  bool decay = true;            // weight decay applies (false for biases, norms)
+  bool decay = true;  // weight decay applies (false for biases, norms)
   // Slice of the global tensor: the global shape, and along split_dim (-1: none) this rank
   // holds [split_begin, split_begin + shape[split_dim]).
   std::vector<int64_t> global_shape;
@@ -47,6 +47,15 @@ struct ParamTensor {
   // row-parallel biases see only their sequence slice) and is summed over the TP group.
   bool sequence_parallel_grad = false;
 };
+
+// Between a tensor's slice (t.numel, row-major in t.shape) and its global tensor (row-major in
+// t.global_shape): the one place that knows how a split along split_dim lays out. Used to draw
+// a slice (init_weights), take one from a whole file (--load-hf) and put one back (gathering
+// the whole model).
+template <typename T>
+void slice_from_global(const ParamTensor& t, const T* global, T* slice);
+template <typename T>
+void slice_to_global(const ParamTensor& t, const T* slice, T* global);
 
 // Pointers into one arena for one transformer layer; t = tp_size, shapes local.
 template <typename T>

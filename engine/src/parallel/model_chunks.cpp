@@ -29,17 +29,7 @@ bool sent(const ParamTensor& t) {
 // Copies slice `t` (data) into the global tensor `g` of the full arena.
 template <typename T>
 void place(const ParamTensor& t, const T* data, const ParamTensor& g, T* full) {
-  T* dst = full + g.offset;
-  if (t.split_dim < 0) {
-    std::copy_n(data, t.numel, dst);
-  } else if (t.split_dim == 0) {
-    const size_t row = t.shape.size() > 1 ? static_cast<size_t>(t.shape[1]) : 1;
-    std::copy_n(data, t.numel, dst + t.split_begin * row);
-  } else {
-    const size_t rows = t.shape[0], width = t.shape[1], cols = g.shape[1];
-    for (size_t r = 0; r < rows; r++)
-      std::copy_n(data + r * width, width, dst + r * cols + t.split_begin);
-  }
+  slice_to_global(t, data, full + g.offset);
 }
 
 }  // namespace

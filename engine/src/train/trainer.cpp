@@ -225,29 +225,19 @@ Status Trainer<T>::build_model() {
   }
   for (auto& chunk : rank_.chunks) {
     if (!o_.load_hf.empty()) {
-      std::vector<float> full;
-      host_assign(full, ParamLayout(mc_).total_numel(), MemoryCategory::kWeights);
-      if (Status s = import_hf_gpt2(o_.load_hf, mc_, ParamLayout(mc_), full.data()); !s)
+      // This chunk's slices of the whole file, in the arena's type (fp64 runs widen).
+      std::vector<float> slices;
+      host_assign(slices, chunk->arena_size(), MemoryCategory::kWeights);
+      if (Status s = import_hf_gpt2_chunk(o_.load_hf, mc_, chunk->layout(), slices.data()); !s)
         return Status::invalid_argument("--load-hf: " + s.message());
-      // Take this chunk's slices of the whole model.
-      const ParamLayout whole(mc_);
-      std::vector<T> mine;
-      host_assign(mine, chunk->arena_size(), MemoryCategory::kWeights);
-      for (const ParamTensor& t : chunk->layout().tensors()) {
-        const ParamTensor& src = *whole.find(t.name);
-        T* dst = mine.data() + t.offset;
-        const float* from = full.data() + src.offset;
-        if (t.split_dim < 0) {
-          std::copy_n(from, t.numel, dst);
-        } else if (t.split_dim == 0) {
-          const size_t row = t.shape.size() > 1 ? static_cast<size_t>(t.shape[1]) : 1;
-          std::copy_n(from + t.split_begin * row, t.numel, dst);
-        } else {
-          for (int64_t r = 0; r < t.shape[0]; r++)
-            std::copy_n(from + r * src.shape[1] + t.split_begin, t.shape[1], dst + r * t.shape[1]);
-        }
+      if constexpr (std::is_same_v<T, float>) {
+        chunk->upload(slices.data());
+      } else {
+        std::vector<T> mine;
+        host_assign(mine, chunk->arena_size(), MemoryCategory::kWeights);
+        std::copy(slices.begin(), slices.end(), mine.begin());
+        chunk->upload(mine.data());
       }
-      chunk->upload(mine.data());
     } else if (Status s = chunk->init_weights(o_.seed); !s) {
       return s;
     }
