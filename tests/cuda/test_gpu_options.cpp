@@ -4,6 +4,7 @@
 // themselves are tests/train/test_capabilities.cpp's, in every build.
 #include <QtTest/QtTest>
 
+#include "common/tiny_model.h"
 #include "gpu/gpu_trainer.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/train.h"
@@ -13,21 +14,7 @@ using namespace lattice;
 namespace {
 
 TrainOptions supported() {
-  TrainOptions o;
-  o.model.num_layers = 2;
-  o.model.hidden_size = 128;
-  o.model.num_attention_heads = 2;  // head size 64
-  o.model.seq_length = 64;
-  o.model.attention_dropout = o.model.hidden_dropout = 0.0f;
-  o.tokenizer.vocab_size = 255;
-  o.model.vocab_size = 256;
-  o.micro_batch_size = 2;
-  o.global_batch_size = 4;
-  o.train_iters = 1;
-  o.mock_data = true;
-  o.eval_iters = 0;
-  o.device = "cuda";
-  return o;
+  return testing::cuda_ready_options();
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 // --device runs is tests/cuda/test_gpu_options.cpp's.
 #include <QtTest/QtTest>
 
+#include "common/tiny_model.h"
 #include "device/capabilities.h"
 #include "lattice/layout.h"
 #include "lattice/train_options.h"
@@ -21,21 +22,7 @@ using namespace lattice;
 namespace {
 
 TrainOptions supported() {
-  TrainOptions o;
-  o.model.num_layers = 2;
-  o.model.hidden_size = 128;
-  o.model.num_attention_heads = 2;  // head size 64
-  o.model.seq_length = 64;
-  o.model.attention_dropout = o.model.hidden_dropout = 0.0f;
-  o.tokenizer.vocab_size = 255;
-  o.model.vocab_size = 256;
-  o.micro_batch_size = 2;
-  o.global_batch_size = 4;
-  o.train_iters = 1;
-  o.mock_data = true;
-  o.eval_iters = 0;
-  o.device = "cuda";
-  return o;
+  return testing::cuda_ready_options();
 }
 
 // Why a run of `o` on `world` ranks of backend `c` is refused, in the order the trainers check
