@@ -40,6 +40,7 @@
 #include "optim/grad_reducer.h"
 #include "optim/grad_scaling.h"
 #include "optim/optimizer_shard.h"
+#include "parallel/device_comms.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
 #include "pipeline/executor.h"
@@ -205,12 +206,7 @@ class GpuLoop {
   std::unique_ptr<PipelineExecutor<A>> pipeline_;
   TrainState resumed_;        // where --load left the run (zero: a fresh run)
   ProcessGroups groups_;      // the CPU trainer's groups (MPI): norm, coordinates
-  std::unique_ptr<Comm> tp_;  // NcclComm of the TP group (TP > 1)
-  std::unique_ptr<Comm> dp_;  // NcclComm of the DP group (DP > 1)
-  // NcclComms of the PP group (PP > 1), one per channel (Note [pipeline streams]):
-  // activations, gradients and, interleaved, their wrap-around channels.
-  std::unique_ptr<Comm> pp_activations_, pp_gradients_, pp_activations_wrap_, pp_gradients_wrap_;
-  std::unique_ptr<Comm> embedding_;  // NcclComm of the embedding group (first + last stage)
+  DeviceComms comms_;  // the device's (NCCL) TP, DP, pipeline-channel and embedding ones
   // Data-parallel reduction (DP > 1): one reducer per chunk over one side stream.
   Stream* dp_stream_ = nullptr;
   std::vector<std::unique_ptr<GradReducer<float>>> reducers_;
@@ -238,27 +234,10 @@ Status GpuLoop<A>::make_groups() {
   Result<ProcessGroups> groups = make_process_groups(world_, *layout);
   if (!groups) return groups.status();
   groups_ = std::move(*groups);
-  if (layout->tp == 1 && layout->dp == 1 && layout->pp == 1) return Status::ok();
-  // Every rank makes its TP communicator, then its DP one, then the PP and embedding ones:
-  // ncclCommInitRank waits only for the ranks of its own group, and every member of a group
-  // reaches it in the same order (a rank outside the embedding group has a group of one). A
-  // build without NCCL and MPI refuses in make_comm.
-  auto over = [this](Comm& group, std::unique_ptr<Comm>& out) -> Status {
-    if (group.size() == 1) return Status::ok();
-    Result<std::unique_ptr<Comm>> made = device().make_comm(group);  // named as the group
-    if (!made) return made.status();
-    out = std::move(*made);
-    return Status::ok();
-  };
-  if (Status s = over(*groups_.tp, tp_); !s) return s;
-  if (Status s = over(*groups_.dp, dp_); !s) return s;
-  if (Status s = over(*groups_.pp, pp_activations_); !s) return s;
-  if (Status s = over(*groups_.pp, pp_gradients_); !s) return s;
-  if (layout->vpp > 1) {
-    if (Status s = over(*groups_.pp, pp_activations_wrap_); !s) return s;
-    if (Status s = over(*groups_.pp, pp_gradients_wrap_); !s) return s;
-  }
-  return over(*groups_.embedding, embedding_);
+  Result<DeviceComms> comms = make_device_comms(device(), groups_);
+  if (!comms) return comms.status();
+  comms_ = std::move(*comms);
+  return Status::ok();
 }
 
 template <typename A>
@@ -278,7 +257,7 @@ Status GpuLoop<A>::setup() {
     const ParallelOptions& par = o_.parallel;
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    auto model = GptModel<A>::create(mc_, o_.micro_batch_size, device(), shard, tp_.get(), plan);
+    auto model = GptModel<A>::create(mc_, o_.micro_batch_size, device(), shard, comms_.tp.get(), plan);
     if (!model) return model.status();
     chunk.model = std::move(*model);
     GptModel<A>& m = *chunk.model;
@@ -295,11 +274,8 @@ Status GpuLoop<A>::setup() {
     models.push_back(&m);
     chunks_.push_back(std::move(chunk));
   }
-  PipelineComms channels;
-  channels.activations = pp_activations_.get();
-  channels.gradients = pp_gradients_.get();
-  channels.activations_wrap = pp_activations_wrap_.get();
-  channels.gradients_wrap = pp_gradients_wrap_.get();
+  const DeviceComms& c = comms_;
+  const PipelineComms channels{c.channel(0), c.channel(1), c.channel(2), c.channel(3)};
   auto pipeline =
       PipelineExecutor<A>::create(models, device(), channels, L.pp, groups_.coord.pp, in_flight);
   if (!pipeline) return pipeline.status();
@@ -319,7 +295,7 @@ Status GpuLoop<A>::setup() {
   targets_.resize(N);
   losses_host_.resize(N * M);
   sample_.assign(mc_.seq_length + 1, 0);
-  if (dp_) {
+  if (comms_.dp) {
     // One reducer per chunk (optim/grad_reducer.h), each over its chunk's buckets, the cut of
     // the chunk's optimizer shard (optimizer_shard: ddp_bucket_elems); every chunk's
     // collectives on one data-parallel side stream, in the order backward ends the buckets.
@@ -329,7 +305,7 @@ Status GpuLoop<A>::setup() {
     const size_t bucket = ddp_bucket_elems(o_.parallel, groups_.layout.dp);
     for (Chunk& c : chunks_) {
       GptModel<A>& m = *c.model;
-      auto made = GradReducer<float>::create(device(), *dp_stream_, m.layout(), dp_.get(),
+      auto made = GradReducer<float>::create(device(), *dp_stream_, m.layout(), comms_.dp.get(),
                                              o_.parallel.use_distributed_optimizer, bucket,
                                              m.grads(), m.params());
       if (!made) return made.status();
@@ -382,7 +358,7 @@ Status GpuLoop<A>::sum_tied_embedding() {
   GptModel<A>& m = embedding_chunk();
   const int index = m.layout().word_embedding_index();
   const ParamTensor& t = m.layout().tensors()[index];
-  if (Status s = embedding_->all_reduce(m.grads() + t.offset, t.numel, DType::kFloat32,
+  if (Status s = comms_.embedding->all_reduce(m.grads() + t.offset, t.numel, DType::kFloat32,
                                         ReduceOp::kSum, device().compute());
       !s)
     return s;
@@ -550,12 +526,10 @@ std::vector<RankReport> GpuLoop<A>::gather_reports(int iterations, bool with_tim
   mine.memory = memory_report_of(dev_.memory->stats());
   mine.times = per_iteration(now, reported_, iterations);
   reported_ = now;
-  mine.tp_bytes = traffic_bytes(tp_.get());
-  mine.dp_bytes = traffic_bytes(dp_.get());
-  for (const auto* pp :
-       {&pp_activations_, &pp_gradients_, &pp_activations_wrap_, &pp_gradients_wrap_})
-    mine.pp_bytes += traffic_bytes(pp->get());
-  mine.embedding_bytes = traffic_bytes(embedding_.get());
+  mine.tp_bytes = traffic_bytes(comms_.tp.get());
+  mine.dp_bytes = traffic_bytes(comms_.dp.get());
+  for (const auto& channel : comms_.pipeline) mine.pp_bytes += traffic_bytes(channel.get());
+  mine.embedding_bytes = traffic_bytes(comms_.embedding.get());
   mine.system = system_.sample();
   if (with_timeline) {
     mine.timeline = &timeline_;

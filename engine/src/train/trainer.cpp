@@ -39,6 +39,7 @@
 #include "optim/grad_buckets.h"
 #include "optim/grad_reducer.h"
 #include "optim/grad_scaling.h"
+#include "parallel/device_comms.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
 #include "pipeline/executor.h"
@@ -118,10 +119,7 @@ int threads_per_rank(const TrainOptions& o, const Comm& world) {
 template <typename T>
 struct RankModel {
   std::unique_ptr<CpuDevice> device;
-  std::unique_ptr<Comm> tp;  // Device::make_comm over the TP group; null at TP 1
-  // Device::make_comm over the PP group, one per pipeline channel (PP > 1: two, four with
-  // interleaving; Note [pipeline streams] in pipeline/executor.h).
-  std::vector<std::unique_ptr<Comm>> pipeline;
+  DeviceComms comms;  // the device's TP, DP, pipeline-channel and embedding communicators
   std::vector<std::unique_ptr<GptModel<T>>> chunks;
   std::vector<std::unique_ptr<GradReducer<T>>> buckets;
   std::vector<std::unique_ptr<AdamW<T>>> optimizers;
@@ -208,17 +206,15 @@ Status Trainer<T>::build_model() {
   const size_t bucket = ddp_bucket_elems(par, L.dp);
   rank_.device = std::make_unique<CpuDevice>();
   CpuDevice& device = *rank_.device;
-  if (L.tp > 1) {
-    Result<std::unique_ptr<Comm>> tp = device.make_comm(*g_.tp);
-    if (!tp) return tp.status();
-    rank_.tp = std::move(*tp);
-  }
+  Result<DeviceComms> comms = make_device_comms(device, g_);
+  if (!comms) return comms.status();
+  rank_.comms = std::move(*comms);
   for (int c = 0; c < L.vpp; c++) {
     const ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
     Result<std::unique_ptr<GptModel<T>>> chunk =
-        GptModel<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.tp.get(), plan);
+        GptModel<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan);
     if (!chunk) return chunk.status();
     (*chunk)->set_op_times(true);  // the CPU's marks are clock reads: --profile and op times
     rank_.chunks.push_back(std::move(*chunk));
@@ -242,7 +238,7 @@ Status Trainer<T>::build_model() {
       return s;
     }
     if (Status s = device.error(); !s) return s;
-    auto buckets = std::make_unique<GradReducer<T>>(chunk->layout(), g_.dp.get(),
+    auto buckets = std::make_unique<GradReducer<T>>(chunk->layout(), rank_.comms.dp.get(),
                                                     par.use_distributed_optimizer, bucket,
                                                     chunk->grads(), chunk->params());
     rank_.optimizers.push_back(
@@ -262,20 +258,8 @@ Status Trainer<T>::build_model() {
   }
   std::vector<GptModel<T>*> chunks;
   for (auto& c : rank_.chunks) chunks.push_back(c.get());
-  PipelineComms channels;
-  if (L.pp > 1) {
-    for (int i = 0; i < (L.vpp > 1 ? 4 : 2); i++) {
-      Result<std::unique_ptr<Comm>> comm = device.make_comm(*g_.pp);
-      if (!comm) return comm.status();
-      rank_.pipeline.push_back(std::move(*comm));
-    }
-    channels.activations = rank_.pipeline[0].get();
-    channels.gradients = rank_.pipeline[1].get();
-    if (L.vpp > 1) {
-      channels.activations_wrap = rank_.pipeline[2].get();
-      channels.gradients_wrap = rank_.pipeline[3].get();
-    }
-  }
+  const DeviceComms& c = rank_.comms;
+  const PipelineComms channels{c.channel(0), c.channel(1), c.channel(2), c.channel(3)};
   const int M = o_.num_micro_batches() / L.dp;
   Result<std::unique_ptr<PipelineExecutor<T>>> executor = PipelineExecutor<T>::create(
       chunks, device, channels, L.pp, g_.coord.pp, chunk_peaks(L.pp, g_.coord.pp, L.vpp, M));
@@ -318,8 +302,9 @@ Status Trainer<T>::finish_gradients() {
     const int index = chunk.layout().word_embedding_index();
     const ParamTensor& t = chunk.layout().tensors()[index];
     const auto t0 = Clock::now();
-    if (Status s = g_.embedding->all_reduce(chunk.grads() + t.offset, t.numel, dtype_of<T>(),
-                                            ReduceOp::kSum);
+    if (Status s = rank_.comms.embedding->all_reduce(chunk.grads() + t.offset, t.numel,
+                                                     dtype_of<T>(), ReduceOp::kSum,
+                                                     rank_.device->compute());
         !s)
       return s;
     totals_.embedding_comm += seconds_since(t0);
@@ -464,10 +449,11 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
   mine.memory = mem;
   mine.times = per_iteration(totals_, reported_, iterations);
   reported_ = totals_;
-  mine.tp_bytes = traffic_bytes(rank_.tp.get());  // the model's TP collectives
-  mine.dp_bytes = traffic_bytes(g_.dp.get());
-  for (const auto& channel : rank_.pipeline) mine.pp_bytes += traffic_bytes(channel.get());
-  mine.embedding_bytes = traffic_bytes(g_.embedding.get());
+  const DeviceComms& comms = rank_.comms;
+  mine.tp_bytes = traffic_bytes(comms.tp.get());
+  mine.dp_bytes = traffic_bytes(comms.dp.get());
+  for (const auto& channel : comms.pipeline) mine.pp_bytes += traffic_bytes(channel.get());
+  mine.embedding_bytes = traffic_bytes(comms.embedding.get());
   mine.system = system_.sample();
   if (with_timeline) {
     mine.timeline = &timeline_;

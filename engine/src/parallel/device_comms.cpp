@@ -1,0 +1,28 @@
+#include "parallel/device_comms.h"
+
+#include "device/device.h"
+
+namespace lattice {
+
+Result<DeviceComms> make_device_comms(Device& device, const ProcessGroups& g) {
+  DeviceComms comms;
+  auto over = [&device](Comm& group, std::unique_ptr<Comm>& out) -> Status {
+    if (group.size() == 1) return Status::ok();
+    Result<std::unique_ptr<Comm>> made = device.make_comm(group);  // named as the group
+    if (!made) return made.status();
+    out = std::move(*made);
+    return Status::ok();
+  };
+  if (Status s = over(*g.tp, comms.tp); !s) return s;
+  if (Status s = over(*g.dp, comms.dp); !s) return s;
+  if (g.layout.pp > 1) {
+    comms.pipeline.resize(g.layout.vpp > 1 ? 4 : 2);
+    for (std::unique_ptr<Comm>& channel : comms.pipeline)
+      if (Status s = over(*g.pp, channel); !s) return s;
+  }
+  if (g.in_embedding_group())
+    if (Status s = over(*g.embedding, comms.embedding); !s) return s;
+  return comms;
+}
+
+}  // namespace lattice
