@@ -4,7 +4,6 @@
 // the same way. With one rank this is plain gradient accumulation. Deterministic: data,
 // dropout and initialisation derive from --seed alone, and every kernel reduces in a fixed
 // order for a fixed thread count.
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,12 +74,6 @@ std::string exit_duration_message(int iteration, double minutes) {
   std::ostringstream s;
   s << "exiting after iteration " << iteration << " (--exit-duration-in-mins " << minutes << ")";
   return s.str();
-}
-
-size_t peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<size_t>(usage.ru_maxrss) * 1024;
 }
 
 std::string describe(const TrainOptions& o, const ParallelLayout& layout, int threads) {
@@ -174,15 +167,24 @@ class Trainer {
   RankModel<T> rank_;
   std::unique_ptr<PipelineExecutor<T>> executor_;  // made after rank_, gone before it
   IterationTimeline timeline_;                     // on during reported iterations
-  // (M, N) every micro-batch's token losses on the last stage (host memory: the CPU device's),
-  // and their sum of per-micro-batch means.
-  std::vector<accum_t<T>> losses_;
-  double loss_sum(int micro_batches) const;
+  // (M, N) every micro-batch's token losses on the last stage, in device memory, and the loss
+  // scaler's overflow flag (1) there; read on the host after a copy.
+  accum_t<T>* device_losses_ = nullptr;
+  float* device_found_inf_ = nullptr;
+  std::vector<accum_t<T>> losses_;  // the host's copy of device_losses_
+  // The host's copy of the losses (the ranks that report the loss: tensor-parallel rank 0 of
+  // the last stage), then the sum of their per-micro-batch means.
+  Result<double> loss_sum(int micro_batches);
+  bool reports_loss() const { return g_.last_stage() && g_.coord.tp == 0; }
+  // Micro-batch `mb` of the batch at `position` of `source` into the slot's device buffers
+  // (B, T): written in place on a host-addressable device, else staged and copied on compute.
+  Status load_micro_batch(const SampleSource& source, int64_t position, int mb, int32_t* tokens,
+                          int32_t* targets);
   // After an iteration or an evaluation: the host waits for the device, then the pipeline's
   // phase times and boxes and the chunks' op times are read from the marks.
   Status collect_marks();
   DataSources data_;
-  std::vector<int32_t> sample_;
+  std::vector<int32_t> sample_, staged_tokens_, staged_targets_;
   int64_t consumed_ = 0;
   double optimizer_seconds_ = 0;
   PhaseTimes reported_;  // totals at the previous report
@@ -206,6 +208,10 @@ Status Trainer<T>::build_model() {
   const size_t bucket = ddp_bucket_elems(par, L.dp);
   rank_.device = std::make_unique<CpuDevice>();
   CpuDevice& device = *rank_.device;
+  // Every chunk's data-parallel collectives on one side stream, in the order backward ends the
+  // buckets (optim/grad_reducer.h).
+  Result<Stream*> dp_stream = device.new_stream("data-parallel");
+  if (!dp_stream) return dp_stream.status();
   Result<DeviceComms> comms = make_device_comms(device, g_);
   if (!comms) return comms.status();
   rank_.comms = std::move(*comms);
@@ -238,15 +244,19 @@ Status Trainer<T>::build_model() {
       return s;
     }
     if (Status s = device.error(); !s) return s;
-    auto buckets = std::make_unique<GradReducer<T>>(chunk->layout(), rank_.comms.dp.get(),
-                                                    par.use_distributed_optimizer, bucket,
-                                                    chunk->grads(), chunk->params());
-    rank_.optimizers.push_back(
-        std::make_unique<AdamW<T>>(chunk->layout(), o_.optim, buckets->owned_ranges()));
+    Result<std::unique_ptr<GradReducer<T>>> buckets = GradReducer<T>::create(
+        device, **dp_stream, chunk->layout(), rank_.comms.dp.get(), par.use_distributed_optimizer,
+        bucket, chunk->grads(), chunk->params());
+    if (!buckets) return buckets.status();
+    // The chunk's optimizer shard is cut as its reducer's buckets (optimizer_shard.h).
+    Result<std::unique_ptr<AdamW<T>>> adam = AdamW<T>::create(
+        device, optimizer_shard(o_, chunk->layout(), L.dp, g_.coord.dp), o_.optim);
+    if (!adam) return adam.status();
+    rank_.optimizers.push_back(std::move(*adam));
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
     // first (finish_gradients), so backward does not release its bucket.
     const int skip = g_.in_embedding_group() ? chunk->layout().word_embedding_index() : -1;
-    GradReducer<T>* b = buckets.get();
+    GradReducer<T>* b = buckets->get();
     Comm* world = g_.world;
     chunk->set_grads_ready([b, skip, world](int first, int last) {
       for (int i = first; i < last; i++)
@@ -254,7 +264,7 @@ Status Trainer<T>::build_model() {
           if (Status s = b->mark_ready(i, i + 1); !s)
             world->abort("data-parallel gradient reduction failed: " + s.message(), 1);
     });
-    rank_.buckets.push_back(std::move(buckets));
+    rank_.buckets.push_back(std::move(*buckets));
   }
   std::vector<GptModel<T>*> chunks;
   for (auto& c : rank_.chunks) chunks.push_back(c.get());
@@ -265,13 +275,51 @@ Status Trainer<T>::build_model() {
       chunks, device, channels, L.pp, g_.coord.pp, chunk_peaks(L.pp, g_.coord.pp, L.vpp, M));
   if (!executor) return executor.status();
   executor_ = std::move(*executor);
-  host_assign(losses_, static_cast<size_t>(M) * o_.micro_batch_size * mc_.seq_length,
-              MemoryCategory::kActivations);
+  const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
+  device_losses_ = static_cast<accum_t<T>*>(
+      device.allocate(N * M * sizeof(accum_t<T>), MemoryCategory::kWorkspace));
+  if (!device_losses_)
+    return device.out_of_memory(MemoryCategory::kWorkspace, N * M * sizeof(accum_t<T>));
+  device_found_inf_ = static_cast<float*>(device.allocate(sizeof(float), MemoryCategory::kWorkspace));
+  if (!device_found_inf_) return device.out_of_memory(MemoryCategory::kWorkspace, sizeof(float));
+  host_assign(losses_, N * M, MemoryCategory::kWorkspace);
+  if (!device.capabilities().host_addressable) {
+    staged_tokens_.assign(N, 0);
+    staged_targets_.assign(N, 0);
+  }
+  return device.synchronize(device.compute());
+}
+
+template <typename T>
+Status Trainer<T>::load_micro_batch(const SampleSource& source, int64_t position, int mb,
+                                    int32_t* tokens, int32_t* targets) {
+  // The ranks of a tensor-parallel group read the same micro-batch: their data-parallel rank's.
+  Device& device = *rank_.device;
+  const bool staged = !device.capabilities().host_addressable;
+  const ParallelLayout& L = g_.layout;
+  if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, L.dp, g_.coord.dp,
+                                  mc_.vocab_size, sample_,
+                                  staged ? staged_tokens_.data() : tokens,
+                                  staged ? staged_targets_.data() : targets);
+      !s)
+    return s;
+  if (staged) {
+    // From pageable host memory: read before copy() returns, so the staging may be reused.
+    const size_t bytes = staged_tokens_.size() * sizeof(int32_t);
+    device.copy(tokens, staged_tokens_.data(), bytes, CopyKind::kHostToDevice, device.compute());
+    device.copy(targets, staged_targets_.data(), bytes, CopyKind::kHostToDevice,
+                device.compute());
+  }
   return Status::ok();
 }
 
 template <typename T>
-double Trainer<T>::loss_sum(int micro_batches) const {
+Result<double> Trainer<T>::loss_sum(int micro_batches) {
+  if (!reports_loss()) return 0.0;
+  Device& device = *rank_.device;
+  device.copy(losses_.data(), device_losses_, losses_.size() * sizeof(accum_t<T>),
+              CopyKind::kDeviceToHost, device.compute());
+  if (Status s = device.synchronize(device.compute()); !s) return s;
   // Each micro-batch's mean over its tokens, then their sum (the schedule's order does not
   // matter: rows are by micro-batch).
   const size_t N = losses_.size() / static_cast<size_t>(micro_batches);
@@ -338,32 +386,41 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   }
   const int dp_rank = g_.coord.dp;
   auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
-    return fill_micro_batch(*data_.train, consumed_, mb, B, L.dp, dp_rank, mc_.vocab_size, sample_,
-                            tokens, targets);
+    return load_micro_batch(*data_.train, consumed_, mb, tokens, targets);
   };
   // Dropout masks follow the micro-batch's place in the global batch, so they match one
   // process running the whole batch (data-parallel rank r's micro-batch m is global m*DP+r).
   auto seed = [&](int mb) { return kernels::dropout_key(o_.seed, it, mb * L.dp + dp_rank, 0); };
-  if (Status s = executor_->train(M, load, seed, grad_scale, losses_.data()); !s) return s;
+  if (Status s = executor_->train(M, load, seed, grad_scale, device_losses_); !s) return s;
   if (Status s = collect_marks(); !s) return s;
   if (Status s = finish_gradients(); !s) return s;
-  if (it == injected_iteration("LATTICE_INJECT_NAN")) rank_.chunks[0]->grads()[0] = NAN;
+  Device& device = *rank_.device;
+  if (it == injected_iteration("LATTICE_INJECT_NAN")) {
+    const accum_t<T> nan = NAN;
+    device.copy(rank_.chunks[0]->grads(), &nan, sizeof nan, CopyKind::kHostToDevice,
+                device.compute());
+  }
   // The loss lives on the last stage: its tensor-parallel rank 0 of every data-parallel
   // replica contributes its share, and every rank learns the mean (before the update: the
   // spike detector reads it).
-  const bool reports = g_.last_stage() && g_.coord.tp == 0;
-  loss =
-      all_reduce_scalar(reports ? loss_sum(M) / (static_cast<double>(M) * L.dp) : 0.0, *g_.world);
+  Result<double> losses = loss_sum(M);
+  if (!losses) return losses.status();
+  loss = all_reduce_scalar(*losses / (static_cast<double>(M) * L.dp), *g_.world);
 
   const auto t0 = Clock::now();
   skipped = false;
   if (scaling_.enabled()) {
-    // The overflow test is the op (ops.h unscale_and_check), over each chunk's whole arena; the
-    // CPU's list runs optim/grad_scaling.cpp's function on the host arenas.
-    float found_inf = 0;
+    // The overflow test is the op (ops.h unscale_and_check) over each chunk's whole arena,
+    // its flag in device memory.
+    Ops<T>& ops = *device.template ops<T>();
+    device.zero(device_found_inf_, sizeof(float), device.compute());
     for (auto& c : rank_.chunks)
-      cpu_ops<T>().unscale_and_check(c->grads(), c->arena_size(), static_cast<T>(1.0 / loss_scale),
-                                     &found_inf);
+      ops.unscale_and_check(c->grads(), c->arena_size(),
+                            static_cast<accum_t<T>>(1.0 / loss_scale), device_found_inf_);
+    float found_inf = 0;
+    device.copy(&found_inf, device_found_inf_, sizeof found_inf, CopyKind::kDeviceToHost,
+                device.compute());
+    if (Status s = device.synchronize(device.compute()); !s) return s;
     Result<bool> skip = scaling_.agree(found_inf > 0, *g_.world);
     if (!skip) return skip.status();
     skipped = *skip;
@@ -403,21 +460,20 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
 template <typename T>
 Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& position) {
   const ParallelLayout& L = g_.layout;
-  const int M = o_.num_micro_batches() / L.dp, B = o_.micro_batch_size;
+  const int M = o_.num_micro_batches() / L.dp;
   double sum = 0;
   for (int it = 0; it < o_.eval_iters; it++) {
     auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
-      return fill_micro_batch(source, position, mb, B, L.dp, g_.coord.dp, mc_.vocab_size, sample_,
-                              tokens, targets);
+      return load_micro_batch(source, position, mb, tokens, targets);
     };
-    if (Status s = executor_->evaluate(M, load, losses_.data()); !s) return s;
+    if (Status s = executor_->evaluate(M, load, device_losses_); !s) return s;
     if (Status s = collect_marks(); !s) return s;
-    if (g_.last_stage()) sum += loss_sum(M);
+    Result<double> losses = loss_sum(M);
+    if (!losses) return losses.status();
+    sum += *losses;
     position += o_.global_batch_size;
   }
-  const bool reports = g_.last_stage() && g_.coord.tp == 0;
-  return all_reduce_scalar(reports ? sum / (static_cast<double>(o_.eval_iters) * M * L.dp) : 0.0,
-                           *g_.world);
+  return all_reduce_scalar(sum / (static_cast<double>(o_.eval_iters) * M * L.dp), *g_.world);
 }
 
 template <typename T>
@@ -433,18 +489,10 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
   totals_.tp_comm = tp_comm;
   // The model's memory is the device's, by category: the activations at their high-water mark
   // (the executor's slots for the micro-batches in flight; the recomputation scratch).
-  const CpuDevice& device = *rank_.device;
-  MemoryReport mem;
-  mem.weights = device.usage(MemoryCategory::kWeights).current;
-  mem.grads = device.usage(MemoryCategory::kGrads).current;
-  mem.workspace = device.usage(MemoryCategory::kWorkspace).current;
+  // Everything else (optimizer moments, reduce-scatter buffers, losses) is on the device too.
+  const Device& device = *rank_.device;
+  MemoryReport mem = device.memory();
   mem.activations = device.usage(MemoryCategory::kActivations).peak;
-  mem.comm_buffers = device.usage(MemoryCategory::kCommBuffers).current;
-  for (size_t c = 0; c < rank_.chunks.size(); c++) {
-    mem.optimizer += rank_.optimizers[c]->bytes();
-    mem.comm_buffers += rank_.buckets[c]->stats().buffer_bytes;
-  }
-  mem.peak_rss = peak_rss_bytes();
   RankSample mine;
   mine.memory = mem;
   mine.times = per_iteration(totals_, reported_, iterations);
