@@ -277,7 +277,7 @@ int reshard(const std::vector<std::string>& args) {
       parts.chunks.push_back(chunks.back()->weights());
       if (optimizer) {
         optimizers.push_back(std::make_unique<AdamW<float>>(chunks.back()->layout, target.optim));
-        parts.optimizers.push_back(optimizers.back().get());
+        parts.moments.push_back(moment_pieces(*optimizers.back()));
       }
     }
     if (Status s = load_checkpoint(*ref, parts, !optimizer, nullptr); !s) {

@@ -87,10 +87,10 @@ Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::C
       for (const ParamTensor& t : tensors)
         if (t.counts_in_norm)
           add("model", t, chunk.params + t.offset, 0, static_cast<int64_t>(t.numel));
-    if (c >= parts.optimizers.size()) continue;
+    if (c >= parts.moments.size()) continue;
     const bool owner = parts.distributed_optimizer || me.dp == 0;
     if (!owner) continue;
-    for (const auto& view : parts.optimizers[c]->state_views()) {
+    for (const MomentPiece& view : parts.moments[c]) {
       const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const ParamTensor& t) {
         return view.offset >= t.offset && view.offset < t.offset + t.numel;
       });
@@ -251,7 +251,7 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
   if (rank == 0) {
     finished = finalize_checkpoint(
         dir, state.iteration, world.size(), state, model, config_json,
-        {L, parts.sequence_parallel, parts.distributed_optimizer, !parts.optimizers.empty()},
+        {L, parts.sequence_parallel, parts.distributed_optimizer, !parts.moments.empty()},
         retain, &saved.bytes);
     lock->release();
   }
@@ -393,8 +393,8 @@ Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool we
           !s)
         return s;
     }
-    if (weights_only || c >= parts.optimizers.size()) continue;
-    for (const auto& view : parts.optimizers[c]->state_views()) {
+    if (weights_only || c >= parts.moments.size()) continue;
+    for (const MomentPiece& view : parts.moments[c]) {
       const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const ParamTensor& t) {
         return view.offset >= t.offset && view.offset < t.offset + t.numel;
       });
@@ -407,7 +407,6 @@ Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool we
       if (Status s = take_slice(*it, shape, global, begin, end, view.exp_avg_sq, ref.path); !s)
         return s;
     }
-    parts.optimizers[c]->set_steps_taken(reader.state().steps_taken);
   }
   if (state) *state = reader.state();
   return Status::ok();

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "checkpoint/safetensors.h"
@@ -54,12 +55,33 @@ struct HostChunk {
   ChunkWeights weights() { return {&layout, params.data()}; }
 };
 
-// One rank's share of the model and optimizer (optimizers may be empty: weights only).
+// One piece of a chunk's optimizer state: arena elements [offset, offset + numel) of the chunk
+// and their two AdamW moments (numel each), in memory the checkpoint code reads and writes.
+struct MomentPiece {
+  size_t offset = 0, numel = 0;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+};
+
+// The pieces of `optimizer` (AdamW::state_views), for an optimizer whose moments are host
+// memory (checkpoint/chunk_state.h stages those of other devices).
+template <typename A>
+std::vector<MomentPiece> moment_pieces(AdamW<A>& optimizer) {
+  static_assert(std::is_same_v<accum_t<A>, float>, "checkpoints keep fp32 moments");
+  std::vector<MomentPiece> pieces;
+  for (const auto& v : optimizer.state_views())
+    pieces.push_back({v.offset, v.numel, v.exp_avg, v.exp_avg_sq});
+  return pieces;
+}
+
+// One rank's share of the model and optimizer: per chunk its weights and (moments may be
+// empty: weights only) its optimizer's pieces. The caller restores AdamW's step count from the
+// loaded TrainState (steps_taken).
 struct RankParts {
   const ParallelLayout* layout = nullptr;
   bool sequence_parallel = false, distributed_optimizer = false;
   std::vector<ChunkWeights> chunks;
-  std::vector<AdamW<float>*> optimizers;
+  std::vector<std::vector<MomentPiece>> moments;
 };
 
 struct SavedCheckpoint {

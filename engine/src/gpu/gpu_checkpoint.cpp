@@ -158,7 +158,7 @@ Result<TrainState> restore_gpu_state(const TrainOptions& o, const ModelConfig& m
     shards.push_back(optimizer_shard(o, host->layout, me->layout.dp, me->coord.dp));
     optimizers.push_back(host_optimizer(o, shards.back(), host->layout));
     parts.chunks.push_back({&host->layout, host->params.data()});
-    parts.optimizers.push_back(optimizers.back().get());
+    parts.moments.push_back(moment_pieces(*optimizers.back()));
   }
   auto load = [&]() -> Status {
     if (Status s = load_checkpoint(*ref, parts, o.finetune, &state); !s) return s;
@@ -211,7 +211,7 @@ Result<SavedCheckpoint> save_gpu_checkpoint(const TrainOptions& o, const ModelCo
       downloaded =
           download_state(*devices[c], shard, *hosts.back(), *optimizers.back(), me->coord.dp == 0);
       parts.chunks.push_back({&hosts.back()->layout, hosts.back()->params.data()});
-      parts.optimizers.push_back(optimizers.back().get());
+      parts.moments.push_back(moment_pieces(*optimizers.back()));
     }
   }
   if (Status s =

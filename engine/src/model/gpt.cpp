@@ -201,6 +201,11 @@ void GptModel<A>::download(G* host) {
 }
 
 template <typename A>
+void GptModel<A>::refresh_compute_copy() {
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
+}
+
+template <typename A>
 void GptModel<A>::zero_grads() {
   device_.zero(grads_, arena_size() * sizeof(G), compute());
 }

@@ -150,6 +150,7 @@ class GptModel {
   GptModel& operator=(const GptModel&) = delete;
 
   const ParamLayout& layout() const { return layout_; }
+  Device& device() { return device_; }
   size_t arena_size() const { return layout_.total_numel(); }
   // (arena_size) master parameters in G: the weights the kernels read for float and double;
   // host memory on a host-addressable device (the CPU). A 16-bit model's kernels read
@@ -173,6 +174,10 @@ class GptModel {
   void upload(const G* host);
   // master -> host (numel, layout order). Waits; errors as upload().
   void download(G* host);
+  // The master weights were written in place (a checkpoint load on a host-addressable device,
+  // the distributed optimizer's gather): rounds them into the compute copy, on the compute
+  // stream (nothing for float and double).
+  void refresh_compute_copy();
   void zero_grads();
   // Megatron's initialisation (model/init_weights.h): each global tensor drawn on the host from
   // its own stream keyed by (seed, name) and this rank's slice kept, so the master weights are

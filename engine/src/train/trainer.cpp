@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/chunk_state.h"
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
 #include "core/system_sampler.h"
@@ -143,9 +144,11 @@ class Trainer {
               std::vector<InstabilityEvent>& events);
   Status finish_gradients();
   Result<double> validate(const SampleSource& source, int64_t& position);
-  RankParts parts();
+  std::vector<ChunkState<T>> chunk_states();
+  RankParts parts(std::vector<ChunkState<T>>& states, bool weights);
   Status load(TrainState& state);
   Status save(const TrainState& state);
+  Status save_hf();  // --save-hf: the whole model's master weights, written by rank 0
   // Iterations whose rank reports (and pipeline timeline) rank 0 gathers.
   bool reported(int it) const { return it == 1 || it % o_.log_interval == 0; }
   // Every rank's report on rank 0: phase times since the previous report divided by
@@ -249,8 +252,8 @@ Status Trainer<T>::build_model() {
         bucket, chunk->grads(), chunk->params());
     if (!buckets) return buckets.status();
     // The chunk's optimizer shard is cut as its reducer's buckets (optimizer_shard.h).
-    Result<std::unique_ptr<AdamW<T>>> adam = AdamW<T>::create(
-        device, optimizer_shard(o_, chunk->layout(), L.dp, g_.coord.dp), o_.optim);
+    Result<std::unique_ptr<AdamW<T>>> adam =
+        AdamW<T>::create(device, optimizer_shard(o_, chunk->layout(), L.dp, g_.coord.dp), o_.optim);
     if (!adam) return adam.status();
     rank_.optimizers.push_back(std::move(*adam));
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
@@ -280,7 +283,8 @@ Status Trainer<T>::build_model() {
       device.allocate(N * M * sizeof(accum_t<T>), MemoryCategory::kWorkspace));
   if (!device_losses_)
     return device.out_of_memory(MemoryCategory::kWorkspace, N * M * sizeof(accum_t<T>));
-  device_found_inf_ = static_cast<float*>(device.allocate(sizeof(float), MemoryCategory::kWorkspace));
+  device_found_inf_ =
+      static_cast<float*>(device.allocate(sizeof(float), MemoryCategory::kWorkspace));
   if (!device_found_inf_) return device.out_of_memory(MemoryCategory::kWorkspace, sizeof(float));
   host_assign(losses_, N * M, MemoryCategory::kWorkspace);
   if (!device.capabilities().host_addressable) {
@@ -298,8 +302,7 @@ Status Trainer<T>::load_micro_batch(const SampleSource& source, int64_t position
   const bool staged = !device.capabilities().host_addressable;
   const ParallelLayout& L = g_.layout;
   if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, L.dp, g_.coord.dp,
-                                  mc_.vocab_size, sample_,
-                                  staged ? staged_tokens_.data() : tokens,
+                                  mc_.vocab_size, sample_, staged ? staged_tokens_.data() : tokens,
                                   staged ? staged_targets_.data() : targets);
       !s)
     return s;
@@ -307,8 +310,7 @@ Status Trainer<T>::load_micro_batch(const SampleSource& source, int64_t position
     // From pageable host memory: read before copy() returns, so the staging may be reused.
     const size_t bytes = staged_tokens_.size() * sizeof(int32_t);
     device.copy(tokens, staged_tokens_.data(), bytes, CopyKind::kHostToDevice, device.compute());
-    device.copy(targets, staged_targets_.data(), bytes, CopyKind::kHostToDevice,
-                device.compute());
+    device.copy(targets, staged_targets_.data(), bytes, CopyKind::kHostToDevice, device.compute());
   }
   return Status::ok();
 }
@@ -350,9 +352,9 @@ Status Trainer<T>::finish_gradients() {
     const int index = chunk.layout().word_embedding_index();
     const ParamTensor& t = chunk.layout().tensors()[index];
     const auto t0 = Clock::now();
-    if (Status s = rank_.comms.embedding->all_reduce(chunk.grads() + t.offset, t.numel,
-                                                     dtype_of<T>(), ReduceOp::kSum,
-                                                     rank_.device->compute());
+    if (Status s =
+            rank_.comms.embedding->all_reduce(chunk.grads() + t.offset, t.numel, dtype_of<T>(),
+                                              ReduceOp::kSum, rank_.device->compute());
         !s)
       return s;
     totals_.embedding_comm += seconds_since(t0);
@@ -415,8 +417,8 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     Ops<T>& ops = *device.template ops<T>();
     device.zero(device_found_inf_, sizeof(float), device.compute());
     for (auto& c : rank_.chunks)
-      ops.unscale_and_check(c->grads(), c->arena_size(),
-                            static_cast<accum_t<T>>(1.0 / loss_scale), device_found_inf_);
+      ops.unscale_and_check(c->grads(), c->arena_size(), static_cast<accum_t<T>>(1.0 / loss_scale),
+                            device_found_inf_);
     float found_inf = 0;
     device.copy(&found_inf, device_found_inf_, sizeof found_inf, CopyKind::kDeviceToHost,
                 device.compute());
@@ -511,15 +513,28 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
   return gather_rank_reports(*g_.world, g_.layout, mine);
 }
 
+// The checkpoint's view of this rank (checkpoint/chunk_state.h): one ChunkState per chunk and
+// the RankParts over them. weights false: the chunks' weights are not read (a rank that saves
+// none: data-parallel rank > 0), so a device that stages them copies nothing.
 template <typename T>
-RankParts Trainer<T>::parts() {
+std::vector<ChunkState<T>> Trainer<T>::chunk_states() {
+  std::vector<ChunkState<T>> states;
+  states.reserve(rank_.chunks.size());
+  for (size_t c = 0; c < rank_.chunks.size(); c++)
+    states.emplace_back(*rank_.chunks[c], rank_.optimizers[c].get());
+  return states;
+}
+
+template <typename T>
+RankParts Trainer<T>::parts(std::vector<ChunkState<T>>& states, bool weights) {
+  static_assert(std::is_same_v<accum_t<T>, float>, "checkpoints keep fp32 state");
   RankParts p;
   p.layout = &g_.layout;
   p.sequence_parallel = o_.parallel.sequence_parallel;
   p.distributed_optimizer = o_.parallel.use_distributed_optimizer;
-  if constexpr (std::is_same_v<T, float>) {
-    for (auto& c : rank_.chunks) p.chunks.push_back({&c->layout(), c->params()});
-    for (auto& a : rank_.optimizers) p.optimizers.push_back(a.get());
+  for (size_t c = 0; c < states.size(); c++) {
+    p.chunks.push_back({&rank_.chunks[c]->layout(), weights ? states[c].params() : nullptr});
+    p.moments.push_back(states[c].moments());
   }
   return p;
 }
@@ -527,46 +542,92 @@ RankParts Trainer<T>::parts() {
 // --load: any layout's checkpoint into this one (checkpoint.h); every rank reads what it needs.
 template <typename T>
 Status Trainer<T>::load(TrainState& state) {
-  // Rank 0 removes the interrupted saves of the directory (save_lock.h) before any rank looks
-  // into it; its lines replace find_checkpoint's notes on them.
-  std::vector<std::string> cleaned;
-  if (g_.world->rank() == 0) cleaned = remove_interrupted_saves(o_.load).messages();
-  g_.world->barrier();
-  Result<CheckpointRef> ref = find_checkpoint(o_.load, o_.ckpt_step);
-  if (!ref) return ref.status();
-  const auto t0 = Clock::now();
-  if (Status s = load_checkpoint(*ref, parts(), o_.finetune, &state); !s) return s;
-  // Every rank has its state once the slowest has: the figure is the job's load time.
-  g_.world->barrier();
-  const double seconds = seconds_since(t0);
-  if (o_.finetune) state = TrainState{};
-  if (g_.world->rank() == 0) {
-    for (const std::string& note : cleaned) sink_.on_message("--load " + o_.load + ": " + note);
-    int64_t bytes = 0;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(ref->path, ec))
-      bytes += static_cast<int64_t>(e.file_size(ec));
-    char rate[96];
-    std::snprintf(rate, sizeof rate, " (%.1f MB in %.2f s, %.0f MB/s)", bytes / 1e6, seconds,
-                  seconds > 0 ? bytes / 1e6 / seconds : 0.0);
-    sink_.on_message("loaded " + ref->path + rate +
-                     (o_.finetune ? " (weights only: --finetune)" : "") +
-                     "; continuing after iteration " + std::to_string(state.iteration));
+  if constexpr (!std::is_same_v<accum_t<T>, float>) {
+    // TrainOptions::validate refuses these with --fp64 first.
+    return Status::invalid_argument(
+        "--save and --load keep fp32 state; they do not combine with --fp64");
+  } else {
+    // Rank 0 removes the interrupted saves of the directory (save_lock.h) before any rank looks
+    // into it; its lines replace find_checkpoint's notes on them.
+    std::vector<std::string> cleaned;
+    if (g_.world->rank() == 0) cleaned = remove_interrupted_saves(o_.load).messages();
+    g_.world->barrier();
+    Result<CheckpointRef> ref = find_checkpoint(o_.load, o_.ckpt_step);
+    if (!ref) return ref.status();
+    const auto t0 = Clock::now();
+    std::vector<ChunkState<T>> states = chunk_states();
+    if (Status s = load_checkpoint(*ref, parts(states, true), o_.finetune, &state); !s) return s;
+    for (ChunkState<T>& chunk : states)
+      if (Status s = chunk.upload(!o_.finetune); !s) return s;
+    // Every rank has its state once the slowest has: the figure is the job's load time.
+    g_.world->barrier();
+    const double seconds = seconds_since(t0);
+    if (o_.finetune) state = TrainState{};
+    for (auto& adam : rank_.optimizers)
+      adam->set_steps_taken(state.steps_taken);  // bias correction
+    if (g_.world->rank() == 0) {
+      for (const std::string& note : cleaned) sink_.on_message("--load " + o_.load + ": " + note);
+      int64_t bytes = 0;
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(ref->path, ec))
+        bytes += static_cast<int64_t>(e.file_size(ec));
+      char rate[96];
+      std::snprintf(rate, sizeof rate, " (%.1f MB in %.2f s, %.0f MB/s)", bytes / 1e6, seconds,
+                    seconds > 0 ? bytes / 1e6 / seconds : 0.0);
+      sink_.on_message("loaded " + ref->path + rate +
+                       (o_.finetune ? " (weights only: --finetune)" : "") +
+                       "; continuing after iteration " + std::to_string(state.iteration));
+    }
+    return Status::ok();
   }
-  return Status::ok();
 }
 
 template <typename T>
 Status Trainer<T>::save(const TrainState& state) {
-  set_comm_activity("the checkpoint save at iteration " + std::to_string(state.iteration));
-  Result<SavedCheckpoint> saved = save_checkpoint(*g_.world, o_.save, state, mc_,
-                                                  train_options_json(o_), parts(), o_.save_retain);
-  if (!saved) return saved.status();
-  if (g_.world->rank() == 0) {
-    for (const std::string& note : saved->notes)
-      sink_.on_message("--save " + o_.save + ": " + note);
-    sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
+  if constexpr (!std::is_same_v<accum_t<T>, float>) {
+    // TrainOptions::validate refuses these with --fp64 first.
+    return Status::invalid_argument(
+        "--save and --load keep fp32 state; they do not combine with --fp64");
+  } else {
+    set_comm_activity("the checkpoint save at iteration " + std::to_string(state.iteration));
+    // What write_shard stores: the weights of data-parallel rank 0 (the replicas are equal), the
+    // moments of every rank that owns some.
+    const bool weights = g_.coord.dp == 0;
+    const bool moments = weights || (o_.parallel.use_distributed_optimizer && g_.layout.dp > 1);
+    std::vector<ChunkState<T>> states = chunk_states();
+    for (ChunkState<T>& chunk : states)
+      if (Status s = chunk.download(weights, moments); !s) return s;
+    Result<SavedCheckpoint> saved =
+        save_checkpoint(*g_.world, o_.save, state, mc_, train_options_json(o_),
+                        parts(states, weights), o_.save_retain);
+    if (!saved) return saved.status();
+    if (g_.world->rank() == 0) {
+      for (const std::string& note : saved->notes)
+        sink_.on_message("--save " + o_.save + ": " + note);
+      sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
+    }
+    return Status::ok();
   }
+}
+
+template <typename T>
+Status Trainer<T>::save_hf() {
+  // The shards of data-parallel rank 0 (gather_full_params), in host memory.
+  const bool sender = g_.coord.dp == 0;
+  std::vector<ChunkState<T>> states = chunk_states();
+  std::vector<const accum_t<T>*> params;
+  for (ChunkState<T>& chunk : states) {
+    if (Status s = chunk.download(sender, false); !s) return s;
+    params.push_back(sender ? chunk.params() : nullptr);
+  }
+  Result<std::vector<accum_t<T>>> full =
+      gather_full_params(*g_.world, g_.layout, mc_, o_.parallel.sequence_parallel, params);
+  if (!full) return full.status();
+  if (g_.world->rank() != 0) return Status::ok();
+  const std::vector<float> as_float(full->begin(), full->end());
+  if (Status s = export_hf_gpt2(o_.save_hf, mc_, ParamLayout(mc_), as_float.data()); !s)
+    return Status::io_error("--save-hf: " + s.message());
+  sink_.on_message("saved GPT-2 weights to " + o_.save_hf);
   return Status::ok();
 }
 
@@ -787,17 +848,8 @@ Result<TrainSummary> Trainer<T>::run() {
     summary.timed_seconds = timed_seconds;
     summary.timed_iterations = timed_iterations;
   }
-  if (!o_.save_hf.empty()) {
-    Result<std::vector<T>> full =
-        gather_full_params<T>(world, L, mc_, o_.parallel.sequence_parallel, rank_.params());
-    if (!full) return full.status();
-    if (rank0) {
-      std::vector<float> as_float(full->begin(), full->end());
-      if (Status s = export_hf_gpt2(o_.save_hf, mc_, ParamLayout(mc_), as_float.data()); !s)
-        return Status::io_error("--save-hf: " + s.message());
-      sink_.on_message("saved GPT-2 weights to " + o_.save_hf);
-    }
-  }
+  if (!o_.save_hf.empty())
+    if (Status s = save_hf(); !s) return s;
   if (rank0) sink_.on_end(summary);
   return summary;
 }
