@@ -13,6 +13,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "commands.h"
+#include "device/backends.h"
 #include "lattice/comm.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/data.h"
@@ -284,7 +285,7 @@ int train_command(const std::vector<std::string>& args) {
     return 0;
   }
   Result<TrainOptions> options = parse_train_options(args);
-  if (options && options->device != "cpu" && gpu_trainer() == nullptr)
+  if (options && options->device != "cpu" && device_backend() == nullptr)
     if (int code = exec_gpu_trainer(args, options->device == "cuda"); code != 0) return code;
   return run_training("train", std::move(options), join_command_line("train", args), {});
 }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "bench_machine.h"
-#include "gpu/gpu_trainer.h"
+#include "device/backends.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/train.h"
 
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lattice-bench-train-gpu: no CUDA device\n");
     return 77;
   }
-  gpu::register_gpu_trainer();
+  register_cuda_backend();
   std::printf("%s\n", lattice::bench::machine_line().c_str());
   std::printf(
       "| model | micro batch x seq | step ms (median) | tokens/s | TFLOP/s | MFU | "

@@ -1,11 +1,11 @@
-// How train() routes --device runs with the GPU trainer registered, checked without a device
-// (label unit, CUDA builds): options the GPU refuses stop a --device cuda run before the trainer
-// looks for a GPU, --device auto falls back to the CPU (docs/gpu.md#scope). The sentences
-// themselves are tests/train/test_capabilities.cpp's, in every build.
+// How train() routes --device runs with the CUDA backend registered (device/backends.h), checked
+// without a device (label unit, CUDA builds): options the GPU refuses stop a --device cuda run
+// before the trainer looks for a GPU, --device auto falls back to the CPU (docs/gpu.md#scope). The
+// sentences themselves are tests/train/test_capabilities.cpp's, in every build.
 #include <QtTest/QtTest>
 
 #include "common/tiny_model.h"
-#include "gpu/gpu_trainer.h"
+#include "device/backends.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/train.h"
 
@@ -17,6 +17,12 @@ TrainOptions supported() {
   return testing::cuda_ready_options();
 }
 
+// What --device auto says of `o` on one rank with the CUDA backend.
+std::string cuda_unavailable(const TrainOptions& o, int world_size) {
+  register_cuda_backend();
+  return unavailable(*device_backend(), o, world_size);
+}
+
 }  // namespace
 
 class GpuOptionsTest : public QObject {
@@ -24,7 +30,7 @@ class GpuOptionsTest : public QObject {
  private slots:
   // The CPU options' recomputation rules stop train() before it looks for a device.
   void bad_recompute_combinations_stop_train() {
-    gpu::register_gpu_trainer();
+    register_cuda_backend();
     TrainOptions o = supported();
     o.parallel.recompute_granularity = "selective";
     o.parallel.recompute_method = "uniform";
@@ -37,7 +43,7 @@ class GpuOptionsTest : public QObject {
   }
 
   void train_refuses_unsupported_flags_before_looking_for_a_device() {
-    gpu::register_gpu_trainer();
+    register_cuda_backend();
     TrainOptions o = supported();
     o.parallel.sequence_parallel = true;
     MetricsSink sink;
@@ -49,7 +55,7 @@ class GpuOptionsTest : public QObject {
     TrainOptions fallback = supported();
     fallback.device = "auto";
     fallback.fp64 = true;  // the CPU trainer runs it, the GPU one refuses it
-    const std::string why = gpu::gpu_unavailable(fallback, 1);
+    const std::string why = cuda_unavailable(fallback, 1);
     QVERIFY2(why.find("--fp64") != std::string::npos, why.c_str());
     Result<TrainSummary> on_cpu = train(fallback, sink);
     QVERIFY2(on_cpu.is_ok(), on_cpu.is_ok() ? "" : on_cpu.status().message().c_str());
@@ -58,7 +64,7 @@ class GpuOptionsTest : public QObject {
       QVERIFY(!plain);
       QVERIFY2(plain.status().message().find("no CUDA device") != std::string::npos,
                plain.status().message().c_str());
-      QCOMPARE(gpu::gpu_unavailable(supported(), 1),
+      QCOMPARE(cuda_unavailable(supported(), 1),
                std::string("no CUDA device visible to this process"));
       // --device auto without a device trains on the CPU.
       TrainOptions automatic = supported();
@@ -74,7 +80,7 @@ class GpuOptionsTest : public QObject {
     TrainOptions o = supported();
     o.fp64 = true;
     o.model.num_attention_heads = 4;  // head size 32
-    QCOMPARE(gpu::gpu_unavailable(o, 1),
+    QCOMPARE(cuda_unavailable(o, 1),
              std::string("--fp64 is not supported by the GPU trainer yet (docs/gpu.md#scope); "
                          "head size --hidden-size / --num-attention-heads = 32: the GPU "
                          "attention kernel takes 64 or 128"));

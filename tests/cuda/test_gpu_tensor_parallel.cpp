@@ -38,7 +38,7 @@
 #include "common/tiny_model.h"
 #include "cuda/cuda_test_support.h"
 #include "cuda/gpu_runs.h"
-#include "gpu/gpu_trainer.h"
+#include "device/backends.h"
 #include "lattice/train.h"
 
 using namespace lattice;
@@ -111,7 +111,7 @@ int worker(const QStringList& args) {
     std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
     return 1;
   }
-  gpu::register_gpu_trainer();
+  register_cuda_backend();
   RowSink sink;
   Result<TrainSummary> r = train(worker_options(args), **world, sink);
   const int rank = (*world)->rank();
@@ -203,7 +203,7 @@ class GpuTensorParallel : public QObject {
  private slots:
   void initTestCase() {
     if (kernels::cuda::device_count() < 2) QSKIP(kFewDevicesMessage);
-    gpu::register_gpu_trainer();
+    register_cuda_backend();
   }
 
   void tp2_trains_as_tp1_and_as_the_cpu_engine() {

@@ -33,8 +33,8 @@
 #include "common/tiny_model.h"
 #include "cuda/cuda_test_support.h"
 #include "cuda/gpu_runs.h"
+#include "device/backends.h"
 #include "device/device.h"
-#include "gpu/gpu_trainer.h"
 #include "lattice/train.h"
 #include "model/gpt.h"
 
@@ -292,7 +292,7 @@ class GpuTraining : public QObject {
  private slots:
   void initTestCase() {
     LATTICE_REQUIRE_CUDA_DEVICE();
-    gpu::register_gpu_trainer();
+    register_cuda_backend();
   }
 
   void one_micro_batch_matches_the_cpu_device_in_fp32() { compare_step<float>(1e-5, 1e-4); }

@@ -20,6 +20,7 @@
 #include "common/mpi_worker.h"
 #include "common/process.h"
 #include "device/cpu_device.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
 using lattice::CategoryUsage;
@@ -354,7 +355,8 @@ class CpuDeviceTest : public QObject {
     CpuDevice device(lattice::CpuDeviceOptions{1});
     QCOMPARE(lattice::kernels::num_threads(), 1);
     QCOMPARE(QString::fromStdString(device.describe()),
-             QString("1 thread, OpenBLAS ") + lattice::kernels::blas_core_name());
+             QString("1 thread per rank, kernels ") +
+                 lattice::kernels::cpu_isa_label(lattice::kernels::cpu_isa()));
     QCOMPARE(device.capabilities().device, std::string("cpu"));
     QVERIFY(device.peak_flops(lattice::DType::kFloat32) > 0);
     QCOMPARE(device.peak_flops(lattice::DType::kInt32), 0.0);

@@ -41,6 +41,7 @@ class WatchedDevice final : public Device {
 
   const Capabilities& capabilities() const override { return capabilities_; }
   std::string describe() const override { return inner_.describe(); }
+  std::string blas_name() const override { return inner_.blas_name(); }
   double peak_flops(DType compute) const override { return inner_.peak_flops(compute); }
   void* allocate(size_t bytes, MemoryCategory category) override {
     return inner_.allocate(bytes, category);

@@ -13,6 +13,7 @@
 #include <QtTest/QtTest>
 
 #include "common/tiny_model.h"
+#include "device/backends.h"
 #include "device/capabilities.h"
 #include "lattice/layout.h"
 #include "lattice/train_options.h"
@@ -25,15 +26,8 @@ TrainOptions supported() {
   return testing::cuda_ready_options();
 }
 
-// Why a run of `o` on `world` ranks of backend `c` is refused, in the order the trainers check
-// (gpu_trainer.cpp refused_on_gpu): the shared rules first, then the backend's limits.
-std::vector<std::string> refusals(const TrainOptions& o, int world, const Capabilities& c) {
-  std::vector<std::string> e = layout_errors(o, world);
-  for (std::string& r : o.parallel.recompute_errors()) e.push_back(std::move(r));
-  for (std::string& r : capability_errors(o, c)) e.push_back(std::move(r));
-  return e;
-}
-
+// Why a run of `o` on `world` ranks of CUDA is refused, in the order train() checks
+// (device/backends.h refusals): the shared rules first, then the backend's limits.
 std::vector<std::string> on_cuda(const TrainOptions& o, int world) {
   return refusals(o, world, cuda_capabilities());
 }
@@ -62,7 +56,7 @@ class CapabilitiesTest : public QObject {
   void a_plain_data_parallel_run_is_supported() {
     QVERIFY(on_cuda(supported(), 1).empty());
     QVERIFY(on_cuda(supported(), 2).empty());  // 2 micro-batches over DP 2
-    // Checkpoints go through the CPU engine's format (engine/src/gpu/gpu_checkpoint.h).
+    // Checkpoints are staged through the host (checkpoint/chunk_state.h).
     TrainOptions checkpoints = supported();
     checkpoints.save = "/tmp/x";
     checkpoints.load = "/tmp/y";

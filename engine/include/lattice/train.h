@@ -205,21 +205,6 @@ Result<TrainSummary> train(const TrainOptions& options, Comm& world, MetricsSink
 // One process.
 Result<TrainSummary> train(const TrainOptions& options, MetricsSink& sink);
 
-// The GPU trainer (engine/src/gpu/, library lattice_engine_gpu) as train() sees it. Only the
-// lattice-gpu executable links it and registers it at start-up; the CPU `lattice` has none and
-// hands `--device cuda` runs to lattice-gpu (docs/gpu.md#how-lattice-train-reaches-the-gpu).
-// With one registered, train() sends --device cuda runs to it (which refuses unsupported flags,
-// then a missing device), and --device auto runs when unavailable() returns "" (else the CPU
-// trains, and rank 0 says why).
-struct GpuTrainer {
-  // "" when this run can train on a GPU here (a device, options it supports), else why not.
-  std::string (*unavailable)(const TrainOptions& options, int world_size);
-  Result<TrainSummary> (*train)(const TrainOptions& options, const ModelConfig& model, Comm& world,
-                                MetricsSink& sink);
-};
-void set_gpu_trainer(const GpuTrainer* trainer);  // the pointer must outlive every train()
-const GpuTrainer* gpu_trainer();                  // null in the CPU-only `lattice`
-
 // `lattice eval`: the mean loss of the model (from --load-hf, else initialised from --seed)
 // over the first `num_samples` samples of --data-path taken in order, without shuffling:
 // sample i is tokens [i*S, i*S + S] of the documents concatenated in index order.

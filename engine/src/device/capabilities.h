@@ -23,6 +23,8 @@ struct Capabilities {
                                         // selective recomputation has something to drop
   bool host_addressable = false;        // its memory is host memory: checkpoints, weight
                                         // initialisation and data read it directly
+  bool cheap_marks = false;  // a time mark is a clock read, so per-op times are always kept
+                             // (CUDA: two timing events per op, kept with --profile only)
 };
 
 // The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, any head size, attention
@@ -33,6 +35,7 @@ inline Capabilities cpu_capabilities() {
   c.fp64 = true;
   c.attention_saves_scores = true;
   c.host_addressable = true;
+  c.cheap_marks = true;
   return c;
 }
 

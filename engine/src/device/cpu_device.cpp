@@ -13,6 +13,7 @@
 
 #include "core/host_memory.h"
 #include "device/ops.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
 namespace lattice {
@@ -50,6 +51,7 @@ Status RequestQueue::poll() {
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options) : capabilities_(cpu_capabilities()) {
   if (options.threads > 0) kernels::set_num_threads(options.threads);
+  capabilities_.host_addressable = options.host_addressable;
 }
 
 CpuDevice::~CpuDevice() {
@@ -59,8 +61,12 @@ CpuDevice::~CpuDevice() {
 
 std::string CpuDevice::describe() const {
   const int threads = kernels::num_threads();
-  return std::to_string(threads) + (threads == 1 ? " thread" : " threads") + ", OpenBLAS " +
-         kernels::blas_core_name();
+  return std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " per rank, kernels " +
+         kernels::cpu_isa_label(kernels::cpu_isa());
+}
+
+std::string CpuDevice::blas_name() const {
+  return kernels::blas_core_name();
 }
 
 double CpuDevice::peak_flops(DType compute) const {

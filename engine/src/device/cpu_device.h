@@ -81,6 +81,9 @@ struct CpuDeviceOptions {
   // > 0: kernels::set_num_threads(threads) when the device is made (OpenMP and OpenBLAS);
   // 0: the thread count stays as it is.
   int threads = 0;
+  // false: Capabilities::host_addressable off, so that the engine stages through host copies as
+  // it does for a GPU (tests of those paths; the memory is host memory all the same).
+  bool host_addressable = true;
 };
 
 class CpuDevice final : public Device {
@@ -94,6 +97,7 @@ class CpuDevice final : public Device {
 
   const Capabilities& capabilities() const override { return capabilities_; }
   std::string describe() const override;
+  std::string blas_name() const override;
   double peak_flops(DType compute) const override;
 
   void* allocate(size_t bytes, MemoryCategory category) override;

@@ -76,6 +76,7 @@ class CudaDevice final : public Device {
 
   const Capabilities& capabilities() const override { return capabilities_; }
   std::string describe() const override { return name_ + ", device " + std::to_string(index_); }
+  std::string blas_name() const override { return "cuBLASLt"; }
   double peak_flops(DType compute) const override;
 
   void* allocate(size_t bytes, MemoryCategory category) override {

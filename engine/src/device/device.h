@@ -88,6 +88,9 @@ class Device {
   virtual const Capabilities& capabilities() const = 0;
   // One line for the run's description: "2 threads, OpenBLAS SkylakeX", "NVIDIA H200, device 0".
   virtual std::string describe() const = 0;
+  // The matrix-multiply library its kernels call, for the run store: OpenBLAS's core
+  // ("SkylakeX") on the CPU, "cuBLASLt" on CUDA.
+  virtual std::string blas_name() const = 0;
   // Peak FLOP/s in compute type `compute`, the denominator of MFU; 0 where the device has no
   // figure for it. CPU: a measured SGEMM rate; CUDA: the planner's table (plan/devices.cpp).
   virtual double peak_flops(DType compute) const = 0;

@@ -4,9 +4,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "core/host_memory.h"
-#include "device/cpu_device.h"
-
 namespace lattice {
 
 namespace {
@@ -16,11 +13,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 template <typename T>
-GradReducer<T>::GradReducer(std::unique_ptr<Device> own, Device* device, Stream* dp_stream,
-                            const ParamLayout& layout, Comm* dp, bool distributed,
-                            size_t bucket_elems, T* grads, T* params)
-    : own_device_(std::move(own)),
-      device_(device ? *device : *own_device_),
+GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
+                            bool distributed, size_t bucket_elems, T* grads, T* params)
+    : device_(device),
       dp_(dp && dp->size() > 1 ? dp : nullptr),
       distributed_(distributed && dp_ != nullptr),
       grads_(grads),
@@ -29,19 +24,20 @@ GradReducer<T>::GradReducer(std::unique_ptr<Device> own, Device* device, Stream*
   bucket_of_tensor_.assign(n, -1);
   ready_.assign(n, 0);
   for (const BucketSpan& span : split_buckets(layout, bucket_elems)) {
-    Bucket b{span.begin, span.end, span.first_tensor, span.last_tensor,
-             span.last_tensor - span.first_tensor, {}, span.begin, nullptr};
+    Bucket b{span.begin,
+             span.end,
+             span.first_tensor,
+             span.last_tensor,
+             span.last_tensor - span.first_tensor,
+             {},
+             span.begin,
+             nullptr};
     for (int j = span.first_tensor; j < span.last_tensor; j++)
       bucket_of_tensor_[j] = static_cast<int>(buckets_.size());
     buckets_.push_back(std::move(b));
   }
   if (!dp_) return;
-  if (dp_stream) {
-    stream_ = dp_stream;
-  } else {
-    Result<Stream*> made = device_.new_stream("data-parallel");
-    stream_ = made ? *made : nullptr;  // the CPU device's never fails
-  }
+  stream_ = &dp_stream;
   if (!distributed_) return;
   const int world = dp_->size(), rank = dp_->rank();
   const bool own_buffers = device_.capabilities().host_addressable;
@@ -49,33 +45,21 @@ GradReducer<T>::GradReducer(std::unique_ptr<Device> own, Device* device, Stream*
     b.counts = shard_counts(b.end - b.begin, world);
     for (int r = 0; r < rank; r++) b.shard_begin += b.counts[r];
     if (!own_buffers) continue;
-    b.shard = static_cast<T*>(
-        device_.allocate(b.counts[rank] * sizeof(T), MemoryCategory::kCommBuffers));
+    b.shard =
+        static_cast<T*>(device_.allocate(b.counts[rank] * sizeof(T), MemoryCategory::kCommBuffers));
     if (!b.shard) return;  // allocated() says so
     stats_.buffer_bytes += b.counts[rank] * sizeof(T);
   }
 }
 
 template <typename T>
-GradReducer<T>::GradReducer(const ParamLayout& layout, Comm* dp, bool distributed,
-                            size_t bucket_elems, T* grads, T* params)
-    : GradReducer(std::make_unique<CpuDevice>(), nullptr, nullptr, layout, dp, distributed,
-                  bucket_elems, grads, params) {
-  if (!allocated()) {
-    size_t bytes = 0;
-    for (const Bucket& b : buckets_) bytes += b.counts[dp_->rank()] * sizeof(T);
-    throw OutOfMemory(MemoryCategory::kCommBuffers, bytes);
-  }
-}
-
-template <typename T>
 Result<std::unique_ptr<GradReducer<T>>> GradReducer<T>::create(Device& device, Stream& dp_stream,
-                                                               const ParamLayout& layout,
-                                                               Comm* dp, bool distributed,
+                                                               const ParamLayout& layout, Comm* dp,
+                                                               bool distributed,
                                                                size_t bucket_elems, T* grads,
                                                                T* params) {
-  std::unique_ptr<GradReducer> r(new GradReducer(nullptr, &device, &dp_stream, layout, dp,
-                                                 distributed, bucket_elems, grads, params));
+  std::unique_ptr<GradReducer> r(
+      new GradReducer(device, dp_stream, layout, dp, distributed, bucket_elems, grads, params));
   if (!r->allocated()) {
     size_t bytes = 0;
     for (const Bucket& b : r->buckets_) bytes += b.counts[dp->rank()] * sizeof(T);

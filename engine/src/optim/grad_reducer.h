@@ -52,10 +52,6 @@ class GradReducer {
                                                      const ParamLayout& layout, Comm* dp,
                                                      bool distributed, size_t bucket_elems,
                                                      T* grads, T* params);
-  // Host arenas (the CPU trainer before step 10): on a CpuDevice of its own, whose side stream
-  // is the data-parallel stream. Throws OutOfMemory (kCommBuffers) as host_assign does.
-  GradReducer(const ParamLayout& layout, Comm* dp, bool distributed, size_t bucket_elems, T* grads,
-              T* params);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -87,14 +83,11 @@ class GradReducer {
     size_t shard_begin;             // this rank's shard start in the arena
     T* shard = nullptr;             // reduce-scatter receive buffer (host-addressable device)
   };
-  // device null: own's; dp_stream null: a side stream of the device made here.
-  GradReducer(std::unique_ptr<Device> own, Device* device, Stream* dp_stream,
-              const ParamLayout& layout, Comm* dp, bool distributed, size_t bucket_elems,
-              T* grads, T* params);
+  GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
+              bool distributed, size_t bucket_elems, T* grads, T* params);
   bool allocated() const;
   Status launch(Bucket& b);
 
-  std::unique_ptr<Device> own_device_;  // the host constructor's
   Device& device_;
   Stream* stream_ = nullptr;  // the data-parallel side stream (null: nothing to reduce)
   Comm* dp_;

@@ -25,6 +25,7 @@
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
 #include "core/system_sampler.h"
+#include "device/backends.h"
 #include "device/capabilities.h"
 #include "device/cpu_device.h"
 #include "device/ops.h"
@@ -77,7 +78,18 @@ std::string exit_duration_message(int iteration, double minutes) {
   return s.str();
 }
 
-std::string describe(const TrainOptions& o, const ParallelLayout& layout, int threads) {
+// The compute type's words: "fp32", "bf16 with fp32 master weights and grads", ...
+template <typename T>
+const char* precision_name(const TrainOptions& o) {
+  if constexpr (std::is_same_v<T, double>) return "fp64";
+  if constexpr (std::is_same_v<T, bf16>) return "bf16 with fp32 master weights and grads";
+  if constexpr (std::is_same_v<T, fp16>)
+    return "fp16 with fp32 master weights and grads, loss scaling";
+  return o.fp16 ? "fp16 loss scaling over fp32 arithmetic" : "fp32";
+}
+
+template <typename T>
+std::string describe(const TrainOptions& o, const ParallelLayout& layout, const Device& device) {
   const ModelConfig& m = o.model;
   std::ostringstream s;
   s << "GPT " << m.num_layers << " layers, hidden " << m.hidden_size << ", ffn " << m.ffn() << ", "
@@ -93,8 +105,7 @@ std::string describe(const TrainOptions& o, const ParallelLayout& layout, int th
   }
   if (!o.parallel.recompute_granularity.empty())
     s << o.parallel.recompute_granularity << " recomputation, ";
-  s << threads << " threads per rank, kernels " << kernels::cpu_isa_label(kernels::cpu_isa())
-    << (o.fp64 ? ", fp64" : "") << (o.fp16 ? ", fp16 loss scaling over fp32 arithmetic" : "");
+  s << device.describe() << ", " << precision_name<T>(o);
   return s.str();
 }
 
@@ -112,28 +123,28 @@ int threads_per_rank(const TrainOptions& o, const Comm& world) {
 // (declared in the order they are made: each outlives what is made after it).
 template <typename T>
 struct RankModel {
-  std::unique_ptr<CpuDevice> device;
+  std::unique_ptr<Device> device;
   DeviceComms comms;  // the device's TP, DP, pipeline-channel and embedding communicators
   std::vector<std::unique_ptr<GptModel<T>>> chunks;
-  std::vector<std::unique_ptr<GradReducer<T>>> buckets;
+  std::vector<std::unique_ptr<GradReducer<accum_t<T>>>> buckets;
   std::vector<std::unique_ptr<AdamW<T>>> optimizers;
-  std::vector<const T*> params() const {
-    std::vector<const T*> v;
-    for (const auto& c : chunks) v.push_back(c->params());
-    return v;
-  }
 };
 
 template <typename T>
 class Trainer {
  public:
-  Trainer(const TrainOptions& o, ModelConfig mc, ProcessGroups& g, MetricsSink& sink)
+  // device: this rank's (train() made it); backend: where it came from (null: the CPU).
+  Trainer(const TrainOptions& o, ModelConfig mc, ProcessGroups& g, MetricsSink& sink,
+          std::unique_ptr<Device> device, const DeviceBackend* backend)
       : o_(o),
         mc_(std::move(mc)),
         g_(g),
         sink_(sink),
+        backend_(backend),
         scaling_(o),
-        spikes_(o.spike_window, o.spike_z) {}
+        spikes_(o.spike_window, o.spike_z) {
+    rank_.device = std::move(device);
+  }
   Result<TrainSummary> run();
 
  private:
@@ -165,6 +176,7 @@ class Trainer {
   ModelConfig mc_;
   ProcessGroups& g_;
   MetricsSink& sink_;
+  const DeviceBackend* backend_;
   GradScaling scaling_;   // --fp16's loss scaler (disabled: scale 1)
   SpikeDetector spikes_;  // the same decisions on every rank (lattice/instability.h)
   RankModel<T> rank_;
@@ -209,8 +221,7 @@ Status Trainer<T>::build_model() {
   const ParallelLayout& L = g_.layout;
   const ParallelOptions& par = o_.parallel;
   const size_t bucket = ddp_bucket_elems(par, L.dp);
-  rank_.device = std::make_unique<CpuDevice>();
-  CpuDevice& device = *rank_.device;
+  Device& device = *rank_.device;
   // Every chunk's data-parallel collectives on one side stream, in the order backward ends the
   // buckets (optim/grad_reducer.h).
   Result<Stream*> dp_stream = device.new_stream("data-parallel");
@@ -225,7 +236,7 @@ Status Trainer<T>::build_model() {
     Result<std::unique_ptr<GptModel<T>>> chunk =
         GptModel<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan);
     if (!chunk) return chunk.status();
-    (*chunk)->set_op_times(true);  // the CPU's marks are clock reads: --profile and op times
+    (*chunk)->set_op_times(o_.profile || device.capabilities().cheap_marks);
     rank_.chunks.push_back(std::move(*chunk));
   }
   for (auto& chunk : rank_.chunks) {
@@ -235,7 +246,7 @@ Status Trainer<T>::build_model() {
       host_assign(slices, chunk->arena_size(), MemoryCategory::kWeights);
       if (Status s = import_hf_gpt2_chunk(o_.load_hf, mc_, chunk->layout(), slices.data()); !s)
         return Status::invalid_argument("--load-hf: " + s.message());
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (std::is_same_v<accum_t<T>, float>) {
         chunk->upload(slices.data());
       } else {
         std::vector<T> mine;
@@ -247,7 +258,7 @@ Status Trainer<T>::build_model() {
       return s;
     }
     if (Status s = device.error(); !s) return s;
-    Result<std::unique_ptr<GradReducer<T>>> buckets = GradReducer<T>::create(
+    Result<std::unique_ptr<GradReducer<accum_t<T>>>> buckets = GradReducer<accum_t<T>>::create(
         device, **dp_stream, chunk->layout(), rank_.comms.dp.get(), par.use_distributed_optimizer,
         bucket, chunk->grads(), chunk->params());
     if (!buckets) return buckets.status();
@@ -259,7 +270,7 @@ Status Trainer<T>::build_model() {
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
     // first (finish_gradients), so backward does not release its bucket.
     const int skip = g_.in_embedding_group() ? chunk->layout().word_embedding_index() : -1;
-    GradReducer<T>* b = buckets->get();
+    GradReducer<accum_t<T>>* b = buckets->get();
     Comm* world = g_.world;
     chunk->set_grads_ready([b, skip, world](int first, int last) {
       for (int i = first; i < last; i++)
@@ -352,14 +363,14 @@ Status Trainer<T>::finish_gradients() {
     const int index = chunk.layout().word_embedding_index();
     const ParamTensor& t = chunk.layout().tensors()[index];
     const auto t0 = Clock::now();
-    if (Status s =
-            rank_.comms.embedding->all_reduce(chunk.grads() + t.offset, t.numel, dtype_of<T>(),
-                                              ReduceOp::kSum, rank_.device->compute());
+    if (Status s = rank_.comms.embedding->all_reduce(chunk.grads() + t.offset, t.numel,
+                                                     dtype_of<accum_t<T>>(), ReduceOp::kSum,
+                                                     rank_.device->compute());
         !s)
       return s;
     totals_.embedding_comm += seconds_since(t0);
     add_box(TimelineBox::kEmbeddingComm, t0, Clock::now());
-    GradReducer<T>& b = g_.first_stage() ? *rank_.buckets.front() : *rank_.buckets.back();
+    GradReducer<accum_t<T>>& b = g_.first_stage() ? *rank_.buckets.front() : *rank_.buckets.back();
     if (Status s = b.mark_ready(index, index + 1); !s) return s;
   }
   const auto t0 = Clock::now();
@@ -444,15 +455,23 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   skipped = skipped || !std::isfinite(norm);
   if (!skipped) {
     const double coeff = clip_coefficient(norm, o_.optim.clip_grad);
-    for (size_t c = 0; c < rank_.chunks.size(); c++)
-      rank_.optimizers[c]->update(rank_.chunks[c]->params(), rank_.chunks[c]->grads(), lr, coeff);
+    for (size_t c = 0; c < rank_.chunks.size(); c++) {
+      GptModel<T>& m = *rank_.chunks[c];
+      // A 16-bit run's step also rounds the updated weights into the compute copy.
+      T* copy = std::is_same_v<T, accum_t<T>> ? nullptr : m.compute_params();
+      rank_.optimizers[c]->update(m.params(), m.grads(), lr, coeff, copy);
+    }
   }
   totals_.optimizer += seconds_since(t0);
   const auto t1 = Clock::now();
   add_box(TimelineBox::kOptimizer, t0, t1);
   if (!skipped)
-    for (auto& b : rank_.buckets)
-      if (Status s = b->gather_params(); !s) return s;
+    for (size_t c = 0; c < rank_.buckets.size(); c++) {
+      if (Status s = rank_.buckets[c]->gather_params(); !s) return s;
+      // The distributed optimizer's owners rounded their pieces in the step; the rest come
+      // from the gathered master weights (the same rounding of the same values).
+      if (o_.parallel.use_distributed_optimizer) rank_.chunks[c]->refresh_compute_copy();
+    }
   totals_.dp_comm += seconds_since(t1);
   if (g_.layout.dp > 1 && o_.parallel.use_distributed_optimizer)
     add_box(TimelineBox::kDpComm, t1, Clock::now());
@@ -650,13 +669,25 @@ Result<TrainSummary> Trainer<T>::run() {
   data_ = std::move(*data);
   sample_.assign(mc_.seq_length + 1, 0);
 
+  Device& device = *rank_.device;
   RunStart start;
-  start.description = describe(o_, L, threads);
+  start.description = describe<T>(o_, L, device);
   start.parameters = mc_.num_parameters();
   start.threads = threads;
-  start.peak_gflops = measure_sgemm_gflops(threads);
-  start.blas_core = kernels::blas_core_name();
+  // MFU's denominator: the device's peak in the compute type (the CPU: a measured SGEMM rate).
+  start.peak_gflops = device.peak_flops(dtype_of<T>()) / 1e9;
+  start.blas_core = device.blas_name();
   if (rank0) sink_.on_start(start);
+  if (rank0 && start.peak_gflops <= 0)
+    sink_.on_message("no peak rate known for " + device.describe() + ": MFU is reported as 0");
+  if (backend_ && backend_->probe) {
+    std::string why;
+    if (SystemSampler::GpuProbe probe = backend_->probe(&why))
+      system_.set_gpu_probe(std::move(probe));
+    else if (rank0)
+      sink_.on_message("NVML is not available: " + why +
+                       "; GPU utilization, memory, power and temperature are not recorded");
+  }
 
   if (Status s = build_model(); !s) return s;
   if (rank0 && !o_.load_hf.empty()) sink_.on_message("loaded GPT-2 weights from " + o_.load_hf);
@@ -791,7 +822,7 @@ Result<TrainSummary> Trainer<T>::run() {
     m.step_seconds = seconds;
     m.tokens_per_second = static_cast<double>(o_.global_batch_size) * T_ / seconds;
     m.tflops_per_device = flops / seconds / 1e12;
-    m.mfu = flops / seconds / 1e9 / start.peak_gflops;
+    m.mfu = start.peak_gflops > 0 ? flops / seconds / 1e9 / start.peak_gflops : 0;
     summary.losses.push_back(loss);
     summary.grad_norms.push_back(norm);
     if (rank0) sink_.on_iteration(m);
@@ -863,15 +894,7 @@ const char* const kOutOfMemoryAdvice =
 // At static initialisation: the process's start, which --exit-duration-in-mins counts from
 // (as Megatron, so that setup and checkpoint loading count against a job's time).
 const Clock::time_point g_process_start = Clock::now();
-const GpuTrainer* g_gpu_trainer = nullptr;
 }  // namespace
-
-void set_gpu_trainer(const GpuTrainer* trainer) {
-  g_gpu_trainer = trainer;
-}
-const GpuTrainer* gpu_trainer() {
-  return g_gpu_trainer;
-}
 
 void request_stop() {
   g_stop.store(true, std::memory_order_relaxed);
@@ -911,45 +934,57 @@ Result<TrainSummary> train(const TrainOptions& given, Comm& world, MetricsSink& 
     if (!tokenizer) return tokenizer.status();
     mc.vocab_size = (*tokenizer)->vocab_size();
   }
+  TrainOptions options = o;
+  options.model = mc;
+  // The device: the registered backend's (device/backends.h) for --device cuda, and for
+  // --device auto when it runs these options here; else the CPU's.
+  const DeviceBackend* backend = nullptr;
   if (o.device != "cpu") {
-    const GpuTrainer* gpu = gpu_trainer();
-    // --device cuda goes to the GPU trainer even without a device: it reports unsupported
-    // flags first, then the missing device.
-    const std::string why = !gpu                 ? "this program has no GPU trainer"
-                            : o.device == "cuda" ? ""
-                                                 : gpu->unavailable(o, world.size());
-    if (why.empty()) {
-      TrainOptions options = o;
-      options.model = mc;
-      return gpu->train(options, mc, world, sink);
+    const DeviceBackend* registered = device_backend();
+    std::string why;
+    if (!registered) {
+      why = "this program has no GPU trainer";
+    } else if (o.device != "cuda") {
+      why = unavailable(*registered, options, world.size());
     }
-    if (o.device == "cuda")
+    if (why.empty())
+      backend = registered;
+    else if (o.device == "cuda")
       return Status::invalid_argument(
           "--device cuda: " + why +
           " (`lattice train --device cuda` runs lattice-gpu, built with -DLATTICE_WITH_CUDA=ON; "
           "docs/gpu.md)");
-    if (gpu && world.rank() == 0) sink.on_message("--device auto: training on the CPU: " + why);
+    else if (registered && world.rank() == 0)
+      sink.on_message("--device auto: training on the CPU: " + why);
   }
-  // The CPU backend's limits (--bf16 asks for the GPU; --fp16 runs as fp32 arithmetic with the
-  // loss scaler); make_layout below checks the shared layout rules.
-  if (std::vector<std::string> e = capability_errors(o, cpu_capabilities()); !e.empty()) {
+  const Capabilities caps = backend ? backend->capabilities() : cpu_capabilities();
+  if (std::vector<std::string> e = refusals(options, world.size(), caps); !e.empty()) {
     std::string text;
     for (const std::string& line : e) text += (text.empty() ? "" : "\n") + line;
     return Status::invalid_argument(text);
   }
-  TrainOptions options = o;
-  options.model = mc;
   Result<ParallelLayout> layout = make_layout(options, world.size());
   if (!layout) return layout.status();
   Result<ProcessGroups> groups = make_process_groups(world, *layout);
   if (!groups) return groups.status();
-  if (!o.skip_memory_check)
+  // The plan's memory is host memory only where the device's is.
+  if (!o.skip_memory_check && caps.host_addressable)
     if (Status s = check_host_memory(options, *layout, world); !s) return s;
+  Result<std::unique_ptr<Device>> device =
+      backend ? backend->make() : Result<std::unique_ptr<Device>>(std::make_unique<CpuDevice>());
+  if (!device) return device.status();
   // An allocation that fails (core/host_memory.h) ends this rank's run with its category and
   // size; run_training records the run as failed and ends the other ranks.
   try {
-    if (o.fp64) return Trainer<double>(options, mc, *groups, sink).run();
-    return Trainer<float>(options, mc, *groups, sink).run();
+    // The compute type: 16-bit where the device offers it (on the CPU --fp16 is fp32
+    // arithmetic with the loss scaler), fp64 for verification runs, else fp32.
+    auto run = [&]<typename T>() {
+      return Trainer<T>(options, mc, *groups, sink, std::move(*device), backend).run();
+    };
+    if (o.bf16 && caps.bf16) return run.template operator()<bf16>();
+    if (o.fp16 && caps.fp16) return run.template operator()<fp16>();
+    if (o.fp64) return run.template operator()<double>();
+    return run.template operator()<float>();
   } catch (const OutOfMemory& e) {
     return Status::resource_exhausted(std::string(e.what()) + kOutOfMemoryAdvice);
   } catch (const std::bad_alloc&) {
