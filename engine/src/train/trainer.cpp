@@ -1,33 +1,27 @@
-// The training loop of one rank: its model chunks run the pipeline schedule over its
-// data-parallel slice of each global batch, gradients are summed over the data-parallel group
-// in buckets, the gradient norm is taken over the model-parallel group, and every rank steps
-// the same way. With one rank this is plain gradient accumulation. Deterministic: data,
-// dropout and initialisation derive from --seed alone, and every kernel reduces in a fixed
-// order for a fixed thread count.
-#include <unistd.h>
+// The training loop of one rank, written once for every device (trainer.h; docs/one-engine.md
+// step 12): its model chunks run the pipeline schedule over its data-parallel slice of each
+// global batch, gradients are summed over the data-parallel group in buckets, the gradient norm
+// is taken over the model-parallel group, and every rank steps the same way. With one rank this
+// is plain gradient accumulation. Everything lives in the device's memory; the host reads the
+// losses and the loss scaler's overflow flag through copies, and stages micro-batches and
+// checkpoints where the device's memory is not host memory. Deterministic: data, dropout and
+// initialisation derive from --seed alone, and every kernel reduces in a fixed order for a
+// fixed thread count.
 
 #include <algorithm>
-#include <atomic>
-#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <map>
-#include <span>
 #include <sstream>
 #include <thread>
 #include <type_traits>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/chunk_state.h"
 #include "checkpoint/hf_gpt2.h"
 #include "core/host_memory.h"
 #include "core/system_sampler.h"
 #include "device/backends.h"
-#include "device/capabilities.h"
-#include "device/cpu_device.h"
 #include "device/ops.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/dropout_hash.h"
@@ -46,8 +40,8 @@
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "train/data_feed.h"
-#include "train/host_memory_check.h"
 #include "train/rank_reports.h"
+#include "train/trainer.h"
 
 namespace lattice {
 
@@ -118,18 +112,6 @@ int threads_per_rank(const TrainOptions& o, const Comm& world) {
   return std::max(1, std::min(allowed, machine / std::max(1, world.node_local_size())));
 }
 
-// Everything one rank holds: the device its chunks compute on, the tensor-parallel
-// communicator over the device's buffers, its chunks and their optimizers and buckets
-// (declared in the order they are made: each outlives what is made after it).
-template <typename T>
-struct RankModel {
-  std::unique_ptr<Device> device;
-  DeviceComms comms;  // the device's TP, DP, pipeline-channel and embedding communicators
-  std::vector<std::unique_ptr<GptModel<T>>> chunks;
-  std::vector<std::unique_ptr<GradReducer<accum_t<T>>>> buckets;
-  std::vector<std::unique_ptr<AdamW<T>>> optimizers;
-};
-
 template <typename T>
 class Trainer {
  public:
@@ -155,11 +137,9 @@ class Trainer {
               std::vector<InstabilityEvent>& events);
   Status finish_gradients();
   Result<double> validate(const SampleSource& source, int64_t& position);
-  std::vector<ChunkState<T>> chunk_states();
-  RankParts parts(std::vector<ChunkState<T>>& states, bool weights);
-  Status load(TrainState& state);
+  Status load(TrainState& state) { return load_rank_checkpoint(rank_, g_, o_, sink_, state); }
   Status save(const TrainState& state);
-  Status save_hf();  // --save-hf: the whole model's master weights, written by rank 0
+  Status save_hf() { return save_rank_hf(rank_, g_, o_, mc_, sink_); }
   // Iterations whose rank reports (and pipeline timeline) rank 0 gathers.
   bool reported(int it) const { return it == 1 || it % o_.log_interval == 0; }
   // Every rank's report on rank 0: phase times since the previous report divided by
@@ -532,121 +512,16 @@ std::vector<RankReport> Trainer<T>::gather_reports(bool with_timeline, int itera
   return gather_rank_reports(*g_.world, g_.layout, mine);
 }
 
-// The checkpoint's view of this rank (checkpoint/chunk_state.h): one ChunkState per chunk and
-// the RankParts over them. weights false: the chunks' weights are not read (a rank that saves
-// none: data-parallel rank > 0), so a device that stages them copies nothing.
-template <typename T>
-std::vector<ChunkState<T>> Trainer<T>::chunk_states() {
-  std::vector<ChunkState<T>> states;
-  states.reserve(rank_.chunks.size());
-  for (size_t c = 0; c < rank_.chunks.size(); c++)
-    states.emplace_back(*rank_.chunks[c], rank_.optimizers[c].get());
-  return states;
-}
-
-template <typename T>
-RankParts Trainer<T>::parts(std::vector<ChunkState<T>>& states, bool weights) {
-  static_assert(std::is_same_v<accum_t<T>, float>, "checkpoints keep fp32 state");
-  RankParts p;
-  p.layout = &g_.layout;
-  p.sequence_parallel = o_.parallel.sequence_parallel;
-  p.distributed_optimizer = o_.parallel.use_distributed_optimizer;
-  for (size_t c = 0; c < states.size(); c++) {
-    p.chunks.push_back({&rank_.chunks[c]->layout(), weights ? states[c].params() : nullptr});
-    p.moments.push_back(states[c].moments());
-  }
-  return p;
-}
-
-// --load: any layout's checkpoint into this one (checkpoint.h); every rank reads what it needs.
-template <typename T>
-Status Trainer<T>::load(TrainState& state) {
-  if constexpr (!std::is_same_v<accum_t<T>, float>) {
-    // TrainOptions::validate refuses these with --fp64 first.
-    return Status::invalid_argument(
-        "--save and --load keep fp32 state; they do not combine with --fp64");
-  } else {
-    // Rank 0 removes the interrupted saves of the directory (save_lock.h) before any rank looks
-    // into it; its lines replace find_checkpoint's notes on them.
-    std::vector<std::string> cleaned;
-    if (g_.world->rank() == 0) cleaned = remove_interrupted_saves(o_.load).messages();
-    g_.world->barrier();
-    Result<CheckpointRef> ref = find_checkpoint(o_.load, o_.ckpt_step);
-    if (!ref) return ref.status();
-    const auto t0 = Clock::now();
-    std::vector<ChunkState<T>> states = chunk_states();
-    if (Status s = load_checkpoint(*ref, parts(states, true), o_.finetune, &state); !s) return s;
-    for (ChunkState<T>& chunk : states)
-      if (Status s = chunk.upload(!o_.finetune); !s) return s;
-    // Every rank has its state once the slowest has: the figure is the job's load time.
-    g_.world->barrier();
-    const double seconds = seconds_since(t0);
-    if (o_.finetune) state = TrainState{};
-    for (auto& adam : rank_.optimizers)
-      adam->set_steps_taken(state.steps_taken);  // bias correction
-    if (g_.world->rank() == 0) {
-      for (const std::string& note : cleaned) sink_.on_message("--load " + o_.load + ": " + note);
-      int64_t bytes = 0;
-      std::error_code ec;
-      for (const auto& e : std::filesystem::directory_iterator(ref->path, ec))
-        bytes += static_cast<int64_t>(e.file_size(ec));
-      char rate[96];
-      std::snprintf(rate, sizeof rate, " (%.1f MB in %.2f s, %.0f MB/s)", bytes / 1e6, seconds,
-                    seconds > 0 ? bytes / 1e6 / seconds : 0.0);
-      sink_.on_message("loaded " + ref->path + rate +
-                       (o_.finetune ? " (weights only: --finetune)" : "") +
-                       "; continuing after iteration " + std::to_string(state.iteration));
-    }
-    return Status::ok();
-  }
-}
-
 template <typename T>
 Status Trainer<T>::save(const TrainState& state) {
-  if constexpr (!std::is_same_v<accum_t<T>, float>) {
-    // TrainOptions::validate refuses these with --fp64 first.
-    return Status::invalid_argument(
-        "--save and --load keep fp32 state; they do not combine with --fp64");
-  } else {
-    set_comm_activity("the checkpoint save at iteration " + std::to_string(state.iteration));
-    // What write_shard stores: the weights of data-parallel rank 0 (the replicas are equal), the
-    // moments of every rank that owns some.
-    const bool weights = g_.coord.dp == 0;
-    const bool moments = weights || (o_.parallel.use_distributed_optimizer && g_.layout.dp > 1);
-    std::vector<ChunkState<T>> states = chunk_states();
-    for (ChunkState<T>& chunk : states)
-      if (Status s = chunk.download(weights, moments); !s) return s;
-    Result<SavedCheckpoint> saved =
-        save_checkpoint(*g_.world, o_.save, state, mc_, train_options_json(o_),
-                        parts(states, weights), o_.save_retain);
-    if (!saved) return saved.status();
-    if (g_.world->rank() == 0) {
-      for (const std::string& note : saved->notes)
-        sink_.on_message("--save " + o_.save + ": " + note);
-      sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
-    }
-    return Status::ok();
+  set_comm_activity("the checkpoint save at iteration " + std::to_string(state.iteration));
+  Result<SavedCheckpoint> saved = save_rank_checkpoint(rank_, g_, o_, mc_, state);
+  if (!saved) return saved.status();
+  if (g_.world->rank() == 0) {
+    for (const std::string& note : saved->notes)
+      sink_.on_message("--save " + o_.save + ": " + note);
+    sink_.on_checkpoint(state.iteration, saved->path, saved->bytes, saved->seconds);
   }
-}
-
-template <typename T>
-Status Trainer<T>::save_hf() {
-  // The shards of data-parallel rank 0 (gather_full_params), in host memory.
-  const bool sender = g_.coord.dp == 0;
-  std::vector<ChunkState<T>> states = chunk_states();
-  std::vector<const accum_t<T>*> params;
-  for (ChunkState<T>& chunk : states) {
-    if (Status s = chunk.download(sender, false); !s) return s;
-    params.push_back(sender ? chunk.params() : nullptr);
-  }
-  Result<std::vector<accum_t<T>>> full =
-      gather_full_params(*g_.world, g_.layout, mc_, o_.parallel.sequence_parallel, params);
-  if (!full) return full.status();
-  if (g_.world->rank() != 0) return Status::ok();
-  const std::vector<float> as_float(full->begin(), full->end());
-  if (Status s = export_hf_gpt2(o_.save_hf, mc_, ParamLayout(mc_), as_float.data()); !s)
-    return Status::io_error("--save-hf: " + s.message());
-  sink_.on_message("saved GPT-2 weights to " + o_.save_hf);
   return Status::ok();
 }
 
@@ -887,115 +762,24 @@ Result<TrainSummary> Trainer<T>::run() {
 
 }  // namespace
 
-namespace {
-std::atomic<bool> g_stop{false};
-const char* const kOutOfMemoryAdvice =
-    "; `lattice plan` with the same flags estimates each rank's memory by category";
-// At static initialisation: the process's start, which --exit-duration-in-mins counts from
-// (as Megatron, so that setup and checkpoint loading count against a job's time).
-const Clock::time_point g_process_start = Clock::now();
-}  // namespace
-
-void request_stop() {
-  g_stop.store(true, std::memory_order_relaxed);
-}
-bool stop_requested() {
-  return g_stop.load(std::memory_order_relaxed);
+template <typename A>
+Result<TrainSummary> run_trainer(const TrainOptions& options, const ModelConfig& model,
+                                 ProcessGroups& groups, MetricsSink& sink,
+                                 std::unique_ptr<Device> device, const DeviceBackend* backend) {
+  return Trainer<A>(options, model, groups, sink, std::move(device), backend).run();
 }
 
-EarlyStop early_stop(const TrainOptions& options) {
-  if (stop_requested()) return EarlyStop::kSignal;
-  if (options.exit_duration_in_mins > 0 &&
-      seconds_since(g_process_start) >= options.exit_duration_in_mins * 60)
-    return EarlyStop::kExitDuration;
-  return EarlyStop::kNone;
-}
-
-double measure_sgemm_gflops(int threads) {
-  kernels::set_num_threads(threads);
-  const int n = 1536;
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-  kernels::matmul_forward<float>(c.data(), a.data(), b.data(), nullptr, n, n, n);  // warm-up
-  double best = 0;
-  for (int rep = 0; rep < 4; rep++) {
-    const auto t0 = std::chrono::steady_clock::now();
-    kernels::matmul_forward<float>(c.data(), a.data(), b.data(), nullptr, n, n, n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * n * n * n / s / 1e9);
-  }
-  return best;
-}
-
-Result<TrainSummary> train(const TrainOptions& given, Comm& world, MetricsSink& sink) {
-  const TrainOptions o = with_default_global_batch(given, world.size());
-  ModelConfig mc = o.model;
-  if (o.tokenizer.type != "NullTokenizer") {
-    Result<std::unique_ptr<Tokenizer>> tokenizer = make_tokenizer(o.tokenizer);
-    if (!tokenizer) return tokenizer.status();
-    mc.vocab_size = (*tokenizer)->vocab_size();
-  }
-  TrainOptions options = o;
-  options.model = mc;
-  // The device: the registered backend's (device/backends.h) for --device cuda, and for
-  // --device auto when it runs these options here; else the CPU's.
-  const DeviceBackend* backend = nullptr;
-  if (o.device != "cpu") {
-    const DeviceBackend* registered = device_backend();
-    std::string why;
-    if (!registered) {
-      why = "this program has no GPU trainer";
-    } else if (o.device != "cuda") {
-      why = unavailable(*registered, options, world.size());
-    }
-    if (why.empty())
-      backend = registered;
-    else if (o.device == "cuda")
-      return Status::invalid_argument(
-          "--device cuda: " + why +
-          " (`lattice train --device cuda` runs lattice-gpu, built with -DLATTICE_WITH_CUDA=ON; "
-          "docs/gpu.md)");
-    else if (registered && world.rank() == 0)
-      sink.on_message("--device auto: training on the CPU: " + why);
-  }
-  const Capabilities caps = backend ? backend->capabilities() : cpu_capabilities();
-  if (std::vector<std::string> e = refusals(options, world.size(), caps); !e.empty()) {
-    std::string text;
-    for (const std::string& line : e) text += (text.empty() ? "" : "\n") + line;
-    return Status::invalid_argument(text);
-  }
-  Result<ParallelLayout> layout = make_layout(options, world.size());
-  if (!layout) return layout.status();
-  Result<ProcessGroups> groups = make_process_groups(world, *layout);
-  if (!groups) return groups.status();
-  // The plan's memory is host memory only where the device's is.
-  if (!o.skip_memory_check && caps.host_addressable)
-    if (Status s = check_host_memory(options, *layout, world); !s) return s;
-  Result<std::unique_ptr<Device>> device =
-      backend ? backend->make() : Result<std::unique_ptr<Device>>(std::make_unique<CpuDevice>());
-  if (!device) return device.status();
-  // An allocation that fails (core/host_memory.h) ends this rank's run with its category and
-  // size; run_training records the run as failed and ends the other ranks.
-  try {
-    // The compute type: 16-bit where the device offers it (on the CPU --fp16 is fp32
-    // arithmetic with the loss scaler), fp64 for verification runs, else fp32.
-    auto run = [&]<typename T>() {
-      return Trainer<T>(options, mc, *groups, sink, std::move(*device), backend).run();
-    };
-    if (o.bf16 && caps.bf16) return run.template operator()<bf16>();
-    if (o.fp16 && caps.fp16) return run.template operator()<fp16>();
-    if (o.fp64) return run.template operator()<double>();
-    return run.template operator()<float>();
-  } catch (const OutOfMemory& e) {
-    return Status::resource_exhausted(std::string(e.what()) + kOutOfMemoryAdvice);
-  } catch (const std::bad_alloc&) {
-    return Status::resource_exhausted(std::string("out of memory outside the model's memory ") +
-                                      "categories (data indices, buffers)" + kOutOfMemoryAdvice);
-  }
-}
-
-Result<TrainSummary> train(const TrainOptions& o, MetricsSink& sink) {
-  std::unique_ptr<Comm> local = make_local_comm();
-  return train(o, *local, sink);
-}
+template Result<TrainSummary> run_trainer<float>(const TrainOptions&, const ModelConfig&,
+                                                 ProcessGroups&, MetricsSink&,
+                                                 std::unique_ptr<Device>, const DeviceBackend*);
+template Result<TrainSummary> run_trainer<double>(const TrainOptions&, const ModelConfig&,
+                                                  ProcessGroups&, MetricsSink&,
+                                                  std::unique_ptr<Device>, const DeviceBackend*);
+template Result<TrainSummary> run_trainer<bf16>(const TrainOptions&, const ModelConfig&,
+                                                ProcessGroups&, MetricsSink&,
+                                                std::unique_ptr<Device>, const DeviceBackend*);
+template Result<TrainSummary> run_trainer<fp16>(const TrainOptions&, const ModelConfig&,
+                                                ProcessGroups&, MetricsSink&,
+                                                std::unique_ptr<Device>, const DeviceBackend*);
 
 }  // namespace lattice

@@ -1,0 +1,149 @@
+// A rank's checkpoints and GPT-2 export (trainer.h) through checkpoint/chunk_state.h: the
+// arenas themselves on a host-addressable device, host copies elsewhere.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <type_traits>
+
+#include "checkpoint/chunk_state.h"
+#include "checkpoint/hf_gpt2.h"
+#include "parallel/model_chunks.h"
+#include "train/trainer.h"
+
+namespace lattice {
+
+namespace {
+
+template <typename A>
+std::vector<ChunkState<A>> chunk_states(RankModel<A>& rank) {
+  std::vector<ChunkState<A>> states;
+  states.reserve(rank.chunks.size());
+  for (size_t c = 0; c < rank.chunks.size(); c++)
+    states.emplace_back(*rank.chunks[c], rank.optimizers[c].get());
+  return states;
+}
+
+// The RankParts over the chunks' states. weights false: the weights are not read (a rank that
+// saves none: data-parallel rank > 0), so a device that stages them copies nothing.
+template <typename A>
+RankParts parts(RankModel<A>& rank, std::vector<ChunkState<A>>& states, const ProcessGroups& g,
+                const TrainOptions& o, bool weights) {
+  RankParts p;
+  p.layout = &g.layout;
+  p.sequence_parallel = o.parallel.sequence_parallel;
+  p.distributed_optimizer = o.parallel.use_distributed_optimizer;
+  for (size_t c = 0; c < states.size(); c++) {
+    p.chunks.push_back({&rank.chunks[c]->layout(), weights ? states[c].params() : nullptr});
+    p.moments.push_back(states[c].moments());
+  }
+  return p;
+}
+
+// "loaded DIR/iter_N (X MB in S s, R MB/s); continuing after iteration N".
+std::string loaded_message(const CheckpointRef& ref, double seconds, bool finetune, int iteration) {
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ref.path, ec))
+    bytes += static_cast<int64_t>(e.file_size(ec));
+  char rate[96];
+  std::snprintf(rate, sizeof rate, " (%.1f MB in %.2f s, %.0f MB/s)", bytes / 1e6, seconds,
+                seconds > 0 ? bytes / 1e6 / seconds : 0.0);
+  return "loaded " + ref.path + rate + (finetune ? " (weights only: --finetune)" : "") +
+         "; continuing after iteration " + std::to_string(iteration);
+}
+
+const char* const kNoFp64State =
+    "--save and --load keep fp32 state; they do not combine with --fp64";
+
+}  // namespace
+
+template <typename A>
+Status load_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& g, const TrainOptions& o,
+                            MetricsSink& sink, TrainState& state) {
+  if constexpr (!std::is_same_v<accum_t<A>, float>) {
+    return Status::invalid_argument(kNoFp64State);
+  } else {
+    Comm& world = *g.world;
+    // Rank 0 removes the interrupted saves of the directory (save_lock.h) before any rank
+    // looks into it; its lines replace find_checkpoint's notes on them.
+    std::vector<std::string> cleaned;
+    if (world.rank() == 0) cleaned = remove_interrupted_saves(o.load).messages();
+    world.barrier();
+    Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
+    if (!ref) return ref.status();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<ChunkState<A>> states = chunk_states(rank);
+    if (Status s = load_checkpoint(*ref, parts(rank, states, g, o, true), o.finetune, &state); !s)
+      return s;
+    for (ChunkState<A>& chunk : states)
+      if (Status s = chunk.upload(!o.finetune); !s) return s;
+    // Every rank has its state once the slowest has: the figure is the job's load time.
+    world.barrier();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.finetune) state = TrainState{};
+    for (auto& adam : rank.optimizers) adam->set_steps_taken(state.steps_taken);
+    if (world.rank() == 0) {
+      for (const std::string& note : cleaned) sink.on_message("--load " + o.load + ": " + note);
+      sink.on_message(loaded_message(*ref, seconds, o.finetune, state.iteration));
+    }
+    return Status::ok();
+  }
+}
+
+template <typename A>
+Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& g,
+                                             const TrainOptions& o, const ModelConfig& model,
+                                             const TrainState& state) {
+  if constexpr (!std::is_same_v<accum_t<A>, float>) {
+    return Status::invalid_argument(kNoFp64State);
+  } else {
+    // What write_shard stores: the weights of data-parallel rank 0 (the replicas are equal),
+    // the moments of every rank that owns some.
+    const bool weights = g.coord.dp == 0;
+    const bool moments = weights || (o.parallel.use_distributed_optimizer && g.layout.dp > 1);
+    std::vector<ChunkState<A>> states = chunk_states(rank);
+    for (ChunkState<A>& chunk : states)
+      if (Status s = chunk.download(weights, moments); !s) return s;
+    return save_checkpoint(*g.world, o.save, state, model, train_options_json(o),
+                           parts(rank, states, g, o, weights), o.save_retain);
+  }
+}
+
+template <typename A>
+Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& g, const TrainOptions& o,
+                    const ModelConfig& model, MetricsSink& sink) {
+  // The shards of data-parallel rank 0 (gather_full_params), in host memory.
+  const bool sender = g.coord.dp == 0;
+  std::vector<ChunkState<A>> states = chunk_states(rank);
+  std::vector<const accum_t<A>*> params;
+  for (ChunkState<A>& chunk : states) {
+    if (Status s = chunk.download(sender, false); !s) return s;
+    params.push_back(sender ? chunk.params() : nullptr);
+  }
+  Result<std::vector<accum_t<A>>> full =
+      gather_full_params(*g.world, g.layout, model, o.parallel.sequence_parallel, params);
+  if (!full) return full.status();
+  if (g.world->rank() != 0) return Status::ok();
+  const std::vector<float> as_float(full->begin(), full->end());
+  if (Status s = export_hf_gpt2(o.save_hf, model, ParamLayout(model), as_float.data()); !s)
+    return Status::io_error("--save-hf: " + s.message());
+  sink.on_message("saved GPT-2 weights to " + o.save_hf);
+  return Status::ok();
+}
+
+#define LATTICE_TRAINER_CHECKPOINTS(A)                                                           \
+  template Status load_rank_checkpoint(RankModel<A>&, const ProcessGroups&, const TrainOptions&, \
+                                       MetricsSink&, TrainState&);                               \
+  template Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>&, const ProcessGroups&,     \
+                                                        const TrainOptions&, const ModelConfig&, \
+                                                        const TrainState&);                      \
+  template Status save_rank_hf(RankModel<A>&, const ProcessGroups&, const TrainOptions&,         \
+                               const ModelConfig&, MetricsSink&);
+LATTICE_TRAINER_CHECKPOINTS(float)
+LATTICE_TRAINER_CHECKPOINTS(double)
+LATTICE_TRAINER_CHECKPOINTS(bf16)
+LATTICE_TRAINER_CHECKPOINTS(fp16)
+#undef LATTICE_TRAINER_CHECKPOINTS
+
+}  // namespace lattice
