@@ -1,4 +1,4 @@
-// lattice-bench-train-gpu: training throughput of the GPU trainer (engine/src/gpu/) on GPT-2
+// lattice-bench-train-gpu: training throughput of the one training loop on the CUDA device on GPT-2
 // 124M, 355M and 1.3B, through the same train() a `lattice train --device cuda --bf16` run
 // uses (mock data, no dropout): tokens/s, TFLOP/s per device (Megatron's FLOP count) and MFU
 // against the device's dense bf16 peak (989 TFLOP/s on H100 / H200). Prints a table and one

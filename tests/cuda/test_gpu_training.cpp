@@ -13,7 +13,7 @@
 //     gradient, so the first iterations skip and halve until it fits (fp32 kernels would not
 //     have skipped); a scale of 2^140 overflows, skips, and halves after the hysteresis
 //     exactly as on the CPU (tests/train/test_loss_scaling.cpp) until steps are taken;
-//   - checkpoints (engine/src/gpu/gpu_checkpoint.h): a GPU run saved at --exit-interval 3 and
+//   - checkpoints (engine/src/checkpoint/chunk_state.h): a GPU run saved at --exit-interval 3 and
 //     resumed with --load continues bit for bit (fp32, bf16, fp16 at 2^12, the fp16 scaler's
 //     state at 2^140); a GPU checkpoint continues on the CPU and a CPU one on the GPU within
 //     the CPU-vs-GPU tolerance;

@@ -22,7 +22,7 @@
 // passes an overflow on: at a loss scale of 2^32 the fp16 loss gradient is inf, and every
 // parameter gradient it reaches is non-finite, where the fp32 model's stay finite (docs/gpu.md,
 // note "fp16 overflow").
-// Pipeline parallelism: PipelineExecutor (engine/src/gpu/pipeline/executor.cpp, over the CPU
+// Pipeline parallelism: PipelineExecutor (engine/src/pipeline/executor.cpp, over the CPU
 // device's side streams and channel communicators from Device::make_comm: MpiComm's stream-ordered
 // sends and receives, Note [CPU stream order]) runs a 1F1B iteration of eight
 // micro-batches over PP 2 stages (even, and one + three layers; with dropout; in bf16 and

@@ -1,6 +1,6 @@
-// The loss-scaling part of a training step, shared by the CPU trainer (train/trainer.cpp) and
-// the GPU trainer (gpu/gpu_trainer.cpp): Megatron's MixedPrecisionOptimizer.step around the
-// LossScaler (loss_scaler.h). The loss gradient is multiplied by loss_scale() before backward;
+// The loss-scaling part of a training step (train/trainer.cpp, every device): Megatron's
+// MixedPrecisionOptimizer.step around the LossScaler (loss_scaler.h). The loss gradient is
+// multiplied by loss_scale() before backward;
 // once the gradients are final (reduced over data-parallel ranks) each rank unscales its own
 // and reports whether any element is inf or NaN; agree() takes the maximum of those flags over
 // the whole world, so that every rank (every tensor-, pipeline- and data-parallel peer) skips
