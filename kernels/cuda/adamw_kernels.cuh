@@ -1,5 +1,5 @@
 // The loss scaler's overflow test (launcher in adamw.cu), kept apart so that
-// tests/cuda/test_kernels_emulated.cpp also runs it on the CPU under host_emulation.h.
+// tests/kernels/cuda/test_kernels_emulated.cpp also runs it on the CPU under host_emulation.h.
 #pragma once
 
 #ifdef __CUDACC__

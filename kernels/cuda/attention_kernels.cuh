@@ -1,5 +1,5 @@
 // The flash-style attention kernels (note "attention tiles" in attention.cu), kept apart
-// from their launchers so that tests/cuda/test_kernels_emulated.cpp can also run them on
+// from their launchers so that tests/kernels/cuda/test_kernels_emulated.cpp can also run them on
 // the CPU under a small emulation of threads, warps and shared memory (no GPU needed):
 // with nvcc this file includes the real primitives, elsewhere the includer supplies them.
 #pragma once

@@ -3,7 +3,7 @@
 // backward's dq pass apart from its dk/dv pass so that every gradient element is written by
 // one thread, no atomics), with the products done by mma.sync (mma.cuh) instead of one lane
 // per score. See the note "mma tiles" below. Like attention_kernels.cuh this header also
-// compiles on the CPU under tests/cuda/host_emulation.h.
+// compiles on the CPU under tests/kernels/cuda/host_emulation.h.
 //
 // Note "mma tiles": a block of 4 warps owns 64 rows, 16 per warp (queries in the forward and
 // the dq pass, keys in the dk/dv pass). The other side streams through shared memory in tiles

@@ -1,4 +1,4 @@
-// Cross-entropy kernels (launchers in cross_entropy.cu), kept apart so that tests/cuda/
+// Cross-entropy kernels (launchers in cross_entropy.cu), kept apart so that tests/kernels/cuda/
 // test_kernels_emulated.cpp also runs them on the CPU under host_emulation.h.
 #pragma once
 

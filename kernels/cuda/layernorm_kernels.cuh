@@ -1,4 +1,4 @@
-// LayerNorm kernels (launchers in layernorm.cu), kept apart so that tests/cuda/
+// LayerNorm kernels (launchers in layernorm.cu), kept apart so that tests/kernels/cuda/
 // test_kernels_emulated.cpp also runs them on the CPU under host_emulation.h.
 #pragma once
 

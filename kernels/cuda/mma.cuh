@@ -2,7 +2,7 @@
 // and its fragment loads. mma_16816<DT> is PTX's mma.sync.m16n8k16 with fp32 accumulation on
 // bf16 or fp16 inputs: D (16 x 8) += A (16 x 16) B (16 x 8) over one warp, each lane holding
 // a fixed part of each fragment (note "fragments" below). Under nvcc the product is the PTX
-// instruction; tests/cuda/host_emulation.h supplies mma_16816 and pack2 on the CPU from the
+// instruction; tests/kernels/cuda/host_emulation.h supplies mma_16816 and pack2 on the CPU from the
 // same layout, so the kernels' fragment bookkeeping is checked without a GPU.
 //
 // Note "fragments": lane = 4 g + t (g = lane / 4 in 0..7, t = lane % 4). Each 32-bit register

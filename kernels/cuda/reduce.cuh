@@ -1,7 +1,7 @@
 // Warp and block reductions and the dynamic shared memory of the CUDA kernels. They use
 // only CUDA's own primitives (__shfl_xor_sync, __syncthreads, __shared__), so the kernel
 // headers (*_kernels.cuh) that include this file also compile as host code under
-// tests/cuda/host_emulation.h, which supplies those primitives on the CPU.
+// tests/kernels/cuda/host_emulation.h, which supplies those primitives on the CPU.
 #pragma once
 
 #include <cmath>

@@ -7,7 +7,7 @@
 // parameter gradient must equal its losses and the slices of its gradients (normwise relative
 // error 1e-5 per tensor in fp32). Every model runs on a CPU device (device/cpu_device.h) through
 // its op lists (device/ops.h cpu_ops): what this pins is the model's plumbing over layouts, not
-// the CUDA kernels (tests/cuda/test_cuda_* and test_cuda_op_list check those against the CPU's).
+// the CUDA kernels (tests/kernels/cuda/test_cuda_* and tests/device/test_cuda_op_list check those against the CPU's).
 // One micro-batch at TP 2, this program rerun as two MPI ranks (--worker), each rank's shard
 // against the whole run: it pins where the reductions sit (row-parallel outputs, column-parallel
 // input gradients, the vocabulary-parallel embedding, LM head and cross-entropy) and that the
@@ -95,7 +95,7 @@ constexpr uint64_t kDropoutSeed = 0x5eed0fd20b;
 struct Tolerance {
   double losses = 1e-5, grads = 1e-5;
 };
-constexpr Tolerance kHalfTolerance{2e-2, 5e-2};  // as tests/cuda/test_gpu_training.cpp
+constexpr Tolerance kHalfTolerance{2e-2, 5e-2};  // as tests/train/test_gpu_training.cpp
 // An fp64 layout against the fp64 whole run: the same ops in double, summed in another order
 // only where the layout splits a sum (a TP rank's partial products before the all-reduce, the
 // row-parallel bias added inside rank 0's GEMM at TP > 1 without SP).

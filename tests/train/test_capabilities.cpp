@@ -9,7 +9,7 @@
 // parallelism is accepted with TP > 1 and a sequence length TP divides, and a misfit is named
 // in the layout's words (docs/gpu.md#sequence-parallelism). Recomputation, selective and full,
 // is accepted with the CPU options' rules (docs/gpu.md#recomputation). How train() routes
-// --device runs is tests/cuda/test_gpu_options.cpp's.
+// --device runs is tests/train/test_gpu_options.cpp's.
 #include <QtTest/QtTest>
 
 #include "common/tiny_model.h"

@@ -3,7 +3,7 @@
 // Memory is accounted by the categories of the CPU MemoryReport (train.h), with current and
 // peak bytes, and the fragmentation figure reserved - in use (rounding to size classes plus
 // cached free blocks). The device calls sit behind DeviceMemoryBackend, so the bookkeeping
-// is tested on the CPU with a fake backend (tests/engine/test_caching_allocator.cpp).
+// is tested on the CPU with a fake backend (tests/device/test_device_memory.cpp).
 //
 // Thread safety: every member of CachingAllocator may be called from any thread; one mutex
 // guards the bins and the statistics. The backend is only called with that mutex held.

@@ -1,5 +1,5 @@
 // The CPU's op lists for float and double (ops.h): each op forwards to kernels.h, so it is the
-// CPU kernel bit for bit (tests/kernels/test_ops.cpp checks every op). Where the one signature
+// CPU kernel bit for bit (tests/device/test_ops.cpp checks every op). Where the one signature
 // differs from kernels.h: matmul_forward's GELU epilogue is the GEMM followed by gelu_forward
 // (what GptModel::layer_forward does), the attention's saved tensor is the kernel's
 // probabilities (B, NH, T, T), the multi-tensor optimizer ops loop over their tensors, and

@@ -1,6 +1,6 @@
 // Which GPU a rank uses: its rank among the ranks of its machine, as the launcher tells it
 // (Open MPI, Slurm, MPICH / Hydra), modulo the devices present. Pure environment logic,
-// so it is tested without a GPU (tests/engine/test_caching_allocator.cpp).
+// so it is tested without a GPU (tests/device/test_device_memory.cpp).
 #pragma once
 
 #include <functional>

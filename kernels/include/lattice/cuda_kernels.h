@@ -1,7 +1,7 @@
 // The op list of kernels.h on a CUDA device (kernels/cuda/, one .cu file per op, kernels first,
 // launchers last). Same shapes, layouts and gradient conventions as kernels.h: parameter
 // gradients are ACCUMULATED (+=), activation gradients WRITTEN (=) except layernorm's dinp
-// (+=, the residual stream). Every op is checked against its CPU op by tests/cuda/.
+// (+=, the residual stream). Every op is checked against its CPU op by tests/kernels/cuda/.
 // No CUDA header is needed to include this file (CPU code includes it): a stream is the
 // opaque CUstream_st* that cudaStream_t names, bf16 and fp16 are dtype.h's 16-bit storage types.
 //

@@ -5,7 +5,7 @@
 // Without a CUDA device the whole case is SKIPPED.
 #include <QtTest/QtTest>
 
-#include "cuda/cuda_test_support.h"
+#include "common/cuda_test_support.h"
 #include "lattice/kernels.h"
 
 using namespace lattice::testing;

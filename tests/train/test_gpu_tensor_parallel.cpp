@@ -36,8 +36,8 @@
 
 #include "common/process.h"
 #include "common/tiny_model.h"
-#include "cuda/cuda_test_support.h"
-#include "cuda/gpu_runs.h"
+#include "common/cuda_test_support.h"
+#include "train/gpu_runs.h"
 #include "device/backends.h"
 #include "lattice/train.h"
 
@@ -45,7 +45,7 @@ using namespace lattice;
 
 namespace {
 
-// ctest's SKIP_REGULAR_EXPRESSION matches it (tests/cuda/CMakeLists.txt). Not "no CUDA
+// ctest's SKIP_REGULAR_EXPRESSION matches it (tests/kernels/cuda/CMakeLists.txt). Not "no CUDA
 // device": tests/gpu/run.sh treats that as a broken driver on a machine with a GPU.
 constexpr const char* kFewDevicesMessage = "fewer than 2 CUDA devices: multi-GPU test skipped";
 

@@ -31,8 +31,8 @@
 #include <map>
 
 #include "common/tiny_model.h"
-#include "cuda/cuda_test_support.h"
-#include "cuda/gpu_runs.h"
+#include "common/cuda_test_support.h"
+#include "train/gpu_runs.h"
 #include "device/backends.h"
 #include "device/device.h"
 #include "lattice/train.h"

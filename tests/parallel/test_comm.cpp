@@ -1,6 +1,6 @@
 // The communicator's contract (comm.h): LocalComm's world of one in-process, and, where MPI
 // is built in, that one failing rank ends a whole mpirun job (message, exit code, no process
-// left behind). Every collective under MPI is checked by comm_worker (tests/comm/CMakeLists.txt).
+// left behind). Every collective under MPI is checked by comm_worker (tests/parallel/CMakeLists.txt).
 #include <QtTest/QtTest>
 
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-// CUDA kernels run on the CPU under tests/cuda/host_emulation.h (no GPU needed) agree with
+// CUDA kernels run on the CPU under tests/kernels/cuda/host_emulation.h (no GPU needed) agree with
 // their CPU ops within 1e-5: the flash-style attention forward and backward (tiling, online
 // softmax, causal and ragged-T edges, dq apart from dk/dv, the dropout mask), LayerNorm with
 // the fused residual and its backward, and the fused and vocabulary-parallel cross-entropy;
@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cuda/host_emulation.h"
+#include "kernels/cuda/host_emulation.h"
 // The emulation above must come first: it supplies what the kernels take from CUDA.
 #include "adamw_kernels.cuh"  // kernels/cuda/
 #include "attention_kernels.cuh"
@@ -50,7 +50,7 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
 }
 
 constexpr double kFp32Tolerance = 1e-5;
-constexpr double kFp16Tolerance = 1e-2;  // as tests/cuda/cuda_test_support.h
+constexpr double kFp16Tolerance = 1e-2;  // as tests/common/cuda_test_support.h
 constexpr double kBf16Tolerance = 1e-2;
 
 double widen(float x) {

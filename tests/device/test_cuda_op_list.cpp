@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_test_support.h"
+#include "common/cuda_test_support.h"
 #include "device/device.h"
 #include "device/ops.h"
 #include "lattice/kernels.h"

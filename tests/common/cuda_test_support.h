@@ -1,5 +1,6 @@
-// Parity-test support for the CUDA ops (tests/cuda/): device buffers that are poisoned with
-// NaN before every run, random host data, bf16 and fp16 rounding, and the error measure
+// Parity-test support for the CUDA ops (tests/kernels/cuda/, tests/device/test_cuda_op_list.cpp,
+// the GPU training tests): device buffers that are poisoned with NaN before every run, random
+// host data, bf16 and fp16 rounding, and the error measure
 //   max_i |gpu_i - cpu_i| / max_i |cpu_i|      (normwise relative error, NaN -> infinity)
 // with the tolerances of the GPU issue: 1e-5 for fp32 ops, 1e-2 for bf16 ops, and bf16's
 // 1e-2 for fp16 ops too (see kFp16Tolerance).
@@ -27,7 +28,7 @@ inline constexpr double kBf16Tolerance = 1e-2;
 // (65504), which the parity inputs (O(1) values) do not reach and the loss scaler handles.
 inline constexpr double kFp16Tolerance = 1e-2;
 
-// The message ctest's SKIP_REGULAR_EXPRESSION matches (tests/cuda/CMakeLists.txt).
+// The message ctest's SKIP_REGULAR_EXPRESSION matches (tests/kernels/cuda/CMakeLists.txt).
 inline constexpr const char* kNoDeviceMessage = "no CUDA device: cuda-labelled test skipped";
 
 // QSKIPs the whole test case when this machine has no usable device.

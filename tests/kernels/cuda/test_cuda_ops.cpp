@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "cuda/cuda_test_support.h"
+#include "common/cuda_test_support.h"
 #include "lattice/kernels.h"
 
 using namespace lattice::testing;

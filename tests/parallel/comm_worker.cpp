@@ -1,4 +1,4 @@
-// comm_worker: started by mpirun (tests/comm/CMakeLists.txt, test_comm.cpp). Mode `check` runs
+// comm_worker: started by mpirun (tests/parallel/CMakeLists.txt, test_comm.cpp). Mode `check` runs
 // every Comm operation on values each rank can compute alone (every DType, bf16 and fp16
 // included) and names the op, rank, index, expected and got of any mismatch; `abort` and
 // `sigkill` make rank 1 fail while the others block in a collective; `sigstop` and
