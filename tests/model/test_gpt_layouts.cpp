@@ -7,13 +7,13 @@
 // parameter gradient must equal its losses and the slices of its gradients (normwise relative
 // error 1e-5 per tensor in fp32). Every model runs on a CPU device (device/cpu_device.h) through
 // its op lists (device/ops.h cpu_ops): what this pins is the model's plumbing over layouts, not
-// the CUDA kernels (tests/kernels/cuda/test_cuda_* and tests/device/test_cuda_op_list check those against the CPU's).
-// One micro-batch at TP 2, this program rerun as two MPI ranks (--worker), each rank's shard
-// against the whole run: it pins where the reductions sit (row-parallel outputs, column-parallel
-// input gradients, the vocabulary-parallel embedding, LM head and cross-entropy) and that the
-// replicated biases and the position embedding enter once; repeated with hidden and attention
-// dropout, whose masks are keyed by global layer and element, so every layout drops the whole
-// run's elements. At TP 1 only what differs from the whole run is compared: 16-bit compute,
+// the CUDA kernels (tests/kernels/cuda/test_cuda_* and tests/device/test_cuda_op_list check those
+// against the CPU's). One micro-batch at TP 2, this program rerun as two MPI ranks (--worker), each
+// rank's shard against the whole run: it pins where the reductions sit (row-parallel outputs,
+// column-parallel input gradients, the vocabulary-parallel embedding, LM head and cross-entropy)
+// and that the replicated biases and the position embedding enter once; repeated with hidden and
+// attention dropout, whose masks are keyed by global layer and element, so every layout drops the
+// whole run's elements. At TP 1 only what differs from the whole run is compared: 16-bit compute,
 // recomputation (an fp32 or fp64 TP 1 step that keeps everything is the whole run itself).
 // GptModel<bf16> and GptModel<fp16> run the same flow over the CPU device's 16-bit op lists
 // (the CPU kernels on widened copies, results rounded back) against the fp32 whole run: within
@@ -76,7 +76,6 @@
 #include "pipeline/schedule.h"
 
 using namespace lattice;
-namespace cu = lattice::kernels::cuda;
 
 namespace {
 
@@ -490,9 +489,9 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
                shard_of(groups->layout, groups->coord, 0, false).num_layers(o.model) != first) {
       error = "the first stage does not hold --decoder-first-pipeline-num-layers layers";
     } else if (variant == "bf16") {
-      error = compare_pipeline<cu::bf16>(o.model, *groups, kHalfTolerance);
+      error = compare_pipeline<bf16>(o.model, *groups, kHalfTolerance);
     } else if (variant == "fp16") {
-      error = compare_pipeline<cu::fp16>(o.model, *groups, kHalfTolerance, 1024.0f);
+      error = compare_pipeline<fp16>(o.model, *groups, kHalfTolerance, 1024.0f);
     } else if (variant == "fp32" || variant == "dropout") {
       error = compare_pipeline(o.model, *groups);
     } else if (variant == "sp-dropout") {
@@ -540,8 +539,8 @@ int worker() {
       } else if (error = compare_one_step(config(2, true), shard, groups->tp.get());
                  !error.empty()) {
         error = "fp32 with dropout: " + error;
-      } else if (error = compare_one_step<cu::fp16>(o.model, shard, groups->tp.get(),
-                                                    kHalfTolerance, 1024.0f);
+      } else if (error = compare_one_step<fp16>(o.model, shard, groups->tp.get(), kHalfTolerance,
+                                                1024.0f);
                  !error.empty()) {
         error = "fp16: " + error;
       } else if (error = compare_one_step(o.model, shard, groups->tp.get(), {}, 1.0f, 2,
@@ -608,10 +607,10 @@ int sp_worker() {
           !(error = compare_one_step(config(2, true), sp, tp, {}, 1.0f, 1)).empty())
         error = "fp32 with dropout, one sequence: " + error;
       if (error.empty() &&
-          !(error = compare_one_step<cu::bf16>(config(2, true), sp, tp, kHalfTolerance)).empty())
+          !(error = compare_one_step<bf16>(config(2, true), sp, tp, kHalfTolerance)).empty())
         error = "bf16 with dropout: " + error;
       if (error.empty() &&
-          !(error = compare_one_step<cu::fp16>(o.model, sp, tp, kHalfTolerance, 1024.0f)).empty())
+          !(error = compare_one_step<fp16>(o.model, sp, tp, kHalfTolerance, 1024.0f)).empty())
         error = "fp16: " + error;
       // Full recomputation over sequence-parallel rows: the recomputed group re-runs the
       // all-gathers and reduce-scatters of its forward.
@@ -679,19 +678,18 @@ class GptLayouts : public QObject {
   // The 16-bit dropout ops: the same masks on rounded activations.
   void tp1_bf16_step_with_dropout_is_within_bf16_tolerance() {
     const std::string d =
-        compare_one_step<cu::bf16>(config(1, true), ModelShard{}, nullptr, kHalfTolerance);
+        compare_one_step<bf16>(config(1, true), ModelShard{}, nullptr, kHalfTolerance);
     QVERIFY2(d.empty(), ("bf16 with dropout: " + d).c_str());
   }
 
   void tp1_bf16_step_is_within_bf16_tolerance() {
-    const std::string d =
-        compare_one_step<cu::bf16>(config(1), ModelShard{}, nullptr, kHalfTolerance);
+    const std::string d = compare_one_step<bf16>(config(1), ModelShard{}, nullptr, kHalfTolerance);
     QVERIFY2(d.empty(), ("bf16: " + d).c_str());
   }
 
   void tp1_fp16_step_under_a_loss_scale_is_within_bf16_tolerance() {
     const std::string d =
-        compare_one_step<cu::fp16>(config(1), ModelShard{}, nullptr, kHalfTolerance, 1024.0f);
+        compare_one_step<fp16>(config(1), ModelShard{}, nullptr, kHalfTolerance, 1024.0f);
     QVERIFY2(d.empty(), ("fp16: " + d).c_str());
   }
 
@@ -714,8 +712,8 @@ class GptLayouts : public QObject {
   }
 
   void tp1_bf16_full_recompute_step_is_within_bf16_tolerance() {
-    const std::string d = compare_one_step<cu::bf16>(
-        config(1, true), ModelShard{}, nullptr, kHalfTolerance, 1.0f, 2, full("uniform", 1, 2));
+    const std::string d = compare_one_step<bf16>(config(1, true), ModelShard{}, nullptr,
+                                                 kHalfTolerance, 1.0f, 2, full("uniform", 1, 2));
     QVERIFY2(d.empty(), ("bf16, full uniform 1: " + d).c_str());
   }
 
@@ -724,16 +722,17 @@ class GptLayouts : public QObject {
   // bit for bit, and so does everything after them.
   void a_16_bit_recompute_step_equals_the_step_without_recomputation_bitwise() {
     ModelConfig c = pipeline_config(1, 4, true);
-    const StepResult<cu::bf16> bf16 = one_step<cu::bf16>(c, {});
-    const StepResult<cu::bf16> bf16_uniform = one_step<cu::bf16>(c, full("uniform", 2, 4));
-    const StepResult<cu::fp16> fp16 = one_step<cu::fp16>(c, {});
-    const StepResult<cu::fp16> fp16_block = one_step<cu::fp16>(c, full("block", 3, 4));
-    for (const std::string* e : {&bf16.error, &bf16_uniform.error, &fp16.error, &fp16_block.error})
+    const StepResult<bf16> bf16_plain = one_step<bf16>(c, {});
+    const StepResult<bf16> bf16_uniform = one_step<bf16>(c, full("uniform", 2, 4));
+    const StepResult<fp16> fp16_plain = one_step<fp16>(c, {});
+    const StepResult<fp16> fp16_block = one_step<fp16>(c, full("block", 3, 4));
+    for (const std::string* e :
+         {&bf16_plain.error, &bf16_uniform.error, &fp16_plain.error, &fp16_block.error})
       QVERIFY2(e->empty(), e->c_str());
-    QVERIFY2(bf16.losses == bf16_uniform.losses, "bf16: token losses differ");
-    QVERIFY2(bf16.grads == bf16_uniform.grads, "bf16: gradients differ");
-    QVERIFY2(fp16.losses == fp16_block.losses, "fp16: token losses differ");
-    QVERIFY2(fp16.grads == fp16_block.grads, "fp16: gradients differ");
+    QVERIFY2(bf16_plain.losses == bf16_uniform.losses, "bf16: token losses differ");
+    QVERIFY2(bf16_plain.grads == bf16_uniform.grads, "bf16: gradients differ");
+    QVERIFY2(fp16_plain.losses == fp16_block.losses, "fp16: token losses differ");
+    QVERIFY2(fp16_plain.grads == fp16_block.grads, "fp16: gradients differ");
   }
 
   // Per slot a recomputed layer keeps nothing beyond residual[l]; the max_group layers of
@@ -809,12 +808,12 @@ class GptLayouts : public QObject {
     QVERIFY2(fp32.empty(), qPrintable(QString("fp32 overflowed at 2^32: %1 tensors, first %2")
                                           .arg(fp32.size())
                                           .arg(fp32.empty() ? "" : fp32[0].c_str())));
-    const std::vector<std::string> fp16 = non_finite_grads<cu::fp16>(config(1), scale);
+    const std::vector<std::string> half = non_finite_grads<fp16>(config(1), scale);
     // Every tensor: the inf enters at the LM head and flows through the whole backward.
     const size_t tensors = ParamLayout(config(1), ModelShard{}).tensors().size();
-    QVERIFY2(fp16.size() == tensors,
+    QVERIFY2(half.size() == tensors,
              qPrintable(QString("fp16 at 2^32: %1 of %2 gradient tensors non-finite")
-                            .arg(fp16.size())
+                            .arg(half.size())
                             .arg(tensors)));
   }
 

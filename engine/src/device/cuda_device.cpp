@@ -114,7 +114,6 @@ class CudaDevice final : public Device {
   }
 
   Result<std::unique_ptr<Comm>> make_comm(Comm& group) override;
-  CudaDeviceParts parts() { return {ctx_.get(), &memory_, index_, name_}; }
   Status error() const override {
     return ctx_->error().empty() ? Status::ok() : Status::internal(ctx_->error());
   }
@@ -307,12 +306,6 @@ Result<std::unique_ptr<Comm>> CudaDevice::make_comm(Comm& group) {
 }
 
 }  // namespace
-
-CudaDeviceParts cuda_device_parts(Device& device) {
-  assert(device.capabilities().device == "cuda" &&
-         "cuda_device_parts of a device that is not CUDA");
-  return static_cast<CudaDevice&>(device).parts();
-}
 
 Result<std::unique_ptr<Device>> make_cuda_device() {
   const int count = cu::device_count();

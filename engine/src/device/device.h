@@ -1,7 +1,7 @@
 // The device a rank computes on (docs/one-engine.md 3.2, issue 21): memory by category,
-// streams and events, copies, time marks, its first error and its capabilities. The model, the
-// pipeline executor and the training loop are to be written once over it; since step 6 of the
-// plan the GPU model and pipeline (model/gpt.h, gpu_pipeline.h) run over it. Implementations:
+// streams and events, copies, time marks, its first error and its capabilities. The model
+// (model/gpt.h), the pipeline executor (pipeline/executor.h) and the training loop
+// (train/trainer.h) are written once over it. Implementations:
 // CpuDevice (cpu_device.h, every build) and the CUDA device (cuda_device.cpp, in lattice_engine_gpu
 // only); each hands out its op lists (ops.h, ops<A>()). Communicators made by make_comm queue their
 // stream-ordered calls (comm.h) on its streams.
@@ -36,11 +36,7 @@
 
 namespace lattice {
 
-class RequestQueue;      // cpu_device.h: a CPU side stream's requests in flight
-class CachingAllocator;  // caching_allocator.h: the CUDA device's memory
-namespace kernels::cuda {
-class Context;  // cuda_kernels.h: the CUDA kernels' stream, handles and first error
-}
+class RequestQueue;  // cpu_device.h: a CPU side stream's requests in flight
 template <typename A>
 class Ops;  // ops.h: the op list of compute type A
 
@@ -193,19 +189,5 @@ Ops<A>* Device::ops() {
 // cudaSetDevice, the Context. Defined in cuda_device.cpp, so only programs that link
 // lattice_engine_gpu may call it.
 Result<std::unique_ptr<Device>> make_cuda_device();
-
-// What the GPU trainer's parts not yet written over Device need of a device that
-// make_cuda_device made (the loop's loss copies and the distributed optimizer's refresh of the
-// 16-bit copy after the gather: step 12 of docs/one-engine.md removes the need): its kernels
-// Context (whose stream is the device's compute stream and whose error is the device's), its
-// caching allocator (what allocate() takes from), the device's index and its name as CUDA gives it.
-// Defined in cuda_device.cpp.
-struct CudaDeviceParts {
-  kernels::cuda::Context* context = nullptr;
-  CachingAllocator* memory = nullptr;
-  int index = 0;
-  std::string name;
-};
-CudaDeviceParts cuda_device_parts(Device& device);
 
 }  // namespace lattice

@@ -51,7 +51,6 @@
 #include "device/device_blocks.h"
 #include "device/ops.h"
 #include "lattice/comm.h"
-#include "lattice/cuda_kernels.h"
 #include "lattice/model_config.h"
 #include "lattice/status.h"
 #include "model/dropout_sites.h"
@@ -161,13 +160,6 @@ class GptModel {
   const G* grads() const { return grads_; }
   // The parameters the kernels read: params() itself for float, a 16-bit copy otherwise.
   A* compute_params() { return compute_; }
-  // The 16-bit copy that AdamW writes (none for float and double).
-  kernels::cuda::ComputeCopy compute_copy() {
-    if constexpr (std::is_same_v<A, G>)
-      return {};
-    else
-      return compute_;
-  }
 
   // Host parameters in G (numel, layout order) -> master and compute copy. Waits; a failed
   // copy stays recorded on the device (its synchronize() returns it).

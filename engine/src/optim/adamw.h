@@ -3,9 +3,9 @@
 // clipping folded into the step, and moments for the arena part the rank owns
 // (optimizer_shard.h: the whole arena, or with the distributed optimizer this data-parallel
 // rank's shard), packed piece after piece. Its step is one multi-tensor Ops::adamw_update, which
-// also refreshes the 16-bit compute copy of a bf16 or fp16 run. The CPU trainer (on the host
-// constructor: a CPU device of its own over host arenas) and the GPU loop (create, on the CUDA
-// device) both use it. Not thread-safe (one per chunk of a rank).
+// also refreshes the 16-bit compute copy of a bf16 or fp16 run. The trainer makes one per chunk
+// on the rank's device (create); offline checkpoint tools use the host constructor (a CPU
+// device of its own over host arenas). Not thread-safe (one per chunk of a rank).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
-// The CPU trainer's pre-flight memory check (docs/design-notes.md#out-of-memory): the planner's
-// estimate of what each rank needs (lattice/plan.h), summed over the ranks that share a machine,
+// The pre-flight memory check of a run on a device whose memory is host memory (the CPU;
+// docs/design-notes.md#out-of-memory): the planner's estimate of what each rank needs
+// (lattice/plan.h), summed over the ranks that share a machine,
 // against what that machine can give now. A run that cannot fit is refused before anything is
 // allocated, instead of swapping or meeting the kernel's OOM killer halfway through. Non-goals:
 // the estimate's own non-goals (workspace, communication buffers), and GPU memory.

@@ -2,8 +2,7 @@
 // memory, FLOPs"): each rank's phase times per iteration since the previous report, its
 // memory, the bytes of each group's traffic, its system metrics and, on reported iterations,
 // its pipeline timeline, packed into one fixed-size record of doubles and gathered to rank 0,
-// where they are unpacked into RankReports in rank order. One pack and one unpack for the CPU
-// trainer and the GPU loop.
+// where they are unpacked into RankReports in rank order (train/trainer.cpp gather_reports).
 #pragma once
 
 #include <cstddef>
