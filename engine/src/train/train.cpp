@@ -1,9 +1,9 @@
 // train() (lattice/train.h): the checks every run passes, the device and compute type it runs
 // on (device/backends.h), then run_trainer (trainer.h); and the process-wide stop state that
 // signals and --exit-duration-in-mins set.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <vector>
 
 #include "core/host_memory.h"
