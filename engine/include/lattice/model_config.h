@@ -1,5 +1,8 @@
-// The GPT architecture hyper-parameters (Megatron's flag names in comments) and the
-// derived sizes every module agrees on.
+// The architecture hyper-parameters (Megatron's flag names in comments) and the derived sizes
+// every module agrees on. The defaults are GPT-2's (learned positions, LayerNorm, GELU MLP,
+// biases, one key/value head per query head, LM head tied to the word embedding); the Llama
+// family sets rope, RMSNorm, SwiGLU, query groups, an untied head and no biases (issue 23,
+// docs/models.md).
 #pragma once
 
 #include <cstdint>
@@ -21,15 +24,45 @@ struct ModelConfig {
   float attention_dropout = 0.1f;          // --attention-dropout
   float hidden_dropout = 0.1f;             // --hidden-dropout
   float init_method_std = 0.02f;           // --init-method-std
+  // "learned_absolute" | "rope" | "none"      --position-embedding-type
+  std::string position_embedding_type = "learned_absolute";
+  float rotary_base = 10000.0f;  // --rotary-base (RoPE's theta)
+  float rotary_percent = 1.0f;   // --rotary-percent: the share of each head's dims rotated
+  std::string normalization = "LayerNorm";  // "LayerNorm" | "RMSNorm"   --normalization
+  float norm_epsilon = 1e-5f;               // --norm-epsilon
+  bool swiglu = false;                      // --swiglu: MLP down(silu(gate(x)) * up(x))
+  bool group_query_attention = false;       // --group-query-attention
+  int num_query_groups = 1;                 // --num-query-groups (G, with the flag above)
+  bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
+  bool disable_bias_linear = false;                  // --disable-bias-linear
+  bool add_qkv_bias = false;  // --add-qkv-bias: QKV bias even with --disable-bias-linear (Qwen2)
 
-  int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  // --ffn-hidden-size, else Megatron's default: 4 x hidden, or with --swiglu two thirds of it
+  // rounded down to a multiple of 64 (the same parameter count over three matrices).
+  int ffn() const;
+  // Key/value heads (query groups): G with --group-query-attention, else one per query head.
+  int kv_heads() const { return group_query_attention ? num_query_groups : num_attention_heads; }
+  // Rows of the fused QKV weight: (NH + 2 G) x head size.
+  int64_t qkv_width() const {
+    return static_cast<int64_t>(num_attention_heads + 2 * kv_heads()) * head_size();
+  }
+  bool rope() const { return position_embedding_type == "rope"; }
+  bool learned_positions() const { return position_embedding_type == "learned_absolute"; }
+  bool rms_norm() const { return normalization == "RMSNorm"; }
+  // The leading dimensions of each head that RoPE rotates: head size x --rotary-percent.
+  int rotary_dim() const { return static_cast<int>(head_size() * rotary_percent); }
+  bool linear_bias() const { return !disable_bias_linear; }
+  bool qkv_bias() const { return !disable_bias_linear || add_qkv_bias; }
+  bool tied_output() const { return !untie_embeddings_and_output_weights; }
+  // Every tensor of one transformer layer, summed.
+  int64_t layer_parameters() const;
   int max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
   }
   int head_size() const { return hidden_size / num_attention_heads; }
   // Megatron: ceil(V / (divisible_by * TP)) * divisible_by * TP.
   int padded_vocab_size() const;
-  // Every tensor's element count summed (the tied LM head counted once).
+  // Every tensor's element count summed (a tied LM head counted once).
   int64_t num_parameters() const;
   // Every violated rule, one sentence each naming the flag; empty when valid.
   std::vector<std::string> validate() const;
@@ -37,6 +70,9 @@ struct ModelConfig {
   // default FFN's 4 x hidden, the fused QKV's 3 x hidden, the padded vocabulary) and the
   // parameter count stays below kMaxParameters, so that counts formed in 64 bits never wrap.
   std::vector<std::string> size_errors() const;
+  // The rules on the architecture flags validate() includes (position embedding, norm, query
+  // groups, RoPE's share, SwiGLU's width).
+  std::vector<std::string> architecture_errors() const;
 
   static constexpr int64_t kMaxDimension = 2147483647;  // INT32_MAX
   // 2^58: 32 bytes of fp64 training state per parameter still fit a signed 64-bit count.
@@ -44,7 +80,9 @@ struct ModelConfig {
 };
 
 // Training FLOPs of one iteration (forward + backward) as Megatron counts them, with B the
-// global batch: 72 B s L h^2 (1 + s / (12 h) + V / (12 L h)) for the 4h MLP.
+// global batch: 72 B s L h^2 (1 + s / (12 h) + V / (12 L h)) for GPT-2's 4h MLP; in general
+// 3 B s (L (2 h W + 2 h^2 + 2 m h F + 2 s h) + 2 h V), W = qkv_width, m = 3 for SwiGLU else 2
+// (forward per token: the GEMMs, causal attention counted half, the LM head; backward twice).
 double flops_per_iteration(const ModelConfig& model, int64_t global_batch);
 
 }  // namespace lattice

@@ -14,12 +14,26 @@ int ModelConfig::padded_vocab_size() const {
   return static_cast<int>((vocab_size + multiple - 1) / multiple * multiple);
 }
 
+int ModelConfig::ffn() const {
+  if (ffn_hidden_size > 0) return ffn_hidden_size;
+  if (swiglu) return static_cast<int>(static_cast<int64_t>(8) * hidden_size / 3 / 64 * 64);
+  return 4 * hidden_size;
+}
+
+int64_t ModelConfig::layer_parameters() const {
+  const int64_t C = hidden_size, F = ffn(), W = qkv_width();
+  const int64_t norm = rms_norm() ? C : 2 * C;  // weight (and LayerNorm's bias)
+  const int64_t bias = linear_bias() ? 1 : 0;
+  const int64_t up = swiglu ? 2 * F : F;  // FC1's rows: gate and up with SwiGLU
+  return 2 * norm + (W * C + (qkv_bias() ? W : 0)) + (C * C + bias * C) + (up * C + bias * up) +
+         (C * F + bias * C);
+}
+
 int64_t ModelConfig::num_parameters() const {
-  const int64_t C = hidden_size, F = ffn(), L = num_layers;
-  const int64_t per_layer =
-      2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (C * F + C);
-  return static_cast<int64_t>(padded_vocab_size()) * C + max_positions() * C + L * per_layer +
-         2 * C;
+  const int64_t C = hidden_size, V = padded_vocab_size();
+  const int64_t positions = learned_positions() ? int64_t{max_positions()} * C : 0;
+  const int64_t head = tied_output() ? 0 : V * C;
+  return V * C + positions + num_layers * layer_parameters() + (rms_norm() ? C : 2 * C) + head;
 }
 
 std::vector<std::string> ModelConfig::validate() const {
@@ -38,6 +52,7 @@ std::vector<std::string> ModelConfig::validate() const {
   if (hidden_size > 0 && num_attention_heads > 0 && hidden_size % num_attention_heads != 0)
     errors.push_back("--num-attention-heads " + std::to_string(num_attention_heads) +
                      " does not divide --hidden-size " + std::to_string(hidden_size));
+  for (std::string& e : architecture_errors()) errors.push_back(std::move(e));
   if (max_position_embeddings > 0 && max_position_embeddings < seq_length)
     errors.push_back("--max-position-embeddings " + std::to_string(max_position_embeddings) +
                      " is smaller than --seq-length " + std::to_string(seq_length));
@@ -50,6 +65,46 @@ std::vector<std::string> ModelConfig::validate() const {
   probability("--hidden-dropout", hidden_dropout);
   if (!(init_method_std > 0.0f))
     errors.push_back("--init-method-std must be positive, got " + std::to_string(init_method_std));
+  return errors;
+}
+
+std::vector<std::string> ModelConfig::architecture_errors() const {
+  std::vector<std::string> errors;
+  auto str = [](auto v) { return std::to_string(v); };
+  if (position_embedding_type != "learned_absolute" && position_embedding_type != "rope" &&
+      position_embedding_type != "none")
+    errors.push_back("--position-embedding-type must be learned_absolute, rope or none, got \"" +
+                     position_embedding_type + "\"");
+  if (normalization != "LayerNorm" && normalization != "RMSNorm")
+    errors.push_back("--normalization must be LayerNorm or RMSNorm, got \"" + normalization +
+                     "\"");
+  if (!(norm_epsilon > 0.0f && norm_epsilon < 1.0f))
+    errors.push_back("--norm-epsilon must lie in (0, 1), got " + str(norm_epsilon));
+  else if (normalization == "LayerNorm" && norm_epsilon != 1e-5f)
+    errors.push_back("--norm-epsilon " + str(norm_epsilon) +
+                     " needs --normalization RMSNorm: Lattice's LayerNorm uses 1e-5 only");
+  if (group_query_attention) {
+    if (num_query_groups <= 0)
+      errors.push_back("--num-query-groups must be positive, got " + str(num_query_groups));
+    else if (num_attention_heads > 0 && num_attention_heads % num_query_groups != 0)
+      errors.push_back("--num-query-groups " + str(num_query_groups) +
+                       " does not divide --num-attention-heads " + str(num_attention_heads));
+  }
+  if (rope() && hidden_size > 0 && num_attention_heads > 0 &&
+      hidden_size % num_attention_heads == 0) {
+    if (!(rotary_percent > 0.0f && rotary_percent <= 1.0f))
+      errors.push_back("--rotary-percent must lie in (0, 1], got " + str(rotary_percent));
+    else if (rotary_dim() < 2 || rotary_dim() % 2 != 0)
+      errors.push_back("--rotary-percent " + str(rotary_percent) + " of the head size " +
+                       str(head_size()) + " rotates " + str(rotary_dim()) +
+                       " dimensions; RoPE needs an even number, at least 2");
+    if (!(rotary_base > 1.0f))
+      errors.push_back("--rotary-base must be greater than 1, got " + str(rotary_base));
+  }
+  if (swiglu && ffn_hidden_size == 0 && hidden_size > 0 && ffn() <= 0)
+    errors.push_back("--swiglu with --hidden-size " + str(hidden_size) +
+                     " makes an MLP width of 0 (8/3 x hidden rounded down to 64): give "
+                     "--ffn-hidden-size");
   return errors;
 }
 
@@ -74,10 +129,11 @@ std::vector<std::string> ModelConfig::size_errors() const {
     errors.push_back("--vocab-size " + str(vocab_size) + " pads to " + str(padded) +
                      " rows (a multiple of --make-vocab-size-divisible-by x TP = " + str(multiple) +
                      "), more than the largest dimension " + str(kMaxDimension));
-  // In long double: the count itself may not fit 64 bits.
-  const long double c = C, f = F,
+  // In long double: the count itself may not fit 64 bits (GPT-2's layer, the largest per
+  // hidden and FFN size but for SwiGLU's third matrix).
+  const long double c = C, f = F, up = swiglu ? 2 * f : f,
                     per_layer =
-                        4 * c + (3 * c * c + 3 * c) + (c * c + c) + (f * c + f) + (c * f + c);
+                        4 * c + (3 * c * c + 3 * c) + (c * c + c) + (up * c + up) + (c * f + c);
   const long double parameters = static_cast<long double>(padded) * c +
                                  static_cast<long double>(max_positions()) * c +
                                  num_layers * per_layer + 2 * c;
@@ -94,10 +150,12 @@ std::vector<std::string> ModelConfig::size_errors() const {
 
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch) {
   const double B = static_cast<double>(global_batch), s = m.seq_length, L = m.num_layers,
-               h = m.hidden_size, F = m.ffn(), V = m.padded_vocab_size();
-  // forward per token and layer: QKV 6h^2 + proj 2h^2 + MLP 4hF + causal attention 2sh;
-  // backward is twice the forward; the LM head adds 2hV per token forward.
-  const double per_token_forward = L * (8 * h * h + 4 * h * F + 2 * s * h) + 2 * h * V;
+               h = m.hidden_size, F = m.ffn(), V = m.padded_vocab_size(),
+               W = static_cast<double>(m.qkv_width()), mlp = m.swiglu ? 3 : 2;
+  // forward per token and layer: QKV 2hW (6h^2 for GPT-2) + proj 2h^2 + MLP 2mhF + causal
+  // attention 2sh; backward is twice the forward; the LM head adds 2hV per token forward.
+  const double per_token_forward = L * (2 * h * W + 2 * h * h + 2 * mlp * h * F + 2 * s * h) +
+                                   2 * h * V;
   return 3.0 * B * s * per_token_forward;
 }
 

@@ -195,10 +195,16 @@ std::vector<std::string> layout_errors(const TrainOptions& o, int world) {
     if (m.num_attention_heads > 0 && m.num_attention_heads % tp != 0)
       errors.push_back("--tensor-model-parallel-size " + str(tp) +
                        " does not divide --num-attention-heads " + str(m.num_attention_heads));
+    if (m.group_query_attention && m.num_query_groups > 0 && m.num_query_groups % tp != 0)
+      errors.push_back("--tensor-model-parallel-size " + str(tp) +
+                       " does not divide --num-query-groups " + str(m.num_query_groups) +
+                       " (each rank holds whole key/value heads)");
     if (m.hidden_size > 0 && m.ffn() > 0 && m.ffn() % tp != 0)
       errors.push_back("--tensor-model-parallel-size " + str(tp) +
                        " does not divide the MLP hidden size " + str(m.ffn()) +
-                       (m.ffn_hidden_size > 0 ? " (--ffn-hidden-size)" : " (4 x --hidden-size)"));
+                       (m.ffn_hidden_size > 0 ? " (--ffn-hidden-size)"
+                        : m.swiglu   ? " (8/3 x --hidden-size, a multiple of 64)"
+                                     : " (4 x --hidden-size)"));
     if (o.parallel.sequence_parallel && tp == 1)
       errors.push_back(
           "--sequence-parallel splits the sequence over tensor-parallel ranks, which needs "
