@@ -1,4 +1,7 @@
-// Causal multi-head self-attention, one (batch, head) pair per task, GEMMs through BLAS.
+// Causal multi-head self-attention over the grouped QKV layout (kernels.h: query heads share
+// their group's key and value, read in place), GEMMs through BLAS. Forward: one (batch, query
+// head) pair per task; backward: one (batch, group) pair per task, whose query heads add their
+// key and value gradients in turn, so no two threads write the same gradient.
 // Rows are processed in blocks of kRowBlock so that the upper (masked) triangle is mostly
 // skipped: block [i0, i1) only multiplies against keys/values [0, i1).
 // Non-goal here: a flash-style kernel that never stores probs (the GPU issue's concern).
@@ -20,6 +23,14 @@ LATTICE_ISA_BEGIN
 
 namespace {
 constexpr int kRowBlock = 64;
+
+// The grouped layout's columns (kernels.h): KV groups of Q query heads, a key and a value.
+struct GroupedHeads {
+  int HS, Q, ld;
+  GroupedHeads(int C, int NH, int KV) : HS(C / NH), Q(NH / KV), ld((NH + 2 * KV) * (C / NH)) {}
+  size_t query(int h) const { return static_cast<size_t>(h / Q) * (Q + 2) * HS + (h % Q) * HS; }
+  size_t key(int g) const { return static_cast<size_t>(g) * (Q + 2) * HS + Q * HS; }
+};
 
 // row[0, n) = softmax(row[0, n)).
 template <typename T>
@@ -66,16 +77,18 @@ void apply_dropout(T* dst, const T* P, int T_, size_t base, float p, uint64_t ke
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH,
                        float dropout_p, uint64_t dropout_key, T* workspace, int head_offset,
-                       int total_heads) {
+                       int total_heads, int kv_heads) {
   if (total_heads <= 0) total_heads = NH;
-  const int HS = C / NH, ld = 3 * C;
+  const GroupedHeads layout(C, NH, kv_heads > 0 ? kv_heads : NH);
+  const int HS = layout.HS, ld = layout.ld;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
-    const T* q = qkv + static_cast<size_t>(b) * T_ * ld + h * 3 * HS;
-    const T* k = q + HS;
-    const T* v = q + 2 * HS;
+    const T* row0 = qkv + static_cast<size_t>(b) * T_ * ld;
+    const T* q = row0 + layout.query(h);
+    const T* k = row0 + layout.key(h / layout.Q);
+    const T* v = k + HS;
     T* P = probs + static_cast<size_t>(bh) * T_ * T_;
     T* o = out + static_cast<size_t>(b) * T_ * C + h * HS;
     for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
@@ -107,76 +120,84 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,
                         int NH, float dropout_p, uint64_t dropout_key, T* workspace,
-                        int head_offset, int total_heads) {
+                        int head_offset, int total_heads, int kv_heads) {
   if (total_heads <= 0) total_heads = NH;
-  const int HS = C / NH, ld = 3 * C;
+  const int KV = kv_heads > 0 ? kv_heads : NH;
+  const GroupedHeads layout(C, NH, KV);
+  const int HS = layout.HS, ld = layout.ld;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T keep_scale = static_cast<T>(dropout_p > 0.0f ? 1.0 / (1.0 - dropout_p) : 1.0);
 #pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * NH; bh++) {
-    const int b = bh / NH, h = bh % NH;
-    const size_t base = static_cast<size_t>(bh) * T_ * T_;
-    const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
-    const T* q = qkv + static_cast<size_t>(b) * T_ * ld + h * 3 * HS;
-    const T* k = q + HS;
-    const T* v = q + 2 * HS;
-    T* dq = dqkv + static_cast<size_t>(b) * T_ * ld + h * 3 * HS;
-    T* dk = dq + HS;
-    T* dv = dq + 2 * HS;
-    const T* P = probs + base;
-    const T* dO = dout + static_cast<size_t>(b) * T_ * C + h * HS;
+  for (int bg = 0; bg < B * KV; bg++) {
+    const int b = bg / KV, g = bg % KV;
+    const T* row0 = qkv + static_cast<size_t>(b) * T_ * ld;
+    T* drow0 = dqkv + static_cast<size_t>(b) * T_ * ld;
+    const T* k = row0 + layout.key(g);
+    const T* v = k + HS;
+    T* dk = drow0 + layout.key(g);
+    T* dv = dk + HS;
     T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
     T* dP = ws;                                 // (T, T)
     T* Pd = ws + static_cast<size_t>(T_) * T_;  // (T, T), dropout(P)
-    const T* Pused = P;
-    if (dropout_p > 0.0f) {
-      apply_dropout(Pd, P, T_, mask_base, dropout_p, dropout_key);
-      Pused = Pd;
-    }
-    // dV = Pd^T dO: all T rows of dV, contributions only from rows i >= j (Pd is lower).
-    cpu::gemm(true, false, T_, HS, T_, T(1), Pused, T_, dO, C, T(0), dv, ld);
-    // dPd = dO V^T, lower triangle by row blocks.
-    for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
-      const int i1 = std::min(T_, i0 + kRowBlock);
-      cpu::gemm(false, true, i1 - i0, i1, HS, T(1), dO + static_cast<size_t>(i0) * C, C, v, ld,
-                T(0), dP + static_cast<size_t>(i0) * T_, T_);
-    }
-    // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p). The mask is read
-    // off Pd (zero where dropped) instead of hashing every element again: where P is zero Pd
-    // is too and the element is taken as dropped, which changes nothing, since dS is P times
-    // a finite factor there and P's zero adds nothing to the row's dot product.
-    for (int i = 0; i < T_; i++) {
-      const T* prow = P + static_cast<size_t>(i) * T_;
-      T* drow = dP + static_cast<size_t>(i) * T_;
+    for (int h = g * layout.Q; h < (g + 1) * layout.Q; h++) {
+      // The group's first query head writes dk and dv, the others add to them.
+      const T beta = h == g * layout.Q ? T(0) : T(1);
+      const size_t base = (static_cast<size_t>(b) * NH + h) * T_ * T_;
+      const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
+      const T* q = row0 + layout.query(h);
+      T* dq = drow0 + layout.query(h);
+      const T* P = probs + base;
+      const T* dO = dout + static_cast<size_t>(b) * T_ * C + h * HS;
+      const T* Pused = P;
       if (dropout_p > 0.0f) {
-        const T* pdrow = Pd + static_cast<size_t>(i) * T_;
-#pragma omp simd
-        for (int j = 0; j <= i; j++) drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
+        apply_dropout(Pd, P, T_, mask_base, dropout_p, dropout_key);
+        Pused = Pd;
       }
-      T dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int j = 0; j <= i; j++) dot += prow[j] * drow[j];
+      // dV = Pd^T dO: all T rows of dV, contributions only from rows i >= j (Pd is lower).
+      cpu::gemm(true, false, T_, HS, T_, T(1), Pused, T_, dO, C, beta, dv, ld);
+      // dPd = dO V^T, lower triangle by row blocks.
+      for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
+        const int i1 = std::min(T_, i0 + kRowBlock);
+        cpu::gemm(false, true, i1 - i0, i1, HS, T(1), dO + static_cast<size_t>(i0) * C, C, v, ld,
+                  T(0), dP + static_cast<size_t>(i0) * T_, T_);
+      }
+      // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p). The mask is read
+      // off Pd (zero where dropped) instead of hashing every element again: where P is zero Pd
+      // is too and the element is taken as dropped, which changes nothing, since dS is P times
+      // a finite factor there and P's zero adds nothing to the row's dot product.
+      for (int i = 0; i < T_; i++) {
+        const T* prow = P + static_cast<size_t>(i) * T_;
+        T* drow = dP + static_cast<size_t>(i) * T_;
+        if (dropout_p > 0.0f) {
+          const T* pdrow = Pd + static_cast<size_t>(i) * T_;
 #pragma omp simd
-      for (int j = 0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
-      std::fill(drow + i + 1, drow + T_, T(0));
+          for (int j = 0; j <= i; j++) drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
+        }
+        T dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int j = 0; j <= i; j++) dot += prow[j] * drow[j];
+#pragma omp simd
+        for (int j = 0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
+        std::fill(drow + i + 1, drow + T_, T(0));
+      }
+      // dQ = dS K (rows i use keys [0, i]); dK (+)= dS^T Q.
+      for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
+        const int i1 = std::min(T_, i0 + kRowBlock);
+        cpu::gemm(false, false, i1 - i0, HS, i1, T(1), dP + static_cast<size_t>(i0) * T_, T_, k,
+                  ld, T(0), dq + static_cast<size_t>(i0) * ld, ld);
+      }
+      cpu::gemm(true, false, T_, HS, T_, T(1), dP, T_, q, ld, beta, dk, ld);
     }
-    // dQ = dS K (rows i use keys [0, i]); dK = dS^T Q.
-    for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
-      const int i1 = std::min(T_, i0 + kRowBlock);
-      cpu::gemm(false, false, i1 - i0, HS, i1, T(1), dP + static_cast<size_t>(i0) * T_, T_, k, ld,
-                T(0), dq + static_cast<size_t>(i0) * ld, ld);
-    }
-    cpu::gemm(true, false, T_, HS, T_, T(1), dP, T_, q, ld, T(0), dk, ld);
   }
 }
 
 template void attention_forward(float*, float*, const float*, int, int, int, int, float, uint64_t,
-                                float*, int, int);
+                                float*, int, int, int);
 template void attention_forward(double*, double*, const double*, int, int, int, int, float,
-                                uint64_t, double*, int, int);
+                                uint64_t, double*, int, int, int);
 template void attention_backward(float*, const float*, const float*, const float*, int, int, int,
-                                 int, float, uint64_t, float*, int, int);
+                                 int, float, uint64_t, float*, int, int, int);
 template void attention_backward(double*, const double*, const double*, const double*, int, int,
-                                 int, int, float, uint64_t, double*, int, int);
+                                 int, int, float, uint64_t, double*, int, int, int);
 
 LATTICE_ISA_END

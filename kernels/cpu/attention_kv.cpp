@@ -21,19 +21,22 @@ LATTICE_ISA_BEGIN
 template <typename T>
 void attention_kv_forward(T* out, T* k_cache, T* v_cache, const T* qkv, const int32_t* slots,
                           const int32_t* positions, int M, int NH, int HS, int max_T,
-                          T* workspace) {
-  const size_t ld = 3 * static_cast<size_t>(NH) * HS, C = static_cast<size_t>(NH) * HS;
-  auto cache_at = [&](int slot, int h, int pos) {
-    return ((static_cast<size_t>(slot) * NH + h) * max_T + pos) * HS;
+                          T* workspace, int kv_heads) {
+  const int KV = kv_heads > 0 ? kv_heads : NH, Q = NH / KV;
+  const size_t ld = static_cast<size_t>(NH + 2 * KV) * HS, C = static_cast<size_t>(NH) * HS;
+  auto cache_at = [&](int slot, int g, int pos) {
+    return ((static_cast<size_t>(slot) * KV + g) * max_T + pos) * HS;
   };
+  // Group g's columns in a row: its Q query heads, its key, its value (kernels.h).
+  const size_t group_width = static_cast<size_t>(Q + 2) * HS;
   // Every key and value first: a row may attend to an earlier row of the same call.
 #pragma omp parallel for schedule(static) if (M * ld >= cpu::kMinParallelWork)
-  for (int mh = 0; mh < M * NH; mh++) {
-    const int m = mh / NH, h = mh % NH;
-    const T* src = qkv + m * ld + static_cast<size_t>(h) * 3 * HS;
-    const size_t at = cache_at(slots[m], h, positions[m]);
-    std::memcpy(k_cache + at, src + HS, HS * sizeof(T));
-    std::memcpy(v_cache + at, src + 2 * HS, HS * sizeof(T));
+  for (int mg = 0; mg < M * KV; mg++) {
+    const int m = mg / KV, g = mg % KV;
+    const T* key = qkv + m * ld + g * group_width + static_cast<size_t>(Q) * HS;
+    const size_t at = cache_at(slots[m], g, positions[m]);
+    std::memcpy(k_cache + at, key, HS * sizeof(T));
+    std::memcpy(v_cache + at, key + HS, HS * sizeof(T));
   }
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   size_t work = 0;  // multiply-adds of q k^T and p v
@@ -41,9 +44,9 @@ void attention_kv_forward(T* out, T* k_cache, T* v_cache, const T* qkv, const in
 #pragma omp parallel for schedule(dynamic, 1) if (work >= 8 * cpu::kMinParallelWork)
   for (int mh = 0; mh < M * NH; mh++) {
     const int m = mh / NH, h = mh % NH, n = positions[m] + 1;
-    const T* q = qkv + m * ld + static_cast<size_t>(h) * 3 * HS;
-    const T* K = k_cache + cache_at(slots[m], h, 0);
-    const T* V = v_cache + cache_at(slots[m], h, 0);
+    const T* q = qkv + m * ld + (h / Q) * group_width + static_cast<size_t>(h % Q) * HS;
+    const T* K = k_cache + cache_at(slots[m], h / Q, 0);
+    const T* V = v_cache + cache_at(slots[m], h / Q, 0);
     T* scores = workspace + static_cast<size_t>(omp_get_thread_num()) * max_T;
     T maxv = -INFINITY;
     for (int j = 0; j < n; j++) {
@@ -77,8 +80,8 @@ void attention_kv_forward(T* out, T* k_cache, T* v_cache, const T* qkv, const in
 }
 
 template void attention_kv_forward(float*, float*, float*, const float*, const int32_t*,
-                                   const int32_t*, int, int, int, int, float*);
+                                   const int32_t*, int, int, int, int, float*, int);
 template void attention_kv_forward(double*, double*, double*, const double*, const int32_t*,
-                                   const int32_t*, int, int, int, int, double*);
+                                   const int32_t*, int, int, int, int, double*, int);
 
 LATTICE_ISA_END

@@ -85,6 +85,42 @@ void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* i
 }
 
 template <typename S>
+void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* weight, int N, int C, float eps) {
+  LATTICE_DISPATCH(rmsnorm_forward<S>, out, rstd, inp, weight, N, C, eps);
+}
+template <typename S>
+void residual_rmsnorm_forward(S* residual_out, S* out, S* rstd, const S* residual, const S* x,
+                              const S* weight, int N, int C, float eps) {
+  LATTICE_DISPATCH(residual_rmsnorm_forward<S>, residual_out, out, rstd, residual, x, weight, N, C,
+                   eps);
+}
+template <typename S>
+void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
+                      const S* rstd, int N, int C) {
+  LATTICE_DISPATCH(rmsnorm_backward<S>, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
+template <typename S>
+void rope_forward(S* qkv, const S* cos, const S* sin, const int32_t* positions, int N, int T,
+                  int NH, int KV, int HS, int rotary_dim) {
+  LATTICE_DISPATCH(rope_forward<S>, qkv, cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
+}
+template <typename S>
+void rope_backward(S* dqkv, const S* cos, const S* sin, const int32_t* positions, int N, int T,
+                   int NH, int KV, int HS, int rotary_dim) {
+  LATTICE_DISPATCH(rope_backward<S>, dqkv, cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
+}
+
+template <typename S>
+void swiglu_forward(S* out, const S* inp, int N, int F) {
+  LATTICE_DISPATCH(swiglu_forward<S>, out, inp, N, F);
+}
+template <typename S>
+void swiglu_backward(S* dinp, const S* inp, const S* dout, int N, int F) {
+  LATTICE_DISPATCH(swiglu_backward<S>, dinp, inp, dout, N, F);
+}
+
+template <typename S>
 void gelu_forward(S* out, const S* inp, size_t n) {
   LATTICE_DISPATCH(gelu_forward<S>, out, inp, n);
 }
@@ -105,23 +141,24 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key, siz
 
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
-                       uint64_t dropout_key, S* workspace, int head_offset, int total_heads) {
+                       uint64_t dropout_key, S* workspace, int head_offset, int total_heads,
+                       int kv_heads) {
   LATTICE_DISPATCH(attention_forward<S>, out, probs, qkv, B, T, C, NH, dropout_p, dropout_key,
-                   workspace, head_offset, total_heads);
+                   workspace, head_offset, total_heads, kv_heads);
 }
 template <typename S>
 void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,
-                        int head_offset, int total_heads) {
+                        int head_offset, int total_heads, int kv_heads) {
   LATTICE_DISPATCH(attention_backward<S>, dqkv, dout, qkv, probs, B, T, C, NH, dropout_p,
-                   dropout_key, workspace, head_offset, total_heads);
+                   dropout_key, workspace, head_offset, total_heads, kv_heads);
 }
 template <typename S>
 void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const int32_t* slots,
                           const int32_t* positions, int M, int NH, int HS, int max_T,
-                          S* workspace) {
+                          S* workspace, int kv_heads) {
   LATTICE_DISPATCH(attention_kv_forward<S>, out, k_cache, v_cache, qkv, slots, positions, M, NH, HS,
-                   max_T, workspace);
+                   max_T, workspace, kv_heads);
 }
 
 template <typename S>
@@ -188,11 +225,21 @@ void scale(S* x, size_t n, S s) {
   template void residual_dropout_forward(S*, const S*, const S*, size_t, float, uint64_t, size_t); \
   template void dropout_backward(S*, const S*, size_t, float, uint64_t, size_t);                   \
   template void attention_forward(S*, S*, const S*, int, int, int, int, float, uint64_t, S*, int,  \
-                                  int);                                                            \
+                                  int, int);                                                       \
   template void attention_backward(S*, const S*, const S*, const S*, int, int, int, int, float,    \
-                                   uint64_t, S*, int, int);                                        \
+                                   uint64_t, S*, int, int, int);                                   \
   template void attention_kv_forward(S*, S*, S*, const S*, const int32_t*, const int32_t*, int,    \
-                                     int, int, int, S*);                                           \
+                                     int, int, int, S*, int);                                      \
+  template void rmsnorm_forward(S*, S*, const S*, const S*, int, int, float);                      \
+  template void residual_rmsnorm_forward(S*, S*, S*, const S*, const S*, const S*, int, int,       \
+                                         float);                                                   \
+  template void rmsnorm_backward(S*, S*, const S*, const S*, const S*, const S*, int, int);        \
+  template void rope_forward(S*, const S*, const S*, const int32_t*, int, int, int, int, int,      \
+                             int);                                                                 \
+  template void rope_backward(S*, const S*, const S*, const int32_t*, int, int, int, int, int,     \
+                              int);                                                                \
+  template void swiglu_forward(S*, const S*, int, int);                                            \
+  template void swiglu_backward(S*, const S*, const S*, int, int);                                 \
   template void softmax_cross_entropy(S*, S*, const S*, const int32_t*, int, int, float);          \
   template void cross_entropy_shard_max(S*, const S*, int, int);                                   \
   template void cross_entropy_shard_sums(double*, S*, const S*, const S*, const int32_t*, int,     \

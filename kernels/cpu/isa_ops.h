@@ -36,6 +36,24 @@ template <typename S>
 void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                         const S* mean, const S* rstd, int N, int C);
 template <typename S>
+void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* weight, int N, int C, float eps);
+template <typename S>
+void residual_rmsnorm_forward(S* residual_out, S* out, S* rstd, const S* residual, const S* x,
+                              const S* weight, int N, int C, float eps);
+template <typename S>
+void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
+                      const S* rstd, int N, int C);
+template <typename S>
+void rope_forward(S* qkv, const S* cos, const S* sin, const int32_t* positions, int N, int T,
+                  int NH, int KV, int HS, int rotary_dim);
+template <typename S>
+void rope_backward(S* dqkv, const S* cos, const S* sin, const int32_t* positions, int N, int T,
+                   int NH, int KV, int HS, int rotary_dim);
+template <typename S>
+void swiglu_forward(S* out, const S* inp, int N, int F);
+template <typename S>
+void swiglu_backward(S* dinp, const S* inp, const S* dout, int N, int F);
+template <typename S>
 void gelu_forward(S* out, const S* inp, size_t n);
 template <typename S>
 void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n);
@@ -46,14 +64,16 @@ template <typename S>
 void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key, size_t index_offset);
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
-                       uint64_t dropout_key, S* workspace, int head_offset, int total_heads);
+                       uint64_t dropout_key, S* workspace, int head_offset, int total_heads,
+                       int kv_heads);
 template <typename S>
 void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,
-                        int head_offset, int total_heads);
+                        int head_offset, int total_heads, int kv_heads);
 template <typename S>
 void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const int32_t* slots,
-                          const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace);
+                          const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace,
+                          int kv_heads);
 template <typename S>
 void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets, int N,
                            int V, float grad_scale);

@@ -56,6 +56,35 @@ class CpuOps final : public Ops<S> {
     kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
+  void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* weight, int N, int C,
+                       float eps) override {
+    kernels::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void residual_rmsnorm_forward(S* residual_out, S* out, S* rstd, const S* residual, const S* x,
+                                const S* weight, int N, int C, float eps) override {
+    kernels::residual_rmsnorm_forward(residual_out, out, rstd, residual, x, weight, N, C, eps);
+  }
+  void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
+                        const S* rstd, int N, int C) override {
+    kernels::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+
+  void rope_forward(S* qkv, const S* cos, const S* sin, const int32_t* positions, int N, int T,
+                    int NH, int KV, int HS, int rotary_dim) override {
+    kernels::rope_forward(qkv, cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
+  }
+  void rope_backward(S* dqkv, const S* cos, const S* sin, const int32_t* positions, int N, int T,
+                     int NH, int KV, int HS, int rotary_dim) override {
+    kernels::rope_backward(dqkv, cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
+  }
+
+  void swiglu_forward(S* out, const S* inp, int N, int F) override {
+    kernels::swiglu_forward(out, inp, N, F);
+  }
+  void swiglu_backward(S* dinp, const S* inp, const S* dout, int N, int F) override {
+    kernels::swiglu_backward(dinp, inp, dout, N, F);
+  }
+
   void gelu_forward(S* out, const S* inp, size_t n) override { kernels::gelu_forward(out, inp, n); }
   void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n) override {
     kernels::gelu_backward(dinp, inp, dout, n);
@@ -76,15 +105,16 @@ class CpuOps final : public Ops<S> {
     return kernels::attention_workspace_elems(T) * static_cast<size_t>(kernels::num_threads());
   }
   void attention_forward(S* out, S* saved, const S* qkv, S* workspace, int B, int T, int C, int NH,
-                         float p, uint64_t key, int head_offset, int total_heads) override {
+                         float p, uint64_t key, int head_offset, int total_heads,
+                         int KV) override {
     kernels::attention_forward(out, saved, qkv, B, T, C, NH, p, key, workspace, head_offset,
-                               total_heads);
+                               total_heads, KV);
   }
   void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* /*out: unused here*/,
                           const S* saved, S* workspace, int B, int T, int C, int NH, float p,
-                          uint64_t key, int head_offset, int total_heads) override {
+                          uint64_t key, int head_offset, int total_heads, int KV) override {
     kernels::attention_backward(dqkv, dout, qkv, saved, B, T, C, NH, p, key, workspace, head_offset,
-                                total_heads);
+                                total_heads, KV);
   }
 
   void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets, int N,

@@ -130,6 +130,56 @@ class CpuOps16 final : public Ops<H> {
     store(dinp, di);
   }
 
+  void rmsnorm_forward(H* out, float* rstd, const H* inp, const H* weight, int N, int C,
+                       float eps) override {
+    rms_normalise(out, rstd, wide(inp, static_cast<size_t>(N) * C), weight, N, C, eps);
+  }
+  // The stored (rounded) sum is what the RMSNorm normalises, as on the device.
+  void residual_rmsnorm_forward(H* residual_out, H* out, float* rstd, const H* residual,
+                                const H* x, const H* weight, int N, int C, float eps) override {
+    const size_t n = static_cast<size_t>(N) * C;
+    std::vector<float> sum = wide(residual, n);
+    const std::vector<float> xs = wide(x, n);
+    for (size_t i = 0; i < n; i++) sum[i] += xs[i];
+    store(residual_out, sum);
+    rms_normalise(out, rstd, wide(residual_out, n), weight, N, C, eps);
+  }
+  void rmsnorm_backward(H* dinp, float* dweight, const H* dout, const H* inp, const H* weight,
+                        const float* rstd, int N, int C) override {
+    const size_t n = static_cast<size_t>(N) * C;
+    std::vector<float> di = wide(dinp, n);
+    const std::vector<float> d = wide(dout, n), i = wide(inp, n), w = wide(weight, C);
+    f32.rmsnorm_backward(di.data(), dweight, d.data(), i.data(), w.data(), rstd, N, C);
+    store(dinp, di);
+  }
+
+  void rope_forward(H* qkv, const float* cos, const float* sin, const int32_t* positions, int N,
+                    int T, int NH, int KV, int HS, int rotary_dim) override {
+    std::vector<float> x = wide(qkv, static_cast<size_t>(N) * (NH + 2 * KV) * HS);
+    f32.rope_forward(x.data(), cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
+    store(qkv, x);
+  }
+  void rope_backward(H* dqkv, const float* cos, const float* sin, const int32_t* positions, int N,
+                     int T, int NH, int KV, int HS, int rotary_dim) override {
+    std::vector<float> x = wide(dqkv, static_cast<size_t>(N) * (NH + 2 * KV) * HS);
+    f32.rope_backward(x.data(), cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
+    store(dqkv, x);
+  }
+
+  void swiglu_forward(H* out, const H* inp, int N, int F) override {
+    const std::vector<float> i = wide(inp, static_cast<size_t>(N) * 2 * F);
+    std::vector<float> o(static_cast<size_t>(N) * F);
+    f32.swiglu_forward(o.data(), i.data(), N, F);
+    store(out, o);
+  }
+  void swiglu_backward(H* dinp, const H* inp, const H* dout, int N, int F) override {
+    const std::vector<float> i = wide(inp, static_cast<size_t>(N) * 2 * F),
+                             d = wide(dout, static_cast<size_t>(N) * F);
+    std::vector<float> di(i.size());
+    f32.swiglu_backward(di.data(), i.data(), d.data(), N, F);
+    store(dinp, di);
+  }
+
   void gelu_forward(H* out, const H* inp, size_t n) override {
     std::vector<float> o = wide(inp, n);
     f32.gelu_forward(o.data(), o.data(), n);
@@ -162,22 +212,23 @@ class CpuOps16 final : public Ops<H> {
     return f32.attention_workspace_elems(B, T, NH);
   }
   void attention_forward(H* out, float* saved, const H* qkv, float* workspace, int B, int T, int C,
-                         int NH, float p, uint64_t key, int head_offset, int total_heads) override {
-    const size_t n = static_cast<size_t>(B) * T * C;
-    const std::vector<float> q = wide(qkv, 3 * n);
+                         int NH, float p, uint64_t key, int head_offset, int total_heads,
+                         int KV) override {
+    const size_t n = static_cast<size_t>(B) * T * C, nqkv = n / NH * (NH + 2 * KV);
+    const std::vector<float> q = wide(qkv, nqkv);
     std::vector<float> o(n);
     f32.attention_forward(o.data(), saved, q.data(), workspace, B, T, C, NH, p, key, head_offset,
-                          total_heads);
+                          total_heads, KV);
     store(out, o);
   }
   void attention_backward(H* dqkv, const H* dout, const H* qkv, const H* out, const float* saved,
                           float* workspace, int B, int T, int C, int NH, float p, uint64_t key,
-                          int head_offset, int total_heads) override {
-    const size_t n = static_cast<size_t>(B) * T * C;
-    const std::vector<float> d = wide(dout, n), q = wide(qkv, 3 * n), o = wide(out, n);
-    std::vector<float> dq(3 * n);
+                          int head_offset, int total_heads, int KV) override {
+    const size_t n = static_cast<size_t>(B) * T * C, nqkv = n / NH * (NH + 2 * KV);
+    const std::vector<float> d = wide(dout, n), q = wide(qkv, nqkv), o = wide(out, n);
+    std::vector<float> dq(nqkv);
     f32.attention_backward(dq.data(), d.data(), q.data(), o.data(), saved, workspace, B, T, C, NH,
-                           p, key, head_offset, total_heads);
+                           p, key, head_offset, total_heads, KV);
     store(dqkv, dq);
   }
 
@@ -229,6 +280,14 @@ class CpuOps16 final : public Ops<H> {
   void scale(float* x, size_t n, float s) override { f32.scale(x, n, s); }
 
  private:
+  // out, rstd = the float RMSNorm of x (N, C, widened), out rounded to H.
+  void rms_normalise(H* out, float* rstd, const std::vector<float>& x, const H* weight, int N, int C,
+                     float eps) {
+    const std::vector<float> w = wide(weight, C);
+    std::vector<float> o(x.size());
+    f32.rmsnorm_forward(o.data(), rstd, x.data(), w.data(), N, C, eps);
+    store(out, o);
+  }
   // out, mean, rstd = the float LayerNorm of x (N, C, widened), out rounded to H.
   void normalise(H* out, float* mean, float* rstd, const std::vector<float>& x, const H* weight,
                  const H* bias, int N, int C) {

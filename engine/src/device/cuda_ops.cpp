@@ -63,6 +63,35 @@ class CudaOps final : public Ops<A> {
     cu::layernorm_backward(ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
+  void rmsnorm_forward(A* out, float* rstd, const A* inp, const A* weight, int N, int C,
+                       float eps) override {
+    cu::rmsnorm_forward(ctx_, out, rstd, inp, weight, N, C, eps);
+  }
+  void residual_rmsnorm_forward(A* residual_out, A* out, float* rstd, const A* residual, const A* x,
+                                const A* weight, int N, int C, float eps) override {
+    cu::residual_rmsnorm_forward(ctx_, residual_out, out, rstd, residual, x, weight, N, C, eps);
+  }
+  void rmsnorm_backward(A* dinp, float* dweight, const A* dout, const A* inp, const A* weight,
+                        const float* rstd, int N, int C) override {
+    cu::rmsnorm_backward(ctx_, dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+
+  void rope_forward(A* qkv, const float* cos, const float* sin, const int32_t* positions, int N,
+                    int T, int NH, int KV, int HS, int rotary_dim) override {
+    cu::rope_forward(ctx_, qkv, cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
+  }
+  void rope_backward(A* dqkv, const float* cos, const float* sin, const int32_t* positions, int N,
+                     int T, int NH, int KV, int HS, int rotary_dim) override {
+    cu::rope_backward(ctx_, dqkv, cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
+  }
+
+  void swiglu_forward(A* out, const A* inp, int N, int F) override {
+    cu::swiglu_forward(ctx_, out, inp, N, F);
+  }
+  void swiglu_backward(A* dinp, const A* inp, const A* dout, int N, int F) override {
+    cu::swiglu_backward(ctx_, dinp, inp, dout, N, F);
+  }
+
   void gelu_forward(A* out, const A* inp, size_t n) override {
     cu::gelu_forward(ctx_, out, inp, n);
   }
@@ -86,14 +115,15 @@ class CudaOps final : public Ops<A> {
   }
   void attention_forward(A* out, float* saved, const A* qkv, float* /*workspace: backward only*/,
                          int B, int T, int C, int NH, float p, uint64_t key, int head_offset,
-                         int total_heads) override {
-    cu::attention_forward(ctx_, out, saved, qkv, B, T, C, NH, p, key, head_offset, total_heads);
+                         int total_heads, int KV) override {
+    cu::attention_forward(ctx_, out, saved, qkv, B, T, C, NH, p, key, head_offset, total_heads,
+                          KV);
   }
   void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out, const float* saved,
                           float* workspace, int B, int T, int C, int NH, float p, uint64_t key,
-                          int head_offset, int total_heads) override {
+                          int head_offset, int total_heads, int KV) override {
     cu::attention_backward(ctx_, dqkv, dout, qkv, out, saved, workspace, B, T, C, NH, p, key,
-                           head_offset, total_heads);
+                           head_offset, total_heads, KV);
   }
 
   void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,

@@ -99,6 +99,25 @@ class Ops {
   virtual void layernorm_backward(A* dinp, G* dweight, G* dbias, const A* dout, const A* inp,
                                   const A* weight, const G* mean, const G* rstd, int N, int C) = 0;
 
+  // ---- RMSNorm (kernels.h; rstd in G) ------------------------------------------------------------
+  virtual void rmsnorm_forward(A* out, G* rstd, const A* inp, const A* weight, int N, int C,
+                               float eps) = 0;
+  virtual void residual_rmsnorm_forward(A* residual_out, A* out, G* rstd, const A* residual,
+                                        const A* x, const A* weight, int N, int C, float eps) = 0;
+  // dinp (N, C) += ...; dweight (C) += ...
+  virtual void rmsnorm_backward(A* dinp, G* dweight, const A* dout, const A* inp, const A* weight,
+                                const G* rstd, int N, int C) = 0;
+
+  // ---- RoPE (kernels.h; the tables (positions, rotary_dim / 2) in G) -----------------------------
+  virtual void rope_forward(A* qkv, const G* cos, const G* sin, const int32_t* positions, int N,
+                            int T, int NH, int KV, int HS, int rotary_dim) = 0;
+  virtual void rope_backward(A* dqkv, const G* cos, const G* sin, const int32_t* positions, int N,
+                             int T, int NH, int KV, int HS, int rotary_dim) = 0;
+
+  // ---- SwiGLU (kernels.h): out (N, F) from inp (N, 2F); dinp (N, 2F) given dout (N, F) ----------
+  virtual void swiglu_forward(A* out, const A* inp, int N, int F) = 0;
+  virtual void swiglu_backward(A* dinp, const A* inp, const A* dout, int N, int F) = 0;
+
   // ---- GELU, dropout
   // ------------------------------------------------------------------------------ out (n) =
   // gelu(inp (n)), tanh form; may alias. dinp (n) = dout * gelu'(inp); may alias dout.
@@ -119,16 +138,19 @@ class Ops {
   // Elements of the workspace both directions take (the CPU: per thread, for the thread count
   // at the call; size it again after kernels::set_num_threads).
   virtual size_t attention_workspace_elems(int B, int T, int NH) const = 0;
-  // Causal self-attention over qkv (B, T, 3C) in kernels.h's per-head layout into out (B, T, C);
-  // saved (attention_saved_elems), workspace (attention_workspace_elems). Heads
-  // [head_offset, head_offset + NH) of total_heads (0: NH); dropout p on the probabilities.
+  // Causal self-attention over qkv (B, T, (NH + 2 KV) HS) in kernels.h's grouped layout (KV
+  // key/value heads, each read by NH / KV query heads; KV = NH is GPT-2's per-head [q|k|v]) into
+  // out (B, T, C), C = NH HS; saved (attention_saved_elems), workspace
+  // (attention_workspace_elems). Query heads [head_offset, head_offset + NH) of total_heads (0:
+  // NH); dropout p on the probabilities.
   virtual void attention_forward(A* out, G* saved, const A* qkv, G* workspace, int B, int T, int C,
-                                 int NH, float p, uint64_t key, int head_offset,
-                                 int total_heads) = 0;
-  // dqkv (B, T, 3C) given dout (B, T, C), the forward's qkv, out and saved.
+                                 int NH, float p, uint64_t key, int head_offset, int total_heads,
+                                 int KV) = 0;
+  // dqkv (B, T, (NH + 2 KV) HS) given dout (B, T, C), the forward's qkv, out and saved.
   virtual void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out,
                                   const G* saved, G* workspace, int B, int T, int C, int NH,
-                                  float p, uint64_t key, int head_offset, int total_heads) = 0;
+                                  float p, uint64_t key, int head_offset, int total_heads,
+                                  int KV) = 0;
 
   // ---- cross-entropy (logits in G)
   // ---------------------------------------------------------------- losses (N) = -log

@@ -138,7 +138,8 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
   {
     OpTimer timer(*this, Op::kAttentionForward);
     ops_.attention_forward(la.atty, saved_of(la), la.qkv, attention_ws_, B, T, Ct_, Ht_,
-                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_);
+                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_,
+                           Ht_);
   }
   // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
   // over TP.
@@ -277,7 +278,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     if (!la.saved) {  // Note [selective recomputation]
       OpTimer timer(*this, Op::kAttentionForward);
       ops_.attention_forward(d_atty_, selective_saved_, la.qkv, attention_ws_, B, T, Ct_, Ht_,
-                             p_attention_, attention_key, tp_rank_ * Ht_, NH_);
+                             p_attention_, attention_key, tp_rank_ * Ht_, NH_, Ht_);
     }
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
@@ -318,7 +319,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     {
       OpTimer timer(*this, Op::kAttentionBackward);
       ops_.attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, saved_of(la), attention_ws_, B, T,
-                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_);
+                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_, Ht_);
     }
     const A* ln1 = gather_rows(la.ln1, gathered_);
     {

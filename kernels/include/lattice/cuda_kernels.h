@@ -156,6 +156,53 @@ void layernorm_backward(Context& ctx, fp16* dinp, float* dweight, float* dbias, 
                         const fp16* inp, const fp16* weight, const float* mean, const float* rstd,
                         int N, int C);
 
+// ---- rmsnorm.cu (kernels.h's RMSNorm; rstd (N) fp32) -----------------------------------------
+void rmsnorm_forward(Context& ctx, float* out, float* rstd, const float* inp, const float* weight, int N,
+                     int C, float eps);
+void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight, int N,
+                     int C, float eps);
+void rmsnorm_forward(Context& ctx, fp16* out, float* rstd, const fp16* inp, const fp16* weight, int N,
+                     int C, float eps);
+// Fused residual add + RMSNorm; residual_out may alias residual.
+void residual_rmsnorm_forward(Context& ctx, float* residual_out, float* out, float* rstd,
+                              const float* residual, const float* x, const float* weight, int N, int C,
+                              float eps);
+void residual_rmsnorm_forward(Context& ctx, bf16* residual_out, bf16* out, float* rstd,
+                              const bf16* residual, const bf16* x, const bf16* weight, int N, int C,
+                              float eps);
+void residual_rmsnorm_forward(Context& ctx, fp16* residual_out, fp16* out, float* rstd,
+                              const fp16* residual, const fp16* x, const fp16* weight, int N, int C,
+                              float eps);
+// dinp (N, C) += ..., dweight (C) += ...
+void rmsnorm_backward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C);
+void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                      const bf16* weight, const float* rstd, int N, int C);
+void rmsnorm_backward(Context& ctx, fp16* dinp, float* dweight, const fp16* dout, const fp16* inp,
+                      const fp16* weight, const float* rstd, int N, int C);
+
+// ---- rope.cu (kernels.h's RoPE on the grouped QKV layout; tables (P, rotary_dim / 2) fp32) ------
+void rope_forward(Context& ctx, float* qkv, const float* cos, const float* sin,
+                  const int32_t* positions, int N, int T, int NH, int KV, int HS, int rotary_dim);
+void rope_backward(Context& ctx, float* dqkv, const float* cos, const float* sin,
+                   const int32_t* positions, int N, int T, int NH, int KV, int HS, int rotary_dim);
+void rope_forward(Context& ctx, bf16* qkv, const float* cos, const float* sin,
+                  const int32_t* positions, int N, int T, int NH, int KV, int HS, int rotary_dim);
+void rope_backward(Context& ctx, bf16* dqkv, const float* cos, const float* sin,
+                   const int32_t* positions, int N, int T, int NH, int KV, int HS, int rotary_dim);
+void rope_forward(Context& ctx, fp16* qkv, const float* cos, const float* sin,
+                  const int32_t* positions, int N, int T, int NH, int KV, int HS, int rotary_dim);
+void rope_backward(Context& ctx, fp16* dqkv, const float* cos, const float* sin,
+                   const int32_t* positions, int N, int T, int NH, int KV, int HS, int rotary_dim);
+
+// ---- swiglu.cu (kernels.h's SwiGLU: out (N, F) from inp (N, 2F) = gate | up) --------------------
+void swiglu_forward(Context& ctx, float* out, const float* inp, int N, int F);
+void swiglu_backward(Context& ctx, float* dinp, const float* inp, const float* dout, int N, int F);
+void swiglu_forward(Context& ctx, bf16* out, const bf16* inp, int N, int F);
+void swiglu_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, int N, int F);
+void swiglu_forward(Context& ctx, fp16* out, const fp16* inp, int N, int F);
+void swiglu_backward(Context& ctx, fp16* dinp, const fp16* inp, const fp16* dout, int N, int F);
+
 // ---- gelu.cu --------------------------------------------------------------------------------
 // out (n) = gelu(inp) (tanh form); out may alias inp. dinp (n) = dout * gelu'(inp), may alias.
 void gelu_forward(Context& ctx, float* out, const float* inp, size_t n);
@@ -208,35 +255,36 @@ void dropout_backward(Context& ctx, fp16* dx, const fp16* dout, size_t n, float 
                       size_t index_offset = 0);
 
 // ---- attention.cu (flash-style: online softmax over key tiles in shared memory) -------------
-// Causal self-attention over qkv (B, T, 3C) in kernels.h's per-head layout; out (B, T, C).
+// Causal self-attention over qkv (B, T, (NH + 2 KV) HS) in kernels.h's grouped layout (kv_heads
+// 0: KV = NH, the per-head [q|k|v]); out (B, T, C), C = NH HS.
 // lse (B, NH, T) fp32 receives each row's log-sum-exp of the scaled scores; together with
 // out it replaces kernels.h's probs (B, NH, T, T), which is never formed. Dropout on the
 // probabilities draws kernels.h's mask (keyed by the element's index in the full probs).
 // HS = C / NH must be 64 or 128 (else an error is recorded).
 void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                       int total_heads = 0);
+                       int total_heads = 0, int kv_heads = 0);
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                       int total_heads = 0);
+                       int total_heads = 0, int kv_heads = 0);
 void attention_forward(Context& ctx, fp16* out, float* lse, const fp16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                       int total_heads = 0);
-// dqkv (B, T, 3C) = gradient of qkv given dout (B, T, C), the forward's out and lse.
+                       int total_heads = 0, int kv_heads = 0);
+// dqkv (B, T, (NH + 2 KV) HS) = gradient of qkv given dout (B, T, C), the forward's out and lse.
 // workspace: attention_workspace_floats(B, T, NH) floats.
 size_t attention_workspace_floats(int B, int T, int NH);
 void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                        int total_heads = 0);
+                        int total_heads = 0, int kv_heads = 0);
 void attention_backward(Context& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
                         const bf16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                        int total_heads = 0);
+                        int total_heads = 0, int kv_heads = 0);
 void attention_backward(Context& ctx, fp16* dqkv, const fp16* dout, const fp16* qkv,
                         const fp16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                        int total_heads = 0);
+                        int total_heads = 0, int kv_heads = 0);
 
 // ---- cross_entropy.cu (fp32 logits) ---------------------------------------------------------
 // kernels.h's fused softmax + cross-entropy and its vocabulary-parallel passes; the caller

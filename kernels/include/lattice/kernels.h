@@ -70,6 +70,49 @@ template <typename S>
 void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                         const S* mean, const S* rstd, int N, int C);
 
+// RMSNorm (Llama; Hugging Face's LlamaRMSNorm): out (N, C) = inp * rstd * weight (C), per row,
+// rstd (N) = 1 / sqrt(mean(inp^2) + eps) saved; the mean of squares accumulated in double.
+template <typename S>
+void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* weight, int N, int C, float eps);
+// The residual add fused into the next RMSNorm, as residual_layernorm_forward: residual_out
+// (N, C) = residual + x, then out, rstd = rmsnorm_forward of residual_out, bit for bit.
+// residual_out may alias residual; x and out alias nothing.
+template <typename S>
+void residual_rmsnorm_forward(S* residual_out, S* out, S* rstd, const S* residual, const S* x,
+                              const S* weight, int N, int C, float eps);
+// dinp (N, C) += ..., dweight (C) += ... given dout (N, C), the forward's inp and rstd.
+template <typename S>
+void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
+                      const S* rstd, int N, int C);
+
+// Rotary position embedding (RoPE, Hugging Face's rotate_half form) in place on the query and
+// key heads of qkv (N, (NH + 2 KV) * HS) in the grouped layout of attention_forward; values are
+// untouched. Row n is at position positions[n], or n % T when positions is null. For each
+// rotated head x and i < R/2 (R = rotary_dim, even, <= HS; dims [R, HS) pass through):
+//   x[i]       = x[i] cos[p, i] - x[i + R/2] sin[p, i]
+//   x[i + R/2] = x[i + R/2] cos[p, i] + x[i] sin[p, i]
+// cos, sin (positions, R/2): rope_tables' angles p * theta^(-2i/R).
+template <typename S>
+void rope_forward(S* qkv, const S* cos, const S* sin, const int32_t* positions, int N, int T,
+                  int NH, int KV, int HS, int rotary_dim);
+// dqkv (N, (NH + 2 KV) * HS) in place: the gradient through the rotation (its transpose) for
+// the query and key heads; the value heads' gradients are left as they are.
+template <typename S>
+void rope_backward(S* dqkv, const S* cos, const S* sin, const int32_t* positions, int N, int T,
+                   int NH, int KV, int HS, int rotary_dim);
+// The tables (P, R/2) of rope_forward for positions [0, P), as Hugging Face computes them:
+// inv_freq[i] = 1 / theta^(2i/R) and the angle p * inv_freq[i] in float (the rounding every
+// released Llama was trained with), then cos and sin of that angle in double.
+void rope_tables(double* cos, double* sin, int P, int rotary_dim, double theta);
+
+// SwiGLU (Llama's gated MLP): inp (N, 2F) holds per row the gate [0, F) then the up projection
+// [F, 2F) (Megatron's linear_fc1 output); out (N, F) = silu(gate) * up, silu(g) = g sigmoid(g).
+template <typename S>
+void swiglu_forward(S* out, const S* inp, int N, int F);
+// dinp (N, 2F) = the gradient of gate and up given dout (N, F); dinp may not alias inp.
+template <typename S>
+void swiglu_backward(S* dinp, const S* inp, const S* dout, int N, int F);
+
 // GELU, tanh approximation (GPT-2, Megatron's default bias-gelu). out (n) may alias inp.
 template <typename S>
 void gelu_forward(S* out, const S* inp, size_t n);
@@ -91,8 +134,11 @@ template <typename S>
 void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key,
                       size_t index_offset = 0);
 
-// Causal self-attention over qkv (B, T, 3C) in Megatron's per-head layout: head h owns
-// columns [h*3*HS, h*3*HS + 3*HS) holding q, k, v. out (B, T, C), head h at columns h*HS.
+// Causal self-attention over qkv (B, T, (NH + 2 KV) HS) in Megatron's grouped layout: key/value
+// head (query group) g owns columns [g*(Q+2)*HS, (g+1)*(Q+2)*HS), Q = NH / KV, holding its Q
+// query heads, then its key, then its value; query head h = g*Q + j reads group g's key and
+// value (never copied per query head). KV = NH (kv_heads 0) is the per-head layout [q|k|v] of
+// GPT-2, Q = 1. C = NH * HS. out (B, T, C), query head h at columns h*HS.
 // probs (B, NH, T, T) keeps softmax(q k^T / sqrt(HS)) before dropout (masked part zero).
 // workspace: attention_workspace_elems(T) elements per thread (num_threads() of them).
 // Tensor-parallel ranks hold heads [head_offset, head_offset + NH) of total_heads (0: NH);
@@ -101,22 +147,25 @@ size_t attention_workspace_elems(int T);
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
                        uint64_t dropout_key, S* workspace, int head_offset = 0,
-                       int total_heads = 0);
-// dqkv (B, T, 3C) = gradient of the attention inputs given dout (B, T, C).
+                       int total_heads = 0, int kv_heads = 0);
+// dqkv (B, T, (NH + 2 KV) HS) = gradient of the attention inputs given dout (B, T, C); a key or
+// value head's gradient sums its group's query heads.
 template <typename S>
 void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,
-                        int head_offset = 0, int total_heads = 0);
+                        int head_offset = 0, int total_heads = 0, int kv_heads = 0);
 
 // Incremental decoding (inference): M query rows, row m belonging to cache slot slots[m] at
-// position positions[m]. qkv (M, 3*NH*HS) in the per-head layout above. Each row's key and
-// value are first stored in k_cache, v_cache (slots, NH, max_T, HS) at (slot, head, position);
+// position positions[m]. qkv (M, (NH + 2 KV) HS) in the grouped layout above (kv_heads 0: KV =
+// NH). Each row's key and value are first stored in k_cache, v_cache (slots, KV, max_T, HS) at
+// (slot, key/value head, position);
 // then out (M, NH*HS) = softmax(q k^T / sqrt(HS)) v over positions [0, positions[m]] of the
 // row's slot (rows of one call may read each other's keys: a whole prompt at once).
 // workspace: max_T elements per thread (num_threads() of them). No dropout.
 template <typename S>
 void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const int32_t* slots,
-                          const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace);
+                          const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace,
+                          int kv_heads = 0);
 
 // Fused softmax + cross-entropy over logits (N, V): losses (N) = -log softmax(row)[target].
 // When dlogits is non-null it receives (softmax - onehot(target)) * grad_scale and may alias
