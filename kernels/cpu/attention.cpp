@@ -183,8 +183,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
       // dQ = dS K (rows i use keys [0, i]); dK (+)= dS^T Q.
       for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
         const int i1 = std::min(T_, i0 + kRowBlock);
-        cpu::gemm(false, false, i1 - i0, HS, i1, T(1), dP + static_cast<size_t>(i0) * T_, T_, k,
-                  ld, T(0), dq + static_cast<size_t>(i0) * ld, ld);
+        cpu::gemm(false, false, i1 - i0, HS, i1, T(1), dP + static_cast<size_t>(i0) * T_, T_, k, ld,
+                  T(0), dq + static_cast<size_t>(i0) * ld, ld);
       }
       cpu::gemm(true, false, T_, HS, T_, T(1), dP, T_, q, ld, beta, dk, ld);
     }

@@ -20,8 +20,8 @@ LATTICE_ISA_BEGIN
 
 template <typename T>
 void attention_kv_forward(T* out, T* k_cache, T* v_cache, const T* qkv, const int32_t* slots,
-                          const int32_t* positions, int M, int NH, int HS, int max_T,
-                          T* workspace, int kv_heads) {
+                          const int32_t* positions, int M, int NH, int HS, int max_T, T* workspace,
+                          int kv_heads) {
   const int KV = kv_heads > 0 ? kv_heads : NH, Q = NH / KV;
   const size_t ld = static_cast<size_t>(NH + 2 * KV) * HS, C = static_cast<size_t>(NH) * HS;
   auto cache_at = [&](int slot, int g, int pos) {

@@ -31,8 +31,8 @@ void rotate_row(T* row, const T* c, const T* s, int NH, int KV, int HS, int R, T
 }
 
 template <typename T>
-void rope_apply(T* qkv, const T* cos, const T* sin, const int32_t* positions, int N, int T_,
-                int NH, int KV, int HS, int R, T sign) {
+void rope_apply(T* qkv, const T* cos, const T* sin, const int32_t* positions, int N, int T_, int NH,
+                int KV, int HS, int R, T sign) {
   const size_t width = static_cast<size_t>(NH + 2 * KV) * HS;
   const size_t half = static_cast<size_t>(R / 2);
 #pragma omp parallel for schedule(static) if (N * width >= cpu::kMinParallelWork)
