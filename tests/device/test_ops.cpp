@@ -8,6 +8,8 @@
 //   layernorm_forward bit for bit, in place too, on rows that take the threaded path;
 // - every op of Ops<bf16> and Ops<fp16> agrees with Ops<float> on the same (rounded) inputs
 //   within 1e-2, normwise.
+// The Llama family's ops (RMSNorm, RoPE, SwiGLU, attention over grouped keys and values) are in
+// each of these checks.
 // Every test runs once per copy of the kernels (generic, avx2, avx512: Note [CPU dispatch]); a
 // copy this CPU cannot run is reported as skipped.
 #include <QtTest/QtTest>
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/cpu_isa_rows.h"
@@ -209,17 +212,84 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
     std::vector<S> got(N * C), want(N * C), gp(B * NH * T * T), wp(B * NH * T * T), gws(ws),
         wws(ws);
     ops.attention_forward(got.data(), gp.data(), qkv.data(), gws.data(), B, T, C, NH, kDropout,
-                          kKey, head_offset, total_heads);
+                          kKey, head_offset, total_heads, NH);
     k::attention_forward(want.data(), wp.data(), qkv.data(), B, T, C, NH, kDropout, kKey,
                          wws.data(), head_offset, total_heads);
     f.same("attention_forward out", got, want);
     f.same("attention_forward saved", gp, wp);
     std::vector<S> gq(N * 3 * C), wq(N * 3 * C);
     ops.attention_backward(gq.data(), d.data(), qkv.data(), got.data(), gp.data(), gws.data(), B, T,
-                           C, NH, kDropout, kKey, head_offset, total_heads);
+                           C, NH, kDropout, kKey, head_offset, total_heads, NH);
     k::attention_backward(wq.data(), d.data(), qkv.data(), wp.data(), B, T, C, NH, kDropout, kKey,
                           wws.data(), head_offset, total_heads);
     f.same("attention_backward dqkv", gq, wq);
+  }
+  {  // attention over one key/value head (MQA): the grouped layout (NH + 2) HS wide
+    const int KV = 1, W = (NH + 2 * KV) * (C / NH);
+    const size_t ws = k::attention_workspace_elems(T) * k::num_threads();
+    const auto qkv = random_vector<S>(N * W, 63), d = random_vector<S>(N * C, 64);
+    std::vector<S> got(N * C), want(N * C), gp(B * NH * T * T), wp(B * NH * T * T), gws(ws),
+        wws(ws), gq(N * W), wq(N * W);
+    ops.attention_forward(got.data(), gp.data(), qkv.data(), gws.data(), B, T, C, NH, kDropout,
+                          kKey, 0, NH, KV);
+    k::attention_forward(want.data(), wp.data(), qkv.data(), B, T, C, NH, kDropout, kKey,
+                         wws.data(), 0, NH, KV);
+    f.same("grouped attention_forward out", got, want);
+    ops.attention_backward(gq.data(), d.data(), qkv.data(), got.data(), gp.data(), gws.data(), B, T,
+                           C, NH, kDropout, kKey, 0, NH, KV);
+    k::attention_backward(wq.data(), d.data(), qkv.data(), wp.data(), B, T, C, NH, kDropout, kKey,
+                          wws.data(), 0, NH, KV);
+    f.same("grouped attention_backward dqkv", gq, wq);
+  }
+  {  // RMSNorm: plain, fused with the residual add, backward (accumulating)
+    const auto lw = random_vector<S>(C, 65), res = random_vector<S>(N * C, 66),
+               d = random_vector<S>(N * C, 67);
+    std::vector<S> got(N * C), gr(N), want(N * C), wr(N);
+    ops.rmsnorm_forward(got.data(), gr.data(), inp.data(), lw.data(), N, C, 1e-6f);
+    k::rmsnorm_forward(want.data(), wr.data(), inp.data(), lw.data(), N, C, 1e-6f);
+    f.same("rmsnorm_forward out", got, want);
+    f.same("rmsnorm_forward rstd", gr, wr);
+    std::vector<S> gsum(N * C), wsum(N * C);
+    ops.residual_rmsnorm_forward(gsum.data(), got.data(), gr.data(), res.data(), inp.data(),
+                                 lw.data(), N, C, 1e-6f);
+    k::residual_rmsnorm_forward(wsum.data(), want.data(), wr.data(), res.data(), inp.data(),
+                                lw.data(), N, C, 1e-6f);
+    f.same("residual_rmsnorm_forward residual_out", gsum, wsum);
+    f.same("residual_rmsnorm_forward out", got, want);
+    std::vector<S> gi = res, wi = res, gw = lw, ww = lw;
+    ops.rmsnorm_backward(gi.data(), gw.data(), d.data(), inp.data(), lw.data(), gr.data(), N, C);
+    k::rmsnorm_backward(wi.data(), ww.data(), d.data(), inp.data(), lw.data(), wr.data(), N, C);
+    f.same("rmsnorm_backward dinp", gi, wi);
+    f.same("rmsnorm_backward dweight", gw, ww);
+  }
+  {  // RoPE on the grouped layout (NH 2, KV 1), at row positions and from a positions array
+    const int KV = 1, HS = C / NH, W = (NH + 2 * KV) * HS, P = 16;
+    std::vector<double> cos(P * HS / 2), sin(P * HS / 2);
+    k::rope_tables(cos.data(), sin.data(), P, HS, 10000.0);
+    const std::vector<S> c(cos.begin(), cos.end()), s(sin.begin(), sin.end());
+    std::vector<int32_t> positions(N);
+    for (int n = 0; n < N; n++) positions[n] = (n * 7) % P;
+    for (const int32_t* pos :
+         {static_cast<const int32_t*>(nullptr), std::as_const(positions).data()}) {
+      std::vector<S> got = random_vector<S>(N * W, 68), want = got;
+      ops.rope_forward(got.data(), c.data(), s.data(), pos, N, T, NH, KV, HS, HS);
+      k::rope_forward(want.data(), c.data(), s.data(), pos, N, T, NH, KV, HS, HS);
+      f.same("rope_forward qkv", got, want);
+      ops.rope_backward(got.data(), c.data(), s.data(), pos, N, T, NH, KV, HS, 2);
+      k::rope_backward(want.data(), c.data(), s.data(), pos, N, T, NH, KV, HS, 2);
+      f.same("rope_backward dqkv", got, want);
+    }
+  }
+  {  // SwiGLU
+    const int F = 6;
+    const auto gate_up = random_vector<S>(N * 2 * F, 69), d = random_vector<S>(N * F, 70);
+    std::vector<S> got(N * F), want(N * F), gi(N * 2 * F), wi(N * 2 * F);
+    ops.swiglu_forward(got.data(), gate_up.data(), N, F);
+    k::swiglu_forward(want.data(), gate_up.data(), N, F);
+    f.same("swiglu_forward out", got, want);
+    ops.swiglu_backward(gi.data(), gate_up.data(), d.data(), N, F);
+    k::swiglu_backward(wi.data(), gate_up.data(), d.data(), N, F);
+    f.same("swiglu_backward dinp", gi, wi);
   }
   {  // cross-entropy, whole rows and vocabulary-parallel passes (columns [4, 4 + V))
     const auto logits = random_vector<S>(N * V, 22, -3, 3);
@@ -509,16 +579,71 @@ void compare_16_bit_list(Ops<H>& h, Ops<float>& f, Near& near) {
     std::vector<H> out(N * C), dq(N * 3 * C);
     std::vector<float> fout(N * C), fdq(N * 3 * C);
     h.attention_forward(out.data(), s.data(), qkv.h.data(), w1.data(), B, T, C, NH, kDropout, kKey,
-                        0, 0);
+                        0, 0, NH);
     f.attention_forward(fout.data(), fs.data(), qkv.f.data(), w2.data(), B, T, C, NH, kDropout,
-                        kKey, 0, 0);
+                        kKey, 0, 0, NH);
     near.close("attention_forward out", out, fout);
     near.close("attention_forward saved", s, fs);
     h.attention_backward(dq.data(), d.h.data(), qkv.h.data(), out.data(), s.data(), w1.data(), B, T,
-                         C, NH, kDropout, kKey, 0, 0);
+                         C, NH, kDropout, kKey, 0, 0, NH);
     f.attention_backward(fdq.data(), d.f.data(), qkv.f.data(), fout.data(), fs.data(), w2.data(), B,
-                         T, C, NH, kDropout, kKey, 0, 0);
+                         T, C, NH, kDropout, kKey, 0, 0, NH);
     near.close("attention_backward dqkv", dq, fdq);
+  }
+  {  // the Llama family's ops: attention over one key/value head, RMSNorm, RoPE, SwiGLU
+    const int KV = 1, HS = C / NH, W = (NH + 2 * KV) * HS, F = 6;
+    const Input<H> qkv(N * W, 71), d(N * C, 72), lw(C, 73), res(N * C, 74), gu(N * 2 * F, 75),
+        dff(N * F, 76);
+    const size_t saved = h.attention_saved_elems(B, T, NH),
+                 ws = h.attention_workspace_elems(B, T, NH);
+    std::vector<float> s(saved), fs(saved), w1(ws), w2(ws);
+    std::vector<H> out(N * C), dq(N * W);
+    std::vector<float> fout(N * C), fdq(N * W);
+    h.attention_forward(out.data(), s.data(), qkv.h.data(), w1.data(), B, T, C, NH, 0, kKey, 0, 0,
+                        KV);
+    f.attention_forward(fout.data(), fs.data(), qkv.f.data(), w2.data(), B, T, C, NH, 0, kKey, 0, 0,
+                        KV);
+    near.close("grouped attention_forward out", out, fout);
+    h.attention_backward(dq.data(), d.h.data(), qkv.h.data(), out.data(), s.data(), w1.data(), B, T,
+                         C, NH, 0, kKey, 0, 0, KV);
+    f.attention_backward(fdq.data(), d.f.data(), qkv.f.data(), fout.data(), fs.data(), w2.data(), B,
+                         T, C, NH, 0, kKey, 0, 0, KV);
+    near.close("grouped attention_backward dqkv", dq, fdq);
+
+    std::vector<H> nout(N * C), sum(N * C), di = res.h;
+    std::vector<float> fnout(N * C), fsum(N * C), r(N), fr(N), fdi = res.f, dw(C, 0.f), fdw(C, 0.f);
+    h.residual_rmsnorm_forward(sum.data(), nout.data(), r.data(), res.h.data(), inp.h.data(),
+                               lw.h.data(), N, C, 1e-5f);
+    f.residual_rmsnorm_forward(fsum.data(), fnout.data(), fr.data(), res.f.data(), inp.f.data(),
+                               lw.f.data(), N, C, 1e-5f);
+    near.close("residual_rmsnorm_forward out", nout, fnout);
+    near.close("residual_rmsnorm_forward rstd", r, fr);
+    h.rmsnorm_backward(di.data(), dw.data(), d.h.data(), inp.h.data(), lw.h.data(), r.data(), N, C);
+    f.rmsnorm_backward(fdi.data(), fdw.data(), d.f.data(), inp.f.data(), lw.f.data(), fr.data(), N,
+                       C);
+    near.close("rmsnorm_backward dinp", di, fdi);
+    near.close("rmsnorm_backward dweight", dw, fdw);
+
+    std::vector<double> cos(T * HS / 2), sin(T * HS / 2);
+    k::rope_tables(cos.data(), sin.data(), T, HS, 10000.0);
+    const std::vector<float> c(cos.begin(), cos.end()), sn(sin.begin(), sin.end());
+    std::vector<H> rq = qkv.h;
+    std::vector<float> frq = qkv.f;
+    h.rope_forward(rq.data(), c.data(), sn.data(), nullptr, N, T, NH, KV, HS, HS);
+    f.rope_forward(frq.data(), c.data(), sn.data(), nullptr, N, T, NH, KV, HS, HS);
+    near.close("rope_forward qkv", rq, frq);
+    h.rope_backward(rq.data(), c.data(), sn.data(), nullptr, N, T, NH, KV, HS, HS);
+    f.rope_backward(frq.data(), c.data(), sn.data(), nullptr, N, T, NH, KV, HS, HS);
+    near.close("rope_backward dqkv", rq, frq);
+
+    std::vector<H> act(N * F), dgu(N * 2 * F);
+    std::vector<float> fact(N * F), fdgu(N * 2 * F);
+    h.swiglu_forward(act.data(), gu.h.data(), N, F);
+    f.swiglu_forward(fact.data(), gu.f.data(), N, F);
+    near.close("swiglu_forward out", act, fact);
+    h.swiglu_backward(dgu.data(), gu.h.data(), dff.h.data(), N, F);
+    f.swiglu_backward(fdgu.data(), gu.f.data(), dff.f.data(), N, F);
+    near.close("swiglu_backward dinp", dgu, fdgu);
   }
   {  // cross-entropy takes float logits: the float op's result
     const auto logits = random_vector<float>(N * V, 57, -3, 3);

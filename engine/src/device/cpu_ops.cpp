@@ -105,8 +105,7 @@ class CpuOps final : public Ops<S> {
     return kernels::attention_workspace_elems(T) * static_cast<size_t>(kernels::num_threads());
   }
   void attention_forward(S* out, S* saved, const S* qkv, S* workspace, int B, int T, int C, int NH,
-                         float p, uint64_t key, int head_offset, int total_heads,
-                         int KV) override {
+                         float p, uint64_t key, int head_offset, int total_heads, int KV) override {
     kernels::attention_forward(out, saved, qkv, B, T, C, NH, p, key, workspace, head_offset,
                                total_heads, KV);
   }

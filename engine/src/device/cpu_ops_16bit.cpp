@@ -135,8 +135,8 @@ class CpuOps16 final : public Ops<H> {
     rms_normalise(out, rstd, wide(inp, static_cast<size_t>(N) * C), weight, N, C, eps);
   }
   // The stored (rounded) sum is what the RMSNorm normalises, as on the device.
-  void residual_rmsnorm_forward(H* residual_out, H* out, float* rstd, const H* residual,
-                                const H* x, const H* weight, int N, int C, float eps) override {
+  void residual_rmsnorm_forward(H* residual_out, H* out, float* rstd, const H* residual, const H* x,
+                                const H* weight, int N, int C, float eps) override {
     const size_t n = static_cast<size_t>(N) * C;
     std::vector<float> sum = wide(residual, n);
     const std::vector<float> xs = wide(x, n);
@@ -281,8 +281,8 @@ class CpuOps16 final : public Ops<H> {
 
  private:
   // out, rstd = the float RMSNorm of x (N, C, widened), out rounded to H.
-  void rms_normalise(H* out, float* rstd, const std::vector<float>& x, const H* weight, int N, int C,
-                     float eps) {
+  void rms_normalise(H* out, float* rstd, const std::vector<float>& x, const H* weight, int N,
+                     int C, float eps) {
     const std::vector<float> w = wide(weight, C);
     std::vector<float> o(x.size());
     f32.rmsnorm_forward(o.data(), rstd, x.data(), w.data(), N, C, eps);

@@ -99,7 +99,8 @@ class Ops {
   virtual void layernorm_backward(A* dinp, G* dweight, G* dbias, const A* dout, const A* inp,
                                   const A* weight, const G* mean, const G* rstd, int N, int C) = 0;
 
-  // ---- RMSNorm (kernels.h; rstd in G) ------------------------------------------------------------
+  // ---- RMSNorm (kernels.h; rstd in G)
+  // ------------------------------------------------------------
   virtual void rmsnorm_forward(A* out, G* rstd, const A* inp, const A* weight, int N, int C,
                                float eps) = 0;
   virtual void residual_rmsnorm_forward(A* residual_out, A* out, G* rstd, const A* residual,
@@ -108,7 +109,8 @@ class Ops {
   virtual void rmsnorm_backward(A* dinp, G* dweight, const A* dout, const A* inp, const A* weight,
                                 const G* rstd, int N, int C) = 0;
 
-  // ---- RoPE (kernels.h; the tables (positions, rotary_dim / 2) in G) -----------------------------
+  // ---- RoPE (kernels.h; the tables (positions, rotary_dim / 2) in G)
+  // -----------------------------
   virtual void rope_forward(A* qkv, const G* cos, const G* sin, const int32_t* positions, int N,
                             int T, int NH, int KV, int HS, int rotary_dim) = 0;
   virtual void rope_backward(A* dqkv, const G* cos, const G* sin, const int32_t* positions, int N,

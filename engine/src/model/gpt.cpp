@@ -45,6 +45,11 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       L_(shard.num_layers(config)),
       Vp_(config.padded_vocab_size()),
       N_(micro_batch * config.seq_length),
+      HS_(config.head_size()),
+      KV_(config.kv_heads()),
+      rms_norm_(config.rms_norm()),
+      swiglu_(config.swiglu),
+      eps_(config.norm_epsilon),
       t_(shard.tp_size),
       tp_rank_(shard.tp_rank),
       sp_(shard.sequence_parallel && shard.tp_size > 1),
@@ -53,7 +58,11 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       Ct_(config.hidden_size / shard.tp_size),
       Ft_(config.ffn() / shard.tp_size),
       Ht_(config.num_attention_heads / shard.tp_size),
-      Vt_(config.padded_vocab_size() / shard.tp_size) {}
+      Vt_(config.padded_vocab_size() / shard.tp_size),
+      Gt_(config.kv_heads() / shard.tp_size),
+      Wt_(static_cast<int>(config.qkv_width() / shard.tp_size)),
+      up_(config.swiglu ? 2 * (config.ffn() / shard.tp_size) : config.ffn() / shard.tp_size),
+      rotary_dim_(config.rope() ? config.rotary_dim() : 0) {}
 
 template <typename A>
 LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved) {
@@ -61,21 +70,21 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   // R rows of the residual stream and the LayerNorms (N / t with sequence parallelism), N of
   // the tensor-parallel layers' inputs and outputs.
   const size_t RC = static_cast<size_t>(R_) * C_, NF = static_cast<size_t>(N_) * Ft_;
-  const size_t NCt = static_cast<size_t>(N_) * Ct_;
-  LayerActivations<A> a;
+  const size_t NCt = static_cast<size_t>(N_) * Ct_, NW = static_cast<size_t>(N_) * Wt_;
+  LayerActivations<A> a{};
   a.ln1 = from.template take<A>(RC, MC::kActivations);
-  a.ln1_mean = from.template take<G>(R_, MC::kActivations);
+  if (!rms_norm_) a.ln1_mean = from.template take<G>(R_, MC::kActivations);
   a.ln1_rstd = from.template take<G>(R_, MC::kActivations);
-  a.qkv = from.template take<A>(3 * NCt, MC::kActivations);
+  a.qkv = from.template take<A>(NW, MC::kActivations);
   a.atty = from.template take<A>(NCt, MC::kActivations);
   a.saved = keep_saved
                 ? from.template take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations)
                 : nullptr;
   a.res_mid = from.template take<A>(RC, MC::kActivations);
   a.ln2 = from.template take<A>(RC, MC::kActivations);
-  a.ln2_mean = from.template take<G>(R_, MC::kActivations);
+  if (!rms_norm_) a.ln2_mean = from.template take<G>(R_, MC::kActivations);
   a.ln2_rstd = from.template take<G>(R_, MC::kActivations);
-  a.fc1 = from.template take<A>(NF, MC::kActivations);
+  a.fc1 = from.template take<A>(static_cast<size_t>(N_) * up_, MC::kActivations);
   a.gelu = from.template take<A>(NF, MC::kActivations);
   return a;
 }
@@ -121,7 +130,13 @@ Status GptModel<A>::allocate() {
     full_ = take<A>(NC, MC::kWorkspace);
   }
   d_f_ = take<A>(NF, MC::kWorkspace);
-  d_qkv_ = take<A>(3 * NCt, MC::kWorkspace);
+  if (swiglu_) d_up_ = take<A>(2 * NF, MC::kWorkspace);
+  d_qkv_ = take<A>(static_cast<size_t>(N_) * Wt_, MC::kWorkspace);
+  if (rotary_dim_ > 0) {
+    const size_t table = static_cast<size_t>(T_) * (rotary_dim_ / 2);
+    rope_cos_ = take<G>(table, MC::kWeights);
+    rope_sin_ = take<G>(table, MC::kWeights);
+  }
   d_atty_ = take<A>(NCt, MC::kWorkspace);
   attention_ws_ = take<G>(ops_.attention_workspace_elems(B_, T_, Ht_), MC::kWorkspace);
   return blocks_.status();
@@ -140,7 +155,7 @@ Status GptModel<A>::take_activations(GptActivations<A>& a) {
                                                 : take_layer_acts(from, !drop_saved_));
   if (post()) {
     a.lnf = from.take<A>(RC, MC::kActivations);
-    a.lnf_mean = from.take<G>(R_, MC::kActivations);
+    if (!rms_norm_) a.lnf_mean = from.take<G>(R_, MC::kActivations);
     a.lnf_rstd = from.take<G>(R_, MC::kActivations);
     a.logits_accum = from.take<G>(NV, MC::kActivations);
     if constexpr (std::is_same_v<A, G>)
@@ -166,6 +181,7 @@ template <typename A>
 GptModel<A>::GptModel(const ModelConfig& config, int micro_batch)
     : GptModel(config, ModelShard{}, micro_batch, host_device(), *host_device().ops<A>(), nullptr) {
   if (Status s = allocate(); !s) throw std::runtime_error(s.message());
+  if (Status s = upload_rope_tables(); !s) throw std::runtime_error(s.message());
 }
 
 template <typename A>
@@ -183,7 +199,20 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
                             std::to_string(m->L_));
   m->recompute_ = recompute;
   if (Status s = m->allocate(); !s) return s;
+  if (Status s = m->upload_rope_tables(); !s) return s;
   return m;
+}
+
+template <typename A>
+Status GptModel<A>::upload_rope_tables() {
+  if (rotary_dim_ == 0) return Status::ok();
+  const size_t n = static_cast<size_t>(T_) * (rotary_dim_ / 2);
+  std::vector<double> cos(n), sin(n);
+  kernels::rope_tables(cos.data(), sin.data(), T_, rotary_dim_, config_.rotary_base);
+  const std::vector<G> cos_g(cos.begin(), cos.end()), sin_g(sin.begin(), sin.end());
+  device_.copy(rope_cos_, cos_g.data(), n * sizeof(G), CopyKind::kHostToDevice, compute());
+  device_.copy(rope_sin_, sin_g.data(), n * sizeof(G), CopyKind::kHostToDevice, compute());
+  return device_.synchronize(compute());
 }
 
 template <typename A>
@@ -300,8 +329,41 @@ void GptModel<A>::row_parallel_forward(A* out, const A* inp, const A* weight, co
     ops_.matmul_forward(full_, nullptr, inp, weight, nullptr, N_, K, C_, Epilogue::kNone);
   }
   reduce_rows(full_, out);
+  if (!bias) return;
   OpTimer timer(*this, Op::kMatmulForward);
   ops_.add_bias(out, bias, R_, C_);
+}
+
+template <typename A>
+void GptModel<A>::norm_forward(A* out, G* mean, G* rstd, const A* inp, const A* weight,
+                               const A* bias) {
+  OpTimer timer(*this, Op::kLayerNorm);
+  if (rms_norm_)
+    ops_.rmsnorm_forward(out, rstd, inp, weight, R_, C_, eps_);
+  else
+    ops_.layernorm_forward(out, mean, rstd, inp, weight, bias, R_, C_);
+}
+
+template <typename A>
+void GptModel<A>::residual_norm_forward(A* residual_out, A* out, G* mean, G* rstd,
+                                        const A* residual, const A* x, const A* weight,
+                                        const A* bias) {
+  OpTimer timer(*this, Op::kLayerNorm);
+  if (rms_norm_)
+    ops_.residual_rmsnorm_forward(residual_out, out, rstd, residual, x, weight, R_, C_, eps_);
+  else
+    ops_.residual_layernorm_forward(residual_out, out, mean, rstd, residual, x, weight, bias, R_,
+                                    C_);
+}
+
+template <typename A>
+void GptModel<A>::norm_backward(A* dinp, G* dweight, G* dbias, const A* dout, const A* inp,
+                                const A* weight, const G* mean, const G* rstd) {
+  OpTimer timer(*this, Op::kLayerNorm);
+  if (rms_norm_)
+    ops_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, R_, C_);
+  else
+    ops_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R_, C_);
 }
 
 template <typename A>

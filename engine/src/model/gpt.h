@@ -1,6 +1,8 @@
-// The GPT-2 model (ARCHITECTURE.md "Model"), one for every device, llm.c style: one chunk of
-// the model (a ModelShard: its layers, the embeddings on a `pre` chunk, the final LayerNorm and
-// tied LM head on a `post` chunk, split over the tensor-parallel ranks) over one flat
+// The GPT model (ARCHITECTURE.md "Model"), one for every device, llm.c style: GPT-2, or the Llama
+// family where ModelConfig says so (RoPE on queries and keys, RMSNorm, SwiGLU, grouped-query
+// attention, an untied LM head, no biases; docs/models.md). One chunk of the model (a
+// ModelShard: its layers, the embeddings on a `pre` chunk, the final norm and the LM head on a
+// `post` chunk, split over the tensor-parallel ranks) over one flat
 // master-parameter arena in G = accum_t<A> (device/ops.h: fp32, fp64 for A = double) in
 // ParamLayout(config, shard) order, one gradient arena in G (Megatron's main grads, accumulated
 // over micro-batches), and the compute copy of the parameters and every activation in A: float
@@ -66,19 +68,19 @@ template <typename A>
 struct LayerActivations {
   using G = accum_t<A>;
   A* ln1;       // (R, C)
-  G* ln1_mean;  // (R)
+  G* ln1_mean;  // (R), null with RMSNorm
   G* ln1_rstd;  // (R)
-  A* qkv;       // (N, 3Ct) per-head [q|k|v] of this rank's heads
+  A* qkv;       // (N, Wt) this rank's query groups [q..q|k|v], queries and keys rotated by RoPE
   A* atty;      // (N, Ct) attention output
   G* saved;     // Ops::attention_saved_elems(B, T, Ht): what attention_forward keeps for its
                 // backward (the CPU's probabilities (B, Ht, T, T), CUDA's log-sum-exp (B, Ht, T));
                 // null under selective recomputation where it is dropped (the model's scratch)
   A* res_mid;   // (R, C) residual after the attention block
   A* ln2;       // (R, C)
-  G* ln2_mean;  // (R)
+  G* ln2_mean;  // (R), null with RMSNorm
   G* ln2_rstd;  // (R)
-  A* fc1;       // (N, Ft) before GELU
-  A* gelu;      // (N, Ft)
+  A* fc1;       // (N, Ft) before GELU; (N, 2Ft) gate | up with SwiGLU
+  A* gelu;      // (N, Ft) the activation's output (GELU or SwiGLU)
 };
 
 // One micro-batch's activations, made for one chunk by its GptModel::new_activations and owned
@@ -100,7 +102,7 @@ struct GptActivations {
   // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
   std::vector<LayerActivations<A>> layers;
   A* lnf = nullptr;           // (R, C) post
-  G* lnf_mean = nullptr;      // (R) post
+  G* lnf_mean = nullptr;      // (R) post with LayerNorm
   G* lnf_rstd = nullptr;      // (R) post
   G* logits_accum = nullptr;  // (N, Vt) post: logits in G, then dlogits in G
   // (N, Vt) post: the LM head's output in A, then dlogits (for float and double the same
@@ -233,6 +235,9 @@ class GptModel {
   GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
            Ops<A>& ops, Comm* tp);
   Status allocate();
+  // RoPE's tables computed on the host and copied into rope_cos_, rope_sin_ (nothing without
+  // RoPE). Waits.
+  Status upload_rope_tables();
   // Takes every buffer of one micro-batch's activations from a.blocks (new_activations, and
   // the host constructor's activations at their first forward).
   Status take_activations(GptActivations<A>& a);
@@ -269,6 +274,12 @@ class GptModel {
   // res_mid = x + dropout(proj) and ln2, FC1 and GELU. x: residual[l]. Shared by the forward
   // and the recomputation, so both queue the same ops, masks and TP reductions.
   void layer_forward_from_ln1(int l, const LayerActivations<A>& la, const A* x);
+  // The configured normalisation (LayerNorm, or RMSNorm with mean and bias unused) over R rows.
+  void norm_forward(A* out, G* mean, G* rstd, const A* inp, const A* weight, const A* bias);
+  void residual_norm_forward(A* residual_out, A* out, G* mean, G* rstd, const A* residual,
+                             const A* x, const A* weight, const A* bias);
+  void norm_backward(A* dinp, G* dweight, G* dbias, const A* dout, const A* inp, const A* weight,
+                     const G* mean, const G* rstd);
   // Full recomputation (Note [recomputation] in gpt_layer.cpp).
   // Where layer l's activations live: the micro-batch's own, or the scratch of a recomputed layer.
   const LayerActivations<A>& layer_acts(const GptActivations<A>& a, int l) const {
@@ -333,11 +344,17 @@ class GptModel {
   Comm* tp_;             // null when t_ == 1
   DeviceBlocks blocks_;  // the arenas and scratch, freed with the model
   int B_, T_, C_, F_, NH_, L_, Vp_, N_;
+  int HS_, KV_;  // head size; key/value heads (query groups)
+  bool rms_norm_, swiglu_;
+  float eps_;        // the norms' epsilon
   int t_, tp_rank_;  // tensor-parallel size and rank
   bool sp_;          // sequence parallelism (t_ > 1)
   int R_;            // rows of the residual stream held: N/t with sequence parallelism, else N
   size_t row0_;      // the first of them (tp_rank * R with sequence parallelism, else 0)
   int Ct_, Ft_, Ht_, Vt_;  // this rank's C/t, F/t, NH/t heads, Vp/t vocabulary rows
+  int Gt_, Wt_;            // this rank's KV/t query groups and their QKV width (NH/t + 2 Gt) HS
+  int up_;                 // FC1's output width on this rank: 2Ft with SwiGLU, else Ft
+  int rotary_dim_;         // RoPE's rotated dims per head; 0 without RoPE
 
   G* master_ = nullptr;   // (numel)
   G* grads_ = nullptr;    // (numel)
@@ -351,14 +368,18 @@ class GptModel {
   double* sum_exp_ = nullptr;  // (N)
   G* target_logit_ = nullptr;  // (N)
   // Scratch shared by forward and backward.
-  A* proj_out_ = nullptr;       // (R, C) attention projection output, summed over TP (forward)
-  A* fc2_out_ = nullptr;        // (R, C) MLP output, summed over TP; added by the next LayerNorm
-  A* d_res_ = nullptr;          // (R, C) gradient of the residual stream
-  A* d_c_ = nullptr;            // (N, C), (R, C) with sequence parallelism
-  A* gathered_ = nullptr;       // (N, C) sequence parallelism: an all-gathered LayerNorm output
-  A* full_ = nullptr;           // (N, C) sequence parallelism: partial sums, gathered gradients
-  A* d_f_ = nullptr;            // (N, Ft)
-  A* d_qkv_ = nullptr;          // (N, 3Ct)
+  A* proj_out_ = nullptr;  // (R, C) attention projection output, summed over TP (forward)
+  A* fc2_out_ = nullptr;   // (R, C) MLP output, summed over TP; added by the next LayerNorm
+  A* d_res_ = nullptr;     // (R, C) gradient of the residual stream
+  A* d_c_ = nullptr;       // (N, C), (R, C) with sequence parallelism
+  A* gathered_ = nullptr;  // (N, C) sequence parallelism: an all-gathered LayerNorm output
+  A* full_ = nullptr;      // (N, C) sequence parallelism: partial sums, gathered gradients
+  A* d_f_ = nullptr;       // (N, Ft)
+  A* d_up_ = nullptr;      // (N, 2Ft) SwiGLU: the gradient of FC1's gate | up output
+  A* d_qkv_ = nullptr;     // (N, Wt)
+  // RoPE's angle tables (T, rotary_dim / 2) (kernels::rope_tables), kWeights; null without RoPE.
+  G* rope_cos_ = nullptr;
+  G* rope_sin_ = nullptr;
   A* d_atty_ = nullptr;         // (N, Ct)
   G* attention_ws_ = nullptr;   // Ops::attention_workspace_elems(B, T, Ht)
   G* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()

@@ -41,7 +41,7 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
   A* P = compute_;
   if (pre()) {
     const A* wte = P + t[layout_.word_embedding_index()].offset;
-    const A* wpe = P + t[layout_.position_embedding_index()].offset;
+    const A* wpe = layout_.at(P, layout_.position_embedding_index());  // null: RoPE or none
     if (t_ == 1) {
       OpTimer timer(*this, Op::kEmbedding);
       ops_.embedding_forward(a.residual, tokens, wte, wpe, B, T, C, 0, Vt_);
@@ -54,7 +54,7 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
       }
       reduce_rows(full_, a.residual);
       OpTimer timer(*this, Op::kEmbedding);
-      add_position_rows(a.residual, wpe);
+      if (wpe) add_position_rows(a.residual, wpe);
     } else {
       // Vocabulary-parallel: this rank's rows (zero for other ranks' tokens), summed over TP;
       // then the position embedding once, as a (T*C) bias on each of the B sequences (wpe's
@@ -66,7 +66,7 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
       }
       tp_sum_rows(a.residual);
       OpTimer timer(*this, Op::kEmbedding);
-      ops_.add_bias(a.residual, wpe, B, T * C);
+      if (wpe) ops_.add_bias(a.residual, wpe, B, T * C);
     }
     hidden_dropout(a.residual, -1, DropoutSite::kEmbedding);
   }  // else residual[0] holds the previous stage's output (the caller queued it)
@@ -74,15 +74,11 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
     const LayerParams<A> w = layout_.layer(P, l);
     const LayerActivations<A>& la = layer_acts(a, l);
     A* x = a.residual + l * RC;
-    {
-      OpTimer timer(*this, Op::kLayerNorm);
-      if (l == 0)
-        ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C);
-      else  // x = the previous layer's res_mid + its MLP output, then LayerNorm
-        ops_.residual_layernorm_forward(x, la.ln1, la.ln1_mean, la.ln1_rstd,
-                                        layer_acts(a, l - 1).res_mid, fc2_out_, w.ln1_w, w.ln1_b,
-                                        R_, C);
-    }
+    if (l == 0)
+      norm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b);
+    else  // x = the previous layer's res_mid + its MLP output, then the norm
+      residual_norm_forward(x, la.ln1, la.ln1_mean, la.ln1_rstd, layer_acts(a, l - 1).res_mid,
+                            fc2_out_, w.ln1_w, w.ln1_b);
     layer_forward_from_ln1(l, la, x);
     row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_);
     hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)
@@ -91,33 +87,27 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
   A* out = a.residual + L_ * RC;
   if (!post()) {
     // The stage's output residual[L] = res_mid + MLP output. The op list has no plain add for
-    // both compute types, so the fused residual LayerNorm makes it and its normalised output
-    // (into scratch, with the last layer's ln2 weights) is discarded: one extra (N, C) pass.
-    OpTimer timer(*this, Op::kResidualDropout);
+    // both compute types, so the fused residual norm makes it and its normalised output (into
+    // scratch, with the last layer's ln2 weights) is discarded: one extra (N, C) pass.
     const LayerParams<A> w = layout_.layer(P, L_ - 1);
-    ops_.residual_layernorm_forward(out, d_c_, stats_scratch_, stats_scratch_ + N,
-                                    layer_acts(a, L_ - 1).res_mid, fc2_out_, w.ln2_w, w.ln2_b, R_,
-                                    C);
+    residual_norm_forward(out, d_c_, stats_scratch_, stats_scratch_ + N,
+                          layer_acts(a, L_ - 1).res_mid, fc2_out_, w.ln2_w, w.ln2_b);
     return;
   }
-  const A* wte = P + t[layout_.word_embedding_index()].offset;
-  const A* lnf_w = P + t[layout_.final_norm_index()].offset;
-  {
-    OpTimer timer(*this, Op::kLayerNorm);
-    ops_.residual_layernorm_forward(out, a.lnf, a.lnf_mean, a.lnf_rstd,
-                                    layer_acts(a, L_ - 1).res_mid, fc2_out_, lnf_w, lnf_w + C, R_,
-                                    C);
-  }
-  // LM head tied to the word embedding (this rank's Vt rows; a later stage's copy of it) over
-  // all N rows; the cross-entropy reads its logits in G (over the padded vocabulary, as the CPU
-  // model and Megatron).
+  const A* head = P + t[layout_.output_index()].offset;
+  residual_norm_forward(out, a.lnf, a.lnf_mean, a.lnf_rstd, layer_acts(a, L_ - 1).res_mid, fc2_out_,
+                        P + t[layout_.final_norm_index()].offset,
+                        layout_.at(P, layout_.final_norm_bias_index()));
+  // LM head: the output layer, or tied to the word embedding (a later stage's copy of it); this
+  // rank's Vt rows over all N rows; the cross-entropy reads its logits in G (over the padded
+  // vocabulary, as the CPU model and Megatron).
   const A* lnf = gather_rows(a.lnf, gathered_);
   {
     OpTimer timer(*this, Op::kLmHeadForward);
     if constexpr (std::is_same_v<A, G>) {
-      ops_.matmul_forward(a.logits_accum, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
+      ops_.matmul_forward(a.logits_accum, nullptr, lnf, head, nullptr, N, C, Vt_, Epilogue::kNone);
     } else {
-      ops_.matmul_forward(a.logits, nullptr, lnf, wte, nullptr, N, C, Vt_, Epilogue::kNone);
+      ops_.matmul_forward(a.logits, nullptr, lnf, head, nullptr, N, C, Vt_, Epilogue::kNone);
       ops_.to_accum(a.logits_accum, a.logits, static_cast<size_t>(N) * Vt_);
     }
   }
@@ -133,24 +123,31 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
   const A* ln1 = gather_rows(la.ln1, gathered_);
   {
     OpTimer timer(*this, Op::kMatmulForward);
-    ops_.matmul_forward(la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct_, Epilogue::kNone);
+    ops_.matmul_forward(la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, Wt_, Epilogue::kNone);
   }
   {
     OpTimer timer(*this, Op::kAttentionForward);
+    if (rotary_dim_ > 0)  // queries and keys rotated in place; the attention reads them so
+      ops_.rope_forward(la.qkv, rope_cos_, rope_sin_, nullptr, N, T, Ht_, Gt_, HS_, rotary_dim_);
     ops_.attention_forward(la.atty, saved_of(la), la.qkv, attention_ws_, B, T, Ct_, Ht_,
-                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_,
-                           Ht_);
+                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_, Gt_);
   }
   // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
   // over TP.
   row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_);
   hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
-  {
-    OpTimer timer(*this, Op::kLayerNorm);
-    ops_.residual_layernorm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_,
-                                    w.ln2_w, w.ln2_b, R_, C);
-  }
+  residual_norm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_, w.ln2_w,
+                        w.ln2_b);
   const A* ln2 = gather_rows(la.ln2, gathered_);
+  if (swiglu_) {  // FC1 makes gate | up (N, 2Ft); SwiGLU combines them
+    {
+      OpTimer timer(*this, Op::kMatmulForward);
+      ops_.matmul_forward(la.fc1, nullptr, ln2, w.fc1_w, w.fc1_b, N, C, up_, Epilogue::kNone);
+    }
+    OpTimer timer(*this, Op::kGelu);
+    ops_.swiglu_forward(la.gelu, la.fc1, N, Ft_);
+    return;
+  }
   OpTimer timer(*this, Op::kMatmulForward);  // FC1 with GELU as its epilogue
   ops_.matmul_forward(la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, Epilogue::kGelu);
 }
@@ -182,10 +179,7 @@ void GptModel<A>::recompute_group(const GptActivations<A>& a, int first, int las
     const LayerParams<A> w = layout_.layer(compute_, l);
     const LayerActivations<A>& la = layer_acts(a, l);
     const A* x = a.residual + l * RC;
-    {
-      OpTimer timer(*this, Op::kLayerNorm);
-      ops_.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b, R_, C_);
-    }
+    norm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, w.ln1_w, w.ln1_b);
     layer_forward_from_ln1(l, la, x);
   }
 }
@@ -237,10 +231,11 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
   p_attention_ = a.p_attention;
   dropout_seed_ = a.dropout_seed;
   if (post()) {
-    const size_t wte_off = t[layout_.word_embedding_index()].offset;
+    const size_t head_off = t[layout_.output_index()].offset;
     const size_t lnf_off = t[layout_.final_norm_index()].offset;
-    // Head: dlnf = dlogits wte (a partial sum over the vocabulary slices: summed over TP);
-    // dwte += dlogits^T lnf (this rank's rows); then the final LayerNorm.
+    const int lnf_bias = layout_.final_norm_bias_index();
+    // Head: dlnf = dlogits head (a partial sum over the vocabulary slices: summed over TP);
+    // dhead += dlogits^T lnf (this rank's rows); then the final norm.
     const A* lnf = gather_rows(a.lnf, gathered_);
     {
       OpTimer timer(*this, Op::kLmHeadBackward);
@@ -251,16 +246,14 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
         ops_.to_compute(a.logits, a.logits_accum, static_cast<size_t>(N) * Vt_);
         dlogits = a.logits;
       }
-      ops_.matmul_backward(d_col, grads + wte_off, nullptr, dlogits, lnf, P + wte_off, N, C, Vt_);
+      ops_.matmul_backward(d_col, grads + head_off, nullptr, dlogits, lnf, P + head_off, N, C, Vt_);
     }
     reduce_rows(d_col, d_c_);
-    {
-      OpTimer timer(*this, Op::kLayerNorm);
-      device_.zero(d_res_, RC * sizeof(A), compute());
-      ops_.layernorm_backward(d_res_, grads + lnf_off, grads + lnf_off + C, d_c_,
-                              a.residual + L_ * RC, P + lnf_off, a.lnf_mean, a.lnf_rstd, R_, C);
-    }
-    // The final norm and, on a later stage, the tied head's copy of the word embedding.
+    device_.zero(d_res_, RC * sizeof(A), compute());
+    norm_backward(d_res_, grads + lnf_off, layout_.at(grads, lnf_bias), d_c_, a.residual + L_ * RC,
+                  P + lnf_off, a.lnf_mean, a.lnf_rstd);
+    // The final norm and the head (the output layer, or a later stage's copy of the word
+    // embedding).
     notify(layout_.final_norm_index(), static_cast<int>(t.size()));
   } else {
     device_.copy(d_res_, a.output_grad, RC * sizeof(A), CopyKind::kDeviceToDevice, compute());
@@ -278,7 +271,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     if (!la.saved) {  // Note [selective recomputation]
       OpTimer timer(*this, Op::kAttentionForward);
       ops_.attention_forward(d_atty_, selective_saved_, la.qkv, attention_ws_, B, T, Ct_, Ht_,
-                             p_attention_, attention_key, tp_rank_ * Ht_, NH_, Ht_);
+                             p_attention_, attention_key, tp_rank_ * Ht_, NH_, Gt_);
     }
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
@@ -289,23 +282,24 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
       OpTimer timer(*this, Op::kMatmulBackward);
       ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, d_fc2_rows, la.gelu, w.fc2_w, N,
                            Ft_, C);
-      if (sp_) ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
+      if (sp_ && g.fc2_b)
+        ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
     }
+    A* d_fc1 = swiglu_ ? d_up_ : d_f_;  // (N, up_)
     {
       OpTimer timer(*this, Op::kGelu);
-      ops_.gelu_backward(d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
+      if (swiglu_)
+        ops_.swiglu_backward(d_up_, la.fc1, d_f_, N, Ft_);
+      else
+        ops_.gelu_backward(d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
     }
     const A* ln2 = gather_rows(la.ln2, gathered_);
     {
       OpTimer timer(*this, Op::kMatmulBackward);
-      ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_f_, ln2, w.fc1_w, N, C, Ft_);
+      ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_fc1, ln2, w.fc1_w, N, C, up_);
     }
     reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
-    {
-      OpTimer timer(*this, Op::kLayerNorm);
-      ops_.layernorm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean,
-                              la.ln2_rstd, R_, C);
-    }
+    norm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean, la.ln2_rstd);
     // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))); d_res_ holds
     // d res_mid.
     const A* d_proj = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kProjection);
@@ -314,25 +308,24 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
       OpTimer timer(*this, Op::kMatmulBackward);
       ops_.matmul_backward(d_atty_, g.proj_w, sp_ ? nullptr : g.proj_b, d_proj_rows, la.atty,
                            w.proj_w, N, Ct_, C);
-      if (sp_) ops_.matmul_backward(nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
+      if (sp_ && g.proj_b)
+        ops_.matmul_backward(nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
     }
     {
       OpTimer timer(*this, Op::kAttentionBackward);
       ops_.attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, saved_of(la), attention_ws_, B, T,
-                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_, Ht_);
+                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_, Gt_);
+      if (rotary_dim_ > 0)  // back through the rotation to the QKV GEMM's output
+        ops_.rope_backward(d_qkv_, rope_cos_, rope_sin_, nullptr, N, T, Ht_, Gt_, HS_, rotary_dim_);
     }
     const A* ln1 = gather_rows(la.ln1, gathered_);
     {
       OpTimer timer(*this, Op::kMatmulBackward);
-      ops_.matmul_backward(d_col, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, N, C, 3 * Ct_);
+      ops_.matmul_backward(d_col, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, N, C, Wt_);
     }
     reduce_rows(d_col, d_c_);  // d ln1: every rank's heads contribute
-    {
-      OpTimer timer(*this, Op::kLayerNorm);
-      ops_.layernorm_backward(d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean, la.ln1_rstd,
-                              R_, C);
-    }
-    notify(layout_.layer_index(l), layout_.layer_index(l) + ParamLayout::kPerLayer);
+    norm_backward(d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean, la.ln1_rstd);
+    notify(layout_.layer_index(l), layout_.layer_index(l) + layout_.tensors_per_layer());
     device_.progress();  // communication in flight (pipeline, data-parallel) moves on
   }
   if (!pre()) {  // d_res_ is d residual[0]: the previous stage's output gradient
@@ -340,17 +333,16 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     return;
   }
   const size_t wte_off = t[layout_.word_embedding_index()].offset;
-  const size_t wpe_off = t[layout_.position_embedding_index()].offset;
   hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
   const int v0 = tp_rank_ * Vt_;
   // Both gradients from every row: the rows gathered with sequence parallelism.
   const A* d_rows = gather_rows(d_res_, full_);
   {
     OpTimer timer(*this, Op::kEmbedding);
-    ops_.embedding_backward(grads + wte_off, grads + wpe_off, d_rows, tokens, B, T, C, v0,
-                            v0 + Vt_);
+    ops_.embedding_backward(grads + wte_off, layout_.at(grads, layout_.position_embedding_index()),
+                            d_rows, tokens, B, T, C, v0, v0 + Vt_);
   }
-  notify(layout_.word_embedding_index(), layout_.position_embedding_index() + 1);
+  notify(0, layout_.pre_tensors_end());
 }
 
 template class GptModel<float>;

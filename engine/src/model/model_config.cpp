@@ -76,8 +76,7 @@ std::vector<std::string> ModelConfig::architecture_errors() const {
     errors.push_back("--position-embedding-type must be learned_absolute, rope or none, got \"" +
                      position_embedding_type + "\"");
   if (normalization != "LayerNorm" && normalization != "RMSNorm")
-    errors.push_back("--normalization must be LayerNorm or RMSNorm, got \"" + normalization +
-                     "\"");
+    errors.push_back("--normalization must be LayerNorm or RMSNorm, got \"" + normalization + "\"");
   if (!(norm_epsilon > 0.0f && norm_epsilon < 1.0f))
     errors.push_back("--norm-epsilon must lie in (0, 1), got " + str(norm_epsilon));
   else if (normalization == "LayerNorm" && norm_epsilon != 1e-5f)
@@ -154,8 +153,8 @@ double flops_per_iteration(const ModelConfig& m, int64_t global_batch) {
                W = static_cast<double>(m.qkv_width()), mlp = m.swiglu ? 3 : 2;
   // forward per token and layer: QKV 2hW (6h^2 for GPT-2) + proj 2h^2 + MLP 2mhF + causal
   // attention 2sh; backward is twice the forward; the LM head adds 2hV per token forward.
-  const double per_token_forward = L * (2 * h * W + 2 * h * h + 2 * mlp * h * F + 2 * s * h) +
-                                   2 * h * V;
+  const double per_token_forward =
+      L * (2 * h * W + 2 * h * h + 2 * mlp * h * F + 2 * s * h) + 2 * h * V;
   return 3.0 * B * s * per_token_forward;
 }
 

@@ -6,40 +6,64 @@ namespace lattice {
 
 ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_(shard) {
   if (shard_.layer_end < 0) shard_.layer_end = c.num_layers;
-  const int64_t C = c.hidden_size, F = c.ffn();
-  const bool sp = shard_.sequence_parallel;
+  const int64_t C = c.hidden_size, F = c.ffn(), W = c.qkv_width();
+  const bool sp = shard_.sequence_parallel, layer_norm = !c.rms_norm(), bias = c.linear_bias();
   if (shard_.pre) {
     word_embedding_ = static_cast<int>(tensors_.size());
     add("embedding.word_embeddings.weight", {c.padded_vocab_size(), C}, true, 0);
-    position_embedding_ = static_cast<int>(tensors_.size());
-    add("embedding.position_embeddings.weight", {c.max_positions(), C}, true, -1);
+    if (c.learned_positions()) {
+      position_embedding_ = static_cast<int>(tensors_.size());
+      add("embedding.position_embeddings.weight", {c.max_positions(), C}, true, -1);
+    }
   }
   first_layer_ = static_cast<int>(tensors_.size());
+  // FC1 of SwiGLU is (2, F, C): gate and up, each split over TP, so a rank's slice (2, F/t, C)
+  // is its gate rows then its up rows, one GEMM's weight (Megatron's linear_fc1 layout).
+  const std::vector<int64_t> fc1 = c.swiglu ? std::vector<int64_t>{2, F, C} : std::vector{F, C};
+  const std::vector<int64_t> fc1_b = c.swiglu ? std::vector<int64_t>{2, F} : std::vector{F};
+  const int fc1_split = c.swiglu ? 1 : 0;
+  std::fill(std::begin(slot_), std::end(slot_), -1);
   for (int l = shard_.layer_begin; l < shard_.layer_end; l++) {
     const std::string p = "decoder.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {C}, false, -1, sp);
-    add(p + "input_layernorm.bias", {C}, false, -1, sp);
-    add(p + "self_attention.linear_qkv.weight", {3 * C, C}, true, 0);
-    add(p + "self_attention.linear_qkv.bias", {3 * C}, false, 0);
-    add(p + "self_attention.linear_proj.weight", {C, C}, true, 1);
-    add(p + "self_attention.linear_proj.bias", {C}, false, -1, sp);
-    add(p + "pre_mlp_layernorm.weight", {C}, false, -1, sp);
-    add(p + "pre_mlp_layernorm.bias", {C}, false, -1, sp);
-    add(p + "mlp.linear_fc1.weight", {F, C}, true, 0);
-    add(p + "mlp.linear_fc1.bias", {F}, false, 0);
-    add(p + "mlp.linear_fc2.weight", {C, F}, true, 1);
-    add(p + "mlp.linear_fc2.bias", {C}, false, -1, sp);
+    // Adds one tensor of the layer; the first layer records where each slot lies in a layer.
+    auto put = [&](Slot which, const char* name, std::vector<int64_t> shape, bool decay, int split,
+                   bool sequence_parallel_grad = false) {
+      if (l == shard_.layer_begin) slot_[which] = static_cast<int>(tensors_.size()) - first_layer_;
+      add(p + name, std::move(shape), decay, split, sequence_parallel_grad);
+    };
+    put(kLn1W, "input_layernorm.weight", {C}, false, -1, sp);
+    if (layer_norm) put(kLn1B, "input_layernorm.bias", {C}, false, -1, sp);
+    put(kQkvW, "self_attention.linear_qkv.weight", {W, C}, true, 0);
+    if (c.qkv_bias()) put(kQkvB, "self_attention.linear_qkv.bias", {W}, false, 0);
+    put(kProjW, "self_attention.linear_proj.weight", {C, C}, true, 1);
+    if (bias) put(kProjB, "self_attention.linear_proj.bias", {C}, false, -1, sp);
+    put(kLn2W, "pre_mlp_layernorm.weight", {C}, false, -1, sp);
+    if (layer_norm) put(kLn2B, "pre_mlp_layernorm.bias", {C}, false, -1, sp);
+    put(kFc1W, "mlp.linear_fc1.weight", fc1, true, fc1_split);
+    if (bias) put(kFc1B, "mlp.linear_fc1.bias", fc1_b, false, fc1_split);
+    put(kFc2W, "mlp.linear_fc2.weight", {C, F}, true, 1);
+    if (bias) put(kFc2B, "mlp.linear_fc2.bias", {C}, false, -1, sp);
+    if (l == shard_.layer_begin) per_layer_ = static_cast<int>(tensors_.size()) - first_layer_;
   }
   if (shard_.post) {
     final_norm_ = static_cast<int>(tensors_.size());
     add("decoder.final_layernorm.weight", {C}, false, -1, sp);
-    add("decoder.final_layernorm.bias", {C}, false, -1, sp);
-    if (!shard_.pre) {
+    if (layer_norm) {
+      final_norm_bias_ = static_cast<int>(tensors_.size());
+      add("decoder.final_layernorm.bias", {C}, false, -1, sp);
+    }
+    if (!c.tied_output()) {
+      output_ = static_cast<int>(tensors_.size());
+      add("output_layer.weight", {c.padded_vocab_size(), C}, true, 0);
+    } else if (!shard_.pre) {
       // The tied LM head on a later stage: a copy of the first stage's word embedding, kept
       // equal by summing the two gradients (ARCHITECTURE.md "embedding group").
       word_embedding_ = static_cast<int>(tensors_.size());
       add("embedding.word_embeddings.weight", {c.padded_vocab_size(), C}, true, 0);
       tensors_.back().counts_in_norm = false;
+      output_ = word_embedding_;
+    } else {
+      output_ = word_embedding_;
     }
   }
 }
@@ -75,18 +99,22 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
 }
 
 namespace {
-// Calls copy(slice offset, global offset, count) for each contiguous run of slice t.
+// Calls copy(slice offset, global offset, count) for each contiguous run of slice t: one run per
+// index of the dimensions before split_dim, of shape[split_dim] x (the dimensions after it).
 template <typename Copy>
 void for_each_run(const ParamTensor& t, Copy copy) {
   if (t.split_dim < 0) {
     copy(0, 0, t.numel);
-  } else if (t.split_dim == 0) {
-    const size_t row = t.shape.size() > 1 ? static_cast<size_t>(t.shape[1]) : 1;
-    copy(0, static_cast<size_t>(t.split_begin) * row, t.numel);
-  } else {  // columns of a 2-D tensor
-    const size_t rows = t.shape[0], width = t.shape[1], cols = t.global_shape[1];
-    for (size_t r = 0; r < rows; r++) copy(r * width, r * cols + t.split_begin, width);
+    return;
   }
+  size_t outer = 1, inner = 1;
+  for (int d = 0; d < t.split_dim; d++) outer *= static_cast<size_t>(t.shape[d]);
+  for (size_t d = t.split_dim + 1; d < t.shape.size(); d++)
+    inner *= static_cast<size_t>(t.shape[d]);
+  const size_t run = static_cast<size_t>(t.shape[t.split_dim]) * inner;
+  const size_t global_run = static_cast<size_t>(t.global_shape[t.split_dim]) * inner;
+  const size_t begin = static_cast<size_t>(t.split_begin) * inner;
+  for (size_t o = 0; o < outer; o++) copy(o * run, o * global_run + begin, run);
 }
 }  // namespace
 

@@ -4,8 +4,11 @@
 // layer contiguous, so data-parallel buckets fill in backward order. Names are Megatron-core's
 // global names (`decoder.layers.3.self_attention.linear_qkv.weight`), and each tensor records
 // which slice of the global tensor it holds, so checkpoints and tests can reassemble it.
-// The QKV weight is in Megatron's per-head layout: rows [h*3*HS, (h+1)*3*HS) hold head h's
-// q, k, v, so a contiguous row range is a set of whole heads.
+// The QKV weight is in Megatron's grouped layout: query group g's rows hold its NH/G query heads,
+// then its key head, then its value head ((NH/G + 2) * HS rows; GPT-2's per-head [q|k|v] is G =
+// NH), so a contiguous row range is a set of whole groups. The layer's tensors depend on the
+// architecture (ModelConfig: norm biases, linear biases, SwiGLU's (2, F, C) FC1, the untied
+// output_layer), so code finds them through LayerParams and the index accessors.
 #pragma once
 
 #include <cstdint>
@@ -57,21 +60,24 @@ void slice_from_global(const ParamTensor& t, const T* global, T* slice);
 template <typename T>
 void slice_to_global(const ParamTensor& t, const T* slice, T* global);
 
-// Pointers into one arena for one transformer layer; t = tp_size, shapes local.
+// Pointers into one arena for one transformer layer; t = tp_size, shapes local, W = qkv_width,
+// F' = 2F with SwiGLU (gate and up), else F. A tensor the architecture has not is null: the
+// norms' biases with RMSNorm, the linear biases with --disable-bias-linear (QKV's kept by
+// --add-qkv-bias).
 template <typename T>
 struct LayerParams {
   T* ln1_w;   // (C)
-  T* ln1_b;   // (C)
-  T* qkv_w;   // (3C/t, C), per-head [q|k|v]
-  T* qkv_b;   // (3C/t)
+  T* ln1_b;   // (C) or null
+  T* qkv_w;   // (W/t, C), grouped [q..q|k|v] per query group
+  T* qkv_b;   // (W/t) or null
   T* proj_w;  // (C, C/t)
-  T* proj_b;  // (C)
+  T* proj_b;  // (C) or null
   T* ln2_w;   // (C)
-  T* ln2_b;   // (C)
-  T* fc1_w;   // (F/t, C)
-  T* fc1_b;   // (F/t)
+  T* ln2_b;   // (C) or null
+  T* fc1_w;   // (F'/t, C)
+  T* fc1_b;   // (F'/t) or null
   T* fc2_w;   // (C, F/t)
-  T* fc2_b;   // (C)
+  T* fc2_b;   // (C) or null
 };
 
 class ParamLayout {
@@ -84,29 +90,58 @@ class ParamLayout {
   const ModelShard& shard() const { return shard_; }
 
   // Indices into tensors(); -1 where this chunk does not hold the tensor. word_embedding is
-  // the input embedding on a pre chunk and the tied LM head's copy on a post-only chunk.
-  static constexpr int kPerLayer = 12;
+  // the input embedding on a pre chunk and the tied LM head's copy on a post-only chunk;
+  // output is the LM head's weight on a post chunk: output_layer.weight when untied, else the
+  // word embedding.
   int word_embedding_index() const { return word_embedding_; }
   int position_embedding_index() const { return position_embedding_; }
-  int layer_index(int local_layer) const { return first_layer_ + local_layer * kPerLayer; }
+  int layer_index(int local_layer) const { return first_layer_ + local_layer * per_layer_; }
+  int tensors_per_layer() const { return per_layer_; }
+  // The tensors before the first layer (the embeddings of a pre chunk): [0, this).
+  int pre_tensors_end() const { return first_layer_; }
   int final_norm_index() const { return final_norm_; }
+  int final_norm_bias_index() const { return final_norm_bias_; }
+  int output_index() const { return output_; }
 
   template <typename T>
   LayerParams<T> layer(T* arena, int local_layer) const {
-    T* p[kPerLayer];
-    for (int i = 0; i < kPerLayer; i++)
-      p[i] = arena + tensors_[layer_index(local_layer) + i].offset;
+    T* p[kSlots];
+    for (int i = 0; i < kSlots; i++)
+      p[i] = slot_[i] < 0 ? nullptr : arena + tensors_[layer_index(local_layer) + slot_[i]].offset;
     return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+  }
+  // The tensor at `arena + offset` of index i, or null for index -1.
+  template <typename T>
+  T* at(T* arena, int index) const {
+    return index < 0 ? nullptr : arena + tensors_[index].offset;
   }
 
  private:
   // split_dim -1: replicated over TP; 0 / 1: rows / columns split evenly over TP.
   void add(std::string name, std::vector<int64_t> global_shape, bool decay, int split_dim,
            bool sequence_parallel_grad = false);
+  // LayerParams' members in order.
+  enum Slot {
+    kLn1W,
+    kLn1B,
+    kQkvW,
+    kQkvB,
+    kProjW,
+    kProjB,
+    kLn2W,
+    kLn2B,
+    kFc1W,
+    kFc1B,
+    kFc2W,
+    kFc2B
+  };
+  static constexpr int kSlots = 12;
   ModelShard shard_;
   std::vector<ParamTensor> tensors_;
   size_t total_ = 0;
-  int word_embedding_ = -1, position_embedding_ = -1, first_layer_ = 0, final_norm_ = -1;
+  int word_embedding_ = -1, position_embedding_ = -1, first_layer_ = 0, per_layer_ = 0;
+  int final_norm_ = -1, final_norm_bias_ = -1, output_ = -1;
+  int slot_[kSlots];  // each LayerParams member's index within a layer's tensors, or -1
 };
 
 }  // namespace lattice

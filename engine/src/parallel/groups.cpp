@@ -2,9 +2,11 @@
 
 namespace lattice {
 
-Result<ProcessGroups> make_process_groups(Comm& world, const ParallelLayout& layout) {
+Result<ProcessGroups> make_process_groups(Comm& world, const ParallelLayout& layout,
+                                          bool tied_head) {
   ProcessGroups g;
   g.layout = layout;
+  g.tied_head = tied_head;
   g.world = &world;
   const int rank = world.rank();
   const ParallelLayout::Coord c = layout.coord(rank);
@@ -16,7 +18,7 @@ Result<ProcessGroups> make_process_groups(Comm& world, const ParallelLayout& lay
     const char* name;  // as messages name the group (Megatron's words)
   };
   // Ranks outside the embedding group get a communicator of their own (never used).
-  const bool embedding = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
+  const bool embedding = g.in_embedding_group();
   const Split splits[] = {
       {&g.tp, c.dp + DP * c.pp, c.tp, "tensor-parallel"},
       {&g.dp, c.tp + TP * c.pp, c.dp, "data-parallel"},

@@ -14,13 +14,20 @@ struct ProcessGroups {
   ParallelLayout::Coord coord;
   Comm* world = nullptr;
   std::unique_ptr<Comm> tp, dp, pp, model, embedding;
+  // The LM head is the word embedding (false: an output layer of its own, untied).
+  bool tied_head = true;
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == layout.pp - 1; }
-  // Holds a word embedding whose gradient is summed with another stage's.
-  bool in_embedding_group() const { return layout.pp > 1 && (first_stage() || last_stage()); }
+  // Holds a word embedding whose gradient is summed with another stage's: the first and last
+  // stage of a pipeline whose LM head is tied to the word embedding.
+  bool in_embedding_group() const {
+    return tied_head && layout.pp > 1 && (first_stage() || last_stage());
+  }
 };
 
-// Collective over `world` (every rank calls it in the same order).
-Result<ProcessGroups> make_process_groups(Comm& world, const ParallelLayout& layout);
+// Collective over `world` (every rank calls it in the same order). tied_head: the model's LM
+// head is its word embedding (ModelConfig::tied_output()).
+Result<ProcessGroups> make_process_groups(Comm& world, const ParallelLayout& layout,
+                                          bool tied_head = true);
 
 }  // namespace lattice

@@ -98,7 +98,7 @@ Result<TrainSummary> train(const TrainOptions& given, Comm& world, MetricsSink& 
   }
   Result<ParallelLayout> layout = make_layout(options, world.size());
   if (!layout) return layout.status();
-  Result<ProcessGroups> groups = make_process_groups(world, *layout);
+  Result<ProcessGroups> groups = make_process_groups(world, *layout, options.model.tied_output());
   if (!groups) return groups.status();
   // The plan's memory is host memory only where the device's is.
   if (!o.skip_memory_check && caps.host_addressable)

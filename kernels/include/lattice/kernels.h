@@ -146,8 +146,8 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key,
 size_t attention_workspace_elems(int T);
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
-                       uint64_t dropout_key, S* workspace, int head_offset = 0,
-                       int total_heads = 0, int kv_heads = 0);
+                       uint64_t dropout_key, S* workspace, int head_offset = 0, int total_heads = 0,
+                       int kv_heads = 0);
 // dqkv (B, T, (NH + 2 KV) HS) = gradient of the attention inputs given dout (B, T, C); a key or
 // value head's gradient sums its group's query heads.
 template <typename S>

@@ -1,0 +1,157 @@
+#!/usr/bin/python3
+"""Independent Llama reference for test_llama_parity: Hugging Face LlamaForCausalLM semantics in
+PyTorch float64, written from the model's definition rather than from Lattice's code:
+
+  RMSNorm          x * rsqrt(mean(x^2) + eps) * w
+  RoPE             q * cos + rotate_half(q) * sin on the first rotary_dim dims of each query and
+                   key head (rotate_half(x) = cat(-x2, x1)); inv_freq = 1 / theta^(2i/d) held in
+                   float32 and the angles t * inv_freq in float32, as Hugging Face computes them;
+                   cos and sin of those angles in float64
+  attention        causal softmax(q k^T / sqrt(head_dim)) v, query head h reading key/value head
+                   h // (heads / groups) (repeat_kv)
+  MLP              down(silu(gate(x)) * up(x))
+  head             an untied lm_head, or the word embedding when tied
+
+The tensors are Megatron-core's, as Lattice names them (the parameters are those tensors; q, k and
+v are views of the grouped linear_qkv rows: per query group its heads/groups query heads, then its
+key head, then its value head; linear_fc1 is (2, F, C) = gate, up). Training: torch.optim.AdamW
+(decoupled weight decay on matrices and embeddings only, as Megatron), gradient norm clipped as
+torch.nn.utils.clip_grad_norm_, constant learning rate, the mean token cross-entropy.
+
+usage: llama_reference.py WEIGHTS.safetensors SPEC.json OUT.safetensors
+  WEIGHTS  the initial weights, F32
+  SPEC     {"config": {...}, "optim": {...}, "steps": [{"tokens": [[...]], "targets": [[...]]}]}
+  OUT      the weights after every step, F32, same names
+Prints one JSON line: {"losses": [...], "grad_norms": [...]}.
+"""
+import json
+import math
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", f"{name}: {info['dtype']}"
+        begin, end = info["data_offsets"]
+        t = torch.frombuffer(bytearray(data[base + begin:base + end]), dtype=torch.float32)
+        tensors[name] = t.reshape(info["shape"]).double()
+    return tensors
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        blob = tensors[name].detach().float().contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_tables(T, dim, theta):
+    # inv_freq in float32 as Hugging Face holds it, rounded from float64 (Hugging Face's float32
+    # power can differ from the rounded value by one unit in the last place).
+    inv_freq = (1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))).float()
+    angles = torch.outer(torch.arange(T, dtype=torch.int64).float(), inv_freq)  # float32
+    emb = torch.cat((angles, angles), dim=-1).double()
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x, cos, sin, dim):  # x (B, heads, T, head_dim)
+    rot, passed = x[..., :dim], x[..., dim:]
+    return torch.cat((rot * cos + rotate_half(rot) * sin, passed), dim=-1)
+
+
+def forward(p, c, tokens):
+    B, T = tokens.shape
+    C, NH, G = c["hidden"], c["heads"], c["groups"]
+    HS, Q = C // NH, NH // G
+    x = p["embedding.word_embeddings.weight"][tokens]
+    cos, sin = rope_tables(T, c["rotary_dim"], c["rotary_base"])
+    for l in range(c["layers"]):
+        pre = f"decoder.layers.{l}."
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], c["eps"])
+        w = p[pre + "self_attention.linear_qkv.weight"].reshape(G, Q + 2, HS, C)
+        b = p.get(pre + "self_attention.linear_qkv.bias")
+        b = b.reshape(G, Q + 2, HS) if b is not None else None
+
+        def project(rows, bias):  # rows (heads, HS, C) -> (B, heads, T, HS)
+            y = torch.einsum("btc,hdc->bhtd", h, rows)
+            return y + bias[None, :, None, :] if bias is not None else y
+
+        q = project(w[:, :Q].reshape(NH, HS, C), b[:, :Q].reshape(NH, HS) if b is not None else None)
+        k = project(w[:, Q], b[:, Q] if b is not None else None)
+        v = project(w[:, Q + 1], b[:, Q + 1] if b is not None else None)
+        q = apply_rope(q, cos, sin, c["rotary_dim"])
+        k = apply_rope(k, cos, sin, c["rotary_dim"])
+        k = k.repeat_interleave(Q, dim=1)  # repeat_kv: query head h reads group h // Q
+        v = v.repeat_interleave(Q, dim=1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(HS)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        att = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        att = att.transpose(1, 2).reshape(B, T, C)
+        x = x + att @ p[pre + "self_attention.linear_proj.weight"].T
+        h = rms_norm(x, p[pre + "pre_mlp_layernorm.weight"], c["eps"])
+        gate, up = p[pre + "mlp.linear_fc1.weight"]
+        x = x + (F.silu(h @ gate.T) * (h @ up.T)) @ p[pre + "mlp.linear_fc2.weight"].T
+    x = rms_norm(x, p["decoder.final_layernorm.weight"], c["eps"])
+    head = p.get("output_layer.weight", p["embedding.word_embeddings.weight"])
+    return x @ head.T
+
+
+def main():
+    weights, spec_path, out = sys.argv[1:4]
+    spec = json.load(open(spec_path))
+    c, o = spec["config"], spec["optim"]
+    params = {k: torch.nn.Parameter(v) for k, v in read_safetensors(weights).items()}
+    decay = [v for v in params.values() if v.dim() >= 2]
+    no_decay = [v for v in params.values() if v.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+    losses, norms = [], []
+    for step in spec["steps"]:
+        tokens = torch.tensor(step["tokens"])
+        targets = torch.tensor(step["targets"])
+        opt.zero_grad()
+        logits = forward(params, c, tokens)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(list(params.values()), o["clip_grad"])
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+    write_safetensors(out, params)
+    print(json.dumps({"losses": losses, "grad_norms": norms}))
+
+
+if __name__ == "__main__":
+    main()
