@@ -28,6 +28,21 @@ ModelConfig test_config() {
   return c;
 }
 
+// The Llama family's architecture at test_config()'s size: RoPE, RMSNorm, SwiGLU, 2 key/value
+// heads for 4 query heads, an untied head, no biases.
+ModelConfig llama_config() {
+  ModelConfig c = test_config();
+  c.position_embedding_type = "rope";
+  c.normalization = "RMSNorm";
+  c.swiglu = true;
+  c.ffn_hidden_size = 96;
+  c.group_query_attention = true;
+  c.num_query_groups = 2;
+  c.untie_embeddings_and_output_weights = true;
+  c.disable_bias_linear = true;
+  return c;
+}
+
 GenerationRequest request(std::vector<int32_t> prompt, int n, SamplingParams s = {0.0f}) {
   GenerationRequest r;
   r.prompt = std::move(prompt);
@@ -81,9 +96,17 @@ class Generation : public QObject {
   void initTestCase() { kernels::set_num_threads(2); }
 
   // Greedy decoding with the cache against the training model's forward over the whole
-  // sequence at every step: the same tokens, and logits within 1e-5 relative (max norm).
+  // sequence at every step: the same tokens, and logits within 1e-5 relative (max norm); for
+  // GPT-2 and for the Llama family (RoPE at each cached row's position, grouped keys and values).
+  void kv_cache_equals_full_recompute_data() {
+    QTest::addColumn<bool>("llama");
+    QTest::newRow("gpt2") << false;
+    QTest::newRow("llama") << true;
+  }
   void kv_cache_equals_full_recompute() {
-    const ModelConfig c = test_config();
+    QFETCH(bool, llama);
+    const ModelConfig c = llama ? llama_config() : test_config();
+    QVERIFY(c.validate().empty());
     GptModel<float> full(c, 1);
     full.init_weights(kSeed);
     GptActivations<float> acts(c, 1);

@@ -20,9 +20,11 @@ torch.nn.utils.clip_grad_norm_, constant learning rate, the mean token cross-ent
 
 usage: llama_reference.py WEIGHTS.safetensors SPEC.json OUT.safetensors
   WEIGHTS  the initial weights, F32
-  SPEC     {"config": {...}, "optim": {...}, "steps": [{"tokens": [[...]], "targets": [[...]]}]}
+  SPEC     {"config": {...}, "optim": {...}, "steps": [{"tokens": [[...]], "targets": [[...]]}],
+            "generate": {"prompt": [...], "tokens": n}}   ("generate" optional)
   OUT      the weights after every step, F32, same names
-Prints one JSON line: {"losses": [...], "grad_norms": [...]}.
+Prints one JSON line: {"losses": [...], "grad_norms": [...], "generated": [...]}, generated being
+the greedy continuation of the prompt from the initial weights (argmax over the vocabulary).
 """
 import json
 import math
@@ -137,6 +139,14 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+    generated = []
+    if "generate" in spec:  # greedy decoding from the initial weights, the whole prefix each time
+        seq = list(spec["generate"]["prompt"])
+        with torch.no_grad():
+            for _ in range(spec["generate"]["tokens"]):
+                logits = forward(params, c, torch.tensor([seq]))
+                seq.append(int(logits[0, -1, :c["vocab"]].argmax()))
+        generated = seq[len(spec["generate"]["prompt"]):]
     losses, norms = [], []
     for step in spec["steps"]:
         tokens = torch.tensor(step["tokens"])
@@ -150,7 +160,7 @@ def main():
         losses.append(loss.item())
         norms.append(norm.item())
     write_safetensors(out, params)
-    print(json.dumps({"losses": losses, "grad_norms": norms}))
+    print(json.dumps({"losses": losses, "grad_norms": norms, "generated": generated}))
 
 
 if __name__ == "__main__":

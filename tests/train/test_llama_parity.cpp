@@ -10,7 +10,9 @@
 // where its dims barely rotate (it shifts every score of a row alike), so the QKV-bias model
 // rotates all dims with theta 10000 (with 8-dim heads and theta 1e6 the slowest pair turns 3e-5
 // rad per position, and float32 misses that bias by 0.5 % after five steps). Skipped where Debian's
-// python3-torch is missing (installers/install-deps.sh --tests).
+// python3-torch is missing (installers/install-deps.sh --tests). Greedy generation (the inference
+// model, its key/value cache of grouped heads, RoPE at each row's position) from the initial
+// weights continues a prompt with the reference's tokens.
 #include <QtTest/QtTest>
 
 #include <QJsonArray>
@@ -23,6 +25,7 @@
 #include "checkpoint/safetensors.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
+#include "lattice/infer.h"
 #include "lattice/kernels.h"
 #include "lattice/train_options.h"
 #include "model/gpt.h"
@@ -130,10 +133,10 @@ class LlamaParity : public QObject {
     QVERIFY(write(weights, initial).is_ok());
     const Steps steps = make_steps(c);
     {
-      QJsonObject config{{"layers", c.num_layers},         {"hidden", c.hidden_size},
-                         {"heads", c.num_attention_heads}, {"groups", c.kv_heads()},
-                         {"rotary_dim", c.rotary_dim()},   {"rotary_base", c.rotary_base},
-                         {"eps", c.norm_epsilon}};
+      QJsonObject config{{"layers", c.num_layers},       {"vocab", c.vocab_size},
+                         {"hidden", c.hidden_size},      {"heads", c.num_attention_heads},
+                         {"groups", c.kv_heads()},       {"rotary_dim", c.rotary_dim()},
+                         {"rotary_base", c.rotary_base}, {"eps", c.norm_epsilon}};
       QJsonObject optim{
           {"lr", o.lr},        {"beta1", o.adam_beta1},          {"beta2", o.adam_beta2},
           {"eps", o.adam_eps}, {"weight_decay", o.weight_decay}, {"clip_grad", o.clip_grad}};
@@ -144,7 +147,8 @@ class LlamaParity : public QObject {
         text += QString(s ? ", " : "") +
                 "{\"tokens\": " + rows_json(steps.tokens[s], c.seq_length) +
                 ", \"targets\": " + rows_json(steps.targets[s], c.seq_length) + "}";
-      std::ofstream(spec) << (text + "]}").toStdString();
+      text += "], \"generate\": {\"prompt\": [5, 77, 3, 120], \"tokens\": 10}}";
+      std::ofstream(spec) << text.toStdString();
     }
     const testing::Run py =
         testing::run_process(kPython,
@@ -176,6 +180,23 @@ class LlamaParity : public QObject {
       verify("fp32 loss", single.losses[s], want, 1e-4);
     }
     QVERIFY2(exact.losses.back() < exact.losses.front(), "the five steps did not lower the loss");
+
+    {  // greedy generation from the initial weights (Generator::random draws init_weights(7))
+      std::unique_ptr<Generator> gen = Generator::random(c, 7, nullptr);
+      GenerationRequest r;
+      r.prompt = {5, 77, 3, 120};
+      r.tokens_to_generate = 10;
+      r.sampling.temperature = 0.0f;
+      r.stop_at_eod = false;
+      auto out = gen->generate({r});
+      QVERIFY2(out.is_ok(), out.is_ok() ? "" : out.status().message().c_str());
+      QStringList got, want;
+      for (int32_t id : (*out)[0].tokens) got << QString::number(id);
+      for (const QJsonValue& id : result["generated"].toArray())
+        want << QString::number(id.toInt());
+      QVERIFY2(got == want, qPrintable(QString("%1 greedy continuation: lattice [%2], pytorch [%3]")
+                                           .arg(name, got.join(' '), want.join(' '))));
+    }
 
     auto file = safetensors::File::open(theirs);
     QVERIFY2(file.is_ok(), "cannot read the reference's weights");

@@ -49,14 +49,59 @@ std::string rank_file(int rank) {
   return buf;
 }
 
+// The architecture, in Megatron's argument names; CheckpointReader::open reads it back (a
+// checkpoint without the Llama family's keys is GPT-2's).
 json model_json(const ModelConfig& m) {
-  return {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size},
-          {"ffn_hidden_size", m.ffn()}, {"num_attention_heads", m.num_attention_heads},
-          {"seq_length", m.seq_length}, {"max_position_embeddings", m.max_positions()},
-          {"vocab_size", m.vocab_size}, {"padded_vocab_size", m.padded_vocab_size()}};
+  return {{"num_layers", m.num_layers},
+          {"hidden_size", m.hidden_size},
+          {"ffn_hidden_size", m.ffn()},
+          {"num_attention_heads", m.num_attention_heads},
+          {"seq_length", m.seq_length},
+          {"max_position_embeddings", m.max_positions()},
+          {"vocab_size", m.vocab_size},
+          {"padded_vocab_size", m.padded_vocab_size()},
+          {"position_embedding_type", m.position_embedding_type},
+          {"rotary_base", m.rotary_base},
+          {"rotary_percent", m.rotary_percent},
+          {"normalization", m.normalization},
+          {"norm_epsilon", m.norm_epsilon},
+          {"swiglu", m.swiglu},
+          {"group_query_attention", m.group_query_attention},
+          {"num_query_groups", m.num_query_groups},
+          {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
+          {"disable_bias_linear", m.disable_bias_linear},
+          {"add_qkv_bias", m.add_qkv_bias}};
 }
 
 }  // namespace
+
+Status check_architecture(const std::string& path, const ModelConfig& saved,
+                          const ModelConfig& run) {
+  std::vector<std::string> errors;
+  auto agree = [&](const char* flag, const auto& had, const auto& want) {
+    if (had == want) return;
+    std::ostringstream text;
+    text << "--" << flag << " " << want << " disagrees with " << had << " in " << path;
+    errors.push_back(text.str());
+  };
+  agree("position-embedding-type", saved.position_embedding_type, run.position_embedding_type);
+  agree("normalization", saved.normalization, run.normalization);
+  agree("norm-epsilon", saved.norm_epsilon, run.norm_epsilon);
+  agree("swiglu", saved.swiglu, run.swiglu);
+  agree("num-query-groups (key/value heads)", saved.kv_heads(), run.kv_heads());
+  agree("untie-embeddings-and-output-weights", saved.untie_embeddings_and_output_weights,
+        run.untie_embeddings_and_output_weights);
+  agree("disable-bias-linear", saved.disable_bias_linear, run.disable_bias_linear);
+  agree("add-qkv-bias", saved.add_qkv_bias, run.add_qkv_bias);
+  if (run.rope()) {
+    agree("rotary-base", saved.rotary_base, run.rotary_base);
+    agree("rotary-percent", saved.rotary_percent, run.rotary_percent);
+  }
+  if (errors.empty()) return Status::ok();
+  std::string text;
+  for (const std::string& e : errors) text += (text.empty() ? "" : "\n") + e;
+  return Status::invalid_argument(text);
+}
 
 Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::Coord& me,
                    const RankParts& parts) {
@@ -251,8 +296,8 @@ Result<SavedCheckpoint> save_checkpoint(Comm& world, const std::string& dir,
   if (rank == 0) {
     finished = finalize_checkpoint(
         dir, state.iteration, world.size(), state, model, config_json,
-        {L, parts.sequence_parallel, parts.distributed_optimizer, !parts.moments.empty()},
-        retain, &saved.bytes);
+        {L, parts.sequence_parallel, parts.distributed_optimizer, !parts.moments.empty()}, retain,
+        &saved.bytes);
     lock->release();
   }
   if (Status s = agree(finished); !s) return s;

@@ -185,6 +185,13 @@ class CheckpointReader {
 Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool weights_only,
                        TrainState* state);
 
+// invalid_argument naming every architecture flag whose value differs between the checkpoint
+// at `path` (its metadata's model) and `run`, e.g. "--rotary-base 10000 disagrees with 500000 in
+// <path>" (tensor shapes are load_checkpoint's check; these flags also change what a weight
+// means without changing its shape); ok when they agree.
+Status check_architecture(const std::string& path, const ModelConfig& saved,
+                          const ModelConfig& run);
+
 // The newest complete checkpoint of `dir` older than `iteration`, or 0.
 int previous_checkpoint(const std::string& dir, int iteration);
 

@@ -29,8 +29,8 @@ std::string check_piece(const CheckpointPiece& p) {
     numel *= d;
   }
   if (p.split_dim < -1 || p.split_dim >= rank || (p.split_dim == 1 && rank != 2))
-    return "split dimension " + std::to_string(p.split_dim) + " of a rank-" +
-           std::to_string(rank) + " tensor";
+    return "split dimension " + std::to_string(p.split_dim) + " of a rank-" + std::to_string(rank) +
+           " tensor";
   int64_t slice = numel;
   if (p.split_dim >= 0) {
     const int64_t dim = p.global_shape[p.split_dim];
@@ -85,6 +85,20 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     r->model_.seq_length = m.at("seq_length");
     r->model_.max_position_embeddings = m.at("max_position_embeddings");
     r->model_.vocab_size = m.at("vocab_size");
+    // The Llama family's keys; absent from GPT-2 checkpoints written before them.
+    ModelConfig& a = r->model_;
+    a.position_embedding_type = m.value("position_embedding_type", a.position_embedding_type);
+    a.rotary_base = m.value("rotary_base", a.rotary_base);
+    a.rotary_percent = m.value("rotary_percent", a.rotary_percent);
+    a.normalization = m.value("normalization", a.normalization);
+    a.norm_epsilon = m.value("norm_epsilon", a.norm_epsilon);
+    a.swiglu = m.value("swiglu", a.swiglu);
+    a.group_query_attention = m.value("group_query_attention", a.group_query_attention);
+    a.num_query_groups = m.value("num_query_groups", a.num_query_groups);
+    a.untie_embeddings_and_output_weights =
+        m.value("untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights);
+    a.disable_bias_linear = m.value("disable_bias_linear", a.disable_bias_linear);
+    a.add_qkv_bias = m.value("add_qkv_bias", a.add_qkv_bias);
     r->state_.iteration = j.at("iteration");
     r->state_.consumed_samples = j.at("consumed_samples");
     r->state_.valid_consumed = j.at("valid_consumed_samples");
@@ -102,9 +116,9 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     r->distributed_ = l.at("distributed_optimizer");
     r->has_optimizer_ = j.at("optimizer_state");
     for (const json& f : j.at("files"))
-      r->files_.push_back({f.at("name"), f.at("bytes"),
-                           static_cast<uint32_t>(std::stoul(f.at("crc32c").get<std::string>(),
-                                                            nullptr, 16))});
+      r->files_.push_back(
+          {f.at("name"), f.at("bytes"),
+           static_cast<uint32_t>(std::stoul(f.at("crc32c").get<std::string>(), nullptr, 16))});
     for (const json& p : j.at("pieces")) {
       CheckpointPiece c;
       c.file = p.at("file"), c.key = p.at("key"), c.kind = p.at("kind"), c.name = p.at("name");
@@ -135,13 +149,14 @@ std::string CheckpointReader::layout_summary() const {
 
 Result<const safetensors::File*> CheckpointReader::file(const std::string& name) {
   if (auto it = open_.find(name); it != open_.end()) return it->second.get();
-  const auto info = std::find_if(files_.begin(), files_.end(),
-                                 [&](const FileInfo& f) { return f.name == name; });
+  const auto info =
+      std::find_if(files_.begin(), files_.end(), [&](const FileInfo& f) { return f.name == name; });
   const std::string path = path_ + "/" + name;
   if (info == files_.end()) return Status::corrupt(path + ": not listed in metadata.json");
   int64_t bytes = 0;
   Result<uint32_t> crc = file_crc(path, &bytes);
-  if (!crc) return Status::corrupt(path + ": missing or unreadable (" + crc.status().message() + ")");
+  if (!crc)
+    return Status::corrupt(path + ": missing or unreadable (" + crc.status().message() + ")");
   if (bytes != info->bytes)
     return Status::corrupt(path + ": " + std::to_string(bytes) + " bytes, metadata.json says " +
                            std::to_string(info->bytes) + " (truncated?)");
@@ -181,7 +196,8 @@ Status CheckpointReader::read_global(const std::string& kind, const std::string&
     const safetensors::TensorInfo* info = (*f)->find(p.key);
     const size_t n = static_cast<size_t>(p.flat_end - p.flat_begin);
     if (!info || info->numel != n)
-      return Status::corrupt(path_ + "/" + p.file + ": entry " + p.key + " is missing or has the "
+      return Status::corrupt(path_ + "/" + p.file + ": entry " + p.key +
+                             " is missing or has the "
                              "wrong size");
     data.resize(n);
     if (Status s = (*f)->read_float(*info, data.data()); !s) return s;

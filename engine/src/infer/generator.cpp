@@ -91,6 +91,10 @@ Status check_tensor_parallel(const ModelConfig& m, int t) {
     errors += (errors.empty() ? "" : "\n") + std::string("--tensor-model-parallel-size ") +
               std::to_string(t) + " does not divide the model's FFN width " +
               std::to_string(m.ffn());
+  if (m.kv_heads() % t != 0)
+    errors += (errors.empty() ? "" : "\n") + std::string("--tensor-model-parallel-size ") +
+              std::to_string(t) + " does not divide the model's " + std::to_string(m.kv_heads()) +
+              " key/value heads (--num-query-groups)";
   return errors.empty() ? Status::ok() : Status::invalid_argument(errors);
 }
 

@@ -1,5 +1,6 @@
 // InferenceModel (infer_model.h): the forward of GptModel's layers (gpt_layer.cpp) restated
-// for rows and a key/value cache, through the same kernels.
+// for rows and a key/value cache, through the same kernels. GELU runs out of place (fc_ into
+// act_) so that both activations read FC1's output the same way.
 #include "infer/infer_model.h"
 
 #include <algorithm>
@@ -40,14 +41,25 @@ InferenceModel::InferenceModel(const ModelConfig& config, Comm* tp)
       Ft_(F_ / t_),
       Ht_(NH_ / t_),
       Vt_(V_ / t_),
+      Gt_(config.kv_heads() / t_),
+      Wt_(static_cast<int>(config.qkv_width() / t_)),
+      up_(config.swiglu ? 2 * Ft_ : Ft_),
+      rotary_dim_(config.rope() ? config.rotary_dim() : 0),
       layout_(config, whole_model_shard(tp_rank_, t_)) {
   params_.assign(layout_.total_numel(), 0.0f);
+  if (rotary_dim_ > 0) {
+    const size_t n = static_cast<size_t>(T_) * (rotary_dim_ / 2);
+    std::vector<double> cos(n), sin(n);
+    k::rope_tables(cos.data(), sin.data(), T_, rotary_dim_, config.rotary_base);
+    rope_cos_.assign(cos.begin(), cos.end());
+    rope_sin_.assign(sin.begin(), sin.end());
+  }
 }
 
 void InferenceModel::reserve(int slots, int max_rows) {
   if (slots > slots_) {
     slots_ = slots;
-    const size_t per_layer = 2 * static_cast<size_t>(slots_) * Ht_ * T_ * HS_;
+    const size_t per_layer = 2 * static_cast<size_t>(slots_) * Gt_ * T_ * HS_;
     // Old cache contents are not kept: reserve() is called between generations.
     cache_.assign(0, 0.0f);
     cache_.resize(per_layer * L_);
@@ -55,8 +67,8 @@ void InferenceModel::reserve(int slots, int max_rows) {
   if (max_rows > max_rows_) {
     max_rows_ = max_rows;
     const size_t R = max_rows_;
-    const size_t sizes[] = {R * C_, R * C_, R, R, R * 3 * Ct_, R * Ct_, R * C_, R * Ft_};
-    float** ptrs[] = {&x_, &ln_, &mean_, &rstd_, &qkv_, &att_, &proj_, &fc_};
+    const size_t sizes[] = {R * C_, R * C_, R, R, R * Wt_, R * Ct_, R * C_, R * up_, R * Ft_};
+    float** ptrs[] = {&x_, &ln_, &mean_, &rstd_, &qkv_, &att_, &proj_, &fc_, &act_};
     size_t total = 0;
     for (size_t s : sizes) total += padded(s);
     scratch_.assign(total, 0.0f);
@@ -83,9 +95,17 @@ void InferenceModel::row_parallel(float* x, const float* inp, const float* weigh
   } else {
     k::matmul_forward<float>(proj_, inp, weight, nullptr, M, K, C_);
     all_reduce(proj_, MC);
-    k::add_bias(proj_, bias, M, C_);
+    if (bias) k::add_bias(proj_, bias, M, C_);
   }
   k::residual_dropout_forward<float>(x, x, proj_, MC, 0.0f, 0);
+}
+
+void InferenceModel::norm(float* out, const float* inp, const float* weight, const float* bias,
+                          int M) {
+  if (config_.rms_norm())
+    k::rmsnorm_forward(out, rstd_, inp, weight, M, C_, config_.norm_epsilon);
+  else
+    k::layernorm_forward(out, mean_, rstd_, inp, weight, bias, M, C_);
 }
 
 const float* InferenceModel::forward(const int32_t* tokens, const int32_t* slots,
@@ -94,45 +114,53 @@ const float* InferenceModel::forward(const int32_t* tokens, const int32_t* slots
   const auto& tensors = layout_.tensors();
   const float* P = params_.data();
   const float* wte = P + tensors[layout_.word_embedding_index()].offset;
-  const float* wpe = P + tensors[layout_.position_embedding_index()].offset;
+  const float* wpe = layout_.at(P, layout_.position_embedding_index());  // null: RoPE or none
   const size_t MC = static_cast<size_t>(M) * C_;
   // Embedding: vocabulary-parallel lookup summed over ranks, then the positions.
   const int v0 = tp_rank_ * Vt_;
   k::embedding_forward<float>(x_, tokens, wte, nullptr, M, 1, C_, v0, v0 + Vt_);
   all_reduce(x_, MC);
-  for (int m = 0; m < M; m++) {
+  for (int m = 0; wpe && m < M; m++) {
     float* row = x_ + static_cast<size_t>(m) * C_;
     const float* pos = wpe + static_cast<size_t>(positions[m]) * C_;
 #pragma omp simd
     for (int c = 0; c < C_; c++) row[c] += pos[c];
   }
-  const size_t cache_layer = 2 * static_cast<size_t>(slots_) * Ht_ * T_ * HS_;
+  const size_t cache_layer = 2 * static_cast<size_t>(slots_) * Gt_ * T_ * HS_;
   const size_t ws = static_cast<size_t>(k::num_threads()) * T_;
   if (attn_ws_.size() < ws) attn_ws_.resize(ws);
   for (int l = 0; l < L_; l++) {
     const LayerParams<const float> w = layout_.layer(P, l);
     float* k_cache = cache_.data() + l * cache_layer;
     float* v_cache = k_cache + cache_layer / 2;
-    k::layernorm_forward(ln_, mean_, rstd_, x_, w.ln1_w, w.ln1_b, M, C_);
-    k::matmul_forward(qkv_, ln_, w.qkv_w, w.qkv_b, M, C_, 3 * Ct_);
+    norm(ln_, x_, w.ln1_w, w.ln1_b, M);
+    k::matmul_forward(qkv_, ln_, w.qkv_w, w.qkv_b, M, C_, Wt_);
+    if (rotary_dim_ > 0)  // each row at its own position
+      k::rope_forward(qkv_, rope_cos_.data(), rope_sin_.data(), positions, M, T_, Ht_, Gt_, HS_,
+                      rotary_dim_);
     k::attention_kv_forward(att_, k_cache, v_cache, qkv_, slots, positions, M, Ht_, HS_, T_,
-                            attn_ws_.data());
+                            attn_ws_.data(), Gt_);
     row_parallel(x_, att_, w.proj_w, w.proj_b, M, Ct_);
-    k::layernorm_forward(ln_, mean_, rstd_, x_, w.ln2_w, w.ln2_b, M, C_);
-    k::matmul_forward(fc_, ln_, w.fc1_w, w.fc1_b, M, C_, Ft_);
-    k::gelu_forward(fc_, fc_, static_cast<size_t>(M) * Ft_);
-    row_parallel(x_, fc_, w.fc2_w, w.fc2_b, M, Ft_);
+    norm(ln_, x_, w.ln2_w, w.ln2_b, M);
+    k::matmul_forward(fc_, ln_, w.fc1_w, w.fc1_b, M, C_, up_);
+    if (config_.swiglu)
+      k::swiglu_forward(act_, fc_, M, Ft_);
+    else
+      k::gelu_forward(act_, fc_, static_cast<size_t>(M) * Ft_);
+    row_parallel(x_, act_, w.fc2_w, w.fc2_b, M, Ft_);
   }
   if (K == 0) return nullptr;
-  // Final LayerNorm and the tied LM head on the wanted rows only.
-  const ParamTensor& lnf = tensors[layout_.final_norm_index()];
+  // The final norm and the LM head (the output layer, or the tied word embedding) on the
+  // wanted rows only.
   for (int i = 0; i < K; i++)
     std::copy_n(x_ + static_cast<size_t>(logit_rows[i]) * C_, C_,
                 proj_ + static_cast<size_t>(i) * C_);
-  k::layernorm_forward(ln_, mean_, rstd_, proj_, P + lnf.offset, P + lnf.offset + C_, K, C_);
+  norm(ln_, proj_, layout_.at(P, layout_.final_norm_index()),
+       layout_.at(P, layout_.final_norm_bias_index()), K);
   const size_t local = static_cast<size_t>(K) * Vt_;
   if (logits_local_.size() < local) logits_local_.resize(local);
-  k::matmul_forward<float>(logits_local_.data(), ln_, wte, nullptr, K, C_, Vt_);
+  const float* head = layout_.at(P, layout_.output_index());
+  k::matmul_forward<float>(logits_local_.data(), ln_, head, nullptr, K, C_, Vt_);
   if (t_ == 1) return logits_local_.data();
   if (logits_gathered_.size() < local * t_) logits_gathered_.resize(local * t_);
   if (logits_.size() < local * t_) logits_.resize(local * t_);

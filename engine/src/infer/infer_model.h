@@ -1,4 +1,6 @@
-// The GPT-2 forward for inference: one tensor-parallel shard of the whole model (all layers,
+// The model's forward for inference (GPT-2 or the Llama family, as ModelConfig says: RoPE at
+// each row's position, RMSNorm, SwiGLU, grouped keys and values in the cache, an untied head):
+// one tensor-parallel shard of the whole model (all layers,
 // embeddings and head) with a key/value cache, run on "rows" (one token of one sequence at a
 // known position) rather than on (B, T) blocks. A prompt is its rows all at once (prefill), a
 // decoding step is one row per live sequence, so sequences of different lengths share every
@@ -51,24 +53,31 @@ class InferenceModel {
                     int K);
   void all_reduce(float* data, size_t n);
 
+  // out (M, C) = the configured norm (LayerNorm or RMSNorm) of inp (M, C).
+  void norm(float* out, const float* inp, const float* weight, const float* bias, int M);
+
   ModelConfig config_;
   Comm* tp_;
   int t_ = 1, tp_rank_ = 0;
   int L_, C_, F_, NH_, HS_, T_, V_;  // layers, channels, ffn, heads, head size, positions, padded V
   int Ct_, Ft_, Ht_, Vt_;            // per-rank C/t, F/t, heads, V/t
+  int Gt_, Wt_, up_;  // per-rank key/value heads, QKV width, FC1 width (2 Ft with SwiGLU)
+  int rotary_dim_;    // 0 without RoPE
+  std::vector<float> rope_cos_, rope_sin_;  // (T, rotary_dim / 2) kernels::rope_tables
   ParamLayout layout_;
   std::vector<float> params_;  // layout_'s arena
   int slots_ = 0, max_rows_ = 0;
-  std::vector<float> cache_;  // (L, 2, slots, Ht, T, HS): keys then values of each layer
+  std::vector<float> cache_;  // (L, 2, slots, Gt, T, HS): keys then values of each layer
   std::vector<float> scratch_;
   float* x_ = nullptr;          // (max_rows, C) residual stream
   float* ln_ = nullptr;         // (max_rows, C) LayerNorm output
   float* mean_ = nullptr;       // (max_rows)
   float* rstd_ = nullptr;       // (max_rows)
-  float* qkv_ = nullptr;        // (max_rows, 3C/t)
+  float* qkv_ = nullptr;        // (max_rows, Wt) grouped [q..q|k|v] per query group
   float* att_ = nullptr;        // (max_rows, C/t)
   float* proj_ = nullptr;       // (max_rows, C) row-parallel output (partial sums before reduce)
-  float* fc_ = nullptr;         // (max_rows, F/t)
+  float* fc_ = nullptr;         // (max_rows, up) FC1's output (gate | up with SwiGLU)
+  float* act_ = nullptr;        // (max_rows, F/t) the activation's output
   std::vector<float> attn_ws_;  // (threads, T), sized to the thread count of each call
   std::vector<float> logits_local_, logits_gathered_, logits_;  // (K, V/t), (t, K, V/t), (K, V)
 };

@@ -71,6 +71,11 @@ Status load_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& g, const Tr
     world.barrier();
     Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
     if (!ref) return ref.status();
+    {
+      Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(ref->path);
+      if (!reader) return reader.status();
+      if (Status s = check_architecture(ref->path, (*reader)->model(), o.model); !s) return s;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<ChunkState<A>> states = chunk_states(rank);
     if (Status s = load_checkpoint(*ref, parts(rank, states, g, o, true), o.finetune, &state); !s)
