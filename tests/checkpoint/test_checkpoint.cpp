@@ -1,7 +1,9 @@
 // Checkpoints as a user meets them, with real MPI jobs: a run stopped and resumed continues
 // bit for bit; a checkpoint saved under one layout continues under others; a job killed while
 // saving resumes from the previous complete checkpoint, removes what the save left and says so; a
-// corrupt or truncated shard is refused by name; GPT-2 weights survive import and export unchanged.
+// corrupt or truncated shard is refused by name; GPT-2 weights survive import and export unchanged;
+// a Llama-family checkpoint continues in another layout and is refused by a run whose
+// architecture flags differ.
 #include <QtTest/QtTest>
 
 #include <QDir>
@@ -136,6 +138,41 @@ class Checkpoints : public QObject {
                                              .arg(want.at(step), 0, 'g', 17)));
       }
     }
+  }
+
+  // The Llama family (RoPE, RMSNorm, SwiGLU, 2 key/value heads for 8 query heads, the untied
+  // output layer on the last stage, no biases): saved at iteration 4 under TP 2 x PP 2 x DP 2,
+  // continued in one process like the run that never stopped; a run whose --rotary-base differs
+  // from the checkpoint's is refused, naming the flag and both values.
+  void a_llama_checkpoint_continues_in_another_layout_and_refuses_another_rope_base() {
+    const QStringList llama = {"--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                               "--swiglu", "--ffn-hidden-size", "128", "--group-query-attention",
+                               "--num-query-groups", "2", "--untie-embeddings-and-output-weights",
+                               "--disable-bias-linear", "--exit-interval", "8"};
+    const QString save = dir_.filePath("llama-ckpt");
+    Run straight = train("llama-straight", 1, llama);
+    QVERIFY2(straight.exit_code == 0, qPrintable(straight.err));
+    Run first = train("llama-first-4", 8,
+                      kTp2Pp2Dp2 + llama + QStringList{"--save", save, "--save-interval", "4"});
+    QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+    QVERIFY(QFile::exists(save + "/iter_0000004/metadata.json"));
+    Run resumed = train("llama-resumed", 1,
+                        llama + QStringList{"--load", save, "--ckpt-step", "4"});
+    QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err));
+    const auto want = losses("llama-straight"), got = losses("llama-resumed");
+    QCOMPARE(got.size(), size_t{4});
+    for (int step = 5; step <= 8; step++) {
+      const double rel = std::abs(got.at(step) - want.at(step)) / want.at(step);
+      QVERIFY2(rel <= 1e-5, qPrintable(QString("step %1: resumed loss %2, uninterrupted %3")
+                                           .arg(step)
+                                           .arg(got.at(step), 0, 'g', 17)
+                                           .arg(want.at(step), 0, 'g', 17)));
+    }
+    Run refused = train("llama-other-base", 1,
+                        llama + QStringList{"--load", save, "--rotary-base", "500000"});
+    QVERIFY(refused.exit_code != 0);
+    QVERIFY2(refused.err.contains("--rotary-base 500000 disagrees with 10000 in"),
+             qPrintable(refused.err));
   }
 
   // Megatron's wall-clock budget: every rank stops at the same iteration, which is saved and

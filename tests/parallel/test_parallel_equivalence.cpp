@@ -92,28 +92,30 @@ class ParallelEquivalence : public QObject {
     return t;
   }
 
+  void expect_same(const QString& name, const Trace& t) { expect_same_as(reference_, name, t); }
+
   // Every value within 1e-5 relative; parameters also pass an absolute 1e-7 (the weights
   // file stores float32, whose last bit at 0.02 is 2e-9, and biases start at exactly 0).
-  void expect_same(const QString& name, const Trace& t) {
+  void expect_same_as(const Trace& reference, const QString& name, const Trace& t) {
     QCOMPARE(t.losses.size(), 10);
     QCOMPARE(t.norms.size(), 10);
     for (int i = 0; i < 10; i++) {
-      const double rl = std::abs(t.losses[i] - reference_.losses[i]) / reference_.losses[i];
+      const double rl = std::abs(t.losses[i] - reference.losses[i]) / reference.losses[i];
       QVERIFY2(rl <= 1e-5, qPrintable(QString("%1: step %2 loss %3 vs one process %4 (rel %5)")
                                           .arg(name)
                                           .arg(i + 1)
                                           .arg(t.losses[i], 0, 'g', 17)
-                                          .arg(reference_.losses[i], 0, 'g', 17)
+                                          .arg(reference.losses[i], 0, 'g', 17)
                                           .arg(rl)));
-      const double rn = std::abs(t.norms[i] - reference_.norms[i]) / reference_.norms[i];
+      const double rn = std::abs(t.norms[i] - reference.norms[i]) / reference.norms[i];
       QVERIFY2(rn <= 1e-5, qPrintable(QString("%1: step %2 grad norm %3 vs %4")
                                           .arg(name)
                                           .arg(i + 1)
                                           .arg(t.norms[i], 0, 'g', 17)
-                                          .arg(reference_.norms[i], 0, 'g', 17)));
+                                          .arg(reference.norms[i], 0, 'g', 17)));
     }
-    QCOMPARE(t.params.size(), reference_.params.size());
-    for (const auto& [tensor, want] : reference_.params) {
+    QCOMPARE(t.params.size(), reference.params.size());
+    for (const auto& [tensor, want] : reference.params) {
       const auto it = t.params.find(tensor);
       QVERIFY2(it != t.params.end(), qPrintable(name + ": no tensor " + tensor.c_str()));
       const std::vector<float>& got = it->second;
@@ -173,6 +175,28 @@ class ParallelEquivalence : public QObject {
                  {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                   "--use-distributed-optimizer"});
   }
+  // The Llama family (RoPE, RMSNorm, SwiGLU, 8 query heads in 2 key/value groups, the untied
+  // output layer on the last stage, no biases) splits as exactly: TP 2 x PP 2 x DP 2 with
+  // sequence parallelism and the distributed optimizer against its own one process.
+  void llama_tensor_2_pipeline_2_data_2_sequence_parallel() {
+    const QStringList llama =
+        kModel + QStringList{"--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                             "--swiglu", "--ffn-hidden-size", "128", "--group-query-attention",
+                             "--num-query-groups", "2", "--untie-embeddings-and-output-weights",
+                             "--disable-bias-linear"};
+    const Trace one = train_with("llama-one-process", 1, llama, {});
+    QCOMPARE(one.losses.size(), 10);
+    QVERIFY(one.losses.last() < one.losses.first());
+    QVERIFY2(one.params.count("model.layers.0.mlp.gate_proj.weight") &&
+                 one.params.count("lm_head.weight"),
+             "the weights file lacks Llama's gate_proj or lm_head");
+    const Trace many = train_with("llama-tp2-pp2-dp2-sp", 8, llama,
+                                  {"--tensor-model-parallel-size", "2",
+                                   "--pipeline-model-parallel-size", "2", "--sequence-parallel",
+                                   "--use-distributed-optimizer"});
+    expect_same_as(one, "llama-tp2-pp2-dp2-sp", many);
+  }
+
   // Megatron's default batch: without --global-batch-size, 4 ranks at TP 2 (DP 2) train one
   // micro-batch per data-parallel rank, 2 x 2 samples per iteration.
   void global_batch_defaults_to_micro_batch_times_data_parallel() {
