@@ -32,6 +32,14 @@ std::string relevant_train_flags_help() {
                                                  "num-attention-heads",
                                                  "seq-length",
                                                  "max-position-embeddings",
+                                                 "position-embedding-type",
+                                                 "normalization",
+                                                 "swiglu",
+                                                 "group-query-attention",
+                                                 "num-query-groups",
+                                                 "untie-embeddings-and-output-weights",
+                                                 "disable-bias-linear",
+                                                 "add-qkv-bias",
                                                  "vocab-size",
                                                  "make-vocab-size-divisible-by",
                                                  "micro-batch-size",
@@ -174,6 +182,7 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
       << m.num_attention_heads << " heads, sequence " << m.seq_length << ", vocabulary "
       << m.vocab_size << " (padded " << m.padded_vocab_size() << "), "
       << human_count(static_cast<double>(m.num_parameters())) << " parameters\n";
+  out << "architecture: " << architecture_text(m) << "\n";
   out << "batch: global " << o.global_batch_size << " = micro " << o.micro_batch_size << " x DP "
       << layout.dp << " x " << est.micro_batches << " micro-batches per iteration\n\n";
 
@@ -198,10 +207,13 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
       const ParallelLayout::LayerRange r = layout.stage_layers(p, c);
       out << " [" << r.begin << "," << r.end << ")";
     }
-    if (layout.is_first_stage(p)) out << "  + word and position embeddings";
+    if (layout.is_first_stage(p))
+      out << (m.learned_positions() ? "  + word and position embeddings" : "  + word embedding");
     if (layout.is_last_stage(p))
-      out << (layout.is_first_stage(p) ? ", final LayerNorm, LM head (tied)"
-                                       : "  + final LayerNorm, LM head (tied word embedding copy)");
+      out << (layout.is_first_stage(p) ? ", final " : "  + final ") << m.normalization
+          << (!m.tied_output()           ? ", output layer (untied)"
+              : layout.is_first_stage(p) ? ", LM head (tied)"
+                                         : ", LM head (tied word embedding copy)");
     out << "\n";
   }
 
@@ -420,6 +432,7 @@ void print_suggestions(std::ostream& out, const TrainOptions& o, const ClusterSp
       << o.model.num_attention_heads << " heads, sequence " << o.model.seq_length << ", vocabulary "
       << o.model.vocab_size << ", " << human_count(static_cast<double>(o.model.num_parameters()))
       << " parameters; global batch " << o.global_batch_size << "\n";
+  out << "architecture: " << architecture_text(o.model) << "\n";
   out << "cluster: " << cluster_line(c, training_precision(o)) << "\n";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);

@@ -3,12 +3,14 @@
 #include "plan/form_section.h"
 
 #include <QCheckBox>
-#include <QDoubleSpinBox>
+#include <QComboBox>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QSignalBlocker>
 #include <QSpinBox>
+#include <algorithm>
+#include <cmath>
 
 namespace lattice::ui {
 
@@ -109,6 +111,13 @@ QDoubleSpinBox* FormSection::doubleEditor(double min, double max, int decimals,
   spin->setRange(min, max);
   spin->setDecimals(decimals);
   spin->setSuffix(suffix);
+  bindDouble(spin, field, text, std::move(get), std::move(set));
+  return spin;
+}
+
+void FormSection::bindDouble(QDoubleSpinBox* spin, const QString& field, const QString& text,
+                             std::function<double(const Plan&)> get,
+                             std::function<void(Plan&, double)> set) {
   spin->setKeyboardTracking(false);
   spin->setObjectName(field);
   connect(spin, &QDoubleSpinBox::valueChanged, this, [this, text, field, set](double v) {
@@ -116,7 +125,45 @@ QDoubleSpinBox* FormSection::doubleEditor(double min, double max, int decimals,
         text, [&](Plan& p) { set(p, v); }, field);
   });
   onRefresh([spin, get](const Plan& p, const PlanAnalysis&) { spin->setValue(get(p)); });
-  return spin;
+}
+
+QComboBox* FormSection::choiceEditor(const QString& field, const QString& text,
+                                     const std::vector<std::pair<QString, QString>>& items,
+                                     std::function<QString(const Plan&)> get,
+                                     std::function<void(Plan&, const QString&)> set) {
+  auto* box = new QComboBox(this);
+  box->setObjectName(field);
+  for (const auto& [shown, value] : items) box->addItem(shown, value);
+  connect(box, &QComboBox::activated, this, [this, box, text, set](int index) {
+    const QString value = box->itemData(index).toString();
+    model_->edit(text, [&](Plan& p) { set(p, value); });
+  });
+  onRefresh([box, get](const Plan& p, const PlanAnalysis&) {
+    box->setCurrentIndex(std::max(box->findData(get(p)), 0));
+  });
+  return box;
+}
+
+ScientificSpinBox::ScientificSpinBox(QWidget* parent) : QDoubleSpinBox(parent) {
+  setDecimals(30);  // QDoubleSpinBox rounds every value to its decimals
+}
+
+QString ScientificSpinBox::textFromValue(double value) const {
+  return QString::number(value, 'g', 6);
+}
+
+double ScientificSpinBox::valueFromText(const QString& text) const {
+  return text.trimmed().toDouble();
+}
+
+QValidator::State ScientificSpinBox::validate(QString& text, int&) const {
+  bool ok = false;
+  const double v = text.trimmed().toDouble(&ok);
+  return ok && v >= minimum() && v <= maximum() ? QValidator::Acceptable : QValidator::Intermediate;
+}
+
+void ScientificSpinBox::stepBy(int steps) {
+  setValue(value() * std::pow(10.0, steps));
 }
 
 void FormSection::onRefresh(std::function<void(const Plan&, const PlanAnalysis&)> update) {

@@ -10,17 +10,18 @@
 // spacing and gives every shown row its height.
 #pragma once
 
+#include <QDoubleSpinBox>
 #include <QGroupBox>
 #include <QHash>
 #include <QStringList>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "plan/plan_model.h"
 
 class QCheckBox;
 class QComboBox;
-class QDoubleSpinBox;
 class QGridLayout;
 class QLabel;
 class QSpinBox;
@@ -62,6 +63,15 @@ class FormSection : public QGroupBox {
                                const QString& field, const QString& text,
                                std::function<double(const Plan&)> get,
                                std::function<void(Plan&, double)> set);
+  // Binds a spin box made by the caller (a ScientificSpinBox, say) as doubleEditor does.
+  void bindDouble(QDoubleSpinBox* spin, const QString& field, const QString& text,
+                  std::function<double(const Plan&)> get, std::function<void(Plan&, double)> set);
+  // A choice of string values: `items` are (shown text, value) pairs; a value the plan holds
+  // that no item has shows as the first item.
+  QComboBox* choiceEditor(const QString& field, const QString& text,
+                          const std::vector<std::pair<QString, QString>>& items,
+                          std::function<QString(const Plan&)> get,
+                          std::function<void(Plan&, const QString&)> set);
   // Runs on every refresh, after the editors are updated.
   void onRefresh(std::function<void(const Plan&, const PlanAnalysis&)> update);
 
@@ -81,6 +91,17 @@ class FormSection : public QGroupBox {
   std::vector<ErrorRow> errorRows_;
   std::vector<std::function<void(const Plan&, const PlanAnalysis&)>> refreshers_;
   QStringList fields_;
+};
+
+// A spin box for values across decades (a norm's epsilon): shown as "1e-05", the arrows step
+// by factors of ten.
+class ScientificSpinBox : public QDoubleSpinBox {
+ public:
+  explicit ScientificSpinBox(QWidget* parent = nullptr);
+  QString textFromValue(double value) const override;
+  double valueFromText(const QString& text) const override;
+  QValidator::State validate(QString& text, int& position) const override;
+  void stepBy(int steps) override;
 };
 
 // Red for error text, readable on the light and the dark palette.

@@ -1,4 +1,5 @@
-// ModelSection: presets, architecture fields, live parameter count.
+// ModelSection: presets, GPT-2's size fields, live parameter count (the Llama family's rows are
+// in model_section_architecture.cpp).
 #include "plan/model_section.h"
 
 #include <QComboBox>
@@ -51,9 +52,13 @@ ModelSection::ModelSection(PlanModel* model, QWidget* parent)
                               tr("Attention heads; they must divide the hidden size"));
   addRow(tr("Hidden size"), pair(hidden, tr("heads"), heads),
          {"hidden-size", "num-attention-heads"});
-  QSpinBox* ffn = model_int(tr("MLP hidden size"), "ffn-hidden-size", 0, 1 << 20,
-                            &ModelConfig::ffn_hidden_size, tr("0 means 4 x hidden size"));
-  ffn->setSpecialValueText(tr("4 × hidden"));
+  QSpinBox* ffn =
+      model_int(tr("MLP hidden size"), "ffn-hidden-size", 0, 1 << 20, &ModelConfig::ffn_hidden_size,
+                tr("0 means 4 x hidden size, or with SwiGLU 8/3 x hidden size "
+                   "rounded down to a multiple of 64"));
+  onRefresh([ffn](const Plan& p, const PlanAnalysis&) {
+    ffn->setSpecialValueText(p.options.model.swiglu ? tr("8/3 × hidden") : tr("4 × hidden"));
+  });
   addRow(tr("MLP hidden size"), ffn, {"ffn-hidden-size"});
   QSpinBox* seq = model_int(tr("sequence length"), "seq-length", 1, 1 << 22,
                             &ModelConfig::seq_length, tr("Tokens per sample"));
@@ -61,6 +66,9 @@ ModelSection::ModelSection(PlanModel* model, QWidget* parent)
                                   &ModelConfig::max_position_embeddings,
                                   tr("Learned position table; 0 means the sequence length"));
   positions->setSpecialValueText(tr("= sequence"));
+  onRefresh([positions](const Plan& p, const PlanAnalysis&) {
+    positions->setEnabled(p.options.model.learned_positions());  // RoPE has no table
+  });
   addRow(tr("Sequence length"), pair(seq, tr("positions"), positions),
          {"seq-length", "max-position-embeddings"});
 
@@ -81,6 +89,8 @@ ModelSection::ModelSection(PlanModel* model, QWidget* parent)
   addRow(tr("Vocabulary"), pair(vocab, tr("pad to"), padding),
          {"vocab-size", "make-vocab-size-divisible-by"});
 
+  addArchitectureRows();
+
   QLabel* note = addNote();
   note->setObjectName("parameters");
   onRefresh([note, vocab, vocabTip](const Plan& p, const PlanAnalysis& a) {
@@ -95,11 +105,12 @@ ModelSection::ModelSection(PlanModel* model, QWidget* parent)
       note->setText(tr("Parameters: fix the fields above to see the count"));
       return;
     }
-    note->setText(tr("%1 parameters · vocabulary %2 padded to %3 · head size %4")
+    note->setText(tr("%1 parameters · vocabulary %2 padded to %3 · head size %4\n%5")
                       .arg(humanCount(static_cast<double>(a.parameters)))
                       .arg(m.vocab_size)
                       .arg(m.padded_vocab_size())
-                      .arg(m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0));
+                      .arg(m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0)
+                      .arg(QString::fromStdString(architecture_text(m))));
   });
 }
 

@@ -79,6 +79,16 @@ struct ModelConfig {
   static constexpr int64_t kMaxParameters = int64_t{1} << 58;
 };
 
+// Forward FLOPs per token as Megatron counts them (2 per multiply-add): one layer's GEMMs and
+// causal attention, 2 h W + 2 h^2 + 2 m h F + 2 s h (W = qkv_width, m = 3 for SwiGLU else 2);
+// of that the attention's score and value products alone, 2 s h (causal: half of 4 s h; what
+// selective recomputation repeats); and the LM head, 2 h V. flops_per_iteration and the
+// planner's per-stage step time (plan/step_estimate.cpp) both count from these.
+struct TokenFlops {
+  double layer = 0, attention = 0, head = 0;
+};
+TokenFlops forward_flops_per_token(const ModelConfig& model);
+
 // Training FLOPs of one iteration (forward + backward) as Megatron counts them, with B the
 // global batch: 72 B s L h^2 (1 + s / (12 h) + V / (12 L h)) for GPT-2's 4h MLP; in general
 // 3 B s (L (2 h W + 2 h^2 + 2 m h F + 2 s h) + 2 h V), W = qkv_width, m = 3 for SwiGLU else 2

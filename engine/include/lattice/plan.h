@@ -21,9 +21,10 @@ namespace lattice {
 struct StageEstimate {
   int pp_rank = 0;
   // Parameter elements on the rank: the rank's 1/TP slice of split tensors, plus the tensors
-  // every TP rank holds whole (LayerNorms, row-parallel biases), counted in
-  // `replicated_parameters` too. Summed over a TP x PP grid counting the replicated ones once,
-  // this is ModelConfig::num_parameters() plus the last stage's tied word embedding (pp > 1).
+  // every TP rank holds whole (norms, row-parallel biases, a learned position table), counted
+  // in `replicated_parameters` too. Summed over a TP x PP grid counting the replicated ones
+  // once, this is ModelConfig::num_parameters() plus the last stage's tied word embedding
+  // (pp > 1; an untied output layer is part of num_parameters and sits on the last stage).
   int64_t parameters = 0;
   int64_t replicated_parameters = 0;
   // Bytes per parameter by training precision (bytes_per_parameter()):
@@ -84,6 +85,12 @@ MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelLayout
 // "total_bytes"}]} (`lattice plan --json`). indent < 0: one line.
 std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& estimate,
                       int indent = -1);
+
+// The architecture in a few words, as `lattice plan` and the Studio print it: attention (MHA,
+// "GQA 8 groups", MQA), MLP (GELU, SwiGLU), norm and its epsilon, positions ("RoPE θ 500000",
+// learned, none), the LM head (tied or untied) and the biases. GPT-2: "MHA, GELU, LayerNorm ε
+// 1e-05, learned positions, tied head, biases".
+std::string architecture_text(const ModelConfig& model);
 
 // ---- Step time and layout search (Studio issue, part 1) ---------------------------------
 // A device kind: memory and peak dense rate in the training precision, and the bandwidth one

@@ -147,15 +147,17 @@ std::vector<std::string> ModelConfig::size_errors() const {
   return errors;
 }
 
-double flops_per_iteration(const ModelConfig& m, int64_t global_batch) {
-  const double B = static_cast<double>(global_batch), s = m.seq_length, L = m.num_layers,
-               h = m.hidden_size, F = m.ffn(), V = m.padded_vocab_size(),
+TokenFlops forward_flops_per_token(const ModelConfig& m) {
+  const double s = m.seq_length, h = m.hidden_size, F = m.ffn(), V = m.padded_vocab_size(),
                W = static_cast<double>(m.qkv_width()), mlp = m.swiglu ? 3 : 2;
-  // forward per token and layer: QKV 2hW (6h^2 for GPT-2) + proj 2h^2 + MLP 2mhF + causal
-  // attention 2sh; backward is twice the forward; the LM head adds 2hV per token forward.
-  const double per_token_forward =
-      L * (2 * h * W + 2 * h * h + 2 * mlp * h * F + 2 * s * h) + 2 * h * V;
-  return 3.0 * B * s * per_token_forward;
+  // QKV 2hW (6h^2 for GPT-2) + proj 2h^2 + MLP 2mhF + causal attention 2sh; the LM head 2hV.
+  return {2 * h * W + 2 * h * h + 2 * mlp * h * F + 2 * s * h, 2 * s * h, 2 * h * V};
+}
+
+double flops_per_iteration(const ModelConfig& m, int64_t global_batch) {
+  // Backward is twice the forward.
+  const TokenFlops f = forward_flops_per_token(m);
+  return 3.0 * static_cast<double>(global_batch) * m.seq_length * (m.num_layers * f.layer + f.head);
 }
 
 }  // namespace lattice

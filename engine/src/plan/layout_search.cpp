@@ -102,8 +102,11 @@ std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& given, const Cl
   // Phase 1: every valid choice with its memory (cheap: parameter counts and the activation
   // formula per stage).
   std::vector<Choice> choices;
+  // TP must divide the heads, the key/value heads (query groups: each rank holds whole ones)
+  // and the MLP width; layout_errors checks every rule again below, this only skips early.
   for (int tp : divisors(m.num_attention_heads)) {
-    if (world % tp != 0 || m.ffn() % tp != 0) continue;
+    if (world % tp != 0 || m.ffn() % tp != 0 || m.kv_heads() < 1 || m.kv_heads() % tp != 0)
+      continue;
     for (int pp : divisors(m.num_layers)) {
       if (world % (static_cast<int64_t>(tp) * pp) != 0) continue;
       const size_t from = choices.size();

@@ -2,9 +2,10 @@
 // engine's one model keeps (model/gpt.h: every buffer it takes per micro-batch, counted from
 // the same shapes and recompute plan) and the schedule's micro-batches in flight
 // (docs/design-notes.md#parallel-layout-and-the-planner), for fp32, 16-bit and fp64 training on
-// the CPU or CUDA. Megatron's published formula (Korthikanti et al. 2022) is the comparison in
-// test_planner, not the estimate. Non-goals: measured figures (the trainer's --log-memory),
-// workspace.
+// the CPU or CUDA, for GPT-2 and the Llama family (query groups, SwiGLU, RMSNorm, RoPE, an
+// untied head, no biases; issue 23). Megatron's published formula (Korthikanti et al. 2022) is the
+// comparison in test_planner, not the estimate. Non-goals: measured figures (the trainer's
+// --log-memory), workspace.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -23,25 +24,50 @@ struct ParamCount {
   int64_t total = 0, replicated = 0;
 };
 
-// One TP rank's parameters on pipeline rank `p`. Per layer, with t = TP: QKV (3C, C) + 3C and
-// FC1 (F, C) + F are split by rows, proj (C, C) and FC2 (C, F) by columns; the two LayerNorms
-// (4C) and the row-parallel biases (2C) are whole on every TP rank.
+// One layer's parameters as the engine's ParamLayout holds them (Megatron-core's tensors): the
+// elements split over TP (linear_qkv (W, C) and its bias (W), linear_fc1 ((2,) F, C) and its
+// bias by rows, whole query groups per rank; linear_proj (C, C) and linear_fc2 (C, F) by
+// columns) and those every TP rank holds whole (the two norms' weights, LayerNorm's biases,
+// the row-parallel biases of proj and FC2). split + replicated is layer_parameters().
+struct LayerParamCount {
+  int64_t split = 0, replicated = 0;
+};
+LayerParamCount layer_param_count(const ModelConfig& m) {
+  const int64_t C = m.hidden_size, F = m.ffn(), W = m.qkv_width();
+  const int64_t up = m.swiglu ? 2 * F : F;        // FC1's rows: gate and up with SwiGLU
+  const int64_t norm = m.rms_norm() ? C : 2 * C;  // weight (and LayerNorm's bias)
+  LayerParamCount n;
+  n.split = W * C + (m.qkv_bias() ? W : 0) + C * C + up * C + (m.linear_bias() ? up : 0) + C * F;
+  n.replicated = 2 * norm + (m.linear_bias() ? 2 * C : 0);
+  return n;
+}
+
+// One TP rank's parameters on pipeline rank `p`: its layers (layer_param_count, the split part
+// / TP), the word embedding's vocabulary rows (Vp C / TP) and the position table (whole) on the
+// first stage, the final norm (whole) on the last, and there too the LM head's rows: an untied
+// output_layer (Vp C / TP, even with PP 1), or with a tied head and PP > 1 the word
+// embedding's copy. Summed over a TP x PP grid counting the replicated ones once this is
+// num_parameters() plus that tied copy.
 ParamCount stage_parameters(const ModelConfig& m, const ParallelLayout& layout, int p) {
-  const int64_t C = m.hidden_size, F = m.ffn(), t = layout.tp;
-  const int64_t split = 3 * C * C + 3 * C + C * C + F * C + F + C * F;
+  const int64_t C = m.hidden_size, t = layout.tp;
+  const LayerParamCount per_layer = layer_param_count(m);
   const int64_t layers = layout.stage_num_layers(p);
   ParamCount n;
-  n.replicated = layers * 6 * C;
-  n.total = layers * split / t + n.replicated;
-  const int64_t word_embedding = static_cast<int64_t>(m.padded_vocab_size()) * C / t;
+  n.replicated = layers * per_layer.replicated;
+  n.total = layers * per_layer.split / t + n.replicated;
+  const int64_t vocabulary_rows = static_cast<int64_t>(m.padded_vocab_size()) * C / t;
   if (layout.is_first_stage(p)) {
-    n.total += word_embedding + m.max_positions() * C;  // position table: whole on every TP rank
-    n.replicated += m.max_positions() * C;
+    n.total += vocabulary_rows;
+    if (m.learned_positions()) {  // RoPE and "none" have no table
+      n.total += m.max_positions() * C;
+      n.replicated += m.max_positions() * C;
+    }
   }
   if (layout.is_last_stage(p)) {
-    if (!layout.is_first_stage(p)) n.total += word_embedding;  // the LM head's tied copy
-    n.total += 2 * C;                                          // final LayerNorm
-    n.replicated += 2 * C;
+    if (!m.tied_output() || !layout.is_first_stage(p)) n.total += vocabulary_rows;
+    const int64_t final_norm = m.rms_norm() ? C : 2 * C;
+    n.total += final_norm;
+    n.replicated += final_norm;
   }
   return n;
 }
@@ -59,23 +85,29 @@ ElementBytes element_bytes(const std::string& precision) {
 }
 
 // The shapes of one model chunk (GptModel's): N = B*T rows, R of them held in the residual stream
-// (N/t with sequence parallelism), this rank's C/t, F/t, heads and vocabulary rows.
+// (N/t with sequence parallelism), this rank's C/t, F/t, query heads and vocabulary rows, its
+// QKV width W/t ((NH + 2 G) head size / t) and FC1 width U/t (2 F / t with SwiGLU, else F / t),
+// and the statistics each norm keeps per row (LayerNorm: mean and rstd; RMSNorm: rstd).
 struct ChunkShape {
-  double B, T, N, R, C, Ct, Ft, Ht, Vt;
+  double B, T, N, R, C, Ct, Ft, Ht, Vt, Wt, Ut, norm_stats;
 };
 ChunkShape chunk_shape(const TrainOptions& o, int t) {
   const ModelConfig& m = o.model;
   const double B = o.micro_batch_size, T = m.seq_length, N = B * T;
   const double R = o.parallel.sequence_parallel ? N / t : N;
+  const double F = m.ffn();
   return {B,
           T,
           N,
           R,
           static_cast<double>(m.hidden_size),
           static_cast<double>(m.hidden_size) / t,
-          static_cast<double>(m.ffn()) / t,
+          F / t,
           static_cast<double>(m.num_attention_heads) / t,
-          static_cast<double>(m.padded_vocab_size()) / t};
+          static_cast<double>(m.padded_vocab_size()) / t,
+          static_cast<double>(m.qkv_width()) / t,
+          (m.swiglu ? 2 * F : F) / t,
+          m.rms_norm() ? 1.0 : 2.0};
 }
 
 // Elements of the attention's saved tensor per layer (Ops::attention_saved_elems): the CPU
@@ -86,10 +118,13 @@ double attention_saved(const TrainOptions& o, const ChunkShape& d) {
 }
 
 // One layer's activations of one micro-batch (GptModel::take_layer_acts): ln1, res_mid, ln2
-// (R, C); qkv, attention output (N, 4 C/t); FC1 and GELU outputs (N, 2 F/t); four LayerNorm
-// statistics (R) and, unless dropped, the attention's saved tensor.
+// (R, C); qkv (N, W/t) and the attention output (N, C/t); FC1's output (N, U/t) and the
+// activation's (GELU, or SwiGLU's silu(gate) * up) (N, F/t); the two norms' statistics (R
+// each) and, unless dropped, the attention's saved tensor. RoPE keeps nothing per micro-batch.
+// GPT-2 (W = 3C, U = F, LayerNorm): 3 R C + N (4 C + 2 F) / t and 4 R, as before issue 23.
 double layer_bytes(const ElementBytes& e, const ChunkShape& d, double saved) {
-  return e.a * (3 * d.R * d.C + d.N * (4 * d.Ct + 2 * d.Ft)) + e.g * (4 * d.R + saved);
+  return e.a * (3 * d.R * d.C + d.N * (d.Wt + d.Ct + d.Ut + d.Ft)) +
+         e.g * (2 * d.norm_stats * d.R + saved);
 }
 
 struct ChunkActivations {
@@ -102,7 +137,7 @@ struct ChunkActivations {
 // the recompute plan keeps (selective recomputation drops the saved tensor where the device
 // saves scores; full recomputation keeps only the residual input of a recomputed layer and
 // rebuilds the layer in a scratch of the largest group's layers), and on the last chunk the
-// final LayerNorm, the logits in G (and their 16-bit copy) and the token losses.
+// final norm and its statistics, the logits in G (and their 16-bit copy) and the token losses.
 ChunkActivations chunk_activations(const TrainOptions& o, const ModelShard& shard, int t) {
   const ChunkShape d = chunk_shape(o, t);
   const ElementBytes e = element_bytes(training_precision(o));
@@ -118,7 +153,7 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ModelShard& shar
   for (int l = 0; l < layers; l++)
     if (!plan.recomputed(l)) c.per_micro_batch += kept;
   if (shard.post) {
-    c.per_micro_batch += e.a * d.R * d.C + e.g * (2 * d.R + d.N * d.Vt + d.N);
+    c.per_micro_batch += e.a * d.R * d.C + e.g * (d.norm_stats * d.R + d.N * d.Vt + d.N);
     if (e.a != e.g) c.per_micro_batch += e.a * d.N * d.Vt;
   }
   c.once = plan.max_group * layer_bytes(e, d, saved);

@@ -1,5 +1,8 @@
 // The planner's results as JSON (`lattice plan --json`, `--suggest --json`) and a candidate's
-// layout as `lattice train` flags. Non-goals: tables for people (app/cli/plan_command.cpp).
+// layout as `lattice train` flags, and the architecture in words. Non-goals: tables for people
+// (app/cli/plan_command.cpp).
+#include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "lattice/plan.h"
@@ -95,6 +98,32 @@ std::string suggest_json(const std::vector<LayoutCandidate>& candidates, const C
   }
   const nlohmann::ordered_json out = {{"cluster", cluster_object(cluster)}, {"candidates", list}};
   return out.dump(indent);
+}
+
+std::string architecture_text(const ModelConfig& m) {
+  auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, v == std::floor(v) && v < 1e15 ? "%.0f" : "%g", v);
+    return std::string(buf);
+  };
+  std::string out = !m.group_query_attention ? "MHA"
+                    : m.num_query_groups == 1
+                        ? "MQA"
+                        : "GQA " + std::to_string(m.num_query_groups) + " groups";
+  out += m.swiglu ? ", SwiGLU" : ", GELU";
+  char norm[64];
+  std::snprintf(norm, sizeof norm, ", %s ε %g", m.normalization.c_str(), m.norm_epsilon);
+  out += norm;
+  if (m.rope()) {
+    out += ", RoPE θ " + number(m.rotary_base);
+    if (m.rotary_percent < 1.0f)
+      out += " on " + number(100.0 * m.rotary_percent) + " % of each head";
+  } else {
+    out += m.learned_positions() ? ", learned positions" : ", no positions";
+  }
+  out += m.tied_output() ? ", tied head" : ", untied head";
+  out += m.linear_bias() ? ", biases" : m.qkv_bias() ? ", QKV bias only" : ", no biases";
+  return out;
 }
 
 }  // namespace lattice

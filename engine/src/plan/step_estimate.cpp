@@ -57,18 +57,18 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const DeviceSpec& dev = cluster.device;
   const std::string precision = training_precision(o);
   const ParameterBytes per_param = bytes_per_parameter(precision);
-  const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size, F = m.ffn(),
+  const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size,
                V = m.padded_vocab_size();
   const int t = layout.tp, pp = layout.pp, dp = layout.dp, vpp = layout.vpp;
   const double M = static_cast<double>(memory.micro_batches);
   const double rate = dev.peak_flops * cluster.compute_efficiency;
   const double tokens = M * b * s;  // per data-parallel rank and iteration
 
-  // Forward FLOPs per token (flops_per_iteration()'s terms): a layer's GEMMs and causal
-  // attention, the attention scores alone (what selective recomputation repeats), the LM head.
-  const double layer_fwd = 8 * h * h + 4 * h * F + 2 * s * h;
-  const double attention_fwd = 2 * s * h;
-  const double head_fwd = 2 * h * V;
+  // Forward FLOPs per token, flops_per_iteration()'s own terms: a layer's GEMMs and causal
+  // attention, the attention products alone (what selective recomputation repeats), the LM head.
+  const TokenFlops per_token = forward_flops_per_token(m);
+  const double layer_fwd = per_token.layer, attention_fwd = per_token.attention,
+               head_fwd = per_token.head;
   const bool full = par.recompute_granularity == "full";
   const bool selective = par.recompute_granularity == "selective";
   const bool distributed = par.use_distributed_optimizer;
@@ -118,7 +118,8 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     // Data parallelism (see the design note for the overlap rule): fp32 gradients reduced
     // (all-reduce, or reduce-scatter + all-gather of the weights with the distributed
     // optimizer), overlapped with the last micro-batch's backward and, on later stages, the
-    // pipeline's cool-down; the tied embedding's gradient sum between the end stages is not.
+    // pipeline's cool-down; the tied embedding's gradient sum between the end stages is not
+    // (an untied output layer has no copy to sum).
     const double params = static_cast<double>(memory.stages[static_cast<size_t>(p)].parameters);
     st.dp_total = distributed ? half_ring_s(params * per_param.grads, dp, dp_bandwidth) +
                                     half_ring_s(params * per_param.weights, dp, dp_bandwidth)
@@ -127,7 +128,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     const double window =
         backward_per_micro_batch * (pp - p) + (distributed ? forward / M / rate : 0);
     st.dp_exposed = std::max(0.0, st.dp_total - window);
-    if (pp > 1 && (first || last)) {
+    if (pp > 1 && m.tied_output() && (first || last)) {
       const double embedding = V * h / t * per_param.grads;
       st.dp_exposed += all_reduce_s(embedding, 2, pp_bandwidth);
       st.dp_total += all_reduce_s(embedding, 2, pp_bandwidth);
