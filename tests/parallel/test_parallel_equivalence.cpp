@@ -177,7 +177,8 @@ class ParallelEquivalence : public QObject {
   }
   // The Llama family (RoPE, RMSNorm, SwiGLU, 8 query heads in 2 key/value groups, the untied
   // output layer on the last stage, no biases) splits as exactly: TP 2 x PP 2 x DP 2 with
-  // sequence parallelism and the distributed optimizer against its own one process.
+  // sequence parallelism and the distributed optimizer, and interleaved PP 2 with full
+  // recomputation, against its own one process.
   void llama_tensor_2_pipeline_2_data_2_sequence_parallel() {
     const QStringList llama =
         kModel + QStringList{"--position-embedding-type", "rope", "--normalization", "RMSNorm",
@@ -195,6 +196,13 @@ class ParallelEquivalence : public QObject {
                                    "--pipeline-model-parallel-size", "2", "--sequence-parallel",
                                    "--use-distributed-optimizer"});
     expect_same_as(one, "llama-tp2-pp2-dp2-sp", many);
+    // Interleaved 1F1B with full recomputation: the recomputed layers re-apply RoPE and SwiGLU.
+    const Trace recomputed = train_with(
+        "llama-pp2-vpp2-recompute", 2, llama,
+        {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2",
+         "--recompute-granularity", "full", "--recompute-method", "uniform",
+         "--recompute-num-layers", "1"});
+    expect_same_as(one, "llama-pp2-vpp2-recompute", recomputed);
   }
 
   // Megatron's default batch: without --global-batch-size, 4 ranks at TP 2 (DP 2) train one

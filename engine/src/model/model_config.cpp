@@ -71,6 +71,11 @@ std::vector<std::string> ModelConfig::validate() const {
 std::vector<std::string> ModelConfig::architecture_errors() const {
   std::vector<std::string> errors;
   auto str = [](auto v) { return std::to_string(v); };
+  auto real = [](double v) {  // shortest form: 1e-06, 0.5, 500000
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v);
+    return std::string(text);
+  };
   if (position_embedding_type != "learned_absolute" && position_embedding_type != "rope" &&
       position_embedding_type != "none")
     errors.push_back("--position-embedding-type must be learned_absolute, rope or none, got \"" +
@@ -78,9 +83,9 @@ std::vector<std::string> ModelConfig::architecture_errors() const {
   if (normalization != "LayerNorm" && normalization != "RMSNorm")
     errors.push_back("--normalization must be LayerNorm or RMSNorm, got \"" + normalization + "\"");
   if (!(norm_epsilon > 0.0f && norm_epsilon < 1.0f))
-    errors.push_back("--norm-epsilon must lie in (0, 1), got " + str(norm_epsilon));
+    errors.push_back("--norm-epsilon must lie in (0, 1), got " + real(norm_epsilon));
   else if (normalization == "LayerNorm" && norm_epsilon != 1e-5f)
-    errors.push_back("--norm-epsilon " + str(norm_epsilon) +
+    errors.push_back("--norm-epsilon " + real(norm_epsilon) +
                      " needs --normalization RMSNorm: Lattice's LayerNorm uses 1e-5 only");
   if (group_query_attention) {
     if (num_query_groups <= 0)
@@ -92,13 +97,13 @@ std::vector<std::string> ModelConfig::architecture_errors() const {
   if (rope() && hidden_size > 0 && num_attention_heads > 0 &&
       hidden_size % num_attention_heads == 0) {
     if (!(rotary_percent > 0.0f && rotary_percent <= 1.0f))
-      errors.push_back("--rotary-percent must lie in (0, 1], got " + str(rotary_percent));
+      errors.push_back("--rotary-percent must lie in (0, 1], got " + real(rotary_percent));
     else if (rotary_dim() < 2 || rotary_dim() % 2 != 0)
-      errors.push_back("--rotary-percent " + str(rotary_percent) + " of the head size " +
+      errors.push_back("--rotary-percent " + real(rotary_percent) + " of the head size " +
                        str(head_size()) + " rotates " + str(rotary_dim()) +
                        " dimensions; RoPE needs an even number, at least 2");
     if (!(rotary_base > 1.0f))
-      errors.push_back("--rotary-base must be greater than 1, got " + str(rotary_base));
+      errors.push_back("--rotary-base must be greater than 1, got " + real(rotary_base));
   }
   if (swiglu && ffn_hidden_size == 0 && hidden_size > 0 && ffn() <= 0)
     errors.push_back("--swiglu with --hidden-size " + str(hidden_size) +
