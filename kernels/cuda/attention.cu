@@ -5,6 +5,10 @@
 // fp32 tensors, and 16-bit views whose rows do not start on 16 bytes, run the fp32 CUDA-core
 // kernels of attention_kernels.cuh (note "attention tiles" below). Both keep the CPU's dropout
 // mask and write every gradient element from one thread (deterministic, no atomics).
+// Grouped-query attention (kv_heads = KV < NH): query head h reads its group h / (NH / KV)'s key
+// and value where they lie in qkv (never copied per query head); the dk/dv pass runs one block
+// per group and key block, which sums the group's query heads in order (note "attention
+// tiles", last paragraph).
 // Non-goals: head sizes other than 64 and 128, sliding windows.
 //
 // Note "attention tiles": a block owns 32 rows (queries in the forward and the dq pass, keys
@@ -15,6 +19,10 @@
 // shuffle, each lane owning HS / 32 output dimensions. Everything is computed in fp32; bf16
 // and fp16 tensors are widened when loaded. The dq pass and the dk/dv pass are separate kernels, so
 // every gradient element is written by one thread: deterministic, no atomics.
+// With query groups, a dk/dv block owns 32 key rows of one group and streams the query tiles of
+// each of the group's query heads in turn into the same accumulators: a key's gradient is the sum
+// over its group's heads in a fixed order, still written once. The price: B KV instead of B NH
+// rows of blocks, each with Q = NH / KV heads' work (fewer, longer blocks at small KV).
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -27,10 +35,10 @@
 namespace lattice::kernels::cuda {
 namespace {
 
-AttentionArgs make_args(int B, int T_, int NH, int HS, float dropout_p, uint64_t key,
+AttentionArgs make_args(int B, int T_, int NH, int KV, int HS, float dropout_p, uint64_t key,
                         int head_offset, int total_heads) {
   AttentionArgs a{};
-  a.B = B, a.T = T_, a.NH = NH;
+  a.B = B, a.T = T_, a.NH = NH, a.KV = KV;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
   a.dropout = dropout_p > 0.0f;
   a.threshold = dropout_threshold(dropout_p);
@@ -51,8 +59,13 @@ void launch(Context& ctx, const char* op, Kernel kernel, dim3 grid, size_t float
   check_launch(ctx, op);
 }
 
-bool supported(Context& ctx, const char* op, int C, int NH) {
+bool supported(Context& ctx, const char* op, int C, int NH, int KV) {
   const int HS = C / NH;
+  if (KV <= 0 || NH % KV != 0) {
+    ctx.record_error(std::string(op) + ": " + std::to_string(KV) +
+                     " key/value heads do not divide " + std::to_string(NH) + " query heads");
+    return false;
+  }
   if (C % NH == 0 && (HS == 64 || HS == 128)) return true;
   ctx.record_error(std::string(op) + ": head size " + std::to_string(HS) + " (C " +
                    std::to_string(C) + " / NH " + std::to_string(NH) +
@@ -109,8 +122,9 @@ void backward(Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, 
       launch_mma(ctx, "attention_backward (dq)", attention_backward_dq_mma_kernel<DT, HS>, grid,
                  mma_tiles::dq_elems<HS>(), dev(dqkv), dev(dout), dev(qkv), lse,
                  static_cast<const float*>(delta), a);
+      const dim3 kv_grid(grid.x, a.B * a.KV);  // one block per group and key block
       launch_mma(ctx, "attention_backward (dk, dv)", attention_backward_dkv_mma_kernel<DT, HS>,
-                 grid, mma_tiles::dkv_elems<HS>(), dev(dqkv), dev(dout), dev(qkv), lse,
+                 kv_grid, mma_tiles::dkv_elems<HS>(), dev(dqkv), dev(dout), dev(qkv), lse,
                  static_cast<const float*>(delta), a);
       return;
     }
@@ -119,17 +133,18 @@ void backward(Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, 
   launch(ctx, "attention_backward (dq)", attention_backward_dq_kernel<DT, HS>, grid,
          2 * kRows * HS + 2 * kTile * (HS + 1), dev(dqkv), dev(dout), dev(qkv), lse,
          static_cast<const float*>(delta), a);
-  launch(ctx, "attention_backward (dk, dv)", attention_backward_dkv_kernel<DT, HS>, grid,
-         2 * kRows * HS + 2 * kTile * (HS + 1) + 2 * kTile, dev(dqkv), dev(dout), dev(qkv), lse,
-         static_cast<const float*>(delta), a);
+  launch(ctx, "attention_backward (dk, dv)", attention_backward_dkv_kernel<DT, HS>,
+         dim3(grid.x, a.B * a.KV), 2 * kRows * HS + 2 * kTile * (HS + 1) + 2 * kTile, dev(dqkv),
+         dev(dout), dev(qkv), lse, static_cast<const float*>(delta), a);
 }
 
 template <typename T>
 void forward_any(Context& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
-                 float dropout_p, uint64_t key, int head_offset, int total_heads) {
-  if (!supported(ctx, "attention_forward", C, NH)) return;
+                 float dropout_p, uint64_t key, int head_offset, int total_heads, int kv_heads) {
+  const int KV = kv_heads > 0 ? kv_heads : NH;
+  if (!supported(ctx, "attention_forward", C, NH, KV)) return;
   const int HS = C / NH;
-  const AttentionArgs a = make_args(B, T_, NH, HS, dropout_p, key, head_offset, total_heads);
+  const AttentionArgs a = make_args(B, T_, NH, KV, HS, dropout_p, key, head_offset, total_heads);
   if (HS == 64)
     forward<T, 64>(ctx, out, lse, qkv, a);
   else
@@ -139,10 +154,11 @@ void forward_any(Context& ctx, T* out, float* lse, const T* qkv, int B, int T_, 
 template <typename T>
 void backward_any(Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out,
                   const float* lse, float* workspace, int B, int T_, int C, int NH, float dropout_p,
-                  uint64_t key, int head_offset, int total_heads) {
-  if (!supported(ctx, "attention_backward", C, NH)) return;
+                  uint64_t key, int head_offset, int total_heads, int kv_heads) {
+  const int KV = kv_heads > 0 ? kv_heads : NH;
+  if (!supported(ctx, "attention_backward", C, NH, KV)) return;
   const int HS = C / NH;
-  const AttentionArgs a = make_args(B, T_, NH, HS, dropout_p, key, head_offset, total_heads);
+  const AttentionArgs a = make_args(B, T_, NH, KV, HS, dropout_p, key, head_offset, total_heads);
   if (HS == 64)
     backward<T, 64>(ctx, dqkv, dout, qkv, out, lse, workspace, a);
   else
@@ -157,39 +173,42 @@ size_t attention_workspace_floats(int B, int T, int NH) {
 
 void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                       int total_heads) {
-  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads);
+                       int total_heads, int kv_heads) {
+  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads,
+              kv_heads);
 }
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                       int total_heads) {
-  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads);
+                       int total_heads, int kv_heads) {
+  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads,
+              kv_heads);
 }
 void attention_forward(Context& ctx, fp16* out, float* lse, const fp16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                       int total_heads) {
-  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads);
+                       int total_heads, int kv_heads) {
+  forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads,
+              kv_heads);
 }
 void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                        int total_heads) {
+                        int total_heads, int kv_heads) {
   backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
-               head_offset, total_heads);
+               head_offset, total_heads, kv_heads);
 }
 void attention_backward(Context& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
                         const bf16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                        int total_heads) {
+                        int total_heads, int kv_heads) {
   backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
-               head_offset, total_heads);
+               head_offset, total_heads, kv_heads);
 }
 void attention_backward(Context& ctx, fp16* dqkv, const fp16* dout, const fp16* qkv,
                         const fp16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                        int total_heads) {
+                        int total_heads, int kv_heads) {
   backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
-               head_offset, total_heads);
+               head_offset, total_heads, kv_heads);
 }
 
 }  // namespace lattice::kernels::cuda

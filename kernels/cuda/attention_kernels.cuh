@@ -20,6 +20,7 @@ constexpr int kRowsPerWarp = kRows / kWarps;
 
 struct AttentionArgs {
   int B, T, NH;
+  int KV;       // key/value heads (query groups), NH / KV query heads each; NH: GPT-2's layout
   float scale;  // 1 / sqrt(HS), folded into q as it is loaded
   bool dropout;
   uint32_t threshold;
@@ -35,17 +36,34 @@ __device__ __forceinline__ bool kept(const AttentionArgs& a, int b, int h, int i
   return dropout_keep(a.key, base + static_cast<size_t>(i) * a.T + j, a.threshold);
 }
 
-// rows (32, HS) of one head's q / k / v (part 0 / 1 / 2) into shared memory with row stride
-// `stride`, rows past T zeroed, multiplied by `mul`.
+// The grouped layout of qkv (B, T, (NH + 2 KV) HS) (kernels.h): group g's columns hold its
+// Q = NH / KV query heads, then its key, then its value. Query head h reads group h / Q's key
+// and value in place; with KV = NH (Q = 1) this is GPT-2's per-head [q|k|v].
+template <int HS>
+__device__ __forceinline__ size_t qkv_width(const AttentionArgs& a) {
+  return static_cast<size_t>(a.NH + 2 * a.KV) * HS;
+}
+template <int HS>
+__device__ __forceinline__ size_t query_column(const AttentionArgs& a, int h) {
+  const int Q = a.NH / a.KV;
+  return (static_cast<size_t>(h / Q) * (Q + 2) + h % Q) * HS;
+}
+template <int HS>  // the value is the next HS columns
+__device__ __forceinline__ size_t key_column(const AttentionArgs& a, int g) {
+  const int Q = a.NH / a.KV;
+  return (static_cast<size_t>(g) * (Q + 2) + Q) * HS;
+}
+
+// rows (32, HS) of sequence b's columns [col, col + HS) of qkv (a query, key or value head)
+// into shared memory with row stride `stride`, rows past T zeroed, multiplied by `mul`.
 template <typename T, int HS>
-__device__ void load_rows(float* dst, int stride, const T* qkv, int b, int h, int part, int row0,
-                          int T_, int NH, float mul) {
-  const size_t ld = 3 * static_cast<size_t>(NH) * HS;
-  const T* src =
-      qkv + static_cast<size_t>(b) * T_ * ld + static_cast<size_t>(h) * 3 * HS + part * HS;
+__device__ void load_rows(float* dst, int stride, const T* qkv, const AttentionArgs& a, int b,
+                          size_t col, int row0, float mul) {
+  const size_t ld = qkv_width<HS>(a);
+  const T* src = qkv + static_cast<size_t>(b) * a.T * ld + col;
   for (int idx = threadIdx.x; idx < kRows * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS, row = row0 + r;
-    dst[r * stride + d] = row < T_ ? to_float(src[row * ld + d]) * mul : 0.0f;
+    dst[r * stride + d] = row < a.T ? to_float(src[row * ld + d]) * mul : 0.0f;
   }
 }
 
@@ -80,7 +98,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  load_rows<T, HS>(sQ, HS, qkv, b, h, 0, q0, a.T, a.NH, a.scale);
+  const size_t k_col = key_column<HS>(a, h / (a.NH / a.KV));
+  load_rows<T, HS>(sQ, HS, qkv, a, b, query_column<HS>(a, h), q0, a.scale);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DPL];
 #pragma unroll
@@ -93,8 +112,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int kv_end = min(a.T, q0 + kRows);
   for (int k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();
-    load_rows<T, HS>(sK, KS, qkv, b, h, 1, k0, a.T, a.NH, 1.0f);
-    load_rows<T, HS>(sV, HS, qkv, b, h, 2, k0, a.T, a.NH, 1.0f);
+    load_rows<T, HS>(sK, KS, qkv, a, b, k_col, k0, 1.0f);
+    load_rows<T, HS>(sV, HS, qkv, a, b, k_col + HS, k0, 1.0f);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; rr++) {
@@ -147,7 +166,8 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out
   if (lane == 0) delta[row] = s;
 }
 
-// dq of dqkv (B, T, 3C): block of 32 query rows, key tiles [0, q0 + 32).
+// dq of dqkv (B, T, (NH + 2 KV) HS): block of 32 query rows of head h, key tiles [0, q0 + 32)
+// of its group's key and value.
 template <typename T, int HS>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
@@ -161,7 +181,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  load_rows<T, HS>(sQ, HS, qkv, b, h, 0, q0, a.T, a.NH, a.scale);
+  const size_t q_col = query_column<HS>(a, h), k_col = key_column<HS>(a, h / (a.NH / a.KV));
+  load_rows<T, HS>(sQ, HS, qkv, a, b, q_col, q0, a.scale);
   load_head_rows<T, HS>(sdO, HS, dout, b, h, q0, a.T, a.NH);
 
   float dq[kRowsPerWarp][DPL], L[kRowsPerWarp], D[kRowsPerWarp];
@@ -176,8 +197,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int kv_end = min(a.T, q0 + kRows);
   for (int k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();
-    load_rows<T, HS>(sK, KS, qkv, b, h, 1, k0, a.T, a.NH, 1.0f);
-    load_rows<T, HS>(sV, KS, qkv, b, h, 2, k0, a.T, a.NH, 1.0f);
+    load_rows<T, HS>(sK, KS, qkv, a, b, k_col, k0, 1.0f);
+    load_rows<T, HS>(sV, KS, qkv, a, b, k_col + HS, k0, 1.0f);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; rr++) {
@@ -199,18 +220,20 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-  const size_t ld = 3 * static_cast<size_t>(a.NH) * HS;
+  const size_t ld = qkv_width<HS>(a);
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; rr++) {
     const int i = q0 + warp + kWarps * rr;
     if (i >= a.T) continue;
-    T* dst = dqkv + (static_cast<size_t>(b) * a.T + i) * ld + static_cast<size_t>(h) * 3 * HS;
+    T* dst = dqkv + (static_cast<size_t>(b) * a.T + i) * ld + q_col;
 #pragma unroll
     for (int d = 0; d < DPL; d++) dst[lane + 32 * d] = from_float<T>(dq[rr][d] * a.scale);
   }
 }
 
-// dk, dv of dqkv (B, T, 3C): block of 32 key rows, query tiles [k0, T).
+// dk, dv of dqkv (B, T, (NH + 2 KV) HS): block of 32 key rows of group g, whose dk and dv sum
+// over the group's Q query heads: each head's query tiles [k0, T) in turn, heads in order, into
+// the same registers (deterministic; with Q = 1 the per-head kernel of GPT-2).
 template <typename T, int HS>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
@@ -223,66 +246,71 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* sdO = sQ + kTile * KS;  // (32, HS + 1)
   float* sL = sdO + kTile * KS;  // (32)
   float* sD = sL + kTile;        // (32)
-  const int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+  const int Q = a.NH / a.KV, b = blockIdx.y / a.KV, g = blockIdx.y % a.KV;
   const int k0 = blockIdx.x * kRows;  // the first blocks have the most query tiles
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  load_rows<T, HS>(sK, HS, qkv, b, h, 1, k0, a.T, a.NH, 1.0f);
-  load_rows<T, HS>(sV, HS, qkv, b, h, 2, k0, a.T, a.NH, 1.0f);
+  const size_t k_col = key_column<HS>(a, g);
+  load_rows<T, HS>(sK, HS, qkv, a, b, k_col, k0, 1.0f);
+  load_rows<T, HS>(sV, HS, qkv, a, b, k_col + HS, k0, 1.0f);
 
   float dk[kRowsPerWarp][DPL], dv[kRowsPerWarp][DPL];
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; rr++)
 #pragma unroll
     for (int d = 0; d < DPL; d++) dk[rr][d] = dv[rr][d] = 0.0f;
-  for (int q0 = k0; q0 < a.T; q0 += kTile) {
-    __syncthreads();
-    load_rows<T, HS>(sQ, KS, qkv, b, h, 0, q0, a.T, a.NH, a.scale);
-    load_head_rows<T, HS>(sdO, KS, dout, b, h, q0, a.T, a.NH);
-    if (threadIdx.x < kTile) {
-      const int i = min(q0 + static_cast<int>(threadIdx.x), a.T - 1);
-      sL[threadIdx.x] = lse[static_cast<size_t>(bh) * a.T + i];
-      sD[threadIdx.x] = delta[static_cast<size_t>(bh) * a.T + i];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; rr++) {
-      const int r = warp + kWarps * rr, j = k0 + r;
-      if (j >= a.T) continue;
-      const int i = q0 + lane;
-      float pd = 0.0f, ds = 0.0f;
-      if (i >= j && i < a.T) {
-        const float p = expf(dot_rows(sK + r * HS, sQ + lane * KS, HS) - sL[lane]);
-        float dp = dot_rows(sV + r * HS, sdO + lane * KS, HS);
-        pd = p;
-        if (a.dropout) {
-          const bool keep = kept(a, b, h, i, j);
-          pd = keep ? p * a.keep_scale : 0.0f;
-          dp = keep ? dp * a.keep_scale : 0.0f;
-        }
-        ds = p * (dp - sD[lane]);
+  for (int h = g * Q; h < (g + 1) * Q; h++) {
+    const int bh = b * a.NH + h;
+    const size_t q_col = query_column<HS>(a, h);
+    for (int q0 = k0; q0 < a.T; q0 += kTile) {
+      __syncthreads();
+      load_rows<T, HS>(sQ, KS, qkv, a, b, q_col, q0, a.scale);
+      load_head_rows<T, HS>(sdO, KS, dout, b, h, q0, a.T, a.NH);
+      if (threadIdx.x < kTile) {
+        const int i = min(q0 + static_cast<int>(threadIdx.x), a.T - 1);
+        sL[threadIdx.x] = lse[static_cast<size_t>(bh) * a.T + i];
+        sD[threadIdx.x] = delta[static_cast<size_t>(bh) * a.T + i];
       }
-      const int first = max(0, j - q0), n = min(kTile, a.T - q0);
-      for (int ii = first; ii < n; ii++) {
-        const float wv = __shfl_sync(0xffffffffu, pd, ii);
-        const float wk = __shfl_sync(0xffffffffu, ds, ii);
+      __syncthreads();
 #pragma unroll
-        for (int d = 0; d < DPL; d++) {
-          dv[rr][d] += wv * sdO[ii * KS + lane + 32 * d];
-          dk[rr][d] += wk * sQ[ii * KS + lane + 32 * d];
+      for (int rr = 0; rr < kRowsPerWarp; rr++) {
+        const int r = warp + kWarps * rr, j = k0 + r;
+        if (j >= a.T) continue;
+        const int i = q0 + lane;
+        float pd = 0.0f, ds = 0.0f;
+        if (i >= j && i < a.T) {
+          const float p = expf(dot_rows(sK + r * HS, sQ + lane * KS, HS) - sL[lane]);
+          float dp = dot_rows(sV + r * HS, sdO + lane * KS, HS);
+          pd = p;
+          if (a.dropout) {
+            const bool keep = kept(a, b, h, i, j);
+            pd = keep ? p * a.keep_scale : 0.0f;
+            dp = keep ? dp * a.keep_scale : 0.0f;
+          }
+          ds = p * (dp - sD[lane]);
+        }
+        const int first = max(0, j - q0), n = min(kTile, a.T - q0);
+        for (int ii = first; ii < n; ii++) {
+          const float wv = __shfl_sync(0xffffffffu, pd, ii);
+          const float wk = __shfl_sync(0xffffffffu, ds, ii);
+#pragma unroll
+          for (int d = 0; d < DPL; d++) {
+            dv[rr][d] += wv * sdO[ii * KS + lane + 32 * d];
+            dk[rr][d] += wk * sQ[ii * KS + lane + 32 * d];
+          }
         }
       }
     }
   }
-  const size_t ld = 3 * static_cast<size_t>(a.NH) * HS;
+  const size_t ld = qkv_width<HS>(a);
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; rr++) {
     const int j = k0 + warp + kWarps * rr;
     if (j >= a.T) continue;
-    T* dst = dqkv + (static_cast<size_t>(b) * a.T + j) * ld + static_cast<size_t>(h) * 3 * HS;
+    T* dst = dqkv + (static_cast<size_t>(b) * a.T + j) * ld + k_col;
 #pragma unroll
     for (int d = 0; d < DPL; d++) {
-      dst[HS + lane + 32 * d] = from_float<T>(dk[rr][d]);
-      dst[2 * HS + lane + 32 * d] = from_float<T>(dv[rr][d]);
+      dst[lane + 32 * d] = from_float<T>(dk[rr][d]);
+      dst[HS + lane + 32 * d] = from_float<T>(dv[rr][d]);
     }
   }
 }

@@ -65,13 +65,13 @@ __device__ __forceinline__ void copy_rows(uint16_t* dst, const uint16_t* src, si
   }
 }
 
-// Head h's part (0 q, 1 k, 2 v) of sequence b in qkv (B, T, 3C), as 16-bit bits.
+// Sequence b's columns [col, col + HS) of qkv (B, T, (NH + 2 KV) HS) (a query, key or value
+// head: attention_kernels.cuh's query_column, key_column), as 16-bit bits.
 template <typename T, int HS>
-__device__ __forceinline__ const uint16_t* qkv_part(const T* qkv, int b, int h, int part, int T_,
-                                                    int NH) {
-  const size_t ld = 3 * static_cast<size_t>(NH) * HS;
-  return reinterpret_cast<const uint16_t*>(qkv) + static_cast<size_t>(b) * T_ * ld +
-         static_cast<size_t>(h) * 3 * HS + part * HS;
+__device__ __forceinline__ const uint16_t* qkv_head(const T* qkv, const AttentionArgs& a, int b,
+                                                    size_t col) {
+  return reinterpret_cast<const uint16_t*>(qkv) + static_cast<size_t>(b) * a.T * qkv_width<HS>(a) +
+         col;
 }
 
 // s[nt] += A1 B1^T and dp[nt] += A2 B2^T over HS, where A1 and A2 are this warp's 16 rows
@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   const int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const size_t ld = 3 * static_cast<size_t>(a.NH) * HS;
-  copy_rows<HS>(sQ, qkv_part<T, HS>(qkv, b, h, 0, a.T, a.NH), ld, q0, kBlockRows, a.T);
+  const size_t ld = qkv_width<HS>(a), k_col = key_column<HS>(a, h / (a.NH / a.KV));
+  copy_rows<HS>(sQ, qkv_head<T, HS>(qkv, a, b, query_column<HS>(a, h)), ld, q0, kBlockRows, a.T);
 
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   const float scale2 = a.scale * kLog2e;  // scores in base 2
@@ -120,8 +120,8 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   const int kv_end = min(a.T, q0 + kBlockRows);
   for (int k0 = 0; k0 < kv_end; k0 += kKeys) {
     __syncthreads();
-    copy_rows<HS>(sK, qkv_part<T, HS>(qkv, b, h, 1, a.T, a.NH), ld, k0, kKeys, a.T);
-    copy_rows<HS>(sV, qkv_part<T, HS>(qkv, b, h, 2, a.T, a.NH), ld, k0, kKeys, a.T);
+    copy_rows<HS>(sK, qkv_head<T, HS>(qkv, a, b, k_col), ld, k0, kKeys, a.T);
+    copy_rows<HS>(sV, qkv_head<T, HS>(qkv, a, b, k_col + HS), ld, k0, kKeys, a.T);
     __syncthreads();
     float s[NT][4] = {};
 #pragma unroll
@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   }
 }
 
-// dq of dqkv (B, T, 3C): block of 64 query rows, key tiles [0, q0 + 64). delta from
-// attention_delta_kernel.
+// dq of dqkv (B, T, (NH + 2 KV) HS): block of 64 query rows of head h, key tiles [0, q0 + 64)
+// of its group's key and value. delta from attention_delta_kernel.
 template <typename T, int HS>
 __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
     attention_backward_dq_mma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
@@ -212,8 +212,9 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   const int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const size_t ld = 3 * static_cast<size_t>(a.NH) * HS, C = static_cast<size_t>(a.NH) * HS;
-  copy_rows<HS>(sQ, qkv_part<T, HS>(qkv, b, h, 0, a.T, a.NH), ld, q0, kBlockRows, a.T);
+  const size_t ld = qkv_width<HS>(a), C = static_cast<size_t>(a.NH) * HS;
+  const size_t q_col = query_column<HS>(a, h), k_col = key_column<HS>(a, h / (a.NH / a.KV));
+  copy_rows<HS>(sQ, qkv_head<T, HS>(qkv, a, b, q_col), ld, q0, kBlockRows, a.T);
   copy_rows<HS>(sdO,
                 reinterpret_cast<const uint16_t*>(dout) + static_cast<size_t>(b) * a.T * C +
                     static_cast<size_t>(h) * HS,
@@ -232,8 +233,8 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   const int kv_end = min(a.T, q0 + kBlockRows);
   for (int k0 = 0; k0 < kv_end; k0 += kKeys) {
     __syncthreads();
-    copy_rows<HS>(sK, qkv_part<T, HS>(qkv, b, h, 1, a.T, a.NH), ld, k0, kKeys, a.T);
-    copy_rows<HS>(sV, qkv_part<T, HS>(qkv, b, h, 2, a.T, a.NH), ld, k0, kKeys, a.T);
+    copy_rows<HS>(sK, qkv_head<T, HS>(qkv, a, b, k_col), ld, k0, kKeys, a.T);
+    copy_rows<HS>(sV, qkv_head<T, HS>(qkv, a, b, k_col + HS), ld, k0, kKeys, a.T);
     __syncthreads();
     float s[NT][4] = {}, dp[NT][4] = {};
     paired_products<T, HS, NT>(s, dp, sQ + warp * 16 * S, sdO + warp * 16 * S, sK, sV);
@@ -267,8 +268,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   for (int r = 0; r < 2; r++) {
     if (row[r] >= a.T) continue;
     uint16_t* dst = reinterpret_cast<uint16_t*>(dqkv) +
-                    (static_cast<size_t>(b) * a.T + row[r]) * ld + static_cast<size_t>(h) * 3 * HS +
-                    2 * t;
+                    (static_cast<size_t>(b) * a.T + row[r]) * ld + q_col + 2 * t;
 #pragma unroll
     for (int nd = 0; nd < ND; nd++)
       *reinterpret_cast<uint32_t*>(dst + nd * 8) =
@@ -276,7 +276,9 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   }
 }
 
-// dk, dv of dqkv (B, T, 3C): block of 64 key rows, query tiles [k0, T).
+// dk, dv of dqkv (B, T, (NH + 2 KV) HS): block of 64 key rows of one group, whose dk and dv sum
+// over the group's Q query heads: each head's query tiles [k0, T) in turn, heads in order, into
+// the same accumulators (deterministic; with Q = 1 the per-head kernel of GPT-2).
 template <typename T, int HS>
 __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
     attention_backward_dkv_mma_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
@@ -289,64 +291,69 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   uint16_t* sdO = sQ + kQueries * S;
   float* sL = reinterpret_cast<float*>(sdO + kQueries * S);  // lse, base 2
   float* sD = sL + kQueries;
-  const int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+  const int Q = a.NH / a.KV, b = blockIdx.y / a.KV, group = blockIdx.y % a.KV;
   const int k0 = blockIdx.x * kBlockRows;  // the first blocks have the most query tiles
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const size_t ld = 3 * static_cast<size_t>(a.NH) * HS, C = static_cast<size_t>(a.NH) * HS;
-  copy_rows<HS>(sK, qkv_part<T, HS>(qkv, b, h, 1, a.T, a.NH), ld, k0, kBlockRows, a.T);
-  copy_rows<HS>(sV, qkv_part<T, HS>(qkv, b, h, 2, a.T, a.NH), ld, k0, kBlockRows, a.T);
-  const uint16_t* dout_head = reinterpret_cast<const uint16_t*>(dout) +
-                              static_cast<size_t>(b) * a.T * C + static_cast<size_t>(h) * HS;
+  const size_t ld = qkv_width<HS>(a), C = static_cast<size_t>(a.NH) * HS;
+  const size_t k_col = key_column<HS>(a, group);
+  copy_rows<HS>(sK, qkv_head<T, HS>(qkv, a, b, k_col), ld, k0, kBlockRows, a.T);
+  copy_rows<HS>(sV, qkv_head<T, HS>(qkv, a, b, k_col + HS), ld, k0, kBlockRows, a.T);
 
   const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   const float scale2 = a.scale * kLog2e;
   float dk[ND][4] = {}, dv[ND][4] = {};
-  for (int q0 = k0; q0 < a.T; q0 += kQueries) {
-    __syncthreads();
-    copy_rows<HS>(sQ, qkv_part<T, HS>(qkv, b, h, 0, a.T, a.NH), ld, q0, kQueries, a.T);
-    copy_rows<HS>(sdO, dout_head, C, q0, kQueries, a.T);
-    if (threadIdx.x < kQueries) {
-      const int i = q0 + static_cast<int>(threadIdx.x);
-      const size_t at = static_cast<size_t>(bh) * a.T + min(i, a.T - 1);
-      sL[threadIdx.x] = i < a.T ? lse[at] * kLog2e : INFINITY;  // p = 0 past T
-      sD[threadIdx.x] = i < a.T ? delta[at] : 0.0f;
-    }
-    __syncthreads();
-    float s[NT][4] = {}, dp[NT][4] = {};  // S^T and dP^T: this warp's keys x the query tile
-    paired_products<T, HS, NT>(s, dp, sK + warp * 16 * S, sV + warp * 16 * S, sQ, sdO);
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {  // s becomes P^T (dropped out), dp becomes dS^T
-        const int j = key[e / 2], c = nt * 8 + 2 * t + (e & 1), i = q0 + c;
-        float p = 0.0f, ds = 0.0f;
-        if (i >= j) {
-          p = exp2f(s[nt][e] * scale2 - sL[c]);
-          float dpv = dp[nt][e];
-          if (a.dropout && i < a.T) {
-            const bool keep = kept(a, b, h, i, j);
-            dpv = keep ? dpv * a.keep_scale : 0.0f;
-            ds = p * (dpv - sD[c]);
-            p = keep ? p * a.keep_scale : 0.0f;
-          } else {
-            ds = p * (dpv - sD[c]);
-          }
-        }
-        s[nt][e] = p;
-        dp[nt][e] = ds;
+  for (int h = group * Q; h < (group + 1) * Q; h++) {
+    const int bh = b * a.NH + h;
+    const uint16_t* q_head = qkv_head<T, HS>(qkv, a, b, query_column<HS>(a, h));
+    const uint16_t* dout_head = reinterpret_cast<const uint16_t*>(dout) +
+                                static_cast<size_t>(b) * a.T * C + static_cast<size_t>(h) * HS;
+    for (int q0 = k0; q0 < a.T; q0 += kQueries) {
+      __syncthreads();
+      copy_rows<HS>(sQ, q_head, ld, q0, kQueries, a.T);
+      copy_rows<HS>(sdO, dout_head, C, q0, kQueries, a.T);
+      if (threadIdx.x < kQueries) {
+        const int i = q0 + static_cast<int>(threadIdx.x);
+        const size_t at = static_cast<size_t>(bh) * a.T + min(i, a.T - 1);
+        sL[threadIdx.x] = i < a.T ? lse[at] * kLog2e : INFINITY;  // p = 0 past T
+        sD[threadIdx.x] = i < a.T ? delta[at] : 0.0f;
       }
+      __syncthreads();
+      float s[NT][4] = {}, dp[NT][4] = {};  // S^T and dP^T: this warp's keys x the query tile
+      paired_products<T, HS, NT>(s, dp, sK + warp * 16 * S, sV + warp * 16 * S, sQ, sdO);
 #pragma unroll
-    for (int kk = 0; kk < kQueries / 16; kk++) {
-      uint32_t pa[4], dsa[4];
-      a_from_d<T>(pa, s[2 * kk], s[2 * kk + 1]);
-      a_from_d<T>(dsa, dp[2 * kk], dp[2 * kk + 1]);
+      for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-      for (int nd = 0; nd < ND; nd++) {
-        uint32_t db[2], qb[2];
-        load_b_k_major(db, sdO + kk * 16 * S + nd * 8, S);
-        load_b_k_major(qb, sQ + kk * 16 * S + nd * 8, S);
-        mma_16816<T>(dv[nd], pa, db);
-        mma_16816<T>(dk[nd], dsa, qb);
+        for (int e = 0; e < 4; e++) {  // s becomes P^T (dropped out), dp becomes dS^T
+          const int j = key[e / 2], c = nt * 8 + 2 * t + (e & 1), i = q0 + c;
+          float p = 0.0f, ds = 0.0f;
+          if (i >= j) {
+            p = exp2f(s[nt][e] * scale2 - sL[c]);
+            float dpv = dp[nt][e];
+            if (a.dropout && i < a.T) {
+              const bool keep = kept(a, b, h, i, j);
+              dpv = keep ? dpv * a.keep_scale : 0.0f;
+              ds = p * (dpv - sD[c]);
+              p = keep ? p * a.keep_scale : 0.0f;
+            } else {
+              ds = p * (dpv - sD[c]);
+            }
+          }
+          s[nt][e] = p;
+          dp[nt][e] = ds;
+        }
+#pragma unroll
+      for (int kk = 0; kk < kQueries / 16; kk++) {
+        uint32_t pa[4], dsa[4];
+        a_from_d<T>(pa, s[2 * kk], s[2 * kk + 1]);
+        a_from_d<T>(dsa, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+          uint32_t db[2], qb[2];
+          load_b_k_major(db, sdO + kk * 16 * S + nd * 8, S);
+          load_b_k_major(qb, sQ + kk * 16 * S + nd * 8, S);
+          mma_16816<T>(dv[nd], pa, db);
+          mma_16816<T>(dk[nd], dsa, qb);
+        }
       }
     }
   }
@@ -354,14 +361,12 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   for (int r = 0; r < 2; r++) {
     if (key[r] >= a.T) continue;
     uint16_t* dst = reinterpret_cast<uint16_t*>(dqkv) +
-                    (static_cast<size_t>(b) * a.T + key[r]) * ld + static_cast<size_t>(h) * 3 * HS +
-                    2 * t;
+                    (static_cast<size_t>(b) * a.T + key[r]) * ld + k_col + 2 * t;
 #pragma unroll
     for (int nd = 0; nd < ND; nd++) {
-      *reinterpret_cast<uint32_t*>(dst + HS + nd * 8) =
+      *reinterpret_cast<uint32_t*>(dst + nd * 8) =
           pack2<T>(dk[nd][2 * r] * a.scale, dk[nd][2 * r + 1] * a.scale);
-      *reinterpret_cast<uint32_t*>(dst + 2 * HS + nd * 8) =
-          pack2<T>(dv[nd][2 * r], dv[nd][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dst + HS + nd * 8) = pack2<T>(dv[nd][2 * r], dv[nd][2 * r + 1]);
     }
   }
 }

@@ -1,6 +1,7 @@
 // CUDA op benchmark (tests/gpu/run.sh runs it): bf16 GEMM TFLOP/s on GPT layer shapes with
 // fused cuBLASLt epilogues against the plain cuBLASLt GEMM followed by separate bias / GELU
-// kernels, flash-style attention forward + backward time, and LayerNorm memory bandwidth.
+// kernels, flash-style attention forward + backward time (also with Llama's query groups), and
+// the memory bandwidth of LayerNorm and of the Llama family's RMSNorm, RoPE and SwiGLU.
 // Prints one table; numbers are for docs/benchmarks.md, never asserted.
 // Usage: lattice-bench-cuda-ops [--quick]
 #include <cstdio>
@@ -58,6 +59,12 @@ std::string tflops(double flop, double ms) {
   return text;
 }
 
+std::string gb_per_s(double bytes, double ms) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.0f GB/s", bytes / (ms * 1e-3) / 1e9);
+  return text;
+}
+
 void bench_matmul(cu::Context& ctx, int N, int C) {
   struct Gemm {
     const char* name;
@@ -107,24 +114,29 @@ void bench_matmul(cu::Context& ctx, int N, int C) {
   }
 }
 
-void bench_attention(cu::Context& ctx, int B, int T, int NH, int HS) {
+// KV: key/value heads (query groups); 0 is NH, GPT-2's per-head layout.
+void bench_attention(cu::Context& ctx, int B, int T, int NH, int HS, int KV = 0) {
   const int C = NH * HS;
-  Buffer qkv(size_t(B) * T * 3 * C * 2), out(size_t(B) * T * C * 2), dout(size_t(B) * T * C * 2),
-      dqkv(size_t(B) * T * 3 * C * 2), lse(size_t(B) * NH * T * 4),
+  const size_t qkv_elems = size_t(B) * T * (NH + 2 * (KV > 0 ? KV : NH)) * HS;
+  Buffer qkv(qkv_elems * 2), out(size_t(B) * T * C * 2), dout(size_t(B) * T * C * 2),
+      dqkv(qkv_elems * 2), lse(size_t(B) * NH * T * 4),
       ws(cu::attention_workspace_floats(B, T, NH) * 4);
-  fill_bf16(qkv.as<cu::bf16>(), size_t(B) * T * 3 * C);
+  fill_bf16(qkv.as<cu::bf16>(), qkv_elems);
   fill_bf16(dout.as<cu::bf16>(), size_t(B) * T * C);
   const double fwd_flop = 4.0 * B * NH * double(T) * T * HS / 2;  // causal: half the square
   char shape[64];
-  std::snprintf(shape, sizeof shape, "B%d T%d NH%d HS%d", B, T, NH, HS);
+  if (KV > 0)
+    std::snprintf(shape, sizeof shape, "B%d T%d NH%d KV%d HS%d", B, T, NH, KV, HS);
+  else
+    std::snprintf(shape, sizeof shape, "B%d T%d NH%d HS%d", B, T, NH, HS);
   const double fwd = time_ms(ctx, [&] {
     cu::attention_forward(ctx, out.as<cu::bf16>(), lse.as<float>(), qkv.as<cu::bf16>(), B, T, C, NH,
-                          0.0f, 0);
+                          0.0f, 0, 0, 0, KV);
   });
   const double bwd = time_ms(ctx, [&] {
     cu::attention_backward(ctx, dqkv.as<cu::bf16>(), dout.as<cu::bf16>(), qkv.as<cu::bf16>(),
                            out.as<cu::bf16>(), lse.as<float>(), ws.as<float>(), B, T, C, NH, 0.0f,
-                           0);
+                           0, 0, 0, KV);
   });
   row("bf16 attention forward (own)", shape, fwd, tflops(fwd_flop, fwd));
   row("bf16 attention backward (own)", shape, bwd, tflops(2.5 * fwd_flop, bwd));
@@ -140,22 +152,18 @@ void bench_layernorm(cu::Context& ctx, int N, int C) {
   fill_bf16(b.as<cu::bf16>(), C);
   char shape[64];
   std::snprintf(shape, sizeof shape, "%dx%d", N, C);
-  auto rate = [](double bytes, double ms) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.0f GB/s", bytes / (ms * 1e-3) / 1e9);
-    return std::string(text);
-  };
   const double plain = time_ms(ctx, [&] {
     cu::layernorm_forward(ctx, out.as<cu::bf16>(), mean.as<float>(), rstd.as<float>(),
                           x.as<cu::bf16>(), w.as<cu::bf16>(), b.as<cu::bf16>(), N, C);
   });
-  row("bf16 layernorm forward", shape, plain, rate(4.0 * N * C, plain));  // read + write
+  row("bf16 layernorm forward", shape, plain, gb_per_s(4.0 * N * C, plain));  // read + write
   const double fused = time_ms(ctx, [&] {
     cu::residual_layernorm_forward(ctx, r.as<cu::bf16>(), out.as<cu::bf16>(), mean.as<float>(),
                                    rstd.as<float>(), r.as<cu::bf16>(), x.as<cu::bf16>(),
                                    w.as<cu::bf16>(), b.as<cu::bf16>(), N, C);
   });
-  row("bf16 residual+layernorm forward", shape, fused, rate(8.0 * N * C, fused));  // 2 in, 2 out
+  row("bf16 residual+layernorm forward", shape, fused,
+      gb_per_s(8.0 * N * C, fused));  // 2 in, 2 out
   Buffer dx(size_t(N) * C * 2), dw(size_t(C) * 4), db(size_t(C) * 4);
   const double backward = time_ms(ctx, [&] {
     cu::layernorm_backward(ctx, dx.as<cu::bf16>(), dw.as<float>(), db.as<float>(),
@@ -163,7 +171,74 @@ void bench_layernorm(cu::Context& ctx, int N, int C) {
                            rstd.as<float>(), N, C);
   });
   // dout and inp read twice (statistics, then dinp), dinp read and written, dw / db's terms
-  row("bf16 layernorm backward", shape, backward, rate(14.0 * N * C, backward));
+  row("bf16 layernorm backward", shape, backward, gb_per_s(14.0 * N * C, backward));
+}
+
+void bench_rmsnorm(cu::Context& ctx, int N, int C) {
+  Buffer x(size_t(N) * C * 2), r(size_t(N) * C * 2), out(size_t(N) * C * 2), w(size_t(C) * 2),
+      rstd(size_t(N) * 4), dx(size_t(N) * C * 2), dw(size_t(C) * 4);
+  fill_bf16(x.as<cu::bf16>(), size_t(N) * C);
+  fill_bf16(r.as<cu::bf16>(), size_t(N) * C);
+  fill_bf16(w.as<cu::bf16>(), C);
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "%dx%d", N, C);
+  const double plain = time_ms(ctx, [&] {
+    cu::rmsnorm_forward(ctx, out.as<cu::bf16>(), rstd.as<float>(), x.as<cu::bf16>(),
+                        w.as<cu::bf16>(), N, C, 1e-5f);
+  });
+  row("bf16 rmsnorm forward", shape, plain, gb_per_s(4.0 * N * C, plain));  // read + write
+  const double fused = time_ms(ctx, [&] {
+    cu::residual_rmsnorm_forward(ctx, r.as<cu::bf16>(), out.as<cu::bf16>(), rstd.as<float>(),
+                                 r.as<cu::bf16>(), x.as<cu::bf16>(), w.as<cu::bf16>(), N, C, 1e-5f);
+  });
+  row("bf16 residual+rmsnorm forward", shape, fused, gb_per_s(8.0 * N * C, fused));
+  const double backward = time_ms(ctx, [&] {
+    cu::rmsnorm_backward(ctx, dx.as<cu::bf16>(), dw.as<float>(), out.as<cu::bf16>(),
+                         x.as<cu::bf16>(), w.as<cu::bf16>(), rstd.as<float>(), N, C);
+  });
+  // dout and inp read twice (dot, then dinp), dinp read and written, dw's term
+  row("bf16 rmsnorm backward", shape, backward, gb_per_s(14.0 * N * C, backward));
+}
+
+// RoPE in place on a Llama qkv (N, (NH + 2 KV) HS): the query and key heads read and written.
+void bench_rope(cu::Context& ctx, int N, int NH, int KV, int HS) {
+  const size_t elems = size_t(N) * (NH + 2 * KV) * HS;
+  const int T = 1024, half = HS / 2;
+  Buffer qkv(elems * 2), cos(size_t(T) * half * 4), sin(size_t(T) * half * 4);
+  fill_bf16(qkv.as<cu::bf16>(), elems);
+  // cos 0.6, sin 0.8: a rotation, so repeated timing runs keep the values' size.
+  const std::vector<float> cos_table(size_t(T) * half, 0.6f), sin_table(cos_table.size(), 0.8f);
+  cu::copy_to_device(cos.ptr, cos_table.data(), cos_table.size() * 4);
+  cu::copy_to_device(sin.ptr, sin_table.data(), sin_table.size() * 4);
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "N%d NH%d KV%d HS%d", N, NH, KV, HS);
+  const double bytes = 4.0 * N * (NH + KV) * HS;  // rotated heads: read + write
+  const double fwd = time_ms(ctx, [&] {
+    cu::rope_forward(ctx, qkv.as<cu::bf16>(), cos.as<float>(), sin.as<float>(), nullptr, N, T, NH,
+                     KV, HS, HS);
+  });
+  row("bf16 rope forward (in place)", shape, fwd, gb_per_s(bytes, fwd));
+  const double bwd = time_ms(ctx, [&] {
+    cu::rope_backward(ctx, qkv.as<cu::bf16>(), cos.as<float>(), sin.as<float>(), nullptr, N, T, NH,
+                      KV, HS, HS);
+  });
+  row("bf16 rope backward (in place)", shape, bwd, gb_per_s(bytes, bwd));
+}
+
+void bench_swiglu(cu::Context& ctx, int N, int F) {
+  const size_t n = size_t(N) * F;
+  Buffer inp(2 * n * 2), out(n * 2), dout(n * 2), dinp(2 * n * 2);
+  fill_bf16(inp.as<cu::bf16>(), 2 * n);
+  fill_bf16(dout.as<cu::bf16>(), n);
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "%dx%d", N, F);
+  const double fwd =
+      time_ms(ctx, [&] { cu::swiglu_forward(ctx, out.as<cu::bf16>(), inp.as<cu::bf16>(), N, F); });
+  row("bf16 swiglu forward", shape, fwd, gb_per_s(6.0 * n, fwd));  // gate, up in; out
+  const double bwd = time_ms(ctx, [&] {
+    cu::swiglu_backward(ctx, dinp.as<cu::bf16>(), inp.as<cu::bf16>(), dout.as<cu::bf16>(), N, F);
+  });
+  row("bf16 swiglu backward", shape, bwd, gb_per_s(10.0 * n, bwd));  // gate, up, dout; 2 out
 }
 
 }  // namespace
@@ -189,7 +264,11 @@ int main(int argc, char** argv) {
   bench_matmul(*ctx, 8192, quick ? 1024 : 2048);  // GPT-2 medium / 1.3B hidden sizes, 8k tokens
   bench_attention(*ctx, 8, 1024, 16, 64);
   bench_attention(*ctx, 8, 1024, 8, 128);
+  bench_attention(*ctx, 8, 1024, 32, 128, 8);  // Llama 3 8B's heads: 4 query heads per group
   bench_layernorm(*ctx, 8192, 2048);
+  bench_rmsnorm(*ctx, 8192, 4096);
+  bench_rope(*ctx, 8192, 32, 8, 128);
+  bench_swiglu(*ctx, 8192, quick ? 4096 : 14336);
   error = ctx->synchronize();
   if (!error.empty()) {
     std::fprintf(stderr, "lattice-bench-cuda-ops: %s\n", error.c_str());

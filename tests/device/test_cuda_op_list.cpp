@@ -180,10 +180,53 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   A* dqkv = mem.template out<A>(N * 3 * C);
   float* saved = mem.template out<float>(ops.attention_saved_elems(B, T, NH));
   float* ws = mem.template out<float>(ops.attention_workspace_elems(B, T, NH));
-  ops.attention_forward(att, saved, qkv, ws, B, T, C, NH, kDropout, kKey, 1, 4);
+  ops.attention_forward(att, saved, qkv, ws, B, T, C, NH, kDropout, kKey, 1, 4, NH);
   keep("attention_forward out", att, N * C);
-  ops.attention_backward(dqkv, demb, qkv, att, saved, ws, B, T, C, NH, kDropout, kKey, 1, 4);
+  ops.attention_backward(dqkv, demb, qkv, att, saved, ws, B, T, C, NH, kDropout, kKey, 1, 4, NH);
   keep("attention_backward dqkv", dqkv, N * 3 * C);
+
+  // grouped-query attention: the NH query heads share KV 1 key and value (MQA)
+  const int HS = C / NH;
+  const size_t grouped_elems = static_cast<size_t>(N) * (NH + 2) * HS;
+  A* gqkv = mem.in(compute_values<A>(random_floats(grouped_elems, 21)));
+  A* gdqkv = mem.template out<A>(grouped_elems);
+  ops.attention_forward(att, saved, gqkv, ws, B, T, C, NH, 0.0f, kKey, 0, 0, 1);
+  keep("grouped attention_forward out", att, N * C);
+  ops.attention_backward(gdqkv, demb, gqkv, att, saved, ws, B, T, C, NH, 0.0f, kKey, 0, 0, 1);
+  keep("grouped attention_backward dqkv", gdqkv, grouped_elems);
+
+  // RoPE on that grouped qkv (half of each head rotated), rows at n % T and at given positions
+  const int R = HS / 2;
+  std::vector<double> cos64(static_cast<size_t>(T) * R / 2), sin64(cos64.size());
+  k::rope_tables(cos64.data(), sin64.data(), T, R, 10000.0);
+  const float* rope_cos = mem.in(std::vector<float>(cos64.begin(), cos64.end()));
+  const float* rope_sin = mem.in(std::vector<float>(sin64.begin(), sin64.end()));
+  const int32_t* positions = mem.in(random_tokens(N, T, 22));
+  ops.rope_forward(gqkv, rope_cos, rope_sin, nullptr, N, T, NH, 1, HS, R);
+  keep("rope_forward qkv", gqkv, grouped_elems);
+  ops.rope_backward(gdqkv, rope_cos, rope_sin, positions, N, T, NH, 1, HS, R);
+  keep("rope_backward dqkv", gdqkv, grouped_elems);
+
+  // RMSNorm, SwiGLU (F = C)
+  ops.rmsnorm_forward(ln, rstd, d_inp, lw, N, C, 1e-5f);
+  keep("rmsnorm_forward out", ln, N * C);
+  keep("rmsnorm_forward rstd", rstd, N);
+  ops.residual_rmsnorm_forward(sum, ln, rstd, res, d_inp, lw, N, C, 1e-5f);
+  keep("residual_rmsnorm_forward residual_out", sum, N * C);
+  keep("residual_rmsnorm_forward out", ln, N * C);
+  keep("residual_rmsnorm_forward rstd", rstd, N);
+  A* drms = mem.in(compute_values<A>(std::vector<float>(N * C, 0.0f)));
+  float* drw = mem.in(std::vector<float>(C, 0.0f));
+  ops.rmsnorm_backward(drms, drw, demb, sum, lw, rstd, N, C);
+  keep("rmsnorm_backward dinp", drms, N * C);
+  keep("rmsnorm_backward dweight", drw, C);
+  A* gate_up = mem.in(compute_values<A>(random_floats(N * 2 * C, 23, 2.0f)));
+  A* swiglu_out = mem.template out<A>(N * C);
+  A* swiglu_dinp = mem.template out<A>(N * 2 * C);
+  ops.swiglu_forward(swiglu_out, gate_up, N, C);
+  keep("swiglu_forward out", swiglu_out, N * C);
+  ops.swiglu_backward(swiglu_dinp, gate_up, demb, N, C);
+  keep("swiglu_backward dinp", swiglu_dinp, N * 2 * C);
 
   // cross-entropy (float logits), whole rows and a vocabulary shard [7, 7 + V)
   const auto logits = random_floats(N * V, 13, 2.0f);

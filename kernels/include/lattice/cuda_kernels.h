@@ -157,16 +157,16 @@ void layernorm_backward(Context& ctx, fp16* dinp, float* dweight, float* dbias, 
                         int N, int C);
 
 // ---- rmsnorm.cu (kernels.h's RMSNorm; rstd (N) fp32) -----------------------------------------
-void rmsnorm_forward(Context& ctx, float* out, float* rstd, const float* inp, const float* weight, int N,
-                     int C, float eps);
-void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight, int N,
-                     int C, float eps);
-void rmsnorm_forward(Context& ctx, fp16* out, float* rstd, const fp16* inp, const fp16* weight, int N,
-                     int C, float eps);
+void rmsnorm_forward(Context& ctx, float* out, float* rstd, const float* inp, const float* weight,
+                     int N, int C, float eps);
+void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight,
+                     int N, int C, float eps);
+void rmsnorm_forward(Context& ctx, fp16* out, float* rstd, const fp16* inp, const fp16* weight,
+                     int N, int C, float eps);
 // Fused residual add + RMSNorm; residual_out may alias residual.
 void residual_rmsnorm_forward(Context& ctx, float* residual_out, float* out, float* rstd,
-                              const float* residual, const float* x, const float* weight, int N, int C,
-                              float eps);
+                              const float* residual, const float* x, const float* weight, int N,
+                              int C, float eps);
 void residual_rmsnorm_forward(Context& ctx, bf16* residual_out, bf16* out, float* rstd,
                               const bf16* residual, const bf16* x, const bf16* weight, int N, int C,
                               float eps);
@@ -174,8 +174,8 @@ void residual_rmsnorm_forward(Context& ctx, fp16* residual_out, fp16* out, float
                               const fp16* residual, const fp16* x, const fp16* weight, int N, int C,
                               float eps);
 // dinp (N, C) += ..., dweight (C) += ...
-void rmsnorm_backward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int N, int C);
+void rmsnorm_backward(Context& ctx, float* dinp, float* dweight, const float* dout,
+                      const float* inp, const float* weight, const float* rstd, int N, int C);
 void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
                       const bf16* weight, const float* rstd, int N, int C);
 void rmsnorm_backward(Context& ctx, fp16* dinp, float* dweight, const fp16* dout, const fp16* inp,
@@ -260,7 +260,7 @@ void dropout_backward(Context& ctx, fp16* dx, const fp16* dout, size_t n, float 
 // lse (B, NH, T) fp32 receives each row's log-sum-exp of the scaled scores; together with
 // out it replaces kernels.h's probs (B, NH, T, T), which is never formed. Dropout on the
 // probabilities draws kernels.h's mask (keyed by the element's index in the full probs).
-// HS = C / NH must be 64 or 128 (else an error is recorded).
+// HS = C / NH must be 64 or 128 and kv_heads divide NH (else an error is recorded).
 void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
                        int total_heads = 0, int kv_heads = 0);

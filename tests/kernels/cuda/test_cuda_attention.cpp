@@ -1,7 +1,9 @@
 // The flash-style CUDA attention agrees with the CPU attention (which stores the full probs)
 // forward and backward: fp32 within 1e-5, bf16 and fp16 within 1e-2, at T = 1024 with head sizes 64
 // and 128, at a T that is not a multiple of the 32-row tiles, and with attention dropout on a
-// tensor-parallel rank's heads (the same mask as the CPU). Output buffers are NaN-poisoned.
+// tensor-parallel rank's heads (the same mask as the CPU); and grouped-query attention (kernels.h's
+// grouped layout: MQA and KV 2 of NH 4 or 8, the key and value read in place, their gradients
+// summed over each group's query heads). Output buffers are NaN-poisoned.
 // Without a CUDA device the whole case is SKIPPED.
 #include <QtTest/QtTest>
 
@@ -17,7 +19,14 @@ struct Case {
   int B, T, NH, HS;
   float dropout = 0.0f;
   int head_offset = 0, total_heads = 0;
+  int kv_heads = 0;  // query groups; 0: NH (GPT-2's per-head [q|k|v])
 };
+
+// Elements of qkv (B, T, (NH + 2 KV) HS).
+size_t qkv_elems(const Case& c) {
+  const int KV = c.kv_heads > 0 ? c.kv_heads : c.NH;
+  return static_cast<size_t>(c.B) * c.T * (c.NH + 2 * KV) * c.HS;
+}
 
 struct CpuResult {
   std::vector<float> out, dqkv;
@@ -32,9 +41,9 @@ CpuResult cpu_attention(const Case& c, const std::vector<float>& qkv,
   std::vector<float> probs(static_cast<size_t>(c.B) * c.NH * c.T * c.T);
   std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
   k::attention_forward(r.out.data(), probs.data(), qkv.data(), c.B, c.T, C, c.NH, c.dropout, key,
-                       ws.data(), c.head_offset, c.total_heads);
+                       ws.data(), c.head_offset, c.total_heads, c.kv_heads);
   k::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), probs.data(), c.B, c.T, C, c.NH,
-                        c.dropout, key, ws.data(), c.head_offset, c.total_heads);
+                        c.dropout, key, ws.data(), c.head_offset, c.total_heads, c.kv_heads);
   return r;
 }
 
@@ -52,17 +61,17 @@ class CudaAttention : public QObject {
   void check_fp32(const Case& c) {
     const int C = c.NH * c.HS;
     const uint64_t key = 0xa77e;
-    const auto qkv = random_floats(static_cast<size_t>(c.B) * c.T * 3 * C, 1);
+    const auto qkv = random_floats(qkv_elems(c), 1);
     const auto dout = random_floats(static_cast<size_t>(c.B) * c.T * C, 2);
     const CpuResult cpu = cpu_attention(c, qkv, dout, key);
     DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_out(cpu.out.size()), d_dqkv(qkv.size()),
         d_lse(static_cast<size_t>(c.B) * c.NH * c.T),
         d_ws(cu::attention_workspace_floats(c.B, c.T, c.NH));
     cu::attention_forward(*ctx_, d_out.get(), d_lse.get(), d_qkv.get(), c.B, c.T, C, c.NH,
-                          c.dropout, key, c.head_offset, c.total_heads);
+                          c.dropout, key, c.head_offset, c.total_heads, c.kv_heads);
     cu::attention_backward(*ctx_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
                            d_ws.get(), c.B, c.T, C, c.NH, c.dropout, key, c.head_offset,
-                           c.total_heads);
+                           c.total_heads, c.kv_heads);
     sync();
     LATTICE_COMPARE("attention out", d_out.download(), cpu.out, kFp32Tolerance);
     LATTICE_COMPARE("attention dqkv", d_dqkv.download(), cpu.dqkv, kFp32Tolerance);
@@ -72,7 +81,7 @@ class CudaAttention : public QObject {
   void check_half(const Case& c) {
     const int C = c.NH * c.HS;
     const std::string name = Half<H>::kName;
-    auto qkv = random_floats(static_cast<size_t>(c.B) * c.T * 3 * C, 3);
+    auto qkv = random_floats(qkv_elems(c), 3);
     auto dout = random_floats(static_cast<size_t>(c.B) * c.T * C, 4);
     round_to<H>(qkv), round_to<H>(dout);
     const CpuResult cpu = cpu_attention(c, qkv, dout, 0);
@@ -81,9 +90,10 @@ class CudaAttention : public QObject {
     DeviceBuffer<float> d_lse(static_cast<size_t>(c.B) * c.NH * c.T),
         d_ws(cu::attention_workspace_floats(c.B, c.T, c.NH));
     cu::attention_forward(*ctx_, d_out.get(), d_lse.get(), d_qkv.get(), c.B, c.T, C, c.NH,
-                          c.dropout, 0);
+                          c.dropout, 0, c.head_offset, c.total_heads, c.kv_heads);
     cu::attention_backward(*ctx_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                           d_ws.get(), c.B, c.T, C, c.NH, c.dropout, 0);
+                           d_ws.get(), c.B, c.T, C, c.NH, c.dropout, 0, c.head_offset,
+                           c.total_heads, c.kv_heads);
     sync();
     LATTICE_COMPARE(name + " attention out", d_out.download(), cpu.out, Half<H>::kTolerance);
     LATTICE_COMPARE(name + " attention dqkv", d_dqkv.download(), cpu.dqkv, Half<H>::kTolerance);
@@ -111,6 +121,43 @@ class CudaAttention : public QObject {
   void fp16_t1024_head64_matches_cpu() { check_half<cu::fp16>({1, 1024, 2, 64}); }
   void fp16_t1024_head128_matches_cpu() { check_half<cu::fp16>({1, 1024, 2, 128}); }
   void fp16_ragged_sequence_matches_cpu() { check_half<cu::fp16>({2, 77, 2, 64}); }
+
+  // Grouped-query attention: {B, T, NH, HS, dropout, head_offset, total_heads, kv_heads}.
+  void fp32_grouped_kv1_ragged_sequence_matches_cpu() {
+    check_fp32({2, 100, 4, 64, 0.0f, 0, 0, 1});
+  }
+  void fp32_grouped_kv2_t1024_head128_matches_cpu() {
+    check_fp32({1, 1024, 4, 128, 0.0f, 0, 0, 2});
+  }
+  void fp32_grouped_dropout_on_tensor_parallel_heads_matches_cpu() {
+    check_fp32({2, 96, 4, 64, 0.1f, /*head_offset=*/4, /*total_heads=*/8, /*kv_heads=*/2});
+  }
+  void bf16_grouped_kv2_t1024_head64_matches_cpu() {
+    check_half<cu::bf16>({1, 1024, 8, 64, 0.0f, 0, 0, 2});
+  }
+  void bf16_grouped_kv1_ragged_sequence_matches_cpu() {
+    check_half<cu::bf16>({2, 77, 4, 64, 0.0f, 0, 0, 1});
+  }
+  void bf16_grouped_dropout_on_tensor_parallel_heads_matches_cpu() {
+    check_half<cu::bf16>({2, 96, 4, 64, 0.1f, 4, 8, 2});
+  }
+  void fp16_grouped_kv2_t1024_head128_matches_cpu() {
+    check_half<cu::fp16>({1, 1024, 4, 128, 0.0f, 0, 0, 2});
+  }
+  void fp16_grouped_kv1_ragged_sequence_matches_cpu() {
+    check_half<cu::fp16>({2, 77, 4, 128, 0.0f, 0, 0, 1});
+  }
+
+  void kv_heads_not_dividing_the_heads_is_an_error() {
+    DeviceBuffer<float> qkv(64 * (4 + 2 * 3) * 4), out(64 * 4 * 4), lse(4 * 4);
+    std::string error;
+    auto ctx = cu::Context::create(&error);
+    QVERIFY2(ctx, error.c_str());
+    cu::attention_forward(*ctx, out.get(), lse.get(), qkv.get(), 1, 4, 256, 4, 0.0f, 0, 0, 0, 3);
+    const std::string got = ctx->synchronize();
+    QVERIFY2(got.find("3 key/value heads do not divide 4 query heads") != std::string::npos,
+             ("expected an error naming 3 key/value heads and 4 query heads, got: " + got).c_str());
+  }
 };
 
 QTEST_GUILESS_MAIN(CudaAttention)

@@ -14,6 +14,27 @@
 using namespace lattice::testing;
 namespace k = lattice::kernels;
 
+namespace {
+
+// fp32, bf16 and fp16 in one test template: the host rounding to A (none for fp32), the A-typed
+// host copy, the name and the tolerance.
+template <typename A>
+struct Compute {
+  static constexpr const char* kName = Half<A>::kName;
+  static constexpr double kTolerance = Half<A>::kTolerance;
+  static std::vector<float>& round(std::vector<float>& v) { return round_to<A>(v); }
+  static std::vector<A> host(const std::vector<float>& v) { return to_half<A>(v); }
+};
+template <>
+struct Compute<float> {
+  static constexpr const char* kName = "fp32";
+  static constexpr double kTolerance = kFp32Tolerance;
+  static std::vector<float>& round(std::vector<float>& v) { return v; }
+  static std::vector<float> host(const std::vector<float>& v) { return v; }
+};
+
+}  // namespace
+
 class CudaOps : public QObject {
   Q_OBJECT
   std::unique_ptr<cu::Context> ctx_;
@@ -243,6 +264,100 @@ class CudaOps : public QObject {
                     Half<H>::kTolerance);
   }
 
+  // RMSNorm with the fused residual add (residual_out aliasing residual), the plain forward on the
+  // stored sum (the fused op's out and rstd, bit for bit), and the backward (dinp, dweight +=;
+  // N large enough that the weight gradient's column sums split into row blocks).
+  template <typename A>
+  void check_rmsnorm() {
+    using X = Compute<A>;
+    const int N = 200, C = 320;
+    const float eps = 1e-5f;
+    auto res = random_floats(N * C, 111), x = random_floats(N * C, 112), w = random_floats(C, 113),
+         dout = random_floats(N * C, 114), dinp = random_floats(N * C, 115);
+    X::round(res), X::round(x), X::round(w), X::round(dout), X::round(dinp);
+    std::vector<float> dw = random_floats(C, 116), sum(N * C), out(N * C), rstd(N);
+    DeviceBuffer<A> d_res(X::host(res)), d_x(X::host(x)), d_w(X::host(w)), d_dout(X::host(dout)),
+        d_dinp(X::host(dinp)), d_out(N * C), d_plain_out(N * C);
+    DeviceBuffer<float> d_rstd(N), d_plain_rstd(N), d_dw(dw);
+    k::residual_dropout_forward(sum.data(), res.data(), x.data(), sum.size(), 0.0f, 0);
+    X::round(sum);  // the device stores the residual stream in A and normalises that
+    k::rmsnorm_forward(out.data(), rstd.data(), sum.data(), w.data(), N, C, eps);
+    k::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), sum.data(), w.data(), rstd.data(), N,
+                        C);
+    cu::residual_rmsnorm_forward(*ctx_, d_res.get(), d_out.get(), d_rstd.get(), d_res.get(),
+                                 d_x.get(), d_w.get(), N, C, eps);
+    cu::rmsnorm_forward(*ctx_, d_plain_out.get(), d_plain_rstd.get(), d_res.get(), d_w.get(), N, C,
+                        eps);
+    cu::rmsnorm_backward(*ctx_, d_dinp.get(), d_dw.get(), d_dout.get(), d_res.get(), d_w.get(),
+                         d_rstd.get(), N, C);
+    sync();
+    const std::string name = X::kName;
+    LATTICE_COMPARE(name + " residual_rmsnorm residual", d_res.download(), sum, X::kTolerance);
+    LATTICE_COMPARE(name + " rmsnorm out", d_out.download(), out, X::kTolerance);
+    LATTICE_COMPARE(name + " rmsnorm rstd", d_rstd.download(), rstd, X::kTolerance);
+    LATTICE_COMPARE(name + " rmsnorm dinp (+=)", d_dinp.download(), dinp, X::kTolerance);
+    LATTICE_COMPARE(name + " rmsnorm dweight (+=, fp32)", d_dw.download(), dw, X::kTolerance);
+    QVERIFY2(same_bits(d_plain_out.download(), d_out.download()) &&
+                 same_bits(d_plain_rstd.download(), d_rstd.download()),
+             (name + " rmsnorm_forward of the stored sum differs from residual_rmsnorm_forward's "
+                     "out or rstd (they must be bit for bit the same)")
+                 .c_str());
+  }
+
+  // RoPE forward on qkv and backward on dqkv (N, (NH + 2 KV) HS), in place; positions from an
+  // array (beyond T) or n % T.
+  template <typename A>
+  void check_rope(int B, int T, int NH, int KV, int HS, int rotary_dim, bool with_positions) {
+    using X = Compute<A>;
+    const int N = B * T, P = T + 5, half = rotary_dim / 2;
+    const size_t n = static_cast<size_t>(N) * (NH + 2 * KV) * HS;
+    std::vector<double> cos64(static_cast<size_t>(P) * half), sin64(cos64.size());
+    k::rope_tables(cos64.data(), sin64.data(), P, rotary_dim, 10000.0);
+    const std::vector<float> cos(cos64.begin(), cos64.end()), sin(sin64.begin(), sin64.end());
+    std::vector<int32_t> positions = random_tokens(N, P, 121);
+    const int32_t* pos = with_positions ? positions.data() : nullptr;
+    auto qkv = random_floats(n, 122), dqkv = random_floats(n, 123);
+    X::round(qkv), X::round(dqkv);
+    DeviceBuffer<A> d_qkv(X::host(qkv)), d_dqkv(X::host(dqkv));
+    DeviceBuffer<float> d_cos(cos), d_sin(sin);
+    DeviceBuffer<int32_t> d_positions(positions);
+    const int32_t* d_pos = with_positions ? d_positions.get() : nullptr;
+    k::rope_forward(qkv.data(), cos.data(), sin.data(), pos, N, T, NH, KV, HS, rotary_dim);
+    k::rope_backward(dqkv.data(), cos.data(), sin.data(), pos, N, T, NH, KV, HS, rotary_dim);
+    cu::rope_forward(*ctx_, d_qkv.get(), d_cos.get(), d_sin.get(), d_pos, N, T, NH, KV, HS,
+                     rotary_dim);
+    cu::rope_backward(*ctx_, d_dqkv.get(), d_cos.get(), d_sin.get(), d_pos, N, T, NH, KV, HS,
+                      rotary_dim);
+    sync();
+    const std::string name = std::string(X::kName) + " rope NH " + std::to_string(NH) + " KV " +
+                             std::to_string(KV) + " rotary_dim " + std::to_string(rotary_dim);
+    LATTICE_COMPARE(name + " forward qkv", d_qkv.download(), qkv, X::kTolerance);
+    LATTICE_COMPARE(name + " backward dqkv", d_dqkv.download(), dqkv, X::kTolerance);
+  }
+
+  template <typename A>
+  void check_swiglu() {
+    using X = Compute<A>;
+    const int N = 96, F = 1000;
+    auto inp = random_floats(2 * N * F, 131, 3.0f), dout = random_floats(N * F, 132);
+    X::round(inp), X::round(dout);
+    std::vector<float> out(N * F), dinp(2 * N * F);
+    k::swiglu_forward(out.data(), inp.data(), N, F);
+    k::swiglu_backward(dinp.data(), inp.data(), dout.data(), N, F);
+    DeviceBuffer<A> d_inp(X::host(inp)), d_dout(X::host(dout)), d_out(N * F), d_dinp(2 * N * F);
+    cu::swiglu_forward(*ctx_, d_out.get(), d_inp.get(), N, F);
+    cu::swiglu_backward(*ctx_, d_dinp.get(), d_inp.get(), d_dout.get(), N, F);
+    sync();
+    LATTICE_COMPARE(std::string(X::kName) + " swiglu out", d_out.download(), out, X::kTolerance);
+    LATTICE_COMPARE(std::string(X::kName) + " swiglu dinp (gate | up)", d_dinp.download(), dinp,
+                    X::kTolerance);
+  }
+
+  template <typename T>
+  static bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  }
+
   // A fp32 gradient buffer holds an inf or NaN.
   template <typename T>
   bool has_non_finite(const DeviceBuffer<T>& b) {
@@ -337,6 +452,29 @@ class CudaOps : public QObject {
     LATTICE_COMPARE("bf16 residual_dropout out (same mask)", d_out.download(), out, kBf16Tolerance);
     LATTICE_COMPARE("bf16 dropout_backward dx (same mask)", d_dx.download(), dx, kBf16Tolerance);
   }
+
+  // The Llama family's ops.
+  void rmsnorm_fp32_matches_cpu() { check_rmsnorm<float>(); }
+  void rmsnorm_bf16_matches_cpu() { check_rmsnorm<cu::bf16>(); }
+  void rmsnorm_fp16_matches_cpu() { check_rmsnorm<cu::fp16>(); }
+  // {B, T, NH, KV, HS, rotary_dim, positions array}: query groups, MQA with a positions array and
+  // half the head rotated, GPT-2's per-head layout (KV = NH).
+  void rope_fp32_matches_cpu() {
+    check_rope<float>(2, 50, 8, 2, 64, 64, false);
+    check_rope<float>(1, 33, 4, 1, 128, 64, true);
+    check_rope<float>(2, 17, 4, 4, 64, 64, false);
+  }
+  void rope_bf16_matches_cpu() {
+    check_rope<cu::bf16>(2, 50, 8, 2, 64, 64, true);
+    check_rope<cu::bf16>(1, 33, 4, 1, 128, 96, false);
+  }
+  void rope_fp16_matches_cpu() {
+    check_rope<cu::fp16>(2, 50, 8, 2, 64, 64, true);
+    check_rope<cu::fp16>(1, 33, 4, 1, 128, 96, false);
+  }
+  void swiglu_fp32_matches_cpu() { check_swiglu<float>(); }
+  void swiglu_bf16_matches_cpu() { check_swiglu<cu::bf16>(); }
+  void swiglu_fp16_matches_cpu() { check_swiglu<cu::fp16>(); }
 
   void softmax_cross_entropy_matches_cpu() {
     const int N = 37, V = 5003;

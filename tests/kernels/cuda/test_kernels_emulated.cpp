@@ -4,6 +4,9 @@
 // the fused residual and its backward, and the fused and vocabulary-parallel cross-entropy;
 // and the loss scaler's unscale-and-check bit for bit against optim/grad_scaling.cpp's
 // function, its flag set by an inf, a NaN or an overflow of the unscaling, in any block.
+// The Llama family's kernels likewise: grouped-query attention (KV 1, KV 2 of NH 4, KV = NH; the
+// fp32 and tensor-core kernels), RMSNorm with the fused residual and its backward, RoPE on the
+// grouped layout (positions array, rotary_dim < HS) and SwiGLU, in fp32, fp16 and bf16.
 // The attention and LayerNorm kernels also run on fp16 tensors (the host's to_fp16 rounding,
 // as the device's): within fp16's 1e-2 of the CPU ops on the rounded inputs; and the
 // tensor-core attention kernels on fp16 and bf16 tensors, mma_16816 emulated from its
@@ -28,6 +31,9 @@
 #include "lattice/kernels.h"
 #include "layernorm_kernels.cuh"
 #include "optim/grad_scaling.h"
+#include "rmsnorm_kernels.cuh"
+#include "rope_kernels.cuh"
+#include "swiglu_kernels.cuh"
 
 namespace cu = lattice::kernels::cuda;
 namespace emu = lattice::emulation;
@@ -39,6 +45,7 @@ struct Case {
   int B, T, NH, HS;
   float dropout = 0.0f;
   int head_offset = 0, total_heads = 0;
+  int kv_heads = 0;  // query groups (kernels.h's grouped layout); 0: NH, GPT-2's [q|k|v]
 };
 
 std::vector<float> random_floats(size_t n, uint64_t seed) {
@@ -113,28 +120,51 @@ std::vector<T> stored_as(std::vector<float>& v) {
   }
 }
 
+template <typename T>
+constexpr double tolerance_for() {
+  return std::is_same_v<T, float>      ? kFp32Tolerance
+         : std::is_same_v<T, cu::fp16> ? kFp16Tolerance
+                                       : kBf16Tolerance;
+}
+
+template <typename T>
+T nan_of() {
+  return T(cu::from_float<T>(std::nanf("")));
+}
+
+// The elements of got and want are the same bits.
+template <typename T>
+QString differing_bits(const char* tensor, const std::vector<T>& got, const std::vector<T>& want) {
+  for (size_t i = 0; i < want.size(); i++)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
+      return QString("%1[%2]: %3, expected %4 bit for bit")
+          .arg(tensor)
+          .arg(i)
+          .arg(widen(got[i]))
+          .arg(widen(want[i]));
+  return {};
+}
+
 // The fp32-arithmetic kernels (attention_kernels.cuh) or, with mma, the tensor-core ones
 // (attention_mma_kernels.cuh: 16-bit T only, products through the emulated mma_16816).
 template <int HS, typename T = float, bool mma = false>
 void check(const Case& c) {
-  const int C = c.NH * HS;
+  const int C = c.NH * HS, KV = c.kv_heads > 0 ? c.kv_heads : c.NH;
   const size_t rows = static_cast<size_t>(c.B) * c.T;
   const uint64_t key = 0xa77e;
-  auto qkv = random_floats(rows * 3 * C, 1), dout = random_floats(rows * C, 2);
+  auto qkv = random_floats(rows * (c.NH + 2 * KV) * HS, 1), dout = random_floats(rows * C, 2);
   const std::vector<T> t_qkv = stored_as<T>(qkv), t_dout = stored_as<T>(dout);
-  const double tolerance = std::is_same_v<T, float>      ? kFp32Tolerance
-                           : std::is_same_v<T, cu::fp16> ? kFp16Tolerance
-                                                         : kBf16Tolerance;
+  const double tolerance = tolerance_for<T>();
 
   std::vector<float> out(rows * C), dqkv(qkv.size()), probs(size_t(c.B) * c.NH * c.T * c.T);
   std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
   k::attention_forward(out.data(), probs.data(), qkv.data(), c.B, c.T, C, c.NH, c.dropout, key,
-                       ws.data(), c.head_offset, c.total_heads);
+                       ws.data(), c.head_offset, c.total_heads, c.kv_heads);
   k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), c.B, c.T, C, c.NH,
-                        c.dropout, key, ws.data(), c.head_offset, c.total_heads);
+                        c.dropout, key, ws.data(), c.head_offset, c.total_heads, c.kv_heads);
 
   cu::AttentionArgs a{};
-  a.B = c.B, a.T = c.T, a.NH = c.NH;
+  a.B = c.B, a.T = c.T, a.NH = c.NH, a.KV = KV;
   a.scale = static_cast<float>(1.0 / std::sqrt(double(HS)));
   a.dropout = c.dropout > 0.0f;
   a.threshold = k::dropout_threshold(c.dropout);
@@ -150,6 +180,8 @@ void check(const Case& c) {
   const dim3 mma_grid((c.T + cu::mma_tiles::kBlockRows - 1) / cu::mma_tiles::kBlockRows,
                       c.B * c.NH),
       mma_block(cu::mma_tiles::kBlockWarps * 32);
+  // The dk/dv passes run one block per (sequence, group) and key block, as attention.cu.
+  const dim3 kv_grid(grid.x, c.B * KV), mma_kv_grid(mma_grid.x, c.B * KV);
   const float* lse = g_lse.data();
   const float* delta = g_delta.data();
   if constexpr (mma)
@@ -164,13 +196,13 @@ void check(const Case& c) {
   if constexpr (mma) {
     emu::launch(mma_grid, mma_block, cu::attention_backward_dq_mma_kernel<T, HS>, g_dqkv.data(),
                 t_dout.data(), t_qkv.data(), lse, delta, a);
-    emu::launch(mma_grid, mma_block, cu::attention_backward_dkv_mma_kernel<T, HS>, g_dqkv.data(),
+    emu::launch(mma_kv_grid, mma_block, cu::attention_backward_dkv_mma_kernel<T, HS>, g_dqkv.data(),
                 t_dout.data(), t_qkv.data(), lse, delta, a);
   } else {
     emu::launch(grid, block, cu::attention_backward_dq_kernel<T, HS>, g_dqkv.data(), t_dout.data(),
                 t_qkv.data(), lse, delta, a);
-    emu::launch(grid, block, cu::attention_backward_dkv_kernel<T, HS>, g_dqkv.data(), t_dout.data(),
-                t_qkv.data(), lse, delta, a);
+    emu::launch(kv_grid, block, cu::attention_backward_dkv_kernel<T, HS>, g_dqkv.data(),
+                t_dout.data(), t_qkv.data(), lse, delta, a);
   }
 
   QString error = mismatch("attention out", g_out, out, tolerance);
@@ -282,6 +314,142 @@ void check_layernorm_fp16(int N, int C) {
   EXPECT_CLOSE_FP16("fp16 layernorm dbias (fp32)", g_db, db);
 }
 
+// RMSNorm's weight gradient as rmsnorm.cu launches it: reduce.cuh's column sums over R row
+// blocks (partials, then their totals in row-block order), or with R = 1 straight into dweight
+// (no partials: the launcher's path when the scratch is too small).
+template <typename T>
+void rmsnorm_weight_grad(std::vector<float>& dw, const T* dout, const T* inp,
+                         const std::vector<float>& rstd, int N, int C, int R) {
+  const int rows_per_block = (N + R - 1) / R;
+  std::vector<float> partial(size_t(R) * C, std::nanf(""));
+  float* into = R > 1 ? partial.data() : nullptr;
+  emu::launch(dim3((C + 31) / 32, R), dim3(32, 8), cu::rmsnorm_backward_weight_kernel<T>, into,
+              dw.data(), dout, inp, rstd.data(), N, C, rows_per_block);
+  if (into)
+    emu::launch(dim3((C + 255) / 256), dim3(256), cu::column_totals_kernel, dw.data(),
+                static_cast<float*>(nullptr), static_cast<const float*>(partial.data()), R, C);
+}
+
+// Residual + RMSNorm forward (residual_out aliasing residual) and backward (dinp and dweight
+// accumulate) against the CPU ops on the inputs as stored in T, the CPU's residual sum rounded as
+// the kernel stores it (as cpu_ops_16bit.cpp); the plain forward on the stored sum must give the
+// fused forward's out and rstd bit for bit.
+template <typename T>
+void check_rmsnorm(int N, int C, int R) {
+  const size_t n = size_t(N) * C;
+  const float eps = 1e-6f;
+  const double tolerance = tolerance_for<T>();
+  auto res = random_floats(n, 51), x = random_floats(n, 52), w = random_floats(C, 53),
+       dout = random_floats(n, 54), dinp = random_floats(n, 55);
+  std::vector<float> dw = random_floats(C, 56);
+  std::vector<T> t_res = stored_as<T>(res), t_dinp = stored_as<T>(dinp);
+  const std::vector<T> t_x = stored_as<T>(x), t_w = stored_as<T>(w), t_dout = stored_as<T>(dout);
+  std::vector<float> g_dw = dw;
+
+  std::vector<float> sum(n), out(n), rstd(N);
+  k::residual_dropout_forward(sum.data(), res.data(), x.data(), n, 0.0f, 0);
+  stored_as<T>(sum);  // rounded in place
+  k::rmsnorm_forward(out.data(), rstd.data(), sum.data(), w.data(), N, C, eps);
+  k::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), sum.data(), w.data(), rstd.data(), N, C);
+
+  const dim3 rows_grid((N + cu::kRmsRowsPerBlock - 1) / cu::kRmsRowsPerBlock),
+      rows_block(32, cu::kRmsRowsPerBlock);
+  std::vector<T> g_out(n, nan_of<T>()), plain_out(n, nan_of<T>());
+  std::vector<float> g_rstd(N, std::nanf("")), plain_rstd(N, std::nanf(""));
+  const T* stored = t_res.data();
+  emu::launch(rows_grid, rows_block, cu::rmsnorm_forward_kernel<T>, t_res.data(), g_out.data(),
+              g_rstd.data(), stored, t_x.data(), t_w.data(), N, C, eps);
+  emu::launch(rows_grid, rows_block, cu::rmsnorm_forward_kernel<T>, static_cast<T*>(nullptr),
+              plain_out.data(), plain_rstd.data(), stored, static_cast<const T*>(nullptr),
+              t_w.data(), N, C, eps);
+  emu::launch(rows_grid, rows_block, cu::rmsnorm_backward_input_kernel<T>, t_dinp.data(),
+              t_dout.data(), stored, t_w.data(), static_cast<const float*>(g_rstd.data()), N, C);
+  rmsnorm_weight_grad<T>(g_dw, t_dout.data(), stored, g_rstd, N, C, R);
+
+  QString error = mismatch("residual_rmsnorm residual", t_res, sum, tolerance);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = mismatch("rmsnorm out", g_out, out, tolerance);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = mismatch("rmsnorm rstd", g_rstd, rstd, tolerance);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = mismatch("rmsnorm dinp (+=)", t_dinp, dinp, tolerance);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = mismatch("rmsnorm dweight (+=, fp32)", g_dw, dw, tolerance);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = differing_bits("rmsnorm out of the stored sum (plain vs fused)", plain_out, g_out);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = differing_bits("rmsnorm rstd of the stored sum (plain vs fused)", plain_rstd, g_rstd);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+}
+
+struct RopeCase {
+  int B, T, NH, KV, HS, rotary_dim;
+  bool positions;  // a positions array (random, beyond T too); else row n is at n % T
+};
+
+// RoPE forward on qkv and backward on dqkv, in place, against the CPU ops; then every value
+// head, and dims [R, HS) of every query and key head, must be the input bit for bit. The kernel
+// runs on a grid smaller than its pairs, so threads walk the grid-stride loop several times.
+template <typename T>
+void check_rope(const RopeCase& c) {
+  const int N = c.B * c.T, P = c.T + 9, half = c.rotary_dim / 2, Q = c.NH / c.KV;
+  const size_t width = size_t(c.NH + 2 * c.KV) * c.HS, n = N * width;
+  std::vector<double> cos64(size_t(P) * half), sin64(cos64.size());
+  k::rope_tables(cos64.data(), sin64.data(), P, c.rotary_dim, 500000.0);
+  const std::vector<float> cos(cos64.begin(), cos64.end()), sin(sin64.begin(), sin64.end());
+  std::vector<int32_t> positions(N);
+  std::mt19937_64 rng(63);
+  for (int32_t& p : positions) p = std::uniform_int_distribution<int32_t>(0, P - 1)(rng);
+  const int32_t* pos = c.positions ? positions.data() : nullptr;
+  auto qkv = random_floats(n, 61), dqkv = random_floats(n, 62);
+  std::vector<T> t_qkv = stored_as<T>(qkv), t_dqkv = stored_as<T>(dqkv);
+  const std::vector<T> qkv0 = t_qkv, dqkv0 = t_dqkv;
+  k::rope_forward(qkv.data(), cos.data(), sin.data(), pos, N, c.T, c.NH, c.KV, c.HS, c.rotary_dim);
+  k::rope_backward(dqkv.data(), cos.data(), sin.data(), pos, N, c.T, c.NH, c.KV, c.HS,
+                   c.rotary_dim);
+  emu::launch(dim3(3), dim3(64), cu::rope_kernel<T>, t_qkv.data(), cos.data(), sin.data(), pos, N,
+              c.T, c.NH, c.KV, c.HS, c.rotary_dim, 1.0f);
+  emu::launch(dim3(3), dim3(64), cu::rope_kernel<T>, t_dqkv.data(), cos.data(), sin.data(), pos, N,
+              c.T, c.NH, c.KV, c.HS, c.rotary_dim, -1.0f);
+  QString error = mismatch("rope_forward qkv", t_qkv, qkv, tolerance_for<T>());
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = mismatch("rope_backward dqkv", t_dqkv, dqkv, tolerance_for<T>());
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  for (size_t i = 0; i < n; i++) {
+    const int col = static_cast<int>(i % width), head = col / c.HS % (Q + 2), d = col % c.HS;
+    if (head <= Q && d < c.rotary_dim) continue;  // rotated: compared above
+    QVERIFY2(std::memcmp(&t_qkv[i], &qkv0[i], sizeof(T)) == 0 &&
+                 std::memcmp(&t_dqkv[i], &dqkv0[i], sizeof(T)) == 0,
+             qPrintable(QString("rope: qkv / dqkv [%1] (head %2 of its group, dim %3) changed; "
+                                "values and dims past rotary_dim %4 must pass through")
+                            .arg(i)
+                            .arg(head)
+                            .arg(d)
+                            .arg(c.rotary_dim)));
+  }
+}
+
+// SwiGLU forward and backward against the CPU ops; gates up to ~+-9 reach both tails of the
+// sigmoid. A grid smaller than the elements, as check_rope.
+template <typename T>
+void check_swiglu(int N, int F) {
+  const size_t n = size_t(N) * F;
+  auto inp = random_floats(2 * n, 71), dout = random_floats(n, 72);
+  for (float& v : inp) v *= 3.0f;
+  const std::vector<T> t_inp = stored_as<T>(inp), t_dout = stored_as<T>(dout);
+  std::vector<float> out(n), dinp(2 * n);
+  k::swiglu_forward(out.data(), inp.data(), N, F);
+  k::swiglu_backward(dinp.data(), inp.data(), dout.data(), N, F);
+  std::vector<T> g_out(n, nan_of<T>()), g_dinp(2 * n, nan_of<T>());
+  emu::launch(dim3(2), dim3(64), cu::swiglu_forward_kernel<T>, g_out.data(), t_inp.data(), N, F);
+  emu::launch(dim3(2), dim3(64), cu::swiglu_backward_kernel<T>, g_dinp.data(), t_inp.data(),
+              t_dout.data(), N, F);
+  QString error = mismatch("swiglu out", g_out, out, tolerance_for<T>());
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = mismatch("swiglu dinp (gate | up)", g_dinp, dinp, tolerance_for<T>());
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+}
+
 std::vector<int32_t> random_targets(int N, int V, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> pick(0, V - 1);
@@ -312,6 +480,50 @@ class KernelsEmulated : public QObject {
     check<64, cu::bf16, true>({1, 72, 2, 64, 0.1f, /*head_offset=*/1, /*total_heads=*/4});
   }
   void fp16_residual_layernorm_matches_cpu() { check_layernorm_fp16(19, 72); }
+
+  // Grouped-query attention (kernels.h's grouped layout): every query head reads its group's key
+  // and value in place; a group's dk and dv sum its query heads. MQA (KV 1), KV 2 of NH 4, KV = NH
+  // given explicitly; the fp32 and the tensor-core kernels, fp32, fp16 and bf16.
+  void grouped_query_attention_kv1_matches_cpu() { check<64>({1, 40, 4, 64, 0.0f, 0, 0, 1}); }
+  void grouped_query_attention_kv2_dropout_on_tensor_parallel_heads_matches_cpu() {
+    check<64>({1, 40, 4, 64, 0.1f, /*head_offset=*/4, /*total_heads=*/8, /*kv_heads=*/2});
+  }
+  void grouped_query_attention_kv_equal_to_nh_matches_cpu() {
+    check<128>({1, 33, 2, 128, 0.0f, 0, 0, 2});
+  }
+  void fp16_grouped_query_attention_matches_cpu() {
+    check<64, cu::fp16>({1, 40, 4, 64, 0.0f, 0, 0, 2});
+  }
+  void mma_fp16_grouped_kv1_ragged_sequence_matches_cpu() {
+    check<64, cu::fp16, true>({1, 80, 4, 64, 0.0f, 0, 0, 1});
+  }
+  void mma_bf16_grouped_kv2_head128_two_sequences_match_cpu() {
+    check<128, cu::bf16, true>({2, 40, 4, 128, 0.0f, 0, 0, 2});
+  }
+  void mma_bf16_grouped_kv2_dropout_on_tensor_parallel_heads_matches_cpu() {
+    check<64, cu::bf16, true>({1, 72, 4, 64, 0.1f, 4, 8, 2});
+  }
+
+  // RMSNorm with the fused residual (column sums in 3 row blocks, and in 1 without partials).
+  void residual_rmsnorm_forward_and_backward_match_cpu() { check_rmsnorm<float>(19, 72, 3); }
+  void residual_rmsnorm_single_row_block_matches_cpu() { check_rmsnorm<float>(9, 40, 1); }
+  void fp16_residual_rmsnorm_matches_cpu() { check_rmsnorm<cu::fp16>(19, 72, 3); }
+  void bf16_residual_rmsnorm_matches_cpu() { check_rmsnorm<cu::bf16>(19, 72, 3); }
+
+  // RoPE on the grouped layout: {B, T, NH, KV, HS, rotary_dim, positions array}.
+  void rope_grouped_matches_cpu() { check_rope<float>({2, 5, 4, 2, 64, 64, false}); }
+  void rope_mqa_positions_partial_rotary_matches_cpu() {
+    check_rope<float>({1, 6, 4, 1, 64, 32, true});
+  }
+  void rope_per_head_layout_head128_matches_cpu() {
+    check_rope<float>({1, 4, 2, 2, 128, 64, false});
+  }
+  void bf16_rope_positions_matches_cpu() { check_rope<cu::bf16>({1, 6, 4, 2, 64, 64, true}); }
+  void fp16_rope_partial_rotary_matches_cpu() { check_rope<cu::fp16>({2, 3, 4, 1, 64, 48, false}); }
+
+  void swiglu_matches_cpu() { check_swiglu<float>(7, 45); }
+  void bf16_swiglu_matches_cpu() { check_swiglu<cu::bf16>(5, 37); }
+  void fp16_swiglu_matches_cpu() { check_swiglu<cu::fp16>(5, 37); }
   void unscale_and_check_is_the_cpu_function();
 
   void softmax_cross_entropy_matches_cpu() {
