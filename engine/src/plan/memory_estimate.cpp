@@ -206,6 +206,11 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     st.replicated_parameters = n.replicated;
     const size_t params = static_cast<size_t>(n.total);
     st.weight_bytes = params * per_param.weights;
+    // RoPE's cos and sin tables (T, rotary_dim / 2) in the master type, one pair per model
+    // chunk (GptModel keeps them with the weights).
+    if (m.rope())
+      st.weight_bytes += static_cast<size_t>(layout.vpp) * 2 * m.seq_length * (m.rotary_dim() / 2) *
+                         (precision == "fp64" ? 8 : 4);
     st.grad_bytes = params * per_param.grads;
     const size_t sharded = o.parallel.use_distributed_optimizer
                                ? (params + layout.dp - 1) / static_cast<size_t>(layout.dp)
