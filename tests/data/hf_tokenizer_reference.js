@@ -2,7 +2,9 @@
 // what Hugging Face's own tokenizers (Rust, npm @anush008/tokenizers) make of it, for the C++
 // test to compare HuggingFaceTokenizer against token by token.
 // Usage: node tests/data/hf_tokenizer_reference.js --out DIR --node-modules DIR
-//            [--bytes 10000000] [--seed 1] [--variant-bytes 1000000] NAME=TOKENIZER_JSON ...
+//            [--bytes 10000000] [--seed 1] [--variant-bytes 1000000] [--text-only]
+//            NAME=TOKENIZER_JSON ...
+// (--text-only: docs.bin alone, for the benchmark; the files still give their vocabularies.)
 // Writes to DIR:
 //   docs.bin          the documents: per document a little-endian u32 byte count, then UTF-8
 //   NAME.ids          per document a u32 count, then the i32 ids of
@@ -31,6 +33,7 @@ for (let i = 0; i < argv.length; i++) {
   else if (a === '--bytes') args.bytes = Number(value());
   else if (a === '--seed') args.seed = Number(value());
   else if (a === '--variant-bytes') args.variantBytes = Number(value());
+  else if (a === '--text-only') args.textOnly = true;
   else if (a.includes('=')) args.tokenizers.push(a.split('=', 2));
   else throw new Error(`unexpected argument '${a}'`);
 }
@@ -165,6 +168,7 @@ const idsFile = (lists) => {
   return out;
 };
 fs.writeFileSync(path.join(args.out, 'docs.bin'), framed(docs));
+if (args.textOnly) process.exit(0);
 
 async function encodeAll(tokenizer, texts, addSpecialTokens) {
   const out = [];

@@ -106,7 +106,9 @@ std::string first_mismatch(const HuggingFaceTokenizer& t, const std::vector<std:
       continue;
     }
     const size_t at = gi - g.begin();
-    const size_t in_doc = t.decode(std::span(g.data(), at)).size();
+    // Where the text of the ids before the difference ends (approximate where the tokenizer
+    // adds text of its own: a BOS, a prefix space).
+    const size_t in_doc = std::min(t.decode(std::span(g.data(), at)).size(), texts[d].size());
     std::string report =
         "document " + std::to_string(d) + ": ids differ first at id " + std::to_string(at) +
         ", byte offset " + std::to_string(doc_offset + in_doc) + " of the text (" +

@@ -46,8 +46,12 @@ Result<std::string> read_file(const std::string& path, const char* what) {
     return Status::io_error(std::string("cannot open ") + what + " '" + path +
                             "': " + std::strerror(errno));
   }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::io_error(std::string("cannot read ") + what + " '" + path + "'");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  std::string text(size > 0 ? static_cast<size_t>(size) : 0, '\0');
+  if (size < 0 || !in.read(text.data(), size))
+    return Status::io_error(std::string("cannot read ") + what + " '" + path + "'");
   return text;
 }
 

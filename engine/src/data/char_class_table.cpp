@@ -1,4 +1,5 @@
 // CharClassTable (unicode_classes.h): the generated ranges as a two-level table.
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -31,6 +32,13 @@ const CharClassTable& python_regex_classes() {
 const CharClassTable& hf_classes() {
   static const CharClassTable table({kHfCharClassOverrides, kHfCharClassOverrideCount});
   return table;
+}
+
+bool hf_is_word(uint32_t cp) {
+  const CodePointRange* end = kHfWordRanges + kHfWordRangeCount;
+  const CodePointRange* it = std::upper_bound(
+      kHfWordRanges, end, cp, [](uint32_t c, const CodePointRange& r) { return c < r.first; });
+  return it != kHfWordRanges && cp <= it[-1].last;
 }
 
 }  // namespace lattice::unicode

@@ -10,6 +10,51 @@ namespace {
 constexpr uint32_t kNoRun = ~uint32_t{0};
 }  // namespace
 
+// Note [first characters]
+// Most positions of a text are tried against alternatives that cannot start there: a letter
+// against (?i:'s|'t|...) or \p{N}{1,3}. For each instruction, compile() records which ASCII
+// characters a match from there can begin with (a superset: everything where a lookahead, an
+// empty match or a loop makes it unclear), so that kSplit skips a branch, or the whole choice,
+// without trying it. Non-ASCII characters are never filtered.
+void Regex::find_first_characters() {
+  constexpr std::array<uint64_t, 2> kAll = {~uint64_t{0}, ~uint64_t{0}};
+  first_.assign(program_.size(), kAll);
+  std::vector<uint8_t> state(program_.size(), 0);  // 0 new, 1 being computed, 2 done
+  auto first = [&](auto&& self, int32_t pc) -> std::array<uint64_t, 2> {
+    if (state[pc] == 2) return first_[pc];
+    if (state[pc] == 1) return kAll;  // a loop: assume anything
+    state[pc] = 1;
+    const Inst& in = program_[pc];
+    std::array<uint64_t, 2> r = kAll;
+    switch (in.op) {
+      case Op::kRun: {
+        const CharSet& set = sets_[in.set];
+        r = {set.ascii[0], set.ascii[1]};
+        if (in.min == 0) {
+          const auto next = self(self, pc + 1);
+          r = {r[0] | next[0], r[1] | next[1]};
+        }
+        break;
+      }
+      case Op::kSplit: {
+        const auto x = self(self, in.x), y = self(self, in.y);
+        r = {x[0] | y[0], x[1] | y[1]};
+        break;
+      }
+      case Op::kJump:
+        r = self(self, in.x);
+        break;
+      case Op::kLook:
+      case Op::kMatch:
+        break;  // kAll
+    }
+    first_[pc] = r;
+    state[pc] = 2;
+    return r;
+  };
+  for (int32_t pc = 0; pc < static_cast<int32_t>(program_.size()); pc++) first(first, pc);
+}
+
 void Regex::decode(std::string_view text, Chars& chars) const {
   chars.cp.clear(), chars.cls.clear(), chars.offset.clear();
   const auto* begin = reinterpret_cast<const unsigned char*>(text.data());
@@ -50,10 +95,21 @@ bool Regex::run(const Chars& chars, int32_t pc, uint32_t pos, uint32_t* end,
         pc++;
         break;
       }
-      case Op::kSplit:
-        stack.push_back({in.y, pos, kNoRun});
-        pc = in.x;
+      case Op::kSplit: {
+        // Note [first characters]: skip what cannot start with the character here.
+        const uint32_t c = pos < n ? chars.cp[pos] : 0x80;
+        const bool may_x = c >= 0x80 || ((first_[in.x][c >> 6] >> (c & 63)) & 1);
+        const bool may_y = c >= 0x80 || ((first_[in.y][c >> 6] >> (c & 63)) & 1);
+        if (may_x && may_y) {
+          stack.push_back({in.y, pos, kNoRun});
+          pc = in.x;
+        } else if (may_x || may_y) {
+          pc = may_x ? in.x : in.y;
+        } else {
+          ok = false;
+        }
         break;
+      }
       case Op::kJump:
         pc = in.x;
         break;

@@ -12,6 +12,7 @@
 // refused by compile() with the construct and its place in the pattern.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -86,8 +87,14 @@ class Regex {
   bool run(const Chars& chars, int32_t pc, uint32_t pos, uint32_t* end,
            std::vector<Frame>& stack) const;
 
+  // Fills first_: see Note [first characters] in hf_regex.cpp.
+  void find_first_characters();
+
   std::vector<CharSet> sets_;
   std::vector<Inst> program_;  // starts at 0; lookahead bodies follow the main kMatch
+  // (program size) per instruction, the ASCII characters a match from there can start with
+  // (bit per code point); all set where it may also start otherwise or match empty.
+  std::vector<std::array<uint64_t, 2>> first_;
   const unicode::CharClassTable* classes_ = nullptr;
 };
 

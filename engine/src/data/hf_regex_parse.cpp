@@ -546,6 +546,7 @@ Result<Regex> Regex::compile(std::string_view pattern, const unicode::CharClassT
     parser.emit(*deferred[i].second, deferred);
     re.program_.push_back({Op::kMatch});
   }
+  re.find_first_characters();
   return re;
 }
 

@@ -32,13 +32,9 @@ uint32_t char_at(std::string_view text, size_t at, uint32_t* length) {
 bool is_space(uint32_t cp) {
   return cp != unicode::kNotUtf8 && unicode::hf_classes().lookup(cp) == unicode::CharClass::kSpace;
 }
-// Rust regex's \w, which single_word tests, as letters, numbers and '_': exact for ASCII
-// (marks and connector punctuation beyond '_' are in \w, other numbers such as U+00B2 not).
+// Rust regex's \w, which single_word tests (the generated table of Hugging Face's).
 bool is_word(uint32_t cp) {
-  if (cp == '_') return true;
-  if (cp == unicode::kNotUtf8) return false;
-  const unicode::CharClass c = unicode::hf_classes().lookup(cp);
-  return c == unicode::CharClass::kLetter || c == unicode::CharClass::kNumber;
+  return cp != unicode::kNotUtf8 && unicode::hf_is_word(cp);
 }
 
 }  // namespace

@@ -226,15 +226,15 @@ Status HuggingFaceTokenizer::read_model(const json& file, const std::string& whe
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       left = m[0].get<std::string>(), right = m[1].get<std::string>();
     }
-    const std::string at = where + ": model.merges[" + std::to_string(rank) + "] " + m.dump();
+    auto at = [&] { return where + ": model.merges[" + std::to_string(rank) + "] " + m.dump(); };
     if (left.empty() || right.empty())
-      return Status::corrupt(at + " is not two tokens (\"a b\" or [\"a\", \"b\"])");
+      return Status::corrupt(at() + " is not two tokens (\"a b\" or [\"a\", \"b\"])");
     const auto l = spelled.find(left), r = spelled.find(right), made = spelled.find(left + right);
     if (l == spelled.end() || r == spelled.end() || made == spelled.end()) {
       const std::string missing = l == spelled.end()   ? left
                                   : r == spelled.end() ? right
                                                        : left + right;
-      return Status::corrupt(at + ": \"" + missing + "\" is not in model.vocab");
+      return Status::corrupt(at() + ": \"" + missing + "\" is not in model.vocab");
     }
     core_.add_merge(l->second, r->second, static_cast<uint32_t>(rank), made->second);
   }

@@ -1,8 +1,9 @@
 // The four classes of code point that the pre-tokenisation regexes distinguish: \p{L}, \p{N},
 // \s (Unicode White_Space) and the rest, as two references define them: the GPT-2 encoder
 // Megatron runs (OpenAI's encoder.py on Python's `regex`), and Hugging Face's tokenizers
-// (Oniguruma), whose Unicode is older and so classes the newest letters and digits as other.
-// The ranges are generated (make_unicode_classes.js); CharClassTable looks them up.
+// (Oniguruma), whose Unicode is older and so classes the newest letters and digits as other;
+// and Hugging Face's word characters. The ranges are generated (make_unicode_classes.js);
+// CharClassTable looks the classes up.
 #pragma once
 
 #include <array>
@@ -35,6 +36,14 @@ extern const char* const kCharClassSource;
 extern const CharClassRange kHfCharClassOverrides[];
 extern const std::size_t kHfCharClassOverrideCount;
 extern const char* const kHfCharClassSource;
+// Sorted, disjoint, maximal ranges of the word characters (Rust regex's \w: letters, marks,
+// decimal digits, connector punctuation) that an added token's single_word looks at.
+struct CodePointRange {
+  uint32_t first, last;  // inclusive
+};
+extern const CodePointRange kHfWordRanges[];
+extern const std::size_t kHfWordRangeCount;
+bool hf_is_word(uint32_t cp);
 
 // Two-level lookup of a code point's class: blocks of 256 code points, identical blocks
 // shared (about 130 distinct blocks, 34 KB). Immutable once built; any thread may read it.
