@@ -25,6 +25,8 @@
 #include "data/bpe_core.h"
 #include "data/hf_regex.h"
 #include "data/hf_tokenizer.h"
+#include "data/indexed_dataset.h"
+#include "data/preprocess.h"
 
 using lattice::HuggingFaceTokenizer;
 using lattice::testing::slurp;
@@ -344,6 +346,43 @@ class TestHfTokenizer : public QObject {
     QVERIFY2(t, t.status().message().c_str());
     QCOMPARE((*t)->encode("ca"), (std::vector<int32_t>{258}));
     QCOMPARE((*t)->encode("abc ca"), (std::vector<int32_t>{257, ' ', 'c', 'a'}));  // " ca" is not
+  }
+
+  void preprocessing_puts_the_templates_bos_first_and_eod_last_as_megatron() {
+    // Megatron's preprocessing: tokenizer.tokenize(text), i.e. transformers with its special
+    // tokens (the template's BOS), then EOD with --append-eod; a document that gives no ids
+    // at all gets none, but an empty text still gets the BOS.
+    const std::string with_bos = tiny_tokenizer(dir_, "bos", [](json& j) {
+      j["post_processor"] = {
+          {"type", "TemplateProcessing"},
+          {"single",
+           {{{"SpecialToken", {{"id", "<|endoftext|>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+          {"special_tokens", {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {259}}}}}}};
+    });
+    const std::string input = dir_.filePath("docs.jsonl").toStdString();
+    spit(input, "{\"text\": \"abc ab\"}\n{\"text\": \"\"}\n");
+    for (const bool bos : {false, true}) {
+      lattice::PreprocessOptions o;
+      o.inputs = {input};
+      o.output_prefix = dir_.filePath(bos ? "with_bos" : "without_bos").toStdString();
+      o.tokenizer.type = "HuggingFaceTokenizer";
+      o.tokenizer.model_file = bos ? with_bos : tiny_tokenizer(dir_, "plain");
+      o.append_eod = true;
+      auto report = lattice::preprocess(o, nullptr);
+      QVERIFY2(report, report.status().message().c_str());
+      auto d = lattice::IndexedDataset::open(o.output_prefix + "_text_document");
+      QVERIFY2(d, d.status().message().c_str());
+      std::vector<int32_t> all((*d)->num_tokens());
+      for (size_t s = 0, at = 0; s < (*d)->num_sequences(); s++) {
+        const auto n = static_cast<size_t>((*d)->sequence_lengths()[s]);
+        (*d)->read(s, 0, n, all.data() + at);
+        at += n;
+      }
+      const std::vector<int32_t> expected =
+          bos ? std::vector<int32_t>{259, 257, ' ', 256, 259, 259, 259}
+              : std::vector<int32_t>{257, ' ', 256, 259};
+      QCOMPARE(all, expected);
+    }
   }
 
   void malformed_files_are_refused_by_name() {

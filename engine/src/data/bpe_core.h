@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -14,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "data/bpe_word_cache.h"
 #include "lattice/status.h"
 
 namespace lattice::bpe {
@@ -57,9 +57,11 @@ class BpeCore {
   // that one token without merging. The map must outlive the core.
   void set_whole_words(const Vocabulary* vocabulary) { whole_words_ = vocabulary; }
 
-  // Appends the ids of each word, in order, to `ids`. Words already seen on this thread come
-  // from its cache (Note [per-thread word cache] in bpe_core.cpp). Thread-safe.
-  void encode_words(std::span<const std::string_view> words, std::vector<int32_t>& ids) const;
+  // Appends to `ids` the ids of the words next() returns, in order, until it returns an
+  // empty view. Words already seen on this thread come from its cache (Note [per-thread word
+  // cache], bpe_word_cache.h). Thread-safe.
+  template <class NextWord>
+  void encode_words(NextWord&& next, std::vector<int32_t>& ids) const;
   // Appends the ids of one word, merged now (no cache, no whole-word lookup).
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
@@ -93,5 +95,37 @@ class BpeCore {
   const Vocabulary* whole_words_ = nullptr;
   uint64_t cache_owner_;  // never reused, so a thread cannot serve words of a dead core
 };
+
+template <class NextWord>
+void BpeCore::encode_words(NextWord&& next, std::vector<int32_t>& ids) const {
+  WordCache& cache = thread_word_cache(cache_owner_);
+  // Words go through in batches: the cache slots of a whole batch are requested from memory
+  // while the next words are found, before the first is read, so that the misses overlap.
+  constexpr int kBatch = 16;
+  std::string_view words[kBatch];
+  WordKey keys[kBatch];
+  for (int n = kBatch; n == kBatch;) {
+    for (n = 0; n < kBatch; n++) {
+      words[n] = next();
+      if (words[n].empty()) break;
+      if (words[n].size() > 1 && words[n].size() <= WordCache::kMaxWordBytes) {
+        keys[n] = WordKey(words[n]);
+        cache.prefetch(keys[n]);
+      }
+    }
+    for (int i = 0; i < n; i++) {
+      const std::string_view word = words[i];
+      if (word.size() == 1) {
+        ids.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
+      } else if (word.size() > WordCache::kMaxWordBytes) {
+        tokenize_word(word, ids);
+      } else if (!cache.find(word, keys[i], ids)) {
+        const size_t before = ids.size();
+        tokenize_word(word, ids);
+        cache.insert(word, keys[i], ids.data() + before, ids.size() - before);
+      }
+    }
+  }
+}
 
 }  // namespace lattice::bpe

@@ -150,15 +150,7 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
   gpt2::WordSplitter splitter(text);
-  constexpr size_t kBatch = 64;  // words handed to the core at once
-  std::string_view words[kBatch];
-  for (size_t n = kBatch; n == kBatch;) {
-    for (n = 0; n < kBatch; n++) {
-      words[n] = splitter.next();
-      if (words[n].empty()) break;
-    }
-    core_.encode_words(std::span(words, n), ids);
-  }
+  core_.encode_words([&] { return splitter.next(); }, ids);
   return ids;
 }
 

@@ -170,7 +170,10 @@ void HuggingFaceTokenizer::encode_normalized(std::string_view text, Scratch& scr
     }
     std::swap(scratch.pieces, scratch.next);
   }
-  core_.encode_words(scratch.pieces, ids);
+  size_t next = 0;
+  core_.encode_words(
+      [&] { return next < scratch.pieces.size() ? scratch.pieces[next++] : std::string_view(); },
+      ids);
 }
 
 std::string HuggingFaceTokenizer::decode(std::span<const int32_t> ids) const {
