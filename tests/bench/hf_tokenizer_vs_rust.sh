@@ -20,7 +20,6 @@ repo_root="$(cd "${script_dir}/../.." && pwd)"
 repeat=3
 lattice_bench="${repo_root}/build/release/tests/bench/lattice-bench-tokenizer"
 data_dir="${repo_root}/build/bench-data"
-fortunes_dir=/usr/share/games/fortunes
 hf_dir="${LATTICE_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/lattice}/hf-tokenizers"
 
 usage() { sed -n '12,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
@@ -48,24 +47,13 @@ for f in "${hf_dir}/llama3/tokenizer.json" "${hf_dir}/qwen3/tokenizer.json" "${m
     exit 2
   fi
 done
-if ! ls "${fortunes_dir}"/*.dat >/dev/null 2>&1; then
-  echo "error: no fortune files in ${fortunes_dir} (install the Debian package fortunes)" >&2
-  exit 2
-fi
-
 source "${script_dir}/machine_line.sh"
+source "${script_dir}/fortunes_corpus.sh"
 machine=$(machine_line "$(dirname "$lattice_bench")")
 mkdir -p "$data_dir"
 fortunes="${data_dir}/fortunes.txt"
 varied="${data_dir}/hf-varied-10MB.bin"
-if [[ ! -s "$fortunes" ]]; then
-  # A plain fortune file is the text beside its strfile index (.dat); the .u8 names are links.
-  for index in "${fortunes_dir}"/*.dat; do
-    f="${index%.dat}"
-    if [[ -f "$f" && ! -L "$f" ]]; then cat "$f"; fi
-  done > "${fortunes}.part"
-  mv "${fortunes}.part" "$fortunes"
-fi
+fortunes_corpus "$fortunes" || exit 2
 if [[ ! -s "$varied" ]]; then
   tmp="$(mktemp -d)"
   node "${repo_root}/tests/data/hf_tokenizer_reference.js" --text-only --out "$tmp" \

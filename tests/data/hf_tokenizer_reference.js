@@ -4,7 +4,9 @@
 // Usage: node tests/data/hf_tokenizer_reference.js --out DIR --node-modules DIR
 //            [--bytes 10000000] [--seed 1] [--variant-bytes 1000000] [--text-only]
 //            NAME=TOKENIZER_JSON ...
-// (--text-only: docs.bin alone, for the benchmark; the files still give their vocabularies.)
+// (--text-only: docs.bin alone, for the benchmark; the files still give their vocabularies.
+// --worker: encode DIR/docs.bin with the one tokenizer given; the main run starts one worker
+// per tokenizer, so that they run in parallel, and writes regex.json meanwhile.)
 // Writes to DIR:
 //   docs.bin          the documents: per document a little-endian u32 byte count, then UTF-8
 //   NAME.ids          per document a u32 count, then the i32 ids of
@@ -34,6 +36,7 @@ for (let i = 0; i < argv.length; i++) {
   else if (a === '--seed') args.seed = Number(value());
   else if (a === '--variant-bytes') args.variantBytes = Number(value());
   else if (a === '--text-only') args.textOnly = true;
+  else if (a === '--worker') args.worker = true;
   else if (a.includes('=')) args.tokenizers.push(a.split('=', 2));
   else throw new Error(`unexpected argument '${a}'`);
 }
@@ -96,7 +99,7 @@ const byteOf = (() => {
   return new Map(chars.map((c, i) => [String.fromCodePoint(c), bytes[i]]));
 })();
 const vocabTexts = [];
-for (const [, file] of args.tokenizers) {
+for (const [, file] of args.worker ? [] : args.tokenizers) {
   for (const token of Object.keys(JSON.parse(fs.readFileSync(file, 'utf8')).model.vocab)) {
     const bytes = Buffer.from([...token].map((c) => byteOf.get(c) ?? 0));
     const text = bytes.toString('utf8');
@@ -137,9 +140,9 @@ function documentOf(size) {
   return doc;
 }
 
-const docs = [];
+let docs = [];
 let total = 0;
-while (total < args.bytes) {
+while (!args.worker && total < args.bytes) {
   const doc = rand() < 0.03 ? '' : documentOf(rand() < 0.1 ? int(20) : int(4000));
   docs.push(doc);
   total += Buffer.byteLength(doc, 'utf8');
@@ -167,7 +170,16 @@ const idsFile = (lists) => {
   }
   return out;
 };
-fs.writeFileSync(path.join(args.out, 'docs.bin'), framed(docs));
+if (args.worker) {
+  const bytes = fs.readFileSync(path.join(args.out, 'docs.bin'));
+  for (let at = 0; at + 4 <= bytes.length;) {
+    const n = bytes.readUInt32LE(at);
+    docs.push(bytes.subarray(at + 4, at + 4 + n).toString('utf8'));
+    at += 4 + n;
+  }
+} else {
+  fs.writeFileSync(path.join(args.out, 'docs.bin'), framed(docs));
+}
 if (args.textOnly) process.exit(0);
 
 async function encodeAll(tokenizer, texts, addSpecialTokens) {
@@ -215,32 +227,54 @@ const patterns = ["(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\
 const regexTexts = ['abcABC aab ac', 'xyxzx xy', '12 345 6789 0 ١٢٣', 'AAB\u00c0bb  \n\t', 'Kk\u212aSs\u017f',
   'a-b-z [.+]', 'abcd abc ab a', 'hello, world!  \r\n 123 \u00e9t\u00e9', '', 'ab\nc\u2028d'];
 
-async function main() {
-  const info = { reference: require(require.resolve('@anush008/tokenizers/package.json', { paths: [args.modules] })).version,
-    node: process.versions.node, seed: args.seed, documents: docs.length, bytes: total, tokenizers: {} };
+// One tokenizer's ids, normalized text and variant (worker mode); returns its summary.
+async function encodeWith(name, file) {
+  const t0 = Date.now();
   const variantDocs = [];
   for (let i = 0, n = 0; i < docs.length && n < args.variantBytes; i++) {
     variantDocs.push(docs[i]);
     n += Buffer.byteLength(docs[i], 'utf8');
   }
-  for (const [name, file] of args.tokenizers) {
-    const t0 = Date.now();
-    const tokenizer = hf.Tokenizer.fromFile(file);
-    const ids = await encodeAll(tokenizer, docs, false);
-    fs.writeFileSync(path.join(args.out, `${name}.ids`), idsFile(ids));
-    const normalizer = tokenizer.getNormalizer();
-    if (normalizer) {
-      fs.writeFileSync(path.join(args.out, `${name}.norm.bin`), framed(docs.map((d) => normalizer.normalizeString(d))));
-    }
-    const variantDir = path.join(args.out, `${name}-variant`);
-    fs.mkdirSync(variantDir, { recursive: true });
-    const variantFile = path.join(variantDir, 'tokenizer.json');
-    fs.writeFileSync(variantFile, JSON.stringify(variantOf(JSON.parse(fs.readFileSync(file, 'utf8')))));
-    fs.copyFileSync(path.join(path.dirname(file), 'tokenizer_config.json'), path.join(variantDir, 'tokenizer_config.json'));
-    const variantIds = await encodeAll(hf.Tokenizer.fromFile(variantFile), variantDocs, true);
-    fs.writeFileSync(path.join(args.out, `${name}-variant.ids`), idsFile(variantIds));
-    info.tokenizers[name] = { tokens: ids.reduce((a, l) => a + l.length, 0), seconds: (Date.now() - t0) / 1e3 };
+  const tokenizer = hf.Tokenizer.fromFile(file);
+  const ids = await encodeAll(tokenizer, docs, false);
+  fs.writeFileSync(path.join(args.out, `${name}.ids`), idsFile(ids));
+  const normalizer = tokenizer.getNormalizer();
+  if (normalizer) {
+    fs.writeFileSync(path.join(args.out, `${name}.norm.bin`), framed(docs.map((d) => normalizer.normalizeString(d))));
   }
+  const variantDir = path.join(args.out, `${name}-variant`);
+  fs.mkdirSync(variantDir, { recursive: true });
+  const variantFile = path.join(variantDir, 'tokenizer.json');
+  fs.writeFileSync(variantFile, JSON.stringify(variantOf(JSON.parse(fs.readFileSync(file, 'utf8')))));
+  fs.copyFileSync(path.join(path.dirname(file), 'tokenizer_config.json'), path.join(variantDir, 'tokenizer_config.json'));
+  const variantIds = await encodeAll(hf.Tokenizer.fromFile(variantFile), variantDocs, true);
+  fs.writeFileSync(path.join(args.out, `${name}-variant.ids`), idsFile(variantIds));
+  return { tokens: ids.reduce((a, l) => a + l.length, 0), seconds: (Date.now() - t0) / 1e3 };
+}
+
+// A worker per tokenizer, in parallel; resolves to their summaries by name.
+function runWorkers() {
+  const { spawn } = require('child_process');
+  return Promise.all(args.tokenizers.map(([name, file]) => new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [__filename, '--worker', '--out', args.out, '--node-modules',
+      args.modules, '--variant-bytes', String(args.variantBytes), `${name}=${file}`],
+    { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.on('close', (code) => (code === 0 ? resolve([name, JSON.parse(out)])
+                                            : reject(new Error(`worker for ${name} failed (${code})`))));
+  }))).then(Object.fromEntries);
+}
+
+async function main() {
+  if (args.worker) {
+    const [[name, file]] = args.tokenizers;
+    console.log(JSON.stringify(await encodeWith(name, file)));
+    return;
+  }
+  const info = { reference: require(require.resolve('@anush008/tokenizers/package.json', { paths: [args.modules] })).version,
+    node: process.versions.node, seed: args.seed, documents: docs.length, bytes: total, tokenizers: {} };
+  const workers = runWorkers();
   const cases = [];
   for (const pattern of patterns) {
     const pre = hf.Tokenizer.fromString(JSON.stringify({
@@ -254,6 +288,7 @@ async function main() {
     for (const text of regexTexts) cases.push({ pattern, text, pieces: pre.preTokenizeString(text).map((p) => p[0]) });
   }
   fs.writeFileSync(path.join(args.out, 'regex.json'), JSON.stringify(cases));
+  info.tokenizers = await workers;
   fs.writeFileSync(path.join(args.out, 'info.json'), JSON.stringify(info, null, 1));
   console.log(JSON.stringify(info));
 }

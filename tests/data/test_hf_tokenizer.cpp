@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/escaped.h"
 #include "common/files.h"
 #include "common/process.h"
 #include "data/bpe_core.h"
@@ -29,6 +30,7 @@
 #include "data/preprocess.h"
 
 using lattice::HuggingFaceTokenizer;
+using lattice::testing::escaped;
 using lattice::testing::slurp;
 using lattice::testing::spit;
 using nlohmann::json;
@@ -40,21 +42,6 @@ constexpr const char* kModels[] = {"llama3", "qwen3"};
 
 std::string model_dir(const std::string& model) {
   return lattice::hf_tokenizers_dir() + "/" + model;
-}
-
-// Bytes as C-escaped text for failure messages: printable ASCII as is, the rest as \xNN.
-std::string escaped(std::string_view bytes) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char c : bytes) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7F && u != '\\') {
-      out += c;
-    } else {
-      out += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
-    }
-  }
-  return out;
 }
 
 uint32_t u32_at(const std::string& bytes, size_t at) {
@@ -178,11 +165,17 @@ class TestHfTokenizer : public QObject {
   std::vector<std::string> docs_;
   std::unique_ptr<HuggingFaceTokenizer> tokenizers_[2];  // kModels
 
+  // Every document up to `count`, on two threads (the tokenizer is shared, as in preprocessing).
   std::vector<std::vector<int32_t>> encode_all(const lattice::Tokenizer& t, bool with_bos,
                                                size_t count) const {
-    std::vector<std::vector<int32_t>> ids;
-    for (size_t d = 0; d < count; d++)
-      ids.push_back(with_bos ? lattice::tokenize_with_bos(t, docs_[d]) : t.encode(docs_[d]));
+    std::vector<std::vector<int32_t>> ids(count);
+    auto encode_from = [&](size_t first) {
+      for (size_t d = first; d < count; d += 2)
+        ids[d] = with_bos ? lattice::tokenize_with_bos(t, docs_[d]) : t.encode(docs_[d]);
+    };
+    std::thread other(encode_from, 1);
+    encode_from(0);
+    other.join();
     return ids;
   }
 
