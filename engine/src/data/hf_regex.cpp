@@ -1,6 +1,14 @@
-// Matching (hf_regex.h): the text is decoded once into characters, then the program runs depth
-// first from each position with an explicit stack of the choices left to try.
+// Regex (hf_regex.h): the parsed pattern (hf_regex_parse.cpp) is laid out as a backtracking
+// program (kRun / kSplit / kJump / kLook / kMatch, as Thompson's and Pike's matchers have it,
+// but run depth first so that the first match in Oniguruma's order wins); to match, the text
+// is decoded once into characters and the program runs from each position with an explicit
+// stack of the choices left to try.
 #include "data/hf_regex.h"
+
+#include <utility>
+#include <vector>
+
+#include "data/hf_regex_tree.h"
 
 #include "data/utf8.h"
 
@@ -9,6 +17,96 @@ namespace lattice::hf {
 namespace {
 constexpr uint32_t kNoRun = ~uint32_t{0};
 }  // namespace
+
+// Lays out `n` at the end of the program (a kRun per set, kSplit / kJump for choices and
+// loops, a {m,n} as m copies then n - m optional ones); lookahead bodies go to `deferred`.
+void Regex::lay_out(const RegexNode& n,
+                    std::vector<std::pair<size_t, const RegexNode*>>& deferred) {
+  switch (n.kind) {
+    case RegexNode::kSet: {
+      Inst i;
+      i.op = Op::kRun, i.set = n.set, i.min = 1, i.max = 1;
+      program_.push_back(i);
+      return;
+    }
+    case RegexNode::kSeq:
+      for (const RegexNode& k : n.kids) lay_out(k, deferred);
+      return;
+    case RegexNode::kLook: {
+      Inst i;
+      i.op = Op::kLook, i.negate = n.negate;
+      deferred.push_back({program_.size(), &n.kids[0]});
+      program_.push_back(i);
+      return;
+    }
+    case RegexNode::kAlt: {
+      std::vector<size_t> to_end;  // jumps to patch to the end of the alternation
+      for (size_t k = 0; k < n.kids.size(); k++) {
+        const size_t split = program_.size();
+        if (k + 1 < n.kids.size()) program_.push_back({Op::kSplit});
+        lay_out(n.kids[k], deferred);
+        if (k + 1 < n.kids.size()) {
+          to_end.push_back(program_.size());
+          program_.push_back({Op::kJump});
+          program_[split].x = static_cast<int32_t>(split + 1);
+          program_[split].y = static_cast<int32_t>(program_.size());
+        }
+      }
+      for (size_t j : to_end) program_[j].x = static_cast<int32_t>(program_.size());
+      return;
+    }
+    case RegexNode::kRepeat: {
+      const RegexNode& body = n.kids[0];
+      if (body.kind == RegexNode::kSet) {  // the common case, one instruction
+        Inst i;
+        i.op = Op::kRun, i.set = body.set, i.min = n.min, i.max = n.max;
+        program_.push_back(i);
+        return;
+      }
+      for (uint32_t k = 0; k < n.min; k++) lay_out(body, deferred);
+      if (n.max == kUnbounded) {  // L: split(body, out); body; jump L
+        const size_t loop = program_.size();
+        program_.push_back({Op::kSplit});
+        lay_out(body, deferred);
+        Inst back;
+        back.op = Op::kJump, back.x = static_cast<int32_t>(loop);
+        program_.push_back(back);
+        program_[loop].x = static_cast<int32_t>(loop + 1);
+        program_[loop].y = static_cast<int32_t>(program_.size());
+        return;
+      }
+      std::vector<size_t> splits;  // each optional copy may be skipped to the end
+      for (uint32_t k = n.min; k < n.max; k++) {
+        splits.push_back(program_.size());
+        program_.push_back({Op::kSplit});
+        lay_out(body, deferred);
+      }
+      for (size_t s : splits) {
+        program_[s].x = static_cast<int32_t>(s + 1);
+        program_[s].y = static_cast<int32_t>(program_.size());
+      }
+      return;
+    }
+  }
+}
+
+Result<Regex> Regex::compile(std::string_view pattern, const unicode::CharClassTable& classes) {
+  Regex re;
+  re.classes_ = &classes;
+  Result<RegexNode> tree = parse_regex(pattern, re);
+  if (!tree) return tree.status();
+  // The main program, then each lookahead body (which may hold lookaheads of its own).
+  std::vector<std::pair<size_t, const RegexNode*>> deferred;
+  re.lay_out(*tree, deferred);
+  re.program_.push_back({Op::kMatch});
+  for (size_t i = 0; i < deferred.size(); i++) {
+    re.program_[deferred[i].first].x = static_cast<int32_t>(re.program_.size());
+    re.lay_out(*deferred[i].second, deferred);
+    re.program_.push_back({Op::kMatch});
+  }
+  re.find_first_characters();
+  return re;
+}
 
 // Note [first characters]
 // Most positions of a text are tried against alternatives that cannot start there: a letter

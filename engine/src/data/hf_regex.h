@@ -16,12 +16,15 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "data/unicode_classes.h"
 #include "lattice/status.h"
 
 namespace lattice::hf {
+
+struct RegexNode;  // hf_regex_tree.h
 
 class Regex {
  public:
@@ -87,6 +90,7 @@ class Regex {
   bool run(const Chars& chars, int32_t pc, uint32_t pos, uint32_t* end,
            std::vector<Frame>& stack) const;
 
+  void lay_out(const RegexNode& n, std::vector<std::pair<size_t, const RegexNode*>>& deferred);
   // Fills first_: see Note [first characters] in hf_regex.cpp.
   void find_first_characters();
 

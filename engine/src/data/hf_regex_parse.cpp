@@ -1,6 +1,6 @@
-// Regex::compile (hf_regex.h): the pattern is parsed into a small tree, which is then laid out
-// as a backtracking program (kRun / kSplit / kJump / kLook / kMatch, as Pike and Thompson's
-// matchers do, but run depth first so that the first match in Oniguruma's order wins).
+// parse_regex (hf_regex_tree.h): recursive descent over the pattern's code points into a
+// RegexNode tree, building the character sets in the Regex as it goes; anything the engine
+// does not have is refused with the construct and its place.
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/hf_regex.h"
+#include "data/hf_regex_tree.h"
 #include "data/utf8.h"
 
 namespace lattice::hf {
@@ -20,34 +21,6 @@ using unicode::CharClass;
 uint8_t class_bit(CharClass c) {
   return static_cast<uint8_t>(1u << static_cast<unsigned>(c));
 }
-
-// One node of the parsed pattern.
-struct Node {
-  enum Kind { kSet, kSeq, kAlt, kRepeat, kLook } kind = kSeq;
-  uint32_t set = 0;           // kSet: index into the sets
-  std::vector<Node> kids;     // kSeq, kAlt: the parts; kRepeat, kLook: one body
-  uint32_t min = 1, max = 1;  // kRepeat
-  bool negate = false;        // kLook: (?!...)
-  bool can_be_empty() const {
-    switch (kind) {
-      case kSet:
-        return false;
-      case kLook:
-        return true;
-      case kRepeat:
-        return min == 0 || kids[0].can_be_empty();
-      case kAlt:
-        for (const Node& k : kids)
-          if (k.can_be_empty()) return true;
-        return false;
-      case kSeq:
-        for (const Node& k : kids)
-          if (!k.can_be_empty()) return false;
-        return true;
-    }
-    return true;
-  }
-};
 
 }  // namespace
 
@@ -64,84 +37,12 @@ class RegexParser {
     }
   }
 
-  Result<Node> parse() {
+  Result<RegexNode> parse() {
     bool icase = false;
-    Node n = alternation(icase);
+    RegexNode n = alternation(icase);
     if (error_.empty() && at_ < cps_.size()) fail("unbalanced ')'", at_);
     if (!error_.empty()) return Status::invalid_argument(error_);
     return n;
-  }
-
-  // Lays out `n` at the end of the program; lookahead bodies go to `deferred`.
-  void emit(const Node& n, std::vector<std::pair<size_t, const Node*>>& deferred) {
-    auto& prog = re_.program_;
-    using Op = Regex::Op;
-    switch (n.kind) {
-      case Node::kSet: {
-        Regex::Inst i;
-        i.op = Op::kRun, i.set = n.set, i.min = 1, i.max = 1;
-        prog.push_back(i);
-        return;
-      }
-      case Node::kSeq:
-        for (const Node& k : n.kids) emit(k, deferred);
-        return;
-      case Node::kLook: {
-        Regex::Inst i;
-        i.op = Op::kLook, i.negate = n.negate;
-        deferred.push_back({prog.size(), &n.kids[0]});
-        prog.push_back(i);
-        return;
-      }
-      case Node::kAlt: {
-        std::vector<size_t> to_end;  // jumps to patch to the end of the alternation
-        for (size_t k = 0; k < n.kids.size(); k++) {
-          const size_t split = prog.size();
-          if (k + 1 < n.kids.size()) prog.push_back({Op::kSplit});
-          emit(n.kids[k], deferred);
-          if (k + 1 < n.kids.size()) {
-            to_end.push_back(prog.size());
-            prog.push_back({Op::kJump});
-            prog[split].x = static_cast<int32_t>(split + 1);
-            prog[split].y = static_cast<int32_t>(prog.size());
-          }
-        }
-        for (size_t j : to_end) prog[j].x = static_cast<int32_t>(prog.size());
-        return;
-      }
-      case Node::kRepeat: {
-        const Node& body = n.kids[0];
-        if (body.kind == Node::kSet) {  // the common case, one instruction
-          Regex::Inst i;
-          i.op = Op::kRun, i.set = body.set, i.min = n.min, i.max = n.max;
-          prog.push_back(i);
-          return;
-        }
-        for (uint32_t k = 0; k < n.min; k++) emit(body, deferred);
-        if (n.max == Regex::kUnbounded) {  // L: split(body, out); body; jump L
-          const size_t loop = prog.size();
-          prog.push_back({Op::kSplit});
-          emit(body, deferred);
-          Regex::Inst back;
-          back.op = Op::kJump, back.x = static_cast<int32_t>(loop);
-          prog.push_back(back);
-          prog[loop].x = static_cast<int32_t>(loop + 1);
-          prog[loop].y = static_cast<int32_t>(prog.size());
-          return;
-        }
-        std::vector<size_t> splits;  // each optional copy may be skipped to the end
-        for (uint32_t k = n.min; k < n.max; k++) {
-          splits.push_back(prog.size());
-          prog.push_back({Op::kSplit});
-          emit(body, deferred);
-        }
-        for (size_t s : splits) {
-          prog[s].x = static_cast<int32_t>(s + 1);
-          prog[s].y = static_cast<int32_t>(prog.size());
-        }
-        return;
-      }
-    }
   }
 
  private:
@@ -167,9 +68,9 @@ class RegexParser {
     return static_cast<uint32_t>(re_.sets_.size() - 1);
   }
 
-  Node alternation(bool& icase) {
-    Node alt;
-    alt.kind = Node::kAlt;
+  RegexNode alternation(bool& icase) {
+    RegexNode alt;
+    alt.kind = RegexNode::kAlt;
     alt.kids.push_back(sequence(icase));
     while (error_.empty() && peek() == '|') {
       at_++;
@@ -178,15 +79,15 @@ class RegexParser {
     return alt.kids.size() == 1 ? std::move(alt.kids[0]) : alt;
   }
 
-  Node sequence(bool& icase) {
-    Node seq;
+  RegexNode sequence(bool& icase) {
+    RegexNode seq;
     uint32_t last_literal = kEnd;  // for Oniguruma's multi-character case folds
     while (error_.empty() && peek() != kEnd && peek() != '|' && peek() != ')') {
       const size_t start = at_;
       uint32_t literal = kEnd;
-      Node atom_node = atom(icase, literal);
+      RegexNode atom_node = atom(icase, literal);
       if (!error_.empty()) break;
-      if (atom_node.kind == Node::kSeq && atom_node.kids.empty()) continue;  // (?i)
+      if (atom_node.kind == RegexNode::kSeq && atom_node.kids.empty()) continue;  // (?i)
       if (icase && literal < 0x80 && last_literal < 0x80) {
         // (?i) "ss" also matches U+00DF, "st" U+FB05/U+FB06, "ff" "fi" "fl" ligatures.
         const std::string pair = {static_cast<char>(last_literal | 0x20),
@@ -203,7 +104,7 @@ class RegexParser {
   }
 
   // A quantifier after `node`, if any, applied to it.
-  void quantified(Node& node, size_t start) {
+  void quantified(RegexNode& node, size_t start) {
     uint32_t min = 1, max = 1;
     const size_t q = at_;
     const uint32_t c = peek();
@@ -222,7 +123,7 @@ class RegexParser {
       unsupported(text(q, at_ + 1) + " (lazy or possessive quantifier)", q);
       return;
     }
-    if (node.kind == Node::kLook) {
+    if (node.kind == RegexNode::kLook) {
       unsupported("quantified lookahead", start);
       return;
     }
@@ -234,8 +135,8 @@ class RegexParser {
       unsupported(text(q, at_), q);
       return;
     }
-    Node r;
-    r.kind = Node::kRepeat, r.min = min, r.max = max;
+    RegexNode r;
+    r.kind = RegexNode::kRepeat, r.min = min, r.max = max;
     r.kids.push_back(std::move(node));
     node = std::move(r);
   }
@@ -268,9 +169,9 @@ class RegexParser {
     return true;
   }
 
-  Node set_node(Regex::CharSet set) {
-    Node n;
-    n.kind = Node::kSet;
+  RegexNode set_node(Regex::CharSet set) {
+    RegexNode n;
+    n.kind = RegexNode::kSet;
     n.set = add_set(std::move(set));
     return n;
   }
@@ -384,7 +285,7 @@ class RegexParser {
     return kEnd;
   }
 
-  Node atom(bool& icase, uint32_t& literal) {
+  RegexNode atom(bool& icase, uint32_t& literal) {
     const size_t start = at_;
     const uint32_t c = peek();
     at_++;
@@ -428,9 +329,9 @@ class RegexParser {
     }
   }
 
-  Node group(bool& icase, size_t start) {
+  RegexNode group(bool& icase, size_t start) {
     bool inner = icase;
-    Node body;
+    RegexNode body;
     if (peek() == '?') {
       at_++;
       const uint32_t kind = peek();
@@ -439,8 +340,8 @@ class RegexParser {
         body = alternation(inner);
       } else if (kind == '=' || kind == '!') {
         bool look_case = icase;
-        Node look;
-        look.kind = Node::kLook, look.negate = kind == '!';
+        RegexNode look;
+        look.kind = RegexNode::kLook, look.negate = kind == '!';
         look.kids.push_back(alternation(look_case));
         body = std::move(look);
       } else if (kind == 'i' && peek() == ':') {
@@ -450,7 +351,7 @@ class RegexParser {
       } else if (kind == 'i' && peek() == ')') {
         at_++;
         icase = true;  // for the rest of the enclosing group
-        return Node{};
+        return RegexNode{};
       } else {
         unsupported(text(start, at_), start);
         return {};
@@ -463,7 +364,7 @@ class RegexParser {
     return body;
   }
 
-  Node char_class(bool icase, size_t start) {
+  RegexNode char_class(bool icase, size_t start) {
     Regex::CharSet s;
     const bool negated = peek() == '^';
     if (negated) at_++;
@@ -531,23 +432,8 @@ class RegexParser {
   std::string error_;
 };
 
-Result<Regex> Regex::compile(std::string_view pattern, const unicode::CharClassTable& classes) {
-  Regex re;
-  re.classes_ = &classes;
-  RegexParser parser(pattern, re);
-  Result<Node> tree = parser.parse();
-  if (!tree) return tree.status();
-  // The main program, then each lookahead body (which may hold lookaheads of its own).
-  std::vector<std::pair<size_t, const Node*>> deferred;
-  parser.emit(*tree, deferred);
-  re.program_.push_back({Op::kMatch});
-  for (size_t i = 0; i < deferred.size(); i++) {
-    re.program_[deferred[i].first].x = static_cast<int32_t>(re.program_.size());
-    parser.emit(*deferred[i].second, deferred);
-    re.program_.push_back({Op::kMatch});
-  }
-  re.find_first_characters();
-  return re;
+Result<RegexNode> parse_regex(std::string_view pattern, Regex& re) {
+  return RegexParser(pattern, re).parse();
 }
 
 }  // namespace lattice::hf
