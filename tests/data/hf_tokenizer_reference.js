@@ -16,7 +16,8 @@
 //                     variants of each file exercising what the real files leave unused
 //                     (flags of added tokens, ByteLevel's prefix space, a BOS template); ids
 //                     of the first --variant-bytes of documents, with special tokens added
-//   regex.json        [{pattern, text, pieces}]: Split(pattern, Isolated) of small texts
+//   regex.json        [{pattern, random, text, pieces}]: Split(pattern, Isolated) of small
+//                     texts, for chosen patterns and for random ones
 //   info.json         versions and sizes
 'use strict';
 const fs = require('fs');
@@ -224,6 +225,17 @@ const patterns = ["(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\
   '\\p{N}{2,4}', '(?i:ab|c)+', '[a-c\\s]+', 'x(?=y)', 'x(?!y)', '\\x{41}+|\\u0042', '.', '(a|ab)(c|bcd)',
   '[^a-z]+', 'a{,2}', '(?:ab)*c', '\\P{L}+', '\\S+', '[\\p{L}\\p{N}_]+', 'b{2}|a?', '(?i)k+|s', '\\.|\\+|\\[',
   '[-a]+|[a\\-z]+', ' ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+'];
+const curatedPatterns = patterns.length;
+// And random patterns from pieces of regex syntax (Oniguruma refuses some; so may Lattice).
+const regexPieces = ['a', 'b', 'x', "'", '\u00e9', '.', '\\s', '\\S', '\\p{L}', '\\p{N}', '\\p{L}+',
+  '[a-c]', '[^\\r\\n\\p{L}]', '[\\s\\p{N}]', '[\\r\\n]*', '(?i:s|t)', '(?i)', '\\x{41}', ' ?',
+  '\\s+(?!\\S)', '(?!a)', '(?=b)', '(?:', '(', ')', '|', '?', '*', '+', '{1,3}', '{2}', '{,2}',
+  '{3,}', '[', ']', '{', '}'];
+for (let i = 0; i < 3000; i++) {
+  let pattern = '';
+  for (let k = 1 + int(7); k > 0; k--) pattern += pick(regexPieces);
+  patterns.push(pattern);
+}
 const regexTexts = ['abcABC aab ac', 'xyxzx xy', '12 345 6789 0 ١٢٣', 'AAB\u00c0bb  \n\t', 'Kk\u212aSs\u017f',
   'a-b-z [.+]', 'abcd abc ab a', 'hello, world!  \r\n 123 \u00e9t\u00e9', '', 'ab\nc\u2028d'];
 
@@ -276,16 +288,24 @@ async function main() {
     node: process.versions.node, seed: args.seed, documents: docs.length, bytes: total, tokenizers: {} };
   const workers = runWorkers();
   const cases = [];
-  for (const pattern of patterns) {
-    const pre = hf.Tokenizer.fromString(JSON.stringify({
+  for (const [index, pattern] of patterns.entries()) {
+    const random = index >= curatedPatterns;
+    let pre;
+    try {
+      pre = hf.Tokenizer.fromString(JSON.stringify({
       version: '1.0', truncation: null, padding: null, added_tokens: [], normalizer: null,
       pre_tokenizer: { type: 'Split', pattern: { Regex: pattern }, behavior: 'Isolated', invert: false },
       post_processor: null, decoder: null,
       model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null,
                end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, ignore_merges: false,
                vocab: {}, merges: [] },
-    })).getPreTokenizer();
-    for (const text of regexTexts) cases.push({ pattern, text, pieces: pre.preTokenizeString(text).map((p) => p[0]) });
+      })).getPreTokenizer();
+    } catch (e) {
+      continue;  // Oniguruma refuses it
+    }
+    for (const text of regexTexts) {
+      cases.push({ pattern, random, text, pieces: pre.preTokenizeString(text).map((p) => p[0]) });
+    }
   }
   fs.writeFileSync(path.join(args.out, 'regex.json'), JSON.stringify(cases));
   info.tokenizers = await workers;

@@ -248,12 +248,17 @@ class TestHfTokenizer : public QObject {
   }
 
   void regex_splits_as_oniguruma_does() {
+    // The chosen patterns must compile; a random one Lattice refuses (a construct it does not
+    // have) is skipped, but most must compile, and every one that does splits as Oniguruma.
     const json cases = json::parse(slurp(out_ + "/regex.json"));
-    QVERIFY(cases.size() > 100);
+    size_t random = 0, random_compared = 0;
     for (const json& c : cases) {
       const std::string pattern = c["pattern"], text = c["text"];
       auto re = lattice::hf::Regex::compile(pattern, lattice::unicode::hf_classes());
+      random += c["random"].get<bool>();
+      if (!re && c["random"].get<bool>()) continue;
       QVERIFY2(re, (pattern + ": " + re.status().message()).c_str());
+      random_compared += c["random"].get<bool>();
       std::vector<std::string_view> got;
       re->split(text, got);
       const std::vector<std::string> expected = c["pieces"];
@@ -263,6 +268,10 @@ class TestHfTokenizer : public QObject {
                 json(std::vector<std::string>(got.begin(), got.end())).dump())
                    .c_str());
     }
+    QVERIFY2(random > 10000 && random_compared > random * 8 / 10,
+             ("compiled only " + std::to_string(random_compared) + " of " + std::to_string(random) +
+              " random cases")
+                 .c_str());
   }
 
   void special_tokens_vocabulary_and_eod() {

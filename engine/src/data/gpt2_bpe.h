@@ -1,7 +1,7 @@
 // GPT2BPETokenizer: GPT-2's byte-level BPE from vocab.json (encoder.json) and merges.txt
 // (vocab.bpe), producing the ids of OpenAI's encoder. Text is split by GPT-2's regex
 // (gpt2_pretokenize.h), each word's bytes are merged by rank, and words already seen are
-// served from a cache private to each thread (Note [per-thread word cache], bpe_core.cpp).
+// served from a cache private to each thread (Note [per-thread word cache], bpe_word_cache.h).
 // Non-goal: special tokens inside text; "<|endoftext|>" in text is encoded as plain text,
 // as GPT-2's encoder does, and eod() is only ever appended by the caller.
 #pragma once

@@ -87,7 +87,13 @@ class RegexParser {
       uint32_t literal = kEnd;
       RegexNode atom_node = atom(icase, literal);
       if (!error_.empty()) break;
-      if (atom_node.kind == RegexNode::kSeq && atom_node.kids.empty()) continue;  // (?i)
+      if (inline_flag_) {
+        // (?i): as in Oniguruma's Ruby syntax, the rest of the group, alternatives and all,
+        // becomes one group under the flag ("a(?i)b|c" is "a(?i:b|c)").
+        inline_flag_ = false;
+        seq.kids.push_back(alternation(icase));
+        break;
+      }
       if (icase && literal < 0x80 && last_literal < 0x80) {
         // (?i) "ss" also matches U+00DF, "st" U+FB05/U+FB06, "ff" "fi" "fl" ligatures.
         const std::string pair = {static_cast<char>(last_literal | 0x20),
@@ -123,6 +129,11 @@ class RegexParser {
       unsupported(text(q, at_ + 1) + " (lazy or possessive quantifier)", q);
       return;
     }
+    uint32_t ignored_min, ignored_max;
+    if (peek() == '{' && counted(ignored_min, ignored_max, false)) {
+      unsupported(text(q, at_ + 1) + "{ (a quantifier on a quantifier)", q);
+      return;
+    }
     if (node.kind == RegexNode::kLook) {
       unsupported("quantified lookahead", start);
       return;
@@ -141,8 +152,9 @@ class RegexParser {
     node = std::move(r);
   }
 
-  // {n} {n,} {n,m} {,m}: true and consumed, or false (then '{' is a literal, as in Oniguruma).
-  bool counted(uint32_t& min, uint32_t& max) {
+  // {n} {n,} {n,m} {,m}: true (and consumed if `consume`), or false (then '{' is a literal,
+  // as in Oniguruma).
+  bool counted(uint32_t& min, uint32_t& max, bool consume = true) {
     size_t i = at_ + 1;
     auto number = [&](uint32_t& v) {
       const size_t from = i;
@@ -165,7 +177,7 @@ class RegexParser {
     } else {
       return false;
     }
-    at_ = i + 1;
+    if (consume) at_ = i + 1;
     return true;
   }
 
@@ -350,7 +362,8 @@ class RegexParser {
         body = alternation(inner);
       } else if (kind == 'i' && peek() == ')') {
         at_++;
-        icase = true;  // for the rest of the enclosing group
+        icase = true;  // for the rest of the enclosing group: sequence() takes it from here
+        inline_flag_ = true;
         return RegexNode{};
       } else {
         unsupported(text(start, at_), start);
@@ -427,6 +440,7 @@ class RegexParser {
   }
 
   Regex& re_;
+  bool inline_flag_ = false;  // the atom just parsed was "(?i)"
   std::vector<uint32_t> cps_;
   size_t at_ = 0;
   std::string error_;

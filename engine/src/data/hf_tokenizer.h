@@ -14,7 +14,9 @@
 // them); pre_tokenizer Split (Isolated, not inverted) and ByteLevel (last); post_processor
 // null / ByteLevel / TemplateProcessing (one special token before the text); decoder null /
 // ByteLevel. Bytes that are not UTF-8 (which Hugging Face never sees) are one character each
-// of no class, so that any byte string round-trips through decode().
+// of no class, so that any byte string round-trips through decode(). Immutable once loaded;
+// encode() may run on several threads at once (word caches and buffers are per thread).
+// See design-notes.md, "hf-tokenizer".
 #pragma once
 
 #include <cstdint>

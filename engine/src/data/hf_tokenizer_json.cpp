@@ -317,8 +317,12 @@ Status HuggingFaceTokenizer::read_post_processor(const json& file, const std::st
       if (!special || !special->contains("ids") || !(*special)["ids"].is_array())
         return Status::corrupt(where + ": post_processor template item " + item.dump() +
                                " names no entry of special_tokens");
-      for (const json& id : (*special)["ids"])
-        (text_seen ? after : before).push_back(id.get<int32_t>());
+      for (const json& id : (*special)["ids"]) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size())
+          return Status::corrupt(where + ": post_processor special token \"" + name + "\" has id " +
+                                 id.dump() + ", not a token");
+        (text_seen ? after : before).push_back(static_cast<int32_t>(id.get<int64_t>()));
+      }
     }
     if (!after.empty() || before.size() > 1)
       return refuse(where, "post_processor TemplateProcessing " + single.dump() +
