@@ -6,7 +6,8 @@
 // (\r \n \t \f \v \e \a, \xHH, \x{H..}, \uHHHH, escaped punctuation), ".", character classes
 // with ranges, negation, \s and \p{L} / \p{N} (also \p{Letter}, \p{Number}, \P{..}, \p{^..});
 // \s \S \p \P outside classes; groups (capturing ones match as non-capturing), (?i:...) and
-// (?i) for ASCII letters (with Oniguruma's extra folds: U+017F matches s, U+212A matches k);
+// (?i) (which, as in Oniguruma's Ruby syntax, takes the rest of its group, alternatives and
+// all) for ASCII letters (with Oniguruma's extra folds: U+017F matches s, U+212A matches k);
 // quantifiers ? * + {n} {n,} {n,m} {,m}; (?=...) and (?!...). Anything else (anchors, \d,
 // \w, \b, other properties, lookbehind, backreferences, lazy or possessive quantifiers) is
 // refused by compile() with the construct and its place in the pattern.
