@@ -16,6 +16,7 @@ jobs="$(nproc 2>/dev/null || echo 2)"
 if [[ "$mode" == test ]]; then
   bash installers/install-deps.sh --tests
   bash installers/fetch-gpt2-vocab.sh  # GPT-2's own vocabulary, for the tokenizer tests
+  bash installers/fetch-hf-tokenizers.sh  # Llama 3's and Qwen 3's, and Hugging Face's reference
 else
   bash installers/install-deps.sh
 fi

@@ -15,13 +15,17 @@ namespace lattice::cli {
 namespace {
 
 std::vector<FlagSpec> tokenizer_flags(TokenizerOptions& t) {
-  return {{"tokenizer-type",
-           "NullTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | GPTSentencePieceTokenizer",
-           &t.type},
-          {"vocab-file", "GPT2BPETokenizer vocabulary (vocab.json)", &t.vocab_file},
-          {"merge-file", "GPT2BPETokenizer merges (merges.txt)", &t.merge_file},
-          {"tokenizer-model", "SentencePiece model file", &t.model_file},
-          {"vocab-size", "NullTokenizer vocabulary (EOD is this id)", &t.vocab_size}};
+  return {
+      {"tokenizer-type",
+       "NullTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | GPTSentencePieceTokenizer | "
+       "HuggingFaceTokenizer",
+       &t.type},
+      {"vocab-file", "GPT2BPETokenizer vocabulary (vocab.json)", &t.vocab_file},
+      {"merge-file", "GPT2BPETokenizer merges (merges.txt)", &t.merge_file},
+      {"tokenizer-model",
+       "SentencePiece model file; HuggingFaceTokenizer: tokenizer.json or its directory",
+       &t.model_file},
+      {"vocab-size", "NullTokenizer vocabulary (EOD is this id)", &t.vocab_size}};
 }
 
 // Parses flags; prints help or errors. Returns -1 to continue, else the exit code.

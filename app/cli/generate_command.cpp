@@ -158,7 +158,7 @@ int generate_command(const std::vector<std::string>& args) {
     if (f.prompts.empty()) problem = "no prompt: give --prompt TEXT or prompts on stdin";
     for (size_t i = 0; i < f.prompts.size() && problem.empty(); i++) {
       GenerationRequest r;
-      r.prompt = tok.encode(f.prompts[i]);
+      r.prompt = tokenize_with_bos(tok, f.prompts[i]);  // as Megatron's tokenize()
       r.tokens_to_generate = f.tokens_to_generate;
       r.sampling = {f.temperature, f.top_k, f.top_p, f.seed};
       r.stop_at_eod = !f.ignore_eod;

@@ -36,7 +36,7 @@ bool add_prompts(ApiCall& call, const std::vector<std::string>& prompts,
                  const Generator& generator, const char* field) {
   for (size_t i = 0; i < prompts.size(); i++) {
     GenerationRequest r = base;
-    r.prompt = tokenizer.encode(prompts[i]);
+    r.prompt = tokenize_with_bos(tokenizer, prompts[i]);  // as Megatron's tokenize()
     if (Status s = generator.check(r); !s) {
       call.error = ApiError{400, std::string(field) + " " + std::to_string(i) + ": " + s.message(),
                             field, "invalid_request_error", ""};

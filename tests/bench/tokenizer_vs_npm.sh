@@ -25,7 +25,6 @@ repeat=3
 lattice_bench="${repo_root}/build/release/tests/bench/lattice-bench-tokenizer"
 node_modules="${repo_root}/build/bench-node/node_modules"
 data_dir="${repo_root}/build/bench-data"
-fortunes_dir=/usr/share/games/fortunes
 
 usage() { sed -n '13,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 need_value() { [[ $# -ge 2 && -n "$2" ]] || { echo "error: $1 needs a value" >&2; exit 2; }; }
@@ -51,24 +50,13 @@ if [[ ! -d "${node_modules}/gpt-tokenizer" ]]; then
   echo "  npm install --prefix build/bench-node gpt-tokenizer@4.0.0" >&2
   exit 2
 fi
-if ! ls "${fortunes_dir}"/*.dat >/dev/null 2>&1; then
-  echo "error: no fortune files in ${fortunes_dir} (install the Debian package fortunes)" >&2
-  exit 2
-fi
-
 source "${script_dir}/machine_line.sh"
+source "${script_dir}/fortunes_corpus.sh"
 machine=$(machine_line "$(dirname "$lattice_bench")")
 mkdir -p "$data_dir"
 fortunes="${data_dir}/fortunes.txt"
 synthetic="${data_dir}/fortunes-100MB.txt"
-if [[ ! -s "$fortunes" ]]; then
-  # A plain fortune file is the text beside its strfile index (.dat); the .u8 names are links.
-  for index in "${fortunes_dir}"/*.dat; do
-    f="${index%.dat}"
-    if [[ -f "$f" && ! -L "$f" ]]; then cat "$f"; fi
-  done > "${fortunes}.part"
-  mv "${fortunes}.part" "$fortunes"
-fi
+fortunes_corpus "$fortunes" || exit 2
 if [[ ! -s "$synthetic" ]]; then
   python3 - "$fortunes" "${synthetic}.part" <<'PY'
 import random, sys

@@ -21,8 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/escaped.h"
 #include "common/files.h"
 #include "data/gpt2_bpe.h"
+#include "data/utf8.h"
 
 using lattice::Gpt2BpeTokenizer;
 
@@ -31,7 +33,9 @@ namespace {
 const std::string kSamplePath = LATTICE_SOURCE_DIR "/tests/data/gpt2_sample.txt";
 const std::string kExpectedPath = LATTICE_SOURCE_DIR "/tests/data/gpt2_sample_ids.json";
 
+using lattice::testing::escaped;
 using lattice::testing::slurp;
+using lattice::unicode::append_utf8;
 
 std::string write_file(const QTemporaryDir& dir, const char* name, const std::string& text) {
   const std::string path = dir.filePath(name).toStdString();
@@ -39,44 +43,11 @@ std::string write_file(const QTemporaryDir& dir, const char* name, const std::st
   return path;
 }
 
-// Bytes as C-escaped text for failure messages: printable ASCII as is, the rest as \xNN.
-std::string escaped(const std::string& bytes) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char c : bytes) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7F && u != '\\') {
-      out += c;
-    } else {
-      out += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
-    }
-  }
-  return out;
-}
-
 std::string vocab_path() {
   return lattice::gpt2_vocab_dir() + "/vocab.json";
 }
 std::string merges_path() {
   return lattice::gpt2_vocab_dir() + "/merges.txt";
-}
-
-void append_utf8(std::string& s, char32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // Valid UTF-8 mixing the character kinds the regex tells apart, in every scalar range.

@@ -1,16 +1,11 @@
-// GPT-2's byte-level BPE (see gpt2_bpe.h): loading vocab.json and merges.txt, merging one
-// word by rank, and the per-thread word cache that makes repeated words cheap.
+// GPT-2's byte-level BPE (see gpt2_bpe.h): loading vocab.json and merges.txt; merging and
+// the word cache are bpe_core's.
 #include "data/gpt2_bpe.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cassert>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
-#include <queue>
 #include <unordered_map>
 #include <utility>
 
@@ -22,263 +17,27 @@ namespace lattice {
 
 namespace {
 
-constexpr uint32_t kNoRank = ~uint32_t{0};
-
-// GPT-2's bytes_to_unicode(): every byte is spelt as one printable code point; the bytes
-// that are printable Latin-1 stand for themselves, the others map to U+0100 onwards.
-struct ByteAlphabet {
-  uint32_t char_of_byte[256];
-  int16_t byte_of_char[0x144];  // -1 where the code point spells no byte
-  ByteAlphabet() {
-    std::fill(std::begin(byte_of_char), std::end(byte_of_char), int16_t{-1});
-    uint32_t next = 256;
-    for (uint32_t b = 0; b < 256; b++) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      char_of_byte[b] = printable ? b : next++;
-      byte_of_char[char_of_byte[b]] = static_cast<int16_t>(b);
-    }
-  }
-};
-const ByteAlphabet kAlphabet;
-
-// The raw bytes a token spelt in the byte alphabet stands for, or false if a character of
-// `spelling` is not in the alphabet (or the spelling is not UTF-8).
-bool unspell(std::string_view spelling, std::string& bytes) {
-  bytes.clear();
-  for (size_t i = 0; i < spelling.size();) {
-    const auto b0 = static_cast<unsigned char>(spelling[i]);
-    uint32_t cp = b0;
-    if (b0 >= 0x80) {  // the alphabet ends at U+0143: two-byte characters only
-      if ((b0 & 0xE0) != 0xC0 || i + 1 >= spelling.size()) return false;
-      cp = ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(spelling[i + 1]) & 0x3Fu);
-      i += 2;
-    } else {
-      i += 1;
-    }
-    if (cp >= std::size(kAlphabet.byte_of_char) || kAlphabet.byte_of_char[cp] < 0) return false;
-    bytes.push_back(static_cast<char>(kAlphabet.byte_of_char[cp]));
-  }
-  return true;
-}
-
-// The inverse of unspell(): `bytes` as vocab.json and merges.txt write them.
-std::string spell(std::string_view bytes) {
-  std::string s;
-  for (const char c : bytes) {
-    const uint32_t cp = kAlphabet.char_of_byte[static_cast<unsigned char>(c)];
-    if (cp < 0x80) {
-      s.push_back(static_cast<char>(cp));
-    } else {
-      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-  return s;
-}
-
-Result<std::string> read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Status::io_error(std::string("cannot open ") + what + " '" + path +
-                            "': " + std::strerror(errno));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::io_error(std::string("cannot read ") + what + " '" + path + "'");
-  return text;
-}
-
-// A word as up to 16 bytes in two integers (overlapping loads; one-to-one for a given
-// length) or, when longer, only hashed: what the cache compares and hashes.
-struct WordKey {
-  uint64_t lo = 0, hi = 0;
-  uint64_t hash = 0;
-  WordKey() = default;
-  explicit WordKey(std::string_view word) {
-    const char* p = word.data();
-    const size_t n = word.size();
-    if (n >= 8) {
-      std::memcpy(&lo, p, 8);
-      std::memcpy(&hi, p + std::min<size_t>(n, 16) - 8, 8);
-    } else if (n >= 4) {
-      uint32_t a, b;
-      std::memcpy(&a, p, 4);
-      std::memcpy(&b, p + n - 4, 4);
-      lo = (uint64_t{a} << 32) | b;
-    } else if (n > 0) {
-      const auto* u = reinterpret_cast<const unsigned char*>(p);
-      lo = (uint64_t{u[0]} << 16) | (uint64_t{u[n / 2]} << 8) | u[n - 1];
-    }
-    hash = hash_of(lo, hi, n);
-    for (size_t i = 16; i < n; i += 8) {  // words over 16 bytes: the rest, 8 bytes at a time
-      uint64_t v = 0;
-      std::memcpy(&v, p + i, std::min<size_t>(8, n - i));
-      hash = (hash ^ v) * 0xBF58476D1CE4E5B9ull;
-      hash ^= hash >> 32;
-    }
-  }
-  // The hash of a word of up to 16 bytes, from its key.
-  static uint64_t hash_of(uint64_t lo, uint64_t hi, size_t n) {
-    uint64_t h = (lo ^ (n * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
-    h = (h ^ (h >> 31) ^ hi) * 0x94D049BB133111EBull;
-    return h ^ (h >> 32);
-  }
-};
-
-// Note [per-thread word cache]
-// Most words of a corpus recur, so encode() keeps the ids of each word it has merged. The
-// cache belongs to the calling thread and to one tokenizer (keyed by a serial number that
-// is never reused), so encode() takes no lock and threads never share cache lines. A slot
-// holds a word of up to 16 bytes and up to two ids itself (99.9% of the words of English
-// prose), so a hit reads one cache line. A thread keeps caches for its four most recently
-// used tokenizers; a cache that reaches kMaxWords words starts over, which bounds it to
-// about 20 MB. The cost: each thread merges a recurring word once itself, and the caches of a
-// destroyed tokenizer stay in the threads that used it until evicted or the thread ends.
-class WordCache {
- public:
-  static constexpr size_t kMaxWordBytes = 255;  // longer words are merged every time
-  static constexpr size_t kMaxWords = size_t{1} << 18;
-
-  void prefetch(const WordKey& key) const { __builtin_prefetch(&slots_[key.hash & mask_]); }
-
-  // Appends the ids of `word` to `out` and returns true, or returns false if not cached.
-  bool find(std::string_view word, const WordKey& key, std::vector<int32_t>& out) const {
-    const uint32_t tag = static_cast<uint32_t>(key.hash >> 32);
-    for (size_t i = key.hash & mask_;; i = (i + 1) & mask_) {
-      const Slot& s = slots_[i];
-      if (s.key_length == 0) return false;
-      if (s.tag != tag || s.key_length != word.size()) continue;
-      const bool same = word.size() <= kInlineBytes
-                            ? s.lo == key.lo && s.hi == key.hi
-                            : std::memcmp(keys_.data() + s.lo, word.data(), word.size()) == 0;
-      if (!same) continue;
-      if (s.id_count <= kInlineIds) {
-        out.push_back(s.ids[0]);
-        if (s.id_count == 2) out.push_back(s.ids[1]);
-      } else {
-        const int32_t* ids = values_.data() + s.ids[0];
-        out.insert(out.end(), ids, ids + s.id_count);
-      }
-      return true;
-    }
-  }
-
-  void insert(std::string_view word, const WordKey& key, const int32_t* ids, size_t count) {
-    assert(!word.empty() && word.size() <= kMaxWordBytes && count > 0 && count <= 255);
-    if (2 * (used_ + 1) > slots_.size()) {
-      if (used_ >= kMaxWords) {
-        *this = WordCache();
-      } else {
-        grow();
-      }
-    }
-    Slot s;
-    s.lo = key.lo;
-    s.hi = key.hi;
-    if (word.size() > kInlineBytes) {
-      s.lo = keys_.size();
-      keys_.append(word);
-    }
-    if (count <= kInlineIds) {
-      std::copy(ids, ids + count, s.ids);
-    } else {
-      s.ids[0] = static_cast<int32_t>(values_.size());
-      values_.insert(values_.end(), ids, ids + count);
-    }
-    s.tag = static_cast<uint32_t>(key.hash >> 32);
-    s.key_length = static_cast<uint8_t>(word.size());
-    s.id_count = static_cast<uint8_t>(count);
-    place(s, key.hash);
-    used_++;
-  }
-
- private:
-  static constexpr size_t kInlineBytes = 16, kInlineIds = 2;
-  struct alignas(32) Slot {
-    uint64_t lo = 0, hi = 0;  // WordKey, or lo = offset of the word in keys_ if it is longer
-    int32_t ids[kInlineIds] = {0, 0};  // the ids, or ids[0] = their offset in values_
-    uint32_t tag = 0;                  // high half of the hash
-    uint8_t key_length = 0;            // 0: empty slot
-    uint8_t id_count = 0;
-  };
-
-  void place(const Slot& slot, uint64_t hash) {
-    size_t i = hash & mask_;
-    while (slots_[i].key_length != 0) i = (i + 1) & mask_;
-    slots_[i] = slot;
-  }
-  void grow() {
-    std::vector<Slot> old(slots_.size() * 2);
-    old.swap(slots_);
-    mask_ = slots_.size() - 1;
-    for (const Slot& s : old) {
-      if (s.key_length == 0) continue;
-      place(s, s.key_length <= kInlineBytes
-                   ? WordKey::hash_of(s.lo, s.hi, s.key_length)
-                   : WordKey(std::string_view(keys_.data() + s.lo, s.key_length)).hash);
-    }
-  }
-
-  std::vector<Slot> slots_ = std::vector<Slot>(4096);  // power of two, at most half full
-  size_t mask_ = 4096 - 1;
-  size_t used_ = 0;
-  std::string keys_;             // words over 16 bytes, concatenated
-  std::vector<int32_t> values_;  // ids of words of more than two tokens, concatenated
-};
-
-WordCache& thread_word_cache(uint64_t owner) {
-  struct Entry {
-    uint64_t owner;
-    std::unique_ptr<WordCache> cache;
-  };
-  constexpr size_t kMaxTokenizers = 4;
-  thread_local std::vector<Entry> entries;  // most recently used first
-  if (!entries.empty() && entries.front().owner == owner) return *entries.front().cache;
-  auto it = std::find_if(entries.begin(), entries.end(),
-                         [&](const Entry& e) { return e.owner == owner; });
-  if (it == entries.end()) {
-    if (entries.size() == kMaxTokenizers) entries.pop_back();
-    entries.insert(entries.begin(), Entry{owner, std::make_unique<WordCache>()});
-  } else {
-    std::rotate(entries.begin(), it, it + 1);
-  }
-  return *entries.front().cache;
-}
-
-std::atomic<uint64_t> next_cache_owner{1};
+using bpe::spell;
+using bpe::unspell;
 
 }  // namespace
 
-std::string gpt2_vocab_dir() {
-  auto env = [](const char* name) {
-    const char* v = std::getenv(name);
-    return std::string(v ? v : "");
-  };
-  if (const std::string d = env("LATTICE_DATA_DIR"); !d.empty()) return d + "/gpt2";
-  if (const std::string d = env("XDG_DATA_HOME"); !d.empty()) return d + "/lattice/gpt2";
-  return env("HOME") + "/.local/share/lattice/gpt2";
-}
-
-Gpt2BpeTokenizer::Gpt2BpeTokenizer() : cache_owner_(next_cache_owner.fetch_add(1)) {}
+Gpt2BpeTokenizer::Gpt2BpeTokenizer() = default;
 Gpt2BpeTokenizer::~Gpt2BpeTokenizer() = default;
 
 Result<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::load(const std::string& vocab_json,
                                                                  const std::string& merges_txt) {
-  Result<std::string> vocab_text = read_file(vocab_json, "vocab file");
+  Result<std::string> vocab_text = bpe::read_file(vocab_json, "vocab file");
   if (!vocab_text) return vocab_text.status();
-  Result<std::string> merges_text = read_file(merges_txt, "merge file");
+  Result<std::string> merges_text = bpe::read_file(merges_txt, "merge file");
   if (!merges_text) return merges_text.status();
   const std::string vocab_where = "vocab file '" + vocab_json + "'";
   const std::string merges_where = "merge file '" + merges_txt + "'";
 
   // vocab.json: token spelling -> id
-  nlohmann::json vocab;
-  try {
-    vocab = nlohmann::json::parse(*vocab_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line …"
-    if (const size_t cut = what.find("] "); cut != std::string::npos) what.erase(0, cut + 2);
-    return Status::corrupt(vocab_where + " is not valid JSON: " + what);
-  }
+  Result<nlohmann::json> parsed = bpe::parse_json(*vocab_text, vocab_where);
+  if (!parsed) return parsed.status();
+  const nlohmann::json& vocab = *parsed;
   if (!vocab.is_object() || vocab.empty()) {
     return Status::corrupt(vocab_where + " must hold a non-empty JSON object of token -> id");
   }
@@ -305,20 +64,17 @@ Result<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::load(const std::stri
   }
 
   std::unique_ptr<Gpt2BpeTokenizer> t(new Gpt2BpeTokenizer());
-  t->token_offsets_.reserve(tokens.size() + 1);
-  t->token_offsets_.push_back(0);
-  for (const std::string& token : tokens) {
-    t->token_bytes_ += token;
-    t->token_offsets_.push_back(static_cast<uint32_t>(t->token_bytes_.size()));
-  }
+  t->core_.set_tokens(tokens);
+  int32_t byte_ids[256];
   for (int b = 0; b < 256; b++) {
     const auto it = id_of.find(std::string(1, static_cast<char>(b)));
     if (it == id_of.end()) {
       return Status::corrupt(vocab_where + " lacks the token of byte " + std::to_string(b) +
                              " (\"" + spell(std::string(1, static_cast<char>(b))) + "\")");
     }
-    t->byte_ids_[b] = it->second;
+    byte_ids[b] = it->second;
   }
+  t->core_.set_byte_ids(byte_ids);
   const auto eod = id_of.find("<|endoftext|>");
   if (eod == id_of.end()) return Status::corrupt(vocab_where + " lacks \"<|endoftext|>\"");
   t->eod_ = eod->second;
@@ -367,7 +123,8 @@ Result<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::load(const std::stri
     merges.push_back({l->second, r->second, m->second, line_number});
   }
 
-  // See Note [merge order]: a token may only be merged after the merge that makes it.
+  // See Note [merge order] (bpe_core.cpp): a token may only be merged after the merge that makes
+  // it.
   std::vector<int64_t> made_at(tokens.size(), -1);  // (V) rank of the merge making each id
   for (size_t rank = 0; rank < merges.size(); rank++) made_at[merges[rank].merged] = rank;
   for (size_t rank = 0; rank < merges.size(); rank++) {
@@ -381,166 +138,19 @@ Result<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::load(const std::stri
     }
   }
 
-  size_t slots = 1024;
-  while (slots < 2 * merges.size()) slots *= 2;
-  t->merges_.assign(slots, MergeSlot{});
+  t->core_.reserve_merges(merges.size());
   for (size_t rank = 0; rank < merges.size(); rank++) {
     const Merge& m = merges[rank];
-    t->add_merge(m.left, m.right, static_cast<uint32_t>(rank), m.merged);
+    t->core_.add_merge(m.left, m.right, static_cast<uint32_t>(rank), m.merged);
   }
   return t;
-}
-
-namespace {
-size_t merge_slot_index(uint64_t key, size_t size) {
-  return (key * 0x9E3779B97F4A7C15ull >> 20) & (size - 1);
-}
-}  // namespace
-
-// A pair listed twice keeps its later rank, as a Python dict or JavaScript object built
-// from the list in order does in GPT-2's and the reference's encoders.
-void Gpt2BpeTokenizer::add_merge(int32_t left, int32_t right, uint32_t rank, int32_t merged) {
-  const uint64_t key = (static_cast<uint64_t>(left) << 32) | static_cast<uint32_t>(right);
-  size_t i = merge_slot_index(key, merges_.size());
-  while (merges_[i].key != MergeSlot::kEmpty && merges_[i].key != key) {
-    i = (i + 1) & (merges_.size() - 1);
-  }
-  merges_[i] = {key, rank, merged};
-}
-
-const Gpt2BpeTokenizer::MergeSlot* Gpt2BpeTokenizer::find_merge(int32_t left, int32_t right) const {
-  const uint64_t key = (static_cast<uint64_t>(left) << 32) | static_cast<uint32_t>(right);
-  for (size_t i = merge_slot_index(key, merges_.size());; i = (i + 1) & (merges_.size() - 1)) {
-    const MergeSlot& s = merges_[i];
-    if (s.key == key) return &s;
-    if (s.key == MergeSlot::kEmpty) return nullptr;
-  }
-}
-
-// Note [merge order]
-// GPT-2 merges every occurrence of the lowest-ranked pair in a word, left to right, then
-// looks again. Merging only the leftmost lowest-ranked pair each step gives the same result
-// as long as a merged token takes part only in merges ranked after the one that made it, so
-// that no new pair can jump the queue; load() checks this (BPE training guarantees it). Short
-// words rescan an array of pair ranks; long ones (a run of CJK or of dashes) use a heap.
-
-void Gpt2BpeTokenizer::merge_word(std::string_view word, std::vector<int32_t>& out) const {
-  if (word.size() <= kShortWord) {
-    merge_short_word(word, out);
-  } else {
-    merge_long_word(word, out);
-  }
-}
-
-void Gpt2BpeTokenizer::merge_short_word(std::string_view word, std::vector<int32_t>& out) const {
-  int32_t ids[kShortWord];     // (n) the word's tokens
-  uint32_t ranks[kShortWord];  // (n - 1) rank of merging tokens i and i + 1, kNoRank if none
-  int32_t merged[kShortWord];  // (n - 1) what that merge makes
-  size_t n = word.size();
-  for (size_t i = 0; i < n; i++) ids[i] = byte_ids_[static_cast<unsigned char>(word[i])];
-  auto rate = [&](size_t i) {
-    const MergeSlot* m = find_merge(ids[i], ids[i + 1]);
-    ranks[i] = m ? m->rank : kNoRank;
-    merged[i] = m ? m->merged : 0;
-  };
-  for (size_t i = 0; i + 1 < n; i++) rate(i);
-  while (n > 1) {
-    size_t best = 0;
-    for (size_t i = 1; i + 1 < n; i++) {
-      if (ranks[i] < ranks[best]) best = i;
-    }
-    if (ranks[best] == kNoRank) break;
-    ids[best] = merged[best];
-    // Token best + 1 is gone: everything after it moves down one place.
-    std::memmove(ids + best + 1, ids + best + 2, (n - best - 2) * sizeof(int32_t));
-    if (best + 2 < n - 1) {
-      std::memmove(ranks + best + 1, ranks + best + 2, (n - best - 3) * sizeof(uint32_t));
-      std::memmove(merged + best + 1, merged + best + 2, (n - best - 3) * sizeof(int32_t));
-    }
-    n--;
-    if (best > 0) rate(best - 1);
-    if (best + 1 < n) rate(best);
-  }
-  out.insert(out.end(), ids, ids + n);
-}
-
-void Gpt2BpeTokenizer::merge_long_word(std::string_view word, std::vector<int32_t>& out) const {
-  // Tokens as a linked list in byte order; a dead token has id -1.
-  struct Token {
-    int32_t id;
-    int32_t prev, next;  // -1 at the ends
-  };
-  // A pair that could merge; stale once either side has changed.
-  struct Candidate {
-    uint32_t rank;
-    int32_t pos;  // index of the left token
-    int32_t left, right, merged;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
-  };
-  const int32_t n = static_cast<int32_t>(word.size());
-  std::vector<Token> tokens(n);
-  for (int32_t i = 0; i < n; i++) {
-    tokens[i] = {byte_ids_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
-  }
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  auto offer = [&](int32_t pos) {
-    if (pos < 0 || tokens[pos].next < 0) return;
-    const int32_t next = tokens[pos].next;
-    if (const MergeSlot* m = find_merge(tokens[pos].id, tokens[next].id)) {
-      heap.push({m->rank, pos, tokens[pos].id, tokens[next].id, m->merged});
-    }
-  };
-  for (int32_t i = 0; i + 1 < n; i++) offer(i);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    Token& left = tokens[c.pos];
-    if (left.id != c.left || left.next < 0 || tokens[left.next].id != c.right) continue;
-    Token& right = tokens[left.next];
-    left.id = c.merged;
-    left.next = right.next;
-    if (right.next >= 0) tokens[right.next].prev = c.pos;
-    right.id = -1;
-    offer(left.prev);
-    offer(c.pos);
-  }
-  for (int32_t i = 0; i >= 0; i = tokens[i].next) out.push_back(tokens[i].id);
 }
 
 std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
-  WordCache& cache = thread_word_cache(cache_owner_);
   gpt2::WordSplitter splitter(text);
-  // Words go through in batches: the cache slots of a whole batch are requested from memory
-  // before the first is read, so that their cache misses overlap.
-  constexpr int kBatch = 16;
-  std::string_view words[kBatch];
-  WordKey keys[kBatch];
-  for (int n = kBatch; n == kBatch;) {
-    for (n = 0; n < kBatch; n++) {
-      words[n] = splitter.next();
-      if (words[n].empty()) break;
-      if (words[n].size() > 1 && words[n].size() <= WordCache::kMaxWordBytes) {
-        keys[n] = WordKey(words[n]);
-        cache.prefetch(keys[n]);
-      }
-    }
-    for (int i = 0; i < n; i++) {
-      const std::string_view word = words[i];
-      if (word.size() == 1) {
-        ids.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
-      } else if (word.size() > WordCache::kMaxWordBytes) {
-        merge_word(word, ids);
-      } else if (!cache.find(word, keys[i], ids)) {
-        const size_t before = ids.size();
-        merge_word(word, ids);
-        cache.insert(word, keys[i], ids.data() + before, ids.size() - before);
-      }
-    }
-  }
+  core_.encode_words([&] { return splitter.next(); }, ids);
   return ids;
 }
 
@@ -549,13 +159,13 @@ std::string Gpt2BpeTokenizer::decode(std::span<const int32_t> ids) const {
   size_t length = 0;
   for (const int32_t id : ids) {
     assert(valid(id) && "decode: id outside the vocabulary");
-    if (valid(id)) length += token_offsets_[id + 1] - token_offsets_[id];
+    if (valid(id)) length += core_.token(id).size();
   }
   std::string text;
   text.reserve(length);
   for (const int32_t id : ids) {
     if (valid(id)) {
-      text.append(token_bytes_, token_offsets_[id], token_offsets_[id + 1] - token_offsets_[id]);
+      text.append(core_.token(id));
     }
   }
   return text;

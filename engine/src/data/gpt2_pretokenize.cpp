@@ -2,12 +2,8 @@
 // in the regex's order at each position; each branch below names the one it implements.
 #include "data/gpt2_pretokenize.h"
 
-#include <array>
-#include <map>
-#include <string>
-#include <vector>
-
 #include "data/unicode_classes.h"
+#include "data/utf8.h"
 
 namespace lattice::gpt2 {
 
@@ -17,63 +13,17 @@ constexpr uint8_t kOther = static_cast<uint8_t>(unicode::CharClass::kOther);
 
 }  // namespace
 
-// Two-level lookup of a code point's class: blocks of 256 code points, identical blocks
-// shared (132 distinct blocks, 34 KB), built once from the generated ranges.
-class CharClassTable {
- public:
-  CharClassTable() {
-    std::vector<uint8_t> all(kCodePoints, kOther);
-    for (size_t i = 0; i < unicode::kCharClassRangeCount; i++) {
-      const unicode::CharClassRange& r = unicode::kCharClassRanges[i];
-      for (uint32_t cp = r.first; cp <= r.last; cp++) all[cp] = static_cast<uint8_t>(r.cls);
-    }
-    std::map<std::string, uint16_t> seen;
-    for (uint32_t b = 0; b < kBlocks; b++) {
-      std::string block(reinterpret_cast<const char*>(all.data()) + b * 256, 256);
-      auto [it, inserted] = seen.emplace(block, static_cast<uint16_t>(seen.size()));
-      if (inserted) blocks_.insert(blocks_.end(), block.begin(), block.end());
-      block_of_[b] = it->second;
-    }
-  }
-  uint8_t lookup(uint32_t cp) const { return blocks_[block_of_[cp >> 8] * 256u + (cp & 255u)]; }
-
- private:
-  static constexpr uint32_t kCodePoints = 0x110000, kBlocks = kCodePoints / 256;
-  std::array<uint16_t, kBlocks> block_of_{};  // (kBlocks) index into blocks_ / 256
-  std::vector<uint8_t> blocks_;               // (distinct blocks * 256) classes
-};
-
 WordSplitter::WordSplitter(std::string_view text)
     : pos_(reinterpret_cast<const unsigned char*>(text.data())), end_(pos_ + text.size()) {
-  static const CharClassTable table;
-  table_ = &table;
+  table_ = &unicode::python_regex_classes();
 }
 
-// Decodes one UTF-8 character (rejecting overlong forms, surrogates and values past
-// U+10FFFF, as a strict decoder must); anything else is a one-byte "other" character.
+// One character (utf8.h): bytes that are not UTF-8 count as "other" characters of one byte.
 WordSplitter::Char WordSplitter::char_at(const unsigned char* p) const {
-  const uint32_t b0 = p[0];
-  if (b0 < 0x80) return {1, kByteClass[b0]};
-  const ptrdiff_t left = end_ - p;
-  auto cont = [&](ptrdiff_t i) { return i < left && (p[i] & 0xC0) == 0x80; };
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    if (!cont(1)) return {1, kOther};
-    return {2, table_->lookup(((b0 & 0x1F) << 6) | (p[1] & 0x3F))};
-  }
-  if (b0 >= 0xE0 && b0 <= 0xEF) {
-    if (!cont(1) || !cont(2)) return {1, kOther};
-    const uint32_t cp = ((b0 & 0x0F) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3F);
-    if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)) return {1, kOther};
-    return {3, table_->lookup(cp)};
-  }
-  if (b0 >= 0xF0 && b0 <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return {1, kOther};
-    const uint32_t cp =
-        ((b0 & 0x07) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) | (p[3] & 0x3F);
-    if (cp < 0x10000 || cp > 0x10FFFF) return {1, kOther};
-    return {4, table_->lookup(cp)};
-  }
-  return {1, kOther};
+  if (*p < 0x80) return {1, kByteClass[*p]};
+  const unicode::Utf8Char c = unicode::decode_utf8(p, end_);
+  return {c.length,
+          c.cp == unicode::kNotUtf8 ? kOther : static_cast<uint8_t>(table_->lookup(c.cp))};
 }
 
 const unsigned char* WordSplitter::skip_run(const unsigned char* p, uint8_t cls) const {

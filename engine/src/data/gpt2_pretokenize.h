@@ -14,8 +14,6 @@
 
 namespace lattice::gpt2 {
 
-class CharClassTable;
-
 // Class of each byte as an ASCII character (unicode::CharClass values), kNotAscii for the
 // bytes of multi-byte characters.
 inline constexpr uint8_t kNotAscii = 4;
@@ -67,7 +65,7 @@ class WordSplitter {
 
   const unsigned char* pos_;
   const unsigned char* end_;
-  const CharClassTable* table_;
+  const unicode::CharClassTable* table_;
 };
 
 }  // namespace lattice::gpt2

@@ -72,7 +72,7 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
       batch.bad_id[i] = 0;
       for (size_t k = 0; k < keys.size(); k++) {
         std::vector<int32_t>& ids = batch.ids[i][k];
-        ids = tokenizer.encode(batch.docs[i].fields[k]);
+        ids = tokenize_with_bos(tokenizer, batch.docs[i].fields[k]);  // Megatron's tokenize()
         for (int32_t id : ids)
           if (id < 0 || id >= vocab) batch.bad_id[i] = id == 0 ? -1 : id;
       }

@@ -1,13 +1,16 @@
 // make_tokenizer, NullTokenizer, and the SentencePiece wrappers (Megatron's semantics, see
-// sentencepiece_tokenizer.h). GPT2BPETokenizer lives in gpt2_bpe.cpp.
+// sentencepiece_tokenizer.h). GPT2BPETokenizer lives in gpt2_bpe.cpp, HuggingFaceTokenizer in
+// hf_tokenizer.cpp.
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <map>
 #include <thread>
 
 #include "data/gpt2_bpe.h"
+#include "data/hf_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 
 namespace lattice {
@@ -194,7 +197,8 @@ Status train_sentencepiece(const std::vector<std::string>& texts,
                            const SentencePieceTrainOptions& o) {
   if (o.model_type != "bpe" && o.model_type != "unigram")
     return Status::invalid_argument("--model-type '" + o.model_type + "' is not bpe or unigram");
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads =
+      o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   const std::unordered_map<std::string, std::string> args = {
       {"model_prefix", o.model_prefix},
       {"vocab_size", std::to_string(o.vocab_size)},
@@ -230,6 +234,15 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& o) {
     if (!t) return t.status();
     return std::unique_ptr<Tokenizer>(std::move(*t));
   }
+  if (o.type == "HuggingFaceTokenizer") {
+    if (o.model_file.empty())
+      return Status::invalid_argument(
+          "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model (a tokenizer.json or "
+          "the directory holding it)");
+    auto t = HuggingFaceTokenizer::load(o.model_file);
+    if (!t) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(*t));
+  }
   if (o.type == "SentencePieceTokenizer" || o.type == "GPTSentencePieceTokenizer") {
     if (o.model_file.empty())
       return Status::invalid_argument("--tokenizer-type " + o.type + " needs --tokenizer-model");
@@ -237,7 +250,32 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& o) {
   }
   return Status::invalid_argument("--tokenizer-type '" + o.type +
                                   "' is not one of NullTokenizer, GPT2BPETokenizer, "
-                                  "SentencePieceTokenizer, GPTSentencePieceTokenizer");
+                                  "SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+                                  "HuggingFaceTokenizer");
+}
+
+std::string lattice_data_dir() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  if (const std::string d = env("LATTICE_DATA_DIR"); !d.empty()) return d;
+  if (const std::string d = env("XDG_DATA_HOME"); !d.empty()) return d + "/lattice";
+  return env("HOME") + "/.local/share/lattice";
+}
+
+std::string gpt2_vocab_dir() {
+  return lattice_data_dir() + "/gpt2";
+}
+
+std::string hf_tokenizers_dir() {
+  return lattice_data_dir() + "/hf-tokenizers";
+}
+
+std::vector<int32_t> tokenize_with_bos(const Tokenizer& tokenizer, std::string_view text) {
+  std::vector<int32_t> ids = tokenizer.encode(text);
+  if (const std::optional<int32_t> bos = tokenizer.bos()) ids.insert(ids.begin(), *bos);
+  return ids;
 }
 
 }  // namespace lattice

@@ -102,11 +102,14 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"eval-interval", "iterations between validation runs", &o.eval_interval},
       {"eval-iters", "global batches per validation run", &o.eval_iters},
       {"tokenizer-type",
-       "NullTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | GPTSentencePieceTokenizer",
+       "NullTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | GPTSentencePieceTokenizer | "
+       "HuggingFaceTokenizer",
        &o.tokenizer.type},
       {"vocab-file", "GPT2BPETokenizer vocabulary (vocab.json)", &o.tokenizer.vocab_file},
       {"merge-file", "GPT2BPETokenizer merges (merges.txt)", &o.tokenizer.merge_file},
-      {"tokenizer-model", "SentencePiece model file", &o.tokenizer.model_file},
+      {"tokenizer-model",
+       "SentencePiece model file; HuggingFaceTokenizer: tokenizer.json or its directory",
+       &o.tokenizer.model_file},
       {"threads", "CPU threads; 0 means all cores", &o.threads},
       {"cpu-isa",
        "auto | generic | avx2 | avx512: the instruction set of the CPU kernels; auto means "
