@@ -49,11 +49,28 @@ std::string rank_file(int rank) {
   return buf;
 }
 
+// The architecture, so that offline tools (ckpt inspect, export-hf, reshard, generate) rebuild
+// the model without the run's flags. Checkpoints from before the Llama family lack the keys from
+// position_embedding_type on; the reader takes GPT-2's values for them.
 json model_json(const ModelConfig& m) {
-  return {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size},
-          {"ffn_hidden_size", m.ffn()}, {"num_attention_heads", m.num_attention_heads},
-          {"seq_length", m.seq_length}, {"max_position_embeddings", m.max_positions()},
-          {"vocab_size", m.vocab_size}, {"padded_vocab_size", m.padded_vocab_size()}};
+  return {{"num_layers", m.num_layers},
+          {"hidden_size", m.hidden_size},
+          {"ffn_hidden_size", m.ffn()},
+          {"num_attention_heads", m.num_attention_heads},
+          {"seq_length", m.seq_length},
+          {"max_position_embeddings", m.max_positions()},
+          {"vocab_size", m.vocab_size},
+          {"padded_vocab_size", m.padded_vocab_size()},
+          {"position_embedding_type", m.position_embedding_type},
+          {"rotary_base", m.rotary_base},
+          {"rotary_percent", m.rotary_percent},
+          {"normalization", m.normalization},
+          {"norm_epsilon", m.norm_epsilon},
+          {"swiglu", m.swiglu},
+          {"num_query_groups", m.kv_heads()},
+          {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
+          {"disable_bias_linear", m.disable_bias_linear},
+          {"add_qkv_bias", m.add_qkv_bias}};
 }
 
 }  // namespace

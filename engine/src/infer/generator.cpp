@@ -9,7 +9,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_format.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_model.h"
 #include "core/host_memory.h"
 #include "infer/infer_model.h"
 #include "infer/sampling.h"
@@ -68,7 +68,7 @@ Status load_checkpoint_weights(CheckpointReader& reader, InferenceModel& model) 
 Status load_hf_weights(const std::string& path, const ModelConfig& config, InferenceModel& model) {
   const ParamLayout full(config);
   std::vector<float> params(full.total_numel(), 0.0f);
-  if (Status s = import_hf_gpt2(path, config, full, params.data()); !s) return s;
+  if (Status s = import_hf(path, config, full, params.data()); !s) return s;
   std::vector<float> global;
   for (const ParamTensor& t : model.layout().tensors()) {
     const ParamTensor* whole = full.find(t.name);
@@ -146,7 +146,8 @@ Result<std::unique_ptr<Generator>> Generator::load(const InferenceOptions& o, Co
     return Status::invalid_argument("--load and --load-hf both name a model; give one");
   if (o.load.empty() && o.load_hf.empty())
     return Status::invalid_argument(
-        "no model: give --load DIR (a Lattice checkpoint) or --load-hf FILE (GPT-2 safetensors)");
+        "no model: give --load DIR (a Lattice checkpoint) or --load-hf PATH (a Hugging Face "
+        "model)");
   ModelConfig m = o.model;
   std::unique_ptr<CheckpointReader> reader;
   if (!o.load.empty()) {
@@ -158,12 +159,19 @@ Result<std::unique_ptr<Generator>> Generator::load(const InferenceOptions& o, Co
     m = reader->model();
   } else {
     std::error_code ec;
-    if (!fs::is_regular_file(o.load_hf, ec))
-      return Status::invalid_argument("--load-hf " + o.load_hf + ": no such file");
+    if (!fs::exists(o.load_hf, ec))
+      return Status::invalid_argument("--load-hf " + o.load_hf + ": no such file or directory");
   }
   m.tensor_model_parallel_size = t;
   m.attention_dropout = m.hidden_dropout = 0.0f;
   if (Status s = check_tensor_parallel(m, t); !s) return s;
+  // InferenceModel restates GPT-2's forward; it would run another architecture's weights wrong.
+  if (hf_architecture_of(m) != HfArchitecture::kGpt2 || !hf_unsupported(m).empty())
+    return Status::invalid_argument(
+        "generation runs GPT-2 models (learned positions, LayerNorm, GELU MLP, tied head) only "
+        "so far; this model has --position-embedding-type " +
+        m.position_embedding_type + ", --normalization " + m.normalization +
+        (m.swiglu ? ", --swiglu" : ""));
   auto model = std::make_unique<InferenceModel>(m, tp);
   const Status loaded =
       reader ? load_checkpoint_weights(*reader, *model) : load_hf_weights(o.load_hf, m, *model);

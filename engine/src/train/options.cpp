@@ -9,6 +9,7 @@
 #include <sstream>
 #include <variant>
 
+#include "checkpoint/hf_model.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/flags.h"
 #include "lattice/train_options.h"
@@ -112,7 +113,11 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "auto | generic | avx2 | avx512: the instruction set of the CPU kernels; auto means "
        "LATTICE_CPU_ISA when set, else the widest this CPU runs",
        &o.cpu_isa},
-      {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
+      {"load-hf",
+       "start from Hugging Face weights: GPT-2 or Llama family (llama, qwen2, mistral); a model "
+       "directory (config.json, model.safetensors or shards with their index) or a safetensors "
+       "file with config.json beside it; model flags not given are read from it",
+       &o.load_hf},
       {"save", "directory for checkpoints (saved at the end, on SIGTERM and every --save-interval)",
        &o.save},
       {"save-interval", "save a checkpoint every N iterations; 0 means only at the end",
@@ -142,8 +147,13 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "end the job when a rank waits this long for others in one collective or pipeline "
        "message, naming them (fractions allowed; 0: wait for ever)",
        &o.distributed_timeout_minutes},
-      {"save-hf", "write the final weights as GPT-2 safetensors (config.json beside them)",
+      {"save-hf",
+       "write the final weights as a Hugging Face model: GPT-2 for learned positions with "
+       "LayerNorm, else Llama (Qwen2 with --add-qkv-bias alone); into a directory "
+       "(model.safetensors, sharded above 5 GB, and config.json), or the .safetensors file "
+       "named with config.json beside it",
        &o.save_hf},
+      {"hf-dtype", "fp32 | bf16: the dtype --save-hf writes", &o.hf_dtype},
       {"profile", "print where the time went, per op, at the end", &o.profile},
       {"fp64",
        "train in double precision: checks a parallel layout against one process without "
@@ -426,7 +436,13 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
   if (!load.empty() && !load_hf.empty())
     errors.push_back(
         "--load and --load-hf exclude each other (use `lattice ckpt import-hf` to "
-        "turn GPT-2 weights into a checkpoint)");
+        "turn Hugging Face weights into a checkpoint)");
+  if (Result<safetensors::Dtype> d = parse_hf_dtype(hf_dtype); !d)
+    errors.push_back(d.status().message());
+  // Found now, not after the training it would end.
+  if (!save_hf.empty() || !load_hf.empty())
+    for (const std::string& e : hf_unsupported(model))
+      errors.push_back((save_hf.empty() ? "--load-hf: " : "--save-hf: ") + e);
   if (load.empty() && (ckpt_step > 0 || finetune))
     errors.push_back("--ckpt-step and --finetune apply to --load, which is not given");
   if (int(bf16) + int(fp16) + int(fp64) > 1)
@@ -518,7 +534,7 @@ Result<TrainOptions> parse_unchecked(const std::vector<std::string>& args,
                        : o.tokenizer.vocab_size < ModelConfig::kMaxDimension
                            ? o.tokenizer.vocab_size + 1
                            : static_cast<int>(ModelConfig::kMaxDimension);
-  // The model flags not given come from the GPT-2 file (apply_hf_model).
+  // The model flags not given come from the Hugging Face model (apply_hf_model).
   if (!o.load_hf.empty())
     if (Status s = apply_hf_model(o.load_hf, o); !s) {
       std::vector<std::string> lines;

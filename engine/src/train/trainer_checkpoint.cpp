@@ -1,4 +1,4 @@
-// A rank's checkpoints and GPT-2 export (trainer.h) through checkpoint/chunk_state.h: the
+// A rank's checkpoints and Hugging Face export (trainer.h) through checkpoint/chunk_state.h: the
 // arenas themselves on a host-addressable device, host copies elsewhere.
 #include <chrono>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "checkpoint/chunk_state.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_model.h"
 #include "parallel/model_chunks.h"
 #include "train/trainer.h"
 
@@ -126,9 +126,12 @@ Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& g, const TrainOptio
   if (!full) return full.status();
   if (g.world->rank() != 0) return Status::ok();
   const std::vector<float> as_float(full->begin(), full->end());
-  if (Status s = export_hf_gpt2(o.save_hf, model, ParamLayout(model), as_float.data()); !s)
+  Result<safetensors::Dtype> dtype = parse_hf_dtype(o.hf_dtype);
+  if (!dtype) return dtype.status();
+  if (Status s = export_hf(o.save_hf, model, ParamLayout(model), as_float.data(), {*dtype}); !s)
     return Status::io_error("--save-hf: " + s.message());
-  sink.on_message("saved GPT-2 weights to " + o.save_hf);
+  sink.on_message(std::string("saved ") + hf_architecture_name(hf_architecture_of(model)) +
+                  " weights to " + o.save_hf);
   return Status::ok();
 }
 
