@@ -7,11 +7,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
-#include <bit>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -21,6 +18,7 @@
 #include "checkpoint/hf_model.h"
 #include "checkpoint/safetensors.h"
 #include "common/files.h"
+#include "common/hf_test_files.h"
 
 using lattice::ModelConfig;
 using lattice::ParamLayout;
@@ -30,6 +28,8 @@ namespace st = lattice::safetensors;
 namespace fs = std::filesystem;
 
 namespace {
+
+using lattice::testing::indexed_params;
 
 // L = 2, C = 16, NH = 4 (HS = 4), G = 2 (Q = 2 query heads a group), F = 24, V = 10 (padded 128).
 ModelConfig llama_config() {
@@ -61,22 +61,8 @@ ModelConfig qwen2_config(int groups = 1) {
   return c;
 }
 
-// Every arena element holds its own index: distinct and exact in float.
-std::vector<float> indexed_params(const ParamLayout& layout) {
-  std::vector<float> params(layout.total_numel());
-  for (size_t i = 0; i < params.size(); i++) params[i] = static_cast<float>(i);
-  return params;
-}
-
 std::string contains_message(const Status& s, const std::string& part) {
   return "message lacks '" + part + "': " + s.message();
-}
-
-// IEEE half bits of a small non-negative integer n < 2048 (exact).
-uint16_t f16_bits_of_integer(int n) {
-  if (n == 0) return 0;
-  const int e = std::bit_width(static_cast<unsigned>(n)) - 1;
-  return static_cast<uint16_t>(((e + 15) << 10) | ((n << (10 - e)) & 0x3FF));
 }
 
 // Element `index` of tensor `name` in `file`, as float.
@@ -313,28 +299,8 @@ class TestHfLlama : public QObject {
     const std::string d = exported("to-halve", c, x);
     auto f32 = st::File::open(d + "/model.safetensors");
     QVERIFY2(f32, f32.status().message().c_str());
-    std::string header = "{", data;
-    bool f16 = true;
-    for (const st::TensorInfo& t : f32->tensors()) {
-      std::vector<float> values(t.numel);
-      QVERIFY(f32->read_float(t, values.data()));
-      const size_t begin = data.size();
-      for (float v : values) {
-        const uint16_t bits = f16 ? f16_bits_of_integer(static_cast<int>(v))
-                                  : static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
-        data.append(reinterpret_cast<const char*>(&bits), 2);
-      }
-      header += std::string(header.size() > 1 ? "," : "") + "\"" + t.name + "\":{\"dtype\":\"" +
-                (f16 ? "F16" : "BF16") + "\",\"shape\":" + st::shape_to_string(t.shape) +
-                ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) +
-                "]}";
-      f16 = !f16;
-    }
-    header += "}";
     const std::string p = path("half.safetensors");
-    const uint64_t n = header.size();
-    std::ofstream(p, std::ios::binary)
-        << std::string(reinterpret_cast<const char*>(&n), 8) << header << data;
+    lattice::testing::write_half_precision_copy(*f32, p);
     std::vector<float> from_half(layout.total_numel(), 0.0f), from_f32(layout.total_numel(), 0.0f);
     const Status s = lattice::import_hf_llama(p, c, layout, from_half.data());
     QVERIFY2(s, s.message().c_str());
@@ -429,16 +395,12 @@ class TestHfLlama : public QObject {
     const std::string d = exported("good", c, indexed_params(layout));
     auto good = st::File::open(d + "/model.safetensors");
     QVERIFY2(good, good.status().message().c_str());
-    std::vector<std::vector<float>> values;
+    const lattice::testing::Tensors tensors(*good);
     std::vector<st::TensorSource> sources;
-    values.reserve(good->tensors().size() + 2);
-    for (const st::TensorInfo& t : good->tensors()) {
-      if (t.name == "model.layers.1.self_attn.k_proj.weight") continue;  // missing
-      values.emplace_back(t.numel);
-      (void)good->read_float(t, values.back().data());
-      std::vector<int64_t> shape = t.shape;
-      if (t.name == "model.layers.0.mlp.up_proj.weight") shape = {C, F};  // wrong shape
-      sources.push_back({t.name, shape, values.back().data(), nullptr});
+    for (st::TensorSource& t : tensors.sources()) {
+      if (t.name == "model.layers.1.self_attn.k_proj.weight") continue;     // missing
+      if (t.name == "model.layers.0.mlp.up_proj.weight") t.shape = {C, F};  // wrong shape
+      sources.push_back(t);
     }
     std::vector<float> inv_freq(HS / 2, 1.0f), extra(3, 0.0f);
     sources.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq",
@@ -481,16 +443,9 @@ class TestHfLlama : public QObject {
     const std::string d = exported("tied", c, indexed_params(layout));
     auto file = st::File::open(d + "/model.safetensors");
     QVERIFY2(file, file.status().message().c_str());
-    std::vector<std::vector<float>> values;
-    std::vector<st::TensorSource> sources;
-    values.reserve(file->tensors().size() + 1);
-    for (const st::TensorInfo& t : file->tensors()) {
-      values.emplace_back(t.numel);
-      (void)file->read_float(t, values.back().data());
-      sources.push_back({t.name, t.shape, values.back().data(), nullptr});
-    }
-    std::vector<float> head(V * C);
-    (void)file->read_float(*file->find("model.embed_tokens.weight"), head.data());
+    const lattice::testing::Tensors tensors(*file);
+    std::vector<st::TensorSource> sources = tensors.sources();
+    std::vector<float> head = tensors.values_of("model.embed_tokens.weight");
     sources.push_back({"lm_head.weight", {V, C}, head.data(), nullptr});
     const std::string same = path("tied-same.safetensors");
     QVERIFY(st::write(same, sources));

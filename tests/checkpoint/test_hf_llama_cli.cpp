@@ -54,13 +54,7 @@ const QStringList kFrozen = {
     "--mock-data", "--train-iters",  "1", "--eval-iters", "0", "--lr", "0", "--min-lr",
     "0",           "--log-interval", "1", "--threads",    "1"};
 
-QList<double> lm_losses(const QString& out) {
-  QList<double> losses;
-  static const QRegularExpression re(R"(lm loss: ([0-9.E+-]+) \|)");
-  for (auto it = re.globalMatch(out); it.hasNext();)
-    losses.append(it.next().captured(1).toDouble());
-  return losses;
-}
+using lattice::testing::lm_losses;
 
 // The first tensor whose bytes differ between the models in directories a and b, or "".
 QString first_difference(const QString& a, const QString& b) {

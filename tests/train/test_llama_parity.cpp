@@ -90,6 +90,39 @@ Trained train(const ModelConfig& c, const OptimizerConfig& o, const std::vector<
   return t;
 }
 
+// Llama 3's architecture, tiny: GQA with 2 groups, SwiGLU, RMSNorm, untied head, no biases.
+ModelConfig llama3_like() {
+  ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
+  c.init_method_std = 0.1f;
+  c.position_embedding_type = "rope";
+  c.rotary_base = 500000.0f;
+  c.normalization = "RMSNorm";
+  c.norm_epsilon = 1e-5f;
+  c.swiglu = true;
+  c.ffn_hidden_size = 48;
+  c.group_query_attention = true;
+  c.num_query_groups = 2;
+  c.untie_embeddings_and_output_weights = true;
+  c.disable_bias_linear = true;
+  return c;
+}
+
+// Qwen2's: QKV bias, MQA (1 group), RoPE on every dimension, tied head.
+ModelConfig qwen2_like() {
+  ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
+  c.init_method_std = 0.1f;
+  c.position_embedding_type = "rope";
+  c.normalization = "RMSNorm";
+  c.norm_epsilon = 1e-6f;
+  c.swiglu = true;
+  c.ffn_hidden_size = 40;
+  c.group_query_attention = true;
+  c.num_query_groups = 1;
+  c.disable_bias_linear = true;
+  c.add_qkv_bias = true;
+  return c;
+}
+
 QString rows_json(const std::vector<int32_t>& ids, int T) {
   QJsonArray rows;
   for (size_t b = 0; b * T < ids.size(); b++) {
@@ -219,6 +252,7 @@ class LlamaParity : public QObject {
   // Exports `c`'s initial weights as a Hugging Face model; the reference's loss of one batch over
   // that directory must be Lattice's fp64 forward loss of the same weights to 1e-9.
   void check_hf_export(const QString& name, const ModelConfig& c) {
+    QVERIFY(c.validate().empty());
     if (!torch_available())
       QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
     kernels::set_num_threads(2);
@@ -247,7 +281,6 @@ class LlamaParity : public QObject {
     GptModel<double> model(c, kBatch);
     std::copy(init.params(), init.params() + init.arena_size(), model.params());
     GptActivations<double> acts(c, kBatch);
-    const int N = kBatch * c.seq_length;
     const double got =
         model.forward(acts, steps.tokens[0].data(), steps.targets[0].data(), 0, 0.0f);
     QVERIFY2(std::abs(got - want) <= 1e-9 * std::abs(want),
@@ -262,70 +295,26 @@ class LlamaParity : public QObject {
   void initTestCase() { QVERIFY(dir_.isValid()); }
 
   void llama3_like_model_matches_pytorch_after_five_adamw_steps() {
-    ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
-    c.init_method_std = 0.1f;
-    c.position_embedding_type = "rope";
-    c.rotary_base = 500000.0f;
+    ModelConfig c = llama3_like();
     c.rotary_percent = 0.5f;
-    c.normalization = "RMSNorm";
-    c.norm_epsilon = 1e-5f;
-    c.swiglu = true;
-    c.ffn_hidden_size = 48;
-    c.group_query_attention = true;
-    c.num_query_groups = 2;
-    c.untie_embeddings_and_output_weights = true;
-    c.disable_bias_linear = true;
     QVERIFY(c.validate().empty());
     check("llama3", c);
   }
 
   void qwen2_like_model_matches_pytorch_after_five_adamw_steps() {
-    ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
-    c.init_method_std = 0.1f;
-    c.position_embedding_type = "rope";
-    c.normalization = "RMSNorm";
-    c.norm_epsilon = 1e-6f;
-    c.swiglu = true;
-    c.ffn_hidden_size = 40;
-    c.group_query_attention = true;
-    c.num_query_groups = 1;
-    c.disable_bias_linear = true;
-    c.add_qkv_bias = true;
+    const ModelConfig c = qwen2_like();
     QVERIFY(c.validate().empty());
     check("qwen2", c);
   }
+
   // Hugging Face's Llama rotates every dimension of a head; the vocabulary is a multiple of 128,
   // so the padded logits Lattice's softmax also spans (Megatron's padding) are none.
   void hf_export_of_a_llama3_like_model_is_the_same_model() {
-    ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
-    c.init_method_std = 0.1f;
-    c.position_embedding_type = "rope";
-    c.rotary_base = 500000.0f;
-    c.normalization = "RMSNorm";
-    c.swiglu = true;
-    c.ffn_hidden_size = 48;
-    c.group_query_attention = true;
-    c.num_query_groups = 2;
-    c.untie_embeddings_and_output_weights = true;
-    c.disable_bias_linear = true;
-    QVERIFY(c.validate().empty());
-    check_hf_export("hf-llama3", c);
+    check_hf_export("hf-llama3", llama3_like());
   }
 
   void hf_export_of_a_qwen2_like_model_is_the_same_model() {
-    ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
-    c.init_method_std = 0.1f;
-    c.position_embedding_type = "rope";
-    c.normalization = "RMSNorm";
-    c.norm_epsilon = 1e-6f;
-    c.swiglu = true;
-    c.ffn_hidden_size = 40;
-    c.group_query_attention = true;
-    c.num_query_groups = 1;
-    c.disable_bias_linear = true;
-    c.add_qkv_bias = true;
-    QVERIFY(c.validate().empty());
-    check_hf_export("hf-qwen2", c);
+    check_hf_export("hf-qwen2", qwen2_like());
   }
 };
 

@@ -3,7 +3,6 @@
 // both walk it, so the two directions cannot disagree.
 #include "checkpoint/hf_gpt2.h"
 
-#include <cassert>
 #include <vector>
 
 #include "checkpoint/hf_gpt2_config.h"
@@ -38,16 +37,9 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   auto add = [&](std::string hf_name, std::vector<int64_t> shape, const std::string& our_name,
                  std::string flags, bool transposed = false,
                  std::function<int64_t(int64_t)> row_of = nullptr) {
-    const ParamTensor* param = layout.find(our_name);
-    assert(param && "layout must be ParamLayout(config) of a GPT-2 model");
-    HfTensor t;
-    t.name = std::move(hf_name);
-    t.shape = std::move(shape);
-    t.param = param;
-    t.flags = std::move(flags);
-    t.row_of = std::move(row_of);
-    t.transposed = transposed;
-    out.push_back(std::move(t));
+    out.push_back(hf_tensor(layout, std::move(hf_name), std::move(shape), our_name,
+                            std::move(flags), std::move(row_of)));
+    out.back().transposed = transposed;
   };
   add("wte.weight", {V, C}, "embedding.word_embeddings.weight",
       "--vocab-size " + std::to_string(V) + " " + hidden);
@@ -102,9 +94,7 @@ HfNaming gpt2_naming(const ModelConfig& c) {
 
 Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       float* params) {
-  Result<HfWeights> weights = HfWeights::open(path);
-  if (!weights) return weights.status();
-  return import_hf_tensors(*weights, hf_tensors(config, layout), gpt2_naming(config), params);
+  return import_hf_tensors(path, hf_tensors(config, layout), gpt2_naming(config), params);
 }
 
 Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,

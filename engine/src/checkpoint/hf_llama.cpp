@@ -4,7 +4,6 @@
 // halves of each head (rotate_half), so q and k rows keep their order within a head.
 #include "checkpoint/hf_llama.h"
 
-#include <cassert>
 #include <vector>
 
 #include "checkpoint/hf_llama_config.h"
@@ -37,15 +36,8 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   std::vector<HfTensor> out;
   auto add = [&](std::string hf_name, std::vector<int64_t> shape, const std::string& our_name,
                  std::string flags, std::function<int64_t(int64_t)> row_of = nullptr) {
-    const ParamTensor* param = layout.find(our_name);
-    assert(param && "layout must be ParamLayout(config) of a Llama-family model");
-    HfTensor t;
-    t.name = std::move(hf_name);
-    t.shape = std::move(shape);
-    t.param = param;
-    t.flags = std::move(flags);
-    t.row_of = std::move(row_of);
-    out.push_back(std::move(t));
+    out.push_back(hf_tensor(layout, std::move(hf_name), std::move(shape), our_name,
+                            std::move(flags), std::move(row_of)));
   };
   add("model.embed_tokens.weight", {V, C}, "embedding.word_embeddings.weight", vocab);
   out.back().pads_vocab = true;
@@ -110,9 +102,7 @@ HfNaming llama_naming(const ModelConfig& c) {
 
 Status import_hf_llama(const std::string& path, const ModelConfig& config,
                        const ParamLayout& layout, float* params) {
-  Result<HfWeights> weights = HfWeights::open(path);
-  if (!weights) return weights.status();
-  return import_hf_tensors(*weights, hf_tensors(config, layout), llama_naming(config), params);
+  return import_hf_tensors(path, hf_tensors(config, layout), llama_naming(config), params);
 }
 
 Status export_hf_llama(const std::string& path, const ModelConfig& config,

@@ -2,6 +2,7 @@
 #include "checkpoint/hf_tensors.h"
 
 #include <algorithm>
+#include <cassert>
 #include <map>
 
 namespace lattice {
@@ -16,6 +17,19 @@ int hf_layer_of(const std::string& name, const std::string& prefix) {
     layer = layer * 10 + (name[i] - '0');
   }
   return layer;
+}
+
+HfTensor hf_tensor(const ParamLayout& layout, std::string name, std::vector<int64_t> shape,
+                   const std::string& our_name, std::string flags,
+                   std::function<int64_t(int64_t)> row_of) {
+  HfTensor t;
+  t.name = std::move(name);
+  t.shape = std::move(shape);
+  t.param = layout.find(our_name);
+  assert(t.param && "the layout lacks a tensor of the architecture's table");
+  t.flags = std::move(flags);
+  t.row_of = std::move(row_of);
+  return t;
 }
 
 namespace {
@@ -122,8 +136,11 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 
 }  // namespace
 
-Status import_hf_tensors(const HfWeights& weights, const std::vector<HfTensor>& table,
+Status import_hf_tensors(const std::string& path, const std::vector<HfTensor>& table,
                          const HfNaming& naming, float* params) {
+  Result<HfWeights> opened = HfWeights::open(path);
+  if (!opened) return opened.status();
+  const HfWeights& weights = *opened;
   std::vector<const HfEntry*> found;
   const std::vector<std::string> problems = match(weights, table, naming, &found);
   if (!problems.empty()) {

@@ -32,6 +32,12 @@ struct HfTensor {
   std::string shape_note;  // appended to a wrong-shape message
 };
 
+// The table entry of HF tensor `name` (`shape`) that lives in `layout`'s tensor `our_name`, which
+// must exist (asserted: the table is built for ParamLayout(config) of its architecture).
+HfTensor hf_tensor(const ParamLayout& layout, std::string name, std::vector<int64_t> shape,
+                   const std::string& our_name, std::string flags,
+                   std::function<int64_t(int64_t)> row_of = nullptr);
+
 // How an architecture's files are named, for matching and messages.
 struct HfNaming {
   std::string architecture;  // "GPT-2", "Llama": "cannot import PATH as GPT-2"
@@ -50,12 +56,12 @@ struct HfNaming {
 // Layer N of a canonical name "<prefix>N.<...>", or -1.
 int hf_layer_of(const std::string& name, const std::string& prefix);
 
-// Imports the tensors of `weights` into `params` (laid out as the table's params) after
-// checking the whole file against the table: every mismatch (missing, unexpected, wrong shape
-// or dtype, the layer count, a tied copy that differs) in one invalid_argument message that
-// names the file, the tensor and the flags that fix the expected shape, the first twelve listed
-// and the rest counted. On error `params` is left untouched.
-Status import_hf_tensors(const HfWeights& weights, const std::vector<HfTensor>& table,
+// Imports the tensors of the model at `path` (HfWeights::open) into `params` (laid out as the
+// table's params) after checking the whole file against the table: every mismatch (missing,
+// unexpected, wrong shape or dtype, the layer count, a tied copy that differs) in one
+// invalid_argument message that names the file, the tensor and the flags that fix the expected
+// shape, the first twelve listed and the rest counted. On error `params` is left untouched.
+Status import_hf_tensors(const std::string& path, const std::vector<HfTensor>& table,
                          const HfNaming& naming, float* params);
 
 // The table's tensors from `params` as safetensors sources (contiguous ones pointed at, the
