@@ -1,8 +1,9 @@
 // The config.json of real Llama-family models as Hugging Face publishes them (Meta-Llama-3-8B,
 // Qwen2.5-7B, Mistral-7B-v0.1, Llama-3.1-8B) read into Lattice's model flags: the models Lattice
-// can express become exactly their published parameter counts; a sliding window in use and RoPE
-// scaling are refused by file and key; flags given that disagree with the file are named with
-// both values, and the config.json export writes reads back to the same model.
+// can express become exactly their published parameter counts, Llama 3.1's RoPE scaling
+// --use-rope-scaling; a sliding window in use and other RoPE scaling are refused by file and key;
+// flags given that disagree with the file are named with both values, and the config.json export
+// writes reads back to the same model.
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -210,16 +211,45 @@ class TestHfLlamaConfig : public QObject {
     QVERIFY(!read->qkv_bias && !read->linear_bias && !read->tied);
   }
 
-  void llama31_rope_scaling_is_refused_by_file_and_key() {
+  void llama31_rope_scaling_becomes_use_rope_scaling() {
     const std::string d = model_dir("llama3.1-8b", llama31_8b().dump(2));
     auto o = options(d, {});
-    QVERIFY(!o);
-    const std::string part = "--load-hf: " + d + "/config.json: rope_scaling is {";
-    QVERIFY2(o.status().message().find(part) != std::string::npos,
-             contains_message(o.status(), part).c_str());
-    QVERIFY2(o.status().message().find("\"rope_type\":\"llama3\"") != std::string::npos &&
-                 o.status().message().find("Lattice's RoPE has no scaling") != std::string::npos,
-             o.status().message().c_str());
+    QVERIFY2(o, o.status().message().c_str());
+    const ModelConfig& m = o->model;
+    QVERIFY(m.use_rope_scaling);
+    QCOMPARE(m.rope_scaling_factor, 8.0f);
+    QCOMPARE(m.llama3_rope_factor(), 8.0f);
+    QCOMPARE(m.max_positions(), 131072);
+    QCOMPARE(m.num_parameters(), int64_t{8030261248});
+    // A factor given must agree; Llama 3's file has no scaling to agree with.
+    auto other = options(d, {"--rope-scaling-factor", "32"});
+    QVERIFY(!other);
+    const std::string part = "--rope-scaling-factor 32 disagrees with " + d +
+                             "/config.json, which gives rope_scaling's factor 8";
+    QVERIFY2(other.status().message().find(part) != std::string::npos,
+             contains_message(other.status(), part).c_str());
+    auto unscaled = options(model_dir("llama3-8b-scaled", kLlama3_8B), {"--use-rope-scaling"});
+    QVERIFY(!unscaled);
+    QVERIFY2(unscaled.status().message().find("--use-rope-scaling true disagrees with") !=
+                 std::string::npos,
+             unscaled.status().message().c_str());
+  }
+
+  void other_rope_scaling_is_refused_by_file_and_key() {
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"low_freq_factor", 2.0},
+             {"rope_type", "yarn"},
+             {"original_max_position_embeddings", 4096}}) {
+      nlohmann::json j = llama31_8b();
+      j["rope_scaling"][key] = value;
+      auto read = lattice::parse_hf_llama_config(j, "s/config.json");
+      QVERIFY(!read);
+      const std::string part = "s/config.json: rope_scaling is {";
+      QVERIFY2(read.status().message().find(part) == 0 &&
+                   read.status().message().find("Lattice's RoPE scales only as Llama 3.1 does") !=
+                       std::string::npos,
+               (key + ": " + read.status().message()).c_str());
+    }
   }
 
   void what_lattice_cannot_express_is_named() {
@@ -305,6 +335,8 @@ class TestHfLlamaConfig : public QObject {
     m.num_query_groups = 3;
     m.disable_bias_linear = true;
     m.add_qkv_bias = true;
+    m.use_rope_scaling = true;
+    m.rope_scaling_factor = 32.0f;  // Llama 3.2's
     m.attention_dropout = 0.0f;
     m.hidden_dropout = 0.0f;
     const std::string d = dir_.filePath("roundtrip").toStdString();
@@ -325,6 +357,7 @@ class TestHfLlamaConfig : public QObject {
              {"ffn", back.ffn() == m.ffn()},
              {"vocab", back.vocab_size == m.vocab_size},
              {"rotary base", back.rotary_base == m.rotary_base},
+             {"rope scaling", back.llama3_rope_factor() == m.llama3_rope_factor()},
              {"epsilon", back.norm_epsilon == m.norm_epsilon},
              {"biases", back.qkv_bias() == m.qkv_bias() && back.linear_bias() == m.linear_bias()},
              {"tied", back.tied_output() == m.tied_output()},

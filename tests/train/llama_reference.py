@@ -87,10 +87,29 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rope_tables(T, dim, theta):
+def llama3_scaled(inv_freq, scaling):
+    """transformers' _compute_llama3_parameters (Llama 3.1's rope_scaling), as written there."""
+    factor = scaling["factor"]
+    low_freq_factor = scaling["low_freq_factor"]
+    high_freq_factor = scaling["high_freq_factor"]
+    old_context_len = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (
+        high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
+def rope_tables(T, dim, theta, scaling=None):
     # inv_freq in float32 as Hugging Face holds it, rounded from float64 (Hugging Face's float32
     # power can differ from the rounded value by one unit in the last place).
     inv_freq = (1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))).float()
+    if scaling is not None:
+        inv_freq = llama3_scaled(inv_freq, scaling)
     angles = torch.outer(torch.arange(T, dtype=torch.int64).float(), inv_freq)  # float32
     emb = torch.cat((angles, angles), dim=-1).double()
     return emb.cos(), emb.sin()
@@ -145,8 +164,10 @@ def hf_forward(p, cfg, tokens):
     KV = cfg.get("num_key_value_heads") or NH
     HS = cfg.get("head_dim") or C // NH
     eps = cfg.get("rms_norm_eps", 1e-6)
-    assert cfg.get("rope_scaling") is None and cfg.get("partial_rotary_factor", 1.0) == 1.0
-    cos, sin = rope_tables(T, HS, cfg.get("rope_theta", 10000.0))
+    scaling = cfg.get("rope_scaling")
+    assert scaling is None or scaling["rope_type"] == "llama3", scaling
+    assert cfg.get("partial_rotary_factor", 1.0) == 1.0
+    cos, sin = rope_tables(T, HS, cfg.get("rope_theta", 10000.0), scaling)
 
     def linear(x, name):  # nn.Linear: x W^T + b
         y = x @ p[name + ".weight"].T

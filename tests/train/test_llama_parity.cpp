@@ -313,6 +313,16 @@ class LlamaParity : public QObject {
     check_hf_export("hf-llama3", llama3_like());
   }
 
+  // Llama 3.1's RoPE scaling (factor 8 over 8192 original positions): with theta 500000 and 8-dim
+  // heads the four frequencies have wavelengths 6, 167, 4443 and 118143, so one is kept below
+  // 8192 / 4, one interpolated and one divided by the factor above 8192.
+  void hf_export_of_a_llama31_like_model_is_the_same_model() {
+    ModelConfig c = llama3_like();
+    c.use_rope_scaling = true;
+    c.rope_scaling_factor = 8.0f;
+    check_hf_export("hf-llama31", c);
+  }
+
   void hf_export_of_a_qwen2_like_model_is_the_same_model() {
     check_hf_export("hf-qwen2", qwen2_like());
   }

@@ -64,6 +64,7 @@ json model_json(const ModelConfig& m) {
           {"position_embedding_type", m.position_embedding_type},
           {"rotary_base", m.rotary_base},
           {"rotary_percent", m.rotary_percent},
+          {"rope_scaling_factor", m.llama3_rope_factor()},
           {"normalization", m.normalization},
           {"norm_epsilon", m.norm_epsilon},
           {"swiglu", m.swiglu},

@@ -90,6 +90,8 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     c.position_embedding_type = m.value("position_embedding_type", c.position_embedding_type);
     c.rotary_base = m.value("rotary_base", c.rotary_base);
     c.rotary_percent = m.value("rotary_percent", c.rotary_percent);
+    c.use_rope_scaling = m.value("rope_scaling_factor", 0.0f) > 0;
+    if (c.use_rope_scaling) c.rope_scaling_factor = m.value("rope_scaling_factor", 0.0f);
     c.normalization = m.value("normalization", c.normalization);
     c.norm_epsilon = m.value("norm_epsilon", c.norm_epsilon);
     c.swiglu = m.value("swiglu", c.swiglu);

@@ -70,10 +70,20 @@ void check_unsupported(Reader& r, HfLlamaConfig& c) {
     const nlohmann::json type = !s.is_object()            ? s
                                 : s.contains("rope_type") ? s["rope_type"]
                                                           : s.value("type", nlohmann::json());
-    if (type != "default")
-      r.fail("rope_scaling", "is " + s.dump() +
-                                 ": Lattice's RoPE has no scaling (only null or rope_type "
-                                 "\"default\" can be imported)");
+    // Llama 3.1's, with the constants Megatron's --use-rope-scaling fixes.
+    const bool llama3 = type == "llama3" && s.value("factor", nlohmann::json()).is_number() &&
+                        s["factor"].get<double>() >= 1 &&
+                        s.value("low_freq_factor", nlohmann::json()) == 1 &&
+                        s.value("high_freq_factor", nlohmann::json()) == 4 &&
+                        s.value("original_max_position_embeddings", nlohmann::json()) == 8192;
+    if (llama3)
+      c.rope_scaling_factor = s["factor"].get<double>();
+    else if (type != "default")
+      r.fail("rope_scaling",
+             "is " + s.dump() +
+                 ": Lattice's RoPE scales only as Llama 3.1 does (rope_type \"llama3\" with "
+                 "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192 "
+                 "and any factor >= 1); null and \"default\" mean no scaling");
   }
   // Mistral attends within a window of the last sliding_window tokens; Lattice's attention is
   // fully causal, which is the same only when no sequence is longer than the window.
@@ -188,13 +198,19 @@ Status write_hf_llama_config(const std::string& config_path, const ModelConfig& 
       {"vocab_size", vocab_rows},
       {"rms_norm_eps", hf_decimal(c.norm_epsilon)},
       {"rope_theta", hf_decimal(c.rotary_base)},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", nullptr},  // below for Llama 3.1's
       {"tie_word_embeddings", c.tied_output()},
       {"attention_dropout", hf_decimal(c.attention_dropout)},
       {"initializer_range", hf_decimal(c.init_method_std)},
       {"use_cache", true},
       {"torch_dtype", hf_torch_dtype(dtype)},
   };
+  if (c.use_rope_scaling)
+    json["rope_scaling"] = {{"factor", hf_decimal(c.rope_scaling_factor)},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8192},
+                            {"rope_type", "llama3"}};
   if (qwen2) {
     json["use_sliding_window"] = false;
     json["sliding_window"] = c.max_positions();

@@ -1,7 +1,8 @@
 // The config.json of a Hugging Face Llama-family model (model_type llama, qwen2, mistral) in
 // Lattice's terms, so that --load-hf and `lattice ckpt import-hf` need no model flags; and the
 // config.json that export writes beside the weights (LlamaForCausalLM, or Qwen2ForCausalLM for
-// a QKV-only bias). What Lattice cannot express (RoPE scaling, a sliding window in use, another
+// a QKV-only bias). What Lattice cannot express (RoPE scaling other than Llama 3.1's, a sliding
+// window in use, another
 // activation, a head size other than hidden / heads, biases on attention but not the MLP) is an
 // error naming the file and the key, never silently different weights.
 #pragma once
@@ -29,6 +30,7 @@ struct HfLlamaConfig {
   double norm_epsilon = 1e-6;       // rms_norm_eps                --norm-epsilon
   double rotary_base = 10000;       // rope_theta                  --rotary-base
   double rotary_percent = 1;        // partial_rotary_factor       --rotary-percent
+  double rope_scaling_factor = 0;   // rope_scaling "llama3" factor --rope-scaling-factor; 0: none
   bool tied = false;                // tie_word_embeddings         no --untie-embeddings-...
   bool qkv_bias = false;            // q/k/v_proj.bias             --add-qkv-bias
   bool linear_bias = false;         // o_proj and MLP biases too   no --disable-bias-linear

@@ -170,6 +170,13 @@ Status apply_llama(const std::string& path, TrainOptions& o) {
          gives("rope_theta", FlagTaker::text(static_cast<float>(c.rotary_base))));
   f.take("rotary-percent", m.rotary_percent, static_cast<float>(c.rotary_percent),
          gives("partial_rotary_factor", FlagTaker::text(static_cast<float>(c.rotary_percent))));
+  const bool scaled = c.rope_scaling_factor > 0;
+  f.take("use-rope-scaling", m.use_rope_scaling, scaled,
+         scaled ? "gives rope_scaling \"llama3\"" : "gives no rope_scaling");
+  if (scaled)
+    f.take("rope-scaling-factor", m.rope_scaling_factor, static_cast<float>(c.rope_scaling_factor),
+           "gives rope_scaling's factor " +
+               FlagTaker::text(static_cast<float>(c.rope_scaling_factor)));
   f.take("untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights, !c.tied,
          gives("tie_word_embeddings", c.tied ? "true" : "false"));
   const std::string biases = c.linear_bias ? "biases on every linear layer"

@@ -39,6 +39,12 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"position-embedding-type", "learned_absolute | rope | none", &m.position_embedding_type},
       {"rotary-base", "RoPE's base (theta)", &m.rotary_base},
       {"rotary-percent", "share of each head's dimensions RoPE rotates", &m.rotary_percent},
+      {"use-rope-scaling",
+       "Llama 3.1's RoPE frequency scaling (low/high frequency factors 1 and 4 over 8192 "
+       "original positions)",
+       &m.use_rope_scaling},
+      {"rope-scaling-factor", "with --use-rope-scaling: the factor long wavelengths are divided by",
+       &m.rope_scaling_factor},
       {"normalization", "LayerNorm | RMSNorm", &m.normalization},
       {"norm-epsilon", "epsilon of the normalisation layers", &m.norm_epsilon},
       {"swiglu", "gated MLP down(silu(gate(x)) * up(x)) (Llama); --ffn-hidden-size is its width",
