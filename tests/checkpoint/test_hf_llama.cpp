@@ -274,7 +274,7 @@ class TestHfLlama : public QObject {
         shard.tp_size = 2;
         const ParamLayout part(c, shard);
         std::vector<float> slices(part.total_numel(), -7.0f), want(part.total_numel(), -7.0f);
-        const Status s = lattice::import_hf_chunk(d, c, part, slices.data());
+        const Status s = lattice::import_hf(d, c, part, slices.data());
         QVERIFY2(s, s.message().c_str());
         for (const ParamTensor& t : part.tensors()) {
           lattice::slice_from_global(t, expected.data() + whole.find(t.name)->offset,

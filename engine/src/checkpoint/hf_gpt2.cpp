@@ -43,7 +43,6 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   };
   add("wte.weight", {V, C}, "embedding.word_embeddings.weight",
       "--vocab-size " + std::to_string(V) + " " + hidden);
-  out.back().pads_vocab = true;
   add("wpe.weight", {P, C}, "embedding.position_embeddings.weight", hidden + " " + positions);
   out.back().shape_note = " (the position table must match exactly)";
   for (int l = 0; l < c.num_layers; l++) {
@@ -94,7 +93,8 @@ HfNaming gpt2_naming(const ModelConfig& c) {
 
 Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       float* params) {
-  return import_hf_tensors(path, hf_tensors(config, layout), gpt2_naming(config), params);
+  const ParamLayout whole(config);
+  return import_hf_tensors(path, hf_tensors(config, whole), gpt2_naming(config), layout, params);
 }
 
 Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,

@@ -14,9 +14,9 @@
 namespace lattice {
 
 // Reads the HF GPT-2 model at `path` (a safetensors file, or a directory: HfWeights::open) into
-// `params` (layout.total_numel() floats, laid out by `layout`, which must be
-// ParamLayout(config)). Names may carry the "transformer." prefix; F32, F16 and BF16 are
-// accepted. The causal-mask buffers
+// `params` (layout.total_numel() floats, laid out by `layout`: ParamLayout(config), or any shard
+// of it, a rank's chunk, which gets its slices; the gaps between tensors are not written). Names
+// may carry the "transformer." prefix; F32, F16 and BF16 are accepted. The causal-mask buffers
 // (h.N.attn.bias, h.N.attn.masked_bias) are ignored; lm_head.weight, when present, must equal
 // wte.weight because Lattice ties the output layer to the word embeddings. The word
 // embedding's padding rows [--vocab-size, padded vocab) are set to zero.

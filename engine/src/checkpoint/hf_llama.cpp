@@ -40,7 +40,6 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
                             std::move(flags), std::move(row_of)));
   };
   add("model.embed_tokens.weight", {V, C}, "embedding.word_embeddings.weight", vocab);
-  out.back().pads_vocab = true;
   for (int l = 0; l < c.num_layers; l++) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     const std::string d = "decoder.layers." + std::to_string(l) + ".";
@@ -71,7 +70,6 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   if (!c.tied_output()) {
     add("lm_head.weight", {V, C}, "output_layer.weight",
         vocab + " --untie-embeddings-and-output-weights");
-    out.back().pads_vocab = true;
   }
   return out;
 }
@@ -102,7 +100,8 @@ HfNaming llama_naming(const ModelConfig& c) {
 
 Status import_hf_llama(const std::string& path, const ModelConfig& config,
                        const ParamLayout& layout, float* params) {
-  return import_hf_tensors(path, hf_tensors(config, layout), llama_naming(config), params);
+  const ParamLayout whole(config);
+  return import_hf_tensors(path, hf_tensors(config, whole), llama_naming(config), layout, params);
 }
 
 Status export_hf_llama(const std::string& path, const ModelConfig& config,

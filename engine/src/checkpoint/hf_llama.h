@@ -17,9 +17,10 @@
 namespace lattice {
 
 // Reads the Llama-family model at `path` (a safetensors file or a directory, sharded or not:
-// HfWeights::open) into `params` (layout.total_numel() floats, laid out by `layout`, which must
-// be ParamLayout(config) of a model with hf_llama_unsupported(config) empty). F32, F16 and BF16
-// are accepted; rotary_emb.inv_freq buffers are ignored; a tied model's lm_head.weight, when a
+// HfWeights::open) into `params` (layout.total_numel() floats, laid out by `layout`:
+// ParamLayout(config) of a model with hf_llama_unsupported(config) empty, or any shard of it,
+// a rank's chunk, which gets its slices; the gaps between tensors are not written). F32, F16 and
+// BF16 are accepted; rotary_emb.inv_freq buffers are ignored; a tied model's lm_head.weight, when a
 // file holds one, must equal model.embed_tokens.weight. The embedding's (and an untied head's)
 // padding rows up to the padded vocabulary are set to zero. Every mismatch (missing, unexpected,
 // wrong shape or dtype, layer count) is reported at once in one invalid_argument message naming

@@ -6,7 +6,6 @@
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/hf_llama.h"
 #include "checkpoint/hf_llama_config.h"
-#include "core/host_memory.h"
 
 namespace lattice {
 
@@ -64,7 +63,8 @@ Result<HfArchitecture> hf_file_architecture(const std::string& path) {
     Result<nlohmann::json> config = read_hf_config(weights->config_path());
     if (!config) return config.status();
     if (config->contains("model_type")) {
-      if ((*config)["model_type"] == "gpt2") return HfArchitecture::kGpt2;
+      const nlohmann::json& type = (*config)["model_type"];
+      if (type.is_string() && type.get<std::string>() == "gpt2") return HfArchitecture::kGpt2;
       if (is_hf_llama_type(*config)) return HfArchitecture::kLlama;
       return Status::invalid_argument(weights->config_path() + " gives model_type " +
                                       (*config)["model_type"].dump() +
@@ -82,17 +82,6 @@ Status import_hf(const std::string& path, const ModelConfig& config, const Param
   return hf_architecture_of(config) == HfArchitecture::kGpt2
              ? import_hf_gpt2(path, config, layout, params)
              : import_hf_llama(path, config, layout, params);
-}
-
-Status import_hf_chunk(const std::string& path, const ModelConfig& config, const ParamLayout& chunk,
-                       float* params) {
-  const ParamLayout whole(config);
-  std::vector<float> full;
-  host_assign(full, whole.total_numel(), MemoryCategory::kWeights);
-  if (Status s = import_hf(path, config, whole, full.data()); !s) return s;
-  for (const ParamTensor& t : chunk.tensors())
-    slice_from_global(t, full.data() + whole.find(t.name)->offset, params + t.offset);
-  return Status::ok();
 }
 
 Status export_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,

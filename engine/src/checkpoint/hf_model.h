@@ -32,16 +32,10 @@ std::vector<std::string> hf_unsupported(const ModelConfig& config);
 // GPT-2). invalid_argument naming the config.json for another model_type.
 Result<HfArchitecture> hf_file_architecture(const std::string& path);
 
-// import_hf_gpt2 or import_hf_llama by hf_architecture_of(config), after hf_unsupported.
+// import_hf_gpt2 or import_hf_llama by hf_architecture_of(config), after hf_unsupported:
+// `layout` is ParamLayout(config) or a rank's chunk of it (--load-hf), which gets its slices.
 Status import_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                  float* params);
-
-// --load-hf for one rank's model chunk: import_hf of the whole model (ParamLayout(config), a host
-// buffer counted as weights: OutOfMemory when it cannot be had), then each tensor of `chunk`'s
-// slice (slice_from_global) into `params` (chunk.total_numel() floats; the gaps between tensors
-// are not written).
-Status import_hf_chunk(const std::string& path, const ModelConfig& config, const ParamLayout& chunk,
-                       float* params);
 
 // export_hf_gpt2 or export_hf_llama by hf_architecture_of(config), after hf_unsupported.
 Status export_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,

@@ -5,6 +5,8 @@
 #include <cassert>
 #include <map>
 
+#include "core/host_memory.h"
+
 namespace lattice {
 
 int hf_layer_of(const std::string& name, const std::string& prefix) {
@@ -137,7 +139,7 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 }  // namespace
 
 Status import_hf_tensors(const std::string& path, const std::vector<HfTensor>& table,
-                         const HfNaming& naming, float* params) {
+                         const HfNaming& naming, const ParamLayout& into, float* params) {
   Result<HfWeights> opened = HfWeights::open(path);
   if (!opened) return opened.status();
   const HfWeights& weights = *opened;
@@ -162,19 +164,27 @@ Status import_hf_tensors(const std::string& path, const std::vector<HfTensor>& t
                                     join(listed, "\n  "));
   }
 
-  std::vector<float> scratch;  // one HF tensor at a time
-  for (size_t i = 0; i < table.size(); i++) {
-    const HfTensor& t = table[i];
-    float* ours = params + t.param->offset;
-    const safetensors::TensorInfo& info = *found[i]->info;
-    scratch.resize(info.numel);
-    if (Status s = found[i]->file->read_float(info, scratch.data()); !s)
-      return s;  // unreachable: dtypes were checked above
-    for_each_run(t, [&](int64_t hf, int64_t our, int64_t n) {
-      std::copy_n(scratch.data() + hf, n, ours + our);
-    });
-    // A vocabulary table's padding rows up to the padded vocabulary are zero.
-    if (t.pads_vocab) std::fill(ours + info.numel, ours + t.param->numel, 0.0f);
+  // One of our global tensors at a time, from the HF tensors that live in it, then its slice
+  // into `into`: the memory beyond the mapped files is the largest tensor (the embedding), not
+  // the model. Elements no HF tensor covers, the vocabulary's padding rows, stay zero.
+  std::vector<float> scratch, global;
+  for (const ParamTensor& target : into.tensors()) {
+    bool assembled = false;
+    for (size_t i = 0; i < table.size(); i++) {
+      const HfTensor& t = table[i];
+      if (t.param->name != target.name) continue;
+      if (!assembled) host_assign(global, t.param->numel, MemoryCategory::kWeights, 0.0f);
+      assembled = true;
+      const safetensors::TensorInfo& info = *found[i]->info;
+      host_grow(scratch, info.numel, MemoryCategory::kWeights);
+      if (Status s = found[i]->file->read_float(info, scratch.data()); !s)
+        return s;  // unreachable: dtypes were checked above
+      for_each_run(t, [&](int64_t hf, int64_t our, int64_t n) {
+        std::copy_n(scratch.data() + hf, n, global.data() + our);
+      });
+    }
+    assert(assembled && "`into` holds a tensor the table does not fill");
+    slice_from_global(target, global.data(), params + target.offset);
   }
   return Status::ok();
 }

@@ -27,8 +27,6 @@ struct HfTensor {
   std::string flags;           // the flags that fix `shape`, for messages
   std::function<int64_t(int64_t)> row_of;
   bool transposed = false;
-  // A vocabulary table: HF holds the first of our padded rows; import zeroes the rest.
-  bool pads_vocab = false;
   std::string shape_note;  // appended to a wrong-shape message
 };
 
@@ -56,13 +54,17 @@ struct HfNaming {
 // Layer N of a canonical name "<prefix>N.<...>", or -1.
 int hf_layer_of(const std::string& name, const std::string& prefix);
 
-// Imports the tensors of the model at `path` (HfWeights::open) into `params` (laid out as the
-// table's params) after checking the whole file against the table: every mismatch (missing,
-// unexpected, wrong shape or dtype, the layer count, a tied copy that differs) in one
-// invalid_argument message that names the file, the tensor and the flags that fix the expected
-// shape, the first twelve listed and the rest counted. On error `params` is left untouched.
+// Imports the model at `path` (HfWeights::open) into `params`, laid out by `into`: the table's
+// layout (ParamLayout(config), whole) or any shard of it (ParamLayout(config, shard): a rank's
+// chunk), whose every tensor gets its slice of the global tensor the table's entries assemble;
+// elements no entry covers (the vocabulary's padding rows) are zero. First the whole file is
+// checked against the table: every mismatch (missing, unexpected, wrong shape or dtype, the
+// layer count, a tied copy that differs) in one invalid_argument message that names the file,
+// the tensor and the flags that fix the expected shape, the first twelve listed and the rest
+// counted. On error `params` is left untouched. Memory: the mapped files plus the largest global
+// tensor and the largest HF tensor (OutOfMemory, counted as weights, when they cannot be had).
 Status import_hf_tensors(const std::string& path, const std::vector<HfTensor>& table,
-                         const HfNaming& naming, float* params);
+                         const HfNaming& naming, const ParamLayout& into, float* params);
 
 // The table's tensors from `params` as safetensors sources (contiguous ones pointed at, the
 // others gathered row by row when written).

@@ -65,18 +65,9 @@ Status load_checkpoint_weights(CheckpointReader& reader, InferenceModel& model) 
   return Status::ok();
 }
 
+// This rank's slices of the Hugging Face model at `path`.
 Status load_hf_weights(const std::string& path, const ModelConfig& config, InferenceModel& model) {
-  const ParamLayout full(config);
-  std::vector<float> params(full.total_numel(), 0.0f);
-  if (Status s = import_hf(path, config, full, params.data()); !s) return s;
-  std::vector<float> global;
-  for (const ParamTensor& t : model.layout().tensors()) {
-    const ParamTensor* whole = full.find(t.name);
-    global.assign(params.begin() + whole->offset, params.begin() + whole->offset + whole->numel);
-    if (Status s = take_slice(t, whole->global_shape, global, model.params() + t.offset, path); !s)
-      return s;
-  }
-  return Status::ok();
+  return import_hf(path, config, model.layout(), model.params());
 }
 
 // The rules a model must meet to be split over `t` ranks, one sentence each.

@@ -224,7 +224,7 @@ Status Trainer<T>::build_model() {
       // This chunk's slices of the whole file, in the arena's type (fp64 runs widen).
       std::vector<float> slices;
       host_assign(slices, chunk->arena_size(), MemoryCategory::kWeights);
-      if (Status s = import_hf_chunk(o_.load_hf, mc_, chunk->layout(), slices.data()); !s)
+      if (Status s = import_hf(o_.load_hf, mc_, chunk->layout(), slices.data()); !s)
         return Status::invalid_argument("--load-hf: " + s.message());
       if constexpr (std::is_same_v<accum_t<T>, float>) {
         chunk->upload(slices.data());
