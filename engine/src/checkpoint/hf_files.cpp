@@ -169,11 +169,11 @@ Status write_hf_weights(const HfTarget& target, std::vector<safetensors::TensorS
     for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
     total += numel * safetensors::dtype_size(t.dtype);
   }
-  if (!target.single_file.empty()) return safetensors::write(target.single_file, tensors, metadata);
-
   std::error_code ec;
   fs::create_directories(target.weights_dir, ec);
   if (ec) return Status::io_error("cannot create " + target.weights_dir + ": " + ec.message());
+  if (!target.single_file.empty()) return safetensors::write(target.single_file, tensors, metadata);
+
   // Shards in name order (what safetensors::write orders each file by), filled up to the limit.
   std::sort(tensors.begin(), tensors.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });

@@ -61,8 +61,8 @@ struct HfWriteOptions {
 };
 
 // Where an export goes: PATH is a directory when it is one already or its name has no extension
-// (`out/llama-8b`): weights and config.json go into it (created); otherwise PATH is the weights
-// file itself (one file, never sharded) and config.json goes beside it.
+// (`out/llama-8b`): weights and config.json go into it; otherwise PATH is the weights file itself
+// (one file, never sharded) and config.json goes beside it. Missing directories are created.
 struct HfTarget {
   std::string weights_dir;  // the directory of the weights and config.json
   std::string single_file;  // the weights file when PATH names one; empty for a directory
