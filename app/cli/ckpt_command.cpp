@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_model.h"
 #include "commands.h"
 #include "lattice/layout.h"
 #include "lattice/train_options.h"
@@ -23,12 +23,17 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: lattice ckpt <command> ...\n\n"
     "  inspect DIR                  iteration, layout, model, files (checksums verified), tensors\n"
-    "  export-hf DIR FILE           the model as GPT-2 Hugging Face safetensors, with the\n"
-    "                               config.json beside FILE (one already there is replaced)\n"
-    "  import-hf FILE DIR [flags]   GPT-2 safetensors as a weights-only checkpoint (iteration 0;\n"
-    "                               train from it with --load DIR --finetune); the model comes\n"
-    "                               from FILE and the Hugging Face config.json beside it (heads);\n"
-    "                               model flags given must agree; tokenizer flags as `train`'s\n"
+    "  export-hf DIR OUT [--hf-dtype fp32|bf16]\n"
+    "                               the model as a Hugging Face model: GPT-2 (learned positions,\n"
+    "                               LayerNorm) or Llama (Qwen2 with a QKV-only bias); OUT is a\n"
+    "                               directory (model.safetensors, sharded above 5 GB, and\n"
+    "                               config.json) or a .safetensors file (config.json beside it)\n"
+    "  import-hf HF DIR [flags]     a Hugging Face model (GPT-2, llama, qwen2, mistral: a model\n"
+    "                               directory, sharded or not, or a safetensors file with\n"
+    "                               config.json beside it) as a weights-only checkpoint\n"
+    "                               (iteration 0; train from it with --load DIR --finetune); the\n"
+    "                               model comes from HF; model flags given must agree; tokenizer\n"
+    "                               flags as `train`'s\n"
     "  reshard DIR OUT --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
     "          [--num-layers-per-virtual-pipeline-stage V]\n"
     "                               the checkpoint as that layout saves it (any layout also loads\n"
@@ -106,17 +111,34 @@ int inspect(const std::vector<std::string>& args) {
   return bad ? 1 : 0;
 }
 
-int export_hf(const std::vector<std::string>& args) {
-  if (args.size() != 2) {
+int export_hf_command(const std::vector<std::string>& args) {
+  std::string dtype_text = "fp32";
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < args.size(); i++) {
+    if (args[i] == "--hf-dtype" && i + 1 < args.size())
+      dtype_text = args[++i];
+    else if (args[i].rfind("--hf-dtype=", 0) == 0)
+      dtype_text = args[i].substr(11);
+    else
+      paths.push_back(args[i]);
+  }
+  Result<safetensors::Dtype> dtype = parse_hf_dtype(dtype_text);
+  if (paths.size() != 2 || !dtype) {
+    if (!dtype) print_error("ckpt export-hf", dtype.status().message());
     std::cerr << kUsage;
     return 2;
   }
-  Result<std::unique_ptr<CheckpointReader>> r = open_reader(args[0]);
+  Result<std::unique_ptr<CheckpointReader>> r = open_reader(paths[0]);
   if (!r) {
     print_error("ckpt export-hf", r.status().message());
     return 1;
   }
   ModelConfig m = (*r)->model();
+  if (const std::vector<std::string> why = hf_unsupported(m); !why.empty()) {
+    print_error("ckpt export-hf",
+                (*r)->path() + " holds a model with no Hugging Face form: " + why.front());
+    return 1;
+  }
   const ParamLayout layout(m);
   std::vector<float> params(layout.total_numel(), 0.0f), global;
   std::vector<int64_t> shape;
@@ -129,11 +151,12 @@ int export_hf(const std::vector<std::string>& args) {
     // the real vocabulary are what export keeps.
     std::copy_n(global.begin(), std::min(global.size(), t.numel), params.begin() + t.offset);
   }
-  if (Status s = export_hf_gpt2(args[1], m, layout, params.data()); !s) {
+  if (Status s = export_hf(paths[1], m, layout, params.data(), {*dtype}); !s) {
     print_error("ckpt export-hf", s.message());
     return 1;
   }
-  std::printf("wrote %s from %s\n", args[1].c_str(), (*r)->path().c_str());
+  std::printf("wrote %s (%s) from %s\n", paths[1].c_str(),
+              hf_architecture_name(hf_architecture_of(m)), (*r)->path().c_str());
   return 0;
 }
 
@@ -144,7 +167,7 @@ ParallelLayout single_layout(int num_layers) {
   return l;
 }
 
-int import_hf(const std::vector<std::string>& args) {
+int import_hf_command(const std::vector<std::string>& args) {
   if (args.size() < 2) {
     std::cerr << kUsage;
     return 2;
@@ -169,8 +192,12 @@ int import_hf(const std::vector<std::string>& args) {
     }
     m.vocab_size = (*t)->vocab_size();
   }
+  if (const std::vector<std::string> v = m.validate(); !v.empty()) {
+    print_error("ckpt import-hf", v.front());
+    return 2;
+  }
   HostChunk model(m);
-  if (Status s = import_hf_gpt2(args[0], m, model.layout, model.params.data()); !s) {
+  if (Status s = import_hf(args[0], m, model.layout, model.params.data()); !s) {
     print_error("ckpt import-hf", s.message());
     return 1;
   }
@@ -311,8 +338,8 @@ int ckpt_command(const std::vector<std::string>& args) {
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "inspect") return inspect(rest);
-  if (args[0] == "export-hf") return export_hf(rest);
-  if (args[0] == "import-hf") return import_hf(rest);
+  if (args[0] == "export-hf") return export_hf_command(rest);
+  if (args[0] == "import-hf") return import_hf_command(rest);
   if (args[0] == "reshard") return reshard(rest);
   print_error("ckpt", "unknown command '" + args[0] + "'");
   std::cerr << kUsage;

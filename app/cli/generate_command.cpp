@@ -1,4 +1,4 @@
-// lattice generate: continuations of prompts from a checkpoint or GPT-2 safetensors file,
+// lattice generate: continuations of prompts from a checkpoint or a Hugging Face GPT-2 model,
 // printed at the end or streamed token by token. Under mpirun the model is split by tensor
 // parallelism; rank 0 reads the prompts and prints, every rank computes.
 #include <algorithm>
@@ -43,7 +43,7 @@ std::vector<FlagSpec> generate_specs(GenerateFlags& f) {
 }
 
 constexpr const char* kUsage =
-    "usage: lattice generate (--load DIR | --load-hf FILE [model flags]) [--prompt TEXT]...\n"
+    "usage: lattice generate (--load DIR | --load-hf PATH [model flags]) [--prompt TEXT]...\n"
     "                        [generation flags]\n\n"
     "Continues each prompt (--prompt, repeatable; without it, one prompt per line of stdin)\n"
     "and prints the prompt with its continuation. Under `mpirun -n T` with\n"

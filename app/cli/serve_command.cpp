@@ -45,7 +45,7 @@ struct ServeFlags {
 };
 
 constexpr const char* kUsage =
-    "usage: lattice serve (--load DIR | --load-hf FILE [model flags]) [--host H] [--port P]\n\n"
+    "usage: lattice serve (--load DIR | --load-hf PATH [model flags]) [--host H] [--port P]\n\n"
     "Serves the model over HTTP: Megatron-LM's PUT /api ({\"prompts\": [...],\n"
     "\"tokens_to_generate\": N, ...}) and OpenAI's POST /v1/completions. Concurrent requests\n"
     "are batched. GET /health and GET /v1/models answer load balancers and clients. Under\n"

@@ -293,7 +293,7 @@ int train_command(const std::vector<std::string>& args) {
 int eval_command(const std::vector<std::string>& args) {
   if (wants_help(args)) {
     std::cout << "usage: lattice eval --data-path PREFIX --seq-length S --eval-iters K "
-                 "[--load-hf FILE] [model and tokenizer flags]\n\n"
+                 "[--load-hf PATH] [model and tokenizer flags]\n\n"
                  "Scores a model on the first K samples of PREFIX in document order (sample i\n"
                  "is tokens [i*S, i*S+S] of the documents concatenated), and prints the mean\n"
                  "loss and perplexity. Takes `lattice train`'s model and tokenizer flags.\n";

@@ -5,7 +5,6 @@
 #include <QTest>
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -15,6 +14,7 @@
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
 #include "common/files.h"
+#include "common/hf_test_files.h"
 
 using lattice::ModelConfig;
 using lattice::ParamLayout;
@@ -23,6 +23,8 @@ using lattice::Status;
 namespace st = lattice::safetensors;
 
 namespace {
+
+using lattice::testing::indexed_params;
 
 // L = 2, C = 8, NH = 2 (HS = 4), F = 32, V = 10 padded to Vp = 128, P = T = 4.
 ModelConfig tiny_config() {
@@ -37,13 +39,6 @@ ModelConfig tiny_config() {
 }
 constexpr int64_t C = 8, NH = 2, HS = 4, F = 32, V = 10, Vp = 128, P = 4;
 
-// Every arena element holds its own index: distinct and exact in float.
-std::vector<float> indexed_params(const ParamLayout& layout) {
-  std::vector<float> params(layout.total_numel());
-  for (size_t i = 0; i < params.size(); i++) params[i] = static_cast<float>(i);
-  return params;
-}
-
 using lattice::testing::slurp;
 
 // Element `index` of an F32 tensor in `file`.
@@ -53,36 +48,7 @@ float file_at(const st::File& file, const std::string& name, int64_t index) {
   return v;
 }
 
-// Every tensor of `file` as float, ready to be written again under other names or shapes.
-struct Tensors {
-  std::vector<std::string> names;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<std::vector<float>> values;
-  explicit Tensors(const st::File& file) {
-    for (const st::TensorInfo& t : file.tensors()) {
-      names.push_back(t.name);
-      shapes.push_back(t.shape);
-      values.emplace_back(t.numel);
-      (void)file.read_float(t, values.back().data());
-    }
-  }
-  const std::vector<float>& values_of(const std::string& name) const {
-    return values[std::find(names.begin(), names.end(), name) - names.begin()];
-  }
-  std::vector<st::TensorSource> sources(const std::string& prefix) const {
-    std::vector<st::TensorSource> out;
-    for (size_t i = 0; i < names.size(); i++)
-      out.push_back({prefix + names[i], shapes[i], values[i].data(), nullptr});
-    return out;
-  }
-};
-
-// IEEE half bits of a small non-negative integer n < 2048 (exact).
-uint16_t f16_bits_of_integer(int n) {
-  if (n == 0) return 0;
-  const int e = std::bit_width(static_cast<unsigned>(n)) - 1;
-  return static_cast<uint16_t>(((e + 15) << 10) | ((n << (10 - e)) & 0x3FF));
-}
+using lattice::testing::Tensors;
 
 std::string contains_message(const Status& s, const std::string& part) {
   return "message lacks '" + part + "': " + s.message();
@@ -290,28 +256,8 @@ class TestHfGpt2 : public QObject {
     for (size_t i = 0; i < x.size(); i++) x[i] = static_cast<float>(i % 256);
     auto f32 = st::File::open(exported("to_halve.safetensors", x));
     QVERIFY2(f32, f32.status().message().c_str());
-    std::string header = "{", data;
-    bool f16 = true;
-    for (const st::TensorInfo& t : f32->tensors()) {
-      std::vector<float> values(t.numel);
-      QVERIFY(f32->read_float(t, values.data()));
-      const size_t begin = data.size();
-      for (float v : values) {
-        const uint16_t bits = f16 ? f16_bits_of_integer(static_cast<int>(v))
-                                  : static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
-        data.append(reinterpret_cast<const char*>(&bits), 2);
-      }
-      header += std::string(header.size() > 1 ? "," : "") + "\"" + t.name + "\":{\"dtype\":\"" +
-                (f16 ? "F16" : "BF16") + "\",\"shape\":" + st::shape_to_string(t.shape) +
-                ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) +
-                "]}";
-      f16 = !f16;
-    }
-    header += "}";
     const std::string p = path("half.safetensors");
-    const uint64_t n = header.size();
-    std::ofstream(p, std::ios::binary)
-        << std::string(reinterpret_cast<const char*>(&n), 8) << header << data;
+    lattice::testing::write_half_precision_copy(*f32, p);
 
     std::vector<float> from_half(layout_.total_numel(), 0.0f),
         from_f32(layout_.total_numel(), 0.0f);

@@ -16,13 +16,7 @@ Run run_cli(const QStringList& args, const QStringList& extra_env = {}) {
   return lattice::testing::run_process(LATTICE_CLI_PATH, args, {}, 240000, extra_env);
 }
 
-QList<double> lm_losses(const QString& out) {
-  QList<double> losses;
-  static const QRegularExpression re(R"(lm loss: ([0-9.E+-]+) \|)");
-  for (auto it = re.globalMatch(out); it.hasNext();)
-    losses.append(it.next().captured(1).toDouble());
-  return losses;
-}
+using lattice::testing::lm_losses;
 
 // The directory `lattice demo` says it saved the model in.
 QString demo_checkpoint(const QString& out) {

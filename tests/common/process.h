@@ -6,7 +6,9 @@
 #pragma once
 
 #include <QByteArray>
+#include <QList>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QString>
 #include <QStringList>
 
@@ -76,6 +78,15 @@ inline Run run_mpi(int ranks, const QString& program, const QStringList& args,
                      input, timeout_ms);
 }
 #endif
+
+// Every "lm loss: X |" of `lattice train`'s console output, in order.
+inline QList<double> lm_losses(const QString& out) {
+  QList<double> losses;
+  static const QRegularExpression re(R"(lm loss: ([0-9.E+-]+) \|)");
+  for (auto it = re.globalMatch(out); it.hasNext();)
+    losses.append(it.next().captured(1).toDouble());
+  return losses;
+}
 
 #if defined(LATTICE_CLI_PATH)
 // `lattice args` as one process, or on `ranks` ranks under mpirun --oversubscribe (a test

@@ -25,6 +25,17 @@ usage: llama_reference.py WEIGHTS.safetensors SPEC.json OUT.safetensors
   OUT      the weights after every step, F32, same names
 Prints one JSON line: {"losses": [...], "grad_norms": [...], "generated": [...]}, generated being
 the greedy continuation of the prompt from the initial weights (argmax over the vocabulary).
+
+usage: llama_reference.py --hf-loss MODEL_DIR TOKENS.json
+  MODEL_DIR  a Hugging Face model directory as `lattice train --save-hf` writes it: config.json
+             and model.safetensors (F32) with transformers' names (model.embed_tokens,
+             model.layers.N.self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, input_layernorm,
+             post_attention_layernorm, model.norm, lm_head)
+  TOKENS     {"tokens": [[...]], "targets": [[...]]}
+Prints one JSON line: {"loss": ...}, the mean cross-entropy of the targets under that model, by
+a forward written as transformers' LlamaForCausalLM / Qwen2ForCausalLM compute it (nn.Linear
+projections, q/k/v viewed head-major, repeat_kv), independently of the Megatron-named forward
+above: what proves Lattice's export mapping.
 """
 import json
 import math
@@ -78,10 +89,29 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rope_tables(T, dim, theta):
+def llama3_scaled(inv_freq, scaling):
+    """transformers' _compute_llama3_parameters (Llama 3.1's rope_scaling), as written there."""
+    factor = scaling["factor"]
+    low_freq_factor = scaling["low_freq_factor"]
+    high_freq_factor = scaling["high_freq_factor"]
+    old_context_len = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (
+        high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
+def rope_tables(T, dim, theta, scaling=None):
     # inv_freq in float32 as Hugging Face holds it, rounded from float64 (Hugging Face's float32
     # power can differ from the rounded value by one unit in the last place).
     inv_freq = (1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))).float()
+    if scaling is not None:
+        inv_freq = llama3_scaled(inv_freq, scaling)
     angles = torch.outer(torch.arange(T, dtype=torch.int64).float(), inv_freq)  # float32
     emb = torch.cat((angles, angles), dim=-1).double()
     return emb.cos(), emb.sin()
@@ -129,7 +159,65 @@ def forward(p, c, tokens):
     return x @ head.T
 
 
+def hf_forward(p, cfg, tokens):
+    """LlamaForCausalLM's forward over Hugging Face's tensor names and config.json keys."""
+    B, T = tokens.shape
+    C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
+    KV = cfg.get("num_key_value_heads") or NH
+    HS = cfg.get("head_dim") or C // NH
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    scaling = cfg.get("rope_scaling")
+    assert scaling is None or scaling["rope_type"] == "llama3", scaling
+    assert cfg.get("partial_rotary_factor", 1.0) == 1.0
+    cos, sin = rope_tables(T, HS, cfg.get("rope_theta", 10000.0), scaling)
+
+    def linear(x, name):  # nn.Linear: x W^T + b
+        y = x @ p[name + ".weight"].T
+        return y + p[name + ".bias"] if name + ".bias" in p else y
+
+    def repeat_kv(x, n_rep):  # transformers' repeat_kv: (B, KV, T, HS) -> (B, KV * n_rep, T, HS)
+        b, kv, t, d = x.shape
+        return x[:, :, None, :, :].expand(b, kv, n_rep, t, d).reshape(b, kv * n_rep, t, d)
+
+    x = p["model.embed_tokens.weight"][tokens]
+    for l in range(cfg["num_hidden_layers"]):
+        pre = f"model.layers.{l}."
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+        q = linear(h, pre + "self_attn.q_proj").view(B, T, NH, HS).transpose(1, 2)
+        k = linear(h, pre + "self_attn.k_proj").view(B, T, KV, HS).transpose(1, 2)
+        v = linear(h, pre + "self_attn.v_proj").view(B, T, KV, HS).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = repeat_kv(k, NH // KV), repeat_kv(v, NH // KV)
+        scores = q @ k.transpose(2, 3) / math.sqrt(HS)
+        causal = torch.full((T, T), float("-inf"), dtype=scores.dtype).triu(1)
+        att = (scores + causal).softmax(-1) @ v
+        x = x + linear(att.transpose(1, 2).reshape(B, T, NH * HS), pre + "self_attn.o_proj")
+        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        gate = F.silu(linear(h, pre + "mlp.gate_proj"))
+        x = x + linear(gate * linear(h, pre + "mlp.up_proj"), pre + "mlp.down_proj")
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    tied = cfg.get("tie_word_embeddings", False)
+    assert tied == ("lm_head.weight" not in p), "lm_head.weight must be there exactly when untied"
+    return x @ (p["model.embed_tokens.weight"] if tied else p["lm_head.weight"]).T
+
+
+def hf_loss(model_dir, tokens_path):
+    cfg = json.load(open(model_dir + "/config.json"))
+    assert cfg["model_type"] in ("llama", "qwen2"), cfg["model_type"]
+    p = read_safetensors(model_dir + "/model.safetensors")
+    spec = json.load(open(tokens_path))
+    tokens, targets = torch.tensor(spec["tokens"]), torch.tensor(spec["targets"])
+    with torch.no_grad():
+        logits = hf_forward(p, cfg, tokens)
+    assert logits.shape[-1] == cfg["vocab_size"]
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    print(json.dumps({"loss": loss.item()}))
+
+
 def main():
+    if sys.argv[1] == "--hf-loss":
+        hf_loss(sys.argv[2], sys.argv[3])
+        return
     weights, spec_path, out = sys.argv[1:4]
     spec = json.load(open(spec_path))
     c, o = spec["config"], spec["optim"]

@@ -9,10 +9,13 @@
 // Adam turns float32's rounding noise there into full-size steps. A key bias is such a tensor
 // where its dims barely rotate (it shifts every score of a row alike), so the QKV-bias model
 // rotates all dims with theta 10000 (with 8-dim heads and theta 1e6 the slowest pair turns 3e-5
-// rad per position, and float32 misses that bias by 0.5 % after five steps). Skipped where Debian's
-// python3-torch is missing (installers/install-deps.sh --tests). Greedy generation (the inference
-// model, its key/value cache of grouped heads, RoPE at each row's position) from the initial
-// weights continues a prompt with the reference's tokens.
+// rad per position, and float32 misses that bias by 0.5 % after five steps). Greedy generation
+// (the inference model, its key/value cache of grouped heads, RoPE at each row's position) from
+// the initial weights continues a prompt with the reference's tokens. The hf_export_* cases
+// check the Hugging Face export the same way: the reference's forward over transformers' names
+// and config.json (--hf-loss, written apart from its Megatron-named forward) gives the loss
+// Lattice's fp64 forward gives, so the name and row mapping keeps the model. Skipped where
+// Debian's python3-torch is missing (installers/install-deps.sh --tests).
 #include <QtTest/QtTest>
 
 #include <QJsonArray>
@@ -22,6 +25,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "checkpoint/hf_llama.h"
 #include "checkpoint/safetensors.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
@@ -87,6 +91,39 @@ Trained train(const ModelConfig& c, const OptimizerConfig& o, const std::vector<
   const G* p = model.params();
   t.weights.assign(p, p + model.arena_size());
   return t;
+}
+
+// Llama 3's architecture, tiny: GQA with 2 groups, SwiGLU, RMSNorm, untied head, no biases.
+ModelConfig llama3_like() {
+  ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
+  c.init_method_std = 0.1f;
+  c.position_embedding_type = "rope";
+  c.rotary_base = 500000.0f;
+  c.normalization = "RMSNorm";
+  c.norm_epsilon = 1e-5f;
+  c.swiglu = true;
+  c.ffn_hidden_size = 48;
+  c.group_query_attention = true;
+  c.num_query_groups = 2;
+  c.untie_embeddings_and_output_weights = true;
+  c.disable_bias_linear = true;
+  return c;
+}
+
+// Qwen2's: QKV bias, MQA (1 group), RoPE on every dimension, tied head.
+ModelConfig qwen2_like() {
+  ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
+  c.init_method_std = 0.1f;
+  c.position_embedding_type = "rope";
+  c.normalization = "RMSNorm";
+  c.norm_epsilon = 1e-6f;
+  c.swiglu = true;
+  c.ffn_hidden_size = 40;
+  c.group_query_attention = true;
+  c.num_query_groups = 1;
+  c.disable_bias_linear = true;
+  c.add_qkv_bias = true;
+  return c;
 }
 
 QString rows_json(const std::vector<int32_t>& ids, int T) {
@@ -233,41 +270,82 @@ class LlamaParity : public QObject {
     QCOMPARE(compared, static_cast<int>(layout.tensors().size()));
   }
 
+  // Exports `c`'s initial weights as a Hugging Face model; the reference's loss of one batch over
+  // that directory must be Lattice's fp64 forward loss of the same weights to 1e-9.
+  void check_hf_export(const QString& name, const ModelConfig& c) {
+    QVERIFY(c.validate().empty());
+    if (!torch_available())
+      QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
+    kernels::set_num_threads(2);
+    GptModel<float> init(c, kBatch);
+    QVERIFY(init.init_weights(11).is_ok());
+    // Every tensor distinct, the norms and biases too (they start at one and zero): a swap of
+    // two of them shows in the loss.
+    for (size_t i = 0; i < init.arena_size(); i++)
+      init.params()[i] += 0.05f * std::sin(0.7f * static_cast<float>(i) + 0.3f);
+    const std::string model_dir = dir_.filePath(name + "-hf").toStdString();
+    const Status exported = export_hf_llama(model_dir, c, init.layout(), init.params());
+    QVERIFY2(exported.is_ok(), exported.message().c_str());
+    const Steps steps = make_steps(c);
+    const std::string tokens = dir_.filePath(name + "-tokens.json").toStdString();
+    std::ofstream(tokens) << ("{\"tokens\": " + rows_json(steps.tokens[0], c.seq_length) +
+                              ", \"targets\": " + rows_json(steps.targets[0], c.seq_length) + "}")
+                                 .toStdString();
+    const testing::Run py = testing::run_process(
+        kPython,
+        {QString(LATTICE_SOURCE_DIR) + "/tests/train/llama_reference.py", "--hf-loss",
+         QString::fromStdString(model_dir), QString::fromStdString(tokens)},
+        {}, 300000);
+    QVERIFY2(py.exit_code == 0, qPrintable(py.err));
+    const double want = QJsonDocument::fromJson(py.out.toUtf8()).object()["loss"].toDouble();
+
+    GptModel<double> model(c, kBatch);
+    std::copy(init.params(), init.params() + init.arena_size(), model.params());
+    GptActivations<double> acts(c, kBatch);
+    const double got =
+        model.forward(acts, steps.tokens[0].data(), steps.targets[0].data(), 0, 0.0f);
+    QVERIFY2(std::abs(got - want) <= 1e-9 * std::abs(want),
+             qPrintable(QString("%1: Lattice fp64 loss %2, PyTorch over the exported Hugging Face "
+                                "model %3 (rel tolerance 1e-9)")
+                            .arg(name)
+                            .arg(got, 0, 'g', 17)
+                            .arg(want, 0, 'g', 17)));
+  }
+
  private slots:
   void initTestCase() { QVERIFY(dir_.isValid()); }
 
   void llama3_like_model_matches_pytorch_after_five_adamw_steps() {
-    ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
-    c.init_method_std = 0.1f;
-    c.position_embedding_type = "rope";
-    c.rotary_base = 500000.0f;
+    ModelConfig c = llama3_like();
     c.rotary_percent = 0.5f;
-    c.normalization = "RMSNorm";
-    c.norm_epsilon = 1e-5f;
-    c.swiglu = true;
-    c.ffn_hidden_size = 48;
-    c.group_query_attention = true;
-    c.num_query_groups = 2;
-    c.untie_embeddings_and_output_weights = true;
-    c.disable_bias_linear = true;
     QVERIFY(c.validate().empty());
     check("llama3", c);
   }
 
   void qwen2_like_model_matches_pytorch_after_five_adamw_steps() {
-    ModelConfig c = testing::tiny_config(2, 32, 4, 16, 128);
-    c.init_method_std = 0.1f;
-    c.position_embedding_type = "rope";
-    c.normalization = "RMSNorm";
-    c.norm_epsilon = 1e-6f;
-    c.swiglu = true;
-    c.ffn_hidden_size = 40;
-    c.group_query_attention = true;
-    c.num_query_groups = 1;
-    c.disable_bias_linear = true;
-    c.add_qkv_bias = true;
+    const ModelConfig c = qwen2_like();
     QVERIFY(c.validate().empty());
     check("qwen2", c);
+  }
+
+  // Hugging Face's Llama rotates every dimension of a head; the vocabulary is a multiple of 128,
+  // so the padded logits Lattice's softmax also spans (Megatron's padding) are none.
+  void hf_export_of_a_llama3_like_model_is_the_same_model() {
+    check_hf_export("hf-llama3", llama3_like());
+  }
+
+  // Llama 3.1's RoPE scaling (factor 8 over 8192 original positions): with theta 500000 and 8-dim
+  // heads the four frequencies have wavelengths 6, 167, 4443 and 118143, so one is kept below
+  // 8192 / 4, one interpolated and one divided by the factor above 8192.
+  void hf_export_of_a_llama31_like_model_is_the_same_model() {
+    ModelConfig c = llama3_like();
+    c.use_rope_scaling = true;
+    c.rope_scaling_factor = 8.0f;
+    check_hf_export("hf-llama31", c);
+  }
+
+  void hf_export_of_a_qwen2_like_model_is_the_same_model() {
+    check_hf_export("hf-qwen2", qwen2_like());
   }
 };
 

@@ -61,7 +61,7 @@ struct GenerationResult {
 struct InferenceOptions {
   std::string load;            // --load: a save directory (its latest checkpoint) or an iter_ dir
   int ckpt_step = 0;           // --ckpt-step: that iteration of --load instead of the latest
-  std::string load_hf;         // --load-hf: GPT-2 safetensors; the architecture is `model`
+  std::string load_hf;         // --load-hf: a Hugging Face model; the architecture is `model`
   ModelConfig model;           // with load_hf; a checkpoint brings its own
   int max_batch_size = 32;     // sequences decoded together (key/value cache slots)
   int max_prefill_rows = 256;  // prompt tokens per forward pass

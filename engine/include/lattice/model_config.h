@@ -36,6 +36,11 @@ struct ModelConfig {
   bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
   bool disable_bias_linear = false;                  // --disable-bias-linear
   bool add_qkv_bias = false;  // --add-qkv-bias: QKV bias even with --disable-bias-linear (Qwen2)
+  // --use-rope-scaling: Llama 3.1's RoPE frequency scaling (kernels::rope_tables; low and high
+  // frequency factors 1 and 4 over 8192 original positions, as Megatron fixes them), by
+  // --rope-scaling-factor.
+  bool use_rope_scaling = false;
+  float rope_scaling_factor = 8.0f;
 
   // --ffn-hidden-size, else Megatron's default: 4 x hidden, or with --swiglu two thirds of it
   // rounded down to a multiple of 64 (the same parameter count over three matrices).
@@ -47,6 +52,8 @@ struct ModelConfig {
     return static_cast<int64_t>(num_attention_heads + 2 * kv_heads()) * head_size();
   }
   bool rope() const { return position_embedding_type == "rope"; }
+  // The factor rope_tables scales by: --rope-scaling-factor with --use-rope-scaling, else 0.
+  float llama3_rope_factor() const { return rope() && use_rope_scaling ? rope_scaling_factor : 0; }
   bool learned_positions() const { return position_embedding_type == "learned_absolute"; }
   bool rms_norm() const { return normalization == "RMSNorm"; }
   // The leading dimensions of each head that RoPE rotates: head size x --rotary-percent.

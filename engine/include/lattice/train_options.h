@@ -70,7 +70,7 @@ struct TrainOptions {
   // LATTICE_CPU_ISA when set, else the widest this CPU has; kernels/cpu/README.md).
   std::string cpu_isa = "auto";
   int threads = 0;        // --threads (0: all cores)
-  std::string load_hf;    // --load-hf FILE (GPT-2 safetensors to start from)
+  std::string load_hf;    // --load-hf PATH (Hugging Face GPT-2 or Llama model to start from)
   std::string save;       // --save DIR: checkpoints (docs/design-notes.md#checkpoints)
   int save_interval = 0;  // --save-interval N: also every N iterations (0: only at the end)
   int save_retain = 0;    // --save-retain K: keep the newest K (0: all)
@@ -91,9 +91,10 @@ struct TrainOptions {
   // pipeline message ends the job, naming the ranks it waited for (Megatron's flag and
   // default; fractions allowed; 0: wait for ever). docs/design-notes.md#collective-timeout.
   double distributed_timeout_minutes = 10;
-  std::string save_hf;   // --save-hf FILE (final weights as GPT-2 safetensors)
-  bool profile = false;  // --profile: per-op time table at the end
-  bool fp64 = false;     // --fp64: train in double precision (verification; slow)
+  std::string save_hf;            // --save-hf PATH (final weights as a Hugging Face model)
+  std::string hf_dtype = "fp32";  // --hf-dtype fp32 | bf16: what --save-hf writes
+  bool profile = false;           // --profile: per-op time table at the end
+  bool fp64 = false;              // --fp64: train in double precision (verification; slow)
   // --bf16 / --fp16: 16-bit training (docs/gpu.md). --bf16 needs the GPU trainer; --fp16 on
   // the CPU keeps fp32 arithmetic but runs Megatron's loss scaler (scaled loss gradient,
   // unscale, inf/NaN agreement over every rank, skipped steps), so that path is tested here.
@@ -155,15 +156,20 @@ Result<TrainOptions> parse_train_flags(const std::vector<std::string>& args);
 Result<TrainOptions> parse_train_options_json(const std::string& json_text,
                                               const std::string& source_name,
                                               const std::vector<std::string>& overrides = {});
-// The model of the GPT-2 safetensors file at `path` (--load-hf, `lattice ckpt import-hf`):
-// every model flag the user did not give (options.given) is set from the file, as
-// read_hf_gpt2_shape reads it: --num-layers, --hidden-size, --ffn-hidden-size,
-// --max-position-embeddings (and --seq-length, to the positions), the vocabulary (with
-// NullTokenizer, --vocab-size is one less than the file's rows: EOD is the last id) and
-// --num-attention-heads from the Hugging Face config.json beside the file. A flag that was
-// given must agree; each disagreement is one sentence naming the flag, the file and both
-// values. No heads (no config.json with n_head and no --num-attention-heads) is an error that
-// says what to pass. Every parser of `lattice train`'s flags applies it for --load-hf.
+// The model of the Hugging Face model at `path` (--load-hf, `lattice ckpt import-hf`; a file or
+// a directory, checkpoint/hf_files.h), GPT-2 or the Llama family by its config.json's
+// model_type (else its tensor names): every model flag the user did not give (options.given)
+// is set from it. GPT-2, as read_hf_gpt2_shape reads it: --num-layers, --hidden-size,
+// --ffn-hidden-size, --max-position-embeddings (and --seq-length, to the positions) from the
+// tensors and --num-attention-heads from config.json. The Llama family, from config.json
+// (read_hf_llama_config, which refuses what Lattice cannot express): those sizes, the query
+// groups, --norm-epsilon, --rotary-base, --rotary-percent, the tied head, the biases, RoPE,
+// RMSNorm and SwiGLU, and the dropouts (config.json's attention_dropout, no hidden dropout)
+// when not given. The vocabulary: with NullTokenizer, --vocab-size is one less than the file's
+// rows (EOD is the last id). A flag that was given must agree; each disagreement is one sentence
+// naming the flag, the file and both values. A GPT-2 without heads (no config.json with n_head
+// and no --num-attention-heads) or a Llama without config.json is an error that says what to
+// pass. Every parser of `lattice train`'s flags applies it for --load-hf.
 Status apply_hf_model(const std::string& path, TrainOptions& options);
 
 // The flag reference printed by `lattice train --help`.

@@ -49,8 +49,9 @@ std::string rank_file(int rank) {
   return buf;
 }
 
-// The architecture, in Megatron's argument names; CheckpointReader::open reads it back (a
-// checkpoint without the Llama family's keys is GPT-2's).
+// The architecture, so that offline tools (ckpt inspect, export-hf, reshard, generate) rebuild
+// the model without the run's flags. Checkpoints from before the Llama family lack the keys from
+// position_embedding_type on; the reader takes GPT-2's values for them.
 json model_json(const ModelConfig& m) {
   return {{"num_layers", m.num_layers},
           {"hidden_size", m.hidden_size},
@@ -63,11 +64,11 @@ json model_json(const ModelConfig& m) {
           {"position_embedding_type", m.position_embedding_type},
           {"rotary_base", m.rotary_base},
           {"rotary_percent", m.rotary_percent},
+          {"rope_scaling_factor", m.llama3_rope_factor()},
           {"normalization", m.normalization},
           {"norm_epsilon", m.norm_epsilon},
           {"swiglu", m.swiglu},
-          {"group_query_attention", m.group_query_attention},
-          {"num_query_groups", m.num_query_groups},
+          {"num_query_groups", m.kv_heads()},
           {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
           {"disable_bias_linear", m.disable_bias_linear},
           {"add_qkv_bias", m.add_qkv_bias}};
@@ -96,6 +97,8 @@ Status check_architecture(const std::string& path, const ModelConfig& saved,
   if (run.rope()) {
     agree("rotary-base", saved.rotary_base, run.rotary_base);
     agree("rotary-percent", saved.rotary_percent, run.rotary_percent);
+    agree("rope-scaling-factor (0: no --use-rope-scaling)", saved.llama3_rope_factor(),
+          run.llama3_rope_factor());
   }
   if (errors.empty()) return Status::ok();
   std::string text;

@@ -85,20 +85,22 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     r->model_.seq_length = m.at("seq_length");
     r->model_.max_position_embeddings = m.at("max_position_embeddings");
     r->model_.vocab_size = m.at("vocab_size");
-    // The Llama family's keys; absent from GPT-2 checkpoints written before them.
-    ModelConfig& a = r->model_;
-    a.position_embedding_type = m.value("position_embedding_type", a.position_embedding_type);
-    a.rotary_base = m.value("rotary_base", a.rotary_base);
-    a.rotary_percent = m.value("rotary_percent", a.rotary_percent);
-    a.normalization = m.value("normalization", a.normalization);
-    a.norm_epsilon = m.value("norm_epsilon", a.norm_epsilon);
-    a.swiglu = m.value("swiglu", a.swiglu);
-    a.group_query_attention = m.value("group_query_attention", a.group_query_attention);
-    a.num_query_groups = m.value("num_query_groups", a.num_query_groups);
-    a.untie_embeddings_and_output_weights =
-        m.value("untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights);
-    a.disable_bias_linear = m.value("disable_bias_linear", a.disable_bias_linear);
-    a.add_qkv_bias = m.value("add_qkv_bias", a.add_qkv_bias);
+    // The architecture (absent before the Llama family: GPT-2's defaults).
+    ModelConfig& c = r->model_;
+    c.position_embedding_type = m.value("position_embedding_type", c.position_embedding_type);
+    c.rotary_base = m.value("rotary_base", c.rotary_base);
+    c.rotary_percent = m.value("rotary_percent", c.rotary_percent);
+    c.use_rope_scaling = m.value("rope_scaling_factor", 0.0f) > 0;
+    if (c.use_rope_scaling) c.rope_scaling_factor = m.value("rope_scaling_factor", 0.0f);
+    c.normalization = m.value("normalization", c.normalization);
+    c.norm_epsilon = m.value("norm_epsilon", c.norm_epsilon);
+    c.swiglu = m.value("swiglu", c.swiglu);
+    c.num_query_groups = m.value("num_query_groups", c.num_attention_heads);
+    c.group_query_attention = c.num_query_groups != c.num_attention_heads;
+    c.untie_embeddings_and_output_weights =
+        m.value("untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights);
+    c.disable_bias_linear = m.value("disable_bias_linear", c.disable_bias_linear);
+    c.add_qkv_bias = m.value("add_qkv_bias", c.add_qkv_bias);
     r->state_.iteration = j.at("iteration");
     r->state_.consumed_samples = j.at("consumed_samples");
     r->state_.valid_consumed = j.at("valid_consumed_samples");

@@ -1,20 +1,22 @@
 // Import and export of Hugging Face GPT-2 weights (`model.safetensors` of the `gpt2` family)
 // to and from Lattice's flat parameter arena. Export writes the weights and the config.json
 // beside them (hf_gpt2_config.h); no tokenizer, no optimizer state. The name mapping and layout
-// changes are in hf_gpt2.cpp.
+// changes are in hf_gpt2.cpp; files, directories and shards are hf_files.h's.
 #pragma once
 
 #include <string>
 
+#include "checkpoint/hf_files.h"
 #include "lattice/model_config.h"
 #include "lattice/status.h"
 #include "model/param_layout.h"
 
 namespace lattice {
 
-// Reads the HF GPT-2 safetensors file at `path` into `params` (layout.total_numel() floats,
-// laid out by `layout`, which must be ParamLayout(config)). Names may carry the
-// "transformer." prefix; F32, F16 and BF16 are accepted. The causal-mask buffers
+// Reads the HF GPT-2 model at `path` (a safetensors file, or a directory: HfWeights::open) into
+// `params` (layout.total_numel() floats, laid out by `layout`: ParamLayout(config), or any shard
+// of it, a rank's chunk, which gets its slices; the gaps between tensors are not written). Names
+// may carry the "transformer." prefix; F32, F16 and BF16 are accepted. The causal-mask buffers
 // (h.N.attn.bias, h.N.attn.masked_bias) are ignored; lm_head.weight, when present, must equal
 // wte.weight because Lattice ties the output layer to the word embeddings. The word
 // embedding's padding rows [--vocab-size, padded vocab) are set to zero.
@@ -23,22 +25,15 @@ namespace lattice {
 // shape; corrupt/io_error come from the file itself. On error `params` is left untouched.
 Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       float* params);
-// --load-hf for one rank's model chunk: import_hf_gpt2 of the whole model (ParamLayout(config),
-// a host buffer counted as weights: OutOfMemory when it cannot be had), then each tensor of
-// `chunk`'s slice (slice_from_global) into `params` (chunk.total_numel() floats; the gaps
-// between tensors are not written).
-Status import_hf_gpt2_chunk(const std::string& path, const ModelConfig& config,
-                            const ParamLayout& chunk, float* params);
 
 // The N of an HF tensor name "h.N.<...>" (without "transformer."), or -1.
 int hf_gpt2_layer_of(const std::string& name);
 
-// Writes `params` as an HF GPT-2 safetensors file at `path` (atomically, see
-// safetensors::write): F32, names without the "transformer." prefix, Conv1D weights
-// transposed, c_attn in GPT-2's [Q | K | V] order, wte without the padding rows, and
-// metadata {"format": "pt"} as transformers writes it; then config.json in the same
-// directory (write_hf_gpt2_config).
+// Writes `params` as an HF GPT-2 model at `path` (a file or a directory: hf_target; each file
+// atomically, see safetensors::write): names without the "transformer." prefix, Conv1D weights
+// transposed, c_attn in GPT-2's [Q | K | V] order, wte without the padding rows, and metadata
+// {"format": "pt"} as transformers writes it; then its config.json (write_hf_gpt2_config).
 Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
-                      const float* params);
+                      const float* params, const HfWriteOptions& options = {});
 
 }  // namespace lattice

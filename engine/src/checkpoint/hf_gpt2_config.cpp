@@ -6,14 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
+#include "checkpoint/hf_files.h"
 #include "checkpoint/hf_gpt2.h"
-#include "checkpoint/safetensors.h"
 #include "core/atomic_file.h"
 #include "lattice/kernels.h"
 
@@ -21,20 +18,19 @@ namespace lattice {
 
 namespace {
 
-namespace fs = std::filesystem;
-
 // The shape of the tensor `name` (with or without "transformer."), or null.
-const std::vector<int64_t>* shape_of(const safetensors::File& file, const std::string& name) {
-  for (const safetensors::TensorInfo& t : file.tensors())
-    if (t.name == name || t.name == "transformer." + name) return &t.shape;
+const std::vector<int64_t>* shape_of(const HfWeights& weights, const std::string& name) {
+  for (const HfEntry& t : weights.tensors())
+    if (t.name() == name || t.name() == "transformer." + name) return &t.info->shape;
   return nullptr;
 }
 
-HfGpt2Shape shape_from_tensors(const safetensors::File& file) {
+HfGpt2Shape shape_from_tensors(const HfWeights& file) {
   HfGpt2Shape s;
-  for (const safetensors::TensorInfo& t : file.tensors()) {
+  for (const HfEntry& t : file.tensors()) {
     const std::string prefix = "transformer.";
-    const std::string name = t.name.rfind(prefix, 0) == 0 ? t.name.substr(prefix.size()) : t.name;
+    const std::string name =
+        t.name().rfind(prefix, 0) == 0 ? t.name().substr(prefix.size()) : t.name();
     s.num_layers = std::max(s.num_layers, hf_gpt2_layer_of(name) + 1);
   }
   if (const auto* wte = shape_of(file, "wte.weight"); wte && wte->size() == 2) {
@@ -106,26 +102,15 @@ void check_config(const nlohmann::json& config, const std::string& config_path,
 }  // namespace
 
 Result<HfGpt2Shape> read_hf_gpt2_shape(const std::string& path) {
-  Result<safetensors::File> file = safetensors::File::open(path);
+  Result<HfWeights> file = HfWeights::open(path);
   if (!file) return file.status();
   HfGpt2Shape s = shape_from_tensors(*file);
-
-  const fs::path config_path = fs::path(path).parent_path() / "config.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(config_path, ec)) return s;
-  s.config_path = config_path.string();
-  std::ifstream in(config_path);
-  if (!in) return Status::io_error("cannot open " + s.config_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json config = nlohmann::json::parse(text.str(), nullptr, false);
-  if (!config.is_object())
-    return Status::invalid_argument(s.config_path +
-                                    " is not a JSON object (expected Hugging "
-                                    "Face's GPT-2 config.json beside " +
-                                    path + ")");
+  s.config_path = file->config_path();
+  if (s.config_path.empty()) return s;
+  Result<nlohmann::json> config = read_hf_config(s.config_path);
+  if (!config) return config.status();
   std::vector<std::string> problems;
-  check_config(config, s.config_path, path, s, problems);
+  check_config(*config, s.config_path, path, s, problems);
   if (!problems.empty()) {
     std::string message;
     for (const std::string& p : problems) message += (message.empty() ? "" : "\n") + p;
@@ -134,19 +119,8 @@ Result<HfGpt2Shape> read_hf_gpt2_shape(const std::string& path) {
   return s;
 }
 
-namespace {
-
-// A float flag's value as the decimal the user typed (0.02f is written 0.02, not 0.0199999995).
-double decimal(float x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.7g", x);
-  return std::strtod(text, nullptr);
-}
-
-}  // namespace
-
-Status write_hf_gpt2_config(const std::string& weights_path, const ModelConfig& config,
-                            int64_t vocab_rows) {
+Status write_hf_gpt2_config(const std::string& config_path, const ModelConfig& config,
+                            int64_t vocab_rows, safetensors::Dtype dtype) {
   const nlohmann::json json = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
@@ -159,15 +133,14 @@ Status write_hf_gpt2_config(const std::string& weights_path, const ModelConfig& 
       {"vocab_size", vocab_rows},
       {"layer_norm_epsilon", kernels::kLayerNormEps},
       {"activation_function", "gelu_new"},
-      {"initializer_range", decimal(config.init_method_std)},
-      {"resid_pdrop", decimal(config.hidden_dropout)},
-      {"embd_pdrop", decimal(config.hidden_dropout)},
-      {"attn_pdrop", decimal(config.attention_dropout)},
+      {"initializer_range", hf_decimal(config.init_method_std)},
+      {"resid_pdrop", hf_decimal(config.hidden_dropout)},
+      {"embd_pdrop", hf_decimal(config.hidden_dropout)},
+      {"attn_pdrop", hf_decimal(config.attention_dropout)},
       {"tie_word_embeddings", true},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", hf_torch_dtype(dtype)},
   };
-  const fs::path path = fs::path(weights_path).parent_path() / "config.json";
-  return write_file_atomic(path.string(), json.dump(2) + "\n");
+  return write_file_atomic(config_path, json.dump(2) + "\n");
 }
 
 }  // namespace lattice

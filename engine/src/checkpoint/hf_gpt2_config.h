@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "checkpoint/safetensors.h"
 #include "lattice/model_config.h"
 #include "lattice/status.h"
 
@@ -22,20 +23,20 @@ struct HfGpt2Shape {
   std::string config_path;      // the config.json read; empty when there is none
 };
 
-// The shape of the GPT-2 safetensors file at `path` (names with or without "transformer.").
-// A size whose tensor the file lacks stays 0 (import_hf_gpt2 names what is missing).
-// A config.json in the same directory is read and must agree with the tensors on every key it
-// has of n_layer, n_embd, n_positions, vocab_size and n_inner (null: 4 * n_embd); its
-// layer_norm_epsilon must be the 1e-5 that Lattice's LayerNorm uses, its model_type "gpt2"
-// and its activation_function GELU's tanh form. Errors name the file, the key and both values;
-// the file itself fails as safetensors::File::open does.
+// The shape of the GPT-2 model at `path` (a safetensors file or a directory: HfWeights::open;
+// names with or without "transformer."). A size whose tensor the file lacks stays 0
+// (import_hf_gpt2 names what is missing). Its config.json (HfWeights::config_path) is read and must
+// agree with the tensors on every key it has of n_layer, n_embd, n_positions, vocab_size and
+// n_inner (null: 4 * n_embd); its layer_norm_epsilon must be the 1e-5 that Lattice's LayerNorm
+// uses, its model_type "gpt2" and its activation_function GELU's tanh form. Errors name the file,
+// the key and both values; the files themselves fail as HfWeights::open does.
 Result<HfGpt2Shape> read_hf_gpt2_shape(const std::string& path);
 
-// Writes the config.json that Hugging Face's GPT2LMHeadModel reads for `config`, beside the
-// weights at `weights_path` (atomically, replacing one already there), so that the exported
-// directory loads with transformers' from_pretrained and back into Lattice with no model
-// flags. `vocab_rows`: the rows of the exported wte.weight.
-Status write_hf_gpt2_config(const std::string& weights_path, const ModelConfig& config,
-                            int64_t vocab_rows);
+// Writes the config.json that Hugging Face's GPT2LMHeadModel reads for `config` to
+// `config_path` (atomically, replacing one already there), so that the exported directory loads
+// with transformers' from_pretrained and back into Lattice with no model flags. `vocab_rows`:
+// the rows of the exported wte.weight; `dtype`: the weights' (torch_dtype).
+Status write_hf_gpt2_config(const std::string& config_path, const ModelConfig& config,
+                            int64_t vocab_rows, safetensors::Dtype dtype);
 
 }  // namespace lattice

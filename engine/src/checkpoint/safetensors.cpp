@@ -344,6 +344,13 @@ float bf16_to_float(uint16_t bits) {
   return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
+uint16_t float_to_bf16(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet, sign kept
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);                  // ties to even
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
 bool to_float(Dtype dtype, const std::byte* src, size_t numel, float* out) {
   switch (dtype) {
     case Dtype::kF32:
@@ -503,10 +510,15 @@ Status write(const std::string& path, const std::vector<TensorSource>& tensors,
     if (!t.data && !t.fill)
       return Status::invalid_argument("cannot write " + path + ": tensor '" + t.name +
                                       "' has neither data nor a fill function");
+    if (t.dtype != Dtype::kF32 && t.dtype != Dtype::kBF16)
+      return Status::invalid_argument("cannot write " + path + ": tensor '" + t.name +
+                                      "' asks for dtype " + dtype_name(t.dtype) +
+                                      "; only F32 and BF16 are written");
     if (!t.data) largest_fill = std::max(largest_fill, numel);
     numels.push_back(numel);
-    const size_t end = offset + numel * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
+    const size_t end = offset + numel * dtype_size(t.dtype);
+    header[t.name] = {
+        {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   std::string header_text = header.dump();
@@ -520,6 +532,7 @@ Status write(const std::string& path, const std::vector<TensorSource>& tensors,
   if (s) s = out.append(header_text.data(), header_text.size());
   std::vector<float> scratch;  // only as large as the largest tensor produced by `fill`
   scratch.reserve(largest_fill);
+  std::vector<uint16_t> narrow;  // BF16 values, a slice at a time
   for (size_t i = 0; i < order.size() && s; i++) {
     const float* data = order[i]->data;
     if (!data) {
@@ -527,7 +540,17 @@ Status write(const std::string& path, const std::vector<TensorSource>& tensors,
       order[i]->fill(scratch.data());
       data = scratch.data();
     }
-    s = out.append(data, numels[i] * sizeof(float));
+    if (order[i]->dtype == Dtype::kF32) {
+      s = out.append(data, numels[i] * sizeof(float));
+      continue;
+    }
+    constexpr size_t kSlice = size_t{1} << 18;
+    for (size_t at = 0; at < numels[i] && s; at += kSlice) {
+      const size_t n = std::min(kSlice, numels[i] - at);
+      narrow.resize(n);
+      for (size_t j = 0; j < n; j++) narrow[j] = float_to_bf16(data[at + j]);
+      s = out.append(narrow.data(), n * sizeof(uint16_t));
+    }
   }
   if (s) s = out.finish();
   if (s && std::rename(tmp.c_str(), path.c_str()) != 0)

@@ -1,6 +1,6 @@
 // The safetensors file format (huggingface/safetensors): an 8-byte little-endian header
 // length N, N bytes of JSON naming each tensor's dtype, shape and byte range, then the data.
-// Reading validates the whole header and maps the file; writing emits F32 tensors only.
+// Reading validates the whole header and maps the file; writing emits F32 or BF16 tensors.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +45,8 @@ std::string shape_to_string(const std::vector<int64_t>& shape);
 // IEEE half and bfloat16 bit patterns to float (exact: every value is representable).
 float f16_to_float(uint16_t bits);
 float bf16_to_float(uint16_t bits);
+// float to bfloat16, rounded to nearest even (as torch's .bfloat16()); NaN stays NaN.
+uint16_t float_to_bf16(float x);
 // Converts `numel` elements starting at `src` (any alignment) into out (numel). Returns false,
 // writing nothing, when `dtype` is not F32, F16 or BF16.
 bool to_float(Dtype dtype, const std::byte* src, size_t numel, float* out);
@@ -97,14 +99,16 @@ class File {
   std::map<std::string, std::string> metadata_;
 };
 
-// One F32 tensor for write(). The bytes come from `data` when it is set; otherwise `fill` is
-// called once, just before the tensor is written, to produce them into a scratch buffer of
-// numel floats (for tensors that need a transpose or reorder, without a full model copy).
+// One tensor for write(), given as floats and stored as `dtype` (F32, or BF16 rounded to nearest
+// even). The values come from `data` when it is set; otherwise `fill` is called once, just before
+// the tensor is written, to produce them into a scratch buffer of numel floats (for tensors that
+// need a transpose or reorder, without a full model copy).
 struct TensorSource {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;           // (numel) row-major, or null
   std::function<void(float* out)> fill;  // writes (numel) floats; used when data is null
+  Dtype dtype = Dtype::kF32;             // kF32 or kBF16
 };
 
 // What write() produced: the file's length and the CRC-32C of all its bytes, computed while
@@ -114,13 +118,14 @@ struct Written {
   uint32_t crc32c = 0;
 };
 
-// Writes `tensors` as F32 plus `metadata` to `path`: tensors in name order (so the same input
-// gives the same bytes), header padded with spaces to a multiple of 8 bytes. The bytes stream
-// through two staging buffers written with O_DIRECT where the filesystem allows it (Note
+// Writes `tensors` (each in its dtype) plus `metadata` to `path`: tensors in name order (so the
+// same input gives the same bytes), header padded with spaces to a multiple of 8 bytes. The bytes
+// stream through two staging buffers written with O_DIRECT where the filesystem allows it (Note
 // [checkpoint writes] in safetensors.cpp), bypassing the page cache. The file goes to
 // `path.tmp`, is fsynced and renamed over `path`, so readers see the old file or the complete
 // new one; `written`, when set, receives its size and checksum. invalid_argument for an empty,
-// reserved or repeated name or a negative dimension; io_error naming the file otherwise.
+// reserved or repeated name, a negative dimension or a dtype other than F32 and BF16; io_error
+// naming the file otherwise.
 Status write(const std::string& path, const std::vector<TensorSource>& tensors,
              const std::map<std::string, std::string>& metadata = {}, Written* written = nullptr);
 

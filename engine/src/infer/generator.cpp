@@ -9,7 +9,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_format.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_model.h"
 #include "core/host_memory.h"
 #include "infer/infer_model.h"
 #include "infer/sampling.h"
@@ -65,18 +65,9 @@ Status load_checkpoint_weights(CheckpointReader& reader, InferenceModel& model) 
   return Status::ok();
 }
 
+// This rank's slices of the Hugging Face model at `path`.
 Status load_hf_weights(const std::string& path, const ModelConfig& config, InferenceModel& model) {
-  const ParamLayout full(config);
-  std::vector<float> params(full.total_numel(), 0.0f);
-  if (Status s = import_hf_gpt2(path, config, full, params.data()); !s) return s;
-  std::vector<float> global;
-  for (const ParamTensor& t : model.layout().tensors()) {
-    const ParamTensor* whole = full.find(t.name);
-    global.assign(params.begin() + whole->offset, params.begin() + whole->offset + whole->numel);
-    if (Status s = take_slice(t, whole->global_shape, global, model.params() + t.offset, path); !s)
-      return s;
-  }
-  return Status::ok();
+  return import_hf(path, config, model.layout(), model.params());
 }
 
 // The rules a model must meet to be split over `t` ranks, one sentence each.
@@ -150,7 +141,8 @@ Result<std::unique_ptr<Generator>> Generator::load(const InferenceOptions& o, Co
     return Status::invalid_argument("--load and --load-hf both name a model; give one");
   if (o.load.empty() && o.load_hf.empty())
     return Status::invalid_argument(
-        "no model: give --load DIR (a Lattice checkpoint) or --load-hf FILE (GPT-2 safetensors)");
+        "no model: give --load DIR (a Lattice checkpoint) or --load-hf PATH (a Hugging Face "
+        "model)");
   ModelConfig m = o.model;
   std::unique_ptr<CheckpointReader> reader;
   if (!o.load.empty()) {
@@ -162,8 +154,8 @@ Result<std::unique_ptr<Generator>> Generator::load(const InferenceOptions& o, Co
     m = reader->model();
   } else {
     std::error_code ec;
-    if (!fs::is_regular_file(o.load_hf, ec))
-      return Status::invalid_argument("--load-hf " + o.load_hf + ": no such file");
+    if (!fs::exists(o.load_hf, ec))
+      return Status::invalid_argument("--load-hf " + o.load_hf + ": no such file or directory");
   }
   m.tensor_model_parallel_size = t;
   m.attention_dropout = m.hidden_dropout = 0.0f;

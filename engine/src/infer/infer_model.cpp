@@ -50,7 +50,8 @@ InferenceModel::InferenceModel(const ModelConfig& config, Comm* tp)
   if (rotary_dim_ > 0) {
     const size_t n = static_cast<size_t>(T_) * (rotary_dim_ / 2);
     std::vector<double> cos(n), sin(n);
-    k::rope_tables(cos.data(), sin.data(), T_, rotary_dim_, config.rotary_base);
+    k::rope_tables(cos.data(), sin.data(), T_, rotary_dim_, config.rotary_base,
+                   config.llama3_rope_factor());
     rope_cos_.assign(cos.begin(), cos.end());
     rope_sin_.assign(sin.begin(), sin.end());
   }

@@ -208,7 +208,8 @@ Status GptModel<A>::upload_rope_tables() {
   if (rotary_dim_ == 0) return Status::ok();
   const size_t n = static_cast<size_t>(T_) * (rotary_dim_ / 2);
   std::vector<double> cos(n), sin(n);
-  kernels::rope_tables(cos.data(), sin.data(), T_, rotary_dim_, config_.rotary_base);
+  kernels::rope_tables(cos.data(), sin.data(), T_, rotary_dim_, config_.rotary_base,
+                       config_.llama3_rope_factor());
   const std::vector<G> cos_g(cos.begin(), cos.end()), sin_g(sin.begin(), sin.end());
   device_.copy(rope_cos_, cos_g.data(), n * sizeof(G), CopyKind::kHostToDevice, compute());
   device_.copy(rope_sin_, sin_g.data(), n * sizeof(G), CopyKind::kHostToDevice, compute());

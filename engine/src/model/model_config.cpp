@@ -105,6 +105,10 @@ std::vector<std::string> ModelConfig::architecture_errors() const {
     if (!(rotary_base > 1.0f))
       errors.push_back("--rotary-base must be greater than 1, got " + real(rotary_base));
   }
+  if (use_rope_scaling && !rope())
+    errors.push_back("--use-rope-scaling needs --position-embedding-type rope");
+  if (use_rope_scaling && !(rope_scaling_factor >= 1.0f))
+    errors.push_back("--rope-scaling-factor must be at least 1, got " + str(rope_scaling_factor));
   if (swiglu && ffn_hidden_size == 0 && hidden_size > 0 && ffn() <= 0)
     errors.push_back("--swiglu with --hidden-size " + str(hidden_size) +
                      " makes an MLP width of 0 (8/3 x hidden rounded down to 64): give "

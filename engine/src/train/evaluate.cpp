@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_model.h"
 #include "core/host_memory.h"
 #include "data/indexed_dataset.h"
 #include "device/cpu_device.h"
@@ -43,7 +43,7 @@ Result<EvalResult> evaluate(const TrainOptions& o, int64_t num_samples) {
   if (!o.load_hf.empty()) {
     std::vector<float> weights;
     host_assign(weights, model.arena_size(), MemoryCategory::kWeights);
-    if (Status s = import_hf_gpt2(o.load_hf, mc, model.layout(), weights.data()); !s)
+    if (Status s = import_hf(o.load_hf, mc, model.layout(), weights.data()); !s)
       return Status::invalid_argument("--load-hf: " + s.message());
     model.upload(weights.data());
   } else if (Status s = model.init_weights(o.seed); !s) {

@@ -1,83 +1,205 @@
-// apply_hf_model (train_options.h): the model flags of a GPT-2 safetensors file, so that
-// --load-hf and `lattice ckpt import-hf` need none, and the ones given are checked against it.
+// apply_hf_model (train_options.h): the model flags of a Hugging Face model (GPT-2 from its
+// tensors and config.json, the Llama family from its config.json), so that --load-hf and
+// `lattice ckpt import-hf` need none, and the ones given are checked against it.
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "checkpoint/hf_gpt2_config.h"
+#include "checkpoint/hf_llama_config.h"
+#include "checkpoint/hf_model.h"
 #include "lattice/train_options.h"
 
 namespace lattice {
 
-Status apply_hf_model(const std::string& path, TrainOptions& o) {
-  Result<HfGpt2Shape> read = read_hf_gpt2_shape(path);
-  if (!read) return read.status();
-  const HfGpt2Shape& file = *read;
-  ModelConfig& m = o.model;
-  std::vector<std::string> errors;
-  // The flag's value from the file when not given; else it must be the file's. `value` is 0
-  // when the file lacks the tensor (import_hf_gpt2 then names it).
-  auto take = [&](const std::string& flag, int& target, int value, const std::string& what) {
-    if (value <= 0) return;
-    if (!o.given(flag)) {
-      target = value;
-    } else if (target != value) {
-      errors.push_back("--" + flag + " " + std::to_string(target) + " disagrees with " + path +
-                       ", which has " + std::to_string(value) + " " + what);
-    }
-  };
-  take("num-layers", m.num_layers, file.num_layers, "layers");
-  take("hidden-size", m.hidden_size, file.hidden_size, "as hidden size (wte.weight's columns)");
-  take("max-position-embeddings", m.max_position_embeddings, file.max_positions,
-       "positions (wpe.weight's rows)");
-  if (!o.given("seq-length") && file.max_positions > 0) m.seq_length = file.max_positions;
+namespace {
 
-  // --ffn-hidden-size 0 means 4 * --hidden-size; the effective size is what must agree.
-  if (file.ffn_hidden_size > 0) {
-    if (!o.given("ffn-hidden-size")) {
-      m.ffn_hidden_size = file.ffn_hidden_size == 4 * m.hidden_size ? 0 : file.ffn_hidden_size;
-    } else if (m.ffn() != file.ffn_hidden_size) {
-      errors.push_back("--ffn-hidden-size " + std::to_string(m.ffn()) + " disagrees with " + path +
-                       ", which has MLP size " + std::to_string(file.ffn_hidden_size) +
-                       " (h.0.mlp.c_fc.weight's columns)");
-    }
+// Takes each model flag from the file unless given; a given one must equal the file's.
+struct FlagTaker {
+  TrainOptions& o;
+  std::string source;  // the file named in messages
+  std::vector<std::string> errors;
+
+  void mismatch(const std::string& flag, const std::string& ours, const std::string& theirs) {
+    errors.push_back("--" + flag + " " + ours + " disagrees with " + source + ", which " + theirs);
+  }
+  // `theirs` says where the file's value comes from ("has 3 layers", "gives n_head 6").
+  template <typename T>
+  void take(const std::string& flag, T& target, T value, const std::string& theirs) {
+    if (!o.given(flag))
+      target = value;
+    else if (target != value)
+      mismatch(flag, text(target), theirs);
+  }
+  static std::string text(int v) { return std::to_string(v); }
+  static std::string text(bool v) { return v ? "true" : "false"; }
+  static std::string text(const std::string& v) { return v; }
+  static std::string text(float v) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%g", v);
+    return s;
   }
 
   // With NullTokenizer the model has --vocab-size + 1 ids (EOD = --vocab-size, as Megatron);
   // another tokenizer brings its own vocabulary, which the import checks against the file.
-  if (o.tokenizer.type == "NullTokenizer" && file.vocab_size > 0) {
+  void vocabulary(int rows, const std::string& where) {
+    if (o.tokenizer.type != "NullTokenizer" || rows <= 0) return;
     if (!o.given("vocab-size")) {
-      o.tokenizer.vocab_size = file.vocab_size - 1;
-      m.vocab_size = file.vocab_size;
-    } else if (o.tokenizer.vocab_size + 1 != file.vocab_size) {
+      o.tokenizer.vocab_size = rows - 1;
+      o.model.vocab_size = rows;
+    } else if (o.tokenizer.vocab_size + 1 != rows) {
       errors.push_back(
           "--vocab-size " + std::to_string(o.tokenizer.vocab_size) +
           " gives NullTokenizer's model " + std::to_string(o.tokenizer.vocab_size + 1) +
-          " ids (EOD = --vocab-size) but " + path + " has " + std::to_string(file.vocab_size) +
-          " (wte.weight's rows): pass --vocab-size " + std::to_string(file.vocab_size - 1) +
-          " or leave it out");
+          " ids (EOD = --vocab-size) but " + source + " has " + std::to_string(rows) + " (" +
+          where + "): pass --vocab-size " + std::to_string(rows - 1) + " or leave it out");
     }
   }
 
+  // The architecture flags that make the model `name`'s, with the file's values.
+  void architecture(const std::string& name, const std::string& positions, const std::string& norm,
+                    bool swiglu) {
+    ModelConfig& m = o.model;
+    take("position-embedding-type", m.position_embedding_type, positions,
+         "is a " + name + " model (" + positions + ")");
+    take("normalization", m.normalization, norm, "is a " + name + " model (" + norm + ")");
+    take("swiglu", m.swiglu, swiglu,
+         "is a " + name + " model (" + (swiglu ? "SwiGLU" : "GELU") + " MLP)");
+  }
+
+  Status status() const {
+    if (errors.empty()) return Status::ok();
+    std::string message;
+    for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
+    return Status::invalid_argument(message);
+  }
+};
+
+Status apply_gpt2(const std::string& path, TrainOptions& o) {
+  Result<HfGpt2Shape> read = read_hf_gpt2_shape(path);
+  if (!read) return read.status();
+  const HfGpt2Shape& file = *read;
+  ModelConfig& m = o.model;
+  FlagTaker f{o, path, {}};
+  f.architecture("GPT-2", "learned_absolute", "LayerNorm", false);
+  f.take("group-query-attention", m.group_query_attention, false,
+         "is a GPT-2 model (a key and value head per query head)");
+  f.take("untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights, false,
+         "is a GPT-2 model (output layer tied to the word embeddings)");
+  f.take("disable-bias-linear", m.disable_bias_linear, false,
+         "is a GPT-2 model (biases on every linear layer)");
+  // A size is 0 when the file lacks its tensor (import_hf_gpt2 then names it).
+  auto take_size = [&](const std::string& flag, int& target, int value, const std::string& what) {
+    if (value > 0) f.take(flag, target, value, "has " + std::to_string(value) + " " + what);
+  };
+  take_size("num-layers", m.num_layers, file.num_layers, "layers");
+  take_size("hidden-size", m.hidden_size, file.hidden_size,
+            "as hidden size (wte.weight's columns)");
+  take_size("max-position-embeddings", m.max_position_embeddings, file.max_positions,
+            "positions (wpe.weight's rows)");
+  if (!o.given("seq-length") && file.max_positions > 0) m.seq_length = file.max_positions;
+
+  // --ffn-hidden-size 0 means 4 * --hidden-size; the effective size is what must agree.
+  if (file.ffn_hidden_size > 0) {
+    if (!o.given("ffn-hidden-size"))
+      m.ffn_hidden_size = file.ffn_hidden_size == 4 * m.hidden_size ? 0 : file.ffn_hidden_size;
+    else if (m.ffn() != file.ffn_hidden_size)
+      f.mismatch("ffn-hidden-size", std::to_string(m.ffn()),
+                 "has MLP size " + std::to_string(file.ffn_hidden_size) +
+                     " (h.0.mlp.c_fc.weight's columns)");
+  }
+  f.vocabulary(file.vocab_size, "wte.weight's rows");
+
   if (file.num_attention_heads > 0) {
-    if (!o.given("num-attention-heads")) {
-      m.num_attention_heads = file.num_attention_heads;
-    } else if (m.num_attention_heads != file.num_attention_heads) {
-      errors.push_back("--num-attention-heads " + std::to_string(m.num_attention_heads) +
-                       " disagrees with " + file.config_path + ", which gives n_head " +
-                       std::to_string(file.num_attention_heads));
-    }
+    f.source = file.config_path;
+    f.take("num-attention-heads", m.num_attention_heads, file.num_attention_heads,
+           "gives n_head " + std::to_string(file.num_attention_heads));
   } else if (!o.given("num-attention-heads")) {
-    errors.push_back(
+    f.errors.push_back(
         path + " does not say how many attention heads the model has (no tensor shape does): " +
         (file.config_path.empty() ? "put its Hugging Face config.json (with n_head) beside it"
                                   : file.config_path + " has no n_head; add it") +
         ", or pass --num-attention-heads");
   }
+  return f.status();
+}
 
-  if (errors.empty()) return Status::ok();
-  std::string message;
-  for (const std::string& e : errors) message += (message.empty() ? "" : "\n") + e;
-  return Status::invalid_argument(message);
+Status apply_llama(const std::string& path, TrainOptions& o) {
+  Result<HfWeights> weights = HfWeights::open(path);
+  if (!weights) return weights.status();
+  if (weights->config_path().empty())
+    return Status::invalid_argument(
+        path +
+        " has no config.json beside it: a Llama-family model's heads, query groups, "
+        "RoPE base and norm epsilon are in no tensor shape (put the model's Hugging Face "
+        "config.json there)");
+  Result<HfLlamaConfig> read = read_hf_llama_config(weights->config_path());
+  if (!read) return read.status();
+  const HfLlamaConfig& c = *read;
+  ModelConfig& m = o.model;
+  FlagTaker f{o, c.path, {}};
+  auto gives = [](const char* key, const std::string& value) {
+    return "gives " + std::string(key) + " " + value;
+  };
+  auto num = [](int v) { return std::to_string(v); };
+  f.architecture("Llama-family", "rope", "RMSNorm", true);
+  f.take("num-layers", m.num_layers, c.num_layers, gives("num_hidden_layers", num(c.num_layers)));
+  f.take("hidden-size", m.hidden_size, c.hidden_size, gives("hidden_size", num(c.hidden_size)));
+  if (!o.given("ffn-hidden-size"))
+    m.ffn_hidden_size = c.ffn_hidden_size;
+  else if (m.ffn() != c.ffn_hidden_size)
+    f.mismatch("ffn-hidden-size", num(m.ffn()), gives("intermediate_size", num(c.ffn_hidden_size)));
+  f.take("num-attention-heads", m.num_attention_heads, c.num_attention_heads,
+         gives("num_attention_heads", num(c.num_attention_heads)));
+  // One key/value head per query head needs no --group-query-attention; the effective number
+  // of groups is what must agree.
+  if (!o.given("group-query-attention") && !o.given("num-query-groups")) {
+    m.group_query_attention = c.num_query_groups != c.num_attention_heads;
+    m.num_query_groups = c.num_query_groups;
+  } else if (m.kv_heads() != c.num_query_groups) {
+    f.mismatch(m.group_query_attention ? "num-query-groups" : "group-query-attention",
+               m.group_query_attention ? num(m.num_query_groups) : "not given (one per head)",
+               gives("num_key_value_heads", num(c.num_query_groups)));
+  }
+  f.take("max-position-embeddings", m.max_position_embeddings, c.max_position_embeddings,
+         gives("max_position_embeddings", num(c.max_position_embeddings)));
+  if (!o.given("seq-length")) m.seq_length = c.max_position_embeddings;
+  f.take("norm-epsilon", m.norm_epsilon, static_cast<float>(c.norm_epsilon),
+         gives("rms_norm_eps", FlagTaker::text(static_cast<float>(c.norm_epsilon))));
+  f.take("rotary-base", m.rotary_base, static_cast<float>(c.rotary_base),
+         gives("rope_theta", FlagTaker::text(static_cast<float>(c.rotary_base))));
+  f.take("rotary-percent", m.rotary_percent, static_cast<float>(c.rotary_percent),
+         gives("partial_rotary_factor", FlagTaker::text(static_cast<float>(c.rotary_percent))));
+  const bool scaled = c.rope_scaling_factor > 0;
+  f.take("use-rope-scaling", m.use_rope_scaling, scaled,
+         scaled ? "gives rope_scaling \"llama3\"" : "gives no rope_scaling");
+  if (scaled)
+    f.take("rope-scaling-factor", m.rope_scaling_factor, static_cast<float>(c.rope_scaling_factor),
+           "gives rope_scaling's factor " +
+               FlagTaker::text(static_cast<float>(c.rope_scaling_factor)));
+  f.take("untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights, !c.tied,
+         gives("tie_word_embeddings", c.tied ? "true" : "false"));
+  const std::string biases = c.linear_bias ? "biases on every linear layer"
+                             : c.qkv_bias  ? "biases on q, k and v only (" + c.model_type + ")"
+                                           : "no biases";
+  f.take("disable-bias-linear", m.disable_bias_linear, !c.linear_bias, "has " + biases);
+  if (!o.given("add-qkv-bias"))
+    m.add_qkv_bias = c.qkv_bias && !c.linear_bias;
+  else if (m.qkv_bias() != c.qkv_bias)
+    f.mismatch("add-qkv-bias", FlagTaker::text(m.add_qkv_bias), "has " + biases);
+  f.vocabulary(c.vocab_size, "vocab_size");
+  // Dropout is training's choice, not the architecture's: the file's unless given.
+  if (!o.given("attention-dropout")) m.attention_dropout = static_cast<float>(c.attention_dropout);
+  if (!o.given("hidden-dropout")) m.hidden_dropout = 0.0f;  // the Llama family has none
+  return f.status();
+}
+
+}  // namespace
+
+Status apply_hf_model(const std::string& path, TrainOptions& o) {
+  Result<HfArchitecture> architecture = hf_file_architecture(path);
+  if (!architecture) return architecture.status();
+  return *architecture == HfArchitecture::kGpt2 ? apply_gpt2(path, o) : apply_llama(path, o);
 }
 
 }  // namespace lattice

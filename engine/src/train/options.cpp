@@ -9,6 +9,7 @@
 #include <sstream>
 #include <variant>
 
+#include "checkpoint/hf_model.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/flags.h"
 #include "lattice/train_options.h"
@@ -38,6 +39,12 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"position-embedding-type", "learned_absolute | rope | none", &m.position_embedding_type},
       {"rotary-base", "RoPE's base (theta)", &m.rotary_base},
       {"rotary-percent", "share of each head's dimensions RoPE rotates", &m.rotary_percent},
+      {"use-rope-scaling",
+       "Llama 3.1's RoPE frequency scaling (low/high frequency factors 1 and 4 over 8192 "
+       "original positions)",
+       &m.use_rope_scaling},
+      {"rope-scaling-factor", "with --use-rope-scaling: the factor long wavelengths are divided by",
+       &m.rope_scaling_factor},
       {"normalization", "LayerNorm | RMSNorm", &m.normalization},
       {"norm-epsilon", "epsilon of the normalisation layers", &m.norm_epsilon},
       {"swiglu", "gated MLP down(silu(gate(x)) * up(x)) (Llama); --ffn-hidden-size is its width",
@@ -115,7 +122,11 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "auto | generic | avx2 | avx512: the instruction set of the CPU kernels; auto means "
        "LATTICE_CPU_ISA when set, else the widest this CPU runs",
        &o.cpu_isa},
-      {"load-hf", "start from GPT-2 weights in a Hugging Face safetensors file", &o.load_hf},
+      {"load-hf",
+       "start from Hugging Face weights: GPT-2 or Llama family (llama, qwen2, mistral); a model "
+       "directory (config.json, model.safetensors or shards with their index) or a safetensors "
+       "file with config.json beside it; model flags not given are read from it",
+       &o.load_hf},
       {"save", "directory for checkpoints (saved at the end, on SIGTERM and every --save-interval)",
        &o.save},
       {"save-interval", "save a checkpoint every N iterations; 0 means only at the end",
@@ -145,8 +156,13 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "end the job when a rank waits this long for others in one collective or pipeline "
        "message, naming them (fractions allowed; 0: wait for ever)",
        &o.distributed_timeout_minutes},
-      {"save-hf", "write the final weights as GPT-2 safetensors (config.json beside them)",
+      {"save-hf",
+       "write the final weights as a Hugging Face model: GPT-2 for learned positions with "
+       "LayerNorm, else Llama (Qwen2 with --add-qkv-bias alone); into a directory "
+       "(model.safetensors, sharded above 5 GB, and config.json), or the .safetensors file "
+       "named with config.json beside it",
        &o.save_hf},
+      {"hf-dtype", "fp32 | bf16: the dtype --save-hf writes", &o.hf_dtype},
       {"profile", "print where the time went, per op, at the end", &o.profile},
       {"fp64",
        "train in double precision: checks a parallel layout against one process without "
@@ -429,7 +445,13 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
   if (!load.empty() && !load_hf.empty())
     errors.push_back(
         "--load and --load-hf exclude each other (use `lattice ckpt import-hf` to "
-        "turn GPT-2 weights into a checkpoint)");
+        "turn Hugging Face weights into a checkpoint)");
+  if (Result<safetensors::Dtype> d = parse_hf_dtype(hf_dtype); !d)
+    errors.push_back(d.status().message());
+  // Found now, not after the training it would end.
+  if (!save_hf.empty() || !load_hf.empty())
+    for (const std::string& e : hf_unsupported(model))
+      errors.push_back((save_hf.empty() ? "--load-hf: " : "--save-hf: ") + e);
   if (load.empty() && (ckpt_step > 0 || finetune))
     errors.push_back("--ckpt-step and --finetune apply to --load, which is not given");
   if (int(bf16) + int(fp16) + int(fp64) > 1)
@@ -521,7 +543,7 @@ Result<TrainOptions> parse_unchecked(const std::vector<std::string>& args,
                        : o.tokenizer.vocab_size < ModelConfig::kMaxDimension
                            ? o.tokenizer.vocab_size + 1
                            : static_cast<int>(ModelConfig::kMaxDimension);
-  // The model flags not given come from the GPT-2 file (apply_hf_model).
+  // The model flags not given come from the Hugging Face model (apply_hf_model).
   if (!o.load_hf.empty())
     if (Status s = apply_hf_model(o.load_hf, o); !s) {
       std::vector<std::string> lines;

@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_model.h"
 #include "core/host_memory.h"
 #include "core/system_sampler.h"
 #include "device/backends.h"
@@ -224,7 +224,7 @@ Status Trainer<T>::build_model() {
       // This chunk's slices of the whole file, in the arena's type (fp64 runs widen).
       std::vector<float> slices;
       host_assign(slices, chunk->arena_size(), MemoryCategory::kWeights);
-      if (Status s = import_hf_gpt2_chunk(o_.load_hf, mc_, chunk->layout(), slices.data()); !s)
+      if (Status s = import_hf(o_.load_hf, mc_, chunk->layout(), slices.data()); !s)
         return Status::invalid_argument("--load-hf: " + s.message());
       if constexpr (std::is_same_v<accum_t<T>, float>) {
         chunk->upload(slices.data());
@@ -565,7 +565,9 @@ Result<TrainSummary> Trainer<T>::run() {
   }
 
   if (Status s = build_model(); !s) return s;
-  if (rank0 && !o_.load_hf.empty()) sink_.on_message("loaded GPT-2 weights from " + o_.load_hf);
+  if (rank0 && !o_.load_hf.empty())
+    sink_.on_message(std::string("loaded ") + hf_architecture_name(hf_architecture_of(mc_)) +
+                     " weights from " + o_.load_hf);
   TrainState state;
   if (!o_.load.empty())
     if (Status s = load(state); !s) return s;

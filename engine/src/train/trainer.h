@@ -51,8 +51,8 @@ template <typename A>
 Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& groups,
                                              const TrainOptions& options, const ModelConfig& model,
                                              const TrainState& state);
-// --save-hf: the whole model's master weights gathered to rank 0, which writes the GPT-2 file
-// and says so. Collective.
+// --save-hf: the whole model's master weights gathered to rank 0, which writes the Hugging Face
+// model (GPT-2 or Llama family, checkpoint/hf_model.h) and says so. Collective.
 template <typename A>
 Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& groups, const TrainOptions& options,
                     const ModelConfig& model, MetricsSink& sink);

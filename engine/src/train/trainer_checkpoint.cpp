@@ -1,4 +1,4 @@
-// A rank's checkpoints and GPT-2 export (trainer.h) through checkpoint/chunk_state.h: the
+// A rank's checkpoints and Hugging Face export (trainer.h) through checkpoint/chunk_state.h: the
 // arenas themselves on a host-addressable device, host copies elsewhere.
 #include <chrono>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "checkpoint/chunk_state.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_model.h"
 #include "parallel/model_chunks.h"
 #include "train/trainer.h"
 
@@ -130,10 +130,21 @@ Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& g, const TrainOptio
       gather_full_params(*g.world, g.layout, model, o.parallel.sequence_parallel, params);
   if (!full) return full.status();
   if (g.world->rank() != 0) return Status::ok();
-  const std::vector<float> as_float(full->begin(), full->end());
-  if (Status s = export_hf_gpt2(o.save_hf, model, ParamLayout(model), as_float.data()); !s)
+  // fp32 master weights are written as they are; an --fp64 run's are rounded to float first.
+  std::vector<float> rounded;
+  const float* weights = nullptr;
+  if constexpr (std::is_same_v<accum_t<A>, float>) {
+    weights = full->data();
+  } else {
+    rounded.assign(full->begin(), full->end());
+    weights = rounded.data();
+  }
+  Result<safetensors::Dtype> dtype = parse_hf_dtype(o.hf_dtype);
+  if (!dtype) return dtype.status();
+  if (Status s = export_hf(o.save_hf, model, ParamLayout(model), weights, {*dtype}); !s)
     return Status::io_error("--save-hf: " + s.message());
-  sink.on_message("saved GPT-2 weights to " + o.save_hf);
+  sink.on_message(std::string("saved ") + hf_architecture_name(hf_architecture_of(model)) +
+                  " weights to " + o.save_hf);
   return Status::ok();
 }
 

@@ -102,8 +102,13 @@ void rope_backward(S* dqkv, const S* cos, const S* sin, const int32_t* positions
                    int NH, int KV, int HS, int rotary_dim);
 // The tables (P, R/2) of rope_forward for positions [0, P), as Hugging Face computes them:
 // inv_freq[i] = 1 / theta^(2i/R) and the angle p * inv_freq[i] in float (the rounding every
-// released Llama was trained with), then cos and sin of that angle in double.
-void rope_tables(double* cos, double* sin, int P, int rotary_dim, double theta);
+// released Llama was trained with), then cos and sin of that angle in double. llama3_factor > 0:
+// Llama 3.1's frequency scaling first (transformers' rope_type "llama3", Megatron's
+// --use-rope-scaling: low_freq_factor 1, high_freq_factor 4, 8192 original positions) with that
+// factor: inverse frequencies whose wavelength 2 pi / f exceeds 8192 are divided by the factor,
+// those below 8192 / 4 kept, those between interpolated; in float, as transformers computes it.
+void rope_tables(double* cos, double* sin, int P, int rotary_dim, double theta,
+                 double llama3_factor = 0);
 
 // SwiGLU (Llama's gated MLP): inp (N, 2F) holds per row the gate [0, F) then the up projection
 // [F, 2F) (Megatron's linear_fc1 output); out (N, F) = silu(gate) * up, silu(g) = g sigmoid(g).

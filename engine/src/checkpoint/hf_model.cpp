@@ -1,0 +1,101 @@
+// The choice between the GPT-2 and the Llama interchange (hf_model.h).
+#include "checkpoint/hf_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_llama.h"
+#include "checkpoint/hf_llama_config.h"
+
+namespace lattice {
+
+namespace {
+
+std::vector<std::string> gpt2_unsupported(const ModelConfig& c) {
+  std::vector<std::string> out;
+  if (c.swiglu) out.push_back("--swiglu: GPT-2's MLP is GELU");
+  if (c.kv_heads() != c.num_attention_heads)
+    out.push_back("--num-query-groups " + std::to_string(c.kv_heads()) +
+                  ": GPT-2 has a key and value head per query head");
+  if (!c.tied_output())
+    out.push_back(
+        "--untie-embeddings-and-output-weights: GPT-2 ties its output layer to the word "
+        "embeddings");
+  if (!c.linear_bias() || !c.qkv_bias())
+    out.push_back("--disable-bias-linear: GPT-2 has a bias on every linear layer");
+  return out;
+}
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const std::string& p : parts) s += (s.empty() ? "" : "; ") + p;
+  return s;
+}
+
+Status supported(const ModelConfig& config) {
+  const std::vector<std::string> problems = hf_unsupported(config);
+  if (problems.empty()) return Status::ok();
+  return Status::invalid_argument(std::string("the model has no Hugging Face ") +
+                                  hf_architecture_name(hf_architecture_of(config)) +
+                                  " form: " + join(problems));
+}
+
+}  // namespace
+
+const char* hf_architecture_name(HfArchitecture architecture) {
+  return architecture == HfArchitecture::kGpt2 ? "GPT-2" : "Llama";
+}
+
+HfArchitecture hf_architecture_of(const ModelConfig& config) {
+  return config.learned_positions() && !config.rms_norm() ? HfArchitecture::kGpt2
+                                                          : HfArchitecture::kLlama;
+}
+
+std::vector<std::string> hf_unsupported(const ModelConfig& config) {
+  return hf_architecture_of(config) == HfArchitecture::kGpt2 ? gpt2_unsupported(config)
+                                                             : hf_llama_unsupported(config);
+}
+
+Result<HfArchitecture> hf_file_architecture(const std::string& path) {
+  Result<HfWeights> weights = HfWeights::open(path);
+  if (!weights) return weights.status();
+  if (!weights->config_path().empty()) {
+    Result<nlohmann::json> config = read_hf_config(weights->config_path());
+    if (!config) return config.status();
+    if (config->contains("model_type")) {
+      const nlohmann::json& type = (*config)["model_type"];
+      if (type.is_string() && type.get<std::string>() == "gpt2") return HfArchitecture::kGpt2;
+      if (is_hf_llama_type(*config)) return HfArchitecture::kLlama;
+      return Status::invalid_argument(weights->config_path() + " gives model_type " +
+                                      (*config)["model_type"].dump() +
+                                      "; Lattice imports \"gpt2\", \"llama\", \"qwen2\" and "
+                                      "\"mistral\"");
+    }
+  }
+  return weights->find("model.embed_tokens.weight") ? HfArchitecture::kLlama
+                                                    : HfArchitecture::kGpt2;
+}
+
+Status import_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
+                 float* params) {
+  if (Status s = supported(config); !s) return s;
+  return hf_architecture_of(config) == HfArchitecture::kGpt2
+             ? import_hf_gpt2(path, config, layout, params)
+             : import_hf_llama(path, config, layout, params);
+}
+
+Status export_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
+                 const float* params, const HfWriteOptions& options) {
+  if (Status s = supported(config); !s) return s;
+  return hf_architecture_of(config) == HfArchitecture::kGpt2
+             ? export_hf_gpt2(path, config, layout, params, options)
+             : export_hf_llama(path, config, layout, params, options);
+}
+
+Result<safetensors::Dtype> parse_hf_dtype(const std::string& text) {
+  if (text == "fp32") return safetensors::Dtype::kF32;
+  if (text == "bf16") return safetensors::Dtype::kBF16;
+  return Status::invalid_argument("--hf-dtype must be fp32 or bf16, got '" + text + "'");
+}
+
+}  // namespace lattice
