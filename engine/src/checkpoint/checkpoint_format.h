@@ -26,16 +26,16 @@ struct SliceMap {
       n *= static_cast<size_t>(static_cast<int>(d) == split_dim ? split_size : global_shape[d]);
     return n;
   }
-  // Global index of element i of the slice (row-major).
+  // Global index of element i of the slice (row-major): the slice is `outer` runs of
+  // split_size x inner elements (inner: the dimensions after split_dim), run o starting at
+  // (o * global_shape[split_dim] + split_begin) * inner (SwiGLU's (2, F, C) FC1 splits dim 1).
   size_t global_index(size_t i) const {
     if (split_dim < 0) return i;
-    if (split_dim == 0) {
-      size_t row = 1;
-      for (size_t d = 1; d < global_shape.size(); d++) row *= global_shape[d];
-      return split_begin * row + i;
-    }
-    const size_t width = split_size, cols = global_shape[1];
-    return (i / width) * cols + split_begin + i % width;
+    size_t inner = 1;
+    for (size_t d = split_dim + 1; d < global_shape.size(); d++) inner *= global_shape[d];
+    const size_t run = static_cast<size_t>(split_size) * inner;
+    const size_t o = i / run, within = i % run;
+    return (o * static_cast<size_t>(global_shape[split_dim]) + split_begin) * inner + within;
   }
 };
 

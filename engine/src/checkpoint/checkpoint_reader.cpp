@@ -28,7 +28,7 @@ std::string check_piece(const CheckpointPiece& p) {
     if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d)) return "impossible global shape";
     numel *= d;
   }
-  if (p.split_dim < -1 || p.split_dim >= rank || (p.split_dim == 1 && rank != 2))
+  if (p.split_dim < -1 || p.split_dim >= rank)
     return "split dimension " + std::to_string(p.split_dim) + " of a rank-" + std::to_string(rank) +
            " tensor";
   int64_t slice = numel;
