@@ -49,10 +49,20 @@ int preprocess_command(const std::vector<std::string>& args) {
       {"input", "input file(s): JSONL, plain text or fortune files", &o.inputs},
       {"input-format", "auto | jsonl | lines | paragraphs | fortune", &format},
       {"json-keys", "JSONL keys to extract, one output per key", &o.json_keys},
-      {"output-prefix", "writes {prefix}_{key}_document.bin/.idx", &o.output_prefix},
+      {"output-prefix", "writes {prefix}_{key}_document.bin/.idx (--sft: see --sft)",
+       &o.output_prefix},
       {"append-eod", "append the tokenizer's EOD to every document", &o.append_eod},
       {"workers", "encoding threads", &o.workers},
-      {"log-interval", "documents between progress lines", &o.log_interval}};
+      {"log-interval", "documents between progress lines", &o.log_interval},
+      {"sft",
+       "inputs are conversations (JSONL {\"messages\": [{\"role\", \"content\"}...]} or "
+       "{\"prompt\", \"response\"}): writes the tokens to {prefix}_text_document.bin/.idx and "
+       "their loss mask (1 on assistant tokens) to {prefix}_text_document_loss_mask.bin/.idx",
+       &o.sft},
+      {"chat-template",
+       "with --sft: chatml | llama3 | default | a tokenizer_config.json (or its directory) | a "
+       ".jinja file; default: the HF tokenizer's own chat_template, else 'default'",
+       &o.chat_template}};
   for (const FlagSpec& f : tokenizer_flags(o.tokenizer)) specs.push_back(f);
   if (int rc = parse_or_report("preprocess",
                                "preprocess --input FILE --output-prefix PREFIX "

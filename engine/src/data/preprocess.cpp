@@ -14,6 +14,9 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
   if (o.inputs.empty()) return Status::invalid_argument("--input is required");
   if (o.output_prefix.empty()) return Status::invalid_argument("--output-prefix is required");
   if (o.workers < 1) return Status::invalid_argument("--workers must be at least 1");
+  if (o.sft) return preprocess_chat(o, log);
+  if (!o.chat_template.empty())
+    return Status::invalid_argument("--chat-template applies only with --sft");
   Result<std::unique_ptr<Tokenizer>> made = make_tokenizer(o.tokenizer);
   if (!made) return made.status();
   const Tokenizer& tokenizer = **made;

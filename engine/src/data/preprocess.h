@@ -1,6 +1,8 @@
 // `lattice data preprocess`: documents -> token ids -> Megatron's indexed dataset, one output
 // pair per JSON key (`{prefix}_{key}_document.bin/.idx`), in input order, with --workers
-// threads encoding batches of documents in parallel.
+// threads encoding batches of documents in parallel. With --sft, conversations (chat_data.h)
+// rendered by a chat template: tokens to `{prefix}_text_document` and their loss mask (uint8,
+// the same lengths) to `{prefix}_text_document_loss_mask` (preprocess_chat.cpp).
 #pragma once
 
 #include <iosfwd>
@@ -21,6 +23,9 @@ struct PreprocessOptions {
   bool append_eod = false;                        // --append-eod
   int workers = 1;                                // --workers
   int log_interval = 10000;                       // --log-interval (documents)
+  bool sft = false;                               // --sft: chat / prompt-response JSONL
+  std::string chat_template;                      // --chat-template: name or file ("" = the
+                                                  //   tokenizer's own, else "default")
 };
 
 struct PreprocessReport {
@@ -29,7 +34,12 @@ struct PreprocessReport {
   std::vector<std::string> outputs;  // the prefixes written, one per key
 };
 
+// The suffix of the loss-mask dataset beside an SFT token dataset: `{data}_loss_mask`.
+inline constexpr const char* kLossMaskSuffix = "_loss_mask";
+
 // Writes progress lines ("Processed N documents (X docs/s, Y MB/s).") to `log` when set.
 Result<PreprocessReport> preprocess(const PreprocessOptions& options, std::ostream* log);
+// The --sft path of preprocess().
+Result<PreprocessReport> preprocess_chat(const PreprocessOptions& options, std::ostream* log);
 
 }  // namespace lattice
