@@ -109,7 +109,9 @@ const char* const kFeatureTemplates[] = {
     "{% elif m.role == 'assistant' %}A{% else %}?{% endif %}"
     "{% if loop.previtem is defined %}<{{ loop.previtem.role }}{% endif %}{% endfor %}\n"
     "{% for x in [] %}never{% else %}empty{% endfor %} {{ 'x' in nothing }} {{ nothing|length }}"
-    "{% if messages|length > 3 %}{{ nothing.attribute }}{% endif %}",
+    "{% if messages|length > 3 %}{{ nothing.attribute }}{% endif %}\n"
+    // a set in a loop body lasts one iteration and never leaks out
+    "{% set x = 0 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}({{ x }}){% endfor %}{{ x }}",
 };
 
 struct Case {
