@@ -119,9 +119,12 @@ class PackedCheck {
         const int row = d.sequence * T + d.start + p;
         const double got = packed_losses[row], want = acts.losses[p];
         if (!(std::abs(got - want) <= 1e-12 * (1 + std::abs(want))))
-          return "token loss of sequence " + std::to_string(d.sequence) + " row " +
-                 std::to_string(d.start + p) + ": packed " + std::to_string(got) + ", alone " +
-                 std::to_string(want);
+          return QString("token loss of sequence %1 row %2: packed %3, alone %4 (tolerance 1e-12)")
+              .arg(d.sequence)
+              .arg(d.start + p)
+              .arg(got, 0, 'g', 17)
+              .arg(want, 0, 'g', 17)
+              .toStdString();
       }
       std::memset(acts.logits_accum + static_cast<size_t>(d.length) * vt_, 0,
                   static_cast<size_t>(N - d.length) * vt_ * sizeof(double));
