@@ -4,6 +4,9 @@
 // key and value gradients in turn, so no two threads write the same gradient.
 // Rows are processed in blocks of kRowBlock so that the upper (masked) triangle is mostly
 // skipped: block [i0, i1) only multiplies against keys/values [0, i1).
+// Packed documents (positions non-null): each row's softmax runs over its own document's keys
+// only, [i - positions[i], i], the rest of the row zero, so the backward needs no change (it
+// reads the mask off probs). The GEMMs still cover the whole lower triangle.
 // Non-goal here: a flash-style kernel that never stores probs (the GPU issue's concern).
 // Compiled once per ISA (Note [CPU dispatch]); the float softmax rows run explicit vectors.
 #include <omp.h>
@@ -77,7 +80,7 @@ void apply_dropout(T* dst, const T* P, int T_, size_t base, float p, uint64_t ke
 template <typename T>
 void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH,
                        float dropout_p, uint64_t dropout_key, T* workspace, int head_offset,
-                       int total_heads, int kv_heads) {
+                       int total_heads, int kv_heads, const int32_t* positions) {
   if (total_heads <= 0) total_heads = NH;
   const GroupedHeads layout(C, NH, kv_heads > 0 ? kv_heads : NH);
   const int HS = layout.HS, ld = layout.ld;
@@ -96,9 +99,12 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
       cpu::gemm(false, true, i1 - i0, i1, HS, scale, q + static_cast<size_t>(i0) * ld, ld, k, ld,
                 T(0), P + static_cast<size_t>(i0) * T_, T_);
     }
+    const int32_t* pos = positions ? positions + static_cast<size_t>(b) * T_ : nullptr;
     for (int i = 0; i < T_; i++) {
       T* row = P + static_cast<size_t>(i) * T_;
-      softmax_row(row, i + 1);
+      const int first = pos ? i - pos[i] : 0;  // the query's document starts at key `first`
+      std::fill(row, row + first, T(0));
+      softmax_row(row + first, i + 1 - first);
       std::fill(row + i + 1, row + T_, T(0));
     }
     const T* Pd = P;
@@ -192,9 +198,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
 }
 
 template void attention_forward(float*, float*, const float*, int, int, int, int, float, uint64_t,
-                                float*, int, int, int);
+                                float*, int, int, int, const int32_t*);
 template void attention_forward(double*, double*, const double*, int, int, int, int, float,
-                                uint64_t, double*, int, int, int);
+                                uint64_t, double*, int, int, int, const int32_t*);
 template void attention_backward(float*, const float*, const float*, const float*, int, int, int,
                                  int, float, uint64_t, float*, int, int, int);
 template void attention_backward(double*, const double*, const double*, const double*, int, int,

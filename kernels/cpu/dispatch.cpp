@@ -52,8 +52,9 @@ void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
 
 template <typename S>
 void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_end) {
-  LATTICE_DISPATCH(embedding_forward<S>, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+                       int C, int vocab_begin, int vocab_end, const int32_t* positions) {
+  LATTICE_DISPATCH(embedding_forward<S>, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end,
+                   positions);
 }
 template <typename S>
 void position_embedding_forward(S* out, const S* wpe, int B, int T, int C) {
@@ -61,9 +62,9 @@ void position_embedding_forward(S* out, const S* wpe, int B, int T, int C) {
 }
 template <typename S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T, int C,
-                        int vocab_begin, int vocab_end) {
-  LATTICE_DISPATCH(embedding_backward<S>, dwte, dwpe, dout, tokens, B, T, C, vocab_begin,
-                   vocab_end);
+                        int vocab_begin, int vocab_end, const int32_t* positions) {
+  LATTICE_DISPATCH(embedding_backward<S>, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end,
+                   positions);
 }
 
 template <typename S>
@@ -142,9 +143,9 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key, siz
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
                        uint64_t dropout_key, S* workspace, int head_offset, int total_heads,
-                       int kv_heads) {
+                       int kv_heads, const int32_t* positions) {
   LATTICE_DISPATCH(attention_forward<S>, out, probs, qkv, B, T, C, NH, dropout_p, dropout_key,
-                   workspace, head_offset, total_heads, kv_heads);
+                   workspace, head_offset, total_heads, kv_heads, positions);
 }
 template <typename S>
 void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
@@ -155,8 +156,8 @@ void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, in
 }
 template <typename S>
 void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const int32_t* slots,
-                          const int32_t* positions, int M, int NH, int HS, int max_T,
-                          S* workspace, int kv_heads) {
+                          const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace,
+                          int kv_heads) {
   LATTICE_DISPATCH(attention_kv_forward<S>, out, k_cache, v_cache, qkv, slots, positions, M, NH, HS,
                    max_T, workspace, kv_heads);
 }
@@ -211,10 +212,11 @@ void scale(S* x, size_t n, S s) {
   template void matmul_forward(S*, const S*, const S*, const S*, int, int, int);                   \
   template void add_bias(S*, const S*, int, int);                                                  \
   template void matmul_backward(S*, S*, S*, const S*, const S*, const S*, int, int, int);          \
-  template void embedding_forward(S*, const int32_t*, const S*, const S*, int, int, int, int,      \
-                                  int);                                                            \
+  template void embedding_forward(S*, const int32_t*, const S*, const S*, int, int, int, int, int, \
+                                  const int32_t*);                                                 \
   template void position_embedding_forward(S*, const S*, int, int, int);                           \
-  template void embedding_backward(S*, S*, const S*, const int32_t*, int, int, int, int, int);     \
+  template void embedding_backward(S*, S*, const S*, const int32_t*, int, int, int, int, int,      \
+                                   const int32_t*);                                                \
   template void layernorm_forward(S*, S*, S*, const S*, const S*, const S*, int, int);             \
   template void residual_layernorm_forward(S*, S*, S*, S*, const S*, const S*, const S*, const S*, \
                                            int, int);                                              \
@@ -225,7 +227,7 @@ void scale(S* x, size_t n, S s) {
   template void residual_dropout_forward(S*, const S*, const S*, size_t, float, uint64_t, size_t); \
   template void dropout_backward(S*, const S*, size_t, float, uint64_t, size_t);                   \
   template void attention_forward(S*, S*, const S*, int, int, int, int, float, uint64_t, S*, int,  \
-                                  int, int);                                                       \
+                                  int, int, const int32_t*);                                       \
   template void attention_backward(S*, const S*, const S*, const S*, int, int, int, int, float,    \
                                    uint64_t, S*, int, int, int);                                   \
   template void attention_kv_forward(S*, S*, S*, const S*, const int32_t*, const int32_t*, int,    \

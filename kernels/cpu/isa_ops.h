@@ -20,12 +20,12 @@ void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                      int N, int C, int OC);
 template <typename S>
 void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_end);
+                       int C, int vocab_begin, int vocab_end, const int32_t* positions);
 template <typename S>
 void position_embedding_forward(S* out, const S* wpe, int B, int T, int C);
 template <typename S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T, int C,
-                        int vocab_begin, int vocab_end);
+                        int vocab_begin, int vocab_end, const int32_t* positions);
 template <typename S>
 void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
                        int N, int C);
@@ -65,7 +65,7 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key, siz
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
                        uint64_t dropout_key, S* workspace, int head_offset, int total_heads,
-                       int kv_heads);
+                       int kv_heads, const int32_t* positions);
 template <typename S>
 void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,

@@ -9,6 +9,10 @@
 // and value where they lie in qkv (never copied per query head); the dk/dv pass runs one block
 // per group and key block, which sums the group's query heads in order (note "attention
 // tiles", last paragraph).
+// Packed documents (positions non-null, Note [packed sequences]): a query sees its own
+// document's keys only; blocks skip the key tiles before their first query's document and, in
+// the dk/dv pass, the query tiles after their keys' documents, so a sequence of short documents
+// costs less than a plain causal one. Null positions: the plain causal kernels, unchanged.
 // Non-goals: head sizes other than 64 and 128, sliding windows.
 //
 // Note "attention tiles": a block owns 32 rows (queries in the forward and the dq pass, keys
@@ -36,8 +40,9 @@ namespace lattice::kernels::cuda {
 namespace {
 
 AttentionArgs make_args(int B, int T_, int NH, int KV, int HS, float dropout_p, uint64_t key,
-                        int head_offset, int total_heads) {
+                        int head_offset, int total_heads, const int32_t* positions) {
   AttentionArgs a{};
+  a.positions = positions;
   a.B = B, a.T = T_, a.NH = NH, a.KV = KV;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
   a.dropout = dropout_p > 0.0f;
@@ -134,17 +139,19 @@ void backward(Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, 
          2 * kRows * HS + 2 * kTile * (HS + 1), dev(dqkv), dev(dout), dev(qkv), lse,
          static_cast<const float*>(delta), a);
   launch(ctx, "attention_backward (dk, dv)", attention_backward_dkv_kernel<DT, HS>,
-         dim3(grid.x, a.B * a.KV), 2 * kRows * HS + 2 * kTile * (HS + 1) + 2 * kTile, dev(dqkv),
+         dim3(grid.x, a.B * a.KV), 2 * kRows * HS + 2 * kTile * (HS + 1) + 3 * kTile, dev(dqkv),
          dev(dout), dev(qkv), lse, static_cast<const float*>(delta), a);
 }
 
 template <typename T>
 void forward_any(Context& ctx, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
-                 float dropout_p, uint64_t key, int head_offset, int total_heads, int kv_heads) {
+                 float dropout_p, uint64_t key, int head_offset, int total_heads, int kv_heads,
+                 const int32_t* positions) {
   const int KV = kv_heads > 0 ? kv_heads : NH;
   if (!supported(ctx, "attention_forward", C, NH, KV)) return;
   const int HS = C / NH;
-  const AttentionArgs a = make_args(B, T_, NH, KV, HS, dropout_p, key, head_offset, total_heads);
+  const AttentionArgs a =
+      make_args(B, T_, NH, KV, HS, dropout_p, key, head_offset, total_heads, positions);
   if (HS == 64)
     forward<T, 64>(ctx, out, lse, qkv, a);
   else
@@ -154,11 +161,13 @@ void forward_any(Context& ctx, T* out, float* lse, const T* qkv, int B, int T_, 
 template <typename T>
 void backward_any(Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out,
                   const float* lse, float* workspace, int B, int T_, int C, int NH, float dropout_p,
-                  uint64_t key, int head_offset, int total_heads, int kv_heads) {
+                  uint64_t key, int head_offset, int total_heads, int kv_heads,
+                  const int32_t* positions) {
   const int KV = kv_heads > 0 ? kv_heads : NH;
   if (!supported(ctx, "attention_backward", C, NH, KV)) return;
   const int HS = C / NH;
-  const AttentionArgs a = make_args(B, T_, NH, KV, HS, dropout_p, key, head_offset, total_heads);
+  const AttentionArgs a =
+      make_args(B, T_, NH, KV, HS, dropout_p, key, head_offset, total_heads, positions);
   if (HS == 64)
     backward<T, 64>(ctx, dqkv, dout, qkv, out, lse, workspace, a);
   else
@@ -173,42 +182,42 @@ size_t attention_workspace_floats(int B, int T, int NH) {
 
 void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                       int total_heads, int kv_heads) {
+                       int total_heads, int kv_heads, const int32_t* positions) {
   forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads,
-              kv_heads);
+              kv_heads, positions);
 }
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                       int total_heads, int kv_heads) {
+                       int total_heads, int kv_heads, const int32_t* positions) {
   forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads,
-              kv_heads);
+              kv_heads, positions);
 }
 void attention_forward(Context& ctx, fp16* out, float* lse, const fp16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                       int total_heads, int kv_heads) {
+                       int total_heads, int kv_heads, const int32_t* positions) {
   forward_any(ctx, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key, head_offset, total_heads,
-              kv_heads);
+              kv_heads, positions);
 }
 void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                        int total_heads, int kv_heads) {
+                        int total_heads, int kv_heads, const int32_t* positions) {
   backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
-               head_offset, total_heads, kv_heads);
+               head_offset, total_heads, kv_heads, positions);
 }
 void attention_backward(Context& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
                         const bf16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                        int total_heads, int kv_heads) {
+                        int total_heads, int kv_heads, const int32_t* positions) {
   backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
-               head_offset, total_heads, kv_heads);
+               head_offset, total_heads, kv_heads, positions);
 }
 void attention_backward(Context& ctx, fp16* dqkv, const fp16* dout, const fp16* qkv,
                         const fp16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset,
-                        int total_heads, int kv_heads) {
+                        int total_heads, int kv_heads, const int32_t* positions) {
   backward_any(ctx, dqkv, dout, qkv, out, lse, workspace, B, T, C, NH, dropout_p, dropout_key,
-               head_offset, total_heads, kv_heads);
+               head_offset, total_heads, kv_heads, positions);
 }
 
 }  // namespace lattice::kernels::cuda

@@ -27,7 +27,16 @@ struct AttentionArgs {
   float keep_scale;
   uint64_t key;
   int head_offset, total_heads;
+  const int32_t* positions;  // (B, T) packed documents' positions, or null: plain causal
 };
+
+// The first key query i of sequence b sees: the start of its packed document (Note [packed
+// sequences]: i - positions[b, i]), or 0. Rows past T see from 0 (they are never stored).
+// Documents are contiguous, so first_key never decreases along i: the kernels skip the key
+// tiles before their first row's first key and the query tiles past a key block's documents.
+__device__ __forceinline__ int first_key(const AttentionArgs& a, int b, int i) {
+  return a.positions && i < a.T ? i - a.positions[static_cast<size_t>(b) * a.T + i] : 0;
+}
 
 // Index of probability (b, h, i, j) in kernels.h's probs over all heads: the dropout key.
 __device__ __forceinline__ bool kept(const AttentionArgs& a, int b, int h, int i, int j) {
@@ -102,15 +111,17 @@ __global__ void __launch_bounds__(kWarps * 32)
   load_rows<T, HS>(sQ, HS, qkv, a, b, query_column<HS>(a, h), q0, a.scale);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DPL];
+  int lo[kRowsPerWarp];  // each row's first key
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; rr++) {
     m[rr] = -INFINITY;
     l[rr] = 0.0f;
+    lo[rr] = first_key(a, b, q0 + warp + kWarps * rr);
 #pragma unroll
     for (int d = 0; d < DPL; d++) o[rr][d] = 0.0f;
   }
-  const int kv_end = min(a.T, q0 + kRows);
-  for (int k0 = 0; k0 < kv_end; k0 += kTile) {
+  const int kv_begin = first_key(a, b, q0) / kTile * kTile, kv_end = min(a.T, q0 + kRows);
+  for (int k0 = kv_begin; k0 < kv_end; k0 += kTile) {
     __syncthreads();
     load_rows<T, HS>(sK, KS, qkv, a, b, k_col, k0, 1.0f);
     load_rows<T, HS>(sV, HS, qkv, a, b, k_col + HS, k0, 1.0f);
@@ -120,11 +131,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int r = warp + kWarps * rr, i = q0 + r;
       if (i >= a.T) continue;  // warp-uniform
       const int j = k0 + lane;
-      const bool valid = j <= i;  // tiles are aligned, so lane 0 is always valid
+      const bool valid = j <= i && j >= lo[rr];
       const float s = valid ? dot_rows(sQ + r * HS, sK + lane * KS, HS) : -INFINITY;
       const float m_new = fmaxf(m[rr], warp_max(s));
       const float p = valid ? expf(s - m_new) : 0.0f;
-      const float correction = expf(m[rr] - m_new);
+      // m_new is -inf only while a packed row has met no key of its document yet.
+      const float correction = m_new == -INFINITY ? 1.0f : expf(m[rr] - m_new);
       l[rr] = l[rr] * correction + warp_sum(p);
       m[rr] = m_new;
       float pd = p;
@@ -186,16 +198,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   load_head_rows<T, HS>(sdO, HS, dout, b, h, q0, a.T, a.NH);
 
   float dq[kRowsPerWarp][DPL], L[kRowsPerWarp], D[kRowsPerWarp];
+  int lo[kRowsPerWarp];  // each row's first key
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; rr++) {
     const int i = min(q0 + warp + kWarps * rr, a.T - 1);
     L[rr] = lse[static_cast<size_t>(bh) * a.T + i];
     D[rr] = delta[static_cast<size_t>(bh) * a.T + i];
+    lo[rr] = first_key(a, b, i);
 #pragma unroll
     for (int d = 0; d < DPL; d++) dq[rr][d] = 0.0f;
   }
-  const int kv_end = min(a.T, q0 + kRows);
-  for (int k0 = 0; k0 < kv_end; k0 += kTile) {
+  const int kv_begin = first_key(a, b, q0) / kTile * kTile, kv_end = min(a.T, q0 + kRows);
+  for (int k0 = kv_begin; k0 < kv_end; k0 += kTile) {
     __syncthreads();
     load_rows<T, HS>(sK, KS, qkv, a, b, k_col, k0, 1.0f);
     load_rows<T, HS>(sV, KS, qkv, a, b, k_col + HS, k0, 1.0f);
@@ -206,7 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (i >= a.T) continue;
       const int j = k0 + lane;
       float ds = 0.0f;
-      if (j <= i) {
+      if (j <= i && j >= lo[rr]) {
         const float p = expf(dot_rows(sQ + r * HS, sK + lane * KS, HS) - L[rr]);
         float dp = dot_rows(sdO + r * HS, sV + lane * KS, HS);
         if (a.dropout) dp = kept(a, b, h, i, j) ? dp * a.keep_scale : 0.0f;
@@ -240,12 +254,13 @@ __global__ void __launch_bounds__(kWarps * 32)
                                   const float* delta, AttentionArgs a) {
   constexpr int DPL = HS / 32, KS = HS + 1;
   float* smem = dynamic_shared_floats();
-  float* sK = smem;              // (32, HS)
-  float* sV = sK + kRows * HS;   // (32, HS)
-  float* sQ = sV + kRows * HS;   // (32, HS + 1), pre-scaled
-  float* sdO = sQ + kTile * KS;  // (32, HS + 1)
-  float* sL = sdO + kTile * KS;  // (32)
-  float* sD = sL + kTile;        // (32)
+  float* sK = smem;                               // (32, HS)
+  float* sV = sK + kRows * HS;                    // (32, HS)
+  float* sQ = sV + kRows * HS;                    // (32, HS + 1), pre-scaled
+  float* sdO = sQ + kTile * KS;                   // (32, HS + 1)
+  float* sL = sdO + kTile * KS;                   // (32)
+  float* sD = sL + kTile;                         // (32)
+  int* sLo = reinterpret_cast<int*>(sD + kTile);  // (32) the queries' first keys
   const int Q = a.NH / a.KV, b = blockIdx.y / a.KV, g = blockIdx.y % a.KV;
   const int k0 = blockIdx.x * kRows;  // the first blocks have the most query tiles
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -262,6 +277,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int bh = b * a.NH + h;
     const size_t q_col = query_column<HS>(a, h);
     for (int q0 = k0; q0 < a.T; q0 += kTile) {
+      if (first_key(a, b, q0) >= k0 + kRows) break;  // later queries are in later documents
       __syncthreads();
       load_rows<T, HS>(sQ, KS, qkv, a, b, q_col, q0, a.scale);
       load_head_rows<T, HS>(sdO, KS, dout, b, h, q0, a.T, a.NH);
@@ -269,6 +285,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int i = min(q0 + static_cast<int>(threadIdx.x), a.T - 1);
         sL[threadIdx.x] = lse[static_cast<size_t>(bh) * a.T + i];
         sD[threadIdx.x] = delta[static_cast<size_t>(bh) * a.T + i];
+        sLo[threadIdx.x] = first_key(a, b, i);
       }
       __syncthreads();
 #pragma unroll
@@ -277,7 +294,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (j >= a.T) continue;
         const int i = q0 + lane;
         float pd = 0.0f, ds = 0.0f;
-        if (i >= j && i < a.T) {
+        if (i >= j && i < a.T && j >= sLo[lane]) {
           const float p = expf(dot_rows(sK + r * HS, sQ + lane * KS, HS) - sL[lane]);
           float dp = dot_rows(sV + r * HS, sdO + lane * KS, HS);
           pd = p;

@@ -42,8 +42,8 @@ constexpr int dq_elems() {
   return (2 * kBlockRows + 2 * kKeys) * (HS + kPad);
 }
 template <int HS>
-constexpr int dkv_elems() {  // + lse and delta of the query tile (floats)
-  return (2 * kBlockRows + 2 * kQueries) * (HS + kPad) + 4 * kQueries;
+constexpr int dkv_elems() {  // + lse, delta (floats) and first keys (ints) of the query tile
+  return (2 * kBlockRows + 2 * kQueries) * (HS + kPad) + 6 * kQueries;
 }
 }  // namespace mma_tiles
 
@@ -115,10 +115,11 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   copy_rows<HS>(sQ, qkv_head<T, HS>(qkv, a, b, query_column<HS>(a, h)), ld, q0, kBlockRows, a.T);
 
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  const float scale2 = a.scale * kLog2e;  // scores in base 2
+  const int lo[2] = {first_key(a, b, row[0]), first_key(a, b, row[1])};  // first keys
+  const float scale2 = a.scale * kLog2e;                                 // scores in base 2
   float o[ND][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int kv_end = min(a.T, q0 + kBlockRows);
-  for (int k0 = 0; k0 < kv_end; k0 += kKeys) {
+  const int kv_begin = first_key(a, b, q0) / kKeys * kKeys, kv_end = min(a.T, q0 + kBlockRows);
+  for (int k0 = kv_begin; k0 < kv_end; k0 += kKeys) {
     __syncthreads();
     copy_rows<HS>(sK, qkv_head<T, HS>(qkv, a, b, k_col), ld, k0, kKeys, a.T);
     copy_rows<HS>(sV, qkv_head<T, HS>(qkv, a, b, k_col + HS), ld, k0, kKeys, a.T);
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int col = k0 + nt * 8 + 2 * t + (e & 1);
-        s[nt][e] = col <= row[e / 2] ? s[nt][e] * scale2 : -INFINITY;
+        s[nt][e] = col <= row[e / 2] && col >= lo[e / 2] ? s[nt][e] * scale2 : -INFINITY;
         m_new[e / 2] = fmaxf(m_new[e / 2], s[nt][e]);
       }
     float correction[2];
@@ -149,7 +150,8 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
     for (int r = 0; r < 2; r++) {  // the row's 4 lanes agree on its maximum
       m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 1));
       m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(0xffffffffu, m_new[r], 2));
-      correction[r] = exp2f(m[r] - m_new[r]);  // key 0 <= every row: m_new is finite
+      // m_new is -inf only while a packed row has met no key of its document yet.
+      correction[r] = m_new[r] == -INFINITY ? 1.0f : exp2f(m[r] - m_new[r]);
       m[r] = m_new[r];
       l[r] *= correction[r];
     }
@@ -161,7 +163,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const float p = exp2f(s[nt][e] - m[e / 2]);
+        const float p = s[nt][e] == -INFINITY ? 0.0f : exp2f(s[nt][e] - m[e / 2]);
         l[e / 2] += p;  // this lane's share; the row's lanes are summed at the end
         s[nt][e] = p;
         if (a.dropout && p > 0.0f)
@@ -228,10 +230,11 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
     L[r] = lse[at] * kLog2e;
     D[r] = delta[at];
   }
+  const int lo[2] = {first_key(a, b, row[0]), first_key(a, b, row[1])};  // first keys
   const float scale2 = a.scale * kLog2e;
   float dq[ND][4] = {};
-  const int kv_end = min(a.T, q0 + kBlockRows);
-  for (int k0 = 0; k0 < kv_end; k0 += kKeys) {
+  const int kv_begin = first_key(a, b, q0) / kKeys * kKeys, kv_end = min(a.T, q0 + kBlockRows);
+  for (int k0 = kv_begin; k0 < kv_end; k0 += kKeys) {
     __syncthreads();
     copy_rows<HS>(sK, qkv_head<T, HS>(qkv, a, b, k_col), ld, k0, kKeys, a.T);
     copy_rows<HS>(sV, qkv_head<T, HS>(qkv, a, b, k_col + HS), ld, k0, kKeys, a.T);
@@ -244,7 +247,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
       for (int e = 0; e < 4; e++) {  // s becomes dS
         const int i = row[e / 2], j = k0 + nt * 8 + 2 * t + (e & 1);
         float ds = 0.0f;
-        if (j <= i) {
+        if (j <= i && j >= lo[e / 2]) {
           const float p = exp2f(s[nt][e] * scale2 - L[e / 2]);
           float dpv = dp[nt][e];
           if (a.dropout) dpv = kept(a, b, h, i, j) ? dpv * a.keep_scale : 0.0f;
@@ -291,6 +294,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
   uint16_t* sdO = sQ + kQueries * S;
   float* sL = reinterpret_cast<float*>(sdO + kQueries * S);  // lse, base 2
   float* sD = sL + kQueries;
+  int* sLo = reinterpret_cast<int*>(sD + kQueries);  // the queries' first keys
   const int Q = a.NH / a.KV, b = blockIdx.y / a.KV, group = blockIdx.y % a.KV;
   const int k0 = blockIdx.x * kBlockRows;  // the first blocks have the most query tiles
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -308,6 +312,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
     const uint16_t* dout_head = reinterpret_cast<const uint16_t*>(dout) +
                                 static_cast<size_t>(b) * a.T * C + static_cast<size_t>(h) * HS;
     for (int q0 = k0; q0 < a.T; q0 += kQueries) {
+      if (first_key(a, b, q0) >= k0 + kBlockRows) break;  // later queries: later documents
       __syncthreads();
       copy_rows<HS>(sQ, q_head, ld, q0, kQueries, a.T);
       copy_rows<HS>(sdO, dout_head, C, q0, kQueries, a.T);
@@ -316,6 +321,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
         const size_t at = static_cast<size_t>(bh) * a.T + min(i, a.T - 1);
         sL[threadIdx.x] = i < a.T ? lse[at] * kLog2e : INFINITY;  // p = 0 past T
         sD[threadIdx.x] = i < a.T ? delta[at] : 0.0f;
+        sLo[threadIdx.x] = first_key(a, b, i);
       }
       __syncthreads();
       float s[NT][4] = {}, dp[NT][4] = {};  // S^T and dP^T: this warp's keys x the query tile
@@ -326,7 +332,7 @@ __global__ void __launch_bounds__(mma_tiles::kBlockWarps * 32)
         for (int e = 0; e < 4; e++) {  // s becomes P^T (dropped out), dp becomes dS^T
           const int j = key[e / 2], c = nt * 8 + 2 * t + (e & 1), i = q0 + c;
           float p = 0.0f, ds = 0.0f;
-          if (i >= j) {
+          if (i >= j && j >= sLo[c]) {
             p = exp2f(s[nt][e] * scale2 - sL[c]);
             float dpv = dp[nt][e];
             if (a.dropout && i < a.T) {

@@ -130,12 +130,12 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   A* wte = mem.in(compute_values<A>(random_floats(30 * C, 6)));
   A* wpe = mem.in(compute_values<A>(random_floats(T * C, 7)));
   A* emb = mem.template out<A>(N * C);
-  ops.embedding_forward(emb, d_tokens, wte, wpe, B, T, C, 10, 40);
+  ops.embedding_forward(emb, d_tokens, wte, wpe, B, T, C, 10, 40, nullptr);
   keep("embedding_forward out", emb, N * C);
   float* dwte = mem.in(std::vector<float>(30 * C, 0.0f));
   float* dwpe = mem.in(std::vector<float>(T * C, 0.0f));
   A* demb = mem.in(compute_values<A>(random_floats(N * C, 8)));
-  ops.embedding_backward(dwte, dwpe, demb, d_tokens, B, T, C, 10, 40);
+  ops.embedding_backward(dwte, dwpe, demb, d_tokens, B, T, C, 10, 40, nullptr);
   keep("embedding_backward dwte", dwte, 30 * C);
   keep("embedding_backward dwpe", dwpe, T * C);
 
@@ -180,9 +180,10 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   A* dqkv = mem.template out<A>(N * 3 * C);
   float* saved = mem.template out<float>(ops.attention_saved_elems(B, T, NH));
   float* ws = mem.template out<float>(ops.attention_workspace_elems(B, T, NH));
-  ops.attention_forward(att, saved, qkv, ws, B, T, C, NH, kDropout, kKey, 1, 4, NH);
+  ops.attention_forward(att, saved, qkv, ws, B, T, C, NH, kDropout, kKey, 1, 4, NH, nullptr);
   keep("attention_forward out", att, N * C);
-  ops.attention_backward(dqkv, demb, qkv, att, saved, ws, B, T, C, NH, kDropout, kKey, 1, 4, NH);
+  ops.attention_backward(dqkv, demb, qkv, att, saved, ws, B, T, C, NH, kDropout, kKey, 1, 4, NH,
+                         nullptr);
   keep("attention_backward dqkv", dqkv, N * 3 * C);
 
   // grouped-query attention: the NH query heads share KV 1 key and value (MQA)
@@ -190,9 +191,10 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   const size_t grouped_elems = static_cast<size_t>(N) * (NH + 2) * HS;
   A* gqkv = mem.in(compute_values<A>(random_floats(grouped_elems, 21)));
   A* gdqkv = mem.template out<A>(grouped_elems);
-  ops.attention_forward(att, saved, gqkv, ws, B, T, C, NH, 0.0f, kKey, 0, 0, 1);
+  ops.attention_forward(att, saved, gqkv, ws, B, T, C, NH, 0.0f, kKey, 0, 0, 1, nullptr);
   keep("grouped attention_forward out", att, N * C);
-  ops.attention_backward(gdqkv, demb, gqkv, att, saved, ws, B, T, C, NH, 0.0f, kKey, 0, 0, 1);
+  ops.attention_backward(gdqkv, demb, gqkv, att, saved, ws, B, T, C, NH, 0.0f, kKey, 0, 0, 1,
+                         nullptr);
   keep("grouped attention_backward dqkv", gdqkv, grouped_elems);
 
   // RoPE on that grouped qkv (half of each head rotated), rows at n % T and at given positions

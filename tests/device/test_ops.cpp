@@ -137,13 +137,14 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
     const auto tokens = random_tokens(N, V, 7);
     const auto wte = random_vector<S>(6 * C, 8), wpe = random_vector<S>(T * C, 9);
     std::vector<S> got(N * C), want(N * C);
-    ops.embedding_forward(got.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, 3, 9);
+    ops.embedding_forward(got.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, 3, 9,
+                          nullptr);
     k::embedding_forward(want.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, 3, 9);
     f.same("embedding_forward out", got, want);
     const auto d = random_vector<S>(N * C, 10);
     std::vector<S> gte = random_vector<S>(6 * C, 11), gpe = random_vector<S>(T * C, 12);
     std::vector<S> wte_grad = gte, wpe_grad = gpe;
-    ops.embedding_backward(gte.data(), gpe.data(), d.data(), tokens.data(), B, T, C, 3, 9);
+    ops.embedding_backward(gte.data(), gpe.data(), d.data(), tokens.data(), B, T, C, 3, 9, nullptr);
     k::embedding_backward(wte_grad.data(), wpe_grad.data(), d.data(), tokens.data(), B, T, C, 3, 9);
     f.same("embedding_backward dwte", gte, wte_grad);
     f.same("embedding_backward dwpe", gpe, wpe_grad);
@@ -212,14 +213,14 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
     std::vector<S> got(N * C), want(N * C), gp(B * NH * T * T), wp(B * NH * T * T), gws(ws),
         wws(ws);
     ops.attention_forward(got.data(), gp.data(), qkv.data(), gws.data(), B, T, C, NH, kDropout,
-                          kKey, head_offset, total_heads, NH);
+                          kKey, head_offset, total_heads, NH, nullptr);
     k::attention_forward(want.data(), wp.data(), qkv.data(), B, T, C, NH, kDropout, kKey,
                          wws.data(), head_offset, total_heads);
     f.same("attention_forward out", got, want);
     f.same("attention_forward saved", gp, wp);
     std::vector<S> gq(N * 3 * C), wq(N * 3 * C);
     ops.attention_backward(gq.data(), d.data(), qkv.data(), got.data(), gp.data(), gws.data(), B, T,
-                           C, NH, kDropout, kKey, head_offset, total_heads, NH);
+                           C, NH, kDropout, kKey, head_offset, total_heads, NH, nullptr);
     k::attention_backward(wq.data(), d.data(), qkv.data(), wp.data(), B, T, C, NH, kDropout, kKey,
                           wws.data(), head_offset, total_heads);
     f.same("attention_backward dqkv", gq, wq);
@@ -231,12 +232,12 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
     std::vector<S> got(N * C), want(N * C), gp(B * NH * T * T), wp(B * NH * T * T), gws(ws),
         wws(ws), gq(N * W), wq(N * W);
     ops.attention_forward(got.data(), gp.data(), qkv.data(), gws.data(), B, T, C, NH, kDropout,
-                          kKey, 0, NH, KV);
+                          kKey, 0, NH, KV, nullptr);
     k::attention_forward(want.data(), wp.data(), qkv.data(), B, T, C, NH, kDropout, kKey,
                          wws.data(), 0, NH, KV);
     f.same("grouped attention_forward out", got, want);
     ops.attention_backward(gq.data(), d.data(), qkv.data(), got.data(), gp.data(), gws.data(), B, T,
-                           C, NH, kDropout, kKey, 0, NH, KV);
+                           C, NH, kDropout, kKey, 0, NH, KV, nullptr);
     k::attention_backward(wq.data(), d.data(), qkv.data(), wp.data(), B, T, C, NH, kDropout, kKey,
                           wws.data(), 0, NH, KV);
     f.same("grouped attention_backward dqkv", gq, wq);
@@ -513,12 +514,15 @@ void compare_16_bit_list(Ops<H>& h, Ops<float>& f, Near& near) {
     const Input<H> wte(V * C, 46), wpe(T * C, 47), d(N * C, 48);
     std::vector<H> out(N * C);
     std::vector<float> fout(N * C);
-    h.embedding_forward(out.data(), tokens.data(), wte.h.data(), wpe.h.data(), B, T, C, 0, V);
-    f.embedding_forward(fout.data(), tokens.data(), wte.f.data(), wpe.f.data(), B, T, C, 0, V);
+    h.embedding_forward(out.data(), tokens.data(), wte.h.data(), wpe.h.data(), B, T, C, 0, V,
+                        nullptr);
+    f.embedding_forward(fout.data(), tokens.data(), wte.f.data(), wpe.f.data(), B, T, C, 0, V,
+                        nullptr);
     near.close("embedding_forward out", out, fout);
     std::vector<float> dte(V * C, 0.f), fdte(V * C, 0.f), dpe(T * C, 0.f), fdpe(T * C, 0.f);
-    h.embedding_backward(dte.data(), dpe.data(), d.h.data(), tokens.data(), B, T, C, 0, V);
-    f.embedding_backward(fdte.data(), fdpe.data(), d.f.data(), tokens.data(), B, T, C, 0, V);
+    h.embedding_backward(dte.data(), dpe.data(), d.h.data(), tokens.data(), B, T, C, 0, V, nullptr);
+    f.embedding_backward(fdte.data(), fdpe.data(), d.f.data(), tokens.data(), B, T, C, 0, V,
+                         nullptr);
     near.close("embedding_backward dwte", dte, fdte);
     near.close("embedding_backward dwpe", dpe, fdpe);
   }
@@ -579,15 +583,15 @@ void compare_16_bit_list(Ops<H>& h, Ops<float>& f, Near& near) {
     std::vector<H> out(N * C), dq(N * 3 * C);
     std::vector<float> fout(N * C), fdq(N * 3 * C);
     h.attention_forward(out.data(), s.data(), qkv.h.data(), w1.data(), B, T, C, NH, kDropout, kKey,
-                        0, 0, NH);
+                        0, 0, NH, nullptr);
     f.attention_forward(fout.data(), fs.data(), qkv.f.data(), w2.data(), B, T, C, NH, kDropout,
-                        kKey, 0, 0, NH);
+                        kKey, 0, 0, NH, nullptr);
     near.close("attention_forward out", out, fout);
     near.close("attention_forward saved", s, fs);
     h.attention_backward(dq.data(), d.h.data(), qkv.h.data(), out.data(), s.data(), w1.data(), B, T,
-                         C, NH, kDropout, kKey, 0, 0, NH);
+                         C, NH, kDropout, kKey, 0, 0, NH, nullptr);
     f.attention_backward(fdq.data(), d.f.data(), qkv.f.data(), fout.data(), fs.data(), w2.data(), B,
-                         T, C, NH, kDropout, kKey, 0, 0, NH);
+                         T, C, NH, kDropout, kKey, 0, 0, NH, nullptr);
     near.close("attention_backward dqkv", dq, fdq);
   }
   {  // the Llama family's ops: attention over one key/value head, RMSNorm, RoPE, SwiGLU
@@ -600,14 +604,14 @@ void compare_16_bit_list(Ops<H>& h, Ops<float>& f, Near& near) {
     std::vector<H> out(N * C), dq(N * W);
     std::vector<float> fout(N * C), fdq(N * W);
     h.attention_forward(out.data(), s.data(), qkv.h.data(), w1.data(), B, T, C, NH, 0, kKey, 0, 0,
-                        KV);
+                        KV, nullptr);
     f.attention_forward(fout.data(), fs.data(), qkv.f.data(), w2.data(), B, T, C, NH, 0, kKey, 0, 0,
-                        KV);
+                        KV, nullptr);
     near.close("grouped attention_forward out", out, fout);
     h.attention_backward(dq.data(), d.h.data(), qkv.h.data(), out.data(), s.data(), w1.data(), B, T,
-                         C, NH, 0, kKey, 0, 0, KV);
+                         C, NH, 0, kKey, 0, 0, KV, nullptr);
     f.attention_backward(fdq.data(), d.f.data(), qkv.f.data(), fout.data(), fs.data(), w2.data(), B,
-                         T, C, NH, 0, kKey, 0, 0, KV);
+                         T, C, NH, 0, kKey, 0, 0, KV, nullptr);
     near.close("grouped attention_backward dqkv", dq, fdq);
 
     std::vector<H> nout(N * C), sum(N * C), di = res.h;

@@ -343,12 +343,15 @@ uint64_t micro_batch_seed(int mb) {
 // micro-batch with its own dropout seed (micro_batch_seed) on both sides. The pipeline's loss
 // gradient is multiplied by loss_scale (its gradients divided by it before comparing).
 // recompute_method, recompute_n: the chunks' full recomputation ("" none; "selective":
-// selective recomputation).
+// selective recomputation). packed: every sequence packs three documents (Note [packed
+// sequences]), their positions loaded on every stage (set_packed_sequences) and given to the
+// whole run.
 template <typename A = float>
 std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
                              Tolerance tolerance = {}, float loss_scale = 1.0f,
                              bool sequence_parallel = false,
-                             const std::string& recompute_method = "", int recompute_n = 0) {
+                             const std::string& recompute_method = "", int recompute_n = 0,
+                             bool packed = false) {
   const int B = 2, N = B * c.seq_length, M = 8;
   const ParallelLayout& L = groups.layout;
   const float grad_scale = 1.0f / (static_cast<float>(N) * M);
@@ -361,11 +364,19 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     tokens[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
     targets[i] = static_cast<int32_t>((i * 53 + 5) % c.vocab_size);
   }
+  // Documents [0, cut), [cut, 9), [9, T) with the cut moving over sequences and micro-batches.
+  std::vector<int32_t> positions(tokens.size());
+  for (size_t i = 0; i < positions.size(); i++) {
+    const int t = static_cast<int>(i % c.seq_length),
+              cut = 1 + static_cast<int>(i / c.seq_length) % 7;
+    positions[i] = t < cut ? t : t < 9 ? t - cut : t - 9;
+  }
   std::vector<Ref<A>> want_losses(tokens.size());
   GptActivations<Ref<A>> acts(whole_config, B);
   for (int mb = 0; mb < M; mb++) {
     if (std::isnan(whole.forward(acts, tokens.data() + mb * N, targets.data() + mb * N,
-                                 micro_batch_seed(mb), grad_scale)))
+                                 micro_batch_seed(mb), grad_scale,
+                                 packed ? positions.data() + mb * N : nullptr)))
       return "whole run: " + host_device().synchronize(host_device().compute()).message();
     std::copy(acts.losses, acts.losses + N, want_losses.begin() + mb * N);
     whole.backward(acts);
@@ -409,11 +420,21 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   auto pipeline =
       PipelineExecutor<A>::create(chunk_models, device, channels, L.pp, groups.coord.pp, in_flight);
   if (!pipeline) return pipeline.status().message();
-  auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets) {
+  (*pipeline)->set_packed_sequences(packed);
+  int position_loads = 0;
+  auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets, int32_t* d_positions) {
     const size_t bytes = N * sizeof(int32_t);
-    device.copy(d_tokens, tokens.data() + mb * N, bytes, CopyKind::kHostToDevice, device.compute());
-    device.copy(d_targets, targets.data() + mb * N, bytes, CopyKind::kHostToDevice,
-                device.compute());
+    if (d_tokens)
+      device.copy(d_tokens, tokens.data() + mb * N, bytes, CopyKind::kHostToDevice,
+                  device.compute());
+    if (d_targets)
+      device.copy(d_targets, targets.data() + mb * N, bytes, CopyKind::kHostToDevice,
+                  device.compute());
+    if (d_positions) {
+      device.copy(d_positions, positions.data() + mb * N, bytes, CopyKind::kHostToDevice,
+                  device.compute());
+      position_loads++;
+    }
     return Status::ok();
   };
   std::vector<Ref<A>> losses(tokens.size(), 0), eval_losses(tokens.size(), 0);
@@ -423,6 +444,10 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
     return s.message();
   if (Status s = (*pipeline)->evaluate(M, load, eval_losses.data()); !s) return s.message();
   if (Status s = device.synchronize(device.compute()); !s) return s.message();
+  // Packed: every chunk of every micro-batch, in training and in evaluation, got positions.
+  if (position_loads != (packed ? 2 * M * chunks : 0))
+    return "positions loaded " + std::to_string(position_loads) + " times, expected " +
+           std::to_string(packed ? 2 * M * chunks : 0);
   for (auto& m : models)  // a power of two: exact
     for (size_t i = 0; i < m->arena_size(); i++) m->grads()[i] /= loss_scale;
   // The tied word embedding: the first stage's gradient (embedding) plus the last stage's
@@ -461,7 +486,9 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
 // "bf16" or "fp16" (at a loss scale of 2^10); "uniform" (fp32, full recomputation of each
 // chunk's layers in uniform groups of 2) or "block-dropout" (fp32 with dropout, the first layer
 // of each stage recomputed by block); "fp64" (GptModel<double> against the fp64 whole run within
-// 1e-12) or "fp64-selective-dropout" (that with dropout and selective recomputation).
+// 1e-12) or "fp64-selective-dropout" (that with dropout and selective recomputation);
+// "fp64-packed" (fp64 of packed sequences) or "sp-packed" (fp32 of packed sequences with
+// sequence parallelism).
 int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& variant) {
   Result<std::unique_ptr<Comm>> world = make_world_comm();
   if (!world) {
@@ -505,6 +532,11 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
     } else if (variant == "fp64-selective-dropout") {
       error =
           compare_pipeline<double>(o.model, *groups, kDoubleTolerance, 1.0f, false, "selective");
+    } else if (variant == "fp64-packed") {
+      error =
+          compare_pipeline<double>(o.model, *groups, kDoubleTolerance, 1.0f, false, "", 0, true);
+    } else if (variant == "sp-packed") {
+      error = compare_pipeline(o.model, *groups, Tolerance{}, 1.0f, true, "", 0, true);
     } else {
       error = "unknown variant " + variant;
     }
@@ -891,6 +923,14 @@ class GptLayouts : public QObject {
 
   void interleaved_pp4_iteration_matches_the_whole_run() {
     expect_workers(4, pipeline_args(1, 4, 2, 0, "fp32"), "PP 4 x 2 chunks");
+  }
+
+  // Packed sequences (Note [packed sequences]): every virtual stage, the middle ones included,
+  // loads the micro-batch's positions and masks its attention by document, as the whole run.
+  void packed_pipeline_iterations_match_the_whole_run() {
+    expect_workers(2, pipeline_args(1, 2, 2, 0, "fp64-packed"), "PP 2 x 2 chunks, packed");
+    if (QTest::currentTestFailed()) return;
+    expect_workers(4, pipeline_args(2, 2, 1, 0, "sp-packed"), "TP 2 x PP 2 + SP, packed");
   }
 #endif
 };

@@ -158,12 +158,13 @@ class PlannerTest : public QObject {
     // fp32 (G 4): ln1, res_mid, ln2 (3 sbh/t), qkv and the attention output (4 sbh/t), FC1 and
     // GELU (8 sbh/t), four LayerNorm statistics (4 sb/t) and the log-sum-exps (b a s / t); each
     // chunk adds its residual stream's input and every layer's output ((L + 1) sbh/t) and the
-    // tokens and targets (2 sb int32). Megatron's 34 counts dropout masks and outputs that the
-    // engine regenerates from the mask hash instead (docs/design-notes.md#dropout-masks).
+    // tokens, targets and packed positions (3 sb int32). Megatron's 34 counts dropout masks and
+    // outputs that the engine regenerates from the mask hash instead
+    // (docs/design-notes.md#dropout-masks).
     const double N = s * b, a = 32;
     const double layer = 2 * (3 * N * h / t + N * 12 * h / t) + 4 * (4 * N / t + b * a / t * s);
     const double chunk =
-        2 * N * 4 + 2 * (layers_per_stage + 1) * N * h / t + layers_per_stage * layer;
+        3 * N * 4 + 2 * (layers_per_stage + 1) * N * h / t + layers_per_stage * layer;
     qInfo(
         "Megatron example, activations per rank: Megatron's formula %.1f MiB (first stage: "
         "%d micro-batches x 16 layers x %.1f MiB); planner (the engine's buffers) first stage "

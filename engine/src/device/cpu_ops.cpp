@@ -33,12 +33,14 @@ class CpuOps final : public Ops<S> {
   }
 
   void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
-                         int C, int vocab_begin, int vocab_end) override {
-    kernels::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+                         int C, int vocab_begin, int vocab_end, const int32_t* positions) override {
+    kernels::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions);
   }
   void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
-                          int C, int vocab_begin, int vocab_end) override {
-    kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+                          int C, int vocab_begin, int vocab_end,
+                          const int32_t* positions) override {
+    kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end,
+                                positions);
   }
 
   void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
@@ -105,13 +107,16 @@ class CpuOps final : public Ops<S> {
     return kernels::attention_workspace_elems(T) * static_cast<size_t>(kernels::num_threads());
   }
   void attention_forward(S* out, S* saved, const S* qkv, S* workspace, int B, int T, int C, int NH,
-                         float p, uint64_t key, int head_offset, int total_heads, int KV) override {
+                         float p, uint64_t key, int head_offset, int total_heads, int KV,
+                         const int32_t* positions) override {
     kernels::attention_forward(out, saved, qkv, B, T, C, NH, p, key, workspace, head_offset,
-                               total_heads, KV);
+                               total_heads, KV, positions);
   }
+  // positions are not needed: the saved probabilities are zero outside each document.
   void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* /*out: unused here*/,
                           const S* saved, S* workspace, int B, int T, int C, int NH, float p,
-                          uint64_t key, int head_offset, int total_heads, int KV) override {
+                          uint64_t key, int head_offset, int total_heads, int KV,
+                          const int32_t* /*positions*/) override {
     kernels::attention_backward(dqkv, dout, qkv, saved, B, T, C, NH, p, key, workspace, head_offset,
                                 total_heads, KV);
   }

@@ -86,22 +86,24 @@ class CpuOps16 final : public Ops<H> {
   }
 
   void embedding_forward(H* out, const int32_t* tokens, const H* wte, const H* wpe, int B, int T,
-                         int C, int vocab_begin, int vocab_end) override {
+                         int C, int vocab_begin, int vocab_end, const int32_t* positions) override {
     int rows = 0;  // the rows of wte the tokens read (its size is not passed)
     for (int i = 0; i < B * T; i++)
       if (tokens[i] >= vocab_begin && tokens[i] < vocab_end)
         rows = std::max(rows, tokens[i] - vocab_begin + 1);
     const std::vector<float> te = wide(wte, static_cast<size_t>(rows) * C),
-                             pe = wide(wpe, static_cast<size_t>(T) * C);
+                             pe = wide(wpe, static_cast<size_t>(T) * C);  // positions < T
     std::vector<float> o(static_cast<size_t>(B) * T * C);
     f32.embedding_forward(o.data(), tokens, te.data(), data_or_null(pe), B, T, C, vocab_begin,
-                          vocab_end);
+                          vocab_end, positions);
     store(out, o);
   }
   void embedding_backward(float* dwte, float* dwpe, const H* dout, const int32_t* tokens, int B,
-                          int T, int C, int vocab_begin, int vocab_end) override {
+                          int T, int C, int vocab_begin, int vocab_end,
+                          const int32_t* positions) override {
     const std::vector<float> d = wide(dout, static_cast<size_t>(B) * T * C);
-    f32.embedding_backward(dwte, dwpe, d.data(), tokens, B, T, C, vocab_begin, vocab_end);
+    f32.embedding_backward(dwte, dwpe, d.data(), tokens, B, T, C, vocab_begin, vocab_end,
+                           positions);
   }
 
   void layernorm_forward(H* out, float* mean, float* rstd, const H* inp, const H* weight,
@@ -212,23 +214,24 @@ class CpuOps16 final : public Ops<H> {
     return f32.attention_workspace_elems(B, T, NH);
   }
   void attention_forward(H* out, float* saved, const H* qkv, float* workspace, int B, int T, int C,
-                         int NH, float p, uint64_t key, int head_offset, int total_heads,
-                         int KV) override {
+                         int NH, float p, uint64_t key, int head_offset, int total_heads, int KV,
+                         const int32_t* positions) override {
     const size_t n = static_cast<size_t>(B) * T * C, nqkv = n / NH * (NH + 2 * KV);
     const std::vector<float> q = wide(qkv, nqkv);
     std::vector<float> o(n);
     f32.attention_forward(o.data(), saved, q.data(), workspace, B, T, C, NH, p, key, head_offset,
-                          total_heads, KV);
+                          total_heads, KV, positions);
     store(out, o);
   }
   void attention_backward(H* dqkv, const H* dout, const H* qkv, const H* out, const float* saved,
                           float* workspace, int B, int T, int C, int NH, float p, uint64_t key,
-                          int head_offset, int total_heads, int KV) override {
+                          int head_offset, int total_heads, int KV,
+                          const int32_t* positions) override {
     const size_t n = static_cast<size_t>(B) * T * C, nqkv = n / NH * (NH + 2 * KV);
     const std::vector<float> d = wide(dout, n), q = wide(qkv, nqkv), o = wide(out, n);
     std::vector<float> dq(nqkv);
     f32.attention_backward(dq.data(), d.data(), q.data(), o.data(), saved, workspace, B, T, C, NH,
-                           p, key, head_offset, total_heads, KV);
+                           p, key, head_offset, total_heads, KV, positions);
     store(dqkv, dq);
   }
 

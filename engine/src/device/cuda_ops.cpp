@@ -39,12 +39,14 @@ class CudaOps final : public Ops<A> {
   }
 
   void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
-                         int C, int vocab_begin, int vocab_end) override {
-    cu::embedding_forward(ctx_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+                         int C, int vocab_begin, int vocab_end, const int32_t* positions) override {
+    cu::embedding_forward(ctx_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end, positions);
   }
   void embedding_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
-                          int T, int C, int vocab_begin, int vocab_end) override {
-    cu::embedding_backward(ctx_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+                          int T, int C, int vocab_begin, int vocab_end,
+                          const int32_t* positions) override {
+    cu::embedding_backward(ctx_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end,
+                           positions);
   }
 
   void layernorm_forward(A* out, float* mean, float* rstd, const A* inp, const A* weight,
@@ -115,15 +117,16 @@ class CudaOps final : public Ops<A> {
   }
   void attention_forward(A* out, float* saved, const A* qkv, float* /*workspace: backward only*/,
                          int B, int T, int C, int NH, float p, uint64_t key, int head_offset,
-                         int total_heads, int KV) override {
-    cu::attention_forward(ctx_, out, saved, qkv, B, T, C, NH, p, key, head_offset, total_heads,
-                          KV);
+                         int total_heads, int KV, const int32_t* positions) override {
+    cu::attention_forward(ctx_, out, saved, qkv, B, T, C, NH, p, key, head_offset, total_heads, KV,
+                          positions);
   }
   void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out, const float* saved,
                           float* workspace, int B, int T, int C, int NH, float p, uint64_t key,
-                          int head_offset, int total_heads, int KV) override {
+                          int head_offset, int total_heads, int KV,
+                          const int32_t* positions) override {
     cu::attention_backward(ctx_, dqkv, dout, qkv, out, saved, workspace, B, T, C, NH, p, key,
-                           head_offset, total_heads, KV);
+                           head_offset, total_heads, KV, positions);
   }
 
   void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,

@@ -76,14 +76,17 @@ class Ops {
 
   // ---- embedding
   // ---------------------------------------------------------------------------------- out (B, T,
-  // C) = wte[tokens (B, T)] + wpe[t], wpe may be null; wte holds vocabulary rows [vocab_begin,
-  // vocab_end), other tokens give zero rows (kernels.h).
+  // C) = wte[tokens (B, T)] + wpe[p], wpe may be null; wte holds vocabulary rows [vocab_begin,
+  // vocab_end), other tokens give zero rows (kernels.h). p = positions (B, T) of packed
+  // documents (Note [packed sequences], docs/models.md), or t when positions is null.
   virtual void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B,
-                                 int T, int C, int vocab_begin, int vocab_end) = 0;
-  // dwte (V, C) += scatter of dout (B, T, C) by token; dwpe (T, C) += dout summed over the batch;
-  // either may be null.
+                                 int T, int C, int vocab_begin, int vocab_end,
+                                 const int32_t* positions) = 0;
+  // dwte (V, C) += scatter of dout (B, T, C) by token; dwpe (T, C) += scatter by position (t when
+  // positions is null: dout summed over the batch); either may be null.
   virtual void embedding_backward(G* dwte, G* dwpe, const A* dout, const int32_t* tokens, int B,
-                                  int T, int C, int vocab_begin, int vocab_end) = 0;
+                                  int T, int C, int vocab_begin, int vocab_end,
+                                  const int32_t* positions) = 0;
 
   // ---- LayerNorm
   // ---------------------------------------------------------------------------------- out (N, C) =
@@ -109,7 +112,8 @@ class Ops {
   virtual void rmsnorm_backward(A* dinp, G* dweight, const A* dout, const A* inp, const A* weight,
                                 const G* rstd, int N, int C) = 0;
 
-  // ---- RoPE (kernels.h; the tables (positions, rotary_dim / 2) in G)
+  // ---- RoPE (kernels.h; the tables (positions, rotary_dim / 2) in G; row n at positions[n], a
+  // packed document's position in training, or n % T when null)
   // -----------------------------
   virtual void rope_forward(A* qkv, const G* cos, const G* sin, const int32_t* positions, int N,
                             int T, int NH, int KV, int HS, int rotary_dim) = 0;
@@ -144,15 +148,18 @@ class Ops {
   // key/value heads, each read by NH / KV query heads; KV = NH is GPT-2's per-head [q|k|v]) into
   // out (B, T, C), C = NH HS; saved (attention_saved_elems), workspace
   // (attention_workspace_elems). Query heads [head_offset, head_offset + NH) of total_heads (0:
-  // NH); dropout p on the probabilities.
+  // NH); dropout p on the probabilities. positions (B, T), when non-null: query t sees keys
+  // [t - positions[t], t] only, its own packed document (Note [packed sequences]); null: all of
+  // [0, t].
   virtual void attention_forward(A* out, G* saved, const A* qkv, G* workspace, int B, int T, int C,
                                  int NH, float p, uint64_t key, int head_offset, int total_heads,
-                                 int KV) = 0;
-  // dqkv (B, T, (NH + 2 KV) HS) given dout (B, T, C), the forward's qkv, out and saved.
+                                 int KV, const int32_t* positions) = 0;
+  // dqkv (B, T, (NH + 2 KV) HS) given dout (B, T, C), the forward's qkv, out and saved; positions
+  // as the forward's.
   virtual void attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out,
                                   const G* saved, G* workspace, int B, int T, int C, int NH,
-                                  float p, uint64_t key, int head_offset, int total_heads,
-                                  int KV) = 0;
+                                  float p, uint64_t key, int head_offset, int total_heads, int KV,
+                                  const int32_t* positions) = 0;
 
   // ---- cross-entropy (logits in G)
   // ---------------------------------------------------------------- losses (N) = -log

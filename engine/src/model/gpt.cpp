@@ -149,6 +149,7 @@ Status GptModel<A>::take_activations(GptActivations<A>& a) {
   DeviceBlocks& from = a.blocks;
   a.tokens = from.take<int32_t>(N_, MC::kActivations);
   a.targets = from.take<int32_t>(N_, MC::kActivations);
+  a.positions = from.take<int32_t>(N_, MC::kActivations);  // 4 bytes a token: always there
   a.residual = from.take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
   for (int l = 0; l < L_; l++)
     a.layers.push_back(recompute_.recomputed(l) ? LayerActivations<A>{}
@@ -369,6 +370,14 @@ void GptModel<A>::norm_backward(A* dinp, G* dweight, G* dbias, const A* dout, co
 
 template <typename A>
 void GptModel<A>::add_position_rows(A* rows, const A* wpe) {
+  if (positions_) {
+    // Packed documents: wpe's rows gathered by this rank's rows' positions into scratch (the
+    // embedding op over wpe as a table of T "tokens"), then added (a dropout of p 0 is a plain
+    // add, the op list having no other for both compute types).
+    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0, T_, nullptr);
+    ops_.residual_dropout_forward(rows, rows, d_c_, static_cast<size_t>(R_) * C_, 0.0f, 0, 0);
+    return;
+  }
   // Row r is position r % T; this rank's rows [row0, row0 + R) may start and end mid-sequence.
   const size_t T = T_, C = C_, end = row0_ + R_;
   for (size_t r = row0_; r < end;) {
@@ -422,9 +431,23 @@ const A* GptModel<A>::hidden_dropout_backward(A* out, const A* dout, int layer, 
   return out;
 }
 
+std::string packed_positions_error(const int32_t* positions, int B, int T) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const int32_t p = positions[static_cast<size_t>(b) * T + t];
+      const int32_t prev = t > 0 ? positions[static_cast<size_t>(b) * T + t - 1] : -1;
+      if (p != 0 && p != prev + 1)
+        return "packed positions: sequence " + std::to_string(b) + " token " + std::to_string(t) +
+               " has position " + std::to_string(p) + " after " +
+               (t > 0 ? std::to_string(prev) : std::string("the sequence start")) +
+               "; a document's positions start at 0 and count up by one";
+    }
+  return "";
+}
+
 template <typename A>
 double GptModel<A>::forward(GptActivations<A>& acts, const int32_t* tokens, const int32_t* targets,
-                            uint64_t dropout_seed, float grad_scale) {
+                            uint64_t dropout_seed, float grad_scale, const int32_t* positions) {
   if (!pre() || !post()) return std::numeric_limits<double>::quiet_NaN();  // a stage: *_stage
   if (!acts.residual && acts.host_shape.first > 0) {  // the host constructor's: first use
     if (acts.host_shape != std::pair<int, int>{B_, T_} || &acts.blocks.device() != &device_)
@@ -436,8 +459,15 @@ double GptModel<A>::forward(GptActivations<A>& acts, const int32_t* tokens, cons
     if (Status s = take_activations(acts); !s) throw std::runtime_error(s.message());
   }
   const size_t N = static_cast<size_t>(N_);
+  if (positions)
+    if (std::string error = packed_positions_error(positions, B_, T_); !error.empty())
+      throw std::invalid_argument("GptModel::forward: " + error);
   device_.copy(acts.tokens, tokens, N * sizeof(int32_t), CopyKind::kHostToDevice, compute());
   device_.copy(acts.targets, targets, N * sizeof(int32_t), CopyKind::kHostToDevice, compute());
+  acts.packed = positions != nullptr;
+  if (positions)
+    device_.copy(acts.positions, positions, N * sizeof(int32_t), CopyKind::kHostToDevice,
+                 compute());
   run_forward(acts, grad_scale, dropout_seed);
   std::vector<G> losses(N);
   device_.copy(losses.data(), acts.losses, N * sizeof(G), CopyKind::kDeviceToHost, compute());

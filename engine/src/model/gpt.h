@@ -43,6 +43,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -83,6 +84,11 @@ struct LayerActivations {
   A* gelu;      // (N, Ft) the activation's output (GELU or SwiGLU)
 };
 
+// "" when host positions (B, T) describe contiguous packed documents (Note [packed sequences]:
+// each sequence starts a document at 0, and every later position is 0, a new document, or its
+// predecessor + 1), else a sentence naming the first bad (sequence, token).
+std::string packed_positions_error(const int32_t* positions, int B, int T);
+
 // One micro-batch's activations, made for one chunk by its GptModel::new_activations and owned
 // by the caller (a pipeline keeps a pool of them: one per micro-batch in flight); its memory
 // goes back to the device with it. N = B*T rows, R as LayerActivations, L = the chunk's layers.
@@ -98,7 +104,11 @@ struct GptActivations {
   DeviceBlocks blocks;         // every buffer below
   int32_t* tokens = nullptr;   // (B, T) pre or post chunks: filled by the caller (stage API)
   int32_t* targets = nullptr;  // (B, T) post chunks
-  A* residual = nullptr;       // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
+  // (B, T) every chunk: each token's position in its own packed document (Note [packed
+  // sequences] in gpt_layer.cpp), filled by the caller; read only while `packed` is set.
+  int32_t* positions = nullptr;
+  bool packed = false;    // false: positions 0..T-1 and plain causal attention, as pretraining
+  A* residual = nullptr;  // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
   // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
   std::vector<LayerActivations<A>> layers;
   A* lnf = nullptr;           // (R, C) post
@@ -190,15 +200,18 @@ class GptModel {
   // token losses) / d logits (this rank's vocabulary columns) for backward(). Evaluation
   // (grad_scale 0): no dropout. Waits for the device and returns the mean of acts.losses (N):
   // every token's whole loss, equal on every rank of the TP group; NaN when the device failed
-  // (its synchronize() says why).
+  // (its synchronize() says why). positions: null, or host (B, T) int32 packing several
+  // documents into each sequence (Note [packed sequences] in gpt_layer.cpp); positions that
+  // packed_positions_error refuses throw std::invalid_argument with its sentence.
   double forward(GptActivations<A>& acts, const int32_t* tokens, const int32_t* targets,
-                 uint64_t dropout_seed, float grad_scale);
+                 uint64_t dropout_seed, float grad_scale, const int32_t* positions = nullptr);
   // Accumulates acts' micro-batch's parameter gradients into grads() (queued, not waited for).
   void backward(GptActivations<A>& acts);
 
   // A pipeline stage (gpu_pipeline.h): before forward_stage the caller has queued the
-  // micro-batch's tokens and targets into acts (pre or post chunk) or its input
-  // (acts.residual, (R, C): this rank's rows with sequence parallelism); a post chunk leaves
+  // micro-batch's tokens and targets into acts (pre or post chunk), its positions and packed
+  // flag (every chunk; packed false: none) and its input (acts.residual, (R, C): this rank's
+  // rows with sequence parallelism); a post chunk leaves
   // acts.losses, another its output (output(acts)). dropout_seed: the micro-batch's, as
   // forward()'s; acts keeps it (and p) for its backward. Before backward_stage a chunk that is
   // not post has its output gradient in acts.output_grad; one that is not pre leaves its input
@@ -303,7 +316,8 @@ class GptModel {
   void reduce_rows(A* partial, A* held);
   // out (R, C) = the row-parallel layer inp (N, K) @ weight^T summed over TP, + bias once.
   void row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K);
-  // The position embedding wpe (T, C) added to this rank's rows (R, C) of the embedding.
+  // The position embedding wpe (T, C) added to this rank's rows (R, C) of the embedding; with
+  // packed documents (positions_) each row's wpe[positions_[r]].
   void add_position_rows(A* rows, const A* wpe);
   // Sums the sequence_parallel_grad gradients of tensors [first, last) over the TP group.
   void sum_sequence_parallel_grads(int first, int last);
@@ -390,6 +404,9 @@ class GptModel {
   bool drop_saved_ = false;
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
+  // The micro-batch's positions (B, T) when it packs documents, else null (set from its
+  // activations by run_forward / run_backward; Note [packed sequences]).
+  const int32_t* positions_ = nullptr;
   // The dropout of the micro-batch being run (set from its activations by run_forward /
   // run_backward).
   float p_hidden_ = 0, p_attention_ = 0;

@@ -18,6 +18,18 @@
 // instead of all-reduced; each rank adds the row-parallel biases and the position embedding to its
 // own rows, so their gradients (and the LayerNorms') are partial and summed over TP once the last
 // micro-batch's backward has made them (notify).
+//
+// Note [packed sequences]: supervised fine-tuning packs several short documents into one
+// sequence of T tokens (issue 24). The micro-batch then carries positions (B, T), each token's
+// position in its own document (0 at a document's first token, +1 after), in its activations
+// (a.positions with a.packed set; the pipeline loads them on every stage, since every layer's
+// attention needs them). They replace t everywhere the model uses a position: the attention lets
+// query t see keys [t - positions[t], t] only (its own document, never the one packed before
+// it), RoPE rotates by positions[t] and GPT-2's learned embedding adds wpe[positions[t]]. So
+// each document's tokens get the losses and gradients they would get alone (which targets count
+// is the packer's and the loss's business, not the model's). Documents are contiguous, which the
+// CUDA kernels rely on to skip tiles. Without packing positions_ is null and every op runs its
+// plain causal path: positions 0..T-1, bit for bit the unpacked model.
 #include <algorithm>
 #include <type_traits>
 
@@ -36,6 +48,7 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
   p_hidden_ = a.p_hidden;
   p_attention_ = a.p_attention;
   dropout_seed_ = a.dropout_seed;
+  positions_ = a.packed ? a.positions : nullptr;
   const size_t RC = static_cast<size_t>(R_) * C;
   const auto& t = layout_.tensors();
   A* P = compute_;
@@ -44,13 +57,13 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
     const A* wpe = layout_.at(P, layout_.position_embedding_index());  // null: RoPE or none
     if (t_ == 1) {
       OpTimer timer(*this, Op::kEmbedding);
-      ops_.embedding_forward(a.residual, tokens, wte, wpe, B, T, C, 0, Vt_);
+      ops_.embedding_forward(a.residual, tokens, wte, wpe, B, T, C, 0, Vt_, positions_);
     } else if (sp_) {
       // Vocabulary-parallel, reduce-scattered to this rank's rows, which get their positions.
       const int v0 = tp_rank_ * Vt_;
       {
         OpTimer timer(*this, Op::kEmbedding);
-        ops_.embedding_forward(full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+        ops_.embedding_forward(full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_, nullptr);
       }
       reduce_rows(full_, a.residual);
       OpTimer timer(*this, Op::kEmbedding);
@@ -62,11 +75,14 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
       const int v0 = tp_rank_ * Vt_;
       {
         OpTimer timer(*this, Op::kEmbedding);
-        ops_.embedding_forward(a.residual, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_);
+        ops_.embedding_forward(a.residual, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_, nullptr);
       }
       tp_sum_rows(a.residual);
       OpTimer timer(*this, Op::kEmbedding);
-      if (wpe) ops_.add_bias(a.residual, wpe, B, T * C);
+      if (wpe && positions_)
+        add_position_rows(a.residual, wpe);
+      else if (wpe)
+        ops_.add_bias(a.residual, wpe, B, T * C);
     }
     hidden_dropout(a.residual, -1, DropoutSite::kEmbedding);
   }  // else residual[0] holds the previous stage's output (the caller queued it)
@@ -128,9 +144,10 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
   {
     OpTimer timer(*this, Op::kAttentionForward);
     if (rotary_dim_ > 0)  // queries and keys rotated in place; the attention reads them so
-      ops_.rope_forward(la.qkv, rope_cos_, rope_sin_, nullptr, N, T, Ht_, Gt_, HS_, rotary_dim_);
+      ops_.rope_forward(la.qkv, rope_cos_, rope_sin_, positions_, N, T, Ht_, Gt_, HS_, rotary_dim_);
     ops_.attention_forward(la.atty, saved_of(la), la.qkv, attention_ws_, B, T, Ct_, Ht_,
-                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_, Gt_);
+                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_, Gt_,
+                           positions_);
   }
   // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
   // over TP.
@@ -230,6 +247,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
   p_hidden_ = a.p_hidden;  // the masks of this micro-batch's forward
   p_attention_ = a.p_attention;
   dropout_seed_ = a.dropout_seed;
+  positions_ = a.packed ? a.positions : nullptr;
   if (post()) {
     const size_t head_off = t[layout_.output_index()].offset;
     const size_t lnf_off = t[layout_.final_norm_index()].offset;
@@ -271,7 +289,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     if (!la.saved) {  // Note [selective recomputation]
       OpTimer timer(*this, Op::kAttentionForward);
       ops_.attention_forward(d_atty_, selective_saved_, la.qkv, attention_ws_, B, T, Ct_, Ht_,
-                             p_attention_, attention_key, tp_rank_ * Ht_, NH_, Gt_);
+                             p_attention_, attention_key, tp_rank_ * Ht_, NH_, Gt_, positions_);
     }
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
@@ -314,9 +332,11 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     {
       OpTimer timer(*this, Op::kAttentionBackward);
       ops_.attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, saved_of(la), attention_ws_, B, T,
-                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_, Gt_);
+                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_, Gt_,
+                              positions_);
       if (rotary_dim_ > 0)  // back through the rotation to the QKV GEMM's output
-        ops_.rope_backward(d_qkv_, rope_cos_, rope_sin_, nullptr, N, T, Ht_, Gt_, HS_, rotary_dim_);
+        ops_.rope_backward(d_qkv_, rope_cos_, rope_sin_, positions_, N, T, Ht_, Gt_, HS_,
+                           rotary_dim_);
     }
     const A* ln1 = gather_rows(la.ln1, gathered_);
     {
@@ -340,7 +360,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
   {
     OpTimer timer(*this, Op::kEmbedding);
     ops_.embedding_backward(grads + wte_off, layout_.at(grads, layout_.position_embedding_index()),
-                            d_rows, tokens, B, T, C, v0, v0 + Vt_);
+                            d_rows, tokens, B, T, C, v0, v0 + Vt_, positions_);
   }
   notify(0, layout_.pre_tensors_end());
 }

@@ -123,9 +123,14 @@ Status PipelineExecutor<A>::forward_one(int c, int mb, int s, const Loader& load
   Stream& compute = device_.compute();
   // The slot's output may still be on its way to the next stage from its previous use.
   device_.wait(compute, output_sent_[c][s]);
-  if (first_virtual(c) || last_virtual(c)) {
+  slot.packed = packed_;
+  const bool ends = first_virtual(c) || last_virtual(c);
+  if (ends || packed_) {
     ScopedOp op(&model.profiler(), Op::kData);  // the host's part: reading and queueing
-    if (Status st = load(mb, slot.tokens, slot.targets); !st) return st;
+    if (Status st = load(mb, ends ? slot.tokens : nullptr, ends ? slot.targets : nullptr,
+                         packed_ ? slot.positions : nullptr);
+        !st)
+      return st;
   }
   if (!first_virtual(c)) {
     // Into residual[0], once compute is done with the slot's previous micro-batch.

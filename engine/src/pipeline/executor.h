@@ -78,9 +78,15 @@ struct PipelineComms {
 template <typename A>
 class PipelineExecutor {
  public:
-  // Queues micro-batch `micro_batch`'s tokens and targets into the device buffers (B, T) on
-  // the device's compute stream (on a host-addressable device: writes them).
-  using Loader = std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets)>;
+  // Queues micro-batch `micro_batch`'s inputs into the device buffers (B, T) on the device's
+  // compute stream (on a host-addressable device: writes them). Called for the first and the
+  // last virtual stage with tokens and targets; with set_packed_sequences(true) also for
+  // every other chunk with tokens = targets = null, and always with positions non-null, to
+  // receive each token's position in its packed document (Note [packed sequences] in
+  // model/gpt_layer.cpp: attention runs on every stage, so each needs them). Without packing
+  // positions is null and only the first and last virtual stages load, as before.
+  using Loader =
+      std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets, int32_t* positions)>;
 
   // chunks[c] holds virtual stage c * stages + stage, all on `device`, which makes a side
   // stream per channel; chunk c gets slots[c] micro-batches' activations
@@ -117,6 +123,10 @@ class PipelineExecutor {
   // and, while `timeline` is on (may be null), its boxes, placed on the timeline's host clock
   // by the host time at which train() took its first mark.
   void collect_times(IterationTimeline* timeline);
+  // Whether the micro-batches pack several documents per sequence (SFT), so that every chunk
+  // loads positions and runs the masked attention; off (the default): pretraining's plain
+  // causal attention, no positions loaded.
+  void set_packed_sequences(bool packed) { packed_ = packed; }
   const PipelineTimes& times() const { return times_; }  // training iterations, summed
 
  private:
@@ -173,6 +183,7 @@ class PipelineExecutor {
     int stage, micro_batch;
     Mark from, to;
   };
+  bool packed_ = false;  // set_packed_sequences
   bool timing_ = false;
   Mark origin_;                                        // train()'s first mark
   std::chrono::steady_clock::time_point host_origin_;  // the host clock when it was taken

@@ -132,7 +132,8 @@ struct ChunkActivations {
   double once = 0;             // the recomputed layers' scratch, shared by every micro-batch
 };
 
-// Model chunk `shard` as GptModel::new_activations and allocate take it: tokens and targets,
+// Model chunk `shard` as GptModel::new_activations and allocate take it: tokens, targets and
+// positions (packed sequences),
 // the residual stream (L + 1 rows of (R, C): the input and every layer's output), the layers
 // the recompute plan keeps (selective recomputation drops the saved tensor where the device
 // saves scores; full recomputation keeps only the residual input of a recomputed layer and
@@ -149,7 +150,7 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ModelShard& shar
   const double saved = attention_saved(o, d);
   const double kept = layer_bytes(e, d, plan.selective && scores ? 0 : saved);
   ChunkActivations c;
-  c.per_micro_batch = 2 * d.N * sizeof(int32_t) + e.a * (layers + 1) * d.R * d.C;
+  c.per_micro_batch = 3 * d.N * sizeof(int32_t) + e.a * (layers + 1) * d.R * d.C;
   for (int l = 0; l < layers; l++)
     if (!plan.recomputed(l)) c.per_micro_batch += kept;
   if (shard.post) {

@@ -378,7 +378,8 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     rank_.buckets[c]->start_iteration();
   }
   const int dp_rank = g_.coord.dp;
-  auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
+  // The executor is not told to pack (set_packed_sequences), so positions stays null.
+  auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* /*positions*/) {
     return load_micro_batch(*data_.train, consumed_, mb, tokens, targets);
   };
   // Dropout masks follow the micro-batch's place in the global batch, so they match one
@@ -464,7 +465,7 @@ Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& positio
   const int M = o_.num_micro_batches() / L.dp;
   double sum = 0;
   for (int it = 0; it < o_.eval_iters; it++) {
-    auto load = [&](int mb, int32_t* tokens, int32_t* targets) {
+    auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* /*positions*/) {
       return load_micro_batch(source, position, mb, tokens, targets);
     };
     if (Status s = executor_->evaluate(M, load, device_losses_); !s) return s;

@@ -213,29 +213,31 @@ void gelu_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, 
 void gelu_backward(Context& ctx, fp16* dinp, const fp16* inp, const fp16* dout, size_t n);
 
 // ---- embedding.cu ---------------------------------------------------------------------------
-// out (B, T, C) = wte[tokens] + wpe[t]; vocabulary-parallel rows as kernels.h; wpe may be null.
+// out (B, T, C) = wte[tokens] + wpe[p]; vocabulary-parallel rows as kernels.h; wpe may be null;
+// p = positions[b, t] (B, T, device memory) of packed documents, or t when positions is null.
 void embedding_forward(Context& ctx, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int B, int T, int C, int vocab_begin = 0,
-                       int vocab_end = 1 << 30);
+                       int vocab_end = 1 << 30, const int32_t* positions = nullptr);
 void embedding_forward(Context& ctx, bf16* out, const int32_t* tokens, const bf16* wte,
                        const bf16* wpe, int B, int T, int C, int vocab_begin = 0,
-                       int vocab_end = 1 << 30);
+                       int vocab_end = 1 << 30, const int32_t* positions = nullptr);
 void embedding_forward(Context& ctx, fp16* out, const int32_t* tokens, const fp16* wte,
                        const fp16* wpe, int B, int T, int C, int vocab_begin = 0,
-                       int vocab_end = 1 << 30);
+                       int vocab_end = 1 << 30, const int32_t* positions = nullptr);
 // out (B, T, C) += wpe[t]
 void position_embedding_forward(Context& ctx, float* out, const float* wpe, int B, int T, int C);
-// dwte (V, C) += scatter of dout by token, dwpe (T, C) += dout summed over the batch; either
-// may be null. Deterministic: every element sums its tokens in token order, as on the CPU.
+// dwte (V, C) += scatter of dout by token, dwpe (T, C) += dout summed over the batch (scattered
+// by position when positions is given); either may be null. Deterministic: every element sums
+// its tokens in token order, as on the CPU.
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const float* dout,
                         const int32_t* tokens, int B, int T, int C, int vocab_begin = 0,
-                        int vocab_end = 1 << 30);
+                        int vocab_end = 1 << 30, const int32_t* positions = nullptr);
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
                         const int32_t* tokens, int B, int T, int C, int vocab_begin = 0,
-                        int vocab_end = 1 << 30);
+                        int vocab_end = 1 << 30, const int32_t* positions = nullptr);
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const fp16* dout,
                         const int32_t* tokens, int B, int T, int C, int vocab_begin = 0,
-                        int vocab_end = 1 << 30);
+                        int vocab_end = 1 << 30, const int32_t* positions = nullptr);
 
 // ---- residual.cu ----------------------------------------------------------------------------
 // kernels.h's residual_dropout_forward / dropout_backward with the same counter-based mask;
@@ -261,30 +263,32 @@ void dropout_backward(Context& ctx, fp16* dx, const fp16* dout, size_t n, float 
 // out it replaces kernels.h's probs (B, NH, T, T), which is never formed. Dropout on the
 // probabilities draws kernels.h's mask (keyed by the element's index in the full probs).
 // HS = C / NH must be 64 or 128 and kv_heads divide NH (else an error is recorded).
+// positions (B, T, device memory), when non-null: query t sees keys [t - positions[b, t], t],
+// its own packed document (kernels.h); the backward takes the forward's positions.
 void attention_forward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                       int total_heads = 0, int kv_heads = 0);
+                       int total_heads = 0, int kv_heads = 0, const int32_t* positions = nullptr);
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                       int total_heads = 0, int kv_heads = 0);
+                       int total_heads = 0, int kv_heads = 0, const int32_t* positions = nullptr);
 void attention_forward(Context& ctx, fp16* out, float* lse, const fp16* qkv, int B, int T, int C,
                        int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                       int total_heads = 0, int kv_heads = 0);
+                       int total_heads = 0, int kv_heads = 0, const int32_t* positions = nullptr);
 // dqkv (B, T, (NH + 2 KV) HS) = gradient of qkv given dout (B, T, C), the forward's out and lse.
 // workspace: attention_workspace_floats(B, T, NH) floats.
 size_t attention_workspace_floats(int B, int T, int NH);
 void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                        int total_heads = 0, int kv_heads = 0);
+                        int total_heads = 0, int kv_heads = 0, const int32_t* positions = nullptr);
 void attention_backward(Context& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
                         const bf16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                        int total_heads = 0, int kv_heads = 0);
+                        int total_heads = 0, int kv_heads = 0, const int32_t* positions = nullptr);
 void attention_backward(Context& ctx, fp16* dqkv, const fp16* dout, const fp16* qkv,
                         const fp16* out, const float* lse, float* workspace, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, int head_offset = 0,
-                        int total_heads = 0, int kv_heads = 0);
+                        int total_heads = 0, int kv_heads = 0, const int32_t* positions = nullptr);
 
 // ---- cross_entropy.cu (fp32 logits) ---------------------------------------------------------
 // kernels.h's fused softmax + cross-entropy and its vocabulary-parallel passes; the caller

@@ -38,20 +38,25 @@ template <typename S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                      int N, int C, int OC);
 
-// out (B, T, C) = wte[tokens[b, t]] + wpe[t];  tokens (B, T) index rows of wte (V, C).
+// out (B, T, C) = wte[tokens[b, t]] + wpe[p];  tokens (B, T) index rows of wte (V, C).
 // Vocabulary-parallel: wte holds rows [vocab_begin, vocab_end) only; other tokens give zero
 // rows (summed over tensor-parallel ranks afterwards). wpe may be null (added later).
+// p = positions[b, t] (B, T), each token's position in its own packed document (Note [packed
+// sequences], docs/models.md), or t when positions is null.
 template <typename S>
 void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
-                       int C, int vocab_begin = 0, int vocab_end = 1 << 30);
+                       int C, int vocab_begin = 0, int vocab_end = 1 << 30,
+                       const int32_t* positions = nullptr);
 // out (B, T, C) += wpe[t]
 template <typename S>
 void position_embedding_forward(S* out, const S* wpe, int B, int T, int C);
 // dwte (V, C) += scatter of dout by token (rows [vocab_begin, vocab_end) as above);
-// dwpe (T, C) += dout summed over the batch. Either may be null.
+// dwpe (T, C) += dout scattered by position (positions[b, t], or t when null), in token order.
+// Either may be null.
 template <typename S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T, int C,
-                        int vocab_begin = 0, int vocab_end = 1 << 30);
+                        int vocab_begin = 0, int vocab_end = 1 << 30,
+                        const int32_t* positions = nullptr);
 
 // out (N, C) = (inp - mean) * rstd * weight + bias, per row; mean, rstd (N) are saved.
 inline constexpr double kLayerNormEps = 1e-5;
@@ -87,7 +92,9 @@ void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S*
 
 // Rotary position embedding (RoPE, Hugging Face's rotate_half form) in place on the query and
 // key heads of qkv (N, (NH + 2 KV) * HS) in the grouped layout of attention_forward; values are
-// untouched. Row n is at position positions[n], or n % T when positions is null. For each
+// untouched. Row n is at position positions[n], or n % T when positions is null: for training
+// positions (B, T) are the packed documents' positions (Note [packed sequences]), for
+// inference one position per decoded row. For each
 // rotated head x and i < R/2 (R = rotary_dim, even, <= HS; dims [R, HS) pass through):
 //   x[i]       = x[i] cos[p, i] - x[i + R/2] sin[p, i]
 //   x[i + R/2] = x[i + R/2] cos[p, i] + x[i] sin[p, i]
@@ -148,13 +155,17 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key,
 // workspace: attention_workspace_elems(T) elements per thread (num_threads() of them).
 // Tensor-parallel ranks hold heads [head_offset, head_offset + NH) of total_heads (0: NH);
 // the dropout mask of probability (b, h, i, j) is keyed by its index among all heads.
+// positions (B, T), when non-null, packs several documents into one sequence: query i sees only
+// keys [i - positions[b, i], i] (its own document; Note [packed sequences], docs/models.md), the
+// rest of probs' row zero. Null: plain causal, keys [0, i].
 size_t attention_workspace_elems(int T);
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
                        uint64_t dropout_key, S* workspace, int head_offset = 0, int total_heads = 0,
-                       int kv_heads = 0);
+                       int kv_heads = 0, const int32_t* positions = nullptr);
 // dqkv (B, T, (NH + 2 KV) HS) = gradient of the attention inputs given dout (B, T, C); a key or
-// value head's gradient sums its group's query heads.
+// value head's gradient sums its group's query heads. Packed documents need no positions here:
+// the forward's probs are zero outside each query's document, which masks the backward too.
 template <typename S>
 void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,

@@ -15,6 +15,7 @@
 // real scheduling, speed) is test_cuda_ops' and test_cuda_attention's, on a GPU.
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -46,7 +47,23 @@ struct Case {
   float dropout = 0.0f;
   int head_offset = 0, total_heads = 0;
   int kv_heads = 0;  // query groups (kernels.h's grouped layout); 0: NH, GPT-2's [q|k|v]
+  // Lengths of the documents packed into each sequence (summing to T; odd sequences take them
+  // in reverse order), passed as positions (Note [packed sequences]); empty: plain causal.
+  std::vector<int> documents = {};
 };
+
+// positions (B, T) of c.documents, or empty.
+std::vector<int32_t> packed_positions(const Case& c) {
+  std::vector<int32_t> pos;
+  if (c.documents.empty()) return pos;
+  for (int b = 0; b < c.B; b++) {
+    std::vector<int> lengths = c.documents;
+    if (b % 2) std::reverse(lengths.begin(), lengths.end());
+    for (int len : lengths)
+      for (int p = 0; p < len; p++) pos.push_back(p);
+  }
+  return pos;
+}
 
 std::vector<float> random_floats(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -158,8 +175,11 @@ void check(const Case& c) {
 
   std::vector<float> out(rows * C), dqkv(qkv.size()), probs(size_t(c.B) * c.NH * c.T * c.T);
   std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
+  const std::vector<int32_t> positions = packed_positions(c);
+  QCOMPARE(positions.size(), c.documents.empty() ? size_t(0) : rows);
+  const int32_t* pos = positions.empty() ? nullptr : positions.data();
   k::attention_forward(out.data(), probs.data(), qkv.data(), c.B, c.T, C, c.NH, c.dropout, key,
-                       ws.data(), c.head_offset, c.total_heads, c.kv_heads);
+                       ws.data(), c.head_offset, c.total_heads, c.kv_heads, pos);
   k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), c.B, c.T, C, c.NH,
                         c.dropout, key, ws.data(), c.head_offset, c.total_heads, c.kv_heads);
 
@@ -172,6 +192,7 @@ void check(const Case& c) {
   a.key = key;
   a.head_offset = c.head_offset;
   a.total_heads = c.total_heads > 0 ? c.total_heads : c.NH;
+  a.positions = pos;
   const float nan = std::nanf("");
   std::vector<float> g_lse(size_t(c.B) * c.NH * c.T, nan), g_delta(g_lse.size(), nan);
   std::vector<T> g_out(out.size(), T(cu::from_float<T>(nan))),
@@ -511,6 +532,22 @@ class KernelsEmulated : public QObject {
   void bf16_residual_rmsnorm_matches_cpu() { check_rmsnorm<cu::bf16>(19, 72, 3); }
 
   // RoPE on the grouped layout: {B, T, NH, KV, HS, rotary_dim, positions array}.
+  // Packed documents (positions): a query sees its own document only. T 100 over documents
+  // starting at 0, 3 and 64 makes the query blocks from row 64 skip the first key tiles and the
+  // first key blocks stop before the last query tiles (reversed in a second sequence: no
+  // skipping); the fp32 and the tensor-core kernels, grouped keys, dropout on tensor-parallel
+  // heads, head sizes 64 and 128.
+  void packed_documents_match_cpu() { check<64>({2, 100, 1, 64, 0.0f, 0, 0, 0, {3, 61, 36}}); }
+  void packed_documents_grouped_dropout_match_cpu() {
+    check<64>({1, 100, 2, 64, 0.1f, 2, 4, 1, {3, 61, 36}});
+  }
+  void mma_bf16_packed_documents_match_cpu() {
+    check<64, cu::bf16, true>({2, 100, 1, 64, 0.0f, 0, 0, 0, {3, 61, 36}});
+  }
+  void mma_fp16_packed_grouped_dropout_head128_match_cpu() {
+    check<128, cu::fp16, true>({1, 100, 2, 128, 0.1f, 2, 4, 1, {1, 63, 36}});
+  }
+
   void rope_grouped_matches_cpu() { check_rope<float>({2, 5, 4, 2, 64, 64, false}); }
   void rope_mqa_positions_partial_rotary_matches_cpu() {
     check_rope<float>({1, 6, 4, 1, 64, 32, true});
