@@ -263,7 +263,7 @@ class ServeInput : public QObject {
         {"/v1/completions", R"({"prompt": "1", "presence_penalty": 3})", "presence_penalty"},
         {"/v1/completions", R"({"prompt": "1", "presence_penalty": 0.5})", "presence_penalty"},
         {"/v1/completions", R"({"prompt": "1", "frequency_penalty": -2.5})", "frequency_penalty"},
-        {"/v1/completions", R"({"prompt": "1", "echo": true})", "echo"},
+        {"/v1/completions", R"({"prompt": "1", "echo": "yes"})", "echo"},
         {"/v1/completions", R"({"prompt": "1", "stream": "yes"})", "stream"},
         {"/v1/completions", R"({"prompt": "1", "stop": ["a", "b", "c", "d", "e"]})", "stop"},
         {"/v1/completions", R"({"prompt": "1", "stop": [""]})", "stop"},

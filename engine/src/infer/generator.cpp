@@ -194,6 +194,9 @@ Status Generator::check(const GenerationRequest& r) const {
   if (r.tokens_to_generate < 0)
     return Status::invalid_argument("tokens to generate must be 0 or more, not " +
                                     std::to_string(r.tokens_to_generate));
+  if (r.top_logprobs < 0)
+    return Status::invalid_argument("top log-probabilities must be 0 or more, not " +
+                                    std::to_string(r.top_logprobs));
   const SamplingParams& p = r.sampling;
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
     return Status::invalid_argument("temperature must be a finite number >= 0 (0: greedy)");
@@ -247,8 +250,11 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     live[s].rng.seed(requests[first + s].sampling.seed);
     GenerationResult& res = results[first + s];
     res = GenerationResult{};
-    if (requests[first + s].prompt_logprobs)
+    if (requests[first + s].prompt_logprobs) {
       res.prompt_logprobs.assign(requests[first + s].prompt.size() - 1, 0.0f);
+      if (requests[first + s].top_logprobs > 0)
+        res.prompt_top_logprobs.resize(requests[first + s].prompt.size() - 1);
+    }
     if (requests[first + s].tokens_to_generate == 0) live[s].done = true;
   }
   // Sequence s ends now, cancelled, if it has not ended.
@@ -274,6 +280,10 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     const float logprob = req.logprobs ? token_logprob(logits, V, token) : 0.0f;
     res.tokens.push_back(token);
     if (req.logprobs) res.logprobs.push_back(logprob);
+    if (req.logprobs && req.top_logprobs > 0) {
+      res.top_logprobs.emplace_back();
+      top_token_logprobs(logits, V, req.top_logprobs, res.top_logprobs.back(), scratch);
+    }
     q.length++;
     if (on_token) on_token(q.index, token, logprob);
     if (req.stop_at_eod && token == eod_) {
@@ -309,9 +319,13 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
       const Origin o = origins[i];
       const GenerationRequest& req = requests[first + o.slot];
       const int n = static_cast<int>(req.prompt.size());
-      if (req.prompt_logprobs && o.position + 1 < n)
-        results[first + o.slot].prompt_logprobs[o.position] =
-            token_logprob(row, V, req.prompt[o.position + 1]);
+      if (req.prompt_logprobs && o.position + 1 < n) {
+        GenerationResult& res = results[first + o.slot];
+        res.prompt_logprobs[o.position] = token_logprob(row, V, req.prompt[o.position + 1]);
+        if (req.top_logprobs > 0)
+          top_token_logprobs(row, V, req.top_logprobs, res.prompt_top_logprobs[o.position],
+                             scratch);
+      }
       if (o.position == n - 1 && !live[o.slot].done) advance(o.slot, row);
     }
     tokens.clear();
