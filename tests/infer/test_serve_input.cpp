@@ -269,6 +269,34 @@ class ServeInput : public QObject {
         {"/v1/completions", R"({"prompt": "1", "stop": [""]})", "stop"},
         {"/v1/completions", R"({"prompt": "1", "model": 5})", "model"},
         {"/v1/completions", R"({"prompt": 5})", "prompt"},
+        {"/v1/completions", R"({"prompt": "1", "stream": true, "echo": true})", "echo"},
+        {"/v1/completions", R"({"prompt": "1", "stream": true, "logprobs": 1})", "logprobs"},
+        {"/v1/chat/completions", R"({"model": "m"})", "messages"},
+        {"/v1/chat/completions", R"({"messages": []})", "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "1"}]})",
+         "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 5}]})", "messages"},
+        {"/v1/chat/completions", R"({"messages": [{"content": "1"}]})", "messages"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "1"}], "top_logprobs": 2})", "top_logprobs"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "1"}], "logprobs": true,
+             "top_logprobs": 21})",
+         "top_logprobs"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "1"}], "stream": true, "logprobs": true,
+             "top_logprobs": 1})",
+         "top_logprobs"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "1"}], "stream_options": {}})",
+         "stream_options"},
+        {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "1"}], "n": 2})",
+         "n"},
+        {"/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "1"}], "max_completion_tokens": -1})",
+         "max_completion_tokens"},
     };
     for (const auto& c : cases) {
       const std::string method = std::string(c.path) == "/api" ? "PUT" : "POST";
@@ -302,6 +330,8 @@ class ServeInput : public QObject {
         {"/v1/completions", R"({"prompt": "1", "max_tokens": 1, "temperature": null,
                                 "presence_penalty": 0, "frequency_penalty": 0.0,
                                 "echo": false, "stop": []})"},
+        {"/v1/completions", R"({"prompt": "1 2", "max_tokens": 0, "echo": true, "logprobs": 5})"},
+        {"/v1/completions", R"({"prompt": "1", "max_tokens": 1, "echo": true})"},
     };
     for (const auto& c : cases) {
       const std::string method = std::string(c.path) == "/api" ? "PUT" : "POST";
