@@ -104,9 +104,8 @@ Result<ChatPrompter> chat_prompter_for(const TokenizerOptions& options, const To
   return p;
 }
 
-ApiCall parse_chat_completions(const std::string& body, const Tokenizer& tokenizer,
-                               const Generator& generator, uint64_t random_seed,
-                               const ChatPrompter& prompter) {
+ApiCall parse_chat_completions(const std::string& body, const Generator& generator,
+                               uint64_t random_seed, const ChatPrompter& prompter) {
   const json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return failed("the body is not a JSON object", "");
   std::vector<ChatTurn> turns;

@@ -38,9 +38,8 @@ Result<ChatPrompter> chat_prompter_for(const TokenizerOptions& options, const To
 
 // The ApiCall of a chat request: one request; call.logprobs is -1 without "logprobs": true,
 // else top_logprobs (0-20).
-ApiCall parse_chat_completions(const std::string& body, const Tokenizer& tokenizer,
-                               const Generator& generator, uint64_t random_seed,
-                               const ChatPrompter& prompter);
+ApiCall parse_chat_completions(const std::string& body, const Generator& generator,
+                               uint64_t random_seed, const ChatPrompter& prompter);
 
 // The chat.completion object.
 std::string chat_response(const ApiCall& call, const std::vector<GenerationResult>& results,

@@ -528,7 +528,7 @@ int serve_command(const std::vector<std::string>& args) {
                                        "this server has no chat template: " +
                                            prompter.status().message() + " (--chat-template)",
                                        "messages", "invalid_request_error", ""});
-    ApiCall call = parse_chat_completions(*body, tok, gen, fresh_seed(), prompter.value());
+    ApiCall call = parse_chat_completions(*body, gen, fresh_seed(), prompter.value());
     if (!call.ok) return reply_error(res, call.error);
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch())

@@ -94,6 +94,10 @@ class Generator {
   // Random weights (Megatron's initialisation with `seed`), for tests and benchmarks.
   static std::unique_ptr<Generator> random(const ModelConfig& config, uint64_t seed, Comm* tp,
                                            int max_batch_size = 32);
+  // One process's generator on given weights: `params` holds the whole model in
+  // ParamLayout(config)'s arena order (what gather_full_params gives rank 0), copied.
+  static std::unique_ptr<Generator> from_weights(const ModelConfig& config, const float* params,
+                                                 int max_batch_size = 32);
 
   const ModelConfig& config() const;
   int context_length() const;  // positions the model knows (--max-position-embeddings)

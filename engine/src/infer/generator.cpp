@@ -3,6 +3,7 @@
 // (prefill, in chunks of max_prefill_rows rows), then one row per live sequence per step until
 // each has its tokens, its EOD or a stop string.
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -178,6 +179,29 @@ std::unique_ptr<Generator> Generator::random(const ModelConfig& config, uint64_t
   // layout (model/init_weights.h).
   if (const size_t failed = init_arena(m, model->layout(), seed, model->params()); failed > 0)
     throw OutOfMemory(MemoryCategory::kWorkspace, failed);
+  return std::unique_ptr<Generator>(new Generator(std::move(model), max_batch_size, 256));
+}
+
+std::unique_ptr<Generator> Generator::from_weights(const ModelConfig& config, const float* params,
+                                                   int max_batch_size) {
+  const ParamLayout whole(config);
+  ModelConfig m = config;
+  m.tensor_model_parallel_size = 1;
+  m.attention_dropout = m.hidden_dropout = 0.0f;
+  auto model = std::make_unique<InferenceModel>(m, nullptr);
+  // By name: the inference arena need not order its tensors as the training one does.
+  for (const ParamTensor& t : model->layout().tensors()) {
+    const auto& from = whole.tensors();
+    const auto it = std::find_if(from.begin(), from.end(),
+                                 [&](const ParamTensor& w) { return w.name == t.name; });
+    assert(it != from.end());
+    // The vocabulary's padding depends on the tensor-parallel size (padded rows are never read
+    // for a real id): the embedding's and an untied output layer's common rows.
+    assert(it->numel == t.numel ||
+           (t.shape.size() == 2 && it->shape == std::vector<int64_t>{it->shape[0], t.shape[1]}));
+    const size_t n = std::min(it->numel, t.numel);
+    std::copy(params + it->offset, params + it->offset + n, model->params() + t.offset);
+  }
   return std::unique_ptr<Generator>(new Generator(std::move(model), max_batch_size, 256));
 }
 
