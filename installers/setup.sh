@@ -17,6 +17,7 @@ if [[ "$mode" == test ]]; then
   bash installers/install-deps.sh --tests
   bash installers/fetch-gpt2-vocab.sh  # GPT-2's own vocabulary, for the tokenizer tests
   bash installers/fetch-hf-tokenizers.sh  # Llama 3's and Qwen 3's, and Hugging Face's reference
+  bash installers/fetch-openai-client.sh  # OpenAI's Node client, for the serving test
 else
   bash installers/install-deps.sh
 fi

@@ -14,6 +14,8 @@ namespace lattice::cli {
 int train_command(const std::vector<std::string>& args);
 int demo_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);
+// `lattice eval --task FILE`: multiple-choice accuracy (eval_task_command.cpp).
+int eval_task_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
 int runs_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);

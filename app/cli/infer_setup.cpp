@@ -103,6 +103,7 @@ std::unique_ptr<InferenceSetup> setup_inference(const std::string& command,
   Result<std::unique_ptr<Tokenizer>> tokenizer = make_tokenizer(tok);
   if (!tokenizer) return fail(1, tokenizer.status().message());
   setup->tokenizer = std::move(*tokenizer);
+  setup->tokenizer_options = tok;
 
   InferenceOptions io;
   io.load = o->load;

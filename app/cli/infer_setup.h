@@ -26,6 +26,7 @@ std::vector<std::string> take_flags(
 struct InferenceSetup {
   std::unique_ptr<Comm> world;  // the tensor-parallel group (every rank of the job)
   std::unique_ptr<Tokenizer> tokenizer;
+  TokenizerOptions tokenizer_options;  // how `tokenizer` was made (its chat template's source)
   std::unique_ptr<Generator> generator;
   bool rank0() const { return world->rank() == 0; }
 };

@@ -15,7 +15,7 @@ void print_usage(std::ostream& out) {
          "commands:\n"
          "  train     train a GPT model (Megatron-LM flag names; `lattice train --help`)\n"
          "  demo      train the demo model on the fortunes corpus (built on first use)\n"
-         "  eval      score a model on a dataset in document order\n"
+         "  eval      score a model on a dataset in document order, or on multiple-choice tasks\n"
          "  data      tokenizers and datasets: preprocess, inspect, train-tokenizer, demo\n"
          "  plan      check a parallel layout and estimate its memory per pipeline stage\n"
          "  runs      the run database: list, show, export, compare, tag, rename, delete\n"
@@ -39,7 +39,11 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "train") return lattice::cli::train_command(args);
   if (command == "demo") return lattice::cli::demo_command(args);
-  if (command == "eval") return lattice::cli::eval_command(args);
+  if (command == "eval") {
+    for (const std::string& a : args)
+      if (a == "--task" || a.rfind("--task=", 0) == 0) return lattice::cli::eval_task_command(args);
+    return lattice::cli::eval_command(args);
+  }
   if (command == "data") return lattice::cli::data_command(args);
   if (command == "plan") return lattice::cli::plan_command(args);
   if (command == "ckpt") return lattice::cli::ckpt_command(args);

@@ -47,14 +47,18 @@ bool add_prompts(ApiCall& call, const std::vector<std::string>& prompts,
   return true;
 }
 
-const char* finish_reason(const GenerationResult& res) {
-  return res.finish == FinishReason::kLength ? "length" : "stop";
-}
-
 constexpr int64_t kIntMax = INT32_MAX;  // counts that become an int
 constexpr double kAnyNumber = 1e300;
 
 }  // namespace
+
+const char* finish_reason(const GenerationResult& res) {
+  return res.finish == FinishReason::kLength ? "length" : "stop";
+}
+
+std::string dump_json(const json& j) {
+  return dump(j);
+}
 
 ApiCall parse_megatron_api(const std::string& body, const Tokenizer& tokenizer,
                            const Generator& generator, uint64_t random_seed) {
@@ -121,21 +125,10 @@ ApiCall parse_megatron_api(const std::string& body, const Tokenizer& tokenizer,
   return call;
 }
 
-ApiCall parse_completions(const std::string& body, const Tokenizer& tokenizer,
-                          const Generator& generator, uint64_t random_seed) {
-  const json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return not_an_object();
-  // OpenAI: null means the default.
-  RequestFields f(j, /*null_is_absent=*/true);
-  ApiCall call;
-  call.model = f.string("model").value_or("");
-  if (!f.has("prompt")) f.fail("prompt", "prompt is required (a string or a list of strings)");
-  const std::vector<std::string> prompts =
-      f.strings("prompt", true, 1, kMaxPrompts).value_or(std::vector<std::string>{});
-  for (const std::string& s : prompts)
-    if (s.empty()) f.fail("prompt", "prompt must not be empty");
-  GenerationRequest base;
-  base.tokens_to_generate = static_cast<int>(f.integer("max_tokens", 0, kIntMax).value_or(16));
+void read_openai_sampling(RequestFields& f, GenerationRequest& base, uint64_t random_seed,
+                          const char* max_tokens_field) {
+  base.tokens_to_generate =
+      static_cast<int>(f.integer(max_tokens_field, 0, kIntMax).value_or(base.tokens_to_generate));
   base.sampling.temperature =
       static_cast<float>(f.number("temperature", {0.0}, {2.0}).value_or(1.0));
   const double top_p = f.number("top_p", {0.0, false}, {1.0}).value_or(1.0);
@@ -143,10 +136,6 @@ ApiCall parse_completions(const std::string& body, const Tokenizer& tokenizer,
   base.sampling.top_k = static_cast<int>(f.integer("top_k", 0, kIntMax).value_or(0));
   if (f.integer("n", 1, 128).value_or(1) != 1)
     f.fail("n", "n must be 1 (one completion per prompt: send a prompt again for more)");
-  if (f.integer("best_of", 1, 20).value_or(1) != 1)
-    f.fail("best_of", "best_of must be 1 (lattice serve returns the one completion it samples)");
-  call.stream = f.boolean("stream").value_or(false);
-  call.logprobs = static_cast<int>(f.integer("logprobs", 0, 5).value_or(-1));
   base.stop = f.strings("stop", true, 0, 4).value_or(std::vector<std::string>{});
   for (const std::string& s : base.stop)
     if (s.empty()) f.fail("stop", "stop strings must not be empty");
@@ -157,11 +146,39 @@ ApiCall parse_completions(const std::string& body, const Tokenizer& tokenizer,
     (void)f.number(name, {-2.0}, {2.0});
     f.unsupported_unless(name, 0.0);
   }
-  (void)f.boolean("echo");
-  f.unsupported_unless("echo", false);
+}
+
+ApiCall parse_completions(const std::string& body, const Tokenizer& tokenizer,
+                          const Generator& generator, uint64_t random_seed) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return not_an_object();
+  // OpenAI: null means the default.
+  RequestFields f(j, /*null_is_absent=*/true);
+  ApiCall call;
+  call.model = f.string("model").value_or("");
+  if (!f.has("prompt")) f.fail("prompt", "prompt is required (a string or a list of strings)");
+  call.prompts = f.strings("prompt", true, 1, kMaxPrompts).value_or(std::vector<std::string>{});
+  for (const std::string& s : call.prompts)
+    if (s.empty()) f.fail("prompt", "prompt must not be empty");
+  GenerationRequest base;
+  base.tokens_to_generate = 16;
+  read_openai_sampling(f, base, random_seed, "max_tokens");
+  if (f.integer("best_of", 1, 20).value_or(1) != 1)
+    f.fail("best_of", "best_of must be 1 (lattice serve returns the one completion it samples)");
+  call.stream = f.boolean("stream").value_or(false);
+  call.logprobs = static_cast<int>(f.integer("logprobs", 0, 5).value_or(-1));
+  call.echo = f.boolean("echo").value_or(false);
+  if (f.ok() && call.stream && call.echo)
+    f.fail("echo", "echo is not supported with stream (ask with stream false)");
+  if (f.ok() && call.stream && call.logprobs > 0)
+    f.fail("logprobs",
+           "logprobs above 0 (top_logprobs) are not streamed; ask with stream false, or logprobs "
+           "0 for the chosen tokens' log-probabilities");
   if (!f.ok()) return failed(f);
   base.logprobs = call.logprobs >= 0;
-  if (!add_prompts(call, prompts, base, tokenizer, generator, "prompt")) return call;
+  base.prompt_logprobs = call.echo && call.logprobs >= 0;
+  base.top_logprobs = std::max(call.logprobs, 0);
+  if (!add_prompts(call, call.prompts, base, tokenizer, generator, "prompt")) return call;
   call.ok = true;
   return call;
 }
@@ -193,46 +210,91 @@ std::string megatron_response(const ApiCall& call, const std::vector<GenerationR
   return dump(out);
 }
 
+json top_logprobs_entry(const std::vector<TokenLogprob>* top, int32_t chosen, float logprob,
+                        const Tokenizer& tokenizer) {
+  // As vLLM: the k most likely tokens, and the chosen one when it is not among them. A
+  // dictionary keyed by text: tokens that decode alike keep the more likely one.
+  json d = json::object();
+  auto add = [&](int32_t id, float lp) {
+    const std::string key = tokenizer.decode(std::span<const int32_t>(&id, 1));
+    if (!d.contains(key)) d[key] = lp;
+  };
+  if (top)
+    for (const TokenLogprob& t : *top) add(t.token, t.logprob);
+  add(chosen, logprob);
+  return d;
+}
+
+namespace {
+
+// OpenAI's legacy logprobs object of one choice; with echo the prompt's tokens come first,
+// the first of them with null (nothing precedes it).
+json completion_logprobs(const ApiCall& call, const GenerationRequest& req,
+                         const GenerationResult& res, const Tokenizer& tokenizer) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  size_t offset = 0;
+  auto add = [&](int32_t id, json logprob, json alternatives) {
+    const std::string piece = tokenizer.decode(std::span<const int32_t>(&id, 1));
+    tokens.push_back(piece);
+    token_logprobs.push_back(std::move(logprob));
+    top.push_back(std::move(alternatives));
+    offsets.push_back(offset);
+    offset += piece.size();
+  };
+  if (call.echo)
+    for (size_t k = 0; k < req.prompt.size(); k++) {
+      if (k == 0) {
+        add(req.prompt[0], nullptr, nullptr);
+        continue;
+      }
+      const float lp = res.prompt_logprobs.at(k - 1);
+      const auto* alternatives =
+          res.prompt_top_logprobs.empty() ? nullptr : &res.prompt_top_logprobs[k - 1];
+      add(req.prompt[k], lp, top_logprobs_entry(alternatives, req.prompt[k], lp, tokenizer));
+    }
+  for (size_t k = 0; k < res.tokens.size(); k++) {
+    if (res.finish == FinishReason::kEod && k + 1 == res.tokens.size()) break;
+    const float lp = res.logprobs.at(k);
+    const auto* alternatives = res.top_logprobs.empty() ? nullptr : &res.top_logprobs[k];
+    add(res.tokens[k], lp, top_logprobs_entry(alternatives, res.tokens[k], lp, tokenizer));
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
+}
+
+}  // namespace
+
+json usage_json(const ApiCall& call, const std::vector<GenerationResult>& results) {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < results.size(); i++) {
+    prompt_tokens += static_cast<int64_t>(call.requests[i].prompt.size());
+    completion_tokens += static_cast<int64_t>(results[i].tokens.size());
+  }
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
 std::string completions_response(const ApiCall& call, const std::vector<GenerationResult>& results,
                                  const Tokenizer& tokenizer, const std::string& id,
                                  int64_t created) {
   json choices = json::array();
-  int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < results.size(); i++) {
     const GenerationResult& res = results[i];
-    prompt_tokens += static_cast<int64_t>(call.requests[i].prompt.size());
-    completion_tokens += static_cast<int64_t>(res.tokens.size());
-    json choice = {{"text", res.text}, {"index", i}};
+    const std::string text = call.echo ? call.prompts.at(i) + res.text : res.text;
+    json choice = {{"text", text}, {"index", i}};
     choice["finish_reason"] = finish_reason(res);
-    if (call.logprobs >= 0) {
-      json tokens = json::array(), token_logprobs = json::array(), offsets = json::array();
-      size_t offset = 0;
-      for (size_t k = 0; k < res.tokens.size(); k++) {
-        if (res.finish == FinishReason::kEod && k + 1 == res.tokens.size()) break;
-        const std::string piece = tokenizer.decode(std::span<const int32_t>(&res.tokens[k], 1));
-        tokens.push_back(piece);
-        token_logprobs.push_back(res.logprobs[k]);
-        offsets.push_back(offset);
-        offset += piece.size();
-      }
-      choice["logprobs"] = {{"tokens", tokens},
-                            {"token_logprobs", token_logprobs},
-                            {"top_logprobs", nullptr},
-                            {"text_offset", offsets}};
-    } else {
-      choice["logprobs"] = nullptr;
-    }
+    choice["logprobs"] = call.logprobs >= 0
+                             ? completion_logprobs(call, call.requests[i], res, tokenizer)
+                             : json(nullptr);
     choices.push_back(std::move(choice));
   }
-  const json out = {{"id", id},
-                    {"object", "text_completion"},
-                    {"created", created},
-                    {"model", call.model.empty() ? "lattice" : call.model},
-                    {"choices", choices},
-                    {"usage",
-                     {{"prompt_tokens", prompt_tokens},
-                      {"completion_tokens", completion_tokens},
-                      {"total_tokens", prompt_tokens + completion_tokens}}}};
+  const json out = {{"id", id},           {"object", "text_completion"},
+                    {"created", created}, {"model", call.model.empty() ? "lattice" : call.model},
+                    {"choices", choices}, {"usage", usage_json(call, results)}};
   return dump(out);
 }
 

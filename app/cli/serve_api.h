@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct ApiCall {
   std::string model;    // OpenAI: echoed back
   int logprobs = -1;    // OpenAI: -1 none, else the number asked for; /api: 0 or 1
   bool stream = false;  // OpenAI: server-sent events (CompletionStream)
+  bool echo = false;    // completions: the prompt before the text (and its tokens' logprobs)
+  std::vector<std::string> prompts;  // completions: the prompts as sent (echo)
+  bool include_usage = false;        // chat, stream: a last chunk with the usage
   bool ok = false;
   ApiError error;  // when !ok: the 400 answer, naming the field at fault
 };
@@ -33,6 +37,21 @@ ApiCall parse_megatron_api(const std::string& body, const Tokenizer& tokenizer,
                            const Generator& generator, uint64_t random_seed);
 ApiCall parse_completions(const std::string& body, const Tokenizer& tokenizer,
                           const Generator& generator, uint64_t random_seed);
+
+// The sampling fields that completions and chat completions share (max tokens under
+// `max_tokens_field`; base.tokens_to_generate is its default): temperature, top_p, top_k, n,
+// stop, seed and the penalties.
+void read_openai_sampling(RequestFields& fields, GenerationRequest& base, uint64_t random_seed,
+                          const char* max_tokens_field);
+// "stop" for EOD or a stop string, else "length".
+const char* finish_reason(const GenerationResult& result);
+// usage: {prompt_tokens, completion_tokens, total_tokens} over the call's sequences.
+nlohmann::json usage_json(const ApiCall& call, const std::vector<GenerationResult>& results);
+// The k most likely tokens with the chosen one (vLLM's top_logprobs entry), keyed by text.
+nlohmann::json top_logprobs_entry(const std::vector<TokenLogprob>* top, int32_t chosen,
+                                  float logprob, const Tokenizer& tokenizer);
+// j.dump() with invalid UTF-8 (a piece of a character) replaced rather than thrown on.
+std::string dump_json(const nlohmann::json& j);
 
 // {"text": [...], "segments": [[...]], "logprobs": [[...]] | null}
 std::string megatron_response(const ApiCall& call, const std::vector<GenerationResult>& results,
@@ -47,14 +66,22 @@ std::string completions_response(const ApiCall& call, const std::vector<Generati
 // tail is held back); each choice's last chunk carries its finish_reason; `data: [DONE]` ends
 // the stream. The pieces of a choice add up to the text stream=false answers. token() runs on
 // the generation thread, finish() after the results are in.
-class CompletionStream {
+// The events of a streamed answer (completions or chat), made as tokens come.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  // The event for token `token` of choice `index`, or "" when there is nothing to send yet.
+  virtual std::string token(size_t index, int32_t token, float logprob) = 0;
+  // The rest of every choice's text with its finish_reason, then [DONE].
+  virtual std::string finish(const std::vector<GenerationResult>& results) = 0;
+};
+
+class CompletionStream : public EventStream {
  public:
   CompletionStream(const ApiCall& call, const Tokenizer& tokenizer, int32_t eod, std::string id,
                    int64_t created);
-  // The event for token `token` of choice `index`, or "" when there is nothing to send yet.
-  std::string token(size_t index, int32_t token, float logprob);
-  // The rest of every choice's text with its finish_reason, then [DONE].
-  std::string finish(const std::vector<GenerationResult>& results);
+  std::string token(size_t index, int32_t token, float logprob) override;
+  std::string finish(const std::vector<GenerationResult>& results) override;
   // A failure after the stream began: an error event, then [DONE].
   static std::string error(const ApiError& error);
 

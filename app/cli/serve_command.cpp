@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "infer_setup.h"
 #include "serve_api.h"
+#include "serve_chat.h"
 #include "serve_connections.h"
 #include "serve_http.h"
 
@@ -41,13 +42,15 @@ struct ServeFlags {
   int max_batch_size = 64;
   int max_queued_prompts = 1024;
   int shutdown_timeout_s = 30;
+  std::string chat_template;  // --chat-template: instead of the tokenizer's
   ConnectionLimits connections;
 };
 
 constexpr const char* kUsage =
     "usage: lattice serve (--load DIR | --load-hf PATH [model flags]) [--host H] [--port P]\n\n"
     "Serves the model over HTTP: Megatron-LM's PUT /api ({\"prompts\": [...],\n"
-    "\"tokens_to_generate\": N, ...}) and OpenAI's POST /v1/completions. Concurrent requests\n"
+    "\"tokens_to_generate\": N, ...}), OpenAI's POST /v1/completions and POST\n"
+    "/v1/chat/completions (rendered with the tokenizer's chat template). Concurrent requests\n"
     "are batched. GET /health and GET /v1/models answer load balancers and clients. Under\n"
     "`mpirun -n T` with --tensor-model-parallel-size T, rank 0 serves.\n\n"
     "Past --max-connections or --max-queued-prompts a client hears 503 with Retry-After. Ctrl-C\n"
@@ -197,10 +200,10 @@ void reply_refusal(httplib::Response& res, const ApiError& e) {
 // thread, which writes them to the client.
 class EventChannel {
  public:
-  explicit EventChannel(CompletionStream stream) : stream_(std::move(stream)) {}
+  explicit EventChannel(std::unique_ptr<EventStream> stream) : stream_(std::move(stream)) {}
   // Worker thread.
   void token(size_t index, int32_t token, float logprob) {
-    std::string e = stream_.token(index, token, logprob);
+    std::string e = stream_->token(index, token, logprob);
     if (e.empty()) return;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -215,10 +218,10 @@ class EventChannel {
     return std::exchange(events_, {});
   }
   // HTTP thread, once the results are in (every token() happened before).
-  CompletionStream& stream() { return stream_; }
+  EventStream& stream() { return *stream_; }
 
  private:
-  CompletionStream stream_;
+  std::unique_ptr<EventStream> stream_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::string events_;
@@ -403,8 +406,7 @@ int serve_command(const std::vector<std::string>& args) {
       {"host", "address to listen on", &f.host},
       {"port", "port to listen on", &f.port},
       {"max-batch-size", "sequences decoded together", &f.max_batch_size},
-      {"max-queued-prompts", "prompts waiting for the model; past it 503",
-       &f.max_queued_prompts},
+      {"max-queued-prompts", "prompts waiting for the model; past it 503", &f.max_queued_prompts},
       {"max-connections", "connections served at once; past it 503",
        &f.connections.max_connections},
       {"http-threads", "the former name of --max-connections", &f.connections.max_connections},
@@ -418,6 +420,8 @@ int serve_command(const std::vector<std::string>& args) {
        &f.connections.idle_timeout_s},
       {"shutdown-timeout", "seconds to finish queued requests after SIGTERM",
        &f.shutdown_timeout_s},
+      {"chat-template", "chat template for /v1/chat/completions instead of the tokenizer's",
+       &f.chat_template},
   };
   for (const std::string& a : args)
     if (a == "--help" || a == "-h") {
@@ -457,6 +461,13 @@ int serve_command(const std::vector<std::string>& args) {
   }
 
   JobQueue queue(static_cast<size_t>(f.max_queued_prompts));
+  // The served tokenizer's chat template, for /v1/chat/completions. Without one the server
+  // still serves the other routes; chat requests hear why.
+  const Result<ChatPrompter> prompter =
+      chat_prompter_for(setup->tokenizer_options, tok, f.chat_template);
+  if (!prompter)
+    std::fprintf(stderr, "lattice serve: /v1/chat/completions is off: %s\n",
+                 prompter.status().message().c_str());
   // Connections, their limits and clocks: serve_connections.h. Keep-alive connections are not
   // closed every few requests (cpp-httplib's default is 5 requests); a client slower than this
   // to read an answer is gone.
@@ -500,13 +511,37 @@ int serve_command(const std::vector<std::string>& args) {
                                 .count();
     const std::string id = "cmpl-" + std::to_string(++counter);
     if (call.stream)
-      return stream_reply(
-          res, queue, call,
-          std::make_shared<EventChannel>(CompletionStream(call, tok, gen.eod(), id, created)), id,
-          shutdown_timeout_s);
+      return stream_reply(res, queue, call,
+                          std::make_shared<EventChannel>(std::make_unique<CompletionStream>(
+                              call, tok, gen.eod(), id, created)),
+                          id, shutdown_timeout_s);
     Ticket t = queue.push(call.requests);
     if (std::optional<std::vector<GenerationResult>> r = wait_for(t, res))
       reply_json(res, 200, completions_response(call, *r, tok, id, created));
+  });
+  server.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res,
+                                          const httplib::ContentReader& reader) {
+    const std::optional<std::string> body = read_body(req, reader, res, kMaxBodyBytes);
+    if (!body) return;
+    if (!prompter)
+      return reply_error(res, ApiError{400,
+                                       "this server has no chat template: " +
+                                           prompter.status().message() + " (--chat-template)",
+                                       "messages", "invalid_request_error", ""});
+    ApiCall call = parse_chat_completions(*body, gen, fresh_seed(), prompter.value());
+    if (!call.ok) return reply_error(res, call.error);
+    const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+    const std::string id = "chatcmpl-" + std::to_string(++counter);
+    if (call.stream)
+      return stream_reply(res, queue, call,
+                          std::make_shared<EventChannel>(
+                              std::make_unique<ChatStream>(call, tok, gen.eod(), id, created)),
+                          id, shutdown_timeout_s);
+    Ticket t = queue.push(call.requests);
+    if (std::optional<std::vector<GenerationResult>> r = wait_for(t, res))
+      reply_json(res, 200, chat_response(call, *r, tok, id, created));
   });
   const int64_t started = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
@@ -528,7 +563,8 @@ int serve_command(const std::vector<std::string>& args) {
   guards.not_found = [](const httplib::Request& req) {
     return ApiError{404,
                     "no route " + req.method + " " + req.path +
-                        "; the API is PUT /api, POST /v1/completions, GET /v1/models and "
+                        "; the API is PUT /api, POST /v1/completions, POST "
+                        "/v1/chat/completions, GET /v1/models and "
                         "GET /health",
                     "", "invalid_request_error", "unknown_url"};
   };
@@ -557,7 +593,7 @@ int serve_command(const std::vector<std::string>& args) {
   std::thread http([&] { server.listen_after_bind(); });
   std::printf(
       "serving %d layers, hidden %d, vocab %d (%s) on http://%s:%d  (PUT /api, POST "
-      "/v1/completions, GET /v1/models, GET /health; TP %d)\n",
+      "/v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health; TP %d)\n",
       m.num_layers, m.hidden_size, m.vocab_size, tok.type().c_str(), f.host.c_str(), port,
       comm.size());
   std::fflush(stdout);

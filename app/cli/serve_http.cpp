@@ -117,7 +117,8 @@ std::optional<ApiError> check_framing(const httplib::Request& req, size_t max_bo
 // post-routing handler runs just before the library writes the status line: it finds the
 // connection's socket (the one whose two ends are the request's addresses) and, when the
 // library would take its peer for gone, writes the whole answer itself with Connection: close.
-// The library's own writes then fail without sending anything, and it closes the connection.
+// Then it shuts down its sending side, so the library's own writes fail without sending
+// anything (whether or not the client half-closed), and the library closes the connection.
 // A stream (a chunked provider) is always written here, whether or not the end of stream has
 // arrived yet: the library checks before every write, so a client whose half-close arrives
 // during the stream (or just after the check above) would lose the rest of it, and a peeked end
@@ -227,14 +228,20 @@ void answer_outside_the_library(const httplib::Request& req, httplib::Response& 
   for (const auto& [key, value] : res.headers) head += key + ": " + value + "\r\n";
   head += "\r\n";
   const int timeout = options.write_timeout_s;
-  if (!write_all(fd, head, timeout) || req.method == "HEAD") return;
-  if (!res.body.empty()) {
-    (void)write_all(fd, res.body, timeout);
-  } else if (res.content_provider_) {
-    (void)drive_provider(fd, res, timeout, options.stopping);
-    // Spent: the library is left a provider that ends at once.
-    res.content_provider_ = [](size_t, size_t, httplib::DataSink&) { return false; };
+  if (write_all(fd, head, timeout) && req.method != "HEAD") {
+    if (!res.body.empty()) {
+      (void)write_all(fd, res.body, timeout);
+    } else if (res.content_provider_) {
+      (void)drive_provider(fd, res, timeout, options.stopping);
+      // Spent: the library is left a provider that ends at once.
+      res.content_provider_ = [](size_t, size_t, httplib::DataSink&) { return false; };
+    }
   }
+  // The answer is complete: nothing more may follow it. The library would otherwise write its
+  // own status line and headers after a stream to a client that has not half-closed (Node's
+  // HTTP parser, under OpenAI's client, fails on "data after Connection: close"); after this
+  // its writes fail (EPIPE, without SIGPIPE: it sends with MSG_NOSIGNAL) and it closes.
+  ::shutdown(fd, SHUT_WR);
 }
 
 }  // namespace

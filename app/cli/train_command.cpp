@@ -296,7 +296,8 @@ int eval_command(const std::vector<std::string>& args) {
                  "[--load-hf PATH] [model and tokenizer flags]\n\n"
                  "Scores a model on the first K samples of PREFIX in document order (sample i\n"
                  "is tokens [i*S, i*S+S] of the documents concatenated), and prints the mean\n"
-                 "loss and perplexity. Takes `lattice train`'s model and tokenizer flags.\n";
+                 "loss and perplexity. Takes `lattice train`'s model and tokenizer flags.\n"
+                 "lattice eval --task FILE.jsonl: multiple-choice accuracy (--task --help).\n";
     return 0;
   }
   Result<TrainOptions> options = parse_train_options(args);

@@ -196,6 +196,54 @@ class Generation : public QObject {
     QVERIFY(std::abs(token_logprob(logits, 5, 4) - (2.9 - lse)) < 1e-6);
   }
 
+  // top_logprobs: the k most likely tokens, most likely first (ties: lower id), with exactly
+  // token_logprob's values; for generated tokens and, with prompt_logprobs, prompt tokens.
+  void top_logprobs_are_the_most_likely_tokens() {
+    const float logits[] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f};
+    SamplingScratch scratch;
+    std::vector<TokenLogprob> top;
+    top_token_logprobs(logits, 5, 3, top, scratch);
+    QCOMPARE(top.size(), size_t{3});
+    const int32_t order[] = {1, 3, 4};
+    for (int i = 0; i < 3; i++) {
+      QCOMPARE(top[i].token, order[i]);
+      QCOMPARE(top[i].logprob, token_logprob(logits, 5, order[i]));  // the same bits
+    }
+    top_token_logprobs(logits, 5, 9, top, scratch);
+    QCOMPARE(top.size(), size_t{5});  // at most the vocabulary
+
+    std::unique_ptr<Generator> gen = Generator::random(test_config(), kSeed, nullptr);
+    GenerationRequest r = request({9, 8, 7, 6}, 5);  // greedy
+    r.prompt_logprobs = true;
+    r.top_logprobs = 4;
+    auto res = gen->generate({r});
+    QVERIFY(res.is_ok());
+    const GenerationResult& g = (*res)[0];
+    QCOMPARE(g.top_logprobs.size(), g.tokens.size());
+    QCOMPARE(g.prompt_top_logprobs.size(), r.prompt.size() - 1);
+    for (size_t k = 0; k < g.tokens.size(); k++) {
+      QCOMPARE(g.top_logprobs[k].size(), size_t{4});
+      // Greedy: the chosen token is the first alternative, with the same log-probability.
+      QCOMPARE(g.top_logprobs[k][0].token, g.tokens[k]);
+      QCOMPARE(g.top_logprobs[k][0].logprob, g.logprobs[k]);
+      for (size_t j = 1; j < 4; j++)
+        QVERIFY(g.top_logprobs[k][j].logprob <= g.top_logprobs[k][j - 1].logprob);
+    }
+    for (size_t k = 0; k + 1 < r.prompt.size(); k++) {
+      const auto& alternatives = g.prompt_top_logprobs[k];
+      QCOMPARE(alternatives.size(), size_t{4});
+      QVERIFY(g.prompt_logprobs[k] <= alternatives[0].logprob);
+      for (const TokenLogprob& t : alternatives)
+        if (t.token == r.prompt[k + 1]) QCOMPARE(t.logprob, g.prompt_logprobs[k]);
+    }
+    // Without prompt_logprobs or logprobs, none.
+    r.prompt_logprobs = false;
+    r.logprobs = false;
+    auto bare = gen->generate({r});
+    QVERIFY(bare.is_ok());
+    QVERIFY((*bare)[0].top_logprobs.empty() && (*bare)[0].prompt_top_logprobs.empty());
+  }
+
   void batched_prompts_of_different_lengths_match_one_at_a_time() {
     std::unique_ptr<Generator> gen = Generator::random(test_config(), kSeed, nullptr, 4);
     std::vector<GenerationRequest> batch = {

@@ -246,6 +246,19 @@ QWidget* DashboardView::buildPages() {
   tabs_->addTab(systemMetrics_, tr("System metrics"));
   connect(systemMetrics_, &SystemPage::runChanged, this, &DashboardView::scheduleReplot);
 
+  // Last, so that the pages before keep their indices (Page). --eval-tasks
+  // (docs/evaluation.md): the mean over the task files, at each validation point.
+  QGridLayout* tasks = grid(tr("Tasks"));
+  place(tasks,
+        addChart(tr("Multiple-choice accuracy"),
+                 {{.key = "task acc", .label = tr("acc"), .smoothed = false, .points = true},
+                  {.key = "task acc_norm",
+                   .label = tr("acc_norm"),
+                   .dashed = true,
+                   .smoothed = false,
+                   .points = true}}),
+        0, 0);
+
   connect(tabs_, &QTabWidget::currentChanged, this, &DashboardView::scheduleReplot);
   connect(systemRun_, &QComboBox::currentIndexChanged, this, [this] {
     refreshSystemRun();

@@ -36,7 +36,14 @@ class DashboardView : public QWidget {
 
  public:
   static constexpr int kReplotMs = 40;
-  enum Page { kTrainingPage, kThroughputPage, kSystemPage, kEstimatePage, kSystemMetricsPage };
+  enum Page {
+    kTrainingPage,
+    kThroughputPage,
+    kSystemPage,
+    kEstimatePage,
+    kSystemMetricsPage,
+    kTasksPage
+  };
 
   explicit DashboardView(QWidget* parent = nullptr);
   ~DashboardView() override;

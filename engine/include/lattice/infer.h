@@ -43,6 +43,15 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // end once the generated text contains one (needs a tokenizer)
   bool logprobs = true;           // log-probability of each generated token (a pass over V)
   bool prompt_logprobs = false;   // also the log-probability of prompt tokens 1..n-1
+  // The most likely `top_logprobs` tokens of each position whose log-probability is reported
+  // (generated tokens with `logprobs`, prompt tokens with `prompt_logprobs`); 0: none.
+  int top_logprobs = 0;
+};
+
+// One alternative at a position: a token and its log-probability under the model (T = 1).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
 };
 
 // kCancelled: generate()'s cancel callback ended the sequence before it ended otherwise.
@@ -53,6 +62,10 @@ struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (an ending EOD included)
   std::vector<float> logprobs;  // (tokens) log p(token | before) under the model (T = 1), if asked
   std::vector<float> prompt_logprobs;  // (prompt - 1) when asked
+  // With top_logprobs > 0: the most likely tokens of each reported position, most likely
+  // first (ties: lower id first), as (tokens) and (prompt - 1).
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   FinishReason finish = FinishReason::kLength;
   // With a tokenizer: the generated text, without an ending EOD and cut before a stop string.
   std::string text;
@@ -81,6 +94,10 @@ class Generator {
   // Random weights (Megatron's initialisation with `seed`), for tests and benchmarks.
   static std::unique_ptr<Generator> random(const ModelConfig& config, uint64_t seed, Comm* tp,
                                            int max_batch_size = 32);
+  // One process's generator on given weights: `params` holds the whole model in
+  // ParamLayout(config)'s arena order (what gather_full_params gives rank 0), copied.
+  static std::unique_ptr<Generator> from_weights(const ModelConfig& config, const float* params,
+                                                 int max_batch_size = 32);
 
   const ModelConfig& config() const;
   int context_length() const;  // positions the model knows (--max-position-embeddings)

@@ -20,6 +20,7 @@ class TeeSink : public MetricsSink {
   void on_start(const RunStart& s) override;
   void on_iteration(const IterationMetrics& m) override;
   void on_validation(const ValidationMetrics& v) override;
+  void on_task_scores(const std::vector<TaskScoreMetrics>& scores) override;
   void on_message(const std::string& m) override;
   void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
   void on_instability(const InstabilityEvent& e) override;
@@ -79,6 +80,9 @@ class RunRecorder : public MetricsSink {
   ~RunRecorder() override;
   void on_iteration(const IterationMetrics& m) override;
   void on_validation(const ValidationMetrics& v) override;
+  // Metrics "task acc" and "task acc_norm" (the mean over the tasks, what the Studio plots)
+  // and "task <file> acc" / "task <file> acc_norm" per task.
+  void on_task_scores(const std::vector<TaskScoreMetrics>& scores) override;
   // Every rank's memory (memory samples) and phase times (metrics "rank R <phase> time").
   void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
   void on_instability(const InstabilityEvent& e) override;

@@ -40,6 +40,15 @@ struct ValidationMetrics {
   double perplexity = 0;  // exp(min(20, loss)), as Megatron
 };
 
+// Multiple-choice accuracy of the training model on one --eval-tasks file
+// (lattice/multiple_choice.h), at a validation point.
+struct TaskScoreMetrics {
+  int iteration = 0;
+  std::string task;  // the file as given
+  int64_t questions = 0;
+  double acc = 0, acc_norm = 0;
+};
+
 struct MemoryReport {
   size_t weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
   size_t comm_buffers = 0;  // pipeline send/receive and data-parallel shard buffers
@@ -134,6 +143,7 @@ class MetricsSink {
   virtual void on_start(const RunStart&) {}
   virtual void on_iteration(const IterationMetrics&) {}
   virtual void on_validation(const ValidationMetrics&) {}
+  virtual void on_task_scores(const std::vector<TaskScoreMetrics>&) {}
   virtual void on_message(const std::string&) {}
   // Every rank's memory, its phase times per iteration (the mean over the iterations since the
   // previous report), and the timeline of the reported iteration itself: after iteration 1 and
@@ -163,6 +173,7 @@ class ConsoleSink : public MetricsSink {
   void on_start(const RunStart& start) override;
   void on_iteration(const IterationMetrics& m) override;
   void on_validation(const ValidationMetrics& v) override;
+  void on_task_scores(const std::vector<TaskScoreMetrics>& scores) override;
   void on_message(const std::string& message) override;
   void on_rank_reports(int iteration, const std::vector<RankReport>& ranks) override;
   void on_checkpoint(int iteration, const std::string& path, int64_t bytes,

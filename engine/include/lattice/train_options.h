@@ -63,6 +63,9 @@ struct TrainOptions {
   std::string data_cache_path;     // --data-cache-path (default: beside the data)
   int eval_interval = 1000;        // --eval-interval: iterations between validations
   int eval_iters = 100;            // --eval-iters: global batches per validation
+  // --eval-tasks FILE[,FILE]: multiple-choice task files (lattice/multiple_choice.h) scored
+  // on the training model at every validation point (every --eval-interval and at the end).
+  std::string eval_tasks;
   // --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model, --vocab-size. With
   // NullTokenizer the model's vocabulary is --vocab-size + 1 (EOD = --vocab-size), as Megatron.
   TokenizerOptions tokenizer = null_tokenizer(512);

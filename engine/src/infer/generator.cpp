@@ -3,6 +3,7 @@
 // (prefill, in chunks of max_prefill_rows rows), then one row per live sequence per step until
 // each has its tokens, its EOD or a stop string.
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -181,6 +182,29 @@ std::unique_ptr<Generator> Generator::random(const ModelConfig& config, uint64_t
   return std::unique_ptr<Generator>(new Generator(std::move(model), max_batch_size, 256));
 }
 
+std::unique_ptr<Generator> Generator::from_weights(const ModelConfig& config, const float* params,
+                                                   int max_batch_size) {
+  const ParamLayout whole(config);
+  ModelConfig m = config;
+  m.tensor_model_parallel_size = 1;
+  m.attention_dropout = m.hidden_dropout = 0.0f;
+  auto model = std::make_unique<InferenceModel>(m, nullptr);
+  // By name: the inference arena need not order its tensors as the training one does.
+  for (const ParamTensor& t : model->layout().tensors()) {
+    const auto& from = whole.tensors();
+    const auto it = std::find_if(from.begin(), from.end(),
+                                 [&](const ParamTensor& w) { return w.name == t.name; });
+    assert(it != from.end());
+    // The vocabulary's padding depends on the tensor-parallel size (padded rows are never read
+    // for a real id): the embedding's and an untied output layer's common rows.
+    assert(it->numel == t.numel ||
+           (t.shape.size() == 2 && it->shape == std::vector<int64_t>{it->shape[0], t.shape[1]}));
+    const size_t n = std::min(it->numel, t.numel);
+    std::copy(params + it->offset, params + it->offset + n, model->params() + t.offset);
+  }
+  return std::unique_ptr<Generator>(new Generator(std::move(model), max_batch_size, 256));
+}
+
 Status Generator::check(const GenerationRequest& r) const {
   const int T = context_length(), V = config().vocab_size;
   if (r.prompt.empty()) return Status::invalid_argument("the prompt is empty (no tokens)");
@@ -194,6 +218,9 @@ Status Generator::check(const GenerationRequest& r) const {
   if (r.tokens_to_generate < 0)
     return Status::invalid_argument("tokens to generate must be 0 or more, not " +
                                     std::to_string(r.tokens_to_generate));
+  if (r.top_logprobs < 0)
+    return Status::invalid_argument("top log-probabilities must be 0 or more, not " +
+                                    std::to_string(r.top_logprobs));
   const SamplingParams& p = r.sampling;
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
     return Status::invalid_argument("temperature must be a finite number >= 0 (0: greedy)");
@@ -247,8 +274,11 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     live[s].rng.seed(requests[first + s].sampling.seed);
     GenerationResult& res = results[first + s];
     res = GenerationResult{};
-    if (requests[first + s].prompt_logprobs)
+    if (requests[first + s].prompt_logprobs) {
       res.prompt_logprobs.assign(requests[first + s].prompt.size() - 1, 0.0f);
+      if (requests[first + s].top_logprobs > 0)
+        res.prompt_top_logprobs.resize(requests[first + s].prompt.size() - 1);
+    }
     if (requests[first + s].tokens_to_generate == 0) live[s].done = true;
   }
   // Sequence s ends now, cancelled, if it has not ended.
@@ -274,6 +304,10 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     const float logprob = req.logprobs ? token_logprob(logits, V, token) : 0.0f;
     res.tokens.push_back(token);
     if (req.logprobs) res.logprobs.push_back(logprob);
+    if (req.logprobs && req.top_logprobs > 0) {
+      res.top_logprobs.emplace_back();
+      top_token_logprobs(logits, V, req.top_logprobs, res.top_logprobs.back(), scratch);
+    }
     q.length++;
     if (on_token) on_token(q.index, token, logprob);
     if (req.stop_at_eod && token == eod_) {
@@ -309,9 +343,13 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
       const Origin o = origins[i];
       const GenerationRequest& req = requests[first + o.slot];
       const int n = static_cast<int>(req.prompt.size());
-      if (req.prompt_logprobs && o.position + 1 < n)
-        results[first + o.slot].prompt_logprobs[o.position] =
-            token_logprob(row, V, req.prompt[o.position + 1]);
+      if (req.prompt_logprobs && o.position + 1 < n) {
+        GenerationResult& res = results[first + o.slot];
+        res.prompt_logprobs[o.position] = token_logprob(row, V, req.prompt[o.position + 1]);
+        if (req.top_logprobs > 0)
+          top_token_logprobs(row, V, req.top_logprobs, res.prompt_top_logprobs[o.position],
+                             scratch);
+      }
       if (o.position == n - 1 && !live[o.slot].done) advance(o.slot, row);
     }
     tokens.clear();

@@ -92,6 +92,7 @@ Status broadcast_requests(Comm& comm, std::vector<GenerationRequest>& requests, 
       w.put(r.sampling.top_k);
       w.put(r.sampling.top_p);
       w.put(r.sampling.seed);
+      w.put(r.top_logprobs);
       w.put<uint8_t>((r.stop_at_eod ? 1 : 0) | (r.prompt_logprobs ? 2 : 0) | (r.logprobs ? 4 : 0));
       w.put<uint64_t>(r.stop.size());
       for (const std::string& s : r.stop) w.put_string(s);
@@ -112,6 +113,7 @@ Status broadcast_requests(Comm& comm, std::vector<GenerationRequest>& requests, 
     q.sampling.top_k = r.get<int>();
     q.sampling.top_p = r.get<float>();
     q.sampling.seed = r.get<uint64_t>();
+    q.top_logprobs = r.get<int>();
     const uint8_t flags = r.get<uint8_t>();
     q.stop_at_eod = flags & 1;
     q.prompt_logprobs = flags & 2;

@@ -18,12 +18,40 @@ double uniform01(std::mt19937_64& rng) {
 }
 }  // namespace
 
-float token_logprob(const float* logits, int V, int32_t token) {
+namespace {
+// The max logit and log sum exp(logit - max), in double: log p(t) = logit[t] - max - log_sum.
+struct LogNormalizer {
+  float maxv;
+  double log_sum;
+  float logprob(const float* logits, int32_t token) const {
+    return static_cast<float>(static_cast<double>(logits[token]) - maxv - log_sum);
+  }
+};
+
+LogNormalizer log_normalizer(const float* logits, int V) {
   float maxv = logits[0];
   for (int i = 1; i < V; i++) maxv = std::max(maxv, logits[i]);
   double sum = 0;
   for (int i = 0; i < V; i++) sum += std::exp(static_cast<double>(logits[i]) - maxv);
-  return static_cast<float>(static_cast<double>(logits[token]) - maxv - std::log(sum));
+  return {maxv, std::log(sum)};
+}
+}  // namespace
+
+float token_logprob(const float* logits, int V, int32_t token) {
+  return log_normalizer(logits, V).logprob(logits, token);
+}
+
+void top_token_logprobs(const float* logits, int V, int k, std::vector<TokenLogprob>& out,
+                        SamplingScratch& scratch) {
+  out.clear();
+  k = std::min(k, V);
+  if (k <= 0) return;
+  const LogNormalizer norm = log_normalizer(logits, V);
+  auto& c = scratch.candidates;
+  c.resize(V);
+  for (int i = 0; i < V; i++) c[i] = {logits[i], i};
+  std::partial_sort(c.begin(), c.begin() + k, c.end(), by_value_then_id);
+  for (int i = 0; i < k; i++) out.push_back({c[i].second, norm.logprob(logits, c[i].second)});
 }
 
 int32_t argmax_token(const float* logits, int V) {

@@ -19,6 +19,10 @@ struct SamplingScratch {
 
 // log softmax(logits (V))[token], accumulated in double.
 float token_logprob(const float* logits, int V, int32_t token);
+// The `k` most likely tokens of logits (V), most likely first (ties: lower id first), with
+// log-probabilities computed exactly as token_logprob's (the same bits for the same token).
+void top_token_logprobs(const float* logits, int V, int k, std::vector<TokenLogprob>& out,
+                        SamplingScratch& scratch);
 // The arg-max of logits (V); the lowest id among equals.
 int32_t argmax_token(const float* logits, int V);
 // The next token of logits (V) under `params`, drawing from `rng` unless greedy.

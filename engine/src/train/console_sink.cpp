@@ -119,6 +119,14 @@ void ConsoleSink::on_validation(const ValidationMetrics& v) {
   out_ << rule << "\n" << line << "\n" << rule << "\n" << std::flush;
 }
 
+void ConsoleSink::on_task_scores(const std::vector<TaskScoreMetrics>& scores) {
+  for (const TaskScoreMetrics& s : scores)
+    out_ << " task " << s.task << " at iteration " << s.iteration << " | " << s.questions
+         << " questions | acc " << format("%.4f", s.acc) << " | acc_norm "
+         << format("%.4f", s.acc_norm) << " |\n";
+  out_ << std::flush;
+}
+
 void ConsoleSink::on_checkpoint(int iteration, const std::string& path, int64_t bytes,
                                 double seconds) {
   out_ << "> saved checkpoint of iteration " << iteration << " to " << path << " ("

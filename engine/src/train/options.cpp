@@ -108,6 +108,8 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &o.data_cache_path},
       {"eval-interval", "iterations between validation runs", &o.eval_interval},
       {"eval-iters", "global batches per validation run", &o.eval_iters},
+      {"eval-tasks", "multiple-choice task files (comma-separated) scored every --eval-interval",
+       &o.eval_tasks},
       {"tokenizer-type",
        "NullTokenizer | GPT2BPETokenizer | SentencePieceTokenizer | GPTSentencePieceTokenizer | "
        "HuggingFaceTokenizer",

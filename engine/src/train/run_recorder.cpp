@@ -32,6 +32,9 @@ void TeeSink::on_iteration(const IterationMetrics& m) {
 void TeeSink::on_validation(const ValidationMetrics& v) {
   for (MetricsSink* k : sinks_) k->on_validation(v);
 }
+void TeeSink::on_task_scores(const std::vector<TaskScoreMetrics>& scores) {
+  for (MetricsSink* k : sinks_) k->on_task_scores(scores);
+}
 void TeeSink::on_message(const std::string& m) {
   for (MetricsSink* k : sinks_) k->on_message(m);
 }
@@ -345,6 +348,22 @@ void RunRecorder::on_validation(const ValidationMetrics& v) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->write_step(
       {v.iteration, {{split + " lm loss", v.lm_loss}, {split + " lm loss PPL", v.perplexity}}, {}});
+}
+
+void RunRecorder::on_task_scores(const std::vector<TaskScoreMetrics>& scores) {
+  if (scores.empty()) return;
+  std::map<std::string, double> values;
+  double acc = 0, acc_norm = 0;
+  for (const TaskScoreMetrics& s : scores) {
+    values["task " + s.task + " acc"] = s.acc;
+    values["task " + s.task + " acc_norm"] = s.acc_norm;
+    acc += s.acc;
+    acc_norm += s.acc_norm;
+  }
+  values["task acc"] = acc / static_cast<double>(scores.size());
+  values["task acc_norm"] = acc_norm / static_cast<double>(scores.size());
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->write_step({scores.front().iteration, values, {}});
 }
 
 namespace {

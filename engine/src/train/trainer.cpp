@@ -41,6 +41,7 @@
 #include "pipeline/schedule.h"
 #include "train/data_feed.h"
 #include "train/rank_reports.h"
+#include "train/task_eval.h"
 #include "train/trainer.h"
 
 namespace lattice {
@@ -544,6 +545,8 @@ Result<TrainSummary> Trainer<T>::run() {
   if (!data) return data.status();
   data_ = std::move(*data);
   sample_.assign(mc_.seq_length + 1, 0);
+  Result<TrainingTasks> tasks = TrainingTasks::open(o_);  // --eval-tasks (task_eval.h)
+  if (!tasks) return tasks.status();
 
   Device& device = *rank_.device;
   RunStart start;
@@ -616,6 +619,11 @@ Result<TrainSummary> Trainer<T>::run() {
   summary.timed_ops = ops_now();
   for (OpTime& t : summary.timed_ops) t.seconds = 0, t.calls = 0;
 
+  auto report_tasks = [&](int iteration) -> Status {
+    if (tasks->empty()) return Status::ok();
+    set_comm_activity("the --eval-tasks scoring at iteration " + std::to_string(iteration));
+    return tasks->report(rank_, g_, o_, mc_, iteration, sink_);
+  };
   auto report_validation = [&](const SampleSource* source, int64_t& position, const char* split,
                                int iteration, bool at_end) -> Status {
     set_comm_activity(std::string("the ") + (at_end ? "final " : "") + split +
@@ -712,6 +720,8 @@ Result<TrainSummary> Trainer<T>::run() {
     if (data_.valid && o_.eval_iters > 0 && it % o_.eval_interval == 0)
       if (Status s = report_validation(data_.valid.get(), valid_consumed, "valid", it, false); !s)
         return s;
+    if (it % o_.eval_interval == 0)
+      if (Status s = report_tasks(it); !s) return s;
     last = it;
     const bool exiting = o_.exit_interval > 0 && it % o_.exit_interval == 0 && it < o_.train_iters;
     if (!o_.save.empty() && ((o_.save_interval > 0 && it % o_.save_interval == 0) || exiting)) {
@@ -730,6 +740,8 @@ Result<TrainSummary> Trainer<T>::run() {
   const bool finished = last == o_.train_iters;
   if (!o_.save.empty() && saved_iteration != last && last > state.iteration)
     if (Status s = save(progress(last)); !s) return s;
+  if (finished && o_.train_iters % o_.eval_interval != 0 && last > state.iteration)
+    if (Status s = report_tasks(o_.train_iters); !s) return s;
   if (finished && o_.eval_iters > 0) {
     if (data_.valid && o_.train_iters % o_.eval_interval != 0 && last > state.iteration)
       if (Status s =

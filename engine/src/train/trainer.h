@@ -56,5 +56,11 @@ Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGr
 template <typename A>
 Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& groups, const TrainOptions& options,
                     const ModelConfig& model, MetricsSink& sink);
+// The whole model's master weights in ParamLayout(model) order on rank 0 (empty elsewhere),
+// from data-parallel rank 0's shards. Collective.
+template <typename A>
+Result<std::vector<accum_t<A>>> gather_rank_weights(RankModel<A>& rank, const ProcessGroups& groups,
+                                                    const TrainOptions& options,
+                                                    const ModelConfig& model);
 
 }  // namespace lattice

@@ -116,8 +116,9 @@ Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGr
 }
 
 template <typename A>
-Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& g, const TrainOptions& o,
-                    const ModelConfig& model, MetricsSink& sink) {
+Result<std::vector<accum_t<A>>> gather_rank_weights(RankModel<A>& rank, const ProcessGroups& g,
+                                                    const TrainOptions& o,
+                                                    const ModelConfig& model) {
   // The shards of data-parallel rank 0 (gather_full_params), in host memory.
   const bool sender = g.coord.dp == 0;
   std::vector<ChunkState<A>> states = chunk_states(rank);
@@ -126,8 +127,13 @@ Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& g, const TrainOptio
     if (Status s = chunk.download(sender, false); !s) return s;
     params.push_back(sender ? chunk.params() : nullptr);
   }
-  Result<std::vector<accum_t<A>>> full =
-      gather_full_params(*g.world, g.layout, model, o.parallel.sequence_parallel, params);
+  return gather_full_params(*g.world, g.layout, model, o.parallel.sequence_parallel, params);
+}
+
+template <typename A>
+Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& g, const TrainOptions& o,
+                    const ModelConfig& model, MetricsSink& sink) {
+  Result<std::vector<accum_t<A>>> full = gather_rank_weights(rank, g, o, model);
   if (!full) return full.status();
   if (g.world->rank() != 0) return Status::ok();
   // fp32 master weights are written as they are; an --fp64 run's are rounded to float first.
@@ -155,7 +161,9 @@ Status save_rank_hf(RankModel<A>& rank, const ProcessGroups& g, const TrainOptio
                                                         const TrainOptions&, const ModelConfig&, \
                                                         const TrainState&);                      \
   template Status save_rank_hf(RankModel<A>&, const ProcessGroups&, const TrainOptions&,         \
-                               const ModelConfig&, MetricsSink&);
+                               const ModelConfig&, MetricsSink&);                                \
+  template Result<std::vector<accum_t<A>>> gather_rank_weights(                                  \
+      RankModel<A>&, const ProcessGroups&, const TrainOptions&, const ModelConfig&);
 LATTICE_TRAINER_CHECKPOINTS(float)
 LATTICE_TRAINER_CHECKPOINTS(double)
 LATTICE_TRAINER_CHECKPOINTS(bf16)
