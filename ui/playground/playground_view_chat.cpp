@@ -64,7 +64,7 @@ void PlaygroundView::updateModeTexts() {
 QString PlaygroundView::chatTemplateText() const {
   if (loaded_.isEmpty()) return tr("no model");
   if (chatTemplate_.isEmpty()) return tr("no chat template");
-  return tr("template: %1").arg(chatTemplate_);
+  return chatTemplate_;  // "built-in chat template 'default'", a tokenizer_config.json, ...
 }
 
 void PlaygroundView::setSystemPrompt(const QString& text) {
