@@ -107,13 +107,32 @@ class TestStudioChat : public QObject {
                            "--output-prefix", prefix, "--tokenizer-type", "HuggingFaceTokenizer",
                            "--tokenizer-model", model, "--append-eod"});
     QVERIFY2(p.exit_code == 0, qPrintable(p.err));
-    testing::Run t = testing::run_process(
-        LATTICE_CLI_PATH,
-        {"train", "--data-path", prefix + "_text_document", "--tokenizer-type",
-         "HuggingFaceTokenizer", "--tokenizer-model", model, "--num-layers", "1", "--hidden-size",
-         "32", "--num-attention-heads", "2", "--seq-length", "128", "--micro-batch-size", "1",
-         "--train-iters", "1", "--eval-iters", "0", "--save", ckpt(), "--no-db", "--threads",
-         "1"});
+    testing::Run t = testing::run_process(LATTICE_CLI_PATH, {"train",
+                                                             "--data-path",
+                                                             prefix + "_text_document",
+                                                             "--tokenizer-type",
+                                                             "HuggingFaceTokenizer",
+                                                             "--tokenizer-model",
+                                                             model,
+                                                             "--num-layers",
+                                                             "1",
+                                                             "--hidden-size",
+                                                             "32",
+                                                             "--num-attention-heads",
+                                                             "2",
+                                                             "--seq-length",
+                                                             "128",
+                                                             "--micro-batch-size",
+                                                             "1",
+                                                             "--train-iters",
+                                                             "1",
+                                                             "--eval-iters",
+                                                             "0",
+                                                             "--save",
+                                                             ckpt(),
+                                                             "--no-db",
+                                                             "--threads",
+                                                             "1"});
     QVERIFY2(t.exit_code == 0, qPrintable(t.err));
     Result<ChatTemplate> chat = chat_template_for(tok);
     QVERIFY2(chat.is_ok(), chat.status().message().c_str());
@@ -138,8 +157,7 @@ class TestStudioChat : public QObject {
     QCOMPARE(view.conversation().size(), 2);
     QCOMPARE(view.conversation()[0], (ChatTurn{"user", "Hi"}));
     QCOMPARE(view.conversation()[1].role, QString("assistant"));
-    const QString prompt =
-        rendered(chatPrompt(*chat, {{"system", "Be brief."}, {"user", "Hi"}}));
+    const QString prompt = rendered(chatPrompt(*chat, {{"system", "Be brief."}, {"user", "Hi"}}));
     // The model read the rendered conversation and continued the assistant's turn.
     QCOMPARE(view.output()->text(), prompt + view.conversation()[1].content);
     QVERIFY(view.promptEdit()->toPlainText().isEmpty());
@@ -151,8 +169,8 @@ class TestStudioChat : public QObject {
     QVERIFY2(again == "length" || again == "eod" || again == "stop",
              qPrintable(again + ": " + view.errorText()));
     QCOMPARE(view.conversation().size(), 4);
-    const QString second = rendered(chatPrompt(
-        *chat, {{"system", "Be brief."}, {"user", "Hi"}, reply, {"user", "Again"}}));
+    const QString second = rendered(
+        chatPrompt(*chat, {{"system", "Be brief."}, {"user", "Hi"}, reply, {"user", "Again"}}));
     QVERIFY2(view.output()->text().startsWith(second), qPrintable(view.output()->text()));
 
     // An empty message with nothing unanswered sends nothing.

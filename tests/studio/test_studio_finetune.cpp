@@ -42,12 +42,30 @@ namespace {
 // What `lattice train` records for a small 2-rank (TP 2) GPT run with these extra flags:
 // the engine's own parser and train_options_json.
 std::string recordedConfig(const std::vector<std::string>& extra) {
-  std::vector<std::string> flags = {"--num-layers", "3",  "--hidden-size", "96",
-                                    "--num-attention-heads", "4", "--seq-length", "64",
-                                    "--max-position-embeddings", "64", "--micro-batch-size", "2",
-                                    "--tensor-model-parallel-size", "2", "--train-iters", "400",
-                                    "--lr", "6e-4", "--lr-warmup-iters", "40",
-                                    "--tokenizer-type", "NullTokenizer", "--vocab-size", "300"};
+  std::vector<std::string> flags = {"--num-layers",
+                                    "3",
+                                    "--hidden-size",
+                                    "96",
+                                    "--num-attention-heads",
+                                    "4",
+                                    "--seq-length",
+                                    "64",
+                                    "--max-position-embeddings",
+                                    "64",
+                                    "--micro-batch-size",
+                                    "2",
+                                    "--tensor-model-parallel-size",
+                                    "2",
+                                    "--train-iters",
+                                    "400",
+                                    "--lr",
+                                    "6e-4",
+                                    "--lr-warmup-iters",
+                                    "40",
+                                    "--tokenizer-type",
+                                    "NullTokenizer",
+                                    "--vocab-size",
+                                    "300"};
   flags.insert(flags.end(), extra.begin(), extra.end());
   Result<TrainOptions> options = parse_train_flags(flags);
   if (!options) qFatal("the test's flags do not parse: %s", options.status().message().c_str());
@@ -129,7 +147,8 @@ std::int64_t addRun(storage::RunStore& store, const std::string& name, const std
   for (int step = 1; step <= steps; ++step)
     if (!store.log_step(id, step, {{"lm loss", loss + 0.01 * (steps - step)}}))
       qFatal("cannot log %s", name.c_str());
-  if (!store.finish(id, storage::RunStatus::kFinished, "")) qFatal("cannot finish %s", name.c_str());
+  if (!store.finish(id, storage::RunStatus::kFinished, ""))
+    qFatal("cannot finish %s", name.c_str());
   return id;
 }
 
@@ -189,7 +208,8 @@ class TestStudioFineTune : public QObject {
     // the Start button stays disabled with its message.
     const bool sftKnown = engineKnows("--sft");
     QCOMPARE(cmd.canStart(), sftKnown);
-    if (!sftKnown) QVERIFY2(cmd.errors.join(' ').contains("--sft"), qPrintable(cmd.errors.join('\n')));
+    if (!sftKnown)
+      QVERIFY2(cmd.errors.join(' ').contains("--sft"), qPrintable(cmd.errors.join('\n')));
   }
 
   // LoRA: --lora-rank, --lora-alpha, the chosen modules in one comma list, --lora-dropout.
@@ -205,10 +225,9 @@ class TestStudioFineTune : public QObject {
     s.loraTargets = {"linear_qkv", "linear_fc1"};
     s.loraDropout = 0.05;
     s.saveDir = path("ft-lora");
-    QCOMPARE(fineTuneFlags(s),
-             QStringList({"--sft", "--lora-rank", "8", "--lora-alpha", "16",
-                          "--lora-target-modules", "linear_qkv,linear_fc1", "--lora-dropout",
-                          "0.05"}));
+    QCOMPARE(fineTuneFlags(s), QStringList({"--sft", "--lora-rank", "8", "--lora-alpha", "16",
+                                            "--lora-target-modules", "linear_qkv,linear_fc1",
+                                            "--lora-dropout", "0.05"}));
     const FineTuneLaunch ft = fineTuneLaunch(base, 2, ClusterSettings{}, LaunchSettings{}, s);
     QVERIFY2(ft.errors.isEmpty(), qPrintable(ft.errors.join('\n')));
     Plan plan = ft.plan;

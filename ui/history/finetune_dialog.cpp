@@ -120,8 +120,9 @@ QGroupBox* FineTuneDialog::dataGroup() {
   row->addWidget(browse);
   sft_ = new QCheckBox(tr("SFT: loss on the assistant's tokens only (--sft)"), group);
   sft_->setObjectName(QStringLiteral("fineTuneSft"));
-  sft_->setToolTip(tr("Needs the loss mask that `lattice data preprocess` writes for chat data "
-                      "beside the tokens: {prefix}_loss_mask.bin and .idx"));
+  sft_->setToolTip(
+      tr("Needs the loss mask that `lattice data preprocess` writes for chat data "
+         "beside the tokens: {prefix}_loss_mask.bin and .idx"));
   auto* column = new QVBoxLayout(group);
   column->addLayout(row);
   column->addWidget(sft_);
@@ -182,8 +183,9 @@ QGroupBox* FineTuneDialog::runGroup() {
   iterations_->setRange(1, 100000000);
   lr_ = new QLineEdit(group);
   lr_->setObjectName(QStringLiteral("fineTuneLr"));
-  lr_->setToolTip(tr("Peak learning rate (--lr), e.g. 1e-5; no warm-up, decayed over the "
-                     "fine-tune's iterations as the base run's --lr-decay-style"));
+  lr_->setToolTip(
+      tr("Peak learning rate (--lr), e.g. 1e-5; no warm-up, decayed over the "
+         "fine-tune's iterations as the base run's --lr-decay-style"));
   runName_ = new QLineEdit(group);
   runName_->setObjectName(QStringLiteral("fineTuneRunName"));
   saveDir_ = new QLineEdit(group);

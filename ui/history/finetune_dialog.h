@@ -8,8 +8,8 @@
 
 #include <QDialog>
 
-#include "launch/finetune_command.h"
 #include "lattice/storage/run_store.h"
+#include "launch/finetune_command.h"
 
 class QCheckBox;
 class QDoubleSpinBox;

@@ -35,14 +35,16 @@ QString sftDatasetProblem(const QString& prefix, bool sft) {
   const QString p = prefix.trimmed();
   if (p.isEmpty()) return QObject::tr("Choose a dataset prefix (--data-path).");
   if (!hasIndexedFiles(p))
-    return QObject::tr("--data-path %1: no %1.bin and %1.idx (write them with `lattice data "
-                       "preprocess`).")
+    return QObject::tr(
+               "--data-path %1: no %1.bin and %1.idx (write them with `lattice data "
+               "preprocess`).")
         .arg(p);
   if (sft && !hasIndexedFiles(p + "_loss_mask"))
-    return QObject::tr("--data-path %1 has no loss mask (%1_loss_mask.bin and .idx): it was not "
-                       "preprocessed as chat data, so --sft cannot tell the assistant's tokens "
-                       "from the prompt's. Preprocess the chat JSONL with `lattice data "
-                       "preprocess` in its chat mode, or untick SFT to train on every token.")
+    return QObject::tr(
+               "--data-path %1 has no loss mask (%1_loss_mask.bin and .idx): it was not "
+               "preprocessed as chat data, so --sft cannot tell the assistant's tokens "
+               "from the prompt's. Preprocess the chat JSONL with `lattice data "
+               "preprocess` in its chat mode, or untick SFT to train on every token.")
         .arg(p);
   return {};
 }
@@ -54,14 +56,16 @@ FineTuneLaunch fineTuneLaunch(const TrainOptions& base, int baseWorld,
   if (s.checkpoint.isEmpty())
     out.errors << QObject::tr("The base run saved no checkpoint (no --save recorded).");
   else if (!s.saveDir.isEmpty() && absolutePath(s.saveDir) == absolutePath(s.checkpoint))
-    out.errors << QObject::tr("Save the fine-tune elsewhere: %1 holds the base run's "
-                              "checkpoints, which it would overwrite.")
+    out.errors << QObject::tr(
+                      "Save the fine-tune elsewhere: %1 holds the base run's "
+                      "checkpoints, which it would overwrite.")
                       .arg(s.saveDir);
   if (const QString problem = sftDatasetProblem(s.dataPath, s.sft); !problem.isEmpty())
     out.errors << problem;
   if (s.loraRank > 0 && s.loraTargets.isEmpty())
-    out.errors << QObject::tr("Choose at least one module for the LoRA adapters "
-                              "(--lora-target-modules).");
+    out.errors << QObject::tr(
+        "Choose at least one module for the LoRA adapters "
+        "(--lora-target-modules).");
 
   // The model, layout and tokenizer stay the base run's (the checkpoint's shapes and
   // vocabulary); what says how long, from where and into where is the fine-tune's own.

@@ -8,14 +8,16 @@ namespace lattice::ui {
 Result<std::string> chatPrompt(const ChatTemplate& chat, const QList<ChatTurn>& turns) {
   std::vector<ChatMessage> messages;
   messages.reserve(static_cast<size_t>(turns.size()));
-  for (const ChatTurn& t : turns) messages.push_back({t.role.toStdString(), t.content.toStdString()});
+  for (const ChatTurn& t : turns)
+    messages.push_back({t.role.toStdString(), t.content.toStdString()});
   return chat.render(messages, /*add_generation_prompt=*/true);
 }
 
 QStringList chatStops(const ChatTemplate& chat) {
   QStringList stops;
   for (const std::string& s : chat.end_of_turn())
-    if (!s.empty() && !stops.contains(QString::fromStdString(s))) stops << QString::fromStdString(s);
+    if (!s.empty() && !stops.contains(QString::fromStdString(s)))
+      stops << QString::fromStdString(s);
   if (!chat.eos_token().empty() && !stops.contains(QString::fromStdString(chat.eos_token())))
     stops << QString::fromStdString(chat.eos_token());
   return stops;

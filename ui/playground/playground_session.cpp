@@ -158,8 +158,7 @@ void PlaygroundSession::load(const QString& path) {
       summary->chatTemplate = chat ? text(state->chat->name()) : QString();
       summary->chatProblem = text(state->chatProblem);
       emit loaded(*summary);
-    }
-    else
+    } else
       emit loadFailed(path, text(summary.status().message()));
   });
 }
@@ -190,7 +189,8 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
         return;
       }
       prompt = *rendered;
-      for (const QString& stop : chatStops(*state->chat)) chatStopTexts.push_back(stop.toStdString());
+      for (const QString& stop : chatStops(*state->chat))
+        chatStopTexts.push_back(stop.toStdString());
     }
     r.prompt = tok.encode(prompt);
     r.tokens_to_generate = request.tokens;

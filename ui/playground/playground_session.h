@@ -28,7 +28,7 @@ struct ModelSummary {
   int iteration = -1;  // the checkpoint's iteration (-1: unknown)
   int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
   qint64 parameters = 0;
-  QString tokenizer;   // its --tokenizer-type
+  QString tokenizer;  // its --tokenizer-type
   // The chat template the chat mode renders with (chat_template_for: the tokenizer's own, else
   // a built-in); empty with chatProblem saying why there is none.
   QString chatTemplate, chatProblem;

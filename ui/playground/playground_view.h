@@ -54,7 +54,7 @@ class PlaygroundView : public QWidget {
   Mode mode() const { return mode_; }
   const QList<ChatTurn>& conversation() const { return conversation_; }
   void setSystemPrompt(const QString& text);
-  void newChat();  // forgets the conversation
+  void newChat();                    // forgets the conversation
   QString chatTemplateText() const;  // the template's name, or why there is none
   QTextBrowser* chatLog() const { return chatLog_; }
 
@@ -141,8 +141,8 @@ class PlaygroundView : public QWidget {
 
   Mode mode_ = Mode::kCompletion;
   QList<ChatTurn> conversation_;
-  QString pendingReply_;  // the reply streamed so far; null when none is under way
-  bool chatGeneration_ = false;  // the generation shown is a chat reply
+  QString pendingReply_;                // the reply streamed so far; null when none is under way
+  bool chatGeneration_ = false;         // the generation shown is a chat reply
   QString chatTemplate_, chatProblem_;  // of the loaded checkpoint
   QTabBar* modeBar_ = nullptr;
   QWidget* chatBar_ = nullptr;
