@@ -44,7 +44,7 @@ QString sftDatasetProblem(const QString& prefix, bool sft) {
                "--data-path %1 has no loss mask (%1_loss_mask.bin and .idx): it was not "
                "preprocessed as chat data, so --sft cannot tell the assistant's tokens "
                "from the prompt's. Preprocess the chat JSONL with `lattice data "
-               "preprocess` in its chat mode, or untick SFT to train on every token.")
+               "preprocess --sft`, or untick SFT to train on every token.")
         .arg(p);
   return {};
 }
