@@ -2,7 +2,8 @@
 // model and layout flags, --load <its save directory> --finetune, the SFT dataset, LoRA's flags
 // or none for a full fine-tune), the dataset check that names a missing loss mask, the dialog
 // on a real run store, and the base of a fine-tune found from the records alone (History's
-// "Compare with base" selecting both runs side by side).
+// "Compare with base" selecting both runs side by side); end to end, a real base run's
+// fine-tune started from the dialog through the Launch view, recorded and matched to its base.
 #include <QAction>
 #include <QApplication>
 #include <QCheckBox>
@@ -21,6 +22,7 @@
 #include <QtTest>
 
 #include "app/main_window.h"
+#include "common/process.h"
 #include "history/compare_panel.h"
 #include "history/finetune_base.h"
 #include "history/finetune_dialog.h"
@@ -388,6 +390,82 @@ class TestStudioFineTune : public QObject {
     QCOMPARE(metrics->columnCount(), 2);
     QCOMPARE(metrics->horizontalHeaderItem(0)->text(), QString("base"));
     QCOMPARE(metrics->horizontalHeaderItem(1)->text(), QString("base-sft"));
+  }
+
+  // End to end, one rank: a real base run that saves; its fine-tune (full parameters, no SFT:
+  // flags every `lattice train` knows) put in the Launch view and started as a plan's run;
+  // the run is recorded with --load and --finetune, and History finds its base.
+  void startedFineTuneFindsItsBase() {
+    const QString db = path("e2e.sqlite"), ckpt = path("e2e-base"), text = path("e2e.txt");
+    const QString prefix = path("e2e");
+    {
+      QFile f(text);  // NullTokenizer documents: ids below the vocabulary, one a line
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      for (int i = 0; i < 300; ++i)
+        f.write(QString("%1 %2 %3 7 8 9\n").arg(i % 200).arg(i % 13).arg(i % 7).toUtf8());
+    }
+    testing::Run p = testing::run_process(
+        LATTICE_CLI_PATH,
+        {"data", "preprocess", "--input", text, "--input-format", "lines", "--output-prefix",
+         prefix, "--tokenizer-type", "NullTokenizer", "--vocab-size", "300", "--append-eod"});
+    QVERIFY2(p.exit_code == 0, qPrintable(p.err));
+    const QStringList model = {"--num-layers",          "1", "--hidden-size",  "32",
+                               "--num-attention-heads", "2", "--seq-length",   "32",
+                               "--micro-batch-size",    "2", "--threads",      "1",
+                               "--eval-iters",          "0", "--log-interval", "1"};
+    testing::Run b = testing::run_process(
+        LATTICE_CLI_PATH,
+        QStringList{"train", "--mock-data", "--vocab-size", "300", "--train-iters", "4", "--save",
+                    ckpt, "--db", db, "--run-name", "e2e-base"} +
+            model);
+    QVERIFY2(b.exit_code == 0, qPrintable(b.err));
+
+    MainWindow::Options o;
+    o.useSettings = false;
+    o.measureCpu = false;
+    o.database = db;
+    LaunchEnvironment env = LaunchEnvironment::detect();
+    env.lattice = LATTICE_CLI_PATH;
+    o.environment = env;
+    MainWindow window(o);
+    window.show();
+    HistoryView* history = window.historyView();
+    QTRY_VERIFY_WITH_TIMEOUT(history->tableModel()->rowCount() == 1, 10000);
+    const storage::RunInfo baseRow = history->tableModel()->runs().front();
+    QTRY_VERIFY_WITH_TIMEOUT(history->tableModel()->settings(baseRow.id) != nullptr, 10000);
+    storage::RunInfo base = baseRow;
+    base.config_json = history->tableModel()->settings(baseRow.id)->config_json;
+
+    LaunchSettings current = window.launchView()->form()->settings();
+    current.database = db;
+    FineTuneDialog dialog(base, current, window.planModel()->plan().cluster,
+                          window.launchView()->environment());
+    FineTuneSettings s = dialog.fineTuneSettings();
+    s.dataPath = prefix + "_text_document";
+    s.sft = false;
+    s.iterations = 3;
+    s.lr = 1e-4;
+    s.runName = "e2e-base-ft";
+    s.saveDir = path("e2e-ft");
+    dialog.setFineTuneSettings(s);
+    QVERIFY2(dialog.command().canStart(), qPrintable(dialog.problemsText()));
+    LaunchView& launch = *window.launchView();
+    QSignalSpy ended(&launch, &LaunchView::runEnded);
+    window.applyFineTune(dialog.launch(), true);
+    QVERIFY2(launch.isRunning(), qPrintable(launch.command().errors.join('\n')));
+    QVERIFY2(ended.wait(90000), "the fine-tune did not end within 90 s");
+    auto* console = launch.findChild<QPlainTextEdit*>("console");
+    QVERIFY2(ended.front().at(0).toBool(), qPrintable(console->toPlainText().right(3000)));
+    QVERIFY(console->toPlainText().contains("--finetune"));
+
+    history->refresh();
+    QTRY_VERIFY_WITH_TIMEOUT(history->tableModel()->rowCount() == 2, 10000);
+    qint64 ftId = 0;
+    for (const storage::RunInfo& r : history->tableModel()->runs())
+      if (r.name == "e2e-base-ft") ftId = r.id;
+    QVERIFY(ftId > 0);
+    QTRY_VERIFY_WITH_TIMEOUT(history->baseRunOf(ftId) == std::optional<qint64>(baseRow.id), 10000);
+    QVERIFY(QFileInfo::exists(path("e2e-ft") + "/latest_checkpointed_iteration.txt"));
   }
 };
 
