@@ -25,9 +25,10 @@ packages=(
 # --tests: the independent PyTorch GPT-2 that test_torch_parity checks the model against; a
 # real single-node Slurm cluster (slurmctld, slurmd, the client commands, munge for its
 # authentication) that tests/cluster/slurm_cluster.sh configures and starts itself; and the
-# --fuzz packages, so that CI compiles the fuzz targets (about 49 MB to download, 288 MB
+# --fuzz packages, so that CI compiles the fuzz targets; python3-jinja2, the reference
+# test_chat_template renders chat templates with (about 49 MB to download, 288 MB
 # installed, half a minute to install on the 2-core development machine).
-test_packages=(iproute2 python3-torch python3-numpy slurm-wlm slurmctld slurmd slurm-client munge)
+test_packages=(iproute2 python3-torch python3-numpy python3-jinja2 slurm-wlm slurmctld slurmd slurm-client munge)
 # --bench: the benchmark peers (PyTorch) and the other BLAS libraries the GEMM benchmark compares.
 bench_packages=(python3-torch python3-numpy libblis-openmp-dev libdnnl-dev)
 # --fuzz: clang with libFuzzer and the sanitizers, and clang's OpenMP (tests/fuzz/README.md).

@@ -102,6 +102,16 @@ const char* const kFeatureTemplates[] = {
     "done {{- '  x' }}  {{ 'y' -}}   z\n"
     "{% if true %}  kept  {% endif %}\n"
     "    {%+ if true %}plus{% endif %}\n",
+    // dict iteration and methods, elif chains, loop.previtem, else of an empty loop, Undefined
+    "{% for k, v in {'x': 1, 'y': 'two'}.items() %}{{ k }}={{ v }};{% endfor %}"
+    "{% for k in {'p': 1, 'q': 2} %}{{ k }}{% endfor %} {{ {'a': 1}.get('b', 'none') }}\n"
+    "{% for m in messages %}{% if m.role == 'system' %}S{% elif m.role == 'user' %}U"
+    "{% elif m.role == 'assistant' %}A{% else %}?{% endif %}"
+    "{% if loop.previtem is defined %}<{{ loop.previtem.role }}{% endif %}{% endfor %}\n"
+    "{% for x in [] %}never{% else %}empty{% endfor %} {{ 'x' in nothing }} {{ nothing|length }}"
+    "{% if messages|length > 3 %}{{ nothing.attribute }}{% endif %}\n"
+    // a set in a loop body lasts one iteration and never leaks out
+    "{% set x = 0 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}({{ x }}){% endfor %}{{ x }}",
 };
 
 struct Case {

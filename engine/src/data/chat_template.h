@@ -22,6 +22,7 @@ struct ChatMessage {
   std::string content;
 };
 
+// Immutable once built (bind_eod aside): render() and encode() may run on several threads.
 class ChatTemplate {
  public:
   // The chat_template of a Hugging Face tokenizer_config.json (the file, or a directory holding

@@ -247,6 +247,8 @@ class Renderer {
       }
       case Node::Kind::kAttr: {
         Value obj = eval(*n.a);
+        if (obj.is(Kind::kUndefined))  // jinja2's Undefined raises on attribute access
+          return fail(n, "an undefined value has no attribute '" + n.text + "'");
         if (const Value* v = obj.find(n.text)) return *v;
         return Value();  // jinja2: a missing attribute is Undefined
       }
@@ -587,6 +589,8 @@ class Renderer {
       else if (r.is(Kind::kList))
         found = std::any_of(r.list->begin(), r.list->end(),
                             [&](const Value& x) { return equal(l, x); });
+      else if (r.is(Kind::kUndefined))  // iterates as empty
+        found = false;
       else if (r.is(Kind::kDict) || r.is(Kind::kNamespace))
         found = l.is(Kind::kString) && r.find(l.s);
       else

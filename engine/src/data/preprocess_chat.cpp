@@ -19,6 +19,10 @@ Result<PreprocessReport> preprocess_chat(const PreprocessOptions& o, std::ostrea
   if (o.append_eod)
     return Status::invalid_argument(
         "--append-eod does not apply with --sft: the chat template writes the end of each turn");
+  if (o.json_keys != std::vector<std::string>{"text"})
+    return Status::invalid_argument(
+        "--json-keys does not apply with --sft: conversations are read from \"messages\" or "
+        "\"prompt\" and \"response\"");
   if (o.format != InputFormat::kAuto && o.format != InputFormat::kJsonl)
     return Status::invalid_argument("--sft reads JSONL; --input-format must be jsonl or auto");
   Result<std::unique_ptr<Tokenizer>> made = make_tokenizer(o.tokenizer);
