@@ -1,11 +1,15 @@
 // Not a test: renders the Playground for docs/studio.md. It opens a run's checkpoint from the
 // run store, generates from a prompt, and saves the window once the text is in, as
-// `lattice-studio --screenshot` saves the other views (offscreen, no saved settings).
+// `lattice-studio --screenshot` saves the other views (offscreen, no saved settings). With
+// --chat, the prompt is sent as a message in the chat mode (after --system), once per --chat
+// given plus the prompt's own turn.
 // usage: screenshot_studio_playground OUT.png --db DB --run RUN --prompt TEXT
 //        [--tokens N] [--temperature T] [--top-p P] [--seed S] [--theme light|dark]
+//        [--chat [--system TEXT] [--turn TEXT]...]
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QEventLoop>
+#include <QPlainTextEdit>
 #include <QTimer>
 #include <cstdio>
 
@@ -25,8 +29,11 @@ int main(int argc, char** argv) {
   const QCommandLineOption db("db", "The run store.", "PATH"), run("run", "Run id or name.", "RUN"),
       prompt("prompt", "The prompt.", "TEXT"), tokens("tokens", "Tokens.", "N", "48"),
       temperature("temperature", "Temperature.", "T", "0.8"), topP("top-p", "Top-p.", "P", "0.9"),
-      seed("seed", "Seed.", "S", "7"), theme("theme", "light or dark.", "THEME", "light");
-  parser.addOptions({db, run, prompt, tokens, temperature, topP, seed, theme});
+      seed("seed", "Seed.", "S", "7"), theme("theme", "light or dark.", "THEME", "light"),
+      chat("chat", "Chat mode: send the prompt as a message."),
+      system("system", "Chat mode: the system prompt.", "TEXT"),
+      turn("turn", "Chat mode: a message sent before the prompt.", "TEXT");
+  parser.addOptions({db, run, prompt, tokens, temperature, topP, seed, theme, chat, system, turn});
   parser.process(app);
   if (parser.positionalArguments().size() != 1 || !parser.isSet(db) || !parser.isSet(run)) {
     std::fprintf(stderr, "%s", qPrintable(parser.helpText()));
@@ -59,8 +66,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "the checkpoint did not load: %s\n", qPrintable(view->errorText()));
     return 1;
   }
-  view->generate();
-  if (!waitFor(view, &PlaygroundView::generationEnded, 120)) return 1;
+  if (parser.isSet(chat)) {
+    view->setMode(PlaygroundView::Mode::kChat);
+    view->setSystemPrompt(parser.value(system));
+    const QStringList messages = parser.values(turn) << parser.value(prompt);
+    for (const QString& message : messages) {
+      view->promptEdit()->setPlainText(message);
+      view->generate();
+      if (!view->isGenerating())  // refused: no chat template, nothing to send
+        return std::fprintf(stderr, "%s\n", qPrintable(view->errorText())), 1;
+      if (!waitFor(view, &PlaygroundView::generationEnded, 120)) return 1;
+    }
+  } else {
+    view->generate();
+    if (!waitFor(view, &PlaygroundView::generationEnded, 120)) return 1;
+  }
   const lattice::Status saved = saveScreenshot(window, MainWindow::View::kPlayground,
                                                QSize(1280, 800), parser.positionalArguments()[0]);
   if (!saved) return std::fprintf(stderr, "%s\n", saved.message().c_str()), 1;

@@ -16,6 +16,7 @@
 #include "app/icons.h"
 #include "app/studio_settings.h"
 #include "dashboard/dashboard_view.h"
+#include "history/finetune_dialog.h"
 #include "history/history_view.h"
 #include "lattice/train.h"
 #include "launch/launch_form.h"
@@ -109,6 +110,14 @@ void MainWindow::createViews() {
     playground_->openRun(id);
     showView(View::kPlayground);
   });
+  connect(history_, &HistoryView::fineTuneRequested, this, [this](const storage::RunInfo& base) {
+    // Recorded beside its base run: History finds the base in the same store.
+    LaunchSettings current = launchView_->form()->settings();
+    if (history_->access() == StoreAccess::kReadWrite && !history_->database().isEmpty())
+      current.database = history_->database();
+    FineTuneDialog dialog(base, current, model_->plan().cluster, environment_, this);
+    if (dialog.exec() == QDialog::Accepted) applyFineTune(dialog.launch(), dialog.startWanted());
+  });
   connect(dashboard_, &DashboardView::problem, this,
           [this](const QString& message) { statusBar()->showMessage(message, 8000); });
   // A cluster job's views follow its own store while it runs; once its runs are merged into
@@ -127,6 +136,13 @@ QString MainWindow::database() const {
   const QString field = launchView_->form()->settings().database;
   if (!field.isEmpty()) return field;
   return environment_.defaultDatabase;
+}
+
+void MainWindow::applyFineTune(const FineTuneLaunch& fineTune, bool start) {
+  model_->replacePlan(fineTune.plan, tr("Fine-tune"));
+  launchView_->form()->setSettings(fineTune.settings);
+  showView(View::kLaunch);
+  if (start) launchView_->startRun();
 }
 
 void MainWindow::useDatabase(const QString& path, StoreAccess access) {

@@ -23,6 +23,7 @@ class LaunchView;
 class PlanModel;
 class PlanView;
 class PlaygroundView;
+struct FineTuneLaunch;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -66,6 +67,11 @@ class MainWindow : public QMainWindow {
   // Opens a run configuration as the plan (undoable); false with a message on error.
   bool openConfigFile(const QString& path, QString* error = nullptr);
   bool saveConfigFile(const QString& path, QString* error = nullptr);
+
+  // Puts a fine-tune (History's "Fine-tune from this checkpoint…") in the Plan and Launch views
+  // as one undoable plan change, shows the Launch view, and starts it when `start` and the
+  // command can start.
+  void applyFineTune(const FineTuneLaunch& fineTune, bool start);
 
  protected:
   void closeEvent(QCloseEvent* event) override;

@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "history/compare_panel.h"
+#include "history/finetune_base.h"
 #include "history/group_panel.h"
 #include "history/parallel_view.h"
 #include "history/run_filter_model.h"
@@ -213,6 +214,23 @@ void HistoryView::buildTable() {
     if (const QList<qint64> ids = selectedRuns(); ids.size() == 1) emit openInPlayground(ids[0]);
   });
   table_->addAction(playgroundAction_);
+  fineTuneAction_ = new QAction(tr("Fine-tune from this checkpoint…"), table_);
+  fineTuneAction_->setObjectName(QStringLiteral("historyFineTune"));
+  fineTuneAction_->setToolTip(
+      tr("Train on an SFT dataset from the run's latest checkpoint, all parameters or LoRA"));
+  connect(fineTuneAction_, &QAction::triggered, this, [this] {
+    const QList<qint64> ids = selectedRuns();
+    if (ids.size() != 1) return;
+    if (const storage::RunInfo* r = model_->run(ids[0])) emit fineTuneRequested(withConfig(*r));
+  });
+  table_->addAction(fineTuneAction_);
+  compareBaseAction_ = new QAction(tr("Compare with base"), table_);
+  compareBaseAction_->setObjectName(QStringLiteral("historyCompareBase"));
+  compareBaseAction_->setToolTip(tr("Select the run this fine-tune started from beside it"));
+  connect(compareBaseAction_, &QAction::triggered, this, [this] {
+    if (const QList<qint64> ids = selectedRuns(); ids.size() == 1) compareWithBase(ids[0]);
+  });
+  table_->addAction(compareBaseAction_);
   editActions_ << action(tr("Rename"), QKeySequence(Qt::Key_F2), &HistoryView::renameCurrent);
   QAction* separator = new QAction(table_);
   separator->setSeparator(true);
@@ -484,6 +502,23 @@ storage::RunInfo HistoryView::withConfig(const storage::RunInfo& run) const {
   return copy;
 }
 
+std::optional<qint64> HistoryView::baseRunOf(qint64 id) const {
+  const storage::RunInfo* run = model_->run(id);
+  if (!run) return std::nullopt;
+  return fineTuneBase(withConfig(*run), model_->runs(), [this](qint64 other) {
+    const std::shared_ptr<const ParsedSettings> parsed = model_->settings(other);
+    return parsed ? parsed->config_json : std::string();
+  });
+}
+
+bool HistoryView::compareWithBase(qint64 id) {
+  const std::optional<qint64> base = baseRunOf(id);
+  if (!base) return false;
+  selectRuns({*base, id});
+  setAnalysisTab(kCompareTab);
+  return true;
+}
+
 QList<qint64> HistoryView::selectedOrCurrent() const {
   QList<qint64> ids = selectedRuns();
   const QModelIndex current = table_->currentIndex();
@@ -512,6 +547,8 @@ void HistoryView::updateSelectionDependents() {
   removeTagButton_->setEnabled(editable && anyTags);
   playgroundAction_->setEnabled(chosen.size() == 1 &&
                                 !runSaveDir(withConfig(*chosen[0])).isEmpty());
+  fineTuneAction_->setEnabled(playgroundAction_->isEnabled());
+  compareBaseAction_->setEnabled(chosen.size() == 1 && baseRunOf(chosen[0]->id).has_value());
   if (chosen.size() >= 2 && chosen.size() <= kMaxCompared) {
     // Oldest first, as `lattice runs compare` lists them: columns stay put when the table
     // re-sorts.

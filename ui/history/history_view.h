@@ -15,6 +15,7 @@
 #include <QStringList>
 #include <QTimer>
 #include <QWidget>
+#include <optional>
 
 #include "history/history_io.h"
 #include "history/run_table_model.h"
@@ -84,11 +85,21 @@ class HistoryView : public QWidget {
   QList<qint64> analysisRuns() const;
   // Gives the current analysis tab its runs now (done after every change, coalesced).
   void updateAnalysisNow();
+  // The run `id` was fine-tuned from (finetune_base.h), once the settings are read; none for
+  // a run that is no fine-tune or whose base is not in this store.
+  std::optional<qint64> baseRunOf(qint64 id) const;
+  // "Compare with base": selects the fine-tune `id` and its base run and shows them in the
+  // Compare tab (whose "Compare curves" overlays their loss curves). False without a base.
+  bool compareWithBase(qint64 id);
+  QAction* fineTuneAction() const { return fineTuneAction_; }
+  QAction* compareBaseAction() const { return compareBaseAction_; }
 
  signals:
   void openInDashboard(const QList<qint64>& runIds);
   // "Open in Playground" on a run that saved checkpoints (its --save is recorded).
   void openInPlayground(qint64 runId);
+  // "Fine-tune from this checkpoint…" on such a run: `base` with its configuration.
+  void fineTuneRequested(const storage::RunInfo& base);
   void refreshed();       // a read is shown, no newer one pending
   void settingsParsed();  // every shown run's settings are known (filters and tabs use them)
   // Every queued edit is written (refreshed() follows); the store's messages for those refused.
@@ -143,6 +154,8 @@ class HistoryView : public QWidget {
   QComboBox* statusFilter_ = nullptr;
   QPushButton* openButton_ = nullptr;
   QAction* playgroundAction_ = nullptr;
+  QAction* fineTuneAction_ = nullptr;
+  QAction* compareBaseAction_ = nullptr;
   QPushButton* renameButton_ = nullptr;
   QPushButton* addTagButton_ = nullptr;
   QPushButton* removeTagButton_ = nullptr;

@@ -73,11 +73,13 @@ void addDataFlags(const Plan& plan, const LaunchSettings& s, const LaunchEnviron
       if (s.tokenizerType == QLatin1String("NullTokenizer")) args << "--vocab-size" << vocab;
       if (s.tokenizerType == QLatin1String("GPT2BPETokenizer"))
         files << "--vocab-file" << s.vocabFile << "--merge-file" << s.mergeFile;
-      if (s.tokenizerType.contains(QLatin1String("SentencePiece")))
+      if (s.tokenizerType.contains(QLatin1String("SentencePiece")) ||
+          s.tokenizerType == QLatin1String("HuggingFaceTokenizer"))  // tokenizer.json or its dir
         files << "--tokenizer-model" << s.tokenizerModel;
       for (int i = 0; i + 1 < files.size(); i += 2) {
         args << files[i] << files[i + 1];
-        if (!fileExists(files[i + 1]))
+        const bool directoryToo = s.tokenizerType == QLatin1String("HuggingFaceTokenizer");
+        if (directoryToo ? !QFileInfo::exists(files[i + 1]) : !fileExists(files[i + 1]))
           cmd.errors << QObject::tr("%1 '%2': no such file.").arg(files[i], files[i + 1]);
       }
       return;

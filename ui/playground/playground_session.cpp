@@ -5,12 +5,14 @@
 #include <QFileInfo>
 #include <QThread>
 #include <algorithm>
+#include <optional>
 #include <span>
 
 #include "lattice/infer.h"
 #include "lattice/kernels.h"
 #include "lattice/tokenizer.h"
 #include "lattice/train_options.h"
+#include "playground/chat_prompt.h"
 #include "playground/playground_io.h"
 
 namespace lattice::ui {
@@ -18,6 +20,9 @@ namespace lattice::ui {
 struct PlaygroundSession::State {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Generator> generator;
+  TokenizerOptions tokenizerOptions;  // as the checkpoint recorded it
+  std::optional<ChatTemplate> chat;   // none: chatProblem says why
+  std::string chatProblem;
 };
 
 namespace {
@@ -60,10 +65,9 @@ Result<InferenceOptions> modelToLoad(const std::string& path, TokenizerOptions& 
 }
 
 Result<ModelSummary> loadModel(const QString& path, std::unique_ptr<Tokenizer>& tokenizer,
-                               std::unique_ptr<Generator>& generator) {
+                               std::unique_ptr<Generator>& generator, TokenizerOptions& recorded) {
   QElapsedTimer timer;
   timer.start();
-  TokenizerOptions recorded;
   Result<InferenceOptions> io = modelToLoad(path.toStdString(), recorded);
   if (!io) return io.status();
   Result<std::unique_ptr<Tokenizer>> tok = make_tokenizer(recorded);
@@ -93,6 +97,16 @@ Result<ModelSummary> loadModel(const QString& path, std::unique_ptr<Tokenizer>& 
   s.tokenizer = text(tokenizer->type());
   s.seconds = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
   return s;
+}
+
+// The chat template of a loaded tokenizer (chat_template_for), bound to its EOD when the
+// template ends turns with it; the reason when there is none.
+Result<ChatTemplate> chatTemplateOf(const TokenizerOptions& options, const Tokenizer& tokenizer) {
+  Result<ChatTemplate> chat = chat_template_for(options);
+  if (!chat) return chat;
+  if (chat->ends_turns_with_eod())
+    if (Status s = chat->bind_eod(tokenizer); !s) return s;
+  return chat;
 }
 
 // Threads for the model: one core is left to the UI thread, which wakes for every token. With
@@ -134,10 +148,17 @@ void PlaygroundSession::load(const QString& path) {
     useModelThreads();
     state->generator.reset();
     state->tokenizer.reset();
-    Result<ModelSummary> summary = loadModel(path, state->tokenizer, state->generator);
-    if (summary)
+    state->chat.reset();
+    Result<ModelSummary> summary =
+        loadModel(path, state->tokenizer, state->generator, state->tokenizerOptions);
+    if (summary) {
+      Result<ChatTemplate> chat = chatTemplateOf(state->tokenizerOptions, *state->tokenizer);
+      state->chatProblem = chat ? std::string() : chat.status().message();
+      if (chat) state->chat = std::move(*chat);
+      summary->chatTemplate = chat ? text(state->chat->name()) : QString();
+      summary->chatProblem = text(state->chatProblem);
       emit loaded(*summary);
-    else
+    } else
       emit loadFailed(path, text(summary.status().message()));
   });
 }
@@ -156,12 +177,28 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
     Generator& gen = *state->generator;
     const Tokenizer& tok = *state->tokenizer;
     GenerationRequest r;
-    r.prompt = tok.encode(request.prompt.toStdString());
+    std::string prompt = request.prompt.toStdString();
+    std::vector<std::string> chatStopTexts;
+    if (!request.chat.isEmpty()) {
+      Result<std::string> rendered =
+          state->chat ? chatPrompt(*state->chat, request.chat)
+                      : Result<std::string>(Status::invalid_argument(
+                            "no chat template for this checkpoint: " + state->chatProblem));
+      if (!rendered) {
+        emit generationFailed(number, text(rendered.status().message()));
+        return;
+      }
+      prompt = *rendered;
+      for (const QString& stop : chatStops(*state->chat))
+        chatStopTexts.push_back(stop.toStdString());
+    }
+    r.prompt = tok.encode(prompt);
     r.tokens_to_generate = request.tokens;
     r.sampling = {static_cast<float>(request.temperature), request.topK,
                   static_cast<float>(request.topP), request.seed};
     r.stop_at_eod = request.stopAtEod;
     if (!request.stop.isEmpty()) r.stop = {request.stop.toStdString()};
+    r.stop.insert(r.stop.end(), chatStopTexts.begin(), chatStopTexts.end());
     if (Status s = gen.check(r); !s) {
       emit generationFailed(number, text(s.message()));
       return;
@@ -212,6 +249,7 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
                  : promptText + res.text;
     }
     s.text = text(full);
+    s.reply = text(res.text);
     s.tokens = static_cast<int>(res.tokens.size());
     s.promptTokens = static_cast<int>(r.prompt.size());
     s.firstTokenMs = std::max(0.0, firstMs);

@@ -6,6 +6,7 @@
 // queued on the thread that owns the session.
 #pragma once
 
+#include <QList>
 #include <QObject>
 #include <QString>
 #include <QThreadPool>
@@ -14,13 +15,23 @@
 
 namespace lattice::ui {
 
+// One turn of a chat (the Playground's chat mode, chat_prompt.h).
+struct ChatTurn {
+  QString role;  // "system", "user" or "assistant"
+  QString content;
+  bool operator==(const ChatTurn&) const = default;
+};
+
 // What a load brought: the checkpoint, its model shape and tokenizer.
 struct ModelSummary {
   QString path;        // as asked: a save directory or an iter_NNNNNNN directory
   int iteration = -1;  // the checkpoint's iteration (-1: unknown)
   int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
   qint64 parameters = 0;
-  QString tokenizer;   // its --tokenizer-type
+  QString tokenizer;  // its --tokenizer-type
+  // The chat template the chat mode renders with (chat_template_for: the tokenizer's own, else
+  // a built-in); empty with chatProblem saying why there is none.
+  QString chatTemplate, chatProblem;
   double seconds = 0;  // time to load
 };
 
@@ -33,6 +44,10 @@ struct PlaygroundRequest {
   quint64 seed = 1234;
   bool stopAtEod = true;
   QString stop;  // end at this text; empty: none
+  // Chat mode when not empty: the prompt is these turns rendered with the checkpoint's chat
+  // template (ending with the assistant's header), and the template's end-of-turn texts stop
+  // the reply; `prompt` is not used.
+  QList<ChatTurn> chat;
 };
 
 struct GenerationSummary {
@@ -43,6 +58,7 @@ struct GenerationSummary {
   double firstTokenMs = 0;  // from the start to the first token (the prompt's prefill)
   double elapsedMs = 0;
   QString finish;  // "length", "eod", "stop" or "cancelled"
+  QString reply;   // the continuation alone, without an ending EOD and cut before a stop text
 };
 
 class PlaygroundSession : public QObject {

@@ -20,6 +20,8 @@
 #include <QSignalBlocker>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QTabBar>
+#include <QTextBrowser>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 #include <cmath>
@@ -210,14 +212,29 @@ QWidget* PlaygroundView::buildPromptPanel() {
   buttons->addWidget(stopButton_);
   buttons->addStretch(1);
   buttons->addWidget(stats_);
+  chatLog_ = new QTextBrowser(panel);
+  chatLog_->setObjectName(QStringLiteral("playgroundChatLog"));
+  chatLog_->setPlaceholderText(tr("The conversation appears here, one turn after another."));
   auto* split = new QSplitter(Qt::Vertical, panel);
   split->setChildrenCollapsible(false);
+  split->addWidget(chatLog_);
   split->addWidget(prompt_);
   split->addWidget(output_);
-  split->setStretchFactor(1, 2);
-  split->setSizes({120, 480});
+  split->setStretchFactor(0, 2);
+  split->setStretchFactor(2, 2);
+  split->setSizes({360, 120, 480});
+  modeBar_ = new QTabBar(panel);
+  modeBar_->setObjectName(QStringLiteral("playgroundMode"));
+  modeBar_->addTab(tr("Completion"));
+  modeBar_->addTab(tr("Chat"));
+  modeBar_->setTabToolTip(0, tr("Continue the prompt as typed"));
+  modeBar_->setTabToolTip(1, tr("Role-tagged turns rendered with the checkpoint's chat template"));
+  connect(modeBar_, &QTabBar::currentChanged, this,
+          [this](int index) { setMode(index == 1 ? Mode::kChat : Mode::kCompletion); });
   auto* layout = new QVBoxLayout(panel);
   layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(modeBar_);
+  layout->addWidget(buildChatBar(panel));
   layout->addWidget(split, 1);
   layout->addLayout(buttons);
   return panel;
@@ -343,6 +360,11 @@ PlaygroundRequest PlaygroundView::request() const {
   r.seed = seed_->text().toULongLong();
   r.stopAtEod = stopAtEod_->isChecked();
   r.stop = stopText_->text();
+  if (mode_ == Mode::kChat) {
+    if (!system_->text().trimmed().isEmpty())
+      r.chat << ChatTurn{QStringLiteral("system"), system_->text().trimmed()};
+    r.chat << conversation_;
+  }
   return r;
 }
 

@@ -18,6 +18,8 @@ class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
 class QSpinBox;
+class QTabBar;
+class QTextBrowser;
 
 namespace lattice::ui {
 
@@ -43,6 +45,18 @@ class PlaygroundView : public QWidget {
   // Applies the settings; the checkpoint is loaded when the view is first shown.
   void setSettings(const PlaygroundSettings& settings);
   PlaygroundRequest request() const;
+
+  // Completion continues the prompt as typed; Chat sends the message box as the user's turn of
+  // a conversation, rendered with the checkpoint's chat template, and appends the reply as the
+  // assistant's turn (playground_view_chat.cpp).
+  enum class Mode { kCompletion, kChat };
+  void setMode(Mode mode);
+  Mode mode() const { return mode_; }
+  const QList<ChatTurn>& conversation() const { return conversation_; }
+  void setSystemPrompt(const QString& text);
+  void newChat();                    // forgets the conversation
+  QString chatTemplateText() const;  // the template's name, or why there is none
+  QTextBrowser* chatLog() const { return chatLog_; }
 
   void generate();
   void stop();
@@ -74,6 +88,10 @@ class PlaygroundView : public QWidget {
   QWidget* buildCheckpointBar();
   QWidget* buildSamplingPanel();
   QWidget* buildPromptPanel();
+  QWidget* buildChatBar(QWidget* parent);
+  bool startChatTurn();  // false with a message when there is nothing to send
+  void updateChatLog();
+  void updateModeTexts();
   void connectSession();
   void onRunsRead();
   void onSelectionChanged();
@@ -120,6 +138,17 @@ class PlaygroundView : public QWidget {
   QPushButton* stopButton_ = nullptr;
   TokenOutput* output_ = nullptr;
   QLabel* stats_ = nullptr;
+
+  Mode mode_ = Mode::kCompletion;
+  QList<ChatTurn> conversation_;
+  QString pendingReply_;                // the reply streamed so far; null when none is under way
+  bool chatGeneration_ = false;         // the generation shown is a chat reply
+  QString chatTemplate_, chatProblem_;  // of the loaded checkpoint
+  QTabBar* modeBar_ = nullptr;
+  QWidget* chatBar_ = nullptr;
+  QLineEdit* system_ = nullptr;
+  QLabel* templateLabel_ = nullptr;
+  QTextBrowser* chatLog_ = nullptr;
 };
 
 }  // namespace lattice::ui

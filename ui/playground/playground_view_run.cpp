@@ -36,6 +36,9 @@ void PlaygroundView::connectSession() {
     loads_--;
     if (m.path != asked_) return;  // a newer load is queued
     loaded_ = m.path;
+    chatTemplate_ = m.chatTemplate;
+    chatProblem_ = m.chatProblem;
+    updateModeTexts();
     model_->setText(describe(m));
     model_->setToolTip(QFileInfo(m.path).absoluteFilePath());
     updateButtons();
@@ -65,6 +68,10 @@ void PlaygroundView::connectSession() {
             if (firstMs_ < 0) firstMs_ = ms;
             lastMs_ = ms;
             output_->appendToken(text, id, logprob);
+            if (chatGeneration_) {
+              pendingReply_ += text;
+              updateChatLog();
+            }
             updateStats();
           });
   connect(session_, &PlaygroundSession::generated, this,
@@ -72,6 +79,12 @@ void PlaygroundView::connectSession() {
             if (number != generation_) return;
             generating_ = false;
             output_->finish(s.text);
+            if (chatGeneration_) {
+              conversation_ << ChatTurn{QStringLiteral("assistant"), s.reply};
+              chatGeneration_ = false;
+              pendingReply_ = QString();
+              updateChatLog();
+            }
             tokens_ = s.tokens;
             finish_ = s.finish;
             updateButtons();
@@ -82,6 +95,9 @@ void PlaygroundView::connectSession() {
           [this](quint64 number, const QString& message) {
             if (number != generation_) return;
             generating_ = false;
+            chatGeneration_ = false;  // the user's turn stays: Send again retries it
+            pendingReply_ = QString();
+            updateChatLog();
             finish_.clear();
             showError(message);
             updateButtons();
@@ -121,6 +137,7 @@ void PlaygroundView::generate() {
     return;
   }
   showError({});
+  if (mode_ == Mode::kChat && !startChatTurn()) return;
   tokens_ = 0;
   promptTokens_ = 0;
   firstMs_ = -1;
