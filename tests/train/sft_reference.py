@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""Independent SFT reference for test_sft_parity: supervised fine-tuning of Hugging Face GPT-2
+(gpt2_reference.py's float64 forward) on conversations with a loss mask, written from the
+definition rather than from Lattice's code:
+
+  samples   sample i of the run is conversation i mod n (in order, no shuffle, as Megatron's
+            SFTDataset), its first seq_length + 1 tokens, padded with token 0 (mask 0);
+            inputs x[0..T-1], targets x[t+1] where mask[t+1] else ignore_index
+  loss      Megatron's per-token loss: the summed cross-entropy of the global batch's targets
+            over their number (all micro-batches and data-parallel ranks alike)
+  training  torch.optim.AdamW, decoupled weight decay on matrices and embeddings only (as
+            Megatron), gradient norm clipped as torch.nn.utils.clip_grad_norm_, constant lr
+
+usage: sft_reference.py WEIGHTS.safetensors SPEC.json
+  WEIGHTS  GPT-2 tensors, F32
+  SPEC     {"heads": NH, "seq_length": T, "global_batch": G, "steps": S,
+            "conversations": [{"tokens": [...], "mask": [...]}, ...],
+            "optim": {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"}}
+Prints one JSON line: {"losses": [...], "grad_norms": [...], "targets": [...]}.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_reference import forward, read_safetensors  # noqa: E402
+
+IGNORE = -100
+
+
+def sample(conversation, T):
+    tokens = conversation["tokens"][:T + 1]
+    mask = conversation["mask"][:T + 1]
+    pad = T + 1 - len(tokens)
+    tokens = tokens + [0] * pad
+    mask = mask + [0] * pad
+    targets = [tokens[t + 1] if mask[t + 1] else IGNORE for t in range(T)]
+    return tokens[:T], targets
+
+
+def main():
+    weights, spec_path = sys.argv[1:3]
+    spec = json.load(open(spec_path))
+    o, T, G = spec["optim"], spec["seq_length"], spec["global_batch"]
+    conversations = spec["conversations"]
+    params = {k: torch.nn.Parameter(v) for k, v in read_safetensors(weights).items()}
+    decay = [v for v in params.values() if v.dim() >= 2]
+    no_decay = [v for v in params.values() if v.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+    losses, norms, counts = [], [], []
+    for step in range(spec["steps"]):
+        rows = [sample(conversations[i % len(conversations)], T)
+                for i in range(step * G, (step + 1) * G)]
+        tokens = torch.tensor([r[0] for r in rows])
+        targets = torch.tensor([r[1] for r in rows])
+        count = int((targets != IGNORE).sum())
+        opt.zero_grad()
+        logits = forward(params, tokens, spec["heads"])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                               ignore_index=IGNORE, reduction="sum") / count
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(list(params.values()), o["clip_grad"])
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+        counts.append(count)
+    print(json.dumps({"losses": losses, "grad_norms": norms, "targets": counts}))
+
+
+if __name__ == "__main__":
+    main()
