@@ -15,8 +15,9 @@ usage: sft_reference.py WEIGHTS.safetensors SPEC.json
   WEIGHTS  GPT-2 tensors, F32
   SPEC     {"heads": NH, "seq_length": T, "global_batch": G, "steps": S,
             "conversations": [{"tokens": [...], "mask": [...]}, ...],
+            "valid_conversations": [...]  (optional: the held-out split, evaluated at the end)
             "optim": {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"}}
-Prints one JSON line: {"losses": [...], "grad_norms": [...], "targets": [...]}.
+Prints one JSON line: {"losses": [...], "grad_norms": [...], "targets": [...], "valid_loss": x}.
 """
 import json
 import os
@@ -69,7 +70,17 @@ def main():
         losses.append(loss.item())
         norms.append(norm.item())
         counts.append(count)
-    print(json.dumps({"losses": losses, "grad_norms": norms, "targets": counts}))
+    out = {"losses": losses, "grad_norms": norms, "targets": counts}
+    if "valid_conversations" in spec:  # one global batch of the held-out split, after training
+        held = spec["valid_conversations"]
+        rows = [sample(held[i % len(held)], T) for i in range(G)]
+        targets = torch.tensor([r[1] for r in rows])
+        with torch.no_grad():
+            logits = forward(params, torch.tensor([r[0] for r in rows]), spec["heads"])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                   ignore_index=IGNORE, reduction="sum")
+        out["valid_loss"] = loss.item() / int((targets != IGNORE).sum())
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,8 @@ class SftParity : public QObject {
   // `lattice train --sft` over the dataset at `prefix` on `ranks` processes; its run's "lm loss"
   // and "grad norm" series from the run store (empty, with a warning, when it failed).
   testing::Run train(const QString& name, int ranks, const QString& prefix,
-                     const QStringList& extra, QList<double>* losses, QList<double>* norms) {
+                     const QStringList& extra, QList<double>* losses, QList<double>* norms,
+                     QList<double>* valid = nullptr) {
     const QStringList args = QStringList{"train",
                                          "--sft",
                                          "--data-path",
@@ -160,6 +161,8 @@ class SftParity : public QObject {
         for (const auto& p : series.points) losses->append(p.value);
       if (series.key == "grad norm" && norms)
         for (const auto& p : series.points) norms->append(p.value);
+      if (series.key == "validation lm loss" && valid)
+        for (const auto& p : series.points) valid->append(p.value);
     }
     return r;
   }
@@ -185,9 +188,14 @@ class SftParity : public QObject {
   void sft_losses_match_a_float64_pytorch_reference() {
     if (!torch_available())
       QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
-    QJsonArray convs;
-    for (const Conversation& c : conversations_)
-      convs.append(QJsonObject{{"tokens", to_json(c.tokens)}, {"mask", to_json(c.mask)}});
+    // Validation: --split 6,1,0 holds conversation 6 out (a run of its own below).
+    QJsonArray convs, train_convs, valid_convs;
+    for (size_t i = 0; i < conversations_.size(); i++) {
+      const QJsonObject c{{"tokens", to_json(conversations_[i].tokens)},
+                          {"mask", to_json(conversations_[i].mask)}};
+      convs.append(c);
+      (i < 6 ? train_convs : valid_convs).append(c);
+    }
     // Lattice holds the optimizer's hyperparameters as floats (OptimizerConfig): the reference
     // gets the same values.
     auto f32 = [](double x) { return static_cast<double>(static_cast<float>(x)); };
@@ -197,17 +205,23 @@ class SftParity : public QObject {
     const QJsonObject spec{
         {"heads", 4},      {"seq_length", kSeq},     {"global_batch", kGlobalBatch},
         {"steps", kSteps}, {"conversations", convs}, {"optim", optim}};
-    QFile f(path("spec.json"));
-    QVERIFY(f.open(QIODevice::WriteOnly));
-    f.write(QJsonDocument(spec).toJson());
-    f.close();
-    const testing::Run py =
-        testing::run_process(kPython,
-                             {QString(LATTICE_SOURCE_DIR) + "/tests/train/sft_reference.py",
-                              path("init.safetensors"), path("spec.json")},
-                             {}, 120000);
-    QVERIFY2(py.exit_code == 0, qPrintable(py.err));
-    const QJsonObject ref = QJsonDocument::fromJson(py.out.toUtf8()).object();
+    QJsonObject split_spec = spec;
+    split_spec["conversations"] = train_convs;
+    split_spec["valid_conversations"] = valid_convs;
+    auto reference = [&](const QJsonObject& which, const char* name) {
+      QFile f(path(name));
+      if (!f.open(QIODevice::WriteOnly)) return QJsonObject{};
+      f.write(QJsonDocument(which).toJson());
+      f.close();
+      const testing::Run py =
+          testing::run_process(kPython,
+                               {QString(LATTICE_SOURCE_DIR) + "/tests/train/sft_reference.py",
+                                path("init.safetensors"), path(name)},
+                               {}, 120000);
+      if (py.exit_code != 0) qWarning("sft_reference.py failed: %s", qPrintable(py.err));
+      return QJsonDocument::fromJson(py.out.toUtf8()).object();
+    };
+    const QJsonObject ref = reference(spec, "spec.json");
     const QJsonArray ref_losses = ref["losses"].toArray(), ref_norms = ref["grad_norms"].toArray();
     QCOMPARE(ref_losses.size(), kSteps);
 
@@ -233,6 +247,23 @@ class SftParity : public QObject {
                                              .arg(norms[i], 0, 'g', 17)
                                              .arg(ref_norms[i].toDouble(), 0, 'g', 17)));
     }
+    // The validation loss after the last step: the masked mean over a global batch of the
+    // held-out conversation.
+    const QJsonObject ref_split = reference(split_spec, "split.json");
+    QVERIFY(ref_split.contains("valid_loss"));
+    QList<double> split_losses, valid;
+    const testing::Run v =
+        train("sft-valid", 1, path("chat"),
+              {"--split", "6,1,0", "--eval-interval", QString::number(kSteps), "--eval-iters", "1"},
+              &split_losses, nullptr, &valid);
+    QVERIFY2(v.exit_code == 0, qPrintable(v.out + v.err));
+    QVERIFY(!valid.isEmpty());
+    const double want = ref_split["valid_loss"].toDouble();
+    qInfo("validation loss: lattice %.17g pytorch %.17g", valid[0], want);
+    QVERIFY2(std::abs(valid[0] - want) <= 1e-10 * want,
+             qPrintable(QString("validation loss: lattice %1, pytorch %2")
+                            .arg(valid[0], 0, 'g', 17)
+                            .arg(want, 0, 'g', 17)));
   }
 
   void tp2_pp2_dp2_gives_the_single_rank_losses() {
