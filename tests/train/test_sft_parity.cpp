@@ -296,6 +296,19 @@ class SftParity : public QObject {
 #endif
   }
 
+  // --sft-packing trains (several conversations per sample) and says that the packed
+  // conversations still attend to each other until positions reach the attention.
+  void packing_trains_and_says_what_it_does_not_do_yet() {
+    QList<double> losses;
+    const testing::Run r = train("sft-packed", 1, path("chat"),
+                                 {"--sft-packing", "--train-iters", "2"}, &losses, nullptr);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.out + r.err));
+    QVERIFY2((r.out + r.err).contains("packed conversations still attend to each other"),
+             qPrintable(r.out + r.err));
+    QCOMPARE(losses.size(), 2);
+    for (double l : losses) QVERIFY2(std::isfinite(l) && l > 0, "a packed step's loss");
+  }
+
   void a_missing_loss_mask_names_the_file() {
     const testing::Run r = train("sft-plain", 1, path("plain"), {}, nullptr, nullptr);
     QVERIFY(r.exit_code != 0);

@@ -603,6 +603,12 @@ Result<TrainSummary> Trainer<T>::run() {
   if (!data) return data.status();
   data_ = std::move(*data);
   sample_.assign(mc_.seq_length + 1, 0);
+  // --sft-packing's positions (SampleSource::sample_with_mask) do not reach the attention yet:
+  // the executor's Loader carries tokens and targets only (docs/sft.md, "Packing").
+  if (o_.sft_packing && rank0)
+    sink_.on_message(
+        "warning: --sft-packing: the packed conversations still attend to each other (packed "
+        "attention by per-token positions is not wired into training yet)");
 
   Device& device = *rank_.device;
   RunStart start;
