@@ -1,7 +1,8 @@
 // Fused softmax + cross-entropy: the probabilities are never stored separately; with
 // dlogits aliasing logits the (N, V) logits buffer becomes its own gradient. Row sums are
 // accumulated in double whatever the element type (float: per block of float lanes, simd.h).
-// Compiled once per ISA (Note [CPU dispatch]).
+// Compiled once per ISA (Note [CPU dispatch]). A negative target (kIgnoreIndex) is a row that
+// carries no loss and no gradient: its loss and its dlogits row are 0 (SFT's masked tokens).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -74,6 +75,13 @@ void scale_by(T* d, int V, T g) {
   }
 }
 
+// An ignored row (negative target): no loss, and a zero gradient row when one is wanted.
+template <typename T>
+void ignore_row(T* loss, T* dlogits, int n, int V) {
+  *loss = T(0);
+  if (dlogits) std::fill_n(dlogits + static_cast<size_t>(n) * V, V, T(0));
+}
+
 }  // namespace
 
 template <typename T>
@@ -83,6 +91,10 @@ void softmax_cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t
   for (int n = 0; n < N; n++) {
     const T* x = logits + static_cast<size_t>(n) * V;
     const int target = targets[n];
+    if (target < 0) {
+      ignore_row(losses + n, dlogits, n, V);
+      continue;
+    }
     const T maxv = max_of_row(x, V);
     const T target_logit = x[target];
     double sum = 0;
@@ -124,6 +136,10 @@ void cross_entropy_shard_finish(T* losses, T* dlogits, const T* logits, const T*
                                 float grad_scale) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
+    if (targets[n] < 0) {
+      ignore_row(losses + n, dlogits, n, V);
+      continue;
+    }
     const T maxv = row_max[n];
     losses[n] = static_cast<T>(std::log(sum_exp[n]) - static_cast<double>(target_logit[n] - maxv));
     if (!dlogits) continue;

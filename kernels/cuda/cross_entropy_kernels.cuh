@@ -12,12 +12,25 @@ namespace {
 
 constexpr int kThreads = 512;
 
+// A row whose target is negative (kernels.h's kIgnoreIndex) carries no loss and no gradient:
+// loss 0 and, when dlogits is wanted, a zero row. Every thread of the row's block calls it.
+__device__ void ignore_row(float* losses, float* dlogits, size_t row, int V) {
+  if (threadIdx.x == 0) losses[row] = 0.0f;
+  if (!dlogits) return;
+  float* d = dlogits + row * V;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] = 0.0f;
+}
+
 // losses (N); dlogits (N, V) or null; logits (N, V); one block per row.
 __global__ void softmax_cross_entropy_kernel(float* losses, float* dlogits, const float* logits,
                                              const int32_t* targets, int V, float grad_scale) {
   const size_t row = blockIdx.x;
   const float* x = logits + row * V;
   const int target = targets[row];
+  if (target < 0) {  // uniform over the block: no thread reaches the reductions below
+    ignore_row(losses, dlogits, row, V);
+    return;
+  }
   const float target_logit = x[target];
   float maxv = -INFINITY;
   for (int i = threadIdx.x; i < V; i += blockDim.x) maxv = fmaxf(maxv, x[i]);
@@ -43,7 +56,8 @@ __global__ void shard_max_kernel(float* row_max, const float* logits, int V) {
   if (threadIdx.x == 0) row_max[blockIdx.x] = maxv;
 }
 
-// sum_exp (N) = sum exp(x - row_max); target_logit (N) = x[target] when held here, else 0.
+// sum_exp (N) = sum exp(x - row_max); target_logit (N) = x[target] when held here, else 0
+// (so 0 for an ignored row's negative target).
 __global__ void shard_sums_kernel(double* sum_exp, float* target_logit, const float* logits,
                                   const float* row_max, const int32_t* targets, int vocab_begin,
                                   int V) {
@@ -65,6 +79,10 @@ __global__ void shard_finish_kernel(float* losses, float* dlogits, const float* 
                                     const float* target_logit, const int32_t* targets,
                                     int vocab_begin, int V, float grad_scale) {
   const size_t row = blockIdx.x;
+  if (targets[row] < 0) {
+    ignore_row(losses, dlogits, row, V);
+    return;
+  }
   const float maxv = row_max[row];
   if (threadIdx.x == 0)
     losses[row] =

@@ -143,6 +143,20 @@ class TrainOptionsTest : public QObject {
     QVERIFY2(mentions(r.status(), "--mock-data"), r.status().message().c_str());
   }
 
+  void sft_flags_need_a_dataset_and_each_other() {
+    auto ok = parse_train_options({"--sft", "--sft-packing", "--data-path", "chat"});
+    QVERIFY2(ok.is_ok(), ok.status().message().c_str());
+    QVERIFY(ok->sft && ok->sft_packing);
+    auto mock = parse_train_options({"--sft", "--mock-data"});
+    QVERIFY(!mock.is_ok());
+    QVERIFY2(mentions(mock.status(), "--sft trains on a chat dataset with a loss mask"),
+             mock.status().message().c_str());
+    auto alone = parse_train_options({"--sft-packing", "--data-path", "chat"});
+    QVERIFY(!alone.is_ok());
+    QVERIFY2(mentions(alone.status(), "--sft-packing needs --sft"),
+             alone.status().message().c_str());
+  }
+
   void config_file_is_read_and_flags_override_it() {
     QTemporaryDir dir;
     const std::string path = dir.filePath("run.json").toStdString();

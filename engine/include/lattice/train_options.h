@@ -61,6 +61,12 @@ struct TrainOptions {
   std::vector<std::string> data_path;
   std::string split = "969,30,1";  // --split: train,valid,test weights over documents
   std::string data_cache_path;     // --data-cache-path (default: beside the data)
+  // --sft: supervised fine-tuning on chat data (data/sft_dataset.h): each --data-path prefix
+  // has a `{prefix}_loss_mask` dataset, and the loss is the mean over the masked-in targets of
+  // the whole global batch. --sft-packing packs several conversations per sample (Lattice's;
+  // Megatron packs the conversations of one JSONL line).
+  bool sft = false;
+  bool sft_packing = false;
   int eval_interval = 1000;        // --eval-interval: iterations between validations
   int eval_iters = 100;            // --eval-iters: global batches per validation
   // --eval-tasks FILE[,FILE]: multiple-choice task files (lattice/multiple_choice.h) scored

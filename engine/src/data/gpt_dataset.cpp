@@ -14,6 +14,12 @@
 
 namespace lattice {
 
+void SampleSource::sample_with_mask(int64_t index, int32_t* tokens, uint8_t* loss_mask,
+                                    int32_t* positions) const {
+  sample(index, tokens);
+  for (int t = 0; t <= seq_length(); t++) loss_mask[t] = 1, positions[t] = t;
+}
+
 namespace {
 
 // Megatron-core GPTDataset: sample i is sample_index entry shuffle_index[i] (gpt_dataset.py
@@ -55,6 +61,15 @@ class BlendedDataset final : public SampleSource {
     const auto i = static_cast<size_t>(index);
     sources_[static_cast<size_t>(indices_.dataset_index[i])]->sample(
         indices_.dataset_sample_index[i], tokens);
+  }
+  // SFT blends: every member is an SFT source (build_sft_splits blends only those).
+  bool has_loss_mask() const override { return sources_.front()->has_loss_mask(); }
+  void sample_with_mask(int64_t index, int32_t* tokens, uint8_t* loss_mask,
+                        int32_t* positions) const override {
+    assert(0 <= index && index < size());
+    const auto i = static_cast<size_t>(index);
+    sources_[static_cast<size_t>(indices_.dataset_index[i])]->sample_with_mask(
+        indices_.dataset_sample_index[i], tokens, loss_mask, positions);
   }
 
  private:

@@ -24,6 +24,16 @@ class SampleSource {
   virtual int seq_length() const = 0;
   // tokens (seq_length + 1) of sample `index`, 0 <= index < size().
   virtual void sample(int64_t index, int32_t* tokens) const = 0;
+  // True for a source whose samples carry a loss mask and per-token positions (SFT,
+  // sft_dataset.h); pretraining sources have neither (every next token is a target, positions
+  // 0..seq_length-1).
+  virtual bool has_loss_mask() const { return false; }
+  // Sample `index` with its loss mask and positions, each (seq_length + 1) like tokens:
+  // loss_mask[t] = 1 where token t is a loss target (the target of input t - 1), positions[t] =
+  // token t's position within its document (0 at each document's first token). Only where
+  // has_loss_mask(); the default (never called) gives an all-ones mask and 0..seq_length.
+  virtual void sample_with_mask(int64_t index, int32_t* tokens, uint8_t* loss_mask,
+                                int32_t* positions) const;
 };
 
 struct GptDatasetOptions {

@@ -164,7 +164,8 @@ class Ops {
   // ---- cross-entropy (logits in G)
   // ---------------------------------------------------------------- losses (N) = -log
   // softmax(logits (N, V))[target]; dlogits (N, V), when non-null, = (softmax - onehot) *
-  // grad_scale and may alias logits.
+  // grad_scale and may alias logits. A negative target (kernels::kIgnoreIndex, an SFT masked
+  // token) gives loss 0 and a zero dlogits row, in every implementation.
   virtual void softmax_cross_entropy(G* losses, G* dlogits, const G* logits, const int32_t* targets,
                                      int N, int V, float grad_scale) = 0;
   // The vocabulary-parallel passes of kernels.h; the caller reduces between them.

@@ -203,6 +203,8 @@ void GptModel<A>::recompute_group(const GptActivations<A>& a, int first, int las
 
 template <typename A>
 void GptModel<A>::cross_entropy(GptActivations<A>& a, float grad_scale) {
+  // A target of kernels::kIgnoreIndex (an SFT masked token) gets loss 0 and a zero dlogits row
+  // from every kernel below, so it adds nothing to the loss or to any gradient.
   const int32_t* targets = a.targets;
   const int N = N_;
   G* dlogits = grad_scale > 0 ? a.logits_accum : nullptr;

@@ -2,6 +2,8 @@
 
 #include "data/batch_sampler.h"
 #include "data/mock_data.h"
+#include "data/sft_dataset.h"
+#include "lattice/kernels.h"
 
 namespace lattice {
 
@@ -35,12 +37,21 @@ Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
   if (!blend) return blend.status();
   const int64_t gb = o.global_batch_size;
   const int64_t valid = (o.train_iters / o.eval_interval + 1) * int64_t{o.eval_iters} * gb;
-  GptDatasetOptions options;
-  options.seq_length = mc.seq_length;
-  options.seed = o.seed;
-  options.cache_dir = o.data_cache_path;
-  Result<DataSplits> splits = build_gpt_splits(*blend, o.split, int64_t{o.train_iters} * gb, valid,
-                                               int64_t{o.eval_iters} * gb, options);
+  auto build = [&]() -> Result<DataSplits> {
+    const int64_t train = int64_t{o.train_iters} * gb, test = int64_t{o.eval_iters} * gb;
+    if (o.sft) {
+      SftDatasetOptions options;
+      options.seq_length = mc.seq_length;
+      options.packing = o.sft_packing;
+      return build_sft_splits(*blend, o.split, train, valid, test, options);
+    }
+    GptDatasetOptions options;
+    options.seq_length = mc.seq_length;
+    options.seed = o.seed;
+    options.cache_dir = o.data_cache_path;
+    return build_gpt_splits(*blend, o.split, train, valid, test, options);
+  };
+  Result<DataSplits> splits = build();
   if (!splits) return splits.status();
   if (!splits->train)
     return Status::invalid_argument("--split " + o.split + " leaves no documents for training");
@@ -50,24 +61,67 @@ Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
   return d;
 }
 
+namespace {
+
+// Sample `index` into sample (T + 1), its loss mask and positions (T + 1) when the source has
+// them; false where it has none.
+bool read_sample(const SampleSource& source, int64_t index, std::vector<int32_t>& sample,
+                 std::vector<uint8_t>& mask, std::vector<int32_t>& positions) {
+  const size_t n = static_cast<size_t>(source.seq_length()) + 1;
+  if (!source.has_loss_mask()) {
+    source.sample(index % source.size(), sample.data());
+    return false;
+  }
+  mask.resize(n);
+  positions.resize(n);
+  source.sample_with_mask(index % source.size(), sample.data(), mask.data(), positions.data());
+  return true;
+}
+
+}  // namespace
+
 Status fill_micro_batch(const SampleSource& source, int64_t consumed, int micro_index, int B,
                         int dp_size, int dp_rank, int vocab_size, std::vector<int32_t>& sample,
-                        int32_t* inputs, int32_t* targets) {
+                        int32_t* inputs, int32_t* targets, int32_t* positions) {
   const int T = source.seq_length();
+  std::vector<uint8_t> mask;
+  std::vector<int32_t> pos;
   for (int b = 0; b < B; b++) {
     const int64_t index = sample_index(consumed, B, dp_size, dp_rank, micro_index, b);
-    source.sample(index % source.size(), sample.data());
+    const bool masked = read_sample(source, index, sample, mask, pos);
     for (int t = 0; t <= T; t++)
       if (sample[t] < 0 || sample[t] >= vocab_size)
         return Status::invalid_argument(
             "sample " + std::to_string(index) + " holds token id " + std::to_string(sample[t]) +
             ", outside the model's vocabulary of " + std::to_string(vocab_size) +
             " (was the dataset made with another tokenizer?)");
-    std::copy(sample.begin(), sample.begin() + T, inputs + static_cast<size_t>(b) * T);
-    std::copy(sample.begin() + 1, sample.end(), targets + static_cast<size_t>(b) * T);
+    const size_t row = static_cast<size_t>(b) * T;
+    if (inputs) std::copy(sample.begin(), sample.begin() + T, inputs + row);
+    if (targets) {
+      std::copy(sample.begin() + 1, sample.end(), targets + row);
+      if (masked)
+        for (int t = 0; t < T; t++)
+          if (!mask[t + 1]) targets[row + t] = kernels::kIgnoreIndex;
+    }
+    if (positions)
+      for (int t = 0; t < T; t++) positions[row + t] = masked ? pos[t] : t;
   }
   return Status::ok();
 }
 
+int64_t count_targets(const SampleSource& source, int64_t consumed, int micro_batches, int B,
+                      int dp_size, int dp_rank) {
+  const int T = source.seq_length();
+  if (!source.has_loss_mask()) return int64_t{micro_batches} * B * T;
+  std::vector<int32_t> sample(static_cast<size_t>(T) + 1), pos;
+  std::vector<uint8_t> mask;
+  int64_t count = 0;
+  for (int m = 0; m < micro_batches; m++)
+    for (int b = 0; b < B; b++) {
+      read_sample(source, sample_index(consumed, B, dp_size, dp_rank, m, b), sample, mask, pos);
+      for (int t = 1; t <= T; t++) count += mask[t] ? 1 : 0;
+    }
+  return count;
+}
 
 }  // namespace lattice

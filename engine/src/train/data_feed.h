@@ -2,6 +2,7 @@
 // GPT datasets over indexed files), and the micro-batches each data-parallel rank takes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -19,9 +20,20 @@ Result<DataSources> open_data(const TrainOptions& options, const ModelConfig& mo
 
 // Fills inputs and targets (B, T) with micro-batch `micro_index` of data-parallel rank
 // `dp_rank`'s slice of the global batch that starts at `consumed` (Megatron's sampler,
-// data/batch_sampler.h); checks every id against the vocabulary.
+// data/batch_sampler.h); checks every id against the vocabulary. With a source that has a
+// loss mask (SFT), targets[t] = loss_mask[t + 1] ? x[t + 1] : kernels::kIgnoreIndex.
+// positions (B, T), when non-null, receives each input token's position within its document
+// (SampleSource::sample_with_mask; 0..T-1 for pretraining sources) for packed attention.
+// inputs or targets may be null (a middle pipeline stage needs only the positions).
 Status fill_micro_batch(const SampleSource& source, int64_t consumed, int micro_index, int B,
                         int dp_size, int dp_rank, int vocab_size, std::vector<int32_t>& sample,
-                        int32_t* inputs, int32_t* targets);
+                        int32_t* inputs, int32_t* targets, int32_t* positions = nullptr);
+
+// The number of loss targets (targets that are not ignored) in data-parallel rank `dp_rank`'s
+// `micro_batches` micro-batches of the global batch at `consumed`: B * T per micro-batch for a
+// source without a loss mask. Summed over the data-parallel group it is the global batch's,
+// the denominator of the SFT loss (Note [SFT loss normalisation] in trainer.cpp).
+int64_t count_targets(const SampleSource& source, int64_t consumed, int micro_batches, int B,
+                      int dp_size, int dp_rank);
 
 }  // namespace lattice

@@ -104,6 +104,9 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"mock-data", "train on synthetic documents (Megatron's --mock-data)", &o.mock_data},
       {"data-path", "dataset prefix(es): P, or W1 P1 W2 P2 ... blended by weight", &o.data_path},
       {"split", "train,valid,test weights over the documents", &o.split},
+      {"sft", "supervised fine-tuning: --data-path prefixes with a {prefix}_loss_mask dataset",
+       &o.sft},
+      {"sft-packing", "with --sft: pack several conversations into each sample", &o.sft_packing},
       {"data-cache-path", "where sample indices are cached; empty means beside the data",
        &o.data_cache_path},
       {"eval-interval", "iterations between validation runs", &o.eval_interval},
@@ -426,6 +429,11 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
         "--mock-data");
   if (!data_path.empty())
     if (auto blend = data_blend(); !blend) errors.push_back(blend.status().message());
+  if (sft && mock_data)
+    errors.push_back(
+        "--sft trains on a chat dataset with a loss mask: pass --data-path, not "
+        "--mock-data");
+  if (sft_packing && !sft) errors.push_back("--sft-packing needs --sft");
   if (eval_interval <= 0) errors.push_back("--eval-interval must be positive");
   if (eval_iters < 0) errors.push_back("--eval-iters must not be negative");
   const ParallelOptions& par = parallel;

@@ -137,7 +137,9 @@ class Trainer {
   Status step(int it, double& loss, double& norm, double lr, bool& skipped,
               std::vector<InstabilityEvent>& events);
   Status finish_gradients();
-  Result<double> validate(const SampleSource& source, int64_t& position);
+  // The mean validation loss; for SFT `targets` receives the number of loss targets it
+  // averaged over (0: nothing to average, and the loss is meaningless).
+  Result<double> validate(const SampleSource& source, int64_t& position, int64_t& targets);
   Status load(TrainState& state) { return load_rank_checkpoint(rank_, g_, o_, sink_, state); }
   Status save(const TrainState& state);
   Status save_hf() { return save_rank_hf(rank_, g_, o_, mc_, sink_); }
@@ -169,18 +171,26 @@ class Trainer {
   float* device_found_inf_ = nullptr;
   std::vector<accum_t<T>> losses_;  // the host's copy of device_losses_
   // The host's copy of the losses (the ranks that report the loss: tensor-parallel rank 0 of
-  // the last stage), then the sum of their per-micro-batch means.
-  Result<double> loss_sum(int micro_batches);
+  // the last stage), then the sum of their per-micro-batch means; with per_token (SFT) the
+  // plain sum of the token losses (the ignored tokens' are 0).
+  Result<double> loss_sum(int micro_batches, bool per_token = false);
+  // SFT: the number of loss targets in the global batch at `position` of `source` (Note [SFT
+  // loss normalisation]); every rank counts its data-parallel slice and the data-parallel group
+  // sums.
+  int64_t global_targets(const SampleSource& source, int64_t position);
+  bool sft() const { return data_.train->has_loss_mask(); }
   bool reports_loss() const { return g_.last_stage() && g_.coord.tp == 0; }
   // Micro-batch `mb` of the batch at `position` of `source` into the slot's device buffers
   // (B, T): written in place on a host-addressable device, else staged and copied on compute.
+  // Each of tokens, targets and positions may be null (the executor's Loader: a middle stage
+  // of a packed run asks for positions only; positions only when it packs).
   Status load_micro_batch(const SampleSource& source, int64_t position, int mb, int32_t* tokens,
-                          int32_t* targets);
+                          int32_t* targets, int32_t* positions = nullptr);
   // After an iteration or an evaluation: the host waits for the device, then the pipeline's
   // phase times and boxes and the chunks' op times are read from the marks.
   Status collect_marks();
   DataSources data_;
-  std::vector<int32_t> sample_, staged_tokens_, staged_targets_;
+  std::vector<int32_t> sample_, staged_tokens_, staged_targets_, staged_positions_;
   int64_t consumed_ = 0;
   double optimizer_seconds_ = 0;
   PhaseTimes reported_;  // totals at the previous report
@@ -283,32 +293,48 @@ Status Trainer<T>::build_model() {
     staged_tokens_.assign(N, 0);
     staged_targets_.assign(N, 0);
   }
+  staged_positions_.assign(o_.sft_packing ? N : 0, 0);  // checked on the host before use
+  // --sft-packing: every stage's attention reads the micro-batch's positions (Note [packed
+  // sequences] in gpt_layer.cpp), so the executor asks for them on every chunk.
+  executor_->set_packed_sequences(o_.sft_packing);
   return device.synchronize(device.compute());
 }
 
 template <typename T>
 Status Trainer<T>::load_micro_batch(const SampleSource& source, int64_t position, int mb,
-                                    int32_t* tokens, int32_t* targets) {
+                                    int32_t* tokens, int32_t* targets, int32_t* positions) {
   // The ranks of a tensor-parallel group read the same micro-batch: their data-parallel rank's.
   Device& device = *rank_.device;
   const bool staged = !device.capabilities().host_addressable;
   const ParallelLayout& L = g_.layout;
+  int32_t* host_positions = positions ? staged_positions_.data() : nullptr;
   if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, L.dp, g_.coord.dp,
-                                  mc_.vocab_size, sample_, staged ? staged_tokens_.data() : tokens,
-                                  staged ? staged_targets_.data() : targets);
+                                  mc_.vocab_size, sample_,
+                                  staged && tokens ? staged_tokens_.data() : tokens,
+                                  staged && targets ? staged_targets_.data() : targets,
+                                  host_positions);
       !s)
     return s;
-  if (staged) {
-    // From pageable host memory: read before copy() returns, so the staging may be reused.
-    const size_t bytes = staged_tokens_.size() * sizeof(int32_t);
-    device.copy(tokens, staged_tokens_.data(), bytes, CopyKind::kHostToDevice, device.compute());
-    device.copy(targets, staged_targets_.data(), bytes, CopyKind::kHostToDevice, device.compute());
+  if (host_positions) {
+    const std::string bad =
+        packed_positions_error(host_positions, o_.micro_batch_size, mc_.seq_length);
+    if (!bad.empty()) return Status::invalid_argument("packed sample positions: " + bad);
   }
+  // From pageable host memory: read before copy() returns, so the staging may be reused.
+  const size_t bytes = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length * sizeof(int32_t);
+  const auto upload = [&](int32_t* to, const std::vector<int32_t>& from) {
+    if (to) device.copy(to, from.data(), bytes, CopyKind::kHostToDevice, device.compute());
+  };
+  if (staged) {
+    upload(tokens, staged_tokens_);
+    upload(targets, staged_targets_);
+  }
+  upload(positions, staged_positions_);
   return Status::ok();
 }
 
 template <typename T>
-Result<double> Trainer<T>::loss_sum(int micro_batches) {
+Result<double> Trainer<T>::loss_sum(int micro_batches, bool per_token) {
   if (!reports_loss()) return 0.0;
   Device& device = *rank_.device;
   device.copy(losses_.data(), device_losses_, losses_.size() * sizeof(accum_t<T>),
@@ -318,12 +344,33 @@ Result<double> Trainer<T>::loss_sum(int micro_batches) {
   // matter: rows are by micro-batch).
   const size_t N = losses_.size() / static_cast<size_t>(micro_batches);
   double total = 0;
+  if (per_token) {
+    for (size_t i = 0; i < N * micro_batches; i++) total += static_cast<double>(losses_[i]);
+    return total;
+  }
   for (int mb = 0; mb < micro_batches; mb++) {
     double sum = 0;
     for (size_t i = 0; i < N; i++) sum += static_cast<double>(losses_[mb * N + i]);
     total += sum / static_cast<double>(N);
   }
   return total;
+}
+
+// Note [SFT loss normalisation]: with a loss mask the loss is Megatron's per-token loss over the
+// global batch, sum of the target tokens' losses / number of targets in the whole global batch
+// (every micro-batch of every data-parallel rank), so any layout and any split of the batch into
+// micro-batches gives the same loss and gradients. The count must be known before the first
+// micro-batch's backward (it is in grad_scale = loss_scale / count), so every rank reads the
+// masks of its data-parallel slice on the host before the schedule (memory-mapped, cheap next to
+// a step) and the data-parallel group sums the counts: one scalar all-reduce, rather than every
+// rank reading the whole global batch. Pretraining keeps its B * T * M * DP, bit for bit.
+template <typename T>
+int64_t Trainer<T>::global_targets(const SampleSource& source, int64_t position) {
+  const ParallelLayout& L = g_.layout;
+  const int M = o_.num_micro_batches() / L.dp;
+  const auto mine = static_cast<double>(
+      count_targets(source, position, M, o_.micro_batch_size, L.dp, g_.coord.dp));
+  return static_cast<int64_t>(all_reduce_scalar(mine, *g_.dp));
 }
 
 template <typename T>
@@ -371,17 +418,30 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   // arithmetic a power of two scales every gradient exactly, so --fp16 on the CPU trains as
   // fp32 does until an overflow.
   const double loss_scale = scaling_.loss_scale();
-  const float grad_scale =
-      static_cast<float>(loss_scale / (static_cast<double>(B) * mc_.seq_length * M * L.dp)) *
-      (it == injected_iteration("LATTICE_INJECT_SPIKE") ? 1000.0f : 1.0f);
+  const bool per_token = sft();  // Note [SFT loss normalisation]
+  const int64_t targets = per_token ? global_targets(*data_.train, consumed_) : 0;
+  if (per_token && targets == 0) {
+    // Nothing to learn from: no step, no NaN; the data moves on as after any iteration.
+    if (g_.world->rank() == 0)
+      sink_.on_message("iteration " + std::to_string(it) +
+                       ": every target of the global batch is masked (no assistant tokens in its " +
+                       std::to_string(o_.global_batch_size) + " samples); the step is skipped");
+    loss = 0, norm = 0, skipped = true;
+    return Status::ok();
+  }
+  const double denominator =
+      per_token ? static_cast<double>(targets) : static_cast<double>(B) * mc_.seq_length * M * L.dp;
+  // The kernels take grad_scale as a float: 1 / count rounds (a power of two, B*T*M*DP, does
+  // not); --fp64 corrects the rounding after backward, so its gradients are the exact mean's.
+  const float grad_scale = static_cast<float>(loss_scale / denominator) *
+                           (it == injected_iteration("LATTICE_INJECT_SPIKE") ? 1000.0f : 1.0f);
   for (size_t c = 0; c < rank_.chunks.size(); c++) {
     rank_.chunks[c]->zero_grads();
     rank_.buckets[c]->start_iteration();
   }
   const int dp_rank = g_.coord.dp;
-  // The executor is not told to pack (set_packed_sequences), so positions stays null.
-  auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* /*positions*/) {
-    return load_micro_batch(*data_.train, consumed_, mb, tokens, targets);
+  auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* positions) {
+    return load_micro_batch(*data_.train, consumed_, mb, tokens, targets, positions);
   };
   // Dropout masks follow the micro-batch's place in the global batch, so they match one
   // process running the whole batch (data-parallel rank r's micro-batch m is global m*DP+r).
@@ -395,12 +455,21 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     device.copy(rank_.chunks[0]->grads(), &nan, sizeof nan, CopyKind::kHostToDevice,
                 device.compute());
   }
+  if constexpr (std::is_same_v<accum_t<T>, double>) {
+    const double exact = loss_scale / denominator;
+    const double used = static_cast<float>(exact);
+    if (per_token && used != exact)
+      for (auto& c : rank_.chunks)  // scales the gradients (the flag is the scaler's business)
+        device.template ops<T>()->unscale_and_check(c->grads(), c->arena_size(), exact / used,
+                                                    device_found_inf_);
+  }
   // The loss lives on the last stage: its tensor-parallel rank 0 of every data-parallel
   // replica contributes its share, and every rank learns the mean (before the update: the
   // spike detector reads it).
-  Result<double> losses = loss_sum(M);
+  Result<double> losses = loss_sum(M, per_token);
   if (!losses) return losses.status();
-  loss = all_reduce_scalar(*losses / (static_cast<double>(M) * L.dp), *g_.world);
+  loss = per_token ? all_reduce_scalar(*losses, *g_.world) / static_cast<double>(targets)
+                   : all_reduce_scalar(*losses / (static_cast<double>(M) * L.dp), *g_.world);
 
   const auto t0 = Clock::now();
   skipped = false;
@@ -461,20 +530,28 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
 }
 
 template <typename T>
-Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& position) {
+Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& position,
+                                    int64_t& targets) {
   const ParallelLayout& L = g_.layout;
   const int M = o_.num_micro_batches() / L.dp;
+  const bool per_token = source.has_loss_mask();  // Note [SFT loss normalisation]
   double sum = 0;
+  targets = 0;
   for (int it = 0; it < o_.eval_iters; it++) {
-    auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* /*positions*/) {
-      return load_micro_batch(source, position, mb, tokens, targets);
+    if (per_token) targets += global_targets(source, position);
+    auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* positions) {
+      return load_micro_batch(source, position, mb, tokens, targets, positions);
     };
     if (Status s = executor_->evaluate(M, load, device_losses_); !s) return s;
     if (Status s = collect_marks(); !s) return s;
-    Result<double> losses = loss_sum(M);
+    Result<double> losses = loss_sum(M, per_token);
     if (!losses) return losses.status();
     sum += *losses;
     position += o_.global_batch_size;
+  }
+  if (per_token) {
+    const double total = all_reduce_scalar(sum, *g_.world);
+    return targets > 0 ? total / static_cast<double>(targets) : 0.0;
   }
   return all_reduce_scalar(sum / (static_cast<double>(o_.eval_iters) * M * L.dp), *g_.world);
 }
@@ -628,8 +705,16 @@ Result<TrainSummary> Trainer<T>::run() {
                                int iteration, bool at_end) -> Status {
     set_comm_activity(std::string("the ") + (at_end ? "final " : "") + split +
                       " evaluation at iteration " + std::to_string(iteration));
-    Result<double> loss = validate(*source, position);
+    int64_t targets = 0;
+    Result<double> loss = validate(*source, position, targets);
     if (!loss) return loss.status();
+    if (source->has_loss_mask() && targets == 0) {  // Note [SFT loss normalisation]
+      if (rank0)
+        sink_.on_message("the " + std::string(split) + " evaluation at iteration " +
+                         std::to_string(iteration) +
+                         " saw no loss targets (every token masked); no validation loss");
+      return Status::ok();
+    }
     ValidationMetrics v;
     v.iteration = iteration;
     v.split = split;

@@ -293,7 +293,7 @@ void attention_backward(Context& ctx, fp16* dqkv, const fp16* dout, const fp16* 
 // ---- cross_entropy.cu (fp32 logits) ---------------------------------------------------------
 // kernels.h's fused softmax + cross-entropy and its vocabulary-parallel passes; the caller
 // all-reduces row_max (max) and sum_exp, target_logit (sum) between the passes. Row sums in
-// double, as on the CPU.
+// double, as on the CPU. A negative target (kIgnoreIndex) gives loss 0 and a zero dlogits row.
 void softmax_cross_entropy(Context& ctx, float* losses, float* dlogits, const float* logits,
                            const int32_t* targets, int N, int V, float grad_scale);
 void cross_entropy_shard_max(Context& ctx, float* row_max, const float* logits, int N, int V);

@@ -183,9 +183,14 @@ void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const in
                           const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace,
                           int kv_heads = 0);
 
+// The target of a row that carries no loss and no gradient (Megatron's loss_mask 0, PyTorch's
+// ignore_index): every cross-entropy below writes loss 0 and a zero dlogits row for it.
+constexpr int32_t kIgnoreIndex = -1;
+
 // Fused softmax + cross-entropy over logits (N, V): losses (N) = -log softmax(row)[target].
 // When dlogits is non-null it receives (softmax - onehot(target)) * grad_scale and may alias
-// logits (the logits are then consumed). Targets must lie in [0, V).
+// logits (the logits are then consumed). Targets lie in [0, V) or are negative (kIgnoreIndex:
+// loss 0, dlogits row 0).
 template <typename S>
 void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets, int N,
                            int V, float grad_scale);
@@ -198,6 +203,7 @@ void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t
 //    rank holds it, else 0                         -> all-reduce sum of both
 // 3) losses (N) = log(sum_exp) - (target_logit - row_max); dlogits (optional, may alias
 //    logits) = (softmax - onehot) * grad_scale over this rank's columns.
+// A negative target (kIgnoreIndex) gives target_logit 0, loss 0 and a zero dlogits row.
 template <typename S>
 void cross_entropy_shard_max(S* row_max, const S* logits, int N, int V);
 template <typename S>

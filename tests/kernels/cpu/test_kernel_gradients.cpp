@@ -4,7 +4,9 @@
 // run is reported as skipped.
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "common/cpu_isa_rows.h"
 #include "common/grad_check.h"
@@ -51,6 +53,80 @@ QString disagreement(const char* tensor, const std::vector<float>& f, const std:
 
 class KernelGradients : public QObject {
   Q_OBJECT
+
+  template <typename T>
+  void check_ignored_targets() {
+    const int N = 5, V = 300, half = V / 2;
+    const auto logits_d = random_vector(N * V, 61, 3.0);
+    const std::vector<T> logits(logits_d.begin(), logits_d.end());
+    const std::vector<int32_t> all = {7, 299, 0, 150, 42};
+    const std::vector<int32_t> masked = {7, k::kIgnoreIndex, 0, k::kIgnoreIndex, 42};
+    std::vector<T> want_loss(N), want_d(logits.size());
+    k::softmax_cross_entropy(want_loss.data(), want_d.data(), logits.data(), all.data(), N, V,
+                             0.5f);
+    auto check = [&](const char* how, const std::vector<T>& loss, const std::vector<T>& d) {
+      for (int n = 0; n < N; n++) {
+        const bool ignored = masked[n] < 0;
+        QVERIFY2(loss[n] == (ignored ? T(0) : want_loss[n]),
+                 qPrintable(QString("%1 loss[%2] = %3").arg(how).arg(n).arg(double(loss[n]))));
+        for (int v = 0; v < V; v++) {
+          const T expected = ignored ? T(0) : want_d[n * V + v];
+          QVERIFY2(d[n * V + v] == expected, qPrintable(QString("%1 dlogits[%2, %3] = %4, want %5")
+                                                            .arg(how)
+                                                            .arg(n)
+                                                            .arg(v)
+                                                            .arg(double(d[n * V + v]))
+                                                            .arg(double(expected))));
+        }
+      }
+    };
+    std::vector<T> loss(N, T(99)), d = logits;  // dlogits aliases logits
+    k::softmax_cross_entropy(loss.data(), d.data(), d.data(), masked.data(), N, V, 0.5f);
+    check("whole", loss, d);
+    // Without a gradient only the losses are written.
+    std::vector<T> loss_only(N, T(99));
+    k::softmax_cross_entropy<T>(loss_only.data(), nullptr, logits.data(), masked.data(), N, V, 0);
+    check("forward only", loss_only, d);
+    // Two vocabulary shards reduced as tensor parallelism reduces them.
+    std::vector<T> sh[2], mx[2], tl[2];
+    std::vector<double> sums[2];
+    for (int r = 0; r < 2; r++) {
+      sh[r].resize(N * half), mx[r].resize(N), tl[r].resize(N), sums[r].resize(N);
+      for (int i = 0; i < N; i++)
+        std::copy_n(logits.data() + i * V + r * half, half, sh[r].data() + i * half);
+      k::cross_entropy_shard_max(mx[r].data(), sh[r].data(), N, half);
+    }
+    std::vector<T> row_max(N), target_logit(N);
+    std::vector<double> sum(N);
+    for (int i = 0; i < N; i++) row_max[i] = std::max(mx[0][i], mx[1][i]);
+    for (int r = 0; r < 2; r++)
+      k::cross_entropy_shard_sums(sums[r].data(), tl[r].data(), sh[r].data(), row_max.data(),
+                                  masked.data(), r * half, N, half);
+    for (int i = 0; i < N; i++)
+      sum[i] = sums[0][i] + sums[1][i], target_logit[i] = tl[0][i] + tl[1][i];
+    std::vector<T> loss_s(N, T(99)), d_s(N * V);
+    for (int r = 0; r < 2; r++) {
+      k::cross_entropy_shard_finish(loss_s.data(), sh[r].data(), sh[r].data(), row_max.data(),
+                                    sum.data(), target_logit.data(), masked.data(), r * half, N,
+                                    half, 0.5f);
+      for (int i = 0; i < N; i++)
+        std::copy_n(sh[r].data() + i * half, half, d_s.data() + i * V + r * half);
+    }
+    // The shards' sums are added in another order than the whole row's: compare the unmasked
+    // rows loosely, the ignored ones exactly.
+    for (int n = 0; n < N; n++) {
+      const bool ignored = masked[n] < 0;
+      const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+      QVERIFY2(ignored ? loss_s[n] == T(0) : std::abs(loss_s[n] - want_loss[n]) <= tol,
+               qPrintable(QString("sharded loss[%1] = %2").arg(n).arg(double(loss_s[n]))));
+      for (int v = 0; v < V; v++) {
+        const double got = d_s[n * V + v];
+        QVERIFY2(ignored ? got == 0.0 : std::abs(got - want_d[n * V + v]) <= tol,
+                 qPrintable(QString("sharded dlogits[%1, %2] = %3").arg(n).arg(v).arg(got)));
+      }
+    }
+  }
+
  private slots:
   void initTestCase() { k::set_num_threads(2); }
   void initTestCase_data() { lattice::testing::add_cpu_isa_rows(); }
@@ -246,6 +322,12 @@ class KernelGradients : public QObject {
     for (int i = 0; i < N * V; i++) QCOMPARE(logits[i], d[i]);
     for (int n = 0; n < N; n++) QCOMPARE(losses2[n], losses[n]);
   }
+
+  // kIgnoreIndex (SFT's masked tokens): an ignored row has loss 0 and a zero gradient row, the
+  // other rows are exactly what they are without the ignored ones; whole and in two vocabulary
+  // shards, logits aliased by dlogits (as the model calls it), in float and double.
+  void ignored_targets_give_no_loss_and_no_gradient() { check_ignored_targets<double>(); }
+  void float_ignored_targets_give_no_loss_and_no_gradient() { check_ignored_targets<float>(); }
 
   void embedding_backward_matches_finite_differences() {
     const int B = 2, T = 3, C = 4, V = 5;

@@ -566,7 +566,8 @@ class KernelsEmulated : public QObject {
   void softmax_cross_entropy_matches_cpu() {
     const int N = 3, V = 1003;
     const auto logits = random_floats(size_t(N) * V, 21);
-    const auto targets = random_targets(N, V, 22);
+    auto targets = random_targets(N, V, 22);
+    targets[1] = k::kIgnoreIndex;  // a masked token: loss 0, zero gradient row
     std::vector<float> losses(N), dlogits(logits.size());
     k::softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V,
                              0.5f);
@@ -576,12 +577,15 @@ class KernelsEmulated : public QObject {
                 0.5f);  // dlogits aliases logits
     EXPECT_CLOSE("cross_entropy losses", g_losses, losses);
     EXPECT_CLOSE("cross_entropy dlogits", g_logits, dlogits);
+    QCOMPARE(g_losses[1], 0.0f);
+    for (int v = 0; v < V; v++) QCOMPARE(g_logits[size_t(V) + v], 0.0f);
   }
 
   void vocab_parallel_cross_entropy_matches_cpu() {
     const int N = 2, V = 640, half = V / 2;
     const auto logits = random_floats(size_t(N) * V, 31);
-    const auto targets = random_targets(N, V, 32);
+    auto targets = random_targets(N, V, 32);
+    targets[0] = k::kIgnoreIndex;
     std::vector<float> losses(N), dlogits(logits.size());
     k::softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V,
                              1.0f);
@@ -615,6 +619,8 @@ class KernelsEmulated : public QObject {
         std::copy_n(dlogits.begin() + n * V + s * half, half, want.begin() + n * half);
       EXPECT_CLOSE("vocab-parallel losses", g_losses, losses);
       EXPECT_CLOSE("vocab-parallel dlogits", shard[s], want);
+      QCOMPARE(g_losses[0], 0.0f);
+      for (int v = 0; v < half; v++) QCOMPARE(shard[s][v], 0.0f);
     }
   }
 };
