@@ -98,7 +98,7 @@ class LoraParallel : public QObject {
   void initTestCase() { QVERIFY(dir_.isValid()); }
 
   // LoRA dropout 0 across TP: a row-parallel adapter's input is this rank's columns, whose
-  // mask is drawn by the slice's own index (docs/finetuning.md#lora), so only TP 1 layouts
+  // mask is drawn by the slice's own index (docs/lora.md), so only TP 1 layouts
   // share masks with one process.
   void lora_layouts_train_like_one_process() {
     const QStringList fp64 = {"--train-iters", "6", "--fp64"};

@@ -41,7 +41,7 @@ struct ModelConfig {
   // --rope-scaling-factor.
   bool use_rope_scaling = false;
   float rope_scaling_factor = 8.0f;
-  // LoRA (docs/finetuning.md#lora; Megatron-Bridge's LoRA): rank 0 is off. With a rank every
+  // LoRA (docs/lora.md; Megatron-Bridge's LoRA): rank 0 is off. With a rank every
   // target linear gains W x + (alpha / rank) B A dropout(x), only the adapters train and the
   // base weights are frozen (ParamTensor::frozen).
   int lora_rank = 0;       // --lora-rank (Megatron-Bridge's dim)

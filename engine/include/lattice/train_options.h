@@ -79,7 +79,7 @@ struct TrainOptions {
   bool finetune = false;  // --finetune: weights only; iteration and optimizer start afresh
   // --pretrained-checkpoint DIR: the base model's weights to start from, iteration and optimizer
   // afresh (as --load DIR --finetune); with LoRA the frozen base, while --load holds the
-  // adapters of a LoRA run to resume (docs/finetuning.md#lora).
+  // adapters of a LoRA run to resume (docs/lora.md).
   std::string pretrained_checkpoint;
   int exit_interval = 0;  // --exit-interval N: save and stop after an iteration divisible by N
   // --exit-duration-in-mins M: save and stop once M minutes have passed since the process

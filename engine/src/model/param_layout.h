@@ -16,7 +16,7 @@
 // grad_layer, grad_at), the optimizer's pieces (optim/optimizer_shard.h) skip it (no moments, no
 // update, not in the gradient norm) and a LoRA checkpoint stores the trainable tensors alone.
 // The gradient arena keeps its full size (frozen gradients stay zero, and the data-parallel
-// buckets still carry them: a known cost, docs/finetuning.md#lora). Tensor parallelism:
+// buckets still carry them: a known cost, docs/lora.md). Tensor parallelism:
 // a column-parallel target (qkv, fc1) has A replicated and B split by output rows like W; a
 // row-parallel one (proj, fc2) has A split by input columns like W and B replicated. The
 // replicated half's gradient is a partial sum per TP rank (tp_partial_grad).

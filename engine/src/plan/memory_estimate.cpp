@@ -243,7 +243,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
                          (precision == "fp64" ? 8 : 4);
     st.grad_bytes = params * per_param.grads;
     // The optimizer keeps moments for the trained parameters alone (LoRA: the adapters). The
-    // gradient arena stays whole (frozen gradients zero; docs/finetuning.md#lora).
+    // gradient arena stays whole (frozen gradients zero; docs/lora.md).
     st.trainable_parameters = m.lora() ? n.adapters : n.total;
     // The moments (twice the grads' bytes) for the trained ones, a 16-bit run's master copy
     // for every parameter.

@@ -470,6 +470,14 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
     errors.push_back(
         "--pretrained-checkpoint and --load exclude each other without --lora-rank (--load "
         "resumes a run, --pretrained-checkpoint starts one)");
+  if (model.lora() && !save_hf.empty())
+    errors.push_back(
+        "--save-hf does not take --lora-rank: save the adapters (--save), merge them (lattice "
+        "ckpt merge-lora) and export the merged checkpoint (lattice ckpt export-hf)");
+  if (model.lora() && !load_hf.empty())
+    errors.push_back(
+        "--load-hf does not take --lora-rank: import the base first (lattice ckpt import-hf) and "
+        "start from it with --pretrained-checkpoint");
   if (!pretrained_checkpoint.empty() && finetune)
     errors.push_back("--finetune applies to --load; --pretrained-checkpoint is weights-only already");
   if (fp64 && !pretrained_checkpoint.empty())

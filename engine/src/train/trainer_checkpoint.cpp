@@ -114,9 +114,10 @@ Status load_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& g, const Tr
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<ChunkState<A>> states = chunk_states(rank);
-    std::vector<std::string> loaded;
+    std::vector<std::pair<std::string, const LoadSource*>> loaded;
+    const std::vector<LoadSource> sources = load_sources(o, lora, load_path);
     bool resumed = false;
-    for (const LoadSource& source : load_sources(o, lora, load_path)) {
+    for (const LoadSource& source : sources) {
       Result<CheckpointRef> ref =
           find_checkpoint(source.dir, source.dir == o.load ? o.ckpt_step : 0);
       if (!ref) return ref.status();
@@ -138,7 +139,7 @@ Status load_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& g, const Tr
         state = read;
         resumed = true;
       }
-      loaded.push_back(ref->path);
+      loaded.push_back({ref->path, &source});
     }
     // Every rank has its state once the slowest has: the figure is the job's load time.
     world.barrier();
@@ -148,13 +149,13 @@ Status load_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& g, const Tr
     for (auto& adam : rank.optimizers) adam->set_steps_taken(state.steps_taken);
     if (world.rank() == 0) {
       for (const std::string& note : cleaned) sink.on_message("--load " + o.load + ": " + note);
-      for (size_t i = 0; i < loaded.size(); i++) {
+      for (const auto& [path, source] : loaded) {
         CheckpointRef shown;
-        shown.path = loaded[i];
-        const bool last = i + 1 == loaded.size();
-        std::string line = loaded_message(shown, seconds, !resumed && last, state.iteration);
-        if (lora && !(resumed && last)) line += " (the frozen LoRA base)";
-        else if (lora) line += " (the LoRA adapters)";
+        shown.path = path;
+        std::string line = loaded_message(shown, seconds, false, state.iteration);
+        if (source->tensors == TensorSet::kFrozen) line += " (the frozen LoRA base)";
+        else if (source->tensors == TensorSet::kTrainable) line += " (the LoRA adapters)";
+        else if (source->weights_only) line += " (weights only)";
         sink.on_message(line);
       }
     }
