@@ -59,16 +59,20 @@ Status merge_one(CheckpointReader& lora, const ParamTensor& w, float* weight, do
 int merge_lora_command(const std::vector<std::string>& args) {
   std::string base, lora, output;
   for (size_t i = 0; i + 1 < args.size(); i += 2) {
-    if (args[i] == "--base") base = args[i + 1];
-    else if (args[i] == "--lora") lora = args[i + 1];
-    else if (args[i] == "--output") output = args[i + 1];
+    if (args[i] == "--base")
+      base = args[i + 1];
+    else if (args[i] == "--lora")
+      lora = args[i + 1];
+    else if (args[i] == "--output")
+      output = args[i + 1];
     else {
       print_error("ckpt merge-lora", "unknown flag '" + args[i] + "'");
       return 2;
     }
   }
   if (base.empty() || lora.empty() || output.empty() || args.size() % 2 != 0) {
-    print_error("ckpt merge-lora", "usage: lattice ckpt merge-lora --base DIR --lora DIR --output DIR");
+    print_error("ckpt merge-lora",
+                "usage: lattice ckpt merge-lora --base DIR --lora DIR --output DIR");
     return 2;
   }
   Result<CheckpointRef> base_ref = resolve_dir(base);
@@ -96,10 +100,10 @@ int merge_lora_command(const std::vector<std::string>& args) {
     return 2;
   }
   m.tensor_model_parallel_size = 1;
-  if (Status s = check_architecture(lora_ref->path, adapted, m); !s ||
-      adapted.num_layers != m.num_layers || adapted.hidden_size != m.hidden_size) {
-    print_error("ckpt merge-lora", s ? "--lora " + lora + " was trained on another model shape"
-                                     : s.message());
+  if (Status s = check_architecture(lora_ref->path, adapted, m);
+      !s || adapted.num_layers != m.num_layers || adapted.hidden_size != m.hidden_size) {
+    print_error("ckpt merge-lora",
+                s ? "--lora " + lora + " was trained on another model shape" : s.message());
     return 2;
   }
   HostChunk model(m);
@@ -137,10 +141,12 @@ int merge_lora_command(const std::vector<std::string>& args) {
     return 1;
   }
   // The base run's recorded settings (tokenizer, data), so generate and --load find them.
-  const nlohmann::json meta = nlohmann::json::parse((*base_reader)->metadata_json(), nullptr, false);
-  const std::string config = meta.is_object() && meta.contains("config") && meta["config"].is_object()
-                                 ? meta["config"].dump()
-                                 : "{}";
+  const nlohmann::json meta =
+      nlohmann::json::parse((*base_reader)->metadata_json(), nullptr, false);
+  const std::string config =
+      meta.is_object() && meta.contains("config") && meta["config"].is_object()
+          ? meta["config"].dump()
+          : "{}";
   int64_t bytes = 0;
   Status s = write_shard(lock->tmp_dir(), 0, {}, parts);
   if (s)

@@ -83,8 +83,9 @@ class Lora : public QObject {
       GptActivations<double> acts_a(base, B), acts_b(adapted, B);
       const double la = a.forward(acts_a, tokens.data(), targets.data(), 1, 0.0f);
       const double lb = b.forward(acts_b, tokens.data(), targets.data(), 1, 0.0f);
-      QVERIFY2(std::abs(la - lb) <= 1e-12 * la,
-               qPrintable(QString("llama %1: base %2, LoRA at step 0 %3").arg(llama).arg(la).arg(lb)));
+      QVERIFY2(
+          std::abs(la - lb) <= 1e-12 * la,
+          qPrintable(QString("llama %1: base %2, LoRA at step 0 %3").arg(llama).arg(la).arg(lb)));
     }
   }
 
@@ -130,8 +131,10 @@ class Lora : public QObject {
       } else {
         size_t moved = 0;
         for (size_t i = 0; i < t.numel; i++) moved += now[i] != was[i];
-        QVERIFY2(moved > t.numel / 2,
-                 qPrintable(QString("adapter %1: %2 of %3 moved").arg(t.name.c_str()).arg(moved).arg(t.numel)));
+        QVERIFY2(
+            moved > t.numel / 2,
+            qPrintable(
+                QString("adapter %1: %2 of %3 moved").arg(t.name.c_str()).arg(moved).arg(t.numel)));
       }
     }
   }

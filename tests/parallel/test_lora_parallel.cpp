@@ -1,11 +1,12 @@
-// LoRA through `lattice train` (Note [LoRA] in engine/src/model/param_layout.h, docs/finetuning.md
-// #lora). Layouts: a LoRA run on TP 2 x PP 2, TP 2 x PP 2 with sequence parallelism and full
-// recomputation, TP 2 x DP 2 with the distributed optimizer, and PP 2 with LoRA dropout, each
-// trains like one process (every step's loss and grad norm within 1e-5 relative, fp64 as
+// LoRA through `lattice train` (Note [LoRA] in engine/src/model/param_layout.h, docs/lora.md).
+// Layouts: a LoRA run on TP 2 x PP 2, TP 2 x PP 2 with sequence parallelism and full
+// recomputation, with selective recomputation, TP 2 x DP 2 with the distributed optimizer and
+// DP 2 (small buckets, some of frozen tensors alone), and PP 2 with LoRA dropout each train like
+// one process (every step's loss and grad norm within 1e-5 relative, fp64 as
 // test_parallel_equivalence). Checkpoints: a LoRA run from a base checkpoint saves its adapters
-// alone, resumes from them to the same losses bit for bit, and `ckpt merge-lora` writes
-// W + (alpha / r) B A (checked against the same sum in double here) with every other tensor
-// the base's bit for bit.
+// alone, resumes from them to the same losses bit for bit, and `ckpt merge-lora` writes W + (alpha
+// / r) B A (checked against the same sum in double here) with every other tensor the base's bit for
+// bit.
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
@@ -18,14 +19,37 @@
 
 namespace {
 
-const QStringList kModel = {"--mock-data",        "--num-layers",   "4",        "--hidden-size",
-                            "32",                 "--num-attention-heads", "4", "--seq-length",
-                            "16",                 "--vocab-size",   "255",      "--micro-batch-size",
-                            "2",                  "--global-batch-size", "8",  "--lr",
-                            "1e-2",               "--eval-iters",   "0",        "--log-interval",
-                            "1",                  "--threads",      "1",        "--hidden-dropout",
-                            "0.1",                "--attention-dropout", "0.1", "--lora-rank",
-                            "4",                  "--lora-alpha",   "8"};
+const QStringList kModel = {"--mock-data",
+                            "--num-layers",
+                            "4",
+                            "--hidden-size",
+                            "32",
+                            "--num-attention-heads",
+                            "4",
+                            "--seq-length",
+                            "16",
+                            "--vocab-size",
+                            "255",
+                            "--micro-batch-size",
+                            "2",
+                            "--global-batch-size",
+                            "8",
+                            "--lr",
+                            "1e-2",
+                            "--eval-iters",
+                            "0",
+                            "--log-interval",
+                            "1",
+                            "--threads",
+                            "1",
+                            "--hidden-dropout",
+                            "0.1",
+                            "--attention-dropout",
+                            "0.1",
+                            "--lora-rank",
+                            "4",
+                            "--lora-alpha",
+                            "8"};
 
 struct Trace {
   QList<double> losses, norms;
@@ -51,8 +75,9 @@ class LoraParallel : public QObject {
   QString db() const { return dir_.filePath("runs.sqlite"); }
 
   Trace train(const QString& name, int ranks, const QStringList& args) {
-    const lattice::testing::Run r = lattice::testing::run_lattice(
-        ranks, QStringList{"train"} + kModel + args + QStringList{"--db", db(), "--run-name", name});
+    const lattice::testing::Run r =
+        lattice::testing::run_lattice(ranks, QStringList{"train"} + kModel + args +
+                                                 QStringList{"--db", db(), "--run-name", name});
     Trace t;
     if (r.exit_code != 0) {
       qWarning("%s failed (%d):\n%s\n%s", qPrintable(name), r.exit_code, qPrintable(r.out),
@@ -110,23 +135,34 @@ class LoraParallel : public QObject {
                        fp64 + QStringList{"--tensor-model-parallel-size", "2",
                                           "--pipeline-model-parallel-size", "2"}),
                  6, 1e-5);
-    expect_close("TP 2 x PP 2, SP, full recomputation", one,
-                 train("tp2pp2sp", 4,
+    expect_close(
+        "TP 2 x PP 2, SP, full recomputation", one,
+        train("tp2pp2sp", 4,
+              fp64 + QStringList{"--tensor-model-parallel-size", "2",
+                                 "--pipeline-model-parallel-size", "2", "--sequence-parallel",
+                                 "--recompute-granularity", "full", "--recompute-method", "uniform",
+                                 "--recompute-num-layers", "1"}),
+        6, 1e-5);
+    expect_close("TP 2 x PP 2, selective recomputation", one,
+                 train("tp2pp2sel", 4,
                        fp64 + QStringList{"--tensor-model-parallel-size", "2",
                                           "--pipeline-model-parallel-size", "2",
-                                          "--sequence-parallel", "--recompute-granularity", "full",
-                                          "--recompute-method", "uniform", "--recompute-num-layers",
-                                          "1"}),
+                                          "--recompute-granularity", "selective"}),
                  6, 1e-5);
-    expect_close("TP 2 x DP 2, distributed optimizer", one,
-                 train("tp2dp2", 4,
-                       fp64 + QStringList{"--tensor-model-parallel-size", "2",
-                                          "--use-distributed-optimizer"}),
-                 6, 1e-5);
+    expect_close(
+        "TP 2 x DP 2, distributed optimizer, small buckets", one,
+        train("tp2dp2", 4,
+              fp64 + QStringList{"--tensor-model-parallel-size", "2", "--use-distributed-optimizer",
+                                 "--ddp-bucket-size", "3000"}),
+        6, 1e-5);
+    // Small buckets: some hold frozen tensors alone, which the reducer skips.
+    expect_close("DP 2, small buckets", one,
+                 train("dp2", 2, fp64 + QStringList{"--ddp-bucket-size", "3000"}), 6, 1e-5);
     const QStringList dropout = fp64 + QStringList{"--lora-dropout", "0.1"};
-    expect_close("PP 2 with LoRA dropout", train("one-dropout", 1, dropout),
-                 train("pp2-dropout", 2, dropout + QStringList{"--pipeline-model-parallel-size", "2"}),
-                 6, 1e-5);
+    expect_close(
+        "PP 2 with LoRA dropout", train("one-dropout", 1, dropout),
+        train("pp2-dropout", 2, dropout + QStringList{"--pipeline-model-parallel-size", "2"}), 6,
+        1e-5);
   }
 
   void adapters_are_saved_alone_resumed_and_merged() {
@@ -138,16 +174,21 @@ class LoraParallel : public QObject {
         1, QStringList{"train"} + plain + QStringList{"--train-iters", "2", "--save", base});
     QVERIFY2(b.exit_code == 0, qPrintable(b.err));
     const QStringList from_base = {"--pretrained-checkpoint", base, "--lora-dropout", "0.1",
-                                   "--train-iters", "6"};
-    const Trace straight = train("straight", 1, from_base + QStringList{"--save", lora, "--save-interval", "3"});
+                                   "--train-iters",           "6"};
+    const Trace straight =
+        train("straight", 1, from_base + QStringList{"--save", lora, "--save-interval", "3"});
     QCOMPARE(straight.losses.size(), 6);
     // Resuming the adapters of iteration 3 (base again from --pretrained-checkpoint) gives
     // iterations 4-6 bit for bit.
-    const Trace resumed = train("resumed", 1, from_base + QStringList{"--load", lora, "--ckpt-step", "3"});
+    const Trace resumed =
+        train("resumed", 1, from_base + QStringList{"--load", lora, "--ckpt-step", "3"});
     QCOMPARE(resumed.losses.size(), 3);
     for (int i = 0; i < 3; i++)
       QVERIFY2(resumed.losses[i] == straight.losses[i + 3],
-               qPrintable(QString("resumed iteration %1: %2 vs %3").arg(i + 4).arg(resumed.losses[i], 0, 'g', 17).arg(straight.losses[i + 3], 0, 'g', 17)));
+               qPrintable(QString("resumed iteration %1: %2 vs %3")
+                              .arg(i + 4)
+                              .arg(resumed.losses[i], 0, 'g', 17)
+                              .arg(straight.losses[i + 3], 0, 'g', 17)));
     // The LoRA checkpoint holds the adapters alone.
     auto ref = lattice::find_checkpoint(lora.toStdString(), 0);
     QVERIFY(ref);
@@ -186,19 +227,27 @@ class LoraParallel : public QObject {
           moved += std::abs(scale * ba);
           QVERIFY2(e <= 1.2e-7 * std::abs(want) + 1e-12,
                    qPrintable(QString("%1[%2, %3]: merged %4, base + (a/r) B A %5")
-                                  .arg(stem.c_str()).arg(o).arg(i).arg(got[o * in + i], 0, 'g', 9).arg(want, 0, 'g', 9)));
+                                  .arg(stem.c_str())
+                                  .arg(o)
+                                  .arg(i)
+                                  .arg(got[o * in + i], 0, 'g', 9)
+                                  .arg(want, 0, 'g', 9)));
         }
-      QVERIFY2(moved > 0, qPrintable(QString("%1: B A is zero: the adapters never trained").arg(stem.c_str())));
+      QVERIFY2(
+          moved > 0,
+          qPrintable(QString("%1: B A is zero: the adapters never trained").arg(stem.c_str())));
       checked++;
     }
     QCOMPARE(checked, 16);
     // Everything else is the base's, bit for bit.
-    for (const char* n : {"embedding.word_embeddings.weight", "decoder.layers.2.input_layernorm.weight",
-                          "decoder.layers.3.mlp.linear_fc1.bias", "decoder.final_layernorm.bias"})
+    for (const char* n :
+         {"embedding.word_embeddings.weight", "decoder.layers.2.input_layernorm.weight",
+          "decoder.layers.3.mlp.linear_fc1.bias", "decoder.final_layernorm.bias"})
       QVERIFY2(global(merged, n) == global(base, n), n);
     // The merged checkpoint is an ordinary one: a run starts from it (--pretrained-checkpoint).
     const lattice::testing::Run again = lattice::testing::run_lattice(
-        1, QStringList{"train"} + plain + QStringList{"--train-iters", "1", "--pretrained-checkpoint", merged});
+        1, QStringList{"train"} + plain +
+               QStringList{"--train-iters", "1", "--pretrained-checkpoint", merged});
     QVERIFY2(again.exit_code == 0, qPrintable(again.err));
   }
 };

@@ -131,11 +131,16 @@ class PlannerLlamaEngineTest : public QObject {
   // replicated ones (to the element against ParamLayout, TP 2 x PP 2), the trained ones the
   // adapters alone, moments for them only; gradients still for the whole arena, as allocated.
   void lora_counts_match_the_engines_param_layout() {
-    const QStringList lora = {"--lora-rank", "4", "--tensor-model-parallel-size", "2",
-                              "--pipeline-model-parallel-size", "2"};
-    const QStringList gpt2 = {"--num-layers", "4", "--hidden-size", "64", "--num-attention-heads",
-                              "8", "--vocab-size", "300", "--seq-length", "32",
-                              "--micro-batch-size", "2", "--global-batch-size", "2"};
+    const QStringList lora = {"--lora-rank",
+                              "4",
+                              "--tensor-model-parallel-size",
+                              "2",
+                              "--pipeline-model-parallel-size",
+                              "2"};
+    const QStringList gpt2 = {"--num-layers",          "4",  "--hidden-size",      "64",
+                              "--num-attention-heads", "8",  "--vocab-size",       "300",
+                              "--seq-length",          "32", "--micro-batch-size", "2",
+                              "--global-batch-size",   "2"};
     for (const QStringList& base : {kSmallLlama, gpt2})
       for (const QStringList& targets :
            {QStringList{}, QStringList{"--lora-target-modules", "linear_qkv,linear_fc2"}}) {
@@ -157,9 +162,9 @@ class PlannerLlamaEngineTest : public QObject {
                                       .arg(targets.join(' '))
                                       .arg(p)
                                       .arg(t);
-            QVERIFY2(st.parameters == numel, qPrintable(where + QString(": planner %1, layout %2")
-                                                             .arg(st.parameters)
-                                                             .arg(numel)));
+            QVERIFY2(st.parameters == numel,
+                     qPrintable(where +
+                                QString(": planner %1, layout %2").arg(st.parameters).arg(numel)));
             QVERIFY2(st.replicated_parameters == replicated, qPrintable(where + " replicated"));
             QVERIFY2(st.trainable_parameters == static_cast<int64_t>(chunk.trainable_numel()),
                      qPrintable(where + QString(": trainable %1, layout %2")

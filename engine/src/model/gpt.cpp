@@ -325,9 +325,8 @@ void GptModel<A>::reduce_rows(A* partial, A* held) {
 }
 
 template <typename A>
-void GptModel<A>::row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias,
-                                       int K, const A* lora_a, const A* lora_b, int layer,
-                                       int linear) {
+void GptModel<A>::row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K,
+                                       const A* lora_a, const A* lora_b, int layer, int linear) {
   if (!sp_) {  // tp_rank 0 adds the bias inside its GEMM, so it enters the sum once
     {
       OpTimer timer(*this, Op::kMatmulForward);

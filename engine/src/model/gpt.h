@@ -405,12 +405,12 @@ class GptModel {
   // LoRA's scratch (null without it; r = lora_rank, K = max(C, Ft), O = max(Wt, up, C)).
   int lora_r_ = 0;
   float p_lora_ = 0;
-  A* lora_x_ = nullptr;   // (N, K) the dropped input
-  A* lora_dx_ = nullptr;  // (N, K) its gradient
-  A* lora_h_ = nullptr;   // (N, r) s A x
-  A* lora_dh_ = nullptr;  // (N, r)
-  A* lora_y_ = nullptr;   // (N, O) the adapter's output
-  G* lora_hg_ = nullptr;  // (N, r) 16-bit A: lora_scale's staging
+  A* lora_x_ = nullptr;        // (N, K) the dropped input
+  A* lora_dx_ = nullptr;       // (N, K) its gradient
+  A* lora_h_ = nullptr;        // (N, r) s A x
+  A* lora_dh_ = nullptr;       // (N, r)
+  A* lora_y_ = nullptr;        // (N, O) the adapter's output
+  G* lora_hg_ = nullptr;       // (N, r) 16-bit A: lora_scale's staging
   G* norm_discard_ = nullptr;  // (2C) frozen norms' weight gradients go here, unread
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;

@@ -267,8 +267,8 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     reduce_rows(d_col, d_c_);
     device_.zero(d_res_, RC * sizeof(A), compute());
     norm_backward(d_res_, layout_.grad_at(grads, layout_.final_norm_index()),
-                  layout_.grad_at(grads, lnf_bias), d_c_, a.residual + L_ * RC,
-                  P + lnf_off, a.lnf_mean, a.lnf_rstd);
+                  layout_.grad_at(grads, lnf_bias), d_c_, a.residual + L_ * RC, P + lnf_off,
+                  a.lnf_mean, a.lnf_rstd);
     // The final norm and the head (the output layer, or a later stage's copy of the word
     // embedding).
     notify(layout_.final_norm_index(), static_cast<int>(t.size()));
@@ -299,7 +299,8 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
       OpTimer timer(*this, Op::kMatmulBackward);
       ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, d_fc2_rows, la.gelu, w.fc2_w, N,
                            Ft_, C);
-      lora_backward(d_f_, g.fc2_la, g.fc2_lb, d_fc2_rows, la.gelu, w.fc2_la, w.fc2_lb, Ft_, C, l, 3);
+      lora_backward(d_f_, g.fc2_la, g.fc2_lb, d_fc2_rows, la.gelu, w.fc2_la, w.fc2_lb, Ft_, C, l,
+                    3);
       if (sp_ && g.fc2_b)
         ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
     }

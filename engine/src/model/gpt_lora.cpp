@@ -22,8 +22,8 @@ void GptModel<A>::lora_scale(A* x, size_t n) {
 }
 
 template <typename A>
-void GptModel<A>::lora_forward(A* out, const A* x, const A* a, const A* b, int K, int OC,
-                               int layer, int linear) {
+void GptModel<A>::lora_forward(A* out, const A* x, const A* a, const A* b, int K, int OC, int layer,
+                               int linear) {
   if (!a) return;
   OpTimer timer(*this, Op::kMatmulForward);
   const size_t NK = static_cast<size_t>(N_) * K, Nr = static_cast<size_t>(N_) * lora_r_;

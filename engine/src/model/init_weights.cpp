@@ -55,7 +55,8 @@ size_t init_tensor(const ModelConfig& config, const ParamTensor& t, uint64_t see
     return bytes_of<T>(global_numel);
   }
   if (lora_a) {
-    const double bound = std::sqrt(6.0 / static_cast<double>(t.global_shape[0] + t.global_shape[1]));
+    const double bound =
+        std::sqrt(6.0 / static_cast<double>(t.global_shape[0] + t.global_shape[1]));
     std::uniform_real_distribution<double> uniform(-bound, bound);
     for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(uniform(rng));
   } else {

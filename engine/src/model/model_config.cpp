@@ -88,7 +88,8 @@ std::vector<std::string> ModelConfig::validate() const {
   for (std::string& e : size_errors()) errors.push_back(std::move(e));
   probability("--attention-dropout", attention_dropout);
   probability("--hidden-dropout", hidden_dropout);
-  if (lora_rank < 0) errors.push_back("--lora-rank must be 0 (off) or positive, got " + std::to_string(lora_rank));
+  if (lora_rank < 0)
+    errors.push_back("--lora-rank must be 0 (off) or positive, got " + std::to_string(lora_rank));
   if (lora_rank > 0) {
     probability("--lora-dropout", lora_dropout);
     if (!(lora_alpha > 0.0f))

@@ -53,7 +53,8 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
       put(b, (linear + ".adapter.linear_out.weight").c_str(), std::move(b_shape), true, b_split,
           b_split < 0);
     };
-    const std::vector<int64_t> fc1_lb = c.swiglu ? std::vector<int64_t>{2, F, r} : std::vector{F, r};
+    const std::vector<int64_t> fc1_lb =
+        c.swiglu ? std::vector<int64_t>{2, F, r} : std::vector{F, r};
     adapter(kQkvLA, kQkvLB, "self_attention.linear_qkv", {r, C}, -1, {W, r}, 0);
     adapter(kProjLA, kProjLB, "self_attention.linear_proj", {r, C}, 1, {C, r}, -1);
     adapter(kFc1LA, kFc1LB, "mlp.linear_fc1", {r, C}, -1, fc1_lb, fc1_split);
@@ -82,8 +83,7 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     }
   }
   if (c.lora()) {  // Note [LoRA]: everything but the adapters is frozen
-    for (ParamTensor& t : tensors_)
-      t.frozen = t.name.find(".adapter.") == std::string::npos;
+    for (ParamTensor& t : tensors_) t.frozen = t.name.find(".adapter.") == std::string::npos;
     has_frozen_ = true;
   }
 }

@@ -15,8 +15,9 @@
 // whole mechanism: the model makes no gradient for a frozen tensor (null gradient pointers:
 // grad_layer, grad_at), the optimizer's pieces (optim/optimizer_shard.h) skip it (no moments, no
 // update, not in the gradient norm) and a LoRA checkpoint stores the trainable tensors alone.
-// The gradient arena keeps its full size (frozen gradients stay zero, and the data-parallel
-// buckets still carry them: a known cost, docs/lora.md). Tensor parallelism:
+// The gradient arena keeps its full size (frozen gradients stay zero); the data-parallel
+// reducer skips a bucket of frozen tensors alone, a bucket that mixes them with adapters carries
+// their zeros (docs/lora.md). Tensor parallelism:
 // a column-parallel target (qkv, fc1) has A replicated and B split by output rows like W; a
 // row-parallel one (proj, fc2) has A split by input columns like W and B replicated. The
 // replicated half's gradient is a partial sum per TP rank (tp_partial_grad).
@@ -181,7 +182,8 @@ class ParamLayout {
   LayerParams<T> layer_of(T* arena, int local_layer, bool grads) const {
     T* p[kSlots];
     for (int i = 0; i < kSlots; i++) {
-      const ParamTensor* t = slot_[i] < 0 ? nullptr : &tensors_[layer_index(local_layer) + slot_[i]];
+      const ParamTensor* t =
+          slot_[i] < 0 ? nullptr : &tensors_[layer_index(local_layer) + slot_[i]];
       p[i] = !t || (grads && t->frozen) ? nullptr : arena + t->offset;
     }
     return {p[0],  p[1],  p[2],  p[3],  p[4],  p[5],  p[6],  p[7],  p[8],  p[9],

@@ -62,8 +62,7 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &m.lora_rank},
       {"lora-alpha", "LoRA: the adapters' output is scaled by alpha / rank", &m.lora_alpha},
       {"lora-dropout", "LoRA: dropout on the adapters' input", &m.lora_dropout},
-      {"lora-target-modules",
-       "LoRA: comma list of linear_qkv, linear_proj, linear_fc1, linear_fc2",
+      {"lora-target-modules", "LoRA: comma list of linear_qkv, linear_proj, linear_fc1, linear_fc2",
        &m.lora_target_modules},
       {"micro-batch-size", "samples per micro-batch", &o.micro_batch_size},
       {"global-batch-size",
@@ -479,7 +478,8 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
         "--load-hf does not take --lora-rank: import the base first (lattice ckpt import-hf) and "
         "start from it with --pretrained-checkpoint");
   if (!pretrained_checkpoint.empty() && finetune)
-    errors.push_back("--finetune applies to --load; --pretrained-checkpoint is weights-only already");
+    errors.push_back(
+        "--finetune applies to --load; --pretrained-checkpoint is weights-only already");
   if (fp64 && !pretrained_checkpoint.empty())
     errors.push_back("--pretrained-checkpoint keeps fp32 state; it does not combine with --fp64");
   if (int(bf16) + int(fp16) + int(fp64) > 1)

@@ -78,16 +78,18 @@ std::string recorded_base(const std::string& path) {
 // and --load --finetune give weights only (with LoRA the frozen base alone); --load otherwise
 // resumes the run (with LoRA its adapters and their optimizer state, the base coming from
 // --pretrained-checkpoint or the one the LoRA checkpoint recorded).
-std::vector<LoadSource> load_sources(const TrainOptions& o, bool lora, const std::string& load_path) {
+std::vector<LoadSource> load_sources(const TrainOptions& o, bool lora,
+                                     const std::string& load_path) {
   const TensorSet base = lora ? TensorSet::kFrozen : TensorSet::kAll;
   std::vector<LoadSource> sources;
   std::string base_dir = o.pretrained_checkpoint;
-  if (lora && base_dir.empty() && !o.load.empty() && !o.finetune) base_dir = recorded_base(load_path);
+  if (lora && base_dir.empty() && !o.load.empty() && !o.finetune)
+    base_dir = recorded_base(load_path);
   if (!base_dir.empty()) sources.push_back({base_dir, base, true});
   if (!o.load.empty())
-    sources.push_back(o.finetune ? LoadSource{o.load, base, true}
-                                 : LoadSource{o.load, lora ? TensorSet::kTrainable : TensorSet::kAll,
-                                              false});
+    sources.push_back(
+        o.finetune ? LoadSource{o.load, base, true}
+                   : LoadSource{o.load, lora ? TensorSet::kTrainable : TensorSet::kAll, false});
   return sources;
 }
 
@@ -153,9 +155,12 @@ Status load_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& g, const Tr
         CheckpointRef shown;
         shown.path = path;
         std::string line = loaded_message(shown, seconds, false, state.iteration);
-        if (source->tensors == TensorSet::kFrozen) line += " (the frozen LoRA base)";
-        else if (source->tensors == TensorSet::kTrainable) line += " (the LoRA adapters)";
-        else if (source->weights_only) line += " (weights only)";
+        if (source->tensors == TensorSet::kFrozen)
+          line += " (the frozen LoRA base)";
+        else if (source->tensors == TensorSet::kTrainable)
+          line += " (the LoRA adapters)";
+        else if (source->weights_only)
+          line += " (weights only)";
         sink.on_message(line);
       }
     }
