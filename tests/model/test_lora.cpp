@@ -139,6 +139,62 @@ class Lora : public QObject {
     }
   }
 
+  // A 16-bit model scales the adapter's hidden through G (lora_scale): the bf16 loss and the
+  // adapters' gradients agree with fp32's on the same weights within test_gpt_layouts' 16-bit
+  // tolerance.
+  void bf16_adapters_agree_with_fp32() {
+    kernels::set_num_threads(1);
+    const ModelConfig c = lora_config(false);
+    const int B = 2, N = B * c.seq_length;
+    GptModel<float> f(c, B);
+    GptModel<bf16> h(c, B);
+    QVERIFY(f.init_weights(3));
+    std::mt19937 rng(4);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    for (const ParamTensor& t : f.layout().tensors())
+      if (t.name.find("linear_out") != std::string::npos)
+        for (size_t i = 0; i < t.numel; i++) f.params()[t.offset + i] = normal(rng);
+    h.upload(f.params());
+    std::vector<int32_t> tokens(N), targets(N);
+    random_tokens(tokens, targets, c.vocab_size);
+    GptActivations<float> fa(c, B);
+    GptActivations<bf16> ha(c, B);
+    f.zero_grads();
+    h.zero_grads();
+    const double lf = f.forward(fa, tokens.data(), targets.data(), 1, 1.0f / N);
+    const double lh = h.forward(ha, tokens.data(), targets.data(), 1, 1.0f / N);
+    f.backward(fa);
+    h.backward(ha);
+    GptModel<float> base(c, B);  // the same weights with B = 0
+    QVERIFY(base.init_weights(3));
+    GptActivations<float> ba(c, B);
+    const double lb = base.forward(ba, tokens.data(), targets.data(), 1, 0.0f);
+    QVERIFY2(std::abs(lf - lb) > 10 * std::abs(lf - lh),
+             qPrintable(QString("the adapters move the loss %1 -> %2, bf16 is off by %3")
+                            .arg(lb)
+                            .arg(lf)
+                            .arg(lh - lf)));
+    QVERIFY2(std::abs(lf - lh) <= 2e-2 * lf,
+             qPrintable(QString("fp32 %1, bf16 %2").arg(lf).arg(lh)));
+    for (const ParamTensor& t : f.layout().tensors()) {
+      if (t.frozen) continue;
+      // Direction and size separately: bf16's rounding through two layers' backward moves
+      // single elements by several percent of the largest (beyond test_gpt_layouts' 5e-2 for
+      // the deepest B), while a wrong scale or a missing term changes the norm or the direction.
+      double dot = 0, ff = 0, hh = 0;
+      for (size_t i = 0; i < t.numel; i++) {
+        const double a = f.grads()[t.offset + i], b = h.grads()[t.offset + i];
+        dot += a * b, ff += a * a, hh += b * b;
+      }
+      const double cosine = dot / std::sqrt(ff * hh), ratio = std::sqrt(hh / ff);
+      QVERIFY2(cosine > 0.99 && std::abs(ratio - 1) < 0.05,
+               qPrintable(QString("%1: bf16 gradient against fp32's: cosine %2, norm ratio %3")
+                              .arg(t.name.c_str())
+                              .arg(cosine)
+                              .arg(ratio)));
+    }
+  }
+
   // d loss / d theta for adapter elements against central differences of the same training
   // forward (same dropout seed, so the same masks), in fp64.
   void adapter_gradients_match_finite_differences() {
