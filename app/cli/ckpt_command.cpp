@@ -1,4 +1,4 @@
-// lattice ckpt inspect | export-hf | import-hf | reshard: checkpoints without training.
+// lattice ckpt inspect | export-hf | import-hf | reshard | merge-lora: checkpoints without training.
 // Offline tools write every rank's shard from this one process through the same two halves a
 // distributed save uses (checkpoint.h), so what they write loads like a training save.
 #include <cstdio>
@@ -37,7 +37,10 @@ constexpr const char* kUsage =
     "  reshard DIR OUT --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
     "          [--num-layers-per-virtual-pipeline-stage V]\n"
     "                               the checkpoint as that layout saves it (any layout also loads\n"
-    "                               any checkpoint directly: resharding is optional)\n\n"
+    "                               any checkpoint directly: resharding is optional)\n"
+    "  merge-lora --base DIR --lora DIR --output OUT\n"
+    "                               a LoRA run's adapters folded into its base, W + (alpha/r) B A,\n"
+    "                               as an ordinary weights-only checkpoint (TP 1, PP 1)\n\n"
     "DIR is a --save directory (its latest checkpoint) or one iter_NNNNNNN directory in it.\n";
 
 // DIR as given: an iteration directory, or a save directory's latest checkpoint.
@@ -341,6 +344,7 @@ int ckpt_command(const std::vector<std::string>& args) {
   if (args[0] == "export-hf") return export_hf_command(rest);
   if (args[0] == "import-hf") return import_hf_command(rest);
   if (args[0] == "reshard") return reshard(rest);
+  if (args[0] == "merge-lora") return merge_lora_command(rest);
   print_error("ckpt", "unknown command '" + args[0] + "'");
   std::cerr << kUsage;
   return 2;

@@ -20,6 +20,8 @@ int data_command(const std::vector<std::string>& args);
 int runs_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
 int ckpt_command(const std::vector<std::string>& args);
+// lattice ckpt merge-lora (ckpt_merge_lora.cpp).
+int merge_lora_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
 int launch_command(const std::vector<std::string>& args);

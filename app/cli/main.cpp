@@ -19,7 +19,7 @@ void print_usage(std::ostream& out) {
          "  data      tokenizers and datasets: preprocess, inspect, train-tokenizer, demo\n"
          "  plan      check a parallel layout and estimate its memory per pipeline stage\n"
          "  runs      the run database: list, show, export, compare, tag, rename, delete\n"
-         "  ckpt      checkpoints: inspect, export-hf, import-hf, reshard\n"
+         "  ckpt      checkpoints: inspect, export-hf, import-hf, reshard, merge-lora\n"
          "  generate  continue prompts with a trained model (sampling, streaming, log-probs)\n"
          "  serve     the model over HTTP: Megatron's PUT /api and OpenAI's /v1/completions\n"
          "  launch    start training on this machine, a hostfile's hosts or a Slurm cluster\n"

@@ -127,6 +127,56 @@ class PlannerLlamaEngineTest : public QObject {
       }
   }
 
+  // LoRA (Note [LoRA] in model/param_layout.h): the adapters in every stage's parameters and
+  // replicated ones (to the element against ParamLayout, TP 2 x PP 2), the trained ones the
+  // adapters alone, moments for them only; gradients still for the whole arena, as allocated.
+  void lora_counts_match_the_engines_param_layout() {
+    const QStringList lora = {"--lora-rank",
+                              "4",
+                              "--tensor-model-parallel-size",
+                              "2",
+                              "--pipeline-model-parallel-size",
+                              "2"};
+    const QStringList gpt2 = {"--num-layers",          "4",  "--hidden-size",      "64",
+                              "--num-attention-heads", "8",  "--vocab-size",       "300",
+                              "--seq-length",          "32", "--micro-batch-size", "2",
+                              "--global-batch-size",   "2"};
+    for (const QStringList& base : {kSmallLlama, gpt2})
+      for (const QStringList& targets :
+           {QStringList{}, QStringList{"--lora-target-modules", "linear_qkv,linear_fc2"}}) {
+        const TrainOptions o = options(base + lora + targets);
+        Result<ParallelLayout> l = make_layout(o, 4);
+        QVERIFY2(l.is_ok(), l.status().message().c_str());
+        const MemoryEstimate est = estimate_memory(o, *l);
+        for (int p = 0; p < 2; p++)
+          for (int t = 0; t < 2; t++) {
+            const ParamLayout chunk(o.model, shard_of(*l, {t, 0, p}, 0, false));
+            int64_t numel = 0, replicated = 0;
+            for (const ParamTensor& tensor : chunk.tensors()) {
+              numel += static_cast<int64_t>(tensor.numel);
+              if (tensor.split_dim < 0) replicated += static_cast<int64_t>(tensor.numel);
+            }
+            const StageEstimate& st = est.stages[p];
+            const QString where = QString("%1 targets '%2' pp %3 tp %4")
+                                      .arg(base == gpt2 ? "gpt2" : "llama")
+                                      .arg(targets.join(' '))
+                                      .arg(p)
+                                      .arg(t);
+            QVERIFY2(st.parameters == numel,
+                     qPrintable(where +
+                                QString(": planner %1, layout %2").arg(st.parameters).arg(numel)));
+            QVERIFY2(st.replicated_parameters == replicated, qPrintable(where + " replicated"));
+            QVERIFY2(st.trainable_parameters == static_cast<int64_t>(chunk.trainable_numel()),
+                     qPrintable(where + QString(": trainable %1, layout %2")
+                                            .arg(st.trainable_parameters)
+                                            .arg(chunk.trainable_numel())));
+            QVERIFY(st.trainable_parameters > 0 && st.trainable_parameters < numel / 4);
+            QCOMPARE(st.optimizer_bytes, static_cast<size_t>(st.trainable_parameters) * 8);
+            QCOMPARE(st.grad_bytes, static_cast<size_t>(numel) * 4);
+          }
+      }
+  }
+
   void planner_counts_the_activations_the_model_takes_data() { add_variants(); }
 
   // One micro-batch in flight on each of two pipeline stages, fp32 and bf16, with and without

@@ -85,6 +85,15 @@ FineTuneLaunch fineTuneLaunch(const TrainOptions& base, int baseWorld,
   o.exit_duration_in_mins = 0;
   o.cpu_isa = "auto";  // the record names the kernels the base ran; this machine picks its own
   o.mock_data = false;
+  // SFT and LoRA are the dialog's choice (its extra flags), not inherited from the base run.
+  o.sft = false;
+  o.sft_packing = false;
+  o.pretrained_checkpoint.clear();
+  const ModelConfig defaults;
+  o.model.lora_rank = defaults.lora_rank;
+  o.model.lora_alpha = defaults.lora_alpha;
+  o.model.lora_dropout = defaults.lora_dropout;
+  o.model.lora_target_modules = defaults.lora_target_modules;
   o.data_path.clear();  // the Launch settings give the dataset
   o.config_path.clear();
   o.run_name.clear();

@@ -41,6 +41,15 @@ struct ModelConfig {
   // --rope-scaling-factor.
   bool use_rope_scaling = false;
   float rope_scaling_factor = 8.0f;
+  // LoRA (docs/lora.md; Megatron-Bridge's LoRA): rank 0 is off. With a rank every
+  // target linear gains W x + (alpha / rank) B A dropout(x), only the adapters train and the
+  // base weights are frozen (ParamTensor::frozen).
+  int lora_rank = 0;       // --lora-rank (Megatron-Bridge's dim)
+  float lora_alpha = 32;   // --lora-alpha: the adapter's output scaled by alpha / rank
+  float lora_dropout = 0;  // --lora-dropout: on the adapter's input
+  // --lora-target-modules: a comma list of linear_qkv, linear_proj, linear_fc1, linear_fc2
+  // (Megatron-Bridge's default: all four).
+  std::string lora_target_modules = "linear_qkv,linear_proj,linear_fc1,linear_fc2";
 
   // --ffn-hidden-size, else Megatron's default: 4 x hidden, or with --swiglu two thirds of it
   // rounded down to a multiple of 64 (the same parameter count over three matrices).
@@ -61,6 +70,12 @@ struct ModelConfig {
   bool linear_bias() const { return !disable_bias_linear; }
   bool qkv_bias() const { return !disable_bias_linear || add_qkv_bias; }
   bool tied_output() const { return !untie_embeddings_and_output_weights; }
+  bool lora() const { return lora_rank > 0; }
+  // With LoRA: whether `linear` (linear_qkv, linear_proj, linear_fc1, linear_fc2) has an adapter.
+  bool lora_targets(const std::string& linear) const;
+  float lora_scale() const { return lora_rank > 0 ? lora_alpha / lora_rank : 0.0f; }
+  // The adapters' parameters (every layer), 0 without LoRA.
+  int64_t lora_parameters() const;
   // Every tensor of one transformer layer, summed.
   int64_t layer_parameters() const;
   int max_positions() const {

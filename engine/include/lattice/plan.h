@@ -27,6 +27,9 @@ struct StageEstimate {
   // (pp > 1; an untied output layer is part of num_parameters and sits on the last stage).
   int64_t parameters = 0;
   int64_t replicated_parameters = 0;
+  // Of `parameters`, those the optimizer trains: all of them, or with LoRA the adapters alone
+  // (Note [LoRA] in model/param_layout.h: no moments for the frozen base).
+  int64_t trainable_parameters = 0;
   // Bytes per parameter by training precision (bytes_per_parameter()):
   //   fp32: weights 4, grads 4, AdamW m and v 8            (16; 8 + 8/DP distributed)
   //   bf16 / fp16: weights 2, fp32 main grads 4, fp32 master weights + m + v 12

@@ -86,6 +86,10 @@ struct TrainOptions {
   std::string load;       // --load DIR: resume (any layout) from its latest checkpoint
   int ckpt_step = 0;      // --ckpt-step N: load iteration N instead of the latest
   bool finetune = false;  // --finetune: weights only; iteration and optimizer start afresh
+  // --pretrained-checkpoint DIR: the base model's weights to start from, iteration and optimizer
+  // afresh (as --load DIR --finetune); with LoRA the frozen base, while --load holds the
+  // adapters of a LoRA run to resume (docs/lora.md).
+  std::string pretrained_checkpoint;
   int exit_interval = 0;  // --exit-interval N: save and stop after an iteration divisible by N
   // --exit-duration-in-mins M: save and stop once M minutes have passed since the process
   // started (checked before every iteration; 0: never).

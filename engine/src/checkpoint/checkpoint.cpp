@@ -71,7 +71,11 @@ json model_json(const ModelConfig& m) {
           {"num_query_groups", m.kv_heads()},
           {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
           {"disable_bias_linear", m.disable_bias_linear},
-          {"add_qkv_bias", m.add_qkv_bias}};
+          {"add_qkv_bias", m.add_qkv_bias},
+          {"lora_rank", m.lora_rank},
+          {"lora_alpha", m.lora_alpha},
+          {"lora_dropout", m.lora_dropout},
+          {"lora_target_modules", m.lora_target_modules}};
 }
 
 }  // namespace
@@ -133,7 +137,7 @@ Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::C
     const auto& tensors = chunk.layout->tensors();
     if (me.dp == 0)
       for (const ParamTensor& t : tensors)
-        if (t.counts_in_norm)
+        if (t.counts_in_norm && in_set(parts.tensors, t))
           add("model", t, chunk.params + t.offset, 0, static_cast<int64_t>(t.numel));
     if (c >= parts.moments.size()) continue;
     const bool owner = parts.distributed_optimizer || me.dp == 0;
@@ -436,6 +440,7 @@ Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool we
     const ChunkWeights& chunk = parts.chunks[c];
     const auto& tensors = chunk.layout->tensors();
     for (const ParamTensor& t : tensors) {
+      if (!in_set(parts.tensors, t)) continue;
       if (Status s = fetch("model", t.name); !s) return explain(s);
       if (Status s = take_slice(t, shape, global, 0, t.numel, chunk.params + t.offset, ref.path);
           !s)

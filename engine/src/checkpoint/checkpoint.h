@@ -77,9 +77,18 @@ std::vector<MomentPiece> moment_pieces(AdamW<A>& optimizer) {
 // One rank's share of the model and optimizer: per chunk its weights and (moments may be
 // empty: weights only) its optimizer's pieces. The caller restores AdamW's step count from the
 // loaded TrainState (steps_taken).
+// Which tensors of a chunk a save writes or a load reads (Note [LoRA] in param_layout.h): every
+// one; the trainable ones alone (a LoRA run's adapters); the frozen ones alone (a LoRA run's
+// base, from the base checkpoint).
+enum class TensorSet { kAll, kTrainable, kFrozen };
+inline bool in_set(TensorSet set, const ParamTensor& t) {
+  return set == TensorSet::kAll || (set == TensorSet::kFrozen) == t.frozen;
+}
+
 struct RankParts {
   const ParallelLayout* layout = nullptr;
   bool sequence_parallel = false, distributed_optimizer = false;
+  TensorSet tensors = TensorSet::kAll;
   std::vector<ChunkWeights> chunks;
   std::vector<std::vector<MomentPiece>> moments;
 };

@@ -101,6 +101,11 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
         m.value("untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights);
     c.disable_bias_linear = m.value("disable_bias_linear", c.disable_bias_linear);
     c.add_qkv_bias = m.value("add_qkv_bias", c.add_qkv_bias);
+    // A LoRA run's checkpoint (adapters alone); older checkpoints have none.
+    c.lora_rank = m.value("lora_rank", 0);
+    c.lora_alpha = m.value("lora_alpha", c.lora_alpha);
+    c.lora_dropout = m.value("lora_dropout", c.lora_dropout);
+    c.lora_target_modules = m.value("lora_target_modules", c.lora_target_modules);
     r->state_.iteration = j.at("iteration");
     r->state_.consumed_samples = j.at("consumed_samples");
     r->state_.valid_consumed = j.at("valid_consumed_samples");

@@ -45,6 +45,10 @@ std::vector<std::string> capability_errors(const TrainOptions& o, const Capabili
         tp > 1 ? "the GPU MLP needs --ffn-hidden-size / --tensor-model-parallel-size " +
                      std::to_string(tp) + " % " + std::to_string(multiple) + " == 0"
                : "the GPU MLP needs --ffn-hidden-size % " + std::to_string(multiple) + " == 0");
+  // LoRA's GEMMs have the rank as a dimension (docs/lora.md); kept to the GEMMs' alignment.
+  if (multiple > 1 && o.model.lora_rank > 0 && o.model.lora_rank % multiple != 0)
+    errors.push_back("the GPU's LoRA GEMMs need --lora-rank % " + std::to_string(multiple) +
+                     " == 0");
   return errors;
 }
 

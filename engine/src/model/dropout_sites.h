@@ -22,4 +22,11 @@ inline uint64_t dropout_site_key(uint64_t seed, int layer, DropoutSite site) {
                                static_cast<uint64_t>(layer + 1) * 4 + static_cast<uint64_t>(site));
 }
 
+// LoRA's dropout on the input of layer `layer`'s adapter on `linear` (0 qkv, 1 proj, 2 fc1,
+// 3 fc2; Note [LoRA] in param_layout.h): a key of its own, derived from the layer's.
+inline uint64_t lora_dropout_key(uint64_t seed, int layer, int linear) {
+  return kernels::dropout_hash(dropout_site_key(seed, layer, DropoutSite::kAttention),
+                               0x4c6f5241ull + static_cast<uint64_t>(linear));
+}
+
 }  // namespace lattice

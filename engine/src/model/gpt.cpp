@@ -139,6 +139,18 @@ Status GptModel<A>::allocate() {
   }
   d_atty_ = take<A>(NCt, MC::kWorkspace);
   attention_ws_ = take<G>(ops_.attention_workspace_elems(B_, T_, Ht_), MC::kWorkspace);
+  if (config_.lora()) {  // Note [LoRA]
+    lora_r_ = config_.lora_rank;
+    const size_t K = std::max(C_, Ft_), O = std::max({Wt_, up_, C_});
+    const size_t Nr = static_cast<size_t>(N_) * lora_r_;
+    lora_x_ = take<A>(N_ * K, MC::kWorkspace);
+    lora_dx_ = take<A>(N_ * K, MC::kWorkspace);
+    lora_h_ = take<A>(Nr, MC::kWorkspace);
+    lora_dh_ = take<A>(Nr, MC::kWorkspace);
+    lora_y_ = take<A>(N_ * O, MC::kWorkspace);
+    if constexpr (!std::is_same_v<A, G>) lora_hg_ = take<G>(Nr, MC::kWorkspace);
+  }
+  if (layout_.has_frozen()) norm_discard_ = take<G>(2 * static_cast<size_t>(C_), MC::kWorkspace);
   return blocks_.status();
 }
 
@@ -314,14 +326,15 @@ void GptModel<A>::reduce_rows(A* partial, A* held) {
 }
 
 template <typename A>
-void GptModel<A>::row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias,
-                                       int K) {
+void GptModel<A>::row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K,
+                                       const A* lora_a, const A* lora_b, int layer, int linear) {
   if (!sp_) {  // tp_rank 0 adds the bias inside its GEMM, so it enters the sum once
     {
       OpTimer timer(*this, Op::kMatmulForward);
       ops_.matmul_forward(out, nullptr, inp, weight, tp_rank_ == 0 ? bias : nullptr, N_, K, C_,
                           Epilogue::kNone);
     }
+    lora_forward(out, inp, lora_a, lora_b, K, C_, layer, linear);  // B (A_t x_t): partial too
     tp_sum_rows(out);
     return;
   }
@@ -330,6 +343,7 @@ void GptModel<A>::row_parallel_forward(A* out, const A* inp, const A* weight, co
     OpTimer timer(*this, Op::kMatmulForward);
     ops_.matmul_forward(full_, nullptr, inp, weight, nullptr, N_, K, C_, Epilogue::kNone);
   }
+  lora_forward(full_, inp, lora_a, lora_b, K, C_, layer, linear);
   reduce_rows(full_, out);
   if (!bias) return;
   OpTimer timer(*this, Op::kMatmulForward);
@@ -362,6 +376,10 @@ template <typename A>
 void GptModel<A>::norm_backward(A* dinp, G* dweight, G* dbias, const A* dout, const A* inp,
                                 const A* weight, const G* mean, const G* rstd) {
   OpTimer timer(*this, Op::kLayerNorm);
+  if (!dweight) {  // a frozen norm (Note [LoRA]): the kernels always accumulate, into scratch
+    dweight = norm_discard_;
+    dbias = dbias || rms_norm_ ? dbias : norm_discard_ + C_;
+  }
   if (rms_norm_)
     ops_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, R_, C_);
   else
@@ -397,17 +415,18 @@ void GptModel<A>::add_position_rows(A* rows, const A* wpe) {
 
 template <typename A>
 void GptModel<A>::sum_sequence_parallel_grads(int first, int last) {
-  if (!sp_) return;
-  // Runs of adjacent sequence-parallel tensors in one all-reduce each (the alignment gaps
-  // between them hold zeros: zero_grads clears the whole arena).
+  if (t_ == 1) return;
+  // Runs of adjacent partial-gradient tensors in one all-reduce each (the alignment gaps
+  // between them hold zeros: zero_grads clears the whole arena); frozen ones have none.
   const auto& t = layout_.tensors();
+  auto partial = [&](int i) { return t[i].sequence_parallel_grad && !t[i].frozen; };
   for (int i = first; i < last;) {
-    if (!t[i].sequence_parallel_grad) {
+    if (!partial(i)) {
       i++;
       continue;
     }
     int j = i;
-    while (j + 1 < last && t[j + 1].sequence_parallel_grad) j++;
+    while (j + 1 < last && partial(j + 1)) j++;
     const size_t count = t[j].offset + t[j].numel - t[i].offset;
     tp_all_reduce(grads_ + t[i].offset, count, dtype_of<G>(), ReduceOp::kSum);
     i = j + 1;

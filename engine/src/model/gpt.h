@@ -123,7 +123,7 @@ struct GptActivations {
   A* input_grad = nullptr;   // (R, C) not pre: the gradient of residual[0], for the previous one
   // The last forward's dropout: p of the hidden and attention sites (0 when evaluating) and
   // the micro-batch's seed; its backward draws the same masks.
-  float p_hidden = 0, p_attention = 0;
+  float p_hidden = 0, p_attention = 0, p_lora = 0;
   uint64_t dropout_seed = 0;
   // The host constructor's (B, T), which forward() checks against the model's; {0, 0} otherwise.
   std::pair<int, int> host_shape{0, 0};
@@ -314,8 +314,22 @@ class GptModel {
   // a reduce-scatter with SP, else an all-reduce in place (held == partial; nothing at t 1).
   const A* gather_rows(const A* held, A* full);
   void reduce_rows(A* partial, A* held);
-  // out (R, C) = the row-parallel layer inp (N, K) @ weight^T summed over TP, + bias once.
-  void row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K);
+  // out (R, C) = the row-parallel layer inp (N, K) @ weight^T summed over TP, + bias once;
+  // with a LoRA adapter (lora_a non-null) its partial output joins before the sum.
+  void row_parallel_forward(A* out, const A* inp, const A* weight, const A* bias, int K,
+                            const A* lora_a = nullptr, const A* lora_b = nullptr, int layer = 0,
+                            int linear = 0);
+  // LoRA (Note [LoRA] in param_layout.h; gpt_lora.cpp). out (N, OC) += s B A dropout(x) for x
+  // (N, K), a (r, K), b (OC, r), s = alpha / r; nothing when a is null. layer: local; linear:
+  // 0 qkv, 1 proj, 2 fc1, 3 fc2 (the dropout key).
+  void lora_forward(A* out, const A* x, const A* a, const A* b, int K, int OC, int layer,
+                    int linear);
+  // Its backward given dy (N, OC): ga (r, K) +=, gb (OC, r) +=, dx (N, K) += the input's
+  // gradient. h = A dropout(x) is recomputed (N x r: cheaper than keeping it per micro-batch).
+  void lora_backward(A* dx, G* ga, G* gb, const A* dy, const A* x, const A* a, const A* b, int K,
+                     int OC, int layer, int linear);
+  // x (n) *= s in A (through G where A is 16-bit: the op list scales G only).
+  void lora_scale(A* x, size_t n);
   // The position embedding wpe (T, C) added to this rank's rows (R, C) of the embedding; with
   // packed documents (positions_) each row's wpe[positions_[r]].
   void add_position_rows(A* rows, const A* wpe);
@@ -402,6 +416,16 @@ class GptModel {
   // layer's backward rewrites before reading; null otherwise (drop_saved_ false).
   G* selective_saved_ = nullptr;
   bool drop_saved_ = false;
+  // LoRA's scratch (null without it; r = lora_rank, K = max(C, Ft), O = max(Wt, up, C)).
+  int lora_r_ = 0;
+  float p_lora_ = 0;
+  A* lora_x_ = nullptr;        // (N, K) the dropped input
+  A* lora_dx_ = nullptr;       // (N, K) its gradient
+  A* lora_h_ = nullptr;        // (N, r) s A x
+  A* lora_dh_ = nullptr;       // (N, r)
+  A* lora_y_ = nullptr;        // (N, O) the adapter's output
+  G* lora_hg_ = nullptr;       // (N, r) 16-bit A: lora_scale's staging
+  G* norm_discard_ = nullptr;  // (2C) frozen norms' weight gradients go here, unread
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
   // The micro-batch's positions (B, T) when it packs documents, else null (set from its

@@ -44,9 +44,11 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
   const bool training = grad_scale > 0;
   a.p_hidden = training ? config_.hidden_dropout : 0.0f;
   a.p_attention = training ? config_.attention_dropout : 0.0f;
+  a.p_lora = training ? config_.lora_dropout : 0.0f;
   a.dropout_seed = dropout_seed;
   p_hidden_ = a.p_hidden;
   p_attention_ = a.p_attention;
+  p_lora_ = a.p_lora;
   dropout_seed_ = a.dropout_seed;
   positions_ = a.packed ? a.positions : nullptr;
   const size_t RC = static_cast<size_t>(R_) * C;
@@ -96,7 +98,7 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
       residual_norm_forward(x, la.ln1, la.ln1_mean, la.ln1_rstd, layer_acts(a, l - 1).res_mid,
                             fc2_out_, w.ln1_w, w.ln1_b);
     layer_forward_from_ln1(l, la, x);
-    row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_);
+    row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_, w.fc2_la, w.fc2_lb, l, 3);
     hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)
     device_.progress();  // communication in flight (pipeline sends) moves on
   }
@@ -141,6 +143,7 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
     OpTimer timer(*this, Op::kMatmulForward);
     ops_.matmul_forward(la.qkv, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, Wt_, Epilogue::kNone);
   }
+  lora_forward(la.qkv, ln1, w.qkv_la, w.qkv_lb, C, Wt_, l, 0);  // Note [LoRA] (param_layout.h)
   {
     OpTimer timer(*this, Op::kAttentionForward);
     if (rotary_dim_ > 0)  // queries and keys rotated in place; the attention reads them so
@@ -151,7 +154,7 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
   }
   // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
   // over TP.
-  row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_);
+  row_parallel_forward(proj_out_, la.atty, w.proj_w, w.proj_b, Ct_, w.proj_la, w.proj_lb, l, 1);
   hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
   residual_norm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_, w.ln2_w,
                         w.ln2_b);
@@ -161,8 +164,19 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
       OpTimer timer(*this, Op::kMatmulForward);
       ops_.matmul_forward(la.fc1, nullptr, ln2, w.fc1_w, w.fc1_b, N, C, up_, Epilogue::kNone);
     }
+    lora_forward(la.fc1, ln2, w.fc1_la, w.fc1_lb, C, up_, l, 2);
     OpTimer timer(*this, Op::kGelu);
     ops_.swiglu_forward(la.gelu, la.fc1, N, Ft_);
+    return;
+  }
+  if (w.fc1_la) {  // the adapter joins before GELU, so GELU is not the GEMM's epilogue
+    {
+      OpTimer timer(*this, Op::kMatmulForward);
+      ops_.matmul_forward(la.fc1, nullptr, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, Epilogue::kNone);
+    }
+    lora_forward(la.fc1, ln2, w.fc1_la, w.fc1_lb, C, Ft_, l, 2);
+    OpTimer timer(*this, Op::kGelu);
+    ops_.gelu_forward(la.gelu, la.fc1, static_cast<size_t>(N) * Ft_);
     return;
   }
   OpTimer timer(*this, Op::kMatmulForward);  // FC1 with GELU as its epilogue
@@ -248,6 +262,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
   A* d_col = sp_ ? full_ : d_c_;
   p_hidden_ = a.p_hidden;  // the masks of this micro-batch's forward
   p_attention_ = a.p_attention;
+  p_lora_ = a.p_lora;
   dropout_seed_ = a.dropout_seed;
   positions_ = a.packed ? a.positions : nullptr;
   if (post()) {
@@ -266,12 +281,14 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
         ops_.to_compute(a.logits, a.logits_accum, static_cast<size_t>(N) * Vt_);
         dlogits = a.logits;
       }
-      ops_.matmul_backward(d_col, grads + head_off, nullptr, dlogits, lnf, P + head_off, N, C, Vt_);
+      ops_.matmul_backward(d_col, layout_.grad_at(grads, layout_.output_index()), nullptr, dlogits,
+                           lnf, P + head_off, N, C, Vt_);
     }
     reduce_rows(d_col, d_c_);
     device_.zero(d_res_, RC * sizeof(A), compute());
-    norm_backward(d_res_, grads + lnf_off, layout_.at(grads, lnf_bias), d_c_, a.residual + L_ * RC,
-                  P + lnf_off, a.lnf_mean, a.lnf_rstd);
+    norm_backward(d_res_, layout_.grad_at(grads, layout_.final_norm_index()),
+                  layout_.grad_at(grads, lnf_bias), d_c_, a.residual + L_ * RC, P + lnf_off,
+                  a.lnf_mean, a.lnf_rstd);
     // The final norm and the head (the output layer, or a later stage's copy of the word
     // embedding).
     notify(layout_.final_norm_index(), static_cast<int>(t.size()));
@@ -280,7 +297,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
   }
   for (int l = L_ - 1; l >= 0; l--) {
     const LayerParams<A> w = layout_.layer(P, l);
-    const LayerParams<G> g = layout_.layer(grads, l);
+    const LayerParams<G> g = layout_.grad_layer(grads, l);  // null where frozen (LoRA)
     if (recompute_.recomputed(l)) {
       const int first = recompute_.group_start[l];
       if (l == L_ - 1 || recompute_.group_start[l + 1] != first) recompute_group(a, first, l + 1);
@@ -302,6 +319,8 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
       OpTimer timer(*this, Op::kMatmulBackward);
       ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, d_fc2_rows, la.gelu, w.fc2_w, N,
                            Ft_, C);
+      lora_backward(d_f_, g.fc2_la, g.fc2_lb, d_fc2_rows, la.gelu, w.fc2_la, w.fc2_lb, Ft_, C, l,
+                    3);
       if (sp_ && g.fc2_b)
         ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
     }
@@ -317,6 +336,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     {
       OpTimer timer(*this, Op::kMatmulBackward);
       ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_fc1, ln2, w.fc1_w, N, C, up_);
+      lora_backward(d_col, g.fc1_la, g.fc1_lb, d_fc1, ln2, w.fc1_la, w.fc1_lb, C, up_, l, 2);
     }
     reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
     norm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean, la.ln2_rstd);
@@ -328,6 +348,8 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
       OpTimer timer(*this, Op::kMatmulBackward);
       ops_.matmul_backward(d_atty_, g.proj_w, sp_ ? nullptr : g.proj_b, d_proj_rows, la.atty,
                            w.proj_w, N, Ct_, C);
+      lora_backward(d_atty_, g.proj_la, g.proj_lb, d_proj_rows, la.atty, w.proj_la, w.proj_lb, Ct_,
+                    C, l, 1);
       if (sp_ && g.proj_b)
         ops_.matmul_backward(nullptr, nullptr, g.proj_b, d_proj, nullptr, nullptr, R_, 0, C);
     }
@@ -344,6 +366,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     {
       OpTimer timer(*this, Op::kMatmulBackward);
       ops_.matmul_backward(d_col, g.qkv_w, g.qkv_b, d_qkv_, ln1, w.qkv_w, N, C, Wt_);
+      lora_backward(d_col, g.qkv_la, g.qkv_lb, d_qkv_, ln1, w.qkv_la, w.qkv_lb, C, Wt_, l, 0);
     }
     reduce_rows(d_col, d_c_);  // d ln1: every rank's heads contribute
     norm_backward(d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean, la.ln1_rstd);
@@ -354,15 +377,19 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     device_.copy(a.input_grad, d_res_, RC * sizeof(A), CopyKind::kDeviceToDevice, compute());
     return;
   }
-  const size_t wte_off = t[layout_.word_embedding_index()].offset;
+  G* d_wte = layout_.grad_at(grads, layout_.word_embedding_index());
+  G* d_wpe = layout_.grad_at(grads, layout_.position_embedding_index());
+  if (!d_wte && !d_wpe) {  // frozen embeddings (LoRA): nothing to accumulate
+    notify(0, layout_.pre_tensors_end());
+    return;
+  }
   hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
   const int v0 = tp_rank_ * Vt_;
   // Both gradients from every row: the rows gathered with sequence parallelism.
   const A* d_rows = gather_rows(d_res_, full_);
   {
     OpTimer timer(*this, Op::kEmbedding);
-    ops_.embedding_backward(grads + wte_off, layout_.at(grads, layout_.position_embedding_index()),
-                            d_rows, tokens, B, T, C, v0, v0 + Vt_, positions_);
+    ops_.embedding_backward(d_wte, d_wpe, d_rows, tokens, B, T, C, v0, v0 + Vt_, positions_);
   }
   notify(0, layout_.pre_tensors_end());
 }

@@ -23,6 +23,14 @@ uint64_t fnv1a(const std::string& s) {
 
 template <typename T>
 size_t init_tensor(const ModelConfig& config, const ParamTensor& t, uint64_t seed, T* out) {
+  // LoRA (Note [LoRA] in param_layout.h), as Megatron-Bridge: B zero, so the adapted model
+  // starts as the base; A xavier-uniform over its global (r, in): U(-a, a), a = sqrt(6 / (in + r)).
+  const bool lora_b = t.name.find(".adapter.linear_out.") != std::string::npos;
+  const bool lora_a = t.name.find(".adapter.linear_in.") != std::string::npos;
+  if (lora_b) {
+    std::fill(out, out + t.numel, T(0));
+    return 0;
+  }
   const bool is_norm = t.name.find("layernorm") != std::string::npos;
   const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
   if (is_bias) {
@@ -46,7 +54,14 @@ size_t init_tensor(const ModelConfig& config, const ParamTensor& t, uint64_t see
   } catch (const std::exception&) {  // bad_alloc, length_error
     return bytes_of<T>(global_numel);
   }
-  for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(normal(rng));
+  if (lora_a) {
+    const double bound =
+        std::sqrt(6.0 / static_cast<double>(t.global_shape[0] + t.global_shape[1]));
+    std::uniform_real_distribution<double> uniform(-bound, bound);
+    for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(uniform(rng));
+  } else {
+    for (size_t i = 0; i < global_numel; i++) global[i] = static_cast<T>(normal(rng));
+  }
   slice_from_global(t, global.data(), out);
   return 0;
 }

@@ -36,6 +36,31 @@ int64_t ModelConfig::num_parameters() const {
   return V * C + positions + num_layers * layer_parameters() + (rms_norm() ? C : 2 * C) + head;
 }
 
+bool ModelConfig::lora_targets(const std::string& linear) const {
+  if (lora_rank <= 0) return false;
+  size_t start = 0;
+  while (start <= lora_target_modules.size()) {
+    size_t end = lora_target_modules.find(',', start);
+    if (end == std::string::npos) end = lora_target_modules.size();
+    if (lora_target_modules.compare(start, end - start, linear) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+int64_t ModelConfig::lora_parameters() const {
+  if (lora_rank <= 0) return 0;
+  // A (r, in) and B (out, r) per target.
+  const int64_t r = lora_rank, C = hidden_size, F = ffn(), W = qkv_width();
+  const int64_t up = swiglu ? 2 * F : F;
+  int64_t per_layer = 0;
+  if (lora_targets("linear_qkv")) per_layer += r * C + W * r;
+  if (lora_targets("linear_proj")) per_layer += r * C + C * r;
+  if (lora_targets("linear_fc1")) per_layer += r * C + up * r;
+  if (lora_targets("linear_fc2")) per_layer += r * F + C * r;
+  return num_layers * per_layer;
+}
+
 std::vector<std::string> ModelConfig::validate() const {
   std::vector<std::string> errors;
   auto positive = [&](const char* flag, int64_t v) {
@@ -63,6 +88,28 @@ std::vector<std::string> ModelConfig::validate() const {
   for (std::string& e : size_errors()) errors.push_back(std::move(e));
   probability("--attention-dropout", attention_dropout);
   probability("--hidden-dropout", hidden_dropout);
+  if (lora_rank < 0)
+    errors.push_back("--lora-rank must be 0 (off) or positive, got " + std::to_string(lora_rank));
+  if (lora_rank > 0) {
+    probability("--lora-dropout", lora_dropout);
+    if (!(lora_alpha > 0.0f))
+      errors.push_back("--lora-alpha must be positive, got " + std::to_string(lora_alpha));
+    size_t start = 0;
+    int targets = 0;
+    while (start <= lora_target_modules.size()) {
+      size_t end = lora_target_modules.find(',', start);
+      if (end == std::string::npos) end = lora_target_modules.size();
+      const std::string name = lora_target_modules.substr(start, end - start);
+      if (name != "linear_qkv" && name != "linear_proj" && name != "linear_fc1" &&
+          name != "linear_fc2")
+        errors.push_back("--lora-target-modules names \"" + name +
+                         "\"; the linears are linear_qkv, linear_proj, linear_fc1, linear_fc2");
+      else
+        targets++;
+      start = end + 1;
+    }
+    if (targets == 0) errors.push_back("--lora-target-modules names no linear layer");
+  }
   if (!(init_method_std > 0.0f))
     errors.push_back("--init-method-std must be positive, got " + std::to_string(init_method_std));
   return errors;

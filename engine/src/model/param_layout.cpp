@@ -43,6 +43,22 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     if (bias) put(kFc1B, "mlp.linear_fc1.bias", fc1_b, false, fc1_split);
     put(kFc2W, "mlp.linear_fc2.weight", {C, F}, true, 1);
     if (bias) put(kFc2B, "mlp.linear_fc2.bias", {C}, false, -1, sp);
+    // Note [LoRA]: A (r, in), B (out, r); the replicated half's gradient summed over TP.
+    const int64_t r = c.lora_rank;
+    auto adapter = [&](Slot a, Slot b, const std::string& linear, std::vector<int64_t> a_shape,
+                       int a_split, std::vector<int64_t> b_shape, int b_split) {
+      if (!c.lora_targets(linear.substr(linear.find('.') + 1))) return;
+      put(a, (linear + ".adapter.linear_in.weight").c_str(), std::move(a_shape), true, a_split,
+          a_split < 0);
+      put(b, (linear + ".adapter.linear_out.weight").c_str(), std::move(b_shape), true, b_split,
+          b_split < 0);
+    };
+    const std::vector<int64_t> fc1_lb =
+        c.swiglu ? std::vector<int64_t>{2, F, r} : std::vector{F, r};
+    adapter(kQkvLA, kQkvLB, "self_attention.linear_qkv", {r, C}, -1, {W, r}, 0);
+    adapter(kProjLA, kProjLB, "self_attention.linear_proj", {r, C}, 1, {C, r}, -1);
+    adapter(kFc1LA, kFc1LB, "mlp.linear_fc1", {r, C}, -1, fc1_lb, fc1_split);
+    adapter(kFc2LA, kFc2LB, "mlp.linear_fc2", {r, F}, 1, {C, r}, -1);
     if (l == shard_.layer_begin) per_layer_ = static_cast<int>(tensors_.size()) - first_layer_;
   }
   if (shard_.post) {
@@ -66,6 +82,17 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
       output_ = word_embedding_;
     }
   }
+  if (c.lora()) {  // Note [LoRA]: everything but the adapters is frozen
+    for (ParamTensor& t : tensors_) t.frozen = t.name.find(".adapter.") == std::string::npos;
+    has_frozen_ = true;
+  }
+}
+
+size_t ParamLayout::trainable_numel() const {
+  size_t n = 0;
+  for (const ParamTensor& t : tensors_)
+    if (!t.frozen) n += t.numel;
+  return n;
 }
 
 void ParamLayout::add(std::string name, std::vector<int64_t> global_shape, bool decay,
@@ -82,6 +109,7 @@ void ParamLayout::add(std::string name, std::vector<int64_t> global_shape, bool 
   } else {
     t.counts_in_norm = shard_.tp_rank == 0;
   }
+  // Partial gradients exist only where there are several TP ranks.
   t.sequence_parallel_grad = sequence_parallel_grad && shard_.tp_size > 1;
   t.numel = 1;
   for (int64_t d : t.shape) t.numel *= static_cast<size_t>(d);

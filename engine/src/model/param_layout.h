@@ -9,6 +9,18 @@
 // NH), so a contiguous row range is a set of whole groups. The layer's tensors depend on the
 // architecture (ModelConfig: norm biases, linear biases, SwiGLU's (2, F, C) FC1, the untied
 // output_layer), so code finds them through LayerParams and the index accessors.
+// Note [LoRA]: with ModelConfig::lora_rank > 0 each layer ends with its adapters (A (r, in),
+// B (out, r) per target linear, Megatron-Bridge's names `...linear_qkv.adapter.linear_in.weight`
+// for A and `.linear_out.weight` for B) and every other tensor is `frozen`. That one flag is the
+// whole mechanism: the model makes no gradient for a frozen tensor (null gradient pointers:
+// grad_layer, grad_at), the optimizer's pieces (optim/optimizer_shard.h) skip it (no moments, no
+// update, not in the gradient norm) and a LoRA checkpoint stores the trainable tensors alone.
+// The gradient arena keeps its full size (frozen gradients stay zero); the data-parallel
+// reducer skips a bucket of frozen tensors alone, a bucket that mixes them with adapters carries
+// their zeros (docs/lora.md). Tensor parallelism:
+// a column-parallel target (qkv, fc1) has A replicated and B split by output rows like W; a
+// row-parallel one (proj, fc2) has A split by input columns like W and B replicated. The
+// replicated half's gradient is a partial sum per TP rank (tp_partial_grad).
 #pragma once
 
 #include <cstdint>
@@ -46,9 +58,12 @@ struct ParamTensor {
   // Counted once in the global gradient norm: false for copies that another rank also holds
   // (tensor-parallel replicas on tp_rank > 0, the last stage's tied word embedding).
   bool counts_in_norm = true;
-  // Its gradient is partial per tensor-parallel rank (sequence parallelism: LayerNorms and
-  // row-parallel biases see only their sequence slice) and is summed over the TP group.
+  // Its gradient is partial per tensor-parallel rank and is summed over the TP group: with
+  // sequence parallelism the LayerNorms and row-parallel biases (they see only their sequence
+  // slice); LoRA's replicated adapter halves (Note [LoRA]).
   bool sequence_parallel_grad = false;
+  // Not trained: no gradient, no optimizer state (Note [LoRA]: the base model under LoRA).
+  bool frozen = false;
 };
 
 // Between a tensor's slice (t.numel, row-major in t.shape) and its global tensor (row-major in
@@ -78,6 +93,15 @@ struct LayerParams {
   T* fc1_b;   // (F'/t) or null
   T* fc2_w;   // (C, F/t)
   T* fc2_b;   // (C) or null
+  // LoRA adapters (Note [LoRA]; r = lora_rank), null where the linear is not a target.
+  T* qkv_la;   // (r, C) A
+  T* qkv_lb;   // (W/t, r) B
+  T* proj_la;  // (r, C/t)
+  T* proj_lb;  // (C, r)
+  T* fc1_la;   // (r, C)
+  T* fc1_lb;   // (F'/t, r)
+  T* fc2_la;   // (r, F/t)
+  T* fc2_lb;   // (C, r)
 };
 
 class ParamLayout {
@@ -105,16 +129,26 @@ class ParamLayout {
 
   template <typename T>
   LayerParams<T> layer(T* arena, int local_layer) const {
-    T* p[kSlots];
-    for (int i = 0; i < kSlots; i++)
-      p[i] = slot_[i] < 0 ? nullptr : arena + tensors_[layer_index(local_layer) + slot_[i]].offset;
-    return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+    return layer_of(arena, local_layer, false);
+  }
+  // The gradients' pointers: null for frozen tensors too (Note [LoRA]).
+  template <typename T>
+  LayerParams<T> grad_layer(T* grads, int local_layer) const {
+    return layer_of(grads, local_layer, true);
   }
   // The tensor at `arena + offset` of index i, or null for index -1.
   template <typename T>
   T* at(T* arena, int index) const {
     return index < 0 ? nullptr : arena + tensors_[index].offset;
   }
+  // Its gradient: null for index -1 and for a frozen tensor.
+  template <typename T>
+  T* grad_at(T* grads, int index) const {
+    return index < 0 || tensors_[index].frozen ? nullptr : grads + tensors_[index].offset;
+  }
+  // Whether any tensor is frozen (a LoRA layout), and the trainable elements.
+  bool has_frozen() const { return has_frozen_; }
+  size_t trainable_numel() const;
 
  private:
   // split_dim -1: replicated over TP; 0 / 1: rows / columns split evenly over TP.
@@ -133,14 +167,34 @@ class ParamLayout {
     kFc1W,
     kFc1B,
     kFc2W,
-    kFc2B
+    kFc2B,
+    kQkvLA,
+    kQkvLB,
+    kProjLA,
+    kProjLB,
+    kFc1LA,
+    kFc1LB,
+    kFc2LA,
+    kFc2LB
   };
-  static constexpr int kSlots = 12;
+  static constexpr int kSlots = 20;
+  template <typename T>
+  LayerParams<T> layer_of(T* arena, int local_layer, bool grads) const {
+    T* p[kSlots];
+    for (int i = 0; i < kSlots; i++) {
+      const ParamTensor* t =
+          slot_[i] < 0 ? nullptr : &tensors_[layer_index(local_layer) + slot_[i]];
+      p[i] = !t || (grads && t->frozen) ? nullptr : arena + t->offset;
+    }
+    return {p[0],  p[1],  p[2],  p[3],  p[4],  p[5],  p[6],  p[7],  p[8],  p[9],
+            p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[18], p[19]};
+  }
   ModelShard shard_;
   std::vector<ParamTensor> tensors_;
   size_t total_ = 0;
   int word_embedding_ = -1, position_embedding_ = -1, first_layer_ = 0, per_layer_ = 0;
   int final_norm_ = -1, final_norm_bias_ = -1, output_ = -1;
+  bool has_frozen_ = false;
   int slot_[kSlots];  // each LayerParams member's index within a layer's tensors, or -1
 };
 

@@ -32,8 +32,13 @@ GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout
              {},
              span.begin,
              nullptr};
-    for (int j = span.first_tensor; j < span.last_tensor; j++)
+    // Note [LoRA] (param_layout.h): a bucket of frozen tensors alone has no gradient to reduce
+    // and no parameter to gather; the layout, hence the bucket, is the same on every DP rank.
+    b.frozen = true;
+    for (int j = span.first_tensor; j < span.last_tensor; j++) {
       bucket_of_tensor_[j] = static_cast<int>(buckets_.size());
+      b.frozen = b.frozen && layout.tensors()[j].frozen;
+    }
     buckets_.push_back(std::move(b));
   }
   if (!dp_) return;
@@ -44,7 +49,7 @@ GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout
   for (Bucket& b : buckets_) {
     b.counts = shard_counts(b.end - b.begin, world);
     for (int r = 0; r < rank; r++) b.shard_begin += b.counts[r];
-    if (!own_buffers) continue;
+    if (!own_buffers || b.frozen) continue;
     b.shard =
         static_cast<T*>(device_.allocate(b.counts[rank] * sizeof(T), MemoryCategory::kCommBuffers));
     if (!b.shard) return;  // allocated() says so
@@ -62,7 +67,8 @@ Result<std::unique_ptr<GradReducer<T>>> GradReducer<T>::create(Device& device, S
       new GradReducer(device, dp_stream, layout, dp, distributed, bucket_elems, grads, params));
   if (!r->allocated()) {
     size_t bytes = 0;
-    for (const Bucket& b : r->buckets_) bytes += b.counts[dp->rank()] * sizeof(T);
+    for (const Bucket& b : r->buckets_)
+      if (!b.frozen) bytes += b.counts[dp->rank()] * sizeof(T);
     return device.out_of_memory(MemoryCategory::kCommBuffers, bytes);
   }
   return r;
@@ -80,7 +86,7 @@ template <typename T>
 bool GradReducer<T>::allocated() const {
   if (!distributed_ || !device_.capabilities().host_addressable) return true;
   for (const Bucket& b : buckets_)
-    if (!b.shard) return false;
+    if (!b.shard && !b.frozen) return false;
   return true;
 }
 
@@ -92,7 +98,7 @@ void GradReducer<T>::start_iteration() {
 
 template <typename T>
 Status GradReducer<T>::launch(Bucket& b) {
-  if (!dp_) return Status::ok();
+  if (!dp_ || b.frozen) return Status::ok();
   // The bucket's gradients are final once compute has run what it has queued (on the CPU that
   // has happened: the wait costs nothing).
   device_.wait(*stream_, device_.record(device_.compute()));
@@ -156,10 +162,13 @@ Status GradReducer<T>::gather_params() {
   const auto t0 = std::chrono::steady_clock::now();
   device_.wait(*stream_, device_.record(device_.compute()));  // the step wrote the shards
   for (Bucket& b : buckets_)
-    if (Status s = dp_->all_gather(params_ + b.shard_begin, params_ + b.begin, b.counts,
-                                   dtype_of<T>(), *stream_);
-        !s)
+    if (b.frozen) {
+      continue;
+    } else if (Status s = dp_->all_gather(params_ + b.shard_begin, params_ + b.begin, b.counts,
+                                          dtype_of<T>(), *stream_);
+               !s) {
       return s;
+    }
   device_.wait(device_.compute(), device_.record(*stream_));
   Status s = device_.synchronize(*stream_);
   const double seconds = seconds_since(t0);

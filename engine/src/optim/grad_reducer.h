@@ -82,6 +82,7 @@ class GradReducer {
     std::vector<size_t> counts;     // per data-parallel rank (distributed)
     size_t shard_begin;             // this rank's shard start in the arena
     T* shard = nullptr;             // reduce-scatter receive buffer (host-addressable device)
+    bool frozen = false;            // only frozen tensors (LoRA's base): nothing to reduce
   };
   GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
               bool distributed, size_t bucket_elems, T* grads, T* params);

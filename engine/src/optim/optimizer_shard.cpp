@@ -16,6 +16,7 @@ void cut_pieces(const ParamLayout& layout, OptimizerShard& s) {
   size_t state = 0;
   for (size_t i = 0; i < tensors.size(); i++) {
     const ParamTensor& t = tensors[i];
+    if (t.frozen) continue;  // Note [LoRA] (param_layout.h): no moments, no update, no norm
     for (size_t r = 0; r < s.owned.size(); r++) {
       const size_t begin = std::max(s.owned[r].first, t.offset);
       const size_t end = std::min(s.owned[r].second, t.offset + t.numel);

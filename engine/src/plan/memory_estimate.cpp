@@ -22,6 +22,7 @@ namespace {
 
 struct ParamCount {
   int64_t total = 0, replicated = 0;
+  int64_t adapters = 0;  // LoRA's, included in total
 };
 
 // One layer's parameters as the engine's ParamLayout holds them (Megatron-core's tensors): the
@@ -42,6 +43,31 @@ LayerParamCount layer_param_count(const ModelConfig& m) {
   return n;
 }
 
+// One layer's LoRA adapters (Note [LoRA] in model/param_layout.h) on one TP rank of t: a
+// column-parallel target's A (r, C) whole and B (out, r) by rows, a row-parallel one's A
+// (r, in) by columns and B (C, r) whole. Of them, replicated: the whole halves.
+LayerParamCount layer_adapter_count(const ModelConfig& m, int64_t t) {
+  LayerParamCount n;
+  if (!m.lora()) return n;
+  const int64_t r = m.lora_rank, C = m.hidden_size, F = m.ffn(), W = m.qkv_width();
+  const int64_t up = m.swiglu ? 2 * F : F;
+  auto column = [&](const char* name, int64_t out) {
+    if (!m.lora_targets(name)) return;
+    n.replicated += r * C;
+    n.split += r * C + out * r / t;
+  };
+  auto row = [&](const char* name, int64_t in) {
+    if (!m.lora_targets(name)) return;
+    n.replicated += C * r;
+    n.split += r * in / t + C * r;
+  };
+  column("linear_qkv", W);
+  row("linear_proj", C);
+  column("linear_fc1", up);
+  row("linear_fc2", F);
+  return n;  // split: the rank's whole count here
+}
+
 // One TP rank's parameters on pipeline rank `p`: its layers (layer_param_count, the split part
 // / TP), the word embedding's vocabulary rows (Vp C / TP) and the position table (whole) on the
 // first stage, the final norm (whole) on the last, and there too the LM head's rows: an untied
@@ -55,6 +81,10 @@ ParamCount stage_parameters(const ModelConfig& m, const ParallelLayout& layout, 
   ParamCount n;
   n.replicated = layers * per_layer.replicated;
   n.total = layers * per_layer.split / t + n.replicated;
+  const LayerParamCount adapters = layer_adapter_count(m, t);
+  n.adapters = layers * adapters.split;
+  n.total += n.adapters;
+  n.replicated += layers * adapters.replicated;
   const int64_t vocabulary_rows = static_cast<int64_t>(m.padded_vocab_size()) * C / t;
   if (layout.is_first_stage(p)) {
     n.total += vocabulary_rows;
@@ -213,10 +243,19 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
       st.weight_bytes += static_cast<size_t>(layout.vpp) * 2 * m.seq_length * (m.rotary_dim() / 2) *
                          (precision == "fp64" ? 8 : 4);
     st.grad_bytes = params * per_param.grads;
-    const size_t sharded = o.parallel.use_distributed_optimizer
-                               ? (params + layout.dp - 1) / static_cast<size_t>(layout.dp)
-                               : params;
-    st.optimizer_bytes = sharded * per_param.optimizer;
+    // The optimizer keeps moments for the trained parameters alone (LoRA: the adapters). The
+    // gradient arena stays whole (frozen gradients zero; docs/lora.md).
+    st.trainable_parameters = m.lora() ? n.adapters : n.total;
+    // The moments (twice the grads' bytes) for the trained ones, a 16-bit run's master copy
+    // for every parameter.
+    auto shard = [&](size_t count) {
+      return o.parallel.use_distributed_optimizer
+                 ? (count + layout.dp - 1) / static_cast<size_t>(layout.dp)
+                 : count;
+    };
+    const size_t moments = 2 * per_param.grads;
+    st.optimizer_bytes = shard(static_cast<size_t>(st.trainable_parameters)) * moments +
+                         shard(params) * (per_param.optimizer - moments);
 
     // Every model chunk of the stage (virtual stages: one per VPP), each with as many
     // micro-batches as its pool in the executor grows to (chunk_peaks: each chunk's own peak in
@@ -250,6 +289,7 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
                       {"weight_bytes", st.weight_bytes},
                       {"grad_bytes", st.grad_bytes},
                       {"optimizer_bytes", st.optimizer_bytes},
+                      {"trainable_parameters", st.trainable_parameters},
                       {"activation_bytes_per_micro_batch", st.activation_bytes_per_micro_batch},
                       {"micro_batches_in_flight", st.micro_batches_in_flight},
                       {"activation_bytes", st.activation_bytes},

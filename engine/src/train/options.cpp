@@ -57,6 +57,13 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &m.untie_embeddings_and_output_weights},
       {"disable-bias-linear", "no biases in the linear layers", &m.disable_bias_linear},
       {"add-qkv-bias", "a QKV bias even with --disable-bias-linear (Qwen2)", &m.add_qkv_bias},
+      {"lora-rank",
+       "LoRA: adapters of this rank on the --lora-target-modules, base weights frozen; 0 is off",
+       &m.lora_rank},
+      {"lora-alpha", "LoRA: the adapters' output is scaled by alpha / rank", &m.lora_alpha},
+      {"lora-dropout", "LoRA: dropout on the adapters' input", &m.lora_dropout},
+      {"lora-target-modules", "LoRA: comma list of linear_qkv, linear_proj, linear_fc1, linear_fc2",
+       &m.lora_target_modules},
       {"micro-batch-size", "samples per micro-batch", &o.micro_batch_size},
       {"global-batch-size",
        "samples per iteration; 0 means --micro-batch-size x data-parallel size (Megatron)",
@@ -142,6 +149,10 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
       {"ckpt-step", "with --load: the iteration to load instead of the latest", &o.ckpt_step},
       {"finetune", "with --load: take the weights only; iteration and optimizer start afresh",
        &o.finetune},
+      {"pretrained-checkpoint",
+       "start from this checkpoint's weights (iteration and optimizer afresh); with --lora-rank "
+       "the frozen base, while --load resumes the adapters",
+       &o.pretrained_checkpoint},
       {"exit-interval", "save (with --save) and exit after an iteration divisible by N",
        &o.exit_interval},
       {"exit-duration-in-mins",
@@ -464,6 +475,23 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
       errors.push_back((save_hf.empty() ? "--load-hf: " : "--save-hf: ") + e);
   if (load.empty() && (ckpt_step > 0 || finetune))
     errors.push_back("--ckpt-step and --finetune apply to --load, which is not given");
+  if (!pretrained_checkpoint.empty() && !load.empty() && !model.lora())
+    errors.push_back(
+        "--pretrained-checkpoint and --load exclude each other without --lora-rank (--load "
+        "resumes a run, --pretrained-checkpoint starts one)");
+  if (model.lora() && !save_hf.empty())
+    errors.push_back(
+        "--save-hf does not take --lora-rank: save the adapters (--save), merge them (lattice "
+        "ckpt merge-lora) and export the merged checkpoint (lattice ckpt export-hf)");
+  if (model.lora() && !load_hf.empty())
+    errors.push_back(
+        "--load-hf does not take --lora-rank: import the base first (lattice ckpt import-hf) and "
+        "start from it with --pretrained-checkpoint");
+  if (!pretrained_checkpoint.empty() && finetune)
+    errors.push_back(
+        "--finetune applies to --load; --pretrained-checkpoint is weights-only already");
+  if (fp64 && !pretrained_checkpoint.empty())
+    errors.push_back("--pretrained-checkpoint keeps fp32 state; it does not combine with --fp64");
   if (int(bf16) + int(fp16) + int(fp64) > 1)
     errors.push_back("--bf16, --fp16 and --fp64 exclude each other");
   if (!(loss_scale >= 0)) errors.push_back("--loss-scale must not be negative");

@@ -650,7 +650,7 @@ Result<TrainSummary> Trainer<T>::run() {
     sink_.on_message(std::string("loaded ") + hf_architecture_name(hf_architecture_of(mc_)) +
                      " weights from " + o_.load_hf);
   TrainState state;
-  if (!o_.load.empty())
+  if (!o_.load.empty() || !o_.pretrained_checkpoint.empty())
     if (Status s = load(state); !s) return s;
 
   const int T_ = mc_.seq_length;

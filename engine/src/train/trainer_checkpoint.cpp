@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <type_traits>
 
 #include "checkpoint/chunk_state.h"
@@ -55,6 +56,43 @@ std::string loaded_message(const CheckpointRef& ref, double seconds, bool finetu
 const char* const kNoFp64State =
     "--save and --load keep fp32 state; they do not combine with --fp64";
 
+// One checkpoint's share of a load: its directory, which of the chunk's tensors it gives, and
+// whether it is weights only (a base or --finetune) or the run's own state to resume.
+struct LoadSource {
+  std::string dir;
+  TensorSet tensors = TensorSet::kAll;
+  bool weights_only = true;
+};
+
+// The base a LoRA checkpoint was trained on: the --pretrained-checkpoint its run recorded, or
+// empty (a base drawn from --seed, which this run's init_weights has drawn again).
+std::string recorded_base(const std::string& path) {
+  Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(path);
+  if (!reader) return "";
+  const nlohmann::json m = nlohmann::json::parse((*reader)->metadata_json(), nullptr, false);
+  if (!m.is_object() || !m.contains("config") || !m["config"].is_object()) return "";
+  return m["config"].value("pretrained-checkpoint", "");
+}
+
+// Where the weights come from (Note [LoRA] in model/param_layout.h): --pretrained-checkpoint
+// and --load --finetune give weights only (with LoRA the frozen base alone); --load otherwise
+// resumes the run (with LoRA its adapters and their optimizer state, the base coming from
+// --pretrained-checkpoint or the one the LoRA checkpoint recorded).
+std::vector<LoadSource> load_sources(const TrainOptions& o, bool lora,
+                                     const std::string& load_path) {
+  const TensorSet base = lora ? TensorSet::kFrozen : TensorSet::kAll;
+  std::vector<LoadSource> sources;
+  std::string base_dir = o.pretrained_checkpoint;
+  if (lora && base_dir.empty() && !o.load.empty() && !o.finetune)
+    base_dir = recorded_base(load_path);
+  if (!base_dir.empty()) sources.push_back({base_dir, base, true});
+  if (!o.load.empty())
+    sources.push_back(
+        o.finetune ? LoadSource{o.load, base, true}
+                   : LoadSource{o.load, lora ? TensorSet::kTrainable : TensorSet::kAll, false});
+  return sources;
+}
+
 }  // namespace
 
 template <typename A>
@@ -67,30 +105,64 @@ Status load_rank_checkpoint(RankModel<A>& rank, const ProcessGroups& g, const Tr
     // Rank 0 removes the interrupted saves of the directory (save_lock.h) before any rank
     // looks into it; its lines replace find_checkpoint's notes on them.
     std::vector<std::string> cleaned;
-    if (world.rank() == 0) cleaned = remove_interrupted_saves(o.load).messages();
+    if (world.rank() == 0 && !o.load.empty()) cleaned = remove_interrupted_saves(o.load).messages();
     world.barrier();
-    Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
-    if (!ref) return ref.status();
-    {
-      Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(ref->path);
-      if (!reader) return reader.status();
-      if (Status s = check_architecture(ref->path, (*reader)->model(), o.model); !s) return s;
+    const bool lora = o.model.lora();
+    std::string load_path;
+    if (!o.load.empty()) {
+      Result<CheckpointRef> ref = find_checkpoint(o.load, o.ckpt_step);
+      if (!ref) return ref.status();
+      load_path = ref->path;
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<ChunkState<A>> states = chunk_states(rank);
-    if (Status s = load_checkpoint(*ref, parts(rank, states, g, o, true), o.finetune, &state); !s)
-      return s;
-    for (ChunkState<A>& chunk : states)
-      if (Status s = chunk.upload(!o.finetune); !s) return s;
+    std::vector<std::pair<std::string, const LoadSource*>> loaded;
+    const std::vector<LoadSource> sources = load_sources(o, lora, load_path);
+    bool resumed = false;
+    for (const LoadSource& source : sources) {
+      Result<CheckpointRef> ref =
+          find_checkpoint(source.dir, source.dir == o.load ? o.ckpt_step : 0);
+      if (!ref) return ref.status();
+      {
+        Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(ref->path);
+        if (!reader) return reader.status();
+        if (Status s = check_architecture(ref->path, (*reader)->model(), o.model); !s) return s;
+      }
+      RankParts p = parts(rank, states, g, o, true);
+      p.tensors = source.tensors;
+      if (source.tensors != TensorSet::kAll)  // the other tensors keep what the device holds
+        for (ChunkState<A>& chunk : states)
+          if (Status s = chunk.download(true, false); !s) return s;
+      TrainState read;
+      if (Status s = load_checkpoint(*ref, p, source.weights_only, &read); !s) return s;
+      for (ChunkState<A>& chunk : states)
+        if (Status s = chunk.upload(!source.weights_only); !s) return s;
+      if (!source.weights_only) {
+        state = read;
+        resumed = true;
+      }
+      loaded.push_back({ref->path, &source});
+    }
     // Every rank has its state once the slowest has: the figure is the job's load time.
     world.barrier();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (o.finetune) state = TrainState{};
+    if (!resumed) state = TrainState{};
     for (auto& adam : rank.optimizers) adam->set_steps_taken(state.steps_taken);
     if (world.rank() == 0) {
       for (const std::string& note : cleaned) sink.on_message("--load " + o.load + ": " + note);
-      sink.on_message(loaded_message(*ref, seconds, o.finetune, state.iteration));
+      for (const auto& [path, source] : loaded) {
+        CheckpointRef shown;
+        shown.path = path;
+        std::string line = loaded_message(shown, seconds, false, state.iteration);
+        if (source->tensors == TensorSet::kFrozen)
+          line += " (the frozen LoRA base)";
+        else if (source->tensors == TensorSet::kTrainable)
+          line += " (the LoRA adapters)";
+        else if (source->weights_only)
+          line += " (weights only)";
+        sink.on_message(line);
+      }
     }
     return Status::ok();
   }
@@ -110,8 +182,11 @@ Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGr
     std::vector<ChunkState<A>> states = chunk_states(rank);
     for (ChunkState<A>& chunk : states)
       if (Status s = chunk.download(weights, moments); !s) return s;
-    return save_checkpoint(*g.world, o.save, state, model, train_options_json(o),
-                           parts(rank, states, g, o, weights), o.save_retain);
+    // A LoRA run saves its adapters alone (Note [LoRA] in model/param_layout.h): the base is
+    // the one its recorded --pretrained-checkpoint (or --seed) names.
+    RankParts p = parts(rank, states, g, o, weights);
+    if (model.lora()) p.tensors = TensorSet::kTrainable;
+    return save_checkpoint(*g.world, o.save, state, model, train_options_json(o), p, o.save_retain);
   }
 }
 
