@@ -86,6 +86,9 @@ struct TrainOptions {
   std::string load;       // --load DIR: resume (any layout) from its latest checkpoint
   int ckpt_step = 0;      // --ckpt-step N: load iteration N instead of the latest
   bool finetune = false;  // --finetune: weights only; iteration and optimizer start afresh
+  // --skip-train (Megatron's): no training; the validation and test splits (and --eval-tasks) are
+  // evaluated once on the loaded (or initial) weights, e.g. a base model before a fine-tune.
+  bool skip_train = false;
   // --pretrained-checkpoint DIR: the base model's weights to start from, iteration and optimizer
   // afresh (as --load DIR --finetune); with LoRA the frozen base, while --load holds the
   // adapters of a LoRA run to resume (docs/lora.md).

@@ -153,6 +153,10 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "start from this checkpoint's weights (iteration and optimizer afresh); with --lora-rank "
        "the frozen base, while --load resumes the adapters",
        &o.pretrained_checkpoint},
+      {"skip-train",
+       "evaluate the validation and test splits (and --eval-tasks) on the loaded weights without "
+       "training",
+       &o.skip_train},
       {"exit-interval", "save (with --save) and exit after an iteration divisible by N",
        &o.exit_interval},
       {"exit-duration-in-mins",

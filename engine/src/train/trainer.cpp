@@ -729,7 +729,7 @@ Result<TrainSummary> Trainer<T>::run() {
   const auto run_start = Clock::now();
   int last = state.iteration;
   reported_at_ = state.iteration;
-  for (int it = state.iteration + 1; it <= o_.train_iters; it++) {
+  for (int it = state.iteration + 1; !o_.skip_train && it <= o_.train_iters; it++) {
     set_comm_activity("iteration " + std::to_string(it));
     // A signal or the time limit on any rank stops every rank at the same iteration.
     const auto stop =
@@ -822,22 +822,22 @@ Result<TrainSummary> Trainer<T>::run() {
   }
   summary.total_seconds = seconds_since(run_start);
   set_comm_activity("the end of the run");
-  const bool finished = last == o_.train_iters;
+  // --skip-train: the loop did not run; the end-of-training evaluations run at the loaded
+  // iteration.
+  const bool finished = last == o_.train_iters || o_.skip_train;
+  const int at = o_.skip_train ? last : o_.train_iters;
+  const bool evaluated_at_last = o_.train_iters % o_.eval_interval == 0 || last == state.iteration;
   if (!o_.save.empty() && saved_iteration != last && last > state.iteration)
     if (Status s = save(progress(last)); !s) return s;
-  if (finished && o_.train_iters % o_.eval_interval != 0 && last > state.iteration)
-    if (Status s = report_tasks(o_.train_iters); !s) return s;
+  if (finished && (o_.skip_train || !evaluated_at_last))
+    if (Status s = report_tasks(at); !s) return s;
   if (finished && o_.eval_iters > 0) {
-    if (data_.valid && o_.train_iters % o_.eval_interval != 0 && last > state.iteration)
-      if (Status s =
-              report_validation(data_.valid.get(), valid_consumed, "valid", o_.train_iters, true);
-          !s)
+    if (data_.valid && (o_.skip_train || !evaluated_at_last))
+      if (Status s = report_validation(data_.valid.get(), valid_consumed, "valid", at, true); !s)
         return s;
     int64_t test_position = 0;
     if (data_.test)
-      if (Status s =
-              report_validation(data_.test.get(), test_position, "test", o_.train_iters, true);
-          !s)
+      if (Status s = report_validation(data_.test.get(), test_position, "test", at, true); !s)
         return s;
   }
   if (timed_iterations > 0) {
