@@ -227,9 +227,6 @@ class TestStudioFineTune : public QObject {
     s.loraTargets = {"linear_qkv", "linear_fc1"};
     s.loraDropout = 0.05;
     s.saveDir = path("ft-lora");
-    QCOMPARE(fineTuneFlags(s), QStringList({"--sft", "--lora-rank", "8", "--lora-alpha", "16",
-                                            "--lora-target-modules", "linear_qkv,linear_fc1",
-                                            "--lora-dropout", "0.05"}));
     const FineTuneLaunch ft = fineTuneLaunch(base, 2, ClusterSettings{}, LaunchSettings{}, s);
     QVERIFY2(ft.errors.isEmpty(), qPrintable(ft.errors.join('\n')));
     Plan plan = ft.plan;
@@ -238,16 +235,39 @@ class TestStudioFineTune : public QObject {
         buildLaunchCommand(plan, analyzePlan(plan, 0), ft.settings, testEnvironment(dir_.path()));
     const QStringList args = trainArguments(cmd);
     QCOMPARE(valueOf(args, "--lora-rank"), QString("8"));
-    QCOMPARE(valueOf(args, "--lora-alpha"), QString("16"));
+    QCOMPARE(valueOf(args, "--lora-alpha").toFloat(), 16.0f);
     QCOMPARE(valueOf(args, "--lora-target-modules"), QString("linear_qkv,linear_fc1"));
-    QCOMPARE(valueOf(args, "--lora-dropout"), QString("0.05"));
+    QCOMPARE(valueOf(args, "--lora-dropout").toFloat(), 0.05f);
     QCOMPARE(valueOf(args, "--load"), ckpt);
     QVERIFY(args.contains("--finetune"));
+    QVERIFY(args.contains("--sft"));
+    // The Plan's estimate is LoRA's: AdamW moments for the adapters alone, so less optimizer
+    // memory than the full-parameter fine-tune of the same base.
+    const PlanAnalysis lora = analyzePlan(plan, 0);
+    FineTuneSettings full_settings = s;
+    full_settings.loraRank = 0;
+    Plan full = fineTuneLaunch(base, 2, ClusterSettings{}, LaunchSettings{}, full_settings).plan;
+    normalizePlan(full);
+    const PlanAnalysis whole = analyzePlan(full, 0);
+    QVERIFY(lora.memory && whole.memory);
+    const StageEstimate& a = lora.memory->stages[0];
+    const StageEstimate& b = whole.memory->stages[0];
+    QVERIFY2(a.trainable_parameters > 0 && a.trainable_parameters < b.trainable_parameters / 5,
+             qPrintable(QString("trainable %1 vs %2")
+                            .arg(a.trainable_parameters)
+                            .arg(b.trainable_parameters)));
+    QVERIFY2(a.optimizer_bytes < b.optimizer_bytes / 5,
+             qPrintable(QString("optimizer bytes %1 vs %2").arg(a.optimizer_bytes).arg(b.optimizer_bytes)));
     // Without SFT and without dropout: neither flag.
     s.sft = false;
     s.loraDropout = 0;
-    QCOMPARE(fineTuneFlags(s), QStringList({"--lora-rank", "8", "--lora-alpha", "16",
-                                            "--lora-target-modules", "linear_qkv,linear_fc1"}));
+    Plan plain = fineTuneLaunch(base, 2, ClusterSettings{}, LaunchSettings{}, s).plan;
+    normalizePlan(plain);
+    const QStringList plain_args = trainArguments(buildLaunchCommand(
+        plain, analyzePlan(plain, 0), ft.settings, testEnvironment(dir_.path())));
+    QCOMPARE(valueOf(plain_args, "--lora-rank"), QString("8"));
+    QVERIFY(!plain_args.contains("--sft"));
+    QVERIFY(!plain_args.contains("--lora-dropout"));
     s.loraTargets.clear();
     QVERIFY(fineTuneLaunch(base, 2, {}, {}, s).errors.join(' ').contains("--lora-target-modules"));
   }

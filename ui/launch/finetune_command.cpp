@@ -20,17 +20,6 @@ QString absolutePath(const QString& path) {
 
 }  // namespace
 
-QStringList fineTuneFlags(const FineTuneSettings& s) {
-  QStringList flags;
-  if (s.sft) flags << "--sft";
-  if (s.loraRank > 0) {
-    flags << "--lora-rank" << QString::number(s.loraRank) << "--lora-alpha"
-          << QString::number(s.loraAlpha) << "--lora-target-modules" << s.loraTargets.join(',');
-    if (s.loraDropout > 0) flags << "--lora-dropout" << QString::number(s.loraDropout);
-  }
-  return flags;
-}
-
 QString sftDatasetProblem(const QString& prefix, bool sft) {
   const QString p = prefix.trimmed();
   if (p.isEmpty()) return QObject::tr("Choose a dataset prefix (--data-path).");
@@ -85,15 +74,18 @@ FineTuneLaunch fineTuneLaunch(const TrainOptions& base, int baseWorld,
   o.exit_duration_in_mins = 0;
   o.cpu_isa = "auto";  // the record names the kernels the base ran; this machine picks its own
   o.mock_data = false;
-  // SFT and LoRA are the dialog's choice (its extra flags), not inherited from the base run.
-  o.sft = false;
+  // SFT and LoRA are the dialog's choice, not inherited from the base run; they are options of
+  // the plan (not extra flags), so the Plan's estimate counts the adapters: moments for them
+  // alone (engine/src/plan/memory_estimate.cpp).
+  o.sft = s.sft;
   o.sft_packing = false;
   o.pretrained_checkpoint.clear();
   const ModelConfig defaults;
-  o.model.lora_rank = defaults.lora_rank;
-  o.model.lora_alpha = defaults.lora_alpha;
-  o.model.lora_dropout = defaults.lora_dropout;
-  o.model.lora_target_modules = defaults.lora_target_modules;
+  o.model.lora_rank = s.loraRank;
+  o.model.lora_alpha = s.loraRank > 0 ? static_cast<float>(s.loraAlpha) : defaults.lora_alpha;
+  o.model.lora_dropout = s.loraRank > 0 ? static_cast<float>(s.loraDropout) : 0.0f;
+  o.model.lora_target_modules =
+      s.loraRank > 0 ? s.loraTargets.join(',').toStdString() : defaults.lora_target_modules;
   o.data_path.clear();  // the Launch settings give the dataset
   o.config_path.clear();
   o.run_name.clear();
@@ -114,7 +106,7 @@ FineTuneLaunch fineTuneLaunch(const TrainOptions& base, int baseWorld,
   l.dataPath = s.dataPath.trimmed();
   l.runName = s.runName;
   l.saveCheckpoints = false;  // --save is the fine-tune's own directory
-  l.extraFlags = fineTuneFlags(s).join(' ');
+  l.extraFlags.clear();  // everything the fine-tune sets is in the plan's options
   out.settings = l;
   return out;
 }

@@ -30,10 +30,6 @@ struct FineTuneSettings {
   QString runName;  // empty: one is generated when the command is built
 };
 
-// The flags a fine-tune adds beyond the plan's options: --sft and the --lora-* flags (the
-// engine's SFT and LoRA options), in the order they appear on the command line.
-QStringList fineTuneFlags(const FineTuneSettings& settings);
-
 // Why `prefix` cannot be fine-tuned on, one sentence; empty when it can. SFT data needs the
 // token files ({prefix}.bin/.idx) and the loss mask beside them ({prefix}_loss_mask.bin/.idx).
 QString sftDatasetProblem(const QString& prefix, bool sft);
