@@ -1,23 +1,30 @@
 // Just enough of the CUDA execution model on the CPU to run the kernel headers of
-// kernels/cuda/ (*_kernels.cuh) without a GPU: every CUDA thread of a block is a std::thread,
-// __syncthreads is a barrier over the block, __shfl_sync exchanges through a per-warp array
-// between two barriers over the warp, and shared memory (`__shared__` arrays become function
-// statics; dynamic shared memory is one array) is shared by the block, since blocks run one
-// after another. fp32 / fp64 arithmetic; fp16 and bf16 tensors through the host conversions of
-// lattice/cuda_kernels.h (round to nearest even, as __float2half_rn / __float2bfloat16_rn), and
-// the tensor-core product mma.sync.m16n8k16 (kernels/cuda/mma.cuh) from its fragment layout. It
-// needs what those kernels guarantee: every lane of a warp reaches every shuffle, every thread of a
-// block every
-// __syncthreads. Non-goals: speed (a T = 64 attention head takes about a second), timing, memory
-// model.
+// kernels/cuda/ (*_kernels.cuh) without a GPU: every CUDA thread of a block is a fiber (its own
+// stack, ucontext) on the calling thread, run until it reaches a barrier or returns; __syncthreads
+// is a barrier over the block, __shfl_sync exchanges through a per-warp array between two
+// barriers over the warp, and shared memory (`__shared__` arrays become function statics; dynamic
+// shared memory is one array) is shared by the block, since blocks run one after another. fp32 /
+// fp64 arithmetic; fp16 and bf16 tensors through the host conversions of lattice/cuda_kernels.h
+// (round to nearest even, as __float2half_rn / __float2bfloat16_rn), and the tensor-core product
+// mma.sync.m16n8k16 (kernels/cuda/mma.cuh) from its fragment layout. It needs what those kernels
+// guarantee: every lane of a warp reaches every shuffle, every thread of a block every
+// __syncthreads (a block whose fibers all wait while some never arrive aborts with a message).
+// Fibers rather than one OS thread per CUDA thread: a barrier is a few user-space switches
+// instead of hundreds of futex wake-ups (test_kernels_emulated: 5 s instead of 100 s on a 2-core
+// machine). Not thread-safe: one launch at a time in the process. AddressSanitizer is not told
+// about the stack switches. Non-goals: speed, timing, memory model.
 #pragma once
 
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <array>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
-#include <memory>
-#include <thread>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -34,24 +41,172 @@ struct dim3 {
 #define __launch_bounds__(threads)
 #define __shared__ static
 
+inline dim3 threadIdx, blockIdx;  // the running fiber's, set by the scheduler at each switch
+inline dim3 blockDim, gridDim;
+
 namespace lattice::emulation {
 
-struct Block {
-  explicit Block(unsigned threads) : all(threads), exchange(threads / 32), fragments(threads / 32) {
-    for (unsigned w = 0; w < threads / 32; w++)
-      warps.push_back(std::make_unique<std::barrier<>>(32));
+// switch_stack(save, load): saves the callee-saved registers on the running stack and its
+// pointer in *save, then continues on the stack `load` (made by switch_stack, or by new_stack).
+// On x86-64 six pushes and a stack swap: glibc's swapcontext also saves the signal mask, a system
+// call per switch that took 85 % of the emulation's time. Elsewhere ucontext.
+#if defined(__x86_64__)
+extern "C" inline __attribute__((naked, noinline)) void lattice_emulation_switch_stack(void**,
+                                                                                      void*) {
+  asm volatile(
+      "pushq %rbp\n pushq %rbx\n pushq %r12\n pushq %r13\n pushq %r14\n pushq %r15\n"
+      "movq %rsp, (%rdi)\n movq %rsi, %rsp\n"
+      "popq %r15\n popq %r14\n popq %r13\n popq %r12\n popq %rbx\n popq %rbp\n ret\n");
+}
+#endif
+
+// The CUDA threads of the block being run, as fibers, and the scheduler that runs them: a fiber
+// runs until it waits at a barrier (then it leaves the ready queue until the barrier's last
+// arrival puts every waiter back) or returns.
+struct Fiber {
+#if defined(__x86_64__)
+  void* sp = nullptr;  // the saved stack pointer while not running
+#else
+  ucontext_t context;
+#endif
+  dim3 thread;
+  bool done = false;
+};
+
+class Scheduler {
+ public:
+  // Fiber stacks: kernels keep small register tiles, so 256 KiB each is ample; reserved lazily.
+  static constexpr size_t kStack = 256 << 10;
+
+  ~Scheduler() {
+    if (stacks_) munmap(stacks_, capacity_ * kStack);
   }
-  std::barrier<> all;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  // Runs body once per thread of a block of `count` threads (x-fastest in `block`), to the end.
+  void run_block(unsigned count, dim3 block, std::function<void()> body) {
+    reserve(count);
+    body_ = std::move(body);
+    fibers_.assign(count, Fiber{});
+    ready_.clear();
+    for (unsigned t = 0; t < count; t++) {
+      Fiber& f = fibers_[t];
+      f.thread = dim3(t % block.x, t / block.x);
+      char* stack = static_cast<char*>(stacks_) + t * kStack;
+#if defined(__x86_64__)
+      // The stack as switch_stack leaves it: six registers (zero), then entry() as the return
+      // address, then a dummy return address for entry itself (which never returns), so that
+      // entry starts with the stack aligned as after a call.
+      void** top = reinterpret_cast<void**>(stack + kStack);
+      top[-1] = nullptr;
+      top[-2] = reinterpret_cast<void*>(&Scheduler::entry);
+      for (int r = 3; r <= 8; r++) top[-r] = nullptr;
+      f.sp = top - 8;
+#else
+      getcontext(&f.context);
+      f.context.uc_stack.ss_sp = stack;
+      f.context.uc_stack.ss_size = kStack;
+      f.context.uc_link = nullptr;
+      makecontext(&f.context, &Scheduler::entry, 0);
+#endif
+      ready_.push_back(t);
+    }
+    size_t finished = 0;
+    while (!ready_.empty()) {
+      current_ = ready_.front();
+      ready_.pop_front();
+      threadIdx = fibers_[current_].thread;
+      resume(current_);
+      if (fibers_[current_].done) finished++;
+    }
+    if (finished != count) {
+      std::fprintf(stderr,
+                   "host_emulation: %zu of %u threads of block (%u, %u) wait at a barrier that "
+                   "the others never reach\n",
+                   count - finished, count, blockIdx.x, blockIdx.y);
+      std::abort();
+    }
+  }
+  unsigned current() const { return current_; }
+  // Makes the running fiber wait until `arrivals` reaches `expected`; the last arrival resets it
+  // and puts every waiter back on the ready queue (in arrival order) and goes on.
+  void wait(unsigned& arrivals, unsigned expected, std::vector<unsigned>& waiters) {
+    if (++arrivals == expected) {
+      arrivals = 0;
+      ready_.insert(ready_.end(), waiters.begin(), waiters.end());
+      waiters.clear();
+      return;
+    }
+    waiters.push_back(current_);
+    suspend();
+    threadIdx = fibers_[current_].thread;
+  }
+
+  static Scheduler& instance() {
+    static Scheduler scheduler;
+    return scheduler;
+  }
+
+ private:
+  static void entry() {
+    Scheduler& s = instance();
+    s.body_();
+    s.fibers_[s.current_].done = true;
+    s.suspend();  // never resumed
+    std::abort();
+  }
+  // From the scheduler to fiber f, until it waits or ends; from the running fiber back.
+#if defined(__x86_64__)
+  void resume(unsigned f) { lattice_emulation_switch_stack(&scheduler_sp_, fibers_[f].sp); }
+  void suspend() { lattice_emulation_switch_stack(&fibers_[current_].sp, scheduler_sp_); }
+#else
+  void resume(unsigned f) { swapcontext(&scheduler_, &fibers_[f].context); }
+  void suspend() { swapcontext(&fibers_[current_].context, &scheduler_); }
+#endif
+  void reserve(unsigned count) {
+    if (count <= capacity_) return;
+    if (stacks_) munmap(stacks_, capacity_ * kStack);
+    void* p = mmap(nullptr, count * kStack, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "host_emulation: cannot map %u fiber stacks\n", count);
+      std::abort();
+    }
+    stacks_ = p;
+    capacity_ = count;
+  }
+
+  void* stacks_ = nullptr;
+  unsigned capacity_ = 0;
+#if defined(__x86_64__)
+  void* scheduler_sp_ = nullptr;
+#else
+  ucontext_t scheduler_;
+#endif
+  std::vector<Fiber> fibers_;
+  std::deque<unsigned> ready_;  // fiber indices to run, in order; woken waiters are appended
+  unsigned current_ = 0;
+  std::function<void()> body_;
+};
+
+// A barrier over `expected` fibers of the running block.
+struct Barrier {
+  explicit Barrier(unsigned n) : expected(n) {}
+  void arrive_and_wait() { Scheduler::instance().wait(arrivals, expected, waiters); }
+  unsigned expected, arrivals = 0;
+  std::vector<unsigned> waiters;
+};
+
+struct Block {
+  explicit Block(unsigned threads)
+      : all(threads), warps(threads / 32, Barrier(32)), exchange(threads / 32),
+        fragments(threads / 32) {}
+  Barrier all;
+  std::vector<Barrier> warps;
   std::vector<std::array<double, 32>> exchange;
   std::vector<std::array<std::array<uint32_t, 6>, 32>> fragments;  // mma_16816's a and b
 };
-inline thread_local Block* t_block = nullptr;
+inline Block* t_block = nullptr;  // the block being run
 
 }  // namespace lattice::emulation
-
-inline thread_local dim3 threadIdx, blockIdx;
-inline dim3 blockDim, gridDim;
 
 inline void __syncthreads() {
   lattice::emulation::t_block->all.arrive_and_wait();
@@ -62,9 +217,9 @@ inline V __shfl_sync(unsigned /*mask*/, V value, int src_lane) {
   auto& block = *lattice::emulation::t_block;
   const unsigned id = threadIdx.x + threadIdx.y * blockDim.x, warp = id / 32, lane = id % 32;
   block.exchange[warp][lane] = value;
-  block.warps[warp]->arrive_and_wait();
+  block.warps[warp].arrive_and_wait();
   const V result = static_cast<V>(block.exchange[warp][static_cast<unsigned>(src_lane) % 32]);
-  block.warps[warp]->arrive_and_wait();  // nobody overwrites a slot before all have read
+  block.warps[warp].arrive_and_wait();  // nobody overwrites a slot before all have read
   return result;
 }
 
@@ -96,16 +251,10 @@ void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
     for (unsigned bx = 0; bx < grid.x; bx++) {
       const unsigned count = block.x * block.y;
       Block state(count);
-      std::vector<std::thread> threads;
-      for (unsigned t = 0; t < count; t++) {
-        threads.emplace_back([&, t] {
-          t_block = &state;
-          threadIdx = dim3(t % block.x, t / block.x);
-          blockIdx = dim3(bx, by);
-          kernel(args...);
-        });
-      }
-      for (auto& thread : threads) thread.join();
+      t_block = &state;
+      blockIdx = dim3(bx, by);
+      Scheduler::instance().run_block(count, block, [&] { kernel(args...); });
+      t_block = nullptr;
     }
   }
 }
@@ -160,7 +309,7 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)
   const unsigned id = threadIdx.x + threadIdx.y * blockDim.x, warp = id / 32, lane = id % 32;
   auto& posted = block.fragments[warp];
   posted[lane] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-  block.warps[warp]->arrive_and_wait();
+  block.warps[warp].arrive_and_wait();
   const auto A = [&](int r,
                      int c) {  // lane 4 (r % 8) + (c % 8) / 2, register (r >= 8) + 2 (c >= 8)
     return half_of<DT>(posted[(r % 8) * 4 + (c % 8) / 2][(r >= 8) + 2 * (c >= 8)], c % 2);
@@ -175,7 +324,7 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)
     for (int k = 0; k < 16; k++) sum += A(r, k) * B(k, c);
     d[e] += sum;
   }
-  block.warps[warp]->arrive_and_wait();  // nobody posts again before all have read
+  block.warps[warp].arrive_and_wait();  // nobody posts again before all have read
 }
 inline float* dynamic_shared_floats() {
   return g_dynamic_shared;
