@@ -21,6 +21,7 @@
 #include "lattice/run_record.h"
 #include "lattice/train.h"
 #include "lattice/train_options.h"
+#include "train_rollback.h"
 
 namespace lattice::cli {
 
@@ -165,105 +166,138 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGUSR1, on_signal);
-  std::unique_ptr<RunRecorder> recorder;
   const bool recording = !options->no_db && options->db != "none";
   const std::string db = options->db.empty() ? default_run_db() : options->db;
-  const std::string name = options->run_name.empty() ? default_run_name() : options->run_name;
-  Status opened = Status::ok();
-  if (rank0 && recording) {
-    RecorderOptions how;
-    how.journal_mode = options->db_journal_mode;
-    how.heartbeat_seconds = options->db_heartbeat_interval;
-    how.required = options->db_required;
-    how.report = [command](const std::string& line) { print_error(command, line); };
-    // The checkpoint the trainer will load (the same lookup; its errors are the trainer's to
-    // report), so that the record names the run it continues. --finetune starts afresh.
-    if (!options->load.empty() && !options->finetune)
-      if (Result<CheckpointRef> ref = find_checkpoint(options->load, options->ckpt_step); ref) {
-        how.resumed_from = ref->path;
-        how.resumed_step = ref->iteration;
-      }
-    Result<std::unique_ptr<RunRecorder>> r = RunRecorder::open(
-        db, name, options->tags, command_line, train_options_json(recorded(*options)),
-        parameter_count(*options), comm.size(), options->model.tensor_model_parallel_size,
-        options->parallel.pipeline_model_parallel_size,
-        comm.size() / (options->model.tensor_model_parallel_size *
-                       options->parallel.pipeline_model_parallel_size),
-        std::move(how));
-    if (r)
-      recorder = std::move(*r);
-    else
-      opened = r.status();
-  }
-  // A rank that ends the job (a failure, a hung or dead peer) records why on rank 0 first.
-  struct AbortHook {
-    explicit AbortHook(RunRecorder* r) {
-      if (r) set_abort_hook([r](const std::string& message) { r->fail(message); });
-    }
-    ~AbortHook() { set_abort_hook({}); }
-  } abort_hook(recorder.get());
-  // Every rank learns whether rank 0 could open the record, so that its failure stops every
-  // rank here instead of leaving the others in the job's first collective.
-  int failed = opened.is_ok() ? 0 : 1;
-  if (comm.size() > 1 && !comm.all_reduce(&failed, 1, DType::kInt32, ReduceOp::kMax).is_ok())
-    comm.abort("could not start the job", 1);
-  if (failed) {
-    if (rank0) print_error(command, opened.message());
-    return finish(2);
-  }
-  ConsoleSink console(std::cout, options->log_interval, options->profile, options->log_memory,
-                      options->timing_log_level);
-  MetricsSink silent;
-  std::vector<MetricsSink*> sinks;
-  if (rank0) {
-    if (recorder)
-      console.on_message("recording run " + name + " in " + db +
-                         (recorder->lineage_note().empty() ? "" : "; " + recorder->lineage_note()));
-    else
-      console.on_message(std::string("not recording this run (") +
-                         (options->no_db ? "--no-db" : "--db none") + ")");
-    if (const std::string note = mpirun_kill_timeout_note(comm.size()); !note.empty())
-      console.on_message(note);
-    sinks = {&console};
-    if (recorder) sinks.push_back(recorder.get());
-  }
-  TeeSink tee(sinks);
-  Result<TrainSummary> result =
-      train(*options, comm, rank0 ? static_cast<MetricsSink&>(tee) : silent);
-  // --db-required: a run database that cannot be written stopped training as a signal does
-  // (Note [recording through a full disk] in lattice/run_record.h).
-  const bool store_stopped = recorder && recorder->stopped_training();
-  if (!result) {
-    if (recorder) {
-      if (store_stopped)
-        recorder->fail("stopped because the run database could not be written (--db-required)");
-      else if (stop_requested())
-        recorder->killed();
+  const std::string first_name = options->run_name.empty() ? default_run_name() : options->run_name;
+  std::string name = first_name, segment_line = command_line;
+  // One pass per run segment: a single one unless --on-spike rollback sends the run back to a
+  // checkpoint (Note [rollback]); each segment is a run of its own in the store, its lineage
+  // continuing the one before.
+  for (int rollbacks = 0;; rollbacks++) {
+    std::unique_ptr<RunRecorder> recorder;
+    Status opened = Status::ok();
+    if (rank0 && recording) {
+      RecorderOptions how;
+      how.journal_mode = options->db_journal_mode;
+      how.heartbeat_seconds = options->db_heartbeat_interval;
+      how.required = options->db_required;
+      how.report = [command](const std::string& line) { print_error(command, line); };
+      // The checkpoint the trainer will load (the same lookup; its errors are the trainer's to
+      // report), so that the record names the run it continues. --finetune starts afresh.
+      if (!options->load.empty() && !options->finetune)
+        if (Result<CheckpointRef> ref = find_checkpoint(options->load, options->ckpt_step); ref) {
+          how.resumed_from = ref->path;
+          how.resumed_step = ref->iteration;
+        }
+      Result<std::unique_ptr<RunRecorder>> r = RunRecorder::open(
+          db, name, options->tags, segment_line, train_options_json(recorded(*options)),
+          parameter_count(*options), comm.size(), options->model.tensor_model_parallel_size,
+          options->parallel.pipeline_model_parallel_size,
+          comm.size() / (options->model.tensor_model_parallel_size *
+                         options->parallel.pipeline_model_parallel_size),
+          std::move(how));
+      if (r)
+        recorder = std::move(*r);
       else
-        recorder->fail(result.status().message());
+        opened = r.status();
     }
-    if (stop_requested()) {
-      // Every rank stopped at the same iteration; none may exit (non-zero, which makes mpirun
-      // end the others) before rank 0 has marked the run. Rank 0 tells them why they stopped.
-      int why = store_stopped ? 1 : 0;
-      if (comm.size() > 1) (void)comm.all_reduce(&why, 1, DType::kInt32, ReduceOp::kMax);
-      if (why == 1) {
-        if (rank0)
-          print_error(command, "stopped: the run database " + db +
-                                   " could not be written and --db-required is set" +
-                                   (recorder->status() ? "" : "; " + recorder->status().message()));
+    // A rank that ends the job (a failure, a hung or dead peer) records why on rank 0 first.
+    struct AbortHook {
+      explicit AbortHook(RunRecorder* r) {
+        if (r) set_abort_hook([r](const std::string& message) { r->fail(message); });
+      }
+      ~AbortHook() { set_abort_hook({}); }
+    } abort_hook(recorder.get());
+    // Every rank learns whether rank 0 could open the record, so that its failure stops every
+    // rank here instead of leaving the others in the job's first collective.
+    int failed = opened.is_ok() ? 0 : 1;
+    if (comm.size() > 1 && !comm.all_reduce(&failed, 1, DType::kInt32, ReduceOp::kMax).is_ok())
+      comm.abort("could not start the job", 1);
+    if (failed) {
+      if (rank0) print_error(command, opened.message());
+      return finish(2);
+    }
+    ConsoleSink console(std::cout, options->log_interval, options->profile, options->log_memory,
+                        options->timing_log_level);
+    MetricsSink silent;
+    std::vector<MetricsSink*> sinks;
+    if (rank0) {
+      if (recorder)
+        console.on_message(
+            "recording run " + name + " in " + db +
+            (recorder->lineage_note().empty() ? "" : "; " + recorder->lineage_note()));
+      else
+        console.on_message(std::string("not recording this run (") +
+                           (options->no_db ? "--no-db" : "--db none") + ")");
+      if (const std::string note = mpirun_kill_timeout_note(comm.size()); !note.empty())
+        console.on_message(note);
+      sinks = {&console};
+      if (recorder) sinks.push_back(recorder.get());
+    }
+    TeeSink tee(sinks);
+    Result<TrainSummary> result =
+        train(*options, comm, rank0 ? static_cast<MetricsSink&>(tee) : silent);
+    // --db-required: a run database that cannot be written stopped training as a signal does
+    // (Note [recording through a full disk] in lattice/run_record.h).
+    const bool store_stopped = recorder && recorder->stopped_training();
+    if (!result) {
+      if (recorder) {
+        if (store_stopped)
+          recorder->fail("stopped because the run database could not be written (--db-required)");
+        else if (stop_requested())
+          recorder->killed();
+        else
+          recorder->fail(result.status().message());
+      }
+      if (stop_requested()) {
+        // Every rank stopped at the same iteration; none may exit (non-zero, which makes mpirun
+        // end the others) before rank 0 has marked the run. Rank 0 tells them why they stopped.
+        int why = store_stopped ? 1 : 0;
+        if (comm.size() > 1) (void)comm.all_reduce(&why, 1, DType::kInt32, ReduceOp::kMax);
+        if (why == 1) {
+          if (rank0)
+            print_error(command,
+                        "stopped: the run database " + db +
+                            " could not be written and --db-required is set" +
+                            (recorder->status() ? "" : "; " + recorder->status().message()));
+          return finish(1);
+        }
+        if (rank0) print_error(command, result.status().message());
+        return finish(g_under_mpirun ? 0 : 130);  // Note [stopping under mpirun]
+      }
+      if (comm.size() > 1) comm.abort(result.status().message(), 1);
+      print_error(command, result.status().message());
+      return finish(1);
+    }
+    if (result->rollback_at > 0) {  // Note [rollback]
+      if (rollbacks == kMaxRollbacks) {
+        const std::string why = result->rollback_reason + "; --on-spike rollback gave up after " +
+                                std::to_string(kMaxRollbacks) + " rollbacks in this run";
+        if (recorder) recorder->fail(why);
+        if (rank0) print_error(command, why);
         return finish(1);
       }
-      if (rank0) print_error(command, result.status().message());
-      return finish(g_under_mpirun ? 0 : 130);  // Note [stopping under mpirun]
+      Result<Rollback> back = plan_rollback(*options, result->rollback_at);
+      if (!back) {
+        const std::string why = result->rollback_reason + "; " + back.status().message();
+        if (recorder) recorder->fail(why);
+        if (rank0) print_error(command, why);
+        return finish(1);
+      }
+      name = rollback_run_name(first_name, rollbacks + 1);
+      if (recorder)
+        recorder->fail(result->rollback_reason + "; " + back->sentence + " (run " + name +
+                       " goes on)");
+      if (rank0) console.on_message(back->sentence);
+      segment_line = command_line + back->flags;
+      *options = std::move(back->options);
+      continue;
     }
-    if (comm.size() > 1) comm.abort(result.status().message(), 1);
-    print_error(command, result.status().message());
-    return finish(1);
-  }
-  if (recorder && !recorder->status()) {
-    print_error(command, "the run record is incomplete: " + recorder->status().message());
-    if (options->db_required) return finish(1);
+    if (recorder && !recorder->status()) {
+      print_error(command, "the run record is incomplete: " + recorder->status().message());
+      if (options->db_required) return finish(1);
+    }
+    break;
   }
   if (rank0 && after) after();
   return finish(0);

@@ -1,6 +1,7 @@
 // Instability caught and acted on (docs/studio.md "Instability"): real `lattice train` runs of
 // a tiny model with a grad-norm spike or NaN gradients injected (LATTICE_INJECT_SPIKE,
-// LATTICE_INJECT_NAN), under --on-spike warn, skip and stop, read back by `lattice runs show`.
+// LATTICE_INJECT_NAN), under --on-spike warn, skip, stop and rollback, read back by `lattice runs
+// show`; a rolled-back run ends with the weights of one run that skipped the same batches.
 #include <QFile>
 #include <QRegularExpression>
 #include <QTemporaryDir>
@@ -15,10 +16,11 @@ namespace {
 // 40 iterations (or `iters`) of a tiny model; judging starts at iteration 11 (window 20). A
 // constant learning rate, so that runs of different lengths step alike.
 QStringList train_args(int iters, const QString& db, const QString& name) {
-  return QString("train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
-                 "--seq-length 32 --vocab-size 256 --micro-batch-size 2 --global-batch-size 4 "
-                 "--log-interval 1 --eval-iters 0 --threads 1 --spike-window 20 "
-                 "--lr-decay-style constant --train-iters %1 --run-name %2")
+  return QString(
+             "train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+             "--seq-length 32 --vocab-size 256 --micro-batch-size 2 --global-batch-size 4 "
+             "--log-interval 1 --eval-iters 0 --threads 1 --spike-window 20 "
+             "--lr-decay-style constant --train-iters %1 --run-name %2")
              .arg(iters)
              .arg(name)
              .split(' ') +
@@ -95,8 +97,8 @@ class Instability : public QObject {
     const QString db = dir.filePath("runs.sqlite");
     // Iteration 30 skipped: its checkpoint's weights and optimizer state are iteration 29's.
     const testing::Run skipped =
-        train(train_args(30, db, "skipped") + QStringList{"--on-spike", "skip", "--save",
-                                                          dir.filePath("skipped")},
+        train(train_args(30, db, "skipped") +
+                  QStringList{"--on-spike", "skip", "--save", dir.filePath("skipped")},
               "LATTICE_INJECT_SPIKE=30");
     QVERIFY2(skipped.exit_code == 0, qPrintable(skipped.out + skipped.err));
     QVERIFY2(skipped.out.contains("(--on-spike skip)"), qPrintable(skipped.out));
@@ -132,6 +134,64 @@ class Instability : public QObject {
     QVERIFY2(event_lines(shown).join('\n').endsWith("stop"), qPrintable(shown));
   }
 
+  void rollback_goes_back_and_skips_the_batches_to_the_spike() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.sqlite");
+    const QStringList every25 = {"--save-interval", "25"};
+    const testing::Run run =
+        train(train_args(40, db, "spiky") + every25 +
+                  QStringList{"--on-spike", "rollback", "--save", dir.filePath("spiky")},
+              "LATTICE_INJECT_SPIKE=30");
+    QVERIFY2(run.exit_code == 0, qPrintable(run.out + run.err));
+    QVERIFY2(
+        run.out.contains("> rolled back by --on-spike rollback to the checkpoint of iteration "
+                         "25 in " +
+                         dir.filePath("spiky") + ", skipping the batches of iterations 26 to 30"),
+        qPrintable(run.out));
+    QVERIFY2(run.out.contains("> iteration 30 skipped (--iterations-to-skip)"),
+             qPrintable(run.out));
+    QVERIFY2(run.out.contains("iteration       40/      40 |"), qPrintable(run.out));
+    // The same batches skipped in one run without a spike: the same weights and moments.
+    const testing::Run once = train(train_args(40, db, "once") + every25 +
+                                    QStringList{"--iterations-to-skip", "26", "27", "28", "29",
+                                                "30", "--save", dir.filePath("once")});
+    QVERIFY2(once.exit_code == 0, qPrintable(once.out + once.err));
+    const QByteArray rolled = file(dir.filePath("spiky/iter_0000040/rank_00000.safetensors"));
+    QVERIFY(!rolled.isEmpty());
+    QVERIFY(rolled == file(dir.filePath("once/iter_0000040/rank_00000.safetensors")));
+    // Two runs in the store, one lineage: the spike's tail discarded.
+    const QString first = show(db, "spiky"), second = show(db, "spiky-rollback1");
+    QVERIFY2(first.contains("status:      failed - grad norm spike at iteration 30") &&
+                 first.contains("(run spiky-rollback1 goes on)"),
+             qPrintable(first));
+    QVERIFY2(event_lines(first).join('\n').endsWith("rollback"), qPrintable(first));
+    QVERIFY2(second.contains("resumed:     from run 1 ('spiky') at step 25") &&
+                 second.contains("steps 26 to 30 discarded") &&
+                 second.contains("--iterations-to-skip 26 27 28 29 30"),
+             qPrintable(second));
+  }
+
+  void rollback_without_an_earlier_checkpoint_says_so() {
+    QTemporaryDir dir;
+    const QString save = dir.filePath("late");
+    const testing::Run run =
+        train(train_args(40, dir.filePath("runs.sqlite"), "late") +
+                  QStringList{"--on-spike", "rollback", "--save", save, "--save-interval", "35"},
+              "LATTICE_INJECT_SPIKE=30");
+    QCOMPARE(run.exit_code, 1);
+    QVERIFY2(run.err.contains("--on-spike rollback found no checkpoint from before iteration 30 "
+                              "in --save " +
+                              save),
+             qPrintable(run.err));
+    const testing::Run bad =
+        train(train_args(40, dir.filePath("runs.sqlite"), "bad") +
+              QStringList{"--on-spike", "rollback", "--iterations-to-skip", "0"});
+    QCOMPARE(bad.exit_code, 2);
+    QVERIFY2(bad.err.contains("--on-spike rollback needs --save and --save-interval") &&
+                 bad.err.contains("--iterations-to-skip '0' is not an iteration number"),
+             qPrintable(bad.err));
+  }
+
   void nan_gradients_are_caught() {
     QTemporaryDir dir;
     const QString db = dir.filePath("runs.sqlite");
@@ -152,11 +212,16 @@ class Instability : public QObject {
     // same spike and stop at the same iteration (neither waits for the other in vain).
     QTemporaryDir dir;
     const QStringList args = train_args(35, dir.filePath("runs.sqlite"), "pp2") +
-                             QStringList{"--pipeline-model-parallel-size", "2", "--on-spike",
-                                         "stop", "--global-batch-size", "8"};
+                             QStringList{"--pipeline-model-parallel-size",
+                                         "2",
+                                         "--on-spike",
+                                         "stop",
+                                         "--global-batch-size",
+                                         "8"};
     const testing::Run run = testing::run_process(
         LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", "2", "env", "LATTICE_INJECT_SPIKE=30",
-                                     LATTICE_CLI_PATH} + args);
+                                     LATTICE_CLI_PATH} +
+                             args);
     QVERIFY2(run.exit_code != 0, qPrintable(run.out + run.err));
     for (const char* rank : {"rank 0", "rank 1"}) {
       const QRegularExpression stopped(QString("%1: grad norm spike at iteration 30: [0-9.]+ "
@@ -164,6 +229,36 @@ class Instability : public QObject {
                                                "\\(z [0-9.]+\\); stopped by --on-spike stop")
                                            .arg(rank));
       QVERIFY2(stopped.match(run.err).hasMatch(), qPrintable(run.out + run.err));
+    }
+  }
+
+  void a_pipeline_rolls_back_on_every_rank() {
+    QTemporaryDir dir;
+    const QStringList common = train_args(35, dir.filePath("runs.sqlite"), "pp2") +
+                               QStringList{"--pipeline-model-parallel-size",
+                                           "2",
+                                           "--global-batch-size",
+                                           "8",
+                                           "--save-interval",
+                                           "20"};
+    const testing::Run run = testing::run_process(
+        LATTICE_MPIEXEC,
+        QStringList{"--oversubscribe", "-n", "2", "env", "LATTICE_INJECT_SPIKE=30",
+                    LATTICE_CLI_PATH} +
+            common + QStringList{"--on-spike", "rollback", "--save", dir.filePath("rolled")});
+    QVERIFY2(run.exit_code == 0, qPrintable(run.out + run.err));
+    QVERIFY2(run.out.contains("skipping the batches of iterations 21 to 30"), qPrintable(run.out));
+    const testing::Run once = testing::run_process(
+        LATTICE_MPIEXEC, QStringList{"--oversubscribe", "-n", "2", LATTICE_CLI_PATH} + common +
+                             QStringList{"--run-name", "once", "--save", dir.filePath("once"),
+                                         "--iterations-to-skip", "21", "22", "23", "24", "25", "26",
+                                         "27", "28", "29", "30"});
+    QVERIFY2(once.exit_code == 0, qPrintable(once.out + once.err));
+    for (const char* rank : {"rank_00000", "rank_00001"}) {
+      const QString name = QString("/iter_0000035/%1.safetensors").arg(rank);
+      const QByteArray rolled = file(dir.filePath("rolled") + name);
+      QVERIFY2(!rolled.isEmpty(), rank);
+      QVERIFY2(rolled == file(dir.filePath("once") + name), rank);
     }
   }
 #endif

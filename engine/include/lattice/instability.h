@@ -20,9 +20,11 @@ class RunStore;
 }
 
 // What --on-spike does at an event: warn (a console line), skip (the optimizer does not step
-// on that iteration, counted as skipped) or stop (save with --save, end the run with an error).
-enum class SpikeAction { kWarn = 0, kSkip = 1, kStop = 2 };
-const char* spike_action_name(SpikeAction action);  // "warn", "skip", "stop"
+// on that iteration, counted as skipped), stop (save with --save, end the run with an error) or
+// rollback (end this run at the event, and `lattice train` goes on from the latest checkpoint in
+// --save without the batches from it to the spike: Note [rollback] in app/cli/train_rollback.h).
+enum class SpikeAction { kWarn = 0, kSkip = 1, kStop = 2, kRollback = 3 };
+const char* spike_action_name(SpikeAction action);  // "warn", "skip", "stop", "rollback"
 
 struct InstabilityEvent {
   enum Kind { kNonFinite, kLossSpike, kGradNormSpike };

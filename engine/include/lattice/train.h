@@ -135,6 +135,10 @@ struct TrainSummary {
   double timed_seconds = 0;
   double total_seconds = 0;
   std::vector<RankReport> ranks;  // every rank, whole run (on rank 0)
+  // --on-spike rollback: the iteration of the event that ended the run there (0: it did not),
+  // and the event in words; the caller goes back to a checkpoint (Note [rollback]).
+  int rollback_at = 0;
+  std::string rollback_reason;
 };
 
 class MetricsSink {

@@ -99,10 +99,16 @@ struct TrainOptions {
   double exit_duration_in_mins = 0;
   // Instability (docs/studio.md "Instability", lattice/instability.h): --spike-window W good
   // iterations a loss or grad norm is judged against, --spike-z Z the z-score over which it is a
-  // spike, --on-spike warn | skip | stop what a spike or a non-finite loss or norm does.
+  // spike, --on-spike warn | skip | stop | rollback what a spike or a non-finite loss or norm
+  // does.
   int spike_window = 50;
   double spike_z = 6;
   std::string on_spike = "warn";
+  // --iterations-to-skip I [I ...] (Megatron's): 1-based iterations whose global batch is
+  // consumed without training on it (no forward, backward or step); what --on-spike rollback
+  // adds to on its way back. skip_iterations() reads them; validate() names a bad one.
+  std::vector<std::string> iterations_to_skip;
+  std::vector<int> skip_iterations() const;
   // --distributed-timeout-minutes M: a rank that waits this long in one collective or
   // pipeline message ends the job, naming the ranks it waited for (Megatron's flag and
   // default; fractions allowed; 0: wait for ever). docs/design-notes.md#collective-timeout.

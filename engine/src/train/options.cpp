@@ -2,7 +2,10 @@
 // so the four can never disagree about a flag's name, type or meaning.
 #include <algorithm>
 #include <charconv>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -168,10 +171,16 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &o.spike_window},
       {"spike-z", "z-score over which a loss or grad norm is a spike", &o.spike_z},
       {"on-spike",
-       "warn | skip | stop: at a loss or grad-norm spike or a non-finite loss or norm, print and "
-       "record it (warn), also leave the weights as they are that iteration (skip, counted as "
-       "skipped), or save (with --save) and end the run (stop)",
+       "warn | skip | stop | rollback: at a loss or grad-norm spike or a non-finite loss or norm, "
+       "print and record it (warn), also leave the weights as they are that iteration (skip, "
+       "counted as skipped), save (with --save) and end the run (stop), or go back to the latest "
+       "checkpoint in --save and go on from there without the batches from it to the spike "
+       "(rollback; a new run in the store continues the lineage)",
        &o.on_spike},
+      {"iterations-to-skip",
+       "1-based iterations whose global batch is consumed without training on it (no forward, "
+       "backward or optimizer step)",
+       &o.iterations_to_skip},
       {"distributed-timeout-minutes",
        "end the job when a rank waits this long for others in one collective or pipeline "
        "message, naming them (fractions allowed; 0: wait for ever)",
@@ -461,8 +470,21 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
         "--exit-duration-in-mins must not be negative");
   if (spike_window < 0) errors.push_back("--spike-window must not be negative (0: no spikes)");
   if (!(spike_z > 0)) errors.push_back("--spike-z must be positive");
-  if (on_spike != "warn" && on_spike != "skip" && on_spike != "stop")
-    errors.push_back("--on-spike '" + on_spike + "' is not one of warn, skip, stop");
+  if (on_spike != "warn" && on_spike != "skip" && on_spike != "stop" && on_spike != "rollback")
+    errors.push_back("--on-spike '" + on_spike + "' is not one of warn, skip, stop, rollback");
+  if (on_spike == "rollback" && (save.empty() || save_interval <= 0))
+    errors.push_back(
+        "--on-spike rollback needs --save and --save-interval: it goes back to the latest "
+        "checkpoint saved there");
+  for (const std::string& text : iterations_to_skip) {
+    char* end = nullptr;
+    const long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < 1 || value > INT32_MAX) {
+      errors.push_back("--iterations-to-skip '" + text +
+                       "' is not an iteration number (1-based, a whole number)");
+      break;
+    }
+  }
   if (!(distributed_timeout_minutes >= 0))
     errors.push_back("--distributed-timeout-minutes must not be negative (0: wait for ever)");
   if (fp64 && (!save.empty() || !load.empty()))
@@ -650,6 +672,14 @@ std::string train_options_json(const TrainOptions& options) {
         s.target);
   }
   return out.dump();
+}
+
+std::vector<int> TrainOptions::skip_iterations() const {
+  std::vector<int> out;
+  for (const std::string& text : iterations_to_skip) out.push_back(std::atoi(text.c_str()));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 }  // namespace lattice

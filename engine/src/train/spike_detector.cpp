@@ -31,6 +31,7 @@ const char* spike_action_name(SpikeAction action) {
   switch (action) {
     case SpikeAction::kSkip: return "skip";
     case SpikeAction::kStop: return "stop";
+    case SpikeAction::kRollback: return "rollback";
     default: return "warn";
   }
 }

@@ -64,6 +64,7 @@ int injected_iteration(const char* name) {
 SpikeAction spike_action(const std::string& on_spike) {
   return on_spike == "skip"   ? SpikeAction::kSkip
          : on_spike == "stop" ? SpikeAction::kStop
+         : on_spike == "rollback" ? SpikeAction::kRollback
                               : SpikeAction::kWarn;
 }
 
@@ -729,8 +730,20 @@ Result<TrainSummary> Trainer<T>::run() {
   const auto run_start = Clock::now();
   int last = state.iteration;
   reported_at_ = state.iteration;
+  const std::vector<int> skip_list = o_.skip_iterations();
   for (int it = state.iteration + 1; !o_.skip_train && it <= o_.train_iters; it++) {
     set_comm_activity("iteration " + std::to_string(it));
+    if (std::binary_search(skip_list.begin(), skip_list.end(), it)) {
+      // --iterations-to-skip: the batch is consumed untrained (Megatron's dummy step); the
+      // learning rate follows the optimizer steps taken, so it does not move either.
+      consumed_ += o_.global_batch_size;
+      skipped++;
+      last = it;
+      if (rank0)
+        sink_.on_message("iteration " + std::to_string(it) + " skipped (--iterations-to-skip): " +
+                         std::to_string(o_.global_batch_size) + " samples not trained on");
+      continue;
+    }
     // A signal or the time limit on any rank stops every rank at the same iteration.
     const auto stop =
         static_cast<EarlyStop>(all_reduce_scalar(double(early_stop(o_)), world, ReduceOp::kMax));
@@ -766,6 +779,14 @@ Result<TrainSummary> Trainer<T>::run() {
         saved = "; the checkpoint of iteration " + std::to_string(it - 1) + " is in " + o_.save;
       }
       return Status::internal(describe(events[0]) + "; stopped by --on-spike stop" + saved);
+    }
+    if (!events.empty() && events[0].action == SpikeAction::kRollback) {
+      // Nothing is saved: the run goes back to a checkpoint from before the spike (the caller's
+      // Note [rollback]); the summary says where the spike was.
+      summary.rollback_at = it;
+      summary.rollback_reason = describe(events[0]);
+      summary.total_seconds = seconds_since(run_start);
+      return summary;
     }
     if (!skipped_step)
       steps++;
