@@ -4,7 +4,8 @@
 // one seed, keeps its rows (cp_split), runs the ring forward and backward, and the gathered
 // (cp_gather) output and qkv gradient must equal the reference: 1e-12 in double, 2e-5 in float
 // (relative above 1). Cases: grouped-query and per-head attention, packed documents, a float
-// case, central finite differences of the double backward on a tiny case, and the split itself.
+// case, each on every copy of the CPU kernels this CPU runs; central finite differences of the
+// double backward on a tiny case; the split itself and Megatron's per-step block selection.
 // Run alone (a world of one: CP = 1, ring attention must equal plain attention) or under
 // `mpirun -n 2|4` (tests/parallel/CMakeLists.txt). Mode `bench`: times forward + backward with
 // and without the transfer overlapped (no check).
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "lattice/comm.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 #include "parallel/context_split.h"
 #include "parallel/ring_attention.h"
@@ -267,11 +269,17 @@ int run_checks(Comm& cp) {
   if (cp.rank() == 0) std::printf("ring attention over %d rank(s)\n", cp.size());
   check_split(check, cp);
   check_load_balance(check, cp);
-  check_case<double>(check, cp, {"double GQA 4 heads / 2 kv", 2, 3, 4, 2, 8, false}, 1e-12);
-  check_case<double>(check, cp, {"double MHA 2 heads", 1, 2, 2, 2, 4, false}, 1e-12);
-  check_case<double>(check, cp, {"double GQA packed documents", 2, 4, 4, 2, 4, true}, 1e-12);
-  check_case<float>(check, cp, {"float GQA 8 heads / 2 kv", 2, 16, 8, 2, 16, false}, 2e-5);
-  check_case<float>(check, cp, {"float MHA packed documents", 1, 8, 2, 2, 8, true}, 2e-5);
+  // Every copy of the kernels this CPU runs (Note [CPU dispatch]); the same ISA on every rank.
+  for (lattice::kernels::CpuIsa isa : lattice::kernels::kAllCpuIsas) {
+    if (!lattice::kernels::set_cpu_isa(isa)) continue;
+    const std::string on = std::string(" ") + lattice::kernels::cpu_isa_name(isa);
+    check_case<double>(check, cp, {"double GQA 4 heads / 2 kv" + on, 2, 3, 4, 2, 8, false}, 1e-12);
+    check_case<double>(check, cp, {"double MHA 2 heads" + on, 1, 2, 2, 2, 4, false}, 1e-12);
+    check_case<double>(check, cp, {"double GQA packed documents" + on, 2, 4, 4, 2, 4, true}, 1e-12);
+    check_case<float>(check, cp, {"float GQA 8 heads / 2 kv" + on, 2, 16, 8, 2, 16, false}, 2e-5);
+    check_case<float>(check, cp, {"float MHA packed documents" + on, 1, 8, 2, 2, 8, true}, 2e-5);
+  }
+  lattice::kernels::set_cpu_isa(lattice::kernels::best_cpu_isa());
   check_finite_differences(check, cp);
   int failures = check.failures();
   check.ok("failure count",
