@@ -35,6 +35,9 @@ int cpu_isa_vector_bytes() {
 size_t attention_workspace_elems(int T) {
   return 2 * static_cast<size_t>(T) * T;
 }
+size_t attention_block_workspace_elems(int Tq, int Tk, int HS) {
+  return 2 * static_cast<size_t>(Tq) * Tk + static_cast<size_t>(Tq) * (HS + 1);
+}
 
 template <typename S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C, int OC) {
@@ -256,5 +259,28 @@ void scale(S* x, size_t n, S s) {
 LATTICE_INSTANTIATE_OPS(float)
 LATTICE_INSTANTIATE_OPS(double)
 #undef LATTICE_INSTANTIATE_OPS
+
+// Ring attention's blocks (attention_block.cpp), float and double.
+template <typename S>
+void attention_block_forward(S* out, S* lse, const S* qkv, const S* kv, const AttentionBlock& block,
+                             S* workspace) {
+  LATTICE_DISPATCH(attention_block_forward<S>, out, lse, qkv, kv, block, workspace);
+}
+template <typename S>
+void attention_block_backward(S* dqkv, S* dkv, const S* dout, const S* delta, const S* lse,
+                              const S* qkv, const S* kv, const AttentionBlock& block,
+                              S* workspace) {
+  LATTICE_DISPATCH(attention_block_backward<S>, dqkv, dkv, dout, delta, lse, qkv, kv, block,
+                   workspace);
+}
+template void attention_block_forward(float*, float*, const float*, const float*,
+                                      const AttentionBlock&, float*);
+template void attention_block_forward(double*, double*, const double*, const double*,
+                                      const AttentionBlock&, double*);
+template void attention_block_backward(float*, float*, const float*, const float*, const float*,
+                                       const float*, const float*, const AttentionBlock&, float*);
+template void attention_block_backward(double*, double*, const double*, const double*,
+                                       const double*, const double*, const double*,
+                                       const AttentionBlock&, double*);
 
 }  // namespace lattice::kernels

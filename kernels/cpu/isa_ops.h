@@ -75,6 +75,12 @@ void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const in
                           const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace,
                           int kv_heads);
 template <typename S>
+void attention_block_forward(S* out, S* lse, const S* qkv, const S* kv, const AttentionBlock& block,
+                             S* workspace);
+template <typename S>
+void attention_block_backward(S* dqkv, S* dkv, const S* dout, const S* delta, const S* lse,
+                              const S* qkv, const S* kv, const AttentionBlock& block, S* workspace);
+template <typename S>
 void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets, int N,
                            int V, float grad_scale);
 template <typename S>

@@ -183,6 +183,36 @@ void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const in
                           const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace,
                           int kv_heads = 0);
 
+// One block of blockwise attention (flash style: no probabilities kept), the compute of ring
+// attention for context parallelism (engine/src/parallel/ring_attention.h, Note [ring attention]).
+// Queries: rows [q_begin, q_end) of each sequence of qkv (B, Tq, (NH + 2 KV) HS), the grouped
+// layout above. Keys and values: rows [k_begin, k_end) of kv (B, Tk, 2 KV HS), key/value head g's
+// key at columns 2 g HS and its value after it (the grouped layout without query heads). Query
+// row i (global position q_pos[i]) sees key row j when k_pos[j] <= q_pos[i] and, with doc
+// non-null, k_pos[j] >= q_pos[i] - doc[b, i] (its own packed document; Note [packed sequences]).
+struct AttentionBlock {
+  int B = 0, NH = 0, KV = 0, HS = 0;
+  int Tq = 0, q_begin = 0, q_end = 0;  // rows of qkv, out and lse per sequence; the rows taken
+  int Tk = 0, k_begin = 0, k_end = 0;  // rows of kv per sequence; the rows taken
+  const int32_t* q_pos = nullptr;      // (Tq) global positions of qkv's rows
+  const int32_t* k_pos = nullptr;      // (Tk) global positions of kv's rows
+  const int32_t* doc = nullptr;        // (B, Tq) position in the packed document, or null
+};
+// Workspace of both directions, per thread (num_threads() of them).
+size_t attention_block_workspace_elems(int Tq, int Tk, int HS);
+// out (B, Tq, NH HS) and lse (B, NH, Tq) hold, for each query row, the attention output and the
+// log-sum-exp of the scores over the keys merged so far (out 0 and lse -inf: none); the block's
+// keys are merged into them (rows outside [q_begin, q_end) untouched).
+template <typename S>
+void attention_block_forward(S* out, S* lse, const S* qkv, const S* kv, const AttentionBlock& block,
+                             S* workspace);
+// The block's part of the gradient given dout (B, Tq, NH HS), the final lse and delta (B, NH, Tq)
+// = rowsum(dout * out) of the final out: ADDED to the query columns of dqkv (B, Tq, (NH + 2 KV)
+// HS) (its key and value columns untouched) and to dkv (B, Tk, 2 KV HS).
+template <typename S>
+void attention_block_backward(S* dqkv, S* dkv, const S* dout, const S* delta, const S* lse,
+                              const S* qkv, const S* kv, const AttentionBlock& block, S* workspace);
+
 // The target of a row that carries no loss and no gradient (Megatron's loss_mask 0, PyTorch's
 // ignore_index): every cross-entropy below writes loss 0 and a zero dlogits row for it.
 constexpr int32_t kIgnoreIndex = -1;
