@@ -60,7 +60,8 @@ struct ParallelLayout {
   std::vector<std::vector<int>> expert_groups() const;         // same etp, edp, pp ("ep")
   std::vector<std::vector<int>> expert_tensor_groups() const;  // same ep, edp, pp ("tp")
   std::vector<std::vector<int>> expert_data_groups() const;    // same etp, ep, pp ("dp")
-  // ETP x EP: the ranks one MoE layer's tokens are dispatched among ("tp-ep").
+  // ETP x EP: Megatron's expert tensor-and-model-parallel group ("tp-ep"; its all-gather
+  // token dispatcher's).
   std::vector<std::vector<int>> expert_tensor_model_groups() const;  // same edp, pp
 
   // Layers [begin, end) of model chunk `chunk` (0 .. vpp-1) on pipeline rank `pp_rank`:
