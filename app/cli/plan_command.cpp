@@ -1,11 +1,13 @@
-// lattice plan: check a TP x PP x DP layout against `lattice train`'s flags, estimate what each
-// pipeline stage's ranks hold and how long a step takes on a cluster, or search every layout
+// lattice plan: check a TP x CP x EP x DP x PP layout against `lattice train`'s flags, estimate
+// what each pipeline stage's ranks hold and how long a step takes on a cluster, or search every
+// layout
 // (--suggest); as tables or JSON, without training data or a device.
 // Non-goals: measuring a run (see `lattice train --log-memory`), launching anything.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -46,6 +48,9 @@ std::string relevant_train_flags_help() {
                                                  "global-batch-size",
                                                  "tensor-model-parallel-size",
                                                  "pipeline-model-parallel-size",
+                                                 "context-parallel-size",
+                                                 "expert-model-parallel-size",
+                                                 "expert-tensor-parallel-size",
                                                  "num-layers-per-virtual-pipeline-stage",
                                                  "sequence-parallel",
                                                  "use-distributed-optimizer",
@@ -87,7 +92,9 @@ constexpr int kDefaultSuggestions = 10;
 
 std::vector<FlagSpec> plan_flag_specs(PlanFlags& f) {
   return {
-      {"world-size", "ranks in the job; 0: nodes x devices per node, else TP x PP", &f.world_size},
+      {"world-size",
+       "ranks in the job; 0: nodes x devices per node, else TP x CP x PP (x what EP needs)",
+       &f.world_size},
       {"nodes", "machines in the cluster; 0: world size / devices per node", &f.nodes},
       {"devices-per-node", "GPUs (or CPU ranks) per machine; 0: world / nodes, else 8 GPUs or all",
        &f.devices_per_node},
@@ -103,7 +110,8 @@ std::string usage() {
   PlanFlags defaults;
   return "usage: lattice plan [--world-size N | --nodes N --devices-per-node N] [--device D]\n"
          "                    [--suggest [N]] [--json] [--config run.json] [train flags]\n\n"
-         "Checks a tensor x pipeline x data parallel layout against `lattice train`'s flags,\n"
+         "Checks a tensor x context x expert x data x pipeline parallel layout against\n"
+         "`lattice train`'s flags (context and expert parallelism: the layout only for now),\n"
          "estimates the memory of one rank of every pipeline stage and the time of one step on\n"
          "the cluster (compute, TP collectives, pipeline sends and bubble, data-parallel\n"
          "reduction not hidden behind backward, optimizer; tokens/s and MFU). Every rule the\n"
@@ -173,8 +181,19 @@ void print_groups(std::ostream& out, const std::string& kind,
 void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout& layout,
                  const MemoryEstimate& est) {
   const ModelConfig& m = o.model;
-  out << "layout: world " << layout.world << " = TP " << layout.tp << " x PP " << layout.pp
-      << " x DP " << layout.dp;
+  // The five axes: TP x CP x PP x DP, and the experts' ETP x EP x PP x EDP over the same ranks
+  // when EP > 1 or ETP is not TP; the axes of size 1 in brackets.
+  const bool experts = layout.ep > 1 || layout.etp != layout.tp;
+  out << "layout: world " << layout.world << " = TP " << layout.tp;
+  if (layout.cp > 1) out << " x CP " << layout.cp;
+  out << " x PP " << layout.pp << " x DP " << layout.dp;
+  if (experts)
+    out << "; experts: ETP " << layout.etp << " x EP " << layout.ep << " x PP " << layout.pp
+        << " x EDP " << layout.edp;
+  out << (layout.cp == 1 && !experts ? " (CP 1, EP 1)"
+          : layout.cp == 1           ? " (CP 1)"
+          : !experts                 ? " (EP 1)"
+                                     : "");
   if (layout.vpp > 1) out << ", " << layout.vpp << " virtual stages per pipeline rank";
   out << (o.parallel.sequence_parallel ? ", sequence parallel" : "")
       << (o.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << "\n";
@@ -192,9 +211,18 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
   print_groups(out, "pipeline", layout.pipeline_groups());
   print_groups(out, "model", layout.model_groups());
   print_groups(out, "embedding", layout.embedding_groups());
+  if (layout.cp > 1) {
+    print_groups(out, "context", layout.context_groups());
+    print_groups(out, "data-ctx", layout.data_context_groups());
+  }
+  if (layout.ep > 1 || layout.etp != layout.tp) {
+    print_groups(out, "expert", layout.expert_groups());
+    print_groups(out, "exp-tensor", layout.expert_tensor_groups());
+    print_groups(out, "exp-data", layout.expert_data_groups());
+  }
 
   out << "\nstages\n";
-  const int stage_ranks = layout.tp * layout.dp;
+  const int stage_ranks = layout.world / layout.pp;
   const int rank_width = static_cast<int>(std::to_string(layout.world - stage_ranks).size() +
                                           std::to_string(layout.world - 1).size() + 1);
   for (int p = 0; p < layout.pp; p++) {
@@ -299,6 +327,17 @@ std::vector<std::string> split_plan_flags(const std::vector<std::string>& args, 
 // The world size and the cluster's shape from --world-size, --nodes, --devices-per-node
 // (0 when they disagree; the reasons go to `errors`). Without either of the last two, GPUs come
 // 8 to a node (HGX / DGX) and CPU ranks share this one machine.
+// The fewest ranks the layout's grids fit: TP x CP x PP (DP 1), or a multiple of it that the
+// expert grid ETP x EP x PP also divides. Sizes that are not positive are layout_errors'.
+int smallest_world(const TrainOptions& o) {
+  const ParallelOptions& par = o.parallel;
+  const int tp = o.model.tensor_model_parallel_size, pp = par.pipeline_model_parallel_size;
+  const int etp = par.expert_tensor_parallel_size > 0 ? par.expert_tensor_parallel_size : tp;
+  const int dense = tp * par.context_parallel_size * pp;
+  const int experts = etp * par.expert_model_parallel_size * pp;
+  return dense > 0 && experts > 0 ? std::lcm(dense, experts) : dense;
+}
+
 int resolve_world(const PlanFlags& f, const TrainOptions& o, ClusterSpec& cluster,
                   std::vector<std::string>& errors) {
   if (f.nodes < 0) errors.push_back("--nodes must be positive, got " + std::to_string(f.nodes));
@@ -308,9 +347,7 @@ int resolve_world(const PlanFlags& f, const TrainOptions& o, ClusterSpec& cluste
   if (f.nodes < 0 || f.devices_per_node < 0) return 0;
   int world = f.world_size;
   if (world == 0)
-    world = f.devices_per_node > 0
-                ? std::max(f.nodes, 1) * f.devices_per_node
-                : o.model.tensor_model_parallel_size * o.parallel.pipeline_model_parallel_size;
+    world = f.devices_per_node > 0 ? std::max(f.nodes, 1) * f.devices_per_node : smallest_world(o);
   int nodes = f.nodes, per_node = f.devices_per_node;
   if (nodes == 0 && per_node == 0) {
     constexpr int kGpusPerNode = 8;

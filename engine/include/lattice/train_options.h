@@ -29,9 +29,13 @@ struct OptimizerConfig {
 
 // How the model is split over ranks (docs/design-notes.md#parallelism). Tensor-parallel size
 // lives in ModelConfig (the vocabulary padding depends on it); data-parallel size is what the
-// world leaves: world / (TP * PP).
+// world leaves: world / (TP * CP * PP). The expert layers' grid: world = ETP * EP * EDP * PP
+// (lattice/layout.h).
 struct ParallelOptions {
-  int pipeline_model_parallel_size = 1;           // --pipeline-model-parallel-size
+  int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size
+  int context_parallel_size = 1;         // --context-parallel-size (CP)
+  int expert_model_parallel_size = 1;    // --expert-model-parallel-size (EP)
+  int expert_tensor_parallel_size = 0;   // --expert-tensor-parallel-size (0: TP, as Megatron)
   int num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage
   int decoder_first_pipeline_num_layers = 0;      // --decoder-first-pipeline-num-layers (0: even)
   int decoder_last_pipeline_num_layers = 0;       // --decoder-last-pipeline-num-layers (0: even)

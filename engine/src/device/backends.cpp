@@ -18,6 +18,7 @@ const DeviceBackend* device_backend() {
 
 std::vector<std::string> refusals(const TrainOptions& o, int world_size, const Capabilities& c) {
   std::vector<std::string> e = layout_errors(o, world_size);
+  for (std::string& r : trainer_layout_refusals(o)) e.push_back(std::move(r));
   for (std::string& r : o.parallel.recompute_errors()) e.push_back(std::move(r));
   for (std::string& r : capability_errors(o, c)) e.push_back(std::move(r));
   return e;

@@ -228,6 +228,7 @@ std::vector<std::string> validate(const LaunchSpec& spec) {
     for (const std::string& e :
          layout_errors(with_default_global_batch(*options, spec.world_size), spec.world_size))
       errors.push_back(e);
+  for (const std::string& e : trainer_layout_refusals(*options)) errors.push_back(e);
   return errors;
 }
 

@@ -1,7 +1,7 @@
-// ParallelLayout: Megatron's rank order and process groups, the layers each pipeline stage
-// holds, and every rule a TP x PP x DP layout must keep
-// (docs/design-notes.md#parallel-layout-and-the-planner). Non-goals: context and expert
-// parallelism, uneven splits with virtual stages.
+// ParallelLayout: Megatron's rank order and process groups over TP x CP x EP x DP x PP (the dense
+// grid and the expert grid over the same ranks), the layers each pipeline stage holds, and
+// every rule a layout must keep (docs/design-notes.md#parallel-layout-and-the-planner).
+// Non-goals: Megatron's other orders ("tp-pp-dp"), uneven splits with virtual stages.
 #include "lattice/layout.h"
 
 #include <algorithm>
@@ -83,56 +83,92 @@ void pipeline_errors(const TrainOptions& o, int dp, std::vector<std::string>& er
   }
 }
 
+// Note [orthogonal groups]: the world is a grid of `sizes`, axis 0 varying fastest, so a rank
+// is sum(coordinate[i] * stride[i]) with stride[i] the product of the sizes before i. A group
+// holds the ranks that differ only on the axes `in_group` marks. Megatron's
+// generate_masked_orthogonal_rank_groups lists the groups by the other axes' coordinates
+// counted as one mixed-radix number (fastest axis first), and each group's ranks the same way
+// over its own axes, which makes every group ascending.
+std::vector<std::vector<int>> grid_groups(const std::vector<int>& sizes,
+                                          const std::vector<bool>& in_group) {
+  assert(sizes.size() == in_group.size());
+  std::vector<int> stride(sizes.size());
+  int world = 1, group_size = 1;
+  std::vector<size_t> inside, outside;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    stride[i] = world;
+    world *= sizes[i];
+    (in_group[i] ? inside : outside).push_back(i);
+    if (in_group[i]) group_size *= sizes[i];
+  }
+  // The rank offset of the index-th combination of `axes`' coordinates.
+  auto offset = [&](int index, const std::vector<size_t>& axes) {
+    int rank = 0;
+    for (size_t a : axes) {
+      rank += index % sizes[a] * stride[a];
+      index /= sizes[a];
+    }
+    return rank;
+  };
+  std::vector<std::vector<int>> groups(static_cast<size_t>(world / group_size));
+  for (size_t g = 0; g < groups.size(); g++) {
+    const int base = offset(static_cast<int>(g), outside);
+    for (int r = 0; r < group_size; r++) groups[g].push_back(base + offset(r, inside));
+  }
+  return groups;
+}
+
+// The dense grid's axes, fastest first (Megatron's "tp-cp-ep-dp-pp" with EP 1), and the expert
+// grid's (the same order with CP 1 and the expert TP and DP).
+std::vector<std::vector<int>> dense(const ParallelLayout& l, bool tp, bool cp, bool dp, bool pp) {
+  return grid_groups({l.tp, l.cp, l.dp, l.pp}, {tp, cp, dp, pp});
+}
+std::vector<std::vector<int>> expert(const ParallelLayout& l, bool etp, bool ep, bool edp) {
+  return grid_groups({l.etp, l.ep, l.edp, l.pp}, {etp, ep, edp, false});
+}
+
 }  // namespace
 
 ParallelLayout::Coord ParallelLayout::coord(int r) const {
   assert(r >= 0 && r < world);
   Coord c;
   c.tp = r % tp;
-  c.dp = (r / tp) % dp;
-  c.pp = r / (tp * dp);
+  c.cp = (r / tp) % cp;
+  c.dp = (r / (tp * cp)) % dp;
+  c.pp = r / (tp * cp * dp);
   return c;
 }
 
-// Megatron's initialize_model_parallel builds each kind of group in this order.
+ParallelLayout::ExpertCoord ParallelLayout::expert_coord(int r) const {
+  assert(r >= 0 && r < world);
+  ExpertCoord c;
+  c.etp = r % etp;
+  c.ep = (r / etp) % ep;
+  c.edp = (r / (etp * ep)) % edp;
+  c.pp = r / (etp * ep * edp);
+  return c;
+}
+
 std::vector<std::vector<int>> ParallelLayout::tensor_groups() const {
-  std::vector<std::vector<int>> groups;
-  for (int p = 0; p < pp; p++)
-    for (int d = 0; d < dp; d++) {
-      std::vector<int>& g = groups.emplace_back();
-      for (int t = 0; t < tp; t++) g.push_back(rank({t, d, p}));
-    }
-  return groups;
+  return dense(*this, true, false, false, false);
 }
-
+std::vector<std::vector<int>> ParallelLayout::context_groups() const {
+  return dense(*this, false, true, false, false);
+}
 std::vector<std::vector<int>> ParallelLayout::data_groups() const {
-  std::vector<std::vector<int>> groups;
-  for (int p = 0; p < pp; p++)
-    for (int t = 0; t < tp; t++) {
-      std::vector<int>& g = groups.emplace_back();
-      for (int d = 0; d < dp; d++) g.push_back(rank({t, d, p}));
-    }
-  return groups;
+  return dense(*this, false, false, true, false);
 }
-
+std::vector<std::vector<int>> ParallelLayout::data_context_groups() const {
+  return dense(*this, false, true, true, false);
+}
+std::vector<std::vector<int>> ParallelLayout::tensor_context_groups() const {
+  return dense(*this, true, true, false, false);
+}
 std::vector<std::vector<int>> ParallelLayout::pipeline_groups() const {
-  std::vector<std::vector<int>> groups;
-  for (int d = 0; d < dp; d++)
-    for (int t = 0; t < tp; t++) {
-      std::vector<int>& g = groups.emplace_back();
-      for (int p = 0; p < pp; p++) g.push_back(rank({t, d, p}));
-    }
-  return groups;
+  return dense(*this, false, false, false, true);
 }
-
 std::vector<std::vector<int>> ParallelLayout::model_groups() const {
-  std::vector<std::vector<int>> groups;
-  for (int d = 0; d < dp; d++) {
-    std::vector<int>& g = groups.emplace_back();
-    for (int p = 0; p < pp; p++)
-      for (int t = 0; t < tp; t++) g.push_back(rank({t, d, p}));
-  }
-  return groups;
+  return dense(*this, true, false, false, true);
 }
 
 std::vector<std::vector<int>> ParallelLayout::embedding_groups() const {
@@ -140,6 +176,19 @@ std::vector<std::vector<int>> ParallelLayout::embedding_groups() const {
   for (const std::vector<int>& g : pipeline_groups())
     groups.push_back(g.size() > 1 ? std::vector<int>{g.front(), g.back()} : g);
   return groups;
+}
+
+std::vector<std::vector<int>> ParallelLayout::expert_groups() const {
+  return expert(*this, false, true, false);
+}
+std::vector<std::vector<int>> ParallelLayout::expert_tensor_groups() const {
+  return expert(*this, true, false, false);
+}
+std::vector<std::vector<int>> ParallelLayout::expert_data_groups() const {
+  return expert(*this, false, false, true);
+}
+std::vector<std::vector<int>> ParallelLayout::expert_tensor_model_groups() const {
+  return expert(*this, true, true, false);
 }
 
 ParallelLayout::LayerRange ParallelLayout::stage_layers(int pp_rank, int chunk) const {
@@ -171,25 +220,112 @@ int ParallelLayout::stage_num_layers(int pp_rank) const {
   return n;
 }
 
-std::vector<std::string> layout_errors(const TrainOptions& o, int world) {
-  std::vector<std::string> errors;
+namespace {
+
+// The rules of the sizes of the two grids: each positive, and the world divisible into
+// TP x CP x PP (the dense grid; DP is what is left) and ETP x EP x PP (the expert grid).
+// Returns DP, or 0 while it is unknown.
+int grid_errors(const TrainOptions& o, int world, std::vector<std::string>& errors) {
   const int tp = o.model.tensor_model_parallel_size, pp = o.parallel.pipeline_model_parallel_size;
+  const int cp = o.parallel.context_parallel_size, ep = o.parallel.expert_model_parallel_size;
+  const int etp = o.parallel.expert_tensor_parallel_size;
   if (world < 1)
     errors.push_back("world size " + str(world) +
                      " (--world-size, or the ranks started) must be positive");
   if (tp < 1) errors.push_back("--tensor-model-parallel-size must be positive, got " + str(tp));
   if (pp < 1) errors.push_back("--pipeline-model-parallel-size must be positive, got " + str(pp));
-  int dp = 0;  // unknown until the world divides evenly
-  if (world >= 1 && tp >= 1 && pp >= 1) {
-    if (world % (static_cast<int64_t>(tp) * pp) != 0)
-      errors.push_back("world size " + str(world) +
-                       " (--world-size, or the ranks started) is not a multiple of "
-                       "--tensor-model-parallel-size " +
-                       str(tp) + " x --pipeline-model-parallel-size " + str(pp) + " = " +
-                       str(static_cast<int64_t>(tp) * pp));
-    else
-      dp = world / (tp * pp);
+  if (cp < 1) errors.push_back("--context-parallel-size must be positive, got " + str(cp));
+  if (ep < 1) errors.push_back("--expert-model-parallel-size must be positive, got " + str(ep));
+  if (etp < 0)
+    errors.push_back(
+        "--expert-tensor-parallel-size must be positive (0: as "
+        "--tensor-model-parallel-size), got " +
+        str(etp));
+  if (world < 1 || tp < 1 || pp < 1 || cp < 1) return 0;
+  const std::string head =
+      "world size " + str(world) + " (--world-size, or the ranks started) is not a multiple of ";
+  const int64_t dense = static_cast<int64_t>(tp) * cp * pp;
+  int dp = 0;
+  if (world % dense != 0)
+    errors.push_back(head + "--tensor-model-parallel-size " + str(tp) +
+                     (cp > 1 ? " x --context-parallel-size " + str(cp) : "") +
+                     " x --pipeline-model-parallel-size " + str(pp) + " = " + str(dense));
+  else
+    dp = static_cast<int>(world / dense);
+  // The expert grid has its own sizes only with EP > 1 or an ETP of its own; otherwise it is
+  // the TP x PP grid the rule above has checked.
+  const int expert_tp = etp > 0 ? etp : tp;
+  const int64_t experts = static_cast<int64_t>(expert_tp) * std::max(ep, 1) * pp;
+  if (ep >= 1 && etp >= 0 && (ep > 1 || expert_tp != tp) && world % experts != 0)
+    errors.push_back(head + "--expert-tensor-parallel-size " + str(expert_tp) +
+                     " x --expert-model-parallel-size " + str(ep) +
+                     " x --pipeline-model-parallel-size " + str(pp) + " = " + str(experts) +
+                     " (the expert layers' grid)");
+  return dp;
+}
+
+// Rules on the sequence: context parallelism cuts it into 2 x CP chunks, and sequence
+// parallelism splits each rank's share over TP.
+void sequence_errors(const TrainOptions& o, std::vector<std::string>& errors) {
+  const int tp = o.model.tensor_model_parallel_size, cp = o.parallel.context_parallel_size;
+  const int seq = o.model.seq_length;
+  if (cp > 1 && seq > 0 && seq % (2 * cp) != 0)
+    errors.push_back("--context-parallel-size " + str(cp) + " needs --seq-length " + str(seq) +
+                     " to be a multiple of 2 x " + str(cp) + " = " + str(2 * cp) +
+                     " (each context-parallel rank holds 2 of 2 x CP equal chunks, Megatron's "
+                     "causal load balance)");
+  if (tp < 1 || !o.parallel.sequence_parallel) return;
+  if (tp == 1) {
+    errors.push_back(
+        "--sequence-parallel splits the sequence over tensor-parallel ranks, which needs "
+        "--tensor-model-parallel-size > 1");
+  } else if (cp > 1 && seq > 0 && seq % (2 * cp) == 0 && (seq / cp) % tp != 0) {
+    errors.push_back("--tensor-model-parallel-size " + str(tp) + " does not divide the " +
+                     str(seq / cp) + " tokens of each context-parallel rank (--seq-length " +
+                     str(seq) + " / --context-parallel-size " + str(cp) +
+                     "), which --sequence-parallel splits");
+  } else if (cp == 1 && seq > 0 && seq % tp != 0) {
+    errors.push_back("--tensor-model-parallel-size " + str(tp) + " does not divide --seq-length " +
+                     str(seq) + ", which --sequence-parallel splits");
   }
+}
+
+}  // namespace
+
+// TODO(merge with the MoE branch): the number of experts comes from ModelConfig::num_experts
+// (--num-experts; 0 for a dense model). Until then the model has no experts to check, and this
+// returns no errors. With it, the two rules Megatron asserts (arguments.py, "Expert parallelism
+// check"):
+//   if (ep > 1 && num_experts == 0)
+//     "--expert-model-parallel-size " + ep + " splits the experts of MoE layers, which needs
+//      --num-experts"
+//   if (ep > 1 && num_experts % ep != 0)
+//     "--expert-model-parallel-size " + ep + " does not divide --num-experts " + num_experts
+// (and the expert width over ETP: --moe-ffn-hidden-size % --expert-tensor-parallel-size).
+std::vector<std::string> expert_rules(const TrainOptions& o) {
+  (void)o;
+  return {};
+}
+
+std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
+  std::vector<std::string> refusals;
+  const char* const tail = " is not yet supported by the trainer; `lattice plan` lays it out";
+  if (o.parallel.context_parallel_size > 1)
+    refusals.push_back("--context-parallel-size > 1" + std::string(tail));
+  if (o.parallel.expert_model_parallel_size > 1)
+    refusals.push_back("--expert-model-parallel-size > 1" + std::string(tail));
+  const int etp = o.parallel.expert_tensor_parallel_size;
+  if (etp > 0 && etp != o.model.tensor_model_parallel_size)
+    refusals.push_back("--expert-tensor-parallel-size other than --tensor-model-parallel-size" +
+                       std::string(tail));
+  return refusals;
+}
+
+std::vector<std::string> layout_errors(const TrainOptions& o, int world) {
+  std::vector<std::string> errors;
+  const int tp = o.model.tensor_model_parallel_size, pp = o.parallel.pipeline_model_parallel_size;
+  const int cp = o.parallel.context_parallel_size;
+  const int dp = grid_errors(o, world, errors);  // 0 until the world divides evenly
   if (tp >= 1) {
     const ModelConfig& m = o.model;
     if (m.num_attention_heads > 0 && m.num_attention_heads % tp != 0)
@@ -203,32 +339,27 @@ std::vector<std::string> layout_errors(const TrainOptions& o, int world) {
       errors.push_back("--tensor-model-parallel-size " + str(tp) +
                        " does not divide the MLP hidden size " + str(m.ffn()) +
                        (m.ffn_hidden_size > 0 ? " (--ffn-hidden-size)"
-                        : m.swiglu   ? " (8/3 x --hidden-size, a multiple of 64)"
-                                     : " (4 x --hidden-size)"));
-    if (o.parallel.sequence_parallel && tp == 1)
-      errors.push_back(
-          "--sequence-parallel splits the sequence over tensor-parallel ranks, which needs "
-          "--tensor-model-parallel-size > 1");
-    if (o.parallel.sequence_parallel && tp > 1 && m.seq_length > 0 && m.seq_length % tp != 0)
-      errors.push_back("--tensor-model-parallel-size " + str(tp) +
-                       " does not divide --seq-length " + str(m.seq_length) +
-                       ", which --sequence-parallel splits");
+                        : m.swiglu            ? " (8/3 x --hidden-size, a multiple of 64)"
+                                              : " (4 x --hidden-size)"));
   }
+  sequence_errors(o, errors);
+  for (std::string& e : expert_rules(o)) errors.push_back(std::move(e));
   pipeline_errors(o, dp, errors);
   // --global-batch-size % --micro-batch-size alone is TrainOptions::validate's rule; this is
   // the data-parallel part of it.
   const int mb = o.micro_batch_size, gb = o.global_batch_size;
   if (dp > 1 && mb > 0 && gb > 0 && gb % mb == 0 && gb % (static_cast<int64_t>(mb) * dp) != 0)
-    errors.push_back("--global-batch-size " + str(gb) +
-                     " is not a multiple of --micro-batch-size " + str(mb) +
-                     " x data-parallel size " + str(dp) + " = " +
-                     str(static_cast<int64_t>(mb) * dp) + " (data-parallel size = world size " +
-                     str(world) + " / (TP " + str(tp) + " x PP " + str(pp) + "))");
+    errors.push_back(
+        "--global-batch-size " + str(gb) + " is not a multiple of --micro-batch-size " + str(mb) +
+        " x data-parallel size " + str(dp) + " = " + str(static_cast<int64_t>(mb) * dp) +
+        " (data-parallel size = world size " + str(world) + " / (TP " + str(tp) +
+        (cp > 1 ? " x CP " + str(cp) : "") + " x PP " + str(pp) + "))");
   return errors;
 }
 
 TrainOptions with_default_global_batch(TrainOptions o, int world) {
   const int64_t model_parallel = static_cast<int64_t>(o.model.tensor_model_parallel_size) *
+                                 o.parallel.context_parallel_size *
                                  o.parallel.pipeline_model_parallel_size;
   if (o.global_batch_size == 0 && world >= 1 && model_parallel >= 1 && world % model_parallel == 0)
     o.global_batch_size = static_cast<int>(o.micro_batch_size * (world / model_parallel));
@@ -242,7 +373,12 @@ Result<ParallelLayout> make_layout(const TrainOptions& o, int world) {
   layout.world = world;
   layout.tp = o.model.tensor_model_parallel_size;
   layout.pp = o.parallel.pipeline_model_parallel_size;
-  layout.dp = world / (layout.tp * layout.pp);
+  layout.cp = o.parallel.context_parallel_size;
+  layout.dp = world / (layout.tp * layout.cp * layout.pp);
+  const int etp = o.parallel.expert_tensor_parallel_size;
+  layout.etp = etp > 0 ? etp : layout.tp;
+  layout.ep = o.parallel.expert_model_parallel_size;
+  layout.edp = world / (layout.etp * layout.ep * layout.pp);
   layout.num_layers = o.model.num_layers;
   const int v = o.parallel.num_layers_per_virtual_pipeline_stage;
   layout.vpp = v > 0 ? o.model.num_layers / layout.pp / v : 1;
@@ -261,8 +397,8 @@ std::string layout_json(const ParallelLayout& layout) {
           {{"chunk", c}, {"virtual_stage", c * layout.pp + p}, {"layers", {r.begin, r.end}}});
     }
     std::vector<int> ranks;  // pp is the slowest-varying coordinate: one contiguous block
-    for (int r = p * layout.tp * layout.dp; r < (p + 1) * layout.tp * layout.dp; r++)
-      ranks.push_back(r);
+    const int stage_ranks = layout.world / layout.pp;
+    for (int r = p * stage_ranks; r < (p + 1) * stage_ranks; r++) ranks.push_back(r);
     stages.push_back({{"pp_rank", p},
                       {"ranks", ranks},
                       {"chunks", chunks},
@@ -275,12 +411,23 @@ std::string layout_json(const ParallelLayout& layout) {
                                 {"dp", layout.dp},
                                 {"vpp", layout.vpp},
                                 {"num_layers", layout.num_layers},
+                                {"cp", layout.cp},
+                                {"ep", layout.ep},
+                                {"etp", layout.etp},
+                                {"edp", layout.edp},
                                 {"groups",
                                  {{"tensor", layout.tensor_groups()},
                                   {"data", layout.data_groups()},
                                   {"pipeline", layout.pipeline_groups()},
                                   {"model", layout.model_groups()},
-                                  {"embedding", layout.embedding_groups()}}},
+                                  {"embedding", layout.embedding_groups()},
+                                  {"context", layout.context_groups()},
+                                  {"data_context", layout.data_context_groups()},
+                                  {"tensor_context", layout.tensor_context_groups()},
+                                  {"expert", layout.expert_groups()},
+                                  {"expert_tensor", layout.expert_tensor_groups()},
+                                  {"expert_data", layout.expert_data_groups()},
+                                  {"expert_tensor_model", layout.expert_tensor_model_groups()}}},
                                 {"stages", stages}};
   return out.dump();
 }

@@ -117,17 +117,22 @@ ElementBytes element_bytes(const std::string& precision) {
 // The shapes of one model chunk (GptModel's): N = B*T rows, R of them held in the residual stream
 // (N/t with sequence parallelism), this rank's C/t, F/t, query heads and vocabulary rows, its
 // QKV width W/t ((NH + 2 G) head size / t) and FC1 width U/t (2 F / t with SwiGLU, else F / t),
-// and the statistics each norm keeps per row (LayerNorm: mean and rstd; RMSNorm: rstd).
+// and the statistics each norm keeps per row (LayerNorm: mean and rstd; RMSNorm: rstd). With
+// context parallelism a rank holds T = --seq-length / CP tokens of each sequence, whose queries
+// still attend over Tk = --seq-length keys (Megatron's sequence split; an estimate until the
+// context-parallel attention's own buffers are counted).
 struct ChunkShape {
-  double B, T, N, R, C, Ct, Ft, Ht, Vt, Wt, Ut, norm_stats;
+  double B, T, Tk, N, R, C, Ct, Ft, Ht, Vt, Wt, Ut, norm_stats;
 };
 ChunkShape chunk_shape(const TrainOptions& o, int t) {
   const ModelConfig& m = o.model;
-  const double B = o.micro_batch_size, T = m.seq_length, N = B * T;
+  const double B = o.micro_batch_size, Tk = m.seq_length;
+  const double T = Tk / std::max(o.parallel.context_parallel_size, 1), N = B * T;
   const double R = o.parallel.sequence_parallel ? N / t : N;
   const double F = m.ffn();
   return {B,
           T,
+          Tk,
           N,
           R,
           static_cast<double>(m.hidden_size),
@@ -141,10 +146,10 @@ ChunkShape chunk_shape(const TrainOptions& o, int t) {
 }
 
 // Elements of the attention's saved tensor per layer (Ops::attention_saved_elems): the CPU
-// kernel keeps the (B, heads, T, T) probabilities, CUDA's flash attention the (B, heads, T)
+// kernel keeps the (B, heads, T, Tk) probabilities, CUDA's flash attention the (B, heads, T)
 // log-sum-exps (options.device "cuda").
 double attention_saved(const TrainOptions& o, const ChunkShape& d) {
-  return d.B * d.Ht * d.T * (o.device == "cuda" ? 1 : d.T);
+  return d.B * d.Ht * d.T * (o.device == "cuda" ? 1 : d.Tk);
 }
 
 // One layer's activations of one micro-batch (GptModel::take_layer_acts): ln1, res_mid, ln2
@@ -248,10 +253,11 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     st.trainable_parameters = m.lora() ? n.adapters : n.total;
     // The moments (twice the grads' bytes) for the trained ones, a 16-bit run's master copy
     // for every parameter.
+    // Sharded over DP x CP, the ranks that reduce the dense gradients (Megatron's distributed
+    // optimizer shards over its data-parallel group with context parallelism).
+    const size_t shards = static_cast<size_t>(layout.dp) * static_cast<size_t>(layout.cp);
     auto shard = [&](size_t count) {
-      return o.parallel.use_distributed_optimizer
-                 ? (count + layout.dp - 1) / static_cast<size_t>(layout.dp)
-                 : count;
+      return o.parallel.use_distributed_optimizer ? (count + shards - 1) / shards : count;
     };
     const size_t moments = 2 * per_param.grads;
     st.optimizer_bytes = shard(static_cast<size_t>(st.trainable_parameters)) * moments +

@@ -59,10 +59,13 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const ParameterBytes per_param = bytes_per_parameter(precision);
   const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size,
                V = m.padded_vocab_size();
-  const int t = layout.tp, pp = layout.pp, dp = layout.dp, vpp = layout.vpp;
+  const int t = layout.tp, pp = layout.pp, vpp = layout.vpp;
+  // Context parallelism: each rank computes 1/CP of every sequence, and the dense gradients are
+  // reduced over DP x CP. Non-goal so far: the ring's K/V passes (counted as free).
+  const int cp = layout.cp, dp = layout.dp * cp;
   const double M = static_cast<double>(memory.micro_batches);
   const double rate = dev.peak_flops * cluster.compute_efficiency;
-  const double tokens = M * b * s;  // per data-parallel rank and iteration
+  const double tokens = M * b * s / cp;  // per rank and iteration
 
   // Forward FLOPs per token, flops_per_iteration()'s own terms: a layer's GEMMs and causal
   // attention, the attention products alone (what selective recomputation repeats), the LM head.
@@ -85,7 +88,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   // does.
   const double pp_bandwidth =
       layout.world <= per_node ? dev.intra_node_bandwidth : dev.inter_node_bandwidth;
-  const double activation = s * b * h * activation_element_bytes(precision);  // (s, b, h)
+  const double activation = s / cp * b * h * activation_element_bytes(precision);  // (s/cp, b, h)
 
   std::vector<StageTime> stages(static_cast<size_t>(pp));
   for (int p = 0; p < pp; p++) {
