@@ -25,6 +25,7 @@ namespace {
 
 constexpr const char* kEnvVar = "LATTICE_CPU_BF16_GEMM";
 
+#ifdef LATTICE_HAVE_ONEDNN
 // cpuid leaf 7: AVX512_BF16 is subleaf 1's EAX bit 5, AMX-BF16 subleaf 0's EDX bit 22.
 bool cpu_has_bf16_instructions() {
   unsigned a, b, c, d;
@@ -35,6 +36,7 @@ bool cpu_has_bf16_instructions() {
   const bool avx512_bf16 = (a >> 5) & 1;
   return avx512_bf16 || amx_bf16;
 }
+#endif
 
 // The path LATTICE_CPU_BF16_GEMM asks for and the error it gives (empty: usable).
 struct EnvRequest {

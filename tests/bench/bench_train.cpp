@@ -147,8 +147,11 @@ int main(int argc, char** argv) {
   std::printf("%-34s %12.1f\n", "median step (ms)", median * 1e3);
   std::printf("%-34s %12.1f\n", "tokens/s", tokens / median);
   std::printf("%-34s %12.1f\n", "achieved GFLOP/s", gflops);
-  std::printf("%-34s %12.1f\n", "measured SGEMM GFLOP/s", s.peak_gflops);
-  std::printf("%-34s %11.1f%%\n", "fraction of SGEMM", 100.0 * gflops / s.peak_gflops);
+  // bf16 runs have no SGEMM reference (the device reports no peak for them).
+  if (s.peak_gflops > 0) {
+    std::printf("%-34s %12.1f\n", "measured SGEMM GFLOP/s", s.peak_gflops);
+    std::printf("%-34s %11.1f%%\n", "fraction of SGEMM", 100.0 * gflops / s.peak_gflops);
+  }
   std::printf("%-34s %12.1f\n", "weights (MiB)", mib(m.weights));
   std::printf("%-34s %12.1f\n", "grads (MiB)", mib(m.grads));
   std::printf("%-34s %12.1f\n", "Adam state (MiB)", mib(m.optimizer));
@@ -163,7 +166,7 @@ int main(int argc, char** argv) {
       "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\",\"cpu_isa\":\"%s\","
       "\"precision\":\"%s\"}\n",
       config.c_str(), threads, tokens / median, median * 1e3, gflops, s.peak_gflops,
-      gflops / s.peak_gflops, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name(),
+      s.peak_gflops > 0 ? gflops / s.peak_gflops : 0.0, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name(),
       kernels::cpu_isa_name(kernels::cpu_isa()),
       bf16 ? (std::string("bf16-") + kernels::bf16_gemm_name(kernels::bf16_gemm())).c_str()
            : "fp32");
