@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -115,6 +116,29 @@ class Bf16GemmTest : public QObject {
           QVERIFY2(err < 1e-5, qPrintable(QString("trans_a %1 trans_b %2 beta %3: normwise %4")
                                               .arg(ta).arg(tb).arg(beta).arg(err)));
         }
+  }
+
+  // The op list's rounding (a branch-free copy of dtype.h's to_bf16, so that it vectorises)
+  // against to_bf16, bit for bit: ties both ways, the largest finite values, infinities, NaNs
+  // (quiet, signalling, negative), subnormals, and a sweep of random bit patterns, over a
+  // tensor long enough for the threaded loop.
+  void to_compute_rounds_as_to_bf16() {
+    std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u,
+                                  0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                                  0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc00001u,
+                                  0x00000001u, 0x807fffffu, 0x7f7f8000u, 0x00008000u};
+    std::mt19937 rng(7);
+    while (bits.size() < (size_t(1) << 18)) bits.push_back(rng());
+    std::vector<float> x(bits.size());
+    std::memcpy(x.data(), bits.data(), bits.size() * sizeof(float));
+    std::vector<bf16> got(x.size());
+    cpu_ops<bf16>().to_compute(got.data(), x.data(), x.size());
+    for (size_t i = 0; i < x.size(); i++)
+      if (got[i].bits != to_bf16(x[i]).bits)
+        QFAIL(qPrintable(QString("0x%1: 0x%2, to_bf16 0x%3")
+                             .arg(bits[i], 8, 16, QChar('0'))
+                             .arg(got[i].bits, 4, 16, QChar('0'))
+                             .arg(to_bf16(x[i]).bits, 4, 16, QChar('0'))));
   }
 
   void the_bf16_matmul_agrees_with_float_within_bf16_rounding_data() {

@@ -27,7 +27,7 @@ namespace {
 // CPU. Blocks are reused only at their exact size; a thread keeps at most kKept of them.
 class BlockPool {
  public:
-  static constexpr size_t kKept = 64;
+  static constexpr size_t kKept = 256;
   ~BlockPool() {
     for (auto& [n, p] : free_) std::free(p);
   }
@@ -80,9 +80,15 @@ float widen(fp16 x) {
 }
 template <typename H>
 H narrow(float x);
+// dtype.h's to_bf16 without its branch, so that store's loop vectorises (a select instead):
+// the same bits for every input, NaN included (test_bf16_gemm compares it with to_bf16).
 template <>
 bf16 narrow<bf16>(float x) {
-  return to_bf16(x);
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;
+  return bf16{static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
 }
 template <>
 fp16 narrow<fp16>(float x) {
