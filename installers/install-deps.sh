@@ -7,8 +7,9 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
-  # engine: BLAS, OpenMP (libgomp ships with gcc), MPI
-  libopenblas-dev libopenblas-openmp-dev openmpi-bin libopenmpi-dev
+  # engine: BLAS, OpenMP (libgomp ships with gcc), MPI; oneDNN for --bf16's GEMMs on CPUs
+  # with AVX512_BF16 / AMX (optional at build time: -DLATTICE_WITH_ONEDNN=AUTO)
+  libopenblas-dev libopenblas-openmp-dev openmpi-bin libopenmpi-dev libdnnl-dev
   # storage, data, command line
   libsqlite3-dev sqlite3 libsentencepiece-dev sentencepiece nlohmann-json3-dev
   # lattice serve: the HTTP server
@@ -29,8 +30,9 @@ packages=(
 # test_chat_template renders chat templates with (about 49 MB to download, 288 MB
 # installed, half a minute to install on the 2-core development machine).
 test_packages=(iproute2 python3-torch python3-numpy python3-jinja2 slurm-wlm slurmctld slurmd slurm-client munge)
-# --bench: the benchmark peers (PyTorch) and the other BLAS libraries the GEMM benchmark compares.
-bench_packages=(python3-torch python3-numpy libblis-openmp-dev libdnnl-dev)
+# --bench: the benchmark peers (PyTorch) and the other BLAS libraries the GEMM benchmark compares
+# (oneDNN, also compared, is an engine package above).
+bench_packages=(python3-torch python3-numpy libblis-openmp-dev)
 # --fuzz: clang with libFuzzer and the sanitizers, and clang's OpenMP (tests/fuzz/README.md).
 fuzz_packages=(clang-14 libclang-rt-14-dev libomp-14-dev)
 # --package: a bare Debian root to install the .deb into (tests/packaging/install_in_chroot.sh).

@@ -4,6 +4,9 @@
 // Libraries are loaded with dlopen(RTLD_LOCAL) so that their cblas symbols cannot collide:
 // OpenBLAS (OpenMP and pthread builds), BLIS (OpenMP build) and oneDNN's dnnl_sgemm.
 // This is how Lattice picked its CPU GEMM (docs/benchmarks.md). Row-major throughout.
+// Last column, where the CPU has AVX512_BF16 or AMX-BF16 and the build oneDNN: the engine's own
+// bf16 GEMM (kernels::gemm_bf16: bf16 operands, fp32 sums and output), what --bf16 runs on the
+// CPU (Note [bf16 GEMMs], kernels/cpu/README.md).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -14,6 +17,8 @@
 #include <vector>
 
 #include "bench_machine.h"
+#include "lattice/cpu_bf16_gemm.h"
+#include "lattice/kernels.h"
 
 namespace {
 
@@ -63,6 +68,25 @@ double rate(const Backend& b, const Shape& s) {
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];  // median of 5 after one warm-up
+}
+
+// The engine's bf16 GEMM on the shape, same timing as rate().
+double rate_bf16(const Shape& s) {
+  using lattice::bf16;
+  std::vector<bf16> A(static_cast<size_t>(s.M) * s.K, lattice::to_bf16(0.01f)),
+      B(static_cast<size_t>(s.K) * s.N, lattice::to_bf16(0.02f));
+  std::vector<float> C(static_cast<size_t>(s.M) * s.N, 0.0f);
+  const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+  std::vector<double> rates;
+  for (int rep = 0; rep < 6; rep++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    lattice::kernels::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, A.data(), lda, B.data(), ldb, s.beta,
+                                C.data(), s.N);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) rates.push_back(2.0 * s.M * s.N * s.K / sec / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
 }
 
 }  // namespace
@@ -117,7 +141,10 @@ int main(int argc, char** argv) {
         set(threads);
     present.push_back(&b);
   }
+  const std::string no_bf16 = lattice::kernels::onednn_bf16_missing();
+  lattice::kernels::set_num_threads(threads);  // OpenMP's count, which oneDNN follows
   std::printf("%s\n", lattice::bench::machine_line().c_str());
+  if (!no_bf16.empty()) std::printf("no bf16 column: %s\n", no_bf16.c_str());
   std::printf(
       "config %s's shapes, float GEMM, GFLOP/s (median of 5), %d threads, "
       "OMP_NUM_THREADS=%s\n",
@@ -125,8 +152,10 @@ int main(int argc, char** argv) {
       std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset");
   std::printf("%-18s %-22s", "shape", "M x N x K");
   for (Backend* b : present) std::printf(" %20s", b->name.c_str());
+  if (no_bf16.empty()) std::printf(" %20s", "oneDNN bf16 (engine)");
   std::printf("\n");
   std::vector<double> sums(present.size(), 0.0);
+  double sum_bf16 = 0;
   for (const Shape& s : shapes) {
     char dims[64];
     std::snprintf(dims, sizeof dims, "%dx%dx%d%s", s.M, s.N, s.K,
@@ -139,10 +168,16 @@ int main(int argc, char** argv) {
       sums[i] += r;
       std::printf(" %20.1f", r);
     }
+    if (no_bf16.empty()) {
+      const double r = rate_bf16(s);
+      sum_bf16 += r;
+      std::printf(" %20.1f", r);
+    }
     std::printf("\n");
   }
   std::printf("%-18s %-22s", "mean", "");
   for (double s : sums) std::printf(" %20.1f", s / std::size(shapes));
+  if (no_bf16.empty()) std::printf(" %20.1f", sum_bf16 / std::size(shapes));
   std::printf("\n");
   return 0;
 }

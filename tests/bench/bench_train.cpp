@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench_machine.h"
+#include "lattice/cpu_bf16_gemm.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
   std::string config = "A";
   int threads = 2, steps = 0;
   float dropout = 0.1f;
-  bool profile = false;
+  bool profile = false, bf16 = false;
   for (int i = 1; i < argc; i++) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
@@ -86,10 +87,12 @@ int main(int argc, char** argv) {
       dropout = std::strtof(next(), nullptr);
     else if (a == "--profile")
       profile = true;
+    else if (a == "--bf16")  // the CPU's bf16 path: LATTICE_CPU_BF16_GEMM picks its GEMMs
+      bf16 = true;
     else {
       std::fprintf(stderr,
                    "usage: lattice-bench-train [--config A|B] [--threads N] [--steps N] "
-                   "[--dropout P] [--profile]\n");
+                   "[--dropout P] [--profile] [--bf16]\n");
       return 2;
     }
   }
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
   o.model.attention_dropout = o.model.hidden_dropout = dropout;
   o.train_iters = steps > 0 ? steps : (config == "A" ? 10 : 4);
   o.threads = threads;
+  o.bf16 = bf16;
   o.mock_data = true;
   // No validation or test passes: they are not steps, and their forward passes would land in
   // the profile's op totals (the default, 100 batches at the end, tripled config A's run time).
@@ -133,15 +137,21 @@ int main(int argc, char** argv) {
   std::printf("%s\n", lattice::bench::machine_line().c_str());
   std::printf(
       "config %s: %d layers, hidden %d, %d heads, vocab %d, seq %d, micro batch %d, "
-      "fp32, dropout %.2f, %d threads\n",
+      "%s, dropout %.2f, %d threads\n",
       config.c_str(), o.model.num_layers, o.model.hidden_size, o.model.num_attention_heads,
-      o.model.vocab_size, o.model.seq_length, o.micro_batch_size, dropout, threads);
+      o.model.vocab_size, o.model.seq_length, o.micro_batch_size,
+      bf16 ? (std::string("bf16 (GEMMs ") + kernels::bf16_gemm_name(kernels::bf16_gemm()) + ")").c_str()
+           : "fp32",
+      dropout, threads);
   std::printf("%-34s %12s\n", "metric", "value");
   std::printf("%-34s %12.1f\n", "median step (ms)", median * 1e3);
   std::printf("%-34s %12.1f\n", "tokens/s", tokens / median);
   std::printf("%-34s %12.1f\n", "achieved GFLOP/s", gflops);
-  std::printf("%-34s %12.1f\n", "measured SGEMM GFLOP/s", s.peak_gflops);
-  std::printf("%-34s %11.1f%%\n", "fraction of SGEMM", 100.0 * gflops / s.peak_gflops);
+  // bf16 runs have no SGEMM reference (the device reports no peak for them).
+  if (s.peak_gflops > 0) {
+    std::printf("%-34s %12.1f\n", "measured SGEMM GFLOP/s", s.peak_gflops);
+    std::printf("%-34s %11.1f%%\n", "fraction of SGEMM", 100.0 * gflops / s.peak_gflops);
+  }
   std::printf("%-34s %12.1f\n", "weights (MiB)", mib(m.weights));
   std::printf("%-34s %12.1f\n", "grads (MiB)", mib(m.grads));
   std::printf("%-34s %12.1f\n", "Adam state (MiB)", mib(m.optimizer));
@@ -153,9 +163,12 @@ int main(int argc, char** argv) {
   std::printf(
       "RESULT {\"impl\":\"lattice\",\"config\":\"%s\",\"threads\":%d,\"tokens_per_s\":%.2f,"
       "\"step_ms_median\":%.2f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.4f,"
-      "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\",\"cpu_isa\":\"%s\"}\n",
+      "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\",\"cpu_isa\":\"%s\","
+      "\"precision\":\"%s\"}\n",
       config.c_str(), threads, tokens / median, median * 1e3, gflops, s.peak_gflops,
-      gflops / s.peak_gflops, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name(),
-      kernels::cpu_isa_name(kernels::cpu_isa()));
+      s.peak_gflops > 0 ? gflops / s.peak_gflops : 0.0, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name(),
+      kernels::cpu_isa_name(kernels::cpu_isa()),
+      bf16 ? (std::string("bf16-") + kernels::bf16_gemm_name(kernels::bf16_gemm())).c_str()
+           : "fp32");
   return 0;
 }

@@ -24,6 +24,7 @@
 #include "common/cpu_isa_rows.h"
 #include "device/cpu_device.h"
 #include "device/ops.h"
+#include "lattice/cpu_bf16_gemm.h"
 #include "lattice/kernels.h"
 #include "optim/grad_scaling.h"
 
@@ -732,9 +733,21 @@ class OpLists : public QObject {
     f.check();
   }
 
+  // Both of the bf16 list's GEMM paths (Note [bf16 GEMMs], kernels/cpu/README.md), each forced.
+  void the_bf16_list_agrees_with_float_within_1e_2_data() {
+    QTest::addColumn<int>("path");
+    QTest::newRow("widened GEMMs") << static_cast<int>(lattice::kernels::Bf16Gemm::widened);
+    QTest::newRow("oneDNN GEMMs") << static_cast<int>(lattice::kernels::Bf16Gemm::onednn);
+  }
   void the_bf16_list_agrees_with_float_within_1e_2() {
+    QFETCH(int, path);
+    const auto before = lattice::kernels::bf16_gemm();
+    if (!lattice::kernels::set_bf16_gemm(static_cast<lattice::kernels::Bf16Gemm>(path)))
+      QSKIP(qPrintable("oneDNN bf16 GEMMs: " +
+                       QString::fromStdString(lattice::kernels::onednn_bf16_missing())));
     Near near;
     compare_16_bit_list(lattice::cpu_ops<bf16>(), lattice::cpu_ops<float>(), near);
+    lattice::kernels::set_bf16_gemm(before);
     QVERIFY2(near.list.isEmpty(), qPrintable(near.list.join("\n")));
   }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "lattice/cpu_bf16_gemm.h"
 #include "lattice/train.h"
 #include "optim/grad_scaling.h"
 
@@ -205,11 +206,15 @@ class LossScalingTest : public QObject {
     QVERIFY(unscale_and_check(g.data(), g.size(), 1.0));
   }
 
+  // On a CPU without bf16 GEMMs (forced here: this machine may have them).
   void bf16_on_the_cpu_names_the_gpu_trainer() {
     TrainOptions o = small_run();
     o.bf16 = true;
     RecordingSink sink;
+    const kernels::Bf16Gemm before = kernels::bf16_gemm();
+    QVERIFY(kernels::set_bf16_gemm(kernels::Bf16Gemm::none));
     Result<TrainSummary> r = train(o, sink);
+    kernels::set_bf16_gemm(before);
     QVERIFY(!r);
     QVERIFY2(r.status().message().find("--device cuda") != std::string::npos,
              r.status().message().c_str());

@@ -166,8 +166,9 @@ void ParallelSection::addPrecision() {
     precision->setCurrentIndex(std::max(index, 0));
   });
   addRow(tr("Precision"), precision, {"precision"},
-         tr("Training precision; the CPU engine trains in fp32, bf16 and fp16 need the CUDA "
-            "build  (--bf16, --fp16)"));
+         tr("Training precision (--bf16, --fp16); the CPU engine trains bf16 where the CPU has "
+            "bf16 instructions (AVX512_BF16 or AMX) and fp16 as fp32 arithmetic with the loss "
+            "scaler; the CUDA build trains both"));
 }
 
 }  // namespace lattice::ui

@@ -23,13 +23,18 @@ std::vector<std::string> capability_errors(const TrainOptions& o, const Capabili
   std::vector<std::string> errors;
   if (o.fp64 && !c.fp64)
     errors.push_back("--fp64 is not supported by the GPU trainer yet (docs/gpu.md#scope)");
-  // --bf16 has no CPU emulation: rounding fp32 kernels' inputs would be slow and still not what
-  // the GPU computes, so it asks for the GPU instead. --fp16 runs everywhere (capabilities.h).
-  if (o.bf16 && !c.bf16)
+  // --bf16 on a CPU without bf16 GEMMs: OpenBLAS's sgemm on widened copies is slower than fp32
+  // training, so it is refused unless asked for by name (kernels/cpu/README.md, Note [bf16
+  // GEMMs]). --fp16 runs everywhere (capabilities.h).
+  if (o.bf16 && !c.bf16) {
+    std::string why = kernels::bf16_gemm_env_error();
+    if (why.empty()) why = kernels::onednn_bf16_missing();
     errors.push_back(
-        "--bf16 trains on the GPU only: add --device cuda (the lattice-gpu trainer, built with "
-        "CUDA); the CPU engine computes in fp32, and --fp16 on the CPU runs fp32 arithmetic "
-        "with the loss scaler");
+        "--bf16 on the CPU needs bf16 GEMMs, and " + (why.empty() ? "they are off" : why) +
+        ": add --device cuda (the lattice-gpu trainer, built with CUDA), or set "
+        "LATTICE_CPU_BF16_GEMM=widened for fp32 GEMMs on widened bf16 copies (slower than "
+        "fp32); --fp16 on the CPU runs fp32 arithmetic with the loss scaler");
+  }
   const int heads = o.model.num_attention_heads;
   const int head_size = heads > 0 ? o.model.hidden_size / heads : 0;
   const std::vector<int>& sizes = c.head_sizes;

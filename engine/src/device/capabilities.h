@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lattice/cpu_bf16_gemm.h"
 #include "lattice/train_options.h"
 
 namespace lattice {
@@ -15,8 +16,9 @@ namespace lattice {
 struct Capabilities {
   std::string device;                   // "cpu" | "cuda", as --device names it
   bool fp64 = false;                    // --fp64: double compute (verification runs)
-  bool bf16 = false, fp16 = false;      // 16-bit compute offered to users (the CPU's 16-bit
-                                        // op lists, step 4, exist for tests, not for runs)
+  bool bf16 = false, fp16 = false;      // 16-bit compute offered to users (the CPU: bf16 where
+                                        // it has bf16 GEMMs, kernels::bf16_gemm(); its fp16
+                                        // op list is for tests, not for runs)
   std::vector<int> head_sizes;          // attention head sizes it runs; empty: any
   int mlp_slice_multiple = 1;           // each rank's --ffn-hidden-size / TP must be a multiple
   bool attention_saves_scores = false;  // attention keeps (B, NH, T, T) scores for backward, so
@@ -27,12 +29,14 @@ struct Capabilities {
                              // (CUDA: two timing events per op, kept with --profile only)
 };
 
-// The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, any head size, attention
-// that saves its probabilities, host memory.
+// The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, bf16 where this build and
+// CPU have oneDNN's bf16 GEMMs (or LATTICE_CPU_BF16_GEMM=widened asks for the slow path), any
+// head size, attention that saves its probabilities, host memory.
 inline Capabilities cpu_capabilities() {
   Capabilities c;
   c.device = "cpu";
   c.fp64 = true;
+  c.bf16 = kernels::bf16_gemm() != kernels::Bf16Gemm::none;
   c.attention_saves_scores = true;
   c.host_addressable = true;
   c.cheap_marks = true;

@@ -3,18 +3,74 @@
 // computes in fp32 between 16-bit loads and stores; summation orders differ). Statistics,
 // parameter gradients, the attention's saved probabilities and cross-entropy logits are float
 // (G), as on CUDA. For tests of the 16-bit data flow on machines without a GPU
-// (tests/model/test_gpt_layouts, test_ops), not for runs: every call allocates its widened
-// copies.
+// (tests/model/test_gpt_layouts, test_ops) and for --bf16 runs where the CPU has bf16 GEMMs
+// (cpu_capabilities()); the widened copies live in per-thread memory reused across calls.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <new>
+#include <type_traits>
 #include <vector>
 
 #include "device/ops.h"
+#include "lattice/cpu_bf16_gemm.h"
 #include "lattice/dtype.h"
 #include "lattice/kernels.h"
 
 namespace lattice {
 namespace {
+
+// The widened copies' memory, kept per thread for the next call: a step calls the same shapes
+// over and over, and a fresh vector per call (the LM head's logits are 32 MiB at config A) paid
+// for its pages in faults and zeroing every time, which was most of a bf16 step's time on the
+// CPU. Blocks are reused only at their exact size; a thread keeps at most kKept of them.
+class BlockPool {
+ public:
+  static constexpr size_t kKept = 256;
+  ~BlockPool() {
+    for (auto& [n, p] : free_) std::free(p);
+  }
+  float* take(size_t n) {
+    auto it = free_.find(n);
+    if (it == free_.end()) {
+      void* p = std::malloc(n * sizeof(float));
+      if (!p) throw std::bad_alloc();
+      return static_cast<float*>(p);
+    }
+    float* p = it->second;
+    free_.erase(it);
+    return p;
+  }
+  void give(float* p, size_t n) {
+    if (free_.size() >= kKept) {
+      std::free(p);
+      return;
+    }
+    free_.emplace(n, p);
+  }
+
+ private:
+  std::multimap<size_t, float*> free_;
+};
+BlockPool& pool() {
+  thread_local BlockPool p;
+  return p;
+}
+template <typename T>
+struct PoolAllocator {
+  using value_type = T;
+  PoolAllocator() = default;
+  template <typename U>
+  PoolAllocator(const PoolAllocator<U>&) {}
+  T* allocate(size_t n) { return pool().take(n); }
+  void deallocate(T* p, size_t n) { pool().give(p, n); }
+  bool operator==(const PoolAllocator&) const { return true; }
+};
+using Buffer = std::vector<float, PoolAllocator<float>>;
+
+// Element loops over whole tensors run on the OpenMP threads above this size.
+constexpr size_t kParallelElems = size_t(1) << 16;
 
 float widen(bf16 x) {
   return from_bf16(x);
@@ -24,9 +80,15 @@ float widen(fp16 x) {
 }
 template <typename H>
 H narrow(float x);
+// dtype.h's to_bf16 without its branch, so that store's loop vectorises (a select instead):
+// the same bits for every input, NaN included (test_bf16_gemm compares it with to_bf16).
 template <>
 bf16 narrow<bf16>(float x) {
-  return to_bf16(x);
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;
+  return bf16{static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
 }
 template <>
 fp16 narrow<fp16>(float x) {
@@ -34,20 +96,24 @@ fp16 narrow<fp16>(float x) {
 }
 // (n) widened; empty when p is null.
 template <typename H>
-std::vector<float> wide(const H* p, size_t n) {
-  std::vector<float> v(p ? n : 0);
-  for (size_t i = 0; i < v.size(); i++) v[i] = widen(p[i]);
+Buffer wide(const H* p, size_t n) {
+  Buffer v(p ? n : 0);
+  float* out = v.data();
+  const size_t size = v.size();
+#pragma omp parallel for schedule(static) if (size >= kParallelElems)
+  for (size_t i = 0; i < size; i++) out[i] = widen(p[i]);
   return v;
 }
 template <typename H>
 void store(H* dst, const float* src, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= kParallelElems)
   for (size_t i = 0; i < n; i++) dst[i] = narrow<H>(src[i]);
 }
 template <typename H>
-void store(H* dst, const std::vector<float>& v) {
+void store(H* dst, const Buffer& v) {
   store(dst, v.data(), v.size());
 }
-const float* data_or_null(const std::vector<float>& v) {
+const float* data_or_null(const Buffer& v) {
   return v.empty() ? nullptr : v.data();
 }
 
@@ -60,27 +126,50 @@ class CpuOps16 final : public Ops<H> {
                       int C, int OC, Epilogue epilogue) override {
     const bool gelu = epilogue == Epilogue::kGelu;
     const size_t n = static_cast<size_t>(N) * OC;
-    const std::vector<float> i = wide(inp, static_cast<size_t>(N) * C),
-                             w = wide(weight, static_cast<size_t>(OC) * C), b = wide(bias, OC);
-    std::vector<float> pre(n), act(gelu ? n : 0);
-    f32.matmul_forward(gelu ? act.data() : pre.data(), gelu ? pre.data() : nullptr, i.data(),
-                       w.data(), data_or_null(b), N, C, OC, epilogue);
+    Buffer pre(n), act(gelu ? n : 0);
+    if (onednn()) {
+      // bf16 GEMM into fp32, then bias and GELU in fp32 and one rounding: cuBLASLt's epilogue.
+      if constexpr (std::is_same_v<H, bf16>)
+        kernels::gemm_bf16(false, true, N, OC, C, inp, C, weight, C, 0.0f, pre.data(), OC);
+      if (bias) f32.add_bias(pre.data(), wide(bias, OC).data(), N, OC);
+      if (gelu) f32.gelu_forward(act.data(), pre.data(), n);
+    } else {
+      const Buffer i = wide(inp, static_cast<size_t>(N) * C),
+                               w = wide(weight, static_cast<size_t>(OC) * C), b = wide(bias, OC);
+      f32.matmul_forward(gelu ? act.data() : pre.data(), gelu ? pre.data() : nullptr, i.data(),
+                         w.data(), data_or_null(b), N, C, OC, epilogue);
+    }
     if (gelu && pre_gelu) store(pre_gelu, pre);
     store(out, gelu ? act : pre);
   }
   void matmul_backward(H* dinp, float* dweight, float* dbias, const H* dout, const H* inp,
                        const H* weight, int N, int C, int OC) override {
-    const std::vector<float> d = wide(dout, static_cast<size_t>(N) * OC),
+    if (onednn()) {
+      if constexpr (std::is_same_v<H, bf16>) {
+        if (dinp) {
+          Buffer di(static_cast<size_t>(N) * C);
+          kernels::gemm_bf16(false, false, N, C, OC, dout, OC, weight, C, 0.0f, di.data(), C);
+          store(dinp, di);
+        }
+        // fp32 gradients accumulate in place (the sum post-op), never through bf16.
+        if (dweight) kernels::gemm_bf16(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+        if (dbias)
+          for (int r = 0; r < N; r++)
+            for (int o = 0; o < OC; o++) dbias[o] += widen(dout[static_cast<size_t>(r) * OC + o]);
+      }
+      return;
+    }
+    const Buffer d = wide(dout, static_cast<size_t>(N) * OC),
                              i = wide(inp, static_cast<size_t>(N) * C),
                              w = wide(weight, static_cast<size_t>(OC) * C);
-    std::vector<float> di(dinp ? static_cast<size_t>(N) * C : 0);
+    Buffer di(dinp ? static_cast<size_t>(N) * C : 0);
     f32.matmul_backward(dinp ? di.data() : nullptr, dweight, dbias, d.data(), i.data(), w.data(), N,
                         C, OC);
     if (dinp) store(dinp, di);
   }
   void add_bias(H* out, const H* bias, int N, int OC) override {
-    std::vector<float> o = wide(out, static_cast<size_t>(N) * OC);
-    const std::vector<float> b = wide(bias, OC);
+    Buffer o = wide(out, static_cast<size_t>(N) * OC);
+    const Buffer b = wide(bias, OC);
     f32.add_bias(o.data(), b.data(), N, OC);
     store(out, o);
   }
@@ -91,9 +180,9 @@ class CpuOps16 final : public Ops<H> {
     for (int i = 0; i < B * T; i++)
       if (tokens[i] >= vocab_begin && tokens[i] < vocab_end)
         rows = std::max(rows, tokens[i] - vocab_begin + 1);
-    const std::vector<float> te = wide(wte, static_cast<size_t>(rows) * C),
+    const Buffer te = wide(wte, static_cast<size_t>(rows) * C),
                              pe = wide(wpe, static_cast<size_t>(T) * C);  // positions < T
-    std::vector<float> o(static_cast<size_t>(B) * T * C);
+    Buffer o(static_cast<size_t>(B) * T * C);
     f32.embedding_forward(o.data(), tokens, te.data(), data_or_null(pe), B, T, C, vocab_begin,
                           vocab_end, positions);
     store(out, o);
@@ -101,7 +190,7 @@ class CpuOps16 final : public Ops<H> {
   void embedding_backward(float* dwte, float* dwpe, const H* dout, const int32_t* tokens, int B,
                           int T, int C, int vocab_begin, int vocab_end,
                           const int32_t* positions) override {
-    const std::vector<float> d = wide(dout, static_cast<size_t>(B) * T * C);
+    const Buffer d = wide(dout, static_cast<size_t>(B) * T * C);
     f32.embedding_backward(dwte, dwpe, d.data(), tokens, B, T, C, vocab_begin, vocab_end,
                            positions);
   }
@@ -115,8 +204,8 @@ class CpuOps16 final : public Ops<H> {
                                   const H* residual, const H* x, const H* weight, const H* bias,
                                   int N, int C) override {
     const size_t n = static_cast<size_t>(N) * C;
-    std::vector<float> sum = wide(residual, n);
-    const std::vector<float> xs = wide(x, n);
+    Buffer sum = wide(residual, n);
+    const Buffer xs = wide(x, n);
     for (size_t i = 0; i < n; i++) sum[i] += xs[i];
     store(residual_out, sum);
     normalise(out, mean, rstd, wide(residual_out, n), weight, bias, N, C);
@@ -125,8 +214,8 @@ class CpuOps16 final : public Ops<H> {
                           const H* weight, const float* mean, const float* rstd, int N,
                           int C) override {
     const size_t n = static_cast<size_t>(N) * C;
-    std::vector<float> di = wide(dinp, n);
-    const std::vector<float> d = wide(dout, n), i = wide(inp, n), w = wide(weight, C);
+    Buffer di = wide(dinp, n);
+    const Buffer d = wide(dout, n), i = wide(inp, n), w = wide(weight, C);
     f32.layernorm_backward(di.data(), dweight, dbias, d.data(), i.data(), w.data(), mean, rstd, N,
                            C);
     store(dinp, di);
@@ -140,8 +229,8 @@ class CpuOps16 final : public Ops<H> {
   void residual_rmsnorm_forward(H* residual_out, H* out, float* rstd, const H* residual, const H* x,
                                 const H* weight, int N, int C, float eps) override {
     const size_t n = static_cast<size_t>(N) * C;
-    std::vector<float> sum = wide(residual, n);
-    const std::vector<float> xs = wide(x, n);
+    Buffer sum = wide(residual, n);
+    const Buffer xs = wide(x, n);
     for (size_t i = 0; i < n; i++) sum[i] += xs[i];
     store(residual_out, sum);
     rms_normalise(out, rstd, wide(residual_out, n), weight, N, C, eps);
@@ -149,60 +238,60 @@ class CpuOps16 final : public Ops<H> {
   void rmsnorm_backward(H* dinp, float* dweight, const H* dout, const H* inp, const H* weight,
                         const float* rstd, int N, int C) override {
     const size_t n = static_cast<size_t>(N) * C;
-    std::vector<float> di = wide(dinp, n);
-    const std::vector<float> d = wide(dout, n), i = wide(inp, n), w = wide(weight, C);
+    Buffer di = wide(dinp, n);
+    const Buffer d = wide(dout, n), i = wide(inp, n), w = wide(weight, C);
     f32.rmsnorm_backward(di.data(), dweight, d.data(), i.data(), w.data(), rstd, N, C);
     store(dinp, di);
   }
 
   void rope_forward(H* qkv, const float* cos, const float* sin, const int32_t* positions, int N,
                     int T, int NH, int KV, int HS, int rotary_dim) override {
-    std::vector<float> x = wide(qkv, static_cast<size_t>(N) * (NH + 2 * KV) * HS);
+    Buffer x = wide(qkv, static_cast<size_t>(N) * (NH + 2 * KV) * HS);
     f32.rope_forward(x.data(), cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
     store(qkv, x);
   }
   void rope_backward(H* dqkv, const float* cos, const float* sin, const int32_t* positions, int N,
                      int T, int NH, int KV, int HS, int rotary_dim) override {
-    std::vector<float> x = wide(dqkv, static_cast<size_t>(N) * (NH + 2 * KV) * HS);
+    Buffer x = wide(dqkv, static_cast<size_t>(N) * (NH + 2 * KV) * HS);
     f32.rope_backward(x.data(), cos, sin, positions, N, T, NH, KV, HS, rotary_dim);
     store(dqkv, x);
   }
 
   void swiglu_forward(H* out, const H* inp, int N, int F) override {
-    const std::vector<float> i = wide(inp, static_cast<size_t>(N) * 2 * F);
-    std::vector<float> o(static_cast<size_t>(N) * F);
+    const Buffer i = wide(inp, static_cast<size_t>(N) * 2 * F);
+    Buffer o(static_cast<size_t>(N) * F);
     f32.swiglu_forward(o.data(), i.data(), N, F);
     store(out, o);
   }
   void swiglu_backward(H* dinp, const H* inp, const H* dout, int N, int F) override {
-    const std::vector<float> i = wide(inp, static_cast<size_t>(N) * 2 * F),
+    const Buffer i = wide(inp, static_cast<size_t>(N) * 2 * F),
                              d = wide(dout, static_cast<size_t>(N) * F);
-    std::vector<float> di(i.size());
+    Buffer di(i.size());
     f32.swiglu_backward(di.data(), i.data(), d.data(), N, F);
     store(dinp, di);
   }
 
   void gelu_forward(H* out, const H* inp, size_t n) override {
-    std::vector<float> o = wide(inp, n);
+    Buffer o = wide(inp, n);
     f32.gelu_forward(o.data(), o.data(), n);
     store(out, o);
   }
   void gelu_backward(H* dinp, const H* inp, const H* dout, size_t n) override {
-    const std::vector<float> i = wide(inp, n), d = wide(dout, n);
-    std::vector<float> di(n);
+    const Buffer i = wide(inp, n), d = wide(dout, n);
+    Buffer di(n);
     f32.gelu_backward(di.data(), i.data(), d.data(), n);
     store(dinp, di);
   }
   void residual_dropout_forward(H* out, const H* residual, const H* x, size_t n, float p,
                                 uint64_t key, size_t index_offset) override {
-    const std::vector<float> r = wide(residual, n), xs = wide(x, n);
-    std::vector<float> o(n);
+    const Buffer r = wide(residual, n), xs = wide(x, n);
+    Buffer o(n);
     f32.residual_dropout_forward(o.data(), data_or_null(r), xs.data(), n, p, key, index_offset);
     store(out, o);
   }
   void dropout_backward(H* dx, const H* dout, size_t n, float p, uint64_t key,
                         size_t index_offset) override {
-    std::vector<float> d = wide(dout, n);
+    Buffer d = wide(dout, n);
     f32.dropout_backward(d.data(), d.data(), n, p, key, index_offset);
     store(dx, d);
   }
@@ -217,8 +306,8 @@ class CpuOps16 final : public Ops<H> {
                          int NH, float p, uint64_t key, int head_offset, int total_heads, int KV,
                          const int32_t* positions) override {
     const size_t n = static_cast<size_t>(B) * T * C, nqkv = n / NH * (NH + 2 * KV);
-    const std::vector<float> q = wide(qkv, nqkv);
-    std::vector<float> o(n);
+    const Buffer q = wide(qkv, nqkv);
+    Buffer o(n);
     f32.attention_forward(o.data(), saved, q.data(), workspace, B, T, C, NH, p, key, head_offset,
                           total_heads, KV, positions);
     store(out, o);
@@ -228,8 +317,8 @@ class CpuOps16 final : public Ops<H> {
                           int head_offset, int total_heads, int KV,
                           const int32_t* positions) override {
     const size_t n = static_cast<size_t>(B) * T * C, nqkv = n / NH * (NH + 2 * KV);
-    const std::vector<float> d = wide(dout, n), q = wide(qkv, nqkv), o = wide(out, n);
-    std::vector<float> dq(nqkv);
+    const Buffer d = wide(dout, n), q = wide(qkv, nqkv), o = wide(out, n);
+    Buffer dq(nqkv);
     f32.attention_backward(dq.data(), d.data(), q.data(), o.data(), saved, workspace, B, T, C, NH,
                            p, key, head_offset, total_heads, KV, positions);
     store(dqkv, dq);
@@ -259,6 +348,7 @@ class CpuOps16 final : public Ops<H> {
 
   void to_compute(H* dst, const float* src, size_t n) override { store(dst, src, n); }
   void to_accum(float* dst, const H* src, size_t n) override {
+#pragma omp parallel for schedule(static) if (n >= kParallelElems)
     for (size_t i = 0; i < n; i++) dst[i] = widen(src[i]);
   }
 
@@ -283,19 +373,24 @@ class CpuOps16 final : public Ops<H> {
   void scale(float* x, size_t n, float s) override { f32.scale(x, n, s); }
 
  private:
+  // The linear layers' GEMMs on oneDNN's bf16 matmul (Note [bf16 GEMMs], kernels/cpu/README.md):
+  // bf16 lists only, as kernels::bf16_gemm() chooses.
+  static bool onednn() {
+    return std::is_same_v<H, bf16> && kernels::bf16_gemm() == kernels::Bf16Gemm::onednn;
+  }
   // out, rstd = the float RMSNorm of x (N, C, widened), out rounded to H.
-  void rms_normalise(H* out, float* rstd, const std::vector<float>& x, const H* weight, int N,
+  void rms_normalise(H* out, float* rstd, const Buffer& x, const H* weight, int N,
                      int C, float eps) {
-    const std::vector<float> w = wide(weight, C);
-    std::vector<float> o(x.size());
+    const Buffer w = wide(weight, C);
+    Buffer o(x.size());
     f32.rmsnorm_forward(o.data(), rstd, x.data(), w.data(), N, C, eps);
     store(out, o);
   }
   // out, mean, rstd = the float LayerNorm of x (N, C, widened), out rounded to H.
-  void normalise(H* out, float* mean, float* rstd, const std::vector<float>& x, const H* weight,
+  void normalise(H* out, float* mean, float* rstd, const Buffer& x, const H* weight,
                  const H* bias, int N, int C) {
-    const std::vector<float> w = wide(weight, C), b = wide(bias, C);
-    std::vector<float> o(x.size());
+    const Buffer w = wide(weight, C), b = wide(bias, C);
+    Buffer o(x.size());
     f32.layernorm_forward(o.data(), mean, rstd, x.data(), w.data(), b.data(), N, C);
     store(out, o);
   }

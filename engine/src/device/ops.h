@@ -208,8 +208,9 @@ class Ops {
 
 // The CPU's op lists, one per compute type, process-wide (they hold no state): float and
 // double forward to kernels.h (cpu_ops.cpp); bf16 and fp16 run the float kernels on widened
-// copies and round their results (cpu_ops_16bit.cpp), for tests of the 16-bit data flow, not for
-// runs (cpu_capabilities()). Every op has run when it returns.
+// copies and round their results (cpu_ops_16bit.cpp), bf16's GEMMs on oneDNN's bf16 matmul
+// where kernels::bf16_gemm() says so; for tests of the 16-bit data flow, and for --bf16 runs
+// where the CPU has bf16 GEMMs (cpu_capabilities()). Every op has run when it returns.
 template <typename A>
 Ops<A>& cpu_ops();
 template <>

@@ -148,9 +148,12 @@ void ConsoleSink::on_end(const TrainSummary& s) {
   const MemoryReport& m = s.memory;
   out_ << "> done: " << s.losses.size() << " iterations in " << format("%.1f", s.total_seconds)
        << " s; " << format("%.1f", s.tokens_per_second) << " tokens/s, "
-       << format("%.1f", s.gflops_per_rank)
-       << " GFLOP/s per rank = " << format("%.1f%%", 100.0 * s.gflops_per_rank / s.peak_gflops)
-       << (device_run_ ? " of the peak\n" : " of the measured SGEMM peak\n")
+       << format("%.1f", s.gflops_per_rank) << " GFLOP/s per rank";
+  // No peak for the compute type (a CPU --bf16 run: no bf16 reference GEMM is measured).
+  if (s.peak_gflops > 0)
+    out_ << " = " << format("%.1f%%", 100.0 * s.gflops_per_rank / s.peak_gflops)
+         << (device_run_ ? " of the peak" : " of the measured SGEMM peak");
+  out_ << "\n"
        << "> memory (MiB): weights " << format("%.1f", mib(m.weights)) << " | grads "
        << format("%.1f", mib(m.grads)) << " | optimizer state " << format("%.1f", mib(m.optimizer))
        << " | activations " << format("%.1f", mib(m.activations)) << " | workspace "
