@@ -29,11 +29,23 @@ int64_t ModelConfig::layer_parameters() const {
          (C * F + bias * C);
 }
 
+int64_t ModelConfig::layer_parameters(int l) const {
+  if (!is_moe_layer(l)) return layer_parameters();
+  const int64_t C = hidden_size, F = ffn(), Fm = moe_ffn(), E = num_experts;
+  const int64_t bias = linear_bias() ? 1 : 0;
+  const int64_t dense_mlp = (swiglu ? 2 * F : F) * (C + bias) + C * F + bias * C;
+  const int64_t up = swiglu ? 2 * Fm : Fm;
+  const int64_t expert = up * (C + bias) + C * Fm + bias * C;
+  return layer_parameters() - dense_mlp + E * C + E * expert;  // the router (E, C), E experts
+}
+
 int64_t ModelConfig::num_parameters() const {
   const int64_t C = hidden_size, V = padded_vocab_size();
   const int64_t positions = learned_positions() ? int64_t{max_positions()} * C : 0;
   const int64_t head = tied_output() ? 0 : V * C;
-  return V * C + positions + num_layers * layer_parameters() + (rms_norm() ? C : 2 * C) + head;
+  int64_t layers = 0;
+  for (int l = 0; l < num_layers; l++) layers += layer_parameters(l);
+  return V * C + positions + layers + (rms_norm() ? C : 2 * C) + head;
 }
 
 bool ModelConfig::lora_targets(const std::string& linear) const {
@@ -112,6 +124,49 @@ std::vector<std::string> ModelConfig::validate() const {
   }
   if (!(init_method_std > 0.0f))
     errors.push_back("--init-method-std must be positive, got " + std::to_string(init_method_std));
+  for (std::string& e : moe_errors()) errors.push_back(std::move(e));
+  return errors;
+}
+
+std::vector<std::string> ModelConfig::moe_errors() const {
+  std::vector<std::string> errors;
+  auto str = [](auto v) { return std::to_string(v); };
+  if (num_experts < 0)
+    errors.push_back("--num-experts must be 0 (a dense model) or positive, got " +
+                     str(num_experts));
+  const bool moe_flags = moe_token_dropping || moe_expert_capacity_factor != 0 ||
+                         moe_aux_loss_coeff != 0 || moe_ffn_hidden_size != 0;
+  if (!moe()) {
+    if (moe_flags)
+      errors.push_back(
+          "--moe-aux-loss-coeff, --moe-ffn-hidden-size, --moe-expert-capacity-factor and "
+          "--moe-token-dropping apply to MoE layers: give --num-experts");
+    return errors;
+  }
+  if (moe_router_topk < 1 || moe_router_topk > num_experts)
+    errors.push_back("--moe-router-topk " + str(moe_router_topk) + " must lie in [1, " +
+                     str(num_experts) + "] (--num-experts)");
+  if (moe_ffn_hidden_size < 0)
+    errors.push_back("--moe-ffn-hidden-size must be positive (0: --ffn-hidden-size), got " +
+                     str(moe_ffn_hidden_size));
+  if (!(moe_aux_loss_coeff >= 0))
+    errors.push_back("--moe-aux-loss-coeff must not be negative, got " + str(moe_aux_loss_coeff));
+  if (moe_router_load_balancing_type != "aux_loss" && moe_router_load_balancing_type != "none")
+    errors.push_back("--moe-router-load-balancing-type must be aux_loss or none, got \"" +
+                     moe_router_load_balancing_type + "\"");
+  if (!(moe_expert_capacity_factor >= 0))
+    errors.push_back("--moe-expert-capacity-factor must be positive (0: no token dropping), got " +
+                     str(moe_expert_capacity_factor));
+  if (moe_token_dropping && !(moe_expert_capacity_factor > 0))
+    errors.push_back("--moe-token-dropping needs --moe-expert-capacity-factor (the capacity)");
+  if (moe_layer_freq < 1)
+    errors.push_back("--moe-layer-freq must be positive (1: every layer is MoE), got " +
+                     str(moe_layer_freq));
+  if (tensor_model_parallel_size > 1)
+    errors.push_back("--num-experts does not combine with --tensor-model-parallel-size " +
+                     str(tensor_model_parallel_size) +
+                     " yet: MoE layers run with tensor parallelism 1");
+  if (lora_rank > 0) errors.push_back("--lora-rank does not combine with --num-experts yet");
   return errors;
 }
 
