@@ -76,7 +76,8 @@ Trained train(const ModelConfig& c, const OptimizerConfig& o, const std::vector<
     t.aux.push_back(model.moe_aux_loss());
     for (int l = 0; l < c.num_layers; l++)
       if (model.layout().is_moe(l))
-        for (int i = 0; i < N * c.moe_router_topk; i++) t.dropped += acts.layers[l].route_slot[i] < 0;
+        for (int i = 0; i < N * c.moe_router_topk; i++)
+          t.dropped += acts.layers[l].route_slot[i] < 0;
     model.backward(acts);
     t.norms.push_back(adam.step(model.params(), model.grads(), o.lr));
   }
@@ -173,11 +174,11 @@ class MoeParity : public QObject {
       text += "]}";
       std::ofstream(spec) << text.toStdString();
     }
-    const testing::Run py = testing::run_process(
-        kPython,
-        {QString(LATTICE_SOURCE_DIR) + "/tests/train/moe_reference.py",
-         QString::fromStdString(weights), QString::fromStdString(spec)},
-        {}, 300000);
+    const testing::Run py =
+        testing::run_process(kPython,
+                             {QString(LATTICE_SOURCE_DIR) + "/tests/train/moe_reference.py",
+                              QString::fromStdString(weights), QString::fromStdString(spec)},
+                             {}, 300000);
     if (py.exit_code != 0) {
       qWarning("%s", qPrintable(py.err));
       return -4;
@@ -227,13 +228,14 @@ class MoeParity : public QObject {
         // Relative to the element, or to the tensor's scale where the element is near 0: a key
         // bias has a zero true gradient, so Adam's steps there are rounding noise (~1e-13).
         if (std::abs(got - w) > 1e-9 * std::max(std::abs(w), rms)) {
-          qWarning("%s", qPrintable(QString("%1 %2[%3] after %4 steps: lattice fp64 %5, pytorch "
-                                            "%6 (tolerance 1e-9 x max(|pytorch|, the tensor's rms))")
-                                        .arg(name, QString::fromStdString(t.name))
-                                        .arg(i)
-                                        .arg(kSteps)
-                                        .arg(got, 0, 'g', 17)
-                                        .arg(w, 0, 'g', 17)));
+          qWarning("%s",
+                   qPrintable(QString("%1 %2[%3] after %4 steps: lattice fp64 %5, pytorch "
+                                      "%6 (tolerance 1e-9 x max(|pytorch|, the tensor's rms))")
+                                  .arg(name, QString::fromStdString(t.name))
+                                  .arg(i)
+                                  .arg(kSteps)
+                                  .arg(got, 0, 'g', 17)
+                                  .arg(w, 0, 'g', 17)));
           return -7;
         }
       }
@@ -258,7 +260,8 @@ class MoeParity : public QObject {
     const ModelConfig c = llama_moe();
     QVERIFY(c.validate().empty());
     const int dropped = check("llama-moe", c);
-    QVERIFY2(dropped == 0, qPrintable(QString("check returned %1 (see the warnings)").arg(dropped)));
+    QVERIFY2(dropped == 0,
+             qPrintable(QString("check returned %1 (see the warnings)").arg(dropped)));
   }
 
   // GELU experts with biases (the dense MLP's bias rule), learned positions, LayerNorm, tied
@@ -273,7 +276,8 @@ class MoeParity : public QObject {
     c.moe_layer_freq = 2;
     QVERIFY(c.validate().empty());
     const int dropped = check("gpt2-moe", c);
-    QVERIFY2(dropped == 0, qPrintable(QString("check returned %1 (see the warnings)").arg(dropped)));
+    QVERIFY2(dropped == 0,
+             qPrintable(QString("check returned %1 (see the warnings)").arg(dropped)));
   }
 
   // Capacity factor 1.0: each expert keeps ceil(32 x 2 / 4) = 16 of the 64 routes; the router
