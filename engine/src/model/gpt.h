@@ -262,6 +262,10 @@ class GptModel {
   // over this chunk's MoE layers (coefficient included: the term added to the training loss);
   // 0 without MoE or with --moe-aux-loss-coeff 0. Waits for the device.
   double moe_aux_loss();
+  // The training forwards' (grad_scale > 0) load-balancing losses summed since the last call
+  // (every MoE layer of the chunk, every micro-batch), then reset: the trainer's "moe aux loss"
+  // metric. Read on the host as each forward runs (MoE runs on the CPU alone).
+  double take_moe_aux_loss_sum() { return std::exchange(moe_aux_sum_, 0.0); }
 
  private:
   GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
@@ -313,7 +317,7 @@ class GptModel {
   // and the layer's load-balancing loss; moe_backward: given d out (N, C), writes d ln2 into
   // d_ln2 (N, C) and accumulates the router's and experts' gradients (d_out may alias d_ln2).
   void moe_experts_forward(int l, const LayerActivations<A>& la, const A* ln2);
-  void moe_combine_forward(int l, const LayerActivations<A>& la);
+  void moe_combine_forward(int l, const LayerActivations<A>& la, bool training);
   void moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
                     float grad_scale);
   // The configured normalisation (LayerNorm, or RMSNorm with mean and bias unused) over R rows.
@@ -466,6 +470,7 @@ class GptModel {
   A* moe_d_act_ = nullptr;    // (S, Fm)
   A* moe_d_up_ = nullptr;     // (S, 2Fm) SwiGLU
   G* moe_aux_ = nullptr;      // (L) each layer's load-balancing loss of the last forward
+  double moe_aux_sum_ = 0;    // take_moe_aux_loss_sum's
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
   // The micro-batch's positions (B, T) when it packs documents, else null (set from its

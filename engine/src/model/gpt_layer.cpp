@@ -100,7 +100,7 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
                             fc2_out_, w.ln1_w, w.ln1_b);
     layer_forward_from_ln1(l, la, x);
     if (layout_.is_moe(l))
-      moe_combine_forward(l, la);
+      moe_combine_forward(l, la, training);
     else
       row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_, w.fc2_la, w.fc2_lb, l, 3);
     hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)

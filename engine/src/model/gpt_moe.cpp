@@ -67,12 +67,14 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
 }
 
 template <typename A>
-void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la) {
+void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool training) {
   OpTimer timer(*this, Op::kMatmulForward);
   ops_.moe_combine(fc2_out_, la.expert_out, la.route_weight, la.route_slot, N_, C_, k_);
   const double coeff = config_.aux_loss_coeff();
-  if (coeff > 0)
-    ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_, coeff);
+  if (coeff <= 0) return;
+  ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_, coeff);
+  // The CPU has run the op: its result is host memory (Note [MoE layer]).
+  if (training && device_.capabilities().host_addressable) moe_aux_sum_ += moe_aux_[l];
 }
 
 template <typename A>
