@@ -133,7 +133,9 @@ struct ModelConfig {
 // Forward FLOPs per token as Megatron counts them (2 per multiply-add): one layer's GEMMs and
 // causal attention, 2 h W + 2 h^2 + 2 m h F + 2 s h (W = qkv_width, m = 3 for SwiGLU else 2);
 // of that the attention's score and value products alone, 2 s h (causal: half of 4 s h; what
-// selective recomputation repeats); and the LM head, 2 h V. flops_per_iteration and the
+// selective recomputation repeats); and the LM head, 2 h V. With MoE layers the MLP term is,
+// there, the router's 2 h E plus k experts' 2 m h Fm, and `layer` the mean over the layers.
+// flops_per_iteration and the
 // planner's per-stage step time (plan/step_estimate.cpp) both count from these.
 struct TokenFlops {
   double layer = 0, attention = 0, head = 0;

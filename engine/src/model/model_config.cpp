@@ -262,7 +262,17 @@ TokenFlops forward_flops_per_token(const ModelConfig& m) {
   const double s = m.seq_length, h = m.hidden_size, F = m.ffn(), V = m.padded_vocab_size(),
                W = static_cast<double>(m.qkv_width()), mlp = m.swiglu ? 3 : 2;
   // QKV 2hW (6h^2 for GPT-2) + proj 2h^2 + MLP 2mhF + causal attention 2sh; the LM head 2hV.
-  return {2 * h * W + 2 * h * h + 2 * mlp * h * F + 2 * s * h, 2 * s * h, 2 * h * V};
+  double mlp_flops = 2 * mlp * h * F;
+  if (m.moe() && m.num_layers > 0) {
+    // MoE layers (as Megatron counts them): the router 2hE and k experts of width Fm a token;
+    // `layer` is the mean over the layers.
+    int moe_layers = 0;
+    for (int l = 0; l < m.num_layers; l++) moe_layers += m.is_moe_layer(l);
+    const double share = static_cast<double>(moe_layers) / m.num_layers;
+    const double moe = 2 * h * m.num_experts + m.moe_router_topk * 2 * mlp * h * m.moe_ffn();
+    mlp_flops = (1 - share) * mlp_flops + share * moe;
+  }
+  return {2 * h * W + 2 * h * h + mlp_flops + 2 * s * h, 2 * s * h, 2 * h * V};
 }
 
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch) {
