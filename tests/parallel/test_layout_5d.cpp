@@ -35,10 +35,9 @@ lattice::TrainOptions options(const QStringList& flags) {
   return *o;
 }
 
-// What a layout with EP > 1 adds to its flags. TODO(merge with the MoE branch): once
-// expert_rules asks EP > 1 for --num-experts, this is {"--num-experts", "8"} (every EP used
-// here divides 8).
-const QStringList kExpertFlags = {};
+// What a layout with EP > 1 adds to its flags: the experts it splits (every EP used here
+// divides 8).
+const QStringList kExpertFlags = {"--num-experts", "8"};
 
 // The flags of a layout; 8 layers, 12 heads and sequences of 96 tokens fit every size used here.
 QStringList layout_flags(int tp, int cp, int pp, int ep, int etp) {

@@ -28,11 +28,11 @@ struct ModelConfig {
   std::string position_embedding_type = "learned_absolute";
   float rotary_base = 10000.0f;  // --rotary-base (RoPE's theta)
   float rotary_percent = 1.0f;   // --rotary-percent: the share of each head's dims rotated
-  std::string normalization = "LayerNorm";  // "LayerNorm" | "RMSNorm"   --normalization
-  float norm_epsilon = 1e-5f;               // --norm-epsilon
-  bool swiglu = false;                      // --swiglu: MLP down(silu(gate(x)) * up(x))
-  bool group_query_attention = false;       // --group-query-attention
-  int num_query_groups = 1;                 // --num-query-groups (G, with the flag above)
+  std::string normalization = "LayerNorm";           // "LayerNorm" | "RMSNorm"   --normalization
+  float norm_epsilon = 1e-5f;                        // --norm-epsilon
+  bool swiglu = false;                               // --swiglu: MLP down(silu(gate(x)) * up(x))
+  bool group_query_attention = false;                // --group-query-attention
+  int num_query_groups = 1;                          // --num-query-groups (G, with the flag above)
   bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
   bool disable_bias_linear = false;                  // --disable-bias-linear
   bool add_qkv_bias = false;  // --add-qkv-bias: QKV bias even with --disable-bias-linear (Qwen2)
@@ -50,6 +50,21 @@ struct ModelConfig {
   // --lora-target-modules: a comma list of linear_qkv, linear_proj, linear_fc1, linear_fc2
   // (Megatron-Bridge's default: all four).
   std::string lora_target_modules = "linear_qkv,linear_proj,linear_fc1,linear_fc2";
+  // Mixture of experts (docs/models.md#mixture-of-experts, Megatron's flags): num_experts 0 is a
+  // dense model. An MoE layer's MLP is a router (C -> E, no bias) and E experts of the dense
+  // MLP's kind (GELU or SwiGLU, biases as the dense MLP's) of width moe_ffn(); each token goes
+  // to its moe_router_topk experts, weighted by the router's softmax renormalised over them.
+  int num_experts = 0;           // --num-experts (E)
+  int moe_router_topk = 2;       // --moe-router-topk (k)
+  int moe_ffn_hidden_size = 0;   // --moe-ffn-hidden-size; 0 means ffn()
+  float moe_aux_loss_coeff = 0;  // --moe-aux-loss-coeff: the load-balancing loss's weight
+  // --moe-router-load-balancing-type: "aux_loss" (Switch's load-balancing loss) | "none"
+  std::string moe_router_load_balancing_type = "aux_loss";
+  // --moe-expert-capacity-factor: > 0 caps each expert at ceil(N k / E x factor) tokens of a
+  // micro-batch's N, dropping the lowest-weighted (Megatron's "probs" policy); 0 drops none.
+  float moe_expert_capacity_factor = 0;
+  bool moe_token_dropping = false;  // --moe-token-dropping: older Megatron's switch for the above
+  int moe_layer_freq = 1;           // --moe-layer-freq N: layers 0, N, 2N, ... are MoE
 
   // --ffn-hidden-size, else Megatron's default: 4 x hidden, or with --swiglu two thirds of it
   // rounded down to a multiple of 64 (the same parameter count over three matrices).
@@ -76,8 +91,22 @@ struct ModelConfig {
   float lora_scale() const { return lora_rank > 0 ? lora_alpha / lora_rank : 0.0f; }
   // The adapters' parameters (every layer), 0 without LoRA.
   int64_t lora_parameters() const;
-  // Every tensor of one transformer layer, summed.
+  bool moe() const { return num_experts > 0; }
+  // Whether global layer l is an MoE layer (Megatron's --moe-layer-freq: l % N == 0).
+  bool is_moe_layer(int l) const { return moe() && moe_layer_freq > 0 && l % moe_layer_freq == 0; }
+  // An expert's MLP width: --moe-ffn-hidden-size, else ffn().
+  int moe_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn(); }
+  // The load-balancing loss's coefficient in effect: 0 unless the type is aux_loss.
+  double aux_loss_coeff() const {
+    return moe() && moe_router_load_balancing_type == "aux_loss" ? moe_aux_loss_coeff : 0.0;
+  }
+  // The rules on the MoE flags validate() includes.
+  std::vector<std::string> moe_errors() const;
+  // Every tensor of one dense transformer layer, summed.
   int64_t layer_parameters() const;
+  // Every tensor of global layer l: layer_parameters(), or with an MoE MLP (router and experts)
+  // in place of the dense one.
+  int64_t layer_parameters(int l) const;
   int max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
   }
@@ -104,7 +133,9 @@ struct ModelConfig {
 // Forward FLOPs per token as Megatron counts them (2 per multiply-add): one layer's GEMMs and
 // causal attention, 2 h W + 2 h^2 + 2 m h F + 2 s h (W = qkv_width, m = 3 for SwiGLU else 2);
 // of that the attention's score and value products alone, 2 s h (causal: half of 4 s h; what
-// selective recomputation repeats); and the LM head, 2 h V. flops_per_iteration and the
+// selective recomputation repeats); and the LM head, 2 h V. With MoE layers the MLP term is,
+// there, the router's 2 h E plus k experts' 2 m h Fm, and `layer` the mean over the layers.
+// flops_per_iteration and the
 // planner's per-stage step time (plan/step_estimate.cpp) both count from these.
 struct TokenFlops {
   double layer = 0, attention = 0, head = 0;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ struct IterationMetrics {
   double tokens_per_second = 0;
   double tflops_per_device = 0;  // achieved, Megatron's FLOP count
   double mfu = 0;                // achieved / peak (measured SGEMM rate on CPU)
+  // MoE models (--num-experts): the load-balancing loss (coefficient included, summed over the
+  // MoE layers, mean over the iteration's micro-batches) added to lm_loss for the gradient;
+  // NaN for a dense model (not reported).
+  double moe_aux_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 // One validation run: the mean loss over eval_iters global batches of a held-out split.

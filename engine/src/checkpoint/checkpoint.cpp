@@ -75,7 +75,11 @@ json model_json(const ModelConfig& m) {
           {"lora_rank", m.lora_rank},
           {"lora_alpha", m.lora_alpha},
           {"lora_dropout", m.lora_dropout},
-          {"lora_target_modules", m.lora_target_modules}};
+          {"lora_target_modules", m.lora_target_modules},
+          {"num_experts", m.num_experts},
+          {"moe_router_topk", m.moe_router_topk},
+          {"moe_ffn_hidden_size", m.moe_ffn()},
+          {"moe_layer_freq", m.moe_layer_freq}};
 }
 
 }  // namespace
@@ -98,6 +102,11 @@ Status check_architecture(const std::string& path, const ModelConfig& saved,
         run.untie_embeddings_and_output_weights);
   agree("disable-bias-linear", saved.disable_bias_linear, run.disable_bias_linear);
   agree("add-qkv-bias", saved.add_qkv_bias, run.add_qkv_bias);
+  agree("num-experts", saved.num_experts, run.num_experts);
+  if (run.moe()) {
+    agree("moe-ffn-hidden-size", saved.moe_ffn(), run.moe_ffn());
+    agree("moe-layer-freq", saved.moe_layer_freq, run.moe_layer_freq);
+  }
   if (run.rope()) {
     agree("rotary-base", saved.rotary_base, run.rotary_base);
     agree("rotary-percent", saved.rotary_percent, run.rotary_percent);

@@ -106,6 +106,11 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     c.lora_alpha = m.value("lora_alpha", c.lora_alpha);
     c.lora_dropout = m.value("lora_dropout", c.lora_dropout);
     c.lora_target_modules = m.value("lora_target_modules", c.lora_target_modules);
+    // An MoE model's (absent before MoE: dense).
+    c.num_experts = m.value("num_experts", 0);
+    c.moe_router_topk = m.value("moe_router_topk", c.moe_router_topk);
+    if (c.num_experts > 0) c.moe_ffn_hidden_size = m.value("moe_ffn_hidden_size", 0);
+    c.moe_layer_freq = m.value("moe_layer_freq", 1);
     r->state_.iteration = j.at("iteration");
     r->state_.consumed_samples = j.at("consumed_samples");
     r->state_.valid_consumed = j.at("valid_consumed_samples");

@@ -52,8 +52,12 @@ HfArchitecture hf_architecture_of(const ModelConfig& config) {
 }
 
 std::vector<std::string> hf_unsupported(const ModelConfig& config) {
-  return hf_architecture_of(config) == HfArchitecture::kGpt2 ? gpt2_unsupported(config)
-                                                             : hf_llama_unsupported(config);
+  std::vector<std::string> problems = hf_architecture_of(config) == HfArchitecture::kGpt2
+                                          ? gpt2_unsupported(config)
+                                          : hf_llama_unsupported(config);
+  if (config.moe())
+    problems.push_back("--num-experts (MoE layers have no Hugging Face form in Lattice yet)");
+  return problems;
 }
 
 Result<HfArchitecture> hf_file_architecture(const std::string& path) {

@@ -35,6 +35,13 @@ std::vector<std::string> capability_errors(const TrainOptions& o, const Capabili
         "LATTICE_CPU_BF16_GEMM=widened for fp32 GEMMs on widened bf16 copies (slower than "
         "fp32); --fp16 on the CPU runs fp32 arithmetic with the loss scaler");
   }
+  // MoE layers (docs/models.md "Mixture of experts"): the CPU's fp32 and fp64 op lists only.
+  if (o.model.moe() && !c.moe)
+    errors.push_back("MoE layers (--num-experts) are not yet implemented on " +
+                     std::string(c.device == "cuda" ? "CUDA" : c.device) +
+                     ": train them on the CPU (--device cpu)");
+  else if (o.model.moe() && (o.fp16 || o.bf16))
+    errors.push_back("MoE layers (--num-experts) run in fp32 and fp64: drop --fp16 / --bf16");
   const int heads = o.model.num_attention_heads;
   const int head_size = heads > 0 ? o.model.hidden_size / heads : 0;
   const std::vector<int>& sizes = c.head_sizes;

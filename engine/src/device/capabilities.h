@@ -27,6 +27,7 @@ struct Capabilities {
                                         // initialisation and data read it directly
   bool cheap_marks = false;  // a time mark is a clock read, so per-op times are always kept
                              // (CUDA: two timing events per op, kept with --profile only)
+  bool moe = false;          // MoE layers (--num-experts; Ops::has_moe), in fp32 and fp64
 };
 
 // The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, bf16 where this build and
@@ -40,6 +41,7 @@ inline Capabilities cpu_capabilities() {
   c.attention_saves_scores = true;
   c.host_addressable = true;
   c.cheap_marks = true;
+  c.moe = true;
   return c;
 }
 

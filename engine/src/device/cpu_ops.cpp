@@ -165,6 +165,45 @@ class CpuOps final : public Ops<S> {
   }
   void scale(S* x, size_t n, S s) override { kernels::scale(x, n, s); }
 
+  bool has_moe() const override { return true; }
+  void moe_route(S* probs, int32_t* route, S* weight, const S* logits, int N, int E,
+                 int k) override {
+    kernels::moe_route(probs, route, weight, logits, N, E, k);
+  }
+  void moe_dispatch_plan(int32_t* tokens_per_expert, int32_t* counts, int32_t* route_slot,
+                         int32_t* slot_row, const int32_t* route, const S* weight, int N, int E,
+                         int k, int capacity) override {
+    kernels::moe_dispatch_plan(tokens_per_expert, counts, route_slot, slot_row, route, weight, N, E,
+                               k, capacity);
+  }
+  void moe_gather_rows(S* out, const S* inp, const int32_t* slot_row, int rows, int C) override {
+    kernels::moe_gather_rows(out, inp, slot_row, rows, C);
+  }
+  void moe_scatter_add_rows(S* dinp, const S* d_rows, const int32_t* route_slot, int N, int C,
+                            int k) override {
+    kernels::moe_scatter_add_rows(dinp, d_rows, route_slot, N, C, k);
+  }
+  void moe_combine(S* out, const S* expert_out, const S* weight, const int32_t* route_slot, int N,
+                   int C, int k) override {
+    kernels::moe_combine(out, expert_out, weight, route_slot, N, C, k);
+  }
+  void moe_combine_backward(S* d_expert_out, S* dweight, const S* dout, const S* expert_out,
+                            const S* weight, const int32_t* route_slot, int N, int C,
+                            int k) override {
+    kernels::moe_combine_backward(d_expert_out, dweight, dout, expert_out, weight, route_slot, N, C,
+                                  k);
+  }
+  void moe_aux_loss(S* loss, const S* probs, const int32_t* tokens_per_expert, int N, int E, int k,
+                    double coeff) override {
+    kernels::moe_aux_loss(loss, probs, tokens_per_expert, N, E, k, coeff);
+  }
+  void moe_route_backward(S* dlogits, const S* dweight, const S* probs, const int32_t* route,
+                          const S* weight, const int32_t* tokens_per_expert, int N, int E, int k,
+                          double aux_scale) override {
+    kernels::moe_route_backward(dlogits, dweight, probs, route, weight, tokens_per_expert, N, E, k,
+                                aux_scale);
+  }
+
  private:
   static void copy(S* dst, const S* src, size_t n) {
     if (dst != src && n > 0) std::memcpy(dst, src, n * sizeof(S));

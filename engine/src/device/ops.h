@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <type_traits>
 
 #include "lattice/dtype.h"
@@ -202,8 +203,59 @@ class Ops {
   // x (n) *= s
   virtual void scale(G* x, size_t n, G s) = 0;
 
+  // ---- mixture of experts (kernels.h's moe_* ops; logits and rows in A, probabilities, weights
+  // and the loss in G) -----------------------------------------------------------------------
+  // Whether this list has them: the CPU's float and double lists. Elsewhere (CUDA, the CPU's
+  // 16-bit lists) GptModel::create refuses an MoE model, so the defaults below, which throw
+  // std::logic_error, are never reached.
+  virtual bool has_moe() const { return false; }
+  virtual void moe_route(G* /*probs*/, int32_t* /*route*/, G* /*weight*/, const A* /*logits*/,
+                         int /*N*/, int /*E*/, int /*k*/) {
+    no_moe();
+  }
+  // Host-side decisions on device data; on the CPU both are host memory.
+  virtual void moe_dispatch_plan(int32_t* /*tokens_per_expert*/, int32_t* /*counts*/,
+                                 int32_t* /*route_slot*/, int32_t* /*slot_row*/,
+                                 const int32_t* /*route*/, const G* /*weight*/, int /*N*/,
+                                 int /*E*/, int /*k*/, int /*capacity*/) {
+    no_moe();
+  }
+  virtual void moe_gather_rows(A* /*out*/, const A* /*inp*/, const int32_t* /*slot_row*/,
+                               int /*rows*/, int /*C*/) {
+    no_moe();
+  }
+  virtual void moe_scatter_add_rows(A* /*dinp*/, const A* /*d_rows*/, const int32_t* /*route_slot*/,
+                                    int /*N*/, int /*C*/, int /*k*/) {
+    no_moe();
+  }
+  virtual void moe_combine(A* /*out*/, const A* /*expert_out*/, const G* /*weight*/,
+                           const int32_t* /*route_slot*/, int /*N*/, int /*C*/, int /*k*/) {
+    no_moe();
+  }
+  virtual void moe_combine_backward(A* /*d_expert_out*/, G* /*dweight*/, const A* /*dout*/,
+                                    const A* /*expert_out*/, const G* /*weight*/,
+                                    const int32_t* /*route_slot*/, int /*N*/, int /*C*/,
+                                    int /*k*/) {
+    no_moe();
+  }
+  virtual void moe_aux_loss(G* /*loss*/, const G* /*probs*/, const int32_t* /*tokens_per_expert*/,
+                            int /*N*/, int /*E*/, int /*k*/, double /*coeff*/) {
+    no_moe();
+  }
+  virtual void moe_route_backward(A* /*dlogits*/, const G* /*dweight*/, const G* /*probs*/,
+                                  const int32_t* /*route*/, const G* /*weight*/,
+                                  const int32_t* /*tokens_per_expert*/, int /*N*/, int /*E*/,
+                                  int /*k*/, double /*aux_scale*/) {
+    no_moe();
+  }
+
  protected:
   Ops() = default;
+
+ private:
+  [[noreturn]] static void no_moe() {
+    throw std::logic_error("MoE ops called on an op list without them (GptModel::create refuses)");
+  }
 };
 
 // The CPU's op lists, one per compute type, process-wide (they hold no state): float and

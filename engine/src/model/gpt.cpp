@@ -3,6 +3,7 @@
 #include "model/gpt.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -65,7 +66,7 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       rotary_dim_(config.rope() ? config.rotary_dim() : 0) {}
 
 template <typename A>
-LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved) {
+LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved, bool moe) {
   using MC = MemoryCategory;
   // R rows of the residual stream and the LayerNorms (N / t with sequence parallelism), N of
   // the tensor-parallel layers' inputs and outputs.
@@ -84,8 +85,25 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   a.ln2 = from.template take<A>(RC, MC::kActivations);
   if (!rms_norm_) a.ln2_mean = from.template take<G>(R_, MC::kActivations);
   a.ln2_rstd = from.template take<G>(R_, MC::kActivations);
-  a.fc1 = from.template take<A>(static_cast<size_t>(N_) * up_, MC::kActivations);
-  a.gelu = from.template take<A>(NF, MC::kActivations);
+  if (!moe) {
+    a.fc1 = from.template take<A>(static_cast<size_t>(N_) * up_, MC::kActivations);
+    a.gelu = from.template take<A>(NF, MC::kActivations);
+    return a;
+  }
+  // Note [MoE layer] (gpt_moe.cpp): S = N k rows of expert width; at least a dense layer's.
+  const size_t S = static_cast<size_t>(N_) * k_, Nk = S;
+  a.fc1 =
+      from.template take<A>(std::max(S * upm_, static_cast<size_t>(N_) * up_), MC::kActivations);
+  a.gelu = from.template take<A>(std::max(S * Fm_, NF), MC::kActivations);
+  a.router_probs = from.template take<G>(static_cast<size_t>(N_) * E_, MC::kActivations);
+  a.route = from.template take<int32_t>(Nk, MC::kActivations);
+  a.route_weight = from.template take<G>(Nk, MC::kActivations);
+  a.route_slot = from.template take<int32_t>(Nk, MC::kActivations);
+  a.slot_row = from.template take<int32_t>(S, MC::kActivations);
+  a.tokens_per_expert = from.template take<int32_t>(E_, MC::kActivations);
+  a.expert_counts = from.template take<int32_t>(E_, MC::kActivations);
+  a.expert_in = from.template take<A>(S * C_, MC::kActivations);
+  a.expert_out = from.template take<A>(S * C_, MC::kActivations);
   return a;
 }
 
@@ -113,8 +131,38 @@ Status GptModel<A>::allocate() {
   drop_saved_ = recompute_.selective && device_.capabilities().attention_saves_scores;
   if (drop_saved_)
     selective_saved_ = take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kWorkspace);
+  if (config_.moe()) {  // Note [MoE layer] (gpt_moe.cpp)
+    if (!ops_.has_moe())
+      return Status::invalid_argument("MoE layers (--num-experts) are not yet implemented on " +
+                                      device_.describe() + " in " + compute_type_name<A>() +
+                                      " compute: the CPU runs them in fp32 and fp64");
+    if (shard_.tp_size > 1)  // the trainer refuses it first (trainer_layout_refusals)
+      return Status::invalid_argument(
+          "MoE layers (--num-experts) run with tensor parallelism 1 for now");
+    for (int l = 0; l < L_; l++) any_moe_ = any_moe_ || layout_.is_moe(l);
+  }
+  if (any_moe_) {
+    E_ = config_.num_experts;
+    k_ = config_.moe_router_topk;
+    Fm_ = config_.moe_ffn();
+    upm_ = swiglu_ ? 2 * Fm_ : Fm_;
+    if (config_.moe_expert_capacity_factor > 0) {
+      // Megatron's get_capacity over the N k routes; above N an expert cannot overflow.
+      const double c = std::ceil(static_cast<double>(N_) * k_ / E_ *
+                                 static_cast<double>(config_.moe_expert_capacity_factor));
+      capacity_ = c > N_ ? 0 : static_cast<int>(c);
+    }
+    const size_t S = static_cast<size_t>(N_) * k_;
+    moe_logits_ = take<A>(static_cast<size_t>(N_) * E_, MC::kWorkspace);
+    moe_dweight_ = take<G>(S, MC::kWorkspace);
+    moe_d_rows_ = take<A>(S * C_, MC::kWorkspace);
+    moe_d_act_ = take<A>(S * Fm_, MC::kWorkspace);
+    if (swiglu_) moe_d_up_ = take<A>(2 * S * Fm_, MC::kWorkspace);
+    moe_aux_ = take<G>(L_, MC::kWorkspace);
+    device_.zero(moe_aux_, L_ * sizeof(G), compute());
+  }
   for (int i = 0; i < recompute_.max_group; i++)
-    recompute_scratch_.push_back(take_layer_acts(blocks_, true));
+    recompute_scratch_.push_back(take_layer_acts(blocks_, true, any_moe_));
   if (t_ > 1 && post()) {
     row_max_ = take<G>(N_, MC::kWorkspace);
     sum_exp_ = take<double>(N_, MC::kWorkspace);
@@ -164,8 +212,9 @@ Status GptModel<A>::take_activations(GptActivations<A>& a) {
   a.positions = from.take<int32_t>(N_, MC::kActivations);  // 4 bytes a token: always there
   a.residual = from.take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
   for (int l = 0; l < L_; l++)
-    a.layers.push_back(recompute_.recomputed(l) ? LayerActivations<A>{}
-                                                : take_layer_acts(from, !drop_saved_));
+    a.layers.push_back(recompute_.recomputed(l)
+                           ? LayerActivations<A>{}
+                           : take_layer_acts(from, !drop_saved_, layout_.is_moe(l)));
   if (post()) {
     a.lnf = from.take<A>(RC, MC::kActivations);
     if (!rms_norm_) a.lnf_mean = from.take<G>(R_, MC::kActivations);

@@ -80,8 +80,19 @@ struct LayerActivations {
   A* ln2;       // (R, C)
   G* ln2_mean;  // (R), null with RMSNorm
   G* ln2_rstd;  // (R)
-  A* fc1;       // (N, Ft) before GELU; (N, 2Ft) gate | up with SwiGLU
-  A* gelu;      // (N, Ft) the activation's output (GELU or SwiGLU)
+  A* fc1;       // (N, Ft) before GELU; (N, 2Ft) gate | up with SwiGLU; MoE: (S, Fm')
+  A* gelu;      // (N, Ft) the activation's output (GELU or SwiGLU); MoE: (S, Fm)
+  // An MoE layer's (Note [MoE layer] in gpt_moe.cpp; E experts, k routes a token, S = N k
+  // permuted rows of which the kept routes use the first sum(expert_counts)); null when dense.
+  G* router_probs;             // (N, E) the router's softmax over every expert
+  int32_t* route;              // (N, k) each token's experts
+  G* route_weight;             // (N, k) their weights (renormalised over the k)
+  int32_t* route_slot;         // (N, k) each route's permuted row, -1 where dropped
+  int32_t* slot_row;           // (S) each permuted row's token
+  int32_t* tokens_per_expert;  // (E) routes to each expert before dropping (the aux loss's)
+  int32_t* expert_counts;      // (E) kept routes: expert e's block of permuted rows
+  A* expert_in;                // (S, C) the permuted ln2 rows
+  A* expert_out;               // (S, C) each kept route's expert output
 };
 
 // "" when host positions (B, T) describe contiguous packed documents (Note [packed sequences]:
@@ -125,6 +136,9 @@ struct GptActivations {
   // the micro-batch's seed; its backward draws the same masks.
   float p_hidden = 0, p_attention = 0, p_lora = 0;
   uint64_t dropout_seed = 0;
+  // The last forward's grad_scale (0: evaluation): MoE's load-balancing loss enters the gradient
+  // with it (Note [MoE layer] in gpt_moe.cpp).
+  float grad_scale = 0;
   // The host constructor's (B, T), which forward() checks against the model's; {0, 0} otherwise.
   std::pair<int, int> host_shape{0, 0};
 };
@@ -244,6 +258,15 @@ class GptModel {
   int B() const { return B_; }
   int T() const { return T_; }
 
+  // MoE (Note [MoE layer] in gpt_moe.cpp): the load-balancing loss of the last forward, summed
+  // over this chunk's MoE layers (coefficient included: the term added to the training loss);
+  // 0 without MoE or with --moe-aux-loss-coeff 0. Waits for the device.
+  double moe_aux_loss();
+  // The training forwards' (grad_scale > 0) load-balancing losses summed since the last call
+  // (every MoE layer of the chunk, every micro-batch), then reset: the trainer's "moe aux loss"
+  // metric. Read on the host as each forward runs (MoE runs on the CPU alone).
+  double take_moe_aux_loss_sum() { return std::exchange(moe_aux_sum_, 0.0); }
+
  private:
   GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
            Ops<A>& ops, Comm* tp);
@@ -255,8 +278,9 @@ class GptModel {
   // the host constructor's activations at their first forward).
   Status take_activations(GptActivations<A>& a);
   // One layer's activations (kActivations) from `from`; without the attention's saved tensor
-  // when keep_saved is false (selective recomputation drops it).
-  LayerActivations<A> take_layer_acts(DeviceBlocks& from, bool keep_saved);
+  // when keep_saved is false (selective recomputation drops it); an MoE layer's (moe) with its
+  // routing tensors and expert rows, sized for a dense layer too (the recompute scratch).
+  LayerActivations<A> take_layer_acts(DeviceBlocks& from, bool keep_saved, bool moe);
   // Where layer activations la's attention keeps its saved tensor: la's own, or the scratch
   // selective recomputation refills in each layer's backward.
   G* saved_of(const LayerActivations<A>& la) const {
@@ -287,6 +311,15 @@ class GptModel {
   // res_mid = x + dropout(proj) and ln2, FC1 and GELU. x: residual[l]. Shared by the forward
   // and the recomputation, so both queue the same ops, masks and TP reductions.
   void layer_forward_from_ln1(int l, const LayerActivations<A>& la, const A* x);
+  // MoE layer l (Note [MoE layer] in gpt_moe.cpp). moe_experts_forward: from ln2 (N, C) the
+  // router, routing, dispatch plan and the experts' outputs into la (part of the recomputed
+  // forward); moe_combine_forward: fc2_out_ = the weighted sum of each token's expert outputs,
+  // and the layer's load-balancing loss; moe_backward: given d out (N, C), writes d ln2 into
+  // d_ln2 (N, C) and accumulates the router's and experts' gradients (d_out may alias d_ln2).
+  void moe_experts_forward(int l, const LayerActivations<A>& la, const A* ln2);
+  void moe_combine_forward(int l, const LayerActivations<A>& la, bool training);
+  void moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
+                    float grad_scale);
   // The configured normalisation (LayerNorm, or RMSNorm with mean and bias unused) over R rows.
   void norm_forward(A* out, G* mean, G* rstd, const A* inp, const A* weight, const A* bias);
   void residual_norm_forward(A* residual_out, A* out, G* mean, G* rstd, const A* residual,
@@ -426,6 +459,18 @@ class GptModel {
   A* lora_y_ = nullptr;        // (N, O) the adapter's output
   G* lora_hg_ = nullptr;       // (N, r) 16-bit A: lora_scale's staging
   G* norm_discard_ = nullptr;  // (2C) frozen norms' weight gradients go here, unread
+  // MoE (null without MoE layers; E experts, k routes a token, S = N k, Fm the expert width,
+  // Fm' = 2 Fm with SwiGLU).
+  int E_ = 0, k_ = 0, Fm_ = 0, upm_ = 0;
+  int capacity_ = 0;          // routes an expert keeps (0: no dropping)
+  bool any_moe_ = false;      // the chunk has MoE layers
+  A* moe_logits_ = nullptr;   // (N, E) router logits, then their gradient
+  G* moe_dweight_ = nullptr;  // (N, k) the route weights' gradient
+  A* moe_d_rows_ = nullptr;   // (S, C) d expert_out, then d expert_in
+  A* moe_d_act_ = nullptr;    // (S, Fm)
+  A* moe_d_up_ = nullptr;     // (S, 2Fm) SwiGLU
+  G* moe_aux_ = nullptr;      // (L) each layer's load-balancing loss of the last forward
+  double moe_aux_sum_ = 0;    // take_moe_aux_loss_sum's
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
   // The micro-batch's positions (B, T) when it packs documents, else null (set from its

@@ -46,6 +46,7 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
   a.p_attention = training ? config_.attention_dropout : 0.0f;
   a.p_lora = training ? config_.lora_dropout : 0.0f;
   a.dropout_seed = dropout_seed;
+  a.grad_scale = grad_scale;
   p_hidden_ = a.p_hidden;
   p_attention_ = a.p_attention;
   p_lora_ = a.p_lora;
@@ -98,7 +99,10 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
       residual_norm_forward(x, la.ln1, la.ln1_mean, la.ln1_rstd, layer_acts(a, l - 1).res_mid,
                             fc2_out_, w.ln1_w, w.ln1_b);
     layer_forward_from_ln1(l, la, x);
-    row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_, w.fc2_la, w.fc2_lb, l, 3);
+    if (layout_.is_moe(l))
+      moe_combine_forward(l, la, training);
+    else
+      row_parallel_forward(fc2_out_, la.gelu, w.fc2_w, w.fc2_b, Ft_, w.fc2_la, w.fc2_lb, l, 3);
     hidden_dropout(fc2_out_, l, DropoutSite::kFc2);  // added by the next LayerNorm (or add)
     device_.progress();  // communication in flight (pipeline sends) moves on
   }
@@ -159,6 +163,10 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
   residual_norm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_, w.ln2_w,
                         w.ln2_b);
   const A* ln2 = gather_rows(la.ln2, gathered_);
+  if (layout_.is_moe(l)) {
+    moe_experts_forward(l, la, ln2);
+    return;
+  }
   if (swiglu_) {  // FC1 makes gate | up (N, 2Ft); SwiGLU combines them
     {
       OpTimer timer(*this, Op::kMatmulForward);
@@ -314,29 +322,33 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
     // parallelism this rank's rows of it, so the bias gradient is partial).
     const A* d_fc2 = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kFc2);
-    const A* d_fc2_rows = gather_rows(d_fc2, full_);
-    {
-      OpTimer timer(*this, Op::kMatmulBackward);
-      ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, d_fc2_rows, la.gelu, w.fc2_w, N,
-                           Ft_, C);
-      lora_backward(d_f_, g.fc2_la, g.fc2_lb, d_fc2_rows, la.gelu, w.fc2_la, w.fc2_lb, Ft_, C, l,
-                    3);
-      if (sp_ && g.fc2_b)
-        ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
-    }
-    A* d_fc1 = swiglu_ ? d_up_ : d_f_;  // (N, up_)
-    {
-      OpTimer timer(*this, Op::kGelu);
-      if (swiglu_)
-        ops_.swiglu_backward(d_up_, la.fc1, d_f_, N, Ft_);
-      else
-        ops_.gelu_backward(d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
-    }
-    const A* ln2 = gather_rows(la.ln2, gathered_);
-    {
-      OpTimer timer(*this, Op::kMatmulBackward);
-      ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_fc1, ln2, w.fc1_w, N, C, up_);
-      lora_backward(d_col, g.fc1_la, g.fc1_lb, d_fc1, ln2, w.fc1_la, w.fc1_lb, C, up_, l, 2);
+    if (layout_.is_moe(l)) {
+      moe_backward(l, la, d_fc2, d_col, a.grad_scale);
+    } else {
+      const A* d_fc2_rows = gather_rows(d_fc2, full_);
+      {
+        OpTimer timer(*this, Op::kMatmulBackward);
+        ops_.matmul_backward(d_f_, g.fc2_w, sp_ ? nullptr : g.fc2_b, d_fc2_rows, la.gelu, w.fc2_w,
+                             N, Ft_, C);
+        lora_backward(d_f_, g.fc2_la, g.fc2_lb, d_fc2_rows, la.gelu, w.fc2_la, w.fc2_lb, Ft_, C, l,
+                      3);
+        if (sp_ && g.fc2_b)
+          ops_.matmul_backward(nullptr, nullptr, g.fc2_b, d_fc2, nullptr, nullptr, R_, 0, C);
+      }
+      A* d_fc1 = swiglu_ ? d_up_ : d_f_;  // (N, up_)
+      {
+        OpTimer timer(*this, Op::kGelu);
+        if (swiglu_)
+          ops_.swiglu_backward(d_up_, la.fc1, d_f_, N, Ft_);
+        else
+          ops_.gelu_backward(d_f_, la.fc1, d_f_, static_cast<size_t>(N) * Ft_);
+      }
+      const A* ln2 = gather_rows(la.ln2, gathered_);
+      {
+        OpTimer timer(*this, Op::kMatmulBackward);
+        ops_.matmul_backward(d_col, g.fc1_w, g.fc1_b, d_fc1, ln2, w.fc1_w, N, C, up_);
+        lora_backward(d_col, g.fc1_la, g.fc1_lb, d_fc1, ln2, w.fc1_la, w.fc1_lb, C, up_, l, 2);
+      }
     }
     reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
     norm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean, la.ln2_rstd);
@@ -370,7 +382,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     }
     reduce_rows(d_col, d_c_);  // d ln1: every rank's heads contribute
     norm_backward(d_res_, g.ln1_w, g.ln1_b, d_c_, x, w.ln1_w, la.ln1_mean, la.ln1_rstd);
-    notify(layout_.layer_index(l), layout_.layer_index(l) + layout_.tensors_per_layer());
+    notify(layout_.layer_index(l), layout_.layer_end_index(l));
     device_.progress();  // communication in flight (pipeline, data-parallel) moves on
   }
   if (!pre()) {  // d_res_ is d residual[0]: the previous stage's output gradient

@@ -29,11 +29,23 @@ int64_t ModelConfig::layer_parameters() const {
          (C * F + bias * C);
 }
 
+int64_t ModelConfig::layer_parameters(int l) const {
+  if (!is_moe_layer(l)) return layer_parameters();
+  const int64_t C = hidden_size, F = ffn(), Fm = moe_ffn(), E = num_experts;
+  const int64_t bias = linear_bias() ? 1 : 0;
+  const int64_t dense_mlp = (swiglu ? 2 * F : F) * (C + bias) + C * F + bias * C;
+  const int64_t up = swiglu ? 2 * Fm : Fm;
+  const int64_t expert = up * (C + bias) + C * Fm + bias * C;
+  return layer_parameters() - dense_mlp + E * C + E * expert;  // the router (E, C), E experts
+}
+
 int64_t ModelConfig::num_parameters() const {
   const int64_t C = hidden_size, V = padded_vocab_size();
   const int64_t positions = learned_positions() ? int64_t{max_positions()} * C : 0;
   const int64_t head = tied_output() ? 0 : V * C;
-  return V * C + positions + num_layers * layer_parameters() + (rms_norm() ? C : 2 * C) + head;
+  int64_t layers = 0;
+  for (int l = 0; l < num_layers; l++) layers += layer_parameters(l);
+  return V * C + positions + layers + (rms_norm() ? C : 2 * C) + head;
 }
 
 bool ModelConfig::lora_targets(const std::string& linear) const {
@@ -112,6 +124,45 @@ std::vector<std::string> ModelConfig::validate() const {
   }
   if (!(init_method_std > 0.0f))
     errors.push_back("--init-method-std must be positive, got " + std::to_string(init_method_std));
+  for (std::string& e : moe_errors()) errors.push_back(std::move(e));
+  return errors;
+}
+
+std::vector<std::string> ModelConfig::moe_errors() const {
+  std::vector<std::string> errors;
+  auto str = [](auto v) { return std::to_string(v); };
+  if (num_experts < 0)
+    errors.push_back("--num-experts must be 0 (a dense model) or positive, got " +
+                     str(num_experts));
+  const bool moe_flags = moe_token_dropping || moe_expert_capacity_factor != 0 ||
+                         moe_aux_loss_coeff != 0 || moe_ffn_hidden_size != 0;
+  if (!moe()) {
+    if (moe_flags)
+      errors.push_back(
+          "--moe-aux-loss-coeff, --moe-ffn-hidden-size, --moe-expert-capacity-factor and "
+          "--moe-token-dropping apply to MoE layers: give --num-experts");
+    return errors;
+  }
+  if (moe_router_topk < 1 || moe_router_topk > num_experts)
+    errors.push_back("--moe-router-topk " + str(moe_router_topk) + " must lie in [1, " +
+                     str(num_experts) + "] (--num-experts)");
+  if (moe_ffn_hidden_size < 0)
+    errors.push_back("--moe-ffn-hidden-size must be positive (0: --ffn-hidden-size), got " +
+                     str(moe_ffn_hidden_size));
+  if (!(moe_aux_loss_coeff >= 0))
+    errors.push_back("--moe-aux-loss-coeff must not be negative, got " + str(moe_aux_loss_coeff));
+  if (moe_router_load_balancing_type != "aux_loss" && moe_router_load_balancing_type != "none")
+    errors.push_back("--moe-router-load-balancing-type must be aux_loss or none, got \"" +
+                     moe_router_load_balancing_type + "\"");
+  if (!(moe_expert_capacity_factor >= 0))
+    errors.push_back("--moe-expert-capacity-factor must be positive (0: no token dropping), got " +
+                     str(moe_expert_capacity_factor));
+  if (moe_token_dropping && !(moe_expert_capacity_factor > 0))
+    errors.push_back("--moe-token-dropping needs --moe-expert-capacity-factor (the capacity)");
+  if (moe_layer_freq < 1)
+    errors.push_back("--moe-layer-freq must be positive (1: every layer is MoE), got " +
+                     str(moe_layer_freq));
+  if (lora_rank > 0) errors.push_back("--lora-rank does not combine with --num-experts yet");
   return errors;
 }
 
@@ -207,7 +258,17 @@ TokenFlops forward_flops_per_token(const ModelConfig& m) {
   const double s = m.seq_length, h = m.hidden_size, F = m.ffn(), V = m.padded_vocab_size(),
                W = static_cast<double>(m.qkv_width()), mlp = m.swiglu ? 3 : 2;
   // QKV 2hW (6h^2 for GPT-2) + proj 2h^2 + MLP 2mhF + causal attention 2sh; the LM head 2hV.
-  return {2 * h * W + 2 * h * h + 2 * mlp * h * F + 2 * s * h, 2 * s * h, 2 * h * V};
+  double mlp_flops = 2 * mlp * h * F;
+  if (m.moe() && m.num_layers > 0) {
+    // MoE layers (as Megatron counts them): the router 2hE and k experts of width Fm a token;
+    // `layer` is the mean over the layers.
+    int moe_layers = 0;
+    for (int l = 0; l < m.num_layers; l++) moe_layers += m.is_moe_layer(l);
+    const double share = static_cast<double>(moe_layers) / m.num_layers;
+    const double moe = 2 * h * m.num_experts + m.moe_router_topk * 2 * mlp * h * m.moe_ffn();
+    mlp_flops = (1 - share) * mlp_flops + share * moe;
+  }
+  return {2 * h * W + 2 * h * h + mlp_flops + 2 * s * h, 2 * s * h, 2 * h * V};
 }
 
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch) {

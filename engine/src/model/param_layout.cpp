@@ -22,13 +22,19 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
   const std::vector<int64_t> fc1 = c.swiglu ? std::vector<int64_t>{2, F, C} : std::vector{F, C};
   const std::vector<int64_t> fc1_b = c.swiglu ? std::vector<int64_t>{2, F} : std::vector{F};
   const int fc1_split = c.swiglu ? 1 : 0;
-  std::fill(std::begin(slot_), std::end(slot_), -1);
+  for (auto& kind : slot_) std::fill(std::begin(kind), std::end(kind), -1);
+  bool seen[2] = {false, false};  // a dense, an MoE layer laid out (their slots recorded)
+  const int64_t E = c.num_experts, Fm = c.moe_ffn();
   for (int l = shard_.layer_begin; l < shard_.layer_end; l++) {
     const std::string p = "decoder.layers." + std::to_string(l) + ".";
-    // Adds one tensor of the layer; the first layer records where each slot lies in a layer.
+    const bool moe = c.is_moe_layer(l);
+    const int start = static_cast<int>(tensors_.size());
+    layer_first_.push_back(start);
+    moe_.push_back(moe);
+    // Adds one tensor of the layer; the first layer of each kind records where each slot lies.
     auto put = [&](Slot which, const char* name, std::vector<int64_t> shape, bool decay, int split,
                    bool sequence_parallel_grad = false) {
-      if (l == shard_.layer_begin) slot_[which] = static_cast<int>(tensors_.size()) - first_layer_;
+      if (!seen[moe]) slot_[moe][which] = static_cast<int>(tensors_.size()) - start;
       add(p + name, std::move(shape), decay, split, sequence_parallel_grad);
     };
     put(kLn1W, "input_layernorm.weight", {C}, false, -1, sp);
@@ -39,10 +45,25 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     if (bias) put(kProjB, "self_attention.linear_proj.bias", {C}, false, -1, sp);
     put(kLn2W, "pre_mlp_layernorm.weight", {C}, false, -1, sp);
     if (layer_norm) put(kLn2B, "pre_mlp_layernorm.bias", {C}, false, -1, sp);
-    put(kFc1W, "mlp.linear_fc1.weight", fc1, true, fc1_split);
-    if (bias) put(kFc1B, "mlp.linear_fc1.bias", fc1_b, false, fc1_split);
-    put(kFc2W, "mlp.linear_fc2.weight", {C, F}, true, 1);
-    if (bias) put(kFc2B, "mlp.linear_fc2.bias", {C}, false, -1, sp);
+    if (moe) {  // Note [MoE layout] (tensor parallelism 1: ModelConfig::moe_errors)
+      put(kRouterW, "mlp.router.weight", {E, C}, true, -1);
+      const std::vector<int64_t> up =
+          c.swiglu ? std::vector<int64_t>{2, Fm, C} : std::vector<int64_t>{Fm, C};
+      const std::vector<int64_t> up_b = c.swiglu ? std::vector<int64_t>{2, Fm} : std::vector{Fm};
+      for (int64_t e = 0; e < E; e++) {
+        const std::string x = p + "mlp.experts.local_experts." + std::to_string(e) + ".";
+        add(x + "linear_fc1.weight", up, true, -1);
+        if (bias) add(x + "linear_fc1.bias", up_b, false, -1);
+        add(x + "linear_fc2.weight", {C, Fm}, true, -1);
+        if (bias) add(x + "linear_fc2.bias", {C}, false, -1);
+      }
+      per_expert_ = bias ? 4 : 2;
+    } else {
+      put(kFc1W, "mlp.linear_fc1.weight", fc1, true, fc1_split);
+      if (bias) put(kFc1B, "mlp.linear_fc1.bias", fc1_b, false, fc1_split);
+      put(kFc2W, "mlp.linear_fc2.weight", {C, F}, true, 1);
+      if (bias) put(kFc2B, "mlp.linear_fc2.bias", {C}, false, -1, sp);
+    }
     // Note [LoRA]: A (r, in), B (out, r); the replicated half's gradient summed over TP.
     const int64_t r = c.lora_rank;
     auto adapter = [&](Slot a, Slot b, const std::string& linear, std::vector<int64_t> a_shape,
@@ -59,8 +80,9 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     adapter(kProjLA, kProjLB, "self_attention.linear_proj", {r, C}, 1, {C, r}, -1);
     adapter(kFc1LA, kFc1LB, "mlp.linear_fc1", {r, C}, -1, fc1_lb, fc1_split);
     adapter(kFc2LA, kFc2LB, "mlp.linear_fc2", {r, F}, 1, {C, r}, -1);
-    if (l == shard_.layer_begin) per_layer_ = static_cast<int>(tensors_.size()) - first_layer_;
+    seen[moe] = true;
   }
+  layer_first_.push_back(static_cast<int>(tensors_.size()));
   if (shard_.post) {
     final_norm_ = static_cast<int>(tensors_.size());
     add("decoder.final_layernorm.weight", {C}, false, -1, sp);

@@ -17,7 +17,13 @@
 // update, not in the gradient norm) and a LoRA checkpoint stores the trainable tensors alone.
 // The gradient arena keeps its full size (frozen gradients stay zero); the data-parallel
 // reducer skips a bucket of frozen tensors alone, a bucket that mixes them with adapters carries
-// their zeros (docs/lora.md). Tensor parallelism:
+// their zeros (docs/lora.md).
+// Note [MoE layout]: an MoE layer (ModelConfig::is_moe_layer) has the dense layer's attention and
+// norms, then instead of linear_fc1/linear_fc2 Megatron's SequentialMLP names:
+// `mlp.router.weight` (E, C), then per expert e `mlp.experts.local_experts.e.linear_fc1.weight`
+// (Fm', C) [.bias], `...linear_fc2.weight` (C, Fm) [.bias]: one tensor per expert, so a
+// checkpoint names every expert as Megatron's does and expert parallelism can later take a
+// contiguous range of them. Tensor parallelism:
 // a column-parallel target (qkv, fc1) has A replicated and B split by output rows like W; a
 // row-parallel one (proj, fc2) has A split by input columns like W and B replicated. The
 // replicated half's gradient is a partial sum per TP rank (tp_partial_grad).
@@ -102,6 +108,18 @@ struct LayerParams {
   T* fc1_lb;   // (F'/t, r)
   T* fc2_la;   // (r, F/t)
   T* fc2_lb;   // (C, r)
+  // An MoE layer (Note [MoE layout]): the router (E, C); fc1_* and fc2_* are null there and
+  // each expert's are ParamLayout::expert's. Null in a dense layer.
+  T* router_w;
+};
+
+// One expert of an MoE layer (Fm = moe_ffn(), Fm' = 2 Fm with SwiGLU).
+template <typename T>
+struct ExpertParams {
+  T* fc1_w;  // (Fm', C)
+  T* fc1_b;  // (Fm') or null
+  T* fc2_w;  // (C, Fm)
+  T* fc2_b;  // (C) or null
 };
 
 class ParamLayout {
@@ -119,8 +137,20 @@ class ParamLayout {
   // word embedding.
   int word_embedding_index() const { return word_embedding_; }
   int position_embedding_index() const { return position_embedding_; }
-  int layer_index(int local_layer) const { return first_layer_ + local_layer * per_layer_; }
-  int tensors_per_layer() const { return per_layer_; }
+  // Layer l's tensors are [layer_index(l), layer_end_index(l)); an MoE layer has more.
+  int layer_index(int local_layer) const { return layer_first_[local_layer]; }
+  int layer_end_index(int local_layer) const { return layer_first_[local_layer + 1]; }
+  // Whether local layer l is an MoE layer (ModelConfig::is_moe_layer of its global index).
+  bool is_moe(int local_layer) const { return moe_[local_layer]; }
+  // Expert e of MoE layer l (Note [MoE layout]).
+  template <typename T>
+  ExpertParams<T> expert(T* arena, int local_layer, int e) const {
+    return expert_of(arena, local_layer, e, false);
+  }
+  template <typename T>
+  ExpertParams<T> grad_expert(T* grads, int local_layer, int e) const {
+    return expert_of(grads, local_layer, e, true);
+  }
   // The tensors before the first layer (the embeddings of a pre chunk): [0, this).
   int pre_tensors_end() const { return first_layer_; }
   int final_norm_index() const { return final_norm_; }
@@ -175,27 +205,43 @@ class ParamLayout {
     kFc1LA,
     kFc1LB,
     kFc2LA,
-    kFc2LB
+    kFc2LB,
+    kRouterW
   };
-  static constexpr int kSlots = 20;
+  static constexpr int kSlots = 21;
   template <typename T>
   LayerParams<T> layer_of(T* arena, int local_layer, bool grads) const {
     T* p[kSlots];
+    const int* slot = slot_[moe_[local_layer] ? 1 : 0];
     for (int i = 0; i < kSlots; i++) {
-      const ParamTensor* t =
-          slot_[i] < 0 ? nullptr : &tensors_[layer_index(local_layer) + slot_[i]];
+      const ParamTensor* t = slot[i] < 0 ? nullptr : &tensors_[layer_index(local_layer) + slot[i]];
       p[i] = !t || (grads && t->frozen) ? nullptr : arena + t->offset;
     }
-    return {p[0],  p[1],  p[2],  p[3],  p[4],  p[5],  p[6],  p[7],  p[8],  p[9],
-            p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[18], p[19]};
+    return {p[0],  p[1],  p[2],  p[3],  p[4],  p[5],  p[6],  p[7],  p[8],  p[9], p[10],
+            p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[18], p[19], p[20]};
+  }
+  template <typename T>
+  ExpertParams<T> expert_of(T* arena, int local_layer, int e, bool grads) const {
+    // The experts follow the router, per_expert_ tensors each: fc1 weight [, bias], fc2 weight
+    // [, bias].
+    const int first = layer_index(local_layer) + slot_[1][kRouterW] + 1 + e * per_expert_;
+    auto at = [&](int i) {
+      const ParamTensor& t = tensors_[first + i];
+      return grads && t.frozen ? nullptr : arena + t.offset;
+    };
+    const bool bias = per_expert_ == 4;
+    return {at(0), bias ? at(1) : nullptr, at(bias ? 2 : 1), bias ? at(3) : nullptr};
   }
   ModelShard shard_;
   std::vector<ParamTensor> tensors_;
   size_t total_ = 0;
-  int word_embedding_ = -1, position_embedding_ = -1, first_layer_ = 0, per_layer_ = 0;
+  int word_embedding_ = -1, position_embedding_ = -1, first_layer_ = 0, per_expert_ = 0;
+  std::vector<int> layer_first_;  // (L + 1) each local layer's first tensor, then the end
+  std::vector<bool> moe_;         // (L) MoE layers
   int final_norm_ = -1, final_norm_bias_ = -1, output_ = -1;
   bool has_frozen_ = false;
-  int slot_[kSlots];  // each LayerParams member's index within a layer's tensors, or -1
+  // Each LayerParams member's index within a layer's tensors, or -1: [0] dense layers, [1] MoE.
+  int slot_[2][kSlots];
 };
 
 }  // namespace lattice

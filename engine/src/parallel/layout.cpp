@@ -292,19 +292,25 @@ void sequence_errors(const TrainOptions& o, std::vector<std::string>& errors) {
 
 }  // namespace
 
-// TODO(merge with the MoE branch): the number of experts comes from ModelConfig::num_experts
-// (--num-experts; 0 for a dense model). Until then the model has no experts to check, and this
-// returns no errors. With it, the two rules Megatron asserts (arguments.py, "Expert parallelism
-// check"):
-//   if (ep > 1 && num_experts == 0)
-//     "--expert-model-parallel-size " + ep + " splits the experts of MoE layers, which needs
-//      --num-experts"
-//   if (ep > 1 && num_experts % ep != 0)
-//     "--expert-model-parallel-size " + ep + " does not divide --num-experts " + num_experts
-// (and the expert width over ETP: --moe-ffn-hidden-size % --expert-tensor-parallel-size).
+// The rules Megatron asserts for expert parallelism (arguments.py, "Expert parallelism check"):
+// EP splits the experts of MoE layers, whole experts per rank; ETP splits each expert's width.
 std::vector<std::string> expert_rules(const TrainOptions& o) {
-  (void)o;
-  return {};
+  std::vector<std::string> errors;
+  const int ep = o.parallel.expert_model_parallel_size, experts = o.model.num_experts;
+  if (ep > 1 && experts <= 0)
+    errors.push_back("--expert-model-parallel-size " + str(ep) +
+                     " splits the experts of MoE layers, which needs --num-experts");
+  else if (ep > 1 && experts % ep != 0)
+    errors.push_back("--expert-model-parallel-size " + str(ep) + " does not divide --num-experts " +
+                     str(experts) + ": each rank holds whole experts");
+  const int etp = o.parallel.expert_tensor_parallel_size > 0
+                      ? o.parallel.expert_tensor_parallel_size
+                      : o.model.tensor_model_parallel_size;
+  if (experts > 0 && etp > 1 && o.model.moe_ffn() % etp != 0)
+    errors.push_back("--expert-tensor-parallel-size " + str(etp) +
+                     " does not divide the experts' width " + str(o.model.moe_ffn()) +
+                     " (--moe-ffn-hidden-size, else --ffn-hidden-size)");
+  return errors;
 }
 
 std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
@@ -318,6 +324,10 @@ std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
   if (etp > 0 && etp != o.model.tensor_model_parallel_size)
     refusals.push_back("--expert-tensor-parallel-size other than --tensor-model-parallel-size" +
                        std::string(tail));
+  if (o.model.moe() && o.model.tensor_model_parallel_size > 1)
+    refusals.push_back("--num-experts does not combine with --tensor-model-parallel-size " +
+                       std::to_string(o.model.tensor_model_parallel_size) +
+                       " yet: MoE layers run with tensor parallelism 1");
   return refusals;
 }
 

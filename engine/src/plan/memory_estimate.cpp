@@ -77,10 +77,21 @@ LayerParamCount layer_adapter_count(const ModelConfig& m, int64_t t) {
 ParamCount stage_parameters(const ModelConfig& m, const ParallelLayout& layout, int p) {
   const int64_t C = m.hidden_size, t = layout.tp;
   const LayerParamCount per_layer = layer_param_count(m);
-  const int64_t layers = layout.stage_num_layers(p);
+  // MoE layers (Note [MoE layout] in model/param_layout.h) count their router and experts
+  // instead of the dense MLP; they run at TP 1 (ModelConfig::moe_errors), so all is whole.
+  int64_t layers = 0, moe_params = 0;
+  for (int c = 0; c < layout.vpp; c++) {
+    const ParallelLayout::LayerRange r = layout.stage_layers(p, c);
+    for (int l = r.begin; l < r.end; l++) {
+      if (m.is_moe_layer(l))
+        moe_params += m.layer_parameters(l);
+      else
+        layers++;
+    }
+  }
   ParamCount n;
   n.replicated = layers * per_layer.replicated;
-  n.total = layers * per_layer.split / t + n.replicated;
+  n.total = layers * per_layer.split / t + n.replicated + moe_params;
   const LayerParamCount adapters = layer_adapter_count(m, t);
   n.adapters = layers * adapters.split;
   n.total += n.adapters;

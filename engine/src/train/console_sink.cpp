@@ -1,6 +1,7 @@
 // Megatron's console format, so that log parsers written for Megatron read Lattice's logs.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <ostream>
@@ -97,8 +98,10 @@ void ConsoleSink::on_iteration(const IterationMetrics& m) {
        << " | MFU: " << format("%.1f%%", 100.0 * m.mfu)
        << " | learning rate: " << format("%E", m.learning_rate)
        << " | global batch size: " << format("%5d", m.global_batch_size)
-       << " | lm loss: " << format("%E", loss_sum_ / count_)
-       << " | loss scale: " << format("%.1f", m.loss_scale)
+       << " | lm loss: " << format("%E", loss_sum_ / count_);
+  if (!std::isnan(m.moe_aux_loss))  // MoE: the load-balancing loss (Megatron logs it likewise)
+    out_ << " | moe aux loss: " << format("%E", m.moe_aux_loss);
+  out_ << " | loss scale: " << format("%.1f", m.loss_scale)
        << " | grad norm: " << format("%.3f", m.grad_norm)
        << " | number of skipped iterations: " << format("%3d", m.skipped_iterations)
        << " | number of nan iterations: " << format("%3d", m.nan_iterations) << " |\n"

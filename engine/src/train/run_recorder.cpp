@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -322,19 +323,21 @@ Result<std::unique_ptr<RunRecorder>> RunRecorder::open(
 
 void RunRecorder::on_iteration(const IterationMetrics& m) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->write_step({m.iteration,
-                     {{"lm loss", m.lm_loss},
-                      {"learning rate", m.learning_rate},
-                      {"grad norm", m.grad_norm},
-                      {"loss scale", m.loss_scale},
-                      {"skipped iterations", m.skipped_iterations},
-                      {"nan iterations", m.nan_iterations},
-                      {"consumed samples", static_cast<double>(m.consumed_samples)},
-                      {"step time", m.step_seconds},
-                      {"tokens per second", m.tokens_per_second},
-                      {"TFLOP/s per device", m.tflops_per_device},
-                      {"MFU", m.mfu}},
-                     {}});
+  storage::StepRecord step{m.iteration,
+                           {{"lm loss", m.lm_loss},
+                            {"learning rate", m.learning_rate},
+                            {"grad norm", m.grad_norm},
+                            {"loss scale", m.loss_scale},
+                            {"skipped iterations", m.skipped_iterations},
+                            {"nan iterations", m.nan_iterations},
+                            {"consumed samples", static_cast<double>(m.consumed_samples)},
+                            {"step time", m.step_seconds},
+                            {"tokens per second", m.tokens_per_second},
+                            {"TFLOP/s per device", m.tflops_per_device},
+                            {"MFU", m.mfu}},
+                           {}};
+  if (!std::isnan(m.moe_aux_loss)) step.values["moe aux loss"] = m.moe_aux_loss;
+  impl_->write_step(std::move(step));
 }
 
 // At the event's iteration, beside its metrics (lattice/instability.h's keys).

@@ -193,6 +193,7 @@ class Trainer {
   DataSources data_;
   std::vector<int32_t> sample_, staged_tokens_, staged_targets_, staged_positions_;
   int64_t consumed_ = 0;
+  double moe_aux_loss_ = std::numeric_limits<double>::quiet_NaN();  // step()'s, MoE models
   double optimizer_seconds_ = 0;
   PhaseTimes reported_;  // totals at the previous report
   int reported_at_ = 0;  // the iteration of the previous report (or where --load resumed)
@@ -309,11 +310,10 @@ Status Trainer<T>::load_micro_batch(const SampleSource& source, int64_t position
   const bool staged = !device.capabilities().host_addressable;
   const ParallelLayout& L = g_.layout;
   int32_t* host_positions = positions ? staged_positions_.data() : nullptr;
-  if (Status s = fill_micro_batch(source, position, mb, o_.micro_batch_size, L.dp, g_.coord.dp,
-                                  mc_.vocab_size, sample_,
-                                  staged && tokens ? staged_tokens_.data() : tokens,
-                                  staged && targets ? staged_targets_.data() : targets,
-                                  host_positions);
+  if (Status s = fill_micro_batch(
+          source, position, mb, o_.micro_batch_size, L.dp, g_.coord.dp, mc_.vocab_size, sample_,
+          staged && tokens ? staged_tokens_.data() : tokens,
+          staged && targets ? staged_targets_.data() : targets, host_positions);
       !s)
     return s;
   if (host_positions) {
@@ -471,6 +471,12 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   if (!losses) return losses.status();
   loss = per_token ? all_reduce_scalar(*losses, *g_.world) / static_cast<double>(targets)
                    : all_reduce_scalar(*losses / (static_cast<double>(M) * L.dp), *g_.world);
+  if (mc_.moe()) {  // every stage's MoE layers, every data-parallel replica's micro-batches
+    double aux = 0;
+    for (auto& c : rank_.chunks) aux += c->take_moe_aux_loss_sum();
+    if (g_.coord.tp != 0) aux = 0;  // counted once per tensor-parallel group
+    moe_aux_loss_ = all_reduce_scalar(aux / (static_cast<double>(M) * L.dp), *g_.world);
+  }
 
   const auto t0 = Clock::now();
   skipped = false;
@@ -815,6 +821,7 @@ Result<TrainSummary> Trainer<T>::run() {
     m.tokens_per_second = static_cast<double>(o_.global_batch_size) * T_ / seconds;
     m.tflops_per_device = flops / seconds / 1e12;
     m.mfu = start.peak_gflops > 0 ? flops / seconds / 1e9 / start.peak_gflops : 0;
+    m.moe_aux_loss = moe_aux_loss_;
     summary.losses.push_back(loss);
     summary.grad_norms.push_back(norm);
     if (rank0) sink_.on_iteration(m);

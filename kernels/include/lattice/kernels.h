@@ -282,4 +282,52 @@ double sum_squares(const S* const* tensors, const size_t* sizes, int count);
 template <typename S>
 void scale(S* x, size_t n, S s);
 
+// ---- Mixture of experts (docs/models.md#mixture-of-experts): the routing ops, plain host code
+// compiled once (kernels/cpu/moe.cpp; small next to the experts' GEMMs). N tokens, E experts, k
+// routes per token; the "permuted" rows are the kept routes, expert-major and in token order
+// within an expert, so each expert's rows are one contiguous block for its GEMMs.
+// probs (N, E) = softmax(logits (N, E)) in double; route (N, k) = the experts of the k largest
+// logits in descending order (ties: the lower expert); weight (N, k) = their probabilities
+// renormalised to sum 1 (Mixtral's rule; equal to Megatron's softmax over the top-k logits).
+template <typename S>
+void moe_route(S* probs, int32_t* route, S* weight, const S* logits, int N, int E, int k);
+// The dispatch plan. tokens_per_expert (E) = routes to each expert before dropping; capacity > 0
+// keeps, per expert, its `capacity` routes of largest weight (Megatron's "probs" drop policy;
+// ties: the lower token) and drops the rest; counts (E) = the kept routes per expert;
+// route_slot (N, k) = each kept route's permuted row, -1 where dropped; slot_row (N k) = the
+// token of each permuted row (the first sum(counts) are used).
+template <typename S>
+void moe_dispatch_plan(int32_t* tokens_per_expert, int32_t* counts, int32_t* route_slot,
+                       int32_t* slot_row, const int32_t* route, const S* weight, int N, int E,
+                       int k, int capacity);
+// out (rows, C): row s = inp (N, C)'s row slot_row[s].
+template <typename S>
+void moe_gather_rows(S* out, const S* inp, const int32_t* slot_row, int rows, int C);
+// dinp (N, C) += for each kept route (n, j) the row route_slot[n, j] of d_rows.
+template <typename S>
+void moe_scatter_add_rows(S* dinp, const S* d_rows, const int32_t* route_slot, int N, int C, int k);
+// out (N, C) = sum over token n's kept routes j of weight[n, j] expert_out[route_slot[n, j]]
+// (zero for a token whose routes were all dropped).
+template <typename S>
+void moe_combine(S* out, const S* expert_out, const S* weight, const int32_t* route_slot, int N,
+                 int C, int k);
+// Its backward given dout (N, C): d_expert_out's row route_slot[n, j] = weight[n, j] dout[n];
+// dweight (N, k) = dout[n] . expert_out[route_slot[n, j]], 0 where dropped. Both written.
+template <typename S>
+void moe_combine_backward(S* d_expert_out, S* dweight, const S* dout, const S* expert_out,
+                          const S* weight, const int32_t* route_slot, int N, int C, int k);
+// Megatron's switch_load_balancing_loss_func at one micro-batch: *loss = coeff E / (k N^2)
+// sum_e tokens_per_expert[e] sum_n probs[n, e] (= coeff E sum_e f_e P_e, f_e the share of the
+// N k routes to e, P_e the mean probability of e).
+template <typename S>
+void moe_aux_loss(S* loss, const S* probs, const int32_t* tokens_per_expert, int N, int E, int k,
+                  double coeff);
+// dlogits (N, E) = the gradient of the logits given dweight (N, k) (through the renormalised
+// top-k softmax) plus aux_scale x the gradient of moe_aux_loss(coeff 1) (the counts held
+// constant, as Megatron's); written.
+template <typename S>
+void moe_route_backward(S* dlogits, const S* dweight, const S* probs, const int32_t* route,
+                        const S* weight, const int32_t* tokens_per_expert, int N, int E, int k,
+                        double aux_scale);
+
 }  // namespace lattice::kernels

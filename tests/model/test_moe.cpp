@@ -1,0 +1,271 @@
+// MoE layers (Note [MoE layer] in model/gpt_moe.cpp) beyond the PyTorch parity of
+// tests/train/test_moe_parity: every parameter's fp64 gradient (router, experts, the dense rest)
+// by finite differences of the trained loss (cross-entropy + load-balancing loss), with top-2
+// routing, token dropping and full recomputation; the layout's Megatron-core names and counts
+// against ModelConfig::num_parameters and the planner's per-stage parameters (PP 2, MoE on every
+// other layer); the flags' sentences; and the op lists without MoE ops refused at creation.
+#include <QtTest/QtTest>
+
+#include <algorithm>
+
+#include "common/grad_check.h"
+#include "common/tiny_model.h"
+#include "device/cpu_device.h"
+#include "lattice/layout.h"
+#include "lattice/plan.h"
+#include "lattice/train_options.h"
+#include "model/gpt.h"
+#include "parallel/model_chunks.h"
+
+using namespace lattice;
+
+namespace {
+
+ModelConfig moe_config(bool swiglu) {
+  ModelConfig c = testing::tiny_config(2, 8, 2, 5, 13);
+  c.ffn_hidden_size = 12;
+  c.moe_ffn_hidden_size = 6;
+  c.make_vocab_size_divisible_by = 8;
+  c.init_method_std = 0.3f;
+  c.num_experts = 4;
+  c.moe_router_topk = 2;
+  c.moe_aux_loss_coeff = 0.3f;  // large, so its gradient is a visible part of the router's
+  if (swiglu) {
+    c.swiglu = true;
+    c.normalization = "RMSNorm";
+    c.position_embedding_type = "rope";
+    c.disable_bias_linear = true;
+  }
+  return c;
+}
+
+// Central differences of the mean token loss + the load-balancing loss (what backward's
+// gradient is of, with grad_scale 1/N) against backward, for every element.
+std::string gradient_error(const ModelConfig& c, const RecomputePlan& recompute, int* dropped) {
+  const int B = 2, N = B * c.seq_length;
+  CpuDevice device;
+  auto made = GptModel<double>::create(c, B, device, ModelShard{}, nullptr, recompute);
+  if (!made) return made.status().message();
+  GptModel<double>& model = **made;
+  auto acts = model.new_activations();
+  if (!acts) return acts.status().message();
+  if (!model.init_weights(7)) return "init_weights failed";
+  const std::vector<double> noise = testing::random_vector(model.arena_size(), 8, 0.1);
+  std::vector<double> params(model.params(), model.params() + model.arena_size());
+  for (size_t i = 0; i < params.size(); i++) params[i] += noise[i];
+  const std::vector<int32_t> tokens = {1, 5, 12, 3, 3, 0, 7, 7, 2, 11};
+  const std::vector<int32_t> targets = {5, 12, 3, 3, 0, 7, 7, 2, 11, 12};
+  model.upload(params.data());
+  model.zero_grads();
+  model.forward(**acts, tokens.data(), targets.data(), 0, 1.0f / N);
+  if (model.moe_aux_loss() <= 0) return "no load-balancing loss";
+  *dropped = 0;
+  for (int l = 0; l < c.num_layers; l++)
+    if (!recompute.recomputed(l))
+      for (int i = 0; i < N * c.moe_router_topk; i++)
+        *dropped += (*acts)->layers[l].route_slot[i] < 0;
+  model.backward(**acts);
+  const std::vector<double> analytic(model.grads(), model.grads() + model.arena_size());
+  auto loss = [&] {
+    model.upload(params.data());
+    const double ce = model.forward(**acts, tokens.data(), targets.data(), 0, 0.0f);
+    return ce + model.moe_aux_loss();
+  };
+  int checked = 0;
+  for (const ParamTensor& t : model.layout().tensors()) {
+    std::vector<size_t> indices;
+    for (size_t i = 0; i < t.numel; i++) indices.push_back(t.offset + i);
+    const std::string err =
+        testing::check_gradient(t.name, params, analytic, loss, 1e-5, 1e-8, indices, 1e-5);
+    if (!err.empty()) return err;
+    checked += static_cast<int>(t.numel);
+  }
+  return checked > 500 ? "" : "too few elements checked";
+}
+
+TrainOptions options(const QStringList& flags) {
+  std::vector<std::string> args;
+  for (const QString& s : flags) args.push_back(s.toStdString());
+  Result<TrainOptions> o = parse_train_flags(args);
+  if (!o) qFatal("bad test flags: %s", o.status().message().c_str());
+  return *o;
+}
+
+bool has_error(const ModelConfig& c, const std::string& text) {
+  for (const std::string& e : c.validate())
+    if (e.find(text) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+class MoeTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void every_fp64_gradient_matches_finite_differences_gelu_experts_with_biases() {
+    int dropped = 0;
+    const std::string err = gradient_error(moe_config(false), {}, &dropped);
+    QVERIFY2(err.empty(), err.c_str());
+  }
+
+  void every_fp64_gradient_matches_finite_differences_swiglu_experts() {
+    int dropped = 0;
+    const std::string err = gradient_error(moe_config(true), {}, &dropped);
+    QVERIFY2(err.empty(), err.c_str());
+  }
+
+  // Capacity ceil(10 x 2 / 4 x 0.5) = 3 routes an expert of the 20: some are dropped.
+  void every_fp64_gradient_matches_finite_differences_with_token_dropping() {
+    ModelConfig c = moe_config(true);
+    c.moe_expert_capacity_factor = 0.5f;
+    int dropped = 0;
+    const std::string err = gradient_error(c, {}, &dropped);
+    QVERIFY2(err.empty(), err.c_str());
+    QVERIFY2(dropped > 0, "capacity 3 of 20 routes dropped none");
+  }
+
+  // Full recomputation re-runs the routing and the experts in backward.
+  void every_fp64_gradient_matches_finite_differences_under_full_recompute() {
+    ModelConfig c = moe_config(false);
+    c.moe_layer_freq = 2;  // layer 0 MoE, layer 1 dense: both share the recompute scratch
+    int dropped = 0;
+    const std::string err =
+        gradient_error(c, RecomputePlan::make("full", "uniform", 2, 2), &dropped);
+    QVERIFY2(err.empty(), err.c_str());
+  }
+
+  void layout_has_megatron_names_and_counts() {
+    ModelConfig c = moe_config(false);
+    c.num_layers = 3;
+    c.moe_layer_freq = 2;  // layers 0 and 2
+    const ParamLayout layout(c);
+    QVERIFY(layout.is_moe(0) && !layout.is_moe(1) && layout.is_moe(2));
+    QVERIFY(layout.find("decoder.layers.0.mlp.router.weight"));
+    QCOMPARE(layout.find("decoder.layers.0.mlp.router.weight")->global_shape,
+             (std::vector<int64_t>{4, 8}));
+    const ParamTensor* fc1 =
+        layout.find("decoder.layers.2.mlp.experts.local_experts.3.linear_fc1.weight");
+    QVERIFY(fc1);
+    QCOMPARE(fc1->global_shape, (std::vector<int64_t>{6, 8}));
+    QVERIFY(layout.find("decoder.layers.2.mlp.experts.local_experts.3.linear_fc2.bias"));
+    QVERIFY(layout.find("decoder.layers.1.mlp.linear_fc1.weight"));
+    QVERIFY(!layout.find("decoder.layers.0.mlp.linear_fc1.weight"));
+    int64_t numel = 0;
+    for (const ParamTensor& t : layout.tensors()) numel += static_cast<int64_t>(t.numel);
+    QCOMPARE(numel, c.num_parameters());
+    // Expert e's pointers are its tensors.
+    std::vector<float> arena(layout.total_numel());
+    const ExpertParams<float> x = layout.expert(arena.data(), 2, 3);
+    QCOMPARE(x.fc1_w - arena.data(), static_cast<ptrdiff_t>(fc1->offset));
+    QCOMPARE(
+        x.fc2_b - arena.data(),
+        static_cast<ptrdiff_t>(
+            layout.find("decoder.layers.2.mlp.experts.local_experts.3.linear_fc2.bias")->offset));
+  }
+
+  // The planner's weights, gradients and optimizer state follow from its per-stage parameter
+  // counts: those must be the stage's ParamLayout elements (the arena the model allocates).
+  void planner_stage_parameters_are_the_moe_layout() {
+    const QStringList flags = {"--num-layers",
+                               "4",
+                               "--hidden-size",
+                               "32",
+                               "--num-attention-heads",
+                               "4",
+                               "--ffn-hidden-size",
+                               "64",
+                               "--seq-length",
+                               "16",
+                               "--vocab-size",
+                               "300",
+                               "--micro-batch-size",
+                               "2",
+                               "--global-batch-size",
+                               "2",
+                               "--num-experts",
+                               "4",
+                               "--moe-ffn-hidden-size",
+                               "48",
+                               "--moe-layer-freq",
+                               "2",
+                               "--pipeline-model-parallel-size",
+                               "2"};
+    for (const QStringList& extra :
+         {QStringList{}, QStringList{"--swiglu", "--disable-bias-linear"}}) {
+      const TrainOptions o = options(flags + extra);
+      Result<ParallelLayout> l = make_layout(o, 2);
+      QVERIFY2(l.is_ok(), l.status().message().c_str());
+      const MemoryEstimate est = estimate_memory(o, *l);
+      for (int p = 0; p < 2; p++) {
+        const ParamLayout chunk(o.model, shard_of(*l, {0, 0, p}, 0, false));
+        int64_t numel = 0;
+        for (const ParamTensor& t : chunk.tensors()) numel += static_cast<int64_t>(t.numel);
+        QVERIFY2(est.stages[p].parameters == numel,
+                 qPrintable(QString("%1 pp %2: ParamLayout %3 elements, planner %4")
+                                .arg(extra.join(' '))
+                                .arg(p)
+                                .arg(numel)
+                                .arg(est.stages[p].parameters)));
+        QCOMPARE(est.stages[p].weight_bytes, static_cast<size_t>(numel) * 4);
+        QCOMPARE(est.stages[p].grad_bytes, static_cast<size_t>(numel) * 4);
+        QCOMPARE(est.stages[p].optimizer_bytes, static_cast<size_t>(numel) * 8);
+      }
+    }
+  }
+
+  void flags_are_validated_with_sentences_naming_them() {
+    ModelConfig c = moe_config(false);
+    QVERIFY(c.validate().empty());
+    c.moe_router_topk = 5;
+    QVERIFY(has_error(c, "--moe-router-topk 5 must lie in [1, 4] (--num-experts)"));
+    c = moe_config(false);
+    c.moe_router_load_balancing_type = "sinkhorn";
+    QVERIFY(has_error(c, "--moe-router-load-balancing-type must be aux_loss or none"));
+    c = moe_config(false);
+    c.moe_token_dropping = true;
+    QVERIFY(has_error(c, "--moe-token-dropping needs --moe-expert-capacity-factor"));
+    c = moe_config(false);
+    c.moe_layer_freq = 0;
+    QVERIFY(has_error(c, "--moe-layer-freq must be positive"));
+    {  // TP with MoE: a layout `lattice plan` lays out and the trainer refuses
+      c = moe_config(false);
+      c.tensor_model_parallel_size = 2;
+      QVERIFY(!has_error(c, "--num-experts"));
+      TrainOptions o;
+      o.model = c;
+      const std::vector<std::string> refused = trainer_layout_refusals(o);
+      QVERIFY(std::any_of(refused.begin(), refused.end(), [](const std::string& line) {
+        return line.find("--num-experts does not combine with --tensor-model-parallel-size 2") !=
+               std::string::npos;
+      }));
+      o.parallel.expert_model_parallel_size = 3;
+      const std::vector<std::string> rules = expert_rules(o);
+      QVERIFY(rules.size() == 1 &&
+              rules[0].find("--expert-model-parallel-size 3 does not divide --num-experts 4") !=
+                  std::string::npos);
+      o.model.num_experts = 0;
+      QVERIFY(expert_rules(o).size() == 1 &&
+              expert_rules(o)[0].find("which needs --num-experts") != std::string::npos);
+    }
+    c = testing::tiny_config(2, 8, 2, 5, 13);
+    c.moe_aux_loss_coeff = 0.1f;
+    QVERIFY(has_error(c, "give --num-experts"));
+    c = moe_config(false);
+    c.moe_router_load_balancing_type = "none";
+    QCOMPARE(c.aux_loss_coeff(), 0.0);
+  }
+
+  // The CPU's 16-bit op lists (and CUDA's) have no MoE ops: creation says so.
+  void an_op_list_without_moe_ops_is_refused_at_creation() {
+    CpuDevice device;
+    auto made = GptModel<bf16>::create(moe_config(false), 2, device);
+    QVERIFY(!made);
+    QVERIFY2(made.status().message().find("MoE layers (--num-experts) are not yet implemented") !=
+                 std::string::npos,
+             made.status().message().c_str());
+  }
+};
+
+QTEST_GUILESS_MAIN(MoeTest)
+#include "test_moe.moc"
