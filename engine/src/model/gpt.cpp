@@ -136,7 +136,7 @@ Status GptModel<A>::allocate() {
       return Status::invalid_argument("MoE layers (--num-experts) are not yet implemented on " +
                                       device_.describe() + " in " + compute_type_name<A>() +
                                       " compute: the CPU runs them in fp32 and fp64");
-    if (shard_.tp_size > 1)  // the trainer refuses it first (trainer_layout_refusals)
+    if (t_ > 1)  // the trainer refuses it first (trainer_layout_refusals)
       return Status::invalid_argument(
           "MoE layers (--num-experts) run with tensor parallelism 1 for now");
     for (int l = 0; l < L_; l++) any_moe_ = any_moe_ || layout_.is_moe(l);
