@@ -30,6 +30,10 @@ std::vector<std::string> capability_errors(const TrainOptions& o, const Capabili
         "--bf16 trains on the GPU only: add --device cuda (the lattice-gpu trainer, built with "
         "CUDA); the CPU engine computes in fp32, and --fp16 on the CPU runs fp32 arithmetic "
         "with the loss scaler");
+  if (o.parallel.context_parallel_size > 1 && !c.context_parallel)
+    errors.push_back(
+        "--context-parallel-size > 1: context parallelism runs on the CPU trainer only for now "
+        "(the ring attention has no GPU path yet); drop --device " + c.device);
   const int heads = o.model.num_attention_heads;
   const int head_size = heads > 0 ? o.model.hidden_size / heads : 0;
   const std::vector<int>& sizes = c.head_sizes;

@@ -25,6 +25,8 @@ struct Capabilities {
                                         // initialisation and data read it directly
   bool cheap_marks = false;  // a time mark is a clock read, so per-op times are always kept
                              // (CUDA: two timing events per op, kept with --profile only)
+  bool context_parallel = false;  // --context-parallel-size > 1: the ring attention over host
+                                  // buffers (parallel/ring_attention.h)
 };
 
 // The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, any head size, attention
@@ -36,6 +38,7 @@ inline Capabilities cpu_capabilities() {
   c.attention_saves_scores = true;
   c.host_addressable = true;
   c.cheap_marks = true;
+  c.context_parallel = true;
   return c;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/host_memory.h"
 #include "model/init_weights.h"
+#include "parallel/context_split.h"
 
 namespace lattice {
 
@@ -38,13 +39,13 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       tp_(shard.tp_size > 1 ? tp : nullptr),
       blocks_(device),
       B_(micro_batch),
-      T_(config.seq_length),
+      T_(config.seq_length / std::max(1, shard.cp_size)),  // this CP rank's rows
       C_(config.hidden_size),
       F_(config.ffn()),
       NH_(config.num_attention_heads),
       L_(shard.num_layers(config)),
       Vp_(config.padded_vocab_size()),
-      N_(micro_batch * config.seq_length),
+      N_(micro_batch * (config.seq_length / std::max(1, shard.cp_size))),
       HS_(config.head_size()),
       KV_(config.kv_heads()),
       rms_norm_(config.rms_norm()),
@@ -53,7 +54,7 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       t_(shard.tp_size),
       tp_rank_(shard.tp_rank),
       sp_(shard.sequence_parallel && shard.tp_size > 1),
-      R_(sp_ ? micro_batch * config.seq_length / shard.tp_size : micro_batch * config.seq_length),
+      R_(sp_ ? N_ / shard.tp_size : N_),
       row0_(sp_ ? static_cast<size_t>(shard.tp_rank) * R_ : 0),
       Ct_(config.hidden_size / shard.tp_size),
       Ft_(config.ffn() / shard.tp_size),
@@ -62,7 +63,9 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       Gt_(config.kv_heads() / shard.tp_size),
       Wt_(static_cast<int>(config.qkv_width() / shard.tp_size)),
       up_(config.swiglu ? 2 * (config.ffn() / shard.tp_size) : config.ffn() / shard.tp_size),
-      rotary_dim_(config.rope() ? config.rotary_dim() : 0) {}
+      rotary_dim_(config.rope() ? config.rotary_dim() : 0) {
+  cp_ = std::max(1, shard.cp_size);
+}
 
 template <typename A>
 LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved) {
@@ -78,7 +81,7 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   a.qkv = from.template take<A>(NW, MC::kActivations);
   a.atty = from.template take<A>(NCt, MC::kActivations);
   a.saved = keep_saved
-                ? from.template take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations)
+                ? from.template take<G>(attention_saved_elems(), MC::kActivations)
                 : nullptr;
   a.res_mid = from.template take<A>(RC, MC::kActivations);
   a.ln2 = from.template take<A>(RC, MC::kActivations);
@@ -110,9 +113,11 @@ Status GptModel<A>::allocate() {
   }
   // Note [selective recomputation]: one saved tensor for every layer and micro-batch, refilled
   // in each layer's backward.
-  drop_saved_ = recompute_.selective && device_.capabilities().attention_saves_scores;
-  if (drop_saved_)
-    selective_saved_ = take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kWorkspace);
+  // (The ring of context parallelism keeps only its log-sum-exp: nothing to drop.)
+  drop_saved_ =
+      recompute_.selective && device_.capabilities().attention_saves_scores && cp_ == 1;
+  if (drop_saved_) selective_saved_ = take<G>(attention_saved_elems(), MC::kWorkspace);
+  if (cp_ > 1) cp_positions_ = take<int32_t>(N_, MC::kWeights);
   for (int i = 0; i < recompute_.max_group; i++)
     recompute_scratch_.push_back(take_layer_acts(blocks_, true));
   if (t_ > 1 && post()) {
@@ -133,7 +138,8 @@ Status GptModel<A>::allocate() {
   if (swiglu_) d_up_ = take<A>(2 * NF, MC::kWorkspace);
   d_qkv_ = take<A>(static_cast<size_t>(N_) * Wt_, MC::kWorkspace);
   if (rotary_dim_ > 0) {
-    const size_t table = static_cast<size_t>(T_) * (rotary_dim_ / 2);
+    // Over the whole sequence: a CP rank's rows sit at global positions up to seq_length - 1.
+    const size_t table = static_cast<size_t>(config_.seq_length) * (rotary_dim_ / 2);
     rope_cos_ = take<G>(table, MC::kWeights);
     rope_sin_ = take<G>(table, MC::kWeights);
   }
@@ -200,7 +206,8 @@ GptModel<A>::GptModel(const ModelConfig& config, int micro_batch)
 template <typename A>
 Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& config, int micro_batch,
                                                          Device& device, const ModelShard& shard,
-                                                         Comm* tp, const RecomputePlan& recompute) {
+                                                         Comm* tp, const RecomputePlan& recompute,
+                                                         Comm* cp) {
   Ops<A>* ops = device.ops<A>();
   if (!ops)
     return Status::invalid_argument("GptModel: " + device.describe() + " has no op list for " +
@@ -211,6 +218,17 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
                             std::to_string(recompute.group_start.size()) + " layers, not " +
                             std::to_string(m->L_));
   m->recompute_ = recompute;
+  if (m->cp_ > 1) {  // Note [context parallelism] in gpt_layer.cpp
+    if (!cp || cp->size() != m->cp_)
+      return Status::internal("GptModel: context parallelism without its CP communicator");
+    if constexpr (!std::is_same_v<A, G>)
+      return Status::invalid_argument(
+          "--context-parallel-size > 1 runs fp32 or --fp64 only (ring attention has no 16-bit "
+          "path); drop --fp16 / --bf16");
+    if (Status s = check_context_split(config.seq_length, m->cp_); !s) return s;
+    m->ring_ = std::make_unique<RingAttention<G>>(*cp, micro_batch, config.seq_length, m->Ht_,
+                                                  m->Gt_, m->HS_);
+  }
   if (Status s = m->allocate(); !s) return s;
   if (Status s = m->upload_rope_tables(); !s) return s;
   return m;
@@ -218,10 +236,19 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
 
 template <typename A>
 Status GptModel<A>::upload_rope_tables() {
+  if (cp_ > 1) {  // every sequence's local rows at their global positions
+    std::vector<int32_t> rows(static_cast<size_t>(N_));
+    for (int b = 0; b < B_; b++)
+      std::copy(ring_->positions(), ring_->positions() + T_, rows.begin() + size_t(b) * T_);
+    device_.copy(cp_positions_, rows.data(), rows.size() * sizeof(int32_t),
+                 CopyKind::kHostToDevice, compute());
+    if (Status s = device_.synchronize(compute()); !s) return s;
+  }
   if (rotary_dim_ == 0) return Status::ok();
-  const size_t n = static_cast<size_t>(T_) * (rotary_dim_ / 2);
+  const int T = config_.seq_length;  // the whole sequence's positions (context parallelism)
+  const size_t n = static_cast<size_t>(T) * (rotary_dim_ / 2);
   std::vector<double> cos(n), sin(n);
-  kernels::rope_tables(cos.data(), sin.data(), T_, rotary_dim_, config_.rotary_base,
+  kernels::rope_tables(cos.data(), sin.data(), T, rotary_dim_, config_.rotary_base,
                        config_.llama3_rope_factor());
   const std::vector<G> cos_g(cos.begin(), cos.end()), sin_g(sin.begin(), sin.end());
   device_.copy(rope_cos_, cos_g.data(), n * sizeof(G), CopyKind::kHostToDevice, compute());
@@ -392,7 +419,8 @@ void GptModel<A>::add_position_rows(A* rows, const A* wpe) {
     // Packed documents: wpe's rows gathered by this rank's rows' positions into scratch (the
     // embedding op over wpe as a table of T "tokens"), then added (a dropout of p 0 is a plain
     // add, the op list having no other for both compute types).
-    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0, T_, nullptr);
+    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0,
+                           config_.seq_length, nullptr);
     ops_.residual_dropout_forward(rows, rows, d_c_, static_cast<size_t>(R_) * C_, 0.0f, 0, 0);
     return;
   }

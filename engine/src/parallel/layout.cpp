@@ -310,8 +310,21 @@ std::vector<std::string> expert_rules(const TrainOptions& o) {
 std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
   std::vector<std::string> refusals;
   const char* const tail = " is not yet supported by the trainer; `lattice plan` lays it out";
-  if (o.parallel.context_parallel_size > 1)
-    refusals.push_back("--context-parallel-size > 1" + std::string(tail));
+  // Context parallelism (Note [context parallelism] in model/gpt_layer.cpp): what its ring and
+  // its split rows do not reproduce one process for yet.
+  if (const int cp = o.parallel.context_parallel_size; cp > 1) {
+    const std::string with = "--context-parallel-size " + str(cp);
+    if (o.model.attention_dropout > 0)
+      refusals.push_back(with + " needs --attention-dropout 0 (the ring attention has no dropout)");
+    if (o.model.hidden_dropout > 0)
+      refusals.push_back(with + " needs --hidden-dropout 0 (its masks are keyed by the rows a "
+                                "rank holds, which context parallelism splits)");
+    if (o.parallel.sequence_parallel)
+      refusals.push_back("--sequence-parallel with " + with + " is not yet supported by the trainer");
+    if (!o.save.empty() || !o.load.empty())
+      refusals.push_back("--save / --load with " + with +
+                         " are not yet supported by the trainer (--save-hf is)");
+  }
   if (o.parallel.expert_model_parallel_size > 1)
     refusals.push_back("--expert-model-parallel-size > 1" + std::string(tail));
   const int etp = o.parallel.expert_tensor_parallel_size;
