@@ -3,8 +3,9 @@
 // whole sequence and gradients reduced over DP x CP train exactly like one process. A tiny model
 // runs 5 steps in --fp64 (as test_parallel_equivalence, so what is compared is the algorithm,
 // not float rounding); every step's loss and grad norm and every parameter of the saved weights
-// file (the whole tensors: CP does not shard weights) must match within 1e-5 relative. Dropout
-// is off: context parallelism refuses it (the ring has none).
+// file (the whole tensors: CP does not shard weights) must match within 1e-5 relative. Hidden
+// dropout is on (its masks keyed by global rows); attention dropout is refused (the ring has
+// none).
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
@@ -26,7 +27,7 @@ const QStringList kModel = {
     "--num-attention-heads", "8",                "--seq-length", "32",      "--vocab-size",
     "511",              "--micro-batch-size",    "2",    "--global-batch-size", "8",
     "--train-iters",    "5",                     "--lr", "1e-3",            "--lr-warmup-iters",
-    "2",                "--hidden-dropout",      "0",    "--attention-dropout", "0",
+    "2",                "--hidden-dropout",      "0.1",  "--attention-dropout", "0",
     "--eval-iters",     "0",                     "--log-interval", "5",     "--threads",
     "1",                "--fp64"};
 // Llama: RoPE, RMSNorm, SwiGLU, 8 query heads in 2 key/value groups, untied head, no biases.

@@ -343,14 +343,11 @@ class Layout5dTest : public QObject {
     QCOMPARE(joined(lattice::refusals(o, 8, lattice::cpu_capabilities())),
              QString("--context-parallel-size 2 needs --attention-dropout 0 (the ring attention "
                      "has no dropout)\n"
-                     "--context-parallel-size 2 needs --hidden-dropout 0 (its masks are keyed by "
-                     "the rows a rank holds, which context parallelism splits)\n"
                      "--sequence-parallel with --context-parallel-size 2 is not yet supported by "
                      "the trainer\n"
                      "--expert-model-parallel-size > 1 is not yet supported by the trainer; "
                      "`lattice plan` lays it out"));
-    const QStringList no_dropout = {"--context-parallel-size", "2", "--hidden-dropout", "0",
-                                    "--attention-dropout", "0"};
+    const QStringList no_dropout = {"--context-parallel-size", "2", "--attention-dropout", "0"};
     QVERIFY(lattice::refusals(options(no_dropout), 4, lattice::cpu_capabilities()).empty());
     QVERIFY(joined(lattice::refusals(options(no_dropout), 4, lattice::cuda_capabilities()))
                 .contains("--context-parallel-size > 1: context parallelism runs on the CPU "

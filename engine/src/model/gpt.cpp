@@ -65,6 +65,7 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       up_(config.swiglu ? 2 * (config.ffn() / shard.tp_size) : config.ffn() / shard.tp_size),
       rotary_dim_(config.rope() ? config.rotary_dim() : 0) {
   cp_ = std::max(1, shard.cp_size);
+  cp_rank_ = shard.cp_rank;
 }
 
 template <typename A>
@@ -465,14 +466,39 @@ template <typename A>
 void GptModel<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return;
   OpTimer timer(*this, Op::kResidualDropout);
+  if (cp_ > 1) {  // each chunk of c rows at its global rows' offset (cp_chunks)
+    cp_chunks([&](size_t local, size_t global, size_t count) {
+      ops_.residual_dropout_forward(data + local, nullptr, data + local, count, p_hidden_,
+                                    key(layer, site), global);
+    });
+    return;
+  }
   const size_t n = static_cast<size_t>(R_) * C_;
   ops_.residual_dropout_forward(data, nullptr, data, n, p_hidden_, key(layer, site), row0_ * C_);
+}
+
+template <typename A>
+void GptModel<A>::cp_chunks(const std::function<void(size_t, size_t, size_t)>& f) const {
+  // Note [context parallelism]: local rows [h c, (h + 1) c) of sequence b are chunk
+  // cp_chunk(rank, CP, h) of it, global rows b T + chunk c onwards; elements of C each.
+  const size_t c = static_cast<size_t>(T_ / 2), C = C_, T = config_.seq_length;
+  for (int b = 0; b < B_; b++)
+    for (int h = 0; h < 2; h++) {
+      const size_t chunk = static_cast<size_t>(cp_chunk(cp_rank_, cp_, h));
+      f((b * static_cast<size_t>(T_) + h * c) * C, (b * T + chunk * c) * C, c * C);
+    }
 }
 
 template <typename A>
 const A* GptModel<A>::hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return dout;
   OpTimer timer(*this, Op::kResidualDropout);
+  if (cp_ > 1) {
+    cp_chunks([&](size_t local, size_t global, size_t count) {
+      ops_.dropout_backward(out + local, dout + local, count, p_hidden_, key(layer, site), global);
+    });
+    return out;
+  }
   const size_t n = static_cast<size_t>(R_) * C_;
   ops_.dropout_backward(out, dout, n, p_hidden_, key(layer, site), row0_ * C_);
   return out;

@@ -346,6 +346,11 @@ class GptModel {
   void add_position_rows(A* rows, const A* wpe);
   // Sums the sequence_parallel_grad gradients of tensors [first, last) over the TP group.
   void sum_sequence_parallel_grads(int first, int last);
+  // Context parallelism (without sequence parallelism): f(local, global, count) for each
+  // chunk of this rank's rows, as element offsets into the local (N, C) activation and into
+  // the whole batch's (B T, C) (hidden dropout keys its masks by the latter, so every CP rank
+  // draws one process's masks).
+  void cp_chunks(const std::function<void(size_t, size_t, size_t)>& f) const;
   // Hidden dropout in place on an (R, C) activation (nothing when not training or p is 0), with
   // the current micro-batch's p and seed; layer: the local index (keyed by the global one), -1 for
   // the embedding.
@@ -380,7 +385,7 @@ class GptModel {
   ParamLayout layout_;
   // Context parallelism (Note [context parallelism] in gpt_layer.cpp): CP size, the ring over
   // the CP group (cp_ > 1), and this rank's rows' global positions (B, T) on the device.
-  int cp_ = 1;
+  int cp_ = 1, cp_rank_ = 0;
   std::unique_ptr<RingAttention<G>> ring_;
   int32_t* cp_positions_ = nullptr;
   bool packed_ = false;  // the micro-batch being run packs documents
