@@ -138,6 +138,15 @@ class ContextParallel : public QObject {
                 train("cp2-pp2", 4, kModel,
                       {"--context-parallel-size", "2", "--pipeline-model-parallel-size", "2"}));
   }
+  // Sequence parallelism within each CP rank's rows (the residual stream's T/CP rows of each
+  // sequence split again over TP; hidden dropout keyed through both splits), the ring running
+  // each TP rank's heads.
+  void context_2_tensor_2_sequence_parallel() {
+    expect_same(gpt_, "cp2-tp2-sp",
+                train("cp2-tp2-sp", 4, kModel,
+                      {"--context-parallel-size", "2", "--tensor-model-parallel-size", "2",
+                       "--sequence-parallel"}));
+  }
   // DP x CP: the gradients reduced and the distributed optimizer sharded over 4 ranks.
   void context_2_data_2_distributed_optimizer() {
     expect_same(gpt_, "cp2-dp2-distopt",

@@ -343,8 +343,6 @@ class Layout5dTest : public QObject {
     QCOMPARE(joined(lattice::refusals(o, 8, lattice::cpu_capabilities())),
              QString("--context-parallel-size 2 needs --attention-dropout 0 (the ring attention "
                      "has no dropout)\n"
-                     "--sequence-parallel with --context-parallel-size 2 is not yet supported by "
-                     "the trainer\n"
                      "--expert-model-parallel-size > 1 is not yet supported by the trainer; "
                      "`lattice plan` lays it out"));
     const QStringList no_dropout = {"--context-parallel-size", "2", "--attention-dropout", "0"};

@@ -479,13 +479,18 @@ void GptModel<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
 
 template <typename A>
 void GptModel<A>::cp_chunks(const std::function<void(size_t, size_t, size_t)>& f) const {
-  // Note [context parallelism]: local rows [h c, (h + 1) c) of sequence b are chunk
-  // cp_chunk(rank, CP, h) of it, global rows b T + chunk c onwards; elements of C each.
+  // Note [context parallelism]: local rows [b T/CP + h c, + c) of sequence b are chunk
+  // cp_chunk(rank, CP, h) of it, global rows b T + chunk c onwards; with sequence parallelism
+  // this rank holds local rows [row0, row0 + R) of them. Elements of C each.
   const size_t c = static_cast<size_t>(T_ / 2), C = C_, T = config_.seq_length;
+  const size_t held_begin = row0_, held_end = row0_ + R_;
   for (int b = 0; b < B_; b++)
     for (int h = 0; h < 2; h++) {
+      const size_t begin = b * static_cast<size_t>(T_) + h * c, end = begin + c;
+      const size_t from = std::max(begin, held_begin), to = std::min(end, held_end);
+      if (from >= to) continue;
       const size_t chunk = static_cast<size_t>(cp_chunk(cp_rank_, cp_, h));
-      f((b * static_cast<size_t>(T_) + h * c) * C, (b * T + chunk * c) * C, c * C);
+      f((from - held_begin) * C, (b * T + chunk * c + (from - begin)) * C, (to - from) * C);
     }
 }
 

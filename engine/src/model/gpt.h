@@ -346,10 +346,10 @@ class GptModel {
   void add_position_rows(A* rows, const A* wpe);
   // Sums the sequence_parallel_grad gradients of tensors [first, last) over the TP group.
   void sum_sequence_parallel_grads(int first, int last);
-  // Context parallelism (without sequence parallelism): f(local, global, count) for each
-  // chunk of this rank's rows, as element offsets into the local (N, C) activation and into
-  // the whole batch's (B T, C) (hidden dropout keys its masks by the latter, so every CP rank
-  // draws one process's masks).
+  // Context parallelism: f(held, global, count) for each piece of a chunk of the rows this rank
+  // holds, as element offsets into the held (R, C) activation and into the whole batch's
+  // (B T, C) (hidden dropout keys its masks by the latter, so every CP rank draws one process's
+  // masks).
   void cp_chunks(const std::function<void(size_t, size_t, size_t)>& f) const;
   // Hidden dropout in place on an (R, C) activation (nothing when not training or p is 0), with
   // the current micro-batch's p and seed; layer: the local index (keyed by the global one), -1 for

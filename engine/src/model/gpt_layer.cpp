@@ -195,8 +195,9 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
 // same schedule of layers (forward, the recomputation, backward), so the calls pair up. The
 // token losses are the local rows'; the trainer divides by the whole batch's token count and
 // sums the weights' gradients over DP x CP, so the step equals one process's. Hidden dropout
-// keys its masks by global rows (cp_chunks, gpt.cpp). Not here: attention dropout, sequence
-// parallelism and 16-bit compute are refused (trainer, create()); CUDA has no ring yet.
+// keys its masks by global rows (cp_chunks, gpt.cpp); sequence parallelism splits a CP rank's
+// rows again over TP. Not here: attention dropout and 16-bit compute are refused (trainer,
+// create()); CUDA has no ring yet.
 template <typename A>
 void GptModel<A>::core_attention_forward(A* out, G* saved, const A* qkv, uint64_t key) {
   if (cp_ == 1) {
