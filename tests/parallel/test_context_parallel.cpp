@@ -164,6 +164,22 @@ class ContextParallel : public QObject {
                       {"--context-parallel-size", "2", "--recompute-granularity", "full",
                        "--recompute-method", "uniform", "--recompute-num-layers", "1"}));
   }
+  // A CP 2 run's checkpoint (fp32 state: --save keeps no fp64) holds whole tensors once:
+  // loaded into one process (nothing left to train) it gives the same weights, bit for bit.
+  void checkpoint_of_context_2_loads_into_one_process() {
+    QStringList fp32 = kModel;
+    fp32.removeAll("--fp64");
+    const QString ckpt = dir_.filePath("cp2-ckpt");
+    const Trace saved = train("cp2-save", 2, fp32,
+                              {"--context-parallel-size", "2", "--use-distributed-optimizer",
+                               "--save", ckpt, "--save-interval", "5"});
+    QCOMPARE(saved.losses.size(), kSteps);
+    const Trace loaded = train("cp1-load", 1, fp32, {"--load", ckpt});
+    QVERIFY(!loaded.params.empty());
+    QCOMPARE(loaded.params.size(), saved.params.size());
+    for (const auto& [tensor, want] : saved.params)
+      QVERIFY2(loaded.params.at(tensor) == want, tensor.c_str());
+  }
   // What the ring cannot reproduce yet is refused in one sentence naming the flag.
   void refusals() {
     QStringList dropout = kModel;

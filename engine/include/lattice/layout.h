@@ -95,7 +95,7 @@ std::vector<std::string> layout_errors(const TrainOptions& options, int world_si
 // --num-experts, which it divides); part of layout_errors.
 std::vector<std::string> expert_rules(const TrainOptions& options);
 // What `lattice train` cannot run yet although `lattice plan` lays it out (EP > 1; with CP > 1
-// attention dropout, --save / --load), one sentence each; the trainer refuses these
+// attention dropout), one sentence each; the trainer refuses these
 // (device/backends.h refusals).
 std::vector<std::string> trainer_layout_refusals(const TrainOptions& options);
 // The layout, or a Status listing every broken rule on its own line.

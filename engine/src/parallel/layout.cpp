@@ -316,9 +316,6 @@ std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
     const std::string with = "--context-parallel-size " + str(cp);
     if (o.model.attention_dropout > 0)
       refusals.push_back(with + " needs --attention-dropout 0 (the ring attention has no dropout)");
-    if (!o.save.empty() || !o.load.empty())
-      refusals.push_back("--save / --load with " + with +
-                         " are not yet supported by the trainer (--save-hf is)");
   }
   if (o.parallel.expert_model_parallel_size > 1)
     refusals.push_back("--expert-model-parallel-size > 1" + std::string(tail));
