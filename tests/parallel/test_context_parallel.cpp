@@ -28,7 +28,8 @@ const QStringList kModel = {
     "511",              "--micro-batch-size",    "2",    "--global-batch-size", "8",
     "--train-iters",    "5",                     "--lr", "1e-3",            "--lr-warmup-iters",
     "2",                "--hidden-dropout",      "0.1",  "--attention-dropout", "0",
-    "--eval-iters",     "0",                     "--log-interval", "5",     "--threads",
+    "--eval-iters",     "1",                     "--eval-interval", "5",    "--log-interval", "5",
+    "--threads",
     "1",                "--fp64"};
 // Llama: RoPE, RMSNorm, SwiGLU, 8 query heads in 2 key/value groups, untied head, no biases.
 const QStringList kLlama =
@@ -38,7 +39,7 @@ const QStringList kLlama =
                          "--disable-bias-linear"};
 
 struct Trace {
-  QList<double> losses, norms;
+  QList<double> losses, norms, valid;
   std::map<std::string, std::vector<float>> params;
 };
 
@@ -71,9 +72,10 @@ class ContextParallel : public QObject {
     auto history = (*store)->history(run->id);
     if (!history) return t;
     for (const auto& series : history->metrics) {
-      QList<double>* into = series.key == "lm loss"     ? &t.losses
-                            : series.key == "grad norm" ? &t.norms
-                                                        : nullptr;
+      QList<double>* into = series.key == "lm loss"              ? &t.losses
+                            : series.key == "grad norm"          ? &t.norms
+                            : series.key == "validation lm loss" ? &t.valid
+                                                                 : nullptr;
       if (into)
         for (const auto& p : series.points) into->append(p.value);
     }
@@ -105,6 +107,14 @@ class ContextParallel : public QObject {
                                           .arg(t.norms[i], 0, 'g', 17)
                                           .arg(one.norms[i], 0, 'g', 17)));
     }
+    // The validation loss (one evaluation, after the last step) too.
+    QCOMPARE(t.valid.size(), one.valid.size());
+    for (int i = 0; i < one.valid.size(); i++)
+      QVERIFY2(std::abs(t.valid[i] - one.valid[i]) <= 1e-5 * one.valid[i],
+               qPrintable(QString("%1: validation loss %2 vs %3")
+                              .arg(name)
+                              .arg(t.valid[i], 0, 'g', 17)
+                              .arg(one.valid[i], 0, 'g', 17)));
     QCOMPARE(t.params.size(), one.params.size());
     for (const auto& [tensor, want] : one.params) {
       const auto it = t.params.find(tensor);
@@ -128,6 +138,7 @@ class ContextParallel : public QObject {
     QCOMPARE(gpt_.losses.size(), kSteps);
     QVERIFY(!gpt_.params.empty());
     QVERIFY(gpt_.losses.last() < gpt_.losses.first());  // it learns
+    QCOMPARE(gpt_.valid.size(), 1);
   }
 
   void context_2() {
