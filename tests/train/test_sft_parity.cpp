@@ -298,6 +298,47 @@ class SftParity : public QObject {
 #endif
   }
 
+  // Context parallelism (CP 2: each rank holds 2 of 4 chunks of 4 tokens): the loss mask and,
+  // packed, the document positions split with the tokens; the per-token count is the whole
+  // sequence's. Losses and grad norms equal one rank's, masked and packed.
+  void context_parallel_2_gives_the_single_rank_losses() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI");
+#else
+    const std::vector<Conversation> short_ones = make_conversations({5, 7, 4, 9, 6, 3, 8, 5});
+    write_dataset(path("cp-packed").toStdString(), short_ones, true);
+    const std::pair<QString, QStringList> cases[] = {{"chat", {}},
+                                                     {"cp-packed", {"--sft-packing"}}};
+    for (const auto& [data, extra] : cases) {
+      QList<double> one, two, norms1, norms2;
+      testing::Run r = train("cp-ref-" + data, 1, dir_.filePath(data), extra, &one, &norms1);
+      QVERIFY2(r.exit_code == 0, qPrintable(r.out + r.err));
+      r = train("cp2-" + data, 2, dir_.filePath(data),
+                extra + QStringList{"--context-parallel-size", "2"},
+                &two, &norms2);
+      QVERIFY2(r.exit_code == 0, qPrintable(r.out + r.err));
+      QCOMPARE(one.size(), kSteps);
+      QCOMPARE(two.size(), kSteps);
+      for (int i = 0; i < kSteps; i++) {
+        const double rel = std::abs(two[i] - one[i]) / one[i];
+        qInfo("%s step %d: loss 1 rank %.17g, CP 2 %.17g (rel %.2g)", qPrintable(data), i + 1,
+              one[i], two[i], rel);
+        QVERIFY2(rel <= 1e-10, qPrintable(QString("%1 step %2: CP 2 loss %3, one rank %4")
+                                              .arg(data)
+                                              .arg(i + 1)
+                                              .arg(two[i], 0, 'g', 17)
+                                              .arg(one[i], 0, 'g', 17)));
+        QVERIFY2(std::abs(norms2[i] - norms1[i]) <= 1e-10 * norms1[i],
+                 qPrintable(QString("%1 step %2 grad norm %3 vs %4")
+                                .arg(data)
+                                .arg(i + 1)
+                                .arg(norms2[i])
+                                .arg(norms1[i])));
+      }
+    }
+#endif
+  }
+
   // --sft-packing: conversations of 3 to 9 tokens packed several to a sample of 17 tokens; the
   // reference runs each conversation of a pack on its own (its own positions, nothing seen of
   // the others), so equal losses show that packed attention and positions keep them apart.

@@ -144,12 +144,14 @@ Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::C
   for (size_t c = 0; c < parts.chunks.size(); c++) {
     const ChunkWeights& chunk = parts.chunks[c];
     const auto& tensors = chunk.layout->tensors();
-    if (me.dp == 0)
+    // The weights of data-parallel (and context-parallel) rank 0: the others hold copies.
+    const bool first_replica = me.dp == 0 && me.cp == 0;
+    if (first_replica)
       for (const ParamTensor& t : tensors)
         if (t.counts_in_norm && in_set(parts.tensors, t))
           add("model", t, chunk.params + t.offset, 0, static_cast<int64_t>(t.numel));
     if (c >= parts.moments.size()) continue;
-    const bool owner = parts.distributed_optimizer || me.dp == 0;
+    const bool owner = parts.distributed_optimizer || first_replica;
     if (!owner) continue;
     for (const MomentPiece& view : parts.moments[c]) {
       const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const ParamTensor& t) {
@@ -219,6 +221,7 @@ Status finalize_checkpoint(const std::string& dir, int iteration, int world_size
                    {"tp", L.tp},
                    {"pp", L.pp},
                    {"dp", L.dp},
+                   {"cp", L.cp},
                    {"vpp", L.vpp},
                    {"sequence_parallel", saved.sequence_parallel},
                    {"distributed_optimizer", saved.distributed_optimizer}}},

@@ -42,6 +42,11 @@ std::vector<std::string> capability_errors(const TrainOptions& o, const Capabili
                      ": train them on the CPU (--device cpu)");
   else if (o.model.moe() && (o.fp16 || o.bf16))
     errors.push_back("MoE layers (--num-experts) run in fp32 and fp64: drop --fp16 / --bf16");
+  if (o.parallel.context_parallel_size > 1 && !c.context_parallel)
+    errors.push_back(
+        "--context-parallel-size > 1: context parallelism runs on the CPU trainer only for now "
+        "(the ring attention has no GPU path yet); drop --device " +
+        c.device);
   const int heads = o.model.num_attention_heads;
   const int head_size = heads > 0 ? o.model.hidden_size / heads : 0;
   const std::vector<int>& sizes = c.head_sizes;

@@ -25,9 +25,11 @@ struct Capabilities {
                                         // selective recomputation has something to drop
   bool host_addressable = false;        // its memory is host memory: checkpoints, weight
                                         // initialisation and data read it directly
-  bool cheap_marks = false;  // a time mark is a clock read, so per-op times are always kept
-                             // (CUDA: two timing events per op, kept with --profile only)
-  bool moe = false;          // MoE layers (--num-experts; Ops::has_moe), in fp32 and fp64
+  bool cheap_marks = false;       // a time mark is a clock read, so per-op times are always kept
+                                  // (CUDA: two timing events per op, kept with --profile only)
+  bool moe = false;               // MoE layers (--num-experts; Ops::has_moe), in fp32 and fp64
+  bool context_parallel = false;  // --context-parallel-size > 1: the ring attention over host
+                                  // buffers (parallel/ring_attention.h)
 };
 
 // The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, bf16 where this build and
@@ -42,6 +44,7 @@ inline Capabilities cpu_capabilities() {
   c.host_addressable = true;
   c.cheap_marks = true;
   c.moe = true;
+  c.context_parallel = true;
   return c;
 }
 

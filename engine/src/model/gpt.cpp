@@ -12,6 +12,7 @@
 
 #include "core/host_memory.h"
 #include "model/init_weights.h"
+#include "parallel/context_split.h"
 
 namespace lattice {
 
@@ -39,13 +40,13 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       tp_(shard.tp_size > 1 ? tp : nullptr),
       blocks_(device),
       B_(micro_batch),
-      T_(config.seq_length),
+      T_(config.seq_length / std::max(1, shard.cp_size)),  // this CP rank's rows
       C_(config.hidden_size),
       F_(config.ffn()),
       NH_(config.num_attention_heads),
       L_(shard.num_layers(config)),
       Vp_(config.padded_vocab_size()),
-      N_(micro_batch * config.seq_length),
+      N_(micro_batch * (config.seq_length / std::max(1, shard.cp_size))),
       HS_(config.head_size()),
       KV_(config.kv_heads()),
       rms_norm_(config.rms_norm()),
@@ -54,7 +55,7 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       t_(shard.tp_size),
       tp_rank_(shard.tp_rank),
       sp_(shard.sequence_parallel && shard.tp_size > 1),
-      R_(sp_ ? micro_batch * config.seq_length / shard.tp_size : micro_batch * config.seq_length),
+      R_(sp_ ? N_ / shard.tp_size : N_),
       row0_(sp_ ? static_cast<size_t>(shard.tp_rank) * R_ : 0),
       Ct_(config.hidden_size / shard.tp_size),
       Ft_(config.ffn() / shard.tp_size),
@@ -63,7 +64,10 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       Gt_(config.kv_heads() / shard.tp_size),
       Wt_(static_cast<int>(config.qkv_width() / shard.tp_size)),
       up_(config.swiglu ? 2 * (config.ffn() / shard.tp_size) : config.ffn() / shard.tp_size),
-      rotary_dim_(config.rope() ? config.rotary_dim() : 0) {}
+      rotary_dim_(config.rope() ? config.rotary_dim() : 0) {
+  cp_ = std::max(1, shard.cp_size);
+  cp_rank_ = shard.cp_rank;
+}
 
 template <typename A>
 LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved, bool moe) {
@@ -79,7 +83,7 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   a.qkv = from.template take<A>(NW, MC::kActivations);
   a.atty = from.template take<A>(NCt, MC::kActivations);
   a.saved = keep_saved
-                ? from.template take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kActivations)
+                ? from.template take<G>(attention_saved_elems(), MC::kActivations)
                 : nullptr;
   a.res_mid = from.template take<A>(RC, MC::kActivations);
   a.ln2 = from.template take<A>(RC, MC::kActivations);
@@ -128,9 +132,11 @@ Status GptModel<A>::allocate() {
   }
   // Note [selective recomputation]: one saved tensor for every layer and micro-batch, refilled
   // in each layer's backward.
-  drop_saved_ = recompute_.selective && device_.capabilities().attention_saves_scores;
-  if (drop_saved_)
-    selective_saved_ = take<G>(ops_.attention_saved_elems(B_, T_, Ht_), MC::kWorkspace);
+  // (The ring of context parallelism keeps only its log-sum-exp: nothing to drop.)
+  drop_saved_ =
+      recompute_.selective && device_.capabilities().attention_saves_scores && cp_ == 1;
+  if (drop_saved_) selective_saved_ = take<G>(attention_saved_elems(), MC::kWorkspace);
+  if (cp_ > 1) cp_positions_ = take<int32_t>(N_, MC::kWeights);
   if (config_.moe()) {  // Note [MoE layer] (gpt_moe.cpp)
     if (!ops_.has_moe())
       return Status::invalid_argument("MoE layers (--num-experts) are not yet implemented on " +
@@ -181,7 +187,8 @@ Status GptModel<A>::allocate() {
   if (swiglu_) d_up_ = take<A>(2 * NF, MC::kWorkspace);
   d_qkv_ = take<A>(static_cast<size_t>(N_) * Wt_, MC::kWorkspace);
   if (rotary_dim_ > 0) {
-    const size_t table = static_cast<size_t>(T_) * (rotary_dim_ / 2);
+    // Over the whole sequence: a CP rank's rows sit at global positions up to seq_length - 1.
+    const size_t table = static_cast<size_t>(config_.seq_length) * (rotary_dim_ / 2);
     rope_cos_ = take<G>(table, MC::kWeights);
     rope_sin_ = take<G>(table, MC::kWeights);
   }
@@ -249,7 +256,8 @@ GptModel<A>::GptModel(const ModelConfig& config, int micro_batch)
 template <typename A>
 Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& config, int micro_batch,
                                                          Device& device, const ModelShard& shard,
-                                                         Comm* tp, const RecomputePlan& recompute) {
+                                                         Comm* tp, const RecomputePlan& recompute,
+                                                         Comm* cp) {
   Ops<A>* ops = device.ops<A>();
   if (!ops)
     return Status::invalid_argument("GptModel: " + device.describe() + " has no op list for " +
@@ -260,6 +268,17 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
                             std::to_string(recompute.group_start.size()) + " layers, not " +
                             std::to_string(m->L_));
   m->recompute_ = recompute;
+  if (m->cp_ > 1) {  // Note [context parallelism] in gpt_layer.cpp
+    if (!cp || cp->size() != m->cp_)
+      return Status::internal("GptModel: context parallelism without its CP communicator");
+    if constexpr (!std::is_same_v<A, G>)
+      return Status::invalid_argument(
+          "--context-parallel-size > 1 runs fp32 or --fp64 only (ring attention has no 16-bit "
+          "path); drop --fp16 / --bf16");
+    if (Status s = check_context_split(config.seq_length, m->cp_); !s) return s;
+    m->ring_ = std::make_unique<RingAttention<G>>(*cp, micro_batch, config.seq_length, m->Ht_,
+                                                  m->Gt_, m->HS_);
+  }
   if (Status s = m->allocate(); !s) return s;
   if (Status s = m->upload_rope_tables(); !s) return s;
   return m;
@@ -267,10 +286,19 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
 
 template <typename A>
 Status GptModel<A>::upload_rope_tables() {
+  if (cp_ > 1) {  // every sequence's local rows at their global positions
+    std::vector<int32_t> rows(static_cast<size_t>(N_));
+    for (int b = 0; b < B_; b++)
+      std::copy(ring_->positions(), ring_->positions() + T_, rows.begin() + size_t(b) * T_);
+    device_.copy(cp_positions_, rows.data(), rows.size() * sizeof(int32_t),
+                 CopyKind::kHostToDevice, compute());
+    if (Status s = device_.synchronize(compute()); !s) return s;
+  }
   if (rotary_dim_ == 0) return Status::ok();
-  const size_t n = static_cast<size_t>(T_) * (rotary_dim_ / 2);
+  const int T = config_.seq_length;  // the whole sequence's positions (context parallelism)
+  const size_t n = static_cast<size_t>(T) * (rotary_dim_ / 2);
   std::vector<double> cos(n), sin(n);
-  kernels::rope_tables(cos.data(), sin.data(), T_, rotary_dim_, config_.rotary_base,
+  kernels::rope_tables(cos.data(), sin.data(), T, rotary_dim_, config_.rotary_base,
                        config_.llama3_rope_factor());
   const std::vector<G> cos_g(cos.begin(), cos.end()), sin_g(sin.begin(), sin.end());
   device_.copy(rope_cos_, cos_g.data(), n * sizeof(G), CopyKind::kHostToDevice, compute());
@@ -441,7 +469,8 @@ void GptModel<A>::add_position_rows(A* rows, const A* wpe) {
     // Packed documents: wpe's rows gathered by this rank's rows' positions into scratch (the
     // embedding op over wpe as a table of T "tokens"), then added (a dropout of p 0 is a plain
     // add, the op list having no other for both compute types).
-    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0, T_, nullptr);
+    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0,
+                           config_.seq_length, nullptr);
     ops_.residual_dropout_forward(rows, rows, d_c_, static_cast<size_t>(R_) * C_, 0.0f, 0, 0);
     return;
   }
@@ -486,14 +515,44 @@ template <typename A>
 void GptModel<A>::hidden_dropout(A* data, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return;
   OpTimer timer(*this, Op::kResidualDropout);
+  if (cp_ > 1) {  // each chunk of c rows at its global rows' offset (cp_chunks)
+    cp_chunks([&](size_t local, size_t global, size_t count) {
+      ops_.residual_dropout_forward(data + local, nullptr, data + local, count, p_hidden_,
+                                    key(layer, site), global);
+    });
+    return;
+  }
   const size_t n = static_cast<size_t>(R_) * C_;
   ops_.residual_dropout_forward(data, nullptr, data, n, p_hidden_, key(layer, site), row0_ * C_);
+}
+
+template <typename A>
+void GptModel<A>::cp_chunks(const std::function<void(size_t, size_t, size_t)>& f) const {
+  // Note [context parallelism]: local rows [b T/CP + h c, + c) of sequence b are chunk
+  // cp_chunk(rank, CP, h) of it, global rows b T + chunk c onwards; with sequence parallelism
+  // this rank holds local rows [row0, row0 + R) of them. Elements of C each.
+  const size_t c = static_cast<size_t>(T_ / 2), C = C_, T = config_.seq_length;
+  const size_t held_begin = row0_, held_end = row0_ + R_;
+  for (int b = 0; b < B_; b++)
+    for (int h = 0; h < 2; h++) {
+      const size_t begin = b * static_cast<size_t>(T_) + h * c, end = begin + c;
+      const size_t from = std::max(begin, held_begin), to = std::min(end, held_end);
+      if (from >= to) continue;
+      const size_t chunk = static_cast<size_t>(cp_chunk(cp_rank_, cp_, h));
+      f((from - held_begin) * C, (b * T + chunk * c + (from - begin)) * C, (to - from) * C);
+    }
 }
 
 template <typename A>
 const A* GptModel<A>::hidden_dropout_backward(A* out, const A* dout, int layer, DropoutSite site) {
   if (p_hidden_ == 0) return dout;
   OpTimer timer(*this, Op::kResidualDropout);
+  if (cp_ > 1) {
+    cp_chunks([&](size_t local, size_t global, size_t count) {
+      ops_.dropout_backward(out + local, dout + local, count, p_hidden_, key(layer, site), global);
+    });
+    return out;
+  }
   const size_t n = static_cast<size_t>(R_) * C_;
   ops_.dropout_backward(out, dout, n, p_hidden_, key(layer, site), row0_ * C_);
   return out;

@@ -59,6 +59,7 @@
 #include "model/dropout_sites.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
+#include "parallel/ring_attention.h"
 
 namespace lattice {
 
@@ -161,7 +162,8 @@ class GptModel {
   static Result<std::unique_ptr<GptModel>> create(const ModelConfig& config, int micro_batch,
                                                   Device& device, const ModelShard& shard = {},
                                                   Comm* tp = nullptr,
-                                                  const RecomputePlan& recompute = {});
+                                                  const RecomputePlan& recompute = {},
+                                                  Comm* cp = nullptr);
   // The whole model of `config` on host_device() (device/cpu_device.h), for tests and tools
   // that run it in this process (no tensor or pipeline parallelism, nothing recomputed).
   // Throws std::runtime_error with the device's out-of-memory sentence.
@@ -320,6 +322,15 @@ class GptModel {
   void moe_combine_forward(int l, const LayerActivations<A>& la, bool training);
   void moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
                     float grad_scale);
+  // Core attention of one layer over qkv (N, Wt) into out (N, Ct), keeping `saved` for the
+  // backward: the device's attention op, or with context parallelism (cp_ > 1) the ring over
+  // the CP group (Note [context parallelism] in gpt_layer.cpp; saved is then its (B, Ht, T)
+  // log-sum-exp). key: the attention dropout's mask key.
+  void core_attention_forward(A* out, G* saved, const A* qkv, uint64_t key);
+  void core_attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out, const G* saved,
+                               uint64_t key);
+  // What one layer's attention keeps for its backward (elements of G).
+  size_t attention_saved_elems() const;
   // The configured normalisation (LayerNorm, or RMSNorm with mean and bias unused) over R rows.
   void norm_forward(A* out, G* mean, G* rstd, const A* inp, const A* weight, const A* bias);
   void residual_norm_forward(A* residual_out, A* out, G* mean, G* rstd, const A* residual,
@@ -368,6 +379,11 @@ class GptModel {
   void add_position_rows(A* rows, const A* wpe);
   // Sums the sequence_parallel_grad gradients of tensors [first, last) over the TP group.
   void sum_sequence_parallel_grads(int first, int last);
+  // Context parallelism: f(held, global, count) for each piece of a chunk of the rows this rank
+  // holds, as element offsets into the held (R, C) activation and into the whole batch's
+  // (B T, C) (hidden dropout keys its masks by the latter, so every CP rank draws one process's
+  // masks).
+  void cp_chunks(const std::function<void(size_t, size_t, size_t)>& f) const;
   // Hidden dropout in place on an (R, C) activation (nothing when not training or p is 0), with
   // the current micro-batch's p and seed; layer: the local index (keyed by the global one), -1 for
   // the embedding.
@@ -400,6 +416,12 @@ class GptModel {
 
   ModelConfig config_;
   ParamLayout layout_;
+  // Context parallelism (Note [context parallelism] in gpt_layer.cpp): CP size, the ring over
+  // the CP group (cp_ > 1), and this rank's rows' global positions (B, T) on the device.
+  int cp_ = 1, cp_rank_ = 0;
+  std::unique_ptr<RingAttention<G>> ring_;
+  int32_t* cp_positions_ = nullptr;
+  bool packed_ = false;  // the micro-batch being run packs documents
   Device& device_;
   Ops<A>& ops_;          // device_.ops<A>()
   Comm* tp_;             // null when t_ == 1

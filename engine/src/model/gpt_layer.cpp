@@ -51,7 +51,8 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
   p_attention_ = a.p_attention;
   p_lora_ = a.p_lora;
   dropout_seed_ = a.dropout_seed;
-  positions_ = a.packed ? a.positions : nullptr;
+  packed_ = a.packed;  // under context parallelism positions_ is always set (global rows)
+  positions_ = a.packed ? a.positions : cp_positions_;
   const size_t RC = static_cast<size_t>(R_) * C;
   const auto& t = layout_.tensors();
   A* P = compute_;
@@ -138,7 +139,7 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
 
 template <typename A>
 void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, const A* x) {
-  const int B = B_, T = T_, C = C_, N = N_;
+  const int T = T_, C = C_, N = N_;
   const LayerParams<A> w = layout_.layer(compute_, l);
   // Column-parallel QKV: this rank's heads [tp_rank * Ht, +Ht) of NH (over every row: the
   // LayerNorm's rows gathered with sequence parallelism).
@@ -152,9 +153,7 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
     OpTimer timer(*this, Op::kAttentionForward);
     if (rotary_dim_ > 0)  // queries and keys rotated in place; the attention reads them so
       ops_.rope_forward(la.qkv, rope_cos_, rope_sin_, positions_, N, T, Ht_, Gt_, HS_, rotary_dim_);
-    ops_.attention_forward(la.atty, saved_of(la), la.qkv, attention_ws_, B, T, Ct_, Ht_,
-                           p_attention_, key(l, DropoutSite::kAttention), tp_rank_ * Ht_, NH_, Gt_,
-                           positions_);
+    core_attention_forward(la.atty, saved_of(la), la.qkv, key(l, DropoutSite::kAttention));
   }
   // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
   // over TP.
@@ -189,6 +188,56 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
   }
   OpTimer timer(*this, Op::kMatmulForward);  // FC1 with GELU as its epilogue
   ops_.matmul_forward(la.gelu, la.fc1, ln2, w.fc1_w, w.fc1_b, N, C, Ft_, Epilogue::kGelu);
+}
+
+// Note [context parallelism]: with --context-parallel-size CP > 1 a model runs T / CP rows of
+// each sequence (cp_split, parallel/context_split.h: chunks r and 2 CP - 1 - r of 2 CP), the
+// loader having split the micro-batch's tokens, targets and packed positions the same way. Every
+// op but the core attention is row-local, so it runs on the local rows unchanged; the rows keep
+// their global positions (positions_: cp_positions_, or the split document positions when
+// packed), which is all the learned position embedding and RoPE need. The core attention is
+// the ring over the CP group (RingAttention, parallel/ring_attention.h): keys and values travel
+// round the ring, each rank's saved tensor is its queries' log-sum-exp (B, Ht, T / CP), and
+// its backward sends the key/value gradients home, so every rank ends with the exact gradient
+// of its own qkv rows. The ring is collective over the CP group: every rank of it runs the
+// same schedule of layers (forward, the recomputation, backward), so the calls pair up. The
+// token losses are the local rows'; the trainer divides by the whole batch's token count and
+// sums the weights' gradients over DP x CP, so the step equals one process's. Hidden dropout
+// keys its masks by global rows (cp_chunks, gpt.cpp); sequence parallelism splits a CP rank's
+// rows again over TP. Not here: attention dropout and 16-bit compute are refused (trainer,
+// create()); CUDA has no ring yet.
+template <typename A>
+void GptModel<A>::core_attention_forward(A* out, G* saved, const A* qkv, uint64_t key) {
+  if (cp_ == 1) {
+    ops_.attention_forward(out, saved, qkv, attention_ws_, B_, T_, Ct_, Ht_, p_attention_, key,
+                           tp_rank_ * Ht_, NH_, Gt_, positions_);
+    return;
+  }
+  if constexpr (std::is_same_v<A, G>) {  // create() refuses the rest
+    if (Status s = ring_->forward(out, saved, qkv, packed_ ? positions_ : nullptr); !s)
+      record_comm_error("context-parallel ring attention", s);
+  }
+}
+
+template <typename A>
+void GptModel<A>::core_attention_backward(A* dqkv, const A* dout, const A* qkv, const A* out,
+                                          const G* saved, uint64_t key) {
+  if (cp_ == 1) {
+    ops_.attention_backward(dqkv, dout, qkv, out, saved, attention_ws_, B_, T_, Ct_, Ht_,
+                            p_attention_, key, tp_rank_ * Ht_, NH_, Gt_, positions_);
+    return;
+  }
+  if constexpr (std::is_same_v<A, G>) {
+    if (Status s = ring_->backward(dqkv, dout, qkv, out, saved, packed_ ? positions_ : nullptr);
+        !s)
+      record_comm_error("context-parallel ring attention", s);
+  }
+}
+
+template <typename A>
+size_t GptModel<A>::attention_saved_elems() const {
+  if (cp_ > 1) return static_cast<size_t>(B_) * Ht_ * T_;  // the ring's log-sum-exp
+  return ops_.attention_saved_elems(B_, T_, Ht_);
 }
 
 // Note [recomputation]: with --recompute-granularity full a recomputed layer keeps only
@@ -272,7 +321,8 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
   p_attention_ = a.p_attention;
   p_lora_ = a.p_lora;
   dropout_seed_ = a.dropout_seed;
-  positions_ = a.packed ? a.positions : nullptr;
+  packed_ = a.packed;  // under context parallelism positions_ is always set (global rows)
+  positions_ = a.packed ? a.positions : cp_positions_;
   if (post()) {
     const size_t head_off = t[layout_.output_index()].offset;
     const size_t lnf_off = t[layout_.final_norm_index()].offset;
@@ -315,8 +365,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     const uint64_t attention_key = key(l, DropoutSite::kAttention);
     if (!la.saved) {  // Note [selective recomputation]
       OpTimer timer(*this, Op::kAttentionForward);
-      ops_.attention_forward(d_atty_, selective_saved_, la.qkv, attention_ws_, B, T, Ct_, Ht_,
-                             p_attention_, attention_key, tp_rank_ * Ht_, NH_, Gt_, positions_);
+      core_attention_forward(d_atty_, selective_saved_, la.qkv, attention_key);
     }
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
@@ -367,9 +416,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     }
     {
       OpTimer timer(*this, Op::kAttentionBackward);
-      ops_.attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, saved_of(la), attention_ws_, B, T,
-                              Ct_, Ht_, p_attention_, attention_key, tp_rank_ * Ht_, NH_, Gt_,
-                              positions_);
+      core_attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, saved_of(la), attention_key);
       if (rotary_dim_ > 0)  // back through the rotation to the QKV GEMM's output
         ops_.rope_backward(d_qkv_, rope_cos_, rope_sin_, positions_, N, T, Ht_, Gt_, HS_,
                            rotary_dim_);

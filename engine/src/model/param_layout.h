@@ -44,6 +44,9 @@ struct ModelShard {
   bool pre = true;                      // word + position embeddings (first virtual stage)
   bool post = true;                     // final LayerNorm + LM head (last virtual stage)
   bool sequence_parallel = false;
+  // Context parallelism (the model's activations only: weights are whole on every CP rank):
+  // this rank holds rows cp_split of each sequence (parallel/context_split.h).
+  int cp_rank = 0, cp_size = 1;
 
   int num_layers(const ModelConfig& c) const {
     return (layer_end < 0 ? c.num_layers : layer_end) - layer_begin;

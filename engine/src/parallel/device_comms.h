@@ -17,6 +17,8 @@ class Device;
 
 struct DeviceComms {
   // Null where the group has one rank (and the embedding one off the first and last stage).
+  // dp: over the data-parallel x context-parallel group (ProcessGroups::data_context), where
+  // the dense gradients are reduced; the data-parallel group itself when CP is 1.
   std::unique_ptr<Comm> tp, dp, embedding;
   // PP > 1: activations, gradients and, interleaved, their wrap-around channels (Note
   // [pipeline streams], pipeline/executor.h); empty at PP 1.

@@ -34,6 +34,7 @@
 #include "optim/grad_buckets.h"
 #include "optim/grad_reducer.h"
 #include "optim/grad_scaling.h"
+#include "parallel/context_split.h"
 #include "parallel/device_comms.h"
 #include "parallel/groups.h"
 #include "parallel/model_chunks.h"
@@ -62,10 +63,10 @@ int injected_iteration(const char* name) {
 }
 
 SpikeAction spike_action(const std::string& on_spike) {
-  return on_spike == "skip"   ? SpikeAction::kSkip
-         : on_spike == "stop" ? SpikeAction::kStop
+  return on_spike == "skip"       ? SpikeAction::kSkip
+         : on_spike == "stop"     ? SpikeAction::kStop
          : on_spike == "rollback" ? SpikeAction::kRollback
-                              : SpikeAction::kWarn;
+                                  : SpikeAction::kWarn;
 }
 
 std::string exit_duration_message(int iteration, double minutes) {
@@ -192,6 +193,7 @@ class Trainer {
   Status collect_marks();
   DataSources data_;
   std::vector<int32_t> sample_, staged_tokens_, staged_targets_, staged_positions_;
+  std::vector<int32_t> split_;  // context parallelism: one tensor's rows of this CP rank
   int64_t consumed_ = 0;
   double moe_aux_loss_ = std::numeric_limits<double>::quiet_NaN();  // step()'s, MoE models
   double optimizer_seconds_ = 0;
@@ -213,7 +215,10 @@ template <typename T>
 Status Trainer<T>::build_model() {
   const ParallelLayout& L = g_.layout;
   const ParallelOptions& par = o_.parallel;
-  const size_t bucket = ddp_bucket_elems(par, L.dp);
+  // Dense gradients are reduced (and the distributed optimizer sharded) over DP x CP: every CP
+  // rank's gradient is its rows' share (Note [context parallelism] in model/gpt_layer.cpp).
+  const int reduce_ranks = L.dp * L.cp;
+  const size_t bucket = ddp_bucket_elems(par, reduce_ranks);
   Device& device = *rank_.device;
   // Every chunk's data-parallel collectives on one side stream, in the order backward ends the
   // buckets (optim/grad_reducer.h).
@@ -223,11 +228,13 @@ Status Trainer<T>::build_model() {
   if (!comms) return comms.status();
   rank_.comms = std::move(*comms);
   for (int c = 0; c < L.vpp; c++) {
-    const ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
+    ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
+    shard.cp_rank = g_.coord.cp;
+    shard.cp_size = L.cp;
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    Result<std::unique_ptr<GptModel<T>>> chunk =
-        GptModel<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan);
+    Result<std::unique_ptr<GptModel<T>>> chunk = GptModel<T>::create(
+        mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan, g_.cp.get());
     if (!chunk) return chunk.status();
     (*chunk)->set_op_times(o_.profile || device.capabilities().cheap_marks);
     rank_.chunks.push_back(std::move(*chunk));
@@ -256,8 +263,9 @@ Status Trainer<T>::build_model() {
         bucket, chunk->grads(), chunk->params());
     if (!buckets) return buckets.status();
     // The chunk's optimizer shard is cut as its reducer's buckets (optimizer_shard.h).
-    Result<std::unique_ptr<AdamW<T>>> adam =
-        AdamW<T>::create(device, optimizer_shard(o_, chunk->layout(), L.dp, g_.coord.dp), o_.optim);
+    Result<std::unique_ptr<AdamW<T>>> adam = AdamW<T>::create(
+        device, optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank()),
+        o_.optim);
     if (!adam) return adam.status();
     rank_.optimizers.push_back(std::move(*adam));
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
@@ -282,7 +290,8 @@ Status Trainer<T>::build_model() {
       chunks, device, channels, L.pp, g_.coord.pp, chunk_peaks(L.pp, g_.coord.pp, L.vpp, M));
   if (!executor) return executor.status();
   executor_ = std::move(*executor);
-  const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
+  // This rank's rows: T / CP of each sequence.
+  const size_t N = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length / L.cp;
   device_losses_ = static_cast<accum_t<T>*>(
       device.allocate(N * M * sizeof(accum_t<T>), MemoryCategory::kWorkspace));
   if (!device_losses_)
@@ -291,11 +300,15 @@ Status Trainer<T>::build_model() {
       static_cast<float*>(device.allocate(sizeof(float), MemoryCategory::kWorkspace));
   if (!device_found_inf_) return device.out_of_memory(MemoryCategory::kWorkspace, sizeof(float));
   host_assign(losses_, N * M, MemoryCategory::kWorkspace);
-  if (!device.capabilities().host_addressable) {
-    staged_tokens_.assign(N, 0);
-    staged_targets_.assign(N, 0);
+  // Staged whole sequences (B, T): on a device the host cannot write, and under context
+  // parallelism, whose ranks keep their rows of them.
+  const size_t whole = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length;
+  if (!device.capabilities().host_addressable || L.cp > 1) {
+    staged_tokens_.assign(whole, 0);
+    staged_targets_.assign(whole, 0);
   }
-  staged_positions_.assign(o_.sft_packing ? N : 0, 0);  // checked on the host before use
+  staged_positions_.assign(o_.sft_packing ? whole : 0, 0);  // checked on the host before use
+  if (L.cp > 1) split_.assign(N, 0);
   // --sft-packing: every stage's attention reads the micro-batch's positions (Note [packed
   // sequences] in gpt_layer.cpp), so the executor asks for them on every chunk.
   executor_->set_packed_sequences(o_.sft_packing);
@@ -307,8 +320,8 @@ Status Trainer<T>::load_micro_batch(const SampleSource& source, int64_t position
                                     int32_t* tokens, int32_t* targets, int32_t* positions) {
   // The ranks of a tensor-parallel group read the same micro-batch: their data-parallel rank's.
   Device& device = *rank_.device;
-  const bool staged = !device.capabilities().host_addressable;
   const ParallelLayout& L = g_.layout;
+  const bool staged = !device.capabilities().host_addressable || L.cp > 1;
   int32_t* host_positions = positions ? staged_positions_.data() : nullptr;
   if (Status s = fill_micro_batch(
           source, position, mb, o_.micro_batch_size, L.dp, g_.coord.dp, mc_.vocab_size, sample_,
@@ -322,9 +335,18 @@ Status Trainer<T>::load_micro_batch(const SampleSource& source, int64_t position
     if (!bad.empty()) return Status::invalid_argument("packed sample positions: " + bad);
   }
   // From pageable host memory: read before copy() returns, so the staging may be reused.
-  const size_t bytes = static_cast<size_t>(o_.micro_batch_size) * mc_.seq_length * sizeof(int32_t);
+  // Context parallelism: this CP rank's rows of each sequence (context_split.h), the packed
+  // positions with them (Note [context parallelism] in model/gpt_layer.cpp).
+  const int B = o_.micro_batch_size, S = mc_.seq_length;
+  const size_t bytes = static_cast<size_t>(B) * S / L.cp * sizeof(int32_t);
   const auto upload = [&](int32_t* to, const std::vector<int32_t>& from) {
-    if (to) device.copy(to, from.data(), bytes, CopyKind::kHostToDevice, device.compute());
+    if (!to) return;
+    const int32_t* rows = from.data();
+    if (L.cp > 1) {
+      cp_split(split_.data(), from.data(), B, S, 1, g_.coord.cp, L.cp);
+      rows = split_.data();
+    }
+    device.copy(to, rows, bytes, CopyKind::kHostToDevice, device.compute());
   };
   if (staged) {
     upload(tokens, staged_tokens_);
@@ -469,8 +491,10 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   // spike detector reads it).
   Result<double> losses = loss_sum(M, per_token);
   if (!losses) return losses.status();
+  // Under context parallelism every CP rank reports its rows (as many as any other's): the mean
+  // of their means is the sequence's.
   loss = per_token ? all_reduce_scalar(*losses, *g_.world) / static_cast<double>(targets)
-                   : all_reduce_scalar(*losses / (static_cast<double>(M) * L.dp), *g_.world);
+                   : all_reduce_scalar(*losses / (static_cast<double>(M) * L.dp * L.cp), *g_.world);
   if (mc_.moe()) {  // every stage's MoE layers, every data-parallel replica's micro-batches
     double aux = 0;
     for (auto& c : rank_.chunks) aux += c->take_moe_aux_loss_sum();
@@ -560,7 +584,7 @@ Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& positio
     const double total = all_reduce_scalar(sum, *g_.world);
     return targets > 0 ? total / static_cast<double>(targets) : 0.0;
   }
-  return all_reduce_scalar(sum / (static_cast<double>(o_.eval_iters) * M * L.dp), *g_.world);
+  return all_reduce_scalar(sum / (static_cast<double>(o_.eval_iters) * M * L.dp * L.cp), *g_.world);
 }
 
 template <typename T>

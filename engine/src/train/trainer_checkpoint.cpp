@@ -175,10 +175,12 @@ Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGr
   if constexpr (!std::is_same_v<accum_t<A>, float>) {
     return Status::invalid_argument(kNoFp64State);
   } else {
-    // What write_shard stores: the weights of data-parallel rank 0 (the replicas are equal),
-    // the moments of every rank that owns some.
-    const bool weights = g.coord.dp == 0;
-    const bool moments = weights || (o.parallel.use_distributed_optimizer && g.layout.dp > 1);
+    // What write_shard stores: the weights of data-parallel and context-parallel rank 0 (the
+    // replicas are equal), the moments of every rank that owns some (the distributed optimizer
+    // shards them over DP x CP).
+    const bool weights = g.coord.dp == 0 && g.coord.cp == 0;
+    const bool moments =
+        weights || (o.parallel.use_distributed_optimizer && g.layout.dp * g.layout.cp > 1);
     std::vector<ChunkState<A>> states = chunk_states(rank);
     for (ChunkState<A>& chunk : states)
       if (Status s = chunk.download(weights, moments); !s) return s;
