@@ -25,6 +25,10 @@
 // Sequence parallelism (shard.sequence_parallel, TP > 1): the residual stream, the LayerNorms
 // and the hidden dropout hold this rank's R = N/t rows; the column-parallel layers read
 // all-gathered rows and the row-parallel outputs are reduce-scattered.
+// Context parallelism (shard.cp_size > 1, the CP communicator given to create()): the model runs
+// this CP rank's T/CP rows of each sequence at their global positions, the core attention by
+// the ring over the CP group (Note [context parallelism] in gpt_layer.cpp); B*T below is then
+// B * T/CP.
 // Recomputation (docs/gpu.md#recomputation): RecomputePlan for the chunk's layers; a fully
 // recomputed layer keeps only its input residual[l] per micro-batch, its other activations live
 // in scratch shared by every micro-batch and are re-created by its group's forward just before
@@ -258,6 +262,7 @@ class GptModel {
   Profiler& profiler() { return profiler_; }
 
   int B() const { return B_; }
+  // Rows per sequence this model runs: seq_length, or seq_length / CP on a CP rank.
   int T() const { return T_; }
 
   // MoE (Note [MoE layer] in gpt_moe.cpp): the load-balancing loss of the last forward, summed
