@@ -35,9 +35,10 @@ lattice::TrainOptions options(const QStringList& flags) {
   return *o;
 }
 
-// What a layout with EP > 1 adds to its flags: the experts it splits (every EP used here
-// divides 8).
-const QStringList kExpertFlags = {"--num-experts", "8"};
+// What a layout with EP > 1 adds to its flags: the experts it splits (two per expert rank).
+QStringList expert_flags(int ep) {
+  return {"--num-experts", QString::number(2 * ep)};
+}
 
 // The flags of a layout; 8 layers, 12 heads and sequences of 96 tokens fit every size used here.
 QStringList layout_flags(int tp, int cp, int pp, int ep, int etp) {
@@ -47,7 +48,7 @@ QStringList layout_flags(int tp, int cp, int pp, int ep, int etp) {
         << QString::number(cp) << "--pipeline-model-parallel-size" << QString::number(pp)
         << "--expert-model-parallel-size" << QString::number(ep) << "--expert-tensor-parallel-size"
         << QString::number(etp);
-  return ep > 1 ? flags + kExpertFlags : flags;
+  return ep > 1 ? flags + expert_flags(ep) : flags;
 }
 
 ParallelLayout layout(int world, int tp, int cp, int pp, int ep = 1, int etp = 0) {
@@ -288,7 +289,8 @@ class Layout5dTest : public QObject {
            "--tensor-model-parallel-size 2 x --context-parallel-size 2 x "
            "--pipeline-model-parallel-size 1 = 4";
     QTest::newRow("world of the expert grid")
-        << QStringList{"--expert-model-parallel-size", "4", "--expert-tensor-parallel-size", "1"}
+        << QStringList{"--expert-model-parallel-size", "4", "--expert-tensor-parallel-size", "1"} +
+               expert_flags(4)
         << 6
         << "world size 6 (--world-size, or the ranks started) is not a multiple of "
            "--expert-tensor-parallel-size 1 x --expert-model-parallel-size 4 x "
@@ -337,13 +339,17 @@ class Layout5dTest : public QObject {
     const lattice::TrainOptions o =
         options(QStringList{"--context-parallel-size", "2", "--expert-model-parallel-size", "2",
                             "--sequence-parallel", "--tensor-model-parallel-size", "2"} +
-                kExpertFlags);
+                expert_flags(2));
     QVERIFY(lattice::layout_errors(o, 8).empty());  // `lattice plan` lays it out
     QCOMPARE(joined(lattice::refusals(o, 8, lattice::cpu_capabilities())),
              QString("--context-parallel-size 2 needs --attention-dropout 0 (the ring attention "
                      "has no dropout)\n"
                      "--expert-model-parallel-size > 1 is not yet supported by the trainer; "
-                     "`lattice plan` lays it out"));
+                     "`lattice plan` lays it out\n"
+                     "--num-experts does not combine with --context-parallel-size 2 yet: MoE "
+                     "layers run with context parallelism 1\n"
+                     "--num-experts does not combine with --tensor-model-parallel-size 2 yet: MoE "
+                     "layers run with tensor parallelism 1"));
     const QStringList no_dropout = {"--context-parallel-size", "2", "--attention-dropout", "0"};
     QVERIFY(lattice::refusals(options(no_dropout), 4, lattice::cpu_capabilities()).empty());
     QVERIFY(joined(lattice::refusals(options(no_dropout), 4, lattice::cuda_capabilities()))
