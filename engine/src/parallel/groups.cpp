@@ -52,7 +52,10 @@ Result<ProcessGroups> make_process_groups(Comm& world, const ParallelLayout& lay
       {&g.model, layout.model_groups(), "model-parallel"},
       {&g.embedding, embedding, "embedding"},
       {&g.cp, layout.context_groups(), "context-parallel"},
-      {&g.data_context, layout.data_context_groups(), "data-parallel with context-parallel"},
+      // The same ranks as the data-parallel group without CP: named as it, since messages
+      // about a dense gradient reduction should not mention a CP the run does not use.
+      {&g.data_context, layout.data_context_groups(),
+       layout.cp > 1 ? "data-parallel with context-parallel" : "data-parallel"},
       {&g.expert, layout.expert_groups(), "expert-parallel"},
       {&g.expert_tensor, layout.expert_tensor_groups(), "expert-tensor-parallel"},
       {&g.expert_data, layout.expert_data_groups(), "expert-data-parallel"},
