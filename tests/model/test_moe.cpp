@@ -3,7 +3,8 @@
 // by finite differences of the trained loss (cross-entropy + load-balancing loss), with top-2
 // routing, token dropping and full recomputation; the layout's Megatron-core names and counts
 // against ModelConfig::num_parameters and the planner's per-stage parameters (PP 2, MoE on every
-// other layer); the flags' sentences; and the op lists without MoE ops refused at creation.
+// other layer); the flags' sentences; the counts and aux losses copied to the host on a device
+// whose memory is not host memory; and the op lists without MoE ops refused at creation.
 #include <QtTest/QtTest>
 
 #include <algorithm>
@@ -256,7 +257,46 @@ class MoeTest : public QObject {
     QCOMPARE(c.aux_loss_coeff(), 0.0);
   }
 
-  // The CPU's 16-bit op lists (and CUDA's) have no MoE ops: creation says so.
+  // A device whose memory is not host memory (the CPU's host_addressable off, as on a GPU): the
+  // expert counts and the load-balancing losses reach the host by copies (moe_host_counts); the
+  // loss, the aux loss, the trainer's aux metric and every gradient equal the direct run's.
+  void a_staged_device_copies_the_counts_and_the_aux_loss_to_the_host() {
+    ModelConfig c = moe_config(true);
+    c.moe_expert_capacity_factor = 0.5f;  // some experts drop routes: uneven blocks
+    struct Run {
+      double loss = 0, aux = 0, aux_sum = 0;
+      std::vector<float> grads;
+    };
+    const auto run = [&](bool host_addressable) {
+      CpuDeviceOptions options;
+      options.host_addressable = host_addressable;
+      CpuDevice device(options);
+      Run r;
+      auto made = GptModel<float>::create(c, 2, device);
+      if (!made) qFatal("%s", made.status().message().c_str());
+      GptModel<float>& model = **made;
+      auto acts = model.new_activations();
+      if (!acts || !model.init_weights(7)) qFatal("activations or weights failed");
+      const std::vector<int32_t> tokens = {1, 5, 12, 3, 3, 0, 7, 7, 2, 11};
+      const std::vector<int32_t> targets = {5, 12, 3, 3, 0, 7, 7, 2, 11, 12};
+      model.zero_grads();
+      r.loss = model.forward(**acts, tokens.data(), targets.data(), 0, 1.0f / 10);
+      model.backward(**acts);
+      r.aux = model.moe_aux_loss();
+      r.aux_sum = model.take_moe_aux_loss_sum();
+      r.grads.assign(model.grads(), model.grads() + model.arena_size());
+      return r;
+    };
+    const Run direct = run(true), staged = run(false);
+    QVERIFY(direct.aux > 0);
+    QCOMPARE(staged.loss, direct.loss);
+    QCOMPARE(staged.aux, direct.aux);
+    QCOMPARE(direct.aux_sum, direct.aux);
+    QCOMPARE(staged.aux_sum, direct.aux_sum);
+    QVERIFY(staged.grads == direct.grads);
+  }
+
+  // The CPU's 16-bit op lists have no MoE ops: creation says so.
   void an_op_list_without_moe_ops_is_refused_at_creation() {
     CpuDevice device;
     auto made = GptModel<bf16>::create(moe_config(false), 2, device);

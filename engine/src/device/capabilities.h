@@ -27,7 +27,8 @@ struct Capabilities {
                                         // initialisation and data read it directly
   bool cheap_marks = false;       // a time mark is a clock read, so per-op times are always kept
                                   // (CUDA: two timing events per op, kept with --profile only)
-  bool moe = false;               // MoE layers (--num-experts; Ops::has_moe), in fp32 and fp64
+  bool moe = false;               // MoE layers (--num-experts; Ops::has_moe) in fp32 (and fp64
+  bool moe_16bit = false;         // where offered) / in --bf16 and --fp16 too
   bool context_parallel = false;  // --context-parallel-size > 1: the ring attention over host
                                   // buffers (parallel/ring_attention.h)
 };
@@ -48,9 +49,9 @@ inline Capabilities cpu_capabilities() {
   return c;
 }
 
-// The CUDA backend (kernels/cuda, cuBLASLt): fp32, bf16 and fp16; the flash-style attention
-// takes head sizes 64 and 128 and saves only its log-sum-exp; the GELU epilogue of
-// matmul_forward needs output widths % 8 (kernels/include/lattice/cuda_kernels.h).
+// The CUDA backend (kernels/cuda, cuBLASLt): fp32, bf16 and fp16, MoE layers in all three; the
+// flash-style attention takes head sizes 64 and 128 and saves only its log-sum-exp; the GELU
+// epilogue of matmul_forward needs output widths % 8 (kernels/include/lattice/cuda_kernels.h).
 inline Capabilities cuda_capabilities() {
   Capabilities c;
   c.device = "cuda";
@@ -58,6 +59,8 @@ inline Capabilities cuda_capabilities() {
   c.fp16 = true;
   c.head_sizes = {64, 128};
   c.mlp_slice_multiple = 8;
+  c.moe = true;  // kernels/cuda/moe.cu
+  c.moe_16bit = true;
   return c;
 }
 

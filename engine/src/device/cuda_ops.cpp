@@ -150,6 +150,48 @@ class CudaOps final : public Ops<A> {
                                    targets, vocab_begin, N, V, grad_scale);
   }
 
+  // Mixture of experts (moe.cu): A for the logits and rows, float for the rest; the counts stay
+  // on the device (GptModel copies them to the host, Note [MoE layer]).
+  bool has_moe() const override { return true; }
+  void moe_route(float* probs, int32_t* route, float* weight, const A* logits, int N, int E,
+                 int k) override {
+    cu::moe_route(ctx_, probs, route, weight, logits, N, E, k);
+  }
+  void moe_dispatch_plan(int32_t* tokens_per_expert, int32_t* counts, int32_t* route_slot,
+                         int32_t* slot_row, const int32_t* route, const float* weight, int N,
+                         int E, int k, int capacity) override {
+    cu::moe_dispatch_plan(ctx_, tokens_per_expert, counts, route_slot, slot_row, route, weight, N,
+                          E, k, capacity);
+  }
+  void moe_gather_rows(A* out, const A* inp, const int32_t* slot_row, int rows, int C) override {
+    cu::moe_gather_rows(ctx_, out, inp, slot_row, rows, C);
+  }
+  void moe_scatter_add_rows(A* dinp, const A* d_rows, const int32_t* route_slot, int N, int C,
+                            int k) override {
+    cu::moe_scatter_add_rows(ctx_, dinp, d_rows, route_slot, N, C, k);
+  }
+  void moe_combine(A* out, const A* expert_out, const float* weight, const int32_t* route_slot,
+                   int N, int C, int k) override {
+    cu::moe_combine(ctx_, out, expert_out, weight, route_slot, N, C, k);
+  }
+  void moe_combine_backward(A* d_expert_out, float* dweight, const A* dout, const A* expert_out,
+                            const float* weight, const int32_t* route_slot, int N, int C,
+                            int k) override {
+    cu::moe_combine_backward(ctx_, d_expert_out, dweight, dout, expert_out, weight, route_slot, N,
+                             C, k);
+  }
+  void moe_aux_loss(float* loss, const float* probs, const int32_t* tokens_per_expert, int N,
+                    int E, int k, double coeff) override {
+    cu::moe_aux_loss(ctx_, loss, probs, tokens_per_expert, N, E, k, coeff);
+  }
+  void moe_route_backward(A* dlogits, const float* dweight, const float* probs,
+                          const int32_t* route, const float* weight,
+                          const int32_t* tokens_per_expert, int N, int E, int k,
+                          double aux_scale) override {
+    cu::moe_route_backward(ctx_, dlogits, dweight, probs, route, weight, tokens_per_expert, N, E,
+                           k, aux_scale);
+  }
+
   void to_compute(A* dst, const float* src, size_t n) override {
     if constexpr (std::is_same_v<A, float>)
       copy(dst, src, n);

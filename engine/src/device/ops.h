@@ -205,15 +205,16 @@ class Ops {
 
   // ---- mixture of experts (kernels.h's moe_* ops; logits and rows in A, probabilities, weights
   // and the loss in G) -----------------------------------------------------------------------
-  // Whether this list has them: the CPU's float and double lists. Elsewhere (CUDA, the CPU's
-  // 16-bit lists) GptModel::create refuses an MoE model, so the defaults below, which throw
-  // std::logic_error, are never reached.
+  // Whether this list has them: the CPU's float and double lists, CUDA's three. Elsewhere (the
+  // CPU's 16-bit lists) GptModel::create refuses an MoE model, so the defaults below, which
+  // throw std::logic_error, are never reached.
   virtual bool has_moe() const { return false; }
   virtual void moe_route(G* /*probs*/, int32_t* /*route*/, G* /*weight*/, const A* /*logits*/,
                          int /*N*/, int /*E*/, int /*k*/) {
     no_moe();
   }
-  // Host-side decisions on device data; on the CPU both are host memory.
+  // The plan's counts are device memory: a caller reading them on the host copies them when the
+  // device's memory is not host memory (GptModel::moe_host_counts).
   virtual void moe_dispatch_plan(int32_t* /*tokens_per_expert*/, int32_t* /*counts*/,
                                  int32_t* /*route_slot*/, int32_t* /*slot_row*/,
                                  const int32_t* /*route*/, const G* /*weight*/, int /*N*/,

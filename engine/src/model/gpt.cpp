@@ -141,7 +141,8 @@ Status GptModel<A>::allocate() {
     if (!ops_.has_moe())
       return Status::invalid_argument("MoE layers (--num-experts) are not yet implemented on " +
                                       device_.describe() + " in " + compute_type_name<A>() +
-                                      " compute: the CPU runs them in fp32 and fp64");
+                                      " compute: the CPU runs them in fp32 and fp64, CUDA "
+                                      "in fp32, bf16 and fp16");
     if (t_ > 1)  // the trainer refuses it first (trainer_layout_refusals)
       return Status::invalid_argument(
           "MoE layers (--num-experts) run with tensor parallelism 1 for now");

@@ -271,7 +271,7 @@ class GptModel {
   double moe_aux_loss();
   // The training forwards' (grad_scale > 0) load-balancing losses summed since the last call
   // (every MoE layer of the chunk, every micro-batch), then reset: the trainer's "moe aux loss"
-  // metric. Read on the host as each forward runs (MoE runs on the CPU alone).
+  // metric. Read on the host as each forward runs (copied there on a GPU).
   double take_moe_aux_loss_sum() { return std::exchange(moe_aux_sum_, 0.0); }
 
  private:
@@ -327,6 +327,9 @@ class GptModel {
   void moe_combine_forward(int l, const LayerActivations<A>& la, bool training);
   void moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
                     float grad_scale);
+  // la's expert_counts (E) on the host: themselves where the device's memory is host memory,
+  // else a copy into moe_counts_host_, waited for (zeros if the device has failed).
+  const int32_t* moe_host_counts(const LayerActivations<A>& la);
   // Core attention of one layer over qkv (N, Wt) into out (N, Ct), keeping `saved` for the
   // backward: the device's attention op, or with context parallelism (cp_ > 1) the ring over
   // the CP group (Note [context parallelism] in gpt_layer.cpp; saved is then its (B, Ht, T)
@@ -498,6 +501,7 @@ class GptModel {
   A* moe_d_up_ = nullptr;     // (S, 2Fm) SwiGLU
   G* moe_aux_ = nullptr;      // (L) each layer's load-balancing loss of the last forward
   double moe_aux_sum_ = 0;    // take_moe_aux_loss_sum's
+  std::vector<int32_t> moe_counts_host_;  // (E) moe_host_counts' copy
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
   // The micro-batch's positions (B, T) when it packs documents, else null (set from its

@@ -10,8 +10,9 @@
 //   or SwiGLU, biases as the dense MLP's) of width Fm.
 // The routes are permuted expert-major (kernels.h moe_dispatch_plan), so each expert runs two
 // plain GEMMs (the op list's matmul) on its contiguous block of rows: a grouped GEMM as a loop.
-// The block sizes are read on the host, which on the CPU (the one device with the MoE ops,
-// Ops::has_moe) is the device's memory and is ready when the op returns.
+// The block sizes are read on the host (moe_host_counts): on the CPU the device's memory, ready
+// when the op returns; on a GPU a synchronous copy of E ints after the plan and again in the
+// backward (the GEMM loop's sizes), as the load-balancing loss is for the trainer's metric.
 // Token dropping (--moe-expert-capacity-factor f): each expert keeps at most
 // ceil(N k / E x f) routes, those of largest weight (Megatron's "probs" policy); a dropped
 // route adds nothing and its weight is not renormalised away (Megatron's). Load balancing
@@ -39,11 +40,12 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
     ops_.moe_dispatch_plan(la.tokens_per_expert, la.expert_counts, la.route_slot, la.slot_row,
                            la.route, la.route_weight, N, E, k, capacity_);
   }
-  const int rows = std::accumulate(la.expert_counts, la.expert_counts + E, 0);
+  const int32_t* counts = moe_host_counts(la);
+  const int rows = std::accumulate(counts, counts + E, 0);
   ops_.moe_gather_rows(la.expert_in, ln2, la.slot_row, rows, C);
   OpTimer timer(*this, Op::kMatmulForward);
-  for (int e = 0, r0 = 0; e < E; r0 += la.expert_counts[e++]) {
-    const int n = la.expert_counts[e];
+  for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
+    const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
     const A* in = la.expert_in + static_cast<size_t>(r0) * C;
@@ -56,8 +58,8 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
                           Epilogue::kGelu);
   }
   if (swiglu_ && rows > 0) ops_.swiglu_forward(la.gelu, la.fc1, rows, Fm_);
-  for (int e = 0, r0 = 0; e < E; r0 += la.expert_counts[e++]) {
-    const int n = la.expert_counts[e];
+  for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
+    const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
     ops_.matmul_forward(la.expert_out + static_cast<size_t>(r0) * C, nullptr,
@@ -73,8 +75,26 @@ void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool
   const double coeff = config_.aux_loss_coeff();
   if (coeff <= 0) return;
   ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_, coeff);
-  // The CPU has run the op: its result is host memory (Note [MoE layer]).
-  if (training && device_.capabilities().host_addressable) moe_aux_sum_ += moe_aux_[l];
+  if (!training) return;
+  // The CPU has run the op: its result is host memory; a GPU's is copied (Note [MoE layer]).
+  if (device_.capabilities().host_addressable) {
+    moe_aux_sum_ += moe_aux_[l];
+    return;
+  }
+  G aux = 0;
+  device_.copy(&aux, moe_aux_ + l, sizeof(G), CopyKind::kDeviceToHost, compute());
+  if (device_.synchronize(compute())) moe_aux_sum_ += aux;  // an error stays recorded
+}
+
+template <typename A>
+const int32_t* GptModel<A>::moe_host_counts(const LayerActivations<A>& la) {
+  if (device_.capabilities().host_addressable) return la.expert_counts;
+  moe_counts_host_.assign(E_, 0);
+  device_.copy(moe_counts_host_.data(), la.expert_counts, E_ * sizeof(int32_t),
+               CopyKind::kDeviceToHost, compute());
+  // A failed device (its error stays recorded) runs no expert rather than garbage sizes.
+  if (!device_.synchronize(compute())) moe_counts_host_.assign(E_, 0);
+  return moe_counts_host_.data();
 }
 
 template <typename A>
@@ -87,9 +107,10 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
   // d_out is read here alone: d_ln2 (which it may alias) is written after.
   ops_.moe_combine_backward(moe_d_rows_, moe_dweight_, d_out, la.expert_out, la.route_weight,
                             la.route_slot, N, C, k);
-  const int rows = std::accumulate(la.expert_counts, la.expert_counts + E, 0);
-  for (int e = 0, r0 = 0; e < E; r0 += la.expert_counts[e++]) {
-    const int n = la.expert_counts[e];
+  const int32_t* counts = moe_host_counts(la);
+  const int rows = std::accumulate(counts, counts + E, 0);
+  for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
+    const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
     const ExpertParams<G> gx = layout_.grad_expert(grads_, l, e);
@@ -104,8 +125,8 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
     else
       ops_.gelu_backward(moe_d_act_, la.fc1, moe_d_act_, static_cast<size_t>(rows) * Fm_);
   }
-  for (int e = 0, r0 = 0; e < E; r0 += la.expert_counts[e++]) {
-    const int n = la.expert_counts[e];
+  for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
+    const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
     const ExpertParams<G> gx = layout_.grad_expert(grads_, l, e);

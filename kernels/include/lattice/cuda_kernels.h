@@ -351,6 +351,38 @@ void scale(Context& ctx, float* x, size_t n, float s);
 // NaN, left as it is otherwise (the loss scaler's overflow test, as kernels.h has none).
 void unscale_and_check(Context& ctx, float* x, size_t n, float inv_scale, float* found_inf);
 
+// ---- moe.cu (kernels.h's mixture-of-experts ops; Note [deterministic MoE kernels]) ---------
+// Same arguments as kernels.h's moe_* with S split in two: T (float, bf16 or fp16; instantiated
+// in moe.cu) for the logits and the token rows, float for probabilities, weights and the loss.
+// Every result equals the CPU op's on the same (widened) inputs, the dispatch plan exactly.
+// All device memory; moe_dispatch_plan and moe_aux_loss use the Context's scratch until the
+// next op on its stream. The counts stay on the device: a caller reading them on the host
+// copies them (GptModel does, Note [MoE layer]).
+template <typename T>
+void moe_route(Context& ctx, float* probs, int32_t* route, float* weight, const T* logits, int N,
+               int E, int k);
+void moe_dispatch_plan(Context& ctx, int32_t* tokens_per_expert, int32_t* counts,
+                       int32_t* route_slot, int32_t* slot_row, const int32_t* route,
+                       const float* weight, int N, int E, int k, int capacity);
+template <typename T>
+void moe_gather_rows(Context& ctx, T* out, const T* inp, const int32_t* slot_row, int rows, int C);
+template <typename T>
+void moe_scatter_add_rows(Context& ctx, T* dinp, const T* d_rows, const int32_t* route_slot, int N,
+                          int C, int k);
+template <typename T>
+void moe_combine(Context& ctx, T* out, const T* expert_out, const float* weight,
+                 const int32_t* route_slot, int N, int C, int k);
+template <typename T>
+void moe_combine_backward(Context& ctx, T* d_expert_out, float* dweight, const T* dout,
+                          const T* expert_out, const float* weight, const int32_t* route_slot,
+                          int N, int C, int k);
+void moe_aux_loss(Context& ctx, float* loss, const float* probs, const int32_t* tokens_per_expert,
+                  int N, int E, int k, double coeff);
+template <typename T>
+void moe_route_backward(Context& ctx, T* dlogits, const float* dweight, const float* probs,
+                        const int32_t* route, const float* weight,
+                        const int32_t* tokens_per_expert, int N, int E, int k, double aux_scale);
+
 // ---- convert.cu -----------------------------------------------------------------------------
 // dst (n) = src rounded to bf16 or fp16 / widened to fp32.
 void convert(Context& ctx, bf16* dst, const float* src, size_t n);

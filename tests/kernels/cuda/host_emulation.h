@@ -232,6 +232,20 @@ inline V __shfl_xor_sync(unsigned mask, V value, int lane_mask) {
 inline float rsqrtf(float x) {
   return 1.0f / std::sqrt(x);
 }
+// The rounded arithmetic that keeps nvcc from fusing a product into a sum (moe_kernels.cuh);
+// the host compiler (no -mfma in the tests) fuses nothing either.
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
+inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
+inline double __dadd_rn(double a, double b) {
+  return a + b;
+}
+inline double __dmul_rn(double a, double b) {
+  return a * b;
+}
 inline int min(int a, int b) {
   return a < b ? a : b;
 }
