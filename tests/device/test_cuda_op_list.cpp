@@ -4,7 +4,8 @@
 // within the CUDA parity tolerances (1e-5 fp32, 1e-2 bf16 and fp16, normwise; the device's output
 // buffers poisoned with NaN first). Each backend keeps its own attention saved tensor (the CPU's
 // probabilities, CUDA's log-sum-exp); the outputs and gradients are compared. The CUDA device has
-// no Ops<double>. Without a CUDA device the whole case is SKIPPED (label cuda).
+// no Ops<double>. The MoE ops are compared in fp32 (the CPU's 16-bit lists have none); CUDA's
+// 16-bit lists run them too. Without a CUDA device the whole case is SKIPPED (label cuda).
 #include <QtTest/QtTest>
 
 #include <limits>
@@ -80,6 +81,11 @@ class CudaMemory {
 };
 
 using Results = std::map<std::string, std::vector<float>>;
+
+// The MoE ops' indices and counts, compared as floats (exact below 2^24).
+std::vector<float> to_float(const std::vector<int32_t>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
 
 template <typename A>
 std::vector<A> compute_values(const std::vector<float>& v) {
@@ -230,6 +236,55 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   ops.swiglu_backward(swiglu_dinp, gate_up, demb, N, C);
   keep("swiglu_backward dinp", swiglu_dinp, N * 2 * C);
 
+  // mixture of experts (the CPU's float list and CUDA's three have them; the CPU's 16-bit lists
+  // do not, so there only CUDA's run, uncompared): 8 experts top-2 over the N tokens with a
+  // capacity of 6 routes (drops), every op of Note [MoE layer] in order.
+  if (ops.has_moe()) {
+    constexpr int E = 8, K = 2, kCapacity = 6;
+    using G = lattice::accum_t<A>;
+    const A* router_logits = mem.in(compute_values<A>(random_floats(N * E, 31, 2.0f)));
+    G* probs = mem.template out<G>(N * E);
+    G* weight = mem.template out<G>(N * K);
+    int32_t* route = mem.template out<int32_t>(N * K);
+    ops.moe_route(probs, route, weight, router_logits, N, E, K);
+    keep("moe_route probs", probs, N * E);
+    keep("moe_route route", route, N * K);
+    keep("moe_route weight", weight, N * K);
+    int32_t* tokens = mem.template out<int32_t>(E);
+    int32_t* counts = mem.template out<int32_t>(E);
+    int32_t* route_slot = mem.template out<int32_t>(N * K);
+    int32_t* slot_row = mem.template out<int32_t>(N * K);
+    ops.moe_dispatch_plan(tokens, counts, route_slot, slot_row, route, weight, N, E, K, kCapacity);
+    keep("moe_dispatch_plan tokens_per_expert", tokens, E);
+    keep("moe_dispatch_plan counts", counts, E);
+    keep("moe_dispatch_plan route_slot", route_slot, N * K);
+    int rows = 0;
+    for (int32_t c : mem.get(counts, E)) rows += c;
+    keep("moe_dispatch_plan slot_row", slot_row, rows);
+    A* gathered = mem.template out<A>(N * K * C);
+    ops.moe_gather_rows(gathered, d_inp, slot_row, rows, C);
+    keep("moe_gather_rows out", gathered, size_t(rows) * C);
+    const A* expert_out = mem.in(compute_values<A>(random_floats(N * K * C, 32)));
+    A* combined = mem.template out<A>(N * C);
+    ops.moe_combine(combined, expert_out, weight, route_slot, N, C, K);
+    keep("moe_combine out", combined, N * C);
+    const A* d_combined = mem.in(compute_values<A>(random_floats(N * C, 33)));
+    A* d_rows = mem.in(compute_values<A>(std::vector<float>(N * K * C, 0.0f)));
+    G* dweight = mem.template out<G>(N * K);
+    ops.moe_combine_backward(d_rows, dweight, d_combined, expert_out, weight, route_slot, N, C, K);
+    keep("moe_combine_backward d_expert_out", d_rows, size_t(rows) * C);
+    keep("moe_combine_backward dweight", dweight, N * K);
+    G* aux = mem.template out<G>(1);
+    ops.moe_aux_loss(aux, probs, tokens, N, E, K, 0.01);
+    keep("moe_aux_loss loss", aux, 1);
+    A* d_logits_moe = mem.template out<A>(N * E);
+    ops.moe_route_backward(d_logits_moe, dweight, probs, route, weight, tokens, N, E, K, 0.5);
+    keep("moe_route_backward dlogits", d_logits_moe, N * E);
+    A* d_tokens = mem.in(compute_values<A>(random_floats(N * C, 34)));
+    ops.moe_scatter_add_rows(d_tokens, d_rows, route_slot, N, C, K);
+    keep("moe_scatter_add_rows dinp", d_tokens, N * C);
+  }
+
   // cross-entropy (float logits), whole rows and a vocabulary shard [7, 7 + V)
   const auto logits = random_floats(N * V, 13, 2.0f);
   const float* d_logits = mem.in(logits);
@@ -338,6 +393,10 @@ class CudaOpList : public QObject {
   }
 
   void the_cuda_device_has_no_double_list() { QVERIFY(device_->ops<double>() == nullptr); }
+  void every_cuda_list_has_the_moe_ops() {
+    QVERIFY(device_->ops<float>()->has_moe() && device_->ops<cu::bf16>()->has_moe() &&
+            device_->ops<cu::fp16>()->has_moe());
+  }
   void every_float_op_matches_the_cpu_list() { compare_lists<float>(kFp32Tolerance); }
   void every_bf16_op_matches_the_cpu_list() { compare_lists<cu::bf16>(kBf16Tolerance); }
   void every_fp16_op_matches_the_cpu_list() { compare_lists<cu::fp16>(kFp16Tolerance); }

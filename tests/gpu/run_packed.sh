@@ -2,7 +2,8 @@
 # The GPU check from tests/gpu/pack.sh's archive, on a machine with an NVIDIA GPU and its driver
 # and CUDA 13's cuBLASLt (nothing else installed): the op parity tests, the attention and
 # op-list tests and test_gpu_training; `lattice train --device cuda` of a tiny model in fp32,
-# bf16, fp16 and with full recomputation beside the CPU engine's run, and of GPT-2 355M with
+# bf16, fp16, with full recomputation and with MoE layers (fp32, bf16) beside the CPU engine's
+# runs, and of GPT-2 355M with
 # --profile; the op benchmark; lattice-bench-train-gpu beside PyTorch bf16 training of the
 # same models (where a python3 with a CUDA-enabled torch is found). Each step under its own
 # timeout; about 90 s on one H200. Logs and the run store go to $LATTICE_GPU_OUT (default
@@ -37,8 +38,12 @@ tiny=(--mock-data --vocab-size 1000 --num-layers 2 --hidden-size 256 --num-atten
       --seq-length 128 --micro-batch-size 4 --global-batch-size 8 --train-iters 8
       --log-interval 1 --lr 1e-3 --eval-iters 0 --db "$out/runs.sqlite")
 recompute=(--recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+moe=(--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01)
+# (An expert-parallel run, --expert-model-parallel-size 2, needs two GPUs and an MPI launcher.)
 for run in "cpu-fp32" "cuda-fp32 --device cuda" "cuda-bf16 --device cuda --bf16 --profile" \
-           "cuda-fp16 --device cuda --fp16" "cuda-recompute --device cuda ${recompute[*]}"; do
+           "cuda-fp16 --device cuda --fp16" "cuda-recompute --device cuda ${recompute[*]}" \
+           "cpu-moe ${moe[*]}" "cuda-moe --device cuda ${moe[*]}" \
+           "cuda-moe-bf16 --device cuda --bf16 ${moe[*]}"; do
   read -r name flags <<<"$run"
   # shellcheck disable=SC2086
   timeout 60 "$B/lattice" train "${tiny[@]}" $flags --run-name "$name" >"$out/$name.log" 2>&1
