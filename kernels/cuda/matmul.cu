@@ -111,6 +111,21 @@ cublasStatus_t lt_matmul(Context& ctx, const char* op, const LtCall& c, bool qui
   if (rc == CUBLAS_STATUS_SUCCESS)
     rc = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                               &workspace, sizeof workspace);
+  // The buffers' actual alignment (cuBLASLt assumes 256 bytes unless told): an MoE expert's
+  // block of rows starts at any row, and must not get an algorithm that needs more.
+  auto alignment = [](const void* p) {
+    uint32_t bytes = 256;
+    while (bytes > 1 && reinterpret_cast<uintptr_t>(p) % bytes != 0) bytes /= 2;
+    return bytes;
+  };
+  const uint32_t align_a = alignment(c.A), align_b = alignment(c.B), align_d = alignment(c.D);
+  for (const auto& [attr, value] :
+       {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}})
+    if (rc == CUBLAS_STATUS_SUCCESS)
+      rc = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value);
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   if (rc == CUBLAS_STATUS_SUCCESS)
