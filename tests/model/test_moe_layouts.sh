@@ -2,10 +2,11 @@
 # MoE layers under pipeline, data and tensor parallelism (docs/models.md "Mixture of experts"):
 # `lattice train --fp64` of a 4-layer model with MoE on layers 0 and 2 (4 experts, top-2, a large
 # load-balancing loss so its gradient moves the weights) prints the same lm loss, moe aux loss
-# and grad norm on every iteration (the console's 7 significant digits) in one process, as PP 2,
-# DP 2, TP 2 and TP 2 with --sequence-parallel; a SwiGLU model at TP 2 as in one process; a
-# checkpoint saved at TP 2 after 2 iterations and resumed in one process gives the uninterrupted
-# run's iterations 3 and 4; an expert TP other than TP is refused with its sentence.
+# and grad norm on every iteration (as the console prints them) in one process, as PP 2, DP 2,
+# TP 2 and TP 2 with --sequence-parallel (and full recomputation); a SwiGLU model at TP 2 as in
+# one process; a checkpoint saved at TP 2 after 2 iterations and resumed in one process gives
+# the uninterrupted run's iterations 3 and 4; an expert TP other than TP is refused with its
+# sentence.
 # usage: test_moe_layouts.sh LATTICE MPIEXEC
 set -euo pipefail
 lattice=$1
@@ -45,8 +46,10 @@ run dp 2 "${args[@]}"
 same one.txt dp.txt "DP 2"
 run tp 2 "${args[@]}" --tensor-model-parallel-size 2
 same one.txt tp.txt "TP 2"
-run sp 2 "${args[@]}" --tensor-model-parallel-size 2 --sequence-parallel
-same one.txt sp.txt "TP 2 with --sequence-parallel"
+# With full recomputation too, which re-runs the routing and the experts from the gathered rows.
+run sp 2 "${args[@]}" --tensor-model-parallel-size 2 --sequence-parallel \
+  --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+same one.txt sp.txt "TP 2 with --sequence-parallel and full recomputation"
 run swiglu_one 1 "${args[@]}" --swiglu
 run swiglu_tp 2 "${args[@]}" --swiglu --tensor-model-parallel-size 2
 same swiglu_one.txt swiglu_tp.txt "SwiGLU at TP 2"
