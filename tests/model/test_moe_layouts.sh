@@ -62,14 +62,18 @@ run tp_fp32 2 "${fp32[@]}" --tensor-model-parallel-size 2 --save ckpt --save-int
 grep -q "saved checkpoint of iteration 2" tp_fp32.log || { cat tp_fp32.log; exit 1; }
 run resumed 1 "${fp32[@]}" --load ckpt --ckpt-step 2
 grep -q "continuing after iteration 2" resumed.log || { cat resumed.log; exit 1; }
-if [ "$(wc -l < resumed.txt)" != 2 ]; then echo "resumed: not 2 iterations"; cat resumed.log; exit 1; fi
+if [ "$(wc -l < resumed.txt)" != 2 ]; then
+  echo "resumed: not 2 iterations"; cat resumed.log; exit 1
+fi
 paste -d'\n' <(tail -n 2 tp_fp32.txt) resumed.txt | awk '
   { for (i = 1; i <= NF; i++) if ($i ~ /^-?[0-9.]+(E[-+][0-9]+)?$/) v[NR, ++n[NR]] = $i + 0 }
   NR % 2 == 0 {
     if (n[NR] != 3 || n[NR - 1] != 3) { print "not 3 figures: " $0; bad = 1 }
     for (j = 1; j <= n[NR]; j++) {
       a = v[NR - 1, j]; b = v[NR, j]; d = a > b ? a - b : b - a; m = a > 0 ? a : -a
-      if (d > (j < 3 ? 1e-5 * m : 1.0001e-3)) { print "iteration line " NR / 2 ": figure " j " uninterrupted " a ", resumed " b; bad = 1 }
+      if (d > (j < 3 ? 1e-5 * m : 1.0001e-3)) {
+        print "iteration line " NR / 2 ": figure " j " uninterrupted " a ", resumed " b; bad = 1
+      }
     }
   }
   END { exit bad }' || { echo "MoE: TP 2's checkpoint resumed at TP 1 differs (above)"; exit 1; }

@@ -27,9 +27,10 @@
 // expert's fc1 is split by rows and fc2 by columns as the dense MLP's; the router and fc2's bias
 // are replicated, and their gradients are whole on every TP rank even with sequence
 // parallelism (the MoE layer runs on the gathered rows: Note [MoE layer]).
-// LoRA under tensor parallelism: a column-parallel target (qkv, fc1) has A replicated and B split by output rows like W; a
-// row-parallel one (proj, fc2) has A split by input columns like W and B replicated. The
-// replicated half's gradient is a partial sum per TP rank (tp_partial_grad).
+// LoRA under tensor parallelism: a column-parallel target (qkv, fc1) has A replicated and B
+// split by output rows like W; a row-parallel one (proj, fc2) has A split by input columns like
+// W and B replicated. The replicated half's gradient is a partial sum per TP rank
+// (tp_partial_grad).
 #pragma once
 
 #include <cstdint>
