@@ -165,6 +165,37 @@ class MoeTest : public QObject {
             layout.find("decoder.layers.2.mlp.experts.local_experts.3.linear_fc2.bias")->offset));
   }
 
+  // Tensor parallelism (Note [MoE layout]): each expert split as the dense MLP (SwiGLU's gate
+  // and up each over TP), the router and fc2's bias replicated with whole gradients.
+  void layout_splits_experts_over_tp_as_the_dense_mlp() {
+    for (const bool swiglu : {false, true}) {
+      ModelConfig c = moe_config(swiglu);
+      c.disable_bias_linear = false;
+      ModelShard shard;
+      shard.tp_size = 2;
+      shard.tp_rank = 1;
+      shard.sequence_parallel = true;
+      const ParamLayout layout(c, shard);
+      const std::string x = "decoder.layers.1.mlp.experts.local_experts.2.";
+      const ParamTensor* fc1 = layout.find(x + "linear_fc1.weight");
+      const ParamTensor* fc1_b = layout.find(x + "linear_fc1.bias");
+      const ParamTensor* fc2 = layout.find(x + "linear_fc2.weight");
+      const ParamTensor* fc2_b = layout.find(x + "linear_fc2.bias");
+      const ParamTensor* router = layout.find("decoder.layers.1.mlp.router.weight");
+      QVERIFY(fc1 && fc1_b && fc2 && fc2_b && router);
+      QCOMPARE(fc1->shape, swiglu ? (std::vector<int64_t>{2, 3, 8}) : (std::vector<int64_t>{3, 8}));
+      QCOMPARE(fc1->split_dim, swiglu ? 1 : 0);
+      QCOMPARE(fc1->split_begin, int64_t{3});
+      QCOMPARE(fc1_b->shape, swiglu ? (std::vector<int64_t>{2, 3}) : (std::vector<int64_t>{3}));
+      QCOMPARE(fc2->shape, (std::vector<int64_t>{8, 3}));
+      QCOMPARE(fc2->split_dim, 1);
+      for (const ParamTensor* t : {router, fc2_b}) {
+        QCOMPARE(t->split_dim, -1);
+        QVERIFY(!t->counts_in_norm && !t->sequence_parallel_grad);
+      }
+    }
+  }
+
   // The planner's weights, gradients and optimizer state follow from its per-stage parameter
   // counts: those must be the stage's ParamLayout elements (the arena the model allocates).
   void planner_stage_parameters_are_the_moe_layout() {
@@ -229,17 +260,20 @@ class MoeTest : public QObject {
     c = moe_config(false);
     c.moe_layer_freq = 0;
     QVERIFY(has_error(c, "--moe-layer-freq must be positive"));
-    {  // TP with MoE: a layout `lattice plan` lays out and the trainer refuses
+    {  // TP with MoE trains (expert TP = TP); an expert TP of its own is refused by the trainer
       c = moe_config(false);
       c.tensor_model_parallel_size = 2;
       QVERIFY(!has_error(c, "--num-experts"));
       TrainOptions o;
       o.model = c;
+      QVERIFY(trainer_layout_refusals(o).empty());
+      o.parallel.expert_tensor_parallel_size = 1;
       const std::vector<std::string> refused = trainer_layout_refusals(o);
-      QVERIFY(std::any_of(refused.begin(), refused.end(), [](const std::string& line) {
-        return line.find("--num-experts does not combine with --tensor-model-parallel-size 2") !=
-               std::string::npos;
-      }));
+      QVERIFY(refused.size() == 1 &&
+              refused[0].find("--expert-tensor-parallel-size other than "
+                              "--tensor-model-parallel-size is not yet supported") !=
+                  std::string::npos);
+      o.parallel.expert_tensor_parallel_size = 0;
       o.parallel.expert_model_parallel_size = 3;
       const std::vector<std::string> rules = expert_rules(o);
       QVERIFY(rules.size() == 1 &&

@@ -347,9 +347,7 @@ class Layout5dTest : public QObject {
                      "--expert-model-parallel-size > 1 is not yet supported by the trainer; "
                      "`lattice plan` lays it out\n"
                      "--num-experts does not combine with --context-parallel-size 2 yet: MoE "
-                     "layers run with context parallelism 1\n"
-                     "--num-experts does not combine with --tensor-model-parallel-size 2 yet: MoE "
-                     "layers run with tensor parallelism 1"));
+                     "layers run with context parallelism 1"));
     const QStringList no_dropout = {"--context-parallel-size", "2", "--attention-dropout", "0"};
     QVERIFY(lattice::refusals(options(no_dropout), 4, lattice::cpu_capabilities()).empty());
     QVERIFY(joined(lattice::refusals(options(no_dropout), 4, lattice::cuda_capabilities()))

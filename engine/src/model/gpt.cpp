@@ -143,15 +143,16 @@ Status GptModel<A>::allocate() {
                                       device_.describe() + " in " + compute_type_name<A>() +
                                       " compute: the CPU runs them in fp32 and fp64, CUDA "
                                       "in fp32, bf16 and fp16");
-    if (t_ > 1)  // the trainer refuses it first (trainer_layout_refusals)
-      return Status::invalid_argument(
-          "MoE layers (--num-experts) run with tensor parallelism 1 for now");
+    if (config_.moe_ffn() % t_ != 0)  // the trainer refuses it first (expert_rules)
+      return Status::invalid_argument("--tensor-model-parallel-size " + std::to_string(t_) +
+                                      " does not divide the experts' width " +
+                                      std::to_string(config_.moe_ffn()));
     for (int l = 0; l < L_; l++) any_moe_ = any_moe_ || layout_.is_moe(l);
   }
   if (any_moe_) {
     E_ = config_.num_experts;
     k_ = config_.moe_router_topk;
-    Fm_ = config_.moe_ffn();
+    Fm_ = config_.moe_ffn() / t_;  // this TP rank's slice of each expert
     upm_ = swiglu_ ? 2 * Fm_ : Fm_;
     if (config_.moe_expert_capacity_factor > 0) {
       // Megatron's get_capacity over the N k routes; above N an expert cannot overflow.

@@ -320,9 +320,10 @@ class GptModel {
   void layer_forward_from_ln1(int l, const LayerActivations<A>& la, const A* x);
   // MoE layer l (Note [MoE layer] in gpt_moe.cpp). moe_experts_forward: from ln2 (N, C) the
   // router, routing, dispatch plan and the experts' outputs into la (part of the recomputed
-  // forward); moe_combine_forward: fc2_out_ = the weighted sum of each token's expert outputs,
-  // and the layer's load-balancing loss; moe_backward: given d out (N, C), writes d ln2 into
-  // d_ln2 (N, C) and accumulates the router's and experts' gradients (d_out may alias d_ln2).
+  // forward); moe_combine_forward: fc2_out_ = the weighted sum of each token's expert outputs
+  // (summed, or reduce-scattered, over TP), and the layer's load-balancing loss; moe_backward:
+  // given d out (R, C), writes this TP rank's partial d ln2 into d_ln2 (N, C) and accumulates
+  // the router's and experts' gradients (d_out may alias d_ln2).
   void moe_experts_forward(int l, const LayerActivations<A>& la, const A* ln2);
   void moe_combine_forward(int l, const LayerActivations<A>& la, bool training);
   void moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
@@ -489,8 +490,8 @@ class GptModel {
   A* lora_y_ = nullptr;        // (N, O) the adapter's output
   G* lora_hg_ = nullptr;       // (N, r) 16-bit A: lora_scale's staging
   G* norm_discard_ = nullptr;  // (2C) frozen norms' weight gradients go here, unread
-  // MoE (null without MoE layers; E experts, k routes a token, S = N k, Fm the expert width,
-  // Fm' = 2 Fm with SwiGLU).
+  // MoE (null without MoE layers; E experts, k routes a token, S = N k, Fm this TP rank's
+  // slice of the expert width, Fm' = 2 Fm with SwiGLU).
   int E_ = 0, k_ = 0, Fm_ = 0, upm_ = 0;
   int capacity_ = 0;          // routes an expert keeps (0: no dropping)
   bool any_moe_ = false;      // the chunk has MoE layers

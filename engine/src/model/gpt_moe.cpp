@@ -23,6 +23,17 @@
 // 1 / (M DP), as Megatron's MoEAuxLossAutoScaler scales it. Recomputation re-runs
 // moe_experts_forward (the routing and every expert's output: FC2 included, since the combine's
 // backward needs each route's output); moe_combine_forward runs once per forward.
+//
+// Tensor parallelism (expert TP = TP, Megatron's default): every TP rank runs the router and
+// the routing on all N rows (ln2 all-gathered with sequence parallelism), so each holds the
+// same routes, weights, counts and aux loss; each expert is split as the dense MLP (fc1
+// column-parallel over Fm / t, fc2 row-parallel, its bias added by tp_rank 0 alone), so a
+// rank's expert outputs and their combine are partial sums, summed over TP (reduce-scattered
+// with sequence parallelism) as the dense fc2's. In backward d out is gathered to all N rows
+// on every rank; the route weights' gradient, a dot with the partial outputs, is all-reduced
+// before it enters the router, whose d logits are then whole on every rank: the router's and
+// fc2 bias's gradients are whole on each rank (not summed over TP), and only tp_rank 0 adds
+// the router's share of d ln2 to the partial sum the caller reduces.
 #include <numeric>
 
 #include "model/gpt.h"
@@ -63,15 +74,21 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
     ops_.matmul_forward(la.expert_out + static_cast<size_t>(r0) * C, nullptr,
-                        la.gelu + static_cast<size_t>(r0) * Fm_, x.fc2_w, x.fc2_b, n, Fm_, C,
-                        Epilogue::kNone);
+                        la.gelu + static_cast<size_t>(r0) * Fm_, x.fc2_w,
+                        tp_rank_ == 0 ? x.fc2_b : nullptr, n, Fm_, C, Epilogue::kNone);
   }
 }
 
 template <typename A>
 void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool training) {
+  // All N rows, partial over TP: in fc2_out_, or in full_ before the reduce-scatter.
+  A* combined = sp_ ? full_ : fc2_out_;
+  {
+    OpTimer timer(*this, Op::kMatmulForward);
+    ops_.moe_combine(combined, la.expert_out, la.route_weight, la.route_slot, N_, C_, k_);
+  }
+  reduce_rows(combined, fc2_out_);
   OpTimer timer(*this, Op::kMatmulForward);
-  ops_.moe_combine(fc2_out_, la.expert_out, la.route_weight, la.route_slot, N_, C_, k_);
   const double coeff = config_.aux_loss_coeff();
   if (coeff <= 0) return;
   ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_, coeff);
@@ -104,9 +121,12 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
   const LayerParams<A> w = layout_.layer(compute_, l);
   const LayerParams<G> g = layout_.grad_layer(grads_, l);
   OpTimer timer(*this, Op::kMatmulBackward);
-  // d_out is read here alone: d_ln2 (which it may alias) is written after.
-  ops_.moe_combine_backward(moe_d_rows_, moe_dweight_, d_out, la.expert_out, la.route_weight,
+  // d_out is read here alone: d_ln2 (which it may alias, as its gathered rows) is written after.
+  const A* d_rows = gather_rows(d_out, full_);
+  ops_.moe_combine_backward(moe_d_rows_, moe_dweight_, d_rows, la.expert_out, la.route_weight,
                             la.route_slot, N, C, k);
+  if (t_ > 1)  // each rank's dot with its partial expert outputs
+    tp_all_reduce(moe_dweight_, static_cast<size_t>(N) * k, dtype_of<G>(), ReduceOp::kSum);
   const int32_t* counts = moe_host_counts(la);
   const int rows = std::accumulate(counts, counts + E, 0);
   for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
@@ -140,7 +160,10 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
   const double aux_scale = config_.aux_loss_coeff() * static_cast<double>(grad_scale) * N;
   ops_.moe_route_backward(moe_logits_, moe_dweight_, la.router_probs, la.route, la.route_weight,
                           la.tokens_per_expert, N, E, k, aux_scale);
-  ops_.matmul_backward(d_ln2, g.router_w, nullptr, moe_logits_, la.ln2, w.router_w, N, C, E);
+  const A* ln2 = gather_rows(la.ln2, gathered_);
+  ops_.matmul_backward(tp_rank_ == 0 ? d_ln2 : nullptr, g.router_w, nullptr, moe_logits_, ln2,
+                       w.router_w, N, C, E);
+  if (tp_rank_ != 0) device_.zero(d_ln2, static_cast<size_t>(N) * C * sizeof(A), compute());
   ops_.moe_scatter_add_rows(d_ln2, moe_d_rows_, la.route_slot, N, C, k);
 }
 

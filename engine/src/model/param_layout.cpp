@@ -45,16 +45,16 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     if (bias) put(kProjB, "self_attention.linear_proj.bias", {C}, false, -1, sp);
     put(kLn2W, "pre_mlp_layernorm.weight", {C}, false, -1, sp);
     if (layer_norm) put(kLn2B, "pre_mlp_layernorm.bias", {C}, false, -1, sp);
-    if (moe) {  // Note [MoE layout] (tensor parallelism 1: ModelConfig::moe_errors)
+    if (moe) {  // Note [MoE layout]: each expert split over TP as the dense MLP
       put(kRouterW, "mlp.router.weight", {E, C}, true, -1);
       const std::vector<int64_t> up =
           c.swiglu ? std::vector<int64_t>{2, Fm, C} : std::vector<int64_t>{Fm, C};
       const std::vector<int64_t> up_b = c.swiglu ? std::vector<int64_t>{2, Fm} : std::vector{Fm};
       for (int64_t e = 0; e < E; e++) {
         const std::string x = p + "mlp.experts.local_experts." + std::to_string(e) + ".";
-        add(x + "linear_fc1.weight", up, true, -1);
-        if (bias) add(x + "linear_fc1.bias", up_b, false, -1);
-        add(x + "linear_fc2.weight", {C, Fm}, true, -1);
+        add(x + "linear_fc1.weight", up, true, fc1_split);
+        if (bias) add(x + "linear_fc1.bias", up_b, false, fc1_split);
+        add(x + "linear_fc2.weight", {C, Fm}, true, 1);
         if (bias) add(x + "linear_fc2.bias", {C}, false, -1);
       }
       per_expert_ = bias ? 4 : 2;

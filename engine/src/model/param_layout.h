@@ -23,10 +23,14 @@
 // `mlp.router.weight` (E, C), then per expert e `mlp.experts.local_experts.e.linear_fc1.weight`
 // (Fm', C) [.bias], `...linear_fc2.weight` (C, Fm) [.bias]: one tensor per expert, so a
 // checkpoint names every expert as Megatron's does and expert parallelism can later take a
-// contiguous range of them. Tensor parallelism:
-// a column-parallel target (qkv, fc1) has A replicated and B split by output rows like W; a
-// row-parallel one (proj, fc2) has A split by input columns like W and B replicated. The
-// replicated half's gradient is a partial sum per TP rank (tp_partial_grad).
+// contiguous range of them. Under tensor parallelism (expert TP = TP, Megatron's default) each
+// expert's fc1 is split by rows and fc2 by columns as the dense MLP's; the router and fc2's bias
+// are replicated, and their gradients are whole on every TP rank even with sequence
+// parallelism (the MoE layer runs on the gathered rows: Note [MoE layer]).
+// LoRA under tensor parallelism: a column-parallel target (qkv, fc1) has A replicated and B
+// split by output rows like W; a row-parallel one (proj, fc2) has A split by input columns like
+// W and B replicated. The replicated half's gradient is a partial sum per TP rank
+// (tp_partial_grad).
 #pragma once
 
 #include <cstdint>
@@ -116,12 +120,12 @@ struct LayerParams {
   T* router_w;
 };
 
-// One expert of an MoE layer (Fm = moe_ffn(), Fm' = 2 Fm with SwiGLU).
+// One expert of an MoE layer (Fm = moe_ffn(), Fm' = 2 Fm with SwiGLU; t = tp_size).
 template <typename T>
 struct ExpertParams {
-  T* fc1_w;  // (Fm', C)
-  T* fc1_b;  // (Fm') or null
-  T* fc2_w;  // (C, Fm)
+  T* fc1_w;  // (Fm'/t, C)
+  T* fc1_b;  // (Fm'/t) or null
+  T* fc2_w;  // (C, Fm/t)
   T* fc2_b;  // (C) or null
 };
 

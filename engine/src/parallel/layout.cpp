@@ -335,10 +335,6 @@ std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
     refusals.push_back("--num-experts does not combine with --context-parallel-size " +
                        std::to_string(o.parallel.context_parallel_size) +
                        " yet: MoE layers run with context parallelism 1");
-  if (o.model.moe() && o.model.tensor_model_parallel_size > 1)
-    refusals.push_back("--num-experts does not combine with --tensor-model-parallel-size " +
-                       std::to_string(o.model.tensor_model_parallel_size) +
-                       " yet: MoE layers run with tensor parallelism 1");
   return refusals;
 }
 
