@@ -112,10 +112,10 @@ std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& given, const Cl
   // TP must divide the heads, the key/value heads (query groups: each rank holds whole ones)
   // and the MLP width; layout_errors checks every rule again below, this only skips early.
   // CP must leave each rank 2 whole chunks of the sequence, and the search keeps at least
-  // kMinTokensPerContextRank of them per rank (a bound on the search, not a layout rule: shorter
-  // shares leave the ring's K/V passes exposed beside the attention they overlap, on every
-  // device of the table, and would multiply the layouts GPT-3 175B on 1024 GPUs has by ten).
-  // EP must divide the experts (and, with ETP = TP, the ranks a stage's TP groups leave).
+  // kMinTokensPerContextRank of them per rank (a bound on the search for its speed, not a layout
+  // rule: CP is for long sequences, and without it GPT-3 175B on 1024 GPUs has five times the
+  // layouts). EP must divide the experts (and, with ETP = TP, the ranks a stage's TP groups
+  // leave).
   constexpr int kMinTokensPerContextRank = 1024;
   std::vector<Choice> grids;
   for (int tp : divisors(m.num_attention_heads)) {
