@@ -301,7 +301,7 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
   out << "most loaded: pp rank " << top.pp_rank << ", "
       << human_bytes(static_cast<double>(top.total_bytes()))
       << " per rank (workspace and communication buffers not included"
-      << (m.moe() ? ", but MoE's dispatch buffers" : "") << ")\n";
+      << (m.moe() ? "; MoE's dispatch buffers included" : "") << ")\n";
   char flops[128];
   std::snprintf(flops, sizeof flops, "model FLOPs per iteration: %.3g (%.3g per rank)\n",
                 est.flops_per_iteration, est.flops_per_rank);
