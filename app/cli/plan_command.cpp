@@ -113,16 +113,20 @@ std::string usage() {
          "Checks a tensor x context x expert x data x pipeline parallel layout against\n"
          "`lattice train`'s flags (context and expert parallelism: the layout only for now),\n"
          "estimates the memory of one rank of every pipeline stage and the time of one step on\n"
-         "the cluster (compute, TP collectives, pipeline sends and bubble, data-parallel\n"
-         "reduction not hidden behind backward, optimizer; tokens/s and MFU). Every rule the\n"
-         "layout breaks is listed (exit 2). Accepts every `lattice train` flag; no training data\n"
-         "is needed. --bf16 / --fp16 size 16-bit training (18 bytes per parameter).\n\n"
-         "  --suggest [N]                   search every valid layout (TP, PP, virtual stages,\n"
-         "                                  micro batch, recomputation, distributed optimizer;\n"
-         "                                  sequence parallel with TP > 1) of the model and\n"
-         "                                  global batch on the cluster; print the best N\n"
-         "                                  (default " +
-         std::to_string(kDefaultSuggestions) + "), those that fit first, by tokens/s\n" +
+         "the cluster (compute, TP collectives, the CP ring and EP all-to-alls, pipeline sends\n"
+         "and bubble, data-parallel reduction not hidden behind backward, optimizer; tokens/s\n"
+         "and MFU); with MoE layers, the experts, routers and dispatch buffers per rank. Every\n"
+         "rule the layout breaks is listed (exit 2). Accepts every `lattice train` flag; no\n"
+         "training data is needed. --bf16 / --fp16 size 16-bit training (18 bytes per\n"
+         "parameter).\n\n"
+         "  --suggest [N]                   search every valid layout (TP, CP, EP, PP, virtual\n"
+         "                                  stages, micro batch, recomputation, distributed\n"
+         "                                  optimizer; sequence parallel with TP > 1) of the\n"
+         "                                  model and global batch on the cluster; print the\n"
+         "                                  best N (default " +
+         std::to_string(kDefaultSuggestions) +
+         "), those that fit first, by\n"
+         "                                  tokens/s\n" +
          flags_help(plan_flag_specs(defaults)) +
          "\nflags that shape the layout and its memory (`lattice train --help` lists all):\n" +
          relevant_train_flags_help();
@@ -268,10 +272,36 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
                   human_bytes(static_cast<double>(s.total_bytes())).c_str());
     out << row;
   }
+  if (m.moe()) {
+    // MoE layers (StageEstimate's rules): experts E / EP per rank split over ETP, routers whole.
+    out << "MoE per rank: " << m.num_experts / layout.ep << " of " << m.num_experts
+        << " experts per MoE layer, top-" << m.moe_router_topk << " routing";
+    if (m.moe_expert_capacity_factor > 0)
+      out << ", capacity factor " << m.moe_expert_capacity_factor;
+    out << "\n";
+    std::snprintf(row, sizeof row, "  %-4s %12s %12s %12s %12s %12s %12s\n", "pp", "experts",
+                  "expert wts", "router", "rows/layer", "act/micro", "dispatch");
+    out << row;
+    for (const StageEstimate& s : est.stages) {
+      std::snprintf(
+          row, sizeof row, "  %-4d %12s %12s %12s %12lld %12s %12s\n", s.pp_rank,
+          human_count(static_cast<double>(s.expert_parameters)).c_str(),
+          human_bytes(static_cast<double>(s.expert_parameters) * per_param.weights).c_str(),
+          human_count(static_cast<double>(s.router_parameters)).c_str(),
+          static_cast<long long>(s.expert_rows),
+          human_bytes(static_cast<double>(s.moe_activation_bytes_per_micro_batch)).c_str(),
+          human_bytes(static_cast<double>(s.dispatch_bytes)).c_str());
+      out << row;
+    }
+    if (layout.ep > 1)
+      out << "  (rows/layer: the worst case a rank may receive; balanced routing gives "
+          << est.stages[0].expert_rows_expected << ")\n";
+  }
   const StageEstimate& top = est.stages[est.most_loaded];
   out << "most loaded: pp rank " << top.pp_rank << ", "
       << human_bytes(static_cast<double>(top.total_bytes()))
-      << " per rank (workspace and communication buffers not included)\n";
+      << " per rank (workspace and communication buffers not included"
+      << (m.moe() ? "; MoE's dispatch buffers included" : "") << ")\n";
   char flops[128];
   std::snprintf(flops, sizeof flops, "model FLOPs per iteration: %.3g (%.3g per rank)\n",
                 est.flops_per_iteration, est.flops_per_rank);
@@ -434,20 +464,28 @@ std::string cluster_line(const ClusterSpec& c, const std::string& precision) {
 void print_step(std::ostream& out, const TrainOptions& o, const MemoryEstimate& est,
                 const ClusterSpec& c, const StepEstimate& s) {
   out << "\nstep time (estimate) on " << cluster_line(c, training_precision(o)) << "\n";
+  // The context and expert terms only where the layout has those axes.
+  const bool cp = o.parallel.context_parallel_size > 1,
+             ep = o.parallel.expert_model_parallel_size > 1;
   const struct {
     const char* what;
     double seconds;
     std::string note;
+    bool shown;
   } rows[] = {
-      {"compute", s.compute_s, "pp rank " + std::to_string(s.slowest_stage) + ", the slowest"},
-      {"TP collectives", s.tp_comm_s, ""},
-      {"PP sends", s.pp_comm_s, ""},
-      {"PP bubble", s.pp_bubble_s, ""},
-      {"DP not hidden", s.dp_comm_s, "of " + seconds_text(s.dp_comm_total_s) + " in all"},
-      {"optimizer", s.optimizer_s, ""},
-      {"total", s.total_s, ""},
+      {"compute", s.compute_s, "pp rank " + std::to_string(s.slowest_stage) + ", the slowest",
+       true},
+      {"TP collectives", s.tp_comm_s, "", true},
+      {"CP ring", s.cp_comm_s, "what the attention does not hide", cp},
+      {"EP all-to-all", s.ep_comm_s, "dispatch + combine", ep},
+      {"PP sends", s.pp_comm_s, "", true},
+      {"PP bubble", s.pp_bubble_s, "", true},
+      {"DP not hidden", s.dp_comm_s, "of " + seconds_text(s.dp_comm_total_s) + " in all", true},
+      {"optimizer", s.optimizer_s, "", true},
+      {"total", s.total_s, "", true},
   };
   for (const auto& r : rows) {
+    if (!r.shown) continue;
     char line[160];
     std::snprintf(line, sizeof line, "  %-15s %10s", r.what, seconds_text(r.seconds).c_str());
     out << line << (r.note.empty() ? "" : "   (" + r.note + ")") << "\n";
@@ -476,8 +514,9 @@ void print_suggestions(std::ostream& out, const TrainOptions& o, const ClusterSp
   out << "searched " << stats.valid << " valid layouts in " << buf << ", " << stats.fitting
       << " fit; best " << list.size() << " (those that fit first, by estimated tokens/s)\n\n";
   char row[240];
-  std::snprintf(row, sizeof row, "  %3s %4s %4s %4s %5s %4s %6s %-9s %-7s %-3s %23s %12s %6s %4s\n",
-                "#", "TP", "PP", "VPP", "DP", "MB", "M", "recompute", "distopt", "SP",
+  std::snprintf(row, sizeof row,
+                "  %3s %4s %4s %4s %4s %4s %5s %4s %6s %-9s %-7s %-3s %23s %12s %6s %4s\n", "#",
+                "TP", "CP", "EP", "PP", "VPP", "DP", "MB", "M", "recompute", "distopt", "SP",
                 "memory / usable", "tokens/s", "MFU", "fits");
   out << row;
   for (size_t i = 0; i < list.size(); i++) {
@@ -486,14 +525,14 @@ void print_suggestions(std::ostream& out, const TrainOptions& o, const ClusterSp
     const std::string memory =
         human_bytes(static_cast<double>(k.memory.stages[k.memory.most_loaded].total_bytes())) +
         " / " + human_bytes(c.usable_memory_bytes());
-    std::snprintf(row, sizeof row,
-                  "  %3zu %4d %4d %4d %5d %4d %6lld %-9s %-7s %-3s %23s %12.4g %5.1f%% %4s\n",
-                  i + 1, k.layout.tp, k.layout.pp, k.layout.vpp, k.layout.dp,
-                  k.options.micro_batch_size, static_cast<long long>(k.memory.micro_batches),
-                  par.recompute_granularity.empty() ? "none" : par.recompute_granularity.c_str(),
-                  par.use_distributed_optimizer ? "yes" : "no",
-                  par.sequence_parallel ? "yes" : "no", memory.c_str(), k.step.tokens_per_second,
-                  100 * k.step.mfu, k.fits ? "yes" : "NO");
+    std::snprintf(
+        row, sizeof row,
+        "  %3zu %4d %4d %4d %4d %4d %5d %4d %6lld %-9s %-7s %-3s %23s %12.4g %5.1f%% %4s\n", i + 1,
+        k.layout.tp, k.layout.cp, k.layout.ep, k.layout.pp, k.layout.vpp, k.layout.dp,
+        k.options.micro_batch_size, static_cast<long long>(k.memory.micro_batches),
+        par.recompute_granularity.empty() ? "none" : par.recompute_granularity.c_str(),
+        par.use_distributed_optimizer ? "yes" : "no", par.sequence_parallel ? "yes" : "no",
+        memory.c_str(), k.step.tokens_per_second, 100 * k.step.mfu, k.fits ? "yes" : "NO");
     out << row;
   }
   if (!list.empty()) out << "\n#1 as flags: " << layout_flags(list[0].options) << "\n";

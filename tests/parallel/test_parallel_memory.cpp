@@ -1,5 +1,6 @@
-// What each rank of five layouts (and two of the Llama family's) really holds, against the
-// planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and
+// What each rank of five layouts (two of the Llama family's, five with MoE layers) really holds,
+// against the planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer
+// state and
 // activations per rank to the byte (the planner counts the one model's buffers and each chunk's
 // pool of micro-batches). The trainer measures the device's categories; the run store receives
 // every rank's memory through the communicator; the planner computes from the config alone.
@@ -73,6 +74,52 @@ class ParallelMemory : public QObject {
     check(ranks, layout);
   }
 
+  // MoE layers (issue 25): 4 experts of width 64, top-2, on layers 0 and 2 (--moe-layer-freq 2),
+  // in the layouts the trainer runs. The planner's expert grid (E / EP experts per rank split over
+  // ETP = TP, routers whole, experts sharded over EDP) is the formula the EP and TP rows will
+  // meet: a new layout is one more row here (e.g. `<< 4 << QStringList{"--expert-model-parallel-
+  // size", "2", ...}` once the trainer runs EP).
+  void moe_ranks_hold_what_the_planner_says_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<QStringList>("layout");
+    QTest::newRow("moe one process") << 1 << kMoe;
+    QTest::newRow("moe dp2") << 2 << kMoe;
+    QTest::newRow("moe pp2") << 2 << kMoe + QStringList{"--pipeline-model-parallel-size", "2"};
+    QTest::newRow("moe dp2 distributed optimizer")
+        << 2 << kMoe + QStringList{"--use-distributed-optimizer"};
+    QTest::newRow("moe capacity factor full recompute")
+        << 1
+        << kMoe + QStringList{
+                      "--moe-expert-capacity-factor", "1.0",     "--recompute-granularity", "full",
+                      "--recompute-method",           "uniform", "--recompute-num-layers",  "1"};
+  }
+
+  void moe_ranks_hold_what_the_planner_says() {
+    QFETCH(int, ranks);
+    QFETCH(QStringList, layout);
+    check(ranks, layout);
+  }
+
+  // The dispatch buffers (GptModel::allocate's MoE workspace) are what an MoE run's workspace
+  // holds beyond the same model's dense run (the rest of the workspace is the same buffers).
+  void moe_dispatch_buffers_are_the_extra_workspace() {
+    std::vector<lattice::storage::MemorySample> dense, moe;
+    measure(1, kBase, dense);
+    if (QTest::currentTestFailed()) return;
+    measure(1, kBase + kMoe, moe);
+    if (QTest::currentTestFailed()) return;
+    std::vector<std::string> args;
+    for (const QString& f : kBase + kMoe) args.push_back(f.toStdString());
+    auto options = lattice::parse_train_options(args);
+    QVERIFY2(options, options.status().message().c_str());
+    const lattice::MemoryEstimate estimate =
+        lattice::estimate_memory(*options, *lattice::make_layout(*options, 1));
+    const std::int64_t extra = moe[0].workspace - dense[0].workspace;
+    qInfo("MoE workspace beyond dense: measured %lld bytes, planner dispatch %zu",
+          static_cast<long long>(extra), estimate.stages[0].dispatch_bytes);
+    QCOMPARE(extra, static_cast<std::int64_t>(estimate.stages[0].dispatch_bytes));
+  }
+
  private:
   static inline const QStringList kLlama = {"--num-attention-heads",
                                             "8",
@@ -91,40 +138,24 @@ class ParallelMemory : public QObject {
                                             "--untie-embeddings-and-output-weights",
                                             "--disable-bias-linear"};
 
-  // Trains two steps of a 4-layer model (flags in `layout` come last and win) on `ranks`
-  // ranks and compares every rank's recorded memory with the planner's stage.
+  static inline const QStringList kMoe = {"--num-experts",         "4",   "--moe-router-topk", "2",
+                                          "--moe-ffn-hidden-size", "64",  "--moe-layer-freq",  "2",
+                                          "--moe-aux-loss-coeff",  "0.01"};
+
+  // A 4-layer model trained two steps; a row's flags come after these and win.
+  static inline const QStringList kBase = {
+      "--mock-data", "--num-layers",        "4",  "--hidden-size", "128",  "--num-attention-heads",
+      "4",           "--seq-length",        "64", "--vocab-size",  "2047", "--micro-batch-size",
+      "2",           "--global-batch-size", "8",  "--train-iters", "2",    "--eval-iters",
+      "0",           "--threads",           "1"};
+
+  // Trains kBase + `layout` on `ranks` ranks and compares every rank's recorded memory with the
+  // planner's stage.
   void check(int ranks, const QStringList& layout) {
-    QTemporaryDir dir;
-    const QStringList flags = QStringList{"--mock-data",
-                                          "--num-layers",
-                                          "4",
-                                          "--hidden-size",
-                                          "128",
-                                          "--num-attention-heads",
-                                          "4",
-                                          "--seq-length",
-                                          "64",
-                                          "--vocab-size",
-                                          "2047",
-                                          "--micro-batch-size",
-                                          "2",
-                                          "--global-batch-size",
-                                          "8",
-                                          "--train-iters",
-                                          "2",
-                                          "--eval-iters",
-                                          "0",
-                                          "--threads",
-                                          "1"} +
-                              layout;
-    const lattice::testing::Run job = lattice::testing::run_lattice(
-        ranks, QStringList{"train", "--log-memory", "--db", dir.filePath("runs.sqlite"),
-                           "--run-name", "mem"} +
-                   flags);
-    QVERIFY2(job.exit_code == 0, qPrintable(job.out + job.err));
-    QVERIFY2(job.out.contains(QString("[Rank %1] ").arg(ranks - 1)) &&
-                 job.out.contains("(after 1 iterations) memory (MiB)"),
-             qPrintable(job.out));
+    const QStringList flags = kBase + layout;
+    std::vector<lattice::storage::MemorySample> samples;
+    measure(ranks, flags, samples);
+    if (QTest::currentTestFailed()) return;
 
     std::vector<std::string> args;
     for (const QString& f : flags) args.push_back(f.toStdString());
@@ -133,15 +164,8 @@ class ParallelMemory : public QObject {
     auto parallel = lattice::make_layout(*options, ranks);
     QVERIFY2(parallel, parallel.status().message().c_str());
     const lattice::MemoryEstimate estimate = lattice::estimate_memory(*options, *parallel);
-
-    auto store = lattice::storage::RunStore::open(dir.filePath("runs.sqlite").toStdString());
-    QVERIFY(store);
-    auto run = (*store)->find_run("mem");
-    QVERIFY(run);
-    auto samples = (*store)->memory_at(run->id, 1);
-    QVERIFY(samples);
-    QCOMPARE(static_cast<int>(samples->size()), ranks);
-    for (const auto& s : *samples) {
+    QCOMPARE(static_cast<int>(samples.size()), ranks);
+    for (const auto& s : samples) {
       const lattice::StageEstimate& want = estimate.stages[parallel->coord(s.rank).pp];
       const struct {
         const char* what;
@@ -171,6 +195,28 @@ class ParallelMemory : public QObject {
                               .arg(s.activations)
                               .arg(want.activation_bytes)));
     }
+  }
+
+  // Trains `flags` on `ranks` ranks with --log-memory and reads every rank's memory after the
+  // first iteration back from the run store.
+  void measure(int ranks, const QStringList& flags,
+               std::vector<lattice::storage::MemorySample>& samples) {
+    QTemporaryDir dir;
+    const lattice::testing::Run job = lattice::testing::run_lattice(
+        ranks, QStringList{"train", "--log-memory", "--db", dir.filePath("runs.sqlite"),
+                           "--run-name", "mem"} +
+                   flags);
+    QVERIFY2(job.exit_code == 0, qPrintable(job.out + job.err));
+    QVERIFY2(job.out.contains(QString("[Rank %1] ").arg(ranks - 1)) &&
+                 job.out.contains("(after 1 iterations) memory (MiB)"),
+             qPrintable(job.out));
+    auto store = lattice::storage::RunStore::open(dir.filePath("runs.sqlite").toStdString());
+    QVERIFY(store);
+    auto run = (*store)->find_run("mem");
+    QVERIFY(run);
+    auto read = (*store)->memory_at(run->id, 1);
+    QVERIFY(read);
+    samples = *read;
   }
 };
 

@@ -412,7 +412,8 @@ class PlannerTest : public QObject {
     QCOMPARE(list.size(), 5);
     const QJsonObject best = list[0].toObject();
     QVERIFY(best["fits"].toBool());
-    QCOMPARE(best["tp"].toInt() * best["pp"].toInt() * best["dp"].toInt(), 16);
+    QCOMPARE(best["tp"].toInt() * best["cp"].toInt() * best["pp"].toInt() * best["dp"].toInt(), 16);
+    QCOMPARE(best["ep"].toInt(), 1);  // a dense model has no experts to split
     QVERIFY(best["step"].toObject()["tokens_per_second"].toDouble() >=
             list[4].toObject()["step"].toObject()["tokens_per_second"].toDouble());
     QVERIFY(best["flags"].toString().contains("--global-batch-size 512"));

@@ -3,7 +3,8 @@
 // holds, from the model config and the layout alone. Pure arithmetic, shared by `lattice plan` and
 // the Studio. Also the step-time model and the layout search built on it
 // (docs/design-notes.md#planner-step-time-and-layout-search). Non-goals: workspace and
-// communication buffers, allocator overheads (the trainer measures those).
+// communication buffers other than MoE's dispatch buffers, allocator overheads (the trainer
+// measures those).
 #pragma once
 
 #include <cstddef>
@@ -54,8 +55,30 @@ struct StageEstimate {
   // scratch (full recomputation), held once.
   size_t activation_bytes = 0;
 
+  // MoE layers (Note [MoE layout] in model/param_layout.h; all 0 in a dense model). Of
+  // `parameters`: the rank's experts, E / EP of each MoE layer with fc1 by rows and fc2 by
+  // columns over ETP (each expert's fc2 bias whole), and the routers (E, C), whole on every rank.
+  // Their weights, grads and optimizer bytes are in the categories above: expert parameters
+  // shard over EDP with the distributed optimizer, the rest over DP x CP.
+  int64_t expert_parameters = 0, router_parameters = 0;
+  // Rows each MoE layer's experts hold per micro-batch on this rank, and the routes its tokens
+  // make (N k, N = micro-batch x seq-length / CP tokens): with EP 1 both are N k (every route is
+  // local; the buffers are sized for no drop). With EP > 1 a rank receives its E / EP experts'
+  // routes from every EP rank: counted at the worst case, N x EP x min(k, E / EP) (every routing
+  // must fit: memory is allocated for the step's routing, and an imbalanced step must not run
+  // out), capped with --moe-expert-capacity-factor f at E x ceil(N k / E x f) (each expert keeps
+  // that many routes of each source rank). `expert_rows_expected` is the balanced N k.
+  int64_t expert_rows = 0, expert_rows_expected = 0;
+  // Of activation_bytes_per_micro_batch: the MoE layers' MLP part (router probabilities, routes,
+  // permuted rows, expert FC1 / activation outputs; model/gpt.cpp take_layer_acts).
+  size_t moe_activation_bytes_per_micro_batch = 0;
+  // Dispatch buffers, held once per model chunk (GptModel::allocate's MoE workspace): router
+  // logits (N, E), route-weight grads, the permuted rows' and expert activations' grads, the
+  // load-balancing losses; with EP > 1 also the all-to-all send and return buffers (N k, C).
+  size_t dispatch_bytes = 0;
+
   size_t total_bytes() const {
-    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes;
+    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes + dispatch_bytes;
   }
 };
 
@@ -85,7 +108,9 @@ MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelLayout
 // "flops_per_rank", "most_loaded_pp_rank", "stages": [{"pp_rank", "parameters",
 // "replicated_parameters", "weight_bytes", "grad_bytes", "optimizer_bytes",
 // "activation_bytes_per_micro_batch", "micro_batches_in_flight", "activation_bytes",
-// "total_bytes"}]} (`lattice plan --json`). indent < 0: one line.
+// "total_bytes", and with MoE layers "moe": {"expert_parameters", "router_parameters",
+// "expert_rows", "expert_rows_expected", "activation_bytes_per_micro_batch",
+// "dispatch_bytes"}}]} (`lattice plan --json`). indent < 0: one line.
 std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& estimate,
                       int indent = -1);
 
@@ -154,7 +179,13 @@ bool fits_in_memory(const MemoryEstimate& memory, const ClusterSpec& cluster);
 struct StepEstimate {
   double compute_s = 0;  // FLOPs per rank with recomputation / (peak * efficiency)
   double tp_comm_s = 0;  // TP collectives per step (inter-node bandwidth if a TP group spans nodes)
-  double pp_comm_s = 0;  // pipeline sends and receives between stages
+  // Context parallelism's ring: each layer passes K/V around the CP group forward, K/V and their
+  // grads backward; what the attention's own compute does not hide.
+  double cp_comm_s = 0;
+  // Expert parallelism's all-to-alls: per MoE layer and micro-batch dispatch + combine forward
+  // and their two backward, (EP - 1) / EP of routes x hidden x dtype bytes each.
+  double ep_comm_s = 0;
+  double pp_comm_s = 0;        // pipeline sends and receives between stages
   double pp_bubble_s = 0;      // 1F1B bubble: (PP - 1) / (VPP * M) of the stage's time
   double dp_comm_s = 0;        // gradient reduction (and parameter all-gather) not hidden
   double dp_comm_total_s = 0;  // the whole data-parallel traffic's time, hidden or not
@@ -174,8 +205,9 @@ StepEstimate estimate_step(const TrainOptions& options, const ParallelLayout& la
 StepEstimate estimate_step(const TrainOptions& options, const ParallelLayout& layout,
                            const ClusterSpec& cluster, const MemoryEstimate& memory);
 
-// Every valid layout of options' model and global batch on the cluster's devices (TP, PP,
-// virtual stages, micro batch, recomputation, distributed optimizer), with its estimates and
+// Every valid layout of options' model and global batch on the cluster's devices (TP, CP, EP,
+// PP, virtual stages, micro batch, recomputation, distributed optimizer; ETP = TP and so
+// EDP = world / (TP x EP x PP)), with its estimates and
 // whether it fits in device memory; fitting ones first, by estimated tokens/s.
 // Sequence parallelism is on whenever TP > 1 (it saves memory at the same traffic); uneven
 // pipeline splits are not searched. At most max_results come back. Pure arithmetic: safe to
@@ -202,12 +234,13 @@ std::string layout_flags(const TrainOptions& options);
 // plan_json()'s object plus "cluster": {"nodes", "devices_per_node", "device": {"name", "key",
 // "memory_bytes", "peak_flops", "intra_node_bandwidth", "inter_node_bandwidth",
 // "memory_bandwidth"}, "compute_efficiency", "memory_headroom", "usable_memory_bytes"},
-// "fits" and "step": {"compute_s", "tp_comm_s", "pp_comm_s", "pp_bubble_s", "dp_comm_s",
-// "dp_comm_total_s", "optimizer_s", "total_s", "tokens_per_second", "mfu", "slowest_stage"}.
+// "fits" and "step": {"compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
+// "pp_bubble_s", "dp_comm_s", "dp_comm_total_s", "optimizer_s", "total_s", "tokens_per_second",
+// "mfu", "slowest_stage"}.
 std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& estimate,
                       const ClusterSpec& cluster, const StepEstimate& step, int indent = -1);
-// {"cluster": {...as above}, "candidates": [{"tp", "pp", "vpp", "dp", "micro_batch_size",
-// "micro_batches", "recompute", "distributed_optimizer", "sequence_parallel",
+// {"cluster": {...as above}, "candidates": [{"tp", "cp", "ep", "pp", "vpp", "dp",
+// "micro_batch_size", "micro_batches", "recompute", "distributed_optimizer", "sequence_parallel",
 // "most_loaded_bytes", "fits", "step": {...}, "flags"}]} (`lattice plan --suggest --json`).
 std::string suggest_json(const std::vector<LayoutCandidate>& candidates, const ClusterSpec& cluster,
                          int indent = -1);

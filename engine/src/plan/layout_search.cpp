@@ -1,8 +1,9 @@
 // The layout search behind `lattice plan --suggest` and the Studio's Suggest: every valid
 // TP x PP x VPP x micro batch x recomputation x distributed-optimizer choice for a model, global
 // batch and cluster, estimated and ranked (docs/design-notes.md#planner-step-time-and-layout-
-// search). Non-goals: uneven pipeline splits, sequence parallelism off with TP > 1, context or
-// expert parallelism.
+// search), over the five axes TP x CP x EP x DP x PP (the expert grid ETP x EP x EDP x PP with
+// ETP = TP). Non-goals: uneven pipeline splits, sequence parallelism off with TP > 1, an ETP of
+// its own.
 #include <algorithm>
 #include <cstdint>
 
@@ -17,7 +18,7 @@ enum class Recompute : uint8_t { kNone, kSelective, kFull };
 
 // One point of the search space and its score, small enough to keep tens of thousands.
 struct Choice {
-  int tp = 1, pp = 1, layers_per_virtual_stage = 0, micro_batch = 1;
+  int tp = 1, cp = 1, ep = 1, pp = 1, layers_per_virtual_stage = 0, micro_batch = 1;
   Recompute recompute = Recompute::kNone;
   bool distributed = false;
   bool fits = false;
@@ -33,16 +34,19 @@ std::vector<int> divisors(int64_t n) {
 }
 
 // The base options with the choice's layout and batch flags; sequence parallelism whenever
-// TP > 1 and the sequence splits evenly.
+// TP > 1 and each context-parallel rank's share of the sequence splits evenly.
 TrainOptions apply(const TrainOptions& base, const Choice& c) {
   TrainOptions o = base;
   ParallelOptions& par = o.parallel;
   o.model.tensor_model_parallel_size = c.tp;
   o.micro_batch_size = c.micro_batch;
   par.pipeline_model_parallel_size = c.pp;
+  par.context_parallel_size = c.cp;
+  par.expert_model_parallel_size = c.ep;
+  par.expert_tensor_parallel_size = 0;  // as TP
   par.num_layers_per_virtual_pipeline_stage = c.layers_per_virtual_stage;
   par.decoder_first_pipeline_num_layers = par.decoder_last_pipeline_num_layers = 0;
-  par.sequence_parallel = c.tp > 1 && o.model.seq_length % c.tp == 0;
+  par.sequence_parallel = c.tp > 1 && (o.model.seq_length / c.cp) % c.tp == 0;
   par.use_distributed_optimizer = c.distributed;
   par.recompute_granularity = c.recompute == Recompute::kFull        ? "full"
                               : c.recompute == Recompute::kSelective ? "selective"
@@ -52,9 +56,11 @@ TrainOptions apply(const TrainOptions& base, const Choice& c) {
   return o;
 }
 
-// Candidates of one (TP, PP) pair; the options already carry TP and PP.
-void enumerate_pair(const TrainOptions& base, int world, int tp, int pp, std::vector<Choice>& out) {
-  const int L = base.model.num_layers, dp = world / (tp * pp);
+// Candidates of one (TP, CP, EP, PP) grid.
+void enumerate_grid(const TrainOptions& base, int world, const Choice& grid,
+                    std::vector<Choice>& out) {
+  const int tp = grid.tp, pp = grid.pp;
+  const int L = base.model.num_layers, dp = world / (tp * grid.cp * pp);
   const int64_t per_replica = base.global_batch_size / dp;  // samples per DP rank
   if (base.global_batch_size % dp != 0) return;
   for (int mb : divisors(per_replica)) {
@@ -66,9 +72,10 @@ void enumerate_pair(const TrainOptions& base, int world, int tp, int pp, std::ve
     for (int v : virtual_stages)
       for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
         for (bool distributed : {false, true}) {
-          if (distributed && dp == 1) continue;  // the same layout as without
-          Choice c;
-          c.tp = tp, c.pp = pp, c.layers_per_virtual_stage = v, c.micro_batch = mb;
+          // The same layout as without: no data-parallel group to shard over, dense or expert.
+          if (distributed && dp * grid.cp == 1) continue;
+          Choice c = grid;
+          c.layers_per_virtual_stage = v, c.micro_batch = mb;
           c.recompute = r;
           c.distributed = distributed;
           out.push_back(c);
@@ -104,27 +111,48 @@ std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& given, const Cl
   std::vector<Choice> choices;
   // TP must divide the heads, the key/value heads (query groups: each rank holds whole ones)
   // and the MLP width; layout_errors checks every rule again below, this only skips early.
+  // CP must leave each rank 2 whole chunks of the sequence, and the search keeps at least
+  // kMinTokensPerContextRank of them per rank (a bound on the search for its speed, not a layout
+  // rule: CP is for long sequences, and without it GPT-3 175B on 1024 GPUs has five times the
+  // layouts). EP must divide the experts (and, with ETP = TP, the ranks a stage's TP groups
+  // leave).
+  constexpr int kMinTokensPerContextRank = 1024;
+  std::vector<Choice> grids;
   for (int tp : divisors(m.num_attention_heads)) {
     if (world % tp != 0 || m.ffn() % tp != 0 || m.kv_heads() < 1 || m.kv_heads() % tp != 0)
       continue;
     for (int pp : divisors(m.num_layers)) {
       if (world % (static_cast<int64_t>(tp) * pp) != 0) continue;
-      const size_t from = choices.size();
-      enumerate_pair(base, world, tp, pp, choices);
-      // Keep only what `lattice train` would accept, with each choice's memory.
-      size_t kept = from;
-      for (size_t i = from; i < choices.size(); i++) {
-        Choice c = choices[i];
-        const TrainOptions o = apply(base, c);
-        Result<ParallelLayout> layout = make_layout(o, world);
-        if (!layout || !o.validate(/*require_data=*/false).empty()) continue;
-        const MemoryEstimate memory = estimate_memory(o, *layout);
-        c.most_loaded_bytes = static_cast<double>(memory.stages[memory.most_loaded].total_bytes());
-        c.fits = fits_in_memory(memory, cluster);
-        choices[kept++] = c;
+      for (int cp : divisors(world / (tp * pp))) {
+        if (cp > 1 &&
+            (m.seq_length % (2 * cp) != 0 || m.seq_length / cp < kMinTokensPerContextRank))
+          continue;
+        for (int ep : m.moe() ? divisors(m.num_experts) : std::vector<int>{1}) {
+          if ((world / (tp * pp)) % ep != 0) continue;
+          Choice g;
+          g.tp = tp, g.cp = cp, g.ep = ep, g.pp = pp;
+          grids.push_back(g);
+        }
       }
-      choices.resize(kept);
     }
+  }
+  for (const Choice& grid : grids) {
+    const size_t from = choices.size();
+    enumerate_grid(base, world, grid, choices);
+    // Keep only the layouts `lattice plan` lays out (layout_errors and validate: the trainer's
+    // temporary refusals, such as MoE with TP or CP, are not the planner's), with their memory.
+    size_t kept = from;
+    for (size_t i = from; i < choices.size(); i++) {
+      Choice c = choices[i];
+      const TrainOptions o = apply(base, c);
+      Result<ParallelLayout> layout = make_layout(o, world);
+      if (!layout || !o.validate(/*require_data=*/false).empty()) continue;
+      const MemoryEstimate memory = estimate_memory(o, *layout);
+      c.most_loaded_bytes = static_cast<double>(memory.stages[memory.most_loaded].total_bytes());
+      c.fits = fits_in_memory(memory, cluster);
+      choices[kept++] = c;
+    }
+    choices.resize(kept);
   }
 
   // Phase 2: step estimates, for the fitting choices and, when they are fewer than asked

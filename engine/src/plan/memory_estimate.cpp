@@ -3,8 +3,9 @@
 // the same shapes and recompute plan) and the schedule's micro-batches in flight
 // (docs/design-notes.md#parallel-layout-and-the-planner), for fp32, 16-bit and fp64 training on
 // the CPU or CUDA, for GPT-2 and the Llama family (query groups, SwiGLU, RMSNorm, RoPE, an
-// untied head, no biases; issue 23). Megatron's published formula (Korthikanti et al. 2022) is the
-// comparison in test_planner, not the estimate. Non-goals: measured figures (the trainer's
+// untied head, no biases; issue 23) and MoE layers on the expert grid (ETP x EP x EDP; issue 25).
+// Megatron's published formula (Korthikanti et al. 2022) is the comparison in test_planner, not the
+// estimate. Non-goals: measured figures (the trainer's
 // --log-memory), workspace.
 #include <algorithm>
 #include <cassert>
@@ -22,7 +23,8 @@ namespace {
 
 struct ParamCount {
   int64_t total = 0, replicated = 0;
-  int64_t adapters = 0;  // LoRA's, included in total
+  int64_t adapters = 0;              // LoRA's, included in total
+  int64_t experts = 0, routers = 0;  // MoE layers', included in total (routers in replicated)
 };
 
 // One layer's parameters as the engine's ParamLayout holds them (Megatron-core's tensors): the
@@ -33,13 +35,37 @@ struct ParamCount {
 struct LayerParamCount {
   int64_t split = 0, replicated = 0;
 };
-LayerParamCount layer_param_count(const ModelConfig& m) {
-  const int64_t C = m.hidden_size, F = m.ffn(), W = m.qkv_width();
-  const int64_t up = m.swiglu ? 2 * F : F;        // FC1's rows: gate and up with SwiGLU
+// The attention and the norms alone: what an MoE layer keeps of the dense layer.
+LayerParamCount attention_param_count(const ModelConfig& m) {
+  const int64_t C = m.hidden_size, W = m.qkv_width();
   const int64_t norm = m.rms_norm() ? C : 2 * C;  // weight (and LayerNorm's bias)
-  LayerParamCount n;
-  n.split = W * C + (m.qkv_bias() ? W : 0) + C * C + up * C + (m.linear_bias() ? up : 0) + C * F;
-  n.replicated = 2 * norm + (m.linear_bias() ? 2 * C : 0);
+  return {W * C + (m.qkv_bias() ? W : 0) + C * C, 2 * norm + (m.linear_bias() ? C : 0)};
+}
+// One MLP of width F: FC1 ((2) F, C) and its bias by rows, FC2 (C, F) by columns; FC2's bias
+// whole.
+LayerParamCount mlp_param_count(const ModelConfig& m, int64_t F) {
+  const int64_t C = m.hidden_size;
+  const int64_t up = m.swiglu ? 2 * F : F;  // FC1's rows: gate and up with SwiGLU
+  return {up * C + (m.linear_bias() ? up : 0) + C * F, m.linear_bias() ? C : 0};
+}
+LayerParamCount layer_param_count(const ModelConfig& m) {
+  const LayerParamCount a = attention_param_count(m), f = mlp_param_count(m, m.ffn());
+  return {a.split + f.split, a.replicated + f.replicated};
+}
+
+// One MoE layer's MLP on one rank (Note [MoE layout] in model/param_layout.h, Megatron's expert
+// grid): the router (E, C) whole on every rank, and E / EP local experts, each an MLP of width
+// Fm split over ETP (mlp_param_count). The layer's attention and norms are the dense layer's.
+struct MoeParamCount {
+  int64_t router = 0, experts = 0, experts_replicated = 0;  // experts include their replicated
+};
+MoeParamCount moe_param_count(const ModelConfig& m, const ParallelLayout& layout) {
+  const int64_t local = m.num_experts / std::max(layout.ep, 1);
+  const LayerParamCount expert = mlp_param_count(m, m.moe_ffn());
+  MoeParamCount n;
+  n.router = static_cast<int64_t>(m.num_experts) * m.hidden_size;
+  n.experts_replicated = local * expert.replicated;
+  n.experts = local * (expert.split / std::max(layout.etp, 1)) + n.experts_replicated;
   return n;
 }
 
@@ -77,21 +103,24 @@ LayerParamCount layer_adapter_count(const ModelConfig& m, int64_t t) {
 ParamCount stage_parameters(const ModelConfig& m, const ParallelLayout& layout, int p) {
   const int64_t C = m.hidden_size, t = layout.tp;
   const LayerParamCount per_layer = layer_param_count(m);
-  // MoE layers (Note [MoE layout] in model/param_layout.h) count their router and experts
-  // instead of the dense MLP; they run at TP 1 (ModelConfig::moe_errors), so all is whole.
-  int64_t layers = 0, moe_params = 0;
+  // MoE layers (Note [MoE layout] in model/param_layout.h) hold the dense layer's attention and
+  // norms, the router and the rank's E / EP experts instead of the dense MLP.
+  int64_t layers = 0, moe_layers = 0;
   for (int c = 0; c < layout.vpp; c++) {
     const ParallelLayout::LayerRange r = layout.stage_layers(p, c);
-    for (int l = r.begin; l < r.end; l++) {
-      if (m.is_moe_layer(l))
-        moe_params += m.layer_parameters(l);
-      else
-        layers++;
-    }
+    for (int l = r.begin; l < r.end; l++) (m.is_moe_layer(l) ? moe_layers : layers)++;
   }
   ParamCount n;
   n.replicated = layers * per_layer.replicated;
-  n.total = layers * per_layer.split / t + n.replicated + moe_params;
+  n.total = layers * per_layer.split / t + n.replicated;
+  if (moe_layers > 0) {
+    const LayerParamCount attention = attention_param_count(m);
+    const MoeParamCount moe = moe_param_count(m, layout);
+    n.experts = moe_layers * moe.experts;
+    n.routers = moe_layers * moe.router;
+    n.total += moe_layers * (attention.split / t + attention.replicated) + n.experts + n.routers;
+    n.replicated += moe_layers * (attention.replicated + moe.experts_replicated) + n.routers;
+  }
   const LayerParamCount adapters = layer_adapter_count(m, t);
   n.adapters = layers * adapters.split;
   n.total += n.adapters;
@@ -173,9 +202,73 @@ double layer_bytes(const ElementBytes& e, const ChunkShape& d, double saved) {
          e.g * (2 * d.norm_stats * d.R + saved);
 }
 
+// One MoE layer's sizes on this rank (Note [MoE layer] in model/gpt_moe.cpp): E experts, the
+// routes of the rank's N tokens (N k), the expert rows S (StageEstimate::expert_rows) and each
+// expert's FC1 / activation widths over ETP (Fm' / ETP, Fm / ETP).
+struct MoeShape {
+  double E = 0, routes = 0, S = 0, Fmt = 0, Umt = 0;
+};
+
+// Rows a rank's experts hold per MoE layer and micro-batch (StageEstimate::expert_rows states
+// the rule): N k with EP 1, what gpt.cpp allocates; the worst case with EP > 1, capped by the
+// capacity factor.
+int64_t expert_rows(const ModelConfig& m, int ep, int64_t N) {
+  const int64_t E = m.num_experts, k = m.moe_router_topk, routes = N * k;
+  if (ep <= 1) return routes;
+  int64_t rows = N * ep * std::min<int64_t>(k, E / ep);
+  if (m.moe_expert_capacity_factor > 0) {
+    const double per_expert =
+        std::ceil(static_cast<double>(routes) / E * m.moe_expert_capacity_factor);
+    rows = std::min(rows, E * static_cast<int64_t>(per_expert));
+  }
+  return rows;
+}
+
+MoeShape moe_shape(const TrainOptions& o, const ParallelLayout& layout, const ChunkShape& d) {
+  const ModelConfig& m = o.model;
+  const double Fm = m.moe_ffn(), etp = std::max(layout.etp, 1);
+  MoeShape s;
+  s.E = m.num_experts;
+  s.routes = d.N * m.moe_router_topk;
+  s.S = static_cast<double>(expert_rows(m, layout.ep, static_cast<int64_t>(d.N)));
+  s.Fmt = Fm / etp;
+  s.Umt = (m.swiglu ? 2 * Fm : Fm) / etp;
+  return s;
+}
+
+// One MoE layer's MLP activations of one micro-batch (take_layer_acts with moe): FC1's and the
+// activation's outputs for the S expert rows (at least a dense layer's, so that the recompute
+// scratch serves both), the router's probabilities (N, E) in G, the routes, their weights (G)
+// and slots, each row's token, the two per-expert counts (int32), and the permuted input and
+// output rows (S, C). The attention and norms are layer_bytes' without the dense MLP.
+double moe_mlp_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShape& s) {
+  return e.a * (std::max(s.S * s.Umt, d.N * d.Ut) + std::max(s.S * s.Fmt, d.N * d.Ft) +
+                2 * s.S * d.C) +
+         e.g * (d.N * s.E + s.routes) + sizeof(int32_t) * (2 * s.routes + s.S + 2 * s.E);
+}
+double moe_layer_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShape& s,
+                       double saved) {
+  return layer_bytes(e, d, saved) - e.a * d.N * (d.Ut + d.Ft) + moe_mlp_bytes(e, d, s);
+}
+
+// The MoE workspace GptModel::allocate takes once per model chunk with an MoE layer: the router
+// logits (N, E), the route weights' grads (N k, G), the expert rows' grads (S, C) and the
+// activation's (S, Fm / ETP; SwiGLU's gate and up too, 2 S Fm / ETP), the chunk's L
+// load-balancing losses (G). With EP > 1 the all-to-alls' buffers for the rank's own routes,
+// sent out and returned (2 N k C; Megatron's alltoall dispatcher's permuted tokens).
+double dispatch_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShape& s, int layers,
+                      int ep, bool swiglu) {
+  double bytes = e.a * (d.N * s.E + s.S * d.C + s.S * s.Fmt + (swiglu ? 2 * s.S * s.Fmt : 0)) +
+                 e.g * (s.routes + layers);
+  if (ep > 1) bytes += e.a * 2 * s.routes * d.C;
+  return bytes;
+}
+
 struct ChunkActivations {
-  double per_micro_batch = 0;  // bytes of one model chunk for one micro-batch
-  double once = 0;             // the recomputed layers' scratch, shared by every micro-batch
+  double per_micro_batch = 0;      // bytes of one model chunk for one micro-batch
+  double moe_per_micro_batch = 0;  // of them, the MoE layers' MLP part
+  double once = 0;                 // the recomputed layers' scratch, shared by every micro-batch
+  double dispatch = 0;             // the MoE workspace (dispatch_bytes)
 };
 
 // Model chunk `shard` as GptModel::new_activations and allocate take it: tokens, targets and
@@ -183,27 +276,39 @@ struct ChunkActivations {
 // the residual stream (L + 1 rows of (R, C): the input and every layer's output), the layers
 // the recompute plan keeps (selective recomputation drops the saved tensor where the device
 // saves scores; full recomputation keeps only the residual input of a recomputed layer and
-// rebuilds the layer in a scratch of the largest group's layers), and on the last chunk the
-// final norm and its statistics, the logits in G (and their 16-bit copy) and the token losses.
-ChunkActivations chunk_activations(const TrainOptions& o, const ModelShard& shard, int t) {
+// rebuilds the layer in a scratch of the largest group's layers, MoE-sized when the chunk has an
+// MoE layer), and on the last chunk the final norm and its statistics, the logits in G (and
+// their 16-bit copy) and the token losses.
+ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& layout,
+                                   const ModelShard& shard) {
+  const int t = layout.tp;
   const ChunkShape d = chunk_shape(o, t);
   const ElementBytes e = element_bytes(training_precision(o));
   const ParallelOptions& par = o.parallel;
-  const int layers = shard.num_layers(o.model);
+  const ModelConfig& m = o.model;
+  const int layers = shard.num_layers(m);
   const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                  par.recompute_num_layers, layers);
   const bool scores = o.device != "cuda";
   const double saved = attention_saved(o, d);
-  const double kept = layer_bytes(e, d, plan.selective && scores ? 0 : saved);
+  const double kept_saved = plan.selective && scores ? 0 : saved;
+  const MoeShape s = m.moe() ? moe_shape(o, layout, d) : MoeShape{};
   ChunkActivations c;
   c.per_micro_batch = 3 * d.N * sizeof(int32_t) + e.a * (layers + 1) * d.R * d.C;
-  for (int l = 0; l < layers; l++)
-    if (!plan.recomputed(l)) c.per_micro_batch += kept;
+  bool any_moe = false;
+  for (int l = 0; l < layers; l++) {
+    const bool moe = m.is_moe_layer(shard.layer_begin + l);
+    any_moe = any_moe || moe;
+    if (plan.recomputed(l)) continue;
+    c.per_micro_batch += moe ? moe_layer_bytes(e, d, s, kept_saved) : layer_bytes(e, d, kept_saved);
+    if (moe) c.moe_per_micro_batch += moe_mlp_bytes(e, d, s);
+  }
   if (shard.post) {
     c.per_micro_batch += e.a * d.R * d.C + e.g * (d.norm_stats * d.R + d.N * d.Vt + d.N);
     if (e.a != e.g) c.per_micro_batch += e.a * d.N * d.Vt;
   }
-  c.once = plan.max_group * layer_bytes(e, d, saved);
+  c.once = plan.max_group * (any_moe ? moe_layer_bytes(e, d, s, saved) : layer_bytes(e, d, saved));
+  if (any_moe) c.dispatch = dispatch_bytes(e, d, s, layers, layout.ep, m.swiglu);
   return c;
 }
 
@@ -266,29 +371,53 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     // for every parameter.
     // Sharded over DP x CP, the ranks that reduce the dense gradients (Megatron's distributed
     // optimizer shards over its data-parallel group with context parallelism).
+    // Expert parameters shard over EDP (Megatron's expert data-parallel group); when EDP is
+    // DP x CP (EP 1, ETP = TP) the engine shards the one arena, rounded once.
     const size_t shards = static_cast<size_t>(layout.dp) * static_cast<size_t>(layout.cp);
-    auto shard = [&](size_t count) {
-      return o.parallel.use_distributed_optimizer ? (count + shards - 1) / shards : count;
+    const size_t expert_shards = static_cast<size_t>(std::max(layout.edp, 1));
+    auto shard = [&](size_t count, size_t over) {
+      return o.parallel.use_distributed_optimizer ? (count + over - 1) / over : count;
     };
     const size_t moments = 2 * per_param.grads;
-    st.optimizer_bytes = shard(static_cast<size_t>(st.trainable_parameters)) * moments +
-                         shard(params) * (per_param.optimizer - moments);
+    const size_t experts = static_cast<size_t>(n.experts);
+    const size_t trained_experts = m.lora() ? 0 : experts;
+    const size_t trained = static_cast<size_t>(st.trainable_parameters);
+    if (experts == 0 || expert_shards == shards)
+      st.optimizer_bytes = shard(trained, shards) * moments +
+                           shard(params, shards) * (per_param.optimizer - moments);
+    else
+      st.optimizer_bytes = shard(trained - trained_experts, shards) * moments +
+                           shard(params - experts, shards) * (per_param.optimizer - moments) +
+                           shard(trained_experts, expert_shards) * moments +
+                           shard(experts, expert_shards) * (per_param.optimizer - moments);
+    st.expert_parameters = n.experts;
+    st.router_parameters = n.routers;
 
     // Every model chunk of the stage (virtual stages: one per VPP), each with as many
     // micro-batches as its pool in the executor grows to (chunk_peaks: each chunk's own peak in
     // the schedule; interleaved, their sum can exceed micro_batches_in_flight * VPP).
     const std::vector<int> peaks =
         chunk_peaks(layout.pp, p, layout.vpp, static_cast<int>(est.micro_batches));
-    double per_micro_batch = 0, peak = 0;
+    double per_micro_batch = 0, peak = 0, moe = 0, dispatch = 0;
     for (int c = 0; c < layout.vpp; c++) {
       const ChunkActivations chunk = chunk_activations(
-          o, shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel), layout.tp);
+          o, layout, shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel));
       per_micro_batch += chunk.per_micro_batch;
+      moe += chunk.moe_per_micro_batch;
       peak += peaks[c] * chunk.per_micro_batch + chunk.once;
+      dispatch += chunk.dispatch;
     }
     st.micro_batches_in_flight = in_flight(layout, p, est.micro_batches);
     st.activation_bytes_per_micro_batch = static_cast<size_t>(std::llround(per_micro_batch));
     st.activation_bytes = static_cast<size_t>(std::llround(peak));
+    st.moe_activation_bytes_per_micro_batch = static_cast<size_t>(std::llround(moe));
+    st.dispatch_bytes = static_cast<size_t>(std::llround(dispatch));
+    if (m.moe()) {
+      const int64_t N = static_cast<int64_t>(o.micro_batch_size) * m.seq_length /
+                        std::max(o.parallel.context_parallel_size, 1);
+      st.expert_rows = expert_rows(m, layout.ep, N);
+      st.expert_rows_expected = N * m.moe_router_topk;
+    }
     est.stages.push_back(st);
   }
   for (size_t i = 1; i < est.stages.size(); i++)
@@ -311,6 +440,17 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
                       {"micro_batches_in_flight", st.micro_batches_in_flight},
                       {"activation_bytes", st.activation_bytes},
                       {"total_bytes", st.total_bytes()}});
+  for (size_t i = 0; i < est.stages.size(); i++) {
+    const StageEstimate& st = est.stages[i];
+    if (st.expert_parameters == 0) continue;
+    stages[i]["moe"] = {
+        {"expert_parameters", st.expert_parameters},
+        {"router_parameters", st.router_parameters},
+        {"expert_rows", st.expert_rows},
+        {"expert_rows_expected", st.expert_rows_expected},
+        {"activation_bytes_per_micro_batch", st.moe_activation_bytes_per_micro_batch},
+        {"dispatch_bytes", st.dispatch_bytes}};
+  }
   nlohmann::ordered_json out = nlohmann::ordered_json::parse(layout_json(layout));
   out["memory"] = {{"micro_batches", est.micro_batches},
                    {"flops_per_iteration", est.flops_per_iteration},

@@ -31,6 +31,8 @@ nlohmann::ordered_json cluster_object(const ClusterSpec& c) {
 nlohmann::ordered_json step_object(const StepEstimate& s) {
   return {{"compute_s", s.compute_s},
           {"tp_comm_s", s.tp_comm_s},
+          {"cp_comm_s", s.cp_comm_s},
+          {"ep_comm_s", s.ep_comm_s},
           {"pp_comm_s", s.pp_comm_s},
           {"pp_bubble_s", s.pp_bubble_s},
           {"dp_comm_s", s.dp_comm_s},
@@ -53,6 +55,10 @@ std::string layout_flags(const TrainOptions& o) {
   std::string out =
       "--tensor-model-parallel-size " + std::to_string(o.model.tensor_model_parallel_size) +
       " --pipeline-model-parallel-size " + std::to_string(par.pipeline_model_parallel_size);
+  if (par.context_parallel_size > 1)
+    out += " --context-parallel-size " + std::to_string(par.context_parallel_size);
+  if (par.expert_model_parallel_size > 1)
+    out += " --expert-model-parallel-size " + std::to_string(par.expert_model_parallel_size);
   if (par.num_layers_per_virtual_pipeline_stage > 0)
     out += " --num-layers-per-virtual-pipeline-stage " +
            std::to_string(par.num_layers_per_virtual_pipeline_stage);
@@ -83,6 +89,8 @@ std::string suggest_json(const std::vector<LayoutCandidate>& candidates, const C
   for (const LayoutCandidate& c : candidates) {
     const ParallelOptions& par = c.options.parallel;
     list.push_back({{"tp", c.layout.tp},
+                    {"cp", c.layout.cp},
+                    {"ep", c.layout.ep},
                     {"pp", c.layout.pp},
                     {"vpp", c.layout.vpp},
                     {"dp", c.layout.dp},

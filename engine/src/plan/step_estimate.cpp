@@ -1,5 +1,6 @@
 // The planner's step-time model: compute from Megatron's FLOP count and the device's rate, plus
-// tensor-parallel collectives, pipeline sends, the 1F1B bubble, the data-parallel reduction
+// tensor-parallel collectives, the context-parallel ring, expert-parallel all-to-alls, pipeline
+// sends, the 1F1B bubble, the data-parallel reduction
 // that backward cannot hide and the optimizer step
 // (docs/design-notes.md#planner-step-time-and-layout-search states every rule and its source).
 // Non-goals: kernel-level modelling, network contention, stragglers.
@@ -33,10 +34,39 @@ double half_ring_s(double bytes, int n, double bandwidth) {
   return n > 1 ? 1.0 * (n - 1) / n * bytes / bandwidth : 0.0;
 }
 
+// An all-to-all: each rank keeps 1/n of its buffer and sends the rest, (n-1)/n.
+double all_to_all_s(double bytes, int n, double bandwidth) {
+  return n > 1 ? 1.0 * (n - 1) / n * bytes / bandwidth : 0.0;
+}
+
+// Forward FLOPs per token of one layer, split by what divides them: `split` over TP (QKV, proj,
+// causal attention; a dense layer's MLP), `router` whole on every TP rank (2 h E), `experts` over
+// ETP (k experts of width Fm, 2 m h Fm each: a token runs k of the E experts, not E; with a
+// capacity factor f < 1 at most a share f of the routes are kept). The sum with k experts is
+// forward_flops_per_token()'s per-layer term for that layer.
+struct LayerFlops {
+  double split = 0, router = 0, experts = 0;
+};
+LayerFlops layer_flops(const ModelConfig& m, bool moe) {
+  const double s = m.seq_length, h = m.hidden_size, W = static_cast<double>(m.qkv_width()),
+               mlp = m.swiglu ? 3 : 2;
+  LayerFlops f;
+  f.split = 2 * h * W + 2 * h * h + 2 * s * h;
+  if (!moe) {
+    f.split += 2 * mlp * h * m.ffn();
+    return f;
+  }
+  const double f_cap = m.moe_expert_capacity_factor;
+  const double kept = f_cap > 0 ? std::min(1.0, static_cast<double>(f_cap)) : 1.0;
+  f.router = 2 * h * m.num_experts;
+  f.experts = kept * m.moe_router_topk * 2 * mlp * h * m.moe_ffn();
+  return f;
+}
+
 struct StageTime {
-  double compute = 0, tp = 0, pp = 0;  // on the pipeline's critical path, per iteration
+  double compute = 0, tp = 0, cp = 0, ep = 0, pp = 0;  // on the pipeline's critical path
   double dp_total = 0, dp_exposed = 0, optimizer = 0;  // after the last backward
-  double pipeline() const { return compute + tp + pp; }
+  double pipeline() const { return compute + tp + cp + ep + pp; }
   double tail() const { return dp_exposed + optimizer; }
 };
 
@@ -60,9 +90,10 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size,
                V = m.padded_vocab_size();
   const int t = layout.tp, pp = layout.pp, vpp = layout.vpp;
-  // Context parallelism: each rank computes 1/CP of every sequence, and the dense gradients are
-  // reduced over DP x CP. Non-goal so far: the ring's K/V passes (counted as free).
+  // Context parallelism: each rank computes 1/CP of every sequence, passes K/V around the CP
+  // ring, and the dense gradients are reduced over DP x CP. Expert gradients reduce over EDP.
   const int cp = layout.cp, dp = layout.dp * cp;
+  const int ep = layout.ep, etp = std::max(layout.etp, 1), edp = std::max(layout.edp, 1);
   const double M = static_cast<double>(memory.micro_batches);
   const double rate = dev.peak_flops * cluster.compute_efficiency;
   const double tokens = M * b * s / cp;  // per rank and iteration
@@ -70,8 +101,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   // Forward FLOPs per token, flops_per_iteration()'s own terms: a layer's GEMMs and causal
   // attention, the attention products alone (what selective recomputation repeats), the LM head.
   const TokenFlops per_token = forward_flops_per_token(m);
-  const double layer_fwd = per_token.layer, attention_fwd = per_token.attention,
-               head_fwd = per_token.head;
+  const double attention_fwd = per_token.attention, head_fwd = per_token.head;
   const bool full = par.recompute_granularity == "full";
   const bool selective = par.recompute_granularity == "selective";
   const bool distributed = par.use_distributed_optimizer;
@@ -84,11 +114,24 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     return inside ? dev.intra_node_bandwidth : dev.inter_node_bandwidth;
   };
   const double tp_bandwidth = link(t), dp_bandwidth = link(t * dp);
+  // CP ranks are TP apart (a group spans TP x CP consecutive ranks), EP ranks ETP apart.
+  const double cp_bandwidth = link(t * cp), ep_bandwidth = link(etp * ep);
   // Pipeline neighbours are TP x DP ranks apart: some boundary crosses nodes whenever the job
   // does.
   const double pp_bandwidth =
       layout.world <= per_node ? dev.intra_node_bandwidth : dev.inter_node_bandwidth;
-  const double activation = s / cp * b * h * activation_element_bytes(precision);  // (s/cp, b, h)
+  const double element = activation_element_bytes(precision);
+  const double activation = s / cp * b * h * element;  // (s/cp, b, h)
+  // One rank's K and V for one micro-batch and layer: (s/cp, b, (W - h) / t), passed around the
+  // ring CP - 1 times forward, and backward K/V and their grads (2 (CP - 1)).
+  const double kv = s / cp * b * (static_cast<double>(m.qkv_width()) - h) / t * element;
+  // One all-to-all of an MoE layer: the rank's routes (its tokens, split over TP with sequence
+  // parallelism, times k; at most a share f kept with a capacity factor f < 1) of h elements.
+  const double kept = m.moe_expert_capacity_factor > 0
+                          ? std::min(1.0, static_cast<double>(m.moe_expert_capacity_factor))
+                          : 1.0;
+  const double routes = s / cp * b / (par.sequence_parallel ? t : 1) * m.moe_router_topk * kept;
+  const double dispatch = routes * h * element;
 
   std::vector<StageTime> stages(static_cast<size_t>(pp));
   for (int p = 0; p < pp; p++) {
@@ -99,13 +142,42 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
                            : par.recompute_method == "block"
                                ? vpp * std::min(std::max(par.recompute_num_layers, 1), layers / vpp)
                                : layers;
-    const double forward = tokens * (layers * layer_fwd + (last ? head_fwd : 0)) / t;
-    const double repeated = tokens *
-                            (full        ? recomputed * layer_fwd
-                             : selective ? layers * attention_fwd
-                                         : 0) /
-                            t;
+    // The stage's own layers, dense and MoE (their FLOPs differ; per_token.layer is the mean).
+    int moe_layers = 0;
+    double layers_fwd = 0;  // per token, on this rank
+    for (int c = 0; c < vpp; c++) {
+      const ParallelLayout::LayerRange r = layout.stage_layers(p, c);
+      for (int l = r.begin; l < r.end; l++) {
+        const bool moe = m.is_moe_layer(l);
+        moe_layers += moe;
+        const LayerFlops f = layer_flops(m, moe);
+        layers_fwd += f.split / t + f.router + f.experts / etp;
+      }
+    }
+    const double mean_layer = layers > 0 ? layers_fwd / layers : 0;
+    const double forward = tokens * (layers_fwd + (last ? head_fwd / t : 0));
+    const double repeated = tokens * (full        ? recomputed * mean_layer
+                                      : selective ? layers * attention_fwd / t
+                                                  : 0);
     st.compute = (3 * forward + repeated) / rate;
+
+    // The CP ring per micro-batch and layer (2 more passes per recomputed layer), hidden behind
+    // the attention's own products (Megatron's ring attention sends the next block while it
+    // computes on this one): what exceeds them is on the critical path.
+    if (cp > 1) {
+      const double ring = M * (3 * layers + recomputed) * (cp - 1) * kv / cp_bandwidth;
+      const int repeats = full ? recomputed : selective ? layers : 0;
+      const double attention = tokens * (3 * layers + repeats) * attention_fwd / t / rate;
+      st.cp = std::max(0.0, ring - attention);
+    }
+    // EP: dispatch and combine forward, their two backward, and again in the forward a full
+    // recomputation repeats (recomputed layers that are MoE, in the stage's proportion); not
+    // overlapped with compute.
+    if (ep > 1 && moe_layers > 0) {
+      const double share = static_cast<double>(moe_layers) / layers;
+      const double all_to_alls = 4 * moe_layers + 2 * recomputed * share;
+      st.ep = M * all_to_alls * all_to_all_s(dispatch, ep, ep_bandwidth);
+    }
 
     // Per micro-batch and layer 2 forward + 2 backward all-reduces of (s, b, h) (sequence
     // parallelism: reduce-scatter + all-gather, the same bytes), 2 more per recomputed layer;
@@ -123,10 +195,17 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     // optimizer), overlapped with the last micro-batch's backward and, on later stages, the
     // pipeline's cool-down; the tied embedding's gradient sum between the end stages is not
     // (an untied output layer has no copy to sum).
-    const double params = static_cast<double>(memory.stages[static_cast<size_t>(p)].parameters);
-    st.dp_total = distributed ? half_ring_s(params * per_param.grads, dp, dp_bandwidth) +
-                                    half_ring_s(params * per_param.weights, dp, dp_bandwidth)
-                              : all_reduce_s(params * per_param.grads, dp, dp_bandwidth);
+    // The dense parameters reduce over DP x CP, the experts over EDP (same link: both groups
+    // lie inside the stage's ranks).
+    const StageEstimate& held = memory.stages[static_cast<size_t>(p)];
+    const double params = static_cast<double>(held.parameters);
+    const double experts = static_cast<double>(held.expert_parameters), dense = params - experts;
+    auto reduction = [&](double count, int n) {
+      return distributed ? half_ring_s(count * per_param.grads, n, dp_bandwidth) +
+                               half_ring_s(count * per_param.weights, n, dp_bandwidth)
+                         : all_reduce_s(count * per_param.grads, n, dp_bandwidth);
+    };
+    st.dp_total = reduction(dense, dp) + reduction(experts, edp);
     const double backward_per_micro_batch = (2 * forward + repeated) / M / rate / vpp;
     const double window =
         backward_per_micro_batch * (pp - p) + (distributed ? forward / M / rate : 0);
@@ -136,7 +215,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
       st.dp_exposed += all_reduce_s(embedding, 2, pp_bandwidth);
       st.dp_total += all_reduce_s(embedding, 2, pp_bandwidth);
     }
-    const double updated = distributed ? params / dp : params;
+    const double updated = distributed ? dense / dp + experts / edp : params;
     st.optimizer = updated * optimizer_traffic_per_parameter(precision) / dev.memory_bandwidth;
   }
 
@@ -149,6 +228,8 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const StageTime& slow = stages[static_cast<size_t>(out.slowest_stage)];
   out.compute_s = slow.compute;
   out.tp_comm_s = slow.tp;
+  out.cp_comm_s = slow.cp;
+  out.ep_comm_s = slow.ep;
   out.pp_comm_s = slow.pp;
   out.pp_bubble_s = pp > 1 ? (pp - 1) / (vpp * M) * slow.pipeline() : 0.0;
   out.dp_comm_s = stages[static_cast<size_t>(tail)].dp_exposed;
