@@ -85,6 +85,7 @@ class ParallelMemory : public QObject {
     QTest::newRow("moe one process") << 1 << kMoe;
     QTest::newRow("moe dp2") << 2 << kMoe;
     QTest::newRow("moe pp2") << 2 << kMoe + QStringList{"--pipeline-model-parallel-size", "2"};
+    QTest::newRow("moe tp2") << 2 << kMoe + QStringList{"--tensor-model-parallel-size", "2"};
     QTest::newRow("moe dp2 distributed optimizer")
         << 2 << kMoe + QStringList{"--use-distributed-optimizer"};
     QTest::newRow("moe capacity factor full recompute")
