@@ -4,7 +4,8 @@
 // are transformers' (every tensor name and shape, config.json's keys); `lattice ckpt export-hf`
 // of the checkpoint writes the same bytes; `lattice ckpt import-hf` and export again, and
 // --load-hf with no model flag and --save-hf again, give every byte back. MoE models that
-// Mixtral cannot express (experts in every other layer) are refused before training.
+// Mixtral cannot express (experts in every other layer) are refused before training, and
+// `lattice generate` (no MoE inference yet) refuses the model with a sentence.
 #include <QtTest/QtTest>
 
 #include <QFile>
@@ -221,6 +222,14 @@ class HfMixtralCli : public QObject {
     QVERIFY2(wrong.err.contains("--load-hf: --num-experts 8 disagrees with " + trained() +
                                 "/config.json, which gives num_local_experts 4"),
              qPrintable(wrong.err));
+    // Generation has no MoE layers yet: a sentence, not a crash.
+    const Run generated =
+        run_lattice(1, {"generate", "--load-hf", trained(), "--prompt", "5 7 9"});
+    QCOMPARE(generated.exit_code, 1);
+    QVERIFY2(generated.err.contains("--load-hf " + trained() +
+                                    ": the model has 4-expert MoE layers, which generation "
+                                    "(lattice generate, serve) does not run yet"),
+             qPrintable(generated.err));
   }
 };
 
