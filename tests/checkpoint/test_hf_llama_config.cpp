@@ -297,8 +297,8 @@ class TestHfLlamaConfig : public QObject {
     auto tuned = options(d, {"--moe-aux-loss-coeff", "0.001", "--seq-length", "4096"});
     QVERIFY2(tuned, tuned.status().message().c_str());
     QCOMPARE(tuned->model.moe_aux_loss_coeff, 0.001f);
-    auto wrong = options(d, {"--num-experts", "4", "--moe-router-topk", "1", "--moe-ffn-hidden-size",
-                             "1024", "--moe-layer-freq", "2"});
+    auto wrong = options(d, {"--num-experts", "4", "--moe-router-topk", "1",
+                             "--moe-ffn-hidden-size", "1024", "--moe-layer-freq", "2"});
     QVERIFY(!wrong);
     const std::string c = d + "/config.json";
     for (const std::string& part :

@@ -122,8 +122,8 @@ class HfMixtralCli : public QObject {
 
   QTemporaryDir dir_;
   QString db() const { return dir_.filePath("runs.sqlite"); }
-  QString trained() const { return dir_.filePath("trained"); }     // --save-hf's
-  QString checkpoint() const { return dir_.filePath("ckpt"); }     // --save's, same weights
+  QString trained() const { return dir_.filePath("trained"); }  // --save-hf's
+  QString checkpoint() const { return dir_.filePath("ckpt"); }  // --save's, same weights
   Run train(const QStringList& args) {
     return run_lattice(1, QStringList{"train", "--db", db()} + args);
   }
@@ -131,10 +131,10 @@ class HfMixtralCli : public QObject {
  private slots:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    const Run made = train(kMixtral + QStringList{"--mock-data", "--train-iters", "2",
-                                                  "--eval-iters", "0", "--lr", "1e-2", "--threads",
-                                                  "2", "--save", checkpoint(), "--save-hf",
-                                                  trained()});
+    const Run made =
+        train(kMixtral + QStringList{"--mock-data", "--train-iters", "2", "--eval-iters", "0",
+                                     "--lr", "1e-2", "--threads", "2", "--save", checkpoint(),
+                                     "--save-hf", trained()});
     QVERIFY2(made.exit_code == 0, qPrintable(made.err));
     QVERIFY2(made.out.contains("saved Mixtral weights to " + trained()), qPrintable(made.out));
   }
@@ -157,21 +157,21 @@ class HfMixtralCli : public QObject {
         nlohmann::json::parse(lattice::testing::slurp((trained() + "/config.json").toStdString()));
     QCOMPARE(c["architectures"], nlohmann::json::array({"MixtralForCausalLM"}));
     QCOMPARE(c["model_type"], "mixtral");
-    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-             {"num_hidden_layers", kLayers},
-             {"hidden_size", kHidden},
-             {"intermediate_size", kExpertWidth},
-             {"num_attention_heads", 4},
-             {"num_key_value_heads", kGroups},
-             {"num_local_experts", kExperts},
-             {"num_experts_per_tok", 2},
-             {"router_aux_loss_coef", 0.01},
-             {"rope_theta", 500000.0},
-             {"rms_norm_eps", 1e-5},
-             {"vocab_size", kVocab},
-             {"hidden_act", "silu"},
-             {"tie_word_embeddings", false},
-             {"sliding_window", nullptr}})
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, nlohmann::json>>{{"num_hidden_layers", kLayers},
+                                                             {"hidden_size", kHidden},
+                                                             {"intermediate_size", kExpertWidth},
+                                                             {"num_attention_heads", 4},
+                                                             {"num_key_value_heads", kGroups},
+                                                             {"num_local_experts", kExperts},
+                                                             {"num_experts_per_tok", 2},
+                                                             {"router_aux_loss_coef", 0.01},
+                                                             {"rope_theta", 500000.0},
+                                                             {"rms_norm_eps", 1e-5},
+                                                             {"vocab_size", kVocab},
+                                                             {"hidden_act", "silu"},
+                                                             {"tie_word_embeddings", false},
+                                                             {"sliding_window", nullptr}})
       QVERIFY2(c.contains(key) && c[key] == value,
                (key + " is " + c.value(key, nlohmann::json("absent")).dump()).c_str());
   }
@@ -209,8 +209,9 @@ class HfMixtralCli : public QObject {
 
   void what_mixtral_cannot_express_is_refused_before_training() {
     // Experts in every other layer: Mixtral has them in every layer.
-    const Run sparse = train(kMixtral + kFrozen +
-                             QStringList{"--moe-layer-freq", "2", "--save-hf", dir_.filePath("never")});
+    const Run sparse =
+        train(kMixtral + kFrozen +
+              QStringList{"--moe-layer-freq", "2", "--save-hf", dir_.filePath("never")});
     QCOMPARE(sparse.exit_code, 2);
     QVERIFY2(sparse.err.contains("--save-hf: --moe-layer-freq 2: Hugging Face's Mixtral has "
                                  "experts in every layer (1)"),
@@ -223,8 +224,7 @@ class HfMixtralCli : public QObject {
                                 "/config.json, which gives num_local_experts 4"),
              qPrintable(wrong.err));
     // Generation has no MoE layers yet: a sentence, not a crash.
-    const Run generated =
-        run_lattice(1, {"generate", "--load-hf", trained(), "--prompt", "5 7 9"});
+    const Run generated = run_lattice(1, {"generate", "--load-hf", trained(), "--prompt", "5 7 9"});
     QCOMPARE(generated.exit_code, 1);
     QVERIFY2(generated.err.contains("--load-hf " + trained() +
                                     ": the model has 4-expert MoE layers, which generation "

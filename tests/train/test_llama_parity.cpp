@@ -294,11 +294,11 @@ class LlamaParity : public QObject {
     std::ofstream(tokens) << ("{\"tokens\": " + rows_json(steps.tokens[0], c.seq_length) +
                               ", \"targets\": " + rows_json(steps.targets[0], c.seq_length) + "}")
                                  .toStdString();
-    const testing::Run py = testing::run_process(
-        kPython,
-        {QString(LATTICE_SOURCE_DIR) + "/tests/train/" + script, "--hf-loss",
-         QString::fromStdString(model_dir), QString::fromStdString(tokens)},
-        {}, 300000);
+    const testing::Run py =
+        testing::run_process(kPython,
+                             {QString(LATTICE_SOURCE_DIR) + "/tests/train/" + script, "--hf-loss",
+                              QString::fromStdString(model_dir), QString::fromStdString(tokens)},
+                             {}, 300000);
     QVERIFY2(py.exit_code == 0, qPrintable(py.err));
     const double want = QJsonDocument::fromJson(py.out.toUtf8()).object()["loss"].toDouble();
 
@@ -310,8 +310,9 @@ class LlamaParity : public QObject {
     // Every expert of an MoE layer had tokens, so that each one's tensors entered the loss.
     for (int l = 0; l < c.num_layers; l++)
       for (int e = 0; c.is_moe_layer(l) && e < c.num_experts; e++)
-        QVERIFY2(acts.layers[l].expert_counts[e] > 0,
-                 qPrintable(QString("%1: layer %2's expert %3 had no token").arg(name).arg(l).arg(e)));
+        QVERIFY2(
+            acts.layers[l].expert_counts[e] > 0,
+            qPrintable(QString("%1: layer %2's expert %3 had no token").arg(name).arg(l).arg(e)));
     QVERIFY2(std::abs(got - want) <= 1e-9 * std::abs(want),
              qPrintable(QString("%1: Lattice fp64 loss %2, PyTorch over the exported Hugging Face "
                                 "model %3 (rel tolerance 1e-9)")

@@ -57,7 +57,9 @@ struct Reader {
 
 // transformers' default num_key_value_heads when the key is absent.
 int default_kv_heads(const std::string& model_type, int heads) {
-  return model_type == "qwen2" ? 32 : model_type == "mistral" || model_type == "mixtral" ? 8 : heads;
+  return model_type == "qwen2"                                ? 32
+         : model_type == "mistral" || model_type == "mixtral" ? 8
+                                                              : heads;
 }
 
 void check_unsupported(Reader& r, HfLlamaConfig& c) {
@@ -172,9 +174,8 @@ Result<HfLlamaConfig> parse_hf_llama_config(const nlohmann::json& json, const st
       r.fail("router_aux_loss_coef",
              "is " + json["router_aux_loss_coef"].dump() + ", not a number >= 0");
     else
-      c.moe_aux_loss_coeff = r.has("router_aux_loss_coef")
-                                 ? json["router_aux_loss_coef"].get<double>()
-                                 : 0.001;
+      c.moe_aux_loss_coeff =
+          r.has("router_aux_loss_coef") ? json["router_aux_loss_coef"].get<double>() : 0.001;
     c.sliding_window = r.positive("sliding_window", 0);
   }
   check_unsupported(r, c);
@@ -219,8 +220,12 @@ Status write_hf_llama_config(const std::string& config_path, const ModelConfig& 
   const bool mixtral = c.moe(), qwen2 = !mixtral && c.qkv_bias() && !c.linear_bias();
   nlohmann::ordered_json json = {
       {"architectures",
-       {mixtral ? "MixtralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", mixtral ? "mixtral" : qwen2 ? "qwen2" : "llama"},
+       {mixtral ? "MixtralForCausalLM"
+        : qwen2 ? "Qwen2ForCausalLM"
+                : "LlamaForCausalLM"}},
+      {"model_type", mixtral ? "mixtral"
+                     : qwen2 ? "qwen2"
+                             : "llama"},
       {"num_hidden_layers", c.num_layers},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", mixtral ? c.moe_ffn() : c.ffn()},  // Mixtral's: an expert's

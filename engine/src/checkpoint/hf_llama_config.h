@@ -39,9 +39,9 @@ struct HfLlamaConfig {
   double attention_dropout = 0;     // attention_dropout           --attention-dropout
   // Mixtral's (model_type mixtral; 0 for the others). Its MoE layers route as Lattice's do
   // (Note [MoE layer]): softmax over all experts, the top k renormalised.
-  int num_experts = 0;              // num_local_experts           --num-experts
-  int moe_router_topk = 0;          // num_experts_per_tok         --moe-router-topk
-  double moe_aux_loss_coeff = 0;    // router_aux_loss_coef        --moe-aux-loss-coeff
+  int num_experts = 0;            // num_local_experts           --num-experts
+  int moe_router_topk = 0;        // num_experts_per_tok         --moe-router-topk
+  double moe_aux_loss_coeff = 0;  // router_aux_loss_coef        --moe-aux-loss-coeff
   // sliding_window of a mixtral file; 0 when null. Attention within a window equals Lattice's
   // fully causal attention only for sequences no longer than it, which apply_hf_model checks
   // against --seq-length (mistral's is checked here against max_position_embeddings).
@@ -67,8 +67,8 @@ bool is_hf_llama_type(const nlohmann::json& config);
 std::vector<std::string> hf_llama_unsupported(const ModelConfig& config);
 
 // Writes the config.json of `config` (hf_llama_unsupported empty) to `config_path` atomically:
-// LlamaForCausalLM, Qwen2ForCausalLM when only QKV has a bias, MixtralForCausalLM with experts. `vocab_rows`: the exported
-// embedding's rows; `dtype`: the weights' (torch_dtype).
+// LlamaForCausalLM, Qwen2ForCausalLM when only QKV has a bias, MixtralForCausalLM with experts.
+// `vocab_rows`: the exported embedding's rows; `dtype`: the weights' (torch_dtype).
 Status write_hf_llama_config(const std::string& config_path, const ModelConfig& config,
                              int64_t vocab_rows, safetensors::Dtype dtype);
 

@@ -47,7 +47,7 @@ Status supported(const ModelConfig& config) {
 }  // namespace
 
 const char* hf_architecture_name(HfArchitecture architecture) {
-  return architecture == HfArchitecture::kGpt2    ? "GPT-2"
+  return architecture == HfArchitecture::kGpt2      ? "GPT-2"
          : architecture == HfArchitecture::kMixtral ? "Mixtral"
                                                     : "Llama";
 }
@@ -59,7 +59,7 @@ HfArchitecture hf_architecture_of(const ModelConfig& config) {
 
 std::vector<std::string> hf_unsupported(const ModelConfig& config) {
   return hf_architecture_of(config) == HfArchitecture::kGpt2 ? gpt2_unsupported(config)
-                                                            : hf_llama_unsupported(config);
+                                                             : hf_llama_unsupported(config);
 }
 
 Result<HfArchitecture> hf_file_architecture(const std::string& path) {
@@ -79,8 +79,7 @@ Result<HfArchitecture> hf_file_architecture(const std::string& path) {
                                       "\"mistral\" and \"mixtral\"");
     }
   }
-  if (weights->find("model.layers.0.block_sparse_moe.gate.weight"))
-    return HfArchitecture::kMixtral;
+  if (weights->find("model.layers.0.block_sparse_moe.gate.weight")) return HfArchitecture::kMixtral;
   return weights->find("model.embed_tokens.weight") ? HfArchitecture::kLlama
                                                     : HfArchitecture::kGpt2;
 }

@@ -1,6 +1,6 @@
 // apply_hf_model (train_options.h): the model flags of a Hugging Face model (GPT-2 from its
-// tensors and config.json, the Llama family and Mixtral from its config.json), so that --load-hf and
-// `lattice ckpt import-hf` need none, and the ones given are checked against it.
+// tensors and config.json, the Llama family and Mixtral from its config.json), so that
+// --load-hf and `lattice ckpt import-hf` need none, and the ones given are checked against it.
 #include <cstdio>
 #include <string>
 #include <vector>
