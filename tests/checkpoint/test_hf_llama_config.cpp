@@ -1,6 +1,7 @@
 // The config.json of real Llama-family models as Hugging Face publishes them (Meta-Llama-3-8B,
-// Qwen2.5-7B, Mistral-7B-v0.1, Llama-3.1-8B) read into Lattice's model flags: the models Lattice
-// can express become exactly their published parameter counts, Llama 3.1's RoPE scaling
+// Qwen2.5-7B, Mistral-7B-v0.1, Llama-3.1-8B, Mixtral-8x7B-v0.1) read into Lattice's model flags:
+// the models Lattice can express become exactly their published parameter counts (Mixtral's
+// experts --num-experts, --moe-router-topk), Llama 3.1's RoPE scaling
 // --use-rope-scaling; a sliding window in use and other RoPE scaling are refused by file and key;
 // flags given that disagree with the file are named with both values, and the config.json export
 // writes reads back to the same model.
@@ -104,6 +105,35 @@ constexpr const char* kMistral7B = R"({
   "vocab_size": 32000
 })";
 
+// mistralai/Mixtral-8x7B-v0.1
+constexpr const char* kMixtral8x7B = R"({
+  "architectures": ["MixtralForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mixtral",
+  "num_attention_heads": 32,
+  "num_experts_per_tok": 2,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "num_local_experts": 8,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.02,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.36.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
 // meta-llama/Llama-3.1-8B's rope_scaling, on Llama 3's config.
 nlohmann::json llama31_8b() {
   nlohmann::json j = nlohmann::json::parse(kLlama3_8B);
@@ -148,6 +178,38 @@ class TestHfLlamaConfig : public QObject {
     flags.push_back("--load-hf");
     flags.push_back(d);
     return lattice::parse_train_flags(flags);
+  }
+
+  // write_hf_llama_config of `m`, read back through --load-hf: the same model.
+  void check_config_round_trip(const std::string& label, const ModelConfig& m) {
+    const std::string d = dir_.filePath(QString::fromStdString(label)).toStdString();
+    std::filesystem::create_directories(d);
+    QVERIFY(lattice::write_hf_llama_config(d + "/config.json", m, 301, st::Dtype::kF32));
+    const std::string text = lattice::testing::slurp(d + "/config.json");
+    QVERIFY2((text.find("MixtralForCausalLM") != std::string::npos) == m.moe(), text.c_str());
+    const std::string dir = model_dir(label, text);
+    auto o = options(dir, {"--micro-batch-size", "1"});
+    QVERIFY2(o, o.status().message().c_str());
+    ModelConfig back = o->model;
+    back.seq_length = m.seq_length;
+    back.max_position_embeddings = 0;
+    for (const auto& [name, same] : std::vector<std::pair<const char*, bool>>{
+             {"layers", back.num_layers == m.num_layers},
+             {"hidden", back.hidden_size == m.hidden_size},
+             {"heads", back.num_attention_heads == m.num_attention_heads},
+             {"groups", back.kv_heads() == m.kv_heads()},
+             {"ffn", m.moe() ? back.moe_ffn() == m.moe_ffn() : back.ffn() == m.ffn()},
+             {"experts", back.num_experts == m.num_experts &&
+                             back.moe_router_topk == m.moe_router_topk &&
+                             back.moe_aux_loss_coeff == m.moe_aux_loss_coeff},
+             {"vocab", back.vocab_size == m.vocab_size},
+             {"rotary base", back.rotary_base == m.rotary_base},
+             {"rope scaling", back.llama3_rope_factor() == m.llama3_rope_factor()},
+             {"epsilon", back.norm_epsilon == m.norm_epsilon},
+             {"biases", back.qkv_bias() == m.qkv_bias() && back.linear_bias() == m.linear_bias()},
+             {"tied", back.tied_output() == m.tied_output()},
+             {"parameters", back.num_parameters() == m.num_parameters()}})
+      QVERIFY2(same, name);
   }
 
  private slots:
@@ -209,6 +271,77 @@ class TestHfLlamaConfig : public QObject {
     QVERIFY2(read, read.status().message().c_str());
     QCOMPARE(read->num_query_groups, 8);
     QVERIFY(!read->qkv_bias && !read->linear_bias && !read->tied);
+  }
+
+  void mixtral_8x7b_becomes_its_46_7b_parameters() {
+    const std::string d = model_dir("mixtral-8x7b", kMixtral8x7B);
+    auto o = options(d, {});
+    QVERIFY2(o, o.status().message().c_str());
+    const ModelConfig& m = o->model;
+    QCOMPARE(m.num_layers, 32);
+    QCOMPARE(m.num_experts, 8);
+    QCOMPARE(m.moe_router_topk, 2);
+    QCOMPARE(m.moe_layer_freq, 1);
+    QCOMPARE(m.moe_ffn(), 14336);
+    QCOMPARE(m.moe_aux_loss_coeff, 0.02f);
+    QCOMPARE(m.kv_heads(), 8);
+    QCOMPARE(m.rotary_base, 1e6f);
+    QCOMPARE(m.norm_epsilon, 1e-5f);
+    QCOMPARE(m.seq_length, 32768);
+    QVERIFY(m.rope() && m.rms_norm() && m.swiglu);
+    QVERIFY(!m.tied_output() && !m.qkv_bias() && !m.linear_bias());
+    QVERIFY2(m.validate().empty(), joined(m.validate()).c_str());
+    QVERIFY(lattice::hf_llama_unsupported(m).empty());
+    QCOMPARE(m.num_parameters(), int64_t{46702792704});  // Mistral's published 46.7B
+    // The flags must agree with the file; the aux loss's weight is training's to choose.
+    auto tuned = options(d, {"--moe-aux-loss-coeff", "0.001", "--seq-length", "4096"});
+    QVERIFY2(tuned, tuned.status().message().c_str());
+    QCOMPARE(tuned->model.moe_aux_loss_coeff, 0.001f);
+    auto wrong = options(d, {"--num-experts", "4", "--moe-router-topk", "1",
+                             "--moe-ffn-hidden-size", "1024", "--moe-layer-freq", "2"});
+    QVERIFY(!wrong);
+    const std::string c = d + "/config.json";
+    for (const std::string& part :
+         {"--num-experts 4 disagrees with " + c + ", which gives num_local_experts 8",
+          "--moe-router-topk 1 disagrees with " + c + ", which gives num_experts_per_tok 2",
+          "--moe-ffn-hidden-size 1024 disagrees with " + c +
+              ", which gives intermediate_size 14336 (an expert's width)",
+          "--moe-layer-freq 2 disagrees with " + c +
+              ", which is a Mixtral model (experts in every layer)"})
+      QVERIFY2(wrong.status().message().find(part) != std::string::npos,
+               contains_message(wrong.status(), part).c_str());
+    // A dense file refuses experts.
+    auto dense = options(model_dir("llama3-8b-moe", kLlama3_8B), {"--num-experts", "8"});
+    QVERIFY(!dense);
+    QVERIFY2(dense.status().message().find("--num-experts 8 disagrees with") != std::string::npos &&
+                 dense.status().message().find("which is a dense model (model_type llama)") !=
+                     std::string::npos,
+             dense.status().message().c_str());
+  }
+
+  void mixtral_sliding_window_must_cover_the_sequence() {
+    nlohmann::json j = nlohmann::json::parse(kMixtral8x7B);
+    j["sliding_window"] = 4096;
+    const std::string d = model_dir("mixtral-windowed", j.dump(2));
+    auto o = options(d, {});
+    QVERIFY(!o);
+    const std::string part = "--load-hf: " + d +
+                             "/config.json: sliding_window is 4096, shorter than --seq-length "
+                             "32768: Lattice's attention is fully causal, not windowed (pass "
+                             "--seq-length 4096 or less)";
+    QVERIFY2(o.status().message().find(part) != std::string::npos,
+             contains_message(o.status(), part).c_str());
+    auto within = options(d, {"--seq-length", "4096"});
+    QVERIFY2(within, within.status().message().c_str());
+    j["num_experts_per_tok"] = 9;
+    j["router_aux_loss_coef"] = -1;
+    auto read = lattice::parse_hf_llama_config(j, "m/config.json");
+    QVERIFY(!read);
+    for (const std::string& p :
+         {std::string("m/config.json: num_experts_per_tok 9 is more than num_local_experts 8"),
+          std::string("m/config.json: router_aux_loss_coef is -1, not a number >= 0")})
+      QVERIFY2(read.status().message().find(p) != std::string::npos,
+               contains_message(read.status(), p).c_str());
   }
 
   void llama31_rope_scaling_becomes_use_rope_scaling() {
@@ -339,30 +472,14 @@ class TestHfLlamaConfig : public QObject {
     m.rope_scaling_factor = 32.0f;  // Llama 3.2's
     m.attention_dropout = 0.0f;
     m.hidden_dropout = 0.0f;
-    const std::string d = dir_.filePath("roundtrip").toStdString();
-    std::filesystem::create_directories(d);
-    QVERIFY(lattice::write_hf_llama_config(d + "/config.json", m, 301, st::Dtype::kF32));
-    const std::string text = lattice::testing::slurp(d + "/config.json");
-    const std::string dir = model_dir("roundtrip", text);
-    auto o = options(dir, {"--micro-batch-size", "1"});
-    QVERIFY2(o, o.status().message().c_str());
-    ModelConfig back = o->model;
-    back.seq_length = m.seq_length;
-    back.max_position_embeddings = 0;
-    for (const auto& [name, same] : std::vector<std::pair<const char*, bool>>{
-             {"layers", back.num_layers == m.num_layers},
-             {"hidden", back.hidden_size == m.hidden_size},
-             {"heads", back.num_attention_heads == m.num_attention_heads},
-             {"groups", back.kv_heads() == m.kv_heads()},
-             {"ffn", back.ffn() == m.ffn()},
-             {"vocab", back.vocab_size == m.vocab_size},
-             {"rotary base", back.rotary_base == m.rotary_base},
-             {"rope scaling", back.llama3_rope_factor() == m.llama3_rope_factor()},
-             {"epsilon", back.norm_epsilon == m.norm_epsilon},
-             {"biases", back.qkv_bias() == m.qkv_bias() && back.linear_bias() == m.linear_bias()},
-             {"tied", back.tied_output() == m.tied_output()},
-             {"parameters", back.num_parameters() == m.num_parameters()}})
-      QVERIFY2(same, name);
+    check_config_round_trip("roundtrip", m);
+    // As Mixtral (no biases): the experts' count, k, width and aux coefficient come back.
+    m.add_qkv_bias = false;
+    m.num_experts = 6;
+    m.moe_router_topk = 3;
+    m.moe_ffn_hidden_size = 24;
+    m.moe_aux_loss_coeff = 0.03f;
+    check_config_round_trip("roundtrip-mixtral", m);
   }
 };
 

@@ -159,8 +159,20 @@ def forward(p, c, tokens):
     return x @ head.T
 
 
-def hf_forward(p, cfg, tokens):
-    """LlamaForCausalLM's forward over Hugging Face's tensor names and config.json keys."""
+def hf_linear(p, x, name):  # nn.Linear: x W^T + b
+    y = x @ p[name + ".weight"].T
+    return y + p[name + ".bias"] if name + ".bias" in p else y
+
+
+def hf_llama_mlp(p, pre, h, cfg=None):
+    """LlamaMLP: down_proj(silu(gate_proj(h)) * up_proj(h))."""
+    gate = F.silu(hf_linear(p, h, pre + "mlp.gate_proj"))
+    return hf_linear(p, gate * hf_linear(p, h, pre + "mlp.up_proj"), pre + "mlp.down_proj")
+
+
+def hf_forward(p, cfg, tokens, mlp=hf_llama_mlp):
+    """LlamaForCausalLM's forward over Hugging Face's tensor names and config.json keys; `mlp`
+    (p, "model.layers.N.", h) -> the MLP's output (hf_loss's mlp with cfg bound)."""
     B, T = tokens.shape
     C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or NH
@@ -171,9 +183,8 @@ def hf_forward(p, cfg, tokens):
     assert cfg.get("partial_rotary_factor", 1.0) == 1.0
     cos, sin = rope_tables(T, HS, cfg.get("rope_theta", 10000.0), scaling)
 
-    def linear(x, name):  # nn.Linear: x W^T + b
-        y = x @ p[name + ".weight"].T
-        return y + p[name + ".bias"] if name + ".bias" in p else y
+    def linear(x, name):
+        return hf_linear(p, x, name)
 
     def repeat_kv(x, n_rep):  # transformers' repeat_kv: (B, KV, T, HS) -> (B, KV * n_rep, T, HS)
         b, kv, t, d = x.shape
@@ -193,22 +204,21 @@ def hf_forward(p, cfg, tokens):
         att = (scores + causal).softmax(-1) @ v
         x = x + linear(att.transpose(1, 2).reshape(B, T, NH * HS), pre + "self_attn.o_proj")
         h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-        gate = F.silu(linear(h, pre + "mlp.gate_proj"))
-        x = x + linear(gate * linear(h, pre + "mlp.up_proj"), pre + "mlp.down_proj")
+        x = x + mlp(p, pre, h)
     x = rms_norm(x, p["model.norm.weight"], eps)
     tied = cfg.get("tie_word_embeddings", False)
     assert tied == ("lm_head.weight" not in p), "lm_head.weight must be there exactly when untied"
     return x @ (p["model.embed_tokens.weight"] if tied else p["lm_head.weight"]).T
 
 
-def hf_loss(model_dir, tokens_path):
+def hf_loss(model_dir, tokens_path, model_types=("llama", "qwen2"), mlp=hf_llama_mlp):
     cfg = json.load(open(model_dir + "/config.json"))
-    assert cfg["model_type"] in ("llama", "qwen2"), cfg["model_type"]
+    assert cfg["model_type"] in model_types, cfg["model_type"]
     p = read_safetensors(model_dir + "/model.safetensors")
     spec = json.load(open(tokens_path))
     tokens, targets = torch.tensor(spec["tokens"]), torch.tensor(spec["targets"])
     with torch.no_grad():
-        logits = hf_forward(p, cfg, tokens)
+        logits = hf_forward(p, cfg, tokens, lambda p, pre, h: mlp(p, pre, h, cfg))
     assert logits.shape[-1] == cfg["vocab_size"]
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
     print(json.dumps({"loss": loss.item()}))

@@ -14,7 +14,8 @@
 // the initial weights continues a prompt with the reference's tokens. The hf_export_* cases
 // check the Hugging Face export the same way: the reference's forward over transformers' names
 // and config.json (--hf-loss, written apart from its Megatron-named forward) gives the loss
-// Lattice's fp64 forward gives, so the name and row mapping keeps the model. Skipped where
+// Lattice's fp64 forward gives, so the name and row mapping keeps the model; for a Mixtral-like
+// MoE model mixtral_reference.py's MixtralSparseMoeBlock over the exported experts. Skipped where
 // Debian's python3-torch is missing (installers/install-deps.sh --tests).
 #include <QtTest/QtTest>
 
@@ -25,7 +26,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "checkpoint/hf_llama.h"
+#include "checkpoint/hf_model.h"
 #include "checkpoint/safetensors.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
@@ -271,8 +272,10 @@ class LlamaParity : public QObject {
   }
 
   // Exports `c`'s initial weights as a Hugging Face model; the reference's loss of one batch over
-  // that directory must be Lattice's fp64 forward loss of the same weights to 1e-9.
-  void check_hf_export(const QString& name, const ModelConfig& c) {
+  // that directory (`script`'s --hf-loss) must be Lattice's fp64 forward loss of the same weights
+  // to 1e-9.
+  void check_hf_export(const QString& name, const ModelConfig& c,
+                       const QString& script = "llama_reference.py") {
     QVERIFY(c.validate().empty());
     if (!torch_available())
       QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
@@ -284,18 +287,18 @@ class LlamaParity : public QObject {
     for (size_t i = 0; i < init.arena_size(); i++)
       init.params()[i] += 0.05f * std::sin(0.7f * static_cast<float>(i) + 0.3f);
     const std::string model_dir = dir_.filePath(name + "-hf").toStdString();
-    const Status exported = export_hf_llama(model_dir, c, init.layout(), init.params());
+    const Status exported = export_hf(model_dir, c, init.layout(), init.params());
     QVERIFY2(exported.is_ok(), exported.message().c_str());
     const Steps steps = make_steps(c);
     const std::string tokens = dir_.filePath(name + "-tokens.json").toStdString();
     std::ofstream(tokens) << ("{\"tokens\": " + rows_json(steps.tokens[0], c.seq_length) +
                               ", \"targets\": " + rows_json(steps.targets[0], c.seq_length) + "}")
                                  .toStdString();
-    const testing::Run py = testing::run_process(
-        kPython,
-        {QString(LATTICE_SOURCE_DIR) + "/tests/train/llama_reference.py", "--hf-loss",
-         QString::fromStdString(model_dir), QString::fromStdString(tokens)},
-        {}, 300000);
+    const testing::Run py =
+        testing::run_process(kPython,
+                             {QString(LATTICE_SOURCE_DIR) + "/tests/train/" + script, "--hf-loss",
+                              QString::fromStdString(model_dir), QString::fromStdString(tokens)},
+                             {}, 300000);
     QVERIFY2(py.exit_code == 0, qPrintable(py.err));
     const double want = QJsonDocument::fromJson(py.out.toUtf8()).object()["loss"].toDouble();
 
@@ -304,6 +307,12 @@ class LlamaParity : public QObject {
     GptActivations<double> acts(c, kBatch);
     const double got =
         model.forward(acts, steps.tokens[0].data(), steps.targets[0].data(), 0, 0.0f);
+    // Every expert of an MoE layer had tokens, so that each one's tensors entered the loss.
+    for (int l = 0; l < c.num_layers; l++)
+      for (int e = 0; c.is_moe_layer(l) && e < c.num_experts; e++)
+        QVERIFY2(
+            acts.layers[l].expert_counts[e] > 0,
+            qPrintable(QString("%1: layer %2's expert %3 had no token").arg(name).arg(l).arg(e)));
     QVERIFY2(std::abs(got - want) <= 1e-9 * std::abs(want),
              qPrintable(QString("%1: Lattice fp64 loss %2, PyTorch over the exported Hugging Face "
                                 "model %3 (rel tolerance 1e-9)")
@@ -346,6 +355,17 @@ class LlamaParity : public QObject {
 
   void hf_export_of_a_qwen2_like_model_is_the_same_model() {
     check_hf_export("hf-qwen2", qwen2_like());
+  }
+
+  // Mixtral's shape: Llama 3's attention, an MoE MLP in every layer (4 SwiGLU experts of width
+  // 40, top-2; Mixtral's routing is Lattice's), written as MixtralForCausalLM.
+  void hf_export_of_a_mixtral_like_model_is_the_same_model() {
+    ModelConfig c = llama3_like();
+    c.num_experts = 4;
+    c.moe_router_topk = 2;
+    c.moe_ffn_hidden_size = 40;
+    c.moe_aux_loss_coeff = 0.02f;
+    check_hf_export("hf-mixtral", c, "mixtral_reference.py");
   }
 };
 

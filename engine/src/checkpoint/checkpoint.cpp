@@ -79,7 +79,13 @@ json model_json(const ModelConfig& m) {
           {"num_experts", m.num_experts},
           {"moe_router_topk", m.moe_router_topk},
           {"moe_ffn_hidden_size", m.moe_ffn()},
-          {"moe_layer_freq", m.moe_layer_freq}};
+          {"moe_layer_freq", m.moe_layer_freq},
+          // Training's choices, not the architecture's (no --load agreement): recorded so that
+          // `ckpt export-hf` writes the model's own in config.json (attention_dropout, Mixtral's
+          // router_aux_loss_coef; GPT-2's attn_pdrop, resid_pdrop).
+          {"attention_dropout", m.attention_dropout},
+          {"hidden_dropout", m.hidden_dropout},
+          {"moe_aux_loss_coeff", m.aux_loss_coeff()}};
 }
 
 }  // namespace

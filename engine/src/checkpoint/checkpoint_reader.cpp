@@ -111,6 +111,10 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     c.moe_router_topk = m.value("moe_router_topk", c.moe_router_topk);
     if (c.num_experts > 0) c.moe_ffn_hidden_size = m.value("moe_ffn_hidden_size", 0);
     c.moe_layer_freq = m.value("moe_layer_freq", 1);
+    if (c.num_experts > 0) c.moe_aux_loss_coeff = m.value("moe_aux_loss_coeff", 0.0f);
+    // Older checkpoints lack them: the flags' defaults.
+    c.attention_dropout = m.value("attention_dropout", c.attention_dropout);
+    c.hidden_dropout = m.value("hidden_dropout", c.hidden_dropout);
     r->state_.iteration = j.at("iteration");
     r->state_.consumed_samples = j.at("consumed_samples");
     r->state_.valid_consumed = j.at("valid_consumed_samples");

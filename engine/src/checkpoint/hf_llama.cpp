@@ -2,6 +2,10 @@
 // tensor with its shape, our tensor and which of our rows each of its rows is; import and export
 // both walk it (hf_tensors.h). No RoPE permutation: Lattice and transformers both rotate the two
 // halves of each head (rotate_half), so q and k rows keep their order within a head.
+// Mixtral (an MoE model, Note [MoE layout]) has Llama's attention and norms; its MLP is
+// block_sparse_moe: gate (the router, (E, C)) and experts.e.{w1, w3, w2}, each expert's gate,
+// up and down projections, w1 and w3 the two halves of that expert's linear_fc1 as gate_proj and
+// up_proj are of the dense one's.
 #include "checkpoint/hf_llama.h"
 
 #include <vector>
@@ -33,6 +37,10 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
     return [Q, HS, part](int64_t r) { return (r / HS) * (Q + 2) * HS + part * HS + r % HS; };
   };
   auto up_row = [F](int64_t r) { return F + r; };  // linear_fc1 (2, F, C) = [gate; up]
+  const int64_t E = c.num_experts, Fm = c.moe_ffn();
+  auto expert_up_row = [Fm](int64_t r) { return Fm + r; };  // an expert's linear_fc1 likewise
+  const std::string experts = hidden + " --num-experts " + std::to_string(E);
+  const std::string expert_ffn = hidden + " --moe-ffn-hidden-size " + std::to_string(Fm);
   std::vector<HfTensor> out;
   auto add = [&](std::string hf_name, std::vector<int64_t> shape, const std::string& our_name,
                  std::string flags, std::function<int64_t(int64_t)> row_of = nullptr) {
@@ -57,6 +65,18 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
     if (c.linear_bias())
       add(h + "self_attn.o_proj.bias", {C}, d + "self_attention.linear_proj.bias", hidden);
     add(h + "post_attention_layernorm.weight", {C}, d + "pre_mlp_layernorm.weight", hidden);
+    if (c.is_moe_layer(l)) {  // no biases: hf_llama_unsupported
+      const std::string moe = h + "block_sparse_moe.";
+      add(moe + "gate.weight", {E, C}, d + "mlp.router.weight", experts);
+      for (int64_t e = 0; e < E; e++) {
+        const std::string theirs = moe + "experts." + std::to_string(e) + ".";
+        const std::string ours = d + "mlp.experts.local_experts." + std::to_string(e) + ".";
+        add(theirs + "w1.weight", {Fm, C}, ours + "linear_fc1.weight", expert_ffn);
+        add(theirs + "w2.weight", {C, Fm}, ours + "linear_fc2.weight", expert_ffn);
+        add(theirs + "w3.weight", {Fm, C}, ours + "linear_fc1.weight", expert_ffn, expert_up_row);
+      }
+      continue;
+    }
     add(h + "mlp.gate_proj.weight", {F, C}, d + "mlp.linear_fc1.weight", ffn);
     add(h + "mlp.up_proj.weight", {F, C}, d + "mlp.linear_fc1.weight", ffn, up_row);
     add(h + "mlp.down_proj.weight", {C, F}, d + "mlp.linear_fc2.weight", ffn);
@@ -80,7 +100,7 @@ int llama_layer_of(const std::string& name) {
 
 HfNaming llama_naming(const ModelConfig& c) {
   HfNaming n;
-  n.architecture = "Llama";
+  n.architecture = c.moe() ? "Mixtral" : "Llama";
   n.canonical = [](const std::string& name) -> std::string {
     // Older transformers saved RoPE's inverse frequencies as a buffer of every layer.
     const std::string buffer = ".self_attn.rotary_emb.inv_freq";

@@ -57,7 +57,9 @@ struct Reader {
 
 // transformers' default num_key_value_heads when the key is absent.
 int default_kv_heads(const std::string& model_type, int heads) {
-  return model_type == "qwen2" ? 32 : model_type == "mistral" ? 8 : heads;
+  return model_type == "qwen2"                                ? 32
+         : model_type == "mistral" || model_type == "mixtral" ? 8
+                                                              : heads;
 }
 
 void check_unsupported(Reader& r, HfLlamaConfig& c) {
@@ -103,8 +105,11 @@ void check_unsupported(Reader& r, HfLlamaConfig& c) {
                            ", but Lattice's head size is hidden_size / num_attention_heads = " +
                            std::to_string(c.hidden_size / c.num_attention_heads));
   // transformers' Llama: attention_bias puts a bias on q, k, v and o_proj, mlp_bias on gate,
-  // up and down; Lattice has all of them, none, or q, k, v only (Qwen2's).
-  if (c.model_type != "qwen2") {
+  // up and down; Lattice has all of them, none, or q, k, v only (Qwen2's). Mixtral has none
+  // (its config has neither key).
+  if (c.model_type == "mixtral") {
+    c.qkv_bias = c.linear_bias = false;
+  } else if (c.model_type != "qwen2") {
     const bool attention = r.flag("attention_bias", false), mlp = r.flag("mlp_bias", false);
     if (attention != mlp)
       r.fail(attention ? "attention_bias" : "mlp_bias",
@@ -121,14 +126,14 @@ void check_unsupported(Reader& r, HfLlamaConfig& c) {
 
 bool is_hf_llama_type(const nlohmann::json& config) {
   const nlohmann::json type = config.value("model_type", nlohmann::json());
-  return type == "llama" || type == "qwen2" || type == "mistral";
+  return type == "llama" || type == "qwen2" || type == "mistral" || type == "mixtral";
 }
 
 Result<HfLlamaConfig> parse_hf_llama_config(const nlohmann::json& json, const std::string& path) {
   if (!is_hf_llama_type(json))
     return Status::invalid_argument(
         path + ": model_type is " + json.value("model_type", nlohmann::json()).dump() +
-        "; the Llama family's are \"llama\", \"qwen2\" and \"mistral\"");
+        "; the Llama family's are \"llama\", \"qwen2\", \"mistral\" and \"mixtral\"");
   Reader r{json, path, {}};
   HfLlamaConfig c;
   c.path = path;
@@ -141,8 +146,9 @@ Result<HfLlamaConfig> parse_hf_llama_config(const nlohmann::json& json, const st
   c.max_position_embeddings = r.size("max_position_embeddings");
   c.num_query_groups =
       r.positive("num_key_value_heads", default_kv_heads(c.model_type, c.num_attention_heads));
-  c.norm_epsilon = r.number("rms_norm_eps", 1e-6);
-  c.rotary_base = r.number("rope_theta", 10000);
+  const bool mixtral = c.model_type == "mixtral";
+  c.norm_epsilon = r.number("rms_norm_eps", mixtral ? 1e-5 : 1e-6);
+  c.rotary_base = r.number("rope_theta", mixtral ? 1e6 : 10000);
   c.rotary_percent = r.number("partial_rotary_factor", 1.0);
   c.tied = r.flag("tie_word_embeddings", false);
   c.attention_dropout = json.contains("attention_dropout") && json["attention_dropout"].is_number()
@@ -156,6 +162,22 @@ Result<HfLlamaConfig> parse_hf_llama_config(const nlohmann::json& json, const st
                                       " does not divide num_attention_heads " +
                                       std::to_string(c.num_attention_heads));
   if (c.rotary_percent > 1) r.fail("partial_rotary_factor", "is above 1");
+  if (mixtral) {
+    c.num_experts = r.positive("num_local_experts", 8);
+    c.moe_router_topk = r.positive("num_experts_per_tok", 2);
+    if (c.moe_router_topk > c.num_experts)
+      r.fail("num_experts_per_tok", std::to_string(c.moe_router_topk) +
+                                        " is more than num_local_experts " +
+                                        std::to_string(c.num_experts));
+    if (r.has("router_aux_loss_coef") && (!json["router_aux_loss_coef"].is_number() ||
+                                          !(json["router_aux_loss_coef"].get<double>() >= 0)))
+      r.fail("router_aux_loss_coef",
+             "is " + json["router_aux_loss_coef"].dump() + ", not a number >= 0");
+    else
+      c.moe_aux_loss_coeff =
+          r.has("router_aux_loss_coef") ? json["router_aux_loss_coef"].get<double>() : 0.001;
+    c.sliding_window = r.positive("sliding_window", 0);
+  }
   check_unsupported(r, c);
   if (r.problems.empty()) return c;
   std::string message;
@@ -178,18 +200,35 @@ std::vector<std::string> hf_llama_unsupported(const ModelConfig& c) {
     out.push_back("--normalization " + c.normalization +
                   ": Hugging Face's Llama family uses RMSNorm");
   if (!c.swiglu) out.push_back("no --swiglu: Hugging Face's Llama family's MLP is SwiGLU");
+  if (c.moe()) {
+    // MixtralForCausalLM: every layer's MLP is a block_sparse_moe, and no linear has a bias.
+    for (int l = 0; l < c.num_layers; l++)
+      if (!c.is_moe_layer(l)) {
+        out.push_back("--moe-layer-freq " + std::to_string(c.moe_layer_freq) +
+                      ": Hugging Face's Mixtral has experts in every layer (1)");
+        break;
+      }
+    if (c.linear_bias() || c.qkv_bias())
+      out.push_back(std::string(c.linear_bias() ? "no --disable-bias-linear" : "--add-qkv-bias") +
+                    ": Hugging Face's Mixtral has no biases");
+  }
   return out;
 }
 
 Status write_hf_llama_config(const std::string& config_path, const ModelConfig& c,
                              int64_t vocab_rows, safetensors::Dtype dtype) {
-  const bool qwen2 = c.qkv_bias() && !c.linear_bias();
+  const bool mixtral = c.moe(), qwen2 = !mixtral && c.qkv_bias() && !c.linear_bias();
   nlohmann::ordered_json json = {
-      {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", qwen2 ? "qwen2" : "llama"},
+      {"architectures",
+       {mixtral ? "MixtralForCausalLM"
+        : qwen2 ? "Qwen2ForCausalLM"
+                : "LlamaForCausalLM"}},
+      {"model_type", mixtral ? "mixtral"
+                     : qwen2 ? "qwen2"
+                             : "llama"},
       {"num_hidden_layers", c.num_layers},
       {"hidden_size", c.hidden_size},
-      {"intermediate_size", c.ffn()},
+      {"intermediate_size", mixtral ? c.moe_ffn() : c.ffn()},  // Mixtral's: an expert's
       {"num_attention_heads", c.num_attention_heads},
       {"num_key_value_heads", c.kv_heads()},
       {"head_dim", c.head_size()},
@@ -211,7 +250,17 @@ Status write_hf_llama_config(const std::string& config_path, const ModelConfig& 
                             {"high_freq_factor", 4.0},
                             {"original_max_position_embeddings", 8192},
                             {"rope_type", "llama3"}};
-  if (qwen2) {
+  if (mixtral) {
+    // Lattice's routing is Mixtral's (Note [MoE layer]); its load-balancing loss's coefficient
+    // is recorded as Megatron's converters map it. transformers adds that loss only with
+    // output_router_logits, which it leaves off by default.
+    json["num_local_experts"] = c.num_experts;
+    json["num_experts_per_tok"] = c.moe_router_topk;
+    json["router_aux_loss_coef"] = hf_decimal(static_cast<float>(c.aux_loss_coeff()));
+    json["output_router_logits"] = false;
+    json["router_jitter_noise"] = 0.0;
+    json["sliding_window"] = nullptr;
+  } else if (qwen2) {
     json["use_sliding_window"] = false;
     json["sliding_window"] = c.max_positions();
     json["max_window_layers"] = c.num_layers;

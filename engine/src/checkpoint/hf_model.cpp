@@ -1,4 +1,4 @@
-// The choice between the GPT-2 and the Llama interchange (hf_model.h).
+// The choice between the GPT-2 and the Llama (or Mixtral) interchange (hf_model.h).
 #include "checkpoint/hf_model.h"
 
 #include <nlohmann/json.hpp>
@@ -23,6 +23,10 @@ std::vector<std::string> gpt2_unsupported(const ModelConfig& c) {
         "embeddings");
   if (!c.linear_bias() || !c.qkv_bias())
     out.push_back("--disable-bias-linear: GPT-2 has a bias on every linear layer");
+  if (c.moe())
+    out.push_back(
+        "--num-experts: GPT-2 has no MoE form (Mixtral, with --position-embedding-type rope "
+        "--normalization RMSNorm --swiglu, has)");
   return out;
 }
 
@@ -43,21 +47,19 @@ Status supported(const ModelConfig& config) {
 }  // namespace
 
 const char* hf_architecture_name(HfArchitecture architecture) {
-  return architecture == HfArchitecture::kGpt2 ? "GPT-2" : "Llama";
+  return architecture == HfArchitecture::kGpt2      ? "GPT-2"
+         : architecture == HfArchitecture::kMixtral ? "Mixtral"
+                                                    : "Llama";
 }
 
 HfArchitecture hf_architecture_of(const ModelConfig& config) {
-  return config.learned_positions() && !config.rms_norm() ? HfArchitecture::kGpt2
-                                                          : HfArchitecture::kLlama;
+  if (config.learned_positions() && !config.rms_norm()) return HfArchitecture::kGpt2;
+  return config.moe() ? HfArchitecture::kMixtral : HfArchitecture::kLlama;
 }
 
 std::vector<std::string> hf_unsupported(const ModelConfig& config) {
-  std::vector<std::string> problems = hf_architecture_of(config) == HfArchitecture::kGpt2
-                                          ? gpt2_unsupported(config)
-                                          : hf_llama_unsupported(config);
-  if (config.moe())
-    problems.push_back("--num-experts (MoE layers have no Hugging Face form in Lattice yet)");
-  return problems;
+  return hf_architecture_of(config) == HfArchitecture::kGpt2 ? gpt2_unsupported(config)
+                                                             : hf_llama_unsupported(config);
 }
 
 Result<HfArchitecture> hf_file_architecture(const std::string& path) {
@@ -69,13 +71,15 @@ Result<HfArchitecture> hf_file_architecture(const std::string& path) {
     if (config->contains("model_type")) {
       const nlohmann::json& type = (*config)["model_type"];
       if (type.is_string() && type.get<std::string>() == "gpt2") return HfArchitecture::kGpt2;
+      if (type == "mixtral") return HfArchitecture::kMixtral;
       if (is_hf_llama_type(*config)) return HfArchitecture::kLlama;
       return Status::invalid_argument(weights->config_path() + " gives model_type " +
                                       (*config)["model_type"].dump() +
-                                      "; Lattice imports \"gpt2\", \"llama\", \"qwen2\" and "
-                                      "\"mistral\"");
+                                      "; Lattice imports \"gpt2\", \"llama\", \"qwen2\", "
+                                      "\"mistral\" and \"mixtral\"");
     }
   }
+  if (weights->find("model.layers.0.block_sparse_moe.gate.weight")) return HfArchitecture::kMixtral;
   return weights->find("model.embed_tokens.weight") ? HfArchitecture::kLlama
                                                     : HfArchitecture::kGpt2;
 }

@@ -1,5 +1,6 @@
 // Hugging Face interchange for whichever architecture the model is: GPT-2 (learned positions
-// and LayerNorm: hf_gpt2.h) or the Llama family (RoPE, RMSNorm, SwiGLU: hf_llama.h). --load-hf,
+// and LayerNorm: hf_gpt2.h) or the Llama family (RoPE, RMSNorm, SwiGLU: hf_llama.h), whose MoE
+// form is Mixtral. --load-hf,
 // --save-hf, `lattice ckpt import-hf | export-hf` and generation go through here, so that a
 // model neither architecture expresses is an error before any file is read or written.
 #pragma once
@@ -14,13 +15,14 @@
 
 namespace lattice {
 
-enum class HfArchitecture { kGpt2, kLlama };
+// kMixtral is the Llama family with MoE layers (hf_llama.h reads and writes both).
+enum class HfArchitecture { kGpt2, kLlama, kMixtral };
 
-// "GPT-2" or "Llama".
+// "GPT-2", "Llama" or "Mixtral".
 const char* hf_architecture_name(HfArchitecture architecture);
 
 // The architecture `config` is written as: GPT-2 for learned positions with LayerNorm, else the
-// Llama family.
+// Llama family: Mixtral with --num-experts, Llama without.
 HfArchitecture hf_architecture_of(const ModelConfig& config);
 
 // Why `config` has no Hugging Face form, one sentence each naming the flag (a GPT-2 with
@@ -28,16 +30,19 @@ HfArchitecture hf_architecture_of(const ModelConfig& config);
 std::vector<std::string> hf_unsupported(const ModelConfig& config);
 
 // What the model at `path` (HfWeights::open) is: its config.json's model_type ("gpt2";
-// "llama", "qwen2", "mistral"), else its tensor names (model.embed_tokens.weight: Llama; else
-// GPT-2). invalid_argument naming the config.json for another model_type.
+// "llama", "qwen2", "mistral"; "mixtral"), else its tensor names (model.embed_tokens.weight:
+// Llama, Mixtral with model.layers.0.block_sparse_moe.gate.weight; else GPT-2).
+// invalid_argument naming the config.json for another model_type.
 Result<HfArchitecture> hf_file_architecture(const std::string& path);
 
-// import_hf_gpt2 or import_hf_llama by hf_architecture_of(config), after hf_unsupported:
+// import_hf_gpt2 or import_hf_llama (Llama or Mixtral) by hf_architecture_of(config), after
+// hf_unsupported:
 // `layout` is ParamLayout(config) or a rank's chunk of it (--load-hf), which gets its slices.
 Status import_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                  float* params);
 
-// export_hf_gpt2 or export_hf_llama by hf_architecture_of(config), after hf_unsupported.
+// export_hf_gpt2 or export_hf_llama (Llama or Mixtral) by hf_architecture_of(config), after
+// hf_unsupported.
 Status export_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                  const float* params, const HfWriteOptions& options = {});
 

@@ -160,6 +160,12 @@ Result<std::unique_ptr<Generator>> Generator::load(const InferenceOptions& o, Co
   }
   m.tensor_model_parallel_size = t;
   m.attention_dropout = m.hidden_dropout = 0.0f;
+  // The inference model has no MoE layers yet: refused here rather than read out of bounds.
+  if (m.moe())
+    return Status::invalid_argument(
+        (o.load.empty() ? "--load-hf " + o.load_hf : "--load " + o.load) + ": the model has " +
+        std::to_string(m.num_experts) +
+        "-expert MoE layers, which generation (lattice generate, serve) does not run yet");
   if (Status s = check_tensor_parallel(m, t); !s) return s;
   auto model = std::make_unique<InferenceModel>(m, tp);
   const Status loaded =

@@ -1,6 +1,6 @@
 // apply_hf_model (train_options.h): the model flags of a Hugging Face model (GPT-2 from its
-// tensors and config.json, the Llama family from its config.json), so that --load-hf and
-// `lattice ckpt import-hf` need none, and the ones given are checked against it.
+// tensors and config.json, the Llama family and Mixtral from its config.json), so that
+// --load-hf and `lattice ckpt import-hf` need none, and the ones given are checked against it.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -145,10 +145,32 @@ Status apply_llama(const std::string& path, TrainOptions& o) {
   f.architecture("Llama-family", "rope", "RMSNorm", true);
   f.take("num-layers", m.num_layers, c.num_layers, gives("num_hidden_layers", num(c.num_layers)));
   f.take("hidden-size", m.hidden_size, c.hidden_size, gives("hidden_size", num(c.hidden_size)));
-  if (!o.given("ffn-hidden-size"))
-    m.ffn_hidden_size = c.ffn_hidden_size;
-  else if (m.ffn() != c.ffn_hidden_size)
-    f.mismatch("ffn-hidden-size", num(m.ffn()), gives("intermediate_size", num(c.ffn_hidden_size)));
+  const bool mixtral = c.num_experts > 0;
+  if (!mixtral) {
+    if (!o.given("ffn-hidden-size"))
+      m.ffn_hidden_size = c.ffn_hidden_size;
+    else if (m.ffn() != c.ffn_hidden_size)
+      f.mismatch("ffn-hidden-size", num(m.ffn()),
+                 gives("intermediate_size", num(c.ffn_hidden_size)));
+  } else if (!o.given("ffn-hidden-size") && !o.given("moe-ffn-hidden-size")) {
+    m.ffn_hidden_size = c.ffn_hidden_size;  // Mixtral's every MLP is experts of this width
+  } else if (m.moe_ffn() != c.ffn_hidden_size) {
+    const bool moe_given = o.given("moe-ffn-hidden-size");
+    f.mismatch(moe_given ? "moe-ffn-hidden-size" : "ffn-hidden-size",
+               num(moe_given ? m.moe_ffn_hidden_size : m.ffn()),
+               gives("intermediate_size", num(c.ffn_hidden_size)) + " (an expert's width)");
+  }
+  f.take("num-experts", m.num_experts, c.num_experts,
+         mixtral ? gives("num_local_experts", num(c.num_experts))
+                 : "is a dense model (model_type " + c.model_type + ")");
+  if (mixtral) {
+    f.take("moe-router-topk", m.moe_router_topk, c.moe_router_topk,
+           gives("num_experts_per_tok", num(c.moe_router_topk)));
+    f.take("moe-layer-freq", m.moe_layer_freq, 1, "is a Mixtral model (experts in every layer)");
+    // The load-balancing loss's weight is training's choice: the file's unless given.
+    if (!o.given("moe-aux-loss-coeff"))
+      m.moe_aux_loss_coeff = static_cast<float>(c.moe_aux_loss_coeff);
+  }
   f.take("num-attention-heads", m.num_attention_heads, c.num_attention_heads,
          gives("num_attention_heads", num(c.num_attention_heads)));
   // One key/value head per query head needs no --group-query-attention; the effective number
@@ -164,6 +186,13 @@ Status apply_llama(const std::string& path, TrainOptions& o) {
   f.take("max-position-embeddings", m.max_position_embeddings, c.max_position_embeddings,
          gives("max_position_embeddings", num(c.max_position_embeddings)));
   if (!o.given("seq-length")) m.seq_length = c.max_position_embeddings;
+  // Mixtral's attention looks back sliding_window tokens; Lattice's fully causal attention is
+  // the same on sequences no longer than that.
+  if (c.sliding_window > 0 && c.sliding_window < m.seq_length)
+    f.errors.push_back(c.path + ": sliding_window is " + num(c.sliding_window) +
+                       ", shorter than --seq-length " + num(m.seq_length) +
+                       ": Lattice's attention is fully causal, not windowed (pass --seq-length " +
+                       num(c.sliding_window) + " or less)");
   f.take("norm-epsilon", m.norm_epsilon, static_cast<float>(c.norm_epsilon),
          gives("rms_norm_eps", FlagTaker::text(static_cast<float>(c.norm_epsilon))));
   f.take("rotary-base", m.rotary_base, static_cast<float>(c.rotary_base),
