@@ -22,6 +22,7 @@
 // 1 / (M DP), as Megatron's MoEAuxLossAutoScaler scales it. Recomputation re-runs
 // moe_experts_forward (the routing and every expert's output: FC2 included, since the combine's
 // backward needs each route's output); moe_combine_forward runs once per forward.
+#include <algorithm>
 #include <numeric>
 
 #include "model/gpt.h"
@@ -70,6 +71,11 @@ template <typename A>
 void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool training) {
   OpTimer timer(*this, Op::kMatmulForward);
   ops_.moe_combine(fc2_out_, la.expert_out, la.route_weight, la.route_slot, N_, C_, k_);
+  if (training && device_.capabilities().host_addressable) {  // host counts (Note [MoE layer])
+    if (moe_load_.empty()) moe_load_.assign(static_cast<size_t>(L_) * E_, 0);
+    for (int e = 0; e < E_; e++)
+      moe_load_[static_cast<size_t>(l) * E_ + e] += la.tokens_per_expert[e];
+  }
   const double coeff = config_.aux_loss_coeff();
   if (coeff <= 0) return;
   ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_, coeff);
@@ -133,6 +139,13 @@ double GptModel<A>::moe_aux_loss() {
   for (int l = 0; l < L_; l++)
     if (layout_.is_moe(l)) sum += host[l];
   return sum;
+}
+
+template <typename A>
+void GptModel<A>::take_moe_load(std::vector<double>& load) {
+  const size_t first = static_cast<size_t>(layout_.shard().layer_begin) * E_;
+  for (size_t i = 0; i < moe_load_.size(); i++) load.at(first + i) += moe_load_[i];
+  std::fill(moe_load_.begin(), moe_load_.end(), 0);
 }
 
 template class GptModel<float>;
