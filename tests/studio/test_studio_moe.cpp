@@ -80,6 +80,8 @@ class TestStudioMoe : public QObject {
     for (int layer : {0, 2}) {
       load->setLayer(layer);
       QCOMPARE(load->layer(), layer);
+      // The layer's past is read when it is chosen; the Dashboard replots when it arrives.
+      QTRY_COMPARE(load->expertGraphs()[kExperts - 1]->data()->size(), kReported.size());
       std::map<double, double> sum;  // step -> the experts' shares
       for (int e = 0; e < kExperts; e++) {
         const QCPGraph* g = load->expertGraphs()[e];

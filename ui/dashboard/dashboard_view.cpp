@@ -262,7 +262,7 @@ QWidget* DashboardView::buildPages() {
 
   // MoE models (docs/studio.md "MoE"): after Tasks, hidden until a shown run logs MoE rows.
   QGridLayout* moe = grid(tr("MoE"));
-  expertLoad_ = new ExpertLoadChart(store_, tabs_->widget(kMoePage));
+  expertLoad_ = new ExpertLoadChart(store_, feed_, tabs_->widget(kMoePage));
   moe->addWidget(expertLoad_, 0, 0);
   place(moe,
         addChart(tr("MoE load-balancing loss"),
@@ -438,8 +438,9 @@ void DashboardView::replotNow() {
     bubble_->plot()->replot();
   }
   if (page == systemMetrics_) systemMetrics_->refresh();
-  bool moe = false;  // an MoE run logs "moe aux loss" at every step, its load on some
-  for (qint64 run : store_->runs()) moe |= store_->tail(run, "moe aux loss") != nullptr;
+  bool moe = false;  // a shown run's configuration has experts
+  for (qint64 run : store_->runs())
+    if (const RunMeta* m = store_->meta(run)) moe |= m->numExperts > 0;
   if (moe != tabs_->isTabVisible(kMoePage)) tabs_->setTabVisible(kMoePage, moe);
   if (page == expertLoad_->parentWidget()) {
     expertLoad_->refresh();

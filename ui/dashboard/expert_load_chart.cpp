@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "dashboard/dashboard_feed.h"
 #include "dashboard/series_store.h"
 #include "lattice/run_record.h"
 
@@ -25,8 +26,8 @@ QColor expertColor(int e) {
 
 }  // namespace
 
-ExpertLoadChart::ExpertLoadChart(SeriesStore* store, QWidget* parent)
-    : ChartCard(tr("Expert load (share of routes, %)"), parent), store_(store) {
+ExpertLoadChart::ExpertLoadChart(SeriesStore* store, DashboardFeed* feed, QWidget* parent)
+    : ChartCard(tr("Expert load (share of routes, %)"), parent), store_(store), feed_(feed) {
   setObjectName("expert-load");
   layerBox_ = new QComboBox(this);
   layerBox_->setObjectName("expert-load-layer");
@@ -54,29 +55,33 @@ void ExpertLoadChart::setLayer(int layer) {
 }
 
 void ExpertLoadChart::refresh() {
-  // The first shown run with load rows, and its layers and experts.
   run_ = -1;
   layers_.clear();
-  for (qint64 run : store_->runs()) {
-    for (const QString& key : store_->keys(run)) {
-      int layer = -1, expert = -1;
-      if (!parse_moe_load_key(key.toStdString(), &layer, &expert)) continue;
-      layers_[layer] = std::max(layers_.value(layer), expert + 1);
-    }
-    if (!layers_.isEmpty()) {
+  experts_ = 0;
+  for (qint64 run : store_->runs())
+    if (const RunMeta* m = store_->meta(run); m && m->numExperts > 0 && !m->moeLayers.isEmpty()) {
       run_ = run;
+      layers_ = m->moeLayers;
+      experts_ = m->numExperts;
       break;
     }
-  }
-  if (!layers_.contains(layer_)) layer_ = layers_.isEmpty() ? -1 : layers_.firstKey();
+  if (!layers_.contains(layer_)) layer_ = layers_.isEmpty() ? -1 : layers_.front();
   if (layerBox_->count() != layers_.size()) {
     const QSignalBlocker block(layerBox_);
     layerBox_->clear();
-    for (int l : layers_.keys()) layerBox_->addItem(tr("layer %1").arg(l), l);
+    for (int l : layers_) layerBox_->addItem(tr("layer %1").arg(l), l);
   }
   layerBox_->setCurrentIndex(std::max(0, layerBox_->findData(layer_)));
+  // The past of the chosen layer, read once (the live tail brings the rest).
+  const qint64 last = run_ >= 0 ? store_->lastStep(run_) : -1;
+  if (feed_ && last >= 0 && (asked_.run != run_ || asked_.layer != layer_)) {
+    QStringList keys;
+    for (int e = 0; e < experts_; e++) keys << loadKey(layer_, e);
+    feed_->requestRange(kViewId, run_, keys, 0, last, kBuckets);
+    asked_ = {run_, last, layer_};
+  }
 
-  const int experts = layer_ >= 0 ? layers_.value(layer_) : 0;
+  const int experts = layer_ >= 0 ? experts_ : 0;
   QCustomPlot* p = plot();
   while (graphs_.size() > experts) p->removeGraph(graphs_.takeLast());
   while (graphs_.size() < experts) {
@@ -87,26 +92,36 @@ void ExpertLoadChart::refresh() {
     g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 4));
     graphs_ << g;
   }
-  // The layer's routes at each step, then each expert's share of them.
+  // Each expert's routes by step (the read range's buckets at their last step, then the
+  // tail after them), the layer's total by step, then each expert's share of it.
+  std::vector<std::map<qint64, double>> routes(experts);
   std::map<qint64, double> total;
-  for (int e = 0; e < experts; e++)
-    if (const Tail* t = store_->tail(run_, loadKey(layer_, e)))
-      for (int i = 0; i < t->steps.size(); i++) total[t->steps[i]] += t->values[i];
+  for (int e = 0; e < experts; e++) {
+    const QString key = loadKey(layer_, e);
+    qint64 upTo = -1;
+    if (const ViewSpans* v = store_->view(kViewId, run_, key)) {
+      for (const Span& s : v->spans) routes[e][s.lastStep] = s.last;
+      upTo = v->last;
+    }
+    if (const Tail* t = store_->tail(run_, key))
+      for (int i = 0; i < t->steps.size(); i++)
+        if (t->steps[i] > upTo) routes[e][t->steps[i]] = t->values[i];
+    for (const auto& [step, value] : routes[e]) total[step] += value;
+  }
   double top = 0;
-  qint64 first = -1, last = -1;
+  qint64 first = -1, lastStep = -1;
   for (int e = 0; e < experts; e++) {
     QVector<double> xs, ys;
-    if (const Tail* t = store_->tail(run_, loadKey(layer_, e)))
-      for (int i = 0; i < t->steps.size(); i++) {
-        const double sum = total[t->steps[i]];
-        if (sum <= 0) continue;
-        xs << t->steps[i];
-        ys << 100 * t->values[i] / sum;
-        top = std::max(top, ys.back());
-      }
+    for (const auto& [step, value] : routes[e]) {
+      const double sum = total[step];
+      if (sum <= 0) continue;
+      xs << step;
+      ys << 100 * value / sum;
+      top = std::max(top, ys.back());
+    }
     if (!xs.isEmpty()) {
       first = first < 0 ? qint64(xs.front()) : std::min(first, qint64(xs.front()));
-      last = std::max(last, qint64(xs.back()));
+      lastStep = std::max(lastStep, qint64(xs.back()));
     }
     graphs_[e]->setData(xs, ys, true);
   }
@@ -115,7 +130,7 @@ void ExpertLoadChart::refresh() {
     even_->point1->setCoords(0, 100.0 / experts);
     even_->point2->setCoords(1, 100.0 / experts);
   }
-  p->xAxis->setRange(first < 0 ? 0 : first - 0.5, last < 0 ? 1 : last + 0.5);
+  p->xAxis->setRange(first < 0 ? 0 : first - 0.5, lastStep < 0 ? 1 : lastStep + 0.5);
   p->yAxis->setRange(0, std::max(top, 100.0 / std::max(experts, 1)) * 1.15 + 1);
   setSubtitle(layer_ < 0 ? tr("no MoE load logged")
                          : tr("%1 experts; dashed: the even share %2 %")
