@@ -179,12 +179,6 @@ const RunMeta* SeriesStore::meta(qint64 run) const {
   return it == data_.end() ? nullptr : &it->meta;
 }
 
-QStringList SeriesStore::keys(qint64 run) const {
-  auto found = data_.find(run);
-  return found == data_.end() ? QStringList()
-                              : QStringList(found->tails.keyBegin(), found->tails.keyEnd());
-}
-
 const Tail* SeriesStore::tail(qint64 run, const QString& key) const {
   auto it = data_.find(run);
   if (it == data_.end()) return nullptr;

@@ -10,7 +10,6 @@
 #include <QMap>
 #include <QObject>
 #include <QString>
-#include <QStringList>
 #include <QVector>
 #include <array>
 #include <optional>
@@ -132,7 +131,6 @@ class SeriesStore : public QObject {
   // ---- read by the charts ----
   const RunMeta* meta(qint64 run) const;
   const Tail* tail(qint64 run, const QString& key) const;
-  QStringList keys(qint64 run) const;  // every key with a tail, unordered
   const ViewSpans* view(int view, qint64 run, const QString& key) const;
   qint64 lastStep(qint64 run) const;  // the newest step seen, -1 when none
   const Anchors* samplesAnchors(qint64 run) const;
