@@ -1,6 +1,8 @@
 // The layout canvas draws every device with Megatron's coordinates (rank = tp + TP (dp + DP pp)),
 // outlines each TP group, flags TP groups that cross nodes, highlights a device's TP, PP and DP
-// groups, and folds identical nodes so 1024 devices stay a few dozen boxes.
+// groups (and with CP and EP its CP, EP and expert-DP groups), and folds identical nodes so 1024
+// devices stay a few dozen boxes. With LATTICE_STUDIO_SCREENSHOTS=DIR the 5D layout's hovered
+// panel is saved there.
 #include <QLabel>
 #include <QSignalSpy>
 #include <QtTest>
@@ -19,6 +21,7 @@ ParallelLayout makeLayout(int tp, int pp, int dp, int layers = 4) {
   ParallelLayout l;
   l.tp = tp, l.pp = pp, l.dp = dp;
   l.world = tp * pp * dp;
+  l.etp = tp, l.edp = dp;  // no experts (lattice/layout.h)
   l.num_layers = layers;
   return l;
 }
@@ -120,6 +123,85 @@ class TestStudioCanvas : public QObject {
     QVERIFY(!focus.isEmpty());
     auto* info = panel.findChild<QLabel*>("device-info");
     QVERIFY2(info->text().startsWith("Rank 6 on node 0"), qPrintable(info->text()));
+  }
+
+  // TP 2 x CP 2 x DP 4 x PP 2 on 4 nodes of 8, EP 4 over 4 experts: the expert grid is
+  // ETP 2 x EP 4 x expert DP 2 x PP 2. Hovering rank 0 highlights each of its groups in the
+  // order TP, CP, EP, DP, PP, expert DP (a tile in two groups gets the first, and a dot for the
+  // other), and the description lists the engine's six groups of the hovered rank.
+  void aFiveAxisLayoutHighlightsAndNamesEveryGroupOfTheHoveredDevice() {
+    PlanModel model;
+    model.edit("32 devices, TP 2, CP 2, PP 2, EP 4", [](Plan& p) {
+      p.cluster.nodes = 4;
+      p.cluster.devices_per_node = 8;
+      p.options.model.tensor_model_parallel_size = 2;
+      p.options.model.num_experts = 4;
+      p.options.parallel.context_parallel_size = 2;
+      p.options.parallel.pipeline_model_parallel_size = 2;
+      p.options.parallel.expert_model_parallel_size = 4;
+      p.options.micro_batch_size = 4;
+    });
+    QVERIFY2(model.isValid(),
+             qPrintable(model.isValid() ? QString() : model.analysis().errors[0].message));
+    const ParallelLayout& l = *model.analysis().layout;
+    QCOMPARE(l.dp, 4);
+    QCOMPARE(l.edp, 2);
+    LayoutPanel panel(&model);
+    panel.resize(1200, 700);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    LayoutCanvas* canvas = panel.canvas();
+    QCOMPARE(canvas->deviceItems().size(), 32);
+    const QPoint at = canvas->mapFromScene(itemOfRank(*canvas, 0)->tile().rect.center());
+    QTest::mouseMove(canvas->viewport(), at);
+    auto role = [&](int rank) { return itemOfRank(*canvas, rank)->role(); };
+    auto also = [&](int rank, TileRole r) {
+      return (itemOfRank(*canvas, rank)->alsoRoles() & (1u << static_cast<int>(r))) != 0;
+    };
+    QTRY_COMPARE(role(0), TileRole::kSelf);
+    QCOMPARE(role(1), TileRole::kTensorGroup);   // TP [0, 1]
+    QCOMPARE(role(2), TileRole::kContextGroup);  // CP [0, 2], also EP
+    QVERIFY(also(2, TileRole::kExpertGroup));
+    QCOMPARE(role(4), TileRole::kExpertGroup);  // EP [0, 2, 4, 6], also DP
+    QVERIFY(also(4, TileRole::kDataGroup));
+    QCOMPARE(role(6), TileRole::kExpertGroup);
+    QCOMPARE(role(8), TileRole::kDataGroup);  // DP [0, 4, 8, 12], also expert DP [0, 8]
+    QVERIFY(also(8, TileRole::kExpertDataGroup));
+    QCOMPARE(role(12), TileRole::kDataGroup);
+    QCOMPARE(role(16), TileRole::kPipelineGroup);  // PP [0, 16]
+    for (int other : {3, 5, 7, 9, 10, 17, 31}) QCOMPARE(role(other), TileRole::kDimmed);
+
+    // The description of rank 13 (tp 1, cp 0, dp 3, pp 0) names the engine's groups.
+    const int rank = 13;
+    const QString text = panel.describe(itemOfRank(*canvas, rank)->tile(), false);
+    auto groupOf = [rank](const std::vector<std::vector<int>>& groups) {
+      for (const auto& g : groups)
+        if (std::find(g.begin(), g.end(), rank) != g.end()) {
+          QStringList items;
+          for (int r : g) items << QString::number(r);
+          return "[" + items.join(", ") + "]";
+        }
+      return QString("none");
+    };
+    const std::pair<QString, QString> expected[] = {
+        {"TP group", groupOf(l.tensor_groups())},
+        {"CP group", groupOf(l.context_groups())},
+        {"EP group", groupOf(l.expert_groups())},
+        {"DP group", groupOf(l.data_groups())},
+        {"PP group", groupOf(l.pipeline_groups())},
+        {"expert-DP group", groupOf(l.expert_data_groups())}};
+    for (const auto& [name, ranks] : expected)
+      QVERIFY2(text.contains(name + " " + ranks),
+               qPrintable(QString("no \"%1 %2\" in: %3").arg(name, ranks, text)));
+    QVERIFY2(text.contains("tp 1, cp 0, dp 3, pp 0"), qPrintable(text));
+
+    // LATTICE_STUDIO_SCREENSHOTS=DIR: the panel with rank 0 hovered, for docs/studio.md.
+    const QString shots = qEnvironmentVariable("LATTICE_STUDIO_SCREENSHOTS");
+    if (!shots.isEmpty()) {
+      QTest::mouseMove(canvas->viewport(), at);
+      QTRY_COMPARE(role(0), TileRole::kSelf);
+      QVERIFY(panel.grab().save(shots + "/studio-plan-canvas-5d.png"));
+    }
   }
 
   void aTpGroupAcrossTwoNodesGetsAWarningBadge() {

@@ -22,7 +22,7 @@ ChartCard::ChartCard(const QString& title, QWidget* parent)
   auto* column = new QVBoxLayout(this);
   column->setContentsMargins(0, 0, 0, 0);
   column->setSpacing(2);
-  auto* head = new QHBoxLayout;
+  auto* head = head_ = new QHBoxLayout;
   head->setSpacing(10);
   title_ = new QLabel(QStringLiteral("<b>%1</b>").arg(title.toHtmlEscaped()), this);
   title_->setObjectName("chart-title");
@@ -54,6 +54,10 @@ QString ChartCard::title() const {
 
 void ChartCard::setSubtitle(const QString& text) {
   subtitle_->setText(text);
+}
+
+void ChartCard::addHeaderWidget(QWidget* w) {
+  head_->insertWidget(head_->indexOf(export_), w);
 }
 
 bool ChartCard::exportPng(const QString& path) const {

@@ -6,6 +6,7 @@
 #include <QWidget>
 
 class QCustomPlot;
+class QHBoxLayout;
 class QLabel;
 class QTextStream;
 class QToolButton;
@@ -33,12 +34,14 @@ class ChartCard : public QWidget {
   virtual void applyPalette();  // axes, grid, legend; subclasses add their own items
   void changeEvent(QEvent* event) override;
   void setSubtitle(const QString& text);
+  void addHeaderWidget(QWidget* w);  // beside the title, before Export (a chart's picker)
 
  private:
   void exportWithDialog(const QString& suffix);
 
   QLabel* title_;
   QLabel* subtitle_;
+  QHBoxLayout* head_;
   QToolButton* export_;
   QCustomPlot* plot_;
 };

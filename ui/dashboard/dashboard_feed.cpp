@@ -46,6 +46,15 @@ RunMeta readMeta(const storage::RunInfo& info) {
     // The CPU engine's configuration names no device; a GPU one would.
     if (auto it = config.find("device"); it != config.end() && it->is_string())
       m.cpu = it->get<std::string>() == "cpu";
+    ModelConfig mc;  // the flags the MoE layers depend on, defaults where not recorded
+    for (auto [key, field] :
+         {std::pair{"num-experts", &mc.num_experts}, std::pair{"num-layers", &mc.num_layers},
+          std::pair{"moe-layer-freq", &mc.moe_layer_freq}})
+      if (auto it = config.find(key); it != config.end() && it->is_number_integer())
+        *field = it->get<int>();
+    m.numExperts = std::max(mc.num_experts, 0);
+    for (int l = 0; l < mc.num_layers && l < 4096; l++)
+      if (mc.is_moe_layer(l)) m.moeLayers << l;
   }
   return m;
 }

@@ -14,6 +14,7 @@
 
 #include "dashboard/dashboard_feed.h"
 #include "dashboard/estimate_charts.h"
+#include "dashboard/expert_load_chart.h"
 #include "dashboard/rank_bars_chart.h"
 #include "dashboard/series_store.h"
 #include "dashboard/system_charts.h"
@@ -259,6 +260,16 @@ QWidget* DashboardView::buildPages() {
                    .points = true}}),
         0, 0);
 
+  // MoE models (docs/studio.md "MoE"): after Tasks, hidden until a shown run logs MoE rows.
+  QGridLayout* moe = grid(tr("MoE"));
+  expertLoad_ = new ExpertLoadChart(store_, feed_, tabs_->widget(kMoePage));
+  moe->addWidget(expertLoad_, 0, 0);
+  place(moe,
+        addChart(tr("MoE load-balancing loss"),
+                 {{.key = "moe aux loss", .label = tr("moe aux loss"), .points = true}}),
+        0, 1);
+  tabs_->setTabVisible(kMoePage, false);
+
   connect(tabs_, &QTabWidget::currentChanged, this, &DashboardView::scheduleReplot);
   connect(systemRun_, &QComboBox::currentIndexChanged, this, [this] {
     refreshSystemRun();
@@ -370,6 +381,10 @@ void DashboardView::setFollow(bool on) {
   scheduleReplot();
 }
 
+bool DashboardView::isPageShown(Page page) const {
+  return tabs_->isTabVisible(page);
+}
+
 void DashboardView::setCurrentPage(Page page) {
   tabs_->setCurrentIndex(page);
 }
@@ -423,6 +438,14 @@ void DashboardView::replotNow() {
     bubble_->plot()->replot();
   }
   if (page == systemMetrics_) systemMetrics_->refresh();
+  bool moe = false;  // a shown run's configuration has experts
+  for (qint64 run : store_->runs())
+    if (const RunMeta* m = store_->meta(run)) moe |= m->numExperts > 0;
+  if (moe != tabs_->isTabVisible(kMoePage)) tabs_->setTabVisible(kMoePage, moe);
+  if (page == expertLoad_->parentWidget()) {
+    expertLoad_->refresh();
+    expertLoad_->plot()->replot();
+  }
   replots_++;
   emit replotted();
 }

@@ -3,7 +3,8 @@
 // training (loss and validation loss, learning rate, grad norm, loss scale and skipped
 // iterations), throughput (tokens/s, TFLOP/s per device, MFU, step time) and memory & timers
 // (memory per rank, time per phase per rank, the pipeline timeline of a chosen iteration), and
-// estimate and measurement (planned memory against measured, the measured pipeline bubble).
+// estimate and measurement (planned memory against measured, the measured pipeline bubble),
+// and for MoE runs the experts' load and the load-balancing loss.
 // Data flows DashboardFeed (worker thread) -> SeriesStore -> charts; one coalescing timer
 // (kReplotMs) rebuilds and replots the visible page however many rows arrived.
 #pragma once
@@ -26,6 +27,7 @@ namespace lattice::ui {
 class BubbleChart;
 class DashboardFeed;
 class EstimateChart;
+class ExpertLoadChart;
 class RankBarsChart;
 class SeriesStore;
 class SystemPage;
@@ -42,7 +44,8 @@ class DashboardView : public QWidget {
     kSystemPage,
     kEstimatePage,
     kSystemMetricsPage,
-    kTasksPage
+    kTasksPage,
+    kMoePage  // shown while a shown run is an MoE model's
   };
 
   explicit DashboardView(QWidget* parent = nullptr);
@@ -74,6 +77,8 @@ class DashboardView : public QWidget {
   EstimateChart* estimateChart() const { return estimate_; }
   SystemPage* systemMetrics() const { return systemMetrics_; }
   BubbleChart* bubbleChart() const { return bubble_; }
+  ExpertLoadChart* expertLoadChart() const { return expertLoad_; }
+  bool isPageShown(Page page) const;  // the MoE page hides for dense runs
   const SeriesStore* store() const { return store_; }
 
   // Rebuilds and replots the visible page now (what the coalescing timer does).
@@ -105,6 +110,7 @@ class DashboardView : public QWidget {
   EstimateChart* estimate_ = nullptr;
   SystemPage* systemMetrics_ = nullptr;  // CPU, memory and GPU per rank (system_charts.h)
   BubbleChart* bubble_ = nullptr;
+  ExpertLoadChart* expertLoad_ = nullptr;
   QTimer replotTimer_;
   int replots_ = 0;
   double smoothing_ = 0.6;

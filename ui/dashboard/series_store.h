@@ -57,6 +57,10 @@ struct RunMeta {
   qint64 latestStep = -1;
   int tp = 1, pp = 1, dp = 1;  // the run's layout (Megatron's rank order)
   QString error;               // a failed run's error (it may name an absent rank)
+  // MoE models: "num-experts" of the configuration (0: dense) and the MoE layers
+  // (ModelConfig::is_moe_layer of its "num-layers" and "moe-layer-freq").
+  int numExperts = 0;
+  QList<int> moeLayers;
 };
 
 // The six phases of the engine's timer breakdown, in stacking order.

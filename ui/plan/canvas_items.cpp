@@ -6,6 +6,7 @@
 #include <QPainterPath>
 #include <QPainterPathStroker>
 #include <QStyleOptionGraphicsItem>
+#include <cmath>
 
 namespace lattice::ui {
 
@@ -45,6 +46,12 @@ QColor roleColor(TileRole role, bool dark) {
       return dark ? QColor(0x64, 0xb5, 0xf6) : QColor(0x15, 0x65, 0xc0);
     case TileRole::kDataGroup:
       return dark ? QColor(0x81, 0xc7, 0x84) : QColor(0x2e, 0x7d, 0x32);
+    case TileRole::kContextGroup:
+      return dark ? QColor(0x4d, 0xd0, 0xe1) : QColor(0x00, 0x83, 0x8f);
+    case TileRole::kExpertGroup:
+      return dark ? QColor(0xf0, 0x62, 0x92) : QColor(0xc2, 0x18, 0x5b);
+    case TileRole::kExpertDataGroup:
+      return dark ? QColor(0xd4, 0xe1, 0x57) : QColor(0x82, 0x77, 0x17);
     default:
       return QColor(0x80, 0x80, 0x80);
   }
@@ -60,15 +67,21 @@ QColor stageColor(int stage, int stages) {
   return QColor::fromHsvF(0.85 * stage / stages, 0.35, 0.97);
 }
 
-DeviceItem::DeviceItem(const CanvasTile& tile, QColor fill, bool darkBackground)
-    : tile_(tile), fill_(fill), dark_(darkBackground) {
+QColor expertSliceColor(int ep) {  // golden-ratio hues: neighbours differ
+  return QColor::fromHsvF(std::fmod(0.07 + 0.61803 * ep, 1.0), 0.65, 0.8);
+}
+
+DeviceItem::DeviceItem(const CanvasTile& tile, QColor fill, bool darkBackground, bool showCp,
+                       bool showEp)
+    : tile_(tile), fill_(fill), dark_(darkBackground), showCp_(showCp), showEp_(showEp) {
   setAcceptHoverEvents(true);
   setZValue(1);
 }
 
-void DeviceItem::setRole(TileRole role) {
-  if (role == role_) return;
+void DeviceItem::setRole(TileRole role, unsigned also) {
+  if (role == role_ && also == also_) return;
   role_ = role;
+  also_ = also;
   update();
 }
 
@@ -90,6 +103,19 @@ void DeviceItem::paint(QPainter* painter, const QStyleOptionGraphicsItem* option
     return;
   }
   painter->drawRoundedRect(tile_.rect, 6, 6);
+  if (showEp_ && tile_.hasCoord) {  // the expert slice this device holds
+    painter->setPen(Qt::NoPen);
+    painter->setBrush(expertSliceColor(tile_.expert.ep));
+    const QRectF& r = tile_.rect;
+    painter->drawRect(QRectF(r.left() + 6, r.bottom() - 6, r.width() - 12, 4));
+  }
+  // The other groups this device shares with the focused one, as dots in its corner.
+  for (int role = 0, dot = 0; role < 32; role++) {
+    if (!(also_ & (1u << role))) continue;
+    painter->setPen(QPen(QColor(0xff, 0xff, 0xff), 1));
+    painter->setBrush(roleColor(static_cast<TileRole>(role), dark_));
+    painter->drawEllipse(QPointF(tile_.rect.right() - 8 - 10 * dot++, tile_.rect.top() + 8), 4, 4);
+  }
   if (lod < 0.45) return;
 
   static const QFont rankFont = pixelFont(15, true), coordFont = pixelFont(13, false);
@@ -105,8 +131,11 @@ void DeviceItem::paint(QPainter* painter, const QStyleOptionGraphicsItem* option
   const ParallelLayout::Coord& c = tile_.coord;
   const QString dp = tile_.dpLast != c.dp ? QStringLiteral("%1–%2").arg(c.dp).arg(tile_.dpLast)
                                           : QString::number(c.dp);
-  painter->drawText(bottom, Qt::AlignCenter,
-                    QStringLiteral("t%1 p%2 d%3").arg(c.tp).arg(c.pp).arg(dp));
+  QString coord = QStringLiteral("t%1").arg(c.tp);
+  if (showCp_) coord += QStringLiteral(" c%1").arg(c.cp);
+  if (showEp_) coord += QStringLiteral(" e%1").arg(tile_.expert.ep);
+  coord += QStringLiteral(" d%1 p%2").arg(dp).arg(c.pp);
+  painter->drawText(bottom, Qt::AlignCenter, coord);
 }
 
 NodeItem::NodeItem(const CanvasNode& node, QColor fill, QColor border, QColor text)

@@ -10,16 +10,32 @@
 
 namespace lattice::ui {
 
-// How a tile relates to the hovered or selected device.
-enum class TileRole { kNone, kSelf, kTensorGroup, kPipelineGroup, kDataGroup, kDimmed };
+// How a tile relates to the hovered or selected device: the first group, in the order TP, CP,
+// EP, DP, PP, expert-DP, that holds both (groups of different grids overlap).
+enum class TileRole {
+  kNone,
+  kSelf,
+  kTensorGroup,
+  kPipelineGroup,
+  kDataGroup,
+  kDimmed,
+  kContextGroup,
+  kExpertGroup,
+  kExpertDataGroup
+};
 
 class DeviceItem : public QGraphicsItem {
  public:
-  DeviceItem(const CanvasTile& tile, QColor fill, bool darkBackground);
+  // `showCp`, `showEp`: the tile names its cp and ep coordinates and, with EP, has a stripe in
+  // its expert slice's colour.
+  DeviceItem(const CanvasTile& tile, QColor fill, bool darkBackground, bool showCp = false,
+             bool showEp = false);
 
   const CanvasTile& tile() const { return tile_; }
-  void setRole(TileRole role);
+  // `role` draws the border; `also` (bits 1 << TileRole) the other groups shared, as dots.
+  void setRole(TileRole role, unsigned also = 0);
   TileRole role() const { return role_; }
+  unsigned alsoRoles() const { return also_; }
 
   QRectF boundingRect() const override;
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget*) override;
@@ -31,7 +47,9 @@ class DeviceItem : public QGraphicsItem {
   CanvasTile tile_;
   QColor fill_;
   bool dark_;
+  bool showCp_, showEp_;
   TileRole role_ = TileRole::kNone;
+  unsigned also_ = 0;
 };
 
 class NodeItem : public QGraphicsItem {
@@ -61,6 +79,8 @@ class OutlineItem : public QGraphicsItem {
 
 // Highlight colours, shared by the tiles and the canvas legend; lighter on a dark background.
 QColor roleColor(TileRole role, bool dark);
+// The stripe colour of the devices that hold expert slice `ep` (EP > 1).
+QColor expertSliceColor(int ep);
 // Fill colour of pipeline stage `stage` of `stages` (qualitative up to 10, hues beyond).
 QColor stageColor(int stage, int stages);
 

@@ -15,25 +15,47 @@ namespace {
 constexpr double kMaxFitScale = 1.25;  // a few devices are not blown up to fill the view
 constexpr double kMinScale = 0.02, kMaxScale = 6;
 
-bool inRange(int dp, const CanvasTile& t) {
-  return dp >= t.coord.dp && dp <= t.dpLast;
-}
-
-// How tile `t` relates to the focused tile `f` (see TileRole).
 // Whether tile `t` stands for `rank` (itself, or the same slot of a node it folds).
 bool standsFor(const CanvasTile& t, int rank, int perNode) {
   const int node = rank / perNode;
   return rank % perNode == t.slot && node >= t.node && node < t.node + t.folded;
 }
 
-TileRole roleOf(const CanvasTile& t, const CanvasTile& f, int perNode) {
-  if (standsFor(t, f.rank, perNode)) return TileRole::kSelf;
-  if (!t.hasCoord || !f.hasCoord) return TileRole::kDimmed;
-  const ParallelLayout::Coord &a = t.coord, &b = f.coord;
-  if (a.pp == b.pp && a.tp != b.tp && inRange(b.dp, t)) return TileRole::kTensorGroup;
-  if (a.tp == b.tp && a.pp != b.pp && inRange(b.dp, t)) return TileRole::kPipelineGroup;
-  if (a.tp == b.tp && a.pp == b.pp) return TileRole::kDataGroup;
-  return TileRole::kDimmed;
+// Whether one of the ranks tile `t` stands for shares the `kind` group with `rank`.
+bool shares(const CanvasTile& t, int rank, GroupKind kind, int perNode, const DeviceGroups& g) {
+  for (int i = 0; i < t.folded; i++)
+    if (g.sameGroup(kind, (t.node + i) * perNode + t.slot, rank)) return true;
+  return false;
+}
+
+struct Roles {
+  TileRole role = TileRole::kNone;
+  unsigned also = 0;  // bits 1 << TileRole of the other groups shared
+};
+
+// How tile `t` relates to the focused tile `f` (see TileRole). The expert grid's groups only
+// with EP > 1: otherwise the expert group is the device alone and expert-DP is DP x CP.
+Roles rolesOf(const CanvasTile& t, const CanvasTile& f, int perNode, const DeviceGroups& g,
+              bool experts) {
+  if (standsFor(t, f.rank, perNode)) return {TileRole::kSelf};
+  if (!t.hasCoord || !f.hasCoord || g.empty()) return {TileRole::kDimmed};
+  static const std::pair<GroupKind, TileRole> kOrder[] = {
+      {GroupKind::kTensor, TileRole::kTensorGroup},
+      {GroupKind::kContext, TileRole::kContextGroup},
+      {GroupKind::kExpert, TileRole::kExpertGroup},
+      {GroupKind::kData, TileRole::kDataGroup},
+      {GroupKind::kPipeline, TileRole::kPipelineGroup},
+      {GroupKind::kExpertData, TileRole::kExpertDataGroup}};
+  Roles r{TileRole::kDimmed};
+  for (const auto& [kind, role] : kOrder) {
+    if (!experts && (kind == GroupKind::kExpert || kind == GroupKind::kExpertData)) continue;
+    if (!shares(t, f.rank, kind, perNode, g)) continue;
+    if (r.role == TileRole::kDimmed)
+      r.role = role;
+    else
+      r.also |= 1u << static_cast<int>(role);
+  }
+  return r;
 }
 
 }  // namespace
@@ -67,6 +89,7 @@ double LayoutCanvas::viewAspect() const {
 void LayoutCanvas::showLayout(const std::optional<ParallelLayout>& layout, int nodes, int perNode) {
   const bool reshaped = nodes != nodes_ || perNode != perNode_;
   layout_ = layout;
+  groups_ = layout ? DeviceGroups(*layout) : DeviceGroups();
   nodes_ = std::max(nodes, 1);
   perNode_ = std::max(perNode, 1);
   rebuild();
@@ -122,7 +145,8 @@ void LayoutCanvas::rebuild() {
   devices_.reserve(static_cast<int>(geometry_.tiles.size()));
   for (const CanvasTile& t : geometry_.tiles) {
     const QColor fill = t.hasCoord ? stageColor(t.coord.pp, stages) : QColor(0xd0, 0xd0, 0xd0);
-    auto* item = new DeviceItem(t, fill, dark);
+    auto* item =
+        new DeviceItem(t, fill, dark, layout_ && layout_->cp > 1, layout_ && layout_->ep > 1);
     scene_->addItem(item);
     devices_.push_back(item);
   }
@@ -186,13 +210,19 @@ void LayoutCanvas::applyHighlight() {
         selected_.rank = selectedRank_;
         selected_.node = selectedRank_ / perNode_;
         selected_.folded = 1;
-        if (layout_) selected_.coord = layout_->coord(selectedRank_);
+        if (layout_) {
+          selected_.coord = layout_->coord(selectedRank_);
+          selected_.expert = layout_->expert_coord(selectedRank_);
+        }
         selected_.dpLast = selected_.coord.dp;
         focus = &selected_;
       }
     }
-  for (DeviceItem* d : devices_)
-    d->setRole(focus ? roleOf(d->tile(), *focus, perNode_) : TileRole::kNone);
+  const bool experts = layout_ && layout_->ep > 1;
+  for (DeviceItem* d : devices_) {
+    const Roles r = focus ? rolesOf(d->tile(), *focus, perNode_, groups_, experts) : Roles{};
+    d->setRole(r.role, r.also);
+  }
   emit focusChanged(focus);
 }
 

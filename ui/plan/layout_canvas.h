@@ -1,6 +1,7 @@
 // The layout canvas: every node and device of the plan (folded when there are many), coloured
-// by pipeline stage, TP groups outlined, a warning badge on TP groups that cross nodes.
-// Hovering or clicking a device highlights its TP, PP and DP groups. Wheel zooms under the
+// by pipeline stage, TP groups outlined, a warning badge on TP groups that cross nodes, and with
+// EP > 1 a stripe in each device's expert-slice colour. Hovering or clicking a device highlights
+// its TP, CP, EP, DP, PP and expert-DP groups (the engine's, DeviceGroups). Wheel zooms under the
 // mouse, dragging the background pans. Non-goals: editing the layout by dragging devices.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <optional>
 
 #include "plan/canvas_items.h"
+#include "plan/device_groups.h"
 #include "plan/layout_geometry.h"
 
 namespace lattice::ui {
@@ -30,6 +32,7 @@ class LayoutCanvas : public QGraphicsView {
   static constexpr int kMaxTiles = 8192;
 
   const CanvasGeometry& geometry() const { return geometry_; }
+  const DeviceGroups& groups() const { return groups_; }  // empty without a layout
   QList<DeviceItem*> deviceItems() const { return devices_; }
   double lastRebuildMs() const { return lastRebuildMs_; }
 
@@ -65,6 +68,7 @@ class LayoutCanvas : public QGraphicsView {
 
   QGraphicsScene* scene_;
   std::optional<ParallelLayout> layout_;
+  DeviceGroups groups_;  // layout_'s
   int nodes_ = 1, perNode_ = 1;
   bool folding_ = true;
   bool autoFit_ = true;

@@ -16,7 +16,7 @@ struct Run {
 bool sameSignature(const ParallelLayout& l, int a, int b, int perNode) {
   for (int s = 0; s < perNode; s++) {
     const ParallelLayout::Coord x = l.coord(a * perNode + s), y = l.coord(b * perNode + s);
-    if (x.tp != y.tp || x.pp != y.pp) return false;
+    if (x.tp != y.tp || x.cp != y.cp || x.pp != y.pp) return false;
   }
   return true;
 }
@@ -86,6 +86,7 @@ CanvasGeometry canvasGeometry(const std::optional<ParallelLayout>& layout, int n
       if (layout) {
         t.hasCoord = true;
         t.coord = layout->coord(t.rank);
+        t.expert = layout->expert_coord(t.rank);
         t.dpLast = layout->coord(run.last * perNode + s).dp;
       }
       t.rect = QRectF(x0 + m.padding + (s % cols) * (m.tileWidth + m.gap),

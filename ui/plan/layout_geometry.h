@@ -3,7 +3,7 @@
 // scene builder stays a loop. Ranks fill nodes in order (rank r on node r / devices-per-node),
 // as mpirun and srun place them by default.
 //
-// Folding: consecutive nodes whose devices hold the same (tp, pp) coordinates slot by slot
+// Folding: consecutive nodes whose devices hold the same (tp, cp, pp) coordinates slot by slot
 // differ only in their data-parallel index, so one box stands for all of them ("nodes 8-15,
 // x8") and each of its tiles shows the range of dp it stands for. This keeps 1024 devices to a
 // few dozen boxes.
@@ -23,6 +23,7 @@ struct CanvasTile {
   int node = 0, slot = 0;
   bool hasCoord = false;  // false when the plan has no valid layout
   ParallelLayout::Coord coord;
+  ParallelLayout::ExpertCoord expert;  // the first node's rank's place in the expert grid
   int dpLast = 0;  // last dp index this tile stands for (== coord.dp unless folded)
   int folded = 1;  // nodes this tile stands for
   QRectF rect;

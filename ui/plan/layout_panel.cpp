@@ -8,6 +8,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "plan/device_groups.h"
 #include "plan/layout_canvas.h"
 #include "plan/plan_model.h"
 #include "plan/text_format.h"
@@ -103,13 +104,26 @@ void LayoutPanel::refresh() {
     legend += tr("<i>no layout until the errors are fixed</i> ");
   }
   legend += QStringLiteral("&nbsp; ") + tr("hover:") + " ";
+  const bool cp = a.layout && a.layout->cp > 1, ep = a.layout && a.layout->ep > 1;
   const std::pair<TileRole, QString> roles[] = {{TileRole::kSelf, tr("device")},
                                                 {TileRole::kTensorGroup, tr("TP")},
+                                                {TileRole::kContextGroup, tr("CP")},
+                                                {TileRole::kExpertGroup, tr("EP")},
+                                                {TileRole::kDataGroup, tr("DP")},
                                                 {TileRole::kPipelineGroup, tr("PP")},
-                                                {TileRole::kDataGroup, tr("DP")}};
-  for (const auto& [role, name] : roles)
+                                                {TileRole::kExpertDataGroup, tr("expert DP")}};
+  for (const auto& [role, name] : roles) {
+    if (role == TileRole::kContextGroup && !cp) continue;
+    if ((role == TileRole::kExpertGroup || role == TileRole::kExpertDataGroup) && !ep) continue;
     legend += swatch(roleColor(role, palette().color(QPalette::Base).lightness() < 128)) +
               QStringLiteral("<small>%1</small> ").arg(name);
+  }
+  if (ep) {
+    legend += QStringLiteral("&nbsp; ") + tr("expert slice") + " ";
+    for (int e = 0; e < std::min(a.layout->ep, 6); e++)
+      legend += swatch(expertSliceColor(e)) + QStringLiteral("<small>%1</small> ").arg(e);
+    if (a.layout->ep > 6) legend += QStringLiteral("… ");
+  }
   legend_->setText(legend);
   if (canvas_->selectedRank() >= plan.cluster.world()) canvas_->selectRank(-1);
   showFocus(nullptr);
@@ -127,13 +141,26 @@ QString LayoutPanel::describe(const CanvasTile& t, bool rich) const {
   if (!t.hasCoord || !a.layout) return text;
   const ParallelLayout& l = *a.layout;
   const ParallelLayout::Coord& c = t.coord;
-  text += sep + tr("tp %1, pp %2, dp %3").arg(c.tp).arg(c.pp).arg(c.dp);
-  std::vector<int> tpGroup, ppGroup, dpGroup;
-  for (int i = 0; i < l.tp; i++) tpGroup.push_back(l.rank({i, c.dp, c.pp}));
-  for (int i = 0; i < l.pp; i++) ppGroup.push_back(l.rank({c.tp, c.dp, i}));
-  for (int i = 0; i < l.dp; i++) dpGroup.push_back(l.rank({c.tp, i, c.pp}));
-  text += sep + tr("TP group %1 · PP group %2 · DP group %3")
-                    .arg(rankList(tpGroup), rankList(ppGroup), rankList(dpGroup));
+  const ParallelLayout::ExpertCoord e = l.expert_coord(t.rank);
+  text += sep + tr("tp %1, cp %2, dp %3, pp %4; experts: ep %5, expert dp %6, etp %7")
+                    .arg(c.tp)
+                    .arg(c.cp)
+                    .arg(c.dp)
+                    .arg(c.pp)
+                    .arg(e.ep)
+                    .arg(e.edp)
+                    .arg(e.etp);
+  // The engine's groups (DeviceGroups), in Megatron's order of axes.
+  const DeviceGroups& g = canvas_->groups();
+  const std::pair<GroupKind, QString> kinds[] = {
+      {GroupKind::kTensor, tr("TP group")},   {GroupKind::kContext, tr("CP group")},
+      {GroupKind::kExpert, tr("EP group")},   {GroupKind::kData, tr("DP group")},
+      {GroupKind::kPipeline, tr("PP group")}, {GroupKind::kExpertData, tr("expert-DP group")}};
+  QStringList groups;
+  for (const auto& [kind, name] : kinds)
+    groups << QStringLiteral("%1 %2").arg(name, rankList(g.groupOf(kind, t.rank)));
+  text += sep + groups.mid(0, 3).join(QStringLiteral(" · "));
+  text += sep + groups.mid(3).join(QStringLiteral(" · "));
   QStringList chunks;  // one layer range per model chunk, the first few
   for (int chunk = 0; chunk < l.vpp && chunk < 4; chunk++) {
     const ParallelLayout::LayerRange r = l.stage_layers(c.pp, chunk);

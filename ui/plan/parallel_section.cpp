@@ -26,6 +26,29 @@ ParallelSection::ParallelSection(PlanModel* model, QWidget* parent)
          {"pipeline-model-parallel-size", "decoder-first-pipeline-num-layers",
           "decoder-last-pipeline-num-layers"},
          tr("Ranks that split the layers into stages  (--pipeline-model-parallel-size)"));
+  QSpinBox* cp = intEditor(
+      1, 4096, "context-parallel-size", tr("Set context parallel size"),
+      [](const Plan& p) { return p.options.parallel.context_parallel_size; },
+      [](Plan& p, int v) { p.options.parallel.context_parallel_size = v; });
+  addRow(tr("Context parallel (CP)"), cp, {"context-parallel-size"},
+         tr("Ranks that split every sequence; each holds 1/CP of the tokens  "
+            "(--context-parallel-size)"));
+  // The experts live in the model (--num-experts); EP splits them over the ranks of DP x CP.
+  QSpinBox* experts = intEditor(
+      0, 1 << 16, "num-experts", tr("Set the number of experts"),
+      [](const Plan& p) { return p.options.model.num_experts; },
+      [](Plan& p, int v) { p.options.model.num_experts = v; });
+  experts->setSpecialValueText(tr("dense"));
+  experts->setToolTip(tr("Experts of each MoE layer, 0 for a dense model  (--num-experts)"));
+  QSpinBox* ep = intEditor(
+      1, 4096, "expert-model-parallel-size", tr("Set expert parallel size"),
+      [](const Plan& p) { return p.options.parallel.expert_model_parallel_size; },
+      [](Plan& p, int v) { p.options.parallel.expert_model_parallel_size = v; });
+  ep->setToolTip(
+      tr("Ranks that split the experts of every MoE layer  "
+         "(--expert-model-parallel-size)"));
+  addRow(tr("Experts, EP"), pair(experts, tr("EP"), ep),
+         {"num-experts", "expert-model-parallel-size"});
   QSpinBox* vpp = intEditor(
       0, 4096, "num-layers-per-virtual-pipeline-stage", tr("Set layers per virtual stage"),
       [](const Plan& p) { return p.options.parallel.num_layers_per_virtual_pipeline_stage; },
@@ -77,24 +100,29 @@ ParallelSection::ParallelSection(PlanModel* model, QWidget* parent)
     const int world = p.cluster.world();
     const int tp = p.options.model.tensor_model_parallel_size;
     const int pp = p.options.parallel.pipeline_model_parallel_size;
+    const int cp = p.options.parallel.context_parallel_size;
     if (!a.layout) {
-      note->setText(tr("Data parallel (DP) = world %1 / (TP %2 × PP %3): fix the errors to see "
-                       "the layout")
+      note->setText(tr("Data parallel (DP) = world %1 / (TP %2 × CP %3 × PP %4): fix the errors "
+                       "to see the layout")
                         .arg(world)
                         .arg(tp)
+                        .arg(cp)
                         .arg(pp));
       return;
     }
     const ParallelLayout& l = *a.layout;
-    QString text = tr("Data parallel (DP) = %1 / (%2 × %3) = %4 · %5 micro-batches of %6 per "
+    QString text = tr("Data parallel (DP) = %1 / (%2 × %3 × %4) = %5 · %6 micro-batches of %7 per "
                       "DP rank and iteration")
                        .arg(world)
                        .arg(tp)
+                       .arg(cp)
                        .arg(pp)
                        .arg(l.dp)
                        .arg(a.memory ? a.memory->micro_batches : 0)
                        .arg(p.options.micro_batch_size);
     if (l.vpp > 1) text += tr(" · %1 model chunks per pipeline rank").arg(l.vpp);
+    if (l.ep > 1)
+      text += tr(" · experts: EP %1 × expert DP %2 × ETP %3").arg(l.ep).arg(l.edp).arg(l.etp);
     note->setText(text);
   });
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lattice/status.h"
@@ -31,6 +32,12 @@ class TeeSink : public MetricsSink {
  private:
   std::vector<MetricsSink*> sinks_;
 };
+
+// The metric key of an MoE layer's routes per expert on a logged iteration (IterationMetrics::
+// moe_expert_load), "moe load/layer 2/expert 3" (global layer and expert, from 0), and its
+// inverse: false for any other key.
+std::string moe_load_key(int layer, int expert);
+bool parse_moe_load_key(std::string_view key, int* layer, int* expert);
 
 // How a RunRecorder writes: `lattice train`'s --db-* flags.
 struct RecorderOptions {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ struct IterationMetrics {
   // MoE layers, mean over the iteration's micro-batches) added to lm_loss for the gradient;
   // NaN for a dense model (not reported).
   double moe_aux_loss = std::numeric_limits<double>::quiet_NaN();
+  // MoE models, on the iterations with rank reports (the first and every --log-interval): the
+  // routes each expert was given (before token dropping) over the iteration's micro-batches and
+  // every rank's tokens, by MoE layer (global index) -> (E). Empty otherwise. A layer's counts
+  // sum to tokens x --moe-router-topk.
+  std::map<int, std::vector<int64_t>> moe_expert_load;
 };
 
 // One validation run: the mean loss over eval_iters global batches of a held-out split.

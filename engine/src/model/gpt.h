@@ -273,6 +273,10 @@ class GptModel {
   // (every MoE layer of the chunk, every micro-batch), then reset: the trainer's "moe aux loss"
   // metric. Read on the host as each forward runs (copied there on a GPU).
   double take_moe_aux_loss_sum() { return std::exchange(moe_aux_sum_, 0.0); }
+  // The training forwards' routes to each expert (before dropping) counted since the last
+  // call, added into `load` ((num_layers, E) by global layer) at this chunk's MoE layers, then
+  // reset: the trainer's per-expert load. Host counts, as take_moe_aux_loss_sum's.
+  void take_moe_load(std::vector<double>& load);
 
  private:
   GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
@@ -503,6 +507,8 @@ class GptModel {
   G* moe_aux_ = nullptr;      // (L) each layer's load-balancing loss of the last forward
   double moe_aux_sum_ = 0;    // take_moe_aux_loss_sum's
   std::vector<int32_t> moe_counts_host_;  // (E) moe_host_counts' copy
+  // (L, E) take_moe_load's: the routes to each expert counted since it last reset them.
+  std::vector<int64_t> moe_load_;
   std::function<void(int, int)> grads_ready_;
   bool final_backward_ = false;
   // The micro-batch's positions (B, T) when it packs documents, else null (set from its

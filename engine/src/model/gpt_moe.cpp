@@ -34,6 +34,7 @@
 // before it enters the router, whose d logits are then whole on every rank: the router's and
 // fc2 bias's gradients are whole on each rank (not summed over TP), and only tp_rank 0 adds
 // the router's share of d ln2 to the partial sum the caller reduces.
+#include <algorithm>
 #include <numeric>
 
 #include "model/gpt.h"
@@ -89,6 +90,11 @@ void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool
   }
   reduce_rows(combined, fc2_out_);
   OpTimer timer(*this, Op::kMatmulForward);
+  if (training && device_.capabilities().host_addressable) {  // host counts (Note [MoE layer])
+    if (moe_load_.empty()) moe_load_.assign(static_cast<size_t>(L_) * E_, 0);
+    for (int e = 0; e < E_; e++)
+      moe_load_[static_cast<size_t>(l) * E_ + e] += la.tokens_per_expert[e];
+  }
   const double coeff = config_.aux_loss_coeff();
   if (coeff <= 0) return;
   ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_, coeff);
@@ -177,6 +183,13 @@ double GptModel<A>::moe_aux_loss() {
   for (int l = 0; l < L_; l++)
     if (layout_.is_moe(l)) sum += host[l];
   return sum;
+}
+
+template <typename A>
+void GptModel<A>::take_moe_load(std::vector<double>& load) {
+  const size_t first = static_cast<size_t>(layout_.shard().layer_begin) * E_;
+  for (size_t i = 0; i < moe_load_.size(); i++) load.at(first + i) += moe_load_[i];
+  std::fill(moe_load_.begin(), moe_load_.end(), 0);
 }
 
 template class GptModel<float>;

@@ -337,6 +337,10 @@ void RunRecorder::on_iteration(const IterationMetrics& m) {
                             {"MFU", m.mfu}},
                            {}};
   if (!std::isnan(m.moe_aux_loss)) step.values["moe aux loss"] = m.moe_aux_loss;
+  // "moe load/layer 2/expert 3": routes per expert (docs/studio.md "MoE"; moe_load_key).
+  for (const auto& [layer, counts] : m.moe_expert_load)
+    for (size_t e = 0; e < counts.size(); e++)
+      step.values[moe_load_key(layer, static_cast<int>(e))] = static_cast<double>(counts[e]);
   impl_->write_step(std::move(step));
 }
 
@@ -476,6 +480,21 @@ void RunRecorder::killed() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->done) return;
   status_ = impl_->finish(storage::RunStatus::kKilled, "interrupted by a signal");
+}
+
+std::string moe_load_key(int layer, int expert) {
+  return "moe load/layer " + std::to_string(layer) + "/expert " + std::to_string(expert);
+}
+
+bool parse_moe_load_key(std::string_view key, int* layer, int* expert) {
+  int l = -1, e = -1, used = 0;
+  const std::string text(key);
+  if (std::sscanf(text.c_str(), "moe load/layer %d/expert %d%n", &l, &e, &used) != 2 ||
+      used != static_cast<int>(text.size()) || l < 0 || e < 0 || text != moe_load_key(l, e))
+    return false;
+  *layer = l;
+  *expert = e;
+  return true;
 }
 
 std::string default_run_db() {

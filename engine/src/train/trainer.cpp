@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <type_traits>
@@ -196,6 +197,9 @@ class Trainer {
   std::vector<int32_t> split_;  // context parallelism: one tensor's rows of this CP rank
   int64_t consumed_ = 0;
   double moe_aux_loss_ = std::numeric_limits<double>::quiet_NaN();  // step()'s, MoE models
+  std::vector<double> moe_load_;  // (num_layers, E) step()'s routes per expert on this rank
+  // The iteration's routes per expert summed over every rank (a collective), by MoE layer.
+  std::map<int, std::vector<int64_t>> moe_expert_load();
   double optimizer_seconds_ = 0;
   PhaseTimes reported_;  // totals at the previous report
   int reported_at_ = 0;  // the iteration of the previous report (or where --load resumed)
@@ -209,6 +213,25 @@ double Trainer<T>::all_reduce_scalar(double value, Comm& comm, ReduceOp op) {
     if (Status s = comm.all_reduce(&value, 1, DType::kFloat64, op); !s)
       comm.abort("could not reduce a scalar: " + s.message(), 1);
   return value;
+}
+
+// Every rank routed its own tokens over all E experts (data, context and expert-parallel ranks
+// hold different tokens; each stage its own layers; tensor-parallel ranks count once), so the
+// world's sum is the iteration's load. Exact in float64 below 2^53 routes.
+template <typename T>
+std::map<int, std::vector<int64_t>> Trainer<T>::moe_expert_load() {
+  std::vector<double> sum = moe_load_;
+  if (g_.world->size() > 1 && !sum.empty())
+    if (Status s = g_.world->all_reduce(sum.data(), sum.size(), DType::kFloat64, ReduceOp::kSum);
+        !s)
+      g_.world->abort("could not reduce the experts' load: " + s.message(), 1);
+  std::map<int, std::vector<int64_t>> load;
+  const int E = mc_.num_experts;
+  for (int l = 0; l < mc_.num_layers && !sum.empty(); l++)
+    if (mc_.is_moe_layer(l))
+      load[l] = std::vector<int64_t>(sum.begin() + static_cast<size_t>(l) * E,
+                                     sum.begin() + static_cast<size_t>(l + 1) * E);
+  return load;
 }
 
 template <typename T>
@@ -500,6 +523,9 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     for (auto& c : rank_.chunks) aux += c->take_moe_aux_loss_sum();
     if (g_.coord.tp != 0) aux = 0;  // counted once per tensor-parallel group
     moe_aux_loss_ = all_reduce_scalar(aux / (static_cast<double>(M) * L.dp), *g_.world);
+    moe_load_.assign(static_cast<size_t>(mc_.num_layers) * mc_.num_experts, 0.0);
+    for (auto& c : rank_.chunks) c->take_moe_load(moe_load_);
+    if (g_.coord.tp != 0) std::fill(moe_load_.begin(), moe_load_.end(), 0.0);  // as aux
   }
 
   const auto t0 = Clock::now();
@@ -846,6 +872,7 @@ Result<TrainSummary> Trainer<T>::run() {
     m.tflops_per_device = flops / seconds / 1e12;
     m.mfu = start.peak_gflops > 0 ? flops / seconds / 1e9 / start.peak_gflops : 0;
     m.moe_aux_loss = moe_aux_loss_;
+    if (mc_.moe() && reported(it)) m.moe_expert_load = moe_expert_load();
     summary.losses.push_back(loss);
     summary.grad_norms.push_back(norm);
     if (rank0) sink_.on_iteration(m);
