@@ -14,9 +14,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 template <typename T>
 GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
-                            bool distributed, size_t bucket_elems, T* grads, T* params)
+                            bool distributed, size_t bucket_elems, T* grads, T* params,
+                            Comm* edp)
     : device_(device),
       dp_(dp && dp->size() > 1 ? dp : nullptr),
+      edp_(edp && edp->size() > 1 ? edp : nullptr),
       distributed_(distributed && dp_ != nullptr),
       grads_(grads),
       params_(params) {
@@ -38,6 +40,7 @@ GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout
     for (int j = span.first_tensor; j < span.last_tensor; j++) {
       bucket_of_tensor_[j] = static_cast<int>(buckets_.size());
       b.frozen = b.frozen && layout.tensors()[j].frozen;
+      b.expert = layout.tensors()[j].expert_parallel;  // alike in a bucket (split_buckets)
     }
     buckets_.push_back(std::move(b));
   }
@@ -62,9 +65,9 @@ Result<std::unique_ptr<GradReducer<T>>> GradReducer<T>::create(Device& device, S
                                                                const ParamLayout& layout, Comm* dp,
                                                                bool distributed,
                                                                size_t bucket_elems, T* grads,
-                                                               T* params) {
-  std::unique_ptr<GradReducer> r(
-      new GradReducer(device, dp_stream, layout, dp, distributed, bucket_elems, grads, params));
+                                                               T* params, Comm* edp) {
+  std::unique_ptr<GradReducer> r(new GradReducer(device, dp_stream, layout, dp, distributed,
+                                                 bucket_elems, grads, params, edp));
   if (!r->allocated()) {
     size_t bytes = 0;
     for (const Bucket& b : r->buckets_)
@@ -102,6 +105,11 @@ Status GradReducer<T>::launch(Bucket& b) {
   // The bucket's gradients are final once compute has run what it has queued (on the CPU that
   // has happened: the wait costs nothing).
   device_.wait(*stream_, device_.record(device_.compute()));
+  if (b.expert) {  // the other ranks of this expert range (EP > 1: never distributed)
+    if (!edp_) return Status::ok();
+    return edp_->all_reduce(grads_ + b.begin, b.end - b.begin, dtype_of<T>(), ReduceOp::kSum,
+                            *stream_);
+  }
   if (distributed_) {
     T* recv = b.shard ? b.shard : grads_ + b.shard_begin;
     return dp_->reduce_scatter(grads_ + b.begin, recv, b.counts, dtype_of<T>(), *stream_);

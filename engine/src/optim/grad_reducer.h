@@ -48,10 +48,13 @@ class GradReducer {
   // `device` (shared by a rank's reducers); dp: the data-parallel communicator made for that
   // device, or null / of size 1 (nothing to reduce). Errors: out of memory for the receive
   // buffers (the device's sentence).
+  // edp: the expert-data communicator (device), which sums the buckets of expert-parallel
+  // experts (ParamTensor::expert_parallel; null or of size 1: nothing to reduce); the
+  // distributed optimizer does not take them (the trainer refuses it with EP > 1).
   static Result<std::unique_ptr<GradReducer>> create(Device& device, Stream& dp_stream,
                                                      const ParamLayout& layout, Comm* dp,
                                                      bool distributed, size_t bucket_elems,
-                                                     T* grads, T* params);
+                                                     T* grads, T* params, Comm* edp = nullptr);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -83,15 +86,17 @@ class GradReducer {
     size_t shard_begin;             // this rank's shard start in the arena
     T* shard = nullptr;             // reduce-scatter receive buffer (host-addressable device)
     bool frozen = false;            // only frozen tensors (LoRA's base): nothing to reduce
+    bool expert = false;            // expert-parallel experts: summed over edp_
   };
   GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
-              bool distributed, size_t bucket_elems, T* grads, T* params);
+              bool distributed, size_t bucket_elems, T* grads, T* params, Comm* edp);
   bool allocated() const;
   Status launch(Bucket& b);
 
   Device& device_;
   Stream* stream_ = nullptr;  // the data-parallel side stream (null: nothing to reduce)
   Comm* dp_;
+  Comm* edp_;  // null when of size 1
   bool distributed_;
   T* grads_;
   T* params_;

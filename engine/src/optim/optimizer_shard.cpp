@@ -28,6 +28,7 @@ void cut_pieces(const ParamLayout& layout, OptimizerShard& s) {
       p.state = state;
       p.decay = t.decay;
       p.counts_in_norm = t.counts_in_norm;
+      p.expert_parallel = t.expert_parallel;
       state += p.numel;
       s.pieces.push_back(p);
     }

@@ -25,6 +25,7 @@ struct OptimizerPiece {
   int tensor = 0;  // index in the layout
   size_t offset = 0, numel = 0, state = 0;
   bool decay = true, counts_in_norm = true;  // the tensor's
+  bool expert_parallel = false;               // the tensor's (ParamTensor::expert_parallel)
 };
 
 // A bucket of the distributed optimizer: arena [begin, end), tensors [first, last), the
