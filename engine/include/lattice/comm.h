@@ -98,6 +98,7 @@ class Comm {
   // and receives rank p's block for it as block p of recv (recv_counts[p]); send_counts[p] on
   // rank r equals recv_counts[r] on rank p (a zero count sends nothing). send and recv do not
   // overlap. Only moves data: every bit arrives unchanged. Expert parallelism's token dispatch.
+  // MpiComm sends it as point-to-point messages on tag 32767: keep that tag off other messages.
   virtual Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
                             const std::vector<size_t>& recv_counts, DType type) = 0;
 
