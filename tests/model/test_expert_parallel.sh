@@ -3,7 +3,8 @@
 # "Mixture of experts"): `lattice train --fp64` of a 4-layer model with MoE on layers 0 and 2
 # (4 experts, top-2, a large load-balancing loss) prints one process's lm loss, moe aux loss and
 # grad norm on every iteration (the console's 7 significant digits) at
-#   EP 2 on 2 ranks (DP 2, expert-data 1), EP 2 on 4 ranks (DP 4, expert-data 2), EP 2 x PP 2
+#   EP 2 on 2 ranks (DP 2, expert-data 1), EP 2 on 4 ranks (DP 4, expert-data 2) with and
+#   without the distributed optimizer (the experts' state sharded over expert-data), EP 2 x PP 2
 #   on 4 ranks, and EP 2 with token dropping (--moe-expert-capacity-factor 1, per rank);
 # and a checkpoint saved at EP 2 (each expert once, by its owner) resumes at EP 1, and one saved
 # at EP 1 resumes at EP 2, continuing as the run that saved it. (What EP refuses:
@@ -43,6 +44,8 @@ run ep2 2 "${args[@]}" --expert-model-parallel-size 2
 same one ep2 "EP 2 on 2 ranks (DP 2) and one process"
 run ep2dp4 4 "${args[@]}" --expert-model-parallel-size 2
 same one ep2dp4 "EP 2 on 4 ranks (DP 4, expert-data 2) and one process"
+run ep2dist 4 "${args[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer
+same one ep2dist "EP 2 on 4 ranks with the distributed optimizer and one process"
 run ep2pp2 4 "${args[@]}" --expert-model-parallel-size 2 --pipeline-model-parallel-size 2
 same one ep2pp2 "EP 2 x PP 2 on 4 ranks and one process"
 run drop1 1 "${args[@]}" --moe-expert-capacity-factor 1

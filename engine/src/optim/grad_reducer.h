@@ -49,8 +49,8 @@ class GradReducer {
   // device, or null / of size 1 (nothing to reduce). Errors: out of memory for the receive
   // buffers (the device's sentence).
   // edp: the expert-data communicator (device), which sums the buckets of expert-parallel
-  // experts (ParamTensor::expert_parallel; null or of size 1: nothing to reduce); the
-  // distributed optimizer does not take them (the trainer refuses it with EP > 1).
+  // experts (ParamTensor::expert_parallel; null or of size 1: nothing to reduce) and with the
+  // distributed optimizer shards them (distributed_shard's edp and edp_rank).
   static Result<std::unique_ptr<GradReducer>> create(Device& device, Stream& dp_stream,
                                                      const ParamLayout& layout, Comm* dp,
                                                      bool distributed, size_t bucket_elems,
@@ -92,6 +92,11 @@ class GradReducer {
               bool distributed, size_t bucket_elems, T* grads, T* params, Comm* edp);
   bool allocated() const;
   Status launch(Bucket& b);
+  // The communicator that reduces bucket b (null: nothing to reduce), its size and this rank's
+  // place in it.
+  Comm* comm_of(const Bucket& b) const { return b.expert ? edp_ : dp_; }
+  int ranks_of(const Bucket& b) const { return comm_of(b) ? comm_of(b)->size() : 1; }
+  int rank_of(const Bucket& b) const { return comm_of(b) ? comm_of(b)->rank() : 0; }
 
   Device& device_;
   Stream* stream_ = nullptr;  // the data-parallel side stream (null: nothing to reduce)

@@ -327,10 +327,6 @@ std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
   // rank's share of the experts yet.
   if (const int ep = o.parallel.expert_model_parallel_size; ep > 1) {
     const std::string with = "--expert-model-parallel-size " + str(ep);
-    if (o.parallel.use_distributed_optimizer)
-      refusals.push_back(with +
-                         " does not combine with --use-distributed-optimizer yet (the experts' "
-                         "optimizer state is not sharded over the expert-data group)");
     if (!o.save_hf.empty())
       refusals.push_back(with + " does not combine with --save-hf yet (the whole model is "
                                 "gathered from data-parallel rank 0, which holds some experts)");

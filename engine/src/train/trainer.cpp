@@ -269,7 +269,9 @@ Status Trainer<T>::build_model() {
     if (!buckets) return buckets.status();
     // The chunk's optimizer shard is cut as its reducer's buckets (optimizer_shard.h).
     Result<std::unique_ptr<AdamW<T>>> adam = AdamW<T>::create(
-        device, optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank()),
+        device,
+        optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank(),
+                        g_.expert_data->size(), g_.expert_data->rank()),
         o_.optim);
     if (!adam) return adam.status();
     rank_.optimizers.push_back(std::move(*adam));
@@ -526,18 +528,22 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     skipped = *skip;
   }
   // Global norm: each parameter counted once over the model-parallel group; with the
-  // distributed optimizer each data-parallel rank holds a shard, so sum over the world. Under
+  // distributed optimizer each data-parallel rank holds a shard, so sum over the world (an
+  // expert-parallel expert's shards over its expert-data group: once too). Without it, under
   // expert parallelism each EP rank holds other experts: their squares are summed over the EP
-  // group first (the distributed optimizer is refused with EP > 1).
+  // group first.
+  const bool distributed = o_.parallel.use_distributed_optimizer;
+  const bool experts_apart = g_.layout.ep > 1 && !distributed;
   double squares = 0, expert_squares = 0;
   for (size_t c = 0; c < rank_.chunks.size(); c++) {
-    squares += rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads(), NormPart::kDense);
-    if (g_.layout.ep > 1)
+    squares += rank_.optimizers[c]->sum_squares(
+        rank_.chunks[c]->grads(), experts_apart ? NormPart::kDense : NormPart::kAll);
+    if (experts_apart)
       expert_squares +=
           rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads(), NormPart::kExperts);
   }
-  if (g_.layout.ep > 1) squares += all_reduce_scalar(expert_squares, *g_.expert);
-  Comm& norm_group = o_.parallel.use_distributed_optimizer ? *g_.world : *g_.model;
+  if (experts_apart) squares += all_reduce_scalar(expert_squares, *g_.expert);
+  Comm& norm_group = distributed ? *g_.world : *g_.model;
   norm = std::sqrt(all_reduce_scalar(squares, norm_group));
   // Instability, the same on every rank (all-reduced loss and norm); an --fp16 overflow is the
   // scaler's, not an event. skip and stop leave the weights as they are.
