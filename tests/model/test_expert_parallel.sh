@@ -6,8 +6,9 @@
 #   EP 2 on 2 ranks (DP 2, expert-data 1), EP 2 on 4 ranks (DP 4, expert-data 2) with and
 #   without the distributed optimizer (the experts' state sharded over expert-data), EP 2 x PP 2
 #   on 4 ranks, and EP 2 with token dropping (--moe-expert-capacity-factor 1, per rank);
-# and a checkpoint saved at EP 2 (each expert once, by its owner) resumes at EP 1, and one saved
-# at EP 1 resumes at EP 2, continuing as the run that saved it. (What EP refuses:
+# and a checkpoint saved at EP 2 (each expert once, by its owner) resumes at EP 1, one saved
+# at EP 1 resumes at EP 2, and one of EP 2 with the distributed optimizer at EP 1 without it,
+# each continuing as the run that saved it. (What EP refuses:
 # test_layout_5d.)
 # usage: test_expert_parallel.sh LATTICE MPIEXEC
 set -euo pipefail
@@ -88,5 +89,12 @@ run load_ep2 2 "${ck[@]}" --expert-model-parallel-size 2 --load ck_ep1 --ckpt-st
 tail -n 2 save_ep1.txt > saved.txt
 tail -n 2 load_ep2.txt > resumed.txt
 same saved resumed "iterations 3-4 resumed at EP 2 from the EP 1 checkpoint and the EP 1 run"
+# The distributed optimizer's shards (the experts' over expert-data) on 4 ranks, resumed at EP 1
+# without it.
+run save_dist 4 "${ck[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer --save ck_dist
+run load_dist 4 "${ck[@]}" --load ck_dist --ckpt-step 2 --save ck_unused3
+tail -n 2 save_dist.txt > saved.txt
+tail -n 2 load_dist.txt > resumed.txt
+same saved resumed "iterations 3-4 resumed at EP 1 from the EP 2 distributed-optimizer checkpoint"
 
-echo "EP 2 (DP 2, DP 4, PP 2, token dropping) equals one process; EP 2 <-> EP 1 checkpoints resume"
+echo "EP 2 (DP 2, DP 4, distributed optimizer, PP 2, token dropping) equals one process; EP 2 <-> EP 1 checkpoints resume"
