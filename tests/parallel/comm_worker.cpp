@@ -196,6 +196,73 @@ void check_all_gather(Comm& comm, Checker& c, const std::vector<size_t>& counts,
   c.equal_all(name, expected, recv);
 }
 
+// ---- all_to_all: unequal counts, zeros included, every bit carried ------------------------
+
+// How many elements rank `from` sends rank `to` in round `seed`: unequal, zero for about a
+// quarter of the pairs (a rank to itself included), `scale` times larger for the pieces check.
+size_t a2a_count(int from, int to, int seed, size_t scale) {
+  if ((from + 2 * to + seed) % 4 == 0) return 0;
+  return scale * static_cast<size_t>((from * 5 + to * 3 + seed) % 7 + 1);
+}
+
+// The bits of element i of the block `from` sends `to`: arbitrary patterns (NaN payloads,
+// denormals, negative zero) that an arithmetic path would change.
+template <typename Bits>
+Bits a2a_bits(int from, int to, size_t i) {
+  const uint32_t h = static_cast<uint32_t>(from * 2654435761u) ^
+                     static_cast<uint32_t>(to * 40503u) ^ static_cast<uint32_t>(i * 2246822519u);
+  return static_cast<Bits>(h ^ (h >> 13));
+}
+
+// One all_to_all of `Bits`-wide elements moved as `type` (fp32 or bf16): blocking, async on a
+// side stream, or on the compute stream.
+template <typename Bits>
+void check_all_to_all(Comm& comm, Checker& c, DType type, const char* type_name, int seed,
+                      size_t scale, Stream* stream, CpuDevice* device) {
+  const int size = comm.size(), rank = comm.rank();
+  const std::string name = std::string("all_to_all ") + type_name + " round " +
+                           std::to_string(seed) + (stream ? " on " + stream->name() : "");
+  std::vector<size_t> send_counts(size), recv_counts(size);
+  for (int p = 0; p < size; p++) {
+    send_counts[p] = a2a_count(rank, p, seed, scale);
+    recv_counts[p] = a2a_count(p, rank, seed, scale);
+  }
+  std::vector<Bits> send, expected;
+  for (int p = 0; p < size; p++) {
+    for (size_t i = 0; i < send_counts[p]; i++) send.push_back(a2a_bits<Bits>(rank, p, i));
+    for (size_t i = 0; i < recv_counts[p]; i++) expected.push_back(a2a_bits<Bits>(p, rank, i));
+  }
+  std::vector<Bits> recv(expected.size(), Bits(0x5a5a));
+  comm.reset_stats();
+  if (stream) {
+    c.ok(name, comm.all_to_all(send.data(), send_counts, recv.data(), recv_counts, type, *stream));
+    device->wait(device->compute(), device->record(*stream));
+  } else {
+    c.ok(name, comm.all_to_all(send.data(), send_counts, recv.data(), recv_counts, type));
+  }
+  c.equal_all(name, expected, recv);
+  c.equal(name + " stats all_to_all_bytes", 0, uint64_t{send.size() * sizeof(Bits)},
+          comm.stats().all_to_all_bytes);
+}
+
+void check_all_to_all_rounds(Comm& comm, Checker& c, size_t scale) {
+  for (int seed = 0; seed < 4; seed++) {
+    check_all_to_all<uint32_t>(comm, c, DType::kFloat32, "fp32", seed, scale, nullptr, nullptr);
+    check_all_to_all<uint16_t>(comm, c, DType::kBFloat16, "bf16", seed, scale, nullptr, nullptr);
+  }
+  // Nothing at all to move: every count zero.
+  const std::vector<size_t> none(comm.size(), 0);
+  float x = 0, y = 0;
+  c.ok("all_to_all of nothing", comm.all_to_all(&x, none, &y, none, DType::kFloat32));
+}
+
+void check_all_to_all_refusals(Comm& comm, Checker& c) {
+  float x = 0;
+  const Status wrong = comm.all_to_all(&x, std::vector<size_t>(comm.size() + 1, 0), &x,
+                                       std::vector<size_t>(comm.size(), 0), DType::kFloat32);
+  c.truth("all_to_all with size()+1 send counts", !wrong, "was accepted");
+}
+
 void check_broadcast_and_gather(Comm& comm, Checker& c, size_t n) {
   const int size = comm.size(), rank = comm.rank(), root = size - 1;
   std::vector<double> data(n, 0.0), expected(n);
@@ -515,6 +582,8 @@ void check_pieces(Comm& comm, Checker& c) {
   check_isend_irecv(comm, c, 0);
   check_half<lattice::bf16>(comm, c, "bf16 (pieces of 7)", 40);
   check_half<lattice::fp16>(comm, c, "fp16 (pieces of 7)", 40);
+  check_all_to_all_rounds(comm, c, 3);  // totals above 7: point-to-point pieces
+  check_all_to_all_rounds(comm, c, 1);
   lattice::set_mpi_max_count_for_testing(0);
 }
 
@@ -684,6 +753,12 @@ void check_streams(Comm& world, Checker& c) {
     check_stream_messages(device, **comm, c);
     check_stream_scatter_gather(device, **comm, c);
     check_stream_refusals(device, **comm, c);
+    for (int seed = 0; seed < 2; seed++) {
+      check_all_to_all<uint32_t>(**comm, c, DType::kFloat32, "fp32", seed, 5, &device.compute(),
+                                 &device);
+      check_all_to_all<uint16_t>(**comm, c, DType::kBFloat16, "bf16", seed, 5,
+                                 &side_stream(device, "expert " + std::to_string(seed)), &device);
+    }
     // Every side stream was synchronised: the communicator may go before the device.
   }
   lattice::set_comm_timeout(0.0);
@@ -719,6 +794,9 @@ int run_checks(Comm& comm) {
   check_split(comm, c);
   check_barrier_and_stats(comm, c);
   check_refusals(comm, c);
+  check_all_to_all_rounds(comm, c, 1);
+  check_all_to_all_rounds(comm, c, 1000);
+  check_all_to_all_refusals(comm, c);
   check_pieces(comm, c);
   check_streams(comm, c);
 

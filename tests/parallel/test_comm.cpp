@@ -131,6 +131,19 @@ class CommTest : public QObject {
     QCOMPARE(comm->stats().reduce_scatter_bytes, uint64_t{4});
   }
 
+  // A world of one sends its one block to itself; mismatched counts are refused.
+  void local_all_to_all_copies() {
+    auto comm = lattice::make_local_comm();
+    const std::vector<lattice::bf16> values = {lattice::to_bf16(2.5f), lattice::bf16{0x7f81}};
+    std::vector<lattice::bf16> recv(2, lattice::bf16{0});
+    QVERIFY(comm->all_to_all(values.data(), {2}, recv.data(), {2}, DType::kBFloat16));
+    QCOMPARE(recv[0].bits, values[0].bits);
+    QCOMPARE(recv[1].bits, uint16_t{0x7f81});
+    QCOMPARE(comm->stats().all_to_all_bytes, uint64_t{4});
+    QVERIFY(!comm->all_to_all(values.data(), {2}, recv.data(), {1}, DType::kBFloat16));
+    QVERIFY(!comm->all_to_all(values.data(), {1, 1}, recv.data(), {2}, DType::kBFloat16));
+  }
+
   void local_async_calls_are_complete_when_made() {
     auto comm = lattice::make_local_comm();
     std::vector<double> data = {1, 2}, out(2, 0);

@@ -334,8 +334,9 @@ class Layout5dTest : public QObject {
     QCOMPARE(lattice::with_default_global_batch(o, 8).global_batch_size, 3 * 4);  // DP 8 / 2
   }
 
-  // CP trains (test_context_parallel) without what its ring cannot reproduce yet; EP not yet.
-  void the_trainer_refuses_ep_and_what_cp_cannot_run() {
+  // CP trains (test_context_parallel) without what its ring cannot reproduce yet; EP trains
+  // (test_expert_parallel) without --save-hf and --eval-tasks.
+  void the_trainer_refuses_what_cp_and_ep_cannot_run() {
     const lattice::TrainOptions o =
         options(QStringList{"--context-parallel-size", "2", "--expert-model-parallel-size", "2",
                             "--sequence-parallel", "--tensor-model-parallel-size", "2"} +
@@ -344,8 +345,6 @@ class Layout5dTest : public QObject {
     QCOMPARE(joined(lattice::refusals(o, 8, lattice::cpu_capabilities())),
              QString("--context-parallel-size 2 needs --attention-dropout 0 (the ring attention "
                      "has no dropout)\n"
-                     "--expert-model-parallel-size > 1 is not yet supported by the trainer; "
-                     "`lattice plan` lays it out\n"
                      "--num-experts does not combine with --context-parallel-size 2 yet: MoE "
                      "layers run with context parallelism 1"));
     const QStringList no_dropout = {"--context-parallel-size", "2", "--attention-dropout", "0"};
@@ -355,6 +354,16 @@ class Layout5dTest : public QObject {
                           "trainer only for now (the ring attention has no GPU path yet); drop "
                           "--device cuda"));
     QVERIFY(lattice::refusals(options({}), 4, lattice::cpu_capabilities()).empty());
+    const QStringList ep = QStringList{"--expert-model-parallel-size", "2"} + expert_flags(2);
+    QVERIFY(lattice::refusals(options(ep), 4, lattice::cpu_capabilities()).empty());
+    QVERIFY(lattice::refusals(options(ep + QStringList{"--use-distributed-optimizer"}), 4,
+                              lattice::cpu_capabilities())
+                .empty());
+    QCOMPARE(joined(lattice::refusals(options(ep + QStringList{"--save-hf", "out"}), 4,
+                                      lattice::cpu_capabilities())),
+             QString("--expert-model-parallel-size 2 does not combine with --save-hf yet (the "
+                     "whole model is gathered from data-parallel rank 0, which holds some "
+                     "experts)"));
   }
 
 #ifdef LATTICE_MPIEXEC

@@ -6,7 +6,8 @@
 // Element types (lattice/dtype.h): every Comm takes every DType. Sums and maxima of bf16 and
 // fp16 are computed in fp32 and rounded once by MpiComm (MPI has no 16-bit arithmetic; Note
 // [16-bit reductions on MPI] in mpi_comm.cpp), in the 16-bit type by NcclComm; the operations
-// that only move data (all_gather, broadcast, gather, send, recv) carry every bit unchanged.
+// that only move data (all_gather, all_to_all, broadcast, gather, send, recv) carry every bit
+// unchanged.
 //
 // Ordering contract: collectives (blocking or async) are called in the same order on every
 // rank of a communicator, with the same counts and types. Point-to-point messages match by
@@ -18,12 +19,12 @@
 // operation and the rank. A rank that cannot go on calls abort(), which ends the whole job
 // (every rank, no hang) after printing its message.
 //
-// Stream-ordered calls (docs/one-engine.md 3.4): all_reduce, all_gather, reduce_scatter, send
-// and recv with a Stream& (device/device.h) are queued on a stream of the device that made the
-// communicator (Device::make_comm): they start after the work queued there before them, work
-// queued after them sees their result, and the host does not wait for them. How each Comm
-// keeps that: MpiComm by Note [CPU stream order] (device/cpu_device.h), NcclComm on the
-// stream's cudaStream_t, LocalComm by copying or doing nothing.
+// Stream-ordered calls (docs/one-engine.md 3.4): all_reduce, all_gather, reduce_scatter,
+// all_to_all, send and recv with a Stream& (device/device.h) are queued on a stream of the
+// device that made the communicator (Device::make_comm): they start after the work queued there
+// before them, work queued after them sees their result, and the host does not wait for them.
+// How each Comm keeps that: MpiComm by Note [CPU stream order] (device/cpu_device.h), NcclComm
+// on the stream's cudaStream_t, LocalComm by copying or doing nothing.
 //
 // Waiting (docs/design-notes.md#collective-timeout): a rank that waits in an operation for a
 // peer that has died, or longer than set_comm_timeout() allows, ends the job itself with a
@@ -55,6 +56,7 @@ enum class ReduceOp { kSum, kMax };
 struct CommStats {
   uint64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0;
   uint64_t broadcast_bytes = 0, gather_bytes = 0, send_bytes = 0, recv_bytes = 0;
+  uint64_t all_to_all_bytes = 0;  // what this rank sent (the send counts' total)
   uint64_t calls = 0;
   double wait_seconds = 0;  // blocking calls and wait() together
 };
@@ -92,6 +94,13 @@ class Comm {
   virtual Status send(const void* data, size_t count, DType type, int peer, int tag) = 0;
   virtual Status recv(void* data, size_t count, DType type, int peer, int tag) = 0;
   virtual Status barrier() = 0;
+  // Every rank sends block p of send (send_counts[p] elements; blocks in rank order) to rank p
+  // and receives rank p's block for it as block p of recv (recv_counts[p]); send_counts[p] on
+  // rank r equals recv_counts[r] on rank p (a zero count sends nothing). send and recv do not
+  // overlap. Only moves data: every bit arrives unchanged. Expert parallelism's token dispatch.
+  // MpiComm sends it as point-to-point messages on tag 32767: keep that tag off other messages.
+  virtual Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                            const std::vector<size_t>& recv_counts, DType type) = 0;
 
   virtual std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
                                                         ReduceOp op) = 0;
@@ -129,6 +138,10 @@ class Comm {
                                 Stream& stream) = 0;
   virtual Status send(const void* data, size_t count, DType type, int peer, Stream& stream) = 0;
   virtual Status recv(void* data, size_t count, DType type, int peer, Stream& stream) = 0;
+  // all_to_all above, queued on the stream.
+  virtual Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                            const std::vector<size_t>& recv_counts, DType type,
+                            Stream& stream) = 0;
   // The two above with a count per rank (the data-parallel buckets' shards, shard_counts in
   // optim/grad_buckets.h: equal shares, the first ranks one more): recv (counts[rank()]) = this
   // rank's block of the sum of send (the counts' total); recv (the total) = every rank's send

@@ -150,20 +150,26 @@ Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::C
   for (size_t c = 0; c < parts.chunks.size(); c++) {
     const ChunkWeights& chunk = parts.chunks[c];
     const auto& tensors = chunk.layout->tensors();
-    // The weights of data-parallel (and context-parallel) rank 0: the others hold copies.
+    // The weights of data-parallel (and context-parallel) rank 0: the others hold copies. An
+    // expert-parallel rank's experts (ParamTensor::expert_parallel) from expert-data rank 0 of
+    // its EP rank instead: each expert once, under its global name, so any EP size loads it.
     const bool first_replica = me.dp == 0 && me.cp == 0;
-    if (first_replica)
-      for (const ParamTensor& t : tensors)
-        if (t.counts_in_norm && in_set(parts.tensors, t))
-          add("model", t, chunk.params + t.offset, 0, static_cast<int64_t>(t.numel));
+    const bool first_expert_replica =
+        parts.layout && parts.layout->ep > 1 && parts.layout->expert_coord(rank).edp == 0;
+    auto saves = [&](const ParamTensor& t) {
+      return t.expert_parallel ? first_expert_replica : first_replica;
+    };
+    for (const ParamTensor& t : tensors)
+      if (saves(t) && t.counts_in_norm && in_set(parts.tensors, t))
+        add("model", t, chunk.params + t.offset, 0, static_cast<int64_t>(t.numel));
     if (c >= parts.moments.size()) continue;
-    const bool owner = parts.distributed_optimizer || first_replica;
-    if (!owner) continue;
+    if (!parts.distributed_optimizer && !first_replica && !first_expert_replica) continue;
     for (const MomentPiece& view : parts.moments[c]) {
       const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const ParamTensor& t) {
         return view.offset >= t.offset && view.offset < t.offset + t.numel;
       });
       if (it == tensors.end() || !it->counts_in_norm) continue;
+      if (!parts.distributed_optimizer && !saves(*it)) continue;
       const int64_t begin = static_cast<int64_t>(view.offset - it->offset);
       const int64_t end = begin + static_cast<int64_t>(view.numel);
       add("exp_avg", *it, view.exp_avg, begin, end);

@@ -67,6 +67,8 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
       rotary_dim_(config.rope() ? config.rotary_dim() : 0) {
   cp_ = std::max(1, shard.cp_size);
   cp_rank_ = shard.cp_rank;
+  ep_ = std::max(1, shard.ep_size);
+  ep_rank_ = shard.ep_rank;
 }
 
 template <typename A>
@@ -95,10 +97,11 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
     return a;
   }
   // Note [MoE layer] (gpt_moe.cpp): S = N k rows of expert width; at least a dense layer's.
-  const size_t S = static_cast<size_t>(N_) * k_, Nk = S;
+  // Under expert parallelism this rank's experts may get every EP rank's rows: Sl = EP S.
+  const size_t S = static_cast<size_t>(N_) * k_, Nk = S, Sl = S * ep_;
   a.fc1 =
-      from.template take<A>(std::max(S * upm_, static_cast<size_t>(N_) * up_), MC::kActivations);
-  a.gelu = from.template take<A>(std::max(S * Fm_, NF), MC::kActivations);
+      from.template take<A>(std::max(Sl * upm_, static_cast<size_t>(N_) * up_), MC::kActivations);
+  a.gelu = from.template take<A>(std::max(Sl * Fm_, NF), MC::kActivations);
   a.router_probs = from.template take<G>(static_cast<size_t>(N_) * E_, MC::kActivations);
   a.route = from.template take<int32_t>(Nk, MC::kActivations);
   a.route_weight = from.template take<G>(Nk, MC::kActivations);
@@ -106,7 +109,10 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   a.slot_row = from.template take<int32_t>(S, MC::kActivations);
   a.tokens_per_expert = from.template take<int32_t>(E_, MC::kActivations);
   a.expert_counts = from.template take<int32_t>(E_, MC::kActivations);
-  a.expert_in = from.template take<A>(S * C_, MC::kActivations);
+  if (ep_ > 1)
+    a.expert_counts_all =
+        from.template take<int32_t>(static_cast<size_t>(ep_) * E_, MC::kActivations);
+  a.expert_in = from.template take<A>(Sl * C_, MC::kActivations);
   a.expert_out = from.template take<A>(S * C_, MC::kActivations);
   return a;
 }
@@ -160,12 +166,29 @@ Status GptModel<A>::allocate() {
                                  static_cast<double>(config_.moe_expert_capacity_factor));
       capacity_ = c > N_ ? 0 : static_cast<int>(c);
     }
-    const size_t S = static_cast<size_t>(N_) * k_;
+    // Note [expert parallelism] (gpt_moe.cpp): this rank's experts, E / EP of them.
+    if (ep_ > 1 && (E_ % ep_ != 0 || !ep_comm_ || ep_comm_->size() != ep_))
+      return Status::internal("GptModel: expert parallelism " + std::to_string(ep_) +
+                              " without its EP communicator or not dividing the " +
+                              std::to_string(E_) + " experts");
+    if (ep_ > 1 && !device_.capabilities().host_addressable)
+      return Status::invalid_argument(
+          "--expert-model-parallel-size " + std::to_string(ep_) + " runs on the CPU for now (its "
+          "token regrouping reads host memory): use --device cpu, or EP 1 on " +
+          device_.describe());
+    El_ = E_ / ep_;
+    ep_first_ = El_ * ep_rank_;
+    const size_t S = static_cast<size_t>(N_) * k_, Sl = S * ep_;
     moe_logits_ = take<A>(static_cast<size_t>(N_) * E_, MC::kWorkspace);
     moe_dweight_ = take<G>(S, MC::kWorkspace);
     moe_d_rows_ = take<A>(S * C_, MC::kWorkspace);
-    moe_d_act_ = take<A>(S * Fm_, MC::kWorkspace);
-    if (swiglu_) moe_d_up_ = take<A>(2 * S * Fm_, MC::kWorkspace);
+    moe_d_act_ = take<A>(Sl * Fm_, MC::kWorkspace);
+    if (swiglu_) moe_d_up_ = take<A>(2 * Sl * Fm_, MC::kWorkspace);
+    if (ep_ > 1) {
+      moe_send_ = take<A>(S * C_, MC::kWorkspace);
+      moe_recv_ = take<A>(Sl * C_, MC::kWorkspace);
+      moe_local_ = take<A>(Sl * C_, MC::kWorkspace);
+    }
     moe_aux_ = take<G>(L_, MC::kWorkspace);
     device_.zero(moe_aux_, L_ * sizeof(G), compute());
   }
@@ -259,7 +282,7 @@ template <typename A>
 Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& config, int micro_batch,
                                                          Device& device, const ModelShard& shard,
                                                          Comm* tp, const RecomputePlan& recompute,
-                                                         Comm* cp) {
+                                                         Comm* cp, Comm* ep) {
   Ops<A>* ops = device.ops<A>();
   if (!ops)
     return Status::invalid_argument("GptModel: " + device.describe() + " has no op list for " +
@@ -270,6 +293,7 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
                             std::to_string(recompute.group_start.size()) + " layers, not " +
                             std::to_string(m->L_));
   m->recompute_ = recompute;
+  m->ep_comm_ = m->ep_ > 1 ? ep : nullptr;
   if (m->cp_ > 1) {  // Note [context parallelism] in gpt_layer.cpp
     if (!cp || cp->size() != m->cp_)
       return Status::internal("GptModel: context parallelism without its CP communicator");

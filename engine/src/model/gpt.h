@@ -85,10 +85,12 @@ struct LayerActivations {
   A* ln2;       // (R, C)
   G* ln2_mean;  // (R), null with RMSNorm
   G* ln2_rstd;  // (R)
-  A* fc1;       // (N, Ft) before GELU; (N, 2Ft) gate | up with SwiGLU; MoE: (S, Fm')
-  A* gelu;      // (N, Ft) the activation's output (GELU or SwiGLU); MoE: (S, Fm)
+  A* fc1;       // (N, Ft) before GELU; (N, 2Ft) gate | up with SwiGLU; MoE: (Sl, Fm')
+  A* gelu;      // (N, Ft) the activation's output (GELU or SwiGLU); MoE: (Sl, Fm)
   // An MoE layer's (Note [MoE layer] in gpt_moe.cpp; E experts, k routes a token, S = N k
   // permuted rows of which the kept routes use the first sum(expert_counts)); null when dense.
+  // Expert parallelism (EP > 1, Note [expert parallelism] in gpt_moe.cpp): this rank's E/EP
+  // experts run on Sl = EP S rows at most, those every EP rank sent them.
   G* router_probs;             // (N, E) the router's softmax over every expert
   int32_t* route;              // (N, k) each token's experts
   G* route_weight;             // (N, k) their weights (renormalised over the k)
@@ -96,8 +98,11 @@ struct LayerActivations {
   int32_t* slot_row;           // (S) each permuted row's token
   int32_t* tokens_per_expert;  // (E) routes to each expert before dropping (the aux loss's)
   int32_t* expert_counts;      // (E) kept routes: expert e's block of permuted rows
-  A* expert_in;                // (S, C) the permuted ln2 rows
-  A* expert_out;               // (S, C) each kept route's expert output
+  // (EP, E) every EP rank's expert_counts (EP > 1; null at EP 1): what this rank's experts got
+  // from each rank.
+  int32_t* expert_counts_all;
+  A* expert_in;   // (Sl, C) this rank's experts' input rows (EP 1: the permuted ln2 rows)
+  A* expert_out;  // (S, C) each kept route's expert output, back in this rank's permuted order
 };
 
 // "" when host positions (B, T) describe contiguous packed documents (Note [packed sequences]:
@@ -167,7 +172,7 @@ class GptModel {
                                                   Device& device, const ModelShard& shard = {},
                                                   Comm* tp = nullptr,
                                                   const RecomputePlan& recompute = {},
-                                                  Comm* cp = nullptr);
+                                                  Comm* cp = nullptr, Comm* ep = nullptr);
   // The whole model of `config` on host_device() (device/cpu_device.h), for tests and tools
   // that run it in this process (no tensor or pipeline parallelism, nothing recomputed).
   // Throws std::runtime_error with the device's out-of-memory sentence.
@@ -330,6 +335,13 @@ class GptModel {
   // the router's and experts' gradients (d_out may alias d_ln2).
   void moe_experts_forward(int l, const LayerActivations<A>& la, const A* ln2);
   void moe_combine_forward(int l, const LayerActivations<A>& la, bool training);
+  // Expert parallelism's moves (Note [expert parallelism]): this rank's permuted rows `mine`
+  // (S, C) to the experts' owners, regrouped expert-major into `local` (Sl, C), after the EP
+  // ranks exchange their counts (exchange_counts: the forward; the backward reuses them); and
+  // back. moe_local_counts: (El) the rows each of this rank's experts holds.
+  std::vector<int> moe_local_counts(const LayerActivations<A>& la);
+  void moe_dispatch(const LayerActivations<A>& la, const A* mine, A* local, bool exchange_counts);
+  void moe_undispatch(const LayerActivations<A>& la, const A* local, A* mine);
   void moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
                     float grad_scale);
   // la's expert_counts (E) on the host: themselves where the device's memory is host memory,
@@ -497,13 +509,22 @@ class GptModel {
   // MoE (null without MoE layers; E experts, k routes a token, S = N k, Fm this TP rank's
   // slice of the expert width, Fm' = 2 Fm with SwiGLU).
   int E_ = 0, k_ = 0, Fm_ = 0, upm_ = 0;
+  // Expert parallelism (Note [expert parallelism] in gpt_moe.cpp): EP size and rank, the EP
+  // communicator (ep_ > 1), this rank's El = E / EP experts, from global expert ep_first_.
+  int ep_ = 1, ep_rank_ = 0, El_ = 0, ep_first_ = 0;
+  Comm* ep_comm_ = nullptr;
+  // (S, C) this rank's permuted rows going out, (Sl, C) the rows in the all-to-all's order
+  // (source rank major), (Sl, C) this rank's experts' output rows; null at EP 1.
+  A* moe_send_ = nullptr;
+  A* moe_recv_ = nullptr;
+  A* moe_local_ = nullptr;
   int capacity_ = 0;          // routes an expert keeps (0: no dropping)
   bool any_moe_ = false;      // the chunk has MoE layers
   A* moe_logits_ = nullptr;   // (N, E) router logits, then their gradient
   G* moe_dweight_ = nullptr;  // (N, k) the route weights' gradient
   A* moe_d_rows_ = nullptr;   // (S, C) d expert_out, then d expert_in
-  A* moe_d_act_ = nullptr;    // (S, Fm)
-  A* moe_d_up_ = nullptr;     // (S, 2Fm) SwiGLU
+  A* moe_d_act_ = nullptr;    // (Sl, Fm)
+  A* moe_d_up_ = nullptr;     // (Sl, 2Fm) SwiGLU
   G* moe_aux_ = nullptr;      // (L) each layer's load-balancing loss of the last forward
   double moe_aux_sum_ = 0;    // take_moe_aux_loss_sum's
   std::vector<int32_t> moe_counts_host_;  // (E) moe_host_counts' copy

@@ -34,7 +34,25 @@
 // before it enters the router, whose d logits are then whole on every rank: the router's and
 // fc2 bias's gradients are whole on each rank (not summed over TP), and only tp_rank 0 adds
 // the router's share of d ln2 to the partial sum the caller reduces.
+//
+// Note [expert parallelism] (--expert-model-parallel-size EP, Megatron's alltoall token
+// dispatcher): EP rank p holds experts [p E/EP, (p+1) E/EP) (ParamLayout, Note [MoE layout]);
+// the rest of the layer is whole on every EP rank. Routing, the dispatch plan, token dropping
+// and the load-balancing loss run per rank on its own N tokens over all E experts, as at EP 1.
+// The permuted rows (expert-major over all E) then go to their experts' owners: the ranks
+// all-gather their (E) kept counts over the EP group, all_to_all sends each owner its experts'
+// block, and the owner regroups what it got (source-rank major) expert-major over its own
+// experts (each expert's rows from rank 0, then rank 1, ...), runs its experts' GEMMs there and
+// sends the outputs back by the reverse all_to_all into expert_out, in this rank's permuted
+// order, where the combine reads them unchanged. Backward mirrors it: d expert_out goes to the
+// experts as the rows did, d expert_in comes back. Every row meets the same expert weights and
+// the same arithmetic as at EP 1 (a GEMM row depends on its own input row only), so the
+// outputs are bit for bit those of one process; an expert's weight gradient sums its rows in
+// another order (rank by rank), summed over the expert-data group afterwards (GradReducer).
+// The all-to-alls run on the EP communicator of this rank's TP coordinate (per TP rank), so
+// tensor parallelism inside each expert composes with them.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "model/gpt.h"
@@ -52,11 +70,16 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
     ops_.moe_dispatch_plan(la.tokens_per_expert, la.expert_counts, la.route_slot, la.slot_row,
                            la.route, la.route_weight, N, E, k, capacity_);
   }
-  const int32_t* counts = moe_host_counts(la);
-  const int rows = std::accumulate(counts, counts + E, 0);
-  ops_.moe_gather_rows(la.expert_in, ln2, la.slot_row, rows, C);
+  const int32_t* kept = moe_host_counts(la);  // this rank's rows per expert, all E
+  const int mine = std::accumulate(kept, kept + E, 0);
+  ops_.moe_gather_rows(ep_ > 1 ? moe_send_ : la.expert_in, ln2, la.slot_row, mine, C);
+  if (ep_ > 1) moe_dispatch(la, moe_send_, la.expert_in, true);
+  // This rank's experts and their rows (EP 1: every expert, the permuted rows themselves).
+  const std::vector<int> counts = moe_local_counts(la);
+  const int rows = std::accumulate(counts.begin(), counts.end(), 0);
+  A* out = ep_ > 1 ? moe_local_ : la.expert_out;
   OpTimer timer(*this, Op::kMatmulForward);
-  for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
+  for (int e = 0, r0 = 0; e < El_; r0 += counts[e++]) {
     const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
@@ -70,14 +93,108 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
                           Epilogue::kGelu);
   }
   if (swiglu_ && rows > 0) ops_.swiglu_forward(la.gelu, la.fc1, rows, Fm_);
-  for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
+  for (int e = 0, r0 = 0; e < El_; r0 += counts[e++]) {
     const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
-    ops_.matmul_forward(la.expert_out + static_cast<size_t>(r0) * C, nullptr,
+    ops_.matmul_forward(out + static_cast<size_t>(r0) * C, nullptr,
                         la.gelu + static_cast<size_t>(r0) * Fm_, x.fc2_w,
                         tp_rank_ == 0 ? x.fc2_b : nullptr, n, Fm_, C, Epilogue::kNone);
   }
+  if (ep_ > 1) moe_undispatch(la, moe_local_, la.expert_out);
+}
+
+template <typename A>
+std::vector<int> GptModel<A>::moe_local_counts(const LayerActivations<A>& la) {
+  if (ep_ == 1) {
+    const int32_t* kept = moe_host_counts(la);
+    return std::vector<int>(kept, kept + E_);
+  }
+  // EP > 1 runs where device memory is host memory (GptModel::allocate refuses it elsewhere).
+  std::vector<int> counts(El_, 0);
+  for (int e = 0; e < El_; e++) {
+    for (int p = 0; p < ep_; p++)
+      counts[e] += la.expert_counts_all[static_cast<size_t>(p) * E_ + ep_first_ + e];
+  }
+  return counts;
+}
+
+namespace {
+// Note [expert parallelism]: the all-to-all's blocks. Rank `me` sends rank p the rows of p's
+// experts (counts[me][p El .. (p+1) El), contiguous in its expert-major order) and receives
+// from p the rows p routed to its own experts; within a received block, expert by expert.
+// counts: (EP, E) every rank's kept rows per expert; C: row width (elements).
+struct ExpertBlocks {
+  std::vector<size_t> send, recv;  // (EP) elements
+};
+ExpertBlocks expert_blocks(const int32_t* counts, int ep, int me, int E, int C) {
+  const int El = E / ep;
+  ExpertBlocks b{std::vector<size_t>(ep, 0), std::vector<size_t>(ep, 0)};
+  for (int p = 0; p < ep; p++)
+    for (int e = 0; e < El; e++) {
+      b.send[p] += static_cast<size_t>(counts[static_cast<size_t>(me) * E + p * El + e]) * C;
+      b.recv[p] += static_cast<size_t>(counts[static_cast<size_t>(p) * E + me * El + e]) * C;
+    }
+  return b;
+}
+
+// Between the all-to-all's order of this rank's experts' rows (source rank major, then expert)
+// and the experts' order (expert major, then source rank): row blocks copied one by one (the
+// CPU's memory: MoE runs on the CPU alone, Note [MoE layer]). to_experts: the first direction.
+template <typename A>
+void regroup(const int32_t* counts, int ep, int me, int E, int C, const A* from, A* to,
+             bool to_experts) {
+  const int El = E / ep;
+  // Each (source p, expert e) block's first row in both orders.
+  std::vector<size_t> by_source(static_cast<size_t>(ep) * El), by_expert(by_source.size());
+  size_t row = 0;
+  for (int p = 0; p < ep; p++)
+    for (int e = 0; e < El; e++) {
+      by_source[static_cast<size_t>(p) * El + e] = row;
+      row += counts[static_cast<size_t>(p) * E + me * El + e];
+    }
+  row = 0;
+  for (int e = 0; e < El; e++)
+    for (int p = 0; p < ep; p++) {
+      by_expert[static_cast<size_t>(p) * El + e] = row;
+      row += counts[static_cast<size_t>(p) * E + me * El + e];
+    }
+  for (int p = 0; p < ep; p++)
+    for (int e = 0; e < El; e++) {
+      const size_t n = counts[static_cast<size_t>(p) * E + me * El + e];
+      const size_t i = static_cast<size_t>(p) * El + e;
+      const size_t src = to_experts ? by_source[i] : by_expert[i];
+      const size_t dst = to_experts ? by_expert[i] : by_source[i];
+      if (n > 0) std::memcpy(to + dst * C, from + src * C, n * C * sizeof(A));
+    }
+}
+}  // namespace
+
+template <typename A>
+void GptModel<A>::moe_dispatch(const LayerActivations<A>& la, const A* mine, A* local,
+                               bool exchange_counts) {
+  Comm& ep = *ep_comm_;
+  // A failed collective ends the job: the EP ranks could not agree on the rows otherwise.
+  auto check = [&ep](const char* what, Status s) {
+    if (!s) ep.abort(std::string("expert-parallel ") + what + " failed: " + s.message(), 1);
+  };
+  if (exchange_counts)
+    check("count exchange",
+          ep.all_gather(la.expert_counts, la.expert_counts_all,
+                        std::vector<size_t>(ep_, static_cast<size_t>(E_)), DType::kInt32));
+  const ExpertBlocks b = expert_blocks(la.expert_counts_all, ep_, ep_rank_, E_, C_);
+  check("token dispatch",
+        ep.all_to_all(mine, b.send, moe_recv_, b.recv, dtype_of<A>()));
+  regroup(la.expert_counts_all, ep_, ep_rank_, E_, C_, moe_recv_, local, true);
+}
+
+template <typename A>
+void GptModel<A>::moe_undispatch(const LayerActivations<A>& la, const A* local, A* mine) {
+  Comm& ep = *ep_comm_;
+  const ExpertBlocks b = expert_blocks(la.expert_counts_all, ep_, ep_rank_, E_, C_);
+  regroup(la.expert_counts_all, ep_, ep_rank_, E_, C_, local, moe_recv_, false);
+  if (Status s = ep.all_to_all(moe_recv_, b.recv, mine, b.send, dtype_of<A>()); !s)
+    ep.abort("expert-parallel token combine failed: " + s.message(), 1);
 }
 
 template <typename A>
@@ -133,15 +250,21 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
                             la.route_slot, N, C, k);
   if (t_ > 1)  // each rank's dot with its partial expert outputs
     tp_all_reduce(moe_dweight_, static_cast<size_t>(N) * k, dtype_of<G>(), ReduceOp::kSum);
-  const int32_t* counts = moe_host_counts(la);
-  const int rows = std::accumulate(counts, counts + E, 0);
-  for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
+  // Note [expert parallelism]: d expert_out to this rank's experts (EP 1: in place).
+  A* d_expert = moe_d_rows_;
+  if (ep_ > 1) {
+    moe_dispatch(la, moe_d_rows_, moe_local_, false);  // the forward's counts
+    d_expert = moe_local_;
+  }
+  const std::vector<int> counts = moe_local_counts(la);
+  const int rows = std::accumulate(counts.begin(), counts.end(), 0);
+  for (int e = 0, r0 = 0; e < El_; r0 += counts[e++]) {
     const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
     const ExpertParams<G> gx = layout_.grad_expert(grads_, l, e);
     ops_.matmul_backward(moe_d_act_ + static_cast<size_t>(r0) * Fm_, gx.fc2_w, gx.fc2_b,
-                         moe_d_rows_ + static_cast<size_t>(r0) * C,
+                         d_expert + static_cast<size_t>(r0) * C,
                          la.gelu + static_cast<size_t>(r0) * Fm_, x.fc2_w, n, Fm_, C);
   }
   A* d_fc1 = swiglu_ ? moe_d_up_ : moe_d_act_;  // (rows, Fm')
@@ -151,16 +274,18 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
     else
       ops_.gelu_backward(moe_d_act_, la.fc1, moe_d_act_, static_cast<size_t>(rows) * Fm_);
   }
-  for (int e = 0, r0 = 0; e < E; r0 += counts[e++]) {
+  for (int e = 0, r0 = 0; e < El_; r0 += counts[e++]) {
     const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
     const ExpertParams<G> gx = layout_.grad_expert(grads_, l, e);
     // d expert_in over d expert_out's rows (each expert reads and writes its own block).
-    ops_.matmul_backward(moe_d_rows_ + static_cast<size_t>(r0) * C, gx.fc1_w, gx.fc1_b,
+    ops_.matmul_backward(d_expert + static_cast<size_t>(r0) * C, gx.fc1_w, gx.fc1_b,
                          d_fc1 + static_cast<size_t>(r0) * upm_,
                          la.expert_in + static_cast<size_t>(r0) * C, x.fc1_w, n, C, upm_);
   }
+  // d expert_in back to the ranks whose rows they are, in their permuted order.
+  if (ep_ > 1) moe_undispatch(la, moe_local_, moe_d_rows_);
   // The router: the weights' gradient and the load-balancing loss's (Note [MoE layer]) through
   // the softmax into d logits, then d ln2 = d logits R plus each kept route's d expert_in.
   const double aux_scale = config_.aux_loss_coeff() * static_cast<double>(grad_scale) * N;

@@ -22,11 +22,12 @@
 // norms, then instead of linear_fc1/linear_fc2 Megatron's SequentialMLP names:
 // `mlp.router.weight` (E, C), then per expert e `mlp.experts.local_experts.e.linear_fc1.weight`
 // (Fm', C) [.bias], `...linear_fc2.weight` (C, Fm) [.bias]: one tensor per expert, so a
-// checkpoint names every expert as Megatron's does and expert parallelism can later take a
-// contiguous range of them. Under tensor parallelism (expert TP = TP, Megatron's default) each
-// expert's fc1 is split by rows and fc2 by columns as the dense MLP's; the router and fc2's bias
-// are replicated, and their gradients are whole on every TP rank even with sequence
-// parallelism (the MoE layer runs on the gathered rows: Note [MoE layer]).
+// checkpoint names every expert as Megatron's does. Expert parallelism (ModelShard::ep_size)
+// gives each rank a contiguous range of E / EP experts, still named by their global numbers
+// (ParamLayout::expert takes the local index). Under tensor parallelism (expert TP = TP,
+// Megatron's default) each expert's fc1 is split by rows and fc2 by columns as the dense MLP's;
+// the router and fc2's bias are replicated, and their gradients are whole on every TP rank even
+// with sequence parallelism (the MoE layer runs on the gathered rows: Note [MoE layer]).
 // LoRA under tensor parallelism: a column-parallel target (qkv, fc1) has A replicated and B
 // split by output rows like W; a row-parallel one (proj, fc2) has A split by input columns like
 // W and B replicated. The replicated half's gradient is a partial sum per TP rank
@@ -51,6 +52,9 @@ struct ModelShard {
   // Context parallelism (the model's activations only: weights are whole on every CP rank):
   // this rank holds rows cp_split of each sequence (parallel/context_split.h).
   int cp_rank = 0, cp_size = 1;
+  // Expert parallelism (Note [MoE layout]): this rank holds experts [ep_rank E/ep_size,
+  // (ep_rank + 1) E/ep_size) of every MoE layer; the rest of the model is whole on every EP rank.
+  int ep_rank = 0, ep_size = 1;
 
   int num_layers(const ModelConfig& c) const {
     return (layer_end < 0 ? c.num_layers : layer_end) - layer_begin;
@@ -77,6 +81,10 @@ struct ParamTensor {
   bool sequence_parallel_grad = false;
   // Not trained: no gradient, no optimizer state (Note [LoRA]: the base model under LoRA).
   bool frozen = false;
+  // One of this rank's experts under expert parallelism (ModelShard::ep_size > 1): its gradient
+  // is summed over the expert-data group, not the data-parallel one, and the gradient norm
+  // sums its square over the expert-parallel group (every expert counted once).
+  bool expert_parallel = false;
 };
 
 // Between a tensor's slice (t.numel, row-major in t.shape) and its global tensor (row-major in
@@ -149,7 +157,8 @@ class ParamLayout {
   int layer_end_index(int local_layer) const { return layer_first_[local_layer + 1]; }
   // Whether local layer l is an MoE layer (ModelConfig::is_moe_layer of its global index).
   bool is_moe(int local_layer) const { return moe_[local_layer]; }
-  // Expert e of MoE layer l (Note [MoE layout]).
+  // This rank's expert e (0 <= e < E / ep_size; global number ep_rank E / ep_size + e) of MoE
+  // layer l (Note [MoE layout]).
   template <typename T>
   ExpertParams<T> expert(T* arena, int local_layer, int e) const {
     return expert_of(arena, local_layer, e, false);

@@ -47,8 +47,6 @@ AdamW<A>::AdamW(std::unique_ptr<Device> own, Device* device, OptimizerShard shar
   device_.zero(m_, n * sizeof(G), device_.compute());
   device_.zero(v_, n * sizeof(G), device_.compute());
   spans_.resize(shard_.pieces.size());
-  for (const OptimizerPiece& p : shard_.pieces)
-    if (p.counts_in_norm) norm_sizes_.push_back(p.numel);
 }
 
 template <typename A>
@@ -78,11 +76,16 @@ AdamW<A>::~AdamW() {
 }
 
 template <typename A>
-double AdamW<A>::sum_squares(const G* grads) {
-  if (norm_sizes_.empty()) return 0;
+double AdamW<A>::sum_squares(const G* grads, NormPart part) {
   norm_tensors_.clear();
-  for (const OptimizerPiece& p : shard_.pieces)
-    if (p.counts_in_norm) norm_tensors_.push_back(grads + p.offset);
+  norm_sizes_.clear();
+  for (const OptimizerPiece& p : shard_.pieces) {
+    if (!p.counts_in_norm) continue;
+    if (part != NormPart::kAll && p.expert_parallel != (part == NormPart::kExperts)) continue;
+    norm_tensors_.push_back(grads + p.offset);
+    norm_sizes_.push_back(p.numel);
+  }
+  if (norm_sizes_.empty()) return 0;
   ops_->sum_squares(norm_, norm_tensors_.data(), norm_sizes_.data(),
                     static_cast<int>(norm_sizes_.size()));
   double host = 0;

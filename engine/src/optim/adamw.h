@@ -32,6 +32,9 @@ double learning_rate(const OptimizerConfig& config, int steps_taken, int decay_i
 // Megatron's clip_grad_norm: the factor gradients are scaled by (1 when no clipping applies).
 double clip_coefficient(double norm, float clip_grad);
 
+// Which gradients AdamW::sum_squares takes.
+enum class NormPart { kAll, kDense, kExperts };
+
 // A: the compute type (float, double; bf16 and fp16 with float masters). Pointers to weights,
 // gradients and moments are the device's memory.
 template <typename A>
@@ -56,8 +59,10 @@ class AdamW {
   const OptimizerShard& shard() const { return shard_; }
   // Sum of squared gradients over the owned pieces that count in the global norm (each
   // parameter once over the model-parallel group; ParamTensor::counts_in_norm), piece by piece
-  // in a fixed order. grads (arena numel). Waits for the device's compute stream.
-  double sum_squares(const G* grads);
+  // in a fixed order. grads (arena numel). Waits for the device's compute stream. part: all
+  // of them, or only those of expert-parallel experts (ParamTensor::expert_parallel, whose
+  // squares the trainer sums over the EP group) or only the others.
+  double sum_squares(const G* grads, NormPart part = NormPart::kAll);
   // One AdamW step on the owned elements with the gradients scaled by clip_coeff (when < 1) on
   // the way in; the gradients themselves are not written. compute_copy (arena numel), when
   // set, receives the updated owned weights rounded to A (the 16-bit copy; null for float and

@@ -13,7 +13,10 @@ std::vector<BucketSpan> split_buckets(const ParamLayout& layout, size_t bucket_e
   size_t elems = 0;
   for (int i = n - 1; i >= 0; i--) {
     elems += tensors[i].numel;
-    if (elems >= bucket_elems || i == 0) {
+    // A bucket holds experts of expert parallelism alone or none of them: the two are summed
+    // over different groups (GradReducer).
+    if (elems >= bucket_elems || i == 0 ||
+        tensors[i - 1].expert_parallel != tensors[i].expert_parallel) {
       // The top bucket ends at the arena's end; lower ones are tiled below.
       out.push_back({tensors[i].offset, layout.total_numel(), i, last});
       last = i;

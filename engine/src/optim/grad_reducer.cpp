@@ -14,9 +14,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 template <typename T>
 GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
-                            bool distributed, size_t bucket_elems, T* grads, T* params)
+                            bool distributed, size_t bucket_elems, T* grads, T* params,
+                            Comm* edp)
     : device_(device),
       dp_(dp && dp->size() > 1 ? dp : nullptr),
+      edp_(edp && edp->size() > 1 ? edp : nullptr),
       distributed_(distributed && dp_ != nullptr),
       grads_(grads),
       params_(params) {
@@ -38,18 +40,21 @@ GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout
     for (int j = span.first_tensor; j < span.last_tensor; j++) {
       bucket_of_tensor_[j] = static_cast<int>(buckets_.size());
       b.frozen = b.frozen && layout.tensors()[j].frozen;
+      b.expert = layout.tensors()[j].expert_parallel;  // alike in a bucket (split_buckets)
     }
     buckets_.push_back(std::move(b));
   }
   if (!dp_) return;
   stream_ = &dp_stream;
   if (!distributed_) return;
-  const int world = dp_->size(), rank = dp_->rank();
   const bool own_buffers = device_.capabilities().host_addressable;
   for (Bucket& b : buckets_) {
+    // Experts' buckets are shards over the expert-data group (the whole bucket when it has one
+    // rank: nothing to reduce), as distributed_shard cuts them.
+    const int world = ranks_of(b), rank = rank_of(b);
     b.counts = shard_counts(b.end - b.begin, world);
     for (int r = 0; r < rank; r++) b.shard_begin += b.counts[r];
-    if (!own_buffers || b.frozen) continue;
+    if (!own_buffers || b.frozen || !comm_of(b)) continue;
     b.shard =
         static_cast<T*>(device_.allocate(b.counts[rank] * sizeof(T), MemoryCategory::kCommBuffers));
     if (!b.shard) return;  // allocated() says so
@@ -62,13 +67,13 @@ Result<std::unique_ptr<GradReducer<T>>> GradReducer<T>::create(Device& device, S
                                                                const ParamLayout& layout, Comm* dp,
                                                                bool distributed,
                                                                size_t bucket_elems, T* grads,
-                                                               T* params) {
-  std::unique_ptr<GradReducer> r(
-      new GradReducer(device, dp_stream, layout, dp, distributed, bucket_elems, grads, params));
+                                                               T* params, Comm* edp) {
+  std::unique_ptr<GradReducer> r(new GradReducer(device, dp_stream, layout, dp, distributed,
+                                                 bucket_elems, grads, params, edp));
   if (!r->allocated()) {
     size_t bytes = 0;
     for (const Bucket& b : r->buckets_)
-      if (!b.frozen) bytes += b.counts[dp->rank()] * sizeof(T);
+      if (!b.frozen && r->comm_of(b)) bytes += b.counts[r->rank_of(b)] * sizeof(T);
     return device.out_of_memory(MemoryCategory::kCommBuffers, bytes);
   }
   return r;
@@ -86,7 +91,7 @@ template <typename T>
 bool GradReducer<T>::allocated() const {
   if (!distributed_ || !device_.capabilities().host_addressable) return true;
   for (const Bucket& b : buckets_)
-    if (!b.shard && !b.frozen) return false;
+    if (!b.shard && !b.frozen && comm_of(b)) return false;
   return true;
 }
 
@@ -102,12 +107,15 @@ Status GradReducer<T>::launch(Bucket& b) {
   // The bucket's gradients are final once compute has run what it has queued (on the CPU that
   // has happened: the wait costs nothing).
   device_.wait(*stream_, device_.record(device_.compute()));
+  // Experts' buckets over the other ranks of this expert range (expert-data), the rest over DP.
+  Comm* comm = comm_of(b);
+  if (!comm) return Status::ok();
   if (distributed_) {
     T* recv = b.shard ? b.shard : grads_ + b.shard_begin;
-    return dp_->reduce_scatter(grads_ + b.begin, recv, b.counts, dtype_of<T>(), *stream_);
+    return comm->reduce_scatter(grads_ + b.begin, recv, b.counts, dtype_of<T>(), *stream_);
   }
-  return dp_->all_reduce(grads_ + b.begin, b.end - b.begin, dtype_of<T>(), ReduceOp::kSum,
-                         *stream_);
+  return comm->all_reduce(grads_ + b.begin, b.end - b.begin, dtype_of<T>(), ReduceOp::kSum,
+                          *stream_);
 }
 
 template <typename T>
@@ -140,7 +148,7 @@ Status GradReducer<T>::finish() {
   if (Status s = device_.synchronize(*stream_); !s) return s;
   for (Bucket& b : buckets_)
     if (b.shard)
-      device_.copy(grads_ + b.shard_begin, b.shard, b.counts[dp_->rank()] * sizeof(T),
+      device_.copy(grads_ + b.shard_begin, b.shard, b.counts[rank_of(b)] * sizeof(T),
                    CopyKind::kDeviceToDevice, device_.compute());
   stats_.wait_seconds += seconds_since(t0);
   return Status::ok();
@@ -151,7 +159,7 @@ std::vector<ArenaRange> GradReducer<T>::owned_ranges() const {
   if (!distributed_) return {};
   std::vector<ArenaRange> out;
   for (const Bucket& b : buckets_)
-    out.push_back({b.shard_begin, b.shard_begin + b.counts[dp_->rank()]});
+    out.push_back({b.shard_begin, b.shard_begin + b.counts[rank_of(b)]});
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -162,10 +170,10 @@ Status GradReducer<T>::gather_params() {
   const auto t0 = std::chrono::steady_clock::now();
   device_.wait(*stream_, device_.record(device_.compute()));  // the step wrote the shards
   for (Bucket& b : buckets_)
-    if (b.frozen) {
+    if (b.frozen || !comm_of(b)) {
       continue;
-    } else if (Status s = dp_->all_gather(params_ + b.shard_begin, params_ + b.begin, b.counts,
-                                          dtype_of<T>(), *stream_);
+    } else if (Status s = comm_of(b)->all_gather(params_ + b.shard_begin, params_ + b.begin,
+                                                 b.counts, dtype_of<T>(), *stream_);
                !s) {
       return s;
     }

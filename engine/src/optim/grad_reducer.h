@@ -48,10 +48,13 @@ class GradReducer {
   // `device` (shared by a rank's reducers); dp: the data-parallel communicator made for that
   // device, or null / of size 1 (nothing to reduce). Errors: out of memory for the receive
   // buffers (the device's sentence).
+  // edp: the expert-data communicator (device), which sums the buckets of expert-parallel
+  // experts (ParamTensor::expert_parallel; null or of size 1: nothing to reduce) and with the
+  // distributed optimizer shards them (distributed_shard's edp and edp_rank).
   static Result<std::unique_ptr<GradReducer>> create(Device& device, Stream& dp_stream,
                                                      const ParamLayout& layout, Comm* dp,
                                                      bool distributed, size_t bucket_elems,
-                                                     T* grads, T* params);
+                                                     T* grads, T* params, Comm* edp = nullptr);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -83,15 +86,22 @@ class GradReducer {
     size_t shard_begin;             // this rank's shard start in the arena
     T* shard = nullptr;             // reduce-scatter receive buffer (host-addressable device)
     bool frozen = false;            // only frozen tensors (LoRA's base): nothing to reduce
+    bool expert = false;            // expert-parallel experts: summed over edp_
   };
   GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
-              bool distributed, size_t bucket_elems, T* grads, T* params);
+              bool distributed, size_t bucket_elems, T* grads, T* params, Comm* edp);
   bool allocated() const;
   Status launch(Bucket& b);
+  // The communicator that reduces bucket b (null: nothing to reduce), its size and this rank's
+  // place in it.
+  Comm* comm_of(const Bucket& b) const { return b.expert ? edp_ : dp_; }
+  int ranks_of(const Bucket& b) const { return comm_of(b) ? comm_of(b)->size() : 1; }
+  int rank_of(const Bucket& b) const { return comm_of(b) ? comm_of(b)->rank() : 0; }
 
   Device& device_;
   Stream* stream_ = nullptr;  // the data-parallel side stream (null: nothing to reduce)
   Comm* dp_;
+  Comm* edp_;  // null when of size 1
   bool distributed_;
   T* grads_;
   T* params_;

@@ -28,6 +28,7 @@ void cut_pieces(const ParamLayout& layout, OptimizerShard& s) {
       p.state = state;
       p.decay = t.decay;
       p.counts_in_norm = t.counts_in_norm;
+      p.expert_parallel = t.expert_parallel;
       state += p.numel;
       s.pieces.push_back(p);
     }
@@ -57,7 +58,8 @@ OptimizerShard whole_arena_shard(const ParamLayout& layout) {
   return owned_shard(layout, {});
 }
 
-OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems, int dp, int rank) {
+OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems, int dp, int rank,
+                                 int edp, int edp_rank) {
   OptimizerShard s;
   s.distributed = true;
   for (const BucketSpan& span : split_buckets(layout, bucket_elems)) {
@@ -66,10 +68,13 @@ OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems,
     b.end = span.end;
     b.first_tensor = span.first_tensor;
     b.last_tensor = span.last_tensor;
-    b.counts = shard_counts(b.end - b.begin, dp);
+    // A bucket of experts alone or of none (split_buckets); experts shard over expert-data.
+    const bool expert = layout.tensors()[span.first_tensor].expert_parallel;
+    const int ranks = expert ? edp : dp, me = expert ? edp_rank : rank;
+    b.counts = shard_counts(b.end - b.begin, ranks);
     b.shard_begin = b.begin;
-    for (int r = 0; r < rank; r++) b.shard_begin += b.counts[r];
-    if (b.counts[rank] > 0) s.owned.push_back({b.shard_begin, b.shard_begin + b.counts[rank]});
+    for (int r = 0; r < me; r++) b.shard_begin += b.counts[r];
+    if (b.counts[me] > 0) s.owned.push_back({b.shard_begin, b.shard_begin + b.counts[me]});
     s.buckets.push_back(std::move(b));
   }
   std::sort(s.owned.begin(), s.owned.end());
@@ -77,9 +82,10 @@ OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems,
   return s;
 }
 
-OptimizerShard optimizer_shard(const TrainOptions& o, const ParamLayout& layout, int dp, int rank) {
+OptimizerShard optimizer_shard(const TrainOptions& o, const ParamLayout& layout, int dp, int rank,
+                               int edp, int edp_rank) {
   if (!o.parallel.use_distributed_optimizer || dp <= 1) return whole_arena_shard(layout);
-  return distributed_shard(layout, ddp_bucket_elems(o.parallel, dp), dp, rank);
+  return distributed_shard(layout, ddp_bucket_elems(o.parallel, dp), dp, rank, edp, edp_rank);
 }
 
 }  // namespace lattice

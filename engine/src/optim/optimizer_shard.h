@@ -25,6 +25,7 @@ struct OptimizerPiece {
   int tensor = 0;  // index in the layout
   size_t offset = 0, numel = 0, state = 0;
   bool decay = true, counts_in_norm = true;  // the tensor's
+  bool expert_parallel = false;               // the tensor's (ParamTensor::expert_parallel)
 };
 
 // A bucket of the distributed optimizer: arena [begin, end), tensors [first, last), the
@@ -55,11 +56,15 @@ OptimizerShard owned_shard(const ParamLayout& layout, const std::vector<ArenaRan
 OptimizerShard whole_arena_shard(const ParamLayout& layout);
 // Data-parallel rank `rank` of `dp` (dp > 1): its shard of every bucket of bucket_elems
 // (split_buckets), pieces cut at the shard boundaries (each keeps its tensor's decay flag),
-// moments packed as owned_shard packs them.
-OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems, int dp, int rank);
-// What a run of `o` uses on data-parallel rank `rank` of `dp`: distributed_shard with
-// --use-distributed-optimizer and dp > 1 (--ddp-bucket-size, ddp_bucket_elems), else the
-// whole arena.
-OptimizerShard optimizer_shard(const TrainOptions& o, const ParamLayout& layout, int dp, int rank);
+// moments packed as owned_shard packs them. The buckets of expert-parallel experts
+// (ParamTensor::expert_parallel) are shards over the expert-data group instead: rank edp_rank
+// of edp (GradReducer reduce-scatters them there).
+OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems, int dp, int rank,
+                                 int edp = 1, int edp_rank = 0);
+// What a run of `o` uses on data-parallel rank `rank` of `dp` (expert-data rank edp_rank of
+// edp): distributed_shard with --use-distributed-optimizer and dp > 1 (--ddp-bucket-size,
+// ddp_bucket_elems), else the whole arena.
+OptimizerShard optimizer_shard(const TrainOptions& o, const ParamLayout& layout, int dp, int rank,
+                               int edp = 1, int edp_rank = 0);
 
 }  // namespace lattice

@@ -20,6 +20,9 @@ struct DeviceComms {
   // dp: over the data-parallel x context-parallel group (ProcessGroups::data_context), where
   // the dense gradients are reduced; the data-parallel group itself when CP is 1.
   std::unique_ptr<Comm> tp, dp, embedding;
+  // EP > 1 only: the expert-parallel group (the MoE token all-to-all) and the expert-data group
+  // (where the experts' gradients are summed).
+  std::unique_ptr<Comm> expert, expert_data;
   // PP > 1: activations, gradients and, interleaved, their wrap-around channels (Note
   // [pipeline streams], pipeline/executor.h); empty at PP 1.
   std::vector<std::unique_ptr<Comm>> pipeline;
@@ -27,7 +30,7 @@ struct DeviceComms {
 };
 
 // Collective over the world: every rank makes its TP communicator, then DP, the pipeline
-// channels and the embedding one, so each group's members reach each make_comm in the same
+// channels, the embedding one and the expert ones, so each group's members reach each make_comm in the same
 // order (ncclCommInitRank waits only for its own group's ranks).
 Result<DeviceComms> make_device_comms(Device& device, const ProcessGroups& groups);
 

@@ -113,6 +113,19 @@ class LocalComm final : public Comm {
     stats_.calls++;
     return Status::ok();
   }
+  Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DType type) override {
+    if (Status s = one_block("all_to_all (send counts)", send_counts); !s) return s;
+    if (Status s = one_block("all_to_all (receive counts)", recv_counts); !s) return s;
+    if (send_counts[0] != recv_counts[0]) {
+      return Status::invalid_argument("LocalComm::all_to_all: sends " +
+                                      std::to_string(send_counts[0]) + " elements but expects " +
+                                      std::to_string(recv_counts[0]));
+    }
+    count_call(stats_.all_to_all_bytes, send_counts[0], type);
+    copy(send, recv, send_counts[0], type);
+    return Status::ok();
+  }
 
   std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
                                                 ReduceOp op) override {
@@ -154,6 +167,11 @@ class LocalComm final : public Comm {
     return no_peer("send", peer, 0);
   }
   Status recv(void*, size_t, DType, int peer, Stream&) override { return no_peer("recv", peer, 0); }
+  Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DType type, Stream& stream) override {
+    if (Status s = host_stream("all_to_all", stream); !s) return s;
+    return all_to_all(send, send_counts, recv, recv_counts, type);
+  }
 
   Result<std::unique_ptr<Comm>> split(int color, int) override {
     if (color < 0) {

@@ -38,8 +38,12 @@ bool overlaps(const void* a, size_t a_count, const void* b, size_t b_count, DTyp
 // collectives match in the order they are issued. reduce_scatter and all_gather whose total
 // (hence a displacement) exceeds the limit become one MPI_Reduce / MPI_Bcast per rank's block
 // and piece, and a gather whose result exceeds it one MPI_Gather per piece through a staging
-// buffer: slower, but correct, and only for buffers of more than 2^31 elements.
+// buffer: slower, but correct, and only for buffers of more than 2^31 elements. all_to_all is
+// point-to-point pieces between each pair of ranks (see start_all_to_all).
 size_t g_max_count = INT_MAX;
+// Reserved for all_to_all's messages: no other message on a communicator may use it (MPI
+// guarantees tags up to 32767).
+constexpr int kAllToAllTag = 32767;
 bool g_we_initialised = false;
 
 MPI_Datatype mpi_type(DType type) {
@@ -282,6 +286,10 @@ class MpiComm final : public Comm {
   Status recv(void* data, size_t count, DType type, int peer, int tag) override {
     return irecv(data, count, type, peer, tag)->wait();
   }
+  Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DType type) override {
+    return start_all_to_all(send, send_counts, recv, recv_counts, type)->wait();
+  }
 
   Status broadcast(void* data, size_t count, DType type, int root) override {
     if (Status s = check_rank("broadcast", "root", root); !s) return s;
@@ -386,6 +394,11 @@ class MpiComm final : public Comm {
   Status recv(void* data, size_t count, DType type, int peer, Stream& stream) override {
     if (Status s = check_stream("recv", stream); !s) return s;
     return queue_on(stream, start_recv(data, count, type, peer, 0));
+  }
+  Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DType type, Stream& stream) override {
+    if (Status s = check_stream("all_to_all", stream); !s) return s;
+    return queue_on(stream, start_all_to_all(send, send_counts, recv, recv_counts, type));
   }
 
   Result<std::unique_ptr<Comm>> split(int color, int key) override {
@@ -551,6 +564,54 @@ class MpiComm final : public Comm {
       request->issued("MPI_Ibcast", for_each_piece(counts[r], [&](size_t offset, int n) {
                         return MPI_Ibcast(at(recv, displs[r] + offset, type), n, mpi_type(type), r,
                                           comm_, request->slot());
+                      }));
+    }
+    return request;
+  }
+
+  // This rank's own block is copied; every other pair of ranks exchanges its blocks as
+  // MPI_Isend / MPI_Irecv pieces of at most g_max_count elements on kAllToAllTag (Note "counts
+  // above INT_MAX"). Not MPI_Ialltoallv: its int displacements would need a fallback above
+  // INT_MAX, and every rank would have to know every rank's totals to agree on taking it; the
+  // two ranks of a pair both know their block's count, hence its pieces. The pieces from one
+  // peer match in order (same source, tag and communicator), and so do consecutive
+  // all_to_alls, issued in the same order on every rank (the ordering contract).
+  std::unique_ptr<MpiRequest> start_all_to_all(const void* send,
+                                               const std::vector<size_t>& send_counts, void* recv,
+                                               const std::vector<size_t>& recv_counts,
+                                               DType type) {
+    auto request = make_request(collective("all-to-all"));
+    if (Status s = check_counts("all_to_all (send counts)", send_counts); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    if (Status s = check_counts("all_to_all (receive counts)", recv_counts); !s) {
+      request->fail(std::move(s));
+      return request;
+    }
+    note(stats_.all_to_all_bytes, total_of(send_counts), type);
+    const std::vector<size_t> send_displs = displacements_of(send_counts);
+    const std::vector<size_t> recv_displs = displacements_of(recv_counts);
+    if (send_counts[rank_] != recv_counts[rank_]) {
+      request->fail(Status::invalid_argument(
+          "all_to_all: rank " + std::to_string(rank_) + " sends itself " +
+          std::to_string(send_counts[rank_]) + " elements but expects " +
+          std::to_string(recv_counts[rank_])));
+      return request;
+    }
+    if (send_counts[rank_] > 0)
+      std::memcpy(at(recv, recv_displs[rank_], type), at(send, send_displs[rank_], type),
+                  send_counts[rank_] * dtype_size(type));
+    for (int p = 0; p < size_ && !request->failed(); p++) {
+      if (p == rank_) continue;
+      request->issued("MPI_Irecv", for_each_piece(recv_counts[p], [&](size_t offset, int n) {
+                        return MPI_Irecv(at(recv, recv_displs[p] + offset, type), n,
+                                         mpi_type(type), p, kAllToAllTag, comm_, request->slot());
+                      }));
+      if (request->failed()) break;
+      request->issued("MPI_Isend", for_each_piece(send_counts[p], [&](size_t offset, int n) {
+                        return MPI_Isend(at(send, send_displs[p] + offset, type), n,
+                                         mpi_type(type), p, kAllToAllTag, comm_, request->slot());
                       }));
     }
     return request;

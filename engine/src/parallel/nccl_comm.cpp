@@ -170,6 +170,10 @@ class NcclComm final : public Comm {
   Status recv(void* data, size_t count, DType type, int peer, int /*tag*/) override {
     return blocking(peer_op("recv from", peer), recv_enqueue(data, count, type, peer));
   }
+  Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DType type) override {
+    return blocking("all-to-all", all_to_all_enqueue(send, send_counts, recv, recv_counts, type));
+  }
   // ---- stream-ordered (comm.h): the NCCL call on the stream's cudaStream_t, not waited for.
   // Errors of the operation surface when that stream is synchronised.
   Status all_reduce(void* data, size_t count, DType type, ReduceOp op, Stream& stream) override {
@@ -220,6 +224,12 @@ class NcclComm final : public Comm {
     if (Status st = check_rank("recv", "peer", peer); !st) return st;
     note(stats_.recv_bytes, count, type);
     return check("ncclRecv (on a stream)", ncclRecv(data, count, nccl_type(type), peer, comm_, s));
+  }
+  Status all_to_all(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DType type, Stream& stream) override {
+    cudaStream_t s = nullptr;
+    if (Status st = cuda_stream("all_to_all", stream, &s); !st) return st;
+    return all_to_all_enqueue(send, send_counts, recv, recv_counts, type, s);
   }
 
   Status barrier() override {
@@ -398,6 +408,43 @@ class NcclComm final : public Comm {
                          counts[r], nccl_type(type), r, comm_, stream);
     const ncclResult_t end = ncclGroupEnd();
     return check("all_gather (ncclBroadcast)", rc != ncclSuccess ? rc : end);
+  }
+  // NCCL has no all-to-all-v: one ncclSend and one ncclRecv per peer in a group (NCCL pairs
+  // them, zero counts included, and runs them at once); this rank's own block is a copy.
+  Status all_to_all_enqueue(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                            const std::vector<size_t>& recv_counts, DType type,
+                            cudaStream_t on = nullptr) {
+    cudaStream_t stream = on ? on : stream_;
+    if (Status s = check_counts("all_to_all (send counts)", send_counts); !s) return s;
+    if (Status s = check_counts("all_to_all (receive counts)", recv_counts); !s) return s;
+    const int me = rank();
+    if (send_counts[me] != recv_counts[me])
+      return Status::invalid_argument("NcclComm::all_to_all: rank " + std::to_string(me) +
+                                      " sends itself " + std::to_string(send_counts[me]) +
+                                      " elements but expects " + std::to_string(recv_counts[me]));
+    size_t total = 0, send_offset = 0, recv_offset = 0;
+    for (size_t c : send_counts) total += c;
+    note(stats_.all_to_all_bytes, total, type);
+    ncclResult_t rc = ncclGroupStart();
+    for (int p = 0; p < size() && rc == ncclSuccess; p++) {
+      if (p == me) {
+        if (send_counts[p] > 0 &&
+            cudaMemcpyAsync(at(recv, recv_offset, type), at(send, send_offset, type),
+                            send_counts[p] * dtype_size(type), cudaMemcpyDeviceToDevice,
+                            stream) != cudaSuccess)
+          rc = ncclUnhandledCudaError;
+      } else {
+        rc = ncclSend(at(send, send_offset, type), send_counts[p], nccl_type(type), p, comm_,
+                      stream);
+        if (rc == ncclSuccess)
+          rc = ncclRecv(at(recv, recv_offset, type), recv_counts[p], nccl_type(type), p, comm_,
+                        stream);
+      }
+      send_offset += send_counts[p];
+      recv_offset += recv_counts[p];
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return check("all_to_all (ncclSend / ncclRecv)", rc != ncclSuccess ? rc : end);
   }
   Status send_enqueue(const void* data, size_t count, DType type, int peer) {
     if (Status s = check_rank("send", "peer", peer); !s) return s;

@@ -254,10 +254,15 @@ Status Trainer<T>::build_model() {
     ModelShard shard = shard_of(L, g_.coord, c, par.sequence_parallel);
     shard.cp_rank = g_.coord.cp;
     shard.cp_size = L.cp;
+    // Expert parallelism: this rank's experts of each MoE layer (Note [expert parallelism] in
+    // model/gpt_moe.cpp); their tokens move over the EP group.
+    shard.ep_rank = g_.expert_coord.ep;
+    shard.ep_size = L.ep;
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
     Result<std::unique_ptr<GptModel<T>>> chunk = GptModel<T>::create(
-        mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan, g_.cp.get());
+        mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan, g_.cp.get(),
+        rank_.comms.expert.get());
     if (!chunk) return chunk.status();
     (*chunk)->set_op_times(o_.profile || device.capabilities().cheap_marks);
     rank_.chunks.push_back(std::move(*chunk));
@@ -283,11 +288,13 @@ Status Trainer<T>::build_model() {
     if (Status s = device.error(); !s) return s;
     Result<std::unique_ptr<GradReducer<accum_t<T>>>> buckets = GradReducer<accum_t<T>>::create(
         device, **dp_stream, chunk->layout(), rank_.comms.dp.get(), par.use_distributed_optimizer,
-        bucket, chunk->grads(), chunk->params());
+        bucket, chunk->grads(), chunk->params(), rank_.comms.expert_data.get());
     if (!buckets) return buckets.status();
     // The chunk's optimizer shard is cut as its reducer's buckets (optimizer_shard.h).
     Result<std::unique_ptr<AdamW<T>>> adam = AdamW<T>::create(
-        device, optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank()),
+        device,
+        optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank(),
+                        g_.expert_data->size(), g_.expert_data->rank()),
         o_.optim);
     if (!adam) return adam.status();
     rank_.optimizers.push_back(std::move(*adam));
@@ -547,11 +554,22 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     skipped = *skip;
   }
   // Global norm: each parameter counted once over the model-parallel group; with the
-  // distributed optimizer each data-parallel rank holds a shard, so sum over the world.
-  double squares = 0;
-  for (size_t c = 0; c < rank_.chunks.size(); c++)
-    squares += rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads());
-  Comm& norm_group = o_.parallel.use_distributed_optimizer ? *g_.world : *g_.model;
+  // distributed optimizer each data-parallel rank holds a shard, so sum over the world (an
+  // expert-parallel expert's shards over its expert-data group: once too). Without it, under
+  // expert parallelism each EP rank holds other experts: their squares are summed over the EP
+  // group first.
+  const bool distributed = o_.parallel.use_distributed_optimizer;
+  const bool experts_apart = g_.layout.ep > 1 && !distributed;
+  double squares = 0, expert_squares = 0;
+  for (size_t c = 0; c < rank_.chunks.size(); c++) {
+    squares += rank_.optimizers[c]->sum_squares(
+        rank_.chunks[c]->grads(), experts_apart ? NormPart::kDense : NormPart::kAll);
+    if (experts_apart)
+      expert_squares +=
+          rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads(), NormPart::kExperts);
+  }
+  if (experts_apart) squares += all_reduce_scalar(expert_squares, *g_.expert);
+  Comm& norm_group = distributed ? *g_.world : *g_.model;
   norm = std::sqrt(all_reduce_scalar(squares, norm_group));
   // Instability, the same on every rank (all-reduced loss and norm); an --fp16 overflow is the
   // scaler's, not an event. skip and stop leave the weights as they are.

@@ -178,7 +178,10 @@ Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGr
     // What write_shard stores: the weights of data-parallel and context-parallel rank 0 (the
     // replicas are equal), the moments of every rank that owns some (the distributed optimizer
     // shards them over DP x CP).
-    const bool weights = g.coord.dp == 0 && g.coord.cp == 0;
+    // Under expert parallelism expert-data rank 0 of each EP rank stores its experts too
+    // (write_shard).
+    const bool weights = (g.coord.dp == 0 && g.coord.cp == 0) ||
+                         (g.layout.ep > 1 && g.expert_coord.edp == 0);
     const bool moments =
         weights || (o.parallel.use_distributed_optimizer && g.layout.dp * g.layout.cp > 1);
     std::vector<ChunkState<A>> states = chunk_states(rank);
