@@ -83,6 +83,8 @@ class CudaMemory {
 using Results = std::map<std::string, std::vector<float>>;
 
 // The MoE ops' indices and counts, compared as floats (exact below 2^24).
+// (An overload beside cuda_test_support.h's, which this scope's name would otherwise hide.)
+using lattice::testing::to_float;
 std::vector<float> to_float(const std::vector<int32_t>& v) {
   return std::vector<float>(v.begin(), v.end());
 }

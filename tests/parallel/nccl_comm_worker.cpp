@@ -209,6 +209,41 @@ bool run(lattice::Comm& comm) {
     good &= ok(s->wait(), "isend") & ok(r->wait(), "irecv");
     good &= same_values(in.download(), std::vector<float>(n, float(prev)), "send/recv ring");
   }
+  {  // all_to_all with unequal counts and zeros (the MoE token dispatch): rank r sends rank p
+     // (r + 2p) % 3 values 1000 r + 10 p + i; blocking, then on the device's compute stream
+    auto count = [](int from, int to) { return static_cast<size_t>((from + 2 * to) % 3); };
+    std::vector<size_t> send_counts(size), recv_counts(size);
+    std::vector<float> send, want;
+    for (int p = 0; p < size; p++) {
+      send_counts[p] = count(rank, p);
+      recv_counts[p] = count(p, rank);
+      for (size_t i = 0; i < send_counts[p]; i++) send.push_back(float(1000 * rank + 10 * p + i));
+      for (size_t i = 0; i < recv_counts[p]; i++) want.push_back(float(1000 * p + 10 * rank + i));
+    }
+    send.push_back(-1.0f);  // one spare element: no buffer of size 0
+    want.push_back(NAN);
+    DeviceBuffer<float> d_send(send), d_recv(want.size());
+    good &= ok(comm.all_to_all(d_send.get(), send_counts, d_recv.get(), recv_counts,
+                               DType::kFloat32),
+               "all_to_all");
+    std::vector<float> got = d_recv.download();
+    got.pop_back();
+    want.pop_back();
+    good &= same_values(got, want, "all_to_all");
+    auto made = lattice::make_cuda_device();
+    good &= ok(made.status(), "make_cuda_device (all_to_all)");
+    if (made) {
+      lattice::Device& device = **made;
+      DeviceBuffer<float> d_on(want.size() + 1);
+      good &= ok(comm.all_to_all(d_send.get(), send_counts, d_on.get(), recv_counts,
+                                 DType::kFloat32, device.compute()),
+                 "all_to_all on the compute stream");
+      good &= ok(device.synchronize(device.compute()), "synchronize after all_to_all");
+      std::vector<float> on = d_on.download();
+      on.pop_back();
+      good &= same_values(on, want, "all_to_all on the compute stream");
+    }
+  }
   {  // sub-communicators: even and odd ranks
     auto part = comm.split(rank % 2, rank);
     good &= ok(part.status(), "split");

@@ -86,6 +86,15 @@ class ParallelMemory : public QObject {
     QTest::newRow("moe dp2") << 2 << kMoe;
     QTest::newRow("moe pp2") << 2 << kMoe + QStringList{"--pipeline-model-parallel-size", "2"};
     QTest::newRow("moe tp2") << 2 << kMoe + QStringList{"--tensor-model-parallel-size", "2"};
+    // Expert parallelism: each rank 2 of the 4 experts; TP 2 splits them; the distributed
+    // optimizer shards them over expert-data (1 with DP 2, 2 with DP 4) and the rest over DP.
+    QTest::newRow("moe ep2 dp2") << 2 << kMoe + QStringList{"--expert-model-parallel-size", "2"};
+    QTest::newRow("moe ep2 tp2 dp2 distributed optimizer")
+        << 4
+        << kMoe + QStringList{"--expert-model-parallel-size", "2", "--tensor-model-parallel-size",
+                              "2", "--use-distributed-optimizer"};
+    QTest::newRow("moe ep2 dp4 distributed optimizer")
+        << 4 << kMoe + QStringList{"--expert-model-parallel-size", "2", "--use-distributed-optimizer"};
     QTest::newRow("moe dp2 distributed optimizer")
         << 2 << kMoe + QStringList{"--use-distributed-optimizer"};
     QTest::newRow("moe capacity factor full recompute")

@@ -149,17 +149,21 @@ class PlannerMoeTest : public QObject {
   }
 
   // The MoE activations and dispatch buffers at EP 4 (fp32, S = 512 rows, N k = 128 routes), by
-  // hand per MoE layer: FC1 and GELU outputs max(S Fm, N F) = 65536 each, the permuted rows
-  // 2 S C = 65536 (floats); router probabilities N E = 512 and route weights 128 (floats);
-  // routes, slots (2 x 128), rows' tokens 512, two per-expert counts 16 (int32).
+  // hand per MoE layer: FC1 and GELU outputs max(S Fm, N F) = 65536 each, the expert rows' input
+  // S C and the routes' outputs N k C (floats); router probabilities N E = 512 and route weights
+  // 128 (floats); routes, slots and rows (3 x 128), two per-expert counts 16 and every EP rank's
+  // counts 4 x 8 (int32).
   void moe_activations_and_dispatch_by_hand() {
     const lattice::StageEstimate st = memory({"--expert-model-parallel-size", "4"}, 8).stages[0];
-    const size_t layer = 4 * (3 * 65536) + 4 * (512 + 128) + 4 * (2 * 128 + 512 + 16);
+    const size_t layer = 4 * (2 * 65536 + (512 + 128) * 64) + 4 * (512 + 128) +
+                         4 * (3 * 128 + 16 + 4 * 8);
     QCOMPARE(st.moe_activation_bytes_per_micro_batch, kMoeLayers * layer);
-    // Once per chunk: logits N E, the rows' grads S C, the activation's grads S Fm (floats), the
-    // route weights' grads N k and the 4 layers' aux losses (floats), and the all-to-all buffers
-    // for the rank's routes out and back, 2 N k C.
-    const size_t dispatch = 4 * (512 + 512 * 64 + 512 * 128) + 4 * (128 + 4) + 4 * 2 * 128 * 64;
+    // Once per chunk: logits N E, the routes' rows' grads N k C, the activation's grads S Fm
+    // (floats), the route weights' grads N k and the 4 layers' aux losses (floats), and the
+    // all-to-all buffers: the rank's routes going out N k C, the rows its experts receive and
+    // hold regrouped 2 S C.
+    const size_t dispatch = 4 * (512 + 128 * 64 + 512 * 128) + 4 * (128 + 4) +
+                            4 * (128 + 2 * 512) * 64;
     QCOMPARE(st.dispatch_bytes, dispatch);
     QCOMPARE(st.total_bytes(), st.weight_bytes + st.grad_bytes + st.optimizer_bytes +
                                    st.activation_bytes + st.dispatch_bytes);

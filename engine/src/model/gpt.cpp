@@ -97,8 +97,8 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
     return a;
   }
   // Note [MoE layer] (gpt_moe.cpp): S = N k rows of expert width; at least a dense layer's.
-  // Under expert parallelism this rank's experts may get every EP rank's rows: Sl = EP S.
-  const size_t S = static_cast<size_t>(N_) * k_, Nk = S, Sl = S * ep_;
+  // Under expert parallelism this rank's experts hold Sl = expert_rows_ rows of every EP rank.
+  const size_t S = static_cast<size_t>(N_) * k_, Nk = S, Sl = expert_rows_;
   a.fc1 =
       from.template take<A>(std::max(Sl * upm_, static_cast<size_t>(N_) * up_), MC::kActivations);
   a.gelu = from.template take<A>(std::max(Sl * Fm_, NF), MC::kActivations);
@@ -178,7 +178,14 @@ Status GptModel<A>::allocate() {
           device_.describe());
     El_ = E_ / ep_;
     ep_first_ = El_ * ep_rank_;
-    const size_t S = static_cast<size_t>(N_) * k_, Sl = S * ep_;
+    const size_t S = static_cast<size_t>(N_) * k_;
+    expert_rows_ = S;
+    if (ep_ > 1) {
+      expert_rows_ = static_cast<size_t>(N_) * ep_ * std::min(k_, El_);
+      if (capacity_ > 0)
+        expert_rows_ = std::min(expert_rows_, static_cast<size_t>(E_) * capacity_);
+    }
+    const size_t Sl = expert_rows_;
     moe_logits_ = take<A>(static_cast<size_t>(N_) * E_, MC::kWorkspace);
     moe_dweight_ = take<G>(S, MC::kWorkspace);
     moe_d_rows_ = take<A>(S * C_, MC::kWorkspace);

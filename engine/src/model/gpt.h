@@ -512,6 +512,10 @@ class GptModel {
   // Expert parallelism (Note [expert parallelism] in gpt_moe.cpp): EP size and rank, the EP
   // communicator (ep_ > 1), this rank's El = E / EP experts, from global expert ep_first_.
   int ep_ = 1, ep_rank_ = 0, El_ = 0, ep_first_ = 0;
+  // The rows this rank's experts can hold per MoE layer and micro-batch: N k at EP 1; with EP the
+  // worst case, each EP rank's N tokens routing min(k, El) of their k routes here, at most E times
+  // the capacity with token dropping (the planner's expert_rows, plan/memory_estimate.cpp).
+  size_t expert_rows_ = 0;
   Comm* ep_comm_ = nullptr;
   // (S, C) this rank's permuted rows going out, (Sl, C) the rows in the all-to-all's order
   // (source rank major), (Sl, C) this rank's experts' output rows; null at EP 1.

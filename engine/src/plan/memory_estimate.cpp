@@ -207,6 +207,7 @@ double layer_bytes(const ElementBytes& e, const ChunkShape& d, double saved) {
 // expert's FC1 / activation widths over ETP (Fm' / ETP, Fm / ETP).
 struct MoeShape {
   double E = 0, routes = 0, S = 0, Fmt = 0, Umt = 0;
+  int ep = 1;
 };
 
 // Rows a rank's experts hold per MoE layer and micro-batch (StageEstimate::expert_rows states
@@ -230,6 +231,7 @@ MoeShape moe_shape(const TrainOptions& o, const ParallelLayout& layout, const Ch
   MoeShape s;
   s.E = m.num_experts;
   s.routes = d.N * m.moe_router_topk;
+  s.ep = std::max(layout.ep, 1);
   s.S = static_cast<double>(expert_rows(m, layout.ep, static_cast<int64_t>(d.N)));
   s.Fmt = Fm / etp;
   s.Umt = (m.swiglu ? 2 * Fm : Fm) / etp;
@@ -238,13 +240,15 @@ MoeShape moe_shape(const TrainOptions& o, const ParallelLayout& layout, const Ch
 
 // One MoE layer's MLP activations of one micro-batch (take_layer_acts with moe): FC1's and the
 // activation's outputs for the S expert rows (at least a dense layer's, so that the recompute
-// scratch serves both), the router's probabilities (N, E) in G, the routes, their weights (G)
-// and slots, each row's token, the two per-expert counts (int32), and the permuted input and
-// output rows (S, C). The attention and norms are layer_bytes' without the dense MLP.
+// scratch serves both), the router's probabilities (N, E) in G, the routes, their weights (G),
+// slots and rows (int32), the two per-expert counts (int32; with EP > 1 every EP rank's too),
+// the expert rows' input (S, C) and the routes' outputs (N k, C). The attention and norms are
+// layer_bytes' without the dense MLP.
 double moe_mlp_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShape& s) {
   return e.a * (std::max(s.S * s.Umt, d.N * d.Ut) + std::max(s.S * s.Fmt, d.N * d.Ft) +
-                2 * s.S * d.C) +
-         e.g * (d.N * s.E + s.routes) + sizeof(int32_t) * (2 * s.routes + s.S + 2 * s.E);
+                (s.S + s.routes) * d.C) +
+         e.g * (d.N * s.E + s.routes) +
+         sizeof(int32_t) * (3 * s.routes + 2 * s.E + (s.ep > 1 ? s.ep * s.E : 0));
 }
 double moe_layer_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShape& s,
                        double saved) {
@@ -252,15 +256,17 @@ double moe_layer_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShap
 }
 
 // The MoE workspace GptModel::allocate takes once per model chunk with an MoE layer: the router
-// logits (N, E), the route weights' grads (N k, G), the expert rows' grads (S, C) and the
-// activation's (S, Fm / ETP; SwiGLU's gate and up too, 2 S Fm / ETP), the chunk's L
-// load-balancing losses (G). With EP > 1 the all-to-alls' buffers for the rank's own routes,
-// sent out and returned (2 N k C; Megatron's alltoall dispatcher's permuted tokens).
+// logits (N, E), the route weights' grads (N k, G), the routes' rows' grads (N k, C) and the
+// activation's for the expert rows (S, Fm / ETP; SwiGLU's gate and up too, 2 S Fm / ETP), the
+// chunk's L load-balancing losses (G). With EP > 1 the all-to-alls' buffers (Note [expert
+// parallelism] in model/gpt_moe.cpp): the rank's own routes' rows going out (N k, C), and the
+// rows its experts receive and hold regrouped (2 S C).
 double dispatch_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShape& s, int layers,
                       int ep, bool swiglu) {
-  double bytes = e.a * (d.N * s.E + s.S * d.C + s.S * s.Fmt + (swiglu ? 2 * s.S * s.Fmt : 0)) +
-                 e.g * (s.routes + layers);
-  if (ep > 1) bytes += e.a * 2 * s.routes * d.C;
+  double bytes =
+      e.a * (d.N * s.E + s.routes * d.C + s.S * s.Fmt + (swiglu ? 2 * s.S * s.Fmt : 0)) +
+      e.g * (s.routes + layers);
+  if (ep > 1) bytes += e.a * (s.routes + 2 * s.S) * d.C;
   return bytes;
 }
 
