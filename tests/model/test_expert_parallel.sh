@@ -9,12 +9,14 @@
 #   with token dropping (--moe-expert-capacity-factor 1, per rank);
 # and a checkpoint saved at EP 2 (each expert once, by its owner) resumes at EP 1, one saved
 # at EP 1 resumes at EP 2, and one of EP 2 with the distributed optimizer at EP 1 without it,
-# each continuing as the run that saved it. (What EP refuses:
-# test_layout_5d.)
+# each continuing as the run that saved it; and the parameters after 3 iterations equal one
+# process's within 1e-5 at EP 2 x TP 2 x DP 2 and at EP 2 with the distributed optimizer.
+# (What EP refuses: test_layout_5d.)
 # usage: test_expert_parallel.sh LATTICE MPIEXEC
 set -euo pipefail
 lattice=$1
 mpiexec=$2
+here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -104,4 +106,21 @@ tail -n 2 save_dist.txt > saved.txt
 tail -n 2 load_dist.txt > resumed.txt
 same saved resumed "iterations 3-4 resumed at EP 1 from the EP 2 distributed-optimizer checkpoint"
 
-echo "EP 2 (DP 2, DP 4, distributed optimizer, PP 2, token dropping) equals one process; EP 2 <-> EP 1 checkpoints resume"
+# Parameters after 3 iterations (fp32, saved): one process against EP 2 x TP 2 x DP 2 and against
+# EP 2 at DP 4 with the distributed optimizer, every tensor within 1e-5 of its largest
+# magnitude (checkpoint_params.py assembles the TP slices and shards). --adam-eps 1e-2: with
+# Adam's default 1e-8 a gradient that is pure rounding noise (the key bias's: softmax ignores
+# it) moves its parameter by about lr whatever its sign, in any two summation orders.
+pa=("${model[@]}" --train-iters 3 --adam-eps 1e-2)
+run par1 1 "${pa[@]}" --save par1
+run par_ep2tp2 4 "${pa[@]}" --expert-model-parallel-size 2 --tensor-model-parallel-size 2 \
+  --save par_ep2tp2
+run par_ep2dist 4 "${pa[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer \
+  --save par_ep2dist
+for other in par_ep2tp2 par_ep2dist; do
+  python3 "$here/checkpoint_params.py" par1/iter_0000003 "$other/iter_0000003" 1e-5 ||
+    { echo "$other: parameters differ from one process's"; exit 1; }
+done
+
+echo "EP 2 (DP 2, DP 4, distributed optimizer, PP 2, TP 2, token dropping) equals one process;"\
+  "EP 2 <-> EP 1 checkpoints resume"

@@ -1,7 +1,6 @@
-// What each rank of five layouts (two of the Llama family's, five with MoE layers) really holds,
-// against the planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer
-// state and
-// activations per rank to the byte (the planner counts the one model's buffers and each chunk's
+// What each rank of 16 layouts (five dense GPT-2, two of the Llama family's, nine with MoE layers
+// incl. TP, EP and EP x TP) really holds, against the planner's count (ARCHITECTURE.md "Memory
+// estimate"): weights, gradients, optimizer state and activations per rank to the byte (the planner counts the one model's buffers and each chunk's
 // pool of micro-batches). The trainer measures the device's categories; the run store receives
 // every rank's memory through the communicator; the planner computes from the config alone.
 #include <QtTest/QtTest>
