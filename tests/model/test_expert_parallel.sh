@@ -5,8 +5,9 @@
 # grad norm on every iteration (the console's 7 significant digits) at
 #   EP 2 on 2 ranks (DP 2, expert-data 1), EP 2 on 4 ranks (DP 4, expert-data 2) with and
 #   without the distributed optimizer (the experts' state sharded over expert-data), EP 2 x PP 2
-#   on 4 ranks, EP 2 x TP 2 x DP 2 on 4 ranks (with and without sequence parallelism), and EP 2
-#   with token dropping (--moe-expert-capacity-factor 1, per rank);
+#   on 4 ranks, EP 2 x TP 2 x DP 2 on 4 ranks (with and without sequence parallelism), EP 2 x
+#   CP 2 x DP 2 on 4 ranks, and EP 2 with token dropping (--moe-expert-capacity-factor 1, per
+#   rank);
 # and a checkpoint saved at EP 2 (each expert once, by its owner) resumes at EP 1, one saved
 # at EP 1 resumes at EP 2, and one of EP 2 with the distributed optimizer at EP 1 without it,
 # each continuing as the run that saved it; and the parameters after 3 iterations equal one
@@ -58,6 +59,9 @@ same one ep2tp2 "EP 2 x TP 2 x DP 2 on 4 ranks and one process"
 run ep2tp2sp 4 "${args[@]}" --expert-model-parallel-size 2 --tensor-model-parallel-size 2 \
   --sequence-parallel
 same one ep2tp2sp "EP 2 x TP 2 (sequence parallel) x DP 2 on 4 ranks and one process"
+# Context parallelism beside EP (EP carved out of DP x CP; the aux loss's counts over CP).
+run ep2cp2 4 "${args[@]}" --expert-model-parallel-size 2 --context-parallel-size 2
+same one ep2cp2 "EP 2 x CP 2 x DP 2 on 4 ranks and one process"
 run drop1 1 "${args[@]}" --moe-expert-capacity-factor 1
 run drop2 2 "${args[@]}" --moe-expert-capacity-factor 1 --expert-model-parallel-size 2
 same drop1 drop2 "EP 2 with --moe-expert-capacity-factor 1 and one process"
@@ -122,5 +126,5 @@ for other in par_ep2tp2 par_ep2dist; do
     { echo "$other: parameters differ from one process's"; exit 1; }
 done
 
-echo "EP 2 (DP 2, DP 4, distributed optimizer, PP 2, TP 2, token dropping) equals one process;"\
-  "EP 2 <-> EP 1 checkpoints resume"
+echo "EP 2 (DP 2, DP 4, distributed optimizer, PP 2, TP 2, CP 2, token dropping) equals one"\
+  "process; EP 2 <-> EP 1 checkpoints resume"

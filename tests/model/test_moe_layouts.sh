@@ -1,12 +1,12 @@
 #!/bin/bash
-# MoE layers under pipeline, data and tensor parallelism (docs/models.md "Mixture of experts"):
-# `lattice train --fp64` of a 4-layer model with MoE on layers 0 and 2 (4 experts, top-2, a large
-# load-balancing loss so its gradient moves the weights) prints the same lm loss, moe aux loss
-# and grad norm on every iteration (as the console prints them) in one process, as PP 2, DP 2,
-# TP 2 and TP 2 with --sequence-parallel (and full recomputation); a SwiGLU model at TP 2 as in
-# one process; a checkpoint saved at TP 2 after 2 iterations and resumed in one process gives
-# the uninterrupted run's iterations 3 and 4; an expert TP other than TP is refused with its
-# sentence.
+# MoE layers under pipeline, data, tensor and context parallelism (docs/models.md "Mixture of
+# experts"): `lattice train --fp64` of a 4-layer model with MoE on layers 0 and 2 (4 experts,
+# top-2, a large load-balancing loss so its gradient moves the weights) prints the same lm
+# loss, moe aux loss and grad norm on every iteration (as the console prints them) in one
+# process, as PP 2, DP 2, TP 2, TP 2 with --sequence-parallel (and full recomputation), CP 2 and
+# CP 2 x TP 2 (with full recomputation); a SwiGLU model at TP 2 as in one process; a checkpoint
+# saved at TP 2 after 2 iterations and resumed in one process gives the uninterrupted run's
+# iterations 3 and 4; an expert TP other than TP is refused with its sentence.
 # usage: test_moe_layouts.sh LATTICE MPIEXEC
 set -euo pipefail
 lattice=$1
@@ -50,6 +50,14 @@ same one.txt tp.txt "TP 2"
 run sp 2 "${args[@]}" --tensor-model-parallel-size 2 --sequence-parallel \
   --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 same one.txt sp.txt "TP 2 with --sequence-parallel and full recomputation"
+# Context parallelism (Note [MoE with context parallelism]): the aux loss's counts summed over
+# CP; with TP inside each CP rank, and with full recomputation (the routing re-run sums them
+# again).
+run cp 2 "${args[@]}" --context-parallel-size 2
+same one.txt cp.txt "CP 2"
+run cptp 4 "${args[@]}" --context-parallel-size 2 --tensor-model-parallel-size 2 \
+  --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+same one.txt cptp.txt "CP 2 x TP 2 with full recomputation"
 run swiglu_one 1 "${args[@]}" --swiglu
 run swiglu_tp 2 "${args[@]}" --swiglu --tensor-model-parallel-size 2
 same swiglu_one.txt swiglu_tp.txt "SwiGLU at TP 2"

@@ -344,11 +344,12 @@ class Layout5dTest : public QObject {
     QVERIFY(lattice::layout_errors(o, 8).empty());  // `lattice plan` lays it out
     QCOMPARE(joined(lattice::refusals(o, 8, lattice::cpu_capabilities())),
              QString("--context-parallel-size 2 needs --attention-dropout 0 (the ring attention "
-                     "has no dropout)\n"
-                     "--num-experts does not combine with --context-parallel-size 2 yet: MoE "
-                     "layers run with context parallelism 1"));
+                     "has no dropout)"));
     const QStringList no_dropout = {"--context-parallel-size", "2", "--attention-dropout", "0"};
     QVERIFY(lattice::refusals(options(no_dropout), 4, lattice::cpu_capabilities()).empty());
+    // MoE with CP trains (test_moe_layouts, test_expert_parallel).
+    QVERIFY(lattice::refusals(options(no_dropout + expert_flags(2)), 4, lattice::cpu_capabilities())
+                .empty());
     QVERIFY(joined(lattice::refusals(options(no_dropout), 4, lattice::cuda_capabilities()))
                 .contains("--context-parallel-size > 1: context parallelism runs on the CPU "
                           "trainer only for now (the ring attention has no GPU path yet); drop "

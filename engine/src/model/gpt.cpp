@@ -311,6 +311,7 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
     if (Status s = check_context_split(config.seq_length, m->cp_); !s) return s;
     m->ring_ = std::make_unique<RingAttention<G>>(*cp, micro_batch, config.seq_length, m->Ht_,
                                                   m->Gt_, m->HS_);
+    m->cp_comm_ = cp;
   }
   if (Status s = m->allocate(); !s) return s;
   if (Status s = m->upload_rope_tables(); !s) return s;

@@ -517,6 +517,8 @@ class GptModel {
   // the capacity with token dropping (the planner's expert_rows, plan/memory_estimate.cpp).
   size_t expert_rows_ = 0;
   Comm* ep_comm_ = nullptr;
+  // The context-parallel group (cp_ > 1): the MoE layers' expert counts are summed over it.
+  Comm* cp_comm_ = nullptr;
   // (S, C) this rank's permuted rows going out, (Sl, C) the rows in the all-to-all's order
   // (source rank major), (Sl, C) this rank's experts' output rows; null at EP 1.
   A* moe_send_ = nullptr;

@@ -35,6 +35,15 @@
 // fc2 bias's gradients are whole on each rank (not summed over TP), and only tp_rank 0 adds
 // the router's share of d ln2 to the partial sum the caller reduces.
 //
+// Note [MoE with context parallelism]: a CP rank holds N of the sequence's N_g = CP N rows.
+// Routing is per token, so only the load-balancing loss couples the ranks: one process's
+// coeff E / (k N_g^2) sum_e c_e sum_n probs[n, e] has the sequence's counts c_e (the ranks'
+// tokens_per_expert summed over CP after the dispatch plan, as Megatron all-reduces them) and
+// sums probs over all N_g rows. Each rank computes the part of its own rows (the op at coeff /
+// CP^2, its N being the rank's); the trainer sums the parts over ranks, and each rank's
+// gradient is one process's for its rows. Token dropping's capacity stays per rank's N tokens
+// (Megatron's), so with a capacity factor CP > 1 keeps other routes than one process.
+//
 // Note [expert parallelism] (--expert-model-parallel-size EP, Megatron's alltoall token
 // dispatcher): EP rank p holds experts [p E/EP, (p+1) E/EP) (ParamLayout, Note [MoE layout]);
 // the rest of the layer is whole on every EP rank. Routing, the dispatch plan, token dropping
@@ -70,6 +79,12 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
     ops_.moe_dispatch_plan(la.tokens_per_expert, la.expert_counts, la.route_slot, la.slot_row,
                            la.route, la.route_weight, N, E, k, capacity_);
   }
+  // Note [MoE with context parallelism]: the load-balancing loss counts the sequence's routes.
+  if (cp_ > 1)
+    if (Status s = cp_comm_->all_reduce(la.tokens_per_expert, E, DType::kInt32, ReduceOp::kSum,
+                                        compute());
+        !s)
+      record_comm_error("context-parallel all-reduce of the experts' route counts", s);
   const int32_t* kept = moe_host_counts(la);  // this rank's rows per expert, all E
   const int mine = std::accumulate(kept, kept + E, 0);
   ops_.moe_gather_rows(ep_ > 1 ? moe_send_ : la.expert_in, ln2, la.slot_row, mine, C);
@@ -207,14 +222,17 @@ void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool
   }
   reduce_rows(combined, fc2_out_);
   OpTimer timer(*this, Op::kMatmulForward);
-  if (training && device_.capabilities().host_addressable) {  // host counts (Note [MoE layer])
+  // Host counts (Note [MoE layer]); under CP the sequence's, counted by CP rank 0 alone.
+  if (training && device_.capabilities().host_addressable && cp_rank_ == 0) {
     if (moe_load_.empty()) moe_load_.assign(static_cast<size_t>(L_) * E_, 0);
     for (int e = 0; e < E_; e++)
       moe_load_[static_cast<size_t>(l) * E_ + e] += la.tokens_per_expert[e];
   }
   const double coeff = config_.aux_loss_coeff();
   if (coeff <= 0) return;
-  ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_, coeff);
+  // Under CP: the sequence's counts, this rank's probabilities, N_g = CP N (the note above).
+  ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_,
+                    coeff / (static_cast<double>(cp_) * cp_));
   if (!training) return;
   // The CPU has run the op: its result is host memory; a GPU's is copied (Note [MoE layer]).
   if (device_.capabilities().host_addressable) {
@@ -288,7 +306,8 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
   if (ep_ > 1) moe_undispatch(la, moe_local_, moe_d_rows_);
   // The router: the weights' gradient and the load-balancing loss's (Note [MoE layer]) through
   // the softmax into d logits, then d ln2 = d logits R plus each kept route's d expert_in.
-  const double aux_scale = config_.aux_loss_coeff() * static_cast<double>(grad_scale) * N;
+  // (Under CP, N_g = CP N: the op's 1 / N^2 times N_l^2 / N_g gives one process's 1 / N_g.)
+  const double aux_scale = config_.aux_loss_coeff() * static_cast<double>(grad_scale) * N / cp_;
   ops_.moe_route_backward(moe_logits_, moe_dweight_, la.router_probs, la.route, la.route_weight,
                           la.tokens_per_expert, N, E, k, aux_scale);
   const A* ln2 = gather_rows(la.ln2, gathered_);

@@ -338,12 +338,6 @@ std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
   if (etp > 0 && etp != o.model.tensor_model_parallel_size)
     refusals.push_back("--expert-tensor-parallel-size other than --tensor-model-parallel-size" +
                        std::string(tail));
-  // The load-balancing loss multiplies sums over every token of the sequence; under CP each rank
-  // holds part of them (Megatron all-reduces the counts over TP x CP first): not built yet.
-  if (o.model.moe() && o.parallel.context_parallel_size > 1)
-    refusals.push_back("--num-experts does not combine with --context-parallel-size " +
-                       std::to_string(o.parallel.context_parallel_size) +
-                       " yet: MoE layers run with context parallelism 1");
   return refusals;
 }
 
