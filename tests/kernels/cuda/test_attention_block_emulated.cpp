@@ -9,7 +9,8 @@
 // Tolerance: the normwise relative error max |gpu - cpu| / max |cpu| <= 1e-5 (the fp32 parity
 // tolerance of tests/common/cuda_test_support.h): the two sum in different orders and the CPU
 // uses its polynomial exp. The pack / unpack / fill / accumulate kernels are compared bit for
-// bit with plain loops, row_dot within 1e-6 of a double sum.
+// bit with plain loops, row_dot within 1e-6 of a double sum. And a whole CP 2 ring of these kernels
+// gives the CPU's full causal attention (out and dqkv within 1e-5).
 #include <QtTest/QtTest>
 
 #include <algorithm>
@@ -291,6 +292,88 @@ class AttentionBlockEmulated : public QObject {
   void head_size_128_half_block() {
     check<128>({1, 2, 1, 128, chunk_positions({1, 2}, 20), chunk_positions({0, 3}, 20), 0, 40, 0,
                 20});
+  }
+
+  // A whole zigzag ring of CP 2 over T = 128 (both ranks' steps in turn) with the emulated
+  // kernels (pack, fill, blocks, row_dot, accumulate, unpack) equals the CPU's causal attention on
+  // the full sequence: out and dqkv (test_cuda_attention_block runs the same on a device).
+  void ring_of_two_ranks_equals_full_attention() {
+    const int B = 1, T = 128, NH = 4, KV = 2, HS = 64, c = T / 4;
+    const int ld = (NH + 2 * KV) * HS, ldk = 2 * KV * HS, C = NH * HS, Tr = 2 * c;
+    const auto qkv = random_floats(size_t(B) * T * ld, 13);
+    const auto dout = random_floats(size_t(B) * T * C, 14);
+    std::vector<float> out(size_t(B) * T * C), dqkv(qkv.size(), 0.0f);
+    std::vector<float> probs(size_t(B) * NH * T * T);
+    std::vector<float> ws(k::attention_workspace_elems(T) * k::num_threads());
+    k::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH, 0.0f, 0, ws.data(), 0,
+                         0, KV);
+    k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, 0.0f,
+                          0, ws.data(), 0, 0, KV);
+    auto take_rows = [&](const std::vector<float>& x, size_t width,
+                         const std::vector<int32_t>& rows) {
+      std::vector<float> got;
+      for (int b = 0; b < B; b++)
+        for (int32_t r : rows)
+          got.insert(got.end(), x.begin() + (size_t(b) * T + r) * width,
+                     x.begin() + (size_t(b) * T + r + 1) * width);
+      return got;
+    };
+    const dim3 ops(2), threads(64);
+    struct Rank {
+      std::vector<int32_t> pos;
+      std::vector<float> qkv, dout, kv, out, lse, delta, dqkv, dkv, tmp;
+    };
+    Rank rank[2];
+    for (int r = 0; r < 2; r++) {
+      Rank& R = rank[r];
+      R.pos = chunk_positions({r, 3 - r}, c);
+      R.qkv = take_rows(qkv, ld, R.pos);
+      R.dout = take_rows(dout, C, R.pos);
+      R.kv.resize(size_t(B) * Tr * ldk), R.out.resize(size_t(B) * Tr * C);
+      R.lse.resize(size_t(B) * NH * Tr), R.delta.resize(R.lse.size());
+      R.dqkv.resize(R.qkv.size()), R.dkv.resize(R.kv.size()), R.tmp.resize(R.kv.size());
+      emu::launch(ops, threads, cu::attention_kv_pack_kernel, R.kv.data(),
+                  static_cast<const float*>(R.qkv.data()), R.kv.size(), NH, KV, HS);
+      emu::launch(ops, threads, cu::fill_kernel, R.out.data(), R.out.size(), 0.0f);
+      emu::launch(ops, threads, cu::fill_kernel, R.lse.data(), R.lse.size(), kNegInf);
+      emu::launch(ops, threads, cu::fill_kernel, R.dqkv.data(), R.dqkv.size(), 0.0f);
+      emu::launch(ops, threads, cu::fill_kernel, R.dkv.data(), R.dkv.size(), 0.0f);
+    }
+    auto block = [&](int r, int src) {  // Note [ring attention]'s blocks
+      k::AttentionBlock a;
+      a.B = B, a.NH = NH, a.KV = KV, a.HS = HS;
+      a.Tq = Tr, a.q_begin = 0, a.q_end = Tr, a.Tk = Tr, a.k_begin = 0, a.k_end = Tr;
+      a.q_pos = rank[r].pos.data(), a.k_pos = rank[src].pos.data();
+      if (src < r) a.k_end = c;    // src's first chunk only
+      if (src > r) a.q_begin = c;  // the second query chunk only
+      return a;
+    };
+    for (int r = 0; r < 2; r++)
+      for (int s = 0; s < 2; s++) {
+        const int src = (r - s + 2) % 2;
+        emulated_forward<HS>(rank[r].out.data(), rank[r].lse.data(), rank[r].qkv.data(),
+                             rank[src].kv.data(), block(r, src));
+      }
+    for (int r = 0; r < 2; r++) {
+      Rank& R = rank[r];
+      emu::launch(ops, threads, cu::attention_row_dot_kernel, R.delta.data(),
+                  static_cast<const float*>(R.dout.data()), static_cast<const float*>(R.out.data()),
+                  B, Tr, NH, HS);
+      for (int s = 0; s < 2; s++) {  // each block's key gradient added where its keys live
+        const int src = (r - s + 2) % 2;
+        std::fill(R.tmp.begin(), R.tmp.end(), 0.0f);
+        emulated_backward<HS>(R.dqkv.data(), R.tmp.data(), R.dout.data(), R.delta.data(),
+                              R.lse.data(), R.qkv.data(), rank[src].kv.data(), block(r, src));
+        emu::launch(ops, threads, cu::accumulate_kernel, rank[src].dkv.data(),
+                    static_cast<const float*>(R.tmp.data()), R.tmp.size());
+      }
+    }
+    for (int r = 0; r < 2; r++) {
+      emu::launch(ops, threads, cu::attention_kv_unpack_kernel, rank[r].dqkv.data(),
+                  static_cast<const float*>(rank[r].dkv.data()), rank[r].dkv.size(), NH, KV, HS);
+      EXPECT_CLOSE("ring out", rank[r].out, take_rows(out, C, rank[r].pos), kTolerance);
+      EXPECT_CLOSE("ring dqkv", rank[r].dqkv, take_rows(dqkv, ld, rank[r].pos), kTolerance);
+    }
   }
 
   void kv_pack_and_unpack() {
