@@ -26,6 +26,10 @@
 //     (the same masks: per-micro-batch seeds, global layer keys), fp16 PP 2 within 16-bit
 //     tolerance of the CPU, and with 4 devices the distributed optimizer over PP 2 x DP 2
 //     (interleaved, two chunks each with its shard) trains as PP 2 x DP 2 without it.
+//   - MoE with expert parallelism (8 experts top-2 with the load-balancing loss, EP 2 on 2
+//     ranks: the count exchange and token all-to-alls over NCCL, Note [expert parallelism])
+//     trains as one GPU and as the CPU engine's EP 2 (1e-4); bf16 EP 2 losses within 2e-2 of
+//     the CPU's fp32.
 // Never run on a GPU yet (docs/gpu.md).
 #include <QtTest/QtTest>
 
@@ -72,11 +76,20 @@ TrainOptions resumable_run() {
   return testing::resumable_gpu_run(1);
 }
 
+// test_gpu_training's MoE layers: 8 experts top-2 with the load-balancing loss.
+void moe_run(TrainOptions& o) {
+  o.model.num_experts = 8;
+  o.model.moe_router_topk = 2;
+  o.model.moe_ffn_hidden_size = 256;
+  o.model.moe_aux_loss_coeff = 0.01f;
+}
+
 // The worker's run from its arguments: device=cpu|cuda tp=N pp=N layers=N vpp=N
 // (--num-layers-per-virtual-pipeline-stage) first=N (--decoder-first-pipeline-num-layers)
 // bf16=0|1 fp16=0|1 scale=S (--initial-loss-scale) dropout=0|1 (hidden and attention 0.1)
 // resumable=0|1 save=DIR exit=N dopt=0|1 (--use-distributed-optimizer) bucket=N
-// (--ddp-bucket-size) sp=0|1 (--sequence-parallel).
+// (--ddp-bucket-size) sp=0|1 (--sequence-parallel) moe=0|1 (moe_run's experts) ep=N
+// (--expert-model-parallel-size).
 TrainOptions worker_options(const QStringList& args) {
   TrainOptions o = small_run();
   for (const QString& a : args) {
@@ -101,6 +114,8 @@ TrainOptions worker_options(const QStringList& args) {
     if (key == "dopt") o.parallel.use_distributed_optimizer = value == "1";
     if (key == "bucket") o.parallel.ddp_bucket_size = value.toInt();
     if (key == "sp") o.parallel.sequence_parallel = value == "1";
+    if (key == "moe" && value == "1") moe_run(o);
+    if (key == "ep") o.parallel.expert_model_parallel_size = value.toInt();
   }
   return o;
 }
@@ -335,6 +350,22 @@ class GpuTensorParallel : public QObject {
     tail.rows.assign(straight.rows.begin() + 3, straight.rows.end());
     const QString d = compare("CPU DP 1 from a GPU DP 2 distributed-optimizer checkpoint", resumed,
                               tail, 1e-4, true);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+  }
+
+  void moe_ep2_trains_as_one_gpu_and_as_the_cpu_engine() {
+    TrainOptions one = small_run();
+    one.device = "cuda";
+    moe_run(one);
+    const Outcome ep1 = run_here(one);
+    const Outcome ep2 = run_ranks(2, {"device=cuda", "moe=1", "ep=2"});
+    const Outcome cpu = run_ranks(2, {"device=cpu", "moe=1", "ep=2"});
+    QString d = compare("GPU MoE EP 2 vs one GPU", ep2, ep1, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    d = compare("GPU MoE EP 2 vs CPU EP 2", ep2, cpu, 1e-4);
+    QVERIFY2(d.isEmpty(), qPrintable(d));
+    const Outcome bf16 = run_ranks(2, {"device=cuda", "moe=1", "ep=2", "bf16=1"});
+    d = compare("GPU bf16 MoE EP 2 vs CPU fp32 EP 2 (losses)", bf16, cpu, 2e-2, true);
     QVERIFY2(d.isEmpty(), qPrintable(d));
   }
 

@@ -352,7 +352,7 @@ class GpuTraining : public QObject {
                               .arg(bf16[i].loss)
                               .arg(cpu[i].loss)));
     // Expert parallelism (--expert-model-parallel-size 2, Comm::all_to_all over NCCL) needs two
-    // GPUs: test_gpu_tensor_parallel's multi-GPU runs are where an EP 2 case belongs.
+    // GPUs: test_gpu_tensor_parallel's moe_ep2_trains_as_one_gpu_and_as_the_cpu_engine.
   }
 
   void training_steps_match_the_cpu_trainer() {

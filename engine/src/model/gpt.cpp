@@ -112,6 +112,11 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   if (ep_ > 1)
     a.expert_counts_all =
         from.template take<int32_t>(static_cast<size_t>(ep_) * E_, MC::kActivations);
+  // The counts the host reads (moe_host_counts): that buffer itself, or a host copy's home.
+  if (device_.capabilities().host_addressable)
+    a.expert_counts_host = ep_ > 1 ? a.expert_counts_all : a.expert_counts;
+  else
+    a.expert_counts_host = from.template take_host<int32_t>(static_cast<size_t>(ep_) * E_);
   a.expert_in = from.template take<A>(Sl * C_, MC::kActivations);
   a.expert_out = from.template take<A>(S * C_, MC::kActivations);
   return a;
@@ -171,11 +176,6 @@ Status GptModel<A>::allocate() {
       return Status::internal("GptModel: expert parallelism " + std::to_string(ep_) +
                               " without its EP communicator or not dividing the " +
                               std::to_string(E_) + " experts");
-    if (ep_ > 1 && !device_.capabilities().host_addressable)
-      return Status::invalid_argument(
-          "--expert-model-parallel-size " + std::to_string(ep_) + " runs on the CPU for now (its "
-          "token regrouping reads host memory): use --device cpu, or EP 1 on " +
-          device_.describe());
     El_ = E_ / ep_;
     ep_first_ = El_ * ep_rank_;
     const size_t S = static_cast<size_t>(N_) * k_;

@@ -101,6 +101,10 @@ struct LayerActivations {
   // (EP, E) every EP rank's expert_counts (EP > 1; null at EP 1): what this rank's experts got
   // from each rank.
   int32_t* expert_counts_all;
+  // (EP, E) the counts the forward read on the host (expert_counts_all, or expert_counts at
+  // EP 1): that buffer itself where device memory is host memory, else a host copy
+  // (moe_host_counts), which the backward reuses.
+  int32_t* expert_counts_host;
   A* expert_in;   // (Sl, C) this rank's experts' input rows (EP 1: the permuted ln2 rows)
   A* expert_out;  // (S, C) each kept route's expert output, back in this rank's permuted order
 };
@@ -336,16 +340,17 @@ class GptModel {
   void moe_experts_forward(int l, const LayerActivations<A>& la, const A* ln2);
   void moe_combine_forward(int l, const LayerActivations<A>& la, bool training);
   // Expert parallelism's moves (Note [expert parallelism]): this rank's permuted rows `mine`
-  // (S, C) to the experts' owners, regrouped expert-major into `local` (Sl, C), after the EP
-  // ranks exchange their counts (exchange_counts: the forward; the backward reuses them); and
-  // back. moe_local_counts: (El) the rows each of this rank's experts holds.
-  std::vector<int> moe_local_counts(const LayerActivations<A>& la);
-  void moe_dispatch(const LayerActivations<A>& la, const A* mine, A* local, bool exchange_counts);
+  // (S, C) to the experts' owners, regrouped expert-major into `local` (Sl, C), by the counts
+  // the forward read (la.expert_counts_host); and back. moe_local_counts: (El) the rows each of
+  // this rank's experts holds, from the host counts (EP, E).
+  std::vector<int> moe_local_counts(const int32_t* counts) const;
+  void moe_dispatch(const LayerActivations<A>& la, const A* mine, A* local);
   void moe_undispatch(const LayerActivations<A>& la, const A* local, A* mine);
   void moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
                     float grad_scale);
-  // la's expert_counts (E) on the host: themselves where the device's memory is host memory,
-  // else a copy into moe_counts_host_, waited for (zeros if the device has failed).
+  // The forward's counts (EP, E) on the host, la.expert_counts_host: expert_counts at EP 1,
+  // expert_counts_all (after the count exchange) at EP > 1; where device memory is not host
+  // memory, one copy waited for (a failed device: zeros at EP 1, the job ended at EP > 1).
   const int32_t* moe_host_counts(const LayerActivations<A>& la);
   // Core attention of one layer over qkv (N, Wt) into out (N, Ct), keeping `saved` for the
   // backward: the device's attention op, or with context parallelism (cp_ > 1) the ring over
@@ -533,7 +538,7 @@ class GptModel {
   A* moe_d_up_ = nullptr;     // (Sl, 2Fm) SwiGLU
   G* moe_aux_ = nullptr;      // (L) each layer's load-balancing loss of the last forward
   double moe_aux_sum_ = 0;    // take_moe_aux_loss_sum's
-  std::vector<int32_t> moe_counts_host_;  // (E) moe_host_counts' copy
+  std::vector<int32_t> moe_routes_host_;  // (E) tokens_per_expert copied for moe_load_
   // (L, E) take_moe_load's: the routes to each expert counted since it last reset them.
   std::vector<int64_t> moe_load_;
   std::function<void(int, int)> grads_ready_;

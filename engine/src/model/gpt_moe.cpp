@@ -10,9 +10,11 @@
 //   or SwiGLU, biases as the dense MLP's) of width Fm.
 // The routes are permuted expert-major (kernels.h moe_dispatch_plan), so each expert runs two
 // plain GEMMs (the op list's matmul) on its contiguous block of rows: a grouped GEMM as a loop.
-// The block sizes are read on the host (moe_host_counts): on the CPU the device's memory, ready
-// when the op returns; on a GPU a synchronous copy of E ints after the plan and again in the
-// backward (the GEMM loop's sizes), as the load-balancing loss is for the trainer's metric.
+// The block sizes are read on the host once per forward (moe_host_counts, into
+// la.expert_counts_host, which the backward and its all-to-alls reuse): on the CPU the device's
+// memory, ready when the op returns; on a GPU a synchronous copy of the (EP, E) ints after the
+// plan (and the count exchange). A training forward's load-balancing loss (the trainer's metric)
+// and routes per expert (the Studio's load) reach the host likewise, by one more wait.
 // Token dropping (--moe-expert-capacity-factor f): each expert keeps at most
 // ceil(N k / E x f) routes, those of largest weight (Megatron's "probs" policy); a dropped
 // route adds nothing and its weight is not renormalised away (Megatron's). Load balancing
@@ -59,9 +61,12 @@
 // outputs are bit for bit those of one process; an expert's weight gradient sums its rows in
 // another order (rank by rank), summed over the expert-data group afterwards (GradReducer).
 // The all-to-alls run on the EP communicator of this rank's TP coordinate (per TP rank), so
-// tensor parallelism inside each expert composes with them.
+// tensor parallelism inside each expert composes with them. The exchange and the all-to-alls
+// are queued on the compute stream (NCCL on a GPU, Note [CPU stream order] on the CPU) and the
+// regrouping is device copies, so any device runs them; only the counts are read on the host
+// (after one copy where device memory is not host memory, Note [MoE layer]), as the all-to-all's
+// sizes and the GEMM loop's must be.
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
 #include "model/gpt.h"
@@ -85,12 +90,19 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
                                         compute());
         !s)
       record_comm_error("context-parallel all-reduce of the experts' route counts", s);
-  const int32_t* kept = moe_host_counts(la);  // this rank's rows per expert, all E
+  // Note [expert parallelism]: every EP rank's kept counts, for the all-to-all's sizes.
+  if (ep_ > 1)
+    if (Status s = ep_comm_->all_gather(la.expert_counts, la.expert_counts_all, E, DType::kInt32,
+                                        compute());
+        !s)
+      ep_comm_->abort("expert-parallel count exchange failed: " + s.message(), 1);
+  const int32_t* all = moe_host_counts(la);                       // (EP, E)
+  const int32_t* kept = all + static_cast<size_t>(ep_rank_) * E;  // this rank's rows per expert
   const int mine = std::accumulate(kept, kept + E, 0);
   ops_.moe_gather_rows(ep_ > 1 ? moe_send_ : la.expert_in, ln2, la.slot_row, mine, C);
-  if (ep_ > 1) moe_dispatch(la, moe_send_, la.expert_in, true);
+  if (ep_ > 1) moe_dispatch(la, moe_send_, la.expert_in);
   // This rank's experts and their rows (EP 1: every expert, the permuted rows themselves).
-  const std::vector<int> counts = moe_local_counts(la);
+  const std::vector<int> counts = moe_local_counts(all);
   const int rows = std::accumulate(counts.begin(), counts.end(), 0);
   A* out = ep_ > 1 ? moe_local_ : la.expert_out;
   OpTimer timer(*this, Op::kMatmulForward);
@@ -120,18 +132,12 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
 }
 
 template <typename A>
-std::vector<int> GptModel<A>::moe_local_counts(const LayerActivations<A>& la) {
-  if (ep_ == 1) {
-    const int32_t* kept = moe_host_counts(la);
-    return std::vector<int>(kept, kept + E_);
-  }
-  // EP > 1 runs where device memory is host memory (GptModel::allocate refuses it elsewhere).
-  std::vector<int> counts(El_, 0);
+std::vector<int> GptModel<A>::moe_local_counts(const int32_t* counts) const {
+  std::vector<int> local(El_, 0);  // at EP 1: counts itself
   for (int e = 0; e < El_; e++) {
-    for (int p = 0; p < ep_; p++)
-      counts[e] += la.expert_counts_all[static_cast<size_t>(p) * E_ + ep_first_ + e];
+    for (int p = 0; p < ep_; p++) local[e] += counts[static_cast<size_t>(p) * E_ + ep_first_ + e];
   }
-  return counts;
+  return local;
 }
 
 namespace {
@@ -154,11 +160,12 @@ ExpertBlocks expert_blocks(const int32_t* counts, int ep, int me, int E, int C) 
 }
 
 // Between the all-to-all's order of this rank's experts' rows (source rank major, then expert)
-// and the experts' order (expert major, then source rank): row blocks copied one by one (the
-// CPU's memory: MoE runs on the CPU alone, Note [MoE layer]). to_experts: the first direction.
+// and the experts' order (expert major, then source rank): row blocks copied one by one on the
+// device's stream (on the CPU a memcpy each). counts: on the host. to_experts: the first
+// direction.
 template <typename A>
-void regroup(const int32_t* counts, int ep, int me, int E, int C, const A* from, A* to,
-             bool to_experts) {
+void regroup(Device& device, Stream& stream, const int32_t* counts, int ep, int me, int E, int C,
+             const A* from, A* to, bool to_experts) {
   const int El = E / ep;
   // Each (source p, expert e) block's first row in both orders.
   std::vector<size_t> by_source(static_cast<size_t>(ep) * El), by_expert(by_source.size());
@@ -180,36 +187,32 @@ void regroup(const int32_t* counts, int ep, int me, int E, int C, const A* from,
       const size_t i = static_cast<size_t>(p) * El + e;
       const size_t src = to_experts ? by_source[i] : by_expert[i];
       const size_t dst = to_experts ? by_expert[i] : by_source[i];
-      if (n > 0) std::memcpy(to + dst * C, from + src * C, n * C * sizeof(A));
+      if (n > 0)
+        device.copy(to + dst * C, from + src * C, n * C * sizeof(A), CopyKind::kDeviceToDevice,
+                    stream);
     }
 }
 }  // namespace
 
+// A failed all-to-all ends the job: the EP ranks could not agree on the rows otherwise.
 template <typename A>
-void GptModel<A>::moe_dispatch(const LayerActivations<A>& la, const A* mine, A* local,
-                               bool exchange_counts) {
-  Comm& ep = *ep_comm_;
-  // A failed collective ends the job: the EP ranks could not agree on the rows otherwise.
-  auto check = [&ep](const char* what, Status s) {
-    if (!s) ep.abort(std::string("expert-parallel ") + what + " failed: " + s.message(), 1);
-  };
-  if (exchange_counts)
-    check("count exchange",
-          ep.all_gather(la.expert_counts, la.expert_counts_all,
-                        std::vector<size_t>(ep_, static_cast<size_t>(E_)), DType::kInt32));
-  const ExpertBlocks b = expert_blocks(la.expert_counts_all, ep_, ep_rank_, E_, C_);
-  check("token dispatch",
-        ep.all_to_all(mine, b.send, moe_recv_, b.recv, dtype_of<A>()));
-  regroup(la.expert_counts_all, ep_, ep_rank_, E_, C_, moe_recv_, local, true);
+void GptModel<A>::moe_dispatch(const LayerActivations<A>& la, const A* mine, A* local) {
+  const int32_t* counts = la.expert_counts_host;  // (EP, E), the forward's
+  const ExpertBlocks b = expert_blocks(counts, ep_, ep_rank_, E_, C_);
+  if (Status s = ep_comm_->all_to_all(mine, b.send, moe_recv_, b.recv, dtype_of<A>(), compute());
+      !s)
+    ep_comm_->abort("expert-parallel token dispatch failed: " + s.message(), 1);
+  regroup(device_, compute(), counts, ep_, ep_rank_, E_, C_, moe_recv_, local, true);
 }
 
 template <typename A>
 void GptModel<A>::moe_undispatch(const LayerActivations<A>& la, const A* local, A* mine) {
-  Comm& ep = *ep_comm_;
-  const ExpertBlocks b = expert_blocks(la.expert_counts_all, ep_, ep_rank_, E_, C_);
-  regroup(la.expert_counts_all, ep_, ep_rank_, E_, C_, local, moe_recv_, false);
-  if (Status s = ep.all_to_all(moe_recv_, b.recv, mine, b.send, dtype_of<A>()); !s)
-    ep.abort("expert-parallel token combine failed: " + s.message(), 1);
+  const int32_t* counts = la.expert_counts_host;
+  const ExpertBlocks b = expert_blocks(counts, ep_, ep_rank_, E_, C_);
+  regroup(device_, compute(), counts, ep_, ep_rank_, E_, C_, local, moe_recv_, false);
+  if (Status s = ep_comm_->all_to_all(moe_recv_, b.recv, mine, b.send, dtype_of<A>(), compute());
+      !s)
+    ep_comm_->abort("expert-parallel token combine failed: " + s.message(), 1);
 }
 
 template <typename A>
@@ -222,37 +225,53 @@ void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool
   }
   reduce_rows(combined, fc2_out_);
   OpTimer timer(*this, Op::kMatmulForward);
-  // Host counts (Note [MoE layer]); under CP the sequence's, counted by CP rank 0 alone.
-  if (training && device_.capabilities().host_addressable && cp_rank_ == 0) {
-    if (moe_load_.empty()) moe_load_.assign(static_cast<size_t>(L_) * E_, 0);
-    for (int e = 0; e < E_; e++)
-      moe_load_[static_cast<size_t>(l) * E_ + e] += la.tokens_per_expert[e];
-  }
   const double coeff = config_.aux_loss_coeff();
-  if (coeff <= 0) return;
   // Under CP: the sequence's counts, this rank's probabilities, N_g = CP N (the note above).
-  ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_,
-                    coeff / (static_cast<double>(cp_) * cp_));
+  if (coeff > 0)
+    ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_,
+                      coeff / (static_cast<double>(cp_) * cp_));
   if (!training) return;
-  // The CPU has run the op: its result is host memory; a GPU's is copied (Note [MoE layer]).
-  if (device_.capabilities().host_addressable) {
-    moe_aux_sum_ += moe_aux_[l];
-    return;
+  // On the host (Note [MoE layer]): the routes per expert for moe_load_ (under CP the
+  // sequence's, counted by CP rank 0 alone) and the aux loss for the trainer's metric. The CPU
+  // has run the ops, their results are host memory; a GPU's are copied, with one wait.
+  const bool count_load = cp_rank_ == 0;
+  const int32_t* routes = la.tokens_per_expert;  // (E)
+  const G* aux = moe_aux_ + l;
+  G aux_host = 0;
+  if (!device_.capabilities().host_addressable && (count_load || coeff > 0)) {
+    if (count_load) {
+      moe_routes_host_.resize(E_);
+      device_.copy(moe_routes_host_.data(), routes, E_ * sizeof(int32_t), CopyKind::kDeviceToHost,
+                   compute());
+      routes = moe_routes_host_.data();
+    }
+    if (coeff > 0) {
+      device_.copy(&aux_host, aux, sizeof(G), CopyKind::kDeviceToHost, compute());
+      aux = &aux_host;
+    }
+    if (!device_.synchronize(compute())) return;  // the error stays recorded
   }
-  G aux = 0;
-  device_.copy(&aux, moe_aux_ + l, sizeof(G), CopyKind::kDeviceToHost, compute());
-  if (device_.synchronize(compute())) moe_aux_sum_ += aux;  // an error stays recorded
+  if (count_load) {
+    if (moe_load_.empty()) moe_load_.assign(static_cast<size_t>(L_) * E_, 0);
+    for (int e = 0; e < E_; e++) moe_load_[static_cast<size_t>(l) * E_ + e] += routes[e];
+  }
+  if (coeff > 0) moe_aux_sum_ += *aux;
 }
 
 template <typename A>
 const int32_t* GptModel<A>::moe_host_counts(const LayerActivations<A>& la) {
-  if (device_.capabilities().host_addressable) return la.expert_counts;
-  moe_counts_host_.assign(E_, 0);
-  device_.copy(moe_counts_host_.data(), la.expert_counts, E_ * sizeof(int32_t),
-               CopyKind::kDeviceToHost, compute());
-  // A failed device (its error stays recorded) runs no expert rather than garbage sizes.
-  if (!device_.synchronize(compute())) moe_counts_host_.assign(E_, 0);
-  return moe_counts_host_.data();
+  if (device_.capabilities().host_addressable) return la.expert_counts_host;  // the buffer
+  const size_t n = static_cast<size_t>(ep_) * E_;
+  device_.copy(la.expert_counts_host, ep_ > 1 ? la.expert_counts_all : la.expert_counts,
+               n * sizeof(int32_t), CopyKind::kDeviceToHost, compute());
+  if (Status s = device_.synchronize(compute()); !s) {
+    // A failed device (its error stays recorded) runs no expert rather than garbage sizes; with
+    // EP the ranks' all-to-all sizes would no longer agree, so the job ends.
+    if (ep_ > 1)
+      ep_comm_->abort("expert-parallel counts could not reach the host: " + s.message(), 1);
+    std::fill(la.expert_counts_host, la.expert_counts_host + n, 0);
+  }
+  return la.expert_counts_host;
 }
 
 template <typename A>
@@ -268,13 +287,14 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
                             la.route_slot, N, C, k);
   if (t_ > 1)  // each rank's dot with its partial expert outputs
     tp_all_reduce(moe_dweight_, static_cast<size_t>(N) * k, dtype_of<G>(), ReduceOp::kSum);
-  // Note [expert parallelism]: d expert_out to this rank's experts (EP 1: in place).
+  // Note [expert parallelism]: d expert_out to this rank's experts (EP 1: in place), by the
+  // counts the forward read (no copy, no wait).
   A* d_expert = moe_d_rows_;
   if (ep_ > 1) {
-    moe_dispatch(la, moe_d_rows_, moe_local_, false);  // the forward's counts
+    moe_dispatch(la, moe_d_rows_, moe_local_);
     d_expert = moe_local_;
   }
-  const std::vector<int> counts = moe_local_counts(la);
+  const std::vector<int> counts = moe_local_counts(la.expert_counts_host);
   const int rows = std::accumulate(counts.begin(), counts.end(), 0);
   for (int e = 0, r0 = 0; e < El_; r0 += counts[e++]) {
     const int n = counts[e];

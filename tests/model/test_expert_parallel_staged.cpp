@@ -1,0 +1,197 @@
+// Expert parallelism on a device whose memory is not host memory (Note [expert parallelism] in
+// model/gpt_moe.cpp), run on the CPU: a CpuDevice with host addressing off, registered as the
+// backend a --device cuda run trains on (as test_checkpoint_staged), so that the MoE layers take
+// a GPU's path: the (EP, E) counts reach the host by one copy per layer forward and the backward
+// reuses that copy, the all-to-alls' rows are regrouped by device copies, and the aux loss and
+// the per-expert load are copied to the host. Specifies that three fp32 iterations of
+//   "ep2"      EP 2 on 2 ranks (DP 2) with token dropping (uneven and empty blocks),
+//   "ep2pp2"   EP 2 x PP 2 on 4 ranks (two micro-batches in flight on each stage, so each
+//              activation set must keep its own host counts),
+//   "ep2tp2"   EP 2 x TP 2 (sequence parallel) x DP 2 on 4 ranks with full recomputation (the
+//              recomputed forward reads the counts anew)
+// train bit for bit as the plain CPU device: every lm loss, grad norm, moe aux loss and per-expert
+// load, and the checkpoint written after the last iteration byte for byte (the parameters and the
+// optimizer's moments, so every gradient that reached them).
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/mpi_worker.h"
+#include "common/process.h"
+#include "common/tiny_model.h"
+#include "device/backends.h"
+#include "device/cpu_device.h"
+#include "lattice/comm.h"
+#include "lattice/train.h"
+
+using namespace lattice;
+
+namespace {
+
+// The CPU device with host addressing off, standing in for a GPU.
+const DeviceBackend* staged_backend() {
+  static const DeviceBackend backend{
+      [] {
+        Capabilities c = cpu_capabilities();
+        c.host_addressable = false;
+        return c;
+      },
+      [] { return std::string(); },
+      []() -> Result<std::unique_ptr<Device>> {
+        CpuDeviceOptions options;
+        options.host_addressable = false;
+        return std::unique_ptr<Device>(std::make_unique<CpuDevice>(options));
+      },
+      nullptr};
+  return &backend;
+}
+
+// 4 layers, MoE on layers 0 and 2 (4 experts, top-2, a large load-balancing loss), micro-batches
+// of one sequence, 4 a step: test_expert_parallel.sh's model in fp32.
+TrainOptions options_for(const std::string& run) {
+  TrainOptions o = testing::cuda_ready_options();
+  o.model = testing::tiny_config(4, 32, 4, 16, 256);
+  o.model.num_experts = 4;
+  o.model.moe_router_topk = 2;
+  o.model.moe_aux_loss_coeff = 0.5f;
+  o.model.moe_layer_freq = 2;
+  o.micro_batch_size = 1;
+  o.global_batch_size = 4;
+  o.train_iters = 3;
+  o.log_interval = 1;  // the per-expert load on every iteration
+  o.optim.lr = 1e-2f;
+  o.threads = 1;
+  o.seed = 5;
+  o.device = "cpu";
+  o.parallel.expert_model_parallel_size = 2;
+  if (run == "ep2") {
+    o.model.moe_expert_capacity_factor = 1.0f;
+  } else if (run == "ep2pp2") {
+    o.parallel.pipeline_model_parallel_size = 2;
+  } else if (run == "ep2tp2") {
+    o.model.tensor_model_parallel_size = 2;
+    o.parallel.sequence_parallel = true;
+    o.parallel.recompute_granularity = "full";
+    o.parallel.recompute_method = "uniform";
+    o.parallel.recompute_num_layers = 1;
+  }
+  return o;
+}
+
+int ranks_of(const QString& run) {
+  return run == "ep2" ? 2 : 4;
+}
+
+// Rank 0's figures, exact ("%a"): per iteration its lm loss, grad norm and moe aux loss, and
+// each MoE layer's routes per expert.
+class Figures : public MetricsSink {
+ public:
+  void on_iteration(const IterationMetrics& m) override {
+    char line[160];
+    std::snprintf(line, sizeof line, "iteration %d loss %a norm %a aux %a\n", m.iteration,
+                  m.lm_loss, m.grad_norm, m.moe_aux_loss);
+    text << line;
+    for (const auto& [layer, routes] : m.moe_expert_load) {
+      text << "load " << m.iteration << " layer " << layer << ":";
+      for (int64_t r : routes) text << ' ' << r;
+      text << '\n';
+    }
+  }
+  std::ostringstream text;
+};
+
+// The worker: `--worker RUN DEVICE DIR` trains RUN on DEVICE ("plain" or "staged"), saving the
+// checkpoint at the end into DIR/ckpt; rank 0 writes its figures to DIR/figures.
+int worker(char** argv) {
+  const std::string run = argv[0], device = argv[1], dir = argv[2];
+  Result<std::unique_ptr<Comm>> world = make_world_comm();
+  if (!world) {
+    std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
+    return 1;
+  }
+  TrainOptions o = options_for(run);
+  if (device == "staged") {
+    register_device_backend(staged_backend());
+    o.device = "cuda";
+  }
+  o.save = dir + "/ckpt";
+  Figures figures;
+  Result<TrainSummary> r = train(o, **world, figures);
+  const std::string error = r ? "" : r.status().message();
+  if (r && (*world)->rank() == 0) std::ofstream(dir + "/figures") << figures.text.str();
+  return testing::end_worker(*world, error);
+}
+
+QByteArray read_bytes(const std::string& path) {
+  QFile f(QString::fromStdString(path));
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+}  // namespace
+
+class ExpertParallelStaged : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() { QVERIFY(dir_.isValid()); }
+
+  void staged_device_trains_expert_parallel_as_the_cpu_data() {
+    QTest::addColumn<QString>("run");
+    QTest::newRow("EP 2, token dropping") << "ep2";
+    QTest::newRow("EP 2 x PP 2") << "ep2pp2";
+    QTest::newRow("EP 2 x TP 2, sequence parallel, full recomputation") << "ep2tp2";
+  }
+  void staged_device_trains_expert_parallel_as_the_cpu() {
+    QFETCH(QString, run);
+    const QString plain = work(run, "plain"), staged = work(run, "staged");
+    QVERIFY(!plain.isEmpty());
+    // Not vacuous: three iterations with an aux loss and both MoE layers' load on each.
+    QCOMPARE(plain.count("iteration "), 3);
+    QVERIFY2(!plain.contains("aux nan"), qPrintable(plain));
+    QCOMPARE(plain.count("load "), 3 * 2);
+    QCOMPARE(staged, plain);
+    // The checkpoints: every rank's file, byte for byte.
+    const std::string base = dir_.filePath(run).toStdString();
+    const std::filesystem::path saved = base + "/plain/ckpt/iter_0000003";
+    int files = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(saved)) {
+      if (e.path().extension() != ".safetensors") continue;
+      files++;
+      const std::string name = std::filesystem::relative(e.path(), saved).string();
+      const QByteArray bytes = read_bytes(e.path().string());
+      QVERIFY2(!bytes.isEmpty(), name.c_str());
+      QVERIFY2(bytes == read_bytes(base + "/staged/ckpt/iter_0000003/" + name), name.c_str());
+    }
+    QVERIFY2(files > 0, "the plain run saved no checkpoint files");
+  }
+
+ private:
+  // Runs the worker for `run` on `device` in dir_/RUN/DEVICE; returns rank 0's figures, or ""
+  // after failing the test with the worker's output.
+  QString work(const QString& run, const QString& device) {
+    const QString dir = dir_.filePath(run + "/" + device);
+    std::filesystem::create_directories(dir.toStdString());
+    const QString self =
+        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
+    const testing::Run r =
+        testing::run_mpi(ranks_of(run), self, {"--worker", run, device, dir}, {}, 180000);
+    if (r.exit_code != 0) {
+      QTest::qFail(qPrintable(run + " " + device + ": " + r.err + r.out), __FILE__, __LINE__);
+      return {};
+    }
+    QFile f(dir + "/figures");
+    return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+  }
+
+  QTemporaryDir dir_;
+};
+
+int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--worker") return worker(argv + 2);
+  ExpertParallelStaged test;
+  return QTest::qExec(&test, argc, argv);
+}
+#include "test_expert_parallel_staged.moc"
