@@ -27,8 +27,8 @@ void print_usage(std::ostream& out) {
          "  version   print the version and the BLAS kernel in use\n";
 }
 
-// "OpenBLAS or oneDNN per shape", or the library LATTICE_CPU_GEMM forces (Note [fp32 GEMM
-// choice], kernels/cpu/README.md).
+// The library LATTICE_CPU_GEMM asks for, or "OpenBLAS or oneDNN per shape" for auto (Note [fp32
+// GEMM choice], kernels/cpu/README.md).
 std::string fp32_gemm_label() {
   using lattice::kernels::CpuGemm;
   const CpuGemm mode = lattice::kernels::cpu_gemm();

@@ -59,14 +59,16 @@ struct EnvRequest {
 EnvRequest from_env() {
   const char* env = std::getenv(kEnvVar);
   const std::string value = env ? env : "";
-  if (value.empty() || value == "auto") return {CpuGemm::automatic, ""};
-  if (value == "openblas") return {CpuGemm::openblas, ""};
+  // OpenBLAS by default: the automatic choice measured no faster than it on the shared machine
+  // (docs/benchmarks.md, "Choosing the GEMM library") and costs reproducibility across runs.
+  if (value.empty() || value == "openblas") return {CpuGemm::openblas, ""};
+  if (value == "auto") return {CpuGemm::automatic, ""};
   if (value == "onednn") {
     const std::string missing = onednn_sgemm_missing();
     if (missing.empty()) return {CpuGemm::onednn, ""};
-    return {CpuGemm::automatic, std::string(kEnvVar) + "=onednn: " + missing};
+    return {CpuGemm::openblas, std::string(kEnvVar) + "=onednn: " + missing};
   }
-  return {CpuGemm::automatic,
+  return {CpuGemm::openblas,
           std::string(kEnvVar) + "=" + value + " is not openblas, onednn or auto"};
 }
 

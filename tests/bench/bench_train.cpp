@@ -67,8 +67,8 @@ void print_profile(const TrainSummary& s) {
   }
 }
 
-// The shapes LATTICE_CPU_GEMM=auto (the default) timed and the library each got (Note [fp32 GEMM
-// choice], kernels/cpu/README.md); nothing when a library is forced or the build has no oneDNN.
+// The shapes LATTICE_CPU_GEMM=auto timed and the library each got (Note [fp32 GEMM choice],
+// kernels/cpu/README.md); nothing without auto or in a build without oneDNN.
 void print_gemm_choices() {
   const std::vector<kernels::GemmChoice> choices = kernels::cpu_gemm_choices();
   if (choices.empty()) return;

@@ -1,9 +1,9 @@
 // The fp32 GEMMs of the CPU's linear layers (Note [fp32 GEMM choice], kernels/cpu/README.md):
-// OpenBLAS's sgemm or oneDNN's dnnl_sgemm, whichever ran a shape faster when it was first seen.
-// Neither library wins every shape of a training step (docs/benchmarks.md, "fp32 GEMM
-// library"), so the choice is made per (transposes, M, N, K, beta) by timing both on the call's
-// own operands. fp64 GEMMs (--fp64) stay OpenBLAS's dgemm; attention's small per-head GEMMs stay
-// OpenBLAS's too.
+// OpenBLAS's sgemm (the default), oneDNN's dnnl_sgemm, or, with LATTICE_CPU_GEMM=auto, whichever
+// ran a shape faster when it was first seen: neither library wins every shape of a training step
+// (docs/benchmarks.md, "Choosing the GEMM library"), so the automatic mode chooses per
+// (transposes, M, N, K, beta) by timing both on the call's own operands. fp64 GEMMs (--fp64)
+// stay OpenBLAS's dgemm; attention's small per-head GEMMs stay OpenBLAS's too.
 #pragma once
 
 #include <string>
@@ -21,9 +21,8 @@ const char* cpu_gemm_name(CpuGemm mode);
 // Empty when this build has oneDNN (-DLATTICE_WITH_ONEDNN, libdnnl-dev); otherwise why not.
 std::string onednn_sgemm_missing();
 
-// The mode in use. Until set_cpu_gemm is called: LATTICE_CPU_GEMM=openblas|onednn|auto (auto or
-// unset: automatic). A value that cannot be served gives automatic and is reported once on
-// stderr.
+// The mode in use. Until set_cpu_gemm is called: LATTICE_CPU_GEMM=openblas|onednn|auto (unset:
+// openblas). A value that cannot be served gives openblas and is reported once on stderr.
 CpuGemm cpu_gemm();
 // Makes the linear layers' fp32 GEMMs use `mode`; false (and nothing changes) for onednn in a
 // build without oneDNN. Not to be called while kernels run on other threads.

@@ -9,7 +9,8 @@
 //   at once), the timing leaves C alone (beta 1 adds the product once) or is overwritten (beta
 //   0), the result is bit for bit the chosen library's, small shapes and accumulating ones
 //   with a large C are not timed;
-// - LATTICE_CPU_GEMM's values and errors.
+// - LATTICE_CPU_GEMM's values and errors; `lattice train` refuses an unusable one before
+//   training, `lattice version` names the library.
 // The oneDNN cases are skipped, by name, in a build without oneDNN. test_torch_parity runs again
 // with LATTICE_CPU_GEMM=onednn (test_torch_parity_onednn, tests/train/CMakeLists.txt).
 #include <QtTest/QtTest>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/process.h"
 #include "lattice/cpu_gemm.h"
 #include "lattice/kernels.h"
 
@@ -231,6 +233,34 @@ class CpuGemmTest : public QObject {
       setenv("LATTICE_CPU_GEMM", restore.c_str(), 1);
     else
       unsetenv("LATTICE_CPU_GEMM");
+  }
+
+  void lattice_train_and_version_read_the_variable() {
+    using lattice::testing::run_process;
+    const QStringList one_step = {
+        "train",         "--mock-data", "--train-iters", "1",  "--num-layers",          "1",
+        "--hidden-size", "32",          "--seq-length",  "16", "--num-attention-heads", "2",
+        "--vocab-size",  "64",          "--threads",     "1",  "--eval-iters",          "0",
+        "--no-db"};
+    lattice::testing::Run r =
+        run_process(LATTICE_CLI_PATH, one_step, {}, 120000, {"LATTICE_CPU_GEMM=mkl"});
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=mkl is not openblas, onednn or auto"),
+             qPrintable(r.err));
+    QVERIFY(!r.out.contains("iteration"));
+    const bool onednn = k::onednn_sgemm_missing().empty();
+    r = run_process(LATTICE_CLI_PATH, one_step, {}, 120000, {"LATTICE_CPU_GEMM=onednn"});
+    QCOMPARE(r.exit_code, onednn ? 0 : 2);
+    if (!onednn) QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=onednn: this build has no oneDNN"),
+                          qPrintable(r.err));
+    for (auto [value, label] : {std::pair{"", "fp32 GEMMs OpenBLAS)"},
+                                {"openblas", "fp32 GEMMs OpenBLAS)"},
+                                {"auto", onednn ? "fp32 GEMMs OpenBLAS or oneDNN per shape)"
+                                                : "fp32 GEMMs OpenBLAS)"}}) {
+      r = run_process(LATTICE_CLI_PATH, {"version"}, {}, 60000,
+                      {QString("LATTICE_CPU_GEMM=") + value});
+      QVERIFY2(r.exit_code == 0 && r.out.contains(label), qPrintable(r.out + r.err));
+    }
   }
 };
 
