@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "lattice/cpu_gemm.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
@@ -24,6 +25,17 @@ void print_usage(std::ostream& out) {
          "  serve     the model over HTTP: Megatron's PUT /api and OpenAI's /v1/completions\n"
          "  launch    start training on this machine, a hostfile's hosts or a Slurm cluster\n"
          "  version   print the version and the BLAS kernel in use\n";
+}
+
+// The library LATTICE_CPU_GEMM asks for, or "OpenBLAS or oneDNN per shape" for auto (Note [fp32
+// GEMM choice], kernels/cpu/README.md).
+std::string fp32_gemm_label() {
+  using lattice::kernels::CpuGemm;
+  const CpuGemm mode = lattice::kernels::cpu_gemm();
+  if (mode == CpuGemm::onednn) return "oneDNN";
+  if (mode == CpuGemm::openblas || !lattice::kernels::onednn_sgemm_missing().empty())
+    return "OpenBLAS";
+  return "OpenBLAS or oneDNN per shape";
 }
 
 }  // namespace
@@ -54,7 +66,8 @@ int main(int argc, char** argv) {
   if (command == "version") {
     std::cout << "lattice " << LATTICE_VERSION << " (OpenBLAS kernel "
               << lattice::kernels::blas_core_name() << ", CPU kernels "
-              << lattice::kernels::cpu_isa_label(lattice::kernels::cpu_isa()) << ")\n";
+              << lattice::kernels::cpu_isa_label(lattice::kernels::cpu_isa()) << ", fp32 GEMMs "
+              << fp32_gemm_label() << ")\n";
     return 0;
   }
   std::cerr << "lattice: unknown command '" << command << "'\n";

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "device/backends.h"
 #include "lattice/comm.h"
+#include "lattice/cpu_gemm.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/data.h"
 #include "lattice/layout.h"
@@ -155,6 +156,10 @@ int run_training(const std::string& command, Result<TrainOptions> options,
     return finish(2);
   }
   if (std::string error = kernels::select_cpu_isa(options->cpu_isa); !error.empty()) {
+    if (rank0) print_error(command, error);
+    return finish(2);
+  }
+  if (std::string error = kernels::cpu_gemm_env_error(); !error.empty()) {  // LATTICE_CPU_GEMM
     if (rank0) print_error(command, error);
     return finish(2);
   }

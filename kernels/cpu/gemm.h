@@ -3,6 +3,8 @@
 
 #include <cblas.h>
 
+#include "lattice/cpu_gemm.h"
+
 namespace lattice::kernels::cpu {
 
 // C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, all row-major with leading dims.
@@ -15,6 +17,18 @@ inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, 
                  int lda, const double* B, int ldb, double beta, double* C, int ldc) {
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+// The linear layers' GEMMs (matmul.cpp): float on the library chosen per shape (OpenBLAS or
+// oneDNN, Note [fp32 GEMM choice], README.md), double on OpenBLAS's dgemm. Same contract as gemm.
+inline void linear_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                        const float* A, int lda, const float* B, int ldb, float beta, float* C,
+                        int ldc) {
+  gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+inline void linear_gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha,
+                        const double* A, int lda, const double* B, int ldb, double beta, double* C,
+                        int ldc) {
+  gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 // y (M) = alpha * op(A) x + beta * y, A (rows, cols) row-major.
 inline void gemv(bool trans, int rows, int cols, float alpha, const float* A, int lda,

@@ -1,4 +1,5 @@
 // Linear layers as GEMM: out = inp @ weight^T + bias, weights stored (out, in) as Megatron.
+// The float GEMMs run on OpenBLAS or oneDNN, chosen per shape (Note [fp32 GEMM choice]).
 #include <algorithm>
 #include <vector>
 
@@ -23,14 +24,14 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
     for (int n = 0; n < N; n++) std::copy(bias, bias + OC, out + static_cast<size_t>(n) * OC);
     beta = 1;
   }
-  cpu::gemm(false, true, N, OC, C, T(1), inp, C, weight, C, beta, out, OC);
+  cpu::linear_gemm(false, true, N, OC, C, T(1), inp, C, weight, C, beta, out, OC);
 }
 
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC) {
-  if (dinp) cpu::gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
-  if (dweight) cpu::gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+  if (dinp) cpu::linear_gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
+  if (dweight) cpu::linear_gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
   if (dbias) {
     thread_local std::vector<T> ones;
     if (ones.size() < static_cast<size_t>(N)) ones.assign(N, T(1));

@@ -10,6 +10,7 @@
 
 #include "bench_machine.h"
 #include "lattice/cpu_bf16_gemm.h"
+#include "lattice/cpu_gemm.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
@@ -64,6 +65,20 @@ void print_profile(const TrainSummary& s) {
     std::printf("| %s | %.2f | %.1f | %s |\n", t.name.c_str(), 1e3 * t.seconds / steps,
                 100.0 * t.seconds / step_total, calls.c_str());
   }
+}
+
+// The shapes LATTICE_CPU_GEMM=auto timed and the library each got (Note [fp32 GEMM choice],
+// kernels/cpu/README.md); nothing without auto or in a build without oneDNN.
+void print_gemm_choices() {
+  const std::vector<kernels::GemmChoice> choices = kernels::cpu_gemm_choices();
+  if (choices.empty()) return;
+  std::printf("\nfp32 GEMMs timed on first use (GFLOP/s, median of 3):\n");
+  std::printf("| op(A) x op(B) | M | N | K | beta | OpenBLAS | oneDNN | chosen |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const kernels::GemmChoice& c : choices)
+    std::printf("| %s x %s | %d | %d | %d | %d | %.0f | %.0f | %s |\n", c.trans_a ? "A^T" : "A",
+                c.trans_b ? "B^T" : "B", c.M, c.N, c.K, c.accumulate ? 1 : 0, c.openblas_gflops,
+                c.onednn_gflops, kernels::cpu_gemm_name(c.library));
 }
 
 }  // namespace
@@ -160,15 +175,17 @@ int main(int argc, char** argv) {
   std::printf("%-34s %12.1f\n", "peak RSS (MiB)", mib(m.peak_rss));
   std::printf("%-34s %12.2f\n", "peak RSS / needed", static_cast<double>(m.peak_rss) / needed);
   if (profile) print_profile(s);
+  print_gemm_choices();
   std::printf(
       "RESULT {\"impl\":\"lattice\",\"config\":\"%s\",\"threads\":%d,\"tokens_per_s\":%.2f,"
       "\"step_ms_median\":%.2f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.4f,"
       "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\",\"cpu_isa\":\"%s\","
-      "\"precision\":\"%s\"}\n",
+      "\"precision\":\"%s\",\"fp32_gemm\":\"%s\"}\n",
       config.c_str(), threads, tokens / median, median * 1e3, gflops, s.peak_gflops,
       s.peak_gflops > 0 ? gflops / s.peak_gflops : 0.0, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name(),
       kernels::cpu_isa_name(kernels::cpu_isa()),
       bf16 ? (std::string("bf16-") + kernels::bf16_gemm_name(kernels::bf16_gemm())).c_str()
-           : "fp32");
+           : "fp32",
+      kernels::cpu_gemm_name(kernels::cpu_gemm()));
   return 0;
 }

@@ -18,6 +18,7 @@
 #include "common/grad_check.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
+#include "lattice/cpu_gemm.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
 
@@ -35,6 +36,11 @@ class TorchParity : public QObject {
   Q_OBJECT
  private slots:
   void initTestCase_data() { testing::add_cpu_isa_rows(); }
+  // Run again as test_torch_parity_onednn (LATTICE_CPU_GEMM=onednn): the request must be one this
+  // build serves, or that run would check OpenBLAS twice.
+  void initTestCase() {
+    QVERIFY2(kernels::cpu_gemm_env_error().empty(), kernels::cpu_gemm_env_error().c_str());
+  }
   void init() {
     const QString unavailable = testing::select_row_isa();
     if (!unavailable.isEmpty()) QSKIP(qPrintable(unavailable));

@@ -1,0 +1,61 @@
+// The fp32 GEMMs of the CPU's linear layers (Note [fp32 GEMM choice], kernels/cpu/README.md):
+// OpenBLAS's sgemm (the default), oneDNN's dnnl_sgemm, or, with LATTICE_CPU_GEMM=auto, whichever
+// ran a shape faster when it was first seen: neither library wins every shape of a training step
+// (docs/benchmarks.md, "Choosing the GEMM library"), so the automatic mode chooses per
+// (transposes, M, N, K, beta) by timing both on the call's own operands. fp64 GEMMs (--fp64)
+// stay OpenBLAS's dgemm; attention's small per-head GEMMs stay OpenBLAS's too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lattice::kernels {
+
+// automatic: timed per shape (OpenBLAS where the build has no oneDNN); the others: always that
+// library.
+enum class CpuGemm { automatic, openblas, onednn };
+
+// "auto", "openblas", "onednn": what LATTICE_CPU_GEMM takes.
+const char* cpu_gemm_name(CpuGemm mode);
+
+// Empty when this build has oneDNN (-DLATTICE_WITH_ONEDNN, libdnnl-dev); otherwise why not.
+std::string onednn_sgemm_missing();
+
+// The mode in use. Until set_cpu_gemm is called: LATTICE_CPU_GEMM=openblas|onednn|auto (unset:
+// openblas). A value that cannot be served gives openblas and is reported once on stderr.
+CpuGemm cpu_gemm();
+// Makes the linear layers' fp32 GEMMs use `mode`; false (and nothing changes) for onednn in a
+// build without oneDNN. Not to be called while kernels run on other threads.
+bool set_cpu_gemm(CpuGemm mode);
+// Empty when LATTICE_CPU_GEMM is unset or names a mode this build runs; else a sentence naming
+// the variable, its value and why (what lattice train reports before training).
+std::string cpu_gemm_env_error();
+
+// C (M, N) = alpha op(A) (M, K) @ op(B) (K, N) + beta C, row-major with leading dimensions, on
+// the library cpu_gemm() picks for the shape. Threads as set_num_threads (both libraries are
+// OpenMP builds and follow omp_set_num_threads).
+void gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+              const float* B, int ldb, float beta, float* C, int ldc);
+
+// One shape the automatic mode has timed, and what it chose.
+struct GemmChoice {
+  bool trans_a, trans_b;
+  int M, N, K;
+  bool accumulate;  // beta != 0
+  CpuGemm library;  // openblas or onednn
+  double openblas_gflops, onednn_gflops;  // medians of the timed repetitions
+};
+// The shapes timed so far in this process, in the order they were first seen.
+std::vector<GemmChoice> cpu_gemm_choices();
+// Forgets them (tests), so that the next call of each shape times it again.
+void clear_cpu_gemm_choices();
+
+// Shapes with M N K below this are not timed: they run on OpenBLAS. A timing of a GEMM this
+// small (under about 0.1 ms at 2 threads) is mostly call overhead and noise.
+constexpr double kMinTimedGemmWork = 16.0 * 1024 * 1024;
+// An accumulating GEMM (beta != 0) is timed on a copy of C; one whose C is larger than this
+// (config B's LM head gradient: 147 MiB) is not timed and runs on OpenBLAS, so that the first
+// step's peak memory stays what the planner counts (docs/benchmarks.md, "Memory").
+constexpr double kMaxTimedCopyBytes = 16.0 * 1024 * 1024;
+
+}  // namespace lattice::kernels

@@ -1,0 +1,268 @@
+// The linear layers' fp32 GEMM on each library (lattice/cpu_gemm.h; Note [fp32 GEMM choice],
+// kernels/cpu/README.md):
+// - kernels::gemm_f32 forced onto OpenBLAS and onto oneDNN, every transpose, alpha and beta,
+//   padded leading dimensions, against a double product within fp32's summation bound, and
+//   nothing outside C's window written;
+// - the matmul ops (forward, dinput, dweight, dbias) in float on each library against the
+//   double ops on the same values;
+// - the automatic mode: a shape is timed once (one table entry, also when two threads meet it
+//   at once), the timing leaves C alone (beta 1 adds the product once) or is overwritten (beta
+//   0), the result is bit for bit the chosen library's, small shapes and accumulating ones
+//   with a large C are not timed;
+// - LATTICE_CPU_GEMM's values and errors; `lattice train` refuses an unusable one before
+//   training, `lattice version` names the library.
+// The oneDNN cases are skipped, by name, in a build without oneDNN. test_torch_parity runs again
+// with LATTICE_CPU_GEMM=onednn (test_torch_parity_onednn, tests/train/CMakeLists.txt).
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/process.h"
+#include "lattice/cpu_gemm.h"
+#include "lattice/kernels.h"
+
+namespace k = lattice::kernels;
+using k::CpuGemm;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// One GEMM problem with padded leading dimensions (3 extra columns each) and a C whose padding
+// holds a sentinel.
+struct Problem {
+  bool ta, tb;
+  int M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  std::vector<float> A, B, C0;
+  Problem(bool ta_, bool tb_, int M_, int N_, int K_, float alpha_, float beta_, unsigned seed)
+      : ta(ta_), tb(tb_), M(M_), N(N_), K(K_), alpha(alpha_), beta(beta_) {
+    const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+    lda = a_cols + 3, ldb = b_cols + 3, ldc = N + 3;
+    A = random_floats(static_cast<size_t>(a_rows) * lda, seed);
+    B = random_floats(static_cast<size_t>(b_rows) * ldb, seed + 1);
+    C0 = random_floats(static_cast<size_t>(M) * ldc, seed + 2);
+  }
+  float a(int m, int kk) const { return ta ? A[size_t(kk) * lda + m] : A[size_t(m) * lda + kk]; }
+  float b(int kk, int n) const { return tb ? B[size_t(n) * ldb + kk] : B[size_t(kk) * ldb + n]; }
+  std::vector<float> run() const {
+    std::vector<float> C = C0;
+    k::gemm_f32(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+    return C;
+  }
+  // Every element within the bound of a K-term fp32 sum (and the alpha and beta products):
+  // |error| <= (K + 2) u (sum |alpha a b| + |beta c|), u = 2^-24; the padding untouched.
+  QString check(const std::vector<float>& C) const {
+    const double u = std::ldexp(1.0, -24);
+    for (int m = 0; m < M; m++) {
+      for (int n = 0; n < N; n++) {
+        double want = beta * double(C0[size_t(m) * ldc + n]), scale = std::abs(want);
+        for (int kk = 0; kk < K; kk++) {
+          const double p = double(alpha) * a(m, kk) * b(kk, n);
+          want += p, scale += std::abs(p);
+        }
+        const double got = C[size_t(m) * ldc + n], tol = (K + 2) * u * scale;
+        if (!(std::abs(got - want) <= tol))
+          return QString("C[%1, %2] = %3, want %4 within %5").arg(m).arg(n).arg(got).arg(want).arg(tol);
+      }
+      for (int n = N; n < ldc; n++)
+        if (C[size_t(m) * ldc + n] != C0[size_t(m) * ldc + n])
+          return QString("padding C[%1, %2] was written").arg(m).arg(n);
+    }
+    return {};
+  }
+};
+
+// Makes the linear layers run `mode`; the reason it cannot here, else empty.
+QString use(CpuGemm mode) {
+  if (!k::set_cpu_gemm(mode)) return QString::fromStdString(k::onednn_sgemm_missing());
+  return {};
+}
+
+}  // namespace
+
+class CpuGemmTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() { k::set_num_threads(2); }
+  void cleanup() { k::set_cpu_gemm(CpuGemm::automatic); }
+
+  void forced_library_data() {
+    QTest::addColumn<int>("mode");
+    QTest::newRow("openblas") << int(CpuGemm::openblas);
+    QTest::newRow("onednn") << int(CpuGemm::onednn);
+  }
+  void forced_library() {
+    QFETCH(int, mode);
+    if (QString why = use(CpuGemm(mode)); !why.isEmpty()) QSKIP(qPrintable(why));
+    unsigned seed = 1;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f})
+          for (float alpha : {1.0f, 0.5f}) {
+            const Problem p(ta, tb, 37, 29, 53, alpha, beta, seed += 3);
+            const QString error = p.check(p.run());
+            QVERIFY2(error.isEmpty(), qPrintable(QString("ta %1 tb %2 alpha %3 beta %4: %5")
+                                                     .arg(ta).arg(tb).arg(alpha).arg(beta)
+                                                     .arg(error)));
+          }
+    // An empty sum: C = beta C on every library.
+    const Problem empty(false, true, 5, 7, 0, 1.0f, 1.0f, 99);
+    QVERIFY2(empty.check(empty.run()).isEmpty(), "K = 0");
+  }
+
+  void matmul_ops_on_each_library_data() { forced_library_data(); }
+  void matmul_ops_on_each_library() {
+    QFETCH(int, mode);
+    if (QString why = use(CpuGemm(mode)); !why.isEmpty()) QSKIP(qPrintable(why));
+    const int N = 24, C = 40, OC = 56;
+    const auto inp = random_floats(size_t(N) * C, 5), w = random_floats(size_t(OC) * C, 6),
+               bias = random_floats(OC, 7), dout = random_floats(size_t(N) * OC, 8),
+               dw0 = random_floats(size_t(OC) * C, 9), db0 = random_floats(OC, 10);
+    auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    const auto inp_d = widen(inp), w_d = widen(w), bias_d = widen(bias), dout_d = widen(dout);
+    std::vector<float> out(size_t(N) * OC), dinp(size_t(N) * C), dw = dw0, db = db0;
+    std::vector<double> out_d(out.size()), dinp_d(dinp.size()), dw_d = widen(dw0), db_d = widen(db0);
+    k::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    k::matmul_forward(out_d.data(), inp_d.data(), w_d.data(), bias_d.data(), N, C, OC);
+    k::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
+                       OC);
+    k::matmul_backward(dinp_d.data(), dw_d.data(), db_d.data(), dout_d.data(), inp_d.data(),
+                       w_d.data(), N, C, OC);
+    // Inputs in [-1, 1]: each sum of K products is within (K + 2) u K of the double one.
+    auto compare = [](const char* name, const std::vector<float>& got,
+                      const std::vector<double>& want, int terms) {
+      const double tol = (terms + 3) * std::ldexp(1.0, -24) * (terms + 1);
+      for (size_t i = 0; i < got.size(); i++)
+        if (!(std::abs(got[i] - want[i]) <= tol))
+          return QString("%1[%2] = %3, want %4 within %5").arg(name).arg(i).arg(got[i]).arg(want[i]).arg(tol);
+      return QString();
+    };
+    for (const QString& e : {compare("out", out, out_d, C), compare("dinp", dinp, dinp_d, OC),
+                             compare("dweight", dw, dw_d, N), compare("dbias", db, db_d, N)})
+      QVERIFY2(e.isEmpty(), qPrintable(e));
+  }
+
+  void automatic_times_a_shape_once() {
+    if (QString why = use(CpuGemm::onednn); !why.isEmpty()) QSKIP(qPrintable(why));
+    QVERIFY(k::set_cpu_gemm(CpuGemm::automatic));
+    k::clear_cpu_gemm_choices();
+    // 160 x 192 x 576 = 17.7 M multiply-adds: above kMinTimedGemmWork, quick to check.
+    const Problem p(false, true, 160, 192, 576, 1.0f, 1.0f, 40);
+    QVERIFY(double(p.M) * p.N * p.K >= k::kMinTimedGemmWork);
+    const std::vector<float> first = p.run();
+    // Timing ran on a copy of C: beta 1 added the product once.
+    const QString error = p.check(first);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    const std::vector<float> second = p.run();
+    std::vector<k::GemmChoice> choices = k::cpu_gemm_choices();
+    QCOMPARE(choices.size(), size_t(1));
+    const k::GemmChoice& c = choices[0];
+    QVERIFY(!c.trans_a && c.trans_b && c.M == p.M && c.N == p.N && c.K == p.K && c.accumulate);
+    QVERIFY2(c.openblas_gflops > 0 && c.onednn_gflops > 0, "both libraries timed");
+    QCOMPARE(c.library == CpuGemm::onednn, c.onednn_gflops > 1.05 * c.openblas_gflops);
+    // Both calls ran the chosen library: bit for bit what forcing it gives.
+    QVERIFY(k::set_cpu_gemm(c.library));
+    const std::vector<float> forced = p.run();
+    QVERIFY2(first == forced && second == forced,
+             qPrintable(QString("differs from %1 forced").arg(k::cpu_gemm_name(c.library))));
+    // A small shape is not timed; a transposed one of the same size is a new entry.
+    QVERIFY(k::set_cpu_gemm(CpuGemm::automatic));
+    const Problem small(false, false, 64, 64, 64, 1.0f, 0.0f, 50);
+    QVERIFY(small.check(small.run()).isEmpty());
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(1));
+    const Problem transposed(true, false, 160, 192, 576, 1.0f, 0.0f, 60);
+    QVERIFY(transposed.check(transposed.run()).isEmpty());
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(2));
+  }
+
+  void large_accumulating_shapes_are_not_timed() {
+    if (QString why = use(CpuGemm::onednn); !why.isEmpty()) QSKIP(qPrintable(why));
+    QVERIFY(k::set_cpu_gemm(CpuGemm::automatic));
+    k::clear_cpu_gemm_choices();
+    // C is 2100 x 2048 floats, 16.4 MiB: over kMaxTimedCopyBytes.
+    const Problem accumulating(false, false, 2100, 2048, 4, 1.0f, 1.0f, 80);
+    QVERIFY(2100.0 * 2048 * sizeof(float) > k::kMaxTimedCopyBytes);
+    QVERIFY(accumulating.check(accumulating.run()).isEmpty());
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(0));
+    // With beta 0 the timing writes into C itself, which the chosen library then overwrites.
+    const Problem overwriting(false, false, 2100, 2048, 4, 1.0f, 0.0f, 90);
+    const QString error = overwriting.check(overwriting.run());
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(1));
+  }
+
+  void threads_meeting_a_new_shape_time_it_once() {
+    if (QString why = use(CpuGemm::onednn); !why.isEmpty()) QSKIP(qPrintable(why));
+    QVERIFY(k::set_cpu_gemm(CpuGemm::automatic));
+    k::clear_cpu_gemm_choices();
+    const Problem p(false, false, 192, 160, 576, 1.0f, 0.0f, 70);
+    std::vector<float> results[2];
+    std::thread t0([&] { results[0] = p.run(); }), t1([&] { results[1] = p.run(); });
+    t0.join(), t1.join();
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(1));
+    for (const std::vector<float>& r : results) QVERIFY(p.check(r).isEmpty());
+  }
+
+  void environment_variable() {
+    const char* saved = std::getenv("LATTICE_CPU_GEMM");
+    const std::string restore = saved ? saved : "";
+    setenv("LATTICE_CPU_GEMM", "openblas", 1);
+    QCOMPARE(k::cpu_gemm_env_error(), std::string());
+    setenv("LATTICE_CPU_GEMM", "auto", 1);
+    QCOMPARE(k::cpu_gemm_env_error(), std::string());
+    setenv("LATTICE_CPU_GEMM", "mkl", 1);
+    QCOMPARE(k::cpu_gemm_env_error(),
+             std::string("LATTICE_CPU_GEMM=mkl is not openblas, onednn or auto"));
+    setenv("LATTICE_CPU_GEMM", "onednn", 1);
+    const std::string missing = k::onednn_sgemm_missing();
+    QCOMPARE(k::cpu_gemm_env_error(),
+             missing.empty() ? std::string() : "LATTICE_CPU_GEMM=onednn: " + missing);
+    QCOMPARE(k::set_cpu_gemm(CpuGemm::onednn), missing.empty());
+    if (saved)
+      setenv("LATTICE_CPU_GEMM", restore.c_str(), 1);
+    else
+      unsetenv("LATTICE_CPU_GEMM");
+  }
+
+  void lattice_train_and_version_read_the_variable() {
+    using lattice::testing::run_process;
+    const QStringList one_step = {
+        "train",         "--mock-data", "--train-iters", "1",  "--num-layers",          "1",
+        "--hidden-size", "32",          "--seq-length",  "16", "--num-attention-heads", "2",
+        "--vocab-size",  "64",          "--threads",     "1",  "--eval-iters",          "0",
+        "--no-db"};
+    lattice::testing::Run r =
+        run_process(LATTICE_CLI_PATH, one_step, {}, 120000, {"LATTICE_CPU_GEMM=mkl"});
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=mkl is not openblas, onednn or auto"),
+             qPrintable(r.err));
+    QVERIFY(!r.out.contains("iteration"));
+    const bool onednn = k::onednn_sgemm_missing().empty();
+    r = run_process(LATTICE_CLI_PATH, one_step, {}, 120000, {"LATTICE_CPU_GEMM=onednn"});
+    QCOMPARE(r.exit_code, onednn ? 0 : 2);
+    if (!onednn) QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=onednn: this build has no oneDNN"),
+                          qPrintable(r.err));
+    for (auto [value, label] : {std::pair{"", "fp32 GEMMs OpenBLAS)"},
+                                {"openblas", "fp32 GEMMs OpenBLAS)"},
+                                {"auto", onednn ? "fp32 GEMMs OpenBLAS or oneDNN per shape)"
+                                                : "fp32 GEMMs OpenBLAS)"}}) {
+      r = run_process(LATTICE_CLI_PATH, {"version"}, {}, 60000,
+                      {QString("LATTICE_CPU_GEMM=") + value});
+      QVERIFY2(r.exit_code == 0 && r.out.contains(label), qPrintable(r.out + r.err));
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(CpuGemmTest)
+#include "test_cpu_gemm.moc"
