@@ -65,11 +65,11 @@ void accumulate(S* acc, const S* x, size_t n) {
   for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
-#define LATTICE_INSTANTIATE_RING_OPS(S)                                            \
-  template void attention_kv_pack(S*, const S*, size_t, int, int, int);            \
-  template void attention_kv_unpack(S*, const S*, size_t, int, int, int);          \
-  template void attention_row_dot(S*, const S*, const S*, int, int, int, int);     \
-  template void fill(S*, size_t, S);                                               \
+#define LATTICE_INSTANTIATE_RING_OPS(S)                                        \
+  template void attention_kv_pack(S*, const S*, size_t, int, int, int);        \
+  template void attention_kv_unpack(S*, const S*, size_t, int, int, int);      \
+  template void attention_row_dot(S*, const S*, const S*, int, int, int, int); \
+  template void fill(S*, size_t, S);                                           \
   template void accumulate(S*, const S*, size_t);
 LATTICE_INSTANTIATE_RING_OPS(float)
 LATTICE_INSTANTIATE_RING_OPS(double)

@@ -19,8 +19,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <stdexcept>
 #include <random>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -845,8 +845,8 @@ class OpLists : public QObject {
     QVERIFY(!lattice::cpu_ops<bf16>().has_ring_attention());
     QVERIFY(!lattice::cpu_ops<fp16>().has_ring_attention());
     std::vector<bf16> x(4);
-    QVERIFY_THROWS_EXCEPTION(std::logic_error,
-                             lattice::cpu_ops<bf16>().fill(x.data(), x.size(), lattice::to_bf16(0.0f)));
+    QVERIFY_THROWS_EXCEPTION(std::logic_error, lattice::cpu_ops<bf16>().fill(
+                                                   x.data(), x.size(), lattice::to_bf16(0.0f)));
   }
 
  private:

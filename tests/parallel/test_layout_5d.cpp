@@ -354,11 +354,15 @@ class Layout5dTest : public QObject {
     // it is refused in one sentence.
     QVERIFY(!joined(lattice::refusals(options(no_dropout), 4, lattice::cuda_capabilities()))
                  .contains("--context-parallel-size"));
+    QVERIFY(joined(lattice::refusals(options(no_dropout + QStringList{"--bf16"}), 4,
+                                     lattice::cuda_capabilities()))
+                .contains("--context-parallel-size > 1 runs fp32 or --fp64 only on the cuda (the "
+                          "ring attention has no 16-bit path); drop --fp16 / --bf16"));
     lattice::Capabilities no_ring = lattice::cuda_capabilities();
     no_ring.context_parallel = false;
     QVERIFY(joined(lattice::refusals(options(no_dropout), 4, no_ring))
                 .contains("--context-parallel-size > 1: the cuda backend has no ring attention "
-                          "(parallel/ring_attention.h) yet; use --device cpu or --device cuda"));
+                          "(parallel/ring_attention.h) yet; use --device cpu"));
     QVERIFY(lattice::refusals(options({}), 4, lattice::cpu_capabilities()).empty());
     const QStringList ep = QStringList{"--expert-model-parallel-size", "2"} + expert_flags(2);
     QVERIFY(lattice::refusals(options(ep), 4, lattice::cpu_capabilities()).empty());

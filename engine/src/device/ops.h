@@ -264,8 +264,7 @@ class Ops {
     no_ring();
   }
   virtual void attention_block_forward(A* /*out*/, A* /*lse*/, const A* /*qkv*/, const A* /*kv*/,
-                                       const kernels::AttentionBlock& /*block*/,
-                                       A* /*workspace*/) {
+                                       const kernels::AttentionBlock& /*block*/, A* /*workspace*/) {
     no_ring();
   }
   virtual void attention_block_backward(A* /*dqkv*/, A* /*dkv*/, const A* /*dout*/,

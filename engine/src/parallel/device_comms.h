@@ -33,8 +33,8 @@ struct DeviceComms {
 };
 
 // Collective over the world: every rank makes its TP communicator, then DP, CP, the pipeline
-// channels, the embedding one and the expert ones, so each group's members reach each make_comm in the same
-// order (ncclCommInitRank waits only for its own group's ranks).
+// channels, the embedding one and the expert ones, so each group's members reach each make_comm in
+// the same order (ncclCommInitRank waits only for its own group's ranks).
 Result<DeviceComms> make_device_comms(Device& device, const ProcessGroups& groups);
 
 }  // namespace lattice

@@ -213,7 +213,8 @@ template <typename T>
 Status RingAttention<T>::forward(T* out, T* lse, const T* qkv, const int32_t* doc) {
   const size_t rows = static_cast<size_t>(B_) * Tl_;
   T* ws = workspace();
-  if (!ws) return device_.out_of_memory(
+  if (!ws)
+    return device_.out_of_memory(
         MemoryCategory::kWorkspace,
         ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(T));
   ops_.fill(out, rows * NH_ * HS_, T(0));
@@ -246,7 +247,8 @@ Status RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T*
                                   const int32_t* doc) {
   const size_t rows = static_cast<size_t>(B_) * Tl_;
   T* ws = workspace();
-  if (!ws) return device_.out_of_memory(
+  if (!ws)
+    return device_.out_of_memory(
         MemoryCategory::kWorkspace,
         ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(T));
   // delta = rowsum(dout * out) per head: the softmax backward's sum over every key of the ring.

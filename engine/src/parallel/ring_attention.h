@@ -96,14 +96,14 @@ class RingAttention {
   Ops<T>& ops_;
   Comm& cp_;
   int B_, T_, NH_, KV_, HS_, CP_, rank_, Tl_, c_;
-  size_t kv_elems_;  // B Tl 2 KV HS
+  size_t kv_elems_;                                 // B Tl 2 KV HS
   std::vector<std::vector<int32_t>> positions_of_;  // [CP] (Tl) every rank's global positions
-  DeviceBlocks blocks_;      // the buffers below but the workspace
-  int32_t* positions_ = nullptr;  // (CP, Tl) positions_of_ on the device
-  T* kv_[2] = {};     // (B, Tl, 2 KV HS) the block in use and the one in transit
-  T* dkv_[2] = {};    // (B, Tl, 2 KV HS) gradients of a block's keys and values, sent on
-  T* dkv_in_ = nullptr;  // (B, Tl, 2 KV HS) the gradients received from the previous rank
-  T* delta_ = nullptr;   // (B, NH, Tl) rowsum(dout * out)
+  DeviceBlocks blocks_;                             // the buffers below but the workspace
+  int32_t* positions_ = nullptr;                    // (CP, Tl) positions_of_ on the device
+  T* kv_[2] = {};           // (B, Tl, 2 KV HS) the block in use and the one in transit
+  T* dkv_[2] = {};          // (B, Tl, 2 KV HS) gradients of a block's keys and values, sent on
+  T* dkv_in_ = nullptr;     // (B, Tl, 2 KV HS) the gradients received from the previous rank
+  T* delta_ = nullptr;      // (B, NH, Tl) rowsum(dout * out)
   T* workspace_ = nullptr;  // workspace_elems_ of ops_.attention_block_workspace_elems
   size_t workspace_elems_ = 0;
   bool overlap_ = true;
