@@ -2,7 +2,8 @@
 // (cuda_kernels.h) on the device's Context, whose stream is the compute stream and whose error
 // is the device's. Where the one signature differs from cuda_kernels.h: the attention's saved
 // tensor is the log-sum-exp (B, NH, T) and its forward takes no workspace; the conversions
-// between A and float are copies for A = float. Built only into lattice_engine_gpu;
+// between A and float are copies for A = float; the ring attention's ops (context parallelism)
+// exist in the float list only. Built only into lattice_engine_gpu;
 // compiled here, never yet run on a GPU (tests/device/test_cuda_op_list.cpp checks it against the
 // CPU's lists where a device is lent).
 #include <cuda_runtime_api.h>
