@@ -4,7 +4,10 @@
 // host copies, losses and the overflow flag through device buffers, checkpoints and --save-hf
 // through checkpoint/chunk_state.h's host copies. Specifies that, for one process and for TP 2
 // (sequence parallel), PP 2 interleaved and DP 2 with the distributed optimizer (this program
-// rerun as two MPI ranks):
+// rerun as two MPI ranks), and for context parallelism (CP 2; CP 2 x TP 2 with sequence
+// parallelism, four ranks; CP 2 with full recomputation), whose ring attention runs on the
+// device through its op list and the device's CP communicator (Note [ring attention on a
+// device]):
 //   - a staged run trains bit for bit as the plain CPU run (losses, grad norms, validation);
 //   - a staged run saved at --exit-interval 3 writes the plain run's checkpoint files byte for
 //     byte, and the plain CPU resumes it to the plain run's last three iterations; a plain
@@ -55,8 +58,10 @@ const DeviceBackend* staged_backend() {
 }
 
 // The runs: "one" (one process), "tp2" (TP 2, sequence parallel), "pp2i" (PP 2, two chunks of
-// one layer per rank), "dp2" (DP 2, distributed optimizer, buckets that cut tensors). Dropout
-// on, --fp16's loss scaler (fp32 arithmetic on the CPU), a validation every 3 iterations.
+// one layer per rank), "dp2" (DP 2, distributed optimizer, buckets that cut tensors), "cp2"
+// (CP 2), "cp2tp2" (CP 2 x TP 2, sequence parallel), "cp2full" (CP 2, full recomputation).
+// Dropout on (hidden only under CP: the ring has no attention dropout), --fp16's loss scaler
+// (fp32 arithmetic on the CPU), a validation every 3 iterations.
 TrainOptions options_for(const std::string& run) {
   TrainOptions o = testing::cuda_ready_options();
   o.model = testing::tiny_config(run == "pp2i" ? 4 : 2, 32, 4, 16, 256);
@@ -79,12 +84,29 @@ TrainOptions options_for(const std::string& run) {
   } else if (run == "dp2") {
     o.parallel.use_distributed_optimizer = true;
     o.parallel.ddp_bucket_size = 1000;
+  } else if (run.rfind("cp2", 0) == 0) {
+    o.parallel.context_parallel_size = 2;
+    o.model.attention_dropout = 0.0f;
+    if (run == "cp2tp2") {
+      o.model.tensor_model_parallel_size = 2;
+      o.parallel.sequence_parallel = true;
+    } else if (run == "cp2full") {
+      o.parallel.recompute_granularity = "full";
+      o.parallel.recompute_method = "uniform";
+      o.parallel.recompute_num_layers = 1;
+    }
   }
   return o;
 }
 
 int ranks_of(const QString& run) {
+  if (run == "cp2tp2") return 4;
   return run == "one" || run == "bf16" ? 1 : 2;
+}
+
+// Ranks that write checkpoint files: under CP only context-parallel rank 0 of each shard.
+int writers_of(const QString& run) {
+  return run.startsWith("cp2") ? ranks_of(run) / 2 : ranks_of(run);
 }
 
 // One line per figure, exact ("%a"): "loss I X", "norm I X", "valid I X".
@@ -169,6 +191,9 @@ class CheckpointStaged : public QObject {
     QTest::newRow("TP 2, sequence parallel") << "tp2";
     QTest::newRow("PP 2 interleaved") << "pp2i";
     QTest::newRow("DP 2, distributed optimizer") << "dp2";
+    QTest::newRow("CP 2") << "cp2";
+    QTest::newRow("CP 2 x TP 2, sequence parallel") << "cp2tp2";
+    QTest::newRow("CP 2, full recomputation") << "cp2full";
 #endif
   }
   void staged_device_trains_and_checkpoints_as_the_cpu() {
@@ -192,7 +217,7 @@ class CheckpointStaged : public QObject {
           read_bytes(e.path().string()) == read_bytes(base + "/ckpt-staged/iter_0000003/" + name),
           name.c_str());
     }
-    QCOMPARE(files, ranks_of(run));  // every rank holds something of its own
+    QCOMPARE(files, writers_of(run));  // every writing rank holds something of its own
     // ... and each resumes on the other device as the uninterrupted run continued.
     const QString tail = from_iteration(plain, 4);
     QCOMPARE(from_iteration(work(run, "plain", "-", "ckpt-staged", "plain-4"), 4), tail);

@@ -6,8 +6,10 @@
 //   (present or made by the unscaling) sets the flag, which later clean calls leave set;
 // - the fused residual LayerNorm (kernels.h residual_layernorm_forward) is the add followed by
 //   layernorm_forward bit for bit, in place too, on rows that take the threaded path;
+// - the ring attention's ops (context parallelism): the blocks are kernels.h's, pack / unpack /
+//   row_dot / fill / accumulate equal their definitions written out bit for bit;
 // - every op of Ops<bf16> and Ops<fp16> agrees with Ops<float> on the same (rounded) inputs
-//   within 1e-2, normwise.
+//   within 1e-2, normwise; the 16-bit lists have no ring ops.
 // The Llama family's ops (RMSNorm, RoPE, SwiGLU, attention over grouped keys and values) are in
 // each of these checks.
 // Every test runs once per copy of the kernels (generic, avx2, avx512: Note [CPU dispatch]); a
@@ -18,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -403,6 +406,85 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
     ops.unscale_and_check(x.data(), n, S(4), &found);
     if (found != 1) f.list << "unscale_and_check: max * 4 = inf did not set the flag";
   }
+  // Ring attention's ops (context parallelism): the blocks forward to kernels.h, the data movement
+  // against its definition written out here (grouped layout: group g's Q query heads, then its
+  // key, then its value).
+  if (!ops.has_ring_attention()) f.list << "has_ring_attention: false on the CPU's list";
+  {
+    const int KV = 1, Q = NH / KV, HS = C / NH, W = (NH + 2 * KV) * HS, Tk = 3;
+    if (ops.attention_block_workspace_elems(B, NH, T, Tk, HS) !=
+        k::attention_block_workspace_elems(T, Tk, HS) * static_cast<size_t>(k::num_threads()))
+      f.list << "attention_block_workspace_elems: not kernels.h's per thread";
+    const auto qkv = random_vector<S>(static_cast<size_t>(N) * W, 81);
+    std::vector<S> kv(static_cast<size_t>(N) * 2 * KV * HS, S(7)), want_kv(kv.size());
+    for (int row = 0; row < N; row++)
+      for (int g = 0; g < KV; g++)
+        for (int i = 0; i < 2 * HS; i++)
+          want_kv[(static_cast<size_t>(row) * KV + g) * 2 * HS + i] =
+              qkv[static_cast<size_t>(row) * W + (g * (Q + 2) + Q) * HS + i];
+    ops.attention_kv_pack(kv.data(), qkv.data(), N, NH, KV, HS);
+    f.same("attention_kv_pack kv", kv, want_kv);
+    std::vector<S> back = random_vector<S>(qkv.size(), 82), want_back = back;
+    for (int row = 0; row < N; row++)
+      for (int g = 0; g < KV; g++)
+        for (int i = 0; i < 2 * HS; i++)
+          want_back[static_cast<size_t>(row) * W + (g * (Q + 2) + Q) * HS + i] =
+              want_kv[(static_cast<size_t>(row) * KV + g) * 2 * HS + i];
+    ops.attention_kv_unpack(back.data(), kv.data(), N, NH, KV, HS);
+    f.same("attention_kv_unpack qkv", back, want_back);
+    const auto out = random_vector<S>(static_cast<size_t>(N) * C, 83),
+               d = random_vector<S>(out.size(), 84);
+    std::vector<S> delta(static_cast<size_t>(B) * NH * T), want_delta(delta.size());
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+          S dot = 0;
+          for (int i = 0; i < HS; i++) {
+            const size_t at = (static_cast<size_t>(b) * T + t) * C + h * HS + i;
+            dot += d[at] * out[at];
+          }
+          want_delta[(static_cast<size_t>(b) * NH + h) * T + t] = dot;
+        }
+    ops.attention_row_dot(delta.data(), d.data(), out.data(), B, T, NH, HS);
+    f.same("attention_row_dot delta", delta, want_delta);
+    std::vector<S> x = out;
+    ops.fill(x.data(), x.size(), S(-2.5));
+    f.same("fill x", x, std::vector<S>(x.size(), S(-2.5)));
+    std::vector<S> acc = out, want_acc = out;
+    for (size_t i = 0; i < acc.size(); i++) want_acc[i] += d[i];
+    ops.accumulate(acc.data(), d.data(), acc.size());
+    f.same("accumulate acc", acc, want_acc);
+    // One block forward and backward: the op list's against kernels.h's.
+    const std::vector<int32_t> q_pos = {3, 4, 5, 6, 7}, k_pos = {0, 1, 6};
+    k::AttentionBlock block;
+    block.B = B;
+    block.NH = NH;
+    block.KV = KV;
+    block.HS = HS;
+    block.Tq = T;
+    block.q_begin = 1;
+    block.q_end = T;
+    block.Tk = Tk;
+    block.k_begin = 0;
+    block.k_end = Tk;
+    block.q_pos = q_pos.data();
+    block.k_pos = k_pos.data();
+    const auto bkv = random_vector<S>(static_cast<size_t>(B) * Tk * 2 * KV * HS, 85);
+    std::vector<S> ws(ops.attention_block_workspace_elems(B, NH, T, Tk, HS));
+    std::vector<S> o(out.size(), S(0)), lse(delta.size(), -std::numeric_limits<S>::infinity());
+    std::vector<S> wo = o, wlse = lse;
+    ops.attention_block_forward(o.data(), lse.data(), qkv.data(), bkv.data(), block, ws.data());
+    k::attention_block_forward(wo.data(), wlse.data(), qkv.data(), bkv.data(), block, ws.data());
+    f.same("attention_block_forward out", o, wo);
+    f.same("attention_block_forward lse", lse, wlse);
+    std::vector<S> dq(qkv.size(), S(0)), dkv(bkv.size(), S(0)), wdq = dq, wdkv = dkv;
+    ops.attention_block_backward(dq.data(), dkv.data(), d.data(), want_delta.data(), lse.data(),
+                                 qkv.data(), bkv.data(), block, ws.data());
+    k::attention_block_backward(wdq.data(), wdkv.data(), d.data(), want_delta.data(), wlse.data(),
+                                qkv.data(), bkv.data(), block, ws.data());
+    f.same("attention_block_backward dqkv", dq, wdq);
+    f.same("attention_block_backward dkv", dkv, wdkv);
+  }
 }
 
 // ---- 16-bit lists against the float list -----------------------------------------------------
@@ -755,6 +837,16 @@ class OpLists : public QObject {
     Near near;
     compare_16_bit_list(lattice::cpu_ops<fp16>(), lattice::cpu_ops<float>(), near);
     QVERIFY2(near.list.isEmpty(), qPrintable(near.list.join("\n")));
+  }
+
+  // The ring has no 16-bit path: those lists say so, and their ring ops refuse (GptModel::create
+  // refuses CP > 1 before any is called).
+  void the_16_bit_lists_have_no_ring_attention() {
+    QVERIFY(!lattice::cpu_ops<bf16>().has_ring_attention());
+    QVERIFY(!lattice::cpu_ops<fp16>().has_ring_attention());
+    std::vector<bf16> x(4);
+    QVERIFY_THROWS_EXCEPTION(std::logic_error, lattice::cpu_ops<bf16>().fill(
+                                                   x.data(), x.size(), lattice::to_bf16(0.0f)));
   }
 
  private:

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "device/cpu_device.h"
+#include "device/ops.h"
 #include "lattice/comm.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
@@ -29,6 +31,16 @@ namespace {
 using lattice::Comm;
 using lattice::RingAttention;
 using lattice::Status;
+
+// The ring on the CPU device (its memory is host memory, so the host vectors below serve as
+// device buffers) with the CPU's op list for T.
+template <typename T>
+std::unique_ptr<RingAttention<T>> make_ring(Comm& cp, int B, int T_, int NH, int KV, int HS) {
+  lattice::Device& device = lattice::host_device();
+  auto made = RingAttention<T>::create(device, *device.ops<T>(), cp, B, T_, NH, KV, HS);
+  if (!made) cp.abort("ring_attention_worker: " + made.status().message(), 1);
+  return std::move(*made);
+}
 
 struct Case {
   std::string name;
@@ -138,7 +150,8 @@ void ring(Checker& check, Comm& cp, std::vector<T>& out, std::vector<T>& dqkv,
   lattice::cp_split(qkv_l.data(), qkv.data(), k.B, T_, W, r, CP);
   lattice::cp_split(dout_l.data(), dout.data(), k.B, T_, C, r, CP);
   if (k.packed) lattice::cp_split(doc_l.data(), doc.data(), k.B, T_, 1, r, CP);
-  RingAttention<T> attention(cp, k.B, T_, k.NH, k.KV, k.HS);
+  auto ring_ptr = make_ring<T>(cp, k.B, T_, k.NH, k.KV, k.HS);
+  RingAttention<T>& attention = *ring_ptr;
   const int32_t* d = k.packed ? doc_l.data() : nullptr;
   check.ok(k.name + " forward", attention.forward(out_l.data(), lse.data(), qkv_l.data(), d));
   check.ok(k.name + " backward", attention.backward(dqkv_l.data(), dout_l.data(), qkv_l.data(),
@@ -176,7 +189,8 @@ void check_finite_differences(Checker& check, Comm& cp) {
   const std::vector<double> w = random_values<double>(static_cast<size_t>(T_) * C, rng);
   std::vector<double> out, dqkv;
   ring(check, cp, out, dqkv, qkv, w, {}, k, T_);
-  RingAttention<double> attention(cp, 1, T_, k.NH, k.KV, k.HS);
+  auto ring_ptr = make_ring<double>(cp, 1, T_, k.NH, k.KV, k.HS);
+  RingAttention<double>& attention = *ring_ptr;
   std::vector<double> qkv_l(static_cast<size_t>(Tl) * W), out_l(static_cast<size_t>(Tl) * C);
   std::vector<double> lse(static_cast<size_t>(k.NH) * Tl);
   auto loss = [&]() {
@@ -241,7 +255,8 @@ void check_split(Checker& check, Comm& cp) {
 // rank computes 3 c^2 + (CP - 1) 2 c^2 scores per head, the same on every rank.
 void check_load_balance(Checker& check, Comm& cp) {
   const int CP = cp.size(), r = cp.rank(), c = 4, T_ = 2 * CP * c;
-  RingAttention<double> attention(cp, 1, T_, 2, 1, 4);
+  auto ring_ptr = make_ring<double>(cp, 1, T_, 2, 1, 4);
+  RingAttention<double>& attention = *ring_ptr;
   long total = 0;
   for (int s = 0; s < CP; s++) {
     const int src = (r - s + CP) % CP;
@@ -297,7 +312,8 @@ int run_bench(Comm& cp, int T_) {
   const std::vector<float> qkv = random_values<float>(static_cast<size_t>(Tl) * W, rng);
   const std::vector<float> dout = random_values<float>(static_cast<size_t>(Tl) * C, rng);
   std::vector<float> out(dout.size()), dqkv(qkv.size()), lse(static_cast<size_t>(k.NH) * Tl);
-  RingAttention<float> attention(cp, 1, T_, k.NH, k.KV, k.HS);
+  auto ring_ptr = make_ring<float>(cp, 1, T_, k.NH, k.KV, k.HS);
+  RingAttention<float>& attention = *ring_ptr;
   Checker check(cp);
   for (bool overlap : {true, false, true, false}) {
     attention.set_overlap(overlap);

@@ -350,10 +350,19 @@ class Layout5dTest : public QObject {
     // MoE with CP trains (test_moe_layouts, test_expert_parallel).
     QVERIFY(lattice::refusals(options(no_dropout + expert_flags(2)), 4, lattice::cpu_capabilities())
                 .empty());
-    QVERIFY(joined(lattice::refusals(options(no_dropout), 4, lattice::cuda_capabilities()))
-                .contains("--context-parallel-size > 1: context parallelism runs on the CPU "
-                          "trainer only for now (the ring attention has no GPU path yet); drop "
-                          "--device cuda"));
+    // CUDA's fp32 op list has the ring (Note [ring attention on a device]); a backend without
+    // it is refused in one sentence.
+    QVERIFY(!joined(lattice::refusals(options(no_dropout), 4, lattice::cuda_capabilities()))
+                 .contains("--context-parallel-size"));
+    QVERIFY(joined(lattice::refusals(options(no_dropout + QStringList{"--bf16"}), 4,
+                                     lattice::cuda_capabilities()))
+                .contains("--context-parallel-size > 1 runs fp32 or --fp64 only on the cuda (the "
+                          "ring attention has no 16-bit path); drop --fp16 / --bf16"));
+    lattice::Capabilities no_ring = lattice::cuda_capabilities();
+    no_ring.context_parallel = false;
+    QVERIFY(joined(lattice::refusals(options(no_dropout), 4, no_ring))
+                .contains("--context-parallel-size > 1: the cuda backend has no ring attention "
+                          "(parallel/ring_attention.h) yet; use --device cpu"));
     QVERIFY(lattice::refusals(options({}), 4, lattice::cpu_capabilities()).empty());
     const QStringList ep = QStringList{"--expert-model-parallel-size", "2"} + expert_flags(2);
     QVERIFY(lattice::refusals(options(ep), 4, lattice::cpu_capabilities()).empty());

@@ -46,9 +46,12 @@ std::vector<std::string> capability_errors(const TrainOptions& o, const Capabili
                      ": drop --fp16 / --bf16, or add --device cuda");
   if (o.parallel.context_parallel_size > 1 && !c.context_parallel)
     errors.push_back(
-        "--context-parallel-size > 1: context parallelism runs on the CPU trainer only for now "
-        "(the ring attention has no GPU path yet); drop --device " +
-        c.device);
+        "--context-parallel-size > 1: the " + c.device +
+        " backend has no ring attention (parallel/ring_attention.h) yet; use --device cpu");
+  else if (o.parallel.context_parallel_size > 1 && ((o.bf16 && c.bf16) || (o.fp16 && c.fp16)))
+    errors.push_back(
+        "--context-parallel-size > 1 runs fp32 or --fp64 only on the " + c.device +
+        " (the ring attention has no 16-bit path); drop --fp16 / --bf16");
   const int heads = o.model.num_attention_heads;
   const int head_size = heads > 0 ? o.model.hidden_size / heads : 0;
   const std::vector<int>& sizes = c.head_sizes;

@@ -29,8 +29,8 @@ struct Capabilities {
                                   // (CUDA: two timing events per op, kept with --profile only)
   bool moe = false;               // MoE layers (--num-experts; Ops::has_moe) in fp32 (and fp64
   bool moe_16bit = false;         // where offered) / in --bf16 and --fp16 too
-  bool context_parallel = false;  // --context-parallel-size > 1: the ring attention over host
-                                  // buffers (parallel/ring_attention.h)
+  bool context_parallel = false;  // --context-parallel-size > 1: the ring attention
+                                  // (parallel/ring_attention.h) in its fp32 op list
 };
 
 // The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, bf16 where this build and
@@ -49,7 +49,8 @@ inline Capabilities cpu_capabilities() {
   return c;
 }
 
-// The CUDA backend (kernels/cuda, cuBLASLt): fp32, bf16 and fp16, MoE layers in all three; the
+// The CUDA backend (kernels/cuda, cuBLASLt): fp32, bf16 and fp16, MoE layers in all three,
+// context parallelism in fp32; the
 // flash-style attention takes head sizes 64 and 128 and saves only its log-sum-exp; the GELU
 // epilogue of matmul_forward needs output widths % 8 (kernels/include/lattice/cuda_kernels.h).
 inline Capabilities cuda_capabilities() {
@@ -61,6 +62,7 @@ inline Capabilities cuda_capabilities() {
   c.mlp_slice_multiple = 8;
   c.moe = true;  // kernels/cuda/moe.cu
   c.moe_16bit = true;
+  c.context_parallel = true;  // kernels/cuda/attention_block.cu through CudaOps<float>
   return c;
 }
 

@@ -204,6 +204,33 @@ class CpuOps final : public Ops<S> {
                                 aux_scale);
   }
 
+  bool has_ring_attention() const override { return true; }
+  size_t attention_block_workspace_elems(int, int, int Tq, int Tk, int HS) const override {
+    return kernels::attention_block_workspace_elems(Tq, Tk, HS) *
+           static_cast<size_t>(kernels::num_threads());
+  }
+  void attention_block_forward(S* out, S* lse, const S* qkv, const S* kv,
+                               const kernels::AttentionBlock& block, S* workspace) override {
+    kernels::attention_block_forward(out, lse, qkv, kv, block, workspace);
+  }
+  void attention_block_backward(S* dqkv, S* dkv, const S* dout, const S* delta, const S* lse,
+                                const S* qkv, const S* kv, const kernels::AttentionBlock& block,
+                                S* workspace) override {
+    kernels::attention_block_backward(dqkv, dkv, dout, delta, lse, qkv, kv, block, workspace);
+  }
+  void attention_kv_pack(S* kv, const S* qkv, size_t rows, int NH, int KV, int HS) override {
+    kernels::attention_kv_pack(kv, qkv, rows, NH, KV, HS);
+  }
+  void attention_kv_unpack(S* qkv, const S* kv, size_t rows, int NH, int KV, int HS) override {
+    kernels::attention_kv_unpack(qkv, kv, rows, NH, KV, HS);
+  }
+  void attention_row_dot(S* delta, const S* dout, const S* out, int B, int T, int NH,
+                         int HS) override {
+    kernels::attention_row_dot(delta, dout, out, B, T, NH, HS);
+  }
+  void fill(S* x, size_t n, S value) override { kernels::fill(x, n, value); }
+  void accumulate(S* acc, const S* x, size_t n) override { kernels::accumulate(acc, x, n); }
+
  private:
   static void copy(S* dst, const S* src, size_t n) {
     if (dst != src && n > 0) std::memcpy(dst, src, n * sizeof(S));

@@ -2,7 +2,8 @@
 // (cuda_kernels.h) on the device's Context, whose stream is the compute stream and whose error
 // is the device's. Where the one signature differs from cuda_kernels.h: the attention's saved
 // tensor is the log-sum-exp (B, NH, T) and its forward takes no workspace; the conversions
-// between A and float are copies for A = float. Built only into lattice_engine_gpu;
+// between A and float are copies for A = float; the ring attention's ops (context parallelism)
+// exist in the float list only. Built only into lattice_engine_gpu;
 // compiled here, never yet run on a GPU (tests/device/test_cuda_op_list.cpp checks it against the
 // CPU's lists where a device is lent).
 #include <cuda_runtime_api.h>
@@ -190,6 +191,62 @@ class CudaOps final : public Ops<A> {
                           double aux_scale) override {
     cu::moe_route_backward(ctx_, dlogits, dweight, probs, route, weight, tokens_per_expert, N, E,
                            k, aux_scale);
+  }
+
+  // Ring attention (attention_block.cu), fp32 only: the ring has no 16-bit path, so the bf16 and
+  // fp16 lists keep ops.h's refusing defaults (if constexpr below).
+  bool has_ring_attention() const override { return std::is_same_v<A, float>; }
+  size_t attention_block_workspace_elems(int B, int NH, int Tq, int Tk, int HS) const override {
+    if constexpr (std::is_same_v<A, float>)
+      return cu::attention_block_workspace_floats(B, NH, Tq, Tk, HS);
+    else
+      return Ops<A>::attention_block_workspace_elems(B, NH, Tq, Tk, HS);
+  }
+  void attention_block_forward(A* out, A* lse, const A* qkv, const A* kv,
+                               const kernels::AttentionBlock& block, A* workspace) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::attention_block_forward(ctx_, out, lse, qkv, kv, block, workspace);
+    else
+      Ops<A>::attention_block_forward(out, lse, qkv, kv, block, workspace);
+  }
+  void attention_block_backward(A* dqkv, A* dkv, const A* dout, const A* delta, const A* lse,
+                                const A* qkv, const A* kv, const kernels::AttentionBlock& block,
+                                A* workspace) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::attention_block_backward(ctx_, dqkv, dkv, dout, delta, lse, qkv, kv, block, workspace);
+    else
+      Ops<A>::attention_block_backward(dqkv, dkv, dout, delta, lse, qkv, kv, block, workspace);
+  }
+  void attention_kv_pack(A* kv, const A* qkv, size_t rows, int NH, int KV, int HS) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::attention_kv_pack(ctx_, kv, qkv, rows, NH, KV, HS);
+    else
+      Ops<A>::attention_kv_pack(kv, qkv, rows, NH, KV, HS);
+  }
+  void attention_kv_unpack(A* qkv, const A* kv, size_t rows, int NH, int KV, int HS) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::attention_kv_unpack(ctx_, qkv, kv, rows, NH, KV, HS);
+    else
+      Ops<A>::attention_kv_unpack(qkv, kv, rows, NH, KV, HS);
+  }
+  void attention_row_dot(A* delta, const A* dout, const A* out, int B, int T, int NH,
+                         int HS) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::attention_row_dot(ctx_, delta, dout, out, B, T, NH, HS);
+    else
+      Ops<A>::attention_row_dot(delta, dout, out, B, T, NH, HS);
+  }
+  void fill(A* x, size_t n, A value) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::fill(ctx_, x, n, value);
+    else
+      Ops<A>::fill(x, n, value);
+  }
+  void accumulate(A* acc, const A* x, size_t n) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::accumulate(ctx_, acc, x, n);
+    else
+      Ops<A>::accumulate(acc, x, n);
   }
 
   void to_compute(A* dst, const float* src, size_t n) override {

@@ -250,12 +250,55 @@ class Ops {
     no_moe();
   }
 
+  // ---- ring attention (context parallelism; parallel/ring_attention.h, Note [ring attention])
+  // kernels.h's attention_block_* and the ring's data movement, in G = A (the ring has no 16-bit
+  // path). Whether this list has them: the CPU's float and double lists, CUDA's float list.
+  // Elsewhere GptModel::create refuses CP > 1 first, so the defaults below, which throw
+  // std::logic_error, are never reached. Every pointer is device memory, AttentionBlock's
+  // q_pos, k_pos and doc included.
+  virtual bool has_ring_attention() const { return false; }
+  // Elements of the workspace both block directions take (the CPU: per thread, for the thread
+  // count at the call).
+  virtual size_t attention_block_workspace_elems(int /*B*/, int /*NH*/, int /*Tq*/, int /*Tk*/,
+                                                 int /*HS*/) const {
+    no_ring();
+  }
+  virtual void attention_block_forward(A* /*out*/, A* /*lse*/, const A* /*qkv*/, const A* /*kv*/,
+                                       const kernels::AttentionBlock& /*block*/, A* /*workspace*/) {
+    no_ring();
+  }
+  virtual void attention_block_backward(A* /*dqkv*/, A* /*dkv*/, const A* /*dout*/,
+                                        const A* /*delta*/, const A* /*lse*/, const A* /*qkv*/,
+                                        const A* /*kv*/, const kernels::AttentionBlock& /*block*/,
+                                        A* /*workspace*/) {
+    no_ring();
+  }
+  virtual void attention_kv_pack(A* /*kv*/, const A* /*qkv*/, size_t /*rows*/, int /*NH*/,
+                                 int /*KV*/, int /*HS*/) {
+    no_ring();
+  }
+  virtual void attention_kv_unpack(A* /*qkv*/, const A* /*kv*/, size_t /*rows*/, int /*NH*/,
+                                   int /*KV*/, int /*HS*/) {
+    no_ring();
+  }
+  virtual void attention_row_dot(A* /*delta*/, const A* /*dout*/, const A* /*out*/, int /*B*/,
+                                 int /*T*/, int /*NH*/, int /*HS*/) {
+    no_ring();
+  }
+  // x (n) = value; acc (n) += x (n).
+  virtual void fill(A* /*x*/, size_t /*n*/, A /*value*/) { no_ring(); }
+  virtual void accumulate(A* /*acc*/, const A* /*x*/, size_t /*n*/) { no_ring(); }
+
  protected:
   Ops() = default;
 
  private:
   [[noreturn]] static void no_moe() {
     throw std::logic_error("MoE ops called on an op list without them (GptModel::create refuses)");
+  }
+  [[noreturn]] static void no_ring() {
+    throw std::logic_error(
+        "ring attention ops called on an op list without them (GptModel::create refuses)");
   }
 };
 

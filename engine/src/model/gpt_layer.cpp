@@ -204,8 +204,9 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
 // token losses are the local rows'; the trainer divides by the whole batch's token count and
 // sums the weights' gradients over DP x CP, so the step equals one process's. Hidden dropout
 // keys its masks by global rows (cp_chunks, gpt.cpp); sequence parallelism splits a CP rank's
-// rows again over TP. Not here: attention dropout and 16-bit compute are refused (trainer,
-// create()); CUDA has no ring yet.
+// rows again over TP. The ring runs on the model's device through its op list and the device's
+// CP communicator (Note [ring attention on a device]). Not here: attention dropout and 16-bit
+// compute are refused (trainer, create()), as is an op list without the ring ops.
 template <typename A>
 void GptModel<A>::core_attention_forward(A* out, G* saved, const A* qkv, uint64_t key) {
   if (cp_ == 1) {

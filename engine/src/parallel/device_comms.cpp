@@ -16,6 +16,8 @@ Result<DeviceComms> make_device_comms(Device& device, const ProcessGroups& g) {
   if (Status s = over(*g.tp, comms.tp); !s) return s;
   // The dense gradients' group: DP x CP (the same ranks as DP when CP is 1).
   if (Status s = over(*g.data_context, comms.dp); !s) return s;
+  if (g.layout.cp > 1)
+    if (Status s = over(*g.cp, comms.cp); !s) return s;
   if (g.layout.pp > 1) {
     comms.pipeline.resize(g.layout.vpp > 1 ? 4 : 2);
     for (std::unique_ptr<Comm>& channel : comms.pipeline)

@@ -20,6 +20,9 @@ struct DeviceComms {
   // dp: over the data-parallel x context-parallel group (ProcessGroups::data_context), where
   // the dense gradients are reduced; the data-parallel group itself when CP is 1.
   std::unique_ptr<Comm> tp, dp, embedding;
+  // CP > 1 only: the context-parallel group, over which ring attention passes the keys and
+  // values (parallel/ring_attention.h) and MoE layers sum their route counts.
+  std::unique_ptr<Comm> cp;
   // EP > 1 only: the expert-parallel group (the MoE token all-to-all) and the expert-data group
   // (where the experts' gradients are summed).
   std::unique_ptr<Comm> expert, expert_data;
@@ -29,9 +32,9 @@ struct DeviceComms {
   Comm* channel(size_t i) const { return i < pipeline.size() ? pipeline[i].get() : nullptr; }
 };
 
-// Collective over the world: every rank makes its TP communicator, then DP, the pipeline
-// channels, the embedding one and the expert ones, so each group's members reach each make_comm in the same
-// order (ncclCommInitRank waits only for its own group's ranks).
+// Collective over the world: every rank makes its TP communicator, then DP, CP, the pipeline
+// channels, the embedding one and the expert ones, so each group's members reach each make_comm in
+// the same order (ncclCommInitRank waits only for its own group's ranks).
 Result<DeviceComms> make_device_comms(Device& device, const ProcessGroups& groups);
 
 }  // namespace lattice

@@ -23,6 +23,23 @@
 // visits: rank r adds its part for src's block to what it received from rank r - 1 and sends
 // the sum on to rank r + 1. After the last step the sum for rank r + 1's keys sits on rank r,
 // one more send brings each block home. The probabilities are recomputed from the saved lse.
+//
+// Note [ring attention on a device]
+// Every buffer is device memory and every op (the blocks, packing, fills, sums) is queued on the
+// device's compute stream through its op list (ops.h); the transfers are the CP communicator's
+// isend / irecv. On the CPU the ops have run when their call returns and MPI moves host memory,
+// so this is the loop above. On CUDA the communicator is an NcclComm, which queues its sends and
+// receives on a stream of its own that knows nothing of the compute stream, so two rules order
+// them: (1) before posting a shift the host waits for the compute stream (compute_done): the
+// buffers sent were written by it (pack, the gradient sums) and the buffers received into were
+// read by it one step earlier (kv_[(s + 1) % 2], dkv_in_); (2) a received buffer is used only
+// after its request's wait() returned, so the ops queued after it follow the transfer. The
+// transfer of the next block still overlaps this block's compute: it is posted before the
+// blocks are queued, and the host waits for both only after that. A shift posts its send and its
+// receive in an order by rank parity (shift): NCCL runs a communicator's point-to-point calls in
+// issue order, each waiting for its peer, so if every rank received first no send would start.
+// compute_seconds covers queueing the blocks and waiting for them, so it is the blocks' time on
+// every device.
 #include "parallel/ring_attention.h"
 
 #include <algorithm>
@@ -46,8 +63,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 template <typename T>
-RingAttention<T>::RingAttention(Comm& cp, int B, int seq_length, int NH, int KV, int HS)
-    : cp_(cp),
+RingAttention<T>::RingAttention(Device& device, Ops<T>& ops, Comm& cp, int B, int seq_length,
+                                int NH, int KV, int HS)
+    : device_(device),
+      ops_(ops),
+      cp_(cp),
       B_(B),
       T_(seq_length),
       NH_(NH),
@@ -56,21 +76,46 @@ RingAttention<T>::RingAttention(Comm& cp, int B, int seq_length, int NH, int KV,
       CP_(cp.size()),
       rank_(cp.rank()),
       Tl_(seq_length / cp.size()),
-      c_(seq_length / (2 * cp.size())) {
+      c_(seq_length / (2 * cp.size())),
+      kv_elems_(static_cast<size_t>(B) * (seq_length / cp.size()) * 2 * KV * HS),
+      blocks_(device) {
   assert(check_context_split(seq_length, CP_).is_ok());
   assert(KV > 0 && NH % KV == 0);
+  assert(ops.has_ring_attention());
   positions_of_.resize(CP_);
   for (int r = 0; r < CP_; r++) {
     positions_of_[r].resize(Tl_);
     cp_positions(positions_of_[r].data(), T_, r, CP_);
   }
-  const size_t kv_elems = static_cast<size_t>(B_) * Tl_ * 2 * KV_ * HS_;
+  positions_ = blocks_.take<int32_t>(static_cast<size_t>(CP_) * Tl_, MemoryCategory::kWorkspace);
   for (int i = 0; i < 2; i++) {
-    kv_[i].resize(kv_elems);
-    dkv_[i].resize(kv_elems);
+    kv_[i] = blocks_.take<T>(kv_elems_, MemoryCategory::kCommBuffers);
+    dkv_[i] = blocks_.take<T>(kv_elems_, MemoryCategory::kCommBuffers);
   }
-  dkv_in_.resize(kv_elems);
-  delta_.resize(static_cast<size_t>(B_) * NH_ * Tl_);
+  dkv_in_ = blocks_.take<T>(kv_elems_, MemoryCategory::kCommBuffers);
+  delta_ = blocks_.take<T>(static_cast<size_t>(B_) * NH_ * Tl_, MemoryCategory::kWorkspace);
+}
+
+template <typename T>
+Result<std::unique_ptr<RingAttention<T>>> RingAttention<T>::create(Device& device, Ops<T>& ops,
+                                                                   Comm& cp, int B, int seq_length,
+                                                                   int NH, int KV, int HS) {
+  std::unique_ptr<RingAttention<T>> ring(
+      new RingAttention<T>(device, ops, cp, B, seq_length, NH, KV, HS));
+  if (Status s = ring->blocks_.status(); !s) return s;
+  // Every rank's positions, uploaded once (from pageable memory: read before copy() returns).
+  const int Tl = ring->Tl_;
+  for (int r = 0; r < ring->CP_; r++)
+    device.copy(ring->positions_ + static_cast<size_t>(r) * Tl, ring->positions_of_[r].data(),
+                static_cast<size_t>(Tl) * sizeof(int32_t), CopyKind::kHostToDevice,
+                device.compute());
+  if (Status s = device.synchronize(device.compute()); !s) return s;
+  return ring;
+}
+
+template <typename T>
+RingAttention<T>::~RingAttention() {
+  device_.free(workspace_);
 }
 
 template <typename T>
@@ -83,8 +128,8 @@ std::vector<kernels::AttentionBlock> RingAttention<T>::blocks_against(int src,
   base.HS = HS_;
   base.Tq = Tl_;
   base.Tk = Tl_;
-  base.q_pos = positions_of_[rank_].data();
-  base.k_pos = positions_of_[src].data();
+  base.q_pos = positions_ + static_cast<size_t>(rank_) * Tl_;
+  base.k_pos = positions_ + static_cast<size_t>(src) * Tl_;
   base.doc = doc;
   // Key chunks of src that query half h needs: those not after its chunk. src's chunks ascend,
   // so they are a prefix: none, the first, or both.
@@ -113,24 +158,38 @@ std::vector<kernels::AttentionBlock> RingAttention<T>::blocks_against(int src,
   return blocks;
 }
 
-// kv (B, Tl, 2 KV HS) = the key and value columns of qkv: in the grouped layout a group's value
-// follows its key, so each group is one run of 2 HS.
-template <typename T>
-void RingAttention<T>::pack_kv(T* kv, const T* qkv) const {
-  const int Q = NH_ / KV_, ld = (NH_ + 2 * KV_) * HS_, ldk = 2 * KV_ * HS_;
-  for (size_t row = 0; row < static_cast<size_t>(B_) * Tl_; row++)
-    for (int g = 0; g < KV_; g++) {
-      const T* src = qkv + row * ld + (static_cast<size_t>(g) * (Q + 2) + Q) * HS_;
-      std::copy(src, src + 2 * HS_, kv + row * ldk + static_cast<size_t>(g) * 2 * HS_);
-    }
-}
-
+// The kernels' workspace for the thread count now (the CPU's is per thread): grown when it is
+// too small; null when the device is out of memory.
 template <typename T>
 T* RingAttention<T>::workspace() {
-  const size_t elems =
-      kernels::attention_block_workspace_elems(Tl_, Tl_, HS_) * kernels::num_threads();
-  if (workspace_.size() < elems) workspace_.resize(elems);
-  return workspace_.data();
+  const size_t elems = ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_);
+  if (elems <= workspace_elems_ && workspace_) return workspace_;
+  device_.free(workspace_);  // only the compute stream has used it
+  workspace_elems_ = 0;
+  workspace_ = static_cast<T*>(
+      device_.allocate(std::max<size_t>(elems, 1) * sizeof(T), MemoryCategory::kWorkspace));
+  if (workspace_) workspace_elems_ = elems;
+  return workspace_;
+}
+
+// The host waits for the compute stream (Note [ring attention on a device], rule 1).
+template <typename T>
+Status RingAttention<T>::compute_done() {
+  return device_.synchronize(device_.compute());
+}
+
+// One shift of the ring: `into` receives from the previous rank, `from` goes to the next.
+// Even ranks send first, odd ranks receive first, so that no cycle of ranks waits for each other
+// where the communicator runs them in issue order (NCCL; Note [ring attention on a device]). With
+// an odd CP, ranks CP - 1 and 0 are both even: rank 0's receive follows its send to rank 1,
+// which completes, so that pair only waits in turn. MPI's non-blocking calls do not care.
+template <typename T>
+void RingAttention<T>::shift(std::unique_ptr<CommRequest>& receive, T* into,
+                             std::unique_ptr<CommRequest>& send, const T* from, int tag) {
+  const int next = (rank_ + 1) % CP_, prev = (rank_ + CP_ - 1) % CP_;
+  if (rank_ % 2 == 0) send = cp_.isend(from, kv_elems_, dtype_of<T>(), next, tag);
+  receive = cp_.irecv(into, kv_elems_, dtype_of<T>(), prev, tag);
+  if (rank_ % 2 != 0) send = cp_.isend(from, kv_elems_, dtype_of<T>(), next, tag);
 }
 
 template <typename T>
@@ -152,27 +211,29 @@ void RingAttention<T>::progress(std::unique_ptr<CommRequest>* requests, int coun
 
 template <typename T>
 Status RingAttention<T>::forward(T* out, T* lse, const T* qkv, const int32_t* doc) {
-  const int next = (rank_ + 1) % CP_, prev = (rank_ + CP_ - 1) % CP_;
-  const size_t kv_elems = kv_[0].size();
-  std::fill(out, out + static_cast<size_t>(B_) * Tl_ * NH_ * HS_, T(0));
-  std::fill(lse, lse + delta_.size(), -std::numeric_limits<T>::infinity());
-  pack_kv(kv_[0].data(), qkv);
+  const size_t rows = static_cast<size_t>(B_) * Tl_;
   T* ws = workspace();
+  if (!ws)
+    return device_.out_of_memory(
+        MemoryCategory::kWorkspace,
+        ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(T));
+  ops_.fill(out, rows * NH_ * HS_, T(0));
+  ops_.fill(lse, static_cast<size_t>(B_) * NH_ * Tl_, -std::numeric_limits<T>::infinity());
+  ops_.attention_kv_pack(kv_[0], qkv, rows, NH_, KV_, HS_);
+  if (Status st = compute_done(); !st) return st;
   for (int s = 0; s < CP_; s++) {
     const int src = (rank_ - s + CP_) % CP_;
     std::unique_ptr<CommRequest> transfers[2];  // receive the next block, send this one
-    if (s + 1 < CP_) {
-      transfers[0] = cp_.irecv(kv_[(s + 1) % 2].data(), kv_elems, dtype_of<T>(), prev, kTagKv);
-      transfers[1] = cp_.isend(kv_[s % 2].data(), kv_elems, dtype_of<T>(), next, kTagKv);
-    }
+    if (s + 1 < CP_) shift(transfers[0], kv_[(s + 1) % 2], transfers[1], kv_[s % 2], kTagKv);
     if (!overlap_)
       for (auto& t : transfers)
         if (Status st = wait(t); !st) return st;
     const auto start = std::chrono::steady_clock::now();
     for (const kernels::AttentionBlock& block : blocks_against(src, doc)) {
-      kernels::attention_block_forward(out, lse, qkv, kv_[s % 2].data(), block, ws);
+      ops_.attention_block_forward(out, lse, qkv, kv_[s % 2], block, ws);
       progress(transfers, 2);
     }
+    if (Status st = compute_done(); !st) return st;  // kv_[s % 2] is received into next step
     times_.compute_seconds += seconds_since(start);
     times_.steps++;
     for (auto& t : transfers)
@@ -184,64 +245,50 @@ Status RingAttention<T>::forward(T* out, T* lse, const T* qkv, const int32_t* do
 template <typename T>
 Status RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
                                   const int32_t* doc) {
-  const int next = (rank_ + 1) % CP_, prev = (rank_ + CP_ - 1) % CP_;
-  const int Q = NH_ / KV_, ld = (NH_ + 2 * KV_) * HS_, ldk = 2 * KV_ * HS_, C = NH_ * HS_;
-  const size_t kv_elems = kv_[0].size(), rows = static_cast<size_t>(B_) * Tl_;
-  // delta = rowsum(dout * out) per head: the softmax backward's sum over every key of the ring.
-  for (size_t row = 0; row < rows; row++)
-    for (int h = 0; h < NH_; h++) {
-      const T* d = dout + row * C + static_cast<size_t>(h) * HS_;
-      const T* o = out + row * C + static_cast<size_t>(h) * HS_;
-      T dot = 0;
-      for (int i = 0; i < HS_; i++) dot += d[i] * o[i];
-      delta_[(row / Tl_ * NH_ + h) * Tl_ + row % Tl_] = dot;
-    }
-  std::fill(dqkv, dqkv + rows * ld, T(0));
-  pack_kv(kv_[0].data(), qkv);
+  const size_t rows = static_cast<size_t>(B_) * Tl_;
   T* ws = workspace();
+  if (!ws)
+    return device_.out_of_memory(
+        MemoryCategory::kWorkspace,
+        ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(T));
+  // delta = rowsum(dout * out) per head: the softmax backward's sum over every key of the ring.
+  ops_.attention_row_dot(delta_, dout, out, B_, Tl_, NH_, HS_);
+  ops_.fill(dqkv, rows * (NH_ + 2 * KV_) * HS_, T(0));
+  ops_.attention_kv_pack(kv_[0], qkv, rows, NH_, KV_, HS_);
+  if (Status st = compute_done(); !st) return st;
   // [0] receive the next block, [1] send this one, [2] receive the gradients of the next block
   // (or, after the last step, of this rank's own), [3], [4] the gradients sent from dkv_[0], [1].
   std::unique_ptr<CommRequest> transfers[5];
   for (int s = 0; s < CP_; s++) {
     const int src = (rank_ - s + CP_) % CP_;
-    if (s + 1 < CP_) {
-      transfers[0] = cp_.irecv(kv_[(s + 1) % 2].data(), kv_elems, dtype_of<T>(), prev, kTagKv);
-      transfers[1] = cp_.isend(kv_[s % 2].data(), kv_elems, dtype_of<T>(), next, kTagKv);
-    }
+    if (s + 1 < CP_) shift(transfers[0], kv_[(s + 1) % 2], transfers[1], kv_[s % 2], kTagKv);
     if (Status st = wait(transfers[3 + s % 2]); !st) return st;  // dkv_[s % 2] is free again
     if (!overlap_)
       for (int i = 0; i < 3; i++)
         if (Status st = wait(transfers[i]); !st) return st;
-    T* acc = dkv_[s % 2].data();
-    std::fill(acc, acc + kv_elems, T(0));
+    T* acc = dkv_[s % 2];
+    ops_.fill(acc, kv_elems_, T(0));
     const auto start = std::chrono::steady_clock::now();
     for (const kernels::AttentionBlock& block : blocks_against(src, doc)) {
-      kernels::attention_block_backward(dqkv, acc, dout, delta_.data(), lse, qkv, kv_[s % 2].data(),
-                                        block, ws);
+      ops_.attention_block_backward(dqkv, acc, dout, delta_, lse, qkv, kv_[s % 2], block, ws);
       progress(transfers, 5);
     }
+    if (Status st = compute_done(); !st) return st;
     times_.compute_seconds += seconds_since(start);
     times_.steps++;
     if (s > 0) {  // add the parts of the ranks this block visited before
       if (Status st = wait(transfers[2]); !st) return st;
-      for (size_t i = 0; i < kv_elems; i++) acc[i] += dkv_in_[i];
+      ops_.accumulate(acc, dkv_in_, kv_elems_);
+      if (Status st = compute_done(); !st) return st;  // acc is sent, dkv_in_ received into
     }
-    if (CP_ > 1) {
-      transfers[3 + s % 2] = cp_.isend(acc, kv_elems, dtype_of<T>(), next, kTagDkv);
-      transfers[2] = cp_.irecv(dkv_in_.data(), kv_elems, dtype_of<T>(), prev, kTagDkv);
-    }
+    if (CP_ > 1) shift(transfers[2], dkv_in_, transfers[3 + s % 2], acc, kTagDkv);
     for (int i = 0; i < 2; i++)
       if (Status st = wait(transfers[i]); !st) return st;
   }
   for (int i = 2; i < 5; i++)
     if (Status st = wait(transfers[i]); !st) return st;
   // This rank's own keys' and values' gradients: back from the ring, or kept with CP = 1.
-  const T* own = CP_ > 1 ? dkv_in_.data() : dkv_[0].data();
-  for (size_t row = 0; row < rows; row++)
-    for (int g = 0; g < KV_; g++) {
-      const T* src = own + row * ldk + static_cast<size_t>(g) * 2 * HS_;
-      std::copy(src, src + 2 * HS_, dqkv + row * ld + (static_cast<size_t>(g) * (Q + 2) + Q) * HS_);
-    }
+  ops_.attention_kv_unpack(dqkv, CP_ > 1 ? dkv_in_ : dkv_[0], rows, NH_, KV_, HS_);
   return Status::ok();
 }
 

@@ -3,15 +3,21 @@
 // computed without ever gathering the sequence: the key/value rows travel round the ring of CP
 // ranks while each rank attends its own queries to the block it holds (Note [ring attention],
 // ring_attention.cpp). Same semantics as kernels.h's attention_forward / attention_backward on
-// the whole sequence (grouped query attention, packed documents by positions), float and double
-// on CPU buffers. Non-goals here: attention dropout (refused by the caller with CP > 1), 16-bit
-// types, CUDA buffers (the stream-ordered variant is future work; docs/design-notes.md).
+// the whole sequence (grouped query attention, packed documents by positions), float and double,
+// on any Device whose op list has the ring ops (Ops::has_ring_attention: the CPU's float and
+// double lists, CUDA's float list): every buffer is device memory, every op is queued on the
+// device's compute stream, the transfers are the CP communicator's isend / irecv (Note [ring
+// attention on a device]). Non-goals here: attention dropout (refused by the caller with
+// CP > 1), 16-bit types.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "device/device.h"
+#include "device/device_blocks.h"
+#include "device/ops.h"
 #include "lattice/comm.h"
 #include "lattice/kernels.h"
 #include "lattice/status.h"
@@ -26,30 +32,38 @@ struct RingAttentionTimes {
 };
 
 // One layer's attention on one CP rank. The buffers the ring passes (2 x this rank's keys and
-// values, their gradients, the kernels' workspace) are held here and reused by every call, so
-// one object can serve every layer of a model. Not thread-safe; `cp` must outlive it and carry
-// no other point-to-point messages with tags 7301 and 7302 while a call runs.
+// values, their gradients, the kernels' workspace) are device memory held here and reused by
+// every call, so one object can serve every layer of a model. Not thread-safe; `device`, `ops`
+// and `cp` must outlive it, and `cp` must carry no other point-to-point messages with tags 7301
+// and 7302 while a call runs. `cp` moves `device`'s buffers: the CPU's communicators, or on CUDA
+// an NcclComm made by device.make_comm.
 template <typename T>
 class RingAttention {
  public:
   // cp: the context-parallel group (CP = cp.size()); B sequences of `seq_length` rows each;
-  // NH query heads and KV key/value heads (NH % KV == 0) of HS each, on this rank.
-  // seq_length must pass check_context_split(seq_length, CP) (asserted).
-  RingAttention(Comm& cp, int B, int seq_length, int NH, int KV, int HS);
+  // NH query heads and KV key/value heads (NH % KV == 0) of HS each, on this rank; ops:
+  // device.ops<T>(), with has_ring_attention(). seq_length must pass
+  // check_context_split(seq_length, CP) (asserted). Errors: the device is out of memory.
+  static Result<std::unique_ptr<RingAttention>> create(Device& device, Ops<T>& ops, Comm& cp, int B,
+                                                       int seq_length, int NH, int KV, int HS);
 
   // This rank's rows per sequence: T / CP (chunks cp.rank() and 2 CP - 1 - cp.rank()).
   int local_rows() const { return Tl_; }
-  // (local_rows()) the global positions of this rank's rows (RoPE's positions, the mask's order).
+  // (local_rows()) the global positions of this rank's rows (RoPE's positions, the mask's
+  // order), in host memory.
   const int32_t* positions() const { return positions_of_[rank_].data(); }
 
   // out (B, Tl, NH HS) = causal attention of this rank's queries over every key of the sequence;
   // lse (B, NH, Tl) = each query row's log-sum-exp of scores, kept for backward. qkv (B, Tl,
   // (NH + 2 KV) HS) in kernels.h's grouped layout: cp_split of the whole sequence's qkv (after
   // RoPE at global positions). doc (B, Tl), when non-null: each row's position within its packed
-  // document (cp_split of the loader's positions); null: plain causal. Collective over cp.
+  // document (cp_split of the loader's positions); null: plain causal. All device memory, written
+  // by the compute stream (ordered before this call); the results are queued on it. Collective
+  // over cp.
   Status forward(T* out, T* lse, const T* qkv, const int32_t* doc);
   // dqkv (B, Tl, (NH + 2 KV) HS), WRITTEN: the gradient of this rank's qkv rows given dout (B, Tl,
-  // NH HS), with the forward's qkv, out, lse and doc. Collective over cp.
+  // NH HS), with the forward's qkv, out, lse and doc. Device memory as forward's. Collective over
+  // cp.
   Status backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
                   const int32_t* doc);
 
@@ -60,23 +74,38 @@ class RingAttention {
   void reset_times() { times_ = RingAttentionTimes{}; }
 
   // The blocks this rank computes against the keys and values of CP rank `src` (Note [ring
-  // attention]): local query rows [q_begin, q_end) against src's rows [k_begin, k_end).
+  // attention]): local query rows [q_begin, q_end) against src's rows [k_begin, k_end); their
+  // positions are the device copies.
   std::vector<kernels::AttentionBlock> blocks_against(int src, const int32_t* doc) const;
 
+  ~RingAttention();
+  RingAttention(const RingAttention&) = delete;
+  RingAttention& operator=(const RingAttention&) = delete;
+
  private:
-  void pack_kv(T* kv, const T* qkv) const;
+  RingAttention(Device& device, Ops<T>& ops, Comm& cp, int B, int seq_length, int NH, int KV,
+                int HS);
   T* workspace();
+  Status compute_done();
+  void shift(std::unique_ptr<CommRequest>& receive, T* into, std::unique_ptr<CommRequest>& send,
+             const T* from, int tag);
   Status wait(std::unique_ptr<CommRequest>& request);
   void progress(std::unique_ptr<CommRequest>* requests, int count);
 
+  Device& device_;
+  Ops<T>& ops_;
   Comm& cp_;
   int B_, T_, NH_, KV_, HS_, CP_, rank_, Tl_, c_;
+  size_t kv_elems_;                                 // B Tl 2 KV HS
   std::vector<std::vector<int32_t>> positions_of_;  // [CP] (Tl) every rank's global positions
-  std::vector<T> kv_[2];   // (B, Tl, 2 KV HS) the block in use and the one in transit
-  std::vector<T> dkv_[2];  // (B, Tl, 2 KV HS) gradients of a block's keys and values, sent on
-  std::vector<T> dkv_in_;  // (B, Tl, 2 KV HS) the gradients received from the previous rank
-  std::vector<T> delta_;   // (B, NH, Tl) rowsum(dout * out)
-  std::vector<T> workspace_;
+  DeviceBlocks blocks_;                             // the buffers below but the workspace
+  int32_t* positions_ = nullptr;                    // (CP, Tl) positions_of_ on the device
+  T* kv_[2] = {};           // (B, Tl, 2 KV HS) the block in use and the one in transit
+  T* dkv_[2] = {};          // (B, Tl, 2 KV HS) gradients of a block's keys and values, sent on
+  T* dkv_in_ = nullptr;     // (B, Tl, 2 KV HS) the gradients received from the previous rank
+  T* delta_ = nullptr;      // (B, NH, Tl) rowsum(dout * out)
+  T* workspace_ = nullptr;  // workspace_elems_ of ops_.attention_block_workspace_elems
+  size_t workspace_elems_ = 0;
   bool overlap_ = true;
   RingAttentionTimes times_;
 };

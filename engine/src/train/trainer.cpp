@@ -260,9 +260,9 @@ Status Trainer<T>::build_model() {
     shard.ep_size = L.ep;
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    Result<std::unique_ptr<GptModel<T>>> chunk = GptModel<T>::create(
-        mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan, g_.cp.get(),
-        rank_.comms.expert.get());
+    Result<std::unique_ptr<GptModel<T>>> chunk =
+        GptModel<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan,
+                            rank_.comms.cp.get(), rank_.comms.expert.get());
     if (!chunk) return chunk.status();
     (*chunk)->set_op_times(o_.profile || device.capabilities().cheap_marks);
     rank_.chunks.push_back(std::move(*chunk));

@@ -212,6 +212,24 @@ void attention_block_forward(S* out, S* lse, const S* qkv, const S* kv, const At
 template <typename S>
 void attention_block_backward(S* dqkv, S* dkv, const S* dout, const S* delta, const S* lse,
                               const S* qkv, const S* kv, const AttentionBlock& block, S* workspace);
+// The ring's data movement around those blocks (attention_ring.cpp; kernels::cuda has the same
+// ops on device memory). kv (rows, 2 KV HS) = the key and value columns of qkv (rows, (NH + 2 KV)
+// HS) in the grouped layout (group g: Q = NH / KV query heads, then its key, then its value).
+template <typename S>
+void attention_kv_pack(S* kv, const S* qkv, size_t rows, int NH, int KV, int HS);
+// The key and value columns of qkv = kv; qkv's query columns untouched.
+template <typename S>
+void attention_kv_unpack(S* qkv, const S* kv, size_t rows, int NH, int KV, int HS);
+// delta (B, NH, T) = per row and head, the dot of dout and out (B, T, NH HS) over HS, summed in
+// order (the softmax backward's rowsum over every key of the ring).
+template <typename S>
+void attention_row_dot(S* delta, const S* dout, const S* out, int B, int T, int NH, int HS);
+// x (n) = value.
+template <typename S>
+void fill(S* x, size_t n, S value);
+// acc (n) += x (n).
+template <typename S>
+void accumulate(S* acc, const S* x, size_t n);
 
 // The target of a row that carries no loss and no gradient (Megatron's loss_mask 0, PyTorch's
 // ignore_index): every cross-entropy below writes loss 0 and a zero dlogits row for it.
