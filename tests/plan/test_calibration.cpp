@@ -116,15 +116,19 @@ class CalibrationTest : public QObject {
     QVERIFY2(
         after < kStepTolerance,
         qPrintable(QString("calibrated estimate %1 % off the measured step").arg(after * 100)));
-    QVERIFY2(after < before, "the calibrated estimate is no closer than the default");
+    // Closer than the defaults, unless the defaults happened to be right already.
+    QVERIFY2(after < before || after < 0.05,
+             "the calibrated estimate is no closer than the default");
 
     const StepEstimate fitted =
         estimate_step(plan.options, plan.layout, apply_calibration(cluster, c), plan.memory);
+    // The slowest rank's terms (Note [calibration fit]).
     double compute = 0, tp = 0;
-    for (const ProbePhases& r : probe.ranks) {
-      compute = std::max(compute, r.forward + r.backward - r.tp_comm);
-      tp = std::max(tp, r.tp_comm);
-    }
+    for (const ProbePhases& r : probe.ranks)
+      if (r.forward + r.backward - r.tp_comm > compute) {
+        compute = r.forward + r.backward - r.tp_comm;
+        tp = r.tp_comm;
+      }
     QVERIFY2(std::abs(fitted.compute_s - compute) < 1e-9 * compute,
              qPrintable(QString("compute %1 s, measured %2 s").arg(fitted.compute_s).arg(compute)));
     // One link, one measured term on it: least squares lands on it.

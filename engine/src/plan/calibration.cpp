@@ -20,15 +20,18 @@ namespace lattice {
 namespace {
 
 // Note [calibration fit]
-// The probe's phases map onto the step model's terms (StepEstimate) of the same layout:
-//   compute    <- forward + backward - TP collectives, the slowest rank (the model's compute is
-//                 the slowest stage's, at peak x efficiency);
-//   TP         <- the TP collectives the engine timed (--profile), the slowest rank;
-//   DP         <- data-parallel wait + the tied embedding's sum, the slowest rank (the model's
-//                 dp_comm_s: what backward did not hide);
-//   pipeline   <- pipeline wait, the mean over ranks (the model's sends + 1F1B bubble: every
-//                 stage idles about one bubble per iteration);
-//   optimizer  <- the optimizer phase, the slowest rank.
+// The probe's phases map onto the step model's terms (StepEstimate) of the same layout, all
+// taken from one rank: the one with the most compute (forward + backward - TP collectives).
+// Its peers' collectives and pipeline receives wait for it, so their TP, DP and pipeline times
+// hold its extra compute as well, which the model counts once, in the slowest stage's compute;
+// the slowest rank waits least, and its phases add up to at most the measured step. Terms:
+//   compute    <- forward + backward - TP collectives (the model's compute is the slowest
+//                 stage's, at peak x efficiency);
+//   TP         <- the TP collectives the engine timed (--profile);
+//   DP         <- data-parallel wait + the tied embedding's sum (the model's dp_comm_s: what
+//                 backward did not hide);
+//   pipeline   <- pipeline wait (the model's sends + 1F1B bubble);
+//   optimizer  <- the optimizer phase.
 // Compute is proportional to 1 / efficiency and the optimizer to 1 / memory bandwidth, each
 // measured alone: those two are ratios (fitted = default x predicted / measured). The links
 // are shared: on one machine TP, DP and the pipeline all use the intra-node bandwidth. Which
@@ -47,20 +50,19 @@ Terms predicted_terms(const RecordedRunPlan& plan, const ClusterSpec& cluster) {
   return {s.compute_s, s.tp_comm_s, s.dp_comm_s, s.pp_comm_s + s.pp_bubble_s, s.optimizer_s};
 }
 
-// Terms with no measurement are negative.
+// The slowest rank's terms (Note [calibration fit]); TP is negative when it was needed but not
+// recorded.
 Terms measured_terms(const ProbeRun& probe, bool tp_needed) {
-  Terms m{0, tp_needed ? -1.0 : 0.0, 0, 0, 0};
-  double wait = 0;
-  for (const ProbePhases& r : probe.ranks) {
-    const double tp = std::max(r.tp_comm, 0.0);
-    m.compute = std::max(m.compute, r.forward + r.backward - tp);
-    if (r.tp_comm >= 0) m.tp = std::max(m.tp, r.tp_comm);
-    m.dp = std::max(m.dp, r.dp_comm + r.embedding_comm);
-    m.optimizer = std::max(m.optimizer, r.optimizer);
-    wait += r.pipeline_wait;
-  }
-  m.pp = probe.ranks.empty() ? 0 : wait / static_cast<double>(probe.ranks.size());
-  return m;
+  const ProbePhases* slowest = nullptr;
+  auto compute = [](const ProbePhases& r) {
+    return r.forward + r.backward - std::max(r.tp_comm, 0.0);
+  };
+  for (const ProbePhases& r : probe.ranks)
+    if (!slowest || compute(r) > compute(*slowest)) slowest = &r;
+  if (!slowest) return {};
+  const ProbePhases& r = *slowest;
+  return {compute(r), r.tp_comm >= 0 ? r.tp_comm : (tp_needed ? -1.0 : 0.0),
+          r.dp_comm + r.embedding_comm, r.pipeline_wait, r.optimizer};
 }
 
 // Minimises f over log(scale) in [-ln 1e6, ln 1e6] by golden-section search.
