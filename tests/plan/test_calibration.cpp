@@ -226,7 +226,7 @@ class CalibrationTest : public QObject {
   }
 
   // Refusals, one sentence each: a run with one iteration has no step after its first; a probe
-  // of another model; an unknown run.
+  // of another model, vocabulary or world size; an unknown run.
   void probesThatCannotCalibrateAreRefused() {
     testing::Run one = lattice({"plan", "--calibrate", "one-step", "--db", db_});
     QCOMPARE(one.exit_code, 1);
@@ -239,6 +239,17 @@ class CalibrationTest : public QObject {
     QVERIFY2(
         other.err.contains("cannot calibrate this plan: a different model (--num-layers 2, not 4)"),
         qPrintable(other.err));
+    testing::Run vocabulary = lattice(QStringList{"plan", "--calibrate", "probe", "--db", db_,
+                                                  "--mock-data", "--vocab-size", "1000"} +
+                                      kModel);
+    QCOMPARE(vocabulary.exit_code, 2);
+    QVERIFY2(vocabulary.err.contains("a different vocabulary (513 ids, not 1001)"),
+             qPrintable(vocabulary.err));
+    testing::Run world = lattice(QStringList{"plan", "--calibrate", "probe", "--db", db_,
+                                             "--world-size", "4", "--mock-data"} +
+                                 kModel);
+    QCOMPARE(world.exit_code, 2);
+    QVERIFY2(world.err.contains("it ran on 2 ranks, the plan has 4"), qPrintable(world.err));
     testing::Run unknown = lattice({"plan", "--calibrate", "nope", "--db", db_});
     QCOMPARE(unknown.exit_code, 1);
     QVERIFY2(unknown.err.contains("nope"), qPrintable(unknown.err));

@@ -44,7 +44,8 @@ Result<ProbeRun> read_probe_run(const std::string& db_path, const std::string& r
 
 // Why a probe recorded with `run` options cannot calibrate a plan of `planned` on
 // `planned_world` ranks, in words ("--num-layers 2, not 4"; "it ran on 2 ranks, the plan has
-// 4"); empty when it can. Layers, hidden size, heads and sequence must match, and the world:
+// 4"); empty when it can. Layers, hidden size, heads, sequence and vocabulary must match, and
+// the world:
 // the fit compares the probe with the estimate of its own layout.
 std::string probe_mismatch(const TrainOptions& run, int run_world, const TrainOptions& planned,
                            int planned_world);

@@ -199,6 +199,9 @@ std::string probe_mismatch(const TrainOptions& run, int run_world, const TrainOp
     if (f.run != f.planned)
       return "a different model (" + std::string(f.flag) + " " + std::to_string(f.run) + ", not " +
              std::to_string(f.planned) + ")";
+  if (a.vocab_size != b.vocab_size)
+    return "a different vocabulary (" + std::to_string(a.vocab_size) + " ids, not " +
+           std::to_string(b.vocab_size) + ")";
   if (planned_world > 0 && run_world != planned_world)
     return "it ran on " + std::to_string(run_world) + " ranks, the plan has " +
            std::to_string(planned_world);
