@@ -108,14 +108,11 @@ std::vector<FlagSpec> plan_flag_specs(PlanFlags& f) {
       {"efficiency", "achieved / peak FLOP rate of the GEMMs, in (0, 1]", &f.efficiency},
       {"memory-headroom", "share of device memory kept free (workspace, buffers)", &f.headroom},
       {"json", "print the layout and estimates (or the candidates) as JSON", &f.json},
-      {"calibrate",
-       "fit the step model's efficiency and bandwidths to this run's phase times (id or name; "
-       "a short `lattice train --profile --log-interval 1` of the layout) and save them",
+      {"calibrate", "fit the planner's rates to a probe run's phase times (id or name), save them",
        &f.calibrate},
-      {"db", "run store --calibrate reads; default $LATTICE_DATA_DIR/runs.sqlite", &f.db},
+      {"db", "run store --calibrate reads (default: the one `lattice train` writes)", &f.db},
       {"calibration",
-       "calibration file to save (--calibrate) or use; default "
-       "<data dir>/calibration/<device>.json",
+       "calibration file to write or use; default <data dir>/calibration/<device>.json",
        &f.calibration},
       {"no-calibration", "estimate with the default rates even where a calibration is saved",
        &f.no_calibration},
