@@ -77,6 +77,13 @@ class CalibrationTest : public QObject {
                     "--run-name", "probe"} +
             kModel);
     QVERIFY2(probe.exit_code == 0, qPrintable(text_of(probe)));
+    // DP 2: the gradient all-reduce, which the model hides behind backward at the default rate.
+    testing::Run dp = testing::run_mpi(
+        2, LATTICE_CLI_PATH,
+        QStringList{"train", "--mock-data", "--train-iters", "6", "--log-interval", "1",
+                    "--threads", "1", "--profile", "--db", db_, "--run-name", "dp2"} +
+            kModel);
+    QVERIFY2(dp.exit_code == 0, qPrintable(text_of(dp)));
     testing::Run one = testing::run_process(
         LATTICE_CLI_PATH, QStringList{"train", "--mock-data", "--train-iters", "1", "--threads",
                                       "1", "--db", db_, "--run-name", "one-step"} +
@@ -134,6 +141,30 @@ class CalibrationTest : public QObject {
     // One link, one measured term on it: least squares lands on it.
     QVERIFY2(std::abs(fitted.tp_comm_s - tp) < 1e-3 * tp,
              qPrintable(QString("TP %1 s, measured %2 s").arg(fitted.tp_comm_s).arg(tp)));
+  }
+
+  // DP 2: the all-reduce's wait fits the intra-node link (the DP term is flat where backward
+  // hides it, so the search must find the region where it shows), and the calibrated step is
+  // within kStepTolerance.
+  void aDataParallelProbeFitsTheReductionsLink() {
+    const ProbeRun probe = read_probe_run(db_.toStdString(), "dp2").value();
+    const RecordedRunPlan plan = plan_recorded_run(probe.config_json, probe.world_size).value();
+    QCOMPARE(plan.layout.dp, 2);
+    ClusterSpec cluster;
+    cluster.devices_per_node = 2;
+    cluster.device = this_machine_cpu(probe.peak_flops_per_rank * 2 / 1e9, 2);
+    const Calibration c = fit_calibration(plan, cluster, probe).value();
+    const double measured = probe.step_time_s;
+    const double after = std::abs(c.predicted_after_s - measured) / measured;
+    qInfo(
+        "DP 2: measured step %.2f ms; estimate %.2f ms with the defaults, %.2f ms calibrated; "
+        "intra-node %.3g GB/s (default %.3g)",
+        measured * 1e3, c.predicted_before_s * 1e3, c.predicted_after_s * 1e3,
+        c.intra_node_bandwidth / 1e9, c.default_intra_node_bandwidth / 1e9);
+    QVERIFY2(c.intra_fitted, "the DP link was not fitted");
+    QVERIFY2(
+        after < kStepTolerance,
+        qPrintable(QString("calibrated estimate %1 % off the measured step").arg(after * 100)));
   }
 
   // The file keeps every value: saved, loaded and printed again it is the same text.

@@ -39,7 +39,9 @@ namespace {
 // the least-squares fit (in seconds) of those terms to their measurements, a one-dimensional
 // search over log(scale) in [1e-6, 1e6] (the terms are monotone in the scale, but the hidden
 // DP share and the bubble make them non-linear). With both links in play, three alternating
-// rounds. A term with no measurement (TP untimed, no pipeline, DP 1) leaves its link alone.
+// rounds. A term with no measurement (TP untimed, no pipeline, DP 1) leaves its link alone, and
+// a link whose fit ends within 10^5 of the search's edge keeps its default (no bandwidth
+// explains the times).
 
 struct Terms {
   double compute = 0, tp = 0, dp = 0, pp = 0, optimizer = 0;
@@ -65,13 +67,25 @@ Terms measured_terms(const ProbeRun& probe, bool tp_needed) {
           r.dp_comm + r.embedding_comm, r.pipeline_wait, r.optimizer};
 }
 
-// Minimises f over log(scale) in [-ln 1e6, ln 1e6] by golden-section search.
+// Minimises f over log(scale) in [-ln 1e6, ln 1e6]: a scan of 97 points (an eighth of a
+// decade apart) finds the best region, since f is flat where a term is hidden (DP behind
+// backward at high bandwidth) and a bracketing search alone would walk off along the flat part;
+// golden-section search then refines between the best point's neighbours.
 double best_scale(const std::function<double(double)>& f) {
+  const double lo = -std::log(1e6), hi = std::log(1e6);
+  constexpr int kPoints = 97;
+  const double step = (hi - lo) / (kPoints - 1);
+  int best = 0;
+  double best_value = f(std::exp(lo));
+  for (int i = 1; i < kPoints; i++) {
+    const double v = f(std::exp(lo + i * step));
+    if (v < best_value) best = i, best_value = v;
+  }
   const double g = (std::sqrt(5.0) - 1) / 2;
-  double a = -std::log(1e6), b = std::log(1e6);
+  double a = lo + std::max(best - 1, 0) * step, b = lo + std::min(best + 1, kPoints - 1) * step;
   double c = b - g * (b - a), d = a + g * (b - a);
   double fc = f(std::exp(c)), fd = f(std::exp(d));
-  for (int i = 0; i < 80; i++) {
+  for (int i = 0; i < 60; i++) {
     if (fc < fd) {
       b = d, d = c, fd = fc;
       c = b - g * (b - a);
@@ -82,7 +96,8 @@ double best_scale(const std::function<double(double)>& f) {
       fd = f(std::exp(d));
     }
   }
-  return std::exp((a + b) / 2);
+  const double refined = (a + b) / 2;
+  return std::exp(f(std::exp(refined)) <= best_value ? refined : lo + best * step);
 }
 
 // The link terms (TP, DP, pipeline) that have a measurement, as a list of (predicted, measured).
@@ -97,14 +112,19 @@ double link_residual(const Terms& p, const Terms& m, const Terms& uses) {
   return sum;
 }
 
-// Which link terms move when `bandwidth` doubles: 1 where they do.
+// Which link terms move when `bandwidth` doubles: 1 where they do. DP and the pipeline are
+// judged by their traffic (all of DP's, the sends), which moves even where the model hides it
+// (DP behind backward) or the bubble outweighs it.
 Terms terms_using(const RecordedRunPlan& plan, ClusterSpec cluster, double DeviceSpec::*bandwidth) {
-  const Terms before = predicted_terms(plan, cluster);
+  const StepEstimate before = estimate_step(plan.options, plan.layout, cluster, plan.memory);
   cluster.device.*bandwidth *= 2;
-  const Terms after = predicted_terms(plan, cluster);
-  auto moved = [](double x, double y) { return std::abs(x - y) > 1e-12 * std::max(x, 1e-30); };
-  return {0, moved(before.tp, after.tp) ? 1.0 : 0.0, moved(before.dp, after.dp) ? 1.0 : 0.0,
-          moved(before.pp, after.pp) ? 1.0 : 0.0, 0};
+  const StepEstimate after = estimate_step(plan.options, plan.layout, cluster, plan.memory);
+  auto moved = [](double x, double y) {
+    return std::abs(x - y) > 1e-12 * std::max(x, 1e-30) ? 1.0 : 0.0;
+  };
+  return {0, moved(before.tp_comm_s, after.tp_comm_s),
+          moved(before.dp_comm_total_s, after.dp_comm_total_s),
+          moved(before.pp_comm_s, after.pp_comm_s), 0};
 }
 
 bool any(const Terms& uses, const Terms& m) {
@@ -174,6 +194,17 @@ Result<Calibration> fit_calibration(const RecordedRunPlan& plan, const ClusterSp
       fit.device.*bandwidth = start * scale;
     }
     if (!(c.intra_fitted && c.inter_fitted)) break;
+  }
+  // A fit at the edge of the search found no bandwidth that explains the times (a pipeline wait
+  // below the bubble the model gives, say): the default is kept rather than a link of zero or
+  // infinite speed that would mislead every other layout.
+  for (auto [bandwidth, fitted] : {std::pair{&DeviceSpec::intra_node_bandwidth, &c.intra_fitted},
+                                   std::pair{&DeviceSpec::inter_node_bandwidth, &c.inter_fitted}}) {
+    const double ratio = fit.device.*bandwidth / cluster.device.*bandwidth;
+    if (*fitted && (ratio > 1e5 || ratio < 1e-5)) {
+      fit.device.*bandwidth = cluster.device.*bandwidth;
+      *fitted = false;
+    }
   }
   c.compute_efficiency = fit.compute_efficiency;
   c.intra_node_bandwidth = fit.device.intra_node_bandwidth;
@@ -321,7 +352,9 @@ Result<std::optional<Calibration>> load_calibration(const std::string& path) {
 std::vector<std::string> calibration_lines(const Calibration& c) {
   char buf[200];
   std::vector<std::string> out;
-  auto note = [](bool fitted) { return fitted ? "" : ", not measured: default kept"; };
+  auto note = [](bool fitted) {
+    return fitted ? "" : ", default kept: not measured, or no value fits the times";
+  };
   std::snprintf(buf, sizeof buf, "compute efficiency   %.3g (default %.3g%s)", c.compute_efficiency,
                 c.default_compute_efficiency, note(c.compute_fitted));
   out.push_back(buf);
