@@ -19,6 +19,7 @@
 #include "lattice/tokenizer.h"
 #include "lattice/train.h"
 #include "lattice/train_options.h"
+#include "plan_calibration.h"
 
 namespace lattice::cli {
 
@@ -84,7 +85,11 @@ struct PlanFlags {
   double efficiency = 0.5;
   double headroom = 0.05;
   bool json = false, help = false;
-  int suggest = 0;  // candidates to print; 0: no search
+  int suggest = 0;          // candidates to print; 0: no search
+  std::string calibrate;    // a probe run to fit the planner's rates to (id or name)
+  std::string db;           // the run store --calibrate reads; empty: the default
+  std::string calibration;  // the calibration file; empty: the device profile's
+  bool no_calibration = false;
   std::vector<std::string> train_args;
 };
 
@@ -103,13 +108,22 @@ std::vector<FlagSpec> plan_flag_specs(PlanFlags& f) {
       {"efficiency", "achieved / peak FLOP rate of the GEMMs, in (0, 1]", &f.efficiency},
       {"memory-headroom", "share of device memory kept free (workspace, buffers)", &f.headroom},
       {"json", "print the layout and estimates (or the candidates) as JSON", &f.json},
+      {"calibrate", "fit the planner's rates to a probe run's phase times (id or name), save them",
+       &f.calibrate},
+      {"db", "run store --calibrate reads (default: the one `lattice train` writes)", &f.db},
+      {"calibration",
+       "calibration file to write or use; default <data dir>/calibration/<device>.json",
+       &f.calibration},
+      {"no-calibration", "estimate with the default rates even where a calibration is saved",
+       &f.no_calibration},
   };
 }
 
 std::string usage() {
   PlanFlags defaults;
   return "usage: lattice plan [--world-size N | --nodes N --devices-per-node N] [--device D]\n"
-         "                    [--suggest [N]] [--json] [--config run.json] [train flags]\n\n"
+         "                    [--suggest [N]] [--json] [--config run.json] [train flags]\n"
+         "       lattice plan --calibrate RUN [--db runs.sqlite] [--device D] [--calibration F]\n\n"
          "Checks a tensor x context x expert x data x pipeline parallel layout against\n"
          "`lattice train`'s flags (context and expert parallelism: the layout only for now),\n"
          "estimates the memory of one rank of every pipeline stage and the time of one step on\n"
@@ -563,6 +577,25 @@ int plan_command(const std::vector<std::string>& args) {
     return 2;
   }
   TrainOptions& o = *parsed;
+  if (!flags.calibrate.empty()) {
+    if (!errors.empty()) {
+      for (const std::string& e : errors) print_error(kCommand, e);
+      return 2;
+    }
+    CalibrateRequest request;
+    request.run = flags.calibrate;
+    request.db = flags.db;
+    request.device = flags.device;
+    request.nodes = flags.nodes;
+    request.peak_gflops = flags.peak_gflops;
+    request.efficiency = flags.efficiency;
+    request.file = flags.calibration;
+    request.json = flags.json;
+    if (!flags.train_args.empty()) request.planned = o;
+    request.world =
+        flags.world_size > 0 ? flags.world_size : flags.devices_per_node * std::max(flags.nodes, 1);
+    return calibrate_from_run(request);
+  }
   ClusterSpec cluster;
   const int world = resolve_world(flags, o, cluster, errors);
   // Megatron's default batch, micro-batch x DP; a search, which ignores the given layout,
@@ -579,6 +612,9 @@ int plan_command(const std::vector<std::string>& args) {
   if (errors.empty())
     if (Status s = resolve_vocabulary(o); !s) errors.push_back(s.message());
   if (errors.empty()) resolve_device(flags, o, cluster, errors);
+  std::string calibrated;  // the sentence naming the calibration in use
+  if (errors.empty() && !flags.no_calibration)
+    calibrated = use_saved_calibration(cluster, flags.calibration, errors);
   o.device = engine_device(cluster.device);  // the memory estimate's attention term
   if (!errors.empty()) {
     for (const std::string& e : errors) print_error(kCommand, e);
@@ -591,10 +627,12 @@ int plan_command(const std::vector<std::string>& args) {
     const std::vector<LayoutCandidate> list = suggest_layouts(o, cluster, flags.suggest, &stats);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (flags.json)
+    if (flags.json) {
       std::cout << suggest_json(list, cluster) << "\n";
-    else
+    } else {
+      if (!calibrated.empty()) std::cout << calibrated << "\n";
       print_suggestions(std::cout, o, cluster, list, stats, seconds);
+    }
     if (list.empty()) {
       print_error(kCommand, "no valid layout of this model and global batch on " +
                                 std::to_string(world) + " devices");
@@ -615,6 +653,7 @@ int plan_command(const std::vector<std::string>& args) {
   } else {
     print_table(std::cout, o, *layout, est);
     print_step(std::cout, o, est, cluster, step);
+    if (!calibrated.empty()) std::cout << calibrated << "\n";
   }
   return 0;
 }

@@ -53,6 +53,9 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
   planSummary_->setObjectName("plan-summary");
   statusBar()->addPermanentWidget(planSummary_);
   connect(model_, &PlanModel::planChanged, this, &MainWindow::updateStatus);
+  // The device's saved calibration (docs/studio.md "Calibrate"); tests and screenshots, which
+  // use no settings, start from the planner's defaults.
+  if (options_.useSettings) model_->setUseSavedCalibrations(true);
   connect(model_->undoStack(), &QUndoStack::cleanChanged, this, &MainWindow::updateTitle);
   connect(&cpuMeasure_, &QFutureWatcher<double>::finished, this, [this] {
     const double gflops = cpuMeasure_.result();

@@ -59,6 +59,11 @@ CostPanel::CostPanel(PlanModel* model, QWidget* parent)
       tr("Every valid layout of this model on this cluster, ranked by "
          "estimated throughput (Ctrl+G)"));
   head->addWidget(suggest_);
+  calibrate_ = new QPushButton(tr("Calibrate…"), this);
+  calibrate_->setToolTip(
+      tr("Run a few steps of this layout here, fit the planner's efficiency and bandwidths to "
+         "the measured phase times, and rank Suggest with them"));
+  head->addWidget(calibrate_);
   column->addLayout(head);
   // Not as wide as the legend on one row: the legend takes two rows when the plot is narrow
   // (a narrow window; the widest rows of the legend would hold the window at 1075 px).
@@ -100,6 +105,7 @@ CostPanel::CostPanel(PlanModel* model, QWidget* parent)
   plot_->yAxis->setLabel(tr("GiB"));
 
   connect(suggest_, &QPushButton::clicked, this, &CostPanel::suggestRequested);
+  connect(calibrate_, &QPushButton::clicked, this, &CostPanel::calibrateRequested);
   connect(model_, &PlanModel::planChanged, this, &CostPanel::refresh);
   applyPalette();
   refresh();
@@ -192,6 +198,7 @@ void CostPanel::refreshPlot() {
 void CostPanel::refreshStep() {
   const PlanAnalysis& a = model_->analysis();
   suggest_->setEnabled(a.parameters > 0);
+  calibrate_->setEnabled(a.valid() && a.layout.has_value());
   if (!a.memory || !a.step) {
     fit_->setText(tr("Fix the errors in the form to see the estimate."));
     step_->clear();
@@ -211,10 +218,15 @@ void CostPanel::refreshStep() {
                                   humanBytes(a.cluster.device.memory_bytes - usable))));
   const StepEstimate& s = *a.step;
   step_->setText(tr("<b>Step %1</b> &nbsp;·&nbsp; <b>%2 tokens/s</b> &nbsp;·&nbsp; "
-                    "<b>MFU %3%</b> &nbsp;<small>(estimate at %4% of peak on the GEMMs)</small>")
+                    "<b>MFU %3%</b> &nbsp;<small>(estimate at %4% of peak on the GEMMs%5)</small>")
                      .arg(seconds(s.total_s), rate(s.tokens_per_second))
                      .arg(s.mfu * 100, 0, 'f', 1)
-                     .arg(a.cluster.compute_efficiency * 100, 0, 'f', 0));
+                     .arg(a.cluster.compute_efficiency * 100, 0, 'f', 0)
+                     .arg(a.calibrated
+                              ? tr(", calibrated from run %1")
+                                    .arg(QString::fromStdString(model_->calibration()->probe_run)
+                                             .toHtmlEscaped())
+                              : QString()));
   // The terms that are not zero for this layout.
   QStringList terms{tr("compute %1").arg(seconds(s.compute_s))};
   if (s.tp_comm_s > 0) terms << tr("TP communication %1").arg(seconds(s.tp_comm_s));

@@ -1,6 +1,7 @@
 // What the plan costs: per pipeline stage, a stacked bar of weights, grads, optimizer state
 // and activations of one rank against the device's memory, with the headroom or overflow in
-// GiB; the estimated step time, tokens/s and MFU with their terms; the Suggest button.
+// GiB; the estimated step time, tokens/s and MFU with their terms; the Suggest and Calibrate
+// buttons.
 #pragma once
 
 #include <QWidget>
@@ -23,6 +24,7 @@ class CostPanel : public QWidget {
 
  signals:
   void suggestRequested();
+  void calibrateRequested();
 
  protected:
   void changeEvent(QEvent* event) override;
@@ -47,6 +49,7 @@ class CostPanel : public QWidget {
   QLabel* step_;
   QLabel* terms_;
   QPushButton* suggest_;
+  QPushButton* calibrate_;
 };
 
 }  // namespace lattice::ui

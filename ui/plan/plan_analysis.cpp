@@ -29,7 +29,7 @@ QStringList PlanAnalysis::messagesFor(const QString& field) const {
   return out;
 }
 
-PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops) {
+PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops, const Calibration* calibration) {
   PlanAnalysis a;
   TrainOptions o = with_default_global_batch(plan.options, plan.cluster.world());
   std::vector<std::string> messages = o.validate(/*require_data=*/false);
@@ -41,7 +41,9 @@ PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops) {
   for (const std::string& m : messages)
     a.errors.push_back({fieldOfMessage(m), QString::fromStdString(m)});
 
-  a.cluster = clusterSpec(plan.cluster, precisionOf(o), cpuGflops);
+  a.defaultCluster = clusterSpec(plan.cluster, precisionOf(o), cpuGflops);
+  a.calibrated = calibration && calibration->device_key == a.defaultCluster.device.key;
+  a.cluster = a.calibrated ? apply_calibration(a.defaultCluster, *calibration) : a.defaultCluster;
   o.device = engine_device(a.cluster.device);  // the estimate's attention term
   if (o.model.validate().empty() && o.model.vocab_size > 0) a.parameters = o.model.num_parameters();
   if (!a.valid()) return a;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lattice/calibration.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "plan/plan.h"
@@ -30,8 +31,10 @@ struct PlanAnalysis {
   std::optional<ParallelLayout> layout;
   std::optional<MemoryEstimate> memory;
   std::optional<StepEstimate> step;
-  ClusterSpec cluster;
-  bool fits = false;  // the most loaded rank fits the usable device memory
+  ClusterSpec cluster;         // what the estimates use: calibrated where a calibration applies
+  ClusterSpec defaultCluster;  // the same with the planner's default rates
+  bool calibrated = false;     // a calibration of this device replaced the defaults
+  bool fits = false;           // the most loaded rank fits the usable device memory
   int64_t parameters = 0;
 
   bool valid() const { return errors.empty(); }
@@ -39,6 +42,9 @@ struct PlanAnalysis {
 };
 
 // `cpuGflops`: this machine's measured SGEMM rate, 0 when not measured yet.
-PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops);
+// `calibration`: fitted rates (lattice/calibration.h), applied when its device key is the
+// plan's device's; null or another device's: the defaults.
+PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops,
+                         const Calibration* calibration = nullptr);
 
 }  // namespace lattice::ui

@@ -10,6 +10,17 @@ PlanModel::PlanModel(QObject* parent) : QObject(parent) {
   analysis_ = analyzePlan(plan_, cpuGflops_);
 }
 
+void PlanModel::setCalibration(const std::optional<Calibration>& calibration) {
+  calibration_ = calibration;
+  assign(plan_);
+}
+
+void PlanModel::setUseSavedCalibrations(bool use) {
+  useSaved_ = use;
+  loadedFor_.clear();
+  assign(plan_);
+}
+
 void PlanModel::edit(const QString& text, const std::function<void(Plan&)>& change,
                      const QString& mergeKey) {
   Plan next = plan_;
@@ -42,7 +53,17 @@ void PlanModel::setCpuGflops(double gflops) {
 
 void PlanModel::assign(const Plan& plan) {
   plan_ = plan;
-  analysis_ = analyzePlan(plan_, cpuGflops_);
+  analysis_ = analyzePlan(plan_, cpuGflops_, calibration_ ? &*calibration_ : nullptr);
+  const QString key = QString::fromStdString(analysis_.defaultCluster.device.key);
+  if (useSaved_ && key != loadedFor_ && !analysis_.calibrated) {
+    loadedFor_ = key;  // looked up once per device pick, not on every edit
+    Result<std::optional<Calibration>> saved =
+        load_calibration(calibration_path(key.toStdString()));
+    if (saved && *saved) {
+      calibration_ = **saved;
+      analysis_ = analyzePlan(plan_, cpuGflops_, &*calibration_);
+    }
+  }
   emit planChanged();
 }
 

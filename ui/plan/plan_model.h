@@ -37,6 +37,15 @@ class PlanModel : public QObject {
   double cpuGflops() const { return cpuGflops_; }
   void setCpuGflops(double gflops);
 
+  // The planner's fitted rates (docs/studio.md "Calibrate"): applied to the analysis where the
+  // device is the calibration's; not part of the plan (no undo entry). nullopt: the defaults.
+  const std::optional<Calibration>& calibration() const { return calibration_; }
+  void setCalibration(const std::optional<Calibration>& calibration);
+  // With this on, each device the plan picks gets its saved calibration
+  // (calibration_path(device key)) when one exists: the Studio's window turns it on; tests and
+  // screenshots start from the defaults.
+  void setUseSavedCalibrations(bool use);
+
  signals:
   // The plan or its analysis changed (after an edit, undo, redo or reset).
   void planChanged();
@@ -48,6 +57,9 @@ class PlanModel : public QObject {
   Plan plan_;
   PlanAnalysis analysis_;
   double cpuGflops_ = 0;
+  std::optional<Calibration> calibration_;
+  bool useSaved_ = false;
+  QString loadedFor_;  // the device key whose saved calibration was last looked up
   QUndoStack undoStack_;
 };
 

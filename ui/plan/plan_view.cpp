@@ -6,6 +6,7 @@
 #include <QIODevice>
 #include <QSplitter>
 
+#include "plan/calibrate_dialog.h"
 #include "plan/cost_panel.h"
 #include "plan/layout_panel.h"
 #include "plan/plan_form.h"
@@ -37,6 +38,7 @@ PlanView::PlanView(PlanModel* model, QWidget* parent)
   columns_->setSizes({std::max(form_->minimumWidth(), 400), 860});
   box->addWidget(columns_);
   connect(cost_, &CostPanel::suggestRequested, this, &PlanView::openSuggest);
+  connect(cost_, &CostPanel::calibrateRequested, this, &PlanView::openCalibrate);
 }
 
 QByteArray PlanView::saveState() const {
@@ -60,6 +62,13 @@ void PlanView::openSuggest() {
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   dialog->open();
   dialog->search();
+}
+
+void PlanView::openCalibrate() {
+  auto* dialog = new CalibrateDialog(model_, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dialog, &CalibrateDialog::suggestRequested, this, &PlanView::openSuggest);
+  dialog->open();
 }
 
 }  // namespace lattice::ui

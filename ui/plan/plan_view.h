@@ -29,6 +29,7 @@ class PlanView : public QWidget {
 
  public slots:
   void openSuggest();
+  void openCalibrate();
 
  private:
   PlanModel* model_;

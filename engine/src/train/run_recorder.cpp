@@ -415,6 +415,10 @@ void RunRecorder::on_rank_reports(int iteration, const std::vector<RankReport>& 
     // Ranks of the embedding group, where it is timed (the CPU trainer).
     if (r.times.embedding_comm > 0) values[p + "embedding comm time"] = r.times.embedding_comm;
     values[p + "optimizer time"] = r.times.optimizer;
+    // Tensor-parallel collectives (part of forward and backward), where the engine times them
+    // (--profile, or a device with cheap marks): what `lattice plan --calibrate` fits the TP link
+    // to.
+    if (r.times.tp_comm > 0) values[p + "tensor-parallel comm time"] = r.times.tp_comm;
     // GPU ranks (docs/gpu.md#memory): the caching allocator's reserved - in-use bytes.
     if (r.memory.fragmentation > 0)
       values[p + "memory fragmentation"] = static_cast<double>(r.memory.fragmentation);
