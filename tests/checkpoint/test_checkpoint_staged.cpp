@@ -4,10 +4,10 @@
 // host copies, losses and the overflow flag through device buffers, checkpoints and --save-hf
 // through checkpoint/chunk_state.h's host copies. Specifies that, for one process and for TP 2
 // (sequence parallel), PP 2 interleaved and DP 2 with the distributed optimizer (this program
-// rerun as two MPI ranks), and for context parallelism (CP 2; CP 2 x TP 2 with sequence
-// parallelism, four ranks; CP 2 with full recomputation), whose ring attention runs on the
-// device through its op list and the device's CP communicator (Note [ring attention on a
-// device]):
+// rerun as two MPI ranks), and for context parallelism (CP 2 x TP 2 with sequence parallelism,
+// four ranks; CP 2 with full recomputation, whose forwards are plain CP 2's), whose ring
+// attention runs on the device through its op list and the device's CP communicator (Note
+// [ring attention on a device]):
 //   - a staged run trains bit for bit as the plain CPU run (losses, grad norms, validation);
 //   - a staged run saved at --exit-interval 3 writes the plain run's checkpoint files byte for
 //     byte, and the plain CPU resumes it to the plain run's last three iterations; a plain
@@ -58,8 +58,8 @@ const DeviceBackend* staged_backend() {
 }
 
 // The runs: "one" (one process), "tp2" (TP 2, sequence parallel), "pp2i" (PP 2, two chunks of
-// one layer per rank), "dp2" (DP 2, distributed optimizer, buckets that cut tensors), "cp2"
-// (CP 2), "cp2tp2" (CP 2 x TP 2, sequence parallel), "cp2full" (CP 2, full recomputation).
+// one layer per rank), "dp2" (DP 2, distributed optimizer, buckets that cut tensors),
+// "cp2tp2" (CP 2 x TP 2, sequence parallel), "cp2full" (CP 2, full recomputation).
 // Dropout on (hidden only under CP: the ring has no attention dropout), --fp16's loss scaler
 // (fp32 arithmetic on the CPU), a validation every 3 iterations.
 TrainOptions options_for(const std::string& run) {
@@ -191,7 +191,6 @@ class CheckpointStaged : public QObject {
     QTest::newRow("TP 2, sequence parallel") << "tp2";
     QTest::newRow("PP 2 interleaved") << "pp2i";
     QTest::newRow("DP 2, distributed optimizer") << "dp2";
-    QTest::newRow("CP 2") << "cp2";
     QTest::newRow("CP 2 x TP 2, sequence parallel") << "cp2tp2";
     QTest::newRow("CP 2, full recomputation") << "cp2full";
 #endif
