@@ -26,6 +26,7 @@
 
 #include "common/mpi_worker.h"
 #include "common/process.h"
+#include "common/staged_backend.h"
 #include "common/tiny_model.h"
 #include "device/backends.h"
 #include "device/cpu_device.h"
@@ -35,27 +36,6 @@
 using namespace lattice;
 
 namespace {
-
-// The CPU device with host addressing off, standing in for a GPU; with `bf16` it also offers
-// the CPU's bf16 op lists to runs (they exist for tests).
-template <bool bf16>
-const DeviceBackend* staged_backend() {
-  static const DeviceBackend backend{
-      [] {
-        Capabilities c = cpu_capabilities();
-        c.host_addressable = false;
-        c.bf16 = bf16;
-        return c;
-      },
-      [] { return std::string(); },
-      []() -> Result<std::unique_ptr<Device>> {
-        CpuDeviceOptions options;
-        options.host_addressable = false;
-        return std::unique_ptr<Device>(std::make_unique<CpuDevice>(options));
-      },
-      nullptr};
-  return &backend;
-}
 
 // The runs: "one" (one process), "tp2" (TP 2, sequence parallel), "pp2i" (PP 2, two chunks of
 // one layer per rank), "dp2" (DP 2, distributed optimizer, buckets that cut tensors),
@@ -138,7 +118,8 @@ int worker(char** argv) {
   }
   TrainOptions o = options_for(run);
   if (device != "plain") {
-    register_device_backend(device == "bf16" ? staged_backend<true>() : staged_backend<false>());
+    register_device_backend(device == "bf16" ? testing::staged_backend<true>()
+                                             : testing::staged_backend<false>());
     o.device = "cuda";
     o.bf16 = device == "bf16";
     o.fp16 = !o.bf16;

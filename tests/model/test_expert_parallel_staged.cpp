@@ -22,6 +22,7 @@
 
 #include "common/mpi_worker.h"
 #include "common/process.h"
+#include "common/staged_backend.h"
 #include "common/tiny_model.h"
 #include "device/backends.h"
 #include "device/cpu_device.h"
@@ -31,24 +32,6 @@
 using namespace lattice;
 
 namespace {
-
-// The CPU device with host addressing off, standing in for a GPU.
-const DeviceBackend* staged_backend() {
-  static const DeviceBackend backend{
-      [] {
-        Capabilities c = cpu_capabilities();
-        c.host_addressable = false;
-        return c;
-      },
-      [] { return std::string(); },
-      []() -> Result<std::unique_ptr<Device>> {
-        CpuDeviceOptions options;
-        options.host_addressable = false;
-        return std::unique_ptr<Device>(std::make_unique<CpuDevice>(options));
-      },
-      nullptr};
-  return &backend;
-}
 
 // 4 layers, MoE on layers 0 and 2 (4 experts, top-2, a large load-balancing loss), micro-batches
 // of one sequence, 4 a step: test_expert_parallel.sh's model in fp32.
@@ -115,7 +98,7 @@ int worker(char** argv) {
   }
   TrainOptions o = options_for(run);
   if (device == "staged") {
-    register_device_backend(staged_backend());
+    register_device_backend(testing::staged_backend());
     o.device = "cuda";
   }
   o.save = dir + "/ckpt";
