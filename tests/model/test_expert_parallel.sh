@@ -26,21 +26,7 @@ model=(train --mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4
        --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.5 --moe-layer-freq 2
        --lr 1e-2 --no-db --eval-iters 0 --hidden-dropout 0 --attention-dropout 0)
 args=("${model[@]}" --fp64 --train-iters 3)
-# The iteration lines' lm loss, moe aux loss and grad norm, one line per iteration.
-metrics() {
-  grep -oE "iteration +[0-9]+/|lm loss: [^|]*|moe aux loss: [^|]*|grad norm: [^|]*" |
-    paste -sd' ' | sed 's/ iteration/\niteration/g'
-}
-run() {  # run LOG RANKS FLAGS...: lattice train on RANKS ranks, its metrics into LOG.txt
-  local log=$1 ranks=$2
-  shift 2
-  "$mpiexec" --oversubscribe -n "$ranks" "$lattice" "$@" > "$log.log" 2>&1 ||
-    { echo "$log: lattice train failed"; cat "$log.log"; exit 1; }
-  metrics < "$log.log" > "$log.txt"
-}
-same() {  # same A B WHAT: A.txt and B.txt hold the same metrics
-  if ! diff "$1.txt" "$2.txt"; then echo "$3 differ (above: $1 < > $2)"; exit 1; fi
-}
+source "$here/moe_runs.sh"
 
 run one 1 "${args[@]}"
 [ "$(grep -c 'moe aux loss' one.txt)" = 3 ] ||

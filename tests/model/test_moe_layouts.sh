@@ -11,6 +11,7 @@
 set -euo pipefail
 lattice=$1
 mpiexec=$2
+here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -19,48 +20,32 @@ fp32=(train --mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4 
       --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.5 --moe-layer-freq 2
       --lr 1e-2 --no-db --eval-iters 0 --hidden-dropout 0 --attention-dropout 0)
 args=("${fp32[@]}" --fp64)
-# The iteration lines' lm loss, moe aux loss and grad norm, one line per iteration.
-metrics() {
-  grep -oE "iteration +[0-9]+/|lm loss: [^|]*|moe aux loss: [^|]*|grad norm: [^|]*" |
-    paste -sd' ' | sed 's/ iteration/\niteration/g'
-}
-# run NAME RANKS ARGS...: trains into NAME.log, its metrics into NAME.txt.
-run() {
-  local name=$1 ranks=$2
-  shift 2
-  "$mpiexec" --oversubscribe -n "$ranks" "$lattice" "$@" > "$name.log" 2>&1 ||
-    { cat "$name.log"; exit 1; }
-  metrics < "$name.log" > "$name.txt"
-}
-# same WANT GOT WHAT: the metric lines agree.
-same() {
-  if ! diff "$1" "$2"; then echo "MoE: $3 differs from one process (above: one < > two)"; exit 1; fi
-}
+source "$here/moe_runs.sh"
 run one 1 "${args[@]}"
 if [ "$(grep -c 'moe aux loss' one.txt)" != 4 ]; then
   echo "one process: no moe aux loss on the 4 iteration lines"; cat one.log; exit 1
 fi
 run pp 2 "${args[@]}" --pipeline-model-parallel-size 2
-same one.txt pp.txt "PP 2"
+same one pp "MoE: PP 2 and one process"
 run dp 2 "${args[@]}"
-same one.txt dp.txt "DP 2"
+same one dp "MoE: DP 2 and one process"
 run tp 2 "${args[@]}" --tensor-model-parallel-size 2
-same one.txt tp.txt "TP 2"
+same one tp "MoE: TP 2 and one process"
 # With full recomputation too, which re-runs the routing and the experts from the gathered rows.
 run sp 2 "${args[@]}" --tensor-model-parallel-size 2 --sequence-parallel \
   --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
-same one.txt sp.txt "TP 2 with --sequence-parallel and full recomputation"
+same one sp "MoE: TP 2 with --sequence-parallel and full recomputation and one process"
 # Context parallelism (Note [MoE with context parallelism]): the aux loss's counts summed over
 # CP; with TP inside each CP rank, and with full recomputation (the routing re-run sums them
 # again).
 run cp 2 "${args[@]}" --context-parallel-size 2
-same one.txt cp.txt "CP 2"
+same one cp "MoE: CP 2 and one process"
 run cptp 4 "${args[@]}" --context-parallel-size 2 --tensor-model-parallel-size 2 \
   --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
-same one.txt cptp.txt "CP 2 x TP 2 with full recomputation"
+same one cptp "MoE: CP 2 x TP 2 with full recomputation and one process"
 run swiglu_one 1 "${args[@]}" --swiglu
 run swiglu_tp 2 "${args[@]}" --swiglu --tensor-model-parallel-size 2
-same swiglu_one.txt swiglu_tp.txt "SwiGLU at TP 2"
+same swiglu_one swiglu_tp "MoE: SwiGLU at TP 2 and TP 1"
 # Checkpoints keep fp32 state (no --fp64): a TP 2 run saving after iterations 2 and 4, and its
 # iteration-2 checkpoint resumed in one process, whose iterations 3 and 4 must be the TP 2 run's
 # up to fp32 rounding (another layout sums in another order; a wrongly resharded expert is far
