@@ -8,6 +8,7 @@
 // 16-bit lists run them too. Without a CUDA device the whole case is SKIPPED (label cuda).
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <memory>
@@ -287,6 +288,60 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
     keep("moe_scatter_add_rows dinp", d_tokens, N * C);
   }
 
+  // the context-parallel ring's ops (Note [ring attention]; the float lists alone have them):
+  // CP 2 of a 64-row sequence, this rank holding chunks 0 and 3 (positions [0, 16) and
+  // [48, 64)), blocks against its own rows (the causal diagonal) and against the other rank's
+  // chunks 1 and 2 (the second query chunk only), with packed documents on the second, then the
+  // backward of both into dqkv and dkv, and the data movement around them.
+  if constexpr (std::is_same_v<A, float>) {
+    if (ops.has_ring_attention()) {
+      constexpr int Tl = 32, RNH = 4, KV = 2, HS = 64, Q = (RNH + 2 * KV) * HS;
+      constexpr size_t rows = size_t(B) * Tl;
+      std::vector<int32_t> mine(Tl), theirs(Tl), doc(rows);
+      for (int i = 0; i < Tl; i++) {
+        mine[i] = i < 16 ? i : 32 + i;
+        theirs[i] = 16 + i;
+      }
+      for (size_t i = 0; i < rows; i++) doc[i] = mine[i % Tl] % 24;  // documents of 24 tokens
+      const int32_t* q_pos = mem.in(mine);
+      const int32_t* k_pos = mem.in(theirs);
+      const int32_t* d_doc = mem.in(doc);
+      const float* qkv = mem.in(random_floats(rows * Q, 41, 0.5f));
+      const float* other_kv = mem.in(random_floats(rows * 2 * KV * HS, 42, 0.5f));
+      float* kv = mem.template out<float>(rows * 2 * KV * HS);
+      ops.attention_kv_pack(kv, qkv, rows, RNH, KV, HS);
+      keep("attention_kv_pack kv", kv, rows * 2 * KV * HS);
+      float* out = mem.template out<float>(rows * RNH * HS);
+      float* lse = mem.template out<float>(size_t(B) * RNH * Tl);
+      ops.fill(out, rows * RNH * HS, 0.0f);
+      ops.fill(lse, size_t(B) * RNH * Tl, -std::numeric_limits<float>::infinity());
+      k::AttentionBlock own{B, RNH, KV, HS, Tl, 0, Tl, Tl, 0, Tl, q_pos, q_pos, nullptr};
+      k::AttentionBlock other{B, RNH, KV, HS, Tl, 16, Tl, Tl, 0, Tl, q_pos, k_pos, d_doc};
+      float* ws = mem.template out<float>(
+          std::max<size_t>(1, ops.attention_block_workspace_elems(B, RNH, Tl, Tl, HS)));
+      ops.attention_block_forward(out, lse, qkv, kv, own, ws);
+      ops.attention_block_forward(out, lse, qkv, other_kv, other, ws);
+      keep("attention_block_forward out", out, rows * RNH * HS);
+      keep("attention_block_forward lse", lse, size_t(B) * RNH * Tl);
+      const float* ring_dout = mem.in(random_floats(rows * RNH * HS, 43));
+      float* delta = mem.template out<float>(size_t(B) * RNH * Tl);
+      ops.attention_row_dot(delta, ring_dout, out, B, Tl, RNH, HS);
+      keep("attention_row_dot delta", delta, size_t(B) * RNH * Tl);
+      float* dqkv = mem.in(std::vector<float>(rows * Q, 0.0f));
+      float* dkv = mem.in(std::vector<float>(rows * 2 * KV * HS, 0.0f));
+      float* other_dkv = mem.in(std::vector<float>(rows * 2 * KV * HS, 0.0f));
+      ops.attention_block_backward(dqkv, dkv, ring_dout, delta, lse, qkv, kv, own, ws);
+      ops.attention_block_backward(dqkv, other_dkv, ring_dout, delta, lse, qkv, other_kv, other,
+                                   ws);
+      keep("attention_block_backward dkv (own)", dkv, rows * 2 * KV * HS);
+      keep("attention_block_backward dkv (other)", other_dkv, rows * 2 * KV * HS);
+      ops.accumulate(dkv, other_dkv, rows * 2 * KV * HS);
+      keep("accumulate acc", dkv, rows * 2 * KV * HS);
+      ops.attention_kv_unpack(dqkv, dkv, rows, RNH, KV, HS);
+      keep("attention_block_backward then attention_kv_unpack dqkv", dqkv, rows * Q);
+    }
+  }
+
   // cross-entropy (float logits), whole rows and a vocabulary shard [7, 7 + V)
   const auto logits = random_floats(N * V, 13, 2.0f);
   const float* d_logits = mem.in(logits);
@@ -395,6 +450,11 @@ class CudaOpList : public QObject {
   }
 
   void the_cuda_device_has_no_double_list() { QVERIFY(device_->ops<double>() == nullptr); }
+  void the_float_list_has_the_ring_ops() {
+    QVERIFY(device_->ops<float>()->has_ring_attention() &&
+            !device_->ops<cu::bf16>()->has_ring_attention() &&
+            !device_->ops<cu::fp16>()->has_ring_attention());
+  }
   void every_cuda_list_has_the_moe_ops() {
     QVERIFY(device_->ops<float>()->has_moe() && device_->ops<cu::bf16>()->has_moe() &&
             device_->ops<cu::fp16>()->has_moe());
