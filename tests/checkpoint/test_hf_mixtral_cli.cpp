@@ -5,7 +5,8 @@
 // of the checkpoint writes the same bytes; `lattice ckpt import-hf` and export again, and
 // --load-hf with no model flag and --save-hf again, give every byte back. MoE models that
 // Mixtral cannot express (experts in every other layer) are refused before training, and
-// `lattice generate` (no MoE inference yet) refuses the model with a sentence.
+// `lattice generate` of the Mixtral files writes the checkpoint's text, as does the checkpoint
+// at TP 2 (two MPI ranks where the MPI communicator is built).
 #include <QtTest/QtTest>
 
 #include <QFile>
@@ -223,13 +224,32 @@ class HfMixtralCli : public QObject {
     QVERIFY2(wrong.err.contains("--load-hf: --num-experts 8 disagrees with " + trained() +
                                 "/config.json, which gives num_local_experts 4"),
              qPrintable(wrong.err));
-    // Generation has no MoE layers yet: a sentence, not a crash.
-    const Run generated = run_lattice(1, {"generate", "--load-hf", trained(), "--prompt", "5 7 9"});
-    QCOMPARE(generated.exit_code, 1);
-    QVERIFY2(generated.err.contains("--load-hf " + trained() +
-                                    ": the model has 4-expert MoE layers, which generation "
-                                    "(lattice generate, serve) does not run yet"),
-             qPrintable(generated.err));
+  }
+
+  // Generation runs the MoE layers (the logits against the training forward: test_generation):
+  // the Mixtral files and the checkpoint of the same weights give the same text, greedy and
+  // sampled, and so does the checkpoint split over two tensor-parallel ranks (each expert's
+  // FC1 column- and FC2 row-parallel, the combine summed over TP).
+  void generate_from_the_mixtral_files_as_from_the_checkpoint() {
+    for (const QStringList& sampling :
+         {QStringList{"--top-k", "1"}, QStringList{"--temperature", "0.9", "--seed", "5"}}) {
+      const QStringList prompt =
+          QStringList{"--prompt", "5 7 9", "--prompt", "200 3", "--tokens-to-generate", "12"} +
+          sampling;
+      const Run ckpt = run_lattice(1, QStringList{"generate", "--load", checkpoint()} + prompt);
+      QVERIFY2(ckpt.exit_code == 0, qPrintable(ckpt.err));
+      QCOMPARE(ckpt.out.count('\n'), 2);
+      const Run hf = run_lattice(1, QStringList{"generate", "--load-hf", trained()} + prompt);
+      QVERIFY2(hf.exit_code == 0, qPrintable(hf.err));
+      QCOMPARE(hf.out, ckpt.out);
+#ifdef LATTICE_MPIEXEC
+      const Run tp2 = run_lattice(
+          2, QStringList{"generate", "--load", checkpoint(), "--tensor-model-parallel-size", "2"} +
+                 prompt);
+      QVERIFY2(tp2.exit_code == 0, qPrintable(tp2.err));
+      QCOMPARE(tp2.out, ckpt.out);
+#endif
+    }
   }
 };
 

@@ -4,6 +4,7 @@
 // seed alone; top-k 1 and a tiny top-p are greedy; batching prompts of different lengths
 // changes nothing; EOD and stop strings end a sequence where they appear; a cancelled sequence
 // ends where it was cancelled and its neighbours do not notice.
+#include <QTemporaryDir>
 #include <QTest>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "infer/sampling.h"
 #include "lattice/infer.h"
 #include "lattice/kernels.h"
+#include "lattice/train.h"
 #include "model/gpt.h"
 
 using namespace lattice;
@@ -42,6 +44,19 @@ ModelConfig llama_config() {
   c.disable_bias_linear = true;
   return c;
 }
+
+// MoE layers on test_config() (GELU experts with biases, every other layer) or llama_config()
+// (Mixtral: SwiGLU experts, no biases, every layer): 4 experts, top 2.
+ModelConfig moe_config(bool llama) {
+  ModelConfig c = llama ? llama_config() : test_config();
+  c.num_experts = 4;
+  c.moe_router_topk = 2;
+  c.moe_ffn_hidden_size = 32;
+  c.moe_layer_freq = llama ? 1 : 2;
+  return c;
+}
+
+class SilentSink : public MetricsSink {};
 
 GenerationRequest request(std::vector<int32_t> prompt, int n, SamplingParams s = {0.0f}) {
   GenerationRequest r;
@@ -87,6 +102,66 @@ class BracketTokenizer : public Tokenizer {
   int32_t eod_;
 };
 
+// Greedy decoding of the prompt {3, 17, 101, 5, 64} with gen's key/value cache until the
+// context is full, each step's logits against `full`'s (the same weights) forward over the
+// whole sequence: within 1e-5 of the largest logit, the same argmax; then the generator's own
+// loop continues the prompt with the same tokens. "" or what differed.
+QString cache_against_training(Generator& gen, GptModel<float>& full) {
+  const ModelConfig& c = gen.config();
+  auto made = full.new_activations();
+  if (!made) return QString::fromStdString(made.status().message());
+  GptActivations<float>& acts = **made;
+  InferenceModel& m = gen.model();
+  const int T = c.seq_length, V = c.vocab_size, Vp = c.padded_vocab_size();
+  m.reserve(1, 64);
+  std::vector<int32_t> seq = {3, 17, 101, 5, 64};
+  const std::vector<int32_t> prompt = seq;
+  std::vector<int32_t> positions(seq.size()), slot_ids(seq.size(), 0);
+  for (size_t i = 0; i < seq.size(); i++) positions[i] = static_cast<int32_t>(i);
+  int32_t last = static_cast<int32_t>(seq.size()) - 1;
+  const float* logits = m.forward(seq.data(), slot_ids.data(), positions.data(),
+                                  static_cast<int>(seq.size()), &last, 1);
+  std::vector<int32_t> tokens(T, 0), targets(T, 0);
+  while (static_cast<int>(seq.size()) < T) {
+    std::copy(seq.begin(), seq.end(), tokens.begin());
+    full.forward(acts, tokens.data(), targets.data(), 0, 0.0f);
+    const float* want = acts.logits + (seq.size() - 1) * static_cast<size_t>(Vp);
+    double max_diff = 0, max_ref = 0;
+    int worst = 0;
+    for (int v = 0; v < V; v++) {
+      const double d = std::abs(double(logits[v]) - want[v]);
+      if (d > max_diff) max_diff = d, worst = v;
+      max_ref = std::max(max_ref, std::abs(double(want[v])));
+    }
+    if (!(max_diff <= 1e-5 * max_ref))
+      return QString(
+                 "step %1: logit %2 is %3 with the cache, %4 recomputed "
+                 "(max |diff| %5 > 1e-5 x max |logit| %6)")
+          .arg(seq.size())
+          .arg(worst)
+          .arg(logits[worst], 0, 'g', 9)
+          .arg(want[worst], 0, 'g', 9)
+          .arg(max_diff)
+          .arg(max_ref);
+    const int32_t a = argmax_token(logits, V), b = argmax_token(want, V);
+    if (a != b)
+      return QString("step %1: cached greedy token %2, recomputed %3")
+          .arg(seq.size())
+          .arg(a)
+          .arg(b);
+    seq.push_back(a);
+    int32_t pos = static_cast<int32_t>(seq.size()) - 1, slot = 0, row = 0;
+    logits = m.forward(&a, &slot, &pos, 1, &row, 1);
+  }
+  // The generator's own loop gives the same continuation; it stops when the context is full,
+  // having chosen T - prompt tokens.
+  const std::vector<int32_t> generated = generate_one(gen, request(prompt, 1000));
+  const QString want = ids(std::vector<int32_t>(seq.begin() + prompt.size(), seq.end()));
+  if (ids(generated) != want)
+    return "the generator's loop gave " + ids(generated) + ", stepping by hand " + want;
+  return {};
+}
+
 }  // namespace
 
 class Generation : public QObject {
@@ -97,69 +172,69 @@ class Generation : public QObject {
 
   // Greedy decoding with the cache against the training model's forward over the whole
   // sequence at every step: the same tokens, and logits within 1e-5 relative (max norm); for
-  // GPT-2 and for the Llama family (RoPE at each cached row's position, grouped keys and values).
+  // GPT-2 and for the Llama family (RoPE at each cached row's position, grouped keys and values),
+  // each also with MoE layers (GPT-2's GELU experts with biases in every other layer, Mixtral's
+  // SwiGLU experts in every layer: the router's softmax, top 2 of 4 renormalised).
   void kv_cache_equals_full_recompute_data() {
     QTest::addColumn<bool>("llama");
-    QTest::newRow("gpt2") << false;
-    QTest::newRow("llama") << true;
+    QTest::addColumn<bool>("moe");
+    QTest::newRow("gpt2") << false << false;
+    QTest::newRow("llama") << true << false;
+    QTest::newRow("gpt2 moe") << false << true;
+    QTest::newRow("mixtral") << true << true;
   }
   void kv_cache_equals_full_recompute() {
     QFETCH(bool, llama);
-    const ModelConfig c = llama ? llama_config() : test_config();
+    QFETCH(bool, moe);
+    const ModelConfig c = moe ? moe_config(llama) : llama ? llama_config() : test_config();
     QVERIFY(c.validate().empty());
     GptModel<float> full(c, 1);
-    full.init_weights(kSeed);
-    GptActivations<float> acts(c, 1);
+    QVERIFY(full.init_weights(kSeed));
     std::unique_ptr<Generator> gen = Generator::random(c, kSeed, nullptr);
-    InferenceModel& m = gen->model();
-    const int T = c.seq_length, V = c.vocab_size, Vp = c.padded_vocab_size();
-    m.reserve(1, 64);
+    const QString error = cache_against_training(*gen, full);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+  }
 
-    std::vector<int32_t> seq = {3, 17, 101, 5, 64};
-    const std::vector<int32_t> prompt = seq;
-    std::vector<int32_t> positions(seq.size()), slot_ids(seq.size(), 0);
-    for (size_t i = 0; i < seq.size(); i++) positions[i] = static_cast<int32_t>(i);
-    int32_t last = static_cast<int32_t>(seq.size()) - 1;
-    const float* logits = m.forward(seq.data(), slot_ids.data(), positions.data(),
-                                    static_cast<int>(seq.size()), &last, 1);
-    std::vector<int32_t> tokens(T, 0), targets(T, 0);
-    while (static_cast<int>(seq.size()) < T) {
-      std::copy(seq.begin(), seq.end(), tokens.begin());
-      full.forward(acts, tokens.data(), targets.data(), 0, 0.0f);
-      const float* want = acts.logits + (seq.size() - 1) * static_cast<size_t>(Vp);
-      double max_diff = 0, max_ref = 0;
-      int worst = 0;
-      for (int v = 0; v < V; v++) {
-        const double d = std::abs(double(logits[v]) - want[v]);
-        if (d > max_diff) max_diff = d, worst = v;
-        max_ref = std::max(max_ref, std::abs(double(want[v])));
-      }
-      QVERIFY2(max_diff <= 1e-5 * max_ref,
-               qPrintable(QString("step %1: logit %2 is %3 with the cache, %4 recomputed "
-                                  "(max |diff| %5 > 1e-5 x max |logit| %6)")
-                              .arg(seq.size())
-                              .arg(worst)
-                              .arg(logits[worst], 0, 'g', 9)
-                              .arg(want[worst], 0, 'g', 9)
-                              .arg(max_diff)
-                              .arg(max_ref)));
-      const int32_t a = argmax_token(logits, V), b = argmax_token(want, V);
-      QVERIFY2(a == b, qPrintable(QString("step %1: cached greedy token %2, recomputed %3")
-                                      .arg(seq.size())
-                                      .arg(a)
-                                      .arg(b)));
-      seq.push_back(a);
-      int32_t pos = static_cast<int32_t>(seq.size()) - 1, slot = 0, row = 0;
-      logits = m.forward(&a, &slot, &pos, 1, &row, 1);
+  // A Mixtral-shaped model trained 3 steps with token dropping (capacity factor 1) and saved:
+  // `lattice generate`'s loader gives the training forward's logits and greedy tokens (every
+  // route kept at inference, so the reference is the same weights' forward without dropping).
+  void trained_moe_checkpoint_generates_as_the_training_forward() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    TrainOptions o;
+    o.model = moe_config(true);
+    o.model.moe_expert_capacity_factor = 1.0f;
+    o.model.moe_aux_loss_coeff = 0.01f;
+    o.micro_batch_size = 2;
+    o.global_batch_size = 2;
+    o.train_iters = 3;
+    o.mock_data = true;
+    o.eval_iters = 0;
+    o.threads = 2;
+    o.optim.lr = 1e-2f;
+    o.save = dir.filePath("ckpt").toStdString();
+    o.no_db = true;
+    SilentSink sink;
+    Result<TrainSummary> trained = train(o, sink);
+    QVERIFY2(trained, trained ? "" : trained.status().message().c_str());
+    InferenceOptions io;
+    io.load = o.save;
+    Result<std::unique_ptr<Generator>> gen = Generator::load(io, nullptr);
+    QVERIFY2(gen, gen ? "" : gen.status().message().c_str());
+    ModelConfig c = (*gen)->config();
+    QCOMPARE(c.num_experts, 4);
+    c.moe_expert_capacity_factor = 0;  // the reference keeps every route, as generation does
+    GptModel<float> full(c, 1);
+    // The loaded weights, by name (the two arenas are the same layout of the whole model).
+    const ParamLayout& from = (*gen)->model().layout();
+    for (const ParamTensor& t : full.layout().tensors()) {
+      const ParamTensor* w = from.find(t.name);
+      QVERIFY2(w && w->numel == t.numel, t.name.c_str());
+      std::copy_n((*gen)->model().params() + w->offset, t.numel, full.params() + t.offset);
     }
-    // The generator's own loop gives the same continuation (the context fills up).
-    const std::vector<int32_t> generated = generate_one(*gen, request(prompt, 1000));
-    const std::vector<int32_t> want(seq.begin() + prompt.size(), seq.end() - 0);
-    // The last token chosen above came from the full context and was fed; the generator stops
-    // when the context is full, having chosen T - prompt tokens.
-    QCOMPARE(ids(generated), ids(std::vector<int32_t>(seq.begin() + prompt.size(), seq.end())));
-    QCOMPARE(int(generated.size()), T - int(prompt.size()));
-    (void)want;
+    full.refresh_compute_copy();
+    const QString error = cache_against_training(**gen, full);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
   }
 
   void same_seed_same_sample_other_seed_other_sample() {

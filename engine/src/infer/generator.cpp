@@ -83,6 +83,10 @@ Status check_tensor_parallel(const ModelConfig& m, int t) {
     errors += (errors.empty() ? "" : "\n") + std::string("--tensor-model-parallel-size ") +
               std::to_string(t) + " does not divide the model's FFN width " +
               std::to_string(m.ffn());
+  if (m.moe() && m.moe_ffn() % t != 0)
+    errors += (errors.empty() ? "" : "\n") + std::string("--tensor-model-parallel-size ") +
+              std::to_string(t) + " does not divide the model's expert FFN width " +
+              std::to_string(m.moe_ffn()) + " (--moe-ffn-hidden-size)";
   if (m.kv_heads() % t != 0)
     errors += (errors.empty() ? "" : "\n") + std::string("--tensor-model-parallel-size ") +
               std::to_string(t) + " does not divide the model's " + std::to_string(m.kv_heads()) +
@@ -160,12 +164,6 @@ Result<std::unique_ptr<Generator>> Generator::load(const InferenceOptions& o, Co
   }
   m.tensor_model_parallel_size = t;
   m.attention_dropout = m.hidden_dropout = 0.0f;
-  // The inference model has no MoE layers yet: refused here rather than read out of bounds.
-  if (m.moe())
-    return Status::invalid_argument(
-        (o.load.empty() ? "--load-hf " + o.load_hf : "--load " + o.load) + ": the model has " +
-        std::to_string(m.num_experts) +
-        "-expert MoE layers, which generation (lattice generate, serve) does not run yet");
   if (Status s = check_tensor_parallel(m, t); !s) return s;
   auto model = std::make_unique<InferenceModel>(m, tp);
   const Status loaded =

@@ -1,6 +1,7 @@
 // InferenceModel (infer_model.h): the forward of GptModel's layers (gpt_layer.cpp) restated
 // for rows and a key/value cache, through the same kernels. GELU runs out of place (fc_ into
-// act_) so that both activations read FC1's output the same way.
+// act_) so that both activations read FC1's output the same way. MoE layers: gpt_moe.cpp's
+// routing ops and per-expert GEMMs at capacity 0 (every route kept).
 #include "infer/infer_model.h"
 
 #include <algorithm>
@@ -45,6 +46,10 @@ InferenceModel::InferenceModel(const ModelConfig& config, Comm* tp)
       Wt_(static_cast<int>(config.qkv_width() / t_)),
       up_(config.swiglu ? 2 * Ft_ : Ft_),
       rotary_dim_(config.rope() ? config.rotary_dim() : 0),
+      E_(config.moe() ? config.num_experts : 0),
+      k_(config.moe() ? config.moe_router_topk : 0),
+      Fmt_(config.moe() ? config.moe_ffn() / t_ : 0),
+      upm_(config.swiglu ? 2 * Fmt_ : Fmt_),
       layout_(config, whole_model_shard(tp_rank_, t_)) {
   params_.assign(layout_.total_numel(), 0.0f);
   if (rotary_dim_ > 0) {
@@ -67,9 +72,12 @@ void InferenceModel::reserve(int slots, int max_rows) {
   }
   if (max_rows > max_rows_) {
     max_rows_ = max_rows;
-    const size_t R = max_rows_;
-    const size_t sizes[] = {R * C_, R * C_, R, R, R * Wt_, R * Ct_, R * C_, R * up_, R * Ft_};
-    float** ptrs[] = {&x_, &ln_, &mean_, &rstd_, &qkv_, &att_, &proj_, &fc_, &act_};
+    const size_t R = max_rows_, E = E_, Rk = R * k_;  // E, k: 0 without MoE layers
+    const size_t sizes[] = {R * C_,  R * C_, R,     R,      R * Wt_, R * Ct_,   R * C_,    R * up_,
+                            R * Ft_, R * E,  R * E, R * k_, Rk * C_, Rk * upm_, Rk * Fmt_, Rk * C_};
+    float** ptrs[] = {&x_,         &ln_,        &mean_,       &rstd_,      &qkv_,   &att_,
+                      &proj_,      &fc_,        &act_,        &router_,    &probs_, &route_w_,
+                      &expert_in_, &expert_fc_, &expert_act_, &expert_out_};
     size_t total = 0;
     for (size_t s : sizes) total += padded(s);
     scratch_.assign(total, 0.0f);
@@ -77,6 +85,14 @@ void InferenceModel::reserve(int slots, int max_rows) {
     for (size_t i = 0; i < std::size(sizes); i++) {
       *ptrs[i] = p;
       p += padded(sizes[i]);
+    }
+    if (E_ > 0) {
+      moe_ints_.assign(3 * Rk + 2 * E, 0);
+      route_ = moe_ints_.data();
+      route_slot_ = route_ + Rk;
+      slot_row_ = route_slot_ + Rk;
+      routed_ = slot_row_ + Rk;
+      counts_ = routed_ + E;
     }
   }
 }
@@ -98,6 +114,41 @@ void InferenceModel::row_parallel(float* x, const float* inp, const float* weigh
     all_reduce(proj_, MC);
     if (bias) k::add_bias(proj_, bias, M, C_);
   }
+  k::residual_dropout_forward<float>(x, x, proj_, MC, 0.0f, 0);
+}
+
+void InferenceModel::moe_mlp(float* x, int l, int M) {
+  const float* P = params_.data();
+  const LayerParams<const float> w = layout_.layer(P, l);
+  k::matmul_forward<float>(router_, ln_, w.router_w, nullptr, M, C_, E_);
+  k::moe_route(probs_, route_, route_w_, router_, M, E_, k_);
+  // Capacity 0: every route kept, expert-major (each expert's rows one block).
+  k::moe_dispatch_plan(routed_, counts_, route_slot_, slot_row_, route_, route_w_, M, E_, k_, 0);
+  const int rows = M * k_;
+  k::moe_gather_rows(expert_in_, ln_, slot_row_, rows, C_);
+  for (int e = 0, r0 = 0; e < E_; r0 += counts_[e++]) {
+    if (counts_[e] == 0) continue;
+    const ExpertParams<const float> x = layout_.expert(P, l, e);
+    k::matmul_forward(expert_fc_ + static_cast<size_t>(r0) * upm_,
+                      expert_in_ + static_cast<size_t>(r0) * C_, x.fc1_w, x.fc1_b, counts_[e], C_,
+                      upm_);
+  }
+  if (config_.swiglu)
+    k::swiglu_forward(expert_act_, expert_fc_, rows, Fmt_);
+  else
+    k::gelu_forward(expert_act_, expert_fc_, static_cast<size_t>(rows) * Fmt_);
+  // FC2 row-parallel inside each expert: its bias added by TP rank 0 alone, before the
+  // weighted combine (as in training), so the combine's sum over TP is the whole output.
+  for (int e = 0, r0 = 0; e < E_; r0 += counts_[e++]) {
+    if (counts_[e] == 0) continue;
+    const ExpertParams<const float> x = layout_.expert(P, l, e);
+    k::matmul_forward<float>(expert_out_ + static_cast<size_t>(r0) * C_,
+                             expert_act_ + static_cast<size_t>(r0) * Fmt_, x.fc2_w,
+                             tp_rank_ == 0 ? x.fc2_b : nullptr, counts_[e], Fmt_, C_);
+  }
+  k::moe_combine(proj_, expert_out_, route_w_, route_slot_, M, C_, k_);
+  const size_t MC = static_cast<size_t>(M) * C_;
+  all_reduce(proj_, MC);
   k::residual_dropout_forward<float>(x, x, proj_, MC, 0.0f, 0);
 }
 
@@ -143,6 +194,10 @@ const float* InferenceModel::forward(const int32_t* tokens, const int32_t* slots
                             attn_ws_.data(), Gt_);
     row_parallel(x_, att_, w.proj_w, w.proj_b, M, Ct_);
     norm(ln_, x_, w.ln2_w, w.ln2_b, M);
+    if (layout_.is_moe(l)) {
+      moe_mlp(x_, l, M);
+      continue;
+    }
     k::matmul_forward(fc_, ln_, w.fc1_w, w.fc1_b, M, C_, up_);
     if (config_.swiglu)
       k::swiglu_forward(act_, fc_, M, Ft_);

@@ -7,7 +7,12 @@
 // matrix product. Tensor parallelism as in training (docs/design-notes.md#tensor-parallelism):
 // QKV and FC1 column-parallel, the projections row-parallel (all-reduce, then the bias), the
 // embedding and LM head vocabulary-parallel; the logits are all-gathered so every rank samples
-// the same token. Non-goals: pipeline stages, sequence parallelism, dropout. Not thread-safe.
+// the same token. MoE layers (ModelConfig::is_moe_layer) route each row as training does (Note
+// [MoE layer] in model/gpt_moe.cpp: softmax over all experts, the top k renormalised), every
+// route kept: no token dropping at inference, whatever --moe-expert-capacity-factor the model
+// trained with (as Megatron's inference). Each expert is split over TP as in training (fc1
+// column-, fc2 row-parallel), so the combine is a partial sum reduced with the projections'.
+// Non-goals: pipeline stages, sequence or expert parallelism, dropout. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +58,9 @@ class InferenceModel {
                     int K);
   void all_reduce(float* data, size_t n);
 
+  // x (M, C) += the MoE layer l's output for ln_ (M, C) (Note [MoE layer]), reduced over TP.
+  void moe_mlp(float* x, int l, int M);
+
   // out (M, C) = the configured norm (LayerNorm or RMSNorm) of inp (M, C).
   void norm(float* out, const float* inp, const float* weight, const float* bias, int M);
 
@@ -61,24 +69,39 @@ class InferenceModel {
   int t_ = 1, tp_rank_ = 0;
   int L_, C_, F_, NH_, HS_, T_, V_;  // layers, channels, ffn, heads, head size, positions, padded V
   int Ct_, Ft_, Ht_, Vt_;            // per-rank C/t, F/t, heads, V/t
-  int Gt_, Wt_, up_;  // per-rank key/value heads, QKV width, FC1 width (2 Ft with SwiGLU)
-  int rotary_dim_;    // 0 without RoPE
+  int Gt_, Wt_, up_;       // per-rank key/value heads, QKV width, FC1 width (2 Ft with SwiGLU)
+  int rotary_dim_;         // 0 without RoPE
+  int E_, k_, Fmt_, upm_;  // MoE: experts, routes per row, per-rank expert width, its FC1 width
   std::vector<float> rope_cos_, rope_sin_;  // (T, rotary_dim / 2) kernels::rope_tables
   ParamLayout layout_;
   std::vector<float> params_;  // layout_'s arena
   int slots_ = 0, max_rows_ = 0;
   std::vector<float> cache_;  // (L, 2, slots, Gt, T, HS): keys then values of each layer
   std::vector<float> scratch_;
-  float* x_ = nullptr;          // (max_rows, C) residual stream
-  float* ln_ = nullptr;         // (max_rows, C) LayerNorm output
-  float* mean_ = nullptr;       // (max_rows)
-  float* rstd_ = nullptr;       // (max_rows)
-  float* qkv_ = nullptr;        // (max_rows, Wt) grouped [q..q|k|v] per query group
-  float* att_ = nullptr;        // (max_rows, C/t)
-  float* proj_ = nullptr;       // (max_rows, C) row-parallel output (partial sums before reduce)
-  float* fc_ = nullptr;         // (max_rows, up) FC1's output (gate | up with SwiGLU)
-  float* act_ = nullptr;        // (max_rows, F/t) the activation's output
-  std::vector<float> attn_ws_;  // (threads, T), sized to the thread count of each call
+  float* x_ = nullptr;     // (max_rows, C) residual stream
+  float* ln_ = nullptr;    // (max_rows, C) LayerNorm output
+  float* mean_ = nullptr;  // (max_rows)
+  float* rstd_ = nullptr;  // (max_rows)
+  float* qkv_ = nullptr;   // (max_rows, Wt) grouped [q..q|k|v] per query group
+  float* att_ = nullptr;   // (max_rows, C/t)
+  float* proj_ = nullptr;  // (max_rows, C) row-parallel output (partial sums before reduce)
+  float* fc_ = nullptr;    // (max_rows, up) FC1's output (gate | up with SwiGLU)
+  float* act_ = nullptr;   // (max_rows, F/t) the activation's output
+  // MoE scratch (empty without MoE layers), R = max_rows, routes R k (every route kept):
+  float* router_ = nullptr;      // (R, E) router logits
+  float* probs_ = nullptr;       // (R, E) their softmax
+  float* route_w_ = nullptr;     // (R, k) the k routes' renormalised weights
+  float* expert_in_ = nullptr;   // (R k, C) ln2's rows permuted expert-major
+  float* expert_fc_ = nullptr;   // (R k, upm) each route's FC1 output
+  float* expert_act_ = nullptr;  // (R k, Fm/t) its activation
+  float* expert_out_ = nullptr;  // (R k, C) its FC2 output (partial over TP)
+  std::vector<int32_t> moe_ints_;
+  int32_t* route_ = nullptr;       // (R, k) the experts
+  int32_t* route_slot_ = nullptr;  // (R, k) each route's permuted row
+  int32_t* slot_row_ = nullptr;    // (R k) each permuted row's row
+  int32_t* routed_ = nullptr;      // (E) routes per expert (all kept)
+  int32_t* counts_ = nullptr;      // (E) kept routes per expert
+  std::vector<float> attn_ws_;     // (threads, T), sized to the thread count of each call
   std::vector<float> logits_local_, logits_gathered_, logits_;  // (K, V/t), (t, K, V/t), (K, V)
 };
 
