@@ -323,17 +323,6 @@ std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
     if (o.model.attention_dropout > 0)
       refusals.push_back(with + " needs --attention-dropout 0 (the ring attention has no dropout)");
   }
-  // Expert parallelism (Note [expert parallelism] in model/gpt_moe.cpp): what does not take a
-  // rank's share of the experts yet.
-  if (const int ep = o.parallel.expert_model_parallel_size; ep > 1) {
-    const std::string with = "--expert-model-parallel-size " + str(ep);
-    if (!o.save_hf.empty())
-      refusals.push_back(with + " does not combine with --save-hf yet (the whole model is "
-                                "gathered from data-parallel rank 0, which holds some experts)");
-    if (!o.eval_tasks.empty())
-      refusals.push_back(with + " does not combine with --eval-tasks yet (the whole model is "
-                                "gathered from data-parallel rank 0, which holds some experts)");
-  }
   const int etp = o.parallel.expert_tensor_parallel_size;
   if (etp > 0 && etp != o.model.tensor_model_parallel_size)
     refusals.push_back("--expert-tensor-parallel-size other than --tensor-model-parallel-size" +

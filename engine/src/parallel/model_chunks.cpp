@@ -21,9 +21,26 @@ ModelShard shard_of(const ParallelLayout& layout, const ParallelLayout::Coord& c
 
 namespace {
 
-// The tensors a rank sends: one copy of every slice (TP replicas and the tied copy skipped).
-bool sent(const ParamTensor& t) {
-  return t.counts_in_norm;
+// Rank r's chunk as the trainer builds it: shard_of plus its experts (Note [expert parallelism]
+// in model/gpt_moe.cpp: EP rank p holds experts [p E/EP, (p+1) E/EP) of each MoE layer).
+ModelShard rank_shard(const ParallelLayout& layout, int r, int chunk, bool sequence_parallel) {
+  ModelShard s = shard_of(layout, layout.coord(r), chunk, sequence_parallel);
+  if (layout.ep > 1) {
+    s.ep_rank = layout.expert_coord(r).ep;
+    s.ep_size = layout.ep;
+  }
+  return s;
+}
+
+// Note [gathering experts]: one copy of every slice, TP replicas and the tied copy skipped.
+// A dense tensor comes from data-parallel rank 0; under EP, which carves the expert grid out of
+// DP (and CP), data-parallel rank 0 holds only its EP rank's experts, so an expert's slice comes
+// from expert-data-parallel rank 0 of its (expert TP, EP, PP) coordinate instead: every expert
+// of every layer once, each TP slice once. (An expert's TP slice is the rank's dense TP rank's:
+// expert TP = TP, the trainer refuses another.)
+bool sent(const ParallelLayout& layout, int r, const ParamTensor& t) {
+  if (!t.counts_in_norm) return false;
+  return t.expert_parallel ? layout.expert_coord(r).edp == 0 : layout.coord(r).dp == 0;
 }
 
 // Copies slice `t` (data) into the global tensor `g` of the full arena.
@@ -34,20 +51,23 @@ void place(const ParamTensor& t, const T* data, const ParamTensor& g, T* full) {
 
 }  // namespace
 
+bool gather_sender(const ParallelLayout& layout, int rank) {
+  return layout.coord(rank).dp == 0 || (layout.ep > 1 && layout.expert_coord(rank).edp == 0);
+}
+
 template <typename T>
 Result<std::vector<T>> gather_full_params(Comm& world, const ParallelLayout& layout,
                                           const ModelConfig& config, bool sequence_parallel,
                                           const std::vector<const T*>& params) {
   const int rank = world.rank();
-  const ParallelLayout::Coord me = layout.coord(rank);
   constexpr int kTag = 7001;
   if (rank != 0) {
-    if (me.dp != 0) return std::vector<T>{};
+    if (!gather_sender(layout, rank)) return std::vector<T>{};
     for (int chunk = 0; chunk < layout.vpp; chunk++) {
-      const ParamLayout part(config, shard_of(layout, me, chunk, sequence_parallel));
+      const ParamLayout part(config, rank_shard(layout, rank, chunk, sequence_parallel));
       std::vector<T> packed;
       for (const ParamTensor& t : part.tensors())
-        if (sent(t))
+        if (sent(layout, rank, t))
           packed.insert(packed.end(), params[chunk] + t.offset, params[chunk] + t.offset + t.numel);
       if (Status s = world.send(packed.data(), packed.size(), dtype_of<T>(), 0, kTag); !s) return s;
     }
@@ -59,25 +79,23 @@ Result<std::vector<T>> gather_full_params(Comm& world, const ParallelLayout& lay
   std::vector<T> full(full_layout.total_numel(), T(0));
   std::vector<T> packed;
   for (int r = 0; r < layout.world; r++) {
-    const ParallelLayout::Coord c = layout.coord(r);
-    if (c.dp != 0) continue;
+    if (!gather_sender(layout, r)) continue;
     for (int chunk = 0; chunk < layout.vpp; chunk++) {
-      const ParamLayout part(config, shard_of(layout, c, chunk, sequence_parallel));
-      const T* data = nullptr;
+      const ParamLayout part(config, rank_shard(layout, r, chunk, sequence_parallel));
       if (r == 0) {
-        data = params[chunk];
         for (const ParamTensor& t : part.tensors())
-          if (sent(t)) place(t, data + t.offset, *by_name.at(t.name), full.data());
+          if (sent(layout, r, t))
+            place(t, params[chunk] + t.offset, *by_name.at(t.name), full.data());
         continue;
       }
       size_t n = 0;
       for (const ParamTensor& t : part.tensors())
-        if (sent(t)) n += t.numel;
+        if (sent(layout, r, t)) n += t.numel;
       packed.resize(n);
       if (Status s = world.recv(packed.data(), n, dtype_of<T>(), r, kTag); !s) return s;
       const T* p = packed.data();
       for (const ParamTensor& t : part.tensors())
-        if (sent(t)) {
+        if (sent(layout, r, t)) {
           place(t, p, *by_name.at(t.name), full.data());
           p += t.numel;
         }

@@ -180,8 +180,8 @@ Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGr
     // shards them over DP x CP).
     // Under expert parallelism expert-data rank 0 of each EP rank stores its experts too
     // (write_shard).
-    const bool weights = (g.coord.dp == 0 && g.coord.cp == 0) ||
-                         (g.layout.ep > 1 && g.expert_coord.edp == 0);
+    const bool weights =
+        (g.coord.dp == 0 && g.coord.cp == 0) || (g.layout.ep > 1 && g.expert_coord.edp == 0);
     const bool moments =
         weights || (o.parallel.use_distributed_optimizer && g.layout.dp * g.layout.cp > 1);
     std::vector<ChunkState<A>> states = chunk_states(rank);
@@ -199,8 +199,9 @@ template <typename A>
 Result<std::vector<accum_t<A>>> gather_rank_weights(RankModel<A>& rank, const ProcessGroups& g,
                                                     const TrainOptions& o,
                                                     const ModelConfig& model) {
-  // The shards of data-parallel rank 0 (gather_full_params), in host memory.
-  const bool sender = g.coord.dp == 0;
+  // The shards of data-parallel rank 0, and under EP of expert-data-parallel rank 0
+  // (gather_full_params), in host memory.
+  const bool sender = gather_sender(g.layout, g.world->rank());
   std::vector<ChunkState<A>> states = chunk_states(rank);
   std::vector<const accum_t<A>*> params;
   for (ChunkState<A>& chunk : states) {
