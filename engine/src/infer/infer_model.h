@@ -10,8 +10,8 @@
 // the same token. MoE layers (ModelConfig::is_moe_layer) route each row as training does (Note
 // [MoE layer] in model/gpt_moe.cpp: softmax over all experts, the top k renormalised), every
 // route kept: no token dropping at inference, whatever --moe-expert-capacity-factor the model
-// trained with (as Megatron's inference). Each expert is split over TP as in training (fc1
-// column-, fc2 row-parallel), so the combine is a partial sum reduced with the projections'.
+// trained with (the capacity is a training-time limit). Each expert is split over TP as in training
+// (fc1 column-, fc2 row-parallel), so the combine is a partial sum reduced with the projections'.
 // Non-goals: pipeline stages, sequence or expert parallelism, dropout. Not thread-safe.
 #pragma once
 
