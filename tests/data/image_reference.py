@@ -10,6 +10,7 @@ Writes into DIR:
   jpg_<case>.jpg + .pil.rgb + .src.rgb   JPEGs written by Pillow, Pillow's own decode to RGB,
                                     and the pixels that were encoded
   jpg_cmyk.jpg                      a CMYK JPEG (refused)
+  png_huge.png                      a PNG header of 200 million pixels (refused)
   resize_<case>.u8 / .f64           input (H, W, 3) uint8 and torch's float64
                                     interpolate(bicubic, align_corners=False, antialias=True)
   pad_<case>.u8 / .rgb              input and LLaVA's expand2square (Pillow) with (122, 116, 104)
@@ -100,6 +101,10 @@ g = rng.integers(0, 256, size=(H, W))
 save("png_gray8_trns", png_bytes(W, H, 8, 0, [bytes(r.astype(np.uint8)) for r in g],
                                  trns=struct.pack(">H", int(g[0, 0]))),
      np.repeat(g[..., None], 3, axis=2))
+
+# A header claiming 20000 x 10000 pixels (over PIL's decompression-bomb limit), no pixel data.
+with open(f"{out}/png_huge.png", "wb") as f:
+    f.write(png_bytes(20000, 10000, 8, 2, []))
 
 # Pillow's PNG encoder (zlib filters of its own choosing).
 v = rng.integers(0, 256, size=(13, 17, 3)).astype(np.uint8)

@@ -124,6 +124,17 @@ class ImageDataTest : public QObject {
     QCOMPARE(back->width, 19);
     QCOMPARE(back->height, 5);
     QVERIFY(back->pixels == image.pixels);
+    // Pillow reads the same pixels from it.
+    QProcess p;
+    p.start("/usr/bin/python3",
+            {"-c",
+             "import sys; from PIL import Image; "
+             "sys.stdout.buffer.write(Image.open(sys.argv[1]).convert('RGB').tobytes())",
+             QString::fromStdString(file)});
+    QVERIFY(p.waitForFinished(60000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    const QByteArray pil = p.readAllStandardOutput();
+    QVERIFY(std::vector<uint8_t>(pil.begin(), pil.end()) == image.pixels);
   }
 
   // Baseline 4:4:4 and 4:2:0, progressive and grayscale JPEGs from Pillow, against Pillow's own
@@ -181,6 +192,9 @@ class ImageDataTest : public QObject {
     QTest::newRow("header-only jpeg")
         << "head.jpg"
         << "jpg_q95_444.jpg" << 40 << -1 << "is not a valid JPEG or is truncated";
+    QTest::newRow("too large") << "huge.png"
+                               << "png_huge.png" << -1 << -1
+                               << "is 20000x10000, more than 178956970 pixels";
     QTest::newRow("not an image") << "text.png"
                                   << "meta.txt" << -1 << -1 << "is neither a PNG nor a JPEG";
   }
@@ -219,8 +233,8 @@ class ImageDataTest : public QObject {
       for (size_t i = 0; i < got.size(); i++)
         if (!(std::fabs(got[i] - want[i]) <= kResizeTolerance))
           QFAIL((std::string(name) + " element " + std::to_string(i) + ": " +
-                 std::to_string(got[i]) + " vs torch " + std::to_string(want[i]) + " (tolerance " +
-                 std::to_string(kResizeTolerance) + ")")
+                 std::to_string(got[i]) + " vs torch " + std::to_string(want[i]) +
+                 " (tolerance 1e-9)")
                     .c_str());
       // The stored form: rounded to nearest and clamped.
       const RgbImage small = resize_image(RgbImage{c.w, c.h, in}, c.out_h, c.out_w);

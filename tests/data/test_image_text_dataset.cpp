@@ -234,7 +234,7 @@ class ImageTextDatasetTest : public QObject {
         const auto j = nlohmann::json::parse(line);
         const std::string name = j["image"], text = j["text"];
         const std::string shape = j["shape"], colour = j["colour"], position = j["position"];
-        QVERIFY2(text == "a " + colour + " " + shape + " " +
+        QVERIFY2(text == (colour == "orange" ? "an " : "a ") + colour + " " + shape + " " +
                              (position == "center" ? "in the center" : "at the " + position),
                  text.c_str());
         Result<RgbImage> image = read_image(path("shapes_check/" + name));

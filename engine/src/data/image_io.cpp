@@ -22,6 +22,16 @@ namespace lattice {
 
 namespace {
 
+// PIL's decompression-bomb limit (2 x Image.MAX_IMAGE_PIXELS): a header claiming more pixels is
+// refused before any memory is allocated for them.
+constexpr uint64_t kMaxPixels = 178956970;
+
+Status too_large(const std::string& path, uint64_t width, uint64_t height) {
+  return Status::invalid_argument("image '" + path + "' is " + std::to_string(width) + "x" +
+                                  std::to_string(height) + ", more than " +
+                                  std::to_string(kMaxPixels) + " pixels");
+}
+
 struct File {
   explicit File(const std::string& path, const char* mode) : f(std::fopen(path.c_str(), mode)) {}
   ~File() {
@@ -92,6 +102,10 @@ Result<RgbImage> read_png(const std::string& path, FILE* file) {
   RgbImage image;
   std::vector<png_bytep> rows;
   bool ok = png_header_stage(&s, &width, &height);
+  if (ok && uint64_t{width} * height > kMaxPixels) {
+    png_destroy_read_struct(&s.png, &s.info, nullptr);
+    return too_large(path, width, height);
+  }
   if (ok) {
     image.width = static_cast<int>(width);
     image.height = static_cast<int>(height);
@@ -168,6 +182,11 @@ Result<RgbImage> read_jpeg(const std::string& path, FILE* file) {
   RgbImage image;
   bool ok = jpeg_header_stage(&s);
   if (ok) {
+    if (uint64_t{s.cinfo.output_width} * s.cinfo.output_height > kMaxPixels) {
+      const uint64_t width = s.cinfo.output_width, height = s.cinfo.output_height;
+      jpeg_destroy_decompress(&s.cinfo);
+      return too_large(path, width, height);
+    }
     if (s.cinfo.output_components != 3) {
       ok = false;
       std::snprintf(s.message, sizeof s.message, "%d output components, not 3",

@@ -25,7 +25,8 @@ struct RgbImage {
 //   first). Decoded with libjpeg's defaults (islow DCT, fancy upsampling), as PIL does.
 // The file type comes from its first bytes, not its name. Errors are one sentence naming the
 // file: io_error when it cannot be opened, corrupt when it is truncated or not a valid PNG or
-// JPEG, invalid_argument for an unsupported kind (CMYK, an unknown format). libpng's and
+// JPEG, invalid_argument for an unsupported kind (CMYK, an unknown format) or a picture of more
+// than 178,956,970 pixels (PIL's decompression-bomb limit), refused before allocating. libpng's and
 // libjpeg's fatal errors and warnings are caught (Note [longjmp]); nothing is printed.
 // Thread-safe (each call has its own decoder).
 Result<RgbImage> read_image(const std::string& path);

@@ -53,7 +53,8 @@ std::string position_phrase(int cell) {
 }  // namespace
 
 std::string shape_caption(const Shape& s) {
-  return std::string("a ") + kColourNames[s.colour] + " " + kShapeNames[s.shape] + " " +
+  const std::string colour = kColourNames[s.colour];
+  return (colour[0] == 'o' ? "an " : "a ") + colour + " " + kShapeNames[s.shape] + " " +
          position_phrase(s.cell);
 }
 

@@ -36,7 +36,7 @@ struct Shape {
   double cx = 0, cy = 0, radius = 0;    // pixels; the shape lies inside its cell
 };
 
-// "a red circle at the top left" ("... in the center" for the middle cell).
+// "a red circle at the top left" ("an orange ...", "... in the center" for the middle cell).
 std::string shape_caption(const Shape& s);
 
 // The shape on the background, size x size. Pixel (x, y) is inside when its centre
