@@ -36,11 +36,12 @@ def chunk(kind, data):
     return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
 
 
-def png_bytes(width, height, depth, color_type, rows, palette=None, trns=None):
-    """rows: list of bytes, each a packed scanline (filter type 0 is prepended here)."""
+def png_bytes(width, height, depth, color_type, rows, palette=None, trns=None, interlace=0):
+    """rows: list of bytes, each a packed scanline (filter type 0 is prepended here); with
+    interlace=1, the scanlines of the Adam7 passes one after the other."""
     raw = b"".join(b"\x00" + r for r in rows)
     data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth,
-                                                             color_type, 0, 0, 0))
+                                                             color_type, 0, 0, interlace))
     if palette is not None:
         data += chunk(b"PLTE", bytes(palette))
     if trns is not None:
@@ -96,6 +97,12 @@ for depth in (4, 8):
     trns = bytes(rng.integers(0, 256, size=entries // 2).astype(np.uint8))  # alpha for half
     save(f"png_palette{depth}", png_bytes(W, H, depth, 3, rows, palette.flatten().tolist(), trns),
          palette[idx])
+# Adam7 interlacing, 8-bit RGB: the seven passes' sub-images, each row filtered with type 0.
+v = rng.integers(0, 256, size=(H, W, 3)).astype(np.uint8)
+adam7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+         (0, 1, 1, 2))
+rows = [v[y, x0::dx].tobytes() for x0, y0, dx, dy in adam7 if x0 < W for y in range(y0, H, dy)]
+save("png_rgb8_interlaced", png_bytes(W, H, 8, 2, rows, interlace=1), v)
 # gray with a tRNS colour key: the key is dropped, the gray kept
 g = rng.integers(0, 256, size=(H, W))
 save("png_gray8_trns", png_bytes(W, H, 8, 0, [bytes(r.astype(np.uint8)) for r in g],
