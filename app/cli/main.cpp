@@ -17,7 +17,7 @@ void print_usage(std::ostream& out) {
          "  train     train a GPT model (Megatron-LM flag names; `lattice train --help`)\n"
          "  demo      train the demo model on the fortunes corpus (built on first use)\n"
          "  eval      score a model on a dataset in document order, or on multiple-choice tasks\n"
-         "  data      tokenizers and datasets: preprocess, inspect, train-tokenizer, demo\n"
+         "  data      tokenizers and datasets: preprocess, inspect, train-tokenizer, demo, shapes\n"
          "  plan      check a parallel layout and estimate its memory per pipeline stage\n"
          "  runs      the run database: list, show, export, compare, tag, rename, delete\n"
          "  ckpt      checkpoints: inspect, export-hf, import-hf, reshard, merge-lora\n"

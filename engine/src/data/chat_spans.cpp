@@ -150,4 +150,14 @@ Result<RenderedConversation> render_for_training(const ChatTemplate& chat_templa
   return out;
 }
 
+Result<std::vector<std::pair<size_t, size_t>>> assistant_turn_spans(
+    const ChatTemplate& chat_template, std::span<const ChatMessage> messages,
+    const std::string& full) {
+  Result<std::vector<Span>> spans = assistant_spans(chat_template, messages, full);
+  if (!spans) return spans.status();
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const Span& s : *spans) out.emplace_back(s.begin, s.end);
+  return out;
+}
+
 }  // namespace lattice

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/jinja_template.h"
@@ -89,5 +90,13 @@ struct RenderedConversation {
 Result<RenderedConversation> render_for_training(const ChatTemplate& chat_template,
                                                  const Tokenizer& tokenizer,
                                                  std::span<const ChatMessage> messages);
+
+// The byte ranges [begin, end) of the assistant turns (content and end-of-turn text) in `full`,
+// the text render(messages, false) gave, found as note "chat-spans" says; for callers that cut
+// the text themselves (image-text data splices image placeholders between pieces). The template
+// must already be bound to the tokenizer's EOD (chat_template_for binds it).
+Result<std::vector<std::pair<size_t, size_t>>> assistant_turn_spans(
+    const ChatTemplate& chat_template, std::span<const ChatMessage> messages,
+    const std::string& full);
 
 }  // namespace lattice

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ostream>
 
+#include "data/image_text_dataset.h"
 #include "data/indexed_dataset.h"
 
 namespace lattice {
@@ -14,6 +15,13 @@ Result<PreprocessReport> preprocess(const PreprocessOptions& o, std::ostream* lo
   if (o.inputs.empty()) return Status::invalid_argument("--input is required");
   if (o.output_prefix.empty()) return Status::invalid_argument("--output-prefix is required");
   if (o.workers < 1) return Status::invalid_argument("--workers must be at least 1");
+  if (o.images && o.sft)
+    return Status::invalid_argument(
+        "--images and --sft are exclusive: --images reads chat "
+        "lines with images itself");
+  if (o.images) return preprocess_image_text(o, log);
+  if (o.image_size != 224)
+    return Status::invalid_argument("--image-size applies only with --images");
   if (o.sft) return preprocess_chat(o, log);
   if (!o.chat_template.empty())
     return Status::invalid_argument("--chat-template applies only with --sft");

@@ -26,6 +26,9 @@ struct PreprocessOptions {
   bool sft = false;                               // --sft: chat / prompt-response JSONL
   std::string chat_template;                      // --chat-template: name or file ("" = the
                                                   //   tokenizer's own, else "default")
+  bool images = false;                            // --images: image-text JSONL
+                                                  //   (image_text_dataset.h)
+  int image_size = 224;                           // --image-size: stored images' side
 };
 
 struct PreprocessReport {
@@ -41,5 +44,6 @@ inline constexpr const char* kLossMaskSuffix = "_loss_mask";
 Result<PreprocessReport> preprocess(const PreprocessOptions& options, std::ostream* log);
 // The --sft path of preprocess().
 Result<PreprocessReport> preprocess_chat(const PreprocessOptions& options, std::ostream* log);
+// The --images path of preprocess() is preprocess_image_text (image_text_dataset.h).
 
 }  // namespace lattice
