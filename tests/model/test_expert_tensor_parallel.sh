@@ -7,8 +7,9 @@
 #   TP 2 x EP 2 x ETP 1 on 4 ranks (DP 2, expert-data 2: the EP group is the TP group), with and
 #   without --sequence-parallel, with the distributed optimizer (the experts' state sharded over
 #   expert-data), and TP 2 x ETP 1 at EP 1 on 2 ranks (DP 1: the experts' gradients summed over
-#   the TP ranks, their expert-data group) and on 4 ranks with the distributed optimizer (the
-#   experts sharded over expert-data 4, the rest over DP 2);
+#   the TP ranks, their expert-data group), beside CP 2 (the route counts summed over TP and CP)
+#   and PP 2 on 4 ranks, and on 4 ranks with the distributed optimizer (the experts sharded over
+#   expert-data 4, the rest over DP 2);
 # the parameters after 3 iterations (fp32) equal one process's within 1e-5 at TP 2 x EP 2 x ETP 1
 # (sequence parallel) with and without the distributed optimizer; its checkpoint holds each
 # expert once, whole, from its owner, and resumes in one process and at TP 2 x EP 2 with expert
@@ -41,6 +42,10 @@ run etp1dist 4 "${args[@]}" "${etp1[@]}" --expert-model-parallel-size 2 --sequen
 same one etp1dist "TP 2 x EP 2 x ETP 1 with the distributed optimizer and one process"
 run etp1ep1 2 "${args[@]}" "${etp1[@]}"
 same one etp1ep1 "TP 2 x ETP 1 at EP 1 on 2 ranks and one process"
+run etp1cp2 4 "${args[@]}" "${etp1[@]}" --context-parallel-size 2
+same one etp1cp2 "TP 2 x ETP 1 x CP 2 on 4 ranks (route counts over TP and CP) and one process"
+run etp1pp2 4 "${args[@]}" "${etp1[@]}" --pipeline-model-parallel-size 2 --sequence-parallel
+same one etp1pp2 "TP 2 x ETP 1 x PP 2 (sequence parallel) on 4 ranks and one process"
 run etp1ep1dist 4 "${args[@]}" "${etp1[@]}" --use-distributed-optimizer
 same one etp1ep1dist \
   "TP 2 x ETP 1 at EP 1 on 4 ranks (expert-data 4, DP 2, distributed optimizer) and one process"
