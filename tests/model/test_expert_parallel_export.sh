@@ -3,7 +3,7 @@
 # engine/src/parallel/model_chunks.cpp): a Mixtral-shaped model (RoPE, RMSNorm, SwiGLU experts in
 # every layer, 4 experts, top-2) trained 3 iterations (--fp64) with --save-hf and --eval-tasks
 # at EP 2 on 2 ranks (DP 2, expert-data 1), EP 2 on 4 ranks with the distributed optimizer
-# (expert-data 2), EP 2 x TP 2 and EP 2 x PP 2 writes the Mixtral files (every tensor,
+# (expert-data 2), EP 2 x TP 2 (expert TP 2 and 1) and EP 2 x PP 2 writes the Mixtral files (every tensor,
 # block_sparse_moe.gate and experts.N.w1/w2/w3 included) of the same run at EP 1 (DP 2 on 2
 # ranks) byte for byte, and scores the task as it does. (The experts' gradients are summed in
 # another order at EP 2, Note [expert parallelism] in model/gpt_moe.cpp; in fp64 that stays
@@ -58,7 +58,8 @@ PY
 for case in "ep2 2 --expert-model-parallel-size 2" \
             "ep2dist 4 --expert-model-parallel-size 2 --use-distributed-optimizer" \
             "ep2tp2 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2" \
-            "ep2pp2 4 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2"; do
+            "ep2pp2 4 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2" \
+            "ep2tp2etp1 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1"; do
   set -- $case
   name=$1 ranks=$2
   shift 2
@@ -72,4 +73,4 @@ for case in "ep2 2 --expert-model-parallel-size 2" \
   done
   echo "$name ($*): the Mixtral files byte for byte EP 1's; $(cat "$name.scores")"
 done
-echo "--save-hf and --eval-tasks at EP 2 (DP 2, expert-data 2, TP 2, PP 2) equal EP 1's"
+echo "--save-hf and --eval-tasks at EP 2 (DP 2, expert-data 2, TP 2 at expert TP 2 and 1, PP 2) equal EP 1's"

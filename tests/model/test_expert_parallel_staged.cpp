@@ -9,6 +9,9 @@
 //              activation set must keep its own host counts),
 //   "ep2tp2"   EP 2 x TP 2 (sequence parallel) x DP 2 on 4 ranks with full recomputation (the
 //              recomputed forward reads the counts anew)
+//   "etp1"     EP 2 x TP 2 x DP 2 with expert TP 1 and no sequence parallelism on 4 ranks (Note
+//              [expert tensor parallelism 1]: each TP rank's rows all-gathered by device copies
+//              of the communicator, the route counts summed over TP)
 // train bit for bit as the plain CPU device: every lm loss, grad norm, moe aux loss and per-expert
 // load, and the checkpoint written after the last iteration byte for byte (the parameters and the
 // optimizer's moments, so every gradient that reached them).
@@ -61,6 +64,9 @@ TrainOptions options_for(const std::string& run) {
     o.parallel.recompute_granularity = "full";
     o.parallel.recompute_method = "uniform";
     o.parallel.recompute_num_layers = 1;
+  } else if (run == "etp1") {
+    o.model.tensor_model_parallel_size = 2;
+    o.parallel.expert_tensor_parallel_size = 1;
   }
   return o;
 }
@@ -126,6 +132,7 @@ class ExpertParallelStaged : public QObject {
     QTest::newRow("EP 2, token dropping") << "ep2";
     QTest::newRow("EP 2 x PP 2") << "ep2pp2";
     QTest::newRow("EP 2 x TP 2, sequence parallel, full recomputation") << "ep2tp2";
+    QTest::newRow("EP 2 x TP 2, expert TP 1") << "etp1";
   }
   void staged_device_trains_expert_parallel_as_the_cpu() {
     QFETCH(QString, run);

@@ -260,7 +260,7 @@ class MoeTest : public QObject {
     c = moe_config(false);
     c.moe_layer_freq = 0;
     QVERIFY(has_error(c, "--moe-layer-freq must be positive"));
-    {  // TP with MoE trains (expert TP = TP); an expert TP of its own is refused by the trainer
+    {  // TP with MoE trains at expert TP = TP and at 1; one between is refused by the trainer
       c = moe_config(false);
       c.tensor_model_parallel_size = 2;
       QVERIFY(!has_error(c, "--num-experts"));
@@ -268,11 +268,15 @@ class MoeTest : public QObject {
       o.model = c;
       QVERIFY(trainer_layout_refusals(o).empty());
       o.parallel.expert_tensor_parallel_size = 1;
+      QVERIFY(trainer_layout_refusals(o).empty());
+      o.model.tensor_model_parallel_size = 4;
+      o.parallel.expert_tensor_parallel_size = 2;
       const std::vector<std::string> refused = trainer_layout_refusals(o);
       QVERIFY(refused.size() == 1 &&
-              refused[0].find("--expert-tensor-parallel-size other than "
-                              "--tensor-model-parallel-size is not yet supported") !=
+              refused[0].find("--expert-tensor-parallel-size 2 other than 1 or "
+                              "--tensor-model-parallel-size 4 is not yet supported") !=
                   std::string::npos);
+      o.model.tensor_model_parallel_size = 2;
       o.parallel.expert_tensor_parallel_size = 0;
       o.parallel.expert_model_parallel_size = 3;
       const std::vector<std::string> rules = expert_rules(o);

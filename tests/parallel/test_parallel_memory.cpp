@@ -96,6 +96,22 @@ class ParallelMemory : public QObject {
         << 4 << kMoe + QStringList{"--expert-model-parallel-size", "2", "--use-distributed-optimizer"};
     QTest::newRow("moe dp2 distributed optimizer")
         << 2 << kMoe + QStringList{"--use-distributed-optimizer"};
+    // Expert TP 1 under TP 2: the experts whole (2 of 4 per rank at EP 2, all 4 at EP 1), the
+    // expert-data group spanning TP ranks (2 at EP 2, 4 at EP 1 on 4 ranks).
+    QTest::newRow("moe etp1 tp2 ep2 dp2 sequence parallel")
+        << 4
+        << kMoe + QStringList{
+                      "--expert-tensor-parallel-size", "1", "--tensor-model-parallel-size", "2",
+                      "--expert-model-parallel-size",  "2", "--sequence-parallel"};
+    QTest::newRow("moe etp1 tp2 ep2 dp2 distributed optimizer")
+        << 4
+        << kMoe + QStringList{
+                      "--expert-tensor-parallel-size", "1", "--tensor-model-parallel-size", "2",
+                      "--expert-model-parallel-size",  "2", "--use-distributed-optimizer"};
+    QTest::newRow("moe etp1 tp2 ep1 dp2 distributed optimizer")
+        << 4
+        << kMoe + QStringList{"--expert-tensor-parallel-size", "1", "--tensor-model-parallel-size",
+                              "2", "--use-distributed-optimizer"};
     QTest::newRow("moe capacity factor full recompute")
         << 1
         << kMoe + QStringList{

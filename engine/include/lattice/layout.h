@@ -23,6 +23,9 @@ struct ParallelLayout {
   // (edp = world / (etp * ep * pp)) sizes. make_layout sets every size; a layout made by hand
   // that uses the expert grid sets these too (without experts: etp = tp, ep = 1, edp = cp * dp).
   int etp = 1, ep = 1, edp = 1;
+  // The expert grid is not the dense one (EP > 1, or an expert TP other than TP): the experts'
+  // gradients are then summed over their own expert-data group.
+  bool expert_grid() const { return ep > 1 || etp != tp; }
   int vpp = 1;         // model chunks (virtual stages) per pipeline rank; 1 without interleaving
   int num_layers = 0;  // of the whole model
   // Uneven pipeline split (Megatron's --decoder-first/last-pipeline-num-layers, vpp 1 only):

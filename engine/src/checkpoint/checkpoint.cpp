@@ -150,12 +150,13 @@ Status write_shard(const std::string& tmp_dir, int rank, const ParallelLayout::C
   for (size_t c = 0; c < parts.chunks.size(); c++) {
     const ChunkWeights& chunk = parts.chunks[c];
     const auto& tensors = chunk.layout->tensors();
-    // The weights of data-parallel (and context-parallel) rank 0: the others hold copies. An
-    // expert-parallel rank's experts (ParamTensor::expert_parallel) from expert-data rank 0 of
-    // its EP rank instead: each expert once, under its global name, so any EP size loads it.
+    // The weights of data-parallel (and context-parallel) rank 0: the others hold copies. The
+    // experts of an expert grid of their own (ParamTensor::expert_parallel: EP > 1 or expert TP
+    // other than TP) from expert-data rank 0 of their EP (and expert TP) rank instead: each
+    // expert once, under its global name, so any EP size and expert TP loads it.
     const bool first_replica = me.dp == 0 && me.cp == 0;
     const bool first_expert_replica =
-        parts.layout && parts.layout->ep > 1 && parts.layout->expert_coord(rank).edp == 0;
+        parts.layout && parts.layout->expert_grid() && parts.layout->expert_coord(rank).edp == 0;
     auto saves = [&](const ParamTensor& t) {
       return t.expert_parallel ? first_expert_replica : first_replica;
     };

@@ -154,7 +154,16 @@ Status GptModel<A>::allocate() {
                                       device_.describe() + " in " + compute_type_name<A>() +
                                       " compute: the CPU runs them in fp32 and fp64, CUDA "
                                       "in fp32, bf16 and fp16");
-    if (config_.moe_ffn() % t_ != 0)  // the trainer refuses it first (expert_rules)
+    // Note [expert tensor parallelism 1] (gpt_moe.cpp): whole experts on N / t rows.
+    moe_rows_split_ = layout_.shard().experts_whole();
+    Nm_ = moe_rows_split_ ? N_ / t_ : N_;
+    moe_row0_ = moe_rows_split_ ? static_cast<size_t>(tp_rank_) * Nm_ : 0;
+    if (moe_rows_split_ && N_ % t_ != 0)  // the trainer refuses it first (expert_rules)
+      return Status::invalid_argument("--expert-tensor-parallel-size 1 splits each micro-batch's " +
+                                      std::to_string(N_) + " tokens over the " +
+                                      std::to_string(t_) +
+                                      " tensor-parallel ranks, which must divide them");
+    if (!moe_rows_split_ && config_.moe_ffn() % t_ != 0)  // refused first too (expert_rules)
       return Status::invalid_argument("--tensor-model-parallel-size " + std::to_string(t_) +
                                       " does not divide the experts' width " +
                                       std::to_string(config_.moe_ffn()));
@@ -163,13 +172,13 @@ Status GptModel<A>::allocate() {
   if (any_moe_) {
     E_ = config_.num_experts;
     k_ = config_.moe_router_topk;
-    Fm_ = config_.moe_ffn() / t_;  // this TP rank's slice of each expert
+    Fm_ = config_.moe_ffn() / (moe_rows_split_ ? 1 : t_);  // this TP rank's slice of each expert
     upm_ = swiglu_ ? 2 * Fm_ : Fm_;
     if (config_.moe_expert_capacity_factor > 0) {
       // Megatron's get_capacity over the N k routes; above N an expert cannot overflow.
-      const double c = std::ceil(static_cast<double>(N_) * k_ / E_ *
+      const double c = std::ceil(static_cast<double>(Nm_) * k_ / E_ *
                                  static_cast<double>(config_.moe_expert_capacity_factor));
-      capacity_ = c > N_ ? 0 : static_cast<int>(c);
+      capacity_ = c > Nm_ ? 0 : static_cast<int>(c);
     }
     // Note [expert parallelism] (gpt_moe.cpp): this rank's experts, E / EP of them.
     if (ep_ > 1 && (E_ % ep_ != 0 || !ep_comm_ || ep_comm_->size() != ep_))
@@ -179,9 +188,9 @@ Status GptModel<A>::allocate() {
     El_ = E_ / ep_;
     ep_first_ = El_ * ep_rank_;
     const size_t S = static_cast<size_t>(N_) * k_;
-    expert_rows_ = S;
+    expert_rows_ = S;  // at EP 1 the N k routes' rows, as the planner counts (expert_rows)
     if (ep_ > 1) {
-      expert_rows_ = static_cast<size_t>(N_) * ep_ * std::min(k_, El_);
+      expert_rows_ = static_cast<size_t>(Nm_) * ep_ * std::min(k_, El_);
       if (capacity_ > 0)
         expert_rows_ = std::min(expert_rows_, static_cast<size_t>(E_) * capacity_);
     }
@@ -196,6 +205,7 @@ Status GptModel<A>::allocate() {
       moe_recv_ = take<A>(Sl * C_, MC::kWorkspace);
       moe_local_ = take<A>(Sl * C_, MC::kWorkspace);
     }
+    if (moe_rows_split_ && !sp_) moe_rows_ = take<A>(static_cast<size_t>(Nm_) * C_, MC::kWorkspace);
     moe_aux_ = take<G>(L_, MC::kWorkspace);
     device_.zero(moe_aux_, L_ * sizeof(G), compute());
   }

@@ -336,8 +336,13 @@ class GptModel {
   // forward); moe_combine_forward: fc2_out_ = the weighted sum of each token's expert outputs
   // (summed, or reduce-scattered, over TP), and the layer's load-balancing loss; moe_backward:
   // given d out (R, C), writes this TP rank's partial d ln2 into d_ln2 (N, C) and accumulates
-  // the router's and experts' gradients (d_out may alias d_ln2).
+  // the router's and experts' gradients (d_out may alias d_ln2); with whole experts (Note
+  // [expert tensor parallelism 1]) it writes the whole d ln2 into d_c_ (R, C) instead and
+  // returns true: nothing for the caller to reduce. moe_input: the MoE layer's (Nm, C) rows of
+  // a held (R, C) tensor (gathered into `full` where it needs the N rows).
   void moe_experts_forward(int l, const LayerActivations<A>& la, const A* ln2);
+  const A* moe_input(const A* held, A* full);
+  void moe_all_gather_rows(const A* mine, A* all);
   void moe_combine_forward(int l, const LayerActivations<A>& la, bool training);
   // Expert parallelism's moves (Note [expert parallelism]): this rank's permuted rows `mine`
   // (S, C) to the experts' owners, regrouped expert-major into `local` (Sl, C), by the counts
@@ -346,7 +351,7 @@ class GptModel {
   std::vector<int> moe_local_counts(const int32_t* counts) const;
   void moe_dispatch(const LayerActivations<A>& la, const A* mine, A* local);
   void moe_undispatch(const LayerActivations<A>& la, const A* local, A* mine);
-  void moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
+  bool moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
                     float grad_scale);
   // The forward's counts (EP, E) on the host, la.expert_counts_host: expert_counts at EP 1,
   // expert_counts_all (after the count exchange) at EP > 1; where device memory is not host
@@ -521,6 +526,14 @@ class GptModel {
   // worst case, each EP rank's N tokens routing min(k, El) of their k routes here, at most E times
   // the capacity with token dropping (the planner's expert_rows, plan/memory_estimate.cpp).
   size_t expert_rows_ = 0;
+  // Note [expert tensor parallelism 1] (gpt_moe.cpp; ModelShard::experts_whole): the MoE
+  // layers route this rank's Nm = N / t rows [moe_row0_, + Nm) of the N, every expert whole;
+  // otherwise Nm = N from 0. moe_rows_: (Nm, C) without sequence parallelism, the combined
+  // output and d ln2 of those rows before their TP all-gather; null otherwise.
+  bool moe_rows_split_ = false;
+  int Nm_ = 0;
+  size_t moe_row0_ = 0;
+  A* moe_rows_ = nullptr;
   Comm* ep_comm_ = nullptr;
   // The context-parallel group (cp_ > 1): the MoE layers' expert counts are summed over it.
   Comm* cp_comm_ = nullptr;

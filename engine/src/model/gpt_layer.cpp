@@ -161,11 +161,11 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
   hidden_dropout(proj_out_, l, DropoutSite::kProjection);  // res_mid = x + dropout(proj)
   residual_norm_forward(la.res_mid, la.ln2, la.ln2_mean, la.ln2_rstd, x, proj_out_, w.ln2_w,
                         w.ln2_b);
-  const A* ln2 = gather_rows(la.ln2, gathered_);
   if (layout_.is_moe(l)) {
-    moe_experts_forward(l, la, ln2);
+    moe_experts_forward(l, la, moe_input(la.ln2, gathered_));
     return;
   }
+  const A* ln2 = gather_rows(la.ln2, gathered_);
   if (swiglu_) {  // FC1 makes gate | up (N, 2Ft); SwiGLU combines them
     {
       OpTimer timer(*this, Op::kMatmulForward);
@@ -372,8 +372,9 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
     // parallelism this rank's rows of it, so the bias gradient is partial).
     const A* d_fc2 = hidden_dropout_backward(d_c_, d_res_, l, DropoutSite::kFc2);
+    bool d_ln2_whole = false;  // in d_c_ already (Note [expert tensor parallelism 1])
     if (layout_.is_moe(l)) {
-      moe_backward(l, la, d_fc2, d_col, a.grad_scale);
+      d_ln2_whole = moe_backward(l, la, d_fc2, d_col, a.grad_scale);
     } else {
       const A* d_fc2_rows = gather_rows(d_fc2, full_);
       {
@@ -400,7 +401,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
         lora_backward(d_col, g.fc1_la, g.fc1_lb, d_fc1, ln2, w.fc1_la, w.fc1_lb, C, up_, l, 2);
       }
     }
-    reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
+    if (!d_ln2_whole) reduce_rows(d_col, d_c_);  // d ln2: every rank's MLP slice contributes
     norm_backward(d_res_, g.ln2_w, g.ln2_b, d_c_, la.res_mid, w.ln2_w, la.ln2_mean, la.ln2_rstd);
     // Attention block: res_mid = x + dropout(proj(attention(qkv(ln1(x))))); d_res_ holds
     // d res_mid.

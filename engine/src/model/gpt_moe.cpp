@@ -66,6 +66,23 @@
 // regrouping is device copies, so any device runs them; only the counts are read on the host
 // (after one copy where device memory is not host memory, Note [MoE layer]), as the all-to-all's
 // sizes and the GEMM loop's must be.
+//
+// Note [expert tensor parallelism 1] (--expert-tensor-parallel-size 1 under TP t > 1,
+// ModelShard::experts_whole; Megatron's alltoall dispatcher with expert TP 1): attention stays
+// tensor-parallel, every expert is whole on its rank (E / EP of them, Fm = the whole width),
+// and the MoE layer runs on this TP rank's Nm = N / t rows: with sequence parallelism the rows
+// it holds, else rows [tp_rank Nm, + Nm) of the N every TP rank holds. Each token is routed once
+// in its TP group, and the EP group (Megatron's expert grid: ETP 1 makes it stride 1, so it
+// spans TP ranks) moves it to its expert as above. The layer's output rows are whole: the
+// combine writes them into fc2_out_ (sequence parallelism) or all-gathers them over TP, so
+// there is no TP sum; backward takes the same rows of d out and writes whole rows of d ln2
+// (all-gathered without sequence parallelism) where the dense path reduces partial ones.
+// What stays per TP rank: the router's weight gradient covers this rank's rows (summed over TP
+// as a sequence-parallel gradient, ParamTensor::sequence_parallel_grad), and the load-balancing
+// loss treats the TP ranks' rows as parts of the sequence, as context parallelism does (route
+// counts summed over TP and CP, N_g = CP t Nm; Megatron sums them over its TP x CP group); token
+// dropping's capacity is per rank's Nm tokens (Megatron's per local tokens). The experts'
+// gradients are summed over the expert-data group, which now includes TP ranks.
 #include <algorithm>
 #include <numeric>
 
@@ -75,7 +92,7 @@ namespace lattice {
 
 template <typename A>
 void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, const A* ln2) {
-  const int N = N_, C = C_, E = E_, k = k_;
+  const int N = Nm_, C = C_, E = E_, k = k_;  // ln2: (Nm, C), moe_input's
   const LayerParams<A> w = layout_.layer(compute_, l);
   {
     OpTimer timer(*this, Op::kMatmulForward);
@@ -90,6 +107,8 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
                                         compute());
         !s)
       record_comm_error("context-parallel all-reduce of the experts' route counts", s);
+  // Note [expert tensor parallelism 1]: the TP ranks' rows are parts of the sequence too.
+  if (moe_rows_split_) tp_all_reduce(la.tokens_per_expert, E, DType::kInt32, ReduceOp::kSum);
   // Note [expert parallelism]: every EP rank's kept counts, for the all-to-all's sizes.
   if (ep_ > 1)
     if (Status s = ep_comm_->all_gather(la.expert_counts, la.expert_counts_all, E, DType::kInt32,
@@ -124,9 +143,9 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
     const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
-    ops_.matmul_forward(out + static_cast<size_t>(r0) * C, nullptr,
-                        la.gelu + static_cast<size_t>(r0) * Fm_, x.fc2_w,
-                        tp_rank_ == 0 ? x.fc2_b : nullptr, n, Fm_, C, Epilogue::kNone);
+    ops_.matmul_forward(
+        out + static_cast<size_t>(r0) * C, nullptr, la.gelu + static_cast<size_t>(r0) * Fm_,
+        x.fc2_w, tp_rank_ == 0 || moe_rows_split_ ? x.fc2_b : nullptr, n, Fm_, C, Epilogue::kNone);
   }
   if (ep_ > 1) moe_undispatch(la, moe_local_, la.expert_out);
 }
@@ -217,19 +236,26 @@ void GptModel<A>::moe_undispatch(const LayerActivations<A>& la, const A* local, 
 
 template <typename A>
 void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool training) {
-  // All N rows, partial over TP: in fc2_out_, or in full_ before the reduce-scatter.
-  A* combined = sp_ ? full_ : fc2_out_;
+  // All N rows, partial over TP: in fc2_out_, or in full_ before the reduce-scatter. Whole
+  // experts (Note [expert tensor parallelism 1]): this rank's Nm rows, whole: fc2_out_'s own
+  // with sequence parallelism, else all-gathered into fc2_out_.
+  A* combined = moe_rows_split_ ? (sp_ ? fc2_out_ : moe_rows_) : sp_ ? full_ : fc2_out_;
   {
     OpTimer timer(*this, Op::kMatmulForward);
-    ops_.moe_combine(combined, la.expert_out, la.route_weight, la.route_slot, N_, C_, k_);
+    ops_.moe_combine(combined, la.expert_out, la.route_weight, la.route_slot, Nm_, C_, k_);
   }
-  reduce_rows(combined, fc2_out_);
+  if (!moe_rows_split_)
+    reduce_rows(combined, fc2_out_);
+  else if (!sp_)
+    moe_all_gather_rows(moe_rows_, fc2_out_);
   OpTimer timer(*this, Op::kMatmulForward);
   const double coeff = config_.aux_loss_coeff();
-  // Under CP: the sequence's counts, this rank's probabilities, N_g = CP N (the note above).
+  // Under CP: the sequence's counts, this rank's probabilities, N_g = CP N (the note above);
+  // with whole experts N_g = CP t Nm.
+  const double parts = static_cast<double>(cp_) * (moe_rows_split_ ? t_ : 1);
   if (coeff > 0)
-    ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, N_, E_, k_,
-                      coeff / (static_cast<double>(cp_) * cp_));
+    ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, Nm_, E_, k_,
+                      coeff / (parts * parts));
   if (!training) return;
   // On the host (Note [MoE layer]): the routes per expert for moe_load_ (under CP the
   // sequence's, counted by CP rank 0 alone) and the aux loss for the trainer's metric. The CPU
@@ -275,17 +301,17 @@ const int32_t* GptModel<A>::moe_host_counts(const LayerActivations<A>& la) {
 }
 
 template <typename A>
-void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
+bool GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_out, A* d_ln2,
                                float grad_scale) {
-  const int N = N_, C = C_, E = E_, k = k_;
+  const int N = Nm_, C = C_, E = E_, k = k_;
   const LayerParams<A> w = layout_.layer(compute_, l);
   const LayerParams<G> g = layout_.grad_layer(grads_, l);
   OpTimer timer(*this, Op::kMatmulBackward);
   // d_out is read here alone: d_ln2 (which it may alias, as its gathered rows) is written after.
-  const A* d_rows = gather_rows(d_out, full_);
+  const A* d_rows = moe_input(d_out, full_);
   ops_.moe_combine_backward(moe_d_rows_, moe_dweight_, d_rows, la.expert_out, la.route_weight,
                             la.route_slot, N, C, k);
-  if (t_ > 1)  // each rank's dot with its partial expert outputs
+  if (t_ > 1 && !moe_rows_split_)  // each rank's dot with its partial expert outputs
     tp_all_reduce(moe_dweight_, static_cast<size_t>(N) * k, dtype_of<G>(), ReduceOp::kSum);
   // Note [expert parallelism]: d expert_out to this rank's experts (EP 1: in place), by the
   // counts the forward read (no copy, no wait).
@@ -326,15 +352,39 @@ void GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
   if (ep_ > 1) moe_undispatch(la, moe_local_, moe_d_rows_);
   // The router: the weights' gradient and the load-balancing loss's (Note [MoE layer]) through
   // the softmax into d logits, then d ln2 = d logits R plus each kept route's d expert_in.
-  // (Under CP, N_g = CP N: the op's 1 / N^2 times N_l^2 / N_g gives one process's 1 / N_g.)
-  const double aux_scale = config_.aux_loss_coeff() * static_cast<double>(grad_scale) * N / cp_;
+  // (Under CP, N_g = CP N: the op's 1 / N^2 times N_l^2 / N_g gives one process's 1 / N_g;
+  // with whole experts N_g = CP t Nm likewise.)
+  const double parts = static_cast<double>(cp_) * (moe_rows_split_ ? t_ : 1);
+  const double aux_scale = config_.aux_loss_coeff() * static_cast<double>(grad_scale) * N / parts;
   ops_.moe_route_backward(moe_logits_, moe_dweight_, la.router_probs, la.route, la.route_weight,
                           la.tokens_per_expert, N, E, k, aux_scale);
-  const A* ln2 = gather_rows(la.ln2, gathered_);
-  ops_.matmul_backward(tp_rank_ == 0 ? d_ln2 : nullptr, g.router_w, nullptr, moe_logits_, ln2,
+  const A* ln2 = moe_input(la.ln2, gathered_);
+  // Whole experts: this rank's rows of d ln2 are whole (its router share included), written
+  // into d_c_ directly with sequence parallelism, else gathered there from moe_rows_.
+  A* d_mine = moe_rows_split_ ? (sp_ ? d_c_ : moe_rows_) : d_ln2;
+  const bool router_share = tp_rank_ == 0 || moe_rows_split_;
+  ops_.matmul_backward(router_share ? d_mine : nullptr, g.router_w, nullptr, moe_logits_, ln2,
                        w.router_w, N, C, E);
-  if (tp_rank_ != 0) device_.zero(d_ln2, static_cast<size_t>(N) * C * sizeof(A), compute());
-  ops_.moe_scatter_add_rows(d_ln2, moe_d_rows_, la.route_slot, N, C, k);
+  if (!router_share) device_.zero(d_mine, static_cast<size_t>(N) * C * sizeof(A), compute());
+  ops_.moe_scatter_add_rows(d_mine, moe_d_rows_, la.route_slot, N, C, k);
+  if (moe_rows_split_ && !sp_) moe_all_gather_rows(moe_rows_, d_c_);
+  return moe_rows_split_;
+}
+
+template <typename A>
+const A* GptModel<A>::moe_input(const A* held, A* full) {
+  if (!moe_rows_split_) return gather_rows(held, full);
+  // Sequence parallelism holds exactly this rank's rows; else all N, of which they are a slice.
+  return sp_ ? held : held + moe_row0_ * C_;
+}
+
+template <typename A>
+void GptModel<A>::moe_all_gather_rows(const A* mine, A* all) {
+  OpTimer timer(*this, Op::kTensorParallelComm);
+  if (Status s =
+          tp_->all_gather(mine, all, static_cast<size_t>(Nm_) * C_, dtype_of<A>(), compute());
+      !s)
+    record_comm_error("tensor-parallel all-gather of the MoE layer's rows", s);
 }
 
 template <typename A>

@@ -46,22 +46,27 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     put(kLn2W, "pre_mlp_layernorm.weight", {C}, false, -1, sp);
     if (layer_norm) put(kLn2B, "pre_mlp_layernorm.bias", {C}, false, -1, sp);
     if (moe) {  // Note [MoE layout]: each expert split over TP as the dense MLP
-      put(kRouterW, "mlp.router.weight", {E, C}, true, -1);
+      // With whole experts each TP rank routes its own rows: the router's gradient is partial.
+      put(kRouterW, "mlp.router.weight", {E, C}, true, -1, shard_.experts_whole());
       const std::vector<int64_t> up =
           c.swiglu ? std::vector<int64_t>{2, Fm, C} : std::vector<int64_t>{Fm, C};
       const std::vector<int64_t> up_b = c.swiglu ? std::vector<int64_t>{2, Fm} : std::vector{Fm};
       // Expert parallelism: this rank's E / EP experts, named by their global numbers.
       const int64_t local = E / shard_.ep_size, first = local * shard_.ep_rank;
       const size_t experts_begin = tensors_.size();
+      // Expert TP 1 under TP: whole on this rank (no split, each counted in the norm here).
+      const bool whole = shard_.experts_whole();
       for (int64_t e = first; e < first + local; e++) {
         const std::string x = p + "mlp.experts.local_experts." + std::to_string(e) + ".";
-        add(x + "linear_fc1.weight", up, true, fc1_split);
-        if (bias) add(x + "linear_fc1.bias", up_b, false, fc1_split);
-        add(x + "linear_fc2.weight", {C, Fm}, true, 1);
+        add(x + "linear_fc1.weight", up, true, whole ? -1 : fc1_split);
+        if (bias) add(x + "linear_fc1.bias", up_b, false, whole ? -1 : fc1_split);
+        add(x + "linear_fc2.weight", {C, Fm}, true, whole ? -1 : 1);
         if (bias) add(x + "linear_fc2.bias", {C}, false, -1);
       }
-      for (size_t i = experts_begin; i < tensors_.size(); i++)
-        tensors_[i].expert_parallel = shard_.ep_size > 1;
+      for (size_t i = experts_begin; i < tensors_.size(); i++) {
+        tensors_[i].expert_parallel = shard_.expert_grid();
+        if (whole) tensors_[i].counts_in_norm = true;
+      }
       per_expert_ = bias ? 4 : 2;
     } else {
       put(kFc1W, "mlp.linear_fc1.weight", fc1, true, fc1_split);

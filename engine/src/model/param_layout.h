@@ -27,7 +27,9 @@
 // (ParamLayout::expert takes the local index). Under tensor parallelism (expert TP = TP,
 // Megatron's default) each expert's fc1 is split by rows and fc2 by columns as the dense MLP's;
 // the router and fc2's bias are replicated, and their gradients are whole on every TP rank even
-// with sequence parallelism (the MoE layer runs on the gathered rows: Note [MoE layer]).
+// with sequence parallelism (the MoE layer runs on the gathered rows: Note [MoE layer]). With
+// expert TP 1 under TP (ModelShard::experts_whole) every expert is whole on its rank and the
+// router's gradient is partial per TP rank (each routes its own rows), summed over TP.
 // LoRA under tensor parallelism: a column-parallel target (qkv, fc1) has A replicated and B
 // split by output rows like W; a row-parallel one (proj, fc2) has A split by input columns like
 // W and B replicated. The replicated half's gradient is a partial sum per TP rank
@@ -55,6 +57,18 @@ struct ModelShard {
   // Expert parallelism (Note [MoE layout]): this rank holds experts [ep_rank E/ep_size,
   // (ep_rank + 1) E/ep_size) of every MoE layer; the rest of the model is whole on every EP rank.
   int ep_rank = 0, ep_size = 1;
+  // Expert tensor parallelism (--expert-tensor-parallel-size): 0, the default, splits each
+  // expert over the TP ranks (expert TP = TP); 1 under TP > 1 keeps every expert whole and the
+  // MoE layer runs on this rank's N / tp_size rows (Note [expert tensor parallelism 1] in
+  // model/gpt_moe.cpp). Other sizes are not laid out by the model.
+  int etp_size = 0;
+
+  int expert_tp_size() const { return etp_size > 0 ? etp_size : tp_size; }
+  // The MoE layers' rows and experts are split as described for etp_size 1 under TP.
+  bool experts_whole() const { return expert_tp_size() == 1 && tp_size > 1; }
+  // The experts' grid differs from the dense one: their gradients are summed over the
+  // expert-data group (ParamTensor::expert_parallel).
+  bool expert_grid() const { return ep_size > 1 || expert_tp_size() != tp_size; }
 
   int num_layers(const ModelConfig& c) const {
     return (layer_end < 0 ? c.num_layers : layer_end) - layer_begin;
@@ -81,9 +95,10 @@ struct ParamTensor {
   bool sequence_parallel_grad = false;
   // Not trained: no gradient, no optimizer state (Note [LoRA]: the base model under LoRA).
   bool frozen = false;
-  // One of this rank's experts under expert parallelism (ModelShard::ep_size > 1): its gradient
-  // is summed over the expert-data group, not the data-parallel one, and the gradient norm
-  // sums its square over the expert-parallel group (every expert counted once).
+  // One of this rank's experts on an expert grid of its own (ModelShard::expert_grid: EP > 1 or
+  // expert TP other than TP): its gradient is summed over the expert-data group, not the
+  // data-parallel one, and the gradient norm sums its square over the expert-parallel group
+  // (every expert counted once).
   bool expert_parallel = false;
 };
 
@@ -128,7 +143,8 @@ struct LayerParams {
   T* router_w;
 };
 
-// One expert of an MoE layer (Fm = moe_ffn(), Fm' = 2 Fm with SwiGLU; t = tp_size).
+// One expert of an MoE layer (Fm = moe_ffn(), Fm' = 2 Fm with SwiGLU; t = tp_size, 1 when
+// ModelShard::experts_whole).
 template <typename T>
 struct ExpertParams {
   T* fc1_w;  // (Fm'/t, C)

@@ -44,7 +44,8 @@ GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout
     }
     buckets_.push_back(std::move(b));
   }
-  if (!dp_) return;
+  // Expert TP 1 can leave DP 1 with an expert-data group of several ranks: experts alone.
+  if (!dp_ && !edp_) return;
   stream_ = &dp_stream;
   if (!distributed_) return;
   const bool own_buffers = device_.capabilities().host_addressable;
@@ -103,7 +104,7 @@ void GradReducer<T>::start_iteration() {
 
 template <typename T>
 Status GradReducer<T>::launch(Bucket& b) {
-  if (!dp_ || b.frozen) return Status::ok();
+  if (!stream_ || b.frozen) return Status::ok();
   // The bucket's gradients are final once compute has run what it has queued (on the CPU that
   // has happened: the wait costs nothing).
   device_.wait(*stream_, device_.record(device_.compute()));
@@ -128,13 +129,13 @@ Status GradReducer<T>::mark_ready(int first, int last) {
       if (Status s = launch(b); !s) return s;
   }
   // Operations in flight progress (MPI moves them only inside MPI calls).
-  if (dp_) device_.progress();
+  if (stream_) device_.progress();
   return Status::ok();
 }
 
 template <typename T>
 Status GradReducer<T>::finish() {
-  if (!dp_) return Status::ok();
+  if (!stream_) return Status::ok();
   const auto t0 = std::chrono::steady_clock::now();
   // Buckets backward did not complete (the tied embedding on a stage outside its group, ...):
   // every rank alike.

@@ -25,8 +25,9 @@ Result<DeviceComms> make_device_comms(Device& device, const ProcessGroups& g) {
   }
   if (g.in_embedding_group())
     if (Status s = over(*g.embedding, comms.embedding); !s) return s;
-  // Expert parallelism: the MoE layers' token all-to-all, then the experts' gradient sum.
-  if (g.layout.ep > 1) {
+  // Expert parallelism (or an expert TP of its own): the MoE layers' token all-to-all, then the
+  // experts' gradient sum.
+  if (g.layout.expert_grid()) {
     if (Status s = over(*g.expert, comms.expert); !s) return s;
     if (Status s = over(*g.expert_data, comms.expert_data); !s) return s;
   }

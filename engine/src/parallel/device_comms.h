@@ -23,8 +23,8 @@ struct DeviceComms {
   // CP > 1 only: the context-parallel group, over which ring attention passes the keys and
   // values (parallel/ring_attention.h) and MoE layers sum their route counts.
   std::unique_ptr<Comm> cp;
-  // EP > 1 only: the expert-parallel group (the MoE token all-to-all) and the expert-data group
-  // (where the experts' gradients are summed).
+  // ParallelLayout::expert_grid only: the expert-parallel group (the MoE token all-to-all) and
+  // the expert-data group (where the experts' gradients are summed).
   std::unique_ptr<Comm> expert, expert_data;
   // PP > 1: activations, gradients and, interleaved, their wrap-around channels (Note
   // [pipeline streams], pipeline/executor.h); empty at PP 1.

@@ -303,13 +303,23 @@ std::vector<std::string> expert_rules(const TrainOptions& o) {
   else if (ep > 1 && experts % ep != 0)
     errors.push_back("--expert-model-parallel-size " + str(ep) + " does not divide --num-experts " +
                      str(experts) + ": each rank holds whole experts");
-  const int etp = o.parallel.expert_tensor_parallel_size > 0
-                      ? o.parallel.expert_tensor_parallel_size
-                      : o.model.tensor_model_parallel_size;
+  const int tp = o.model.tensor_model_parallel_size;
+  const int etp =
+      o.parallel.expert_tensor_parallel_size > 0 ? o.parallel.expert_tensor_parallel_size : tp;
   if (experts > 0 && etp > 1 && o.model.moe_ffn() % etp != 0)
     errors.push_back("--expert-tensor-parallel-size " + str(etp) +
                      " does not divide the experts' width " + str(o.model.moe_ffn()) +
                      " (--moe-ffn-hidden-size, else --ffn-hidden-size)");
+  // Expert TP 1 under TP: each TP rank routes its share of a micro-batch's tokens (Note [expert
+  // tensor parallelism 1] in model/gpt_moe.cpp).
+  const int cp = std::max(o.parallel.context_parallel_size, 1);
+  const int64_t tokens = static_cast<int64_t>(o.micro_batch_size) * o.model.seq_length / cp;
+  if (experts > 0 && etp == 1 && tp > 1 && tokens > 0 && tokens % tp != 0)
+    errors.push_back("--expert-tensor-parallel-size 1 splits each micro-batch's " + str(tokens) +
+                     " tokens (--micro-batch-size x --seq-length" +
+                     (cp > 1 ? std::string(" / --context-parallel-size") : "") +
+                     ") over the --tensor-model-parallel-size " + str(tp) +
+                     " ranks, which must divide them");
   return errors;
 }
 
@@ -323,9 +333,12 @@ std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
     if (o.model.attention_dropout > 0)
       refusals.push_back(with + " needs --attention-dropout 0 (the ring attention has no dropout)");
   }
-  const int etp = o.parallel.expert_tensor_parallel_size;
-  if (etp > 0 && etp != o.model.tensor_model_parallel_size)
-    refusals.push_back("--expert-tensor-parallel-size other than --tensor-model-parallel-size" +
+  // Expert TP: as TP (each expert split as the dense MLP), or 1 (whole experts, Note [expert
+  // tensor parallelism 1] in model/gpt_moe.cpp).
+  const int etp = o.parallel.expert_tensor_parallel_size, tp = o.model.tensor_model_parallel_size;
+  if (etp > 1 && etp != tp)
+    refusals.push_back("--expert-tensor-parallel-size " + str(etp) +
+                       " other than 1 or --tensor-model-parallel-size " + str(tp) +
                        std::string(tail));
   return refusals;
 }

@@ -25,10 +25,9 @@ namespace {
 // in model/gpt_moe.cpp: EP rank p holds experts [p E/EP, (p+1) E/EP) of each MoE layer).
 ModelShard rank_shard(const ParallelLayout& layout, int r, int chunk, bool sequence_parallel) {
   ModelShard s = shard_of(layout, layout.coord(r), chunk, sequence_parallel);
-  if (layout.ep > 1) {
-    s.ep_rank = layout.expert_coord(r).ep;
-    s.ep_size = layout.ep;
-  }
+  s.ep_rank = layout.expert_coord(r).ep;
+  s.ep_size = layout.ep;
+  s.etp_size = layout.etp;  // 1 under TP: whole experts (Note [expert tensor parallelism 1])
   return s;
 }
 
@@ -36,8 +35,8 @@ ModelShard rank_shard(const ParallelLayout& layout, int r, int chunk, bool seque
 // A dense tensor comes from data-parallel rank 0; under EP, which carves the expert grid out of
 // DP (and CP), data-parallel rank 0 holds only its EP rank's experts, so an expert's slice comes
 // from expert-data-parallel rank 0 of its (expert TP, EP, PP) coordinate instead: every expert
-// of every layer once, each TP slice once. (An expert's TP slice is the rank's dense TP rank's:
-// expert TP = TP, the trainer refuses another.)
+// of every layer once, each expert-TP slice once (at expert TP 1 the experts are whole, and
+// expert-data rank 0 is one TP rank of each EP rank).
 bool sent(const ParallelLayout& layout, int r, const ParamTensor& t) {
   if (!t.counts_in_norm) return false;
   return t.expert_parallel ? layout.expert_coord(r).edp == 0 : layout.coord(r).dp == 0;
@@ -52,7 +51,7 @@ void place(const ParamTensor& t, const T* data, const ParamTensor& g, T* full) {
 }  // namespace
 
 bool gather_sender(const ParallelLayout& layout, int rank) {
-  return layout.coord(rank).dp == 0 || (layout.ep > 1 && layout.expert_coord(rank).edp == 0);
+  return layout.coord(rank).dp == 0 || (layout.expert_grid() && layout.expert_coord(rank).edp == 0);
 }
 
 template <typename T>

@@ -212,7 +212,8 @@ struct MoeShape {
 
 // Rows a rank's experts hold per MoE layer and micro-batch (StageEstimate::expert_rows states
 // the rule): N k with EP 1, what gpt.cpp allocates; the worst case with EP > 1, capped by the
-// capacity factor.
+// capacity factor. N: the tokens each EP rank routes (N / TP with expert TP 1 under TP, Note
+// [expert tensor parallelism 1] in model/gpt_moe.cpp).
 int64_t expert_rows(const ModelConfig& m, int ep, int64_t N) {
   const int64_t E = m.num_experts, k = m.moe_router_topk, routes = N * k;
   if (ep <= 1) return routes;
@@ -225,6 +226,12 @@ int64_t expert_rows(const ModelConfig& m, int ep, int64_t N) {
   return rows;
 }
 
+// The parts a micro-batch's tokens are routed in per TP group: TP with expert TP 1 under TP
+// (each TP rank routes N / TP of them), else 1.
+int moe_row_parts(const ParallelLayout& layout) {
+  return layout.etp == 1 && layout.tp > 1 ? layout.tp : 1;
+}
+
 MoeShape moe_shape(const TrainOptions& o, const ParallelLayout& layout, const ChunkShape& d) {
   const ModelConfig& m = o.model;
   const double Fm = m.moe_ffn(), etp = std::max(layout.etp, 1);
@@ -232,7 +239,9 @@ MoeShape moe_shape(const TrainOptions& o, const ParallelLayout& layout, const Ch
   s.E = m.num_experts;
   s.routes = d.N * m.moe_router_topk;
   s.ep = std::max(layout.ep, 1);
-  s.S = static_cast<double>(expert_rows(m, layout.ep, static_cast<int64_t>(d.N)));
+  // EP 1 allocates the N k routes' rows whatever the expert TP (gpt.cpp).
+  const double routed = layout.ep > 1 ? d.N / moe_row_parts(layout) : d.N;
+  s.S = static_cast<double>(expert_rows(m, layout.ep, static_cast<int64_t>(routed)));
   s.Fmt = Fm / etp;
   s.Umt = (m.swiglu ? 2 * Fm : Fm) / etp;
   return s;
@@ -315,6 +324,9 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
   }
   c.once = plan.max_group * (any_moe ? moe_layer_bytes(e, d, s, saved) : layer_bytes(e, d, saved));
   if (any_moe) c.dispatch = dispatch_bytes(e, d, s, layers, layout.ep, m.swiglu);
+  // Expert TP 1 under TP without sequence parallelism: this rank's rows before their all-gather.
+  if (any_moe && moe_row_parts(layout) > 1 && !shard.sequence_parallel)
+    c.dispatch += e.a * d.N / moe_row_parts(layout) * d.C;
   return c;
 }
 
@@ -421,7 +433,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     if (m.moe()) {
       const int64_t N = static_cast<int64_t>(o.micro_batch_size) * m.seq_length /
                         std::max(o.parallel.context_parallel_size, 1);
-      st.expert_rows = expert_rows(m, layout.ep, N);
+      st.expert_rows = expert_rows(m, layout.ep, layout.ep > 1 ? N / moe_row_parts(layout) : N);
       st.expert_rows_expected = N * m.moe_router_topk;
     }
     est.stages.push_back(st);

@@ -181,7 +181,7 @@ Result<SavedCheckpoint> save_rank_checkpoint(RankModel<A>& rank, const ProcessGr
     // Under expert parallelism expert-data rank 0 of each EP rank stores its experts too
     // (write_shard).
     const bool weights =
-        (g.coord.dp == 0 && g.coord.cp == 0) || (g.layout.ep > 1 && g.expert_coord.edp == 0);
+        (g.coord.dp == 0 && g.coord.cp == 0) || (g.layout.expert_grid() && g.expert_coord.edp == 0);
     const bool moments =
         weights || (o.parallel.use_distributed_optimizer && g.layout.dp * g.layout.cp > 1);
     std::vector<ChunkState<A>> states = chunk_states(rank);
