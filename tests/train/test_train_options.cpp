@@ -2,6 +2,8 @@
 // one sentence per problem that names the flag (or the file and line).
 #include <QtTest/QtTest>
 
+#include <algorithm>
+
 #include <QTemporaryDir>
 #include <fstream>
 
@@ -219,6 +221,38 @@ class TrainOptionsTest : public QObject {
     auto again = lattice::parse_train_options_json(lattice::train_options_json(*r), "record");
     QVERIFY2(again.is_ok(), again.status().message().c_str());
     QCOMPARE(lattice::train_options_json(*again), lattice::train_options_json(*r));
+  }
+
+  // The vision tower's flags (docs/vision.md, Megatron's and LLaVA's names): read into
+  // TrainOptions::vision, checked by VisionConfig's rules in one sentence each, and refused by
+  // training until the tower is wired in.
+  void vision_flags_are_read_checked_and_refused_for_now() {
+    auto r = lattice::parse_train_flags(
+        with({"--vision-model-type", "clip", "--vision-num-layers", "4", "--vision-hidden-size",
+              "48", "--vision-num-attention-heads", "3", "--patch-dim", "14", "--img-h", "336",
+              "--img-w", "224", "--disable-vision-class-token", "--vision-select-layer", "-1",
+              "--hidden-size", "96"}));
+    QVERIFY2(r.is_ok(), r.status().message().c_str());
+    const lattice::VisionConfig v = r->vision_config();
+    QCOMPARE(v.num_layers, 4);
+    QCOMPARE(v.hidden_size, 48);
+    QCOMPARE(v.num_attention_heads, 3);
+    QCOMPARE(v.patches(), 24 * 16);
+    QCOMPARE(v.seq_length(), 24 * 16);  // no class token
+    QCOMPARE(v.layers_run(), 4);
+    QCOMPARE(v.lm_hidden_size, 96);
+    QVERIFY(v.validate().empty());
+    const std::vector<std::string> errors = r->validate();
+    QCOMPARE(static_cast<int>(std::count_if(
+                 errors.begin(), errors.end(),
+                 [](const auto& e) { return e.find("vision") != std::string::npos; })),
+             1);
+    QVERIFY(!parse_train_options(with({"--vision-model-type", "clip"})).is_ok());
+    auto bad = parse_train_options(with({"--vision-model-type", "siglip", "--patch-dim", "5"}));
+    QVERIFY(!bad.is_ok());
+    QVERIFY(mentions(bad.status(), "--vision-model-type 'siglip' is not supported"));
+    QVERIFY(mentions(bad.status(), "--patch-dim 5 does not divide --img-h 32"));
+    QVERIFY(parse_train_options(base()).is_ok());  // text only: no vision rule applies
   }
 
   void help_lists_every_flag_with_its_default() {

@@ -11,6 +11,7 @@
 #include "lattice/model_config.h"
 #include "lattice/status.h"
 #include "lattice/tokenizer.h"
+#include "lattice/vision_config.h"
 
 namespace lattice {
 
@@ -125,6 +126,15 @@ struct TrainOptions {
   // the CPU keeps fp32 arithmetic but runs Megatron's loss scaler (scaled loss gradient,
   // unscale, inf/NaN agreement over every rank, skipped steps), so that path is tested here.
   bool bf16 = false, fp16 = false;
+  // --vision-model-type clip: a LLaVA-style vision tower (docs/vision.md) shaped by the
+  // --vision-* flags, --patch-dim, --img-h, --img-w, --num-channels (into `vision`); "" (the
+  // default): a text-only model. The tower is built and tested against PyTorch but not yet
+  // trained by `lattice train`, whose validation refuses it for now. vision_config(): `vision`
+  // with the class token and the language model's hidden size filled in.
+  std::string vision_model_type;
+  VisionConfig vision;
+  bool disable_vision_class_token = false;  // --disable-vision-class-token (Megatron's)
+  VisionConfig vision_config() const;
   // Megatron's loss-scaler flags: --loss-scale (static; 0 = dynamic with --fp16),
   // --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis.
   double loss_scale = 0.0;

@@ -231,6 +231,21 @@ class CpuOps final : public Ops<S> {
   void fill(S* x, size_t n, S value) override { kernels::fill(x, n, value); }
   void accumulate(S* acc, const S* x, size_t n) override { kernels::accumulate(acc, x, n); }
 
+  bool has_vision() const override { return true; }
+  void patchify_forward(S* cols, const S* img, int B, int Cin, int H, int W, int P) override {
+    kernels::patchify_forward(cols, img, B, Cin, H, W, P);
+  }
+  void patchify_backward(S* dimg, const S* dcols, int B, int Cin, int H, int W, int P) override {
+    kernels::patchify_backward(dimg, dcols, B, Cin, H, W, P);
+  }
+  void activation_forward(S* out, const S* inp, size_t n, kernels::Activation act) override {
+    kernels::activation_forward(out, inp, n, act);
+  }
+  void activation_backward(S* dinp, const S* inp, const S* dout, size_t n,
+                           kernels::Activation act) override {
+    kernels::activation_backward(dinp, inp, dout, n, act);
+  }
+
  private:
   static void copy(S* dst, const S* src, size_t n) {
     if (dst != src && n > 0) std::memcpy(dst, src, n * sizeof(S));

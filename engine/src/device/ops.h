@@ -289,12 +289,39 @@ class Ops {
   virtual void fill(A* /*x*/, size_t /*n*/, A /*value*/) { no_ring(); }
   virtual void accumulate(A* /*acc*/, const A* /*x*/, size_t /*n*/) { no_ring(); }
 
+  // ---- vision encoder (kernels.h's patchify_* and activation_*; model/vision_encoder.h)
+  // Whether this list has them: the CPU's float and double lists. Elsewhere VisionEncoder::create
+  // refuses, so the defaults below, which throw std::logic_error, are never reached.
+  virtual bool has_vision() const { return false; }
+  // cols (B, (H / P) (W / P), Cin P P) = the patches of img (B, Cin, H, W); dimg the inverse.
+  virtual void patchify_forward(A* /*cols*/, const A* /*img*/, int /*B*/, int /*Cin*/, int /*H*/,
+                                int /*W*/, int /*P*/) {
+    no_vision();
+  }
+  virtual void patchify_backward(A* /*dimg*/, const A* /*dcols*/, int /*B*/, int /*Cin*/, int /*H*/,
+                                 int /*W*/, int /*P*/) {
+    no_vision();
+  }
+  // out (n) = act(inp (n)) (quick_gelu or exact GELU); dinp (n) = dout * act'(inp).
+  virtual void activation_forward(A* /*out*/, const A* /*inp*/, size_t /*n*/,
+                                  kernels::Activation /*act*/) {
+    no_vision();
+  }
+  virtual void activation_backward(A* /*dinp*/, const A* /*inp*/, const A* /*dout*/, size_t /*n*/,
+                                   kernels::Activation /*act*/) {
+    no_vision();
+  }
+
  protected:
   Ops() = default;
 
  private:
   [[noreturn]] static void no_moe() {
     throw std::logic_error("MoE ops called on an op list without them (GptModel::create refuses)");
+  }
+  [[noreturn]] static void no_vision() {
+    throw std::logic_error(
+        "vision ops called on an op list without them (VisionEncoder::create refuses)");
   }
   [[noreturn]] static void no_ring() {
     throw std::logic_error(

@@ -82,6 +82,27 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &m.moe_token_dropping},
       {"moe-layer-freq", "MoE: every Nth layer (0, N, 2N, ...) is an MoE layer; 1 means all",
        &m.moe_layer_freq},
+      {"vision-model-type", "clip: a LLaVA-style vision tower (docs/vision.md); empty: text only",
+       &o.vision_model_type},
+      {"vision-num-layers", "vision encoder: transformer layers", &o.vision.num_layers},
+      {"vision-hidden-size", "vision encoder: width", &o.vision.hidden_size},
+      {"vision-ffn-hidden-size", "vision encoder: MLP width; 0 means 4 * --vision-hidden-size",
+       &o.vision.ffn_hidden_size},
+      {"vision-num-attention-heads", "vision encoder: attention heads",
+       &o.vision.num_attention_heads},
+      {"patch-dim", "vision encoder: patch side in pixels", &o.vision.patch_dim},
+      {"img-h", "vision encoder: image height in pixels", &o.vision.img_h},
+      {"img-w", "vision encoder: image width in pixels", &o.vision.img_w},
+      {"num-channels", "vision encoder: image channels", &o.vision.num_channels},
+      {"disable-vision-class-token", "vision encoder: no class token (CLIP has one)",
+       &o.disable_vision_class_token},
+      {"vision-patch-bias", "vision encoder: a bias in the patch embedding (CLIP has none)",
+       &o.vision.patch_bias},
+      {"vision-select-layer",
+       "vision encoder: the hidden state fed to the projector (LLaVA's; -2 the penultimate layer)",
+       &o.vision.select_layer},
+      {"vision-projector-type", "mlp: LLaVA-1.5's Linear - GELU - Linear",
+       &o.vision.projector_type},
       {"micro-batch-size", "samples per micro-batch", &o.micro_batch_size},
       {"global-batch-size",
        "samples per iteration; 0 means --micro-batch-size x data-parallel size (Megatron)",
@@ -426,6 +447,14 @@ std::vector<std::string> TrainOptions::micro_batch_size_errors(const ModelConfig
   return errors;
 }
 
+VisionConfig TrainOptions::vision_config() const {
+  VisionConfig v = vision;
+  v.class_token = !disable_vision_class_token;
+  v.lm_hidden_size = model.hidden_size;
+  v.init_method_std = model.init_method_std;
+  return v;
+}
+
 std::vector<std::string> TrainOptions::validate(bool require_data) const {
   // A file-based tokenizer's vocabulary is known once train() loads it.
   ModelConfig known = model;
@@ -507,6 +536,15 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
                        "' is not an iteration number (1-based, a whole number)");
       break;
     }
+  }
+  if (!vision_model_type.empty()) {
+    if (vision_model_type != "clip")
+      errors.push_back("--vision-model-type '" + vision_model_type +
+                       "' is not supported; the one type is clip (docs/vision.md)");
+    for (std::string& e : vision_config().validate()) errors.push_back(std::move(e));
+    errors.push_back(
+        "--vision-model-type: lattice train does not train the vision tower yet (it is built "
+        "and tested against PyTorch, docs/vision.md); leave the flag out for a text model");
   }
   if (!(distributed_timeout_minutes >= 0))
     errors.push_back("--distributed-timeout-minutes must not be negative (0: wait for ever)");

@@ -231,6 +231,28 @@ void fill(S* x, size_t n, S value);
 template <typename S>
 void accumulate(S* acc, const S* x, size_t n);
 
+// ---- vision encoder (cpu/vision.cpp; engine/src/model/vision_encoder.cpp) ----
+// A ViT's patch embedding is a Conv2d with stride = kernel = P, i.e. im2col (a permutation, the
+// patches do not overlap) and a GEMM with the weight (OC, Cin P P) in PyTorch's (OC, Cin, P, P)
+// order. cols (B, (H / P) (W / P), Cin P P): row (b, py (W / P) + px), column (c P + ky) P + kx
+// = img (B, Cin, H, W)[b, c, py P + ky, px P + kx]. H and W are multiples of P.
+template <typename S>
+void patchify_forward(S* cols, const S* img, int B, int Cin, int H, int W, int P);
+// dimg (B, Cin, H, W) = the inverse permutation of dcols; written (every pixel is in one patch).
+template <typename S>
+void patchify_backward(S* dimg, const S* dcols, int B, int Cin, int H, int W, int P);
+
+// The vision tower's activations beside gelu_forward's tanh form: CLIP's quick_gelu
+// x sigmoid(1.702 x) (OpenAI CLIP, HF "quick_gelu") and the exact GELU x Phi(x) = 0.5 x (1 +
+// erf(x / sqrt 2)) (torch.nn.GELU(), LLaVA-1.5's projector).
+enum class Activation { kQuickGelu, kGeluErf };
+// out (n) = act(inp (n)); may alias.
+template <typename S>
+void activation_forward(S* out, const S* inp, size_t n, Activation act);
+// dinp (n) = dout * act'(inp); dinp may alias dout, not inp.
+template <typename S>
+void activation_backward(S* dinp, const S* inp, const S* dout, size_t n, Activation act);
+
 // The target of a row that carries no loss and no gradient (Megatron's loss_mask 0, PyTorch's
 // ignore_index): every cross-entropy below writes loss 0 and a zero dlogits row for it.
 constexpr int32_t kIgnoreIndex = -1;

@@ -1,0 +1,41 @@
+// The vision tower of a LLaVA-style model (issue 27): a CLIP-style ViT encoder and the
+// LLaVA-1.5 MLP projector into the language model's hidden size. Flag names are Megatron's
+// (--img-h, --img-w, --patch-dim, --disable-vision-class-token) and LLaVA's
+// (--vision-select-layer, --vision-projector-type); docs/vision.md describes the model.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lattice {
+
+struct VisionConfig {
+  int num_layers = 2;           // --vision-num-layers (L)
+  int hidden_size = 32;         // --vision-hidden-size (C, the encoder's width)
+  int ffn_hidden_size = 0;      // --vision-ffn-hidden-size (F); 0 means 4 * hidden
+  int num_attention_heads = 2;  // --vision-num-attention-heads (NH)
+  int patch_dim = 8;            // --patch-dim (P): the patch side in pixels
+  int img_h = 32;               // --img-h (pixels)
+  int img_w = 32;               // --img-w
+  int num_channels = 3;         // --num-channels
+  bool class_token = true;      // cleared by --disable-vision-class-token (CLIP has one)
+  bool patch_bias = false;      // --vision-patch-bias: CLIP's patch Conv2d has no bias
+  // --vision-select-layer: which hidden state feeds the projector, as LLaVA's
+  // mm_vision_select_layer over HF CLIP's hidden_states (index 0: the pre-LayerNorm's output,
+  // i: layer i's output; negative counts from the end, -1 = the last layer). Layers past it are
+  // not run. LLaVA's default -2: the penultimate layer's output.
+  int select_layer = -2;
+  std::string projector_type = "mlp";  // --vision-projector-type: "mlp" (Linear-GELU-Linear)
+  int lm_hidden_size = 64;             // the language model's --hidden-size (H)
+  float init_method_std = 0.02f;       // as the language model's --init-method-std
+
+  int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int patches() const { return (img_h / patch_dim) * (img_w / patch_dim); }  // Np
+  int seq_length() const { return patches() + (class_token ? 1 : 0); }       // T
+  // The layers the forward runs: the selected hidden state's index in [0, L].
+  int layers_run() const { return select_layer < 0 ? num_layers + 1 + select_layer : select_layer; }
+  // Every violated rule, one sentence each naming the flag.
+  std::vector<std::string> validate() const;
+};
+
+}  // namespace lattice

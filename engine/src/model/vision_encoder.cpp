@@ -1,0 +1,344 @@
+// VisionEncoder (vision_encoder.h): the parameters, memory and the ViT encoder's forward and
+// backward; the projector is vision_projector.cpp's. Shapes: B images of Cin x img_h x img_w,
+// Np patches of K = Cin P P pixels, T = Np (+ 1 class token) rows of width C per image, N = B T.
+//
+// Note [bidirectional attention]: a ViT's attention is not causal: every patch sees every
+// patch. The op list's block attention (attention_block_forward/backward, the ring's kernels)
+// lets query i see key j when k_pos[j] <= q_pos[i]; with k_pos = 0 .. T - 1 and q_pos[i] = T - 1
+// for every row, every key is visible, so one block over the whole sequence is full softmax
+// attention (out, lse) and its backward (delta = rowsum(dout * out), then the block's
+// gradients, the keys' and values' unpacked into dqkv). The CPU's float and double lists and
+// CUDA's float list have these ops; no new attention kernel is needed.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "model/vision_encoder.h"
+
+namespace lattice {
+
+template <typename A>
+VisionEncoder<A>::VisionEncoder(const VisionConfig& config, int batch, Device& device, Ops<A>& ops)
+    : config_(config), device_(device), ops_(ops), blocks_(device) {
+  B_ = batch;
+  Cin_ = config.num_channels;
+  Np_ = config.patches();
+  T_ = config.seq_length();
+  C_ = config.hidden_size;
+  NH_ = config.num_attention_heads;
+  HS_ = C_ / NH_;
+  F_ = config.ffn();
+  H_ = config.lm_hidden_size;
+  K_ = Cin_ * config.patch_dim * config.patch_dim;
+  L_ = config.num_layers;
+  Lrun_ = config.layers_run();
+  N_ = static_cast<size_t>(B_) * T_;
+  const int64_t C = C_, T = T_;
+  const std::string emb = "vision_model.embeddings.";
+  patch_w_ = static_cast<int>(tensors_.size());
+  add_tensor(emb + "patch_embedding.weight", {C, Cin_, config.patch_dim, config.patch_dim}, true);
+  if (config.patch_bias) {
+    patch_b_ = static_cast<int>(tensors_.size());
+    add_tensor(emb + "patch_embedding.bias", {C}, false);
+  }
+  if (config.class_token) {
+    cls_ = static_cast<int>(tensors_.size());
+    add_tensor(emb + "class_embedding", {C}, true);
+  }
+  pos_ = static_cast<int>(tensors_.size());
+  add_tensor(emb + "position_embedding.weight", {T, C}, true);
+  pre_w_ = static_cast<int>(tensors_.size());
+  add_tensor("vision_model.pre_layrnorm.weight", {C}, false);  // HF CLIP's spelling
+  pre_b_ = static_cast<int>(tensors_.size());
+  add_tensor("vision_model.pre_layrnorm.bias", {C}, false);
+  first_layer_ = static_cast<int>(tensors_.size());
+  for (int l = 0; l < L_; l++) {
+    const std::string p = "vision_model.encoder.layers." + std::to_string(l) + ".";
+    add_tensor(p + "layer_norm1.weight", {C}, false);
+    add_tensor(p + "layer_norm1.bias", {C}, false);
+    add_tensor(p + "self_attn.qkv_proj.weight", {3 * C, C}, true);
+    add_tensor(p + "self_attn.qkv_proj.bias", {3 * C}, false);
+    add_tensor(p + "self_attn.out_proj.weight", {C, C}, true);
+    add_tensor(p + "self_attn.out_proj.bias", {C}, false);
+    add_tensor(p + "layer_norm2.weight", {C}, false);
+    add_tensor(p + "layer_norm2.bias", {C}, false);
+    add_tensor(p + "mlp.fc1.weight", {F_, C}, true);
+    add_tensor(p + "mlp.fc1.bias", {F_}, false);
+    add_tensor(p + "mlp.fc2.weight", {C, F_}, true);
+    add_tensor(p + "mlp.fc2.bias", {C}, false);
+  }
+  const std::string pr = "multi_modal_projector.";
+  proj1_w_ = static_cast<int>(tensors_.size());
+  add_tensor(pr + "linear_1.weight", {H_, C}, true);
+  proj1_b_ = static_cast<int>(tensors_.size());
+  add_tensor(pr + "linear_1.bias", {H_}, false);
+  proj2_w_ = static_cast<int>(tensors_.size());
+  add_tensor(pr + "linear_2.weight", {H_, H_}, true);
+  proj2_b_ = static_cast<int>(tensors_.size());
+  add_tensor(pr + "linear_2.bias", {H_}, false);
+}
+
+template <typename A>
+void VisionEncoder<A>::add_tensor(const std::string& name, std::vector<int64_t> shape, bool decay) {
+  ParamTensor t;
+  t.name = name;
+  t.numel = 1;
+  for (int64_t d : shape) t.numel *= static_cast<size_t>(d);
+  t.shape = shape;
+  t.global_shape = std::move(shape);
+  t.offset = num_params_;
+  t.decay = decay;
+  num_params_ += t.numel;
+  tensors_.push_back(std::move(t));
+}
+
+template <typename A>
+VisionLayerParams<A> VisionEncoder<A>::layer(A* arena, int l) const {
+  const int i = first_layer_ + 12 * l;
+  return {tensor(arena, i),     tensor(arena, i + 1), tensor(arena, i + 2),  tensor(arena, i + 3),
+          tensor(arena, i + 4), tensor(arena, i + 5), tensor(arena, i + 6),  tensor(arena, i + 7),
+          tensor(arena, i + 8), tensor(arena, i + 9), tensor(arena, i + 10), tensor(arena, i + 11)};
+}
+
+template <typename A>
+Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionConfig& config,
+                                                                   int batch, Device& device) {
+  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>,
+                "the vision tower runs in float or double (the block attention's types)");
+  if (const std::vector<std::string> errors = config.validate(); !errors.empty()) {
+    std::string all;
+    for (const std::string& e : errors) all += (all.empty() ? "" : " ") + e;
+    return Status::invalid_argument(all);
+  }
+  if (batch <= 0)
+    return Status::invalid_argument("the vision encoder's batch " + std::to_string(batch) +
+                                    " must be positive.");
+  Ops<A>* ops = device.ops<A>();
+  if (!ops || !ops->has_vision() || !ops->has_ring_attention())
+    return Status::invalid_argument(
+        "the vision encoder needs the vision ops (patchify, quick_gelu, exact GELU) and the block "
+        "attention, which " +
+        device.describe() + "'s op list for this compute type lacks; run it on the CPU for now.");
+  std::unique_ptr<VisionEncoder> e(new VisionEncoder(config, batch, device, *ops));
+  if (Status s = e->allocate(); !s) return s;
+  return e;
+}
+
+template <typename A>
+Status VisionEncoder<A>::allocate() {
+  const size_t N = N_, C = C_, M = static_cast<size_t>(B_) * Np_, R = Lrun_;
+  const auto W = MemoryCategory::kWeights, Gr = MemoryCategory::kGrads,
+             Ac = MemoryCategory::kActivations, Ws = MemoryCategory::kWorkspace;
+  params_ = blocks_.take<A>(num_params_, W);
+  grads_ = blocks_.take<A>(num_params_, Gr);
+  cols_ = blocks_.take<A>(M * K_, Ac);
+  x0_ = blocks_.take<A>(N * C, Ac);
+  patch_out_ = config_.class_token ? blocks_.take<A>(M * C, Ac) : x0_;
+  pre_mean_ = blocks_.take<A>(2 * N, Ac);
+  pre_rstd_ = pre_mean_ + N;
+  hidden_ = blocks_.take<A>((R + 1) * N * C, Ac);
+  ln1_ = blocks_.take<A>(R * N * C, Ac);
+  ln1_stats_ = blocks_.take<A>(R * 2 * N, Ac);
+  qkv_ = blocks_.take<A>(R * N * 3 * C, Ac);
+  atty_ = blocks_.take<A>(R * N * C, Ac);
+  lse_ = blocks_.take<A>(R * N * NH_, Ac);
+  res_mid_ = blocks_.take<A>(R * N * C, Ac);
+  ln2_ = blocks_.take<A>(R * N * C, Ac);
+  ln2_stats_ = blocks_.take<A>(R * 2 * N, Ac);
+  fc1_ = blocks_.take<A>(R * N * F_, Ac);
+  act_ = blocks_.take<A>(R * N * F_, Ac);
+  features_ = config_.class_token ? blocks_.take<A>(M * C, Ac) : hidden_ + R * N * C;
+  p1_ = blocks_.take<A>(M * H_, Ac);
+  p1_act_ = blocks_.take<A>(M * H_, Ac);
+  out_ = blocks_.take<A>(M * H_, Ac);
+  kv_ = blocks_.take<A>(N * 2 * C, Ws);
+  d_kv_ = blocks_.take<A>(N * 2 * C, Ws);
+  delta_ = blocks_.take<A>(N * NH_, Ws);
+  workspace_ = blocks_.take<A>(ops_.attention_block_workspace_elems(B_, NH_, T_, T_, HS_), Ws);
+  q_pos_ = blocks_.take<int32_t>(2 * static_cast<size_t>(T_), Ws);
+  k_pos_ = q_pos_ + T_;
+  d_h_ = blocks_.take<A>(N * C, Ws);
+  d_c_ = blocks_.take<A>(N * C, Ws);
+  d_c2_ = blocks_.take<A>(N * C, Ws);
+  d_f_ = blocks_.take<A>(N * std::max<size_t>(F_, 3 * C), Ws);
+  d_p_ = blocks_.take<A>(M * std::max<size_t>(H_, K_), Ws);  // also the patches' gradient
+  if (Status s = blocks_.status(); !s) return s;
+  std::vector<int32_t> pos(2 * static_cast<size_t>(T_), T_ - 1);  // Note [bidirectional attention]
+  for (int t = 0; t < T_; t++) pos[T_ + t] = t;
+  device_.copy(q_pos_, pos.data(), pos.size() * sizeof(int32_t), CopyKind::kHostToDevice,
+               compute());
+  device_.zero(params_, num_params_ * sizeof(A), compute());
+  zero_grads();
+  return device_.synchronize(compute());
+}
+
+template <typename A>
+void VisionEncoder<A>::zero_grads() {
+  device_.zero(grads_, num_params_ * sizeof(A), compute());
+}
+
+template <typename A>
+Status VisionEncoder<A>::init_weights(uint64_t seed) {
+  std::vector<A> host(num_params_);
+  for (size_t i = 0; i < tensors_.size(); i++) {
+    const ParamTensor& t = tensors_[i];
+    A* out = host.data() + t.offset;
+    const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = t.name.find("norm") != std::string::npos;
+    if (is_bias || is_norm) {
+      std::fill(out, out + t.numel, is_bias ? A(0) : A(1));
+      continue;
+    }
+    std::mt19937_64 rng(seed * 1000003u + i);
+    std::normal_distribution<double> normal(0.0, config_.init_method_std);
+    for (size_t j = 0; j < t.numel; j++) out[j] = static_cast<A>(normal(rng));
+  }
+  device_.copy(params_, host.data(), num_params_ * sizeof(A), CopyKind::kHostToDevice, compute());
+  return device_.synchronize(compute());
+}
+
+template <typename A>
+const A* VisionEncoder<A>::forward(const A* images) {
+  const int B = B_, T = T_, C = C_, M = B_ * Np_;
+  const size_t TC = static_cast<size_t>(T) * C;
+  images_ = images;
+  A* P = params_;
+  // Patch embedding: a stride = kernel = P convolution as im2col and one GEMM.
+  ops_.patchify_forward(cols_, images, B, Cin_, config_.img_h, config_.img_w, config_.patch_dim);
+  ops_.matmul_forward(patch_out_, nullptr, cols_, tensor(P, patch_w_), tensor(P, patch_b_), M, K_,
+                      C, Epilogue::kNone);
+  if (cls_ >= 0)  // row 0 of each image: the class embedding (added below); rows 1..: patches
+    for (int b = 0; b < B; b++) {
+      device_.zero(x0_ + b * TC, C * sizeof(A), compute());
+      device_.copy(x0_ + b * TC + C, patch_out_ + static_cast<size_t>(b) * Np_ * C,
+                   static_cast<size_t>(Np_) * C * sizeof(A), CopyKind::kDeviceToDevice, compute());
+      ops_.add_bias(x0_ + b * TC, tensor(P, cls_), 1, C);
+    }
+  ops_.add_bias(x0_, tensor(P, pos_), B, static_cast<int>(TC));  // positions, a (T C) bias
+  ops_.layernorm_forward(hidden_, pre_mean_, pre_rstd_, x0_, tensor(P, pre_w_), tensor(P, pre_b_),
+                         static_cast<int>(N_), C);
+  for (int l = 0; l < Lrun_; l++) layer_forward(l);
+  const A* selected = hidden_ + Lrun_ * N_ * C;
+  if (cls_ >= 0)  // LLaVA's "patch" features: the class token's row dropped
+    for (int b = 0; b < B; b++)
+      device_.copy(features_ + static_cast<size_t>(b) * Np_ * C, selected + b * TC + C,
+                   static_cast<size_t>(Np_) * C * sizeof(A), CopyKind::kDeviceToDevice, compute());
+  projector_forward();
+  return out_;
+}
+
+template <typename A>
+void VisionEncoder<A>::attention_forward(int l) {
+  const size_t N = N_, C = C_;
+  A* qkv = qkv_ + l * N * 3 * C;
+  A* atty = atty_ + l * N * C;
+  A* lse = lse_ + l * N * NH_;
+  ops_.fill(atty, N * C, A(0));
+  ops_.fill(lse, N * NH_, -std::numeric_limits<A>::infinity());
+  ops_.attention_kv_pack(kv_, qkv, N, NH_, NH_, HS_);
+  kernels::AttentionBlock block{B_, NH_, NH_, HS_, T_, 0, T_, T_, 0, T_, q_pos_, k_pos_, nullptr};
+  ops_.attention_block_forward(atty, lse, qkv, kv_, block, workspace_);
+}
+
+template <typename A>
+void VisionEncoder<A>::attention_backward(int l, A* d_qkv, const A* d_atty) {
+  const size_t N = N_, C = C_;
+  const A* qkv = qkv_ + l * N * 3 * C;
+  ops_.attention_row_dot(delta_, d_atty, atty_ + l * N * C, B_, T_, NH_, HS_);
+  ops_.fill(d_qkv, N * 3 * C, A(0));
+  ops_.fill(d_kv_, N * 2 * C, A(0));
+  ops_.attention_kv_pack(kv_, qkv, N, NH_, NH_, HS_);
+  kernels::AttentionBlock block{B_, NH_, NH_, HS_, T_, 0, T_, T_, 0, T_, q_pos_, k_pos_, nullptr};
+  ops_.attention_block_backward(d_qkv, d_kv_, d_atty, delta_, lse_ + l * N * NH_, qkv, kv_, block,
+                                workspace_);
+  ops_.attention_kv_unpack(d_qkv, d_kv_, N, NH_, NH_, HS_);
+}
+
+// Layer l (CLIP's pre-norm block): res_mid = h + proj(attention(qkv(ln1(h))));
+// h' = res_mid + fc2(quick_gelu(fc1(ln2(res_mid)))).
+template <typename A>
+void VisionEncoder<A>::layer_forward(int l) {
+  const int N = static_cast<int>(N_), C = C_, F = F_;
+  const size_t NC = N_ * C, NF = N_ * F;
+  const VisionLayerParams<A> w = layer(params_, l);
+  A* h = hidden_ + l * NC;
+  A* ln1 = ln1_ + l * NC;
+  A* s1 = ln1_stats_ + l * 2 * N_;
+  ops_.layernorm_forward(ln1, s1, s1 + N, h, w.ln1_w, w.ln1_b, N, C);
+  ops_.matmul_forward(qkv_ + l * N_ * 3 * C, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * C,
+                      Epilogue::kNone);
+  attention_forward(l);
+  A* proj_out = d_c_;  // scratch until the backward
+  ops_.matmul_forward(proj_out, nullptr, atty_ + l * NC, w.proj_w, w.proj_b, N, C, C,
+                      Epilogue::kNone);
+  A* s2 = ln2_stats_ + l * 2 * N_;
+  ops_.residual_layernorm_forward(res_mid_ + l * NC, ln2_ + l * NC, s2, s2 + N, h, proj_out,
+                                  w.ln2_w, w.ln2_b, N, C);
+  ops_.matmul_forward(fc1_ + l * NF, nullptr, ln2_ + l * NC, w.fc1_w, w.fc1_b, N, C, F,
+                      Epilogue::kNone);
+  ops_.activation_forward(act_ + l * NF, fc1_ + l * NF, NF, kernels::Activation::kQuickGelu);
+  A* next = h + NC;
+  ops_.matmul_forward(next, nullptr, act_ + l * NF, w.fc2_w, w.fc2_b, N, F, C, Epilogue::kNone);
+  ops_.accumulate(next, res_mid_ + l * NC, NC);
+}
+
+// d_h_ holds d h' on entry and d h on return.
+template <typename A>
+void VisionEncoder<A>::layer_backward(int l) {
+  const int N = static_cast<int>(N_), C = C_, F = F_;
+  const size_t NC = N_ * C, NF = N_ * F;
+  const VisionLayerParams<A> w = layer(params_, l);
+  const VisionLayerParams<A> g = layer(grads_, l);
+  // MLP block: d res_mid = d h' + the branch's gradient through ln2 (layernorm_backward's +=).
+  ops_.matmul_backward(d_f_, g.fc2_w, g.fc2_b, d_h_, act_ + l * NF, w.fc2_w, N, F, C);
+  ops_.activation_backward(d_f_, fc1_ + l * NF, d_f_, NF, kernels::Activation::kQuickGelu);
+  ops_.matmul_backward(d_c_, g.fc1_w, g.fc1_b, d_f_, ln2_ + l * NC, w.fc1_w, N, C, F);
+  const A* s2 = ln2_stats_ + l * 2 * N_;
+  ops_.layernorm_backward(d_h_, g.ln2_w, g.ln2_b, d_c_, res_mid_ + l * NC, w.ln2_w, s2, s2 + N, N,
+                          C);
+  // Attention block: d h = d res_mid + the branch's gradient through ln1.
+  ops_.matmul_backward(d_c_, g.proj_w, g.proj_b, d_h_, atty_ + l * NC, w.proj_w, N, C, C);
+  attention_backward(l, d_f_, d_c_);
+  ops_.matmul_backward(d_c2_, g.qkv_w, g.qkv_b, d_f_, ln1_ + l * NC, w.qkv_w, N, C, 3 * C);
+  const A* s1 = ln1_stats_ + l * 2 * N_;
+  ops_.layernorm_backward(d_h_, g.ln1_w, g.ln1_b, d_c2_, hidden_ + l * NC, w.ln1_w, s1, s1 + N, N,
+                          C);
+}
+
+template <typename A>
+void VisionEncoder<A>::backward(const A* d_out, A* d_images) {
+  const int B = B_, T = T_, C = C_, M = B_ * Np_;
+  const size_t TC = static_cast<size_t>(T) * C, NC = N_ * C;
+  A* P = params_;
+  A* Gr = grads_;
+  projector_backward(d_out);  // d_h_ = d of the selected hidden state
+  for (int l = Lrun_ - 1; l >= 0; l--) layer_backward(l);
+  device_.zero(d_c_, NC * sizeof(A), compute());  // d x0 (layernorm_backward adds)
+  ops_.layernorm_backward(d_c_, tensor(Gr, pre_w_), tensor(Gr, pre_b_), d_h_, x0_,
+                          tensor(P, pre_w_), pre_mean_, pre_rstd_, static_cast<int>(N_), C);
+  // The positions' gradient: d x0 summed over the images; the class embedding's: row 0's.
+  ops_.matmul_backward(nullptr, nullptr, tensor(Gr, pos_), d_c_, nullptr, nullptr, B, 0,
+                       static_cast<int>(TC));
+  const A* d_patch = d_c_;
+  if (cls_ >= 0) {
+    for (int b = 0; b < B; b++) {
+      ops_.matmul_backward(nullptr, nullptr, tensor(Gr, cls_), d_c_ + b * TC, nullptr, nullptr, 1,
+                           0, C);
+      device_.copy(d_c2_ + static_cast<size_t>(b) * Np_ * C, d_c_ + b * TC + C,
+                   static_cast<size_t>(Np_) * C * sizeof(A), CopyKind::kDeviceToDevice, compute());
+    }
+    d_patch = d_c2_;
+  }
+  A* d_cols = d_images ? d_p_ : nullptr;
+  ops_.matmul_backward(d_cols, tensor(Gr, patch_w_), tensor(Gr, patch_b_), d_patch, cols_,
+                       tensor(P, patch_w_), M, K_, C);
+  if (d_images)
+    ops_.patchify_backward(d_images, d_cols, B, Cin_, config_.img_h, config_.img_w,
+                           config_.patch_dim);
+}
+
+template class VisionEncoder<float>;
+template class VisionEncoder<double>;
+
+}  // namespace lattice

@@ -1,0 +1,138 @@
+// VisionEncoder: the vision tower of a LLaVA-style model (issue 27) over a device's op list: a
+// CLIP-style ViT (patch embedding as im2col + GEMM, class token, learned positions, the
+// pre-LayerNorm, pre-norm transformer layers with bidirectional attention and a quick_gelu MLP)
+// and LLaVA-1.5's MLP projector (Linear - exact GELU - Linear) into the language model's width.
+// Forward and backward of one batch of images, parameter gradients accumulated. Non-goals for
+// now: tensor or pipeline parallelism, dropout, 16-bit compute, and splicing the projected tokens
+// into the language model's sequence (docs/vision.md lists what is left).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "device/device_blocks.h"
+#include "device/ops.h"
+#include "lattice/status.h"
+#include "lattice/vision_config.h"
+#include "model/param_layout.h"
+
+namespace lattice {
+
+// One layer's parameters (pointers into an arena of parameters or gradients).
+template <typename X>
+struct VisionLayerParams {
+  X* ln1_w;   // (C)
+  X* ln1_b;   // (C)
+  X* qkv_w;   // (3C, C), rows in kernels.h's grouped layout: head h's [q | k | v], HS rows each
+  X* qkv_b;   // (3C)
+  X* proj_w;  // (C, C)
+  X* proj_b;  // (C)
+  X* ln2_w;   // (C)
+  X* ln2_b;   // (C)
+  X* fc1_w;   // (F, C)
+  X* fc1_b;   // (F)
+  X* fc2_w;   // (C, F)
+  X* fc2_b;   // (C)
+};
+
+// A: float or double (the op lists that have the attention block ops and the vision ops).
+template <typename A>
+class VisionEncoder {
+ public:
+  // The tower for batches of `batch` images on `device`. Errors: a config that validate()
+  // refuses, a device whose op list for A lacks the ops (the CUDA backend has no vision ops
+  // yet), out of memory.
+  static Result<std::unique_ptr<VisionEncoder>> create(const VisionConfig& config, int batch,
+                                                       Device& device);
+
+  const VisionConfig& config() const { return config_; }
+  // Every tensor, HF CLIP / LLaVA names ("vision_model.encoder.layers.0.mlp.fc1.weight",
+  // "multi_modal_projector.linear_1.weight"), offsets into params() and grads().
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  size_t num_params() const { return num_params_; }
+  A* params() { return params_; }  // (num_params) device memory
+  A* grads() { return grads_; }    // (num_params) device memory
+  void zero_grads();
+  // normal(0, init_method_std) matrices and embeddings, zero biases, unit norm weights, from
+  // `seed` (as init_weights.cpp's rule; output projections not rescaled). Waits.
+  Status init_weights(uint64_t seed);
+
+  int tokens() const { return B_ * Np_; }  // rows of the output: B images x Np patches
+  // out (B, Np, H) = projector(encoder(images (B, Cin, img_h, img_w))), device memory that
+  // stays valid until the next forward; the activations are kept for backward().
+  const A* forward(const A* images);
+  // Given d_out (B, Np, H): parameter gradients += (layers past --vision-select-layer get none);
+  // d_images (B, Cin, img_h, img_w), when non-null, written.
+  void backward(const A* d_out, A* d_images);
+
+ private:
+  VisionEncoder(const VisionConfig& config, int batch, Device& device, Ops<A>& ops);
+  Status allocate();
+  void add_tensor(const std::string& name, std::vector<int64_t> shape, bool decay);
+  A* tensor(A* arena, int index) const {
+    return index < 0 ? nullptr : arena + tensors_[index].offset;
+  }
+  VisionLayerParams<A> layer(A* arena, int l) const;
+  void layer_forward(int l);
+  void layer_backward(int l);
+  void projector_forward();
+  void projector_backward(const A* d_out);
+  void attention_forward(int l);
+  void attention_backward(int l, A* d_qkv, const A* d_atty);
+  Stream& compute() { return device_.compute(); }
+
+  VisionConfig config_;
+  Device& device_;
+  Ops<A>& ops_;
+  int B_, Cin_, Np_, T_, C_, NH_, HS_, F_, H_, K_, L_, Lrun_;
+  size_t N_;  // B T rows of the encoder
+
+  std::vector<ParamTensor> tensors_;
+  size_t num_params_ = 0;
+  // Indices into tensors_: -1 where absent.
+  int patch_w_ = -1, patch_b_ = -1, cls_ = -1, pos_ = -1, pre_w_ = -1, pre_b_ = -1;
+  int first_layer_ = -1, proj1_w_ = -1, proj1_b_ = -1, proj2_w_ = -1, proj2_b_ = -1;
+
+  DeviceBlocks blocks_;
+  A* params_ = nullptr;  // (num_params)
+  A* grads_ = nullptr;   // (num_params)
+  // Activations of the last forward.
+  const A* images_ = nullptr;  // (B, Cin, img_h, img_w) the caller's
+  A* cols_ = nullptr;          // (B Np, K) the patches, K = Cin P P
+  A* patch_out_ = nullptr;     // (B Np, C) the patch GEMM's output (with a class token)
+  A* x0_ = nullptr;            // (B, T, C) embeddings: patches (and class) + positions
+  A* pre_mean_ = nullptr;      // (N)
+  A* pre_rstd_ = nullptr;      // (N)
+  A* hidden_ = nullptr;        // (Lrun + 1, B, T, C) layer l's input; [Lrun] the selected state
+  A* ln1_ = nullptr;           // (Lrun, N, C)
+  A* ln1_stats_ = nullptr;     // (Lrun, 2, N) mean, rstd
+  A* qkv_ = nullptr;           // (Lrun, N, 3C)
+  A* atty_ = nullptr;          // (Lrun, N, C)
+  A* lse_ = nullptr;           // (Lrun, B, NH, T) the attention's log-sum-exp
+  A* res_mid_ = nullptr;       // (Lrun, N, C)
+  A* ln2_ = nullptr;           // (Lrun, N, C)
+  A* ln2_stats_ = nullptr;     // (Lrun, 2, N)
+  A* fc1_ = nullptr;           // (Lrun, N, F) before the activation
+  A* act_ = nullptr;           // (Lrun, N, F)
+  A* features_ = nullptr;      // (B Np, C) the selected state's patch rows
+  A* p1_ = nullptr;            // (B Np, H) the projector's first GEMM
+  A* p1_act_ = nullptr;        // (B Np, H)
+  A* out_ = nullptr;           // (B Np, H)
+  // Scratch of both directions.
+  A* kv_ = nullptr;           // (N, 2C) the keys and values packed (attention_kv_pack)
+  A* d_kv_ = nullptr;         // (N, 2C)
+  A* delta_ = nullptr;        // (B, NH, T)
+  A* workspace_ = nullptr;    // attention_block_workspace_elems
+  int32_t* q_pos_ = nullptr;  // (T) all T - 1: every key visible (Note [bidirectional attention])
+  int32_t* k_pos_ = nullptr;  // (T) 0 .. T - 1
+  A* d_h_ = nullptr;          // (N, C) the residual stream's gradient
+  A* d_c_ = nullptr;          // (N, C) a LayerNorm input's gradient / scratch
+  A* d_c2_ = nullptr;         // (N, C) scratch
+  A* d_f_ = nullptr;          // (N, max(F, 3C, H)) scratch
+  A* d_p_ = nullptr;          // (B Np, H) scratch
+};
+
+}  // namespace lattice
