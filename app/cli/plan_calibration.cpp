@@ -68,7 +68,9 @@ int calibrate_from_run(const CalibrateRequest& r) {
     print_error(kCommand, "--calibrate " + r.run + ": " + fitted.status().message());
     return 1;
   }
-  const std::string path = r.file.empty() ? calibration_path(fitted->device_key) : r.file;
+  fitted->cluster_name = r.cluster_name;
+  const std::string path =
+      r.file.empty() ? calibration_path(fitted->device_key, r.cluster_name) : r.file;
   if (Status s = save_calibration(path, *fitted); !s) {
     print_error(kCommand, s.message());
     return 1;
@@ -81,17 +83,28 @@ int calibrate_from_run(const CalibrateRequest& r) {
             << probe->timed_steps << " timed iterations)\n";
   for (const std::string& line : calibration_lines(*fitted)) std::cout << "  " << line << "\n";
   std::cout << "saved to " << path << "; `lattice plan` and `--suggest` on --device "
-            << fitted->device_key << " use it (--no-calibration: the defaults)\n";
+            << fitted->device_key
+            << (r.cluster_name.empty() ? std::string() : " with --cluster-name " + r.cluster_name)
+            << " use it (--no-calibration: the defaults)\n";
   return 0;
 }
 
 std::string use_saved_calibration(ClusterSpec& cluster, const std::string& file,
+                                  const std::string& cluster_name,
                                   std::vector<std::string>& errors) {
-  const std::string path = file.empty() ? calibration_path(cluster.device.key) : file;
-  Result<std::optional<Calibration>> saved = load_calibration(path);
-  if (!saved) {
-    errors.push_back(saved.status().message());
-    return "";
+  const std::vector<std::string> paths =
+      file.empty() ? calibration_search_paths(cluster.device.key, cluster_name)
+                   : std::vector<std::string>{file};
+  std::string path;
+  Result<std::optional<Calibration>> saved = std::optional<Calibration>();
+  for (const std::string& candidate : paths) {  // the first file that exists
+    path = candidate;
+    saved = load_calibration(path);
+    if (!saved) {
+      errors.push_back(saved.status().message());
+      return "";
+    }
+    if (*saved) break;
   }
   if (!*saved) {
     if (!file.empty()) errors.push_back("--calibration " + file + " does not exist");
@@ -108,7 +121,12 @@ std::string use_saved_calibration(ClusterSpec& cluster, const std::string& file,
   std::snprintf(buf, sizeof buf, "efficiency %.3g, links %.3g / %.3g GB/s, memory %.3g GB/s",
                 cluster.compute_efficiency, cluster.device.intra_node_bandwidth / 1e9,
                 cluster.device.inter_node_bandwidth / 1e9, cluster.device.memory_bandwidth / 1e9);
-  return "calibrated from run " + c.probe_run + " (" + path + "): " + buf;
+  // A plan that names its cluster says when it fell back to the device's file.
+  const std::string fallback =
+      !cluster_name.empty() && file.empty() && c.cluster_name != cluster_name
+          ? "; no calibration of cluster " + cluster_name + " is saved, the device's is used"
+          : "";
+  return "calibrated from run " + c.probe_run + " (" + path + "): " + buf + fallback;
 }
 
 }  // namespace lattice::cli

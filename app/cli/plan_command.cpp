@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "lattice/calibration.h"
 #include "lattice/flags.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
@@ -85,10 +86,11 @@ struct PlanFlags {
   double efficiency = 0.5;
   double headroom = 0.05;
   bool json = false, help = false;
-  int suggest = 0;          // candidates to print; 0: no search
-  std::string calibrate;    // a probe run to fit the planner's rates to (id or name)
-  std::string db;           // the run store --calibrate reads; empty: the default
-  std::string calibration;  // the calibration file; empty: the device profile's
+  int suggest = 0;           // candidates to print; 0: no search
+  std::string calibrate;     // a probe run to fit the planner's rates to (id or name)
+  std::string db;            // the run store --calibrate reads; empty: the default
+  std::string calibration;   // the calibration file; empty: the device profile's
+  std::string cluster_name;  // the cluster's own calibration (Note [calibration per cluster])
   bool no_calibration = false;
   std::vector<std::string> train_args;
 };
@@ -114,6 +116,10 @@ std::vector<FlagSpec> plan_flag_specs(PlanFlags& f) {
       {"calibration",
        "calibration file to write or use; default <data dir>/calibration/<device>.json",
        &f.calibration},
+      {"cluster-name",
+       "the cluster: --calibrate saves <data dir>/calibration/<name>/<device>.json, a plan "
+       "takes that file before the device's",
+       &f.cluster_name},
       {"no-calibration", "estimate with the default rates even where a calibration is saved",
        &f.no_calibration},
   };
@@ -123,7 +129,8 @@ std::string usage() {
   PlanFlags defaults;
   return "usage: lattice plan [--world-size N | --nodes N --devices-per-node N] [--device D]\n"
          "                    [--suggest [N]] [--json] [--config run.json] [train flags]\n"
-         "       lattice plan --calibrate RUN [--db runs.sqlite] [--device D] [--calibration F]\n\n"
+         "       lattice plan --calibrate RUN [--db runs.sqlite] [--device D] [--cluster-name C]\n"
+         "                    [--calibration F]\n\n"
          "Checks a tensor x context x expert x data x pipeline parallel layout against\n"
          "`lattice train`'s flags (context and expert parallelism: the layout only for now),\n"
          "estimates the memory of one rank of every pipeline stage and the time of one step on\n"
@@ -577,6 +584,9 @@ int plan_command(const std::vector<std::string>& args) {
     return 2;
   }
   TrainOptions& o = *parsed;
+  if (!flags.cluster_name.empty())
+    if (std::string why = check_cluster_name(flags.cluster_name); !why.empty())
+      errors.push_back("--cluster-name: " + why);
   if (!flags.calibrate.empty()) {
     if (!errors.empty()) {
       for (const std::string& e : errors) print_error(kCommand, e);
@@ -590,6 +600,7 @@ int plan_command(const std::vector<std::string>& args) {
     request.peak_gflops = flags.peak_gflops;
     request.efficiency = flags.efficiency;
     request.file = flags.calibration;
+    request.cluster_name = flags.cluster_name;
     request.json = flags.json;
     if (!flags.train_args.empty()) request.planned = o;
     request.world =
@@ -614,7 +625,7 @@ int plan_command(const std::vector<std::string>& args) {
   if (errors.empty()) resolve_device(flags, o, cluster, errors);
   std::string calibrated;  // the sentence naming the calibration in use
   if (errors.empty() && !flags.no_calibration)
-    calibrated = use_saved_calibration(cluster, flags.calibration, errors);
+    calibrated = use_saved_calibration(cluster, flags.calibration, flags.cluster_name, errors);
   o.device = engine_device(cluster.device);  // the memory estimate's attention term
   if (!errors.empty()) {
     for (const std::string& e : errors) print_error(kCommand, e);

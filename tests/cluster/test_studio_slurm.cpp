@@ -2,8 +2,10 @@
 // always stops it): a tiny plan of 2 ranks is submitted from the Studio (offscreen), followed
 // to completion, merged into the local store, and its losses equal, bit for bit, those of the
 // same flags run directly under mpirun -n 2; Stop on a running job cancels it with scancel,
-// and the run arrives in the local store as killed with a checkpoint saved. Skipped (not
-// passed) where no cluster can start: not root, or Slurm not installed.
+// and the run arrives in the local store as killed with a checkpoint saved; the Plan view's
+// Calibrate probes on the same target, imports the job's store and saves the fit for the
+// plan's named cluster. Skipped (not passed) where no cluster can start: not root, or Slurm
+// not installed.
 #include <QApplication>
 #include <QFileInfo>
 #include <QPlainTextEdit>
@@ -15,10 +17,12 @@
 
 #include "common/process.h"
 #include "common/studio_plans.h"
+#include "lattice/calibration.h"
 #include "lattice/storage/run_store.h"
 #include "launch/launch_command.h"
 #include "launch/launch_form.h"
 #include "launch/launch_view.h"
+#include "plan/calibrate_dialog.h"
 #include "plan/plan_model.h"
 
 using namespace lattice;
@@ -175,6 +179,49 @@ class TestStudioSlurm : public QObject {
     QCOMPARE(QString(storage::run_status_name(run->status)), QString("killed"));
     QVERIFY2(QFileInfo::exists(dir.filePath("job/checkpoints/latest_checkpointed_iteration.txt")),
              "the cancelled job saved a checkpoint");
+  }
+
+  // Calibrate on the cluster: the Launch view's Slurm settings submit the probe as a job (its
+  // output directory under theirs), the dialog follows it, merges the job's store into the
+  // local one and fits the probe from there, saved for the plan's cluster "slurm-lab".
+  void calibrateProbesOnTheSlurmTarget() {
+    QTemporaryDir dir;
+    qputenv("LATTICE_DATA_DIR", dir.path().toUtf8());  // the calibration file lands here
+    PlanModel model;
+    lattice::testing::tinyTwoRankPlan(model);
+    model.edit("name", [](Plan& p) { p.cluster.name = "slurm-lab"; });
+    QVERIFY(model.isValid());
+    const double before = model.analysis().step->total_s;
+    CalibrateDialog dialog(&model);
+    dialog.setEnvironment(clusterEnvironment(dir.path()));
+    dialog.setDatabase(dir.filePath("home.sqlite"));
+    dialog.setLaunchSettings(slurmSettings("launch-view-run", dir.filePath("jobs"), 6));
+    dialog.setTarget(CalibrateDialog::Target::kCluster);
+    QSignalSpy fitted(&dialog, &CalibrateDialog::fitted);
+    QSignalSpy failed(&dialog, &CalibrateDialog::failed);
+    dialog.startProbe();
+    QTRY_VERIFY_WITH_TIMEOUT(fitted.count() + failed.count() > 0, 180000);
+    const QString log = dialog.findChild<QPlainTextEdit*>()->toPlainText();
+    QVERIFY2(fitted.count() == 1, qPrintable(dialog.statusText() + "\n" + log.right(3000)));
+    QVERIFY2(log.contains("submitted batch job") && log.contains("Imported the job's runs into"),
+             qPrintable(log.right(3000)));
+    const QString probe = dialog.probeRunName();
+    QVERIFY(QFileInfo::exists(dir.filePath("jobs/" + probe + "/runs.sqlite")));
+    {
+      Result<std::unique_ptr<storage::RunStore>> home =
+          storage::RunStore::open(dir.filePath("home.sqlite").toStdString());
+      QVERIFY(home);
+      QVERIFY2((*home)->find_run(probe.toStdString()), "the probe was imported");
+    }
+    const Calibration c = *dialog.calibration();
+    QCOMPARE(c.world, 2);
+    const std::optional<Calibration> saved =
+        load_calibration(dir.filePath("calibration/slurm-lab/cpu.json").toStdString()).value();
+    QVERIFY(saved.has_value());
+    QCOMPARE(QString::fromStdString(saved->probe_run), probe);
+    QCOMPARE(QString::fromStdString(saved->cluster_name), QString("slurm-lab"));
+    QVERIFY(model.analysis().calibrated);
+    QVERIFY(model.analysis().step->total_s != before);
   }
 
  private:

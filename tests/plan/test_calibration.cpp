@@ -2,7 +2,8 @@
 // under mpirun, its phase times read from the run store and fitted (Note [calibration fit] in
 // engine/src/plan/calibration.cpp); the calibrated step estimate reproduces the measured step
 // where the defaults do not, the saved file round-trips, `lattice plan --suggest` ranks with it
-// and says so, and the refusals name what the probe lacks.
+// and says so, a cluster's own file wins over the device's, and the refusals name what the
+// probe lacks.
 #include <QtTest/QtTest>
 
 #include <QJsonArray>
@@ -254,6 +255,54 @@ class CalibrationTest : public QObject {
           1e-6 * rate;
     }
     QVERIFY2(differs, "the calibrated ranking's rates equal the default ones");
+  }
+
+  // Per cluster (Note [calibration per cluster]): `--calibrate --cluster-name lab` saves
+  // calibration/lab/cpu.json, which records the cluster; `lattice plan --cluster-name lab` takes
+  // that file (its efficiency, edited here to tell the files apart, is the plan's) and names
+  // it; a cluster with no file of its own, or no name, takes the device's file, as files of
+  // earlier versions (no "cluster" field) are read; a name that cannot be a folder is refused.
+  void aClusterNamePicksTheClustersCalibration() {
+    testing::Run device = lattice({"plan", "--calibrate", "probe", "--db", db_});
+    QVERIFY2(device.exit_code == 0, qPrintable(text_of(device)));
+    testing::Run lab =
+        lattice({"plan", "--calibrate", "probe", "--db", db_, "--cluster-name", "lab"});
+    QVERIFY2(lab.exit_code == 0, qPrintable(text_of(lab)));
+    const QString labFile = dir_.filePath("calibration/lab/cpu.json");
+    QVERIFY2(lab.out.contains("saved to " + labFile) && lab.out.contains("--cluster-name lab"),
+             qPrintable(lab.out));
+    Calibration saved = load_calibration(labFile.toStdString()).value().value();
+    QCOMPARE(QString::fromStdString(saved.cluster_name), QString("lab"));
+    const Calibration deviceSaved =
+        load_calibration(dir_.filePath("calibration/cpu.json").toStdString()).value().value();
+    QVERIFY(deviceSaved.cluster_name.empty());
+    saved.compute_efficiency = 0.0123;
+    QVERIFY(save_calibration(labFile.toStdString(), saved));
+
+    const QStringList plan =
+        QStringList{"plan", "--world-size", "2", "--peak-gflops", "20", "--mock-data"} + kModel;
+    auto efficiency = [&](const QStringList& more) {
+      testing::Run r = lattice(plan + more + QStringList{"--json"});
+      if (r.exit_code != 0) return -1.0;
+      return QJsonDocument::fromJson(r.out.toUtf8())
+          .object()["cluster"]
+          .toObject()["compute_efficiency"]
+          .toDouble();
+    };
+    QCOMPARE(efficiency({"--cluster-name", "lab"}), 0.0123);
+    QCOMPARE(efficiency({"--cluster-name", "other"}), deviceSaved.compute_efficiency);
+    QCOMPARE(efficiency({}), deviceSaved.compute_efficiency);
+
+    testing::Run text = lattice(plan + QStringList{"--cluster-name", "lab"});
+    QVERIFY2(text.out.contains("(" + labFile + ")"), qPrintable(text_of(text)));
+    testing::Run other = lattice(plan + QStringList{"--cluster-name", "other"});
+    QVERIFY2(other.out.contains("(" + dir_.filePath("calibration/cpu.json") + ")") &&
+                 other.out.contains("no calibration of cluster other is saved"),
+             qPrintable(text_of(other)));
+    testing::Run bad = lattice(plan + QStringList{"--cluster-name", "a/b"});
+    QCOMPARE(bad.exit_code, 2);
+    QVERIFY2(bad.err.contains("--cluster-name: cluster name 'a/b' cannot name a folder"),
+             qPrintable(bad.err));
   }
 
   // Refusals, one sentence each: a run with one iteration has no step after its first; a probe

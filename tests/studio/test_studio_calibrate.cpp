@@ -2,8 +2,16 @@
 // Calibrate next to Suggest and fitting a prepared real run shows the fitted values beside the
 // defaults, saves them for the device, recalibrates the plan's estimate, and Suggest then ranks
 // with them; a run of another model is refused in words; and the dialog's own probe (a real
-// one-rank `lattice train --profile` through the Launch machinery) is fitted when it ends.
+// one-rank `lattice train --profile` through the Launch machinery) is fitted when it ends; on
+// the Launch view's cluster target (a hostfile of this machine under the real mpirun) the probe
+// runs there and its fit is saved for the plan's named cluster, which a plan of that name then
+// loads before the device's file.
+#include <unistd.h>
+
+#include <QComboBox>
+#include <QFile>
 #include <QLabel>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -180,6 +188,100 @@ class StudioCalibrate : public QObject {
     QCOMPARE(QString::fromStdString(dialog.calibration()->probe_run), dialog.probeRunName());
     QCOMPARE(dialog.calibration()->world, 1);
     QVERIFY(model.analysis().calibrated);
+  }
+
+  // Probe on the cluster: the target the Launch view holds (a hostfile naming this machine,
+  // 2 ranks) runs the probe through mpirun --hostfile; the fit is saved for the plan's cluster
+  // "lab" (calibration/lab/cpu.json, the device's file untouched), changes the estimate, and a
+  // plan named "lab" later loads it, while a plan with no name, or another, loads the device's.
+  void clusterProbeIsSavedForTheNamedCluster() {
+#ifndef LATTICE_MPIEXEC
+    QSKIP("built without MPI: the cluster probe runs under mpirun");
+#else
+    for (const QString& word : QString(LATTICE_MPI_ENV).split(' ', Qt::SkipEmptyParts))
+      qputenv(word.section('=', 0, 0).toUtf8(), word.section('=', 1).toUtf8());
+    Plan plan = planOf(kModel);
+    plan.cluster.devices_per_node = 2;
+    plan.cluster.name = "lab";
+    PlanModel model;
+    model.resetPlan(plan);
+    model.setCpuGflops(20);
+    QVERIFY(model.isValid());
+    const double before = model.analysis().step->total_s;
+    const QString deviceFile = dir_.filePath("calibration/cpu.json");
+    QFile device(deviceFile);
+    QVERIFY(device.open(QIODevice::ReadOnly));  // written by the slots above
+    const QByteArray deviceBefore = device.readAll();
+    device.close();
+
+    const QString hostfile = dir_.filePath("hosts");
+    QFile hosts(hostfile);
+    QVERIFY(hosts.open(QIODevice::WriteOnly));
+    hosts.write("localhost slots=2\n");
+    hosts.close();
+    LaunchSettings launch;
+    launch.target = launch::Target::kHostfile;
+    launch.hostfile = hostfile;
+    LaunchEnvironment env;
+    env.lattice = LATTICE_CLI_PATH;
+    env.mpirun = LATTICE_MPIEXEC;
+    env.cores = 2;
+    env.root = geteuid() == 0;
+    env.dataDir = dir_.path();
+    env.defaultDatabase = db_;
+
+    CalibrateDialog dialog(&model);
+    dialog.setEnvironment(env);
+    dialog.setDatabase(db_);
+    QComboBox* target = dialog.findChild<QComboBox*>("probe-target");
+    QVERIFY(target);
+    dialog.setTarget(CalibrateDialog::Target::kCluster);  // offered only with a cluster target
+    QCOMPARE(dialog.target(), CalibrateDialog::Target::kThisMachine);
+    dialog.setLaunchSettings(launch);
+    QVERIFY2(target->itemText(1).contains(hostfile), qPrintable(target->itemText(1)));
+    dialog.setTarget(CalibrateDialog::Target::kCluster);
+    QCOMPARE(dialog.target(), CalibrateDialog::Target::kCluster);
+    QSignalSpy fitted(&dialog, &CalibrateDialog::fitted);
+    QSignalSpy failed(&dialog, &CalibrateDialog::failed);
+    dialog.startProbe();
+    QVERIFY2(dialog.isProbing(), qPrintable(dialog.statusText()));
+    QTRY_VERIFY_WITH_TIMEOUT(fitted.count() + failed.count() > 0, 60000);
+    const QString log = dialog.findChild<QPlainTextEdit*>()->toPlainText();
+    QVERIFY2(fitted.count() == 1, qPrintable(dialog.statusText() + "\n" + log));
+    QVERIFY2(log.contains("--hostfile " + hostfile), qPrintable(log));
+
+    const Calibration c = *dialog.calibration();
+    QCOMPARE(QString::fromStdString(c.probe_run), dialog.probeRunName());
+    QCOMPARE(c.world, 2);
+    QCOMPARE(c.dp, 2);
+    QCOMPARE(QString::fromStdString(c.cluster_name), QString("lab"));
+    const QString labFile = dir_.filePath("calibration/lab/cpu.json");
+    QVERIFY2(dialog.statusText().contains(labFile), qPrintable(dialog.statusText()));
+    const std::optional<Calibration> saved = load_calibration(labFile.toStdString()).value();
+    QVERIFY(saved.has_value());
+    QCOMPARE(saved->probe_run, c.probe_run);
+    QVERIFY(device.open(QIODevice::ReadOnly));
+    QCOMPARE(device.readAll(), deviceBefore);
+    device.close();
+    QVERIFY(model.analysis().calibrated);
+    QCOMPARE(model.analysis().step->total_s, c.predicted_after_s);
+    QVERIFY(model.analysis().step->total_s != before);
+
+    // Saved calibrations: the cluster's own file first, else the device's.
+    const std::optional<Calibration> byDevice = load_calibration(deviceFile.toStdString()).value();
+    for (const auto& [name, probe] :
+         {std::pair{QString("lab"), c.probe_run}, std::pair{QString(), byDevice->probe_run},
+          std::pair{QString("other"), byDevice->probe_run}}) {
+      Plan named = plan;
+      named.cluster.name = name;
+      PlanModel later;
+      later.resetPlan(named);
+      later.setUseSavedCalibrations(true);
+      QVERIFY2(later.calibration().has_value(), qPrintable(name));
+      QCOMPARE(QString::fromStdString(later.calibration()->probe_run),
+               QString::fromStdString(probe));
+    }
+#endif
   }
 };
 

@@ -87,6 +87,7 @@ MainWindow::~MainWindow() {
 void MainWindow::createViews() {
   planView_ = new PlanView(model_, stack_);
   launchView_ = new LaunchView(model_, environment_, stack_);
+  planView_->setLaunchContext(environment_, [this] { return launchView_->form()->settings(); });
   dashboard_ = new DashboardView(stack_);
   history_ = new HistoryView(stack_);
   playground_ = new PlaygroundView(stack_);

@@ -19,6 +19,7 @@ void savePlan(QSettings& s, const Plan& plan) {
   s.beginGroup("plan");
   s.setValue("options", QString::fromStdString(train_options_json(plan.options)));
   const ClusterSettings& c = plan.cluster;
+  s.setValue("cluster_name", c.name);
   s.setValue("nodes", c.nodes);
   s.setValue("devices_per_node", c.devices_per_node);
   s.setValue("device", c.device);
@@ -36,6 +37,7 @@ std::optional<Plan> loadPlan(QSettings& s) {
   Plan plan;
   ClusterSettings& c = plan.cluster;
   const ClusterSettings d;
+  c.name = s.value("cluster_name", d.name).toString();
   c.nodes = s.value("nodes", d.nodes).toInt();
   c.devices_per_node = s.value("devices_per_node", d.devices_per_node).toInt();
   c.device = s.value("device", d.device).toString();

@@ -14,7 +14,6 @@
 #include <QPlainTextEdit>
 #include <QProcess>
 #include <QPushButton>
-#include <QRegularExpression>
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSplitter>
@@ -23,7 +22,7 @@
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
-#include "lattice/storage/run_store.h"
+#include "launch/cluster_job.h"
 #include "launch/launch_form.h"
 #include "launch/run_process.h"
 #include "plan/form_section.h"
@@ -71,9 +70,7 @@ LaunchView::LaunchView(PlanModel* model, LaunchEnvironment env, QWidget* parent)
   connect(start_, &QPushButton::clicked, this, &LaunchView::startRun);
   connect(stop_, &QPushButton::clicked, this, &LaunchView::stopRun);
   connect(process_, &RunProcess::output, this, [this](const QString& text) {
-    static const QRegularExpression submitted(QStringLiteral("submitted batch job (\\d+)"));
-    if (const QRegularExpressionMatch m = submitted.match(text); m.hasMatch())
-      jobId_ = m.captured(1);
+    if (const QString job = submittedJobId(text); !job.isEmpty()) jobId_ = job;
     appendConsole(text);
   });
   connect(process_, &RunProcess::stepStarted, this,
@@ -259,54 +256,25 @@ void LaunchView::stopRun() {
 }
 
 void LaunchView::cancelJob() {
-  auto* cancel = new QProcess(this);
-  cancel->setProcessChannelMode(QProcess::MergedChannels);
-  connect(cancel, &QProcess::finished, this, [this, cancel] {
-    appendConsole("[studio] " + QString::fromLocal8Bit(cancel->readAll()));
-    cancel->deleteLater();
+  ui::cancelJob(env_.lattice, jobId_, this, [this](const QString& text) {
+    appendConsole(text.startsWith('$') ? text : "[studio] " + text);
   });
-  appendConsole(QStringLiteral("$ %1 launch cancel %2\n").arg(shellQuote(env_.lattice), jobId_));
-  cancel->start(env_.lattice, {"launch", "cancel", jobId_});
 }
 
 // The job's run store into the local one, off the UI thread (History shows it on its next
-// refresh). Importing twice keeps one copy, so a job imported by hand is no problem.
+// refresh).
 void LaunchView::importJobStore() {
   if (command_.importInto.isEmpty() || !QFileInfo::exists(command_.database)) return;
-  const std::string source = command_.database.toStdString();
-  const std::string target = command_.importInto.toStdString();
-  const std::string name = command_.runName.toStdString();
-  struct Imported {
-    QString message;
-    qint64 runId = 0;
-  };
-  auto* watcher = new QFutureWatcher<Imported>(this);
-  connect(watcher, &QFutureWatcher<Imported>::finished, this, [this, watcher, target] {
-    const Imported imported = watcher->result();
+  const QString source = command_.database, target = command_.importInto, name = command_.runName;
+  auto* watcher = new QFutureWatcher<JobImport>(this);
+  connect(watcher, &QFutureWatcher<JobImport>::finished, this, [this, watcher, target] {
+    const JobImport imported = watcher->result();
     appendConsole("[studio] " + imported.message + "\n");
-    emit jobImported(QString::fromStdString(target), imported.runId);
+    emit jobImported(target, imported.runId);
     watcher->deleteLater();
   });
-  watcher->setFuture(QtConcurrent::run([source, target, name]() -> Imported {
-    Result<std::unique_ptr<storage::RunStore>> store = storage::RunStore::open(target);
-    if (!store)
-      return {tr("Not imported: %1").arg(QString::fromStdString(store.status().message()))};
-    Result<storage::ImportReport> r = (*store)->import_runs(source);
-    if (!r) return {tr("Not imported: %1").arg(QString::fromStdString(r.status().message()))};
-    // The launched run under the name it has here ("'a' as 'a (2)'" when 'a' was taken).
-    std::string local = name;
-    const std::string prefix = "'" + name + "' as '";
-    for (const std::string& renamed : r->renamed)
-      if (renamed.starts_with(prefix))
-        local = renamed.substr(prefix.size(), renamed.size() - prefix.size() - 1);
-    Result<storage::RunInfo> run = (*store)->find_run(local);
-    return {tr("Imported the job's runs into %1: %2 added, %3 updated, %4 unchanged.")
-                .arg(QString::fromStdString(target))
-                .arg(r->added)
-                .arg(r->updated)
-                .arg(r->unchanged),
-            run ? run->id : 0};
-  }));
+  watcher->setFuture(
+      QtConcurrent::run([source, target, name] { return importJobRuns(source, target, name); }));
 }
 
 void LaunchView::appendConsole(const QString& text) {

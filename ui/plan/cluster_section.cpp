@@ -5,6 +5,8 @@
 #include <QDoubleSpinBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
+#include <QRegularExpressionValidator>
 #include <QSpinBox>
 
 #include "plan/text_format.h"
@@ -13,6 +15,24 @@ namespace lattice::ui {
 
 ClusterSection::ClusterSection(PlanModel* model, QWidget* parent)
     : FormSection(tr("Cluster"), model, parent) {
+  // The name under which Calibrate saves this cluster's rates (a folder name, hence the
+  // validator: lattice/calibration.h, check_cluster_name).
+  auto* name = new QLineEdit(this);
+  name->setObjectName("cluster-name");
+  name->setPlaceholderText(tr("none: calibrations are the device's"));
+  name->setValidator(new QRegularExpressionValidator(
+      QRegularExpression(QStringLiteral("[A-Za-z0-9_-][A-Za-z0-9._-]*")), name));
+  connect(name, &QLineEdit::editingFinished, this, [this, name] {
+    const QString text = name->text();
+    if (text == model_->plan().cluster.name) return;
+    model_->edit(tr("Set cluster name"), [&](Plan& p) { p.cluster.name = text; });
+  });
+  onRefresh([name](const Plan& p, const PlanAnalysis&) {
+    if (name->text() != p.cluster.name) name->setText(p.cluster.name);
+  });
+  addRow(tr("Name"), name, {},
+         tr("The cluster's name: Calibrate saves its fitted rates for this cluster and device, "
+            "and plans of this name use them (`lattice plan --cluster-name`)"));
   QSpinBox* nodes = intEditor(
       1, 65536, "nodes", tr("Set nodes"), [](const Plan& p) { return p.cluster.nodes; },
       [](Plan& p, int v) { p.cluster.nodes = v; });

@@ -15,6 +15,9 @@ inline constexpr const char* kDeviceCpu = "cpu";        // this machine's CPU
 inline constexpr const char* kDeviceCustom = "custom";  // the custom_* fields below
 
 struct ClusterSettings {
+  // The cluster's name, under which Calibrate saves its fitted rates (Note [calibration per
+  // cluster] in engine/src/plan/calibration.cpp); empty: they are saved for the device.
+  QString name;
   int nodes = 1;
   int devices_per_node = 1;
   // "cpu", "custom", or a known_devices() key ("h100", "h100-pcie", "h200", "a100-80gb",

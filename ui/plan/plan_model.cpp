@@ -54,15 +54,21 @@ void PlanModel::setCpuGflops(double gflops) {
 void PlanModel::assign(const Plan& plan) {
   plan_ = plan;
   analysis_ = analyzePlan(plan_, cpuGflops_, calibration_ ? &*calibration_ : nullptr);
-  const QString key = QString::fromStdString(analysis_.defaultCluster.device.key);
-  if (useSaved_ && key != loadedFor_ && !analysis_.calibrated) {
-    loadedFor_ = key;  // looked up once per device pick, not on every edit
-    Result<std::optional<Calibration>> saved =
-        load_calibration(calibration_path(key.toStdString()));
-    if (saved && *saved) {
+  const std::string device = analysis_.defaultCluster.device.key;
+  const QString key = plan_.cluster.name + '/' + QString::fromStdString(device);
+  if (useSaved_ && key != loadedFor_) {
+    // Looked up once per cluster and device pick, not on every edit: the cluster's own file,
+    // else the device's (Note [calibration per cluster]); none leaves the defaults.
+    loadedFor_ = key;
+    calibration_.reset();
+    for (const std::string& path :
+         calibration_search_paths(device, plan_.cluster.name.toStdString())) {
+      Result<std::optional<Calibration>> saved = load_calibration(path);
+      if (!saved || !*saved) continue;
       calibration_ = **saved;
-      analysis_ = analyzePlan(plan_, cpuGflops_, &*calibration_);
+      break;
     }
+    analysis_ = analyzePlan(plan_, cpuGflops_, calibration_ ? &*calibration_ : nullptr);
   }
   emit planChanged();
 }

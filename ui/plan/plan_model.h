@@ -59,7 +59,7 @@ class PlanModel : public QObject {
   double cpuGflops_ = 0;
   std::optional<Calibration> calibration_;
   bool useSaved_ = false;
-  QString loadedFor_;  // the device key whose saved calibration was last looked up
+  QString loadedFor_;  // "<cluster name>/<device key>" whose saved calibration was looked up
   QUndoStack undoStack_;
 };
 

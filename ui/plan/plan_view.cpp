@@ -64,9 +64,24 @@ void PlanView::openSuggest() {
   dialog->search();
 }
 
+void PlanView::setLaunchContext(const LaunchEnvironment& environment,
+                                std::function<LaunchSettings()> settings) {
+  environment_ = environment;
+  launchSettings_ = std::move(settings);
+}
+
 void PlanView::openCalibrate() {
   auto* dialog = new CalibrateDialog(model_, this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
+  if (environment_) {
+    dialog->setEnvironment(*environment_);
+    dialog->setDatabase(environment_->defaultDatabase);
+  }
+  if (launchSettings_) {
+    const LaunchSettings launch = launchSettings_();
+    dialog->setLaunchSettings(launch);
+    if (!launch.database.trimmed().isEmpty()) dialog->setDatabase(launch.database.trimmed());
+  }
   connect(dialog, &CalibrateDialog::suggestRequested, this, &PlanView::openSuggest);
   dialog->open();
 }

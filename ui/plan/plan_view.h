@@ -3,6 +3,10 @@
 
 #include <QByteArray>
 #include <QWidget>
+#include <functional>
+#include <optional>
+
+#include "launch/launch_command.h"
 
 class QSplitter;
 
@@ -23,6 +27,12 @@ class PlanView : public QWidget {
   CostPanel* costPanel() const { return cost_; }
   PlanForm* form() const { return form_; }
 
+  // What Calibrate's probe launches with: this machine's environment and the Launch view's
+  // settings (its cluster target, its database), read when the dialog opens. Unset: detected,
+  // and this machine only.
+  void setLaunchContext(const LaunchEnvironment& environment,
+                        std::function<LaunchSettings()> settings);
+
   // Splitter positions, for QSettings.
   QByteArray saveState() const;
   void restoreState(const QByteArray& state);
@@ -38,6 +48,8 @@ class PlanView : public QWidget {
   CostPanel* cost_;
   QSplitter* columns_;
   QSplitter* right_;
+  std::optional<LaunchEnvironment> environment_;
+  std::function<LaunchSettings()> launchSettings_;
 };
 
 }  // namespace lattice::ui

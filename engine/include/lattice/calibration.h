@@ -54,6 +54,9 @@ std::string probe_mismatch(const TrainOptions& run, int run_world, const TrainOp
 struct Calibration {
   std::string device_key;   // the DeviceSpec::key it applies to ("cpu", "h100", ...)
   std::string device_name;  // as the probe's cluster named it
+  // The cluster it was measured on (`--cluster-name`, the Studio's cluster name); empty: saved
+  // for the device on any cluster (Note [calibration per cluster] in calibration.cpp).
+  std::string cluster_name;
   // Fitted values (each replaces the planner's default when its term was measured; a term the
   // probe did not exercise keeps the default and its flag stays false).
   double compute_efficiency = 0.5;  // achieved / peak FLOP rate of the step's compute
@@ -81,12 +84,20 @@ Result<Calibration> fit_calibration(const RecordedRunPlan& plan, const ClusterSp
 // are left as they are). The caller checks that the device keys match.
 ClusterSpec apply_calibration(ClusterSpec cluster, const Calibration& calibration);
 
-// The file a device profile's calibration lives in: <data dir>/calibration/<device key>.json
+// The file a calibration lives in: <data dir>/calibration/<device key>.json for the device on
+// any cluster, <data dir>/calibration/<cluster name>/<device key>.json for one cluster's
 // (default_data_dir(): $LATTICE_DATA_DIR, else $XDG_DATA_HOME/lattice, else
-// ~/.local/share/lattice).
-std::string calibration_path(const std::string& device_key);
-// {"device_key", "device_name", "fitted": {"compute_efficiency", ...}, "defaults": {...},
-// "measured": {"compute_efficiency": bool, ...}, "probe": {"run", "world", "tp", "cp", "pp",
+// ~/.local/share/lattice). The cluster name must pass check_cluster_name.
+std::string calibration_path(const std::string& device_key, const std::string& cluster_name = "");
+// The files a plan on `cluster_name` (may be empty) looks for a calibration of `device_key` in,
+// first match wins: the cluster's own, then the device's (Note [calibration per cluster]).
+std::vector<std::string> calibration_search_paths(const std::string& device_key,
+                                                  const std::string& cluster_name);
+// Why `name` cannot name a cluster (it becomes a folder name), in one sentence; empty when it
+// can: letters, digits, '.', '_' and '-', not starting with '.'.
+std::string check_cluster_name(const std::string& name);
+// {"device_key", "device_name", "cluster" (absent: any cluster), "fitted": {...}, "defaults":
+// {...}, "measured": {"compute_efficiency": bool, ...}, "probe": {"run", "world", "tp", "cp", "pp",
 // "dp", "measured_step_s", "predicted_before_s", "predicted_after_s"}}
 std::string calibration_json(const Calibration& calibration, int indent = 2);
 Result<Calibration> parse_calibration_json(const std::string& text, const std::string& source);

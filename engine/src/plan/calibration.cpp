@@ -4,6 +4,7 @@
 #include "lattice/calibration.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -247,14 +248,41 @@ ClusterSpec apply_calibration(ClusterSpec cluster, const Calibration& c) {
   return cluster;
 }
 
-std::string calibration_path(const std::string& device_key) {
-  return default_data_dir() + "/calibration/" + device_key + ".json";
+// Note [calibration per cluster]
+// The fitted rates are a property of a device on a given cluster: the same H100s reach other
+// link bandwidths behind another fabric, and another efficiency under another driver. A fit
+// made with a cluster name is saved in that cluster's folder, <data dir>/calibration/<cluster
+// name>/<device key>.json; a plan that names its cluster takes that file first and falls back
+// to the device's own, <data dir>/calibration/<device key>.json, which a fit without a name
+// writes (files of earlier versions are of that kind: they have no "cluster" field).
+std::string calibration_path(const std::string& device_key, const std::string& cluster_name) {
+  const std::string dir = default_data_dir() + "/calibration/";
+  if (cluster_name.empty()) return dir + device_key + ".json";
+  return dir + cluster_name + "/" + device_key + ".json";
+}
+
+std::vector<std::string> calibration_search_paths(const std::string& device_key,
+                                                  const std::string& cluster_name) {
+  std::vector<std::string> paths;
+  if (!cluster_name.empty()) paths.push_back(calibration_path(device_key, cluster_name));
+  paths.push_back(calibration_path(device_key));
+  return paths;
+}
+
+std::string check_cluster_name(const std::string& name) {
+  const bool plain = std::all_of(name.begin(), name.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+  });
+  if (!name.empty() && plain && name.front() != '.') return "";
+  return "cluster name '" + name +
+         "' cannot name a folder: use letters, digits, '.', '_' and '-', not starting with '.'";
 }
 
 std::string calibration_json(const Calibration& c, int indent) {
   nlohmann::json j;
   j["device_key"] = c.device_key;
   j["device_name"] = c.device_name;
+  if (!c.cluster_name.empty()) j["cluster"] = c.cluster_name;
   j["fitted"] = {{"compute_efficiency", c.compute_efficiency},
                  {"intra_node_bandwidth", c.intra_node_bandwidth},
                  {"inter_node_bandwidth", c.inter_node_bandwidth},
@@ -287,6 +315,7 @@ Result<Calibration> parse_calibration_json(const std::string& text, const std::s
   try {
     c.device_key = j.at("device_key").get<std::string>();
     c.device_name = j.value("device_name", std::string());
+    c.cluster_name = j.value("cluster", std::string());
     const nlohmann::json &f = j.at("fitted"), &m = j.at("measured"), &d = j.at("defaults"),
                          &p = j.at("probe");
     c.compute_efficiency = f.at("compute_efficiency").get<double>();
