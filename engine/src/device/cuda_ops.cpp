@@ -3,7 +3,7 @@
 // is the device's. Where the one signature differs from cuda_kernels.h: the attention's saved
 // tensor is the log-sum-exp (B, NH, T) and its forward takes no workspace; the conversions
 // between A and float are copies for A = float; the ring attention's ops (context parallelism)
-// exist in the float list only. Built only into lattice_engine_gpu;
+// and the vision encoder's exist in the float list only. Built only into lattice_engine_gpu;
 // compiled here, never yet run on a GPU (tests/device/test_cuda_op_list.cpp checks it against the
 // CPU's lists where a device is lent).
 #include <cuda_runtime_api.h>
@@ -159,8 +159,8 @@ class CudaOps final : public Ops<A> {
     cu::moe_route(ctx_, probs, route, weight, logits, N, E, k);
   }
   void moe_dispatch_plan(int32_t* tokens_per_expert, int32_t* counts, int32_t* route_slot,
-                         int32_t* slot_row, const int32_t* route, const float* weight, int N,
-                         int E, int k, int capacity) override {
+                         int32_t* slot_row, const int32_t* route, const float* weight, int N, int E,
+                         int k, int capacity) override {
     cu::moe_dispatch_plan(ctx_, tokens_per_expert, counts, route_slot, slot_row, route, weight, N,
                           E, k, capacity);
   }
@@ -181,16 +181,16 @@ class CudaOps final : public Ops<A> {
     cu::moe_combine_backward(ctx_, d_expert_out, dweight, dout, expert_out, weight, route_slot, N,
                              C, k);
   }
-  void moe_aux_loss(float* loss, const float* probs, const int32_t* tokens_per_expert, int N,
-                    int E, int k, double coeff) override {
+  void moe_aux_loss(float* loss, const float* probs, const int32_t* tokens_per_expert, int N, int E,
+                    int k, double coeff) override {
     cu::moe_aux_loss(ctx_, loss, probs, tokens_per_expert, N, E, k, coeff);
   }
   void moe_route_backward(A* dlogits, const float* dweight, const float* probs,
                           const int32_t* route, const float* weight,
                           const int32_t* tokens_per_expert, int N, int E, int k,
                           double aux_scale) override {
-    cu::moe_route_backward(ctx_, dlogits, dweight, probs, route, weight, tokens_per_expert, N, E,
-                           k, aux_scale);
+    cu::moe_route_backward(ctx_, dlogits, dweight, probs, route, weight, tokens_per_expert, N, E, k,
+                           aux_scale);
   }
 
   // Ring attention (attention_block.cu), fp32 only: the ring has no 16-bit path, so the bf16 and
@@ -247,6 +247,35 @@ class CudaOps final : public Ops<A> {
       cu::accumulate(ctx_, acc, x, n);
     else
       Ops<A>::accumulate(acc, x, n);
+  }
+
+  // The vision encoder's ops (vision.cu), fp32 only: VisionEncoder runs in float or double, so
+  // the bf16 and fp16 lists keep ops.h's refusing defaults (if constexpr below).
+  bool has_vision() const override { return std::is_same_v<A, float>; }
+  void patchify_forward(A* cols, const A* img, int B, int Cin, int H, int W, int P) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::patchify_forward(ctx_, cols, img, B, Cin, H, W, P);
+    else
+      Ops<A>::patchify_forward(cols, img, B, Cin, H, W, P);
+  }
+  void patchify_backward(A* dimg, const A* dcols, int B, int Cin, int H, int W, int P) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::patchify_backward(ctx_, dimg, dcols, B, Cin, H, W, P);
+    else
+      Ops<A>::patchify_backward(dimg, dcols, B, Cin, H, W, P);
+  }
+  void activation_forward(A* out, const A* inp, size_t n, kernels::Activation act) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::activation_forward(ctx_, out, inp, n, act);
+    else
+      Ops<A>::activation_forward(out, inp, n, act);
+  }
+  void activation_backward(A* dinp, const A* inp, const A* dout, size_t n,
+                           kernels::Activation act) override {
+    if constexpr (std::is_same_v<A, float>)
+      cu::activation_backward(ctx_, dinp, inp, dout, n, act);
+    else
+      Ops<A>::activation_backward(dinp, inp, dout, n, act);
   }
 
   void to_compute(A* dst, const float* src, size_t n) override {

@@ -409,8 +409,20 @@ void moe_aux_loss(Context& ctx, float* loss, const float* probs, const int32_t* 
                   int N, int E, int k, double coeff);
 template <typename T>
 void moe_route_backward(Context& ctx, T* dlogits, const float* dweight, const float* probs,
-                        const int32_t* route, const float* weight,
-                        const int32_t* tokens_per_expert, int N, int E, int k, double aux_scale);
+                        const int32_t* route, const float* weight, const int32_t* tokens_per_expert,
+                        int N, int E, int k, double aux_scale);
+
+// ---- vision.cu (kernels.h's vision encoder ops; fp32 only) ---------------------------------
+// cols (B, (H / P) (W / P), Cin P P) = the patches of img (B, Cin, H, W), H and W multiples of P;
+// dimg = the inverse permutation of dcols, written (a gather per pixel: deterministic).
+void patchify_forward(Context& ctx, float* cols, const float* img, int B, int Cin, int H, int W,
+                      int P);
+void patchify_backward(Context& ctx, float* dimg, const float* dcols, int B, int Cin, int H, int W,
+                       int P);
+// out (n) = act(inp), may alias; dinp (n) = dout * act'(inp), may alias dout (not inp).
+void activation_forward(Context& ctx, float* out, const float* inp, size_t n, Activation act);
+void activation_backward(Context& ctx, float* dinp, const float* inp, const float* dout, size_t n,
+                         Activation act);
 
 // ---- convert.cu -----------------------------------------------------------------------------
 // dst (n) = src rounded to bf16 or fp16 / widened to fp32.
