@@ -5,7 +5,9 @@
 // buffers poisoned with NaN first). Each backend keeps its own attention saved tensor (the CPU's
 // probabilities, CUDA's log-sum-exp); the outputs and gradients are compared. The CUDA device has
 // no Ops<double>. The MoE ops are compared in fp32 (the CPU's 16-bit lists have none); CUDA's
-// 16-bit lists run them too. Without a CUDA device the whole case is SKIPPED (label cuda).
+// 16-bit lists run them too. The ring attention's and the vision encoder's ops are compared in
+// fp32 (the only lists that have them). Without a CUDA device the whole case is SKIPPED (label
+// cuda).
 #include <QtTest/QtTest>
 
 #include <algorithm>
@@ -16,9 +18,11 @@
 #include <vector>
 
 #include "common/cuda_test_support.h"
+#include "device/cpu_device.h"
 #include "device/device.h"
 #include "device/ops.h"
 #include "lattice/kernels.h"
+#include "model/vision_encoder.h"
 
 using namespace lattice::testing;
 using lattice::AdamWSpan;
@@ -342,6 +346,37 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
     }
   }
 
+  // the vision encoder's ops (the float lists alone have them): 2 images of 3 x 12 x 8 pixels in
+  // 4 x 4 patches (3 x 2 of them), then both activations forward and backward (the backward of
+  // quick_gelu in place on dout, as kernels.h allows).
+  if constexpr (std::is_same_v<A, float>) {
+    if (ops.has_vision()) {
+      constexpr int Cin = 3, H = 12, W = 8, P = 4;
+      constexpr size_t pixels = size_t(B) * Cin * H * W;  // = B (H / P) (W / P) Cin P P
+      const float* img = mem.in(random_floats(pixels, 51));
+      float* cols = mem.template out<float>(pixels);
+      ops.patchify_forward(cols, img, B, Cin, H, W, P);
+      keep("patchify_forward cols", cols, pixels);
+      const float* dcols = mem.in(random_floats(pixels, 52));
+      float* dimg = mem.template out<float>(pixels);
+      ops.patchify_backward(dimg, dcols, B, Cin, H, W, P);
+      keep("patchify_backward dimg", dimg, pixels);
+      const float* act_in = mem.in(random_floats(N * C, 53, 4.0f));
+      const auto act_dout = random_floats(N * C, 54);
+      float* act_out = mem.template out<float>(N * C);
+      float* act_grad = mem.template out<float>(N * C);
+      ops.activation_forward(act_out, act_in, N * C, k::Activation::kQuickGelu);
+      keep("activation_forward (quick_gelu) out", act_out, N * C);
+      ops.activation_forward(act_out, act_in, N * C, k::Activation::kGeluErf);
+      keep("activation_forward (exact GELU) out", act_out, N * C);
+      ops.activation_backward(act_grad, act_in, mem.in(act_dout), N * C, k::Activation::kGeluErf);
+      keep("activation_backward (exact GELU) dinp", act_grad, N * C);
+      float* in_place = mem.in(act_dout);
+      ops.activation_backward(in_place, act_in, in_place, N * C, k::Activation::kQuickGelu);
+      keep("activation_backward (quick_gelu, in place) dinp", in_place, N * C);
+    }
+  }
+
   // cross-entropy (float logits), whole rows and a vocabulary shard [7, 7 + V)
   const auto logits = random_floats(N * V, 13, 2.0f);
   const float* d_logits = mem.in(logits);
@@ -455,9 +490,68 @@ class CudaOpList : public QObject {
             !device_->ops<cu::bf16>()->has_ring_attention() &&
             !device_->ops<cu::fp16>()->has_ring_attention());
   }
+  void the_float_list_has_the_vision_ops() {
+    QVERIFY(device_->ops<float>()->has_vision() && !device_->ops<cu::bf16>()->has_vision() &&
+            !device_->ops<cu::fp16>()->has_vision());
+  }
   void every_cuda_list_has_the_moe_ops() {
     QVERIFY(device_->ops<float>()->has_moe() && device_->ops<cu::bf16>()->has_moe() &&
             device_->ops<cu::fp16>()->has_moe());
+  }
+  // The vision tower (model/vision_encoder.h) on both devices in fp32 from the same weights and
+  // images: the projected tokens, every parameter tensor's gradient (the layer past
+  // --vision-select-layer -2 gets zeros) and the images' gradient. Head size 64 (CUDA's).
+  void the_vision_encoder_matches_the_cpu_in_fp32() {
+    lattice::VisionConfig c;  // 16 x 24 images in 8 x 8 patches (6 of them + the class token)
+    c.img_h = 16;
+    c.img_w = 24;
+    c.hidden_size = 128;
+    c.num_attention_heads = 2;
+    c.num_layers = 2;
+    c.lm_hidden_size = 64;
+    constexpr int kImages = 2;
+    auto on_cpu = lattice::VisionEncoder<float>::create(c, kImages, lattice::host_device());
+    auto on_gpu = lattice::VisionEncoder<float>::create(c, kImages, *device_);
+    QVERIFY2(on_cpu, on_cpu ? "" : on_cpu.status().message().c_str());
+    QVERIFY2(on_gpu, on_gpu ? "" : on_gpu.status().message().c_str());
+    lattice::VisionEncoder<float>& cpu = **on_cpu;
+    lattice::VisionEncoder<float>& gpu = **on_gpu;
+    QVERIFY(cpu.init_weights(7).is_ok() && gpu.init_weights(7).is_ok());
+    const size_t pixels = size_t(kImages) * c.num_channels * c.img_h * c.img_w;
+    const size_t outs = size_t(cpu.tokens()) * c.lm_hidden_size;
+    const std::vector<float> images = random_floats(pixels, 61), R = random_floats(outs, 62);
+
+    const float* cpu_out = cpu.forward(images.data());
+    const std::vector<float> want_out(cpu_out, cpu_out + outs);
+    std::vector<float> want_dimg(pixels);
+    cpu.zero_grads();
+    cpu.backward(R.data(), want_dimg.data());
+
+    DeviceBuffer<float> d_images(images), d_r(R), d_dimg(pixels);
+    std::vector<float> got_out(outs), got_grads(gpu.num_params());
+    cu::copy_to_host(got_out.data(), gpu.forward(d_images.get()), outs * sizeof(float));
+    gpu.zero_grads();
+    gpu.backward(d_r.get(), d_dimg.get());
+    cu::copy_to_host(got_grads.data(), gpu.grads(), got_grads.size() * sizeof(float));
+    const lattice::Status error = device_->synchronize(device_->compute());
+    QVERIFY2(error.is_ok(), error.message().c_str());
+
+    LATTICE_COMPARE("vision out", got_out, want_out, kFp32Tolerance);
+    LATTICE_COMPARE("vision d_images", d_dimg.download(), want_dimg, kFp32Tolerance);
+    for (const lattice::ParamTensor& t : cpu.tensors()) {
+      const auto at = [&](const float* p) {
+        return std::vector<float>(p + t.offset, p + t.offset + t.numel);
+      };
+      LATTICE_COMPARE("grad " + t.name, at(got_grads.data()), at(cpu.grads()), kFp32Tolerance);
+    }
+
+    // A head size CUDA's attention does not run is refused at create, naming the flags.
+    c.num_attention_heads = 8;  // 128 / 8 = 16
+    auto refused = lattice::VisionEncoder<float>::create(c, kImages, *device_);
+    QVERIFY(!refused.is_ok());
+    QVERIFY2(
+        refused.status().message().find("--vision-num-attention-heads = 16") != std::string::npos,
+        refused.status().message().c_str());
   }
   void every_float_op_matches_the_cpu_list() { compare_lists<float>(kFp32Tolerance); }
   void every_bf16_op_matches_the_cpu_list() { compare_lists<cu::bf16>(kBf16Tolerance); }

@@ -119,7 +119,25 @@ Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionC
     return Status::invalid_argument(
         "the vision encoder needs the vision ops (patchify, quick_gelu, exact GELU) and the block "
         "attention, which " +
-        device.describe() + "'s op list for this compute type lacks; run it on the CPU for now.");
+        device.describe() +
+        "'s op list for this compute type lacks (a CUDA device has them in fp32 only); run it in "
+        "fp32 or on the CPU.");
+  // The block attention's head sizes (CUDA's: 64 and 128; the CPU's: any).
+  const std::vector<int>& head_sizes = device.capabilities().head_sizes;
+  const int hs = config.hidden_size / config.num_attention_heads;
+  if (!head_sizes.empty() &&
+      std::find(head_sizes.begin(), head_sizes.end(), hs) == head_sizes.end()) {
+    std::string sizes;
+    for (size_t i = 0; i < head_sizes.size(); i++)
+      sizes += (i == 0                       ? ""
+                : i + 1 == head_sizes.size() ? " or "
+                                             : ", ") +
+               std::to_string(head_sizes[i]);
+    return Status::invalid_argument(
+        "the vision encoder's head size --vision-hidden-size / --vision-num-attention-heads = " +
+        std::to_string(hs) + " must be " + sizes + " on " + device.describe() +
+        " (its attention's sizes); change either flag or run on the CPU.");
+  }
   std::unique_ptr<VisionEncoder> e(new VisionEncoder(config, batch, device, *ops));
   if (Status s = e->allocate(); !s) return s;
   return e;
