@@ -97,8 +97,8 @@ std::vector<std::string> layout_errors(const TrainOptions& options, int world_si
 // The rules expert parallelism puts on the model's experts (--expert-model-parallel-size needs
 // --num-experts, which it divides); part of layout_errors.
 std::vector<std::string> expert_rules(const TrainOptions& options);
-// What `lattice train` cannot run yet although `lattice plan` lays it out (EP > 1; with CP > 1
-// attention dropout), one sentence each; the trainer refuses these
+// What `lattice train` cannot run yet although `lattice plan` lays it out (expert TP other than
+// 1 or TP; with CP > 1 attention dropout), one sentence each; the trainer refuses these
 // (device/backends.h refusals).
 std::vector<std::string> trainer_layout_refusals(const TrainOptions& options);
 // The layout, or a Status listing every broken rule on its own line.

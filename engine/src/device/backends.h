@@ -31,7 +31,7 @@ struct DeviceBackend {
 
 // Why `o` does not train on `world_size` ranks of a device with capabilities `c`, one sentence
 // each: the layout and recomputation rules every device shares (layout_errors, what the trainer
-// does not run yet (trainer_layout_refusals: CP, EP), ParallelOptions::recompute_errors), then
+// does not run yet (trainer_layout_refusals: CP, expert TP), ParallelOptions::recompute_errors), then
 // the backend's limits (capability_errors).
 std::vector<std::string> refusals(const TrainOptions& o, int world_size, const Capabilities& c);
 // "" when a --device auto run of `o` trains on `backend` here, else why not: the refusals

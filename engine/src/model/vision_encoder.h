@@ -43,8 +43,8 @@ template <typename A>
 class VisionEncoder {
  public:
   // The tower for batches of `batch` images on `device`. Errors: a config that validate()
-  // refuses, a device whose op list for A lacks the ops (the CUDA backend has no vision ops
-  // yet), out of memory.
+  // refuses, a device whose op list for A lacks the ops (CUDA has them in fp32 only), out of
+  // memory.
   static Result<std::unique_ptr<VisionEncoder>> create(const VisionConfig& config, int batch,
                                                        Device& device);
 
