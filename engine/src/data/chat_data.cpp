@@ -21,7 +21,7 @@ Result<std::string> string_member(const json& object, const char* key, const std
 
 }  // namespace
 
-Result<Conversation> parse_chat_line(std::string_view line) {
+Result<json> parse_json_object(std::string_view line) {
   json j;
   try {
     j = json::parse(line.begin(), line.end());
@@ -31,6 +31,13 @@ Result<Conversation> parse_chat_line(std::string_view line) {
   if (!j.is_object())
     return Status::invalid_argument("the line is a JSON " + std::string(j.type_name()) +
                                     ", not an object");
+  return j;
+}
+
+Result<Conversation> parse_chat_line(std::string_view line) {
+  Result<json> parsed = parse_json_object(line);
+  if (!parsed) return parsed.status();
+  const json& j = *parsed;
   Conversation c;
   if (auto messages = j.find("messages"); messages != j.end()) {
     if (!messages->is_array()) return Status::invalid_argument("\"messages\" is not a list");

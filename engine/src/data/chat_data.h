@@ -10,12 +10,18 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "data/chat_template.h"
 #include "lattice/status.h"
 
 namespace lattice {
 
 using Conversation = std::vector<ChatMessage>;
+
+// One JSONL line as a JSON object; invalid_argument ("not valid JSON (byte N)", "the line is a
+// JSON array, not an object") otherwise. Shared by the chat and the image-text readers.
+Result<nlohmann::json> parse_json_object(std::string_view line);
 
 // The conversation on one line. invalid_argument when the line is not JSON, has neither
 // "messages" nor "prompt" + "response", a message is not {"role": str, "content": str}, a role

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "data/chat_data.h"
 #include "data/image_text_dataset.h"
 
 namespace lattice {
@@ -130,15 +131,9 @@ Status parse_messages(const json& j, const std::string& directory, ImageTextSamp
 }  // namespace
 
 Result<ImageTextSample> parse_image_text_line(std::string_view line, const std::string& directory) {
-  json j;
-  try {
-    j = json::parse(line.begin(), line.end());
-  } catch (const json::parse_error& e) {
-    return Status::invalid_argument("not valid JSON (byte " + std::to_string(e.byte) + ")");
-  }
-  if (!j.is_object())
-    return Status::invalid_argument("the line is a JSON " + std::string(j.type_name()) +
-                                    ", not an object");
+  Result<json> parsed = parse_json_object(line);
+  if (!parsed) return parsed.status();
+  const json& j = *parsed;
   ImageTextSample s;
   if (j.contains("messages")) {
     if (j.contains("image"))
