@@ -7,11 +7,14 @@
 
 #include <QTemporaryDir>
 
+#include "common/masked_sample.h"
 #include "data/sft_dataset.h"
 #include "lattice/kernels.h"
 #include "train/data_feed.h"
 
 using namespace lattice;
+using lattice::testing::MaskedSample;
+using lattice::testing::read_masked;
 
 namespace {
 
@@ -54,18 +57,6 @@ bool write(const std::string& prefix, const std::vector<Conversation>& convs, bo
   return static_cast<bool>((*mask)->finish());
 }
 
-struct Sample {
-  std::vector<int32_t> tokens, positions;
-  std::vector<uint8_t> mask;
-};
-
-Sample read(const SampleSource& s, int64_t index) {
-  const size_t n = static_cast<size_t>(s.seq_length()) + 1;
-  Sample out{std::vector<int32_t>(n), std::vector<int32_t>(n), std::vector<uint8_t>(n)};
-  s.sample_with_mask(index, out.tokens.data(), out.mask.data(), out.positions.data());
-  return out;
-}
-
 }  // namespace
 
 class SftDatasetTest : public QObject {
@@ -84,17 +75,17 @@ class SftDatasetTest : public QObject {
     QVERIFY(s.has_loss_mask());
     QCOMPARE(s.size(), int64_t{7});
     // Sample 0: conversation 0 (5 tokens) and 4 padding tokens (id 0, masked, positions on).
-    Sample a = read(s, 0);
+    MaskedSample a = read_masked(s, 0);
     QCOMPARE(a.tokens, (std::vector<int32_t>{0, 1, 2, 3, 4, 0, 0, 0, 0}));
     QCOMPARE(a.mask, (std::vector<uint8_t>{0, 0, 1, 1, 1, 0, 0, 0, 0}));
     QCOMPARE(a.positions, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
     // Sample 1: conversation 1 truncated to its first 9 tokens.
-    Sample b = read(s, 1);
+    MaskedSample b = read_masked(s, 1);
     QCOMPARE(b.tokens, (std::vector<int32_t>{100, 101, 102, 103, 104, 105, 106, 107, 108}));
     QCOMPARE(b.mask, (std::vector<uint8_t>{0, 0, 1, 1, 1, 1, 1, 1, 1}));
     // In order, no shuffle, epochs repeat: sample 3 is conversation 0 again, 5 is 2.
-    QCOMPARE(read(s, 3).tokens, a.tokens);
-    QCOMPARE(read(s, 5).tokens[0], 200);
+    QCOMPARE(read_masked(s, 3).tokens, a.tokens);
+    QCOMPARE(read_masked(s, 5).tokens[0], 200);
   }
 
   void packing_restarts_positions_and_masks_each_conversation_start() {
@@ -107,16 +98,16 @@ class SftDatasetTest : public QObject {
     const SampleSource& s = *built->train;
     // Packs of at most 9 tokens, greedily in order: {0, 1} (7), {2} (6), {3} (12 -> 9), {4}.
     QCOMPARE(s.size(), int64_t{4});
-    Sample p = read(s, 0);
+    MaskedSample p = read_masked(s, 0);
     QCOMPARE(p.tokens, (std::vector<int32_t>{0, 1, 2, 3, 100, 101, 102, 0, 0}));
     QCOMPARE(p.positions, (std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 3, 4}));
     // Conversation 1's first token (masked anyway here) is no target of conversation 0's last.
     QCOMPARE(p.mask, (std::vector<uint8_t>{0, 0, 1, 1, 0, 0, 1, 0, 0}));
-    QCOMPARE(read(s, 1).tokens[0], 200);
-    Sample t = read(s, 2);
+    QCOMPARE(read_masked(s, 1).tokens[0], 200);
+    MaskedSample t = read_masked(s, 2);
     QCOMPARE(t.tokens.back(), 308);  // truncated
     QCOMPARE(t.positions.back(), 8);
-    QCOMPARE(read(s, 3).tokens[0], 400);
+    QCOMPARE(read_masked(s, 3).tokens[0], 400);
   }
 
   void a_packed_start_that_is_a_target_is_cleared() {
@@ -128,7 +119,7 @@ class SftDatasetTest : public QObject {
     o.packing = true;
     auto built = build_sft_splits({{1.0, prefix("start")}}, "100,0,0", 1, 0, 0, o);
     QVERIFY(built.is_ok());
-    Sample p = read(*built->train, 0);
+    MaskedSample p = read_masked(*built->train, 0);
     QCOMPARE(p.mask, (std::vector<uint8_t>{0, 0, 1, 0, 1, 1, 0, 0}));
   }
 
@@ -159,10 +150,10 @@ class SftDatasetTest : public QObject {
     auto built = build_sft_splits({{1.0, prefix("split")}}, "80,20,0", 9, 2, 0, o);
     QVERIFY(built.is_ok());
     QVERIFY(!built->test);
-    QCOMPARE(read(*built->train, 7).tokens[0], 700);
-    QCOMPARE(read(*built->train, 8).tokens[0], 0);  // the train split is conversations 0..7
-    QCOMPARE(read(*built->valid, 0).tokens[0], 800);
-    QCOMPARE(read(*built->valid, 1).tokens[0], 900);
+    QCOMPARE(read_masked(*built->train, 7).tokens[0], 700);
+    QCOMPARE(read_masked(*built->train, 8).tokens[0], 0);  // the train split is conversations 0..7
+    QCOMPARE(read_masked(*built->valid, 0).tokens[0], 800);
+    QCOMPARE(read_masked(*built->valid, 1).tokens[0], 900);
   }
 
   void a_missing_mask_names_the_file_and_its_maker() {

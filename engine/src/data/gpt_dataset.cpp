@@ -2,12 +2,15 @@
 // gpt_indices.cpp, the on-disk cache in index_cache.cpp, --data-path in gpt_splits.cpp.
 #include "data/gpt_dataset.h"
 
+#include <algorithm>
 #include <cassert>
 #include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "data/gpt_indices.h"
 #include "data/index_cache.h"
@@ -18,6 +21,17 @@ void SampleSource::sample_with_mask(int64_t index, int32_t* tokens, uint8_t* los
                                     int32_t* positions) const {
   sample(index, tokens);
   for (int t = 0; t <= seq_length(); t++) loss_mask[t] = 1, positions[t] = t;
+}
+
+void MaskedSampleSource::sample(int64_t index, int32_t* tokens) const {
+  std::vector<uint8_t> mask(static_cast<size_t>(seq_length()) + 1);
+  std::vector<int32_t> positions(mask.size());
+  sample_with_mask(index, tokens, mask.data(), positions.data());
+}
+
+void SampleSource::sample_images(int64_t, float*) const {
+  assert(false && "sample_images: the source has no images");
+  std::abort();
 }
 
 namespace {
@@ -70,6 +84,23 @@ class BlendedDataset final : public SampleSource {
     const auto i = static_cast<size_t>(index);
     sources_[static_cast<size_t>(indices_.dataset_index[i])]->sample_with_mask(
         indices_.dataset_sample_index[i], tokens, loss_mask, positions);
+  }
+  // Image-text blends: as many image slots as the member with the most; a member fills its
+  // own slots, the rest stay zero.
+  int images_per_sample() const override {
+    int most = 0;
+    for (const auto& s : sources_) most = std::max(most, s->images_per_sample());
+    return most;
+  }
+  int image_size() const override { return sources_.front()->image_size(); }
+  void sample_images(int64_t index, float* images) const override {
+    assert(0 <= index && index < size());
+    const auto i = static_cast<size_t>(index);
+    const SampleSource& member = *sources_[static_cast<size_t>(indices_.dataset_index[i])];
+    const size_t image = size_t{3} * image_size() * image_size();
+    std::fill(images + member.images_per_sample() * image, images + images_per_sample() * image,
+              0.0f);
+    member.sample_images(indices_.dataset_sample_index[i], images);
   }
 
  private:

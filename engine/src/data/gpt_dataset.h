@@ -5,7 +5,9 @@
 // The index arrays are cached on disk, keyed by a hash of everything they depend on.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,6 +36,24 @@ class SampleSource {
   // has_loss_mask(); the default (never called) gives an all-ones mask and 0..seq_length.
   virtual void sample_with_mask(int64_t index, int32_t* tokens, uint8_t* loss_mask,
                                 int32_t* positions) const;
+  // Vision-language sources: how many images each sample carries at most (the encoder's batch
+  // per sequence); 0 for text sources.
+  virtual int images_per_sample() const { return 0; }
+  // The side S of their square images, in pixels; 0 for text sources.
+  virtual int image_size() const { return 0; }
+  // Sample `index`'s images, normalised float CHW, (images_per_sample(), 3, S, S); slots past
+  // the sample's own images zero. Only where images_per_sample() > 0 (the default aborts).
+  virtual void sample_images(int64_t index, float* images) const;
+};
+
+// A source whose samples carry a loss mask and positions (SFT, image-text): sample() gives
+// sample_with_mask()'s tokens.
+class MaskedSampleSource : public SampleSource {
+ public:
+  bool has_loss_mask() const override { return true; }
+  void sample(int64_t index, int32_t* tokens) const override;
+  void sample_with_mask(int64_t index, int32_t* tokens, uint8_t* loss_mask,
+                        int32_t* positions) const override = 0;
 };
 
 struct GptDatasetOptions {
@@ -71,6 +91,23 @@ struct DataSplits {
 // Megatron-core sizes them: each prefix serves ceil(weight * n) samples and is built with
 // ceil(ceil(weight * n) * 1.005); the blend has the sum of the former). A single prefix is
 // built as Megatron builds an unweighted `--data-path P`; its weight is ignored.
+// The names of the three splits, in DataSplits order.
+inline constexpr std::array<const char*, 3> kSplitNames = {"train", "valid", "test"};
+
+// Split s (0 train, 1 valid, 2 test) of prefix k holding at least n samples.
+using SplitBuilder =
+    std::function<Result<std::unique_ptr<SampleSource>>(size_t k, size_t s, int64_t n)>;
+
+// What build_gpt_splits does once the prefixes are open and `bounds[k]` = [0, a, b, n] holds
+// prefix k's document boundaries: one prefix builds each non-empty split with exactly the
+// samples asked for; several blend each split by weight. Shared by the GPT, SFT and
+// image-text datasets.
+Result<DataSplits> build_blended_splits(const std::vector<std::pair<double, std::string>>& blend,
+                                        const std::string& split,
+                                        const std::array<int64_t, 3>& samples,
+                                        const std::vector<std::vector<size_t>>& bounds,
+                                        const SplitBuilder& build);
+
 Result<DataSplits> build_gpt_splits(const std::vector<std::pair<double, std::string>>& blend,
                                     const std::string& split, int64_t train_samples,
                                     int64_t valid_samples, int64_t test_samples,

@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "data/jsonl.h"
+
 namespace lattice {
 
 namespace {
@@ -96,23 +98,16 @@ Result<PreprocessReport> preprocess_image_text(const PreprocessOptions& o, std::
     const std::string directory = std::filesystem::path(input).parent_path().string();
     size_t number = 0;
     bool more = true;
+    JsonlBatch batch;
     while (more) {
-      std::vector<std::string> lines;
-      std::vector<size_t> numbers;
-      std::string line;
-      while (lines.size() < kBatch && (more = static_cast<bool>(std::getline(in, line)))) {
-        number++;
-        report.bytes += line.size() + 1;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        lines.push_back(std::move(line));
-        numbers.push_back(number);
-      }
+      more = read_jsonl_batch(in, kBatch, number, report.bytes, batch);
+      const std::vector<std::string>& lines = batch.lines;
       std::vector<Result<Prepared>> prepared(lines.size(), Status::internal("not prepared"));
 #pragma omp parallel for schedule(dynamic, 4) num_threads(std::max(o.workers, 1))
       for (size_t k = 0; k < lines.size(); k++)
         prepared[k] = prepare(lines[k], directory, *chat, tokenizer, o.image_size, norm);
       for (size_t k = 0; k < lines.size(); k++) {
-        const std::string where = input + " line " + std::to_string(numbers[k]) + ": ";
+        const std::string where = input + " line " + std::to_string(batch.numbers[k]) + ": ";
         if (!prepared[k]) return Status::invalid_argument(where + prepared[k].status().message());
         const Prepared& p = *prepared[k];
         for (int32_t id : p.text.tokens)
@@ -199,7 +194,7 @@ Result<std::unique_ptr<ImageTextDataset>> ImageTextDataset::open(const std::stri
   return d;
 }
 
-ImageTextDataset::Sample ImageTextDataset::sample(size_t i) const {
+ImageTextDataset::Sample ImageTextDataset::text(size_t i) const {
   assert(i < size());
   Sample s;
   const size_t length = static_cast<size_t>(tokens_->sequence_lengths()[i]);
@@ -208,15 +203,36 @@ ImageTextDataset::Sample ImageTextDataset::sample(size_t i) const {
   std::vector<int32_t> wide(length);
   mask_->read(i, 0, length, wide.data());
   s.loss_mask.assign(wide.begin(), wide.end());
+  s.num_images = num_images(i);
+  return s;
+}
+
+int ImageTextDataset::num_images(size_t i) const {
+  assert(i < size());
   const auto index = images_->document_index();
+  return static_cast<int>(index[i + 1] - index[i]);
+}
+
+int ImageTextDataset::max_images() const {
+  const auto index = images_->document_index();
+  int64_t most = 0;
+  for (size_t i = 0; i + 1 < index.size(); i++) most = std::max(most, index[i + 1] - index[i]);
+  return static_cast<int>(most);
+}
+
+void ImageTextDataset::read_image(size_t i, int k, uint8_t* hwc) const {
+  assert(k < num_images(i));
   const size_t bytes = size_t(image_size_) * image_size_ * 3;
-  s.num_images = static_cast<int>(index[i + 1] - index[i]);
+  std::vector<int32_t> wide(bytes);
+  images_->read(static_cast<size_t>(images_->document_index()[i] + k), 0, bytes, wide.data());
+  std::copy(wide.begin(), wide.end(), hwc);
+}
+
+ImageTextDataset::Sample ImageTextDataset::sample(size_t i) const {
+  Sample s = text(i);
+  const size_t bytes = size_t(image_size_) * image_size_ * 3;
   s.images.resize(s.num_images * bytes);
-  wide.resize(bytes);
-  for (int k = 0; k < s.num_images; k++) {
-    images_->read(static_cast<size_t>(index[i] + k), 0, bytes, wide.data());
-    std::copy(wide.begin(), wide.end(), s.images.begin() + k * bytes);
-  }
+  for (int k = 0; k < s.num_images; k++) read_image(i, k, s.images.data() + k * bytes);
   return s;
 }
 

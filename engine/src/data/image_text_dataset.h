@@ -90,7 +90,12 @@ class ImageTextDataset {
   int image_size() const { return image_size_; }
   int32_t image_token_id() const { return image_token_id_; }
   const ImageNorm& norm() const { return norm_; }
-  Sample sample(size_t i) const;  // precondition (asserted): i < size()
+  // Preconditions (asserted): i < size(), k < num_images(i).
+  Sample sample(size_t i) const;
+  Sample text(size_t i) const;  // sample(i) without reading its images (`images` empty)
+  int num_images(size_t i) const;
+  void read_image(size_t i, int k, uint8_t* hwc) const;  // sample i's image k, (S, S, 3)
+  int max_images() const;  // the most images of any sample, from the images' document index
 
  private:
   std::unique_ptr<IndexedDataset> tokens_, mask_, images_;

@@ -124,4 +124,20 @@ Result<std::string> jsonl_field(std::string_view line, const std::string& key) {
   return std::move(finder.field());
 }
 
+bool read_jsonl_batch(std::istream& in, size_t max_lines, size_t& number, size_t& bytes,
+                      JsonlBatch& batch) {
+  batch.lines.clear();
+  batch.numbers.clear();
+  std::string line;
+  while (batch.lines.size() < max_lines) {
+    if (!std::getline(in, line)) return false;
+    number++;
+    bytes += line.size() + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    batch.lines.push_back(std::move(line));
+    batch.numbers.push_back(number);
+  }
+  return true;
+}
+
 }  // namespace lattice

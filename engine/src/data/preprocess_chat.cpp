@@ -11,6 +11,7 @@
 
 #include "data/chat_data.h"
 #include "data/indexed_dataset.h"
+#include "data/jsonl.h"
 #include "data/preprocess.h"
 
 namespace lattice {
@@ -46,8 +47,7 @@ Result<PreprocessReport> preprocess_chat(const PreprocessOptions& o, std::ostrea
   const auto start = std::chrono::steady_clock::now();
   size_t next_log = o.log_interval;
   constexpr size_t kBatch = 1024;
-  std::vector<std::string> lines;
-  std::vector<size_t> line_numbers;
+  JsonlBatch batch;
   std::vector<Result<RenderedConversation>> rendered;
   std::vector<int32_t> mask_ids;
   for (const std::string& input : o.inputs) {
@@ -56,16 +56,8 @@ Result<PreprocessReport> preprocess_chat(const PreprocessOptions& o, std::ostrea
     size_t number = 0;
     bool more = true;
     while (more) {
-      lines.clear();
-      line_numbers.clear();
-      std::string line;
-      while (lines.size() < kBatch && (more = static_cast<bool>(std::getline(in, line)))) {
-        number++;
-        report.bytes += line.size() + 1;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        lines.push_back(std::move(line));
-        line_numbers.push_back(number);
-      }
+      more = read_jsonl_batch(in, kBatch, number, report.bytes, batch);
+      const std::vector<std::string>& lines = batch.lines;
       rendered.assign(lines.size(), Status::internal("not rendered"));
 #pragma omp parallel for schedule(dynamic, 8) num_threads(o.workers)
       for (size_t k = 0; k < lines.size(); k++) {
@@ -74,7 +66,7 @@ Result<PreprocessReport> preprocess_chat(const PreprocessOptions& o, std::ostrea
                         : Result<RenderedConversation>(c.status());
       }
       for (size_t k = 0; k < lines.size(); k++) {
-        const std::string where = input + " line " + std::to_string(line_numbers[k]) + ": ";
+        const std::string where = input + " line " + std::to_string(batch.numbers[k]) + ": ";
         if (!rendered[k]) return Status::invalid_argument(where + rendered[k].status().message());
         const RenderedConversation& r = *rendered[k];
         for (int32_t id : r.tokens)

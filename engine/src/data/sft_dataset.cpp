@@ -3,12 +3,9 @@
 #include "data/sft_dataset.h"
 
 #include <algorithm>
-#include <array>
 #include <cassert>
 #include <filesystem>
 #include <span>
-
-#include "data/gpt_indices.h"
 
 namespace lattice {
 
@@ -18,9 +15,7 @@ std::string loss_mask_prefix(const std::string& prefix) {
 
 namespace {
 
-constexpr std::array<const char*, 3> kSplitNames = {"train", "valid", "test"};
-
-class SftDataset final : public SampleSource {
+class SftDataset final : public MaskedSampleSource {
  public:
   SftDataset(std::shared_ptr<const IndexedDataset> tokens,
              std::shared_ptr<const IndexedDataset> mask, std::vector<size_t> pack_starts,
@@ -33,12 +28,6 @@ class SftDataset final : public SampleSource {
 
   int64_t size() const override { return size_; }
   int seq_length() const override { return options_.seq_length; }
-  bool has_loss_mask() const override { return true; }
-  void sample(int64_t index, int32_t* tokens) const override {
-    std::vector<uint8_t> mask(static_cast<size_t>(options_.seq_length) + 1);
-    std::vector<int32_t> positions(mask.size());
-    sample_with_mask(index, tokens, mask.data(), positions.data());
-  }
   void sample_with_mask(int64_t index, int32_t* tokens, uint8_t* loss_mask,
                         int32_t* positions) const override {
     assert(0 <= index && index < size_);
@@ -145,7 +134,6 @@ Result<DataSplits> build_sft_splits(const std::vector<std::pair<double, std::str
                                     int64_t valid_samples, int64_t test_samples,
                                     const SftDatasetOptions& options) {
   if (blend.empty()) return Status::invalid_argument("--data-path: no dataset given");
-  const std::array<int64_t, 3> samples = {train_samples, valid_samples, test_samples};
   std::vector<SftPrefix> prefixes;
   std::vector<std::vector<size_t>> bounds;  // per prefix: [0, a, b, n] over its conversations
   for (const auto& [weight, prefix] : blend) {
@@ -156,54 +144,12 @@ Result<DataSplits> build_sft_splits(const std::vector<std::pair<double, std::str
     bounds.push_back(std::move(*split_bounds));
     prefixes.push_back(std::move(*opened));
   }
-  std::array<std::unique_ptr<SampleSource>, 3> out;
-  auto build = [&](size_t k, size_t s, int64_t n) {
-    return build_sft_dataset(prefixes[k].tokens, prefixes[k].mask, bounds[k][s], bounds[k][s + 1],
-                             n, options);
-  };
-  if (blend.size() == 1) {  // as build_gpt_splits: the prefix's weight is ignored
-    for (size_t s = 0; s < 3; ++s) {
-      if (bounds[0][s] == bounds[0][s + 1]) continue;
-      auto built = build(0, s, samples[s]);
-      if (!built) return built.status();
-      out[s] = std::move(*built);
-    }
-    return DataSplits{std::move(out[0]), std::move(out[1]), std::move(out[2])};
-  }
-  std::vector<double> raw_weights;
-  for (const auto& entry : blend) {
-    if (!(entry.first > 0.0))
-      return Status::invalid_argument("--data-path: weight " + std::to_string(entry.first) +
-                                      " of " + entry.second + " is not positive");
-    raw_weights.push_back(entry.first);
-  }
-  const std::vector<double> weights = gpt_index::normalize(raw_weights);
-  for (size_t s = 0; s < 3; ++s) {
-    if (samples[s] == 0) continue;
-    const std::vector<int64_t> target = gpt_index::size_per_dataset(weights, samples[s], 0.0);
-    const std::vector<int64_t> buffer =
-        gpt_index::size_per_dataset(weights, samples[s], gpt_index::kMidLevelDatasetSurplus);
-    size_t empty = 0;
-    for (size_t k = 0; k < blend.size(); ++k) empty += bounds[k][s] == bounds[k][s + 1] ? 1 : 0;
-    if (empty == blend.size()) continue;
-    std::vector<std::pair<double, std::unique_ptr<SampleSource>>> members;
-    int64_t size = 0;
-    for (size_t k = 0; k < blend.size(); ++k) {
-      if (bounds[k][s] == bounds[k][s + 1])
-        return Status::invalid_argument("--split \"" + split + "\" leaves the " + kSplitNames[s] +
-                                        " split of " + blend[k].second + " empty, but " +
-                                        std::to_string(samples[s]) + " " + kSplitNames[s] +
-                                        " samples are needed from the blend");
-      auto built = build(k, s, buffer[k]);
-      if (!built) return built.status();
-      members.emplace_back(weights[k], std::move(*built));
-      size += target[k];
-    }
-    auto blended = blend_datasets(std::move(members), size);
-    if (!blended) return blended.status();
-    out[s] = std::move(*blended);
-  }
-  return DataSplits{std::move(out[0]), std::move(out[1]), std::move(out[2])};
+  return build_blended_splits(blend, split, {train_samples, valid_samples, test_samples}, bounds,
+                              [&](size_t k, size_t s, int64_t n) {
+                                return build_sft_dataset(prefixes[k].tokens, prefixes[k].mask,
+                                                         bounds[k][s], bounds[k][s + 1], n,
+                                                         options);
+                              });
 }
 
 }  // namespace lattice

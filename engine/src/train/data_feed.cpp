@@ -1,6 +1,7 @@
 #include "train/data_feed.h"
 
 #include "data/batch_sampler.h"
+#include "data/image_text_source.h"
 #include "data/mock_data.h"
 #include "data/sft_dataset.h"
 #include "lattice/kernels.h"
@@ -27,6 +28,11 @@ class MockSource : public SampleSource {
 
 Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
   DataSources d;
+  const bool vision = !o.vision_model_type.empty();
+  if (o.mock_data && vision)
+    return Status::invalid_argument(
+        "--mock-data has no images: a vision model (--vision-model-type) trains on image-text "
+        "data made by `lattice data preprocess --images`, given with --data-path");
   if (o.mock_data) {
     d.train = std::make_unique<MockSource>(o.seed, mc.vocab_size, mc.seq_length);
     // Held-out mock samples: another seed's stream.
@@ -39,6 +45,17 @@ Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
   const int64_t valid = (o.train_iters / o.eval_interval + 1) * int64_t{o.eval_iters} * gb;
   auto build = [&]() -> Result<DataSplits> {
     const int64_t train = int64_t{o.train_iters} * gb, test = int64_t{o.eval_iters} * gb;
+    if (vision) {  // Note [image-text samples]
+      const VisionConfig v = o.vision_config();
+      ImageTextSourceOptions options;
+      options.seq_length = mc.seq_length;
+      options.patches = v.patches();
+      options.img_h = v.img_h;
+      options.img_w = v.img_w;
+      options.num_channels = v.num_channels;
+      options.image_token_id = mc.vocab_size;  // Note [image-text tokens]
+      return build_image_text_splits(*blend, o.split, train, valid, test, options);
+    }
     if (o.sft) {
       SftDatasetOptions options;
       options.seq_length = mc.seq_length;
@@ -63,18 +80,26 @@ Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
 
 namespace {
 
+// The index of sample b of micro-batch `micro_index` of rank dp_rank's slice of the global
+// batch at `consumed` (data/batch_sampler.h), wrapped into the source: the one choice of
+// samples fill_micro_batch, fill_micro_batch_images and count_targets share.
+int64_t micro_batch_sample(const SampleSource& source, int64_t consumed, int micro_index, int B,
+                           int dp_size, int dp_rank, int b) {
+  return sample_index(consumed, B, dp_size, dp_rank, micro_index, b) % source.size();
+}
+
 // Sample `index` into sample (T + 1), its loss mask and positions (T + 1) when the source has
 // them; false where it has none.
 bool read_sample(const SampleSource& source, int64_t index, std::vector<int32_t>& sample,
                  std::vector<uint8_t>& mask, std::vector<int32_t>& positions) {
   const size_t n = static_cast<size_t>(source.seq_length()) + 1;
   if (!source.has_loss_mask()) {
-    source.sample(index % source.size(), sample.data());
+    source.sample(index, sample.data());
     return false;
   }
   mask.resize(n);
   positions.resize(n);
-  source.sample_with_mask(index % source.size(), sample.data(), mask.data(), positions.data());
+  source.sample_with_mask(index, sample.data(), mask.data(), positions.data());
   return true;
 }
 
@@ -84,13 +109,16 @@ Status fill_micro_batch(const SampleSource& source, int64_t consumed, int micro_
                         int dp_size, int dp_rank, int vocab_size, std::vector<int32_t>& sample,
                         int32_t* inputs, int32_t* targets, int32_t* positions) {
   const int T = source.seq_length();
+  // Image-text samples also hold the image id, the tokenizer's vocabulary size (Note
+  // [image-text tokens]), which the model never looks up in its embedding.
+  const int64_t limit = int64_t{vocab_size} + (source.images_per_sample() > 0 ? 1 : 0);
   std::vector<uint8_t> mask;
   std::vector<int32_t> pos;
   for (int b = 0; b < B; b++) {
-    const int64_t index = sample_index(consumed, B, dp_size, dp_rank, micro_index, b);
+    const int64_t index = micro_batch_sample(source, consumed, micro_index, B, dp_size, dp_rank, b);
     const bool masked = read_sample(source, index, sample, mask, pos);
     for (int t = 0; t <= T; t++)
-      if (sample[t] < 0 || sample[t] >= vocab_size)
+      if (sample[t] < 0 || sample[t] >= limit)
         return Status::invalid_argument(
             "sample " + std::to_string(index) + " holds token id " + std::to_string(sample[t]) +
             ", outside the model's vocabulary of " + std::to_string(vocab_size) +
@@ -109,6 +137,18 @@ Status fill_micro_batch(const SampleSource& source, int64_t consumed, int micro_
   return Status::ok();
 }
 
+Status fill_micro_batch_images(const SampleSource& source, int64_t consumed, int micro_index, int B,
+                               int dp_size, int dp_rank, float* images) {
+  const int n = source.images_per_sample(), S = source.image_size();
+  if (n <= 0)
+    return Status::invalid_argument("the training data has no images for the vision encoder");
+  const size_t per_sample = size_t(n) * 3 * S * S;
+  for (int b = 0; b < B; b++)
+    source.sample_images(micro_batch_sample(source, consumed, micro_index, B, dp_size, dp_rank, b),
+                         images + b * per_sample);
+  return Status::ok();
+}
+
 int64_t count_targets(const SampleSource& source, int64_t consumed, int micro_batches, int B,
                       int dp_size, int dp_rank) {
   const int T = source.seq_length();
@@ -118,7 +158,8 @@ int64_t count_targets(const SampleSource& source, int64_t consumed, int micro_ba
   int64_t count = 0;
   for (int m = 0; m < micro_batches; m++)
     for (int b = 0; b < B; b++) {
-      read_sample(source, sample_index(consumed, B, dp_size, dp_rank, m, b), sample, mask, pos);
+      read_sample(source, micro_batch_sample(source, consumed, m, B, dp_size, dp_rank, b), sample,
+                  mask, pos);
       for (int t = 1; t <= T; t++) count += mask[t] ? 1 : 0;
     }
   return count;
