@@ -1,9 +1,11 @@
 // Specification of jsonl_field: the string under a key of one JSONL line, as Megatron's
 // preprocess_data.py reads json.loads(line)[key], and a message naming the key or the column
-// for every line it cannot use.
+// for every line it cannot use; and read_jsonl_batch's batches of non-blank lines.
 #include <QTest>
 
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "data/jsonl.h"
 
@@ -102,6 +104,22 @@ class TestJsonl : public QObject {
     auto result = jsonl_field(line.toStdString(), "text");
     QVERIFY2(!result.is_ok(), "the line was accepted");
     QCOMPARE(QString::fromStdString(result.status().message()), message);
+  }
+
+  // read_jsonl_batch: batches of non-blank lines with their numbers in the file; blank and
+  // whitespace-only lines are counted, skipped, and their bytes added.
+  void readsBatchesOfNonBlankLines() {
+    std::istringstream in("{\"a\": 1}\n\n \t\r\n{\"b\": 2}\n{\"c\": 3}\n\n{\"d\": 4}");
+    lattice::JsonlBatch batch;
+    size_t number = 0, bytes = 0;
+    QVERIFY(lattice::read_jsonl_batch(in, 2, number, bytes, batch));
+    QCOMPARE(batch.lines, (std::vector<std::string>{"{\"a\": 1}", "{\"b\": 2}"}));
+    QCOMPARE(batch.numbers, (std::vector<size_t>{1, 4}));
+    QCOMPARE(bytes, size_t(9 + 1 + 4 + 9));
+    QVERIFY(!lattice::read_jsonl_batch(in, 3, number, bytes, batch));  // ends the stream
+    QCOMPARE(batch.lines, (std::vector<std::string>{"{\"c\": 3}", "{\"d\": 4}"}));
+    QCOMPARE(batch.numbers, (std::vector<size_t>{5, 7}));
+    QCOMPARE(number, size_t(7));
   }
 };
 
