@@ -3,7 +3,8 @@
 // images normalised as normalize_image makes them with zero count past a sample's own,
 // images_per_sample from the whole dataset, the errors for a mismatched image size, channel
 // count or image id, blending, and the micro-batch's images matching fill_micro_batch's samples
-// over two data-parallel ranks (train/data_feed.h), with open_data's vision path.
+// over two data-parallel ranks (train/data_feed.h), with open_data's vision path and its
+// --mock-data image-text stream.
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
@@ -272,11 +273,52 @@ class ImageTextSourceTest : public QObject {
     QCOMPARE(d->train->images_per_sample(), 2);
     QCOMPARE(read_masked(*d->train, 0).tokens,
              (std::vector<int32_t>{1, kImage, kImage, kImage, kImage, 2, 3, 4, 0}));
+  }
+
+  // --mock-data with a vision model: Np masked image tokens, then a caption whose first token
+  // names the solid colour of the sample's one image, then each token one more.
+  void mock_data_with_a_vision_model_ties_the_first_text_token_to_the_image() {
+    TrainOptions o;
+    o.vision_model_type = "clip";
+    o.vision.img_h = o.vision.img_w = kSize;
+    o.vision.patch_dim = 2;  // Np = 4
     o.mock_data = true;
-    d = open_data(o, mc);
-    QVERIFY(!d.is_ok());
-    QVERIFY2(d.status().message().find("--mock-data") != std::string::npos,
-             d.status().message().c_str());
+    ModelConfig mc;
+    mc.vocab_size = kImage;
+    mc.seq_length = 7;
+    Result<DataSources> d = open_data(o, mc);
+    QVERIFY2(d.is_ok(), d.is_ok() ? "" : d.status().message().c_str());
+    QVERIFY(d->valid);
+    const SampleSource& s = *d->train;
+    QVERIFY(s.has_loss_mask());
+    QCOMPARE(s.images_per_sample(), 1);
+    QCOMPARE(s.image_size(), kSize);
+    std::map<int32_t, std::vector<float>> image_of_colour;
+    for (int64_t i = 0; i < 40; i++) {
+      const MaskedSample m = read_masked(s, i);
+      const int32_t c = m.tokens[4];
+      QVERIFY2(1 <= c && c <= 6, std::to_string(c).c_str());
+      QCOMPARE(m.tokens,
+               (std::vector<int32_t>{kImage, kImage, kImage, kImage, c, c + 1, c + 2, c + 3}));
+      QCOMPARE(m.mask, (std::vector<uint8_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+      const std::vector<float> image = images_of(s, i);
+      for (int ch = 0; ch < 3; ch++)  // a solid colour
+        QVERIFY(std::all_of(image.begin() + ch * kSize * kSize,
+                            image.begin() + (ch + 1) * kSize * kSize,
+                            [&](float v) { return v == image[ch * kSize * kSize]; }));
+      auto [at, fresh] = image_of_colour.emplace(c, image);
+      QVERIFY2(at->second == image, ("sample " + std::to_string(i)).c_str());
+    }
+    QCOMPARE(image_of_colour.size(), size_t(6));
+    for (auto a = image_of_colour.begin(); a != image_of_colour.end(); ++a)
+      for (auto b = std::next(a); b != image_of_colour.end(); ++b) QVERIFY(a->second != b->second);
+    // The valid stream is another seed's.
+    bool differs = false;
+    for (int64_t i = 0; i < 8; i++)
+      differs = differs || read_masked(*d->valid, i).tokens != read_masked(s, i).tokens;
+    QVERIFY(differs);
+    o.vision.img_w = 8;
+    QVERIFY(!open_data(o, mc).is_ok());
   }
 };
 

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <climits>
+
+#include "lattice/dropout_hash.h"
 
 namespace lattice {
 
@@ -71,6 +74,49 @@ class ImageTextSource final : public MaskedSampleSource {
   ImageTextSourceOptions options_;
 };
 
+// Note in mock_image_text_source's header comment.
+class MockImageTextSource final : public MaskedSampleSource {
+ public:
+  MockImageTextSource(uint64_t seed, const ImageTextSourceOptions& o)
+      : seed_(seed),
+        text_ids_(o.image_token_id - 1),
+        colours_(std::min(6, text_ids_)),
+        options_(o) {}
+
+  int64_t size() const override { return INT64_MAX / 4; }
+  int seq_length() const override { return options_.seq_length; }
+  void sample_with_mask(int64_t index, int32_t* tokens, uint8_t* loss_mask,
+                        int32_t* positions) const override {
+    const int colour = this->colour(index);
+    for (int t = 0; t <= options_.seq_length; t++) {
+      const int j = t - options_.patches;  // the text token's place after the image
+      tokens[t] = j < 0 ? options_.image_token_id : 1 + (colour + j) % text_ids_;
+      loss_mask[t] = j < 0 ? 0 : 1;
+      positions[t] = t;
+    }
+  }
+  int images_per_sample() const override { return 1; }
+  int image_size() const override { return options_.img_h; }
+  void sample_images(int64_t index, float* images) const override {
+    static constexpr uint8_t kPalette[6][3] = {{220, 40, 40},  {40, 180, 60},  {40, 80, 220},
+                                               {230, 210, 40}, {140, 60, 180}, {240, 140, 30}};
+    const int S = options_.img_h;
+    std::vector<uint8_t> hwc(size_t(S) * S * 3);
+    for (size_t p = 0; p < hwc.size(); p++) hwc[p] = kPalette[colour(index)][p % 3];
+    normalize_image(hwc.data(), S, ImageNorm{}, images);
+  }
+
+ private:
+  int colour(int64_t index) const {
+    return static_cast<int>(kernels::dropout_hash(seed_, static_cast<uint64_t>(index)) %
+                            static_cast<uint64_t>(colours_));
+  }
+  uint64_t seed_;
+  int text_ids_;  // text ids 1..text_ids_ (0 unused)
+  int colours_;
+  ImageTextSourceOptions options_;
+};
+
 // The dataset at `prefix`, checked against the vision model's options.
 Result<std::shared_ptr<const ImageTextDataset>> open_prefix(const std::string& prefix,
                                                             const ImageTextSourceOptions& o) {
@@ -108,6 +154,25 @@ Result<std::unique_ptr<SampleSource>> build_image_text_dataset(
   assert(images_per_sample >= data->max_images());
   return std::unique_ptr<SampleSource>(new ImageTextSource(
       std::move(data), doc_begin, doc_end, num_samples, images_per_sample, options));
+}
+
+Result<std::unique_ptr<SampleSource>> mock_image_text_source(uint64_t seed,
+                                                             const ImageTextSourceOptions& o) {
+  if (o.img_h != o.img_w || o.img_h < 1)
+    return Status::invalid_argument(
+        "--mock-data with a vision model draws square images: --img-h " + std::to_string(o.img_h) +
+        " and --img-w " + std::to_string(o.img_w) + " must be equal");
+  if (o.num_channels != 3)
+    return Status::invalid_argument("--num-channels " + std::to_string(o.num_channels) +
+                                    " must be 3 for --mock-data images (RGB)");
+  if (o.image_token_id < 3)
+    return Status::invalid_argument(
+        "--vocab-size " + std::to_string(o.image_token_id) +
+        " is too small for --mock-data with a vision model (at least 3)");
+  if (o.seq_length < 1 || o.patches < 1)
+    return Status::invalid_argument(
+        "--seq-length and the vision encoder's patches must be positive");
+  return std::unique_ptr<SampleSource>(new MockImageTextSource(seed, o));
 }
 
 Result<DataSplits> build_image_text_splits(const std::vector<std::pair<double, std::string>>& blend,

@@ -51,4 +51,13 @@ Result<DataSplits> build_image_text_splits(const std::vector<std::pair<double, s
                                            int64_t valid_samples, int64_t test_samples,
                                            const ImageTextSourceOptions& options);
 
+// --mock-data with a vision model: an endless, seeded stream of one solid-colour image per
+// sample (one of min(6, vocab_size - 1) colours, the normalised image of ImageNorm's defaults)
+// whose tokens are Np masked image tokens, then 1 + colour, then each next text token one more
+// (mod vocab_size - 1), all targets. The first text token can only be predicted from the image,
+// so the loss on it falls only when the vision path works. `options` as for the real data
+// (img_h = img_w = the image side, image_token_id = the vocabulary size); errors name the flags.
+Result<std::unique_ptr<SampleSource>> mock_image_text_source(uint64_t seed,
+                                                             const ImageTextSourceOptions& options);
+
 }  // namespace lattice

@@ -29,10 +29,24 @@ class MockSource : public SampleSource {
 Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
   DataSources d;
   const bool vision = !o.vision_model_type.empty();
-  if (o.mock_data && vision)
-    return Status::invalid_argument(
-        "--mock-data has no images: a vision model (--vision-model-type) trains on image-text "
-        "data made by `lattice data preprocess --images`, given with --data-path");
+  ImageTextSourceOptions image_text;
+  if (vision) {  // Note [image-text samples]
+    const VisionConfig v = o.vision_config();
+    image_text.seq_length = mc.seq_length;
+    image_text.patches = v.patches();
+    image_text.img_h = v.img_h;
+    image_text.img_w = v.img_w;
+    image_text.num_channels = v.num_channels;
+    image_text.image_token_id = mc.vocab_size;  // Note [image-text tokens]
+  }
+  if (o.mock_data && vision) {
+    for (auto [source, seed] : {std::pair{&d.train, o.seed}, std::pair{&d.valid, o.seed + 1}}) {
+      Result<std::unique_ptr<SampleSource>> made = mock_image_text_source(seed, image_text);
+      if (!made) return made.status();
+      *source = std::move(*made);
+    }
+    return d;
+  }
   if (o.mock_data) {
     d.train = std::make_unique<MockSource>(o.seed, mc.vocab_size, mc.seq_length);
     // Held-out mock samples: another seed's stream.
@@ -45,17 +59,7 @@ Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
   const int64_t valid = (o.train_iters / o.eval_interval + 1) * int64_t{o.eval_iters} * gb;
   auto build = [&]() -> Result<DataSplits> {
     const int64_t train = int64_t{o.train_iters} * gb, test = int64_t{o.eval_iters} * gb;
-    if (vision) {  // Note [image-text samples]
-      const VisionConfig v = o.vision_config();
-      ImageTextSourceOptions options;
-      options.seq_length = mc.seq_length;
-      options.patches = v.patches();
-      options.img_h = v.img_h;
-      options.img_w = v.img_w;
-      options.num_channels = v.num_channels;
-      options.image_token_id = mc.vocab_size;  // Note [image-text tokens]
-      return build_image_text_splits(*blend, o.split, train, valid, test, options);
-    }
+    if (vision) return build_image_text_splits(*blend, o.split, train, valid, test, image_text);
     if (o.sft) {
       SftDatasetOptions options;
       options.seq_length = mc.seq_length;
