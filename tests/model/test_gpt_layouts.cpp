@@ -422,7 +422,8 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   if (!pipeline) return pipeline.status().message();
   (*pipeline)->set_packed_sequences(packed);
   int position_loads = 0;
-  auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets, int32_t* d_positions) {
+  auto load = [&](int mb, int32_t* d_tokens, int32_t* d_targets, int32_t* d_positions,
+                  lattice::GptActivations<A>*) {
     const size_t bytes = N * sizeof(int32_t);
     if (d_tokens)
       device.copy(d_tokens, tokens.data() + mb * N, bytes, CopyKind::kHostToDevice,

@@ -30,14 +30,10 @@ import torch
 import torch.nn.functional as F
 
 
-def main():
-    spec = json.load(open(sys.argv[1]))
-    c = spec["config"]
-    B = spec["batch"]
+def shapes_of(c):
+    """Every tensor's shape, HF CLIP / LLaVA names."""
     Cin, Hi, Wi, P = c["channels"], c["img_h"], c["img_w"], c["patch"]
-    C, NH, L, H = c["hidden"], c["heads"], c["layers"], c["lm_hidden"]
-    HS = C // NH
-    Fh = c["ffn"]
+    C, L, H, Fh = c["hidden"], c["layers"], c["lm_hidden"], c["ffn"]
     T = (Hi // P) * (Wi // P) + (1 if c["class_token"] else 0)
     shapes = {}
     emb = "vision_model.embeddings."
@@ -62,19 +58,21 @@ def main():
                    "multi_modal_projector.linear_1.bias": (H,),
                    "multi_modal_projector.linear_2.weight": (H, H),
                    "multi_modal_projector.linear_2.bias": (H,)})
-    w = {}
-    for name, shape in shapes.items():
-        w[name] = torch.tensor(spec["params"][name], dtype=torch.float64).reshape(shape)
-        w[name].requires_grad_(True)
-    images = torch.tensor(spec["images"], dtype=torch.float64).reshape(B, Cin, Hi, Wi)
-    images.requires_grad_(True)
-    R = torch.tensor(spec["R"], dtype=torch.float64)
+    return shapes
 
+
+def tower(w, c, images):
+    """The projected patch features (B, Np, H) of images (B, Cin, Hi, Wi)."""
+    B = images.shape[0]
+    P, C, NH, L = c["patch"], c["hidden"], c["heads"], c["layers"]
+    HS = C // NH
+    emb = "vision_model.embeddings."
     x = F.conv2d(images, w[emb + "patch_embedding.weight"],
                  w.get(emb + "patch_embedding.bias"), stride=P)  # (B, C, Hi/P, Wi/P)
     x = x.flatten(2).transpose(1, 2)  # (B, Np, C)
     if c["class_token"]:
         x = torch.cat([w[emb + "class_embedding"].expand(B, 1, C), x], dim=1)
+    T = x.shape[1]
     x = x + w[emb + "position_embedding.weight"]
     h = F.layer_norm(x, (C,), w["vision_model.pre_layrnorm.weight"],
                      w["vision_model.pre_layrnorm.bias"], eps=1e-5)
@@ -100,8 +98,23 @@ def main():
     out = F.linear(feat, w["multi_modal_projector.linear_1.weight"],
                    w["multi_modal_projector.linear_1.bias"])
     out = F.gelu(out)
-    out = F.linear(out, w["multi_modal_projector.linear_2.weight"],
-                   w["multi_modal_projector.linear_2.bias"])
+    return F.linear(out, w["multi_modal_projector.linear_2.weight"],
+                    w["multi_modal_projector.linear_2.bias"])
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    c = spec["config"]
+    B = spec["batch"]
+    w = {}
+    for name, shape in shapes_of(c).items():
+        w[name] = torch.tensor(spec["params"][name], dtype=torch.float64).reshape(shape)
+        w[name].requires_grad_(True)
+    images = torch.tensor(spec["images"], dtype=torch.float64).reshape(
+        B, c["channels"], c["img_h"], c["img_w"])
+    images.requires_grad_(True)
+    R = torch.tensor(spec["R"], dtype=torch.float64)
+    out = tower(w, c, images)
     loss = (out.reshape(-1) * R).sum()
     loss.backward()
     grads = {}

@@ -102,10 +102,15 @@ def norm(p, name, x, c):
 
 def forward(p, c, tokens):
     """Returns (logits, summed aux loss)."""
-    B, T = tokens.shape
-    C, NH, G = c["hidden"], c["heads"], c["groups"]
+    return decoder(p, c, p["embedding.word_embeddings.weight"][tokens])
+
+
+def decoder(p, c, x):
+    """From the input embeddings x (B, T, C) (before the position embedding): (logits, summed aux
+    loss)."""
+    B, T, C = x.shape
+    NH, G = c["heads"], c["groups"]
     HS, Q = C // NH, NH // G
-    x = p["embedding.word_embeddings.weight"][tokens]
     if "embedding.position_embeddings.weight" in p:
         x = x + p["embedding.position_embeddings.weight"][:T]
     rope = c["rotary_dim"] > 0
@@ -139,7 +144,7 @@ def forward(p, c, tokens):
             att = att + p[pre + "self_attention.linear_proj.bias"]
         x = x + att
         h = norm(p, pre + "pre_mlp_layernorm", x, c)
-        if l % c["layer_freq"] == 0:
+        if c["experts"] > 0 and l % c["layer_freq"] == 0:
             y, aux = moe(p, pre, h, c)
             aux_total = aux_total + aux
         else:

@@ -224,14 +224,30 @@ class TrainOptionsTest : public QObject {
   }
 
   // The vision tower's flags (docs/vision.md, Megatron's and LLaVA's names): read into
-  // TrainOptions::vision, checked by VisionConfig's rules in one sentence each, and refused by
-  // training until the tower is wired in.
-  void vision_flags_are_read_checked_and_refused_for_now() {
-    auto r = lattice::parse_train_flags(
-        with({"--vision-model-type", "clip", "--vision-num-layers", "4", "--vision-hidden-size",
-              "48", "--vision-num-attention-heads", "3", "--patch-dim", "14", "--img-h", "336",
-              "--img-w", "224", "--disable-vision-class-token", "--vision-select-layer", "-1",
-              "--hidden-size", "96"}));
+  // TrainOptions::vision, copied into the model's config, checked by VisionConfig's rules in one
+  // sentence each; the combinations training does not run are refused.
+  void vision_flags_are_read_checked_and_refused_where_unsupported() {
+    auto r = lattice::parse_train_flags(with({"--vision-model-type",
+                                              "clip",
+                                              "--vision-num-layers",
+                                              "4",
+                                              "--vision-hidden-size",
+                                              "48",
+                                              "--vision-num-attention-heads",
+                                              "3",
+                                              "--patch-dim",
+                                              "14",
+                                              "--img-h",
+                                              "336",
+                                              "--img-w",
+                                              "224",
+                                              "--disable-vision-class-token",
+                                              "--vision-select-layer",
+                                              "-1",
+                                              "--hidden-size",
+                                              "96",
+                                              "--freeze-LM",
+                                              "--freeze-ViT"}));
     QVERIFY2(r.is_ok(), r.status().message().c_str());
     const lattice::VisionConfig v = r->vision_config();
     QCOMPARE(v.num_layers, 4);
@@ -242,12 +258,18 @@ class TrainOptionsTest : public QObject {
     QCOMPARE(v.layers_run(), 4);
     QCOMPARE(v.lm_hidden_size, 96);
     QVERIFY(v.validate().empty());
-    const std::vector<std::string> errors = r->validate();
-    QCOMPARE(static_cast<int>(std::count_if(
-                 errors.begin(), errors.end(),
-                 [](const auto& e) { return e.find("vision") != std::string::npos; })),
-             1);
-    QVERIFY(!parse_train_options(with({"--vision-model-type", "clip"})).is_ok());
+    QVERIFY(r->model.has_vision());  // the model's config carries the tower
+    QCOMPARE(r->model.vision.hidden_size, 48);
+    QCOMPARE(r->model.vision.lm_hidden_size, 96);
+    QVERIFY(r->model.freeze_lm && r->model.freeze_vision);
+    QVERIFY(r->validate().empty());
+    auto bf16 = parse_train_options(with({"--vision-model-type", "clip", "--bf16"}));
+    QVERIFY(mentions(bf16.status(), "the vision tower trains in fp32 (or --fp64) only"));
+    auto cp =
+        parse_train_options(with({"--vision-model-type", "clip", "--context-parallel-size", "2"}));
+    QVERIFY(mentions(cp.status(), "--vision-model-type does not combine with --context-parallel"));
+    auto text = parse_train_options(with({"--freeze-ViT"}));
+    QVERIFY(mentions(text.status(), "--freeze-ViT needs a vision tower"));
     auto bad = parse_train_options(with({"--vision-model-type", "siglip", "--patch-dim", "5"}));
     QVERIFY(!bad.is_ok());
     QVERIFY(mentions(bad.status(), "--vision-model-type 'siglip' is not supported"));

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "lattice/vision_config.h"
+
 namespace lattice {
 
 struct ModelConfig {
@@ -65,6 +67,15 @@ struct ModelConfig {
   float moe_expert_capacity_factor = 0;
   bool moe_token_dropping = false;  // --moe-token-dropping: older Megatron's switch for the above
   int moe_layer_freq = 1;           // --moe-layer-freq N: layers 0, N, 2N, ... are MoE
+  // A vision-language model (LLaVA style, docs/vision.md): --vision-model-type "clip" puts a
+  // vision tower (`vision`, the --vision-* flags) on the first pipeline stage, its projected
+  // patches in place of the image placeholder's rows; "" is a text model. --freeze-LM and
+  // --freeze-ViT (Megatron's) freeze the language model and the vision encoder (LLaVA's
+  // projector-only pre-training sets both); the projector always trains.
+  std::string vision_model_type;
+  VisionConfig vision;  // TrainOptions::vision_config(): lm_hidden_size is hidden_size
+  bool freeze_lm = false;
+  bool freeze_vision = false;
 
   // --ffn-hidden-size, else Megatron's default: 4 x hidden, or with --swiglu two thirds of it
   // rounded down to a multiple of 64 (the same parameter count over three matrices).
@@ -92,6 +103,10 @@ struct ModelConfig {
   // The adapters' parameters (every layer), 0 without LoRA.
   int64_t lora_parameters() const;
   bool moe() const { return num_experts > 0; }
+  bool has_vision() const { return !vision_model_type.empty(); }
+  // The image placeholder's token id (Note [image-text tokens] in data/image_text_dataset.h):
+  // one past the tokenizer's vocabulary.
+  int32_t image_token_id() const { return vocab_size; }
   // Whether global layer l is an MoE layer (Megatron's --moe-layer-freq: l % N == 0).
   bool is_moe_layer(int l) const { return moe() && moe_layer_freq > 0 && l % moe_layer_freq == 0; }
   // An expert's MLP width: --moe-ffn-hidden-size, else ffn().

@@ -72,8 +72,8 @@ struct TrainOptions {
   // Megatron packs the conversations of one JSONL line).
   bool sft = false;
   bool sft_packing = false;
-  int eval_interval = 1000;        // --eval-interval: iterations between validations
-  int eval_iters = 100;            // --eval-iters: global batches per validation
+  int eval_interval = 1000;  // --eval-interval: iterations between validations
+  int eval_iters = 100;      // --eval-iters: global batches per validation
   // --eval-tasks FILE[,FILE]: multiple-choice task files (lattice/multiple_choice.h) scored
   // on the training model at every validation point (every --eval-interval and at the end).
   std::string eval_tasks;
@@ -128,9 +128,9 @@ struct TrainOptions {
   bool bf16 = false, fp16 = false;
   // --vision-model-type clip: a LLaVA-style vision tower (docs/vision.md) shaped by the
   // --vision-* flags, --patch-dim, --img-h, --img-w, --num-channels (into `vision`); "" (the
-  // default): a text-only model. The tower is built and tested against PyTorch but not yet
-  // trained by `lattice train`, whose validation refuses it for now. vision_config(): `vision`
-  // with the class token and the language model's hidden size filled in.
+  // default): a text-only model. Parsing copies both into `model` (ModelConfig::vision_model_type,
+  // ModelConfig::vision = vision_config()). vision_config(): `vision` with the class token and
+  // the language model's hidden size filled in.
   std::string vision_model_type;
   VisionConfig vision;
   bool disable_vision_class_token = false;  // --disable-vision-class-token (Megatron's)

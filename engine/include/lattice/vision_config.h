@@ -28,6 +28,9 @@ struct VisionConfig {
   std::string projector_type = "mlp";  // --vision-projector-type: "mlp" (Linear-GELU-Linear)
   int lm_hidden_size = 64;             // the language model's --hidden-size (H)
   float init_method_std = 0.02f;       // as the language model's --init-method-std
+  // Images per sequence the tower encodes for each micro-batch (the encoder's batch is
+  // micro-batch x this): the training data's most (SampleSource::images_per_sample), not a flag.
+  int images_per_sample = 1;
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int patches() const { return (img_h / patch_dim) * (img_w / patch_dim); }  // Np

@@ -52,6 +52,25 @@ std::string rank_file(int rank) {
 // The architecture, so that offline tools (ckpt inspect, export-hf, reshard, generate) rebuild
 // the model without the run's flags. Checkpoints from before the Llama family lack the keys from
 // position_embedding_type on; the reader takes GPT-2's values for them.
+// A vision-language model's tower (docs/vision.md), null for a text model.
+json vision_json(const ModelConfig& m) {
+  if (!m.has_vision()) return nullptr;
+  const VisionConfig& v = m.vision;
+  return {{"model_type", m.vision_model_type},
+          {"num_layers", v.num_layers},
+          {"hidden_size", v.hidden_size},
+          {"ffn_hidden_size", v.ffn()},
+          {"num_attention_heads", v.num_attention_heads},
+          {"patch_dim", v.patch_dim},
+          {"img_h", v.img_h},
+          {"img_w", v.img_w},
+          {"num_channels", v.num_channels},
+          {"class_token", v.class_token},
+          {"patch_bias", v.patch_bias},
+          {"select_layer", v.select_layer},
+          {"projector_type", v.projector_type}};
+}
+
 json model_json(const ModelConfig& m) {
   return {{"num_layers", m.num_layers},
           {"hidden_size", m.hidden_size},
@@ -85,7 +104,8 @@ json model_json(const ModelConfig& m) {
           // router_aux_loss_coef; GPT-2's attn_pdrop, resid_pdrop).
           {"attention_dropout", m.attention_dropout},
           {"hidden_dropout", m.hidden_dropout},
-          {"moe_aux_loss_coeff", m.aux_loss_coeff()}};
+          {"moe_aux_loss_coeff", m.aux_loss_coeff()},
+          {"vision", vision_json(m)}};
 }
 
 }  // namespace
@@ -109,6 +129,21 @@ Status check_architecture(const std::string& path, const ModelConfig& saved,
   agree("disable-bias-linear", saved.disable_bias_linear, run.disable_bias_linear);
   agree("add-qkv-bias", saved.add_qkv_bias, run.add_qkv_bias);
   agree("num-experts", saved.num_experts, run.num_experts);
+  agree("vision-model-type", saved.vision_model_type, run.vision_model_type);
+  if (run.has_vision() && saved.has_vision()) {
+    const VisionConfig &a = saved.vision, &b = run.vision;
+    agree("vision-num-layers", a.num_layers, b.num_layers);
+    agree("vision-hidden-size", a.hidden_size, b.hidden_size);
+    agree("vision-ffn-hidden-size", a.ffn(), b.ffn());
+    agree("vision-num-attention-heads", a.num_attention_heads, b.num_attention_heads);
+    agree("patch-dim", a.patch_dim, b.patch_dim);
+    agree("img-h", a.img_h, b.img_h);
+    agree("img-w", a.img_w, b.img_w);
+    agree("num-channels", a.num_channels, b.num_channels);
+    agree("disable-vision-class-token", !a.class_token, !b.class_token);
+    agree("vision-patch-bias", a.patch_bias, b.patch_bias);
+    agree("vision-select-layer", a.select_layer, b.select_layer);
+  }
   if (run.moe()) {
     agree("moe-ffn-hidden-size", saved.moe_ffn(), run.moe_ffn());
     agree("moe-layer-freq", saved.moe_layer_freq, run.moe_layer_freq);

@@ -115,6 +115,24 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     // Older checkpoints lack them: the flags' defaults.
     c.attention_dropout = m.value("attention_dropout", c.attention_dropout);
     c.hidden_dropout = m.value("hidden_dropout", c.hidden_dropout);
+    // A vision-language model's tower (absent or null: a text model).
+    if (m.contains("vision") && m.at("vision").is_object()) {
+      const json& v = m.at("vision");
+      c.vision_model_type = v.at("model_type");
+      c.vision.num_layers = v.at("num_layers");
+      c.vision.hidden_size = v.at("hidden_size");
+      c.vision.ffn_hidden_size = v.at("ffn_hidden_size");
+      c.vision.num_attention_heads = v.at("num_attention_heads");
+      c.vision.patch_dim = v.at("patch_dim");
+      c.vision.img_h = v.at("img_h");
+      c.vision.img_w = v.at("img_w");
+      c.vision.num_channels = v.at("num_channels");
+      c.vision.class_token = v.at("class_token");
+      c.vision.patch_bias = v.at("patch_bias");
+      c.vision.select_layer = v.at("select_layer");
+      c.vision.projector_type = v.at("projector_type");
+      c.vision.lm_hidden_size = c.hidden_size;
+    }
     r->state_.iteration = j.at("iteration");
     r->state_.consumed_samples = j.at("consumed_samples");
     r->state_.valid_consumed = j.at("valid_consumed_samples");

@@ -84,9 +84,7 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   a.ln1_rstd = from.template take<G>(R_, MC::kActivations);
   a.qkv = from.template take<A>(NW, MC::kActivations);
   a.atty = from.template take<A>(NCt, MC::kActivations);
-  a.saved = keep_saved
-                ? from.template take<G>(attention_saved_elems(), MC::kActivations)
-                : nullptr;
+  a.saved = keep_saved ? from.template take<G>(attention_saved_elems(), MC::kActivations) : nullptr;
   a.res_mid = from.template take<A>(RC, MC::kActivations);
   a.ln2 = from.template take<A>(RC, MC::kActivations);
   if (!rms_norm_) a.ln2_mean = from.template take<G>(R_, MC::kActivations);
@@ -144,8 +142,7 @@ Status GptModel<A>::allocate() {
   // Note [selective recomputation]: one saved tensor for every layer and micro-batch, refilled
   // in each layer's backward.
   // (The ring of context parallelism keeps only its log-sum-exp: nothing to drop.)
-  drop_saved_ =
-      recompute_.selective && device_.capabilities().attention_saves_scores && cp_ == 1;
+  drop_saved_ = recompute_.selective && device_.capabilities().attention_saves_scores && cp_ == 1;
   if (drop_saved_) selective_saved_ = take<G>(attention_saved_elems(), MC::kWorkspace);
   if (cp_ > 1) cp_positions_ = take<int32_t>(N_, MC::kWeights);
   if (config_.moe()) {  // Note [MoE layer] (gpt_moe.cpp)
@@ -191,8 +188,7 @@ Status GptModel<A>::allocate() {
     expert_rows_ = S;  // at EP 1 the N k routes' rows, as the planner counts (expert_rows)
     if (ep_ > 1) {
       expert_rows_ = static_cast<size_t>(Nm_) * ep_ * std::min(k_, El_);
-      if (capacity_ > 0)
-        expert_rows_ = std::min(expert_rows_, static_cast<size_t>(E_) * capacity_);
+      if (capacity_ > 0) expert_rows_ = std::min(expert_rows_, static_cast<size_t>(E_) * capacity_);
     }
     const size_t Sl = expert_rows_;
     moe_logits_ = take<A>(static_cast<size_t>(N_) * E_, MC::kWorkspace);
@@ -248,6 +244,8 @@ Status GptModel<A>::allocate() {
     if constexpr (!std::is_same_v<A, G>) lora_hg_ = take<G>(Nr, MC::kWorkspace);
   }
   if (layout_.has_frozen()) norm_discard_ = take<G>(2 * static_cast<size_t>(C_), MC::kWorkspace);
+  if (pre() && config_.has_vision())
+    if (Status s = create_vision(); !s) return s;
   return blocks_.status();
 }
 
@@ -259,6 +257,14 @@ Status GptModel<A>::take_activations(GptActivations<A>& a) {
   a.tokens = from.take<int32_t>(N_, MC::kActivations);
   a.targets = from.take<int32_t>(N_, MC::kActivations);
   a.positions = from.take<int32_t>(N_, MC::kActivations);  // 4 bytes a token: always there
+  if (vision_) {                                           // Note [image rows] (gpt_vision.cpp)
+    const VisionConfig& v = config_.vision;
+    const size_t images = static_cast<size_t>(B_) * v.images_per_sample;
+    a.images = from.take<A>(images * v.num_channels * v.img_h * v.img_w, MC::kActivations);
+    a.image_slot = from.take<int32_t>(N_, MC::kActivations);
+    a.image_rows = from.take<int32_t>(images * v.patches(), MC::kActivations);
+    a.embed_tokens = from.take<int32_t>(N_, MC::kActivations);
+  }
   a.residual = from.take<A>(static_cast<size_t>(L_ + 1) * RC, MC::kActivations);
   for (int l = 0; l < L_; l++)
     a.layers.push_back(recompute_.recomputed(l)
@@ -342,8 +348,8 @@ Status GptModel<A>::upload_rope_tables() {
     std::vector<int32_t> rows(static_cast<size_t>(N_));
     for (int b = 0; b < B_; b++)
       std::copy(ring_->positions(), ring_->positions() + T_, rows.begin() + size_t(b) * T_);
-    device_.copy(cp_positions_, rows.data(), rows.size() * sizeof(int32_t),
-                 CopyKind::kHostToDevice, compute());
+    device_.copy(cp_positions_, rows.data(), rows.size() * sizeof(int32_t), CopyKind::kHostToDevice,
+                 compute());
     if (Status s = device_.synchronize(compute()); !s) return s;
   }
   if (rotary_dim_ == 0) return Status::ok();
@@ -521,8 +527,8 @@ void GptModel<A>::add_position_rows(A* rows, const A* wpe) {
     // Packed documents: wpe's rows gathered by this rank's rows' positions into scratch (the
     // embedding op over wpe as a table of T "tokens"), then added (a dropout of p 0 is a plain
     // add, the op list having no other for both compute types).
-    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0,
-                           config_.seq_length, nullptr);
+    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0, config_.seq_length,
+                           nullptr);
     ops_.residual_dropout_forward(rows, rows, d_c_, static_cast<size_t>(R_) * C_, 0.0f, 0, 0);
     return;
   }

@@ -63,6 +63,7 @@
 #include "model/dropout_sites.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
+#include "model/vision_encoder.h"
 #include "parallel/ring_attention.h"
 
 namespace lattice {
@@ -132,7 +133,13 @@ struct GptActivations {
   // (B, T) every chunk: each token's position in its own packed document (Note [packed
   // sequences] in gpt_layer.cpp), filled by the caller; read only while `packed` is set.
   int32_t* positions = nullptr;
-  bool packed = false;    // false: positions 0..T-1 and plain causal attention, as pretraining
+  bool packed = false;  // false: positions 0..T-1 and plain causal attention, as pretraining
+  // A vision-language model's pre chunk (Note [image rows] in gpt.cpp), written by
+  // GptModel::load_images; null otherwise. I images per sequence of Np patches each.
+  A* images = nullptr;              // (B I, Cin, img_h, img_w) normalised pixels
+  int32_t* image_slot = nullptr;    // (N) each row's projected patch (row of B I Np), -1: text
+  int32_t* image_rows = nullptr;    // (B I Np) each patch's row, -1 where the sequence cut it
+  int32_t* embed_tokens = nullptr;  // (N) tokens with -1 at image rows: what the embedding reads
   A* residual = nullptr;  // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
   // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
   std::vector<LayerActivations<A>> layers;
@@ -236,6 +243,16 @@ class GptModel {
                  uint64_t dropout_seed, float grad_scale, const int32_t* positions = nullptr);
   // Accumulates acts' micro-batch's parameter gradients into grads() (queued, not waited for).
   void backward(GptActivations<A>& acts);
+  // A vision-language model's pre chunk (ModelConfig::has_vision; Note [image rows] in
+  // gpt.cpp): before forward() or forward_stage(), the micro-batch's images, host
+  // (B I, Cin, img_h, img_w) normalised float (I = vision.images_per_sample; a sequence's images
+  // in order, unused slots anything), and its tokens, host (B, T) as queued, whose image
+  // placeholder rows (ModelConfig::image_token_id) take the images' patches in order. Queued.
+  // Errors: a sequence with more placeholder rows than its I images have patches; a chunk
+  // without the tower.
+  Status load_images(GptActivations<A>& acts, const int32_t* tokens, const float* images);
+  // The tower of a vision-language pre chunk, else null.
+  VisionEncoder<A>* vision() { return vision_.get(); }
 
   // A pipeline stage (gpu_pipeline.h): before forward_stage the caller has queued the
   // micro-batch's tokens and targets into acts (pre or post chunk), its positions and packed
@@ -291,6 +308,13 @@ class GptModel {
   GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
            Ops<A>& ops, Comm* tp);
   Status allocate();
+  // Note [image rows] (gpt.cpp): the tower for a vision-language pre chunk (float or double).
+  Status create_vision();
+  // Runs the tower on a's images and adds each projected patch to its row of a.residual.
+  void splice_images(GptActivations<A>& a);
+  // Given d rows (N, C), the gradient of the embedding's output (all rows): the tower's
+  // gradients (re-running its forward first when another micro-batch ran it since a's).
+  void vision_backward(GptActivations<A>& a, const A* d_rows);
   // RoPE's tables computed on the host and copied into rope_cos_, rope_sin_ (nothing without
   // RoPE). Waits.
   Status upload_rope_tables();
@@ -455,6 +479,14 @@ class GptModel {
   // the CP group (cp_ > 1), and this rank's rows' global positions (B, T) on the device.
   int cp_ = 1, cp_rank_ = 0;
   std::unique_ptr<RingAttention<G>> ring_;
+  // Note [image rows] (gpt.cpp): a vision-language pre chunk's tower on the arenas' first
+  // tensors, the activations whose images it ran last, and the host staging of load_images.
+  std::unique_ptr<VisionEncoder<A>> vision_;
+  const GptActivations<A>* vision_owner_ = nullptr;
+  A* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient
+  bool vision_encoder_trains_ = false, vision_trains_ = false;
+  std::vector<int32_t> host_slot_, host_rows_, host_ids_;
+  std::vector<A> host_images_;
   int32_t* cp_positions_ = nullptr;
   bool packed_ = false;  // the micro-batch being run packs documents
   Device& device_;

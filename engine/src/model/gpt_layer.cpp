@@ -59,15 +59,17 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
   if (pre()) {
     const A* wte = P + t[layout_.word_embedding_index()].offset;
     const A* wpe = layout_.at(P, layout_.position_embedding_index());  // null: RoPE or none
-    if (t_ == 1) {
+    // Note [image rows] (gpt_vision.cpp): image rows look up no word embedding.
+    const int32_t* ids = vision_ ? a.embed_tokens : tokens;
+    if (t_ == 1 && !vision_) {
       OpTimer timer(*this, Op::kEmbedding);
-      ops_.embedding_forward(a.residual, tokens, wte, wpe, B, T, C, 0, Vt_, positions_);
+      ops_.embedding_forward(a.residual, ids, wte, wpe, B, T, C, 0, Vt_, positions_);
     } else if (sp_) {
       // Vocabulary-parallel, reduce-scattered to this rank's rows, which get their positions.
       const int v0 = tp_rank_ * Vt_;
       {
         OpTimer timer(*this, Op::kEmbedding);
-        ops_.embedding_forward(full_, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_, nullptr);
+        ops_.embedding_forward(full_, ids, wte, nullptr, B, T, C, v0, v0 + Vt_, nullptr);
       }
       reduce_rows(full_, a.residual);
       OpTimer timer(*this, Op::kEmbedding);
@@ -75,19 +77,20 @@ void GptModel<A>::run_forward(GptActivations<A>& a, float grad_scale, uint64_t d
     } else {
       // Vocabulary-parallel: this rank's rows (zero for other ranks' tokens), summed over TP;
       // then the position embedding once, as a (T*C) bias on each of the B sequences (wpe's
-      // first T rows are contiguous).
+      // first T rows are contiguous). (One rank with a vision tower: the same, no sum.)
       const int v0 = tp_rank_ * Vt_;
       {
         OpTimer timer(*this, Op::kEmbedding);
-        ops_.embedding_forward(a.residual, tokens, wte, nullptr, B, T, C, v0, v0 + Vt_, nullptr);
+        ops_.embedding_forward(a.residual, ids, wte, nullptr, B, T, C, v0, v0 + Vt_, nullptr);
       }
-      tp_sum_rows(a.residual);
+      if (t_ > 1) tp_sum_rows(a.residual);
       OpTimer timer(*this, Op::kEmbedding);
       if (wpe && positions_)
         add_position_rows(a.residual, wpe);
       else if (wpe)
         ops_.add_bias(a.residual, wpe, B, T * C);
     }
+    if (vision_) splice_images(a);
     hidden_dropout(a.residual, -1, DropoutSite::kEmbedding);
   }  // else residual[0] holds the previous stage's output (the caller queued it)
   for (int l = 0; l < L_; l++) {
@@ -229,8 +232,7 @@ void GptModel<A>::core_attention_backward(A* dqkv, const A* dout, const A* qkv, 
     return;
   }
   if constexpr (std::is_same_v<A, G>) {
-    if (Status s = ring_->backward(dqkv, dout, qkv, out, saved, packed_ ? positions_ : nullptr);
-        !s)
+    if (Status s = ring_->backward(dqkv, dout, qkv, out, saved, packed_ ? positions_ : nullptr); !s)
       record_comm_error("context-parallel ring attention", s);
   }
 }
@@ -440,17 +442,18 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
   }
   G* d_wte = layout_.grad_at(grads, layout_.word_embedding_index());
   G* d_wpe = layout_.grad_at(grads, layout_.position_embedding_index());
-  if (!d_wte && !d_wpe) {  // frozen embeddings (LoRA): nothing to accumulate
-    notify(0, layout_.pre_tensors_end());
-    return;
-  }
-  hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
-  const int v0 = tp_rank_ * Vt_;
-  // Both gradients from every row: the rows gathered with sequence parallelism.
-  const A* d_rows = gather_rows(d_res_, full_);
-  {
-    OpTimer timer(*this, Op::kEmbedding);
-    ops_.embedding_backward(d_wte, d_wpe, d_rows, tokens, B, T, C, v0, v0 + Vt_, positions_);
+  // Nothing to accumulate with frozen embeddings (LoRA, --freeze-LM) and no tower training.
+  if (d_wte || d_wpe || vision_trains_) {
+    hidden_dropout_backward(d_res_, d_res_, -1, DropoutSite::kEmbedding);
+    const int v0 = tp_rank_ * Vt_;
+    // Both gradients from every row: the rows gathered with sequence parallelism.
+    const A* d_rows = gather_rows(d_res_, full_);
+    if (d_wte || d_wpe) {
+      OpTimer timer(*this, Op::kEmbedding);
+      ops_.embedding_backward(d_wte, d_wpe, d_rows, vision_ ? a.embed_tokens : tokens, B, T, C, v0,
+                              v0 + Vt_, positions_);
+    }
+    if (vision_trains_) vision_backward(a, d_rows);  // Note [image rows] (gpt_vision.cpp)
   }
   notify(0, layout_.pre_tensors_end());
 }

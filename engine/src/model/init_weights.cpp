@@ -31,7 +31,10 @@ size_t init_tensor(const ModelConfig& config, const ParamTensor& t, uint64_t see
     std::fill(out, out + t.numel, T(0));
     return 0;
   }
-  const bool is_norm = t.name.find("layernorm") != std::string::npos;
+  // Megatron's "layernorm" names, HF CLIP's "layer_norm1" and "pre_layrnorm" (the vision tower).
+  const bool is_norm = t.name.find("layernorm") != std::string::npos ||
+                       t.name.find("layer_norm") != std::string::npos ||
+                       t.name.find("layrnorm") != std::string::npos;
   const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
   if (is_bias) {
     std::fill(out, out + t.numel, T(0));

@@ -8,6 +8,10 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
   if (shard_.layer_end < 0) shard_.layer_end = c.num_layers;
   const int64_t C = c.hidden_size, F = c.ffn(), W = c.qkv_width();
   const bool sp = shard_.sequence_parallel, layer_norm = !c.rms_norm(), bias = c.linear_bias();
+  if (shard_.pre && c.has_vision()) {
+    add_vision(c.vision);
+    vision_end_ = static_cast<int>(tensors_.size());
+  }
   if (shard_.pre) {
     word_embedding_ = static_cast<int>(tensors_.size());
     add("embedding.word_embeddings.weight", {c.padded_vocab_size(), C}, true, 0);
@@ -114,10 +118,56 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
       output_ = word_embedding_;
     }
   }
-  if (c.lora()) {  // Note [LoRA]: everything but the adapters is frozen
-    for (ParamTensor& t : tensors_) t.frozen = t.name.find(".adapter.") == std::string::npos;
-    has_frozen_ = true;
+  const auto is_projector = [](const ParamTensor& t) {
+    return t.name.rfind("multi_modal_projector.", 0) == 0;
+  };
+  for (int i = 0; i < static_cast<int>(tensors_.size()); i++) {
+    ParamTensor& t = tensors_[i];
+    if (i < vision_end_) {  // Note [vision tensors]: the projector always trains
+      t.frozen = !is_projector(t) && (c.freeze_vision || c.lora());
+    } else if (c.lora()) {  // Note [LoRA]: everything but the adapters is frozen
+      t.frozen = t.name.find(".adapter.") == std::string::npos;
+    } else {
+      t.frozen = c.freeze_lm;
+    }
+    has_frozen_ = has_frozen_ || t.frozen;
   }
+}
+
+void ParamLayout::add_vision(const VisionConfig& v) {
+  const int64_t C = v.hidden_size, F = v.ffn(), H = v.lm_hidden_size, P = v.patch_dim;
+  const std::string emb = "vision_model.embeddings.";
+  add(emb + "patch_embedding.weight", {C, v.num_channels, P, P}, true, -1);
+  if (v.patch_bias) add(emb + "patch_embedding.bias", {C}, false, -1);
+  if (v.class_token) add(emb + "class_embedding", {C}, false, -1);  // 1-D: no decay (Megatron)
+  add(emb + "position_embedding.weight", {v.seq_length(), C}, true, -1);
+  add("vision_model.pre_layrnorm.weight", {C}, false, -1);  // HF CLIP's spelling
+  add("vision_model.pre_layrnorm.bias", {C}, false, -1);
+  for (int l = 0; l < v.num_layers; l++) {
+    const std::string p = "vision_model.encoder.layers." + std::to_string(l) + ".";
+    add(p + "layer_norm1.weight", {C}, false, -1);
+    add(p + "layer_norm1.bias", {C}, false, -1);
+    add(p + "self_attn.qkv_proj.weight", {3 * C, C}, true, -1);
+    add(p + "self_attn.qkv_proj.bias", {3 * C}, false, -1);
+    add(p + "self_attn.out_proj.weight", {C, C}, true, -1);
+    add(p + "self_attn.out_proj.bias", {C}, false, -1);
+    add(p + "layer_norm2.weight", {C}, false, -1);
+    add(p + "layer_norm2.bias", {C}, false, -1);
+    add(p + "mlp.fc1.weight", {F, C}, true, -1);
+    add(p + "mlp.fc1.bias", {F}, false, -1);
+    add(p + "mlp.fc2.weight", {C, F}, true, -1);
+    add(p + "mlp.fc2.bias", {C}, false, -1);
+  }
+  add("multi_modal_projector.linear_1.weight", {H, C}, true, -1);
+  add("multi_modal_projector.linear_1.bias", {H}, false, -1);
+  add("multi_modal_projector.linear_2.weight", {H, H}, true, -1);
+  add("multi_modal_projector.linear_2.bias", {H}, false, -1);
+}
+
+std::vector<ParamTensor> ParamLayout::vision_tensors(const VisionConfig& v) {
+  ParamLayout layout;
+  layout.add_vision(v);
+  return layout.tensors_;
 }
 
 size_t ParamLayout::trainable_numel() const {

@@ -30,6 +30,14 @@
 // with sequence parallelism (the MoE layer runs on the gathered rows: Note [MoE layer]). With
 // expert TP 1 under TP (ModelShard::experts_whole) every expert is whole on its rank and the
 // router's gradient is partial per TP rank (each routes its own rows), summed over TP.
+// Note [vision tensors]: a vision-language model's pre chunk (ModelConfig::has_vision) holds
+// the vision tower's tensors first, [0, vision_end_index()), before the word embedding, with
+// HF CLIP's and LLaVA's names (`vision_model.encoder.layers.0.mlp.fc1.weight`,
+// `multi_modal_projector.linear_1.weight`; vision_tensors()), whole on every TP rank (each runs
+// the tower on the gathered rows, so its gradients are whole too). VisionEncoder indexes them in
+// the same order and at the same offsets (the tower's tensors laid out from offset 0 by add()),
+// so the tower runs straight on the model's arenas. Frozen: the encoder (not the projector)
+// with --freeze-ViT or LoRA, the language model with --freeze-LM.
 // LoRA under tensor parallelism: a column-parallel target (qkv, fc1) has A replicated and B
 // split by output rows like W; a row-parallel one (proj, fc2) has A split by input columns like
 // W and B replicated. The replicated half's gradient is a partial sum per TP rank
@@ -183,7 +191,11 @@ class ParamLayout {
   ExpertParams<T> grad_expert(T* grads, int local_layer, int e) const {
     return expert_of(grads, local_layer, e, true);
   }
-  // The tensors before the first layer (the embeddings of a pre chunk): [0, this).
+  // The vision tower's tensors (Note [vision tensors]): [0, this), 0 without one.
+  int vision_end_index() const { return vision_end_; }
+  // The tower's tensors for `v`, laid out from offset 0 as a pre chunk lays them out.
+  static std::vector<ParamTensor> vision_tensors(const VisionConfig& v);
+  // The tensors before the first layer (the tower and the embeddings of a pre chunk): [0, this).
   int pre_tensors_end() const { return first_layer_; }
   int final_norm_index() const { return final_norm_; }
   int final_norm_bias_index() const { return final_norm_bias_; }
@@ -264,10 +276,14 @@ class ParamLayout {
     const bool bias = per_expert_ == 4;
     return {at(0), bias ? at(1) : nullptr, at(bias ? 2 : 1), bias ? at(3) : nullptr};
   }
+  ParamLayout() = default;
+  // Note [vision tensors]: appends the tower's tensors (replicated over TP).
+  void add_vision(const VisionConfig& v);
   ModelShard shard_;
   std::vector<ParamTensor> tensors_;
   size_t total_ = 0;
   int word_embedding_ = -1, position_embedding_ = -1, first_layer_ = 0, per_expert_ = 0;
+  int vision_end_ = 0;
   std::vector<int> layer_first_;  // (L + 1) each local layer's first tensor, then the end
   std::vector<bool> moe_;         // (L) MoE layers
   int final_norm_ = -1, final_norm_bias_ = -1, output_ = -1;

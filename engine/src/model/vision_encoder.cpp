@@ -16,6 +16,8 @@
 
 #include "model/vision_encoder.h"
 
+#include "model/init_weights.h"
+
 namespace lattice {
 
 template <typename A>
@@ -34,63 +36,25 @@ VisionEncoder<A>::VisionEncoder(const VisionConfig& config, int batch, Device& d
   L_ = config.num_layers;
   Lrun_ = config.layers_run();
   N_ = static_cast<size_t>(B_) * T_;
-  const int64_t C = C_, T = T_;
+  tensors_ = ParamLayout::vision_tensors(config);  // Note [vision tensors] in param_layout.h
+  num_params_ = tensors_.back().offset + tensors_.back().numel;
+  auto index = [&](const std::string& name) {
+    for (size_t i = 0; i < tensors_.size(); i++)
+      if (tensors_[i].name == name) return static_cast<int>(i);
+    return -1;
+  };
   const std::string emb = "vision_model.embeddings.";
-  patch_w_ = static_cast<int>(tensors_.size());
-  add_tensor(emb + "patch_embedding.weight", {C, Cin_, config.patch_dim, config.patch_dim}, true);
-  if (config.patch_bias) {
-    patch_b_ = static_cast<int>(tensors_.size());
-    add_tensor(emb + "patch_embedding.bias", {C}, false);
-  }
-  if (config.class_token) {
-    cls_ = static_cast<int>(tensors_.size());
-    add_tensor(emb + "class_embedding", {C}, true);
-  }
-  pos_ = static_cast<int>(tensors_.size());
-  add_tensor(emb + "position_embedding.weight", {T, C}, true);
-  pre_w_ = static_cast<int>(tensors_.size());
-  add_tensor("vision_model.pre_layrnorm.weight", {C}, false);  // HF CLIP's spelling
-  pre_b_ = static_cast<int>(tensors_.size());
-  add_tensor("vision_model.pre_layrnorm.bias", {C}, false);
-  first_layer_ = static_cast<int>(tensors_.size());
-  for (int l = 0; l < L_; l++) {
-    const std::string p = "vision_model.encoder.layers." + std::to_string(l) + ".";
-    add_tensor(p + "layer_norm1.weight", {C}, false);
-    add_tensor(p + "layer_norm1.bias", {C}, false);
-    add_tensor(p + "self_attn.qkv_proj.weight", {3 * C, C}, true);
-    add_tensor(p + "self_attn.qkv_proj.bias", {3 * C}, false);
-    add_tensor(p + "self_attn.out_proj.weight", {C, C}, true);
-    add_tensor(p + "self_attn.out_proj.bias", {C}, false);
-    add_tensor(p + "layer_norm2.weight", {C}, false);
-    add_tensor(p + "layer_norm2.bias", {C}, false);
-    add_tensor(p + "mlp.fc1.weight", {F_, C}, true);
-    add_tensor(p + "mlp.fc1.bias", {F_}, false);
-    add_tensor(p + "mlp.fc2.weight", {C, F_}, true);
-    add_tensor(p + "mlp.fc2.bias", {C}, false);
-  }
-  const std::string pr = "multi_modal_projector.";
-  proj1_w_ = static_cast<int>(tensors_.size());
-  add_tensor(pr + "linear_1.weight", {H_, C}, true);
-  proj1_b_ = static_cast<int>(tensors_.size());
-  add_tensor(pr + "linear_1.bias", {H_}, false);
-  proj2_w_ = static_cast<int>(tensors_.size());
-  add_tensor(pr + "linear_2.weight", {H_, H_}, true);
-  proj2_b_ = static_cast<int>(tensors_.size());
-  add_tensor(pr + "linear_2.bias", {H_}, false);
-}
-
-template <typename A>
-void VisionEncoder<A>::add_tensor(const std::string& name, std::vector<int64_t> shape, bool decay) {
-  ParamTensor t;
-  t.name = name;
-  t.numel = 1;
-  for (int64_t d : shape) t.numel *= static_cast<size_t>(d);
-  t.shape = shape;
-  t.global_shape = std::move(shape);
-  t.offset = num_params_;
-  t.decay = decay;
-  num_params_ += t.numel;
-  tensors_.push_back(std::move(t));
+  patch_w_ = index(emb + "patch_embedding.weight");
+  patch_b_ = index(emb + "patch_embedding.bias");
+  cls_ = index(emb + "class_embedding");
+  pos_ = index(emb + "position_embedding.weight");
+  pre_w_ = index("vision_model.pre_layrnorm.weight");
+  pre_b_ = index("vision_model.pre_layrnorm.bias");
+  first_layer_ = pre_b_ + 1;
+  proj1_w_ = index("multi_modal_projector.linear_1.weight");
+  proj1_b_ = proj1_w_ + 1;
+  proj2_w_ = proj1_w_ + 2;
+  proj2_b_ = proj1_w_ + 3;
 }
 
 template <typename A>
@@ -103,7 +67,8 @@ VisionLayerParams<A> VisionEncoder<A>::layer(A* arena, int l) const {
 
 template <typename A>
 Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionConfig& config,
-                                                                   int batch, Device& device) {
+                                                                   int batch, Device& device,
+                                                                   bool own_params) {
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>,
                 "the vision tower runs in float or double (the block attention's types)");
   if (const std::vector<std::string> errors = config.validate(); !errors.empty()) {
@@ -139,17 +104,19 @@ Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionC
         " (its attention's sizes); change either flag or run on the CPU.");
   }
   std::unique_ptr<VisionEncoder> e(new VisionEncoder(config, batch, device, *ops));
-  if (Status s = e->allocate(); !s) return s;
+  if (Status s = e->allocate(own_params); !s) return s;
   return e;
 }
 
 template <typename A>
-Status VisionEncoder<A>::allocate() {
+Status VisionEncoder<A>::allocate(bool own_params) {
   const size_t N = N_, C = C_, M = static_cast<size_t>(B_) * Np_, R = Lrun_;
   const auto W = MemoryCategory::kWeights, Gr = MemoryCategory::kGrads,
              Ac = MemoryCategory::kActivations, Ws = MemoryCategory::kWorkspace;
-  params_ = blocks_.take<A>(num_params_, W);
-  grads_ = blocks_.take<A>(num_params_, Gr);
+  if (own_params) {
+    params_ = blocks_.take<A>(num_params_, W);
+    grads_ = blocks_.take<A>(num_params_, Gr);
+  }
   cols_ = blocks_.take<A>(M * K_, Ac);
   x0_ = blocks_.take<A>(N * C, Ac);
   patch_out_ = config_.class_token ? blocks_.take<A>(M * C, Ac) : x0_;
@@ -186,8 +153,10 @@ Status VisionEncoder<A>::allocate() {
   for (int t = 0; t < T_; t++) pos[T_ + t] = t;
   device_.copy(q_pos_, pos.data(), pos.size() * sizeof(int32_t), CopyKind::kHostToDevice,
                compute());
-  device_.zero(params_, num_params_ * sizeof(A), compute());
-  zero_grads();
+  if (own_params) {
+    device_.zero(params_, num_params_ * sizeof(A), compute());
+    zero_grads();
+  }
   return device_.synchronize(compute());
 }
 
@@ -198,20 +167,15 @@ void VisionEncoder<A>::zero_grads() {
 
 template <typename A>
 Status VisionEncoder<A>::init_weights(uint64_t seed) {
+  // The language model's rule (init_weights.h), so the tower alone and inside a GptModel start
+  // from the same bits.
+  ModelConfig rule;
+  rule.init_method_std = config_.init_method_std;
   std::vector<A> host(num_params_);
-  for (size_t i = 0; i < tensors_.size(); i++) {
-    const ParamTensor& t = tensors_[i];
-    A* out = host.data() + t.offset;
-    const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
-    const bool is_norm = t.name.find("norm") != std::string::npos;
-    if (is_bias || is_norm) {
-      std::fill(out, out + t.numel, is_bias ? A(0) : A(1));
-      continue;
-    }
-    std::mt19937_64 rng(seed * 1000003u + i);
-    std::normal_distribution<double> normal(0.0, config_.init_method_std);
-    for (size_t j = 0; j < t.numel; j++) out[j] = static_cast<A>(normal(rng));
-  }
+  for (const ParamTensor& t : tensors_)
+    if (size_t bytes = init_tensor(rule, t, seed, host.data() + t.offset); bytes > 0)
+      return Status::resource_exhausted("initialising " + t.name + " needs a host buffer of " +
+                                        std::to_string(bytes) + " bytes that cannot be allocated.");
   device_.copy(params_, host.data(), num_params_ * sizeof(A), CopyKind::kHostToDevice, compute());
   return device_.synchronize(compute());
 }
@@ -325,12 +289,13 @@ void VisionEncoder<A>::layer_backward(int l) {
 }
 
 template <typename A>
-void VisionEncoder<A>::backward(const A* d_out, A* d_images) {
+void VisionEncoder<A>::backward(const A* d_out, A* d_images, bool encoder) {
   const int B = B_, T = T_, C = C_, M = B_ * Np_;
   const size_t TC = static_cast<size_t>(T) * C, NC = N_ * C;
   A* P = params_;
   A* Gr = grads_;
-  projector_backward(d_out);  // d_h_ = d of the selected hidden state
+  projector_backward(d_out, encoder);  // d_h_ = d of the selected hidden state
+  if (!encoder) return;
   for (int l = Lrun_ - 1; l >= 0; l--) layer_backward(l);
   device_.zero(d_c_, NC * sizeof(A), compute());  // d x0 (layernorm_backward adds)
   ops_.layernorm_backward(d_c_, tensor(Gr, pre_w_), tensor(Gr, pre_b_), d_h_, x0_,

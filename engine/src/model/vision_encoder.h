@@ -2,9 +2,10 @@
 // CLIP-style ViT (patch embedding as im2col + GEMM, class token, learned positions, the
 // pre-LayerNorm, pre-norm transformer layers with bidirectional attention and a quick_gelu MLP)
 // and LLaVA-1.5's MLP projector (Linear - exact GELU - Linear) into the language model's width.
-// Forward and backward of one batch of images, parameter gradients accumulated. Non-goals for
-// now: tensor or pipeline parallelism, dropout, 16-bit compute, and splicing the projected tokens
-// into the language model's sequence (docs/vision.md lists what is left).
+// Forward and backward of one batch of images, parameter gradients accumulated; on its own
+// arenas (tests) or on a GptModel's (which splices the projected tokens into the language
+// model's sequence: Note [image rows] in gpt.cpp). Non-goals for now: splitting the tower over
+// tensor-parallel ranks (each runs all of it), dropout, 16-bit compute.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +46,16 @@ class VisionEncoder {
   // The tower for batches of `batch` images on `device`. Errors: a config that validate()
   // refuses, a device whose op list for A lacks the ops (CUDA has them in fp32 only), out of
   // memory.
+  // own_params false: the parameters and gradients are another arena's (a GptModel's pre chunk,
+  // Note [vision tensors] in param_layout.h), given by bind() before the first forward.
   static Result<std::unique_ptr<VisionEncoder>> create(const VisionConfig& config, int batch,
-                                                       Device& device);
+                                                       Device& device, bool own_params = true);
+  // Runs on `params` and accumulates gradients into `grads`, device memory laid out as tensors()
+  // (a frozen encoder's gradients there are never written: backward(..., false)).
+  void bind(A* params, A* grads) {
+    params_ = params;
+    grads_ = grads;
+  }
 
   const VisionConfig& config() const { return config_; }
   // Every tensor, HF CLIP / LLaVA names ("vision_model.encoder.layers.0.mlp.fc1.weight",
@@ -65,13 +74,14 @@ class VisionEncoder {
   // stays valid until the next forward; the activations are kept for backward().
   const A* forward(const A* images);
   // Given d_out (B, Np, H): parameter gradients += (layers past --vision-select-layer get none);
-  // d_images (B, Cin, img_h, img_w), when non-null, written.
-  void backward(const A* d_out, A* d_images);
+  // d_images (B, Cin, img_h, img_w), when non-null, written. encoder false (a frozen encoder,
+  // --freeze-ViT): the projector's gradients alone, the encoder's left untouched and d_images
+  // not written.
+  void backward(const A* d_out, A* d_images, bool encoder = true);
 
  private:
   VisionEncoder(const VisionConfig& config, int batch, Device& device, Ops<A>& ops);
-  Status allocate();
-  void add_tensor(const std::string& name, std::vector<int64_t> shape, bool decay);
+  Status allocate(bool own_params);
   A* tensor(A* arena, int index) const {
     return index < 0 ? nullptr : arena + tensors_[index].offset;
   }
@@ -79,7 +89,7 @@ class VisionEncoder {
   void layer_forward(int l);
   void layer_backward(int l);
   void projector_forward();
-  void projector_backward(const A* d_out);
+  void projector_backward(const A* d_out, bool encoder);
   void attention_forward(int l);
   void attention_backward(int l, A* d_qkv, const A* d_atty);
   Stream& compute() { return device_.compute(); }

@@ -16,10 +16,11 @@ void VisionEncoder<A>::projector_forward() {
                       Epilogue::kNone);
 }
 
-// Given d_out (M, H): the projector's gradients +=, and d_h_ (N, C) = the gradient of the
-// selected hidden state (zero on the class token's rows, which the projector does not read).
+// Given d_out (M, H): the projector's gradients +=, and with `encoder` d_h_ (N, C) = the
+// gradient of the selected hidden state (zero on the class token's rows, which the projector
+// does not read).
 template <typename A>
-void VisionEncoder<A>::projector_backward(const A* d_out) {
+void VisionEncoder<A>::projector_backward(const A* d_out, bool encoder) {
   const int M = B_ * Np_, C = C_, H = H_;
   A* P = params_;
   A* Gr = grads_;
@@ -27,6 +28,11 @@ void VisionEncoder<A>::projector_backward(const A* d_out) {
                        tensor(P, proj2_w_), M, H, H);
   ops_.activation_backward(d_p_, p1_, d_p_, static_cast<size_t>(M) * H,
                            kernels::Activation::kGeluErf);
+  if (!encoder) {  // a frozen encoder needs no input gradient
+    ops_.matmul_backward(nullptr, tensor(Gr, proj1_w_), tensor(Gr, proj1_b_), d_p_, features_,
+                         tensor(P, proj1_w_), M, C, H);
+    return;
+  }
   if (cls_ < 0) {  // the selected state's rows are the features' rows
     ops_.matmul_backward(d_h_, tensor(Gr, proj1_w_), tensor(Gr, proj1_b_), d_p_, features_,
                          tensor(P, proj1_w_), M, C, H);
@@ -43,7 +49,7 @@ void VisionEncoder<A>::projector_backward(const A* d_out) {
 
 template void VisionEncoder<float>::projector_forward();
 template void VisionEncoder<double>::projector_forward();
-template void VisionEncoder<float>::projector_backward(const float*);
-template void VisionEncoder<double>::projector_backward(const double*);
+template void VisionEncoder<float>::projector_backward(const float*, bool);
+template void VisionEncoder<double>::projector_backward(const double*, bool);
 
 }  // namespace lattice

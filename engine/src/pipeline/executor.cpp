@@ -128,7 +128,7 @@ Status PipelineExecutor<A>::forward_one(int c, int mb, int s, const Loader& load
   if (ends || packed_) {
     ScopedOp op(&model.profiler(), Op::kData);  // the host's part: reading and queueing
     if (Status st = load(mb, ends ? slot.tokens : nullptr, ends ? slot.targets : nullptr,
-                         packed_ ? slot.positions : nullptr);
+                         packed_ ? slot.positions : nullptr, first_virtual(c) ? &slot : nullptr);
         !st)
       return st;
   }

@@ -84,9 +84,11 @@ class PipelineExecutor {
   // every other chunk with tokens = targets = null, and always with positions non-null, to
   // receive each token's position in its packed document (Note [packed sequences] in
   // model/gpt_layer.cpp: attention runs on every stage, so each needs them). Without packing
-  // positions is null and only the first and last virtual stages load, as before.
-  using Loader =
-      std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets, int32_t* positions)>;
+  // positions is null and only the first and last virtual stages load, as before. first: the
+  // first virtual stage's activations on that stage's load (null on every other), where a
+  // vision-language model's images go (GptModel::load_images, after the tokens).
+  using Loader = std::function<Status(int micro_batch, int32_t* tokens, int32_t* targets,
+                                      int32_t* positions, GptActivations<A>* first)>;
 
   // chunks[c] holds virtual stage c * stages + stage, all on `device`, which makes a side
   // stream per channel; chunk c gets slots[c] micro-batches' activations

@@ -84,6 +84,10 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &m.moe_layer_freq},
       {"vision-model-type", "clip: a LLaVA-style vision tower (docs/vision.md); empty: text only",
        &o.vision_model_type},
+      {"freeze-LM", "vision-language: the language model is frozen (LLaVA's projector-only stage)",
+       &m.freeze_lm},
+      {"freeze-ViT", "vision-language: the vision encoder is frozen (the projector trains)",
+       &m.freeze_vision},
       {"vision-num-layers", "vision encoder: transformer layers", &o.vision.num_layers},
       {"vision-hidden-size", "vision encoder: width", &o.vision.hidden_size},
       {"vision-ffn-hidden-size", "vision encoder: MLP width; 0 means 4 * --vision-hidden-size",
@@ -542,9 +546,16 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
       errors.push_back("--vision-model-type '" + vision_model_type +
                        "' is not supported; the one type is clip (docs/vision.md)");
     for (std::string& e : vision_config().validate()) errors.push_back(std::move(e));
-    errors.push_back(
-        "--vision-model-type: lattice train does not train the vision tower yet (it is built "
-        "and tested against PyTorch, docs/vision.md); leave the flag out for a text model");
+    if (bf16 || fp16)
+      errors.push_back(
+          "--vision-model-type: the vision tower trains in fp32 (or --fp64) only; "
+          "drop --bf16 / --fp16");
+    if (parallel.context_parallel_size > 1)
+      errors.push_back(
+          "--vision-model-type does not combine with --context-parallel-size > 1 "
+          "yet");
+  } else if (model.freeze_vision) {
+    errors.push_back("--freeze-ViT needs a vision tower (--vision-model-type clip)");
   }
   if (!(distributed_timeout_minutes >= 0))
     errors.push_back("--distributed-timeout-minutes must not be negative (0: wait for ever)");
@@ -668,6 +679,8 @@ Result<TrainOptions> parse_unchecked(const std::vector<std::string>& args,
                        : o.tokenizer.vocab_size < ModelConfig::kMaxDimension
                            ? o.tokenizer.vocab_size + 1
                            : static_cast<int>(ModelConfig::kMaxDimension);
+  // The language model's size known, the vision tower rides in the model's config.
+  o.model.vision_model_type = o.vision_model_type;
   // The model flags not given come from the Hugging Face model (apply_hf_model).
   if (!o.load_hf.empty())
     if (Status s = apply_hf_model(o.load_hf, o); !s) {
@@ -676,6 +689,7 @@ Result<TrainOptions> parse_unchecked(const std::vector<std::string>& args,
       for (std::string line; std::getline(message, line);) lines.push_back("--load-hf: " + line);
       return Status::invalid_argument(join_errors(lines));
     }
+  o.model.vision = o.vision_config();  // --load-hf may have set the hidden size
   return o;
 }
 

@@ -187,13 +187,17 @@ class Trainer {
   // (B, T): written in place on a host-addressable device, else staged and copied on compute.
   // Each of tokens, targets and positions may be null (the executor's Loader: a middle stage
   // of a packed run asks for positions only; positions only when it packs).
+  // first: the first virtual stage's activations (the executor's Loader), where a
+  // vision-language model's images go (GptModel::load_images) after the tokens.
   Status load_micro_batch(const SampleSource& source, int64_t position, int mb, int32_t* tokens,
-                          int32_t* targets, int32_t* positions = nullptr);
+                          int32_t* targets, int32_t* positions = nullptr,
+                          GptActivations<T>* first = nullptr);
   // After an iteration or an evaluation: the host waits for the device, then the pipeline's
   // phase times and boxes and the chunks' op times are read from the marks.
   Status collect_marks();
   DataSources data_;
   std::vector<int32_t> sample_, staged_tokens_, staged_targets_, staged_positions_;
+  std::vector<float> images_;   // (B I, Cin, img_h, img_w) a vision-language micro-batch's images
   std::vector<int32_t> split_;  // context parallelism: one tensor's rows of this CP rank
   int64_t consumed_ = 0;
   double moe_aux_loss_ = std::numeric_limits<double>::quiet_NaN();  // step()'s, MoE models
@@ -292,11 +296,11 @@ Status Trainer<T>::build_model() {
         bucket, chunk->grads(), chunk->params(), rank_.comms.expert_data.get());
     if (!buckets) return buckets.status();
     // The chunk's optimizer shard is cut as its reducer's buckets (optimizer_shard.h).
-    Result<std::unique_ptr<AdamW<T>>> adam = AdamW<T>::create(
-        device,
-        optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank(),
-                        g_.expert_data->size(), g_.expert_data->rank()),
-        o_.optim);
+    Result<std::unique_ptr<AdamW<T>>> adam =
+        AdamW<T>::create(device,
+                         optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank(),
+                                         g_.expert_data->size(), g_.expert_data->rank()),
+                         o_.optim);
     if (!adam) return adam.status();
     rank_.optimizers.push_back(std::move(*adam));
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
@@ -348,11 +352,22 @@ Status Trainer<T>::build_model() {
 
 template <typename T>
 Status Trainer<T>::load_micro_batch(const SampleSource& source, int64_t position, int mb,
-                                    int32_t* tokens, int32_t* targets, int32_t* positions) {
+                                    int32_t* tokens, int32_t* targets, int32_t* positions,
+                                    GptActivations<T>* first) {
   // The ranks of a tensor-parallel group read the same micro-batch: their data-parallel rank's.
   Device& device = *rank_.device;
   const ParallelLayout& L = g_.layout;
   const bool staged = !device.capabilities().host_addressable || L.cp > 1;
+  if (first && mc_.has_vision()) {  // Note [image rows] in model/gpt_vision.cpp
+    if (Status s = load_micro_batch(source, position, mb, tokens, targets, positions); !s) return s;
+    if (Status s = fill_micro_batch_images(source, position, mb, o_.micro_batch_size, L.dp,
+                                           g_.coord.dp, images_.data());
+        !s)
+      return s;
+    // The tokens as written: in place on a host-addressable device, else the staging.
+    const int32_t* host_tokens = staged ? staged_tokens_.data() : tokens;
+    return rank_.chunks[0]->load_images(*first, host_tokens, images_.data());
+  }
   int32_t* host_positions = positions ? staged_positions_.data() : nullptr;
   if (Status s = fill_micro_batch(
           source, position, mb, o_.micro_batch_size, L.dp, g_.coord.dp, mc_.vocab_size, sample_,
@@ -494,8 +509,9 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     rank_.buckets[c]->start_iteration();
   }
   const int dp_rank = g_.coord.dp;
-  auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* positions) {
-    return load_micro_batch(*data_.train, consumed_, mb, tokens, targets, positions);
+  auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* positions,
+                  GptActivations<T>* first) {
+    return load_micro_batch(*data_.train, consumed_, mb, tokens, targets, positions, first);
   };
   // Dropout masks follow the micro-batch's place in the global batch, so they match one
   // process running the whole batch (data-parallel rank r's micro-batch m is global m*DP+r).
@@ -567,8 +583,8 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   const bool experts_apart = mc_.moe() && g_.layout.expert_grid() && !distributed;
   double squares = 0, expert_squares = 0;
   for (size_t c = 0; c < rank_.chunks.size(); c++) {
-    squares += rank_.optimizers[c]->sum_squares(
-        rank_.chunks[c]->grads(), experts_apart ? NormPart::kDense : NormPart::kAll);
+    squares += rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads(),
+                                                experts_apart ? NormPart::kDense : NormPart::kAll);
     if (experts_apart)
       expert_squares +=
           rank_.optimizers[c]->sum_squares(rank_.chunks[c]->grads(), NormPart::kExperts);
@@ -622,8 +638,9 @@ Result<double> Trainer<T>::validate(const SampleSource& source, int64_t& positio
   targets = 0;
   for (int it = 0; it < o_.eval_iters; it++) {
     if (per_token) targets += global_targets(source, position);
-    auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* positions) {
-      return load_micro_batch(source, position, mb, tokens, targets, positions);
+    auto load = [&](int mb, int32_t* tokens, int32_t* targets, int32_t* positions,
+                    GptActivations<T>* first) {
+      return load_micro_batch(source, position, mb, tokens, targets, positions, first);
     };
     if (Status s = executor_->evaluate(M, load, device_losses_); !s) return s;
     if (Status s = collect_marks(); !s) return s;
@@ -705,6 +722,13 @@ Result<TrainSummary> Trainer<T>::run() {
   if (!data) return data.status();
   data_ = std::move(*data);
   sample_.assign(mc_.seq_length + 1, 0);
+  if (mc_.has_vision()) {  // the tower encodes the most images any sample carries
+    mc_.vision.images_per_sample = std::max(1, data_.train->images_per_sample());
+    const VisionConfig& v = mc_.vision;
+    images_.assign(static_cast<size_t>(o_.micro_batch_size) * v.images_per_sample * v.num_channels *
+                       v.img_h * v.img_w,
+                   0.0f);
+  }
   Result<TrainingTasks> tasks = TrainingTasks::open(o_);  // --eval-tasks (task_eval.h)
   if (!tasks) return tasks.status();
 

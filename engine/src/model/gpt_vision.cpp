@@ -1,0 +1,133 @@
+// GptModel (gpt.h) of a vision-language model: the vision tower on the pre chunk and the
+// projected patches spliced into the language model's rows.
+//
+// Note [image rows]: a sequence holds each of its images as Np consecutive rows of the image
+// placeholder id (ModelConfig::image_token_id, one past the tokenizer's vocabulary; the data
+// expands each <image> to Np of them, SampleSource::images_per_sample). load_images maps row n
+// of sequence b holding the k-th placeholder to patch b I Np + k of the tower's output
+// (image_slot), the inverse (image_rows, -1 for patches whose rows the sequence cut off), and
+// gives the embedding the tokens with -1 at those rows (embed_tokens), outside every rank's
+// vocabulary range, so their word embedding is zero and no gradient reaches the table. The
+// embedding's output is then word + position embedding on text rows and the position embedding
+// alone on image rows (LLaVA's inputs_embeds, to which GPT-2 adds positions and Llama RoPE);
+// splice_images adds the projected patches there (moe_scatter_add_rows with one route per row),
+// before the embedding dropout. Backward: the patches' gradient is those rows of the
+// embedding's output gradient (the same op the other way), all N rows gathered under sequence
+// parallelism, so every TP rank holds the tower's whole gradient (Note [vision tensors] in
+// param_layout.h). The projector always trains; the encoder's backward runs unless frozen.
+// Several micro-batches in flight (a pipeline's 1F1B) share the tower's activations: the
+// backward of one whose forward was not the tower's last re-runs the forward first (a
+// recomputation of the tower alone).
+#include <string>
+#include <type_traits>
+
+#include "model/gpt.h"
+
+namespace lattice {
+
+template <typename A>
+Status GptModel<A>::create_vision() {
+  if constexpr (!std::is_same_v<A, G>) {
+    return Status::invalid_argument(
+        "--vision-model-type: the vision tower runs in fp32 (or --fp64) only; drop --bf16 / "
+        "--fp16");
+  } else {
+    if (cp_ > 1)
+      return Status::invalid_argument(
+          "--vision-model-type does not combine with --context-parallel-size > 1 yet");
+    if (!ops_.has_moe())
+      return Status::invalid_argument("--vision-model-type: " + device_.describe() +
+                                      " lacks the row scatter the image splice uses");
+    const VisionConfig& v = config_.vision;
+    auto made = VisionEncoder<A>::create(v, B_ * v.images_per_sample, device_, false);
+    if (!made) return made.status();
+    vision_ = std::move(*made);
+    vision_->bind(compute_, grads_);  // Note [vision tensors]: the arenas' first tensors
+    const int end = layout_.vision_end_index();
+    for (int i = 0; i < end; i++) {
+      const ParamTensor& t = layout_.tensors()[i];
+      const bool projector = t.name.rfind("multi_modal_projector.", 0) == 0;
+      if (!t.frozen) (projector ? vision_trains_ : vision_encoder_trains_) = true;
+      if (t.offset != vision_->tensors()[i].offset)
+        return Status::internal("GptModel: the vision tower's tensors are not laid out as " +
+                                t.name + " expects");
+    }
+    vision_trains_ = vision_trains_ || vision_encoder_trains_;
+    vision_d_out_ =
+        take<A>(static_cast<size_t>(vision_->tokens()) * C_, MemoryCategory::kWorkspace);
+    return blocks_.status();
+  }
+}
+
+template <typename A>
+Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, const float* images) {
+  if (!vision_) return Status::internal("GptModel::load_images: a chunk without a vision tower");
+  if constexpr (std::is_same_v<A, G>) {  // create_vision refuses 16-bit compute
+    const VisionConfig& v = config_.vision;
+    const int I = v.images_per_sample, Np = v.patches(), P = I * Np;
+    const int32_t id = config_.image_token_id();
+    host_slot_.assign(N_, -1);
+    host_rows_.assign(static_cast<size_t>(B_) * P, -1);
+    host_ids_.assign(tokens, tokens + N_);
+    for (int b = 0; b < B_; b++) {
+      int k = 0;
+      for (int t = 0; t < T_; t++) {
+        const size_t n = static_cast<size_t>(b) * T_ + t;
+        if (tokens[n] != id) continue;
+        if (k == P)
+          return Status::invalid_argument("sequence " + std::to_string(b) +
+                                          " of the micro-batch has more than " + std::to_string(P) +
+                                          " image placeholder tokens (" + std::to_string(I) +
+                                          " image(s) of " + std::to_string(Np) +
+                                          " patches); the data's placeholders and images disagree");
+        const int32_t patch = b * P + k++;
+        host_slot_[n] = patch;
+        host_rows_[patch] = static_cast<int32_t>(n);
+        host_ids_[n] = -1;
+      }
+    }
+    const size_t pixels = static_cast<size_t>(B_) * I * v.num_channels * v.img_h * v.img_w;
+    host_images_.assign(images, images + pixels);
+    // From pageable host memory: read before copy() returns, so the staging may be reused.
+    const auto up = [&](void* to, const void* from, size_t bytes) {
+      device_.copy(to, from, bytes, CopyKind::kHostToDevice, compute());
+    };
+    up(a.image_slot, host_slot_.data(), host_slot_.size() * sizeof(int32_t));
+    up(a.image_rows, host_rows_.data(), host_rows_.size() * sizeof(int32_t));
+    up(a.embed_tokens, host_ids_.data(), host_ids_.size() * sizeof(int32_t));
+    up(a.images, host_images_.data(), pixels * sizeof(A));
+    if (vision_owner_ == &a) vision_owner_ = nullptr;  // new images: its tower state is stale
+  }
+  return Status::ok();
+}
+
+template <typename A>
+void GptModel<A>::splice_images(GptActivations<A>& a) {
+  if constexpr (std::is_same_v<A, G>) {
+    const A* patches = vision_->forward(a.images);
+    vision_owner_ = &a;
+    // This rank's rows (R of them from row0_ with sequence parallelism) gain their patches.
+    ops_.moe_scatter_add_rows(a.residual, patches, a.image_slot + row0_, R_, C_, 1);
+  }
+}
+
+template <typename A>
+void GptModel<A>::vision_backward(GptActivations<A>& a, const A* d_rows) {
+  if constexpr (std::is_same_v<A, G>) {
+    if (vision_owner_ != &a) {  // another micro-batch ran the tower since: recompute a's
+      vision_->forward(a.images);
+      vision_owner_ = &a;
+    }
+    const int M = vision_->tokens();
+    device_.zero(vision_d_out_, static_cast<size_t>(M) * C_ * sizeof(A), compute());
+    ops_.moe_scatter_add_rows(vision_d_out_, d_rows, a.image_rows, M, C_, 1);
+    vision_->backward(vision_d_out_, nullptr, vision_encoder_trains_);
+  }
+}
+
+template class GptModel<float>;
+template class GptModel<double>;
+template class GptModel<bf16>;
+template class GptModel<fp16>;
+
+}  // namespace lattice
