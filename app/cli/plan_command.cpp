@@ -203,6 +203,41 @@ void print_groups(std::ostream& out, const std::string& kind,
   out << line << "\n";
 }
 
+// The vision tower's lines (Note [vision tower in the plan] in plan/vision_estimate.cpp): its
+// shape and parameters, what it adds to a first-stage rank and its share of the model FLOPs.
+void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate& est,
+                  int dp_x_cp) {
+  const VisionEstimate& e = est.vision;
+  const VisionConfig v = o.vision_config();
+  const StageEstimate& first = est.stages.front();
+  const ParameterBytes b = bytes_per_parameter(training_precision(o));
+  const double params = static_cast<double>(e.parameters);
+  // The distributed optimizer's share of the tower's state (frozen with LoRA: no moments).
+  const double shards = o.parallel.use_distributed_optimizer ? static_cast<double>(dp_x_cp) : 1.0;
+  const double optimizer =
+      params * (o.model.lora() ? b.optimizer - 2 * b.grads : b.optimizer) / shards;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "vision tower: CLIP ViT %d layers (%d run), width %d, %d heads, MLP %d; %d x %d "
+                "images in %d px patches (%d patches%s); MLP projector to %d; %s parameters on "
+                "pp 0, whole on every TP rank\n",
+                v.num_layers, e.layers_run, v.hidden_size, v.num_attention_heads, v.ffn(), v.img_h,
+                v.img_w, v.patch_dim, v.patches(), v.class_token ? " + class token" : "",
+                v.lm_hidden_size, human_count(params).c_str());
+  out << line;
+  std::snprintf(
+      line, sizeof line,
+      "  on a pp 0 rank: weights %s + grads %s + optimizer %s; activations %s per "
+      "micro-batch (%d image%s); %.3g forward FLOPs per image, %.1f %% of the model "
+      "FLOPs\n",
+      human_bytes(params * b.weights).c_str(), human_bytes(params * b.grads).c_str(),
+      human_bytes(optimizer).c_str(),
+      human_bytes(static_cast<double>(first.vision_activation_bytes_per_micro_batch)).c_str(),
+      e.images_per_micro_batch, e.images_per_micro_batch == 1 ? "" : "s", e.forward_flops_per_image,
+      100 * e.flops_per_iteration / est.flops_per_iteration);
+  out << line;
+}
+
 void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout& layout,
                  const MemoryEstimate& est) {
   const ModelConfig& m = o.model;
@@ -261,7 +296,8 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
       out << " [" << r.begin << "," << r.end << ")";
     }
     if (layout.is_first_stage(p))
-      out << (m.learned_positions() ? "  + word and position embeddings" : "  + word embedding");
+      out << (m.learned_positions() ? "  + word and position embeddings" : "  + word embedding")
+          << (est.vision.parameters > 0 ? ", vision tower" : "");
     if (layout.is_last_stage(p))
       out << (layout.is_first_stage(p) ? ", final " : "  + final ") << m.normalization
           << (!m.tied_output()           ? ", output layer (untied)"
@@ -318,6 +354,7 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
       out << "  (rows/layer: the worst case a rank may receive; balanced routing gives "
           << est.stages[0].expert_rows_expected << ")\n";
   }
+  if (est.vision.parameters > 0) print_vision(out, o, est, layout.dp * layout.cp);
   const StageEstimate& top = est.stages[est.most_loaded];
   out << "most loaded: pp rank " << top.pp_rank << ", "
       << human_bytes(static_cast<double>(top.total_bytes()))
@@ -614,7 +651,7 @@ int plan_command(const std::vector<std::string>& args) {
   o = with_default_global_batch(o, world);
   if (flags.suggest > 0 && o.global_batch_size == 0 && world > 0)
     o.global_batch_size = o.micro_batch_size * world;
-  std::vector<std::string> invalid = o.validate(/*require_data=*/false);
+  std::vector<std::string> invalid = plan_validation_errors(o);
   errors.insert(errors.end(), invalid.begin(), invalid.end());
   if (world > 0 && flags.suggest == 0) {  // a search ignores the given layout
     invalid = layout_errors(o, world);

@@ -11,6 +11,7 @@
 #include "plan/layout_geometry.h"
 #include "plan/layout_panel.h"
 #include "plan/plan_model.h"
+#include "plan/text_format.h"
 
 using namespace lattice;
 using namespace lattice::ui;
@@ -98,6 +99,58 @@ class TestStudioCanvas : public QObject {
              qPrintable(text));
     canvas.selectRank(-1);
     QCOMPARE(role(5), TileRole::kNone);
+  }
+
+  // A vision tower (--vision-model-type clip) runs on the first pipeline stage: those devices
+  // carry a "ViT" tag, the legend names it, a stage-0 device's description gives the tower's
+  // parameters from the planner; without the tower no device is tagged.
+  void aVisionTowerTagsTheFirstStagesDevices() {
+    PlanModel model;
+    model.edit("8 devices, TP 2, PP 2, vision tower", [](Plan& p) {
+      p.cluster.devices_per_node = 8;
+      p.options.model.tensor_model_parallel_size = 2;
+      p.options.parallel.pipeline_model_parallel_size = 2;
+      p.options.micro_batch_size = 4;
+      p.options.vision_model_type = "clip";
+    });
+    QVERIFY2(model.isValid(),
+             qPrintable(model.isValid() ? QString() : model.analysis().errors[0].message));
+    LayoutPanel panel(&model);
+    panel.resize(1000, 500);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    const LayoutCanvas& canvas = *panel.canvas();
+    QVERIFY(canvas.visionTower());
+    int tagged = 0;
+    for (const DeviceItem* d : canvas.deviceItems()) {
+      QVERIFY2(d->showsVision() == (d->tile().coord.pp == 0),
+               qPrintable(QString("rank %1 (pp %2) tagged %3")
+                              .arg(d->tile().rank)
+                              .arg(d->tile().coord.pp)
+                              .arg(d->showsVision())));
+      tagged += d->showsVision();
+    }
+    QCOMPARE(tagged, 4);
+    bool legend = false;
+    for (const QLabel* l : panel.findChildren<QLabel*>())
+      legend = legend || l->text().contains("vision tower (stage 0)");
+    QVERIFY2(legend, "no legend entry for the vision tower");
+    const int64_t parameters = model.analysis().memory->vision.parameters;
+    QCOMPARE(parameters, estimate_vision(model.plan().options).parameters);
+    const QString first = panel.describe(itemOfRank(canvas, 0)->tile(), false);
+    QVERIFY2(first.contains(QString("vision tower (ViT + projector): %1 parameters")
+                                .arg(humanCount(static_cast<double>(parameters)))),
+             qPrintable(first));
+    QVERIFY2(!panel.describe(itemOfRank(canvas, 4)->tile(), false).contains("vision"),
+             "a pp 1 device has no tower");
+
+    // LATTICE_STUDIO_SCREENSHOTS=DIR: the panel with the tower, for docs/vision.md.
+    const QString shots = qEnvironmentVariable("LATTICE_STUDIO_SCREENSHOTS");
+    if (!shots.isEmpty()) QVERIFY(panel.grab().save(shots + "/studio-plan-canvas-vision.png"));
+
+    model.edit("no vision tower", [](Plan& p) { p.options.vision_model_type.clear(); });
+    QVERIFY(!panel.canvas()->visionTower());
+    for (const DeviceItem* d : panel.canvas()->deviceItems()) QVERIFY(!d->showsVision());
   }
 
   void hoveringADeviceWithTheMouseHighlightsItsGroups() {

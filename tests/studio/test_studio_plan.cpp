@@ -3,6 +3,7 @@
 // configuration files and flags round-trip through the engine's parser.
 #include <QAction>
 #include <QApplication>
+#include <QCheckBox>
 #include <QLabel>
 #include <QLayout>
 #include <QMessageBox>
@@ -23,6 +24,7 @@
 #include "plan/model_presets.h"
 #include "plan/plan_model.h"
 #include "plan/plan_view.h"
+#include "plan/text_format.h"
 #include "plan/train_flags.h"
 
 using namespace lattice;
@@ -187,6 +189,47 @@ class TestStudioPlan : public QObject {
       QVERIFY2(squeezed.isEmpty(), qPrintable("after " + name + ": " + squeezed.join("; ")));
     }
     QVERIFY2(!window.planModel()->isValid(), "the last step leaves TP 3, which is invalid");
+  }
+
+  // The Vision tower section: its checkbox switches --vision-model-type clip on and shows the
+  // sizes (hidden while off) and the planner's figures; a size edit reaches the flags a launch
+  // passes and is one undo step.
+  void theVisionTowerSectionSetsTheTowerAndShowsItsFigures() {
+    MainWindow window(quietWindow());
+    window.resize(1280, 800);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto* on = window.findChild<QCheckBox*>("vision-model-type");
+    auto* width = window.findChild<QSpinBox*>("vision-hidden-size");
+    auto* note = window.findChild<QLabel*>("vision-figures");
+    QVERIFY(on && width && note);
+    QVERIFY(!on->isChecked());
+    QVERIFY(!width->isVisibleTo(window.planView()));
+    on->click();
+    PlanModel* model = window.planModel();
+    QCOMPARE(model->plan().options.vision_model_type, std::string("clip"));
+    QVERIFY2(model->isValid(),
+             qPrintable(model->isValid() ? QString() : model->analysis().errors[0].message));
+    QVERIFY(width->isVisibleTo(window.planView()));
+    const VisionEstimate v = estimate_vision(
+        with_default_global_batch(model->plan().options, model->plan().cluster.world()));
+    QVERIFY2(note->text().startsWith(humanCount(static_cast<double>(v.parameters)) +
+                                     " parameters on stage 0"),
+             qPrintable(note->text()));
+    width->setValue(64);
+    QCOMPARE(model->plan().options.vision.hidden_size, 64);
+    const QStringList flags = changedTrainFlags(model->plan().options);
+    QVERIFY2(flags.join(' ').contains("--vision-model-type clip") &&
+                 flags.join(' ').contains("--vision-hidden-size 64"),
+             qPrintable(flags.join(' ')));
+    QApplication::processEvents();
+    const QStringList squeezed = squeezedRows(window.planView());
+    QVERIFY2(squeezed.isEmpty(), qPrintable(squeezed.join("; ")));
+    window.findChild<QAction*>("undo")->trigger();
+    QCOMPARE(model->plan().options.vision.hidden_size, 32);
+    on->click();
+    QVERIFY(model->plan().options.vision_model_type.empty());
+    QVERIFY(!width->isVisibleTo(window.planView()));
   }
 
   void worldSizeErrorsGoToTheDevicesRow() {

@@ -71,9 +71,18 @@ QColor expertSliceColor(int ep) {  // golden-ratio hues: neighbours differ
   return QColor::fromHsvF(std::fmod(0.07 + 0.61803 * ep, 1.0), 0.65, 0.8);
 }
 
+QColor visionTagColor() {
+  return QColor(0x4a, 0x14, 0x8c);
+}
+
 DeviceItem::DeviceItem(const CanvasTile& tile, QColor fill, bool darkBackground, bool showCp,
-                       bool showEp)
-    : tile_(tile), fill_(fill), dark_(darkBackground), showCp_(showCp), showEp_(showEp) {
+                       bool showEp, bool vision)
+    : tile_(tile),
+      fill_(fill),
+      dark_(darkBackground),
+      showCp_(showCp),
+      showEp_(showEp),
+      vision_(vision) {
   setAcceptHoverEvents(true);
   setZValue(1);
 }
@@ -118,8 +127,20 @@ void DeviceItem::paint(QPainter* painter, const QStyleOptionGraphicsItem* option
   }
   if (lod < 0.45) return;
 
+  // The vision tower's devices: a "ViT" tag in the top left corner, the rank beside it.
+  const double tag = vision_ ? 28 : 0;
+  if (vision_) {
+    const QRectF r(tile_.rect.left() + 4, tile_.rect.top() + 6, tag - 4, 16);
+    painter->setPen(Qt::NoPen);
+    painter->setBrush(visionTagColor());
+    painter->drawRoundedRect(r, 3, 3);
+    static const QFont tagFont = pixelFont(11, true);
+    painter->setFont(tagFont);
+    painter->setPen(QColor(0xff, 0xff, 0xff));
+    painter->drawText(r, Qt::AlignCenter, QStringLiteral("ViT"));
+  }
   static const QFont rankFont = pixelFont(15, true), coordFont = pixelFont(13, false);
-  const QRectF top(tile_.rect.left(), tile_.rect.top() + 5, tile_.rect.width(), 20);
+  const QRectF top(tile_.rect.left() + tag, tile_.rect.top() + 5, tile_.rect.width() - tag, 20);
   const QRectF bottom(tile_.rect.left(), tile_.rect.top() + 27, tile_.rect.width(), 20);
   painter->setPen(QColor(0x1a, 0x1a, 0x1a));
   painter->setFont(rankFont);

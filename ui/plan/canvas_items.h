@@ -27,11 +27,12 @@ enum class TileRole {
 class DeviceItem : public QGraphicsItem {
  public:
   // `showCp`, `showEp`: the tile names its cp and ep coordinates and, with EP, has a stripe in
-  // its expert slice's colour.
+  // its expert slice's colour. `vision`: the device runs the vision tower (a "ViT" tag).
   DeviceItem(const CanvasTile& tile, QColor fill, bool darkBackground, bool showCp = false,
-             bool showEp = false);
+             bool showEp = false, bool vision = false);
 
   const CanvasTile& tile() const { return tile_; }
+  bool showsVision() const { return vision_; }
   // `role` draws the border; `also` (bits 1 << TileRole) the other groups shared, as dots.
   void setRole(TileRole role, unsigned also = 0);
   TileRole role() const { return role_; }
@@ -47,7 +48,7 @@ class DeviceItem : public QGraphicsItem {
   CanvasTile tile_;
   QColor fill_;
   bool dark_;
-  bool showCp_, showEp_;
+  bool showCp_, showEp_, vision_;
   TileRole role_ = TileRole::kNone;
   unsigned also_ = 0;
 };
@@ -81,6 +82,8 @@ class OutlineItem : public QGraphicsItem {
 QColor roleColor(TileRole role, bool dark);
 // The stripe colour of the devices that hold expert slice `ep` (EP > 1).
 QColor expertSliceColor(int ep);
+// The "ViT" tag's colour (the vision tower's devices), shared with the legend.
+QColor visionTagColor();
 // Fill colour of pipeline stage `stage` of `stages` (qualitative up to 10, hues beyond).
 QColor stageColor(int stage, int stages);
 

@@ -86,9 +86,11 @@ double LayoutCanvas::viewAspect() const {
   return s.width() > 0 && s.height() > 0 ? static_cast<double>(s.width()) / s.height() : 1.6;
 }
 
-void LayoutCanvas::showLayout(const std::optional<ParallelLayout>& layout, int nodes, int perNode) {
+void LayoutCanvas::showLayout(const std::optional<ParallelLayout>& layout, int nodes, int perNode,
+                              bool visionTower) {
   const bool reshaped = nodes != nodes_ || perNode != perNode_;
   layout_ = layout;
+  visionTower_ = visionTower && layout;
   groups_ = layout ? DeviceGroups(*layout) : DeviceGroups();
   nodes_ = std::max(nodes, 1);
   perNode_ = std::max(perNode, 1);
@@ -145,8 +147,9 @@ void LayoutCanvas::rebuild() {
   devices_.reserve(static_cast<int>(geometry_.tiles.size()));
   for (const CanvasTile& t : geometry_.tiles) {
     const QColor fill = t.hasCoord ? stageColor(t.coord.pp, stages) : QColor(0xd0, 0xd0, 0xd0);
-    auto* item =
-        new DeviceItem(t, fill, dark, layout_ && layout_->cp > 1, layout_ && layout_->ep > 1);
+    const bool vision = visionTower_ && t.hasCoord && layout_->is_first_stage(t.coord.pp);
+    auto* item = new DeviceItem(t, fill, dark, layout_ && layout_->cp > 1,
+                                layout_ && layout_->ep > 1, vision);
     scene_->addItem(item);
     devices_.push_back(item);
   }

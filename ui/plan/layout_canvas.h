@@ -22,8 +22,12 @@ class LayoutCanvas : public QGraphicsView {
  public:
   explicit LayoutCanvas(QWidget* parent = nullptr);
 
-  // Rebuilds the scene. Fits the view when the cluster's shape changed.
-  void showLayout(const std::optional<ParallelLayout>& layout, int nodes, int devicesPerNode);
+  // Rebuilds the scene. Fits the view when the cluster's shape changed. `visionTower`: the first
+  // pipeline stage's devices run a vision tower (Note [vision tower in the plan] in
+  // engine/src/plan/vision_estimate.cpp) and carry a "ViT" tag.
+  void showLayout(const std::optional<ParallelLayout>& layout, int nodes, int devicesPerNode,
+                  bool visionTower = false);
+  bool visionTower() const { return visionTower_; }
   // Fold runs of identical nodes when there are more than kFoldAbove nodes (default on).
   void setFolding(bool on);
   bool folding() const { return folding_; }
@@ -71,6 +75,7 @@ class LayoutCanvas : public QGraphicsView {
   DeviceGroups groups_;  // layout_'s
   int nodes_ = 1, perNode_ = 1;
   bool folding_ = true;
+  bool visionTower_ = false;
   bool autoFit_ = true;
   CanvasGeometry geometry_;
   QList<DeviceItem*> devices_;

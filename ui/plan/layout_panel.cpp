@@ -93,7 +93,8 @@ void LayoutPanel::changeEvent(QEvent* event) {
 void LayoutPanel::refresh() {
   const Plan& plan = model_->plan();
   const PlanAnalysis& a = model_->analysis();
-  canvas_->showLayout(a.layout, plan.cluster.nodes, plan.cluster.devices_per_node);
+  const bool vision = a.memory && a.memory->vision.parameters > 0;
+  canvas_->showLayout(a.layout, plan.cluster.nodes, plan.cluster.devices_per_node, vision);
   QString legend;
   if (a.layout) {
     legend += tr("stage") + " ";
@@ -124,6 +125,11 @@ void LayoutPanel::refresh() {
       legend += swatch(expertSliceColor(e)) + QStringLiteral("<small>%1</small> ").arg(e);
     if (a.layout->ep > 6) legend += QStringLiteral("… ");
   }
+  if (vision)
+    legend += QStringLiteral(
+                  "&nbsp; <span style=\"background:%1; color:white\"><small><b>&nbsp;ViT"
+                  "&nbsp;</b></small></span> <small>%2</small>")
+                  .arg(visionTagColor().name(), tr("vision tower (stage 0)"));
   legend_->setText(legend);
   if (canvas_->selectedRank() >= plan.cluster.world()) canvas_->selectRank(-1);
   showFocus(nullptr);
@@ -175,6 +181,14 @@ QString LayoutPanel::describe(const CanvasTile& t, bool rich) const {
                       .arg(humanBytes(s.weight_bytes), humanBytes(s.grad_bytes),
                            humanBytes(s.optimizer_bytes), humanBytes(s.activation_bytes),
                            humanBytes(s.total_bytes()), humanBytes(capacity));
+    if (s.vision_parameters > 0)
+      text +=
+          sep + tr("vision tower (ViT + projector): %1 parameters, activations %2 per "
+                   "micro-batch, %3 % of the model FLOPs")
+                    .arg(humanCount(static_cast<double>(s.vision_parameters)),
+                         humanBytes(s.vision_activation_bytes_per_micro_batch))
+                    .arg(100 * a.memory->vision.flops_per_iteration / a.memory->flops_per_iteration,
+                         0, 'f', 1);
   }
   return text;
 }

@@ -12,14 +12,15 @@
 #include "plan/cluster_section.h"
 #include "plan/model_section.h"
 #include "plan/parallel_section.h"
+#include "plan/vision_section.h"
 
 namespace lattice::ui {
 
 PlanForm::PlanForm(PlanModel* model, QWidget* parent) : QScrollArea(parent), model_(model) {
   auto* content = new QWidget(this);
   auto* column = new QVBoxLayout(content);
-  sections_ = {new ModelSection(model, content), new ClusterSection(model, content),
-               new ParallelSection(model, content)};
+  sections_ = {new ModelSection(model, content), new VisionSection(model, content),
+               new ClusterSection(model, content), new ParallelSection(model, content)};
   for (FormSection* s : sections_) column->addWidget(s);
   otherErrors_ = new QLabel(content);
   otherErrors_->setObjectName("other-errors");

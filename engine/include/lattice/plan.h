@@ -77,18 +77,56 @@ struct StageEstimate {
   // load-balancing losses; with EP > 1 also the all-to-all send and return buffers (N k, C).
   size_t dispatch_bytes = 0;
 
+  // The vision tower (VisionEstimate; first stage only, all 0 elsewhere or without one). Of
+  // `parameters` and `replicated_parameters`: the tower's (whole on every TP rank). Of
+  // activation_bytes_per_micro_batch: its buffers for one micro-batch's images, which stay
+  // alive with the micro-batch (times the first model chunk's peak in activation_bytes).
+  int64_t vision_parameters = 0;
+  size_t vision_activation_bytes_per_micro_batch = 0;
+
   size_t total_bytes() const {
     return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes + dispatch_bytes;
   }
 };
 
+// A LLaVA-style vision tower (--vision-model-type clip, TrainOptions::vision_config(); Note
+// [vision tower in the plan] in plan/vision_estimate.cpp): the CLIP ViT and its MLP projector
+// on the first pipeline stage (the pre chunk), whole on every TP rank, trained with the
+// language model's replicated tensors (fp32 master weights, grads, AdamW moments; sharded over
+// DP x CP by the distributed optimizer). Its image tokens take Np of the --seq-length
+// positions, so the language model's own figures do not change.
+struct VisionEstimate {
+  int64_t parameters = 0;          // VisionEncoder::num_params(): every layer's, run or not
+  int layers_run = 0;              // the encoder layers the forward runs (--vision-select-layer)
+  int images_per_micro_batch = 0;  // --micro-batch-size x 1 image per sample
+  // VisionEncoder::allocate's kActivations buffers for images_per_micro_batch images, in its
+  // compute type (fp32; double in an fp64 run). Its scratch (kWorkspace) is not counted, as the
+  // language model's is not.
+  size_t activation_bytes_per_micro_batch = 0;
+  // Forward FLOPs of one image: the patch GEMM, the layers run (GEMMs 2 m n k, attention
+  // 4 T^2 C) and the projector; forward + backward is 3 x this (backward twice forward).
+  double forward_flops_per_image = 0;
+  double flops_per_iteration = 0;  // 3 x forward x the global batch's images
+};
+// Whether `options` train with a vision tower (--vision-model-type set).
+bool has_vision_tower(const TrainOptions& options);
+// The tower's figures for `options` (all 0 without one). Requires a config its validate()
+// accepts and a --global-batch-size (with_default_global_batch) for flops_per_iteration.
+VisionEstimate estimate_vision(const TrainOptions& options);
+// TrainOptions::validate(false) as the planner applies it: without the sentence by which `lattice
+// train` still refuses the vision tower (the planner sizes the tower that the training wiring
+// of issue 27 runs; the sentence goes when training takes the tower).
+std::vector<std::string> plan_validation_errors(const TrainOptions& options);
+
 struct MemoryEstimate {
   std::vector<StageEstimate> stages;  // one per pipeline rank, in order
   int most_loaded = 0;                // index into stages of the largest total_bytes()
   int64_t micro_batches = 0;          // per data-parallel rank and iteration
-  // Model FLOPs of one iteration (flops_per_iteration(), Megatron's count) and per rank.
+  // Model FLOPs of one iteration (flops_per_iteration(), Megatron's count, plus a vision
+  // tower's VisionEstimate::flops_per_iteration) and per rank.
   double flops_per_iteration = 0;
   double flops_per_rank = 0;
+  VisionEstimate vision;  // all 0 without a tower
 };
 
 // "bf16", "fp16", "fp64" or "fp32" (the default): the precision `options` train in.
@@ -110,7 +148,11 @@ MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelLayout
 // "activation_bytes_per_micro_batch", "micro_batches_in_flight", "activation_bytes",
 // "total_bytes", and with MoE layers "moe": {"expert_parameters", "router_parameters",
 // "expert_rows", "expert_rows_expected", "activation_bytes_per_micro_batch",
-// "dispatch_bytes"}}]} (`lattice plan --json`). indent < 0: one line.
+// "dispatch_bytes"}, with a vision tower on its stage "vision": {"parameters",
+// "activation_bytes_per_micro_batch"}}], and with a tower "vision": {"parameters",
+// "layers_run", "images_per_micro_batch", "activation_bytes_per_micro_batch",
+// "forward_flops_per_image", "flops_per_iteration", "flops_share"}} (`lattice plan --json`).
+// indent < 0: one line.
 std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& estimate,
                       int indent = -1);
 

@@ -272,9 +272,8 @@ double moe_layer_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShap
 // rows its experts receive and hold regrouped (2 S C).
 double dispatch_bytes(const ElementBytes& e, const ChunkShape& d, const MoeShape& s, int layers,
                       int ep, bool swiglu) {
-  double bytes =
-      e.a * (d.N * s.E + s.routes * d.C + s.S * s.Fmt + (swiglu ? 2 * s.S * s.Fmt : 0)) +
-      e.g * (s.routes + layers);
+  double bytes = e.a * (d.N * s.E + s.routes * d.C + s.S * s.Fmt + (swiglu ? 2 * s.S * s.Fmt : 0)) +
+                 e.g * (s.routes + layers);
   if (ep > 1) bytes += e.a * (s.routes + 2 * s.S) * d.C;
   return bytes;
 }
@@ -365,13 +364,22 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
   const ParameterBytes per_param = bytes_per_parameter(precision);
   MemoryEstimate est;
   est.micro_batches = o.global_batch_size / (static_cast<int64_t>(o.micro_batch_size) * layout.dp);
-  est.flops_per_iteration = flops_per_iteration(m, o.global_batch_size);
+  // A vision tower (Note [vision tower in the plan] in vision_estimate.cpp): its parameters
+  // and activations on the first stage, its FLOPs in the model's.
+  est.vision = estimate_vision(o);
+  est.flops_per_iteration =
+      flops_per_iteration(m, o.global_batch_size) + est.vision.flops_per_iteration;
   est.flops_per_rank = est.flops_per_iteration / layout.world;
 
   for (int p = 0; p < layout.pp; p++) {
     StageEstimate st;
     st.pp_rank = p;
-    const ParamCount n = stage_parameters(m, layout, p);
+    ParamCount n = stage_parameters(m, layout, p);
+    if (layout.is_first_stage(p)) {  // whole on every TP rank; frozen with LoRA as the base
+      st.vision_parameters = est.vision.parameters;
+      n.total += est.vision.parameters;
+      n.replicated += est.vision.parameters;
+    }
     st.parameters = n.total;
     st.replicated_parameters = n.replicated;
     const size_t params = static_cast<size_t>(n.total);
@@ -425,6 +433,11 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
       peak += peaks[c] * chunk.per_micro_batch + chunk.once;
       dispatch += chunk.dispatch;
     }
+    if (layout.is_first_stage(p)) {  // the tower runs in the first chunk, the pre one
+      st.vision_activation_bytes_per_micro_batch = est.vision.activation_bytes_per_micro_batch;
+      per_micro_batch += static_cast<double>(st.vision_activation_bytes_per_micro_batch);
+      peak += peaks[0] * static_cast<double>(st.vision_activation_bytes_per_micro_batch);
+    }
     st.micro_batches_in_flight = in_flight(layout, p, est.micro_batches);
     st.activation_bytes_per_micro_batch = static_cast<size_t>(std::llround(per_micro_batch));
     st.activation_bytes = static_cast<size_t>(std::llround(peak));
@@ -469,12 +482,28 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
         {"activation_bytes_per_micro_batch", st.moe_activation_bytes_per_micro_batch},
         {"dispatch_bytes", st.dispatch_bytes}};
   }
+  for (size_t i = 0; i < est.stages.size(); i++) {
+    const StageEstimate& st = est.stages[i];
+    if (st.vision_parameters == 0) continue;
+    stages[i]["vision"] = {
+        {"parameters", st.vision_parameters},
+        {"activation_bytes_per_micro_batch", st.vision_activation_bytes_per_micro_batch}};
+  }
   nlohmann::ordered_json out = nlohmann::ordered_json::parse(layout_json(layout));
   out["memory"] = {{"micro_batches", est.micro_batches},
                    {"flops_per_iteration", est.flops_per_iteration},
                    {"flops_per_rank", est.flops_per_rank},
                    {"most_loaded_pp_rank", est.most_loaded},
                    {"stages", stages}};
+  if (const VisionEstimate& v = est.vision; v.parameters > 0)
+    out["memory"]["vision"] = {
+        {"parameters", v.parameters},
+        {"layers_run", v.layers_run},
+        {"images_per_micro_batch", v.images_per_micro_batch},
+        {"activation_bytes_per_micro_batch", v.activation_bytes_per_micro_batch},
+        {"forward_flops_per_image", v.forward_flops_per_image},
+        {"flops_per_iteration", v.flops_per_iteration},
+        {"flops_share", v.flops_per_iteration / est.flops_per_iteration}};
   return out.dump(indent);
 }
 

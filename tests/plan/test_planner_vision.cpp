@@ -1,0 +1,274 @@
+// The planner with a LLaVA-style vision tower (issue 27; Note [vision tower in the plan] in
+// engine/src/plan/vision_estimate.cpp): the tower's parameters and activation bytes are what a
+// VisionEncoder on the CPU device takes (to the element and the byte, fp32 and fp64), its
+// forward FLOPs are 2 x rows x elements of every weight matrix it multiplies plus the
+// attention's 4 T^2 C, the first stage alone holds it in the planner's categories, the first
+// stage's compute grows by its forward and backward, and `lattice plan` (text and --json) shows
+// it.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QRegularExpression>
+#include <QtTest/QtTest>
+
+#include "common/process.h"
+#include "device/cpu_device.h"
+#include "lattice/layout.h"
+#include "lattice/plan.h"
+#include "lattice/train_options.h"
+#include "model/vision_encoder.h"
+
+using namespace lattice;
+
+namespace {
+
+TrainOptions options(const QStringList& flags) {
+  std::vector<std::string> args;
+  for (const QString& s : flags) args.push_back(s.toStdString());
+  Result<TrainOptions> o = parse_train_flags(args);
+  if (!o) qFatal("bad test flags: %s", o.status().message().c_str());
+  return *o;
+}
+
+// A small GPT-2 whose sequence has room for a tower's 16 or 12 image tokens.
+const QStringList kText = {"--num-layers",          "4",  "--hidden-size",      "64",
+                           "--num-attention-heads", "4",  "--vocab-size",       "300",
+                           "--seq-length",          "32", "--micro-batch-size", "2",
+                           "--global-batch-size",   "16"};
+// CLIP-shaped: class token, 3 layers of which 2 run (--vision-select-layer -2, the default).
+const QStringList kClip = {"--vision-model-type",
+                           "clip",
+                           "--vision-num-layers",
+                           "3",
+                           "--vision-hidden-size",
+                           "32",
+                           "--patch-dim",
+                           "8",
+                           "--vision-num-attention-heads",
+                           "2",
+                           "--img-h",
+                           "32",
+                           "--img-w",
+                           "32"};
+// No class token, a patch bias, 24 x 16 images, an odd MLP width, every layer run.
+const QStringList kPlain = {"--vision-model-type",
+                            "clip",
+                            "--vision-num-layers",
+                            "2",
+                            "--vision-hidden-size",
+                            "24",
+                            "--vision-num-attention-heads",
+                            "3",
+                            "--vision-ffn-hidden-size",
+                            "40",
+                            "--patch-dim",
+                            "4",
+                            "--img-h",
+                            "24",
+                            "--img-w",
+                            "16",
+                            "--disable-vision-class-token",
+                            "--vision-patch-bias",
+                            "--vision-select-layer",
+                            "-1"};
+
+void add_towers() {
+  QTest::addColumn<QStringList>("tower");
+  QTest::newRow("clip-shaped") << kClip;
+  QTest::newRow("plain") << kPlain;
+}
+
+using lattice::testing::Run;
+
+Run lattice_cli(const QStringList& args) {
+  return lattice::testing::run_process(LATTICE_CLI_PATH, args, {}, 60000);
+}
+
+// The layer a tensor name belongs to ("vision_model.encoder.layers.3.mlp.fc1.weight": 3), -1
+// outside the layers.
+int layer_of(const std::string& name) {
+  const std::string key = "encoder.layers.";
+  const size_t at = name.find(key);
+  return at == std::string::npos ? -1 : std::stoi(name.substr(at + key.size()));
+}
+
+}  // namespace
+
+class PlannerVisionTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void the_towers_counts_are_what_the_vision_encoder_takes_data() { add_towers(); }
+
+  // VisionEncoder::create on the CPU device with a micro-batch of images: its parameter count
+  // and the bytes it allocates for weights and for activations (fp32, and double for --fp64).
+  void the_towers_counts_are_what_the_vision_encoder_takes() {
+    QFETCH(QStringList, tower);
+    for (const bool fp64 : {false, true}) {
+      const TrainOptions o =
+          options(kText + tower + (fp64 ? QStringList{"--fp64"} : QStringList{}));
+      QVERIFY2(plan_validation_errors(o).empty(), plan_validation_errors(o)[0].c_str());
+      const VisionEstimate e = estimate_vision(o);
+      CpuDevice device;
+      auto check = [&]<typename A>() {
+        auto made = VisionEncoder<A>::create(o.vision_config(), o.micro_batch_size, device);
+        QVERIFY2(made.is_ok(), made.status().message().c_str());
+        const VisionEncoder<A>& encoder = **made;
+        size_t numel = 0;
+        for (const ParamTensor& t : encoder.tensors()) numel += t.numel;
+        QCOMPARE(numel, encoder.num_params());
+        QCOMPARE(e.parameters, static_cast<int64_t>(encoder.num_params()));
+        QCOMPARE(device.usage(MemoryCategory::kWeights).current, encoder.num_params() * sizeof(A));
+        const size_t taken = device.usage(MemoryCategory::kActivations).current;
+        QVERIFY2(taken == e.activation_bytes_per_micro_batch,
+                 qPrintable(QString("%1 images in %2: the encoder takes %3 activation bytes, the "
+                                    "planner says %4")
+                                .arg(o.micro_batch_size)
+                                .arg(fp64 ? "double" : "float")
+                                .arg(taken)
+                                .arg(e.activation_bytes_per_micro_batch)));
+      };
+      if (fp64)
+        check.operator()<double>();
+      else
+        check.operator()<float>();
+      QCOMPARE(e.images_per_micro_batch, o.micro_batch_size);
+      QCOMPARE(e.layers_run, o.vision_config().layers_run());
+    }
+  }
+
+  void forward_flops_count_every_matrix_product_data() { add_towers(); }
+
+  // Independently of the planner's formula: every weight matrix the forward multiplies (the
+  // patch embedding and projector on Np rows, the layers run on T rows) costs 2 x rows x its
+  // elements; the attention 4 T^2 C per layer run; layers past --vision-select-layer nothing.
+  void forward_flops_count_every_matrix_product() {
+    QFETCH(QStringList, tower);
+    const TrainOptions o = options(kText + tower);
+    const VisionConfig v = o.vision_config();
+    CpuDevice device;
+    auto made = VisionEncoder<float>::create(v, 1, device);
+    QVERIFY2(made.is_ok(), made.status().message().c_str());
+    double flops = 0;
+    for (const ParamTensor& t : (*made)->tensors()) {
+      const std::string& n = t.name;
+      const bool matrix = t.shape.size() >= 2 && n.find("position_embedding") == std::string::npos;
+      if (!matrix) continue;
+      const int layer = layer_of(n);
+      if (layer >= v.layers_run()) continue;  // not run
+      const double rows = layer >= 0 ? v.seq_length() : v.patches();
+      flops += 2 * rows * static_cast<double>(t.numel);
+    }
+    flops += v.layers_run() * 4.0 * v.seq_length() * v.seq_length() * v.hidden_size;
+    const VisionEstimate e = estimate_vision(o);
+    QVERIFY2(
+        e.forward_flops_per_image == flops,
+        qPrintable(QString("planner %1, counted %2").arg(e.forward_flops_per_image).arg(flops)));
+    QCOMPARE(e.flops_per_iteration, 3 * flops * o.global_batch_size);
+  }
+
+  // TP 2 x PP 2 x DP 2, distributed optimizer, 4 micro-batches per DP rank (2 in flight on the
+  // first stage): the tower's parameters on pp 0 only, replicated over TP, in weights, grads and
+  // the sharded optimizer; its activations per micro-batch in flight; its FLOPs in the model's.
+  void the_first_stage_holds_the_tower() {
+    const QStringList layout = {"--tensor-model-parallel-size", "2",
+                                "--pipeline-model-parallel-size", "2",
+                                "--use-distributed-optimizer"};
+    const TrainOptions text = options(kText + layout), vlm = options(kText + layout + kClip);
+    const ParallelLayout l = *make_layout(vlm, 8);
+    const MemoryEstimate a = estimate_memory(text, l), b = estimate_memory(vlm, l);
+    const VisionEstimate v = estimate_vision(vlm);
+    QVERIFY(v.parameters > 0 && v.activation_bytes_per_micro_batch > 0);
+    QCOMPARE(b.micro_batches, int64_t{4});
+    const StageEstimate &a0 = a.stages[0], &b0 = b.stages[0];
+    QCOMPARE(b0.vision_parameters, v.parameters);
+    QCOMPARE(b0.parameters - a0.parameters, v.parameters);
+    QCOMPARE(b0.replicated_parameters - a0.replicated_parameters, v.parameters);
+    QCOMPARE(b0.trainable_parameters, b0.parameters);
+    QCOMPARE(b0.weight_bytes - a0.weight_bytes, static_cast<size_t>(v.parameters) * 4);
+    QCOMPARE(b0.grad_bytes - a0.grad_bytes, static_cast<size_t>(v.parameters) * 4);
+    QCOMPARE(b0.optimizer_bytes, (static_cast<size_t>(b0.parameters) + 1) / 2 * 8);  // / DP 2
+    QCOMPARE(b0.vision_activation_bytes_per_micro_batch, v.activation_bytes_per_micro_batch);
+    QCOMPARE(b0.activation_bytes_per_micro_batch - a0.activation_bytes_per_micro_batch,
+             v.activation_bytes_per_micro_batch);
+    QCOMPARE(b0.micro_batches_in_flight, 2.0);
+    QCOMPARE(b0.activation_bytes - a0.activation_bytes, 2 * v.activation_bytes_per_micro_batch);
+    // The last stage does not see the tower.
+    const StageEstimate &a1 = a.stages[1], &b1 = b.stages[1];
+    QCOMPARE(b1.vision_parameters, int64_t{0});
+    QCOMPARE(b1.parameters, a1.parameters);
+    QCOMPARE(b1.total_bytes(), a1.total_bytes());
+    QCOMPARE(b.flops_per_iteration - a.flops_per_iteration, v.flops_per_iteration);
+  }
+
+  // PP 1 on one H100: the step's compute grows by 3 x forward of every micro-batch's images at
+  // the device's rate; the MFU counts the tower's FLOPs.
+  void the_step_time_adds_the_towers_compute() {
+    const TrainOptions text = options(kText), vlm = options(kText + kClip);
+    const ParallelLayout l = *make_layout(vlm, 1);
+    ClusterSpec cluster;
+    cluster.device = *find_device("h100", "fp32");
+    const MemoryEstimate ma = estimate_memory(text, l), mb = estimate_memory(vlm, l);
+    const StepEstimate a = estimate_step(text, l, cluster, ma);
+    const StepEstimate b = estimate_step(vlm, l, cluster, mb);
+    const VisionEstimate v = estimate_vision(vlm);
+    const double expected = 3 * mb.micro_batches * v.images_per_micro_batch *
+                            v.forward_flops_per_image /
+                            (cluster.device.peak_flops * cluster.compute_efficiency);
+    QVERIFY2(std::abs((b.compute_s - a.compute_s) - expected) <= 1e-9 * expected,
+             qPrintable(QString("compute grew by %1 s, expected %2 s")
+                            .arg(b.compute_s - a.compute_s)
+                            .arg(expected)));
+    QVERIFY(std::abs(b.mfu - mb.flops_per_iteration /
+                                 (b.total_s * cluster.device.peak_flops * l.world)) < 1e-12);
+  }
+
+  // `lattice plan`: the first stage names the tower, a line gives its size, memory and FLOPs
+  // share; --json has the same figures as the library.
+  void lattice_plan_shows_the_tower() {
+    const QStringList flags = QStringList{"plan", "--device",
+                                          "h100", "--world-size",
+                                          "2",    "--pipeline-model-parallel-size",
+                                          "2"} +
+                              kText + kClip;
+    const Run r = lattice_cli(flags);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    const TrainOptions o = options(kText + kClip);
+    const VisionEstimate v = estimate_vision(o);
+    for (const QString& part :
+         {QString("layers [0,2)  + word and position embeddings, vision tower"),
+          QString("vision tower: CLIP ViT 3 layers (2 run), width 32, 2 heads, MLP 128; 32 x 32 "
+                  "images in 8 px patches (16 patches + class token); MLP projector to 64; %1 "
+                  "parameters on pp 0")
+              .arg(v.parameters)})
+      QVERIFY2(r.out.contains(part), qPrintable("no \"" + part + "\" in:\n" + r.out));
+    QVERIFY2(r.out.contains(QRegularExpression("activations [0-9.]+ MiB per micro-batch \\(2 "
+                                               "images\\); [0-9.e+]+ forward FLOPs per image, "
+                                               "[0-9.]+ % of the model FLOPs")),
+             qPrintable(r.out));
+
+    const Run j = lattice_cli(flags + QStringList{"--json"});
+    QVERIFY2(j.exit_code == 0, qPrintable(j.err));
+    const QJsonObject memory =
+        QJsonDocument::fromJson(j.out.toUtf8()).object()["memory"].toObject();
+    const QJsonObject vision = memory["vision"].toObject();
+    QCOMPARE(vision["parameters"].toInteger(), v.parameters);
+    QCOMPARE(vision["forward_flops_per_image"].toDouble(), v.forward_flops_per_image);
+    QCOMPARE(vision["flops_share"].toDouble(),
+             v.flops_per_iteration / memory["flops_per_iteration"].toDouble());
+    const QJsonArray stages = memory["stages"].toArray();
+    QCOMPARE(stages[0].toObject()["vision"].toObject()["parameters"].toInteger(), v.parameters);
+    QCOMPARE(
+        stages[0].toObject()["vision"].toObject()["activation_bytes_per_micro_batch"].toInteger(),
+        static_cast<qint64>(v.activation_bytes_per_micro_batch));
+    QVERIFY(!stages[1].toObject().contains("vision"));
+
+    // Without the tower nothing of it is printed.
+    const Run t = lattice_cli(QStringList{"plan", "--device", "h100"} + kText);
+    QVERIFY2(t.exit_code == 0, qPrintable(t.err));
+    QVERIFY2(!t.out.contains("vision"), qPrintable(t.out));
+  }
+};
+
+QTEST_GUILESS_MAIN(PlannerVisionTest)
+#include "test_planner_vision.moc"
