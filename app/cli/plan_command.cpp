@@ -651,7 +651,7 @@ int plan_command(const std::vector<std::string>& args) {
   o = with_default_global_batch(o, world);
   if (flags.suggest > 0 && o.global_batch_size == 0 && world > 0)
     o.global_batch_size = o.micro_batch_size * world;
-  std::vector<std::string> invalid = plan_validation_errors(o);
+  std::vector<std::string> invalid = o.validate(/*require_data=*/false);
   errors.insert(errors.end(), invalid.begin(), invalid.end());
   if (world > 0 && flags.suggest == 0) {  // a search ignores the given layout
     invalid = layout_errors(o, world);

@@ -32,7 +32,7 @@ QStringList PlanAnalysis::messagesFor(const QString& field) const {
 PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops, const Calibration* calibration) {
   PlanAnalysis a;
   TrainOptions o = with_default_global_batch(plan.options, plan.cluster.world());
-  std::vector<std::string> messages = plan_validation_errors(o);
+  std::vector<std::string> messages = o.validate(/*require_data=*/false);
   const std::vector<std::string> layout = layout_errors(o, plan.cluster.world());
   messages.insert(messages.end(), layout.begin(), layout.end());
   if (o.model.vocab_size <= 0)

@@ -113,10 +113,6 @@ bool has_vision_tower(const TrainOptions& options);
 // The tower's figures for `options` (all 0 without one). Requires a config its validate()
 // accepts and a --global-batch-size (with_default_global_batch) for flops_per_iteration.
 VisionEstimate estimate_vision(const TrainOptions& options);
-// TrainOptions::validate(false) as the planner applies it: without the sentence by which `lattice
-// train` still refuses the vision tower (the planner sizes the tower that the training wiring
-// of issue 27 runs; the sentence goes when training takes the tower).
-std::vector<std::string> plan_validation_errors(const TrainOptions& options);
 
 struct MemoryEstimate {
   std::vector<StageEstimate> stages;  // one per pipeline rank, in order

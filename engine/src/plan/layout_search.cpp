@@ -146,7 +146,7 @@ std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& given, const Cl
       Choice c = choices[i];
       const TrainOptions o = apply(base, c);
       Result<ParallelLayout> layout = make_layout(o, world);
-      if (!layout || !plan_validation_errors(o).empty()) continue;
+      if (!layout || !o.validate(/*require_data=*/false).empty()) continue;
       const MemoryEstimate memory = estimate_memory(o, *layout);
       c.most_loaded_bytes = static_cast<double>(memory.stages[memory.most_loaded].total_bytes());
       c.fits = fits_in_memory(memory, cluster);

@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "lattice/plan.h"
+#include "model/param_layout.h"
 
 namespace lattice {
 
@@ -41,17 +42,12 @@ VisionShape vision_shape(const VisionConfig& v) {
           static_cast<double>(v.layers_run())};
 }
 
-// The encoder's tensors (HF CLIP's): patch weight (C, K) and its optional bias, the class token
-// (C), positions (T, C), the pre-LayerNorm (2C); per layer two LayerNorms (4C), qkv (3C, C) and
-// bias, out_proj (C, C) and bias, fc1 (F, C) and bias, fc2 (C, F) and bias; the projector's
-// linear_1 (H, C) and linear_2 (H, H) with biases.
+// The tower's tensors as a pre chunk lays them out (Note [vision tensors] in
+// model/param_layout.h).
 int64_t vision_parameters(const VisionConfig& v) {
-  const int64_t C = v.hidden_size, F = v.ffn(), H = v.lm_hidden_size, T = v.seq_length();
-  const int64_t K = static_cast<int64_t>(v.num_channels) * v.patch_dim * v.patch_dim;
-  const int64_t embeddings =
-      C * K + (v.patch_bias ? C : 0) + (v.class_token ? C : 0) + T * C + 2 * C;
-  const int64_t layer = 4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C;
-  return embeddings + v.num_layers * layer + H * C + H + H * H + H;
+  int64_t n = 0;
+  for (const ParamTensor& t : ParamLayout::vision_tensors(v)) n += static_cast<int64_t>(t.numel);
+  return n;
 }
 
 // Elements of VisionEncoder::allocate's activation buffers for B images (M = B Np patch rows,
@@ -98,15 +94,6 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   e.flops_per_iteration =
       3 * e.forward_flops_per_image * static_cast<double>(o.global_batch_size) * kImagesPerSample;
   return e;
-}
-
-std::vector<std::string> plan_validation_errors(const TrainOptions& o) {
-  std::vector<std::string> errors = o.validate(/*require_data=*/false);
-  const std::string refusal = "--vision-model-type: lattice train does not train the vision tower";
-  errors.erase(std::remove_if(errors.begin(), errors.end(),
-                              [&](const std::string& e) { return e.rfind(refusal, 0) == 0; }),
-               errors.end());
-  return errors;
 }
 
 }  // namespace lattice
