@@ -107,7 +107,8 @@ class PlannerVisionTest : public QObject {
     for (const bool fp64 : {false, true}) {
       const TrainOptions o =
           options(kText + tower + (fp64 ? QStringList{"--fp64"} : QStringList{}));
-      QVERIFY2(plan_validation_errors(o).empty(), plan_validation_errors(o)[0].c_str());
+      const std::vector<std::string> errors = o.validate(false);
+      QVERIFY2(errors.empty(), errors.empty() ? "" : errors[0].c_str());
       const VisionEstimate e = estimate_vision(o);
       CpuDevice device;
       auto check = [&]<typename A>() {
@@ -116,7 +117,8 @@ class PlannerVisionTest : public QObject {
         const VisionEncoder<A>& encoder = **made;
         size_t numel = 0;
         for (const ParamTensor& t : encoder.tensors()) numel += t.numel;
-        QCOMPARE(numel, encoder.num_params());
+        QVERIFY(numel <= encoder.num_params());  // + the 16-element alignment gaps
+        QVERIFY(encoder.num_params() < numel + 16 * encoder.tensors().size());
         QCOMPARE(e.parameters, static_cast<int64_t>(encoder.num_params()));
         QCOMPARE(device.usage(MemoryCategory::kWeights).current, encoder.num_params() * sizeof(A));
         const size_t taken = device.usage(MemoryCategory::kActivations).current;

@@ -164,6 +164,12 @@ void ParamLayout::add_vision(const VisionConfig& v) {
   add("multi_modal_projector.linear_2.bias", {H}, false, -1);
 }
 
+size_t ParamLayout::vision_arena_numel(const VisionConfig& v) {
+  ParamLayout layout;
+  layout.add_vision(v);
+  return (layout.total_ + 15) / 16 * 16;  // as add() aligns the tensor after them
+}
+
 std::vector<ParamTensor> ParamLayout::vision_tensors(const VisionConfig& v) {
   ParamLayout layout;
   layout.add_vision(v);

@@ -195,6 +195,9 @@ class ParamLayout {
   int vision_end_index() const { return vision_end_; }
   // The tower's tensors for `v`, laid out from offset 0 as a pre chunk lays them out.
   static std::vector<ParamTensor> vision_tensors(const VisionConfig& v);
+  // The elements they take of a pre chunk's arena (the next tensor starts there): their sizes
+  // and alignment gaps.
+  static size_t vision_arena_numel(const VisionConfig& v);
   // The tensors before the first layer (the tower and the embeddings of a pre chunk): [0, this).
   int pre_tensors_end() const { return first_layer_; }
   int final_norm_index() const { return final_norm_; }

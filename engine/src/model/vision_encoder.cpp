@@ -37,7 +37,7 @@ VisionEncoder<A>::VisionEncoder(const VisionConfig& config, int batch, Device& d
   Lrun_ = config.layers_run();
   N_ = static_cast<size_t>(B_) * T_;
   tensors_ = ParamLayout::vision_tensors(config);  // Note [vision tensors] in param_layout.h
-  num_params_ = tensors_.back().offset + tensors_.back().numel;
+  num_params_ = ParamLayout::vision_arena_numel(config);
   auto index = [&](const std::string& name) {
     for (size_t i = 0; i < tensors_.size(); i++)
       if (tensors_[i].name == name) return static_cast<int>(i);

@@ -61,6 +61,8 @@ class VisionEncoder {
   // Every tensor, HF CLIP / LLaVA names ("vision_model.encoder.layers.0.mlp.fc1.weight",
   // "multi_modal_projector.linear_1.weight"), offsets into params() and grads().
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  // Elements of the tower's arena: its tensors and their 16-element alignment gaps
+  // (ParamLayout::vision_arena_numel).
   size_t num_params() const { return num_params_; }
   A* params() { return params_; }  // (num_params) device memory
   A* grads() { return grads_; }    // (num_params) device memory

@@ -42,12 +42,10 @@ VisionShape vision_shape(const VisionConfig& v) {
           static_cast<double>(v.layers_run())};
 }
 
-// The tower's tensors as a pre chunk lays them out (Note [vision tensors] in
-// model/param_layout.h).
+// The elements the tower adds to the pre chunk's arena (Note [vision tensors] in
+// model/param_layout.h): its tensors and their alignment gaps, as the memory counts them.
 int64_t vision_parameters(const VisionConfig& v) {
-  int64_t n = 0;
-  for (const ParamTensor& t : ParamLayout::vision_tensors(v)) n += static_cast<int64_t>(t.numel);
-  return n;
+  return static_cast<int64_t>(ParamLayout::vision_arena_numel(v));
 }
 
 // Elements of VisionEncoder::allocate's activation buffers for B images (M = B Np patch rows,
