@@ -84,9 +84,7 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   a.ln1_rstd = from.template take<G>(R_, MC::kActivations);
   a.qkv = from.template take<A>(NW, MC::kActivations);
   a.atty = from.template take<A>(NCt, MC::kActivations);
-  a.saved = keep_saved
-                ? from.template take<G>(attention_saved_elems(), MC::kActivations)
-                : nullptr;
+  a.saved = keep_saved ? from.template take<G>(attention_saved_elems(), MC::kActivations) : nullptr;
   a.res_mid = from.template take<A>(RC, MC::kActivations);
   a.ln2 = from.template take<A>(RC, MC::kActivations);
   if (!rms_norm_) a.ln2_mean = from.template take<G>(R_, MC::kActivations);
@@ -144,8 +142,7 @@ Status GptModel<A>::allocate() {
   // Note [selective recomputation]: one saved tensor for every layer and micro-batch, refilled
   // in each layer's backward.
   // (The ring of context parallelism keeps only its log-sum-exp: nothing to drop.)
-  drop_saved_ =
-      recompute_.selective && device_.capabilities().attention_saves_scores && cp_ == 1;
+  drop_saved_ = recompute_.selective && device_.capabilities().attention_saves_scores && cp_ == 1;
   if (drop_saved_) selective_saved_ = take<G>(attention_saved_elems(), MC::kWorkspace);
   if (cp_ > 1) cp_positions_ = take<int32_t>(N_, MC::kWeights);
   if (config_.moe()) {  // Note [MoE layer] (gpt_moe.cpp)
@@ -154,25 +151,34 @@ Status GptModel<A>::allocate() {
                                       device_.describe() + " in " + compute_type_name<A>() +
                                       " compute: the CPU runs them in fp32 and fp64, CUDA "
                                       "in fp32, bf16 and fp16");
-    // Note [expert tensor parallelism 1] (gpt_moe.cpp): whole experts on N / t rows.
-    moe_rows_split_ = layout_.shard().experts_whole();
-    Nm_ = moe_rows_split_ ? N_ / t_ : N_;
-    moe_row0_ = moe_rows_split_ ? static_cast<size_t>(tp_rank_) * Nm_ : 0;
-    if (moe_rows_split_ && N_ % t_ != 0)  // the trainer refuses it first (expert_rules)
-      return Status::invalid_argument("--expert-tensor-parallel-size 1 splits each micro-batch's " +
-                                      std::to_string(N_) + " tokens over the " +
-                                      std::to_string(t_) +
-                                      " tensor-parallel ranks, which must divide them");
-    if (!moe_rows_split_ && config_.moe_ffn() % t_ != 0)  // refused first too (expert_rules)
-      return Status::invalid_argument("--tensor-model-parallel-size " + std::to_string(t_) +
+    // Note [expert tensor parallelism 1] (gpt_moe.cpp): whole experts on N / t rows; Note
+    // [expert tensor parallelism e]: each expert-TP group's N etp / t rows.
+    const ModelShard& shard = layout_.shard();
+    etp_ = shard.expert_tp_size();
+    etp_rank_ = shard.expert_tp_rank();
+    moe_rows_split_ = shard.experts_whole();
+    moe_grouped_ = etp_ > 1 && etp_ < t_;
+    const int parts = shard.moe_row_parts();
+    if (t_ % etp_ != 0 || N_ % parts != 0)  // the trainer refuses both first (expert_rules)
+      return Status::invalid_argument(
+          "--expert-tensor-parallel-size " + std::to_string(etp_) + " splits each micro-batch's " +
+          std::to_string(N_) + " tokens over the " + std::to_string(t_) +
+          " tensor-parallel ranks in groups of it, which must divide both");
+    Nm_ = N_ / parts;
+    moe_row0_ = static_cast<size_t>(tp_rank_ / etp_) * Nm_;
+    if (config_.moe_ffn() % etp_ != 0)  // refused first too (expert_rules)
+      return Status::invalid_argument("--expert-tensor-parallel-size " + std::to_string(etp_) +
                                       " does not divide the experts' width " +
                                       std::to_string(config_.moe_ffn()));
+    if (moe_grouped_ && (!etp_comm_ || etp_comm_->size() != etp_))
+      return Status::internal("GptModel: expert tensor parallelism " + std::to_string(etp_) +
+                              " without its expert-tensor-parallel communicator");
     for (int l = 0; l < L_; l++) any_moe_ = any_moe_ || layout_.is_moe(l);
   }
   if (any_moe_) {
     E_ = config_.num_experts;
     k_ = config_.moe_router_topk;
-    Fm_ = config_.moe_ffn() / (moe_rows_split_ ? 1 : t_);  // this TP rank's slice of each expert
+    Fm_ = config_.moe_ffn() / etp_;  // this expert-TP rank's slice of each expert
     upm_ = swiglu_ ? 2 * Fm_ : Fm_;
     if (config_.moe_expert_capacity_factor > 0) {
       // Megatron's get_capacity over the N k routes; above N an expert cannot overflow.
@@ -191,8 +197,7 @@ Status GptModel<A>::allocate() {
     expert_rows_ = S;  // at EP 1 the N k routes' rows, as the planner counts (expert_rows)
     if (ep_ > 1) {
       expert_rows_ = static_cast<size_t>(Nm_) * ep_ * std::min(k_, El_);
-      if (capacity_ > 0)
-        expert_rows_ = std::min(expert_rows_, static_cast<size_t>(E_) * capacity_);
+      if (capacity_ > 0) expert_rows_ = std::min(expert_rows_, static_cast<size_t>(E_) * capacity_);
     }
     const size_t Sl = expert_rows_;
     moe_logits_ = take<A>(static_cast<size_t>(N_) * E_, MC::kWorkspace);
@@ -299,7 +304,7 @@ template <typename A>
 Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& config, int micro_batch,
                                                          Device& device, const ModelShard& shard,
                                                          Comm* tp, const RecomputePlan& recompute,
-                                                         Comm* cp, Comm* ep) {
+                                                         Comm* cp, Comm* ep, Comm* etp) {
   Ops<A>* ops = device.ops<A>();
   if (!ops)
     return Status::invalid_argument("GptModel: " + device.describe() + " has no op list for " +
@@ -311,6 +316,7 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
                             std::to_string(m->L_));
   m->recompute_ = recompute;
   m->ep_comm_ = m->ep_ > 1 ? ep : nullptr;
+  m->etp_comm_ = etp;
   if (m->cp_ > 1) {  // Note [context parallelism] in gpt_layer.cpp
     if (!cp || cp->size() != m->cp_)
       return Status::internal("GptModel: context parallelism without its CP communicator");
@@ -342,8 +348,8 @@ Status GptModel<A>::upload_rope_tables() {
     std::vector<int32_t> rows(static_cast<size_t>(N_));
     for (int b = 0; b < B_; b++)
       std::copy(ring_->positions(), ring_->positions() + T_, rows.begin() + size_t(b) * T_);
-    device_.copy(cp_positions_, rows.data(), rows.size() * sizeof(int32_t),
-                 CopyKind::kHostToDevice, compute());
+    device_.copy(cp_positions_, rows.data(), rows.size() * sizeof(int32_t), CopyKind::kHostToDevice,
+                 compute());
     if (Status s = device_.synchronize(compute()); !s) return s;
   }
   if (rotary_dim_ == 0) return Status::ok();
@@ -521,8 +527,8 @@ void GptModel<A>::add_position_rows(A* rows, const A* wpe) {
     // Packed documents: wpe's rows gathered by this rank's rows' positions into scratch (the
     // embedding op over wpe as a table of T "tokens"), then added (a dropout of p 0 is a plain
     // add, the op list having no other for both compute types).
-    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0,
-                           config_.seq_length, nullptr);
+    ops_.embedding_forward(d_c_, positions_ + row0_, wpe, nullptr, 1, R_, C_, 0, config_.seq_length,
+                           nullptr);
     ops_.residual_dropout_forward(rows, rows, d_c_, static_cast<size_t>(R_) * C_, 0.0f, 0, 0);
     return;
   }
