@@ -6,8 +6,8 @@
 # of a 4-layer model with MoE on layers 0 and 2 (4 experts, top-2, a large load-balancing loss,
 # no token dropping) prints one process's lm loss, moe aux loss and grad norm on every iteration
 # at TP 4 x ETP 2 (EP 1: expert-data 2, the groups' expert gradients summed), with
-# --sequence-parallel, and with EP 2 (the all-to-alls between the ranks of one expert-TP
-# coordinate); the parameters after 3 iterations (fp32) equal one process's within 1e-5 at
+# --sequence-parallel, with EP 2 (the all-to-alls between the ranks of one expert-TP
+# coordinate), and on 8 ranks with DP 2 and the distributed optimizer and with CP 2; the parameters after 3 iterations (fp32) equal one process's within 1e-5 at
 # TP 4 x ETP 2 x EP 2 (sequence parallel); its checkpoint holds each expert slice once, and
 # resumes in one process and at TP 2 (expert TP = TP), the parameters 2 iterations later within
 # 1e-5 of the run that saved it.
@@ -38,6 +38,12 @@ run etp2sp 4 "${args[@]}" "${etp2[@]}" --sequence-parallel
 same one etp2sp "TP 4 x ETP 2 (sequence parallel) on 4 ranks and one process"
 run etp2ep2 4 "${args[@]}" "${etp2[@]}" --expert-model-parallel-size 2 --sequence-parallel
 same one etp2ep2 "TP 4 x ETP 2 x EP 2 (sequence parallel) on 4 ranks and one process"
+# 8 ranks: DP 2 with the distributed optimizer (the experts' state sharded over expert-data 4),
+# and CP 2 (the route counts summed over TP and CP).
+run etp2dist 8 "${args[@]}" "${etp2[@]}" --sequence-parallel --use-distributed-optimizer
+same one etp2dist "TP 4 x ETP 2 x DP 2 with the distributed optimizer and one process"
+run etp2cp2 8 "${args[@]}" "${etp2[@]}" --context-parallel-size 2
+same one etp2cp2 "TP 4 x ETP 2 x CP 2 on 8 ranks and one process"
 
 # Parameters after 3 iterations (fp32, saved), every tensor within 1e-5 of its largest magnitude
 # (checkpoint_params.py; --adam-eps 1e-2 as test_expert_tensor_parallel).
