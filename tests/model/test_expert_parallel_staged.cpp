@@ -12,6 +12,9 @@
 //   "etp1"     EP 2 x TP 2 x DP 2 with expert TP 1 and no sequence parallelism on 4 ranks (Note
 //              [expert tensor parallelism 1]: each TP rank's rows all-gathered by device copies
 //              of the communicator, the route counts summed over TP)
+//   "etp2"     EP 2 x TP 4 with expert TP 2 on 4 ranks (Note [expert tensor parallelism e]: the
+//              groups' zero-padded rows summed over TP, the route weights' gradient over the
+//              expert-TP group, the route counts of each group's rank 0 over TP)
 // train bit for bit as the plain CPU device: every lm loss, grad norm, moe aux loss and per-expert
 // load, and the checkpoint written after the last iteration byte for byte (the parameters and the
 // optimizer's moments, so every gradient that reached them).
@@ -67,6 +70,9 @@ TrainOptions options_for(const std::string& run) {
   } else if (run == "etp1") {
     o.model.tensor_model_parallel_size = 2;
     o.parallel.expert_tensor_parallel_size = 1;
+  } else if (run == "etp2") {
+    o.model.tensor_model_parallel_size = 4;
+    o.parallel.expert_tensor_parallel_size = 2;
   }
   return o;
 }
@@ -133,6 +139,7 @@ class ExpertParallelStaged : public QObject {
     QTest::newRow("EP 2 x PP 2") << "ep2pp2";
     QTest::newRow("EP 2 x TP 2, sequence parallel, full recomputation") << "ep2tp2";
     QTest::newRow("EP 2 x TP 2, expert TP 1") << "etp1";
+    QTest::newRow("EP 2 x TP 4, expert TP 2") << "etp2";
   }
   void staged_device_trains_expert_parallel_as_the_cpu() {
     QFETCH(QString, run);

@@ -260,7 +260,7 @@ class MoeTest : public QObject {
     c = moe_config(false);
     c.moe_layer_freq = 0;
     QVERIFY(has_error(c, "--moe-layer-freq must be positive"));
-    {  // TP with MoE trains at expert TP = TP and at 1; one between is refused by the trainer
+    {  // TP with MoE trains at an expert TP dividing TP (TP, 1, 2 of 4); others are refused
       c = moe_config(false);
       c.tensor_model_parallel_size = 2;
       QVERIFY(!has_error(c, "--num-experts"));
@@ -271,11 +271,17 @@ class MoeTest : public QObject {
       QVERIFY(trainer_layout_refusals(o).empty());
       o.model.tensor_model_parallel_size = 4;
       o.parallel.expert_tensor_parallel_size = 2;
-      const std::vector<std::string> refused = trainer_layout_refusals(o);
-      QVERIFY(refused.size() == 1 &&
-              refused[0].find("--expert-tensor-parallel-size 2 other than 1 or "
-                              "--tensor-model-parallel-size 4 is not yet supported") !=
-                  std::string::npos);
+      QVERIFY(trainer_layout_refusals(o).empty());
+      for (const auto& [tp, etp] : {std::pair{4, 8}, std::pair{6, 4}}) {
+        o.model.tensor_model_parallel_size = tp;
+        o.parallel.expert_tensor_parallel_size = etp;
+        const std::vector<std::string> refused = trainer_layout_refusals(o);
+        const std::string want = "--expert-tensor-parallel-size " + std::to_string(etp) +
+                                 " that does not divide --tensor-model-parallel-size " +
+                                 std::to_string(tp) + " is not yet supported";
+        QVERIFY2(refused.size() == 1 && refused[0].find(want) != std::string::npos,
+                 refused.empty() ? "nothing refused" : refused[0].c_str());
+      }
       o.model.tensor_model_parallel_size = 2;
       o.parallel.expert_tensor_parallel_size = 0;
       o.parallel.expert_model_parallel_size = 3;

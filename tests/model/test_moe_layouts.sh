@@ -6,7 +6,7 @@
 # process, as PP 2, DP 2, TP 2, TP 2 with --sequence-parallel (and full recomputation), CP 2 and
 # CP 2 x TP 2 (with full recomputation); a SwiGLU model at TP 2 as in one process; a checkpoint
 # saved at TP 2 after 2 iterations and resumed in one process gives the uninterrupted run's
-# iterations 3 and 4; an expert TP other than 1 or TP is refused with its sentence.
+# iterations 3 and 4; an expert TP that does not divide TP is refused with its sentence.
 # usage: test_moe_layouts.sh LATTICE MPIEXEC
 set -euo pipefail
 lattice=$1
@@ -60,12 +60,13 @@ if [ "$(wc -l < resumed.txt)" != 2 ]; then
 fi
 tail -n 2 tp_fp32.txt > uninterrupted.txt
 close uninterrupted resumed "MoE: TP 2's checkpoint resumed at TP 1 and the uninterrupted run"
-# Expert TP 1 trains (test_expert_tensor_parallel); one between 1 and TP is refused.
-if "$mpiexec" --oversubscribe -n 4 "$lattice" "${args[@]}" --tensor-model-parallel-size 4 \
-     --expert-tensor-parallel-size 2 > etp.log 2>&1; then
-  echo "--expert-tensor-parallel-size 2 with --tensor-model-parallel-size 4 was not refused"; exit 1
+# Expert TP 1 and 2 under TP 4 train (test_expert_tensor_parallel, _groups); one that does not
+# divide TP (here above it) is refused.
+if "$mpiexec" --oversubscribe -n 4 "$lattice" "${args[@]}" --tensor-model-parallel-size 2 \
+     --expert-tensor-parallel-size 4 > etp.log 2>&1; then
+  echo "--expert-tensor-parallel-size 4 with --tensor-model-parallel-size 2 was not refused"; exit 1
 fi
-grep -q "expert-tensor-parallel-size 2 other than 1 or --tensor-model-parallel-size 4" etp.log ||
-  { echo "ETP 2 at TP 4: no sentence naming the flags"; cat etp.log; exit 1; }
+grep -q "expert-tensor-parallel-size 4 that does not divide --tensor-model-parallel-size 2" \
+  etp.log || { echo "ETP 4 at TP 2: no sentence naming the flags"; cat etp.log; exit 1; }
 echo "MoE: PP 2, DP 2, TP 2 (also with --sequence-parallel, and SwiGLU) equal one process;" \
-     "TP 2's checkpoint resumes at TP 1; an expert TP between 1 and TP is refused"
+     "TP 2's checkpoint resumes at TP 1; an expert TP not dividing TP is refused"

@@ -1,8 +1,9 @@
-// What each rank of 16 layouts (five dense GPT-2, two of the Llama family's, nine with MoE layers
-// incl. TP, EP and EP x TP) really holds, against the planner's count (ARCHITECTURE.md "Memory
-// estimate"): weights, gradients, optimizer state and activations per rank to the byte (the planner counts the one model's buffers and each chunk's
-// pool of micro-batches). The trainer measures the device's categories; the run store receives
-// every rank's memory through the communicator; the planner computes from the config alone.
+// What each rank of 18 layouts (five dense GPT-2, two of the Llama family's, eleven with MoE
+// layers incl. TP, EP, EP x TP and expert TP 1 and 2 under TP) really holds, against the planner's
+// count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and activations
+// per rank to the byte (the planner counts the one model's buffers and each chunk's pool of
+// micro-batches). The trainer measures the device's categories; the run store receives every rank's
+// memory through the communicator; the planner computes from the config alone.
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
@@ -93,7 +94,8 @@ class ParallelMemory : public QObject {
         << kMoe + QStringList{"--expert-model-parallel-size", "2", "--tensor-model-parallel-size",
                               "2", "--use-distributed-optimizer"};
     QTest::newRow("moe ep2 dp4 distributed optimizer")
-        << 4 << kMoe + QStringList{"--expert-model-parallel-size", "2", "--use-distributed-optimizer"};
+        << 4
+        << kMoe + QStringList{"--expert-model-parallel-size", "2", "--use-distributed-optimizer"};
     QTest::newRow("moe dp2 distributed optimizer")
         << 2 << kMoe + QStringList{"--use-distributed-optimizer"};
     // Expert TP 1 under TP 2: the experts whole (2 of 4 per rank at EP 2, all 4 at EP 1), the
@@ -112,6 +114,17 @@ class ParallelMemory : public QObject {
         << 4
         << kMoe + QStringList{"--expert-tensor-parallel-size", "1", "--tensor-model-parallel-size",
                               "2", "--use-distributed-optimizer"};
+    // Expert TP 2 under TP 4: each expert split over its expert-TP group of 2 TP ranks (fc2's
+    // bias replicated there), expert-data 2 at EP 1 (the two groups' ranks of one slice), 1 at
+    // EP 2 (each rank 2 of the 4 experts' slices).
+    QTest::newRow("moe etp2 tp4 ep1") << 4
+                                      << kMoe + QStringList{"--expert-tensor-parallel-size", "2",
+                                                            "--tensor-model-parallel-size", "4"};
+    QTest::newRow("moe etp2 tp4 ep2 sequence parallel")
+        << 4
+        << kMoe + QStringList{
+                      "--expert-tensor-parallel-size", "2", "--tensor-model-parallel-size", "4",
+                      "--expert-model-parallel-size",  "2", "--sequence-parallel"};
     QTest::newRow("moe capacity factor full recompute")
         << 1
         << kMoe + QStringList{

@@ -151,25 +151,34 @@ Status GptModel<A>::allocate() {
                                       device_.describe() + " in " + compute_type_name<A>() +
                                       " compute: the CPU runs them in fp32 and fp64, CUDA "
                                       "in fp32, bf16 and fp16");
-    // Note [expert tensor parallelism 1] (gpt_moe.cpp): whole experts on N / t rows.
-    moe_rows_split_ = layout_.shard().experts_whole();
-    Nm_ = moe_rows_split_ ? N_ / t_ : N_;
-    moe_row0_ = moe_rows_split_ ? static_cast<size_t>(tp_rank_) * Nm_ : 0;
-    if (moe_rows_split_ && N_ % t_ != 0)  // the trainer refuses it first (expert_rules)
-      return Status::invalid_argument("--expert-tensor-parallel-size 1 splits each micro-batch's " +
-                                      std::to_string(N_) + " tokens over the " +
-                                      std::to_string(t_) +
-                                      " tensor-parallel ranks, which must divide them");
-    if (!moe_rows_split_ && config_.moe_ffn() % t_ != 0)  // refused first too (expert_rules)
-      return Status::invalid_argument("--tensor-model-parallel-size " + std::to_string(t_) +
+    // Note [expert tensor parallelism 1] (gpt_moe.cpp): whole experts on N / t rows; Note
+    // [expert tensor parallelism e]: each expert-TP group's N etp / t rows.
+    const ModelShard& shard = layout_.shard();
+    etp_ = shard.expert_tp_size();
+    etp_rank_ = shard.expert_tp_rank();
+    moe_rows_split_ = shard.experts_whole();
+    moe_grouped_ = etp_ > 1 && etp_ < t_;
+    const int parts = shard.moe_row_parts();
+    if (t_ % etp_ != 0 || N_ % parts != 0)  // the trainer refuses both first (expert_rules)
+      return Status::invalid_argument(
+          "--expert-tensor-parallel-size " + std::to_string(etp_) + " splits each micro-batch's " +
+          std::to_string(N_) + " tokens over the " + std::to_string(t_) +
+          " tensor-parallel ranks in groups of it, which must divide both");
+    Nm_ = N_ / parts;
+    moe_row0_ = static_cast<size_t>(tp_rank_ / etp_) * Nm_;
+    if (config_.moe_ffn() % etp_ != 0)  // refused first too (expert_rules)
+      return Status::invalid_argument("--expert-tensor-parallel-size " + std::to_string(etp_) +
                                       " does not divide the experts' width " +
                                       std::to_string(config_.moe_ffn()));
+    if (moe_grouped_ && (!etp_comm_ || etp_comm_->size() != etp_))
+      return Status::internal("GptModel: expert tensor parallelism " + std::to_string(etp_) +
+                              " without its expert-tensor-parallel communicator");
     for (int l = 0; l < L_; l++) any_moe_ = any_moe_ || layout_.is_moe(l);
   }
   if (any_moe_) {
     E_ = config_.num_experts;
     k_ = config_.moe_router_topk;
-    Fm_ = config_.moe_ffn() / (moe_rows_split_ ? 1 : t_);  // this TP rank's slice of each expert
+    Fm_ = config_.moe_ffn() / etp_;  // this expert-TP rank's slice of each expert
     upm_ = swiglu_ ? 2 * Fm_ : Fm_;
     if (config_.moe_expert_capacity_factor > 0) {
       // Megatron's get_capacity over the N k routes; above N an expert cannot overflow.
@@ -305,7 +314,7 @@ template <typename A>
 Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& config, int micro_batch,
                                                          Device& device, const ModelShard& shard,
                                                          Comm* tp, const RecomputePlan& recompute,
-                                                         Comm* cp, Comm* ep) {
+                                                         Comm* cp, Comm* ep, Comm* etp) {
   Ops<A>* ops = device.ops<A>();
   if (!ops)
     return Status::invalid_argument("GptModel: " + device.describe() + " has no op list for " +
@@ -317,6 +326,7 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
                             std::to_string(m->L_));
   m->recompute_ = recompute;
   m->ep_comm_ = m->ep_ > 1 ? ep : nullptr;
+  m->etp_comm_ = etp;
   if (m->cp_ > 1) {  // Note [context parallelism] in gpt_layer.cpp
     if (!cp || cp->size() != m->cp_)
       return Status::internal("GptModel: context parallelism without its CP communicator");

@@ -183,7 +183,8 @@ class GptModel {
                                                   Device& device, const ModelShard& shard = {},
                                                   Comm* tp = nullptr,
                                                   const RecomputePlan& recompute = {},
-                                                  Comm* cp = nullptr, Comm* ep = nullptr);
+                                                  Comm* cp = nullptr, Comm* ep = nullptr,
+                                                  Comm* etp = nullptr);
   // The whole model of `config` on host_device() (device/cpu_device.h), for tests and tools
   // that run it in this process (no tensor or pipeline parallelism, nothing recomputed).
   // Throws std::runtime_error with the device's out-of-memory sentence.
@@ -560,13 +561,20 @@ class GptModel {
   size_t expert_rows_ = 0;
   // Note [expert tensor parallelism 1] (gpt_moe.cpp; ModelShard::experts_whole): the MoE
   // layers route this rank's Nm = N / t rows [moe_row0_, + Nm) of the N, every expert whole;
-  // otherwise Nm = N from 0. moe_rows_: (Nm, C) without sequence parallelism, the combined
-  // output and d ln2 of those rows before their TP all-gather; null otherwise.
+  // with an expert TP e between 1 and t its group's N e / t; otherwise Nm = N from 0. moe_rows_:
+  // (Nm, C) without sequence parallelism, the combined output and d ln2 of those rows before their
+  // TP all-gather; null otherwise.
   bool moe_rows_split_ = false;
   int Nm_ = 0;
   size_t moe_row0_ = 0;
   A* moe_rows_ = nullptr;
   Comm* ep_comm_ = nullptr;
+  // Note [expert tensor parallelism e] (gpt_moe.cpp): expert TP etp_ strictly between 1 and t:
+  // this rank's expert-TP group (etp_comm_, rank etp_rank_) routes Nm = N etp / t rows
+  // [moe_row0_, + Nm), each expert split over it; moe_grouped_ says so.
+  bool moe_grouped_ = false;
+  int etp_ = 1, etp_rank_ = 0;
+  Comm* etp_comm_ = nullptr;
   // The context-parallel group (cp_ > 1): the MoE layers' expert counts are summed over it.
   Comm* cp_comm_ = nullptr;
   // (S, C) this rank's permuted rows going out, (Sl, C) the rows in the all-to-all's order

@@ -83,6 +83,25 @@
 // counts summed over TP and CP, N_g = CP t Nm; Megatron sums them over its TP x CP group); token
 // dropping's capacity is per rank's Nm tokens (Megatron's per local tokens). The experts'
 // gradients are summed over the expert-data group, which now includes TP ranks.
+//
+// Note [expert tensor parallelism e] (--expert-tensor-parallel-size e strictly between 1 and
+// TP t, e dividing t; ModelShard::moe_row_parts = t / e): Megatron's expert grid makes the e
+// consecutive TP ranks [g e, (g + 1) e) expert-TP group g (GptModel::etp_comm_), and its ranks
+// together route that group's Nm = N e / t rows [g Nm, + Nm) of the N (the tokens Megatron's
+// ranks hold with sequence parallelism, all-gathered over the expert-TP group). Every rank of
+// the group runs the router and routing on those rows (the TP all-gather of sequence
+// parallelism brings them, as at expert TP = TP), so it holds the group's routes; each expert
+// is split over the group as the dense MLP over TP (fc1 rows, fc2 columns, fc2's bias added by
+// expert-TP rank 0), the route weights' gradient summed over the group alone. The combined rows
+// are partial over the group: written at rows [g Nm, + Nm) of an N-row buffer whose other rows
+// are zero, the dense path's TP sum (reduce-scatter with sequence parallelism) adds the group's
+// partials and nothing else, so every row is whole afterwards; backward zero-pads d ln2 alike.
+// Per group, as ETP 1 per rank: the router's gradient (written by expert-TP rank 0, summed over
+// TP), the route counts (rank 0's summed over TP and CP) and the load-balancing loss (N_g = CP
+// (t / e) Nm; the trainer counts expert-TP rank 0's part), token dropping's capacity (per group's
+// Nm tokens: Megatron's ranks drop per their N / t). EP's all-to-alls run between the ranks of
+// one expert-TP coordinate (Megatron's EP group), each expert's slice meeting its rows there;
+// the experts' gradients are summed over the expert-data group, which spans the TP groups' rows.
 #include <algorithm>
 #include <numeric>
 
@@ -103,12 +122,16 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
   }
   // Note [MoE with context parallelism]: the load-balancing loss counts the sequence's routes.
   if (cp_ > 1)
-    if (Status s = cp_comm_->all_reduce(la.tokens_per_expert, E, DType::kInt32, ReduceOp::kSum,
-                                        compute());
+    if (Status s =
+            cp_comm_->all_reduce(la.tokens_per_expert, E, DType::kInt32, ReduceOp::kSum, compute());
         !s)
       record_comm_error("context-parallel all-reduce of the experts' route counts", s);
-  // Note [expert tensor parallelism 1]: the TP ranks' rows are parts of the sequence too.
-  if (moe_rows_split_) tp_all_reduce(la.tokens_per_expert, E, DType::kInt32, ReduceOp::kSum);
+  // Note [expert tensor parallelism 1]: the TP ranks' rows are parts of the sequence too; with
+  // [expert tensor parallelism e] the groups' rows, each group's counted by its rank 0.
+  if (moe_rows_split_ || moe_grouped_) {
+    if (etp_rank_ != 0) device_.zero(la.tokens_per_expert, E * sizeof(int32_t), compute());
+    tp_all_reduce(la.tokens_per_expert, E, DType::kInt32, ReduceOp::kSum);
+  }
   // Note [expert parallelism]: every EP rank's kept counts, for the all-to-all's sizes.
   if (ep_ > 1)
     if (Status s = ep_comm_->all_gather(la.expert_counts, la.expert_counts_all, E, DType::kInt32,
@@ -143,9 +166,9 @@ void GptModel<A>::moe_experts_forward(int l, const LayerActivations<A>& la, cons
     const int n = counts[e];
     if (n == 0) continue;
     const ExpertParams<A> x = layout_.expert(compute_, l, e);
-    ops_.matmul_forward(
-        out + static_cast<size_t>(r0) * C, nullptr, la.gelu + static_cast<size_t>(r0) * Fm_,
-        x.fc2_w, tp_rank_ == 0 || moe_rows_split_ ? x.fc2_b : nullptr, n, Fm_, C, Epilogue::kNone);
+    ops_.matmul_forward(out + static_cast<size_t>(r0) * C, nullptr,
+                        la.gelu + static_cast<size_t>(r0) * Fm_, x.fc2_w,
+                        etp_rank_ == 0 ? x.fc2_b : nullptr, n, Fm_, C, Epilogue::kNone);
   }
   if (ep_ > 1) moe_undispatch(la, moe_local_, la.expert_out);
 }
@@ -238,21 +261,27 @@ template <typename A>
 void GptModel<A>::moe_combine_forward(int l, const LayerActivations<A>& la, bool training) {
   // All N rows, partial over TP: in fc2_out_, or in full_ before the reduce-scatter. Whole
   // experts (Note [expert tensor parallelism 1]): this rank's Nm rows, whole: fc2_out_'s own
-  // with sequence parallelism, else all-gathered into fc2_out_.
+  // with sequence parallelism, else all-gathered into fc2_out_. Note [expert tensor parallelism
+  // e]: the group's Nm rows of the N, partial over the group, the other rows zero.
   A* combined = moe_rows_split_ ? (sp_ ? fc2_out_ : moe_rows_) : sp_ ? full_ : fc2_out_;
   {
     OpTimer timer(*this, Op::kMatmulForward);
-    ops_.moe_combine(combined, la.expert_out, la.route_weight, la.route_slot, Nm_, C_, k_);
+    A* rows = combined;  // the routed rows' place in it
+    if (moe_grouped_) {
+      device_.zero(combined, static_cast<size_t>(N_) * C_ * sizeof(A), compute());
+      rows += moe_row0_ * C_;
+    }
+    ops_.moe_combine(rows, la.expert_out, la.route_weight, la.route_slot, Nm_, C_, k_);
   }
   if (!moe_rows_split_)
-    reduce_rows(combined, fc2_out_);
+    reduce_rows(combined, fc2_out_);  // the groups' rows with expert TP e
   else if (!sp_)
     moe_all_gather_rows(moe_rows_, fc2_out_);
   OpTimer timer(*this, Op::kMatmulForward);
   const double coeff = config_.aux_loss_coeff();
   // Under CP: the sequence's counts, this rank's probabilities, N_g = CP N (the note above);
-  // with whole experts N_g = CP t Nm.
-  const double parts = static_cast<double>(cp_) * (moe_rows_split_ ? t_ : 1);
+  // with whole experts N_g = CP t Nm, with expert TP e N_g = CP (t / e) Nm.
+  const double parts = static_cast<double>(cp_) * (t_ / etp_);
   if (coeff > 0)
     ops_.moe_aux_loss(moe_aux_ + l, la.router_probs, la.tokens_per_expert, Nm_, E_, k_,
                       coeff / (parts * parts));
@@ -311,8 +340,17 @@ bool GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
   const A* d_rows = moe_input(d_out, full_);
   ops_.moe_combine_backward(moe_d_rows_, moe_dweight_, d_rows, la.expert_out, la.route_weight,
                             la.route_slot, N, C, k);
-  if (t_ > 1 && !moe_rows_split_)  // each rank's dot with its partial expert outputs
+  // Each rank's dot with its partial expert outputs, summed over the ranks that split the
+  // experts: TP, or the expert-TP group (Note [expert tensor parallelism e]).
+  if (moe_grouped_) {
+    OpTimer comm(*this, Op::kTensorParallelComm);
+    if (Status s = etp_comm_->all_reduce(moe_dweight_, static_cast<size_t>(N) * k, dtype_of<G>(),
+                                         ReduceOp::kSum, compute());
+        !s)
+      record_comm_error("expert-tensor-parallel all-reduce of the route weights' gradient", s);
+  } else if (t_ > 1 && !moe_rows_split_) {
     tp_all_reduce(moe_dweight_, static_cast<size_t>(N) * k, dtype_of<G>(), ReduceOp::kSum);
+  }
   // Note [expert parallelism]: d expert_out to this rank's experts (EP 1: in place), by the
   // counts the forward read (no copy, no wait).
   A* d_expert = moe_d_rows_;
@@ -353,19 +391,25 @@ bool GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
   // The router: the weights' gradient and the load-balancing loss's (Note [MoE layer]) through
   // the softmax into d logits, then d ln2 = d logits R plus each kept route's d expert_in.
   // (Under CP, N_g = CP N: the op's 1 / N^2 times N_l^2 / N_g gives one process's 1 / N_g;
-  // with whole experts N_g = CP t Nm likewise.)
-  const double parts = static_cast<double>(cp_) * (moe_rows_split_ ? t_ : 1);
+  // with whole experts N_g = CP t Nm likewise, with expert TP e CP (t / e) Nm.)
+  const double parts = static_cast<double>(cp_) * (t_ / etp_);
   const double aux_scale = config_.aux_loss_coeff() * static_cast<double>(grad_scale) * N / parts;
   ops_.moe_route_backward(moe_logits_, moe_dweight_, la.router_probs, la.route, la.route_weight,
                           la.tokens_per_expert, N, E, k, aux_scale);
   const A* ln2 = moe_input(la.ln2, gathered_);
   // Whole experts: this rank's rows of d ln2 are whole (its router share included), written
-  // into d_c_ directly with sequence parallelism, else gathered there from moe_rows_.
-  A* d_mine = moe_rows_split_ ? (sp_ ? d_c_ : moe_rows_) : d_ln2;
-  const bool router_share = tp_rank_ == 0 || moe_rows_split_;
-  ops_.matmul_backward(router_share ? d_mine : nullptr, g.router_w, nullptr, moe_logits_, ln2,
-                       w.router_w, N, C, E);
-  if (!router_share) device_.zero(d_mine, static_cast<size_t>(N) * C * sizeof(A), compute());
+  // into d_c_ directly with sequence parallelism, else gathered there from moe_rows_. Expert TP
+  // e: the group's rows of the partial N, the other groups' rows zero; its expert-TP rank 0
+  // alone adds the router's share and writes the router's gradient (partial per group).
+  A* d_mine = moe_rows_split_ ? (sp_ ? d_c_ : moe_rows_) : d_ln2 + moe_row0_ * C;
+  if (moe_grouped_) device_.zero(d_ln2, static_cast<size_t>(N_) * C * sizeof(A), compute());
+  const bool router_share = etp_rank_ == 0;
+  G* d_router = moe_grouped_ && !router_share ? nullptr : g.router_w;
+  if (router_share || d_router)
+    ops_.matmul_backward(router_share ? d_mine : nullptr, d_router, nullptr, moe_logits_, ln2,
+                         w.router_w, N, C, E);
+  if (!router_share && !moe_grouped_)
+    device_.zero(d_mine, static_cast<size_t>(N) * C * sizeof(A), compute());
   ops_.moe_scatter_add_rows(d_mine, moe_d_rows_, la.route_slot, N, C, k);
   if (moe_rows_split_ && !sp_) moe_all_gather_rows(moe_rows_, d_c_);
   return moe_rows_split_;
@@ -373,7 +417,8 @@ bool GptModel<A>::moe_backward(int l, const LayerActivations<A>& la, const A* d_
 
 template <typename A>
 const A* GptModel<A>::moe_input(const A* held, A* full) {
-  if (!moe_rows_split_) return gather_rows(held, full);
+  // All N rows; with expert TP e (Note [expert tensor parallelism e]) the group's Nm of them.
+  if (!moe_rows_split_) return gather_rows(held, full) + moe_row0_ * C_;
   // Sequence parallelism holds exactly this rank's rows; else all N, of which they are a slice.
   return sp_ ? held : held + moe_row0_ * C_;
 }

@@ -49,28 +49,28 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     if (bias) put(kProjB, "self_attention.linear_proj.bias", {C}, false, -1, sp);
     put(kLn2W, "pre_mlp_layernorm.weight", {C}, false, -1, sp);
     if (layer_norm) put(kLn2B, "pre_mlp_layernorm.bias", {C}, false, -1, sp);
-    if (moe) {  // Note [MoE layout]: each expert split over TP as the dense MLP
-      // With whole experts each TP rank routes its own rows: the router's gradient is partial.
-      put(kRouterW, "mlp.router.weight", {E, C}, true, -1, shard_.experts_whole());
+    if (moe) {  // Note [MoE layout]: each expert split over expert TP as the dense MLP over TP
+      // With an expert TP below TP each expert-TP group routes its own rows: the router's
+      // gradient is partial (Note [expert tensor parallelism e] in gpt_moe.cpp).
+      put(kRouterW, "mlp.router.weight", {E, C}, true, -1, shard_.moe_row_parts() > 1);
       const std::vector<int64_t> up =
           c.swiglu ? std::vector<int64_t>{2, Fm, C} : std::vector<int64_t>{Fm, C};
       const std::vector<int64_t> up_b = c.swiglu ? std::vector<int64_t>{2, Fm} : std::vector{Fm};
       // Expert parallelism: this rank's E / EP experts, named by their global numbers.
       const int64_t local = E / shard_.ep_size, first = local * shard_.ep_rank;
       const size_t experts_begin = tensors_.size();
-      // Expert TP 1 under TP: whole on this rank (no split, each counted in the norm here).
-      const bool whole = shard_.experts_whole();
+      // Split over the expert TP group (expert TP 1 under TP: whole on this rank, each tensor
+      // counted in the norm here; replicated ones counted by expert-TP rank 0).
+      const int parts = shard_.expert_tp_size(), part = shard_.expert_tp_rank();
       for (int64_t e = first; e < first + local; e++) {
         const std::string x = p + "mlp.experts.local_experts." + std::to_string(e) + ".";
-        add(x + "linear_fc1.weight", up, true, whole ? -1 : fc1_split);
-        if (bias) add(x + "linear_fc1.bias", up_b, false, whole ? -1 : fc1_split);
-        add(x + "linear_fc2.weight", {C, Fm}, true, whole ? -1 : 1);
-        if (bias) add(x + "linear_fc2.bias", {C}, false, -1);
+        add(x + "linear_fc1.weight", up, true, fc1_split, false, parts, part);
+        if (bias) add(x + "linear_fc1.bias", up_b, false, fc1_split, false, parts, part);
+        add(x + "linear_fc2.weight", {C, Fm}, true, 1, false, parts, part);
+        if (bias) add(x + "linear_fc2.bias", {C}, false, -1, false, parts, part);
       }
-      for (size_t i = experts_begin; i < tensors_.size(); i++) {
+      for (size_t i = experts_begin; i < tensors_.size(); i++)
         tensors_[i].expert_parallel = shard_.expert_grid();
-        if (whole) tensors_[i].counts_in_norm = true;
-      }
       per_expert_ = bias ? 4 : 2;
     } else {
       put(kFc1W, "mlp.linear_fc1.weight", fc1, true, fc1_split);
@@ -184,18 +184,22 @@ size_t ParamLayout::trainable_numel() const {
 }
 
 void ParamLayout::add(std::string name, std::vector<int64_t> global_shape, bool decay,
-                      int split_dim, bool sequence_parallel_grad) {
+                      int split_dim, bool sequence_parallel_grad, int parts, int part) {
   ParamTensor t;
   t.name = std::move(name);
   t.global_shape = global_shape;
   t.shape = global_shape;
   t.decay = decay;
-  t.split_dim = shard_.tp_size > 1 ? split_dim : -1;
+  if (parts <= 0) {
+    parts = shard_.tp_size;
+    part = shard_.tp_rank;
+  }
+  t.split_dim = parts > 1 ? split_dim : -1;
   if (t.split_dim >= 0) {
-    t.shape[t.split_dim] = global_shape[t.split_dim] / shard_.tp_size;
-    t.split_begin = t.shape[t.split_dim] * shard_.tp_rank;
+    t.shape[t.split_dim] = global_shape[t.split_dim] / parts;
+    t.split_begin = t.shape[t.split_dim] * part;
   } else {
-    t.counts_in_norm = shard_.tp_rank == 0;
+    t.counts_in_norm = part == 0;
   }
   // Partial gradients exist only where there are several TP ranks.
   t.sequence_parallel_grad = sequence_parallel_grad && shard_.tp_size > 1;

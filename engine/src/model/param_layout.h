@@ -29,7 +29,11 @@
 // the router and fc2's bias are replicated, and their gradients are whole on every TP rank even
 // with sequence parallelism (the MoE layer runs on the gathered rows: Note [MoE layer]). With
 // expert TP 1 under TP (ModelShard::experts_whole) every expert is whole on its rank and the
-// router's gradient is partial per TP rank (each routes its own rows), summed over TP.
+// router's gradient is partial per TP rank (each routes its own rows), summed over TP. With an
+// expert TP e between (ModelShard::moe_row_parts > 1) each expert is split over the e ranks of
+// its expert-TP group as over TP (ModelShard::expert_tp_rank's slice), fc2's bias replicated
+// there (counted in the norm by expert-TP rank 0), and the router's gradient is partial per
+// group (its expert-TP rank 0 writes it), summed over TP.
 // Note [vision tensors]: a vision-language model's pre chunk (ModelConfig::has_vision) holds
 // the vision tower's tensors first, [0, vision_end_index()), before the word embedding, with
 // HF CLIP's and LLaVA's names (`vision_model.encoder.layers.0.mlp.fc1.weight`,
@@ -68,10 +72,16 @@ struct ModelShard {
   // Expert tensor parallelism (--expert-tensor-parallel-size): 0, the default, splits each
   // expert over the TP ranks (expert TP = TP); 1 under TP > 1 keeps every expert whole and the
   // MoE layer runs on this rank's N / tp_size rows (Note [expert tensor parallelism 1] in
-  // model/gpt_moe.cpp). Other sizes are not laid out by the model.
+  // model/gpt_moe.cpp); a divisor e of tp_size between splits each expert over the e
+  // consecutive TP ranks of this rank's expert-TP group, which routes N e / tp_size rows (Note
+  // [expert tensor parallelism e]). Sizes that do not divide tp_size are not laid out.
   int etp_size = 0;
 
   int expert_tp_size() const { return etp_size > 0 ? etp_size : tp_size; }
+  // This rank's place in its expert-TP group (the TP ranks [tp_rank - it, + expert_tp_size)).
+  int expert_tp_rank() const { return tp_rank % expert_tp_size(); }
+  // The parts a TP group's rows are routed in: one per expert-TP group (1 at expert TP = TP).
+  int moe_row_parts() const { return expert_tp_size() < tp_size ? tp_size / expert_tp_size() : 1; }
   // The MoE layers' rows and experts are split as described for etp_size 1 under TP.
   bool experts_whole() const { return expert_tp_size() == 1 && tp_size > 1; }
   // The experts' grid differs from the dense one: their gradients are summed over the
@@ -151,8 +161,8 @@ struct LayerParams {
   T* router_w;
 };
 
-// One expert of an MoE layer (Fm = moe_ffn(), Fm' = 2 Fm with SwiGLU; t = tp_size, 1 when
-// ModelShard::experts_whole).
+// One expert of an MoE layer (Fm = moe_ffn(), Fm' = 2 Fm with SwiGLU; t = the expert TP size,
+// ModelShard::expert_tp_size: tp_size by default, 1 when ModelShard::experts_whole).
 template <typename T>
 struct ExpertParams {
   T* fc1_w;  // (Fm'/t, C)
@@ -228,9 +238,10 @@ class ParamLayout {
   size_t trainable_numel() const;
 
  private:
-  // split_dim -1: replicated over TP; 0 / 1: rows / columns split evenly over TP.
+  // split_dim -1: replicated over TP; 0 / 1: rows / columns split evenly over TP. parts > 0:
+  // over that many ranks instead, this rank being `part` (an expert over its expert-TP group).
   void add(std::string name, std::vector<int64_t> global_shape, bool decay, int split_dim,
-           bool sequence_parallel_grad = false);
+           bool sequence_parallel_grad = false, int parts = 0, int part = 0);
   // LayerParams' members in order.
   enum Slot {
     kLn1W,

@@ -31,6 +31,10 @@ Result<DeviceComms> make_device_comms(Device& device, const ProcessGroups& g) {
     if (Status s = over(*g.expert, comms.expert); !s) return s;
     if (Status s = over(*g.expert_data, comms.expert_data); !s) return s;
   }
+  // An expert TP strictly between 1 and TP: the route weights' gradient is summed over the
+  // expert-TP group (Note [expert tensor parallelism e] in model/gpt_moe.cpp).
+  if (g.layout.etp > 1 && g.layout.etp < g.layout.tp)
+    if (Status s = over(*g.expert_tensor, comms.expert_tensor); !s) return s;
   return comms;
 }
 

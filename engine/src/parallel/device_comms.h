@@ -26,6 +26,8 @@ struct DeviceComms {
   // ParallelLayout::expert_grid only: the expert-parallel group (the MoE token all-to-all) and
   // the expert-data group (where the experts' gradients are summed).
   std::unique_ptr<Comm> expert, expert_data;
+  // An expert TP strictly between 1 and TP only: the expert-tensor-parallel group.
+  std::unique_ptr<Comm> expert_tensor;
   // PP > 1: activations, gradients and, interleaved, their wrap-around channels (Note
   // [pipeline streams], pipeline/executor.h); empty at PP 1.
   std::vector<std::unique_ptr<Comm>> pipeline;

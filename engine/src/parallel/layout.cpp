@@ -310,16 +310,18 @@ std::vector<std::string> expert_rules(const TrainOptions& o) {
     errors.push_back("--expert-tensor-parallel-size " + str(etp) +
                      " does not divide the experts' width " + str(o.model.moe_ffn()) +
                      " (--moe-ffn-hidden-size, else --ffn-hidden-size)");
-  // Expert TP 1 under TP: each TP rank routes its share of a micro-batch's tokens (Note [expert
-  // tensor parallelism 1] in model/gpt_moe.cpp).
+  // Expert TP below TP: each TP rank (expert TP 1) or group of expert-TP ranks routes its share
+  // of a micro-batch's tokens (Note [expert tensor parallelism 1] and [expert tensor parallelism
+  // e] in model/gpt_moe.cpp).
   const int cp = std::max(o.parallel.context_parallel_size, 1);
   const int64_t tokens = static_cast<int64_t>(o.micro_batch_size) * o.model.seq_length / cp;
-  if (experts > 0 && etp == 1 && tp > 1 && tokens > 0 && tokens % tp != 0)
-    errors.push_back("--expert-tensor-parallel-size 1 splits each micro-batch's " + str(tokens) +
-                     " tokens (--micro-batch-size x --seq-length" +
-                     (cp > 1 ? std::string(" / --context-parallel-size") : "") +
-                     ") over the --tensor-model-parallel-size " + str(tp) +
-                     " ranks, which must divide them");
+  const int parts = etp >= 1 && etp < tp && tp % etp == 0 ? tp / etp : 1;
+  if (experts > 0 && parts > 1 && tokens > 0 && tokens % parts != 0)
+    errors.push_back("--expert-tensor-parallel-size " + str(etp) + " splits each micro-batch's " +
+                     str(tokens) + " tokens (--micro-batch-size x --seq-length" +
+                     (cp > 1 ? std::string(" / --context-parallel-size") : "") + ") into " +
+                     str(parts) + " parts (--tensor-model-parallel-size " + str(tp) + " / " +
+                     str(etp) + "), which must divide them");
   return errors;
 }
 
@@ -333,12 +335,14 @@ std::vector<std::string> trainer_layout_refusals(const TrainOptions& o) {
     if (o.model.attention_dropout > 0)
       refusals.push_back(with + " needs --attention-dropout 0 (the ring attention has no dropout)");
   }
-  // Expert TP: as TP (each expert split as the dense MLP), or 1 (whole experts, Note [expert
-  // tensor parallelism 1] in model/gpt_moe.cpp).
+  // Expert TP: a divisor of TP (TP itself: each expert split as the dense MLP; 1: whole
+  // experts; between: expert-TP groups, Note [expert tensor parallelism 1] and [expert tensor
+  // parallelism e] in model/gpt_moe.cpp). Megatron's expert TP above TP, or not dividing it,
+  // would need the expert grid's TP groups to cross the dense ones.
   const int etp = o.parallel.expert_tensor_parallel_size, tp = o.model.tensor_model_parallel_size;
-  if (etp > 1 && etp != tp)
+  if (etp > 1 && tp >= 1 && (etp > tp || tp % etp != 0))
     refusals.push_back("--expert-tensor-parallel-size " + str(etp) +
-                       " other than 1 or --tensor-model-parallel-size " + str(tp) +
+                       " that does not divide --tensor-model-parallel-size " + str(tp) +
                        std::string(tail));
   return refusals;
 }

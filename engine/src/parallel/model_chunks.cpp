@@ -27,7 +27,7 @@ ModelShard rank_shard(const ParallelLayout& layout, int r, int chunk, bool seque
   ModelShard s = shard_of(layout, layout.coord(r), chunk, sequence_parallel);
   s.ep_rank = layout.expert_coord(r).ep;
   s.ep_size = layout.ep;
-  s.etp_size = layout.etp;  // 1 under TP: whole experts (Note [expert tensor parallelism 1])
+  s.etp_size = layout.etp;  // below TP: Note [expert tensor parallelism 1] and [... e]
   return s;
 }
 
@@ -36,7 +36,8 @@ ModelShard rank_shard(const ParallelLayout& layout, int r, int chunk, bool seque
 // DP (and CP), data-parallel rank 0 holds only its EP rank's experts, so an expert's slice comes
 // from expert-data-parallel rank 0 of its (expert TP, EP, PP) coordinate instead: every expert
 // of every layer once, each expert-TP slice once (at expert TP 1 the experts are whole, and
-// expert-data rank 0 is one TP rank of each EP rank).
+// expert-data rank 0 is one TP rank of each EP rank; at an expert TP e below TP, the e ranks of
+// one expert-TP group).
 bool sent(const ParallelLayout& layout, int r, const ParamTensor& t) {
   if (!t.counts_in_norm) return false;
   return t.expert_parallel ? layout.expert_coord(r).edp == 0 : layout.coord(r).dp == 0;

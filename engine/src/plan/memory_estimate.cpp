@@ -226,10 +226,10 @@ int64_t expert_rows(const ModelConfig& m, int ep, int64_t N) {
   return rows;
 }
 
-// The parts a micro-batch's tokens are routed in per TP group: TP with expert TP 1 under TP
-// (each TP rank routes N / TP of them), else 1.
+// The parts a micro-batch's tokens are routed in per TP group (ModelShard::moe_row_parts): TP /
+// ETP with an expert TP below TP (each expert-TP group routes N ETP / TP of them), else 1.
 int moe_row_parts(const ParallelLayout& layout) {
-  return layout.etp == 1 && layout.tp > 1 ? layout.tp : 1;
+  return layout.etp >= 1 && layout.etp < layout.tp ? layout.tp / layout.etp : 1;
 }
 
 MoeShape moe_shape(const TrainOptions& o, const ParallelLayout& layout, const ChunkShape& d) {
@@ -324,7 +324,7 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
   c.once = plan.max_group * (any_moe ? moe_layer_bytes(e, d, s, saved) : layer_bytes(e, d, saved));
   if (any_moe) c.dispatch = dispatch_bytes(e, d, s, layers, layout.ep, m.swiglu);
   // Expert TP 1 under TP without sequence parallelism: this rank's rows before their all-gather.
-  if (any_moe && moe_row_parts(layout) > 1 && !shard.sequence_parallel)
+  if (any_moe && layout.etp == 1 && layout.tp > 1 && !shard.sequence_parallel)
     c.dispatch += e.a * d.N / moe_row_parts(layout) * d.C;
   return c;
 }

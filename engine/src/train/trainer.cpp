@@ -262,12 +262,14 @@ Status Trainer<T>::build_model() {
     // model/gpt_moe.cpp); their tokens move over the EP group.
     shard.ep_rank = g_.expert_coord.ep;
     shard.ep_size = L.ep;
-    shard.etp_size = L.etp;  // 1 under TP: whole experts (Note [expert tensor parallelism 1])
+    // Expert TP: 1 under TP whole experts (Note [expert tensor parallelism 1]), between 1 and
+    // TP split over expert-TP groups (Note [expert tensor parallelism e]).
+    shard.etp_size = L.etp;
     const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                    par.recompute_num_layers, shard.num_layers(mc_));
-    Result<std::unique_ptr<GptModel<T>>> chunk =
-        GptModel<T>::create(mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan,
-                            rank_.comms.cp.get(), rank_.comms.expert.get());
+    Result<std::unique_ptr<GptModel<T>>> chunk = GptModel<T>::create(
+        mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan, rank_.comms.cp.get(),
+        rank_.comms.expert.get(), rank_.comms.expert_tensor.get());
     if (!chunk) return chunk.status();
     (*chunk)->set_op_times(o_.profile || device.capabilities().cheap_marks);
     rank_.chunks.push_back(std::move(*chunk));
@@ -545,10 +547,10 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   if (mc_.moe()) {  // every stage's MoE layers, every data-parallel replica's micro-batches
     double aux = 0;
     for (auto& c : rank_.chunks) aux += c->take_moe_aux_loss_sum();
-    // Counted once per tensor-parallel group; with whole experts (expert TP 1 under TP) each
-    // TP rank has routed its own rows, a part of the sum (Note [expert tensor parallelism 1]).
-    const bool rows_split = L.etp == 1 && L.tp > 1;
-    if (g_.coord.tp != 0 && !rows_split) aux = 0;
+    // Counted once per expert-TP group: at expert TP = TP once per TP group; with whole experts
+    // (expert TP 1 under TP) each TP rank has routed its own rows, a part of the sum (Note
+    // [expert tensor parallelism 1]), with expert TP e each group of e TP ranks.
+    if (g_.coord.tp % std::min(L.etp, L.tp) != 0) aux = 0;
     moe_aux_loss_ = all_reduce_scalar(aux / (static_cast<double>(M) * L.dp), *g_.world);
     moe_load_.assign(static_cast<size_t>(mc_.num_layers) * mc_.num_experts, 0.0);
     for (auto& c : rank_.chunks) c->take_moe_load(moe_load_);
@@ -578,7 +580,8 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   // expert-parallel expert's shards over its expert-data group: once too). Without it, under
   // expert parallelism each EP rank holds other experts: their squares are summed over the EP
   // group first; with whole experts (expert TP 1 under TP) that sum is the stage's experts,
-  // added by tensor-parallel rank 0 alone.
+  // added by tensor-parallel rank 0 alone; with expert TP e by the TP ranks of the first
+  // expert-TP group (their slices of the stage's experts).
   const bool distributed = o_.parallel.use_distributed_optimizer && g_.layout.dp * g_.layout.cp > 1;
   const bool experts_apart = mc_.moe() && g_.layout.expert_grid() && !distributed;
   double squares = 0, expert_squares = 0;
@@ -591,7 +594,7 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   }
   if (experts_apart) {
     expert_squares = all_reduce_scalar(expert_squares, *g_.expert);
-    if (g_.layout.etp == g_.layout.tp || g_.coord.tp == 0) squares += expert_squares;
+    if (g_.coord.tp < g_.layout.etp) squares += expert_squares;
   }
   Comm& norm_group = distributed ? *g_.world : *g_.model;
   norm = std::sqrt(all_reduce_scalar(squares, norm_group));
