@@ -92,9 +92,18 @@ std::string describe(const TrainOptions& o, const ParallelLayout& layout, const 
   std::ostringstream s;
   s << "GPT " << m.num_layers << " layers, hidden " << m.hidden_size << ", ffn " << m.ffn() << ", "
     << m.num_attention_heads << " heads, seq " << m.seq_length << ", vocab " << m.vocab_size
-    << " (padded " << m.padded_vocab_size() << "); micro batch " << o.micro_batch_size << " x "
-    << o.num_micro_batches() / layout.dp << " x DP " << layout.dp << " = global batch "
-    << o.global_batch_size << "; ";
+    << " (padded " << m.padded_vocab_size() << ")";
+  if (m.has_vision()) {
+    const VisionConfig& v = m.vision;
+    s << "; vision tower " << m.vision_model_type << " " << v.num_layers << " layers, hidden "
+      << v.hidden_size << ", " << v.img_h << "x" << v.img_w << " images in " << v.patch_dim
+      << "px patches (" << v.patches() << " tokens each)";
+    if (m.freeze_lm || m.freeze_vision)
+      s << ", frozen: " << (m.freeze_lm ? "language model" : "")
+        << (m.freeze_lm && m.freeze_vision ? " and " : "") << (m.freeze_vision ? "encoder" : "");
+  }
+  s << "; micro batch " << o.micro_batch_size << " x " << o.num_micro_batches() / layout.dp
+    << " x DP " << layout.dp << " = global batch " << o.global_batch_size << "; ";
   if (layout.world > 1) {
     s << layout.world << " ranks (TP " << layout.tp << ", PP " << layout.pp;
     if (layout.vpp > 1) s << " x " << layout.vpp << " virtual";
@@ -739,6 +748,9 @@ Result<TrainSummary> Trainer<T>::run() {
   RunStart start;
   start.description = describe<T>(o_, L, device);
   start.parameters = mc_.num_parameters();
+  if (mc_.has_vision())  // the tower's (Note [vision tensors] in model/param_layout.h)
+    for (const ParamTensor& t : ParamLayout::vision_tensors(mc_.vision))
+      start.parameters += static_cast<int64_t>(t.numel);
   start.threads = threads;
   // MFU's denominator: the device's peak in the compute type (the CPU: a measured SGEMM rate).
   start.peak_gflops = device.peak_flops(dtype_of<T>()) / 1e9;
