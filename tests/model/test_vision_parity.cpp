@@ -17,18 +17,17 @@
 #include <random>
 
 #include "common/process.h"
+#include "common/torch_reference.h"
 #include "device/cpu_device.h"
 #include "lattice/kernels.h"
 #include "model/vision_encoder.h"
 
 using namespace lattice;
+using testing::kPython;
+using testing::rows_json;
+using testing::torch_available;
 
 namespace {
-constexpr const char* kPython = "/usr/bin/python3";
-
-bool torch_available() {
-  return testing::run_process(kPython, {"-c", "import torch"}, {}, 60000).exit_code == 0;
-}
 
 struct Pass {
   std::vector<double> out, grads, d_images;  // grads in the arena's order

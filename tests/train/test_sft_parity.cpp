@@ -6,7 +6,8 @@
 // global batch. The same run on 8 ranks (TP 2 x PP 2 x DP 2, fewer micro-batches per rank) gives
 // the same losses: the normalisation does not depend on the layout. --sft-packing equals the
 // reference running each packed conversation alone (packed attention and positions). Also: a
-// missing loss mask and a global batch without targets are reported clearly. Skipped where python3-torch is missing.
+// missing loss mask and a global batch without targets are reported clearly. Skipped where
+// python3-torch is missing.
 #include <QtTest/QtTest>
 
 #include <QJsonArray>
@@ -21,20 +22,19 @@
 #include "common/grad_check.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
+#include "common/torch_reference.h"
 #include "data/indexed_dataset.h"
 #include "lattice/storage/run_store.h"
 #include "model/gpt.h"
 
 using namespace lattice;
+using testing::kPython;
+using testing::rows_json;
+using testing::torch_available;
 
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr int kSteps = 5, kSeq = 16, kGlobalBatch = 8, kVocab = 128;
-
-bool torch_available() {
-  return testing::run_process(kPython, {"-c", "import torch"}, {}, 60000).exit_code == 0;
-}
 
 struct Conversation {
   std::vector<int32_t> tokens, mask;
@@ -314,8 +314,7 @@ class SftParity : public QObject {
       testing::Run r = train("cp-ref-" + data, 1, dir_.filePath(data), extra, &one, &norms1);
       QVERIFY2(r.exit_code == 0, qPrintable(r.out + r.err));
       r = train("cp2-" + data, 2, dir_.filePath(data),
-                extra + QStringList{"--context-parallel-size", "2"},
-                &two, &norms2);
+                extra + QStringList{"--context-parallel-size", "2"}, &two, &norms2);
       QVERIFY2(r.exit_code == 0, qPrintable(r.out + r.err));
       QCOMPARE(one.size(), kSteps);
       QCOMPARE(two.size(), kSteps);
@@ -354,19 +353,19 @@ class SftParity : public QObject {
     const QJsonObject optim{{"lr", f32(3e-3)},           {"beta1", f32(0.9)},
                             {"beta2", f32(0.999)},       {"eps", f32(1e-8)},
                             {"weight_decay", f32(0.01)}, {"clip_grad", f32(1.0)}};
-    const QJsonObject spec{{"heads", 4},         {"seq_length", kSeq},
-                           {"global_batch", kGlobalBatch}, {"steps", kSteps},
-                           {"conversations", convs},       {"optim", optim},
-                           {"packing", true}};
+    const QJsonObject spec{
+        {"heads", 4},      {"seq_length", kSeq},     {"global_batch", kGlobalBatch},
+        {"steps", kSteps}, {"conversations", convs}, {"optim", optim},
+        {"packing", true}};
     QFile f(path("packed.json"));
     QVERIFY(f.open(QIODevice::WriteOnly));
     f.write(QJsonDocument(spec).toJson());
     f.close();
-    const testing::Run py = testing::run_process(
-        kPython,
-        {QString(LATTICE_SOURCE_DIR) + "/tests/train/sft_reference.py", path("init.safetensors"),
-         path("packed.json")},
-        {}, 120000);
+    const testing::Run py =
+        testing::run_process(kPython,
+                             {QString(LATTICE_SOURCE_DIR) + "/tests/train/sft_reference.py",
+                              path("init.safetensors"), path("packed.json")},
+                             {}, 120000);
     QVERIFY2(py.exit_code == 0, qPrintable(py.err));
     const QJsonArray ref = QJsonDocument::fromJson(py.out.toUtf8()).object()["losses"].toArray();
     QCOMPARE(ref.size(), kSteps);

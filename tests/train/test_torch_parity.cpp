@@ -18,19 +18,17 @@
 #include "common/grad_check.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
+#include "common/torch_reference.h"
 #include "lattice/cpu_gemm.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
 
 using namespace lattice;
+using testing::kPython;
+using testing::rows_json;
+using testing::torch_available;
 
-namespace {
-constexpr const char* kPython = "/usr/bin/python3";
-
-bool torch_available() {
-  return testing::run_process(kPython, {"-c", "import torch"}, {}, 60000).exit_code == 0;
-}
-}  // namespace
+namespace {}  // namespace
 
 class TorchParity : public QObject {
   Q_OBJECT

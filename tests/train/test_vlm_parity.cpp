@@ -22,19 +22,18 @@
 #include "checkpoint/safetensors.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
+#include "common/torch_reference.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 
 using namespace lattice;
+using testing::kPython;
+using testing::rows_json;
+using testing::torch_available;
 
 namespace {
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr int kSteps = 5, kBatch = 2;
-
-bool torch_available() {
-  return testing::run_process(kPython, {"-c", "import torch"}, {}, 60000).exit_code == 0;
-}
 
 struct Steps {
   std::vector<std::vector<int32_t>> tokens, targets;  // kSteps x (B * T)
@@ -127,16 +126,6 @@ ModelConfig vlm(bool llama, int images_per_sample) {
   v.init_method_std = c.init_method_std;
   v.images_per_sample = images_per_sample;
   return c;
-}
-
-QString rows_json(const std::vector<int32_t>& ids, int T) {
-  QJsonArray rows;
-  for (size_t b = 0; b * T < ids.size(); b++) {
-    QJsonArray row;
-    for (int t = 0; t < T; t++) row.append(ids[b * T + t]);
-    rows.append(row);
-  }
-  return QJsonDocument(rows).toJson(QJsonDocument::Compact);
 }
 
 QString floats_json(const std::vector<float>& values) {

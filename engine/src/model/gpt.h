@@ -140,6 +140,7 @@ struct GptActivations {
   int32_t* image_slot = nullptr;    // (N) each row's projected patch (row of B I Np), -1: text
   int32_t* image_rows = nullptr;    // (B I Np) each patch's row, -1 where the sequence cut it
   int32_t* embed_tokens = nullptr;  // (N) tokens with -1 at image rows: what the embedding reads
+  bool images_loaded = false;       // set by load_images, used up by the next forward
   A* residual = nullptr;  // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
   // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
   std::vector<LayerActivations<A>> layers;

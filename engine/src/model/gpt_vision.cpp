@@ -18,6 +18,7 @@
 // Several micro-batches in flight (a pipeline's 1F1B) share the tower's activations: the
 // backward of one whose forward was not the tower's last re-runs the forward first (a
 // recomputation of the tower alone).
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -97,12 +98,16 @@ Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, con
     up(a.embed_tokens, host_ids_.data(), host_ids_.size() * sizeof(int32_t));
     up(a.images, host_images_.data(), pixels * sizeof(A));
     if (vision_owner_ == &a) vision_owner_ = nullptr;  // new images: its tower state is stale
+    a.images_loaded = true;
   }
   return Status::ok();
 }
 
 template <typename A>
 void GptModel<A>::splice_images(GptActivations<A>& a) {
+  if (!a.images_loaded)  // a caller's bug: the embedding would read stale rows
+    throw std::logic_error("GptModel: a vision-language micro-batch ran without load_images");
+  a.images_loaded = false;
   if constexpr (std::is_same_v<A, G>) {
     const A* patches = vision_->forward(a.images);
     vision_owner_ = &a;
