@@ -6,10 +6,12 @@
 # gives the token of each image's colour; the same call twice gives the same output; errors (an
 # image on a text model, a missing file, more images than <image> markers, a prompt past the
 # context) are refused with a sentence. The server: a chat message with a PNG data URL part
-# answers with the colour's token, an http URL is refused (the server fetches nothing).
-# usage: test_vlm_generate.sh LATTICE
+# answers with the colour's token, an http URL is refused (the server fetches nothing). With
+# MPIEXEC: TP 2 (every rank runs the whole tower) prints what one process prints.
+# usage: test_vlm_generate.sh LATTICE [MPIEXEC]
 set -euo pipefail
 lattice=$1
+mpiexec=${2:-}
 work=$(mktemp -d)
 server_pid=
 cleanup() {
@@ -52,6 +54,14 @@ for pair in red.png:1 green.png:2 blue.png:3; do
 done
 "$lattice" "${gen[@]}" --image red.png > again.out 2>&1
 cmp -s red.png.out again.out || { echo "two runs differ"; cat red.png.out again.out; exit 1; }
+if [ -n "$mpiexec" ]; then  # the same tokens, log-probabilities within 2e-5
+  "$lattice" "${gen[@]}" --image blue.png --logprobs > tp1.out
+  OMP_NUM_THREADS=1 "$mpiexec" --oversubscribe -n 2 "$lattice" "${gen[@]}" --image blue.png \
+    --logprobs --tensor-model-parallel-size 2 > tp2.out 2> tp2.err || { cat tp2.err; exit 1; }
+  paste tp1.out tp2.out | awk 'NR == 1 { if ($1 != $3 || $2 != $4) exit 1; next }
+    { d = $2 - $5; if ($1 != $4 || d > 2e-5 || d < -2e-5) exit 1 }' ||
+    { echo "TP 2 differs from one process"; cat tp1.out tp2.out; exit 1; }
+fi
 refused() {  # $1: what the error must say; the rest: generate's arguments
   local want=$1; shift
   if "$lattice" generate "$@" > refused.out 2>&1; then
