@@ -229,8 +229,7 @@ Status Generator::check(const GenerationRequest& r) const {
   }
   if (!r.images.empty() && !m.has_vision())
     return Status::invalid_argument(
-        "images given, but the model has no vision tower (a text "
-        "model); drop the images");
+        "images given, but the model has no vision tower (a text model); drop the images");
   if (m.has_vision()) {
     const VisionConfig& v = m.vision;
     const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
