@@ -8,6 +8,11 @@
 #   env: TRAIN (images, default 2000), VALID (200), ITERS (train iterations, 2000),
 #        IMAGE (image side, 32), EXTRA (more train flags)
 # A tiny trial: TRAIN=200 VALID=20 ITERS=20 shapes_accuracy.sh build/cpu/lattice
+# Measured 2026-12-05 with the defaults (CPU build, OMP_NUM_THREADS=2 on a shared 2-core box,
+# about 5 min of training at 145 ms/iteration, then about 1 min of generation): lm loss 0.060 at
+# iteration 2000; held-out shape 0.660, colour 1.000, position 1.000. With ITERS=400 the model
+# still wrote one caption for every image (loss 0.56, about the caption's entropy without the
+# image), all three near chance.
 set -euo pipefail
 lattice=$(realpath "$1")
 work=${2:-$(mktemp -d)}
