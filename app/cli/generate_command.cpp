@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "infer_setup.h"
+#include "prompt_images.h"
 #include "text_stream.h"
 
 namespace lattice::cli {
@@ -15,7 +16,7 @@ namespace lattice::cli {
 namespace {
 
 struct GenerateFlags {
-  std::vector<std::string> prompts, stop;
+  std::vector<std::string> prompts, stop, images;
   int tokens_to_generate = 64;
   float temperature = 1.0f;
   int top_k = 0;
@@ -50,6 +51,9 @@ constexpr const char* kUsage =
     "--tensor-model-parallel-size T the model is split over the ranks.\n\n"
     "generation:\n"
     "  --prompt TEXT                   a prompt (repeatable)\n"
+    "  --image PATH                    a PNG or JPEG for a vision-language model (repeatable):\n"
+    "                                  the i-th fills each prompt's i-th <image> (a prompt\n"
+    "                                  without <image> gets \"<image>\\n\" prepended)\n"
     "  --stop TEXT                     end a continuation at this text (repeatable)\n";
 
 // Checks the generation flags; every problem, one sentence each.
@@ -81,9 +85,10 @@ std::string join_lines(const std::vector<std::string>& lines) {
 // stop string; *stopped tells whether one was found.
 std::string continuation(const Tokenizer& tok, const GenerationRequest& req,
                          const std::vector<int32_t>& generated, bool* stopped = nullptr) {
-  std::vector<int32_t> ids = req.prompt;
+  std::vector<int32_t> ids = prompt_text_tail(tok, req.prompt);  // no image placeholders
+  const std::string prefix = tok.decode(ids);
   ids.insert(ids.end(), generated.begin(), generated.end());
-  const std::string prefix = tok.decode(req.prompt), whole = tok.decode(ids);
+  const std::string whole = tok.decode(ids);
   std::string text = whole.compare(0, prefix.size(), prefix) == 0 ? whole.substr(prefix.size())
                                                                   : tok.decode(generated);
   size_t cut = std::string::npos;
@@ -102,7 +107,7 @@ std::vector<int32_t> without_eod(const GenerationResult& res) {
 
 std::string full_text(const Tokenizer& tok, const GenerationRequest& req,
                       const GenerationResult& res) {
-  return tok.decode(req.prompt) + continuation(tok, req, without_eod(res));
+  return decode_prompt(tok, req.prompt) + continuation(tok, req, without_eod(res));
 }
 
 void print_logprobs(const Tokenizer& tok, const GenerationResult& res) {
@@ -124,8 +129,8 @@ int generate_command(const std::vector<std::string>& args) {
       return 0;
     }
   std::vector<std::string> rest;
-  std::vector<std::string> errors =
-      take_flags(args, specs, {{"prompt", &f.prompts}, {"stop", &f.stop}}, rest);
+  std::vector<std::string> errors = take_flags(
+      args, specs, {{"prompt", &f.prompts}, {"stop", &f.stop}, {"image", &f.images}}, rest);
   for (const std::string& e : validate(f)) errors.push_back(e);
   if (!errors.empty()) {
     print_error("generate", join_lines(errors));
@@ -156,9 +161,25 @@ int generate_command(const std::vector<std::string>& args) {
       for (std::string line; std::getline(std::cin, line);)
         if (!line.empty()) f.prompts.push_back(line);
     if (f.prompts.empty()) problem = "no prompt: give --prompt TEXT or prompts on stdin";
+    std::vector<float> images;
+    if (problem.empty() && !f.images.empty()) {
+      Result<std::vector<float>> loaded = load_prompt_images(gen.config(), f.images);
+      if (loaded)
+        images = std::move(*loaded);
+      else
+        problem = loaded.status().message();
+    }
     for (size_t i = 0; i < f.prompts.size() && problem.empty(); i++) {
       GenerationRequest r;
-      r.prompt = tokenize_with_bos(tok, f.prompts[i]);  // as Megatron's tokenize()
+      Result<std::vector<int32_t>> ids =
+          f.images.empty() ? Result<std::vector<int32_t>>(tokenize_with_bos(tok, f.prompts[i]))
+                           : tokenize_with_images(tok, gen.config(), f.prompts[i], f.images.size());
+      if (!ids) {
+        problem = "--prompt " + std::to_string(i + 1) + ": " + ids.status().message();
+        break;
+      }
+      r.prompt = std::move(*ids);
+      r.images = images;
       r.tokens_to_generate = f.tokens_to_generate;
       r.sampling = {f.temperature, f.top_k, f.top_p, f.seed};
       r.stop_at_eod = !f.ignore_eod;
@@ -189,7 +210,7 @@ int generate_command(const std::vector<std::string>& args) {
         std::fputs(piece.c_str(), stdout);
         std::fflush(stdout);
       };
-      if (rank0) std::fputs(tok.decode(req.prompt).c_str(), stdout);
+      if (rank0) std::fputs(decode_prompt(tok, req.prompt).c_str(), stdout);
       auto on_token = [&](int, int32_t token, float logprob) {
         if (!rank0 || text.stopped()) return;
         if (req.stop_at_eod && token == gen.eod()) return;

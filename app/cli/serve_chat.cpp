@@ -6,6 +6,7 @@
 #include <span>
 
 #include "data/chat_template.h"
+#include "prompt_images.h"
 
 namespace lattice::cli {
 
@@ -19,8 +20,10 @@ ApiCall failed(std::string message, std::string param) {
   return c;
 }
 
-// The messages as ChatTurns, or the first problem (naming the message and field).
-std::optional<std::string> read_messages(const json& j, std::vector<ChatTurn>& out) {
+// The messages as ChatTurns, or the first problem (naming the message and field). A user
+// message's image parts become `<image>` in its text, their URLs appended to `images` in order.
+std::optional<std::string> read_messages(const json& j, std::vector<ChatTurn>& out,
+                                         std::vector<std::pair<std::string, std::string>>& images) {
   const auto m = j.find("messages");
   if (m == j.end() || m->is_null()) return "messages is required (a list of {role, content})";
   if (!m->is_array() || m->empty()) return "messages must be a non-empty list of {role, content}";
@@ -38,13 +41,29 @@ std::optional<std::string> read_messages(const json& j, std::vector<ChatTurn>& o
     if (content != msg.end() && content->is_string()) {
       text = content->get<std::string>();
     } else if (content != msg.end() && content->is_array()) {
-      // Content parts: only text parts, joined.
-      for (const json& part : *content) {
+      // Content parts: text parts joined, image parts (user messages) as `<image>`.
+      for (size_t p = 0; p < content->size(); p++) {
+        const json& part = (*content)[p];
+        const std::string where = at + ".content[" + std::to_string(p) + "]";
+        if (r == "user" && part.is_object() && part.value("type", "") == "image_url") {
+          const auto u = part.find("image_url");
+          const json* url = u == part.end()                        ? nullptr
+                            : u->is_string()                       ? &*u
+                            : u->is_object() && u->contains("url") ? &(*u)["url"]
+                                                                   : nullptr;
+          if (!url || !url->is_string())
+            return where +
+                   " must be {\"type\": \"image_url\", \"image_url\": {\"url\": "
+                   "\"data:image/png;base64,...\"}}";
+          text += kImageMarker;
+          images.emplace_back(where, url->get<std::string>());
+          continue;
+        }
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
             !part["text"].is_string())
-          return at +
-                 ".content parts must be {\"type\": \"text\", \"text\": \"...\"} (only "
-                 "text is supported)";
+          return where +
+                 " must be {\"type\": \"text\", \"text\": \"...\"} or, in a user message, "
+                 "{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:...\"}}";
         text += part["text"].get<std::string>();
       }
     } else {
@@ -84,22 +103,27 @@ const char* model_name(const ApiCall& call) {
 }  // namespace
 
 Result<ChatPrompter> chat_prompter_for(const TokenizerOptions& options, const Tokenizer& tokenizer,
-                                       const std::string& override_template) {
+                                       const std::string& override_template,
+                                       const ModelConfig* model) {
   Result<ChatTemplate> made = chat_template_for(options, override_template);
   if (!made) return made.status();
   auto chat_template = std::make_shared<const ChatTemplate>(std::move(*made));
   ChatPrompter p;
   for (const std::string& s : chat_template->end_of_turn())
     if (!s.empty() && s != ChatTemplate::kEodMarker) p.end_of_turn.push_back(s);
-  p.encode = [chat_template,
-              &tokenizer](const std::vector<ChatTurn>& turns) -> Result<std::vector<int32_t>> {
+  p.encode = [chat_template, &tokenizer,
+              model](const std::vector<ChatTurn>& turns) -> Result<std::vector<int32_t>> {
     std::vector<ChatMessage> messages;
     for (const ChatTurn& t : turns) messages.push_back({t.role, t.content});
     Result<std::string> text = chat_template->render(messages, /*add_generation_prompt=*/true);
     if (!text) return text.status();
     // The template writes any BOS itself (Hugging Face's apply_chat_template, whose text is
-    // encoded without special tokens added); its EOD marker becomes the EOD id.
-    return chat_template->encode(tokenizer, *text);
+    // encoded without special tokens added); its EOD marker becomes the EOD id. A
+    // vision-language model's `<image>` markers become its placeholder ids.
+    if (!model || !model->has_vision()) return chat_template->encode(tokenizer, *text);
+    return expand_image_markers(*model, *text, [&](std::string_view piece, bool) {
+      return chat_template->encode(tokenizer, std::string(piece));
+    });
   };
   return p;
 }
@@ -109,8 +133,23 @@ ApiCall parse_chat_completions(const std::string& body, const Generator& generat
   const json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return failed("the body is not a JSON object", "");
   std::vector<ChatTurn> turns;
-  if (std::optional<std::string> problem = read_messages(j, turns))
+  std::vector<std::pair<std::string, std::string>> image_urls;  // (field, url)
+  if (std::optional<std::string> problem = read_messages(j, turns, image_urls))
     return failed(*problem, "messages");
+  // Images: decoded from their data URLs (the server fetches nothing), as --image's files.
+  std::vector<float> images;
+  const ModelConfig& model = generator.config();
+  if (!image_urls.empty()) {
+    if (Status s = check_image_model(model, image_urls[0].first); !s)
+      return failed(s.message(), "messages");
+    for (const auto& [where, url] : image_urls) {
+      Result<std::vector<uint8_t>> bytes = data_url_bytes(url);
+      if (!bytes) return failed(where + ": " + bytes.status().message(), "messages");
+      Result<RgbImage> image = decode_image(bytes->data(), bytes->size(), where);
+      if (!image) return failed(image.status().message(), "messages");
+      append_prompt_image(model, *image, images);
+    }
+  }
   RequestFields f(j, /*null_is_absent=*/true);
   ApiCall call;
   call.model = f.string("model").value_or("");
@@ -148,6 +187,7 @@ ApiCall parse_chat_completions(const std::string& body, const Generator& generat
   base.logprobs = logprobs;
   base.top_logprobs = top;
   base.prompt = std::move(*prompt);
+  base.images = std::move(images);
   base.stop.insert(base.stop.end(), prompter.end_of_turn.begin(), prompter.end_of_turn.end());
   if (Status s = generator.check(base); !s)
     return failed("messages: the rendered conversation: " + s.message(), "messages");

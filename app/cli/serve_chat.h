@@ -32,9 +32,12 @@ struct ChatPrompter {
 
 // The prompter of the served tokenizer (chat_template_for, data/chat_template.h: the
 // tokenizer_config.json beside a Hugging Face tokenizer, else the built-in "default" bound to
-// the EOD; `override_template`, --chat-template, instead when given).
+// the EOD; `override_template`, --chat-template, instead when given). `model`, when it has a
+// vision tower (kept by reference), expands the rendered text's `<image>` markers to its
+// placeholder ids (prompt_images.h).
 Result<ChatPrompter> chat_prompter_for(const TokenizerOptions& options, const Tokenizer& tokenizer,
-                                       const std::string& override_template);
+                                       const std::string& override_template,
+                                       const ModelConfig* model = nullptr);
 
 // The ApiCall of a chat request: one request; call.logprobs is -1 without "logprobs": true,
 // else top_logprobs (0-20).

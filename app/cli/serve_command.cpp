@@ -464,7 +464,7 @@ int serve_command(const std::vector<std::string>& args) {
   // The served tokenizer's chat template, for /v1/chat/completions. Without one the server
   // still serves the other routes; chat requests hear why.
   const Result<ChatPrompter> prompter =
-      chat_prompter_for(setup->tokenizer_options, tok, f.chat_template);
+      chat_prompter_for(setup->tokenizer_options, tok, f.chat_template, &gen.config());
   if (!prompter)
     std::fprintf(stderr, "lattice serve: /v1/chat/completions is off: %s\n",
                  prompter.status().message().c_str());

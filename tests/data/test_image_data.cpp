@@ -3,7 +3,7 @@
 // encoder of every colour type and depth (pixel-exact), PNG and JPEG from Pillow (JPEG: equal to
 // Pillow's own decode, within kJpegTolerance), PyTorch's float64 antialiased bicubic
 // interpolate, LLaVA's expand2square and CLIP normalisation in float64; and the one-sentence
-// errors for missing, empty, truncated, corrupt and unsupported files.
+// errors for missing, empty, truncated, corrupt and unsupported files; decoding from memory.
 #include <QtTest/QtTest>
 
 #include <QProcess>
@@ -159,6 +159,27 @@ class ImageDataTest : public QObject {
       QVERIFY2(mean < 4.0, (std::string(name) + ": mean error against the encoded pixels " +
                             std::to_string(mean) + " >= 4")
                                .c_str());
+    }
+  }
+
+  // decode_image (bytes in memory, as the server's data URLs) gives read_image's pixels for a
+  // PNG and a JPEG, and names the given name in its errors.
+  void decodingFromMemoryEqualsTheFile() {
+    for (const char* name : {"pil_rgb.png", "jpg_q75_420.jpg"}) {
+      std::ifstream in(path(name), std::ios::binary);
+      const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                    std::istreambuf_iterator<char>());
+      QVERIFY(!bytes.empty());
+      Result<RgbImage> file = read_image(path(name));
+      Result<RgbImage> memory = decode_image(bytes.data(), bytes.size(), "part");
+      QVERIFY2(file.is_ok() && memory.is_ok(), name);
+      QCOMPARE(memory->width, file->width);
+      QCOMPARE(memory->height, file->height);
+      QVERIFY2(memory->pixels == file->pixels, name);
+      Result<RgbImage> cut = decode_image(bytes.data(), bytes.size() / 2, "messages[0]");
+      QVERIFY(!cut.is_ok());
+      QVERIFY2(cut.status().message().find("'messages[0]'") != std::string::npos,
+               cut.status().message().c_str());
     }
   }
 

@@ -46,6 +46,10 @@ struct GenerationRequest {
   // The most likely `top_logprobs` tokens of each position whose log-probability is reported
   // (generated tokens with `logprobs`, prompt tokens with `prompt_logprobs`); 0: none.
   int top_logprobs = 0;
+  // A vision-language model's images (I, Cin, img_h, img_w), normalised as in training
+  // (data/image_preprocess.h): image i fills the prompt's i-th run of Np placeholder ids
+  // (ModelConfig::image_token_id, Note [image rows] in model/gpt_vision.cpp).
+  std::vector<float> images;
 };
 
 // One alternative at a position: a token and its log-probability under the model (T = 1).

@@ -224,18 +224,35 @@ bool png_write_stage(PngState* s, uint32_t width, uint32_t height, png_bytep* ro
 
 }  // namespace
 
+namespace {
+// The decoder of both entries: `file` open for reading at its start, `path` its name in errors.
+Result<RgbImage> read_image_file(const std::string& path, FILE* file) {
+  unsigned char magic[8] = {};
+  const size_t got = std::fread(magic, 1, sizeof magic, file);
+  std::rewind(file);
+  if (got == 0) return Status::corrupt("image '" + path + "' is empty");
+  if (got == 8 && png_sig_cmp(magic, 0, 8) == 0) return read_png(path, file);
+  if (got >= 3 && magic[0] == 0xFF && magic[1] == 0xD8 && magic[2] == 0xFF)
+    return read_jpeg(path, file);
+  return Status::invalid_argument("image '" + path +
+                                  "' is neither a PNG nor a JPEG (judged by its first bytes)");
+}
+}  // namespace
+
 Result<RgbImage> read_image(const std::string& path) {
   File file(path, "rb");
   if (!file.f) return Status::io_error("cannot open image '" + path + "': " + std::strerror(errno));
-  unsigned char magic[8] = {};
-  const size_t got = std::fread(magic, 1, sizeof magic, file.f);
-  std::rewind(file.f);
-  if (got == 0) return Status::corrupt("image '" + path + "' is empty");
-  if (got == 8 && png_sig_cmp(magic, 0, 8) == 0) return read_png(path, file.f);
-  if (got >= 3 && magic[0] == 0xFF && magic[1] == 0xD8 && magic[2] == 0xFF)
-    return read_jpeg(path, file.f);
-  return Status::invalid_argument("image '" + path +
-                                  "' is neither a PNG nor a JPEG (judged by its first bytes)");
+  return read_image_file(path, file.f);
+}
+
+Result<RgbImage> decode_image(const void* data, size_t size, const std::string& name) {
+  if (size == 0) return Status::corrupt("image '" + name + "' is empty");
+  // fmemopen: the same FILE*-based decoders read the bytes (one decoder for files and memory).
+  FILE* f = fmemopen(const_cast<void*>(data), size, "rb");
+  if (!f) return Status::io_error("cannot read image '" + name + "': " + std::strerror(errno));
+  Result<RgbImage> image = read_image_file(name, f);
+  std::fclose(f);
+  return image;
 }
 
 Status write_png(const std::string& path, const RgbImage& image) {

@@ -31,6 +31,10 @@ struct RgbImage {
 // Thread-safe (each call has its own decoder).
 Result<RgbImage> read_image(const std::string& path);
 
+// read_image of bytes in memory (a PNG or JPEG file's contents); `name` stands for the file in
+// errors (e.g. "messages[0].content[1]").
+Result<RgbImage> decode_image(const void* data, size_t size, const std::string& name);
+
 // Writes `image` as an 8-bit RGB PNG (no interlace, default compression); io_error naming the
 // file on failure. Thread-safe.
 Status write_png(const std::string& path, const RgbImage& image);

@@ -215,10 +215,35 @@ Status Generator::check(const GenerationRequest& r) const {
   if (static_cast<int>(r.prompt.size()) > T)
     return Status::invalid_argument("the prompt has " + std::to_string(r.prompt.size()) +
                                     " tokens; the model's context is " + std::to_string(T));
-  for (int32_t id : r.prompt)
+  const ModelConfig& m = config();
+  const int32_t image_id = m.has_vision() ? m.image_token_id() : -1;
+  size_t placeholders = 0;
+  for (int32_t id : r.prompt) {
+    if (id == image_id) {
+      placeholders++;
+      continue;
+    }
     if (id < 0 || id >= V)
       return Status::invalid_argument("token id " + std::to_string(id) +
                                       " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  }
+  if (!r.images.empty() && !m.has_vision())
+    return Status::invalid_argument(
+        "images given, but the model has no vision tower (a text model); drop the images");
+  if (m.has_vision()) {
+    const VisionConfig& v = m.vision;
+    const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
+    const size_t Np = v.patches();
+    if (r.images.size() % pixels != 0)
+      return Status::invalid_argument("the images hold " + std::to_string(r.images.size()) +
+                                      " values, not a multiple of one image's " +
+                                      std::to_string(pixels));
+    const size_t images = r.images.size() / pixels;
+    if (placeholders != images * Np)
+      return Status::invalid_argument("the prompt has " + std::to_string(placeholders) +
+                                      " image placeholder tokens for " + std::to_string(images) +
+                                      " image(s) of " + std::to_string(Np) + " patches each");
+  }
   if (r.tokens_to_generate < 0)
     return Status::invalid_argument("tokens to generate must be 0 or more, not " +
                                     std::to_string(r.tokens_to_generate));
@@ -338,16 +363,37 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     int slot, position;
   };
   std::vector<Origin> origins;
+  // Note [image rows at inference] (infer_model.cpp): each request's projected patches
+  // (I Np, C), and per prefill row its patch (null on text rows).
+  const ModelConfig& mc = config();
+  std::vector<std::vector<float>> patches(count);
+  std::vector<const float*> image_rows;
+  bool any_image = false;
+  if (mc.has_vision()) {
+    const VisionConfig& v = mc.vision;
+    const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
+    const size_t rows = static_cast<size_t>(v.patches()) * mc.hidden_size;
+    for (size_t s = 0; s < count; s++) {
+      const std::vector<float>& images = requests[first + s].images;
+      for (size_t i = 0; i < images.size() / pixels; i++) {
+        const float* out = model.encode_image(images.data() + i * pixels);
+        patches[s].insert(patches[s].end(), out, out + rows);
+        any_image = true;
+      }
+    }
+  }
   auto flush = [&]() {
-    const float* logits = model.forward(tokens.data(), slots.data(), positions.data(),
-                                        static_cast<int>(tokens.size()), logit_rows.data(),
-                                        static_cast<int>(logit_rows.size()));
+    const float* logits =
+        model.forward(tokens.data(), slots.data(), positions.data(),
+                      static_cast<int>(tokens.size()), logit_rows.data(),
+                      static_cast<int>(logit_rows.size()), any_image ? image_rows.data() : nullptr);
     for (size_t i = 0; i < logit_rows.size(); i++) {
       const float* row = logits + i * static_cast<size_t>(model.padded_vocab());
       const Origin o = origins[i];
       const GenerationRequest& req = requests[first + o.slot];
       const int n = static_cast<int>(req.prompt.size());
-      if (req.prompt_logprobs && o.position + 1 < n) {
+      // An image placeholder is not a token the model predicts: no log-probability (0).
+      if (req.prompt_logprobs && o.position + 1 < n && req.prompt[o.position + 1] < V) {
         GenerationResult& res = results[first + o.slot];
         res.prompt_logprobs[o.position] = token_logprob(row, V, req.prompt[o.position + 1]);
         if (req.top_logprobs > 0)
@@ -361,11 +407,13 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     positions.clear();
     logit_rows.clear();
     origins.clear();
+    image_rows.clear();
   };
   for (size_t s = 0; s < count; s++) {
     if (live[s].done && results[first + s].finish == FinishReason::kCancelled) continue;
     const GenerationRequest& req = requests[first + s];
     const int n = static_cast<int>(req.prompt.size());
+    size_t patch = 0;  // the next of this request's patches
     for (int p = 0; p < n; p++) {
       if (static_cast<int>(tokens.size()) == max_rows_) flush();
       if (req.prompt_logprobs || p == n - 1) {
@@ -373,6 +421,8 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
         origins.push_back({static_cast<int>(s), p});
       }
       tokens.push_back(req.prompt[p]);
+      const bool image = mc.has_vision() && req.prompt[p] == mc.image_token_id();
+      image_rows.push_back(image ? patches[s].data() + patch++ * mc.hidden_size : nullptr);
       slots.push_back(static_cast<int32_t>(s));
       positions.push_back(p);
     }

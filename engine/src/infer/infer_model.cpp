@@ -2,12 +2,23 @@
 // for rows and a key/value cache, through the same kernels. GELU runs out of place (fc_ into
 // act_) so that both activations read FC1's output the same way. MoE layers: gpt_moe.cpp's
 // routing ops and per-expert GEMMs at capacity 0 (every route kept).
+//
+// Note [image rows at inference]: a vision-language model's prompt holds each image as Np
+// consecutive rows of the placeholder id (Note [image rows] in model/gpt_vision.cpp). As in
+// training, such a row's word embedding is zero (its id is looked up as -1, outside every
+// rank's vocabulary range), the position embedding is added as to any row (RoPE rotates it in
+// attention), and then the image's projected patch k, from encode_image on the tower whose
+// weights are the first tensors of params_ (Note [vision tensors] in param_layout.h), is added
+// to its k-th row: the training model's sum in the same order.
 #include "infer/infer_model.h"
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
+#include "device/cpu_device.h"
 #include "lattice/kernels.h"
+#include "model/vision_encoder.h"
 
 namespace lattice {
 
@@ -60,6 +71,22 @@ InferenceModel::InferenceModel(const ModelConfig& config, Comm* tp)
     rope_cos_.assign(cos.begin(), cos.end());
     rope_sin_.assign(sin.begin(), sin.end());
   }
+  if (config.has_vision()) {
+    auto made = VisionEncoder<float>::create(config.vision, 1, host_device(), false);
+    if (!made) throw std::runtime_error(made.status().message());
+    vision_ = std::move(*made);
+    // Forward only: backward (the one reader of the gradients) is never called.
+    vision_->bind(params_.data(), nullptr);
+  }
+}
+
+InferenceModel::~InferenceModel() = default;
+
+const float* InferenceModel::encode_image(const float* image) {
+  if (!vision_) throw std::logic_error("InferenceModel::encode_image: a model without a tower");
+  const float* out = vision_->forward(image);
+  (void)host_device().synchronize(host_device().compute());
+  return out;
 }
 
 void InferenceModel::reserve(int slots, int max_rows) {
@@ -162,7 +189,7 @@ void InferenceModel::norm(float* out, const float* inp, const float* weight, con
 
 const float* InferenceModel::forward(const int32_t* tokens, const int32_t* slots,
                                      const int32_t* positions, int M, const int32_t* logit_rows,
-                                     int K) {
+                                     int K, const float* const* image_rows) {
   const auto& tensors = layout_.tensors();
   const float* P = params_.data();
   const float* wte = P + tensors[layout_.word_embedding_index()].offset;
@@ -170,6 +197,12 @@ const float* InferenceModel::forward(const int32_t* tokens, const int32_t* slots
   const size_t MC = static_cast<size_t>(M) * C_;
   // Embedding: vocabulary-parallel lookup summed over ranks, then the positions.
   const int v0 = tp_rank_ * Vt_;
+  if (image_rows) {  // Note [image rows at inference]: no word embedding on image rows
+    embed_ids_.assign(tokens, tokens + M);
+    for (int m = 0; m < M; m++)
+      if (image_rows[m]) embed_ids_[m] = -1;
+    tokens = embed_ids_.data();
+  }
   k::embedding_forward<float>(x_, tokens, wte, nullptr, M, 1, C_, v0, v0 + Vt_);
   all_reduce(x_, MC);
   for (int m = 0; wpe && m < M; m++) {
@@ -177,6 +210,13 @@ const float* InferenceModel::forward(const int32_t* tokens, const int32_t* slots
     const float* pos = wpe + static_cast<size_t>(positions[m]) * C_;
 #pragma omp simd
     for (int c = 0; c < C_; c++) row[c] += pos[c];
+  }
+  for (int m = 0; image_rows && m < M; m++) {
+    if (!image_rows[m]) continue;
+    float* row = x_ + static_cast<size_t>(m) * C_;
+    const float* patch = image_rows[m];
+#pragma omp simd
+    for (int c = 0; c < C_; c++) row[c] += patch[c];
   }
   const size_t cache_layer = 2 * static_cast<size_t>(slots_) * Gt_ * T_ * HS_;
   const size_t ws = static_cast<size_t>(k::num_threads()) * T_;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "lattice/comm.h"
@@ -24,11 +25,16 @@
 
 namespace lattice {
 
+template <typename A>
+class VisionEncoder;
+
 class InferenceModel {
  public:
   // `tp` may be null (one process); otherwise this is rank tp->rank() of tp->size(), and
   // config.tensor_model_parallel_size must equal tp->size() (the vocabulary padding).
+  // Throws std::runtime_error when a vision tower cannot be created on the host device.
   InferenceModel(const ModelConfig& config, Comm* tp);
+  ~InferenceModel();
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -46,8 +52,17 @@ class InferenceModel {
   // earlier positions already in the cache. Returns the full-vocabulary logits (K, padded V) of
   // the rows listed in logit_rows (K indices into [0, M)), valid until the next call; null when
   // K == 0. M <= max_rows(), K <= M. Collective over the TP group.
+  // image_rows (M), when non-null: row m's input embedding is the (C) vector image_rows[m]
+  // where that is non-null (an image row, Note [image rows at inference]) instead of its
+  // token's word embedding; the position embedding / RoPE apply as to any row.
   const float* forward(const int32_t* tokens, const int32_t* slot_ids, const int32_t* positions,
-                       int M, const int32_t* logit_rows, int K);
+                       int M, const int32_t* logit_rows, int K,
+                       const float* const* image_rows = nullptr);
+
+  // A vision-language model (config().has_vision()): out (Np, C) = the projected patches of one
+  // image (Cin, img_h, img_w), normalised as training's data was; valid until the next call.
+  // The whole tower on every TP rank (its weights are replicated), on the host device.
+  const float* encode_image(const float* image);
 
   // Bytes held: weights, and cache + scratch.
   size_t weight_bytes() const { return params_.size() * sizeof(float); }
@@ -74,7 +89,9 @@ class InferenceModel {
   int E_, k_, Fmt_, upm_;  // MoE: experts, routes per row, per-rank expert width, its FC1 width
   std::vector<float> rope_cos_, rope_sin_;  // (T, rotary_dim / 2) kernels::rope_tables
   ParamLayout layout_;
-  std::vector<float> params_;  // layout_'s arena
+  std::vector<float> params_;                     // layout_'s arena
+  std::unique_ptr<VisionEncoder<float>> vision_;  // null without a tower
+  std::vector<int32_t> embed_ids_;                // (max_rows) tokens, -1 on image rows
   int slots_ = 0, max_rows_ = 0;
   std::vector<float> cache_;  // (L, 2, slots, Gt, T, HS): keys then values of each layer
   std::vector<float> scratch_;

@@ -96,6 +96,8 @@ Status broadcast_requests(Comm& comm, std::vector<GenerationRequest>& requests, 
       w.put<uint8_t>((r.stop_at_eod ? 1 : 0) | (r.prompt_logprobs ? 2 : 0) | (r.logprobs ? 4 : 0));
       w.put<uint64_t>(r.stop.size());
       for (const std::string& s : r.stop) w.put_string(s);
+      w.put<uint64_t>(r.images.size());
+      for (float x : r.images) w.put(x);
     }
   }
   uint64_t size = w.bytes.size();
@@ -120,6 +122,8 @@ Status broadcast_requests(Comm& comm, std::vector<GenerationRequest>& requests, 
     q.logprobs = flags & 4;
     q.stop.resize(r.get<uint64_t>());
     for (std::string& s : q.stop) s = r.get_string();
+    q.images.resize(r.get<uint64_t>());
+    for (float& x : q.images) x = r.get<float>();
   }
   return Status::ok();
 }
