@@ -20,29 +20,7 @@ using namespace lattice;
 namespace {
 
 ModelConfig vlm(bool llama) {
-  ModelConfig c = testing::tiny_config(2, 32, 4, 24, 120);  // padded to 128: id 120 inside
-  c.init_method_std = 0.3f;
-  if (llama) {
-    c.position_embedding_type = "rope";
-    c.normalization = "RMSNorm";
-    c.swiglu = true;
-    c.ffn_hidden_size = 48;
-    c.untie_embeddings_and_output_weights = true;
-    c.disable_bias_linear = true;
-  }
-  c.vision_model_type = "clip";
-  VisionConfig& v = c.vision;
-  v.num_layers = 2;
-  v.hidden_size = 16;
-  v.num_attention_heads = 2;
-  v.ffn_hidden_size = 24;
-  v.img_h = v.img_w = 16;
-  v.patch_dim = 8;  // 4 patches
-  v.select_layer = -1;
-  v.lm_hidden_size = c.hidden_size;
-  v.init_method_std = 0.3f;
-  v.images_per_sample = llama ? 2 : 1;
-  return c;
+  return testing::tiny_vlm_config(llama, llama ? 2 : 1, 24, 0.3f);
 }
 
 // T tokens: text, then each image's Np placeholders from row 2 (one text row between images).
@@ -111,8 +89,8 @@ class VlmGeneration : public QObject {
       if (tokens[t] == c.image_token_id())
         image_rows[t] = patches.data() + static_cast<size_t>(k++) * c.hidden_size;
     }
-    const float* logits = m.forward(tokens.data(), slot_ids.data(), positions.data(), T, rows.data(),
-                                    T, image_rows.data());
+    const float* logits = m.forward(tokens.data(), slot_ids.data(), positions.data(), T,
+                                    rows.data(), T, image_rows.data());
     double max_diff = 0, max_ref = 0;
     for (int t = 0; t < T; t++)
       for (int i = 0; i < V; i++) {

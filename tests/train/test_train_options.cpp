@@ -268,6 +268,10 @@ class TrainOptionsTest : public QObject {
     auto cp =
         parse_train_options(with({"--vision-model-type", "clip", "--context-parallel-size", "2"}));
     QVERIFY(mentions(cp.status(), "--vision-model-type does not combine with --context-parallel"));
+    auto hf = parse_train_options(with({"--vision-model-type", "clip", "--save-hf", "out"}));
+    QVERIFY(mentions(hf.status(),
+                     "--save-hf: a vision-language model (--vision-model-type) has "
+                     "no Hugging Face form"));
     auto text = parse_train_options(with({"--freeze-ViT"}));
     QVERIFY(mentions(text.status(), "--freeze-ViT needs a vision tower"));
     auto bad = parse_train_options(with({"--vision-model-type", "siglip", "--patch-dim", "5"}));

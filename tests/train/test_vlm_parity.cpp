@@ -103,29 +103,7 @@ Trained train(const ModelConfig& c, const OptimizerConfig& o, const std::vector<
 }
 
 ModelConfig vlm(bool llama, int images_per_sample) {
-  ModelConfig c = testing::tiny_config(2, 32, 4, 16, 120);  // padded to 128: the id 120 inside
-  c.init_method_std = 0.1f;
-  if (llama) {
-    c.position_embedding_type = "rope";
-    c.normalization = "RMSNorm";
-    c.swiglu = true;
-    c.ffn_hidden_size = 48;
-    c.untie_embeddings_and_output_weights = true;
-    c.disable_bias_linear = true;
-  }
-  c.vision_model_type = "clip";
-  VisionConfig& v = c.vision;
-  v.num_layers = 2;
-  v.hidden_size = 16;
-  v.num_attention_heads = 2;
-  v.ffn_hidden_size = 24;
-  v.img_h = v.img_w = 16;
-  v.patch_dim = 8;      // 4 patches
-  v.select_layer = -1;  // every layer runs (a layer past it would get no update in either)
-  v.lm_hidden_size = c.hidden_size;
-  v.init_method_std = c.init_method_std;
-  v.images_per_sample = images_per_sample;
-  return c;
+  return testing::tiny_vlm_config(llama, images_per_sample, 16, 0.1f);
 }
 
 QString floats_json(const std::vector<float>& values) {

@@ -58,8 +58,14 @@ HfArchitecture hf_architecture_of(const ModelConfig& config) {
 }
 
 std::vector<std::string> hf_unsupported(const ModelConfig& config) {
-  return hf_architecture_of(config) == HfArchitecture::kGpt2 ? gpt2_unsupported(config)
-                                                             : hf_llama_unsupported(config);
+  std::vector<std::string> problems = hf_architecture_of(config) == HfArchitecture::kGpt2
+                                          ? gpt2_unsupported(config)
+                                          : hf_llama_unsupported(config);
+  if (config.has_vision())
+    problems.push_back(
+        "a vision-language model (--vision-model-type) has no Hugging Face form in Lattice yet "
+        "(docs/vision.md); keep its weights with --save");
+  return problems;
 }
 
 Result<HfArchitecture> hf_file_architecture(const std::string& path) {
