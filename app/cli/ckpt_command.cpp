@@ -1,6 +1,6 @@
-// lattice ckpt inspect | export-hf | import-hf | reshard | merge-lora: checkpoints without training.
-// Offline tools write every rank's shard from this one process through the same two halves a
-// distributed save uses (checkpoint.h), so what they write loads like a training save.
+// lattice ckpt inspect | export-hf | import-hf | reshard | merge-lora: checkpoints without
+// training. Offline tools write every rank's shard from this one process through the same two
+// halves a distributed save uses (checkpoint.h), so what they write loads like a training save.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -37,10 +37,12 @@ constexpr const char* kUsage =
     "                               flags as `train`'s\n"
     "  reshard DIR OUT --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
     "          [--num-layers-per-virtual-pipeline-stage V]\n"
+    "          [--expert-model-parallel-size E --expert-tensor-parallel-size ET]\n"
     "                               the checkpoint as that layout saves it (any layout also loads\n"
     "                               any checkpoint directly: resharding is optional)\n"
     "  merge-lora --base DIR --lora DIR --output OUT\n"
-    "                               a LoRA run's adapters folded into its base, W + (alpha/r) B A,\n"
+    "                               a LoRA run's adapters folded into its base, W + (alpha/r) B "
+    "A,\n"
     "                               as an ordinary weights-only checkpoint (TP 1, PP 1)\n\n"
     "DIR is a --save directory (its latest checkpoint) or one iter_NNNNNNN directory in it.\n";
 
@@ -81,11 +83,17 @@ int inspect(const std::vector<std::string>& args) {
               s.iteration, static_cast<long long>(s.consumed_samples), s.steps_taken,
               s.skipped_iterations);
   std::printf("layout      %s\n", c.layout_summary().c_str());
+  std::string experts;  // ", 8 experts (top 2) on 1 layer in 2"
+  if (m.num_experts > 0)
+    experts = ", " + std::to_string(m.num_experts) + " experts (top " +
+              std::to_string(m.moe_router_topk) + ") on " +
+              (m.moe_layer_freq == 1 ? std::string("every layer")
+                                     : "1 layer in " + std::to_string(m.moe_layer_freq));
   std::printf(
-      "model       %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (%.2f M "
+      "model       %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d%s (%.2f M "
       "parameters)\n",
       m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn(), m.seq_length, m.vocab_size,
-      m.num_parameters() / 1e6);
+      experts.c_str(), m.num_parameters() / 1e6);
   std::printf("contents    weights%s\n",
               c.has_optimizer_state() ? ", AdamW moments, training progress" : " only");
   int bad = 0;
@@ -244,8 +252,10 @@ std::string resharded_config(const CheckpointReader& reader, const TrainOptions&
   if (!saved) return train_options_json(target);
   nlohmann::json config = *saved;
   const nlohmann::json fresh = nlohmann::json::parse(train_options_json(target));
-  for (const char* key : {"tensor-model-parallel-size", "pipeline-model-parallel-size",
-                          "num-layers-per-virtual-pipeline-stage"})
+  for (const char* key :
+       {"tensor-model-parallel-size", "pipeline-model-parallel-size",
+        "num-layers-per-virtual-pipeline-stage", "context-parallel-size",
+        "expert-model-parallel-size", "expert-tensor-parallel-size", "use-distributed-optimizer"})
     if (fresh.contains(key)) config[key] = fresh[key];
   // Sequence parallelism splits over TP ranks: one rank has nothing to split.
   if (target.model.tensor_model_parallel_size == 1) config["sequence-parallel"] = false;
@@ -328,8 +338,13 @@ int reshard(const std::vector<std::string>& args) {
     print_error("ckpt reshard", s.message());
     return 1;
   }
-  std::printf("wrote %s/%s for TP %d, PP %d (%.1f MB)\n", out.c_str(),
-              checkpoint_directory_name(iteration).c_str(), layout->tp, layout->pp, bytes / 1e6);
+  const std::string experts =
+      layout->ep > 1 || layout->etp != layout->tp
+          ? ", EP " + std::to_string(layout->ep) + ", expert TP " + std::to_string(layout->etp)
+          : "";
+  std::printf("wrote %s/%s for TP %d, PP %d%s (%.1f MB)\n", out.c_str(),
+              checkpoint_directory_name(iteration).c_str(), layout->tp, layout->pp, experts.c_str(),
+              bytes / 1e6);
   return 0;
 }
 

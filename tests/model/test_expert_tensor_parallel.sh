@@ -102,5 +102,29 @@ for resumed in ck_one ck_etp2; do
     { echo "$resumed: parameters after resuming the ETP 1 checkpoint differ"; exit 1; }
 done
 
+# `lattice ckpt` on the ETP 1 checkpoint: inspect names the expert grid; reshard to TP 1 x PP 2
+# (experts whole, on their pipeline stage) and back to TP 2 x EP 2 x ETP 1 keeps every tensor
+# bit for bit, and the round trip, resumed at the saving layout, trains on to the saving run's
+# iteration-4 parameters bit for bit (its Adam moments came through too).
+"$lattice" ckpt inspect ck_etp1/iter_0000002 > inspect.txt
+grep -q "^layout      TP 2, PP 1, DP 2, EP 2, expert TP 1$" inspect.txt &&
+  grep -q ", 4 experts (top 2) on 1 layer in 2 " inspect.txt ||
+  { echo "ckpt inspect does not name the expert grid and the experts:"; cat inspect.txt; exit 1; }
+"$lattice" ckpt reshard ck_etp1/iter_0000002 r_pp2 --tensor-model-parallel-size 1 \
+  --pipeline-model-parallel-size 2 > reshard.log
+"$lattice" ckpt reshard r_pp2 r_etp1 --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 1 --expert-model-parallel-size 2 \
+  --expert-tensor-parallel-size 1 >> reshard.log
+grep -q "^layout      TP 2, PP 1, DP 1, EP 2, expert TP 1$" <("$lattice" ckpt inspect r_etp1) ||
+  { echo "the resharded checkpoint's layout:"; "$lattice" ckpt inspect r_etp1; exit 1; }
+python3 "$here/checkpoint_params.py" ck_etp1/iter_0000002 r_etp1/iter_0000002 0 ||
+  { echo "ckpt reshard through TP 1 x PP 2 changed the ETP 1 checkpoint's parameters"; exit 1; }
+run load_round 4 "${ck[@]}" "${etp1[@]}" --expert-model-parallel-size 2 --sequence-parallel \
+  --load r_etp1 --save ck_round
+same saved load_round "iterations 3-4 of the ETP 1 run and of its resharded round trip"
+python3 "$here/checkpoint_params.py" ck_etp1/iter_0000004 ck_round/iter_0000004 0 ||
+  { echo "the resharded round trip trains on to other parameters"; exit 1; }
+
 echo "TP 2 x EP 2 x ETP 1 (with and without sequence parallelism, distributed optimizer) and" \
-     "TP 2 x ETP 1 equal one process; the ETP 1 checkpoint resumes at TP 1 and at ETP = TP"
+     "TP 2 x ETP 1 equal one process; the ETP 1 checkpoint resumes at TP 1 and at ETP = TP," \
+     "and survives lattice ckpt reshard bit for bit"

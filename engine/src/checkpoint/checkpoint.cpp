@@ -271,6 +271,8 @@ Status finalize_checkpoint(const std::string& dir, int iteration, int world_size
                    {"dp", L.dp},
                    {"cp", L.cp},
                    {"vpp", L.vpp},
+                   {"ep", L.ep},
+                   {"etp", L.etp},
                    {"sequence_parallel", saved.sequence_parallel},
                    {"distributed_optimizer", saved.distributed_optimizer}}},
                  {"optimizer_state", saved.optimizer_state},

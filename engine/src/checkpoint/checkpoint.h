@@ -158,7 +158,9 @@ class CheckpointReader {
   const ModelConfig& model() const { return model_; }
   const TrainState& state() const { return state_; }
   bool has_optimizer_state() const { return has_optimizer_; }
-  std::string layout_summary() const;  // "TP 2, PP 2, DP 2, distributed optimizer"
+  // "TP 2, PP 2, DP 2, distributed optimizer"; CP, and EP / expert TP where they are not the
+  // dense grid's ("TP 2, PP 1, CP 2, DP 1, EP 2, expert TP 1").
+  std::string layout_summary() const;
   const std::vector<CheckpointPiece>& pieces() const { return pieces_; }
   struct FileInfo {
     std::string name;
@@ -179,7 +181,8 @@ class CheckpointReader {
   std::string path_, metadata_text_;
   ModelConfig model_;
   TrainState state_;
-  int tp_ = 1, pp_ = 1, dp_ = 1, vpp_ = 1;
+  int tp_ = 1, pp_ = 1, dp_ = 1, vpp_ = 1, cp_ = 1;
+  int ep_ = 1, etp_ = 1;  // checkpoints before EP was recorded: EP 1, expert TP = TP
   bool distributed_ = false, has_optimizer_ = false;
   std::vector<FileInfo> files_;
   std::vector<CheckpointPiece> pieces_;

@@ -147,6 +147,8 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     }
     const json& l = j.at("layout");
     r->tp_ = l.at("tp"), r->pp_ = l.at("pp"), r->dp_ = l.at("dp"), r->vpp_ = l.at("vpp");
+    r->cp_ = l.value("cp", 1);
+    r->ep_ = l.value("ep", 1), r->etp_ = l.value("etp", r->tp_);
     r->distributed_ = l.at("distributed_optimizer");
     r->has_optimizer_ = j.at("optimizer_state");
     for (const json& f : j.at("files"))
@@ -176,9 +178,13 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
 }
 
 std::string CheckpointReader::layout_summary() const {
+  const bool expert_grid = model_.num_experts > 0 && (ep_ > 1 || etp_ != tp_);
   return "TP " + std::to_string(tp_) + ", PP " + std::to_string(pp_) +
-         (vpp_ > 1 ? " x " + std::to_string(vpp_) + " virtual" : "") + ", DP " +
-         std::to_string(dp_) + (distributed_ ? ", distributed optimizer" : "");
+         (vpp_ > 1 ? " x " + std::to_string(vpp_) + " virtual" : "") +
+         (cp_ > 1 ? ", CP " + std::to_string(cp_) : "") + ", DP " + std::to_string(dp_) +
+         (expert_grid ? ", EP " + std::to_string(ep_) + ", expert TP " + std::to_string(etp_)
+                      : "") +
+         (distributed_ ? ", distributed optimizer" : "");
 }
 
 Result<const safetensors::File*> CheckpointReader::file(const std::string& name) {
