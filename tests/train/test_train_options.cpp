@@ -263,8 +263,11 @@ class TrainOptionsTest : public QObject {
     QCOMPARE(r->model.vision.lm_hidden_size, 96);
     QVERIFY(r->model.freeze_lm && r->model.freeze_vision);
     QVERIFY(r->validate().empty());
-    auto bf16 = parse_train_options(with({"--vision-model-type", "clip", "--bf16"}));
-    QVERIFY(mentions(bf16.status(), "the vision tower trains in fp32 (or --fp64) only"));
+    // 16-bit compute trains the tower too (Note [tower precision] in model/gpt_vision.cpp).
+    for (const char* precision : {"--bf16", "--fp16"}) {
+      auto half = parse_train_options(with({"--vision-model-type", "clip", precision}));
+      QVERIFY2(half.is_ok(), half.status().message().c_str());
+    }
     auto cp =
         parse_train_options(with({"--vision-model-type", "clip", "--context-parallel-size", "2"}));
     QVERIFY(mentions(cp.status(), "--vision-model-type does not combine with --context-parallel"));

@@ -136,7 +136,7 @@ struct GptActivations {
   bool packed = false;  // false: positions 0..T-1 and plain causal attention, as pretraining
   // A vision-language model's pre chunk (Note [image rows] in gpt.cpp), written by
   // GptModel::load_images; null otherwise. I images per sequence of Np patches each.
-  A* images = nullptr;              // (B I, Cin, img_h, img_w) normalised pixels
+  G* images = nullptr;              // (B I, Cin, img_h, img_w) normalised pixels, in G
   int32_t* image_slot = nullptr;    // (N) each row's projected patch (row of B I Np), -1: text
   int32_t* image_rows = nullptr;    // (B I Np) each patch's row, -1 where the sequence cut it
   int32_t* embed_tokens = nullptr;  // (N) tokens with -1 at image rows: what the embedding reads
@@ -254,7 +254,8 @@ class GptModel {
   // without the tower.
   Status load_images(GptActivations<A>& acts, const int32_t* tokens, const float* images);
   // The tower of a vision-language pre chunk, else null.
-  VisionEncoder<A>* vision() { return vision_.get(); }
+  // Its tower runs in G whatever A is (Note [tower precision] in gpt_vision.cpp).
+  VisionEncoder<G>* vision() { return vision_.get(); }
 
   // A pipeline stage (gpu_pipeline.h): before forward_stage the caller has queued the
   // micro-batch's tokens and targets into acts (pre or post chunk), its positions and packed
@@ -310,7 +311,8 @@ class GptModel {
   GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
            Ops<A>& ops, Comm* tp);
   Status allocate();
-  // Note [image rows] (gpt.cpp): the tower for a vision-language pre chunk (float or double).
+  // Note [image rows] (gpt_vision.cpp): the tower for a vision-language pre chunk, in G on the
+  // master weights (Note [tower precision]).
   Status create_vision();
   // Runs the tower on a's images and adds each projected patch to its row of a.residual.
   void splice_images(GptActivations<A>& a);
@@ -483,12 +485,14 @@ class GptModel {
   std::unique_ptr<RingAttention<G>> ring_;
   // Note [image rows] (gpt.cpp): a vision-language pre chunk's tower on the arenas' first
   // tensors, the activations whose images it ran last, and the host staging of load_images.
-  std::unique_ptr<VisionEncoder<A>> vision_;
+  std::unique_ptr<VisionEncoder<G>> vision_;
+  Ops<G>* vision_ops_ = nullptr;  // the tower's and the splice's op list (device_.ops<G>())
   const GptActivations<A>* vision_owner_ = nullptr;
-  A* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient
+  G* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient
+  G* vision_rows_ = nullptr;   // (N, C) 16-bit A: the spliced rows or their gradient widened to G
   bool vision_encoder_trains_ = false, vision_trains_ = false;
   std::vector<int32_t> host_slot_, host_rows_, host_ids_;
-  std::vector<A> host_images_;
+  std::vector<G> host_images_;
   int32_t* cp_positions_ = nullptr;
   bool packed_ = false;  // the micro-batch being run packs documents
   Device& device_;

@@ -18,6 +18,17 @@
 // Several micro-batches in flight (a pipeline's 1F1B) share the tower's activations: the
 // backward of one whose forward was not the tower's last re-runs the forward first (a
 // recomputation of the tower alone).
+//
+// Note [tower precision]: the tower runs in G = accum_t<A> whatever A is, on the master weights
+// (fp32 under --bf16 and --fp16), and accumulates its gradients straight into the gradient arena
+// (in G, as every parameter gradient); the compute copy of its tensors goes unread. Only the
+// splice crosses types: this rank's embedding rows (R, C) are widened to G, the patches added
+// and the sum rounded once to A (as an add in A rounds); backward, the rows' gradient (N, C) in
+// A is widened to G before it is gathered into the tower. Under --fp16 that gradient carries
+// the loss scale, so the tower's gradients do too, and the scaler unscales and checks them with
+// the rest of the arena. Why not A: the 16-bit op lists have neither the vision ops nor the
+// block attention (device/ops.h), and the tower is a small part of a LLaVA model's time; a tower
+// computing in A needs those ops (cpu_ops_16bit.cpp, CUDA's bf16 and fp16 kernels) first.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -28,78 +39,72 @@ namespace lattice {
 
 template <typename A>
 Status GptModel<A>::create_vision() {
-  if constexpr (!std::is_same_v<A, G>) {
+  if (cp_ > 1)
     return Status::invalid_argument(
-        "--vision-model-type: the vision tower runs in fp32 (or --fp64) only; drop --bf16 / "
-        "--fp16");
-  } else {
-    if (cp_ > 1)
-      return Status::invalid_argument(
-          "--vision-model-type does not combine with --context-parallel-size > 1 yet");
-    if (!ops_.has_moe())
-      return Status::invalid_argument("--vision-model-type: " + device_.describe() +
-                                      " lacks the row scatter the image splice uses");
-    const VisionConfig& v = config_.vision;
-    auto made = VisionEncoder<A>::create(v, B_ * v.images_per_sample, device_, false);
-    if (!made) return made.status();
-    vision_ = std::move(*made);
-    vision_->bind(compute_, grads_);  // Note [vision tensors]: the arenas' first tensors
-    const int end = layout_.vision_end_index();
-    for (int i = 0; i < end; i++) {
-      const ParamTensor& t = layout_.tensors()[i];
-      const bool projector = t.name.rfind("multi_modal_projector.", 0) == 0;
-      if (!t.frozen) (projector ? vision_trains_ : vision_encoder_trains_) = true;
-      if (t.offset != vision_->tensors()[i].offset)
-        return Status::internal("GptModel: the vision tower's tensors are not laid out as " +
-                                t.name + " expects");
-    }
-    vision_trains_ = vision_trains_ || vision_encoder_trains_;
-    vision_d_out_ =
-        take<A>(static_cast<size_t>(vision_->tokens()) * C_, MemoryCategory::kWorkspace);
-    return blocks_.status();
+        "--vision-model-type does not combine with --context-parallel-size > 1 yet");
+  vision_ops_ = device_.ops<G>();  // Note [tower precision]
+  if (!vision_ops_ || !vision_ops_->has_moe())
+    return Status::invalid_argument("--vision-model-type: " + device_.describe() +
+                                    " lacks the row scatter the image splice uses");
+  const VisionConfig& v = config_.vision;
+  auto made = VisionEncoder<G>::create(v, B_ * v.images_per_sample, device_, false);
+  if (!made) return made.status();
+  vision_ = std::move(*made);
+  vision_->bind(master_, grads_);  // Note [vision tensors]: the arenas' first tensors
+  const int end = layout_.vision_end_index();
+  for (int i = 0; i < end; i++) {
+    const ParamTensor& t = layout_.tensors()[i];
+    const bool projector = t.name.rfind("multi_modal_projector.", 0) == 0;
+    if (!t.frozen) (projector ? vision_trains_ : vision_encoder_trains_) = true;
+    if (t.offset != vision_->tensors()[i].offset)
+      return Status::internal("GptModel: the vision tower's tensors are not laid out as " + t.name +
+                              " expects");
   }
+  vision_trains_ = vision_trains_ || vision_encoder_trains_;
+  vision_d_out_ = take<G>(static_cast<size_t>(vision_->tokens()) * C_, MemoryCategory::kWorkspace);
+  if constexpr (!std::is_same_v<A, G>)  // Note [tower precision]: the rows widened to G
+    vision_rows_ = take<G>(static_cast<size_t>(N_) * C_, MemoryCategory::kWorkspace);
+  return blocks_.status();
 }
 
 template <typename A>
 Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, const float* images) {
   if (!vision_) return Status::internal("GptModel::load_images: a chunk without a vision tower");
-  if constexpr (std::is_same_v<A, G>) {  // create_vision refuses 16-bit compute
-    const VisionConfig& v = config_.vision;
-    const int I = v.images_per_sample, Np = v.patches(), P = I * Np;
-    const int32_t id = config_.image_token_id();
-    host_slot_.assign(N_, -1);
-    host_rows_.assign(static_cast<size_t>(B_) * P, -1);
-    host_ids_.assign(tokens, tokens + N_);
-    for (int b = 0; b < B_; b++) {
-      int k = 0;
-      for (int t = 0; t < T_; t++) {
-        const size_t n = static_cast<size_t>(b) * T_ + t;
-        if (tokens[n] != id) continue;
-        if (k == P)
-          return Status::invalid_argument("sequence " + std::to_string(b) +
-                                          " of the micro-batch has more than " + std::to_string(P) +
-                                          " image placeholder tokens (" + std::to_string(I) +
-                                          " image(s) of " + std::to_string(Np) +
-                                          " patches); the data's placeholders and images disagree");
-        const int32_t patch = b * P + k++;
-        host_slot_[n] = patch;
-        host_rows_[patch] = static_cast<int32_t>(n);
-        host_ids_[n] = -1;
-      }
+  const VisionConfig& v = config_.vision;
+  const int I = v.images_per_sample, Np = v.patches(), P = I * Np;
+  const int32_t id = config_.image_token_id();
+  host_slot_.assign(N_, -1);
+  host_rows_.assign(static_cast<size_t>(B_) * P, -1);
+  host_ids_.assign(tokens, tokens + N_);
+  for (int b = 0; b < B_; b++) {
+    int k = 0;
+    for (int t = 0; t < T_; t++) {
+      const size_t n = static_cast<size_t>(b) * T_ + t;
+      if (tokens[n] != id) continue;
+      if (k == P)
+        return Status::invalid_argument("sequence " + std::to_string(b) +
+                                        " of the micro-batch has more than " + std::to_string(P) +
+                                        " image placeholder tokens (" + std::to_string(I) +
+                                        " image(s) of " + std::to_string(Np) +
+                                        " patches); the data's placeholders and images disagree");
+      const int32_t patch = b * P + k++;
+      host_slot_[n] = patch;
+      host_rows_[patch] = static_cast<int32_t>(n);
+      host_ids_[n] = -1;
     }
-    const size_t pixels = static_cast<size_t>(B_) * I * v.num_channels * v.img_h * v.img_w;
-    host_images_.assign(images, images + pixels);
-    // From pageable host memory: read before copy() returns, so the staging may be reused.
-    const auto up = [&](void* to, const void* from, size_t bytes) {
-      device_.copy(to, from, bytes, CopyKind::kHostToDevice, compute());
-    };
-    up(a.image_slot, host_slot_.data(), host_slot_.size() * sizeof(int32_t));
-    up(a.image_rows, host_rows_.data(), host_rows_.size() * sizeof(int32_t));
-    up(a.embed_tokens, host_ids_.data(), host_ids_.size() * sizeof(int32_t));
-    up(a.images, host_images_.data(), pixels * sizeof(A));
-    if (vision_owner_ == &a) vision_owner_ = nullptr;  // new images: its tower state is stale
-    a.images_loaded = true;
   }
+  const size_t pixels = static_cast<size_t>(B_) * I * v.num_channels * v.img_h * v.img_w;
+  host_images_.assign(images, images + pixels);
+  // From pageable host memory: read before copy() returns, so the staging may be reused.
+  const auto up = [&](void* to, const void* from, size_t bytes) {
+    device_.copy(to, from, bytes, CopyKind::kHostToDevice, compute());
+  };
+  up(a.image_slot, host_slot_.data(), host_slot_.size() * sizeof(int32_t));
+  up(a.image_rows, host_rows_.data(), host_rows_.size() * sizeof(int32_t));
+  up(a.embed_tokens, host_ids_.data(), host_ids_.size() * sizeof(int32_t));
+  up(a.images, host_images_.data(), pixels * sizeof(G));
+  if (vision_owner_ == &a) vision_owner_ = nullptr;  // new images: its tower state is stale
+  a.images_loaded = true;
   return Status::ok();
 }
 
@@ -108,26 +113,37 @@ void GptModel<A>::splice_images(GptActivations<A>& a) {
   if (!a.images_loaded)  // a caller's bug: the embedding would read stale rows
     throw std::logic_error("GptModel: a vision-language micro-batch ran without load_images");
   a.images_loaded = false;
-  if constexpr (std::is_same_v<A, G>) {
-    const A* patches = vision_->forward(a.images);
-    vision_owner_ = &a;
-    // This rank's rows (R of them from row0_ with sequence parallelism) gain their patches.
-    ops_.moe_scatter_add_rows(a.residual, patches, a.image_slot + row0_, R_, C_, 1);
-  }
+  const G* patches = vision_->forward(a.images);
+  vision_owner_ = &a;
+  // This rank's rows (R of them from row0_ with sequence parallelism) gain their patches, added
+  // in G and rounded once to A (Note [tower precision]).
+  const size_t RC = static_cast<size_t>(R_) * C_;
+  G* rows = nullptr;
+  if constexpr (std::is_same_v<A, G>)
+    rows = a.residual;
+  else
+    ops_.to_accum(rows = vision_rows_, a.residual, RC);
+  vision_ops_->moe_scatter_add_rows(rows, patches, a.image_slot + row0_, R_, C_, 1);
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(a.residual, rows, RC);
 }
 
 template <typename A>
 void GptModel<A>::vision_backward(GptActivations<A>& a, const A* d_rows) {
-  if constexpr (std::is_same_v<A, G>) {
-    if (vision_owner_ != &a) {  // another micro-batch ran the tower since: recompute a's
-      vision_->forward(a.images);
-      vision_owner_ = &a;
-    }
-    const int M = vision_->tokens();
-    device_.zero(vision_d_out_, static_cast<size_t>(M) * C_ * sizeof(A), compute());
-    ops_.moe_scatter_add_rows(vision_d_out_, d_rows, a.image_rows, M, C_, 1);
-    vision_->backward(vision_d_out_, nullptr, vision_encoder_trains_);
+  if (vision_owner_ != &a) {  // another micro-batch ran the tower since: recompute a's
+    vision_->forward(a.images);
+    vision_owner_ = &a;
   }
+  const G* d = nullptr;  // (N, C) the embedding output's gradient in G (Note [tower precision])
+  if constexpr (std::is_same_v<A, G>) {
+    d = d_rows;
+  } else {
+    ops_.to_accum(vision_rows_, d_rows, static_cast<size_t>(N_) * C_);
+    d = vision_rows_;
+  }
+  const int M = vision_->tokens();
+  device_.zero(vision_d_out_, static_cast<size_t>(M) * C_ * sizeof(G), compute());
+  vision_ops_->moe_scatter_add_rows(vision_d_out_, d, a.image_rows, M, C_, 1);
+  vision_->backward(vision_d_out_, nullptr, vision_encoder_trains_);
 }
 
 template class GptModel<float>;

@@ -4,8 +4,9 @@
 // and LLaVA-1.5's MLP projector (Linear - exact GELU - Linear) into the language model's width.
 // Forward and backward of one batch of images, parameter gradients accumulated; on its own
 // arenas (tests) or on a GptModel's (which splices the projected tokens into the language
-// model's sequence: Note [image rows] in gpt.cpp). Non-goals for now: splitting the tower over
-// tensor-parallel ranks (each runs all of it), dropout, 16-bit compute.
+// model's sequence: Note [image rows] in gpt_vision.cpp). Non-goals for now: splitting the tower
+// over tensor-parallel ranks (each runs all of it), dropout, 16-bit compute (a 16-bit GptModel runs
+// it in fp32: Note [tower precision] in gpt_vision.cpp).
 #pragma once
 
 #include <cstdint>
