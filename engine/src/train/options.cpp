@@ -550,10 +550,6 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
       errors.push_back(
           "--vision-model-type: the vision tower trains in fp32 (or --fp64) only; "
           "drop --bf16 / --fp16");
-    if (parallel.context_parallel_size > 1)
-      errors.push_back(
-          "--vision-model-type does not combine with --context-parallel-size > 1 "
-          "yet");
   } else if (model.freeze_vision) {
     errors.push_back("--freeze-ViT needs a vision tower (--vision-model-type clip)");
   }
