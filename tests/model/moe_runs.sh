@@ -1,5 +1,6 @@
 # Sourced by the MoE layout tests (test_moe_layouts.sh, test_expert_parallel.sh,
-# test_expert_tensor_parallel.sh), which set $lattice and $mpiexec and run in a scratch folder.
+# test_expert_tensor_parallel.sh) and the VLM ones (tests/train/test_vlm_*.sh), which set $lattice
+# and $mpiexec and run in a scratch folder.
 # metrics: the iteration lines' lm loss, moe aux loss and grad norm, one line per iteration.
 metrics() {
   grep -oE "iteration +[0-9]+/|lm loss: [^|]*|moe aux loss: [^|]*|grad norm: [^|]*" |
@@ -27,6 +28,23 @@ close() {
       for (j = 1; j <= n[NR]; j++) {
         a = v[NR - 1, j]; b = v[NR, j]; d = a > b ? a - b : b - a; m = a > 0 ? a : -a
         if (d > (j < 3 ? 1e-5 * m : 1.0001e-3)) {
+          print "iteration line " NR / 2 ": figure " j ": " a " against " b; bad = 1
+        }
+      }
+    }
+    END { if (NR == 0) { print "no iteration lines"; bad = 1 }; exit bad }' ||
+    { echo "$3 differ (above: $1, $2)"; exit 1; }
+}
+# close_losses A B WHAT: as close, for runs without an aux loss (lm loss and grad norm only).
+close_losses() {  # the lm loss within 1e-5 of its magnitude, the grad norm within 1.0001e-3
+  paste -d'\n' "$1.txt" "$2.txt" | awk '
+    { n = 0; for (i = 1; i <= NF; i++) if ($i ~ /^-?[0-9.]+(E[-+][0-9]+)?$/) v[NR, ++n] = $i + 0
+      c[NR] = n }
+    NR % 2 == 0 {
+      if (c[NR] != 2 || c[NR - 1] != 2) { print "not 2 figures: " $0; bad = 1 }
+      for (j = 1; j <= 2; j++) {
+        a = v[NR - 1, j]; b = v[NR, j]; d = a > b ? a - b : b - a; m = a > 0 ? a : -a
+        if (d > (j < 2 ? 1e-5 * m : 1.0001e-3)) {
           print "iteration line " NR / 2 ": figure " j ": " a " against " b; bad = 1
         }
       }

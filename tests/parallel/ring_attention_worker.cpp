@@ -222,7 +222,8 @@ void check_finite_differences(Checker& check, Comm& cp) {
       dqkv, numeric, 1e-7);
 }
 
-// The split: positions, split then gather, and the error of a length that does not split.
+// The split: positions and their inverse (cp_local_row), split then gather, and the error of a
+// length that does not split.
 void check_split(Checker& check, Comm& cp) {
   const int CP = cp.size(), T_ = 2 * CP * 3, B = 2;
   std::vector<int32_t> full(static_cast<size_t>(B) * T_ * 2);
@@ -242,6 +243,18 @@ void check_split(Checker& check, Comm& cp) {
                  local[static_cast<size_t>(t) * 2] == pos[t] * 2 &&
                      local[(static_cast<size_t>(T_ / CP) + t) * 2 + 1] == (T_ + pos[t]) * 2 + 1);
   }
+  // cp_local_row inverts cp_positions: each global row is one local row here, or -1 where
+  // another rank holds it (T_ / CP of the T_ rows are this rank's).
+  int held = 0;
+  for (int g = 0; g < T_; g++) {
+    const int l = lattice::cp_local_row(g, T_, cp.rank(), CP);
+    const bool mine = l >= 0 && l < T_ / CP && pos[l] == g;
+    held += mine ? 1 : 0;
+    check.expect("cp_local_row(" + std::to_string(g) + ") = " + std::to_string(l) + " on CP rank " +
+                     std::to_string(cp.rank()),
+                 mine || (l == -1 && std::find(pos.begin(), pos.end(), g) == pos.end()));
+  }
+  check.expect("cp_local_row finds T / CP rows: " + std::to_string(held), held == T_ / CP);
   check.ok("cp_gather", lattice::cp_gather(cp, back.data(), local.data(), B, T_, 2));
   check.expect("cp_gather(cp_split(x)) == x", back == full);
   const Status bad = lattice::check_context_split(10, 4);

@@ -56,22 +56,6 @@ if [ "$(wc -l < resumed.txt)" != 2 ]; then
   echo "resumed: not 2 iterations"; cat resumed.log; exit 1
 fi
 tail -n 2 tppp_fp32.txt > uninterrupted.txt
-close_losses() {  # the lm loss within 1e-5 of its magnitude, the grad norm within 1.0001e-3
-  paste -d'\n' "$1.txt" "$2.txt" | awk '
-    { n = 0; for (i = 1; i <= NF; i++) if ($i ~ /^-?[0-9.]+(E[-+][0-9]+)?$/) v[NR, ++n] = $i + 0
-      c[NR] = n }
-    NR % 2 == 0 {
-      if (c[NR] != 2 || c[NR - 1] != 2) { print "not 2 figures: " $0; bad = 1 }
-      for (j = 1; j <= 2; j++) {
-        a = v[NR - 1, j]; b = v[NR, j]; d = a > b ? a - b : b - a; m = a > 0 ? a : -a
-        if (d > (j < 2 ? 1e-5 * m : 1.0001e-3)) {
-          print "iteration line " NR / 2 ": figure " j ": " a " against " b; bad = 1
-        }
-      }
-    }
-    END { if (NR == 0) { print "no iteration lines"; bad = 1 }; exit bad }' ||
-    { echo "$3 differ (above: $1, $2)"; exit 1; }
-}
 close_losses uninterrupted resumed "VLM: TP 2 x PP 2's checkpoint resumed at TP 1 and the uninterrupted run"
 # --bf16 (Note [tower precision] in model/gpt_vision.cpp): PP 2 equals one process, whose loss
 # falls. LATTICE_CPU_BF16_GEMM=widened: the CPU's bf16 list also where oneDNN has no bf16 GEMM.

@@ -248,8 +248,10 @@ class GptModel {
   // A vision-language model's pre chunk (ModelConfig::has_vision; Note [image rows] in
   // gpt.cpp): before forward() or forward_stage(), the micro-batch's images, host
   // (B I, Cin, img_h, img_w) normalised float (I = vision.images_per_sample; a sequence's images
-  // in order, unused slots anything), and its tokens, host (B, T) as queued, whose image
-  // placeholder rows (ModelConfig::image_token_id) take the images' patches in order. Queued.
+  // in order, unused slots anything), and its tokens, host (B, S) whole sequences (S =
+  // seq_length; the rows queued are this CP rank's cp_split of them), whose image placeholder
+  // rows (ModelConfig::image_token_id) take the images' patches in order (Note [images under
+  // context parallelism] in gpt_vision.cpp). Queued.
   // Errors: a sequence with more placeholder rows than its I images have patches; a chunk
   // without the tower.
   Status load_images(GptActivations<A>& acts, const int32_t* tokens, const float* images);

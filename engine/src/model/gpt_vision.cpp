@@ -29,19 +29,28 @@
 // the rest of the arena. Why not A: the 16-bit op lists have neither the vision ops nor the
 // block attention (device/ops.h), and the tower is a small part of a LLaVA model's time; a tower
 // computing in A needs those ops (cpu_ops_16bit.cpp, CUDA's bf16 and fp16 kernels) first.
+//
+// Note [images under context parallelism]: as Megatron's LLaVA, every CP rank runs the tower on
+// the micro-batch's images (redundant) and the splice is taken of the whole sequence before the
+// CP split: load_images reads the whole sequences (B, S), counts each sequence's placeholders
+// from its start (so patch k is the same patch on every CP rank) and keeps the rows this rank
+// holds (cp_split's chunks r and 2 CP - 1 - r); an image's rows may straddle chunks and ranks.
+// A patch whose row another CP rank holds gets image_rows -1 here, so each rank's tower
+// gradient is its own rows' share, and the trainer's DP x CP reduction of every dense gradient
+// (the tower's included, and its distributed-optimizer shards) sums the shares into the whole
+// sequence's gradient, as it does for the language model's weights.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include "model/gpt.h"
+#include "parallel/context_split.h"
 
 namespace lattice {
 
 template <typename A>
 Status GptModel<A>::create_vision() {
-  if (cp_ > 1)
-    return Status::invalid_argument(
-        "--vision-model-type does not combine with --context-parallel-size > 1 yet");
   vision_ops_ = device_.ops<G>();  // Note [tower precision]
   if (!vision_ops_ || !vision_ops_->has_moe())
     return Status::invalid_argument("--vision-model-type: " + device_.describe() +
@@ -73,21 +82,31 @@ Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, con
   const VisionConfig& v = config_.vision;
   const int I = v.images_per_sample, Np = v.patches(), P = I * Np;
   const int32_t id = config_.image_token_id();
+  // Note [images under context parallelism]: tokens are whole sequences (B, S); this rank's
+  // rows are cp_split of them (T_ = S / CP of each), so its row of global position t is
+  // cp_local_row (-1: another CP rank's).
+  const int S = config_.seq_length;
   host_slot_.assign(N_, -1);
   host_rows_.assign(static_cast<size_t>(B_) * P, -1);
-  host_ids_.assign(tokens, tokens + N_);
+  host_ids_.resize(N_);
+  if (cp_ > 1)
+    cp_split(host_ids_.data(), tokens, B_, S, 1, cp_rank_, cp_);
+  else
+    std::copy(tokens, tokens + N_, host_ids_.begin());
   for (int b = 0; b < B_; b++) {
     int k = 0;
-    for (int t = 0; t < T_; t++) {
-      const size_t n = static_cast<size_t>(b) * T_ + t;
-      if (tokens[n] != id) continue;
+    for (int t = 0; t < S; t++) {
+      if (tokens[static_cast<size_t>(b) * S + t] != id) continue;
       if (k == P)
         return Status::invalid_argument("sequence " + std::to_string(b) +
                                         " of the micro-batch has more than " + std::to_string(P) +
                                         " image placeholder tokens (" + std::to_string(I) +
                                         " image(s) of " + std::to_string(Np) +
                                         " patches); the data's placeholders and images disagree");
-      const int32_t patch = b * P + k++;
+      const int32_t patch = b * P + k++;  // counted over the whole sequence on every CP rank
+      const int local = cp_ > 1 ? cp_local_row(t, S, cp_rank_, cp_) : t;
+      if (local < 0) continue;  // another CP rank's row: its patch's gradient comes from there
+      const size_t n = static_cast<size_t>(b) * T_ + local;
       host_slot_[n] = patch;
       host_rows_[patch] = static_cast<int32_t>(n);
       host_ids_[n] = -1;

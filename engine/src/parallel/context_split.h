@@ -28,6 +28,14 @@ inline int cp_global_row(int t, int T, int cp_rank, int cp_size) {
   const int c = T / (2 * cp_size);
   return cp_chunk(cp_rank, cp_size, t / c) * c + t % c;
 }
+// The local row of CP rank cp_rank that holds global position t (0 <= t < T), else -1: another
+// CP rank holds it (the inverse of cp_global_row).
+inline int cp_local_row(int t, int T, int cp_rank, int cp_size) {
+  const int c = T / (2 * cp_size), chunk = t / c;
+  if (chunk == cp_rank) return t % c;
+  if (chunk == 2 * cp_size - 1 - cp_rank) return c + t % c;
+  return -1;
+}
 // positions (T / CP) = the global positions of CP rank cp_rank's rows, ascending.
 void cp_positions(int32_t* positions, int T, int cp_rank, int cp_size);
 

@@ -546,10 +546,6 @@ std::vector<std::string> TrainOptions::validate(bool require_data) const {
       errors.push_back("--vision-model-type '" + vision_model_type +
                        "' is not supported; the one type is clip (docs/vision.md)");
     for (std::string& e : vision_config().validate()) errors.push_back(std::move(e));
-    if (parallel.context_parallel_size > 1)
-      errors.push_back(
-          "--vision-model-type does not combine with --context-parallel-size > 1 "
-          "yet");
   } else if (model.freeze_vision) {
     errors.push_back("--freeze-ViT needs a vision tower (--vision-model-type clip)");
   }
