@@ -88,7 +88,8 @@ void PlaygroundView::removeImage(int index) {
 void PlaygroundView::updateImageStrip() {
   while (thumbnails_->count() > 1) {  // the stretch stays last
     QLayoutItem* item = thumbnails_->takeAt(0);
-    delete item->widget();
+    item->widget()->hide();
+    item->widget()->deleteLater();  // its remove button may be the one being clicked
     delete item;
   }
   for (int i = 0; i < attachments_.size(); i++) {
