@@ -2,10 +2,11 @@
 // run store, generates from a prompt, and saves the window once the text is in, as
 // `lattice-studio --screenshot` saves the other views (offscreen, no saved settings). With
 // --chat, the prompt is sent as a message in the chat mode (after --system), once per --chat
-// given plus the prompt's own turn.
+// given plus the prompt's own turn. With --image, the files are attached to the prompt (to
+// the prompt's own turn in chat mode) as a drop would attach them.
 // usage: screenshot_studio_playground OUT.png --db DB --run RUN --prompt TEXT
 //        [--tokens N] [--temperature T] [--top-p P] [--seed S] [--theme light|dark]
-//        [--chat [--system TEXT] [--turn TEXT]...]
+//        [--chat [--system TEXT] [--turn TEXT]...] [--image FILE]...
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QEventLoop>
@@ -32,8 +33,10 @@ int main(int argc, char** argv) {
       seed("seed", "Seed.", "S", "7"), theme("theme", "light or dark.", "THEME", "light"),
       chat("chat", "Chat mode: send the prompt as a message."),
       system("system", "Chat mode: the system prompt.", "TEXT"),
-      turn("turn", "Chat mode: a message sent before the prompt.", "TEXT");
-  parser.addOptions({db, run, prompt, tokens, temperature, topP, seed, theme, chat, system, turn});
+      turn("turn", "Chat mode: a message sent before the prompt.", "TEXT"),
+      image("image", "An image attached to the prompt.", "FILE");
+  parser.addOptions(
+      {db, run, prompt, tokens, temperature, topP, seed, theme, chat, system, turn, image});
   parser.process(app);
   if (parser.positionalArguments().size() != 1 || !parser.isSet(db) || !parser.isSet(run)) {
     std::fprintf(stderr, "%s", qPrintable(parser.helpText()));
@@ -70,14 +73,19 @@ int main(int argc, char** argv) {
     view->setMode(PlaygroundView::Mode::kChat);
     view->setSystemPrompt(parser.value(system));
     const QStringList messages = parser.values(turn) << parser.value(prompt);
-    for (const QString& message : messages) {
-      view->promptEdit()->setPlainText(message);
+    for (qsizetype i = 0; i < messages.size(); i++) {
+      view->promptEdit()->setPlainText(messages[i]);
+      if (i + 1 == messages.size() && parser.isSet(image) &&
+          !view->attachImages(parser.values(image)))
+        return std::fprintf(stderr, "%s\n", qPrintable(view->errorText())), 1;
       view->generate();
       if (!view->isGenerating())  // refused: no chat template, nothing to send
         return std::fprintf(stderr, "%s\n", qPrintable(view->errorText())), 1;
       if (!waitFor(view, &PlaygroundView::generationEnded, 120)) return 1;
     }
   } else {
+    if (parser.isSet(image) && !view->attachImages(parser.values(image)))
+      return std::fprintf(stderr, "%s\n", qPrintable(view->errorText())), 1;
     view->generate();
     if (!waitFor(view, &PlaygroundView::generationEnded, 120)) return 1;
   }

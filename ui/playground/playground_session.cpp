@@ -13,7 +13,9 @@
 #include "lattice/tokenizer.h"
 #include "lattice/train_options.h"
 #include "playground/chat_prompt.h"
+#include "playground/image_attachments.h"
 #include "playground/playground_io.h"
+#include "prompt_images.h"
 
 namespace lattice::ui {
 
@@ -95,6 +97,13 @@ Result<ModelSummary> loadModel(const QString& path, std::unique_ptr<Tokenizer>& 
   s.vocab = m.vocab_size;
   s.parameters = m.num_parameters();
   s.tokenizer = text(tokenizer->type());
+  std::string imageProblem;
+  s.maxImages = maxPromptImages(m, s.context, &imageProblem);
+  s.imageProblem = text(imageProblem);
+  if (m.has_vision()) {
+    s.imageTokens = m.vision.patches();
+    s.imageSize = m.vision.img_h;
+  }
   s.seconds = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
   return s;
 }
@@ -107,6 +116,32 @@ Result<ChatTemplate> chatTemplateOf(const TokenizerOptions& options, const Token
   if (chat->ends_turns_with_eod())
     if (Status s = chat->bind_eod(tokenizer); !s) return s;
   return chat;
+}
+
+// The request's prompt ids and images into `r`. Without images the prompt is encoded as typed.
+// With them: completion mode tokenizes as `lattice generate --image` (a BOS where the tokenizer
+// has one, each `<image>` as the tower's placeholder ids, "<image>\n" first when the prompt has
+// no marker); chat mode's rendered turns hold their `<image>` markers already.
+Status promptIds(const ModelConfig& config, const Tokenizer& tok, const std::string& prompt,
+                 const PlaygroundRequest& request, const QList<PromptImage>& images,
+                 GenerationRequest& r) {
+  if (images.isEmpty()) {
+    r.prompt = tok.encode(prompt);
+    return Status::ok();
+  }
+  Result<std::vector<float>> pixels = promptImagePixels(config, images);
+  if (!pixels) return pixels.status();
+  r.images = std::move(*pixels);
+  if (request.chat.isEmpty()) {
+    Result<std::vector<int32_t>> ids =
+        cli::tokenize_with_images(tok, config, prompt, static_cast<size_t>(images.size()));
+    if (!ids) return ids.status();
+    r.prompt = std::move(*ids);
+  } else {
+    r.prompt = cli::expand_image_markers(
+        config, prompt, [&tok](std::string_view piece, bool) { return tok.encode(piece); });
+  }
+  return Status::ok();
 }
 
 // Threads for the model: one core is left to the UI thread, which wakes for every token. With
@@ -179,7 +214,10 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
     GenerationRequest r;
     std::string prompt = request.prompt.toStdString();
     std::vector<std::string> chatStopTexts;
+    QList<PromptImage> images = request.images;
     if (!request.chat.isEmpty()) {
+      images.clear();
+      for (const ChatTurn& turn : request.chat) images << turn.images;
       Result<std::string> rendered =
           state->chat ? chatPrompt(*state->chat, request.chat)
                       : Result<std::string>(Status::invalid_argument(
@@ -192,7 +230,10 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
       for (const QString& stop : chatStops(*state->chat))
         chatStopTexts.push_back(stop.toStdString());
     }
-    r.prompt = tok.encode(prompt);
+    if (Status s = promptIds(gen.config(), tok, prompt, request, images, r); !s) {
+      emit generationFailed(number, text(s.message()));
+      return;
+    }
     r.tokens_to_generate = request.tokens;
     r.sampling = {static_cast<float>(request.temperature), request.topK,
                   static_cast<float>(request.topP), request.seed};
@@ -205,9 +246,14 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
     }
     QElapsedTimer timer;
     timer.start();
-    std::vector<int32_t> ids = r.prompt;
-    const std::string promptText = tok.decode(ids);
-    std::string shown = promptText;  // the decoded sequence as far as it was signalled
+    // Text is decoded from the prompt's ids after its last image (all of them without one), as
+    // `lattice generate` does: a tokenizer cannot decode the placeholders, shown as `<image>`.
+    std::vector<int32_t> ids = cli::prompt_text_tail(tok, r.prompt);
+    const std::vector<int32_t> tail = ids;
+    const std::string head = cli::decode_prompt(
+        tok, std::vector<int32_t>(r.prompt.begin(), r.prompt.end() - ids.size()));
+    std::string shown = tok.decode(ids);  // the decoded text as far as it was signalled
+    const std::string promptText = head + shown;
     emit started(number, text(promptText), static_cast<int>(r.prompt.size()));
     double firstMs = -1;
     auto onToken = [&](int, int32_t id, float logprob) {
@@ -235,10 +281,10 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
     const GenerationResult& res = (*out)[0];
     GenerationSummary s;
     s.promptText = text(promptText);
-    std::vector<int32_t> all = r.prompt;
+    std::vector<int32_t> all = tail;
     all.insert(all.end(), res.tokens.begin(), res.tokens.end());
     if (res.finish == FinishReason::kEod) all.pop_back();
-    std::string full = tok.decode(all);
+    std::string full = head + tok.decode(all);
     if (res.finish == FinishReason::kStop) {
       // res.text is the continuation's own text cut before the stop text; cut the whole text
       // at the same place (a tokenizer may join prompt and continuation with a separator).

@@ -6,6 +6,7 @@
 // queued on the thread that owns the session.
 #pragma once
 
+#include <QByteArray>
 #include <QList>
 #include <QObject>
 #include <QString>
@@ -15,10 +16,20 @@
 
 namespace lattice::ui {
 
+// An image attached to a prompt (a vision-language model's, image_attachments.h): the file as
+// read, PNG or JPEG, decoded when the generation runs.
+struct PromptImage {
+  QString name;      // the file it came from, for messages and tooltips
+  QByteArray bytes;  // the file's contents
+  bool operator==(const PromptImage&) const = default;
+};
+
 // One turn of a chat (the Playground's chat mode, chat_prompt.h).
 struct ChatTurn {
   QString role;  // "system", "user" or "assistant"
   QString content;
+  QList<PromptImage> images =
+      {};  // a user turn's images: an `<image>` line each before the content
   bool operator==(const ChatTurn&) const = default;
 };
 
@@ -32,6 +43,10 @@ struct ModelSummary {
   // The chat template the chat mode renders with (chat_template_for: the tokenizer's own, else
   // a built-in); empty with chatProblem saying why there is none.
   QString chatTemplate, chatProblem;
+  // Images: how many a prompt can hold (each takes imageTokens of the context); 0 with
+  // imageProblem saying why the model takes none (no vision tower).
+  int maxImages = 0, imageTokens = 0, imageSize = 0;
+  QString imageProblem;
   double seconds = 0;  // time to load
 };
 
@@ -48,6 +63,10 @@ struct PlaygroundRequest {
   // template (ending with the assistant's header), and the template's end-of-turn texts stop
   // the reply; `prompt` is not used.
   QList<ChatTurn> chat;
+  // Completion mode: the images the prompt's `<image>` markers stand for, in order (a prompt
+  // without a marker gets "<image>\n" first), as `lattice generate --image`. Chat mode: the
+  // turns carry their own.
+  QList<PromptImage> images;
 };
 
 struct GenerationSummary {

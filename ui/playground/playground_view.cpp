@@ -217,8 +217,14 @@ QWidget* PlaygroundView::buildPromptPanel() {
   chatLog_->setPlaceholderText(tr("The conversation appears here, one turn after another."));
   auto* split = new QSplitter(Qt::Vertical, panel);
   split->setChildrenCollapsible(false);
+  auto* promptBox = new QWidget(panel);  // the attached images above the prompt
+  auto* promptLayout = new QVBoxLayout(promptBox);
+  promptLayout->setContentsMargins(0, 0, 0, 0);
+  promptLayout->setSpacing(2);
+  promptLayout->addWidget(buildImageStrip(promptBox));
+  promptLayout->addWidget(prompt_, 1);
   split->addWidget(chatLog_);
-  split->addWidget(prompt_);
+  split->addWidget(promptBox);
   split->addWidget(output_);
   split->setStretchFactor(0, 2);
   split->setStretchFactor(2, 2);
@@ -231,6 +237,7 @@ QWidget* PlaygroundView::buildPromptPanel() {
   modeBar_->setTabToolTip(1, tr("Role-tagged turns rendered with the checkpoint's chat template"));
   connect(modeBar_, &QTabBar::currentChanged, this,
           [this](int index) { setMode(index == 1 ? Mode::kChat : Mode::kCompletion); });
+  buttons->insertWidget(2, attachButton_);
   auto* layout = new QVBoxLayout(panel);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(modeBar_);
@@ -360,6 +367,7 @@ PlaygroundRequest PlaygroundView::request() const {
   r.seed = seed_->text().toULongLong();
   r.stopAtEod = stopAtEod_->isChecked();
   r.stop = stopText_->text();
+  if (mode_ == Mode::kCompletion) r.images = attachments_;
   if (mode_ == Mode::kChat) {
     if (!system_->text().trimmed().isEmpty())
       r.chat << ChatTurn{QStringLiteral("system"), system_->text().trimmed()};

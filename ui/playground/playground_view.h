@@ -2,7 +2,8 @@
 // directory), type a prompt, set the sampling, and read the continuation as it is generated
 // with its token count, tokens/s and time to the first token. The model is loaded and run by
 // a PlaygroundSession off the UI thread and kept while the same checkpoint stays selected;
-// what was loaded, and why a checkpoint could not be, is shown above the prompt.
+// what was loaded, and why a checkpoint could not be, is shown above the prompt. A vision-language
+// model's prompt takes images (dropped or attached).
 #pragma once
 
 #include <QFutureWatcher>
@@ -12,6 +13,10 @@
 
 class QCheckBox;
 class QComboBox;
+class QDragEnterEvent;
+class QDropEvent;
+class QHBoxLayout;
+class QMimeData;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
@@ -58,6 +63,17 @@ class PlaygroundView : public QWidget {
   QString chatTemplateText() const;  // the template's name, or why there is none
   QTextBrowser* chatLog() const { return chatLog_; }
 
+  // Images for a vision-language model (playground_view_images.cpp): dropped on the prompt (or
+  // anywhere on the view) or picked with "Attach image…", shown as a strip of thumbnails with a
+  // remove button each, sent with the next request; chat mode moves them into the user's turn.
+  // Refused, with a sentence in the view: no model with a vision tower loaded, a file that is
+  // not a PNG or JPEG, more images than the model's prompt holds. False when any was refused.
+  bool attachImages(const QStringList& paths);
+  void removeImage(int index);
+  const QList<PromptImage>& attachedImages() const { return attachments_; }
+  QWidget* imageStrip() const { return imageStrip_; }
+  QPushButton* attachButton() const { return attachButton_; }
+
   void generate();
   void stop();
   bool isGenerating() const { return generating_; }
@@ -83,12 +99,19 @@ class PlaygroundView : public QWidget {
  protected:
   void showEvent(QShowEvent* event) override;
   void changeEvent(QEvent* event) override;
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;  // drops on the prompt
 
  private:
   QWidget* buildCheckpointBar();
   QWidget* buildSamplingPanel();
   QWidget* buildPromptPanel();
   QWidget* buildChatBar(QWidget* parent);
+  QWidget* buildImageStrip(QWidget* parent);
+  void pickImages();
+  void updateImageStrip();
+  static QStringList droppedFiles(const QMimeData* mime);
   bool startChatTurn();  // false with a message when there is nothing to send
   void updateChatLog();
   void updateModeTexts();
@@ -149,6 +172,14 @@ class PlaygroundView : public QWidget {
   QLineEdit* system_ = nullptr;
   QLabel* templateLabel_ = nullptr;
   QTextBrowser* chatLog_ = nullptr;
+
+  QList<PromptImage> attachments_;
+  int maxImages_ = 0;     // of the loaded model; 0: it takes none (imageProblem_ says why)
+  int imageTokens_ = 0;   // placeholder tokens per image
+  QString imageProblem_;  // why the loaded model takes no images
+  QWidget* imageStrip_ = nullptr;
+  QHBoxLayout* thumbnails_ = nullptr;
+  QPushButton* attachButton_ = nullptr;
 };
 
 }  // namespace lattice::ui

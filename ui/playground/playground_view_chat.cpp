@@ -10,10 +10,15 @@
 #include <QTextBrowser>
 
 #include "playground/chat_prompt.h"
+#include "playground/image_attachments.h"
 #include "playground/playground_view.h"
 #include "playground/token_output.h"
 
 namespace lattice::ui {
+
+namespace {
+constexpr int kTranscriptImageHeight = 64;
+}  // namespace
 
 QWidget* PlaygroundView::buildChatBar(QWidget* parent) {
   chatBar_ = new QWidget(parent);
@@ -85,13 +90,16 @@ bool PlaygroundView::startChatTurn() {
   }
   const QString message = prompt_->toPlainText().trimmed();
   const bool unanswered = !conversation_.isEmpty() && conversation_.back().role == "user";
-  if (message.isEmpty() && !unanswered) {
+  if (message.isEmpty() && attachments_.isEmpty() && !unanswered) {
     showError(tr("Type a message first."));
     return false;
   }
-  if (!message.isEmpty()) {
-    conversation_ << ChatTurn{QStringLiteral("user"), message};
+  if (!message.isEmpty() || !attachments_.isEmpty()) {
+    // The attached images go with the message and stay in its turn, for every later request.
+    conversation_ << ChatTurn{QStringLiteral("user"), message, attachments_};
     prompt_->clear();
+    attachments_.clear();
+    updateImageStrip();
   }
   chatGeneration_ = true;
   pendingReply_ = QStringLiteral("");  // not null: a reply is under way
@@ -104,6 +112,11 @@ void PlaygroundView::updateChatLog() {
   if (!system_->text().trimmed().isEmpty())
     shown << ChatTurn{QStringLiteral("system"), system_->text().trimmed()};
   shown << conversation_;
+  for (qsizetype i = 0; i < shown.size(); i++)
+    for (qsizetype k = 0; k < shown[i].images.size(); k++)
+      chatLog_->document()->addResource(
+          QTextDocument::ImageResource, QUrl(chatImageName(i, k)),
+          promptThumbnail(shown[i].images[k], kTranscriptImageHeight));
   chatLog_->setHtml(chatTranscriptHtml(shown, pendingReply_));
   chatLog_->verticalScrollBar()->setValue(chatLog_->verticalScrollBar()->maximum());
 }

@@ -25,6 +25,8 @@ QString describe(const ModelSummary& m) {
                      .arg(m.context)
                      .arg(m.vocab)
                      .arg(m.tokenizer);
+  if (m.imageTokens > 0)
+    text += QObject::tr(" · vision %1x%1 (%2 tokens an image)").arg(m.imageSize).arg(m.imageTokens);
   if (m.iteration >= 0) text += QObject::tr(" · iteration %1").arg(m.iteration);
   return text + QObject::tr(" · loaded in %1 s").arg(m.seconds, 0, 'f', 2);
 }
@@ -38,6 +40,10 @@ void PlaygroundView::connectSession() {
     loaded_ = m.path;
     chatTemplate_ = m.chatTemplate;
     chatProblem_ = m.chatProblem;
+    maxImages_ = m.maxImages;
+    imageTokens_ = m.imageTokens;
+    imageProblem_ = m.imageProblem;
+    updateImageStrip();
     updateModeTexts();
     model_->setText(describe(m));
     model_->setToolTip(QFileInfo(m.path).absoluteFilePath());
@@ -49,6 +55,8 @@ void PlaygroundView::connectSession() {
             loads_--;
             if (path != asked_) return;
             loaded_.clear();
+            maxImages_ = imageTokens_ = 0;
+            updateImageStrip();
             model_->setText(tr("No model loaded."));
             showError(tr("Cannot load %1: %2").arg(path, message));
             updateButtons();
