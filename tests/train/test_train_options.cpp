@@ -270,8 +270,8 @@ class TrainOptionsTest : public QObject {
     QVERIFY(mentions(cp.status(), "--vision-model-type does not combine with --context-parallel"));
     auto hf = parse_train_options(with({"--vision-model-type", "clip", "--save-hf", "out"}));
     QVERIFY(mentions(hf.status(),
-                     "--save-hf: a vision-language model (--vision-model-type) has "
-                     "no Hugging Face form"));
+                     "--save-hf: a GPT-2 language model: Lattice writes LLaVA with a "
+                     "Llama-family language model"));
     auto text = parse_train_options(with({"--freeze-ViT"}));
     QVERIFY(mentions(text.status(), "--freeze-ViT needs a vision tower"));
     auto bad = parse_train_options(with({"--vision-model-type", "siglip", "--patch-dim", "5"}));

@@ -1,5 +1,5 @@
 // apply_hf_model (train_options.h): the model flags of a Hugging Face model (GPT-2 from its
-// tensors and config.json, the Llama family and Mixtral from its config.json), so that
+// tensors and config.json, the Llama family, Mixtral and LLaVA from its config.json), so that
 // --load-hf and `lattice ckpt import-hf` need none, and the ones given are checked against it.
 #include <cstdio>
 #include <string>
@@ -7,6 +7,7 @@
 
 #include "checkpoint/hf_gpt2_config.h"
 #include "checkpoint/hf_llama_config.h"
+#include "checkpoint/hf_llava.h"
 #include "checkpoint/hf_model.h"
 #include "lattice/train_options.h"
 
@@ -124,6 +125,8 @@ Status apply_gpt2(const std::string& path, TrainOptions& o) {
   return f.status();
 }
 
+Status apply_llama_config(const HfLlamaConfig& c, TrainOptions& o);
+
 Status apply_llama(const std::string& path, TrainOptions& o) {
   Result<HfWeights> weights = HfWeights::open(path);
   if (!weights) return weights.status();
@@ -135,7 +138,65 @@ Status apply_llama(const std::string& path, TrainOptions& o) {
         "config.json there)");
   Result<HfLlamaConfig> read = read_hf_llama_config(weights->config_path());
   if (!read) return read.status();
-  const HfLlamaConfig& c = *read;
+  return apply_llama_config(*read, o);
+}
+
+// LLaVA (model_type llava): the language model's flags from text_config (as apply_llama's), the
+// tower's from vision_config and the top-level keys (hf_llava.h).
+Status apply_llava(const std::string& path, TrainOptions& o) {
+  Result<HfWeights> weights = HfWeights::open(path);
+  if (!weights) return weights.status();
+  if (weights->config_path().empty())
+    return Status::invalid_argument(path +
+                                    " has no config.json beside it: a LLaVA model's tower and "
+                                    "language model are in it (put the model's config.json there)");
+  Result<nlohmann::json> json = read_hf_config(weights->config_path());
+  if (!json) return json.status();
+  const std::string source = weights->config_path();
+  Result<HfLlamaConfig> text =
+      parse_hf_llama_config(hf_llava_text_config(*json), source + " (text_config)");
+  if (!text) return text.status();
+  Result<VisionConfig> vision = parse_hf_llava_vision(*json, source);
+  if (!vision) return vision.status();
+  const Status lm = apply_llama_config(*text, o);
+  FlagTaker f{o, source, {}};
+  if (!lm) f.errors.push_back(lm.message());
+  const VisionConfig& v = *vision;
+  VisionConfig& ours = o.vision;
+  auto gives = [](const std::string& key, int value) {
+    return "gives " + key + " " + std::to_string(value);
+  };
+  f.take("vision-model-type", o.vision_model_type, std::string("clip"),
+         "is a LLaVA model (a CLIP tower)");
+  f.take("vision-num-layers", ours.num_layers, v.num_layers,
+         gives("vision_config.num_hidden_layers", v.num_layers));
+  f.take("vision-hidden-size", ours.hidden_size, v.hidden_size,
+         gives("vision_config.hidden_size", v.hidden_size));
+  if (!o.given("vision-ffn-hidden-size"))
+    ours.ffn_hidden_size = v.ffn_hidden_size;
+  else if (ours.ffn() != v.ffn_hidden_size)
+    f.mismatch("vision-ffn-hidden-size", std::to_string(ours.ffn()),
+               gives("vision_config.intermediate_size", v.ffn_hidden_size));
+  f.take("vision-num-attention-heads", ours.num_attention_heads, v.num_attention_heads,
+         gives("vision_config.num_attention_heads", v.num_attention_heads));
+  f.take("patch-dim", ours.patch_dim, v.patch_dim, gives("vision_config.patch_size", v.patch_dim));
+  f.take("img-h", ours.img_h, v.img_h, gives("vision_config.image_size", v.img_h));
+  f.take("img-w", ours.img_w, v.img_w, gives("vision_config.image_size", v.img_w));
+  f.take("num-channels", ours.num_channels, v.num_channels,
+         gives("vision_config.num_channels", v.num_channels));
+  f.take("vision-select-layer", ours.select_layer, v.select_layer,
+         gives("vision_feature_layer", v.select_layer));
+  f.take("disable-vision-class-token", o.disable_vision_class_token, false,
+         "is a LLaVA model (CLIP's tower has a class token)");
+  f.take("vision-patch-bias", ours.patch_bias, false,
+         "is a LLaVA model (CLIP's patch embedding has no bias)");
+  // parse_unchecked copied the tower into the model before the file was read.
+  o.model.vision_model_type = o.vision_model_type;
+  o.model.vision = o.vision_config();
+  return f.status();
+}
+
+Status apply_llama_config(const HfLlamaConfig& c, TrainOptions& o) {
   ModelConfig& m = o.model;
   FlagTaker f{o, c.path, {}};
   auto gives = [](const char* key, const std::string& value) {
@@ -228,6 +289,7 @@ Status apply_llama(const std::string& path, TrainOptions& o) {
 Status apply_hf_model(const std::string& path, TrainOptions& o) {
   Result<HfArchitecture> architecture = hf_file_architecture(path);
   if (!architecture) return architecture.status();
+  if (*architecture == HfArchitecture::kLlava) return apply_llava(path, o);
   return *architecture == HfArchitecture::kGpt2 ? apply_gpt2(path, o) : apply_llama(path, o);
 }
 
