@@ -176,6 +176,42 @@ class HfLlava : public QObject {
     }
   }
 
+  void the_names_newer_transformers_save_import_too() {
+    // transformers 4.52+: model.language_model.<Llama's names without "model.">, lm_head at
+    // the top, model.vision_tower., model.multi_modal_projector.
+    auto file = safetensors::File::open((exported() + "/model.safetensors").toStdString());
+    QVERIFY(file);
+    const std::pair<std::string, std::string> renames[] = {
+        {"language_model.model.", "model.language_model."},
+        {"language_model.lm_head.", "lm_head."},
+        {"vision_tower.", "model.vision_tower."},
+        {"multi_modal_projector.", "model.multi_modal_projector."}};
+    std::vector<std::vector<float>> data;
+    data.reserve(file->tensors().size());
+    std::vector<safetensors::TensorSource> sources;
+    for (const auto& t : file->tensors()) {
+      std::string name = t.name;
+      for (const auto& [from, to] : renames)
+        if (name.rfind(from, 0) == 0) {
+          name = to + name.substr(from.size());
+          break;
+        }
+      data.emplace_back(t.numel);
+      QVERIFY(file->read_float(t, data.back().data()).is_ok());
+      sources.push_back({name, t.shape, data.back().data(), {}});
+    }
+    const QString newer = dir_.filePath("newer");
+    QVERIFY(QDir().mkpath(newer));
+    QVERIFY(safetensors::write((newer + "/model.safetensors").toStdString(), sources).is_ok());
+    QVERIFY(QFile::copy(exported() + "/config.json", newer + "/config.json"));
+    const ParamLayout layout(config_);
+    std::vector<float> back(layout.total_numel(), 0.0f);
+    const Status s = import_hf(newer.toStdString(), config_, layout, back.data());
+    QVERIFY2(s.is_ok(), s.message().c_str());
+    const QString diff = first_difference(layout, weights_.data(), back.data());
+    QVERIFY2(diff.isEmpty(), qPrintable(diff));
+  }
+
   void load_hf_on_two_tp_ranks_saves_the_same_bytes() {
     // --load-hf with no model flag (config.json gives them), lr 0, --save-hf: TP 1 and TP 2
     // write the file read.
