@@ -19,6 +19,9 @@ llama_reference.py but read_safetensors is used):
   LlamaForCausalLM       RMSNorm (rms_norm_eps), RoPE (rope_theta, rotate_half), GQA
                          (num_key_value_heads), SwiGLU MLP (down(silu(gate) * up)), causal
                          attention, norm, lm_head (embed_tokens when tie_word_embeddings)
+  GPT2LMHeadModel        (text_config model_type gpt2) + wpe; LayerNorm (layer_norm_epsilon);
+                         Conv1D weights (in, out); c_attn's columns [Q | K | V]; gelu_new (tanh);
+                         ln_f; the head tied to wte
   loss                   sum of cross-entropies over targets != -1, / (B T)
 
 usage: llava_reference.py MODEL_DIR SPEC.json
@@ -112,6 +115,30 @@ def llama_logits(p, tc, x):
     return F.linear(x, head)
 
 
+def gpt2_logits(p, tc, x):
+    pre = "language_model.transformer."
+    B, T, C = x.shape
+    NH, eps = tc["n_head"], tc.get("layer_norm_epsilon", 1e-5)
+    HS = C // NH
+    x = x + p[pre + "wpe.weight"][:T]
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    for l in range(tc["n_layer"]):
+        e = pre + f"h.{l}."
+        conv = lambda name, h: h @ p[e + name + ".weight"] + p[e + name + ".bias"]  # Conv1D
+        ln = lambda name, h: F.layer_norm(h, (C,), p[e + name + ".weight"],
+                                          p[e + name + ".bias"], eps)
+        q, k, v = conv("attn.c_attn", ln("ln_1", x)).split(C, dim=-1)
+        heads = lambda t: t.view(B, T, NH, HS).transpose(1, 2)
+        a = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(HS) + mask,
+                          dim=-1) @ heads(v)
+        x = x + conv("attn.c_proj", a.transpose(1, 2).reshape(B, T, C))
+        h = conv("mlp.c_fc", ln("ln_2", x))
+        assert tc.get("activation_function", "gelu_new") == "gelu_new"
+        x = x + conv("mlp.c_proj", F.gelu(h, approximate="tanh"))
+    x = F.layer_norm(x, (C,), p[pre + "ln_f.weight"], p[pre + "ln_f.bias"], eps)
+    return F.linear(x, p[pre + "wte.weight"])  # GPT2LMHeadModel ties lm_head to wte
+
+
 def main():
     model_dir, spec_path = sys.argv[1:3]
     config = json.load(open(os.path.join(model_dir, "config.json")))
@@ -133,12 +160,15 @@ def main():
     features = act(config["projector_hidden_act"], features)
     features = F.linear(features, p[mm + "linear_2.weight"], p[mm + "linear_2.bias"])
     is_image = tokens == config["image_token_index"]
-    x = p["language_model.model.embed_tokens.weight"][torch.where(is_image, 0, tokens)]
+    gpt2 = tc["model_type"] == "gpt2"
+    table = p["language_model.transformer.wte.weight" if gpt2
+              else "language_model.model.embed_tokens.weight"]
+    x = table[torch.where(is_image, 0, tokens)]
     rows = []
     for b in range(B):
         n = int(is_image[b].sum())
         rows.append(x[b].masked_scatter(is_image[b].unsqueeze(-1), features[b, :n]))
-    logits = llama_logits(p, tc, torch.stack(rows))
+    logits = (gpt2_logits if gpt2 else llama_logits)(p, tc, torch.stack(rows))
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                            ignore_index=-1, reduction="sum") / (B * T)
     print(json.dumps({"loss": loss.item()}))

@@ -77,6 +77,55 @@ class HfLlava : public QObject {
   std::vector<float> weights_;
   QString exported() const { return dir_.filePath("llava"); }
 
+  // Lattice's loss (GptModel<double>) of `c` with `weights` on two sequences, each with one
+  // image's placeholders, against llava_reference.py's from the HF files at `model_dir`; "" when
+  // they agree to 1e-9.
+  QString reference_check(const ModelConfig& c, const std::vector<float>& weights,
+                          const QString& model_dir) {
+    const VisionConfig& v = c.vision;
+    const int Np = v.patches(), N = kBatch * kSeq;
+    std::vector<int32_t> tokens(N), targets(N);
+    for (int b = 0; b < kBatch; b++) {
+      int32_t* x = tokens.data() + b * kSeq;
+      for (int t = 0; t < kSeq; t++) x[t] = (t * 37 + b * 53 + 11) % c.vocab_size;
+      for (int k = 0; k < Np; k++) x[2 + 3 * b + k] = c.image_token_id();
+      for (int t = 0; t < kSeq; t++) {
+        const int32_t next = t + 1 < kSeq ? x[t + 1] : 5;
+        targets[b * kSeq + t] = next == c.image_token_id() ? -1 : next;
+      }
+    }
+    std::mt19937 rng(3);
+    std::normal_distribution<float> pixel(0.0f, 1.0f);
+    std::vector<float> images(static_cast<size_t>(kBatch) * v.num_channels * v.img_h * v.img_w);
+    for (float& p : images) p = pixel(rng);
+
+    GptModel<double> model(c, kBatch);
+    std::copy(weights.begin(), weights.end(), model.params());
+    auto acts = model.new_activations();
+    if (!acts || !model.load_images(**acts, tokens.data(), images.data()).is_ok())
+      return "Lattice's model cannot run";
+    const double ours = model.forward(**acts, tokens.data(), targets.data(), 0, 1.0f / N);
+
+    QJsonArray pixels;
+    for (float p : images) pixels.append(static_cast<double>(p));
+    const QString spec = model_dir + "-spec.json";
+    std::ofstream(spec.toStdString())
+        << ("{\"tokens\": " + testing::rows_json(tokens, kSeq) +
+            ", \"targets\": " + testing::rows_json(targets, kSeq) +
+            ", \"images\": " + QJsonDocument(pixels).toJson(QJsonDocument::Compact) + "}")
+               .toStdString();
+    const testing::Run py = testing::run_process(
+        testing::kPython,
+        {QString(LATTICE_SOURCE_DIR) + "/tests/checkpoint/llava_reference.py", model_dir, spec}, {},
+        300000);
+    if (py.exit_code != 0) return "the reference failed: " + py.err;
+    const double theirs = QJsonDocument::fromJson(py.out.toUtf8()).object()["loss"].toDouble();
+    if (std::abs(ours - theirs) <= 1e-9 * std::abs(theirs)) return {};
+    return QString("loss: lattice %1, pytorch from the HF files %2")
+        .arg(ours, 0, 'g', 17)
+        .arg(theirs, 0, 'g', 17);
+  }
+
  private slots:
   void initTestCase() {
     QVERIFY(dir_.isValid());
@@ -250,49 +299,40 @@ class HfLlava : public QObject {
   void the_files_give_lattices_loss_in_an_independent_pytorch_forward() {
     if (!testing::torch_available())
       QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
-    const ModelConfig& c = config_;
-    const VisionConfig& v = c.vision;
-    const int Np = v.patches(), N = kBatch * kSeq;
-    std::vector<int32_t> tokens(N), targets(N);
-    for (int b = 0; b < kBatch; b++) {
-      int32_t* x = tokens.data() + b * kSeq;
-      for (int t = 0; t < kSeq; t++) x[t] = (t * 37 + b * 53 + 11) % c.vocab_size;
-      for (int k = 0; k < Np; k++) x[2 + 3 * b + k] = c.image_token_id();
-      for (int t = 0; t < kSeq; t++) {
-        const int32_t next = t + 1 < kSeq ? x[t + 1] : 5;
-        targets[b * kSeq + t] = next == c.image_token_id() ? -1 : next;
-      }
-    }
-    std::mt19937 rng(3);
-    std::normal_distribution<float> pixel(0.0f, 1.0f);
-    std::vector<float> images(static_cast<size_t>(kBatch) * v.num_channels * v.img_h * v.img_w);
-    for (float& p : images) p = pixel(rng);
+    const QString errors = reference_check(config_, weights_, exported());
+    QVERIFY2(errors.isEmpty(), qPrintable(errors));
+  }
 
-    GptModel<double> model(c, kBatch);
-    std::copy(weights_.begin(), weights_.end(), model.params());
-    auto acts = model.new_activations();
-    QVERIFY(acts);
-    QVERIFY(model.load_images(**acts, tokens.data(), images.data()).is_ok());
-    const double ours = model.forward(**acts, tokens.data(), targets.data(), 0, 1.0f / N);
-
-    QJsonArray pixels;
-    for (float p : images) pixels.append(static_cast<double>(p));
-    const QString spec = dir_.filePath("spec.json");
-    std::ofstream(spec.toStdString())
-        << ("{\"tokens\": " + testing::rows_json(tokens, kSeq) +
-            ", \"targets\": " + testing::rows_json(targets, kSeq) +
-            ", \"images\": " + QJsonDocument(pixels).toJson(QJsonDocument::Compact) + "}")
-               .toStdString();
-    const testing::Run py = testing::run_process(
-        testing::kPython,
-        {QString(LATTICE_SOURCE_DIR) + "/tests/checkpoint/llava_reference.py", exported(), spec},
-        {}, 300000);
-    QVERIFY2(py.exit_code == 0, qPrintable(py.err));
-    const double theirs = QJsonDocument::fromJson(py.out.toUtf8()).object()["loss"].toDouble();
-    QVERIFY2(std::abs(ours - theirs) <= 1e-9 * std::abs(theirs),
-             qPrintable(QString("loss: lattice %1, pytorch from the HF files %2")
-                            .arg(ours, 0, 'g', 17)
-                            .arg(theirs, 0, 'g', 17)));
+  void a_gpt2_language_model_round_trips_and_matches_pytorch() {
+    // GPT2LMHeadModel under language_model. (transformer.h.N..., Conv1D weights, tied head).
+    ModelConfig c = testing::tiny_vlm_config(false, 1, kSeq, 0.1f);
+    c.make_vocab_size_divisible_by = 8;
+    c.vision.select_layer = -2;
+    QVERIFY(c.validate().empty());
+    QVERIFY(hf_unsupported(c).empty());
+    const std::vector<float> weights = initial_weights(c);
+    const ParamLayout layout(c);
+    const QString out = dir_.filePath("llava-gpt2");
+    Status s = export_hf(out.toStdString(), c, layout, weights.data());
+    QVERIFY2(s.is_ok(), s.message().c_str());
+    auto file = safetensors::File::open((out + "/model.safetensors").toStdString());
+    QVERIFY(file);
+    QVERIFY(file->find("language_model.transformer.h.1.attn.c_attn.weight"));
+    QVERIFY(file->find("language_model.transformer.wpe.weight"));
+    std::vector<float> back(layout.total_numel(), 0.0f);
+    s = import_hf(out.toStdString(), c, layout, back.data());
+    QVERIFY2(s.is_ok(), s.message().c_str());
+    const QString diff = first_difference(layout, weights.data(), back.data());
+    QVERIFY2(diff.isEmpty(), qPrintable(diff));
+    auto flags = parse_train_flags({"--load-hf", out.toStdString()});
+    QVERIFY2(flags, flags ? "" : flags.status().message().c_str());
+    QCOMPARE(flags->model.normalization, std::string("LayerNorm"));
+    QCOMPARE(flags->model.hidden_size, 32);
+    QCOMPARE(flags->model.vision.select_layer, -2);
+    if (!testing::torch_available())
+      QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
+    const QString errors = reference_check(c, weights, out);
+    QVERIFY2(errors.isEmpty(), qPrintable(errors));
   }
 
   void what_llava_cannot_express_is_refused_naming_the_flag() {

@@ -268,10 +268,11 @@ class TrainOptionsTest : public QObject {
     auto cp =
         parse_train_options(with({"--vision-model-type", "clip", "--context-parallel-size", "2"}));
     QVERIFY(mentions(cp.status(), "--vision-model-type does not combine with --context-parallel"));
-    auto hf = parse_train_options(with({"--vision-model-type", "clip", "--save-hf", "out"}));
+    auto hf = parse_train_options(
+        with({"--vision-model-type", "clip", "--disable-vision-class-token", "--save-hf", "out"}));
     QVERIFY(mentions(hf.status(),
-                     "--save-hf: a GPT-2 language model: Lattice writes LLaVA with a "
-                     "Llama-family language model"));
+                     "--save-hf: --disable-vision-class-token: HF's CLIPVisionModel always has "
+                     "a class token"));
     auto text = parse_train_options(with({"--freeze-ViT"}));
     QVERIFY(mentions(text.status(), "--freeze-ViT needs a vision tower"));
     auto bad = parse_train_options(with({"--vision-model-type", "siglip", "--patch-dim", "5"}));

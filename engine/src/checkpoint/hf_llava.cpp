@@ -1,20 +1,23 @@
 // The HF LLaVA <-> Lattice name and row mapping (hf_llava.h).
 //
-// Note [LLaVA layout]: one table (hf_tensors.h) of the language model's tensors (hf_llama.h's,
-// each name prefixed "language_model.", the word embedding first so a tied head's copy is
-// checked against it), then the tower's and the projector's. Lattice's tower tensors already
-// carry HF CLIP's and LLaVA's names (Note [vision tensors] in model/param_layout.h), so each maps
-// to "vision_tower." + its name, but for the fused self_attn.qkv_proj (3C, C): its rows are
-// grouped per head (head h owns rows [3 HS h, 3 HS (h + 1)): query, key, value, HS rows each),
-// and HF's q_proj / k_proj / v_proj row h HS + d is our row 3 HS h + s HS + d (s = 0, 1, 2), the
-// bias likewise. What LLaVA computes and Lattice's tower agree on (docs/vision.md): the class
-// token (CLIP always has one), no patch bias, quick_gelu, LayerNorm eps 1e-5, the hidden state
-// vision_feature_layer (hidden_states[i], as --vision-select-layer) with the class row dropped
+// Note [LLaVA layout]: one table (hf_tensors.h) of the language model's tensors (hf_llama.h's
+// prefixed "language_model.", or hf_gpt2.h's prefixed "language_model.transformer."; the word
+// embedding first so a tied head's copy is checked against it), then the tower's and the
+// projector's. Lattice's tower tensors already carry HF CLIP's and LLaVA's names (Note [vision
+// tensors] in model/param_layout.h), so each maps to "vision_tower." + its name, but for the fused
+// self_attn.qkv_proj (3C, C): its rows are grouped per head (head h owns rows [3 HS h, 3 HS (h +
+// 1)): query, key, value, HS rows each), and HF's q_proj / k_proj / v_proj row h HS + d is our row
+// 3 HS h + s HS + d (s = 0, 1, 2), the bias likewise. What LLaVA computes and Lattice's tower agree
+// on (docs/vision.md): the class token (CLIP always has one), no patch bias, quick_gelu, LayerNorm
+// eps 1e-5, the hidden state vision_feature_layer (hidden_states[i], as --vision-select-layer) with
+// the class row dropped
 // ("default"), projector Linear - exact GELU - Linear with biases. CLIPVisionModel's
 // post_layernorm only norms the pooled class row, which LLaVA never reads: export writes it as
 // the identity, import skips it.
 #include "checkpoint/hf_llava.h"
 
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_gpt2_config.h"
 #include "checkpoint/hf_llama.h"
 #include "checkpoint/hf_llama_config.h"
 #include "checkpoint/hf_tensors.h"
@@ -27,9 +30,19 @@ namespace {
 const std::string kLm = "language_model.";
 const std::string kTower = "vision_tower.";
 
+bool gpt2_lm(const ModelConfig& c) {
+  return c.learned_positions() && !c.rms_norm();
+}
+
+// Where the language model's table names sit in a LLaVA file: GPT2LMHeadModel keeps its
+// GPT2Model under transformer. (hf_gpt2_tensors' names lack it), LlamaForCausalLM its names whole.
+std::string lm_prefix(const ModelConfig& c) {
+  return kLm + (gpt2_lm(c) ? "transformer." : "");
+}
+
 std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout) {
-  std::vector<HfTensor> out = hf_llama_tensors(c, layout);
-  for (HfTensor& t : out) t.name = kLm + t.name;
+  std::vector<HfTensor> out = gpt2_lm(c) ? hf_gpt2_tensors(c, layout) : hf_llama_tensors(c, layout);
+  for (HfTensor& t : out) t.name = lm_prefix(c) + t.name;
   const VisionConfig& v = c.vision;
   const int64_t C = v.hidden_size, HS = C / v.num_attention_heads;
   const std::string heads = "--vision-hidden-size " + std::to_string(C) +
@@ -61,10 +74,12 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   return out;
 }
 
-// Newer transformers (4.52+) nest the parts under model. and keep lm_head at the top.
-std::string canonical_prefix(const std::string& name) {
+// Newer transformers (4.52+) nest the parts under model. (the language model as its base
+// model: LlamaModel's names without "model.", GPT2Model's without "transformer.") and keep
+// lm_head at the top.
+std::string canonical_prefix(const std::string& name, bool gpt2) {
   const std::pair<const char*, const char*> renames[] = {
-      {"model.language_model.", "language_model.model."},
+      {"model.language_model.", gpt2 ? "language_model.transformer." : "language_model.model."},
       {"model.vision_tower.", "vision_tower."},
       {"model.multi_modal_projector.", "multi_modal_projector."},
       {"lm_head.", "language_model.lm_head."}};
@@ -74,26 +89,30 @@ std::string canonical_prefix(const std::string& name) {
 }
 
 HfNaming llava_naming(const ModelConfig& c) {
-  const HfNaming lm = hf_llama_naming(c);
+  const bool gpt2 = gpt2_lm(c);
+  const HfNaming lm = gpt2 ? hf_gpt2_naming(c) : hf_llama_naming(c);
+  const std::string lm_names = lm_prefix(c);
   HfNaming n;
   n.architecture = "LLaVA";
-  n.canonical = [lm_canonical = lm.canonical](const std::string& file_name) -> std::string {
-    const std::string name = canonical_prefix(file_name);
+  n.canonical = [lm_canonical = lm.canonical, gpt2,
+                 lm_names](const std::string& file_name) -> std::string {
+    const std::string name = canonical_prefix(file_name, gpt2);
     const std::string tower = kTower + "vision_model.";
     if (name.rfind(tower + "post_layernorm.", 0) == 0 || name == tower + "embeddings.position_ids")
       return "";
+    // GPT-2's canonical names drop transformer. (and its lm_head has none): put it back.
     if (name.rfind(kLm, 0) == 0) {
       const std::string inner = lm_canonical(name.substr(kLm.size()));
-      return inner.empty() ? "" : kLm + inner;
+      return inner.empty() ? "" : lm_names + inner;
     }
     return name;
   };
-  n.layer_prefix = kLm + lm.layer_prefix;
+  n.layer_prefix = lm_names + lm.layer_prefix;
   n.layer_of = [prefix = n.layer_prefix](const std::string& name) {
     return hf_layer_of(name, prefix);
   };
   n.num_layers = c.num_layers;
-  if (!lm.tied_copy.empty()) n.tied_copy = kLm + lm.tied_copy;
+  if (!lm.tied_copy.empty()) n.tied_copy = lm_names + lm.tied_copy;
   return n;
 }
 
@@ -115,12 +134,6 @@ nlohmann::json vision_config_json(const VisionConfig& v) {
 
 std::vector<std::string> hf_llava_unsupported(const ModelConfig& c) {
   std::vector<std::string> out;
-  if (c.learned_positions() && !c.rms_norm())
-    out.push_back(
-        "a GPT-2 language model: Lattice writes LLaVA with a Llama-family language model "
-        "(--position-embedding-type rope --normalization RMSNorm --swiglu)");
-  else
-    out = hf_llama_unsupported(c);
   const VisionConfig& v = c.vision;
   if (!v.class_token)
     out.push_back("--disable-vision-class-token: HF's CLIPVisionModel always has a class token");
@@ -151,9 +164,14 @@ Status export_hf_llava(const std::string& path, const ModelConfig& config,
   sources.push_back({post + "bias", {C}, nullptr, [C](float* x) { std::fill_n(x, C, 0.0f); }});
   const HfTarget target = hf_target(path);
   if (Status s = write_hf_weights(target, std::move(sources), options); !s) return s;
-  // The language model's config.json, as export_hf_llama writes it, becomes text_config.
+  // The language model's config.json, as export_hf_gpt2 or export_hf_llama writes it, becomes
+  // text_config.
   const int64_t vocab_rows = table.front().shape[0];
-  if (Status s = write_hf_llama_config(target.config_path(), config, vocab_rows, options.dtype); !s)
+  if (Status s =
+          gpt2_lm(config)
+              ? write_hf_gpt2_config(target.config_path(), config, vocab_rows, options.dtype)
+              : write_hf_llama_config(target.config_path(), config, vocab_rows, options.dtype);
+      !s)
     return s;
   Result<nlohmann::json> text = read_hf_config(target.config_path());
   if (!text) return text.status();

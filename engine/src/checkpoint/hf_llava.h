@@ -1,11 +1,12 @@
 // Import and export of Hugging Face LLaVA weights (LlavaForConditionalGeneration, model_type
 // "llava") for Lattice's vision-language models (docs/vision.md): the CLIP tower as
 // CLIPVisionModel's names under vision_tower., the projector as multi_modal_projector.linear_1 /
-// linear_2, and a Llama-family language model under language_model. with LlamaForCausalLM's (or
-// MixtralForCausalLM's) names: the layout llava-hf's checkpoints on the Hub ship with
-// (transformers before 4.52). Import also reads the names newer transformers save
-// (model.vision_tower., model.multi_modal_projector., model.language_model.<no "model.">,
-// lm_head.weight). Mapping and assumptions: Note [LLaVA layout] in hf_llava.cpp.
+// linear_2, and the language model under language_model. with LlamaForCausalLM's (or
+// MixtralForCausalLM's, or GPT2LMHeadModel's: transformer.h.N...) names: the layout llava-hf's
+// checkpoints on the Hub ship with (transformers before 4.52). Import also reads the names newer
+// transformers save (model.vision_tower., model.multi_modal_projector., model.language_model.
+// + the base model's names, lm_head.weight). Mapping and assumptions: Note [LLaVA layout] in
+// hf_llava.cpp.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -19,9 +20,9 @@
 
 namespace lattice {
 
-// Why the vision-language model `config` has no LLaVA form, one sentence each naming the flag
-// (no class token, a patch bias, a non-square image, a GPT-2 language model), the language
-// model's own problems (hf_llama_unsupported) included; empty when it has one.
+// Why the vision tower of `config` has no LLaVA form, one sentence each naming the flag (no
+// class token, a patch bias, a non-square image); empty when it has one. The language model's
+// own problems are hf_unsupported's (hf_model.h).
 std::vector<std::string> hf_llava_unsupported(const ModelConfig& config);
 
 // As import_hf_llama (hf_llama.h), for a LLaVA model: `layout` is ParamLayout(config) of a

@@ -61,14 +61,13 @@ HfArchitecture hf_architecture_of(const ModelConfig& config) {
 }
 
 std::vector<std::string> hf_unsupported(const ModelConfig& config) {
-  switch (hf_architecture_of(config)) {
-    case HfArchitecture::kGpt2:
-      return gpt2_unsupported(config);
-    case HfArchitecture::kLlava:
-      return hf_llava_unsupported(config);
-    default:
-      return hf_llama_unsupported(config);
-  }
+  // A vision-language model's language model is GPT-2 or the Llama family as a text model's.
+  std::vector<std::string> problems = config.learned_positions() && !config.rms_norm()
+                                          ? gpt2_unsupported(config)
+                                          : hf_llama_unsupported(config);
+  if (config.has_vision())
+    for (std::string& p : hf_llava_unsupported(config)) problems.push_back(std::move(p));
+  return problems;
 }
 
 Result<HfArchitecture> hf_file_architecture(const std::string& path) {

@@ -141,6 +141,52 @@ Status apply_llama(const std::string& path, TrainOptions& o) {
   return apply_llama_config(*read, o);
 }
 
+// A LLaVA model's GPT-2 text_config (GPT2Config's defaults for absent keys): no tensor shape
+// is read, the keys give every size.
+Status apply_gpt2_text_config(const nlohmann::json& c, const std::string& source, TrainOptions& o) {
+  ModelConfig& m = o.model;
+  FlagTaker f{o, source, {}};
+  auto size = [&](const char* key, int fallback) {
+    if (!c.contains(key) || c[key].is_null()) return fallback;
+    if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0 ||
+        c[key].get<int64_t>() > ModelConfig::kMaxDimension) {
+      f.errors.push_back(source + ": " + key + " is " + c[key].dump() + ", not a positive integer");
+      return fallback;
+    }
+    return c[key].get<int>();
+  };
+  auto gives = [](const char* key, int v) {
+    return "gives " + std::string(key) + " " + std::to_string(v);
+  };
+  f.architecture("GPT-2", "learned_absolute", "LayerNorm", false);
+  f.take("group-query-attention", m.group_query_attention, false,
+         "is a GPT-2 model (a key and value head per query head)");
+  f.take("untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights, false,
+         "is a GPT-2 model (output layer tied to the word embeddings)");
+  f.take("disable-bias-linear", m.disable_bias_linear, false,
+         "is a GPT-2 model (biases on every linear layer)");
+  const int layers = size("n_layer", 12), hidden = size("n_embd", 768), heads = size("n_head", 12);
+  const int positions = size("n_positions", 1024), ffn = size("n_inner", 4 * hidden);
+  f.take("num-layers", m.num_layers, layers, gives("n_layer", layers));
+  f.take("hidden-size", m.hidden_size, hidden, gives("n_embd", hidden));
+  f.take("num-attention-heads", m.num_attention_heads, heads, gives("n_head", heads));
+  f.take("max-position-embeddings", m.max_position_embeddings, positions,
+         gives("n_positions", positions));
+  if (!o.given("seq-length")) m.seq_length = positions;
+  if (!o.given("ffn-hidden-size"))
+    m.ffn_hidden_size = ffn == 4 * m.hidden_size ? 0 : ffn;
+  else if (m.ffn() != ffn)
+    f.mismatch("ffn-hidden-size", std::to_string(m.ffn()), gives("n_inner", ffn));
+  f.vocabulary(size("vocab_size", 50257), "vocab_size");
+  if (c.contains("layer_norm_epsilon") && c["layer_norm_epsilon"] != nlohmann::json(1e-5))
+    f.errors.push_back(source + ": layer_norm_epsilon is " + c["layer_norm_epsilon"].dump() +
+                       "; Lattice's LayerNorm uses 1e-5");
+  if (c.value("activation_function", nlohmann::json("gelu_new")) != "gelu_new")
+    f.errors.push_back(source + ": activation_function is " + c["activation_function"].dump() +
+                       "; Lattice's GPT-2 MLP uses GELU's tanh form (gelu_new)");
+  return f.status();
+}
+
 // LLaVA (model_type llava): the language model's flags from text_config (as apply_llama's), the
 // tower's from vision_config and the top-level keys (hf_llava.h).
 Status apply_llava(const std::string& path, TrainOptions& o) {
@@ -153,12 +199,17 @@ Status apply_llava(const std::string& path, TrainOptions& o) {
   Result<nlohmann::json> json = read_hf_config(weights->config_path());
   if (!json) return json.status();
   const std::string source = weights->config_path();
-  Result<HfLlamaConfig> text =
-      parse_hf_llama_config(hf_llava_text_config(*json), source + " (text_config)");
-  if (!text) return text.status();
+  const nlohmann::json text_config = hf_llava_text_config(*json);
   Result<VisionConfig> vision = parse_hf_llava_vision(*json, source);
   if (!vision) return vision.status();
-  const Status lm = apply_llama_config(*text, o);
+  Status lm = Status::ok();
+  if (text_config.value("model_type", nlohmann::json()) == "gpt2") {
+    lm = apply_gpt2_text_config(text_config, source + " (text_config)", o);
+  } else {
+    Result<HfLlamaConfig> text = parse_hf_llama_config(text_config, source + " (text_config)");
+    if (!text) return text.status();
+    lm = apply_llama_config(*text, o);
+  }
   FlagTaker f{o, source, {}};
   if (!lm) f.errors.push_back(lm.message());
   const VisionConfig& v = *vision;
