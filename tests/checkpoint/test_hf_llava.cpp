@@ -327,7 +327,12 @@ class HfLlava : public QObject {
     auto flags = parse_train_flags({"--load-hf", out.toStdString()});
     QVERIFY2(flags, flags ? "" : flags.status().message().c_str());
     QCOMPARE(flags->model.normalization, std::string("LayerNorm"));
-    QCOMPARE(flags->model.hidden_size, 32);
+    QCOMPARE(flags->model.hidden_size, c.hidden_size);
+    QCOMPARE(flags->model.num_layers, c.num_layers);
+    QCOMPARE(flags->model.num_attention_heads, c.num_attention_heads);
+    QCOMPARE(flags->model.ffn(), c.ffn());
+    QCOMPARE(flags->model.max_positions(), c.max_positions());
+    QCOMPARE(flags->model.vocab_size, c.vocab_size);
     QCOMPARE(flags->model.vision.select_layer, -2);
     if (!testing::torch_available())
       QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
