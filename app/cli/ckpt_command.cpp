@@ -26,7 +26,7 @@ constexpr const char* kUsage =
     "  export-hf DIR OUT [--hf-dtype fp32|bf16]\n"
     "                               the model as a Hugging Face model: GPT-2 (learned positions,\n"
     "                               LayerNorm), Llama (Qwen2 with a QKV-only bias), Mixtral\n"
-    "                               (with experts) or LLaVA (a vision tower before a Llama LM);\n"
+    "                               (with experts) or LLaVA (a CLIP tower before one of them);\n"
     "                               OUT is a directory (model.safetensors, sharded above 5 GB,\n"
     "                               and config.json) or a .safetensors file (config.json\n"
     "                               beside it)\n"
