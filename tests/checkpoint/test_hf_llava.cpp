@@ -6,7 +6,8 @@
 // transformers' CLIPVisionModel, LlavaMultiModalProjector and LlamaForCausalLM) gives Lattice's
 // loss on the same image and tokens to 1e-9; what has no LLaVA form (no class token, a patch
 // bias) and a config.json that disagrees with the flags given are refused in one sentence each.
-// The reference is skipped where Debian's python3-torch is missing.
+// A GPT-2 language model (GPT2LMHeadModel under language_model.) round-trips and matches the
+// reference too. The reference is skipped where Debian's python3-torch is missing.
 #include <QtTest/QtTest>
 
 #include <QFile>
