@@ -274,10 +274,11 @@ class TrainOptionsTest : public QObject {
     // parallelism]); tests/train/test_vlm_layouts.sh runs it.
     QVERIFY2(cp.is_ok(), cp.status().message().c_str());
     QVERIFY(cp->validate().empty());
-    auto hf = parse_train_options(with({"--vision-model-type", "clip", "--save-hf", "out"}));
+    auto hf = parse_train_options(
+        with({"--vision-model-type", "clip", "--disable-vision-class-token", "--save-hf", "out"}));
     QVERIFY(mentions(hf.status(),
-                     "--save-hf: a vision-language model (--vision-model-type) has "
-                     "no Hugging Face form"));
+                     "--save-hf: --disable-vision-class-token: HF's CLIPVisionModel always has "
+                     "a class token"));
     auto text = parse_train_options(with({"--freeze-ViT"}));
     QVERIFY(mentions(text.status(), "--freeze-ViT needs a vision tower"));
     auto bad = parse_train_options(with({"--vision-model-type", "siglip", "--patch-dim", "5"}));

@@ -14,10 +14,7 @@ int hf_gpt2_layer_of(const std::string& name) {
   return hf_layer_of(name, "h.");
 }
 
-namespace {
-
-// Every tensor of HF's GPT2Model in the order of our arena.
-std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout) {
+std::vector<HfTensor> hf_gpt2_tensors(const ModelConfig& c, const ParamLayout& layout) {
   const int64_t C = c.hidden_size, F = c.ffn(), V = c.vocab_size, P = c.max_positions();
   const int64_t HS = c.head_size();
   const std::string hidden = "--hidden-size " + std::to_string(C);
@@ -68,7 +65,7 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   return out;
 }
 
-HfNaming gpt2_naming(const ModelConfig& c) {
+HfNaming hf_gpt2_naming(const ModelConfig& c) {
   HfNaming n;
   n.architecture = "GPT-2";
   n.canonical = [](const std::string& file_name) -> std::string {
@@ -89,17 +86,16 @@ HfNaming gpt2_naming(const ModelConfig& c) {
   return n;
 }
 
-}  // namespace
-
 Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       float* params) {
   const ParamLayout whole(config);
-  return import_hf_tensors(path, hf_tensors(config, whole), gpt2_naming(config), layout, params);
+  return import_hf_tensors(path, hf_gpt2_tensors(config, whole), hf_gpt2_naming(config), layout,
+                           params);
 }
 
 Status export_hf_gpt2(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       const float* params, const HfWriteOptions& options) {
-  const std::vector<HfTensor> table = hf_tensors(config, layout);
+  const std::vector<HfTensor> table = hf_gpt2_tensors(config, layout);
   const HfTarget target = hf_target(path);
   if (Status s = write_hf_weights(target, hf_tensor_sources(table, params), options); !s) return s;
   return write_hf_gpt2_config(target.config_path(), config, table.front().shape[0], options.dtype);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "checkpoint/hf_files.h"
+#include "checkpoint/hf_tensors.h"
 #include "lattice/model_config.h"
 #include "lattice/status.h"
 #include "model/param_layout.h"
@@ -28,6 +29,12 @@ Status import_hf_gpt2(const std::string& path, const ModelConfig& config, const 
 
 // The N of an HF tensor name "h.N.<...>" (without "transformer."), or -1.
 int hf_gpt2_layer_of(const std::string& name);
+
+// Every tensor of HF's GPT2Model in the order of our arena (names without "transformer.", the
+// word embedding first), and how its files are named (LLaVA's language model reuses both:
+// hf_llava.h).
+std::vector<HfTensor> hf_gpt2_tensors(const ModelConfig& config, const ParamLayout& layout);
+HfNaming hf_gpt2_naming(const ModelConfig& config);
 
 // Writes `params` as an HF GPT-2 model at `path` (a file or a directory: hf_target; each file
 // atomically, see safetensors::write): names without the "transformer." prefix, Conv1D weights

@@ -17,8 +17,13 @@ namespace lattice {
 
 namespace {
 
-// Every tensor of HF's LlamaForCausalLM in the order of our arena.
-std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout) {
+int llama_layer_of(const std::string& name) {
+  return hf_layer_of(name, "model.layers.");
+}
+
+}  // namespace
+
+std::vector<HfTensor> hf_llama_tensors(const ModelConfig& c, const ParamLayout& layout) {
   const int64_t C = c.hidden_size, F = c.ffn(), V = c.vocab_size, NH = c.num_attention_heads;
   const int64_t G = c.kv_heads(), HS = c.head_size(), Q = NH / G;
   const std::string hidden = "--hidden-size " + std::to_string(C);
@@ -94,11 +99,7 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const ParamLayout& layout
   return out;
 }
 
-int llama_layer_of(const std::string& name) {
-  return hf_layer_of(name, "model.layers.");
-}
-
-HfNaming llama_naming(const ModelConfig& c) {
+HfNaming hf_llama_naming(const ModelConfig& c) {
   HfNaming n;
   n.architecture = c.moe() ? "Mixtral" : "Llama";
   n.canonical = [](const std::string& name) -> std::string {
@@ -116,18 +117,17 @@ HfNaming llama_naming(const ModelConfig& c) {
   return n;
 }
 
-}  // namespace
-
 Status import_hf_llama(const std::string& path, const ModelConfig& config,
                        const ParamLayout& layout, float* params) {
   const ParamLayout whole(config);
-  return import_hf_tensors(path, hf_tensors(config, whole), llama_naming(config), layout, params);
+  return import_hf_tensors(path, hf_llama_tensors(config, whole), hf_llama_naming(config), layout,
+                           params);
 }
 
 Status export_hf_llama(const std::string& path, const ModelConfig& config,
                        const ParamLayout& layout, const float* params,
                        const HfWriteOptions& options) {
-  const std::vector<HfTensor> table = hf_tensors(config, layout);
+  const std::vector<HfTensor> table = hf_llama_tensors(config, layout);
   const HfTarget target = hf_target(path);
   if (Status s = write_hf_weights(target, hf_tensor_sources(table, params), options); !s) return s;
   return write_hf_llama_config(target.config_path(), config, table.front().shape[0], options.dtype);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "checkpoint/hf_files.h"
+#include "checkpoint/hf_tensors.h"
 #include "lattice/model_config.h"
 #include "lattice/status.h"
 #include "model/param_layout.h"
@@ -33,6 +34,12 @@ Status import_hf_llama(const std::string& path, const ModelConfig& config,
 // options.max_shard_bytes, or one file), q/k/v_proj regrouped from Megatron's grouped
 // linear_qkv rows into HF's head-major rows, gate_proj and up_proj the two halves of linear_fc1,
 // the vocabulary tables without their padding rows; then config.json (write_hf_llama_config).
+// Every tensor of HF's LlamaForCausalLM (or MixtralForCausalLM) in the order of our arena, the
+// word embedding first; and how its files are named (LLaVA's language model reuses both:
+// hf_llava.h).
+std::vector<HfTensor> hf_llama_tensors(const ModelConfig& config, const ParamLayout& layout);
+HfNaming hf_llama_naming(const ModelConfig& config);
+
 Status export_hf_llama(const std::string& path, const ModelConfig& config,
                        const ParamLayout& layout, const float* params,
                        const HfWriteOptions& options = {});

@@ -1,4 +1,4 @@
-// The choice between the GPT-2 and the Llama (or Mixtral) interchange (hf_model.h).
+// The choice between the GPT-2, the Llama (or Mixtral) and the LLaVA interchange (hf_model.h).
 #include "checkpoint/hf_model.h"
 
 #include <nlohmann/json.hpp>
@@ -6,6 +6,7 @@
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/hf_llama.h"
 #include "checkpoint/hf_llama_config.h"
+#include "checkpoint/hf_llava.h"
 
 namespace lattice {
 
@@ -49,22 +50,23 @@ Status supported(const ModelConfig& config) {
 const char* hf_architecture_name(HfArchitecture architecture) {
   return architecture == HfArchitecture::kGpt2      ? "GPT-2"
          : architecture == HfArchitecture::kMixtral ? "Mixtral"
+         : architecture == HfArchitecture::kLlava   ? "LLaVA"
                                                     : "Llama";
 }
 
 HfArchitecture hf_architecture_of(const ModelConfig& config) {
+  if (config.has_vision()) return HfArchitecture::kLlava;
   if (config.learned_positions() && !config.rms_norm()) return HfArchitecture::kGpt2;
   return config.moe() ? HfArchitecture::kMixtral : HfArchitecture::kLlama;
 }
 
 std::vector<std::string> hf_unsupported(const ModelConfig& config) {
-  std::vector<std::string> problems = hf_architecture_of(config) == HfArchitecture::kGpt2
+  // A vision-language model's language model is GPT-2 or the Llama family as a text model's.
+  std::vector<std::string> problems = config.learned_positions() && !config.rms_norm()
                                           ? gpt2_unsupported(config)
                                           : hf_llama_unsupported(config);
   if (config.has_vision())
-    problems.push_back(
-        "a vision-language model (--vision-model-type) has no Hugging Face form in Lattice yet "
-        "(docs/vision.md); keep its weights with --save");
+    for (std::string& p : hf_llava_unsupported(config)) problems.push_back(std::move(p));
   return problems;
 }
 
@@ -78,14 +80,18 @@ Result<HfArchitecture> hf_file_architecture(const std::string& path) {
       const nlohmann::json& type = (*config)["model_type"];
       if (type.is_string() && type.get<std::string>() == "gpt2") return HfArchitecture::kGpt2;
       if (type == "mixtral") return HfArchitecture::kMixtral;
+      if (type == "llava") return HfArchitecture::kLlava;
       if (is_hf_llama_type(*config)) return HfArchitecture::kLlama;
       return Status::invalid_argument(weights->config_path() + " gives model_type " +
                                       (*config)["model_type"].dump() +
                                       "; Lattice imports \"gpt2\", \"llama\", \"qwen2\", "
-                                      "\"mistral\" and \"mixtral\"");
+                                      "\"mistral\", \"mixtral\" and \"llava\"");
     }
   }
   if (weights->find("model.layers.0.block_sparse_moe.gate.weight")) return HfArchitecture::kMixtral;
+  if (weights->find("multi_modal_projector.linear_1.weight") ||
+      weights->find("model.multi_modal_projector.linear_1.weight"))
+    return HfArchitecture::kLlava;
   return weights->find("model.embed_tokens.weight") ? HfArchitecture::kLlama
                                                     : HfArchitecture::kGpt2;
 }
@@ -93,17 +99,27 @@ Result<HfArchitecture> hf_file_architecture(const std::string& path) {
 Status import_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                  float* params) {
   if (Status s = supported(config); !s) return s;
-  return hf_architecture_of(config) == HfArchitecture::kGpt2
-             ? import_hf_gpt2(path, config, layout, params)
-             : import_hf_llama(path, config, layout, params);
+  switch (hf_architecture_of(config)) {
+    case HfArchitecture::kGpt2:
+      return import_hf_gpt2(path, config, layout, params);
+    case HfArchitecture::kLlava:
+      return import_hf_llava(path, config, layout, params);
+    default:
+      return import_hf_llama(path, config, layout, params);
+  }
 }
 
 Status export_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                  const float* params, const HfWriteOptions& options) {
   if (Status s = supported(config); !s) return s;
-  return hf_architecture_of(config) == HfArchitecture::kGpt2
-             ? export_hf_gpt2(path, config, layout, params, options)
-             : export_hf_llama(path, config, layout, params, options);
+  switch (hf_architecture_of(config)) {
+    case HfArchitecture::kGpt2:
+      return export_hf_gpt2(path, config, layout, params, options);
+    case HfArchitecture::kLlava:
+      return export_hf_llava(path, config, layout, params, options);
+    default:
+      return export_hf_llama(path, config, layout, params, options);
+  }
 }
 
 Result<safetensors::Dtype> parse_hf_dtype(const std::string& text) {

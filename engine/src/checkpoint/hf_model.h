@@ -15,14 +15,15 @@
 
 namespace lattice {
 
-// kMixtral is the Llama family with MoE layers (hf_llama.h reads and writes both).
-enum class HfArchitecture { kGpt2, kLlama, kMixtral };
+// kMixtral is the Llama family with MoE layers (hf_llama.h reads and writes both); kLlava a
+// vision-language model, a CLIP tower and projector before a Llama-family LM (hf_llava.h).
+enum class HfArchitecture { kGpt2, kLlama, kMixtral, kLlava };
 
-// "GPT-2", "Llama" or "Mixtral".
+// "GPT-2", "Llama", "Mixtral" or "LLaVA".
 const char* hf_architecture_name(HfArchitecture architecture);
 
-// The architecture `config` is written as: GPT-2 for learned positions with LayerNorm, else the
-// Llama family: Mixtral with --num-experts, Llama without.
+// The architecture `config` is written as: LLaVA for a vision-language model; GPT-2 for learned
+// positions with LayerNorm, else the Llama family: Mixtral with --num-experts, Llama without.
 HfArchitecture hf_architecture_of(const ModelConfig& config);
 
 // Why `config` has no Hugging Face form, one sentence each naming the flag (a GPT-2 with
@@ -30,18 +31,21 @@ HfArchitecture hf_architecture_of(const ModelConfig& config);
 std::vector<std::string> hf_unsupported(const ModelConfig& config);
 
 // What the model at `path` (HfWeights::open) is: its config.json's model_type ("gpt2";
-// "llama", "qwen2", "mistral"; "mixtral"), else its tensor names (model.embed_tokens.weight:
-// Llama, Mixtral with model.layers.0.block_sparse_moe.gate.weight; else GPT-2).
+// "llama", "qwen2", "mistral"; "mixtral"; "llava"), else its tensor names (Mixtral with
+// model.layers.0.block_sparse_moe.gate.weight; LLaVA with multi_modal_projector.linear_1.weight;
+// Llama with model.embed_tokens.weight; else GPT-2).
 // invalid_argument naming the config.json for another model_type.
 Result<HfArchitecture> hf_file_architecture(const std::string& path);
 
-// import_hf_gpt2 or import_hf_llama (Llama or Mixtral) by hf_architecture_of(config), after
+// import_hf_gpt2, import_hf_llama (Llama or Mixtral) or import_hf_llava by
+// hf_architecture_of(config), after
 // hf_unsupported:
 // `layout` is ParamLayout(config) or a rank's chunk of it (--load-hf), which gets its slices.
 Status import_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                  float* params);
 
-// export_hf_gpt2 or export_hf_llama (Llama or Mixtral) by hf_architecture_of(config), after
+// export_hf_gpt2, export_hf_llama (Llama or Mixtral) or export_hf_llava by
+// hf_architecture_of(config), after
 // hf_unsupported.
 Status export_hf(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                  const float* params, const HfWriteOptions& options = {});

@@ -1,5 +1,5 @@
 // apply_hf_model (train_options.h): the model flags of a Hugging Face model (GPT-2 from its
-// tensors and config.json, the Llama family and Mixtral from its config.json), so that
+// tensors and config.json, the Llama family, Mixtral and LLaVA from its config.json), so that
 // --load-hf and `lattice ckpt import-hf` need none, and the ones given are checked against it.
 #include <cstdio>
 #include <string>
@@ -7,6 +7,7 @@
 
 #include "checkpoint/hf_gpt2_config.h"
 #include "checkpoint/hf_llama_config.h"
+#include "checkpoint/hf_llava.h"
 #include "checkpoint/hf_model.h"
 #include "lattice/train_options.h"
 
@@ -124,6 +125,8 @@ Status apply_gpt2(const std::string& path, TrainOptions& o) {
   return f.status();
 }
 
+Status apply_llama_config(const HfLlamaConfig& c, TrainOptions& o);
+
 Status apply_llama(const std::string& path, TrainOptions& o) {
   Result<HfWeights> weights = HfWeights::open(path);
   if (!weights) return weights.status();
@@ -135,7 +138,116 @@ Status apply_llama(const std::string& path, TrainOptions& o) {
         "config.json there)");
   Result<HfLlamaConfig> read = read_hf_llama_config(weights->config_path());
   if (!read) return read.status();
-  const HfLlamaConfig& c = *read;
+  return apply_llama_config(*read, o);
+}
+
+// A LLaVA model's GPT-2 text_config (GPT2Config's defaults for absent keys): no tensor shape
+// is read, the keys give every size.
+Status apply_gpt2_text_config(const nlohmann::json& c, const std::string& source, TrainOptions& o) {
+  ModelConfig& m = o.model;
+  FlagTaker f{o, source, {}};
+  auto size = [&](const char* key, int fallback) {
+    if (!c.contains(key) || c[key].is_null()) return fallback;
+    if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0 ||
+        c[key].get<int64_t>() > ModelConfig::kMaxDimension) {
+      f.errors.push_back(source + ": " + key + " is " + c[key].dump() + ", not a positive integer");
+      return fallback;
+    }
+    return c[key].get<int>();
+  };
+  auto gives = [](const char* key, int v) {
+    return "gives " + std::string(key) + " " + std::to_string(v);
+  };
+  f.architecture("GPT-2", "learned_absolute", "LayerNorm", false);
+  f.take("group-query-attention", m.group_query_attention, false,
+         "is a GPT-2 model (a key and value head per query head)");
+  f.take("untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights, false,
+         "is a GPT-2 model (output layer tied to the word embeddings)");
+  f.take("disable-bias-linear", m.disable_bias_linear, false,
+         "is a GPT-2 model (biases on every linear layer)");
+  const int layers = size("n_layer", 12), hidden = size("n_embd", 768), heads = size("n_head", 12);
+  const int positions = size("n_positions", 1024), ffn = size("n_inner", 4 * hidden);
+  f.take("num-layers", m.num_layers, layers, gives("n_layer", layers));
+  f.take("hidden-size", m.hidden_size, hidden, gives("n_embd", hidden));
+  f.take("num-attention-heads", m.num_attention_heads, heads, gives("n_head", heads));
+  f.take("max-position-embeddings", m.max_position_embeddings, positions,
+         gives("n_positions", positions));
+  if (!o.given("seq-length")) m.seq_length = positions;
+  if (!o.given("ffn-hidden-size"))
+    m.ffn_hidden_size = ffn == 4 * m.hidden_size ? 0 : ffn;
+  else if (m.ffn() != ffn)
+    f.mismatch("ffn-hidden-size", std::to_string(m.ffn()), gives("n_inner", ffn));
+  f.vocabulary(size("vocab_size", 50257), "vocab_size");
+  if (c.contains("layer_norm_epsilon") && c["layer_norm_epsilon"] != nlohmann::json(1e-5))
+    f.errors.push_back(source + ": layer_norm_epsilon is " + c["layer_norm_epsilon"].dump() +
+                       "; Lattice's LayerNorm uses 1e-5");
+  if (c.value("activation_function", nlohmann::json("gelu_new")) != "gelu_new")
+    f.errors.push_back(source + ": activation_function is " + c["activation_function"].dump() +
+                       "; Lattice's GPT-2 MLP uses GELU's tanh form (gelu_new)");
+  return f.status();
+}
+
+// LLaVA (model_type llava): the language model's flags from text_config (as apply_llama's), the
+// tower's from vision_config and the top-level keys (hf_llava.h).
+Status apply_llava(const std::string& path, TrainOptions& o) {
+  Result<HfWeights> weights = HfWeights::open(path);
+  if (!weights) return weights.status();
+  if (weights->config_path().empty())
+    return Status::invalid_argument(path +
+                                    " has no config.json beside it: a LLaVA model's tower and "
+                                    "language model are in it (put the model's config.json there)");
+  Result<nlohmann::json> json = read_hf_config(weights->config_path());
+  if (!json) return json.status();
+  const std::string source = weights->config_path();
+  const nlohmann::json text_config = hf_llava_text_config(*json);
+  Result<VisionConfig> vision = parse_hf_llava_vision(*json, source);
+  if (!vision) return vision.status();
+  Status lm = Status::ok();
+  if (text_config.value("model_type", nlohmann::json()) == "gpt2") {
+    lm = apply_gpt2_text_config(text_config, source + " (text_config)", o);
+  } else {
+    Result<HfLlamaConfig> text = parse_hf_llama_config(text_config, source + " (text_config)");
+    if (!text) return text.status();
+    lm = apply_llama_config(*text, o);
+  }
+  FlagTaker f{o, source, {}};
+  if (!lm) f.errors.push_back(lm.message());
+  const VisionConfig& v = *vision;
+  VisionConfig& ours = o.vision;
+  auto gives = [](const std::string& key, int value) {
+    return "gives " + key + " " + std::to_string(value);
+  };
+  f.take("vision-model-type", o.vision_model_type, std::string("clip"),
+         "is a LLaVA model (a CLIP tower)");
+  f.take("vision-num-layers", ours.num_layers, v.num_layers,
+         gives("vision_config.num_hidden_layers", v.num_layers));
+  f.take("vision-hidden-size", ours.hidden_size, v.hidden_size,
+         gives("vision_config.hidden_size", v.hidden_size));
+  if (!o.given("vision-ffn-hidden-size"))
+    ours.ffn_hidden_size = v.ffn_hidden_size;
+  else if (ours.ffn() != v.ffn_hidden_size)
+    f.mismatch("vision-ffn-hidden-size", std::to_string(ours.ffn()),
+               gives("vision_config.intermediate_size", v.ffn_hidden_size));
+  f.take("vision-num-attention-heads", ours.num_attention_heads, v.num_attention_heads,
+         gives("vision_config.num_attention_heads", v.num_attention_heads));
+  f.take("patch-dim", ours.patch_dim, v.patch_dim, gives("vision_config.patch_size", v.patch_dim));
+  f.take("img-h", ours.img_h, v.img_h, gives("vision_config.image_size", v.img_h));
+  f.take("img-w", ours.img_w, v.img_w, gives("vision_config.image_size", v.img_w));
+  f.take("num-channels", ours.num_channels, v.num_channels,
+         gives("vision_config.num_channels", v.num_channels));
+  f.take("vision-select-layer", ours.select_layer, v.select_layer,
+         gives("vision_feature_layer", v.select_layer));
+  f.take("disable-vision-class-token", o.disable_vision_class_token, false,
+         "is a LLaVA model (CLIP's tower has a class token)");
+  f.take("vision-patch-bias", ours.patch_bias, false,
+         "is a LLaVA model (CLIP's patch embedding has no bias)");
+  // parse_unchecked copied the tower into the model before the file was read.
+  o.model.vision_model_type = o.vision_model_type;
+  o.model.vision = o.vision_config();
+  return f.status();
+}
+
+Status apply_llama_config(const HfLlamaConfig& c, TrainOptions& o) {
   ModelConfig& m = o.model;
   FlagTaker f{o, c.path, {}};
   auto gives = [](const char* key, const std::string& value) {
@@ -228,6 +340,7 @@ Status apply_llama(const std::string& path, TrainOptions& o) {
 Status apply_hf_model(const std::string& path, TrainOptions& o) {
   Result<HfArchitecture> architecture = hf_file_architecture(path);
   if (!architecture) return architecture.status();
+  if (*architecture == HfArchitecture::kLlava) return apply_llava(path, o);
   return *architecture == HfArchitecture::kGpt2 ? apply_gpt2(path, o) : apply_llama(path, o);
 }
 
