@@ -69,7 +69,12 @@ int preprocess_command(const std::vector<std::string>& args) {
        "\"conversations\"} or {\"messages\"} with image parts): also writes the images, "
        "padded and resized, to {prefix}_text_document_images.bin/.idx/.json (docs/data.md)",
        &o.images},
-      {"image-size", "with --images: the side of the stored square images", &o.image_size}};
+      {"image-size", "with --images: the side of the stored square images", &o.image_size},
+      {"image-mean",
+       "with --images: the per-channel mean R G B (on pixel / 255) training normalises with and "
+       "pads with; default CLIP's",
+       &o.image_mean},
+      {"image-std", "with --images: the per-channel std R G B; default CLIP's", &o.image_std}};
   for (const FlagSpec& f : tokenizer_flags(o.tokenizer)) specs.push_back(f);
   if (int rc = parse_or_report("preprocess",
                                "preprocess --input FILE --output-prefix PREFIX "

@@ -1,6 +1,8 @@
 // Prompt images (prompt_images.h).
 #include "prompt_images.h"
 
+#include <cstdio>
+#include <mutex>
 #include <span>
 
 #include "data/image_preprocess.h"
@@ -43,7 +45,15 @@ Status check_image_model(const ModelConfig& config, const std::string& what) {
 void append_prompt_image(const ModelConfig& config, const RgbImage& image,
                          std::vector<float>& out) {
   const int size = config.vision.img_h;
-  const ImageNorm norm;  // CLIP's mean and std, the data's default (docs/vision.md)
+  // The training data's mean and std, as the checkpoint records them (docs/vision.md).
+  const ImageNorm norm = image_norm_of(config.vision);
+  static std::once_flag noted;
+  if (config.vision.image_norm_assumed)
+    std::call_once(noted, [] {
+      std::fprintf(stderr,
+                   "note: the checkpoint predates recording its images' normalisation; prompt "
+                   "images are normalised with CLIP's mean and std (the data's default)\n");
+    });
   const RgbImage square = preprocess_image(image, size, norm);
   const size_t at = out.size();
   out.resize(at + static_cast<size_t>(3) * size * size);

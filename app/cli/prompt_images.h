@@ -1,6 +1,7 @@
 // Images in prompts for a vision-language model (docs/vision.md, "Generation"): decoded (files
 // or data: URLs, one decoder: data/image_io.h), preprocessed as training's data (pad to square,
-// resize to the tower's size, CLIP's default mean and std: data/image_preprocess.h), and a
+// resize to the tower's size, the checkpoint's mean and std, VisionConfig::image_mean and
+// image_std: data/image_preprocess.h), and a
 // prompt's `<image>` markers expanded to Np placeholder ids each (Note [image rows] in
 // model/gpt_vision.cpp).
 #pragma once
@@ -24,7 +25,9 @@ constexpr std::string_view kImageMarker = "<image>";
 // field) naming the images.
 Status check_image_model(const ModelConfig& config, const std::string& what);
 
-// Appends `image`, preprocessed and normalised (3, img_h, img_w), to `out`.
+// Appends `image`, preprocessed and normalised (3, img_h, img_w) with the model's recorded mean
+// and std, to `out`. A checkpoint that predates them (VisionConfig::image_norm_assumed) gets
+// CLIP's and a note on stderr, once per process.
 void append_prompt_image(const ModelConfig& config, const RgbImage& image, std::vector<float>& out);
 
 // The images at `paths` as one (I, 3, img_h, img_w) array. Errors: check_image_model, a file

@@ -1,9 +1,10 @@
-// What each rank of 18 layouts (five dense GPT-2, two of the Llama family's, eleven with MoE
-// layers incl. TP, EP, EP x TP and expert TP 1 and 2 under TP) really holds, against the planner's
-// count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and activations
-// per rank to the byte (the planner counts the one model's buffers and each chunk's pool of
-// micro-batches). The trainer measures the device's categories; the run store receives every rank's
-// memory through the communicator; the planner computes from the config alone.
+// What each rank of 23 layouts (five dense GPT-2, two of the Llama family's, eleven with MoE
+// layers incl. TP, EP, EP x TP and expert TP 1 and 2 under TP, five with a vision tower trained
+// whole, projector-only, with --freeze-ViT, --freeze-LM or LoRA) really holds, against the
+// planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and
+// activations per rank to the byte (the planner counts the one model's buffers and each chunk's
+// pool of micro-batches). The trainer measures the device's categories; the run store receives
+// every rank's memory through the communicator; the planner computes from the config alone.
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
@@ -138,6 +139,28 @@ class ParallelMemory : public QObject {
     check(ranks, layout);
   }
 
+  // A LLaVA-style vision tower (issue 27; Note [vision tower in the plan] in
+  // engine/src/plan/vision_estimate.cpp) on the first stage: its weights and gradients whole
+  // whatever is frozen, optimizer moments for what trains (the projector always; the encoder
+  // unless --freeze-ViT or LoRA; the language model unless --freeze-LM, its adapters alone with
+  // LoRA), its activation buffers once and each micro-batch's images and row maps. PP 2: two
+  // micro-batches in flight on the first stage share the tower's buffers.
+  void vlm_ranks_hold_what_the_planner_says_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<QStringList>("layout");
+    QTest::newRow("vlm pp2 full") << 2 << kVlm + QStringList{"--pipeline-model-parallel-size", "2"};
+    QTest::newRow("vlm projector only") << 1 << kVlm + QStringList{"--freeze-LM", "--freeze-ViT"};
+    QTest::newRow("vlm freeze-ViT") << 1 << kVlm + QStringList{"--freeze-ViT"};
+    QTest::newRow("vlm freeze-LM") << 1 << kVlm + QStringList{"--freeze-LM"};
+    QTest::newRow("vlm lora") << 1 << kVlm + QStringList{"--lora-rank", "4"};
+  }
+
+  void vlm_ranks_hold_what_the_planner_says() {
+    QFETCH(int, ranks);
+    QFETCH(QStringList, layout);
+    check(ranks, layout);
+  }
+
   // The dispatch buffers (GptModel::allocate's MoE workspace) are what an MoE run's workspace
   // holds beyond the same model's dense run (the rest of the workspace is the same buffers).
   void moe_dispatch_buffers_are_the_extra_workspace() {
@@ -179,6 +202,23 @@ class ParallelMemory : public QObject {
   static inline const QStringList kMoe = {"--num-experts",         "4",   "--moe-router-topk", "2",
                                           "--moe-ffn-hidden-size", "64",  "--moe-layer-freq",  "2",
                                           "--moe-aux-loss-coeff",  "0.01"};
+
+  // A CLIP-shaped tower: 2 layers of width 32 (1 run), 16 x 16 images in 8 px patches (4 patches
+  // and a class token).
+  static inline const QStringList kVlm = {"--vision-model-type",
+                                          "clip",
+                                          "--vision-num-layers",
+                                          "2",
+                                          "--vision-hidden-size",
+                                          "32",
+                                          "--vision-num-attention-heads",
+                                          "2",
+                                          "--img-h",
+                                          "16",
+                                          "--img-w",
+                                          "16",
+                                          "--patch-dim",
+                                          "8"};
 
   // A 4-layer model trained two steps; a row's flags come after these and win.
   static inline const QStringList kBase = {

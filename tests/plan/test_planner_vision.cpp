@@ -2,9 +2,11 @@
 // engine/src/plan/vision_estimate.cpp): the tower's parameters and activation bytes are what a
 // VisionEncoder on the CPU device takes (to the element and the byte, fp32 and fp64), its
 // forward FLOPs are 2 x rows x elements of every weight matrix it multiplies plus the
-// attention's 4 T^2 C, the first stage alone holds it in the planner's categories, the first
+// attention's 4 T^2 C and its backward the gradients the engine computes (none for a frozen
+// encoder), the trained parameters are those ParamLayout leaves unfrozen under --freeze-LM,
+// --freeze-ViT and LoRA, the first stage alone holds it in the planner's categories, the first
 // stage's compute grows by its forward and backward, and `lattice plan` (text and --json) shows
-// it.
+// it. test_parallel_memory checks the categories against training runs.
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -16,6 +18,7 @@
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "lattice/train_options.h"
+#include "model/param_layout.h"
 #include "model/vision_encoder.h"
 
 using namespace lattice;
@@ -144,29 +147,78 @@ class PlannerVisionTest : public QObject {
   // Independently of the planner's formula: every weight matrix the forward multiplies (the
   // patch embedding and projector on Np rows, the layers run on T rows) costs 2 x rows x its
   // elements; the attention 4 T^2 C per layer run; layers past --vision-select-layer nothing.
+  // Backward (VisionEncoder::backward): each trained matrix's weight gradient costs its forward
+  // again, and its input gradient too where something before it trains (not the patch
+  // embedding: the images take no gradient); the attention's backward twice its forward. A
+  // frozen encoder (--freeze-ViT, LoRA) runs no backward: the projector's first matrix computes
+  // its weight gradient alone.
   void forward_flops_count_every_matrix_product() {
     QFETCH(QStringList, tower);
-    const TrainOptions o = options(kText + tower);
-    const VisionConfig v = o.vision_config();
-    CpuDevice device;
-    auto made = VisionEncoder<float>::create(v, 1, device);
-    QVERIFY2(made.is_ok(), made.status().message().c_str());
-    double flops = 0;
-    for (const ParamTensor& t : (*made)->tensors()) {
-      const std::string& n = t.name;
-      const bool matrix = t.shape.size() >= 2 && n.find("position_embedding") == std::string::npos;
-      if (!matrix) continue;
-      const int layer = layer_of(n);
-      if (layer >= v.layers_run()) continue;  // not run
-      const double rows = layer >= 0 ? v.seq_length() : v.patches();
-      flops += 2 * rows * static_cast<double>(t.numel);
+    for (const QStringList& freeze :
+         {QStringList{}, QStringList{"--freeze-ViT"}, QStringList{"--lora-rank", "4"}}) {
+      const TrainOptions o = options(kText + tower + freeze);
+      const VisionConfig v = o.vision_config();
+      const bool encoder_trains = freeze.isEmpty();
+      CpuDevice device;
+      auto made = VisionEncoder<float>::create(v, 1, device);
+      QVERIFY2(made.is_ok(), made.status().message().c_str());
+      double flops = 0, training = 0;
+      for (const ParamTensor& t : (*made)->tensors()) {
+        const std::string& n = t.name;
+        const bool matrix =
+            t.shape.size() >= 2 && n.find("position_embedding") == std::string::npos;
+        if (!matrix) continue;
+        const int layer = layer_of(n);
+        if (layer >= v.layers_run()) continue;  // not run
+        const double rows = layer >= 0 ? v.seq_length() : v.patches();
+        const double forward = 2 * rows * static_cast<double>(t.numel);
+        const bool projector = n.rfind("multi_modal_projector.", 0) == 0;
+        const bool trains = projector || encoder_trains;
+        const bool input_grad = n.find("linear_2") != std::string::npos ||
+                                (encoder_trains && n.find("patch_embedding") == std::string::npos);
+        flops += forward;
+        training += forward * (1 + (trains ? 1 : 0) + (input_grad ? 1 : 0));
+      }
+      const double attention =
+          v.layers_run() * 4.0 * v.seq_length() * v.seq_length() * v.hidden_size;
+      flops += attention;
+      training += attention * (encoder_trains ? 3 : 1);
+      const VisionEstimate e = estimate_vision(o);
+      QVERIFY2(
+          e.forward_flops_per_image == flops,
+          qPrintable(QString("planner %1, counted %2").arg(e.forward_flops_per_image).arg(flops)));
+      QVERIFY2(e.training_flops_per_image == training,
+               qPrintable(QString("%1: planner %2 training FLOPs per image, counted %3")
+                              .arg(freeze.join(' '))
+                              .arg(e.training_flops_per_image)
+                              .arg(training)));
+      QCOMPARE(e.flops_per_iteration, training * o.global_batch_size);
     }
-    flops += v.layers_run() * 4.0 * v.seq_length() * v.seq_length() * v.hidden_size;
-    const VisionEstimate e = estimate_vision(o);
-    QVERIFY2(
-        e.forward_flops_per_image == flops,
-        qPrintable(QString("planner %1, counted %2").arg(e.forward_flops_per_image).arg(flops)));
-    QCOMPARE(e.flops_per_iteration, 3 * flops * o.global_batch_size);
+  }
+
+  void the_trained_parameters_are_the_layouts_unfrozen_ones_data() {
+    QTest::addColumn<QStringList>("freeze");
+    QTest::newRow("full") << QStringList{};
+    QTest::newRow("projector only") << QStringList{"--freeze-LM", "--freeze-ViT"};
+    QTest::newRow("freeze-ViT") << QStringList{"--freeze-ViT"};
+    QTest::newRow("freeze-LM") << QStringList{"--freeze-LM"};
+    QTest::newRow("LoRA") << QStringList{"--lora-rank", "4"};
+  }
+
+  // One process: the planner's trainable parameters are ParamLayout::trainable_numel() of the
+  // model the trainer builds (its frozen flags, Note [vision tensors]); the optimizer state
+  // is their moments, the weights and grads every parameter's.
+  void the_trained_parameters_are_the_layouts_unfrozen_ones() {
+    QFETCH(QStringList, freeze);
+    for (const QStringList& tower : {kClip, kPlain}) {
+      const TrainOptions o = options(kText + tower + freeze);
+      const MemoryEstimate m = estimate_memory(o, *make_layout(o, 1));
+      const ParamLayout layout(o.model);
+      const StageEstimate& s = m.stages[0];
+      QCOMPARE(s.trainable_parameters, static_cast<int64_t>(layout.trainable_numel()));
+      QCOMPARE(s.optimizer_bytes, layout.trainable_numel() * 8);
+      QCOMPARE(s.grad_bytes, layout.total_numel() * 4);
+    }
   }
 
   // TP 2 x PP 2 x DP 2, distributed optimizer, 4 micro-batches per DP rank (2 in flight on the
@@ -190,11 +242,18 @@ class PlannerVisionTest : public QObject {
     QCOMPARE(b0.weight_bytes - a0.weight_bytes, static_cast<size_t>(v.parameters) * 4);
     QCOMPARE(b0.grad_bytes - a0.grad_bytes, static_cast<size_t>(v.parameters) * 4);
     QCOMPARE(b0.optimizer_bytes, (static_cast<size_t>(b0.parameters) + 1) / 2 * 8);  // / DP 2
-    QCOMPARE(b0.vision_activation_bytes_per_micro_batch, v.activation_bytes_per_micro_batch);
+    // The images' inputs: (2, 3, 32, 32) floats, image_slot and embed_tokens (2 x 32) and
+    // image_rows (2 x 16) int32.
+    QCOMPARE(v.input_bytes_per_micro_batch, size_t{2 * 3 * 32 * 32 * 4 + (2 * 64 + 32) * 4});
+    QCOMPARE(b0.vision_activation_bytes_per_micro_batch,
+             v.activation_bytes_per_micro_batch + v.input_bytes_per_micro_batch);
     QCOMPARE(b0.activation_bytes_per_micro_batch - a0.activation_bytes_per_micro_batch,
-             v.activation_bytes_per_micro_batch);
+             b0.vision_activation_bytes_per_micro_batch);
     QCOMPARE(b0.micro_batches_in_flight, 2.0);
-    QCOMPARE(b0.activation_bytes - a0.activation_bytes, 2 * v.activation_bytes_per_micro_batch);
+    // The tower's buffers once (shared by the micro-batches in flight), the inputs per
+    // micro-batch.
+    QCOMPARE(b0.activation_bytes - a0.activation_bytes,
+             v.activation_bytes_per_micro_batch + 2 * v.input_bytes_per_micro_batch);
     // The last stage does not see the tower.
     const StageEstimate &a1 = a.stages[1], &b1 = b.stages[1];
     QCOMPARE(b1.vision_parameters, int64_t{0});
@@ -203,8 +262,8 @@ class PlannerVisionTest : public QObject {
     QCOMPARE(b.flops_per_iteration - a.flops_per_iteration, v.flops_per_iteration);
   }
 
-  // PP 1 on one H100: the step's compute grows by 3 x forward of every micro-batch's images at
-  // the device's rate; the MFU counts the tower's FLOPs.
+  // PP 1 on one H100: the step's compute grows by the training FLOPs of every micro-batch's
+  // images at the device's rate; the MFU counts the tower's FLOPs.
   void the_step_time_adds_the_towers_compute() {
     const TrainOptions text = options(kText), vlm = options(kText + kClip);
     const ParallelLayout l = *make_layout(vlm, 1);
@@ -214,8 +273,8 @@ class PlannerVisionTest : public QObject {
     const StepEstimate a = estimate_step(text, l, cluster, ma);
     const StepEstimate b = estimate_step(vlm, l, cluster, mb);
     const VisionEstimate v = estimate_vision(vlm);
-    const double expected = 3 * mb.micro_batches * v.images_per_micro_batch *
-                            v.forward_flops_per_image /
+    const double expected = mb.micro_batches * v.images_per_micro_batch *
+                            v.training_flops_per_image /
                             (cluster.device.peak_flops * cluster.compute_efficiency);
     QVERIFY2(std::abs((b.compute_s - a.compute_s) - expected) <= 1e-9 * expected,
              qPrintable(QString("compute grew by %1 s, expected %2 s")
@@ -262,7 +321,7 @@ class PlannerVisionTest : public QObject {
     QCOMPARE(stages[0].toObject()["vision"].toObject()["parameters"].toInteger(), v.parameters);
     QCOMPARE(
         stages[0].toObject()["vision"].toObject()["activation_bytes_per_micro_batch"].toInteger(),
-        static_cast<qint64>(v.activation_bytes_per_micro_batch));
+        static_cast<qint64>(v.activation_bytes_per_micro_batch + v.input_bytes_per_micro_batch));
     QVERIFY(!stages[1].toObject().contains("vision"));
 
     // Without the tower nothing of it is printed.

@@ -28,8 +28,10 @@ struct StageEstimate {
   // (pp > 1; an untied output layer is part of num_parameters and sits on the last stage).
   int64_t parameters = 0;
   int64_t replicated_parameters = 0;
-  // Of `parameters`, those the optimizer trains: all of them, or with LoRA the adapters alone
-  // (Note [LoRA] in model/param_layout.h: no moments for the frozen base).
+  // Of `parameters`, those the optimizer trains, as ParamLayout freezes them (no moments for a
+  // frozen tensor; the gradient arena stays whole): the language model's, none with
+  // --freeze-LM, its adapters alone with LoRA (Note [LoRA] in model/param_layout.h); a vision
+  // tower's projector always, its encoder unless --freeze-ViT or LoRA (Note [vision tensors]).
   int64_t trainable_parameters = 0;
   // Bytes per parameter by training precision (bytes_per_parameter()):
   //   fp32: weights 4, grads 4, AdamW m and v 8            (16; 8 + 8/DP distributed)
@@ -78,9 +80,11 @@ struct StageEstimate {
   size_t dispatch_bytes = 0;
 
   // The vision tower (VisionEstimate; first stage only, all 0 elsewhere or without one). Of
-  // `parameters` and `replicated_parameters`: the tower's (whole on every TP rank). Of
-  // activation_bytes_per_micro_batch: its buffers for one micro-batch's images, which stay
-  // alive with the micro-batch (times the first model chunk's peak in activation_bytes).
+  // `parameters` and `replicated_parameters`: the tower's (whole on every TP rank); of
+  // trainable_parameters: VisionEstimate::trained_parameters. Of
+  // activation_bytes_per_micro_batch: the tower's buffers and one micro-batch's image inputs;
+  // activation_bytes holds the tower's buffers once and the inputs times the first model
+  // chunk's peak.
   int64_t vision_parameters = 0;
   size_t vision_activation_bytes_per_micro_batch = 0;
 
@@ -99,14 +103,28 @@ struct VisionEstimate {
   int64_t parameters = 0;          // VisionEncoder::num_params(): every layer's, run or not
   int layers_run = 0;              // the encoder layers the forward runs (--vision-select-layer)
   int images_per_micro_batch = 0;  // --micro-batch-size x 1 image per sample
+  // What the optimizer keeps moments for (Note [vision tensors] in model/param_layout.h): the
+  // projector always, the encoder unless --freeze-ViT or LoRA freezes it (encoder_trains).
+  int64_t trained_parameters = 0;
+  bool encoder_trains = false;
   // VisionEncoder::allocate's kActivations buffers for images_per_micro_batch images, in its
-  // compute type (fp32; double in an fp64 run). Its scratch (kWorkspace) is not counted, as the
-  // language model's is not.
+  // compute type (fp32; double in an fp64 run), taken once per model: micro-batches in flight
+  // share them (a backward re-runs the tower's forward when another ran since; Note [image rows]
+  // in model/gpt_vision.cpp). Its scratch (kWorkspace) is not counted, as the language model's
+  // is not.
   size_t activation_bytes_per_micro_batch = 0;
+  // The images' input buffers each micro-batch in flight holds (GptActivations: the normalised
+  // pixels in the compute type, and the int32 row maps image_slot, image_rows, embed_tokens).
+  size_t input_bytes_per_micro_batch = 0;
   // Forward FLOPs of one image: the patch GEMM, the layers run (GEMMs 2 m n k, attention
-  // 4 T^2 C) and the projector; forward + backward is 3 x this (backward twice forward).
+  // 4 T^2 C) and the projector.
   double forward_flops_per_image = 0;
-  double flops_per_iteration = 0;  // 3 x forward x the global batch's images
+  // Forward and the backward the engine runs: twice the forward for the layers and the
+  // projector's second GEMM; the patch GEMM's weight gradient alone (the images need none);
+  // with a frozen encoder no encoder backward and the projector's first GEMM's weight gradient
+  // alone (its input needs none).
+  double training_flops_per_image = 0;
+  double flops_per_iteration = 0;  // training_flops_per_image x the global batch's images
 };
 // Whether `options` train with a vision tower (--vision-model-type set).
 bool has_vision_tower(const TrainOptions& options);

@@ -4,10 +4,16 @@
 // (--vision-select-layer, --vision-projector-type); docs/vision.md describes the model.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
 namespace lattice {
+
+// CLIP's per-channel pixel statistics (RGB, on pixel / 255; OpenAI CLIP and LLaVA's image
+// processor): the image-text data's default normalisation (data/image_preprocess.h ImageNorm).
+constexpr std::array<float, 3> kClipImageMean = {0.48145466f, 0.4578275f, 0.40821073f};
+constexpr std::array<float, 3> kClipImageStd = {0.26862954f, 0.26130258f, 0.27577711f};
 
 struct VisionConfig {
   int num_layers = 2;           // --vision-num-layers (L)
@@ -31,6 +37,14 @@ struct VisionConfig {
   // Images per sequence the tower encodes for each micro-batch (the encoder's batch is
   // micro-batch x this): the training data's most (SampleSource::images_per_sample), not a flag.
   int images_per_sample = 1;
+  // The normalisation the training images had (the data's mean and std: the image-text
+  // dataset's _images.json, CLIP's for --mock-data; SampleSource::image_norm), not a flag. The
+  // checkpoint records it and generation normalises prompt images with it.
+  std::array<float, 3> image_mean = kClipImageMean;
+  std::array<float, 3> image_std = kClipImageStd;
+  // Set by the checkpoint reader for a checkpoint written before the normalisation was recorded:
+  // image_mean and image_std are then CLIP's, assumed.
+  bool image_norm_assumed = false;
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int patches() const { return (img_h / patch_dim) * (img_w / patch_dim); }  // Np

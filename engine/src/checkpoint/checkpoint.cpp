@@ -68,7 +68,10 @@ json vision_json(const ModelConfig& m) {
           {"class_token", v.class_token},
           {"patch_bias", v.patch_bias},
           {"select_layer", v.select_layer},
-          {"projector_type", v.projector_type}};
+          {"projector_type", v.projector_type},
+          // The training images' normalisation, what generation applies (absent before).
+          {"image_mean", v.image_mean},
+          {"image_std", v.image_std}};
 }
 
 json model_json(const ModelConfig& m) {

@@ -131,6 +131,12 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
       c.vision.patch_bias = v.at("patch_bias");
       c.vision.select_layer = v.at("select_layer");
       c.vision.projector_type = v.at("projector_type");
+      // Checkpoints from before the normalisation was recorded: CLIP's, assumed.
+      c.vision.image_norm_assumed = !v.contains("image_mean") || !v.contains("image_std");
+      if (!c.vision.image_norm_assumed) {
+        c.vision.image_mean = v.at("image_mean").get<std::array<float, 3>>();
+        c.vision.image_std = v.at("image_std").get<std::array<float, 3>>();
+      }
       c.vision.lm_hidden_size = c.hidden_size;
     }
     r->state_.iteration = j.at("iteration");

@@ -93,6 +93,9 @@ class BlendedDataset final : public SampleSource {
     return most;
   }
   int image_size() const override { return sources_.front()->image_size(); }
+  // One normalisation for the blend (build_image_text_splits refuses members that differ).
+  std::array<float, 3> image_mean() const override { return sources_.front()->image_mean(); }
+  std::array<float, 3> image_std() const override { return sources_.front()->image_std(); }
   void sample_images(int64_t index, float* images) const override {
     assert(0 <= index && index < size());
     const auto i = static_cast<size_t>(index);

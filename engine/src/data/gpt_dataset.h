@@ -15,6 +15,7 @@
 
 #include "data/indexed_dataset.h"
 #include "lattice/status.h"
+#include "lattice/vision_config.h"
 
 namespace lattice {
 
@@ -41,6 +42,11 @@ class SampleSource {
   virtual int images_per_sample() const { return 0; }
   // The side S of their square images, in pixels; 0 for text sources.
   virtual int image_size() const { return 0; }
+  // The per-channel mean and std sample_images normalised with (RGB, on pixel / 255; CLIP's
+  // unless the dataset says otherwise): what a checkpoint records for generation
+  // (VisionConfig::image_mean, image_std).
+  virtual std::array<float, 3> image_mean() const { return kClipImageMean; }
+  virtual std::array<float, 3> image_std() const { return kClipImageStd; }
   // Sample `index`'s images, normalised float CHW, (images_per_sample(), 3, S, S); slots past
   // the sample's own images zero. Only where images_per_sample() > 0 (the default aborts).
   virtual void sample_images(int64_t index, float* images) const;

@@ -7,15 +7,21 @@
 #include <cstdint>
 
 #include "data/image_io.h"
+#include "lattice/vision_config.h"
 
 namespace lattice {
 
 // Per-channel mean and std (RGB, on pixel / 255). The defaults are CLIP's (OpenAI CLIP and
 // LLaVA's image processor).
 struct ImageNorm {
-  std::array<float, 3> mean = {0.48145466f, 0.4578275f, 0.40821073f};
-  std::array<float, 3> std = {0.26862954f, 0.26130258f, 0.27577711f};
+  std::array<float, 3> mean = kClipImageMean;
+  std::array<float, 3> std = kClipImageStd;
 };
+
+// The normalisation a model's tower was trained with (VisionConfig::image_mean, image_std).
+inline ImageNorm image_norm_of(const VisionConfig& v) {
+  return {v.image_mean, v.image_std};
+}
 
 // The colour LLaVA pads with: int(255 * mean[c]) (truncated), (122, 116, 104) for CLIP.
 std::array<uint8_t, 3> pad_colour(const ImageNorm& norm);

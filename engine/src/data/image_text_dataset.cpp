@@ -9,6 +9,7 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -57,6 +58,26 @@ Status write_metadata(const std::string& path, int image_size, int32_t image_tok
   return Status::ok();
 }
 
+// --image-mean or --image-std's three values (`values` empty: keeps `out`, CLIP's). Errors: not
+// three numbers, a std that is not positive.
+Status channel_values(const char* flag, const std::vector<std::string>& values, bool positive,
+                      std::array<float, 3>& out) {
+  if (values.empty()) return Status::ok();
+  std::string all;
+  for (const std::string& v : values) all += (all.empty() ? "" : " ") + v;
+  const std::string rule = std::string("--") + flag + " '" + all + "' must be three numbers R G B" +
+                           (positive ? ", each above 0" : "");
+  if (values.size() != 3) return Status::invalid_argument(rule);
+  for (size_t c = 0; c < 3; c++) {
+    char* end = nullptr;
+    const float x = std::strtof(values[c].c_str(), &end);
+    if (end == values[c].c_str() || *end != '\0' || !std::isfinite(x) || (positive && x <= 0))
+      return Status::invalid_argument(rule);
+    out[c] = x;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<PreprocessReport> preprocess_image_text(const PreprocessOptions& o, std::ostream* log) {
@@ -73,7 +94,9 @@ Result<PreprocessReport> preprocess_image_text(const PreprocessOptions& o, std::
   Result<ChatTemplate> chat = chat_template_for(o.tokenizer, o.chat_template);
   if (!chat) return chat.status();
   const int32_t image_token_id = tokenizer.vocab_size();  // Note [image-text tokens]
-  const ImageNorm norm;
+  ImageNorm norm;
+  if (Status s = channel_values("image-mean", o.image_mean, false, norm.mean); !s) return s;
+  if (Status s = channel_values("image-std", o.image_std, true, norm.std); !s) return s;
 
   PreprocessReport report;
   const std::string prefix = o.output_prefix + "_text_document";

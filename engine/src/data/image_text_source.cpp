@@ -47,6 +47,8 @@ class ImageTextSource final : public MaskedSampleSource {
   }
   int images_per_sample() const override { return images_; }
   int image_size() const override { return data_->image_size(); }
+  std::array<float, 3> image_mean() const override { return data_->norm().mean; }
+  std::array<float, 3> image_std() const override { return data_->norm().std; }
   void sample_images(int64_t index, float* images) const override {
     const size_t doc = document(index);
     const int S = data_->image_size();
@@ -193,6 +195,14 @@ Result<DataSplits> build_image_text_splits(const std::vector<std::pair<double, s
     if (!split_bounds) return split_bounds.status();
     bounds.push_back(std::move(*split_bounds));
     images_per_sample = std::max(images_per_sample, (*opened)->max_images());
+    // One normalisation per run: the checkpoint records it for generation.
+    if (!datasets.empty() && ((*opened)->norm().mean != datasets.front()->norm().mean ||
+                              (*opened)->norm().std != datasets.front()->norm().std))
+      return Status::invalid_argument(
+          "--data-path: " + prefix + kImagesSuffix + ".json and " + blend.front().second +
+          kImagesSuffix +
+          ".json normalise images with different mean/std; blend datasets preprocessed with the "
+          "same --image-mean and --image-std");
     datasets.push_back(std::move(*opened));
   }
   return build_blended_splits(blend, split, {train_samples, valid_samples, test_samples}, bounds,

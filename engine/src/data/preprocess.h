@@ -29,6 +29,9 @@ struct PreprocessOptions {
   bool images = false;                            // --images: image-text JSONL
                                                   //   (image_text_dataset.h)
   int image_size = 224;                           // --image-size: stored images' side
+  // --image-mean R G B and --image-std R G B: the normalisation training applies (on pixel /
+  // 255; recorded in _images.json, the pad colour int(255 * mean)); empty: CLIP's.
+  std::vector<std::string> image_mean, image_std;
 };
 
 struct PreprocessReport {

@@ -375,7 +375,8 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     StageEstimate st;
     st.pp_rank = p;
     ParamCount n = stage_parameters(m, layout, p);
-    if (layout.is_first_stage(p)) {  // whole on every TP rank; frozen with LoRA as the base
+    const int64_t language_model = n.total;
+    if (layout.is_first_stage(p)) {  // whole on every TP rank
       st.vision_parameters = est.vision.parameters;
       n.total += est.vision.parameters;
       n.replicated += est.vision.parameters;
@@ -390,9 +391,13 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
       st.weight_bytes += static_cast<size_t>(layout.vpp) * 2 * m.seq_length * (m.rotary_dim() / 2) *
                          (precision == "fp64" ? 8 : 4);
     st.grad_bytes = params * per_param.grads;
-    // The optimizer keeps moments for the trained parameters alone (LoRA: the adapters). The
-    // gradient arena stays whole (frozen gradients zero; docs/lora.md).
-    st.trainable_parameters = m.lora() ? n.adapters : n.total;
+    // The optimizer keeps moments for the trained parameters alone (ParamLayout's frozen flags:
+    // LoRA trains the adapters, --freeze-LM none of the language model; a tower's projector
+    // always, its encoder unless frozen). The gradient arena stays whole (frozen gradients
+    // zero; docs/lora.md).
+    const bool base_frozen = m.lora() || m.freeze_lm;
+    st.trainable_parameters = m.lora() ? n.adapters : m.freeze_lm ? 0 : language_model;
+    if (layout.is_first_stage(p)) st.trainable_parameters += est.vision.trained_parameters;
     // The moments (twice the grads' bytes) for the trained ones, a 16-bit run's master copy
     // for every parameter.
     // Sharded over DP x CP, the ranks that reduce the dense gradients (Megatron's distributed
@@ -406,7 +411,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     };
     const size_t moments = 2 * per_param.grads;
     const size_t experts = static_cast<size_t>(n.experts);
-    const size_t trained_experts = m.lora() ? 0 : experts;
+    const size_t trained_experts = base_frozen ? 0 : experts;
     const size_t trained = static_cast<size_t>(st.trainable_parameters);
     if (experts == 0 || expert_shards == shards)
       st.optimizer_bytes = shard(trained, shards) * moments +
@@ -434,9 +439,13 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
       dispatch += chunk.dispatch;
     }
     if (layout.is_first_stage(p)) {  // the tower runs in the first chunk, the pre one
-      st.vision_activation_bytes_per_micro_batch = est.vision.activation_bytes_per_micro_batch;
-      per_micro_batch += static_cast<double>(st.vision_activation_bytes_per_micro_batch);
-      peak += peaks[0] * static_cast<double>(st.vision_activation_bytes_per_micro_batch);
+      // Note [vision tower in the plan]: its buffers once, the images' inputs per micro-batch.
+      const double tower = static_cast<double>(est.vision.activation_bytes_per_micro_batch);
+      const double inputs = static_cast<double>(est.vision.input_bytes_per_micro_batch);
+      st.vision_activation_bytes_per_micro_batch =
+          est.vision.activation_bytes_per_micro_batch + est.vision.input_bytes_per_micro_batch;
+      per_micro_batch += tower + inputs;
+      peak += tower + peaks[0] * inputs;
     }
     st.micro_batches_in_flight = in_flight(layout, p, est.micro_batches);
     st.activation_bytes_per_micro_batch = static_cast<size_t>(std::llround(per_micro_batch));
@@ -500,8 +509,12 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
         {"parameters", v.parameters},
         {"layers_run", v.layers_run},
         {"images_per_micro_batch", v.images_per_micro_batch},
+        {"trained_parameters", v.trained_parameters},
+        {"encoder_trains", v.encoder_trains},
         {"activation_bytes_per_micro_batch", v.activation_bytes_per_micro_batch},
+        {"input_bytes_per_micro_batch", v.input_bytes_per_micro_batch},
         {"forward_flops_per_image", v.forward_flops_per_image},
+        {"training_flops_per_image", v.training_flops_per_image},
         {"flops_per_iteration", v.flops_per_iteration},
         {"flops_share", v.flops_per_iteration / est.flops_per_iteration}};
   return out.dump(indent);

@@ -155,16 +155,17 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
       }
     }
     const double mean_layer = layers > 0 ? layers_fwd / layers : 0;
-    // A vision tower runs whole on every rank of the first stage, on each micro-batch's images
-    // (Note [vision tower in the plan] in vision_estimate.cpp).
+    // A vision tower runs whole on every rank of the first stage, on each micro-batch's images,
+    // its forward and the backward the engine runs (VisionEstimate::training_flops_per_image;
+    // Note [vision tower in the plan] in vision_estimate.cpp).
     const double vision =
-        first ? M * memory.vision.images_per_micro_batch * memory.vision.forward_flops_per_image
+        first ? M * memory.vision.images_per_micro_batch * memory.vision.training_flops_per_image
               : 0;
-    const double forward = tokens * (layers_fwd + (last ? head_fwd / t : 0)) + vision;
+    const double forward = tokens * (layers_fwd + (last ? head_fwd / t : 0));
     const double repeated = tokens * (full        ? recomputed * mean_layer
                                       : selective ? layers * attention_fwd / t
                                                   : 0);
-    st.compute = (3 * forward + repeated) / rate;
+    st.compute = (3 * forward + repeated + vision) / rate;
 
     // The CP ring per micro-batch and layer (2 more passes per recomputed layer), hidden behind
     // the attention's own products (Megatron's ring attention sends the next block while it

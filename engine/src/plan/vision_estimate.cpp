@@ -1,18 +1,23 @@
-// The planner's figures for a LLaVA-style vision tower (issue 27): its parameter count, the
-// activation buffers VisionEncoder keeps for one micro-batch's images, and its FLOPs per image,
-// counted from the same shapes as model/vision_encoder.cpp (test_planner_vision checks them
-// against a VisionEncoder on the CPU device). Non-goals: the tower's scratch buffers, the
-// images' input buffer, tensor or pipeline parallelism of the tower (it has none).
+// The planner's figures for a LLaVA-style vision tower (issue 27): its parameter count, what of
+// it trains, the activation buffers VisionEncoder keeps and the images' input buffers, and its
+// FLOPs per image, counted from the same shapes as model/vision_encoder.cpp (test_planner_vision
+// checks them against a VisionEncoder on the CPU device, test_parallel_memory against training).
+// Non-goals: the tower's scratch buffers (kWorkspace), tensor or pipeline parallelism of the
+// tower (it has none).
 //
 // Note [vision tower in the plan]: the training wiring puts the tower on the first pipeline
 // stage (the pre chunk), whole on every TP rank (each TP rank runs it; its gradients are whole
 // there), and trains its parameters with the language model's replicated tensors: the stage's
-// weights, grads and optimizer categories count them (the distributed optimizer shards them over
-// DP x CP like the rest). Per micro-batch the encoder runs on micro-batch x 1 images and keeps
-// its activations until that micro-batch's backward, so they are alive as long as the first
-// model chunk's (pipeline/schedule.h chunk_peaks). The projected image tokens replace Np of the
-// --seq-length positions: the language model's activations and FLOPs are unchanged. The tower
-// computes in fp32 (double in an fp64 run); 16-bit runs with a tower are refused by training.
+// weights and grads categories count them all (the gradient arena stays whole), the optimizer
+// state the trained ones (the projector always, the encoder unless --freeze-ViT or LoRA; the
+// distributed optimizer shards them over DP x CP like the rest). The encoder takes its
+// activation buffers once: micro-batches in flight share them, a backward re-running the
+// tower's forward when another micro-batch ran it since (Note [image rows] in
+// model/gpt_vision.cpp); each micro-batch in flight holds its own images and row maps, alive as
+// long as the first model chunk's (pipeline/schedule.h chunk_peaks). The projected image tokens
+// replace Np of the --seq-length positions: the language model's activations and FLOPs are
+// unchanged. The tower computes in fp32 (double in an fp64 run); 16-bit runs with a tower are
+// refused by training.
 #include <algorithm>
 
 #include "lattice/plan.h"
@@ -61,13 +66,41 @@ double vision_activation_elements(const VisionShape& s, double B) {
          R * (N * (4 * s.C + 3 * s.C + s.NH + 2 * s.F) + 4 * N) + (cls ? M * s.C : 0) + 3 * M * s.H;
 }
 
-// Forward FLOPs of one image: the patch GEMM 2 Np K C; per layer run QKV 2 T C 3C, out_proj
-// 2 T C C, fc1 and fc2 2 T C F each, attention 4 T^2 C (scores and the weighted sum); the
-// projector 2 Np C H + 2 Np H H. Norms, activations and biases are left out, as in Megatron's
-// count of the language model.
-double vision_forward_flops(const VisionShape& s) {
+// Forward FLOPs of one image by part: the patch GEMM 2 Np K C; per layer run QKV 2 T C 3C,
+// out_proj 2 T C C, fc1 and fc2 2 T C F each, attention 4 T^2 C (scores and the weighted sum);
+// the projector's two GEMMs 2 Np C H and 2 Np H H. Norms, activations and biases are left out,
+// as in Megatron's count of the language model.
+struct VisionFlops {
+  double patch, layers, projector1, projector2;
+  double forward() const { return patch + layers + projector1 + projector2; }
+};
+VisionFlops vision_forward_flops(const VisionShape& s) {
   const double layer = 2 * s.T * s.C * (3 * s.C + s.C + 2 * s.F) + 4 * s.T * s.T * s.C;
-  return 2 * s.Np * s.K * s.C + s.R * layer + 2 * s.Np * s.C * s.H + 2 * s.Np * s.H * s.H;
+  return {2 * s.Np * s.K * s.C, s.R * layer, 2 * s.Np * s.C * s.H, 2 * s.Np * s.H * s.H};
+}
+
+// Forward and backward of one image as VisionEncoder::backward runs them: a GEMM's backward is
+// twice its forward (input and weight gradients), the patch GEMM's its weight gradient alone
+// (no image gradient); a frozen encoder runs no backward and the projector's first GEMM its
+// weight gradient alone (projector_backward with encoder false).
+double vision_training_flops(const VisionFlops& f, bool encoder_trains) {
+  const double backward =
+      2 * f.projector2 +
+      (encoder_trains ? 2 * f.projector1 + 2 * f.layers + f.patch : f.projector1);
+  return f.forward() + backward;
+}
+
+// The projector's elements and the encoder's (ParamLayout::vision_tensors, without the
+// alignment gaps: the optimizer's moments are per tensor).
+struct VisionNumel {
+  int64_t projector = 0, encoder = 0;
+};
+VisionNumel vision_numel(const VisionConfig& v) {
+  VisionNumel n;
+  for (const ParamTensor& t : ParamLayout::vision_tensors(v))
+    (t.name.rfind("multi_modal_projector.", 0) == 0 ? n.projector : n.encoder) +=
+        static_cast<int64_t>(t.numel);
+  return n;
 }
 
 }  // namespace
@@ -86,11 +119,23 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   e.parameters = vision_parameters(v);
   e.layers_run = v.layers_run();
   e.images_per_micro_batch = o.micro_batch_size * kImagesPerSample;
+  // Note [vision tensors] in model/param_layout.h: the projector always trains.
+  e.encoder_trains = !o.model.freeze_vision && !o.model.lora();
+  const VisionNumel numel = vision_numel(v);
+  e.trained_parameters = numel.projector + (e.encoder_trains ? numel.encoder : 0);
+  const double B = e.images_per_micro_batch;
   e.activation_bytes_per_micro_batch =
-      static_cast<size_t>(element * vision_activation_elements(s, e.images_per_micro_batch));
-  e.forward_flops_per_image = vision_forward_flops(s);
+      static_cast<size_t>(element * vision_activation_elements(s, B));
+  // GptModel::new_activations: images (B I, Cin, img_h, img_w) in the compute type; image_slot
+  // and embed_tokens (N) and image_rows (B I Np) in int32, N = B --seq-length rows.
+  const double rows = static_cast<double>(o.micro_batch_size) * o.model.seq_length;
+  e.input_bytes_per_micro_batch = static_cast<size_t>(element * B * s.Cin * v.img_h * v.img_w +
+                                                      sizeof(int32_t) * (2 * rows + B * s.Np));
+  const VisionFlops f = vision_forward_flops(s);
+  e.forward_flops_per_image = f.forward();
+  e.training_flops_per_image = vision_training_flops(f, e.encoder_trains);
   e.flops_per_iteration =
-      3 * e.forward_flops_per_image * static_cast<double>(o.global_batch_size) * kImagesPerSample;
+      e.training_flops_per_image * static_cast<double>(o.global_batch_size) * kImagesPerSample;
   return e;
 }
 

@@ -736,6 +736,9 @@ Result<TrainSummary> Trainer<T>::run() {
   sample_.assign(mc_.seq_length + 1, 0);
   if (mc_.has_vision()) {  // the tower encodes the most images any sample carries
     mc_.vision.images_per_sample = std::max(1, data_.train->images_per_sample());
+    // The checkpoint records the data's normalisation for generation (docs/vision.md).
+    mc_.vision.image_mean = data_.train->image_mean();
+    mc_.vision.image_std = data_.train->image_std();
     const VisionConfig& v = mc_.vision;
     images_.assign(static_cast<size_t>(o_.micro_batch_size) * v.images_per_sample * v.num_channels *
                        v.img_h * v.img_w,
