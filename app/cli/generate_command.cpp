@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "infer_setup.h"
-#include "prompt_images.h"
+#include "infer/prompt_images.h"
 #include "text_stream.h"
 
 namespace lattice::cli {

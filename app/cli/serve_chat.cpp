@@ -6,7 +6,7 @@
 #include <span>
 
 #include "data/chat_template.h"
-#include "prompt_images.h"
+#include "infer/prompt_images.h"
 
 namespace lattice::cli {
 

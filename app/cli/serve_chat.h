@@ -34,7 +34,7 @@ struct ChatPrompter {
 // tokenizer_config.json beside a Hugging Face tokenizer, else the built-in "default" bound to
 // the EOD; `override_template`, --chat-template, instead when given). `model`, when it has a
 // vision tower (kept by reference), expands the rendered text's `<image>` markers to its
-// placeholder ids (prompt_images.h).
+// placeholder ids (infer/prompt_images.h).
 Result<ChatPrompter> chat_prompter_for(const TokenizerOptions& options, const Tokenizer& tokenizer,
                                        const std::string& override_template,
                                        const ModelConfig* model = nullptr);

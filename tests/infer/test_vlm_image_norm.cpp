@@ -2,7 +2,7 @@
 // "Generation"): `lattice data preprocess --images --image-mean --image-std` records non-CLIP
 // statistics, `lattice train` on that data writes them into the checkpoint's vision config, and
 // the prompt images `lattice generate --image` / `serve` build from the checkpoint
-// (cli::load_prompt_images) are bit for bit the images training fed the tower for the same file,
+// (load_prompt_images) are bit for bit the images training fed the tower for the same file,
 // so the generator's greedy token and its log-probability are the training forward's. A
 // checkpoint written before the statistics were recorded reads as CLIP's (image_norm_assumed).
 #include <QTemporaryDir>
@@ -21,7 +21,7 @@
 #include "lattice/infer.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
-#include "prompt_images.h"
+#include "infer/prompt_images.h"
 
 using namespace lattice;
 
@@ -141,7 +141,7 @@ class VlmImageNorm : public QObject {
     const SampleSource& source = *splits->train;
     std::vector<float> trained(static_cast<size_t>(3) * kSize * kSize);
     source.sample_images(0, trained.data());
-    auto prompt = cli::load_prompt_images(c, {path("a.png")});
+    auto prompt = load_prompt_images(c, {path("a.png")});
     QVERIFY2(prompt.is_ok(), prompt.is_ok() ? "" : prompt.status().message().c_str());
     QCOMPARE(prompt->size(), trained.size());
     for (size_t i = 0; i < trained.size(); i++)

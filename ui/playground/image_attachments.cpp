@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "data/image_io.h"
-#include "prompt_images.h"
+#include "infer/prompt_images.h"
 
 namespace lattice::ui {
 
@@ -25,7 +25,7 @@ Result<PromptImage> readPromptImage(const QString& path) {
 }
 
 int maxPromptImages(const ModelConfig& config, int context, std::string* problem) {
-  if (Status s = cli::check_image_model(config, "images"); !s) {
+  if (Status s = check_image_model(config, "images"); !s) {
     if (problem) *problem = s.message();
     return 0;
   }
@@ -39,14 +39,14 @@ int maxPromptImages(const ModelConfig& config, int context, std::string* problem
 
 Result<std::vector<float>> promptImagePixels(const ModelConfig& config,
                                              const QList<PromptImage>& images) {
-  if (Status s = cli::check_image_model(config, "the attached images"); !s) return s;
+  if (Status s = check_image_model(config, "the attached images"); !s) return s;
   std::vector<float> pixels;
   for (const PromptImage& image : images) {
     Result<RgbImage> decoded =
         decode_image(image.bytes.constData(), static_cast<size_t>(image.bytes.size()),
                      QFileInfo(image.name).fileName().toStdString());
     if (!decoded) return decoded.status();
-    cli::append_prompt_image(config, *decoded, pixels);
+    append_prompt_image(config, *decoded, pixels);
   }
   return pixels;
 }

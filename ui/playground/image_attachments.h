@@ -1,6 +1,6 @@
 // The Playground's attached images: a file read and checked with the decoder `lattice generate
 // --image` uses (data/image_io.h), how many images a loaded model's prompt can hold, a request's
-// images as the generator's pixels (app/cli/prompt_images.h: the same preprocessing), and the
+// images as the generator's pixels (engine/src/infer/prompt_images.h: the same preprocessing), and the
 // thumbnails the prompt strip and the chat transcript show. Not a widget.
 #pragma once
 

@@ -15,7 +15,7 @@
 #include "playground/chat_prompt.h"
 #include "playground/image_attachments.h"
 #include "playground/playground_io.h"
-#include "prompt_images.h"
+#include "infer/prompt_images.h"
 
 namespace lattice::ui {
 
@@ -134,11 +134,11 @@ Status promptIds(const ModelConfig& config, const Tokenizer& tok, const std::str
   r.images = std::move(*pixels);
   if (request.chat.isEmpty()) {
     Result<std::vector<int32_t>> ids =
-        cli::tokenize_with_images(tok, config, prompt, static_cast<size_t>(images.size()));
+        tokenize_with_images(tok, config, prompt, static_cast<size_t>(images.size()));
     if (!ids) return ids.status();
     r.prompt = std::move(*ids);
   } else {
-    r.prompt = cli::expand_image_markers(
+    r.prompt = expand_image_markers(
         config, prompt, [&tok](std::string_view piece, bool) { return tok.encode(piece); });
   }
   return Status::ok();
@@ -248,9 +248,9 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
     timer.start();
     // Text is decoded from the prompt's ids after its last image (all of them without one), as
     // `lattice generate` does: a tokenizer cannot decode the placeholders, shown as `<image>`.
-    std::vector<int32_t> ids = cli::prompt_text_tail(tok, r.prompt);
+    std::vector<int32_t> ids = prompt_text_tail(tok, r.prompt);
     const std::vector<int32_t> tail = ids;
-    const std::string head = cli::decode_prompt(
+    const std::string head = decode_prompt(
         tok, std::vector<int32_t>(r.prompt.begin(), r.prompt.end() - ids.size()));
     std::string shown = tok.decode(ids);  // the decoded text as far as it was signalled
     const std::string promptText = head + shown;

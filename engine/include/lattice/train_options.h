@@ -84,7 +84,7 @@ struct TrainOptions {
   // LATTICE_CPU_ISA when set, else the widest this CPU has; kernels/cpu/README.md).
   std::string cpu_isa = "auto";
   int threads = 0;        // --threads (0: all cores)
-  std::string load_hf;    // --load-hf PATH (Hugging Face GPT-2 or Llama model to start from)
+  std::string load_hf;    // --load-hf PATH (a Hugging Face model to start from)
   std::string save;       // --save DIR: checkpoints (docs/design-notes.md#checkpoints)
   int save_interval = 0;  // --save-interval N: also every N iterations (0: only at the end)
   int save_retain = 0;    // --save-retain K: keep the newest K (0: all)

@@ -186,7 +186,8 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        "LATTICE_CPU_ISA when set, else the widest this CPU runs",
        &o.cpu_isa},
       {"load-hf",
-       "start from Hugging Face weights: GPT-2 or Llama family (llama, qwen2, mistral); a model "
+       "start from Hugging Face weights: GPT-2, the Llama family (llama, qwen2, mistral), "
+       "mixtral, or llava (a vision tower with either); a model "
        "directory (config.json, model.safetensors or shards with their index) or a safetensors "
        "file with config.json beside it; model flags not given are read from it",
        &o.load_hf},
@@ -235,7 +236,8 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &o.distributed_timeout_minutes},
       {"save-hf",
        "write the final weights as a Hugging Face model: GPT-2 for learned positions with "
-       "LayerNorm, else Llama (Qwen2 with --add-qkv-bias alone); into a directory "
+       "LayerNorm, else Llama (Qwen2 with --add-qkv-bias alone; Mixtral with experts; LLaVA "
+       "with a vision tower, and its preprocessor_config.json); into a directory "
        "(model.safetensors, sharded above 5 GB, and config.json), or the .safetensors file "
        "named with config.json beside it",
        &o.save_hf},

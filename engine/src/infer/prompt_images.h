@@ -17,7 +17,7 @@
 #include "lattice/status.h"
 #include "lattice/tokenizer.h"
 
-namespace lattice::cli {
+namespace lattice {
 
 constexpr std::string_view kImageMarker = "<image>";
 
@@ -58,4 +58,4 @@ std::string decode_prompt(const Tokenizer& tok, const std::vector<int32_t>& prom
 // continuation is decoded together with.
 std::vector<int32_t> prompt_text_tail(const Tokenizer& tok, const std::vector<int32_t>& prompt);
 
-}  // namespace lattice::cli
+}  // namespace lattice

@@ -1,5 +1,5 @@
 // Prompt images (prompt_images.h).
-#include "prompt_images.h"
+#include "infer/prompt_images.h"
 
 #include <cstdio>
 #include <mutex>
@@ -7,7 +7,7 @@
 
 #include "data/image_preprocess.h"
 
-namespace lattice::cli {
+namespace lattice {
 
 namespace {
 size_t count_markers(const std::string& text) {
@@ -51,7 +51,8 @@ void append_prompt_image(const ModelConfig& config, const RgbImage& image,
   if (config.vision.image_norm_assumed)
     std::call_once(noted, [] {
       std::fprintf(stderr,
-                   "note: the checkpoint predates recording its images' normalisation; prompt "
+                   "note: the model records no image normalisation (a checkpoint from before "
+                   "it was recorded, or an HF model without preprocessor_config.json); prompt "
                    "images are normalised with CLIP's mean and std (the data's default)\n");
     });
   const RgbImage square = preprocess_image(image, size, norm);
@@ -163,4 +164,4 @@ std::vector<int32_t> prompt_text_tail(const Tokenizer& tok, const std::vector<in
   return std::vector<int32_t>(prompt.begin() + start, prompt.end());
 }
 
-}  // namespace lattice::cli
+}  // namespace lattice
