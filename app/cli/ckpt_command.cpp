@@ -197,6 +197,11 @@ int import_hf_command(const std::vector<std::string>& args) {
   }
   ModelConfig m = o->model;
   m.tensor_model_parallel_size = 1;
+  if (m.has_vision() && m.vision.image_norm_assumed)  // an HF LLaVA without the file
+    std::printf(
+        "note: %s has no preprocessor_config.json; the checkpoint records CLIP's image mean "
+        "and std (LLaVA's default)\n",
+        args[0].c_str());
   if (o->tokenizer.type != "NullTokenizer") {
     Result<std::unique_ptr<Tokenizer>> t = make_tokenizer(o->tokenizer);
     if (!t) {

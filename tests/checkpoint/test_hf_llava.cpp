@@ -6,8 +6,11 @@
 // transformers' CLIPVisionModel, LlavaMultiModalProjector and LlamaForCausalLM) gives Lattice's
 // loss on the same image and tokens to 1e-9; what has no LLaVA form (no class token, a patch
 // bias) and a config.json that disagrees with the flags given are refused in one sentence each.
-// A GPT-2 language model (GPT2LMHeadModel under language_model.) round-trips and matches the
-// reference too. The reference is skipped where Debian's python3-torch is missing.
+// The images' mean and std travel in preprocessor_config.json (a CLIPImageProcessor's): export
+// writes the model's, import reads them back bit for bit (CLIP's, assumed, without the file; a
+// malformed one refused); a --load-hf run on data of another normalisation says so and trains on
+// the data's. A GPT-2 language model (GPT2LMHeadModel under language_model.) round-trips and
+// matches the reference too. The reference is skipped where Debian's python3-torch is missing.
 #include <QtTest/QtTest>
 
 #include <QFile>
@@ -47,6 +50,9 @@ ModelConfig llava_config() {
   c.num_query_groups = 2;
   c.vision.num_layers = 3;
   c.vision.select_layer = -2;
+  // Not CLIP's, and one channel a float that needs 9 digits to read back.
+  c.vision.image_mean = {0.5f, 0.25f, 0.1234567f};
+  c.vision.image_std = {0.3f, 0.2f, std::nextafter(0.27577711f, 1.0f)};
   return c;
 }
 
@@ -66,6 +72,10 @@ QString first_difference(const ParamLayout& layout, const float* a, const float*
 
 bool mentions(const Status& s, const std::string& text) {
   return !s.is_ok() && s.message().find(text) != std::string::npos;
+}
+
+bool same_bits(const std::array<float, 3>& a, const std::array<float, 3>& b) {
+  return std::memcmp(a.data(), b.data(), sizeof a) == 0;
 }
 
 }  // namespace
@@ -192,6 +202,72 @@ class HfLlava : public QObject {
                                                              {"hidden_act", "quick_gelu"}})
       QVERIFY2(v.contains(key) && v[key] == value,
                (key + " is " + v.value(key, nlohmann::json()).dump()).c_str());
+
+    // preprocessor_config.json: a CLIPImageProcessor for 16 x 16 images with the model's mean
+    // and std.
+    const nlohmann::json p = nlohmann::json::parse(
+        testing::slurp((exported() + "/preprocessor_config.json").toStdString()));
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"image_processor_type", "CLIPImageProcessor"},
+             {"do_resize", true},
+             {"size", {{"shortest_edge", 16}}},
+             {"resample", 3},
+             {"do_center_crop", true},
+             {"crop_size", {{"height", 16}, {"width", 16}}},
+             {"do_rescale", true},
+             {"rescale_factor", 1.0 / 255},
+             {"do_normalize", true}})
+      QVERIFY2(p.contains(key) && p[key] == value,
+               (key + " is " + p.value(key, nlohmann::json()).dump()).c_str());
+    for (const char* key : {"image_mean", "image_std"}) {
+      const std::array<float, 3>& want =
+          key == std::string("image_mean") ? config_.vision.image_mean : config_.vision.image_std;
+      QVERIFY2(p.contains(key) && p[key].is_array() && p[key].size() == 3, key);
+      for (int c = 0; c < 3; c++)
+        QVERIFY2(static_cast<float>(p[key][c].get<double>()) == want[c],
+                 (std::string(key) + " is " + p[key].dump()).c_str());
+    }
+    QCOMPARE(p["image_mean"][0].dump(), std::string("0.5"));  // the short decimal
+  }
+
+  void import_reads_the_images_normalisation_from_preprocessor_config() {
+    // The directory, and its weights file named alone (preprocessor_config.json beside it).
+    for (const std::string& path :
+         {exported().toStdString(), (exported() + "/model.safetensors").toStdString()}) {
+      auto o = parse_train_flags({"--load-hf", path});
+      QVERIFY2(o, o ? "" : o.status().message().c_str());
+      const VisionConfig& v = o->model.vision;
+      QVERIFY2(same_bits(v.image_mean, config_.vision.image_mean), path.c_str());
+      QVERIFY2(same_bits(v.image_std, config_.vision.image_std), path.c_str());
+      QVERIFY(!v.image_norm_assumed);
+    }
+
+    // None beside config.json: CLIP's, assumed (as an older Lattice checkpoint's).
+    const QString bare = dir_.filePath("no-preprocessor");
+    QVERIFY(QDir().mkpath(bare));
+    QVERIFY(QFile::copy(exported() + "/model.safetensors", bare + "/model.safetensors"));
+    QVERIFY(QFile::copy(exported() + "/config.json", bare + "/config.json"));
+    auto clip = parse_train_flags({"--load-hf", bare.toStdString()});
+    QVERIFY2(clip, clip ? "" : clip.status().message().c_str());
+    QVERIFY(same_bits(clip->model.vision.image_mean, kClipImageMean));
+    QVERIFY(same_bits(clip->model.vision.image_std, kClipImageStd));
+    QVERIFY(clip->model.vision.image_norm_assumed);
+
+    // A malformed one is refused in one sentence naming the file and the key.
+    const std::string file = bare.toStdString() + "/preprocessor_config.json";
+    const std::pair<nlohmann::json, std::string> bad[] = {
+        {{{"image_mean", {0.5, 0.5}}}, ": image_mean is [0.5,0.5], not a list of 3 numbers"},
+        {{{"image_std", {0.5, "0.5", 0.5}}},
+         ": image_std is [0.5,\"0.5\",0.5], not a list of 3 numbers"},
+        {{{"image_std", {0.5, 0.0, 0.5}}},
+         ": image_std is [0.5,0.0,0.5]; every channel's std must be above 0"}};
+    for (const auto& [json, why] : bad) {
+      std::ofstream(file) << json.dump();
+      auto refused = parse_train_flags({"--load-hf", bare.toStdString()});
+      QVERIFY2(mentions(refused.status(), "--load-hf: " + file + why),
+               refused ? "accepted" : refused.status().message().c_str());
+    }
+    QVERIFY(QFile::remove(QString::fromStdString(file)));
   }
 
   void import_gives_every_bit_back_whole_and_at_tp_2() {
@@ -291,6 +367,15 @@ class HfLlava : public QObject {
                                                           out});
       QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
       QVERIFY2(r.out.contains("loaded LLaVA"), qPrintable(r.out));
+      // Mock data is CLIP-normalised, the file's mean and std are not: the run trains on the
+      // data's, says so, and saves them.
+      QVERIFY2(r.out.contains("differ from " + exported() +
+                              "'s preprocessor_config.json (mean (0.5, 0.25, 0.123457)"),
+               qPrintable(r.out));
+      const nlohmann::json saved =
+          nlohmann::json::parse(testing::slurp((out + "/preprocessor_config.json").toStdString()));
+      for (int c = 0; c < 3; c++)
+        QVERIFY(static_cast<float>(saved["image_mean"][c].get<double>()) == kClipImageMean[c]);
       QVERIFY2(testing::slurp((out + "/model.safetensors").toStdString()) ==
                    testing::slurp((exported() + "/model.safetensors").toStdString()),
                qPrintable(QString("TP %1 saved other bytes").arg(ranks)));

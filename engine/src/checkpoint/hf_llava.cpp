@@ -14,7 +14,21 @@
 // ("default"), projector Linear - exact GELU - Linear with biases. CLIPVisionModel's
 // post_layernorm only norms the pooled class row, which LLaVA never reads: export writes it as
 // the identity, import skips it.
+//
+// Note [LLaVA preprocessor]: llava-hf's checkpoints carry the images' normalisation in
+// preprocessor_config.json beside config.json, a CLIPImageProcessor's settings: resize the
+// shortest edge to `size`, centre-crop to `crop_size`, rescale by 1/255, normalise with
+// image_mean / image_std (RGB). Lattice's images are padded to a square first (LLaVA-1.5's
+// expand2square, data/image_preprocess.h), after which HF's resize and crop of a square image to
+// the tower's side agree with Lattice's resize; the mean and std are what must travel. Export
+// writes them as the shortest decimals that read back to the same floats, so import gives
+// them back bit for bit.
 #include "checkpoint/hf_llava.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/hf_gpt2_config.h"
@@ -130,6 +144,40 @@ nlohmann::json vision_config_json(const VisionConfig& v) {
           {"attention_dropout", 0.0}};
 }
 
+// The shortest decimal that reads back (strtod, then to float) as `x`: 0.48145466, not
+// 0.4814546597003937 (hf_decimal's 7 digits do not always round-trip).
+double shortest_decimal(float x) {
+  char text[32];
+  for (int digits = 6; digits <= 9; digits++) {
+    std::snprintf(text, sizeof text, "%.*g", digits, x);
+    if (static_cast<float>(std::strtod(text, nullptr)) == x) break;
+  }
+  return std::strtod(text, nullptr);
+}
+
+// CLIPImageProcessor's settings for images of the tower's side (Note [LLaVA preprocessor]).
+nlohmann::json preprocessor_json(const VisionConfig& v) {
+  auto channels = [](const std::array<float, 3>& x) {
+    // CLIP's as OpenAI and llava-hf print them (the same floats as the shortest decimals).
+    if (x == kClipImageMean) return nlohmann::json::array({0.48145466, 0.4578275, 0.40821073});
+    if (x == kClipImageStd) return nlohmann::json::array({0.26862954, 0.26130258, 0.27577711});
+    return nlohmann::json::array(
+        {shortest_decimal(x[0]), shortest_decimal(x[1]), shortest_decimal(x[2])});
+  };
+  return {{"image_processor_type", "CLIPImageProcessor"},
+          {"do_resize", true},
+          {"size", {{"shortest_edge", v.img_h}}},
+          {"resample", 3},  // PIL's BICUBIC
+          {"do_center_crop", true},
+          {"crop_size", {{"height", v.img_h}, {"width", v.img_w}}},
+          {"do_rescale", true},
+          {"rescale_factor", 1.0 / 255},
+          {"do_normalize", true},
+          {"image_mean", channels(v.image_mean)},
+          {"image_std", channels(v.image_std)},
+          {"do_convert_rgb", true}};
+}
+
 }  // namespace
 
 std::vector<std::string> hf_llava_unsupported(const ModelConfig& c) {
@@ -188,7 +236,34 @@ Status export_hf_llava(const std::string& path, const ModelConfig& config,
                          {"torch_dtype", hf_torch_dtype(options.dtype)},
                          {"text_config", *text},
                          {"vision_config", vision_config_json(v)}};
-  return write_file_atomic(target.config_path(), json.dump(2) + "\n");
+  if (Status s = write_file_atomic(target.config_path(), json.dump(2) + "\n"); !s) return s;
+  return write_file_atomic(target.weights_dir + "/preprocessor_config.json",
+                           preprocessor_json(v).dump(2) + "\n");
+}
+
+Result<HfImageNorm> read_hf_llava_image_norm(const std::string& dir) {
+  HfImageNorm norm;
+  norm.path = dir + "/preprocessor_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(norm.path, ec)) return norm;
+  Result<nlohmann::json> json = read_hf_config(norm.path);
+  if (!json) return json.status();
+  for (auto [key, out] : {std::pair{"image_mean", &norm.mean}, std::pair{"image_std", &norm.std}}) {
+    if (!json->contains(key)) continue;  // CLIPImageProcessor's default: CLIP's
+    const nlohmann::json& x = (*json)[key];
+    bool fine = x.is_array() && x.size() == 3;
+    for (size_t c = 0; fine && c < 3; c++)
+      fine = x[c].is_number() && std::abs(x[c].get<double>()) < 1e30;  // a float's range
+    if (!fine)
+      return Status::invalid_argument(norm.path + ": " + key + " is " + x.dump() +
+                                      ", not a list of 3 numbers (one per RGB channel)");
+    for (size_t c = 0; c < 3; c++) (*out)[c] = static_cast<float>(x[c].get<double>());
+    if (out == &norm.std && !(norm.std[0] > 0 && norm.std[1] > 0 && norm.std[2] > 0))
+      return Status::invalid_argument(norm.path + ": " + key + " is " + x.dump() +
+                                      "; every channel's std must be above 0");
+  }
+  norm.found = true;
+  return norm;
 }
 
 Result<VisionConfig> parse_hf_llava_vision(const nlohmann::json& config, const std::string& path) {

@@ -9,6 +9,7 @@
 // hf_llava.cpp.
 #pragma once
 
+#include <array>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -34,7 +35,8 @@ Status import_hf_llava(const std::string& path, const ModelConfig& config,
 
 // Writes `params` as a LLaVA model at `path` (hf_target), the tower's fused qkv_proj split into
 // q_proj, k_proj and v_proj, post_layernorm as an identity LayerNorm (ones, zeros), then
-// config.json (hf_llava_config_json).
+// config.json (hf_llava_config_json) and preprocessor_config.json (the images' normalisation,
+// config.vision.image_mean / image_std, as a CLIPImageProcessor's: Note [LLaVA preprocessor]).
 Status export_hf_llava(const std::string& path, const ModelConfig& config,
                        const ParamLayout& layout, const float* params,
                        const HfWriteOptions& options = {});
@@ -46,6 +48,19 @@ Status export_hf_llava(const std::string& path, const ModelConfig& config,
 // "gelu", multimodal_projector_bias false, a vision_feature_layer that is a list.
 // The result has class_token true, patch_bias false, lm_hidden_size 0 (the language model's).
 Result<VisionConfig> parse_hf_llava_vision(const nlohmann::json& config, const std::string& path);
+
+// The images' normalisation of the LLaVA model whose config.json lies in `dir`: image_mean and
+// image_std of its preprocessor_config.json (Note [LLaVA preprocessor]), found false and CLIP's
+// values when there is none. invalid_argument, one sentence naming the file and the key: a
+// file that is not a JSON object, an image_mean or image_std that is not a list of 3 numbers,
+// an image_std not above 0.
+struct HfImageNorm {
+  std::array<float, 3> mean = kClipImageMean;
+  std::array<float, 3> std = kClipImageStd;
+  bool found = false;
+  std::string path;  // dir/preprocessor_config.json
+};
+Result<HfImageNorm> read_hf_llava_image_norm(const std::string& dir);
 
 // config.json's text_config with LlamaConfig's defaults filled in for the sizes a llava-hf file
 // omits (hidden_size 4096, intermediate_size 11008, 32 layers and heads,

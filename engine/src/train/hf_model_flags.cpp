@@ -2,6 +2,7 @@
 // tensors and config.json, the Llama family, Mixtral and LLaVA from its config.json), so that
 // --load-hf and `lattice ckpt import-hf` need none, and the ones given are checked against it.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -241,6 +242,15 @@ Status apply_llava(const std::string& path, TrainOptions& o) {
          "is a LLaVA model (CLIP's tower has a class token)");
   f.take("vision-patch-bias", ours.patch_bias, false,
          "is a LLaVA model (CLIP's patch embedding has no bias)");
+  // The images' normalisation: preprocessor_config.json beside config.json, else CLIP's,
+  // assumed (as the checkpoint reader does for a checkpoint that predates it). A training run
+  // then trains on, and records, its data's (docs/vision.md "HF interchange").
+  Result<HfImageNorm> norm =
+      read_hf_llava_image_norm(std::filesystem::path(source).parent_path().string());
+  if (!norm) return norm.status();
+  ours.image_mean = norm->mean;
+  ours.image_std = norm->std;
+  ours.image_norm_assumed = !norm->found;
   // parse_unchecked copied the tower into the model before the file was read.
   o.model.vision_model_type = o.vision_model_type;
   o.model.vision = o.vision_config();

@@ -55,6 +55,13 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// "(0.5, 0.5, 0.5)": a per-channel image mean or std, for messages.
+std::string channels(const std::array<float, 3>& x) {
+  char text[64];
+  std::snprintf(text, sizeof text, "(%g, %g, %g)", x[0], x[1], x[2]);
+  return text;
+}
+
 // Fault injection for tests (docs/studio.md "Instability"): LATTICE_INJECT_SPIKE=N multiplies
 // iteration N's gradients by 1000 (a grad-norm spike; clipping keeps the update sane),
 // LATTICE_INJECT_NAN=N makes iteration N's gradients NaN. 0 when unset.
@@ -734,11 +741,22 @@ Result<TrainSummary> Trainer<T>::run() {
   if (!data) return data.status();
   data_ = std::move(*data);
   sample_.assign(mc_.seq_length + 1, 0);
+  std::string image_norm_note;
   if (mc_.has_vision()) {  // the tower encodes the most images any sample carries
     mc_.vision.images_per_sample = std::max(1, data_.train->images_per_sample());
-    // The checkpoint records the data's normalisation for generation (docs/vision.md).
+    // The checkpoint records the data's normalisation for generation (docs/vision.md). The run
+    // trains on it even where --load-hf's preprocessor_config.json gave another (noted below).
+    const VisionConfig given = mc_.vision;
     mc_.vision.image_mean = data_.train->image_mean();
     mc_.vision.image_std = data_.train->image_std();
+    mc_.vision.image_norm_assumed = false;
+    if (!o_.load_hf.empty() && !given.image_norm_assumed &&
+        (given.image_mean != mc_.vision.image_mean || given.image_std != mc_.vision.image_std))
+      image_norm_note = "note: the training images' mean " + channels(mc_.vision.image_mean) +
+                        " and std " + channels(mc_.vision.image_std) + " differ from " +
+                        o_.load_hf + "'s preprocessor_config.json (mean " +
+                        channels(given.image_mean) + ", std " + channels(given.image_std) +
+                        "): the run trains on, and its checkpoints record, the data's";
     const VisionConfig& v = mc_.vision;
     images_.assign(static_cast<size_t>(o_.micro_batch_size) * v.images_per_sample * v.num_channels *
                        v.img_h * v.img_w,
@@ -759,6 +777,7 @@ Result<TrainSummary> Trainer<T>::run() {
   start.peak_gflops = device.peak_flops(dtype_of<T>()) / 1e9;
   start.blas_core = device.blas_name();
   if (rank0) sink_.on_start(start);
+  if (rank0 && !image_norm_note.empty()) sink_.on_message(image_norm_note);
   if (rank0 && start.peak_gflops <= 0)
     sink_.on_message("no peak rate known for " + device.describe() + ": MFU is reported as 0");
   if (backend_ && backend_->probe) {
