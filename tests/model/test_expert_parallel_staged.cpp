@@ -29,6 +29,7 @@
 #include "common/mpi_worker.h"
 #include "common/process.h"
 #include "common/staged_backend.h"
+#include "common/staged_runs.h"
 #include "common/tiny_model.h"
 #include "device/backends.h"
 #include "device/cpu_device.h"
@@ -121,11 +122,6 @@ int worker(char** argv) {
   return testing::end_worker(*world, error);
 }
 
-QByteArray read_bytes(const std::string& path) {
-  QFile f(QString::fromStdString(path));
-  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-}
-
 }  // namespace
 
 class ExpertParallelStaged : public QObject {
@@ -143,7 +139,8 @@ class ExpertParallelStaged : public QObject {
   }
   void staged_device_trains_expert_parallel_as_the_cpu() {
     QFETCH(QString, run);
-    const QString plain = work(run, "plain"), staged = work(run, "staged");
+    const QString plain = testing::staged_worker_figures(dir_, run, "plain", ranks_of(run));
+    const QString staged = testing::staged_worker_figures(dir_, run, "staged", ranks_of(run));
     QVERIFY(!plain.isEmpty());
     // Not vacuous: three iterations with an aux loss and both MoE layers' load on each.
     QCOMPARE(plain.count("iteration "), 3);
@@ -152,37 +149,11 @@ class ExpertParallelStaged : public QObject {
     QCOMPARE(staged, plain);
     // The checkpoints: every rank's file, byte for byte.
     const std::string base = dir_.filePath(run).toStdString();
-    const std::filesystem::path saved = base + "/plain/ckpt/iter_0000003";
-    int files = 0;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(saved)) {
-      if (e.path().extension() != ".safetensors") continue;
-      files++;
-      const std::string name = std::filesystem::relative(e.path(), saved).string();
-      const QByteArray bytes = read_bytes(e.path().string());
-      QVERIFY2(!bytes.isEmpty(), name.c_str());
-      QVERIFY2(bytes == read_bytes(base + "/staged/ckpt/iter_0000003/" + name), name.c_str());
-    }
-    QVERIFY2(files > 0, "the plain run saved no checkpoint files");
+    testing::verify_same_checkpoint_files(base + "/plain/ckpt/iter_0000003",
+                                          base + "/staged/ckpt/iter_0000003");
   }
 
  private:
-  // Runs the worker for `run` on `device` in dir_/RUN/DEVICE; returns rank 0's figures, or ""
-  // after failing the test with the worker's output.
-  QString work(const QString& run, const QString& device) {
-    const QString dir = dir_.filePath(run + "/" + device);
-    std::filesystem::create_directories(dir.toStdString());
-    const QString self =
-        QString::fromStdString(std::filesystem::read_symlink("/proc/self/exe").string());
-    const testing::Run r =
-        testing::run_mpi(ranks_of(run), self, {"--worker", run, device, dir}, {}, 180000);
-    if (r.exit_code != 0) {
-      QTest::qFail(qPrintable(run + " " + device + ": " + r.err + r.out), __FILE__, __LINE__);
-      return {};
-    }
-    QFile f(dir + "/figures");
-    return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
-  }
-
   QTemporaryDir dir_;
 };
 
