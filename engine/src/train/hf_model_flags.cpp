@@ -69,6 +69,19 @@ struct FlagTaker {
          "is a " + name + " model (" + (swiglu ? "SwiGLU" : "GELU") + " MLP)");
   }
 
+  // GPT-2's: learned positions, LayerNorm, a GELU MLP, biases, a key and value head per query
+  // head, the output layer tied to the word embeddings.
+  void gpt2_architecture() {
+    ModelConfig& m = o.model;
+    architecture("GPT-2", "learned_absolute", "LayerNorm", false);
+    take("group-query-attention", m.group_query_attention, false,
+         "is a GPT-2 model (a key and value head per query head)");
+    take("untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights, false,
+         "is a GPT-2 model (output layer tied to the word embeddings)");
+    take("disable-bias-linear", m.disable_bias_linear, false,
+         "is a GPT-2 model (biases on every linear layer)");
+  }
+
   Status status() const {
     if (errors.empty()) return Status::ok();
     std::string message;
@@ -83,13 +96,7 @@ Status apply_gpt2(const std::string& path, TrainOptions& o) {
   const HfGpt2Shape& file = *read;
   ModelConfig& m = o.model;
   FlagTaker f{o, path, {}};
-  f.architecture("GPT-2", "learned_absolute", "LayerNorm", false);
-  f.take("group-query-attention", m.group_query_attention, false,
-         "is a GPT-2 model (a key and value head per query head)");
-  f.take("untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights, false,
-         "is a GPT-2 model (output layer tied to the word embeddings)");
-  f.take("disable-bias-linear", m.disable_bias_linear, false,
-         "is a GPT-2 model (biases on every linear layer)");
+  f.gpt2_architecture();
   // A size is 0 when the file lacks its tensor (import_hf_gpt2 then names it).
   auto take_size = [&](const std::string& flag, int& target, int value, const std::string& what) {
     if (value > 0) f.take(flag, target, value, "has " + std::to_string(value) + " " + what);
@@ -159,13 +166,7 @@ Status apply_gpt2_text_config(const nlohmann::json& c, const std::string& source
   auto gives = [](const char* key, int v) {
     return "gives " + std::string(key) + " " + std::to_string(v);
   };
-  f.architecture("GPT-2", "learned_absolute", "LayerNorm", false);
-  f.take("group-query-attention", m.group_query_attention, false,
-         "is a GPT-2 model (a key and value head per query head)");
-  f.take("untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights, false,
-         "is a GPT-2 model (output layer tied to the word embeddings)");
-  f.take("disable-bias-linear", m.disable_bias_linear, false,
-         "is a GPT-2 model (biases on every linear layer)");
+  f.gpt2_architecture();
   const int layers = size("n_layer", 12), hidden = size("n_embd", 768), heads = size("n_head", 12);
   const int positions = size("n_positions", 1024), ffn = size("n_inner", 4 * hidden);
   f.take("num-layers", m.num_layers, layers, gives("n_layer", layers));
