@@ -258,10 +258,9 @@ std::string resharded_config(const CheckpointReader& reader, const TrainOptions&
   if (!saved) return train_options_json(target);
   nlohmann::json config = *saved;
   const nlohmann::json fresh = nlohmann::json::parse(train_options_json(target));
-  for (const char* key :
-       {"tensor-model-parallel-size", "pipeline-model-parallel-size",
-        "num-layers-per-virtual-pipeline-stage", "context-parallel-size",
-        "expert-model-parallel-size", "expert-tensor-parallel-size", "use-distributed-optimizer"})
+  for (const char* key : {"tensor-model-parallel-size", "pipeline-model-parallel-size",
+                          "num-layers-per-virtual-pipeline-stage", "expert-model-parallel-size",
+                          "expert-tensor-parallel-size"})
     if (fresh.contains(key)) config[key] = fresh[key];
   // Sequence parallelism splits over TP ranks: one rank has nothing to split.
   if (target.model.tensor_model_parallel_size == 1) config["sequence-parallel"] = false;
