@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "lattice/cpu_gemm.h"
 #include "lattice/cpu_isa.h"
+#include "lattice/data.h"
 #include "lattice/kernels.h"
 
 namespace {
@@ -35,13 +36,16 @@ std::string fp32_gemm_label() {
   if (mode == CpuGemm::onednn) return "oneDNN";
   if (mode == CpuGemm::openblas || !lattice::kernels::onednn_sgemm_missing().empty())
     return "OpenBLAS";
-  return "OpenBLAS or oneDNN per shape";
+  return "OpenBLAS or oneDNN per shape, measured on this machine: " +
+         lattice::kernels::cpu_gemm_choices_file();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   lattice::kernels::use_passive_openmp_waiting(argv);  // Note [OpenMP waiting]
+  // Note [GEMM choices file]: a shape's library measured once per machine, kept for every run.
+  lattice::kernels::set_cpu_gemm_choices_dir(lattice::default_data_dir());
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_usage(args.empty() ? std::cerr : std::cout);

@@ -13,6 +13,8 @@
 #include "app/screenshot.h"
 #include "app/startup_options.h"
 #include "dashboard/dashboard_view.h"
+#include "lattice/cpu_gemm.h"
+#include "lattice/data.h"
 #include "lattice/storage/run_store.h"
 #include "launch/launch_form.h"
 #include "launch/launch_view.h"
@@ -86,6 +88,8 @@ lattice::Result<QList<qint64>> findRuns(const QString& database, const QStringLi
 int main(int argc, char** argv) {
   if (hasArgument(argc, argv, "--help") || hasArgument(argc, argv, "-h"))
     return printHelp(argc, argv);
+  // The Playground's GEMMs on the libraries `lattice` measured here (Note [GEMM choices file]).
+  lattice::kernels::set_cpu_gemm_choices_dir(lattice::default_data_dir());
   const bool noPlatform = qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM");
   if (hasArgument(argc, argv, "--screenshot") && noPlatform) {
     qputenv("QT_QPA_PLATFORM", "offscreen");  // a screenshot needs no display

@@ -12,6 +12,7 @@
 #include "lattice/cpu_bf16_gemm.h"
 #include "lattice/cpu_gemm.h"
 #include "lattice/cpu_isa.h"
+#include "lattice/data.h"
 #include "lattice/kernels.h"
 #include "lattice/train.h"
 
@@ -67,24 +68,31 @@ void print_profile(const TrainSummary& s) {
   }
 }
 
-// The shapes LATTICE_CPU_GEMM=auto timed and the library each got (Note [fp32 GEMM choice],
-// kernels/cpu/README.md); nothing without auto or in a build without oneDNN.
+// The shapes the automatic mode timed or read from the choices file, and the library each got
+// (Note [fp32 GEMM choice], kernels/cpu/README.md); nothing with LATTICE_CPU_GEMM=openblas or
+// onednn, or in a build without oneDNN.
 void print_gemm_choices() {
   const std::vector<kernels::GemmChoice> choices = kernels::cpu_gemm_choices();
   if (choices.empty()) return;
-  std::printf("\nfp32 GEMMs timed on first use (GFLOP/s, median of 3):\n");
-  std::printf("| op(A) x op(B) | M | N | K | beta | OpenBLAS | oneDNN | chosen |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  const std::string file = kernels::cpu_gemm_choices_file();
+  std::printf("\nfp32 GEMMs timed on first use on this machine (GFLOP/s, median of 3; %s):\n",
+              file.empty() ? "no choices file" : file.c_str());
+  std::printf(
+      "| op(A) x op(B) | M | N | K | beta | threads | OpenBLAS | oneDNN | chosen | when |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const kernels::GemmChoice& c : choices)
-    std::printf("| %s x %s | %d | %d | %d | %d | %.0f | %.0f | %s |\n", c.trans_a ? "A^T" : "A",
-                c.trans_b ? "B^T" : "B", c.M, c.N, c.K, c.accumulate ? 1 : 0, c.openblas_gflops,
-                c.onednn_gflops, kernels::cpu_gemm_name(c.library));
+    std::printf("| %s x %s | %d | %d | %d | %d | %d | %.0f | %.0f | %s | %s |\n",
+                c.trans_a ? "A^T" : "A", c.trans_b ? "B^T" : "B", c.M, c.N, c.K,
+                c.accumulate ? 1 : 0, c.threads, c.openblas_gflops, c.onednn_gflops,
+                kernels::cpu_gemm_name(c.library), c.remembered ? "earlier run" : "this run");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   lattice::kernels::use_passive_openmp_waiting(argv);  // Note [OpenMP waiting]
+  // What `lattice train` runs: shapes timed once per machine (Note [GEMM choices file]).
+  lattice::kernels::set_cpu_gemm_choices_dir(lattice::default_data_dir());
   std::string config = "A";
   int threads = 2, steps = 0;
   float dropout = 0.1f;
@@ -155,7 +163,8 @@ int main(int argc, char** argv) {
       "%s, dropout %.2f, %d threads\n",
       config.c_str(), o.model.num_layers, o.model.hidden_size, o.model.num_attention_heads,
       o.model.vocab_size, o.model.seq_length, o.micro_batch_size,
-      bf16 ? (std::string("bf16 (GEMMs ") + kernels::bf16_gemm_name(kernels::bf16_gemm()) + ")").c_str()
+      bf16 ? (std::string("bf16 (GEMMs ") + kernels::bf16_gemm_name(kernels::bf16_gemm()) + ")")
+                 .c_str()
            : "fp32",
       dropout, threads);
   std::printf("%-34s %12s\n", "metric", "value");
@@ -182,8 +191,8 @@ int main(int argc, char** argv) {
       "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\",\"cpu_isa\":\"%s\","
       "\"precision\":\"%s\",\"fp32_gemm\":\"%s\"}\n",
       config.c_str(), threads, tokens / median, median * 1e3, gflops, s.peak_gflops,
-      s.peak_gflops > 0 ? gflops / s.peak_gflops : 0.0, mib(m.peak_rss), mib(needed), lattice::kernels::blas_core_name(),
-      kernels::cpu_isa_name(kernels::cpu_isa()),
+      s.peak_gflops > 0 ? gflops / s.peak_gflops : 0.0, mib(m.peak_rss), mib(needed),
+      lattice::kernels::blas_core_name(), kernels::cpu_isa_name(kernels::cpu_isa()),
       bf16 ? (std::string("bf16-") + kernels::bf16_gemm_name(kernels::bf16_gemm())).c_str()
            : "fp32",
       kernels::cpu_gemm_name(kernels::cpu_gemm()));

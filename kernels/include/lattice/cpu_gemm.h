@@ -1,9 +1,12 @@
 // The fp32 GEMMs of the CPU's linear layers (Note [fp32 GEMM choice], kernels/cpu/README.md):
-// OpenBLAS's sgemm (the default), oneDNN's dnnl_sgemm, or, with LATTICE_CPU_GEMM=auto, whichever
-// ran a shape faster when it was first seen: neither library wins every shape of a training step
-// (docs/benchmarks.md, "Choosing the GEMM library"), so the automatic mode chooses per
-// (transposes, M, N, K, beta) by timing both on the call's own operands. fp64 GEMMs (--fp64)
-// stay OpenBLAS's dgemm; attention's small per-head GEMMs stay OpenBLAS's too.
+// by default (auto, where the build has oneDNN) each shape runs on whichever of OpenBLAS's sgemm
+// and oneDNN's dnnl_sgemm ran it faster when it was first seen on this machine: neither library
+// wins every shape of a training step (docs/benchmarks.md, "Choosing the GEMM library"), so the
+// automatic mode times both per (threads, transposes, M, N, K, beta) on the call's own operands
+// and, given a folder (set_cpu_gemm_choices_dir), keeps the choice in a file for every later
+// process on the machine (Note [GEMM choices file]). LATTICE_CPU_GEMM=openblas|onednn forces
+// one. fp64 GEMMs (--fp64) stay OpenBLAS's dgemm; attention's small per-head GEMMs stay
+// OpenBLAS's too.
 #pragma once
 
 #include <string>
@@ -22,7 +25,8 @@ const char* cpu_gemm_name(CpuGemm mode);
 std::string onednn_sgemm_missing();
 
 // The mode in use. Until set_cpu_gemm is called: LATTICE_CPU_GEMM=openblas|onednn|auto (unset:
-// openblas). A value that cannot be served gives openblas and is reported once on stderr.
+// auto, which is OpenBLAS in a build without oneDNN). A value that cannot be served gives
+// openblas and is reported once on stderr.
 CpuGemm cpu_gemm();
 // Makes the linear layers' fp32 GEMMs use `mode`; false (and nothing changes) for onednn in a
 // build without oneDNN. Not to be called while kernels run on other threads.
@@ -39,16 +43,29 @@ void gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, cons
 
 // One shape the automatic mode has timed, and what it chose.
 struct GemmChoice {
+  int threads;  // num_threads() when it was timed
   bool trans_a, trans_b;
   int M, N, K;
   bool accumulate;  // beta != 0
   CpuGemm library;  // openblas or onednn
   double openblas_gflops, onednn_gflops;  // medians of the timed repetitions
+  bool remembered = false;  // read from the choices file, timed by an earlier process
 };
-// The shapes timed so far in this process, in the order they were first seen.
+// The shapes the automatic mode knows in this process (timed here or read from the choices
+// file), in the order it learnt them.
 std::vector<GemmChoice> cpu_gemm_choices();
-// Forgets them (tests), so that the next call of each shape times it again.
+// Forgets them (tests), so that the next call of each shape looks it up (or times it) again.
 void clear_cpu_gemm_choices();
+
+// Keeps the automatic mode's choices in gemm-choices/<machine>.tsv under `dir` (the data folder:
+// lattice and its benchmarks pass default_data_dir()), read and appended under a lock shared
+// by the machine's processes: a shape is timed once per machine, thread count and library
+// versions, and every later process (a rerun, a resumed run, the ranks of a job) runs it on
+// the same library (Note [GEMM choices file]). Empty (the default): choices live in the
+// process only.
+void set_cpu_gemm_choices_dir(const std::string& dir);
+// The file in use, or "" when none is set.
+std::string cpu_gemm_choices_file();
 
 // Shapes with M N K below this are not timed: they run on OpenBLAS. A timing of a GEMM this
 // small (under about 0.1 ms at 2 threads) is mostly call overhead and noise.

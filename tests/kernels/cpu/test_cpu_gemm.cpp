@@ -9,11 +9,18 @@
 //   at once), the timing leaves C alone (beta 1 adds the product once) or is overwritten (beta
 //   0), the result is bit for bit the chosen library's, small shapes and accumulating ones
 //   with a large C are not timed;
+// - the choices file (Note [GEMM choices file]): a timed shape is written once and read back
+//   instead of timed, a row naming the other library is obeyed bit for bit, another machine's
+//   file, malformed lines and a row cut short are reported and never lose a result, and two
+//   `lattice train` processes on one data folder time each shape once between them;
 // - LATTICE_CPU_GEMM's values and errors; `lattice train` refuses an unusable one before
 //   training, `lattice version` names the library.
 // The oneDNN cases are skipped, by name, in a build without oneDNN. test_torch_parity runs again
 // with LATTICE_CPU_GEMM=onednn (test_torch_parity_onednn, tests/train/CMakeLists.txt).
 #include <QtTest/QtTest>
+
+#include <QFile>
+#include <QTemporaryDir>
 
 #include <cmath>
 #include <cstdlib>
@@ -23,6 +30,7 @@
 
 #include "common/process.h"
 #include "lattice/cpu_gemm.h"
+#include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
 namespace k = lattice::kernels;
@@ -73,7 +81,12 @@ struct Problem {
         }
         const double got = C[size_t(m) * ldc + n], tol = (K + 2) * u * scale;
         if (!(std::abs(got - want) <= tol))
-          return QString("C[%1, %2] = %3, want %4 within %5").arg(m).arg(n).arg(got).arg(want).arg(tol);
+          return QString("C[%1, %2] = %3, want %4 within %5")
+              .arg(m)
+              .arg(n)
+              .arg(got)
+              .arg(want)
+              .arg(tol);
       }
       for (int n = N; n < ldc; n++)
         if (C[size_t(m) * ldc + n] != C0[size_t(m) * ldc + n])
@@ -82,6 +95,23 @@ struct Problem {
     return {};
   }
 };
+
+QString read_text(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+}
+void write_text(const QString& path, const QString& text) {
+  QFile f(path);
+  QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+  f.write(text.toUtf8());
+}
+// The rows of a choices file (lines not starting with '#').
+QStringList rows_of(const QString& text) {
+  QStringList rows;
+  for (const QString& line : text.split('\n', Qt::SkipEmptyParts))
+    if (!line.startsWith('#')) rows << line;
+  return rows;
+}
 
 // Makes the linear layers run `mode`; the reason it cannot here, else empty.
 QString use(CpuGemm mode) {
@@ -95,7 +125,10 @@ class CpuGemmTest : public QObject {
   Q_OBJECT
  private slots:
   void initTestCase() { k::set_num_threads(2); }
-  void cleanup() { k::set_cpu_gemm(CpuGemm::automatic); }
+  void cleanup() {
+    k::set_cpu_gemm(CpuGemm::automatic);
+    k::set_cpu_gemm_choices_dir("");
+  }
 
   void forced_library_data() {
     QTest::addColumn<int>("mode");
@@ -113,7 +146,10 @@ class CpuGemmTest : public QObject {
             const Problem p(ta, tb, 37, 29, 53, alpha, beta, seed += 3);
             const QString error = p.check(p.run());
             QVERIFY2(error.isEmpty(), qPrintable(QString("ta %1 tb %2 alpha %3 beta %4: %5")
-                                                     .arg(ta).arg(tb).arg(alpha).arg(beta)
+                                                     .arg(ta)
+                                                     .arg(tb)
+                                                     .arg(alpha)
+                                                     .arg(beta)
                                                      .arg(error)));
           }
     // An empty sum: C = beta C on every library.
@@ -129,10 +165,13 @@ class CpuGemmTest : public QObject {
     const auto inp = random_floats(size_t(N) * C, 5), w = random_floats(size_t(OC) * C, 6),
                bias = random_floats(OC, 7), dout = random_floats(size_t(N) * OC, 8),
                dw0 = random_floats(size_t(OC) * C, 9), db0 = random_floats(OC, 10);
-    auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    auto widen = [](const std::vector<float>& v) {
+      return std::vector<double>(v.begin(), v.end());
+    };
     const auto inp_d = widen(inp), w_d = widen(w), bias_d = widen(bias), dout_d = widen(dout);
     std::vector<float> out(size_t(N) * OC), dinp(size_t(N) * C), dw = dw0, db = db0;
-    std::vector<double> out_d(out.size()), dinp_d(dinp.size()), dw_d = widen(dw0), db_d = widen(db0);
+    std::vector<double> out_d(out.size()), dinp_d(dinp.size()), dw_d = widen(dw0),
+                                                                db_d = widen(db0);
     k::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
     k::matmul_forward(out_d.data(), inp_d.data(), w_d.data(), bias_d.data(), N, C, OC);
     k::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
@@ -145,7 +184,12 @@ class CpuGemmTest : public QObject {
       const double tol = (terms + 3) * std::ldexp(1.0, -24) * (terms + 1);
       for (size_t i = 0; i < got.size(); i++)
         if (!(std::abs(got[i] - want[i]) <= tol))
-          return QString("%1[%2] = %3, want %4 within %5").arg(name).arg(i).arg(got[i]).arg(want[i]).arg(tol);
+          return QString("%1[%2] = %3, want %4 within %5")
+              .arg(name)
+              .arg(i)
+              .arg(got[i])
+              .arg(want[i])
+              .arg(tol);
       return QString();
     };
     for (const QString& e : {compare("out", out, out_d, C), compare("dinp", dinp, dinp_d, OC),
@@ -214,6 +258,132 @@ class CpuGemmTest : public QObject {
     for (const std::vector<float>& r : results) QVERIFY(p.check(r).isEmpty());
   }
 
+  void choices_file_keeps_a_shape_for_later_processes() {
+    if (QString why = use(CpuGemm::onednn); !why.isEmpty()) QSKIP(qPrintable(why));
+    const Problem p(false, true, 160, 192, 576, 1.0f, 0.0f, 40);
+    const std::vector<float> by_onednn = p.run();
+    QVERIFY(k::set_cpu_gemm(CpuGemm::openblas));
+    const std::vector<float> by_openblas = p.run();
+    QVERIFY2(by_onednn != by_openblas, "the libraries sum alike here: the check below is blind");
+    QTemporaryDir dir;
+    k::set_cpu_gemm_choices_dir(dir.path().toStdString());
+    const QString file = QString::fromStdString(k::cpu_gemm_choices_file());
+    QVERIFY(file.startsWith(dir.path() + "/gemm-choices/") && file.endsWith(".tsv"));
+    QVERIFY(k::set_cpu_gemm(CpuGemm::automatic));
+    k::clear_cpu_gemm_choices();
+    p.run();  // timed, written
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(1));
+    QVERIFY(!k::cpu_gemm_choices()[0].remembered);
+    const QString text = read_text(file);
+    QVERIFY2(text.startsWith("# lattice fp32 GEMM choices for "), qPrintable(text));
+    QVERIFY2(text.contains(QString::fromStdString(k::cpu_isa_label(k::cpu_isa()))),
+             qPrintable(text));
+    QCOMPARE(rows_of(text).size(), 1);
+    const QStringList row = rows_of(text)[0].split('\t');
+    QCOMPARE(row.mid(0, 7),
+             (QStringList{QString::number(k::num_threads()), "NT", "160", "192", "576", "0",
+                          k::cpu_gemm_name(k::cpu_gemm_choices()[0].library)}));
+    // A later process (the table forgotten) reads the row instead of timing the shape again.
+    k::clear_cpu_gemm_choices();
+    p.run();
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(1));
+    QVERIFY(k::cpu_gemm_choices()[0].remembered);
+    QCOMPARE(read_text(file), text);
+    // The file decides: a row naming either library is obeyed bit for bit.
+    for (const char* library : {"onednn", "openblas"}) {
+      QStringList edited = row;
+      edited[6] = library;
+      write_text(file, text.section('\n', 0, 1) + "\n" + edited.join('\t') + "\n");
+      k::clear_cpu_gemm_choices();
+      const std::vector<float> got = p.run();
+      QVERIFY2(got == (QString(library) == "onednn" ? by_onednn : by_openblas), library);
+      QCOMPARE(QString(k::cpu_gemm_name(k::cpu_gemm_choices()[0].library)), QString(library));
+    }
+  }
+
+  void choices_file_problems_lose_nothing() {
+    if (QString why = use(CpuGemm::onednn); !why.isEmpty()) QSKIP(qPrintable(why));
+    QVERIFY(k::set_cpu_gemm(CpuGemm::automatic));
+    QTemporaryDir dir;
+    k::set_cpu_gemm_choices_dir(dir.path().toStdString());
+    const QString file = QString::fromStdString(k::cpu_gemm_choices_file());
+    QVERIFY(QDir().mkpath(QFileInfo(file).path()));
+    const Problem p(false, false, 192, 160, 576, 1.0f, 1.0f, 50);
+    // Another machine's file (its first line differs): not read, not written, shapes timed here.
+    const QString foreign =
+        "# lattice fp32 GEMM choices for another CPU\n2\tNN\t192\t160\t576\t1\tonednn\t1\t2\n";
+    write_text(file, foreign);
+    k::clear_cpu_gemm_choices();
+    QVERIFY(p.check(p.run()).isEmpty());
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(1));
+    QVERIFY(!k::cpu_gemm_choices()[0].remembered);
+    QCOMPARE(read_text(file), foreign);
+    // A malformed row is skipped and a row cut short by a writer that died is ended before the
+    // next one is appended: the file reads back whole.
+    QFile::remove(file);
+    k::clear_cpu_gemm_choices();
+    const Problem other(true, false, 160, 192, 576, 1.0f, 0.0f, 60);
+    other.run();  // writes the header and one row
+    const QString good = read_text(file);
+    QCOMPARE(rows_of(good).size(), 1);
+    write_text(file, good + "2\tXY\t1\t2\t3\t0\tonednn\t1\t2\n2\tNN\t19");
+    k::clear_cpu_gemm_choices();
+    QVERIFY(p.check(p.run()).isEmpty());  // reads `other`, skips two lines, times p, appends
+    const QStringList rows = rows_of(read_text(file));
+    QCOMPARE(rows.size(), 4);
+    QVERIFY2(rows[3].startsWith(QString::number(k::num_threads()) + "\tNN\t192\t160\t576\t1\t"),
+             qPrintable(rows.join(" | ")));
+    k::clear_cpu_gemm_choices();
+    other.run(), p.run();
+    QCOMPARE(k::cpu_gemm_choices().size(), size_t(2));
+    for (const k::GemmChoice& c : k::cpu_gemm_choices()) QVERIFY(c.remembered);
+  }
+
+  void two_processes_time_a_shape_once() {
+    if (!k::onednn_sgemm_missing().empty())
+      QSKIP(qPrintable(QString::fromStdString(k::onednn_sgemm_missing())));
+    using lattice::testing::run_process;
+    QTemporaryDir dir;
+    // Hidden 256 over 8 x 128 tokens: the linear layers' shapes are timed (above
+    // kMinTimedGemmWork).
+    const QStringList run = {"train",
+                             "--mock-data",
+                             "--train-iters",
+                             "2",
+                             "--num-layers",
+                             "1",
+                             "--hidden-size",
+                             "256",
+                             "--seq-length",
+                             "128",
+                             "--num-attention-heads",
+                             "4",
+                             "--micro-batch-size",
+                             "8",
+                             "--vocab-size",
+                             "512",
+                             "--threads",
+                             "2",
+                             "--eval-iters",
+                             "0",
+                             "--no-db"};
+    const QStringList env = {"LATTICE_CPU_GEMM=auto", "LATTICE_DATA_DIR=" + dir.path()};
+    lattice::testing::Run r = run_process(LATTICE_CLI_PATH, run, {}, 120000, env);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    const QDir folder(dir.path() + "/gemm-choices");
+    const QStringList files = folder.entryList({"*.tsv"});
+    QCOMPARE(files.size(), 1);
+    const QString first = read_text(folder.filePath(files[0]));
+    QVERIFY2(rows_of(first).size() >= 6, qPrintable(first));  // forward, dinput, dweight shapes
+    r = run_process(LATTICE_CLI_PATH, run, {}, 120000, env);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QCOMPARE(read_text(folder.filePath(files[0])), first);  // nothing timed the second time
+    r = run_process(LATTICE_CLI_PATH, {"version"}, {}, 60000, env);
+    QVERIFY2(r.out.contains("fp32 GEMMs OpenBLAS or oneDNN per shape, measured on this machine: " +
+                            folder.filePath(files[0]) + ")"),
+             qPrintable(r.out));
+  }
+
   void environment_variable() {
     const char* saved = std::getenv("LATTICE_CPU_GEMM");
     const std::string restore = saved ? saved : "";
@@ -251,12 +421,14 @@ class CpuGemmTest : public QObject {
     const bool onednn = k::onednn_sgemm_missing().empty();
     r = run_process(LATTICE_CLI_PATH, one_step, {}, 120000, {"LATTICE_CPU_GEMM=onednn"});
     QCOMPARE(r.exit_code, onednn ? 0 : 2);
-    if (!onednn) QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=onednn: this build has no oneDNN"),
-                          qPrintable(r.err));
-    for (auto [value, label] : {std::pair{"", "fp32 GEMMs OpenBLAS)"},
-                                {"openblas", "fp32 GEMMs OpenBLAS)"},
-                                {"auto", onednn ? "fp32 GEMMs OpenBLAS or oneDNN per shape)"
-                                                : "fp32 GEMMs OpenBLAS)"}}) {
+    if (!onednn)
+      QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=onednn: this build has no oneDNN"),
+               qPrintable(r.err));
+    const char* automatic = onednn ? "fp32 GEMMs OpenBLAS or oneDNN per shape, measured on this "
+                                     "machine: "
+                                   : "fp32 GEMMs OpenBLAS)";
+    for (auto [value, label] :
+         {std::pair{"", automatic}, {"openblas", "fp32 GEMMs OpenBLAS)"}, {"auto", automatic}}) {
       r = run_process(LATTICE_CLI_PATH, {"version"}, {}, 60000,
                       {QString("LATTICE_CPU_GEMM=") + value});
       QVERIFY2(r.exit_code == 0 && r.out.contains(label), qPrintable(r.out + r.err));
