@@ -21,7 +21,10 @@ Result<Rollback> plan_rollback(const TrainOptions& options, int spike) {
                " --iterations-to-skip";
   for (int it = ref->iteration + 1; it <= spike; it++)
     back.options.iterations_to_skip.push_back(std::to_string(it));
-  for (int it : back.options.skip_iterations()) back.flags += " " + std::to_string(it);
+  for (int it : back.options.skip_iterations()) {
+    back.flags += ' ';  // not `" " + to_string(it)`: GCC 12 warns of a -Wrestrict false positive
+    back.flags += std::to_string(it);
+  }
   back.sentence = "rolled back by --on-spike rollback to the checkpoint of iteration " +
                   std::to_string(ref->iteration) + " in " + options.save +
                   ", skipping the batches of iterations " + std::to_string(ref->iteration + 1) +

@@ -53,15 +53,12 @@ inline TokenizerOptions null_tokenizer(int vocab_size) {
   return o;
 }
 
-// Where the installers put tokenizer files: $LATTICE_DATA_DIR, else $XDG_DATA_HOME/lattice,
-// else $HOME/.local/share/lattice.
-std::string lattice_data_dir();
 // The directory installers/fetch-gpt2-vocab.sh fills with GPT-2's vocab.json and merges.txt:
-// lattice_data_dir() + "/gpt2".
+// default_data_dir() (lattice/data.h) + "/gpt2".
 std::string gpt2_vocab_dir();
 // The directory installers/fetch-hf-tokenizers.sh fills with Llama 3's and Qwen 3's
 // tokenizer.json (llama3/, qwen3/) and the reference, Hugging Face's tokenizers for Node
-// (reference/node_modules): lattice_data_dir() + "/hf-tokenizers".
+// (reference/node_modules): default_data_dir() + "/hf-tokenizers".
 std::string hf_tokenizers_dir();
 
 // Builds the tokenizer `options.type` names; errors name the flag or file that is wrong.

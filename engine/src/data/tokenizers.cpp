@@ -12,6 +12,7 @@
 #include "data/gpt2_bpe.h"
 #include "data/hf_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "lattice/data.h"
 
 namespace lattice {
 
@@ -254,22 +255,12 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& o) {
                                   "HuggingFaceTokenizer");
 }
 
-std::string lattice_data_dir() {
-  auto env = [](const char* name) {
-    const char* v = std::getenv(name);
-    return std::string(v ? v : "");
-  };
-  if (const std::string d = env("LATTICE_DATA_DIR"); !d.empty()) return d;
-  if (const std::string d = env("XDG_DATA_HOME"); !d.empty()) return d + "/lattice";
-  return env("HOME") + "/.local/share/lattice";
-}
-
 std::string gpt2_vocab_dir() {
-  return lattice_data_dir() + "/gpt2";
+  return default_data_dir() + "/gpt2";
 }
 
 std::string hf_tokenizers_dir() {
-  return lattice_data_dir() + "/hf-tokenizers";
+  return default_data_dir() + "/hf-tokenizers";
 }
 
 std::vector<int32_t> tokenize_with_bos(const Tokenizer& tokenizer, std::string_view text) {
