@@ -12,7 +12,17 @@
 #include <QString>
 #include <QStringList>
 
+#include <string>
+#include <vector>
+
 namespace lattice::testing {
+
+// `args` as a program's arguments (the flags tiny_model.h gives as std::string).
+inline QStringList qt_args(const std::vector<std::string>& args) {
+  QStringList out;
+  for (const std::string& a : args) out << QString::fromStdString(a);
+  return out;
+}
 
 struct Run {
   int exit_code = -1;      // -1: crashed or timed out

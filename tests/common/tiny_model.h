@@ -2,6 +2,9 @@
 // ModelConfig defaults. Dropout is off unless the test turns it on.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "lattice/model_config.h"
 #include "lattice/train_options.h"
 
@@ -47,6 +50,26 @@ inline ModelConfig tiny_vlm_config(bool llama, int images_per_sample, int seq, f
   v.init_method_std = init_std;
   v.images_per_sample = images_per_sample;
   return c;
+}
+
+// The flags of a tiny CLIP tower for `lattice train` and parse_train_flags: `layers` layers of
+// width 16 with 2 heads on 16 x 16 images in 8-pixel patches (4 tokens an image), as
+// tiny_vlm_config's tower but with the default MLP width.
+inline std::vector<std::string> tiny_tower_flags(int layers) {
+  return {"--vision-model-type",
+          "clip",
+          "--vision-num-layers",
+          std::to_string(layers),
+          "--vision-hidden-size",
+          "16",
+          "--vision-num-attention-heads",
+          "2",
+          "--img-h",
+          "16",
+          "--img-w",
+          "16",
+          "--patch-dim",
+          "8"};
 }
 
 // A --device cuda run of two layers that the CUDA backend accepts as it is (head size 64, an MLP

@@ -23,7 +23,7 @@
 #include "common/escaped.h"
 #include "common/files.h"
 #include "common/process.h"
-#include "data/bpe_core.h"
+#include "common/tiny_tokenizer.h"
 #include "data/hf_regex.h"
 #include "data/hf_tokenizer.h"
 #include "data/indexed_dataset.h"
@@ -33,6 +33,8 @@ using lattice::HuggingFaceTokenizer;
 using lattice::testing::escaped;
 using lattice::testing::slurp;
 using lattice::testing::spit;
+using lattice::testing::tiny_tokenizer;
+using lattice::testing::with_bos_template;
 using nlohmann::json;
 
 namespace {
@@ -115,43 +117,6 @@ std::string first_mismatch(const HuggingFaceTokenizer& t, const std::vector<std:
     return report;
   }
   return "";
-}
-
-// A small byte-level tokenizer.json: the 256 byte tokens, "ab" (256), "abc" (257), "ca" (258,
-// made by no merge), the added special token "<|endoftext|>" (259), ByteLevel with GPT-2's
-// regex, merges "a b" and "ab c"; `edit` changes it before it is written.
-std::string tiny_tokenizer(const QTemporaryDir& dir, const std::string& name,
-                           const std::function<void(json&)>& edit = {}) {
-  json vocab = json::object();
-  for (int b = 0; b < 256; b++)
-    vocab[lattice::bpe::spell(std::string(1, static_cast<char>(b)))] = b;
-  vocab["ab"] = 256;
-  vocab["abc"] = 257;
-  vocab["ca"] = 258;
-  json j = {
-      {"version", "1.0"},
-      {"added_tokens", json::array({{{"id", 259},
-                                     {"content", "<|endoftext|>"},
-                                     {"special", true},
-                                     {"normalized", false},
-                                     {"lstrip", false},
-                                     {"rstrip", false},
-                                     {"single_word", false}}})},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model",
-       {{"type", "BPE"},
-        {"vocab", vocab},
-        {"merges", json::array({"a b", "ab c"})},
-        {"ignore_merges", false},
-        {"byte_fallback", false}}}};
-  if (edit) edit(j);
-  const std::string sub = dir.filePath(QString::fromStdString(name)).toStdString();
-  std::filesystem::create_directories(sub);
-  spit(sub + "/tokenizer.json", j.dump());
-  return sub + "/tokenizer.json";
 }
 
 }  // namespace
@@ -354,13 +319,7 @@ class TestHfTokenizer : public QObject {
     // Megatron's preprocessing: tokenizer.tokenize(text), i.e. transformers with its special
     // tokens (the template's BOS), then EOD with --append-eod; a document that gives no ids
     // at all gets none, but an empty text still gets the BOS.
-    const std::string with_bos = tiny_tokenizer(dir_, "bos", [](json& j) {
-      j["post_processor"] = {
-          {"type", "TemplateProcessing"},
-          {"single",
-           {{{"SpecialToken", {{"id", "<|endoftext|>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
-          {"special_tokens", {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {259}}}}}}};
-    });
+    const std::string with_bos = tiny_tokenizer(dir_, "bos", with_bos_template);
     const std::string input = dir_.filePath("docs.jsonl").toStdString();
     spit(input, "{\"text\": \"abc ab\"}\n{\"text\": \"\"}\n");
     for (const bool bos : {false, true}) {

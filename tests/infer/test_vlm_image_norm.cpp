@@ -14,14 +14,15 @@
 
 #include "checkpoint/checkpoint.h"
 #include "common/process.h"
+#include "common/tiny_model.h"
 #include "data/image_io.h"
 #include "data/image_preprocess.h"
 #include "data/image_text_source.h"
 #include "data/preprocess.h"
+#include "infer/prompt_images.h"
 #include "lattice/infer.h"
 #include "lattice/kernels.h"
 #include "model/gpt.h"
-#include "infer/prompt_images.h"
 
 using namespace lattice;
 
@@ -68,50 +69,37 @@ class VlmImageNorm : public QObject {
     QVERIFY2(report.is_ok(), report.is_ok() ? "" : report.status().message().c_str());
     const testing::Run run = testing::run_process(
         LATTICE_CLI_PATH,
-        {"train",
-         "--data-path",
-         QString::fromStdString(path("data_text_document")),
-         "--split",
-         "100,0,0",
-         "--tokenizer-type",
-         "NullTokenizer",
-         "--vocab-size",
-         QString::number(kVocab),
-         "--num-layers",
-         "1",
-         "--hidden-size",
-         "32",
-         "--num-attention-heads",
-         "4",
-         "--seq-length",
-         "12",
-         "--vision-model-type",
-         "clip",
-         "--vision-num-layers",
-         "1",
-         "--vision-hidden-size",
-         "16",
-         "--vision-num-attention-heads",
-         "2",
-         "--img-h",
-         "16",
-         "--img-w",
-         "16",
-         "--patch-dim",
-         "8",
-         "--init-method-std",
-         "0.3",
-         "--micro-batch-size",
-         "1",
-         "--global-batch-size",
-         "1",
-         "--train-iters",
-         "1",
-         "--eval-iters",
-         "0",
-         "--no-db",
-         "--save",
-         QString::fromStdString(path("ckpt"))},
+        QStringList{"train",
+                    "--data-path",
+                    QString::fromStdString(path("data_text_document")),
+                    "--split",
+                    "100,0,0",
+                    "--tokenizer-type",
+                    "NullTokenizer",
+                    "--vocab-size",
+                    QString::number(kVocab),
+                    "--num-layers",
+                    "1",
+                    "--hidden-size",
+                    "32",
+                    "--num-attention-heads",
+                    "4",
+                    "--seq-length",
+                    "12",
+                    "--init-method-std",
+                    "0.3",
+                    "--micro-batch-size",
+                    "1",
+                    "--global-batch-size",
+                    "1",
+                    "--train-iters",
+                    "1",
+                    "--eval-iters",
+                    "0",
+                    "--no-db",
+                    "--save",
+                    QString::fromStdString(path("ckpt"))} +
+            testing::qt_args(testing::tiny_tower_flags(1)),
         {}, 120000, {QString("LATTICE_DATA_DIR=") + dir_.filePath("lattice-data")});
     QVERIFY2(run.exit_code == 0, qPrintable(run.out + run.err));
     checkpoint_ = path("ckpt/iter_0000001");

@@ -20,20 +20,12 @@
 // optimizer's moments, so every gradient that reached them).
 #include <QtTest/QtTest>
 
-#include <cmath>
+#include <cstdint>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <ostream>
 
-#include "common/mpi_worker.h"
-#include "common/process.h"
-#include "common/staged_backend.h"
 #include "common/staged_runs.h"
 #include "common/tiny_model.h"
-#include "device/backends.h"
-#include "device/cpu_device.h"
-#include "lattice/comm.h"
 #include "lattice/train.h"
 
 using namespace lattice;
@@ -42,7 +34,7 @@ namespace {
 
 // 4 layers, MoE on layers 0 and 2 (4 experts, top-2, a large load-balancing loss), micro-batches
 // of one sequence, 4 a step: test_expert_parallel.sh's model in fp32.
-TrainOptions options_for(const std::string& run) {
+Result<TrainOptions> options_for(const std::string& run) {
   TrainOptions o = testing::cuda_ready_options();
   o.model = testing::tiny_config(4, 32, 4, 16, 256);
   o.model.num_experts = 4;
@@ -84,42 +76,16 @@ int ranks_of(const QString& run) {
 
 // Rank 0's figures, exact ("%a"): per iteration its lm loss, grad norm and moe aux loss, and
 // each MoE layer's routes per expert.
-class Figures : public MetricsSink {
- public:
-  void on_iteration(const IterationMetrics& m) override {
-    char line[160];
-    std::snprintf(line, sizeof line, "iteration %d loss %a norm %a aux %a\n", m.iteration,
-                  m.lm_loss, m.grad_norm, m.moe_aux_loss);
-    text << line;
-    for (const auto& [layer, routes] : m.moe_expert_load) {
-      text << "load " << m.iteration << " layer " << layer << ":";
-      for (int64_t r : routes) text << ' ' << r;
-      text << '\n';
-    }
+void figure_lines(const IterationMetrics& m, std::ostream& out) {
+  char line[160];
+  std::snprintf(line, sizeof line, "iteration %d loss %a norm %a aux %a\n", m.iteration, m.lm_loss,
+                m.grad_norm, m.moe_aux_loss);
+  out << line;
+  for (const auto& [layer, routes] : m.moe_expert_load) {
+    out << "load " << m.iteration << " layer " << layer << ":";
+    for (int64_t r : routes) out << ' ' << r;
+    out << '\n';
   }
-  std::ostringstream text;
-};
-
-// The worker: `--worker RUN DEVICE DIR` trains RUN on DEVICE ("plain" or "staged"), saving the
-// checkpoint at the end into DIR/ckpt; rank 0 writes its figures to DIR/figures.
-int worker(char** argv) {
-  const std::string run = argv[0], device = argv[1], dir = argv[2];
-  Result<std::unique_ptr<Comm>> world = make_world_comm();
-  if (!world) {
-    std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
-    return 1;
-  }
-  TrainOptions o = options_for(run);
-  if (device == "staged") {
-    register_device_backend(testing::staged_backend());
-    o.device = "cuda";
-  }
-  o.save = dir + "/ckpt";
-  Figures figures;
-  Result<TrainSummary> r = train(o, **world, figures);
-  const std::string error = r ? "" : r.status().message();
-  if (r && (*world)->rank() == 0) std::ofstream(dir + "/figures") << figures.text.str();
-  return testing::end_worker(*world, error);
 }
 
 }  // namespace
@@ -158,8 +124,6 @@ class ExpertParallelStaged : public QObject {
 };
 
 int main(int argc, char** argv) {
-  if (argc == 5 && std::string(argv[1]) == "--worker") return worker(argv + 2);
-  ExpertParallelStaged test;
-  return QTest::qExec(&test, argc, argv);
+  return testing::staged_test_main<ExpertParallelStaged>(argc, argv, options_for, figure_lines);
 }
 #include "test_expert_parallel_staged.moc"

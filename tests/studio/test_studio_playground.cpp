@@ -1,6 +1,7 @@
 // The Playground on a real checkpoint: a tiny model trained by `lattice train` (one process,
 // recorded in a run store) is offered in the run list, loads off the UI thread, and greedily
-// generates, token by token, exactly what `lattice generate --top-k 1` prints; Stop ends a
+// generates, token by token, exactly what `lattice generate --top-k 1` prints (also with a
+// tokenizer that puts a BOS first, tests/common/tiny_tokenizer.h); Stop ends a
 // generation early; a missing, corrupt or tokenizer-less checkpoint is an error in the view,
 // which stays usable; the same model as GPT-2 weights loads from the file and its config.json.
 // The engine's cancel flag is checked on a random model.
@@ -19,6 +20,7 @@
 #include "app/main_window.h"
 #include "common/process.h"
 #include "common/tiny_model.h"
+#include "common/tiny_tokenizer.h"
 #include "history/history_view.h"
 #include "lattice/infer.h"
 #include "playground/playground_io.h"
@@ -257,6 +259,69 @@ class TestStudioPlayground : public QObject {
     setRequest(view, greedy(kTokens));
     QCOMPARE(generateAndWait(view), QStringLiteral("length"));
     QCOMPARE(view.output()->text(), expected_);
+  }
+
+  // Completion mode encodes the prompt as `lattice generate` does: with the BOS of a tokenizer
+  // that has one (here a tiny tokenizer.json whose template puts "<|endoftext|>" first), so the
+  // greedy text is the CLI's.
+  void completion_puts_the_tokenizers_bos_first_as_generate() {
+    const QString tokenizer = QString::fromStdString(
+        testing::tiny_tokenizer(dir_, "bos-tokenizer", testing::with_bos_template));
+    const QString lines = dir_.filePath("bos-lines.txt"), prefix = dir_.filePath("bos");
+    {
+      QFile f(lines);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      for (int i = 0; i < 50; ++i) f.write(QString("abc ca %1 cab, bac.\n").arg(i).toUtf8());
+    }
+    const QStringList tok = {"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+                             tokenizer};
+    testing::Run p = testing::run_process(
+        LATTICE_CLI_PATH, QStringList{"data", "preprocess", "--input", lines, "--input-format",
+                                      "lines", "--output-prefix", prefix} +
+                              tok);
+    QVERIFY2(p.exit_code == 0, qPrintable(p.err));
+    const QString bosCkpt = dir_.filePath("bos-ckpt");
+    testing::Run t = testing::run_process(LATTICE_CLI_PATH, QStringList{"train",
+                                                                        "--data-path",
+                                                                        prefix + "_text_document",
+                                                                        "--num-layers",
+                                                                        "1",
+                                                                        "--hidden-size",
+                                                                        "32",
+                                                                        "--num-attention-heads",
+                                                                        "2",
+                                                                        "--seq-length",
+                                                                        "32",
+                                                                        "--micro-batch-size",
+                                                                        "1",
+                                                                        "--train-iters",
+                                                                        "1",
+                                                                        "--init-method-std",
+                                                                        "0.3",
+                                                                        "--eval-iters",
+                                                                        "0",
+                                                                        "--save",
+                                                                        bosCkpt,
+                                                                        "--no-db",
+                                                                        "--threads",
+                                                                        "1"} +
+                                                                tok);
+    QVERIFY2(t.exit_code == 0, qPrintable(t.err));
+    const QString prompt = QStringLiteral("abc ca");
+    testing::Run g = testing::run_process(
+        LATTICE_CLI_PATH, {"generate", "--load", bosCkpt, "--top-k", "1", "--tokens-to-generate",
+                           QString::number(kTokens), "--prompt", prompt, "--threads", "1"});
+    QVERIFY2(g.exit_code == 0, qPrintable(g.err));
+    const QString expected = g.out.trimmed();
+    QVERIFY2(expected.startsWith("<|endoftext|>" + prompt), qPrintable(expected));  // the BOS
+    PlaygroundView view;
+    view.show();
+    QVERIFY(load(view, bosCkpt));
+    PlaygroundRequest r = greedy(kTokens);
+    r.prompt = prompt;
+    setRequest(view, r);
+    QCOMPARE(generateAndWait(view), QStringLiteral("length"));
+    QCOMPARE(view.output()->text(), expected);
   }
 
   void a_gpt2_file_loads_with_the_model_its_config_json_gives() {

@@ -18,6 +18,7 @@
 #include <QToolButton>
 
 #include "common/process.h"
+#include "common/tiny_model.h"
 #include "playground/chat_prompt.h"
 #include "playground/playground_view.h"
 #include "playground/token_output.h"
@@ -27,30 +28,10 @@ using namespace lattice::ui;
 
 namespace {
 
-const QStringList kVlm = {"--num-layers",
-                          "2",
-                          "--hidden-size",
-                          "32",
-                          "--num-attention-heads",
-                          "4",
-                          "--seq-length",
-                          "16",
-                          "--vocab-size",
-                          "15",
-                          "--vision-model-type",
-                          "clip",
-                          "--vision-num-layers",
-                          "1",
-                          "--vision-hidden-size",
-                          "16",
-                          "--vision-num-attention-heads",
-                          "2",
-                          "--img-h",
-                          "16",
-                          "--img-w",
-                          "16",
-                          "--patch-dim",
-                          "8"};
+const QStringList kVlm =
+    QStringList{"--num-layers", "2",  "--hidden-size", "32", "--num-attention-heads", "4",
+                "--seq-length", "16", "--vocab-size",  "15"} +
+    testing::qt_args(testing::tiny_tower_flags(1));
 const QString kPrompt = QStringLiteral("<image>");
 constexpr int kTokens = 6;
 

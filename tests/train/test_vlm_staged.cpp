@@ -17,16 +17,10 @@
 #include <QtTest/QtTest>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <ostream>
 
-#include "common/mpi_worker.h"
-#include "common/process.h"
-#include "common/staged_backend.h"
 #include "common/staged_runs.h"
-#include "device/backends.h"
-#include "lattice/comm.h"
+#include "common/tiny_model.h"
 #include "lattice/train.h"
 
 using namespace lattice;
@@ -67,21 +61,9 @@ Result<TrainOptions> options_for(const std::string& run) {
                                     "--seed",
                                     "7",
                                     "--threads",
-                                    "1",
-                                    "--vision-model-type",
-                                    "clip",
-                                    "--vision-num-layers",
-                                    "2",
-                                    "--vision-hidden-size",
-                                    "16",
-                                    "--vision-num-attention-heads",
-                                    "2",
-                                    "--img-h",
-                                    "16",
-                                    "--img-w",
-                                    "16",
-                                    "--patch-dim",
-                                    "8"};
+                                    "1"};
+  const std::vector<std::string> tower = testing::tiny_tower_flags(2);
+  flags.insert(flags.end(), tower.begin(), tower.end());
   const std::map<std::string, std::vector<std::string>> layouts = {
       {"one", {}},
       {"dp2",
@@ -102,38 +84,11 @@ int ranks_of(const QString& run) {
 }
 
 // Rank 0's figures, exact ("%a"): per iteration its lm loss and grad norm.
-class Figures : public MetricsSink {
- public:
-  void on_iteration(const IterationMetrics& m) override {
-    char line[128];
-    std::snprintf(line, sizeof line, "iteration %d loss %a norm %a\n", m.iteration, m.lm_loss,
-                  m.grad_norm);
-    text << line;
-  }
-  std::ostringstream text;
-};
-
-// The worker: `--worker RUN DEVICE DIR` trains RUN on DEVICE ("plain" or "staged"), saving the
-// checkpoint at the end into DIR/ckpt; rank 0 writes its figures to DIR/figures.
-int worker(char** argv) {
-  const std::string run = argv[0], device = argv[1], dir = argv[2];
-  Result<std::unique_ptr<Comm>> world = make_world_comm();
-  if (!world) {
-    std::fprintf(stderr, "worker: %s\n", world.status().message().c_str());
-    return 1;
-  }
-  Result<TrainOptions> o = options_for(run);
-  if (!o) return testing::end_worker(*world, o.status().message());
-  if (device == "staged") {
-    register_device_backend(testing::staged_backend());
-    o->device = "cuda";
-  }
-  o->save = dir + "/ckpt";
-  Figures figures;
-  Result<TrainSummary> r = train(*o, **world, figures);
-  const std::string error = r ? "" : r.status().message();
-  if (r && (*world)->rank() == 0) std::ofstream(dir + "/figures") << figures.text.str();
-  return testing::end_worker(*world, error);
+void figure_lines(const IterationMetrics& m, std::ostream& out) {
+  char line[128];
+  std::snprintf(line, sizeof line, "iteration %d loss %a norm %a\n", m.iteration, m.lm_loss,
+                m.grad_norm);
+  out << line;
 }
 
 }  // namespace
@@ -170,8 +125,6 @@ class VlmStaged : public QObject {
 };
 
 int main(int argc, char** argv) {
-  if (argc == 5 && std::string(argv[1]) == "--worker") return worker(argv + 2);
-  VlmStaged test;
-  return QTest::qExec(&test, argc, argv);
+  return testing::staged_test_main<VlmStaged>(argc, argv, options_for, figure_lines);
 }
 #include "test_vlm_staged.moc"

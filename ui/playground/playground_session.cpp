@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 
+#include "infer/prompt_images.h"
 #include "lattice/infer.h"
 #include "lattice/kernels.h"
 #include "lattice/tokenizer.h"
@@ -15,7 +16,6 @@
 #include "playground/chat_prompt.h"
 #include "playground/image_attachments.h"
 #include "playground/playground_io.h"
-#include "infer/prompt_images.h"
 
 namespace lattice::ui {
 
@@ -118,15 +118,17 @@ Result<ChatTemplate> chatTemplateOf(const TokenizerOptions& options, const Token
   return chat;
 }
 
-// The request's prompt ids and images into `r`. Without images the prompt is encoded as typed.
-// With them: completion mode tokenizes as `lattice generate --image` (a BOS where the tokenizer
-// has one, each `<image>` as the tower's placeholder ids, "<image>\n" first when the prompt has
-// no marker); chat mode's rendered turns hold their `<image>` markers already.
+// The request's prompt ids and images into `r`. Completion mode tokenizes as `lattice generate`:
+// a BOS where the tokenizer has one (tokenize_with_bos), and with images each `<image>` as the
+// tower's placeholder ids, "<image>\n" first when the prompt has no marker (tokenize_with_images).
+// Chat mode encodes the rendered turns as they are (the template writes any BOS text itself, as
+// transformers' apply_chat_template then tokenizes without special tokens), their `<image>`
+// markers already in place.
 Status promptIds(const ModelConfig& config, const Tokenizer& tok, const std::string& prompt,
                  const PlaygroundRequest& request, const QList<PromptImage>& images,
                  GenerationRequest& r) {
   if (images.isEmpty()) {
-    r.prompt = tok.encode(prompt);
+    r.prompt = request.chat.isEmpty() ? tokenize_with_bos(tok, prompt) : tok.encode(prompt);
     return Status::ok();
   }
   Result<std::vector<float>> pixels = promptImagePixels(config, images);
@@ -250,8 +252,8 @@ quint64 PlaygroundSession::generate(const PlaygroundRequest& request) {
     // `lattice generate` does: a tokenizer cannot decode the placeholders, shown as `<image>`.
     std::vector<int32_t> ids = prompt_text_tail(tok, r.prompt);
     const std::vector<int32_t> tail = ids;
-    const std::string head = decode_prompt(
-        tok, std::vector<int32_t>(r.prompt.begin(), r.prompt.end() - ids.size()));
+    const std::string head =
+        decode_prompt(tok, std::vector<int32_t>(r.prompt.begin(), r.prompt.end() - ids.size()));
     std::string shown = tok.decode(ids);  // the decoded text as far as it was signalled
     const std::string promptText = head + shown;
     emit started(number, text(promptText), static_cast<int>(r.prompt.size()));

@@ -51,8 +51,8 @@ struct ModelSummary {
 };
 
 struct PlaygroundRequest {
-  QString prompt;
-  int tokens = 64;           // tokens to generate (fewer at EOD, the stop text, the context end)
+  QString prompt;   // completion mode: tokenized as `lattice generate` (its BOS first, if any)
+  int tokens = 64;  // tokens to generate (fewer at EOD, the stop text, the context end)
   double temperature = 1.0;  // 0: greedy
   int topK = 0;              // 0: off; 1: greedy
   double topP = 0.0;         // 0: off
