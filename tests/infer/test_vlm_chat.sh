@@ -6,8 +6,8 @@
 # answers POST /v1/chat/completions (a text part and a PNG data-URL image_url part, greedy) with
 # the tokens and log-probabilities `lattice generate --image` prints for the same conversation
 # rendered by an independent renderer (Python's jinja2 on tokenizer_config.json's template) to
-# the digit; /v1/completions refuses a prompt holding <image> in one sentence (text prompts carry
-# no images). The HTTP client is Python's urllib, as test_vlm_generate's.
+# the digit; /v1/completions and Megatron's PUT /api refuse a prompt holding <image> in one
+# sentence (text prompts carry no images). The HTTP client is Python's urllib, as test_vlm_generate's.
 # usage: test_vlm_chat.sh LATTICE
 set -euo pipefail
 lattice=$1
@@ -68,8 +68,8 @@ text = env.from_string(config["chat_template"]).render(
     messages=[{"role": "user", "content": "What colour is this?<image>"}],
     bos_token=config["bos_token"] if isinstance(config["bos_token"], str) else config["bos_token"]["content"],
     add_generation_prompt=True)
-# The template writes the BOS; Lattice's Llama 3 tokenizer has none of its own to add (a second
-# one would change every log-probability below).
+# The template writes the BOS; this tokenizer.json's post_processor (ByteLevel alone) adds none,
+# so generate adds none either (a second one would change every log-probability below).
 assert text.startswith("<|begin_of_text|>"), text
 sys.stdout.write(text)
 PY
@@ -88,17 +88,17 @@ port=$(grep -oE "http://127\.0\.0\.1:[0-9]+" serve.out | head -n 1 | cut -d: -f3
 [ -n "$port" ] || { echo "serve did not start"; cat serve.out serve.err; exit 1; }
 PORT=$port $py - <<'PY'
 import base64, json, os, re, sys, urllib.request, urllib.error
-base = "http://127.0.0.1:%s/v1/" % os.environ["PORT"]
-def post(path, body):
+base = "http://127.0.0.1:%s/" % os.environ["PORT"]
+def post(path, body, method="POST"):
     req = urllib.request.Request(base + path, json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+                                 {"Content-Type": "application/json"}, method=method)
     try:
         with urllib.request.urlopen(req) as r:
             return r.status, json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, json.load(e)
 data = "data:image/png;base64," + base64.b64encode(open("red.png", "rb").read()).decode()
-status, answer = post("chat/completions", {
+status, answer = post("v1/chat/completions", {
     "messages": [{"role": "user", "content": [
         {"type": "text", "text": "What colour is this?"},
         {"type": "image_url", "image_url": {"url": data}}]}],
@@ -126,8 +126,12 @@ if reply != "red":
 print("chat reply %r = lattice generate's tokens %s" % (reply, generated))
 # /v1/completions: text prompts carry no images.
 prompt = open("prompt.txt").read()
-status, answer = post("completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+status, answer = post("v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0})
 if status != 400 or "send images to /v1/chat/completions" not in answer["error"]["message"]:
     sys.exit("a completion prompt with <image>: %d %r" % (status, answer))
+# Megatron's PUT /api takes text prompts alike.
+status, answer = post("api", {"prompts": [prompt], "tokens_to_generate": 1}, method="PUT")
+if status != 400 or "send images to /v1/chat/completions" not in json.dumps(answer):
+    sys.exit("a Megatron /api prompt with <image>: %d %r" % (status, answer))
 PY
 echo "ok"
