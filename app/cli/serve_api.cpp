@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "infer/prompt_images.h"
+
 namespace lattice::cli {
 
 namespace {
@@ -31,10 +33,21 @@ ApiCall not_an_object() {
 }
 
 // Encodes and checks each prompt; fills call.requests from `base`. `field`: the prompts' name.
+// A vision-language model's prompt with `<image>` is refused: text prompts carry no images
+// (OpenAI's completions API has no image parts), and the marker would otherwise be encoded as
+// plain text, silently without its image; images go through the chat endpoint.
 bool add_prompts(ApiCall& call, const std::vector<std::string>& prompts,
                  const GenerationRequest& base, const Tokenizer& tokenizer,
                  const Generator& generator, const char* field) {
   for (size_t i = 0; i < prompts.size(); i++) {
+    if (generator.config().has_vision() && prompts[i].find(kImageMarker) != std::string::npos) {
+      call.error = ApiError{400,
+                            std::string(field) + " " + std::to_string(i) +
+                                " holds <image>, but a text prompt carries no image; send images "
+                                "to /v1/chat/completions as image_url content parts",
+                            field, "invalid_request_error", ""};
+      return false;
+    }
     GenerationRequest r = base;
     r.prompt = tokenize_with_bos(tokenizer, prompts[i]);  // as Megatron's tokenize()
     if (Status s = generator.check(r); !s) {

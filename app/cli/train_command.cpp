@@ -331,11 +331,15 @@ int train_command(const std::vector<std::string>& args) {
 
 int eval_command(const std::vector<std::string>& args) {
   if (wants_help(args)) {
-    std::cout << "usage: lattice eval --data-path PREFIX --seq-length S --eval-iters K "
-                 "[--load-hf PATH] [model and tokenizer flags]\n\n"
-                 "Scores a model on the first K samples of PREFIX in document order (sample i\n"
-                 "is tokens [i*S, i*S+S] of the documents concatenated), and prints the mean\n"
-                 "loss and perplexity. Takes `lattice train`'s model and tokenizer flags.\n"
+    std::cout << "usage: lattice eval --data-path PREFIX --eval-iters K [--load DIR | --load-hf "
+                 "PATH] [--seq-length S] [model and tokenizer flags]\n\n"
+                 "Scores a model on the first K samples of PREFIX in document order and prints\n"
+                 "the mean loss and perplexity. Text data: sample i is tokens [i*S, i*S+S] of the\n"
+                 "documents concatenated. Image-text data (lattice data preprocess --images) with\n"
+                 "a vision-language model: sample i is document i as training samples it, its\n"
+                 "images spliced in, the loss averaged over its loss targets. --load takes the\n"
+                 "checkpoint's architecture (--seq-length, when given, within its positions);\n"
+                 "otherwise `lattice train`'s model and tokenizer flags.\n"
                  "lattice eval --task FILE.jsonl: multiple-choice accuracy (--task --help).\n";
     return 0;
   }
@@ -349,6 +353,7 @@ int eval_command(const std::vector<std::string>& args) {
     print_error("eval", r.status().message());
     return 1;
   }
+  if (!r->note.empty()) std::cerr << r->note << "\n";
   std::printf("evaluated %lld samples (%lld tokens) of %s | lm loss: %.6E | lm loss PPL: %.6E |\n",
               static_cast<long long>(r->samples), static_cast<long long>(r->tokens),
               options->data_path[0].c_str(), r->lm_loss, r->perplexity);

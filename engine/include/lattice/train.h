@@ -231,12 +231,16 @@ Result<TrainSummary> train(const TrainOptions& options, Comm& world, MetricsSink
 // One process.
 Result<TrainSummary> train(const TrainOptions& options, MetricsSink& sink);
 
-// `lattice eval`: the mean loss of the model (from --load-hf, else initialised from --seed)
-// over the first `num_samples` samples of --data-path taken in order, without shuffling:
-// sample i is tokens [i*S, i*S + S] of the documents concatenated in index order.
+// `lattice eval`: the mean loss of the model (from --load, --load-hf, else initialised from
+// --seed) over the first `num_samples` samples of --data-path taken in order, without shuffling:
+// text data, sample i is tokens [i*S, i*S + S] of the documents concatenated in index order;
+// image-text data (a vision-language model), sample i is document i as training samples it, its
+// images spliced in, and the loss is the mean over its loss targets (`tokens`). A vision-language
+// model on text data, or a text model on image-text data, is refused.
 struct EvalResult {
   double lm_loss = 0, perplexity = 0;
-  int64_t samples = 0, tokens = 0;
+  int64_t samples = 0, tokens = 0;  // tokens: the loss targets averaged over
+  std::string note;                 // a line for the user, or empty
 };
 Result<EvalResult> evaluate_sequential(const TrainOptions& options, int64_t num_samples);
 

@@ -409,6 +409,17 @@ int previous_checkpoint(const std::string& dir, int iteration) {
   return best;
 }
 
+Result<CheckpointRef> resolve_checkpoint(const std::string& path, int step) {
+  std::error_code ec;
+  if (fs::exists(path + "/metadata.json", ec)) {
+    CheckpointRef ref;
+    ref.path = path;
+    ref.dir = fs::path(path).parent_path().string();
+    return ref;
+  }
+  return find_checkpoint(path, step);
+}
+
 Result<CheckpointRef> find_checkpoint(const std::string& dir, int step) {
   CheckpointRef ref;
   ref.dir = dir;

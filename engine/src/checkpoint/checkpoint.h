@@ -135,6 +135,9 @@ struct CheckpointRef {
 };
 // The checkpoint `step` of `dir`, or (step 0) the one latest_checkpointed_iteration.txt names.
 Result<CheckpointRef> find_checkpoint(const std::string& dir, int step);
+// --load as generation and evaluation take it: an iteration directory (its metadata.json), or a
+// save directory's checkpoint as find_checkpoint finds it.
+Result<CheckpointRef> resolve_checkpoint(const std::string& path, int step);
 
 // One piece of a global tensor stored in one file.
 struct CheckpointPiece {

@@ -23,18 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// --load as given: an iteration directory, or a save directory's latest (or --ckpt-step).
-Result<CheckpointRef> resolve_checkpoint(const std::string& path, int step) {
-  std::error_code ec;
-  if (fs::exists(path + "/metadata.json", ec)) {
-    CheckpointRef ref;
-    ref.path = path;
-    ref.dir = fs::path(path).parent_path().string();
-    return ref;
-  }
-  return find_checkpoint(path, step);
-}
-
 // Copies this shard's slice of tensor `t` out of the global tensor `global` (saved_shape).
 // The word embedding may be padded to another length (another TP size saved it): missing
 // rows are zero, extra ones dropped.
