@@ -96,8 +96,11 @@ std::string gemm_machine_signature() {
                   blas_core_name() + " (" + openblas_get_config() + ")";
 #ifdef LATTICE_HAVE_ONEDNN
   const dnnl_version_t* v = dnnl_version();
+  // The ISA oneDNN's kernels use (ONEDNN_MAX_CPU_ISA can cap it), as dnnl_cpu_isa_t's bits.
+  char isa[24];
+  std::snprintf(isa, sizeof isa, "0x%x", static_cast<unsigned>(dnnl_get_effective_cpu_isa()));
   s += "; oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-       std::to_string(v->patch);
+       std::to_string(v->patch) + " (ISA " + isa + ")";
 #endif
   return s;
 }

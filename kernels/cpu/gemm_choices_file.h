@@ -11,7 +11,7 @@
 namespace lattice::kernels::cpu {
 
 // What identifies a machine's GEMM rates: the CPU's model name, the kernels' ISA, OpenBLAS's
-// kernel and build, oneDNN's version. One line, written at the top of the file.
+// kernel and build, oneDNN's version and effective ISA. One line, written at the top of the file.
 std::string gemm_machine_signature();
 
 // <dir>/gemm-choices/<16 hex digits of the signature's hash>.tsv
