@@ -211,7 +211,8 @@ class PlannerVisionTest : public QObject {
   // each image's forward twice. One micro-batch (global batch 2): none. --freeze-LM: the
   // language model's matrices (every layer's QKV, proj, FC1, FC2 and the tied LM head, counted
   // from the ParamLayout here) compute no weight gradient, so their backward is one forward,
-  // the attention products' (2 s h per token and layer, causal) still two.
+  // the attention products' (2 s h per token and layer, causal) still two; in the FLOPs and in
+  // the step's compute.
   void pipelined_and_frozen_runs_count_what_the_engine_runs() {
     const QStringList pp2 = {"--pipeline-model-parallel-size", "2"};
     for (const QStringList& tower : {kClip, kPlain}) {
@@ -250,6 +251,17 @@ class PlannerVisionTest : public QObject {
                3 * (matrices + attention) + tower_flops);
       QCOMPARE(estimate_memory(frozen, l1).flops_per_iteration,
                2 * matrices + 3 * attention + tower_flops);
+      // The step's compute on one H100 shrinks by those weight gradients at the device's rate.
+      ClusterSpec cluster;
+      cluster.device = *find_device("h100", "fp32");
+      const TrainOptions whole = options(kText + tower);
+      const double saved =
+          estimate_step(whole, l1, cluster, estimate_memory(whole, l1)).compute_s -
+          estimate_step(frozen, l1, cluster, estimate_memory(frozen, l1)).compute_s;
+      const double expected = matrices / (cluster.device.peak_flops * cluster.compute_efficiency);
+      QVERIFY2(
+          std::abs(saved - expected) <= 1e-9 * expected,
+          qPrintable(QString("--freeze-LM saves %1 s, expected %2 s").arg(saved).arg(expected)));
     }
   }
 
