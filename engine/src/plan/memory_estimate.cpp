@@ -487,8 +487,9 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
                              : shard(params - experts, shards) * (per_param.optimizer - moments) +
                                    shard(experts, expert_shards) * (per_param.optimizer - moments);
     // Every parameter trains: the even split, the DP x CP shards and the experts' over EDP.
-    // With frozen tensors each rank's own count (slower: it cuts the layout, so the layout
-    // search, which plans full training, keeps the even split).
+    // With frozen tensors (or a tower, whose alignment gaps `parameters` counts) each rank's own
+    // count (slower: it cuts the layout, so the layout search of a text model, which plans full
+    // training, keeps the even split).
     const bool frozen = trained < params;
     if (!distributed) {
       st.optimizer_bytes += trained * moments;
