@@ -1,6 +1,7 @@
-// What each rank of 23 layouts (five dense GPT-2, two of the Llama family's, eleven with MoE
-// layers incl. TP, EP, EP x TP and expert TP 1 and 2 under TP, five with a vision tower trained
-// whole, projector-only, with --freeze-ViT, --freeze-LM or LoRA) really holds, against the
+// What each rank of 26 layouts (six dense GPT-2 incl. LoRA under the distributed optimizer, two of
+// the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP and expert TP 1 and 2 under TP,
+// seven with a vision tower trained whole, projector-only, with --freeze-ViT, --freeze-LM or LoRA,
+// projector-only and LoRA on DP 2 with the distributed optimizer) really holds, against the
 // planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and
 // activations per rank to the byte (the planner counts the one model's buffers and each chunk's
 // pool of micro-batches). The trainer measures the device's categories; the run store receives
@@ -26,6 +27,10 @@ class ParallelMemory : public QObject {
         << QStringList{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                        "--use-distributed-optimizer"};
     QTest::newRow("dp2") << 2 << QStringList{};
+    // LoRA: the adapters end every layer, so each rank's half of the arena holds its own
+    // share of them (Note [distributed optimizer in the plan]).
+    QTest::newRow("lora dp2 distributed optimizer")
+        << 2 << QStringList{"--lora-rank", "4", "--use-distributed-optimizer"};
     QTest::newRow("pp2 interleaved") << 2
                                      << QStringList{"--pipeline-model-parallel-size", "2",
                                                     "--num-layers-per-virtual-pipeline-stage", "1"};
@@ -153,6 +158,13 @@ class ParallelMemory : public QObject {
     QTest::newRow("vlm freeze-ViT") << 1 << kVlm + QStringList{"--freeze-ViT"};
     QTest::newRow("vlm freeze-LM") << 1 << kVlm + QStringList{"--freeze-LM"};
     QTest::newRow("vlm lora") << 1 << kVlm + QStringList{"--lora-rank", "4"};
+    // The distributed optimizer shards the whole arena (the tower first): rank 0's half holds
+    // the projector, rank 1's the LoRA adapters of the later layers, so the ranks' moments
+    // differ (Note [distributed optimizer in the plan]).
+    QTest::newRow("vlm projector only dp2 distributed optimizer")
+        << 2 << kVlm + QStringList{"--freeze-LM", "--freeze-ViT", "--use-distributed-optimizer"};
+    QTest::newRow("vlm lora dp2 distributed optimizer")
+        << 2 << kVlm + QStringList{"--lora-rank", "4", "--use-distributed-optimizer"};
   }
 
   void vlm_ranks_hold_what_the_planner_says() {
@@ -179,6 +191,28 @@ class ParallelMemory : public QObject {
     qInfo("MoE workspace beyond dense: measured %lld bytes, planner dispatch %zu",
           static_cast<long long>(extra), estimate.stages[0].dispatch_bytes);
     QCOMPARE(extra, static_cast<std::int64_t>(estimate.stages[0].dispatch_bytes));
+  }
+
+  // The vision tower's scratch (VisionEncoder::allocate's kWorkspace and GptModel's splice
+  // buffers) is what a vision-language run's workspace holds beyond the same language model's
+  // (the rest of the workspace is the same buffers; a frozen layout would add GptModel's
+  // norm_discard_ to both sides' difference, so both train whole).
+  void vlm_tower_scratch_is_the_extra_workspace() {
+    std::vector<lattice::storage::MemorySample> text, vlm;
+    measure(1, kBase, text);
+    if (QTest::currentTestFailed()) return;
+    measure(1, kBase + kVlm, vlm);
+    if (QTest::currentTestFailed()) return;
+    std::vector<std::string> args;
+    for (const QString& f : kBase + kVlm) args.push_back(f.toStdString());
+    auto options = lattice::parse_train_options(args);
+    QVERIFY2(options, options.status().message().c_str());
+    const lattice::MemoryEstimate estimate =
+        lattice::estimate_memory(*options, *lattice::make_layout(*options, 1));
+    const std::int64_t extra = vlm[0].workspace - text[0].workspace;
+    qInfo("tower workspace: measured %lld bytes, planner %zu", static_cast<long long>(extra),
+          estimate.stages[0].vision_workspace_bytes);
+    QCOMPARE(extra, static_cast<std::int64_t>(estimate.stages[0].vision_workspace_bytes));
   }
 
  private:
@@ -245,12 +279,17 @@ class ParallelMemory : public QObject {
     QCOMPARE(static_cast<int>(samples.size()), ranks);
     for (const auto& s : samples) {
       const lattice::StageEstimate& want = estimate.stages[parallel->coord(s.rank).pp];
+      // The distributed optimizer's ranks differ (frozen tensors): this rank's own figure.
+      const int per_stage = parallel->world / parallel->pp;
+      const double optimizer = want.optimizer_bytes_by_rank.empty()
+                                   ? double(want.optimizer_bytes)
+                                   : double(want.optimizer_bytes_by_rank[s.rank % per_stage]);
       const struct {
         const char* what;
         double got, expected;
       } rows[] = {{"weights", double(s.weights), double(want.weight_bytes)},
                   {"grads", double(s.grads), double(want.grad_bytes)},
-                  {"optimizer state", double(s.optimizer_state), double(want.optimizer_bytes)}};
+                  {"optimizer state", double(s.optimizer_state), optimizer}};
       for (const auto& row : rows) {
         const double rel = std::abs(row.got - row.expected) / row.expected;
         qInfo("rank %d %s: measured %.0f bytes, planner %.0f (%.1f %%)", s.rank, row.what, row.got,

@@ -20,6 +20,8 @@
 #include "lattice/train_options.h"
 #include "model/param_layout.h"
 #include "model/vision_encoder.h"
+#include "optim/optimizer_shard.h"
+#include "parallel/model_chunks.h"
 
 using namespace lattice;
 
@@ -104,7 +106,8 @@ class PlannerVisionTest : public QObject {
   void the_towers_counts_are_what_the_vision_encoder_takes_data() { add_towers(); }
 
   // VisionEncoder::create on the CPU device with a micro-batch of images: its parameter count
-  // and the bytes it allocates for weights and for activations (fp32, and double for --fp64).
+  // and the bytes it allocates for weights, for activations and for its scratch (fp32, and double
+  // for --fp64).
   void the_towers_counts_are_what_the_vision_encoder_takes() {
     QFETCH(QStringList, tower);
     for (const bool fp64 : {false, true}) {
@@ -132,6 +135,12 @@ class PlannerVisionTest : public QObject {
                                 .arg(fp64 ? "double" : "float")
                                 .arg(taken)
                                 .arg(e.activation_bytes_per_micro_batch)));
+        // Its scratch: the CPU block attention's workspace per kernel thread, and the rest.
+        const size_t scratch = device.usage(MemoryCategory::kWorkspace).current;
+        QVERIFY2(scratch == e.encoder_workspace_bytes,
+                 qPrintable(QString("the encoder takes %1 workspace bytes, the planner says %2")
+                                .arg(scratch)
+                                .arg(e.encoder_workspace_bytes)));
       };
       if (fp64)
         check.operator()<double>();
@@ -194,6 +203,111 @@ class PlannerVisionTest : public QObject {
                               .arg(training)));
       QCOMPARE(e.flops_per_iteration, training * o.global_batch_size);
     }
+  }
+
+  // The engine's runs beyond the per-image count: PP 2 with 8 micro-batches per DP rank, 1F1B
+  // runs one warm-up forward on the first stage, so every backward follows another
+  // micro-batch's forward and re-runs the tower's forward first (GptModel::vision_backward):
+  // each image's forward twice. One micro-batch (global batch 2): none. --freeze-LM: the
+  // language model's matrices (every layer's QKV, proj, FC1, FC2 and the tied LM head, counted
+  // from the ParamLayout here) compute no weight gradient, so their backward is one forward,
+  // the attention products' (2 s h per token and layer, causal) still two; in the FLOPs and in
+  // the step's compute.
+  void pipelined_and_frozen_runs_count_what_the_engine_runs() {
+    const QStringList pp2 = {"--pipeline-model-parallel-size", "2"};
+    for (const QStringList& tower : {kClip, kPlain}) {
+      const TrainOptions o = options(kText + tower + pp2);
+      const VisionEstimate per_image = estimate_vision(o);
+      const double images = o.global_batch_size;
+      const ParallelLayout l2 = *make_layout(o, 2);
+      const VisionEstimate v = estimate_vision(o, l2);
+      QCOMPARE(v.reruns_per_iteration, 8);
+      QCOMPARE(v.flops_per_iteration,
+               images * (per_image.training_flops_per_image + per_image.forward_flops_per_image));
+      QCOMPARE(estimate_memory(o, l2).vision.flops_per_iteration, v.flops_per_iteration);
+      const TrainOptions one =
+          options(kText + tower + pp2 + QStringList{"--global-batch-size", "2"});
+      const VisionEstimate w = estimate_vision(one, *make_layout(one, 2));
+      QCOMPARE(w.reruns_per_iteration, 0);
+      QCOMPARE(w.flops_per_iteration, 2 * per_image.training_flops_per_image);
+      // PP 1 runs each backward right after its forward.
+      const TrainOptions flat = options(kText + tower);
+      QCOMPARE(estimate_vision(flat, *make_layout(flat, 1)).reruns_per_iteration, 0);
+
+      const TrainOptions frozen = options(kText + tower + QStringList{"--freeze-LM"});
+      const ParamLayout layout(frozen.model);
+      double weights = 0;  // elements of the matrices the language model multiplies
+      for (const ParamTensor& t : layout.tensors())
+        if (t.name.rfind("decoder.layers.", 0) == 0 ? t.shape.size() == 2 && t.decay
+                                                    : t.name == "embedding.word_embeddings.weight")
+          weights += static_cast<double>(t.numel);
+      const ModelConfig& m = frozen.model;
+      const double tokens = static_cast<double>(frozen.global_batch_size) * m.seq_length;
+      const double matrices = 2 * tokens * weights;
+      const double attention = tokens * m.num_layers * 2.0 * m.seq_length * m.hidden_size;
+      const double tower_flops = estimate_vision(frozen).flops_per_iteration;
+      const ParallelLayout l1 = *make_layout(frozen, 1);
+      QCOMPARE(estimate_memory(options(kText + tower), l1).flops_per_iteration,
+               3 * (matrices + attention) + tower_flops);
+      QCOMPARE(estimate_memory(frozen, l1).flops_per_iteration,
+               2 * matrices + 3 * attention + tower_flops);
+      // The step's compute on one H100 shrinks by those weight gradients at the device's rate.
+      ClusterSpec cluster;
+      cluster.device = *find_device("h100", "fp32");
+      const TrainOptions whole = options(kText + tower);
+      const double saved =
+          estimate_step(whole, l1, cluster, estimate_memory(whole, l1)).compute_s -
+          estimate_step(frozen, l1, cluster, estimate_memory(frozen, l1)).compute_s;
+      const double expected = matrices / (cluster.device.peak_flops * cluster.compute_efficiency);
+      QVERIFY2(
+          std::abs(saved - expected) <= 1e-9 * expected,
+          qPrintable(QString("--freeze-LM saves %1 s, expected %2 s").arg(saved).arg(expected)));
+    }
+  }
+
+  // The distributed optimizer keeps, on each rank, moments for the trained elements of its
+  // shards of the whole arena's buckets (optim/optimizer_shard.h): with frozen tensors the
+  // ranks differ. DP 3 with small buckets (many shard boundaries, inside tensors and gaps) and
+  // PP 2: the planner's every rank is the engine's optimizer_shard for that rank.
+  void distributed_optimizer_ranks_are_the_engines_shards_data() {
+    QTest::addColumn<QStringList>("flags");
+    const QStringList dp3 = {"--use-distributed-optimizer", "--ddp-bucket-size", "5000"};
+    QTest::newRow("projector only") << kClip + dp3 + QStringList{"--freeze-LM", "--freeze-ViT"};
+    QTest::newRow("freeze-LM") << kPlain + dp3 + QStringList{"--freeze-LM"};
+    QTest::newRow("LoRA") << kClip + dp3 + QStringList{"--lora-rank", "4"};
+    QTest::newRow("text LoRA pp2")
+        << dp3 + QStringList{"--lora-rank", "4", "--pipeline-model-parallel-size", "2"};
+    QTest::newRow("freeze-ViT") << kPlain + dp3 + QStringList{"--freeze-ViT"};
+  }
+  void distributed_optimizer_ranks_are_the_engines_shards() {
+    QFETCH(QStringList, flags);
+    const TrainOptions o = options(kText + flags + QStringList{"--global-batch-size", "12"});
+    const int pp = o.parallel.pipeline_model_parallel_size, world = 3 * pp;
+    const ParallelLayout l = *make_layout(o, world);
+    const MemoryEstimate m = estimate_memory(o, l);
+    for (int rank = 0; rank < world; rank++) {
+      const ParallelLayout::Coord c = l.coord(rank);
+      const ParamLayout layout(o.model, shard_of(l, c, 0, false));
+      const size_t engine = optimizer_shard(o, layout, 3, c.dp).state_numel * 2 * sizeof(float);
+      const StageEstimate& s = m.stages[c.pp];
+      QCOMPARE(static_cast<int>(s.optimizer_bytes_by_rank.size()), 3);
+      QVERIFY2(s.optimizer_bytes_by_rank[rank % 3] == engine,
+               qPrintable(QString("rank %1: planner %2 optimizer bytes, engine %3")
+                              .arg(rank)
+                              .arg(s.optimizer_bytes_by_rank[rank % 3])
+                              .arg(engine)));
+      QVERIFY(s.optimizer_bytes >= engine);
+    }
+    // `lattice plan --json` lists them.
+    const QJsonArray listed = QJsonDocument::fromJson(QByteArray::fromStdString(plan_json(l, m)))
+                                  .object()["memory"]
+                                  .toObject()["stages"]
+                                  .toArray()[0]
+                                  .toObject()["optimizer_bytes_by_rank"]
+                                  .toArray();
+    QCOMPARE(listed.size(), 3);
+    for (int i = 0; i < 3; i++)
+      QCOMPARE(listed[i].toInteger(), static_cast<qint64>(m.stages[0].optimizer_bytes_by_rank[i]));
   }
 
   void the_trained_parameters_are_the_layouts_unfrozen_ones_data() {
@@ -259,7 +373,10 @@ class PlannerVisionTest : public QObject {
     QCOMPARE(b1.vision_parameters, int64_t{0});
     QCOMPARE(b1.parameters, a1.parameters);
     QCOMPARE(b1.total_bytes(), a1.total_bytes());
-    QCOMPARE(b.flops_per_iteration - a.flops_per_iteration, v.flops_per_iteration);
+    // Its FLOPs with the pipeline's re-runs (4 micro-batches, every backward re-runs).
+    const VisionEstimate run = estimate_vision(vlm, l);
+    QCOMPARE(run.reruns_per_iteration, 4);
+    QCOMPARE(b.flops_per_iteration - a.flops_per_iteration, run.flops_per_iteration);
   }
 
   // PP 1 on one H100: the step's compute grows by the training FLOPs of every micro-batch's
@@ -294,8 +411,9 @@ class PlannerVisionTest : public QObject {
                               kText + kClip;
     const Run r = lattice_cli(flags);
     QVERIFY2(r.exit_code == 0, qPrintable(r.err));
-    const TrainOptions o = options(kText + kClip);
-    const VisionEstimate v = estimate_vision(o);
+    const TrainOptions o =
+        options(kText + kClip + QStringList{"--pipeline-model-parallel-size", "2"});
+    const VisionEstimate v = estimate_vision(o, *make_layout(o, 2));
     for (const QString& part :
          {QString("layers [0,2)  + word and position embeddings, vision tower"),
           QString("vision tower: CLIP ViT 3 layers (2 run), width 32, 2 heads, MLP 128; 32 x 32 "
@@ -315,6 +433,7 @@ class PlannerVisionTest : public QObject {
     const QJsonObject vision = memory["vision"].toObject();
     QCOMPARE(vision["parameters"].toInteger(), v.parameters);
     QCOMPARE(vision["forward_flops_per_image"].toDouble(), v.forward_flops_per_image);
+    QCOMPARE(vision["reruns_per_iteration"].toInt(), v.reruns_per_iteration);
     QCOMPARE(vision["flops_share"].toDouble(),
              v.flops_per_iteration / memory["flops_per_iteration"].toDouble());
     const QJsonArray stages = memory["stages"].toArray();

@@ -3,8 +3,8 @@
 // holds, from the model config and the layout alone. Pure arithmetic, shared by `lattice plan` and
 // the Studio. Also the step-time model and the layout search built on it
 // (docs/design-notes.md#planner-step-time-and-layout-search). Non-goals: workspace and
-// communication buffers other than MoE's dispatch buffers, allocator overheads (the trainer
-// measures those).
+// communication buffers other than MoE's dispatch buffers and a vision tower's scratch,
+// allocator overheads (the trainer measures those).
 #pragma once
 
 #include <cstddef>
@@ -40,7 +40,14 @@ struct StageEstimate {
   //   fp64 (verification runs): twice fp32                 (32; 16 + 16/DP distributed)
   size_t weight_bytes = 0;
   size_t grad_bytes = 0;
-  size_t optimizer_bytes = 0;  // / DP (rounded up) with the distributed optimizer
+  // With the distributed optimizer (DP x CP > 1) and frozen tensors (LoRA, --freeze-LM,
+  // --freeze-ViT) the ranks of a stage differ (Note [distributed optimizer in the plan] in
+  // plan/memory_estimate.cpp): each keeps moments for the trained elements inside its shards of
+  // the whole arena's buckets, frozen tensors included in the cut. optimizer_bytes is then the
+  // most loaded rank's, optimizer_bytes_by_rank every rank's, world rank
+  // pp_rank x TP x CP x DP + i at i (empty otherwise: every rank holds optimizer_bytes).
+  size_t optimizer_bytes = 0;
+  std::vector<size_t> optimizer_bytes_by_rank;
   // Activations one micro-batch keeps for its backward on this rank (all its model chunks): the
   // buffers the engine's model takes for it (model/gpt.h new_activations) for the recompute
   // setting, the precision and the device (options.device "cuda": flash attention's
@@ -87,9 +94,11 @@ struct StageEstimate {
   // chunk's peak.
   int64_t vision_parameters = 0;
   size_t vision_activation_bytes_per_micro_batch = 0;
+  size_t vision_workspace_bytes = 0;  // VisionEstimate::workspace_bytes, once
 
   size_t total_bytes() const {
-    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes + dispatch_bytes;
+    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes + dispatch_bytes +
+           vision_workspace_bytes;
   }
 };
 
@@ -110,9 +119,14 @@ struct VisionEstimate {
   // VisionEncoder::allocate's kActivations buffers for images_per_micro_batch images, in its
   // compute type (fp32; double in an fp64 run), taken once per model: micro-batches in flight
   // share them (a backward re-runs the tower's forward when another ran since; Note [image rows]
-  // in model/gpt_vision.cpp). Its scratch (kWorkspace) is not counted, as the language model's
-  // is not.
+  // in model/gpt_vision.cpp).
   size_t activation_bytes_per_micro_batch = 0;
+  // The tower's scratch (kWorkspace), once per model: VisionEncoder::allocate's
+  // (encoder_workspace_bytes: attention K/V and their gradients, the backward's row gradients,
+  // the CPU block attention's per-thread workspace, none on CUDA) plus GptModel's splice buffers
+  // (the projected rows' gradient, and in a 16-bit run the rows widened to fp32).
+  size_t encoder_workspace_bytes = 0;
+  size_t workspace_bytes = 0;
   // The images' input buffers each micro-batch in flight holds (GptActivations: the normalised
   // pixels in the compute type, and the int32 row maps image_slot, image_rows, embed_tokens).
   size_t input_bytes_per_micro_batch = 0;
@@ -124,20 +138,29 @@ struct VisionEstimate {
   // with a frozen encoder no encoder backward and the projector's first GEMM's weight gradient
   // alone (its input needs none).
   double training_flops_per_image = 0;
-  double flops_per_iteration = 0;  // training_flops_per_image x the global batch's images
+  // Micro-batches per data-parallel rank and iteration whose backward re-runs the tower's
+  // forward first (Note [tower re-runs] in plan/vision_estimate.cpp): 0 without pipelining, all
+  // M of them with 1F1B and M > 1. Needs the layout (estimate_vision's second form).
+  int reruns_per_iteration = 0;
+  // training_flops_per_image x the global batch's images, plus the re-runs' forwards (x DP).
+  double flops_per_iteration = 0;
 };
 // Whether `options` train with a vision tower (--vision-model-type set).
 bool has_vision_tower(const TrainOptions& options);
 // The tower's figures for `options` (all 0 without one). Requires a config its validate()
 // accepts and a --global-batch-size (with_default_global_batch) for flops_per_iteration.
 VisionEstimate estimate_vision(const TrainOptions& options);
+// The same on `layout` (make_layout of `options`), with the pipeline's re-runs of the tower's
+// forward counted (reruns_per_iteration); estimate_memory's `vision`.
+VisionEstimate estimate_vision(const TrainOptions& options, const ParallelLayout& layout);
 
 struct MemoryEstimate {
   std::vector<StageEstimate> stages;  // one per pipeline rank, in order
   int most_loaded = 0;                // index into stages of the largest total_bytes()
   int64_t micro_batches = 0;          // per data-parallel rank and iteration
-  // Model FLOPs of one iteration (flops_per_iteration(), Megatron's count, plus a vision
-  // tower's VisionEstimate::flops_per_iteration) and per rank.
+  // Model FLOPs of one iteration (flops_per_iteration(), Megatron's count, less the language
+  // model's weight gradients with --freeze-LM, plus a vision tower's
+  // VisionEstimate::flops_per_iteration with its re-runs) and per rank.
   double flops_per_iteration = 0;
   double flops_per_rank = 0;
   VisionEstimate vision;  // all 0 without a tower
@@ -160,12 +183,14 @@ MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelLayout
 // "flops_per_rank", "most_loaded_pp_rank", "stages": [{"pp_rank", "parameters",
 // "replicated_parameters", "weight_bytes", "grad_bytes", "optimizer_bytes",
 // "activation_bytes_per_micro_batch", "micro_batches_in_flight", "activation_bytes",
-// "total_bytes", and with MoE layers "moe": {"expert_parameters", "router_parameters",
+// "total_bytes", "optimizer_bytes_by_rank" where the distributed optimizer's ranks differ, and
+// with MoE layers "moe": {"expert_parameters", "router_parameters",
 // "expert_rows", "expert_rows_expected", "activation_bytes_per_micro_batch",
 // "dispatch_bytes"}, with a vision tower on its stage "vision": {"parameters",
-// "activation_bytes_per_micro_batch"}}], and with a tower "vision": {"parameters",
-// "layers_run", "images_per_micro_batch", "activation_bytes_per_micro_batch",
-// "forward_flops_per_image", "flops_per_iteration", "flops_share"}} (`lattice plan --json`).
+// "activation_bytes_per_micro_batch", "workspace_bytes"}}], and with a tower "vision":
+// {"parameters", "layers_run", "images_per_micro_batch", "activation_bytes_per_micro_batch",
+// "workspace_bytes", "forward_flops_per_image", "reruns_per_iteration", "flops_per_iteration",
+// "flops_share"}} (`lattice plan --json`).
 // indent < 0: one line.
 std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& estimate,
                       int indent = -1);

@@ -6,14 +6,16 @@
 // untied head, no biases; issue 23) and MoE layers on the expert grid (ETP x EP x EDP; issue 25).
 // Megatron's published formula (Korthikanti et al. 2022) is the comparison in test_planner, not the
 // estimate. Non-goals: measured figures (the trainer's
-// --log-memory), workspace.
+// --log-memory), workspace (but MoE's dispatch buffers and a vision tower's scratch).
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "lattice/plan.h"
+#include "model/param_layout.h"
 #include "model/recompute.h"
+#include "optim/grad_buckets.h"
 #include "parallel/model_chunks.h"
 #include "pipeline/schedule.h"
 
@@ -329,6 +331,18 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
   return c;
 }
 
+// Training FLOPs of the language model for one iteration: flops_per_iteration() (forward and a
+// backward of twice the forward), less the weight gradients of its matrices with --freeze-LM
+// (the model makes none for a frozen tensor; the input gradients flow on to the projector, and
+// the attention products, which have no weights, keep their whole backward).
+double language_model_flops(const ModelConfig& m, int64_t global_batch) {
+  const double all = flops_per_iteration(m, global_batch);
+  if (!m.freeze_lm) return all;
+  const TokenFlops f = forward_flops_per_token(m);
+  return all - static_cast<double>(global_batch) * m.seq_length *
+                   (m.num_layers * (f.layer - f.attention) + f.head);
+}
+
 // Peak micro-batches in flight on pipeline rank p, as pipeline/schedule.cpp orders them: the
 // warm-up forwards plus one (1F1B: min(pp - p - 1, M); interleaved: 2 (pp - p - 1) +
 // (vpp - 1) pp chunk forwards, all of them when M == pp, as Megatron).
@@ -340,6 +354,61 @@ double in_flight(const ParallelLayout& layout, int p, int64_t micro_batches) {
     return static_cast<double>(std::min(total, warmup + 1)) / layout.vpp;
   }
   return static_cast<double>(std::min<int64_t>(micro_batches, layout.pp - p));
+}
+
+// Note [distributed optimizer in the plan]: the engine's distributed optimizer
+// (optim/optimizer_shard.h) cuts each model chunk's whole arena, frozen tensors and alignment
+// gaps included, into buckets (split_buckets), each bucket into one contiguous shard per rank of
+// its group (shard_counts: DP x CP for dense buckets, expert-data for expert-parallel ones), and
+// a rank keeps moments for the trained elements inside its shards alone. With frozen tensors
+// (LoRA, --freeze-LM, --freeze-ViT) the trained elements are not spread evenly: a rank whose
+// shards hold the adapters or the projector keeps their moments, another none. The planner
+// counts every rank's trained elements in its shards from the same ParamLayout and cut, with a
+// prefix sum over the tensors instead of optimizer_shard's pieces (a plan of a large cluster
+// asks for every rank).
+struct ShardStates {
+  std::vector<size_t> dense;    // (DP x CP) by data-context rank: elements in dense buckets
+  std::vector<size_t> experts;  // (EDP) by expert-data rank: elements in expert buckets
+};
+
+// Trained elements of `layout` below arena offset x, from the tensors' offsets (sorted) and the
+// trained elements before each (prefix).
+size_t trained_below(const ParamLayout& layout, const std::vector<size_t>& prefix, size_t x) {
+  const std::vector<ParamTensor>& t = layout.tensors();
+  const auto after = std::upper_bound(t.begin(), t.end(), x,
+                                      [](size_t v, const ParamTensor& p) { return v < p.offset; });
+  if (after == t.begin()) return 0;
+  const size_t i = static_cast<size_t>(after - t.begin()) - 1;
+  return prefix[i] + (t[i].frozen ? 0 : std::min(x - t[i].offset, t[i].numel));
+}
+
+ShardStates shard_states(const TrainOptions& o, const ParallelLayout& layout, int p) {
+  const int shards = layout.dp * layout.cp, edp = std::max(layout.edp, 1);
+  ShardStates s{std::vector<size_t>(shards), std::vector<size_t>(edp)};
+  const size_t bucket_elems = ddp_bucket_elems(o.parallel, shards);
+  for (int c = 0; c < layout.vpp; c++) {
+    // The chunk as the trainer builds it (its experts' grid too; every EP rank's are alike).
+    ModelShard shard = shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel);
+    shard.ep_size = layout.ep;
+    shard.etp_size = layout.etp;
+    const ParamLayout chunk(o.model, shard);
+    const std::vector<ParamTensor>& t = chunk.tensors();
+    std::vector<size_t> prefix(t.size() + 1, 0);
+    for (size_t i = 0; i < t.size(); i++)
+      prefix[i + 1] = prefix[i] + (t[i].frozen ? 0 : t[i].numel);
+    for (const BucketSpan& b : split_buckets(chunk, bucket_elems)) {
+      const bool expert = t[b.first_tensor].expert_parallel;
+      std::vector<size_t>& out = expert ? s.experts : s.dense;
+      size_t begin = b.begin;
+      const std::vector<size_t> counts = shard_counts(b.end - b.begin, expert ? edp : shards);
+      for (size_t r = 0; r < counts.size(); r++) {
+        out[r] +=
+            trained_below(chunk, prefix, begin + counts[r]) - trained_below(chunk, prefix, begin);
+        begin += counts[r];
+      }
+    }
+  }
+  return s;
 }
 
 }  // namespace
@@ -366,9 +435,9 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
   est.micro_batches = o.global_batch_size / (static_cast<int64_t>(o.micro_batch_size) * layout.dp);
   // A vision tower (Note [vision tower in the plan] in vision_estimate.cpp): its parameters
   // and activations on the first stage, its FLOPs in the model's.
-  est.vision = estimate_vision(o);
+  est.vision = estimate_vision(o, layout);
   est.flops_per_iteration =
-      flops_per_iteration(m, o.global_batch_size) + est.vision.flops_per_iteration;
+      language_model_flops(m, o.global_batch_size) + est.vision.flops_per_iteration;
   est.flops_per_rank = est.flops_per_iteration / layout.world;
 
   for (int p = 0; p < layout.pp; p++) {
@@ -395,7 +464,6 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     // LoRA trains the adapters, --freeze-LM none of the language model; a tower's projector
     // always, its encoder unless frozen). The gradient arena stays whole (frozen gradients
     // zero; docs/lora.md).
-    const bool base_frozen = m.lora() || m.freeze_lm;
     st.trainable_parameters = m.lora() ? n.adapters : m.freeze_lm ? 0 : language_model;
     if (layout.is_first_stage(p)) st.trainable_parameters += est.vision.trained_parameters;
     // The moments (twice the grads' bytes) for the trained ones, a 16-bit run's master copy
@@ -406,21 +474,48 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     // DP x CP (EP 1, ETP = TP) the engine shards the one arena, rounded once.
     const size_t shards = static_cast<size_t>(layout.dp) * static_cast<size_t>(layout.cp);
     const size_t expert_shards = static_cast<size_t>(std::max(layout.edp, 1));
+    const bool distributed = o.parallel.use_distributed_optimizer && shards > 1;
     auto shard = [&](size_t count, size_t over) {
-      return o.parallel.use_distributed_optimizer ? (count + over - 1) / over : count;
+      return distributed ? (count + over - 1) / over : count;
     };
     const size_t moments = 2 * per_param.grads;
     const size_t experts = static_cast<size_t>(n.experts);
-    const size_t trained_experts = base_frozen ? 0 : experts;
     const size_t trained = static_cast<size_t>(st.trainable_parameters);
-    if (experts == 0 || expert_shards == shards)
-      st.optimizer_bytes = shard(trained, shards) * moments +
-                           shard(params, shards) * (per_param.optimizer - moments);
-    else
-      st.optimizer_bytes = shard(trained - trained_experts, shards) * moments +
-                           shard(params - experts, shards) * (per_param.optimizer - moments) +
-                           shard(trained_experts, expert_shards) * moments +
-                           shard(experts, expert_shards) * (per_param.optimizer - moments);
+    // A 16-bit run's master copy, sharded as Megatron shards it.
+    st.optimizer_bytes = experts == 0 || expert_shards == shards
+                             ? shard(params, shards) * (per_param.optimizer - moments)
+                             : shard(params - experts, shards) * (per_param.optimizer - moments) +
+                                   shard(experts, expert_shards) * (per_param.optimizer - moments);
+    // Every parameter trains: the even split, the DP x CP shards and the experts' over EDP.
+    // With frozen tensors (or a tower, whose alignment gaps `parameters` counts) each rank's own
+    // count (slower: it cuts the layout, so the layout search of a text model, which plans full
+    // training, keeps the even split).
+    const bool frozen = trained < params;
+    if (!distributed) {
+      st.optimizer_bytes += trained * moments;
+    } else if (!frozen) {
+      st.optimizer_bytes +=
+          experts == 0 || expert_shards == shards
+              ? shard(trained, shards) * moments
+              : (shard(trained - experts, shards) + shard(experts, expert_shards)) * moments;
+    } else {
+      // Note [distributed optimizer in the plan]: each rank's moments, the most loaded's in
+      // optimizer_bytes. The stage's ranks are world ranks [p S, (p + 1) S), S = TP CP DP.
+      const ShardStates states = shard_states(o, layout, p);
+      const int per_stage = layout.tp * layout.cp * layout.dp;
+      st.optimizer_bytes_by_rank.resize(per_stage);
+      size_t most = 0;
+      for (int i = 0; i < per_stage; i++) {
+        const int rank = p * per_stage + i;
+        const ParallelLayout::Coord c = layout.coord(rank);
+        const size_t elements =
+            states.dense[c.cp + layout.cp * c.dp] +
+            (layout.expert_grid() ? states.experts[layout.expert_coord(rank).edp] : 0);
+        st.optimizer_bytes_by_rank[i] = st.optimizer_bytes + elements * moments;
+        most = std::max(most, elements);
+      }
+      st.optimizer_bytes += most * moments;
+    }
     st.expert_parameters = n.experts;
     st.router_parameters = n.routers;
 
@@ -444,6 +539,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
       const double inputs = static_cast<double>(est.vision.input_bytes_per_micro_batch);
       st.vision_activation_bytes_per_micro_batch =
           est.vision.activation_bytes_per_micro_batch + est.vision.input_bytes_per_micro_batch;
+      st.vision_workspace_bytes = est.vision.workspace_bytes;
       per_micro_batch += tower + inputs;
       peak += tower + peaks[0] * inputs;
     }
@@ -480,6 +576,9 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
                       {"micro_batches_in_flight", st.micro_batches_in_flight},
                       {"activation_bytes", st.activation_bytes},
                       {"total_bytes", st.total_bytes()}});
+  for (size_t i = 0; i < est.stages.size(); i++)  // the distributed optimizer's unequal ranks
+    if (!est.stages[i].optimizer_bytes_by_rank.empty())
+      stages[i]["optimizer_bytes_by_rank"] = est.stages[i].optimizer_bytes_by_rank;
   for (size_t i = 0; i < est.stages.size(); i++) {
     const StageEstimate& st = est.stages[i];
     if (st.expert_parameters == 0) continue;
@@ -496,7 +595,8 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
     if (st.vision_parameters == 0) continue;
     stages[i]["vision"] = {
         {"parameters", st.vision_parameters},
-        {"activation_bytes_per_micro_batch", st.vision_activation_bytes_per_micro_batch}};
+        {"activation_bytes_per_micro_batch", st.vision_activation_bytes_per_micro_batch},
+        {"workspace_bytes", st.vision_workspace_bytes}};
   }
   nlohmann::ordered_json out = nlohmann::ordered_json::parse(layout_json(layout));
   out["memory"] = {{"micro_batches", est.micro_batches},
@@ -513,8 +613,10 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
         {"encoder_trains", v.encoder_trains},
         {"activation_bytes_per_micro_batch", v.activation_bytes_per_micro_batch},
         {"input_bytes_per_micro_batch", v.input_bytes_per_micro_batch},
+        {"workspace_bytes", v.workspace_bytes},
         {"forward_flops_per_image", v.forward_flops_per_image},
         {"training_flops_per_image", v.training_flops_per_image},
+        {"reruns_per_iteration", v.reruns_per_iteration},
         {"flops_per_iteration", v.flops_per_iteration},
         {"flops_share", v.flops_per_iteration / est.flops_per_iteration}};
   return out.dump(indent);

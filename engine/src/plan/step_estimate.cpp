@@ -158,14 +158,20 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     // A vision tower runs whole on every rank of the first stage, on each micro-batch's images,
     // its forward and the backward the engine runs (VisionEstimate::training_flops_per_image;
     // Note [vision tower in the plan] in vision_estimate.cpp).
+    // With PP > 1 a backward re-runs the tower's forward (VisionEstimate::reruns_per_iteration).
+    const VisionEstimate& v = memory.vision;
     const double vision =
-        first ? M * memory.vision.images_per_micro_batch * memory.vision.training_flops_per_image
+        first ? v.images_per_micro_batch * (M * v.training_flops_per_image +
+                                            v.reruns_per_iteration * v.forward_flops_per_image)
               : 0;
     const double forward = tokens * (layers_fwd + (last ? head_fwd / t : 0));
     const double repeated = tokens * (full        ? recomputed * mean_layer
                                       : selective ? layers * attention_fwd / t
                                                   : 0);
-    st.compute = (3 * forward + repeated + vision) / rate;
+    // --freeze-LM: no weight gradients for the language model's matrices (their input gradients
+    // still flow back to the projector); the attention products' backward stays twice theirs.
+    const double weight_gemms = forward - tokens * layers * attention_fwd / t;
+    st.compute = (3 * forward - (m.freeze_lm ? weight_gemms : 0) + repeated + vision) / rate;
 
     // The CP ring per micro-batch and layer (2 more passes per recomputed layer), hidden behind
     // the attention's own products (Megatron's ring attention sends the next block while it

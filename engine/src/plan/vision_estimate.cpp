@@ -2,8 +2,8 @@
 // it trains, the activation buffers VisionEncoder keeps and the images' input buffers, and its
 // FLOPs per image, counted from the same shapes as model/vision_encoder.cpp (test_planner_vision
 // checks them against a VisionEncoder on the CPU device, test_parallel_memory against training).
-// Non-goals: the tower's scratch buffers (kWorkspace), tensor or pipeline parallelism of the
-// tower (it has none).
+// Its scratch (kWorkspace) too, the one workspace the planner counts besides MoE's dispatch
+// buffers. Non-goals: tensor or pipeline parallelism of the tower (it has none).
 //
 // Note [vision tower in the plan]: the training wiring puts the tower on the first pipeline
 // stage (the pre chunk), whole on every TP rank (each TP rank runs it; its gradients are whole
@@ -20,8 +20,10 @@
 // refused by training.
 #include <algorithm>
 
+#include "lattice/kernels.h"
 #include "lattice/plan.h"
 #include "model/param_layout.h"
+#include "pipeline/schedule.h"
 
 namespace lattice {
 
@@ -66,6 +68,21 @@ double vision_activation_elements(const VisionShape& s, double B) {
          R * (N * (4 * s.C + 3 * s.C + s.NH + 2 * s.F) + 4 * N) + (cls ? M * s.C : 0) + 3 * M * s.H;
 }
 
+// Bytes of the tower's scratch (kWorkspace), once per model: VisionEncoder::allocate's for B
+// images (M = B Np patch rows, N = B T encoder rows) in its element type, the attention's K and V
+// and their gradient (2 x (N, 2C)), delta (N, NH), the block attention's workspace
+// (attention_block_workspace_elems: on the CPU (2 T^2 + T (HS + 1)) per thread, none on CUDA),
+// the backward's (N, C) row gradients d_h, d_c, d_c2, (N, max(F, 3C)) and (M, max(H, K)), and the
+// int32 positions (2T). `threads`: the CPU kernels' thread count.
+double encoder_workspace_bytes(const VisionShape& s, double B, double element, bool cuda,
+                               double threads) {
+  const double M = B * s.Np, N = B * s.T, HS = s.C / s.NH;
+  const double attention = cuda ? 0 : threads * (2 * s.T * s.T + s.T * (HS + 1));
+  return element * (4 * N * s.C + N * s.NH + attention + 3 * N * s.C + N * std::max(s.F, 3 * s.C) +
+                    M * std::max(s.H, s.K)) +
+         sizeof(int32_t) * 2 * s.T;
+}
+
 // Forward FLOPs of one image by part: the patch GEMM 2 Np K C; per layer run QKV 2 T C 3C,
 // out_proj 2 T C C, fc1 and fc2 2 T C F each, attention 4 T^2 C (scores and the weighted sum);
 // the projector's two GEMMs 2 Np C H and 2 Np H H. Norms, activations and biases are left out,
@@ -103,6 +120,22 @@ VisionNumel vision_numel(const VisionConfig& v) {
   return n;
 }
 
+// Note [tower re-runs]: micro-batches in flight share the tower's buffers, so the backward of a
+// micro-batch whose images were not the tower's last forward re-runs that forward first
+// (GptModel::vision_backward). The tower sits in the first stage's first model chunk; walking
+// that rank's schedule (pipeline_schedule, chunk 0) counts the re-runs: none without
+// pipelining (each forward is followed by its backward), every backward's with 1F1B warm-up
+// once more than one micro-batch is in flight.
+int tower_reruns(const ParallelLayout& layout, int micro_batches) {
+  int owner = -1, reruns = 0;
+  for (const PipelineAction& a : pipeline_schedule(layout.pp, 0, layout.vpp, micro_batches)) {
+    if (a.chunk != 0) continue;
+    if (a.kind == PipelineAction::kBackward && owner != a.micro_batch) reruns++;
+    owner = a.micro_batch;
+  }
+  return reruns;
+}
+
 }  // namespace
 
 bool has_vision_tower(const TrainOptions& o) {
@@ -131,11 +164,31 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   const double rows = static_cast<double>(o.micro_batch_size) * o.model.seq_length;
   e.input_bytes_per_micro_batch = static_cast<size_t>(element * B * s.Cin * v.img_h * v.img_w +
                                                       sizeof(int32_t) * (2 * rows + B * s.Np));
+  // Note [tower precision] in model/gpt_vision.cpp: the splice's buffers, the projected rows'
+  // gradient (B Np, H) and, in a 16-bit run, the rows widened (N, H).
+  const bool cuda = o.device == "cuda";
+  e.encoder_workspace_bytes = static_cast<size_t>(encoder_workspace_bytes(
+      s, B, element, cuda, o.threads > 0 ? o.threads : kernels::num_threads()));
+  const bool sixteen_bit = o.bf16 || o.fp16;
+  e.workspace_bytes = e.encoder_workspace_bytes +
+                      static_cast<size_t>(element * (B * s.Np + (sixteen_bit ? rows : 0)) * s.H);
   const VisionFlops f = vision_forward_flops(s);
   e.forward_flops_per_image = f.forward();
   e.training_flops_per_image = vision_training_flops(f, e.encoder_trains);
   e.flops_per_iteration =
       e.training_flops_per_image * static_cast<double>(o.global_batch_size) * kImagesPerSample;
+  return e;
+}
+
+VisionEstimate estimate_vision(const TrainOptions& o, const ParallelLayout& layout) {
+  VisionEstimate e = estimate_vision(o);
+  if (!has_vision_tower(o)) return e;
+  const int64_t micro_batches =
+      o.global_batch_size / (static_cast<int64_t>(o.micro_batch_size) * layout.dp);
+  e.reruns_per_iteration = tower_reruns(layout, static_cast<int>(micro_batches));
+  // Every data-parallel rank's first stage re-runs as many.
+  e.flops_per_iteration += static_cast<double>(e.reruns_per_iteration) * layout.dp *
+                           e.images_per_micro_batch * e.forward_flops_per_image;
   return e;
 }
 
