@@ -255,6 +255,26 @@ class ImageTextSourceTest : public QObject {
     QVERIFY(!fill_micro_batch_images(TextOnly{}, 0, 0, 1, 1, 0, images.data()).is_ok());
   }
 
+  // Opening reads the indices only; a document whose placeholders and images disagree fails
+  // the micro-batch that reads it (SampleSource::check_sample), naming the file and sample.
+  void a_placeholder_image_mismatch_fails_the_batch_that_reads_it() {
+    auto docs = documents();
+    docs[1].salts.pop_back();  // two placeholders, one image
+    QVERIFY(write(prefix("mismatch"), docs));
+    auto splits =
+        build_image_text_splits({{1.0, prefix("mismatch")}}, "100,0,0", 4, 0, 0, options(8));
+    QVERIFY2(splits.is_ok(), splits.is_ok() ? "" : splits.status().message().c_str());
+    const SampleSource& s = *splits->train;
+    QVERIFY(s.check_sample(0).is_ok());
+    std::vector<int32_t> sample(9), inputs(8), targets(8);
+    QVERIFY(fill_micro_batch(s, 0, 0, 1, 1, 0, kImage, sample, inputs.data(), targets.data()));
+    const Status st =
+        fill_micro_batch(s, 0, 1, 1, 1, 0, kImage, sample, inputs.data(), targets.data());
+    QVERIFY(!st.is_ok());
+    const std::string want = prefix("mismatch") + " sample 1 has 2 image placeholders but 1 images";
+    QVERIFY2(st.message().find(want) != std::string::npos, st.message().c_str());
+  }
+
   void open_data_reads_image_text_splits_for_a_vision_model() {
     TrainOptions o;
     o.vision_model_type = "clip";

@@ -53,6 +53,42 @@ run resumed 1 "${fp32[@]}" --load ckpt --ckpt-step 2
 grep -q "continuing after iteration 2" resumed.log || { cat resumed.log; exit 1; }
 tail -n 1 cpdp_fp32.txt > uninterrupted.txt
 close_losses uninterrupted resumed "VLM fp32: CP 2 x DP 2's checkpoint resumed in one process and the uninterrupted run"
+# Image-text data whose documents hold 1, 3 or no images (Note [present images] in
+# gpt_vision.cpp: images_per_sample is 3, the tower runs on each micro-batch's present images
+# only): CP 2 and PP 2 (two micro-batches in flight, so the tower's backward re-runs its forward
+# on the right micro-batch's compacted images) print one process's figures.
+/usr/bin/python3 - <<'PY'
+import json, struct, zlib
+def png(path, shift, size=16):
+    raw = b"".join(b"\0" + bytes((x * 40 + y * 20 + c * 70 + shift) % 256 for x in range(size)
+                                   for c in range(3)) for y in range(size))
+    def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size,
+        8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for i in range(3): png("%d.png" % i, 50 * i)
+with open("mixed.jsonl", "w") as f:
+    for i in range(8):
+        line = {"image": "%d.png" % (i % 3), "text": "%d 2 3 4 5 6 7 8" % (i + 1)}
+        if i == 3: line = {"image": ["0.png", "1.png", "2.png"], "text": "5 6 7 8 9"}
+        if i == 5: line = {"text": "6 4 5 6 7 8 9 10 11 12"}
+        f.write(json.dumps(line) + "\n")
+PY
+"$lattice" data preprocess --images --input mixed.jsonl --output-prefix mixed \
+  --tokenizer-type NullTokenizer --vocab-size 255 --image-size 16 > preprocess.log 2>&1 ||
+  { cat preprocess.log; exit 1; }
+mixed=(train --data-path mixed_text_document --split 100,0,0 --tokenizer-type NullTokenizer
+       --vocab-size 255 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+       --micro-batch-size 2 --global-batch-size 8 --train-iters 2 --log-interval 1 --lr 1e-2
+       --no-db --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --fp64
+       --vision-model-type clip --vision-num-layers 2 --vision-hidden-size 16
+       --vision-num-attention-heads 2 --img-h 16 --img-w 16 --patch-dim 8)
+run mixed_one 1 "${mixed[@]}"
+awk '/lm loss/ { n++ } END { exit n == 2 ? 0 : 1 }' mixed_one.log || { cat mixed_one.log; exit 1; }
+run mixed_cp 2 "${mixed[@]}" --context-parallel-size "$cp"
+same mixed_one mixed_cp "VLM on 0-, 1- and 3-image documents: CP 2 and one process"
+run mixed_pp 2 "${mixed[@]}" --pipeline-model-parallel-size 2
+same mixed_one mixed_pp "VLM on 0-, 1- and 3-image documents: PP 2 and one process"
 echo "VLM: CP 2, CP 2 x TP 2 (sequence parallel), CP 2 x DP 2 (distributed optimizer) and" \
      "CP 2 x PP 2 equal one process, with an image across CP chunks and ranks; CP 2 x DP 2's" \
-     "checkpoint resumes in one process"
+     "checkpoint resumes in one process; on documents of 0, 1 and 3 images CP 2 and PP 2 equal" \
+     "one process"

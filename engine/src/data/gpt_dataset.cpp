@@ -85,6 +85,12 @@ class BlendedDataset final : public SampleSource {
     sources_[static_cast<size_t>(indices_.dataset_index[i])]->sample_with_mask(
         indices_.dataset_sample_index[i], tokens, loss_mask, positions);
   }
+  Status check_sample(int64_t index) const override {
+    assert(0 <= index && index < size());
+    const auto i = static_cast<size_t>(index);
+    return sources_[static_cast<size_t>(indices_.dataset_index[i])]->check_sample(
+        indices_.dataset_sample_index[i]);
+  }
   // Image-text blends: as many image slots as the member with the most; a member fills its
   // own slots, the rest stay zero.
   int images_per_sample() const override {

@@ -37,6 +37,10 @@ class SampleSource {
   // has_loss_mask(); the default (never called) gives an all-ones mask and 0..seq_length.
   virtual void sample_with_mask(int64_t index, int32_t* tokens, uint8_t* loss_mask,
                                 int32_t* positions) const;
+  // Sample `index`'s consistency checks that opening the data leaves to the read (an image-text
+  // document's placeholders and images agree, ImageTextDataset::check); fill_micro_batch calls it
+  // for every sample it reads. Errors name the file and the sample.
+  virtual Status check_sample(int64_t /*index*/) const { return Status::ok(); }
   // Vision-language sources: how many images each sample carries at most (the encoder's batch
   // per sequence); 0 for text sources.
   virtual int images_per_sample() const { return 0; }

@@ -165,6 +165,7 @@ Result<PreprocessReport> preprocess_image_text(const PreprocessOptions& o, std::
 
 Result<std::unique_ptr<ImageTextDataset>> ImageTextDataset::open(const std::string& prefix) {
   auto d = std::unique_ptr<ImageTextDataset>(new ImageTextDataset);
+  d->prefix_ = prefix;
   const std::string images_prefix = prefix + kImagesSuffix;
   auto tokens = IndexedDataset::open(prefix);
   if (!tokens) return tokens.status();
@@ -202,18 +203,6 @@ Result<std::unique_ptr<ImageTextDataset>> ImageTextDataset::open(const std::stri
       return Status::corrupt(images_prefix + " holds an image of " + std::to_string(length) +
                              " bytes, not " + std::to_string(image_bytes) + " (image_size " +
                              std::to_string(d->image_size_) + ")");
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < n; i++) {
-    const size_t length = static_cast<size_t>(d->tokens_->sequence_lengths()[i]);
-    ids.resize(length);
-    d->tokens_->read(i, 0, length, ids.data());
-    const int64_t placeholders = std::count(ids.begin(), ids.end(), d->image_token_id_);
-    const auto index = d->images_->document_index();
-    if (placeholders != index[i + 1] - index[i])
-      return Status::corrupt(prefix + " sample " + std::to_string(i) + " has " +
-                             std::to_string(placeholders) + " image placeholders but " +
-                             std::to_string(index[i + 1] - index[i]) + " images");
-  }
   return d;
 }
 
@@ -228,6 +217,19 @@ ImageTextDataset::Sample ImageTextDataset::text(size_t i) const {
   s.loss_mask.assign(wide.begin(), wide.end());
   s.num_images = num_images(i);
   return s;
+}
+
+Status ImageTextDataset::check(size_t i) const {
+  assert(i < size());
+  const size_t length = static_cast<size_t>(tokens_->sequence_lengths()[i]);
+  std::vector<int32_t> ids(length);
+  tokens_->read(i, 0, length, ids.data());
+  const int64_t placeholders = std::count(ids.begin(), ids.end(), image_token_id_);
+  if (placeholders != num_images(i))
+    return Status::corrupt(prefix_ + " sample " + std::to_string(i) + " has " +
+                           std::to_string(placeholders) + " image placeholders but " +
+                           std::to_string(num_images(i)) + " images");
+  return Status::ok();
 }
 
 int ImageTextDataset::num_images(size_t i) const {

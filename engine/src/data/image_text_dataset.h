@@ -72,10 +72,12 @@ Result<PreprocessReport> preprocess_image_text(const PreprocessOptions& options,
 // The suffixes beside the token dataset.
 inline constexpr const char* kImagesSuffix = "_images";
 
-// Reads what preprocess_image_text wrote. open() checks that the three datasets have the same
-// number of documents, the mask the same lengths as the tokens, every image the size the
-// .json states and every sample as many images as placeholder tokens; errors name the file
-// and the sample. Thread-safe.
+// Reads what preprocess_image_text wrote. open() reads the indices only (not the documents, so
+// it takes no longer for a large dataset than its .idx files' reading) and checks that the three
+// datasets have the same number of documents, the mask the same lengths as the tokens and every
+// image the size the .json states; check(i) that sample i has as many images as placeholder
+// tokens (a document's tokens are read only when its sample is). Errors name the file and the
+// sample. Thread-safe.
 class ImageTextDataset {
  public:
   struct Sample {
@@ -92,12 +94,14 @@ class ImageTextDataset {
   const ImageNorm& norm() const { return norm_; }
   // Preconditions (asserted): i < size(), k < num_images(i).
   Sample sample(size_t i) const;
-  Sample text(size_t i) const;  // sample(i) without reading its images (`images` empty)
-  int num_images(size_t i) const;
+  Sample text(size_t i) const;     // sample(i) without reading its images (`images` empty)
+  int num_images(size_t i) const;  // from the images' document index, no read
+  Status check(size_t i) const;    // sample i's placeholders and images agree (reads its tokens)
   void read_image(size_t i, int k, uint8_t* hwc) const;  // sample i's image k, (S, S, 3)
   int max_images() const;  // the most images of any sample, from the images' document index
 
  private:
+  std::string prefix_;  // the token dataset's, for errors
   std::unique_ptr<IndexedDataset> tokens_, mask_, images_;
   int image_size_ = 0;
   int32_t image_token_id_ = 0;

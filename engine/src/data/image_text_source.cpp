@@ -45,6 +45,7 @@ class ImageTextSource final : public MaskedSampleSource {
     }
     for (size_t t = 0; t < length; t++) positions[t] = static_cast<int32_t>(t);
   }
+  Status check_sample(int64_t index) const override { return data_->check(document(index)); }
   int images_per_sample() const override { return images_; }
   int image_size() const override { return data_->image_size(); }
   std::array<float, 3> image_mean() const override { return data_->norm().mean; }

@@ -34,7 +34,9 @@ struct ImageTextSourceOptions {
 // the k-th run of Np image tokens; an image whose run truncation cuts still has its slot in
 // sample_images (the model uses the patches whose tokens are in the sequence, in order).
 // images_per_sample() is the most images of any document of the whole dataset (every prefix of
-// the blend, every split), at least 1, so that every sample fills the same encoder batch.
+// the blend, every split), at least 1, so that every sample has the same image slots: a bound
+// that sizes the model's buffers; the tower runs on the images whose placeholders the micro-batch
+// holds (Note [present images] in model/gpt_vision.cpp).
 //
 // One split over documents [doc_begin, doc_end) of `data`; size() is at least num_samples and
 // at least one pass over the split. `images_per_sample` >= data->max_images().

@@ -135,11 +135,14 @@ struct GptActivations {
   int32_t* positions = nullptr;
   bool packed = false;  // false: positions 0..T-1 and plain causal attention, as pretraining
   // A vision-language model's pre chunk (Note [image rows] in gpt.cpp), written by
-  // GptModel::load_images; null otherwise. I images per sequence of Np patches each.
-  G* images = nullptr;              // (B I, Cin, img_h, img_w) normalised pixels, in G
-  int32_t* image_slot = nullptr;    // (N) each row's projected patch (row of B I Np), -1: text
+  // GptModel::load_images; null otherwise. At most I images per sequence of Np patches each;
+  // the tower runs on the micro-batch's present images only, n of them, compacted (Note [present
+  // images] in gpt_vision.cpp); the buffers hold the bound B I.
+  G* images = nullptr;              // (B I, Cin, img_h, img_w) normalised pixels, in G; n used
+  int32_t* image_slot = nullptr;    // (N) each row's projected patch (row of n Np), -1: text
   int32_t* image_rows = nullptr;    // (B I Np) each patch's row, -1 where the sequence cut it
   int32_t* embed_tokens = nullptr;  // (N) tokens with -1 at image rows: what the embedding reads
+  int num_images = 0;               // n: the images whose placeholders the sequences hold
   bool images_loaded = false;       // set by load_images, used up by the next forward
   A* residual = nullptr;  // (L+1, R, C): [0] embeddings or the input, [l+1] layer l's output
   // L layers; a recomputed layer's entry is all null (its activations live in the scratch).
@@ -251,7 +254,8 @@ class GptModel {
   // in order, unused slots anything), and its tokens, host (B, S) whole sequences (S =
   // seq_length; the rows queued are this CP rank's cp_split of them), whose image placeholder
   // rows (ModelConfig::image_token_id) take the images' patches in order (Note [images under
-  // context parallelism] in gpt_vision.cpp). Queued.
+  // context parallelism] in gpt_vision.cpp). Only the images whose placeholders the sequences
+  // hold are uploaded and run through the tower (Note [present images]). Queued.
   // Errors: a sequence with more placeholder rows than its I images have patches; a chunk
   // without the tower.
   Status load_images(GptActivations<A>& acts, const int32_t* tokens, const float* images);
@@ -490,7 +494,7 @@ class GptModel {
   std::unique_ptr<VisionEncoder<G>> vision_;
   Ops<G>* vision_ops_ = nullptr;  // the tower's and the splice's op list (device_.ops<G>())
   const GptActivations<A>* vision_owner_ = nullptr;
-  G* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient
+  G* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient (n Np rows used)
   G* vision_rows_ = nullptr;   // (N, C) 16-bit A: the spliced rows or their gradient widened to G
   bool vision_encoder_trains_ = false, vision_trains_ = false;
   std::vector<int32_t> host_slot_, host_rows_, host_ids_;

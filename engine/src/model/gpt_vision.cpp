@@ -4,8 +4,9 @@
 // Note [image rows]: a sequence holds each of its images as Np consecutive rows of the image
 // placeholder id (ModelConfig::image_token_id, one past the tokenizer's vocabulary; the data
 // expands each <image> to Np of them, SampleSource::images_per_sample). load_images maps row n
-// of sequence b holding the k-th placeholder to patch b I Np + k of the tower's output
-// (image_slot), the inverse (image_rows, -1 for patches whose rows the sequence cut off), and
+// of sequence b holding its k-th placeholder to patch base_b Np + k of the tower's output
+// (image_slot; Note [present images] for base_b), the inverse (image_rows, -1 for patches whose
+// rows the sequence cut off), and
 // gives the embedding the tokens with -1 at those rows (embed_tokens), outside every rank's
 // vocabulary range, so their word embedding is zero and no gradient reaches the table. The
 // embedding's output is then word + position embedding on text rows and the position embedding
@@ -18,6 +19,17 @@
 // Several micro-batches in flight (a pipeline's 1F1B) share the tower's activations: the
 // backward of one whose forward was not the tower's last re-runs the forward first (a
 // recomputation of the tower alone).
+//
+// Note [present images]: images_per_sample (I) is the most images of any document of the
+// dataset, a bound that sizes the buffers (and the planner's figures); a micro-batch's sequences
+// usually hold fewer. The tower runs on the present images only: sequence b, whose placeholders
+// number c_b (counted over the whole sequence, so after truncation), holds n_b = ceil(c_b / Np)
+// of its images, its first n_b slots; load_images uploads them compacted, image j of sequence b
+// to tower row base_b + j with base_b = n_0 + .. + n_(b-1), in sequence order, and the tower's
+// forward and backward run on n = the sum of n_b images (none: the tower is skipped). A missing
+// image's patches were never spliced, so the losses and gradients are those of the tower run on
+// all B I slots (their rows added zero gradient), at a fraction of the cost: a dataset with one
+// 8-image document no longer runs every micro-batch's tower on 8 images a sequence.
 //
 // Note [tower precision]: the tower runs in G = accum_t<A> whatever A is, on the master weights
 // (fp32 under --bf16 and --fp16), and accumulates its gradients straight into the gradient arena
@@ -88,6 +100,9 @@ Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, con
   const int S = config_.seq_length;
   host_slot_.assign(N_, -1);
   host_rows_.assign(static_cast<size_t>(B_) * P, -1);
+  host_images_.clear();
+  const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
+  int base = 0;  // the present images of sequences 0 .. b - 1 (Note [present images])
   host_ids_.resize(N_);
   if (cp_ > 1)
     cp_split(host_ids_.data(), tokens, B_, S, 1, cp_rank_, cp_);
@@ -103,7 +118,7 @@ Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, con
                                         " image placeholder tokens (" + std::to_string(I) +
                                         " image(s) of " + std::to_string(Np) +
                                         " patches); the data's placeholders and images disagree");
-      const int32_t patch = b * P + k++;  // counted over the whole sequence on every CP rank
+      const int32_t patch = base * Np + k++;  // counted over the whole sequence on every CP rank
       const int local = cp_ > 1 ? cp_local_row(t, S, cp_rank_, cp_) : t;
       if (local < 0) continue;  // another CP rank's row: its patch's gradient comes from there
       const size_t n = static_cast<size_t>(b) * T_ + local;
@@ -111,17 +126,20 @@ Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, con
       host_rows_[patch] = static_cast<int32_t>(n);
       host_ids_[n] = -1;
     }
+    const int present = (k + Np - 1) / Np;  // its first `present` images: tower rows base ..
+    const float* first = images + static_cast<size_t>(b) * I * pixels;
+    host_images_.insert(host_images_.end(), first, first + present * pixels);
+    base += present;
   }
-  const size_t pixels = static_cast<size_t>(B_) * I * v.num_channels * v.img_h * v.img_w;
-  host_images_.assign(images, images + pixels);
+  a.num_images = base;
   // From pageable host memory: read before copy() returns, so the staging may be reused.
   const auto up = [&](void* to, const void* from, size_t bytes) {
-    device_.copy(to, from, bytes, CopyKind::kHostToDevice, compute());
+    if (bytes > 0) device_.copy(to, from, bytes, CopyKind::kHostToDevice, compute());
   };
   up(a.image_slot, host_slot_.data(), host_slot_.size() * sizeof(int32_t));
-  up(a.image_rows, host_rows_.data(), host_rows_.size() * sizeof(int32_t));
+  up(a.image_rows, host_rows_.data(), static_cast<size_t>(base) * Np * sizeof(int32_t));
   up(a.embed_tokens, host_ids_.data(), host_ids_.size() * sizeof(int32_t));
-  up(a.images, host_images_.data(), pixels * sizeof(G));
+  up(a.images, host_images_.data(), host_images_.size() * sizeof(G));
   if (vision_owner_ == &a) vision_owner_ = nullptr;  // new images: its tower state is stale
   a.images_loaded = true;
   return Status::ok();
@@ -132,7 +150,8 @@ void GptModel<A>::splice_images(GptActivations<A>& a) {
   if (!a.images_loaded)  // a caller's bug: the embedding would read stale rows
     throw std::logic_error("GptModel: a vision-language micro-batch ran without load_images");
   a.images_loaded = false;
-  const G* patches = vision_->forward(a.images);
+  if (a.num_images == 0) return;  // no image rows (Note [present images])
+  const G* patches = vision_->forward(a.images, a.num_images);
   vision_owner_ = &a;
   // This rank's rows (R of them from row0_ with sequence parallelism) gain their patches, added
   // in G and rounded once to A (Note [tower precision]).
@@ -148,8 +167,9 @@ void GptModel<A>::splice_images(GptActivations<A>& a) {
 
 template <typename A>
 void GptModel<A>::vision_backward(GptActivations<A>& a, const A* d_rows) {
-  if (vision_owner_ != &a) {  // another micro-batch ran the tower since: recompute a's
-    vision_->forward(a.images);
+  if (a.num_images == 0) return;  // the tower did not run: no gradient (Note [present images])
+  if (vision_owner_ != &a) {      // another micro-batch ran the tower since: recompute a's
+    vision_->forward(a.images, a.num_images);
     vision_owner_ = &a;
   }
   const G* d = nullptr;  // (N, C) the embedding output's gradient in G (Note [tower precision])

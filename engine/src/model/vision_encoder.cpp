@@ -10,6 +10,7 @@
 // gradients, the keys' and values' unpacked into dqkv). The CPU's float and double lists and
 // CUDA's float list have these ops; no new attention kernel is needed.
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -23,7 +24,7 @@ namespace lattice {
 template <typename A>
 VisionEncoder<A>::VisionEncoder(const VisionConfig& config, int batch, Device& device, Ops<A>& ops)
     : config_(config), device_(device), ops_(ops), blocks_(device) {
-  B_ = batch;
+  max_images_ = B_ = batch;
   Cin_ = config.num_channels;
   Np_ = config.patches();
   T_ = config.seq_length();
@@ -110,7 +111,9 @@ Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionC
 
 template <typename A>
 Status VisionEncoder<A>::allocate(bool own_params) {
-  const size_t N = N_, C = C_, M = static_cast<size_t>(B_) * Np_, R = Lrun_;
+  // Sized for max_images_ (a forward on fewer uses the buffers' front, as laid out for B_).
+  const size_t N = static_cast<size_t>(max_images_) * T_, C = C_,
+               M = static_cast<size_t>(max_images_) * Np_, R = Lrun_;
   const auto W = MemoryCategory::kWeights, Gr = MemoryCategory::kGrads,
              Ac = MemoryCategory::kActivations, Ws = MemoryCategory::kWorkspace;
   if (own_params) {
@@ -140,7 +143,8 @@ Status VisionEncoder<A>::allocate(bool own_params) {
   kv_ = blocks_.take<A>(N * 2 * C, Ws);
   d_kv_ = blocks_.take<A>(N * 2 * C, Ws);
   delta_ = blocks_.take<A>(N * NH_, Ws);
-  workspace_ = blocks_.take<A>(ops_.attention_block_workspace_elems(B_, NH_, T_, T_, HS_), Ws);
+  workspace_ =
+      blocks_.take<A>(ops_.attention_block_workspace_elems(max_images_, NH_, T_, T_, HS_), Ws);
   q_pos_ = blocks_.take<int32_t>(2 * static_cast<size_t>(T_), Ws);
   k_pos_ = q_pos_ + T_;
   d_h_ = blocks_.take<A>(N * C, Ws);
@@ -181,7 +185,10 @@ Status VisionEncoder<A>::init_weights(uint64_t seed) {
 }
 
 template <typename A>
-const A* VisionEncoder<A>::forward(const A* images) {
+const A* VisionEncoder<A>::forward(const A* images, int count) {
+  assert(count == -1 || (1 <= count && count <= max_images_));
+  B_ = count < 0 ? max_images_ : count;  // the rows below, and backward's, are B_'s
+  N_ = static_cast<size_t>(B_) * T_;
   const int B = B_, T = T_, C = C_, M = B_ * Np_;
   const size_t TC = static_cast<size_t>(T) * C;
   images_ = images;
@@ -201,8 +208,10 @@ const A* VisionEncoder<A>::forward(const A* images) {
   ops_.layernorm_forward(hidden_, pre_mean_, pre_rstd_, x0_, tensor(P, pre_w_), tensor(P, pre_b_),
                          static_cast<int>(N_), C);
   for (int l = 0; l < Lrun_; l++) layer_forward(l);
-  const A* selected = hidden_ + Lrun_ * N_ * C;
-  if (cls_ >= 0)  // LLaVA's "patch" features: the class token's row dropped
+  A* selected = hidden_ + Lrun_ * N_ * C;
+  if (cls_ < 0)  // the features are the selected state, where this forward's B puts it
+    features_ = selected;
+  else  // LLaVA's "patch" features: the class token's row dropped
     for (int b = 0; b < B; b++)
       device_.copy(features_ + static_cast<size_t>(b) * Np_ * C, selected + b * TC + C,
                    static_cast<size_t>(Np_) * C * sizeof(A), CopyKind::kDeviceToDevice, compute());

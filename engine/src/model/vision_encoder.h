@@ -44,11 +44,11 @@ struct VisionLayerParams {
 template <typename A>
 class VisionEncoder {
  public:
-  // The tower for batches of `batch` images on `device`. Errors: a config that validate()
-  // refuses, a device whose op list for A lacks the ops (CUDA has them in fp32 only), out of
-  // memory.
-  // own_params false: the parameters and gradients are another arena's (a GptModel's pre chunk,
-  // Note [vision tensors] in param_layout.h), given by bind() before the first forward.
+  // The tower for batches of at most `batch` images on `device` (its memory is sized for them).
+  // Errors: a config that validate() refuses, a device whose op list for A lacks the ops (CUDA has
+  // them in fp32 only), out of memory. own_params false: the parameters and gradients are another
+  // arena's (a GptModel's pre chunk, Note [vision tensors] in param_layout.h), given by bind()
+  // before the first forward.
   static Result<std::unique_ptr<VisionEncoder>> create(const VisionConfig& config, int batch,
                                                        Device& device, bool own_params = true);
   // Runs on `params` and accumulates gradients into `grads`, device memory laid out as tensors()
@@ -72,14 +72,18 @@ class VisionEncoder {
   // `seed` (as init_weights.cpp's rule; output projections not rescaled). Waits.
   Status init_weights(uint64_t seed);
 
-  int tokens() const { return B_ * Np_; }  // rows of the output: B images x Np patches
-  // out (B, Np, H) = projector(encoder(images (B, Cin, img_h, img_w))), device memory that
-  // stays valid until the next forward; the activations are kept for backward().
-  const A* forward(const A* images);
-  // Given d_out (B, Np, H): parameter gradients += (layers past --vision-select-layer get none);
-  // d_images (B, Cin, img_h, img_w), when non-null, written. encoder false (a frozen encoder,
-  // --freeze-ViT): the projector's gradients alone, the encoder's left untouched and d_images
-  // not written.
+  int max_images() const { return max_images_; }  // the create() batch
+  int images() const { return B_; }               // B: the last forward's (max_images before)
+  int tokens() const { return B_ * Np_; }         // rows of the output: B images x Np patches
+  // out (B, Np, H) = projector(encoder(images (B, Cin, img_h, img_w))) for the first B = count
+  // images (1 <= count <= max_images; -1: max_images), device memory that stays valid until the
+  // next forward; the activations are kept for backward(), which runs on the same B. A smaller
+  // batch costs less (every op runs on B images) in the same memory.
+  const A* forward(const A* images, int count = -1);
+  // Given d_out (B, Np, H), B the last forward's: parameter gradients += (layers past
+  // --vision-select-layer get none); d_images (B, Cin, img_h, img_w), when non-null, written.
+  // encoder false (a frozen encoder, --freeze-ViT): the projector's gradients alone, the
+  // encoder's left untouched and d_images not written.
   void backward(const A* d_out, A* d_images, bool encoder = true);
 
  private:
@@ -100,8 +104,10 @@ class VisionEncoder {
   VisionConfig config_;
   Device& device_;
   Ops<A>& ops_;
-  int B_, Cin_, Np_, T_, C_, NH_, HS_, F_, H_, K_, L_, Lrun_;
-  size_t N_;  // B T rows of the encoder
+  int max_images_;  // the batch the buffers are sized for
+  int B_;           // the images of the last forward (max_images_ before the first)
+  int Cin_, Np_, T_, C_, NH_, HS_, F_, H_, K_, L_, Lrun_;
+  size_t N_;  // B T rows of the encoder (the buffers below hold max_images T rows)
 
   std::vector<ParamTensor> tensors_;
   size_t num_params_ = 0;
@@ -130,7 +136,8 @@ class VisionEncoder {
   A* ln2_stats_ = nullptr;     // (Lrun, 2, N)
   A* fc1_ = nullptr;           // (Lrun, N, F) before the activation
   A* act_ = nullptr;           // (Lrun, N, F)
-  A* features_ = nullptr;      // (B Np, C) the selected state's patch rows
+  A* features_ = nullptr;      // (B Np, C) the selected state's patch rows (in hidden_ without
+                               // a class token, where the last forward's B puts them)
   A* p1_ = nullptr;            // (B Np, H) the projector's first GEMM
   A* p1_act_ = nullptr;        // (B Np, H)
   A* out_ = nullptr;           // (B Np, H)

@@ -120,6 +120,7 @@ Status fill_micro_batch(const SampleSource& source, int64_t consumed, int micro_
   std::vector<int32_t> pos;
   for (int b = 0; b < B; b++) {
     const int64_t index = micro_batch_sample(source, consumed, micro_index, B, dp_size, dp_rank, b);
+    if (Status s = source.check_sample(index); !s) return s;
     const bool masked = read_sample(source, index, sample, mask, pos);
     for (int t = 0; t <= T; t++)
       if (sample[t] < 0 || sample[t] >= limit)

@@ -22,7 +22,8 @@ Result<DataSources> open_data(const TrainOptions& options, const ModelConfig& mo
 // Fills inputs and targets (B, T) with micro-batch `micro_index` of data-parallel rank
 // `dp_rank`'s slice of the global batch that starts at `consumed` (Megatron's sampler,
 // data/batch_sampler.h); checks every id against the vocabulary: 0 <= id < vocab_size, the
-// tokenizer's, or id == vocab_size (the image id) for an image-text source. With a source that has
+// tokenizer's, or id == vocab_size (the image id) for an image-text source, and runs the
+// source's own checks of each sample (SampleSource::check_sample). With a source that has
 // a loss mask (SFT), targets[t] = loss_mask[t + 1] ? x[t + 1] : kernels::kIgnoreIndex. positions
 // (B, T), when non-null, receives each input token's position within its document
 // (SampleSource::sample_with_mask; 0..T-1 for pretraining sources) for packed attention.
