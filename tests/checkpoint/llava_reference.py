@@ -22,11 +22,14 @@ llama_reference.py but read_safetensors is used):
   GPT2LMHeadModel        (text_config model_type gpt2) + wpe; LayerNorm (layer_norm_epsilon);
                          Conv1D weights (in, out); c_attn's columns [Q | K | V]; gelu_new (tanh);
                          ln_f; the head tied to wte
-  loss                   sum of cross-entropies over targets != -1, / (B T)
+  loss                   sum of cross-entropies over targets != -1, / (B T); with SPEC's
+                         "padding_columns" K, over the logits and K more columns of logit 0 (what
+                         a model whose vocabulary is padded by K zero rows computes)
 
 usage: llava_reference.py MODEL_DIR SPEC.json
-  SPEC {"tokens": [[...]], "targets": [[...]], "images": [flat (B, Cin, H, W)]}  (one image per
-  sequence). Prints one JSON line {"loss": x}.
+  SPEC {"tokens": [[...]], "targets": [[...]], "images": [flat (B, Cin, H, W)],
+  "padding_columns": K (optional, 0)}  (one image per sequence). Prints one JSON line
+  {"loss": x, "loss_without_padding": y} (y is x when K is 0).
 """
 import json
 import math
@@ -169,9 +172,12 @@ def main():
         n = int(is_image[b].sum())
         rows.append(x[b].masked_scatter(is_image[b].unsqueeze(-1), features[b, :n]))
     logits = (gpt2_logits if gpt2 else llama_logits)(p, tc, torch.stack(rows))
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                           ignore_index=-1, reduction="sum") / (B * T)
-    print(json.dumps({"loss": loss.item()}))
+    def loss(logits):
+        return (F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                ignore_index=-1, reduction="sum") / (B * T)).item()
+    pad = spec.get("padding_columns", 0)
+    padded = torch.cat([logits, logits.new_zeros(B, T, pad)], dim=-1)
+    print(json.dumps({"loss": loss(padded), "loss_without_padding": loss(logits)}))
 
 
 if __name__ == "__main__":

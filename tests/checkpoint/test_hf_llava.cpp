@@ -10,12 +10,18 @@
 // writes the model's, import reads them back bit for bit (CLIP's, assumed, without the file; a
 // malformed one refused); a --load-hf run on data of another normalisation says so and trains on
 // the data's. A GPT-2 language model (GPT2LMHeadModel under language_model.) round-trips and
-// matches the reference too. The reference is skipped where Debian's python3-torch is missing.
+// matches the reference too. The vocabulary's padding rows do not travel: a padded model reloads
+// as itself with those rows zero (its loss the reference's with that many zero logits), and a
+// trained VLM whose vocabulary needs no padding validates at the same loss through --load and
+// through --load-hf of its `ckpt export-hf`. The reference is skipped where Debian's
+// python3-torch is missing.
 #include <QtTest/QtTest>
 
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QJsonObject>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <cmath>
 #include <cstring>
@@ -78,6 +84,44 @@ bool same_bits(const std::array<float, 3>& a, const std::array<float, 3>& b) {
   return std::memcmp(a.data(), b.data(), sizeof a) == 0;
 }
 
+// Two sequences, each with one image's placeholders, their next-token targets (-1 where the
+// next is a placeholder) and the images' pixels.
+struct Batch {
+  std::vector<int32_t> tokens, targets;  // (kBatch, kSeq)
+  std::vector<float> images;             // (kBatch, Cin, H, W)
+};
+
+Batch test_batch(const ModelConfig& c) {
+  const VisionConfig& v = c.vision;
+  const int Np = v.patches(), N = kBatch * kSeq;
+  Batch out{std::vector<int32_t>(N), std::vector<int32_t>(N), {}};
+  for (int b = 0; b < kBatch; b++) {
+    int32_t* x = out.tokens.data() + b * kSeq;
+    for (int t = 0; t < kSeq; t++) x[t] = (t * 37 + b * 53 + 11) % c.vocab_size;
+    for (int k = 0; k < Np; k++) x[2 + 3 * b + k] = c.image_token_id();
+    for (int t = 0; t < kSeq; t++) {
+      const int32_t next = t + 1 < kSeq ? x[t + 1] : 5;
+      out.targets[b * kSeq + t] = next == c.image_token_id() ? -1 : next;
+    }
+  }
+  std::mt19937 rng(3);
+  std::normal_distribution<float> pixel(0.0f, 1.0f);
+  out.images.resize(static_cast<size_t>(kBatch) * v.num_channels * v.img_h * v.img_w);
+  for (float& p : out.images) p = pixel(rng);
+  return out;
+}
+
+// Lattice's loss (GptModel<double>) of `c` with `weights` on `batch`; NaN when it cannot run.
+double lattice_loss(const ModelConfig& c, const std::vector<float>& weights, const Batch& batch) {
+  GptModel<double> model(c, kBatch);
+  std::copy(weights.begin(), weights.end(), model.params());
+  auto acts = model.new_activations();
+  if (!acts || !model.load_images(**acts, batch.tokens.data(), batch.images.data()).is_ok())
+    return std::nan("");
+  return model.forward(**acts, batch.tokens.data(), batch.targets.data(), 0,
+                       1.0f / (kBatch * kSeq));
+}
+
 }  // namespace
 
 class HfLlava : public QObject {
@@ -88,49 +132,32 @@ class HfLlava : public QObject {
   std::vector<float> weights_;
   QString exported() const { return dir_.filePath("llava"); }
 
-  // Lattice's loss (GptModel<double>) of `c` with `weights` on two sequences, each with one
-  // image's placeholders, against llava_reference.py's from the HF files at `model_dir`; "" when
-  // they agree to 1e-9.
+  // Lattice's loss (lattice_loss) of `c` with `weights` against llava_reference.py's from the
+  // HF files at `model_dir` (its softmax given `padding_columns` more columns of logit 0); ""
+  // when they agree to 1e-9. `unpadded`, when given, gets the reference's loss without them.
   QString reference_check(const ModelConfig& c, const std::vector<float>& weights,
-                          const QString& model_dir) {
-    const VisionConfig& v = c.vision;
-    const int Np = v.patches(), N = kBatch * kSeq;
-    std::vector<int32_t> tokens(N), targets(N);
-    for (int b = 0; b < kBatch; b++) {
-      int32_t* x = tokens.data() + b * kSeq;
-      for (int t = 0; t < kSeq; t++) x[t] = (t * 37 + b * 53 + 11) % c.vocab_size;
-      for (int k = 0; k < Np; k++) x[2 + 3 * b + k] = c.image_token_id();
-      for (int t = 0; t < kSeq; t++) {
-        const int32_t next = t + 1 < kSeq ? x[t + 1] : 5;
-        targets[b * kSeq + t] = next == c.image_token_id() ? -1 : next;
-      }
-    }
-    std::mt19937 rng(3);
-    std::normal_distribution<float> pixel(0.0f, 1.0f);
-    std::vector<float> images(static_cast<size_t>(kBatch) * v.num_channels * v.img_h * v.img_w);
-    for (float& p : images) p = pixel(rng);
-
-    GptModel<double> model(c, kBatch);
-    std::copy(weights.begin(), weights.end(), model.params());
-    auto acts = model.new_activations();
-    if (!acts || !model.load_images(**acts, tokens.data(), images.data()).is_ok())
-      return "Lattice's model cannot run";
-    const double ours = model.forward(**acts, tokens.data(), targets.data(), 0, 1.0f / N);
-
+                          const QString& model_dir, int padding_columns = 0,
+                          double* unpadded = nullptr) {
+    const Batch batch = test_batch(c);
+    const double ours = lattice_loss(c, weights, batch);
+    if (std::isnan(ours)) return "Lattice's model cannot run";
     QJsonArray pixels;
-    for (float p : images) pixels.append(static_cast<double>(p));
+    for (float p : batch.images) pixels.append(static_cast<double>(p));
     const QString spec = model_dir + "-spec.json";
     std::ofstream(spec.toStdString())
-        << ("{\"tokens\": " + testing::rows_json(tokens, kSeq) +
-            ", \"targets\": " + testing::rows_json(targets, kSeq) +
-            ", \"images\": " + QJsonDocument(pixels).toJson(QJsonDocument::Compact) + "}")
+        << ("{\"tokens\": " + testing::rows_json(batch.tokens, kSeq) +
+            ", \"targets\": " + testing::rows_json(batch.targets, kSeq) +
+            ", \"images\": " + QJsonDocument(pixels).toJson(QJsonDocument::Compact) +
+            ", \"padding_columns\": " + QString::number(padding_columns) + "}")
                .toStdString();
     const testing::Run py = testing::run_process(
         testing::kPython,
         {QString(LATTICE_SOURCE_DIR) + "/tests/checkpoint/llava_reference.py", model_dir, spec}, {},
         300000);
     if (py.exit_code != 0) return "the reference failed: " + py.err;
-    const double theirs = QJsonDocument::fromJson(py.out.toUtf8()).object()["loss"].toDouble();
+    const QJsonObject answer = QJsonDocument::fromJson(py.out.toUtf8()).object();
+    const double theirs = answer["loss"].toDouble();
+    if (unpadded) *unpadded = answer["loss_without_padding"].toDouble();
     if (std::abs(ours - theirs) <= 1e-9 * std::abs(theirs)) return {};
     return QString("loss: lattice %1, pytorch from the HF files %2")
         .arg(ours, 0, 'g', 17)
@@ -387,6 +414,88 @@ class HfLlava : public QObject {
       QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
     const QString errors = reference_check(config_, weights_, exported());
     QVERIFY2(errors.isEmpty(), qPrintable(errors));
+  }
+
+  void a_padded_vocabulary_reloads_as_zero_logit_columns_and_nothing_else() {
+    // 120 ids padded to 128 (Note [vocabulary padding through HF] in hf_llava.cpp): the file
+    // has no place for the 8 padding rows, import zeroes them, and the reloaded model's loss is
+    // the HF model's with 8 columns of logit 0 in the softmax, to 1e-9; neither the HF model's
+    // own loss nor the exported model's (its padding rows were not zero).
+    if (!testing::torch_available())
+      QSKIP("python3-torch is not installed (installers/install-deps.sh --tests)");
+    ModelConfig c = config_;
+    c.make_vocab_size_divisible_by = 128;
+    const int padding = c.padded_vocab_size() - c.vocab_size;
+    QCOMPARE(padding, 8);
+    const std::vector<float> weights = initial_weights(c);
+    const ParamLayout layout(c);
+    const QString out = dir_.filePath("llava-padded");
+    Status s = export_hf(out.toStdString(), c, layout, weights.data());
+    QVERIFY2(s.is_ok(), s.message().c_str());
+    std::vector<float> back(layout.total_numel(), 1.0f);
+    s = import_hf(out.toStdString(), c, layout, back.data());
+    QVERIFY2(s.is_ok(), s.message().c_str());
+    std::vector<float> zeroed = weights;
+    for (const char* name : {"embedding.word_embeddings.weight", "output_layer.weight"}) {
+      const ParamTensor* t = layout.find(name);
+      QVERIFY(t);
+      std::fill(zeroed.begin() + t->offset + int64_t{c.vocab_size} * c.hidden_size,
+                zeroed.begin() + t->offset + t->numel, 0.0f);
+    }
+    const QString diff = first_difference(layout, zeroed.data(), back.data());
+    QVERIFY2(diff.isEmpty(), qPrintable(diff));
+    double hf_loss = 0;
+    const QString zero_columns = reference_check(c, back, out, padding, &hf_loss);
+    QVERIFY2(zero_columns.isEmpty(), qPrintable(zero_columns));
+    const double reloaded = lattice_loss(c, back, test_batch(c));
+    const double exported = lattice_loss(c, weights, test_batch(c));
+    QVERIFY2(std::abs(reloaded - hf_loss) > 1e-6 && std::abs(reloaded - exported) > 1e-6,
+             qPrintable(QString("reloaded %1, the HF model's %2, the exported model's %3")
+                            .arg(reloaded, 0, 'g', 17)
+                            .arg(hf_loss, 0, 'g', 17)
+                            .arg(exported, 0, 'g', 17)));
+  }
+
+  void a_trained_vlm_through_export_hf_gives_its_validation_loss_back() {
+    // train --save, ckpt export-hf, then the validation loss through --load-hf equals the one
+    // through --load, digit for digit: 15 ids + EOD need no padding at a multiple of 16, so the
+    // two models are the same function. --finetune: a resumed --load evaluates the validation
+    // samples after those its run saw (the checkpoint's consumed count), --load-hf from the
+    // first.
+    const QStringList quiet =
+        QString(
+            "--no-db --threads 1 --mock-data --micro-batch-size 4 --global-batch-size 8 "
+            "--eval-iters 2 --make-vocab-size-divisible-by 16")
+            .split(' ');
+    const QStringList model =
+        QString(
+            "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
+            "--vocab-size 15 --vision-model-type clip --vision-num-layers 2 "
+            "--vision-hidden-size 16 --vision-num-attention-heads 2 --img-h 16 --img-w 16 "
+            "--patch-dim 8 --vision-select-layer -2")
+            .split(' ');
+    const QString saved = dir_.filePath("trained"), hf = dir_.filePath("trained-hf");
+    testing::Run r =
+        testing::run_lattice(1, QStringList{"train", "--train-iters", "4", "--lr", "1e-2",
+                                            "--eval-interval", "4", "--save", saved} +
+                                    model + quiet);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains("vocab 16 (padded 16)"), qPrintable(r.out));
+    r = testing::run_lattice(1, {"ckpt", "export-hf", saved, hf});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    auto validation_loss = [&](const QStringList& args) -> QString {
+      const testing::Run v =
+          testing::run_lattice(1, QStringList{"train", "--skip-train"} + args + quiet);
+      const QRegularExpression line("end of training for val data \\| lm loss value: (\\S+)");
+      const QRegularExpressionMatch m = line.match(v.out);
+      if (v.exit_code == 0 && m.hasMatch()) return m.captured(1);
+      qWarning("%s", qPrintable(v.err + v.out));
+      return {};
+    };
+    const QString loaded = validation_loss(QStringList{"--load", saved, "--finetune"} + model);
+    const QString from_hf = validation_loss({"--load-hf", hf});
+    QVERIFY2(!loaded.isEmpty() && loaded == from_hf,
+             qPrintable("--load: " + loaded + "\n--load-hf of its export-hf: " + from_hf));
   }
 
   void a_gpt2_language_model_round_trips_and_matches_pytorch() {
