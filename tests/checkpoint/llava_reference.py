@@ -23,8 +23,9 @@ llama_reference.py but read_safetensors is used):
                          Conv1D weights (in, out); c_attn's columns [Q | K | V]; gelu_new (tanh);
                          ln_f; the head tied to wte
   loss                   sum of cross-entropies over targets != -1, / (B T); with SPEC's
-                         "padding_columns" K, over the logits and K more columns of logit 0 (what
-                         a model whose vocabulary is padded by K zero rows computes)
+                         "padding_columns" K, over the logits and K more columns, each the mean
+                         of the real logits (what a model whose vocabulary is padded by K rows,
+                         each the mean of the real rows, computes)
 
 usage: llava_reference.py MODEL_DIR SPEC.json
   SPEC {"tokens": [[...]], "targets": [[...]], "images": [flat (B, Cin, H, W)],
@@ -176,7 +177,9 @@ def main():
         return (F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                 ignore_index=-1, reduction="sum") / (B * T)).item()
     pad = spec.get("padding_columns", 0)
-    padded = torch.cat([logits, logits.new_zeros(B, T, pad)], dim=-1)
+    # Each padding column's logit: the mean of the real ones (a padding row is the mean of the
+    # real rows: Note [vocabulary padding rows] in hf_tensors.cpp).
+    padded = torch.cat([logits, logits.mean(dim=-1, keepdim=True).expand(B, T, pad)], dim=-1)
     print(json.dumps({"loss": loss(padded), "loss_without_padding": loss(logits)}))
 
 

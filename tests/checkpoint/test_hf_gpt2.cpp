@@ -188,23 +188,24 @@ class TestHfGpt2 : public QObject {
                                 .c_str());
   }
 
-  void import_inverts_export_and_zeroes_the_padding_rows() {
+  void import_inverts_export_and_fills_the_padding_rows_with_the_mean_row() {
     const std::vector<float> x = indexed_params(layout_);
     const std::string p = exported("inverse.safetensors", x);
     std::vector<float> y(layout_.total_numel(), -7.0f);
     const Status s = lattice::import_hf_gpt2(p, config_, layout_, y.data());
     QVERIFY2(s, s.message().c_str());
+    // Padding row r, column c: the mean over real rows of index values, offset + (V - 1) / 2 C + c.
+    const std::vector<float> want = lattice::testing::with_mean_padding_rows(layout_, x, V);
     for (const ParamTensor& t : layout_.tensors())
-      for (size_t i = 0; i < t.numel; i++) {
-        const bool padding =
-            t.name == "embedding.word_embeddings.weight" && i >= static_cast<size_t>(V * C);
-        const float expected = padding ? 0.0f : x[t.offset + i];
-        QVERIFY2(y[t.offset + i] == expected,
+      for (size_t i = 0; i < t.numel; i++)
+        QVERIFY2(y[t.offset + i] == want[t.offset + i],
                  (t.name + "[" + std::to_string(i) + "] = " + std::to_string(y[t.offset + i]) +
-                  " after import, expected " + std::to_string(expected))
+                  " after import, expected " + std::to_string(want[t.offset + i]))
                      .c_str());
-      }
-    QCOMPARE(layout_.find("embedding.word_embeddings.weight")->numel, size_t{Vp * C});
+    const ParamTensor* e = layout_.find("embedding.word_embeddings.weight");
+    QCOMPARE(e->numel, size_t{Vp * C});
+    QVERIFY(Vp > V);
+    QCOMPARE(want[e->offset + V * C], static_cast<float>(e->offset + (V - 1) / 2.0 * C));
   }
 
   void export_import_export_gives_identical_bytes() {

@@ -23,6 +23,25 @@ inline std::vector<float> indexed_params(const ParamLayout& layout) {
   return params;
 }
 
+// `arena` as an import should leave it: the vocabulary tables' padding rows (rows >= the real
+// vocabulary `V` of the word embedding and output layer) replaced by the mean of their real rows,
+// summed in double (Note [vocabulary padding rows] in checkpoint/hf_tensors.cpp).
+inline std::vector<float> with_mean_padding_rows(const ParamLayout& layout, std::vector<float> arena,
+                                                 int64_t V) {
+  for (const char* name : {"embedding.word_embeddings.weight", "output_layer.weight"}) {
+    const ParamTensor* t = layout.find(name);
+    if (!t || t->shape.size() != 2 || t->shape[0] <= V) continue;
+    const int64_t C = t->shape[1];
+    float* table = arena.data() + t->offset;
+    for (int64_t c = 0; c < C; c++) {
+      double sum = 0;
+      for (int64_t r = 0; r < V; r++) sum += table[r * C + c];
+      for (int64_t r = V; r < t->shape[0]; r++) table[r * C + c] = static_cast<float>(sum / V);
+    }
+  }
+  return arena;
+}
+
 // Every tensor of `file` as float, ready to be written again under other names or shapes.
 struct Tensors {
   std::vector<std::string> names;

@@ -20,7 +20,8 @@ namespace lattice {
 // may carry the "transformer." prefix; F32, F16 and BF16 are accepted. The causal-mask buffers
 // (h.N.attn.bias, h.N.attn.masked_bias) are ignored; lm_head.weight, when present, must equal
 // wte.weight because Lattice ties the output layer to the word embeddings. The word
-// embedding's padding rows [--vocab-size, padded vocab) are set to zero.
+// embedding's padding rows [--vocab-size, padded vocab) are set to the mean of its real rows
+// (Note [vocabulary padding rows] in hf_tensors.cpp).
 // Every mismatch (missing, unexpected, wrong shape or dtype) is reported at once in one
 // invalid_argument message naming the file, the tensor and the flags that fix the expected
 // shape; corrupt/io_error come from the file itself. On error `params` is left untouched.

@@ -23,7 +23,8 @@ namespace lattice {
 // a rank's chunk, which gets its slices; the gaps between tensors are not written). F32, F16 and
 // BF16 are accepted; rotary_emb.inv_freq buffers are ignored; a tied model's lm_head.weight, when a
 // file holds one, must equal model.embed_tokens.weight. The embedding's (and an untied head's)
-// padding rows up to the padded vocabulary are set to zero. Every mismatch (missing, unexpected,
+// padding rows up to the padded vocabulary are set to the mean of the real rows (Note
+// [vocabulary padding rows] in hf_tensors.cpp). Every mismatch (missing, unexpected,
 // wrong shape or dtype, layer count) is reported at once in one invalid_argument message naming
 // the file, the tensor and the flags that fix the expected shape. On error `params` is left
 // untouched.

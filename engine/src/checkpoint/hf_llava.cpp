@@ -24,17 +24,12 @@
 // writes them as the shortest decimals that read back to the same floats, so import gives
 // them back bit for bit.
 //
-// Note [vocabulary padding through HF]: a file holds the V real rows of the vocabulary tables;
-// the padding rows up to the padded vocabulary Vp (--make-vocab-size-divisible-by x TP) are
-// dropped on export and zero on import (hf_tensors.h), as for text models. The image
-// placeholder (id V, ModelConfig::image_token_id) is never looked up (its rows read as id -1),
-// so only the head changes: Lattice's cross-entropy spans Vp columns, and per target the
-// trained model's loss is log(sum_{i<V} e^z_i + sum_{j>=V} e^z_j) - z_t, the reloaded model's
-// log(sum_{i<V} e^z_i + (Vp - V)) - z_t (a zero row's logit is 0), transformers'
-// log(sum_{i<V} e^z_i) - z_t. Training pushes the padding logits down (never a target), so the
-// reload's loss is higher, the more so the smaller V is against Vp - V (16 ids padded to 128:
-// 112 columns of logit 0). With no padding (V a multiple of the divisor x TP) the three agree;
-// test_hf_llava pins both.
+// The vocabulary's padding rows through HF: as for text models (Note [vocabulary padding rows] in
+// hf_tensors.cpp), dropped on export, the mean of the real rows on import. The image placeholder
+// (id V, ModelConfig::image_token_id) is never looked up (its rows read as id -1), so only the
+// head's softmax changes; test_hf_llava pins the reloaded loss against an independent PyTorch
+// forward with the padding columns, and a trained VLM with no padding validates at the same
+// loss through --load and --load-hf.
 #include "checkpoint/hf_llava.h"
 
 #include <cmath>

@@ -56,6 +56,30 @@ void for_each_run(const HfTensor& t, Copy&& copy) {
   }
 }
 
+// Note [vocabulary padding rows]: the word embedding and output layer hold the padded
+// vocabulary Vp (--make-vocab-size-divisible-by x TP) while a Hugging Face file holds its V real
+// rows. Lattice's cross-entropy spans all Vp columns, as Megatron's, so a padding row's logit
+// counts in every token's softmax. Zero rows would give logit 0, which can outweigh every real
+// logit of a model whose logits sit far below 0, so a reloaded model's loss would have no bound.
+// Each padding row is instead the mean of the real rows: its logit is then the mean of the real
+// logits, z_bar = h . mean(w_i) = mean(h . w_i), and by Jensen e^z_bar <= mean_i e^z_i, so the
+// loss exceeds the HF model's by log(1 + (Vp - V) e^z_bar / sum_i e^z_i) <= log(1 + (Vp - V) / V):
+// at most 9.4e-4 for GPT-2 (50257 ids padded to 50304). Megatron's converters copy the last row
+// instead, which bounds nothing (GPT-2's last id is its frequent <|endoftext|>).
+bool is_vocabulary_table(const std::string& name) {
+  return name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+}
+
+// Rows [real, rows) of the (rows, cols) table = the mean of rows [0, real), summed in double.
+void fill_padding_rows(float* table, int64_t real, int64_t rows, int64_t cols) {
+  if (real <= 0 || real >= rows) return;
+  std::vector<double> mean(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < real; r++)
+    for (int64_t c = 0; c < cols; c++) mean[c] += table[r * cols + c];
+  for (int64_t r = real; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) table[r * cols + c] = static_cast<float>(mean[c] / real);
+}
+
 bool is_float_dtype(safetensors::Dtype d) {
   using safetensors::Dtype;
   return d == Dtype::kF32 || d == Dtype::kF16 || d == Dtype::kBF16;
@@ -166,15 +190,19 @@ Status import_hf_tensors(const std::string& path, const std::vector<HfTensor>& t
 
   // One of our global tensors at a time, from the HF tensors that live in it, then its slice
   // into `into`: the memory beyond the mapped files is the largest tensor (the embedding), not
-  // the model. Elements no HF tensor covers, the vocabulary's padding rows, stay zero.
+  // the model. The vocabulary tables' padding rows, which no HF tensor covers, get the mean of
+  // the real rows (Note [vocabulary padding rows]).
   std::vector<float> scratch, global;
   for (const ParamTensor& target : into.tensors()) {
     bool assembled = false;
+    int64_t vocabulary_rows = 0;  // the HF rows of a vocabulary table, else 0
     for (size_t i = 0; i < table.size(); i++) {
       const HfTensor& t = table[i];
       if (t.param->name != target.name) continue;
       if (!assembled) host_assign(global, t.param->numel, MemoryCategory::kWeights, 0.0f);
       assembled = true;
+      if (is_vocabulary_table(target.name) && !t.transposed && !t.row_of && t.shape.size() == 2)
+        vocabulary_rows = t.shape[0];
       const safetensors::TensorInfo& info = *found[i]->info;
       host_grow(scratch, info.numel, MemoryCategory::kWeights);
       if (Status s = found[i]->file->read_float(info, scratch.data()); !s)
@@ -184,6 +212,9 @@ Status import_hf_tensors(const std::string& path, const std::vector<HfTensor>& t
       });
     }
     assert(assembled && "`into` holds a tensor the table does not fill");
+    if (vocabulary_rows > 0)
+      fill_padding_rows(global.data(), vocabulary_rows, target.global_shape[0],
+                        target.global_shape[1]);
     slice_from_global(target, global.data(), params + target.offset);
   }
   return Status::ok();

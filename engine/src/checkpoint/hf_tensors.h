@@ -1,7 +1,7 @@
 // The mechanism every Hugging Face architecture's interchange shares (hf_gpt2.cpp,
 // hf_llama.cpp): a table of HF tensors, each with the Lattice tensor it lives in and how its
 // rows map there; matching a file against the table with every problem named; import (rows
-// scattered into the arena, vocabulary padding zeroed) and export (safetensors sources that
+// scattered into the arena, the vocabulary's padding rows the mean of its real rows) and export (safetensors sources that
 // gather the rows back). Import and export walk the same table, so they cannot disagree.
 #pragma once
 
@@ -57,7 +57,8 @@ int hf_layer_of(const std::string& name, const std::string& prefix);
 // Imports the model at `path` (HfWeights::open) into `params`, laid out by `into`: the table's
 // layout (ParamLayout(config), whole) or any shard of it (ParamLayout(config, shard): a rank's
 // chunk), whose every tensor gets its slice of the global tensor the table's entries assemble;
-// elements no entry covers (the vocabulary's padding rows) are zero. First the whole file is
+// the vocabulary tables' padding rows, which no entry covers, are the mean of their real rows
+// (Note [vocabulary padding rows] in hf_tensors.cpp). First the whole file is
 // checked against the table: every mismatch (missing, unexpected, wrong shape or dtype, the
 // layer count, a tied copy that differs) in one invalid_argument message that names the file,
 // the tensor and the flags that fix the expected shape, the first twelve listed and the rest
