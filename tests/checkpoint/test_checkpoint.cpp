@@ -3,7 +3,8 @@
 // saving resumes from the previous complete checkpoint, removes what the save left and says so; a
 // corrupt or truncated shard is refused by name; GPT-2 weights survive import and export unchanged;
 // a Llama-family checkpoint continues in another layout and is refused by a run whose
-// architecture flags differ.
+// architecture flags differ; a reshard that pads the vocabulary further fills the new rows of
+// both vocabulary tables with the mean of the real rows.
 #include <QtTest/QtTest>
 
 #include <QDir>
@@ -13,6 +14,7 @@
 #include <QProcess>
 #include <QRegularExpression>
 #include <QTemporaryDir>
+#include <cmath>
 #include <csignal>
 
 #include "checkpoint/safetensors.h"
@@ -346,6 +348,62 @@ class Checkpoints : public QObject {
     Run inspect = run_lattice(1, {"ckpt", "inspect", save});
     QCOMPARE(inspect.exit_code, 1);
     QVERIFY2(inspect.out.contains("rank_00000.safetensors"), qPrintable(inspect.out));
+  }
+
+  // Vocabulary 301 (300 + NullTokenizer's end of document) pads to 384 at TP 1 and to 512 at
+  // TP 4: rows 384-511, TP rank 3's whole slice, are new. Both tables (untied) get the mean of
+  // the 301 real rows (Note [vocabulary padding rows], hf_tensors.cpp); the AdamW moments start
+  // at zero there. Before, the word embedding's new rows were zero and an untied output layer
+  // was refused.
+  void reshard_pads_the_vocabulary_with_mean_rows() {
+    const QString save = dir_.filePath("vocab-ck"), out = dir_.filePath("vocab-tp4");
+    Run made = run_lattice(
+        1, {"train", "--mock-data", "--num-layers", "2", "--hidden-size", "32",
+            "--num-attention-heads", "4", "--seq-length", "16", "--vocab-size", "300",
+            "--untie-embeddings-and-output-weights", "--micro-batch-size", "2",
+            "--global-batch-size", "2", "--train-iters", "2", "--eval-iters", "0", "--threads",
+            "1", "--db", db(), "--save", save});
+    QVERIFY2(made.exit_code == 0, qPrintable(made.err));
+    Run r = run_lattice(1, {"ckpt", "reshard", save, out, "--tensor-model-parallel-size", "4",
+                            "--pipeline-model-parallel-size", "1"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    auto floats = [](const lattice::safetensors::File& f, const std::string& name) {
+      std::vector<float> v;
+      const auto* t = f.find(name);
+      if (!t) return v;
+      v.resize(t->numel);
+      if (!f.read_float(*t, v.data())) v.clear();
+      return v;
+    };
+    auto saved = lattice::safetensors::File::open(
+        (save + "/iter_0000002/rank_00000.safetensors").toStdString());
+    auto last = lattice::safetensors::File::open(
+        (out + "/iter_0000002/rank_00003.safetensors").toStdString());
+    QVERIFY(saved && last);
+    constexpr int kCols = 32, kReal = 301, kNewRows = 128;
+    for (const std::string table : {"embedding.word_embeddings.weight", "output_layer.weight"}) {
+      const std::vector<float> before = floats(*saved, "model/" + table),
+                               after = floats(*last, "model/" + table),
+                               moment = floats(*last, "exp_avg/" + table);
+      QCOMPARE(before.size(), size_t{384 * kCols});
+      QCOMPARE(after.size(), size_t{kNewRows * kCols});
+      QCOMPARE(moment.size(), size_t{kNewRows * kCols});
+      for (int c = 0; c < kCols; c++) {
+        double mean = 0;
+        for (int row = 0; row < kReal; row++) mean += before[row * kCols + c];
+        mean /= kReal;
+        for (int row = 0; row < kNewRows; row++) {
+          QVERIFY2(std::abs(after[row * kCols + c] - mean) <= 1e-6 * (1 + std::abs(mean)),
+                   qPrintable(QString("%1 row %2 column %3: %4, the real rows' mean %5")
+                                  .arg(table.c_str())
+                                  .arg(384 + row)
+                                  .arg(c)
+                                  .arg(after[row * kCols + c])
+                                  .arg(mean)));
+          QCOMPARE(moment[row * kCols + c], 0.0f);
+        }
+      }
+    }
   }
 
   void gpt2_weights_round_trip_unchanged() {

@@ -456,33 +456,6 @@ Result<CheckpointRef> find_checkpoint(const std::string& dir, int step) {
   return ref;
 }
 
-namespace {
-
-// Copies this rank's slice of `t` (flat range [begin, end) of it) out of the global tensor.
-// The word embedding may be padded differently under another TP size: rows beyond the saved
-// ones start at zero, extra saved rows (padding) are dropped.
-Status take_slice(const ParamTensor& t, const std::vector<int64_t>& saved_shape,
-                  const std::vector<float>& global, size_t begin, size_t end, float* out,
-                  const std::string& where) {
-  std::vector<int64_t> shape = saved_shape;
-  const bool vocabulary = t.name == "embedding.word_embeddings.weight";
-  if (vocabulary && shape.size() == 2 && shape[1] == t.global_shape[1])
-    shape[0] = t.global_shape[0];
-  if (shape != t.global_shape)
-    return Status::invalid_argument(
-        where + " holds " + t.name + " with shape " + safetensors::shape_to_string(saved_shape) +
-        "; this model's is " + safetensors::shape_to_string(t.global_shape));
-  const SliceMap map{t.global_shape, t.split_dim, t.split_begin,
-                     t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
-  const size_t saved_numel = global.size();
-  for (size_t i = begin; i < end; i++) {
-    const size_t g = map.global_index(i);
-    out[i - begin] = g < saved_numel ? global[g] : 0.0f;
-  }
-  return Status::ok();
-}
-
-}  // namespace
 
 Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool weights_only,
                        TrainState* state) {
@@ -518,7 +491,8 @@ Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool we
     for (const ParamTensor& t : tensors) {
       if (!in_set(parts.tensors, t)) continue;
       if (Status s = fetch("model", t.name); !s) return explain(s);
-      if (Status s = take_slice(t, shape, global, 0, t.numel, chunk.params + t.offset, ref.path);
+      if (Status s = take_slice(t, shape, global, 0, t.numel, reader.model().vocab_size,
+                                chunk.params + t.offset, ref.path);
           !s)
         return s;
     }
@@ -530,10 +504,10 @@ Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool we
       if (it == tensors.end()) continue;
       const size_t begin = view.offset - it->offset, end = begin + view.numel;
       if (Status s = fetch("exp_avg", it->name); !s) return explain(s);
-      if (Status s = take_slice(*it, shape, global, begin, end, view.exp_avg, ref.path); !s)
+      if (Status s = take_slice(*it, shape, global, begin, end, 0, view.exp_avg, ref.path); !s)
         return s;
       if (Status s = fetch("exp_avg_sq", it->name); !s) return explain(s);
-      if (Status s = take_slice(*it, shape, global, begin, end, view.exp_avg_sq, ref.path); !s)
+      if (Status s = take_slice(*it, shape, global, begin, end, 0, view.exp_avg_sq, ref.path); !s)
         return s;
     }
   }

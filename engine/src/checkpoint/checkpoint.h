@@ -200,6 +200,17 @@ class CheckpointReader {
 Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool weights_only,
                        TrainState* state);
 
+// Copies elements [begin, end) of this rank's slice of `t` out of `global`, the saved global
+// tensor of shape `saved_shape`. A vocabulary table (is_vocabulary_table) may be padded to
+// another length than this model's (another TP size or --make-vocab-size-divisible-by saved
+// it): extra saved rows, padding, are dropped, and rows beyond the saved ones get the mean of
+// saved rows [0, real_rows), the tokenizer's (Note [vocabulary padding rows], hf_tensors.cpp),
+// or zero where real_rows is 0 (the optimizer's moments: no history). Any other difference of
+// shape is invalid_argument naming `where`.
+Status take_slice(const ParamTensor& t, const std::vector<int64_t>& saved_shape,
+                  const std::vector<float>& global, size_t begin, size_t end, int64_t real_rows,
+                  float* out, const std::string& where);
+
 // invalid_argument naming every architecture flag whose value differs between the checkpoint
 // at `path` (its metadata's model) and `run`, e.g. "--rotary-base 10000 disagrees with 500000 in
 // <path>" (tensor shapes are load_checkpoint's check; these flags also change what a weight

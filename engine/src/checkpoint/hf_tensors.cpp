@@ -66,9 +66,6 @@ void for_each_run(const HfTensor& t, Copy&& copy) {
 // loss exceeds the HF model's by log(1 + (Vp - V) e^z_bar / sum_i e^z_i) <= log(1 + (Vp - V) / V):
 // at most 9.4e-4 for GPT-2 (50257 ids padded to 50304). Megatron's converters copy the last row
 // instead, which bounds nothing (GPT-2's last id is its frequent <|endoftext|>).
-bool is_vocabulary_table(const std::string& name) {
-  return name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
-}
 
 // Rows [real, rows) of the (rows, cols) table = the mean of rows [0, real), summed in double.
 void fill_padding_rows(float* table, int64_t real, int64_t rows, int64_t cols) {

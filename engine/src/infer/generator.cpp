@@ -9,7 +9,6 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/hf_model.h"
 #include "core/host_memory.h"
 #include "infer/infer_model.h"
@@ -23,32 +22,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Copies this shard's slice of tensor `t` out of the global tensor `global` (saved_shape).
-// The word embedding may be padded to another length (another TP size saved it): missing
-// rows are zero, extra ones dropped.
-Status take_slice(const ParamTensor& t, std::vector<int64_t> shape,
-                  const std::vector<float>& global, float* out, const std::string& where) {
-  if (t.name == "embedding.word_embeddings.weight" && shape.size() == 2 &&
-      shape[1] == t.global_shape[1])
-    shape[0] = t.global_shape[0];
-  if (shape != t.global_shape)
-    return Status::invalid_argument(where + " holds " + t.name + " with another shape than " +
-                                    "this model's");
-  const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
-                                        t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
-  for (size_t i = 0; i < t.numel; i++) {
-    const size_t g = map.global_index(i);
-    out[i] = g < global.size() ? global[g] : 0.0f;
-  }
-  return Status::ok();
-}
-
 Status load_checkpoint_weights(CheckpointReader& reader, InferenceModel& model) {
   std::vector<int64_t> shape;
   std::vector<float> global;
   for (const ParamTensor& t : model.layout().tensors()) {
     if (Status s = reader.read_global("model", t.name, shape, global); !s) return s;
-    if (Status s = take_slice(t, shape, global, model.params() + t.offset, reader.path()); !s)
+    if (Status s = take_slice(t, shape, global, 0, t.numel, reader.model().vocab_size,
+                              model.params() + t.offset, reader.path());
+        !s)
       return s;
   }
   return Status::ok();

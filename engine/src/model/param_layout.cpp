@@ -253,4 +253,8 @@ template void slice_from_global<double>(const ParamTensor&, const double*, doubl
 template void slice_to_global<float>(const ParamTensor&, const float*, float*);
 template void slice_to_global<double>(const ParamTensor&, const double*, double*);
 
+bool is_vocabulary_table(const std::string& name) {
+  return name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+}
+
 }  // namespace lattice

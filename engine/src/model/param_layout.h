@@ -120,6 +120,10 @@ struct ParamTensor {
   bool expert_parallel = false;
 };
 
+// The word embedding and an untied output layer: their rows are the padded vocabulary,
+// padding rows beyond the tokenizer's (Note [vocabulary padding rows], hf_tensors.cpp).
+bool is_vocabulary_table(const std::string& name);
+
 // Between a tensor's slice (t.numel, row-major in t.shape) and its global tensor (row-major in
 // t.global_shape): the one place that knows how a split along split_dim lays out. Used to draw
 // a slice (init_weights), take one from a whole file (--load-hf) and put one back (gathering
