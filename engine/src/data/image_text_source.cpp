@@ -214,4 +214,15 @@ Result<DataSplits> build_image_text_splits(const std::vector<std::pair<double, s
                               });
 }
 
+ImageTextSourceOptions image_text_options(const ModelConfig& m, const VisionConfig& v) {
+  ImageTextSourceOptions o;
+  o.seq_length = m.seq_length;
+  o.patches = v.patches();
+  o.img_h = v.img_h;
+  o.img_w = v.img_w;
+  o.num_channels = v.num_channels;
+  o.image_token_id = m.vocab_size;  // Note [image-text tokens]
+  return o;
+}
+
 }  // namespace lattice

@@ -11,6 +11,8 @@
 
 #include "data/gpt_dataset.h"
 #include "data/image_text_dataset.h"
+#include "lattice/model_config.h"
+#include "lattice/vision_config.h"
 
 namespace lattice {
 
@@ -25,6 +27,10 @@ struct ImageTextSourceOptions {
   // [image-text tokens]); the dataset's must equal it. Negative: not checked.
   int32_t image_token_id = -1;
 };
+
+// The options model `m` reads its samples with, `v` its vision tower (the trainer's and
+// `lattice eval`'s data paths alike).
+ImageTextSourceOptions image_text_options(const ModelConfig& m, const VisionConfig& v);
 
 // Note [image-text samples]: sample i of a split is its document i mod count, in document order,
 // as SFT's one-conversation-per-sample samples (Note [SFT samples]; no packing, no shuffle),

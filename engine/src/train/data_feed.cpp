@@ -30,15 +30,7 @@ Result<DataSources> open_data(const TrainOptions& o, const ModelConfig& mc) {
   DataSources d;
   const bool vision = !o.vision_model_type.empty();
   ImageTextSourceOptions image_text;
-  if (vision) {  // Note [image-text samples]
-    const VisionConfig v = o.vision_config();
-    image_text.seq_length = mc.seq_length;
-    image_text.patches = v.patches();
-    image_text.img_h = v.img_h;
-    image_text.img_w = v.img_w;
-    image_text.num_channels = v.num_channels;
-    image_text.image_token_id = mc.vocab_size;  // Note [image-text tokens]
-  }
+  if (vision) image_text = image_text_options(mc, o.vision_config());  // Note [image-text samples]
   if (o.mock_data && vision) {
     for (auto [source, seed] : {std::pair{&d.train, o.seed}, std::pair{&d.valid, o.seed + 1}}) {
       Result<std::unique_ptr<SampleSource>> made = mock_image_text_source(seed, image_text);

@@ -191,16 +191,8 @@ Result<EvalResult> evaluate(const TrainOptions& o, int64_t num_samples) {
                                       std::to_string(num_samples) +
                                       " image-text samples (one document each) but " + prefix +
                                       " holds only " + std::to_string(documents));
-    const VisionConfig& v = mc.vision;
-    ImageTextSourceOptions options;
-    options.seq_length = mc.seq_length;
-    options.patches = v.patches();
-    options.img_h = v.img_h;
-    options.img_w = v.img_w;
-    options.num_channels = v.num_channels;
-    options.image_token_id = mc.vocab_size;  // Note [image-text tokens]
-    Result<DataSplits> splits =
-        build_image_text_splits({{1.0, prefix}}, "1,0,0", num_samples, 0, 0, options);
+    Result<DataSplits> splits = build_image_text_splits({{1.0, prefix}}, "1,0,0", num_samples, 0,
+                                                        0, image_text_options(mc, mc.vision));
     if (!splits) return splits.status();
     source = std::move(splits->train);
     mc.vision.images_per_sample = std::max(1, source->images_per_sample());
