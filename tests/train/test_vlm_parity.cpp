@@ -242,7 +242,8 @@ class VlmParity : public QObject {
     c.freeze_lm = true;
     c.freeze_vision = true;
     int trained = 0;
-    for (const ParamTensor& t : ParamLayout(c).tensors()) trained += !t.frozen;
+    const ParamLayout layout(c);  // named: a temporary's tensors() would dangle in the loop
+    for (const ParamTensor& t : layout.tensors()) trained += !t.frozen;
     QCOMPARE(trained, 4);  // the projector's two weights and biases
     const QString errors = check("projector-only", c);
     QVERIFY2(errors.isEmpty(), qPrintable(errors));
