@@ -208,8 +208,10 @@ class ConsoleSink : public MetricsSink {
 };
 
 // Measures this machine's float GEMM rate (GFLOP/s) with the given threads: the CPU "peak"
-// that MFU is reported against. Takes about 0.3 s.
-double measure_sgemm_gflops(int threads);
+// that MFU is reported against. The best of at least 4 timed 1536^3 GEMMs, and of as many more
+// as fit in `min_seconds`: on a shared machine a longer window is likelier to hold a quiet
+// moment (lattice-bench-train's reference takes 1 s). About 0.1-0.3 s with the default.
+double measure_sgemm_gflops(int threads, double min_seconds = 0);
 
 // Asks a running train() to stop before its next iteration (async-signal-safe: a
 // SIGINT/SIGTERM handler may call it). train() then returns an error saying so.

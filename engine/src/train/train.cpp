@@ -44,13 +44,17 @@ EarlyStop early_stop(const TrainOptions& options) {
   return EarlyStop::kNone;
 }
 
-double measure_sgemm_gflops(int threads) {
+double measure_sgemm_gflops(int threads, double min_seconds) {
   kernels::set_num_threads(threads);
   const int n = 1536;
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
   kernels::matmul_forward<float>(c.data(), a.data(), b.data(), nullptr, n, n, n);  // warm-up
   double best = 0;
-  for (int rep = 0; rep < 4; rep++) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int rep = 0;
+       rep < 4 ||
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < min_seconds;
+       rep++) {
     const auto t0 = std::chrono::steady_clock::now();
     kernels::matmul_forward<float>(c.data(), a.data(), b.data(), nullptr, n, n, n);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
