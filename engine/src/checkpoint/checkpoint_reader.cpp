@@ -92,7 +92,9 @@ Status take_slice(const ParamTensor& t, const std::vector<int64_t>& saved_shape,
   const size_t saved_numel = global.size();
   for (size_t i = begin; i < end; i++) {
     const size_t g = map.global_index(i);
-    out[i - begin] = g < saved_numel ? global[g] : new_row[g % new_row.size()];
+    out[i - begin] = g < saved_numel     ? global[g]
+                     : new_row.empty() ? 0.0f
+                                       : new_row[g % new_row.size()];
   }
   return Status::ok();
 }
