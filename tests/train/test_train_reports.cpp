@@ -2,7 +2,8 @@
 // rank's time per phase is per iteration (the mean since the previous report, as Megatron's
 // --timing-log-level), on the console and in the run store, so that the phases of one rank fit
 // inside one iteration; and the done line's share of the measured SGEMM peak divides one rank's
-// rate by one rank's peak.
+// rate by one rank's peak; a vision-language run with its language model frozen counts the FLOPs
+// the planner counts (the tower's added, the frozen weights' gradients not).
 #include <QtTest/QtTest>
 
 #include <QRegularExpression>
@@ -11,6 +12,9 @@
 #include <vector>
 
 #include "common/process.h"
+#include "common/tiny_model.h"
+#include "lattice/layout.h"
+#include "lattice/plan.h"
 #include "lattice/model_config.h"
 #include "lattice/storage/run_store.h"
 #include "lattice/train_options.h"
@@ -160,6 +164,45 @@ class TrainReports : public QObject {
   void initTestCase() { QVERIFY(dir_.isValid()); }
 
   void one_rank_reports_per_iteration() { check(1); }
+
+  // The done line's GFLOP/s of a LLaVA-style run with --freeze-LM: model_flops_per_iteration
+  // (the planner's count), which here is about 0.7 of Megatron's count for the language model
+  // alone (no weight gradients in the frozen layers; the tiny tower adds little). The trainer
+  // used that plain count before.
+  void a_frozen_vision_language_run_counts_as_the_planner() {
+    std::vector<std::string> words = {
+        "--mock-data", "--num-layers",          "2",   "--hidden-size",       "64",
+        "--num-attention-heads", "4",           "--seq-length",        "64",  "--vocab-size",
+        "255",         "--micro-batch-size",    "2",   "--global-batch-size", "4",
+        "--train-iters", "4",                   "--eval-iters",        "0",   "--threads",
+        "1",           "--freeze-LM"};
+    for (const std::string& w : lattice::testing::tiny_tower_flags(1)) words.push_back(w);
+    auto options = lattice::parse_train_flags(words);
+    QVERIFY2(options, options.status().message().c_str());
+    auto layout = lattice::make_layout(*options, 1);
+    QVERIFY2(layout, layout.status().message().c_str());
+    const double counted = lattice::model_flops_per_iteration(*options, *layout),
+                 plain = lattice::flops_per_iteration(options->model, options->global_batch_size);
+    QVERIFY2(counted < 0.8 * plain, qPrintable(QString("counted %1, plain %2").arg(counted).arg(plain)));
+    QStringList args = {"train", "--db", dir_.filePath("runs-vlm.sqlite")};
+    for (const std::string& w : words) args << QString::fromStdString(w);
+    const Run r = lattice::testing::run_lattice(1, args);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.out + r.err));
+    const QRegularExpressionMatch done =
+        QRegularExpression(R"(done: [^\n]* s; ([0-9.]+) tokens/s, ([0-9.]+) GFLOP/s per rank)")
+            .match(r.out);
+    QVERIFY2(done.hasMatch(), qPrintable(r.out));
+    const double tokens_per_s = done.captured(1).toDouble(), per_rank = done.captured(2).toDouble();
+    const double expected = tokens_per_s /
+                            (double(options->global_batch_size) * options->model.seq_length) *
+                            counted / 1e9;
+    QVERIFY2(std::abs(per_rank - expected) <= 0.01 * expected + 0.1,
+             qPrintable(QString("the done line says %1 GFLOP/s, the planner's count gives %2 "
+                                "(Megatron's language-model count alone %3)")
+                            .arg(per_rank)
+                            .arg(expected)
+                            .arg(expected * plain / counted)));
+  }
 
   void two_ranks_report_per_iteration_and_per_rank() {
 #ifndef LATTICE_MPIEXEC

@@ -179,6 +179,11 @@ ParameterBytes bytes_per_parameter(const std::string& precision);
 // Requires a valid layout for `options` (make_layout) and a known vocabulary
 // (options.model.vocab_size > 0: resolve a file tokenizer first).
 MemoryEstimate estimate_memory(const TrainOptions& options, const ParallelLayout& layout);
+
+// Model FLOPs of one iteration of `options` on `layout`, MemoryEstimate::flops_per_iteration:
+// Megatron's count less the language model's weight gradients with --freeze-LM, plus a vision
+// tower's with its re-runs. The trainer's TFLOP/s and MFU count the same.
+double model_flops_per_iteration(const TrainOptions& options, const ParallelLayout& layout);
 // layout_json()'s object plus "memory": {"micro_batches", "flops_per_iteration",
 // "flops_per_rank", "most_loaded_pp_rank", "stages": [{"pp_rank", "parameters",
 // "replicated_parameters", "weight_bytes", "grad_bytes", "optimizer_bytes",

@@ -425,6 +425,12 @@ ParameterBytes bytes_per_parameter(const std::string& precision) {
   return {4, 4, 8};
 }
 
+double model_flops_per_iteration(const TrainOptions& given, const ParallelLayout& layout) {
+  const TrainOptions o = with_default_global_batch(given, layout.world);
+  return language_model_flops(o.model, o.global_batch_size) +
+         estimate_vision(o, layout).flops_per_iteration;
+}
+
 MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& layout) {
   const TrainOptions o = with_default_global_batch(given, layout.world);
   const ModelConfig& m = o.model;
@@ -436,8 +442,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
   // A vision tower (Note [vision tower in the plan] in vision_estimate.cpp): its parameters
   // and activations on the first stage, its FLOPs in the model's.
   est.vision = estimate_vision(o, layout);
-  est.flops_per_iteration =
-      language_model_flops(m, o.global_batch_size) + est.vision.flops_per_iteration;
+  est.flops_per_iteration = model_flops_per_iteration(o, layout);
   est.flops_per_rank = est.flops_per_iteration / layout.world;
 
   for (int p = 0; p < layout.pp; p++) {

@@ -29,6 +29,7 @@
 #include "lattice/instability.h"
 #include "lattice/kernels.h"
 #include "lattice/layout.h"
+#include "lattice/plan.h"
 #include "lattice/train.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
@@ -799,8 +800,11 @@ Result<TrainSummary> Trainer<T>::run() {
 
   const int T_ = mc_.seq_length;
   const int decay_iters = o_.optim.lr_decay_iters > 0 ? o_.optim.lr_decay_iters : o_.train_iters;
-  // Megatron's FLOPs of the global batch, per rank for the per-device figures.
-  const double flops = flops_per_iteration(mc_, o_.global_batch_size) / L.world;
+  // The model's FLOPs of the global batch as the planner counts them (Megatron's, less frozen
+  // weight gradients, plus a vision tower's), per rank for the per-device figures.
+  TrainOptions counted = o_;
+  counted.model = mc_;
+  const double flops = model_flops_per_iteration(counted, L) / L.world;
 
   TrainSummary summary;
   summary.peak_gflops = start.peak_gflops;
