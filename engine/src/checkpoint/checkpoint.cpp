@@ -457,6 +457,41 @@ Result<CheckpointRef> find_checkpoint(const std::string& dir, int step) {
 }
 
 
+Status take_slice(const ParamTensor& t, const std::vector<int64_t>& saved_shape,
+                  const std::vector<float>& global, size_t begin, size_t end, int64_t real_rows,
+                  float* out, const std::string& where) {
+  std::vector<int64_t> shape = saved_shape;
+  const bool vocabulary = is_vocabulary_table(t.name) && shape.size() == 2 &&
+                          t.global_shape.size() == 2 && shape[1] == t.global_shape[1];
+  if (vocabulary) shape[0] = t.global_shape[0];
+  if (shape != t.global_shape)
+    return Status::invalid_argument(
+        where + " holds " + t.name + " with shape " + safetensors::shape_to_string(saved_shape) +
+        "; this model's is " + safetensors::shape_to_string(t.global_shape));
+  // The rows beyond the saved ones: the mean of the saved real rows, summed in double.
+  std::vector<float> new_row;
+  if (vocabulary && t.global_shape[0] > saved_shape[0]) {
+    const int64_t cols = saved_shape[1], real = std::min(real_rows, saved_shape[0]);
+    new_row.assign(static_cast<size_t>(cols), 0.0f);
+    if (real > 0) {
+      std::vector<double> sum(static_cast<size_t>(cols), 0.0);
+      for (int64_t r = 0; r < real; r++)
+        for (int64_t c = 0; c < cols; c++) sum[c] += global[r * cols + c];
+      for (int64_t c = 0; c < cols; c++) new_row[c] = static_cast<float>(sum[c] / real);
+    }
+  }
+  const checkpoint_format::SliceMap map{t.global_shape, t.split_dim, t.split_begin,
+                                        t.split_dim >= 0 ? t.shape[t.split_dim] : 0};
+  const size_t saved_numel = global.size();
+  for (size_t i = begin; i < end; i++) {
+    const size_t g = map.global_index(i);
+    out[i - begin] = g < saved_numel     ? global[g]
+                     : new_row.empty() ? 0.0f
+                                       : new_row[g % new_row.size()];
+  }
+  return Status::ok();
+}
+
 Status load_checkpoint(const CheckpointRef& ref, const RankParts& parts, bool weights_only,
                        TrainState* state) {
   Result<std::unique_ptr<CheckpointReader>> opened = CheckpointReader::open(ref.path);
