@@ -28,15 +28,25 @@ void print_usage(std::ostream& out) {
          "  version   print the version and the BLAS kernel in use\n";
 }
 
-// The library LATTICE_CPU_GEMM asks for, or "OpenBLAS or oneDNN per shape" for auto (Note [fp32
-// GEMM choice], kernels/cpu/README.md).
+// The way LATTICE_CPU_GEMM asks for, or what auto chooses among (Note [fp32 GEMM choice],
+// kernels/cpu/README.md).
 std::string fp32_gemm_label() {
   using lattice::kernels::CpuGemm;
-  const CpuGemm mode = lattice::kernels::cpu_gemm();
-  if (mode == CpuGemm::onednn) return "oneDNN";
-  if (mode == CpuGemm::openblas || !lattice::kernels::onednn_sgemm_missing().empty())
-    return "OpenBLAS";
-  return "OpenBLAS or oneDNN per shape, measured on this machine: " +
+  switch (lattice::kernels::cpu_gemm()) {
+    case CpuGemm::openblas:
+      return "OpenBLAS";
+    case CpuGemm::onednn:
+      return "oneDNN";
+    case CpuGemm::openblas_split:
+      return "OpenBLAS split over the threads";
+    case CpuGemm::onednn_split:
+      return "oneDNN split over the threads";
+    case CpuGemm::automatic:
+      break;
+  }
+  const bool onednn = lattice::kernels::onednn_sgemm_missing().empty();
+  return std::string(onednn ? "OpenBLAS or oneDNN" : "OpenBLAS") +
+         ", whole or split over the threads, per shape, measured on this machine: " +
          lattice::kernels::cpu_gemm_choices_file();
 }
 

@@ -1,12 +1,14 @@
-// The linear layers' fp32 GEMM on OpenBLAS or oneDNN, chosen per shape by timing both
-// (lattice/cpu_gemm.h; Note [fp32 GEMM choice], README.md), the choices kept per machine in a
-// file (gemm_choices_file.h). Compiled once, for plain x86-64: both libraries pick their own
-// kernels for the CPU at load time.
+// The linear layers' fp32 GEMM on OpenBLAS or oneDNN, whole or split over the threads, chosen per
+// shape by timing each way (lattice/cpu_gemm.h; Note [fp32 GEMM choice], README.md), the choices
+// kept per machine in a file (gemm_choices_file.h). Compiled once, for plain x86-64: both
+// libraries pick their own kernels for the CPU at load time.
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,11 +32,20 @@ namespace {
 
 constexpr const char* kEnvVar = "LATTICE_CPU_GEMM";
 
-// oneDNN must beat OpenBLAS by this factor to be chosen: OpenBLAS stays where the two are within
-// the noise of a few repetitions, so that reruns on one machine mostly choose alike.
-constexpr double kOnednnMargin = 1.05;
-constexpr int kTimedRepetitions = 3;      // per library, after one warm-up call each
+// A way other than one OpenBLAS call must beat it by this factor to be chosen: OpenBLAS stays
+// where the two are within the noise of a few repetitions, so that reruns on one machine mostly
+// choose alike.
+constexpr double kMargin = 1.05;
+constexpr int kTimedRepetitions = 3;      // per way, after one warm-up call each
+// Rounds after the first stop once the timing has spent this long: a large shape's few calls are
+// long enough to time (a round of four ways on config B's LM head takes a second).
+constexpr double kTimingBudgetSeconds = 0.25;
 constexpr size_t kMaxTimedShapes = 4096;  // beyond: OpenBLAS (a server meeting endless shapes)
+// A split way gives each thread at least this many rows of C; fewer rows make one band.
+constexpr int kMinBandRows = 16;
+
+using Sgemm = void (*)(bool, bool, int, int, int, float, const float*, int, const float*, int,
+                       float, float*, int);
 
 void openblas_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) {
@@ -56,24 +67,70 @@ void onednn_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 }
 #endif
 
+// C's rows in one band per thread (at least kMinBandRows each, band edges on multiples of 8),
+// each band a single-threaded call of `sgemm` (both libraries run single-threaded inside an
+// OpenMP region). Inside a region already, or with one band, one call.
+void split_rows(Sgemm sgemm, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
+                int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  const int bands = std::min(num_threads(), M / kMinBandRows);
+  if (bands < 2 || omp_in_parallel()) {
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  auto edge = [&](int band) {
+    return band == bands ? M : static_cast<int>(int64_t{M} * band / bands) / 8 * 8;
+  };
+#pragma omp parallel num_threads(bands)
+  {
+    const int band = omp_get_thread_num(), m0 = edge(band), rows = edge(band + 1) - m0;
+    // op(A)'s row m is A's row m, or A's column m when A is transposed.
+    const float* a = ta ? A + m0 : A + static_cast<size_t>(m0) * lda;
+    sgemm(ta, tb, rows, N, K, alpha, a, lda, B, ldb, beta, C + static_cast<size_t>(m0) * ldc, ldc);
+  }
+}
+
+// Runs the GEMM the way `way` names (openblas for automatic); a oneDNN way only in a build with
+// oneDNN (set_cpu_gemm and from_env refuse it otherwise).
+void run_way(CpuGemm way, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
+             int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  switch (way) {
+#ifdef LATTICE_HAVE_ONEDNN
+    case CpuGemm::onednn:
+      onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    case CpuGemm::onednn_split:
+      split_rows(onednn_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+#endif
+    case CpuGemm::openblas_split:
+      split_rows(openblas_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    default:
+      openblas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
 struct EnvRequest {
   CpuGemm mode;
   std::string error;
 };
+constexpr CpuGemm kModes[] = {CpuGemm::automatic, CpuGemm::openblas, CpuGemm::onednn,
+                              CpuGemm::openblas_split, CpuGemm::onednn_split};
+
 EnvRequest from_env() {
   const char* env = std::getenv(kEnvVar);
   const std::string value = env ? env : "";
   // Automatic by default: on a quiet machine it ran config A 14 % faster than OpenBLAS alone
   // (docs/benchmarks.md, "Choosing the GEMM library"); the choices file keeps reruns alike.
-  if (value.empty() || value == "auto") return {CpuGemm::automatic, ""};
-  if (value == "openblas") return {CpuGemm::openblas, ""};
-  if (value == "onednn") {
-    const std::string missing = onednn_sgemm_missing();
-    if (missing.empty()) return {CpuGemm::onednn, ""};
-    return {CpuGemm::openblas, std::string(kEnvVar) + "=onednn: " + missing};
+  if (value.empty()) return {CpuGemm::automatic, ""};
+  for (CpuGemm mode : kModes) {
+    if (value != cpu_gemm_name(mode)) continue;
+    const std::string missing = uses_onednn(mode) ? onednn_sgemm_missing() : "";
+    if (missing.empty()) return {mode, ""};
+    return {CpuGemm::openblas, std::string(kEnvVar) + "=" + value + ": " + missing};
   }
-  return {CpuGemm::openblas,
-          std::string(kEnvVar) + "=" + value + " is not openblas, onednn or auto"};
+  return {CpuGemm::openblas, std::string(kEnvVar) + "=" + value +
+                                 " is not auto, openblas, onednn, openblas-split or onednn-split"};
 }
 
 std::atomic<int> g_selected{-1};  // a CpuGemm once set, else -1
@@ -100,11 +157,38 @@ Table& table() {
   return t;
 }
 
-#ifdef LATTICE_HAVE_ONEDNN
-// Times both libraries on the call's A and B. With beta 0 they write into C itself, which the
-// winner's call then overwrites; with beta != 0 (C += ...) into a copy of C, so that the sum is
-// made once. Rounds alternate which library goes first, so that a burst of load from elsewhere
-// falls on both.
+// The ways the automatic mode times at this thread count: one OpenBLAS call first (the default
+// a way must beat by kMargin), then oneDNN's where the build has it, then the split ways when
+// there are threads to split over.
+std::vector<CpuGemm> candidate_ways() {
+  std::vector<CpuGemm> ways = {CpuGemm::openblas};
+  const bool onednn = onednn_sgemm_missing().empty();
+  if (onednn) ways.push_back(CpuGemm::onednn);
+  if (num_threads() > 1) {
+    ways.push_back(CpuGemm::openblas_split);
+    if (onednn) ways.push_back(CpuGemm::onednn_split);
+  }
+  return ways;
+}
+
+double& rate_of(GemmChoice& c, CpuGemm way) {
+  switch (way) {
+    case CpuGemm::onednn:
+      return c.onednn_gflops;
+    case CpuGemm::openblas_split:
+      return c.openblas_split_gflops;
+    case CpuGemm::onednn_split:
+      return c.onednn_split_gflops;
+    default:
+      return c.openblas_gflops;
+  }
+}
+
+// Times every candidate way on the call's A and B. With beta 0 they write into C itself, which
+// the winner's call then overwrites; with beta != 0 (C += ...) into a copy of C, so that the sum
+// is made once. Each round starts at the next way, so that a burst of load from elsewhere falls
+// on all; kTimedRepetitions rounds, fewer past kTimingBudgetSeconds. The fastest way (median
+// per way) is chosen where it beats one OpenBLAS call by kMargin.
 GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                       const float* B, int ldb, float beta, float* C, int ldc) {
   std::vector<float> copy;
@@ -117,28 +201,39 @@ GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const 
                   N * sizeof(float));
     out = copy.data(), ld_out = N;
   }
-  using Fn = void (*)(bool, bool, int, int, int, float, const float*, int, const float*, int, float,
-                      float*, int);
-  const Fn fns[2] = {openblas_sgemm, onednn_sgemm};
-  auto seconds = [&](Fn fn) {
+  const std::vector<CpuGemm> ways = candidate_ways();
+  auto seconds = [&](CpuGemm way) {
     const auto t0 = std::chrono::steady_clock::now();
-    fn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, out, ld_out);
+    run_way(way, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, out, ld_out);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  for (Fn fn : fns) seconds(fn);  // warm-up: packing buffers, oneDNN's kernel generation
-  std::vector<double> times[2];
-  for (int rep = 0; rep < kTimedRepetitions; rep++)
-    for (int j = 0; j < 2; j++) {
-      const int lib = (rep + j) % 2;
-      times[lib].push_back(seconds(fns[lib]));
-    }
-  auto gflops = [&](std::vector<double>& t) {
-    std::sort(t.begin(), t.end());
-    return 2.0 * M * N * K / t[t.size() / 2] / 1e9;
-  };
-  GemmChoice c{num_threads(),   ta, tb, M, N, K, beta != 0.0f, CpuGemm::openblas, gflops(times[0]),
-               gflops(times[1])};
-  if (c.onednn_gflops > kOnednnMargin * c.openblas_gflops) c.library = CpuGemm::onednn;
+  // A warm-up call per way (packing buffers, oneDNN's kernel generation), then the rounds. A
+  // shape whose warm-up calls already took kTimingBudgetSeconds is judged on those: its calls
+  // are long enough for a buffer's first touch not to matter.
+  std::vector<std::vector<double>> times(ways.size());
+  double spent = 0;
+  for (size_t w = 0; w < ways.size(); w++) {
+    times[w].push_back(seconds(ways[w]));
+    spent += times[w].back();
+  }
+  if (spent < kTimingBudgetSeconds) {
+    for (std::vector<double>& t : times) t.clear();
+    spent = 0;
+    for (int rep = 0; rep < kTimedRepetitions && (rep == 0 || spent < kTimingBudgetSeconds); rep++)
+      for (size_t j = 0; j < ways.size(); j++) {
+        const size_t w = (rep + j) % ways.size();
+        times[w].push_back(seconds(ways[w]));
+        spent += times[w].back();
+      }
+  }
+  GemmChoice c{num_threads(), ta, tb, M, N, K, beta != 0.0f, CpuGemm::openblas, 0, 0, 0, 0};
+  for (size_t w = 0; w < ways.size(); w++) {
+    std::sort(times[w].begin(), times[w].end());
+    rate_of(c, ways[w]) = 2.0 * M * N * K / times[w][times[w].size() / 2] / 1e9;
+  }
+  for (CpuGemm way : ways)
+    if (rate_of(c, way) > kMargin * c.openblas_gflops && rate_of(c, way) > rate_of(c, c.library))
+      c.library = way;
   return c;
 }
 
@@ -151,11 +246,13 @@ void warn_once(Table& t, const std::string& problem) {
                problem.c_str());
 }
 
-// The library the automatic mode runs this shape on: from the table, else from the choices
-// file (Note [GEMM choices file]), else timed now (and written to the file).
-CpuGemm chosen_library(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                       const float* B, int ldb, float beta, float* C, int ldc) {
+// The way the automatic mode runs this shape: from the table, else from the choices file (Note
+// [GEMM choices file]), else timed now (and written to the file). OpenBLAS where there is
+// nothing to choose from (one thread in a build without oneDNN).
+CpuGemm chosen_way(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                   const float* B, int ldb, float beta, float* C, int ldc) {
   if (static_cast<double>(M) * N * K < kMinTimedGemmWork) return CpuGemm::openblas;
+  if (candidate_ways().size() < 2) return CpuGemm::openblas;
   if (beta != 0.0f && static_cast<double>(M) * N * sizeof(float) > kMaxTimedCopyBytes)
     return CpuGemm::openblas;
   Table& t = table();
@@ -197,7 +294,6 @@ CpuGemm chosen_library(bool ta, bool tb, int M, int N, int K, float alpha, const
   t.add(c);
   return c.library;
 }
-#endif
 
 }  // namespace
 
@@ -207,10 +303,18 @@ const char* cpu_gemm_name(CpuGemm mode) {
       return "openblas";
     case CpuGemm::onednn:
       return "onednn";
+    case CpuGemm::openblas_split:
+      return "openblas-split";
+    case CpuGemm::onednn_split:
+      return "onednn-split";
     case CpuGemm::automatic:
       break;
   }
   return "auto";
+}
+
+bool uses_onednn(CpuGemm mode) {
+  return mode == CpuGemm::onednn || mode == CpuGemm::onednn_split;
 }
 
 std::string onednn_sgemm_missing() {
@@ -234,7 +338,7 @@ CpuGemm cpu_gemm() {
 }
 
 bool set_cpu_gemm(CpuGemm mode) {
-  if (mode == CpuGemm::onednn && !onednn_sgemm_missing().empty()) return false;
+  if (uses_onednn(mode) && !onednn_sgemm_missing().empty()) return false;
   g_selected.store(static_cast<int>(mode), std::memory_order_relaxed);
   return true;
 }
@@ -245,17 +349,11 @@ std::string cpu_gemm_env_error() {
 
 void gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
               const float* B, int ldb, float beta, float* C, int ldc) {
-#ifdef LATTICE_HAVE_ONEDNN
-  CpuGemm library = cpu_gemm();
-  if (M == 0 || N == 0 || K == 0) library = CpuGemm::openblas;  // an empty sum: C = beta C
-  if (library == CpuGemm::automatic)
-    library = chosen_library(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (library == CpuGemm::onednn) {
-    onednn_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-#endif
-  openblas_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  CpuGemm way = cpu_gemm();
+  if (M == 0 || N == 0 || K == 0) way = CpuGemm::openblas;  // an empty sum: C = beta C
+  if (way == CpuGemm::automatic)
+    way = chosen_way(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run_way(way, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 std::vector<GemmChoice> cpu_gemm_choices() {

@@ -29,7 +29,8 @@ namespace {
 
 constexpr const char* kHeaderPrefix = "# lattice fp32 GEMM choices for ";
 constexpr const char* kColumns =
-    "# threads\top\tM\tN\tK\taccumulate\tlibrary\topenblas_gflops\tonednn_gflops";
+    "# threads\top\tM\tN\tK\taccumulate\tway\topenblas_gflops\tonednn_gflops\t"
+    "openblas_split_gflops\tonednn_split_gflops";
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -66,10 +67,10 @@ bool make_parents(const std::string& path) {
 
 bool parse_row(const std::string& line, GemmChoice& c) {
   std::istringstream in(line);
-  std::string op, library;
+  std::string op, way;
   int accumulate = -1;
-  if (!(in >> c.threads >> op >> c.M >> c.N >> c.K >> accumulate >> library >> c.openblas_gflops >>
-        c.onednn_gflops))
+  if (!(in >> c.threads >> op >> c.M >> c.N >> c.K >> accumulate >> way >> c.openblas_gflops >>
+        c.onednn_gflops >> c.openblas_split_gflops >> c.onednn_split_gflops))
     return false;
   std::string rest;
   if (in >> rest) return false;
@@ -77,12 +78,11 @@ bool parse_row(const std::string& line, GemmChoice& c) {
     return false;
   if (c.threads < 1 || c.M < 1 || c.N < 1 || c.K < 1 || (accumulate != 0 && accumulate != 1))
     return false;
-  if (library == "openblas")
-    c.library = CpuGemm::openblas;
-  else if (library == "onednn")
-    c.library = CpuGemm::onednn;
-  else
-    return false;
+  c.library = CpuGemm::automatic;
+  for (CpuGemm mode : {CpuGemm::openblas, CpuGemm::onednn, CpuGemm::openblas_split,
+                       CpuGemm::onednn_split})
+    if (way == cpu_gemm_name(mode)) c.library = mode;
+  if (c.library == CpuGemm::automatic) return false;
   c.trans_a = op[0] == 'T', c.trans_b = op[1] == 'T';
   c.accumulate = accumulate == 1;
   c.remembered = true;
@@ -102,6 +102,9 @@ std::string gemm_machine_signature() {
   s += "; oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
        std::to_string(v->patch) + " (ISA " + isa + ")";
 #endif
+  // Format 2's rows name a way and four rates (one library's rows before: such a file is not
+  // read, its shapes are timed again).
+  s += "; format 2";
   return s;
 }
 
@@ -166,10 +169,11 @@ bool LockedChoicesFile::append(const GemmChoice& c) {
   std::ofstream out(path_, std::ios::app);
   if (ends_mid_line_) out << "\n";
   if (!has_header_) out << kHeaderPrefix << gemm_machine_signature() << "\n" << kColumns << "\n";
-  char row[160];
-  std::snprintf(row, sizeof row, "%d\t%c%c\t%d\t%d\t%d\t%d\t%s\t%.1f\t%.1f\n", c.threads,
-                c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N', c.M, c.N, c.K, c.accumulate ? 1 : 0,
-                cpu_gemm_name(c.library), c.openblas_gflops, c.onednn_gflops);
+  char row[200];
+  std::snprintf(row, sizeof row, "%d\t%c%c\t%d\t%d\t%d\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\n",
+                c.threads, c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N', c.M, c.N, c.K,
+                c.accumulate ? 1 : 0, cpu_gemm_name(c.library), c.openblas_gflops,
+                c.onednn_gflops, c.openblas_split_gflops, c.onednn_split_gflops);
   out << row;
   out.flush();
   if (!out) {

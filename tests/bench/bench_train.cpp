@@ -3,6 +3,7 @@
 // final RESULT line in JSON for train_vs_pytorch.sh. A program, not a test: figures go to
 // docs/benchmarks.md.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -68,23 +69,26 @@ void print_profile(const TrainSummary& s) {
   }
 }
 
-// The shapes the automatic mode timed or read from the choices file, and the library each got
-// (Note [fp32 GEMM choice], kernels/cpu/README.md); nothing with LATTICE_CPU_GEMM=openblas or
-// onednn, or in a build without oneDNN.
+// The shapes the automatic mode timed or read from the choices file, and the way each got (Note
+// [fp32 GEMM choice], kernels/cpu/README.md); nothing when LATTICE_CPU_GEMM forces a way.
 void print_gemm_choices() {
   const std::vector<kernels::GemmChoice> choices = kernels::cpu_gemm_choices();
   if (choices.empty()) return;
   const std::string file = kernels::cpu_gemm_choices_file();
-  std::printf("\nfp32 GEMMs timed on first use on this machine (GFLOP/s, median of 3; %s):\n",
+  std::printf("\nfp32 GEMMs timed on first use on this machine (GFLOP/s, median of up to 3; %s):\n",
               file.empty() ? "no choices file" : file.c_str());
   std::printf(
-      "| op(A) x op(B) | M | N | K | beta | threads | OpenBLAS | oneDNN | chosen | when |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      "| op(A) x op(B) | M | N | K | beta | threads | OpenBLAS | oneDNN | OpenBLAS split | "
+      "oneDNN split | chosen | when |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  auto rate = [](double gflops) { return gflops > 0 ? std::to_string(std::lround(gflops)) : "-"; };
   for (const kernels::GemmChoice& c : choices)
-    std::printf("| %s x %s | %d | %d | %d | %d | %d | %.0f | %.0f | %s | %s |\n",
+    std::printf("| %s x %s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n",
                 c.trans_a ? "A^T" : "A", c.trans_b ? "B^T" : "B", c.M, c.N, c.K,
-                c.accumulate ? 1 : 0, c.threads, c.openblas_gflops, c.onednn_gflops,
-                kernels::cpu_gemm_name(c.library), c.remembered ? "earlier run" : "this run");
+                c.accumulate ? 1 : 0, c.threads, rate(c.openblas_gflops).c_str(),
+                rate(c.onednn_gflops).c_str(), rate(c.openblas_split_gflops).c_str(),
+                rate(c.onednn_split_gflops).c_str(), kernels::cpu_gemm_name(c.library),
+                c.remembered ? "earlier run" : "this run");
 }
 
 }  // namespace

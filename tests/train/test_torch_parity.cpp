@@ -34,8 +34,8 @@ class TorchParity : public QObject {
   Q_OBJECT
  private slots:
   void initTestCase_data() { testing::add_cpu_isa_rows(); }
-  // Run again as test_torch_parity_onednn (LATTICE_CPU_GEMM=onednn): the request must be one this
-  // build serves, or that run would check OpenBLAS twice.
+  // Run again with LATTICE_CPU_GEMM set to each other way (test_torch_parity_onednn, ..._split):
+  // the request must be one this build serves, or that run would check OpenBLAS twice.
   void initTestCase() {
     QVERIFY2(kernels::cpu_gemm_env_error().empty(), kernels::cpu_gemm_env_error().c_str());
   }

@@ -1,22 +1,23 @@
-// The linear layers' fp32 GEMM on each library (lattice/cpu_gemm.h; Note [fp32 GEMM choice],
+// The linear layers' fp32 GEMM on each way (lattice/cpu_gemm.h; Note [fp32 GEMM choice],
 // kernels/cpu/README.md):
-// - kernels::gemm_f32 forced onto OpenBLAS and onto oneDNN, every transpose, alpha and beta,
-//   padded leading dimensions, against a double product within fp32's summation bound, and
-//   nothing outside C's window written;
-// - the matmul ops (forward, dinput, dweight, dbias) in float on each library against the
-//   double ops on the same values;
-// - the automatic mode: a shape is timed once (one table entry, also when two threads meet it
-//   at once), the timing leaves C alone (beta 1 adds the product once) or is overwritten (beta
-//   0), the result is bit for bit the chosen library's, small shapes and accumulating ones
-//   with a large C are not timed;
+// - kernels::gemm_f32 forced onto each way (OpenBLAS, oneDNN, each whole and split over the
+//   threads), every transpose, alpha and beta, padded leading dimensions, against a double
+//   product within fp32's summation bound, and nothing outside C's window written;
+// - the matmul ops (forward, dinput, dweight, dbias) in float on each way against the double
+//   ops on the same values;
+// - the automatic mode: a shape is timed once on every way (one table entry, also when two
+//   threads meet it at once), the fastest chosen where it beats OpenBLAS by 5 %, the timing
+//   leaves C alone (beta 1 adds the product once) or is overwritten (beta 0), the result is bit
+//   for bit the chosen way's, small shapes and accumulating ones with a large C are not timed;
 // - the choices file (Note [GEMM choices file]): a timed shape is written once and read back
-//   instead of timed, a row naming the other library is obeyed bit for bit, another machine's
+//   instead of timed, a row naming any way is obeyed bit for bit, another machine's
 //   file, malformed lines and a row cut short are reported and never lose a result, and two
 //   `lattice train` processes on one data folder time each shape once between them;
 // - LATTICE_CPU_GEMM's values and errors; `lattice train` refuses an unusable one before
 //   training, `lattice version` names the library.
 // The oneDNN cases are skipped, by name, in a build without oneDNN. test_torch_parity runs again
-// with LATTICE_CPU_GEMM=onednn (test_torch_parity_onednn, tests/train/CMakeLists.txt).
+// with LATTICE_CPU_GEMM set to each other way (test_torch_parity_onednn, test_torch_parity_*_split,
+// tests/train/CMakeLists.txt).
 #include <QtTest/QtTest>
 
 #include <QFile>
@@ -134,10 +135,13 @@ class CpuGemmTest : public QObject {
     QTest::addColumn<int>("mode");
     QTest::newRow("openblas") << int(CpuGemm::openblas);
     QTest::newRow("onednn") << int(CpuGemm::onednn);
+    QTest::newRow("openblas-split") << int(CpuGemm::openblas_split);
+    QTest::newRow("onednn-split") << int(CpuGemm::onednn_split);
   }
   void forced_library() {
     QFETCH(int, mode);
     if (QString why = use(CpuGemm(mode)); !why.isEmpty()) QSKIP(qPrintable(why));
+    // 37 rows: two bands on the split ways (at 2 threads), of 16 and 21 rows.
     unsigned seed = 1;
     for (bool ta : {false, true})
       for (bool tb : {false, true})
@@ -213,8 +217,18 @@ class CpuGemmTest : public QObject {
     QCOMPARE(choices.size(), size_t(1));
     const k::GemmChoice& c = choices[0];
     QVERIFY(!c.trans_a && c.trans_b && c.M == p.M && c.N == p.N && c.K == p.K && c.accumulate);
-    QVERIFY2(c.openblas_gflops > 0 && c.onednn_gflops > 0, "both libraries timed");
-    QCOMPARE(c.library == CpuGemm::onednn, c.onednn_gflops > 1.05 * c.openblas_gflops);
+    QVERIFY2(c.openblas_gflops > 0 && c.onednn_gflops > 0 && c.openblas_split_gflops > 0 &&
+                 c.onednn_split_gflops > 0,
+             "every way timed");
+    // The fastest way, where it beats one OpenBLAS call by 5 %.
+    const std::pair<CpuGemm, double> ways[] = {{CpuGemm::onednn, c.onednn_gflops},
+                                               {CpuGemm::openblas_split, c.openblas_split_gflops},
+                                               {CpuGemm::onednn_split, c.onednn_split_gflops}};
+    CpuGemm want = CpuGemm::openblas;
+    double best = c.openblas_gflops;
+    for (auto [way, rate] : ways)
+      if (rate > 1.05 * c.openblas_gflops && rate > best) want = way, best = rate;
+    QCOMPARE(int(c.library), int(want));
     // Both calls ran the chosen library: bit for bit what forcing it gives.
     QVERIFY(k::set_cpu_gemm(c.library));
     const std::vector<float> forced = p.run();
@@ -289,15 +303,19 @@ class CpuGemmTest : public QObject {
     QCOMPARE(k::cpu_gemm_choices().size(), size_t(1));
     QVERIFY(k::cpu_gemm_choices()[0].remembered);
     QCOMPARE(read_text(file), text);
-    // The file decides: a row naming either library is obeyed bit for bit.
-    for (const char* library : {"onednn", "openblas"}) {
+    // The file decides: a row naming any way is obeyed bit for bit.
+    for (CpuGemm way :
+         {CpuGemm::onednn, CpuGemm::openblas, CpuGemm::onednn_split, CpuGemm::openblas_split}) {
+      QVERIFY(k::set_cpu_gemm(way));
+      const std::vector<float> forced = p.run();
+      QVERIFY(k::set_cpu_gemm(CpuGemm::automatic));
       QStringList edited = row;
-      edited[6] = library;
+      edited[6] = k::cpu_gemm_name(way);
       write_text(file, text.section('\n', 0, 1) + "\n" + edited.join('\t') + "\n");
       k::clear_cpu_gemm_choices();
       const std::vector<float> got = p.run();
-      QVERIFY2(got == (QString(library) == "onednn" ? by_onednn : by_openblas), library);
-      QCOMPARE(QString(k::cpu_gemm_name(k::cpu_gemm_choices()[0].library)), QString(library));
+      QVERIFY2(got == forced, k::cpu_gemm_name(way));
+      QCOMPARE(int(k::cpu_gemm_choices()[0].library), int(way));
     }
   }
 
@@ -310,8 +328,8 @@ class CpuGemmTest : public QObject {
     QVERIFY(QDir().mkpath(QFileInfo(file).path()));
     const Problem p(false, false, 192, 160, 576, 1.0f, 1.0f, 50);
     // Another machine's file (its first line differs): not read, not written, shapes timed here.
-    const QString foreign =
-        "# lattice fp32 GEMM choices for another CPU\n2\tNN\t192\t160\t576\t1\tonednn\t1\t2\n";
+    const QString foreign = "# lattice fp32 GEMM choices for another CPU\n"
+                            "2\tNN\t192\t160\t576\t1\tonednn\t1\t2\t3\t4\n";
     write_text(file, foreign);
     k::clear_cpu_gemm_choices();
     QVERIFY(p.check(p.run()).isEmpty());
@@ -326,7 +344,7 @@ class CpuGemmTest : public QObject {
     other.run();  // writes the header and one row
     const QString good = read_text(file);
     QCOMPARE(rows_of(good).size(), 1);
-    write_text(file, good + "2\tXY\t1\t2\t3\t0\tonednn\t1\t2\n2\tNN\t19");
+    write_text(file, good + "2\tXY\t1\t2\t3\t0\tonednn\t1\t2\t3\t4\n2\tNN\t19");
     k::clear_cpu_gemm_choices();
     QVERIFY(p.check(p.run()).isEmpty());  // reads `other`, skips two lines, times p, appends
     const QStringList rows = rows_of(read_text(file));
@@ -379,7 +397,8 @@ class CpuGemmTest : public QObject {
     QVERIFY2(r.exit_code == 0, qPrintable(r.err));
     QCOMPARE(read_text(folder.filePath(files[0])), first);  // nothing timed the second time
     r = run_process(LATTICE_CLI_PATH, {"version"}, {}, 60000, env);
-    QVERIFY2(r.out.contains("fp32 GEMMs OpenBLAS or oneDNN per shape, measured on this machine: " +
+    QVERIFY2(r.out.contains("fp32 GEMMs OpenBLAS or oneDNN, whole or split over the threads, per "
+                            "shape, measured on this machine: " +
                             folder.filePath(files[0]) + ")"),
              qPrintable(r.out));
   }
@@ -393,12 +412,19 @@ class CpuGemmTest : public QObject {
     QCOMPARE(k::cpu_gemm_env_error(), std::string());
     setenv("LATTICE_CPU_GEMM", "mkl", 1);
     QCOMPARE(k::cpu_gemm_env_error(),
-             std::string("LATTICE_CPU_GEMM=mkl is not openblas, onednn or auto"));
-    setenv("LATTICE_CPU_GEMM", "onednn", 1);
+             std::string("LATTICE_CPU_GEMM=mkl is not auto, openblas, onednn, openblas-split or "
+                         "onednn-split"));
+    setenv("LATTICE_CPU_GEMM", "openblas-split", 1);
+    QCOMPARE(k::cpu_gemm_env_error(), std::string());
     const std::string missing = k::onednn_sgemm_missing();
-    QCOMPARE(k::cpu_gemm_env_error(),
-             missing.empty() ? std::string() : "LATTICE_CPU_GEMM=onednn: " + missing);
+    for (const char* value : {"onednn", "onednn-split"}) {
+      setenv("LATTICE_CPU_GEMM", value, 1);
+      QCOMPARE(k::cpu_gemm_env_error(), missing.empty() ? std::string()
+                                                        : std::string("LATTICE_CPU_GEMM=") +
+                                                              value + ": " + missing);
+    }
     QCOMPARE(k::set_cpu_gemm(CpuGemm::onednn), missing.empty());
+    QCOMPARE(k::set_cpu_gemm(CpuGemm::onednn_split), missing.empty());
     if (saved)
       setenv("LATTICE_CPU_GEMM", restore.c_str(), 1);
     else
@@ -415,7 +441,8 @@ class CpuGemmTest : public QObject {
     lattice::testing::Run r =
         run_process(LATTICE_CLI_PATH, one_step, {}, 120000, {"LATTICE_CPU_GEMM=mkl"});
     QCOMPARE(r.exit_code, 2);
-    QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=mkl is not openblas, onednn or auto"),
+    QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=mkl is not auto, openblas, onednn, openblas-split or "
+                            "onednn-split"),
              qPrintable(r.err));
     QVERIFY(!r.out.contains("iteration"));
     const bool onednn = k::onednn_sgemm_missing().empty();
@@ -424,11 +451,16 @@ class CpuGemmTest : public QObject {
     if (!onednn)
       QVERIFY2(r.err.contains("LATTICE_CPU_GEMM=onednn: this build has no oneDNN"),
                qPrintable(r.err));
-    const char* automatic = onednn ? "fp32 GEMMs OpenBLAS or oneDNN per shape, measured on this "
-                                     "machine: "
-                                   : "fp32 GEMMs OpenBLAS)";
+    const char* automatic =
+        onednn ? "fp32 GEMMs OpenBLAS or oneDNN, whole or split over the threads, per shape, "
+                 "measured on this machine: "
+               : "fp32 GEMMs OpenBLAS, whole or split over the threads, per shape, measured on "
+                 "this machine: ";
     for (auto [value, label] :
-         {std::pair{"", automatic}, {"openblas", "fp32 GEMMs OpenBLAS)"}, {"auto", automatic}}) {
+         {std::pair{"", automatic},
+          {"openblas", "fp32 GEMMs OpenBLAS)"},
+          {"auto", automatic},
+          {"openblas-split", "fp32 GEMMs OpenBLAS split over the threads)"}}) {
       r = run_process(LATTICE_CLI_PATH, {"version"}, {}, 60000,
                       {QString("LATTICE_CPU_GEMM=") + value});
       QVERIFY2(r.exit_code == 0 && r.out.contains(label), qPrintable(r.out + r.err));
