@@ -36,7 +36,7 @@ constexpr const char* kEnvVar = "LATTICE_CPU_GEMM";
 // where the two are within the noise of a few repetitions, so that reruns on one machine mostly
 // choose alike.
 constexpr double kMargin = 1.05;
-constexpr int kTimedRepetitions = 3;      // per way, after one warm-up call each
+constexpr int kTimedRepetitions = 5;      // per way, after one warm-up call each
 // Rounds after the first stop once the timing has spent this long: a large shape's few calls are
 // long enough to time (a round of four ways on config B's LM head takes a second).
 constexpr double kTimingBudgetSeconds = 0.25;
@@ -187,8 +187,10 @@ double& rate_of(GemmChoice& c, CpuGemm way) {
 // Times every candidate way on the call's A and B. With beta 0 they write into C itself, which
 // the winner's call then overwrites; with beta != 0 (C += ...) into a copy of C, so that the sum
 // is made once. Each round starts at the next way, so that a burst of load from elsewhere falls
-// on all; kTimedRepetitions rounds, fewer past kTimingBudgetSeconds. The fastest way (median
-// per way) is chosen where it beats one OpenBLAS call by kMargin.
+// on all; kTimedRepetitions rounds, fewer past kTimingBudgetSeconds. Each way is rated by its
+// fastest call (load from elsewhere only ever slows a call: a burst of a few milliseconds covered
+// every round of a 0.5 ms shape, and medians then chose by the burst), and the fastest way is
+// chosen where it beats one OpenBLAS call by kMargin.
 GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                       const float* B, int ldb, float beta, float* C, int ldc) {
   std::vector<float> copy;
@@ -227,10 +229,8 @@ GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const 
       }
   }
   GemmChoice c{num_threads(), ta, tb, M, N, K, beta != 0.0f, CpuGemm::openblas, 0, 0, 0, 0};
-  for (size_t w = 0; w < ways.size(); w++) {
-    std::sort(times[w].begin(), times[w].end());
-    rate_of(c, ways[w]) = 2.0 * M * N * K / times[w][times[w].size() / 2] / 1e9;
-  }
+  for (size_t w = 0; w < ways.size(); w++)
+    rate_of(c, ways[w]) = 2.0 * M * N * K / *std::min_element(times[w].begin(), times[w].end()) / 1e9;
   for (CpuGemm way : ways)
     if (rate_of(c, way) > kMargin * c.openblas_gflops && rate_of(c, way) > rate_of(c, c.library))
       c.library = way;

@@ -456,7 +456,6 @@ Result<CheckpointRef> find_checkpoint(const std::string& dir, int step) {
   return ref;
 }
 
-
 Status take_slice(const ParamTensor& t, const std::vector<int64_t>& saved_shape,
                   const std::vector<float>& global, size_t begin, size_t end, int64_t real_rows,
                   float* out, const std::string& where) {

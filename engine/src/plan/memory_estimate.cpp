@@ -425,10 +425,17 @@ ParameterBytes bytes_per_parameter(const std::string& precision) {
   return {4, 4, 8};
 }
 
+namespace {
+// The language model's FLOPs per iteration and the tower's (`vision`, estimate_vision's) over
+// `o`'s global batch.
+double flops_per_iteration(const TrainOptions& o, const VisionEstimate& vision) {
+  return language_model_flops(o.model, o.global_batch_size) + vision.flops_per_iteration;
+}
+}  // namespace
+
 double model_flops_per_iteration(const TrainOptions& given, const ParallelLayout& layout) {
   const TrainOptions o = with_default_global_batch(given, layout.world);
-  return language_model_flops(o.model, o.global_batch_size) +
-         estimate_vision(o, layout).flops_per_iteration;
+  return flops_per_iteration(o, estimate_vision(o, layout));
 }
 
 MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& layout) {
@@ -442,7 +449,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
   // A vision tower (Note [vision tower in the plan] in vision_estimate.cpp): its parameters
   // and activations on the first stage, its FLOPs in the model's.
   est.vision = estimate_vision(o, layout);
-  est.flops_per_iteration = model_flops_per_iteration(o, layout);
+  est.flops_per_iteration = flops_per_iteration(o, est.vision);
   est.flops_per_rank = est.flops_per_iteration / layout.world;
 
   for (int p = 0; p < layout.pp; p++) {

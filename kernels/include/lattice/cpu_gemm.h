@@ -52,7 +52,7 @@ struct GemmChoice {
   int M, N, K;
   bool accumulate;  // beta != 0
   CpuGemm library;  // the way chosen: openblas, onednn, openblas_split or onednn_split
-  // Medians of the timed repetitions, GFLOP/s; 0 for a way not timed (oneDNN's in a build
+  // The fastest of the timed repetitions, GFLOP/s; 0 for a way not timed (oneDNN's in a build
   // without it, the split ways at one thread).
   double openblas_gflops, onednn_gflops, openblas_split_gflops, onednn_split_gflops;
   bool remembered = false;  // read from the choices file, timed by an earlier process
