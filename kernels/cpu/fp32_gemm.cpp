@@ -209,25 +209,18 @@ GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const 
     run_way(way, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, out, ld_out);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  // A warm-up call per way (packing buffers, oneDNN's kernel generation), then the rounds. A
-  // shape whose warm-up calls already took kTimingBudgetSeconds is judged on those: its calls
-  // are long enough for a buffer's first touch not to matter.
+  // A warm-up call per way (packing buffers, oneDNN's kernel generation, the first touch of a
+  // fresh C: config B's 197 MiB of logits made the first way's warm-up 3x slower), then the
+  // rounds.
+  for (CpuGemm way : ways) seconds(way);
   std::vector<std::vector<double>> times(ways.size());
   double spent = 0;
-  for (size_t w = 0; w < ways.size(); w++) {
-    times[w].push_back(seconds(ways[w]));
-    spent += times[w].back();
-  }
-  if (spent < kTimingBudgetSeconds) {
-    for (std::vector<double>& t : times) t.clear();
-    spent = 0;
-    for (int rep = 0; rep < kTimedRepetitions && (rep == 0 || spent < kTimingBudgetSeconds); rep++)
-      for (size_t j = 0; j < ways.size(); j++) {
-        const size_t w = (rep + j) % ways.size();
-        times[w].push_back(seconds(ways[w]));
-        spent += times[w].back();
-      }
-  }
+  for (int rep = 0; rep < kTimedRepetitions && (rep == 0 || spent < kTimingBudgetSeconds); rep++)
+    for (size_t j = 0; j < ways.size(); j++) {
+      const size_t w = (rep + j) % ways.size();
+      times[w].push_back(seconds(ways[w]));
+      spent += times[w].back();
+    }
   GemmChoice c{num_threads(), ta, tb, M, N, K, beta != 0.0f, CpuGemm::openblas, 0, 0, 0, 0};
   for (size_t w = 0; w < ways.size(); w++)
     rate_of(c, ways[w]) = 2.0 * M * N * K / *std::min_element(times[w].begin(), times[w].end()) / 1e9;
