@@ -36,13 +36,19 @@ constexpr const char* kEnvVar = "LATTICE_CPU_GEMM";
 // where the two are within the noise of a few repetitions, so that reruns on one machine mostly
 // choose alike.
 constexpr double kMargin = 1.05;
-constexpr int kTimedRepetitions = 5;      // per way, after one warm-up call each
+constexpr int kTimedRepetitions = 5;  // per way, after one warm-up call each
 // Rounds after the first stop once the timing has spent this long: a large shape's few calls are
 // long enough to time (a round of four ways on config B's LM head takes a second).
 constexpr double kTimingBudgetSeconds = 0.25;
 constexpr size_t kMaxTimedShapes = 4096;  // beyond: OpenBLAS (a server meeting endless shapes)
 // A split way gives each thread at least this many rows of C; fewer rows make one band.
 constexpr int kMinBandRows = 16;
+
+#ifdef LATTICE_HAVE_ONEDNN
+constexpr bool kHaveOnednn = true;
+#else
+constexpr bool kHaveOnednn = false;
+#endif
 
 using Sgemm = void (*)(bool, bool, int, int, int, float, const float*, int, const float*, int,
                        float, float*, int);
@@ -162,11 +168,10 @@ Table& table() {
 // there are threads to split over.
 std::vector<CpuGemm> candidate_ways() {
   std::vector<CpuGemm> ways = {CpuGemm::openblas};
-  const bool onednn = onednn_sgemm_missing().empty();
-  if (onednn) ways.push_back(CpuGemm::onednn);
+  if (kHaveOnednn) ways.push_back(CpuGemm::onednn);
   if (num_threads() > 1) {
     ways.push_back(CpuGemm::openblas_split);
-    if (onednn) ways.push_back(CpuGemm::onednn_split);
+    if (kHaveOnednn) ways.push_back(CpuGemm::onednn_split);
   }
   return ways;
 }
@@ -223,7 +228,8 @@ GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const 
     }
   GemmChoice c{num_threads(), ta, tb, M, N, K, beta != 0.0f, CpuGemm::openblas, 0, 0, 0, 0};
   for (size_t w = 0; w < ways.size(); w++)
-    rate_of(c, ways[w]) = 2.0 * M * N * K / *std::min_element(times[w].begin(), times[w].end()) / 1e9;
+    rate_of(c, ways[w]) =
+        2.0 * M * N * K / *std::min_element(times[w].begin(), times[w].end()) / 1e9;
   for (CpuGemm way : ways)
     if (rate_of(c, way) > kMargin * c.openblas_gflops && rate_of(c, way) > rate_of(c, c.library))
       c.library = way;
@@ -245,7 +251,7 @@ void warn_once(Table& t, const std::string& problem) {
 CpuGemm chosen_way(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                    const float* B, int ldb, float beta, float* C, int ldc) {
   if (static_cast<double>(M) * N * K < kMinTimedGemmWork) return CpuGemm::openblas;
-  if (candidate_ways().size() < 2) return CpuGemm::openblas;
+  if (!kHaveOnednn && num_threads() < 2) return CpuGemm::openblas;
   if (beta != 0.0f && static_cast<double>(M) * N * sizeof(float) > kMaxTimedCopyBytes)
     return CpuGemm::openblas;
   Table& t = table();

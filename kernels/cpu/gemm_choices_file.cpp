@@ -79,8 +79,8 @@ bool parse_row(const std::string& line, GemmChoice& c) {
   if (c.threads < 1 || c.M < 1 || c.N < 1 || c.K < 1 || (accumulate != 0 && accumulate != 1))
     return false;
   c.library = CpuGemm::automatic;
-  for (CpuGemm mode : {CpuGemm::openblas, CpuGemm::onednn, CpuGemm::openblas_split,
-                       CpuGemm::onednn_split})
+  for (CpuGemm mode :
+       {CpuGemm::openblas, CpuGemm::onednn, CpuGemm::openblas_split, CpuGemm::onednn_split})
     if (way == cpu_gemm_name(mode)) c.library = mode;
   if (c.library == CpuGemm::automatic) return false;
   c.trans_a = op[0] == 'T', c.trans_b = op[1] == 'T';
@@ -172,8 +172,8 @@ bool LockedChoicesFile::append(const GemmChoice& c) {
   char row[200];
   std::snprintf(row, sizeof row, "%d\t%c%c\t%d\t%d\t%d\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\n",
                 c.threads, c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N', c.M, c.N, c.K,
-                c.accumulate ? 1 : 0, cpu_gemm_name(c.library), c.openblas_gflops,
-                c.onednn_gflops, c.openblas_split_gflops, c.onednn_split_gflops);
+                c.accumulate ? 1 : 0, cpu_gemm_name(c.library), c.openblas_gflops, c.onednn_gflops,
+                c.openblas_split_gflops, c.onednn_split_gflops);
   out << row;
   out.flush();
   if (!out) {

@@ -75,8 +75,9 @@ void print_gemm_choices() {
   const std::vector<kernels::GemmChoice> choices = kernels::cpu_gemm_choices();
   if (choices.empty()) return;
   const std::string file = kernels::cpu_gemm_choices_file();
-  std::printf("\nfp32 GEMMs timed on first use on this machine (GFLOP/s, fastest of up to 5; %s):\n",
-              file.empty() ? "no choices file" : file.c_str());
+  std::printf(
+      "\nfp32 GEMMs timed on first use on this machine (GFLOP/s, fastest of up to 5; %s):\n",
+      file.empty() ? "no choices file" : file.c_str());
   std::printf(
       "| op(A) x op(B) | M | N | K | beta | threads | OpenBLAS | oneDNN | OpenBLAS split | "
       "oneDNN split | chosen | when |\n");

@@ -328,8 +328,9 @@ class CpuGemmTest : public QObject {
     QVERIFY(QDir().mkpath(QFileInfo(file).path()));
     const Problem p(false, false, 192, 160, 576, 1.0f, 1.0f, 50);
     // Another machine's file (its first line differs): not read, not written, shapes timed here.
-    const QString foreign = "# lattice fp32 GEMM choices for another CPU\n"
-                            "2\tNN\t192\t160\t576\t1\tonednn\t1\t2\t3\t4\n";
+    const QString foreign =
+        "# lattice fp32 GEMM choices for another CPU\n"
+        "2\tNN\t192\t160\t576\t1\tonednn\t1\t2\t3\t4\n";
     write_text(file, foreign);
     k::clear_cpu_gemm_choices();
     QVERIFY(p.check(p.run()).isEmpty());
@@ -419,9 +420,9 @@ class CpuGemmTest : public QObject {
     const std::string missing = k::onednn_sgemm_missing();
     for (const char* value : {"onednn", "onednn-split"}) {
       setenv("LATTICE_CPU_GEMM", value, 1);
-      QCOMPARE(k::cpu_gemm_env_error(), missing.empty() ? std::string()
-                                                        : std::string("LATTICE_CPU_GEMM=") +
-                                                              value + ": " + missing);
+      QCOMPARE(k::cpu_gemm_env_error(),
+               missing.empty() ? std::string()
+                               : std::string("LATTICE_CPU_GEMM=") + value + ": " + missing);
     }
     QCOMPARE(k::set_cpu_gemm(CpuGemm::onednn), missing.empty());
     QCOMPARE(k::set_cpu_gemm(CpuGemm::onednn_split), missing.empty());
