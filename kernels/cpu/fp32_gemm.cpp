@@ -120,17 +120,13 @@ struct EnvRequest {
   CpuGemm mode;
   std::string error;
 };
-constexpr CpuGemm kModes[] = {CpuGemm::automatic, CpuGemm::openblas, CpuGemm::onednn,
-                              CpuGemm::openblas_split, CpuGemm::onednn_split};
-
 EnvRequest from_env() {
   const char* env = std::getenv(kEnvVar);
   const std::string value = env ? env : "";
   // Automatic by default: on a quiet machine it ran config A 14 % faster than OpenBLAS alone
   // (docs/benchmarks.md, "Choosing the GEMM library"); the choices file keeps reruns alike.
   if (value.empty()) return {CpuGemm::automatic, ""};
-  for (CpuGemm mode : kModes) {
-    if (value != cpu_gemm_name(mode)) continue;
+  if (CpuGemm mode; cpu_gemm_from_name(value, mode)) {
     const std::string missing = uses_onednn(mode) ? onednn_sgemm_missing() : "";
     if (missing.empty()) return {mode, ""};
     return {CpuGemm::openblas, std::string(kEnvVar) + "=" + value + ": " + missing};
@@ -310,6 +306,16 @@ const char* cpu_gemm_name(CpuGemm mode) {
       break;
   }
   return "auto";
+}
+
+bool cpu_gemm_from_name(const std::string& name, CpuGemm& mode) {
+  for (CpuGemm m : {CpuGemm::automatic, CpuGemm::openblas, CpuGemm::onednn, CpuGemm::openblas_split,
+                    CpuGemm::onednn_split})
+    if (name == cpu_gemm_name(m)) {
+      mode = m;
+      return true;
+    }
+  return false;
 }
 
 bool uses_onednn(CpuGemm mode) {

@@ -78,11 +78,8 @@ bool parse_row(const std::string& line, GemmChoice& c) {
     return false;
   if (c.threads < 1 || c.M < 1 || c.N < 1 || c.K < 1 || (accumulate != 0 && accumulate != 1))
     return false;
-  c.library = CpuGemm::automatic;
-  for (CpuGemm mode :
-       {CpuGemm::openblas, CpuGemm::onednn, CpuGemm::openblas_split, CpuGemm::onednn_split})
-    if (way == cpu_gemm_name(mode)) c.library = mode;
-  if (c.library == CpuGemm::automatic) return false;
+  // A row names the way chosen, never auto.
+  if (!cpu_gemm_from_name(way, c.library) || c.library == CpuGemm::automatic) return false;
   c.trans_a = op[0] == 'T', c.trans_b = op[1] == 'T';
   c.accumulate = accumulate == 1;
   c.remembered = true;

@@ -22,6 +22,8 @@ enum class CpuGemm { automatic, openblas, onednn, openblas_split, onednn_split }
 
 // "auto", "openblas", "onednn", "openblas-split", "onednn-split": what LATTICE_CPU_GEMM takes.
 const char* cpu_gemm_name(CpuGemm mode);
+// The mode cpu_gemm_name gives `name`, or false for a name it never gives.
+bool cpu_gemm_from_name(const std::string& name, CpuGemm& mode);
 // True for onednn and onednn_split.
 bool uses_onednn(CpuGemm mode);
 
