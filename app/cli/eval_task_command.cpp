@@ -19,8 +19,10 @@ constexpr const char* kUsage =
     "Multiple-choice accuracy as lm-evaluation-harness computes it (HellaSwag, ARC, PIQA...).\n"
     "Each line of FILE is {\"context\": \"...\", \"choices\": [\"...\", ...], \"label\": k}; each\n"
     "choice is scored by the sum of its tokens' log-probabilities after the context. acc: the\n"
-    "best sum is the label's; acc_norm: the best sum per character of the choice. Prints a line\n"
-    "per task, then {\"tasks\": [{\"task\", \"questions\", \"acc\", \"acc_norm\"}, ...]} as one\n"
+    "best sum is the label's; acc_norm: the best sum per character of the choice. For a\n"
+    "vision-language model a line may add \"images\": [\"a.png\", ...] (paths relative to FILE's\n"
+    "folder), the i-th filling the context's i-th <image>. Prints a line per task, then\n"
+    "{\"tasks\": [{\"task\", \"questions\", \"acc\", \"acc_norm\"}, ...]} as one\n"
     "JSON line; --output FILE also writes each choice's log-likelihood.\n\n";
 
 }  // namespace
@@ -69,7 +71,13 @@ int eval_task_command(const std::vector<std::string>& args) {
   const bool rank0 = setup->rank0();
   nlohmann::json summary = nlohmann::json::array(), details = nlohmann::json::array();
   int exit_code = 0;
-  for (size_t i = 0; i < tasks.size(); i++) {
+  // What the loaded model cannot take (images for a text model) fails before any task is scored.
+  for (size_t i = 0; i < tasks.size() && exit_code == 0; i++)
+    if (Status s = check_choice_images(questions[i], setup->generator->config(), tasks[i]); !s) {
+      if (rank0) print_error("eval", "--task " + s.message());
+      exit_code = 2;
+    }
+  for (size_t i = 0; i < tasks.size() && exit_code == 0; i++) {
     Result<ChoiceTaskScore> s =
         score_choice_task(questions[i], *setup->tokenizer, *setup->generator, tasks[i]);
     if (!s) {

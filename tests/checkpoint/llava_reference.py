@@ -27,6 +27,9 @@ llama_reference.py but read_safetensors is used):
                          of the real logits (what a model whose vocabulary is padded by K rows,
                          each the mean of the real rows, computes)
 
+Also a module: tests/infer/eval_tasks_reference.py scores multiple-choice questions with images
+through load, image_features, embed and logits_of.
+
 usage: llava_reference.py MODEL_DIR SPEC.json
   SPEC {"tokens": [[...]], "targets": [[...]], "images": [flat (B, Cin, H, W)],
   "padding_columns": K (optional, 0)}  (one image per sequence). Prints one JSON line
@@ -143,36 +146,60 @@ def gpt2_logits(p, tc, x):
     return F.linear(x, p[pre + "wte.weight"])  # GPT2LMHeadModel ties lm_head to wte
 
 
-def main():
-    model_dir, spec_path = sys.argv[1:3]
+def load(model_dir):
+    """config.json and model.safetensors (float64) of a LLaVA model directory."""
     config = json.load(open(os.path.join(model_dir, "config.json")))
     assert config["model_type"] == "llava"
-    tc, vc = config["text_config"], config["vision_config"]
     p = {k: t.to(torch.float64)
          for k, t in read_safetensors(os.path.join(model_dir, "model.safetensors")).items()}
+    return config, p
+
+
+def image_features(p, config, images):
+    """The projected features (N, Np, H) of images (N, Cin, S, S), already normalised."""
+    features = clip_features(p, config["vision_config"], config["vision_feature_layer"], images)
+    if config["vision_feature_select_strategy"] == "default":
+        features = features[:, 1:]
+    mm = "multi_modal_projector."
+    features = F.linear(features, p[mm + "linear_1.weight"], p[mm + "linear_1.bias"])
+    features = act(config["projector_hidden_act"], features)
+    return F.linear(features, p[mm + "linear_2.weight"], p[mm + "linear_2.bias"])
+
+
+def embed(p, config, tokens, features):
+    """inputs_embeds (B, T, H) of tokens (B, T): the word embedding of each text id; the rows of
+    image_token_index take features[b] (rows in order) of sequence b."""
+    gpt2 = config["text_config"]["model_type"] == "gpt2"
+    table = p["language_model.transformer.wte.weight" if gpt2
+              else "language_model.model.embed_tokens.weight"]
+    is_image = tokens == config["image_token_index"]
+    x = table[torch.where(is_image, 0, tokens)]
+    rows = []
+    for b in range(tokens.shape[0]):
+        n = int(is_image[b].sum())
+        rows.append(x[b].masked_scatter(is_image[b].unsqueeze(-1), features[b][:n]))
+    return torch.stack(rows)
+
+
+def logits_of(p, config, inputs_embeds):
+    """The language model's logits (B, T, V) of inputs_embeds (B, T, H)."""
+    tc = config["text_config"]
+    return (gpt2_logits if tc["model_type"] == "gpt2" else llama_logits)(p, tc, inputs_embeds)
+
+
+def main():
+    model_dir, spec_path = sys.argv[1:3]
+    config, p = load(model_dir)
+    vc = config["vision_config"]
     spec = json.load(open(spec_path))
     tokens, targets = torch.tensor(spec["tokens"]), torch.tensor(spec["targets"])
     B, T = tokens.shape
     S = vc["image_size"]
     images = torch.tensor(spec["images"], dtype=torch.float64).reshape(
         B, vc.get("num_channels", 3), S, S)
-    features = clip_features(p, vc, config["vision_feature_layer"], images)
-    if config["vision_feature_select_strategy"] == "default":
-        features = features[:, 1:]
-    mm = "multi_modal_projector."
-    features = F.linear(features, p[mm + "linear_1.weight"], p[mm + "linear_1.bias"])
-    features = act(config["projector_hidden_act"], features)
-    features = F.linear(features, p[mm + "linear_2.weight"], p[mm + "linear_2.bias"])
-    is_image = tokens == config["image_token_index"]
-    gpt2 = tc["model_type"] == "gpt2"
-    table = p["language_model.transformer.wte.weight" if gpt2
-              else "language_model.model.embed_tokens.weight"]
-    x = table[torch.where(is_image, 0, tokens)]
-    rows = []
-    for b in range(B):
-        n = int(is_image[b].sum())
-        rows.append(x[b].masked_scatter(is_image[b].unsqueeze(-1), features[b, :n]))
-    logits = (gpt2_logits if gpt2 else llama_logits)(p, tc, torch.stack(rows))
+    features = image_features(p, config, images)
+    logits = logits_of(p, config, embed(p, config, tokens, features))
+
     def loss(logits):
         return (F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                 ignore_index=-1, reduction="sum") / (B * T)).item()

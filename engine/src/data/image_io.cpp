@@ -225,24 +225,43 @@ bool png_write_stage(PngState* s, uint32_t width, uint32_t height, png_bytep* ro
 }  // namespace
 
 namespace {
-// The decoder of both entries: `file` open for reading at its start, `path` its name in errors.
-Result<RgbImage> read_image_file(const std::string& path, FILE* file) {
+enum class Format { kPng, kJpeg };
+
+// `file`'s format by its first bytes (`file` rewound after), or why it has none we decode.
+Result<Format> sniff_format(const std::string& path, FILE* file) {
   unsigned char magic[8] = {};
   const size_t got = std::fread(magic, 1, sizeof magic, file);
   std::rewind(file);
   if (got == 0) return Status::corrupt("image '" + path + "' is empty");
-  if (got == 8 && png_sig_cmp(magic, 0, 8) == 0) return read_png(path, file);
-  if (got >= 3 && magic[0] == 0xFF && magic[1] == 0xD8 && magic[2] == 0xFF)
-    return read_jpeg(path, file);
+  if (got == 8 && png_sig_cmp(magic, 0, 8) == 0) return Format::kPng;
+  if (got >= 3 && magic[0] == 0xFF && magic[1] == 0xD8 && magic[2] == 0xFF) return Format::kJpeg;
   return Status::invalid_argument("image '" + path +
                                   "' is neither a PNG nor a JPEG (judged by its first bytes)");
+}
+
+// The decoder of both entries: `file` open for reading at its start, `path` its name in errors.
+Result<RgbImage> read_image_file(const std::string& path, FILE* file) {
+  Result<Format> format = sniff_format(path, file);
+  if (!format) return format.status();
+  return *format == Format::kPng ? read_png(path, file) : read_jpeg(path, file);
+}
+
+Status cannot_open(const std::string& path) {
+  return Status::io_error("cannot open image '" + path + "': " + std::strerror(errno));
 }
 }  // namespace
 
 Result<RgbImage> read_image(const std::string& path) {
   File file(path, "rb");
-  if (!file.f) return Status::io_error("cannot open image '" + path + "': " + std::strerror(errno));
+  if (!file.f) return cannot_open(path);
   return read_image_file(path, file.f);
+}
+
+Status check_image_file(const std::string& path) {
+  File file(path, "rb");
+  if (!file.f) return cannot_open(path);
+  Result<Format> format = sniff_format(path, file.f);
+  return format ? Status::ok() : format.status();
 }
 
 Result<RgbImage> decode_image(const void* data, size_t size, const std::string& name) {

@@ -31,6 +31,11 @@ struct RgbImage {
 // Thread-safe (each call has its own decoder).
 Result<RgbImage> read_image(const std::string& path);
 
+// Whether `path` opens and starts as a PNG or a JPEG does (its first bytes), without decoding it:
+// a cheap early check of files that are decoded later (a task file's images). read_image's error
+// when not; a file that starts well but is corrupt or truncated passes (read_image finds it).
+Status check_image_file(const std::string& path);
+
 // read_image of bytes in memory (a PNG or JPEG file's contents); `name` stands for the file in
 // errors (e.g. "messages[0].content[1]").
 Result<RgbImage> decode_image(const void* data, size_t size, const std::string& name);

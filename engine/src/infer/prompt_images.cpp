@@ -10,14 +10,6 @@
 namespace lattice {
 
 namespace {
-size_t count_markers(const std::string& text) {
-  size_t n = 0;
-  for (size_t at = text.find(kImageMarker); at != std::string::npos;
-       at = text.find(kImageMarker, at + kImageMarker.size()))
-    n++;
-  return n;
-}
-
 int base64_value(char c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
   if (c >= 'a' && c <= 'z') return c - 'a' + 26;
@@ -123,10 +115,25 @@ std::vector<int32_t> expand_image_markers(
   return ids;
 }
 
+size_t count_image_markers(const std::string& text) {
+  size_t n = 0;
+  for (size_t at = text.find(kImageMarker); at != std::string::npos;
+       at = text.find(kImageMarker, at + kImageMarker.size()))
+    n++;
+  return n;
+}
+
+std::vector<int32_t> tokenize_image_text(const Tokenizer& tok, const ModelConfig& config,
+                                         const std::string& text) {
+  return expand_image_markers(config, text, [&](std::string_view piece, bool first) {
+    return first ? tokenize_with_bos(tok, piece) : tok.encode(piece);
+  });
+}
+
 Result<std::vector<int32_t>> tokenize_with_images(const Tokenizer& tok, const ModelConfig& config,
                                                   const std::string& prompt, size_t images) {
   std::string text = prompt;
-  size_t markers = count_markers(text);
+  size_t markers = count_image_markers(text);
   if (markers == 0 && images > 0) {
     text = std::string(kImageMarker) + "\n" + text;
     markers = 1;
@@ -135,9 +142,7 @@ Result<std::vector<int32_t>> tokenize_with_images(const Tokenizer& tok, const Mo
     return Status::invalid_argument("the prompt has " + std::to_string(markers) +
                                     " <image> marker(s) for " + std::to_string(images) +
                                     " --image(s); give one image per <image>");
-  return expand_image_markers(config, text, [&](std::string_view piece, bool first) {
-    return first ? tokenize_with_bos(tok, piece) : tok.encode(piece);
-  });
+  return tokenize_image_text(tok, config, text);
 }
 
 std::string decode_prompt(const Tokenizer& tok, const std::vector<int32_t>& prompt) {

@@ -45,8 +45,16 @@ std::vector<int32_t> expand_image_markers(
     const ModelConfig& config, const std::string& text,
     const std::function<std::vector<int32_t>(std::string_view, bool)>& encode);
 
-// A --prompt's ids: a BOS as tokenize_with_bos, each `<image>` expanded; a prompt without
-// `<image>` gets "<image>\n" prepended (as LLaVA's data). Errors: markers and `images` disagree.
+// How many `<image>` markers `text` holds.
+size_t count_image_markers(const std::string& text);
+
+// The ids of `text` with each `<image>` expanded (expand_image_markers), the tokenizer's BOS, if
+// any, first (as tokenize_with_bos).
+std::vector<int32_t> tokenize_image_text(const Tokenizer& tok, const ModelConfig& config,
+                                         const std::string& text);
+
+// A --prompt's ids: tokenize_image_text; a prompt without `<image>` gets "<image>\n" prepended
+// (as LLaVA's data). Errors: markers and `images` disagree.
 Result<std::vector<int32_t>> tokenize_with_images(const Tokenizer& tok, const ModelConfig& config,
                                                   const std::string& prompt, size_t images);
 

@@ -7,13 +7,15 @@
 
 namespace lattice {
 
-Result<TrainingTasks> TrainingTasks::open(const TrainOptions& o) {
+Result<TrainingTasks> TrainingTasks::open(const TrainOptions& o, const ModelConfig& model) {
   TrainingTasks t;
   std::stringstream list(o.eval_tasks);
   for (std::string path; std::getline(list, path, ',');) {
     if (path.empty()) continue;
     Result<std::vector<ChoiceQuestion>> q = read_choice_task(path);
     if (!q) return Status::invalid_argument("--eval-tasks " + q.status().message());
+    if (Status s = check_choice_images(*q, model, path); !s)
+      return Status::invalid_argument("--eval-tasks " + s.message());
     t.paths_.push_back(path);
     t.questions_.push_back(std::move(*q));
   }

@@ -17,12 +17,15 @@ namespace lattice {
 class TrainingTasks {
  public:
   // Reads every file of options.eval_tasks (comma-separated) on every rank, so that a bad
-  // line fails the run at the start on all of them (the error names the file and line).
-  static Result<TrainingTasks> open(const TrainOptions& options);
+  // line fails the run at the start on all of them (the error names the file and line), as
+  // does a question that `model` cannot take (images without a vision tower:
+  // check_choice_images).
+  static Result<TrainingTasks> open(const TrainOptions& options, const ModelConfig& model);
   bool empty() const { return paths_.empty(); }
 
   // Collective over groups.world. Rank 0 scores every task and tells `sink`; a task it cannot
-  // score (a question longer than the context) is reported as a message, not a failure.
+  // score (a question longer than the context, an image that does not decode) is reported as a
+  // message, not a failure.
   template <typename A>
   Status report(RankModel<A>& rank, const ProcessGroups& groups, const TrainOptions& options,
                 const ModelConfig& model, int iteration, MetricsSink& sink);

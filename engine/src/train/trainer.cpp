@@ -763,7 +763,7 @@ Result<TrainSummary> Trainer<T>::run() {
                        v.img_h * v.img_w,
                    0.0f);
   }
-  Result<TrainingTasks> tasks = TrainingTasks::open(o_);  // --eval-tasks (task_eval.h)
+  Result<TrainingTasks> tasks = TrainingTasks::open(o_, mc_);  // --eval-tasks (task_eval.h)
   if (!tasks) return tasks.status();
 
   Device& device = *rank_.device;
