@@ -331,16 +331,28 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
   return c;
 }
 
-// Training FLOPs of the language model for one iteration: flops_per_iteration() (forward and a
-// backward of twice the forward), less the weight gradients of its matrices with --freeze-LM
-// (the model makes none for a frozen tensor; the input gradients flow on to the projector, and
-// the attention products, which have no weights, keep their whole backward).
+// Note [FLOPs with frozen weights]: the planner's model FLOPs are Megatron's count
+// (flops_per_iteration: every GEMM's forward, causal attention counted half, a backward of twice
+// the forward) for what the engine computes. A frozen matrix (--freeze-LM: every matrix of the
+// language model; LoRA: every base matrix, the LM head too) gets no weight gradient (its
+// gradient pointer is null, so matmul_backward skips dweight), but its input gradient still runs
+// (on to the adapters below, or the projector; the engine runs it through the first layer too),
+// so its backward is once its forward; the attention products have no weights and keep their
+// twice. LoRA's adapters add per target A (r, in) and B (out, r): forward 2 r (in + out) a token
+// (lora_forward_flops_per_token), backward twice that (the input and weight gradient of each).
+// Left out, as Megatron's count leaves recomputation out: the A product each adapter's backward
+// runs again (its hidden A x is recomputed, not kept; docs/lora.md), and under TP the halves every
+// rank runs whole (A of a column-parallel target, B of a row-parallel one): the model is counted
+// once. The step time (step_estimate.cpp) counts both, since they take time. The embeddings'
+// backward is a scatter (no FLOPs counted), skipped when they are frozen.
 double language_model_flops(const ModelConfig& m, int64_t global_batch) {
   const double all = flops_per_iteration(m, global_batch);
-  if (!m.freeze_lm) return all;
+  if (!m.freeze_lm && !m.lora()) return all;
   const TokenFlops f = forward_flops_per_token(m);
-  return all - static_cast<double>(global_batch) * m.seq_length *
-                   (m.num_layers * (f.layer - f.attention) + f.head);
+  const LoraFlops adapter = lora_forward_flops_per_token(m);
+  const double tokens = static_cast<double>(global_batch) * m.seq_length;
+  const double weight_gradients = tokens * (m.num_layers * (f.layer - f.attention) + f.head);
+  return all - weight_gradients + 3 * tokens * m.num_layers * (adapter.a + adapter.b);
 }
 
 // Peak micro-batches in flight on pipeline rank p, as pipeline/schedule.cpp orders them: the
