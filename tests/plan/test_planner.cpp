@@ -78,13 +78,15 @@ class PlannerTest : public QObject {
     QCOMPARE(a.weight_bytes + a.grad_bytes + a.optimizer_bytes, 18 * n);
   }
 
-  void distributed_optimizer_keeps_6_plus_12_over_dp() {
+  // The engine's distributed optimizer shards the AdamW moments alone: the fp32 master copy
+  // stays whole on every rank (GptModel::allocate; Megatron shards it too, 6 + 12 / DP).
+  void distributed_optimizer_keeps_10_plus_8_over_dp() {
     const lattice::TrainOptions o =
         options({"--global-batch-size", "16", "--fp16", "--use-distributed-optimizer"});
     const lattice::StageEstimate a = lattice::estimate_memory(o, layout_of(o, 4)).stages[0];
     const size_t n = static_cast<size_t>(a.parameters);
     QCOMPARE(a.weight_bytes + a.grad_bytes, 6 * n);
-    QCOMPARE(a.optimizer_bytes, 12 * ((n + 3) / 4));  // sharded over DP 4
+    QCOMPARE(a.optimizer_bytes, 4 * n + 8 * ((n + 3) / 4));  // master whole, moments over DP 4
   }
 
   void activations_follow_the_element_types_and_the_device() {

@@ -36,7 +36,8 @@ struct StageEstimate {
   // Bytes per parameter by training precision (bytes_per_parameter()):
   //   fp32: weights 4, grads 4, AdamW m and v 8            (16; 8 + 8/DP distributed)
   //   bf16 / fp16: weights 2, fp32 main grads 4, fp32 master weights + m + v 12
-  //                                                         (18; 6 + 12/DP distributed)
+  //                                                         (18; 10 + 8/DP distributed: the
+  //                 engine keeps the master copy whole, Megatron shards it, 6 + 12/DP)
   //   fp64 (verification runs): twice fp32                 (32; 16 + 16/DP distributed)
   size_t weight_bytes = 0;
   size_t grad_bytes = 0;

@@ -492,8 +492,8 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     if (layout.is_first_stage(p)) st.trainable_parameters += est.vision.trained_parameters;
     // The moments (twice the grads' bytes) for the trained ones, a 16-bit run's master copy
     // for every parameter.
-    // Sharded over DP x CP, the ranks that reduce the dense gradients (Megatron's distributed
-    // optimizer shards over its data-parallel group with context parallelism).
+    // The moments shard over DP x CP, the ranks that reduce the dense gradients (Megatron's
+    // distributed optimizer shards over its data-parallel group with context parallelism).
     // Expert parameters shard over EDP (Megatron's expert data-parallel group); when EDP is
     // DP x CP (EP 1, ETP = TP) the engine shards the one arena, rounded once.
     const size_t shards = static_cast<size_t>(layout.dp) * static_cast<size_t>(layout.cp);
@@ -505,11 +505,11 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     const size_t moments = 2 * per_param.grads;
     const size_t experts = static_cast<size_t>(n.experts);
     const size_t trained = static_cast<size_t>(st.trainable_parameters);
-    // A 16-bit run's master copy, sharded as Megatron shards it.
-    st.optimizer_bytes = experts == 0 || expert_shards == shards
-                             ? shard(params, shards) * (per_param.optimizer - moments)
-                             : shard(params - experts, shards) * (per_param.optimizer - moments) +
-                                   shard(experts, expert_shards) * (per_param.optimizer - moments);
+    // A 16-bit run's master copy, whole on every rank: the engine keeps the whole fp32 master
+    // arena (GptModel::allocate) and the distributed optimizer shards the moments alone; its
+    // step writes the rank's shards of it and the all-gather fills in the rest. (Megatron shards
+    // the master copy too: 6 + 12 / DP bytes a parameter there, 10 + 8 / DP here.)
+    st.optimizer_bytes = params * (per_param.optimizer - moments);
     // Every parameter trains: the even split, the DP x CP shards and the experts' over EDP.
     // With frozen tensors (or a tower, whose alignment gaps `parameters` counts) each rank's own
     // count (slower: it cuts the layout, so the layout search of a text model, which plans full
