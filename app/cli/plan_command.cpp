@@ -212,12 +212,10 @@ void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate
   const StageEstimate& first = est.stages.front();
   const ParameterBytes b = bytes_per_parameter(training_precision(o));
   const double params = static_cast<double>(e.parameters);
-  // The tower's optimizer state: a 16-bit run's master copy whole (the engine keeps it whole),
-  // the moments over the distributed optimizer's shards (frozen with LoRA: none).
+  // The tower's moments over the distributed optimizer's shards (frozen with LoRA: none); a
+  // 16-bit run's master copy is in its weights, whole.
   const double shards = o.parallel.use_distributed_optimizer ? static_cast<double>(dp_x_cp) : 1.0;
-  const double moments = 2.0 * b.grads;
-  const double optimizer =
-      params * (b.optimizer - moments) + (o.model.lora() ? 0.0 : params * moments / shards);
+  const double optimizer = o.model.lora() ? 0.0 : params * b.optimizer / shards;
   char line[320];
   std::snprintf(line, sizeof line,
                 "vision tower: CLIP ViT %d layers (%d run), width %d, %d heads, MLP %d; %d x %d "

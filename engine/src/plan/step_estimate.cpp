@@ -218,9 +218,12 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     const StageEstimate& held = memory.stages[static_cast<size_t>(p)];
     const double params = static_cast<double>(held.parameters);
     const double experts = static_cast<double>(held.expert_parameters), dense = params - experts;
+    // The distributed optimizer's all-gather moves the master weights, which are in the
+    // gradients' type (fp32; fp64 in fp64 runs): the engine gathers its fp32 master copy and
+    // rounds the 16-bit copy from it (docs/gpu.md; Megatron gathers the 16-bit weights).
     auto reduction = [&](double count, int n) {
       return distributed ? half_ring_s(count * per_param.grads, n, dp_bandwidth) +
-                               half_ring_s(count * per_param.weights, n, dp_bandwidth)
+                               half_ring_s(count * per_param.grads, n, dp_bandwidth)
                          : all_reduce_s(count * per_param.grads, n, dp_bandwidth);
     };
     st.dp_total = reduction(dense, dp) + reduction(experts, edp);
