@@ -212,10 +212,10 @@ void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate
   const StageEstimate& first = est.stages.front();
   const ParameterBytes b = bytes_per_parameter(training_precision(o));
   const double params = static_cast<double>(e.parameters);
-  // The distributed optimizer's share of the tower's state (frozen with LoRA: no moments).
+  // The tower's moments over the distributed optimizer's shards (frozen with LoRA: none); a
+  // 16-bit run's master copy is in its weights, whole.
   const double shards = o.parallel.use_distributed_optimizer ? static_cast<double>(dp_x_cp) : 1.0;
-  const double optimizer =
-      params * (o.model.lora() ? b.optimizer - 2 * b.grads : b.optimizer) / shards;
+  const double optimizer = o.model.lora() ? 0.0 : params * b.optimizer / shards;
   char line[320];
   std::snprintf(line, sizeof line,
                 "vision tower: CLIP ViT %d layers (%d run), width %d, %d heads, MLP %d; %d x %d "

@@ -1,7 +1,8 @@
-// What each rank of 26 layouts (six dense GPT-2 incl. LoRA under the distributed optimizer, two of
-// the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP and expert TP 1 and 2 under TP,
-// seven with a vision tower trained whole, projector-only, with --freeze-ViT, --freeze-LM or LoRA,
-// projector-only and LoRA on DP 2 with the distributed optimizer) really holds, against the
+// What each rank of 27 layouts (seven dense GPT-2 incl. LoRA and bf16 under the distributed
+// optimizer, two of the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP and expert
+// TP 1 and 2 under TP, seven with a vision tower trained whole, projector-only, with --freeze-ViT,
+// --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed optimizer) really
+// holds, against the
 // planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and
 // activations per rank to the byte (the planner counts the one model's buffers and each chunk's
 // pool of micro-batches). The trainer measures the device's categories; the run store receives
@@ -54,6 +55,18 @@ class ParallelMemory : public QObject {
     QFETCH(int, ranks);
     QFETCH(QStringList, layout);
     check(ranks, layout);
+  }
+
+  // A bf16 run on DP 2 with the distributed optimizer (the CPU's 16-bit op list; fp32 GEMMs on
+  // widened copies where the CPU has no bf16 GEMMs, the same buffers either way): the weights are
+  // the bf16 copy and the whole fp32 master copy, the optimizer state the moments sharded over DP
+  // (docs/design-notes.md "Bytes per parameter by precision"; Megatron shards the master too).
+  void bf16_ranks_hold_what_the_planner_says() {
+    struct WidenedGemms {
+      WidenedGemms() { qputenv("LATTICE_CPU_BF16_GEMM", "widened"); }
+      ~WidenedGemms() { qunsetenv("LATTICE_CPU_BF16_GEMM"); }
+    } widened;
+    check(2, {"--bf16", "--use-distributed-optimizer"});
   }
 
   // The Llama family (issue 23): 8 heads in 2 query groups, SwiGLU, RMSNorm, RoPE, an untied

@@ -68,23 +68,41 @@ class PlannerTest : public QObject {
   Q_OBJECT
 
  private slots:
+  // In the engine's categories: its weights hold the bf16 copy and the fp32 master copy
+  // (Megatron counts the master with the optimizer state: 2 + 4 + 12).
   void bf16_training_keeps_18_bytes_per_parameter() {
     const lattice::TrainOptions plain = options({"--global-batch-size", "16", "--bf16"});
     const lattice::StageEstimate a = lattice::estimate_memory(plain, layout_of(plain, 4)).stages[0];
     const size_t n = static_cast<size_t>(a.parameters);
-    QCOMPARE(a.weight_bytes, 2 * n);      // bf16 weights
-    QCOMPARE(a.grad_bytes, 4 * n);        // fp32 main grads
-    QCOMPARE(a.optimizer_bytes, 12 * n);  // fp32 master weights + AdamW m and v
+    QCOMPARE(a.weight_bytes, 6 * n);     // bf16 weights + fp32 master weights
+    QCOMPARE(a.grad_bytes, 4 * n);       // fp32 main grads
+    QCOMPARE(a.optimizer_bytes, 8 * n);  // AdamW m and v
     QCOMPARE(a.weight_bytes + a.grad_bytes + a.optimizer_bytes, 18 * n);
   }
 
-  void distributed_optimizer_keeps_6_plus_12_over_dp() {
+  // The engine's distributed optimizer shards the AdamW moments alone: the fp32 master copy
+  // stays whole on every rank (GptModel::allocate; Megatron shards it too, 6 + 12 / DP).
+  void distributed_optimizer_keeps_10_plus_8_over_dp() {
     const lattice::TrainOptions o =
         options({"--global-batch-size", "16", "--fp16", "--use-distributed-optimizer"});
     const lattice::StageEstimate a = lattice::estimate_memory(o, layout_of(o, 4)).stages[0];
     const size_t n = static_cast<size_t>(a.parameters);
-    QCOMPARE(a.weight_bytes + a.grad_bytes, 6 * n);
-    QCOMPARE(a.optimizer_bytes, 12 * ((n + 3) / 4));  // sharded over DP 4
+    QCOMPARE(a.weight_bytes + a.grad_bytes, 10 * n);
+    QCOMPARE(a.optimizer_bytes, 8 * ((n + 3) / 4));  // moments over DP 4
+  }
+
+  // The distributed optimizer's all-gather moves the engine's fp32 master weights (it rounds
+  // the 16-bit copy from them), so a bf16 run's data-parallel traffic is an fp32 run's: a
+  // reduce-scatter and an all-gather of 4 bytes a parameter each.
+  void distributed_optimizer_gathers_the_fp32_master_weights() {
+    auto dp_total = [](const char* precision) {
+      QStringList flags = {"--global-batch-size", "16", "--use-distributed-optimizer"};
+      if (*precision) flags << precision;
+      const lattice::TrainOptions o = options(flags);
+      return lattice::estimate_step(o, layout_of(o, 4), cluster("h100", 1, 4)).dp_comm_total_s;
+    };
+    QVERIFY(dp_total("") > 0);
+    QCOMPARE(dp_total("--bf16"), dp_total(""));
   }
 
   void activations_follow_the_element_types_and_the_device() {

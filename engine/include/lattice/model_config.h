@@ -157,6 +157,17 @@ struct TokenFlops {
 };
 TokenFlops forward_flops_per_token(const ModelConfig& model);
 
+// One layer's LoRA adapters (docs/lora.md) per token on one rank of a tensor-parallel group of
+// `tp`: the forward FLOPs of their A products (dropout(x) A^T, 2 r in each) and of their B
+// products (h B^T, 2 r out each) over the targets. A column-parallel target (linear_qkv,
+// linear_fc1) runs its A product whole on every rank and its B product on out / tp rows; a
+// row-parallel one (linear_proj, linear_fc2) its A product on in / tp columns and its B product
+// whole. tp 1: the model's own, 2 r (in + out) a target. Both 0 without LoRA.
+struct LoraFlops {
+  double a = 0, b = 0;
+};
+LoraFlops lora_forward_flops_per_token(const ModelConfig& model, int tp = 1);
+
 // Training FLOPs of one iteration (forward + backward) as Megatron counts them, with B the
 // global batch: 72 B s L h^2 (1 + s / (12 h) + V / (12 L h)) for GPT-2's 4h MLP; in general
 // 3 B s (L (2 h W + 2 h^2 + 2 m h F + 2 s h) + 2 h V), W = qkv_width, m = 3 for SwiGLU else 2

@@ -33,10 +33,13 @@ struct StageEstimate {
   // --freeze-LM, its adapters alone with LoRA (Note [LoRA] in model/param_layout.h); a vision
   // tower's projector always, its encoder unless --freeze-ViT or LoRA (Note [vision tensors]).
   int64_t trainable_parameters = 0;
-  // Bytes per parameter by training precision (bytes_per_parameter()):
+  // Bytes per parameter by training precision (bytes_per_parameter()), in the engine's memory
+  // categories (the trainer's --log-memory measures the same):
   //   fp32: weights 4, grads 4, AdamW m and v 8            (16; 8 + 8/DP distributed)
-  //   bf16 / fp16: weights 2, fp32 main grads 4, fp32 master weights + m + v 12
-  //                                                         (18; 6 + 12/DP distributed)
+  //   bf16 / fp16: weights 6 (the 16-bit copy and the fp32 master copy), fp32 main grads 4,
+  //                m and v 8                               (18; 10 + 8/DP distributed: the
+  //                engine keeps the master copy whole; Megatron shards it, 6 + 12/DP, and
+  //                counts it with the optimizer state)
   //   fp64 (verification runs): twice fp32                 (32; 16 + 16/DP distributed)
   size_t weight_bytes = 0;
   size_t grad_bytes = 0;
@@ -105,8 +108,8 @@ struct StageEstimate {
 // A LLaVA-style vision tower (--vision-model-type clip, TrainOptions::vision_config(); Note
 // [vision tower in the plan] in plan/vision_estimate.cpp): the CLIP ViT and its MLP projector
 // on the first pipeline stage (the pre chunk), whole on every TP rank, trained with the
-// language model's replicated tensors (fp32 master weights, grads, AdamW moments; sharded over
-// DP x CP by the distributed optimizer). Its image tokens take Np of the --seq-length
+// language model's replicated tensors (fp32 master weights, grads, AdamW moments; the moments
+// sharded over DP x CP by the distributed optimizer). Its image tokens take Np of the --seq-length
 // positions, so the language model's own figures do not change.
 struct VisionEstimate {
   int64_t parameters = 0;          // VisionEncoder::num_params(): every layer's, run or not
@@ -169,7 +172,7 @@ struct MemoryEstimate {
 // "bf16", "fp16", "fp64" or "fp32" (the default): the precision `options` train in.
 std::string training_precision(const TrainOptions& options);
 // Bytes per parameter a rank keeps by category for `precision` (the table above, before the
-// distributed optimizer's division of `optimizer`).
+// distributed optimizer's division of `optimizer`, the AdamW moments).
 struct ParameterBytes {
   int weights = 4, grads = 4, optimizer = 8;
 };

@@ -271,6 +271,28 @@ TokenFlops forward_flops_per_token(const ModelConfig& m) {
   return {2 * h * W + 2 * h * h + mlp_flops + 2 * s * h, 2 * s * h, 2 * h * V};
 }
 
+LoraFlops lora_forward_flops_per_token(const ModelConfig& m, int tp) {
+  LoraFlops f;
+  if (!m.lora()) return f;
+  const double r = m.lora_rank, C = m.hidden_size, F = m.ffn(), t = tp;
+  const double W = static_cast<double>(m.qkv_width()), up = m.swiglu ? 2 * F : F;
+  auto column = [&](const char* name, double out) {
+    if (!m.lora_targets(name)) return;
+    f.a += 2 * r * C;
+    f.b += 2 * r * out / t;
+  };
+  auto row = [&](const char* name, double in) {
+    if (!m.lora_targets(name)) return;
+    f.a += 2 * r * in / t;
+    f.b += 2 * r * C;
+  };
+  column("linear_qkv", W);
+  row("linear_proj", C);
+  column("linear_fc1", up);
+  row("linear_fc2", F);
+  return f;
+}
+
 double flops_per_iteration(const ModelConfig& m, int64_t global_batch) {
   // Backward is twice the forward.
   const TokenFlops f = forward_flops_per_token(m);

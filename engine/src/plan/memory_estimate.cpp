@@ -331,16 +331,28 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
   return c;
 }
 
-// Training FLOPs of the language model for one iteration: flops_per_iteration() (forward and a
-// backward of twice the forward), less the weight gradients of its matrices with --freeze-LM
-// (the model makes none for a frozen tensor; the input gradients flow on to the projector, and
-// the attention products, which have no weights, keep their whole backward).
+// Note [FLOPs with frozen weights]: the planner's model FLOPs are Megatron's count
+// (flops_per_iteration: every GEMM's forward, causal attention counted half, a backward of twice
+// the forward) for what the engine computes. A frozen matrix (--freeze-LM: every matrix of the
+// language model; LoRA: every base matrix, the LM head too) gets no weight gradient (its
+// gradient pointer is null, so matmul_backward skips dweight), but its input gradient still runs
+// (on to the adapters below, or the projector; the engine runs it through the first layer too),
+// so its backward is once its forward; the attention products have no weights and keep their
+// twice. LoRA's adapters add per target A (r, in) and B (out, r): forward 2 r (in + out) a token
+// (lora_forward_flops_per_token), backward twice that (the input and weight gradient of each).
+// Left out, as Megatron's count leaves recomputation out: the A product each adapter's backward
+// runs again (its hidden A x is recomputed, not kept; docs/lora.md), and under TP the halves every
+// rank runs whole (A of a column-parallel target, B of a row-parallel one): the model is counted
+// once. The step time (step_estimate.cpp) counts both, since they take time. The embeddings'
+// backward is a scatter (no FLOPs counted), skipped when they are frozen.
 double language_model_flops(const ModelConfig& m, int64_t global_batch) {
   const double all = flops_per_iteration(m, global_batch);
-  if (!m.freeze_lm) return all;
+  if (!m.freeze_lm && !m.lora()) return all;
   const TokenFlops f = forward_flops_per_token(m);
-  return all - static_cast<double>(global_batch) * m.seq_length *
-                   (m.num_layers * (f.layer - f.attention) + f.head);
+  const LoraFlops adapter = lora_forward_flops_per_token(m);
+  const double tokens = static_cast<double>(global_batch) * m.seq_length;
+  const double weight_gradients = tokens * (m.num_layers * (f.layer - f.attention) + f.head);
+  return all - weight_gradients + 3 * tokens * m.num_layers * (adapter.a + adapter.b);
 }
 
 // Peak micro-batches in flight on pipeline rank p, as pipeline/schedule.cpp orders them: the
@@ -417,10 +429,13 @@ std::string training_precision(const TrainOptions& o) {
   return o.bf16 ? "bf16" : o.fp16 ? "fp16" : o.fp64 ? "fp64" : "fp32";
 }
 
-// 16-bit training as Megatron's mixed precision: 16-bit weights, fp32 main grads (gradients
-// are accumulated and reduced in fp32), fp32 master weights and AdamW moments.
+// 16-bit training as Megatron's mixed precision (16-bit weights, fp32 main grads accumulated
+// and reduced in fp32, fp32 master weights and AdamW moments), in the categories the engine
+// measures them in: its weights are the 16-bit compute copy and the fp32 master copy
+// (GptModel::allocate takes both as kWeights), its optimizer state the moments alone. Megatron
+// counts the master copy with the optimizer state (2 + 4 + 12); the sum is the same 18.
 ParameterBytes bytes_per_parameter(const std::string& precision) {
-  if (precision == "bf16" || precision == "fp16") return {2, 4, 12};
+  if (precision == "bf16" || precision == "fp16") return {6, 4, 8};
   if (precision == "fp64") return {8, 8, 16};
   return {4, 4, 8};
 }
@@ -478,10 +493,13 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     // zero; docs/lora.md).
     st.trainable_parameters = m.lora() ? n.adapters : m.freeze_lm ? 0 : language_model;
     if (layout.is_first_stage(p)) st.trainable_parameters += est.vision.trained_parameters;
-    // The moments (twice the grads' bytes) for the trained ones, a 16-bit run's master copy
-    // for every parameter.
-    // Sharded over DP x CP, the ranks that reduce the dense gradients (Megatron's distributed
-    // optimizer shards over its data-parallel group with context parallelism).
+    // The moments (per_param.optimizer: twice the grads' bytes) for the trained ones. (A 16-bit
+    // run's fp32 master copy is in weight_bytes, whole on every rank: the engine keeps the whole
+    // master arena and the distributed optimizer shards the moments alone; its step writes the
+    // rank's shards of the master and the all-gather fills in the rest. Megatron shards the master
+    // copy too: 6 + 12 / DP bytes a parameter there, 10 + 8 / DP here.)
+    // The moments shard over DP x CP, the ranks that reduce the dense gradients (Megatron's
+    // distributed optimizer shards over its data-parallel group with context parallelism).
     // Expert parameters shard over EDP (Megatron's expert data-parallel group); when EDP is
     // DP x CP (EP 1, ETP = TP) the engine shards the one arena, rounded once.
     const size_t shards = static_cast<size_t>(layout.dp) * static_cast<size_t>(layout.cp);
@@ -490,23 +508,18 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     auto shard = [&](size_t count, size_t over) {
       return distributed ? (count + over - 1) / over : count;
     };
-    const size_t moments = 2 * per_param.grads;
+    const size_t moments = per_param.optimizer;
     const size_t experts = static_cast<size_t>(n.experts);
     const size_t trained = static_cast<size_t>(st.trainable_parameters);
-    // A 16-bit run's master copy, sharded as Megatron shards it.
-    st.optimizer_bytes = experts == 0 || expert_shards == shards
-                             ? shard(params, shards) * (per_param.optimizer - moments)
-                             : shard(params - experts, shards) * (per_param.optimizer - moments) +
-                                   shard(experts, expert_shards) * (per_param.optimizer - moments);
     // Every parameter trains: the even split, the DP x CP shards and the experts' over EDP.
     // With frozen tensors (or a tower, whose alignment gaps `parameters` counts) each rank's own
     // count (slower: it cuts the layout, so the layout search of a text model, which plans full
     // training, keeps the even split).
     const bool frozen = trained < params;
     if (!distributed) {
-      st.optimizer_bytes += trained * moments;
+      st.optimizer_bytes = trained * moments;
     } else if (!frozen) {
-      st.optimizer_bytes +=
+      st.optimizer_bytes =
           experts == 0 || expert_shards == shards
               ? shard(trained, shards) * moments
               : (shard(trained - experts, shards) + shard(experts, expert_shards)) * moments;
@@ -523,10 +536,10 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
         const size_t elements =
             states.dense[c.cp + layout.cp * c.dp] +
             (layout.expert_grid() ? states.experts[layout.expert_coord(rank).edp] : 0);
-        st.optimizer_bytes_by_rank[i] = st.optimizer_bytes + elements * moments;
+        st.optimizer_bytes_by_rank[i] = elements * moments;
         most = std::max(most, elements);
       }
-      st.optimizer_bytes += most * moments;
+      st.optimizer_bytes = most * moments;
     }
     st.expert_parameters = n.experts;
     st.router_parameters = n.routers;

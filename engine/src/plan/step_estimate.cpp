@@ -168,10 +168,16 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     const double repeated = tokens * (full        ? recomputed * mean_layer
                                       : selective ? layers * attention_fwd / t
                                                   : 0);
-    // --freeze-LM: no weight gradients for the language model's matrices (their input gradients
-    // still flow back to the projector); the attention products' backward stays twice theirs.
+    // Frozen matrices (--freeze-LM, LoRA's base; Note [FLOPs with frozen weights] in
+    // memory_estimate.cpp): no weight gradients, their input gradients still run; the attention
+    // products' backward stays twice theirs. LoRA's adapters as this rank runs them: forward,
+    // a backward of twice it plus the A products again, and the forward of a recomputed layer.
     const double weight_gemms = forward - tokens * layers * attention_fwd / t;
-    st.compute = (3 * forward - (m.freeze_lm ? weight_gemms : 0) + repeated + vision) / rate;
+    const LoraFlops lora = lora_forward_flops_per_token(m, t);
+    const double adapters =
+        tokens * (layers * (3 * (lora.a + lora.b) + lora.a) + recomputed * (lora.a + lora.b));
+    const double frozen = m.freeze_lm || m.lora() ? weight_gemms : 0;
+    st.compute = (3 * forward - frozen + repeated + adapters + vision) / rate;
 
     // The CP ring per micro-batch and layer (2 more passes per recomputed layer), hidden behind
     // the attention's own products (Megatron's ring attention sends the next block while it
@@ -212,9 +218,12 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     const StageEstimate& held = memory.stages[static_cast<size_t>(p)];
     const double params = static_cast<double>(held.parameters);
     const double experts = static_cast<double>(held.expert_parameters), dense = params - experts;
+    // The distributed optimizer's all-gather moves the master weights, which are in the
+    // gradients' type (fp32; fp64 in fp64 runs): the engine gathers its fp32 master copy and
+    // rounds the 16-bit copy from it (docs/gpu.md; Megatron gathers the 16-bit weights).
     auto reduction = [&](double count, int n) {
       return distributed ? half_ring_s(count * per_param.grads, n, dp_bandwidth) +
-                               half_ring_s(count * per_param.weights, n, dp_bandwidth)
+                               half_ring_s(count * per_param.grads, n, dp_bandwidth)
                          : all_reduce_s(count * per_param.grads, n, dp_bandwidth);
     };
     st.dp_total = reduction(dense, dp) + reduction(experts, edp);
