@@ -73,20 +73,14 @@ void onednn_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 }
 #endif
 
-// C's `rows` rows (leading dimension ldc) each set to `bias` (N values).
-void fill_rows(float* C, int ldc, const float* bias, int rows, int N) {
-  for (int m = 0; m < rows; m++)
-    std::memcpy(C + static_cast<size_t>(m) * ldc, bias, N * sizeof(float));
-}
-
-// f(m0, rows) for M rows cut into one band per thread (at least kMinBandRows each, band edges on
-// multiples of 8), each band on its own thread of one OpenMP region; inside a region already, or
-// with one band, f(0, M) on the calling thread.
-template <typename F>
-void for_bands(int M, F f) {
+// C's rows in one band per thread (at least kMinBandRows each, band edges on multiples of 8),
+// each band a single-threaded call of `sgemm` (both libraries run single-threaded inside an
+// OpenMP region). Inside a region already, or with one band, one call.
+void split_rows(Sgemm sgemm, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
+                int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   const int bands = std::min(num_threads(), M / kMinBandRows);
   if (bands < 2 || omp_in_parallel()) {
-    f(0, M);
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   auto edge = [&](int band) {
@@ -94,49 +88,28 @@ void for_bands(int M, F f) {
   };
 #pragma omp parallel num_threads(bands)
   {
-    const int band = omp_get_thread_num();
-    f(edge(band), edge(band + 1) - edge(band));
+    const int band = omp_get_thread_num(), m0 = edge(band), rows = edge(band + 1) - m0;
+    // op(A)'s row m is A's row m, or A's column m when A is transposed.
+    const float* a = ta ? A + m0 : A + static_cast<size_t>(m0) * lda;
+    sgemm(ta, tb, rows, N, K, alpha, a, lda, B, ldb, beta, C + static_cast<size_t>(m0) * ldc, ldc);
   }
 }
 
-// C's rows in bands (for_bands), each band a single-threaded call of `sgemm` (both libraries run
-// single-threaded inside an OpenMP region). With `bias`, each band's thread first fills its own
-// rows with it (Note [bias rows]).
-void split_rows(Sgemm sgemm, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
-                int lda, const float* B, int ldb, float beta, float* C, int ldc,
-                const float* bias) {
-  for_bands(M, [&](int m0, int rows) {
-    // op(A)'s row m is A's row m, or A's column m when A is transposed.
-    const float* a = ta ? A + m0 : A + static_cast<size_t>(m0) * lda;
-    float* c = C + static_cast<size_t>(m0) * ldc;
-    if (bias) fill_rows(c, ldc, bias, rows, N);
-    sgemm(ta, tb, rows, N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-  });
-}
-
 // Runs the GEMM the way `way` names (openblas for automatic); a oneDNN way only in a build with
-// oneDNN (set_cpu_gemm and from_env refuse it otherwise). With `bias` (beta is then 0), C's rows
-// start as the bias and the product is added to them: each band filled by its own thread in a
-// split way, the same bands filled before the library's one call in the others.
+// oneDNN (set_cpu_gemm and from_env refuse it otherwise).
 void run_way(CpuGemm way, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
-             int lda, const float* B, int ldb, float beta, float* C, int ldc, const float* bias) {
-  if (bias) beta = 1.0f;
-  const bool split = way == CpuGemm::openblas_split || way == CpuGemm::onednn_split;
-  if (bias && !split)
-    for_bands(M, [&](int m0, int rows) {
-      fill_rows(C + static_cast<size_t>(m0) * ldc, ldc, bias, rows, N);
-    });
+             int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   switch (way) {
 #ifdef LATTICE_HAVE_ONEDNN
     case CpuGemm::onednn:
       onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     case CpuGemm::onednn_split:
-      split_rows(onednn_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+      split_rows(onednn_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
 #endif
     case CpuGemm::openblas_split:
-      split_rows(openblas_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+      split_rows(openblas_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     default:
       openblas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -212,21 +185,15 @@ double& rate_of(GemmChoice& c, CpuGemm way) {
   }
 }
 
-// A choice's `accumulate`: C's rows start from C itself (beta != 0) or from a bias.
-bool accumulates(float beta, const float* bias) {
-  return beta != 0.0f || bias != nullptr;
-}
-
-// Times every candidate way on the call's A and B (and its bias fill, which is part of the way:
-// Note [bias rows]). With beta 0 they write into C itself, which the winner's call then
-// overwrites (a bias is filled in again by every call); with beta != 0 (C += ...) into a copy of C,
-// so that the sum is made once. Each round starts at the next way, so that a burst of load from
-// elsewhere falls on all; kTimedRepetitions rounds, fewer past kTimingBudgetSeconds. Each way is
-// rated by its fastest call (load from elsewhere only ever slows a call: a burst of a few
-// milliseconds covered every round of a 0.5 ms shape, and medians then chose by the burst), and the
-// fastest way is chosen where it beats one OpenBLAS call by kMargin.
+// Times every candidate way on the call's A and B. With beta 0 they write into C itself, which
+// the winner's call then overwrites; with beta != 0 (C += ...) into a copy of C, so that the sum
+// is made once. Each round starts at the next way, so that a burst of load from elsewhere falls
+// on all; kTimedRepetitions rounds, fewer past kTimingBudgetSeconds. Each way is rated by its
+// fastest call (load from elsewhere only ever slows a call: a burst of a few milliseconds covered
+// every round of a 0.5 ms shape, and medians then chose by the burst), and the fastest way is
+// chosen where it beats one OpenBLAS call by kMargin.
 GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                      const float* B, int ldb, float beta, float* C, int ldc, const float* bias) {
+                      const float* B, int ldb, float beta, float* C, int ldc) {
   std::vector<float> copy;
   float* out = C;
   int ld_out = ldc;
@@ -240,7 +207,7 @@ GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const 
   const std::vector<CpuGemm> ways = candidate_ways();
   auto seconds = [&](CpuGemm way) {
     const auto t0 = std::chrono::steady_clock::now();
-    run_way(way, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, out, ld_out, bias);
+    run_way(way, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, out, ld_out);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   // A warm-up call per way (packing buffers, oneDNN's kernel generation, the first touch of a
@@ -255,8 +222,7 @@ GemmChoice time_shape(bool ta, bool tb, int M, int N, int K, float alpha, const 
       times[w].push_back(seconds(ways[w]));
       spent += times[w].back();
     }
-  GemmChoice c{num_threads(),     ta, tb, M, N, K, accumulates(beta, bias),
-               CpuGemm::openblas, 0,  0,  0, 0};
+  GemmChoice c{num_threads(), ta, tb, M, N, K, beta != 0.0f, CpuGemm::openblas, 0, 0, 0, 0};
   for (size_t w = 0; w < ways.size(); w++)
     rate_of(c, ways[w]) =
         2.0 * M * N * K / *std::min_element(times[w].begin(), times[w].end()) / 1e9;
@@ -279,13 +245,13 @@ void warn_once(Table& t, const std::string& problem) {
 // [GEMM choices file]), else timed now (and written to the file). OpenBLAS where there is
 // nothing to choose from (one thread in a build without oneDNN).
 CpuGemm chosen_way(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                   const float* B, int ldb, float beta, float* C, int ldc, const float* bias) {
+                   const float* B, int ldb, float beta, float* C, int ldc) {
   if (static_cast<double>(M) * N * K < kMinTimedGemmWork) return CpuGemm::openblas;
   if (!kHaveOnednn && num_threads() < 2) return CpuGemm::openblas;
   if (beta != 0.0f && static_cast<double>(M) * N * sizeof(float) > kMaxTimedCopyBytes)
     return CpuGemm::openblas;
   Table& t = table();
-  const Key key{num_threads(), ta, tb, M, N, K, accumulates(beta, bias)};
+  const Key key{num_threads(), ta, tb, M, N, K, beta != 0.0f};
   std::string file;
   {
     std::lock_guard lock(t.mutex);
@@ -317,7 +283,7 @@ CpuGemm chosen_way(bool ta, bool tb, int M, int N, int K, float alpha, const flo
     auto it = t.index.find(key);
     if (it != t.index.end()) return t.choices[it->second].library;
   }
-  const GemmChoice c = time_shape(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  const GemmChoice c = time_shape(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (locked && !locked->append(c)) warn_once(t, locked->problem());
   std::lock_guard lock(t.mutex);
   t.add(c);
@@ -387,12 +353,12 @@ std::string cpu_gemm_env_error() {
 }
 
 void gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-              const float* B, int ldb, float beta, float* C, int ldc, const float* bias) {
+              const float* B, int ldb, float beta, float* C, int ldc) {
   CpuGemm way = cpu_gemm();
   if (M == 0 || N == 0 || K == 0) way = CpuGemm::openblas;  // an empty sum: C = beta C
   if (way == CpuGemm::automatic)
-    way = chosen_way(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
-  run_way(way, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    way = chosen_way(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run_way(way, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 std::vector<GemmChoice> cpu_gemm_choices() {

@@ -3,9 +3,6 @@
 
 #include <cblas.h>
 
-#include <algorithm>
-#include <cstddef>
-
 #include "lattice/cpu_gemm.h"
 
 namespace lattice::kernels::cpu {
@@ -22,20 +19,15 @@ inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, 
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 // The linear layers' GEMMs (matmul.cpp): float on the library chosen per shape (OpenBLAS or
-// oneDNN, Note [fp32 GEMM choice], README.md), double on OpenBLAS's dgemm. Same contract as gemm,
-// and as gemm_f32 for `bias` (every row of C starts as it; beta 0).
+// oneDNN, Note [fp32 GEMM choice], README.md), double on OpenBLAS's dgemm. Same contract as gemm.
 inline void linear_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const float* A, int lda, const float* B, int ldb, float beta, float* C,
-                        int ldc, const float* bias = nullptr) {
-  gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+                        int ldc) {
+  gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 inline void linear_gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha,
                         const double* A, int lda, const double* B, int ldb, double beta, double* C,
-                        int ldc, const double* bias = nullptr) {
-  if (bias) {  // fp64 is the reference precision: a plain fill
-    for (int m = 0; m < M; m++) std::copy(bias, bias + N, C + static_cast<size_t>(m) * ldc);
-    beta = 1;
-  }
+                        int ldc) {
   gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 // y (M) = alpha * op(A) x + beta * y, A (rows, cols) row-major.

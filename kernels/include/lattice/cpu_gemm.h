@@ -43,18 +43,16 @@ std::string cpu_gemm_env_error();
 
 // C (M, N) = alpha op(A) (M, K) @ op(B) (K, N) + beta C, row-major with leading dimensions, the
 // way cpu_gemm() picks for the shape. Threads as set_num_threads (both libraries are OpenMP
-// builds, follow omp_set_num_threads and run single-threaded inside an OpenMP region). With
-// `bias` (N values; beta must be 0): C = alpha op(A) @ op(B) + bias on every row, the rows filled
-// by the thread that then computes them (a linear layer's forward, Note [bias rows]).
+// builds, follow omp_set_num_threads and run single-threaded inside an OpenMP region).
 void gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-              const float* B, int ldb, float beta, float* C, int ldc, const float* bias = nullptr);
+              const float* B, int ldb, float beta, float* C, int ldc);
 
 // One shape the automatic mode has timed, and what it chose.
 struct GemmChoice {
   int threads;  // num_threads() when it was timed
   bool trans_a, trans_b;
   int M, N, K;
-  bool accumulate;  // beta != 0, or a bias: C's rows start from themselves or from the bias
+  bool accumulate;  // beta != 0
   CpuGemm library;  // the way chosen: openblas, onednn, openblas_split or onednn_split
   // The fastest of the timed repetitions, GFLOP/s; 0 for a way not timed (oneDNN's in a build
   // without it, the split ways at one thread).
