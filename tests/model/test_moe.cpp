@@ -11,6 +11,7 @@
 
 #include "common/grad_check.h"
 #include "common/tiny_model.h"
+#include "common/train_flags.h"
 #include "device/cpu_device.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
@@ -84,13 +85,7 @@ std::string gradient_error(const ModelConfig& c, const RecomputePlan& recompute,
   return checked > 500 ? "" : "too few elements checked";
 }
 
-TrainOptions options(const QStringList& flags) {
-  std::vector<std::string> args;
-  for (const QString& s : flags) args.push_back(s.toStdString());
-  Result<TrainOptions> o = parse_train_flags(args);
-  if (!o) qFatal("bad test flags: %s", o.status().message().c_str());
-  return *o;
-}
+using lattice::testing::options;
 
 bool has_error(const ModelConfig& c, const std::string& text) {
   for (const std::string& e : c.validate())

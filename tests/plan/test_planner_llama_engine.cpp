@@ -7,6 +7,7 @@
 // shapes issue 23 fixes; docs/design-notes.md#parallel-layout-and-the-planner).
 #include <QtTest/QtTest>
 
+#include "common/train_flags.h"
 #include "device/cpu_device.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
@@ -20,13 +21,7 @@ using namespace lattice;
 
 namespace {
 
-TrainOptions options(const QStringList& flags) {
-  std::vector<std::string> args;
-  for (const QString& s : flags) args.push_back(s.toStdString());
-  Result<TrainOptions> o = parse_train_flags(args);
-  if (!o) qFatal("bad test flags: %s", o.status().message().c_str());
-  return *o;
-}
+using lattice::testing::options;
 
 // A small Llama: 8 heads of 8 in 2 query groups, SwiGLU, RMSNorm, RoPE, untied, no biases.
 const QStringList kSmallLlama = {"--num-layers",
@@ -118,12 +113,12 @@ class PlannerLlamaEngineTest : public QObject {
         // visible in it; the multi-rank rows check that count.
         if (tp > 1)
           QVERIFY2(est.stages[p].replicated_parameters == replicated,
-                 qPrintable(QString("pp %1 tp rank %2: %3 replicated elements, the planner "
-                                    "says %4")
-                                .arg(p)
-                                .arg(t)
-                                .arg(replicated)
-                                .arg(est.stages[p].replicated_parameters)));
+                   qPrintable(QString("pp %1 tp rank %2: %3 replicated elements, the planner "
+                                      "says %4")
+                                  .arg(p)
+                                  .arg(t)
+                                  .arg(replicated)
+                                  .arg(est.stages[p].replicated_parameters)));
       }
   }
 

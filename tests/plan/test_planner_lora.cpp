@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "common/forwarding_device.h"
+#include "common/train_flags.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
 #include "lattice/train_options.h"
@@ -19,19 +20,8 @@ using namespace lattice;
 
 namespace {
 
-TrainOptions options(const QStringList& flags) {
-  std::vector<std::string> args;
-  for (const QString& s : flags) args.push_back(s.toStdString());
-  Result<TrainOptions> o = parse_train_flags(args);
-  if (!o) qFatal("bad test flags: %s", o.status().message().c_str());
-  return *o;
-}
-
-ParallelLayout layout_of(const TrainOptions& o, int world) {
-  Result<ParallelLayout> l = make_layout(o, world);
-  if (!l) qFatal("bad test layout: %s", l.status().message().c_str());
-  return *l;
-}
+using lattice::testing::layout_of;
+using lattice::testing::options;
 
 // 2 layers of width 64, 4 heads, sequences of 32, micro-batches of 2, global batch 4.
 const QStringList kGpt2 = {"--num-layers",          "2",   "--hidden-size",      "64",

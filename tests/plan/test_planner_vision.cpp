@@ -14,6 +14,7 @@
 #include <QtTest/QtTest>
 
 #include "common/process.h"
+#include "common/train_flags.h"
 #include "device/cpu_device.h"
 #include "lattice/layout.h"
 #include "lattice/plan.h"
@@ -27,13 +28,7 @@ using namespace lattice;
 
 namespace {
 
-TrainOptions options(const QStringList& flags) {
-  std::vector<std::string> args;
-  for (const QString& s : flags) args.push_back(s.toStdString());
-  Result<TrainOptions> o = parse_train_flags(args);
-  if (!o) qFatal("bad test flags: %s", o.status().message().c_str());
-  return *o;
-}
+using lattice::testing::options;
 
 // A small GPT-2 whose sequence has room for a tower's 16 or 12 image tokens.
 const QStringList kText = {"--num-layers",          "4",  "--hidden-size",      "64",
