@@ -210,7 +210,7 @@ void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate
   const VisionEstimate& e = est.vision;
   const VisionConfig v = o.vision_config();
   const StageEstimate& first = est.stages.front();
-  const ParameterBytes b = bytes_per_parameter(training_precision(o));
+  const ParameterBytes b = bytes_per_parameter(compute_precision(o));
   const double params = static_cast<double>(e.parameters);
   // The tower's moments over the distributed optimizer's shards (frozen with LoRA: none); a
   // 16-bit run's master copy is in its weights, whole.

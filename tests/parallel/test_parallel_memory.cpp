@@ -69,6 +69,12 @@ class ParallelMemory : public QObject {
     check(2, {"--bf16", "--use-distributed-optimizer"});
   }
 
+  // --fp16 on the CPU runs the loss scaler over fp32 weights and arithmetic (Trainer<float>):
+  // the planner sizes it as fp32 (compute_precision), not as a 16-bit run.
+  void cpu_fp16_ranks_hold_what_the_planner_says() {
+    check(2, {"--fp16", "--use-distributed-optimizer"});
+  }
+
   // The Llama family (issue 23): 8 heads in 2 query groups, SwiGLU, RMSNorm, RoPE, an untied
   // output layer on the last stage, no biases (and Qwen2's QKV bias). Passes once the engine's
   // model holds the Llama tensors and buffers; the planner's side is pinned by hand in

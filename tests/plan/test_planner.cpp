@@ -82,13 +82,20 @@ class PlannerTest : public QObject {
 
   // The engine's distributed optimizer shards the AdamW moments alone: the fp32 master copy
   // stays whole on every rank (GptModel::allocate; Megatron shards it too, 6 + 12 / DP).
+  // On the CPU, --fp16 is the loss scaler over fp32 weights and arithmetic (compute_precision):
+  // 8 + 8 / DP, as fp32.
   void distributed_optimizer_keeps_10_plus_8_over_dp() {
-    const lattice::TrainOptions o =
-        options({"--global-batch-size", "16", "--fp16", "--use-distributed-optimizer"});
+    const QStringList flags = {"--global-batch-size", "16", "--fp16",
+                               "--use-distributed-optimizer"};
+    const lattice::TrainOptions o = options(flags + QStringList{"--device", "cuda"});
     const lattice::StageEstimate a = lattice::estimate_memory(o, layout_of(o, 4)).stages[0];
     const size_t n = static_cast<size_t>(a.parameters);
     QCOMPARE(a.weight_bytes + a.grad_bytes, 10 * n);
     QCOMPARE(a.optimizer_bytes, 8 * ((n + 3) / 4));  // moments over DP 4
+    const lattice::TrainOptions cpu = options(flags);
+    const lattice::StageEstimate c = lattice::estimate_memory(cpu, layout_of(cpu, 4)).stages[0];
+    QCOMPARE(c.weight_bytes + c.grad_bytes, 8 * n);
+    QCOMPARE(c.optimizer_bytes, 8 * ((n + 3) / 4));
   }
 
   // The distributed optimizer's all-gather moves the engine's fp32 master weights (it rounds

@@ -171,6 +171,10 @@ struct MemoryEstimate {
 
 // "bf16", "fp16", "fp64" or "fp32" (the default): the precision `options` train in.
 std::string training_precision(const TrainOptions& options);
+// The precision the engine computes and stores `options` in, which the estimates size: as
+// training_precision, except "fp32" for --fp16 on the CPU engine (any --device but cuda), which
+// runs Megatron's loss scaler over fp32 weights and arithmetic.
+std::string compute_precision(const TrainOptions& options);
 // Bytes per parameter a rank keeps by category for `precision` (the table above, before the
 // distributed optimizer's division of `optimizer`, the AdamW moments).
 struct ParameterBytes {

@@ -299,7 +299,7 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
                                    const ModelShard& shard) {
   const int t = layout.tp;
   const ChunkShape d = chunk_shape(o, t);
-  const ElementBytes e = element_bytes(training_precision(o));
+  const ElementBytes e = element_bytes(compute_precision(o));
   const ParallelOptions& par = o.parallel;
   const ModelConfig& m = o.model;
   const int layers = shard.num_layers(m);
@@ -429,6 +429,11 @@ std::string training_precision(const TrainOptions& o) {
   return o.bf16 ? "bf16" : o.fp16 ? "fp16" : o.fp64 ? "fp64" : "fp32";
 }
 
+std::string compute_precision(const TrainOptions& o) {
+  if (o.fp16 && o.device != "cuda") return "fp32";  // Trainer<float> with the loss scaler
+  return training_precision(o);
+}
+
 // 16-bit training as Megatron's mixed precision (16-bit weights, fp32 main grads accumulated
 // and reduced in fp32, fp32 master weights and AdamW moments), in the categories the engine
 // measures them in: its weights are the 16-bit compute copy and the fp32 master copy
@@ -457,7 +462,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
   const TrainOptions o = with_default_global_batch(given, layout.world);
   const ModelConfig& m = o.model;
   assert(m.vocab_size > 0 && m.tensor_model_parallel_size == layout.tp);
-  const std::string precision = training_precision(o);
+  const std::string precision = compute_precision(o);
   const ParameterBytes per_param = bytes_per_parameter(precision);
   MemoryEstimate est;
   est.micro_batches = o.global_batch_size / (static_cast<int64_t>(o.micro_batch_size) * layout.dp);

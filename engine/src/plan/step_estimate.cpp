@@ -85,7 +85,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const ModelConfig& m = o.model;
   const ParallelOptions& par = o.parallel;
   const DeviceSpec& dev = cluster.device;
-  const std::string precision = training_precision(o);
+  const std::string precision = compute_precision(o);
   const ParameterBytes per_param = bytes_per_parameter(precision);
   const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size,
                V = m.padded_vocab_size();
