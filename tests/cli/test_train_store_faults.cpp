@@ -161,7 +161,7 @@ class TrainStoreFaults : public QObject {
   // Issue 30, item 4: a full disk is said at once, training goes on, and the steps are
   // written once space returns: the record has every step. Stopped by SIGTERM, so that the
   // end does not race with the test. The outage must stay under the 10,000 steps kept in
-  // memory (RecorderOptions::max_unrecorded_steps): the tiny model ran about 9,000 steps a
+  // memory (RecorderOptions::max_unrecorded_steps): the tiny model ran 10,000-15,000 steps a
   // second on the Zen 5 machine, so the outage is kept to about 0.1 s plus a 0.05 s retry.
   void a_full_disk_is_said_at_once_and_the_steps_are_written_when_space_returns() {
     QTemporaryDir dir;
