@@ -79,7 +79,12 @@ Result<TrainOptions> optionsFromJson(const std::string& json_text) {
 
 QStringList changedTrainFlags(const TrainOptions& options, const std::set<std::string>& exclude) {
   const nlohmann::json now = nlohmann::json::parse(train_options_json(options));
-  const nlohmann::json defaults = nlohmann::json::parse(train_options_json(TrainOptions{}));
+  // A named default rather than a temporary: GCC 12 warned of maybe-uninitialised strings in
+  // the temporary's copy (a false positive); made once, as a default never changes.
+  static const nlohmann::json defaults = [] {
+    const TrainOptions fresh;
+    return nlohmann::json::parse(train_options_json(fresh));
+  }();
   std::vector<std::string> flags;
   for (const std::string& key : flagOrder()) {
     if (exclude.count(key) || !now.contains(key)) continue;
