@@ -29,7 +29,7 @@ const char* blas_core_name() {
   return openblas_get_corename();
 }
 
-void use_passive_openmp_waiting(char** argv) {
+void bound_openmp_spinning(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
   // The program's own path, not /proc/self/exe: the kernel names a process after the file it
   // executes, and ps, top, pgrep -x and tests must go on seeing "lattice", not "exe".
@@ -37,10 +37,10 @@ void use_passive_openmp_waiting(char** argv) {
   const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
   if (n <= 0 || n >= static_cast<ssize_t>(sizeof path) - 1) return;
   path[n] = '\0';
-  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  if (setenv("GOMP_SPINCOUNT", kOpenMpSpinCount, 1) != 0) return;
   execv(path, argv);
-  unsetenv("OMP_WAIT_POLICY");  // the exec failed (a rebuilt or deleted binary): run on as
-                                // libgomp started, and say nothing
+  unsetenv("GOMP_SPINCOUNT");  // the exec failed (a rebuilt or deleted binary): run on as
+                               // libgomp started, and say nothing
 }
 
 }  // namespace lattice::kernels

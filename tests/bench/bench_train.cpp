@@ -95,7 +95,7 @@ void print_gemm_choices() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  lattice::kernels::use_passive_openmp_waiting(argv);  // Note [OpenMP waiting]
+  lattice::kernels::bound_openmp_spinning(argv);  // Note [OpenMP waiting]
   // What `lattice train` runs: shapes timed once per machine (Note [GEMM choices file]).
   lattice::kernels::set_cpu_gemm_choices_dir(lattice::default_data_dir());
   std::string config = "A";

@@ -21,10 +21,12 @@ int num_threads();
 // The BLAS library's own description of the kernel it runs ("SkylakeX", "Haswell", ...).
 const char* blas_core_name();
 // Note [OpenMP waiting] (kernels/cpu/README.md): when neither OMP_WAIT_POLICY nor
-// GOMP_SPINCOUNT is set, sets OMP_WAIT_POLICY=passive and re-executes this program
-// (/proc/self/exe with `argv`), since libgomp reads its settings once, before main. Call first
-// thing in main; returns only when nothing was to be done or the exec failed.
-void use_passive_openmp_waiting(char** argv);
+// GOMP_SPINCOUNT is set, sets GOMP_SPINCOUNT to kOpenMpSpinCount (an idle thread spins that
+// many PAUSE instructions, a few to some tens of microseconds, then sleeps) and re-executes this
+// program (/proc/self/exe with `argv`), since libgomp reads its settings once, before main. Call
+// first thing in main; returns only when nothing was to be done or the exec failed.
+inline constexpr const char* kOpenMpSpinCount = "1000";
+void bound_openmp_spinning(char** argv);
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
 template <typename S>
