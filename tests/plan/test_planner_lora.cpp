@@ -319,6 +319,67 @@ class PlannerLora : public QObject {
                             .arg(expected)));
   }
 
+  // The step's tail on 2 ranks of DP, H100s: the reduction moves the buckets that hold an
+  // adapter (optim/grad_reducer.cpp skips a bucket of frozen tensors alone), and AdamW steps the
+  // adapters alone. One bucket per tensor (--ddp-bucket-size 1): just the adapters, every
+  // tensor's size a multiple of the arena's 16-element alignment; the default bucket (40 M
+  // elements, the whole model): every parameter, as full training. Ring all-reduces and the
+  // optimizer's traffic are linear in the elements, so the times go as the counts do.
+  void the_step_tail_reduces_and_steps_what_trains() {
+    ClusterSpec cluster;
+    cluster.device = *find_device("h100", "fp32");
+    for (bool distributed : {false, true}) {
+      const QStringList extra =
+          distributed ? QStringList{"--use-distributed-optimizer"} : QStringList{};
+      for (const char* bucket : {"1", "40000000"}) {
+        const QStringList base = kGpt2 + extra + QStringList{"--ddp-bucket-size", bucket};
+        const TrainOptions whole = options(base), adapted = options(base + lora(kAll));
+        const ParallelLayout l = layout_of(whole, 2);
+        const MemoryEstimate mw = estimate_memory(whole, l), ma = estimate_memory(adapted, l);
+        const StageEstimate &w = mw.stages[0], &a = ma.stages[0];
+        const StepEstimate sw = estimate_step(whole, l, cluster, mw);
+        const StepEstimate sa = estimate_step(adapted, l, cluster, ma);
+        const QString what =
+            QString("bucket %1, %2").arg(bucket, distributed ? "distributed" : "DDP");
+        QCOMPARE(w.reduced_dense_parameters, w.parameters);
+        const int64_t reduced = QString(bucket) == "1" ? a.trainable_parameters : a.parameters;
+        QVERIFY2(
+            a.reduced_dense_parameters == reduced,
+            qPrintable(
+                what +
+                QString(": %1 reduced, expected %2").arg(a.reduced_dense_parameters).arg(reduced)));
+        QCOMPARE(a.reduced_expert_parameters, int64_t{0});
+        const double ratio = static_cast<double>(reduced) / static_cast<double>(w.parameters);
+        QVERIFY2(std::abs(sa.dp_comm_total_s / sw.dp_comm_total_s - ratio) <= 1e-12,
+                 qPrintable(what + QString(": DP time ratio %1, elements ratio %2")
+                                       .arg(sa.dp_comm_total_s / sw.dp_comm_total_s)
+                                       .arg(ratio)));
+        // The optimizer: the most loaded rank's trained elements (its moments' bytes / 8).
+        const double stepped = distributed ? static_cast<double>(a.optimizer_bytes) / 8
+                                           : static_cast<double>(a.trainable_parameters);
+        const double whole_stepped = distributed ? (w.parameters + 1) / 2 : w.parameters;
+        QVERIFY2(std::abs(sa.optimizer_s / sw.optimizer_s - stepped / whole_stepped) <= 1e-12,
+                 qPrintable(what + QString(": optimizer time ratio %1, elements ratio %2")
+                                       .arg(sa.optimizer_s / sw.optimizer_s)
+                                       .arg(stepped / whole_stepped)));
+        QVERIFY2(sa.optimizer_s < sw.optimizer_s, qPrintable(what));
+      }
+    }
+  }
+
+  // Two pipeline stages of one rank each: the tied word embedding's gradient is summed between
+  // the end stages in full training; frozen under LoRA, it is not (Trainer::finish_gradients),
+  // and with no DP there is nothing else to reduce.
+  void a_frozen_tied_embedding_is_not_summed_between_stages() {
+    ClusterSpec cluster;
+    cluster.device = *find_device("h100", "fp32");
+    const QStringList base = kGpt2 + QStringList{"--pipeline-model-parallel-size", "2"};
+    const TrainOptions whole = options(base), adapted = options(base + lora(kAll));
+    const ParallelLayout l = layout_of(whole, 2);
+    QVERIFY(estimate_step(whole, l, cluster, estimate_memory(whole, l)).dp_comm_total_s > 0);
+    QCOMPARE(estimate_step(adapted, l, cluster, estimate_memory(adapted, l)).dp_comm_total_s, 0.0);
+  }
+
   // What GptModel runs: one micro-batch (2 of the global batch's 4 sequences) forward and
   // backward, its GEMMs counted, against the planner's count of that half of the iteration less
   // the attention products' forward and backward (3 x 2 s h a token and layer, not GEMMs), plus

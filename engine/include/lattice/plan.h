@@ -33,6 +33,12 @@ struct StageEstimate {
   // --freeze-LM, its adapters alone with LoRA (Note [LoRA] in model/param_layout.h); a vision
   // tower's projector always, its encoder unless --freeze-ViT or LoRA (Note [vision tensors]).
   int64_t trainable_parameters = 0;
+  // Of `parameters`, those the data-parallel reduction moves (and the distributed optimizer's
+  // all-gather): every element of a bucket (optim/grad_buckets.h) that holds a trained tensor,
+  // alignment gaps and the frozen tensors beside it included; a bucket of frozen tensors alone
+  // is skipped (Note [LoRA] in model/param_layout.h). All of `parameters` when every tensor
+  // trains. Split as the reduction groups are: dense over DP x CP, experts over EDP.
+  int64_t reduced_dense_parameters = 0, reduced_expert_parameters = 0;
   // Bytes per parameter by training precision (bytes_per_parameter()), in the engine's memory
   // categories (the trainer's --log-memory measures the same):
   //   fp32: weights 4, grads 4, AdamW m and v 8            (16; 8 + 8/DP distributed)

@@ -423,6 +423,27 @@ ShardStates shard_states(const TrainOptions& o, const ParallelLayout& layout, in
   return s;
 }
 
+// The elements the data-parallel reduction of stage p moves (StageEstimate's reduced_*): the
+// buckets of every model chunk that hold a trained tensor, cut as the reducer cuts them.
+std::pair<size_t, size_t> reduced_elements(const TrainOptions& o, const ParallelLayout& layout,
+                                           int p) {
+  const size_t bucket_elems = ddp_bucket_elems(o.parallel, layout.dp * layout.cp);
+  size_t dense = 0, experts = 0;
+  for (int c = 0; c < layout.vpp; c++) {
+    ModelShard shard = shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel);
+    shard.ep_size = layout.ep;
+    shard.etp_size = layout.etp;
+    const ParamLayout chunk(o.model, shard);
+    const std::vector<ParamTensor>& t = chunk.tensors();
+    for (const BucketSpan& b : split_buckets(chunk, bucket_elems)) {
+      bool trained = false;
+      for (int i = b.first_tensor; i < b.last_tensor; i++) trained = trained || !t[i].frozen;
+      if (trained) (t[b.first_tensor].expert_parallel ? experts : dense) += b.end - b.begin;
+    }
+  }
+  return {dense, experts};
+}
+
 }  // namespace
 
 std::string training_precision(const TrainOptions& o) {
@@ -548,6 +569,14 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     }
     st.expert_parameters = n.experts;
     st.router_parameters = n.routers;
+    if (frozen) {
+      const auto [dense, expert] = reduced_elements(o, layout, p);
+      st.reduced_dense_parameters = static_cast<int64_t>(dense);
+      st.reduced_expert_parameters = static_cast<int64_t>(expert);
+    } else {
+      st.reduced_dense_parameters = st.parameters - n.experts;
+      st.reduced_expert_parameters = n.experts;
+    }
 
     // Every model chunk of the stage (virtual stages: one per VPP), each with as many
     // micro-batches as its pool in the executor grows to (chunk_peaks: each chunk's own peak in
@@ -602,6 +631,8 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
                       {"grad_bytes", st.grad_bytes},
                       {"optimizer_bytes", st.optimizer_bytes},
                       {"trainable_parameters", st.trainable_parameters},
+                      {"reduced_dense_parameters", st.reduced_dense_parameters},
+                      {"reduced_expert_parameters", st.reduced_expert_parameters},
                       {"activation_bytes_per_micro_batch", st.activation_bytes_per_micro_batch},
                       {"micro_batches_in_flight", st.micro_batches_in_flight},
                       {"activation_bytes", st.activation_bytes},

@@ -215,9 +215,12 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     // (an untied output layer has no copy to sum).
     // The dense parameters reduce over DP x CP, the experts over EDP (same link: both groups
     // lie inside the stage's ranks).
+    // Frozen tensors (LoRA, --freeze-LM, --freeze-ViT): only the buckets that hold a trained
+    // tensor are reduced and gathered, and AdamW steps the trained elements of the rank's shards
+    // alone (its most loaded rank's, optimizer_bytes).
     const StageEstimate& held = memory.stages[static_cast<size_t>(p)];
-    const double params = static_cast<double>(held.parameters);
-    const double experts = static_cast<double>(held.expert_parameters), dense = params - experts;
+    const double dense = static_cast<double>(held.reduced_dense_parameters);
+    const double experts = static_cast<double>(held.reduced_expert_parameters);
     // The distributed optimizer's all-gather moves the master weights, which are in the
     // gradients' type (fp32; fp64 in fp64 runs): the engine gathers its fp32 master copy and
     // rounds the 16-bit copy from it (docs/gpu.md; Megatron gathers the 16-bit weights).
@@ -231,12 +234,14 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     const double window =
         backward_per_micro_batch * (pp - p) + (distributed ? forward / M / rate : 0);
     st.dp_exposed = std::max(0.0, st.dp_total - window);
-    if (pp > 1 && m.tied_output() && (first || last)) {
+    // A frozen embedding's gradient is not summed (Trainer::finish_gradients).
+    const bool embedding_trains = !m.lora() && !m.freeze_lm;
+    if (pp > 1 && m.tied_output() && (first || last) && embedding_trains) {
       const double embedding = V * h / t * per_param.grads;
       st.dp_exposed += all_reduce_s(embedding, 2, pp_bandwidth);
       st.dp_total += all_reduce_s(embedding, 2, pp_bandwidth);
     }
-    const double updated = distributed ? dense / dp + experts / edp : params;
+    const double updated = static_cast<double>(held.optimizer_bytes) / per_param.optimizer;
     st.optimizer = updated * optimizer_traffic_per_parameter(precision) / dev.memory_bandwidth;
   }
 

@@ -478,14 +478,17 @@ Status Trainer<T>::finish_gradients() {
     GptModel<T>& chunk = g_.first_stage() ? *rank_.chunks.front() : *rank_.chunks.back();
     const int index = chunk.layout().word_embedding_index();
     const ParamTensor& t = chunk.layout().tensors()[index];
-    const auto t0 = Clock::now();
-    if (Status s = rank_.comms.embedding->all_reduce(chunk.grads() + t.offset, t.numel,
-                                                     dtype_of<accum_t<T>>(), ReduceOp::kSum,
-                                                     rank_.device->compute());
-        !s)
-      return s;
-    totals_.embedding_comm += seconds_since(t0);
-    add_box(TimelineBox::kEmbeddingComm, t0, Clock::now());
+    // A frozen embedding (LoRA, --freeze-LM) has no gradient on either stage: nothing to sum.
+    if (!t.frozen) {
+      const auto t0 = Clock::now();
+      if (Status s = rank_.comms.embedding->all_reduce(chunk.grads() + t.offset, t.numel,
+                                                       dtype_of<accum_t<T>>(), ReduceOp::kSum,
+                                                       rank_.device->compute());
+          !s)
+        return s;
+      totals_.embedding_comm += seconds_since(t0);
+      add_box(TimelineBox::kEmbeddingComm, t0, Clock::now());
+    }
     GradReducer<accum_t<T>>& b = g_.first_stage() ? *rank_.buckets.front() : *rank_.buckets.back();
     if (Status s = b.mark_ready(index, index + 1); !s) return s;
   }
