@@ -3,7 +3,8 @@
 // images equal the training model's (GptModel<float>::load_images + forward) at every row, to
 // fp32 tolerance, for a GPT-2 language model with a CLIP tower (one image) and a Llama-shaped
 // one (RoPE, two images); the generator's greedy continuation follows those logits, and other
-// images change it; a request whose images and placeholders disagree is refused.
+// images change it; a request whose images and placeholders disagree is refused; a group of
+// requests runs the tower once per distinct image.
 #include <QTest>
 
 #include <cmath>
@@ -129,6 +130,47 @@ class VlmGeneration : public QObject {
     QVERIFY(!refused.is_ok());
     QVERIFY2(refused.status().message().find("image placeholder tokens") != std::string::npos,
              refused.status().message().c_str());
+  }
+
+  // Note [one tower run per image] (generator.cpp): three requests in one group, the first two
+  // with the same images (two choices of one question), the third with others. The tower runs
+  // once per distinct image (2 I, not 3 I), and every request's prompt log-probabilities equal
+  // those it gets alone.
+  void a_group_runs_the_tower_once_per_distinct_image() {
+    const ModelConfig c = vlm(true);
+    std::unique_ptr<Generator> gen = Generator::random(c, 5, nullptr);
+    const int I = c.vision.images_per_sample, Np = c.vision.patches();
+    const std::vector<int32_t> tokens = prompt_tokens(c);
+    const int prompt_length = 2 + I * Np + (I - 1) + 3;
+    std::vector<GenerationRequest> requests(3);
+    for (int i = 0; i < 3; i++) {
+      GenerationRequest& r = requests[i];
+      r.prompt.assign(tokens.begin(), tokens.begin() + prompt_length);
+      r.prompt.back() = 5 + i;  // a different last token for each choice
+      r.tokens_to_generate = 0;
+      r.prompt_logprobs = true;
+      r.images = random_images(c, i < 2 ? 11 : 12);
+    }
+    const size_t before = gen->model().images_encoded();
+    auto together = gen->generate(requests);
+    QVERIFY2(together.is_ok(), together.is_ok() ? "" : together.status().message().c_str());
+    QCOMPARE(gen->model().images_encoded() - before, static_cast<size_t>(2 * I));
+    for (int i = 0; i < 3; i++) {
+      auto alone = gen->generate({requests[i]});
+      QVERIFY(alone.is_ok());
+      const std::vector<float>& a = (*together)[i].prompt_logprobs;
+      const std::vector<float>& b = (*alone)[0].prompt_logprobs;
+      QCOMPARE(a.size(), b.size());
+      for (size_t t = 0; t < a.size(); t++)
+        QVERIFY2(std::abs(a[t] - b[t]) <= 1e-5f * std::max(1.0f, std::abs(b[t])),
+                 qPrintable(QString("request %1, token %2: %3 in the group, %4 alone")
+                                .arg(i)
+                                .arg(t)
+                                .arg(a[t])
+                                .arg(b[t])));
+    }
+    // The shared images are what they say: the third request's differ from the first's.
+    QVERIFY((*together)[2].prompt_logprobs.back() != (*together)[0].prompt_logprobs.back());
   }
 };
 

@@ -334,6 +334,11 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
   std::vector<Origin> origins;
   // Note [image rows at inference] (infer_model.cpp): each request's projected patches
   // (I Np, C), and per prefill row its patch (null on text rows).
+  // Note [one tower run per image]: requests of a group often carry the same image (each choice
+  // of a multiple-choice question is a request with the question's images; clients of the server
+  // ask about one picture several times). An image whose pixels equal, bit for bit, one already
+  // encoded in this group takes that image's patches, which the tower would have computed
+  // again exactly; so a question's tower runs once, not once per choice.
   const ModelConfig& mc = config();
   std::vector<std::vector<float>> patches(count);
   std::vector<const float*> image_rows;
@@ -342,11 +347,29 @@ Status Generator::generate_group(const std::vector<GenerationRequest>& requests,
     const VisionConfig& v = mc.vision;
     const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
     const size_t rows = static_cast<size_t>(v.patches()) * mc.hidden_size;
+    struct Encoded {
+      const float* image;   // its pixels, in a request of this group
+      size_t slot, offset;  // its patches: patches[slot] from offset
+    };
+    std::vector<Encoded> encoded;
     for (size_t s = 0; s < count; s++) {
       const std::vector<float>& images = requests[first + s].images;
       for (size_t i = 0; i < images.size() / pixels; i++) {
-        const float* out = model.encode_image(images.data() + i * pixels);
-        patches[s].insert(patches[s].end(), out, out + rows);
+        const float* image = images.data() + i * pixels;
+        const auto same = std::find_if(encoded.begin(), encoded.end(), [&](const Encoded& e) {
+          return std::memcmp(e.image, image, pixels * sizeof(float)) == 0;
+        });
+        const size_t at = patches[s].size();
+        if (same != encoded.end()) {
+          // Through a copy: the source may be this very vector, which the insert reallocates.
+          const float* src = patches[same->slot].data() + same->offset;
+          const std::vector<float> from(src, src + rows);
+          patches[s].insert(patches[s].end(), from.begin(), from.end());
+        } else {
+          const float* out = model.encode_image(image);
+          patches[s].insert(patches[s].end(), out, out + rows);
+          encoded.push_back({image, s, at});
+        }
         any_image = true;
       }
     }

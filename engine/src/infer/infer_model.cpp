@@ -86,6 +86,7 @@ const float* InferenceModel::encode_image(const float* image) {
   if (!vision_) throw std::logic_error("InferenceModel::encode_image: a model without a tower");
   const float* out = vision_->forward(image);
   (void)host_device().synchronize(host_device().compute());
+  images_encoded_++;
   return out;
 }
 

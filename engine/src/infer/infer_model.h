@@ -63,6 +63,9 @@ class InferenceModel {
   // image (Cin, img_h, img_w), normalised as training's data was; valid until the next call.
   // The whole tower on every TP rank (its weights are replicated), on the host device.
   const float* encode_image(const float* image);
+  // Images encode_image has run so far (the generator runs each distinct image of a batch
+  // once: Note [one tower run per image] in generator.cpp).
+  size_t images_encoded() const { return images_encoded_; }
 
   // Bytes held: weights, and cache + scratch.
   size_t weight_bytes() const { return params_.size() * sizeof(float); }
@@ -91,7 +94,8 @@ class InferenceModel {
   ParamLayout layout_;
   std::vector<float> params_;                     // layout_'s arena
   std::unique_ptr<VisionEncoder<float>> vision_;  // null without a tower
-  std::vector<int32_t> embed_ids_;                // (max_rows) tokens, -1 on image rows
+  size_t images_encoded_ = 0;
+  std::vector<int32_t> embed_ids_;  // (max_rows) tokens, -1 on image rows
   int slots_ = 0, max_rows_ = 0;
   std::vector<float> cache_;  // (L, 2, slots, Gt, T, HS): keys then values of each layer
   std::vector<float> scratch_;
