@@ -281,7 +281,9 @@ class StudioEstimates : public QObject {
     for (size_t i = 0; i < steps.size(); i++) {
       std::vector<TimedBox> boxes;
       std::map<std::tuple<int, std::string, int>, TimedBox> by;  // (pp, kind, micro-batch)
-      for (const storage::TimelineEvent& e : store->timeline(run.id, steps[i]).value()) {
+      // Held by name: a range-for over .value() of the temporary Result would read freed memory.
+      const auto timeline = store->timeline(run.id, steps[i]);
+      for (const storage::TimelineEvent& e : timeline.value()) {
         boxes.push_back({e.rank, e.stage, e.microbatch, e.kind, e.start_s, e.end_s});
         by[{e.rank, e.kind, e.microbatch}] = boxes.back();
       }

@@ -213,7 +213,7 @@ class TestStudioModel : public QObject {
     Plan plan = planOf("Qwen2.5 7B");
     plan.options.model.rotary_percent = 0.5f;
     plan.options.model.tensor_model_parallel_size = 4;
-    plan.cluster = {.nodes = 1, .devices_per_node = 4, .device = "h100"};
+    plan.cluster = {.name = {}, .nodes = 1, .devices_per_node = 4, .device = "h100"};
     normalizePlan(plan);
     QTemporaryDir dir;
     const QString path = dir.filePath("qwen.json");
@@ -261,7 +261,7 @@ class TestStudioModel : public QObject {
   void suggestFindsLayoutsForLlama3_70B() {
     PlanModel model;
     Plan plan = planOf("Llama 3 70B");
-    plan.cluster = {.nodes = 8, .devices_per_node = 8, .device = "h100"};
+    plan.cluster = {.name = {}, .nodes = 8, .devices_per_node = 8, .device = "h100"};
     setPrecision(plan.options, "bf16");
     model.resetPlan(plan);
     SuggestDialog dialog(&model);

@@ -437,7 +437,7 @@ class TestStudioPlan : public QObject {
     QSettings settings(dir.filePath("studio.ini"), QSettings::IniFormat);
     Plan plan = defaultPlan();
     applyPreset(plan.options, modelPresets()[7]);
-    plan.cluster = {.nodes = 4, .devices_per_node = 8, .device = "a100-80gb"};
+    plan.cluster = {.name = {}, .nodes = 4, .devices_per_node = 8, .device = "a100-80gb"};
     plan.options.parallel.pipeline_model_parallel_size = 4;
     savePlan(settings, plan);
     LaunchSettings launch;
