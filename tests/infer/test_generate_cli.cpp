@@ -138,6 +138,12 @@ class GenerateCli : public QObject {
         {{"--load-hf", dir_.filePath("none.safetensors"), "--prompt", "1"}, "none.safetensors"},
         {{"--load", ckpt(), "--prompt", QString("5 ").repeated(40).trimmed()}, "context is 32"},
         {{"--load", ckpt(), "--prompt", "1", "--top-p", "2"}, "--top-p"},
+        // A mock-data model has no tokenizer: its prompts are ids, and a word is refused (it
+        // once passed as id -1, the text model's stand-in for no image token).
+        {{"--load", ckpt(), "--prompt", "5 hello 7"},
+         "--prompt 1: the prompt holds a word that "
+         "is not a token id"},
+        {{"--load", ckpt(), "--prompt", "5 5000"}, "token id 5000 is outside the vocabulary"},
         {{"--load", ckpt(), "--prompt", "1", "--temperature", "-1"}, "--temperature"},
         {{"--load", ckpt(), "--prompt", "1", "--tokens-to-generate", "x"}, "--tokens-to-generate"},
         {{"--prompt", "1"}, "--load"},

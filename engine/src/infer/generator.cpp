@@ -185,13 +185,18 @@ Status Generator::check(const GenerationRequest& r) const {
     return Status::invalid_argument("the prompt has " + std::to_string(r.prompt.size()) +
                                     " tokens; the model's context is " + std::to_string(T));
   const ModelConfig& m = config();
-  const int32_t image_id = m.has_vision() ? m.image_token_id() : -1;
   size_t placeholders = 0;
   for (int32_t id : r.prompt) {
-    if (id == image_id) {
+    if (m.has_vision() && id == m.image_token_id()) {
       placeholders++;
       continue;
     }
+    // NullTokenizer reads a prompt as ids and gives -1 for a word that is not one.
+    if (id == -1 && tokenizer_ && tokenizer_->type() == "NullTokenizer")
+      return Status::invalid_argument(
+          "the prompt holds a word that is not a token id; this model has no tokenizer "
+          "(NullTokenizer, as with --mock-data), so a prompt is token ids separated by spaces, "
+          "e.g. \"3 17 42\"");
     if (id < 0 || id >= V)
       return Status::invalid_argument("token id " + std::to_string(id) +
                                       " is outside the vocabulary [0, " + std::to_string(V) + ")");
