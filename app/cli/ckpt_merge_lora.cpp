@@ -66,7 +66,9 @@ int merge_lora_command(const std::vector<std::string>& args) {
     else if (args[i] == "--output")
       output = args[i + 1];
     else {
-      print_error("ckpt merge-lora", "unknown flag '" + args[i] + "'");
+      print_error("ckpt merge-lora", "unknown flag '" + args[i] +
+                                         "'; usage: lattice ckpt merge-lora --base DIR --lora "
+                                         "DIR --output DIR");
       return 2;
     }
   }
