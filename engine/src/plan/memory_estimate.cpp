@@ -394,16 +394,21 @@ size_t trained_below(const ParamLayout& layout, const std::vector<size_t>& prefi
   return prefix[i] + (t[i].frozen ? 0 : std::min(x - t[i].offset, t[i].numel));
 }
 
+// Model chunk c of stage p as the trainer builds it (its experts' grid too; every EP rank's
+// are alike).
+ParamLayout chunk_layout(const TrainOptions& o, const ParallelLayout& layout, int p, int c) {
+  ModelShard shard = shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel);
+  shard.ep_size = layout.ep;
+  shard.etp_size = layout.etp;
+  return ParamLayout(o.model, shard);
+}
+
 ShardStates shard_states(const TrainOptions& o, const ParallelLayout& layout, int p) {
   const int shards = layout.dp * layout.cp, edp = std::max(layout.edp, 1);
   ShardStates s{std::vector<size_t>(shards), std::vector<size_t>(edp)};
   const size_t bucket_elems = ddp_bucket_elems(o.parallel, shards);
   for (int c = 0; c < layout.vpp; c++) {
-    // The chunk as the trainer builds it (its experts' grid too; every EP rank's are alike).
-    ModelShard shard = shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel);
-    shard.ep_size = layout.ep;
-    shard.etp_size = layout.etp;
-    const ParamLayout chunk(o.model, shard);
+    const ParamLayout chunk = chunk_layout(o, layout, p, c);
     const std::vector<ParamTensor>& t = chunk.tensors();
     std::vector<size_t> prefix(t.size() + 1, 0);
     for (size_t i = 0; i < t.size(); i++)
@@ -430,10 +435,7 @@ std::pair<size_t, size_t> reduced_elements(const TrainOptions& o, const Parallel
   const size_t bucket_elems = ddp_bucket_elems(o.parallel, layout.dp * layout.cp);
   size_t dense = 0, experts = 0;
   for (int c = 0; c < layout.vpp; c++) {
-    ModelShard shard = shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel);
-    shard.ep_size = layout.ep;
-    shard.etp_size = layout.etp;
-    const ParamLayout chunk(o.model, shard);
+    const ParamLayout chunk = chunk_layout(o, layout, p, c);
     const std::vector<ParamTensor>& t = chunk.tensors();
     for (const BucketSpan& b : split_buckets(chunk, bucket_elems)) {
       bool trained = false;
