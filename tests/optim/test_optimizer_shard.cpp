@@ -184,6 +184,43 @@ class OptimizerShardTest : public QObject {
     QVERIFY2(cut_no_decay, "no no-decay tensor is cut: the decay check proves little");
   }
 
+  // Note [LoRA]: a bucket holds frozen tensors alone or trained ones alone, whatever its size,
+  // so the trained buckets are the adapters (with the gaps before the tensors above them) and
+  // the reducer, which skips the frozen ones, moves nothing else. Each layer's adapters are its
+  // last tensors: one trained bucket per layer when buckets are large.
+  void lora_buckets_hold_frozen_or_trained_tensors_alone() {
+    ModelConfig c = model();
+    c.lora_rank = 4;
+    const ParamLayout layout(c);
+    const std::vector<ParamTensor>& t = layout.tensors();
+    size_t adapters = 0;
+    for (const ParamTensor& x : t) adapters += x.frozen ? 0 : x.numel;
+    QVERIFY(adapters > 0 && adapters < layout.total_numel() / 4);
+    for (size_t bucket : {size_t{40000000}, size_t{1000}, size_t{1}}) {
+      size_t trained = 0, trained_buckets = 0, end = layout.total_numel();
+      for (const BucketSpan& b : split_buckets(layout, bucket)) {
+        QCOMPARE(b.end, end);  // backward order, tiling the arena
+        end = b.begin;
+        const bool frozen = t[b.first_tensor].frozen;
+        for (int i = b.first_tensor; i < b.last_tensor; i++)
+          QVERIFY2(t[i].frozen == frozen,
+                   qPrintable(QString("bucket size %1: %2 and %3 share a bucket")
+                                  .arg(bucket)
+                                  .arg(t[b.first_tensor].name.c_str(), t[i].name.c_str())));
+        if (!frozen) trained += b.end - b.begin, trained_buckets++;
+      }
+      QCOMPARE(end, size_t{0});
+      // Every adapter's size (4 x 40, 120 x 4, 4 x 160, ...) is a multiple of the 16-element
+      // alignment, so no gap falls in a trained bucket: they hold the adapters exactly.
+      QVERIFY2(trained == adapters,
+               qPrintable(QString("bucket size %1: %2 elements in trained buckets, %3 adapters")
+                              .arg(bucket)
+                              .arg(trained)
+                              .arg(adapters)));
+      if (bucket == 40000000) QCOMPARE(trained_buckets, size_t{2});  // one per layer
+    }
+  }
+
   void a_tensor_parallel_rank_counts_only_its_own_slices() {
     ModelShard shard;
     shard.tp_rank = 1;

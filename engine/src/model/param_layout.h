@@ -16,8 +16,9 @@
 // grad_layer, grad_at), the optimizer's pieces (optim/optimizer_shard.h) skip it (no moments, no
 // update, not in the gradient norm) and a LoRA checkpoint stores the trainable tensors alone.
 // The gradient arena keeps its full size (frozen gradients stay zero); the data-parallel
-// reducer skips a bucket of frozen tensors alone, a bucket that mixes them with adapters carries
-// their zeros (docs/lora.md).
+// buckets never mix frozen and trained tensors (split_buckets, optim/grad_buckets.h) and the
+// reducer skips the frozen ones, so only the adapters are reduced, one bucket per layer's run of
+// them (docs/lora.md).
 // Note [MoE layout]: an MoE layer (ModelConfig::is_moe_layer) has the dense layer's attention and
 // norms, then instead of linear_fc1/linear_fc2 Megatron's SequentialMLP names:
 // `mlp.router.weight` (E, C), then per expert e `mlp.experts.local_experts.e.linear_fc1.weight`

@@ -14,9 +14,12 @@ std::vector<BucketSpan> split_buckets(const ParamLayout& layout, size_t bucket_e
   for (int i = n - 1; i >= 0; i--) {
     elems += tensors[i].numel;
     // A bucket holds experts of expert parallelism alone or none of them: the two are summed
-    // over different groups (GradReducer).
+    // over different groups (GradReducer). It holds trained tensors alone or frozen ones alone
+    // (Note [LoRA] in model/param_layout.h): the reducer skips a bucket of frozen tensors, so no
+    // collective moves a frozen tensor's zero gradient.
     if (elems >= bucket_elems || i == 0 ||
-        tensors[i - 1].expert_parallel != tensors[i].expert_parallel) {
+        tensors[i - 1].expert_parallel != tensors[i].expert_parallel ||
+        tensors[i - 1].frozen != tensors[i].frozen) {
       // The top bucket ends at the arena's end; lower ones are tiled below.
       out.push_back({tensors[i].offset, layout.total_numel(), i, last});
       last = i;

@@ -21,7 +21,8 @@ struct BucketSpan {
   int first_tensor, last_tensor;  // tensors [first, last)
 };
 // Buckets in backward order (the last tensors' bucket first), cut at tensor boundaries once a
-// bucket holds bucket_elems; the alignment gap before a tensor belongs to the bucket below it.
+// bucket holds bucket_elems, and wherever expert-parallel tensors meet others or frozen tensors
+// meet trained ones; the alignment gap before a tensor belongs to the bucket below it.
 std::vector<BucketSpan> split_buckets(const ParamLayout& layout, size_t bucket_elems);
 // Elements of each of `world` data-parallel ranks' shards of a bucket of `len` elements: equal
 // shares, the first len % world ranks one more. Shards follow each other in rank order.
