@@ -113,11 +113,17 @@ class Lora : public QObject {
       model.zero_grads();
       last = model.forward(acts, tokens.data(), targets.data(), step, 1.0f / N);
       model.backward(acts);
+      // Note [LoRA]: the gradient arena holds the adapters alone, packed.
+      size_t adapters = 0;
       for (const ParamTensor& t : model.layout().tensors())
-        if (t.frozen)
-          for (size_t i = 0; i < t.numel; i++)
-            QVERIFY2(model.grads()[t.offset + i] == 0.0f,
-                     qPrintable(QString("a gradient in frozen %1").arg(t.name.c_str())));
+        if (!t.frozen) {
+          QVERIFY2(t.grad_offset == (adapters + 15) / 16 * 16, t.name.c_str());
+          adapters = t.grad_offset + t.numel;
+        } else {
+          QCOMPARE(t.grad_offset, ParamTensor::kNoGradient);
+        }
+      QCOMPARE(model.grad_size(), adapters);
+      QVERIFY(model.grad_size() < model.arena_size() / 4);
       opt.step(model.params(), model.grads(), oc.lr);
       if (step == 1) first = last;
     }
@@ -183,7 +189,7 @@ class Lora : public QObject {
       // the deepest B), while a wrong scale or a missing term changes the norm or the direction.
       double dot = 0, ff = 0, hh = 0;
       for (size_t i = 0; i < t.numel; i++) {
-        const double a = f.grads()[t.offset + i], b = h.grads()[t.offset + i];
+        const double a = f.grads()[t.grad_offset + i], b = h.grads()[t.grad_offset + i];
         dot += a * b, ff += a * a, hh += b * b;
       }
       const double cosine = dot / std::sqrt(ff * hh), ratio = std::sqrt(hh / ff);
@@ -216,7 +222,7 @@ class Lora : public QObject {
       model.zero_grads();
       model.forward(acts, tokens.data(), targets.data(), 42, 1.0f / N);
       model.backward(acts);
-      const std::vector<double> grads(model.grads(), model.grads() + model.arena_size());
+      const std::vector<double> grads(model.grads(), model.grads() + model.grad_size());
       for (const ParamTensor& t : model.layout().tensors()) {
         if (t.frozen) continue;
         for (size_t i : {size_t{0}, t.numel / 3, t.numel - 1}) {
@@ -227,7 +233,7 @@ class Lora : public QObject {
           p = keep - h;
           const double down = model.forward(acts, tokens.data(), targets.data(), 42, 1.0f / N);
           p = keep;
-          const double numeric = (up - down) / (2 * h), analytic = grads[t.offset + i];
+          const double numeric = (up - down) / (2 * h), analytic = grads[t.grad_offset + i];
           QVERIFY2(std::abs(numeric - analytic) <= 1e-6 + 1e-4 * std::abs(numeric),
                    qPrintable(QString("llama %1: %2[%3]: backward %4, finite difference %5")
                                   .arg(llama)

@@ -316,7 +316,7 @@ class PlannerVisionTest : public QObject {
 
   // One process: the planner's trainable parameters are ParamLayout::trainable_numel() of the
   // model the trainer builds (its frozen flags, Note [vision tensors]); the optimizer state
-  // is their moments, the weights and grads every parameter's.
+  // is their moments, the weights every parameter's, the grads the gradient arena's.
   void the_trained_parameters_are_the_layouts_unfrozen_ones() {
     QFETCH(QStringList, freeze);
     for (const QStringList& tower : {kClip, kPlain}) {
@@ -326,7 +326,12 @@ class PlannerVisionTest : public QObject {
       const StageEstimate& s = m.stages[0];
       QCOMPARE(s.trainable_parameters, static_cast<int64_t>(layout.trainable_numel()));
       QCOMPARE(s.optimizer_bytes, layout.trainable_numel() * 8);
-      QCOMPARE(s.grad_bytes, layout.total_numel() * 4);
+      // The gradient arena the model allocates: the tower's block whole and the language
+      // model's trained tensors (Note [LoRA] in model/param_layout.h), less than the whole
+      // arena when the language model is frozen.
+      QCOMPARE(s.grad_bytes, layout.grad_numel() * 4);
+      const bool lm_frozen = o.model.freeze_lm || o.model.lora();
+      QCOMPARE(layout.grad_numel() < layout.total_numel(), lm_frozen);
     }
   }
 

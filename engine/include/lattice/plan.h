@@ -28,20 +28,22 @@ struct StageEstimate {
   // (pp > 1; an untied output layer is part of num_parameters and sits on the last stage).
   int64_t parameters = 0;
   int64_t replicated_parameters = 0;
-  // Of `parameters`, those the optimizer trains, as ParamLayout freezes them (no moments for a
-  // frozen tensor; the gradient arena stays whole): the language model's, none with
+  // Of `parameters`, those the optimizer trains, as ParamLayout freezes them (no moments and, but
+  // for a tower's, no gradients for a frozen tensor): the language model's, none with
   // --freeze-LM, its adapters alone with LoRA (Note [LoRA] in model/param_layout.h); a vision
   // tower's projector always, its encoder unless --freeze-ViT or LoRA (Note [vision tensors]).
   int64_t trainable_parameters = 0;
   // Of `parameters`, those the data-parallel reduction moves (and the distributed optimizer's
-  // all-gather): every element of a bucket (optim/grad_buckets.h) that holds a trained tensor,
-  // alignment gaps and the frozen tensors beside it included; a bucket of frozen tensors alone
-  // is skipped (Note [LoRA] in model/param_layout.h). All of `parameters` when every tensor
+  // all-gather): every element of a bucket (optim/grad_buckets.h) of trained tensors, alignment
+  // gaps included; the buckets never mix frozen and trained tensors, and those of frozen ones
+  // are skipped (Note [LoRA] in model/param_layout.h). All of `parameters` when every tensor
   // trains. Split as the reduction groups are: dense over DP x CP, experts over EDP.
   int64_t reduced_dense_parameters = 0, reduced_expert_parameters = 0;
   // Bytes per parameter by training precision (bytes_per_parameter()), in the engine's memory
   // categories (the trainer's --log-memory measures the same):
   //   fp32: weights 4, grads 4, AdamW m and v 8            (16; 8 + 8/DP distributed)
+  // (with frozen tensors, grads only for the gradient arena: the trained tensors and a tower's
+  // block, ParamLayout::grad_numel)
   //   bf16 / fp16: weights 6 (the 16-bit copy and the fp32 master copy), fp32 main grads 4,
   //                m and v 8                               (18; 10 + 8/DP distributed: the
   //                engine keeps the master copy whole; Megatron shards it, 6 + 12/DP, and

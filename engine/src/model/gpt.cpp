@@ -133,7 +133,7 @@ Status GptModel<A>::allocate() {
   const size_t RC = static_cast<size_t>(R_) * C_;  // NC without sequence parallelism
   const size_t NCt = static_cast<size_t>(N_) * Ct_;
   master_ = take<G>(n, MC::kWeights);
-  grads_ = take<G>(n, MC::kGrads);
+  grads_ = take<G>(grad_size(), MC::kGrads);  // Note [LoRA]: the trained tensors' alone
   if constexpr (std::is_same_v<A, G>) {
     compute_ = master_;
   } else {
@@ -395,7 +395,7 @@ void GptModel<A>::refresh_compute_copy() {
 
 template <typename A>
 void GptModel<A>::zero_grads() {
-  device_.zero(grads_, arena_size() * sizeof(G), compute());
+  device_.zero(grads_, grad_size() * sizeof(G), compute());
 }
 
 template <typename A>
@@ -573,8 +573,8 @@ void GptModel<A>::sum_sequence_parallel_grads(int first, int last) {
     }
     int j = i;
     while (j + 1 < last && partial(j + 1)) j++;
-    const size_t count = t[j].offset + t[j].numel - t[i].offset;
-    tp_all_reduce(grads_ + t[i].offset, count, dtype_of<G>(), ReduceOp::kSum);
+    const size_t count = t[j].grad_offset + t[j].numel - t[i].grad_offset;
+    tp_all_reduce(grads_ + t[i].grad_offset, count, dtype_of<G>(), ReduceOp::kSum);
     i = j + 1;
   }
 }

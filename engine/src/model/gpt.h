@@ -204,12 +204,14 @@ class GptModel {
   const ParamLayout& layout() const { return layout_; }
   Device& device() { return device_; }
   size_t arena_size() const { return layout_.total_numel(); }
+  // Elements of grads(): arena_size() unless tensors are frozen (Note [LoRA] in param_layout.h).
+  size_t grad_size() const { return layout_.grad_numel(); }
   // (arena_size) master parameters in G: the weights the kernels read for float and double;
   // host memory on a host-addressable device (the CPU). A 16-bit model's kernels read
   // compute_params(): write weights with upload().
   G* params() { return master_; }
   const G* params() const { return master_; }
-  G* grads() { return grads_; }  // (arena_size) gradients, in G
+  G* grads() { return grads_; }  // (grad_size) gradients, in G, at ParamTensor::grad_offset
   const G* grads() const { return grads_; }
   // The parameters the kernels read: params() itself for float, a 16-bit copy otherwise.
   A* compute_params() { return compute_; }

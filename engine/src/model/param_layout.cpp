@@ -132,6 +132,18 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     }
     has_frozen_ = has_frozen_ || t.frozen;
   }
+  // Note [LoRA]: the gradient arena, the tower's block as it is, then the trained tensors.
+  size_t g = 0;
+  for (int i = 0; i < static_cast<int>(tensors_.size()); i++) {
+    ParamTensor& t = tensors_[i];
+    if (i >= vision_end_ && t.frozen) {
+      t.grad_offset = ParamTensor::kNoGradient;
+      continue;
+    }
+    t.grad_offset = i < vision_end_ ? t.offset : (g + 15) / 16 * 16;
+    g = t.grad_offset + t.numel;
+  }
+  grad_total_ = g;
 }
 
 void ParamLayout::add_vision(const VisionConfig& v) {

@@ -15,10 +15,13 @@
 // whole mechanism: the model makes no gradient for a frozen tensor (null gradient pointers:
 // grad_layer, grad_at), the optimizer's pieces (optim/optimizer_shard.h) skip it (no moments, no
 // update, not in the gradient norm) and a LoRA checkpoint stores the trainable tensors alone.
-// The gradient arena keeps its full size (frozen gradients stay zero); the data-parallel
-// buckets never mix frozen and trained tensors (split_buckets, optim/grad_buckets.h) and the
-// reducer skips the frozen ones, so only the adapters are reduced, one bucket per layer's run of
-// them (docs/lora.md).
+// The gradient arena holds the trained tensors alone (ParamTensor::grad_offset, grad_numel()),
+// each on a 16-element boundary as in the parameter arena, so a run of trained tensors has the
+// same relative offsets in both; a vision tower keeps its whole block at its own offsets (its
+// code addresses both arenas alike). The data-parallel buckets never mix frozen and trained
+// tensors (split_buckets, optim/grad_buckets.h) and the reducer skips the frozen ones, so a
+// trained bucket is one range of each arena and only the adapters are reduced, one bucket per
+// layer's run of them (docs/lora.md).
 // Note [MoE layout]: an MoE layer (ModelConfig::is_moe_layer) has the dense layer's attention and
 // norms, then instead of linear_fc1/linear_fc2 Megatron's SequentialMLP names:
 // `mlp.router.weight` (E, C), then per expert e `mlp.experts.local_experts.e.linear_fc1.weight`
@@ -99,6 +102,10 @@ struct ParamTensor {
   std::vector<int64_t> shape;  // this rank's shape
   size_t offset = 0;           // in elements from the arena's start
   size_t numel = 0;
+  // In elements from the gradient arena's start (Note [LoRA]): offset when nothing is frozen;
+  // kNoGradient for a frozen tensor of the language model, which has no gradient there.
+  size_t grad_offset = 0;
+  static constexpr size_t kNoGradient = static_cast<size_t>(-1);
   bool decay = true;  // weight decay applies (false for biases, norms)
   // Slice of the global tensor: the global shape, and along split_dim (-1: none) this rank
   // holds [split_begin, split_begin + shape[split_dim]).
@@ -182,6 +189,8 @@ class ParamLayout {
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t total_numel() const { return total_; }
+  // Elements of the gradient arena (Note [LoRA]): total_numel() when nothing is frozen.
+  size_t grad_numel() const { return grad_total_; }
   const ParamTensor* find(const std::string& name) const;
   const ModelShard& shard() const { return shard_; }
 
@@ -236,7 +245,7 @@ class ParamLayout {
   // Its gradient: null for index -1 and for a frozen tensor.
   template <typename T>
   T* grad_at(T* grads, int index) const {
-    return index < 0 || tensors_[index].frozen ? nullptr : grads + tensors_[index].offset;
+    return index < 0 || tensors_[index].frozen ? nullptr : grads + tensors_[index].grad_offset;
   }
   // Whether any tensor is frozen (a LoRA layout), and the trainable elements.
   bool has_frozen() const { return has_frozen_; }
@@ -278,7 +287,7 @@ class ParamLayout {
     const int* slot = slot_[moe_[local_layer] ? 1 : 0];
     for (int i = 0; i < kSlots; i++) {
       const ParamTensor* t = slot[i] < 0 ? nullptr : &tensors_[layer_index(local_layer) + slot[i]];
-      p[i] = !t || (grads && t->frozen) ? nullptr : arena + t->offset;
+      p[i] = !t || (grads && t->frozen) ? nullptr : arena + (grads ? t->grad_offset : t->offset);
     }
     return {p[0],  p[1],  p[2],  p[3],  p[4],  p[5],  p[6],  p[7],  p[8],  p[9], p[10],
             p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[18], p[19], p[20]};
@@ -290,7 +299,7 @@ class ParamLayout {
     const int first = layer_index(local_layer) + slot_[1][kRouterW] + 1 + e * per_expert_;
     auto at = [&](int i) {
       const ParamTensor& t = tensors_[first + i];
-      return grads && t.frozen ? nullptr : arena + t.offset;
+      return grads && t.frozen ? nullptr : arena + (grads ? t.grad_offset : t.offset);
     };
     const bool bias = per_expert_ == 4;
     return {at(0), bias ? at(1) : nullptr, at(bias ? 2 : 1), bias ? at(3) : nullptr};
@@ -307,6 +316,7 @@ class ParamLayout {
   std::vector<bool> moe_;         // (L) MoE layers
   int final_norm_ = -1, final_norm_bias_ = -1, output_ = -1;
   bool has_frozen_ = false;
+  size_t grad_total_ = 0;
   // Each LayerParams member's index within a layer's tensors, or -1: [0] dense layers, [1] MoE.
   int slot_[2][kSlots];
 };

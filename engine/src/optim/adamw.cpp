@@ -82,7 +82,7 @@ double AdamW<A>::sum_squares(const G* grads, NormPart part) {
   for (const OptimizerPiece& p : shard_.pieces) {
     if (!p.counts_in_norm) continue;
     if (part != NormPart::kAll && p.expert_parallel != (part == NormPart::kExperts)) continue;
-    norm_tensors_.push_back(grads + p.offset);
+    norm_tensors_.push_back(grads + p.grad_offset);
     norm_sizes_.push_back(p.numel);
   }
   if (norm_sizes_.empty()) return 0;
@@ -108,7 +108,7 @@ void AdamW<A>::update(G* params, const G* grads, double lr, double clip_coeff, A
     const OptimizerPiece& piece = shard_.pieces[i];
     AdamWSpan<A>& s = spans_[i];
     s.param = params + piece.offset;
-    s.grad = grads + piece.offset;
+    s.grad = grads + piece.grad_offset;
     s.m = m_ + piece.state;
     s.v = v_ + piece.state;
     s.param_copy = compute_copy ? compute_copy + piece.offset : nullptr;

@@ -14,8 +14,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 template <typename T>
 GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
-                            bool distributed, size_t bucket_elems, T* grads, T* params,
-                            Comm* edp)
+                            bool distributed, size_t bucket_elems, T* grads, T* params, Comm* edp)
     : device_(device),
       dp_(dp && dp->size() > 1 ? dp : nullptr),
       edp_(edp && edp->size() > 1 ? edp : nullptr),
@@ -42,6 +41,10 @@ GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout
       b.frozen = b.frozen && layout.tensors()[j].frozen;
       b.expert = layout.tensors()[j].expert_parallel;  // alike in a bucket (split_buckets)
     }
+    const ParamTensor& first = layout.tensors()[span.first_tensor];
+    if (!b.frozen)
+      b.grad_shift =
+          static_cast<ptrdiff_t>(first.grad_offset) - static_cast<ptrdiff_t>(first.offset);
     buckets_.push_back(std::move(b));
   }
   // Expert TP 1 can leave DP 1 with an expert-data group of several ranks: experts alone.
@@ -112,11 +115,12 @@ Status GradReducer<T>::launch(Bucket& b) {
   Comm* comm = comm_of(b);
   if (!comm) return Status::ok();
   if (distributed_) {
-    T* recv = b.shard ? b.shard : grads_ + b.shard_begin;
-    return comm->reduce_scatter(grads_ + b.begin, recv, b.counts, dtype_of<T>(), *stream_);
+    T* recv = b.shard ? b.shard : grads_ + b.grad_shift + b.shard_begin;
+    return comm->reduce_scatter(grads_ + b.grad_shift + b.begin, recv, b.counts, dtype_of<T>(),
+                                *stream_);
   }
-  return comm->all_reduce(grads_ + b.begin, b.end - b.begin, dtype_of<T>(), ReduceOp::kSum,
-                          *stream_);
+  return comm->all_reduce(grads_ + b.grad_shift + b.begin, b.end - b.begin, dtype_of<T>(),
+                          ReduceOp::kSum, *stream_);
 }
 
 template <typename T>
@@ -149,7 +153,7 @@ Status GradReducer<T>::finish() {
   if (Status s = device_.synchronize(*stream_); !s) return s;
   for (Bucket& b : buckets_)
     if (b.shard)
-      device_.copy(grads_ + b.shard_begin, b.shard, b.counts[rank_of(b)] * sizeof(T),
+      device_.copy(grads_ + b.grad_shift + b.shard_begin, b.shard, b.counts[rank_of(b)] * sizeof(T),
                    CopyKind::kDeviceToDevice, device_.compute());
   stats_.wait_seconds += seconds_since(t0);
   return Status::ok();

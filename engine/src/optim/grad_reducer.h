@@ -87,6 +87,9 @@ class GradReducer {
     T* shard = nullptr;             // reduce-scatter receive buffer (host-addressable device)
     bool frozen = false;            // only frozen tensors (LoRA's base): nothing to reduce
     bool expert = false;            // expert-parallel experts: summed over edp_
+    // Its gradients: grads_ + grad_shift + [begin, end) (Note [LoRA] in param_layout.h: a
+    // trained bucket's range shifted into the gradient arena; 0 when nothing is frozen).
+    ptrdiff_t grad_shift = 0;
   };
   GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
               bool distributed, size_t bucket_elems, T* grads, T* params, Comm* edp);

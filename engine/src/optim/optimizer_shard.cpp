@@ -24,6 +24,7 @@ void cut_pieces(const ParamLayout& layout, OptimizerShard& s) {
       OptimizerPiece p;
       p.tensor = static_cast<int>(i);
       p.offset = begin;
+      p.grad_offset = t.grad_offset + (begin - t.offset);
       p.numel = end - begin;
       p.state = state;
       p.decay = t.decay;

@@ -20,12 +20,14 @@ namespace lattice {
 
 using ArenaRange = std::pair<size_t, size_t>;  // [begin, end) in elements
 
-// One tensor's owned part: arena [offset, offset + numel), moments [state, state + numel).
+// One tensor's owned part: arena [offset, offset + numel), its gradient at grad_offset in the
+// gradient arena (Note [LoRA] in model/param_layout.h), moments [state, state + numel).
 struct OptimizerPiece {
   int tensor = 0;  // index in the layout
   size_t offset = 0, numel = 0, state = 0;
+  size_t grad_offset = 0;
   bool decay = true, counts_in_norm = true;  // the tensor's
-  bool expert_parallel = false;               // the tensor's (ParamTensor::expert_parallel)
+  bool expert_parallel = false;              // the tensor's (ParamTensor::expert_parallel)
 };
 
 // A bucket of the distributed optimizer: arena [begin, end), tensors [first, last), the

@@ -514,11 +514,17 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     if (m.rope())
       st.weight_bytes += static_cast<size_t>(layout.vpp) * 2 * m.seq_length * (m.rotary_dim() / 2) *
                          (precision == "fp64" ? 8 : 4);
+    // The gradient arena holds the trained tensors alone (a tower its whole block) when any are
+    // frozen (Note [LoRA] in model/param_layout.h): each model chunk's, from its layout.
     st.grad_bytes = params * per_param.grads;
+    if (m.lora() || m.freeze_lm || (m.has_vision() && m.freeze_vision)) {
+      size_t grads = 0;
+      for (int c = 0; c < layout.vpp; c++) grads += chunk_layout(o, layout, p, c).grad_numel();
+      st.grad_bytes = grads * per_param.grads;
+    }
     // The optimizer keeps moments for the trained parameters alone (ParamLayout's frozen flags:
     // LoRA trains the adapters, --freeze-LM none of the language model; a tower's projector
-    // always, its encoder unless frozen). The gradient arena stays whole (frozen gradients
-    // zero; docs/lora.md).
+    // always, its encoder unless frozen).
     st.trainable_parameters = m.lora() ? n.adapters : m.freeze_lm ? 0 : language_model;
     if (layout.is_first_stage(p)) st.trainable_parameters += est.vision.trained_parameters;
     // The moments (per_param.optimizer: twice the grads' bytes) for the trained ones. (A 16-bit

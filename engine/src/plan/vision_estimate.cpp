@@ -8,7 +8,8 @@
 // Note [vision tower in the plan]: the training wiring puts the tower on the first pipeline
 // stage (the pre chunk), whole on every TP rank (each TP rank runs it; its gradients are whole
 // there), and trains its parameters with the language model's replicated tensors: the stage's
-// weights and grads categories count them all (the gradient arena stays whole), the optimizer
+// weights and grads categories count them all (the tower keeps its block of the gradient arena
+// whatever is frozen: Note [LoRA] in model/param_layout.h), the optimizer
 // state the trained ones (the projector always, the encoder unless --freeze-ViT or LoRA; the
 // distributed optimizer shards them over DP x CP like the rest). The encoder takes its
 // activation buffers once: micro-batches in flight share them, a backward re-running the

@@ -481,7 +481,7 @@ Status Trainer<T>::finish_gradients() {
     // A frozen embedding (LoRA, --freeze-LM) has no gradient on either stage: nothing to sum.
     if (!t.frozen) {
       const auto t0 = Clock::now();
-      if (Status s = rank_.comms.embedding->all_reduce(chunk.grads() + t.offset, t.numel,
+      if (Status s = rank_.comms.embedding->all_reduce(chunk.grads() + t.grad_offset, t.numel,
                                                        dtype_of<accum_t<T>>(), ReduceOp::kSum,
                                                        rank_.device->compute());
           !s)
@@ -552,7 +552,7 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     const double used = static_cast<float>(exact);
     if (per_token && used != exact)
       for (auto& c : rank_.chunks)  // scales the gradients (the flag is the scaler's business)
-        device.template ops<T>()->unscale_and_check(c->grads(), c->arena_size(), exact / used,
+        device.template ops<T>()->unscale_and_check(c->grads(), c->grad_size(), exact / used,
                                                     device_found_inf_);
   }
   // The loss lives on the last stage: its tensor-parallel rank 0 of every data-parallel
@@ -585,7 +585,7 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
     Ops<T>& ops = *device.template ops<T>();
     device.zero(device_found_inf_, sizeof(float), device.compute());
     for (auto& c : rank_.chunks)
-      ops.unscale_and_check(c->grads(), c->arena_size(), static_cast<accum_t<T>>(1.0 / loss_scale),
+      ops.unscale_and_check(c->grads(), c->grad_size(), static_cast<accum_t<T>>(1.0 / loss_scale),
                             device_found_inf_);
     float found_inf = 0;
     device.copy(&found_inf, device_found_inf_, sizeof found_inf, CopyKind::kDeviceToHost,
