@@ -278,7 +278,7 @@ class GpuTraining : public QObject {
     (*gpu)->backward(**gpu_acts);
     const Status synced = (*device)->synchronize((*device)->compute());
     QVERIFY2(synced, synced.message().c_str());
-    std::vector<float> grads((*gpu)->arena_size());
+    std::vector<float> grads((*gpu)->grad_size());
     cu::copy_to_host(grads.data(), (*gpu)->grads(), grads.size() * sizeof(float));
     for (float& g : grads) g /= loss_scale;  // a power of two: exact
     QVERIFY2(
@@ -286,8 +286,9 @@ class GpuTraining : public QObject {
         qPrintable(
             QString("loss: GPU %1, CPU %2").arg(gpu_loss, 0, 'g', 9).arg(cpu_loss, 0, 'g', 9)));
     for (const ParamTensor& t : cpu.layout().tensors()) {
-      const std::vector<float> g(grads.begin() + t.offset, grads.begin() + t.offset + t.numel);
-      const std::vector<float> want(cpu.grads() + t.offset, cpu.grads() + t.offset + t.numel);
+      const size_t at = t.grad_offset;
+      const std::vector<float> g(grads.begin() + at, grads.begin() + at + t.numel);
+      const std::vector<float> want(cpu.grads() + at, cpu.grads() + at + t.numel);
       LATTICE_COMPARE("d " + t.name, g, want, grad_tolerance);
     }
   }
