@@ -249,7 +249,7 @@ class TestStudioPlaygroundImages : public QObject {
     view.generate();
     // The images were decoded and placed; NullTokenizer cannot encode the template's words.
     QVERIFY(ended.wait(20000));
-    QVERIFY2(view.errorText().contains("token id -1"), qPrintable(view.errorText()));
+    QVERIFY2(view.errorText().contains("not a token id"), qPrintable(view.errorText()));
     QCOMPARE(view.conversation().size(), 1);
     QCOMPARE(view.conversation()[0].images.size(), 1);
     QCOMPARE(view.conversation()[0].images[0].bytes, red.bytes);
