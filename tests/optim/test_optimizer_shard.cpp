@@ -187,37 +187,49 @@ class OptimizerShardTest : public QObject {
   // Note [LoRA]: a bucket holds frozen tensors alone or trained ones alone, whatever its size,
   // so the trained buckets are the adapters (with the gaps before the tensors above them) and
   // the reducer, which skips the frozen ones, moves nothing else. Each layer's adapters are its
-  // last tensors: one trained bucket per layer when buckets are large.
+  // last tensors: one trained bucket per layer when buckets are large. Each trained bucket,
+  // shifted into the gradient arena (ParamTensor::grad_offset) as GradReducer shifts it, lies
+  // inside that arena, and together they tile it: rank 4 makes every adapter a multiple of the
+  // 16-element alignment, rank 3 leaves gaps after them (3 x 40 = 120 elements).
   void lora_buckets_hold_frozen_or_trained_tensors_alone() {
-    ModelConfig c = model();
-    c.lora_rank = 4;
-    const ParamLayout layout(c);
-    const std::vector<ParamTensor>& t = layout.tensors();
-    size_t adapters = 0;
-    for (const ParamTensor& x : t) adapters += x.frozen ? 0 : x.numel;
-    QVERIFY(adapters > 0 && adapters < layout.total_numel() / 4);
-    for (size_t bucket : {size_t{40000000}, size_t{1000}, size_t{1}}) {
-      size_t trained = 0, trained_buckets = 0, end = layout.total_numel();
-      for (const BucketSpan& b : split_buckets(layout, bucket)) {
-        QCOMPARE(b.end, end);  // backward order, tiling the arena
-        end = b.begin;
-        const bool frozen = t[b.first_tensor].frozen;
-        for (int i = b.first_tensor; i < b.last_tensor; i++)
-          QVERIFY2(t[i].frozen == frozen,
-                   qPrintable(QString("bucket size %1: %2 and %3 share a bucket")
-                                  .arg(bucket)
-                                  .arg(t[b.first_tensor].name.c_str(), t[i].name.c_str())));
-        if (!frozen) trained += b.end - b.begin, trained_buckets++;
+    for (int rank : {4, 3}) {
+      ModelConfig c = model();
+      c.lora_rank = rank;
+      const ParamLayout layout(c);
+      const std::vector<ParamTensor>& t = layout.tensors();
+      size_t adapters = 0;
+      for (const ParamTensor& x : t) adapters += x.frozen ? 0 : x.numel;
+      QVERIFY(adapters > 0 && adapters < layout.total_numel() / 4);
+      for (size_t bucket : {size_t{40000000}, size_t{1000}, size_t{1}}) {
+        const QString what = QString("rank %1, bucket size %2").arg(rank).arg(bucket);
+        size_t trained = 0, trained_buckets = 0, end = layout.total_numel();
+        size_t grad_end = layout.grad_numel();  // the trained buckets tile it, top down
+        for (const BucketSpan& b : split_buckets(layout, bucket)) {
+          QCOMPARE(b.end, end);  // backward order, tiling the arena
+          end = b.begin;
+          const bool frozen = t[b.first_tensor].frozen;
+          for (int i = b.first_tensor; i < b.last_tensor; i++)
+            QVERIFY2(
+                t[i].frozen == frozen,
+                qPrintable(what + QString(": %1 and %2 share a bucket")
+                                      .arg(t[b.first_tensor].name.c_str(), t[i].name.c_str())));
+          if (frozen) continue;
+          trained += b.end - b.begin, trained_buckets++;
+          const size_t shift = t[b.first_tensor].offset - t[b.first_tensor].grad_offset;
+          QVERIFY2(b.end - shift == grad_end,
+                   qPrintable(what + QString(": a trained bucket's gradients end at %1, the next "
+                                             "begin at %2")
+                                         .arg(b.end - shift)
+                                         .arg(grad_end)));
+          grad_end = b.begin - shift;
+        }
+        QCOMPARE(end, size_t{0});
+        QCOMPARE(grad_end, size_t{0});
+        QCOMPARE(trained, layout.grad_numel());
+        // Rank 4: no gap falls in a trained bucket, which hold the adapters exactly.
+        if (rank == 4) QCOMPARE(trained, adapters);
+        if (bucket == 40000000) QCOMPARE(trained_buckets, size_t{2});  // one per layer
       }
-      QCOMPARE(end, size_t{0});
-      // Every adapter's size (4 x 40, 120 x 4, 4 x 160, ...) is a multiple of the 16-element
-      // alignment, so no gap falls in a trained bucket: they hold the adapters exactly.
-      QVERIFY2(trained == adapters,
-               qPrintable(QString("bucket size %1: %2 elements in trained buckets, %3 adapters")
-                              .arg(bucket)
-                              .arg(trained)
-                              .arg(adapters)));
-      if (bucket == 40000000) QCOMPARE(trained_buckets, size_t{2});  // one per layer
     }
   }
 

@@ -143,7 +143,10 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
     t.grad_offset = i < vision_end_ ? t.offset : (g + 15) / 16 * 16;
     g = t.grad_offset + t.numel;
   }
-  grad_total_ = g;
+  // The arena ends where the last trained bucket's range does (split_buckets): at the last
+  // tensor's end when it trains, else on the alignment boundary where the frozen ones begin.
+  const bool last_trains = !tensors_.empty() && !tensors_.back().frozen;
+  grad_total_ = last_trains ? g : (g + 15) / 16 * 16;
 }
 
 void ParamLayout::add_vision(const VisionConfig& v) {
