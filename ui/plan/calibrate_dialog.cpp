@@ -15,6 +15,7 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRandomGenerator>
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QTableWidget>
@@ -226,8 +227,11 @@ void CalibrateDialog::startProbe() {
   // time limit, launcher); the run's own settings are the probe's.
   LaunchSettings s = onCluster ? launch_ : LaunchSettings{};
   s.data = DataSource::kMock;
-  probeRun_ = QStringLiteral("calibrate-%1")
-                  .arg(QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")));
+  // A random suffix as default_run_name's: two probes started in the same second (one here,
+  // one on the cluster; or a second click) must not share a name, which the run store refuses.
+  probeRun_ = QStringLiteral("calibrate-%1-%2")
+                  .arg(QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")))
+                  .arg(QRandomGenerator::global()->bounded(0x10000), 4, 16, QLatin1Char('0'));
   s.runName = probeRun_;
   s.database = database_;
   s.tags = {QStringLiteral("calibration")};
