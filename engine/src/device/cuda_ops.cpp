@@ -24,6 +24,7 @@ class CudaOps final : public Ops<A> {
   static_assert(std::is_same_v<accum_t<A>, float>, "the CUDA kernels accumulate in float");
 
  public:
+  using G = float;
   explicit CudaOps(cu::Context& ctx) : ctx_(ctx) {}
 
   void matmul_forward(A* out, A* pre_gelu, const A* inp, const A* weight, const A* bias, int N,
@@ -193,61 +194,33 @@ class CudaOps final : public Ops<A> {
                            aux_scale);
   }
 
-  // Ring attention (attention_block.cu), fp32 only: the ring has no 16-bit path, so the bf16 and
-  // fp16 lists keep ops.h's refusing defaults (if constexpr below).
-  bool has_ring_attention() const override { return std::is_same_v<A, float>; }
+  // Ring attention (attention_block.cu): every list; the 16-bit ones read their inputs in A and
+  // merge into G (ops.h).
+  bool has_ring_attention() const override { return true; }
   size_t attention_block_workspace_elems(int B, int NH, int Tq, int Tk, int HS) const override {
-    if constexpr (std::is_same_v<A, float>)
-      return cu::attention_block_workspace_floats(B, NH, Tq, Tk, HS);
-    else
-      return Ops<A>::attention_block_workspace_elems(B, NH, Tq, Tk, HS);
+    return cu::attention_block_workspace_floats(B, NH, Tq, Tk, HS);
   }
-  void attention_block_forward(A* out, A* lse, const A* qkv, const A* kv,
-                               const kernels::AttentionBlock& block, A* workspace) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::attention_block_forward(ctx_, out, lse, qkv, kv, block, workspace);
-    else
-      Ops<A>::attention_block_forward(out, lse, qkv, kv, block, workspace);
+  void attention_block_forward(G* out, G* lse, const A* qkv, const A* kv,
+                               const kernels::AttentionBlock& block, G* workspace) override {
+    cu::attention_block_forward(ctx_, out, lse, qkv, kv, block, workspace);
   }
-  void attention_block_backward(A* dqkv, A* dkv, const A* dout, const A* delta, const A* lse,
+  void attention_block_backward(G* dqkv, G* dkv, const A* dout, const G* delta, const G* lse,
                                 const A* qkv, const A* kv, const kernels::AttentionBlock& block,
-                                A* workspace) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::attention_block_backward(ctx_, dqkv, dkv, dout, delta, lse, qkv, kv, block, workspace);
-    else
-      Ops<A>::attention_block_backward(dqkv, dkv, dout, delta, lse, qkv, kv, block, workspace);
+                                G* workspace) override {
+    cu::attention_block_backward(ctx_, dqkv, dkv, dout, delta, lse, qkv, kv, block, workspace);
   }
   void attention_kv_pack(A* kv, const A* qkv, size_t rows, int NH, int KV, int HS) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::attention_kv_pack(ctx_, kv, qkv, rows, NH, KV, HS);
-    else
-      Ops<A>::attention_kv_pack(kv, qkv, rows, NH, KV, HS);
+    cu::attention_kv_pack(ctx_, kv, qkv, rows, NH, KV, HS);
   }
-  void attention_kv_unpack(A* qkv, const A* kv, size_t rows, int NH, int KV, int HS) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::attention_kv_unpack(ctx_, qkv, kv, rows, NH, KV, HS);
-    else
-      Ops<A>::attention_kv_unpack(qkv, kv, rows, NH, KV, HS);
+  void attention_kv_unpack(G* qkv, const G* kv, size_t rows, int NH, int KV, int HS) override {
+    cu::attention_kv_unpack(ctx_, qkv, kv, rows, NH, KV, HS);
   }
-  void attention_row_dot(A* delta, const A* dout, const A* out, int B, int T, int NH,
+  void attention_row_dot(G* delta, const A* dout, const A* out, int B, int T, int NH,
                          int HS) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::attention_row_dot(ctx_, delta, dout, out, B, T, NH, HS);
-    else
-      Ops<A>::attention_row_dot(delta, dout, out, B, T, NH, HS);
+    cu::attention_row_dot(ctx_, delta, dout, out, B, T, NH, HS);
   }
-  void fill(A* x, size_t n, A value) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::fill(ctx_, x, n, value);
-    else
-      Ops<A>::fill(x, n, value);
-  }
-  void accumulate(A* acc, const A* x, size_t n) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::accumulate(ctx_, acc, x, n);
-    else
-      Ops<A>::accumulate(acc, x, n);
-  }
+  void fill(G* x, size_t n, G value) override { cu::fill(ctx_, x, n, value); }
+  void accumulate(G* acc, const G* x, size_t n) override { cu::accumulate(ctx_, acc, x, n); }
 
   // The vision encoder's ops (vision.cu), fp32 only: VisionEncoder runs in float or double, so
   // the bf16 and fp16 lists keep ops.h's refusing defaults (if constexpr below).

@@ -251,43 +251,47 @@ class Ops {
   }
 
   // ---- ring attention (context parallelism; parallel/ring_attention.h, Note [ring attention])
-  // kernels.h's attention_block_* and the ring's data movement, in G = A (the ring has no 16-bit
-  // path). Whether this list has them: the CPU's float and double lists, CUDA's float list.
-  // Elsewhere GptModel::create refuses CP > 1 first, so the defaults below, which throw
-  // std::logic_error, are never reached. Every pointer is device memory, AttentionBlock's
-  // q_pos, k_pos and doc included.
+  // kernels.h's attention_block_* and the ring's data movement. What the forward reads (qkv, the
+  // travelling keys and values, dout and the final out) is in A; what the blocks merge or add
+  // into (out, lse, dqkv, dkv, delta, the workspace) is in G, so a 16-bit ring rounds once, at
+  // its end, as a 16-bit attention kernel rounds its output (Note [ring attention in 16 bits]).
+  // Whether this list has them: every list of the CPU and of CUDA. Elsewhere GptModel::create
+  // refuses CP > 1 first, so the defaults below, which throw std::logic_error, are never
+  // reached. Every pointer is device memory, AttentionBlock's q_pos, k_pos and doc included.
   virtual bool has_ring_attention() const { return false; }
-  // Elements of the workspace both block directions take (the CPU: per thread, for the thread
-  // count at the call).
+  // Elements of G of the workspace both block directions take (the CPU: per thread, for the
+  // thread count at the call).
   virtual size_t attention_block_workspace_elems(int /*B*/, int /*NH*/, int /*Tq*/, int /*Tk*/,
                                                  int /*HS*/) const {
     no_ring();
   }
-  virtual void attention_block_forward(A* /*out*/, A* /*lse*/, const A* /*qkv*/, const A* /*kv*/,
-                                       const kernels::AttentionBlock& /*block*/, A* /*workspace*/) {
+  virtual void attention_block_forward(G* /*out*/, G* /*lse*/, const A* /*qkv*/, const A* /*kv*/,
+                                       const kernels::AttentionBlock& /*block*/, G* /*workspace*/) {
     no_ring();
   }
-  virtual void attention_block_backward(A* /*dqkv*/, A* /*dkv*/, const A* /*dout*/,
-                                        const A* /*delta*/, const A* /*lse*/, const A* /*qkv*/,
+  virtual void attention_block_backward(G* /*dqkv*/, G* /*dkv*/, const A* /*dout*/,
+                                        const G* /*delta*/, const G* /*lse*/, const A* /*qkv*/,
                                         const A* /*kv*/, const kernels::AttentionBlock& /*block*/,
-                                        A* /*workspace*/) {
+                                        G* /*workspace*/) {
     no_ring();
   }
+  // kv (rows, 2 KV HS) = qkv's key and value columns, in A (what travels the forward's ring);
+  // unpack, in G, puts the gradients of those columns back into dqkv.
   virtual void attention_kv_pack(A* /*kv*/, const A* /*qkv*/, size_t /*rows*/, int /*NH*/,
                                  int /*KV*/, int /*HS*/) {
     no_ring();
   }
-  virtual void attention_kv_unpack(A* /*qkv*/, const A* /*kv*/, size_t /*rows*/, int /*NH*/,
+  virtual void attention_kv_unpack(G* /*qkv*/, const G* /*kv*/, size_t /*rows*/, int /*NH*/,
                                    int /*KV*/, int /*HS*/) {
     no_ring();
   }
-  virtual void attention_row_dot(A* /*delta*/, const A* /*dout*/, const A* /*out*/, int /*B*/,
+  virtual void attention_row_dot(G* /*delta*/, const A* /*dout*/, const A* /*out*/, int /*B*/,
                                  int /*T*/, int /*NH*/, int /*HS*/) {
     no_ring();
   }
   // x (n) = value; acc (n) += x (n).
-  virtual void fill(A* /*x*/, size_t /*n*/, A /*value*/) { no_ring(); }
-  virtual void accumulate(A* /*acc*/, const A* /*x*/, size_t /*n*/) { no_ring(); }
+  virtual void fill(G* /*x*/, size_t /*n*/, G /*value*/) { no_ring(); }
+  virtual void accumulate(G* /*acc*/, const G* /*x*/, size_t /*n*/) { no_ring(); }
 
   // ---- vision encoder (kernels.h's patchify_* and activation_*; model/vision_encoder.h)
   // Whether this list has them: the CPU's float and double lists and CUDA's float list.

@@ -294,26 +294,49 @@ void attention_backward(Context& ctx, fp16* dqkv, const fp16* dout, const fp16* 
 // ring_attention.cpp, Note [ring attention]) with kernels.h's semantics of AttentionBlock,
 // attention_block_forward / attention_block_backward, on device memory: every pointer,
 // including block.q_pos, block.k_pos and block.doc, is device memory. Queued on ctx's stream.
-// fp32 only; HS 64 or 128 and KV dividing NH (else an error is recorded). The kernels need no
-// workspace (attention_block_workspace_floats is 0; a null workspace is fine).
+// What the blocks read (qkv, kv, dout; row_dot's out) is fp32, bf16 or fp16, widened as it is
+// loaded; what they merge or add into (out, lse, dqkv, dkv, delta) is fp32 (Note [ring attention
+// in 16 bits] in ring_attention.cpp). HS 64 or 128 and KV dividing NH (else an error is
+// recorded). The kernels need no workspace (attention_block_workspace_floats is 0; a null
+// workspace is fine).
 size_t attention_block_workspace_floats(int B, int NH, int Tq, int Tk, int HS);
 void attention_block_forward(Context& ctx, float* out, float* lse, const float* qkv,
                              const float* kv, const kernels::AttentionBlock& block,
                              float* workspace);
+void attention_block_forward(Context& ctx, float* out, float* lse, const bf16* qkv, const bf16* kv,
+                             const kernels::AttentionBlock& block, float* workspace);
+void attention_block_forward(Context& ctx, float* out, float* lse, const fp16* qkv, const fp16* kv,
+                             const kernels::AttentionBlock& block, float* workspace);
 void attention_block_backward(Context& ctx, float* dqkv, float* dkv, const float* dout,
                               const float* delta, const float* lse, const float* qkv,
                               const float* kv, const kernels::AttentionBlock& block,
+                              float* workspace);
+void attention_block_backward(Context& ctx, float* dqkv, float* dkv, const bf16* dout,
+                              const float* delta, const float* lse, const bf16* qkv,
+                              const bf16* kv, const kernels::AttentionBlock& block,
+                              float* workspace);
+void attention_block_backward(Context& ctx, float* dqkv, float* dkv, const fp16* dout,
+                              const float* delta, const float* lse, const fp16* qkv,
+                              const fp16* kv, const kernels::AttentionBlock& block,
                               float* workspace);
 // kv (rows, 2 KV HS) = the key and value columns of qkv (rows, (NH + 2 KV) HS), grouped layout
 // (group g: Q = NH / KV query heads, then its key, then its value).
 void attention_kv_pack(Context& ctx, float* kv, const float* qkv, size_t rows, int NH, int KV,
                        int HS);
-// The key and value columns of qkv = kv; qkv's query columns untouched.
+void attention_kv_pack(Context& ctx, bf16* kv, const bf16* qkv, size_t rows, int NH, int KV,
+                       int HS);
+void attention_kv_pack(Context& ctx, fp16* kv, const fp16* qkv, size_t rows, int NH, int KV,
+                       int HS);
+// The key and value columns of qkv = kv; qkv's query columns untouched (fp32: the gradients).
 void attention_kv_unpack(Context& ctx, float* qkv, const float* kv, size_t rows, int NH, int KV,
                          int HS);
 // delta (B, NH, T) = per row and head, the dot of dout and out (B, T, NH HS) over HS.
 void attention_row_dot(Context& ctx, float* delta, const float* dout, const float* out, int B,
                        int T, int NH, int HS);
+void attention_row_dot(Context& ctx, float* delta, const bf16* dout, const bf16* out, int B, int T,
+                       int NH, int HS);
+void attention_row_dot(Context& ctx, float* delta, const fp16* dout, const fp16* out, int B, int T,
+                       int NH, int HS);
 // x (n) = value.
 void fill(Context& ctx, float* x, size_t n, float value);
 // acc (n) += x (n).
