@@ -4,6 +4,7 @@
 // the blocks' O(T^2) work. Each element's result is independent of the thread count.
 #include <algorithm>
 
+#include "lattice/dtype.h"
 #include "lattice/kernels.h"
 
 namespace lattice::kernels {
@@ -74,5 +75,9 @@ void accumulate(S* acc, const S* x, size_t n) {
 LATTICE_INSTANTIATE_RING_OPS(float)
 LATTICE_INSTANTIATE_RING_OPS(double)
 #undef LATTICE_INSTANTIATE_RING_OPS
+// A 16-bit ring sends its keys and values in the compute type (Note [ring attention in 16 bits]
+// in engine/src/parallel/ring_attention.cpp): packing only moves elements.
+template void attention_kv_pack(bf16*, const bf16*, size_t, int, int, int);
+template void attention_kv_pack(fp16*, const fp16*, size_t, int, int, int);
 
 }  // namespace lattice::kernels

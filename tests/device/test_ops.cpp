@@ -839,14 +839,22 @@ class OpLists : public QObject {
     QVERIFY2(near.list.isEmpty(), qPrintable(near.list.join("\n")));
   }
 
-  // The ring has no 16-bit path: those lists say so, and their ring ops refuse (GptModel::create
-  // refuses CP > 1 before any is called).
-  void the_16_bit_lists_have_no_ring_attention() {
-    QVERIFY(!lattice::cpu_ops<bf16>().has_ring_attention());
-    QVERIFY(!lattice::cpu_ops<fp16>().has_ring_attention());
-    std::vector<bf16> x(4);
-    QVERIFY_THROWS_EXCEPTION(std::logic_error, lattice::cpu_ops<bf16>().fill(
-                                                   x.data(), x.size(), lattice::to_bf16(0.0f)));
+  // The 16-bit lists have the ring (Note [ring attention in 16 bits]; its blocks are checked
+  // against the float ring by ring_attention_worker): packing moves 16-bit elements unchanged,
+  // the key and value columns of each group in order.
+  void the_16_bit_lists_pack_keys_and_values_bit_for_bit() {
+    QVERIFY(lattice::cpu_ops<bf16>().has_ring_attention());
+    QVERIFY(lattice::cpu_ops<fp16>().has_ring_attention());
+    const int rows = 3, NH = 4, KV = 2, HS = 2, W = (NH + 2 * KV) * HS;
+    std::vector<bf16> qkv(static_cast<size_t>(rows) * W), kv(static_cast<size_t>(rows) * 2 * KV * HS);
+    for (size_t i = 0; i < qkv.size(); i++) qkv[i].bits = static_cast<uint16_t>(0x3f00 + i);
+    lattice::cpu_ops<bf16>().attention_kv_pack(kv.data(), qkv.data(), rows, NH, KV, HS);
+    // Group g: Q = 2 query heads, then its key, then its value, HS columns each.
+    for (int r = 0; r < rows; r++)
+      for (int g = 0; g < KV; g++)
+        for (int c = 0; c < 2 * HS; c++)
+          QCOMPARE(kv[(static_cast<size_t>(r) * KV + g) * 2 * HS + c].bits,
+                   qkv[static_cast<size_t>(r) * W + (g * 4 + 2) * HS + c].bits);
   }
 
  private:

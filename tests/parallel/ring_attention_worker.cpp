@@ -14,14 +14,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "device/cpu_device.h"
 #include "device/ops.h"
 #include "lattice/comm.h"
 #include "lattice/cpu_isa.h"
+#include "lattice/dtype.h"
 #include "lattice/kernels.h"
 #include "parallel/context_split.h"
 #include "parallel/ring_attention.h"
@@ -179,6 +182,82 @@ void check_case(Checker& check, Comm& cp, const Case& k, double tol) {
   check.close(tag + " dqkv", dqkv, dqkv_ref, tol);
 }
 
+// dtype.h's conversions under one name per direction.
+template <typename H>
+H round_to(float x) {
+  if constexpr (std::is_same_v<H, lattice::bf16>)
+    return lattice::to_bf16(x);
+  else
+    return lattice::to_fp16(x);
+}
+float widen(lattice::bf16 x) {
+  return lattice::from_bf16(x);
+}
+float widen(lattice::fp16 x) {
+  return lattice::from_fp16(x);
+}
+template <typename H>
+uint16_t bits_of(H x) {
+  return x.bits;
+}
+
+// Note [ring attention in 16 bits]: a bf16 or fp16 ring on the CPU is the float ring run on the
+// widened inputs, rounded at its two ends. This rank's qkv and dout are drawn in float and
+// rounded to H; the 16-bit ring runs on them and the float ring on their widened values (its
+// backward given the widened 16-bit output, the out the 16-bit ring's delta is taken from). The
+// 16-bit out and dqkv must be the float ones rounded, and the log-sum-exps equal, bit for bit.
+template <typename H>
+void check_16bit_case(Checker& check, Comm& cp, const Case& k, const char* type) {
+  const int T_ = 2 * cp.size() * k.c, Tl = T_ / cp.size(), C = k.NH * k.HS;
+  const size_t rows = static_cast<size_t>(k.B) * Tl, W = static_cast<size_t>(k.NH + 2 * k.KV) * k.HS;
+  std::mt19937_64 rng(4321 + cp.rank());
+  std::vector<float> qkv = random_values<float>(rows * W, rng),
+                     dout = random_values<float>(rows * C, rng);
+  std::vector<H> qkv16(qkv.size()), dout16(dout.size()), out16(dout.size()), dqkv16(qkv.size());
+  for (size_t i = 0; i < qkv.size(); i++) qkv16[i] = round_to<H>(qkv[i]);
+  for (size_t i = 0; i < dout.size(); i++) dout16[i] = round_to<H>(dout[i]);
+  for (size_t i = 0; i < qkv.size(); i++) qkv[i] = widen(qkv16[i]);
+  for (size_t i = 0; i < dout.size(); i++) dout[i] = widen(dout16[i]);
+  std::vector<int32_t> doc(rows);
+  for (size_t i = 0; i < rows; i++) doc[i] = static_cast<int32_t>(i % Tl % 5);
+  const int32_t* d = k.packed ? doc.data() : nullptr;
+  const std::string tag = std::string(type) + " " + k.name + " (T " + std::to_string(T_) +
+                          ", CP " + std::to_string(cp.size()) + ")";
+
+  std::vector<float> lse16(static_cast<size_t>(k.B) * k.NH * Tl), lse(lse16.size());
+  auto ring16 = make_ring<H>(cp, k.B, T_, k.NH, k.KV, k.HS);
+  check.ok(tag + " forward", ring16->forward(out16.data(), lse16.data(), qkv16.data(), d));
+  check.ok(tag + " backward", ring16->backward(dqkv16.data(), dout16.data(), qkv16.data(),
+                                               out16.data(), lse16.data(), d));
+  std::vector<float> out(dout.size()), dqkv(qkv.size());
+  auto ring32 = make_ring<float>(cp, k.B, T_, k.NH, k.KV, k.HS);
+  check.ok(tag + " float forward", ring32->forward(out.data(), lse.data(), qkv.data(), d));
+  std::vector<float> out_rounded(out.size());
+  for (size_t i = 0; i < out.size(); i++) out_rounded[i] = widen(out16[i]);
+  check.ok(tag + " float backward", ring32->backward(dqkv.data(), dout.data(), qkv.data(),
+                                                     out_rounded.data(), lse.data(), d));
+  auto same_bits = [&](const std::string& what, const std::vector<H>& got,
+                       const std::vector<float>& want) {
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); i++)
+      differ += bits_of(got[i]) != bits_of(round_to<H>(want[i])) ? 1 : 0;
+    check.expect("rank " + std::to_string(cp.rank()) + ": " + tag + " " + what + ": " +
+                     std::to_string(differ) + " of " + std::to_string(got.size()) +
+                     " elements are not the float ring's rounded",
+                 differ == 0);
+  };
+  same_bits("out", out16, out);
+  same_bits("dqkv", dqkv16, dqkv);
+  check.expect("rank " + std::to_string(cp.rank()) + ": " + tag +
+                   " log-sum-exps differ from the float ring's",
+               std::memcmp(lse16.data(), lse.data(), lse.size() * sizeof(float)) == 0);
+  // And the rounding is not vacuous: the float ring's values are not all representable in H.
+  size_t inexact = 0;
+  for (float x : out) inexact += widen(round_to<H>(x)) != x ? 1 : 0;
+  check.expect(tag + ": every float output is exact in 16 bits, the test compares nothing",
+               inexact > 0);
+}
+
 // Central differences of L = sum(w * out) over every element of the whole qkv, in double.
 void check_finite_differences(Checker& check, Comm& cp) {
   const Case k{"finite differences", 1, 2, 2, 1, 2, false};
@@ -308,6 +387,9 @@ int run_checks(Comm& cp) {
     check_case<float>(check, cp, {"float MHA packed documents" + on, 1, 8, 2, 2, 8, true}, 2e-5);
   }
   lattice::kernels::set_cpu_isa(lattice::kernels::best_cpu_isa());
+  check_16bit_case<lattice::bf16>(check, cp, {"GQA 8 heads / 2 kv", 2, 8, 8, 2, 16, false}, "bf16");
+  check_16bit_case<lattice::bf16>(check, cp, {"packed documents", 1, 4, 2, 2, 8, true}, "bf16");
+  check_16bit_case<lattice::fp16>(check, cp, {"GQA 4 heads / 1 kv", 2, 8, 4, 1, 16, false}, "fp16");
   check_finite_differences(check, cp);
   int failures = check.failures();
   check.ok("failure count",

@@ -20,6 +20,8 @@ namespace {
 using lattice::testing::Run;
 
 constexpr int kSteps = 5;
+// A bf16 run with CP 2 against one bf16 process (context_2_bf16).
+constexpr double kBf16PairTolerance = 1e-3;
 // Vocabulary 511 + EOD; 8 samples per step = 4 micro-batches of 2 (2 per rank at DP 2);
 // 32 tokens = 4 chunks of 8 at CP 2.
 const QStringList kModel = {
@@ -190,6 +192,44 @@ class ContextParallel : public QObject {
     QCOMPARE(loaded.params.size(), saved.params.size());
     for (const auto& [tensor, want] : saved.params)
       QVERIFY2(loaded.params.at(tensor) == want, tensor.c_str());
+  }
+  // --bf16 (Note [ring attention in 16 bits]): the ring reads and sends bf16 and merges in fp32,
+  // rounding its output once, as the one process's attention does; only the fp32 sums' order
+  // differs, which moves a bf16 element by one unit in the last place where the two straddle a
+  // rounding boundary. So a CP 2 run tracks the one-process bf16 run far inside the 16-bit
+  // tolerances (2e-2 on losses, as test_gpt_layouts), and both track fp32 within those. GPT-2
+  // (learned positions looked up at the rows' global positions) and Llama (RoPE, grouped
+  // queries). The CPU's bf16 list runs on fp32 GEMMs of widened copies here
+  // (LATTICE_CPU_BF16_GEMM=widened), so that every CPU runs it the same way.
+  void context_2_bf16() {
+    qputenv("LATTICE_CPU_BF16_GEMM", "widened");
+    for (const auto& [name, model] : {std::pair{QString("gpt"), kModel}, {"llama", kLlama}}) {
+      QStringList bf16 = model;
+      bf16.removeAll("--fp64");
+      QStringList fp32 = bf16;
+      bf16 << "--bf16";
+      const Trace one = train(name + "-bf16-one-process", 1, bf16, {});
+      const Trace cp2 = train(name + "-bf16-cp2", 2, bf16, {"--context-parallel-size", "2"});
+      const Trace full = train(name + "-fp32-one-process", 1, fp32, {});
+      QCOMPARE(one.losses.size(), kSteps);
+      QCOMPARE(cp2.losses.size(), kSteps);
+      QCOMPARE(full.losses.size(), kSteps);
+      double worst = 0, worst_fp32 = 0;
+      for (int i = 0; i < kSteps; i++) {
+        worst = std::max(worst, std::abs(cp2.losses[i] - one.losses[i]) / one.losses[i]);
+        worst = std::max(worst, std::abs(cp2.norms[i] - one.norms[i]) / one.norms[i]);
+        worst_fp32 =
+            std::max(worst_fp32, std::abs(cp2.losses[i] - full.losses[i]) / full.losses[i]);
+      }
+      qInfo("%s: bf16 CP 2 against one bf16 process: worst relative difference of a loss or grad "
+            "norm %.3g; its losses against fp32: %.3g",
+            qPrintable(name), worst, worst_fp32);
+      QVERIFY2(worst <= kBf16PairTolerance, qPrintable(name + ": " + QString::number(worst)));
+      QVERIFY2(worst_fp32 <= 2e-2, qPrintable(name + ": " + QString::number(worst_fp32)));
+      // The bf16 runs are not the fp32 run: what was compared is 16-bit arithmetic.
+      QVERIFY(one.losses != full.losses);
+    }
+    qunsetenv("LATTICE_CPU_BF16_GEMM");
   }
   // What the ring cannot reproduce yet is refused in one sentence naming the flag.
   void refusals() {

@@ -350,14 +350,13 @@ class Layout5dTest : public QObject {
     // MoE with CP trains (test_moe_layouts, test_expert_parallel).
     QVERIFY(lattice::refusals(options(no_dropout + expert_flags(2)), 4, lattice::cpu_capabilities())
                 .empty());
-    // CUDA's fp32 op list has the ring (Note [ring attention on a device]); a backend without
-    // it is refused in one sentence.
-    QVERIFY(!joined(lattice::refusals(options(no_dropout), 4, lattice::cuda_capabilities()))
-                 .contains("--context-parallel-size"));
-    QVERIFY(joined(lattice::refusals(options(no_dropout + QStringList{"--bf16"}), 4,
-                                     lattice::cuda_capabilities()))
-                .contains("--context-parallel-size > 1 runs fp32 or --fp64 only on the cuda (the "
-                          "ring attention has no 16-bit path); drop --fp16 / --bf16"));
+    // CUDA's op lists have the ring in every compute type (Note [ring attention on a device],
+    // Note [ring attention in 16 bits]); a backend without it is refused in one sentence.
+    for (const QStringList& type : {QStringList{}, QStringList{"--bf16"}, QStringList{"--fp16"}})
+      QVERIFY2(!joined(lattice::refusals(options(no_dropout + type), 4,
+                                         lattice::cuda_capabilities()))
+                    .contains("--context-parallel-size"),
+               qPrintable(type.join(" ")));
     lattice::Capabilities no_ring = lattice::cuda_capabilities();
     no_ring.context_parallel = false;
     QVERIFY(joined(lattice::refusals(options(no_dropout), 4, no_ring))

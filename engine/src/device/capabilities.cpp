@@ -48,10 +48,6 @@ std::vector<std::string> capability_errors(const TrainOptions& o, const Capabili
     errors.push_back(
         "--context-parallel-size > 1: the " + c.device +
         " backend has no ring attention (parallel/ring_attention.h) yet; use --device cpu");
-  else if (o.parallel.context_parallel_size > 1 && ((o.bf16 && c.bf16) || (o.fp16 && c.fp16)))
-    errors.push_back(
-        "--context-parallel-size > 1 runs fp32 or --fp64 only on the " + c.device +
-        " (the ring attention has no 16-bit path); drop --fp16 / --bf16");
   const int heads = o.model.num_attention_heads;
   const int head_size = heads > 0 ? o.model.hidden_size / heads : 0;
   const std::vector<int>& sizes = c.head_sizes;

@@ -50,7 +50,7 @@ inline Capabilities cpu_capabilities() {
 }
 
 // The CUDA backend (kernels/cuda, cuBLASLt): fp32, bf16 and fp16, MoE layers in all three,
-// context parallelism in fp32; the
+// context parallelism in all three; the
 // flash-style attention takes head sizes 64 and 128 and saves only its log-sum-exp; the GELU
 // epilogue of matmul_forward needs output widths % 8 (kernels/include/lattice/cuda_kernels.h).
 inline Capabilities cuda_capabilities() {
@@ -62,7 +62,7 @@ inline Capabilities cuda_capabilities() {
   c.mlp_slice_multiple = 8;
   c.moe = true;  // kernels/cuda/moe.cu
   c.moe_16bit = true;
-  c.context_parallel = true;  // kernels/cuda/attention_block.cu through CudaOps<float>
+  c.context_parallel = true;  // kernels/cuda/attention_block.cu, every compute type
   return c;
 }
 

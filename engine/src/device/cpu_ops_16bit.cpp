@@ -116,6 +116,11 @@ void store(H* dst, const Buffer& v) {
 const float* data_or_null(const Buffer& v) {
   return v.empty() ? nullptr : v.data();
 }
+// B T HS: the elements of one head's columns over a block's B sequences of T rows (times the
+// heads a tensor has, its size).
+size_t head_elems(const kernels::AttentionBlock& a, int T) {
+  return static_cast<size_t>(a.B) * T * a.HS;
+}
 
 template <typename H>
 class CpuOps16 final : public Ops<H> {
@@ -176,12 +181,16 @@ class CpuOps16 final : public Ops<H> {
 
   void embedding_forward(H* out, const int32_t* tokens, const H* wte, const H* wpe, int B, int T,
                          int C, int vocab_begin, int vocab_end, const int32_t* positions) override {
-    int rows = 0;  // the rows of wte the tokens read (its size is not passed)
-    for (int i = 0; i < B * T; i++)
+    // The rows of wte the tokens read and of wpe the positions read (neither size is passed;
+    // the positions of a context-parallel rank's T rows run up to the whole sequence's length).
+    int rows = 0, position_rows = positions ? 0 : T;
+    for (int i = 0; i < B * T; i++) {
       if (tokens[i] >= vocab_begin && tokens[i] < vocab_end)
         rows = std::max(rows, tokens[i] - vocab_begin + 1);
+      if (positions) position_rows = std::max(position_rows, positions[i] + 1);
+    }
     const Buffer te = wide(wte, static_cast<size_t>(rows) * C),
-                             pe = wide(wpe, static_cast<size_t>(T) * C);  // positions < T
+                 pe = wide(wpe, static_cast<size_t>(position_rows) * C);
     Buffer o(static_cast<size_t>(B) * T * C);
     f32.embedding_forward(o.data(), tokens, te.data(), data_or_null(pe), B, T, C, vocab_begin,
                           vocab_end, positions);
@@ -295,6 +304,42 @@ class CpuOps16 final : public Ops<H> {
     f32.dropout_backward(d.data(), d.data(), n, p, key, index_offset);
     store(dx, d);
   }
+
+  // The ring's blocks (Note [ring attention in 16 bits] in parallel/ring_attention.cpp): the
+  // float kernels on widened qkv, kv and dout, merging into the caller's float buffers.
+  bool has_ring_attention() const override { return true; }
+  size_t attention_block_workspace_elems(int B, int NH, int Tq, int Tk, int HS) const override {
+    return f32.attention_block_workspace_elems(B, NH, Tq, Tk, HS);
+  }
+  void attention_block_forward(float* out, float* lse, const H* qkv, const H* kv,
+                               const kernels::AttentionBlock& a, float* workspace) override {
+    const Buffer q = wide(qkv, head_elems(a, a.Tq) * (a.NH + 2 * a.KV)),
+                 k = wide(kv, head_elems(a, a.Tk) * 2 * a.KV);
+    f32.attention_block_forward(out, lse, q.data(), k.data(), a, workspace);
+  }
+  void attention_block_backward(float* dqkv, float* dkv, const H* dout, const float* delta,
+                                const float* lse, const H* qkv, const H* kv,
+                                const kernels::AttentionBlock& a, float* workspace) override {
+    const Buffer q = wide(qkv, head_elems(a, a.Tq) * (a.NH + 2 * a.KV)),
+                 k = wide(kv, head_elems(a, a.Tk) * 2 * a.KV),
+                 d = wide(dout, head_elems(a, a.Tq) * a.NH);
+    f32.attention_block_backward(dqkv, dkv, d.data(), delta, lse, q.data(), k.data(), a,
+                                 workspace);
+  }
+  void attention_kv_pack(H* kv, const H* qkv, size_t rows, int NH, int KV, int HS) override {
+    kernels::attention_kv_pack(kv, qkv, rows, NH, KV, HS);
+  }
+  void attention_kv_unpack(float* qkv, const float* kv, size_t rows, int NH, int KV,
+                           int HS) override {
+    f32.attention_kv_unpack(qkv, kv, rows, NH, KV, HS);
+  }
+  void attention_row_dot(float* delta, const H* dout, const H* out, int B, int T, int NH,
+                         int HS) override {
+    const size_t n = static_cast<size_t>(B) * T * NH * HS;
+    f32.attention_row_dot(delta, wide(dout, n).data(), wide(out, n).data(), B, T, NH, HS);
+  }
+  void fill(float* x, size_t n, float value) override { f32.fill(x, n, value); }
+  void accumulate(float* acc, const float* x, size_t n) override { f32.accumulate(acc, x, n); }
 
   size_t attention_saved_elems(int B, int T, int NH) const override {
     return f32.attention_saved_elems(B, T, NH);

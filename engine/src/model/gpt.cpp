@@ -330,21 +330,15 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
   if (m->cp_ > 1) {  // Note [context parallelism] in gpt_layer.cpp
     if (!cp || cp->size() != m->cp_)
       return Status::internal("GptModel: context parallelism without its CP communicator");
-    if constexpr (!std::is_same_v<A, G>) {
-      return Status::invalid_argument(
-          "--context-parallel-size > 1 runs fp32 or --fp64 only (ring attention has no 16-bit "
-          "path); drop --fp16 / --bf16");
-    } else {
-      if (!ops->has_ring_attention())
-        return Status::invalid_argument("--context-parallel-size > 1: " + device.describe() +
-                                        " has no ring attention in " + compute_type_name<A>() +
-                                        " compute (Ops::has_ring_attention)");
-      if (Status s = check_context_split(config.seq_length, m->cp_); !s) return s;
-      auto ring = RingAttention<G>::create(device, *ops, *cp, micro_batch, config.seq_length,
-                                           m->Ht_, m->Gt_, m->HS_);
-      if (!ring) return ring.status();
-      m->ring_ = std::move(*ring);
-    }
+    if (!ops->has_ring_attention())
+      return Status::invalid_argument("--context-parallel-size > 1: " + device.describe() +
+                                      " has no ring attention in " + compute_type_name<A>() +
+                                      " compute (Ops::has_ring_attention)");
+    if (Status s = check_context_split(config.seq_length, m->cp_); !s) return s;
+    auto ring = RingAttention<A>::create(device, *ops, *cp, micro_batch, config.seq_length, m->Ht_,
+                                         m->Gt_, m->HS_);
+    if (!ring) return ring.status();
+    m->ring_ = std::move(*ring);
     m->cp_comm_ = cp;
   }
   if (Status s = m->allocate(); !s) return s;

@@ -490,7 +490,7 @@ class GptModel {
   // Context parallelism (Note [context parallelism] in gpt_layer.cpp): CP size, the ring over
   // the CP group (cp_ > 1), and this rank's rows' global positions (B, T) on the device.
   int cp_ = 1, cp_rank_ = 0;
-  std::unique_ptr<RingAttention<G>> ring_;
+  std::unique_ptr<RingAttention<A>> ring_;
   // Note [image rows] (gpt.cpp): a vision-language pre chunk's tower on the arenas' first
   // tensors, the activations whose images it ran last, and the host staging of load_images.
   std::unique_ptr<VisionEncoder<G>> vision_;

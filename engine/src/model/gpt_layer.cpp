@@ -208,8 +208,9 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
 // sums the weights' gradients over DP x CP, so the step equals one process's. Hidden dropout
 // keys its masks by global rows (cp_chunks, gpt.cpp); sequence parallelism splits a CP rank's
 // rows again over TP. The ring runs on the model's device through its op list and the device's
-// CP communicator (Note [ring attention on a device]). Not here: attention dropout and 16-bit
-// compute are refused (trainer, create()), as is an op list without the ring ops.
+// CP communicator (Note [ring attention on a device]); under --bf16 / --fp16 it reads and sends
+// 16-bit values and merges in fp32 (Note [ring attention in 16 bits]). Not here: attention
+// dropout is refused (trainer), as is an op list without the ring ops (create()).
 template <typename A>
 void GptModel<A>::core_attention_forward(A* out, G* saved, const A* qkv, uint64_t key) {
   if (cp_ == 1) {
@@ -217,10 +218,8 @@ void GptModel<A>::core_attention_forward(A* out, G* saved, const A* qkv, uint64_
                            tp_rank_ * Ht_, NH_, Gt_, positions_);
     return;
   }
-  if constexpr (std::is_same_v<A, G>) {  // create() refuses the rest
-    if (Status s = ring_->forward(out, saved, qkv, packed_ ? positions_ : nullptr); !s)
-      record_comm_error("context-parallel ring attention", s);
-  }
+  if (Status s = ring_->forward(out, saved, qkv, packed_ ? positions_ : nullptr); !s)
+    record_comm_error("context-parallel ring attention", s);
 }
 
 template <typename A>
@@ -231,10 +230,8 @@ void GptModel<A>::core_attention_backward(A* dqkv, const A* dout, const A* qkv, 
                             p_attention_, key, tp_rank_ * Ht_, NH_, Gt_, positions_);
     return;
   }
-  if constexpr (std::is_same_v<A, G>) {
-    if (Status s = ring_->backward(dqkv, dout, qkv, out, saved, packed_ ? positions_ : nullptr); !s)
-      record_comm_error("context-parallel ring attention", s);
-  }
+  if (Status s = ring_->backward(dqkv, dout, qkv, out, saved, packed_ ? positions_ : nullptr); !s)
+    record_comm_error("context-parallel ring attention", s);
 }
 
 template <typename A>

@@ -40,6 +40,20 @@
 // issue order, each waiting for its peer, so if every rank received first no send would start.
 // compute_seconds covers queueing the blocks and waiting for them, so it is the blocks' time on
 // every device.
+//
+// Note [ring attention in 16 bits]
+// Under --bf16 / --fp16 the ring reads and sends in the compute type and merges in fp32, as a
+// 16-bit flash attention computes in fp32 between its 16-bit loads and its one rounded store:
+// qkv, the travelling keys and values (half the bytes of fp32 on the wire), dout and the saved
+// out are 16-bit; each block merges into an fp32 output and log-sum-exp (out_acc_), rounded into
+// the model's 16-bit output once, after the last step, so CP merges add no rounding of their
+// own. Backward the same: delta is fp32 (from the 16-bit dout and out, as FlashAttention takes
+// it), the query gradients add up in an fp32 dqkv (dqkv_acc_), and the key/value gradients
+// travel the ring in fp32 (dkv_), because every rank adds its part to them on the way and a
+// 16-bit sum would round at each of the CP hops; dqkv is rounded once at the end. On the CPU
+// the 16-bit list widens the block's inputs and runs the float kernels (cpu_ops_16bit.cpp), so a
+// 16-bit ring is the fp32 ring on the widened inputs, rounded at its two ends (test_ring_attention
+// checks it bit for bit); CUDA's kernels widen as they load (attention_block.cu).
 #include "parallel/ring_attention.h"
 
 #include <algorithm>
@@ -62,8 +76,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-template <typename T>
-RingAttention<T>::RingAttention(Device& device, Ops<T>& ops, Comm& cp, int B, int seq_length,
+template <typename A>
+RingAttention<A>::RingAttention(Device& device, Ops<A>& ops, Comm& cp, int B, int seq_length,
                                 int NH, int KV, int HS)
     : device_(device),
       ops_(ops),
@@ -89,19 +103,24 @@ RingAttention<T>::RingAttention(Device& device, Ops<T>& ops, Comm& cp, int B, in
   }
   positions_ = blocks_.take<int32_t>(static_cast<size_t>(CP_) * Tl_, MemoryCategory::kWorkspace);
   for (int i = 0; i < 2; i++) {
-    kv_[i] = blocks_.take<T>(kv_elems_, MemoryCategory::kCommBuffers);
-    dkv_[i] = blocks_.take<T>(kv_elems_, MemoryCategory::kCommBuffers);
+    kv_[i] = blocks_.take<A>(kv_elems_, MemoryCategory::kCommBuffers);
+    dkv_[i] = blocks_.take<G>(kv_elems_, MemoryCategory::kCommBuffers);
   }
-  dkv_in_ = blocks_.take<T>(kv_elems_, MemoryCategory::kCommBuffers);
-  delta_ = blocks_.take<T>(static_cast<size_t>(B_) * NH_ * Tl_, MemoryCategory::kWorkspace);
+  dkv_in_ = blocks_.take<G>(kv_elems_, MemoryCategory::kCommBuffers);
+  delta_ = blocks_.take<G>(static_cast<size_t>(B_) * NH_ * Tl_, MemoryCategory::kWorkspace);
+  if constexpr (!std::is_same_v<A, G>) {  // Note [ring attention in 16 bits]
+    const size_t rows = static_cast<size_t>(B_) * Tl_;
+    out_acc_ = blocks_.take<G>(rows * NH_ * HS_, MemoryCategory::kWorkspace);
+    dqkv_acc_ = blocks_.take<G>(rows * (NH_ + 2 * KV_) * HS_, MemoryCategory::kWorkspace);
+  }
 }
 
-template <typename T>
-Result<std::unique_ptr<RingAttention<T>>> RingAttention<T>::create(Device& device, Ops<T>& ops,
+template <typename A>
+Result<std::unique_ptr<RingAttention<A>>> RingAttention<A>::create(Device& device, Ops<A>& ops,
                                                                    Comm& cp, int B, int seq_length,
                                                                    int NH, int KV, int HS) {
-  std::unique_ptr<RingAttention<T>> ring(
-      new RingAttention<T>(device, ops, cp, B, seq_length, NH, KV, HS));
+  std::unique_ptr<RingAttention<A>> ring(
+      new RingAttention<A>(device, ops, cp, B, seq_length, NH, KV, HS));
   if (Status s = ring->blocks_.status(); !s) return s;
   // Every rank's positions, uploaded once (from pageable memory: read before copy() returns).
   const int Tl = ring->Tl_;
@@ -113,13 +132,13 @@ Result<std::unique_ptr<RingAttention<T>>> RingAttention<T>::create(Device& devic
   return ring;
 }
 
-template <typename T>
-RingAttention<T>::~RingAttention() {
+template <typename A>
+RingAttention<A>::~RingAttention() {
   device_.free(workspace_);
 }
 
-template <typename T>
-std::vector<kernels::AttentionBlock> RingAttention<T>::blocks_against(int src,
+template <typename A>
+std::vector<kernels::AttentionBlock> RingAttention<A>::blocks_against(int src,
                                                                       const int32_t* doc) const {
   kernels::AttentionBlock base;
   base.B = B_;
@@ -160,21 +179,21 @@ std::vector<kernels::AttentionBlock> RingAttention<T>::blocks_against(int src,
 
 // The kernels' workspace for the thread count now (the CPU's is per thread): grown when it is
 // too small; null when the device is out of memory.
-template <typename T>
-T* RingAttention<T>::workspace() {
+template <typename A>
+typename RingAttention<A>::G* RingAttention<A>::workspace() {
   const size_t elems = ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_);
   if (elems <= workspace_elems_ && workspace_) return workspace_;
   device_.free(workspace_);  // only the compute stream has used it
   workspace_elems_ = 0;
-  workspace_ = static_cast<T*>(
-      device_.allocate(std::max<size_t>(elems, 1) * sizeof(T), MemoryCategory::kWorkspace));
+  workspace_ = static_cast<G*>(
+      device_.allocate(std::max<size_t>(elems, 1) * sizeof(G), MemoryCategory::kWorkspace));
   if (workspace_) workspace_elems_ = elems;
   return workspace_;
 }
 
 // The host waits for the compute stream (Note [ring attention on a device], rule 1).
-template <typename T>
-Status RingAttention<T>::compute_done() {
+template <typename A>
+Status RingAttention<A>::compute_done() {
   return device_.synchronize(device_.compute());
 }
 
@@ -183,17 +202,18 @@ Status RingAttention<T>::compute_done() {
 // where the communicator runs them in issue order (NCCL; Note [ring attention on a device]). With
 // an odd CP, ranks CP - 1 and 0 are both even: rank 0's receive follows its send to rank 1,
 // which completes, so that pair only waits in turn. MPI's non-blocking calls do not care.
-template <typename T>
-void RingAttention<T>::shift(std::unique_ptr<CommRequest>& receive, T* into,
-                             std::unique_ptr<CommRequest>& send, const T* from, int tag) {
+template <typename A>
+template <typename X>
+void RingAttention<A>::shift(std::unique_ptr<CommRequest>& receive, X* into,
+                             std::unique_ptr<CommRequest>& send, const X* from, int tag) {
   const int next = (rank_ + 1) % CP_, prev = (rank_ + CP_ - 1) % CP_;
-  if (rank_ % 2 == 0) send = cp_.isend(from, kv_elems_, dtype_of<T>(), next, tag);
-  receive = cp_.irecv(into, kv_elems_, dtype_of<T>(), prev, tag);
-  if (rank_ % 2 != 0) send = cp_.isend(from, kv_elems_, dtype_of<T>(), next, tag);
+  if (rank_ % 2 == 0) send = cp_.isend(from, kv_elems_, dtype_of<X>(), next, tag);
+  receive = cp_.irecv(into, kv_elems_, dtype_of<X>(), prev, tag);
+  if (rank_ % 2 != 0) send = cp_.isend(from, kv_elems_, dtype_of<X>(), next, tag);
 }
 
-template <typename T>
-Status RingAttention<T>::wait(std::unique_ptr<CommRequest>& request) {
+template <typename A>
+Status RingAttention<A>::wait(std::unique_ptr<CommRequest>& request) {
   if (!request) return Status::ok();
   const auto start = std::chrono::steady_clock::now();
   Status s = request->wait();
@@ -203,22 +223,23 @@ Status RingAttention<T>::wait(std::unique_ptr<CommRequest>& request) {
 }
 
 // Lets MPI move the bytes of the transfers in flight (Note [ring attention]).
-template <typename T>
-void RingAttention<T>::progress(std::unique_ptr<CommRequest>* requests, int count) {
+template <typename A>
+void RingAttention<A>::progress(std::unique_ptr<CommRequest>* requests, int count) {
   for (int i = 0; i < count; i++)
     if (requests[i]) requests[i]->test();
 }
 
-template <typename T>
-Status RingAttention<T>::forward(T* out, T* lse, const T* qkv, const int32_t* doc) {
+template <typename A>
+Status RingAttention<A>::forward(A* out, G* lse, const A* qkv, const int32_t* doc) {
   const size_t rows = static_cast<size_t>(B_) * Tl_;
-  T* ws = workspace();
+  G* ws = workspace();
   if (!ws)
     return device_.out_of_memory(
         MemoryCategory::kWorkspace,
-        ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(T));
-  ops_.fill(out, rows * NH_ * HS_, T(0));
-  ops_.fill(lse, static_cast<size_t>(B_) * NH_ * Tl_, -std::numeric_limits<T>::infinity());
+        ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(G));
+  G* merged = accumulator(out, out_acc_);
+  ops_.fill(merged, rows * NH_ * HS_, G(0));
+  ops_.fill(lse, static_cast<size_t>(B_) * NH_ * Tl_, -std::numeric_limits<G>::infinity());
   ops_.attention_kv_pack(kv_[0], qkv, rows, NH_, KV_, HS_);
   if (Status st = compute_done(); !st) return st;
   for (int s = 0; s < CP_; s++) {
@@ -230,7 +251,7 @@ Status RingAttention<T>::forward(T* out, T* lse, const T* qkv, const int32_t* do
         if (Status st = wait(t); !st) return st;
     const auto start = std::chrono::steady_clock::now();
     for (const kernels::AttentionBlock& block : blocks_against(src, doc)) {
-      ops_.attention_block_forward(out, lse, qkv, kv_[s % 2], block, ws);
+      ops_.attention_block_forward(merged, lse, qkv, kv_[s % 2], block, ws);
       progress(transfers, 2);
     }
     if (Status st = compute_done(); !st) return st;  // kv_[s % 2] is received into next step
@@ -239,21 +260,23 @@ Status RingAttention<T>::forward(T* out, T* lse, const T* qkv, const int32_t* do
     for (auto& t : transfers)
       if (Status st = wait(t); !st) return st;
   }
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(out, merged, rows * NH_ * HS_);
   return Status::ok();
 }
 
-template <typename T>
-Status RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+template <typename A>
+Status RingAttention<A>::backward(A* dqkv, const A* dout, const A* qkv, const A* out, const G* lse,
                                   const int32_t* doc) {
-  const size_t rows = static_cast<size_t>(B_) * Tl_;
-  T* ws = workspace();
+  const size_t rows = static_cast<size_t>(B_) * Tl_, dqkv_elems = rows * (NH_ + 2 * KV_) * HS_;
+  G* ws = workspace();
   if (!ws)
     return device_.out_of_memory(
         MemoryCategory::kWorkspace,
-        ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(T));
+        ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(G));
   // delta = rowsum(dout * out) per head: the softmax backward's sum over every key of the ring.
   ops_.attention_row_dot(delta_, dout, out, B_, Tl_, NH_, HS_);
-  ops_.fill(dqkv, rows * (NH_ + 2 * KV_) * HS_, T(0));
+  G* grads = accumulator(dqkv, dqkv_acc_);
+  ops_.fill(grads, dqkv_elems, G(0));
   ops_.attention_kv_pack(kv_[0], qkv, rows, NH_, KV_, HS_);
   if (Status st = compute_done(); !st) return st;
   // [0] receive the next block, [1] send this one, [2] receive the gradients of the next block
@@ -266,11 +289,11 @@ Status RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T*
     if (!overlap_)
       for (int i = 0; i < 3; i++)
         if (Status st = wait(transfers[i]); !st) return st;
-    T* acc = dkv_[s % 2];
-    ops_.fill(acc, kv_elems_, T(0));
+    G* acc = dkv_[s % 2];
+    ops_.fill(acc, kv_elems_, G(0));
     const auto start = std::chrono::steady_clock::now();
     for (const kernels::AttentionBlock& block : blocks_against(src, doc)) {
-      ops_.attention_block_backward(dqkv, acc, dout, delta_, lse, qkv, kv_[s % 2], block, ws);
+      ops_.attention_block_backward(grads, acc, dout, delta_, lse, qkv, kv_[s % 2], block, ws);
       progress(transfers, 5);
     }
     if (Status st = compute_done(); !st) return st;
@@ -288,11 +311,14 @@ Status RingAttention<T>::backward(T* dqkv, const T* dout, const T* qkv, const T*
   for (int i = 2; i < 5; i++)
     if (Status st = wait(transfers[i]); !st) return st;
   // This rank's own keys' and values' gradients: back from the ring, or kept with CP = 1.
-  ops_.attention_kv_unpack(dqkv, CP_ > 1 ? dkv_in_ : dkv_[0], rows, NH_, KV_, HS_);
+  ops_.attention_kv_unpack(grads, CP_ > 1 ? dkv_in_ : dkv_[0], rows, NH_, KV_, HS_);
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(dqkv, grads, dqkv_elems);
   return Status::ok();
 }
 
 template class RingAttention<float>;
 template class RingAttention<double>;
+template class RingAttention<bf16>;
+template class RingAttention<fp16>;
 
 }  // namespace lattice

@@ -3,16 +3,17 @@
 // computed without ever gathering the sequence: the key/value rows travel round the ring of CP
 // ranks while each rank attends its own queries to the block it holds (Note [ring attention],
 // ring_attention.cpp). Same semantics as kernels.h's attention_forward / attention_backward on
-// the whole sequence (grouped query attention, packed documents by positions), float and double,
-// on any Device whose op list has the ring ops (Ops::has_ring_attention: the CPU's float and
-// double lists, CUDA's float list): every buffer is device memory, every op is queued on the
-// device's compute stream, the transfers are the CP communicator's isend / irecv (Note [ring
-// attention on a device]). Non-goals here: attention dropout (refused by the caller with
-// CP > 1), 16-bit types.
+// the whole sequence (grouped query attention, packed documents by positions), in fp32, fp64,
+// bf16 or fp16 (the 16-bit types merge in fp32: Note [ring attention in 16 bits]), on any Device
+// whose op list has the ring ops (Ops::has_ring_attention: every list of the CPU and of CUDA):
+// every buffer is device memory, every op is queued on the device's compute stream, the
+// transfers are the CP communicator's isend / irecv (Note [ring attention on a device]).
+// Non-goal here: attention dropout (refused by the caller with CP > 1).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "device/device.h"
@@ -37,14 +38,15 @@ struct RingAttentionTimes {
 // and `cp` must outlive it, and `cp` must carry no other point-to-point messages with tags 7301
 // and 7302 while a call runs. `cp` moves `device`'s buffers: the CPU's communicators, or on CUDA
 // an NcclComm made by device.make_comm.
-template <typename T>
+template <typename A>
 class RingAttention {
  public:
+  using G = accum_t<A>;  // what the blocks merge into: lse, the gradients of the travelling keys
   // cp: the context-parallel group (CP = cp.size()); B sequences of `seq_length` rows each;
   // NH query heads and KV key/value heads (NH % KV == 0) of HS each, on this rank; ops:
-  // device.ops<T>(), with has_ring_attention(). seq_length must pass
+  // device.ops<A>(), with has_ring_attention(). seq_length must pass
   // check_context_split(seq_length, CP) (asserted). Errors: the device is out of memory.
-  static Result<std::unique_ptr<RingAttention>> create(Device& device, Ops<T>& ops, Comm& cp, int B,
+  static Result<std::unique_ptr<RingAttention>> create(Device& device, Ops<A>& ops, Comm& cp, int B,
                                                        int seq_length, int NH, int KV, int HS);
 
   // This rank's rows per sequence: T / CP (chunks cp.rank() and 2 CP - 1 - cp.rank()).
@@ -60,11 +62,11 @@ class RingAttention {
   // document (cp_split of the loader's positions); null: plain causal. All device memory, written
   // by the compute stream (ordered before this call); the results are queued on it. Collective
   // over cp.
-  Status forward(T* out, T* lse, const T* qkv, const int32_t* doc);
+  Status forward(A* out, G* lse, const A* qkv, const int32_t* doc);
   // dqkv (B, Tl, (NH + 2 KV) HS), WRITTEN: the gradient of this rank's qkv rows given dout (B, Tl,
   // NH HS), with the forward's qkv, out, lse and doc. Device memory as forward's. Collective over
   // cp.
-  Status backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+  Status backward(A* dqkv, const A* dout, const A* qkv, const A* out, const G* lse,
                   const int32_t* doc);
 
   // false: each step waits for the next block's transfer before computing (for measuring the
@@ -83,28 +85,39 @@ class RingAttention {
   RingAttention& operator=(const RingAttention&) = delete;
 
  private:
-  RingAttention(Device& device, Ops<T>& ops, Comm& cp, int B, int seq_length, int NH, int KV,
+  RingAttention(Device& device, Ops<A>& ops, Comm& cp, int B, int seq_length, int NH, int KV,
                 int HS);
-  T* workspace();
+  G* workspace();
   Status compute_done();
-  void shift(std::unique_ptr<CommRequest>& receive, T* into, std::unique_ptr<CommRequest>& send,
-             const T* from, int tag);
+  template <typename X>
+  void shift(std::unique_ptr<CommRequest>& receive, X* into, std::unique_ptr<CommRequest>& send,
+             const X* from, int tag);
+  // Where the blocks merge the caller's `out` (or add its `dqkv`): there itself when A is G, the
+  // G buffer `acc` otherwise (rounded into it at the end).
+  static G* accumulator(A* caller, G* acc) {
+    if constexpr (std::is_same_v<A, G>)
+      return caller;
+    else
+      return acc;
+  }
   Status wait(std::unique_ptr<CommRequest>& request);
   void progress(std::unique_ptr<CommRequest>* requests, int count);
 
   Device& device_;
-  Ops<T>& ops_;
+  Ops<A>& ops_;
   Comm& cp_;
   int B_, T_, NH_, KV_, HS_, CP_, rank_, Tl_, c_;
   size_t kv_elems_;                                 // B Tl 2 KV HS
   std::vector<std::vector<int32_t>> positions_of_;  // [CP] (Tl) every rank's global positions
   DeviceBlocks blocks_;                             // the buffers below but the workspace
   int32_t* positions_ = nullptr;                    // (CP, Tl) positions_of_ on the device
-  T* kv_[2] = {};           // (B, Tl, 2 KV HS) the block in use and the one in transit
-  T* dkv_[2] = {};          // (B, Tl, 2 KV HS) gradients of a block's keys and values, sent on
-  T* dkv_in_ = nullptr;     // (B, Tl, 2 KV HS) the gradients received from the previous rank
-  T* delta_ = nullptr;      // (B, NH, Tl) rowsum(dout * out)
-  T* workspace_ = nullptr;  // workspace_elems_ of ops_.attention_block_workspace_elems
+  A* kv_[2] = {};           // (B, Tl, 2 KV HS) the block in use and the one in transit
+  G* dkv_[2] = {};          // (B, Tl, 2 KV HS) gradients of a block's keys and values, sent on
+  G* dkv_in_ = nullptr;     // (B, Tl, 2 KV HS) the gradients received from the previous rank
+  G* delta_ = nullptr;      // (B, NH, Tl) rowsum(dout * out)
+  G* out_acc_ = nullptr;    // (B, Tl, NH HS) the merged output, 16-bit A only
+  G* dqkv_acc_ = nullptr;   // (B, Tl, (NH + 2 KV) HS) the summed gradient, 16-bit A only
+  G* workspace_ = nullptr;  // workspace_elems_ of ops_.attention_block_workspace_elems
   size_t workspace_elems_ = 0;
   bool overlap_ = true;
   RingAttentionTimes times_;
@@ -112,5 +125,7 @@ class RingAttention {
 
 extern template class RingAttention<float>;
 extern template class RingAttention<double>;
+extern template class RingAttention<bf16>;
+extern template class RingAttention<fp16>;
 
 }  // namespace lattice
