@@ -1,7 +1,10 @@
 // The kernels of one ring-attention block (note "block tiles" in attention_block.cu) and the small
 // ops around them, kept apart from their launchers so that
 // tests/kernels/cuda/test_attention_block_emulated.cpp also runs them on the CPU under
-// host_emulation.h. fp32 only: context parallelism trains in fp32.
+// host_emulation.h. What they read (qkv, kv, dout; row_dot's out) is In = float, __nv_bfloat16 or
+// __half (under the emulation dtype.h's bf16 or fp16), widened to fp32 by to_float as it is
+// loaded (the identity for float); everything they compute, merge or add into is fp32 (Note [ring
+// attention in 16 bits] in ring_attention.cpp).
 #pragma once
 
 #include <climits>
@@ -37,22 +40,24 @@ __device__ __forceinline__ int block_first_visible(const AttentionBlock& a, int 
 }
 
 // Rows [row0, row0 + 32) of sequence b of a (B, T, ld) tensor, columns [col, col + HS), into
-// shared memory with row stride `stride`, multiplied by `mul`; rows at or past row_end zeroed.
-template <int HS>
-__device__ void load_block_rows(float* dst, int stride, const float* x, size_t ld, int T_, int b,
+// shared memory with row stride `stride`, widened to fp32 and multiplied by `mul`; rows at or
+// past row_end zeroed.
+template <typename In, int HS>
+__device__ void load_block_rows(float* dst, int stride, const In* x, size_t ld, int T_, int b,
                                 size_t col, int row0, int row_end, float mul) {
-  const float* src = x + static_cast<size_t>(b) * T_ * ld + col;
+  const In* src = x + static_cast<size_t>(b) * T_ * ld + col;
   for (int idx = threadIdx.x; idx < kRows * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS, row = row0 + r;
-    dst[r * stride + d] = row < row_end ? src[static_cast<size_t>(row) * ld + d] * mul : 0.0f;
+    dst[r * stride + d] =
+        row < row_end ? to_float(src[static_cast<size_t>(row) * ld + d]) * mul : 0.0f;
   }
 }
 
 // Merges keys [k_begin, k_end) of kv into out (B, Tq, NH HS) and lse (B, NH, Tq) for query rows
 // [q_begin, q_end). Grid (ceil((q_end - q_begin) / 32), B NH), kWarps warps.
-template <int HS>
+template <typename In, int HS>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_block_forward_kernel(float* out, float* lse, const float* qkv, const float* kv,
+    attention_block_forward_kernel(float* out, float* lse, const In* qkv, const In* kv,
                                    AttentionBlock a, float scale) {
   constexpr int DPL = HS / 32, KS = HS + 1;
   float* smem = dynamic_shared_floats();
@@ -64,8 +69,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int q0 = a.q_begin + static_cast<int>(blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t ldk = block_kv_width<HS>(a), k_col = static_cast<size_t>(h / (a.NH / a.KV)) * 2 * HS;
-  load_block_rows<HS>(sQ, HS, qkv, block_qkv_width<HS>(a), a.Tq, b, block_query_column<HS>(a, h),
-                      q0, a.q_end, scale);
+  load_block_rows<In, HS>(sQ, HS, qkv, block_qkv_width<HS>(a), a.Tq, b,
+                          block_query_column<HS>(a, h), q0, a.q_end, scale);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DPL];
   int qp[kRowsPerWarp], lo[kRowsPerWarp];  // each row's position and first visible key position
@@ -81,8 +86,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   for (int k0 = a.k_begin; k0 < a.k_end; k0 += kTile) {
     __syncthreads();
-    load_block_rows<HS>(sK, KS, kv, ldk, a.Tk, b, k_col, k0, a.k_end, 1.0f);
-    load_block_rows<HS>(sV, HS, kv, ldk, a.Tk, b, k_col + HS, k0, a.k_end, 1.0f);
+    load_block_rows<In, HS>(sK, KS, kv, ldk, a.Tk, b, k_col, k0, a.k_end, 1.0f);
+    load_block_rows<In, HS>(sV, HS, kv, ldk, a.Tk, b, k_col + HS, k0, a.k_end, 1.0f);
     if (threadIdx.x < kTile) {
       const int j = k0 + static_cast<int>(threadIdx.x);
       sKp[threadIdx.x] = j < a.k_end ? a.k_pos[j] : INT_MAX;  // past the block: seen by none
@@ -141,10 +146,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // The block's dq, ADDED to the query columns of dqkv: 32 query rows of head h, the block's key
 // tiles streamed. Grid (ceil((q_end - q_begin) / 32), B NH), kWarps warps.
-template <int HS>
+template <typename In, int HS>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_block_backward_dq_kernel(float* dqkv, const float* dout, const float* delta,
-                                       const float* lse, const float* qkv, const float* kv,
+    attention_block_backward_dq_kernel(float* dqkv, const In* dout, const float* delta,
+                                       const float* lse, const In* qkv, const In* kv,
                                        AttentionBlock a, float scale) {
   constexpr int DPL = HS / 32, KS = HS + 1;
   float* smem = dynamic_shared_floats();
@@ -159,8 +164,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const size_t ld = block_qkv_width<HS>(a), q_col = block_query_column<HS>(a, h);
   const size_t ldk = block_kv_width<HS>(a), k_col = static_cast<size_t>(h / (a.NH / a.KV)) * 2 * HS;
   const size_t C = static_cast<size_t>(a.NH) * HS;
-  load_block_rows<HS>(sQ, HS, qkv, ld, a.Tq, b, q_col, q0, a.q_end, scale);
-  load_block_rows<HS>(sdO, HS, dout, C, a.Tq, b, static_cast<size_t>(h) * HS, q0, a.q_end, 1.0f);
+  load_block_rows<In, HS>(sQ, HS, qkv, ld, a.Tq, b, q_col, q0, a.q_end, scale);
+  load_block_rows<In, HS>(sdO, HS, dout, C, a.Tq, b, static_cast<size_t>(h) * HS, q0, a.q_end,
+                          1.0f);
 
   float dq[kRowsPerWarp][DPL], L[kRowsPerWarp], D[kRowsPerWarp];
   int qp[kRowsPerWarp], lo[kRowsPerWarp];
@@ -176,8 +182,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   for (int k0 = a.k_begin; k0 < a.k_end; k0 += kTile) {
     __syncthreads();
-    load_block_rows<HS>(sK, KS, kv, ldk, a.Tk, b, k_col, k0, a.k_end, 1.0f);
-    load_block_rows<HS>(sV, KS, kv, ldk, a.Tk, b, k_col + HS, k0, a.k_end, 1.0f);
+    load_block_rows<In, HS>(sK, KS, kv, ldk, a.Tk, b, k_col, k0, a.k_end, 1.0f);
+    load_block_rows<In, HS>(sV, KS, kv, ldk, a.Tk, b, k_col + HS, k0, a.k_end, 1.0f);
     if (threadIdx.x < kTile) {
       const int j = k0 + static_cast<int>(threadIdx.x);
       sKp[threadIdx.x] = j < a.k_end ? a.k_pos[j] : INT_MAX;
@@ -216,10 +222,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 // The block's dk and dv, ADDED to dkv: 32 key rows of group g, each of the group's query heads'
 // query tiles streamed in turn into the same registers (each element written by one thread).
 // Grid (ceil((k_end - k_begin) / 32), B KV), kWarps warps.
-template <int HS>
+template <typename In, int HS>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_block_backward_dkv_kernel(float* dkv, const float* dout, const float* delta,
-                                        const float* lse, const float* qkv, const float* kv,
+    attention_block_backward_dkv_kernel(float* dkv, const In* dout, const float* delta,
+                                        const float* lse, const In* qkv, const In* kv,
                                         AttentionBlock a, float scale) {
   constexpr int DPL = HS / 32, KS = HS + 1;
   float* smem = dynamic_shared_floats();
@@ -236,8 +242,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t ld = block_qkv_width<HS>(a), ldk = block_kv_width<HS>(a);
   const size_t k_col = static_cast<size_t>(g) * 2 * HS, C = static_cast<size_t>(a.NH) * HS;
-  load_block_rows<HS>(sK, HS, kv, ldk, a.Tk, b, k_col, k0, a.k_end, 1.0f);
-  load_block_rows<HS>(sV, HS, kv, ldk, a.Tk, b, k_col + HS, k0, a.k_end, 1.0f);
+  load_block_rows<In, HS>(sK, HS, kv, ldk, a.Tk, b, k_col, k0, a.k_end, 1.0f);
+  load_block_rows<In, HS>(sV, HS, kv, ldk, a.Tk, b, k_col + HS, k0, a.k_end, 1.0f);
 
   float dk[kRowsPerWarp][DPL], dv[kRowsPerWarp][DPL];
   int kp[kRowsPerWarp];  // each key row's position
@@ -251,9 +257,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const size_t bh = static_cast<size_t>(b) * a.NH + h, q_col = block_query_column<HS>(a, h);
     for (int q0 = a.q_begin; q0 < a.q_end; q0 += kTile) {
       __syncthreads();
-      load_block_rows<HS>(sQ, KS, qkv, ld, a.Tq, b, q_col, q0, a.q_end, scale);
-      load_block_rows<HS>(sdO, KS, dout, C, a.Tq, b, static_cast<size_t>(h) * HS, q0, a.q_end,
-                          1.0f);
+      load_block_rows<In, HS>(sQ, KS, qkv, ld, a.Tq, b, q_col, q0, a.q_end, scale);
+      load_block_rows<In, HS>(sdO, KS, dout, C, a.Tq, b, static_cast<size_t>(h) * HS, q0, a.q_end,
+                              1.0f);
       if (threadIdx.x < kTile) {
         const int i = q0 + static_cast<int>(threadIdx.x);
         const bool row = i < a.q_end;
@@ -302,16 +308,17 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// kv (rows, 2 KV HS) = the key and value columns of qkv (rows, (NH + 2 KV) HS), or (unpack) the
-// reverse. Grid-stride over kv's elements.
+// kv (rows, 2 KV HS) = the key and value columns of qkv (rows, (NH + 2 KV) HS), copied in the
+// input type In (what travels the forward's ring), or (unpack, fp32: the gradients) the reverse.
+// Grid-stride over kv's elements.
 __device__ __forceinline__ size_t kv_source_index(size_t idx, int NH, int KV, int HS) {
   const size_t width = static_cast<size_t>(2 * KV) * HS, row = idx / width;
   const int c = static_cast<int>(idx % width), g = c / (2 * HS), Q = NH / KV;
   return row * (static_cast<size_t>(NH + 2 * KV) * HS) +
          (static_cast<size_t>(g) * (Q + 2) + Q) * HS + c % (2 * HS);
 }
-__global__ void attention_kv_pack_kernel(float* kv, const float* qkv, size_t n, int NH, int KV,
-                                         int HS) {
+template <typename In>
+__global__ void attention_kv_pack_kernel(In* kv, const In* qkv, size_t n, int NH, int KV, int HS) {
   for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<size_t>(gridDim.x) * blockDim.x)
     kv[idx] = qkv[kv_source_index(idx, NH, KV, HS)];
@@ -323,9 +330,11 @@ __global__ void attention_kv_unpack_kernel(float* qkv, const float* kv, size_t n
     qkv[kv_source_index(idx, NH, KV, HS)] = kv[idx];
 }
 
-// delta (B, NH, T) = the dot of dout and out (B, T, NH HS) over each head's HS: one warp a row.
-__global__ void attention_row_dot_kernel(float* delta, const float* dout, const float* out, int B,
-                                         int T_, int NH, int HS) {
+// delta (B, NH, T) = the dot of dout and out (B, T, NH HS) over each head's HS, widened to fp32:
+// one warp a row.
+template <typename In>
+__global__ void attention_row_dot_kernel(float* delta, const In* dout, const In* out, int B, int T_,
+                                         int NH, int HS) {
   const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
   const size_t rows = static_cast<size_t>(B) * NH * T_;
   for (size_t row = blockIdx.x * static_cast<size_t>(warps) + threadIdx.x / 32; row < rows;
@@ -333,7 +342,7 @@ __global__ void attention_row_dot_kernel(float* delta, const float* dout, const 
     const size_t bh = row / T_, i = row % T_, b = bh / NH, h = bh % NH;
     const size_t at = (b * T_ + i) * NH * HS + h * HS;
     float s = 0.0f;
-    for (int d = lane; d < HS; d += 32) s += dout[at + d] * out[at + d];
+    for (int d = lane; d < HS; d += 32) s += to_float(dout[at + d]) * to_float(out[at + d]);
     s = warp_sum(s);
     if (lane == 0) delta[row] = s;
   }

@@ -11,6 +11,10 @@
 // uses its polynomial exp. The pack / unpack / fill / accumulate kernels are compared bit for
 // bit with plain loops, row_dot within 1e-6 of a double sum. And a whole CP 2 ring of these kernels
 // gives the CPU's full causal attention (out and dqkv within 1e-5).
+// bf16 and fp16 inputs (qkv, kv, dout; row_dot's out: random values rounded to the type; out, lse,
+// dqkv, dkv and delta stay fp32): the same blocks against the CPU float kernels run on the widened
+// values, within the same 1e-5 (both compute in fp32 from the same values, so this checks the
+// widening loads, not 16-bit rounding); the pack bit for bit, row_dot within 1e-5 of the CPU's.
 #include <QtTest/QtTest>
 
 #include <algorithm>
@@ -43,6 +47,24 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> v(n);
   for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// An input of the kernels in T (float, bf16 or fp16): x rounded to T (`in`, what the emulated
+// kernels read) and those values widened back (`wide`, what the CPU float kernels read).
+template <typename T>
+struct Input {
+  std::vector<T> in;
+  std::vector<float> wide;
+};
+template <typename T>
+Input<T> input_of(const std::vector<float>& x) {
+  Input<T> v;
+  v.in.reserve(x.size()), v.wide.reserve(x.size());
+  for (float f : x) {
+    v.in.push_back(cu::from_float<T>(f));
+    v.wide.push_back(cu::to_float(v.in.back()));
+  }
   return v;
 }
 
@@ -128,9 +150,10 @@ k::AttentionBlock block_of(const Case& c, const std::vector<int32_t>& doc) {
   return a;
 }
 
-std::vector<float> pack_kv(const std::vector<float>& qkv, size_t rows, int NH, int KV, int HS) {
+template <typename T>
+std::vector<T> pack_kv(const std::vector<T>& qkv, size_t rows, int NH, int KV, int HS) {
   const int Q = NH / KV, ld = (NH + 2 * KV) * HS, ldk = 2 * KV * HS;
-  std::vector<float> kv(rows * ldk);
+  std::vector<T> kv(rows * ldk);
   for (size_t r = 0; r < rows; r++)
     for (int g = 0; g < KV; g++)
       for (int c = 0; c < 2 * HS; c++)
@@ -143,24 +166,24 @@ void launch_tiles(dim3 grid, Kernel kernel, Args... args) {
   emu::launch(grid, dim3(cu::kWarps * 32), kernel, args...);
 }
 
-template <int HS>
-void emulated_forward(float* out, float* lse, const float* qkv, const float* kv,
+// In: float, bf16 or fp16 (the emulation's to_float widens the 16-bit ones).
+template <int HS, typename In>
+void emulated_forward(float* out, float* lse, const In* qkv, const In* kv,
                       const k::AttentionBlock& a) {
   const float scale = static_cast<float>(1.0 / std::sqrt(double(HS)));
   launch_tiles(dim3((a.q_end - a.q_begin + cu::kRows - 1) / cu::kRows, a.B * a.NH),
-               cu::attention_block_forward_kernel<HS>, out, lse, qkv, kv, a, scale);
+               cu::attention_block_forward_kernel<In, HS>, out, lse, qkv, kv, a, scale);
 }
 
-template <int HS>
-void emulated_backward(float* dqkv, float* dkv, const float* dout, const float* delta,
-                       const float* lse, const float* qkv, const float* kv,
-                       const k::AttentionBlock& a) {
+template <int HS, typename In>
+void emulated_backward(float* dqkv, float* dkv, const In* dout, const float* delta,
+                       const float* lse, const In* qkv, const In* kv, const k::AttentionBlock& a) {
   const float scale = static_cast<float>(1.0 / std::sqrt(double(HS)));
   launch_tiles(dim3((a.q_end - a.q_begin + cu::kRows - 1) / cu::kRows, a.B * a.NH),
-               cu::attention_block_backward_dq_kernel<HS>, dqkv, dout, delta, lse, qkv, kv, a,
+               cu::attention_block_backward_dq_kernel<In, HS>, dqkv, dout, delta, lse, qkv, kv, a,
                scale);
   launch_tiles(dim3((a.k_end - a.k_begin + cu::kRows - 1) / cu::kRows, a.B * a.KV),
-               cu::attention_block_backward_dkv_kernel<HS>, dkv, dout, delta, lse, qkv, kv, a,
+               cu::attention_block_backward_dkv_kernel<In, HS>, dkv, dout, delta, lse, qkv, kv, a,
                scale);
 }
 
@@ -174,18 +197,22 @@ std::vector<float> cpu_workspace(const k::AttentionBlock& a) {
 class AttentionBlockEmulated : public QObject {
   Q_OBJECT
 
-  // The block c against the CPU kernels, forward and backward.
-  template <int HS>
+  // The block c against the CPU kernels, forward and backward, the kernels reading their inputs
+  // (qkv, kv, dout) in T and the CPU those values widened.
+  template <int HS, typename T = float>
   void check(const Case& c) {
     QCOMPARE(c.HS, HS);
     const int Tq = static_cast<int>(c.q_pos.size()), Tk = static_cast<int>(c.k_pos.size());
     const int ld = (c.NH + 2 * c.KV) * HS, C = c.NH * HS;
     const std::vector<int32_t> doc = doc_of(c);
     const k::AttentionBlock a = block_of(c, doc);
-    const auto qkv = random_floats(size_t(c.B) * Tq * ld, 1);
-    const auto kv = pack_kv(random_floats(size_t(c.B) * Tk * ld, 2), size_t(c.B) * Tk, c.NH, c.KV,
-                            HS);
-    const auto dout = random_floats(size_t(c.B) * Tq * C, 3);
+    const auto qkv_t = input_of<T>(random_floats(size_t(c.B) * Tq * ld, 1));
+    const auto kv_t = input_of<T>(
+        pack_kv(random_floats(size_t(c.B) * Tk * ld, 2), size_t(c.B) * Tk, c.NH, c.KV, HS));
+    const auto dout_t = input_of<T>(random_floats(size_t(c.B) * Tq * C, 3));
+    const std::vector<float>& qkv = qkv_t.wide;
+    const std::vector<float>& kv = kv_t.wide;
+    const std::vector<float>& dout = dout_t.wide;
     auto ws = cpu_workspace(a);
 
     // The state before the block: the queries' own causal diagonal (on the CPU), unless the block
@@ -203,7 +230,7 @@ class AttentionBlockEmulated : public QObject {
 
     std::vector<float> out = out0, lse = lse0, g_out = out0, g_lse = lse0;
     k::attention_block_forward(out.data(), lse.data(), qkv.data(), kv.data(), a, ws.data());
-    emulated_forward<HS>(g_out.data(), g_lse.data(), qkv.data(), kv.data(), a);
+    emulated_forward<HS>(g_out.data(), g_lse.data(), qkv_t.in.data(), kv_t.in.data(), a);
     EXPECT_CLOSE("out", g_out, out, kTolerance);
     EXPECT_CLOSE("lse", g_lse, lse, kTolerance);
     for (int b = 0; b < c.B; b++)  // rows outside [q_begin, q_end) untouched
@@ -235,8 +262,8 @@ class AttentionBlockEmulated : public QObject {
     std::vector<float> dqkv = dqkv0, dkv = dkv0, g_dqkv = dqkv0, g_dkv = dkv0;
     k::attention_block_backward(dqkv.data(), dkv.data(), dout.data(), delta.data(), lse.data(),
                                 qkv.data(), kv.data(), a, ws.data());
-    emulated_backward<HS>(g_dqkv.data(), g_dkv.data(), dout.data(), delta.data(), lse.data(),
-                          qkv.data(), kv.data(), a);
+    emulated_backward<HS>(g_dqkv.data(), g_dkv.data(), dout_t.in.data(), delta.data(), lse.data(),
+                          qkv_t.in.data(), kv_t.in.data(), a);
     // The increments (the gradients added), compared; dqkv's key and value columns untouched.
     auto increment = [](std::vector<float> x, const std::vector<float>& x0) {
       for (size_t i = 0; i < x.size(); i++) x[i] -= x0[i];
@@ -254,6 +281,30 @@ class AttentionBlockEmulated : public QObject {
     // The block has work: some query sees some key (else the comparisons above prove little).
     const auto added = increment(dkv, dkv0);
     QVERIFY(std::any_of(added.begin(), added.end(), [](float x) { return x != 0.0f; }));
+  }
+
+  // 16-bit pack: the key and value columns copied bit for bit (what travels the forward's ring).
+  template <typename T>
+  void check_kv_pack() {
+    const int NH = 4, KV = 2, HS = 64, rows = 7, ld = (NH + 2 * KV) * HS;
+    const auto qkv = input_of<T>(random_floats(size_t(rows) * ld, 6)).in;
+    const auto want = pack_kv(qkv, rows, NH, KV, HS);
+    std::vector<T> kv(want.size(), cu::from_float<T>(std::nanf("")));
+    emu::launch(dim3(3), dim3(64), cu::attention_kv_pack_kernel<T>, kv.data(), qkv.data(),
+                want.size(), NH, KV, HS);
+    QVERIFY(std::memcmp(kv.data(), want.data(), kv.size() * sizeof(T)) == 0);
+  }
+  // 16-bit row_dot: delta (fp32) against the CPU's on the widened values.
+  template <typename T>
+  void check_row_dot() {
+    const int B = 2, T_ = 5, NH = 3, HS = 128;
+    const auto dout = input_of<T>(random_floats(size_t(B) * T_ * NH * HS, 9));
+    const auto out = input_of<T>(random_floats(dout.in.size(), 10));
+    std::vector<float> want(size_t(B) * NH * T_), got(want.size(), std::nanf(""));
+    k::attention_row_dot(want.data(), dout.wide.data(), out.wide.data(), B, T_, NH, HS);
+    emu::launch(dim3(2), dim3(64), cu::attention_row_dot_kernel<T>, got.data(), dout.in.data(),
+                out.in.data(), B, T_, NH, HS);
+    EXPECT_CLOSE("delta", got, want, kTolerance);
   }
 
  private slots:
@@ -298,6 +349,42 @@ class AttentionBlockEmulated : public QObject {
                 20});
   }
 
+  // The same blocks with 16-bit inputs (a 16-bit model's ring: Note [ring attention in 16 bits]).
+  void bf16_causal_diagonal_block() {
+    const auto pos = chunk_positions({0, 3}, 24);
+    check<64, cu::bf16>({2, 2, 2, 64, pos, pos, 0, 48, 0, 48});
+  }
+  void bf16_full_block() {
+    check<64, cu::bf16>({1, 2, 2, 64, iota_positions(70, 40), iota_positions(0, 70), 0, 40, 0, 70});
+  }
+  void bf16_grouped_query_heads_half_block() {
+    check<64, cu::bf16>(
+        {2, 4, 2, 64, chunk_positions({0, 3}, 20), chunk_positions({1, 2}, 20), 20, 40, 0, 40});
+  }
+  void bf16_packed_documents_half_block() {
+    const auto q_pos = chunk_positions({0, 3}, 24), k_pos = chunk_positions({1, 2}, 24);
+    check<64, cu::bf16>({2, 4, 2, 64, q_pos, k_pos, 24, 48, 0, 48, {5, 30, 17, 1, 23, 20}});
+  }
+  void bf16_head_size_128_half_block() {
+    check<128, cu::bf16>(
+        {1, 2, 1, 128, chunk_positions({1, 2}, 20), chunk_positions({0, 3}, 20), 0, 40, 0, 20});
+  }
+  void fp16_grouped_query_heads_diagonal() {
+    const auto pos = chunk_positions({1, 2}, 20);
+    check<64, cu::fp16>({1, 4, 2, 64, pos, pos, 0, 40, 0, 40});
+  }
+  void fp16_full_block() {
+    check<64, cu::fp16>({1, 2, 2, 64, iota_positions(70, 40), iota_positions(0, 70), 0, 40, 0, 70});
+  }
+  void fp16_packed_documents_diagonal() {
+    const auto pos = chunk_positions({0, 3}, 24);
+    check<64, cu::fp16>({2, 2, 2, 64, pos, pos, 0, 48, 0, 48, {5, 30, 17, 1, 23, 20}});
+  }
+  void fp16_head_size_128_half_block() {
+    check<128, cu::fp16>(
+        {1, 2, 1, 128, chunk_positions({0, 3}, 20), chunk_positions({1, 2}, 20), 20, 40, 0, 40});
+  }
+
   // A whole zigzag ring of CP 2 over T = 128 (both ranks' steps in turn) with the emulated
   // kernels (pack, fill, blocks, row_dot, accumulate, unpack) equals the CPU's causal attention on
   // the full sequence: out and dqkv (test_cuda_attention_block runs the same on a device).
@@ -336,7 +423,7 @@ class AttentionBlockEmulated : public QObject {
       R.kv.resize(size_t(B) * Tr * ldk), R.out.resize(size_t(B) * Tr * C);
       R.lse.resize(size_t(B) * NH * Tr), R.delta.resize(R.lse.size());
       R.dqkv.resize(R.qkv.size()), R.dkv.resize(R.kv.size()), R.tmp.resize(R.kv.size());
-      emu::launch(ops, threads, cu::attention_kv_pack_kernel, R.kv.data(),
+      emu::launch(ops, threads, cu::attention_kv_pack_kernel<float>, R.kv.data(),
                   static_cast<const float*>(R.qkv.data()), R.kv.size(), NH, KV, HS);
       emu::launch(ops, threads, cu::fill_kernel, R.out.data(), R.out.size(), 0.0f);
       emu::launch(ops, threads, cu::fill_kernel, R.lse.data(), R.lse.size(), kNegInf);
@@ -360,7 +447,7 @@ class AttentionBlockEmulated : public QObject {
       }
     for (int r = 0; r < 2; r++) {
       Rank& R = rank[r];
-      emu::launch(ops, threads, cu::attention_row_dot_kernel, R.delta.data(),
+      emu::launch(ops, threads, cu::attention_row_dot_kernel<float>, R.delta.data(),
                   static_cast<const float*>(R.dout.data()), static_cast<const float*>(R.out.data()),
                   B, Tr, NH, HS);
       for (int s = 0; s < 2; s++) {  // each block's key gradient added where its keys live
@@ -385,7 +472,7 @@ class AttentionBlockEmulated : public QObject {
     const auto qkv = random_floats(size_t(rows) * ld, 6);
     const auto want = pack_kv(qkv, rows, NH, KV, HS);
     std::vector<float> kv(want.size(), std::nanf(""));
-    emu::launch(dim3(3), dim3(64), cu::attention_kv_pack_kernel, kv.data(), qkv.data(),
+    emu::launch(dim3(3), dim3(64), cu::attention_kv_pack_kernel<float>, kv.data(), qkv.data(),
                 want.size(), NH, KV, HS);
     QVERIFY(std::memcmp(kv.data(), want.data(), kv.size() * sizeof(float)) == 0);
     // Unpack into a qkv of other values: its key and value columns become kv, the rest stays.
@@ -421,10 +508,16 @@ class AttentionBlockEmulated : public QObject {
           want[(size_t(b) * NH + h) * T + t] = float(s);
         }
     // 2 blocks of 2 warps for 30 rows: the grid-stride loop runs several times.
-    emu::launch(dim3(2), dim3(64), cu::attention_row_dot_kernel, got.data(), dout.data(),
+    emu::launch(dim3(2), dim3(64), cu::attention_row_dot_kernel<float>, got.data(), dout.data(),
                 out.data(), B, T, NH, HS);
     EXPECT_CLOSE("delta", got, want, 1e-6);
   }
+
+  void bf16_kv_pack() { check_kv_pack<cu::bf16>(); }
+  void fp16_kv_pack() { check_kv_pack<cu::fp16>(); }
+
+  void bf16_row_dot() { check_row_dot<cu::bf16>(); }
+  void fp16_row_dot() { check_row_dot<cu::fp16>(); }
 
   void fill_and_accumulate() {
     std::vector<float> x(1000, 1.0f);
