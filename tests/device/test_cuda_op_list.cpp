@@ -5,8 +5,9 @@
 // buffers poisoned with NaN first). Each backend keeps its own attention saved tensor (the CPU's
 // probabilities, CUDA's log-sum-exp); the outputs and gradients are compared. The CUDA device has
 // no Ops<double>. The MoE ops are compared in fp32 (the CPU's 16-bit lists have none); CUDA's
-// 16-bit lists run them too. The ring attention's and the vision encoder's ops are compared in
-// fp32 (the only lists that have them). Without a CUDA device the whole case is SKIPPED (label
+// 16-bit lists run them too. The ring attention's ops are compared in every type (the 16-bit
+// lists read 16-bit inputs and merge into fp32); the vision encoder's in fp32 (the only lists
+// that have them). Without a CUDA device the whole case is SKIPPED (label
 // cuda).
 #include <QtTest/QtTest>
 
@@ -292,12 +293,13 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
     keep("moe_scatter_add_rows dinp", d_tokens, N * C);
   }
 
-  // the context-parallel ring's ops (Note [ring attention]; the float lists alone have them):
-  // CP 2 of a 64-row sequence, this rank holding chunks 0 and 3 (positions [0, 16) and
-  // [48, 64)), blocks against its own rows (the causal diagonal) and against the other rank's
-  // chunks 1 and 2 (the second query chunk only), with packed documents on the second, then the
-  // backward of both into dqkv and dkv, and the data movement around them.
-  if constexpr (std::is_same_v<A, float>) {
+  // the context-parallel ring's ops (Note [ring attention]; every list has them, the 16-bit ones
+  // reading A and merging into float: Note [ring attention in 16 bits]): CP 2 of a 64-row sequence,
+  // this rank holding chunks 0 and 3 (positions [0, 16) and [48, 64)), blocks against its own rows
+  // (the causal diagonal) and against the other rank's chunks 1 and 2 (the second query chunk
+  // only), with packed documents on the second, then the backward of both into dqkv and dkv, and
+  // the data movement around them.
+  {
     if (ops.has_ring_attention()) {
       constexpr int Tl = 32, RNH = 4, KV = 2, HS = 64, Q = (RNH + 2 * KV) * HS;
       constexpr size_t rows = size_t(B) * Tl;
@@ -310,9 +312,9 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
       const int32_t* q_pos = mem.in(mine);
       const int32_t* k_pos = mem.in(theirs);
       const int32_t* d_doc = mem.in(doc);
-      const float* qkv = mem.in(random_floats(rows * Q, 41, 0.5f));
-      const float* other_kv = mem.in(random_floats(rows * 2 * KV * HS, 42, 0.5f));
-      float* kv = mem.template out<float>(rows * 2 * KV * HS);
+      const A* qkv = mem.in(compute_values<A>(random_floats(rows * Q, 41, 0.5f)));
+      const A* other_kv = mem.in(compute_values<A>(random_floats(rows * 2 * KV * HS, 42, 0.5f)));
+      A* kv = mem.template out<A>(rows * 2 * KV * HS);
       ops.attention_kv_pack(kv, qkv, rows, RNH, KV, HS);
       keep("attention_kv_pack kv", kv, rows * 2 * KV * HS);
       float* out = mem.template out<float>(rows * RNH * HS);
@@ -327,9 +329,11 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
       ops.attention_block_forward(out, lse, qkv, other_kv, other, ws);
       keep("attention_block_forward out", out, rows * RNH * HS);
       keep("attention_block_forward lse", lse, size_t(B) * RNH * Tl);
-      const float* ring_dout = mem.in(random_floats(rows * RNH * HS, 43));
+      const A* ring_dout = mem.in(compute_values<A>(random_floats(rows * RNH * HS, 43)));
+      A* out_a = mem.template out<A>(rows * RNH * HS);  // the ring's rounded output
+      ops.to_compute(out_a, out, rows * RNH * HS);
       float* delta = mem.template out<float>(size_t(B) * RNH * Tl);
-      ops.attention_row_dot(delta, ring_dout, out, B, Tl, RNH, HS);
+      ops.attention_row_dot(delta, ring_dout, out_a, B, Tl, RNH, HS);
       keep("attention_row_dot delta", delta, size_t(B) * RNH * Tl);
       float* dqkv = mem.in(std::vector<float>(rows * Q, 0.0f));
       float* dkv = mem.in(std::vector<float>(rows * 2 * KV * HS, 0.0f));
@@ -485,10 +489,10 @@ class CudaOpList : public QObject {
   }
 
   void the_cuda_device_has_no_double_list() { QVERIFY(device_->ops<double>() == nullptr); }
-  void the_float_list_has_the_ring_ops() {
+  void every_list_has_the_ring_ops() {
     QVERIFY(device_->ops<float>()->has_ring_attention() &&
-            !device_->ops<cu::bf16>()->has_ring_attention() &&
-            !device_->ops<cu::fp16>()->has_ring_attention());
+            device_->ops<cu::bf16>()->has_ring_attention() &&
+            device_->ops<cu::fp16>()->has_ring_attention());
   }
   void the_float_list_has_the_vision_ops() {
     QVERIFY(device_->ops<float>()->has_vision() && !device_->ops<cu::bf16>()->has_vision() &&

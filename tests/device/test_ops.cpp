@@ -846,7 +846,8 @@ class OpLists : public QObject {
     QVERIFY(lattice::cpu_ops<bf16>().has_ring_attention());
     QVERIFY(lattice::cpu_ops<fp16>().has_ring_attention());
     const int rows = 3, NH = 4, KV = 2, HS = 2, W = (NH + 2 * KV) * HS;
-    std::vector<bf16> qkv(static_cast<size_t>(rows) * W), kv(static_cast<size_t>(rows) * 2 * KV * HS);
+    std::vector<bf16> qkv(static_cast<size_t>(rows) * W),
+        kv(static_cast<size_t>(rows) * 2 * KV * HS);
     for (size_t i = 0; i < qkv.size(); i++) qkv[i].bits = static_cast<uint16_t>(0x3f00 + i);
     lattice::cpu_ops<bf16>().attention_kv_pack(kv.data(), qkv.data(), rows, NH, KV, HS);
     // Group g: Q = 2 query heads, then its key, then its value, HS columns each.

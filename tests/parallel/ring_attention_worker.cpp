@@ -209,7 +209,8 @@ uint16_t bits_of(H x) {
 template <typename H>
 void check_16bit_case(Checker& check, Comm& cp, const Case& k, const char* type) {
   const int T_ = 2 * cp.size() * k.c, Tl = T_ / cp.size(), C = k.NH * k.HS;
-  const size_t rows = static_cast<size_t>(k.B) * Tl, W = static_cast<size_t>(k.NH + 2 * k.KV) * k.HS;
+  const size_t rows = static_cast<size_t>(k.B) * Tl,
+               W = static_cast<size_t>(k.NH + 2 * k.KV) * k.HS;
   std::mt19937_64 rng(4321 + cp.rank());
   std::vector<float> qkv = random_values<float>(rows * W, rng),
                      dout = random_values<float>(rows * C, rng);
@@ -221,8 +222,8 @@ void check_16bit_case(Checker& check, Comm& cp, const Case& k, const char* type)
   std::vector<int32_t> doc(rows);
   for (size_t i = 0; i < rows; i++) doc[i] = static_cast<int32_t>(i % Tl % 5);
   const int32_t* d = k.packed ? doc.data() : nullptr;
-  const std::string tag = std::string(type) + " " + k.name + " (T " + std::to_string(T_) +
-                          ", CP " + std::to_string(cp.size()) + ")";
+  const std::string tag = std::string(type) + " " + k.name + " (T " + std::to_string(T_) + ", CP " +
+                          std::to_string(cp.size()) + ")";
 
   std::vector<float> lse16(static_cast<size_t>(k.B) * k.NH * Tl), lse(lse16.size());
   auto ring16 = make_ring<H>(cp, k.B, T_, k.NH, k.KV, k.HS);

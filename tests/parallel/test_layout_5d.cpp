@@ -353,10 +353,10 @@ class Layout5dTest : public QObject {
     // CUDA's op lists have the ring in every compute type (Note [ring attention on a device],
     // Note [ring attention in 16 bits]); a backend without it is refused in one sentence.
     for (const QStringList& type : {QStringList{}, QStringList{"--bf16"}, QStringList{"--fp16"}})
-      QVERIFY2(!joined(lattice::refusals(options(no_dropout + type), 4,
-                                         lattice::cuda_capabilities()))
-                    .contains("--context-parallel-size"),
-               qPrintable(type.join(" ")));
+      QVERIFY2(
+          !joined(lattice::refusals(options(no_dropout + type), 4, lattice::cuda_capabilities()))
+               .contains("--context-parallel-size"),
+          qPrintable(type.join(" ")));
     lattice::Capabilities no_ring = lattice::cuda_capabilities();
     no_ring.context_parallel = false;
     QVERIFY(joined(lattice::refusals(options(no_dropout), 4, no_ring))

@@ -6,6 +6,7 @@
 // block stay bit for bit; the backward ADDS to NaN-free random gradients, dqkv's key and value
 // columns untouched. And a whole CP 2 ring run on the device (pack, fill, the blocks, row_dot,
 // accumulate, unpack) gives the output and the input gradient of the CPU's full causal attention.
+// The blocks also on bf16 and fp16 inputs (fp32 outputs), against the CPU on the rounded inputs.
 // Without a CUDA device the whole case is SKIPPED.
 #include <QtTest/QtTest>
 
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "common/cuda_test_support.h"
@@ -66,6 +68,15 @@ std::vector<float> pack_kv(const std::vector<float>& qkv, size_t rows, int NH, i
   return kv;
 }
 
+// v in In (already representable there).
+template <typename In>
+std::vector<In> as(const std::vector<float>& v) {
+  if constexpr (std::is_same_v<In, float>)
+    return v;
+  else
+    return to_half<In>(v);
+}
+
 std::vector<float> minus(std::vector<float> x, const std::vector<float>& x0) {
   for (size_t i = 0; i < x.size(); i++) x[i] -= x0[i];
   return x;
@@ -94,6 +105,10 @@ class CudaAttentionBlock : public QObject {
     QVERIFY2(error.empty(), error.c_str());
   }
 
+  // In: the type of what the blocks read (qkv, kv, dout); their outputs are float. A 16-bit In
+  // rounds those inputs, and the CPU reference runs on the rounded values (Note [ring attention
+  // in 16 bits]): the same fp32 arithmetic, so the fp32 tolerance.
+  template <typename In = float>
   void check(const Case& c) {
     const int HS = c.HS, Tq = static_cast<int>(c.q_pos.size());
     const int Tk = static_cast<int>(c.k_pos.size());
@@ -104,10 +119,14 @@ class CudaAttentionBlock : public QObject {
     a.Tq = Tq, a.q_begin = c.q_begin, a.q_end = c.q_end;
     a.Tk = Tk, a.k_begin = c.k_begin, a.k_end = c.k_end;
     a.q_pos = c.q_pos.data(), a.k_pos = c.k_pos.data(), a.doc = doc.empty() ? nullptr : doc.data();
-    const auto qkv = random_floats(size_t(c.B) * Tq * ld, 1);
-    const auto kv =
-        pack_kv(random_floats(size_t(c.B) * Tk * ld, 2), size_t(c.B) * Tk, c.NH, c.KV, HS);
-    const auto dout = random_floats(size_t(c.B) * Tq * C, 3);
+    auto qkv = random_floats(size_t(c.B) * Tq * ld, 1);
+    auto kv = pack_kv(random_floats(size_t(c.B) * Tk * ld, 2), size_t(c.B) * Tk, c.NH, c.KV, HS);
+    auto dout = random_floats(size_t(c.B) * Tq * C, 3);
+    if constexpr (!std::is_same_v<In, float>) {
+      round_to<In>(qkv);
+      round_to<In>(kv);
+      round_to<In>(dout);
+    }
     std::vector<float> ws(k::attention_block_workspace_elems(Tq, Tk, HS) * k::num_threads());
 
     std::vector<float> out0(size_t(c.B) * Tq * C, 0.0f), lse0(size_t(c.B) * c.NH * Tq, kNegInf);
@@ -139,8 +158,8 @@ class CudaAttentionBlock : public QObject {
     k::attention_block_backward(dqkv.data(), dkv.data(), dout.data(), delta.data(), lse.data(),
                                 qkv.data(), kv.data(), a, ws.data());
 
-    DeviceBuffer<float> d_qkv(qkv), d_kv(kv), d_dout(dout), d_out(out0), d_lse(lse0),
-        d_delta(delta), d_dqkv(dqkv0), d_dkv(dkv0),
+    DeviceBuffer<In> d_qkv(as<In>(qkv)), d_kv(as<In>(kv)), d_dout(as<In>(dout));
+    DeviceBuffer<float> d_out(out0), d_lse(lse0), d_delta(delta), d_dqkv(dqkv0), d_dkv(dkv0),
         d_ws(std::max<size_t>(1, cu::attention_block_workspace_floats(c.B, c.NH, Tq, Tk, HS)));
     DeviceBuffer<int32_t> d_qpos(c.q_pos), d_kpos(c.k_pos),
         d_doc(doc.empty() ? std::vector<int32_t>{0} : doc);
@@ -201,6 +220,15 @@ class CudaAttentionBlock : public QObject {
     check({2, 4, 1, 128, pos, pos, 0, 200, 0, 200, {7, 120, 1, 90, 100, 82}});
     check({2, 4, 2, 64, pos, chunk_positions({1, 2}, 100), 100, 200, 0, 200,
            {7, 120, 1, 90, 100, 82}});
+  }
+  // 16-bit inputs (--bf16 / --fp16 context parallelism): the diagonal, a half block with packed
+  // documents, both head sizes.
+  void bf16_and_fp16_inputs() {
+    const auto pos = chunk_positions({0, 3}, 100), other = chunk_positions({1, 2}, 100);
+    check<cu::bf16>({2, 2, 2, 64, pos, pos, 0, 200, 0, 200});
+    check<cu::bf16>({2, 4, 2, 128, pos, other, 100, 200, 0, 200, {7, 120, 1, 90, 100, 82}});
+    check<cu::fp16>({2, 4, 1, 128, pos, pos, 0, 200, 0, 200, {7, 120, 1, 90, 100, 82}});
+    check<cu::fp16>({2, 4, 2, 64, other, pos, 0, 200, 0, 100});
   }
 
   // A whole zigzag ring of CP 2 over T = 512 (both ranks' steps in turn on one device) equals
