@@ -4,6 +4,7 @@
 // Each element's result is independent of the thread count.
 #include <cmath>
 
+#include "lattice/dtype.h"
 #include "lattice/kernels.h"
 
 namespace lattice::kernels {
@@ -84,6 +85,11 @@ template void patchify_forward(float*, const float*, int, int, int, int, int);
 template void patchify_forward(double*, const double*, int, int, int, int, int);
 template void patchify_backward(float*, const float*, int, int, int, int, int);
 template void patchify_backward(double*, const double*, int, int, int, int, int);
+// A 16-bit tower's patches (both directions move elements only).
+template void patchify_forward(bf16*, const bf16*, int, int, int, int, int);
+template void patchify_forward(fp16*, const fp16*, int, int, int, int, int);
+template void patchify_backward(bf16*, const bf16*, int, int, int, int, int);
+template void patchify_backward(fp16*, const fp16*, int, int, int, int, int);
 template void activation_forward(float*, const float*, size_t, Activation);
 template void activation_forward(double*, const double*, size_t, Activation);
 template void activation_backward(float*, const float*, const float*, size_t, Activation);

@@ -1,6 +1,6 @@
 // A LLaVA-style vision-language model (Note [image rows] in model/gpt_vision.cpp) under --bf16
-// and --fp16 (Note [tower precision]: the tower runs in fp32 on the master weights, the spliced
-// rows are rounded to the language model's 16-bit type) against the same model in fp32, from the
+// and --fp16 (Note [tower precision]: the tower computes in the 16-bit type on the compute copy,
+// its gradients in fp32, the spliced rows rounded once) against the same model in fp32, from the
 // same weights, on the CPU device's 16-bit op lists: the embedding's output with the spliced
 // patches and five AdamW steps' losses within the 16-bit loss tolerance (2e-2 relative, as
 // tests/train/test_gpu_training.cpp and tests/model/test_gpt_layouts.cpp), the tower's gradients

@@ -341,6 +341,28 @@ class CpuOps16 final : public Ops<H> {
   void fill(float* x, size_t n, float value) override { f32.fill(x, n, value); }
   void accumulate(float* acc, const float* x, size_t n) override { f32.accumulate(acc, x, n); }
 
+  // The vision tower's ops (model/vision_encoder.h): patches move elements unchanged; the
+  // activations compute in float and round once.
+  bool has_vision() const override { return true; }
+  void patchify_forward(H* cols, const H* img, int B, int Cin, int H_, int W, int P) override {
+    kernels::patchify_forward(cols, img, B, Cin, H_, W, P);
+  }
+  void patchify_backward(H* dimg, const H* dcols, int B, int Cin, int H_, int W, int P) override {
+    kernels::patchify_backward(dimg, dcols, B, Cin, H_, W, P);
+  }
+  void activation_forward(H* out, const H* inp, size_t n, kernels::Activation act) override {
+    Buffer o = wide(inp, n);
+    f32.activation_forward(o.data(), o.data(), n, act);
+    store(out, o);
+  }
+  void activation_backward(H* dinp, const H* inp, const H* dout, size_t n,
+                           kernels::Activation act) override {
+    const Buffer i = wide(inp, n);
+    Buffer d = wide(dout, n);
+    f32.activation_backward(d.data(), i.data(), d.data(), n, act);
+    store(dinp, d);
+  }
+
   size_t attention_saved_elems(int B, int T, int NH) const override {
     return f32.attention_saved_elems(B, T, NH);
   }

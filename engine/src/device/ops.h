@@ -294,9 +294,9 @@ class Ops {
   virtual void accumulate(G* /*acc*/, const G* /*x*/, size_t /*n*/) { no_ring(); }
 
   // ---- vision encoder (kernels.h's patchify_* and activation_*; model/vision_encoder.h)
-  // Whether this list has them: the CPU's float and double lists and CUDA's float list.
-  // Elsewhere VisionEncoder::create refuses, so the defaults below, which throw
-  // std::logic_error, are never reached.
+  // Whether this list has them: every list of the CPU and of CUDA (the 16-bit ones compute the
+  // activations in fp32 and round once). Elsewhere VisionEncoder::create refuses, so the
+  // defaults below, which throw std::logic_error, are never reached.
   virtual bool has_vision() const { return false; }
   // cols (B, (H / P) (W / P), Cin P P) = the patches of img (B, Cin, H, W); dimg the inverse.
   virtual void patchify_forward(A* /*cols*/, const A* /*img*/, int /*B*/, int /*Cin*/, int /*H*/,

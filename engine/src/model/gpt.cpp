@@ -269,7 +269,7 @@ Status GptModel<A>::take_activations(GptActivations<A>& a) {
   if (vision_) {                                           // Note [image rows] (gpt_vision.cpp)
     const VisionConfig& v = config_.vision;
     const size_t images = static_cast<size_t>(B_) * v.images_per_sample;
-    a.images = from.take<G>(images * v.num_channels * v.img_h * v.img_w, MC::kActivations);
+    a.images = from.take<A>(images * v.num_channels * v.img_h * v.img_w, MC::kActivations);
     a.image_slot = from.take<int32_t>(N_, MC::kActivations);
     a.image_rows = from.take<int32_t>(images * v.patches(), MC::kActivations);
     a.embed_tokens = from.take<int32_t>(N_, MC::kActivations);

@@ -138,7 +138,7 @@ struct GptActivations {
   // GptModel::load_images; null otherwise. At most I images per sequence of Np patches each;
   // the tower runs on the micro-batch's present images only, n of them, compacted (Note [present
   // images] in gpt_vision.cpp); the buffers hold the bound B I.
-  G* images = nullptr;              // (B I, Cin, img_h, img_w) normalised pixels, in G; n used
+  A* images = nullptr;              // (B I, Cin, img_h, img_w) normalised pixels, in A; n used
   int32_t* image_slot = nullptr;    // (N) each row's projected patch (row of n Np), -1: text
   int32_t* image_rows = nullptr;    // (B I Np) each patch's row, -1 where the sequence cut it
   int32_t* embed_tokens = nullptr;  // (N) tokens with -1 at image rows: what the embedding reads
@@ -263,7 +263,7 @@ class GptModel {
   Status load_images(GptActivations<A>& acts, const int32_t* tokens, const float* images);
   // The tower of a vision-language pre chunk, else null.
   // Its tower runs in G whatever A is (Note [tower precision] in gpt_vision.cpp).
-  VisionEncoder<G>* vision() { return vision_.get(); }
+  VisionEncoder<A>* vision() { return vision_.get(); }
 
   // A pipeline stage (gpu_pipeline.h): before forward_stage the caller has queued the
   // micro-batch's tokens and targets into acts (pre or post chunk), its positions and packed
@@ -493,14 +493,16 @@ class GptModel {
   std::unique_ptr<RingAttention<A>> ring_;
   // Note [image rows] (gpt.cpp): a vision-language pre chunk's tower on the arenas' first
   // tensors, the activations whose images it ran last, and the host staging of load_images.
-  std::unique_ptr<VisionEncoder<G>> vision_;
-  Ops<G>* vision_ops_ = nullptr;  // the tower's and the splice's op list (device_.ops<G>())
+  std::unique_ptr<VisionEncoder<A>> vision_;
+  Ops<G>* vision_ops_ = nullptr;  // the splice's op list (device_.ops<G>())
   const GptActivations<A>* vision_owner_ = nullptr;
   G* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient (n Np rows used)
   G* vision_rows_ = nullptr;   // (N, C) 16-bit A: the spliced rows or their gradient widened to G
+  G* vision_patches_ = nullptr;    // (B I Np, C) 16-bit A: the tower's output widened to G
+  A* vision_d_patches_ = nullptr;  // (B I Np, C) 16-bit A: vision_d_out_ rounded for the tower
   bool vision_encoder_trains_ = false, vision_trains_ = false;
   std::vector<int32_t> host_slot_, host_rows_, host_ids_;
-  std::vector<G> host_images_;
+  std::vector<A> host_images_;
   int32_t* cp_positions_ = nullptr;
   bool packed_ = false;  // the micro-batch being run packs documents
   Device& device_;

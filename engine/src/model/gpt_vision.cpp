@@ -31,16 +31,19 @@
 // all B I slots (their rows added zero gradient), at a fraction of the cost: a dataset with one
 // 8-image document no longer runs every micro-batch's tower on 8 images a sequence.
 //
-// Note [tower precision]: the tower runs in G = accum_t<A> whatever A is, on the master weights
-// (fp32 under --bf16 and --fp16), and accumulates its gradients straight into the gradient arena
-// (in G, as every parameter gradient); the compute copy of its tensors goes unread. Only the
-// splice crosses types: this rank's embedding rows (R, C) are widened to G, the patches added
-// and the sum rounded once to A (as an add in A rounds); backward, the rows' gradient (N, C) in
-// A is widened to G before it is gathered into the tower. Under --fp16 that gradient carries
-// the loss scale, so the tower's gradients do too, and the scaler unscales and checks them with
-// the rest of the arena. Why not A: the 16-bit op lists have neither the vision ops nor the
-// block attention (device/ops.h), and the tower is a small part of a LLaVA model's time; a tower
-// computing in A needs those ops (cpu_ops_16bit.cpp, CUDA's bf16 and fp16 kernels) first.
+// Note [tower precision]: the tower computes in the model's compute type A on its compute copy
+// of the weights (the 16-bit copy under --bf16 / --fp16, refreshed by every optimizer step as
+// the language model's is) and accumulates its gradients into the fp32 (G) gradient arena, as
+// the language model's layers do: its activations are A, its LayerNorm statistics and the
+// attention's log-sum-exps G, and its attention reads A and merges in G (Note [bidirectional
+// attention] in vision_encoder.cpp); the images are uploaded in A. Megatron's LLaVA runs its
+// vision model in the same dtype as the language model. Only the splice crosses types: this
+// rank's embedding rows (R, C) and the tower's output are widened to G, the patches added and
+// the sum rounded once to A; backward, the rows' gradient (N, C) in A is widened to G, gathered
+// into the patches' gradient and rounded back to A (the same values: one route per row) for the
+// tower. The splice runs on the G list because the CPU's 16-bit lists have no row scatter.
+// Under --fp16 that gradient carries the loss scale, so the tower's gradients do too, and the
+// scaler unscales and checks them with the rest of the arena.
 //
 // Note [images under context parallelism]: as Megatron's LLaVA, every CP rank runs the tower on
 // the micro-batch's images (redundant) and the splice is taken of the whole sequence before the
@@ -61,17 +64,30 @@
 
 namespace lattice {
 
+namespace {
+// A host pixel in the compute type (rounded to nearest even in 16 bits).
+template <typename A>
+A host_value(float x) {
+  if constexpr (std::is_same_v<A, bf16>)
+    return to_bf16(x);
+  else if constexpr (std::is_same_v<A, fp16>)
+    return to_fp16(x);
+  else
+    return static_cast<A>(x);
+}
+}  // namespace
+
 template <typename A>
 Status GptModel<A>::create_vision() {
-  vision_ops_ = device_.ops<G>();  // Note [tower precision]
+  vision_ops_ = device_.ops<G>();  // Note [tower precision]: the splice's
   if (!vision_ops_ || !vision_ops_->has_moe())
     return Status::invalid_argument("--vision-model-type: " + device_.describe() +
                                     " lacks the row scatter the image splice uses");
   const VisionConfig& v = config_.vision;
-  auto made = VisionEncoder<G>::create(v, B_ * v.images_per_sample, device_, false);
+  auto made = VisionEncoder<A>::create(v, B_ * v.images_per_sample, device_, false);
   if (!made) return made.status();
   vision_ = std::move(*made);
-  vision_->bind(master_, grads_);  // Note [vision tensors]: the arenas' first tensors
+  vision_->bind(compute_, grads_);  // Note [vision tensors]: the arenas' first tensors
   const int end = layout_.vision_end_index();
   for (int i = 0; i < end; i++) {
     const ParamTensor& t = layout_.tensors()[i];
@@ -82,9 +98,13 @@ Status GptModel<A>::create_vision() {
                               " expects");
   }
   vision_trains_ = vision_trains_ || vision_encoder_trains_;
-  vision_d_out_ = take<G>(static_cast<size_t>(vision_->tokens()) * C_, MemoryCategory::kWorkspace);
-  if constexpr (!std::is_same_v<A, G>)  // Note [tower precision]: the rows widened to G
+  const size_t patches = static_cast<size_t>(vision_->tokens()) * C_;
+  vision_d_out_ = take<G>(patches, MemoryCategory::kWorkspace);
+  if constexpr (!std::is_same_v<A, G>) {  // Note [tower precision]: the splice in G
     vision_rows_ = take<G>(static_cast<size_t>(N_) * C_, MemoryCategory::kWorkspace);
+    vision_patches_ = take<G>(patches, MemoryCategory::kWorkspace);
+    vision_d_patches_ = take<A>(patches, MemoryCategory::kWorkspace);
+  }
   return blocks_.status();
 }
 
@@ -128,7 +148,7 @@ Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, con
     }
     const int present = (k + Np - 1) / Np;  // its first `present` images: tower rows base ..
     const float* first = images + static_cast<size_t>(b) * I * pixels;
-    host_images_.insert(host_images_.end(), first, first + present * pixels);
+    for (size_t i = 0; i < present * pixels; i++) host_images_.push_back(host_value<A>(first[i]));
     base += present;
   }
   a.num_images = base;
@@ -139,7 +159,7 @@ Status GptModel<A>::load_images(GptActivations<A>& a, const int32_t* tokens, con
   up(a.image_slot, host_slot_.data(), host_slot_.size() * sizeof(int32_t));
   up(a.image_rows, host_rows_.data(), static_cast<size_t>(base) * Np * sizeof(int32_t));
   up(a.embed_tokens, host_ids_.data(), host_ids_.size() * sizeof(int32_t));
-  up(a.images, host_images_.data(), host_images_.size() * sizeof(G));
+  up(a.images, host_images_.data(), host_images_.size() * sizeof(A));
   if (vision_owner_ == &a) vision_owner_ = nullptr;  // new images: its tower state is stale
   a.images_loaded = true;
   return Status::ok();
@@ -151,16 +171,21 @@ void GptModel<A>::splice_images(GptActivations<A>& a) {
     throw std::logic_error("GptModel: a vision-language micro-batch ran without load_images");
   a.images_loaded = false;
   if (a.num_images == 0) return;  // no image rows (Note [present images])
-  const G* patches = vision_->forward(a.images, a.num_images);
+  const A* projected = vision_->forward(a.images, a.num_images);
   vision_owner_ = &a;
   // This rank's rows (R of them from row0_ with sequence parallelism) gain their patches, added
   // in G and rounded once to A (Note [tower precision]).
   const size_t RC = static_cast<size_t>(R_) * C_;
   G* rows = nullptr;
-  if constexpr (std::is_same_v<A, G>)
+  const G* patches = nullptr;
+  if constexpr (std::is_same_v<A, G>) {
     rows = a.residual;
-  else
+    patches = projected;
+  } else {
     ops_.to_accum(rows = vision_rows_, a.residual, RC);
+    ops_.to_accum(vision_patches_, projected, static_cast<size_t>(vision_->tokens()) * C_);
+    patches = vision_patches_;
+  }
   vision_ops_->moe_scatter_add_rows(rows, patches, a.image_slot + row0_, R_, C_, 1);
   if constexpr (!std::is_same_v<A, G>) ops_.to_compute(a.residual, rows, RC);
 }
@@ -180,9 +205,15 @@ void GptModel<A>::vision_backward(GptActivations<A>& a, const A* d_rows) {
     d = vision_rows_;
   }
   const int M = vision_->tokens();
-  device_.zero(vision_d_out_, static_cast<size_t>(M) * C_ * sizeof(G), compute());
+  const size_t MC = static_cast<size_t>(M) * C_;
+  device_.zero(vision_d_out_, MC * sizeof(G), compute());
   vision_ops_->moe_scatter_add_rows(vision_d_out_, d, a.image_rows, M, C_, 1);
-  vision_->backward(vision_d_out_, nullptr, vision_encoder_trains_);
+  if constexpr (std::is_same_v<A, G>) {
+    vision_->backward(vision_d_out_, nullptr, vision_encoder_trains_);
+  } else {  // the tower's gradient in A: the rows' own 16-bit values, gathered
+    ops_.to_compute(vision_d_patches_, vision_d_out_, MC);
+    vision_->backward(vision_d_patches_, nullptr, vision_encoder_trains_);
+  }
 }
 
 template class GptModel<float>;

@@ -7,8 +7,10 @@
 // lets query i see key j when k_pos[j] <= q_pos[i]; with k_pos = 0 .. T - 1 and q_pos[i] = T - 1
 // for every row, every key is visible, so one block over the whole sequence is full softmax
 // attention (out, lse) and its backward (delta = rowsum(dout * out), then the block's
-// gradients, the keys' and values' unpacked into dqkv). The CPU's float and double lists and
-// CUDA's float list have these ops; no new attention kernel is needed.
+// gradients, the keys' and values' unpacked into dqkv). Every op list has these ops; no new
+// attention kernel is needed. In 16 bits the block reads A and merges into G (ops.h): the output
+// is merged in att_acc_ and rounded once into atty, the input gradient summed in d_qkv_acc_ and
+// rounded once, as the context-parallel ring does (Note [ring attention in 16 bits]).
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -59,7 +61,8 @@ VisionEncoder<A>::VisionEncoder(const VisionConfig& config, int batch, Device& d
 }
 
 template <typename A>
-VisionLayerParams<A> VisionEncoder<A>::layer(A* arena, int l) const {
+template <typename X>
+VisionLayerParams<X> VisionEncoder<A>::layer(X* arena, int l) const {
   const int i = first_layer_ + 12 * l;
   return {tensor(arena, i),     tensor(arena, i + 1), tensor(arena, i + 2),  tensor(arena, i + 3),
           tensor(arena, i + 4), tensor(arena, i + 5), tensor(arena, i + 6),  tensor(arena, i + 7),
@@ -70,8 +73,6 @@ template <typename A>
 Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionConfig& config,
                                                                    int batch, Device& device,
                                                                    bool own_params) {
-  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>,
-                "the vision tower runs in float or double (the block attention's types)");
   if (const std::vector<std::string> errors = config.validate(); !errors.empty()) {
     std::string all;
     for (const std::string& e : errors) all += (all.empty() ? "" : " ") + e;
@@ -80,14 +81,14 @@ Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionC
   if (batch <= 0)
     return Status::invalid_argument("the vision encoder's batch " + std::to_string(batch) +
                                     " must be positive.");
+  if (own_params && !std::is_same_v<A, G>)
+    return Status::internal("a 16-bit vision encoder runs on a model's arenas (own_params false)");
   Ops<A>* ops = device.ops<A>();
   if (!ops || !ops->has_vision() || !ops->has_ring_attention())
     return Status::invalid_argument(
         "the vision encoder needs the vision ops (patchify, quick_gelu, exact GELU) and the block "
         "attention, which " +
-        device.describe() +
-        "'s op list for this compute type lacks (a CUDA device has them in fp32 only); run it in "
-        "fp32 or on the CPU.");
+        device.describe() + "'s op list for this compute type lacks; run it in fp32 or on the CPU.");
   // The block attention's head sizes (CUDA's: 64 and 128; the CPU's: any).
   const std::vector<int>& head_sizes = device.capabilities().head_sizes;
   const int hs = config.hidden_size / config.num_attention_heads;
@@ -118,22 +119,22 @@ Status VisionEncoder<A>::allocate(bool own_params) {
              Ac = MemoryCategory::kActivations, Ws = MemoryCategory::kWorkspace;
   if (own_params) {
     params_ = blocks_.take<A>(num_params_, W);
-    grads_ = blocks_.take<A>(num_params_, Gr);
+    grads_ = blocks_.take<G>(num_params_, Gr);
   }
   cols_ = blocks_.take<A>(M * K_, Ac);
   x0_ = blocks_.take<A>(N * C, Ac);
   patch_out_ = config_.class_token ? blocks_.take<A>(M * C, Ac) : x0_;
-  pre_mean_ = blocks_.take<A>(2 * N, Ac);
+  pre_mean_ = blocks_.take<G>(2 * N, Ac);
   pre_rstd_ = pre_mean_ + N;
   hidden_ = blocks_.take<A>((R + 1) * N * C, Ac);
   ln1_ = blocks_.take<A>(R * N * C, Ac);
-  ln1_stats_ = blocks_.take<A>(R * 2 * N, Ac);
+  ln1_stats_ = blocks_.take<G>(R * 2 * N, Ac);
   qkv_ = blocks_.take<A>(R * N * 3 * C, Ac);
   atty_ = blocks_.take<A>(R * N * C, Ac);
-  lse_ = blocks_.take<A>(R * N * NH_, Ac);
+  lse_ = blocks_.take<G>(R * N * NH_, Ac);
   res_mid_ = blocks_.take<A>(R * N * C, Ac);
   ln2_ = blocks_.take<A>(R * N * C, Ac);
-  ln2_stats_ = blocks_.take<A>(R * 2 * N, Ac);
+  ln2_stats_ = blocks_.take<G>(R * 2 * N, Ac);
   fc1_ = blocks_.take<A>(R * N * F_, Ac);
   act_ = blocks_.take<A>(R * N * F_, Ac);
   features_ = config_.class_token ? blocks_.take<A>(M * C, Ac) : hidden_ + R * N * C;
@@ -141,10 +142,14 @@ Status VisionEncoder<A>::allocate(bool own_params) {
   p1_act_ = blocks_.take<A>(M * H_, Ac);
   out_ = blocks_.take<A>(M * H_, Ac);
   kv_ = blocks_.take<A>(N * 2 * C, Ws);
-  d_kv_ = blocks_.take<A>(N * 2 * C, Ws);
-  delta_ = blocks_.take<A>(N * NH_, Ws);
+  d_kv_ = blocks_.take<G>(N * 2 * C, Ws);
+  delta_ = blocks_.take<G>(N * NH_, Ws);
   workspace_ =
-      blocks_.take<A>(ops_.attention_block_workspace_elems(max_images_, NH_, T_, T_, HS_), Ws);
+      blocks_.take<G>(ops_.attention_block_workspace_elems(max_images_, NH_, T_, T_, HS_), Ws);
+  if constexpr (!std::is_same_v<A, G>) {
+    att_acc_ = blocks_.take<G>(N * C, Ws);
+    d_qkv_acc_ = blocks_.take<G>(N * 3 * C, Ws);
+  }
   q_pos_ = blocks_.take<int32_t>(2 * static_cast<size_t>(T_), Ws);
   k_pos_ = q_pos_ + T_;
   d_h_ = blocks_.take<A>(N * C, Ws);
@@ -166,11 +171,15 @@ Status VisionEncoder<A>::allocate(bool own_params) {
 
 template <typename A>
 void VisionEncoder<A>::zero_grads() {
-  device_.zero(grads_, num_params_ * sizeof(A), compute());
+  device_.zero(grads_, num_params_ * sizeof(G), compute());
 }
 
 template <typename A>
 Status VisionEncoder<A>::init_weights(uint64_t seed) {
+  if constexpr (!std::is_same_v<A, G>) {  // a 16-bit tower's weights are its model's
+    (void)seed;
+    return Status::internal("VisionEncoder::init_weights: a 16-bit tower owns no weights");
+  } else {
   // The language model's rule (init_weights.h), so the tower alone and inside a GptModel start
   // from the same bits.
   ModelConfig rule;
@@ -182,6 +191,7 @@ Status VisionEncoder<A>::init_weights(uint64_t seed) {
                                         std::to_string(bytes) + " bytes that cannot be allocated.");
   device_.copy(params_, host.data(), num_params_ * sizeof(A), CopyKind::kHostToDevice, compute());
   return device_.synchronize(compute());
+  }
 }
 
 template <typename A>
@@ -224,12 +234,14 @@ void VisionEncoder<A>::attention_forward(int l) {
   const size_t N = N_, C = C_;
   A* qkv = qkv_ + l * N * 3 * C;
   A* atty = atty_ + l * N * C;
-  A* lse = lse_ + l * N * NH_;
-  ops_.fill(atty, N * C, A(0));
-  ops_.fill(lse, N * NH_, -std::numeric_limits<A>::infinity());
+  G* lse = lse_ + l * N * NH_;
+  G* merged = accumulator(atty, att_acc_);
+  ops_.fill(merged, N * C, G(0));
+  ops_.fill(lse, N * NH_, -std::numeric_limits<G>::infinity());
   ops_.attention_kv_pack(kv_, qkv, N, NH_, NH_, HS_);
   kernels::AttentionBlock block{B_, NH_, NH_, HS_, T_, 0, T_, T_, 0, T_, q_pos_, k_pos_, nullptr};
-  ops_.attention_block_forward(atty, lse, qkv, kv_, block, workspace_);
+  ops_.attention_block_forward(merged, lse, qkv, kv_, block, workspace_);
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(atty, merged, N * C);
 }
 
 template <typename A>
@@ -237,13 +249,15 @@ void VisionEncoder<A>::attention_backward(int l, A* d_qkv, const A* d_atty) {
   const size_t N = N_, C = C_;
   const A* qkv = qkv_ + l * N * 3 * C;
   ops_.attention_row_dot(delta_, d_atty, atty_ + l * N * C, B_, T_, NH_, HS_);
-  ops_.fill(d_qkv, N * 3 * C, A(0));
-  ops_.fill(d_kv_, N * 2 * C, A(0));
+  G* grads = accumulator(d_qkv, d_qkv_acc_);
+  ops_.fill(grads, N * 3 * C, G(0));
+  ops_.fill(d_kv_, N * 2 * C, G(0));
   ops_.attention_kv_pack(kv_, qkv, N, NH_, NH_, HS_);
   kernels::AttentionBlock block{B_, NH_, NH_, HS_, T_, 0, T_, T_, 0, T_, q_pos_, k_pos_, nullptr};
-  ops_.attention_block_backward(d_qkv, d_kv_, d_atty, delta_, lse_ + l * N * NH_, qkv, kv_, block,
+  ops_.attention_block_backward(grads, d_kv_, d_atty, delta_, lse_ + l * N * NH_, qkv, kv_, block,
                                 workspace_);
-  ops_.attention_kv_unpack(d_qkv, d_kv_, N, NH_, NH_, HS_);
+  ops_.attention_kv_unpack(grads, d_kv_, N, NH_, NH_, HS_);
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(d_qkv, grads, N * 3 * C);
 }
 
 // Layer l (CLIP's pre-norm block): res_mid = h + proj(attention(qkv(ln1(h))));
@@ -255,7 +269,7 @@ void VisionEncoder<A>::layer_forward(int l) {
   const VisionLayerParams<A> w = layer(params_, l);
   A* h = hidden_ + l * NC;
   A* ln1 = ln1_ + l * NC;
-  A* s1 = ln1_stats_ + l * 2 * N_;
+  G* s1 = ln1_stats_ + l * 2 * N_;
   ops_.layernorm_forward(ln1, s1, s1 + N, h, w.ln1_w, w.ln1_b, N, C);
   ops_.matmul_forward(qkv_ + l * N_ * 3 * C, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * C,
                       Epilogue::kNone);
@@ -263,7 +277,7 @@ void VisionEncoder<A>::layer_forward(int l) {
   A* proj_out = d_c_;  // scratch until the backward
   ops_.matmul_forward(proj_out, nullptr, atty_ + l * NC, w.proj_w, w.proj_b, N, C, C,
                       Epilogue::kNone);
-  A* s2 = ln2_stats_ + l * 2 * N_;
+  G* s2 = ln2_stats_ + l * 2 * N_;
   ops_.residual_layernorm_forward(res_mid_ + l * NC, ln2_ + l * NC, s2, s2 + N, h, proj_out,
                                   w.ln2_w, w.ln2_b, N, C);
   ops_.matmul_forward(fc1_ + l * NF, nullptr, ln2_ + l * NC, w.fc1_w, w.fc1_b, N, C, F,
@@ -271,7 +285,8 @@ void VisionEncoder<A>::layer_forward(int l) {
   ops_.activation_forward(act_ + l * NF, fc1_ + l * NF, NF, kernels::Activation::kQuickGelu);
   A* next = h + NC;
   ops_.matmul_forward(next, nullptr, act_ + l * NF, w.fc2_w, w.fc2_b, N, F, C, Epilogue::kNone);
-  ops_.accumulate(next, res_mid_ + l * NC, NC);
+  // next += res_mid: the residual add (dropout of p 0 is a plain add, in every compute type).
+  ops_.residual_dropout_forward(next, next, res_mid_ + l * NC, NC, 0.0f, 0, 0);
 }
 
 // d_h_ holds d h' on entry and d h on return.
@@ -280,19 +295,19 @@ void VisionEncoder<A>::layer_backward(int l) {
   const int N = static_cast<int>(N_), C = C_, F = F_;
   const size_t NC = N_ * C, NF = N_ * F;
   const VisionLayerParams<A> w = layer(params_, l);
-  const VisionLayerParams<A> g = layer(grads_, l);
+  const VisionLayerParams<G> g = layer(grads_, l);
   // MLP block: d res_mid = d h' + the branch's gradient through ln2 (layernorm_backward's +=).
   ops_.matmul_backward(d_f_, g.fc2_w, g.fc2_b, d_h_, act_ + l * NF, w.fc2_w, N, F, C);
   ops_.activation_backward(d_f_, fc1_ + l * NF, d_f_, NF, kernels::Activation::kQuickGelu);
   ops_.matmul_backward(d_c_, g.fc1_w, g.fc1_b, d_f_, ln2_ + l * NC, w.fc1_w, N, C, F);
-  const A* s2 = ln2_stats_ + l * 2 * N_;
+  const G* s2 = ln2_stats_ + l * 2 * N_;
   ops_.layernorm_backward(d_h_, g.ln2_w, g.ln2_b, d_c_, res_mid_ + l * NC, w.ln2_w, s2, s2 + N, N,
                           C);
   // Attention block: d h = d res_mid + the branch's gradient through ln1.
   ops_.matmul_backward(d_c_, g.proj_w, g.proj_b, d_h_, atty_ + l * NC, w.proj_w, N, C, C);
   attention_backward(l, d_f_, d_c_);
   ops_.matmul_backward(d_c2_, g.qkv_w, g.qkv_b, d_f_, ln1_ + l * NC, w.qkv_w, N, C, 3 * C);
-  const A* s1 = ln1_stats_ + l * 2 * N_;
+  const G* s1 = ln1_stats_ + l * 2 * N_;
   ops_.layernorm_backward(d_h_, g.ln1_w, g.ln1_b, d_c2_, hidden_ + l * NC, w.ln1_w, s1, s1 + N, N,
                           C);
 }
@@ -302,7 +317,7 @@ void VisionEncoder<A>::backward(const A* d_out, A* d_images, bool encoder) {
   const int B = B_, T = T_, C = C_, M = B_ * Np_;
   const size_t TC = static_cast<size_t>(T) * C, NC = N_ * C;
   A* P = params_;
-  A* Gr = grads_;
+  G* Gr = grads_;
   projector_backward(d_out, encoder);  // d_h_ = d of the selected hidden state
   if (!encoder) return;
   for (int l = Lrun_ - 1; l >= 0; l--) layer_backward(l);
@@ -332,5 +347,7 @@ void VisionEncoder<A>::backward(const A* d_out, A* d_images, bool encoder) {
 
 template class VisionEncoder<float>;
 template class VisionEncoder<double>;
+template class VisionEncoder<bf16>;
+template class VisionEncoder<fp16>;
 
 }  // namespace lattice

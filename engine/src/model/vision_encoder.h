@@ -4,14 +4,17 @@
 // and LLaVA-1.5's MLP projector (Linear - exact GELU - Linear) into the language model's width.
 // Forward and backward of one batch of images, parameter gradients accumulated; on its own
 // arenas (tests) or on a GptModel's (which splices the projected tokens into the language
-// model's sequence: Note [image rows] in gpt_vision.cpp). Non-goals for now: splitting the tower
-// over tensor-parallel ranks (each runs all of it), dropout, 16-bit compute (a 16-bit GptModel runs
-// it in fp32: Note [tower precision] in gpt_vision.cpp).
+// model's sequence: Note [image rows] in gpt_vision.cpp). In fp32, fp64, bf16 or fp16: a 16-bit
+// tower keeps its activations in A and its gradients, LayerNorm statistics and the attention's
+// log-sum-exps in G, as the language model does (Note [tower precision] in gpt_vision.cpp).
+// Non-goals for now: splitting the tower over tensor-parallel ranks (each runs all of it),
+// dropout.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "device/device.h"
@@ -40,20 +43,21 @@ struct VisionLayerParams {
   X* fc2_b;   // (C)
 };
 
-// A: float or double (the op lists that have the attention block ops and the vision ops).
+// A: the compute type (an op list with the block attention and the vision ops); G = accum_t<A>.
 template <typename A>
 class VisionEncoder {
  public:
+  using G = accum_t<A>;
   // The tower for batches of at most `batch` images on `device` (its memory is sized for them).
-  // Errors: a config that validate() refuses, a device whose op list for A lacks the ops (CUDA has
-  // them in fp32 only), out of memory. own_params false: the parameters and gradients are another
-  // arena's (a GptModel's pre chunk, Note [vision tensors] in param_layout.h), given by bind()
-  // before the first forward.
+  // Errors: a config that validate() refuses, a device whose op list for A lacks the ops, out of
+  // memory. own_params false: the parameters and gradients are another arena's (a GptModel's pre
+  // chunk, Note [vision tensors] in param_layout.h), given by bind() before the first forward;
+  // true (tests) only where A is G.
   static Result<std::unique_ptr<VisionEncoder>> create(const VisionConfig& config, int batch,
                                                        Device& device, bool own_params = true);
   // Runs on `params` and accumulates gradients into `grads`, device memory laid out as tensors()
   // (a frozen encoder's gradients there are never written: backward(..., false)).
-  void bind(A* params, A* grads) {
+  void bind(A* params, G* grads) {
     params_ = params;
     grads_ = grads;
   }
@@ -66,7 +70,7 @@ class VisionEncoder {
   // (ParamLayout::vision_arena_numel).
   size_t num_params() const { return num_params_; }
   A* params() { return params_; }  // (num_params) device memory
-  A* grads() { return grads_; }    // (num_params) device memory
+  G* grads() { return grads_; }    // (num_params) device memory
   void zero_grads();
   // normal(0, init_method_std) matrices and embeddings, zero biases, unit norm weights, from
   // `seed` (as init_weights.cpp's rule; output projections not rescaled). Waits.
@@ -89,10 +93,20 @@ class VisionEncoder {
  private:
   VisionEncoder(const VisionConfig& config, int batch, Device& device, Ops<A>& ops);
   Status allocate(bool own_params);
-  A* tensor(A* arena, int index) const {
+  template <typename X>
+  X* tensor(X* arena, int index) const {
     return index < 0 ? nullptr : arena + tensors_[index].offset;
   }
-  VisionLayerParams<A> layer(A* arena, int l) const;
+  template <typename X>
+  VisionLayerParams<X> layer(X* arena, int l) const;
+  // Where the attention merges its output or sums its input gradient: the caller's A buffer
+  // itself when A is G, the G scratch otherwise (rounded into it once).
+  static G* accumulator(A* caller, G* scratch) {
+    if constexpr (std::is_same_v<A, G>)
+      return caller;
+    else
+      return scratch;
+  }
   void layer_forward(int l);
   void layer_backward(int l);
   void projector_forward();
@@ -117,23 +131,23 @@ class VisionEncoder {
 
   DeviceBlocks blocks_;
   A* params_ = nullptr;  // (num_params)
-  A* grads_ = nullptr;   // (num_params)
+  G* grads_ = nullptr;   // (num_params)
   // Activations of the last forward.
   const A* images_ = nullptr;  // (B, Cin, img_h, img_w) the caller's
   A* cols_ = nullptr;          // (B Np, K) the patches, K = Cin P P
   A* patch_out_ = nullptr;     // (B Np, C) the patch GEMM's output (with a class token)
   A* x0_ = nullptr;            // (B, T, C) embeddings: patches (and class) + positions
-  A* pre_mean_ = nullptr;      // (N)
-  A* pre_rstd_ = nullptr;      // (N)
+  G* pre_mean_ = nullptr;      // (N)
+  G* pre_rstd_ = nullptr;      // (N)
   A* hidden_ = nullptr;        // (Lrun + 1, B, T, C) layer l's input; [Lrun] the selected state
   A* ln1_ = nullptr;           // (Lrun, N, C)
-  A* ln1_stats_ = nullptr;     // (Lrun, 2, N) mean, rstd
+  G* ln1_stats_ = nullptr;     // (Lrun, 2, N) mean, rstd
   A* qkv_ = nullptr;           // (Lrun, N, 3C)
   A* atty_ = nullptr;          // (Lrun, N, C)
-  A* lse_ = nullptr;           // (Lrun, B, NH, T) the attention's log-sum-exp
+  G* lse_ = nullptr;           // (Lrun, B, NH, T) the attention's log-sum-exp
   A* res_mid_ = nullptr;       // (Lrun, N, C)
   A* ln2_ = nullptr;           // (Lrun, N, C)
-  A* ln2_stats_ = nullptr;     // (Lrun, 2, N)
+  G* ln2_stats_ = nullptr;     // (Lrun, 2, N)
   A* fc1_ = nullptr;           // (Lrun, N, F) before the activation
   A* act_ = nullptr;           // (Lrun, N, F)
   A* features_ = nullptr;      // (B Np, C) the selected state's patch rows (in hidden_ without
@@ -143,9 +157,11 @@ class VisionEncoder {
   A* out_ = nullptr;           // (B Np, H)
   // Scratch of both directions.
   A* kv_ = nullptr;           // (N, 2C) the keys and values packed (attention_kv_pack)
-  A* d_kv_ = nullptr;         // (N, 2C)
-  A* delta_ = nullptr;        // (B, NH, T)
-  A* workspace_ = nullptr;    // attention_block_workspace_elems
+  G* d_kv_ = nullptr;         // (N, 2C)
+  G* delta_ = nullptr;        // (B, NH, T)
+  G* workspace_ = nullptr;    // attention_block_workspace_elems
+  G* att_acc_ = nullptr;      // (N, C) 16-bit A: the attention's output merged in G
+  G* d_qkv_acc_ = nullptr;    // (N, 3C) 16-bit A: the attention's input gradient in G
   int32_t* q_pos_ = nullptr;  // (T) all T - 1: every key visible (Note [bidirectional attention])
   int32_t* k_pos_ = nullptr;  // (T) 0 .. T - 1
   A* d_h_ = nullptr;          // (N, C) the residual stream's gradient

@@ -23,7 +23,7 @@ template <typename A>
 void VisionEncoder<A>::projector_backward(const A* d_out, bool encoder) {
   const int M = B_ * Np_, C = C_, H = H_;
   A* P = params_;
-  A* Gr = grads_;
+  G* Gr = grads_;
   ops_.matmul_backward(d_p_, tensor(Gr, proj2_w_), tensor(Gr, proj2_b_), d_out, p1_act_,
                        tensor(P, proj2_w_), M, H, H);
   ops_.activation_backward(d_p_, p1_, d_p_, static_cast<size_t>(M) * H,
@@ -49,7 +49,11 @@ void VisionEncoder<A>::projector_backward(const A* d_out, bool encoder) {
 
 template void VisionEncoder<float>::projector_forward();
 template void VisionEncoder<double>::projector_forward();
+template void VisionEncoder<bf16>::projector_forward();
+template void VisionEncoder<fp16>::projector_forward();
 template void VisionEncoder<float>::projector_backward(const float*, bool);
 template void VisionEncoder<double>::projector_backward(const double*, bool);
+template void VisionEncoder<bf16>::projector_backward(const bf16*, bool);
+template void VisionEncoder<fp16>::projector_backward(const fp16*, bool);
 
 }  // namespace lattice

@@ -17,9 +17,10 @@
 // model/gpt_vision.cpp); each micro-batch in flight holds its own images and row maps, alive as
 // long as the first model chunk's (pipeline/schedule.h chunk_peaks). The projected image tokens
 // replace Np of the --seq-length positions: the language model's activations and FLOPs are
-// unchanged. The tower computes in fp32 (double in an fp64 run); 16-bit runs with a tower are
-// refused by training.
+// unchanged. The tower computes in the run's compute type (Note [tower precision] in
+// model/gpt_vision.cpp): its activations take A's bytes, its statistics and log-sum-exps G's.
 #include <algorithm>
+#include <string>
 
 #include "lattice/kernels.h"
 #include "lattice/plan.h"
@@ -56,31 +57,41 @@ int64_t vision_parameters(const VisionConfig& v) {
   return static_cast<int64_t>(ParamLayout::vision_arena_numel(v));
 }
 
-// Elements of VisionEncoder::allocate's activation buffers for B images (M = B Np patch rows,
-// N = B T encoder rows, R layers run): the patches (M, K), the embeddings (N, C) and with a
-// class token the patch GEMM's own output (M, C), the pre-LayerNorm's mean and rstd (2N), the
-// R + 1 hidden states (N, C); per layer run ln1, atty, res_mid, ln2 (N, C), qkv (N, 3C), the two
-// LayerNorms' statistics (2 x 2N), the log-sum-exps (N, NH), fc1 and its activation (N, F); with
-// a class token the selected patch rows (M, C); the projector's three (M, H).
-double vision_activation_elements(const VisionShape& s, double B) {
+// Bytes of the compute type A and of G = accum_t<A> (model/gpt.h).
+struct TowerBytes {
+  double a = 4, g = 4;
+};
+
+// Bytes of VisionEncoder::allocate's activation buffers for B images (M = B Np patch rows,
+// N = B T encoder rows, R layers run). In A: the patches (M, K), the embeddings (N, C) and with a
+// class token the patch GEMM's own output (M, C), the R + 1 hidden states (N, C); per layer run
+// ln1, atty, res_mid, ln2 (N, C), qkv (N, 3C), fc1 and its activation (N, F); with a class
+// token the selected patch rows (M, C); the projector's three (M, H). In G: the pre-LayerNorm's
+// mean and rstd (2N); per layer run the two LayerNorms' statistics (2 x 2N) and the
+// log-sum-exps (N, NH).
+double vision_activation_bytes(const VisionShape& s, double B, TowerBytes e) {
   const double M = B * s.Np, N = B * s.T, R = s.R;
   const bool cls = s.T > s.Np;
-  return M * s.K + N * s.C + (cls ? M * s.C : 0) + 2 * N + (R + 1) * N * s.C +
-         R * (N * (4 * s.C + 3 * s.C + s.NH + 2 * s.F) + 4 * N) + (cls ? M * s.C : 0) + 3 * M * s.H;
+  const double a = M * s.K + N * s.C + (cls ? M * s.C : 0) + (R + 1) * N * s.C +
+                   R * N * (4 * s.C + 3 * s.C + 2 * s.F) + (cls ? M * s.C : 0) + 3 * M * s.H;
+  const double g = 2 * N + R * (N * s.NH + 4 * N);
+  return e.a * a + e.g * g;
 }
 
 // Bytes of the tower's scratch (kWorkspace), once per model: VisionEncoder::allocate's for B
-// images (M = B Np patch rows, N = B T encoder rows) in its element type, the attention's K and V
-// and their gradient (2 x (N, 2C)), delta (N, NH), the block attention's workspace
-// (attention_block_workspace_elems: on the CPU (2 T^2 + T (HS + 1)) per thread, none on CUDA),
-// the backward's (N, C) row gradients d_h, d_c, d_c2, (N, max(F, 3C)) and (M, max(H, K)), and the
+// images (M = B Np patch rows, N = B T encoder rows). In A: the attention's K and V (N, 2C), the
+// backward's (N, C) row gradients d_h, d_c, d_c2, (N, max(F, 3C)) and (M, max(H, K)). In G: the
+// keys' and values' gradient (N, 2C), delta (N, NH), the block attention's workspace
+// (attention_block_workspace_elems: on the CPU (2 T^2 + T (HS + 1)) per thread, none on CUDA)
+// and, in 16 bits, the attention's merged output (N, C) and input gradient (N, 3C). And the
 // int32 positions (2T). `threads`: the CPU kernels' thread count.
-double encoder_workspace_bytes(const VisionShape& s, double B, double element, bool cuda,
+double encoder_workspace_bytes(const VisionShape& s, double B, TowerBytes e, bool cuda,
                                double threads) {
   const double M = B * s.Np, N = B * s.T, HS = s.C / s.NH;
   const double attention = cuda ? 0 : threads * (2 * s.T * s.T + s.T * (HS + 1));
-  return element * (4 * N * s.C + N * s.NH + attention + 3 * N * s.C + N * std::max(s.F, 3 * s.C) +
-                    M * std::max(s.H, s.K)) +
+  const bool sixteen_bit = e.a < e.g;
+  return e.a * (2 * N * s.C + 3 * N * s.C + N * std::max(s.F, 3 * s.C) + M * std::max(s.H, s.K)) +
+         e.g * (2 * N * s.C + N * s.NH + attention + (sixteen_bit ? 4 * N * s.C : 0)) +
          sizeof(int32_t) * 2 * s.T;
 }
 
@@ -148,7 +159,11 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   if (!has_vision_tower(o)) return e;
   const VisionConfig v = o.vision_config();
   const VisionShape s = vision_shape(v);
-  const double element = o.fp64 ? 8 : 4;  // Note [vision tower in the plan]: fp32 compute
+  // Note [vision tower in the plan]: the run's compute type (the CPU runs --fp16 in fp32).
+  const std::string precision = compute_precision(o);
+  const bool sixteen_bit = precision == "bf16" || precision == "fp16";
+  const TowerBytes bytes{sixteen_bit ? 2.0 : precision == "fp64" ? 8.0 : 4.0,
+                         precision == "fp64" ? 8.0 : 4.0};
   constexpr int kImagesPerSample = 1;
   e.parameters = vision_parameters(v);
   e.layers_run = v.layers_run();
@@ -158,21 +173,21 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   const VisionNumel numel = vision_numel(v);
   e.trained_parameters = numel.projector + (e.encoder_trains ? numel.encoder : 0);
   const double B = e.images_per_micro_batch;
-  e.activation_bytes_per_micro_batch =
-      static_cast<size_t>(element * vision_activation_elements(s, B));
+  e.activation_bytes_per_micro_batch = static_cast<size_t>(vision_activation_bytes(s, B, bytes));
   // GptModel::new_activations: images (B I, Cin, img_h, img_w) in the compute type; image_slot
   // and embed_tokens (N) and image_rows (B I Np) in int32, N = B --seq-length rows.
   const double rows = static_cast<double>(o.micro_batch_size) * o.model.seq_length;
-  e.input_bytes_per_micro_batch = static_cast<size_t>(element * B * s.Cin * v.img_h * v.img_w +
+  e.input_bytes_per_micro_batch = static_cast<size_t>(bytes.a * B * s.Cin * v.img_h * v.img_w +
                                                       sizeof(int32_t) * (2 * rows + B * s.Np));
   // Note [tower precision] in model/gpt_vision.cpp: the splice's buffers, the projected rows'
-  // gradient (B Np, H) and, in a 16-bit run, the rows widened (N, H).
+  // gradient (B Np, H) in G and, in a 16-bit run, the rows widened (N, H) and the tower's output
+  // widened (B Np, H), both G, and its gradient rounded (B Np, H) in A.
   const bool cuda = o.device == "cuda";
   e.encoder_workspace_bytes = static_cast<size_t>(encoder_workspace_bytes(
-      s, B, element, cuda, o.threads > 0 ? o.threads : kernels::num_threads()));
-  const bool sixteen_bit = o.bf16 || o.fp16;
-  e.workspace_bytes = e.encoder_workspace_bytes +
-                      static_cast<size_t>(element * (B * s.Np + (sixteen_bit ? rows : 0)) * s.H);
+      s, B, bytes, cuda, o.threads > 0 ? o.threads : kernels::num_threads()));
+  const double splice = bytes.g * B * s.Np * s.H +
+                        (sixteen_bit ? (bytes.g * (rows + B * s.Np) + bytes.a * B * s.Np) * s.H : 0);
+  e.workspace_bytes = e.encoder_workspace_bytes + static_cast<size_t>(splice);
   const VisionFlops f = vision_forward_flops(s);
   e.forward_flops_per_image = f.forward();
   e.training_flops_per_image = vision_training_flops(f, e.encoder_trains);
