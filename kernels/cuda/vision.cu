@@ -1,113 +1,98 @@
 // The vision encoder's own ops (kernels.h's patchify_* and activation_*; ../cpu/vision.cpp is
-// the reference), fp32 only: the im2col of a stride = kernel convolution and CLIP's quick_gelu
-// and the exact GELU, each a thread per element in a grid-stride loop. Both patchify passes
-// are gathers (every output element reads the one input element it comes from), so the
-// backward needs no atomics and is deterministic.
+// the reference) on fp32, bf16 and fp16 tensors: the im2col of a stride = kernel convolution and
+// CLIP's quick_gelu and the exact GELU, each a thread per element in a grid-stride loop
+// (vision_kernels.cuh). Both patchify passes are gathers (every output element reads the one
+// input element it comes from), so the backward needs no atomics and is deterministic; they
+// copy elements, so a 16-bit patchify is exact. The activations compute in fp32 and round once.
 #include "common.cuh"
+#include "vision_kernels.cuh"
 
 namespace lattice::kernels::cuda {
 namespace {
 
-constexpr float kQuickGeluAlpha = 1.702f;
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-
-// cols (B, (H / P) (W / P), Cin P P)[b, py (W / P) + px, (c P + ky) P + kx] =
-// img (B, Cin, H, W)[b, c, py P + ky, px P + kx]: a thread per column element.
-__global__ void patchify_forward_kernel(float* cols, const float* img, int B, int Cin, int H, int W,
-                                        int P) {
-  const int gw = W / P, np = (H / P) * gw, K = Cin * P * P;
-  const size_t n = static_cast<size_t>(B) * np * K;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t row = i / K;
-    const int col = static_cast<int>(i % K);
-    const size_t b = row / np;
-    const int patch = static_cast<int>(row % np), py = patch / gw, px = patch % gw;
-    const int c = col / (P * P), ky = (col / P) % P, kx = col % P;
-    cols[i] = img[((b * Cin + c) * H + static_cast<size_t>(py) * P + ky) * W +
-                  static_cast<size_t>(px) * P + kx];
-  }
+template <typename T>
+void patchify_fwd(Context& ctx, T* cols, const T* img, int B, int Cin, int H, int W, int P) {
+  const size_t n = static_cast<size_t>(B) * Cin * H * W;  // = B Np Cin P P
+  if (n == 0) return;
+  patchify_forward_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(dev(cols), dev(img), B,
+                                                                          Cin, H, W, P);
+  check_launch(ctx, "patchify_forward");
 }
 
-// dimg (B, Cin, H, W) = the inverse permutation of dcols: a thread per image element reads its
-// one column element (every pixel is in exactly one patch: H and W are multiples of P).
-__global__ void patchify_backward_kernel(float* dimg, const float* dcols, int B, int Cin, int H,
-                                         int W, int P) {
-  const int gw = W / P, np = (H / P) * gw, K = Cin * P * P;
+template <typename T>
+void patchify_bwd(Context& ctx, T* dimg, const T* dcols, int B, int Cin, int H, int W, int P) {
   const size_t n = static_cast<size_t>(B) * Cin * H * W;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int x = static_cast<int>(i % W), y = static_cast<int>((i / W) % H);
-    const size_t bc = i / (static_cast<size_t>(W) * H);
-    const int c = static_cast<int>(bc % Cin);
-    const size_t b = bc / Cin;
-    const int py = y / P, ky = y % P, px = x / P, kx = x % P;
-    const size_t row = b * np + static_cast<size_t>(py) * gw + px;
-    dimg[i] = dcols[row * K + (static_cast<size_t>(c) * P + ky) * P + kx];
-  }
+  if (n == 0) return;
+  patchify_backward_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(dev(dimg), dev(dcols), B,
+                                                                           Cin, H, W, P);
+  check_launch(ctx, "patchify_backward");
 }
 
-// out (n) = x sigmoid(1.702 x) (quick) or 0.5 x (1 + erf(x / sqrt 2)) (exact); may alias.
-__global__ void activation_forward_kernel(float* out, const float* inp, size_t n, bool quick) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    out[i] = quick ? x * (1.0f / (1.0f + expf(-kQuickGeluAlpha * x)))
-                   : 0.5f * x * (1.0f + erff(x * kInvSqrt2));
-  }
+template <typename T>
+void activation_fwd(Context& ctx, T* out, const T* inp, size_t n, Activation act) {
+  if (n == 0) return;
+  activation_forward_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(
+      dev(out), dev(inp), n, act == Activation::kQuickGelu);
+  check_launch(ctx, "activation_forward");
 }
 
-// dinp (n) = dout * act'(inp): s + a x s (1 - s) with s = sigmoid(a x), or Phi(x) + x phi(x).
-__global__ void activation_backward_kernel(float* dinp, const float* inp, const float* dout,
-                                           size_t n, bool quick) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    float grad;
-    if (quick) {
-      const float s = 1.0f / (1.0f + expf(-kQuickGeluAlpha * x));
-      grad = s + kQuickGeluAlpha * x * s * (1.0f - s);
-    } else {
-      grad = 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
-    }
-    dinp[i] = grad * dout[i];
-  }
+template <typename T>
+void activation_bwd(Context& ctx, T* dinp, const T* inp, const T* dout, size_t n, Activation act) {
+  if (n == 0) return;
+  activation_backward_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(
+      dev(dinp), dev(inp), dev(dout), n, act == Activation::kQuickGelu);
+  check_launch(ctx, "activation_backward");
 }
 
 }  // namespace
 
 void patchify_forward(Context& ctx, float* cols, const float* img, int B, int Cin, int H, int W,
                       int P) {
-  const size_t n = static_cast<size_t>(B) * Cin * H * W;  // = B Np Cin P P
-  if (n == 0) return;
-  patchify_forward_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(cols, img, B, Cin, H, W,
-                                                                          P);
-  check_launch(ctx, "patchify_forward");
+  patchify_fwd(ctx, cols, img, B, Cin, H, W, P);
+}
+void patchify_forward(Context& ctx, bf16* cols, const bf16* img, int B, int Cin, int H, int W,
+                      int P) {
+  patchify_fwd(ctx, cols, img, B, Cin, H, W, P);
+}
+void patchify_forward(Context& ctx, fp16* cols, const fp16* img, int B, int Cin, int H, int W,
+                      int P) {
+  patchify_fwd(ctx, cols, img, B, Cin, H, W, P);
 }
 
 void patchify_backward(Context& ctx, float* dimg, const float* dcols, int B, int Cin, int H, int W,
                        int P) {
-  const size_t n = static_cast<size_t>(B) * Cin * H * W;
-  if (n == 0) return;
-  patchify_backward_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(dimg, dcols, B, Cin, H,
-                                                                           W, P);
-  check_launch(ctx, "patchify_backward");
+  patchify_bwd(ctx, dimg, dcols, B, Cin, H, W, P);
+}
+void patchify_backward(Context& ctx, bf16* dimg, const bf16* dcols, int B, int Cin, int H, int W,
+                       int P) {
+  patchify_bwd(ctx, dimg, dcols, B, Cin, H, W, P);
+}
+void patchify_backward(Context& ctx, fp16* dimg, const fp16* dcols, int B, int Cin, int H, int W,
+                       int P) {
+  patchify_bwd(ctx, dimg, dcols, B, Cin, H, W, P);
 }
 
 void activation_forward(Context& ctx, float* out, const float* inp, size_t n, Activation act) {
-  if (n == 0) return;
-  activation_forward_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(
-      out, inp, n, act == Activation::kQuickGelu);
-  check_launch(ctx, "activation_forward");
+  activation_fwd(ctx, out, inp, n, act);
+}
+void activation_forward(Context& ctx, bf16* out, const bf16* inp, size_t n, Activation act) {
+  activation_fwd(ctx, out, inp, n, act);
+}
+void activation_forward(Context& ctx, fp16* out, const fp16* inp, size_t n, Activation act) {
+  activation_fwd(ctx, out, inp, n, act);
 }
 
 void activation_backward(Context& ctx, float* dinp, const float* inp, const float* dout, size_t n,
                          Activation act) {
-  if (n == 0) return;
-  activation_backward_kernel<<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(
-      dinp, inp, dout, n, act == Activation::kQuickGelu);
-  check_launch(ctx, "activation_backward");
+  activation_bwd(ctx, dinp, inp, dout, n, act);
+}
+void activation_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, size_t n,
+                         Activation act) {
+  activation_bwd(ctx, dinp, inp, dout, n, act);
+}
+void activation_backward(Context& ctx, fp16* dinp, const fp16* inp, const fp16* dout, size_t n,
+                         Activation act) {
+  activation_bwd(ctx, dinp, inp, dout, n, act);
 }
 
 }  // namespace lattice::kernels::cuda

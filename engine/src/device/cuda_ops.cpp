@@ -2,10 +2,10 @@
 // (cuda_kernels.h) on the device's Context, whose stream is the compute stream and whose error
 // is the device's. Where the one signature differs from cuda_kernels.h: the attention's saved
 // tensor is the log-sum-exp (B, NH, T) and its forward takes no workspace; the conversions
-// between A and float are copies for A = float; the ring attention's ops (context parallelism)
-// and the vision encoder's exist in the float list only. Built only into lattice_engine_gpu;
-// compiled here, never yet run on a GPU (tests/device/test_cuda_op_list.cpp checks it against the
-// CPU's lists where a device is lent).
+// between A and float are copies for A = float. Every list has every op, the MoE, ring attention
+// and vision encoder ops included. Built only into lattice_engine_gpu; compiled here, never yet
+// run on a GPU (tests/device/test_cuda_op_list.cpp checks it against the CPU's lists where a
+// device is lent).
 #include <cuda_runtime_api.h>
 
 #include <type_traits>
@@ -222,33 +222,21 @@ class CudaOps final : public Ops<A> {
   void fill(G* x, size_t n, G value) override { cu::fill(ctx_, x, n, value); }
   void accumulate(G* acc, const G* x, size_t n) override { cu::accumulate(ctx_, acc, x, n); }
 
-  // The vision encoder's ops (vision.cu), fp32 only: VisionEncoder runs in float or double, so
-  // the bf16 and fp16 lists keep ops.h's refusing defaults (if constexpr below).
-  bool has_vision() const override { return std::is_same_v<A, float>; }
+  // The vision encoder's ops (vision.cu): every list; the 16-bit patchify copies elements and
+  // the 16-bit activations compute in fp32 and round once.
+  bool has_vision() const override { return true; }
   void patchify_forward(A* cols, const A* img, int B, int Cin, int H, int W, int P) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::patchify_forward(ctx_, cols, img, B, Cin, H, W, P);
-    else
-      Ops<A>::patchify_forward(cols, img, B, Cin, H, W, P);
+    cu::patchify_forward(ctx_, cols, img, B, Cin, H, W, P);
   }
   void patchify_backward(A* dimg, const A* dcols, int B, int Cin, int H, int W, int P) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::patchify_backward(ctx_, dimg, dcols, B, Cin, H, W, P);
-    else
-      Ops<A>::patchify_backward(dimg, dcols, B, Cin, H, W, P);
+    cu::patchify_backward(ctx_, dimg, dcols, B, Cin, H, W, P);
   }
   void activation_forward(A* out, const A* inp, size_t n, kernels::Activation act) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::activation_forward(ctx_, out, inp, n, act);
-    else
-      Ops<A>::activation_forward(out, inp, n, act);
+    cu::activation_forward(ctx_, out, inp, n, act);
   }
   void activation_backward(A* dinp, const A* inp, const A* dout, size_t n,
                            kernels::Activation act) override {
-    if constexpr (std::is_same_v<A, float>)
-      cu::activation_backward(ctx_, dinp, inp, dout, n, act);
-    else
-      Ops<A>::activation_backward(dinp, inp, dout, n, act);
+    cu::activation_backward(ctx_, dinp, inp, dout, n, act);
   }
 
   void to_compute(A* dst, const float* src, size_t n) override {

@@ -312,13 +312,11 @@ void attention_block_backward(Context& ctx, float* dqkv, float* dkv, const float
                               const float* kv, const kernels::AttentionBlock& block,
                               float* workspace);
 void attention_block_backward(Context& ctx, float* dqkv, float* dkv, const bf16* dout,
-                              const float* delta, const float* lse, const bf16* qkv,
-                              const bf16* kv, const kernels::AttentionBlock& block,
-                              float* workspace);
+                              const float* delta, const float* lse, const bf16* qkv, const bf16* kv,
+                              const kernels::AttentionBlock& block, float* workspace);
 void attention_block_backward(Context& ctx, float* dqkv, float* dkv, const fp16* dout,
-                              const float* delta, const float* lse, const fp16* qkv,
-                              const fp16* kv, const kernels::AttentionBlock& block,
-                              float* workspace);
+                              const float* delta, const float* lse, const fp16* qkv, const fp16* kv,
+                              const kernels::AttentionBlock& block, float* workspace);
 // kv (rows, 2 KV HS) = the key and value columns of qkv (rows, (NH + 2 KV) HS), grouped layout
 // (group g: Q = NH / KV query heads, then its key, then its value).
 void attention_kv_pack(Context& ctx, float* kv, const float* qkv, size_t rows, int NH, int KV,
@@ -435,16 +433,32 @@ void moe_route_backward(Context& ctx, T* dlogits, const float* dweight, const fl
                         const int32_t* route, const float* weight, const int32_t* tokens_per_expert,
                         int N, int E, int k, double aux_scale);
 
-// ---- vision.cu (kernels.h's vision encoder ops; fp32 only) ---------------------------------
+// ---- vision.cu (kernels.h's vision encoder ops) ---------------------------------------------
 // cols (B, (H / P) (W / P), Cin P P) = the patches of img (B, Cin, H, W), H and W multiples of P;
-// dimg = the inverse permutation of dcols, written (a gather per pixel: deterministic).
+// dimg = the inverse permutation of dcols, written (a gather per pixel: deterministic). The
+// 16-bit patchify copies elements (exact).
 void patchify_forward(Context& ctx, float* cols, const float* img, int B, int Cin, int H, int W,
+                      int P);
+void patchify_forward(Context& ctx, bf16* cols, const bf16* img, int B, int Cin, int H, int W,
+                      int P);
+void patchify_forward(Context& ctx, fp16* cols, const fp16* img, int B, int Cin, int H, int W,
                       int P);
 void patchify_backward(Context& ctx, float* dimg, const float* dcols, int B, int Cin, int H, int W,
                        int P);
-// out (n) = act(inp), may alias; dinp (n) = dout * act'(inp), may alias dout (not inp).
+void patchify_backward(Context& ctx, bf16* dimg, const bf16* dcols, int B, int Cin, int H, int W,
+                       int P);
+void patchify_backward(Context& ctx, fp16* dimg, const fp16* dcols, int B, int Cin, int H, int W,
+                       int P);
+// out (n) = act(inp), may alias; dinp (n) = dout * act'(inp), may alias dout (not inp). The
+// 16-bit ones compute in fp32 and round once.
 void activation_forward(Context& ctx, float* out, const float* inp, size_t n, Activation act);
+void activation_forward(Context& ctx, bf16* out, const bf16* inp, size_t n, Activation act);
+void activation_forward(Context& ctx, fp16* out, const fp16* inp, size_t n, Activation act);
 void activation_backward(Context& ctx, float* dinp, const float* inp, const float* dout, size_t n,
+                         Activation act);
+void activation_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, size_t n,
+                         Activation act);
+void activation_backward(Context& ctx, fp16* dinp, const fp16* inp, const fp16* dout, size_t n,
                          Activation act);
 
 // ---- convert.cu -----------------------------------------------------------------------------

@@ -7,6 +7,9 @@
 // The Llama family's kernels likewise: grouped-query attention (KV 1, KV 2 of NH 4, KV = NH; the
 // fp32 and tensor-core kernels), RMSNorm with the fused residual and its backward, RoPE on the
 // grouped layout (positions array, rotary_dim < HS) and SwiGLU, in fp32, fp16 and bf16.
+// The vision encoder's kernels in fp32, bf16 and fp16, bit for bit: patchify and its inverse (the
+// input's bits), quick_gelu and the exact GELU forward and backward (the CPU's float result
+// rounded once to the type).
 // The attention and LayerNorm kernels also run on fp16 tensors (the host's to_fp16 rounding,
 // as the device's): within fp16's 1e-2 of the CPU ops on the rounded inputs; and the
 // tensor-core attention kernels on fp16 and bf16 tensors, mma_16816 emulated from its
@@ -35,6 +38,7 @@
 #include "rmsnorm_kernels.cuh"
 #include "rope_kernels.cuh"
 #include "swiglu_kernels.cuh"
+#include "vision_kernels.cuh"
 
 namespace cu = lattice::kernels::cuda;
 namespace emu = lattice::emulation;
@@ -157,9 +161,17 @@ QString differing_bits(const char* tensor, const std::vector<T>& got, const std:
       return QString("%1[%2]: %3, expected %4 bit for bit")
           .arg(tensor)
           .arg(i)
-          .arg(widen(got[i]))
-          .arg(widen(want[i]));
+          .arg(widen(got[i]), 0, 'g', 9)
+          .arg(widen(want[i]), 0, 'g', 9);
   return {};
+}
+
+// v rounded once to T (for float, v itself).
+template <typename T>
+std::vector<T> rounded(const std::vector<float>& v) {
+  std::vector<T> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = cu::from_float<T>(v[i]);
+  return out;
 }
 
 // The fp32-arithmetic kernels (attention_kernels.cuh) or, with mma, the tensor-core ones
@@ -471,6 +483,64 @@ void check_swiglu(int N, int F) {
   QVERIFY2(error.isEmpty(), qPrintable(error));
 }
 
+// The vision encoder's patchify (im2col of a stride = kernel convolution) and its inverse
+// against the CPU ops on the same values: data movement, so every type's result is the input's
+// bits, bit for bit (a 16-bit patchify must not round). H != W so that a transposed row and
+// column index shows; 2 blocks of 64 threads, fewer than the elements (grid-stride loops).
+template <typename T>
+void check_patchify(int B, int Cin, int H, int W, int P) {
+  const size_t n = size_t(B) * Cin * H * W;  // = B (H / P) (W / P) Cin P P
+  auto img = random_floats(n, 81), dcols = random_floats(n, 82);
+  const std::vector<T> t_img = stored_as<T>(img), t_dcols = stored_as<T>(dcols);
+  std::vector<float> cols(n), dimg(n);
+  k::patchify_forward(cols.data(), img.data(), B, Cin, H, W, P);
+  k::patchify_backward(dimg.data(), dcols.data(), B, Cin, H, W, P);
+  std::vector<T> g_cols(n, nan_of<T>()), g_dimg(n, nan_of<T>());
+  emu::launch(dim3(2), dim3(64), cu::patchify_forward_kernel<T>, g_cols.data(), t_img.data(), B,
+              Cin, H, W, P);
+  emu::launch(dim3(2), dim3(64), cu::patchify_backward_kernel<T>, g_dimg.data(), t_dcols.data(), B,
+              Cin, H, W, P);
+  QString error = differing_bits("patchify cols", g_cols, rounded<T>(cols));
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = differing_bits("patchify dimg", g_dimg, rounded<T>(dimg));
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+}
+
+// quick_gelu and the exact GELU, forward and backward (the backward also in place on dout, as
+// kernels.h allows), against the CPU's float ops on the widened inputs with the result rounded
+// once to T: the kernels compute in fp32 and round once, so the bits must match. Bit for bit,
+// not within an ulp: under emulation the kernels' expf / erff are the host's, the ones the CPU
+// ops call, and neither side fuses a product into a sum (plain x86-64). On a GPU, CUDA's expf
+// and erff differ from glibc's by an ulp or two of fp32; test_cuda_op_list compares there,
+// within the CUDA parity tolerances. Inputs of ~+-12 and two of +-20 reach both tails (the sigmoid
+// and erf saturated, phi(x) underflowed to 0).
+template <typename T>
+void check_activation(size_t n, k::Activation act) {
+  auto inp = random_floats(n, 83), dout = random_floats(n, 84);
+  for (float& v : inp) v *= 4.0f;
+  inp[0] = 20.0f, inp[1] = -20.0f;
+  const std::vector<T> t_inp = stored_as<T>(inp), t_dout = stored_as<T>(dout);
+  std::vector<float> out(n), dinp(n);
+  k::activation_forward(out.data(), inp.data(), n, act);
+  k::activation_backward(dinp.data(), inp.data(), dout.data(), n, act);
+  const bool quick = act == k::Activation::kQuickGelu;
+  std::vector<T> g_out(n, nan_of<T>()), g_dinp(n, nan_of<T>()), g_in_place = t_dout;
+  emu::launch(dim3(2), dim3(64), cu::activation_forward_kernel<T>, g_out.data(), t_inp.data(), n,
+              quick);
+  emu::launch(dim3(2), dim3(64), cu::activation_backward_kernel<T>, g_dinp.data(), t_inp.data(),
+              t_dout.data(), n, quick);
+  emu::launch(dim3(2), dim3(64), cu::activation_backward_kernel<T>, g_in_place.data(), t_inp.data(),
+              g_in_place.data(), n, quick);
+  const char* name = quick ? "quick_gelu" : "exact GELU";
+  QString error = differing_bits(qPrintable(QString("%1 out").arg(name)), g_out, rounded<T>(out));
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = differing_bits(qPrintable(QString("%1 dinp").arg(name)), g_dinp, rounded<T>(dinp));
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = differing_bits(qPrintable(QString("%1 dinp (in place on dout)").arg(name)), g_in_place,
+                         rounded<T>(dinp));
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+}
+
 std::vector<int32_t> random_targets(int N, int V, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> pick(0, V - 1);
@@ -561,6 +631,21 @@ class KernelsEmulated : public QObject {
   void swiglu_matches_cpu() { check_swiglu<float>(7, 45); }
   void bf16_swiglu_matches_cpu() { check_swiglu<cu::bf16>(5, 37); }
   void fp16_swiglu_matches_cpu() { check_swiglu<cu::fp16>(5, 37); }
+  void patchify_matches_cpu() { check_patchify<float>(2, 3, 12, 8, 4); }
+  void bf16_patchify_matches_cpu() { check_patchify<cu::bf16>(2, 3, 8, 12, 4); }
+  void fp16_patchify_matches_cpu() { check_patchify<cu::fp16>(1, 2, 6, 9, 3); }
+  void vision_activations_match_cpu() {
+    check_activation<float>(333, k::Activation::kQuickGelu);
+    check_activation<float>(333, k::Activation::kGeluErf);
+  }
+  void bf16_vision_activations_match_cpu() {
+    check_activation<cu::bf16>(333, k::Activation::kQuickGelu);
+    check_activation<cu::bf16>(333, k::Activation::kGeluErf);
+  }
+  void fp16_vision_activations_match_cpu() {
+    check_activation<cu::fp16>(333, k::Activation::kQuickGelu);
+    check_activation<cu::fp16>(333, k::Activation::kGeluErf);
+  }
   void unscale_and_check_is_the_cpu_function();
 
   void softmax_cross_entropy_matches_cpu() {
