@@ -69,6 +69,20 @@ class ParallelMemory : public QObject {
     check(2, {"--bf16", "--use-distributed-optimizer"});
   }
 
+  // A bf16 vision-language run (Note [tower precision] in model/gpt_vision.cpp): the tower's
+  // activations and the images in bf16, its statistics and log-sum-exps in fp32, at PP 2 (two
+  // micro-batches in flight share the tower's buffers); and its scratch, the 16-bit splice's
+  // widened rows and patches included, is the extra workspace over the text model's.
+  void vlm_bf16_ranks_hold_what_the_planner_says() {
+    struct WidenedGemms {
+      WidenedGemms() { qputenv("LATTICE_CPU_BF16_GEMM", "widened"); }
+      ~WidenedGemms() { qunsetenv("LATTICE_CPU_BF16_GEMM"); }
+    } widened;
+    check(2, kVlm + QStringList{"--bf16", "--pipeline-model-parallel-size", "2"});
+    if (QTest::currentTestFailed()) return;
+    expect_tower_scratch({"--bf16"});
+  }
+
   // --fp16 on the CPU runs the loss scaler over fp32 weights and arithmetic (Trainer<float>):
   // the planner sizes it as fp32 (compute_precision), not as a 16-bit run.
   void cpu_fp16_ranks_hold_what_the_planner_says() {
@@ -216,25 +230,28 @@ class ParallelMemory : public QObject {
   // buffers) is what a vision-language run's workspace holds beyond the same language model's
   // (the rest of the workspace is the same buffers; a frozen layout would add GptModel's
   // norm_discard_ to both sides' difference, so both train whole).
-  void vlm_tower_scratch_is_the_extra_workspace() {
+  void vlm_tower_scratch_is_the_extra_workspace() { expect_tower_scratch({}); }
+
+ private:
+  void expect_tower_scratch(const QStringList& precision) {
     std::vector<lattice::storage::MemorySample> text, vlm;
-    measure(1, kBase, text);
+    measure(1, kBase + precision, text);
     if (QTest::currentTestFailed()) return;
-    measure(1, kBase + kVlm, vlm);
+    measure(1, kBase + kVlm + precision, vlm);
     if (QTest::currentTestFailed()) return;
     std::vector<std::string> args;
-    for (const QString& f : kBase + kVlm) args.push_back(f.toStdString());
+    for (const QString& f : kBase + kVlm + precision) args.push_back(f.toStdString());
     auto options = lattice::parse_train_options(args);
     QVERIFY2(options, options.status().message().c_str());
     const lattice::MemoryEstimate estimate =
         lattice::estimate_memory(*options, *lattice::make_layout(*options, 1));
     const std::int64_t extra = vlm[0].workspace - text[0].workspace;
-    qInfo("tower workspace: measured %lld bytes, planner %zu", static_cast<long long>(extra),
-          estimate.stages[0].vision_workspace_bytes);
+    qInfo("tower workspace%s: measured %lld bytes, planner %zu",
+          qPrintable(precision.isEmpty() ? QString() : " " + precision.join(" ")),
+          static_cast<long long>(extra), estimate.stages[0].vision_workspace_bytes);
     QCOMPARE(extra, static_cast<std::int64_t>(estimate.stages[0].vision_workspace_bytes));
   }
 
- private:
   static inline const QStringList kLlama = {"--num-attention-heads",
                                             "8",
                                             "--group-query-attention",

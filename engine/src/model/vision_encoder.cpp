@@ -88,7 +88,8 @@ Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionC
     return Status::invalid_argument(
         "the vision encoder needs the vision ops (patchify, quick_gelu, exact GELU) and the block "
         "attention, which " +
-        device.describe() + "'s op list for this compute type lacks; run it in fp32 or on the CPU.");
+        device.describe() +
+        "'s op list for this compute type lacks; run it in fp32 or on the CPU.");
   // The block attention's head sizes (CUDA's: 64 and 128; the CPU's: any).
   const std::vector<int>& head_sizes = device.capabilities().head_sizes;
   const int hs = config.hidden_size / config.num_attention_heads;
@@ -180,17 +181,18 @@ Status VisionEncoder<A>::init_weights(uint64_t seed) {
     (void)seed;
     return Status::internal("VisionEncoder::init_weights: a 16-bit tower owns no weights");
   } else {
-  // The language model's rule (init_weights.h), so the tower alone and inside a GptModel start
-  // from the same bits.
-  ModelConfig rule;
-  rule.init_method_std = config_.init_method_std;
-  std::vector<A> host(num_params_);
-  for (const ParamTensor& t : tensors_)
-    if (size_t bytes = init_tensor(rule, t, seed, host.data() + t.offset); bytes > 0)
-      return Status::resource_exhausted("initialising " + t.name + " needs a host buffer of " +
-                                        std::to_string(bytes) + " bytes that cannot be allocated.");
-  device_.copy(params_, host.data(), num_params_ * sizeof(A), CopyKind::kHostToDevice, compute());
-  return device_.synchronize(compute());
+    // The language model's rule (init_weights.h), so the tower alone and inside a GptModel start
+    // from the same bits.
+    ModelConfig rule;
+    rule.init_method_std = config_.init_method_std;
+    std::vector<A> host(num_params_);
+    for (const ParamTensor& t : tensors_)
+      if (size_t bytes = init_tensor(rule, t, seed, host.data() + t.offset); bytes > 0)
+        return Status::resource_exhausted("initialising " + t.name + " needs a host buffer of " +
+                                          std::to_string(bytes) +
+                                          " bytes that cannot be allocated.");
+    device_.copy(params_, host.data(), num_params_ * sizeof(A), CopyKind::kHostToDevice, compute());
+    return device_.synchronize(compute());
   }
 }
 

@@ -162,7 +162,9 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   // Note [vision tower in the plan]: the run's compute type (the CPU runs --fp16 in fp32).
   const std::string precision = compute_precision(o);
   const bool sixteen_bit = precision == "bf16" || precision == "fp16";
-  const TowerBytes bytes{sixteen_bit ? 2.0 : precision == "fp64" ? 8.0 : 4.0,
+  const TowerBytes bytes{sixteen_bit           ? 2.0
+                         : precision == "fp64" ? 8.0
+                                               : 4.0,
                          precision == "fp64" ? 8.0 : 4.0};
   constexpr int kImagesPerSample = 1;
   e.parameters = vision_parameters(v);
@@ -185,8 +187,9 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   const bool cuda = o.device == "cuda";
   e.encoder_workspace_bytes = static_cast<size_t>(encoder_workspace_bytes(
       s, B, bytes, cuda, o.threads > 0 ? o.threads : kernels::num_threads()));
-  const double splice = bytes.g * B * s.Np * s.H +
-                        (sixteen_bit ? (bytes.g * (rows + B * s.Np) + bytes.a * B * s.Np) * s.H : 0);
+  const double splice =
+      bytes.g * B * s.Np * s.H +
+      (sixteen_bit ? (bytes.g * (rows + B * s.Np) + bytes.a * B * s.Np) * s.H : 0);
   e.workspace_bytes = e.encoder_workspace_bytes + static_cast<size_t>(splice);
   const VisionFlops f = vision_forward_flops(s);
   e.forward_flops_per_image = f.forward();
