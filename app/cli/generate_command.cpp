@@ -185,9 +185,8 @@ int generate_command(const std::vector<std::string>& args) {
       r.stop_at_eod = !f.ignore_eod;
       r.logprobs = f.logprobs;
       r.stop = f.stop;
-      if (Status s = gen.check(r); !s)
-        problem = "--prompt " + std::to_string(i + 1) + ": " + s.message() + " (--prompt " +
-                  "must encode to 1.." + std::to_string(gen.context_length()) + " tokens)";
+      if (Status s = gen.check(r); !s)  // its sentence names the limit (context, vocabulary)
+        problem = "--prompt " + std::to_string(i + 1) + ": " + s.message();
       requests.push_back(std::move(r));
     }
   }

@@ -1,7 +1,8 @@
-// What each rank of 27 layouts (seven dense GPT-2 incl. LoRA and bf16 under the distributed
+// What each rank of 32 layouts (seven dense GPT-2 incl. LoRA and bf16 under the distributed
 // optimizer, two of the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP and expert
-// TP 1 and 2 under TP, seven with a vision tower trained whole, projector-only, with --freeze-ViT,
-// --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed optimizer) really
+// TP 1 and 2 under TP, eight with a vision tower trained whole, projector-only, with --freeze-ViT,
+// --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed optimizer, in bf16;
+// four with context parallelism, fp32, bf16, selective recomputation and TP x CP) really
 // holds, against the
 // planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and
 // activations per rank to the byte (the planner counts the one model's buffers and each chunk's
@@ -67,6 +68,31 @@ class ParallelMemory : public QObject {
       ~WidenedGemms() { qunsetenv("LATTICE_CPU_BF16_GEMM"); }
     } widened;
     check(2, {"--bf16", "--use-distributed-optimizer"});
+  }
+
+  // Context parallelism (Note [context parallelism] in model/gpt_layer.cpp): each rank's T / CP
+  // rows, and the ring's log-sum-exps as the attention's saved tensor (not the scores, which
+  // selective recomputation would drop), in fp32 and bf16.
+  void context_parallel_ranks_hold_what_the_planner_says_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<QStringList>("layout");
+    const QStringList cp = {"--context-parallel-size", "2", "--attention-dropout", "0"};
+    QTest::newRow("cp2") << 2 << cp;
+    QTest::newRow("cp2 selective recomputation")
+        << 2 << cp + QStringList{"--recompute-granularity", "selective"};
+    QTest::newRow("cp2 bf16") << 2 << cp + QStringList{"--bf16"};
+    QTest::newRow("cp2 tp2 sequence parallel")
+        << 4 << cp + QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel"};
+  }
+
+  void context_parallel_ranks_hold_what_the_planner_says() {
+    QFETCH(int, ranks);
+    QFETCH(QStringList, layout);
+    struct WidenedGemms {  // --bf16 on the CPU's 16-bit list on every CPU
+      WidenedGemms() { qputenv("LATTICE_CPU_BF16_GEMM", "widened"); }
+      ~WidenedGemms() { qunsetenv("LATTICE_CPU_BF16_GEMM"); }
+    } widened;
+    check(ranks, layout);
   }
 
   // A bf16 vision-language run (Note [tower precision] in model/gpt_vision.cpp): the tower's

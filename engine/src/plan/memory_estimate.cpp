@@ -161,8 +161,8 @@ ElementBytes element_bytes(const std::string& precision) {
 // QKV width W/t ((NH + 2 G) head size / t) and FC1 width U/t (2 F / t with SwiGLU, else F / t),
 // and the statistics each norm keeps per row (LayerNorm: mean and rstd; RMSNorm: rstd). With
 // context parallelism a rank holds T = --seq-length / CP tokens of each sequence, whose queries
-// still attend over Tk = --seq-length keys (Megatron's sequence split; an estimate until the
-// context-parallel attention's own buffers are counted).
+// still attend over Tk = --seq-length keys (Megatron's sequence split); the ring's own buffers
+// (the travelling keys and values, kCommBuffers, and its scratch) are not counted.
 struct ChunkShape {
   double B, T, Tk, N, R, C, Ct, Ft, Ht, Vt, Wt, Ut, norm_stats;
 };
@@ -187,11 +187,13 @@ ChunkShape chunk_shape(const TrainOptions& o, int t) {
           m.rms_norm() ? 1.0 : 2.0};
 }
 
-// Elements of the attention's saved tensor per layer (Ops::attention_saved_elems): the CPU
+// Elements of the attention's saved tensor per layer (GptModel::attention_saved_elems): the CPU
 // kernel keeps the (B, heads, T, Tk) probabilities, CUDA's flash attention the (B, heads, T)
-// log-sum-exps (options.device "cuda").
+// log-sum-exps (options.device "cuda"), and with context parallelism the ring keeps its (B,
+// heads, T) log-sum-exps on every device (Note [context parallelism] in model/gpt_layer.cpp).
 double attention_saved(const TrainOptions& o, const ChunkShape& d) {
-  return d.B * d.Ht * d.T * (o.device == "cuda" ? 1 : d.Tk);
+  const bool lse = o.device == "cuda" || o.parallel.context_parallel_size > 1;
+  return d.B * d.Ht * d.T * (lse ? 1 : d.Tk);
 }
 
 // One layer's activations of one micro-batch (GptModel::take_layer_acts): ln1, res_mid, ln2
@@ -305,7 +307,9 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
   const int layers = shard.num_layers(m);
   const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                  par.recompute_num_layers, layers);
-  const bool scores = o.device != "cuda";
+  // Selective recomputation drops the saved tensor where it holds the scores (GptModel: the
+  // CPU's attention without context parallelism).
+  const bool scores = o.device != "cuda" && par.context_parallel_size <= 1;
   const double saved = attention_saved(o, d);
   const double kept_saved = plan.selective && scores ? 0 : saved;
   const MoeShape s = m.moe() ? moe_shape(o, layout, d) : MoeShape{};
@@ -514,6 +518,11 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     if (m.rope())
       st.weight_bytes += static_cast<size_t>(layout.vpp) * 2 * m.seq_length * (m.rotary_dim() / 2) *
                          (precision == "fp64" ? 8 : 4);
+    // With context parallelism each model chunk keeps its rows' global positions, (B, T / CP)
+    // int32 (Note [context parallelism] in model/gpt_layer.cpp), with the weights too.
+    if (layout.cp > 1)
+      st.weight_bytes += static_cast<size_t>(layout.vpp) * o.micro_batch_size *
+                         (m.seq_length / layout.cp) * sizeof(int32_t);
     // The gradient arena holds the trained tensors alone (a tower its whole block) when any are
     // frozen (Note [LoRA] in model/param_layout.h): each model chunk's, from its layout.
     st.grad_bytes = params * per_param.grads;
