@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include "lattice/dtype.h"
 #include "lattice/kernels.h"
 
 namespace lattice::kernels {
@@ -180,5 +181,8 @@ void moe_route_backward(S* dlogits, const S* dweight, const S* probs, const int3
 LATTICE_MOE_INSTANTIATE(float)
 LATTICE_MOE_INSTANTIATE(double)
 #undef LATTICE_MOE_INSTANTIATE
+// The 16-bit lists' row gather (engine/src/device/cpu_ops_16bit.cpp): it moves rows only.
+template void moe_gather_rows(bf16*, const bf16*, const int32_t*, int, int);
+template void moe_gather_rows(fp16*, const fp16*, const int32_t*, int, int);
 
 }  // namespace lattice::kernels

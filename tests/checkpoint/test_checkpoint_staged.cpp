@@ -13,8 +13,9 @@
 //     byte, and the plain CPU resumes it to the plain run's last three iterations; a plain
 //     checkpoint resumes on the staged device the same way; --save-hf writes the same file;
 //   - with --bf16 on the CPU's 16-bit op lists (the GPU's compute-copy path: AdamW writing the
-//     bf16 copy, its refresh after a load and after the distributed optimizer's gather), a run
-//     resumed from its checkpoint continues exactly as the uninterrupted run, close to fp32.
+//     bf16 copy, its refresh after a load and after the distributed optimizer's gather; the
+//     16-bit ring under CP 2), a run resumed from its checkpoint continues exactly as the
+//     uninterrupted run, close to fp32.
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -39,7 +40,7 @@ namespace {
 
 // The runs: "one" (one process), "tp2" (TP 2, sequence parallel), "pp2i" (PP 2, two chunks of
 // one layer per rank), "dp2" (DP 2, distributed optimizer, buckets that cut tensors),
-// "cp2tp2" (CP 2 x TP 2, sequence parallel), "cp2full" (CP 2, full recomputation).
+// "cp2tp2" (CP 2 x TP 2, sequence parallel), "cp2full" (CP 2, full recomputation), "cp2" (CP 2).
 // Dropout on (hidden only under CP: the ring has no attention dropout), --fp16's loss scaler
 // (fp32 arithmetic on the CPU), a validation every 3 iterations.
 TrainOptions options_for(const std::string& run) {
@@ -209,6 +210,9 @@ class CheckpointStaged : public QObject {
     QTest::newRow("one process") << "one";
 #ifdef LATTICE_MPIEXEC
     QTest::newRow("DP 2, distributed optimizer") << "dp2";
+    // The 16-bit ring on the device (Note [ring attention in 16 bits]): 16-bit keys and values
+    // through the device's CP communicator, merges in fp32 device buffers.
+    QTest::newRow("CP 2") << "cp2";
 #endif
   }
   void bf16_on_the_staged_device_resumes_exactly() {

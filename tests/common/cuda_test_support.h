@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lattice/cuda_kernels.h"
@@ -115,6 +116,14 @@ std::vector<float> to_float(const std::vector<H>& v) {
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); i++) out[i] = Half<H>::widen(v[i]);
   return out;
+}
+// v in the compute type A: itself for float, rounded for bf16 and fp16.
+template <typename A>
+std::vector<A> compute_values(const std::vector<float>& v) {
+  if constexpr (std::is_same_v<A, float>)
+    return v;
+  else
+    return to_half<A>(v);
 }
 inline std::vector<float>& round_to_bf16(std::vector<float>& v) {
   return round_to<cu::bf16>(v);

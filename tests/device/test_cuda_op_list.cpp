@@ -4,9 +4,8 @@
 // within the CUDA parity tolerances (1e-5 fp32, 1e-2 bf16 and fp16, normwise; the device's output
 // buffers poisoned with NaN first). Each backend keeps its own attention saved tensor (the CPU's
 // probabilities, CUDA's log-sum-exp); the outputs and gradients are compared. The CUDA device has
-// no Ops<double>. The MoE ops are compared in fp32 (the CPU's 16-bit lists have none); CUDA's
-// 16-bit lists run them too (the only ops CUDA may run that the CPU's list does not). The ring
-// attention's ops are compared in every type (the 16-bit lists read 16-bit inputs and merge into
+// no Ops<double>. The MoE ops are compared in every type (the CPU's 16-bit lists widen the rows
+// and logits, run the float op and round). The ring attention's ops are compared in every type (the 16-bit lists read 16-bit inputs and merge into
 // fp32), and so are the vision encoder's (16-bit inputs and outputs; the CPU's 16-bit lists widen,
 // run the float op and round). Without a CUDA device the whole case is SKIPPED (label cuda).
 #include <QtTest/QtTest>
@@ -93,14 +92,6 @@ using Results = std::map<std::string, std::vector<float>>;
 using lattice::testing::to_float;
 std::vector<float> to_float(const std::vector<int32_t>& v) {
   return std::vector<float>(v.begin(), v.end());
-}
-
-template <typename A>
-std::vector<A> compute_values(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<A, float>)
-    return v;
-  else
-    return to_half<A>(v);
 }
 
 // One run of every op of the list on `mem`'s buffers; the results widened to float by name.
@@ -244,9 +235,8 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   ops.swiglu_backward(swiglu_dinp, gate_up, demb, N, C);
   keep("swiglu_backward dinp", swiglu_dinp, N * 2 * C);
 
-  // mixture of experts (the CPU's float list and CUDA's three have them; the CPU's 16-bit lists
-  // do not, so there only CUDA's run, uncompared): 8 experts top-2 over the N tokens with a
-  // capacity of 6 routes (drops), every op of Note [MoE layer] in order.
+  // mixture of experts (every list has them): 8 experts top-2 over the N tokens with a capacity
+  // of 6 routes (drops), every op of Note [MoE layer] in order.
   if (ops.has_moe()) {
     constexpr int E = 8, K = 2, kCapacity = 6;
     using G = lattice::accum_t<A>;
@@ -474,9 +464,9 @@ class CudaOpList : public QObject {
       const std::string why = compare(name, got.at(name), cpu, tolerance);
       if (!why.empty()) failures << QString::fromStdString(why);
     }
-    // Nothing else goes uncompared: a CUDA op the CPU's list lacks is a MoE op (see the top).
+    // Nothing goes uncompared: every op CUDA's list runs, the CPU's runs too.
     for (const auto& [name, gpu] : got)
-      if (!want.count(name) && name.rfind("moe_", 0) != 0)
+      if (!want.count(name))
         failures << QString("%1: run by the CUDA list alone (the CPU's lacks it), uncompared")
                         .arg(QString::fromStdString(name));
     QVERIFY2(failures.isEmpty(), qPrintable(failures.join("\n")));

@@ -839,6 +839,17 @@ class OpLists : public QObject {
     QVERIFY2(near.list.isEmpty(), qPrintable(near.list.join("\n")));
   }
 
+  // The 16-bit lists' MoE ops (cpu_ops_16bit.cpp) are the float ops on the widened logits and
+  // rows, each 16-bit result rounded once, bit for bit; their float results (probabilities,
+  // weights, the plan, dweight, the aux loss) are the float op's own. 12 tokens top-2 of 4
+  // experts under a capacity of 5 (drops).
+  void the_16_bit_lists_moe_ops_are_the_float_ops_on_widened_rows() {
+    QStringList bf16_failures = moe_16_bit_failures<bf16>(),
+                fp16_failures = moe_16_bit_failures<fp16>();
+    QVERIFY2(bf16_failures.isEmpty(), qPrintable("bf16: " + bf16_failures.join("\n")));
+    QVERIFY2(fp16_failures.isEmpty(), qPrintable("fp16: " + fp16_failures.join("\n")));
+  }
+
   // The 16-bit lists have the ring (Note [ring attention in 16 bits]; its blocks are checked
   // against the float ring by ring_attention_worker): packing moves 16-bit elements unchanged,
   // the key and value columns of each group in order.
@@ -859,6 +870,82 @@ class OpLists : public QObject {
   }
 
  private:
+  template <typename H>
+  QStringList moe_16_bit_failures() {
+    constexpr int Nt = 12, E = 4, K = 2, Cm = 8, kCapacity = 5;
+    Ops<H>& h = lattice::cpu_ops<H>();
+    Ops<float>& f = lattice::cpu_ops<float>();
+    QStringList failures;
+    auto same = [&](const char* what, const auto& got, const auto& want) {
+      if (got != want) failures << QString("%1 differs").arg(what);
+    };
+    auto rounded = [&](const char* what, const std::vector<H>& got,
+                       const std::vector<float>& want) {
+      if (widened(got) != widened(narrowed<H>(want)))
+        failures << QString("%1 is not the float op's result rounded").arg(what);
+    };
+    const Input<H> logits(Nt * E, 81, -2, 2), inp(Nt * Cm, 82), dinp(Nt * Cm, 83),
+        dout(Nt * Cm, 84);
+    std::vector<float> probs(Nt * E), weight(Nt * K), fprobs(Nt * E), fweight(Nt * K);
+    std::vector<int32_t> route(Nt * K), froute(Nt * K);
+    h.moe_route(probs.data(), route.data(), weight.data(), logits.h.data(), Nt, E, K);
+    f.moe_route(fprobs.data(), froute.data(), fweight.data(), logits.f.data(), Nt, E, K);
+    same("moe_route probs", probs, fprobs);
+    same("moe_route route", route, froute);
+    same("moe_route weight", weight, fweight);
+    std::vector<int32_t> tokens(E), counts(E), slot(Nt * K), slot_row(Nt * K);
+    h.moe_dispatch_plan(tokens.data(), counts.data(), slot.data(), slot_row.data(), route.data(),
+                        weight.data(), Nt, E, K, kCapacity);
+    int rows = 0;
+    for (int c : counts) rows += c;
+    if (rows == Nt * K) failures << "the capacity dropped no route: the case tests no drop";
+    const Input<H> d_rows(rows * Cm, 85), expert_out(rows * Cm, 86);
+    {
+      std::vector<H> out(rows * Cm);
+      h.moe_gather_rows(out.data(), inp.h.data(), slot_row.data(), rows, Cm);
+      std::vector<float> fout(rows * Cm);
+      f.moe_gather_rows(fout.data(), inp.f.data(), slot_row.data(), rows, Cm);
+      rounded("moe_gather_rows out", out, fout);
+    }
+    {
+      std::vector<H> di = dinp.h;
+      std::vector<float> fdi = dinp.f;
+      h.moe_scatter_add_rows(di.data(), d_rows.h.data(), slot.data(), Nt, Cm, K);
+      f.moe_scatter_add_rows(fdi.data(), d_rows.f.data(), slot.data(), Nt, Cm, K);
+      rounded("moe_scatter_add_rows dinp", di, fdi);
+    }
+    {
+      std::vector<H> out(Nt * Cm);
+      std::vector<float> fout(Nt * Cm);
+      h.moe_combine(out.data(), expert_out.h.data(), weight.data(), slot.data(), Nt, Cm, K);
+      f.moe_combine(fout.data(), expert_out.f.data(), weight.data(), slot.data(), Nt, Cm, K);
+      rounded("moe_combine out", out, fout);
+    }
+    std::vector<float> dweight(Nt * K), fdweight(Nt * K);
+    {
+      std::vector<H> d(rows * Cm);
+      std::vector<float> fd(rows * Cm);
+      h.moe_combine_backward(d.data(), dweight.data(), dout.h.data(), expert_out.h.data(),
+                             weight.data(), slot.data(), Nt, Cm, K);
+      f.moe_combine_backward(fd.data(), fdweight.data(), dout.f.data(), expert_out.f.data(),
+                             weight.data(), slot.data(), Nt, Cm, K);
+      rounded("moe_combine_backward d_expert_out", d, fd);
+      same("moe_combine_backward dweight", dweight, fdweight);
+    }
+    float aux = 0, faux = 0;
+    h.moe_aux_loss(&aux, probs.data(), tokens.data(), Nt, E, K, 0.01);
+    f.moe_aux_loss(&faux, probs.data(), tokens.data(), Nt, E, K, 0.01);
+    if (aux != faux || !(aux > 0)) failures << "moe_aux_loss differs or is not positive";
+    std::vector<H> dlogits(Nt * E);
+    std::vector<float> fdlogits(Nt * E);
+    h.moe_route_backward(dlogits.data(), dweight.data(), probs.data(), route.data(), weight.data(),
+                         tokens.data(), Nt, E, K, 0.01);
+    f.moe_route_backward(fdlogits.data(), dweight.data(), probs.data(), route.data(), weight.data(),
+                         tokens.data(), Nt, E, K, 0.01);
+    rounded("moe_route_backward dlogits", dlogits, fdlogits);
+    return failures;
+  }
+
   template <typename S>
   void residual_layernorm_case(int rows, int cols, Failures& f) {
     const size_t n = static_cast<size_t>(rows) * cols;

@@ -361,9 +361,9 @@ class CapabilitiesTest : public QObject {
              QString("--fp64 is not supported by the GPU trainer yet (docs/gpu.md#scope)"));
   }
 
-  // MoE layers (docs/models.md "Mixture of experts"): the CPU's fp32 and fp64, CUDA's fp32,
-  // bf16 and fp16; a backend without them refuses them.
-  void moe_layers_run_on_the_cpu_and_cuda_and_in_16_bit_on_cuda_alone() {
+  // MoE layers (docs/models.md "Mixture of experts"): the CPU and CUDA in every compute type;
+  // a backend without them, or without them in 16 bits, refuses them.
+  void moe_layers_run_on_the_cpu_and_cuda_in_every_compute_type() {
     TrainOptions o = supported();
     o.model.num_experts = 4;
     QCOMPARE(sentences(capability_errors(o, cpu_capabilities())), QString());
@@ -374,10 +374,13 @@ class CapabilitiesTest : public QObject {
              QString("MoE layers (--num-experts) are not yet implemented on CUDA: train them on "
                      "the CPU (--device cpu)"));
     o.fp16 = true;
-    QCOMPARE(sentences(capability_errors(o, cpu_capabilities())),
-             QString("MoE layers (--num-experts) run in fp32 and fp64 on the cpu: drop --fp16 / "
-                     "--bf16, or add --device cuda"));
+    QCOMPARE(sentences(capability_errors(o, cpu_capabilities())), QString());
     QCOMPARE(sentences(capability_errors(o, cuda_capabilities())), QString());
+    Capabilities fp32_moe_only = cuda_capabilities();
+    fp32_moe_only.moe_16bit = false;
+    QCOMPARE(sentences(capability_errors(o, fp32_moe_only)),
+             QString("MoE layers (--num-experts) run in fp32 and fp64 on the cuda: drop --fp16 / "
+                     "--bf16"));
     o.fp16 = false;
     o.bf16 = true;
     QCOMPARE(sentences(capability_errors(o, cuda_capabilities())), QString());

@@ -104,6 +104,9 @@ struct ModelConfig {
   int64_t lora_parameters() const;
   bool moe() const { return num_experts > 0; }
   bool has_vision() const { return !vision_model_type.empty(); }
+  // Whether some tensor is frozen (ParamLayout's rule, Note [LoRA] in model/param_layout.h):
+  // LoRA's base, --freeze-LM's language model, --freeze-ViT's encoder.
+  bool freezes_any() const { return lora() || freeze_lm || (has_vision() && freeze_vision); }
   // The image placeholder's token id (Note [image-text tokens] in data/image_text_dataset.h):
   // one past the tokenizer's vocabulary.
   int32_t image_token_id() const { return vocab_size; }

@@ -35,15 +35,15 @@ std::vector<std::string> capability_errors(const TrainOptions& o, const Capabili
         "LATTICE_CPU_BF16_GEMM=widened for fp32 GEMMs on widened bf16 copies (slower than "
         "fp32); --fp16 on the CPU runs fp32 arithmetic with the loss scaler");
   }
-  // MoE layers (docs/models.md "Mixture of experts"): the CPU's fp32 and fp64 op lists, CUDA's
-  // fp32, bf16 and fp16 ones.
+  // MoE layers (docs/models.md "Mixture of experts"): every op list of the CPU and of CUDA.
   if (o.model.moe() && !c.moe)
     errors.push_back("MoE layers (--num-experts) are not yet implemented on " +
                      std::string(c.device == "cuda" ? "CUDA" : c.device) +
                      ": train them on the CPU (--device cpu)");
   else if (o.model.moe() && (o.fp16 || o.bf16) && !c.moe_16bit)
     errors.push_back("MoE layers (--num-experts) run in fp32 and fp64 on the " + c.device +
-                     ": drop --fp16 / --bf16, or add --device cuda");
+                     ": drop --fp16 / --bf16" +
+                     (c.device == "cuda" ? std::string() : ", or add --device cuda"));
   if (o.parallel.context_parallel_size > 1 && !c.context_parallel)
     errors.push_back(
         "--context-parallel-size > 1: the " + c.device +

@@ -30,7 +30,7 @@ struct Capabilities {
   bool moe = false;               // MoE layers (--num-experts; Ops::has_moe) in fp32 (and fp64
   bool moe_16bit = false;         // where offered) / in --bf16 and --fp16 too
   bool context_parallel = false;  // --context-parallel-size > 1: the ring attention
-                                  // (parallel/ring_attention.h) in its fp32 op list
+                                  // (parallel/ring_attention.h), in every compute type offered
 };
 
 // The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, bf16 where this build and
@@ -45,6 +45,7 @@ inline Capabilities cpu_capabilities() {
   c.host_addressable = true;
   c.cheap_marks = true;
   c.moe = true;
+  c.moe_16bit = true;  // the 16-bit lists' routing ops on widened rows (cpu_ops_16bit.cpp)
   c.context_parallel = true;
   return c;
 }

@@ -116,6 +116,13 @@ void store(H* dst, const Buffer& v) {
 const float* data_or_null(const Buffer& v) {
   return v.empty() ? nullptr : v.data();
 }
+// The permuted rows the kept routes of N tokens name (route_slot (N, k), -1 where dropped):
+// one past the largest slot.
+size_t permuted_rows(const int32_t* route_slot, int N, int k) {
+  int32_t last = -1;
+  for (size_t i = 0; i < static_cast<size_t>(N) * k; i++) last = std::max(last, route_slot[i]);
+  return static_cast<size_t>(last + 1);
+}
 // B T HS: the elements of one head's columns over a block's B sequences of T rows (times the
 // heads a tensor has, its size).
 size_t head_elems(const kernels::AttentionBlock& a, int T) {
@@ -140,7 +147,7 @@ class CpuOps16 final : public Ops<H> {
       if (gelu) f32.gelu_forward(act.data(), pre.data(), n);
     } else {
       const Buffer i = wide(inp, static_cast<size_t>(N) * C),
-                               w = wide(weight, static_cast<size_t>(OC) * C), b = wide(bias, OC);
+                   w = wide(weight, static_cast<size_t>(OC) * C), b = wide(bias, OC);
       f32.matmul_forward(gelu ? act.data() : pre.data(), gelu ? pre.data() : nullptr, i.data(),
                          w.data(), data_or_null(b), N, C, OC, epilogue);
     }
@@ -165,8 +172,8 @@ class CpuOps16 final : public Ops<H> {
       return;
     }
     const Buffer d = wide(dout, static_cast<size_t>(N) * OC),
-                             i = wide(inp, static_cast<size_t>(N) * C),
-                             w = wide(weight, static_cast<size_t>(OC) * C);
+                 i = wide(inp, static_cast<size_t>(N) * C),
+                 w = wide(weight, static_cast<size_t>(OC) * C);
     Buffer di(dinp ? static_cast<size_t>(N) * C : 0);
     f32.matmul_backward(dinp ? di.data() : nullptr, dweight, dbias, d.data(), i.data(), w.data(), N,
                         C, OC);
@@ -274,7 +281,7 @@ class CpuOps16 final : public Ops<H> {
   }
   void swiglu_backward(H* dinp, const H* inp, const H* dout, int N, int F) override {
     const Buffer i = wide(inp, static_cast<size_t>(N) * 2 * F),
-                             d = wide(dout, static_cast<size_t>(N) * F);
+                 d = wide(dout, static_cast<size_t>(N) * F);
     Buffer di(i.size());
     f32.swiglu_backward(di.data(), i.data(), d.data(), N, F);
     store(dinp, di);
@@ -305,6 +312,61 @@ class CpuOps16 final : public Ops<H> {
     store(dx, d);
   }
 
+  // The MoE routing ops (ops.h: logits and rows in H, probabilities, weights and the loss in
+  // float): the float kernels on widened rows and logits, each result rounded once. The permuted
+  // rows number at most N k; the largest slot a token's routes name bounds those read.
+  bool has_moe() const override { return true; }
+  void moe_route(float* probs, int32_t* route, float* weight, const H* logits, int N, int E,
+                 int k) override {
+    f32.moe_route(probs, route, weight, wide(logits, static_cast<size_t>(N) * E).data(), N, E, k);
+  }
+  void moe_dispatch_plan(int32_t* tokens_per_expert, int32_t* counts, int32_t* route_slot,
+                         int32_t* slot_row, const int32_t* route, const float* weight, int N, int E,
+                         int k, int capacity) override {
+    f32.moe_dispatch_plan(tokens_per_expert, counts, route_slot, slot_row, route, weight, N, E, k,
+                          capacity);
+  }
+  void moe_gather_rows(H* out, const H* inp, const int32_t* slot_row, int rows, int C) override {
+    kernels::moe_gather_rows(out, inp, slot_row, rows, C);
+  }
+  void moe_scatter_add_rows(H* dinp, const H* d_rows, const int32_t* route_slot, int N, int C,
+                            int k) override {
+    const size_t n = static_cast<size_t>(N) * C;
+    Buffer di = wide(dinp, n);
+    f32.moe_scatter_add_rows(di.data(), wide(d_rows, permuted_rows(route_slot, N, k) * C).data(),
+                             route_slot, N, C, k);
+    store(dinp, di);
+  }
+  void moe_combine(H* out, const H* expert_out, const float* weight, const int32_t* route_slot,
+                   int N, int C, int k) override {
+    Buffer o(static_cast<size_t>(N) * C);
+    f32.moe_combine(o.data(), wide(expert_out, permuted_rows(route_slot, N, k) * C).data(), weight,
+                    route_slot, N, C, k);
+    store(out, o);
+  }
+  void moe_combine_backward(H* d_expert_out, float* dweight, const H* dout, const H* expert_out,
+                            const float* weight, const int32_t* route_slot, int N, int C,
+                            int k) override {
+    const size_t rows = permuted_rows(route_slot, N, k);
+    Buffer d(rows * C);
+    f32.moe_combine_backward(d.data(), dweight, wide(dout, static_cast<size_t>(N) * C).data(),
+                             wide(expert_out, rows * C).data(), weight, route_slot, N, C, k);
+    store(d_expert_out, d);
+  }
+  void moe_aux_loss(float* loss, const float* probs, const int32_t* tokens_per_expert, int N, int E,
+                    int k, double coeff) override {
+    f32.moe_aux_loss(loss, probs, tokens_per_expert, N, E, k, coeff);
+  }
+  void moe_route_backward(H* dlogits, const float* dweight, const float* probs,
+                          const int32_t* route, const float* weight,
+                          const int32_t* tokens_per_expert, int N, int E, int k,
+                          double aux_scale) override {
+    Buffer d(static_cast<size_t>(N) * E);
+    f32.moe_route_backward(d.data(), dweight, probs, route, weight, tokens_per_expert, N, E, k,
+                           aux_scale);
+    store(dlogits, d);
+  }
+
   // The ring's blocks (Note [ring attention in 16 bits] in parallel/ring_attention.cpp): the
   // float kernels on widened qkv, kv and dout, merging into the caller's float buffers.
   bool has_ring_attention() const override { return true; }
@@ -323,8 +385,7 @@ class CpuOps16 final : public Ops<H> {
     const Buffer q = wide(qkv, head_elems(a, a.Tq) * (a.NH + 2 * a.KV)),
                  k = wide(kv, head_elems(a, a.Tk) * 2 * a.KV),
                  d = wide(dout, head_elems(a, a.Tq) * a.NH);
-    f32.attention_block_backward(dqkv, dkv, d.data(), delta, lse, q.data(), k.data(), a,
-                                 workspace);
+    f32.attention_block_backward(dqkv, dkv, d.data(), delta, lse, q.data(), k.data(), a, workspace);
   }
   void attention_kv_pack(H* kv, const H* qkv, size_t rows, int NH, int KV, int HS) override {
     kernels::attention_kv_pack(kv, qkv, rows, NH, KV, HS);
@@ -437,7 +498,9 @@ class CpuOps16 final : public Ops<H> {
                    int count) override {
     f32.sum_squares(result, tensors, sizes, count);
   }
-  void scale(float* x, size_t n, float s) override { f32.scale(x, n, s); }
+  void scale(float* x, size_t n, float s) override {
+    f32.scale(x, n, s);
+  }
 
  private:
   // The linear layers' GEMMs on oneDNN's bf16 matmul (Note [bf16 GEMMs], kernels/cpu/README.md):
@@ -446,16 +509,16 @@ class CpuOps16 final : public Ops<H> {
     return std::is_same_v<H, bf16> && kernels::bf16_gemm() == kernels::Bf16Gemm::onednn;
   }
   // out, rstd = the float RMSNorm of x (N, C, widened), out rounded to H.
-  void rms_normalise(H* out, float* rstd, const Buffer& x, const H* weight, int N,
-                     int C, float eps) {
+  void rms_normalise(H* out, float* rstd, const Buffer& x, const H* weight, int N, int C,
+                     float eps) {
     const Buffer w = wide(weight, C);
     Buffer o(x.size());
     f32.rmsnorm_forward(o.data(), rstd, x.data(), w.data(), N, C, eps);
     store(out, o);
   }
   // out, mean, rstd = the float LayerNorm of x (N, C, widened), out rounded to H.
-  void normalise(H* out, float* mean, float* rstd, const Buffer& x, const H* weight,
-                 const H* bias, int N, int C) {
+  void normalise(H* out, float* mean, float* rstd, const Buffer& x, const H* weight, const H* bias,
+                 int N, int C) {
     const Buffer w = wide(weight, C), b = wide(bias, C);
     Buffer o(x.size());
     f32.layernorm_forward(o.data(), mean, rstd, x.data(), w.data(), b.data(), N, C);

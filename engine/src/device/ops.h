@@ -205,8 +205,8 @@ class Ops {
 
   // ---- mixture of experts (kernels.h's moe_* ops; logits and rows in A, probabilities, weights
   // and the loss in G) -----------------------------------------------------------------------
-  // Whether this list has them: the CPU's float and double lists, CUDA's three. Elsewhere (the
-  // CPU's 16-bit lists) GptModel::create refuses an MoE model, so the defaults below, which
+  // Whether this list has them: every list of the CPU and of CUDA (the CPU's 16-bit ones on
+  // widened rows). Elsewhere GptModel::create refuses an MoE model, so the defaults below, which
   // throw std::logic_error, are never reached.
   virtual bool has_moe() const { return false; }
   virtual void moe_route(G* /*probs*/, int32_t* /*route*/, G* /*weight*/, const A* /*logits*/,

@@ -526,7 +526,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     // The gradient arena holds the trained tensors alone (a tower its whole block) when any are
     // frozen (Note [LoRA] in model/param_layout.h): each model chunk's, from its layout.
     st.grad_bytes = params * per_param.grads;
-    if (m.lora() || m.freeze_lm || (m.has_vision() && m.freeze_vision)) {
+    if (m.freezes_any()) {
       size_t grads = 0;
       for (int c = 0; c < layout.vpp; c++) grads += chunk_layout(o, layout, p, c).grad_numel();
       st.grad_bytes = grads * per_param.grads;

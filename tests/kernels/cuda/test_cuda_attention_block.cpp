@@ -68,15 +68,6 @@ std::vector<float> pack_kv(const std::vector<float>& qkv, size_t rows, int NH, i
   return kv;
 }
 
-// v in In (already representable there).
-template <typename In>
-std::vector<In> as(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<In, float>)
-    return v;
-  else
-    return to_half<In>(v);
-}
-
 std::vector<float> minus(std::vector<float> x, const std::vector<float>& x0) {
   for (size_t i = 0; i < x.size(); i++) x[i] -= x0[i];
   return x;
@@ -158,7 +149,7 @@ class CudaAttentionBlock : public QObject {
     k::attention_block_backward(dqkv.data(), dkv.data(), dout.data(), delta.data(), lse.data(),
                                 qkv.data(), kv.data(), a, ws.data());
 
-    DeviceBuffer<In> d_qkv(as<In>(qkv)), d_kv(as<In>(kv)), d_dout(as<In>(dout));
+    DeviceBuffer<In> d_qkv(compute_values<In>(qkv)), d_kv(compute_values<In>(kv)), d_dout(compute_values<In>(dout));
     DeviceBuffer<float> d_out(out0), d_lse(lse0), d_delta(delta), d_dqkv(dqkv0), d_dkv(dkv0),
         d_ws(std::max<size_t>(1, cu::attention_block_workspace_floats(c.B, c.NH, Tq, Tk, HS)));
     DeviceBuffer<int32_t> d_qpos(c.q_pos), d_kpos(c.k_pos),
