@@ -261,8 +261,8 @@ class GptModel {
   // Errors: a sequence with more placeholder rows than its I images have patches; a chunk
   // without the tower.
   Status load_images(GptActivations<A>& acts, const int32_t* tokens, const float* images);
-  // The tower of a vision-language pre chunk, else null.
-  // Its tower runs in G whatever A is (Note [tower precision] in gpt_vision.cpp).
+  // The tower of a vision-language pre chunk, else null; it computes in A (Note [tower
+  // precision] in gpt_vision.cpp).
   VisionEncoder<A>* vision() { return vision_.get(); }
 
   // A pipeline stage (gpu_pipeline.h): before forward_stage the caller has queued the
@@ -319,8 +319,8 @@ class GptModel {
   GptModel(const ModelConfig& config, const ModelShard& shard, int micro_batch, Device& device,
            Ops<A>& ops, Comm* tp);
   Status allocate();
-  // Note [image rows] (gpt_vision.cpp): the tower for a vision-language pre chunk, in G on the
-  // master weights (Note [tower precision]).
+  // Note [image rows] (gpt_vision.cpp): the tower for a vision-language pre chunk, in A on the
+  // compute copy of the weights (Note [tower precision]).
   Status create_vision();
   // Runs the tower on a's images and adds each projected patch to its row of a.residual.
   void splice_images(GptActivations<A>& a);
@@ -494,12 +494,8 @@ class GptModel {
   // Note [image rows] (gpt.cpp): a vision-language pre chunk's tower on the arenas' first
   // tensors, the activations whose images it ran last, and the host staging of load_images.
   std::unique_ptr<VisionEncoder<A>> vision_;
-  Ops<G>* vision_ops_ = nullptr;  // the splice's op list (device_.ops<G>())
   const GptActivations<A>* vision_owner_ = nullptr;
-  G* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient (n Np rows used)
-  G* vision_rows_ = nullptr;   // (N, C) 16-bit A: the spliced rows or their gradient widened to G
-  G* vision_patches_ = nullptr;    // (B I Np, C) 16-bit A: the tower's output widened to G
-  A* vision_d_patches_ = nullptr;  // (B I Np, C) 16-bit A: vision_d_out_ rounded for the tower
+  A* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient (n Np rows used)
   bool vision_encoder_trains_ = false, vision_trains_ = false;
   std::vector<int32_t> host_slot_, host_rows_, host_ids_;
   std::vector<A> host_images_;

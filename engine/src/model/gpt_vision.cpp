@@ -37,13 +37,11 @@
 // the language model's layers do: its activations are A, its LayerNorm statistics and the
 // attention's log-sum-exps G, and its attention reads A and merges in G (Note [bidirectional
 // attention] in vision_encoder.cpp); the images are uploaded in A. Megatron's LLaVA runs its
-// vision model in the same dtype as the language model. Only the splice crosses types: this
-// rank's embedding rows (R, C) and the tower's output are widened to G, the patches added and
-// the sum rounded once to A; backward, the rows' gradient (N, C) in A is widened to G, gathered
-// into the patches' gradient and rounded back to A (the same values: one route per row) for the
-// tower. The splice runs on the G list because the CPU's 16-bit lists have no row scatter.
-// Under --fp16 that gradient carries the loss scale, so the tower's gradients do too, and the
-// scaler unscales and checks them with the rest of the arena.
+// vision model in the same dtype as the language model. The splice is the op list's row
+// scatter (moe_scatter_add_rows), which in 16 bits adds the patch to the row in fp32 and rounds
+// the sum once; backward, the same op gathers the rows' gradient into the patches' (one route
+// per row: a copy). Under --fp16 that gradient carries the loss scale, so the tower's gradients
+// do too, and the scaler unscales and checks them with the rest of the arena.
 //
 // Note [images under context parallelism]: as Megatron's LLaVA, every CP rank runs the tower on
 // the micro-batch's images (redundant) and the splice is taken of the whole sequence before the
@@ -79,8 +77,7 @@ A host_value(float x) {
 
 template <typename A>
 Status GptModel<A>::create_vision() {
-  vision_ops_ = device_.ops<G>();  // Note [tower precision]: the splice's
-  if (!vision_ops_ || !vision_ops_->has_moe())
+  if (!ops_.has_moe())  // Note [image rows]: the splice is the row scatter
     return Status::invalid_argument("--vision-model-type: " + device_.describe() +
                                     " lacks the row scatter the image splice uses");
   const VisionConfig& v = config_.vision;
@@ -98,13 +95,7 @@ Status GptModel<A>::create_vision() {
                               " expects");
   }
   vision_trains_ = vision_trains_ || vision_encoder_trains_;
-  const size_t patches = static_cast<size_t>(vision_->tokens()) * C_;
-  vision_d_out_ = take<G>(patches, MemoryCategory::kWorkspace);
-  if constexpr (!std::is_same_v<A, G>) {  // Note [tower precision]: the splice in G
-    vision_rows_ = take<G>(static_cast<size_t>(N_) * C_, MemoryCategory::kWorkspace);
-    vision_patches_ = take<G>(patches, MemoryCategory::kWorkspace);
-    vision_d_patches_ = take<A>(patches, MemoryCategory::kWorkspace);
-  }
+  vision_d_out_ = take<A>(static_cast<size_t>(vision_->tokens()) * C_, MemoryCategory::kWorkspace);
   return blocks_.status();
 }
 
@@ -171,23 +162,11 @@ void GptModel<A>::splice_images(GptActivations<A>& a) {
     throw std::logic_error("GptModel: a vision-language micro-batch ran without load_images");
   a.images_loaded = false;
   if (a.num_images == 0) return;  // no image rows (Note [present images])
-  const A* projected = vision_->forward(a.images, a.num_images);
+  const A* patches = vision_->forward(a.images, a.num_images);
   vision_owner_ = &a;
-  // This rank's rows (R of them from row0_ with sequence parallelism) gain their patches, added
-  // in G and rounded once to A (Note [tower precision]).
-  const size_t RC = static_cast<size_t>(R_) * C_;
-  G* rows = nullptr;
-  const G* patches = nullptr;
-  if constexpr (std::is_same_v<A, G>) {
-    rows = a.residual;
-    patches = projected;
-  } else {
-    ops_.to_accum(rows = vision_rows_, a.residual, RC);
-    ops_.to_accum(vision_patches_, projected, static_cast<size_t>(vision_->tokens()) * C_);
-    patches = vision_patches_;
-  }
-  vision_ops_->moe_scatter_add_rows(rows, patches, a.image_slot + row0_, R_, C_, 1);
-  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(a.residual, rows, RC);
+  // This rank's rows (R of them from row0_ with sequence parallelism) gain their patches (Note
+  // [tower precision]: added in fp32 and rounded once in 16 bits).
+  ops_.moe_scatter_add_rows(a.residual, patches, a.image_slot + row0_, R_, C_, 1);
 }
 
 template <typename A>
@@ -197,23 +176,11 @@ void GptModel<A>::vision_backward(GptActivations<A>& a, const A* d_rows) {
     vision_->forward(a.images, a.num_images);
     vision_owner_ = &a;
   }
-  const G* d = nullptr;  // (N, C) the embedding output's gradient in G (Note [tower precision])
-  if constexpr (std::is_same_v<A, G>) {
-    d = d_rows;
-  } else {
-    ops_.to_accum(vision_rows_, d_rows, static_cast<size_t>(N_) * C_);
-    d = vision_rows_;
-  }
+  // The patches' gradient: their rows' (N, C) gradient gathered, one route per row (a copy).
   const int M = vision_->tokens();
-  const size_t MC = static_cast<size_t>(M) * C_;
-  device_.zero(vision_d_out_, MC * sizeof(G), compute());
-  vision_ops_->moe_scatter_add_rows(vision_d_out_, d, a.image_rows, M, C_, 1);
-  if constexpr (std::is_same_v<A, G>) {
-    vision_->backward(vision_d_out_, nullptr, vision_encoder_trains_);
-  } else {  // the tower's gradient in A: the rows' own 16-bit values, gathered
-    ops_.to_compute(vision_d_patches_, vision_d_out_, MC);
-    vision_->backward(vision_d_patches_, nullptr, vision_encoder_trains_);
-  }
+  device_.zero(vision_d_out_, static_cast<size_t>(M) * C_ * sizeof(A), compute());
+  ops_.moe_scatter_add_rows(vision_d_out_, d_rows, a.image_rows, M, C_, 1);
+  vision_->backward(vision_d_out_, nullptr, vision_encoder_trains_);
 }
 
 template class GptModel<float>;

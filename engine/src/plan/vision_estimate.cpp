@@ -181,16 +181,12 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   const double rows = static_cast<double>(o.micro_batch_size) * o.model.seq_length;
   e.input_bytes_per_micro_batch = static_cast<size_t>(bytes.a * B * s.Cin * v.img_h * v.img_w +
                                                       sizeof(int32_t) * (2 * rows + B * s.Np));
-  // Note [tower precision] in model/gpt_vision.cpp: the splice's buffers, the projected rows'
-  // gradient (B Np, H) in G and, in a 16-bit run, the rows widened (N, H) and the tower's output
-  // widened (B Np, H), both G, and its gradient rounded (B Np, H) in A.
+  // The splice's buffer (Note [image rows] in model/gpt_vision.cpp): the projected patches'
+  // gradient (B Np, H) in A.
   const bool cuda = o.device == "cuda";
   e.encoder_workspace_bytes = static_cast<size_t>(encoder_workspace_bytes(
       s, B, bytes, cuda, o.threads > 0 ? o.threads : kernels::num_threads()));
-  const double splice =
-      bytes.g * B * s.Np * s.H +
-      (sixteen_bit ? (bytes.g * (rows + B * s.Np) + bytes.a * B * s.Np) * s.H : 0);
-  e.workspace_bytes = e.encoder_workspace_bytes + static_cast<size_t>(splice);
+  e.workspace_bytes = e.encoder_workspace_bytes + static_cast<size_t>(bytes.a * B * s.Np * s.H);
   const VisionFlops f = vision_forward_flops(s);
   e.forward_flops_per_image = f.forward();
   e.training_flops_per_image = vision_training_flops(f, e.encoder_trains);
