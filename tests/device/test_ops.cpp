@@ -9,7 +9,8 @@
 // - the ring attention's ops (context parallelism): the blocks are kernels.h's, pack / unpack /
 //   row_dot / fill / accumulate equal their definitions written out bit for bit;
 // - every op of Ops<bf16> and Ops<fp16> agrees with Ops<float> on the same (rounded) inputs
-//   within 1e-2, normwise; the 16-bit lists have no ring ops.
+//   within 1e-2, normwise; their MoE ops are the float ops on the widened inputs, rounded once,
+//   bit for bit; their ring ops pack 16-bit elements unchanged (the blocks: ring_attention_worker).
 // The Llama family's ops (RMSNorm, RoPE, SwiGLU, attention over grouped keys and values) are in
 // each of these checks.
 // Every test runs once per copy of the kernels (generic, avx2, avx512: Note [CPU dispatch]); a
