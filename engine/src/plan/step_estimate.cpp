@@ -123,8 +123,10 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const double element = activation_element_bytes(precision);
   const double activation = s / cp * b * h * element;  // (s/cp, b, h)
   // One rank's K and V for one micro-batch and layer: (s/cp, b, (W - h) / t), passed around the
-  // ring CP - 1 times forward, and backward K/V and their grads (2 (CP - 1)).
+  // ring CP - 1 times forward, and backward K/V and their grads (2 (CP - 1)); the grads travel
+  // in fp32 under --bf16 / --fp16 (Note [ring attention in 16 bits]): grad_kv.
   const double kv = s / cp * b * (static_cast<double>(m.qkv_width()) - h) / t * element;
+  const double grad_kv = kv * (precision == "fp64" ? 8 : 4) / element;
   // One all-to-all of an MoE layer: the rank's routes (its tokens, split over TP with sequence
   // parallelism, times k; at most a share f kept with a capacity factor f < 1) of h elements.
   const double kept = m.moe_expert_capacity_factor > 0
@@ -183,7 +185,8 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     // the attention's own products (Megatron's ring attention sends the next block while it
     // computes on this one): what exceeds them is on the critical path.
     if (cp > 1) {
-      const double ring = M * (3 * layers + recomputed) * (cp - 1) * kv / cp_bandwidth;
+      const double ring =
+          M * (cp - 1) * ((2 * layers + recomputed) * kv + layers * grad_kv) / cp_bandwidth;
       const int repeats = full ? recomputed : selective ? layers : 0;
       const double attention = tokens * (3 * layers + repeats) * attention_fwd / t / rate;
       st.cp = std::max(0.0, ring - attention);
