@@ -36,6 +36,17 @@ class Context;
 template <typename A>
 using accum_t = std::conditional_t<std::is_same_v<A, double>, double, float>;
 
+// Where an op that merges or adds in G (the block attention's output and gradients) writes on
+// behalf of a caller's buffer in A: that buffer itself when A is G, else the G `scratch`, which
+// the caller rounds into its buffer once with to_compute (Note [ring attention in 16 bits]).
+template <typename A>
+accum_t<A>* merged_in_accum(A* caller, accum_t<A>* scratch) {
+  if constexpr (std::is_same_v<A, accum_t<A>>)
+    return caller;
+  else
+    return scratch;
+}
+
 // One parameter tensor of a multi-tensor AdamW step (kernels.h's adamw_update on each).
 template <typename A>
 struct AdamWSpan {

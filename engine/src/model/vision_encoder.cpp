@@ -237,7 +237,7 @@ void VisionEncoder<A>::attention_forward(int l) {
   A* qkv = qkv_ + l * N * 3 * C;
   A* atty = atty_ + l * N * C;
   G* lse = lse_ + l * N * NH_;
-  G* merged = accumulator(atty, att_acc_);
+  G* merged = merged_in_accum(atty, att_acc_);
   ops_.fill(merged, N * C, G(0));
   ops_.fill(lse, N * NH_, -std::numeric_limits<G>::infinity());
   ops_.attention_kv_pack(kv_, qkv, N, NH_, NH_, HS_);
@@ -251,7 +251,7 @@ void VisionEncoder<A>::attention_backward(int l, A* d_qkv, const A* d_atty) {
   const size_t N = N_, C = C_;
   const A* qkv = qkv_ + l * N * 3 * C;
   ops_.attention_row_dot(delta_, d_atty, atty_ + l * N * C, B_, T_, NH_, HS_);
-  G* grads = accumulator(d_qkv, d_qkv_acc_);
+  G* grads = merged_in_accum(d_qkv, d_qkv_acc_);
   ops_.fill(grads, N * 3 * C, G(0));
   ops_.fill(d_kv_, N * 2 * C, G(0));
   ops_.attention_kv_pack(kv_, qkv, N, NH_, NH_, HS_);

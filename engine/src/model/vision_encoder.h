@@ -99,14 +99,6 @@ class VisionEncoder {
   }
   template <typename X>
   VisionLayerParams<X> layer(X* arena, int l) const;
-  // Where the attention merges its output or sums its input gradient: the caller's A buffer
-  // itself when A is G, the G scratch otherwise (rounded into it once).
-  static G* accumulator(A* caller, G* scratch) {
-    if constexpr (std::is_same_v<A, G>)
-      return caller;
-    else
-      return scratch;
-  }
   void layer_forward(int l);
   void layer_backward(int l);
   void projector_forward();

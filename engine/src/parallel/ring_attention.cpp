@@ -237,7 +237,7 @@ Status RingAttention<A>::forward(A* out, G* lse, const A* qkv, const int32_t* do
     return device_.out_of_memory(
         MemoryCategory::kWorkspace,
         ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(G));
-  G* merged = accumulator(out, out_acc_);
+  G* merged = merged_in_accum(out, out_acc_);
   ops_.fill(merged, rows * NH_ * HS_, G(0));
   ops_.fill(lse, static_cast<size_t>(B_) * NH_ * Tl_, -std::numeric_limits<G>::infinity());
   ops_.attention_kv_pack(kv_[0], qkv, rows, NH_, KV_, HS_);
@@ -275,7 +275,7 @@ Status RingAttention<A>::backward(A* dqkv, const A* dout, const A* qkv, const A*
         ops_.attention_block_workspace_elems(B_, NH_, Tl_, Tl_, HS_) * sizeof(G));
   // delta = rowsum(dout * out) per head: the softmax backward's sum over every key of the ring.
   ops_.attention_row_dot(delta_, dout, out, B_, Tl_, NH_, HS_);
-  G* grads = accumulator(dqkv, dqkv_acc_);
+  G* grads = merged_in_accum(dqkv, dqkv_acc_);
   ops_.fill(grads, dqkv_elems, G(0));
   ops_.attention_kv_pack(kv_[0], qkv, rows, NH_, KV_, HS_);
   if (Status st = compute_done(); !st) return st;

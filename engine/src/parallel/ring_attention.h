@@ -92,14 +92,6 @@ class RingAttention {
   template <typename X>
   void shift(std::unique_ptr<CommRequest>& receive, X* into, std::unique_ptr<CommRequest>& send,
              const X* from, int tag);
-  // Where the blocks merge the caller's `out` (or add its `dqkv`): there itself when A is G, the
-  // G buffer `acc` otherwise (rounded into it at the end).
-  static G* accumulator(A* caller, G* acc) {
-    if constexpr (std::is_same_v<A, G>)
-      return caller;
-    else
-      return acc;
-  }
   Status wait(std::unique_ptr<CommRequest>& request);
   void progress(std::unique_ptr<CommRequest>* requests, int count);
 
