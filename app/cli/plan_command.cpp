@@ -218,13 +218,15 @@ void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate
   const double shards = o.parallel.use_distributed_optimizer ? static_cast<double>(dp_x_cp) : 1.0;
   const double optimizer = o.model.lora() ? 0.0 : params * b.optimizer / shards;
   char line[320];
-  std::snprintf(line, sizeof line,
-                "vision tower: CLIP ViT %d layers (%d run), width %d, %d heads, MLP %d; %d x %d "
-                "images in %d px patches (%d patches%s); MLP projector to %d; %s parameters on "
-                "pp 0, whole on every TP rank\n",
-                v.num_layers, e.layers_run, v.hidden_size, v.num_attention_heads, v.ffn(), v.img_h,
-                v.img_w, v.patch_dim, v.patches(), v.class_token ? " + class token" : "",
-                v.lm_hidden_size, human_count(params).c_str());
+  std::snprintf(
+      line, sizeof line,
+      "vision tower: CLIP ViT %d layers (%d run), width %d, %d heads, MLP %d; %d x %d "
+      "images in %d px patches (%d patches%s); MLP projector to %d; %s parameters on "
+      "each pp 0 rank%s\n",
+      v.num_layers, e.layers_run, v.hidden_size, v.num_attention_heads, v.ffn(), v.img_h, v.img_w,
+      v.patch_dim, v.patches(), v.class_token ? " + class token" : "", v.lm_hidden_size,
+      human_count(params).c_str(),
+      o.model.tensor_model_parallel_size > 1 ? " (heads, MLP and projector split over TP)" : "");
   out << line;
   std::snprintf(
       line, sizeof line,

@@ -1,7 +1,8 @@
-// What each rank of 32 layouts (seven dense GPT-2 incl. LoRA and bf16 under the distributed
+// What each rank of 34 layouts (seven dense GPT-2 incl. LoRA and bf16 under the distributed
 // optimizer, two of the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP and expert
-// TP 1 and 2 under TP, eight with a vision tower trained whole, projector-only, with --freeze-ViT,
-// --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed optimizer, in bf16;
+// TP 1 and 2 under TP, ten with a vision tower trained whole, projector-only, with --freeze-ViT,
+// --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed optimizer, in bf16,
+// split over TP 2 and over TP 2 with SP x DP 2;
 // four with context parallelism, fp32, bf16, selective recomputation and TP x CP) really
 // holds, against the
 // planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and
@@ -224,6 +225,13 @@ class ParallelMemory : public QObject {
         << 2 << kVlm + QStringList{"--freeze-LM", "--freeze-ViT", "--use-distributed-optimizer"};
     QTest::newRow("vlm lora dp2 distributed optimizer")
         << 2 << kVlm + QStringList{"--lora-rank", "4", "--use-distributed-optimizer"};
+    // The tower split over TP (Note [tower tensor parallelism] in model/vision_encoder.cpp):
+    // each rank's share of its weights, gradients, moments and activations.
+    QTest::newRow("vlm tp2") << 2 << kVlm + QStringList{"--tensor-model-parallel-size", "2"};
+    QTest::newRow("vlm tp2 sp dp2 distributed optimizer")
+        << 4
+        << kVlm + QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                              "--use-distributed-optimizer"};
   }
 
   void vlm_ranks_hold_what_the_planner_says() {

@@ -102,49 +102,115 @@ class PlannerVisionTest : public QObject {
 
   // VisionEncoder::create on the CPU device with a micro-batch of images: its parameter count
   // and the bytes it allocates for weights, for activations and for its scratch (fp32, and double
-  // for --fp64).
+  // for --fp64), whole and on each rank of TP 2 and 4 where TP divides the tower (Note [tower
+  // tensor parallelism] in model/vision_encoder.cpp; the planner refuses the others).
   void the_towers_counts_are_what_the_vision_encoder_takes() {
     QFETCH(QStringList, tower);
-    for (const bool fp64 : {false, true}) {
-      const TrainOptions o =
-          options(kText + tower + (fp64 ? QStringList{"--fp64"} : QStringList{}));
-      const std::vector<std::string> errors = o.validate(false);
-      QVERIFY2(errors.empty(), errors.empty() ? "" : errors[0].c_str());
-      const VisionEstimate e = estimate_vision(o);
-      CpuDevice device;
-      auto check = [&]<typename A>() {
-        auto made = VisionEncoder<A>::create(o.vision_config(), o.micro_batch_size, device);
-        QVERIFY2(made.is_ok(), made.status().message().c_str());
-        const VisionEncoder<A>& encoder = **made;
-        size_t numel = 0;
-        for (const ParamTensor& t : encoder.tensors()) numel += t.numel;
-        QVERIFY(numel <= encoder.num_params());  // + the 16-element alignment gaps
-        QVERIFY(encoder.num_params() < numel + 16 * encoder.tensors().size());
-        QCOMPARE(e.parameters, static_cast<int64_t>(encoder.num_params()));
+    for (const int tp : {1, 2, 4})
+      for (const bool fp64 : {false, true}) {
+        const TrainOptions o =
+            options(kText + tower + (fp64 ? QStringList{"--fp64"} : QStringList{}) +
+                    QStringList{"--tensor-model-parallel-size", QString::number(tp)});
+        const std::vector<std::string> tp_errors = o.vision_config().tensor_parallel_errors(tp);
+        if (!tp_errors.empty()) {
+          const std::vector<std::string> layout = layout_errors(o, tp);
+          QVERIFY2(std::find(layout.begin(), layout.end(), tp_errors.front()) != layout.end(),
+                   tp_errors.front().c_str());
+          continue;
+        }
+        for (int rank = 0; rank < tp; rank++) check_tower_rank(o, fp64, rank);
+      }
+  }
+
+  void a_tower_rank_holds_its_share_of_every_split_tensor() {
+    // kClip at TP 2: qkv_proj (96, 32) by rows, whole heads [16 r, 16 r + 16) of the grouped
+    // layout in each third; out_proj (32, 32) by columns; fc1 (128, 32) rows; fc2 (32, 128)
+    // columns; linear_1 (64, 32) rows; linear_2 (64, 64) columns; the rest whole, counted in the
+    // norm by rank 0 alone.
+    const VisionConfig v = options(kText + kClip).vision_config();
+    const std::vector<ParamTensor> whole = ParamLayout::vision_tensors(v);
+    for (int rank = 0; rank < 2; rank++) {
+      const std::vector<ParamTensor> mine = ParamLayout::vision_tensors(v, rank, 2);
+      QCOMPARE(mine.size(), whole.size());
+      for (size_t i = 0; i < mine.size(); i++) {
+        const ParamTensor &t = mine[i], &w = whole[i];
+        QCOMPARE(t.name, w.name);
+        QCOMPARE(t.global_shape, w.shape);
+        const bool rows = t.name.find("qkv_proj") != std::string::npos ||
+                          t.name.find("fc1") != std::string::npos ||
+                          t.name.find("linear_1") != std::string::npos;
+        const bool columns = t.name.find("out_proj.weight") != std::string::npos ||
+                             t.name.find("fc2.weight") != std::string::npos ||
+                             t.name.find("linear_2.weight") != std::string::npos;
+        QVERIFY2(t.split_dim == (rows ? 0 : columns ? 1 : -1), t.name.c_str());
+        if (t.split_dim < 0) {
+          QCOMPARE(t.shape, w.shape);
+          QCOMPARE(t.counts_in_norm, rank == 0);
+          continue;
+        }
+        QCOMPARE(t.shape[t.split_dim] * 2, w.shape[t.split_dim]);
+        QCOMPARE(t.split_begin, rank * t.shape[t.split_dim]);
+        QVERIFY(t.counts_in_norm);
+      }
+    }
+  }
+
+ private:
+  void check_tower_rank(const TrainOptions& o, bool fp64, int rank) {
+    const int tp = o.model.tensor_model_parallel_size;
+    const std::vector<std::string> errors = o.validate(false);
+    QVERIFY2(errors.empty(), errors.empty() ? "" : errors[0].c_str());
+    const VisionEstimate e = estimate_vision(o);
+    CpuDevice device;
+    // The group's sum is never called: create() only allocates.
+    TowerParallel<float> tp_float{rank, tp, [](float*, size_t) {}};
+    TowerParallel<double> tp_double{rank, tp, [](double*, size_t) {}};
+    auto check = [&]<typename A>(TowerParallel<A> share) {
+      auto made =
+          VisionEncoder<A>::create(o.vision_config(), o.micro_batch_size, device, true, share);
+      QVERIFY2(made.is_ok(), made.status().message().c_str());
+      const VisionEncoder<A>& encoder = **made;
+      size_t numel = 0, replicated = 0;
+      for (const ParamTensor& t : encoder.tensors()) {
+        numel += t.numel;
+        if (t.split_dim < 0) replicated += t.numel;
+      }
+      QVERIFY(numel <= encoder.num_params());  // + the 16-element alignment gaps
+      QVERIFY(encoder.num_params() < numel + 16 * encoder.tensors().size());
+      QCOMPARE(e.parameters, static_cast<int64_t>(encoder.num_params()));
+      QCOMPARE(e.replicated_parameters, static_cast<int64_t>(replicated));
+      {
         QCOMPARE(device.usage(MemoryCategory::kWeights).current, encoder.num_params() * sizeof(A));
         const size_t taken = device.usage(MemoryCategory::kActivations).current;
         QVERIFY2(taken == e.activation_bytes_per_micro_batch,
-                 qPrintable(QString("%1 images in %2: the encoder takes %3 activation bytes, the "
-                                    "planner says %4")
+                 qPrintable(QString("%1 images in %2 on TP rank %3 of %4: the encoder takes %5 "
+                                    "activation bytes, the planner says %6")
                                 .arg(o.micro_batch_size)
                                 .arg(fp64 ? "double" : "float")
+                                .arg(rank)
+                                .arg(tp)
                                 .arg(taken)
                                 .arg(e.activation_bytes_per_micro_batch)));
         // Its scratch: the CPU block attention's workspace per kernel thread, and the rest.
         const size_t scratch = device.usage(MemoryCategory::kWorkspace).current;
         QVERIFY2(scratch == e.encoder_workspace_bytes,
-                 qPrintable(QString("the encoder takes %1 workspace bytes, the planner says %2")
+                 qPrintable(QString("TP rank %1 of %2: the encoder takes %3 workspace bytes, the "
+                                    "planner says %4")
+                                .arg(rank)
+                                .arg(tp)
                                 .arg(scratch)
                                 .arg(e.encoder_workspace_bytes)));
-      };
-      if (fp64)
-        check.operator()<double>();
-      else
-        check.operator()<float>();
-      QCOMPARE(e.images_per_micro_batch, o.micro_batch_size);
-      QCOMPARE(e.layers_run, o.vision_config().layers_run());
-    }
+      }
+    };
+    if (fp64)
+      check(tp_double);
+    else
+      check(tp_float);
+    QCOMPARE(e.images_per_micro_batch, o.micro_batch_size);
+    QCOMPARE(e.layers_run, o.vision_config().layers_run());
   }
+
+ private slots:
 
   void forward_flops_count_every_matrix_product_data() { add_towers(); }
 
@@ -336,8 +402,9 @@ class PlannerVisionTest : public QObject {
   }
 
   // TP 2 x PP 2 x DP 2, distributed optimizer, 4 micro-batches per DP rank (2 in flight on the
-  // first stage): the tower's parameters on pp 0 only, replicated over TP, in weights, grads and
-  // the sharded optimizer; its activations per micro-batch in flight; its FLOPs in the model's.
+  // first stage): the tower's parameters on pp 0 only, a TP rank's share (its whole tensors in
+  // the replicated count), in weights, grads and the sharded optimizer; its activations per
+  // micro-batch in flight; its FLOPs in the model's.
   void the_first_stage_holds_the_tower() {
     const QStringList layout = {"--tensor-model-parallel-size", "2",
                                 "--pipeline-model-parallel-size", "2",
@@ -351,7 +418,8 @@ class PlannerVisionTest : public QObject {
     const StageEstimate &a0 = a.stages[0], &b0 = b.stages[0];
     QCOMPARE(b0.vision_parameters, v.parameters);
     QCOMPARE(b0.parameters - a0.parameters, v.parameters);
-    QCOMPARE(b0.replicated_parameters - a0.replicated_parameters, v.parameters);
+    QCOMPARE(b0.replicated_parameters - a0.replicated_parameters, v.replicated_parameters);
+    QVERIFY(v.replicated_parameters > 0 && v.replicated_parameters < v.parameters / 2);
     QCOMPARE(b0.trainable_parameters, b0.parameters);
     QCOMPARE(b0.weight_bytes - a0.weight_bytes, static_cast<size_t>(v.parameters) * 4);
     QCOMPARE(b0.grad_bytes - a0.grad_bytes, static_cast<size_t>(v.parameters) * 4);
@@ -401,6 +469,64 @@ class PlannerVisionTest : public QObject {
                                  (b.total_s * cluster.device.peak_flops * l.world)) < 1e-12);
   }
 
+  // TP 2 on two H100s of a node: the tower's compute on a rank is its share (the patch GEMM
+  // whole, the layers and projector halved), and the tensor-parallel time grows by its sums,
+  // counted here from the shapes: per image forward 2 (T, C) per layer run and the projector's
+  // (Np, H), backward 2 (T, C) per layer run and (Np, C), each an all-reduce of 2 (t - 1) / t of
+  // its bytes.
+  void the_step_time_adds_a_tp_ranks_share_of_the_tower() {
+    const QStringList tp = {"--tensor-model-parallel-size", "2"};
+    const TrainOptions text = options(kText + tp), vlm = options(kText + tp + kClip);
+    const ParallelLayout l = *make_layout(vlm, 2);
+    ClusterSpec cluster;
+    cluster.devices_per_node = 2;
+    cluster.device = *find_device("h100", "fp32");
+    const MemoryEstimate ma = estimate_memory(text, l), mb = estimate_memory(vlm, l);
+    const StepEstimate a = estimate_step(text, l, cluster, ma);
+    const StepEstimate b = estimate_step(vlm, l, cluster, mb);
+    const VisionEstimate v = estimate_vision(vlm);
+    const VisionEstimate whole = estimate_vision(options(kText + kClip));
+    QCOMPARE(v.training_flops_per_image, whole.training_flops_per_image);
+    QVERIFY(v.rank_training_flops_per_image < 0.6 * whole.training_flops_per_image);
+    QVERIFY(v.rank_training_flops_per_image > 0.5 * whole.training_flops_per_image);
+    const double images = static_cast<double>(mb.micro_batches) * v.images_per_micro_batch;
+    const double compute = images * v.rank_training_flops_per_image /
+                           (cluster.device.peak_flops * cluster.compute_efficiency);
+    QVERIFY2(std::abs((b.compute_s - a.compute_s) - compute) <= 1e-9 * compute,
+             qPrintable(QString("compute grew by %1 s, expected %2 s")
+                            .arg(b.compute_s - a.compute_s)
+                            .arg(compute)));
+    // kClip: T 17 rows of C 32, 2 layers run, Np 16 patches, H 64; fp32.
+    const double per_image = 4.0 * (2 * 2 * 17 * 32 + 16 * 64) + 4.0 * (2 * 2 * 17 * 32 + 16 * 32);
+    const double sums =
+        images * 2.0 * (2 - 1) / 2 * per_image / cluster.device.intra_node_bandwidth;
+    QVERIFY2(std::abs((b.tp_comm_s - a.tp_comm_s) - sums) <= 1e-9 * sums,
+             qPrintable(QString("TP time grew by %1 s, expected %2 s")
+                            .arg(b.tp_comm_s - a.tp_comm_s)
+                            .arg(sums)));
+  }
+
+  // `lattice plan` at TP 2 says the tower is split and counts a rank's share; a TP that does
+  // not divide the tower's heads is refused in a sentence naming both flags.
+  void lattice_plan_splits_the_tower_over_tp() {
+    const QStringList tp = {
+        "plan", "--device", "h100", "--world-size", "2", "--tensor-model-parallel-size", "2"};
+    const Run r = lattice_cli(tp + kText + kClip);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    const TrainOptions o =
+        options(kText + kClip + QStringList{"--tensor-model-parallel-size", "2"});
+    const QString line = QString(
+                             "MLP projector to 64; %1 parameters on each pp 0 rank (heads, MLP "
+                             "and projector split over TP)\n")
+                             .arg(estimate_vision(o).parameters);
+    QVERIFY2(r.out.contains(line), qPrintable("no \"" + line + "\" in:\n" + r.out));
+    const Run bad = lattice_cli(tp + kText + kPlain);  // 3 heads
+    QVERIFY(bad.exit_code != 0);
+    QVERIFY2(bad.err.contains("--tensor-model-parallel-size 2 does not divide "
+                              "--vision-num-attention-heads 3"),
+             qPrintable(bad.err));
+  }
+
   // `lattice plan`: the first stage names the tower, a line gives its size, memory and FLOPs
   // share; --json has the same figures as the library.
   void lattice_plan_shows_the_tower() {
@@ -418,7 +544,7 @@ class PlannerVisionTest : public QObject {
          {QString("layers [0,2)  + word and position embeddings, vision tower"),
           QString("vision tower: CLIP ViT 3 layers (2 run), width 32, 2 heads, MLP 128; 32 x 32 "
                   "images in 8 px patches (16 patches + class token); MLP projector to 64; %1 "
-                  "parameters on pp 0")
+                  "parameters on each pp 0 rank\n")
               .arg(v.parameters)})
       QVERIFY2(r.out.contains(part), qPrintable("no \"" + part + "\" in:\n" + r.out));
     QVERIFY2(r.out.contains(QRegularExpression("activations [0-9.]+ MiB per micro-batch \\(2 "

@@ -214,7 +214,7 @@ class TestStudioPlan : public QObject {
     const VisionEstimate v = estimate_vision(
         with_default_global_batch(model->plan().options, model->plan().cluster.world()));
     QVERIFY2(note->text().startsWith(humanCount(static_cast<double>(v.parameters)) +
-                                     " parameters on stage 0"),
+                                     " parameters per stage 0 rank"),
              qPrintable(note->text()));
     width->setValue(64);
     QCOMPARE(model->plan().options.vision.hidden_size, 64);

@@ -4,8 +4,10 @@
 # solid-colour image whose colour the caption's first token names) prints the same lm loss and
 # grad norm on every iteration in one process as DP 2, PP 2 (the tower on the first stage, 1F1B
 # with two micro-batches in flight, so the tower's backward re-runs its forward), TP 2 with
-# --sequence-parallel, and TP 2 x PP 2; the loss falls; --freeze-LM --freeze-ViT (projector-only)
-# trains the projector alone (the loss still falls, fewer parameters train); a checkpoint saved at
+# --sequence-parallel, and TP 2 x PP 2 (the tower split over TP: Note [tower tensor parallelism]
+# in model/vision_encoder.cpp); the loss falls; --freeze-LM --freeze-ViT (projector-only)
+# trains the projector alone (the loss still falls, fewer parameters train), at TP 2 as in one
+# process; a checkpoint saved at
 # TP 2 x PP 2 after 2 iterations and resumed in one process gives the uninterrupted run's
 # iterations 3 and 4 (the tower's tensors reshard); under --bf16 PP 2 equals one process.
 # usage: test_vlm_layouts.sh LATTICE MPIEXEC
@@ -46,6 +48,9 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit b < a ? 0 : 1 }' ||
 if diff -q one.txt projector.txt > /dev/null; then
   echo "projector-only training printed the full run's figures"; exit 1
 fi
+# The projector split over TP with the encoder frozen (no input gradient through linear_1).
+run projector_tp 2 "${args[@]}" --freeze-LM --freeze-ViT --tensor-model-parallel-size 2
+same projector projector_tp "VLM projector-only: TP 2 and one process"
 # Checkpoints keep fp32 state (no --fp64): saved at TP 2 x PP 2, resumed in one process.
 run tppp_fp32 4 "${fp32[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   --save ckpt --save-interval 2
@@ -68,5 +73,6 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit b < a ? 0 : 1 }' ||
 run bf16_pp 2 "${fp32[@]}" --bf16 --pipeline-model-parallel-size 2
 same bf16 bf16_pp "VLM --bf16: PP 2 and one process"
 echo "VLM: DP 2, PP 2, TP 2 with --sequence-parallel and TP 2 x PP 2 equal one process;" \
-     "projector-only training trains; TP 2 x PP 2's checkpoint resumes at TP 1;" \
+     "projector-only training trains, at TP 2 as in one process;" \
+     "TP 2 x PP 2's checkpoint resumes at TP 1;" \
      "--bf16 PP 2 equals one process"

@@ -71,7 +71,7 @@ VisionSection::VisionSection(PlanModel* model, QWidget* parent)
     }
     const VisionEstimate& v = a.memory->vision;
     const VisionConfig c = p.options.vision_config();
-    note->setText(tr("%1 parameters on stage 0 · %2 image tokens · activations %3 per "
+    note->setText(tr("%1 parameters per stage 0 rank · %2 image tokens · activations %3 per "
                      "micro-batch · %4 % of the model FLOPs")
                       .arg(humanCount(static_cast<double>(v.parameters)))
                       .arg(c.patches())

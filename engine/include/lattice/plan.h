@@ -98,7 +98,8 @@ struct StageEstimate {
   size_t dispatch_bytes = 0;
 
   // The vision tower (VisionEstimate; first stage only, all 0 elsewhere or without one). Of
-  // `parameters` and `replicated_parameters`: the tower's (whole on every TP rank); of
+  // `parameters` and `replicated_parameters`: the tower's on this TP rank
+  // (VisionEstimate::parameters, replicated_parameters); of
   // trainable_parameters: VisionEstimate::trained_parameters. Of
   // activation_bytes_per_micro_batch: the tower's buffers and one micro-batch's image inputs;
   // activation_bytes holds the tower's buffers once and the inputs times the first model
@@ -115,24 +116,31 @@ struct StageEstimate {
 
 // A LLaVA-style vision tower (--vision-model-type clip, TrainOptions::vision_config(); Note
 // [vision tower in the plan] in plan/vision_estimate.cpp): the CLIP ViT and its MLP projector
-// on the first pipeline stage (the pre chunk), whole on every TP rank, trained with the
-// language model's replicated tensors (fp32 master weights, grads, AdamW moments; the moments
-// sharded over DP x CP by the distributed optimizer). Its image tokens take Np of the --seq-length
+// on the first pipeline stage (the pre chunk), split over TP as Megatron's (Note [tower tensor
+// parallelism] in model/vision_encoder.cpp), trained with the language model's tensors (fp32
+// master weights, grads, AdamW moments; the moments sharded over DP x CP by the distributed
+// optimizer). Its image tokens take Np of the --seq-length
 // positions, so the language model's own figures do not change.
 struct VisionEstimate {
-  int64_t parameters = 0;          // VisionEncoder::num_params(): every layer's, run or not
+  // VisionEncoder::num_params() on one TP rank: every layer's, run or not, the split tensors'
+  // shares (Note [tower tensor parallelism] in model/vision_encoder.cpp) and the whole ones, of
+  // which replicated_parameters (the embeddings, LayerNorms and row-split biases).
+  int64_t parameters = 0;
+  int64_t replicated_parameters = 0;
   int layers_run = 0;              // the encoder layers the forward runs (--vision-select-layer)
   int images_per_micro_batch = 0;  // --micro-batch-size x 1 image per sample
-  // What the optimizer keeps moments for (Note [vision tensors] in model/param_layout.h): the
-  // projector always, the encoder unless --freeze-ViT or LoRA freezes it (encoder_trains).
+  // What the optimizer keeps moments for on a TP rank (Note [vision tensors] in
+  // model/param_layout.h): the projector always, the encoder unless --freeze-ViT or LoRA freezes
+  // it (encoder_trains).
   int64_t trained_parameters = 0;
   bool encoder_trains = false;
-  // VisionEncoder::allocate's kActivations buffers for images_per_micro_batch images, in its
+  // VisionEncoder::allocate's kActivations buffers on a TP rank for images_per_micro_batch
+  // images, in its
   // compute type (fp32; double in an fp64 run), taken once per model: micro-batches in flight
   // share them (a backward re-runs the tower's forward when another ran since; Note [image rows]
   // in model/gpt_vision.cpp).
   size_t activation_bytes_per_micro_batch = 0;
-  // The tower's scratch (kWorkspace), once per model: VisionEncoder::allocate's
+  // The tower's scratch (kWorkspace) on a TP rank, once per model: VisionEncoder::allocate's
   // (encoder_workspace_bytes: attention K/V and their gradients, the backward's row gradients,
   // the CPU block attention's per-thread workspace, none on CUDA) plus GptModel's splice buffers
   // (the projected rows' gradient, and in a 16-bit run the rows widened to fp32).
@@ -149,6 +157,14 @@ struct VisionEstimate {
   // with a frozen encoder no encoder backward and the projector's first GEMM's weight gradient
   // alone (its input needs none).
   double training_flops_per_image = 0;
+  // The same on one TP rank: the layers' and the projector's FLOPs split over TP, the patch
+  // GEMM whole on each.
+  double rank_forward_flops_per_image = 0;
+  double rank_training_flops_per_image = 0;
+  // Bytes a TP rank sums over its group per image (0 without TP): forward, and the backward the
+  // engine runs (none with a frozen encoder).
+  double tp_forward_bytes_per_image = 0;
+  double tp_backward_bytes_per_image = 0;
   // Micro-batches per data-parallel rank and iteration whose backward re-runs the tower's
   // forward first (Note [tower re-runs] in plan/vision_estimate.cpp): 0 without pipelining, all
   // M of them with 1F1B and M > 1. Needs the layout (estimate_vision's second form).

@@ -53,6 +53,11 @@ struct VisionConfig {
   int layers_run() const { return select_layer < 0 ? num_layers + 1 + select_layer : select_layer; }
   // Every violated rule, one sentence each naming the flag.
   std::vector<std::string> validate() const;
+  // Why tensor parallelism of `tp` ranks cannot split this tower (Note [tower tensor
+  // parallelism] in model/vision_encoder.cpp), one sentence each naming the flag: TP must divide
+  // its heads and its MLP's width (the projector's, the language model's width, is checked with
+  // the language model's heads); empty when it can.
+  std::vector<std::string> tensor_parallel_errors(int tp) const;
 };
 
 }  // namespace lattice

@@ -72,7 +72,11 @@ InferenceModel::InferenceModel(const ModelConfig& config, Comm* tp)
     rope_sin_.assign(sin.begin(), sin.end());
   }
   if (config.has_vision()) {
-    auto made = VisionEncoder<float>::create(config.vision, 1, host_device(), false);
+    // This rank's share of the tower (Note [tower tensor parallelism] in vision_encoder.cpp), as
+    // layout_ lays out its tensors.
+    TowerParallel<float> share{tp_rank_, t_,
+                               [this](float* data, size_t n) { all_reduce(data, n); }};
+    auto made = VisionEncoder<float>::create(config.vision, 1, host_device(), false, share);
     if (!made) throw std::runtime_error(made.status().message());
     vision_ = std::move(*made);
     // Forward only: backward (the one reader of the gradients) is never called.

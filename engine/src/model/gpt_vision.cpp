@@ -14,11 +14,11 @@
 // splice_images adds the projected patches there (moe_scatter_add_rows with one route per row),
 // before the embedding dropout. Backward: the patches' gradient is those rows of the
 // embedding's output gradient (the same op the other way), all N rows gathered under sequence
-// parallelism, so every TP rank holds the tower's whole gradient (Note [vision tensors] in
-// param_layout.h). The projector always trains; the encoder's backward runs unless frozen.
-// Several micro-batches in flight (a pipeline's 1F1B) share the tower's activations: the
-// backward of one whose forward was not the tower's last re-runs the forward first (a
-// recomputation of the tower alone).
+// parallelism, so every TP rank holds the projected patches' whole gradient and runs its share
+// of the tower's backward (Note [tower tensor parallelism] in vision_encoder.cpp). The projector
+// always trains; the encoder's backward runs unless frozen. Several micro-batches in flight (a
+// pipeline's 1F1B) share the tower's activations: the backward of one whose forward was not the
+// tower's last re-runs the forward first (a recomputation of the tower alone).
 //
 // Note [present images]: images_per_sample (I) is the most images of any document of the
 // dataset, a bound that sizes the buffers (and the planner's figures); a micro-batch's sequences
@@ -81,7 +81,12 @@ Status GptModel<A>::create_vision() {
     return Status::invalid_argument("--vision-model-type: " + device_.describe() +
                                     " lacks the row scatter the image splice uses");
   const VisionConfig& v = config_.vision;
-  auto made = VisionEncoder<A>::create(v, B_ * v.images_per_sample, device_, false);
+  // Note [tower tensor parallelism] (vision_encoder.cpp): this rank's share, its partial sums
+  // added over the TP group.
+  TowerParallel<A> tp{tp_rank_, t_, [this](A* data, size_t count) {
+                        tp_all_reduce(data, count, dtype_of<A>(), ReduceOp::kSum);
+                      }};
+  auto made = VisionEncoder<A>::create(v, B_ * v.images_per_sample, device_, false, std::move(tp));
   if (!made) return made.status();
   vision_ = std::move(*made);
   vision_->bind(compute_, grads_);  // Note [vision tensors]: the arenas' first tensors

@@ -149,6 +149,8 @@ ParamLayout::ParamLayout(const ModelConfig& c, const ModelShard& shard) : shard_
   grad_total_ = last_trains ? g : (g + 15) / 16 * 16;
 }
 
+// Note [vision tensors]: split dims 0 (output rows) and 1 (input columns) as the language
+// model's column- and row-parallel linears; -1 whole on every TP rank.
 void ParamLayout::add_vision(const VisionConfig& v) {
   const int64_t C = v.hidden_size, F = v.ffn(), H = v.lm_hidden_size, P = v.patch_dim;
   const std::string emb = "vision_model.embeddings.";
@@ -162,31 +164,35 @@ void ParamLayout::add_vision(const VisionConfig& v) {
     const std::string p = "vision_model.encoder.layers." + std::to_string(l) + ".";
     add(p + "layer_norm1.weight", {C}, false, -1);
     add(p + "layer_norm1.bias", {C}, false, -1);
-    add(p + "self_attn.qkv_proj.weight", {3 * C, C}, true, -1);
-    add(p + "self_attn.qkv_proj.bias", {3 * C}, false, -1);
-    add(p + "self_attn.out_proj.weight", {C, C}, true, -1);
+    add(p + "self_attn.qkv_proj.weight", {3 * C, C}, true, 0);
+    add(p + "self_attn.qkv_proj.bias", {3 * C}, false, 0);
+    add(p + "self_attn.out_proj.weight", {C, C}, true, 1);
     add(p + "self_attn.out_proj.bias", {C}, false, -1);
     add(p + "layer_norm2.weight", {C}, false, -1);
     add(p + "layer_norm2.bias", {C}, false, -1);
-    add(p + "mlp.fc1.weight", {F, C}, true, -1);
-    add(p + "mlp.fc1.bias", {F}, false, -1);
-    add(p + "mlp.fc2.weight", {C, F}, true, -1);
+    add(p + "mlp.fc1.weight", {F, C}, true, 0);
+    add(p + "mlp.fc1.bias", {F}, false, 0);
+    add(p + "mlp.fc2.weight", {C, F}, true, 1);
     add(p + "mlp.fc2.bias", {C}, false, -1);
   }
-  add("multi_modal_projector.linear_1.weight", {H, C}, true, -1);
-  add("multi_modal_projector.linear_1.bias", {H}, false, -1);
-  add("multi_modal_projector.linear_2.weight", {H, H}, true, -1);
+  add("multi_modal_projector.linear_1.weight", {H, C}, true, 0);
+  add("multi_modal_projector.linear_1.bias", {H}, false, 0);
+  add("multi_modal_projector.linear_2.weight", {H, H}, true, 1);
   add("multi_modal_projector.linear_2.bias", {H}, false, -1);
 }
 
-size_t ParamLayout::vision_arena_numel(const VisionConfig& v) {
+size_t ParamLayout::vision_arena_numel(const VisionConfig& v, int tp_size) {
   ParamLayout layout;
+  layout.shard_.tp_size = tp_size;  // every TP rank's share is the same size
   layout.add_vision(v);
   return (layout.total_ + 15) / 16 * 16;  // as add() aligns the tensor after them
 }
 
-std::vector<ParamTensor> ParamLayout::vision_tensors(const VisionConfig& v) {
+std::vector<ParamTensor> ParamLayout::vision_tensors(const VisionConfig& v, int tp_rank,
+                                                     int tp_size) {
   ParamLayout layout;
+  layout.shard_.tp_rank = tp_rank;
+  layout.shard_.tp_size = tp_size;
   layout.add_vision(v);
   return layout.tensors_;
 }

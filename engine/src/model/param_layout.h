@@ -41,10 +41,15 @@
 // Note [vision tensors]: a vision-language model's pre chunk (ModelConfig::has_vision) holds
 // the vision tower's tensors first, [0, vision_end_index()), before the word embedding, with
 // HF CLIP's and LLaVA's names (`vision_model.encoder.layers.0.mlp.fc1.weight`,
-// `multi_modal_projector.linear_1.weight`; vision_tensors()), whole on every TP rank (each runs
-// the tower on the gathered rows, so its gradients are whole too). VisionEncoder indexes them in
-// the same order and at the same offsets (the tower's tensors laid out from offset 0 by add()),
-// so the tower runs straight on the model's arenas. Frozen: the encoder (not the projector)
+// `multi_modal_projector.linear_1.weight`; vision_tensors()), split over the TP group as
+// Megatron's LLaVA splits its vision model: qkv_proj and mlp.fc1 by output rows (whole heads),
+// out_proj and mlp.fc2 by input columns, the projector's linear_1 by rows and linear_2 by
+// columns (Note [tower tensor parallelism] in model/vision_encoder.cpp); the embeddings, the
+// LayerNorms and the row-split linears' biases are whole on every TP rank. Each TP rank runs its
+// share on all the micro-batch's images, so the whole tensors' gradients are whole and equal
+// there (no reduction over TP). VisionEncoder indexes them in the same order and at the same
+// offsets (the tower's tensors laid out from offset 0 by add()), so the tower runs straight on
+// the model's arenas. Frozen: the encoder (not the projector)
 // with --freeze-ViT or LoRA, the language model with --freeze-LM.
 // LoRA under tensor parallelism: a column-parallel target (qkv, fc1) has A replicated and B
 // split by output rows like W; a row-parallel one (proj, fc2) has A split by input columns like
@@ -217,11 +222,13 @@ class ParamLayout {
   }
   // The vision tower's tensors (Note [vision tensors]): [0, this), 0 without one.
   int vision_end_index() const { return vision_end_; }
-  // The tower's tensors for `v`, laid out from offset 0 as a pre chunk lays them out.
-  static std::vector<ParamTensor> vision_tensors(const VisionConfig& v);
-  // The elements they take of a pre chunk's arena (the next tensor starts there): their sizes
-  // and alignment gaps.
-  static size_t vision_arena_numel(const VisionConfig& v);
+  // The tower's tensors for `v` on TP rank `tp_rank` of `tp_size`, laid out from offset 0 as a
+  // pre chunk lays them out.
+  static std::vector<ParamTensor> vision_tensors(const VisionConfig& v, int tp_rank = 0,
+                                                 int tp_size = 1);
+  // The elements they take of a pre chunk's arena on each TP rank (the next tensor starts
+  // there): their sizes and alignment gaps.
+  static size_t vision_arena_numel(const VisionConfig& v, int tp_size = 1);
   // The tensors before the first layer (the tower and the embeddings of a pre chunk): [0, this).
   int pre_tensors_end() const { return first_layer_; }
   int final_norm_index() const { return final_norm_; }

@@ -42,4 +42,19 @@ std::vector<std::string> VisionConfig::validate() const {
   return errors;
 }
 
+std::vector<std::string> VisionConfig::tensor_parallel_errors(int tp) const {
+  std::vector<std::string> errors;
+  if (tp <= 1) return errors;
+  const std::string by = "--tensor-model-parallel-size " + std::to_string(tp);
+  if (num_attention_heads > 0 && num_attention_heads % tp != 0)
+    errors.push_back(by + " does not divide --vision-num-attention-heads " +
+                     std::to_string(num_attention_heads) +
+                     " (each rank runs whole heads of the vision tower)");
+  if (hidden_size > 0 && ffn() % tp != 0)
+    errors.push_back(
+        by + " does not divide the vision tower's MLP width " + std::to_string(ffn()) +
+        (ffn_hidden_size > 0 ? " (--vision-ffn-hidden-size)" : " (4 x --vision-hidden-size)"));
+  return errors;
+}
+
 }  // namespace lattice

@@ -11,6 +11,21 @@
 // attention kernel is needed. In 16 bits the block reads A and merges into G (ops.h): the output
 // is merged in att_acc_ and rounded once into atty, the input gradient summed in d_qkv_acc_ and
 // rounded once, as the context-parallel ring does (Note [ring attention in 16 bits]).
+//
+// Note [tower tensor parallelism]: under TP the tower is split as Megatron's LLaVA splits its
+// vision model (the language model's column- and row-parallel linears, without sequence
+// parallelism). Rank r of TP holds heads [r NHt, (r + 1) NHt) of qkv_proj (whole heads: the
+// grouped layout's rows), the same columns of out_proj, rows [r Ft, (r + 1) Ft) of mlp.fc1 and
+// those columns of mlp.fc2, and the projector's linear_1 rows and linear_2 columns of its Ht.
+// Each rank runs every image through its share: the column-split GEMMs, the attention of its
+// heads and the activations on its columns; a row-split GEMM gives a partial (rows, width) that
+// tp_sum adds over the group (rank 0 adding the bias, so it enters once), three sums per layer
+// and direction in all (out_proj, fc2 forward; fc1, qkv_proj input gradients backward) and
+// one for the projector each way. What follows a sum is whole and equal on every rank: the
+// residual stream, the LayerNorms, the embeddings, the selected features and the projected
+// patches, so the whole tensors' gradients are equal there and need no reduction over TP, and
+// the language model's splice is unchanged. Activations, weights and their gradients shrink by
+// TP but for those whole tensors and the (rows, C) residual states.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -24,8 +39,9 @@
 namespace lattice {
 
 template <typename A>
-VisionEncoder<A>::VisionEncoder(const VisionConfig& config, int batch, Device& device, Ops<A>& ops)
-    : config_(config), device_(device), ops_(ops), blocks_(device) {
+VisionEncoder<A>::VisionEncoder(const VisionConfig& config, int batch, Device& device, Ops<A>& ops,
+                                TowerParallel<A> tp)
+    : config_(config), device_(device), ops_(ops), tp_(std::move(tp)), blocks_(device) {
   max_images_ = B_ = batch;
   Cin_ = config.num_channels;
   Np_ = config.patches();
@@ -38,9 +54,14 @@ VisionEncoder<A>::VisionEncoder(const VisionConfig& config, int batch, Device& d
   K_ = Cin_ * config.patch_dim * config.patch_dim;
   L_ = config.num_layers;
   Lrun_ = config.layers_run();
+  NHt_ = NH_ / tp_.size;  // Note [tower tensor parallelism]
+  Ct_ = NHt_ * HS_;
+  Ft_ = F_ / tp_.size;
+  Ht_ = H_ / tp_.size;
   N_ = static_cast<size_t>(B_) * T_;
-  tensors_ = ParamLayout::vision_tensors(config);  // Note [vision tensors] in param_layout.h
-  num_params_ = ParamLayout::vision_arena_numel(config);
+  // Note [vision tensors] in param_layout.h
+  tensors_ = ParamLayout::vision_tensors(config, tp_.rank, tp_.size);
+  num_params_ = ParamLayout::vision_arena_numel(config, tp_.size);
   auto index = [&](const std::string& name) {
     for (size_t i = 0; i < tensors_.size(); i++)
       if (tensors_[i].name == name) return static_cast<int>(i);
@@ -72,7 +93,8 @@ VisionLayerParams<X> VisionEncoder<A>::layer(X* arena, int l) const {
 template <typename A>
 Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionConfig& config,
                                                                    int batch, Device& device,
-                                                                   bool own_params) {
+                                                                   bool own_params,
+                                                                   TowerParallel<A> tp) {
   if (const std::vector<std::string> errors = config.validate(); !errors.empty()) {
     std::string all;
     for (const std::string& e : errors) all += (all.empty() ? "" : " ") + e;
@@ -81,6 +103,15 @@ Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionC
   if (batch <= 0)
     return Status::invalid_argument("the vision encoder's batch " + std::to_string(batch) +
                                     " must be positive.");
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size || (tp.size > 1 && !tp.sum))
+    return Status::internal("VisionEncoder: TP rank " + std::to_string(tp.rank) + " of " +
+                            std::to_string(tp.size) + " without its group's sum");
+  if (const std::vector<std::string> why = config.tensor_parallel_errors(tp.size); !why.empty())
+    return Status::invalid_argument(why.front() + ".");
+  if (config.lm_hidden_size % tp.size != 0)
+    return Status::invalid_argument("--tensor-model-parallel-size " + std::to_string(tp.size) +
+                                    " does not divide the projector's width --hidden-size " +
+                                    std::to_string(config.lm_hidden_size) + ".");
   if (own_params && !std::is_same_v<A, G>)
     return Status::internal("a 16-bit vision encoder runs on a model's arenas (own_params false)");
   Ops<A>* ops = device.ops<A>();
@@ -106,7 +137,7 @@ Result<std::unique_ptr<VisionEncoder<A>>> VisionEncoder<A>::create(const VisionC
         std::to_string(hs) + " must be " + sizes + " on " + device.describe() +
         " (its attention's sizes); change either flag or run on the CPU.");
   }
-  std::unique_ptr<VisionEncoder> e(new VisionEncoder(config, batch, device, *ops));
+  std::unique_ptr<VisionEncoder> e(new VisionEncoder(config, batch, device, *ops, std::move(tp)));
   if (Status s = e->allocate(own_params); !s) return s;
   return e;
 }
@@ -130,34 +161,35 @@ Status VisionEncoder<A>::allocate(bool own_params) {
   hidden_ = blocks_.take<A>((R + 1) * N * C, Ac);
   ln1_ = blocks_.take<A>(R * N * C, Ac);
   ln1_stats_ = blocks_.take<G>(R * 2 * N, Ac);
-  qkv_ = blocks_.take<A>(R * N * 3 * C, Ac);
-  atty_ = blocks_.take<A>(R * N * C, Ac);
-  lse_ = blocks_.take<G>(R * N * NH_, Ac);
+  const size_t Ct = Ct_, Ft = Ft_, Ht = Ht_;  // this rank's shares
+  qkv_ = blocks_.take<A>(R * N * 3 * Ct, Ac);
+  atty_ = blocks_.take<A>(R * N * Ct, Ac);
+  lse_ = blocks_.take<G>(R * N * NHt_, Ac);
   res_mid_ = blocks_.take<A>(R * N * C, Ac);
   ln2_ = blocks_.take<A>(R * N * C, Ac);
   ln2_stats_ = blocks_.take<G>(R * 2 * N, Ac);
-  fc1_ = blocks_.take<A>(R * N * F_, Ac);
-  act_ = blocks_.take<A>(R * N * F_, Ac);
+  fc1_ = blocks_.take<A>(R * N * Ft, Ac);
+  act_ = blocks_.take<A>(R * N * Ft, Ac);
   features_ = config_.class_token ? blocks_.take<A>(M * C, Ac) : hidden_ + R * N * C;
-  p1_ = blocks_.take<A>(M * H_, Ac);
-  p1_act_ = blocks_.take<A>(M * H_, Ac);
+  p1_ = blocks_.take<A>(M * Ht, Ac);
+  p1_act_ = blocks_.take<A>(M * Ht, Ac);
   out_ = blocks_.take<A>(M * H_, Ac);
-  kv_ = blocks_.take<A>(N * 2 * C, Ws);
-  d_kv_ = blocks_.take<G>(N * 2 * C, Ws);
-  delta_ = blocks_.take<G>(N * NH_, Ws);
+  kv_ = blocks_.take<A>(N * 2 * Ct, Ws);
+  d_kv_ = blocks_.take<G>(N * 2 * Ct, Ws);
+  delta_ = blocks_.take<G>(N * NHt_, Ws);
   workspace_ =
-      blocks_.take<G>(ops_.attention_block_workspace_elems(max_images_, NH_, T_, T_, HS_), Ws);
+      blocks_.take<G>(ops_.attention_block_workspace_elems(max_images_, NHt_, T_, T_, HS_), Ws);
   if constexpr (!std::is_same_v<A, G>) {
-    att_acc_ = blocks_.take<G>(N * C, Ws);
-    d_qkv_acc_ = blocks_.take<G>(N * 3 * C, Ws);
+    att_acc_ = blocks_.take<G>(N * Ct, Ws);
+    d_qkv_acc_ = blocks_.take<G>(N * 3 * Ct, Ws);
   }
   q_pos_ = blocks_.take<int32_t>(2 * static_cast<size_t>(T_), Ws);
   k_pos_ = q_pos_ + T_;
   d_h_ = blocks_.take<A>(N * C, Ws);
   d_c_ = blocks_.take<A>(N * C, Ws);
   d_c2_ = blocks_.take<A>(N * C, Ws);
-  d_f_ = blocks_.take<A>(N * std::max<size_t>(F_, 3 * C), Ws);
-  d_p_ = blocks_.take<A>(M * std::max<size_t>(H_, K_), Ws);  // also the patches' gradient
+  d_f_ = blocks_.take<A>(N * std::max<size_t>(Ft, 3 * Ct), Ws);
+  d_p_ = blocks_.take<A>(M * std::max<size_t>(Ht, K_), Ws);  // also the patches' gradient
   if (Status s = blocks_.status(); !s) return s;
   std::vector<int32_t> pos(2 * static_cast<size_t>(T_), T_ - 1);  // Note [bidirectional attention]
   for (int t = 0; t < T_; t++) pos[T_ + t] = t;
@@ -231,84 +263,94 @@ const A* VisionEncoder<A>::forward(const A* images, int count) {
   return out_;
 }
 
+// This rank's NHt heads (Note [tower tensor parallelism]).
 template <typename A>
 void VisionEncoder<A>::attention_forward(int l) {
-  const size_t N = N_, C = C_;
-  A* qkv = qkv_ + l * N * 3 * C;
-  A* atty = atty_ + l * N * C;
-  G* lse = lse_ + l * N * NH_;
+  const size_t N = N_, Ct = Ct_;
+  A* qkv = qkv_ + l * N * 3 * Ct;
+  A* atty = atty_ + l * N * Ct;
+  G* lse = lse_ + l * N * NHt_;
   G* merged = merged_in_accum(atty, att_acc_);
-  ops_.fill(merged, N * C, G(0));
-  ops_.fill(lse, N * NH_, -std::numeric_limits<G>::infinity());
-  ops_.attention_kv_pack(kv_, qkv, N, NH_, NH_, HS_);
-  kernels::AttentionBlock block{B_, NH_, NH_, HS_, T_, 0, T_, T_, 0, T_, q_pos_, k_pos_, nullptr};
+  ops_.fill(merged, N * Ct, G(0));
+  ops_.fill(lse, N * NHt_, -std::numeric_limits<G>::infinity());
+  ops_.attention_kv_pack(kv_, qkv, N, NHt_, NHt_, HS_);
+  kernels::AttentionBlock block{B_, NHt_, NHt_, HS_, T_, 0, T_, T_, 0, T_, q_pos_, k_pos_, nullptr};
   ops_.attention_block_forward(merged, lse, qkv, kv_, block, workspace_);
-  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(atty, merged, N * C);
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(atty, merged, N * Ct);
 }
 
 template <typename A>
 void VisionEncoder<A>::attention_backward(int l, A* d_qkv, const A* d_atty) {
-  const size_t N = N_, C = C_;
-  const A* qkv = qkv_ + l * N * 3 * C;
-  ops_.attention_row_dot(delta_, d_atty, atty_ + l * N * C, B_, T_, NH_, HS_);
+  const size_t N = N_, Ct = Ct_;
+  const A* qkv = qkv_ + l * N * 3 * Ct;
+  ops_.attention_row_dot(delta_, d_atty, atty_ + l * N * Ct, B_, T_, NHt_, HS_);
   G* grads = merged_in_accum(d_qkv, d_qkv_acc_);
-  ops_.fill(grads, N * 3 * C, G(0));
-  ops_.fill(d_kv_, N * 2 * C, G(0));
-  ops_.attention_kv_pack(kv_, qkv, N, NH_, NH_, HS_);
-  kernels::AttentionBlock block{B_, NH_, NH_, HS_, T_, 0, T_, T_, 0, T_, q_pos_, k_pos_, nullptr};
-  ops_.attention_block_backward(grads, d_kv_, d_atty, delta_, lse_ + l * N * NH_, qkv, kv_, block,
+  ops_.fill(grads, N * 3 * Ct, G(0));
+  ops_.fill(d_kv_, N * 2 * Ct, G(0));
+  ops_.attention_kv_pack(kv_, qkv, N, NHt_, NHt_, HS_);
+  kernels::AttentionBlock block{B_, NHt_, NHt_, HS_, T_, 0, T_, T_, 0, T_, q_pos_, k_pos_, nullptr};
+  ops_.attention_block_backward(grads, d_kv_, d_atty, delta_, lse_ + l * N * NHt_, qkv, kv_, block,
                                 workspace_);
-  ops_.attention_kv_unpack(grads, d_kv_, N, NH_, NH_, HS_);
-  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(d_qkv, grads, N * 3 * C);
+  ops_.attention_kv_unpack(grads, d_kv_, N, NHt_, NHt_, HS_);
+  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(d_qkv, grads, N * 3 * Ct);
 }
 
 // Layer l (CLIP's pre-norm block): res_mid = h + proj(attention(qkv(ln1(h))));
-// h' = res_mid + fc2(quick_gelu(fc1(ln2(res_mid)))).
+// h' = res_mid + fc2(quick_gelu(fc1(ln2(res_mid)))). Under TP the column-split qkv and fc1 and
+// the attention run on this rank's share, proj and fc2 give partial sums (Note [tower tensor
+// parallelism]).
 template <typename A>
 void VisionEncoder<A>::layer_forward(int l) {
-  const int N = static_cast<int>(N_), C = C_, F = F_;
-  const size_t NC = N_ * C, NF = N_ * F;
+  const int N = static_cast<int>(N_), C = C_, Ct = Ct_, Ft = Ft_;
+  const size_t NC = N_ * C, NCt = N_ * Ct, NFt = N_ * Ft;
   const VisionLayerParams<A> w = layer(params_, l);
   A* h = hidden_ + l * NC;
   A* ln1 = ln1_ + l * NC;
   G* s1 = ln1_stats_ + l * 2 * N_;
   ops_.layernorm_forward(ln1, s1, s1 + N, h, w.ln1_w, w.ln1_b, N, C);
-  ops_.matmul_forward(qkv_ + l * N_ * 3 * C, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * C,
+  ops_.matmul_forward(qkv_ + l * N_ * 3 * Ct, nullptr, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Ct,
                       Epilogue::kNone);
   attention_forward(l);
   A* proj_out = d_c_;  // scratch until the backward
-  ops_.matmul_forward(proj_out, nullptr, atty_ + l * NC, w.proj_w, w.proj_b, N, C, C,
-                      Epilogue::kNone);
+  ops_.matmul_forward(proj_out, nullptr, atty_ + l * NCt, w.proj_w, row_split_bias(w.proj_b), N, Ct,
+                      C, Epilogue::kNone);
+  tp_sum(proj_out, NC);
   G* s2 = ln2_stats_ + l * 2 * N_;
   ops_.residual_layernorm_forward(res_mid_ + l * NC, ln2_ + l * NC, s2, s2 + N, h, proj_out,
                                   w.ln2_w, w.ln2_b, N, C);
-  ops_.matmul_forward(fc1_ + l * NF, nullptr, ln2_ + l * NC, w.fc1_w, w.fc1_b, N, C, F,
+  ops_.matmul_forward(fc1_ + l * NFt, nullptr, ln2_ + l * NC, w.fc1_w, w.fc1_b, N, C, Ft,
                       Epilogue::kNone);
-  ops_.activation_forward(act_ + l * NF, fc1_ + l * NF, NF, kernels::Activation::kQuickGelu);
+  ops_.activation_forward(act_ + l * NFt, fc1_ + l * NFt, NFt, kernels::Activation::kQuickGelu);
   A* next = h + NC;
-  ops_.matmul_forward(next, nullptr, act_ + l * NF, w.fc2_w, w.fc2_b, N, F, C, Epilogue::kNone);
+  ops_.matmul_forward(next, nullptr, act_ + l * NFt, w.fc2_w, row_split_bias(w.fc2_b), N, Ft, C,
+                      Epilogue::kNone);
+  tp_sum(next, NC);
   // next += res_mid: the residual add (dropout of p 0 is a plain add, in every compute type).
   ops_.residual_dropout_forward(next, next, res_mid_ + l * NC, NC, 0.0f, 0, 0);
 }
 
-// d_h_ holds d h' on entry and d h on return.
+// d_h_ holds d h' on entry and d h on return. Under TP the input gradients of the column-split
+// fc1 and qkv are partial sums (Note [tower tensor parallelism]); the row-split biases'
+// gradients are whole, from the whole d h'.
 template <typename A>
 void VisionEncoder<A>::layer_backward(int l) {
-  const int N = static_cast<int>(N_), C = C_, F = F_;
-  const size_t NC = N_ * C, NF = N_ * F;
+  const int N = static_cast<int>(N_), C = C_, Ct = Ct_, Ft = Ft_;
+  const size_t NC = N_ * C, NCt = N_ * Ct, NFt = N_ * Ft;
   const VisionLayerParams<A> w = layer(params_, l);
   const VisionLayerParams<G> g = layer(grads_, l);
   // MLP block: d res_mid = d h' + the branch's gradient through ln2 (layernorm_backward's +=).
-  ops_.matmul_backward(d_f_, g.fc2_w, g.fc2_b, d_h_, act_ + l * NF, w.fc2_w, N, F, C);
-  ops_.activation_backward(d_f_, fc1_ + l * NF, d_f_, NF, kernels::Activation::kQuickGelu);
-  ops_.matmul_backward(d_c_, g.fc1_w, g.fc1_b, d_f_, ln2_ + l * NC, w.fc1_w, N, C, F);
+  ops_.matmul_backward(d_f_, g.fc2_w, g.fc2_b, d_h_, act_ + l * NFt, w.fc2_w, N, Ft, C);
+  ops_.activation_backward(d_f_, fc1_ + l * NFt, d_f_, NFt, kernels::Activation::kQuickGelu);
+  ops_.matmul_backward(d_c_, g.fc1_w, g.fc1_b, d_f_, ln2_ + l * NC, w.fc1_w, N, C, Ft);
+  tp_sum(d_c_, NC);
   const G* s2 = ln2_stats_ + l * 2 * N_;
   ops_.layernorm_backward(d_h_, g.ln2_w, g.ln2_b, d_c_, res_mid_ + l * NC, w.ln2_w, s2, s2 + N, N,
                           C);
   // Attention block: d h = d res_mid + the branch's gradient through ln1.
-  ops_.matmul_backward(d_c_, g.proj_w, g.proj_b, d_h_, atty_ + l * NC, w.proj_w, N, C, C);
+  ops_.matmul_backward(d_c_, g.proj_w, g.proj_b, d_h_, atty_ + l * NCt, w.proj_w, N, Ct, C);
   attention_backward(l, d_f_, d_c_);
-  ops_.matmul_backward(d_c2_, g.qkv_w, g.qkv_b, d_f_, ln1_ + l * NC, w.qkv_w, N, C, 3 * C);
+  ops_.matmul_backward(d_c2_, g.qkv_w, g.qkv_b, d_f_, ln1_ + l * NC, w.qkv_w, N, C, 3 * Ct);
+  tp_sum(d_c2_, NC);
   const G* s1 = ln1_stats_ + l * 2 * N_;
   ops_.layernorm_backward(d_h_, g.ln1_w, g.ln1_b, d_c2_, hidden_ + l * NC, w.ln1_w, s1, s1 + N, N,
                           C);

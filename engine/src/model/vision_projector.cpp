@@ -7,39 +7,45 @@ namespace lattice {
 
 template <typename A>
 void VisionEncoder<A>::projector_forward() {
-  const int M = B_ * Np_, C = C_, H = H_;
+  const int M = B_ * Np_, C = C_, H = H_, Ht = Ht_;
   A* P = params_;
-  ops_.matmul_forward(p1_, nullptr, features_, tensor(P, proj1_w_), tensor(P, proj1_b_), M, C, H,
+  // Under TP linear_1 is split by rows and linear_2 by columns (Note [tower tensor
+  // parallelism] in vision_encoder.cpp): this rank's Ht columns, then a partial sum.
+  ops_.matmul_forward(p1_, nullptr, features_, tensor(P, proj1_w_), tensor(P, proj1_b_), M, C, Ht,
                       Epilogue::kNone);
-  ops_.activation_forward(p1_act_, p1_, static_cast<size_t>(M) * H, kernels::Activation::kGeluErf);
-  ops_.matmul_forward(out_, nullptr, p1_act_, tensor(P, proj2_w_), tensor(P, proj2_b_), M, H, H,
-                      Epilogue::kNone);
+  ops_.activation_forward(p1_act_, p1_, static_cast<size_t>(M) * Ht, kernels::Activation::kGeluErf);
+  ops_.matmul_forward(out_, nullptr, p1_act_, tensor(P, proj2_w_),
+                      row_split_bias(tensor(P, proj2_b_)), M, Ht, H, Epilogue::kNone);
+  tp_sum(out_, static_cast<size_t>(M) * H);
 }
 
 // Given d_out (M, H): the projector's gradients +=, and with `encoder` d_h_ (N, C) = the
 // gradient of the selected hidden state (zero on the class token's rows, which the projector
-// does not read).
+// does not read), summed over TP.
 template <typename A>
 void VisionEncoder<A>::projector_backward(const A* d_out, bool encoder) {
-  const int M = B_ * Np_, C = C_, H = H_;
+  const int M = B_ * Np_, C = C_, H = H_, Ht = Ht_;
   A* P = params_;
   G* Gr = grads_;
   ops_.matmul_backward(d_p_, tensor(Gr, proj2_w_), tensor(Gr, proj2_b_), d_out, p1_act_,
-                       tensor(P, proj2_w_), M, H, H);
-  ops_.activation_backward(d_p_, p1_, d_p_, static_cast<size_t>(M) * H,
+                       tensor(P, proj2_w_), M, Ht, H);
+  ops_.activation_backward(d_p_, p1_, d_p_, static_cast<size_t>(M) * Ht,
                            kernels::Activation::kGeluErf);
   if (!encoder) {  // a frozen encoder needs no input gradient
     ops_.matmul_backward(nullptr, tensor(Gr, proj1_w_), tensor(Gr, proj1_b_), d_p_, features_,
-                         tensor(P, proj1_w_), M, C, H);
+                         tensor(P, proj1_w_), M, C, Ht);
     return;
   }
+  const size_t MC = static_cast<size_t>(M) * C;
   if (cls_ < 0) {  // the selected state's rows are the features' rows
     ops_.matmul_backward(d_h_, tensor(Gr, proj1_w_), tensor(Gr, proj1_b_), d_p_, features_,
-                         tensor(P, proj1_w_), M, C, H);
+                         tensor(P, proj1_w_), M, C, Ht);
+    tp_sum(d_h_, MC);
     return;
   }
   ops_.matmul_backward(d_c_, tensor(Gr, proj1_w_), tensor(Gr, proj1_b_), d_p_, features_,
-                       tensor(P, proj1_w_), M, C, H);
+                       tensor(P, proj1_w_), M, C, Ht);
+  tp_sum(d_c_, MC);
   const size_t TC = static_cast<size_t>(T_) * C, NpC = static_cast<size_t>(Np_) * C;
   device_.zero(d_h_, N_ * C * sizeof(A), compute());
   for (int b = 0; b < B_; b++)

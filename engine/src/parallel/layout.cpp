@@ -367,6 +367,9 @@ std::vector<std::string> layout_errors(const TrainOptions& o, int world) {
                        (m.ffn_hidden_size > 0 ? " (--ffn-hidden-size)"
                         : m.swiglu            ? " (8/3 x --hidden-size, a multiple of 64)"
                                               : " (4 x --hidden-size)"));
+    if (!o.vision_model_type.empty())  // Note [tower tensor parallelism] (vision_encoder.cpp)
+      for (std::string& e : o.vision_config().tensor_parallel_errors(tp))
+        errors.push_back(std::move(e));
   }
   sequence_errors(o, errors);
   for (std::string& e : expert_rules(o)) errors.push_back(std::move(e));

@@ -504,10 +504,10 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     st.pp_rank = p;
     ParamCount n = stage_parameters(m, layout, p);
     const int64_t language_model = n.total;
-    if (layout.is_first_stage(p)) {  // whole on every TP rank
+    if (layout.is_first_stage(p)) {  // this TP rank's share (Note [vision tower in the plan])
       st.vision_parameters = est.vision.parameters;
       n.total += est.vision.parameters;
-      n.replicated += est.vision.parameters;
+      n.replicated += est.vision.replicated_parameters;
     }
     st.parameters = n.total;
     st.replicated_parameters = n.replicated;

@@ -157,14 +157,15 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
       }
     }
     const double mean_layer = layers > 0 ? layers_fwd / layers : 0;
-    // A vision tower runs whole on every rank of the first stage, on each micro-batch's images,
-    // its forward and the backward the engine runs (VisionEstimate::training_flops_per_image;
-    // Note [vision tower in the plan] in vision_estimate.cpp).
-    // With PP > 1 a backward re-runs the tower's forward (VisionEstimate::reruns_per_iteration).
+    // A vision tower runs its TP share on every rank of the first stage, on each micro-batch's
+    // images, its forward and the backward the engine runs
+    // (VisionEstimate::rank_training_flops_per_image; Note [vision tower in the plan] in
+    // vision_estimate.cpp). With PP > 1 a backward re-runs the tower's forward
+    // (VisionEstimate::reruns_per_iteration).
     const VisionEstimate& v = memory.vision;
     const double vision =
-        first ? v.images_per_micro_batch * (M * v.training_flops_per_image +
-                                            v.reruns_per_iteration * v.forward_flops_per_image)
+        first ? v.images_per_micro_batch * (M * v.rank_training_flops_per_image +
+                                            v.reruns_per_iteration * v.rank_forward_flops_per_image)
               : 0;
     const double forward = tokens * (layers_fwd + (last ? head_fwd / t : 0));
     const double repeated = tokens * (full        ? recomputed * mean_layer
@@ -203,9 +204,15 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     // Per micro-batch and layer 2 forward + 2 backward all-reduces of (s, b, h) (sequence
     // parallelism: reduce-scatter + all-gather, the same bytes), 2 more per recomputed layer;
     // the embedding's forward and the LM head input's backward on the end stages.
+    // A tower's own sums (VisionEstimate::tp_forward_bytes_per_image) on the first stage.
     if (t > 1) {
       const int collectives = 4 * layers + 2 * recomputed + (first ? 1 : 0) + (last ? 1 : 0);
       st.tp = M * collectives * all_reduce_s(activation, t, tp_bandwidth);
+      if (first)
+        st.tp += v.images_per_micro_batch *
+                 all_reduce_s(M * (v.tp_forward_bytes_per_image + v.tp_backward_bytes_per_image) +
+                                  v.reruns_per_iteration * v.tp_forward_bytes_per_image,
+                              t, tp_bandwidth);
     }
     // One activation forward and one gradient backward per micro-batch and model chunk, split
     // along the sequence with SP; sends and receives share the link in both directions.

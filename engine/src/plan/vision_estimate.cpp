@@ -3,11 +3,13 @@
 // FLOPs per image, counted from the same shapes as model/vision_encoder.cpp (test_planner_vision
 // checks them against a VisionEncoder on the CPU device, test_parallel_memory against training).
 // Its scratch (kWorkspace) too, the one workspace the planner counts besides MoE's dispatch
-// buffers. Non-goals: tensor or pipeline parallelism of the tower (it has none).
+// buffers. Non-goal: pipeline parallelism of the tower (it sits whole on the first stage).
 //
 // Note [vision tower in the plan]: the training wiring puts the tower on the first pipeline
-// stage (the pre chunk), whole on every TP rank (each TP rank runs it; its gradients are whole
-// there), and trains its parameters with the language model's replicated tensors: the stage's
+// stage (the pre chunk), split over TP (Note [tower tensor parallelism] in
+// model/vision_encoder.cpp: each TP rank holds and runs its share of the heads, the MLP and the
+// projector, and the embeddings, LayerNorms and row-split biases whole), and trains its
+// parameters with the language model's: the stage's
 // weights and grads categories count them all (the tower keeps its block of the gradient arena
 // whatever is frozen: Note [LoRA] in model/param_layout.h), the optimizer
 // state the trained ones (the projector always, the encoder unless --freeze-ViT or LoRA; the
@@ -33,11 +35,11 @@ namespace {
 
 // The tower's shapes (vision_encoder.cpp's names): Cin channels, Np patches of K = Cin P P
 // pixels, T = Np (+ 1 class token) rows of width C, NH heads, MLP width F, L layers of which R
-// run, H the language model's width.
+// run, H the language model's width; t the TP size, which splits the heads, F and H.
 struct VisionShape {
-  double Cin, Np, K, T, C, NH, F, H, L, R;
+  double Cin, Np, K, T, C, NH, F, H, L, R, t;
 };
-VisionShape vision_shape(const VisionConfig& v) {
+VisionShape vision_shape(const VisionConfig& v, int tp) {
   const double P = v.patch_dim;
   return {static_cast<double>(v.num_channels),
           static_cast<double>(v.patches()),
@@ -48,13 +50,8 @@ VisionShape vision_shape(const VisionConfig& v) {
           static_cast<double>(v.ffn()),
           static_cast<double>(v.lm_hidden_size),
           static_cast<double>(v.num_layers),
-          static_cast<double>(v.layers_run())};
-}
-
-// The elements the tower adds to the pre chunk's arena (Note [vision tensors] in
-// model/param_layout.h): its tensors and their alignment gaps, as the memory counts them.
-int64_t vision_parameters(const VisionConfig& v) {
-  return static_cast<int64_t>(ParamLayout::vision_arena_numel(v));
+          static_cast<double>(v.layers_run()),
+          static_cast<double>(tp)};
 }
 
 // Bytes of the compute type A and of G = accum_t<A> (model/gpt.h).
@@ -62,36 +59,40 @@ struct TowerBytes {
   double a = 4, g = 4;
 };
 
-// Bytes of VisionEncoder::allocate's activation buffers for B images (M = B Np patch rows,
-// N = B T encoder rows, R layers run). In A: the patches (M, K), the embeddings (N, C) and with a
-// class token the patch GEMM's own output (M, C), the R + 1 hidden states (N, C); per layer run
-// ln1, atty, res_mid, ln2 (N, C), qkv (N, 3C), fc1 and its activation (N, F); with a class
-// token the selected patch rows (M, C); the projector's three (M, H). In G: the pre-LayerNorm's
-// mean and rstd (2N); per layer run the two LayerNorms' statistics (2 x 2N) and the
-// log-sum-exps (N, NH).
+// Bytes of VisionEncoder::allocate's activation buffers on one TP rank for B images (M = B Np
+// patch rows, N = B T encoder rows, R layers run; Ct = C / t, Ft = F / t, Ht = H / t its
+// shares). In A: the patches (M, K), the embeddings (N, C) and with a class token the patch
+// GEMM's own output (M, C), the R + 1 hidden states (N, C); per layer run ln1, res_mid, ln2
+// (N, C), atty (N, Ct), qkv (N, 3 Ct), fc1 and its activation (N, Ft); with a class token the
+// selected patch rows (M, C); the projector's first GEMM and its activation (M, Ht) and its
+// output (M, H). In G: the pre-LayerNorm's mean and rstd (2N); per layer run the two
+// LayerNorms' statistics (2 x 2N) and the log-sum-exps of the rank's heads (N, NH / t).
 double vision_activation_bytes(const VisionShape& s, double B, TowerBytes e) {
   const double M = B * s.Np, N = B * s.T, R = s.R;
+  const double Ct = s.C / s.t, Ft = s.F / s.t, Ht = s.H / s.t;
   const bool cls = s.T > s.Np;
   const double a = M * s.K + N * s.C + (cls ? M * s.C : 0) + (R + 1) * N * s.C +
-                   R * N * (4 * s.C + 3 * s.C + 2 * s.F) + (cls ? M * s.C : 0) + 3 * M * s.H;
-  const double g = 2 * N + R * (N * s.NH + 4 * N);
+                   R * N * (3 * s.C + 4 * Ct + 2 * Ft) + (cls ? M * s.C : 0) + M * (2 * Ht + s.H);
+  const double g = 2 * N + R * (N * s.NH / s.t + 4 * N);
   return e.a * a + e.g * g;
 }
 
-// Bytes of the tower's scratch (kWorkspace), once per model: VisionEncoder::allocate's for B
-// images (M = B Np patch rows, N = B T encoder rows). In A: the attention's K and V (N, 2C), the
-// backward's (N, C) row gradients d_h, d_c, d_c2, (N, max(F, 3C)) and (M, max(H, K)). In G: the
-// keys' and values' gradient (N, 2C), delta (N, NH), the block attention's workspace
+// Bytes of the tower's scratch (kWorkspace) on one TP rank, once per model:
+// VisionEncoder::allocate's for B images (M = B Np patch rows, N = B T encoder rows; Ct, Ft, Ht
+// the rank's shares). In A: the attention's K and V (N, 2 Ct), the backward's (N, C) row
+// gradients d_h, d_c, d_c2, (N, max(Ft, 3 Ct)) and (M, max(Ht, K)). In G: the keys' and values'
+// gradient (N, 2 Ct), delta (N, NH / t), the block attention's workspace
 // (attention_block_workspace_elems: on the CPU (2 T^2 + T (HS + 1)) per thread, none on CUDA)
-// and, in 16 bits, the attention's merged output (N, C) and input gradient (N, 3C). And the
+// and, in 16 bits, the attention's merged output (N, Ct) and input gradient (N, 3 Ct). And the
 // int32 positions (2T). `threads`: the CPU kernels' thread count.
 double encoder_workspace_bytes(const VisionShape& s, double B, TowerBytes e, bool cuda,
                                double threads) {
   const double M = B * s.Np, N = B * s.T, HS = s.C / s.NH;
+  const double Ct = s.C / s.t, Ft = s.F / s.t, Ht = s.H / s.t;
   const double attention = cuda ? 0 : threads * (2 * s.T * s.T + s.T * (HS + 1));
   const bool sixteen_bit = e.a < e.g;
-  return e.a * (2 * N * s.C + 3 * N * s.C + N * std::max(s.F, 3 * s.C) + M * std::max(s.H, s.K)) +
-         e.g * (2 * N * s.C + N * s.NH + attention + (sixteen_bit ? 4 * N * s.C : 0)) +
+  return e.a * (2 * N * Ct + 3 * N * s.C + N * std::max(Ft, 3 * Ct) + M * std::max(Ht, s.K)) +
+         e.g * (2 * N * Ct + N * s.NH / s.t + attention + (sixteen_bit ? 4 * N * Ct : 0)) +
          sizeof(int32_t) * 2 * s.T;
 }
 
@@ -107,6 +108,11 @@ VisionFlops vision_forward_flops(const VisionShape& s) {
   const double layer = 2 * s.T * s.C * (3 * s.C + s.C + 2 * s.F) + 4 * s.T * s.T * s.C;
   return {2 * s.Np * s.K * s.C, s.R * layer, 2 * s.Np * s.C * s.H, 2 * s.Np * s.H * s.H};
 }
+// One TP rank's share (Note [tower tensor parallelism]): the layers and the projector split t
+// ways, the patch GEMM whole on every rank.
+VisionFlops rank_share(VisionFlops f, double t) {
+  return {f.patch, f.layers / t, f.projector1 / t, f.projector2 / t};
+}
 
 // Forward and backward of one image as VisionEncoder::backward runs them: a GEMM's backward is
 // twice its forward (input and weight gradients), the patch GEMM's its weight gradient alone
@@ -119,16 +125,19 @@ double vision_training_flops(const VisionFlops& f, bool encoder_trains) {
   return f.forward() + backward;
 }
 
-// The projector's elements and the encoder's (ParamLayout::vision_tensors, without the
-// alignment gaps: the optimizer's moments are per tensor).
+// A TP rank's elements of the projector and of the encoder (ParamLayout::vision_tensors,
+// without the alignment gaps: the optimizer's moments are per tensor), and of both those every
+// TP rank holds whole.
 struct VisionNumel {
-  int64_t projector = 0, encoder = 0;
+  int64_t projector = 0, encoder = 0, whole = 0;
 };
-VisionNumel vision_numel(const VisionConfig& v) {
+VisionNumel vision_numel(const VisionConfig& v, int tp) {
   VisionNumel n;
-  for (const ParamTensor& t : ParamLayout::vision_tensors(v))
+  for (const ParamTensor& t : ParamLayout::vision_tensors(v, 0, tp)) {
     (t.name.rfind("multi_modal_projector.", 0) == 0 ? n.projector : n.encoder) +=
         static_cast<int64_t>(t.numel);
+    if (t.split_dim < 0) n.whole += static_cast<int64_t>(t.numel);
+  }
   return n;
 }
 
@@ -158,7 +167,8 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   VisionEstimate e;
   if (!has_vision_tower(o)) return e;
   const VisionConfig v = o.vision_config();
-  const VisionShape s = vision_shape(v);
+  const int tp = std::max(1, o.model.tensor_model_parallel_size);
+  const VisionShape s = vision_shape(v, tp);
   // Note [vision tower in the plan]: the run's compute type (the CPU runs --fp16 in fp32).
   const std::string precision = compute_precision(o);
   const bool sixteen_bit = precision == "bf16" || precision == "fp16";
@@ -167,12 +177,13 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
                                                : 4.0,
                          precision == "fp64" ? 8.0 : 4.0};
   constexpr int kImagesPerSample = 1;
-  e.parameters = vision_parameters(v);
+  e.parameters = static_cast<int64_t>(ParamLayout::vision_arena_numel(v, tp));
   e.layers_run = v.layers_run();
   e.images_per_micro_batch = o.micro_batch_size * kImagesPerSample;
   // Note [vision tensors] in model/param_layout.h: the projector always trains.
   e.encoder_trains = !o.model.freeze_vision && !o.model.lora();
-  const VisionNumel numel = vision_numel(v);
+  const VisionNumel numel = vision_numel(v, tp);
+  e.replicated_parameters = numel.whole;
   e.trained_parameters = numel.projector + (e.encoder_trains ? numel.encoder : 0);
   const double B = e.images_per_micro_batch;
   e.activation_bytes_per_micro_batch = static_cast<size_t>(vision_activation_bytes(s, B, bytes));
@@ -190,6 +201,17 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   const VisionFlops f = vision_forward_flops(s);
   e.forward_flops_per_image = f.forward();
   e.training_flops_per_image = vision_training_flops(f, e.encoder_trains);
+  const VisionFlops share = rank_share(f, s.t);
+  e.rank_forward_flops_per_image = share.forward();
+  e.rank_training_flops_per_image = vision_training_flops(share, e.encoder_trains);
+  // Note [tower tensor parallelism]: forward, out_proj's and fc2's (T, C) and the projector's
+  // (Np, H) partial sums; backward with the encoder training, fc1's and qkv_proj's (T, C) input
+  // gradients and linear_1's (Np, C).
+  if (tp > 1) {
+    e.tp_forward_bytes_per_image = bytes.a * (2 * s.R * s.T * s.C + s.Np * s.H);
+    e.tp_backward_bytes_per_image =
+        e.encoder_trains ? bytes.a * (2 * s.R * s.T * s.C + s.Np * s.C) : 0;
+  }
   e.flops_per_iteration =
       e.training_flops_per_image * static_cast<double>(o.global_batch_size) * kImagesPerSample;
   return e;
