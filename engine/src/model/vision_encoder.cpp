@@ -19,12 +19,12 @@
 // those columns of mlp.fc2, and the projector's linear_1 rows and linear_2 columns of its Ht.
 // Each rank runs every image through its share: the column-split GEMMs, the attention of its
 // heads and the activations on its columns; a row-split GEMM gives a partial (rows, width) that
-// tp_sum adds over the group (rank 0 adding the bias, so it enters once), three sums per layer
-// and direction in all (out_proj, fc2 forward; fc1, qkv_proj input gradients backward) and
-// one for the projector each way. What follows a sum is whole and equal on every rank: the
-// residual stream, the LayerNorms, the embeddings, the selected features and the projected
-// patches, so the whole tensors' gradients are equal there and need no reduction over TP, and
-// the language model's splice is unchanged. Activations, weights and their gradients shrink by
+// tp_sum adds over the group (rank 0 adding the bias, so it enters once): two sums per layer
+// each way (out_proj's and fc2's outputs forward; fc1's and qkv_proj's input gradients
+// backward) and one for the projector each way. What follows a sum is whole and equal on every
+// rank: the residual stream, the LayerNorms, the embeddings, the selected features and the
+// projected patches, so the whole tensors' gradients are equal there and need no reduction over TP,
+// and the language model's splice is unchanged. Activations, weights and their gradients shrink by
 // TP but for those whole tensors and the (rows, C) residual states.
 #include <algorithm>
 #include <cassert>
