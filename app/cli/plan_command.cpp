@@ -231,13 +231,14 @@ void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate
   std::snprintf(
       line, sizeof line,
       "  on a pp 0 rank: weights %s + grads %s + optimizer %s; activations %s per "
-      "micro-batch (%d image%s); %.3g forward FLOPs per image, %.1f %% of the model "
+      "micro-batch (%d image%s%s); %.3g forward FLOPs per image, %.1f %% of the model "
       "FLOPs\n",
       human_bytes(params * b.weights).c_str(), human_bytes(params * b.grads).c_str(),
       human_bytes(optimizer).c_str(),
       human_bytes(static_cast<double>(first.vision_activation_bytes_per_micro_batch)).c_str(),
-      e.images_per_micro_batch, e.images_per_micro_batch == 1 ? "" : "s", e.forward_flops_per_image,
-      100 * e.flops_per_iteration / est.flops_per_iteration);
+      e.images_per_rank, e.images_per_rank == 1 ? "" : "s",
+      o.parallel.context_parallel_size > 1 ? " encoded on each CP rank" : "",
+      e.forward_flops_per_image, 100 * e.flops_per_iteration / est.flops_per_iteration);
   out << line;
 }
 

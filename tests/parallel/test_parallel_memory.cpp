@@ -1,8 +1,8 @@
-// What each rank of 34 layouts (seven dense GPT-2 incl. LoRA and bf16 under the distributed
+// What each rank of 35 layouts (seven dense GPT-2 incl. LoRA and bf16 under the distributed
 // optimizer, two of the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP and expert
-// TP 1 and 2 under TP, ten with a vision tower trained whole, projector-only, with --freeze-ViT,
-// --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed optimizer, in bf16,
-// split over TP 2 and over TP 2 with SP x DP 2;
+// TP 1 and 2 under TP, eleven with a vision tower trained whole, projector-only, with
+// --freeze-ViT, --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed
+// optimizer, in bf16, split over TP 2 and over TP 2 with SP x DP 2, its images over CP 2;
 // four with context parallelism, fp32, bf16, selective recomputation and TP x CP) really
 // holds, against the
 // planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and
@@ -228,6 +228,11 @@ class ParallelMemory : public QObject {
     // The tower split over TP (Note [tower tensor parallelism] in model/vision_encoder.cpp):
     // each rank's share of its weights, gradients, moments and activations.
     QTest::newRow("vlm tp2") << 2 << kVlm + QStringList{"--tensor-model-parallel-size", "2"};
+    // The images shared over CP (Note [images under context parallelism] in
+    // model/gpt_vision.cpp): each rank's tower buffers hold half the micro-batch's images.
+    QTest::newRow("vlm cp2") << 2
+                             << kVlm + QStringList{"--context-parallel-size", "2",
+                                                   "--attention-dropout", "0"};
     QTest::newRow("vlm tp2 sp dp2 distributed optimizer")
         << 4
         << kVlm + QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel",
@@ -265,25 +270,39 @@ class ParallelMemory : public QObject {
   // (the rest of the workspace is the same buffers; a frozen layout would add GptModel's
   // norm_discard_ to both sides' difference, so both train whole).
   void vlm_tower_scratch_is_the_extra_workspace() { expect_tower_scratch({}); }
+  // Under CP 2 each rank's tower holds one of the micro-batch's 2 images, and the model the
+  // gathered patches (Note [images under context parallelism] in model/gpt_vision.cpp).
+  void vlm_tower_scratch_over_cp_is_the_extra_workspace() {
+    expect_tower_scratch({"--context-parallel-size", "2", "--attention-dropout", "0"}, 2);
+  }
 
  private:
-  void expect_tower_scratch(const QStringList& precision) {
+  void expect_tower_scratch(const QStringList& flags, int ranks = 1) {
     std::vector<lattice::storage::MemorySample> text, vlm;
-    measure(1, kBase + precision, text);
+    measure(ranks, kBase + flags, text);
     if (QTest::currentTestFailed()) return;
-    measure(1, kBase + kVlm + precision, vlm);
+    measure(ranks, kBase + kVlm + flags, vlm);
     if (QTest::currentTestFailed()) return;
     std::vector<std::string> args;
-    for (const QString& f : kBase + kVlm + precision) args.push_back(f.toStdString());
+    for (const QString& f : kBase + kVlm + flags) args.push_back(f.toStdString());
     auto options = lattice::parse_train_options(args);
     QVERIFY2(options, options.status().message().c_str());
     const lattice::MemoryEstimate estimate =
-        lattice::estimate_memory(*options, *lattice::make_layout(*options, 1));
-    const std::int64_t extra = vlm[0].workspace - text[0].workspace;
-    qInfo("tower workspace%s: measured %lld bytes, planner %zu",
-          qPrintable(precision.isEmpty() ? QString() : " " + precision.join(" ")),
-          static_cast<long long>(extra), estimate.stages[0].vision_workspace_bytes);
-    QCOMPARE(extra, static_cast<std::int64_t>(estimate.stages[0].vision_workspace_bytes));
+        lattice::estimate_memory(*options, *lattice::make_layout(*options, ranks));
+    QCOMPARE(static_cast<int>(text.size()), ranks);
+    QCOMPARE(static_cast<int>(vlm.size()), ranks);
+    auto of_rank = [](const std::vector<lattice::storage::MemorySample>& all, int rank) {
+      for (const auto& s : all)
+        if (s.rank == rank) return s.workspace;
+      return std::int64_t{-1};
+    };
+    for (int r = 0; r < ranks; r++) {
+      const std::int64_t extra = of_rank(vlm, r) - of_rank(text, r);
+      qInfo("tower workspace%s, rank %d: measured %lld bytes, planner %zu",
+            qPrintable(flags.isEmpty() ? QString() : " " + flags.join(" ")), r,
+            static_cast<long long>(extra), estimate.stages[0].vision_workspace_bytes);
+      QCOMPARE(extra, static_cast<std::int64_t>(estimate.stages[0].vision_workspace_bytes));
+    }
   }
 
   static inline const QStringList kLlama = {"--num-attention-heads",

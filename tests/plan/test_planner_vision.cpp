@@ -103,17 +103,20 @@ class PlannerVisionTest : public QObject {
   // VisionEncoder::create on the CPU device with a micro-batch of images: its parameter count
   // and the bytes it allocates for weights, for activations and for its scratch (fp32, and double
   // for --fp64), whole and on each rank of TP 2 and 4 where TP divides the tower (Note [tower
-  // tensor parallelism] in model/vision_encoder.cpp; the planner refuses the others).
+  // tensor parallelism] in model/vision_encoder.cpp; the planner refuses the others), and at CP
+  // 2, where a rank encodes half the micro-batch's images (Note [images under context
+  // parallelism] in model/gpt_vision.cpp).
   void the_towers_counts_are_what_the_vision_encoder_takes() {
     QFETCH(QStringList, tower);
-    for (const int tp : {1, 2, 4})
+    for (const auto& [tp, cp] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}})
       for (const bool fp64 : {false, true}) {
         const TrainOptions o =
             options(kText + tower + (fp64 ? QStringList{"--fp64"} : QStringList{}) +
-                    QStringList{"--tensor-model-parallel-size", QString::number(tp)});
+                    QStringList{"--tensor-model-parallel-size", QString::number(tp),
+                                "--context-parallel-size", QString::number(cp)});
         const std::vector<std::string> tp_errors = o.vision_config().tensor_parallel_errors(tp);
         if (!tp_errors.empty()) {
-          const std::vector<std::string> layout = layout_errors(o, tp);
+          const std::vector<std::string> layout = layout_errors(o, tp * cp);
           QVERIFY2(std::find(layout.begin(), layout.end(), tp_errors.front()) != layout.end(),
                    tp_errors.front().c_str());
           continue;
@@ -167,7 +170,7 @@ class PlannerVisionTest : public QObject {
     TowerParallel<double> tp_double{rank, tp, [](double*, size_t) {}};
     auto check = [&]<typename A>(TowerParallel<A> share) {
       auto made =
-          VisionEncoder<A>::create(o.vision_config(), o.micro_batch_size, device, true, share);
+          VisionEncoder<A>::create(o.vision_config(), e.images_per_rank, device, true, share);
       QVERIFY2(made.is_ok(), made.status().message().c_str());
       const VisionEncoder<A>& encoder = **made;
       size_t numel = 0, replicated = 0;
@@ -207,6 +210,8 @@ class PlannerVisionTest : public QObject {
     else
       check(tp_float);
     QCOMPARE(e.images_per_micro_batch, o.micro_batch_size);
+    const int cp = o.parallel.context_parallel_size;
+    QCOMPARE(e.images_per_rank, (o.micro_batch_size + cp - 1) / cp);
     QCOMPARE(e.layers_run, o.vision_config().layers_run());
   }
 
@@ -489,7 +494,7 @@ class PlannerVisionTest : public QObject {
     QCOMPARE(v.training_flops_per_image, whole.training_flops_per_image);
     QVERIFY(v.rank_training_flops_per_image < 0.6 * whole.training_flops_per_image);
     QVERIFY(v.rank_training_flops_per_image > 0.5 * whole.training_flops_per_image);
-    const double images = static_cast<double>(mb.micro_batches) * v.images_per_micro_batch;
+    const double images = static_cast<double>(mb.micro_batches) * v.images_per_rank;
     const double compute = images * v.rank_training_flops_per_image /
                            (cluster.device.peak_flops * cluster.compute_efficiency);
     QVERIFY2(std::abs((b.compute_s - a.compute_s) - compute) <= 1e-9 * compute,
@@ -504,6 +509,38 @@ class PlannerVisionTest : public QObject {
              qPrintable(QString("TP time grew by %1 s, expected %2 s")
                             .arg(b.tp_comm_s - a.tp_comm_s)
                             .arg(sums)));
+  }
+
+  // CP 2 on two H100s of a node: a rank's tower encodes half of each micro-batch's 2 images, so
+  // the compute grows by one image's training FLOPs per micro-batch, and the CP time by the
+  // patches' all-gather and their gradient's reduce-scatter, (CP - 1) / CP of CP x 1 image's
+  // (Np, H) each, counted here from the shapes.
+  void the_step_time_adds_a_cp_ranks_share_of_the_images() {
+    const QStringList cp = {"--context-parallel-size", "2"};
+    const TrainOptions text = options(kText + cp), vlm = options(kText + cp + kClip);
+    const ParallelLayout l = *make_layout(vlm, 2);
+    ClusterSpec cluster;
+    cluster.devices_per_node = 2;
+    cluster.device = *find_device("h100", "fp32");
+    const MemoryEstimate ma = estimate_memory(text, l), mb = estimate_memory(vlm, l);
+    const StepEstimate a = estimate_step(text, l, cluster, ma);
+    const StepEstimate b = estimate_step(vlm, l, cluster, mb);
+    const VisionEstimate v = estimate_vision(vlm);
+    QCOMPARE(v.images_per_micro_batch, 2);
+    QCOMPARE(v.images_per_rank, 1);
+    const double M = static_cast<double>(mb.micro_batches);
+    const double compute =
+        M * v.training_flops_per_image / (cluster.device.peak_flops * cluster.compute_efficiency);
+    QVERIFY2(std::abs((b.compute_s - a.compute_s) - compute) <= 1e-9 * compute,
+             qPrintable(QString("compute grew by %1 s, expected %2 s")
+                            .arg(b.compute_s - a.compute_s)
+                            .arg(compute)));
+    // kClip: Np 16 patches of H 64, fp32.
+    const double moved = M * 2 * 0.5 * (4.0 * 2 * 16 * 64) / cluster.device.intra_node_bandwidth;
+    QVERIFY2(std::abs((b.cp_comm_s - a.cp_comm_s) - moved) <= 1e-9 * moved,
+             qPrintable(QString("CP time grew by %1 s, expected %2 s")
+                            .arg(b.cp_comm_s - a.cp_comm_s)
+                            .arg(moved)));
   }
 
   // `lattice plan` at TP 2 says the tower is split and counts a rank's share; a TP that does

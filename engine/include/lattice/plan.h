@@ -129,12 +129,15 @@ struct VisionEstimate {
   int64_t replicated_parameters = 0;
   int layers_run = 0;              // the encoder layers the forward runs (--vision-select-layer)
   int images_per_micro_batch = 0;  // --micro-batch-size x 1 image per sample
+  // Those a CP rank's tower encodes: ceil(images_per_micro_batch / CP) (Note [images under
+  // context parallelism] in model/gpt_vision.cpp); the buffers and the FLOPs below are for them.
+  int images_per_rank = 0;
   // What the optimizer keeps moments for on a TP rank (Note [vision tensors] in
   // model/param_layout.h): the projector always, the encoder unless --freeze-ViT or LoRA freezes
   // it (encoder_trains).
   int64_t trained_parameters = 0;
   bool encoder_trains = false;
-  // VisionEncoder::allocate's kActivations buffers on a TP rank for images_per_micro_batch
+  // VisionEncoder::allocate's kActivations buffers on a TP rank for images_per_rank
   // images, in its
   // compute type (fp32; double in an fp64 run), taken once per model: micro-batches in flight
   // share them (a backward re-runs the tower's forward when another ran since; Note [image rows]
@@ -165,6 +168,9 @@ struct VisionEstimate {
   // engine runs (none with a frozen encoder).
   double tp_forward_bytes_per_image = 0;
   double tp_backward_bytes_per_image = 0;
+  // Under CP, the bytes of the CP collectives per micro-batch (each moving (CP - 1) / CP of
+  // them): the projected patches' all-gather forward and their gradient's reduce-scatter.
+  double cp_bytes_per_micro_batch = 0;
   // Micro-batches per data-parallel rank and iteration whose backward re-runs the tower's
   // forward first (Note [tower re-runs] in plan/vision_estimate.cpp): 0 without pipelining, all
   // M of them with 1F1B and M > 1. Needs the layout (estimate_vision's second form).
@@ -224,7 +230,8 @@ double model_flops_per_iteration(const TrainOptions& options, const ParallelLayo
 // "expert_rows", "expert_rows_expected", "activation_bytes_per_micro_batch",
 // "dispatch_bytes"}, with a vision tower on its stage "vision": {"parameters",
 // "activation_bytes_per_micro_batch", "workspace_bytes"}}], and with a tower "vision":
-// {"parameters", "layers_run", "images_per_micro_batch", "activation_bytes_per_micro_batch",
+// {"parameters", "layers_run", "images_per_micro_batch", "images_per_rank",
+// "activation_bytes_per_micro_batch",
 // "workspace_bytes", "forward_flops_per_image", "reruns_per_iteration", "flops_per_iteration",
 // "flops_share"}} (`lattice plan --json`).
 // indent < 0: one line.

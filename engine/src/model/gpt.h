@@ -327,6 +327,15 @@ class GptModel {
   // Given d rows (N, C), the gradient of the embedding's output (all rows): the tower's
   // gradients (re-running its forward first when another micro-batch ran it since a's).
   void vision_backward(GptActivations<A>& a, const A* d_rows);
+  // The images of a micro-batch's n present ones this CP rank encodes (Note [images under
+  // context parallelism] in gpt_vision.cpp): `count` from `first`, of blocks of `per`.
+  struct ImageShare {
+    int per = 0, first = 0, count = 0;
+  };
+  ImageShare image_share(int n) const;
+  // Runs the tower on a's share of images (none: nothing); under CP all-gathers every rank's
+  // patches. Returns the micro-batch's projected patches (n Np, C), image j's from row j Np.
+  const A* encode_images(const GptActivations<A>& a);
   // RoPE's tables computed on the host and copied into rope_cos_, rope_sin_ (nothing without
   // RoPE). Waits.
   Status upload_rope_tables();
@@ -495,7 +504,11 @@ class GptModel {
   // tensors, the activations whose images it ran last, and the host staging of load_images.
   std::unique_ptr<VisionEncoder<A>> vision_;
   const GptActivations<A>* vision_owner_ = nullptr;
-  A* vision_d_out_ = nullptr;  // (B I Np, C) the projected patches' gradient (n Np rows used)
+  // (CP ceil(B I / CP) Np, C): the projected patches' gradient (n Np rows used; under CP each
+  // rank's block of ceil(n / CP) images summed over the CP group); and under CP every rank's
+  // patches gathered (Note [images under context parallelism]).
+  A* vision_d_out_ = nullptr;
+  A* vision_gathered_ = nullptr;
   bool vision_encoder_trains_ = false, vision_trains_ = false;
   std::vector<int32_t> host_slot_, host_rows_, host_ids_;
   std::vector<A> host_images_;

@@ -43,15 +43,22 @@
 // per row: a copy). Under --fp16 that gradient carries the loss scale, so the tower's gradients
 // do too, and the scaler unscales and checks them with the rest of the arena.
 //
-// Note [images under context parallelism]: as Megatron's LLaVA, every CP rank runs the tower on
-// the micro-batch's images (redundant) and the splice is taken of the whole sequence before the
-// CP split: load_images reads the whole sequences (B, S), counts each sequence's placeholders
-// from its start (so patch k is the same patch on every CP rank) and keeps the rows this rank
-// holds (cp_split's chunks r and 2 CP - 1 - r); an image's rows may straddle chunks and ranks.
-// A patch whose row another CP rank holds gets image_rows -1 here, so each rank's tower
-// gradient is its own rows' share, and the trainer's DP x CP reduction of every dense gradient
-// (the tower's included, and its distributed-optimizer shards) sums the shares into the whole
-// sequence's gradient, as it does for the language model's weights.
+// Note [images under context parallelism]: as Megatron's LLaVA, the splice is taken of the
+// whole sequence before the CP split: load_images reads the whole sequences (B, S), counts each
+// sequence's placeholders from its start (so patch k is the same patch on every CP rank) and
+// keeps the rows this rank holds (cp_split's chunks r and 2 CP - 1 - r); an image's rows may
+// straddle chunks and ranks. A patch whose row another CP rank holds gets image_rows -1 here.
+// Megatron runs the whole tower on every CP rank; here the CP ranks share the images instead:
+// of a micro-batch's n present images rank r encodes block r of per = ceil(n / CP) (image_share:
+// images [r per, r per + per), fewer or none at the end), and an all-gather over the CP group
+// gives every rank all n images' patches (each block padded to per images; the padding rows
+// are never read, no placeholder maps there). Backward, each rank scatters its own rows'
+// gradients into the (CP per Np, C) patch gradient, zero elsewhere, and a reduce-scatter hands
+// rank r the sum for its block: every patch's row is on exactly one CP rank, so each sum is the
+// one gradient plus zeros, exact in every precision. Each rank then runs the tower's backward on
+// its images alone, and the trainer's DP x CP reduction of every dense gradient (the tower's
+// included, and its distributed-optimizer shards) sums the blocks' parameter gradients into the
+// whole micro-batch's. A CP rank's tower buffers and FLOPs are for ceil(B I / CP) images.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -86,7 +93,9 @@ Status GptModel<A>::create_vision() {
   TowerParallel<A> tp{tp_rank_, t_, [this](A* data, size_t count) {
                         tp_all_reduce(data, count, dtype_of<A>(), ReduceOp::kSum);
                       }};
-  auto made = VisionEncoder<A>::create(v, B_ * v.images_per_sample, device_, false, std::move(tp));
+  // Note [images under context parallelism]: a CP rank encodes at most ceil(B I / CP) images.
+  const int images = B_ * v.images_per_sample, per = (images + cp_ - 1) / cp_;
+  auto made = VisionEncoder<A>::create(v, per, device_, false, std::move(tp));
   if (!made) return made.status();
   vision_ = std::move(*made);
   vision_->bind(compute_, grads_);  // Note [vision tensors]: the arenas' first tensors
@@ -100,8 +109,37 @@ Status GptModel<A>::create_vision() {
                               " expects");
   }
   vision_trains_ = vision_trains_ || vision_encoder_trains_;
-  vision_d_out_ = take<A>(static_cast<size_t>(vision_->tokens()) * C_, MemoryCategory::kWorkspace);
+  const size_t patch_rows = static_cast<size_t>(cp_) * per * v.patches();
+  vision_d_out_ = take<A>(patch_rows * C_, MemoryCategory::kWorkspace);
+  if (cp_ > 1) vision_gathered_ = take<A>(patch_rows * C_, MemoryCategory::kWorkspace);
   return blocks_.status();
+}
+
+template <typename A>
+typename GptModel<A>::ImageShare GptModel<A>::image_share(int n) const {
+  ImageShare s;
+  s.per = (n + cp_ - 1) / cp_;
+  s.first = std::min(n, cp_rank_ * s.per);
+  s.count = std::min(s.per, n - s.first);
+  return s;
+}
+
+template <typename A>
+const A* GptModel<A>::encode_images(const GptActivations<A>& a) {
+  const VisionConfig& v = config_.vision;
+  const ImageShare s = image_share(a.num_images);
+  const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
+  const A* mine = s.count > 0 ? vision_->forward(a.images + s.first * pixels, s.count) : nullptr;
+  if (cp_ == 1) return mine;
+  // Note [images under context parallelism]: rank r's block of per images at row r per Np.
+  const size_t block = static_cast<size_t>(s.per) * v.patches() * C_;
+  A* own = vision_gathered_ + cp_rank_ * block;
+  if (s.count > 0)
+    device_.copy(own, mine, static_cast<size_t>(s.count) * v.patches() * C_ * sizeof(A),
+                 CopyKind::kDeviceToDevice, compute());
+  if (Status st = cp_comm_->all_gather(own, vision_gathered_, block, dtype_of<A>(), compute()); !st)
+    record_comm_error("context-parallel all-gather of the image patches", st);
+  return vision_gathered_;
 }
 
 template <typename A>
@@ -167,7 +205,7 @@ void GptModel<A>::splice_images(GptActivations<A>& a) {
     throw std::logic_error("GptModel: a vision-language micro-batch ran without load_images");
   a.images_loaded = false;
   if (a.num_images == 0) return;  // no image rows (Note [present images])
-  const A* patches = vision_->forward(a.images, a.num_images);
+  const A* patches = encode_images(a);
   vision_owner_ = &a;
   // This rank's rows (R of them from row0_ with sequence parallelism) gain their patches (Note
   // [tower precision]: added in fp32 and rounded once in 16 bits).
@@ -177,15 +215,30 @@ void GptModel<A>::splice_images(GptActivations<A>& a) {
 template <typename A>
 void GptModel<A>::vision_backward(GptActivations<A>& a, const A* d_rows) {
   if (a.num_images == 0) return;  // the tower did not run: no gradient (Note [present images])
-  if (vision_owner_ != &a) {      // another micro-batch ran the tower since: recompute a's
-    vision_->forward(a.images, a.num_images);
+  const VisionConfig& v = config_.vision;
+  const ImageShare s = image_share(a.num_images);
+  const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
+  if (vision_owner_ != &a) {  // another micro-batch ran the tower since: recompute a's
+    if (s.count > 0) vision_->forward(a.images + s.first * pixels, s.count);
     vision_owner_ = &a;
   }
-  // The patches' gradient: their rows' (N, C) gradient gathered, one route per row (a copy).
-  const int M = vision_->tokens();
-  device_.zero(vision_d_out_, static_cast<size_t>(M) * C_ * sizeof(A), compute());
+  // The patches' gradient: their rows' (N, C) gradient gathered, one route per row (a copy);
+  // under CP this rank's rows only, summed over the CP group into each rank's block of images
+  // (Note [images under context parallelism]).
+  const int M = a.num_images * v.patches();
+  const size_t block = static_cast<size_t>(s.per) * v.patches() * C_;
+  device_.zero(vision_d_out_, (cp_ > 1 ? cp_ * block : static_cast<size_t>(M) * C_) * sizeof(A),
+               compute());
   ops_.moe_scatter_add_rows(vision_d_out_, d_rows, a.image_rows, M, C_, 1);
-  vision_->backward(vision_d_out_, nullptr, vision_encoder_trains_);
+  A* d_mine = vision_d_out_;
+  if (cp_ > 1) {
+    d_mine = vision_d_out_ + cp_rank_ * block;
+    if (Status st =
+            cp_comm_->reduce_scatter(vision_d_out_, d_mine, block, dtype_of<A>(), compute());
+        !st)
+      record_comm_error("context-parallel reduce-scatter of the image patches' gradient", st);
+  }
+  if (s.count > 0) vision_->backward(d_mine, nullptr, vision_encoder_trains_);
 }
 
 template class GptModel<float>;

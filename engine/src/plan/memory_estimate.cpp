@@ -687,6 +687,7 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
         {"parameters", v.parameters},
         {"layers_run", v.layers_run},
         {"images_per_micro_batch", v.images_per_micro_batch},
+        {"images_per_rank", v.images_per_rank},
         {"trained_parameters", v.trained_parameters},
         {"encoder_trains", v.encoder_trains},
         {"activation_bytes_per_micro_batch", v.activation_bytes_per_micro_batch},

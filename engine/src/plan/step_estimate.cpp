@@ -164,8 +164,8 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     // (VisionEstimate::reruns_per_iteration).
     const VisionEstimate& v = memory.vision;
     const double vision =
-        first ? v.images_per_micro_batch * (M * v.rank_training_flops_per_image +
-                                            v.reruns_per_iteration * v.rank_forward_flops_per_image)
+        first ? v.images_per_rank * (M * v.rank_training_flops_per_image +
+                                     v.reruns_per_iteration * v.rank_forward_flops_per_image)
               : 0;
     const double forward = tokens * (layers_fwd + (last ? head_fwd / t : 0));
     const double repeated = tokens * (full        ? recomputed * mean_layer
@@ -191,6 +191,8 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
       const int repeats = full ? recomputed : selective ? layers : 0;
       const double attention = tokens * (3 * layers + repeats) * attention_fwd / t / rate;
       st.cp = std::max(0.0, ring - attention);
+      // A tower's patches gathered over CP and their gradient scattered, not overlapped.
+      if (first) st.cp += M * half_ring_s(v.cp_bytes_per_micro_batch, cp, cp_bandwidth);
     }
     // EP: dispatch and combine forward, their two backward, and again in the forward a full
     // recomputation repeats (recomputed layers that are MoE, in the stage's proportion); not
@@ -209,7 +211,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
       const int collectives = 4 * layers + 2 * recomputed + (first ? 1 : 0) + (last ? 1 : 0);
       st.tp = M * collectives * all_reduce_s(activation, t, tp_bandwidth);
       if (first)
-        st.tp += v.images_per_micro_batch *
+        st.tp += v.images_per_rank *
                  all_reduce_s(M * (v.tp_forward_bytes_per_image + v.tp_backward_bytes_per_image) +
                                   v.reruns_per_iteration * v.tp_forward_bytes_per_image,
                               t, tp_bandwidth);

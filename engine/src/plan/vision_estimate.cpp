@@ -13,7 +13,10 @@
 // weights and grads categories count them all (the tower keeps its block of the gradient arena
 // whatever is frozen: Note [LoRA] in model/param_layout.h), the optimizer
 // state the trained ones (the projector always, the encoder unless --freeze-ViT or LoRA; the
-// distributed optimizer shards them over DP x CP like the rest). The encoder takes its
+// distributed optimizer shards them over DP x CP like the rest). Under CP a rank's tower runs on
+// its block of ceil(B / CP) of the micro-batch's images, the patches all-gathered over CP and
+// their gradient reduce-scattered (Note [images under context parallelism] in
+// model/gpt_vision.cpp). The encoder takes its
 // activation buffers once: micro-batches in flight share them, a backward re-running the
 // tower's forward when another micro-batch ran it since (Note [image rows] in
 // model/gpt_vision.cpp); each micro-batch in flight holds its own images and row maps, alive as
@@ -177,27 +180,36 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
                                                : 4.0,
                          precision == "fp64" ? 8.0 : 4.0};
   constexpr int kImagesPerSample = 1;
+  // Note [images under context parallelism] in model/gpt_vision.cpp: a CP rank encodes a block
+  // of ceil(images / CP) of each micro-batch's images.
+  const int cp = std::max(1, o.parallel.context_parallel_size);
   e.parameters = static_cast<int64_t>(ParamLayout::vision_arena_numel(v, tp));
   e.layers_run = v.layers_run();
   e.images_per_micro_batch = o.micro_batch_size * kImagesPerSample;
+  e.images_per_rank = (e.images_per_micro_batch + cp - 1) / cp;
   // Note [vision tensors] in model/param_layout.h: the projector always trains.
   e.encoder_trains = !o.model.freeze_vision && !o.model.lora();
   const VisionNumel numel = vision_numel(v, tp);
   e.replicated_parameters = numel.whole;
   e.trained_parameters = numel.projector + (e.encoder_trains ? numel.encoder : 0);
-  const double B = e.images_per_micro_batch;
+  const double B = e.images_per_rank;
   e.activation_bytes_per_micro_batch = static_cast<size_t>(vision_activation_bytes(s, B, bytes));
-  // GptModel::new_activations: images (B I, Cin, img_h, img_w) in the compute type; image_slot
-  // and embed_tokens (N) and image_rows (B I Np) in int32, N = B --seq-length rows.
-  const double rows = static_cast<double>(o.micro_batch_size) * o.model.seq_length;
-  e.input_bytes_per_micro_batch = static_cast<size_t>(bytes.a * B * s.Cin * v.img_h * v.img_w +
-                                                      sizeof(int32_t) * (2 * rows + B * s.Np));
-  // The splice's buffer (Note [image rows] in model/gpt_vision.cpp): the projected patches'
-  // gradient (B Np, H) in A.
+  // GptModel::new_activations: images (B I, Cin, img_h, img_w) in the compute type (every CP
+  // rank holds the micro-batch's images); image_slot and embed_tokens (N) and image_rows (B I Np)
+  // in int32, N = B --seq-length / CP rows (the rank's).
+  const double all = e.images_per_micro_batch;
+  const double rows = static_cast<double>(o.micro_batch_size) * (o.model.seq_length / cp);
+  e.input_bytes_per_micro_batch = static_cast<size_t>(bytes.a * all * s.Cin * v.img_h * v.img_w +
+                                                      sizeof(int32_t) * (2 * rows + all * s.Np));
+  // The splice's buffers (Note [image rows] in model/gpt_vision.cpp): the projected patches'
+  // gradient (CP B' Np, H) in A, B' = images_per_rank, and under CP the gathered patches as much.
   const bool cuda = o.device == "cuda";
   e.encoder_workspace_bytes = static_cast<size_t>(encoder_workspace_bytes(
       s, B, bytes, cuda, o.threads > 0 ? o.threads : kernels::num_threads()));
-  e.workspace_bytes = e.encoder_workspace_bytes + static_cast<size_t>(bytes.a * B * s.Np * s.H);
+  const double patches = bytes.a * cp * B * s.Np * s.H;
+  e.workspace_bytes = e.encoder_workspace_bytes + static_cast<size_t>(patches * (cp > 1 ? 2 : 1));
+  // The all-gather of the patches forward and the reduce-scatter of their gradient backward.
+  if (cp > 1) e.cp_bytes_per_micro_batch = 2 * patches;
   const VisionFlops f = vision_forward_flops(s);
   e.forward_flops_per_image = f.forward();
   e.training_flops_per_image = vision_training_flops(f, e.encoder_trains);
