@@ -92,6 +92,38 @@ int layer_of(const std::string& name) {
   return at == std::string::npos ? -1 : std::stoi(name.substr(at + key.size()));
 }
 
+// The step estimates of kText and kText + kClip under `layout` (two ranks) on two H100s of one
+// node: the tower's share is their difference.
+struct TowerSteps {
+  StepEstimate text, vlm;
+  VisionEstimate vision;
+  double micro_batches = 0;
+  double rate = 0;       // the device's FLOP/s at the planner's efficiency
+  double bandwidth = 0;  // the node's link
+};
+TowerSteps tower_steps(const QStringList& layout) {
+  const TrainOptions text = options(kText + layout), vlm = options(kText + layout + kClip);
+  const ParallelLayout l = *make_layout(vlm, 2);
+  ClusterSpec cluster;
+  cluster.devices_per_node = 2;
+  cluster.device = *find_device("h100", "fp32");
+  const MemoryEstimate ma = estimate_memory(text, l), mb = estimate_memory(vlm, l);
+  TowerSteps s;
+  s.text = estimate_step(text, l, cluster, ma);
+  s.vlm = estimate_step(vlm, l, cluster, mb);
+  s.vision = estimate_vision(vlm);
+  s.micro_batches = static_cast<double>(mb.micro_batches);
+  s.rate = cluster.device.peak_flops * cluster.compute_efficiency;
+  s.bandwidth = cluster.device.intra_node_bandwidth;
+  return s;
+}
+
+// A step figure grew by `expected` seconds (to rounding).
+void expect_growth(const char* what, double grew, double expected) {
+  QVERIFY2(std::abs(grew - expected) <= 1e-9 * expected,
+           qPrintable(QString("%1 grew by %2 s, expected %3 s").arg(what).arg(grew).arg(expected)));
+}
+
 }  // namespace
 
 class PlannerVisionTest : public QObject {
@@ -480,35 +512,18 @@ class PlannerVisionTest : public QObject {
   // (Np, H), backward 2 (T, C) per layer run and (Np, C), each an all-reduce of 2 (t - 1) / t of
   // its bytes.
   void the_step_time_adds_a_tp_ranks_share_of_the_tower() {
-    const QStringList tp = {"--tensor-model-parallel-size", "2"};
-    const TrainOptions text = options(kText + tp), vlm = options(kText + tp + kClip);
-    const ParallelLayout l = *make_layout(vlm, 2);
-    ClusterSpec cluster;
-    cluster.devices_per_node = 2;
-    cluster.device = *find_device("h100", "fp32");
-    const MemoryEstimate ma = estimate_memory(text, l), mb = estimate_memory(vlm, l);
-    const StepEstimate a = estimate_step(text, l, cluster, ma);
-    const StepEstimate b = estimate_step(vlm, l, cluster, mb);
-    const VisionEstimate v = estimate_vision(vlm);
+    const TowerSteps s = tower_steps({"--tensor-model-parallel-size", "2"});
     const VisionEstimate whole = estimate_vision(options(kText + kClip));
-    QCOMPARE(v.training_flops_per_image, whole.training_flops_per_image);
-    QVERIFY(v.rank_training_flops_per_image < 0.6 * whole.training_flops_per_image);
-    QVERIFY(v.rank_training_flops_per_image > 0.5 * whole.training_flops_per_image);
-    const double images = static_cast<double>(mb.micro_batches) * v.images_per_rank;
-    const double compute = images * v.rank_training_flops_per_image /
-                           (cluster.device.peak_flops * cluster.compute_efficiency);
-    QVERIFY2(std::abs((b.compute_s - a.compute_s) - compute) <= 1e-9 * compute,
-             qPrintable(QString("compute grew by %1 s, expected %2 s")
-                            .arg(b.compute_s - a.compute_s)
-                            .arg(compute)));
+    QCOMPARE(s.vision.training_flops_per_image, whole.training_flops_per_image);
+    QVERIFY(s.vision.rank_training_flops_per_image < 0.6 * whole.training_flops_per_image);
+    QVERIFY(s.vision.rank_training_flops_per_image > 0.5 * whole.training_flops_per_image);
+    const double images = s.micro_batches * s.vision.images_per_rank;
+    expect_growth("compute", s.vlm.compute_s - s.text.compute_s,
+                  images * s.vision.rank_training_flops_per_image / s.rate);
     // kClip: T 17 rows of C 32, 2 layers run, Np 16 patches, H 64; fp32.
     const double per_image = 4.0 * (2 * 2 * 17 * 32 + 16 * 64) + 4.0 * (2 * 2 * 17 * 32 + 16 * 32);
-    const double sums =
-        images * 2.0 * (2 - 1) / 2 * per_image / cluster.device.intra_node_bandwidth;
-    QVERIFY2(std::abs((b.tp_comm_s - a.tp_comm_s) - sums) <= 1e-9 * sums,
-             qPrintable(QString("TP time grew by %1 s, expected %2 s")
-                            .arg(b.tp_comm_s - a.tp_comm_s)
-                            .arg(sums)));
+    expect_growth("TP time", s.vlm.tp_comm_s - s.text.tp_comm_s,
+                  images * 2.0 * (2 - 1) / 2 * per_image / s.bandwidth);
   }
 
   // CP 2 on two H100s of a node: a rank's tower encodes half of each micro-batch's 2 images, so
@@ -516,31 +531,14 @@ class PlannerVisionTest : public QObject {
   // patches' all-gather and their gradient's reduce-scatter, (CP - 1) / CP of CP x 1 image's
   // (Np, H) each, counted here from the shapes.
   void the_step_time_adds_a_cp_ranks_share_of_the_images() {
-    const QStringList cp = {"--context-parallel-size", "2"};
-    const TrainOptions text = options(kText + cp), vlm = options(kText + cp + kClip);
-    const ParallelLayout l = *make_layout(vlm, 2);
-    ClusterSpec cluster;
-    cluster.devices_per_node = 2;
-    cluster.device = *find_device("h100", "fp32");
-    const MemoryEstimate ma = estimate_memory(text, l), mb = estimate_memory(vlm, l);
-    const StepEstimate a = estimate_step(text, l, cluster, ma);
-    const StepEstimate b = estimate_step(vlm, l, cluster, mb);
-    const VisionEstimate v = estimate_vision(vlm);
-    QCOMPARE(v.images_per_micro_batch, 2);
-    QCOMPARE(v.images_per_rank, 1);
-    const double M = static_cast<double>(mb.micro_batches);
-    const double compute =
-        M * v.training_flops_per_image / (cluster.device.peak_flops * cluster.compute_efficiency);
-    QVERIFY2(std::abs((b.compute_s - a.compute_s) - compute) <= 1e-9 * compute,
-             qPrintable(QString("compute grew by %1 s, expected %2 s")
-                            .arg(b.compute_s - a.compute_s)
-                            .arg(compute)));
+    const TowerSteps s = tower_steps({"--context-parallel-size", "2"});
+    QCOMPARE(s.vision.images_per_micro_batch, 2);
+    QCOMPARE(s.vision.images_per_rank, 1);
+    expect_growth("compute", s.vlm.compute_s - s.text.compute_s,
+                  s.micro_batches * s.vision.training_flops_per_image / s.rate);
     // kClip: Np 16 patches of H 64, fp32.
-    const double moved = M * 2 * 0.5 * (4.0 * 2 * 16 * 64) / cluster.device.intra_node_bandwidth;
-    QVERIFY2(std::abs((b.cp_comm_s - a.cp_comm_s) - moved) <= 1e-9 * moved,
-             qPrintable(QString("CP time grew by %1 s, expected %2 s")
-                            .arg(b.cp_comm_s - a.cp_comm_s)
-                            .arg(moved)));
+    expect_growth("CP time", s.vlm.cp_comm_s - s.text.cp_comm_s,
+                  s.micro_batches * 2 * 0.5 * (4.0 * 2 * 16 * 64) / s.bandwidth);
   }
 
   // `lattice plan` at TP 2 says the tower is split and counts a rank's share; a TP that does
