@@ -111,7 +111,11 @@ Status GptModel<A>::create_vision() {
   vision_trains_ = vision_trains_ || vision_encoder_trains_;
   const size_t patch_rows = static_cast<size_t>(cp_) * per * v.patches();
   vision_d_out_ = take<A>(patch_rows * C_, MemoryCategory::kWorkspace);
-  if (cp_ > 1) vision_gathered_ = take<A>(patch_rows * C_, MemoryCategory::kWorkspace);
+  if (cp_ > 1) {
+    vision_gathered_ = take<A>(patch_rows * C_, MemoryCategory::kWorkspace);
+    // A block's padding rows are sent but never read: zeros rather than whatever was there.
+    if (vision_gathered_) device_.zero(vision_gathered_, patch_rows * C_ * sizeof(A), compute());
+  }
   return blocks_.status();
 }
 
@@ -121,6 +125,8 @@ typename GptModel<A>::ImageShare GptModel<A>::image_share(int n) const {
   s.per = (n + cp_ - 1) / cp_;
   s.first = std::min(n, cp_rank_ * s.per);
   s.count = std::min(s.per, n - s.first);
+  const VisionConfig& v = config_.vision;
+  s.offset = static_cast<size_t>(s.first) * v.num_channels * v.img_h * v.img_w;
   return s;
 }
 
@@ -128,8 +134,7 @@ template <typename A>
 const A* GptModel<A>::encode_images(const GptActivations<A>& a) {
   const VisionConfig& v = config_.vision;
   const ImageShare s = image_share(a.num_images);
-  const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
-  const A* mine = s.count > 0 ? vision_->forward(a.images + s.first * pixels, s.count) : nullptr;
+  const A* mine = s.count > 0 ? vision_->forward(a.images + s.offset, s.count) : nullptr;
   if (cp_ == 1) return mine;
   // Note [images under context parallelism]: rank r's block of per images at row r per Np.
   const size_t block = static_cast<size_t>(s.per) * v.patches() * C_;
@@ -217,9 +222,8 @@ void GptModel<A>::vision_backward(GptActivations<A>& a, const A* d_rows) {
   if (a.num_images == 0) return;  // the tower did not run: no gradient (Note [present images])
   const VisionConfig& v = config_.vision;
   const ImageShare s = image_share(a.num_images);
-  const size_t pixels = static_cast<size_t>(v.num_channels) * v.img_h * v.img_w;
   if (vision_owner_ != &a) {  // another micro-batch ran the tower since: recompute a's
-    if (s.count > 0) vision_->forward(a.images + s.first * pixels, s.count);
+    if (s.count > 0) vision_->forward(a.images + s.offset, s.count);
     vision_owner_ = &a;
   }
   // The patches' gradient: their rows' (N, C) gradient gathered, one route per row (a copy);
