@@ -329,10 +329,11 @@ class GptModel {
   void vision_backward(GptActivations<A>& a, const A* d_rows);
   // The images of a micro-batch's n present ones this CP rank encodes (Note [images under
   // context parallelism] in gpt_vision.cpp): `count` from `first`, of blocks of `per`; its first
-  // image starts `offset` elements into the micro-batch's images.
+  // image starts `offset` elements into the micro-batch's images, and a block's projected patches
+  // take `block` elements (per Np C).
   struct ImageShare {
     int per = 0, first = 0, count = 0;
-    size_t offset = 0;
+    size_t offset = 0, block = 0;
   };
   ImageShare image_share(int n) const;
   // Runs the tower on a's share of images (none: nothing); under CP all-gathers every rank's

@@ -94,7 +94,7 @@ Status GptModel<A>::create_vision() {
                         tp_all_reduce(data, count, dtype_of<A>(), ReduceOp::kSum);
                       }};
   // Note [images under context parallelism]: a CP rank encodes at most ceil(B I / CP) images.
-  const int images = B_ * v.images_per_sample, per = (images + cp_ - 1) / cp_;
+  const int per = image_share(B_ * v.images_per_sample).per;
   auto made = VisionEncoder<A>::create(v, per, device_, false, std::move(tp));
   if (!made) return made.status();
   vision_ = std::move(*made);
@@ -127,6 +127,7 @@ typename GptModel<A>::ImageShare GptModel<A>::image_share(int n) const {
   s.count = std::min(s.per, n - s.first);
   const VisionConfig& v = config_.vision;
   s.offset = static_cast<size_t>(s.first) * v.num_channels * v.img_h * v.img_w;
+  s.block = static_cast<size_t>(s.per) * v.patches() * C_;
   return s;
 }
 
@@ -137,12 +138,12 @@ const A* GptModel<A>::encode_images(const GptActivations<A>& a) {
   const A* mine = s.count > 0 ? vision_->forward(a.images + s.offset, s.count) : nullptr;
   if (cp_ == 1) return mine;
   // Note [images under context parallelism]: rank r's block of per images at row r per Np.
-  const size_t block = static_cast<size_t>(s.per) * v.patches() * C_;
-  A* own = vision_gathered_ + cp_rank_ * block;
+  A* own = vision_gathered_ + cp_rank_ * s.block;
   if (s.count > 0)
     device_.copy(own, mine, static_cast<size_t>(s.count) * v.patches() * C_ * sizeof(A),
                  CopyKind::kDeviceToDevice, compute());
-  if (Status st = cp_comm_->all_gather(own, vision_gathered_, block, dtype_of<A>(), compute()); !st)
+  if (Status st = cp_comm_->all_gather(own, vision_gathered_, s.block, dtype_of<A>(), compute());
+      !st)
     record_comm_error("context-parallel all-gather of the image patches", st);
   return vision_gathered_;
 }
@@ -230,15 +231,13 @@ void GptModel<A>::vision_backward(GptActivations<A>& a, const A* d_rows) {
   // under CP this rank's rows only, summed over the CP group into each rank's block of images
   // (Note [images under context parallelism]).
   const int M = a.num_images * v.patches();
-  const size_t block = static_cast<size_t>(s.per) * v.patches() * C_;
-  device_.zero(vision_d_out_, (cp_ > 1 ? cp_ * block : static_cast<size_t>(M) * C_) * sizeof(A),
-               compute());
+  device_.zero(vision_d_out_, cp_ * s.block * sizeof(A), compute());  // CP 1: the M patches
   ops_.moe_scatter_add_rows(vision_d_out_, d_rows, a.image_rows, M, C_, 1);
   A* d_mine = vision_d_out_;
   if (cp_ > 1) {
-    d_mine = vision_d_out_ + cp_rank_ * block;
+    d_mine = vision_d_out_ + cp_rank_ * s.block;
     if (Status st =
-            cp_comm_->reduce_scatter(vision_d_out_, d_mine, block, dtype_of<A>(), compute());
+            cp_comm_->reduce_scatter(vision_d_out_, d_mine, s.block, dtype_of<A>(), compute());
         !st)
       record_comm_error("context-parallel reduce-scatter of the image patches' gradient", st);
   }
