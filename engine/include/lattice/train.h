@@ -123,7 +123,8 @@ struct RunStart {
   std::string description;  // model, batch, threads
   int64_t parameters = 0;
   int threads = 0;
-  double peak_gflops = 0;  // measured SGEMM rate used for MFU
+  int ranks = 1;           // the job's
+  double peak_gflops = 0;  // one rank's: measured SGEMM rate (all ranks at once) used for MFU
   std::string blas_core;
 };
 
@@ -212,6 +213,15 @@ class ConsoleSink : public MetricsSink {
 // as fit in `min_seconds`: on a shared machine a longer window is likelier to hold a quiet
 // moment (lattice-bench-train's reference takes 1 s). About 0.1-0.3 s with the default.
 double measure_sgemm_gflops(int threads, double min_seconds = 0);
+
+// The same rate measured by every rank of `ranks` at once, as they will share the machine while
+// training: rounds of one 1536^3 GEMM on each rank between barriers, each round's rate its
+// slowest rank's, and the best round of at least 4 and of as many as fit in `min_seconds`.
+// Ranks that oversubscribe cores (4 ranks on 2 cores) each get their share of the machine,
+// where one rank timed alone, or while the others were still setting up, got anything from
+// its share to the whole machine. Collective over `ranks`; with one rank it is
+// measure_sgemm_gflops timed one GEMM a round.
+Result<double> measure_shared_sgemm_gflops(int threads, Comm& ranks, double min_seconds = 0.2);
 
 // Asks a running train() to stop before its next iteration (async-signal-safe: a
 // SIGINT/SIGTERM handler may call it). train() then returns an error saying so.

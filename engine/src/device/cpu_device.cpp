@@ -76,6 +76,13 @@ double CpuDevice::peak_flops(DType compute) const {
   return sgemm_gflops_ * 1e9;
 }
 
+Status CpuDevice::measure_peak(Comm& ranks) {
+  Result<double> gflops = measure_shared_sgemm_gflops(kernels::num_threads(), ranks);
+  if (!gflops) return gflops.status();
+  sgemm_gflops_ = *gflops;
+  return Status::ok();
+}
+
 // ---- memory -------------------------------------------------------------------------------------
 
 void* CpuDevice::allocate(size_t bytes, MemoryCategory category) {

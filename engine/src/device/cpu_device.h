@@ -99,6 +99,7 @@ class CpuDevice final : public Device {
   std::string describe() const override;
   std::string blas_name() const override;
   double peak_flops(DType compute) const override;
+  Status measure_peak(Comm& ranks) override;
 
   void* allocate(size_t bytes, MemoryCategory category) override;
   void free(void* block) override;
@@ -155,7 +156,7 @@ class CpuDevice final : public Device {
   std::unordered_map<void*, Block> blocks_;
   std::array<CategoryUsage, kMemoryCategories> usage_{};
   Status error_;
-  mutable double sgemm_gflops_ = -1;  // measured on the first peak_flops()
+  mutable double sgemm_gflops_ = -1;  // measure_peak's, else measured on the first peak_flops()
 };
 
 // This process's CPU device for models made without naming one (GptModel's host constructor,

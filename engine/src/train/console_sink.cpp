@@ -80,7 +80,10 @@ void ConsoleSink::on_start(const RunStart& s) {
          << " GEMMs); MFU is against it\n";
   else
     out_ << "> measured SGEMM peak: " << format("%.1f", s.peak_gflops) << " GFLOP/s on "
-         << s.threads << " threads (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n";
+         << s.threads << (s.threads == 1 ? " thread" : " threads")
+         << (s.ranks > 1 ? " per rank, the " + std::to_string(s.ranks) + " ranks measuring at once"
+                         : std::string())
+         << " (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n";
   out_ << std::flush;
 }
 

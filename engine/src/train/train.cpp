@@ -44,21 +44,53 @@ EarlyStop early_stop(const TrainOptions& options) {
   return EarlyStop::kNone;
 }
 
+namespace {
+// The GEMM that measures a CPU's peak: 1536^3 in float, its operands made once.
+class SgemmProbe {
+ public:
+  explicit SgemmProbe(int threads)
+      : a_(static_cast<size_t>(kN) * kN, 0.5f), b_(a_.size(), 0.25f), c_(a_.size()) {
+    kernels::set_num_threads(threads);
+    run();  // warm-up
+  }
+  void run() { kernels::matmul_forward<float>(c_.data(), a_.data(), b_.data(), nullptr, kN, kN, kN); }
+  // GFLOP/s of one run() that took `seconds`.
+  static double gflops(double seconds) { return 2.0 * kN * kN * kN / seconds / 1e9; }
+
+ private:
+  static constexpr int kN = 1536;
+  std::vector<float> a_, b_, c_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 double measure_sgemm_gflops(int threads, double min_seconds) {
-  kernels::set_num_threads(threads);
-  const int n = 1536;
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-  kernels::matmul_forward<float>(c.data(), a.data(), b.data(), nullptr, n, n, n);  // warm-up
+  SgemmProbe probe(threads);
   double best = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (int rep = 0;
-       rep < 4 ||
-       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < min_seconds;
-       rep++) {
+  for (int rep = 0; rep < 4 || seconds_since(start) < min_seconds; rep++) {
     const auto t0 = std::chrono::steady_clock::now();
-    kernels::matmul_forward<float>(c.data(), a.data(), b.data(), nullptr, n, n, n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * n * n * n / s / 1e9);
+    probe.run();
+    best = std::max(best, SgemmProbe::gflops(seconds_since(t0)));
+  }
+  return best;
+}
+
+Result<double> measure_shared_sgemm_gflops(int threads, Comm& ranks, double min_seconds) {
+  SgemmProbe probe(threads);
+  double best = 0, elapsed = 0;
+  // Every rank sees the same slowest times, so all agree on when to stop.
+  for (int round = 0; round < 4 || elapsed < min_seconds; round++) {
+    if (Status s = ranks.barrier(); !s) return s;
+    const auto t0 = std::chrono::steady_clock::now();
+    probe.run();
+    double slowest = seconds_since(t0);
+    if (Status s = ranks.all_reduce(&slowest, 1, DType::kFloat64, ReduceOp::kMax); !s) return s;
+    best = std::max(best, SgemmProbe::gflops(slowest));
+    elapsed += slowest;
   }
   return best;
 }

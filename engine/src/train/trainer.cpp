@@ -777,7 +777,10 @@ Result<TrainSummary> Trainer<T>::run() {
     for (const ParamTensor& t : ParamLayout::vision_tensors(mc_.vision))
       start.parameters += static_cast<int64_t>(t.numel);
   start.threads = threads;
-  // MFU's denominator: the device's peak in the compute type (the CPU: a measured SGEMM rate).
+  start.ranks = g_.world->size();
+  // MFU's denominator: the device's peak in the compute type (the CPU: an SGEMM rate, measured
+  // by every rank at once, so that ranks sharing cores are measured sharing them).
+  if (Status s = device.measure_peak(*g_.world); !s) return s;
   start.peak_gflops = device.peak_flops(dtype_of<T>()) / 1e9;
   start.blas_core = device.blas_name();
   if (rank0) sink_.on_start(start);
