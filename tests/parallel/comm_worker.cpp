@@ -23,6 +23,7 @@
 #include "device/cpu_device.h"
 #include "lattice/comm.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/staged_comm.h"
 
 namespace {
 
@@ -764,7 +765,25 @@ void check_streams(Comm& world, Checker& c) {
   lattice::set_comm_timeout(0.0);
 }
 
-int run_checks(Comm& comm) {
+// The stream-ordered calls that mean the same on every communicator (none of Note [CPU stream
+// order]'s queued requests or refusals): messages, reduce-scatter and all-gather, all-to-all.
+void check_stream_results(CpuDevice& device, Comm& comm, Checker& c) {
+  lattice::set_comm_timeout(20.0, "comm_worker's 20 s stream timeout");
+  check_stream_messages(device, comm, c);
+  check_stream_scatter_gather(device, comm, c);
+  for (int seed = 0; seed < 2; seed++) {
+    check_all_to_all<uint32_t>(comm, c, DType::kFloat32, "fp32", seed, 5, &device.compute(),
+                               &device);
+    check_all_to_all<uint16_t>(comm, c, DType::kBFloat16, "bf16", seed, 5,
+                               &side_stream(device, "expert " + std::to_string(seed)), &device);
+  }
+  lattice::set_comm_timeout(0.0);
+}
+
+// Every check; `streams`: the CpuDevice stream checks of a split made by CpuDevice::make_comm
+// (MpiComm's Note [CPU stream order]), or else those of check_stream_results on `comm` itself
+// over `device`.
+int run_checks(Comm& comm, CpuDevice* device = nullptr) {
   Checker c(comm);
   const int size = comm.size();
   c.equal("node_local_size (one machine)", 0, size, comm.node_local_size());
@@ -798,7 +817,10 @@ int run_checks(Comm& comm) {
   check_all_to_all_rounds(comm, c, 1000);
   check_all_to_all_refusals(comm, c);
   check_pieces(comm, c);
-  check_streams(comm, c);
+  if (device)
+    check_stream_results(*device, comm, c);
+  else
+    check_streams(comm, c);
 
   int failures = c.failures();
   c.ok("all_reduce of failure counts",
@@ -810,6 +832,18 @@ int run_checks(Comm& comm) {
   }
   std::printf("comm_worker: rank %d of %d: %d checks passed\n", comm.rank(), size, c.checks());
   return 0;
+}
+
+// The checks over a StagedComm (Note [device collectives through host memory]) on a CpuDevice:
+// every operation through the staging copies.
+int run_staged_checks(Comm& world) {
+  CpuDevice device;
+  lattice::Result<std::unique_ptr<Comm>> staged = lattice::make_staged_comm(device, world);
+  if (!staged) {
+    std::fprintf(stderr, "comm_worker: %s\n", staged.status().message().c_str());
+    return 2;
+  }
+  return run_checks(**staged, &device);
 }
 
 // Rank 1 fails (abort or SIGKILL) while every other rank waits in an all_reduce it never
@@ -887,7 +921,7 @@ int run_hang(Comm& comm, const std::string& mode) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const bool hang = mode == "sigstop" || mode == "sigstop-recv" || mode == "sigstop-stream";
-  if (mode != "check" && mode != "abort" && mode != "sigkill" && !hang) {
+  if (mode != "check" && mode != "check-staged" && mode != "abort" && mode != "sigkill" && !hang) {
     std::fprintf(stderr,
                  "usage: comm_worker check | abort | sigkill | sigstop | sigstop-recv | "
                  "sigstop-stream [marker]\n");
@@ -898,9 +932,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "comm_worker: %s\n", world.status().message().c_str());
     return 2;
   }
-  const int code = mode == "check" ? run_checks(*world.value())
-                   : hang          ? run_hang(*world.value(), mode)
-                                   : run_failure(*world.value(), mode);
+  const int code = mode == "check"          ? run_checks(*world.value())
+                   : mode == "check-staged" ? run_staged_checks(*world.value())
+                   : hang                   ? run_hang(*world.value(), mode)
+                                            : run_failure(*world.value(), mode);
   world.value().reset();
   lattice::finalize_comm();
   return code;

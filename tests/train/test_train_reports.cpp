@@ -260,10 +260,10 @@ class TrainReports : public QObject {
     QVERIFY2(one > 0, qPrintable(alone.out));
     QVERIFY2(each > 0, qPrintable(shared.out));
     // 4 ranks on at most 3 cores: at most 3/4 of one rank's alone, and far more than nothing.
-    QVERIFY2(each < 0.8 * one && each > 0.1 * one,
-             qPrintable(QString("each of 4 ranks measured %1 GFLOP/s, one rank alone %2")
-                            .arg(each)
-                            .arg(one)));
+    QVERIFY2(
+        each < 0.8 * one && each > 0.1 * one,
+        qPrintable(
+            QString("each of 4 ranks measured %1 GFLOP/s, one rank alone %2").arg(each).arg(one)));
 #endif
   }
 };

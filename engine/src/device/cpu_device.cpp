@@ -15,6 +15,7 @@
 #include "device/ops.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
+#include "parallel/staged_comm.h"
 
 namespace lattice {
 
@@ -210,6 +211,9 @@ Device::OpLists CpuDevice::op_lists() {
 }
 
 Result<std::unique_ptr<Comm>> CpuDevice::make_comm(Comm& group) {
+  Result<bool> through_host = device_comm_through_host();
+  if (!through_host) return through_host.status();
+  if (*through_host) return make_staged_comm(*this, group);
   Result<std::unique_ptr<Comm>> part = group.split(0, group.rank());
   if (part) (*part)->set_name(group.name());
   return part;

@@ -11,10 +11,12 @@
 // longer kept has completed. No event is re-recorded while someone may still wait for it, so a
 // wait never waits for later work than asked (which could close a cycle between streams).
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -30,6 +32,7 @@
 #include "lattice/plan.h"
 #if LATTICE_HAVE_NCCL
 #include "parallel/nccl_comm.h"
+#include "parallel/staged_comm.h"
 #endif
 
 namespace lattice {
@@ -291,8 +294,49 @@ double CudaDevice::seconds(const Mark& from, const Mark& to) {
   return ms * 1e-3;
 }
 
+// Which ranks of `group` drive the same GPU as another of them (the same host name and PCI bus
+// id), as "world ranks 0 and 1 both on GPU 0000:65:00.0 of gpu-node-3"; "" when each has its
+// own. Collective over group.
+Result<std::string> shared_gpu(Comm& group, int device_index) {
+  constexpr size_t kBytes = 160;
+  std::vector<char> mine(kBytes, 0), all(kBytes * group.size(), 0);
+  char host[96] = {};
+  gethostname(host, sizeof host - 1);
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device_index) != cudaSuccess) {
+    cudaGetLastError();
+    std::snprintf(bus, sizeof bus, "device %d", device_index);
+  }
+  std::snprintf(mine.data(), kBytes, "GPU %s of %s", bus, host);
+  if (Status s = group.all_gather(mine.data(), all.data(),
+                                  std::vector<size_t>(group.size(), kBytes), DType::kUInt8);
+      !s)
+    return s;
+  const std::vector<int>& world = group.world_ranks();
+  auto name = [&](int r) { return std::string(all.data() + r * kBytes); };
+  auto world_rank = [&](int r) { return r < static_cast<int>(world.size()) ? world[r] : r; };
+  for (int a = 0; a < group.size(); a++)
+    for (int b = a + 1; b < group.size(); b++)
+      if (name(a) == name(b))
+        return "world ranks " + std::to_string(world_rank(a)) + " and " +
+               std::to_string(world_rank(b)) + " both on " + name(a);
+  return std::string();
+}
+
 Result<std::unique_ptr<Comm>> CudaDevice::make_comm(Comm& group) {
+  // Note [device collectives through host memory] (parallel/staged_comm.h).
+  Result<bool> through_host = device_comm_through_host();
+  if (!through_host) return through_host.status();
+  if (*through_host) return make_staged_comm(*this, group);
 #if LATTICE_HAVE_NCCL
+  Result<std::string> shared = shared_gpu(group, index_);
+  if (!shared) return shared.status();
+  if (!shared->empty())
+    return Status::invalid_argument(
+        "the " + group.name() + " group has " + *shared +
+        ": NCCL needs a GPU of its own for every rank; start one rank per GPU (mpirun "
+        "-npernode, srun --ntasks-per-node), or set LATTICE_DEVICE_COMM=host to move device "
+        "collectives through host memory (slow; docs/gpu.md)");
   // A split of the group bootstraps the NcclComm, which keeps it (for split() and abort()).
   Result<std::unique_ptr<Comm>> bootstrap = group.split(0, group.rank());
   if (!bootstrap) return bootstrap.status();
@@ -301,7 +345,9 @@ Result<std::unique_ptr<Comm>> CudaDevice::make_comm(Comm& group) {
   return nccl;
 #else
   return Status::invalid_argument("a communicator for the " + group.name() + " group on " +
-                                  describe() + " needs NCCL and MPI in the build (docs/gpu.md)");
+                                  describe() +
+                                  " needs NCCL and MPI in the build, or LATTICE_DEVICE_COMM=host "
+                                  "(docs/gpu.md)");
 #endif
 }
 
