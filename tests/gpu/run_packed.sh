@@ -3,7 +3,8 @@
 # and CUDA 13's cuBLASLt (nothing else installed): the op parity tests, the attention and
 # op-list tests and test_gpu_training; `lattice train --device cuda` of a tiny model in fp32,
 # bf16, fp16, with full recomputation and with MoE layers (fp32, bf16) beside the CPU engine's
-# runs, and of GPT-2 355M with
+# runs; 2 ranks sharing the GPU in TP 2, CP 2, EP 2 and DP 2 beside the CPU's (the archive's
+# Open MPI, device collectives through host memory); and of GPT-2 355M with
 # --profile; the op benchmark; lattice-bench-train-gpu beside PyTorch bf16 training of the
 # same models (where a python3 with a CUDA-enabled torch is found). Each step under its own
 # timeout; about 90 s on one H200. Logs and the run store go to $LATTICE_GPU_OUT (default
@@ -39,7 +40,6 @@ tiny=(--mock-data --vocab-size 1000 --num-layers 2 --hidden-size 256 --num-atten
       --log-interval 1 --lr 1e-3 --eval-iters 0 --db "$out/runs.sqlite")
 recompute=(--recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
 moe=(--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01)
-# (An expert-parallel run, --expert-model-parallel-size 2, needs two GPUs and an MPI launcher.)
 for run in "cpu-fp32" "cuda-fp32 --device cuda" "cuda-bf16 --device cuda --bf16 --profile" \
            "cuda-fp16 --device cuda --fp16" "cuda-recompute --device cuda ${recompute[*]}" \
            "cpu-moe ${moe[*]}" "cuda-moe --device cuda ${moe[*]}" \
@@ -51,6 +51,38 @@ for run in "cpu-fp32" "cuda-fp32 --device cuda" "cuda-bf16 --device cuda --bf16 
   [[ $rc != 0 ]] && failed=1
   say "lattice train $name: exit $rc, $(grep -oE 'iteration +8/ +8 .*lm loss: [0-9.E+-]+' "$out/$name.log" | grep -oE 'lm loss: [0-9.E+-]+')"
 done
+# Two ranks on the one GPU (docs/gpu.md "Ranks that share a GPU"): TP 2 with sequence
+# parallelism, CP 2, EP 2 and DP 2 with the distributed optimizer, device collectives through
+# host memory (LATTICE_DEVICE_COMM=host), each beside the CPU engine's run of the same layout;
+# the last losses must agree within 1 %.
+if [[ -x "$dir/ompi/bin/mpirun" ]]; then
+  export OPAL_PREFIX="$dir/ompi" PATH="$dir/ompi/bin:$PATH" LATTICE_DEVICE_COMM=host
+  export OMPI_MCA_mca_base_param_files="$dir/ompi/etc/openmpi-mca-params.conf"
+  export OMPI_MCA_orte_default_hostfile="$dir/ompi/etc/openmpi-default-hostfile"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  two=(mpirun --oversubscribe --bind-to none -n 2 -x LD_LIBRARY_PATH -x OPAL_PREFIX
+       -x LATTICE_DEVICE_COMM -x QT_QPA_PLATFORM -x OMP_NUM_THREADS=4)
+  last_loss() { grep -oE 'iteration +8/ +8 .*lm loss: [0-9.E+-]+' "$1" | grep -oE '[0-9.E+-]+$'; }
+  for run in "tp2 --tensor-model-parallel-size 2 --sequence-parallel" \
+             "cp2 --context-parallel-size 2 --attention-dropout 0" \
+             "ep2 --num-experts 4 --moe-router-topk 2 --expert-model-parallel-size 2" \
+             "dp2 --use-distributed-optimizer"; do
+    read -r name flags <<<"$run"
+    for device in cpu cuda; do
+      # shellcheck disable=SC2086
+      timeout 120 "${two[@]}" "$B/lattice" train "${tiny[@]}" --device $device $flags \
+        --run-name "$device-$name" >"$out/$device-$name.log" 2>&1 || failed=1
+    done
+    cpu=$(last_loss "$out/cpu-$name.log") cuda=$(last_loss "$out/cuda-$name.log")
+    verdict=$(awk -v a="${cpu:-nan}" -v b="${cuda:-nan}" 'BEGIN {
+      d = a - b; if (d < 0) d = -d; print (a > 0 && d <= 0.01 * a) ? "agree" : "DIFFER" }')
+    [[ $verdict == agree ]] || failed=1
+    say "2 ranks on one GPU, $name: lm loss cpu ${cpu:-none}, cuda ${cuda:-none}: $verdict"
+  done
+  unset LATTICE_DEVICE_COMM
+else
+  say "no Open MPI in the archive: the runs of 2 ranks on one GPU are skipped"
+fi
 m355=(--mock-data --vocab-size 50256 --num-layers 24 --hidden-size 1024 --num-attention-heads 16
       --seq-length 1024 --micro-batch-size 8 --global-batch-size 8 --train-iters 6
       --log-interval 1 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0)

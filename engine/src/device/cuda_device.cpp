@@ -30,9 +30,9 @@
 #include "device/ops.h"
 #include "lattice/cuda_kernels.h"
 #include "lattice/plan.h"
+#include "parallel/staged_comm.h"
 #if LATTICE_HAVE_NCCL
 #include "parallel/nccl_comm.h"
-#include "parallel/staged_comm.h"
 #endif
 
 namespace lattice {
@@ -294,6 +294,7 @@ double CudaDevice::seconds(const Mark& from, const Mark& to) {
   return ms * 1e-3;
 }
 
+#if LATTICE_HAVE_NCCL
 // Which ranks of `group` drive the same GPU as another of them (the same host name and PCI bus
 // id), as "world ranks 0 and 1 both on GPU 0000:65:00.0 of gpu-node-3"; "" when each has its
 // own. Collective over group.
@@ -322,6 +323,7 @@ Result<std::string> shared_gpu(Comm& group, int device_index) {
                std::to_string(world_rank(b)) + " both on " + name(a);
   return std::string();
 }
+#endif
 
 Result<std::unique_ptr<Comm>> CudaDevice::make_comm(Comm& group) {
   // Note [device collectives through host memory] (parallel/staged_comm.h).

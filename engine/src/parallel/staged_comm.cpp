@@ -160,6 +160,7 @@ class StagedComm final : public Comm {
   }
   Status reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType type,
                         Stream& stream) override {
+    if (Status s = rank_counts("reduce_scatter", counts); !s) return s;
     const size_t element = dtype_size(type);
     if (Status s = to_host(a_, send, total(counts) * element, stream); !s) return s;
     b_.resize(counts[rank()] * element);
@@ -168,6 +169,7 @@ class StagedComm final : public Comm {
   }
   Status all_gather(const void* send, void* recv, const std::vector<size_t>& counts, DType type,
                     Stream& stream) override {
+    if (Status s = rank_counts("all_gather", counts); !s) return s;
     const size_t element = dtype_size(type);
     if (Status s = to_host(a_, send, counts[rank()] * element, stream); !s) return s;
     b_.resize(total(counts) * element);
@@ -227,6 +229,13 @@ class StagedComm final : public Comm {
   Status to_device(void* data, const Bytes& host, size_t bytes, Stream& stream) {
     if (bytes > 0) device_.copy(data, host.data(), bytes, CopyKind::kHostToDevice, stream);
     return device_.synchronize(stream);
+  }
+  // One count per rank, as the host communicator would say.
+  Status rank_counts(const char* op, const std::vector<size_t>& counts) const {
+    if (counts.size() == static_cast<size_t>(size())) return Status::ok();
+    return Status::invalid_argument(std::string(op) + ": " + std::to_string(counts.size()) +
+                                    " counts given for a communicator of " +
+                                    std::to_string(size()) + " ranks");
   }
   // isend after the work queued on `stream`.
   std::unique_ptr<CommRequest> isend(const void* data, size_t count, DType type, int peer, int tag,
