@@ -70,6 +70,10 @@ class CommRequest {
   virtual bool test() = 0;
 };
 
+// A request that completed when it was made: wait() returns `status` (a Comm whose async call
+// ran to the end at once: LocalComm, StagedComm's collectives).
+std::unique_ptr<CommRequest> completed_request(Status status);
+
 class Comm {
  public:
   virtual ~Comm() = default;

@@ -2,6 +2,7 @@
 // launcher started it and MPI is built in, else a world of one).
 // MPI itself lives in mpi_comm.cpp only.
 #include <cstdlib>
+#include <utility>
 
 #include "lattice/comm.h"
 #if LATTICE_HAVE_MPI
@@ -9,6 +10,23 @@
 #endif
 
 namespace lattice {
+namespace {
+
+class CompletedRequest final : public CommRequest {
+ public:
+  explicit CompletedRequest(Status status) : status_(std::move(status)) {}
+  Status wait() override { return status_; }
+  bool test() override { return true; }
+
+ private:
+  Status status_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommRequest> completed_request(Status status) {
+  return std::make_unique<CompletedRequest>(std::move(status));
+}
 
 // The launchers' own variables: OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMIx launchers
 // (OpenMPI 5, srun --mpi=pmix) set PMIX_RANK; MPICH's hydra and srun --mpi=pmi2 set PMI_RANK

@@ -16,21 +16,6 @@
 namespace lattice {
 namespace {
 
-// A request that finished when it was made (every LocalComm async call).
-class CompletedRequest final : public CommRequest {
- public:
-  explicit CompletedRequest(Status status) : status_(std::move(status)) {}
-  Status wait() override { return status_; }
-  bool test() override { return true; }
-
- private:
-  Status status_;
-};
-
-std::unique_ptr<CommRequest> completed(Status status) {
-  return std::make_unique<CompletedRequest>(std::move(status));
-}
-
 Status no_peer(const char* op, int peer, int tag) {
   return Status::invalid_argument(std::string("LocalComm::") + op + " to rank " +
                                   std::to_string(peer) + " (tag " + std::to_string(tag) +
@@ -129,23 +114,23 @@ class LocalComm final : public Comm {
 
   std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
                                                 ReduceOp op) override {
-    return completed(all_reduce(data, count, type, op));
+    return completed_request(all_reduce(data, count, type, op));
   }
   std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv,
                                                     const std::vector<size_t>& counts,
                                                     DType type) override {
-    return completed(reduce_scatter(send, recv, counts, type));
+    return completed_request(reduce_scatter(send, recv, counts, type));
   }
   std::unique_ptr<CommRequest> all_gather_async(const void* send, void* recv,
                                                 const std::vector<size_t>& counts,
                                                 DType type) override {
-    return completed(all_gather(send, recv, counts, type));
+    return completed_request(all_gather(send, recv, counts, type));
   }
   std::unique_ptr<CommRequest> isend(const void*, size_t, DType, int peer, int tag) override {
-    return completed(no_peer("isend", peer, tag));
+    return completed_request(no_peer("isend", peer, tag));
   }
   std::unique_ptr<CommRequest> irecv(void*, size_t, DType, int peer, int tag) override {
-    return completed(no_peer("irecv", peer, tag));
+    return completed_request(no_peer("irecv", peer, tag));
   }
 
   // Stream-ordered: over one rank this rank's block is the whole buffer, so in place is a no-op.

@@ -19,16 +19,6 @@ size_t total(const std::vector<size_t>& counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t{0});
 }
 
-class DoneRequest final : public CommRequest {
- public:
-  explicit DoneRequest(Status status) : status_(std::move(status)) {}
-  Status wait() override { return status_; }
-  bool test() override { return true; }
-
- private:
-  Status status_;
-};
-
 // An isend's copy of the data, kept until the host send completes.
 class StagedSend final : public CommRequest {
  public:
@@ -124,17 +114,17 @@ class StagedComm final : public Comm {
   // ---- async: the collectives complete here; isend and irecv stay in flight ---------------
   std::unique_ptr<CommRequest> all_reduce_async(void* data, size_t count, DType type,
                                                 ReduceOp op) override {
-    return std::make_unique<DoneRequest>(all_reduce(data, count, type, op));
+    return completed_request(all_reduce(data, count, type, op));
   }
   std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv,
                                                     const std::vector<size_t>& counts,
                                                     DType type) override {
-    return std::make_unique<DoneRequest>(reduce_scatter(send, recv, counts, type));
+    return completed_request(reduce_scatter(send, recv, counts, type));
   }
   std::unique_ptr<CommRequest> all_gather_async(const void* send, void* recv,
                                                 const std::vector<size_t>& counts,
                                                 DType type) override {
-    return std::make_unique<DoneRequest>(all_gather(send, recv, counts, type));
+    return completed_request(all_gather(send, recv, counts, type));
   }
   std::unique_ptr<CommRequest> isend(const void* data, size_t count, DType type, int peer,
                                      int tag) override {
@@ -266,7 +256,7 @@ std::unique_ptr<CommRequest> StagedComm::isend(const void* data, size_t count, D
                                                int tag, Stream& stream) {
   auto request = std::make_unique<StagedSend>();
   if (Status s = to_host(request->data, data, count * dtype_size(type), stream); !s)
-    return std::make_unique<DoneRequest>(s);
+    return completed_request(s);
   request->host = host_->isend(request->data.data(), count, type, peer, tag);
   (void)counted(Status::ok());
   return request;
