@@ -22,6 +22,7 @@
 #include "lattice/run_record.h"
 #include "lattice/train.h"
 #include "lattice/train_options.h"
+#include "parallel/staged_comm.h"
 #include "train_rollback.h"
 
 namespace lattice::cli {
@@ -161,6 +162,10 @@ int run_training(const std::string& command, Result<TrainOptions> options,
   }
   if (std::string error = kernels::cpu_gemm_env_error(); !error.empty()) {  // LATTICE_CPU_GEMM
     if (rank0) print_error(command, error);
+    return finish(2);
+  }
+  if (Result<bool> staged = device_comm_through_host(); !staged) {  // LATTICE_DEVICE_COMM
+    if (rank0) print_error(command, staged.status().message());
     return finish(2);
   }
   char timeout[96];
