@@ -139,7 +139,7 @@ std::string usage() {
          "and MFU); with MoE layers, the experts, routers and dispatch buffers per rank. Every\n"
          "rule the layout breaks is listed (exit 2). Accepts every `lattice train` flag; no\n"
          "training data is needed. --bf16 / --fp16 size 16-bit training (18 bytes per\n"
-         "parameter; 10 + 8 / DP with --use-distributed-optimizer), --fp16 on the CPU as fp32\n"
+         "parameter; 6 + 12 / DP with --use-distributed-optimizer), --fp16 on the CPU as fp32\n"
          "with a loss scale, as the CPU engine runs it.\n\n"
          "  --suggest [N]                   search every valid layout (TP, CP, EP, PP, virtual\n"
          "                                  stages, micro batch, recomputation, distributed\n"
@@ -211,10 +211,10 @@ void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate
   const VisionEstimate& e = est.vision;
   const VisionConfig v = o.vision_config();
   const StageEstimate& first = est.stages.front();
-  const ParameterBytes b = bytes_per_parameter(compute_precision(o));
+  const ParameterBytes b = run_bytes_per_parameter(o, dp_x_cp);
   const double params = static_cast<double>(e.parameters);
   // The tower's moments over the distributed optimizer's shards (frozen with LoRA: none); a
-  // 16-bit run's master copy is in its weights, whole.
+  // 16-bit run's master copy with them where the optimizer holds it, else in the weights.
   const double shards = o.parallel.use_distributed_optimizer ? static_cast<double>(dp_x_cp) : 1.0;
   const double optimizer = o.model.lora() ? 0.0 : params * b.optimizer / shards;
   char line[320];
@@ -311,7 +311,7 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
   }
 
   const std::string precision = training_precision(o);
-  const ParameterBytes per_param = bytes_per_parameter(precision);
+  const ParameterBytes per_param = run_bytes_per_parameter(o, layout.dp * layout.cp);
   out << "\nmemory per rank (estimate; " << precision << ": weights " << per_param.weights
       << " + grads " << per_param.grads << " + optimizer " << per_param.optimizer
       << " bytes per parameter" << (o.parallel.use_distributed_optimizer ? ", optimizer / DP" : "")

@@ -6,7 +6,8 @@
 // norms of the all-reduce path with an AdamW over the whole arena; that the reducer's shards
 // are the distributed optimizer's (optimizer_shard.h, which the GPU loop's AdamW is cut by);
 // that the moments take about half the memory; and the same for two model chunks of one rank
-// (an interleaved pipeline stage) whose reducers share one side stream and communicator.
+// (an interleaved pipeline stage) whose reducers share one side stream and communicator; and
+// that gather_master rebuilds the whole master arena from the ranks' packed pieces.
 // Not covered here: CUDA streams and NCCL (the GPU set), the CPU trainer's whole runs
 // (test_parallel_equivalence).
 #include <QtTest/QtTest>
@@ -44,12 +45,13 @@ struct Replica {
     for (const ParamTensor& t : layout.tensors())
       for (size_t i = 0; i < t.numel; i++)
         master[t.offset + i] = 0.05f * std::sin(0.37f * static_cast<float>(t.offset + i));
-    auto made = GradReducer<float>::create(device, dp_stream, layout, &dp, distributed,
-                                           bucket_elems, grads.data(), master.data());
+    auto made =
+        GradReducer<float>::create(device, dp_stream, layout, &dp, distributed, bucket_elems,
+                                   grads.data(), master.data(), DType::kFloat32);
     if (!made) qFatal("GradReducer: %s", made.status().message().c_str());
     reducer = std::move(*made);
-    auto adam = AdamW<float>::create(device, owned_shard(layout, reducer->owned_ranges()),
-                                     adam_config());
+    auto adam =
+        AdamW<float>::create(device, owned_shard(layout, reducer->owned_ranges()), adam_config());
     if (!adam) qFatal("AdamW: %s", adam.status().message().c_str());
     this->adam = std::move(*adam);
   }
@@ -112,10 +114,10 @@ std::string compare_paths(Comm& world, const std::vector<ParamLayout>& layouts,
   if (!plain_stream || !dopt_stream) return me + "no side stream";
   std::vector<std::unique_ptr<Replica>> plain, dopt;
   for (const ParamLayout& layout : layouts) {
-    plain.push_back(std::make_unique<Replica>(layout, plain_device, **plain_stream, **dp, false,
-                                              bucket_elems));
-    dopt.push_back(std::make_unique<Replica>(layout, dopt_device, **dopt_stream, **dp, true,
-                                             bucket_elems));
+    plain.push_back(
+        std::make_unique<Replica>(layout, plain_device, **plain_stream, **dp, false, bucket_elems));
+    dopt.push_back(
+        std::make_unique<Replica>(layout, dopt_device, **dopt_stream, **dp, true, bucket_elems));
   }
   // The reducer's shards are the distributed optimizer's, which the GPU loop's AdamW uses.
   // Agreed over the ranks, so that no rank goes on into a collective the other left.
@@ -163,12 +165,36 @@ std::string compare_paths(Comm& world, const std::vector<ParamLayout>& layouts,
   // same arena all-reduced on the other path.
   const CommStats& st = (*dp)->stats();
   const uint64_t want = 2 * arena * sizeof(float);
-  if (st.reduce_scatter_bytes != want || st.all_gather_bytes != want ||
-      st.all_reduce_bytes != want)
+  if (st.reduce_scatter_bytes != want || st.all_gather_bytes != want || st.all_reduce_bytes != want)
     return me + "moved " + std::to_string(st.reduce_scatter_bytes) + " B reduce-scattered, " +
            std::to_string(st.all_gather_bytes) + " B gathered, " +
            std::to_string(st.all_reduce_bytes) + " B all-reduced; want " + std::to_string(want) +
            " B each";
+  // Note [sharded master weights] (adamw.h): the whole master arena rebuilt from every rank's
+  // pieces packed as the optimizer packs them, into rank 0 while rank 1 only sends, alignment
+  // gaps zero. Agreed over the ranks, as the shards above.
+  std::string gather_error;
+  for (size_t c = 0; c < layouts.size(); c++) {
+    const OptimizerShard& shard = dopt[c]->adam->shard();
+    std::vector<float> packed(shard.state_numel);
+    for (const OptimizerPiece& p : shard.pieces)
+      std::copy_n(dopt[c]->master.begin() + p.offset, p.numel, packed.begin() + p.state);
+    std::vector<float> whole(layouts[c].total_numel(), std::nanf(""));
+    const bool keeps = world.rank() == 0;
+    if (Status s =
+            dopt[c]->reducer->gather_master(shard, packed.data(), keeps ? whole.data() : nullptr);
+        !s)
+      return me + "gather_master: " + s.message();
+    for (size_t k = 0; keeps && k < whole.size() && gather_error.empty(); k++)
+      if (!(whole[k] == plain[c]->master[k]))
+        gather_error = "gather_master: chunk " + std::to_string(c) + " arena[" + std::to_string(k) +
+                       "] = " + std::to_string(whole[k]) + ", the weights' " +
+                       std::to_string(plain[c]->master[k]) + " (tolerance 0)";
+  }
+  failed = gather_error.empty() ? 0 : 1;
+  if (Status s = world.all_reduce(&failed, 1, DType::kInt32, ReduceOp::kMax); !s)
+    return me + s.message();
+  if (failed) return me + (gather_error.empty() ? "another rank's gather differs" : gather_error);
   const size_t full = plain_device.usage(MemoryCategory::kOptimizer).current;
   const size_t half = dopt_device.usage(MemoryCategory::kOptimizer).current;
   if (!(half * 10 <= full * 6 && half * 10 >= full * 4))

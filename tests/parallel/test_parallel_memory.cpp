@@ -61,8 +61,9 @@ class ParallelMemory : public QObject {
 
   // A bf16 run on DP 2 with the distributed optimizer (the CPU's 16-bit op list; fp32 GEMMs on
   // widened copies where the CPU has no bf16 GEMMs, the same buffers either way): the weights are
-  // the bf16 copy and the whole fp32 master copy, the optimizer state the moments sharded over DP
-  // (docs/design-notes.md "Bytes per parameter by precision"; Megatron shards the master too).
+  // the bf16 copy alone, the optimizer state the fp32 master and the moments sharded over DP
+  // (Note [sharded master weights] in optim/adamw.h; docs/design-notes.md "Bytes per parameter
+  // by precision"), as Megatron.
   void bf16_ranks_hold_what_the_planner_says() {
     struct WidenedGemms {
       WidenedGemms() { qputenv("LATTICE_CPU_BF16_GEMM", "widened"); }

@@ -303,8 +303,8 @@ class PlannerMoeTest : public QObject {
         lattice::suggest_layouts(base, c, 50, &stats);
     QVERIFY(!list.empty());
     QVERIFY2(stats.fitting > 0 && stats.fitting < stats.valid, "some EP layouts should fit");
-    // EP 1 with the distributed optimizer (DP 8): 12.9 B expert parameters at 10 + 8 / 8 bytes
-    // (the engine keeps the fp32 master copy whole).
+    // EP 1 with the distributed optimizer (DP 8): 12.9 B expert parameters at 6 + 12 / 8 bytes
+    // (the fp32 master sharded with the moments), 97 GB.
     lattice::TrainOptions one = base;
     one.parallel.use_distributed_optimizer = true;
     one.device = "cuda";

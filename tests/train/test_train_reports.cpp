@@ -4,7 +4,7 @@
 // inside one iteration; and the done line's share of the measured SGEMM peak divides one rank's
 // rate by one rank's peak; a vision-language run with its language model frozen and a LoRA run
 // count the FLOPs the planner counts (the tower's and the adapters' added, the frozen weights'
-// gradients not).
+// gradients not); a run without a peak (CPU bf16) claims none.
 #include <QtTest/QtTest>
 
 #include <QRegularExpression>
@@ -265,6 +265,19 @@ class TrainReports : public QObject {
         qPrintable(
             QString("each of 4 ranks measured %1 GFLOP/s, one rank alone %2").arg(each).arg(one)));
 #endif
+  }
+
+  // A CPU --bf16 run has no peak to measure MFU against (no bf16 reference GEMM): it says so
+  // once, and claims no "measured SGEMM peak: 0.0" or share of one.
+  void a_run_without_a_peak_says_so_and_claims_none() {
+    QStringList args = {"train", "--db", dir_.filePath("runs-bf16.sqlite"), "--bf16"};
+    for (const std::string& w : kSmall) args << QString::fromStdString(w);
+    const Run r = lattice::testing::run_lattice(1, args);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains("no peak rate known for") && r.out.contains("MFU is reported as 0"),
+             qPrintable(r.out));
+    QVERIFY2(!r.out.contains("peak: 0.0") && !r.out.contains("of the measured SGEMM peak"),
+             qPrintable(r.out));
   }
 };
 

@@ -1,22 +1,31 @@
 #include "checkpoint/chunk_state.h"
 
+#include <cassert>
+
 #include "core/host_memory.h"
 #include "device/device.h"
 
 namespace lattice {
 
 template <typename A>
-ChunkState<A>::ChunkState(GptModel<A>& model, AdamW<A>* optimizer)
-    : device_(model.device()), model_(model), optimizer_(optimizer) {}
+ChunkState<A>::ChunkState(GptModel<A>& model, AdamW<A>* optimizer, GradReducer<G>* reducer)
+    : device_(model.device()), model_(model), optimizer_(optimizer), reducer_(reducer) {
+  assert(model_.params() || (optimizer_ && reducer_));
+}
 
 template <typename A>
-bool ChunkState<A>::staged() const {
+bool ChunkState<A>::device_staged() const {
   return !device_.capabilities().host_addressable;
 }
 
 template <typename A>
+bool ChunkState<A>::weights_staged() const {
+  return device_staged() || !model_.params();
+}
+
+template <typename A>
 typename ChunkState<A>::G* ChunkState<A>::params() {
-  if (!staged()) return model_.params();
+  if (!weights_staged()) return model_.params();
   if (params_.empty()) host_assign(params_, model_.arena_size(), MemoryCategory::kWeights);
   return params_.data();
 }
@@ -28,7 +37,7 @@ std::vector<MomentPiece> ChunkState<A>::moments() {
   } else {
     if (!optimizer_) return {};
     std::vector<MomentPiece> pieces = moment_pieces(*optimizer_);
-    if (!staged()) return pieces;
+    if (!device_staged()) return pieces;
     const size_t n = optimizer_->exp_avg().size();
     if (exp_avg_.empty() && n > 0) {
       host_assign(exp_avg_, n, MemoryCategory::kOptimizer);
@@ -46,9 +55,15 @@ std::vector<MomentPiece> ChunkState<A>::moments() {
 
 template <typename A>
 Status ChunkState<A>::download(bool weights, bool moments) {
-  if (!staged()) return device_.synchronize(device_.compute());
-  if (weights) model_.download(params());
-  if (moments && optimizer_) {
+  if (!model_.params()) {  // every rank sends its pieces, whether or not it keeps the result
+    if (Status s = reducer_->gather_master(optimizer_->shard(), optimizer_->master().data(),
+                                           weights ? params() : nullptr);
+        !s)
+      return s;
+  } else if (weights && device_staged()) {
+    model_.download(params());
+  }
+  if (moments && optimizer_ && device_staged()) {
     (void)this->moments();  // allocates the host copies
     const size_t bytes = exp_avg_.size() * sizeof(G);
     device_.copy(exp_avg_.data(), optimizer_->exp_avg().data(), bytes, CopyKind::kDeviceToHost,
@@ -61,17 +76,19 @@ Status ChunkState<A>::download(bool weights, bool moments) {
 
 template <typename A>
 Status ChunkState<A>::upload(bool moments) {
-  if (staged()) {
+  if (weights_staged()) {
     model_.upload(params());  // and the compute copy
-    if (moments && optimizer_ && !exp_avg_.empty()) {
-      const size_t bytes = exp_avg_.size() * sizeof(G);
-      device_.copy(optimizer_->exp_avg().data(), exp_avg_.data(), bytes, CopyKind::kHostToDevice,
-                   device_.compute());
-      device_.copy(optimizer_->exp_avg_sq().data(), exp_avg_sq_.data(), bytes,
-                   CopyKind::kHostToDevice, device_.compute());
-    }
+    if (!model_.params())
+      if (Status s = optimizer_->load_master(params()); !s) return s;
   } else {
     model_.refresh_compute_copy();  // the load wrote the master arena in place
+  }
+  if (moments && optimizer_ && device_staged() && !exp_avg_.empty()) {
+    const size_t bytes = exp_avg_.size() * sizeof(G);
+    device_.copy(optimizer_->exp_avg().data(), exp_avg_.data(), bytes, CopyKind::kHostToDevice,
+                 device_.compute());
+    device_.copy(optimizer_->exp_avg_sq().data(), exp_avg_sq_.data(), bytes,
+                 CopyKind::kHostToDevice, device_.compute());
   }
   return device_.synchronize(device_.compute());
 }

@@ -3,6 +3,7 @@
 #include "model/gpt.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -132,7 +133,7 @@ Status GptModel<A>::allocate() {
                NF = static_cast<size_t>(N_) * Ft_;
   const size_t RC = static_cast<size_t>(R_) * C_;  // NC without sequence parallelism
   const size_t NCt = static_cast<size_t>(N_) * Ct_;
-  master_ = take<G>(n, MC::kWeights);
+  if (master_kind_ == MasterWeights::kWhole) master_ = take<G>(n, MC::kWeights);
   grads_ = take<G>(grad_size(), MC::kGrads);  // Note [LoRA]: the trained tensors' alone
   if constexpr (std::is_same_v<A, G>) {
     compute_ = master_;
@@ -314,7 +315,8 @@ template <typename A>
 Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& config, int micro_batch,
                                                          Device& device, const ModelShard& shard,
                                                          Comm* tp, const RecomputePlan& recompute,
-                                                         Comm* cp, Comm* ep, Comm* etp) {
+                                                         Comm* cp, Comm* ep, Comm* etp,
+                                                         MasterWeights master) {
   Ops<A>* ops = device.ops<A>();
   if (!ops)
     return Status::invalid_argument("GptModel: " + device.describe() + " has no op list for " +
@@ -325,6 +327,7 @@ Result<std::unique_ptr<GptModel<A>>> GptModel<A>::create(const ModelConfig& conf
                             std::to_string(recompute.group_start.size()) + " layers, not " +
                             std::to_string(m->L_));
   m->recompute_ = recompute;
+  if constexpr (!std::is_same_v<A, G>) m->master_kind_ = master;
   m->ep_comm_ = m->ep_ > 1 ? ep : nullptr;
   m->etp_comm_ = etp;
   if (m->cp_ > 1) {  // Note [context parallelism] in gpt_layer.cpp
@@ -371,19 +374,41 @@ Status GptModel<A>::upload_rope_tables() {
 template <typename A>
 void GptModel<A>::upload(const G* host) {
   // On the compute stream, so that a failed copy is recorded like every other op.
-  device_.copy(master_, host, arena_size() * sizeof(G), CopyKind::kHostToDevice, compute());
-  if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
+  if (master_) {
+    device_.copy(master_, host, arena_size() * sizeof(G), CopyKind::kHostToDevice, compute());
+    if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
+  } else if (device_.capabilities().host_addressable) {
+    ops_.to_compute(compute_, host, arena_size());
+  } else {
+    // No master to land in: rounded on the device through a bounded staging buffer, so the
+    // 16-bit copy is the device's own rounding, as the step's.
+    const size_t n = arena_size(), step = std::min<size_t>(n, size_t{1} << 24);
+    G* staging = static_cast<G*>(device_.allocate(step * sizeof(G), MemoryCategory::kWorkspace));
+    if (!staging) {
+      device_.record_error(device_.out_of_memory(MemoryCategory::kWorkspace, step * sizeof(G)));
+      return;
+    }
+    for (size_t at = 0; at < n; at += step) {
+      const size_t k = std::min(step, n - at);
+      device_.copy(staging, host + at, k * sizeof(G), CopyKind::kHostToDevice, compute());
+      ops_.to_compute(compute_ + at, staging, k);
+      if (Status s = device_.synchronize(compute()); !s) break;  // staging is refilled next
+    }
+    device_.free(staging);
+  }
   (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
 template <typename A>
 void GptModel<A>::download(G* host) {
+  assert(master_);
   device_.copy(host, master_, arena_size() * sizeof(G), CopyKind::kDeviceToHost, compute());
   (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
 template <typename A>
 void GptModel<A>::refresh_compute_copy() {
+  assert(master_);
   if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
 }
 
@@ -394,6 +419,7 @@ void GptModel<A>::zero_grads() {
 
 template <typename A>
 Status GptModel<A>::init_weights(uint64_t seed) {
+  assert(master_);
   const std::vector<ParamTensor>& tensors = layout_.tensors();
   // The alignment gaps between tensors: zero, so every device saves the same arena.
   device_.zero(master_, arena_size() * sizeof(G), compute());

@@ -168,6 +168,12 @@ struct GptActivations {
   std::pair<int, int> host_shape{0, 0};
 };
 
+// Where a 16-bit model's fp32 master weights live: a whole arena in the model, or only as the
+// distributed optimizer's pieces (Note [sharded master weights] in optim/adamw.h), when the
+// model keeps its 16-bit compute copy alone. float and double models always hold the whole
+// arena (their compute copy is the master).
+enum class MasterWeights { kWhole, kOptimizerShards };
+
 template <typename A>
 class GptModel {
  public:
@@ -181,14 +187,12 @@ class GptModel {
   // of the tensor-parallel group for the device's buffers (Device::make_comm), required when
   // tp_size > 1 and outliving the model; a failed reduction is recorded on the device like a failed
   // kernel. recompute: RecomputePlan::make for the chunk's layers (none by default; "selective"
-  // drops the attention's saved tensor on a device whose attention saves scores). Errors: also a
-  // device without an op list for A (CUDA has none for double).
-  static Result<std::unique_ptr<GptModel>> create(const ModelConfig& config, int micro_batch,
-                                                  Device& device, const ModelShard& shard = {},
-                                                  Comm* tp = nullptr,
-                                                  const RecomputePlan& recompute = {},
-                                                  Comm* cp = nullptr, Comm* ep = nullptr,
-                                                  Comm* etp = nullptr);
+  // drops the attention's saved tensor on a device whose attention saves scores). master: see
+  // MasterWeights. Errors: also a device without an op list for A (CUDA has none for double).
+  static Result<std::unique_ptr<GptModel>> create(
+      const ModelConfig& config, int micro_batch, Device& device, const ModelShard& shard = {},
+      Comm* tp = nullptr, const RecomputePlan& recompute = {}, Comm* cp = nullptr,
+      Comm* ep = nullptr, Comm* etp = nullptr, MasterWeights master = MasterWeights::kWhole);
   // The whole model of `config` on host_device() (device/cpu_device.h), for tests and tools
   // that run it in this process (no tensor or pipeline parallelism, nothing recomputed).
   // Throws std::runtime_error with the device's out-of-memory sentence.
@@ -208,7 +212,8 @@ class GptModel {
   size_t grad_size() const { return layout_.grad_numel(); }
   // (arena_size) master parameters in G: the weights the kernels read for float and double;
   // host memory on a host-addressable device (the CPU). A 16-bit model's kernels read
-  // compute_params(): write weights with upload().
+  // compute_params(): write weights with upload(). Null when the optimizer holds the master
+  // (MasterWeights::kOptimizerShards).
   G* params() { return master_; }
   const G* params() const { return master_; }
   G* grads() { return grads_; }  // (grad_size) gradients, in G, at ParamTensor::grad_offset
@@ -216,19 +221,22 @@ class GptModel {
   // The parameters the kernels read: params() itself for float, a 16-bit copy otherwise.
   A* compute_params() { return compute_; }
 
-  // Host parameters in G (numel, layout order) -> master and compute copy. Waits; a failed
+  // Host parameters in G (numel, layout order) -> master and compute copy (the compute copy
+  // alone without a master: the optimizer's pieces are AdamW::load_master's). Waits; a failed
   // copy stays recorded on the device (its synchronize() returns it).
   void upload(const G* host);
-  // master -> host (numel, layout order). Waits; errors as upload().
+  // master -> host (numel, layout order); requires the master (params() not null). Waits;
+  // errors as upload().
   void download(G* host);
   // The master weights were written in place (a checkpoint load on a host-addressable device,
-  // the distributed optimizer's gather): rounds them into the compute copy, on the compute
-  // stream (nothing for float and double).
+  // the distributed optimizer's gather of the master): rounds them into the compute copy, on
+  // the compute stream (nothing for float and double). Requires the master.
   void refresh_compute_copy();
   void zero_grads();
   // Megatron's initialisation (model/init_weights.h): each global tensor drawn on the host from
   // its own stream keyed by (seed, name) and this rank's slice kept, so the master weights are
-  // the same bits on every layout and device.
+  // the same bits on every layout and device. Requires the master (without one the trainer
+  // draws init_arena into a host arena and uploads it).
   // Straight into the arena where the device's memory is host memory
   // (Capabilities::host_addressable), else staged through a host buffer tensor by tensor; then
   // the compute copy. Waits. Errors: a global tensor's host buffer that cannot be allocated
@@ -534,9 +542,10 @@ class GptModel {
   int up_;                 // FC1's output width on this rank: 2Ft with SwiGLU, else Ft
   int rotary_dim_;         // RoPE's rotated dims per head; 0 without RoPE
 
-  G* master_ = nullptr;   // (numel)
+  MasterWeights master_kind_ = MasterWeights::kWhole;  // kWhole for float and double
+  G* master_ = nullptr;   // (numel); null with MasterWeights::kOptimizerShards
   G* grads_ = nullptr;    // (numel)
-  A* compute_ = nullptr;  // (numel) master_, or a 16-bit copy of it
+  A* compute_ = nullptr;  // (numel) master_, or a 16-bit copy of the master
   RecomputePlan recompute_;
   // max_group layers (kActivations): the recomputed layers' activations, shared by every
   // micro-batch.

@@ -2,6 +2,7 @@
 #include "optim/adamw.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "core/host_memory.h"
@@ -33,15 +34,18 @@ double clip_coefficient(double norm, float clip_grad) {
 
 template <typename A>
 AdamW<A>::AdamW(std::unique_ptr<Device> own, Device* device, OptimizerShard shard,
-                const OptimizerConfig& config)
+                const OptimizerConfig& config, bool holds_master)
     : own_device_(std::move(own)),
       device_(device ? *device : *own_device_),
       ops_(device_.ops<A>()),
       shard_(std::move(shard)),
-      config_(config) {
+      config_(config),
+      holds_master_(holds_master && !std::is_same_v<A, G>) {
   const size_t n = shard_.state_numel;
   m_ = static_cast<G*>(device_.allocate(bytes_of<G>(n), MemoryCategory::kOptimizer));
   v_ = static_cast<G*>(device_.allocate(bytes_of<G>(n), MemoryCategory::kOptimizer));
+  if (holds_master_)
+    master_ = static_cast<G*>(device_.allocate(bytes_of<G>(n), MemoryCategory::kOptimizer));
   norm_ = static_cast<double*>(device_.allocate(sizeof(double), MemoryCategory::kWorkspace));
   if (!allocated()) return;
   device_.zero(m_, n * sizeof(G), device_.compute());
@@ -51,20 +55,22 @@ AdamW<A>::AdamW(std::unique_ptr<Device> own, Device* device, OptimizerShard shar
 
 template <typename A>
 Result<std::unique_ptr<AdamW<A>>> AdamW<A>::create(Device& device, OptimizerShard shard,
-                                                   const OptimizerConfig& config) {
+                                                   const OptimizerConfig& config,
+                                                   bool holds_master) {
   if (!device.ops<A>())
     return Status::invalid_argument("AdamW: " + device.describe() +
                                     " has no op list for the run's compute type");
   const size_t bytes = bytes_of<G>(shard.state_numel);
-  std::unique_ptr<AdamW> adam(new AdamW(nullptr, &device, std::move(shard), config));
-  if (!adam->allocated()) return device.out_of_memory(MemoryCategory::kOptimizer, 2 * bytes);
+  std::unique_ptr<AdamW> adam(new AdamW(nullptr, &device, std::move(shard), config, holds_master));
+  if (!adam->allocated())
+    return device.out_of_memory(MemoryCategory::kOptimizer, (adam->holds_master_ ? 3 : 2) * bytes);
   return adam;
 }
 
 template <typename A>
 AdamW<A>::AdamW(const ParamLayout& layout, const OptimizerConfig& config,
                 const std::vector<ArenaRange>& owned)
-    : AdamW(std::make_unique<CpuDevice>(), nullptr, owned_shard(layout, owned), config) {
+    : AdamW(std::make_unique<CpuDevice>(), nullptr, owned_shard(layout, owned), config, false) {
   if (!allocated()) throw OutOfMemory(MemoryCategory::kOptimizer, bytes_of<G>(shard_.state_numel));
 }
 
@@ -72,7 +78,17 @@ template <typename A>
 AdamW<A>::~AdamW() {
   device_.free(m_);
   device_.free(v_);
+  device_.free(master_);
   device_.free(norm_);
+}
+
+template <typename A>
+Status AdamW<A>::load_master(const G* arena) {
+  assert(master_);
+  for (const OptimizerPiece& p : shard_.pieces)
+    device_.copy(master_ + p.state, arena + p.offset, p.numel * sizeof(G), CopyKind::kHostToDevice,
+                 device_.compute());
+  return device_.synchronize(device_.compute());
 }
 
 template <typename A>
@@ -107,7 +123,7 @@ void AdamW<A>::update(G* params, const G* grads, double lr, double clip_coeff, A
   for (size_t i = 0; i < shard_.pieces.size(); i++) {
     const OptimizerPiece& piece = shard_.pieces[i];
     AdamWSpan<A>& s = spans_[i];
-    s.param = params + piece.offset;
+    s.param = master_ ? master_ + piece.state : params + piece.offset;
     s.grad = grads + piece.grad_offset;
     s.m = m_ + piece.state;
     s.v = v_ + piece.state;

@@ -6,6 +6,17 @@
 // also refreshes the 16-bit compute copy of a bf16 or fp16 run. The trainer makes one per chunk
 // on the rank's device (create); offline checkpoint tools use the host constructor (a CPU
 // device of its own over host arenas). Not thread-safe (one per chunk of a rank).
+//
+// Note [sharded master weights]. A 16-bit run with the distributed optimizer keeps no whole
+// fp32 master arena (MasterWeights::kOptimizerShards in model/gpt.h): each data-parallel rank's
+// AdamW holds the fp32 master of the pieces it owns, packed like the moments, so a parameter
+// costs 2 bytes of weights + 4 of gradients + 12 / DP of optimizer state, as in Megatron. The
+// step writes the owned pieces of the master and of the 16-bit copy; GradReducer::gather_params
+// all-gathers the 16-bit copy (half the bytes of the master). Whole-arena views of the master
+// exist only for a moment: a checkpoint save gathers them bucket by bucket
+// (GradReducer::gather_master), a load or initialisation fills the pieces from a host arena
+// (load_master). Runs with frozen tensors (LoRA, --freeze-LM, --freeze-ViT) keep the whole
+// master: their frozen weights have no optimizer pieces to live in.
 #pragma once
 
 #include <cstddef>
@@ -45,8 +56,12 @@ class AdamW {
   // On `device`: the moments (shard.state_numel each, kOptimizer) and the norm's one double
   // (kWorkspace) allocated there, the moments zeroed on its compute stream. Errors: the device's
   // out-of-memory sentence; a device without an op list for A.
+  // holds_master (16-bit A only): the optimizer keeps the fp32 master of its pieces (Note
+  // [sharded master weights]), allocated there too (kOptimizer), uninitialised until
+  // load_master.
   static Result<std::unique_ptr<AdamW>> create(Device& device, OptimizerShard shard,
-                                               const OptimizerConfig& config);
+                                               const OptimizerConfig& config,
+                                               bool holds_master = false);
   // On the host, over a CPU device of its own: owned = the arena ranges this optimizer updates
   // (empty: the whole arena; GradReducer::owned_ranges with the distributed optimizer). Throws
   // OutOfMemory (kOptimizer) when the moments do not fit, as the host arenas do.
@@ -66,7 +81,8 @@ class AdamW {
   // One AdamW step on the owned elements with the gradients scaled by clip_coeff (when < 1) on
   // the way in; the gradients themselves are not written. compute_copy (arena numel), when
   // set, receives the updated owned weights rounded to A (the 16-bit copy; null for float and
-  // double). Queued on the compute stream.
+  // double). params: the master arena (arena numel), or null when the optimizer holds the
+  // master (holds_master). Queued on the compute stream.
   void update(G* params, const G* grads, double lr, double clip_coeff, A* compute_copy = nullptr);
   // One process holding everything: norm, clip, step. Returns the norm before clipping; a
   // non-finite norm (inf/NaN gradients) skips the step: nothing changes.
@@ -82,27 +98,35 @@ class AdamW {
     G* exp_avg_sq;  // (numel)
   };
   std::vector<StateView> state_views();
-  size_t bytes() const { return 2 * shard_.state_numel * sizeof(G); }
+  size_t bytes() const { return (master_ ? 3 : 2) * shard_.state_numel * sizeof(G); }
   // The packed moments (shard().state_numel each), device memory.
   std::span<G> exp_avg() { return {m_, shard_.state_numel}; }
   std::span<G> exp_avg_sq() { return {v_, shard_.state_numel}; }
   std::span<const G> exp_avg() const { return {m_, shard_.state_numel}; }
   std::span<const G> exp_avg_sq() const { return {v_, shard_.state_numel}; }
+  // The packed fp32 master of the pieces (shard().state_numel), device memory; empty unless the
+  // optimizer holds the master (create's holds_master).
+  std::span<const G> master() const { return {master_, master_ ? shard_.state_numel : 0}; }
+  // Fills that master from a whole arena in host memory (arena numel, layout order): a load or
+  // an initialisation. Waits; the device's error.
+  Status load_master(const G* arena);
 
  private:
   // own: the host constructor's device (null for create), device: where everything lives.
   // Allocates; m_, v_ or norm_ stay null when the device is out of memory.
   AdamW(std::unique_ptr<Device> own, Device* device, OptimizerShard shard,
-        const OptimizerConfig& config);
-  bool allocated() const { return m_ && v_ && norm_; }
+        const OptimizerConfig& config, bool holds_master);
+  bool allocated() const { return m_ && v_ && norm_ && (master_ || !holds_master_); }
 
   std::unique_ptr<Device> own_device_;
   Device& device_;
   Ops<A>* ops_;  // device_.ops<A>()
   OptimizerShard shard_;
   OptimizerConfig config_;
-  G* m_ = nullptr;                      // (state_numel) first moments
-  G* v_ = nullptr;                      // (state_numel) second moments
+  G* m_ = nullptr;  // (state_numel) first moments
+  G* v_ = nullptr;  // (state_numel) second moments
+  bool holds_master_ = false;
+  G* master_ = nullptr;                 // (state_numel) fp32 master of the pieces, or null
   double* norm_ = nullptr;              // (1) sum_squares' result
   std::vector<AdamWSpan<A>> spans_;     // update()'s descriptors, one per piece
   std::vector<const G*> norm_tensors_;  // sum_squares' pieces (counts_in_norm)

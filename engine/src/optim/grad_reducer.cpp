@@ -14,13 +14,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 template <typename T>
 GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
-                            bool distributed, size_t bucket_elems, T* grads, T* params, Comm* edp)
+                            bool distributed, size_t bucket_elems, T* grads, void* weights,
+                            DType weights_type, Comm* edp)
     : device_(device),
       dp_(dp && dp->size() > 1 ? dp : nullptr),
       edp_(edp && edp->size() > 1 ? edp : nullptr),
       distributed_(distributed && dp_ != nullptr),
       grads_(grads),
-      params_(params) {
+      weights_(static_cast<char*>(weights)),
+      weights_type_(weights_type) {
   const int n = static_cast<int>(layout.tensors().size());
   bucket_of_tensor_.assign(n, -1);
   ready_.assign(n, 0);
@@ -67,13 +69,11 @@ GradReducer<T>::GradReducer(Device& device, Stream& dp_stream, const ParamLayout
 }
 
 template <typename T>
-Result<std::unique_ptr<GradReducer<T>>> GradReducer<T>::create(Device& device, Stream& dp_stream,
-                                                               const ParamLayout& layout, Comm* dp,
-                                                               bool distributed,
-                                                               size_t bucket_elems, T* grads,
-                                                               T* params, Comm* edp) {
+Result<std::unique_ptr<GradReducer<T>>> GradReducer<T>::create(
+    Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp, bool distributed,
+    size_t bucket_elems, T* grads, void* weights, DType weights_type, Comm* edp) {
   std::unique_ptr<GradReducer> r(new GradReducer(device, dp_stream, layout, dp, distributed,
-                                                 bucket_elems, grads, params, edp));
+                                                 bucket_elems, grads, weights, weights_type, edp));
   if (!r->allocated()) {
     size_t bytes = 0;
     for (const Bucket& b : r->buckets_)
@@ -174,11 +174,13 @@ Status GradReducer<T>::gather_params() {
   if (!distributed_) return Status::ok();
   const auto t0 = std::chrono::steady_clock::now();
   device_.wait(*stream_, device_.record(device_.compute()));  // the step wrote the shards
+  const size_t element = dtype_size(weights_type_);
   for (Bucket& b : buckets_)
     if (b.frozen || !comm_of(b)) {
       continue;
-    } else if (Status s = comm_of(b)->all_gather(params_ + b.shard_begin, params_ + b.begin,
-                                                 b.counts, dtype_of<T>(), *stream_);
+    } else if (Status s = comm_of(b)->all_gather(weights_ + b.shard_begin * element,
+                                                 weights_ + b.begin * element, b.counts,
+                                                 weights_type_, *stream_);
                !s) {
       return s;
     }
@@ -188,6 +190,39 @@ Status GradReducer<T>::gather_params() {
   stats_.wait_seconds += seconds;
   stats_.gather_seconds += seconds;
   return s;
+}
+
+template <typename T>
+Status GradReducer<T>::gather_master(const OptimizerShard& shard, const T* master, T* out) {
+  size_t most = 0;
+  for (const Bucket& b : buckets_) most = std::max(most, b.end - b.begin);
+  T* bucket = static_cast<T*>(device_.allocate(most * sizeof(T), MemoryCategory::kWorkspace));
+  if (!bucket && most > 0)
+    return device_.out_of_memory(MemoryCategory::kWorkspace, most * sizeof(T));
+  Stream& stream = stream_ ? *stream_ : device_.compute();
+  device_.wait(stream, device_.record(device_.compute()));  // the last step wrote the pieces
+  Status status = Status::ok();
+  const std::vector<OptimizerPiece>& pieces = shard.pieces;  // in arena order
+  for (const Bucket& b : buckets_) {
+    const size_t n = b.end - b.begin;
+    device_.zero(bucket, n * sizeof(T), stream);
+    auto p = std::lower_bound(pieces.begin(), pieces.end(), b.begin,
+                              [](const OptimizerPiece& x, size_t at) { return x.offset < at; });
+    for (; p != pieces.end() && p->offset < b.end; ++p)
+      device_.copy(bucket + (p->offset - b.begin), master + p->state, p->numel * sizeof(T),
+                   CopyKind::kDeviceToDevice, stream);
+    // Each rank's block of the bucket in place (gather_params' in-place all-gather).
+    if (Comm* comm = distributed_ && !b.frozen ? comm_of(b) : nullptr)
+      if (status = comm->all_gather(bucket + (b.shard_begin - b.begin), bucket, b.counts,
+                                    dtype_of<T>(), stream);
+          !status)
+        break;
+    if (out) device_.copy(out + b.begin, bucket, n * sizeof(T), CopyKind::kDeviceToHost, stream);
+    if (status = device_.synchronize(stream); !status) break;  // the buffer is refilled next
+  }
+  if (status) status = device_.synchronize(stream);
+  device_.free(bucket);
+  return status;
 }
 
 template class GradReducer<float>;

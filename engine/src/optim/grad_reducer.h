@@ -44,7 +44,11 @@ struct BucketStats {
 template <typename T>
 class GradReducer {
  public:
-  // grads and params: the chunk's arenas of `layout` on `device`; dp_stream: a side stream of
+  // grads: the chunk's gradient arena of `layout` on `device`; weights (of weights_type): the
+  // arena the distributed optimizer's all-gather fills, the chunk's 16-bit compute copy when the
+  // optimizer holds the master (Note [sharded master weights] in adamw.h), else its master
+  // arena (float, double, or a 16-bit run that keeps the whole master and rounds the compute
+  // copy from it after the gather); dp_stream: a side stream of
   // `device` (shared by a rank's reducers); dp: the data-parallel communicator made for that
   // device, or null / of size 1 (nothing to reduce). Errors: out of memory for the receive
   // buffers (the device's sentence).
@@ -54,7 +58,8 @@ class GradReducer {
   static Result<std::unique_ptr<GradReducer>> create(Device& device, Stream& dp_stream,
                                                      const ParamLayout& layout, Comm* dp,
                                                      bool distributed, size_t bucket_elems,
-                                                     T* grads, T* params, Comm* edp = nullptr);
+                                                     T* grads, void* weights, DType weights_type,
+                                                     Comm* edp = nullptr);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -71,8 +76,15 @@ class GradReducer {
   // else empty (the whole arena).
   std::vector<ArenaRange> owned_ranges() const;
   // Distributed optimizer, after a step queued on compute: every rank's updated shards of
-  // params gathered into params, and compute made to wait for them. A no-op otherwise.
+  // the weights arena gathered into it, and compute made to wait for them. A no-op otherwise.
   Status gather_params();
+  // Note [sharded master weights] (adamw.h): the fp32 master of the whole arena from every
+  // rank's optimizer pieces (shard: this rank's AdamW::shard(), master: its AdamW::master()),
+  // bucket by bucket through a device buffer of the largest bucket (kWorkspace), into `out`
+  // (host memory, arena numel; the alignment gaps zero) or nowhere (null: a rank that saves no
+  // weights still sends its pieces). A collective over the reducer's groups: every rank of them
+  // calls it. Waits. Errors: out of memory for the buffer, the communicator's.
+  Status gather_master(const OptimizerShard& shard, const T* master, T* out);
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   const BucketStats& stats() const { return stats_; }
@@ -92,7 +104,8 @@ class GradReducer {
     ptrdiff_t grad_shift = 0;
   };
   GradReducer(Device& device, Stream& dp_stream, const ParamLayout& layout, Comm* dp,
-              bool distributed, size_t bucket_elems, T* grads, T* params, Comm* edp);
+              bool distributed, size_t bucket_elems, T* grads, void* weights, DType weights_type,
+              Comm* edp);
   bool allocated() const;
   Status launch(Bucket& b);
   // The communicator that reduces bucket b (null: nothing to reduce), its size and this rank's
@@ -107,7 +120,8 @@ class GradReducer {
   Comm* edp_;  // null when of size 1
   bool distributed_;
   T* grads_;
-  T* params_;
+  char* weights_;  // (arena numel) of weights_type_
+  DType weights_type_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_tensor_;
   std::vector<char> ready_;

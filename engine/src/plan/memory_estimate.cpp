@@ -16,6 +16,7 @@
 #include "model/param_layout.h"
 #include "model/recompute.h"
 #include "optim/grad_buckets.h"
+#include "optim/optimizer_shard.h"
 #include "parallel/model_chunks.h"
 #include "pipeline/schedule.h"
 
@@ -472,6 +473,16 @@ ParameterBytes bytes_per_parameter(const std::string& precision) {
   return {4, 4, 8};
 }
 
+ParameterBytes run_bytes_per_parameter(const TrainOptions& o, int dp_x_cp) {
+  const std::string precision = compute_precision(o);
+  ParameterBytes b = bytes_per_parameter(precision);
+  if (optimizer_holds_master(o, precision == "bf16" || precision == "fp16", dp_x_cp)) {
+    b.weights -= 4;  // Note [sharded master weights] (optim/adamw.h)
+    b.optimizer += 4;
+  }
+  return b;
+}
+
 namespace {
 // The language model's FLOPs per iteration and the tower's (`vision`, estimate_vision's) over
 // `o`'s global batch.
@@ -490,7 +501,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
   const ModelConfig& m = o.model;
   assert(m.vocab_size > 0 && m.tensor_model_parallel_size == layout.tp);
   const std::string precision = compute_precision(o);
-  const ParameterBytes per_param = bytes_per_parameter(precision);
+  const ParameterBytes per_param = run_bytes_per_parameter(o, layout.dp * layout.cp);
   MemoryEstimate est;
   est.micro_batches = o.global_batch_size / (static_cast<int64_t>(o.micro_batch_size) * layout.dp);
   // A vision tower (Note [vision tower in the plan] in vision_estimate.cpp): its parameters
@@ -536,11 +547,10 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     // always, its encoder unless frozen).
     st.trainable_parameters = m.lora() ? n.adapters : m.freeze_lm ? 0 : language_model;
     if (layout.is_first_stage(p)) st.trainable_parameters += est.vision.trained_parameters;
-    // The moments (per_param.optimizer: twice the grads' bytes) for the trained ones. (A 16-bit
-    // run's fp32 master copy is in weight_bytes, whole on every rank: the engine keeps the whole
-    // master arena and the distributed optimizer shards the moments alone; its step writes the
-    // rank's shards of the master and the all-gather fills in the rest. Megatron shards the master
-    // copy too: 6 + 12 / DP bytes a parameter there, 10 + 8 / DP here.)
+    // The moments (per_param.optimizer: twice the grads' bytes) for the trained ones; with the
+    // distributed optimizer in 16-bit the fp32 master of the same elements too (Note [sharded
+    // master weights] in optim/adamw.h: 2 + 4 + 12 / DP bytes a parameter, as Megatron). With
+    // frozen tensors a 16-bit run's master stays whole, in weight_bytes.
     // The moments shard over DP x CP, the ranks that reduce the dense gradients (Megatron's
     // distributed optimizer shards over its data-parallel group with context parallelism).
     // Expert parameters shard over EDP (Megatron's expert data-parallel group); when EDP is

@@ -74,16 +74,19 @@ void ConsoleSink::on_start(const RunStart& s) {
   device_run_ = s.threads == 0;  // a GPU rank: the board's table peak, not a measured rate
   out_ << "> " << s.description << "\n"
        << "> parameters: " << s.parameters << " (" << format("%.2f", s.parameters / 1e6) << " M)\n";
-  if (device_run_)
+  // Without a peak (a compute type that has none, as bf16 on the CPU) the trainer's next line
+  // says MFU is reported as 0.
+  if (s.peak_gflops > 0 && device_run_) {
     out_ << "> peak: " << format("%.1f", s.peak_gflops / 1e3)
          << " TFLOP/s dense bf16 (the board's table entry; " << s.blas_core
          << " GEMMs); MFU is against it\n";
-  else
+  } else if (s.peak_gflops > 0) {
     out_ << "> measured SGEMM peak: " << format("%.1f", s.peak_gflops) << " GFLOP/s on "
          << s.threads << (s.threads == 1 ? " thread" : " threads")
          << (s.ranks > 1 ? " per rank, the " + std::to_string(s.ranks) + " ranks measuring at once"
                          : std::string())
          << " (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n";
+  }
   out_ << std::flush;
 }
 

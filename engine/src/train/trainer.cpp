@@ -32,6 +32,7 @@
 #include "lattice/plan.h"
 #include "lattice/train.h"
 #include "model/gpt.h"
+#include "model/init_weights.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
 #include "optim/grad_reducer.h"
@@ -152,6 +153,7 @@ class Trainer {
 
  private:
   Status build_model();
+  Status fill_weights(GptModel<T>& chunk, AdamW<T>& adam);
   // skipped: the optimizer did not step (inf/NaN gradients on some rank, or --on-spike skip or
   // stop at one of `events`, the iteration's instability).
   Status step(int it, double& loss, double& norm, double lr, bool& skipped,
@@ -255,6 +257,39 @@ std::map<int, std::vector<int64_t>> Trainer<T>::moe_expert_load() {
   return load;
 }
 
+// A chunk's first weights: --load-hf's slices or Megatron's initialisation (a later --load
+// replaces them), into the master arena, or with a sharded master (Note [sharded master
+// weights]) through a host arena into the compute copy and the optimizer's pieces.
+template <typename T>
+Status Trainer<T>::fill_weights(GptModel<T>& chunk, AdamW<T>& adam) {
+  using G = accum_t<T>;
+  if (o_.load_hf.empty() && chunk.params()) return chunk.init_weights(o_.seed);
+  std::vector<G> arena;
+  host_assign(arena, chunk.arena_size(), MemoryCategory::kWeights);
+  if (!o_.load_hf.empty()) {
+    // This chunk's slices of the whole file, in the arena's type (fp64 runs widen).
+    std::vector<float> widened;
+    float* slices = nullptr;
+    if constexpr (std::is_same_v<G, float>) {
+      slices = arena.data();
+    } else {
+      host_assign(widened, chunk.arena_size(), MemoryCategory::kWeights);
+      slices = widened.data();
+    }
+    if (Status s = import_hf(o_.load_hf, mc_, chunk.layout(), slices); !s)
+      return Status::invalid_argument("--load-hf: " + s.message());
+    if constexpr (!std::is_same_v<G, float>)
+      std::copy(widened.begin(), widened.end(), arena.begin());
+  } else if (const size_t failed = init_arena(mc_, chunk.layout(), o_.seed, arena.data());
+             failed > 0) {
+    return Status::resource_exhausted(OutOfMemory(MemoryCategory::kWorkspace, failed).what());
+  }
+  chunk.upload(arena.data());
+  if (!chunk.params())
+    if (Status s = adam.load_master(arena.data()); !s) return s;
+  return rank_.device->error();
+}
+
 template <typename T>
 Status Trainer<T>::build_model() {
   const ParallelLayout& L = g_.layout;
@@ -263,6 +298,9 @@ Status Trainer<T>::build_model() {
   // rank's gradient is its rows' share (Note [context parallelism] in model/gpt_layer.cpp).
   const int reduce_ranks = L.dp * L.cp;
   const size_t bucket = ddp_bucket_elems(par, reduce_ranks);
+  // Note [sharded master weights] (optim/adamw.h).
+  const bool sharded_master =
+      optimizer_holds_master(o_, !std::is_same_v<T, accum_t<T>>, reduce_ranks);
   Device& device = *rank_.device;
   // Every chunk's data-parallel collectives on one side stream, in the order backward ends the
   // buckets (optim/grad_reducer.h).
@@ -286,41 +324,30 @@ Status Trainer<T>::build_model() {
                                                    par.recompute_num_layers, shard.num_layers(mc_));
     Result<std::unique_ptr<GptModel<T>>> chunk = GptModel<T>::create(
         mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan, rank_.comms.cp.get(),
-        rank_.comms.expert.get(), rank_.comms.expert_tensor.get());
+        rank_.comms.expert.get(), rank_.comms.expert_tensor.get(),
+        sharded_master ? MasterWeights::kOptimizerShards : MasterWeights::kWhole);
     if (!chunk) return chunk.status();
     (*chunk)->set_op_times(o_.profile || device.capabilities().cheap_marks);
     rank_.chunks.push_back(std::move(*chunk));
   }
   for (auto& chunk : rank_.chunks) {
-    if (!o_.load_hf.empty()) {
-      // This chunk's slices of the whole file, in the arena's type (fp64 runs widen).
-      std::vector<float> slices;
-      host_assign(slices, chunk->arena_size(), MemoryCategory::kWeights);
-      if (Status s = import_hf(o_.load_hf, mc_, chunk->layout(), slices.data()); !s)
-        return Status::invalid_argument("--load-hf: " + s.message());
-      if constexpr (std::is_same_v<accum_t<T>, float>) {
-        chunk->upload(slices.data());
-      } else {
-        std::vector<T> mine;
-        host_assign(mine, chunk->arena_size(), MemoryCategory::kWeights);
-        std::copy(slices.begin(), slices.end(), mine.begin());
-        chunk->upload(mine.data());
-      }
-    } else if (Status s = chunk->init_weights(o_.seed); !s) {
-      return s;
-    }
-    if (Status s = device.error(); !s) return s;
+    // The distributed optimizer gathers the weights the kernels read when it holds the master,
+    // else the master (a 16-bit copy is rounded from it after the gather).
+    void* gathered = sharded_master ? static_cast<void*>(chunk->compute_params())
+                                    : static_cast<void*>(chunk->params());
+    const DType gathered_type = sharded_master ? dtype_of<T>() : dtype_of<accum_t<T>>();
     Result<std::unique_ptr<GradReducer<accum_t<T>>>> buckets = GradReducer<accum_t<T>>::create(
         device, **dp_stream, chunk->layout(), rank_.comms.dp.get(), par.use_distributed_optimizer,
-        bucket, chunk->grads(), chunk->params(), rank_.comms.expert_data.get());
+        bucket, chunk->grads(), gathered, gathered_type, rank_.comms.expert_data.get());
     if (!buckets) return buckets.status();
     // The chunk's optimizer shard is cut as its reducer's buckets (optimizer_shard.h).
     Result<std::unique_ptr<AdamW<T>>> adam =
         AdamW<T>::create(device,
                          optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank(),
                                          g_.expert_data->size(), g_.expert_data->rank()),
-                         o_.optim);
+                         o_.optim, sharded_master);
     if (!adam) return adam.status();
+    if (Status s = fill_weights(*chunk, **adam); !s) return s;
     rank_.optimizers.push_back(std::move(*adam));
     // The tied word embedding of a multi-stage pipeline is summed over the embedding group
     // first (finish_gradients), so backward does not release its bucket.
@@ -641,9 +668,11 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   if (!skipped)
     for (size_t c = 0; c < rank_.buckets.size(); c++) {
       if (Status s = rank_.buckets[c]->gather_params(); !s) return s;
-      // The distributed optimizer's owners rounded their pieces in the step; the rest come
-      // from the gathered master weights (the same rounding of the same values).
-      if (o_.parallel.use_distributed_optimizer) rank_.chunks[c]->refresh_compute_copy();
+      // The distributed optimizer's owners rounded their pieces in the step; with a whole master
+      // the rest come from the gathered master weights (the same rounding of the same values),
+      // with a sharded one the gather moved the 16-bit copy itself.
+      if (o_.parallel.use_distributed_optimizer && rank_.chunks[c]->params())
+        rank_.chunks[c]->refresh_compute_copy();
     }
   totals_.dp_comm += seconds_since(t1);
   if (g_.layout.dp > 1 && o_.parallel.use_distributed_optimizer)

@@ -20,7 +20,7 @@ std::vector<ChunkState<A>> chunk_states(RankModel<A>& rank) {
   std::vector<ChunkState<A>> states;
   states.reserve(rank.chunks.size());
   for (size_t c = 0; c < rank.chunks.size(); c++)
-    states.emplace_back(*rank.chunks[c], rank.optimizers[c].get());
+    states.emplace_back(*rank.chunks[c], rank.optimizers[c].get(), rank.buckets[c].get());
   return states;
 }
 
