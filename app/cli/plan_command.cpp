@@ -211,7 +211,7 @@ void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate
   const VisionEstimate& e = est.vision;
   const VisionConfig v = o.vision_config();
   const StageEstimate& first = est.stages.front();
-  const ParameterBytes b = run_bytes_per_parameter(o, dp_x_cp);
+  const ParameterBytes b = bytes_per_parameter(compute_precision(o));
   const double params = static_cast<double>(e.parameters);
   // The tower's moments over the distributed optimizer's shards (frozen with LoRA: none); a
   // 16-bit run's master copy with them where the optimizer holds it, else in the weights.
@@ -311,7 +311,7 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
   }
 
   const std::string precision = training_precision(o);
-  const ParameterBytes per_param = run_bytes_per_parameter(o, layout.dp * layout.cp);
+  const ParameterBytes per_param = bytes_per_parameter(compute_precision(o));
   out << "\nmemory per rank (estimate; " << precision << ": weights " << per_param.weights
       << " + grads " << per_param.grads << " + optimizer " << per_param.optimizer
       << " bytes per parameter" << (o.parallel.use_distributed_optimizer ? ", optimizer / DP" : "")

@@ -170,9 +170,9 @@ std::string compare_paths(Comm& world, const std::vector<ParamLayout>& layouts,
            std::to_string(st.all_gather_bytes) + " B gathered, " +
            std::to_string(st.all_reduce_bytes) + " B all-reduced; want " + std::to_string(want) +
            " B each";
-  // Note [sharded master weights] (adamw.h): the whole master arena rebuilt from every rank's
-  // pieces packed as the optimizer packs them, into rank 0 while rank 1 only sends, alignment
-  // gaps zero. Agreed over the ranks, as the shards above.
+  // Note [master weights in the optimizer] (adamw.h): the whole master arena rebuilt from every
+  // rank's pieces packed as the optimizer packs them, into rank 0 while rank 1 only sends,
+  // alignment gaps zero. Agreed over the ranks, as the shards above.
   std::string gather_error;
   for (size_t c = 0; c < layouts.size(); c++) {
     const OptimizerShard& shard = dopt[c]->adam->shard();

@@ -1,6 +1,6 @@
-// What each rank of 35 layouts (seven dense GPT-2 incl. LoRA and bf16 under the distributed
-// optimizer, two of the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP and expert
-// TP 1 and 2 under TP, eleven with a vision tower trained whole, projector-only, with
+// What each rank of 37 layouts (nine dense GPT-2 incl. LoRA and bf16 under the distributed
+// optimizer and bf16 LoRA, two of the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP
+// and expert TP 1 and 2 under TP, eleven with a vision tower trained whole, projector-only, with
 // --freeze-ViT, --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed
 // optimizer, in bf16, split over TP 2 and over TP 2 with SP x DP 2, its images over CP 2;
 // four with context parallelism, fp32, bf16, selective recomputation and TP x CP) really
@@ -59,17 +59,29 @@ class ParallelMemory : public QObject {
     check(ranks, layout);
   }
 
-  // A bf16 run on DP 2 with the distributed optimizer (the CPU's 16-bit op list; fp32 GEMMs on
-  // widened copies where the CPU has no bf16 GEMMs, the same buffers either way): the weights are
-  // the bf16 copy alone, the optimizer state the fp32 master and the moments sharded over DP
-  // (Note [sharded master weights] in optim/adamw.h; docs/design-notes.md "Bytes per parameter
-  // by precision"), as Megatron.
+  // bf16 runs (the CPU's 16-bit op list; fp32 GEMMs on widened copies where the CPU has no bf16
+  // GEMMs, the same buffers either way): the weights are the bf16 copy alone, the optimizer
+  // state the fp32 master and the moments of the trained elements (Note [master weights in the
+  // optimizer] in optim/adamw.h; docs/design-notes.md "Bytes per parameter by precision"), as
+  // Megatron: on DP 2 sharded by the distributed optimizer; with LoRA the frozen base has its
+  // bf16 copy alone, with or without it.
+  void bf16_ranks_hold_what_the_planner_says_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<QStringList>("layout");
+    QTest::newRow("bf16 dp2 distributed optimizer")
+        << 2 << QStringList{"--bf16", "--use-distributed-optimizer"};
+    QTest::newRow("bf16 lora") << 1 << QStringList{"--bf16", "--lora-rank", "4"};
+    QTest::newRow("bf16 lora dp2 distributed optimizer")
+        << 2 << QStringList{"--bf16", "--lora-rank", "4", "--use-distributed-optimizer"};
+  }
   void bf16_ranks_hold_what_the_planner_says() {
+    QFETCH(int, ranks);
+    QFETCH(QStringList, layout);
     struct WidenedGemms {
       WidenedGemms() { qputenv("LATTICE_CPU_BF16_GEMM", "widened"); }
       ~WidenedGemms() { qunsetenv("LATTICE_CPU_BF16_GEMM"); }
     } widened;
-    check(2, {"--bf16", "--use-distributed-optimizer"});
+    check(ranks, layout);
   }
 
   // Context parallelism (Note [context parallelism] in model/gpt_layer.cpp): each rank's T / CP

@@ -44,11 +44,9 @@ struct StageEstimate {
   //   fp32: weights 4, grads 4, AdamW m and v 8            (16; 8 + 8/DP distributed)
   // (with frozen tensors, grads only for the gradient arena: the trained tensors and a tower's
   // block, ParamLayout::grad_numel)
-  //   bf16 / fp16: weights 6 (the 16-bit copy and the fp32 master copy), fp32 main grads 4,
-  //                m and v 8                               (18; 6 + 12/DP distributed, as
-  //                Megatron: the optimizer state holds the master of its shards, Note [sharded
-  //                master weights] in optim/adamw.h; 10 + 8/DP with frozen tensors, whose
-  //                runs keep the master whole)
+  //   bf16 / fp16: the 16-bit weights 2, fp32 main grads 4, the fp32 master copy and m and v
+  //                12 (18; 6 + 12/DP distributed, as Megatron: Note [master weights in the
+  //                optimizer] in optim/adamw.h; a frozen tensor has its 16-bit weights alone)
   //   fp64 (verification runs): twice fp32                 (32; 16 + 16/DP distributed)
   size_t weight_bytes = 0;
   size_t grad_bytes = 0;
@@ -212,10 +210,6 @@ struct ParameterBytes {
   int weights = 4, grads = 4, optimizer = 8;
 };
 ParameterBytes bytes_per_parameter(const std::string& precision);
-// The same for a run of `options` whose distributed optimizer shards over dp_x_cp ranks: a
-// 16-bit run's fp32 master moves from the weights to the optimizer state (weights 2, optimizer
-// 12, before the division) where the optimizer holds it (optimizer_holds_master).
-ParameterBytes run_bytes_per_parameter(const TrainOptions& options, int dp_x_cp);
 
 // A --global-batch-size of 0 is Megatron's default for the layout (with_default_global_batch).
 // Requires a valid layout for `options` (make_layout) and a known vocabulary

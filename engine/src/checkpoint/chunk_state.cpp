@@ -55,7 +55,10 @@ std::vector<MomentPiece> ChunkState<A>::moments() {
 
 template <typename A>
 Status ChunkState<A>::download(bool weights, bool moments) {
-  if (!model_.params()) {  // every rank sends its pieces, whether or not it keeps the result
+  if (!model_.params()) {
+    // Frozen tensors have no fp32 master: their 16-bit values, widened. Then the trained ones'
+    // master from every rank's pieces (each rank sends its own, whether or not it keeps them).
+    if (weights && model_.layout().has_frozen()) model_.download(params());
     if (Status s = reducer_->gather_master(optimizer_->shard(), optimizer_->master().data(),
                                            weights ? params() : nullptr);
         !s)

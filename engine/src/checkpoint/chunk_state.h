@@ -5,8 +5,8 @@
 // they point into host copies, allocated when first asked for and freed with this object, which
 // download() fills from the device and upload() writes back. upload() also rounds the master
 // weights into a 16-bit run's compute copy. A chunk whose optimizer holds the master (Note
-// [sharded master weights] in optim/adamw.h) is staged on every device: download() gathers the
-// master from every data-parallel rank's pieces (a collective: every rank of the chunk's
+// [master weights in the optimizer] in optim/adamw.h) is staged on every device: download() gathers
+// the master from every data-parallel rank's pieces (a collective: every rank of the chunk's
 // reducer calls it) and upload() writes this rank's pieces and the compute copy. Short-lived:
 // the trainer makes one per chunk for a save or a load (host copies of a whole chunk exist only
 // then).

@@ -377,33 +377,51 @@ void GptModel<A>::upload(const G* host) {
   if (master_) {
     device_.copy(master_, host, arena_size() * sizeof(G), CopyKind::kHostToDevice, compute());
     if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
-  } else if (device_.capabilities().host_addressable) {
-    ops_.to_compute(compute_, host, arena_size());
   } else {
-    // No master to land in: rounded on the device through a bounded staging buffer, so the
-    // 16-bit copy is the device's own rounding, as the step's.
-    const size_t n = arena_size(), step = std::min<size_t>(n, size_t{1} << 24);
-    G* staging = static_cast<G*>(device_.allocate(step * sizeof(G), MemoryCategory::kWorkspace));
-    if (!staging) {
-      device_.record_error(device_.out_of_memory(MemoryCategory::kWorkspace, step * sizeof(G)));
-      return;
-    }
-    for (size_t at = 0; at < n; at += step) {
-      const size_t k = std::min(step, n - at);
-      device_.copy(staging, host + at, k * sizeof(G), CopyKind::kHostToDevice, compute());
-      ops_.to_compute(compute_ + at, staging, k);
-      if (Status s = device_.synchronize(compute()); !s) break;  // staging is refilled next
-    }
-    device_.free(staging);
+    convert_through_host(host, nullptr);
   }
   (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
 template <typename A>
 void GptModel<A>::download(G* host) {
-  assert(master_);
-  device_.copy(host, master_, arena_size() * sizeof(G), CopyKind::kDeviceToHost, compute());
+  if (master_)
+    device_.copy(host, master_, arena_size() * sizeof(G), CopyKind::kDeviceToHost, compute());
+  else
+    convert_through_host(nullptr, host);
   (void)device_.synchronize(compute());  // an error stays recorded on the device
+}
+
+template <typename A>
+void GptModel<A>::convert_through_host(const G* from, G* to) {
+  const size_t n = arena_size();
+  if (device_.capabilities().host_addressable) {
+    if (from)
+      ops_.to_compute(compute_, from, n);
+    else
+      ops_.to_accum(to, compute_, n);
+    return;
+  }
+  // Rounded and widened on the device through a bounded staging buffer, so that the 16-bit
+  // copy is the device's own rounding, as the step's.
+  const size_t step = std::min<size_t>(n, size_t{1} << 24);
+  G* staging = static_cast<G*>(device_.allocate(step * sizeof(G), MemoryCategory::kWorkspace));
+  if (!staging) {
+    device_.record_error(device_.out_of_memory(MemoryCategory::kWorkspace, step * sizeof(G)));
+    return;
+  }
+  for (size_t at = 0; at < n; at += step) {
+    const size_t k = std::min(step, n - at);
+    if (from) {
+      device_.copy(staging, from + at, k * sizeof(G), CopyKind::kHostToDevice, compute());
+      ops_.to_compute(compute_ + at, staging, k);
+    } else {
+      ops_.to_accum(staging, compute_ + at, k);
+      device_.copy(to + at, staging, k * sizeof(G), CopyKind::kDeviceToHost, compute());
+    }
+    if (Status s = device_.synchronize(compute()); !s) break;  // staging is refilled next
+  }
+  device_.free(staging);
 }
 
 template <typename A>

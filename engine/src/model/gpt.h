@@ -168,11 +168,11 @@ struct GptActivations {
   std::pair<int, int> host_shape{0, 0};
 };
 
-// Where a 16-bit model's fp32 master weights live: a whole arena in the model, or only as the
-// distributed optimizer's pieces (Note [sharded master weights] in optim/adamw.h), when the
-// model keeps its 16-bit compute copy alone. float and double models always hold the whole
-// arena (their compute copy is the master).
-enum class MasterWeights { kWhole, kOptimizerShards };
+// Where a 16-bit model's fp32 master weights live: a whole arena in the model, or only in its
+// optimizer's pieces (Note [master weights in the optimizer] in optim/adamw.h; the trainer's
+// runs), when the model keeps its 16-bit compute copy alone. float and double models always hold
+// the whole arena (their compute copy is the master).
+enum class MasterWeights { kWhole, kInOptimizer };
 
 template <typename A>
 class GptModel {
@@ -213,7 +213,7 @@ class GptModel {
   // (arena_size) master parameters in G: the weights the kernels read for float and double;
   // host memory on a host-addressable device (the CPU). A 16-bit model's kernels read
   // compute_params(): write weights with upload(). Null when the optimizer holds the master
-  // (MasterWeights::kOptimizerShards).
+  // (MasterWeights::kInOptimizer).
   G* params() { return master_; }
   const G* params() const { return master_; }
   G* grads() { return grads_; }  // (grad_size) gradients, in G, at ParamTensor::grad_offset
@@ -225,8 +225,9 @@ class GptModel {
   // alone without a master: the optimizer's pieces are AdamW::load_master's). Waits; a failed
   // copy stays recorded on the device (its synchronize() returns it).
   void upload(const G* host);
-  // master -> host (numel, layout order); requires the master (params() not null). Waits;
-  // errors as upload().
+  // master -> host (numel, layout order); without a master the 16-bit copy widened (a frozen
+  // tensor's only values; the trained ones' fp32 values are the optimizer's pieces, which
+  // checkpoint/chunk_state.h gathers over them). Waits; errors as upload().
   void download(G* host);
   // The master weights were written in place (a checkpoint load on a host-addressable device,
   // the distributed optimizer's gather of the master): rounds them into the compute copy, on
@@ -503,6 +504,10 @@ class GptModel {
 
   // "tensor-parallel all-reduce: <the communicator's message>" recorded on the device.
   void record_comm_error(const char* what, const Status& s);
+  // A model without a master: `from` (host, arena numel) rounded into the compute copy, or
+  // (from null) the compute copy widened into `to` (host, arena numel), on the compute stream.
+  // Waits.
+  void convert_through_host(const G* from, G* to);
   Stream& compute() { return device_.compute(); }
 
   ModelConfig config_;
@@ -543,7 +548,7 @@ class GptModel {
   int rotary_dim_;         // RoPE's rotated dims per head; 0 without RoPE
 
   MasterWeights master_kind_ = MasterWeights::kWhole;  // kWhole for float and double
-  G* master_ = nullptr;   // (numel); null with MasterWeights::kOptimizerShards
+  G* master_ = nullptr;   // (numel); null with MasterWeights::kInOptimizer
   G* grads_ = nullptr;    // (numel)
   A* compute_ = nullptr;  // (numel) master_, or a 16-bit copy of the master
   RecomputePlan recompute_;

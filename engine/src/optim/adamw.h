@@ -7,16 +7,18 @@
 // on the rank's device (create); offline checkpoint tools use the host constructor (a CPU
 // device of its own over host arenas). Not thread-safe (one per chunk of a rank).
 //
-// Note [sharded master weights]. A 16-bit run with the distributed optimizer keeps no whole
-// fp32 master arena (MasterWeights::kOptimizerShards in model/gpt.h): each data-parallel rank's
-// AdamW holds the fp32 master of the pieces it owns, packed like the moments, so a parameter
-// costs 2 bytes of weights + 4 of gradients + 12 / DP of optimizer state, as in Megatron. The
-// step writes the owned pieces of the master and of the 16-bit copy; GradReducer::gather_params
-// all-gathers the 16-bit copy (half the bytes of the master). Whole-arena views of the master
-// exist only for a moment: a checkpoint save gathers them bucket by bucket
-// (GradReducer::gather_master), a load or initialisation fills the pieces from a host arena
-// (load_master). Runs with frozen tensors (LoRA, --freeze-LM, --freeze-ViT) keep the whole
-// master: their frozen weights have no optimizer pieces to live in.
+// Note [master weights in the optimizer]. A 16-bit training run keeps no whole fp32 master
+// arena (MasterWeights::kInOptimizer in model/gpt.h): its AdamW holds the fp32 master of the
+// pieces it updates, packed like the moments, as Megatron's mixed-precision optimizer does. A
+// trained parameter costs 2 bytes of weights + 4 of gradients + 12 of optimizer state, and with
+// the distributed optimizer, whose pieces are the rank's shards, 2 + 4 + 12 / DP. A frozen
+// tensor (LoRA's base, --freeze-LM, --freeze-ViT) has no piece and no master: its 16-bit copy
+// is all there is (2 bytes). The step writes the pieces of the master and of the 16-bit copy;
+// the distributed optimizer's GradReducer::gather_params all-gathers the 16-bit copy (half the
+// bytes of the master). Whole-arena views of the master exist only for a moment: a checkpoint
+// save or an export gathers the pieces bucket by bucket (GradReducer::gather_master) over the
+// frozen tensors' widened 16-bit values, a load or initialisation rounds a host arena into the
+// 16-bit copy and fills the pieces from it (load_master).
 #pragma once
 
 #include <cstddef>
@@ -57,7 +59,7 @@ class AdamW {
   // (kWorkspace) allocated there, the moments zeroed on its compute stream. Errors: the device's
   // out-of-memory sentence; a device without an op list for A.
   // holds_master (16-bit A only): the optimizer keeps the fp32 master of its pieces (Note
-  // [sharded master weights]), allocated there too (kOptimizer), uninitialised until
+  // [master weights in the optimizer]), allocated there too (kOptimizer), uninitialised until
   // load_master.
   static Result<std::unique_ptr<AdamW>> create(Device& device, OptimizerShard shard,
                                                const OptimizerConfig& config,

@@ -204,6 +204,7 @@ Status GradReducer<T>::gather_master(const OptimizerShard& shard, const T* maste
   Status status = Status::ok();
   const std::vector<OptimizerPiece>& pieces = shard.pieces;  // in arena order
   for (const Bucket& b : buckets_) {
+    if (b.frozen) continue;  // no pieces: `out` keeps what it holds there
     const size_t n = b.end - b.begin;
     device_.zero(bucket, n * sizeof(T), stream);
     auto p = std::lower_bound(pieces.begin(), pieces.end(), b.begin,
@@ -212,7 +213,7 @@ Status GradReducer<T>::gather_master(const OptimizerShard& shard, const T* maste
       device_.copy(bucket + (p->offset - b.begin), master + p->state, p->numel * sizeof(T),
                    CopyKind::kDeviceToDevice, stream);
     // Each rank's block of the bucket in place (gather_params' in-place all-gather).
-    if (Comm* comm = distributed_ && !b.frozen ? comm_of(b) : nullptr)
+    if (Comm* comm = distributed_ ? comm_of(b) : nullptr)
       if (status = comm->all_gather(bucket + (b.shard_begin - b.begin), bucket, b.counts,
                                     dtype_of<T>(), stream);
           !status)

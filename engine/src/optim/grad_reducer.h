@@ -46,7 +46,7 @@ class GradReducer {
  public:
   // grads: the chunk's gradient arena of `layout` on `device`; weights (of weights_type): the
   // arena the distributed optimizer's all-gather fills, the chunk's 16-bit compute copy when the
-  // optimizer holds the master (Note [sharded master weights] in adamw.h), else its master
+  // optimizer holds the master (Note [master weights in the optimizer] in adamw.h), else its master
   // arena (float, double, or a 16-bit run that keeps the whole master and rounds the compute
   // copy from it after the gather); dp_stream: a side stream of
   // `device` (shared by a rank's reducers); dp: the data-parallel communicator made for that
@@ -78,12 +78,14 @@ class GradReducer {
   // Distributed optimizer, after a step queued on compute: every rank's updated shards of
   // the weights arena gathered into it, and compute made to wait for them. A no-op otherwise.
   Status gather_params();
-  // Note [sharded master weights] (adamw.h): the fp32 master of the whole arena from every
+  // Note [master weights in the optimizer] (adamw.h): the fp32 master of the whole arena from every
   // rank's optimizer pieces (shard: this rank's AdamW::shard(), master: its AdamW::master()),
   // bucket by bucket through a device buffer of the largest bucket (kWorkspace), into `out`
-  // (host memory, arena numel; the alignment gaps zero) or nowhere (null: a rank that saves no
-  // weights still sends its pieces). A collective over the reducer's groups: every rank of them
-  // calls it. Waits. Errors: out of memory for the buffer, the communicator's.
+  // (host memory, arena numel; the alignment gaps zero, the buckets of frozen tensors left as
+  // they are) or nowhere (null: a rank that saves no weights still sends its pieces). Without
+  // the distributed optimizer the pieces are this rank's whole arena: nothing moves between
+  // ranks. A collective over the reducer's groups: every rank of them calls it. Waits. Errors:
+  // out of memory for the buffer, the communicator's.
   Status gather_master(const OptimizerShard& shard, const T* master, T* out);
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }

@@ -89,8 +89,4 @@ OptimizerShard optimizer_shard(const TrainOptions& o, const ParamLayout& layout,
   return distributed_shard(layout, ddp_bucket_elems(o.parallel, dp), dp, rank, edp, edp_rank);
 }
 
-bool optimizer_holds_master(const TrainOptions& o, bool sixteen_bit, int dp) {
-  return sixteen_bit && o.parallel.use_distributed_optimizer && dp > 1 && !o.model.freezes_any();
-}
-
 }  // namespace lattice

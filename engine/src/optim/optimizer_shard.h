@@ -68,9 +68,5 @@ OptimizerShard distributed_shard(const ParamLayout& layout, size_t bucket_elems,
 // ddp_bucket_elems), else the whole arena.
 OptimizerShard optimizer_shard(const TrainOptions& o, const ParamLayout& layout, int dp, int rank,
                                int edp = 1, int edp_rank = 0);
-// Note [sharded master weights] (adamw.h): whether a run of `o` in 16-bit compute
-// (sixteen_bit) keeps its fp32 master weights in the distributed optimizer's pieces alone: with
-// --use-distributed-optimizer over dp > 1 ranks (DP x CP) and no frozen tensors.
-bool optimizer_holds_master(const TrainOptions& o, bool sixteen_bit, int dp);
 
 }  // namespace lattice

@@ -16,7 +16,6 @@
 #include "model/param_layout.h"
 #include "model/recompute.h"
 #include "optim/grad_buckets.h"
-#include "optim/optimizer_shard.h"
 #include "parallel/model_chunks.h"
 #include "pipeline/schedule.h"
 
@@ -464,23 +463,13 @@ std::string compute_precision(const TrainOptions& o) {
 
 // 16-bit training as Megatron's mixed precision (16-bit weights, fp32 main grads accumulated
 // and reduced in fp32, fp32 master weights and AdamW moments), in the categories the engine
-// measures them in: its weights are the 16-bit compute copy and the fp32 master copy
-// (GptModel::allocate takes both as kWeights), its optimizer state the moments alone. Megatron
-// counts the master copy with the optimizer state (2 + 4 + 12); the sum is the same 18.
+// measures them in: its weights are the 16-bit compute copy, its optimizer state the fp32
+// master and the moments (Note [master weights in the optimizer] in optim/adamw.h), 2 + 4 + 12
+// as Megatron counts them.
 ParameterBytes bytes_per_parameter(const std::string& precision) {
-  if (precision == "bf16" || precision == "fp16") return {6, 4, 8};
+  if (precision == "bf16" || precision == "fp16") return {2, 4, 12};
   if (precision == "fp64") return {8, 8, 16};
   return {4, 4, 8};
-}
-
-ParameterBytes run_bytes_per_parameter(const TrainOptions& o, int dp_x_cp) {
-  const std::string precision = compute_precision(o);
-  ParameterBytes b = bytes_per_parameter(precision);
-  if (optimizer_holds_master(o, precision == "bf16" || precision == "fp16", dp_x_cp)) {
-    b.weights -= 4;  // Note [sharded master weights] (optim/adamw.h)
-    b.optimizer += 4;
-  }
-  return b;
 }
 
 namespace {
@@ -501,7 +490,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
   const ModelConfig& m = o.model;
   assert(m.vocab_size > 0 && m.tensor_model_parallel_size == layout.tp);
   const std::string precision = compute_precision(o);
-  const ParameterBytes per_param = run_bytes_per_parameter(o, layout.dp * layout.cp);
+  const ParameterBytes per_param = bytes_per_parameter(precision);
   MemoryEstimate est;
   est.micro_batches = o.global_batch_size / (static_cast<int64_t>(o.micro_batch_size) * layout.dp);
   // A vision tower (Note [vision tower in the plan] in vision_estimate.cpp): its parameters
@@ -547,10 +536,9 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     // always, its encoder unless frozen).
     st.trainable_parameters = m.lora() ? n.adapters : m.freeze_lm ? 0 : language_model;
     if (layout.is_first_stage(p)) st.trainable_parameters += est.vision.trained_parameters;
-    // The moments (per_param.optimizer: twice the grads' bytes) for the trained ones; with the
-    // distributed optimizer in 16-bit the fp32 master of the same elements too (Note [sharded
-    // master weights] in optim/adamw.h: 2 + 4 + 12 / DP bytes a parameter, as Megatron). With
-    // frozen tensors a 16-bit run's master stays whole, in weight_bytes.
+    // The moments (per_param.optimizer) for the trained ones, and a 16-bit run's fp32 master of
+    // the same elements (Note [master weights in the optimizer] in optim/adamw.h: 2 + 4 + 12
+    // bytes a trained parameter, 2 a frozen one).
     // The moments shard over DP x CP, the ranks that reduce the dense gradients (Megatron's
     // distributed optimizer shards over its data-parallel group with context parallelism).
     // Expert parameters shard over EDP (Megatron's expert data-parallel group); when EDP is

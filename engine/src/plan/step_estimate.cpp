@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "lattice/plan.h"
-#include "optim/optimizer_shard.h"
 
 namespace lattice {
 
@@ -87,7 +86,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const ParallelOptions& par = o.parallel;
   const DeviceSpec& dev = cluster.device;
   const std::string precision = compute_precision(o);
-  const ParameterBytes per_param = run_bytes_per_parameter(o, layout.dp * layout.cp);
+  const ParameterBytes per_param = bytes_per_parameter(precision);
   const double s = m.seq_length, b = o.micro_batch_size, h = m.hidden_size,
                V = m.padded_vocab_size();
   const int t = layout.tp, pp = layout.pp, vpp = layout.vpp;
@@ -106,8 +105,6 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const bool full = par.recompute_granularity == "full";
   const bool selective = par.recompute_granularity == "selective";
   const bool distributed = par.use_distributed_optimizer;
-  const bool gathers_16_bit =
-      optimizer_holds_master(o, precision == "bf16" || precision == "fp16", dp);
 
   // Which link a group uses: groups are blocks of consecutive ranks (TP: `tp` ranks; DP: the
   // TP x DP ranks of a stage, strided), inside one node when the block divides a node.
@@ -237,10 +234,9 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     const double dense = static_cast<double>(held.reduced_dense_parameters);
     const double experts = static_cast<double>(held.reduced_expert_parameters);
     // The distributed optimizer's all-gather moves the weights the kernels read: a 16-bit run's
-    // 16-bit copy where the optimizer holds the master (Note [sharded master weights] in
-    // optim/adamw.h; Megatron gathers the 16-bit weights too), else the master weights in the
-    // gradients' type (fp32; fp64 in fp64 runs), from which a 16-bit copy is rounded.
-    const double gathered = gathers_16_bit ? 2 : per_param.grads;
+    // 16-bit copy (its master is the optimizer's, Note [master weights in the optimizer] in
+    // optim/adamw.h; Megatron gathers the 16-bit weights too), an fp32 or fp64 run's weights.
+    const double gathered = per_param.weights;
     auto reduction = [&](double count, int n) {
       return distributed ? half_ring_s(count * per_param.grads, n, dp_bandwidth) +
                                half_ring_s(count * gathered, n, dp_bandwidth)

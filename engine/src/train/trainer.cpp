@@ -258,8 +258,8 @@ std::map<int, std::vector<int64_t>> Trainer<T>::moe_expert_load() {
 }
 
 // A chunk's first weights: --load-hf's slices or Megatron's initialisation (a later --load
-// replaces them), into the master arena, or with a sharded master (Note [sharded master
-// weights]) through a host arena into the compute copy and the optimizer's pieces.
+// replaces them), into the master arena, or in a 16-bit run (Note [master weights in the
+// optimizer]) through a host arena into the compute copy and the optimizer's pieces.
 template <typename T>
 Status Trainer<T>::fill_weights(GptModel<T>& chunk, AdamW<T>& adam) {
   using G = accum_t<T>;
@@ -298,9 +298,9 @@ Status Trainer<T>::build_model() {
   // rank's gradient is its rows' share (Note [context parallelism] in model/gpt_layer.cpp).
   const int reduce_ranks = L.dp * L.cp;
   const size_t bucket = ddp_bucket_elems(par, reduce_ranks);
-  // Note [sharded master weights] (optim/adamw.h).
-  const bool sharded_master =
-      optimizer_holds_master(o_, !std::is_same_v<T, accum_t<T>>, reduce_ranks);
+  // Note [master weights in the optimizer] (optim/adamw.h): a 16-bit run's master is its
+  // optimizers'.
+  constexpr bool master_in_optimizer = !std::is_same_v<T, accum_t<T>>;
   Device& device = *rank_.device;
   // Every chunk's data-parallel collectives on one side stream, in the order backward ends the
   // buckets (optim/grad_reducer.h).
@@ -325,27 +325,25 @@ Status Trainer<T>::build_model() {
     Result<std::unique_ptr<GptModel<T>>> chunk = GptModel<T>::create(
         mc_, o_.micro_batch_size, device, shard, rank_.comms.tp.get(), plan, rank_.comms.cp.get(),
         rank_.comms.expert.get(), rank_.comms.expert_tensor.get(),
-        sharded_master ? MasterWeights::kOptimizerShards : MasterWeights::kWhole);
+        master_in_optimizer ? MasterWeights::kInOptimizer : MasterWeights::kWhole);
     if (!chunk) return chunk.status();
     (*chunk)->set_op_times(o_.profile || device.capabilities().cheap_marks);
     rank_.chunks.push_back(std::move(*chunk));
   }
   for (auto& chunk : rank_.chunks) {
-    // The distributed optimizer gathers the weights the kernels read when it holds the master,
-    // else the master (a 16-bit copy is rounded from it after the gather).
-    void* gathered = sharded_master ? static_cast<void*>(chunk->compute_params())
-                                    : static_cast<void*>(chunk->params());
-    const DType gathered_type = sharded_master ? dtype_of<T>() : dtype_of<accum_t<T>>();
+    // The distributed optimizer gathers the weights the kernels read (a 16-bit run's copy; an
+    // fp32 or fp64 run's master).
     Result<std::unique_ptr<GradReducer<accum_t<T>>>> buckets = GradReducer<accum_t<T>>::create(
         device, **dp_stream, chunk->layout(), rank_.comms.dp.get(), par.use_distributed_optimizer,
-        bucket, chunk->grads(), gathered, gathered_type, rank_.comms.expert_data.get());
+        bucket, chunk->grads(), chunk->compute_params(), dtype_of<T>(),
+        rank_.comms.expert_data.get());
     if (!buckets) return buckets.status();
     // The chunk's optimizer shard is cut as its reducer's buckets (optimizer_shard.h).
     Result<std::unique_ptr<AdamW<T>>> adam =
         AdamW<T>::create(device,
                          optimizer_shard(o_, chunk->layout(), reduce_ranks, g_.data_context->rank(),
                                          g_.expert_data->size(), g_.expert_data->rank()),
-                         o_.optim, sharded_master);
+                         o_.optim, master_in_optimizer);
     if (!adam) return adam.status();
     if (Status s = fill_weights(*chunk, **adam); !s) return s;
     rank_.optimizers.push_back(std::move(*adam));
@@ -667,12 +665,8 @@ Status Trainer<T>::step(int it, double& loss, double& norm, double lr, bool& ski
   add_box(TimelineBox::kOptimizer, t0, t1);
   if (!skipped)
     for (size_t c = 0; c < rank_.buckets.size(); c++) {
+      // The step rounded each owner's pieces into the 16-bit copy; the gather moves that copy.
       if (Status s = rank_.buckets[c]->gather_params(); !s) return s;
-      // The distributed optimizer's owners rounded their pieces in the step; with a whole master
-      // the rest come from the gathered master weights (the same rounding of the same values),
-      // with a sharded one the gather moved the 16-bit copy itself.
-      if (o_.parallel.use_distributed_optimizer && rank_.chunks[c]->params())
-        rank_.chunks[c]->refresh_compute_copy();
     }
   totals_.dp_comm += seconds_since(t1);
   if (g_.layout.dp > 1 && o_.parallel.use_distributed_optimizer)
