@@ -82,7 +82,7 @@ Status ChunkState<A>::upload(bool moments) {
   if (weights_staged()) {
     model_.upload(params());  // and the compute copy
     if (!model_.params())
-      if (Status s = optimizer_->load_master(params()); !s) return s;
+      if (Status s = optimizer_->load_master(params(), 0, model_.arena_size()); !s) return s;
   } else {
     model_.refresh_compute_copy();  // the load wrote the master arena in place
   }

@@ -378,7 +378,7 @@ void GptModel<A>::upload(const G* host) {
     device_.copy(master_, host, arena_size() * sizeof(G), CopyKind::kHostToDevice, compute());
     if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
   } else {
-    convert_through_host(host, nullptr);
+    convert_through_host(host, nullptr, 0, arena_size());
   }
   (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
@@ -388,18 +388,19 @@ void GptModel<A>::download(G* host) {
   if (master_)
     device_.copy(host, master_, arena_size() * sizeof(G), CopyKind::kDeviceToHost, compute());
   else
-    convert_through_host(nullptr, host);
+    convert_through_host(nullptr, host, 0, arena_size());
   (void)device_.synchronize(compute());  // an error stays recorded on the device
 }
 
 template <typename A>
-void GptModel<A>::convert_through_host(const G* from, G* to) {
-  const size_t n = arena_size();
+void GptModel<A>::convert_through_host(const G* from, G* to, size_t offset, size_t n) {
+  A* part = compute_ + offset;
   if (device_.capabilities().host_addressable) {
     if (from)
-      ops_.to_compute(compute_, from, n);
+      ops_.to_compute(part, from, n);
     else
-      ops_.to_accum(to, compute_, n);
+      ops_.to_accum(to, part, n);
+    (void)device_.synchronize(compute());
     return;
   }
   // Rounded and widened on the device through a bounded staging buffer, so that the 16-bit
@@ -414,9 +415,9 @@ void GptModel<A>::convert_through_host(const G* from, G* to) {
     const size_t k = std::min(step, n - at);
     if (from) {
       device_.copy(staging, from + at, k * sizeof(G), CopyKind::kHostToDevice, compute());
-      ops_.to_compute(compute_ + at, staging, k);
+      ops_.to_compute(part + at, staging, k);
     } else {
-      ops_.to_accum(staging, compute_ + at, k);
+      ops_.to_accum(staging, part + at, k);
       device_.copy(to + at, staging, k * sizeof(G), CopyKind::kDeviceToHost, compute());
     }
     if (Status s = device_.synchronize(compute()); !s) break;  // staging is refilled next
@@ -436,8 +437,8 @@ void GptModel<A>::zero_grads() {
 }
 
 template <typename A>
-Status GptModel<A>::init_weights(uint64_t seed) {
-  assert(master_);
+Status GptModel<A>::init_weights(uint64_t seed, const MasterSink& master) {
+  if (!master_) return init_compute_copy(seed, master);
   const std::vector<ParamTensor>& tensors = layout_.tensors();
   // The alignment gaps between tensors: zero, so every device saves the same arena.
   device_.zero(master_, arena_size() * sizeof(G), compute());
@@ -465,6 +466,30 @@ Status GptModel<A>::init_weights(uint64_t seed) {
   if (failed_bytes > 0)
     return Status::resource_exhausted(OutOfMemory(MemoryCategory::kWorkspace, failed_bytes).what());
   if constexpr (!std::is_same_v<A, G>) ops_.to_compute(compute_, master_, arena_size());
+  return device_.synchronize(compute());
+}
+
+// Note [master weights in the optimizer] (optim/adamw.h): init_weights without a master, one
+// tensor at a time through one host buffer (the largest tensor's), never a whole fp32 arena.
+template <typename A>
+Status GptModel<A>::init_compute_copy(uint64_t seed, const MasterSink& master) {
+  device_.zero(compute_, arena_size() * sizeof(A), compute());  // the alignment gaps
+  std::vector<G> host;
+  for (const ParamTensor& t : layout_.tensors()) {
+    size_t failed = 0;
+    try {
+      if (host.size() < t.numel) host.resize(t.numel);
+    } catch (const std::exception&) {  // bad_alloc, length_error
+      failed = bytes_of<G>(t.numel);
+    }
+    if (failed == 0) failed = init_tensor(config_, t, seed, host.data());
+    if (failed > 0)
+      return Status::resource_exhausted(OutOfMemory(MemoryCategory::kWorkspace, failed).what());
+    convert_through_host(host.data(), nullptr, t.offset, t.numel);  // waits
+    if (Status s = device_.error(); !s) return s;
+    if (master && !t.frozen)
+      if (Status s = master(t.offset, host.data(), t.numel); !s) return s;
+  }
   return device_.synchronize(compute());
 }
 

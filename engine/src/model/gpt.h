@@ -236,13 +236,16 @@ class GptModel {
   void zero_grads();
   // Megatron's initialisation (model/init_weights.h): each global tensor drawn on the host from
   // its own stream keyed by (seed, name) and this rank's slice kept, so the master weights are
-  // the same bits on every layout and device. Requires the master (without one the trainer
-  // draws init_arena into a host arena and uploads it).
+  // the same bits on every layout and device.
   // Straight into the arena where the device's memory is host memory
   // (Capabilities::host_addressable), else staged through a host buffer tensor by tensor; then
-  // the compute copy. Waits. Errors: a global tensor's host buffer that cannot be allocated
+  // the compute copy. Without a master (MasterWeights::kInOptimizer) tensor by tensor through a
+  // host buffer into the compute copy, each tensor's fp32 values also handed to `master`
+  // (arena offset, values, count: the optimizer's AdamW::load_master), whose error ends the
+  // initialisation. Waits. Errors: a global tensor's host buffer that cannot be allocated
   // (OutOfMemory's sentence), a failed copy (the device's error).
-  Status init_weights(uint64_t seed);
+  using MasterSink = std::function<Status(size_t offset, const G* values, size_t n)>;
+  Status init_weights(uint64_t seed, const MasterSink& master = nullptr);
 
   // The whole model (pre and post): tokens, targets are host (B, T) int32, the same on every
   // rank of the TP group, copied into acts (activations of the host constructor are allocated
@@ -504,10 +507,11 @@ class GptModel {
 
   // "tensor-parallel all-reduce: <the communicator's message>" recorded on the device.
   void record_comm_error(const char* what, const Status& s);
-  // A model without a master: `from` (host, arena numel) rounded into the compute copy, or
-  // (from null) the compute copy widened into `to` (host, arena numel), on the compute stream.
+  // A model without a master: `from` (host, n) rounded into the compute copy's [offset,
+  // offset + n), or (from null) that range widened into `to` (host, n), on the compute stream.
   // Waits.
-  void convert_through_host(const G* from, G* to);
+  void convert_through_host(const G* from, G* to, size_t offset, size_t n);
+  Status init_compute_copy(uint64_t seed, const MasterSink& master);
   Stream& compute() { return device_.compute(); }
 
   ModelConfig config_;

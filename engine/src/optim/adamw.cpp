@@ -83,11 +83,14 @@ AdamW<A>::~AdamW() {
 }
 
 template <typename A>
-Status AdamW<A>::load_master(const G* arena) {
+Status AdamW<A>::load_master(const G* values, size_t offset, size_t n) {
   assert(master_);
-  for (const OptimizerPiece& p : shard_.pieces)
-    device_.copy(master_ + p.state, arena + p.offset, p.numel * sizeof(G), CopyKind::kHostToDevice,
-                 device_.compute());
+  for (const OptimizerPiece& p : shard_.pieces) {
+    const size_t begin = std::max(p.offset, offset), end = std::min(p.offset + p.numel, offset + n);
+    if (begin < end)
+      device_.copy(master_ + p.state + (begin - p.offset), values + (begin - offset),
+                   (end - begin) * sizeof(G), CopyKind::kHostToDevice, device_.compute());
+  }
   return device_.synchronize(device_.compute());
 }
 

@@ -109,9 +109,10 @@ class AdamW {
   // The packed fp32 master of the pieces (shard().state_numel), device memory; empty unless the
   // optimizer holds the master (create's holds_master).
   std::span<const G> master() const { return {master_, master_ ? shard_.state_numel : 0}; }
-  // Fills that master from a whole arena in host memory (arena numel, layout order): a load or
-  // an initialisation. Waits; the device's error.
-  Status load_master(const G* arena);
+  // Fills that master's elements of arena [offset, offset + n) from `values` (host memory, n):
+  // a load (the whole arena) or an initialisation (a tensor at a time). Waits; the device's
+  // error.
+  Status load_master(const G* values, size_t offset, size_t n);
 
  private:
   // own: the host constructor's device (null for create), device: where everything lives.

@@ -32,7 +32,6 @@
 #include "lattice/plan.h"
 #include "lattice/train.h"
 #include "model/gpt.h"
-#include "model/init_weights.h"
 #include "optim/adamw.h"
 #include "optim/grad_buckets.h"
 #include "optim/grad_reducer.h"
@@ -257,36 +256,33 @@ std::map<int, std::vector<int64_t>> Trainer<T>::moe_expert_load() {
   return load;
 }
 
-// A chunk's first weights: --load-hf's slices or Megatron's initialisation (a later --load
+// A chunk's first weights: Megatron's initialisation or --load-hf's slices (a later --load
 // replaces them), into the master arena, or in a 16-bit run (Note [master weights in the
-// optimizer]) through a host arena into the compute copy and the optimizer's pieces.
+// optimizer]) into the compute copy and the optimizer's pieces.
 template <typename T>
 Status Trainer<T>::fill_weights(GptModel<T>& chunk, AdamW<T>& adam) {
   using G = accum_t<T>;
-  if (o_.load_hf.empty() && chunk.params()) return chunk.init_weights(o_.seed);
+  if (o_.load_hf.empty())
+    return chunk.init_weights(o_.seed, [&adam](size_t offset, const G* values, size_t n) {
+      return adam.load_master(values, offset, n);
+    });
+  // This chunk's slices of the whole file, in the arena's type (fp64 runs widen).
   std::vector<G> arena;
   host_assign(arena, chunk.arena_size(), MemoryCategory::kWeights);
-  if (!o_.load_hf.empty()) {
-    // This chunk's slices of the whole file, in the arena's type (fp64 runs widen).
-    std::vector<float> widened;
-    float* slices = nullptr;
-    if constexpr (std::is_same_v<G, float>) {
-      slices = arena.data();
-    } else {
-      host_assign(widened, chunk.arena_size(), MemoryCategory::kWeights);
-      slices = widened.data();
-    }
-    if (Status s = import_hf(o_.load_hf, mc_, chunk.layout(), slices); !s)
-      return Status::invalid_argument("--load-hf: " + s.message());
-    if constexpr (!std::is_same_v<G, float>)
-      std::copy(widened.begin(), widened.end(), arena.begin());
-  } else if (const size_t failed = init_arena(mc_, chunk.layout(), o_.seed, arena.data());
-             failed > 0) {
-    return Status::resource_exhausted(OutOfMemory(MemoryCategory::kWorkspace, failed).what());
+  std::vector<float> widened;
+  float* slices = nullptr;
+  if constexpr (std::is_same_v<G, float>) {
+    slices = arena.data();
+  } else {
+    host_assign(widened, chunk.arena_size(), MemoryCategory::kWeights);
+    slices = widened.data();
   }
+  if (Status s = import_hf(o_.load_hf, mc_, chunk.layout(), slices); !s)
+    return Status::invalid_argument("--load-hf: " + s.message());
+  if constexpr (!std::is_same_v<G, float>) std::copy(widened.begin(), widened.end(), arena.begin());
   chunk.upload(arena.data());
   if (!chunk.params())
-    if (Status s = adam.load_master(arena.data()); !s) return s;
+    if (Status s = adam.load_master(arena.data(), 0, arena.size()); !s) return s;
   return rank_.device->error();
 }
 
