@@ -4,10 +4,11 @@
 // the device's own arenas and download() and upload() copy nothing; on another device (CUDA)
 // they point into host copies, allocated when first asked for and freed with this object, which
 // download() fills from the device and upload() writes back. upload() also rounds the master
-// weights into a 16-bit run's compute copy. A chunk whose optimizer holds the master (Note
-// [master weights in the optimizer] in optim/adamw.h) is staged on every device: download() gathers
-// the master from every data-parallel rank's pieces (a collective: every rank of the chunk's
-// reducer calls it) and upload() writes this rank's pieces and the compute copy. Short-lived:
+// weights into a 16-bit run's compute copy. A chunk whose optimizer holds the master (a 16-bit
+// run, Note [master weights in the optimizer] in optim/adamw.h) is staged on every device:
+// download() gathers the master from every data-parallel rank's pieces over the frozen tensors'
+// widened 16-bit values (a collective: every rank of the chunk's reducer calls it), and upload()
+// writes the compute copy and this rank's pieces. Short-lived:
 // the trainer makes one per chunk for a save or a load (host copies of a whole chunk exist only
 // then).
 #pragma once
@@ -35,7 +36,7 @@ class ChunkState {
   G* params();
   std::vector<MomentPiece> moments();
   // The device's state into the views (what a save writes): the weights when `weights`, the
-  // moments when `moments`. Waits; the device's error (the gather's with a sharded master).
+  // moments when `moments`. Waits; the device's error (or the master's gather's).
   Status download(bool weights, bool moments);
   // The views' state into the device (after a load wrote them), then the 16-bit copy. Waits.
   Status upload(bool moments);

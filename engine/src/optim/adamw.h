@@ -17,8 +17,9 @@
 // the distributed optimizer's GradReducer::gather_params all-gathers the 16-bit copy (half the
 // bytes of the master). Whole-arena views of the master exist only for a moment: a checkpoint
 // save or an export gathers the pieces bucket by bucket (GradReducer::gather_master) over the
-// frozen tensors' widened 16-bit values, a load or initialisation rounds a host arena into the
-// 16-bit copy and fills the pieces from it (load_master).
+// frozen tensors' widened 16-bit values, a load rounds a host arena into the 16-bit copy and
+// fills the pieces from it (load_master); the initialisation goes a tensor at a time
+// (GptModel::init_weights).
 #pragma once
 
 #include <cstddef>
