@@ -213,8 +213,8 @@ void print_vision(std::ostream& out, const TrainOptions& o, const MemoryEstimate
   const StageEstimate& first = est.stages.front();
   const ParameterBytes b = bytes_per_parameter(compute_precision(o));
   const double params = static_cast<double>(e.parameters);
-  // The tower's moments over the distributed optimizer's shards (frozen with LoRA: none); a
-  // 16-bit run's master copy with them where the optimizer holds it, else in the weights.
+  // The tower's optimizer state over the distributed optimizer's shards (frozen with LoRA:
+  // none): its moments, and a 16-bit run's master copy with them.
   const double shards = o.parallel.use_distributed_optimizer ? static_cast<double>(dp_x_cp) : 1.0;
   const double optimizer = o.model.lora() ? 0.0 : params * b.optimizer / shards;
   char line[320];

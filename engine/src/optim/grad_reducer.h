@@ -45,10 +45,9 @@ template <typename T>
 class GradReducer {
  public:
   // grads: the chunk's gradient arena of `layout` on `device`; weights (of weights_type): the
-  // arena the distributed optimizer's all-gather fills, the chunk's 16-bit compute copy when the
-  // optimizer holds the master (Note [master weights in the optimizer] in adamw.h), else its master
-  // arena (float, double, or a 16-bit run that keeps the whole master and rounds the compute
-  // copy from it after the gather); dp_stream: a side stream of
+  // arena the distributed optimizer's all-gather fills, the weights the kernels read (a 16-bit
+  // run's compute copy, whose master is its optimizer's: Note [master weights in the optimizer]
+  // in adamw.h; an fp32 or fp64 run's master); dp_stream: a side stream of
   // `device` (shared by a rank's reducers); dp: the data-parallel communicator made for that
   // device, or null / of size 1 (nothing to reduce). Errors: out of memory for the receive
   // buffers (the device's sentence).
