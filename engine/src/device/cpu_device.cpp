@@ -70,14 +70,22 @@ std::string CpuDevice::blas_name() const {
   return kernels::blas_core_name();
 }
 
+namespace {
+// As Trainer::run takes MFU's denominator today: the measured SGEMM rate, for fp64 runs too;
+// no peak for the 16-bit types.
+bool has_sgemm_peak(DType compute) {
+  return compute == DType::kFloat32 || compute == DType::kFloat64;
+}
+}  // namespace
+
 double CpuDevice::peak_flops(DType compute) const {
-  // As Trainer::run takes MFU's denominator today: the measured SGEMM rate, for fp64 runs too.
-  if (compute != DType::kFloat32 && compute != DType::kFloat64) return 0;
+  if (!has_sgemm_peak(compute)) return 0;
   if (sgemm_gflops_ < 0) sgemm_gflops_ = measure_sgemm_gflops(kernels::num_threads());
   return sgemm_gflops_ * 1e9;
 }
 
-Status CpuDevice::measure_peak(Comm& ranks) {
+Status CpuDevice::measure_peak(Comm& ranks, DType compute) {
+  if (!has_sgemm_peak(compute)) return Status::ok();
   Result<double> gflops = measure_shared_sgemm_gflops(kernels::num_threads(), ranks);
   if (!gflops) return gflops.status();
   sgemm_gflops_ = *gflops;

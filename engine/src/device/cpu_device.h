@@ -99,7 +99,7 @@ class CpuDevice final : public Device {
   std::string describe() const override;
   std::string blas_name() const override;
   double peak_flops(DType compute) const override;
-  Status measure_peak(Comm& ranks) override;
+  Status measure_peak(Comm& ranks, DType compute) override;
 
   void* allocate(size_t bytes, MemoryCategory category) override;
   void free(void* block) override;

@@ -799,7 +799,7 @@ Result<TrainSummary> Trainer<T>::run() {
   start.ranks = g_.world->size();
   // MFU's denominator: the device's peak in the compute type (the CPU: an SGEMM rate, measured
   // by every rank at once, so that ranks sharing cores are measured sharing them).
-  if (Status s = device.measure_peak(*g_.world); !s) return s;
+  if (Status s = device.measure_peak(*g_.world, dtype_of<T>()); !s) return s;
   start.peak_gflops = device.peak_flops(dtype_of<T>()) / 1e9;
   start.blas_core = device.blas_name();
   if (rank0) sink_.on_start(start);
