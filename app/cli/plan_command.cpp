@@ -108,7 +108,7 @@ std::vector<FlagSpec> plan_flag_specs(PlanFlags& f) {
       {"device", "h100, h100-pcie, h200, a100-80gb, a100-40gb, or cpu (this machine)", &f.device},
       {"peak-gflops", "CPU peak per machine; 0: measure SGEMM on all cores", &f.peak_gflops},
       {"efficiency", "achieved / peak FLOP rate of the GEMMs, in (0, 1]", &f.efficiency},
-      {"memory-headroom", "share of device memory kept free (workspace, buffers)", &f.headroom},
+      {"memory-headroom", "share of device memory kept free (libraries, allocator)", &f.headroom},
       {"json", "print the layout and estimates (or the candidates) as JSON", &f.json},
       {"calibrate", "fit the planner's rates to a probe run's phase times (id or name), save them",
        &f.calibrate},
@@ -317,19 +317,21 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
       << " bytes per parameter" << (o.parallel.use_distributed_optimizer ? ", optimizer / DP" : "")
       << ")\n";
   char row[200];
-  std::snprintf(row, sizeof row, "  %-4s %12s %12s %12s %12s %12s %9s %12s %12s\n", "pp",
-                "parameters", "weights", "grads", "optimizer", "act/micro", "in flight",
-                "activations", "total");
+  std::snprintf(row, sizeof row, "  %-4s %12s %12s %12s %12s %12s %9s %12s %12s %12s %12s\n",
+                "pp", "parameters", "weights", "grads", "optimizer", "act/micro", "in flight",
+                "activations", "workspace", "comm bufs", "total");
   out << row;
   for (const StageEstimate& s : est.stages) {
-    std::snprintf(row, sizeof row, "  %-4d %12s %12s %12s %12s %12s %9.2f %12s %12s\n", s.pp_rank,
-                  human_count(static_cast<double>(s.parameters)).c_str(),
+    std::snprintf(row, sizeof row, "  %-4d %12s %12s %12s %12s %12s %9.2f %12s %12s %12s %12s\n",
+                  s.pp_rank, human_count(static_cast<double>(s.parameters)).c_str(),
                   human_bytes(static_cast<double>(s.weight_bytes)).c_str(),
                   human_bytes(static_cast<double>(s.grad_bytes)).c_str(),
                   human_bytes(static_cast<double>(s.optimizer_bytes)).c_str(),
                   human_bytes(static_cast<double>(s.activation_bytes_per_micro_batch)).c_str(),
                   s.micro_batches_in_flight,
                   human_bytes(static_cast<double>(s.activation_bytes)).c_str(),
+                  human_bytes(static_cast<double>(s.all_workspace_bytes())).c_str(),
+                  human_bytes(static_cast<double>(s.comm_buffer_bytes)).c_str(),
                   human_bytes(static_cast<double>(s.total_bytes())).c_str());
     out << row;
   }
@@ -362,8 +364,8 @@ void print_table(std::ostream& out, const TrainOptions& o, const ParallelLayout&
   const StageEstimate& top = est.stages[est.most_loaded];
   out << "most loaded: pp rank " << top.pp_rank << ", "
       << human_bytes(static_cast<double>(top.total_bytes()))
-      << " per rank (workspace and communication buffers not included"
-      << (m.moe() ? "; MoE's dispatch buffers included" : "") << ")\n";
+      << " per rank (the engine's buffers; the libraries' own memory, MPI's, BLAS's, NCCL's "
+         "or the CUDA context's, is not included)\n";
   char flops[128];
   std::snprintf(flops, sizeof flops, "model FLOPs per iteration: %.3g (%.3g per rank)\n",
                 est.flops_per_iteration, est.flops_per_rank);

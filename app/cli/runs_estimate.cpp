@@ -38,7 +38,8 @@ void print_memory(storage::RunStore& store, const storage::RunInfo& run) {
     measured.push_back(
         {m.sample.rank,
          m.step,
-         {m.sample.weights, m.sample.grads, m.sample.optimizer_state, m.sample.activations}});
+         {m.sample.weights, m.sample.grads, m.sample.optimizer_state, m.sample.activations,
+          m.sample.workspace}});
     newest = std::max(newest, m.step);
   }
   const std::vector<RankMemoryCheck> checks = check_memory(*plan, measured);
@@ -46,12 +47,12 @@ void print_memory(storage::RunStore& store, const storage::RunInfo& run) {
       "  memory against the estimate (`lattice plan`; measured: the peak of each category "
       "over the samples up to step %lld):\n",
       static_cast<long long>(newest));
-  std::printf("    %4s %3s  %-16s %12s %14s %8s\n", "rank", "pp", "category", "planned",
+  std::printf("    %4s %3s  %-21s %12s %14s %8s\n", "rank", "pp", "category", "planned",
               "measured peak", "gap");
   for (const RankMemoryCheck& c : checks)
     for (int k = 0; k < kPlannedCategories; k++) {
       const CategoryCheck& g = c.categories[k];
-      std::printf("    %4d %3d  %-16s %12s %14s %8s%s\n", c.rank, c.pp, planned_category_name(k),
+      std::printf("    %4d %3d  %-21s %12s %14s %8s%s\n", c.rank, c.pp, planned_category_name(k),
                   binary_bytes_text(g.planned).c_str(), binary_bytes_text(g.measured).c_str(),
                   percent(g.relative_gap()).c_str(), g.worth_saying() ? "  <" : "");
     }

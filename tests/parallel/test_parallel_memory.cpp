@@ -1,14 +1,14 @@
-// What each rank of 37 layouts (nine dense GPT-2 incl. LoRA and bf16 under the distributed
-// optimizer and bf16 LoRA, two of the Llama family's, eleven with MoE layers incl. TP, EP, EP x TP
-// and expert TP 1 and 2 under TP, eleven with a vision tower trained whole, projector-only, with
-// --freeze-ViT, --freeze-LM or LoRA, projector-only and LoRA on DP 2 with the distributed
-// optimizer, in bf16, split over TP 2 and over TP 2 with SP x DP 2, its images over CP 2;
-// four with context parallelism, fp32, bf16, selective recomputation and TP x CP) really
-// holds, against the
-// planner's count (ARCHITECTURE.md "Memory estimate"): weights, gradients, optimizer state and
-// activations per rank to the byte (the planner counts the one model's buffers and each chunk's
-// pool of micro-batches). The trainer measures the device's categories; the run store receives
-// every rank's memory through the communicator; the planner computes from the config alone.
+// What each rank of 39 layouts (ten dense GPT-2 incl. LoRA, bf16 under the distributed
+// optimizer, bf16 LoRA and two threads, two of the Llama family's, eleven with MoE layers incl.
+// TP, EP, EP x TP and expert TP 1 and 2 under TP, eleven with a vision tower trained whole,
+// projector-only, with --freeze-ViT, --freeze-LM or LoRA, projector-only and LoRA on DP 2 with
+// the distributed optimizer, in bf16, split over TP 2 and over TP 2 with SP x DP 2, its images
+// over CP 2; five with context parallelism, fp32, bf16, two threads, selective recomputation and
+// TP x CP) really holds, against the planner's count (ARCHITECTURE.md "Memory estimate"):
+// weights, gradients, optimizer state, activations, and workspace with communication buffers,
+// per rank to the byte (the planner counts the one model's buffers and each chunk's pool of
+// micro-batches). The trainer measures the device's categories; the run store receives every
+// rank's memory through the communicator; the planner computes from the config alone.
 #include <QtTest/QtTest>
 
 #include <QTemporaryDir>
@@ -30,6 +30,8 @@ class ParallelMemory : public QObject {
         << QStringList{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                        "--use-distributed-optimizer"};
     QTest::newRow("dp2") << 2 << QStringList{};
+    // The CPU attention's workspace is per thread (Note [workspace in the plan]).
+    QTest::newRow("two threads") << 1 << QStringList{"--threads", "2"};
     // LoRA: the adapters end every layer, so each rank's half of the arena holds its own
     // share of them (Note [distributed optimizer in the plan]).
     QTest::newRow("lora dp2 distributed optimizer")
@@ -95,6 +97,7 @@ class ParallelMemory : public QObject {
     QTest::newRow("cp2 selective recomputation")
         << 2 << cp + QStringList{"--recompute-granularity", "selective"};
     QTest::newRow("cp2 bf16") << 2 << cp + QStringList{"--bf16"};
+    QTest::newRow("cp2 two threads") << 2 << cp + QStringList{"--threads", "2"};
     QTest::newRow("cp2 tp2 sequence parallel")
         << 4 << cp + QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel"};
   }
@@ -403,6 +406,21 @@ class ParallelMemory : public QObject {
                                 .arg(row.got)
                                 .arg(row.expected)));
       }
+      // The run store keeps workspace and communication buffers as one figure (run_recorder).
+      const size_t comm = want.comm_buffer_bytes_by_rank.empty()
+                              ? want.comm_buffer_bytes
+                              : want.comm_buffer_bytes_by_rank[s.rank % per_stage];
+      const std::int64_t buffers = static_cast<std::int64_t>(want.all_workspace_bytes() + comm);
+      qInfo("rank %d workspace and communication buffers: measured %lld bytes, planner %lld "
+            "(workspace %zu, comm buffers %zu)",
+            s.rank, static_cast<long long>(s.workspace), static_cast<long long>(buffers),
+            want.all_workspace_bytes(), comm);
+      QVERIFY2(s.workspace == buffers,
+               qPrintable(QString("rank %1 workspace and communication buffers: measured %2 "
+                                  "bytes, planner %3")
+                              .arg(s.rank)
+                              .arg(s.workspace)
+                              .arg(buffers)));
       const double act_rel = std::abs(double(s.activations) - double(want.activation_bytes)) /
                              double(want.activation_bytes);
       qInfo("rank %d activations: measured %lld bytes, planner %zu (%.1f %%)", s.rank,

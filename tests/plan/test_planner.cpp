@@ -144,6 +144,51 @@ class PlannerTest : public QObject {
              layers(4, 4, log_sum_exps));
   }
 
+  // Note [workspace in the plan] (plan/memory_estimate.cpp), by hand for the default model
+  // (hidden 64, 4 heads, FFN 256, sequence 64, vocabulary 512) at micro-batch 2, one rank:
+  // the backward's scratch in A (4 (N, C) rows, FC1's (N, F), QKV's (N, 3C), the attention
+  // output's (N, C)), the attention's workspace in G (2 s^2 a thread on the CPU, CUDA's (b, a,
+  // s)), the trainer's token losses (N M in G, 4 bytes of flag) and the optimizer's norm (8).
+  // test_parallel_memory holds the engine to these figures on every rank of its layouts.
+  void workspace_and_buffers_follow_the_engine() {
+    auto stage = [](QStringList extra, int world = 1, int p = 0) {
+      const lattice::TrainOptions o = options(
+          QStringList{"--micro-batch-size", "2", "--global-batch-size", "4"} + extra);
+      return lattice::estimate_memory(o, layout_of(o, world)).stages[p];
+    };
+    const double s = 64, b = 2, h = 64, a = 4, F = 4 * h, N = s * b, M = 2;
+    auto workspace = [&](double A, double G, double attention) {
+      return A * (4 * N * h + N * (F + 3 * h + h)) + G * attention + G * N * M + 4 + 8;
+    };
+    QCOMPARE(double(stage({"--threads", "1"}).workspace_bytes), workspace(4, 4, 2 * s * s));
+    QCOMPARE(double(stage({"--threads", "3"}).workspace_bytes), workspace(4, 4, 3 * 2 * s * s));
+    QCOMPARE(double(stage({"--bf16", "--threads", "1"}).workspace_bytes),
+             workspace(2, 4, 2 * s * s));
+    QCOMPARE(double(stage({"--device", "cuda"}).workspace_bytes), workspace(4, 4, b * a * s));
+    QCOMPARE(stage({"--threads", "1"}).comm_buffer_bytes, size_t{0});
+    // PP 2 (1F1B over 2 micro-batches): the first stage's pool of 2 micro-batches each sends
+    // its output's gradient rows back (N, C), the last's pool of 1 receives them; the first
+    // stage discards its last norm's statistics (2 N in G), the last one does not.
+    const lattice::StageEstimate first = stage({"--pipeline-model-parallel-size", "2"}, 2, 0);
+    const lattice::StageEstimate last = stage({"--pipeline-model-parallel-size", "2"}, 2, 1);
+    QCOMPARE(double(first.comm_buffer_bytes), 2 * 4 * N * h);
+    QCOMPARE(double(last.comm_buffer_bytes), 1 * 4 * N * h);
+    QCOMPARE(double(first.workspace_bytes) - double(last.workspace_bytes), 4 * 2 * N);
+    // The distributed optimizer on the CPU: each rank's receive buffer is its shard of the
+    // gradients (fp32), the whole arena over the ranks; CUDA reduces in place.
+    const QStringList dp2 = {"--use-distributed-optimizer", "--global-batch-size", "8"};
+    const lattice::StageEstimate sharded = stage(dp2, 2);
+    QCOMPARE(sharded.comm_buffer_bytes_by_rank.size(), size_t{2});
+    QCOMPARE(sharded.comm_buffer_bytes_by_rank[0] + sharded.comm_buffer_bytes_by_rank[1],
+             size_t(4 * sharded.parameters));
+    QCOMPARE(sharded.comm_buffer_bytes, std::max(sharded.comm_buffer_bytes_by_rank[0],
+                                                 sharded.comm_buffer_bytes_by_rank[1]));
+    QCOMPARE(stage(dp2 + QStringList{"--device", "cuda"}, 2).comm_buffer_bytes, size_t{0});
+    QCOMPARE(sharded.total_bytes(), sharded.weight_bytes + sharded.grad_bytes +
+                                        sharded.optimizer_bytes + sharded.activation_bytes +
+                                        sharded.workspace_bytes + sharded.comm_buffer_bytes);
+  }
+
   void megatron_published_example_against_its_formula() {
     // Korthikanti et al. 2022: TP 2, PP 2, DP 4, SP + selective recomputation, bf16.
     const lattice::TrainOptions o = options({"--num-layers",

@@ -166,7 +166,8 @@ class PlannerMoeTest : public QObject {
         4 * (512 + 128 * 64 + 512 * 128) + 4 * (128 + 4) + 4 * (128 + 2 * 512) * 64;
     QCOMPARE(st.dispatch_bytes, dispatch);
     QCOMPARE(st.total_bytes(), st.weight_bytes + st.grad_bytes + st.optimizer_bytes +
-                                   st.activation_bytes + st.dispatch_bytes);
+                                   st.activation_bytes + st.dispatch_bytes + st.workspace_bytes +
+                                   st.comm_buffer_bytes);
     QCOMPARE(memory({}, 1).stages[0].dispatch_bytes,
              size_t{4 * (512 + 128 * 64 + 128 * 128) + 4 * (128 + 4)});
   }

@@ -105,7 +105,8 @@ class StudioEstimates : public QObject {
     QCOMPARE(peaks.size(), size_t{1});
 
     TrainOptions options =
-        parse_train_options(to_std(QStringList{"--mock-data"} + kSizedModel)).value();
+        parse_train_options(to_std(QStringList{"--mock-data", "--threads", "2"} + kSizedModel))
+            .value();
     const ParallelLayout layout = make_layout(options, 1).value();
     const StageEstimate planned = estimate_memory(options, layout).stages[0];
 
@@ -117,12 +118,14 @@ class StudioEstimates : public QObject {
     EstimateChart* chart = view.estimateChart();
     QTRY_VERIFY_WITH_TIMEOUT(
         !chart->verdict().isEmpty() && chart->plannedBars()[0]->dataCount() == 1, 20000);
-    const double plannedBytes[] = {double(planned.weight_bytes), double(planned.grad_bytes),
-                                   double(planned.optimizer_bytes),
-                                   double(planned.activation_bytes)};
+    const double plannedBytes[] = {
+        double(planned.weight_bytes), double(planned.grad_bytes), double(planned.optimizer_bytes),
+        double(planned.activation_bytes),
+        double(planned.all_workspace_bytes() + planned.comm_buffer_bytes)};
     const double measuredBytes[] = {double(peaks[0].sample.weights), double(peaks[0].sample.grads),
                                     double(peaks[0].sample.optimizer_state),
-                                    double(peaks[0].sample.activations)};
+                                    double(peaks[0].sample.activations),
+                                    double(peaks[0].sample.workspace)};
     for (int k = 0; k < kPlannedCategories; k++) {
       QCOMPARE(bar_value(chart->plannedBars()[k], 0), plannedBytes[k] / kMiB);
       QCOMPARE(bar_value(chart->measuredBars()[k], 0), measuredBytes[k] / kMiB);

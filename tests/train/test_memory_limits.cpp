@@ -144,7 +144,8 @@ class MemoryLimits : public QObject {
     QVERIFY2(f.status == QProcess::NormalExit && f.exit_code == 1, qPrintable(describe(f)));
     const QRegularExpression sentence(
         "this run needs an estimated [0-9.]+ TiB of memory \\(weights [0-9.]+ TiB, grads "
-        "[0-9.]+ TiB, optimizer state [0-9.]+ TiB, activations [0-9.]+ [MG]iB; `lattice plan` "
+        "[0-9.]+ TiB, optimizer state [0-9.]+ TiB, activations [0-9.]+ [MG]iB, workspace and "
+        "buffers [0-9.]+ [KMG]iB; `lattice plan` "
         "with the same flags shows the estimate\\), more than the [0-9.]+ [MGT]iB this machine "
         "has available \\(");
     QVERIFY2(sentence.match(f.err).hasMatch(), qPrintable(describe(f)));

@@ -93,7 +93,8 @@ void EstimateChart::refresh() {
       measured.push_back(
           {m.sample.rank,
            m.step,
-           {m.sample.weights, m.sample.grads, m.sample.optimizer_state, m.sample.activations}});
+           {m.sample.weights, m.sample.grads, m.sample.optimizer_state, m.sample.activations,
+          m.sample.workspace}});
     const std::vector<RankMemoryCheck> checks = check_memory(*e->plan, measured);
     for (const RankMemoryCheck& c : checks) {
       Row r{c.rank, c.pp};

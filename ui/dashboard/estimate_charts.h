@@ -10,6 +10,7 @@
 #include <QStringList>
 
 #include "dashboard/chart_card.h"
+#include "lattice/run_estimate.h"
 
 class QCPBars;
 class QCPGraph;
@@ -46,7 +47,7 @@ class EstimateChart : public ChartCard {
   QStringList gaps_;
   struct Row {
     int rank = 0, pp = 0;
-    double planned[4] = {}, measured[4] = {};
+    double planned[kPlannedCategories] = {}, measured[kPlannedCategories] = {};
   };
   QList<Row> rows_;
 };

@@ -84,9 +84,13 @@ CostPanel::CostPanel(PlanModel* model, QWidget* parent)
   column->addWidget(step_);
   column->addWidget(terms_);
 
-  const QStringList names = {tr("weights"), tr("grads"), tr("optimizer"), tr("activations")};
-  const QColor colors[] = {
-      {0x42, 0x85, 0xf4}, {0x7e, 0x57, 0xc2}, {0xfb, 0x8c, 0x00}, {0x26, 0xa6, 0x9a}};
+  const QStringList names = {tr("weights"), tr("grads"), tr("optimizer"), tr("activations"),
+                             tr("buffers")};
+  const QColor colors[] = {{0x42, 0x85, 0xf4},
+                           {0x7e, 0x57, 0xc2},
+                           {0xfb, 0x8c, 0x00},
+                           {0x26, 0xa6, 0x9a},
+                           {0x8d, 0x6e, 0x63}};
   for (int i = 0; i < names.size(); i++) {
     auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
     bars->setName(names[i]);
@@ -131,7 +135,7 @@ void CostPanel::refreshPlot() {
   const PlanAnalysis& a = model_->analysis();
   plot_->clearItems();
   QVector<double> keys;
-  QVector<QVector<double>> values(4);
+  QVector<QVector<double>> values(bars_.size());
   QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
   const double capacity = a.cluster.device.memory_bytes / kGiB;
   double most = 0;  // the largest stage total
@@ -145,6 +149,7 @@ void CostPanel::refreshPlot() {
       values[1] << s.grad_bytes / kGiB;
       values[2] << s.optimizer_bytes / kGiB;
       values[3] << s.activation_bytes / kGiB;
+      values[4] << (s.all_workspace_bytes() + s.comm_buffer_bytes) / kGiB;
       most = std::max(most, s.total_bytes() / kGiB);
       if (i % every == 0) ticker->addTick(i, n <= 8 ? tr("stage %1").arg(i) : QString::number(i));
     }
@@ -160,7 +165,7 @@ void CostPanel::refreshPlot() {
       label->setPadding(QMargins(0, 0, 0, 2));
     }
   }
-  for (int i = 0; i < 4; i++) bars_[i]->setData(keys, values[i], true);
+  for (int i = 0; i < bars_.size(); i++) bars_[i]->setData(keys, values[i], true);
   plot_->xAxis->setTicker(ticker);
   plot_->xAxis->setRange(-0.6, std::max<int>(keys.size(), 1) - 0.4);
   plot_->xAxis->setLabel(a.memory && keys.size() > 8 ? tr("pipeline stage") : QString());
@@ -212,7 +217,7 @@ void CostPanel::refreshStep() {
   fit_->setText(QStringLiteral("<span style='color:%1'><b>%2</b></span> %3")
                     .arg(color.name(), a.fits ? tr("Fits.") : tr("Does not fit."),
                          tr("The most loaded rank (stage %1) needs %2 of %3 usable (%4 kept "
-                            "free for workspace and buffers).")
+                            "free for the libraries and the allocator).")
                              .arg(top.pp_rank)
                              .arg(humanBytes(top.total_bytes()), humanBytes(usable),
                                   humanBytes(a.cluster.device.memory_bytes - usable))));

@@ -44,7 +44,9 @@ class CostPanel : public QWidget {
 
   PlanModel* model_;
   QCustomPlot* plot_;
-  QList<QCPBars*> bars_;  // weights, grads, optimizer, activations (stacked in that order)
+  // weights, grads, optimizer, activations, buffers (workspace and communication buffers),
+  // stacked in that order
+  QList<QCPBars*> bars_;
   QLabel* fit_;
   QLabel* step_;
   QLabel* terms_;

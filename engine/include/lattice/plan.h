@@ -2,9 +2,10 @@
 // docs/design-notes.md#parallel-layout-and-the-planner): what one rank of each pipeline stage
 // holds, from the model config and the layout alone. Pure arithmetic, shared by `lattice plan` and
 // the Studio. Also the step-time model and the layout search built on it
-// (docs/design-notes.md#planner-step-time-and-layout-search). Non-goals: workspace and
-// communication buffers other than MoE's dispatch buffers and a vision tower's scratch,
-// allocator overheads (the trainer measures those).
+// (docs/design-notes.md#planner-step-time-and-layout-search). Every buffer the engine takes in
+// its memory categories is counted, workspace and communication buffers included. Non-goals:
+// the allocator's overheads, the libraries' own memory (BLAS, MPI, NCCL, cuBLAS, the CUDA
+// context) and transient buffers freed before the step ends (the trainer measures the process).
 #pragma once
 
 #include <cstddef>
@@ -107,9 +108,29 @@ struct StageEstimate {
   size_t vision_activation_bytes_per_micro_batch = 0;
   size_t vision_workspace_bytes = 0;  // VisionEstimate::workspace_bytes, once
 
+  // The rest of the rank's scratch (kWorkspace; Note [workspace in the plan] in
+  // plan/memory_estimate.cpp): each model chunk's buffers for the backward's gradients, the
+  // attention's workspace (the CPU's per thread: planned_cpu_threads), selective
+  // recomputation's one saved tensor, the vocabulary-parallel cross-entropy's rows, LoRA's
+  // adapter rows, the context ring's scratch; the trainer's token losses and the optimizer's
+  // norm.
+  size_t workspace_bytes = 0;
+  // Communication buffers (kCommBuffers): the pipeline's gradient rows for every micro-batch a
+  // chunk's pool holds, the context ring's travelling keys and values and their gradients, and
+  // on the CPU the distributed optimizer's reduce-scatter shards (CUDA reduces in place). The
+  // shards differ by a few elements from rank to rank: comm_buffer_bytes is the most loaded
+  // rank's, comm_buffer_bytes_by_rank every rank's as optimizer_bytes_by_rank (empty when all
+  // ranks hold comm_buffer_bytes).
+  size_t comm_buffer_bytes = 0;
+  std::vector<size_t> comm_buffer_bytes_by_rank;
+
+  // Every kWorkspace buffer: MoE's dispatch buffers, a tower's scratch and the rest.
+  size_t all_workspace_bytes() const {
+    return dispatch_bytes + vision_workspace_bytes + workspace_bytes;
+  }
   size_t total_bytes() const {
-    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes + dispatch_bytes +
-           vision_workspace_bytes;
+    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes +
+           all_workspace_bytes() + comm_buffer_bytes;
   }
 };
 
@@ -211,6 +232,11 @@ struct ParameterBytes {
 };
 ParameterBytes bytes_per_parameter(const std::string& precision);
 
+// The CPU kernels' threads per rank the planner sizes per-thread workspaces for: --threads,
+// else this process's (kernels::num_threads(): all its cores), which is what a run on this
+// machine with one rank takes; with several ranks the trainer passes its own count.
+int planned_cpu_threads(const TrainOptions& options);
+
 // A --global-batch-size of 0 is Megatron's default for the layout (with_default_global_batch).
 // Requires a valid layout for `options` (make_layout) and a known vocabulary
 // (options.model.vocab_size > 0: resolve a file tokenizer first).
@@ -224,10 +250,10 @@ double model_flops_per_iteration(const TrainOptions& options, const ParallelLayo
 // "flops_per_rank", "most_loaded_pp_rank", "stages": [{"pp_rank", "parameters",
 // "replicated_parameters", "weight_bytes", "grad_bytes", "optimizer_bytes",
 // "activation_bytes_per_micro_batch", "micro_batches_in_flight", "activation_bytes",
-// "total_bytes", "optimizer_bytes_by_rank" where the distributed optimizer's ranks differ, and
-// with MoE layers "moe": {"expert_parameters", "router_parameters",
-// "expert_rows", "expert_rows_expected", "activation_bytes_per_micro_batch",
-// "dispatch_bytes"}, with a vision tower on its stage "vision": {"parameters",
+// "workspace_bytes" (all_workspace_bytes), "comm_buffer_bytes", "total_bytes",
+// "optimizer_bytes_by_rank" and "comm_buffer_bytes_by_rank" where the ranks differ, and with MoE
+// layers "moe": {"expert_parameters", "router_parameters", "expert_rows",
+// "expert_rows_expected", "activation_bytes_per_micro_batch", "dispatch_bytes"}, with a vision tower on its stage "vision": {"parameters",
 // "activation_bytes_per_micro_batch", "workspace_bytes"}}], and with a tower "vision":
 // {"parameters", "layers_run", "images_per_micro_batch", "images_per_rank",
 // "activation_bytes_per_micro_batch",
@@ -287,8 +313,8 @@ struct ClusterSpec {
   int nodes = 1, devices_per_node = 1;
   DeviceSpec device;
   double compute_efficiency = 0.5;  // achieved / peak on the model's GEMMs
-  // Share of device memory kept free for the framework's workspace, communication buffers and
-  // allocator slack: a layout fits when its most loaded rank needs at most
+  // Share of device memory kept free for what the estimate leaves out (the libraries' own
+  // memory: the CUDA context, cuBLAS, NCCL, MPI, BLAS; allocator slack): a layout fits when its most loaded rank needs at most
   // (1 - memory_headroom) * device.memory_bytes.
   double memory_headroom = 0.05;
   double usable_memory_bytes() const { return (1 - memory_headroom) * device.memory_bytes; }

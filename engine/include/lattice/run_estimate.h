@@ -34,9 +34,10 @@ struct RecordedRunPlan {
 // the configuration no longer gives for the recorded world size.
 Result<RecordedRunPlan> plan_recorded_run(const std::string& config_json, int world_size);
 
-// The categories both the planner and the engine count, in the run store's order.
-inline constexpr int kPlannedCategories = 4;
-// "weights", "grads", "optimizer state", "activations"
+// The categories both the planner and the engine count, in the run store's order (its
+// workspace is the engine's workspace and communication buffers together).
+inline constexpr int kPlannedCategories = 5;
+// "weights", "grads", "optimizer state", "activations", "workspace and buffers"
 const char* planned_category_name(int category);
 
 // One rank's memory sample (the run store's memory_samples row), bytes per category above.

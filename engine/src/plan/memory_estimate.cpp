@@ -5,13 +5,14 @@
 // the CPU or CUDA, for GPT-2 and the Llama family (query groups, SwiGLU, RMSNorm, RoPE, an
 // untied head, no biases; issue 23) and MoE layers on the expert grid (ETP x EP x EDP; issue 25).
 // Megatron's published formula (Korthikanti et al. 2022) is the comparison in test_planner, not the
-// estimate. Non-goals: measured figures (the trainer's
-// --log-memory), workspace (but MoE's dispatch buffers and a vision tower's scratch).
+// estimate. Workspace and communication buffers too (Note [workspace in the plan]). Non-goals:
+// measured figures (the trainer's --log-memory).
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "lattice/kernels.h"
 #include "lattice/plan.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
@@ -335,6 +336,66 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
   return c;
 }
 
+// Note [workspace in the plan]: besides what a micro-batch keeps (chunk_activations), each model
+// chunk takes scratch once (GptModel::allocate, kWorkspace) and, per micro-batch its pool holds,
+// the pipeline's gradient rows (take_activations, kCommBuffers); with context parallelism its
+// ring takes its own (RingAttention's constructor and workspace()). Counted here from the same
+// shapes as the engine takes them, so that `lattice plan` and the trainer's --log-memory agree to
+// the byte (test_parallel_memory); MoE's dispatch buffers and a tower's scratch are counted by
+// their own estimates. On one rank of stage p, once: the trainer's token losses (N x M in G)
+// and its found-inf flag (4 bytes), each chunk's optimizer's norm (8 bytes); on the CPU the
+// distributed optimizer's reduce-scatter shards (GradReducer, G), each rank's own
+// (shard_states). The CPU's attention workspace is per thread: 2 T^2 elements a thread
+// (kernels::attention_workspace_elems), the ring's (2 T^2 + T (HS + 1)) with T its local rows.
+struct ChunkScratch {
+  double workspace = 0;
+  double comm = 0;  // but the distributed optimizer's shards, per rank
+};
+
+ChunkScratch chunk_scratch(const TrainOptions& o, const ParallelLayout& layout,
+                           const ModelShard& shard, int pool, bool frozen) {
+  const int t = layout.tp;
+  const ChunkShape d = chunk_shape(o, t);
+  const ElementBytes e = element_bytes(compute_precision(o));
+  const ParallelOptions& par = o.parallel;
+  const ModelConfig& m = o.model;
+  const bool cuda = o.device == "cuda";
+  const double threads = planned_cpu_threads(o);
+  const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
+                                                 par.recompute_num_layers, shard.num_layers(m));
+  ChunkScratch s;
+  double& ws = s.workspace;
+  // Selective recomputation's one saved tensor, where the device saves scores (as
+  // chunk_activations drops them).
+  if (plan.selective && !cuda && par.context_parallel_size <= 1) ws += e.g * attention_saved(o, d);
+  if (shard.post && t > 1) ws += d.N * (2 * e.g + sizeof(double));  // row max, target, sum exp
+  if (!shard.post) ws += 2 * d.N * e.g;  // the discarded norm's statistics
+  // proj_out, fc2_out, d_res, d_c (R, C); d_f (N, F/t), d_qkv (N, W/t), d_atty (N, C/t); with
+  // sequence parallelism the gathered and full rows (N, C); SwiGLU's d_up (N, 2 F/t).
+  ws += e.a * (4 * d.R * d.C + d.N * (d.Ft + d.Wt + d.Ct));
+  if (shard.sequence_parallel) ws += e.a * 2 * d.N * d.C;
+  if (m.swiglu) ws += e.a * 2 * d.N * d.Ft;
+  ws += e.g * (cuda ? d.B * d.Ht * d.T : threads * 2 * d.T * d.T);  // the attention's
+  if (m.lora()) {  // the adapters' input, its gradient, hidden rows and output (Note [LoRA])
+    const double K = std::max(d.C, d.Ft), O = std::max({d.Wt, d.Ut, d.C});
+    const double Nr = d.N * m.lora_rank;
+    ws += e.a * (2 * d.N * K + 2 * Nr + d.N * O) + (e.a != e.g ? e.g * Nr : 0);
+  }
+  if (frozen) ws += 2 * d.C * e.g;  // a frozen norm's discarded gradients
+  // The pipeline's gradient rows (R, C): sent to the previous stage, received from the next.
+  s.comm += pool * e.a * d.R * d.C * ((shard.pre ? 0 : 1) + (shard.post ? 0 : 1));
+  if (layout.cp > 1) {  // the ring (RingAttention): T here is the rank's T / CP rows
+    const double HS = d.C / m.num_attention_heads;
+    const double Gt = (d.Wt / HS - d.Ht) / 2;  // query groups on this TP rank
+    const double kv = d.B * d.T * 2 * Gt * HS, rows = d.B * d.T;
+    ws += sizeof(int32_t) * d.Tk + e.g * d.B * d.Ht * d.T;  // positions, delta
+    if (e.a != e.g) ws += e.g * rows * (2 * d.Ht + 2 * Gt) * HS;  // fp32 accumulators
+    ws += e.g * (cuda ? 1 : threads * (2 * d.T * d.T + d.T * (HS + 1)));
+    s.comm += 2 * (e.a + e.g) * kv + e.g * kv;
+  }
+  return s;
+}
+
 // Note [FLOPs with frozen weights]: the planner's model FLOPs are Megatron's count
 // (flops_per_iteration: every GEMM's forward, causal attention counted half, a backward of twice
 // the forward) for what the engine computes. A frozen matrix (--freeze-LM: every matrix of the
@@ -385,6 +446,9 @@ double in_flight(const ParallelLayout& layout, int p, int64_t micro_batches) {
 struct ShardStates {
   std::vector<size_t> dense;    // (DP x CP) by data-context rank: elements in dense buckets
   std::vector<size_t> experts;  // (EDP) by expert-data rank: elements in expert buckets
+  // The same ranks' shards of the buckets holding a trained tensor, whole, where the bucket's
+  // group has several ranks: the CPU reducer's receive buffers (Note [workspace in the plan]).
+  std::vector<size_t> dense_buffers, expert_buffers;
 };
 
 // Trained elements of `layout` below arena offset x, from the tensors' offsets (sorted) and the
@@ -409,7 +473,8 @@ ParamLayout chunk_layout(const TrainOptions& o, const ParallelLayout& layout, in
 
 ShardStates shard_states(const TrainOptions& o, const ParallelLayout& layout, int p) {
   const int shards = layout.dp * layout.cp, edp = std::max(layout.edp, 1);
-  ShardStates s{std::vector<size_t>(shards), std::vector<size_t>(edp)};
+  ShardStates s{std::vector<size_t>(shards), std::vector<size_t>(edp), std::vector<size_t>(shards),
+                std::vector<size_t>(edp)};
   const size_t bucket_elems = ddp_bucket_elems(o.parallel, shards);
   for (int c = 0; c < layout.vpp; c++) {
     const ParamLayout chunk = chunk_layout(o, layout, p, c);
@@ -420,11 +485,15 @@ ShardStates shard_states(const TrainOptions& o, const ParallelLayout& layout, in
     for (const BucketSpan& b : split_buckets(chunk, bucket_elems)) {
       const bool expert = t[b.first_tensor].expert_parallel;
       std::vector<size_t>& out = expert ? s.experts : s.dense;
+      std::vector<size_t>& buffers = expert ? s.expert_buffers : s.dense_buffers;
+      bool trained = false;
+      for (int i = b.first_tensor; i < b.last_tensor; i++) trained = trained || !t[i].frozen;
       size_t begin = b.begin;
       const std::vector<size_t> counts = shard_counts(b.end - b.begin, expert ? edp : shards);
       for (size_t r = 0; r < counts.size(); r++) {
         out[r] +=
             trained_below(chunk, prefix, begin + counts[r]) - trained_below(chunk, prefix, begin);
+        if (trained && counts.size() > 1) buffers[r] += counts[r];
         begin += counts[r];
       }
     }
@@ -451,6 +520,10 @@ std::pair<size_t, size_t> reduced_elements(const TrainOptions& o, const Parallel
 }
 
 }  // namespace
+
+int planned_cpu_threads(const TrainOptions& o) {
+  return o.threads > 0 ? o.threads : kernels::num_threads();
+}
 
 std::string training_precision(const TrainOptions& o) {
   return o.bf16 ? "bf16" : o.fp16 ? "fp16" : o.fp64 ? "fp64" : "fp32";
@@ -557,6 +630,12 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     // count (slower: it cuts the layout, so the layout search of a text model, which plans full
     // training, keeps the even split).
     const bool frozen = trained < params;
+    // The CPU's reducer takes a receive buffer for each rank's shards (Note [workspace in the
+    // plan]), which differ by rank: every rank's count then, as with frozen tensors.
+    const bool shard_buffers = distributed && o.device != "cuda";
+    const ShardStates states =
+        distributed && (frozen || shard_buffers) ? shard_states(o, layout, p) : ShardStates{};
+    const int per_stage = layout.tp * layout.cp * layout.dp;
     if (!distributed) {
       st.optimizer_bytes = trained * moments;
     } else if (!frozen) {
@@ -567,8 +646,6 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     } else {
       // Note [distributed optimizer in the plan]: each rank's moments, the most loaded's in
       // optimizer_bytes. The stage's ranks are world ranks [p S, (p + 1) S), S = TP CP DP.
-      const ShardStates states = shard_states(o, layout, p);
-      const int per_stage = layout.tp * layout.cp * layout.dp;
       st.optimizer_bytes_by_rank.resize(per_stage);
       size_t most = 0;
       for (int i = 0; i < per_stage; i++) {
@@ -606,6 +683,37 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
       moe += chunk.moe_per_micro_batch;
       peak += peaks[c] * chunk.per_micro_batch + chunk.once;
       dispatch += chunk.dispatch;
+    }
+    // Note [workspace in the plan]: the trainer's token losses and found-inf flag, each
+    // chunk's optimizer norm, its scratch and its communication buffers.
+    const ElementBytes e = element_bytes(precision);
+    double workspace = e.g * static_cast<double>(est.micro_batches) *
+                           (static_cast<double>(o.micro_batch_size) * m.seq_length / layout.cp) +
+                       sizeof(float) + layout.vpp * sizeof(double);
+    double comm = 0;
+    for (int c = 0; c < layout.vpp; c++) {
+      const bool frozen_chunk = m.freezes_any() && chunk_layout(o, layout, p, c).has_frozen();
+      const ChunkScratch chunk = chunk_scratch(
+          o, layout, shard_of(layout, {0, 0, p}, c, o.parallel.sequence_parallel), peaks[c],
+          frozen_chunk);
+      workspace += chunk.workspace;
+      comm += chunk.comm;
+    }
+    st.workspace_bytes = static_cast<size_t>(std::llround(workspace));
+    st.comm_buffer_bytes = static_cast<size_t>(std::llround(comm));
+    if (shard_buffers) {
+      st.comm_buffer_bytes_by_rank.resize(per_stage);
+      for (int i = 0; i < per_stage; i++) {
+        const int rank = p * per_stage + i;
+        const ParallelLayout::Coord c = layout.coord(rank);
+        const size_t elements =
+            states.dense_buffers[c.cp + layout.cp * c.dp] +
+            (layout.expert_grid() ? states.expert_buffers[layout.expert_coord(rank).edp] : 0);
+        st.comm_buffer_bytes_by_rank[i] =
+            st.comm_buffer_bytes + elements * static_cast<size_t>(e.g);
+      }
+      st.comm_buffer_bytes = *std::max_element(st.comm_buffer_bytes_by_rank.begin(),
+                                               st.comm_buffer_bytes_by_rank.end());
     }
     if (layout.is_first_stage(p)) {  // the tower runs in the first chunk, the pre one
       // Note [vision tower in the plan]: its buffers once, the images' inputs per micro-batch.
@@ -651,10 +759,15 @@ std::string plan_json(const ParallelLayout& layout, const MemoryEstimate& est, i
                       {"activation_bytes_per_micro_batch", st.activation_bytes_per_micro_batch},
                       {"micro_batches_in_flight", st.micro_batches_in_flight},
                       {"activation_bytes", st.activation_bytes},
+                      {"workspace_bytes", st.all_workspace_bytes()},
+                      {"comm_buffer_bytes", st.comm_buffer_bytes},
                       {"total_bytes", st.total_bytes()}});
-  for (size_t i = 0; i < est.stages.size(); i++)  // the distributed optimizer's unequal ranks
+  for (size_t i = 0; i < est.stages.size(); i++) {  // the distributed optimizer's unequal ranks
     if (!est.stages[i].optimizer_bytes_by_rank.empty())
       stages[i]["optimizer_bytes_by_rank"] = est.stages[i].optimizer_bytes_by_rank;
+    if (!est.stages[i].comm_buffer_bytes_by_rank.empty())
+      stages[i]["comm_buffer_bytes_by_rank"] = est.stages[i].comm_buffer_bytes_by_rank;
+  }
   for (size_t i = 0; i < est.stages.size(); i++) {
     const StageEstimate& st = est.stages[i];
     if (st.expert_parameters == 0) continue;

@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "lattice/tokenizer.h"
 
@@ -59,13 +60,18 @@ Result<RecordedRunPlan> plan_recorded_run(const std::string& config_json, int wo
                                     std::to_string(world_size) +
                                     " ranks: " + layout.status().message());
   plan.layout = *layout;
+  // A run that chose no --threads took its machine's cores shared among its ranks (the
+  // trainer's threads_per_rank, taking every rank to be on this machine): the CPU attention's
+  // workspace is per thread.
+  if (o.threads <= 0)
+    o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world_size);
   plan.memory = estimate_memory(o, plan.layout);
   return plan;
 }
 
 const char* planned_category_name(int category) {
-  static const char* const names[kPlannedCategories] = {"weights", "grads", "optimizer state",
-                                                        "activations"};
+  static const char* const names[kPlannedCategories] = {
+      "weights", "grads", "optimizer state", "activations", "workspace and buffers"};
   return category >= 0 && category < kPlannedCategories ? names[category] : "";
 }
 
@@ -88,8 +94,12 @@ std::vector<RankMemoryCheck> check_memory(const RecordedRunPlan& plan,
     c.pp = plan.layout.coord(m.rank).pp;
     c.step = m.step;
     const StageEstimate& s = plan.memory.stages.at(static_cast<size_t>(c.pp));
+    const int per_stage = plan.layout.world / plan.layout.pp;
+    const size_t comm = s.comm_buffer_bytes_by_rank.empty()
+                            ? s.comm_buffer_bytes
+                            : s.comm_buffer_bytes_by_rank.at(static_cast<size_t>(m.rank % per_stage));
     const size_t planned[kPlannedCategories] = {s.weight_bytes, s.grad_bytes, s.optimizer_bytes,
-                                                s.activation_bytes};
+                                                s.activation_bytes, s.all_workspace_bytes() + comm};
     for (int k = 0; k < kPlannedCategories; k++)
       c.categories[k] = {static_cast<double>(planned[k]), static_cast<double>(m.bytes[k])};
     out.push_back(c);

@@ -2,8 +2,8 @@
 // it trains, the activation buffers VisionEncoder keeps and the images' input buffers, and its
 // FLOPs per image, counted from the same shapes as model/vision_encoder.cpp (test_planner_vision
 // checks them against a VisionEncoder on the CPU device, test_parallel_memory against training).
-// Its scratch (kWorkspace) too, the one workspace the planner counts besides MoE's dispatch
-// buffers. Non-goal: pipeline parallelism of the tower (it sits whole on the first stage).
+// Its scratch (kWorkspace) too, beside MoE's dispatch buffers and the language model's own
+// (Note [workspace in the plan] in memory_estimate.cpp). Non-goal: pipeline parallelism of the tower (it sits whole on the first stage).
 //
 // Note [vision tower in the plan]: the training wiring puts the tower on the first pipeline
 // stage (the pre chunk), split over TP (Note [tower tensor parallelism] in
@@ -205,7 +205,7 @@ VisionEstimate estimate_vision(const TrainOptions& o) {
   // gradient (CP B' Np, H) in A, B' = images_per_rank, and under CP the gathered patches as much.
   const bool cuda = o.device == "cuda";
   e.encoder_workspace_bytes = static_cast<size_t>(encoder_workspace_bytes(
-      s, B, bytes, cuda, o.threads > 0 ? o.threads : kernels::num_threads()));
+      s, B, bytes, cuda, planned_cpu_threads(o)));
   const double patches = bytes.a * cp * B * s.Np * s.H;
   e.workspace_bytes = e.encoder_workspace_bytes + static_cast<size_t>(patches * (cp > 1 ? 2 : 1));
   // The all-gather of the patches forward and the reduce-scatter of their gradient backward.

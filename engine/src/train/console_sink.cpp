@@ -165,8 +165,9 @@ void ConsoleSink::on_end(const TrainSummary& s) {
   out_ << "\n"
        << "> memory (MiB): weights " << format("%.1f", mib(m.weights)) << " | grads "
        << format("%.1f", mib(m.grads)) << " | optimizer state " << format("%.1f", mib(m.optimizer))
-       << " | activations " << format("%.1f", mib(m.activations)) << " | workspace "
-       << format("%.1f", mib(m.workspace)) << " | accounted " << format("%.1f", mib(m.accounted()))
+       << " | activations " << format("%.1f", mib(m.activations)) << " | comm buffers "
+       << format("%.1f", mib(m.comm_buffers)) << " | workspace " << format("%.1f", mib(m.workspace))
+       << " | accounted " << format("%.1f", mib(m.accounted()))
        << (device_run_ ? " | peak reserved " : " | peak RSS ") << format("%.1f", mib(m.peak_rss))
        << "\n";
   if (print_profile_) print_profile(s);

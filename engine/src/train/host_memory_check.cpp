@@ -9,9 +9,11 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "core/host_memory.h"
+#include "lattice/kernels.h"
 #include "lattice/plan.h"
 
 namespace lattice {
@@ -78,11 +80,12 @@ double host_id() {
   return static_cast<double>(h & ((uint64_t{1} << 52) - 1));
 }
 
-std::string host_memory_refusal(int ranks, double need, const double largest[4], double available,
+std::string host_memory_refusal(int ranks, double need, const double largest[5], double available,
                                 const std::string& source, bool one_machine) {
   const std::string breakdown =
       "weights " + binary_size(largest[0]) + ", grads " + binary_size(largest[1]) +
-      ", optimizer state " + binary_size(largest[2]) + ", activations " + binary_size(largest[3]);
+      ", optimizer state " + binary_size(largest[2]) + ", activations " + binary_size(largest[3]) +
+      ", workspace and buffers " + binary_size(largest[4]);
   const std::string who =
       ranks == 1 ? "this run needs an estimated " + binary_size(need) + " of memory (" + breakdown
                  : "the " + std::to_string(ranks) + " ranks on one machine need an estimated " +
@@ -94,18 +97,33 @@ std::string host_memory_refusal(int ranks, double need, const double largest[4],
          "--skip-memory-check to try anyway";
 }
 
+int threads_per_rank(const TrainOptions& o, const Comm& world) {
+  if (o.threads > 0) return o.threads;
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  kernels::set_num_threads(0);  // all the cores this process may run on (its affinity)
+  const int allowed = kernels::num_threads();
+  return std::max(1, std::min(allowed, machine / std::max(1, world.node_local_size())));
+}
+
 Status check_host_memory(const TrainOptions& options, const ParallelLayout& layout, Comm& world) {
-  const MemoryEstimate estimate = estimate_memory(options, layout);
+  TrainOptions sized = options;  // the per-thread workspaces for the threads the rank will take
+  sized.threads = threads_per_rank(options, world);
+  const MemoryEstimate estimate = estimate_memory(sized, layout);
   const StageEstimate& mine = estimate.stages[layout.coord(world.rank()).pp];
+  const size_t per_stage = static_cast<size_t>(layout.world / layout.pp);
+  const size_t comm = mine.comm_buffer_bytes_by_rank.empty()
+                          ? mine.comm_buffer_bytes
+                          : mine.comm_buffer_bytes_by_rank[world.rank() % per_stage];
   const HostMemory host = available_host_memory();
-  // Per rank: machine, the four categories, available bytes (-1 unknown), source (0 meminfo,
+  // Per rank: machine, the five categories, available bytes (-1 unknown), source (0 meminfo,
   // 1 cgroup).
-  constexpr size_t kFields = 7;
+  constexpr size_t kFields = 8;
   const double sent[kFields] = {host_id(),
                                 static_cast<double>(mine.weight_bytes),
                                 static_cast<double>(mine.grad_bytes),
                                 static_cast<double>(mine.optimizer_bytes),
                                 static_cast<double>(mine.activation_bytes),
+                                static_cast<double>(mine.all_workspace_bytes() + comm),
                                 host.known ? host.bytes : -1.0,
                                 host.source.rfind("MemAvailable", 0) == 0 ? 0.0 : 1.0};
   std::vector<double> all(kFields * world.size());
@@ -118,22 +136,22 @@ Status check_host_memory(const TrainOptions& options, const ParallelLayout& layo
   struct Machine {
     int ranks = 0;
     double need = 0, available = -1, source = 0;
-    double largest[4] = {0, 0, 0, 0}, largest_total = -1;
+    double largest[5] = {0, 0, 0, 0, 0}, largest_total = -1;
   };
   std::map<double, Machine> machines;
   for (int r = 0; r < world.size(); r++) {
     const double* x = all.data() + kFields * r;
     Machine& m = machines[x[0]];
-    const double total = x[1] + x[2] + x[3] + x[4];
+    const double total = x[1] + x[2] + x[3] + x[4] + x[5];
     m.ranks++;
     m.need += total;
     if (total > m.largest_total) {
       m.largest_total = total;
-      std::copy(x + 1, x + 5, m.largest);
+      std::copy(x + 1, x + 6, m.largest);
     }
-    if (x[5] >= 0 && (m.available < 0 || x[5] < m.available)) {
-      m.available = x[5];
-      m.source = x[6];
+    if (x[6] >= 0 && (m.available < 0 || x[6] < m.available)) {
+      m.available = x[6];
+      m.source = x[7];
     }
   }
   for (const auto& [id, m] : machines) {

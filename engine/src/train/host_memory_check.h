@@ -3,7 +3,7 @@
 // (lattice/plan.h), summed over the ranks that share a machine,
 // against what that machine can give now. A run that cannot fit is refused before anything is
 // allocated, instead of swapping or meeting the kernel's OOM killer halfway through. Non-goals:
-// the estimate's own non-goals (workspace, communication buffers), and GPU memory.
+// the estimate's own non-goals (the libraries' and the allocator's memory), and GPU memory.
 #pragma once
 
 #include <string>
@@ -29,15 +29,20 @@ HostMemory available_host_memory();
 // (docs/design-notes.md#pipeline-timeline).
 double host_id();
 
+// The CPU kernels' threads one rank of the job on `world` takes: --threads, else this process's
+// cores shared among the ranks on its node.
+int threads_per_rank(const TrainOptions& options, const Comm& world);
+
 // Collective over `world` (every rank calls it). Requires a valid layout for `options` and a
 // known vocabulary. Refuses, in one sentence naming both figures, when the ranks on some
 // machine need more than it has available; ok otherwise, or when the memory is unknown.
 Status check_host_memory(const TrainOptions& options, const ParallelLayout& layout, Comm& world);
 
 // The sentence for `ranks` ranks on one machine needing `need` bytes in all (the largest of them
-// `largest`: weights, grads, optimizer state, activations) against `available` from `source`;
+// `largest`: weights, grads, optimizer state, activations, workspace and communication
+// buffers) against `available` from `source`;
 // one_machine: the job has no other machine ("this machine", else "that machine").
-std::string host_memory_refusal(int ranks, double need, const double largest[4], double available,
+std::string host_memory_refusal(int ranks, double need, const double largest[5], double available,
                                 const std::string& source, bool one_machine);
 
 }  // namespace lattice

@@ -43,6 +43,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "train/data_feed.h"
+#include "train/host_memory_check.h"
 #include "train/rank_reports.h"
 #include "train/task_eval.h"
 #include "train/trainer.h"
@@ -122,15 +123,6 @@ std::string describe(const TrainOptions& o, const ParallelLayout& layout, const 
     s << o.parallel.recompute_granularity << " recomputation, ";
   s << device.describe() << ", " << precision_name<T>(o);
   return s.str();
-}
-
-// Threads per rank: --threads, else this process's cores shared among the ranks on its node.
-int threads_per_rank(const TrainOptions& o, const Comm& world) {
-  if (o.threads > 0) return o.threads;
-  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  kernels::set_num_threads(0);  // all the cores this process may run on (its affinity)
-  const int allowed = kernels::num_threads();
-  return std::max(1, std::min(allowed, machine / std::max(1, world.node_local_size())));
 }
 
 template <typename T>
