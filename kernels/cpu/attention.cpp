@@ -2,8 +2,11 @@
 // their group's key and value, read in place), GEMMs through BLAS. Forward: one (batch, query
 // head) pair per task; backward: one (batch, group) pair per task, whose query heads add their
 // key and value gradients in turn, so no two threads write the same gradient.
-// Rows are processed in blocks of kRowBlock so that the upper (masked) triangle is mostly
-// skipped: block [i0, i1) only multiplies against keys/values [0, i1).
+// Rows are processed in blocks of kAttentionRowBlock so that the upper (masked) triangle is
+// mostly skipped: block [i0, i1) only multiplies against keys/values [0, i1). The backward runs
+// a head block by block, last block first, so that a thread's workspace holds two blocks of
+// rows (2 x 64 x T), not two whole T x T matrices: the last block's dK and dV products cover
+// every key row and write them, the earlier ones add to rows [0, i1).
 // Packed documents (positions non-null): each row's softmax runs over its own document's keys
 // only, [i - positions[i], i], the rest of the row zero, so the backward needs no change (it
 // reads the mask off probs). The GEMMs still cover the whole lower triangle.
@@ -25,7 +28,7 @@
 LATTICE_ISA_BEGIN
 
 namespace {
-constexpr int kRowBlock = 64;
+constexpr int kRowBlock = kAttentionRowBlock;
 
 // The grouped layout's columns (kernels.h): KV groups of Q query heads, a key and a value.
 struct GroupedHeads {
@@ -57,18 +60,19 @@ void softmax_row(T* row, int n) {
   }
 }
 
-// Pd = dropout(P) into `dst` (T, T) for one head, zero above the diagonal; the element index
-// that keys the mask is the element's global index in probs.
+// Rows [i0, i1) of Pd = dropout(P) into `dst` (i1 - i0, T) for one head, zero above the
+// diagonal; the element index that keys the mask is the element's global index in probs.
 template <typename T>
-void apply_dropout(T* dst, const T* P, int T_, size_t base, float p, uint64_t key) {
+void apply_dropout(T* dst, const T* P, int T_, int i0, int i1, size_t base, float p,
+                   uint64_t key) {
   const uint32_t threshold = dropout_threshold(p);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
-  for (int i = 0; i < T_; i++) {
+  for (int i = i0; i < i1; i++) {
     // Row pointers and a size_t index: with int indices into the (T, T) block GCC left this
     // loop scalar (three 64-bit multiplies per element in the hash).
     const size_t row = base + static_cast<size_t>(i) * T_, n = static_cast<size_t>(i) + 1;
     const T* prow = P + static_cast<size_t>(i) * T_;
-    T* drow = dst + static_cast<size_t>(i) * T_;
+    T* drow = dst + static_cast<size_t>(i - i0) * T_;
 #pragma omp simd
     for (size_t j = 0; j < n; j++)
       drow[j] = dropout_keep(key, row + j, threshold) ? prow[j] * keep_scale : T(0);
@@ -107,18 +111,17 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
       softmax_row(row + first, i + 1 - first);
       std::fill(row + i + 1, row + T_, T(0));
     }
-    const T* Pd = P;
-    if (dropout_p > 0.0f) {
-      T* tmp =
-          workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
-      const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
-      apply_dropout(tmp, P, T_, mask_base, dropout_p, dropout_key);
-      Pd = tmp;
-    }
+    T* tmp = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
+    const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
     for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
       const int i1 = std::min(T_, i0 + kRowBlock);
-      cpu::gemm(false, false, i1 - i0, HS, i1, T(1), Pd + static_cast<size_t>(i0) * T_, T_, v, ld,
-                T(0), o + static_cast<size_t>(i0) * C, C);
+      const T* Pd = P + static_cast<size_t>(i0) * T_;
+      if (dropout_p > 0.0f) {  // the block's rows of dropout(P)
+        apply_dropout(tmp, P, T_, i0, i1, mask_base, dropout_p, dropout_key);
+        Pd = tmp;
+      }
+      cpu::gemm(false, false, i1 - i0, HS, i1, T(1), Pd, T_, v, ld, T(0),
+                o + static_cast<size_t>(i0) * C, C);
     }
   }
 }
@@ -143,56 +146,58 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
     T* dk = drow0 + layout.key(g);
     T* dv = dk + HS;
     T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
-    T* dP = ws;                                 // (T, T)
-    T* Pd = ws + static_cast<size_t>(T_) * T_;  // (T, T), dropout(P)
+    const size_t rows = static_cast<size_t>(std::min(T_, kRowBlock));
+    T* dP = ws;              // (rows, T): the block's dPd, then dS
+    T* Pd = ws + rows * T_;  // (rows, T): the block's dropout(P)
     for (int h = g * layout.Q; h < (g + 1) * layout.Q; h++) {
-      // The group's first query head writes dk and dv, the others add to them.
-      const T beta = h == g * layout.Q ? T(0) : T(1);
       const size_t base = (static_cast<size_t>(b) * NH + h) * T_ * T_;
       const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
       const T* q = row0 + layout.query(h);
       T* dq = drow0 + layout.query(h);
       const T* P = probs + base;
       const T* dO = dout + static_cast<size_t>(b) * T_ * C + h * HS;
-      const T* Pused = P;
-      if (dropout_p > 0.0f) {
-        apply_dropout(Pd, P, T_, mask_base, dropout_p, dropout_key);
-        Pused = Pd;
-      }
-      // dV = Pd^T dO: all T rows of dV, contributions only from rows i >= j (Pd is lower).
-      cpu::gemm(true, false, T_, HS, T_, T(1), Pused, T_, dO, C, beta, dv, ld);
-      // dPd = dO V^T, lower triangle by row blocks.
-      for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
-        const int i1 = std::min(T_, i0 + kRowBlock);
-        cpu::gemm(false, true, i1 - i0, i1, HS, T(1), dO + static_cast<size_t>(i0) * C, C, v, ld,
-                  T(0), dP + static_cast<size_t>(i0) * T_, T_);
-      }
-      // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p). The mask is read
-      // off Pd (zero where dropped) instead of hashing every element again: where P is zero Pd
-      // is too and the element is taken as dropped, which changes nothing, since dS is P times
-      // a finite factor there and P's zero adds nothing to the row's dot product.
-      for (int i = 0; i < T_; i++) {
-        const T* prow = P + static_cast<size_t>(i) * T_;
-        T* drow = dP + static_cast<size_t>(i) * T_;
+      const int last = (T_ - 1) / kRowBlock * kRowBlock;
+      for (int i0 = last; i0 >= 0; i0 -= kRowBlock) {
+        const int i1 = std::min(T_, i0 + kRowBlock), n = i1 - i0;
+        // The group's first query head writes dk and dv with the last block, whose products
+        // cover every key row [0, T); everything after adds to them.
+        const T beta = h == g * layout.Q && i0 == last ? T(0) : T(1);
+        const T* Pblock = P + static_cast<size_t>(i0) * T_;
+        const T* Pused = Pblock;
         if (dropout_p > 0.0f) {
-          const T* pdrow = Pd + static_cast<size_t>(i) * T_;
-#pragma omp simd
-          for (int j = 0; j <= i; j++) drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
+          apply_dropout(Pd, P, T_, i0, i1, mask_base, dropout_p, dropout_key);
+          Pused = Pd;
         }
-        T dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int j = 0; j <= i; j++) dot += prow[j] * drow[j];
+        const T* dOblock = dO + static_cast<size_t>(i0) * C;
+        // dV[0, i1) (+)= Pd[i0:i1]^T dO[i0:i1] (Pd's block is zero right of the diagonal).
+        cpu::gemm(true, false, i1, HS, n, T(1), Pused, T_, dOblock, C, beta, dv, ld);
+        // dPd = dO V^T over keys [0, i1).
+        cpu::gemm(false, true, n, i1, HS, T(1), dOblock, C, v, ld, T(0), dP, T_);
+        // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p). The mask is read
+        // off Pd (zero where dropped) instead of hashing every element again: where P is zero
+        // Pd is too and the element is taken as dropped, which changes nothing, since dS is P
+        // times a finite factor there and P's zero adds nothing to the row's dot product.
+        for (int i = i0; i < i1; i++) {
+          const T* prow = P + static_cast<size_t>(i) * T_;
+          T* drow = dP + static_cast<size_t>(i - i0) * T_;
+          if (dropout_p > 0.0f) {
+            const T* pdrow = Pd + static_cast<size_t>(i - i0) * T_;
 #pragma omp simd
-        for (int j = 0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
-        std::fill(drow + i + 1, drow + T_, T(0));
+            for (int j = 0; j <= i; j++) drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
+          }
+          T dot = 0;
+#pragma omp simd reduction(+ : dot)
+          for (int j = 0; j <= i; j++) dot += prow[j] * drow[j];
+#pragma omp simd
+          for (int j = 0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
+          std::fill(drow + i + 1, drow + T_, T(0));
+        }
+        // dQ[i0:i1] = dS K[0, i1); dK[0, i1) (+)= dS^T Q[i0:i1].
+        cpu::gemm(false, false, n, HS, i1, T(1), dP, T_, k, ld, T(0),
+                  dq + static_cast<size_t>(i0) * ld, ld);
+        cpu::gemm(true, false, i1, HS, n, T(1), dP, T_, q + static_cast<size_t>(i0) * ld, ld, beta,
+                  dk, ld);
       }
-      // dQ = dS K (rows i use keys [0, i]); dK (+)= dS^T Q.
-      for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
-        const int i1 = std::min(T_, i0 + kRowBlock);
-        cpu::gemm(false, false, i1 - i0, HS, i1, T(1), dP + static_cast<size_t>(i0) * T_, T_, k, ld,
-                  T(0), dq + static_cast<size_t>(i0) * ld, ld);
-      }
-      cpu::gemm(true, false, T_, HS, T_, T(1), dP, T_, q, ld, beta, dk, ld);
     }
   }
 }

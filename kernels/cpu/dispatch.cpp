@@ -1,6 +1,8 @@
 // The op list's entry points (lattice/kernels.h): each calls the same op in the namespace of the
 // instruction set the kernels run, cpu_isa() (Note [CPU dispatch], kernels/cpu/README.md). This
 // file is compiled once, for plain x86-64; the ops it calls were compiled once per ISA.
+#include <algorithm>
+
 #include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
@@ -33,7 +35,7 @@ int cpu_isa_vector_bytes() {
 }
 
 size_t attention_workspace_elems(int T) {
-  return 2 * static_cast<size_t>(T) * T;
+  return 2 * static_cast<size_t>(std::min(T, kAttentionRowBlock)) * T;
 }
 size_t attention_block_workspace_elems(int Tq, int Tk, int HS) {
   return 2 * static_cast<size_t>(Tq) * Tk + static_cast<size_t>(Tq) * (HS + 1);

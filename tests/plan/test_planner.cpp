@@ -147,8 +147,8 @@ class PlannerTest : public QObject {
   // Note [workspace in the plan] (plan/memory_estimate.cpp), by hand for the default model
   // (hidden 64, 4 heads, FFN 256, sequence 64, vocabulary 512) at micro-batch 2, one rank:
   // the backward's scratch in A (4 (N, C) rows, FC1's (N, F), QKV's (N, 3C), the attention
-  // output's (N, C)), the attention's workspace in G (2 s^2 a thread on the CPU, CUDA's (b, a,
-  // s)), the trainer's token losses (N M in G, 4 bytes of flag) and the optimizer's norm (8).
+  // output's (N, C)), the attention's workspace in G (2 min(s, 64) s a thread on the CPU,
+  // CUDA's (b, a, s)), the trainer's token losses (N M in G, 4 bytes of flag) and the optimizer's norm (8).
   // test_parallel_memory holds the engine to these figures on every rank of its layouts.
   void workspace_and_buffers_follow_the_engine() {
     auto stage = [](QStringList extra, int world = 1, int p = 0) {
@@ -165,6 +165,12 @@ class PlannerTest : public QObject {
     QCOMPARE(double(stage({"--bf16", "--threads", "1"}).workspace_bytes),
              workspace(2, 4, 2 * s * s));
     QCOMPARE(double(stage({"--device", "cuda"}).workspace_bytes), workspace(4, 4, b * a * s));
+    // Past 64 rows a thread's attention workspace is two blocks of 64 rows, not s x s: at s =
+    // 256, two more threads take 2 x (2 x 64 x 256) floats more.
+    const QStringList s256 = {"--seq-length", "256", "--max-position-embeddings", "256"};
+    QCOMPARE(double(stage(s256 + QStringList{"--threads", "3"}).workspace_bytes) -
+                 double(stage(s256 + QStringList{"--threads", "1"}).workspace_bytes),
+             4.0 * 2 * (2 * 64 * 256));
     QCOMPARE(stage({"--threads", "1"}).comm_buffer_bytes, size_t{0});
     // PP 2 (1F1B over 2 micro-batches): the first stage's pool of 2 micro-batches each sends
     // its output's gradient rows back (N, C), the last's pool of 1 receives them; the first

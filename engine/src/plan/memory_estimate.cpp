@@ -345,7 +345,7 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
 // their own estimates. On one rank of stage p, once: the trainer's token losses (N x M in G)
 // and its found-inf flag (4 bytes), each chunk's optimizer's norm (8 bytes); on the CPU the
 // distributed optimizer's reduce-scatter shards (GradReducer, G), each rank's own
-// (shard_states). The CPU's attention workspace is per thread: 2 T^2 elements a thread
+// (shard_states). The CPU's attention workspace is per thread: 2 min(T, 64) T elements a thread
 // (kernels::attention_workspace_elems), the ring's (2 T^2 + T (HS + 1)) with T its local rows.
 struct ChunkScratch {
   double workspace = 0;
@@ -375,7 +375,9 @@ ChunkScratch chunk_scratch(const TrainOptions& o, const ParallelLayout& layout,
   ws += e.a * (4 * d.R * d.C + d.N * (d.Ft + d.Wt + d.Ct));
   if (shard.sequence_parallel) ws += e.a * 2 * d.N * d.C;
   if (m.swiglu) ws += e.a * 2 * d.N * d.Ft;
-  ws += e.g * (cuda ? d.B * d.Ht * d.T : threads * 2 * d.T * d.T);  // the attention's
+  // The attention's: the CPU kernel's per thread (two blocks of rows of T x T probabilities).
+  const double cpu_attention = threads * kernels::attention_workspace_elems(static_cast<int>(d.T));
+  ws += e.g * (cuda ? d.B * d.Ht * d.T : cpu_attention);
   if (m.lora()) {  // the adapters' input, its gradient, hidden rows and output (Note [LoRA])
     const double K = std::max(d.C, d.Ft), O = std::max({d.Wt, d.Ut, d.C});
     const double Nr = d.N * m.lora_rank;

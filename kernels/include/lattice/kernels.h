@@ -154,12 +154,15 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key,
 // value (never copied per query head). KV = NH (kv_heads 0) is the per-head layout [q|k|v] of
 // GPT-2, Q = 1. C = NH * HS. out (B, T, C), query head h at columns h*HS.
 // probs (B, NH, T, T) keeps softmax(q k^T / sqrt(HS)) before dropout (masked part zero).
-// workspace: attention_workspace_elems(T) elements per thread (num_threads() of them).
+// workspace: attention_workspace_elems(T) elements per thread (num_threads() of them): two
+// blocks of kAttentionRowBlock rows of probabilities (the backward's score gradients and the
+// dropped-out probabilities), 2 min(T, kAttentionRowBlock) T, not the head's whole T x T.
 // Tensor-parallel ranks hold heads [head_offset, head_offset + NH) of total_heads (0: NH);
 // the dropout mask of probability (b, h, i, j) is keyed by its index among all heads.
 // positions (B, T), when non-null, packs several documents into one sequence: query i sees only
 // keys [i - positions[b, i], i] (its own document; Note [packed sequences], docs/models.md), the
 // rest of probs' row zero. Null: plain causal, keys [0, i].
+inline constexpr int kAttentionRowBlock = 64;
 size_t attention_workspace_elems(int T);
 template <typename S>
 void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,

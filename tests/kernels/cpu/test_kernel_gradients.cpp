@@ -272,6 +272,32 @@ class KernelGradients : public QObject {
     }
   }
 
+  // Past kAttentionRowBlock rows the backward runs a head block by block, last block first,
+  // adding each block's key and value gradients (a partial last block of 3 rows here), with
+  // two query heads sharing one key-value group so that the second head adds to the first's.
+  void attention_backward_over_row_blocks_matches_finite_differences() {
+    const int B = 1, T = 2 * k::kAttentionRowBlock + 3, C = 4, NH = 2, KV = 1;
+    const int W = (NH + 2 * KV) * (C / NH);
+    for (float p : {0.0f, 0.2f}) {
+      auto qkv = random_vector(B * T * W, 44);
+      const auto dout = random_vector(B * T * C, 45);
+      std::vector<double> out(B * T * C), probs(B * NH * T * T), dqkv(B * T * W);
+      std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+      QCOMPARE(k::attention_workspace_elems(T), size_t(2 * k::kAttentionRowBlock * T));
+      auto loss = [&] {
+        k::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH, p, 9, ws.data(), 0,
+                             NH, KV);
+        return dot(out, dout);
+      };
+      loss();
+      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, p, 9,
+                            ws.data(), 0, NH, KV);
+      const std::string err = check_gradient(
+          "attention qkv over row blocks (dropout " + std::to_string(p) + ")", qkv, dqkv, loss);
+      QVERIFY2(err.empty(), err.c_str());
+    }
+  }
+
   void attention_is_causal() {
     const int B = 1, T = 6, C = 4, NH = 1;
     auto qkv = random_vector(T * 3 * C, 43);
