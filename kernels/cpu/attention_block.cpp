@@ -1,7 +1,8 @@
 // Blockwise attention with a log-sum-exp merge (kernels.h's attention_block_forward / _backward):
 // the compute of ring attention (Note [ring attention], engine/src/parallel/ring_attention.cpp),
-// one block of queries against one ring step's keys and values at a time. Nothing of size T x T
-// outlives a call: the forward keeps each row's output and log-sum-exp, the backward recomputes
+// one block of queries against one ring step's keys and values at a time, kAttentionRowBlock
+// query rows at a time (a thread's workspace holds two such rows' blocks of scores, not the whole
+// Tq x Tk). Nothing of size T x T outlives a call: the forward keeps each row's output and log-sum-exp, the backward recomputes
 // the probabilities from them. Forward: one (batch, query head) pair per task; backward: one
 // (batch, key/value head) pair per task, whose query heads add to the key and value gradients in
 // turn, so no two threads write the same element. Non-goals: dropout, 16-bit types.
@@ -54,57 +55,61 @@ void attention_block_forward(T* out, T* lse, const T* qkv, const T* kv, const At
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const size_t ws_elems = attention_block_workspace_elems(blk.Tq, blk.Tk, HS);
+  const size_t R = static_cast<size_t>(std::min(blk.Tq, kAttentionRowBlock));
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < blk.B * blk.NH; bh++) {
     const int b = bh / blk.NH, h = bh % blk.NH;
-    const T* q = qkv + (static_cast<size_t>(b) * blk.Tq + blk.q_begin) * L.ld + L.query(h);
     const T* k = kv + (static_cast<size_t>(b) * blk.Tk + blk.k_begin) * L.ldk + L.key(h / L.Q);
     const T* v = k + HS;
     T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * ws_elems;
-    T* P = ws;                                              // (nq, nk)
-    T* ob = ws + 2 * static_cast<size_t>(blk.Tq) * blk.Tk;  // (nq, HS) the block's output
-    T* lse_b = ob + static_cast<size_t>(blk.Tq) * HS;       // (nq) the block's log-sum-exp
-    cpu::gemm(false, true, nq, nk, HS, scale, q, L.ld, k, L.ldk, T(0), P, nk);
-    for (int i = 0; i < nq; i++) {
-      T* row = P + static_cast<size_t>(i) * nk;
-      const int qp = blk.q_pos[blk.q_begin + i], first = first_visible(blk, b, blk.q_begin + i);
-      const int32_t* kp = blk.k_pos + blk.k_begin;
-      T maxv = neg_inf;
-      for (int j = 0; j < nk; j++)
-        if (kp[j] <= qp && kp[j] >= first) maxv = std::max(maxv, row[j]);
-      if (maxv == neg_inf) {  // no key of this block is visible to the row
-        std::fill(row, row + nk, T(0));
-        lse_b[i] = neg_inf;
-        continue;
+    T* P = ws;                             // (rows, nk)
+    T* ob = ws + 2 * R * blk.Tk;           // (rows, HS) the rows' output over the block's keys
+    T* lse_b = ob + R * HS;                // (rows) their log-sum-exp
+    for (int c0 = 0; c0 < nq; c0 += kAttentionRowBlock) {
+      const int n = std::min(kAttentionRowBlock, nq - c0), r0 = blk.q_begin + c0;
+      const T* q = qkv + (static_cast<size_t>(b) * blk.Tq + r0) * L.ld + L.query(h);
+      cpu::gemm(false, true, n, nk, HS, scale, q, L.ld, k, L.ldk, T(0), P, nk);
+      for (int i = 0; i < n; i++) {
+        T* row = P + static_cast<size_t>(i) * nk;
+        const int qp = blk.q_pos[r0 + i], first = first_visible(blk, b, r0 + i);
+        const int32_t* kp = blk.k_pos + blk.k_begin;
+        T maxv = neg_inf;
+        for (int j = 0; j < nk; j++)
+          if (kp[j] <= qp && kp[j] >= first) maxv = std::max(maxv, row[j]);
+        if (maxv == neg_inf) {  // no key of this block is visible to the row
+          std::fill(row, row + nk, T(0));
+          lse_b[i] = neg_inf;
+          continue;
+        }
+        T sum = 0;
+        for (int j = 0; j < nk; j++) {
+          row[j] = kp[j] <= qp && kp[j] >= first ? cpu::exp_approx(row[j] - maxv) : T(0);
+          sum += row[j];
+        }
+        const T inv = T(1) / sum;
+        for (int j = 0; j < nk; j++) row[j] *= inv;
+        lse_b[i] = maxv + std::log(sum);
       }
-      T sum = 0;
-      for (int j = 0; j < nk; j++) {
-        row[j] = kp[j] <= qp && kp[j] >= first ? cpu::exp_approx(row[j] - maxv) : T(0);
-        sum += row[j];
+      cpu::gemm(false, false, n, HS, nk, T(1), P, nk, v, L.ldk, T(0), ob, HS);
+      // Merge: the rows' outputs so far (weights exp(lse_old)) and the block's (exp(lse_b)),
+      // each normalised, combine in proportion to their weights.
+      for (int i = 0; i < n; i++) {
+        if (lse_b[i] == neg_inf) continue;
+        const int r = r0 + i;
+        T* o = out + (static_cast<size_t>(b) * blk.Tq + r) * L.C + static_cast<size_t>(h) * HS;
+        T& l = lse[(static_cast<size_t>(b) * blk.NH + h) * blk.Tq + r];
+        const T* obi = ob + static_cast<size_t>(i) * HS;
+        if (l == neg_inf) {
+          std::copy(obi, obi + HS, o);
+          l = lse_b[i];
+          continue;
+        }
+        const T hi = std::max(l, lse_b[i]);
+        const T merged = hi + std::log1p(std::exp(-std::abs(l - lse_b[i])));
+        const T w_old = std::exp(l - merged), w_new = std::exp(lse_b[i] - merged);
+        for (int d = 0; d < HS; d++) o[d] = w_old * o[d] + w_new * obi[d];
+        l = merged;
       }
-      const T inv = T(1) / sum;
-      for (int j = 0; j < nk; j++) row[j] *= inv;
-      lse_b[i] = maxv + std::log(sum);
-    }
-    cpu::gemm(false, false, nq, HS, nk, T(1), P, nk, v, L.ldk, T(0), ob, HS);
-    // Merge: the rows' outputs so far (weights exp(lse_old)) and the block's (exp(lse_b)), each
-    // normalised, combine in proportion to their weights.
-    for (int i = 0; i < nq; i++) {
-      if (lse_b[i] == neg_inf) continue;
-      const int r = blk.q_begin + i;
-      T* o = out + (static_cast<size_t>(b) * blk.Tq + r) * L.C + static_cast<size_t>(h) * HS;
-      T& l = lse[(static_cast<size_t>(b) * blk.NH + h) * blk.Tq + r];
-      const T* obi = ob + static_cast<size_t>(i) * HS;
-      if (l == neg_inf) {
-        std::copy(obi, obi + HS, o);
-        l = lse_b[i];
-        continue;
-      }
-      const T hi = std::max(l, lse_b[i]);
-      const T merged = hi + std::log1p(std::exp(-std::abs(l - lse_b[i])));
-      const T w_old = std::exp(l - merged), w_new = std::exp(lse_b[i] - merged);
-      for (int d = 0; d < HS; d++) o[d] = w_old * o[d] + w_new * obi[d];
-      l = merged;
     }
   }
 }
@@ -119,45 +124,49 @@ void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* delta, co
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const size_t ws_elems = attention_block_workspace_elems(blk.Tq, blk.Tk, HS);
+  const size_t R = static_cast<size_t>(std::min(blk.Tq, kAttentionRowBlock));
 #pragma omp parallel for schedule(static)
   for (int bg = 0; bg < blk.B * blk.KV; bg++) {
     const int b = bg / blk.KV, g = bg % blk.KV;
-    const size_t q_row0 = (static_cast<size_t>(b) * blk.Tq + blk.q_begin);
     const size_t k_off = (static_cast<size_t>(b) * blk.Tk + blk.k_begin) * L.ldk + L.key(g);
     const T* k = kv + k_off;
     const T* v = k + HS;
     T* dk = dkv + k_off;
     T* dv = dk + HS;
     T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * ws_elems;
-    T* P = ws;                                          // (nq, nk)
-    T* dP = ws + static_cast<size_t>(blk.Tq) * blk.Tk;  // (nq, nk), then dS
+    T* P = ws;                // (rows, nk)
+    T* dP = ws + R * blk.Tk;  // (rows, nk), then dS
     for (int h = g * L.Q; h < (g + 1) * L.Q; h++) {
-      const T* q = qkv + q_row0 * L.ld + L.query(h);
-      T* dq = dqkv + q_row0 * L.ld + L.query(h);
-      const T* dO = dout + q_row0 * L.C + static_cast<size_t>(h) * HS;
-      const size_t stat0 = (static_cast<size_t>(b) * blk.NH + h) * blk.Tq + blk.q_begin;
-      // P = the probabilities of the block's keys, recomputed from the final log-sum-exp.
-      cpu::gemm(false, true, nq, nk, HS, scale, q, L.ld, k, L.ldk, T(0), P, nk);
-      for (int i = 0; i < nq; i++) {
-        T* row = P + static_cast<size_t>(i) * nk;
-        const T l = lse[stat0 + i];
-        const int qp = blk.q_pos[blk.q_begin + i], first = first_visible(blk, b, blk.q_begin + i);
-        const int32_t* kp = blk.k_pos + blk.k_begin;
-        for (int j = 0; j < nk; j++)
-          row[j] =
-              l != neg_inf && kp[j] <= qp && kp[j] >= first ? cpu::exp_approx(row[j] - l) : T(0);
+      for (int c0 = 0; c0 < nq; c0 += kAttentionRowBlock) {
+        const int n = std::min(kAttentionRowBlock, nq - c0), r0 = blk.q_begin + c0;
+        const size_t q_row0 = static_cast<size_t>(b) * blk.Tq + r0;
+        const T* q = qkv + q_row0 * L.ld + L.query(h);
+        T* dq = dqkv + q_row0 * L.ld + L.query(h);
+        const T* dO = dout + q_row0 * L.C + static_cast<size_t>(h) * HS;
+        const size_t stat0 = (static_cast<size_t>(b) * blk.NH + h) * blk.Tq + r0;
+        // P = the probabilities of the block's keys, recomputed from the final log-sum-exp.
+        cpu::gemm(false, true, n, nk, HS, scale, q, L.ld, k, L.ldk, T(0), P, nk);
+        for (int i = 0; i < n; i++) {
+          T* row = P + static_cast<size_t>(i) * nk;
+          const T l = lse[stat0 + i];
+          const int qp = blk.q_pos[r0 + i], first = first_visible(blk, b, r0 + i);
+          const int32_t* kp = blk.k_pos + blk.k_begin;
+          for (int j = 0; j < nk; j++)
+            row[j] =
+                l != neg_inf && kp[j] <= qp && kp[j] >= first ? cpu::exp_approx(row[j] - l) : T(0);
+        }
+        cpu::gemm(true, false, nk, HS, n, T(1), P, nk, dO, L.C, T(1), dv, L.ldk);  // dV += P^T dO
+        cpu::gemm(false, true, n, nk, HS, T(1), dO, L.C, v, L.ldk, T(0), dP, nk);  // dP = dO V^T
+        // dS = P * (dP - delta) * scale: delta = sum over every key of P dP, all ring steps.
+        for (int i = 0; i < n; i++) {
+          const T* prow = P + static_cast<size_t>(i) * nk;
+          T* drow = dP + static_cast<size_t>(i) * nk;
+          const T d = delta[stat0 + i];
+          for (int j = 0; j < nk; j++) drow[j] = prow[j] * (drow[j] - d) * scale;
+        }
+        cpu::gemm(false, false, n, HS, nk, T(1), dP, nk, k, L.ldk, T(1), dq, L.ld);  // dQ += dS K
+        cpu::gemm(true, false, nk, HS, n, T(1), dP, nk, q, L.ld, T(1), dk, L.ldk);   // dK += dS^T Q
       }
-      cpu::gemm(true, false, nk, HS, nq, T(1), P, nk, dO, L.C, T(1), dv, L.ldk);  // dV += P^T dO
-      cpu::gemm(false, true, nq, nk, HS, T(1), dO, L.C, v, L.ldk, T(0), dP, nk);  // dP = dO V^T
-      // dS = P * (dP - delta) * scale: delta = sum over every key of P dP, all ring steps.
-      for (int i = 0; i < nq; i++) {
-        const T* prow = P + static_cast<size_t>(i) * nk;
-        T* drow = dP + static_cast<size_t>(i) * nk;
-        const T d = delta[stat0 + i];
-        for (int j = 0; j < nk; j++) drow[j] = prow[j] * (drow[j] - d) * scale;
-      }
-      cpu::gemm(false, false, nq, HS, nk, T(1), dP, nk, k, L.ldk, T(1), dq, L.ld);  // dQ += dS K
-      cpu::gemm(true, false, nk, HS, nq, T(1), dP, nk, q, L.ld, T(1), dk, L.ldk);   // dK += dS^T Q
     }
   }
 }

@@ -38,7 +38,8 @@ size_t attention_workspace_elems(int T) {
   return 2 * static_cast<size_t>(std::min(T, kAttentionRowBlock)) * T;
 }
 size_t attention_block_workspace_elems(int Tq, int Tk, int HS) {
-  return 2 * static_cast<size_t>(Tq) * Tk + static_cast<size_t>(Tq) * (HS + 1);
+  const size_t rows = static_cast<size_t>(std::min(Tq, kAttentionRowBlock));
+  return 2 * rows * Tk + rows * (HS + 1);
 }
 
 template <typename S>

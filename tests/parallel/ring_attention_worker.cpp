@@ -384,6 +384,10 @@ int run_checks(Comm& cp) {
     check_case<double>(check, cp, {"double GQA 4 heads / 2 kv" + on, 2, 3, 4, 2, 8, false}, 1e-12);
     check_case<double>(check, cp, {"double MHA 2 heads" + on, 1, 2, 2, 2, 4, false}, 1e-12);
     check_case<double>(check, cp, {"double GQA packed documents" + on, 2, 4, 4, 2, 4, true}, 1e-12);
+    // 80 rows a rank: the block kernel's query rows in two blocks (kAttentionRowBlock), the
+    // whole-sequence reference's in several.
+    check_case<double>(check, cp, {"double GQA packed, 80 rows a rank" + on, 1, 40, 4, 2, 4, true},
+                       1e-12);
     check_case<float>(check, cp, {"float GQA 8 heads / 2 kv" + on, 2, 16, 8, 2, 16, false}, 2e-5);
     check_case<float>(check, cp, {"float MHA packed documents" + on, 1, 8, 2, 2, 8, true}, 2e-5);
   }

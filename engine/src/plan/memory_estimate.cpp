@@ -346,7 +346,8 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
 // and its found-inf flag (4 bytes), each chunk's optimizer's norm (8 bytes); on the CPU the
 // distributed optimizer's reduce-scatter shards (GradReducer, G), each rank's own
 // (shard_states). The CPU's attention workspace is per thread: 2 min(T, 64) T elements a thread
-// (kernels::attention_workspace_elems), the ring's (2 T^2 + T (HS + 1)) with T its local rows.
+// (kernels::attention_workspace_elems), the ring's kernels::attention_block_workspace_elems
+// with T its local rows.
 struct ChunkScratch {
   double workspace = 0;
   double comm = 0;  // but the distributed optimizer's shards, per rank
@@ -392,7 +393,8 @@ ChunkScratch chunk_scratch(const TrainOptions& o, const ParallelLayout& layout,
     const double kv = d.B * d.T * 2 * Gt * HS, rows = d.B * d.T;
     ws += sizeof(int32_t) * d.Tk + e.g * d.B * d.Ht * d.T;  // positions, delta
     if (e.a != e.g) ws += e.g * rows * (2 * d.Ht + 2 * Gt) * HS;  // fp32 accumulators
-    ws += e.g * (cuda ? 1 : threads * (2 * d.T * d.T + d.T * (HS + 1)));
+    const int Tl = static_cast<int>(d.T);
+    ws += e.g * (cuda ? 1 : threads * kernels::attention_block_workspace_elems(Tl, Tl, HS));
     s.comm += 2 * (e.a + e.g) * kv + e.g * kv;
   }
   return s;

@@ -85,14 +85,16 @@ double vision_activation_bytes(const VisionShape& s, double B, TowerBytes e) {
 // the rank's shares). In A: the attention's K and V (N, 2 Ct), the backward's (N, C) row
 // gradients d_h, d_c, d_c2, (N, max(Ft, 3 Ct)) and (M, max(Ht, K)). In G: the keys' and values'
 // gradient (N, 2 Ct), delta (N, NH / t), the block attention's workspace
-// (attention_block_workspace_elems: on the CPU (2 T^2 + T (HS + 1)) per thread, none on CUDA)
+// (kernels::attention_block_workspace_elems per thread on the CPU, none on CUDA)
 // and, in 16 bits, the attention's merged output (N, Ct) and input gradient (N, 3 Ct). And the
 // int32 positions (2T). `threads`: the CPU kernels' thread count.
 double encoder_workspace_bytes(const VisionShape& s, double B, TowerBytes e, bool cuda,
                                double threads) {
   const double M = B * s.Np, N = B * s.T, HS = s.C / s.NH;
   const double Ct = s.C / s.t, Ft = s.F / s.t, Ht = s.H / s.t;
-  const double attention = cuda ? 0 : threads * (2 * s.T * s.T + s.T * (HS + 1));
+  const int T = static_cast<int>(s.T);
+  const double attention =
+      cuda ? 0 : threads * kernels::attention_block_workspace_elems(T, T, static_cast<int>(HS));
   const bool sixteen_bit = e.a < e.g;
   return e.a * (2 * N * Ct + 3 * N * s.C + N * std::max(Ft, 3 * Ct) + M * std::max(Ht, s.K)) +
          e.g * (2 * N * Ct + N * s.NH / s.t + attention + (sixteen_bit ? 4 * N * Ct : 0)) +
