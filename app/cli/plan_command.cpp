@@ -669,7 +669,7 @@ int plan_command(const std::vector<std::string>& args) {
   std::string calibrated;  // the sentence naming the calibration in use
   if (errors.empty() && !flags.no_calibration)
     calibrated = use_saved_calibration(cluster, flags.calibration, flags.cluster_name, errors);
-  o.device = engine_device(cluster.device);  // the memory estimate's attention term
+  o = planned_options(o, cluster);  // the memory estimate's attention terms
   if (!errors.empty()) {
     for (const std::string& e : errors) print_error(kCommand, e);
     return 2;

@@ -9,6 +9,8 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <algorithm>
+#include <thread>
 
 #include "common/process.h"
 #include "lattice/layout.h"
@@ -193,6 +195,22 @@ class PlannerTest : public QObject {
     QCOMPARE(sharded.total_bytes(), sharded.weight_bytes + sharded.grad_bytes +
                                         sharded.optimizer_bytes + sharded.activation_bytes +
                                         sharded.workspace_bytes + sharded.comm_buffer_bytes);
+  }
+
+  // A plan for CPU ranks without --threads sizes each rank's per-thread workspace for the
+  // threads the trainer would give it: this machine's cores shared among the node's ranks.
+  void a_cpu_plan_gives_each_rank_the_trainers_threads() {
+    lattice::ClusterSpec cpu;
+    cpu.devices_per_node = 4;
+    cpu.device.key = "cpu";
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const lattice::TrainOptions planned = lattice::planned_options(options({}), cpu);
+    QCOMPARE(planned.device, std::string("cpu"));
+    QCOMPARE(planned.threads, std::max(1, cores / 4));
+    QCOMPARE(lattice::planned_options(options({"--threads", "3"}), cpu).threads, 3);
+    const lattice::TrainOptions gpu = lattice::planned_options(options({}), cluster("h100", 1, 8));
+    QCOMPARE(gpu.device, std::string("cuda"));
+    QCOMPARE(gpu.threads, 0);
   }
 
   void megatron_published_example_against_its_formula() {

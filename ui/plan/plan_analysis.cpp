@@ -44,7 +44,7 @@ PlanAnalysis analyzePlan(const Plan& plan, double cpuGflops, const Calibration* 
   a.defaultCluster = clusterSpec(plan.cluster, precisionOf(o), cpuGflops);
   a.calibrated = calibration && calibration->device_key == a.defaultCluster.device.key;
   a.cluster = a.calibrated ? apply_calibration(a.defaultCluster, *calibration) : a.defaultCluster;
-  o.device = engine_device(a.cluster.device);  // the estimate's attention term
+  o = planned_options(o, a.cluster);  // the estimate's attention terms
   if (o.model.validate().empty() && o.model.vocab_size > 0) a.parameters = o.model.num_parameters();
   if (!a.valid()) return a;
 

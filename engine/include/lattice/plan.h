@@ -320,6 +320,11 @@ struct ClusterSpec {
   double usable_memory_bytes() const { return (1 - memory_headroom) * device.memory_bytes; }
   int world() const { return nodes * devices_per_node; }
 };
+// The options a plan for `cluster` estimates with: options.device the cluster's engine device,
+// and on the CPU without --threads the threads each rank takes as the trainer gives them
+// (threads_per_rank: this machine's cores shared among devices_per_node ranks), which size the
+// CPU attention's per-thread workspace.
+TrainOptions planned_options(const TrainOptions& options, const ClusterSpec& cluster);
 // The most loaded rank of `memory` fits the cluster's usable device memory.
 bool fits_in_memory(const MemoryEstimate& memory, const ClusterSpec& cluster);
 

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "lattice/plan.h"
@@ -131,6 +132,16 @@ double measure_copy_bandwidth() {
 // counted as traffic (read + write = twice the bytes copied).
 std::string engine_device(const DeviceSpec& device) {
   return device.key == "cpu" ? "cpu" : "cuda";
+}
+
+TrainOptions planned_options(const TrainOptions& options, const ClusterSpec& cluster) {
+  TrainOptions o = options;
+  o.device = engine_device(cluster.device);
+  if (o.device == "cpu" && o.threads <= 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    o.threads = std::max(1, cores / std::max(cluster.devices_per_node, 1));
+  }
+  return o;
 }
 
 DeviceSpec this_machine_cpu(double measured_sgemm_gflops, int ranks_per_node) {

@@ -99,8 +99,7 @@ bool fits_in_memory(const MemoryEstimate& memory, const ClusterSpec& cluster) {
 
 std::vector<LayoutCandidate> suggest_layouts(const TrainOptions& given, const ClusterSpec& cluster,
                                              int max_results, SuggestStats* stats) {
-  TrainOptions base = given;
-  base.device = engine_device(cluster.device);
+  TrainOptions base = planned_options(given, cluster);
   SuggestStats counts;
   const int world = cluster.world();
   const ModelConfig& m = base.model;

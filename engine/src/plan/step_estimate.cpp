@@ -74,9 +74,7 @@ struct StageTime {
 
 StepEstimate estimate_step(const TrainOptions& o, const ParallelLayout& layout,
                            const ClusterSpec& cluster) {
-  TrainOptions on = o;
-  on.device = engine_device(cluster.device);
-  return estimate_step(o, layout, cluster, estimate_memory(on, layout));
+  return estimate_step(o, layout, cluster, estimate_memory(planned_options(o, cluster), layout));
 }
 
 StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layout,
