@@ -162,11 +162,15 @@ int main(int argc, char** argv) {
   // The SGEMM reference: the best of the trainer's 4 GEMMs at the start and of those that fit in
   // 1 s after the steps. On a shared machine 4 GEMMs (about 0.1 s) can all fall in a slow
   // moment: one such reference read 240 GFLOP/s where the runs beside it read 365-405, and put
-  // config B at 125 % of it (docs/benchmarks.md). bf16 runs have none (no peak reported).
+  // config B at 125 % of it (docs/benchmarks.md). A bf16 run's reference is the GEMM its
+  // peak is (cpu_peak_gemm: oneDNN's bf16 matmul, or the SGEMM of the widened copies).
   constexpr double kReferenceSeconds = 1.0;
+  const PeakGemm reference_gemm = cpu_peak_gemm(bf16 ? DType::kBFloat16 : DType::kFloat32);
+  const std::string gemm = peak_gemm_name(reference_gemm);
   const double reference =
-      s.peak_gflops > 0 ? std::max(s.peak_gflops, measure_sgemm_gflops(threads, kReferenceSeconds))
-                        : 0.0;
+      s.peak_gflops > 0
+          ? std::max(s.peak_gflops, measure_gemm_gflops(threads, reference_gemm, kReferenceSeconds))
+          : 0.0;
   const MemoryReport& m = s.memory;
   const size_t needed = m.weights + m.grads + m.optimizer + m.activations;
 
@@ -185,8 +189,8 @@ int main(int argc, char** argv) {
   std::printf("%-34s %12.1f\n", "tokens/s", tokens / median);
   std::printf("%-34s %12.1f\n", "achieved GFLOP/s", gflops);
   if (reference > 0) {
-    std::printf("%-34s %12.1f\n", "measured SGEMM GFLOP/s", reference);
-    std::printf("%-34s %11.1f%%\n", "fraction of SGEMM", 100.0 * gflops / reference);
+    std::printf("%-34s %12.1f\n", ("measured " + gemm + " GFLOP/s").c_str(), reference);
+    std::printf("%-34s %11.1f%%\n", ("fraction of " + gemm).c_str(), 100.0 * gflops / reference);
   }
   std::printf("%-34s %12.1f\n", "weights (MiB)", mib(m.weights));
   std::printf("%-34s %12.1f\n", "grads (MiB)", mib(m.grads));
@@ -201,12 +205,12 @@ int main(int argc, char** argv) {
       "RESULT {\"impl\":\"lattice\",\"config\":\"%s\",\"threads\":%d,\"tokens_per_s\":%.2f,"
       "\"step_ms_median\":%.2f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.4f,"
       "\"peak_rss_mib\":%.1f,\"needed_mib\":%.1f,\"blas_core\":\"%s\",\"cpu_isa\":\"%s\","
-      "\"precision\":\"%s\",\"fp32_gemm\":\"%s\"}\n",
+      "\"precision\":\"%s\",\"fp32_gemm\":\"%s\",\"reference_gemm\":\"%s\"}\n",
       config.c_str(), threads, tokens / median, median * 1e3, gflops, reference,
       reference > 0 ? gflops / reference : 0.0, mib(m.peak_rss), mib(needed),
       lattice::kernels::blas_core_name(), kernels::cpu_isa_name(kernels::cpu_isa()),
       bf16 ? (std::string("bf16-") + kernels::bf16_gemm_name(kernels::bf16_gemm())).c_str()
            : "fp32",
-      kernels::cpu_gemm_name(kernels::cpu_gemm()));
+      kernels::cpu_gemm_name(kernels::cpu_gemm()), gemm.c_str());
   return 0;
 }

@@ -124,8 +124,11 @@ struct RunStart {
   int64_t parameters = 0;
   int threads = 0;
   int ranks = 1;           // the job's
-  double peak_gflops = 0;  // one rank's: measured SGEMM rate (all ranks at once) used for MFU
+  double peak_gflops = 0;  // one rank's: measured GEMM rate (all ranks at once) used for MFU
   std::string blas_core;
+  // On the CPU, the GEMM peak_gflops measured (peak_gemm_name): "SGEMM", or "bf16 GEMM" for a
+  // bf16 run on oneDNN's bf16 matmul.
+  std::string peak_gemm = "SGEMM";
 };
 
 struct TrainSummary {
@@ -136,7 +139,8 @@ struct TrainSummary {
   // One rank's achieved model GFLOP/s (Megatron's count of the job / world), same window: the
   // figure its peak bounds, as per-step MFU divides one rank's rate by one rank's peak.
   double gflops_per_rank = 0;
-  double peak_gflops = 0;  // one rank's: the SGEMM rate measured on its threads, or the GPU's
+  double peak_gflops = 0;  // one rank's: the GEMM rate measured on its threads, or the GPU's
+  std::string peak_gemm = "SGEMM";  // RunStart::peak_gemm
   MemoryReport memory;
   std::vector<OpTime> op_times;  // where the time went, whole run (rank 0's ops)
   // The same over the iterations tokens_per_second covers (after the first, which pays for
@@ -208,8 +212,19 @@ class ConsoleSink : public MetricsSink {
   int count_ = 0;
 };
 
+// The GEMM whose measured rate is a CPU run's peak (MFU's denominator) in compute type
+// `compute`: fp32 and fp64 runs the float GEMM (SGEMM); bf16 runs oneDNN's bf16 matmul where the
+// bf16 op list multiplies with it (kernels::bf16_gemm() onednn), else the SGEMM its widened
+// copies run; kNone for the rest.
+enum class PeakGemm { kNone, kSgemm, kBf16 };
+PeakGemm cpu_peak_gemm(DType compute);
+// "SGEMM", "bf16 GEMM", "none".
+const char* peak_gemm_name(PeakGemm gemm);
+// The rate of `gemm` (GFLOP/s; 0 for kNone) as measure_sgemm_gflops times the float one.
+double measure_gemm_gflops(int threads, PeakGemm gemm, double min_seconds = 0);
+
 // Measures this machine's float GEMM rate (GFLOP/s) with the given threads: the CPU "peak"
-// that MFU is reported against. The best of at least 4 timed 1536^3 GEMMs, and of as many more
+// that fp32 MFU is reported against. The best of at least 4 timed 1536^3 GEMMs, and of as many more
 // as fit in `min_seconds`: on a shared machine a longer window is likelier to hold a quiet
 // moment (lattice-bench-train's reference takes 1 s). About 0.1-0.3 s with the default.
 double measure_sgemm_gflops(int threads, double min_seconds = 0);
@@ -220,8 +235,9 @@ double measure_sgemm_gflops(int threads, double min_seconds = 0);
 // Ranks that oversubscribe cores (4 ranks on 2 cores) each get their share of the machine,
 // where one rank timed alone, or while the others were still setting up, got anything from
 // its share to the whole machine. Collective over `ranks`; with one rank it is
-// measure_sgemm_gflops timed one GEMM a round.
-Result<double> measure_shared_sgemm_gflops(int threads, Comm& ranks, double min_seconds = 0.2);
+// measure_gemm_gflops timed one GEMM a round. `gemm`: the GEMM timed (cpu_peak_gemm).
+Result<double> measure_shared_gemm_gflops(int threads, Comm& ranks, PeakGemm gemm,
+                                          double min_seconds = 0.2);
 
 // Asks a running train() to stop before its next iteration (async-signal-safe: a
 // SIGINT/SIGTERM handler may call it). train() then returns an error saying so.

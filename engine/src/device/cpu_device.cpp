@@ -15,6 +15,7 @@
 #include "device/ops.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
+#include "lattice/train.h"
 #include "parallel/staged_comm.h"
 
 namespace lattice {
@@ -70,25 +71,22 @@ std::string CpuDevice::blas_name() const {
   return kernels::blas_core_name();
 }
 
-namespace {
-// As Trainer::run takes MFU's denominator today: the measured SGEMM rate, for fp64 runs too;
-// no peak for the 16-bit types.
-bool has_sgemm_peak(DType compute) {
-  return compute == DType::kFloat32 || compute == DType::kFloat64;
-}
-}  // namespace
-
+// MFU's denominator: the measured rate of the GEMM the compute type multiplies with
+// (cpu_peak_gemm: SGEMM for fp32 and fp64, oneDNN's bf16 matmul or the widened SGEMM for bf16).
 double CpuDevice::peak_flops(DType compute) const {
-  if (!has_sgemm_peak(compute)) return 0;
-  if (sgemm_gflops_ < 0) sgemm_gflops_ = measure_sgemm_gflops(kernels::num_threads());
-  return sgemm_gflops_ * 1e9;
+  const PeakGemm gemm = cpu_peak_gemm(compute);
+  if (gemm == PeakGemm::kNone) return 0;
+  double& gflops = peak_gflops_[static_cast<int>(gemm)];
+  if (gflops < 0) gflops = measure_gemm_gflops(kernels::num_threads(), gemm);
+  return gflops * 1e9;
 }
 
 Status CpuDevice::measure_peak(Comm& ranks, DType compute) {
-  if (!has_sgemm_peak(compute)) return Status::ok();
-  Result<double> gflops = measure_shared_sgemm_gflops(kernels::num_threads(), ranks);
+  const PeakGemm gemm = cpu_peak_gemm(compute);
+  if (gemm == PeakGemm::kNone) return Status::ok();
+  Result<double> gflops = measure_shared_gemm_gflops(kernels::num_threads(), ranks, gemm);
   if (!gflops) return gflops.status();
-  sgemm_gflops_ = *gflops;
+  peak_gflops_[static_cast<int>(gemm)] = *gflops;
   return Status::ok();
 }
 

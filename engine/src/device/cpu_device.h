@@ -156,7 +156,8 @@ class CpuDevice final : public Device {
   std::unordered_map<void*, Block> blocks_;
   std::array<CategoryUsage, kMemoryCategories> usage_{};
   Status error_;
-  mutable double sgemm_gflops_ = -1;  // measure_peak's, else measured on the first peak_flops()
+  // By PeakGemm: measure_peak's rate, else measured on the first peak_flops() (-1: not yet).
+  mutable double peak_gflops_[3] = {-1, -1, -1};
 };
 
 // This process's CPU device for models made without naming one (GptModel's host constructor,

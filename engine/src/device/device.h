@@ -88,13 +88,13 @@ class Device {
   // ("SkylakeX") on the CPU, "cuBLASLt" on CUDA.
   virtual std::string blas_name() const = 0;
   // Peak FLOP/s in compute type `compute`, the denominator of MFU; 0 where the device has no
-  // figure for it. CPU: a measured SGEMM rate; CUDA: the planner's table (plan/devices.cpp).
+  // figure for it. CPU: a measured GEMM rate (cpu_peak_gemm, train.h: SGEMM, or oneDNN's bf16
+  // matmul for bf16); CUDA: the planner's table (plan/devices.cpp).
   virtual double peak_flops(DType compute) const = 0;
-  // Where compute type `compute`'s peak is a measurement (the CPU's SGEMM rate for fp32 and
-  // fp64): takes it now with every rank of `ranks` measuring at once
-  // (measure_shared_sgemm_gflops, train.h), and peak_flops returns it from then on. Collective
-  // over `ranks` (every rank passes the same type). Nothing to do where the peak is a table's
-  // (CUDA) or the type has none (the CPU's bf16).
+  // Where compute type `compute`'s peak is a measurement (the CPU's GEMM rate): takes it now
+  // with every rank of `ranks` measuring at once (measure_shared_gemm_gflops, train.h), and
+  // peak_flops returns it from then on. Collective over `ranks` (every rank passes the same
+  // type). Nothing to do where the peak is a table's (CUDA) or the type has none.
   virtual Status measure_peak(Comm& ranks, DType compute) {
     (void)ranks;
     (void)compute;

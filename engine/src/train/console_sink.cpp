@@ -74,18 +74,21 @@ void ConsoleSink::on_start(const RunStart& s) {
   device_run_ = s.threads == 0;  // a GPU rank: the board's table peak, not a measured rate
   out_ << "> " << s.description << "\n"
        << "> parameters: " << s.parameters << " (" << format("%.2f", s.parameters / 1e6) << " M)\n";
-  // Without a peak (a compute type that has none, as bf16 on the CPU) the trainer's next line
+  // Without a peak (a compute type that has none) the trainer's next line
   // says MFU is reported as 0.
   if (s.peak_gflops > 0 && device_run_) {
     out_ << "> peak: " << format("%.1f", s.peak_gflops / 1e3)
          << " TFLOP/s dense bf16 (the board's table entry; " << s.blas_core
          << " GEMMs); MFU is against it\n";
   } else if (s.peak_gflops > 0) {
-    out_ << "> measured SGEMM peak: " << format("%.1f", s.peak_gflops) << " GFLOP/s on "
+    out_ << "> measured " << s.peak_gemm << " peak: " << format("%.1f", s.peak_gflops)
+         << " GFLOP/s on "
          << s.threads << (s.threads == 1 ? " thread" : " threads")
          << (s.ranks > 1 ? " per rank, the " + std::to_string(s.ranks) + " ranks measuring at once"
                          : std::string())
-         << " (OpenBLAS kernel " << s.blas_core << "); MFU is against it\n";
+         << (s.peak_gemm == "SGEMM" ? " (OpenBLAS kernel " + s.blas_core + ")"
+                                     : std::string(" (oneDNN's bf16 matmul)"))
+         << "; MFU is against it\n";
   }
   out_ << std::flush;
 }
@@ -161,7 +164,7 @@ void ConsoleSink::on_end(const TrainSummary& s) {
   // No peak for the compute type (a CPU --bf16 run: no bf16 reference GEMM is measured).
   if (s.peak_gflops > 0)
     out_ << " = " << format("%.1f%%", 100.0 * s.gflops_per_rank / s.peak_gflops)
-         << (device_run_ ? " of the peak" : " of the measured SGEMM peak");
+         << (device_run_ ? " of the peak" : " of the measured " + s.peak_gemm + " peak");
   out_ << "\n"
        << "> memory (MiB): weights " << format("%.1f", mib(m.weights)) << " | grads "
        << format("%.1f", mib(m.grads)) << " | optimizer state " << format("%.1f", mib(m.optimizer))

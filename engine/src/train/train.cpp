@@ -9,6 +9,8 @@
 #include "core/host_memory.h"
 #include "device/backends.h"
 #include "device/cpu_device.h"
+#include "lattice/cpu_bf16_gemm.h"
+#include "lattice/dtype.h"
 #include "lattice/kernels.h"
 #include "lattice/layout.h"
 #include "lattice/tokenizer.h"
@@ -45,21 +47,37 @@ EarlyStop early_stop(const TrainOptions& options) {
 }
 
 namespace {
-// The GEMM that measures a CPU's peak: 1536^3 in float, its operands made once.
-class SgemmProbe {
+// The GEMM that measures a CPU's peak: 1536^3, its operands made once; in float (SGEMM, through
+// the linear layers' GEMM), or bf16 inputs with fp32 results through oneDNN's bf16 matmul.
+class GemmProbe {
  public:
-  explicit SgemmProbe(int threads)
-      : a_(static_cast<size_t>(kN) * kN, 0.5f), b_(a_.size(), 0.25f), c_(a_.size()) {
+  GemmProbe(int threads, PeakGemm gemm) : gemm_(gemm), c_(static_cast<size_t>(kN) * kN) {
+    const size_t n = c_.size();
+    if (gemm_ == PeakGemm::kBf16) {
+      a16_.assign(n, to_bf16(0.5f));
+      b16_.assign(n, to_bf16(0.25f));
+    } else {
+      a_.assign(n, 0.5f);
+      b_.assign(n, 0.25f);
+    }
     kernels::set_num_threads(threads);
     run();  // warm-up
   }
-  void run() { kernels::matmul_forward<float>(c_.data(), a_.data(), b_.data(), nullptr, kN, kN, kN); }
+  void run() {
+    if (gemm_ == PeakGemm::kBf16)
+      kernels::gemm_bf16(false, false, kN, kN, kN, a16_.data(), kN, b16_.data(), kN, 0.0f,
+                         c_.data(), kN);
+    else
+      kernels::matmul_forward<float>(c_.data(), a_.data(), b_.data(), nullptr, kN, kN, kN);
+  }
   // GFLOP/s of one run() that took `seconds`.
   static double gflops(double seconds) { return 2.0 * kN * kN * kN / seconds / 1e9; }
 
  private:
   static constexpr int kN = 1536;
+  PeakGemm gemm_;
   std::vector<float> a_, b_, c_;
+  std::vector<bf16> a16_, b16_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -67,20 +85,53 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-double measure_sgemm_gflops(int threads, double min_seconds) {
-  SgemmProbe probe(threads);
+PeakGemm cpu_peak_gemm(DType compute) {
+  if (compute == DType::kFloat32 || compute == DType::kFloat64) return PeakGemm::kSgemm;
+  if (compute != DType::kBFloat16) return PeakGemm::kNone;
+  switch (kernels::bf16_gemm()) {
+    case kernels::Bf16Gemm::onednn:
+      return PeakGemm::kBf16;
+    case kernels::Bf16Gemm::widened:
+      return PeakGemm::kSgemm;
+    case kernels::Bf16Gemm::none:
+      break;
+  }
+  return PeakGemm::kNone;
+}
+
+const char* peak_gemm_name(PeakGemm gemm) {
+  switch (gemm) {
+    case PeakGemm::kSgemm:
+      return "SGEMM";
+    case PeakGemm::kBf16:
+      return "bf16 GEMM";
+    case PeakGemm::kNone:
+      break;
+  }
+  return "none";
+}
+
+double measure_gemm_gflops(int threads, PeakGemm gemm, double min_seconds) {
+  if (gemm == PeakGemm::kNone) return 0;
+  GemmProbe probe(threads, gemm);
   double best = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int rep = 0; rep < 4 || seconds_since(start) < min_seconds; rep++) {
     const auto t0 = std::chrono::steady_clock::now();
     probe.run();
-    best = std::max(best, SgemmProbe::gflops(seconds_since(t0)));
+    best = std::max(best, GemmProbe::gflops(seconds_since(t0)));
   }
   return best;
 }
 
-Result<double> measure_shared_sgemm_gflops(int threads, Comm& ranks, double min_seconds) {
-  SgemmProbe probe(threads);
+double measure_sgemm_gflops(int threads, double min_seconds) {
+  return measure_gemm_gflops(threads, PeakGemm::kSgemm, min_seconds);
+}
+
+Result<double> measure_shared_gemm_gflops(int threads, Comm& ranks, PeakGemm gemm,
+                                          double min_seconds) {
+  if (gemm == PeakGemm::kNone) return 0.0;
+  GemmProbe probe(threads, gemm);
   double best = 0, elapsed = 0;
   // Every rank sees the same slowest times, so all agree on when to stop.
   for (int round = 0; round < 4 || elapsed < min_seconds; round++) {
@@ -89,7 +140,7 @@ Result<double> measure_shared_sgemm_gflops(int threads, Comm& ranks, double min_
     probe.run();
     double slowest = seconds_since(t0);
     if (Status s = ranks.all_reduce(&slowest, 1, DType::kFloat64, ReduceOp::kMax); !s) return s;
-    best = std::max(best, SgemmProbe::gflops(slowest));
+    best = std::max(best, GemmProbe::gflops(slowest));
     elapsed += slowest;
   }
   return best;

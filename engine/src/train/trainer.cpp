@@ -789,11 +789,13 @@ Result<TrainSummary> Trainer<T>::run() {
       start.parameters += static_cast<int64_t>(t.numel);
   start.threads = threads;
   start.ranks = g_.world->size();
-  // MFU's denominator: the device's peak in the compute type (the CPU: an SGEMM rate, measured
-  // by every rank at once, so that ranks sharing cores are measured sharing them).
+  // MFU's denominator: the device's peak in the compute type (the CPU: the rate of the GEMM the
+  // type multiplies with, cpu_peak_gemm, measured by every rank at once, so that ranks sharing
+  // cores are measured sharing them).
   if (Status s = device.measure_peak(*g_.world, dtype_of<T>()); !s) return s;
   start.peak_gflops = device.peak_flops(dtype_of<T>()) / 1e9;
   start.blas_core = device.blas_name();
+  if (!backend_) start.peak_gemm = peak_gemm_name(cpu_peak_gemm(dtype_of<T>()));
   if (rank0) sink_.on_start(start);
   if (rank0 && !image_norm_note.empty()) sink_.on_message(image_norm_note);
   if (rank0 && start.peak_gflops <= 0)
@@ -825,6 +827,7 @@ Result<TrainSummary> Trainer<T>::run() {
 
   TrainSummary summary;
   summary.peak_gflops = start.peak_gflops;
+  summary.peak_gemm = start.peak_gemm;
   consumed_ = state.consumed_samples;
   int64_t valid_consumed = state.valid_consumed;
   int nan_iterations = state.nan_iterations, skipped = state.skipped_iterations,
