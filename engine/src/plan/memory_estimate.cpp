@@ -455,6 +455,15 @@ struct ShardStates {
   std::vector<size_t> dense_buffers, expert_buffers;
 };
 
+// World rank `rank`'s count of ShardStates' by-rank vectors: its data-context rank's dense
+// entry, plus on the expert grid its expert-data rank's.
+size_t rank_share(const ParallelLayout& layout, int rank, const std::vector<size_t>& dense,
+                  const std::vector<size_t>& experts) {
+  const ParallelLayout::Coord c = layout.coord(rank);
+  return dense[c.cp + layout.cp * c.dp] +
+         (layout.expert_grid() ? experts[layout.expert_coord(rank).edp] : 0);
+}
+
 // Trained elements of `layout` below arena offset x, from the tensors' offsets (sorted) and the
 // trained elements before each (prefix).
 size_t trained_below(const ParamLayout& layout, const std::vector<size_t>& prefix, size_t x) {
@@ -653,11 +662,7 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
       st.optimizer_bytes_by_rank.resize(per_stage);
       size_t most = 0;
       for (int i = 0; i < per_stage; i++) {
-        const int rank = p * per_stage + i;
-        const ParallelLayout::Coord c = layout.coord(rank);
-        const size_t elements =
-            states.dense[c.cp + layout.cp * c.dp] +
-            (layout.expert_grid() ? states.experts[layout.expert_coord(rank).edp] : 0);
+        const size_t elements = rank_share(layout, p * per_stage + i, states.dense, states.experts);
         st.optimizer_bytes_by_rank[i] = elements * moments;
         most = std::max(most, elements);
       }
@@ -708,11 +713,8 @@ MemoryEstimate estimate_memory(const TrainOptions& given, const ParallelLayout& 
     if (shard_buffers) {
       st.comm_buffer_bytes_by_rank.resize(per_stage);
       for (int i = 0; i < per_stage; i++) {
-        const int rank = p * per_stage + i;
-        const ParallelLayout::Coord c = layout.coord(rank);
-        const size_t elements =
-            states.dense_buffers[c.cp + layout.cp * c.dp] +
-            (layout.expert_grid() ? states.expert_buffers[layout.expert_coord(rank).edp] : 0);
+        const size_t elements = rank_share(layout, p * per_stage + i, states.dense_buffers,
+                                           states.expert_buffers);
         st.comm_buffer_bytes_by_rank[i] =
             st.comm_buffer_bytes + elements * static_cast<size_t>(e.g);
       }
