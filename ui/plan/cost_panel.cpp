@@ -90,7 +90,7 @@ CostPanel::CostPanel(PlanModel* model, QWidget* parent)
                            {0x7e, 0x57, 0xc2},
                            {0xfb, 0x8c, 0x00},
                            {0x26, 0xa6, 0x9a},
-                           {0x8d, 0x6e, 0x63}};
+                           {0x9e, 0x9e, 0x9e}};
   for (int i = 0; i < names.size(); i++) {
     auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
     bars->setName(names[i]);
