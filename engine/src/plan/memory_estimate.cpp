@@ -455,6 +455,14 @@ struct ShardStates {
   std::vector<size_t> dense_buffers, expert_buffers;
 };
 
+// Whether bucket `b` of `t` holds a tensor that trains (the reducer moves it, and on the CPU
+// takes a receive buffer for it with the distributed optimizer).
+bool bucket_trains(const std::vector<ParamTensor>& t, const BucketSpan& b) {
+  for (int i = b.first_tensor; i < b.last_tensor; i++)
+    if (!t[i].frozen) return true;
+  return false;
+}
+
 // World rank `rank`'s count of ShardStates' by-rank vectors: its data-context rank's dense
 // entry, plus on the expert grid its expert-data rank's.
 size_t rank_share(const ParallelLayout& layout, int rank, const std::vector<size_t>& dense,
@@ -499,8 +507,7 @@ ShardStates shard_states(const TrainOptions& o, const ParallelLayout& layout, in
       const bool expert = t[b.first_tensor].expert_parallel;
       std::vector<size_t>& out = expert ? s.experts : s.dense;
       std::vector<size_t>& buffers = expert ? s.expert_buffers : s.dense_buffers;
-      bool trained = false;
-      for (int i = b.first_tensor; i < b.last_tensor; i++) trained = trained || !t[i].frozen;
+      const bool trained = bucket_trains(t, b);
       size_t begin = b.begin;
       const std::vector<size_t> counts = shard_counts(b.end - b.begin, expert ? edp : shards);
       for (size_t r = 0; r < counts.size(); r++) {
@@ -523,11 +530,9 @@ std::pair<size_t, size_t> reduced_elements(const TrainOptions& o, const Parallel
   for (int c = 0; c < layout.vpp; c++) {
     const ParamLayout chunk = chunk_layout(o, layout, p, c);
     const std::vector<ParamTensor>& t = chunk.tensors();
-    for (const BucketSpan& b : split_buckets(chunk, bucket_elems)) {
-      bool trained = false;
-      for (int i = b.first_tensor; i < b.last_tensor; i++) trained = trained || !t[i].frozen;
-      if (trained) (t[b.first_tensor].expert_parallel ? experts : dense) += b.end - b.begin;
-    }
+    for (const BucketSpan& b : split_buckets(chunk, bucket_elems))
+      if (bucket_trains(t, b))
+        (t[b.first_tensor].expert_parallel ? experts : dense) += b.end - b.begin;
   }
   return {dense, experts};
 }
