@@ -177,9 +177,11 @@ QString LayoutPanel::describe(const CanvasTile& t, bool rich) const {
   if (a.memory && c.pp < static_cast<int>(a.memory->stages.size())) {
     const StageEstimate& s = a.memory->stages[c.pp];
     const double capacity = a.cluster.device.memory_bytes;
-    text += sep + tr("memory: weights %1 + grads %2 + optimizer %3 + activations %4 = %5 of %6")
+    text += sep + tr("memory: weights %1 + grads %2 + optimizer %3 + activations %4 + buffers "
+                     "%5 = %6 of %7")
                       .arg(humanBytes(s.weight_bytes), humanBytes(s.grad_bytes),
                            humanBytes(s.optimizer_bytes), humanBytes(s.activation_bytes),
+                           humanBytes(s.all_workspace_bytes() + s.comm_buffer_bytes),
                            humanBytes(s.total_bytes()), humanBytes(capacity));
     if (s.vision_parameters > 0)
       text +=
