@@ -407,9 +407,7 @@ class ParallelMemory : public QObject {
                                 .arg(row.expected)));
       }
       // The run store keeps workspace and communication buffers as one figure (run_recorder).
-      const size_t comm = want.comm_buffer_bytes_by_rank.empty()
-                              ? want.comm_buffer_bytes
-                              : want.comm_buffer_bytes_by_rank[s.rank % per_stage];
+      const size_t comm = want.comm_buffer_bytes_of(static_cast<size_t>(s.rank % per_stage));
       const std::int64_t buffers = static_cast<std::int64_t>(want.all_workspace_bytes() + comm);
       qInfo("rank %d workspace and communication buffers: measured %lld bytes, planner %lld "
             "(workspace %zu, comm buffers %zu)",

@@ -123,6 +123,10 @@ struct StageEstimate {
   // ranks hold comm_buffer_bytes).
   size_t comm_buffer_bytes = 0;
   std::vector<size_t> comm_buffer_bytes_by_rank;
+  // The communication buffers of the stage's rank `i` (world rank mod TP x CP x DP).
+  size_t comm_buffer_bytes_of(size_t i) const {
+    return comm_buffer_bytes_by_rank.empty() ? comm_buffer_bytes : comm_buffer_bytes_by_rank.at(i);
+  }
 
   // Every kWorkspace buffer: MoE's dispatch buffers, a tower's scratch and the rest.
   size_t all_workspace_bytes() const {
@@ -325,6 +329,8 @@ struct ClusterSpec {
 // (threads_per_rank: this machine's cores shared among devices_per_node ranks), which size the
 // CPU attention's per-thread workspace.
 TrainOptions planned_options(const TrainOptions& options, const ClusterSpec& cluster);
+// The CPU kernels' threads of each of `ranks` ranks sharing this machine's cores: at least 1.
+int shared_cpu_threads(int ranks);
 // The most loaded rank of `memory` fits the cluster's usable device memory.
 bool fits_in_memory(const MemoryEstimate& memory, const ClusterSpec& cluster);
 

@@ -137,11 +137,13 @@ std::string engine_device(const DeviceSpec& device) {
 TrainOptions planned_options(const TrainOptions& options, const ClusterSpec& cluster) {
   TrainOptions o = options;
   o.device = engine_device(cluster.device);
-  if (o.device == "cpu" && o.threads <= 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    o.threads = std::max(1, cores / std::max(cluster.devices_per_node, 1));
-  }
+  if (o.device == "cpu" && o.threads <= 0) o.threads = shared_cpu_threads(cluster.devices_per_node);
   return o;
+}
+
+int shared_cpu_threads(int ranks) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(ranks, 1));
 }
 
 DeviceSpec this_machine_cpu(double measured_sgemm_gflops, int ranks_per_node) {

@@ -10,7 +10,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <thread>
 
 #include "lattice/tokenizer.h"
 
@@ -63,8 +62,7 @@ Result<RecordedRunPlan> plan_recorded_run(const std::string& config_json, int wo
   // A run that chose no --threads took its machine's cores shared among its ranks (the
   // trainer's threads_per_rank, taking every rank to be on this machine): the CPU attention's
   // workspace is per thread.
-  if (o.threads <= 0)
-    o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world_size);
+  if (o.threads <= 0) o.threads = shared_cpu_threads(world_size);
   plan.memory = estimate_memory(o, plan.layout);
   return plan;
 }
@@ -95,9 +93,7 @@ std::vector<RankMemoryCheck> check_memory(const RecordedRunPlan& plan,
     c.step = m.step;
     const StageEstimate& s = plan.memory.stages.at(static_cast<size_t>(c.pp));
     const int per_stage = plan.layout.world / plan.layout.pp;
-    const size_t comm = s.comm_buffer_bytes_by_rank.empty()
-                            ? s.comm_buffer_bytes
-                            : s.comm_buffer_bytes_by_rank.at(static_cast<size_t>(m.rank % per_stage));
+    const size_t comm = s.comm_buffer_bytes_of(static_cast<size_t>(m.rank % per_stage));
     const size_t planned[kPlannedCategories] = {s.weight_bytes, s.grad_bytes, s.optimizer_bytes,
                                                 s.activation_bytes, s.all_workspace_bytes() + comm};
     for (int k = 0; k < kPlannedCategories; k++)

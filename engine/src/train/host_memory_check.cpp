@@ -9,7 +9,6 @@
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "core/host_memory.h"
@@ -99,10 +98,9 @@ std::string host_memory_refusal(int ranks, double need, const double largest[5],
 
 int threads_per_rank(const TrainOptions& o, const Comm& world) {
   if (o.threads > 0) return o.threads;
-  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   kernels::set_num_threads(0);  // all the cores this process may run on (its affinity)
-  const int allowed = kernels::num_threads();
-  return std::max(1, std::min(allowed, machine / std::max(1, world.node_local_size())));
+  return std::min(std::max(1, kernels::num_threads()),
+                  shared_cpu_threads(world.node_local_size()));
 }
 
 Status check_host_memory(const TrainOptions& options, const ParallelLayout& layout, Comm& world) {
@@ -110,10 +108,8 @@ Status check_host_memory(const TrainOptions& options, const ParallelLayout& layo
   sized.threads = threads_per_rank(options, world);
   const MemoryEstimate estimate = estimate_memory(sized, layout);
   const StageEstimate& mine = estimate.stages[layout.coord(world.rank()).pp];
-  const size_t per_stage = static_cast<size_t>(layout.world / layout.pp);
-  const size_t comm = mine.comm_buffer_bytes_by_rank.empty()
-                          ? mine.comm_buffer_bytes
-                          : mine.comm_buffer_bytes_by_rank[world.rank() % per_stage];
+  const size_t comm =
+      mine.comm_buffer_bytes_of(static_cast<size_t>(world.rank() % (layout.world / layout.pp)));
   const HostMemory host = available_host_memory();
   // Per rank: machine, the five categories, available bytes (-1 unknown), source (0 meminfo,
   // 1 cgroup).
