@@ -3,14 +3,20 @@
 // head) pair per task; backward: one (batch, group) pair per task, whose query heads add their
 // key and value gradients in turn, so no two threads write the same gradient.
 // Rows are processed in blocks of kAttentionRowBlock so that the upper (masked) triangle is
-// mostly skipped: block [i0, i1) only multiplies against keys/values [0, i1). The backward runs
-// a head block by block, last block first, so that a thread's workspace holds two blocks of
-// rows (2 x 64 x T), not two whole T x T matrices: the last block's dK and dV products cover
-// every key row and write them, the earlier ones add to rows [0, i1).
+// mostly skipped: block [i0, i1) only multiplies against keys/values [0, i1).
+//
+// Note [attention keeps log-sum-exps]
+// The forward keeps, per query row, only the log-sum-exp of its scores (lse (B, NH, T)), as
+// CUDA's flash attention and the ring's block kernel do; the backward recomputes a block's
+// probabilities as exp(score - lse) with one more GEMM (Q K^T over the block's rows). Keeping
+// the (B, NH, T, T) probabilities instead made the stored activations grow with T^2: 64 MiB a
+// layer at B 1, 16 heads, T 1024, 1 GiB at T 4096. A thread's workspace is three blocks of rows
+// (probabilities, their dropped-out copy, the score gradients). The backward runs a head block
+// by block, last block first: the last block's dK and dV products cover every key row and write
+// them, the earlier ones add to rows [0, i1). The dropout mask is the element's hash (its index
+// among all heads' T x T probabilities), so the backward recomputes it as well.
 // Packed documents (positions non-null): each row's softmax runs over its own document's keys
-// only, [i - positions[i], i], the rest of the row zero, so the backward needs no change (it
-// reads the mask off probs). The GEMMs still cover the whole lower triangle.
-// Non-goal here: a flash-style kernel that never stores probs (the GPU issue's concern).
+// only, [i - positions[i], i], in both directions; the GEMMs still cover the whole lower triangle.
 // Compiled once per ISA (Note [CPU dispatch]); the float softmax rows run explicit vectors.
 #include <omp.h>
 
@@ -38,13 +44,14 @@ struct GroupedHeads {
   size_t key(int g) const { return static_cast<size_t>(g) * (Q + 2) * HS + Q * HS; }
 };
 
-// row[0, n) = softmax(row[0, n)).
+// row[0, n) = softmax(row[0, n)); returns the row's log-sum-exp.
 template <typename T>
-void softmax_row(T* row, int n) {
+T softmax_row(T* row, int n) {
   if constexpr (std::is_same_v<T, float>) {
     const float maxv = row_max(row, n);
     const double sum = exp_shifted(row, row, n, maxv);
     scale_row(row, n, static_cast<float>(1.0 / sum));
+    return maxv + static_cast<float>(std::log(sum));
   } else {
     T maxv = row[0];
     for (int j = 1; j < n; j++) maxv = std::max(maxv, row[j]);
@@ -57,38 +64,72 @@ void softmax_row(T* row, int n) {
     const T inv = T(1) / sum;
 #pragma omp simd
     for (int j = 0; j < n; j++) row[j] *= inv;
+    return maxv + std::log(sum);
   }
 }
 
-// Rows [i0, i1) of Pd = dropout(P) into `dst` (i1 - i0, T) for one head, zero above the
-// diagonal; the element index that keys the mask is the element's global index in probs.
+// row[0, n) = exp(row[0, n) - lse): the softmax again, from the forward's log-sum-exp.
 template <typename T>
-void apply_dropout(T* dst, const T* P, int T_, int i0, int i1, size_t base, float p,
-                   uint64_t key) {
+void exp_minus(T* row, int n, T lse) {
+  if constexpr (std::is_same_v<T, float>) {
+    exp_shifted(row, row, n, lse);
+  } else {
+#pragma omp simd
+    for (int j = 0; j < n; j++) row[j] = cpu::exp_approx(row[j] - lse);
+  }
+}
+
+// The first key query row i sees: its packed document's start, else 0.
+inline int first_key(const int32_t* pos, int i) { return pos ? i - pos[i] : 0; }
+
+// Rows [i0, i1) of one head's probabilities: P (i1 - i0, T) holds the scaled scores Q K^T over
+// keys [0, i1); each row becomes its softmax over its visible keys (zero elsewhere up to i1),
+// by normalising (the forward, which writes lse) or from lse (the backward).
+template <typename T, bool kForward>
+void probabilities(T* P, int T_, int i0, int i1, const int32_t* pos,
+                   std::conditional_t<kForward, T*, const T*> lse) {
+  for (int i = i0; i < i1; i++) {
+    T* row = P + static_cast<size_t>(i - i0) * T_;
+    const int first = first_key(pos, i), n = i + 1 - first;
+    if constexpr (kForward)
+      lse[i] = softmax_row(row + first, n);
+    else
+      exp_minus(row + first, n, lse[i]);
+    std::fill(row, row + first, T(0));
+    std::fill(row + i + 1, row + i1, T(0));
+  }
+}
+
+// Rows [i0, i1) of Pd = dropout(P), both (i1 - i0, T) blocks over keys [0, i1), zero above the
+// diagonal; the element index that keys the mask is the element's global index among all
+// heads' (T, T) probabilities (`base`: the head's first).
+template <typename T>
+void apply_dropout(T* Pd, const T* P, int T_, int i0, int i1, size_t base, float p, uint64_t key) {
   const uint32_t threshold = dropout_threshold(p);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
   for (int i = i0; i < i1; i++) {
     // Row pointers and a size_t index: with int indices into the (T, T) block GCC left this
     // loop scalar (three 64-bit multiplies per element in the hash).
     const size_t row = base + static_cast<size_t>(i) * T_, n = static_cast<size_t>(i) + 1;
-    const T* prow = P + static_cast<size_t>(i) * T_;
-    T* drow = dst + static_cast<size_t>(i - i0) * T_;
+    const T* prow = P + static_cast<size_t>(i - i0) * T_;
+    T* drow = Pd + static_cast<size_t>(i - i0) * T_;
 #pragma omp simd
     for (size_t j = 0; j < n; j++)
       drow[j] = dropout_keep(key, row + j, threshold) ? prow[j] * keep_scale : T(0);
-    std::fill(drow + n, drow + T_, T(0));
+    std::fill(drow + n, drow + i1, T(0));
   }
 }
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH,
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH,
                        float dropout_p, uint64_t dropout_key, T* workspace, int head_offset,
                        int total_heads, int kv_heads, const int32_t* positions) {
   if (total_heads <= 0) total_heads = NH;
   const GroupedHeads layout(C, NH, kv_heads > 0 ? kv_heads : NH);
   const int HS = layout.HS, ld = layout.ld;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const size_t rows = static_cast<size_t>(std::min(T_, kRowBlock));
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
@@ -96,46 +137,40 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
     const T* q = row0 + layout.query(h);
     const T* k = row0 + layout.key(h / layout.Q);
     const T* v = k + HS;
-    T* P = probs + static_cast<size_t>(bh) * T_ * T_;
     T* o = out + static_cast<size_t>(b) * T_ * C + h * HS;
-    for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
-      const int i1 = std::min(T_, i0 + kRowBlock);
-      cpu::gemm(false, true, i1 - i0, i1, HS, scale, q + static_cast<size_t>(i0) * ld, ld, k, ld,
-                T(0), P + static_cast<size_t>(i0) * T_, T_);
-    }
+    T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
+    T* P = ws;               // (rows, T): the block's probabilities
+    T* Pd = ws + rows * T_;  // (rows, T): their dropped-out copy
     const int32_t* pos = positions ? positions + static_cast<size_t>(b) * T_ : nullptr;
-    for (int i = 0; i < T_; i++) {
-      T* row = P + static_cast<size_t>(i) * T_;
-      const int first = pos ? i - pos[i] : 0;  // the query's document starts at key `first`
-      std::fill(row, row + first, T(0));
-      softmax_row(row + first, i + 1 - first);
-      std::fill(row + i + 1, row + T_, T(0));
-    }
-    T* tmp = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
     const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
     for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
-      const int i1 = std::min(T_, i0 + kRowBlock);
-      const T* Pd = P + static_cast<size_t>(i0) * T_;
-      if (dropout_p > 0.0f) {  // the block's rows of dropout(P)
-        apply_dropout(tmp, P, T_, i0, i1, mask_base, dropout_p, dropout_key);
-        Pd = tmp;
+      const int i1 = std::min(T_, i0 + kRowBlock), n = i1 - i0;
+      cpu::gemm(false, true, n, i1, HS, scale, q + static_cast<size_t>(i0) * ld, ld, k, ld, T(0),
+                P, T_);
+      probabilities<T, true>(P, T_, i0, i1, pos, lse + static_cast<size_t>(bh) * T_);
+      const T* Pused = P;
+      if (dropout_p > 0.0f) {
+        apply_dropout(Pd, P, T_, i0, i1, mask_base, dropout_p, dropout_key);
+        Pused = Pd;
       }
-      cpu::gemm(false, false, i1 - i0, HS, i1, T(1), Pd, T_, v, ld, T(0),
+      cpu::gemm(false, false, n, HS, i1, T(1), Pused, T_, v, ld, T(0),
                 o + static_cast<size_t>(i0) * C, C);
     }
   }
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C,
                         int NH, float dropout_p, uint64_t dropout_key, T* workspace,
-                        int head_offset, int total_heads, int kv_heads) {
+                        int head_offset, int total_heads, int kv_heads,
+                        const int32_t* positions) {
   if (total_heads <= 0) total_heads = NH;
   const int KV = kv_heads > 0 ? kv_heads : NH;
   const GroupedHeads layout(C, NH, KV);
   const int HS = layout.HS, ld = layout.ld;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T keep_scale = static_cast<T>(dropout_p > 0.0f ? 1.0 / (1.0 - dropout_p) : 1.0);
+  const size_t rows = static_cast<size_t>(std::min(T_, kRowBlock));
 #pragma omp parallel for schedule(static)
   for (int bg = 0; bg < B * KV; bg++) {
     const int b = bg / KV, g = bg % KV;
@@ -146,15 +181,15 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
     T* dk = drow0 + layout.key(g);
     T* dv = dk + HS;
     T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
-    const size_t rows = static_cast<size_t>(std::min(T_, kRowBlock));
-    T* dP = ws;              // (rows, T): the block's dPd, then dS
-    T* Pd = ws + rows * T_;  // (rows, T): the block's dropout(P)
+    T* P = ws;                   // (rows, T): the block's probabilities, recomputed
+    T* Pd = ws + rows * T_;      // (rows, T): their dropped-out copy
+    T* dP = ws + 2 * rows * T_;  // (rows, T): the block's dPd, then dS
+    const int32_t* pos = positions ? positions + static_cast<size_t>(b) * T_ : nullptr;
     for (int h = g * layout.Q; h < (g + 1) * layout.Q; h++) {
-      const size_t base = (static_cast<size_t>(b) * NH + h) * T_ * T_;
       const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
       const T* q = row0 + layout.query(h);
       T* dq = drow0 + layout.query(h);
-      const T* P = probs + base;
+      const T* l = lse + (static_cast<size_t>(b) * NH + h) * T_;
       const T* dO = dout + static_cast<size_t>(b) * T_ * C + h * HS;
       const int last = (T_ - 1) / kRowBlock * kRowBlock;
       for (int i0 = last; i0 >= 0; i0 -= kRowBlock) {
@@ -162,14 +197,16 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
         // The group's first query head writes dk and dv with the last block, whose products
         // cover every key row [0, T); everything after adds to them.
         const T beta = h == g * layout.Q && i0 == last ? T(0) : T(1);
-        const T* Pblock = P + static_cast<size_t>(i0) * T_;
-        const T* Pused = Pblock;
+        const T* qblock = q + static_cast<size_t>(i0) * ld;
+        cpu::gemm(false, true, n, i1, HS, scale, qblock, ld, k, ld, T(0), P, T_);
+        probabilities<T, false>(P, T_, i0, i1, pos, l);
+        const T* Pused = P;
         if (dropout_p > 0.0f) {
           apply_dropout(Pd, P, T_, i0, i1, mask_base, dropout_p, dropout_key);
           Pused = Pd;
         }
         const T* dOblock = dO + static_cast<size_t>(i0) * C;
-        // dV[0, i1) (+)= Pd[i0:i1]^T dO[i0:i1] (Pd's block is zero right of the diagonal).
+        // dV[0, i1) (+)= Pd^T dO[i0:i1] (Pd's block is zero right of the diagonal).
         cpu::gemm(true, false, i1, HS, n, T(1), Pused, T_, dOblock, C, beta, dv, ld);
         // dPd = dO V^T over keys [0, i1).
         cpu::gemm(false, true, n, i1, HS, T(1), dOblock, C, v, ld, T(0), dP, T_);
@@ -178,7 +215,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
         // Pd is too and the element is taken as dropped, which changes nothing, since dS is P
         // times a finite factor there and P's zero adds nothing to the row's dot product.
         for (int i = i0; i < i1; i++) {
-          const T* prow = P + static_cast<size_t>(i) * T_;
+          const T* prow = P + static_cast<size_t>(i - i0) * T_;
           T* drow = dP + static_cast<size_t>(i - i0) * T_;
           if (dropout_p > 0.0f) {
             const T* pdrow = Pd + static_cast<size_t>(i - i0) * T_;
@@ -190,13 +227,12 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
           for (int j = 0; j <= i; j++) dot += prow[j] * drow[j];
 #pragma omp simd
           for (int j = 0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
-          std::fill(drow + i + 1, drow + T_, T(0));
+          std::fill(drow + i + 1, drow + i1, T(0));
         }
         // dQ[i0:i1] = dS K[0, i1); dK[0, i1) (+)= dS^T Q[i0:i1].
         cpu::gemm(false, false, n, HS, i1, T(1), dP, T_, k, ld, T(0),
                   dq + static_cast<size_t>(i0) * ld, ld);
-        cpu::gemm(true, false, i1, HS, n, T(1), dP, T_, q + static_cast<size_t>(i0) * ld, ld, beta,
-                  dk, ld);
+        cpu::gemm(true, false, i1, HS, n, T(1), dP, T_, qblock, ld, beta, dk, ld);
       }
     }
   }
@@ -207,8 +243,9 @@ template void attention_forward(float*, float*, const float*, int, int, int, int
 template void attention_forward(double*, double*, const double*, int, int, int, int, float,
                                 uint64_t, double*, int, int, int, const int32_t*);
 template void attention_backward(float*, const float*, const float*, const float*, int, int, int,
-                                 int, float, uint64_t, float*, int, int, int);
+                                 int, float, uint64_t, float*, int, int, int, const int32_t*);
 template void attention_backward(double*, const double*, const double*, const double*, int, int,
-                                 int, int, float, uint64_t, double*, int, int, int);
+                                 int, int, float, uint64_t, double*, int, int, int,
+                                 const int32_t*);
 
 LATTICE_ISA_END

@@ -35,7 +35,7 @@ int cpu_isa_vector_bytes() {
 }
 
 size_t attention_workspace_elems(int T) {
-  return 2 * static_cast<size_t>(std::min(T, kAttentionRowBlock)) * T;
+  return 3 * static_cast<size_t>(std::min(T, kAttentionRowBlock)) * T;
 }
 size_t attention_block_workspace_elems(int Tq, int Tk, int HS) {
   const size_t rows = static_cast<size_t>(std::min(Tq, kAttentionRowBlock));
@@ -147,18 +147,18 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key, siz
 }
 
 template <typename S>
-void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
+void attention_forward(S* out, S* lse, const S* qkv, int B, int T, int C, int NH, float dropout_p,
                        uint64_t dropout_key, S* workspace, int head_offset, int total_heads,
                        int kv_heads, const int32_t* positions) {
-  LATTICE_DISPATCH(attention_forward<S>, out, probs, qkv, B, T, C, NH, dropout_p, dropout_key,
+  LATTICE_DISPATCH(attention_forward<S>, out, lse, qkv, B, T, C, NH, dropout_p, dropout_key,
                    workspace, head_offset, total_heads, kv_heads, positions);
 }
 template <typename S>
-void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
+void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* lse, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,
-                        int head_offset, int total_heads, int kv_heads) {
-  LATTICE_DISPATCH(attention_backward<S>, dqkv, dout, qkv, probs, B, T, C, NH, dropout_p,
-                   dropout_key, workspace, head_offset, total_heads, kv_heads);
+                        int head_offset, int total_heads, int kv_heads, const int32_t* positions) {
+  LATTICE_DISPATCH(attention_backward<S>, dqkv, dout, qkv, lse, B, T, C, NH, dropout_p,
+                   dropout_key, workspace, head_offset, total_heads, kv_heads, positions);
 }
 template <typename S>
 void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const int32_t* slots,
@@ -235,7 +235,7 @@ void scale(S* x, size_t n, S s) {
   template void attention_forward(S*, S*, const S*, int, int, int, int, float, uint64_t, S*, int,  \
                                   int, int, const int32_t*);                                       \
   template void attention_backward(S*, const S*, const S*, const S*, int, int, int, int, float,    \
-                                   uint64_t, S*, int, int, int);                                   \
+                                   uint64_t, S*, int, int, int, const int32_t*);                   \
   template void attention_kv_forward(S*, S*, S*, const S*, const int32_t*, const int32_t*, int,    \
                                      int, int, int, S*, int);                                      \
   template void rmsnorm_forward(S*, S*, const S*, const S*, int, int, float);                      \

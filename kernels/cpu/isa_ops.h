@@ -63,13 +63,13 @@ void residual_dropout_forward(S* out, const S* residual, const S* x, size_t n, f
 template <typename S>
 void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key, size_t index_offset);
 template <typename S>
-void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
+void attention_forward(S* out, S* lse, const S* qkv, int B, int T, int C, int NH, float dropout_p,
                        uint64_t dropout_key, S* workspace, int head_offset, int total_heads,
                        int kv_heads, const int32_t* positions);
 template <typename S>
-void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
+void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* lse, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,
-                        int head_offset, int total_heads, int kv_heads);
+                        int head_offset, int total_heads, int kv_heads, const int32_t* positions);
 template <typename S>
 void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const int32_t* slots,
                           const int32_t* positions, int M, int NH, int HS, int max_T, S* workspace,

@@ -203,19 +203,19 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
     k::dropout_backward(want.data(), d.data(), want.size(), kDropout, kKey, 7);
     f.same("dropout_backward dx", got, want);
   }
-  {  // attention: heads 1..2 of 4, with dropout; the saved tensor is the probabilities
+  {  // attention: heads 1..2 of 4, with dropout; the saved tensor is the log-sum-exps
     const int total_heads = 4, head_offset = 1;
-    if (ops.attention_saved_elems(B, T, NH) != static_cast<size_t>(B) * NH * T * T)
-      f.list << QString("attention_saved_elems: %1, expected B*NH*T*T = %2")
+    if (ops.attention_saved_elems(B, T, NH) != static_cast<size_t>(B) * NH * T)
+      f.list << QString("attention_saved_elems: %1, expected B*NH*T = %2")
                     .arg(ops.attention_saved_elems(B, T, NH))
-                    .arg(B * NH * T * T);
+                    .arg(B * NH * T);
     const size_t ws = k::attention_workspace_elems(T) * k::num_threads();
     if (ops.attention_workspace_elems(B, T, NH) != ws)
       f.list << QString("attention_workspace_elems: %1, expected %2 (per thread)")
                     .arg(ops.attention_workspace_elems(B, T, NH))
                     .arg(ws);
     const auto qkv = random_vector<S>(N * 3 * C, 20), d = random_vector<S>(N * C, 21);
-    std::vector<S> got(N * C), want(N * C), gp(B * NH * T * T), wp(B * NH * T * T), gws(ws),
+    std::vector<S> got(N * C), want(N * C), gp(B * NH * T), wp(B * NH * T), gws(ws),
         wws(ws);
     ops.attention_forward(got.data(), gp.data(), qkv.data(), gws.data(), B, T, C, NH, kDropout,
                           kKey, head_offset, total_heads, NH, nullptr);

@@ -1,8 +1,9 @@
 // The one model (model/gpt.h) beyond the data flow that tests/model/test_gpt_layouts compares
 // across layouts, each on the CPU device (every build):
 // - GptModel<double>'s analytic gradients (every parameter tensor, dropout on) agree with central
-//   finite differences of its loss under selective recomputation, whose backward reruns the
-//   attention (tests/train/test_gpt_gradients checks the model that keeps everything).
+//   finite differences of its loss under full recomputation (uniform, one layer a group), whose
+//   backward reruns each layer's forward from its input (tests/train/test_gpt_gradients checks
+//   the model that keeps everything).
 // - init_weights writes init_arena's bits into every element of the arena (fp32 and fp64, a
 //   whole model and a later pipeline stage), straight into host-addressable memory and staged
 //   through a host buffer on a device that is not; the 16-bit compute copy is the master rounded.
@@ -95,10 +96,9 @@ class GptChecks : public QObject {
  private slots:
   void initTestCase() { kernels::set_num_threads(2); }
 
-  // test_gpt_gradients' model and data in fp64 under selective recomputation: every element of
-  // every tensor.
-  void every_fp64_parameter_gradient_matches_finite_differences_under_selective_recompute() {
-    const char* granularity = "selective";
+  // test_gpt_gradients' model and data in fp64 under full recomputation: every element of every
+  // tensor.
+  void every_fp64_parameter_gradient_matches_finite_differences_under_full_recompute() {
     ModelConfig c = testing::tiny_config(2, 8, 2, 5, 13);
     c.ffn_hidden_size = 12;
     c.max_position_embeddings = 6;
@@ -109,7 +109,7 @@ class GptChecks : public QObject {
     const int B = 2, N = B * c.seq_length;
     CpuDevice device;
     auto made = GptModel<double>::create(c, B, device, ModelShard{}, nullptr,
-                                         RecomputePlan::make(granularity, "", 0, 2));
+                                         RecomputePlan::make("full", "uniform", 1, 2));
     QVERIFY2(bool(made), bool(made) ? "" : made.status().message().c_str());
     GptModel<double>& model = **made;
     auto made_acts = model.new_activations();
@@ -140,7 +140,7 @@ class GptChecks : public QObject {
       for (size_t i = 0; i < t.numel; i++) indices.push_back(t.offset + i);
       const std::string err =
           testing::check_gradient(t.name, params, analytic, loss, 1e-5, 1e-8, indices, 1e-5);
-      QVERIFY2(err.empty(), qPrintable(QString("%1: %2").arg(granularity).arg(err.c_str())));
+      QVERIFY2(err.empty(), qPrintable(QString("full recomputation: %1").arg(err.c_str())));
       checked += static_cast<int>(t.numel);
     }
     QVERIFY(checked > 1000);
@@ -208,7 +208,7 @@ class GptChecks : public QObject {
           {Op::kLayerNorm, 4 * L + 2},               // ln1, ln2 (fused adds) and lnf, both ways
           {Op::kMatmulForward, 4 * L},               // QKV, projection, FC1 (+ GELU), FC2
           {Op::kMatmulBackward, 4 * L},              // the same four
-          {Op::kAttentionForward, sel ? 2 * L : L},  // + the rerun under selective
+          {Op::kAttentionForward, L},  // selective reruns nothing (gpt_layer.cpp)
           {Op::kAttentionBackward, L},
           {Op::kGelu, L},                     // backward only: the epilogue is FC1's
           {Op::kResidualDropout, 4 * L + 2},  // embedding, projection, FC2, both ways

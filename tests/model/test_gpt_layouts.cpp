@@ -43,11 +43,9 @@
 // the row0 * C offset were each checked to fail these. The activations of a sequence-parallel
 // model take the bytes of the rows it no longer holds less than without it.
 // fp64 (step 9 of docs/one-engine.md): GptModel<double> on the CPU device's fp64 op list
-// against the fp64 whole run within 1e-12, at TP 1 (full uniform and block, selective; with
-// and without dropout), TP 2 with dropout, TP 2 + SP with dropout (kept, full, selective)
-// and PP 2 (also with dropout and selective). Selective recomputation drops the CPU attention's
-// probabilities from every slot (one copy in the workspace, refilled by every layer's backward)
-// and gives the step that keeps them, bit for bit.
+// against the fp64 whole run within 1e-12, at TP 1 (full uniform and block; with and without
+// dropout), TP 2 with dropout, TP 2 + SP with dropout (kept, full) and PP 2 (also with dropout).
+// Selective recomputation keeps what recomputing nothing keeps (Note [selective recomputation]).
 // Full recomputation (docs/gpu.md#recomputation): the same comparisons with the layout
 // recomputing (uniform and block, at TP 1 and TP 2, with dropout, over PP 2 with several
 // micro-batches sharing the scratch), against the whole run, which keeps everything; a bf16
@@ -342,8 +340,7 @@ uint64_t micro_batch_seed(int mb) {
 // run by PipelineExecutor) and the whole run in Ref<A> over every micro-batch in one process, each
 // micro-batch with its own dropout seed (micro_batch_seed) on both sides. The pipeline's loss
 // gradient is multiplied by loss_scale (its gradients divided by it before comparing).
-// recompute_method, recompute_n: the chunks' full recomputation ("" none; "selective":
-// selective recomputation). packed: every sequence packs three documents (Note [packed
+// recompute_method, recompute_n: the chunks' full recomputation ("" none). packed: every sequence packs three documents (Note [packed
 // sequences]), their positions loaded on every stage (set_packed_sequences) and given to the
 // whole run.
 template <typename A = float>
@@ -391,9 +388,8 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
   std::vector<GptModel<A>*> chunk_models;
   for (int chunk = 0; chunk < chunks; chunk++) {
     const ModelShard shard = shard_of(L, groups.coord, chunk, sequence_parallel);
-    const RecomputePlan plan = recompute_method.empty() ? RecomputePlan{}
-                               : recompute_method == "selective"
-                                   ? selective(shard.num_layers(c))
+    const RecomputePlan plan = recompute_method.empty()
+                                   ? RecomputePlan{}
                                    : full(recompute_method, recompute_n, shard.num_layers(c));
     auto made = GptModel<A>::create(c, B, device, shard, groups.tp.get(), plan);
     if (!made) return made.status().message();
@@ -487,7 +483,7 @@ std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
 // "bf16" or "fp16" (at a loss scale of 2^10); "uniform" (fp32, full recomputation of each
 // chunk's layers in uniform groups of 2) or "block-dropout" (fp32 with dropout, the first layer
 // of each stage recomputed by block); "fp64" (GptModel<double> against the fp64 whole run within
-// 1e-12) or "fp64-selective-dropout" (that with dropout and selective recomputation);
+// 1e-12) or "fp64-dropout" (that with dropout);
 // "fp64-packed" (fp64 of packed sequences) or "sp-packed" (fp32 of packed sequences with
 // sequence parallelism).
 int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& variant) {
@@ -502,7 +498,7 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
     o.model =
         pipeline_config(tp, pp * chunks,
                         variant == "dropout" || variant == "sp-dropout" ||
-                            variant == "block-dropout" || variant == "fp64-selective-dropout");
+                            variant == "block-dropout" || variant == "fp64-dropout");
     o.parallel.pipeline_model_parallel_size = pp;
     if (chunks > 1) o.parallel.num_layers_per_virtual_pipeline_stage = 1;
     o.parallel.decoder_first_pipeline_num_layers = first;
@@ -530,9 +526,8 @@ int pipeline_worker(int tp, int pp, int chunks, int first, const std::string& va
       error = compare_pipeline(o.model, *groups, {}, 1.0f, false, "block", 1);
     } else if (variant == "fp64") {
       error = compare_pipeline<double>(o.model, *groups, kDoubleTolerance);
-    } else if (variant == "fp64-selective-dropout") {
-      error =
-          compare_pipeline<double>(o.model, *groups, kDoubleTolerance, 1.0f, false, "selective");
+    } else if (variant == "fp64-dropout") {
+      error = compare_pipeline<double>(o.model, *groups, kDoubleTolerance);
     } else if (variant == "fp64-packed") {
       error =
           compare_pipeline<double>(o.model, *groups, kDoubleTolerance, 1.0f, false, "", 0, true);
@@ -659,10 +654,6 @@ int sp_worker() {
                                              full("uniform", 1, 2)))
                .empty())
         error = "fp64 with dropout and full recomputation: " + error;
-      if (error.empty() && !(error = compare_one_step<double>(
-                                 config(2, true), sp, tp, kDoubleTolerance, 1.0f, 2, selective(2)))
-                                .empty())
-        error = "fp64 with dropout and selective recomputation: " + error;
       if (error.empty()) {
         // Without SP minus with it: the rows [R, N) of the residual stream (L+1 of them), of
         // each layer's ln1, res_mid, ln2 and their four statistics, and of lnf and its two.
@@ -773,8 +764,7 @@ class GptLayouts : public QObject {
   void full_recompute_shrinks_the_activation_category() {
     const ModelConfig c = config(1);  // two layers
     const size_t N = 2 * c.seq_length, C = c.hidden_size, F = c.ffn();
-    // What the device's attention keeps for its backward: on the CPU device the probabilities
-    // (B, NH, T, T), on CUDA the log-sum-exp (B, NH, T).
+    // What the device's attention keeps for its backward: the log-sum-exps (B, NH, T).
     const size_t saved =
         cpu_ops<float>().attention_saved_elems(2, c.seq_length, c.num_attention_heads);
     const size_t a = sizeof(float);
@@ -788,23 +778,21 @@ class GptLayouts : public QObject {
     QCOMPARE(activation_bytes<float>(c, 3, full("uniform", 2, 2)), kept - 4 * layer);
     // block 1: layer 0 recomputed (1 layer of scratch), layer 1 kept per slot.
     QCOMPARE(activation_bytes<float>(c, 3, full("block", 1, 2)), kept - 2 * layer);
-    // Selective recomputation drops the CPU attention's probabilities from every layer of every
-    // slot (3 x 2 of them) and keeps one in the workspace, which every layer's backward refills.
-    QCOMPARE(activation_bytes<float>(c, 3, selective(2)), kept - 6 * saved * sizeof(float));
+    QCOMPARE(saved, size_t(2 * c.num_attention_heads * c.seq_length));
+    // Selective recomputation has nothing to drop (Note [selective recomputation]): the same
+    // activations and workspace as recomputing nothing.
+    QCOMPARE(activation_bytes<float>(c, 3, selective(2)), kept);
     const size_t workspace = activation_bytes<float>(c, 3, {}, MemoryCategory::kWorkspace);
-    QCOMPARE(activation_bytes<float>(c, 3, selective(2), MemoryCategory::kWorkspace),
-             workspace + saved * sizeof(float));
+    QCOMPARE(activation_bytes<float>(c, 3, selective(2), MemoryCategory::kWorkspace), workspace);
   }
 
   // GptModel<double> on the CPU device's fp64 op list (--fp64) against the fp64 whole run that
-  // keeps everything: with and without dropout, fully recomputed (uniform and block) and
-  // selectively recomputed. (A TP 1 fp32 or fp64 step that recomputes nothing is the whole run
+  // keeps everything: with and without dropout, fully recomputed (uniform and block). (A TP 1 fp32 or fp64 step that recomputes nothing is the whole run
   // itself: there is no such case.)
   void tp1_fp64_step_matches_the_fp64_whole_run() {
     const std::pair<const char*, RecomputePlan> plans[] = {
         {"full uniform 1", full("uniform", 1, 2)},
-        {"full block 1", full("block", 1, 2)},
-        {"selective", selective(2)}};
+        {"full block 1", full("block", 1, 2)}};
     for (const auto& [name, plan] : plans) {
       for (bool dropout : {false, true}) {
         const std::string d = compare_one_step<double>(config(1, dropout), ModelShard{}, nullptr,
@@ -815,23 +803,6 @@ class GptLayouts : public QObject {
                                            .arg(d.c_str())));
       }
     }
-  }
-
-  // Note [selective recomputation]: the rerun attention is the forward's op on the same qkv and
-  // dropout key, so a selective step is the step that keeps the probabilities, bit for bit (four
-  // layers with dropout: every layer's backward refills the one shared tensor).
-  void a_selective_recompute_step_equals_the_step_that_keeps_the_scores_bitwise() {
-    const ModelConfig c = pipeline_config(1, 4, true);
-    const StepResult<float> kept = one_step<float>(c, {});
-    const StepResult<float> dropped = one_step<float>(c, selective(4));
-    const StepResult<double> kept64 = one_step<double>(c, {});
-    const StepResult<double> dropped64 = one_step<double>(c, selective(4));
-    for (const std::string* e : {&kept.error, &dropped.error, &kept64.error, &dropped64.error})
-      QVERIFY2(e->empty(), e->c_str());
-    QVERIFY2(kept.losses == dropped.losses, "fp32: token losses differ");
-    QVERIFY2(kept.grads == dropped.grads, "fp32: gradients differ");
-    QVERIFY2(kept64.losses == dropped64.losses, "fp64: token losses differ");
-    QVERIFY2(kept64.grads == dropped64.grads, "fp64: gradients differ");
   }
 
   void an_fp16_overflow_reaches_every_gradient_it_feeds() {
@@ -879,7 +850,7 @@ class GptLayouts : public QObject {
   }
 
   // Sequence parallelism at TP 2: fp32, fp32 with dropout (also of one sequence), bf16 with
-  // dropout, fp16 and fp64 (kept, full, selective) shards against the whole run, and the
+  // dropout, fp16 and fp64 (kept, full) shards against the whole run, and the
   // activation bytes it saves.
   void tp2_sequence_parallel_step_matches_the_whole_run() {
     expect_workers(2, {"--sp-worker"}, "TP 2 + SP");
@@ -908,11 +879,10 @@ class GptLayouts : public QObject {
     expect_workers(2, pipeline_args(1, 2, 2, 0, "uniform"), "PP 2 x 2 chunks uniform");
   }
 
-  // fp64 stages against the fp64 whole run: the boundary tensors travel in double; with
-  // dropout and selective recomputation, each micro-batch's backward refills the shared
-  // probabilities with its own dropout key.
+  // fp64 stages against the fp64 whole run: the boundary tensors travel in double; with dropout,
+  // each micro-batch's backward recomputes its probabilities with its own dropout key.
   void pp2_fp64_iteration_matches_the_fp64_whole_run() {
-    for (const char* variant : {"fp64", "fp64-selective-dropout"}) {
+    for (const char* variant : {"fp64", "fp64-dropout"}) {
       expect_workers(2, pipeline_args(1, 2, 1, 0, variant), QString("PP 2 ") + variant);
       if (QTest::currentTestFailed()) return;
     }

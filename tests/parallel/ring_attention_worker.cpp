@@ -127,15 +127,15 @@ template <typename T>
 void reference(std::vector<T>& out, std::vector<T>& dqkv, const std::vector<T>& qkv,
                const std::vector<T>& dout, const int32_t* doc, const Case& k, int T_) {
   const int C = k.NH * k.HS;
-  std::vector<T> probs(static_cast<size_t>(k.B) * k.NH * T_ * T_);
+  std::vector<T> lse(static_cast<size_t>(k.B) * k.NH * T_);
   std::vector<T> ws(lattice::kernels::attention_workspace_elems(T_) *
                     lattice::kernels::num_threads());
   out.assign(static_cast<size_t>(k.B) * T_ * C, T(0));
   dqkv.assign(qkv.size(), T(0));
-  lattice::kernels::attention_forward(out.data(), probs.data(), qkv.data(), k.B, T_, C, k.NH, 0.0f,
+  lattice::kernels::attention_forward(out.data(), lse.data(), qkv.data(), k.B, T_, C, k.NH, 0.0f,
                                       0, ws.data(), 0, 0, k.KV, doc);
-  lattice::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), k.B, T_,
-                                       C, k.NH, 0.0f, 0, ws.data(), 0, 0, k.KV);
+  lattice::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), k.B, T_,
+                                       C, k.NH, 0.0f, 0, ws.data(), 0, 0, k.KV, doc);
 }
 
 // Ring attention over `cp` of the whole-sequence qkv: out and dqkv gathered back to (B, T, ...).

@@ -182,11 +182,13 @@ class MemoryLimits : public QObject {
              qPrintable(error_of("no-room-weights")));
   }
 
-  // A small model whose attention scores do not fit: seq 8192, micro-batch 4, 4 heads keep
-  // 4 x 4 x 8192^2 floats (1.07e9, 4.3 GB) per layer; the weights and workspace fit in 3 GiB.
+  // A small model whose logits do not fit: seq 8192 and micro-batch 4 are 32768 tokens, whose
+  // logits over a vocabulary of 32000 are 1.05e9 floats (4.2 GB, one activation tensor); the
+  // weights and workspace fit in 3 GiB.
   void failed_activations_allocation_names_the_category() {
     const Finished f = run(kBase + QStringList{"--db", db(), "--run-name", "no-room-activations",
-                                               "--skip-memory-check", "--num-layers", "2",
+                                               "--skip-memory-check", "--vocab-size", "32000",
+                                               "--num-layers", "2",
                                                "--hidden-size", "64", "--num-attention-heads", "4",
                                                "--seq-length", "8192", "--micro-batch-size", "4"},
                            rlim_t{3} << 30);

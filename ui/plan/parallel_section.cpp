@@ -131,7 +131,6 @@ void ParallelSection::addRecompute() {
   auto* mode = new QComboBox(this);
   mode->setObjectName("recompute-granularity");
   mode->addItem(tr("None"), QStringList{"", ""});
-  mode->addItem(tr("Selective (attention)"), QStringList{"selective", ""});
   mode->addItem(tr("Full, uniform"), QStringList{"full", "uniform"});
   mode->addItem(tr("Full, block"), QStringList{"full", "block"});
   mode->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
@@ -164,6 +163,7 @@ void ParallelSection::addRecompute() {
   });
   onRefresh([mode, layers](const Plan& p, const PlanAnalysis&) {
     const ParallelOptions& par = p.options.parallel;
+    // "selective" (a Megatron command line's) shows as None: it is the same run.
     const int index = mode->findData(QStringList{QString::fromStdString(par.recompute_granularity),
                                                  QString::fromStdString(par.recompute_method)});
     mode->setCurrentIndex(std::max(index, 0));
@@ -172,9 +172,9 @@ void ParallelSection::addRecompute() {
   });
   addRow(tr("Recomputation"), box,
          {"recompute-granularity", "recompute-method", "recompute-num-layers"},
-         tr("Recompute activations in the backward pass: selective drops the attention scores, "
-            "full keeps only each layer's input  (--recompute-granularity, --recompute-method, "
-            "--recompute-num-layers)"));
+         tr("Recompute activations in the backward pass: full keeps only each layer's input "
+            "(--recompute-granularity, --recompute-method, --recompute-num-layers). Megatron's "
+            "selective is the same as none here: the attention keeps no scores to drop."));
 }
 
 void ParallelSection::addPrecision() {

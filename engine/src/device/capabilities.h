@@ -21,8 +21,6 @@ struct Capabilities {
                                         // op list is for tests, not for runs)
   std::vector<int> head_sizes;          // attention head sizes it runs; empty: any
   int mlp_slice_multiple = 1;           // each rank's --ffn-hidden-size / TP must be a multiple
-  bool attention_saves_scores = false;  // attention keeps (B, NH, T, T) scores for backward, so
-                                        // selective recomputation has something to drop
   bool host_addressable = false;        // its memory is host memory: checkpoints, weight
                                         // initialisation and data read it directly
   bool cheap_marks = false;       // a time mark is a clock read, so per-op times are always kept
@@ -35,13 +33,12 @@ struct Capabilities {
 
 // The CPU backend (kernels/cpu, OpenBLAS + OpenMP): fp32 and fp64, bf16 where this build and
 // CPU have oneDNN's bf16 GEMMs (or LATTICE_CPU_BF16_GEMM=widened asks for the slow path), any
-// head size, attention that saves its probabilities, host memory.
+// head size, host memory.
 inline Capabilities cpu_capabilities() {
   Capabilities c;
   c.device = "cpu";
   c.fp64 = true;
   c.bf16 = kernels::bf16_gemm() != kernels::Bf16Gemm::none;
-  c.attention_saves_scores = true;
   c.host_addressable = true;
   c.cheap_marks = true;
   c.moe = true;

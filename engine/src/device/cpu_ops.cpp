@@ -101,7 +101,7 @@ class CpuOps final : public Ops<S> {
   }
 
   size_t attention_saved_elems(int B, int T, int NH) const override {
-    return static_cast<size_t>(B) * NH * T * T;
+    return static_cast<size_t>(B) * NH * T;  // the log-sum-exps (kernels.h)
   }
   size_t attention_workspace_elems(int, int T, int) const override {
     return kernels::attention_workspace_elems(T) * static_cast<size_t>(kernels::num_threads());
@@ -112,13 +112,12 @@ class CpuOps final : public Ops<S> {
     kernels::attention_forward(out, saved, qkv, B, T, C, NH, p, key, workspace, head_offset,
                                total_heads, KV, positions);
   }
-  // positions are not needed: the saved probabilities are zero outside each document.
   void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* /*out: unused here*/,
                           const S* saved, S* workspace, int B, int T, int C, int NH, float p,
                           uint64_t key, int head_offset, int total_heads, int KV,
-                          const int32_t* /*positions*/) override {
+                          const int32_t* positions) override {
     kernels::attention_backward(dqkv, dout, qkv, saved, B, T, C, NH, p, key, workspace, head_offset,
-                                total_heads, KV);
+                                total_heads, KV, positions);
   }
 
   void softmax_cross_entropy(S* losses, S* dlogits, const S* logits, const int32_t* targets, int N,

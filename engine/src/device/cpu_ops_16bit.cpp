@@ -1,7 +1,7 @@
 // The CPU's op lists for bf16 and fp16 (ops.h): the float kernels of kernels.h on widened copies
 // of the 16-bit tensors, their results rounded back with dtype.h's conversions (a CUDA op too
 // computes in fp32 between 16-bit loads and stores; summation orders differ). Statistics,
-// parameter gradients, the attention's saved probabilities and cross-entropy logits are float
+// parameter gradients, the attention's saved log-sum-exps and cross-entropy logits are float
 // (G), as on CUDA. For tests of the 16-bit data flow on machines without a GPU
 // (tests/model/test_gpt_layouts, test_ops) and for --bf16 runs where the CPU has bf16 GEMMs
 // (cpu_capabilities()); the widened copies live in per-thread memory reused across calls.
@@ -440,14 +440,15 @@ class CpuOps16 final : public Ops<H> {
                           total_heads, KV, positions);
     store(out, o);
   }
-  void attention_backward(H* dqkv, const H* dout, const H* qkv, const H* out, const float* saved,
-                          float* workspace, int B, int T, int C, int NH, float p, uint64_t key,
-                          int head_offset, int total_heads, int KV,
+  // out is not widened: the float backward recomputes from saved and does not read it.
+  void attention_backward(H* dqkv, const H* dout, const H* qkv, const H* /*out*/,
+                          const float* saved, float* workspace, int B, int T, int C, int NH,
+                          float p, uint64_t key, int head_offset, int total_heads, int KV,
                           const int32_t* positions) override {
     const size_t n = static_cast<size_t>(B) * T * C, nqkv = n / NH * (NH + 2 * KV);
-    const Buffer d = wide(dout, n), q = wide(qkv, nqkv), o = wide(out, n);
+    const Buffer d = wide(dout, n), q = wide(qkv, nqkv);
     Buffer dq(nqkv);
-    f32.attention_backward(dq.data(), d.data(), q.data(), o.data(), saved, workspace, B, T, C, NH,
+    f32.attention_backward(dq.data(), d.data(), q.data(), nullptr, saved, workspace, B, T, C, NH,
                            p, key, head_offset, total_heads, KV, positions);
     store(dqkv, dq);
   }

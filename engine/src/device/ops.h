@@ -150,8 +150,8 @@ class Ops {
 
   // ---- attention
   // ---------------------------------------------------------------------------------- Elements of
-  // the tensor attention_forward saves for the backward: the CPU's probabilities (B, NH, T, T),
-  // CUDA's log-sum-exp (B, NH, T).
+  // the tensor attention_forward saves for the backward: the log-sum-exps (B, NH, T) on every
+  // device (Note [attention keeps log-sum-exps] in kernels/cpu/attention.cpp).
   virtual size_t attention_saved_elems(int B, int T, int NH) const = 0;
   // Elements of the workspace both directions take (the CPU: per thread, for the thread count
   // at the call; size it again after kernels::set_num_threads).

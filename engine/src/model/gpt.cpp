@@ -73,7 +73,7 @@ GptModel<A>::GptModel(const ModelConfig& config, const ModelShard& shard, int mi
 }
 
 template <typename A>
-LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_saved, bool moe) {
+LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool moe) {
   using MC = MemoryCategory;
   // R rows of the residual stream and the LayerNorms (N / t with sequence parallelism), N of
   // the tensor-parallel layers' inputs and outputs.
@@ -85,7 +85,7 @@ LayerActivations<A> GptModel<A>::take_layer_acts(DeviceBlocks& from, bool keep_s
   a.ln1_rstd = from.template take<G>(R_, MC::kActivations);
   a.qkv = from.template take<A>(NW, MC::kActivations);
   a.atty = from.template take<A>(NCt, MC::kActivations);
-  a.saved = keep_saved ? from.template take<G>(attention_saved_elems(), MC::kActivations) : nullptr;
+  a.saved = from.template take<G>(attention_saved_elems(), MC::kActivations);
   a.res_mid = from.template take<A>(RC, MC::kActivations);
   a.ln2 = from.template take<A>(RC, MC::kActivations);
   if (!rms_norm_) a.ln2_mean = from.template take<G>(R_, MC::kActivations);
@@ -140,11 +140,6 @@ Status GptModel<A>::allocate() {
   } else {
     compute_ = take<A>(n, MC::kWeights);
   }
-  // Note [selective recomputation]: one saved tensor for every layer and micro-batch, refilled
-  // in each layer's backward.
-  // (The ring of context parallelism keeps only its log-sum-exp: nothing to drop.)
-  drop_saved_ = recompute_.selective && device_.capabilities().attention_saves_scores && cp_ == 1;
-  if (drop_saved_) selective_saved_ = take<G>(attention_saved_elems(), MC::kWorkspace);
   if (cp_ > 1) cp_positions_ = take<int32_t>(N_, MC::kWeights);
   if (config_.moe()) {  // Note [MoE layer] (gpt_moe.cpp)
     if (!ops_.has_moe())
@@ -216,7 +211,7 @@ Status GptModel<A>::allocate() {
     device_.zero(moe_aux_, L_ * sizeof(G), compute());
   }
   for (int i = 0; i < recompute_.max_group; i++)
-    recompute_scratch_.push_back(take_layer_acts(blocks_, true, any_moe_));
+    recompute_scratch_.push_back(take_layer_acts(blocks_, any_moe_));
   if (t_ > 1 && post()) {
     row_max_ = take<G>(N_, MC::kWorkspace);
     sum_exp_ = take<double>(N_, MC::kWorkspace);
@@ -279,7 +274,7 @@ Status GptModel<A>::take_activations(GptActivations<A>& a) {
   for (int l = 0; l < L_; l++)
     a.layers.push_back(recompute_.recomputed(l)
                            ? LayerActivations<A>{}
-                           : take_layer_acts(from, !drop_saved_, layout_.is_moe(l)));
+                           : take_layer_acts(from, layout_.is_moe(l)));
   if (post()) {
     a.lnf = from.take<A>(RC, MC::kActivations);
     if (!rms_norm_) a.lnf_mean = from.take<G>(R_, MC::kActivations);

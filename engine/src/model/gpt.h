@@ -32,10 +32,9 @@
 // Recomputation (docs/gpu.md#recomputation): RecomputePlan for the chunk's layers; a fully
 // recomputed layer keeps only its input residual[l] per micro-batch, its other activations live
 // in scratch shared by every micro-batch and are re-created by its group's forward just before
-// the group's backward. Selective recomputation (Note [selective recomputation] in gpt_layer.cpp)
-// drops the attention's saved tensor where the device's attention saves its (B, NH, T, T)
-// scores (Capabilities::attention_saves_scores: the CPU); CUDA's flash attention keeps only its
-// log-sum-exp and selective changes nothing.
+// the group's backward. Selective recomputation (Megatron's "core attention") changes nothing:
+// every device's attention keeps only its (B, NH, T) log-sum-exps, nothing of size T x T to drop
+// (Note [attention keeps log-sum-exps] in kernels/cpu/attention.cpp).
 // Per-op times: with set_op_times(true), two Device::marks on the compute stream around each op,
 // added to profiler() by collect_op_times().
 // Tests and tools that want the whole model in this process without naming a device use the
@@ -80,8 +79,7 @@ struct LayerActivations {
   A* qkv;       // (N, Wt) this rank's query groups [q..q|k|v], queries and keys rotated by RoPE
   A* atty;      // (N, Ct) attention output
   G* saved;     // Ops::attention_saved_elems(B, T, Ht): what attention_forward keeps for its
-                // backward (the CPU's probabilities (B, Ht, T, T), CUDA's log-sum-exp (B, Ht, T));
-                // null under selective recomputation where it is dropped (the model's scratch)
+                // backward, the log-sum-exps (B, Ht, T) on every device
   A* res_mid;   // (R, C) residual after the attention block
   A* ln2;       // (R, C)
   G* ln2_mean;  // (R), null with RMSNorm
@@ -187,7 +185,7 @@ class GptModel {
   // of the tensor-parallel group for the device's buffers (Device::make_comm), required when
   // tp_size > 1 and outliving the model; a failed reduction is recorded on the device like a failed
   // kernel. recompute: RecomputePlan::make for the chunk's layers (none by default; "selective"
-  // drops the attention's saved tensor on a device whose attention saves scores). master: see
+  // is none: Note [selective recomputation] in gpt_layer.cpp). master: see
   // MasterWeights. Errors: also a device without an op list for A (CUDA has none for double).
   static Result<std::unique_ptr<GptModel>> create(
       const ModelConfig& config, int micro_batch, Device& device, const ModelShard& shard = {},
@@ -357,15 +355,9 @@ class GptModel {
   // Takes every buffer of one micro-batch's activations from a.blocks (new_activations, and
   // the host constructor's activations at their first forward).
   Status take_activations(GptActivations<A>& a);
-  // One layer's activations (kActivations) from `from`; without the attention's saved tensor
-  // when keep_saved is false (selective recomputation drops it); an MoE layer's (moe) with its
-  // routing tensors and expert rows, sized for a dense layer too (the recompute scratch).
-  LayerActivations<A> take_layer_acts(DeviceBlocks& from, bool keep_saved, bool moe);
-  // Where layer activations la's attention keeps its saved tensor: la's own, or the scratch
-  // selective recomputation refills in each layer's backward.
-  G* saved_of(const LayerActivations<A>& la) const {
-    return la.saved ? la.saved : selective_saved_;
-  }
+  // One layer's activations (kActivations) from `from`; an MoE layer's (moe) with its routing
+  // tensors and expert rows, sized for a dense layer too (the recompute scratch).
+  LayerActivations<A> take_layer_acts(DeviceBlocks& from, bool moe);
   // A pair of marks on the compute stream around one op's queueing (set_op_times), kept for
   // collect_op_times(); nothing when op times are off.
   class OpTimer {
@@ -579,11 +571,6 @@ class GptModel {
   A* d_atty_ = nullptr;         // (N, Ct)
   G* attention_ws_ = nullptr;   // Ops::attention_workspace_elems(B, T, Ht)
   G* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()
-  // Selective recomputation on a device whose attention saves scores: the one saved tensor
-  // (Ops::attention_saved_elems(B, T, Ht), kWorkspace) every layer's forward writes and every
-  // layer's backward rewrites before reading; null otherwise (drop_saved_ false).
-  G* selective_saved_ = nullptr;
-  bool drop_saved_ = false;
   // LoRA's scratch (null without it; r = lora_rank, K = max(C, Ft), O = max(Wt, up, C)).
   int lora_r_ = 0;
   float p_lora_ = 0;

@@ -156,7 +156,7 @@ void GptModel<A>::layer_forward_from_ln1(int l, const LayerActivations<A>& la, c
     OpTimer timer(*this, Op::kAttentionForward);
     if (rotary_dim_ > 0)  // queries and keys rotated in place; the attention reads them so
       ops_.rope_forward(la.qkv, rope_cos_, rope_sin_, positions_, N, T, Ht_, Gt_, HS_, rotary_dim_);
-    core_attention_forward(la.atty, saved_of(la), la.qkv, key(l, DropoutSite::kAttention));
+    core_attention_forward(la.atty, la.saved, la.qkv, key(l, DropoutSite::kAttention));
   }
   // Row-parallel projection: partial sums over this rank's heads, summed (or reduce-scattered)
   // over TP.
@@ -251,15 +251,10 @@ size_t GptModel<A>::attention_saved_elems() const {
 // rank recomputes, so the projection's all-reduce (reduce-scatter with sequence parallelism)
 // and the all-gathers stay matched across the group.
 //
-// Note [selective recomputation]: with --recompute-granularity selective on a device whose
-// attention saves its scores (the CPU's probabilities (B, Ht, T, T): the s^2 part, Megatron's
-// "core attention" recomputation), no layer keeps them per micro-batch. Every layer's forward
-// writes one tensor of the model's workspace (selective_saved_), and every layer's backward reruns
-// attention_forward over its kept qkv with the micro-batch's dropout key just before it needs the
-// tensor, into d_atty_ (free until the projection's backward writes it) as the discarded
-// output; the rerun is the forward's op on the same inputs, so the tensor is the forward's bit
-// for bit, as GptModel::layer_backward's recompute of probs_. Where the attention saves only
-// O(T) per head (CUDA's log-sum-exp), there is nothing to drop and selective changes nothing.
+// Note [selective recomputation]: --recompute-granularity selective (Megatron's "core
+// attention" recomputation, which drops the s^2 scores) is accepted and changes nothing: every
+// device's attention keeps only its (B, Ht, T) log-sum-exps and recomputes the probabilities in
+// its own backward (Note [attention keeps log-sum-exps] in kernels/cpu/attention.cpp).
 template <typename A>
 void GptModel<A>::recompute_group(const GptActivations<A>& a, int first, int last) {
   const size_t RC = static_cast<size_t>(R_) * C_;
@@ -363,10 +358,6 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     const LayerActivations<A>& la = layer_acts(a, l);
     const A* x = a.residual + l * RC;
     const uint64_t attention_key = key(l, DropoutSite::kAttention);
-    if (!la.saved) {  // Note [selective recomputation]
-      OpTimer timer(*this, Op::kAttentionForward);
-      core_attention_forward(d_atty_, selective_saved_, la.qkv, attention_key);
-    }
     // MLP block: out = res_mid + dropout(fc2(gelu(fc1(ln2(res_mid))))); d_res_ holds d out
     // (the same on every TP rank, so fc2's bias gradient is whole everywhere; with sequence
     // parallelism this rank's rows of it, so the bias gradient is partial).
@@ -417,7 +408,7 @@ void GptModel<A>::run_backward(GptActivations<A>& a) {
     }
     {
       OpTimer timer(*this, Op::kAttentionBackward);
-      core_attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, saved_of(la), attention_key);
+      core_attention_backward(d_qkv_, d_atty_, la.qkv, la.atty, la.saved, attention_key);
       if (rotary_dim_ > 0)  // back through the rotation to the QKV GEMM's output
         ops_.rope_backward(d_qkv_, rope_cos_, rope_sin_, positions_, N, T, Ht_, Gt_, HS_,
                            rotary_dim_);

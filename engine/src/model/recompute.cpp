@@ -8,8 +8,8 @@ namespace lattice {
 RecomputePlan RecomputePlan::make(const std::string& granularity, const std::string& method, int n,
                                   int num_local_layers) {
   RecomputePlan plan;
-  if (granularity == "selective") plan.selective = true;
-  if (granularity != "full") return plan;
+  if (granularity != "full") return plan;  // "selective" keeps everything (gpt_layer.cpp's
+                                            // Note [selective recomputation])
   plan.group_start.assign(num_local_layers, -1);
   if (method == "uniform") {
     // Megatron's uniform method: the chunk's layers in groups of n, each group recomputed

@@ -9,9 +9,6 @@
 namespace lattice {
 
 struct RecomputePlan {
-  // The attention's saved (B, heads, T, T) scores dropped and remade in each layer's backward
-  // (where the device's attention saves them: Capabilities::attention_saves_scores).
-  bool selective = false;
   // Per local layer: -1 kept; otherwise the first local layer of the group of consecutive
   // layers recomputed together from that layer's input (full recomputation).
   std::vector<int> group_start;

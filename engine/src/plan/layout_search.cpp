@@ -14,7 +14,9 @@ namespace lattice {
 
 namespace {
 
-enum class Recompute : uint8_t { kNone, kSelective, kFull };
+// Selective recomputation is not a candidate: it changes nothing (Note [selective
+// recomputation] in model/gpt_layer.cpp).
+enum class Recompute : uint8_t { kNone, kFull };
 
 // One point of the search space and its score, small enough to keep tens of thousands.
 struct Choice {
@@ -48,9 +50,7 @@ TrainOptions apply(const TrainOptions& base, const Choice& c) {
   par.decoder_first_pipeline_num_layers = par.decoder_last_pipeline_num_layers = 0;
   par.sequence_parallel = c.tp > 1 && (o.model.seq_length / c.cp) % c.tp == 0;
   par.use_distributed_optimizer = c.distributed;
-  par.recompute_granularity = c.recompute == Recompute::kFull        ? "full"
-                              : c.recompute == Recompute::kSelective ? "selective"
-                                                                     : "";
+  par.recompute_granularity = c.recompute == Recompute::kFull ? "full" : "";
   par.recompute_method = c.recompute == Recompute::kFull ? "uniform" : "";
   par.recompute_num_layers = c.recompute == Recompute::kFull ? 1 : 0;
   return o;
@@ -70,7 +70,7 @@ void enumerate_grid(const TrainOptions& base, int world, const Choice& grid,
       for (int chunks : divisors(L / pp))
         if (chunks > 1) virtual_stages.push_back(L / pp / chunks);
     for (int v : virtual_stages)
-      for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+      for (Recompute r : {Recompute::kNone, Recompute::kFull})
         for (bool distributed : {false, true}) {
           // The same layout as without: no data-parallel group to shard over, dense or expert.
           if (distributed && dp * grid.cp == 1) continue;

@@ -188,14 +188,10 @@ ChunkShape chunk_shape(const TrainOptions& o, int t) {
           m.rms_norm() ? 1.0 : 2.0};
 }
 
-// Elements of the attention's saved tensor per layer (GptModel::attention_saved_elems): the CPU
-// kernel keeps the (B, heads, T, Tk) probabilities, CUDA's flash attention the (B, heads, T)
-// log-sum-exps (options.device "cuda"), and with context parallelism the ring keeps its (B,
-// heads, T) log-sum-exps on every device (Note [context parallelism] in model/gpt_layer.cpp).
-double attention_saved(const TrainOptions& o, const ChunkShape& d) {
-  const bool lse = o.device == "cuda" || o.parallel.context_parallel_size > 1;
-  return d.B * d.Ht * d.T * (lse ? 1 : d.Tk);
-}
+// Elements of the attention's saved tensor per layer (GptModel::attention_saved_elems): the (B,
+// heads, T) log-sum-exps, on every device and with context parallelism's ring alike (Note
+// [attention keeps log-sum-exps] in kernels/cpu/attention.cpp).
+double attention_saved(const ChunkShape& d) { return d.B * d.Ht * d.T; }
 
 // One layer's activations of one micro-batch (GptModel::take_layer_acts): ln1, res_mid, ln2
 // (R, C); qkv (N, W/t) and the attention output (N, C/t); FC1's output (N, U/t) and the
@@ -293,9 +289,8 @@ struct ChunkActivations {
 // Model chunk `shard` as GptModel::new_activations and allocate take it: tokens, targets and
 // positions (packed sequences),
 // the residual stream (L + 1 rows of (R, C): the input and every layer's output), the layers
-// the recompute plan keeps (selective recomputation drops the saved tensor where the device
-// saves scores; full recomputation keeps only the residual input of a recomputed layer and
-// rebuilds the layer in a scratch of the largest group's layers, MoE-sized when the chunk has an
+// the recompute plan keeps (full recomputation keeps only the residual input of a recomputed
+// layer and rebuilds the layer in a scratch of the largest group's layers, MoE-sized when the chunk has an
 // MoE layer), and on the last chunk the final norm and its statistics, the logits in G (and
 // their 16-bit copy) and the token losses.
 ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& layout,
@@ -308,11 +303,7 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
   const int layers = shard.num_layers(m);
   const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
                                                  par.recompute_num_layers, layers);
-  // Selective recomputation drops the saved tensor where it holds the scores (GptModel: the
-  // CPU's attention without context parallelism).
-  const bool scores = o.device != "cuda" && par.context_parallel_size <= 1;
-  const double saved = attention_saved(o, d);
-  const double kept_saved = plan.selective && scores ? 0 : saved;
+  const double saved = attention_saved(d);
   const MoeShape s = m.moe() ? moe_shape(o, layout, d) : MoeShape{};
   ChunkActivations c;
   c.per_micro_batch = 3 * d.N * sizeof(int32_t) + e.a * (layers + 1) * d.R * d.C;
@@ -321,7 +312,7 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
     const bool moe = m.is_moe_layer(shard.layer_begin + l);
     any_moe = any_moe || moe;
     if (plan.recomputed(l)) continue;
-    c.per_micro_batch += moe ? moe_layer_bytes(e, d, s, kept_saved) : layer_bytes(e, d, kept_saved);
+    c.per_micro_batch += moe ? moe_layer_bytes(e, d, s, saved) : layer_bytes(e, d, saved);
     if (moe) c.moe_per_micro_batch += moe_mlp_bytes(e, d, s);
   }
   if (shard.post) {
@@ -358,17 +349,11 @@ ChunkScratch chunk_scratch(const TrainOptions& o, const ParallelLayout& layout,
   const int t = layout.tp;
   const ChunkShape d = chunk_shape(o, t);
   const ElementBytes e = element_bytes(compute_precision(o));
-  const ParallelOptions& par = o.parallel;
   const ModelConfig& m = o.model;
   const bool cuda = o.device == "cuda";
   const double threads = planned_cpu_threads(o);
-  const RecomputePlan plan = RecomputePlan::make(par.recompute_granularity, par.recompute_method,
-                                                 par.recompute_num_layers, shard.num_layers(m));
   ChunkScratch s;
   double& ws = s.workspace;
-  // Selective recomputation's one saved tensor, where the device saves scores (as
-  // chunk_activations drops them).
-  if (plan.selective && !cuda && par.context_parallel_size <= 1) ws += e.g * attention_saved(o, d);
   if (shard.post && t > 1) ws += d.N * (2 * e.g + sizeof(double));  // row max, target, sum exp
   if (!shard.post) ws += 2 * d.N * e.g;  // the discarded norm's statistics
   // proj_out, fc2_out, d_res, d_c (R, C); d_f (N, F/t), d_qkv (N, W/t), d_atty (N, C/t); with
@@ -376,7 +361,7 @@ ChunkScratch chunk_scratch(const TrainOptions& o, const ParallelLayout& layout,
   ws += e.a * (4 * d.R * d.C + d.N * (d.Ft + d.Wt + d.Ct));
   if (shard.sequence_parallel) ws += e.a * 2 * d.N * d.C;
   if (m.swiglu) ws += e.a * 2 * d.N * d.Ft;
-  // The attention's: the CPU kernel's per thread (two blocks of rows of T x T probabilities).
+  // The attention's: the CPU kernel's per thread (three blocks of rows of T, kernels.h).
   const double cpu_attention = threads * kernels::attention_workspace_elems(static_cast<int>(d.T));
   ws += e.g * (cuda ? d.B * d.Ht * d.T : cpu_attention);
   if (m.lora()) {  // the adapters' input, its gradient, hidden rows and output (Note [LoRA])

@@ -97,11 +97,11 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
   const double tokens = M * b * s / cp;  // per rank and iteration
 
   // Forward FLOPs per token, flops_per_iteration()'s own terms: a layer's GEMMs and causal
-  // attention, the attention products alone (what selective recomputation repeats), the LM head.
+  // attention, the attention products alone, the LM head. Selective recomputation repeats
+  // nothing (Note [selective recomputation] in model/gpt_layer.cpp).
   const TokenFlops per_token = forward_flops_per_token(m);
   const double attention_fwd = per_token.attention, head_fwd = per_token.head;
   const bool full = par.recompute_granularity == "full";
-  const bool selective = par.recompute_granularity == "selective";
   const bool distributed = par.use_distributed_optimizer;
 
   // Which link a group uses: groups are blocks of consecutive ranks (TP: `tp` ranks; DP: the
@@ -166,9 +166,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
                                      v.reruns_per_iteration * v.rank_forward_flops_per_image)
               : 0;
     const double forward = tokens * (layers_fwd + (last ? head_fwd / t : 0));
-    const double repeated = tokens * (full        ? recomputed * mean_layer
-                                      : selective ? layers * attention_fwd / t
-                                                  : 0);
+    const double repeated = tokens * (full ? recomputed * mean_layer : 0);
     // Frozen matrices (--freeze-LM, LoRA's base; Note [FLOPs with frozen weights] in
     // memory_estimate.cpp): no weight gradients, their input gradients still run; the attention
     // products' backward stays twice theirs. LoRA's adapters as this rank runs them: forward,
@@ -186,7 +184,7 @@ StepEstimate estimate_step(const TrainOptions& given, const ParallelLayout& layo
     if (cp > 1) {
       const double ring =
           M * (cp - 1) * ((2 * layers + recomputed) * kv + layers * grad_kv) / cp_bandwidth;
-      const int repeats = full ? recomputed : selective ? layers : 0;
+      const int repeats = full ? recomputed : 0;
       const double attention = tokens * (3 * layers + repeats) * attention_fwd / t / rate;
       st.cp = std::max(0.0, ring - attention);
       // A tower's patches gathered over CP and their gradient scattered, not overlapped.

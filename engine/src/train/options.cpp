@@ -150,7 +150,9 @@ std::vector<FlagSpec> option_table(TrainOptions& o) {
        &o.parallel.use_distributed_optimizer},
       {"ddp-bucket-size", "gradient elements per data-parallel bucket; 0 means max(40M, 1M * DP)",
        &o.parallel.ddp_bucket_size},
-      {"recompute-granularity", "recompute activations in backward: full | selective",
+      {"recompute-granularity",
+       "recompute activations in backward: full | selective (selective drops nothing: the "
+       "attention keeps only its log-sum-exps)",
        &o.parallel.recompute_granularity},
       {"recompute-method", "with full recomputation: uniform | block",
        &o.parallel.recompute_method},

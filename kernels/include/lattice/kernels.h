@@ -153,28 +153,31 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key,
 // query heads, then its key, then its value; query head h = g*Q + j reads group g's key and
 // value (never copied per query head). KV = NH (kv_heads 0) is the per-head layout [q|k|v] of
 // GPT-2, Q = 1. C = NH * HS. out (B, T, C), query head h at columns h*HS.
-// probs (B, NH, T, T) keeps softmax(q k^T / sqrt(HS)) before dropout (masked part zero).
-// workspace: attention_workspace_elems(T) elements per thread (num_threads() of them): two
-// blocks of kAttentionRowBlock rows of probabilities (the backward's score gradients and the
-// dropped-out probabilities), 2 min(T, kAttentionRowBlock) T, not the head's whole T x T.
+// lse (B, NH, T) keeps each query row's log-sum-exp of its scores q k^T / sqrt(HS) over the keys
+// it sees (natural log, as CUDA's): all the backward needs to recompute the probabilities, so
+// nothing of size T x T outlives a call (flash style; Note [attention keeps log-sum-exps]).
+// workspace: attention_workspace_elems(T) elements per thread (num_threads() of them): three
+// blocks of kAttentionRowBlock rows of T (the block's probabilities, their dropped-out copy and
+// the backward's score gradients), 3 min(T, kAttentionRowBlock) T.
 // Tensor-parallel ranks hold heads [head_offset, head_offset + NH) of total_heads (0: NH);
 // the dropout mask of probability (b, h, i, j) is keyed by its index among all heads.
 // positions (B, T), when non-null, packs several documents into one sequence: query i sees only
 // keys [i - positions[b, i], i] (its own document; Note [packed sequences], docs/models.md), the
-// rest of probs' row zero. Null: plain causal, keys [0, i].
+// rest of the row's probabilities zero. Null: plain causal, keys [0, i].
 inline constexpr int kAttentionRowBlock = 64;
 size_t attention_workspace_elems(int T);
 template <typename S>
-void attention_forward(S* out, S* probs, const S* qkv, int B, int T, int C, int NH, float dropout_p,
+void attention_forward(S* out, S* lse, const S* qkv, int B, int T, int C, int NH, float dropout_p,
                        uint64_t dropout_key, S* workspace, int head_offset = 0, int total_heads = 0,
                        int kv_heads = 0, const int32_t* positions = nullptr);
 // dqkv (B, T, (NH + 2 KV) HS) = gradient of the attention inputs given dout (B, T, C); a key or
-// value head's gradient sums its group's query heads. Packed documents need no positions here:
-// the forward's probs are zero outside each query's document, which masks the backward too.
+// value head's gradient sums its group's query heads. lse, dropout and positions as the
+// forward's (the backward recomputes the probabilities from them).
 template <typename S>
-void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* probs, int B, int T, int C,
+void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* lse, int B, int T, int C,
                         int NH, float dropout_p, uint64_t dropout_key, S* workspace,
-                        int head_offset = 0, int total_heads = 0, int kv_heads = 0);
+                        int head_offset = 0, int total_heads = 0, int kv_heads = 0,
+                        const int32_t* positions = nullptr);
 
 // Incremental decoding (inference): M query rows, row m belonging to cache slot slots[m] at
 // position positions[m]. qkv (M, (NH + 2 KV) HS) in the grouped layout above (kv_heads 0: KV =

@@ -257,14 +257,14 @@ class KernelGradients : public QObject {
     for (float p : {0.0f, 0.2f}) {
       auto qkv = random_vector(B * T * 3 * C, 41);
       const auto dout = random_vector(B * T * C, 42);
-      std::vector<double> out(B * T * C), probs(B * NH * T * T), dqkv(B * T * 3 * C);
+      std::vector<double> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
       std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
       auto loss = [&] {
-        k::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH, p, 5, ws.data());
+        k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, p, 5, ws.data());
         return dot(out, dout);
       };
       loss();
-      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, p, 5,
+      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH, p, 5,
                             ws.data());
       const std::string err =
           check_gradient("attention qkv (dropout " + std::to_string(p) + ")", qkv, dqkv, loss);
@@ -281,16 +281,16 @@ class KernelGradients : public QObject {
     for (float p : {0.0f, 0.2f}) {
       auto qkv = random_vector(B * T * W, 44);
       const auto dout = random_vector(B * T * C, 45);
-      std::vector<double> out(B * T * C), probs(B * NH * T * T), dqkv(B * T * W);
+      std::vector<double> out(B * T * C), lse(B * NH * T), dqkv(B * T * W);
       std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
-      QCOMPARE(k::attention_workspace_elems(T), size_t(2 * k::kAttentionRowBlock * T));
+      QCOMPARE(k::attention_workspace_elems(T), size_t(3 * k::kAttentionRowBlock * T));
       auto loss = [&] {
-        k::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH, p, 9, ws.data(), 0,
+        k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, p, 9, ws.data(), 0,
                              NH, KV);
         return dot(out, dout);
       };
       loss();
-      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, p, 9,
+      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH, p, 9,
                             ws.data(), 0, NH, KV);
       const std::string err = check_gradient(
           "attention qkv over row blocks (dropout " + std::to_string(p) + ")", qkv, dqkv, loss);
@@ -301,11 +301,11 @@ class KernelGradients : public QObject {
   void attention_is_causal() {
     const int B = 1, T = 6, C = 4, NH = 1;
     auto qkv = random_vector(T * 3 * C, 43);
-    std::vector<double> out(T * C), out2(T * C), probs(T * T);
+    std::vector<double> out(T * C), out2(T * C), lse(T);
     std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
-    k::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH, 0.0f, 0, ws.data());
+    k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, 0.0f, 0, ws.data());
     for (int c = 0; c < 3 * C; c++) qkv[(T - 1) * 3 * C + c] += 1.0;  // change the last token
-    k::attention_forward(out2.data(), probs.data(), qkv.data(), B, T, C, NH, 0.0f, 0, ws.data());
+    k::attention_forward(out2.data(), lse.data(), qkv.data(), B, T, C, NH, 0.0f, 0, ws.data());
     for (int i = 0; i < (T - 1) * C; i++)
       QVERIFY2(out[i] == out2[i], qPrintable(QString("out[%1] saw a future token").arg(i)));
   }
@@ -618,19 +618,19 @@ class KernelGradients : public QObject {
       const auto qkv_d = random_vector(B * T * 3 * Ca, 102);
       const auto dy_d2 = random_vector(B * T * Ca, 103);
       const auto qkv_f = to_float(qkv_d), dy_f2 = to_float(dy_d2);
-      std::vector<double> out_d(B * T * Ca), probs_d(B * NH * T * T), dqkv_d(B * T * 3 * Ca),
+      std::vector<double> out_d(B * T * Ca), lse_d(B * NH * T), dqkv_d(B * T * 3 * Ca),
           ws_d(k::attention_workspace_elems(T) * k::num_threads());
-      std::vector<float> out_f(B * T * Ca), probs_f(B * NH * T * T), dqkv_f(B * T * 3 * Ca),
+      std::vector<float> out_f(B * T * Ca), lse_f(B * NH * T), dqkv_f(B * T * 3 * Ca),
           ws_f(ws_d.size());
-      k::attention_forward(out_d.data(), probs_d.data(), qkv_d.data(), B, T, Ca, NH, 0.1f, 3,
+      k::attention_forward(out_d.data(), lse_d.data(), qkv_d.data(), B, T, Ca, NH, 0.1f, 3,
                            ws_d.data());
-      k::attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, Ca, NH, 0.1f, 3,
+      k::attention_forward(out_f.data(), lse_f.data(), qkv_f.data(), B, T, Ca, NH, 0.1f, 3,
                            ws_f.data());
-      k::attention_backward(dqkv_d.data(), dy_d2.data(), qkv_d.data(), probs_d.data(), B, T, Ca, NH,
+      k::attention_backward(dqkv_d.data(), dy_d2.data(), qkv_d.data(), lse_d.data(), B, T, Ca, NH,
                             0.1f, 3, ws_d.data());
-      k::attention_backward(dqkv_f.data(), dy_f2.data(), qkv_f.data(), probs_f.data(), B, T, Ca, NH,
+      k::attention_backward(dqkv_f.data(), dy_f2.data(), qkv_f.data(), lse_f.data(), B, T, Ca, NH,
                             0.1f, 3, ws_f.data());
-      VERIFY_AGREE("attention probs", probs_f, probs_d, 1e-6);
+      VERIFY_AGREE("attention log-sum-exps", lse_f, lse_d, 1e-6);
       VERIFY_AGREE("attention dqkv", dqkv_f, dqkv_d, 1e-5);
       // The same heads decoded against a key/value cache: a prompt of T rows in one call.
       const int HS = Ca / NH;
@@ -652,12 +652,12 @@ class KernelGradients : public QObject {
     const int B = 2, T = 70, C = 16, NH = 2, N = B * T, V = 300;
     const auto qkv_d = random_vector(N * 3 * C, 81);
     std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end());
-    std::vector<double> out_d(N * C), probs_d(B * NH * T * T),
+    std::vector<double> out_d(N * C), lse_d(B * NH * T),
         ws_d(k::attention_workspace_elems(T) * k::num_threads());
-    std::vector<float> out_f(N * C), probs_f(B * NH * T * T), ws_f(ws_d.size());
-    k::attention_forward(out_d.data(), probs_d.data(), qkv_d.data(), B, T, C, NH, 0.1f, 3,
+    std::vector<float> out_f(N * C), lse_f(B * NH * T), ws_f(ws_d.size());
+    k::attention_forward(out_d.data(), lse_d.data(), qkv_d.data(), B, T, C, NH, 0.1f, 3,
                          ws_d.data());
-    k::attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, C, NH, 0.1f, 3,
+    k::attention_forward(out_f.data(), lse_f.data(), qkv_f.data(), B, T, C, NH, 0.1f, 3,
                          ws_f.data());
     for (int i = 0; i < N * C; i++)
       QVERIFY2(

@@ -239,18 +239,18 @@ class LlamaKernels : public QObject {
             to[g.HS + d] = from[g.key(kv) + d];
             to[2 * g.HS + d] = from[g.key(kv) + g.HS + d];
           }
-      std::vector<double> out(N * C), ref(N * C), probs(B * g.NH * T * T),
-          probs_ref(B * g.NH * T * T);
+      std::vector<double> out(N * C), ref(N * C), lse(B * g.NH * T),
+          lse_ref(B * g.NH * T);
       std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
-      k::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, g.NH, 0.0f, 0, ws.data(),
+      k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, g.NH, 0.0f, 0, ws.data(),
                            0, 0, g.KV);
-      k::attention_forward(ref.data(), probs_ref.data(), mha.data(), B, T, C, g.NH, 0.0f, 0,
+      k::attention_forward(ref.data(), lse_ref.data(), mha.data(), B, T, C, g.NH, 0.0f, 0,
                            ws.data());
       VERIFY_CLOSE("grouped attention out", out, ref, 1e-12);
       std::vector<double> dqkv(N * g.width()), dmha(N * 3 * C), expected(N * g.width(), 0.0);
-      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, g.NH, 0.0f,
+      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, g.NH, 0.0f,
                             0, ws.data(), 0, 0, g.KV);
-      k::attention_backward(dmha.data(), dout.data(), mha.data(), probs_ref.data(), B, T, C, g.NH,
+      k::attention_backward(dmha.data(), dout.data(), mha.data(), lse_ref.data(), B, T, C, g.NH,
                             0.0f, 0, ws.data());
       for (int n = 0; n < N; n++)
         for (int h = 0; h < g.NH; h++)
@@ -272,15 +272,15 @@ class LlamaKernels : public QObject {
     for (float p : {0.0f, 0.25f}) {
       auto qkv = random_vector(B * T * g.width(), 16);
       const auto dout = random_vector(B * T * C, 17);
-      std::vector<double> out(B * T * C), probs(B * g.NH * T * T), dqkv(B * T * g.width());
+      std::vector<double> out(B * T * C), lse(B * g.NH * T), dqkv(B * T * g.width());
       std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
       auto loss = [&] {
-        k::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, g.NH, p, 5, ws.data(),
+        k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, g.NH, p, 5, ws.data(),
                              0, 0, g.KV);
         return dot(out, dout);
       };
       loss();
-      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, g.NH, p, 5,
+      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, g.NH, p, 5,
                             ws.data(), 0, 0, g.KV);
       const std::string err = check_gradient(
           "grouped attention qkv (dropout " + std::to_string(p) + ")", qkv, dqkv, loss);
@@ -293,9 +293,9 @@ class LlamaKernels : public QObject {
     const Grouped g{4, 2, 4};
     const int T = 5, C = g.NH * g.HS;
     const auto qkv = random_vector(T * g.width(), 18);
-    std::vector<double> out(T * C), probs(g.NH * T * T), cached(T * C);
+    std::vector<double> out(T * C), lse(g.NH * T), cached(T * C);
     std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
-    k::attention_forward(out.data(), probs.data(), qkv.data(), 1, T, C, g.NH, 0.0f, 0, ws.data(), 0,
+    k::attention_forward(out.data(), lse.data(), qkv.data(), 1, T, C, g.NH, 0.0f, 0, ws.data(), 0,
                          0, g.KV);
     const int max_T = 8;
     std::vector<double> k_cache(g.KV * max_T * g.HS), v_cache(g.KV * max_T * g.HS);

@@ -185,15 +185,15 @@ void check(const Case& c) {
   const std::vector<T> t_qkv = stored_as<T>(qkv), t_dout = stored_as<T>(dout);
   const double tolerance = tolerance_for<T>();
 
-  std::vector<float> out(rows * C), dqkv(qkv.size()), probs(size_t(c.B) * c.NH * c.T * c.T);
+  std::vector<float> out(rows * C), dqkv(qkv.size()), cpu_lse(size_t(c.B) * c.NH * c.T);
   std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
   const std::vector<int32_t> positions = packed_positions(c);
   QCOMPARE(positions.size(), c.documents.empty() ? size_t(0) : rows);
   const int32_t* pos = positions.empty() ? nullptr : positions.data();
-  k::attention_forward(out.data(), probs.data(), qkv.data(), c.B, c.T, C, c.NH, c.dropout, key,
+  k::attention_forward(out.data(), cpu_lse.data(), qkv.data(), c.B, c.T, C, c.NH, c.dropout, key,
                        ws.data(), c.head_offset, c.total_heads, c.kv_heads, pos);
-  k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), c.B, c.T, C, c.NH,
-                        c.dropout, key, ws.data(), c.head_offset, c.total_heads, c.kv_heads);
+  k::attention_backward(dqkv.data(), dout.data(), qkv.data(), cpu_lse.data(), c.B, c.T, C, c.NH,
+                        c.dropout, key, ws.data(), c.head_offset, c.total_heads, c.kv_heads, pos);
 
   cu::AttentionArgs a{};
   a.B = c.B, a.T = c.T, a.NH = c.NH, a.KV = KV;
@@ -239,6 +239,8 @@ void check(const Case& c) {
   }
 
   QString error = mismatch("attention out", g_out, out, tolerance);
+  QVERIFY2(error.isEmpty(), qPrintable(error));
+  error = mismatch("attention log-sum-exps", g_lse, cpu_lse, tolerance);
   QVERIFY2(error.isEmpty(), qPrintable(error));
   error = mismatch("attention dqkv", g_dqkv, dqkv, tolerance);
   QVERIFY2(error.isEmpty(), qPrintable(error));
