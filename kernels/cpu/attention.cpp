@@ -16,7 +16,8 @@
 // them, the earlier ones add to rows [0, i1). The dropout mask is the element's hash (its index
 // among all heads' T x T probabilities), so the backward recomputes it as well.
 // Packed documents (positions non-null): each row's softmax runs over its own document's keys
-// only, [i - positions[i], i], in both directions; the GEMMs still cover the whole lower triangle.
+// only, [i - positions[i], i], in both directions, and a block's GEMMs start at the first key
+// any of its rows sees, skipping earlier documents' keys (as the CUDA kernels skip key tiles).
 // Compiled once per ISA (Note [CPU dispatch]); the float softmax rows run explicit vectors.
 #include <omp.h>
 
@@ -82,11 +83,19 @@ void exp_minus(T* row, int n, T lse) {
 // The first key query row i sees: its packed document's start, else 0.
 inline int first_key(const int32_t* pos, int i) { return pos ? i - pos[i] : 0; }
 
+// The first key any row of [i0, i1) sees: the block's products cover keys [k0, i1) only, so a
+// block of packed documents skips the keys of the documents before its own.
+inline int first_key_of_block(const int32_t* pos, int i0, int i1) {
+  int k0 = i0;
+  for (int i = i0; i < i1; i++) k0 = std::min(k0, first_key(pos, i));
+  return k0;
+}
+
 // Rows [i0, i1) of one head's probabilities: P (i1 - i0, T) holds the scaled scores Q K^T over
-// keys [0, i1); each row becomes its softmax over its visible keys (zero elsewhere up to i1),
-// by normalising (the forward, which writes lse) or from lse (the backward).
+// keys [k0, i1); each row becomes its softmax over its visible keys (zero elsewhere in [k0,
+// i1)), by normalising (the forward, which writes lse) or from lse (the backward).
 template <typename T, bool kForward>
-void probabilities(T* P, int T_, int i0, int i1, const int32_t* pos,
+void probabilities(T* P, int T_, int i0, int i1, int k0, const int32_t* pos,
                    std::conditional_t<kForward, T*, const T*> lse) {
   for (int i = i0; i < i1; i++) {
     T* row = P + static_cast<size_t>(i - i0) * T_;
@@ -95,16 +104,17 @@ void probabilities(T* P, int T_, int i0, int i1, const int32_t* pos,
       lse[i] = softmax_row(row + first, n);
     else
       exp_minus(row + first, n, lse[i]);
-    std::fill(row, row + first, T(0));
+    std::fill(row + k0, row + first, T(0));
     std::fill(row + i + 1, row + i1, T(0));
   }
 }
 
-// Rows [i0, i1) of Pd = dropout(P), both (i1 - i0, T) blocks over keys [0, i1), zero above the
+// Rows [i0, i1) of Pd = dropout(P), both (i1 - i0, T) blocks over keys [k0, i1), zero above the
 // diagonal; the element index that keys the mask is the element's global index among all
 // heads' (T, T) probabilities (`base`: the head's first).
 template <typename T>
-void apply_dropout(T* Pd, const T* P, int T_, int i0, int i1, size_t base, float p, uint64_t key) {
+void apply_dropout(T* Pd, const T* P, int T_, int i0, int i1, int k0, size_t base, float p,
+                   uint64_t key) {
   const uint32_t threshold = dropout_threshold(p);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
   for (int i = i0; i < i1; i++) {
@@ -114,7 +124,7 @@ void apply_dropout(T* Pd, const T* P, int T_, int i0, int i1, size_t base, float
     const T* prow = P + static_cast<size_t>(i - i0) * T_;
     T* drow = Pd + static_cast<size_t>(i - i0) * T_;
 #pragma omp simd
-    for (size_t j = 0; j < n; j++)
+    for (size_t j = static_cast<size_t>(k0); j < n; j++)
       drow[j] = dropout_keep(key, row + j, threshold) ? prow[j] * keep_scale : T(0);
     std::fill(drow + n, drow + i1, T(0));
   }
@@ -145,16 +155,17 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
     const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
     for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
       const int i1 = std::min(T_, i0 + kRowBlock), n = i1 - i0;
-      cpu::gemm(false, true, n, i1, HS, scale, q + static_cast<size_t>(i0) * ld, ld, k, ld, T(0),
-                P, T_);
-      probabilities<T, true>(P, T_, i0, i1, pos, lse + static_cast<size_t>(bh) * T_);
+      const int k0 = first_key_of_block(pos, i0, i1), w = i1 - k0;  // keys [k0, i1)
+      cpu::gemm(false, true, n, w, HS, scale, q + static_cast<size_t>(i0) * ld, ld,
+                k + static_cast<size_t>(k0) * ld, ld, T(0), P + k0, T_);
+      probabilities<T, true>(P, T_, i0, i1, k0, pos, lse + static_cast<size_t>(bh) * T_);
       const T* Pused = P;
       if (dropout_p > 0.0f) {
-        apply_dropout(Pd, P, T_, i0, i1, mask_base, dropout_p, dropout_key);
+        apply_dropout(Pd, P, T_, i0, i1, k0, mask_base, dropout_p, dropout_key);
         Pused = Pd;
       }
-      cpu::gemm(false, false, n, HS, i1, T(1), Pused, T_, v, ld, T(0),
-                o + static_cast<size_t>(i0) * C, C);
+      cpu::gemm(false, false, n, HS, w, T(1), Pused + k0, T_, v + static_cast<size_t>(k0) * ld, ld,
+                T(0), o + static_cast<size_t>(i0) * C, C);
     }
   }
 }
@@ -185,6 +196,13 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
     T* Pd = ws + rows * T_;      // (rows, T): their dropped-out copy
     T* dP = ws + 2 * rows * T_;  // (rows, T): the block's dPd, then dS
     const int32_t* pos = positions ? positions + static_cast<size_t>(b) * T_ : nullptr;
+    // Packed documents: a block's products start at its first document's keys, so no block
+    // need cover every key row; the group's key and value gradients start from zero instead.
+    if (pos)
+      for (int t = 0; t < T_; t++) {
+        std::fill_n(dk + static_cast<size_t>(t) * ld, HS, T(0));
+        std::fill_n(dv + static_cast<size_t>(t) * ld, HS, T(0));
+      }
     for (int h = g * layout.Q; h < (g + 1) * layout.Q; h++) {
       const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
       const T* q = row0 + layout.query(h);
@@ -194,22 +212,24 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
       const int last = (T_ - 1) / kRowBlock * kRowBlock;
       for (int i0 = last; i0 >= 0; i0 -= kRowBlock) {
         const int i1 = std::min(T_, i0 + kRowBlock), n = i1 - i0;
-        // The group's first query head writes dk and dv with the last block, whose products
-        // cover every key row [0, T); everything after adds to them.
-        const T beta = h == g * layout.Q && i0 == last ? T(0) : T(1);
+        const int k0 = first_key_of_block(pos, i0, i1), w = i1 - k0;  // keys [k0, i1)
+        const size_t kr = static_cast<size_t>(k0) * ld;               // their first row
+        // Unpacked, the group's first query head writes dk and dv with the last block, whose
+        // products cover every key row [0, T); everything after adds to them.
+        const T beta = !pos && h == g * layout.Q && i0 == last ? T(0) : T(1);
         const T* qblock = q + static_cast<size_t>(i0) * ld;
-        cpu::gemm(false, true, n, i1, HS, scale, qblock, ld, k, ld, T(0), P, T_);
-        probabilities<T, false>(P, T_, i0, i1, pos, l);
+        cpu::gemm(false, true, n, w, HS, scale, qblock, ld, k + kr, ld, T(0), P + k0, T_);
+        probabilities<T, false>(P, T_, i0, i1, k0, pos, l);
         const T* Pused = P;
         if (dropout_p > 0.0f) {
-          apply_dropout(Pd, P, T_, i0, i1, mask_base, dropout_p, dropout_key);
+          apply_dropout(Pd, P, T_, i0, i1, k0, mask_base, dropout_p, dropout_key);
           Pused = Pd;
         }
         const T* dOblock = dO + static_cast<size_t>(i0) * C;
-        // dV[0, i1) (+)= Pd^T dO[i0:i1] (Pd's block is zero right of the diagonal).
-        cpu::gemm(true, false, i1, HS, n, T(1), Pused, T_, dOblock, C, beta, dv, ld);
-        // dPd = dO V^T over keys [0, i1).
-        cpu::gemm(false, true, n, i1, HS, T(1), dOblock, C, v, ld, T(0), dP, T_);
+        // dV[k0, i1) (+)= Pd^T dO[i0:i1] (Pd's block is zero right of the diagonal).
+        cpu::gemm(true, false, w, HS, n, T(1), Pused + k0, T_, dOblock, C, beta, dv + kr, ld);
+        // dPd = dO V^T over keys [k0, i1).
+        cpu::gemm(false, true, n, w, HS, T(1), dOblock, C, v + kr, ld, T(0), dP + k0, T_);
         // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p). The mask is read
         // off Pd (zero where dropped) instead of hashing every element again: where P is zero
         // Pd is too and the element is taken as dropped, which changes nothing, since dS is P
@@ -220,19 +240,20 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
           if (dropout_p > 0.0f) {
             const T* pdrow = Pd + static_cast<size_t>(i - i0) * T_;
 #pragma omp simd
-            for (int j = 0; j <= i; j++) drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
+            for (int j = k0; j <= i; j++)
+              drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
           }
           T dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int j = 0; j <= i; j++) dot += prow[j] * drow[j];
+          for (int j = k0; j <= i; j++) dot += prow[j] * drow[j];
 #pragma omp simd
-          for (int j = 0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
+          for (int j = k0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
           std::fill(drow + i + 1, drow + i1, T(0));
         }
-        // dQ[i0:i1] = dS K[0, i1); dK[0, i1) (+)= dS^T Q[i0:i1].
-        cpu::gemm(false, false, n, HS, i1, T(1), dP, T_, k, ld, T(0),
+        // dQ[i0:i1] = dS K[k0, i1); dK[k0, i1) (+)= dS^T Q[i0:i1].
+        cpu::gemm(false, false, n, HS, w, T(1), dP + k0, T_, k + kr, ld, T(0),
                   dq + static_cast<size_t>(i0) * ld, ld);
-        cpu::gemm(true, false, i1, HS, n, T(1), dP, T_, qblock, ld, beta, dk, ld);
+        cpu::gemm(true, false, w, HS, n, T(1), dP + k0, T_, qblock, ld, beta, dk + kr, ld);
       }
     }
   }

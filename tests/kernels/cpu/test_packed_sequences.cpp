@@ -75,6 +75,9 @@ class PackedSequences : public QObject {
         {2, 2, 3, {{5, 1, 7}, {13}}},        // GPT-2's layout, one unpacked sequence
         {4, 2, 2, {{4, 4, 5}, {1, 1, 11}}},  // grouped keys and values
         {3, 1, 2, {{30, 45}, {2, 70, 3}}},   // one KV head, documents across row blocks
+        // Blocks whose products start past key 0 (the keys of earlier documents skipped), one
+        // of them at a document that starts exactly at the block.
+        {2, 1, 3, {{10, 120, 20}, {64, 64, 22}}},
     };
     for (const Case& c : cases) {
       int T = 0;
@@ -85,7 +88,7 @@ class PackedSequences : public QObject {
       const auto qkv = random_vector(static_cast<size_t>(B) * T * W, 21);
       const auto dout = random_vector(static_cast<size_t>(B) * T * C, 22);
       std::vector<double> out(B * T * C), lse(static_cast<size_t>(B) * c.NH * T),
-          dqkv(B * T * W);
+          dqkv(B * T * W, std::nan(""));  // the backward writes every element
       std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
       k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, c.NH, 0.0f, 0, ws.data(),
                            0, 0, c.KV, pos.data());
