@@ -57,6 +57,10 @@ same drop1 drop2 "EP 2 with --moe-expert-capacity-factor 1 and one process"
 # the only difference: the forward rows meet the same weights bit for bit at any EP, and the
 # experts' gradients are summed in another order, which the console's 7 digits do not show
 # here (checked on lm loss, moe aux loss and grad norm).
+# Resuming in another expert layout: fp32 runs (the checkpoints are fp32) whose aux loss sums its
+# experts' shares over other ranks in another order, so the last printed digit may differ
+# (1.045947 against 1.045946 at iteration 3, on a build with CUDA enabled): `close`, the suite's
+# comparison for fp32 runs whose sums differ in order (moe_runs.sh).
 ck=("${model[@]}" --train-iters 4 --save-interval 2)
 run save_ep2 2 "${ck[@]}" --expert-model-parallel-size 2 --save ck_ep2
 python3 - ck_ep2/iter_0000002/metadata.json <<'PY'
@@ -82,19 +86,19 @@ tail -n 2 save_ep2.txt > saved.txt
 tail -n 2 load_ep1.txt > resumed.txt
 [ "$(wc -l < resumed.txt)" = 2 ] && grep -qE "iteration +4/" resumed.txt ||
   { echo "EP 1 resume of the EP 2 checkpoint: no iterations 3 and 4"; cat load_ep1.log; exit 1; }
-same saved resumed "iterations 3-4 resumed at EP 1 from the EP 2 checkpoint and the EP 2 run"
+close saved resumed "iterations 3-4 resumed at EP 1 from the EP 2 checkpoint and the EP 2 run"
 run save_ep1 2 "${ck[@]}" --save ck_ep1
 run load_ep2 2 "${ck[@]}" --expert-model-parallel-size 2 --load ck_ep1 --ckpt-step 2 --save ck_unused2
 tail -n 2 save_ep1.txt > saved.txt
 tail -n 2 load_ep2.txt > resumed.txt
-same saved resumed "iterations 3-4 resumed at EP 2 from the EP 1 checkpoint and the EP 1 run"
+close saved resumed "iterations 3-4 resumed at EP 2 from the EP 1 checkpoint and the EP 1 run"
 # The distributed optimizer's shards (the experts' over expert-data) on 4 ranks, resumed at EP 1
 # without it.
 run save_dist 4 "${ck[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer --save ck_dist
 run load_dist 4 "${ck[@]}" --load ck_dist --ckpt-step 2 --save ck_unused3
 tail -n 2 save_dist.txt > saved.txt
 tail -n 2 load_dist.txt > resumed.txt
-same saved resumed "iterations 3-4 resumed at EP 1 from the EP 2 distributed-optimizer checkpoint"
+close saved resumed "iterations 3-4 resumed at EP 1 from the EP 2 distributed-optimizer checkpoint"
 
 # Parameters after 3 iterations (fp32, saved): one process against EP 2 x TP 2 x DP 2 and against
 # EP 2 at DP 4 with the distributed optimizer, every tensor within 1e-5 of its largest
