@@ -235,20 +235,21 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
         // Pd is too and the element is taken as dropped, which changes nothing, since dS is P
         // times a finite factor there and P's zero adds nothing to the row's dot product.
         for (int i = i0; i < i1; i++) {
-          const T* prow = P + static_cast<size_t>(i - i0) * T_;
-          T* drow = dP + static_cast<size_t>(i - i0) * T_;
+          // The row's keys [k0, i], indexed from k0.
+          const int m = i + 1 - k0;
+          const T* prow = P + static_cast<size_t>(i - i0) * T_ + k0;
+          T* drow = dP + static_cast<size_t>(i - i0) * T_ + k0;
           if (dropout_p > 0.0f) {
-            const T* pdrow = Pd + static_cast<size_t>(i - i0) * T_;
+            const T* pdrow = Pd + static_cast<size_t>(i - i0) * T_ + k0;
 #pragma omp simd
-            for (int j = k0; j <= i; j++)
-              drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
+            for (int j = 0; j < m; j++) drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
           }
           T dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int j = k0; j <= i; j++) dot += prow[j] * drow[j];
+          for (int j = 0; j < m; j++) dot += prow[j] * drow[j];
 #pragma omp simd
-          for (int j = k0; j <= i; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
-          std::fill(drow + i + 1, drow + i1, T(0));
+          for (int j = 0; j < m; j++) drow[j] = prow[j] * (drow[j] - dot) * scale;
+          std::fill(drow + m, drow + (i1 - k0), T(0));
         }
         // dQ[i0:i1] = dS K[k0, i1); dK[k0, i1) (+)= dS^T Q[i0:i1].
         cpu::gemm(false, false, n, HS, w, T(1), dP + k0, T_, k + kr, ld, T(0),
