@@ -29,8 +29,7 @@
 #include "gemm.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
-#include "simd.h"
-#include "vec_math.h"
+#include "softmax_row.h"
 
 LATTICE_ISA_BEGIN
 
@@ -44,41 +43,6 @@ struct GroupedHeads {
   size_t query(int h) const { return static_cast<size_t>(h / Q) * (Q + 2) * HS + (h % Q) * HS; }
   size_t key(int g) const { return static_cast<size_t>(g) * (Q + 2) * HS + Q * HS; }
 };
-
-// row[0, n) = softmax(row[0, n)); returns the row's log-sum-exp.
-template <typename T>
-T softmax_row(T* row, int n) {
-  if constexpr (std::is_same_v<T, float>) {
-    const float maxv = row_max(row, n);
-    const double sum = exp_shifted(row, row, n, maxv);
-    scale_row(row, n, static_cast<float>(1.0 / sum));
-    return maxv + static_cast<float>(std::log(sum));
-  } else {
-    T maxv = row[0];
-    for (int j = 1; j < n; j++) maxv = std::max(maxv, row[j]);
-    T sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) {
-      row[j] = cpu::exp_approx(row[j] - maxv);
-      sum += row[j];
-    }
-    const T inv = T(1) / sum;
-#pragma omp simd
-    for (int j = 0; j < n; j++) row[j] *= inv;
-    return maxv + std::log(sum);
-  }
-}
-
-// row[0, n) = exp(row[0, n) - lse): the softmax again, from the forward's log-sum-exp.
-template <typename T>
-void exp_minus(T* row, int n, T lse) {
-  if constexpr (std::is_same_v<T, float>) {
-    exp_shifted(row, row, n, lse);
-  } else {
-#pragma omp simd
-    for (int j = 0; j < n; j++) row[j] = cpu::exp_approx(row[j] - lse);
-  }
-}
 
 // The first key query row i sees: its packed document's start, else 0.
 inline int first_key(const int32_t* pos, int i) { return pos ? i - pos[i] : 0; }

@@ -1,11 +1,15 @@
 // Blockwise attention with a log-sum-exp merge (kernels.h's attention_block_forward / _backward):
-// the compute of ring attention (Note [ring attention], engine/src/parallel/ring_attention.cpp),
-// one block of queries against one ring step's keys and values at a time, kAttentionRowBlock
-// query rows at a time (a thread's workspace holds two such rows' blocks of scores, not the whole
-// Tq x Tk). Nothing of size T x T outlives a call: the forward keeps each row's output and log-sum-exp, the backward recomputes
-// the probabilities from them. Forward: one (batch, query head) pair per task; backward: one
-// (batch, key/value head) pair per task, whose query heads add to the key and value gradients in
-// turn, so no two threads write the same element. Non-goals: dropout, 16-bit types.
+// the compute of ring attention (Note [ring attention], engine/src/parallel/ring_attention.cpp)
+// and of the vision tower, one block of queries against one ring step's keys and values at a
+// time, kAttentionRowBlock query rows at a time (a thread's workspace holds two such rows' blocks
+// of scores, not the whole Tq x Tk). Nothing of size T x T outlives a call: the forward keeps
+// each row's output and log-sum-exp, the backward recomputes the probabilities from them.
+// The block's key positions ascend (kernels.h), so the keys a query row sees are one range of
+// them, found by binary search; a row block's products cover the union of its rows' ranges only
+// (the causal diagonal's upper part, and keys of earlier packed documents, are skipped), and its
+// softmax rows run softmax_row.h's vectors. Forward: one (batch, query head) pair per task;
+// backward: one (batch, key/value head) pair per task, whose query heads add to the key and value
+// gradients in turn, so no two threads write the same element. Non-goals: dropout, 16-bit types.
 // Compiled once per ISA (Note [CPU dispatch]).
 #include <omp.h>
 
@@ -17,7 +21,7 @@
 #include "gemm.h"
 #include "isa_region.h"
 #include "lattice/kernels.h"
-#include "vec_math.h"
+#include "softmax_row.h"
 
 LATTICE_ISA_BEGIN
 
@@ -43,6 +47,33 @@ int first_visible(const AttentionBlock& blk, int b, int i) {
   return blk.q_pos[i] - blk.doc[static_cast<size_t>(b) * blk.Tq + i];
 }
 
+// The keys [jl, jh) of the block's kp[0, nk) that a query at position qp sees, keys of positions
+// [first, qp]: one range, the positions ascending. Empty: jh <= jl.
+struct KeyRange {
+  int jl = 0, jh = 0;
+  bool empty() const { return jh <= jl; }
+};
+KeyRange visible_keys(const int32_t* kp, int nk, int qp, int first) {
+  const int jl = static_cast<int>(std::lower_bound(kp, kp + nk, first) - kp);
+  const int jh = static_cast<int>(std::upper_bound(kp, kp + nk, qp) - kp);
+  return {jl, jh};
+}
+
+// The key ranges of query rows [r0, r0 + n) of sequence b (range[0, n)) and the union of the
+// non-empty ones, [lo, hi) (empty: no row sees a key of the block).
+KeyRange row_block_keys(const AttentionBlock& blk, int b, int r0, int n, KeyRange* range) {
+  const int32_t* kp = blk.k_pos + blk.k_begin;
+  const int nk = blk.k_end - blk.k_begin;
+  KeyRange all{nk, 0};
+  for (int i = 0; i < n; i++) {
+    range[i] = visible_keys(kp, nk, blk.q_pos[r0 + i], first_visible(blk, b, r0 + i));
+    if (range[i].empty()) continue;
+    all.jl = std::min(all.jl, range[i].jl);
+    all.jh = std::max(all.jh, range[i].jh);
+  }
+  return all;
+}
+
 }  // namespace
 
 template <typename T>
@@ -65,32 +96,29 @@ void attention_block_forward(T* out, T* lse, const T* qkv, const T* kv, const At
     T* P = ws;                             // (rows, nk)
     T* ob = ws + 2 * R * blk.Tk;           // (rows, HS) the rows' output over the block's keys
     T* lse_b = ob + R * HS;                // (rows) their log-sum-exp
+    KeyRange range[kAttentionRowBlock];
     for (int c0 = 0; c0 < nq; c0 += kAttentionRowBlock) {
       const int n = std::min(kAttentionRowBlock, nq - c0), r0 = blk.q_begin + c0;
+      const KeyRange all = row_block_keys(blk, b, r0, n, range);
+      if (all.empty()) continue;  // no row sees a key here: nothing to merge
+      const int lo = all.jl, w = all.jh - all.jl;
       const T* q = qkv + (static_cast<size_t>(b) * blk.Tq + r0) * L.ld + L.query(h);
-      cpu::gemm(false, true, n, nk, HS, scale, q, L.ld, k, L.ldk, T(0), P, nk);
+      cpu::gemm(false, true, n, w, HS, scale, q, L.ld, k + static_cast<size_t>(lo) * L.ldk, L.ldk,
+                T(0), P + lo, nk);
       for (int i = 0; i < n; i++) {
         T* row = P + static_cast<size_t>(i) * nk;
-        const int qp = blk.q_pos[r0 + i], first = first_visible(blk, b, r0 + i);
-        const int32_t* kp = blk.k_pos + blk.k_begin;
-        T maxv = neg_inf;
-        for (int j = 0; j < nk; j++)
-          if (kp[j] <= qp && kp[j] >= first) maxv = std::max(maxv, row[j]);
-        if (maxv == neg_inf) {  // no key of this block is visible to the row
-          std::fill(row, row + nk, T(0));
+        const KeyRange r = range[i];
+        if (r.empty()) {
+          std::fill(row + lo, row + all.jh, T(0));
           lse_b[i] = neg_inf;
           continue;
         }
-        T sum = 0;
-        for (int j = 0; j < nk; j++) {
-          row[j] = kp[j] <= qp && kp[j] >= first ? cpu::exp_approx(row[j] - maxv) : T(0);
-          sum += row[j];
-        }
-        const T inv = T(1) / sum;
-        for (int j = 0; j < nk; j++) row[j] *= inv;
-        lse_b[i] = maxv + std::log(sum);
+        lse_b[i] = softmax_row(row + r.jl, r.jh - r.jl);
+        std::fill(row + lo, row + r.jl, T(0));
+        std::fill(row + r.jh, row + all.jh, T(0));
       }
-      cpu::gemm(false, false, n, HS, nk, T(1), P, nk, v, L.ldk, T(0), ob, HS);
+      cpu::gemm(false, false, n, HS, w, T(1), P + lo, nk, v + static_cast<size_t>(lo) * L.ldk,
+                L.ldk, T(0), ob, HS);
       // Merge: the rows' outputs so far (weights exp(lse_old)) and the block's (exp(lse_b)),
       // each normalised, combine in proportion to their weights.
       for (int i = 0; i < n; i++) {
@@ -136,6 +164,7 @@ void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* delta, co
     T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * ws_elems;
     T* P = ws;                // (rows, nk)
     T* dP = ws + R * blk.Tk;  // (rows, nk), then dS
+    KeyRange range[kAttentionRowBlock];
     for (int h = g * L.Q; h < (g + 1) * L.Q; h++) {
       for (int c0 = 0; c0 < nq; c0 += kAttentionRowBlock) {
         const int n = std::min(kAttentionRowBlock, nq - c0), r0 = blk.q_begin + c0;
@@ -144,28 +173,38 @@ void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* delta, co
         T* dq = dqkv + q_row0 * L.ld + L.query(h);
         const T* dO = dout + q_row0 * L.C + static_cast<size_t>(h) * HS;
         const size_t stat0 = (static_cast<size_t>(b) * blk.NH + h) * blk.Tq + r0;
+        const KeyRange all = row_block_keys(blk, b, r0, n, range);
+        if (all.empty()) continue;  // no row sees a key here: nothing to add
+        const int lo = all.jl, w = all.jh - all.jl;
+        const size_t kr = static_cast<size_t>(lo) * L.ldk;  // the range's first key row
         // P = the probabilities of the block's keys, recomputed from the final log-sum-exp.
-        cpu::gemm(false, true, n, nk, HS, scale, q, L.ld, k, L.ldk, T(0), P, nk);
+        cpu::gemm(false, true, n, w, HS, scale, q, L.ld, k + kr, L.ldk, T(0), P + lo, nk);
         for (int i = 0; i < n; i++) {
           T* row = P + static_cast<size_t>(i) * nk;
+          const KeyRange r = range[i];
           const T l = lse[stat0 + i];
-          const int qp = blk.q_pos[r0 + i], first = first_visible(blk, b, r0 + i);
-          const int32_t* kp = blk.k_pos + blk.k_begin;
-          for (int j = 0; j < nk; j++)
-            row[j] =
-                l != neg_inf && kp[j] <= qp && kp[j] >= first ? cpu::exp_approx(row[j] - l) : T(0);
+          if (r.empty() || l == neg_inf) {
+            std::fill(row + lo, row + all.jh, T(0));
+            continue;
+          }
+          exp_minus(row + r.jl, r.jh - r.jl, l);
+          std::fill(row + lo, row + r.jl, T(0));
+          std::fill(row + r.jh, row + all.jh, T(0));
         }
-        cpu::gemm(true, false, nk, HS, n, T(1), P, nk, dO, L.C, T(1), dv, L.ldk);  // dV += P^T dO
-        cpu::gemm(false, true, n, nk, HS, T(1), dO, L.C, v, L.ldk, T(0), dP, nk);  // dP = dO V^T
+        // dV += P^T dO; dP = dO V^T, over the range's keys.
+        cpu::gemm(true, false, w, HS, n, T(1), P + lo, nk, dO, L.C, T(1), dv + kr, L.ldk);
+        cpu::gemm(false, true, n, w, HS, T(1), dO, L.C, v + kr, L.ldk, T(0), dP + lo, nk);
         // dS = P * (dP - delta) * scale: delta = sum over every key of P dP, all ring steps.
         for (int i = 0; i < n; i++) {
-          const T* prow = P + static_cast<size_t>(i) * nk;
-          T* drow = dP + static_cast<size_t>(i) * nk;
+          const T* prow = P + static_cast<size_t>(i) * nk + lo;
+          T* drow = dP + static_cast<size_t>(i) * nk + lo;
           const T d = delta[stat0 + i];
-          for (int j = 0; j < nk; j++) drow[j] = prow[j] * (drow[j] - d) * scale;
+#pragma omp simd
+          for (int j = 0; j < w; j++) drow[j] = prow[j] * (drow[j] - d) * scale;
         }
-        cpu::gemm(false, false, n, HS, nk, T(1), dP, nk, k, L.ldk, T(1), dq, L.ld);  // dQ += dS K
-        cpu::gemm(true, false, nk, HS, n, T(1), dP, nk, q, L.ld, T(1), dk, L.ldk);   // dK += dS^T Q
+        // dQ += dS K; dK += dS^T Q, over the range's keys.
+        cpu::gemm(false, false, n, HS, w, T(1), dP + lo, nk, k + kr, L.ldk, T(1), dq, L.ld);
+        cpu::gemm(true, false, w, HS, n, T(1), dP + lo, nk, q, L.ld, T(1), dk + kr, L.ldk);
       }
     }
   }

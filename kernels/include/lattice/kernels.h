@@ -198,12 +198,14 @@ void attention_kv_forward(S* out, S* k_cache, S* v_cache, const S* qkv, const in
 // key at columns 2 g HS and its value after it (the grouped layout without query heads). Query
 // row i (global position q_pos[i]) sees key row j when k_pos[j] <= q_pos[i] and, with doc
 // non-null, k_pos[j] >= q_pos[i] - doc[b, i] (its own packed document; Note [packed sequences]).
+// k_pos must not decrease over [k_begin, k_end) (the ring's chunks ascend, the tower's keys are
+// 0 .. T - 1): the CPU kernel finds each row's keys by binary search.
 struct AttentionBlock {
   int B = 0, NH = 0, KV = 0, HS = 0;
   int Tq = 0, q_begin = 0, q_end = 0;  // rows of qkv, out and lse per sequence; the rows taken
   int Tk = 0, k_begin = 0, k_end = 0;  // rows of kv per sequence; the rows taken
   const int32_t* q_pos = nullptr;      // (Tq) global positions of qkv's rows
-  const int32_t* k_pos = nullptr;      // (Tk) global positions of kv's rows
+  const int32_t* k_pos = nullptr;      // (Tk) global positions of kv's rows, ascending
   const int32_t* doc = nullptr;        // (B, Tq) position in the packed document, or null
 };
 // Workspace of both directions, per thread (num_threads() of them): kAttentionRowBlock query rows
