@@ -58,9 +58,10 @@ same drop1 drop2 "EP 2 with --moe-expert-capacity-factor 1 and one process"
 # experts' gradients are summed in another order, which the console's 7 digits do not show
 # here (checked on lm loss, moe aux loss and grad norm).
 # Resuming in another expert layout: fp32 runs (the checkpoints are fp32) whose aux loss sums its
-# experts' shares over other ranks in another order, so the last printed digit may differ
-# (1.045947 against 1.045946 at iteration 3, on a build with CUDA enabled): `close`, the suite's
-# comparison for fp32 runs whose sums differ in order (moe_runs.sh).
+# experts' shares over other ranks in another order, so the last printed digit may differ (from
+# the same iteration-2 weights, EP 1 printed 1.045947 at iteration 3 and EP 2 1.045946): `close`,
+# the suite's comparison for fp32 runs whose sums differ in order (moe_runs.sh), as the other
+# MoE layout tests compare their resumes.
 ck=("${model[@]}" --train-iters 4 --save-interval 2)
 run save_ep2 2 "${ck[@]}" --expert-model-parallel-size 2 --save ck_ep2
 python3 - ck_ep2/iter_0000002/metadata.json <<'PY'
