@@ -61,8 +61,8 @@ struct StageEstimate {
   std::vector<size_t> optimizer_bytes_by_rank;
   // Activations one micro-batch keeps for its backward on this rank (all its model chunks): the
   // buffers the engine's model takes for it (model/gpt.h new_activations) for the recompute
-  // setting, the precision and the device (options.device "cuda": flash attention's
-  // log-sum-exps instead of the CPU's T x T probabilities).
+  // setting and the precision (the attention's saved tensor is its (B, heads, T) log-sum-exps on
+  // every device).
   size_t activation_bytes_per_micro_batch = 0;
   // Micro-batches whose activations are alive at once at the schedule's peak: 1 without
   // pipelining, min(M, PP - pp_rank) with 1F1B, the interleaved warm-up / VPP with virtual
