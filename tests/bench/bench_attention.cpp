@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
   std::printf("%s\n", lattice::bench::machine_line().c_str());
   std::printf("fp32, T %d, %d heads of %d, %d threads, medians of %d calls\n\n", T, NH, HS,
               k::num_threads(), o.reps);
-  std::printf("| kernel | documents | forward (ms) | backward (ms) | GFLOP/s |\n|---|---|---|---|---|\n");
+  std::printf("| kernel | documents | forward (ms) | backward (ms) | GFLOP/s |\n"
+              "|---|---|---|---|---|\n");
   const double per_score = 4.0 * HS * NH;  // a visible score's forward flops, all heads
   char dropped[64];
   std::snprintf(dropped, sizeof dropped, "causal, dropout %.2g", o.dropout);

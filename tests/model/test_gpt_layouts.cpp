@@ -340,9 +340,9 @@ uint64_t micro_batch_seed(int mb) {
 // run by PipelineExecutor) and the whole run in Ref<A> over every micro-batch in one process, each
 // micro-batch with its own dropout seed (micro_batch_seed) on both sides. The pipeline's loss
 // gradient is multiplied by loss_scale (its gradients divided by it before comparing).
-// recompute_method, recompute_n: the chunks' full recomputation ("" none). packed: every sequence packs three documents (Note [packed
-// sequences]), their positions loaded on every stage (set_packed_sequences) and given to the
-// whole run.
+// recompute_method, recompute_n: the chunks' full recomputation ("" none). packed: every
+// sequence packs three documents (Note [packed sequences]), their positions loaded on every
+// stage (set_packed_sequences) and given to the whole run.
 template <typename A = float>
 std::string compare_pipeline(const ModelConfig& c, const ProcessGroups& groups,
                              Tolerance tolerance = {}, float loss_scale = 1.0f,
@@ -787,8 +787,8 @@ class GptLayouts : public QObject {
   }
 
   // GptModel<double> on the CPU device's fp64 op list (--fp64) against the fp64 whole run that
-  // keeps everything: with and without dropout, fully recomputed (uniform and block). (A TP 1 fp32 or fp64 step that recomputes nothing is the whole run
-  // itself: there is no such case.)
+  // keeps everything: with and without dropout, fully recomputed (uniform and block). (A TP 1
+  // fp32 or fp64 step that recomputes nothing is the whole run itself: there is no such case.)
   void tp1_fp64_step_matches_the_fp64_whole_run() {
     const std::pair<const char*, RecomputePlan> plans[] = {
         {"full uniform 1", full("uniform", 1, 2)},

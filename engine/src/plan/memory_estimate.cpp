@@ -290,9 +290,9 @@ struct ChunkActivations {
 // positions (packed sequences),
 // the residual stream (L + 1 rows of (R, C): the input and every layer's output), the layers
 // the recompute plan keeps (full recomputation keeps only the residual input of a recomputed
-// layer and rebuilds the layer in a scratch of the largest group's layers, MoE-sized when the chunk has an
-// MoE layer), and on the last chunk the final norm and its statistics, the logits in G (and
-// their 16-bit copy) and the token losses.
+// layer and rebuilds the layer in a scratch of the largest group's layers, MoE-sized when the
+// chunk has an MoE layer), and on the last chunk the final norm and its statistics, the logits
+// in G (and their 16-bit copy) and the token losses.
 ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& layout,
                                    const ModelShard& shard) {
   const int t = layout.tp;
