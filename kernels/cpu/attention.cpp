@@ -26,6 +26,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "dropout_row.h"
 #include "gemm.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
@@ -82,14 +83,18 @@ void apply_dropout(T* Pd, const T* P, int T_, int i0, int i1, int k0, size_t bas
   const uint32_t threshold = dropout_threshold(p);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
   for (int i = i0; i < i1; i++) {
-    // Row pointers and a size_t index: with int indices into the (T, T) block GCC left this
-    // loop scalar (three 64-bit multiplies per element in the hash).
+    // Row pointers and a size_t index: with int indices into the (T, T) block GCC left the
+    // double loop scalar (three 64-bit multiplies per element in the hash).
     const size_t row = base + static_cast<size_t>(i) * T_, n = static_cast<size_t>(i) + 1;
     const T* prow = P + static_cast<size_t>(i - i0) * T_;
     T* drow = Pd + static_cast<size_t>(i - i0) * T_;
+    if constexpr (std::is_same_v<T, float>) {
+      dropout_row(drow + k0, nullptr, prow + k0, n - k0, key, row + k0, threshold, keep_scale);
+    } else {
 #pragma omp simd
-    for (size_t j = static_cast<size_t>(k0); j < n; j++)
-      drow[j] = dropout_keep(key, row + j, threshold) ? prow[j] * keep_scale : T(0);
+      for (size_t j = static_cast<size_t>(k0); j < n; j++)
+        drow[j] = dropout_keep(key, row + j, threshold) ? prow[j] * keep_scale : T(0);
+    }
     std::fill(drow + n, drow + i1, T(0));
   }
 }

@@ -13,11 +13,17 @@
 
 namespace lattice::kernels {
 
+// splitmix64's index step and finaliser multipliers. kernels/cpu/dropout_row.h draws the same
+// hash over a vector of indices at once (AVX2 has no 64-bit multiply for the compiler to find).
+inline constexpr uint64_t kSplitmixStep = 0x9E3779B97F4A7C15ull;
+inline constexpr uint64_t kSplitmixMul1 = 0xBF58476D1CE4E5B9ull;
+inline constexpr uint64_t kSplitmixMul2 = 0x94D049BB133111EBull;
+
 // splitmix64's finaliser over (key, index): well mixed, cheap, vectorisable.
 LATTICE_HOST_DEVICE inline uint64_t dropout_hash(uint64_t key, uint64_t index) {
-  uint64_t z = key + (index + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  uint64_t z = key + (index + 1) * kSplitmixStep;
+  z = (z ^ (z >> 30)) * kSplitmixMul1;
+  z = (z ^ (z >> 27)) * kSplitmixMul2;
   return z ^ (z >> 31);
 }
 

@@ -11,6 +11,7 @@
 #include "common/cpu_isa_rows.h"
 #include "common/grad_check.h"
 #include "lattice/cpu_isa.h"
+#include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
 
 using lattice::testing::check_gradient;
@@ -250,6 +251,28 @@ class KernelGradients : public QObject {
     const double fraction = static_cast<double>(kept) / n;
     QVERIFY2(std::abs(fraction - 0.75) < 0.005,
              qPrintable(QString("kept fraction %1, expected 0.75 +- 0.005").arg(fraction)));
+  }
+
+  void float_dropout_draws_the_hash_mask() {
+    // The float copies draw a vector of masks at once (dropout_row.h); each element must keep
+    // or drop as dropout_keep says, from an index offset that is no multiple of a vector.
+    const size_t n = 4096 * 9 + 13, offset = 5;
+    const float p = 0.3f;
+    const std::vector<float> ones(n, 1.0f);
+    std::vector<float> out(n), dx(n);
+    k::residual_dropout_forward<float>(out.data(), nullptr, ones.data(), n, p, 17, offset);
+    k::dropout_backward(dx.data(), ones.data(), n, p, 17, offset);
+    const float scale = static_cast<float>(1.0 / (1.0 - p));
+    const uint32_t threshold = k::dropout_threshold(p);
+    for (size_t i = 0; i < n; i++) {
+      const float expected = k::dropout_keep(17, offset + i, threshold) ? scale : 0.0f;
+      if (out[i] != expected || dx[i] != expected)
+        QFAIL(qPrintable(QString("element %1: forward %2, backward %3, the hash says %4")
+                             .arg(i)
+                             .arg(out[i])
+                             .arg(dx[i])
+                             .arg(expected)));
+    }
   }
 
   void attention_backward_matches_finite_differences() {
