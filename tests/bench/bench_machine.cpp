@@ -23,16 +23,24 @@ std::string trimmed(const std::string& s) {
   return s.substr(first, s.find_last_not_of(' ') - first + 1);
 }
 
+// The value of /proc/cpuinfo's first line whose key (before the tabs and the colon) is `key`;
+// empty where there is none.
+std::string cpuinfo_value(const std::string& key) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(name.find_last_not_of(" \t") + 1);  // all of it when it is only blanks
+    if (name == key) return trimmed(line.substr(colon + 1));
+  }
+  return {};
+}
+
 // The kernel's name for the CPU, as lscpu and the docs give it; cpuid's brand string where
 // /proc/cpuinfo has none.
 std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) break;
-    if (std::string model = trimmed(line.substr(colon + 1)); !model.empty()) return model;
-  }
+  if (std::string model = cpuinfo_value("model name"); !model.empty()) return model;
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000004u) {
@@ -65,6 +73,12 @@ std::string widest_isa() {
 #endif
 }
 
+std::string cpu_family() {
+  const std::string family = cpuinfo_value("cpu family"), model = cpuinfo_value("model");
+  if (family.empty() || model.empty()) return {};
+  return "family " + family + " model " + model;
+}
+
 int usable_cores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
@@ -74,12 +88,13 @@ int usable_cores() {
 }  // namespace
 
 Machine this_machine() {
-  return {cpu_model(), widest_isa(), usable_cores()};
+  return {cpu_model(), cpu_family(), widest_isa(), usable_cores()};
 }
 
 std::string machine_line() {
   const Machine m = this_machine();
-  return "machine: " + m.cpu + ", " + m.isa + ", " + std::to_string(m.cores) +
+  const std::string family = m.family.empty() ? "" : " (" + m.family + ")";
+  return "machine: " + m.cpu + family + ", " + m.isa + ", " + std::to_string(m.cores) +
          (m.cores == 1 ? " core" : " cores");
 }
 

@@ -14,13 +14,17 @@ namespace lattice::bench {
 
 struct Machine {
   std::string cpu;  // the model: /proc/cpuinfo's "model name", else cpuid's brand string
+  // "family 25 model 17" from /proc/cpuinfo (x86), empty where it has none: a VM's model name
+  // may be only "AMD EPYC" for Zen 4 and Zen 5 alike, whose figures differ two-fold.
+  std::string family;
   std::string isa;  // the widest SIMD set the CPU and the OS run: AVX-512, AVX2, AVX, SSE4.2, ...
   int cores = 0;    // logical CPUs this process may run on
 };
 
 Machine this_machine();
 
-// "machine: AMD EPYC, AVX-512, 2 cores": the first line of every benchmark's output.
+// "machine: AMD EPYC (family 25 model 17), AVX-512, 2 cores": the first line of every
+// benchmark's output.
 std::string machine_line();
 
 }  // namespace lattice::bench

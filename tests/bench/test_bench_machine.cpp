@@ -1,6 +1,6 @@
 // The benchmarks' machine line (bench_machine.h) names what the kernel reports in
 // /proc/cpuinfo: the SIMD set found with cpuid is the widest among /proc/cpuinfo's flags, and
-// the model is its model name.
+// the model is its model name, with x86's family and model numbers.
 #include <QtTest/QtTest>
 
 #include <QFile>
@@ -52,9 +52,16 @@ class TestBenchMachine : public QObject {
     QCOMPARE(QString::fromStdString(m.cpu).simplified(), model.simplified());
     QVERIFY(m.cores >= 1);
     QVERIFY(m.cores <= QThread::idealThreadCount());
-    const QString expected = QString("machine: %1, %2, %3 core")
-                                 .arg(model.simplified(), QString::fromStdString(m.isa))
-                                 .arg(m.cores);
+    // x86's family and model tell CPU generations apart where the model name does not.
+    const QString family = cpuinfo("cpu family"), number = cpuinfo("model");
+    const QString generation =
+        family.isEmpty() || number.isEmpty() ? QString() : "family " + family + " model " + number;
+    QCOMPARE(QString::fromStdString(m.family), generation);
+    const QString expected =
+        QString("machine: %1%2, %3, %4 core")
+            .arg(model.simplified(), generation.isEmpty() ? QString() : " (" + generation + ")",
+                 QString::fromStdString(m.isa))
+            .arg(m.cores);
     QVERIFY2(QString::fromStdString(lattice::bench::machine_line()).startsWith(expected),
              lattice::bench::machine_line().c_str());
   }
