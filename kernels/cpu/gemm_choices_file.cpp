@@ -32,17 +32,30 @@ constexpr const char* kColumns =
     "# threads\top\tM\tN\tK\taccumulate\tway\topenblas_gflops\tonednn_gflops\t"
     "openblas_split_gflops\tonednn_split_gflops";
 
-std::string cpu_model_name() {
+// The value of /proc/cpuinfo's first line whose key (before the blanks and the colon) is
+// `key`; empty where there is none.
+std::string cpuinfo_value(const std::string& key) {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon == std::string::npos) break;
-      const size_t start = line.find_first_not_of(" \t", colon + 1);
-      return start == std::string::npos ? "" : line.substr(start);
-    }
-  return "unknown CPU";
+  for (std::string line; std::getline(in, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (name != key) continue;
+    const size_t start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? "" : line.substr(start);
+  }
+  return {};
+}
+
+// The model name with x86's family and model numbers: a VM may name Zen 4 and Zen 5 both
+// "AMD EPYC", and one machine's choices are not the other's.
+std::string cpu_model_name() {
+  std::string model = cpuinfo_value("model name");
+  if (model.empty()) model = "unknown CPU";
+  const std::string family = cpuinfo_value("cpu family"), number = cpuinfo_value("model");
+  if (!family.empty() && !number.empty()) model += " (family " + family + " model " + number + ")";
+  return model;
 }
 
 uint64_t fnv1a(const std::string& s) {
