@@ -39,6 +39,9 @@ bool preset(const std::string& name, TrainOptions& o) {
   } else if (name == "B") {
     m.num_layers = 12, m.hidden_size = 768, m.num_attention_heads = 12, m.vocab_size = 50304;
     m.seq_length = 256, o.micro_batch_size = 4;
+  } else if (name == "L") {  // A's model on long sequences: the attention's share grows with T
+    m.num_layers = 4, m.hidden_size = 256, m.num_attention_heads = 4, m.vocab_size = 8192;
+    m.seq_length = 2048, o.micro_batch_size = 1;
   } else {
     return false;
   }
@@ -119,18 +122,18 @@ int main(int argc, char** argv) {
       bf16 = true;
     else {
       std::fprintf(stderr,
-                   "usage: lattice-bench-train [--config A|B] [--threads N] [--steps N] "
+                   "usage: lattice-bench-train [--config A|B|L] [--threads N] [--steps N] "
                    "[--dropout P] [--profile] [--bf16]\n");
       return 2;
     }
   }
   TrainOptions o;
   if (!preset(config, o)) {
-    std::fprintf(stderr, "lattice-bench-train: --config %s is not A or B\n", config.c_str());
+    std::fprintf(stderr, "lattice-bench-train: --config %s is not A, B or L\n", config.c_str());
     return 2;
   }
   o.model.attention_dropout = o.model.hidden_dropout = dropout;
-  o.train_iters = steps > 0 ? steps : (config == "A" ? 10 : 4);
+  o.train_iters = steps > 0 ? steps : (config == "B" ? 4 : 10);
   o.threads = threads;
   o.bf16 = bf16;
   o.mock_data = true;

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 PRESETS = {
     "A": dict(layers=4, hidden=256, heads=4, vocab=8192, seq=128, micro_batch=8),
     "B": dict(layers=12, hidden=768, heads=12, vocab=50304, seq=256, micro_batch=4),
+    "L": dict(layers=4, hidden=256, heads=4, vocab=8192, seq=2048, micro_batch=1),
 }
 HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")  # PyTorch >= 2.0; absent in 1.13
 

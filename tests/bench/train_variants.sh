@@ -5,7 +5,7 @@
 # median with its min and max over the rounds, and the load average seen during its runs.
 # OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for every variant (ARCHITECTURE.md).
 #
-# Usage: tests/bench/train_variants.sh [--config A|B] [--threads N] [--steps N] [--rounds N]
+# Usage: tests/bench/train_variants.sh [--config A|B|L] [--threads N] [--steps N] [--rounds N]
 #                                      LABEL=COMMAND...
 #   LABEL=COMMAND  a variant: COMMAND (split on spaces; may start with env VAR=VALUE) is a
 #                  lattice-bench-train program, run with --config/--threads/--steps appended

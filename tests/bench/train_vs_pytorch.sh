@@ -10,14 +10,15 @@
 #
 # Usage: tests/bench/train_vs_pytorch.sh [--configs "A B"] [--threads 2] [--steps N]
 #                                        [--lattice-bench PATH]
-#   --configs        configs to run, space separated (default "A B")
+#   --configs        configs to run, space separated: A, B, L (default "A B")
 #   --threads        OMP_NUM_THREADS / --threads for both sides (default 2)
-#   --steps          timed steps for every config (default: 10 for A, 4 for B)
+#   --steps          timed steps for every config (default: 10 for A and L, 4 for B)
 #   --lattice-bench  the Lattice program (default build/release/tests/bench/lattice-bench-train
 #                    under the repository root)
 #
 # Config A (4 layers, hidden 256) takes well under a minute; config B (12 layers, hidden 768,
-# vocab 50304) takes about ten seconds per PyTorch step on a 2-core machine.
+# vocab 50304) takes about ten seconds per PyTorch step on a 2-core machine; config L is A's
+# model on sequences of 2048 tokens (one a step), where the attention weighs most.
 set -euo pipefail
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -48,7 +49,8 @@ done
 read -r -a config_list <<< "$configs"
 [[ ${#config_list[@]} -gt 0 ]] || { echo "error: --configs is empty" >&2; exit 2; }
 for c in "${config_list[@]}"; do
-  [[ "$c" == A || "$c" == B ]] || { echo "error: unknown config '$c' (A or B)" >&2; exit 2; }
+  [[ "$c" == A || "$c" == B || "$c" == L ]] ||
+    { echo "error: unknown config '$c' (A, B or L)" >&2; exit 2; }
 done
 
 if [[ ! -x "$lattice_bench" ]]; then
@@ -113,7 +115,7 @@ echo "pytorch: $python $torch_script ($("$python" -c 'import torch; print(torch.
 echo "env: OMP_NUM_THREADS=$OMP_NUM_THREADS; lattice: its default waiting (GOMP_SPINCOUNT=$lattice_spin); pytorch: OMP_WAIT_POLICY=PASSIVE, then GOMP_SPINCOUNT=$lattice_spin; OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset"
 
 for c in "${config_list[@]}"; do
-  if [[ -n "$steps" ]]; then n="$steps"; elif [[ "$c" == A ]]; then n=10; else n=4; fi
+  if [[ -n "$steps" ]]; then n="$steps"; elif [[ "$c" == B ]]; then n=4; else n=10; fi
   run_one lattice "$c" "$lattice_bench" --config "$c" --threads "$threads" --steps "$n" --profile
   run_one pytorch "$c" env OMP_WAIT_POLICY=PASSIVE \
     "$python" "$torch_script" --config "$c" --threads "$threads" --steps "$n"
