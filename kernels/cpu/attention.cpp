@@ -1,9 +1,12 @@
 // Causal multi-head self-attention over the grouped QKV layout (kernels.h: query heads share
-// their group's key and value, read in place), GEMMs through BLAS. Forward: one (batch, query
-// head) pair per task; backward: one (batch, group) pair per task, whose query heads add their
-// key and value gradients in turn, so no two threads write the same gradient.
-// Rows are processed in blocks of kAttentionRowBlock so that the upper (masked) triangle is
-// mostly skipped: block [i0, i1) only multiplies against keys/values [0, i1).
+// their group's key and value, read in place). Forward: one (batch, query head) pair per task;
+// backward: one (batch, group) pair per task, whose query heads add their key and value gradients
+// in turn, so no two threads write the same gradient.
+// Rows are processed in blocks of kAttentionRowBlock: block [i0, i1) only multiplies against
+// keys/values [0, i1), and its products run tile_gemm.h's register tiles (Note [attention tile
+// GEMM]), which skip the upper (masked) triangle a tile at a time. A task first copies its key
+// (and, backward, value) head transposed into the workspace, the row-major B of Q K^T and
+// dO V^T.
 //
 // Note [attention keeps log-sum-exps]
 // The forward keeps, per query row, only the log-sum-exp of its scores (lse (B, NH, T)), as
@@ -11,7 +14,8 @@
 // probabilities as exp(score - lse) with one more GEMM (Q K^T over the block's rows). Keeping
 // the (B, NH, T, T) probabilities instead made the stored activations grow with T^2: 64 MiB a
 // layer at B 1, 16 heads, T 1024, 1 GiB at T 4096. A thread's workspace is three blocks of rows
-// (probabilities, their dropped-out copy, the score gradients). The backward runs a head block
+// (probabilities, their dropped-out copy, the score gradients) and the transposed key and value
+// head (AttentionWorkspace). The backward runs a head block
 // by block, last block first: the last block's dK and dV products cover every key row and write
 // them, the earlier ones add to rows [0, i1). The dropout mask is the element's hash (its index
 // among all heads' T x T probabilities), so the backward recomputes it as well.
@@ -26,16 +30,47 @@
 #include <cstring>
 #include <type_traits>
 
+#include "attention_workspace.h"
 #include "dropout_row.h"
 #include "gemm.h"
 #include "lattice/dropout_hash.h"
 #include "lattice/kernels.h"
 #include "softmax_row.h"
+#include "tile_gemm.h"
 
 LATTICE_ISA_BEGIN
 
 namespace {
 constexpr int kRowBlock = kAttentionRowBlock;
+static_assert(kTileColumns<float> <= kAttentionPanelPad + 1 &&
+              kTileColumns<double> <= kAttentionPanelPad + 1);
+
+// A thread's part of the workspace (attention_workspace.h): three blocks of rows, ldp apart (a
+// power-of-two stride put a column's 64 rows, which the P^T dO and dS^T Q tiles read down, in one
+// set of the L1 cache), then room for two (HS, T) panel packings and one (T, HS).
+template <typename T>
+struct AttentionWorkspace {
+  int ldp;
+  T *P, *Pd, *dP, *wide1, *wide2, *tall;
+  AttentionWorkspace(T* workspace, int T_, int HS) : ldp(attention_probability_stride(T_)) {
+    const size_t rows = static_cast<size_t>(std::min(T_, kRowBlock)), block = rows * ldp;
+    const size_t wide = static_cast<size_t>(HS) * (T_ + kAttentionPanelPad);
+    P = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_size(T_, HS);
+    Pd = P + block;
+    dP = Pd + block;
+    wide1 = dP + block;
+    wide2 = wide1 + wide;
+    tall = wide2 + wide;
+  }
+};
+
+// The first key column of a block's scores: keys [k0, i1) rounded down to a whole panel, so
+// that the products read K^T's and V^T's panels from their start (the columns before k0 are
+// computed and never read).
+template <typename T>
+int panel_start(int k0) {
+  return k0 / kTileColumns<T> * kTileColumns<T>;
+}
 
 // The grouped layout's columns (kernels.h): KV groups of Q query heads, a key and a value.
 struct GroupedHeads {
@@ -56,14 +91,15 @@ inline int first_key_of_block(const int32_t* pos, int i0, int i1) {
   return k0;
 }
 
-// Rows [i0, i1) of one head's probabilities: P (i1 - i0, T) holds the scaled scores Q K^T over
-// keys [k0, i1); each row becomes its softmax over its visible keys (zero elsewhere in [k0,
-// i1)), by normalising (the forward, which writes lse) or from lse (the backward).
+// Rows [i0, i1) of one head's probabilities: P (i1 - i0 rows, ldp apart) holds the scaled
+// scores Q K^T over keys [k0, i1) (at least up to each row's diagonal); each row becomes its
+// softmax over its visible keys (zero elsewhere in [k0, i1)), by normalising (the forward, which
+// writes lse) or from lse (the backward).
 template <typename T, bool kForward>
-void probabilities(T* P, int T_, int i0, int i1, int k0, const int32_t* pos,
+void probabilities(T* P, int ldp, int i0, int i1, int k0, const int32_t* pos,
                    std::conditional_t<kForward, T*, const T*> lse) {
   for (int i = i0; i < i1; i++) {
-    T* row = P + static_cast<size_t>(i - i0) * T_;
+    T* row = P + static_cast<size_t>(i - i0) * ldp;
     const int first = first_key(pos, i), n = i + 1 - first;
     if constexpr (kForward)
       lse[i] = softmax_row(row + first, n);
@@ -74,20 +110,20 @@ void probabilities(T* P, int T_, int i0, int i1, int k0, const int32_t* pos,
   }
 }
 
-// Rows [i0, i1) of Pd = dropout(P), both (i1 - i0, T) blocks over keys [k0, i1), zero above the
-// diagonal; the element index that keys the mask is the element's global index among all
-// heads' (T, T) probabilities (`base`: the head's first).
+// Rows [i0, i1) of Pd = dropout(P), both (i1 - i0) rows ldp apart over keys [k0, i1), zero
+// above the diagonal; the element index that keys the mask is the element's global index among
+// all heads' (T, T) probabilities (`base`: the head's first).
 template <typename T>
-void apply_dropout(T* Pd, const T* P, int T_, int i0, int i1, int k0, size_t base, float p,
-                   uint64_t key) {
+void apply_dropout(T* Pd, const T* P, int ldp, int T_, int i0, int i1, int k0, size_t base,
+                   float p, uint64_t key) {
   const uint32_t threshold = dropout_threshold(p);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
   for (int i = i0; i < i1; i++) {
     // Row pointers and a size_t index: with int indices into the (T, T) block GCC left the
     // double loop scalar (three 64-bit multiplies per element in the hash).
     const size_t row = base + static_cast<size_t>(i) * T_, n = static_cast<size_t>(i) + 1;
-    const T* prow = P + static_cast<size_t>(i - i0) * T_;
-    T* drow = Pd + static_cast<size_t>(i - i0) * T_;
+    const T* prow = P + static_cast<size_t>(i - i0) * ldp;
+    T* drow = Pd + static_cast<size_t>(i - i0) * ldp;
     if constexpr (std::is_same_v<T, float>) {
       dropout_row(drow + k0, nullptr, prow + k0, n - k0, key, row + k0, threshold, keep_scale);
     } else {
@@ -108,7 +144,6 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
   const GroupedHeads layout(C, NH, kv_heads > 0 ? kv_heads : NH);
   const int HS = layout.HS, ld = layout.ld;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
-  const size_t rows = static_cast<size_t>(std::min(T_, kRowBlock));
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
@@ -117,24 +152,26 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
     const T* k = row0 + layout.key(h / layout.Q);
     const T* v = k + HS;
     T* o = out + static_cast<size_t>(b) * T_ * C + h * HS;
-    T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
-    T* P = ws;               // (rows, T): the block's probabilities
-    T* Pd = ws + rows * T_;  // (rows, T): their dropped-out copy
+    const AttentionWorkspace<T> ws(workspace, T_, HS);
+    const int ldp = ws.ldp;
     const int32_t* pos = positions ? positions + static_cast<size_t>(b) * T_ : nullptr;
     const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
+    const Panels<T> Kt = pack_panels(ws.wide1, k, 1, ld, HS, T_);  // (HS, T)
+    const Panels<T> V = pack_panels(ws.tall, v, ld, 1, T_, HS);    // (T, HS)
     for (int i0 = 0; i0 < T_; i0 += kRowBlock) {
       const int i1 = std::min(T_, i0 + kRowBlock), n = i1 - i0;
       const int k0 = first_key_of_block(pos, i0, i1), w = i1 - k0;  // keys [k0, i1)
-      cpu::gemm(false, true, n, w, HS, scale, q + static_cast<size_t>(i0) * ld, ld,
-                k + static_cast<size_t>(k0) * ld, ld, T(0), P + k0, T_);
-      probabilities<T, true>(P, T_, i0, i1, k0, pos, lse + static_cast<size_t>(bh) * T_);
-      const T* Pused = P;
+      const int ka = panel_start<T>(k0);
+      tile_gemm(n, i1 - ka, HS, scale, q + static_cast<size_t>(i0) * ld, ld, 1, Kt.from(ka),
+                T(0), ws.P + ka, ldp, {Triangle::kColumnsToRow, i0 - ka});
+      probabilities<T, true>(ws.P, ldp, i0, i1, k0, pos, lse + static_cast<size_t>(bh) * T_);
+      const T* Pused = ws.P;
       if (dropout_p > 0.0f) {
-        apply_dropout(Pd, P, T_, i0, i1, k0, mask_base, dropout_p, dropout_key);
-        Pused = Pd;
+        apply_dropout(ws.Pd, ws.P, ldp, T_, i0, i1, k0, mask_base, dropout_p, dropout_key);
+        Pused = ws.Pd;
       }
-      cpu::gemm(false, false, n, HS, w, T(1), Pused + k0, T_, v + static_cast<size_t>(k0) * ld, ld,
-                T(0), o + static_cast<size_t>(i0) * C, C);
+      tile_gemm(n, HS, w, T(1), Pused + k0, ldp, 1, V.rows_from(k0), T(0),
+                o + static_cast<size_t>(i0) * C, C, {Triangle::kDepthToRow, i0 - k0});
     }
   }
 }
@@ -150,7 +187,6 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
   const int HS = layout.HS, ld = layout.ld;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T keep_scale = static_cast<T>(dropout_p > 0.0f ? 1.0 / (1.0 - dropout_p) : 1.0);
-  const size_t rows = static_cast<size_t>(std::min(T_, kRowBlock));
 #pragma omp parallel for schedule(static)
   for (int bg = 0; bg < B * KV; bg++) {
     const int b = bg / KV, g = bg % KV;
@@ -160,10 +196,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
     const T* v = k + HS;
     T* dk = drow0 + layout.key(g);
     T* dv = dk + HS;
-    T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_elems(T_);
-    T* P = ws;                   // (rows, T): the block's probabilities, recomputed
-    T* Pd = ws + rows * T_;      // (rows, T): their dropped-out copy
-    T* dP = ws + 2 * rows * T_;  // (rows, T): the block's dPd, then dS
+    // The block's probabilities (recomputed), their dropped-out copy, dPd and then dS.
+    const AttentionWorkspace<T> ws(workspace, T_, HS);
+    const int ldp = ws.ldp;
+    T *P = ws.P, *Pd = ws.Pd, *dP = ws.dP;
     const int32_t* pos = positions ? positions + static_cast<size_t>(b) * T_ : nullptr;
     // Packed documents: a block's products start at its first document's keys, so no block
     // need cover every key row; the group's key and value gradients start from zero instead.
@@ -172,6 +208,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
         std::fill_n(dk + static_cast<size_t>(t) * ld, HS, T(0));
         std::fill_n(dv + static_cast<size_t>(t) * ld, HS, T(0));
       }
+    const Panels<T> Kt = pack_panels(ws.wide1, k, 1, ld, HS, T_);  // (HS, T)
+    const Panels<T> Vt = pack_panels(ws.wide2, v, 1, ld, HS, T_);  // (HS, T)
+    const Panels<T> K = pack_panels(ws.tall, k, ld, 1, T_, HS);    // (T, HS)
     for (int h = g * layout.Q; h < (g + 1) * layout.Q; h++) {
       const size_t mask_base = (static_cast<size_t>(b) * total_heads + head_offset + h) * T_ * T_;
       const T* q = row0 + layout.query(h);
@@ -187,18 +226,22 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
         // products cover every key row [0, T); everything after adds to them.
         const T beta = !pos && h == g * layout.Q && i0 == last ? T(0) : T(1);
         const T* qblock = q + static_cast<size_t>(i0) * ld;
-        cpu::gemm(false, true, n, w, HS, scale, qblock, ld, k + kr, ld, T(0), P + k0, T_);
-        probabilities<T, false>(P, T_, i0, i1, k0, pos, l);
+        const int ka = panel_start<T>(k0);
+        const Triangle columns{Triangle::kColumnsToRow, i0 - ka},
+            to_row{Triangle::kDepthToRow, i0 - k0}, from_row{Triangle::kDepthFromRow, k0 - i0};
+        tile_gemm(n, i1 - ka, HS, scale, qblock, ld, 1, Kt.from(ka), T(0), P + ka, ldp, columns);
+        probabilities<T, false>(P, ldp, i0, i1, k0, pos, l);
         const T* Pused = P;
         if (dropout_p > 0.0f) {
-          apply_dropout(Pd, P, T_, i0, i1, k0, mask_base, dropout_p, dropout_key);
+          apply_dropout(Pd, P, ldp, T_, i0, i1, k0, mask_base, dropout_p, dropout_key);
           Pused = Pd;
         }
         const T* dOblock = dO + static_cast<size_t>(i0) * C;
         // dV[k0, i1) (+)= Pd^T dO[i0:i1] (Pd's block is zero right of the diagonal).
-        cpu::gemm(true, false, w, HS, n, T(1), Pused + k0, T_, dOblock, C, beta, dv + kr, ld);
-        // dPd = dO V^T over keys [k0, i1).
-        cpu::gemm(false, true, n, w, HS, T(1), dOblock, C, v + kr, ld, T(0), dP + k0, T_);
+        tile_gemm(w, HS, n, T(1), Pused + k0, 1, ldp, row_major(dOblock, C, HS), beta, dv + kr, ld,
+                  from_row);
+        // dPd = dO V^T over keys [k0, i1) (from ka).
+        tile_gemm(n, i1 - ka, HS, T(1), dOblock, C, 1, Vt.from(ka), T(0), dP + ka, ldp, columns);
         // dS = P * (dP - sum_j P dP) * scale, with dP = dPd * mask / (1 - p). The mask is read
         // off Pd (zero where dropped) instead of hashing every element again: where P is zero
         // Pd is too and the element is taken as dropped, which changes nothing, since dS is P
@@ -206,10 +249,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
         for (int i = i0; i < i1; i++) {
           // The row's keys [k0, i], indexed from k0.
           const int m = i + 1 - k0;
-          const T* prow = P + static_cast<size_t>(i - i0) * T_ + k0;
-          T* drow = dP + static_cast<size_t>(i - i0) * T_ + k0;
+          const T* prow = P + static_cast<size_t>(i - i0) * ldp + k0;
+          T* drow = dP + static_cast<size_t>(i - i0) * ldp + k0;
           if (dropout_p > 0.0f) {
-            const T* pdrow = Pd + static_cast<size_t>(i - i0) * T_ + k0;
+            const T* pdrow = Pd + static_cast<size_t>(i - i0) * ldp + k0;
 #pragma omp simd
             for (int j = 0; j < m; j++) drow[j] = pdrow[j] != T(0) ? drow[j] * keep_scale : T(0);
           }
@@ -221,9 +264,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
           std::fill(drow + m, drow + (i1 - k0), T(0));
         }
         // dQ[i0:i1] = dS K[k0, i1); dK[k0, i1) (+)= dS^T Q[i0:i1].
-        cpu::gemm(false, false, n, HS, w, T(1), dP + k0, T_, k + kr, ld, T(0),
-                  dq + static_cast<size_t>(i0) * ld, ld);
-        cpu::gemm(true, false, w, HS, n, T(1), dP + k0, T_, qblock, ld, beta, dk + kr, ld);
+        tile_gemm(n, HS, w, T(1), dP + k0, ldp, 1, K.rows_from(k0), T(0),
+                  dq + static_cast<size_t>(i0) * ld, ld, to_row);
+        tile_gemm(w, HS, n, T(1), dP + k0, 1, ldp, row_major(qblock, ld, HS), beta, dk + kr, ld,
+                  from_row);
       }
     }
   }

@@ -3,6 +3,7 @@
 // file is compiled once, for plain x86-64; the ops it calls were compiled once per ISA.
 #include <algorithm>
 
+#include "attention_workspace.h"
 #include "lattice/cpu_isa.h"
 #include "lattice/kernels.h"
 
@@ -34,8 +35,8 @@ int cpu_isa_vector_bytes() {
   LATTICE_DISPATCH(vector_bytes);
 }
 
-size_t attention_workspace_elems(int T) {
-  return 3 * static_cast<size_t>(std::min(T, kAttentionRowBlock)) * T;
+size_t attention_workspace_elems(int T, int HS) {
+  return cpu::attention_workspace_size(T, HS);
 }
 size_t attention_block_workspace_elems(int Tq, int Tk, int HS) {
   const size_t rows = static_cast<size_t>(std::min(Tq, kAttentionRowBlock));

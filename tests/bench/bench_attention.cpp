@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   for (float& x : qkv) x = normal(rng);
   for (float& x : dout) x = normal(rng);
   std::vector<float> out(dout.size()), dqkv(qkv.size()), lse(static_cast<size_t>(NH) * T);
-  std::vector<float> ws(k::attention_workspace_elems(T) * k::num_threads());
+  std::vector<float> ws(k::attention_workspace_elems(T, HS) * k::num_threads());
   std::vector<int32_t> one(T), packed(T);
   for (int t = 0; t < T; t++) one[t] = t, packed[t] = t % o.doc;
 

@@ -184,7 +184,7 @@ Results run_every_op(Ops<A>& ops, Memory& mem) {
   A* att = mem.template out<A>(N * C);
   A* dqkv = mem.template out<A>(N * 3 * C);
   float* saved = mem.template out<float>(ops.attention_saved_elems(B, T, NH));
-  float* ws = mem.template out<float>(ops.attention_workspace_elems(B, T, NH));
+  float* ws = mem.template out<float>(ops.attention_workspace_elems(B, T, NH, C / NH));
   ops.attention_forward(att, saved, qkv, ws, B, T, C, NH, kDropout, kKey, 1, 4, NH, nullptr);
   keep("attention_forward out", att, N * C);
   ops.attention_backward(dqkv, demb, qkv, att, saved, ws, B, T, C, NH, kDropout, kKey, 1, 4, NH,

@@ -209,10 +209,10 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
       f.list << QString("attention_saved_elems: %1, expected B*NH*T = %2")
                     .arg(ops.attention_saved_elems(B, T, NH))
                     .arg(B * NH * T);
-    const size_t ws = k::attention_workspace_elems(T) * k::num_threads();
-    if (ops.attention_workspace_elems(B, T, NH) != ws)
+    const size_t ws = k::attention_workspace_elems(T, C / NH) * k::num_threads();
+    if (ops.attention_workspace_elems(B, T, NH, C / NH) != ws)
       f.list << QString("attention_workspace_elems: %1, expected %2 (per thread)")
-                    .arg(ops.attention_workspace_elems(B, T, NH))
+                    .arg(ops.attention_workspace_elems(B, T, NH, C / NH))
                     .arg(ws);
     const auto qkv = random_vector<S>(N * 3 * C, 20), d = random_vector<S>(N * C, 21);
     std::vector<S> got(N * C), want(N * C), gp(B * NH * T), wp(B * NH * T), gws(ws),
@@ -232,7 +232,7 @@ void compare_every_op(Ops<S>& ops, Failures& f) {
   }
   {  // attention over one key/value head (MQA): the grouped layout (NH + 2) HS wide
     const int KV = 1, W = (NH + 2 * KV) * (C / NH);
-    const size_t ws = k::attention_workspace_elems(T) * k::num_threads();
+    const size_t ws = k::attention_workspace_elems(T, C / NH) * k::num_threads();
     const auto qkv = random_vector<S>(N * W, 63), d = random_vector<S>(N * C, 64);
     std::vector<S> got(N * C), want(N * C), gp(B * NH * T * T), wp(B * NH * T * T), gws(ws),
         wws(ws), gq(N * W), wq(N * W);
@@ -661,9 +661,9 @@ void compare_16_bit_list(Ops<H>& h, Ops<float>& f, Near& near) {
   {  // attention
     const Input<H> qkv(N * 3 * C, 55), d(N * C, 56);
     const size_t saved = h.attention_saved_elems(B, T, NH),
-                 ws = h.attention_workspace_elems(B, T, NH);
+                 ws = h.attention_workspace_elems(B, T, NH, C / NH);
     std::vector<float> s(saved), fs(f.attention_saved_elems(B, T, NH)), w1(ws),
-        w2(f.attention_workspace_elems(B, T, NH));
+        w2(f.attention_workspace_elems(B, T, NH, C / NH));
     std::vector<H> out(N * C), dq(N * 3 * C);
     std::vector<float> fout(N * C), fdq(N * 3 * C);
     h.attention_forward(out.data(), s.data(), qkv.h.data(), w1.data(), B, T, C, NH, kDropout, kKey,
@@ -683,7 +683,7 @@ void compare_16_bit_list(Ops<H>& h, Ops<float>& f, Near& near) {
     const Input<H> qkv(N * W, 71), d(N * C, 72), lw(C, 73), res(N * C, 74), gu(N * 2 * F, 75),
         dff(N * F, 76);
     const size_t saved = h.attention_saved_elems(B, T, NH),
-                 ws = h.attention_workspace_elems(B, T, NH);
+                 ws = h.attention_workspace_elems(B, T, NH, C / NH);
     std::vector<float> s(saved), fs(saved), w1(ws), w2(ws);
     std::vector<H> out(N * C), dq(N * W);
     std::vector<float> fout(N * C), fdq(N * W);

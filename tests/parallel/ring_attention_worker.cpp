@@ -128,7 +128,7 @@ void reference(std::vector<T>& out, std::vector<T>& dqkv, const std::vector<T>& 
                const std::vector<T>& dout, const int32_t* doc, const Case& k, int T_) {
   const int C = k.NH * k.HS;
   std::vector<T> lse(static_cast<size_t>(k.B) * k.NH * T_);
-  std::vector<T> ws(lattice::kernels::attention_workspace_elems(T_) *
+  std::vector<T> ws(lattice::kernels::attention_workspace_elems(T_, k.HS) *
                     lattice::kernels::num_threads());
   out.assign(static_cast<size_t>(k.B) * T_ * C, T(0));
   dqkv.assign(qkv.size(), T(0));

@@ -150,8 +150,10 @@ class PlannerTest : public QObject {
   // Note [workspace in the plan] (plan/memory_estimate.cpp), by hand for the default model
   // (hidden 64, 4 heads, FFN 256, sequence 64, vocabulary 512) at micro-batch 2, one rank:
   // the backward's scratch in A (4 (N, C) rows, FC1's (N, F), QKV's (N, 3C), the attention
-  // output's (N, C)), the attention's workspace in G (3 min(s, 64) s a thread on the CPU,
-  // CUDA's (b, a, s)), the trainer's token losses (N M in G, 4 bytes of flag) and the optimizer's norm (8).
+  // output's (N, C)), the attention's workspace in G (a thread's on the CPU: 3 min(s, 64) rows
+  // of s + 16 and a head's keys and values packed three times, 2 HS (s + 64) + s (HS + 64);
+  // CUDA's (b, a, s)), the trainer's token losses (N M in G, 4 bytes of flag) and the
+  // optimizer's norm (8).
   // test_parallel_memory holds the engine to these figures on every rank of its layouts.
   void workspace_and_buffers_follow_the_engine() {
     auto stage = [](QStringList extra, int world = 1, int p = 0) {
@@ -163,17 +165,18 @@ class PlannerTest : public QObject {
     auto workspace = [&](double A, double G, double attention) {
       return A * (4 * N * h + N * (F + 3 * h + h)) + G * attention + G * N * M + 4 + 8;
     };
-    QCOMPARE(double(stage({"--threads", "1"}).workspace_bytes), workspace(4, 4, 3 * s * s));
-    QCOMPARE(double(stage({"--threads", "3"}).workspace_bytes), workspace(4, 4, 3 * 3 * s * s));
+    const double HS = h / a, thread = 3 * s * (s + 16) + 2 * HS * (s + 64) + s * (HS + 64);
+    QCOMPARE(double(stage({"--threads", "1"}).workspace_bytes), workspace(4, 4, thread));
+    QCOMPARE(double(stage({"--threads", "3"}).workspace_bytes), workspace(4, 4, 3 * thread));
     QCOMPARE(double(stage({"--bf16", "--threads", "1"}).workspace_bytes),
-             workspace(2, 4, 3 * s * s));
+             workspace(2, 4, thread));
     QCOMPARE(double(stage({"--device", "cuda"}).workspace_bytes), workspace(4, 4, b * a * s));
     // Past 64 rows a thread's attention workspace is three blocks of 64 rows, not s x s: at s =
-    // 256, two more threads take 2 x (3 x 64 x 256) floats more.
+    // 256, two more threads take 2 x (3 x 64 x (256 + 16) + the packed heads) floats more.
     const QStringList s256 = {"--seq-length", "256", "--max-position-embeddings", "256"};
     QCOMPARE(double(stage(s256 + QStringList{"--threads", "3"}).workspace_bytes) -
                  double(stage(s256 + QStringList{"--threads", "1"}).workspace_bytes),
-             4.0 * 2 * (3 * 64 * 256));
+             4.0 * 2 * (3 * 64 * (256 + 16) + 2 * HS * (256 + 64) + 256 * (HS + 64)));
     QCOMPARE(stage({"--threads", "1"}).comm_buffer_bytes, size_t{0});
     // PP 2 (1F1B over 2 micro-batches): the first stage's pool of 2 micro-batches each sends
     // its output's gradient rows back (N, C), the last's pool of 1 receives them; the first

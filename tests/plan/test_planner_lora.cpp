@@ -155,8 +155,8 @@ class GemmCountingOps final : public Ops<double> {
   size_t attention_saved_elems(int B, int T, int NH) const override {
     return in_.attention_saved_elems(B, T, NH);
   }
-  size_t attention_workspace_elems(int B, int T, int NH) const override {
-    return in_.attention_workspace_elems(B, T, NH);
+  size_t attention_workspace_elems(int B, int T, int NH, int HS) const override {
+    return in_.attention_workspace_elems(B, T, NH, HS);
   }
   void attention_forward(double* out, G* saved, const double* qkv, G* workspace, int B, int T,
                          int C, int NH, float p, uint64_t key, int head_offset, int total_heads,

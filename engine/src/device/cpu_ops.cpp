@@ -103,8 +103,8 @@ class CpuOps final : public Ops<S> {
   size_t attention_saved_elems(int B, int T, int NH) const override {
     return static_cast<size_t>(B) * NH * T;  // the log-sum-exps (kernels.h)
   }
-  size_t attention_workspace_elems(int, int T, int) const override {
-    return kernels::attention_workspace_elems(T) * static_cast<size_t>(kernels::num_threads());
+  size_t attention_workspace_elems(int, int T, int, int HS) const override {
+    return kernels::attention_workspace_elems(T, HS) * static_cast<size_t>(kernels::num_threads());
   }
   void attention_forward(S* out, S* saved, const S* qkv, S* workspace, int B, int T, int C, int NH,
                          float p, uint64_t key, int head_offset, int total_heads, int KV,

@@ -427,8 +427,8 @@ class CpuOps16 final : public Ops<H> {
   size_t attention_saved_elems(int B, int T, int NH) const override {
     return f32.attention_saved_elems(B, T, NH);
   }
-  size_t attention_workspace_elems(int B, int T, int NH) const override {
-    return f32.attention_workspace_elems(B, T, NH);
+  size_t attention_workspace_elems(int B, int T, int NH, int HS) const override {
+    return f32.attention_workspace_elems(B, T, NH, HS);
   }
   void attention_forward(H* out, float* saved, const H* qkv, float* workspace, int B, int T, int C,
                          int NH, float p, uint64_t key, int head_offset, int total_heads, int KV,

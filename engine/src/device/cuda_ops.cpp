@@ -114,7 +114,7 @@ class CudaOps final : public Ops<A> {
   size_t attention_saved_elems(int B, int T, int NH) const override {
     return static_cast<size_t>(B) * NH * T;
   }
-  size_t attention_workspace_elems(int B, int T, int NH) const override {
+  size_t attention_workspace_elems(int B, int T, int NH, int /*HS*/) const override {
     return cu::attention_workspace_floats(B, T, NH);
   }
   void attention_forward(A* out, float* saved, const A* qkv, float* /*workspace: backward only*/,

@@ -155,7 +155,7 @@ class Ops {
   virtual size_t attention_saved_elems(int B, int T, int NH) const = 0;
   // Elements of the workspace both directions take (the CPU: per thread, for the thread count
   // at the call; size it again after kernels::set_num_threads).
-  virtual size_t attention_workspace_elems(int B, int T, int NH) const = 0;
+  virtual size_t attention_workspace_elems(int B, int T, int NH, int HS) const = 0;
   // Causal self-attention over qkv (B, T, (NH + 2 KV) HS) in kernels.h's grouped layout (KV
   // key/value heads, each read by NH / KV query heads; KV = NH is GPT-2's per-head [q|k|v]) into
   // out (B, T, C), C = NH HS; saved (attention_saved_elems), workspace

@@ -236,7 +236,7 @@ Status GptModel<A>::allocate() {
     rope_sin_ = take<G>(table, MC::kWeights);
   }
   d_atty_ = take<A>(NCt, MC::kWorkspace);
-  attention_ws_ = take<G>(ops_.attention_workspace_elems(B_, T_, Ht_), MC::kWorkspace);
+  attention_ws_ = take<G>(ops_.attention_workspace_elems(B_, T_, Ht_, HS_), MC::kWorkspace);
   if (config_.lora()) {  // Note [LoRA]
     lora_r_ = config_.lora_rank;
     const size_t K = std::max(C_, Ft_), O = std::max({Wt_, up_, C_});

@@ -569,7 +569,7 @@ class GptModel {
   G* rope_cos_ = nullptr;
   G* rope_sin_ = nullptr;
   A* d_atty_ = nullptr;         // (N, Ct)
-  G* attention_ws_ = nullptr;   // Ops::attention_workspace_elems(B, T, Ht)
+  G* attention_ws_ = nullptr;   // Ops::attention_workspace_elems(B, T, Ht, HS)
   G* stats_scratch_ = nullptr;  // (2N) not post: the discarded LayerNorm of output()
   // LoRA's scratch (null without it; r = lora_rank, K = max(C, Ft), O = max(Wt, up, C)).
   int lora_r_ = 0;

@@ -336,9 +336,9 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
 // their own estimates. On one rank of stage p, once: the trainer's token losses (N x M in G)
 // and its found-inf flag (4 bytes), each chunk's optimizer's norm (8 bytes); on the CPU the
 // distributed optimizer's reduce-scatter shards (GradReducer, G), each rank's own
-// (shard_states). The CPU's attention workspace is per thread: 2 min(T, 64) T elements a thread
-// (kernels::attention_workspace_elems), the ring's kernels::attention_block_workspace_elems
-// with T its local rows.
+// (shard_states). The CPU's attention workspace is per thread: kernels::attention_workspace_elems
+// (three blocks of 64 rows of T, the key and value head transposed), the ring's
+// kernels::attention_block_workspace_elems with T its local rows.
 struct ChunkScratch {
   double workspace = 0;
   double comm = 0;  // but the distributed optimizer's shards, per rank
@@ -361,8 +361,9 @@ ChunkScratch chunk_scratch(const TrainOptions& o, const ParallelLayout& layout,
   ws += e.a * (4 * d.R * d.C + d.N * (d.Ft + d.Wt + d.Ct));
   if (shard.sequence_parallel) ws += e.a * 2 * d.N * d.C;
   if (m.swiglu) ws += e.a * 2 * d.N * d.Ft;
-  // The attention's: the CPU kernel's per thread (three blocks of rows of T, kernels.h).
-  const double cpu_attention = threads * kernels::attention_workspace_elems(static_cast<int>(d.T));
+  // The attention's: the CPU kernel's per thread (kernels.h).
+  const double cpu_attention =
+      threads * kernels::attention_workspace_elems(static_cast<int>(d.T), m.head_size());
   ws += e.g * (cuda ? d.B * d.Ht * d.T : cpu_attention);
   if (m.lora()) {  // the adapters' input, its gradient, hidden rows and output (Note [LoRA])
     const double K = std::max(d.C, d.Ft), O = std::max({d.Wt, d.Ut, d.C});

@@ -156,16 +156,17 @@ void dropout_backward(S* dx, const S* dout, size_t n, float p, uint64_t key,
 // lse (B, NH, T) keeps each query row's log-sum-exp of its scores q k^T / sqrt(HS) over the keys
 // it sees (natural log, as CUDA's): all the backward needs to recompute the probabilities, so
 // nothing of size T x T outlives a call (flash style; Note [attention keeps log-sum-exps]).
-// workspace: attention_workspace_elems(T) elements per thread (num_threads() of them): three
-// blocks of kAttentionRowBlock rows of T (the block's probabilities, their dropped-out copy and
-// the backward's score gradients), 3 min(T, kAttentionRowBlock) T.
+// workspace: attention_workspace_elems(T, HS) elements per thread (num_threads() of them): on
+// the CPU three blocks of kAttentionRowBlock rows of about T (the block's probabilities, their
+// dropped-out copy and the backward's score gradients) and the key and value head transposed,
+// about 3 min(T, kAttentionRowBlock) T + 2 HS T (kernels/cpu/attention_workspace.h).
 // Tensor-parallel ranks hold heads [head_offset, head_offset + NH) of total_heads (0: NH);
 // the dropout mask of probability (b, h, i, j) is keyed by its index among all heads.
 // positions (B, T), when non-null, packs several documents into one sequence: query i sees only
 // keys [i - positions[b, i], i] (its own document; Note [packed sequences], docs/models.md), the
 // rest of the row's probabilities zero. Null: plain causal, keys [0, i].
 inline constexpr int kAttentionRowBlock = 64;
-size_t attention_workspace_elems(int T);
+size_t attention_workspace_elems(int T, int HS);
 template <typename S>
 void attention_forward(S* out, S* lse, const S* qkv, int B, int T, int C, int NH, float dropout_p,
                        uint64_t dropout_key, S* workspace, int head_offset = 0, int total_heads = 0,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <type_traits>
 
 #include "common/cpu_isa_rows.h"
@@ -281,7 +282,7 @@ class KernelGradients : public QObject {
       auto qkv = random_vector(B * T * 3 * C, 41);
       const auto dout = random_vector(B * T * C, 42);
       std::vector<double> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
-      std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+      std::vector<double> ws(k::attention_workspace_elems(T, C / NH) * k::num_threads());
       auto loss = [&] {
         k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, p, 5, ws.data());
         return dot(out, dout);
@@ -305,8 +306,13 @@ class KernelGradients : public QObject {
       auto qkv = random_vector(B * T * W, 44);
       const auto dout = random_vector(B * T * C, 45);
       std::vector<double> out(B * T * C), lse(B * NH * T), dqkv(B * T * W);
-      std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
-      QCOMPARE(k::attention_workspace_elems(T), size_t(3 * k::kAttentionRowBlock * T));
+      std::vector<double> ws(k::attention_workspace_elems(T, C / NH) * k::num_threads());
+      // Three blocks of kAttentionRowBlock rows (not T), and the key and value head packed
+      // three times, each with some padding.
+      const size_t R = k::kAttentionRowBlock, HS = C / NH;
+      QVERIFY(k::attention_workspace_elems(T, HS) >= 3 * R * T + 3 * HS * T);
+      QVERIFY(k::attention_workspace_elems(T, HS) <=
+              3 * R * (T + 32) + 2 * HS * (T + 64) + T * (HS + 64));
       auto loss = [&] {
         k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, p, 9, ws.data(), 0,
                              NH, KV);
@@ -321,11 +327,95 @@ class KernelGradients : public QObject {
     }
   }
 
+  // The attention's products run on register tiles of 6 rows and up to 64 columns (Note
+  // [attention tile GEMM], kernels/cpu/tile_gemm.h): whole tiles, a last partial one of rows and
+  // of columns, heads of 64 (whole vectors) and 40 (a partial panel on every ISA), packed
+  // documents whose first keys fall inside a panel, two query heads per key. Float and double,
+  // forward and backward, against the definition computed here in double, one row at a time.
+  void attention_matches_its_definition() {
+    const int B = 2, T = 131, NH = 2, KV = 1, Q = NH / KV;
+    std::vector<int32_t> packed(static_cast<size_t>(B) * T);
+    for (int t = 0; t < T; t++) packed[t] = t, packed[T + t] = t < 70 ? t : t - 70;
+    for (int HS : {64, 40})
+      for (const int32_t* pos : {static_cast<const int32_t*>(nullptr),
+                                 static_cast<const int32_t*>(packed.data())}) {
+        const int C = NH * HS, W = (NH + 2 * KV) * HS;
+        const auto qkv = random_vector(static_cast<size_t>(B) * T * W, 71);
+        const auto dout = random_vector(static_cast<size_t>(B) * T * C, 72);
+        auto column = [&](int h, int part) {  // part 0: query head h; 1: its key; 2: its value
+          const int g = h / Q;
+          return g * (Q + 2) * HS + (part == 0 ? (h % Q) * HS : (Q + part - 1) * HS);
+        };
+        std::vector<double> out(B * T * C, 0.0), dqkv(B * T * W, 0.0);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+        for (int b = 0; b < B; b++)
+          for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+              const double* row = &qkv[(static_cast<size_t>(b) * T + i) * W];
+              const int first = pos ? i - pos[b * T + i] : 0, n = i + 1 - first;
+              auto at = [&](int j, int part, int d) {
+                return qkv[(static_cast<size_t>(b) * T + j) * W + column(h, part) + d];
+              };
+              std::vector<double> p(n), dp(n);
+              double top = -1e300, sum = 0;
+              for (int j = 0; j < n; j++) {
+                double s = 0;
+                for (int d = 0; d < HS; d++) s += row[column(h, 0) + d] * at(first + j, 1, d);
+                p[j] = s * scale;
+                top = std::max(top, p[j]);
+              }
+              for (double& x : p) sum += (x = std::exp(x - top));
+              for (double& x : p) x /= sum;
+              const double* dO = &dout[(static_cast<size_t>(b) * T + i) * C + h * HS];
+              double* o = &out[(static_cast<size_t>(b) * T + i) * C + h * HS];
+              double pdp = 0;
+              for (int j = 0; j < n; j++) {
+                for (int d = 0; d < HS; d++) {
+                  o[d] += p[j] * at(first + j, 2, d);
+                  dp[j] += dO[d] * at(first + j, 2, d);
+                }
+                pdp += p[j] * dp[j];
+              }
+              double* dq = &dqkv[(static_cast<size_t>(b) * T + i) * W + column(h, 0)];
+              for (int j = 0; j < n; j++) {
+                const double ds = p[j] * (dp[j] - pdp) * scale;
+                double* key_row = &dqkv[(static_cast<size_t>(b) * T + first + j) * W];
+                for (int d = 0; d < HS; d++) {
+                  dq[d] += ds * at(first + j, 1, d);
+                  key_row[column(h, 1) + d] += ds * row[column(h, 0) + d];
+                  key_row[column(h, 2) + d] += p[j] * dO[d];
+                }
+              }
+            }
+        std::vector<double> out_d(out.size()), lse_d(B * NH * T), dqkv_d(dqkv.size()),
+            ws_d(k::attention_workspace_elems(T, HS) * k::num_threads());
+        k::attention_forward(out_d.data(), lse_d.data(), qkv.data(), B, T, C, NH, 0.0f, 0,
+                             ws_d.data(), 0, NH, KV, pos);
+        k::attention_backward(dqkv_d.data(), dout.data(), qkv.data(), lse_d.data(), B, T, C, NH,
+                              0.0f, 0, ws_d.data(), 0, NH, KV, pos);
+        std::vector<float> out_f(out.size()), lse_f(lse_d.size()), dqkv_f(dqkv.size()),
+            ws_f(ws_d.size());
+        const std::vector<float> qkv_f = to_float(qkv), dout_f = to_float(dout);
+        k::attention_forward(out_f.data(), lse_f.data(), qkv_f.data(), B, T, C, NH, 0.0f, 0,
+                             ws_f.data(), 0, NH, KV, pos);
+        k::attention_backward(dqkv_f.data(), dout_f.data(), qkv_f.data(), lse_f.data(), B, T, C,
+                              NH, 0.0f, 0, ws_f.data(), 0, NH, KV, pos);
+        const QString where = QString(" (head size %1, %2)").arg(HS).arg(pos ? "packed" : "causal");
+        for (const auto& [name, got, want] :
+             {std::tuple{"out", &out_d, &out}, std::tuple{"dqkv", &dqkv_d, &dqkv}}) {
+          const QString why = disagreement(name, to_float(*got), *want, 1e-6);
+          QVERIFY2(why.isEmpty(), qPrintable("double " + why + where));
+        }
+        VERIFY_AGREE(qPrintable("float out" + where), out_f, out, 2e-5);
+        VERIFY_AGREE(qPrintable("float dqkv" + where), dqkv_f, dqkv, 2e-5);
+      }
+  }
+
   void attention_is_causal() {
     const int B = 1, T = 6, C = 4, NH = 1;
     auto qkv = random_vector(T * 3 * C, 43);
     std::vector<double> out(T * C), out2(T * C), lse(T);
-    std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+    std::vector<double> ws(k::attention_workspace_elems(T, C / NH) * k::num_threads());
     k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, 0.0f, 0, ws.data());
     for (int c = 0; c < 3 * C; c++) qkv[(T - 1) * 3 * C + c] += 1.0;  // change the last token
     k::attention_forward(out2.data(), lse.data(), qkv.data(), B, T, C, NH, 0.0f, 0, ws.data());
@@ -642,7 +732,7 @@ class KernelGradients : public QObject {
       const auto dy_d2 = random_vector(B * T * Ca, 103);
       const auto qkv_f = to_float(qkv_d), dy_f2 = to_float(dy_d2);
       std::vector<double> out_d(B * T * Ca), lse_d(B * NH * T), dqkv_d(B * T * 3 * Ca),
-          ws_d(k::attention_workspace_elems(T) * k::num_threads());
+          ws_d(k::attention_workspace_elems(T, Ca / NH) * k::num_threads());
       std::vector<float> out_f(B * T * Ca), lse_f(B * NH * T), dqkv_f(B * T * 3 * Ca),
           ws_f(ws_d.size());
       k::attention_forward(out_d.data(), lse_d.data(), qkv_d.data(), B, T, Ca, NH, 0.1f, 3,
@@ -676,7 +766,7 @@ class KernelGradients : public QObject {
     const auto qkv_d = random_vector(N * 3 * C, 81);
     std::vector<float> qkv_f(qkv_d.begin(), qkv_d.end());
     std::vector<double> out_d(N * C), lse_d(B * NH * T),
-        ws_d(k::attention_workspace_elems(T) * k::num_threads());
+        ws_d(k::attention_workspace_elems(T, C / NH) * k::num_threads());
     std::vector<float> out_f(N * C), lse_f(B * NH * T), ws_f(ws_d.size());
     k::attention_forward(out_d.data(), lse_d.data(), qkv_d.data(), B, T, C, NH, 0.1f, 3,
                          ws_d.data());

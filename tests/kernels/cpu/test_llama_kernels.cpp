@@ -241,7 +241,7 @@ class LlamaKernels : public QObject {
           }
       std::vector<double> out(N * C), ref(N * C), lse(B * g.NH * T),
           lse_ref(B * g.NH * T);
-      std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+      std::vector<double> ws(k::attention_workspace_elems(T, g.HS) * k::num_threads());
       k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, g.NH, 0.0f, 0, ws.data(),
                            0, 0, g.KV);
       k::attention_forward(ref.data(), lse_ref.data(), mha.data(), B, T, C, g.NH, 0.0f, 0,
@@ -273,7 +273,7 @@ class LlamaKernels : public QObject {
       auto qkv = random_vector(B * T * g.width(), 16);
       const auto dout = random_vector(B * T * C, 17);
       std::vector<double> out(B * T * C), lse(B * g.NH * T), dqkv(B * T * g.width());
-      std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+      std::vector<double> ws(k::attention_workspace_elems(T, g.HS) * k::num_threads());
       auto loss = [&] {
         k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, g.NH, p, 5, ws.data(),
                              0, 0, g.KV);
@@ -294,7 +294,7 @@ class LlamaKernels : public QObject {
     const int T = 5, C = g.NH * g.HS;
     const auto qkv = random_vector(T * g.width(), 18);
     std::vector<double> out(T * C), lse(g.NH * T), cached(T * C);
-    std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+    std::vector<double> ws(k::attention_workspace_elems(T, g.HS) * k::num_threads());
     k::attention_forward(out.data(), lse.data(), qkv.data(), 1, T, C, g.NH, 0.0f, 0, ws.data(), 0,
                          0, g.KV);
     const int max_T = 8;

@@ -89,7 +89,7 @@ class PackedSequences : public QObject {
       const auto dout = random_vector(static_cast<size_t>(B) * T * C, 22);
       std::vector<double> out(B * T * C), lse(static_cast<size_t>(B) * c.NH * T),
           dqkv(B * T * W, std::nan(""));  // the backward writes every element
-      std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+      std::vector<double> ws(k::attention_workspace_elems(T, c.HS) * k::num_threads());
       k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, c.NH, 0.0f, 0, ws.data(),
                            0, 0, c.KV, pos.data());
       k::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, c.NH, 0.0f,
@@ -102,7 +102,7 @@ class PackedSequences : public QObject {
           const std::vector<double> q(qkv.begin() + row0 * W, qkv.begin() + (row0 + len) * W),
               d(dout.begin() + row0 * C, dout.begin() + (row0 + len) * C);
           std::vector<double> o(len * C), l(static_cast<size_t>(c.NH) * len), dq(len * W);
-          std::vector<double> ws1(k::attention_workspace_elems(len) * k::num_threads());
+          std::vector<double> ws1(k::attention_workspace_elems(len, c.HS) * k::num_threads());
           k::attention_forward(o.data(), l.data(), q.data(), 1, len, C, c.NH, 0.0f, 0, ws1.data(),
                                0, 0, c.KV);
           k::attention_backward(dq.data(), d.data(), q.data(), l.data(), 1, len, C, c.NH, 0.0f, 0,
@@ -128,7 +128,7 @@ class PackedSequences : public QObject {
     const std::vector<int32_t> pos = packed_positions({{T}, {T}});
     const auto qkv = random_vector(B * T * W, 23);
     std::vector<double> a(B * T * C), b(B * T * C), pa(B * NH * T), pb(B * NH * T);
-    std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+    std::vector<double> ws(k::attention_workspace_elems(T, HS) * k::num_threads());
     k::attention_forward(a.data(), pa.data(), qkv.data(), B, T, C, NH, 0.25f, 9, ws.data(), 0, 0,
                          KV, nullptr);
     k::attention_forward(b.data(), pb.data(), qkv.data(), B, T, C, NH, 0.25f, 9, ws.data(), 0, 0,
@@ -145,7 +145,7 @@ class PackedSequences : public QObject {
       auto qkv = random_vector(B * T * W, 24);
       const auto dout = random_vector(B * T * C, 25);
       std::vector<double> out(B * T * C), lse(B * NH * T), dqkv(B * T * W);
-      std::vector<double> ws(k::attention_workspace_elems(T) * k::num_threads());
+      std::vector<double> ws(k::attention_workspace_elems(T, HS) * k::num_threads());
       auto loss = [&] {
         k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, p, 5, ws.data(), 0,
                              0, KV, pos.data());

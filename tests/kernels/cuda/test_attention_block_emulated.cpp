@@ -395,7 +395,7 @@ class AttentionBlockEmulated : public QObject {
     const auto dout = random_floats(size_t(B) * T * C, 14);
     std::vector<float> out(size_t(B) * T * C), dqkv(qkv.size(), 0.0f);
     std::vector<float> probs(size_t(B) * NH * T * T);
-    std::vector<float> ws(k::attention_workspace_elems(T) * k::num_threads());
+    std::vector<float> ws(k::attention_workspace_elems(T, HS) * k::num_threads());
     k::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH, 0.0f, 0, ws.data(), 0,
                          0, KV);
     k::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH, 0.0f,

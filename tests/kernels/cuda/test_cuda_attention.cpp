@@ -52,7 +52,7 @@ CpuResult cpu_attention(const Case& c, const std::vector<float>& qkv,
   r.out.resize(static_cast<size_t>(c.B) * c.T * C);
   r.dqkv.resize(qkv.size());
   std::vector<float> lse(static_cast<size_t>(c.B) * c.NH * c.T);
-  std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
+  std::vector<float> ws(k::attention_workspace_elems(c.T, c.HS) * k::num_threads());
   k::attention_forward(r.out.data(), lse.data(), qkv.data(), c.B, c.T, C, c.NH, c.dropout, key,
                        ws.data(), c.head_offset, c.total_heads, c.kv_heads,
                        positions.empty() ? nullptr : positions.data());

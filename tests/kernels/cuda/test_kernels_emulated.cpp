@@ -186,7 +186,7 @@ void check(const Case& c) {
   const double tolerance = tolerance_for<T>();
 
   std::vector<float> out(rows * C), dqkv(qkv.size()), cpu_lse(size_t(c.B) * c.NH * c.T);
-  std::vector<float> ws(k::attention_workspace_elems(c.T) * k::num_threads());
+  std::vector<float> ws(k::attention_workspace_elems(c.T, HS) * k::num_threads());
   const std::vector<int32_t> positions = packed_positions(c);
   QCOMPARE(positions.size(), c.documents.empty() ? size_t(0) : rows);
   const int32_t* pos = positions.empty() ? nullptr : positions.data();
