@@ -64,14 +64,6 @@ struct AttentionWorkspace {
   }
 };
 
-// The first key column of a block's scores: keys [k0, i1) rounded down to a whole panel, so
-// that the products read K^T's and V^T's panels from their start (the columns before k0 are
-// computed and never read).
-template <typename T>
-int panel_start(int k0) {
-  return k0 / kTileColumns<T> * kTileColumns<T>;
-}
-
 // The grouped layout's columns (kernels.h): KV groups of Q query heads, a key and a value.
 struct GroupedHeads {
   int HS, Q, ld;

@@ -7,9 +7,12 @@
 // The block's key positions ascend (kernels.h), so the keys a query row sees are one range of
 // them, found by binary search; a row block's products cover the union of its rows' ranges only
 // (the causal diagonal's upper part, and keys of earlier packed documents, are skipped), and its
-// softmax rows run softmax_row.h's vectors. Forward: one (batch, query head) pair per task;
-// backward: one (batch, key/value head) pair per task, whose query heads add to the key and value
-// gradients in turn, so no two threads write the same element. Non-goals: dropout, 16-bit types.
+// softmax rows run softmax_row.h's vectors, its products tile_gemm.h's register tiles on the
+// task's keys and values packed once (Note [attention tile GEMM]; no causal skipping inside a
+// range: the rows' ranges need not follow a diagonal). Forward: one (batch, query head) pair per
+// task; backward: one (batch, key/value head) pair per task, whose query heads add to the key
+// and value gradients in turn, so no two threads write the same element. Non-goals: dropout,
+// 16-bit types.
 // Compiled once per ISA (Note [CPU dispatch]).
 #include <omp.h>
 
@@ -18,10 +21,11 @@
 #include <cmath>
 #include <limits>
 
-#include "gemm.h"
+#include "attention_workspace.h"
 #include "isa_region.h"
 #include "lattice/kernels.h"
 #include "softmax_row.h"
+#include "tile_gemm.h"
 
 LATTICE_ISA_BEGIN
 
@@ -74,6 +78,29 @@ KeyRange row_block_keys(const AttentionBlock& blk, int b, int r0, int n, KeyRang
   return all;
 }
 
+// A thread's part of the workspace (attention_workspace.h): two blocks of rows of the block's
+// keys, ldp apart, the rows' outputs and log-sum-exps, then room for two (HS, Tk) panel
+// packings and one (Tk, HS).
+template <typename T>
+struct BlockWorkspace {
+  int ldp;
+  size_t rows;
+  T *P, *dP, *ob, *wide1, *wide2, *tall;
+  BlockWorkspace(T* workspace, const AttentionBlock& blk)
+      : ldp(attention_probability_stride(blk.Tk)),
+        rows(static_cast<size_t>(std::min(blk.Tq, kAttentionRowBlock))) {
+    const size_t block = rows * ldp;
+    const size_t wide = static_cast<size_t>(blk.HS) * (blk.Tk + kAttentionPanelPad);
+    P = workspace + static_cast<size_t>(omp_get_thread_num()) *
+                        attention_block_workspace_size(blk.Tq, blk.Tk, blk.HS);
+    dP = P + block;
+    ob = dP + block;
+    wide1 = ob + rows * (blk.HS + 1);
+    wide2 = wide1 + wide;
+    tall = wide2 + wide;
+  }
+};
+
 }  // namespace
 
 template <typename T>
@@ -85,28 +112,28 @@ void attention_block_forward(T* out, T* lse, const T* qkv, const T* kv, const At
   const int HS = L.HS;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const size_t ws_elems = attention_block_workspace_elems(blk.Tq, blk.Tk, HS);
-  const size_t R = static_cast<size_t>(std::min(blk.Tq, kAttentionRowBlock));
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < blk.B * blk.NH; bh++) {
     const int b = bh / blk.NH, h = bh % blk.NH;
     const T* k = kv + (static_cast<size_t>(b) * blk.Tk + blk.k_begin) * L.ldk + L.key(h / L.Q);
     const T* v = k + HS;
-    T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * ws_elems;
-    T* P = ws;                             // (rows, nk)
-    T* ob = ws + 2 * R * blk.Tk;           // (rows, HS) the rows' output over the block's keys
-    T* lse_b = ob + R * HS;                // (rows) their log-sum-exp
+    const BlockWorkspace<T> ws(workspace, blk);
+    const int ldp = ws.ldp;
+    T* P = ws.P;    // (rows, nk), rows ldp apart
+    T* ob = ws.ob;  // (rows, HS) the rows' output over the block's keys
+    T* lse_b = ob + ws.rows * HS;  // (rows) their log-sum-exp
+    const Panels<T> Kt = pack_panels(ws.wide1, k, 1, L.ldk, HS, nk);  // (HS, nk)
+    const Panels<T> V = pack_panels(ws.tall, v, L.ldk, 1, nk, HS);    // (nk, HS)
     KeyRange range[kAttentionRowBlock];
     for (int c0 = 0; c0 < nq; c0 += kAttentionRowBlock) {
       const int n = std::min(kAttentionRowBlock, nq - c0), r0 = blk.q_begin + c0;
       const KeyRange all = row_block_keys(blk, b, r0, n, range);
       if (all.empty()) continue;  // no row sees a key here: nothing to merge
-      const int lo = all.jl, w = all.jh - all.jl;
+      const int lo = all.jl, w = all.jh - all.jl, la = panel_start<T>(lo);
       const T* q = qkv + (static_cast<size_t>(b) * blk.Tq + r0) * L.ld + L.query(h);
-      cpu::gemm(false, true, n, w, HS, scale, q, L.ld, k + static_cast<size_t>(lo) * L.ldk, L.ldk,
-                T(0), P + lo, nk);
+      tile_gemm(n, all.jh - la, HS, scale, q, L.ld, 1, Kt.from(la), T(0), P + la, ldp);
       for (int i = 0; i < n; i++) {
-        T* row = P + static_cast<size_t>(i) * nk;
+        T* row = P + static_cast<size_t>(i) * ldp;
         const KeyRange r = range[i];
         if (r.empty()) {
           std::fill(row + lo, row + all.jh, T(0));
@@ -117,8 +144,7 @@ void attention_block_forward(T* out, T* lse, const T* qkv, const T* kv, const At
         std::fill(row + lo, row + r.jl, T(0));
         std::fill(row + r.jh, row + all.jh, T(0));
       }
-      cpu::gemm(false, false, n, HS, w, T(1), P + lo, nk, v + static_cast<size_t>(lo) * L.ldk,
-                L.ldk, T(0), ob, HS);
+      tile_gemm(n, HS, w, T(1), P + lo, ldp, 1, V.rows_from(lo), T(0), ob, HS);
       // Merge: the rows' outputs so far (weights exp(lse_old)) and the block's (exp(lse_b)),
       // each normalised, combine in proportion to their weights.
       for (int i = 0; i < n; i++) {
@@ -151,8 +177,6 @@ void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* delta, co
   const int HS = L.HS;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const size_t ws_elems = attention_block_workspace_elems(blk.Tq, blk.Tk, HS);
-  const size_t R = static_cast<size_t>(std::min(blk.Tq, kAttentionRowBlock));
 #pragma omp parallel for schedule(static)
   for (int bg = 0; bg < blk.B * blk.KV; bg++) {
     const int b = bg / blk.KV, g = bg % blk.KV;
@@ -161,9 +185,13 @@ void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* delta, co
     const T* v = k + HS;
     T* dk = dkv + k_off;
     T* dv = dk + HS;
-    T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * ws_elems;
-    T* P = ws;                // (rows, nk)
-    T* dP = ws + R * blk.Tk;  // (rows, nk), then dS
+    const BlockWorkspace<T> ws(workspace, blk);
+    const int ldp = ws.ldp;
+    T* P = ws.P;    // (rows, nk), rows ldp apart
+    T* dP = ws.dP;  // (rows, nk), then dS
+    const Panels<T> Kt = pack_panels(ws.wide1, k, 1, L.ldk, HS, nk);  // (HS, nk)
+    const Panels<T> Vt = pack_panels(ws.wide2, v, 1, L.ldk, HS, nk);  // (HS, nk)
+    const Panels<T> K = pack_panels(ws.tall, k, L.ldk, 1, nk, HS);    // (nk, HS)
     KeyRange range[kAttentionRowBlock];
     for (int h = g * L.Q; h < (g + 1) * L.Q; h++) {
       for (int c0 = 0; c0 < nq; c0 += kAttentionRowBlock) {
@@ -175,12 +203,12 @@ void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* delta, co
         const size_t stat0 = (static_cast<size_t>(b) * blk.NH + h) * blk.Tq + r0;
         const KeyRange all = row_block_keys(blk, b, r0, n, range);
         if (all.empty()) continue;  // no row sees a key here: nothing to add
-        const int lo = all.jl, w = all.jh - all.jl;
+        const int lo = all.jl, w = all.jh - all.jl, la = panel_start<T>(lo);
         const size_t kr = static_cast<size_t>(lo) * L.ldk;  // the range's first key row
         // P = the probabilities of the block's keys, recomputed from the final log-sum-exp.
-        cpu::gemm(false, true, n, w, HS, scale, q, L.ld, k + kr, L.ldk, T(0), P + lo, nk);
+        tile_gemm(n, all.jh - la, HS, scale, q, L.ld, 1, Kt.from(la), T(0), P + la, ldp);
         for (int i = 0; i < n; i++) {
-          T* row = P + static_cast<size_t>(i) * nk;
+          T* row = P + static_cast<size_t>(i) * ldp;
           const KeyRange r = range[i];
           const T l = lse[stat0 + i];
           if (r.empty() || l == neg_inf) {
@@ -192,19 +220,19 @@ void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* delta, co
           std::fill(row + r.jh, row + all.jh, T(0));
         }
         // dV += P^T dO; dP = dO V^T, over the range's keys.
-        cpu::gemm(true, false, w, HS, n, T(1), P + lo, nk, dO, L.C, T(1), dv + kr, L.ldk);
-        cpu::gemm(false, true, n, w, HS, T(1), dO, L.C, v + kr, L.ldk, T(0), dP + lo, nk);
+        tile_gemm(w, HS, n, T(1), P + lo, 1, ldp, row_major(dO, L.C, HS), T(1), dv + kr, L.ldk);
+        tile_gemm(n, all.jh - la, HS, T(1), dO, L.C, 1, Vt.from(la), T(0), dP + la, ldp);
         // dS = P * (dP - delta) * scale: delta = sum over every key of P dP, all ring steps.
         for (int i = 0; i < n; i++) {
-          const T* prow = P + static_cast<size_t>(i) * nk + lo;
-          T* drow = dP + static_cast<size_t>(i) * nk + lo;
+          const T* prow = P + static_cast<size_t>(i) * ldp + lo;
+          T* drow = dP + static_cast<size_t>(i) * ldp + lo;
           const T d = delta[stat0 + i];
 #pragma omp simd
           for (int j = 0; j < w; j++) drow[j] = prow[j] * (drow[j] - d) * scale;
         }
         // dQ += dS K; dK += dS^T Q, over the range's keys.
-        cpu::gemm(false, false, n, HS, w, T(1), dP + lo, nk, k + kr, L.ldk, T(1), dq, L.ld);
-        cpu::gemm(true, false, w, HS, n, T(1), dP + lo, nk, q, L.ld, T(1), dk + kr, L.ldk);
+        tile_gemm(n, HS, w, T(1), dP + lo, ldp, 1, K.rows_from(lo), T(1), dq, L.ld);
+        tile_gemm(w, HS, n, T(1), dP + lo, 1, ldp, row_major(q, L.ld, HS), T(1), dk + kr, L.ldk);
       }
     }
   }

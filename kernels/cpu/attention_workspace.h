@@ -31,4 +31,14 @@ inline size_t attention_workspace_size(int T, int HS) {
          static_cast<size_t>(T) * (HS + kAttentionPanelPad);
 }
 
+// The block kernel's (attention_block.cpp): two blocks of probability rows (Tk keys, stride
+// attention_probability_stride), the rows' outputs over the block (HS) and their log-sum-exps,
+// then the keys and values packed as the causal kernel's.
+inline size_t attention_block_workspace_size(int Tq, int Tk, int HS) {
+  const size_t rows = static_cast<size_t>(std::min(Tq, kAttentionRowBlock));
+  return 2 * rows * attention_probability_stride(Tk) + rows * (HS + 1) +
+         2 * static_cast<size_t>(HS) * (Tk + kAttentionPanelPad) +
+         static_cast<size_t>(Tk) * (HS + kAttentionPanelPad);
+}
+
 }  // namespace lattice::kernels::cpu

@@ -39,8 +39,7 @@ size_t attention_workspace_elems(int T, int HS) {
   return cpu::attention_workspace_size(T, HS);
 }
 size_t attention_block_workspace_elems(int Tq, int Tk, int HS) {
-  const size_t rows = static_cast<size_t>(std::min(Tq, kAttentionRowBlock));
-  return 2 * rows * Tk + rows * (HS + 1);
+  return cpu::attention_block_workspace_size(Tq, Tk, HS);
 }
 
 template <typename S>

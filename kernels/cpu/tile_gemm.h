@@ -68,6 +68,12 @@ template <typename T>
 Panels<T> row_major(const T* b, ptrdiff_t ld, int readable) {
   return {b, ld, kTileColumns<T>, readable};
 }
+// The first column of the panel that holds column c: a product over columns [c, n) of packed
+// panels runs over [panel_start(c), n) and leaves the columns before c unread.
+template <typename T>
+int panel_start(int c) {
+  return c / kTileColumns<T> * kTileColumns<T>;
+}
 
 // Which part of the product the causal triangle leaves out; row r of C is A's row r. shift
 // places the diagonal: column (or depth index) r + shift is row r's last (kColumnsToRow,

@@ -337,7 +337,7 @@ ChunkActivations chunk_activations(const TrainOptions& o, const ParallelLayout& 
 // and its found-inf flag (4 bytes), each chunk's optimizer's norm (8 bytes); on the CPU the
 // distributed optimizer's reduce-scatter shards (GradReducer, G), each rank's own
 // (shard_states). The CPU's attention workspace is per thread: kernels::attention_workspace_elems
-// (three blocks of 64 rows of T, the key and value head transposed), the ring's
+// (three blocks of 64 rows of T, the head's keys and values packed), the ring's
 // kernels::attention_block_workspace_elems with T its local rows.
 struct ChunkScratch {
   double workspace = 0;

@@ -210,7 +210,9 @@ struct AttentionBlock {
   const int32_t* doc = nullptr;        // (B, Tq) position in the packed document, or null
 };
 // Workspace of both directions, per thread (num_threads() of them): kAttentionRowBlock query rows
-// at a time, 2 min(Tq, kAttentionRowBlock) Tk + min(Tq, kAttentionRowBlock) (HS + 1).
+// at a time, about 2 min(Tq, kAttentionRowBlock) Tk + min(Tq, kAttentionRowBlock) (HS + 1), and on
+// the CPU a head's keys and values packed three times, about 3 Tk HS
+// (kernels/cpu/attention_workspace.h).
 size_t attention_block_workspace_elems(int Tq, int Tk, int HS);
 // out (B, Tq, NH HS) and lse (B, NH, Tq) hold, for each query row, the attention output and the
 // log-sum-exp of the scores over the keys merged so far (out 0 and lse -inf: none); the block's
