@@ -329,14 +329,15 @@ class KernelGradients : public QObject {
 
   // The attention's products run on register tiles of 6 rows and up to 64 columns (Note
   // [attention tile GEMM], kernels/cpu/tile_gemm.h): whole tiles, a last partial one of rows and
-  // of columns, heads of 64 (whole vectors) and 40 (a partial panel on every ISA), packed
-  // documents whose first keys fall inside a panel, two query heads per key. Float and double,
-  // forward and backward, against the definition computed here in double, one row at a time.
+  // of columns, heads of 64 (whole vectors), 128 (two panels with AVX-512), 40 (a partial panel
+  // on every ISA) and 3 (less than a vector), packed documents whose first keys fall inside a
+  // panel, two query heads per key. Float and double, forward and backward, against the
+  // definition computed here in double, one row at a time.
   void attention_matches_its_definition() {
     const int B = 2, T = 131, NH = 2, KV = 1, Q = NH / KV;
     std::vector<int32_t> packed(static_cast<size_t>(B) * T);
     for (int t = 0; t < T; t++) packed[t] = t, packed[T + t] = t < 70 ? t : t - 70;
-    for (int HS : {64, 40})
+    for (int HS : {64, 40, 128, 3})
       for (const int32_t* pos : {static_cast<const int32_t*>(nullptr),
                                  static_cast<const int32_t*>(packed.data())}) {
         const int C = NH * HS, W = (NH + 2 * KV) * HS;
