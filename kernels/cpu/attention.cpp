@@ -45,22 +45,19 @@ constexpr int kRowBlock = kAttentionRowBlock;
 static_assert(kTileColumns<float> <= kAttentionPanelPad + 1 &&
               kTileColumns<double> <= kAttentionPanelPad + 1);
 
-// A thread's part of the workspace (attention_workspace.h): three blocks of rows, ldp apart (a
+// This thread's part of the workspace (attention_layout): three blocks of rows, ldp apart (a
 // power-of-two stride put a column's 64 rows, which the P^T dO and dS^T Q tiles read down, in one
 // set of the L1 cache), then room for two (HS, T) panel packings and one (T, HS).
 template <typename T>
 struct AttentionWorkspace {
   int ldp;
   T *P, *Pd, *dP, *wide1, *wide2, *tall;
-  AttentionWorkspace(T* workspace, int T_, int HS) : ldp(attention_probability_stride(T_)) {
-    const size_t rows = static_cast<size_t>(std::min(T_, kRowBlock)), block = rows * ldp;
-    const size_t wide = static_cast<size_t>(HS) * (T_ + kAttentionPanelPad);
-    P = workspace + static_cast<size_t>(omp_get_thread_num()) * attention_workspace_size(T_, HS);
-    Pd = P + block;
-    dP = Pd + block;
-    wide1 = dP + block;
-    wide2 = wide1 + wide;
-    tall = wide2 + wide;
+  AttentionWorkspace(T* workspace, int T_, int HS) {
+    const AttentionLayout l = attention_layout(T_, HS);
+    T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * l.size;
+    ldp = l.ldp;
+    P = ws, Pd = ws + l.block, dP = ws + 2 * l.block;
+    wide1 = ws + l.wide1, wide2 = wide1 + l.wide, tall = ws + l.tall;
   }
 };
 

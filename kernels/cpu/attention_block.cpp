@@ -78,26 +78,20 @@ KeyRange row_block_keys(const AttentionBlock& blk, int b, int r0, int n, KeyRang
   return all;
 }
 
-// A thread's part of the workspace (attention_workspace.h): two blocks of rows of the block's
-// keys, ldp apart, the rows' outputs and log-sum-exps, then room for two (HS, Tk) panel
+// This thread's part of the workspace (attention_block_layout): two blocks of rows of the
+// block's keys, ldp apart, the rows' outputs and log-sum-exps, then room for two (HS, Tk) panel
 // packings and one (Tk, HS).
 template <typename T>
 struct BlockWorkspace {
   int ldp;
   size_t rows;
   T *P, *dP, *ob, *wide1, *wide2, *tall;
-  BlockWorkspace(T* workspace, const AttentionBlock& blk)
-      : ldp(attention_probability_stride(blk.Tk)),
-        rows(static_cast<size_t>(std::min(blk.Tq, kAttentionRowBlock))) {
-    const size_t block = rows * ldp;
-    const size_t wide = static_cast<size_t>(blk.HS) * (blk.Tk + kAttentionPanelPad);
-    P = workspace + static_cast<size_t>(omp_get_thread_num()) *
-                        attention_block_workspace_size(blk.Tq, blk.Tk, blk.HS);
-    dP = P + block;
-    ob = dP + block;
-    wide1 = ob + rows * (blk.HS + 1);
-    wide2 = wide1 + wide;
-    tall = wide2 + wide;
+  BlockWorkspace(T* workspace, const AttentionBlock& blk) {
+    const AttentionLayout l = attention_block_layout(blk.Tq, blk.Tk, blk.HS);
+    T* ws = workspace + static_cast<size_t>(omp_get_thread_num()) * l.size;
+    ldp = l.ldp, rows = l.rows;
+    P = ws, dP = ws + l.block, ob = ws + 2 * l.block;
+    wide1 = ws + l.wide1, wide2 = wide1 + l.wide, tall = ws + l.tall;
   }
 };
 

@@ -1,5 +1,6 @@
-// The causal attention's per-thread workspace (attention.cpp), whose size kernels.h's
-// attention_workspace_elems gives (dispatch.cpp); private to the CPU kernels. Three blocks of
+// The attention kernels' per-thread workspaces (attention.cpp, attention_block.cpp), whose sizes
+// kernels.h's attention_workspace_elems and attention_block_workspace_elems give (dispatch.cpp);
+// private to the CPU kernels. Three blocks of
 // min(T, kAttentionRowBlock) rows of probabilities, rows attention_probability_stride(T) apart;
 // then a head's keys and values packed into tile_gemm.h's panels: two (HS, T) operands (K^T,
 // and V^T in the backward) and one (T, HS) (V in the forward, K in the backward).
@@ -24,21 +25,35 @@ inline int attention_probability_stride(int T) {
   return (T + 15) / 16 * 16 + 16;
 }
 
-inline size_t attention_workspace_size(int T, int HS) {
-  const size_t rows = static_cast<size_t>(std::min(T, kAttentionRowBlock));
-  return 3 * rows * attention_probability_stride(T) +
-         2 * static_cast<size_t>(HS) * (T + kAttentionPanelPad) +
-         static_cast<size_t>(T) * (HS + kAttentionPanelPad);
+// A thread's part of an attention kernel's workspace, in elements from its start: `blocks`
+// blocks of min(Tq, kAttentionRowBlock) probability rows of Tk keys, ldp apart; `extra`
+// elements; then room for two (HS, Tk) panel packings (wide1, wide1 + wide) and one (Tk, HS)
+// (tall); `size` in all. The sizes kernels.h reports and the kernels' pointers both come from
+// here.
+struct AttentionLayout {
+  int ldp;
+  size_t rows, block, wide, wide1, tall, size;
+  AttentionLayout(int Tq, int Tk, int HS, int blocks, size_t extra)
+      : ldp(attention_probability_stride(Tk)),
+        rows(static_cast<size_t>(std::min(Tq, kAttentionRowBlock))),
+        block(rows * ldp),
+        wide(static_cast<size_t>(HS) * (Tk + kAttentionPanelPad)),
+        wide1(blocks * block + extra),
+        tall(wide1 + 2 * wide),
+        size(tall + static_cast<size_t>(Tk) * (HS + kAttentionPanelPad)) {}
+};
+
+// The causal kernel's (attention.cpp): the probabilities, their dropped-out copy and the score
+// gradients.
+inline AttentionLayout attention_layout(int T, int HS) {
+  return AttentionLayout(T, T, HS, 3, 0);
 }
 
-// The block kernel's (attention_block.cpp): two blocks of probability rows (Tk keys, stride
-// attention_probability_stride), the rows' outputs over the block (HS) and their log-sum-exps,
-// then the keys and values packed as the causal kernel's.
-inline size_t attention_block_workspace_size(int Tq, int Tk, int HS) {
+// The block kernel's (attention_block.cpp): the probabilities and the score gradients, then the
+// rows' outputs over the block (HS) and their log-sum-exps.
+inline AttentionLayout attention_block_layout(int Tq, int Tk, int HS) {
   const size_t rows = static_cast<size_t>(std::min(Tq, kAttentionRowBlock));
-  return 2 * rows * attention_probability_stride(Tk) + rows * (HS + 1) +
-         2 * static_cast<size_t>(HS) * (Tk + kAttentionPanelPad) +
-         static_cast<size_t>(Tk) * (HS + kAttentionPanelPad);
+  return AttentionLayout(Tq, Tk, HS, 2, rows * (HS + 1));
 }
 
 }  // namespace lattice::kernels::cpu

@@ -36,10 +36,10 @@ int cpu_isa_vector_bytes() {
 }
 
 size_t attention_workspace_elems(int T, int HS) {
-  return cpu::attention_workspace_size(T, HS);
+  return cpu::attention_layout(T, HS).size;
 }
 size_t attention_block_workspace_elems(int Tq, int Tk, int HS) {
-  return cpu::attention_block_workspace_size(Tq, Tk, HS);
+  return cpu::attention_block_layout(Tq, Tk, HS).size;
 }
 
 template <typename S>

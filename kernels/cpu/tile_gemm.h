@@ -213,15 +213,9 @@ void tile_gemm(int M, int N, int K, T alpha, const T* a, ptrdiff_t rs, ptrdiff_t
   }
 }
 
-// Elements a tile's panels of a (K, N) operand take: whole panels of kTileColumns columns.
-template <typename T>
-size_t panels_elems(int K, int N) {
-  const size_t panels = (static_cast<size_t>(N) + kTileColumns<T> - 1) / kTileColumns<T>;
-  return panels * K * kTileColumns<T>;
-}
-
-// Packs B (K, N) into dst's panels (panels_elems(K, N) elements): B's element (p, c) is
-// src[p rs + c cs] (B itself: rs its row stride, cs 1; a transpose: rs 1, cs the row stride).
+// Packs B (K, N) into dst's panels of kTileColumns columns and K rows (N rounded up to
+// kTileColumns, times K elements): B's element (p, c) is src[p rs + c cs] (B itself: rs its row
+// stride, cs 1; a transpose: rs 1, cs the row stride).
 // Columns past N are zero.
 template <typename T>
 Panels<T> pack_panels(T* dst, const T* src, ptrdiff_t rs, ptrdiff_t cs, int K, int N) {
