@@ -53,7 +53,7 @@ std::string fp32_gemm_label() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  lattice::kernels::bound_openmp_spinning(argv);  // Note [OpenMP waiting]
+  lattice::kernels::apply_process_settings(argv);  // kernels.h
   // Note [GEMM choices file]: a shape's library measured once per machine, kept for every run.
   lattice::kernels::set_cpu_gemm_choices_dir(lattice::default_data_dir());
   std::vector<std::string> args(argv + 1, argv + argc);

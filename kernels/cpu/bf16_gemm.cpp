@@ -78,9 +78,13 @@ std::string onednn_bf16_missing() {
   return "this build has no oneDNN (build with libdnnl-dev installed, -DLATTICE_WITH_ONEDNN)";
 #else
   // oneDNN runs bf16 on any AVX-512 CPU, but without the bf16 instructions it emulates them,
-  // slower than OpenBLAS's sgemm on widened copies.
-  static const bool ok = cpu_isa_supported(CpuIsa::avx512) && cpu_has_bf16_instructions();
-  if (!ok) return "this CPU has neither AVX512_BF16 nor AMX-BF16";
+  // slower than OpenBLAS's sgemm on widened copies. Capped below them (ONEDNN_MAX_CPU_ISA), it
+  // refuses bf16 matmuls altogether.
+  static const bool hardware = cpu_isa_supported(CpuIsa::avx512) && cpu_has_bf16_instructions();
+  if (!hardware) return "this CPU has neither AVX512_BF16 nor AMX-BF16";
+  const unsigned bf16_isa = dnnl_cpu_isa_avx512_core_bf16;
+  if ((static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & bf16_isa) != bf16_isa)
+    return "oneDNN is capped below AVX512_BF16 (ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA)";
   return "";
 #endif
 }

@@ -64,7 +64,7 @@ void row(const char* kernel, const char* documents, double fwd, double bwd, doub
 }  // namespace
 
 int main(int argc, char** argv) {
-  k::bound_openmp_spinning(argv);  // Note [OpenMP waiting]
+  k::apply_process_settings(argv);  // kernels.h
   Options o;
   for (int i = 1; i < argc; i++) {
     const std::string a = argv[i];

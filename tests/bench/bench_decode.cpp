@@ -35,7 +35,7 @@ ModelConfig preset(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  lattice::kernels::bound_openmp_spinning(argv);  // Note [OpenMP waiting]
+  lattice::kernels::apply_process_settings(argv);  // kernels.h
   std::string config = "B", save_hf;
   int batch = 1, prompt_len = 16, tokens = 64, threads = 2, repeats = 1;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -98,7 +98,7 @@ void print_gemm_choices() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  lattice::kernels::bound_openmp_spinning(argv);  // Note [OpenMP waiting]
+  lattice::kernels::apply_process_settings(argv);  // kernels.h
   // What `lattice train` runs: shapes timed once per machine (Note [GEMM choices file]).
   lattice::kernels::set_cpu_gemm_choices_dir(lattice::default_data_dir());
   std::string config = "A";

@@ -20,13 +20,18 @@ void set_num_threads(int threads);
 int num_threads();
 // The BLAS library's own description of the kernel it runs ("SkylakeX", "Haswell", ...).
 const char* blas_core_name();
-// Note [OpenMP waiting] (kernels/cpu/README.md): when neither OMP_WAIT_POLICY nor
-// GOMP_SPINCOUNT is set, sets GOMP_SPINCOUNT to kOpenMpSpinCount (an idle thread spins that
-// many PAUSE instructions, a few to some tens of microseconds, then sleeps) and re-executes this
-// program (/proc/self/exe with `argv`), since libgomp reads its settings once, before main. Call
-// first thing in main; returns only when nothing was to be done or the exec failed.
+// Settings the runtimes read once, before main runs, so that only re-executing the program
+// applies them (kernels/cpu/README.md): unless the user set them,
+// - Note [OpenMP waiting]: with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, GOMP_SPINCOUNT
+//   = kOpenMpSpinCount (an idle thread spins that many PAUSE instructions, a few to some tens of
+//   microseconds, then sleeps);
+// - Note [glibc's thread cache]: kGlibcTunables added to GLIBC_TUNABLES unless it names
+//   glibc.malloc.tcache_count already.
+// then re-executes this program (/proc/self/exe with `argv`; same process id and arguments).
+// Call first thing in main; returns only when nothing was to be done or the exec failed.
 inline constexpr const char* kOpenMpSpinCount = "1000";
-void bound_openmp_spinning(char** argv);
+inline constexpr const char* kGlibcTunables = "glibc.malloc.tcache_count=0";
+void apply_process_settings(char** argv);
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
 template <typename S>
