@@ -22,14 +22,19 @@ namespace {
 
 namespace kernels = lattice::kernels;
 
-// libgomp's GOMP_SPINCOUNT as the lattice program that ran reports it, with `env` ("K=V") set
-// and OMP_WAIT_POLICY / GOMP_SPINCOUNT otherwise unset.
-QString spin_count(const QStringList& env = {}) {
+// The test environment with `env` ("K=V") set and the settings apply_process_settings looks
+// at otherwise unset.
+QProcessEnvironment environment(const QStringList& env) {
   QProcessEnvironment e = lattice::testing::test_environment();
-  e.remove("OMP_WAIT_POLICY");
-  e.remove("GOMP_SPINCOUNT");
-  e.insert("OMP_DISPLAY_ENV", "VERBOSE");
+  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GLIBC_TUNABLES"}) e.remove(name);
   for (const QString& kv : env) e.insert(kv.section('=', 0, 0), kv.section('=', 1));
+  return e;
+}
+
+// libgomp's GOMP_SPINCOUNT as the lattice program that ran reports it, run in environment(env).
+QString spin_count(const QStringList& env = {}) {
+  QProcessEnvironment e = environment(env);
+  e.insert("OMP_DISPLAY_ENV", "VERBOSE");
   QProcess p;
   p.setProcessEnvironment(e);
   p.start(LATTICE_CLI_PATH, {"version"});
@@ -40,21 +45,16 @@ QString spin_count(const QStringList& env = {}) {
   return err.mid(at).section('\'', 1, 1);
 }
 
-// A `lattice train` started with `env` ("K=V") set and the settings otherwise unset: its name
-// and environment once it printed its first line.
+// A `lattice train` run in environment(env): its name and environment once it printed its
+// first line.
 struct Running {
   QByteArray name;
   QByteArray raw;  // /proc/PID/environ: NUL-terminated K=V entries
   QByteArrayList environ;
 };
-Running running_train(const QList<QByteArray>& env = {}) {
-  QProcessEnvironment e = lattice::testing::test_environment();
-  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GLIBC_TUNABLES"}) e.remove(name);
-  for (const QByteArray& kv : env)
-    e.insert(QString::fromUtf8(kv.left(kv.indexOf('='))),
-             QString::fromUtf8(kv.mid(kv.indexOf('=') + 1)));
+Running running_train(const QStringList& env = {}) {
   QProcess p;
-  p.setProcessEnvironment(e);
+  p.setProcessEnvironment(environment(env));
   p.start(LATTICE_CLI_PATH, {"train", "--mock-data", "--train-iters", "100000", "--eval-iters", "0",
                              "--threads", "1", "--no-db", "--log-interval", "1"});
   Running r;
@@ -95,12 +95,12 @@ class ProcessSettings : public QObject {
   // variable as the process starts, puts a NUL in the place of each ':' in it.)
   void the_users_tunables_stand() {
     const QByteArray mine = "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=262144";
-    const QByteArray raw = running_train({mine}).raw;
+    const QByteArray raw = running_train({QString::fromUtf8(mine)}).raw;
     QVERIFY2(raw.contains(mine + ':' + kernels::kGlibcTunables) ||
                  raw.contains(mine + '\0' + kernels::kGlibcTunables),
              raw.constData());
     const QByteArray count = "GLIBC_TUNABLES=glibc.malloc.tcache_count=3";
-    QVERIFY(running_train({count}).environ.contains(count));
+    QVERIFY(running_train({QString::fromUtf8(count)}).environ.contains(count));
   }
 
   void the_users_choice_stands() {
