@@ -62,30 +62,35 @@ inline void adamw_elements(T* param, const T* grad, T* m, T* v, size_t n,
 }
 
 // Sum of x^2 over [0, n) in double: 16 lanes (lane j takes the elements i with i % 16 == j),
-// folded pairwise. A vector of 16 doubles is 2 AVX-512, 4 AVX2 or 8 SSE2 registers, with the
-// same arithmetic in each lane, so every ISA gets the same bits.
-typedef double v16d __attribute__((vector_size(16 * sizeof(double))));
-typedef float v16f __attribute__((vector_size(16 * sizeof(float))));
+// folded pairwise, so every ISA gets the same bits. The lanes are kAccumulators registers of the
+// ISA's width (2 AVX-512, 4 AVX2, 8 SSE2): a single 16-double vector, wider than an AVX2
+// register, was lowered through the stack and ran 2.5x slower than AVX-512 (docs/benchmarks.md).
+constexpr int kSumLanes = 16;
+constexpr int kDoublesPerVector = LATTICE_ISA_VEC_BYTES / sizeof(double);
+constexpr int kAccumulators = kSumLanes / kDoublesPerVector;
+typedef double vdouble __attribute__((vector_size(LATTICE_ISA_VEC_BYTES)));
+typedef float vfloat_half __attribute__((vector_size(LATTICE_ISA_VEC_BYTES / 2)));
 template <typename T>
 double block_sum_squares(const T* x, size_t n) {
-  v16d acc = {};
+  vdouble acc[kAccumulators] = {};
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    v16d d;
-    if constexpr (std::is_same_v<T, float>) {
-      v16f f;
-      std::memcpy(&f, x + i, sizeof f);
-      d = __builtin_convertvector(f, v16d);
-    } else {
-      std::memcpy(&d, x + i, sizeof d);
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    for (int r = 0; r < kAccumulators; r++) {
+      vdouble d;
+      if constexpr (std::is_same_v<T, float>) {
+        vfloat_half f;
+        std::memcpy(&f, x + i + r * kDoublesPerVector, sizeof f);
+        d = __builtin_convertvector(f, vdouble);
+      } else {
+        std::memcpy(&d, x + i + r * kDoublesPerVector, sizeof d);
+      }
+      acc[r] += d * d;
     }
-    acc += d * d;
-  }
-  double lanes[16];
-  std::memcpy(lanes, &acc, sizeof lanes);
+  double lanes[kSumLanes];
+  std::memcpy(lanes, acc, sizeof lanes);
   for (size_t j = 0; i + j < n; j++)
     lanes[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
-  for (int w = 8; w >= 1; w /= 2)
+  for (int w = kSumLanes / 2; w >= 1; w /= 2)
     for (int j = 0; j < w; j++) lanes[j] += lanes[j + w];
   return lanes[0];
 }

@@ -82,6 +82,11 @@ struct ForcedPath {
       QSKIP(qPrintable("oneDNN bf16 GEMMs: " +                                            \
                        QString::fromStdString(kernels::onednn_bf16_missing())));          \
   } while (false)
+// Whether this run is test_bf16_gemm_onednn_capped's: oneDNN capped to AVX2, below bf16.
+bool onednn_capped_to_avx2() {
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  return cap && std::strcmp(cap, "AVX2") == 0;
+}
 kernels::Bf16Gemm path_of(const QString& name) {
   return name == "onednn" ? kernels::Bf16Gemm::onednn : kernels::Bf16Gemm::widened;
 }
@@ -94,17 +99,14 @@ class Bf16GemmTest : public QObject {
   // bf16 matmuls there, even on a CPU with the instructions, so the path must count as missing
   // and the automatic choice fall back to the widened copies rather than abort on a dnnl::error.
   void a_onednn_cap_below_bf16_counts_as_missing() {
-    const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
-    if (!cap || std::strcmp(cap, "AVX2") != 0) QSKIP("ONEDNN_MAX_CPU_ISA is not AVX2 here");
+    if (!onednn_capped_to_avx2()) QSKIP("ONEDNN_MAX_CPU_ISA is not AVX2 here");
     QVERIFY(!kernels::onednn_bf16_missing().empty());
     QVERIFY(kernels::bf16_gemm() != kernels::Bf16Gemm::onednn);
     QVERIFY(!kernels::set_bf16_gemm(kernels::Bf16Gemm::onednn));
   }
 
   void gemm_bf16_sums_exact_products_in_fp32() {
-    if (!kernels::onednn_bf16_missing().empty())
-      QSKIP(qPrintable("oneDNN bf16 GEMMs: " +
-                       QString::fromStdString(kernels::onednn_bf16_missing())));
+    SKIP_UNLESS_ONEDNN(QString("onednn"));
     const int M = 37, N = 29, K = 1000;
     for (bool ta : {false, true})
       for (bool tb : {false, true})
@@ -254,8 +256,7 @@ int main(int argc, char** argv) {
   if (failed) return failed;
   const std::string missing = kernels::onednn_bf16_missing();
   // test_bf16_gemm_onednn_capped: the oneDNN rows are meant to be skipped there.
-  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
-  if (cap && std::strcmp(cap, "AVX2") == 0) {
+  if (onednn_capped_to_avx2()) {
     std::printf("the oneDNN rows skipped, as ONEDNN_MAX_CPU_ISA=AVX2 asks: %s\n", missing.c_str());
     return 0;
   }
