@@ -18,9 +18,22 @@ LATTICE_ISA_BEGIN
 // shuffle across registers (GCC lowers a vector wider than the register through memory).
 inline constexpr int kHashLanes = LATTICE_ISA_VEC_BYTES / 8;
 typedef uint64_t vu64 __attribute__((vector_size(LATTICE_ISA_VEC_BYTES)));
+typedef uint32_t vu32 __attribute__((vector_size(LATTICE_ISA_VEC_BYTES)));
 typedef uint32_t vu32half __attribute__((vector_size(LATTICE_ISA_VEC_BYTES / 2)));
 typedef int32_t vint_half __attribute__((vector_size(LATTICE_ISA_VEC_BYTES / 2)));
 typedef float vfloat_half __attribute__((vector_size(LATTICE_ISA_VEC_BYTES / 2)));
+
+// The high 32 bits of each 64-bit lane: one shuffle.
+inline vu32half high_halves(vu64 z) {
+  const vu32 w = (vu32)z;
+#if LATTICE_ISA_VEC_BYTES == 64
+  return __builtin_shufflevector(w, w, 1, 3, 5, 7, 9, 11, 13, 15);
+#elif LATTICE_ISA_VEC_BYTES == 32
+  return __builtin_shufflevector(w, w, 1, 3, 5, 7);
+#else
+  return __builtin_shufflevector(w, w, 1, 3);
+#endif
+}
 
 // out[j] = (add ? add[j] : 0) + (kept(index0 + j) ? x[j] * scale : 0) for j in [0, n); out may
 // be x or add.
@@ -36,8 +49,10 @@ inline void dropout_row(float* out, const float* add, const float* x, size_t n, 
   for (; j + kHashLanes <= n; j += kHashLanes, start += stride) {
     vu64 z = (start ^ (start >> 30)) * kSplitmixMul1;
     z = (z ^ (z >> 27)) * kSplitmixMul2;
-    z ^= z >> 31;
-    const vint_half keep = __builtin_convertvector(z >> 32, vu32half) >= (vu32half{} + threshold);
+    // The mask compares the high half of z ^ (z >> 31), which is hi ^ (hi >> 31) for z's high
+    // half hi: the lanes narrow before the last step.
+    const vu32half hi = high_halves(z);
+    const vint_half keep = (hi ^ (hi >> 31)) >= (vu32half{} + threshold);
     vfloat_half v;
     __builtin_memcpy(&v, x + j, sizeof v);
     v = (vfloat_half)((vint_half)(v * scale) & keep);

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <immintrin.h>
+
 #include "isa_region.h"
 
 LATTICE_ISA_BEGIN
@@ -39,11 +41,27 @@ inline void store_partial(float* p, vfloat v, size_t n) {
 inline vfloat splat(float x) {
   return vfloat{} + x;
 }
+// a < b ? a : b and a > b ? a : b, which is what MINPS and MAXPS compute (b where either is NaN
+// or both are zero); written as the conditional, GCC compared and blended: two instructions (or
+// a compare and a masked move) where one does.
 inline vfloat min(vfloat a, vfloat b) {
-  return a < b ? a : b;
+#if LATTICE_ISA_VEC_BYTES == 64
+  // The masked form with every lane set: GCC 12 warns on _mm512_min_ps's undefined source.
+  return (vfloat)_mm512_mask_min_ps((__m512)a, (__mmask16)-1, (__m512)a, (__m512)b);
+#elif LATTICE_ISA_VEC_BYTES == 32
+  return (vfloat)_mm256_min_ps((__m256)a, (__m256)b);
+#else
+  return (vfloat)_mm_min_ps((__m128)a, (__m128)b);
+#endif
 }
 inline vfloat max(vfloat a, vfloat b) {
-  return a > b ? a : b;
+#if LATTICE_ISA_VEC_BYTES == 64
+  return (vfloat)_mm512_mask_max_ps((__m512)a, (__mmask16)-1, (__m512)a, (__m512)b);
+#elif LATTICE_ISA_VEC_BYTES == 32
+  return (vfloat)_mm256_max_ps((__m256)a, (__m256)b);
+#else
+  return (vfloat)_mm_max_ps((__m128)a, (__m128)b);
+#endif
 }
 inline float reduce_add(vfloat v) {
   float s = 0;
@@ -56,8 +74,8 @@ inline float reduce_max(vfloat v) {
   return m;
 }
 
-inline vfloat exp_vec(vfloat x) {
-  x = min(max(x, splat(-87.3f)), splat(88.3f));
+// exp(x) for x in [-87.3, 88.3], where 2^n is a normal float.
+inline vfloat exp_in_range(vfloat x) {
   // Round x / ln 2 to the nearest integer: adding 1.5 * 2^23 leaves no fraction bits.
   const vfloat n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const vfloat r = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n ln2 in two parts
@@ -72,8 +90,13 @@ inline vfloat exp_vec(vfloat x) {
   return p * (vfloat)bits;
 }
 
+inline vfloat exp_vec(vfloat x) {
+  return exp_in_range(min(max(x, splat(-87.3f)), splat(88.3f)));
+}
+
 inline vfloat tanh_vec(vfloat x) {
-  const vfloat e = exp_vec(2.0f * min(max(x, splat(-9.0f)), splat(9.0f)));
+  // tanh is +-1 in float beyond +-9; 2x then lies inside exp's range, which needs no clamp.
+  const vfloat e = exp_in_range(2.0f * min(max(x, splat(-9.0f)), splat(9.0f)));
   return (e - 1.0f) / (e + 1.0f);
 }
 
