@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
   std::printf("| kernel | elements |");
   for (k::CpuIsa isa : k::kAllCpuIsas) std::printf(" %s |", k::cpu_isa_name(isa));
   std::printf("\n|---|---|---|---|---|\n");
-  const auto shape = [](size_t rows, size_t cols) {
-    return cols == 1 ? std::to_string(rows) : std::to_string(rows) + " x " + std::to_string(cols);
+  const auto shape = [](int rows, int cols) {
+    return std::to_string(rows) + " x " + std::to_string(cols);
   };
   row("gelu forward", shape(s.tokens, s.ffn), isas, reps,
       [&] { k::gelu_forward(out.data(), a.data(), ffn); });
@@ -145,9 +145,9 @@ int main(int argc, char** argv) {
     k::softmax_cross_entropy(losses.data(), dlogits.data(), z.data(), targets.data(), s.tokens,
                              s.vocab, 1.0f);
   });
-  row("gradient norm", shape(s.params, 1), isas, reps,
+  row("gradient norm", std::to_string(s.params), isas, reps,
       [&] { (void)k::sum_squares(grad.data(), s.params); });
-  row("adamw", shape(s.params, 1), isas, reps,
+  row("adamw", std::to_string(s.params), isas, reps,
       [&] { k::adamw_update(param.data(), grad.data(), m.data(), v.data(), s.params, adam); });
   return 0;
 }
