@@ -12,6 +12,8 @@
 //   itself (~sqrt(K) |a||b|), so the result is off by ~2^-8 = 4e-3 relative, plus 2^-9 for
 //   rounding the output: within 1e-2 normwise, as test_ops' 16-bit lists. Dropping the sum
 //   post-op (dweight overwritten, not accumulated) is off by the old gradient, O(1).
+// - a vocabulary-wide matmul_forward on the oneDNN path, which goes by blocks of columns, against
+//   the whole product bit for bit, and what its widened copies held on the way.
 // - a tiny `--bf16` training run on each path against fp32 from the same seed: losses within
 //   2e-2 (the tolerance the GPU's bf16 runs are held to against the CPU's fp32, docs/gpu.md).
 // Exits with 77 (ctest: skipped) after the widened rows pass where oneDNN cannot run bf16
@@ -24,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "device/ops.h"
@@ -198,6 +201,37 @@ class Bf16GemmTest : public QObject {
     for (const auto& c : checks)
       QVERIFY2(c.err < 1e-2, qPrintable(QString("%1 path, %2: normwise relative error %3")
                                             .arg(path, c.what).arg(c.err)));
+  }
+
+  // A vocabulary-wide product on the oneDNN path goes by blocks of columns (cpu_ops_16bit.cpp):
+  // its output is the whole product's (gemm_bf16 into fp32, bias, GELU, rounded) bit for bit,
+  // the last block a short one; on a thread of its own, the widened copies never held half of
+  // the whole product's fp32 rows and their GELU (2 x 48 MiB here).
+  void a_wide_bf16_product_goes_by_column_blocks() {
+    SKIP_UNLESS_ONEDNN(QString("onednn"));
+    ForcedPath forced(kernels::Bf16Gemm::onednn);
+    const int N = 64, C = 32, OC = 3 * 65536 + 100;
+    const auto inp = rounded(random_floats(static_cast<size_t>(N) * C, 21)),
+               w = rounded(random_floats(static_cast<size_t>(OC) * C, 22)),
+               b = rounded(random_floats(OC, 23));
+    const size_t n = static_cast<size_t>(N) * OC;
+    std::vector<bf16> out(n), pre(n);
+    size_t held = 0;
+    std::thread([&] {
+      widened_high_water();
+      cpu_ops<bf16>().matmul_forward(out.data(), pre.data(), inp.data(), w.data(), b.data(), N, C,
+                                     OC, Epilogue::kGelu);
+      held = widened_high_water();
+    }).join();
+    std::vector<float> want_pre(n), want_out(n);
+    kernels::gemm_bf16(false, true, N, OC, C, inp.data(), C, w.data(), C, 0.0f, want_pre.data(),
+                       OC);
+    cpu_ops<float>().add_bias(want_pre.data(), widened(b).data(), N, OC);
+    cpu_ops<float>().gelu_forward(want_out.data(), want_pre.data(), n);
+    QVERIFY2(widened(pre) == widened(rounded(want_pre)), "pre_gelu: not the whole product's");
+    QVERIFY2(widened(out) == widened(rounded(want_out)), "out: not the whole product's GELU");
+    QVERIFY2(held < n * sizeof(float),
+             qPrintable(QString("widened copies held %1 bytes").arg(held)));
   }
 
   void a_bf16_run_follows_fp32_data() { the_bf16_matmul_agrees_with_float_within_bf16_rounding_data(); }

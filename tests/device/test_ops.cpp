@@ -10,7 +10,8 @@
 //   row_dot / fill / accumulate equal their definitions written out bit for bit;
 // - every op of Ops<bf16> and Ops<fp16> agrees with Ops<float> on the same (rounded) inputs
 //   within 1e-2, normwise; their MoE ops are the float ops on the widened inputs, rounded once,
-//   bit for bit; their ring ops pack 16-bit elements unchanged (the blocks: ring_attention_worker).
+//   bit for bit; their ring ops pack 16-bit elements unchanged (the blocks: ring_attention_worker);
+//   their embedding widens only the rows its tokens read, bit for bit the float op's result.
 // The Llama family's ops (RMSNorm, RoPE, SwiGLU, attention over grouped keys and values) are in
 // each of these checks.
 // Every test runs once per copy of the kernels (generic, avx2, avx512: Note [CPU dispatch]); a
@@ -22,6 +23,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -851,6 +853,15 @@ class OpLists : public QObject {
     QVERIFY2(fp16_failures.isEmpty(), qPrintable("fp16: " + fp16_failures.join("\n")));
   }
 
+  // The 16-bit lists' embedding widens the rows its tokens read, not the table (cpu_ops_16bit.cpp):
+  // the float op on the widened table rounded, bit for bit, over a vocabulary slice (tokens
+  // outside it read zeros) with and without positions; on a thread of its own, the widened
+  // copies never held a tenth of the widened table (64 MiB: 2^18 rows of 64).
+  void the_16_bit_embedding_widens_only_the_rows_it_reads() {
+    QStringList failures = embedding_16_bit_failures<bf16>() + embedding_16_bit_failures<fp16>();
+    QVERIFY2(failures.isEmpty(), qPrintable(failures.join("\n")));
+  }
+
   // The 16-bit lists have the ring (Note [ring attention in 16 bits]; its blocks are checked
   // against the float ring by ring_attention_worker): packing moves 16-bit elements unchanged,
   // the key and value columns of each group in order.
@@ -871,6 +882,39 @@ class OpLists : public QObject {
   }
 
  private:
+  template <typename H>
+  QStringList embedding_16_bit_failures() {
+    constexpr int Vt = 1 << 18, Ce = 64, Bt = 2, Tt = 8, begin = 1000, end = begin + Vt;
+    const Input<H> wte(static_cast<size_t>(Vt) * Ce, 91), wpe(2 * Tt * Ce, 92);
+    // Both ends of the slice, tokens on either side of it, and the rest inside.
+    std::vector<int32_t> tokens = {begin, end - 1, begin - 1, end, 5};
+    for (int32_t t : random_tokens(Bt * Tt - tokens.size(), Vt, 93)) tokens.push_back(begin + t);
+    std::vector<int32_t> positions(Bt * Tt);
+    for (size_t i = 0; i < positions.size(); i++) positions[i] = static_cast<int32_t>(i % 13);
+    QStringList failures;
+    const int32_t* with = positions.data();
+    for (const int32_t* pos : {static_cast<const int32_t*>(nullptr), with}) {
+      std::vector<H> out(static_cast<size_t>(Bt) * Tt * Ce);
+      std::vector<float> want(out.size());
+      size_t held = 0;
+      std::thread([&] {
+        lattice::widened_high_water();
+        lattice::cpu_ops<H>().embedding_forward(out.data(), tokens.data(), wte.h.data(),
+                                                wpe.h.data(), Bt, Tt, Ce, begin, end, pos);
+        held = lattice::widened_high_water();
+      }).join();
+      lattice::cpu_ops<float>().embedding_forward(want.data(), tokens.data(), wte.f.data(),
+                                                  wpe.f.data(), Bt, Tt, Ce, begin, end, pos);
+      const QString how = pos ? "with positions" : "without positions";
+      if (widened(out) != widened(narrowed<H>(want)))
+        failures << "embedding_forward " + how + ": not the float op's result rounded";
+      if (held > wte.f.size() * sizeof(float) / 10)
+        failures
+            << QString("embedding_forward %1: widened copies held %2 bytes").arg(how).arg(held);
+    }
+    return failures;
+  }
+
   template <typename H>
   QStringList moe_16_bit_failures() {
     constexpr int Nt = 12, E = 4, K = 2, Cm = 8, kCapacity = 5;

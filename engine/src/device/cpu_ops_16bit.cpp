@@ -11,6 +11,7 @@
 #include <map>
 #include <new>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "device/ops.h"
@@ -24,7 +25,10 @@ namespace {
 // The widened copies' memory, kept per thread for the next call: a step calls the same shapes
 // over and over, and a fresh vector per call (the LM head's logits are 32 MiB at config A) paid
 // for its pages in faults and zeroing every time, which was most of a bf16 step's time on the
-// CPU. Blocks are reused only at their exact size; a thread keeps at most kKept of them.
+// CPU. Blocks are reused only at their exact size; a thread keeps at most kKept of them. What it
+// holds (taken and kept) is the sizes one step's ops widen at once, which the ops keep to a few
+// activations' worth: a vocabulary-wide product goes by column blocks (matmul_forward), the
+// embedding widens the rows it reads (embedding_forward). widened_high_water() reports it.
 class BlockPool {
  public:
   static constexpr size_t kKept = 256;
@@ -36,6 +40,8 @@ class BlockPool {
     if (it == free_.end()) {
       void* p = std::malloc(n * sizeof(float));
       if (!p) throw std::bad_alloc();
+      held_ += n * sizeof(float);
+      high_water_ = std::max(high_water_, held_);
       return static_cast<float*>(p);
     }
     float* p = it->second;
@@ -45,13 +51,16 @@ class BlockPool {
   void give(float* p, size_t n) {
     if (free_.size() >= kKept) {
       std::free(p);
+      held_ -= n * sizeof(float);
       return;
     }
     free_.emplace(n, p);
   }
+  size_t take_high_water() { return std::exchange(high_water_, held_); }
 
  private:
   std::multimap<size_t, float*> free_;
+  size_t held_ = 0, high_water_ = 0;  // bytes taken from malloc and not freed
 };
 BlockPool& pool() {
   thread_local BlockPool p;
@@ -113,6 +122,22 @@ template <typename H>
 void store(H* dst, const Buffer& v) {
   store(dst, v.data(), v.size());
 }
+// dst's columns [c0, c0 + cols) of its rows of ld elements = src (rows, cols), rounded.
+template <typename H>
+void store_columns(H* dst, size_t ld, size_t c0, const float* src, size_t rows, size_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElems)
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) dst[r * ld + c0 + c] = narrow<H>(src[r * cols + c]);
+}
+// The columns a block of matmul_forward's output takes: all of them up to kBlockElems floats,
+// else a multiple of 64 near kBlockElems / N, no fewer than 1024 (below that the GEMM would
+// pack its N input rows again for too few columns).
+constexpr size_t kBlockElems = size_t(1) << 22;
+int column_block(int N, int OC) {
+  if (static_cast<size_t>(N) * OC <= kBlockElems) return OC;
+  const size_t cols = kBlockElems / static_cast<size_t>(std::max(N, 1)) / 64 * 64;
+  return static_cast<int>(std::min<size_t>(OC, std::max<size_t>(cols, 1024)));
+}
 const float* data_or_null(const Buffer& v) {
   return v.empty() ? nullptr : v.data();
 }
@@ -137,20 +162,31 @@ class CpuOps16 final : public Ops<H> {
   void matmul_forward(H* out, H* pre_gelu, const H* inp, const H* weight, const H* bias, int N,
                       int C, int OC, Epilogue epilogue) override {
     const bool gelu = epilogue == Epilogue::kGelu;
-    const size_t n = static_cast<size_t>(N) * OC;
-    Buffer pre(n), act(gelu ? n : 0);
     if (onednn()) {
       // bf16 GEMM into fp32, then bias and GELU in fp32 and one rounding: cuBLASLt's epilogue.
-      if constexpr (std::is_same_v<H, bf16>)
-        kernels::gemm_bf16(false, true, N, OC, C, inp, C, weight, C, 0.0f, pre.data(), OC);
-      if (bias) f32.add_bias(pre.data(), wide(bias, OC).data(), N, OC);
-      if (gelu) f32.gelu_forward(act.data(), pre.data(), n);
-    } else {
-      const Buffer i = wide(inp, static_cast<size_t>(N) * C),
-                   w = wide(weight, static_cast<size_t>(OC) * C), b = wide(bias, OC);
-      f32.matmul_forward(gelu ? act.data() : pre.data(), gelu ? pre.data() : nullptr, i.data(),
-                         w.data(), data_or_null(b), N, C, OC, epilogue);
+      // By blocks of columns, so that the fp32 rows stay a few MiB (the LM head's whole logits
+      // are N V floats: 196 MiB at config B).
+      const int block = column_block(N, OC);
+      for (int o0 = 0; o0 < OC; o0 += block) {
+        const int cols = std::min(block, OC - o0);
+        const size_t n = static_cast<size_t>(N) * cols;
+        Buffer pre(n), act(gelu ? n : 0);
+        if constexpr (std::is_same_v<H, bf16>)
+          kernels::gemm_bf16(false, true, N, cols, C, inp, C, weight + static_cast<size_t>(o0) * C,
+                             C, 0.0f, pre.data(), cols);
+        if (bias) f32.add_bias(pre.data(), wide(bias + o0, cols).data(), N, cols);
+        if (gelu) f32.gelu_forward(act.data(), pre.data(), n);
+        if (gelu && pre_gelu) store_columns(pre_gelu, OC, o0, pre.data(), N, cols);
+        store_columns(out, OC, o0, gelu ? act.data() : pre.data(), N, cols);
+      }
+      return;
     }
+    const size_t n = static_cast<size_t>(N) * OC;
+    Buffer pre(n), act(gelu ? n : 0);
+    const Buffer i = wide(inp, static_cast<size_t>(N) * C),
+                 w = wide(weight, static_cast<size_t>(OC) * C), b = wide(bias, OC);
+    f32.matmul_forward(gelu ? act.data() : pre.data(), gelu ? pre.data() : nullptr, i.data(),
+                       w.data(), data_or_null(b), N, C, OC, epilogue);
     if (gelu && pre_gelu) store(pre_gelu, pre);
     store(out, gelu ? act : pre);
   }
@@ -188,19 +224,29 @@ class CpuOps16 final : public Ops<H> {
 
   void embedding_forward(H* out, const int32_t* tokens, const H* wte, const H* wpe, int B, int T,
                          int C, int vocab_begin, int vocab_end, const int32_t* positions) override {
-    // The rows of wte the tokens read and of wpe the positions read (neither size is passed;
-    // the positions of a context-parallel rank's T rows run up to the whole sequence's length).
-    int rows = 0, position_rows = positions ? 0 : T;
-    for (int i = 0; i < B * T; i++) {
-      if (tokens[i] >= vocab_begin && tokens[i] < vocab_end)
-        rows = std::max(rows, tokens[i] - vocab_begin + 1);
-      if (positions) position_rows = std::max(position_rows, positions[i] + 1);
+    // Each token's row of wte widened into row bt of a (B T, C) table that the float op reads
+    // with token bt (a token outside the vocabulary slice reads none), rather than the whole
+    // table (the vocabulary: 147 MiB at config B); the rows of wpe the positions read (its size
+    // is not passed: a context-parallel rank's positions run up to the whole sequence's length).
+    const int rows = B * T;
+    int position_rows = positions ? 0 : T;
+    std::vector<int32_t> row_of(static_cast<size_t>(rows));
+    Buffer te(static_cast<size_t>(rows) * C);
+#pragma omp parallel for schedule(static) if (te.size() >= kParallelElems)
+    for (int i = 0; i < rows; i++) {
+      const bool mine = tokens[i] >= vocab_begin && tokens[i] < vocab_end;
+      row_of[i] = mine ? i : -1;
+      if (!mine) continue;
+      const H* src = wte + static_cast<size_t>(tokens[i] - vocab_begin) * C;
+      float* dst = te.data() + static_cast<size_t>(i) * C;
+      for (int c = 0; c < C; c++) dst[c] = widen(src[c]);
     }
-    const Buffer te = wide(wte, static_cast<size_t>(rows) * C),
-                 pe = wide(wpe, static_cast<size_t>(position_rows) * C);
-    Buffer o(static_cast<size_t>(B) * T * C);
-    f32.embedding_forward(o.data(), tokens, te.data(), data_or_null(pe), B, T, C, vocab_begin,
-                          vocab_end, positions);
+    if (positions)
+      for (int i = 0; i < rows; i++) position_rows = std::max(position_rows, positions[i] + 1);
+    const Buffer pe = wide(wpe, static_cast<size_t>(position_rows) * C);
+    Buffer o(static_cast<size_t>(rows) * C);
+    f32.embedding_forward(o.data(), row_of.data(), te.data(), data_or_null(pe), B, T, C, 0, rows,
+                          positions);
     store(out, o);
   }
   void embedding_backward(float* dwte, float* dwpe, const H* dout, const int32_t* tokens, int B,
@@ -528,6 +574,10 @@ class CpuOps16 final : public Ops<H> {
 };
 
 }  // namespace
+
+size_t widened_high_water() {
+  return pool().take_high_water();
+}
 
 template <>
 Ops<bf16>& cpu_ops<bf16>() {

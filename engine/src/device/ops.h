@@ -360,6 +360,9 @@ template <>
 Ops<bf16>& cpu_ops<bf16>();
 template <>
 Ops<fp16>& cpu_ops<fp16>();
+// The most bytes the 16-bit lists' widened copies held on the calling thread (taken, in use or
+// kept for reuse) since the last call (tests).
+size_t widened_high_water();
 
 // The CUDA op list of compute type A (float, bf16, fp16) over `ctx`, its stream the device's
 // compute stream. Defined in cuda_ops.cpp, so only lattice_engine_gpu's users may call it.
