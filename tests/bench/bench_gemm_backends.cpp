@@ -4,9 +4,11 @@
 // Libraries are loaded with dlopen(RTLD_LOCAL) so that their cblas symbols cannot collide:
 // OpenBLAS (OpenMP and pthread builds), BLIS (OpenMP build) and oneDNN's dnnl_sgemm.
 // This is how Lattice picked its CPU GEMM (docs/benchmarks.md). Row-major throughout.
-// Last column, where the CPU has AVX512_BF16 or AMX-BF16 and the build oneDNN: the engine's own
-// bf16 GEMM (kernels::gemm_bf16: bf16 operands, fp32 sums and output), what --bf16 runs on the
-// CPU (Note [bf16 GEMMs], kernels/cpu/README.md).
+// Under the names, the kernels each library picked (its core, sub-configuration or instruction
+// set): a library's environment variable caps it, not another's. Last column, where the CPU has
+// AVX512_BF16 or AMX-BF16 and the build oneDNN: the engine's own bf16 GEMM (kernels::gemm_bf16:
+// bf16 operands, fp32 sums and output), what --bf16 runs on the CPU (Note [bf16 GEMMs],
+// kernels/cpu/README.md).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -42,10 +44,41 @@ void call_dnnl(void* fn, bool ta, bool tb, int M, int N, int K, const float* A, 
                                   beta, C, ldc);
 }
 
+// The kernels a library picked on this CPU, as far as its environment lets it (OPENBLAS_CORETYPE,
+// BLIS_ARCH_TYPE, ONEDNN_MAX_CPU_ISA): OpenBLAS's core, BLIS's sub-configuration, oneDNN's
+// instruction set; "?" where the library does not say.
+std::string openblas_kernel(void* h) {
+  auto name = reinterpret_cast<char* (*)()>(dlsym(h, "openblas_get_corename"));
+  return name ? name() : "?";
+}
+std::string blis_kernel(void* h) {
+  auto id = reinterpret_cast<int (*)()>(dlsym(h, "bli_arch_query_id"));
+  auto name = reinterpret_cast<const char* (*)(int)>(dlsym(h, "bli_arch_string"));
+  return id && name ? name(id()) : "?";
+}
+std::string dnnl_kernel(void* h) {
+  auto isa = reinterpret_cast<int (*)()>(dlsym(h, "dnnl_get_effective_cpu_isa"));
+  if (!isa) return "?";
+  const int value = isa();
+  // dnnl_cpu_isa_t (oneapi/dnnl/dnnl_types.h): each a set of bits over the one below it.
+  const struct {
+    int bits;
+    const char* name;
+  } names[] = {{0x3e7, "avx512_core_amx"}, {0xe7, "avx512_core_bf16"},
+               {0x67, "avx512_core_vnni"}, {0x27, "avx512_core"},
+               {0x407, "avx2_vnni"},       {0x7, "avx2"},
+               {0x3, "avx"},               {0x1, "sse41"}};
+  for (const auto& n : names)
+    if (value == n.bits) return n.name;
+  return "isa " + std::to_string(value);
+}
+
 struct Backend {
   std::string name, library, symbol, threads_symbol;
   Gemm call;
+  std::string (*kernel)(void* handle);
   void* fn = nullptr;
+  std::string picked = "";  // kernel(handle)
 };
 
 struct Shape {
@@ -112,12 +145,12 @@ int main(int argc, char** argv) {
   const std::string dir = "/usr/lib/x86_64-linux-gnu/";
   std::vector<Backend> backends = {
       {"OpenBLAS (OpenMP)", dir + "openblas-openmp/libopenblas.so.0", "cblas_sgemm",
-       "openblas_set_num_threads", call_cblas},
+       "openblas_set_num_threads", call_cblas, openblas_kernel},
       {"OpenBLAS (pthread)", dir + "openblas-pthread/libopenblas.so.0", "cblas_sgemm",
-       "openblas_set_num_threads", call_cblas},
+       "openblas_set_num_threads", call_cblas, openblas_kernel},
       {"BLIS (OpenMP)", dir + "blis-openmp/libblis.so.4", "cblas_sgemm",
-       "bli_thread_set_num_threads", call_cblas},
-      {"oneDNN", dir + "libdnnl.so.2", "dnnl_sgemm", "", call_dnnl},
+       "bli_thread_set_num_threads", call_cblas, blis_kernel},
+      {"oneDNN", dir + "libdnnl.so.2", "dnnl_sgemm", "", call_dnnl, dnnl_kernel},
   };
   const bool a = config == "A";
   const int N = 1024, C = a ? 256 : 768, F = 4 * C, V = a ? 8192 : 50304;
@@ -139,6 +172,7 @@ int main(int argc, char** argv) {
     if (!b.threads_symbol.empty())
       if (auto set = reinterpret_cast<void (*)(long)>(dlsym(h, b.threads_symbol.c_str())))
         set(threads);
+    b.picked = b.kernel(h);
     present.push_back(&b);
   }
   const std::string no_bf16 = lattice::kernels::onednn_bf16_missing();
@@ -153,6 +187,9 @@ int main(int argc, char** argv) {
   std::printf("%-18s %-22s", "shape", "M x N x K");
   for (Backend* b : present) std::printf(" %20s", b->name.c_str());
   if (no_bf16.empty()) std::printf(" %20s", "oneDNN bf16 (engine)");
+  std::printf("\n%-18s %-22s", "kernels", "");
+  for (Backend* b : present) std::printf(" %20s", b->picked.c_str());
+  if (no_bf16.empty()) std::printf(" %20s", "");
   std::printf("\n");
   std::vector<double> sums(present.size(), 0.0);
   double sum_bf16 = 0;
