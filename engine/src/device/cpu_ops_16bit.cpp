@@ -74,12 +74,31 @@ struct PoolAllocator {
   PoolAllocator(const PoolAllocator<U>&) {}
   T* allocate(size_t n) { return pool().take(n); }
   void deallocate(T* p, size_t n) { pool().give(p, n); }
+  // Elements default-initialised, not zeroed: an op writes each Buffer whole before reading it,
+  // and zeroing one first was a pass over its memory (zeros() makes the one that needs them).
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
   bool operator==(const PoolAllocator&) const { return true; }
 };
 using Buffer = std::vector<float, PoolAllocator<float>>;
 
 // Element loops over whole tensors run on the OpenMP threads above this size.
 constexpr size_t kParallelElems = size_t(1) << 16;
+
+// (n) zeros.
+Buffer zeros(size_t n) {
+  Buffer v(n);
+  float* out = v.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelElems)
+  for (size_t i = 0; i < n; i++) out[i] = 0.0f;
+  return v;
+}
 
 float widen(bf16 x) {
   return from_bf16(x);
@@ -393,8 +412,9 @@ class CpuOps16 final : public Ops<H> {
   void moe_combine_backward(H* d_expert_out, float* dweight, const H* dout, const H* expert_out,
                             const float* weight, const int32_t* route_slot, int N, int C,
                             int k) override {
+    // Zeros: the float op writes only the rows a kept route names.
     const size_t rows = permuted_rows(route_slot, N, k);
-    Buffer d(rows * C);
+    Buffer d = zeros(rows * C);
     f32.moe_combine_backward(d.data(), dweight, wide(dout, static_cast<size_t>(N) * C).data(),
                              wide(expert_out, rows * C).data(), weight, route_slot, N, C, k);
     store(d_expert_out, d);
