@@ -11,7 +11,8 @@
 // - every op of Ops<bf16> and Ops<fp16> agrees with Ops<float> on the same (rounded) inputs
 //   within 1e-2, normwise; their MoE ops are the float ops on the widened inputs, rounded once,
 //   bit for bit; their ring ops pack 16-bit elements unchanged (the blocks: ring_attention_worker);
-//   their embedding widens only the rows its tokens read, bit for bit the float op's result.
+//   their embedding widens only the rows its tokens read, and their element-wise and row-wise
+//   forward ops go by chunks on the threads: each bit for bit the float op's result rounded.
 // The Llama family's ops (RMSNorm, RoPE, SwiGLU, attention over grouped keys and values) are in
 // each of these checks.
 // Every test runs once per copy of the kernels (generic, avx2, avx512: Note [CPU dispatch]); a
@@ -24,6 +25,7 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -853,6 +855,15 @@ class OpLists : public QObject {
     QVERIFY2(fp16_failures.isEmpty(), qPrintable("fp16: " + fp16_failures.join("\n")));
   }
 
+  // The 16-bit lists' element-wise and row-wise forward ops go by chunks on the threads
+  // (cpu_ops_16bit.cpp, by_chunks): each is the float op on the widened tensors, rounded once,
+  // bit for bit, over sizes of several chunks with a short last one (the dropout masks of a chunk
+  // continue the whole tensor's indices; the fused residual norms normalise the rounded sum).
+  void the_16_bit_lists_chunked_ops_are_the_float_ops_rounded_bit_for_bit() {
+    QStringList failures = chunked_16_bit_failures<bf16>() + chunked_16_bit_failures<fp16>();
+    QVERIFY2(failures.isEmpty(), qPrintable(failures.join("\n")));
+  }
+
   // The 16-bit lists' embedding widens the rows its tokens read, not the table (cpu_ops_16bit.cpp):
   // the float op on the widened table rounded, bit for bit, over a vocabulary slice (tokens
   // outside it read zeros) with and without positions; on a thread of its own, the widened
@@ -882,6 +893,88 @@ class OpLists : public QObject {
   }
 
  private:
+  template <typename H>
+  QStringList chunked_16_bit_failures() {
+    const QString type = std::is_same_v<H, bf16> ? "bf16" : "fp16";
+    constexpr size_t n = 3 * 65536 + 123;
+    constexpr int Nr = 301, Cr = 768;
+    constexpr size_t kIndexOffset = 1000;
+    Ops<H>& h = lattice::cpu_ops<H>();
+    Ops<float>& f = lattice::cpu_ops<float>();
+    QStringList failures;
+    auto rounded = [&](const QString& what, const std::vector<H>& got,
+                       const std::vector<float>& want) {
+      if (widened(got) != widened(narrowed<H>(want)))
+        failures << QString("%1 %2: not the float op's result rounded").arg(type, what);
+    };
+    const Input<H> a(n, 101, -4, 4), b(n, 102);
+    std::vector<H> out(n);
+    std::vector<float> want(n);
+    h.gelu_forward(out.data(), a.h.data(), n);
+    f.gelu_forward(want.data(), a.f.data(), n);
+    rounded("gelu_forward", out, want);
+    h.gelu_backward(out.data(), a.h.data(), b.h.data(), n);
+    f.gelu_backward(want.data(), a.f.data(), b.f.data(), n);
+    rounded("gelu_backward", out, want);
+    for (auto act : {k::Activation::kQuickGelu, k::Activation::kGeluErf}) {
+      h.activation_forward(out.data(), a.h.data(), n, act);
+      f.activation_forward(want.data(), a.f.data(), n, act);
+      rounded("activation_forward", out, want);
+      h.activation_backward(out.data(), a.h.data(), b.h.data(), n, act);
+      f.activation_backward(want.data(), a.f.data(), b.f.data(), n, act);
+      rounded("activation_backward", out, want);
+    }
+    for (const bool with_residual : {true, false}) {
+      const H* rh = with_residual ? b.h.data() : nullptr;
+      const float* rf = with_residual ? b.f.data() : nullptr;
+      h.residual_dropout_forward(out.data(), rh, a.h.data(), n, kDropout, kKey, kIndexOffset);
+      f.residual_dropout_forward(want.data(), rf, a.f.data(), n, kDropout, kKey, kIndexOffset);
+      rounded(with_residual ? "residual_dropout_forward" : "dropout_forward", out, want);
+    }
+    h.dropout_backward(out.data(), a.h.data(), n, kDropout, kKey, kIndexOffset);
+    f.dropout_backward(want.data(), a.f.data(), n, kDropout, kKey, kIndexOffset);
+    rounded("dropout_backward", out, want);
+
+    const size_t rows = static_cast<size_t>(Nr) * Cr;
+    const Input<H> x(rows, 103), r(rows, 104), w(Cr, 105, 0.5, 1.5), bias(Cr, 106);
+    std::vector<float> mean(Nr), rstd(Nr), want_mean(Nr), want_rstd(Nr);
+    std::vector<H> norm(rows), sum(rows);
+    std::vector<float> want_norm(rows);
+    auto same_stats = [&](const QString& what, bool with_mean) {
+      if ((with_mean && mean != want_mean) || rstd != want_rstd)
+        failures << QString("%1 %2: statistics differ from the float op's").arg(type, what);
+    };
+    h.layernorm_forward(norm.data(), mean.data(), rstd.data(), x.h.data(), w.h.data(),
+                        bias.h.data(), Nr, Cr);
+    f.layernorm_forward(want_norm.data(), want_mean.data(), want_rstd.data(), x.f.data(),
+                        w.f.data(), bias.f.data(), Nr, Cr);
+    rounded("layernorm_forward", norm, want_norm);
+    same_stats("layernorm_forward", true);
+    h.rmsnorm_forward(norm.data(), rstd.data(), x.h.data(), w.h.data(), Nr, Cr, 1e-5f);
+    f.rmsnorm_forward(want_norm.data(), want_rstd.data(), x.f.data(), w.f.data(), Nr, Cr, 1e-5f);
+    rounded("rmsnorm_forward", norm, want_norm);
+    same_stats("rmsnorm_forward", false);
+    // The fused ops: the sum rounded, then the norm of the rounded sum.
+    std::vector<float> want_sum(rows);
+    for (size_t i = 0; i < rows; i++) want_sum[i] = r.f[i] + x.f[i];
+    const std::vector<float> stored = widened(narrowed<H>(want_sum));
+    h.residual_layernorm_forward(sum.data(), norm.data(), mean.data(), rstd.data(), r.h.data(),
+                                 x.h.data(), w.h.data(), bias.h.data(), Nr, Cr);
+    f.layernorm_forward(want_norm.data(), want_mean.data(), want_rstd.data(), stored.data(),
+                        w.f.data(), bias.f.data(), Nr, Cr);
+    rounded("residual_layernorm_forward sum", sum, want_sum);
+    rounded("residual_layernorm_forward", norm, want_norm);
+    same_stats("residual_layernorm_forward", true);
+    h.residual_rmsnorm_forward(sum.data(), norm.data(), rstd.data(), r.h.data(), x.h.data(),
+                               w.h.data(), Nr, Cr, 1e-5f);
+    f.rmsnorm_forward(want_norm.data(), want_rstd.data(), stored.data(), w.f.data(), Nr, Cr,
+                      1e-5f);
+    rounded("residual_rmsnorm_forward sum", sum, want_sum);
+    rounded("residual_rmsnorm_forward", norm, want_norm);
+    same_stats("residual_rmsnorm_forward", false);
+    return failures;
+  }
+
   template <typename H>
   QStringList embedding_16_bit_failures() {
     constexpr int Vt = 1 << 18, Ce = 64, Bt = 2, Tt = 8, begin = 1000, end = begin + Vt;

@@ -91,6 +91,20 @@ using Buffer = std::vector<float, PoolAllocator<float>>;
 // Element loops over whole tensors run on the OpenMP threads above this size.
 constexpr size_t kParallelElems = size_t(1) << 16;
 
+// f(first, count) over [0, rows) rows of `unit` elements, in chunks of about kChunkElems
+// elements on the OpenMP threads. The element-wise and row-wise ops widen, compute and round a
+// chunk at a time on one thread, so that the widened copies stay in that core's cache: one pass
+// over the tensors' memory where whole-tensor copies made three. The float kernels run whole on
+// a chunk (below their own threading threshold, cpu::kMinParallelWork).
+constexpr size_t kChunkElems = size_t(1) << 13;
+template <typename F>
+void by_chunks(size_t rows, size_t unit, F&& f) {
+  const size_t per = std::max<size_t>(1, kChunkElems / std::max<size_t>(unit, 1));
+  const size_t chunks = (rows + per - 1) / per;
+#pragma omp parallel for schedule(static) if (rows * unit >= kParallelElems)
+  for (size_t c = 0; c < chunks; c++) f(c * per, std::min(per, rows - c * per));
+}
+
 // (n) zeros.
 Buffer zeros(size_t n) {
   Buffer v(n);
@@ -278,18 +292,22 @@ class CpuOps16 final : public Ops<H> {
 
   void layernorm_forward(H* out, float* mean, float* rstd, const H* inp, const H* weight,
                          const H* bias, int N, int C) override {
-    normalise(out, mean, rstd, wide(inp, static_cast<size_t>(N) * C), weight, bias, N, C);
+    const Buffer w = wide(weight, C), b = wide(bias, C);
+    by_chunks(N, C, [&](size_t r, size_t rows) {
+      const size_t at = r * C;
+      normalise(out + at, mean + r, rstd + r, wide(inp + at, rows * C), w, b, C);
+    });
   }
   // The stored (rounded) sum is what the LayerNorm normalises, as on the device.
   void residual_layernorm_forward(H* residual_out, H* out, float* mean, float* rstd,
                                   const H* residual, const H* x, const H* weight, const H* bias,
                                   int N, int C) override {
-    const size_t n = static_cast<size_t>(N) * C;
-    Buffer sum = wide(residual, n);
-    const Buffer xs = wide(x, n);
-    for (size_t i = 0; i < n; i++) sum[i] += xs[i];
-    store(residual_out, sum);
-    normalise(out, mean, rstd, wide(residual_out, n), weight, bias, N, C);
+    const Buffer w = wide(weight, C), b = wide(bias, C);
+    by_chunks(N, C, [&](size_t r, size_t rows) {
+      const size_t at = r * C;
+      add_and_store(residual_out + at, residual + at, x + at, rows * C);
+      normalise(out + at, mean + r, rstd + r, wide(residual_out + at, rows * C), w, b, C);
+    });
   }
   void layernorm_backward(H* dinp, float* dweight, float* dbias, const H* dout, const H* inp,
                           const H* weight, const float* mean, const float* rstd, int N,
@@ -304,17 +322,21 @@ class CpuOps16 final : public Ops<H> {
 
   void rmsnorm_forward(H* out, float* rstd, const H* inp, const H* weight, int N, int C,
                        float eps) override {
-    rms_normalise(out, rstd, wide(inp, static_cast<size_t>(N) * C), weight, N, C, eps);
+    const Buffer w = wide(weight, C);
+    by_chunks(N, C, [&](size_t r, size_t rows) {
+      const size_t at = r * C;
+      rms_normalise(out + at, rstd + r, wide(inp + at, rows * C), w, C, eps);
+    });
   }
   // The stored (rounded) sum is what the RMSNorm normalises, as on the device.
   void residual_rmsnorm_forward(H* residual_out, H* out, float* rstd, const H* residual, const H* x,
                                 const H* weight, int N, int C, float eps) override {
-    const size_t n = static_cast<size_t>(N) * C;
-    Buffer sum = wide(residual, n);
-    const Buffer xs = wide(x, n);
-    for (size_t i = 0; i < n; i++) sum[i] += xs[i];
-    store(residual_out, sum);
-    rms_normalise(out, rstd, wide(residual_out, n), weight, N, C, eps);
+    const Buffer w = wide(weight, C);
+    by_chunks(N, C, [&](size_t r, size_t rows) {
+      const size_t at = r * C;
+      add_and_store(residual_out + at, residual + at, x + at, rows * C);
+      rms_normalise(out + at, rstd + r, wide(residual_out + at, rows * C), w, C, eps);
+    });
   }
   void rmsnorm_backward(H* dinp, float* dweight, const H* dout, const H* inp, const H* weight,
                         const float* rstd, int N, int C) override {
@@ -352,29 +374,40 @@ class CpuOps16 final : public Ops<H> {
     store(dinp, di);
   }
 
+  // The element-wise ops by chunks (by_chunks); a chunk from element i draws the dropout masks
+  // of elements index_offset + i on, as the whole tensor's would.
   void gelu_forward(H* out, const H* inp, size_t n) override {
-    Buffer o = wide(inp, n);
-    f32.gelu_forward(o.data(), o.data(), n);
-    store(out, o);
+    by_chunks(n, 1, [&](size_t i, size_t m) {
+      Buffer o = wide(inp + i, m);
+      f32.gelu_forward(o.data(), o.data(), m);
+      store(out + i, o);
+    });
   }
   void gelu_backward(H* dinp, const H* inp, const H* dout, size_t n) override {
-    const Buffer i = wide(inp, n), d = wide(dout, n);
-    Buffer di(n);
-    f32.gelu_backward(di.data(), i.data(), d.data(), n);
-    store(dinp, di);
+    by_chunks(n, 1, [&](size_t i, size_t m) {
+      const Buffer in = wide(inp + i, m);
+      Buffer d = wide(dout + i, m);
+      f32.gelu_backward(d.data(), in.data(), d.data(), m);
+      store(dinp + i, d);
+    });
   }
   void residual_dropout_forward(H* out, const H* residual, const H* x, size_t n, float p,
                                 uint64_t key, size_t index_offset) override {
-    const Buffer r = wide(residual, n), xs = wide(x, n);
-    Buffer o(n);
-    f32.residual_dropout_forward(o.data(), data_or_null(r), xs.data(), n, p, key, index_offset);
-    store(out, o);
+    by_chunks(n, 1, [&](size_t i, size_t m) {
+      const Buffer r = wide(residual ? residual + i : nullptr, m);
+      Buffer o = wide(x + i, m);
+      f32.residual_dropout_forward(o.data(), data_or_null(r), o.data(), m, p, key,
+                                   index_offset + i);
+      store(out + i, o);
+    });
   }
   void dropout_backward(H* dx, const H* dout, size_t n, float p, uint64_t key,
                         size_t index_offset) override {
-    Buffer d = wide(dout, n);
-    f32.dropout_backward(d.data(), d.data(), n, p, key, index_offset);
-    store(dx, d);
+    by_chunks(n, 1, [&](size_t i, size_t m) {
+      Buffer d = wide(dout + i, m);
+      f32.dropout_backward(d.data(), d.data(), m, p, key, index_offset + i);
+      store(dx + i, d);
+    });
   }
 
   // The MoE routing ops (ops.h: logits and rows in H, probabilities, weights and the loss in
@@ -478,16 +511,20 @@ class CpuOps16 final : public Ops<H> {
     kernels::patchify_backward(dimg, dcols, B, Cin, H_, W, P);
   }
   void activation_forward(H* out, const H* inp, size_t n, kernels::Activation act) override {
-    Buffer o = wide(inp, n);
-    f32.activation_forward(o.data(), o.data(), n, act);
-    store(out, o);
+    by_chunks(n, 1, [&](size_t i, size_t m) {
+      Buffer o = wide(inp + i, m);
+      f32.activation_forward(o.data(), o.data(), m, act);
+      store(out + i, o);
+    });
   }
   void activation_backward(H* dinp, const H* inp, const H* dout, size_t n,
                            kernels::Activation act) override {
-    const Buffer i = wide(inp, n);
-    Buffer d = wide(dout, n);
-    f32.activation_backward(d.data(), i.data(), d.data(), n, act);
-    store(dinp, d);
+    by_chunks(n, 1, [&](size_t i, size_t m) {
+      const Buffer in = wide(inp + i, m);
+      Buffer d = wide(dout + i, m);
+      f32.activation_backward(d.data(), in.data(), d.data(), m, act);
+      store(dinp + i, d);
+    });
   }
 
   size_t attention_saved_elems(int B, int T, int NH) const override {
@@ -575,21 +612,25 @@ class CpuOps16 final : public Ops<H> {
   static bool onednn() {
     return std::is_same_v<H, bf16> && kernels::bf16_gemm() == kernels::Bf16Gemm::onednn;
   }
-  // out, rstd = the float RMSNorm of x (N, C, widened), out rounded to H.
-  void rms_normalise(H* out, float* rstd, const Buffer& x, const H* weight, int N, int C,
-                     float eps) {
-    const Buffer w = wide(weight, C);
+  // out, rstd = the float RMSNorm of x (rows of C, widened) with weight w, out rounded to H.
+  void rms_normalise(H* out, float* rstd, const Buffer& x, const Buffer& w, int C, float eps) {
     Buffer o(x.size());
-    f32.rmsnorm_forward(o.data(), rstd, x.data(), w.data(), N, C, eps);
+    f32.rmsnorm_forward(o.data(), rstd, x.data(), w.data(), static_cast<int>(x.size() / C), C,
+                        eps);
     store(out, o);
   }
-  // out, mean, rstd = the float LayerNorm of x (N, C, widened), out rounded to H.
-  void normalise(H* out, float* mean, float* rstd, const Buffer& x, const H* weight, const H* bias,
-                 int N, int C) {
-    const Buffer w = wide(weight, C), b = wide(bias, C);
+  // out, mean, rstd = the float LayerNorm of x (rows of C, widened) with weight w and bias b,
+  // out rounded to H.
+  void normalise(H* out, float* mean, float* rstd, const Buffer& x, const Buffer& w,
+                 const Buffer& b, int C) {
     Buffer o(x.size());
-    f32.layernorm_forward(o.data(), mean, rstd, x.data(), w.data(), b.data(), N, C);
+    f32.layernorm_forward(o.data(), mean, rstd, x.data(), w.data(), b.data(),
+                          static_cast<int>(x.size() / C), C);
     store(out, o);
+  }
+  // sum (n) = residual + x, widened, added in float and rounded.
+  static void add_and_store(H* sum, const H* residual, const H* x, size_t n) {
+    for (size_t i = 0; i < n; i++) sum[i] = narrow<H>(widen(residual[i]) + widen(x[i]));
   }
 };
 
